@@ -1,0 +1,58 @@
+"""The contract between the core and a provider adapter.
+
+The core never imports a provider SDK: an adapter hands it a codec, and the
+core asks the codec for the neutral view of a request, for the kwargs after
+intercepts edited that view, and for what a response or a stream said.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from .types import AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta
+
+
+@runtime_checkable
+class StreamAccumulator(Protocol):
+    def add(self, chunk: Any) -> ChunkDelta | None:
+        """Fold one provider chunk in; return what it said, or None for a chunk with no content."""
+
+    def finish(self) -> tuple[Any, AnnotatedLLMResponse]:
+        """The final response rebuilt from every chunk seen, and its annotation."""
+
+
+@runtime_checkable
+class LLMCodec(Protocol):
+    provider: str
+    operation: str
+
+    def decode(self, content: Mapping[str, Any]) -> AnnotatedLLMRequest:
+        """SDK kwargs -> the neutral view."""
+
+    def apply(self, content: Mapping[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+        """Overlay only the changed neutral fields (``AnnotatedLLMRequest.changes_since``) onto kwargs."""
+
+    def annotate_response(self, response: Any) -> AnnotatedLLMResponse:
+        """What a non-streamed response says: model, id, finish reasons, usage, text."""
+
+    def accumulator(self) -> StreamAccumulator:
+        """A fresh accumulator for one stream."""
+
+
+class CountingAccumulator:
+    """Used when no codec is given: remembers the chunks' count and the last chunk only."""
+
+    __slots__ = ("count", "last")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last: Any = None
+
+    def add(self, chunk: Any) -> ChunkDelta | None:
+        self.count += 1
+        self.last = chunk
+        return None
+
+    def finish(self) -> tuple[Any, AnnotatedLLMResponse]:
+        return self.last, AnnotatedLLMResponse()

@@ -1,0 +1,33 @@
+"""Names the session layer writes onto scopes, which every consumer reads.
+
+Consumers (exporters, the journal, the voice relay) recognise what a scope is
+by ``event.metadata[KIND]``, never by its display name.
+"""
+
+from __future__ import annotations
+
+KIND = "relay.kind"
+
+CONVERSATION = "conversation"  # AGENT scope: one per leased (profile_key, session_id)
+TURN = "turn"  # FUNCTION scope: begin_turn .. end_turn
+LOGICAL_CALL = "logical_llm_call"  # FUNCTION scope keyed by api_request_id
+ATTEMPT = "llm_attempt"  # LLM scope: one physical provider call
+TOOL = "tool"  # TOOL scope
+
+# Metadata keys.
+SESSION_ID = "session_id"
+PROFILE_KEY = "profile_key"
+PLATFORM = "platform"
+PARENT_SESSION_ID = "parent_session_id"
+TURN_ID = "turn_id"
+TASK_ID = "task_id"
+API_REQUEST_ID = "api_request_id"
+CALL_ROLE = "call_role"
+RETRY_COUNT = "retry_count"
+SDK_RETRIES = "sdk_retries"
+API_MODE = "api_mode"
+SERVER_ADDRESS = "server_address"
+
+# Mark names.
+CHUNK = "llm.chunk"  # data: ChunkMark
+TOOL_CALL = "llm.tool_call"

@@ -1,0 +1,51 @@
+"""Counters for what the relay swallowed on purpose, and rate-limited logging of it."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+logger = logging.getLogger("relay_runtime")
+
+# One log line per key per window: a subscriber that fails on every event must
+# not flood the log of the agent it observes.
+LOG_WINDOW_S = 60.0
+
+
+class Diagnostics:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+        self._last_log: dict[str, float] = {}
+        self._suppressed: Counter[str] = Counter()
+
+    def count(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[key] += n
+
+    def failure(self, key: str, exc: BaseException, what: str) -> None:
+        """Count a failure that must not reach the caller, and log it at most once a window."""
+        now = time.monotonic()
+        with self._lock:
+            self._counts[key] += 1
+            last = self._last_log.get(key)
+            if last is not None and now - last < LOG_WINDOW_S:
+                self._suppressed[key] += 1
+                return
+            self._last_log[key] = now
+            suppressed = self._suppressed.pop(key, 0)
+        more = f" ({suppressed} more since the last report)" if suppressed else ""
+        logger.warning("relay_runtime: %s failed: %s: %s%s", what, type(exc).__name__, exc, more)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return dict(self._counts)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._counts.clear()
+            self._last_log.clear()
+            self._suppressed.clear()

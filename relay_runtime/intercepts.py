@@ -1,0 +1,257 @@
+"""Guardrails and intercepts: registration and chain resolution.
+
+Order: lower priority first, ties by name; global registrations before the
+scope-local ones of the active scopes (outermost scope first), stable-merged
+by priority. Chains are immutable tuples rebuilt on registration, so a call in
+flight keeps the chain it resolved however the registry changes meanwhile.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from .scopes import ScopeHandle, Scopes
+
+LLM_GUARDRAIL = "llm_guardrail"
+LLM_REQUEST = "llm_request"
+LLM_EXECUTION = "llm_execution"
+LLM_STREAM_EXECUTION = "llm_stream_execution"
+LLM_RESPONSE = "llm_response"
+TOOL_REQUEST = "tool_request"
+TOOL_EXECUTION = "tool_execution"
+INTERCEPT_KINDS = (
+    LLM_GUARDRAIL,
+    LLM_REQUEST,
+    LLM_EXECUTION,
+    LLM_STREAM_EXECUTION,
+    LLM_RESPONSE,
+    TOOL_REQUEST,
+    TOOL_EXECUTION,
+)
+
+
+class GuardrailRejected(RuntimeError):
+    """A guardrail returned a reason to refuse the call."""
+
+    def __init__(self, guardrail: str, reason: str) -> None:
+        super().__init__(f"guardrail {guardrail!r} rejected the call: {reason}")
+        self.guardrail = guardrail
+        self.reason = reason
+
+
+class Intercept(NamedTuple):
+    priority: int
+    name: str
+    break_chain: bool
+    fn: Callable[..., Any]
+
+
+def _order(entries: list[Intercept]) -> tuple[Intercept, ...]:
+    return tuple(sorted(entries, key=lambda e: (e.priority, e.name)))
+
+
+class _Table:
+    """One registry (the global one, or one scope's): kind -> ordered chain."""
+
+    __slots__ = ("chains",)
+
+    def __init__(self) -> None:
+        self.chains: dict[str, tuple[Intercept, ...]] = {}
+
+    def add(self, kind: str, entry: Intercept, where: str) -> None:
+        chain = self.chains.get(kind, ())
+        if any(e.name == entry.name for e in chain):
+            raise ValueError(f"{kind} intercept {entry.name!r} is already registered {where}")
+        self.chains[kind] = _order([*chain, entry])
+
+    def remove(self, kind: str, name: str) -> bool:
+        chain = self.chains.get(kind, ())
+        kept = tuple(e for e in chain if e.name != name)
+        if len(kept) == len(chain):
+            return False
+        self.chains[kind] = kept
+        return True
+
+
+class Intercepts:
+    """``relay.intercepts``: register and deregister policy around calls."""
+
+    def __init__(self, scopes: Scopes) -> None:
+        self._scopes = scopes
+        self._lock = threading.Lock()
+        self._global = _Table()
+        # How many live scopes carry local intercepts: when none do, resolving a
+        # chain is one dict lookup and no walk up the scope tree.
+        self._scoped = 0
+
+    # -- registration ---------------------------------------------------------------
+
+    def _register(
+        self,
+        kind: str,
+        name: str,
+        priority: int,
+        break_chain: bool,
+        fn: Callable[..., Any],
+        scope: ScopeHandle | None,
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"intercept name must be a non-empty string, got {name!r}")
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise TypeError(f"intercept {name!r}: priority must be an int, got {priority!r}")
+        if not callable(fn):
+            raise TypeError(f"intercept {name!r}: callback must be callable, got {type(fn).__name__}")
+        entry = Intercept(priority, name, bool(break_chain), fn)
+        with self._lock:
+            if scope is None:
+                self._global.add(kind, entry, "globally")
+                return
+            if scope.ended:
+                raise ValueError(f"cannot register {kind} intercept {name!r} on {scope!r}: it has ended")
+            if scope.local_intercepts is None:
+                scope.local_intercepts = _Table()
+                self._scoped += 1
+            scope.local_intercepts.add(kind, entry, f"on {scope!r}")
+
+    def _deregister(self, kind: str, name: str, scope: ScopeHandle | None) -> bool:
+        with self._lock:
+            if scope is None:
+                return self._global.remove(kind, name)
+            table = scope.local_intercepts
+            return table is not None and table.remove(kind, name)
+
+    def register_llm_guardrail(
+        self, name: str, priority: int, fn: Callable[..., str | None], *, scope: ScopeHandle | None = None
+    ) -> None:
+        """``fn(name, request, annotated)`` returns None to allow the call or a reason to reject it."""
+        self._register(LLM_GUARDRAIL, name, priority, False, fn, scope)
+
+    def deregister_llm_guardrail(self, name: str, *, scope: ScopeHandle | None = None) -> bool:
+        return self._deregister(LLM_GUARDRAIL, name, scope)
+
+    def register_llm_request(
+        self,
+        name: str,
+        priority: int,
+        break_chain: bool,
+        fn: Callable[..., Any],
+        *,
+        scope: ScopeHandle | None = None,
+    ) -> None:
+        """``fn(name, request, annotated)`` returns an ``LLMRequestInterceptOutcome``."""
+        self._register(LLM_REQUEST, name, priority, break_chain, fn, scope)
+
+    def deregister_llm_request(self, name: str, *, scope: ScopeHandle | None = None) -> bool:
+        return self._deregister(LLM_REQUEST, name, scope)
+
+    def register_llm_execution(
+        self,
+        name: str,
+        priority: int,
+        fn: Callable[..., Any],
+        *,
+        break_chain: bool = False,
+        scope: ScopeHandle | None = None,
+    ) -> None:
+        """``fn(name, request, next)``; ``next(request)`` runs the rest of the chain and may be called often."""
+        self._register(LLM_EXECUTION, name, priority, break_chain, fn, scope)
+
+    def deregister_llm_execution(self, name: str, *, scope: ScopeHandle | None = None) -> bool:
+        return self._deregister(LLM_EXECUTION, name, scope)
+
+    def register_llm_stream_execution(
+        self,
+        name: str,
+        priority: int,
+        fn: Callable[..., Any],
+        *,
+        break_chain: bool = False,
+        scope: ScopeHandle | None = None,
+    ) -> None:
+        """``fn(name, request, next)`` returns an iterable of chunks; ``next(request)`` opens the rest."""
+        self._register(LLM_STREAM_EXECUTION, name, priority, break_chain, fn, scope)
+
+    def deregister_llm_stream_execution(self, name: str, *, scope: ScopeHandle | None = None) -> bool:
+        return self._deregister(LLM_STREAM_EXECUTION, name, scope)
+
+    def register_llm_response(
+        self,
+        name: str,
+        priority: int,
+        break_chain: bool,
+        fn: Callable[..., Any],
+        *,
+        scope: ScopeHandle | None = None,
+    ) -> None:
+        """``fn(name, request, response)`` returns the response the caller gets."""
+        self._register(LLM_RESPONSE, name, priority, break_chain, fn, scope)
+
+    def deregister_llm_response(self, name: str, *, scope: ScopeHandle | None = None) -> bool:
+        return self._deregister(LLM_RESPONSE, name, scope)
+
+    def register_tool_request(
+        self,
+        name: str,
+        priority: int,
+        break_chain: bool,
+        fn: Callable[..., Any],
+        *,
+        scope: ScopeHandle | None = None,
+    ) -> None:
+        """``fn(tool_name, args)`` returns the arguments the tool gets."""
+        self._register(TOOL_REQUEST, name, priority, break_chain, fn, scope)
+
+    def deregister_tool_request(self, name: str, *, scope: ScopeHandle | None = None) -> bool:
+        return self._deregister(TOOL_REQUEST, name, scope)
+
+    def register_tool_execution(
+        self,
+        name: str,
+        priority: int,
+        fn: Callable[..., Any],
+        *,
+        break_chain: bool = False,
+        scope: ScopeHandle | None = None,
+    ) -> None:
+        """``fn(tool_name, args, next)``; ``next(args)`` runs the rest of the chain."""
+        self._register(TOOL_EXECUTION, name, priority, break_chain, fn, scope)
+
+    def deregister_tool_execution(self, name: str, *, scope: ScopeHandle | None = None) -> bool:
+        return self._deregister(TOOL_EXECUTION, name, scope)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._global = _Table()
+
+    # -- resolution -----------------------------------------------------------------
+
+    def chain(self, kind: str, anchor: ScopeHandle | None = None) -> tuple[Intercept, ...]:
+        """The chain a call made under ``anchor`` (default: the current scope) runs, in order."""
+        base = self._global.chains.get(kind, ())
+        if not self._scoped:
+            return base
+        node = anchor if anchor is not None else self._scopes.current()
+        locals_: list[tuple[Intercept, ...]] = []
+        while node is not None:
+            table = node.local_intercepts
+            if table is not None and not node.ended:
+                found = table.chains.get(kind)
+                if found:
+                    locals_.append(found)
+            node = node.parent
+        if not locals_:
+            return base
+        merged = list(base)
+        for found in reversed(locals_):  # outermost scope first
+            merged.extend(found)
+        merged.sort(key=lambda e: e.priority)  # stable: globals stay ahead of locals on ties
+        return tuple(merged)
+
+    def scope_ended(self, handle: ScopeHandle) -> None:
+        if handle.local_intercepts is not None:
+            with self._lock:
+                handle.local_intercepts = None
+                self._scoped -= 1

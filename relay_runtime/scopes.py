@@ -1,0 +1,288 @@
+"""Scopes on a ``contextvars`` stack.
+
+Each asyncio task runs in its own copy of the context, so it sees its own
+stack; a thread sees the stack only when handed a context explicitly (see
+``relay_runtime.threads``).
+
+A scope is *attached* (pushed onto the caller's stack, so that what runs
+inside nests under it) or *detached* (given an explicit parent, and never on
+any stack): long-lived scopes that are closed out of order, such as a logical
+LLM call kept open across attempts, are detached.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+from .events import MARK, SCOPE_END, SCOPE_START, Event
+from .ids import new_id
+from .types import Outcome, ScopeType
+
+if TYPE_CHECKING:
+    from .relay import Relay
+
+_now = time.time_ns
+
+
+class ScopeOrderError(RuntimeError):
+    """A scope was popped while a scope pushed after it, in the same context, was still open."""
+
+
+class ScopeHandle:
+    __slots__ = (
+        "__weakref__",
+        "attached",
+        "below",
+        "data",
+        "ended",
+        "local_intercepts",
+        "metadata",
+        "name",
+        "parent",
+        "scope_type",
+        "start_ns",
+        "trace_id",
+        "uuid",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        scope_type: str,
+        parent: ScopeHandle | None,
+        metadata: dict[str, Any] | None,
+        data: Any,
+        attached: bool,
+        below: ScopeHandle | None,
+    ) -> None:
+        self.uuid = new_id()
+        self.name = name
+        self.scope_type = scope_type
+        self.parent = parent
+        self.trace_id = parent.trace_id if parent is not None else new_id()
+        self.metadata = metadata
+        self.data = data
+        self.attached = attached
+        self.below = below
+        self.start_ns = _now()
+        self.ended = False
+        self.local_intercepts: Any = None
+
+    @property
+    def parent_uuid(self) -> str | None:
+        return self.parent.uuid if self.parent is not None else None
+
+    def __repr__(self) -> str:
+        return f"<scope {self.scope_type} {self.name!r} {self.uuid[:8]}>"
+
+
+def _scope_type(scope_type: ScopeType | str) -> str:
+    if isinstance(scope_type, ScopeType):
+        return scope_type.value
+    if isinstance(scope_type, str) and scope_type:
+        return ScopeType(scope_type).value if scope_type in ScopeType._value2member_map_ else scope_type
+    raise TypeError(f"scope_type must be a ScopeType or a non-empty string, got {scope_type!r}")
+
+
+def outcome_of(error: BaseException | None) -> str:
+    if error is None:
+        return Outcome.SUCCESS.value
+    if isinstance(error, (KeyboardInterrupt, GeneratorExit)) or _is_cancelled(error):
+        return Outcome.CANCELLED.value
+    return Outcome.FAILED.value
+
+
+def _is_cancelled(error: BaseException) -> bool:
+    import asyncio
+
+    return isinstance(error, asyncio.CancelledError)
+
+
+class Scopes:
+    """``relay.scope``: push, pop, scope, mark, current."""
+
+    def __init__(self, relay: Relay) -> None:
+        self._relay = relay
+        self._subs = relay.subscribers
+        self._stack: ContextVar[ScopeHandle | None] = ContextVar(f"relay_scope_{id(relay):x}", default=None)
+
+    def current(self) -> ScopeHandle | None:
+        """The innermost open scope of this context, or None at the root."""
+        top = self._stack.get()
+        # A scope pushed here but ended from another context is skipped, not trusted.
+        while top is not None and top.ended:
+            top = top.below
+        return top
+
+    def push(
+        self,
+        name: str,
+        scope_type: ScopeType | str = ScopeType.FUNCTION,
+        *,
+        parent: ScopeHandle | None = None,
+        input: Any = None,
+        metadata: dict[str, Any] | None = None,
+        data: Any = None,
+        attach: bool = True,
+    ) -> ScopeHandle:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"scope name must be a non-empty string, got {name!r}")
+        st = _scope_type(scope_type)
+        top = self.current()
+        if parent is not None and parent.ended:
+            raise ValueError(f"cannot push {name!r} under {parent!r}: that scope has ended")
+        handle = ScopeHandle(name, st, parent if parent is not None else top, metadata, data, attach, top)
+        if attach:
+            self._stack.set(handle)
+        if self._subs.start:
+            self._subs.deliver(
+                self._subs.start,
+                Event(
+                    SCOPE_START,
+                    handle.uuid,
+                    handle.parent_uuid,
+                    handle.trace_id,
+                    name,
+                    st,
+                    handle.start_ns,
+                    input=input,
+                    metadata=metadata,
+                ),
+            )
+        return handle
+
+    def pop(
+        self,
+        handle: ScopeHandle,
+        *,
+        output: Any = None,
+        metadata: dict[str, Any] | None = None,
+        error: BaseException | None = None,
+        outcome: str | None = None,
+    ) -> None:
+        """End ``handle``. A second pop of the same handle is a no-op."""
+        if not isinstance(handle, ScopeHandle):
+            raise TypeError(f"pop() takes a ScopeHandle, got {type(handle).__name__}")
+        if handle.ended:
+            return
+        if handle.attached:
+            top = self.current()
+            if top is handle:
+                self._stack.set(handle.below)
+            else:
+                self._check_not_buried(handle, top)
+        self.end(handle, output=output, metadata=metadata, error=error, outcome=outcome)
+
+    def _check_not_buried(self, handle: ScopeHandle, top: ScopeHandle | None) -> None:
+        node = top
+        while node is not None:
+            if node is handle:
+                raise ScopeOrderError(
+                    f"cannot pop {handle!r}: {top!r} was pushed after it and is still open; pop that first"
+                )
+            node = node.below
+        # Not on this context's stack at all: it belongs to another task or thread,
+        # whose stack skips it once it has ended.
+
+    def end(
+        self,
+        handle: ScopeHandle,
+        *,
+        output: Any = None,
+        metadata: dict[str, Any] | None = None,
+        error: BaseException | None = None,
+        outcome: str | None = None,
+        **llm_fields: Any,
+    ) -> None:
+        """Mark ``handle`` ended and emit its end event, without touching any stack."""
+        if handle.ended:
+            return
+        handle.ended = True
+        if handle.local_intercepts is not None:
+            self._relay.intercepts.scope_ended(handle)
+        if not self._subs.end:
+            return
+        if outcome is None:
+            if isinstance(output, dict) and isinstance(output.get("outcome"), str):
+                outcome = output["outcome"]
+            else:
+                outcome = outcome_of(error)
+        merged = handle.metadata if not metadata else {**(handle.metadata or {}), **metadata}
+        self._subs.deliver(
+            self._subs.end,
+            Event(
+                SCOPE_END,
+                handle.uuid,
+                handle.parent_uuid,
+                handle.trace_id,
+                handle.name,
+                handle.scope_type,
+                _now(),
+                start_timestamp=handle.start_ns,
+                output=output,
+                metadata=merged,
+                error_type=type(error).__name__ if error is not None else None,
+                error_message=str(error) if error is not None else None,
+                outcome=outcome,
+                **llm_fields,
+            ),
+        )
+
+    @contextlib.contextmanager
+    def scope(
+        self,
+        name: str,
+        scope_type: ScopeType | str = ScopeType.FUNCTION,
+        *,
+        parent: ScopeHandle | None = None,
+        input: Any = None,
+        metadata: dict[str, Any] | None = None,
+        data: Any = None,
+    ) -> Iterator[ScopeHandle]:
+        handle = self.push(name, scope_type, parent=parent, input=input, metadata=metadata, data=data)
+        try:
+            yield handle
+        except BaseException as exc:
+            self.pop(handle, error=exc)
+            raise
+        self.pop(handle)
+
+    def mark(
+        self,
+        name: str,
+        data: Any = None,
+        *,
+        metadata: dict[str, Any] | None = None,
+        parent: ScopeHandle | None = None,
+    ) -> None:
+        if not self._subs.mark:
+            return
+        self._emit_mark(self._subs.mark, name, data, metadata, parent)
+
+    def _emit_mark(
+        self,
+        targets: tuple[Any, ...],
+        name: str,
+        data: Any,
+        metadata: dict[str, Any] | None,
+        parent: ScopeHandle | None,
+    ) -> None:
+        owner = parent if parent is not None else self.current()
+        self._subs.deliver(
+            targets,
+            Event(
+                MARK,
+                new_id(),
+                owner.uuid if owner is not None else None,
+                owner.trace_id if owner is not None else new_id(),
+                name,
+                None,
+                _now(),
+                data=data,
+                metadata=metadata,
+            ),
+        )

@@ -1,0 +1,93 @@
+"""Subscriber registration and synchronous, fail-open delivery."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from typing import NamedTuple
+
+from .diagnostics import Diagnostics
+from .events import KINDS, MARK, SCOPE_END, SCOPE_START, Event
+
+Subscriber = Callable[[Event], object]
+
+
+class _Entry(NamedTuple):
+    name: str
+    callback: Subscriber
+    kinds: frozenset[str]
+    chunks: bool
+
+
+class Subscribers:
+    """Who wants which events.
+
+    The per-kind tuples are rebuilt on every (rare) registration change so the
+    hot path only reads an attribute and tests its truth: no subscriber for a
+    kind means the event is never built.
+    """
+
+    def __init__(self, diagnostics: Diagnostics) -> None:
+        self._diagnostics = diagnostics
+        self._lock = threading.Lock()
+        self._entries: tuple[_Entry, ...] = ()
+        self.start: tuple[_Entry, ...] = ()
+        self.end: tuple[_Entry, ...] = ()
+        self.mark: tuple[_Entry, ...] = ()
+        self.chunk: tuple[_Entry, ...] = ()
+
+    def register(
+        self,
+        callback: Subscriber,
+        *,
+        name: str | None = None,
+        kinds: Iterable[str] | None = None,
+        chunks: bool = False,
+    ) -> str:
+        """Add a subscriber; returns its name. Stream chunk marks reach it only with ``chunks=True``."""
+        if not callable(callback):
+            raise TypeError(f"subscriber must be callable, got {type(callback).__name__}")
+        wanted = frozenset(KINDS if kinds is None else kinds)
+        unknown = wanted - set(KINDS)
+        if unknown:
+            raise ValueError(f"unknown event kinds {sorted(unknown)}; expected some of {list(KINDS)}")
+        if name is None:
+            name = f"{getattr(callback, '__qualname__', type(callback).__name__)}@{id(callback):x}"
+        with self._lock:
+            if any(e.name == name for e in self._entries):
+                raise ValueError(f"a subscriber named {name!r} is already registered")
+            self._rebuild((*self._entries, _Entry(name, callback, wanted, chunks)))
+        return name
+
+    def deregister(self, name_or_callback: str | Subscriber) -> bool:
+        with self._lock:
+            kept = tuple(
+                e for e in self._entries if e.name != name_or_callback and e.callback is not name_or_callback
+            )
+            if len(kept) == len(self._entries):
+                return False
+            self._rebuild(kept)
+            return True
+
+    def names(self) -> list[str]:
+        return [e.name for e in self._entries]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._rebuild(())
+
+    def _rebuild(self, entries: tuple[_Entry, ...]) -> None:
+        self._entries = entries
+        self.start = tuple(e for e in entries if SCOPE_START in e.kinds)
+        self.end = tuple(e for e in entries if SCOPE_END in e.kinds)
+        self.mark = tuple(e for e in entries if MARK in e.kinds)
+        self.chunk = tuple(e for e in entries if MARK in e.kinds and e.chunks)
+
+    def deliver(self, targets: tuple[_Entry, ...], event: Event) -> None:
+        """Call each target in registration order; a failing one is counted and logged, never raised."""
+        for entry in targets:
+            try:
+                entry.callback(event)
+            except Exception as exc:
+                self._diagnostics.failure(f"subscriber_errors.{entry.name}", exc, f"subscriber {entry.name!r}")
+                self._diagnostics.count("subscriber_errors")

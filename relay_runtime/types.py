@@ -1,0 +1,190 @@
+"""Core value types: requests, their provider-neutral view, responses, scope types."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Any
+
+
+class ScopeType(str, enum.Enum):
+    AGENT = "agent"
+    FUNCTION = "function"
+    LLM = "llm"
+    TOOL = "tool"
+    RETRIEVER = "retriever"
+    CUSTOM = "custom"
+
+
+class Outcome(str, enum.Enum):
+    SUCCESS = "success"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+class LLMRequest:
+    """The request as the provider will see it: headers and the SDK's own kwargs.
+
+    Immutable so that an intercept can never change a request another intercept
+    (or an in-flight retry) is still holding; intercepts return a new one.
+    """
+
+    __slots__ = ("_content", "_headers")
+
+    def __init__(self, headers: Mapping[str, Any] | None = None, content: Mapping[str, Any] | None = None):
+        if headers is not None and not isinstance(headers, Mapping):
+            raise TypeError(f"LLMRequest headers must be a mapping, got {type(headers).__name__}")
+        if content is not None and not isinstance(content, Mapping):
+            raise TypeError(f"LLMRequest content must be a mapping, got {type(content).__name__}")
+        object.__setattr__(self, "_headers", MappingProxyType(dict(headers)) if headers else _EMPTY)
+        object.__setattr__(self, "_content", MappingProxyType(dict(content)) if content else _EMPTY)
+
+    @property
+    def headers(self) -> Mapping[str, Any]:
+        return self._headers
+
+    @property
+    def content(self) -> Mapping[str, Any]:
+        return self._content
+
+    def replace(
+        self, *, headers: Mapping[str, Any] | None = None, content: Mapping[str, Any] | None = None
+    ) -> LLMRequest:
+        return LLMRequest(
+            self._headers if headers is None else headers, self._content if content is None else content
+        )
+
+    def kwargs(self) -> dict[str, Any]:
+        """A fresh, mutable copy of the content, ready to splat into an SDK call."""
+        return dict(self._content)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("LLMRequest is immutable; use replace() to derive a new one")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, LLMRequest):
+            return NotImplemented
+        return dict(self._headers) == dict(other._headers) and dict(self._content) == dict(other._content)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"LLMRequest(headers={sorted(self._headers)}, content={sorted(self._content)})"
+
+
+@dataclass
+class AnnotatedLLMRequest:
+    """The provider-neutral view of a request, which request intercepts may edit in place.
+
+    After the intercepts ran, the provider codec maps the fields that changed back
+    onto the SDK kwargs; fields nobody touched leave the kwargs as they were.
+    """
+
+    model: str | None = None
+    messages: list[Any] = field(default_factory=list)
+    system: Any = None
+    params: dict[str, Any] = field(default_factory=dict)
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    stream: bool = False
+    provider: str | None = None
+    operation: str = "chat"
+
+    def snapshot(self) -> AnnotatedLLMRequest:
+        """A copy deep enough to detect what an intercept changed."""
+        return AnnotatedLLMRequest(
+            model=self.model,
+            messages=list(self.messages),
+            system=self.system,
+            params=dict(self.params) if self.params else {},
+            tools=list(self.tools) if self.tools is not None else None,
+            tool_choice=self.tool_choice,
+            stream=self.stream,
+            provider=self.provider,
+            operation=self.operation,
+        )
+
+    def changes_since(self, before: AnnotatedLLMRequest) -> dict[str, Any]:
+        """Fields that differ from ``before``; ``params`` maps each changed key, ``REMOVED`` for deletions."""
+        changed: dict[str, Any] = {}
+        for f in fields(self):
+            name = f.name
+            if name in ("provider", "operation"):
+                continue
+            now, then = getattr(self, name), getattr(before, name)
+            if name == "params":
+                now, then = now or {}, then or {}
+                delta = {k: v for k, v in now.items() if k not in then or then[k] != v}
+                delta.update({k: REMOVED for k in then if k not in now})
+                if delta:
+                    changed["params"] = delta
+            elif now is not then and now != then:
+                changed[name] = now
+        return changed
+
+
+class _Removed:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "REMOVED"
+
+
+REMOVED: Any = _Removed()
+
+
+class LLMRequestInterceptOutcome:
+    """What a request intercept returns: the (possibly new) request and its annotated view."""
+
+    __slots__ = ("annotated_request", "request")
+
+    def __init__(self, request: LLMRequest, annotated_request: AnnotatedLLMRequest | None = None):
+        if not isinstance(request, LLMRequest):
+            raise TypeError(
+                f"LLMRequestInterceptOutcome needs an LLMRequest, got {type(request).__name__}"
+            )
+        self.request = request
+        self.annotated_request = annotated_request
+
+    def __repr__(self) -> str:
+        return f"LLMRequestInterceptOutcome({self.request!r}, {self.annotated_request!r})"
+
+
+@dataclass
+class TokenUsage:
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_creation_tokens: int | None = None
+    reasoning_tokens: int | None = None
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: v for f in fields(self) if (v := getattr(self, f.name)) is not None}
+
+
+@dataclass
+class AnnotatedLLMResponse:
+    """What the codec read off a provider response, for events and exporters."""
+
+    model: str | None = None
+    id: str | None = None
+    finish_reasons: list[str] = field(default_factory=list)
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    output_text: str | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    time_to_first_chunk_ns: int | None = None
+    sdk_retries: int | None = None
+
+
+@dataclass
+class ChunkDelta:
+    """The provider-neutral content of one stream chunk."""
+
+    text: str = ""
+    reasoning: str = ""
+    model: str | None = None
