@@ -169,9 +169,7 @@ def test_registration_errors() -> None:
 # -- property: the order a request-intercept chain runs in -----------------------------------------
 
 # (where, name, priority, break_chain); where: 0 = global, 1 = outer scope, 2 = inner scope
-_spec = st.tuples(
-    st.integers(0, 2), st.sampled_from("abcdef"), st.integers(-2, 2), st.booleans()
-)
+_spec = st.tuples(st.integers(0, 2), st.sampled_from("abcdef"), st.integers(-2, 2), st.booleans())
 
 
 def _reference_order(specs: list[tuple[int, str, int, bool]]) -> list[tuple[int, str]]:
