@@ -48,8 +48,12 @@ def is_credential_header(name: str | bytes) -> bool:
     return verdict
 
 
-def redact_headers(headers: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: (REDACTED if is_credential_header(k) else v) for k, v in headers.items()}
+def redact_headers(headers: Mapping[Any, Any]) -> dict[str, Any]:
+    """A copy with credential values replaced; bytes names become text so every encoder can take them."""
+    return {
+        (k.decode("latin-1") if isinstance(k, (bytes, bytearray)) else k): (REDACTED if is_credential_header(k) else v)
+        for k, v in headers.items()
+    }
 
 
 def redact_kwargs(content: Mapping[str, Any]) -> Mapping[str, Any]:
