@@ -176,7 +176,7 @@ class Attempt:
                 metadata=dict(self.metadata),
                 provider=self.name,
                 model_name=self.model_name,
-                annotated_request=redacted_annotation(self.annotated),
+                annotated_request=redacted_annotation(self.annotated) if self.annotated is not None else None,
             )
         except Exception as exc:
             self.relay.diag.failure("bookkeeping_errors", exc, "building an attempt start event")
@@ -253,7 +253,7 @@ class Attempt:
                 outcome=outcome,
                 provider=self.name,
                 model_name=self.model_name,
-                annotated_request=redacted_annotation(self.annotated),
+                annotated_request=redacted_annotation(self.annotated) if self.annotated is not None else None,
                 annotated_response=annotation,
             )
         except Exception as exc:

@@ -43,6 +43,7 @@ class ScopeHandle:
         "metadata",
         "name",
         "parent",
+        "parent_uuid",
         "scope_type",
         "start_ns",
         "trace_id",
@@ -63,7 +64,12 @@ class ScopeHandle:
         self.name = name
         self.scope_type = scope_type
         self.parent = parent
-        self.trace_id: str = parent.trace_id if parent is not None else new_id()
+        if parent is not None:
+            self.parent_uuid: str | None = parent.uuid
+            self.trace_id: str = parent.trace_id
+        else:
+            self.parent_uuid = None
+            self.trace_id = new_id()
         self.metadata = metadata
         self.data = data
         self.attached = attached
@@ -71,10 +77,6 @@ class ScopeHandle:
         self.start_ns = _now()
         self.ended = False
         self.local_intercepts: Any = None
-
-    @property
-    def parent_uuid(self) -> str | None:
-        return self.parent.uuid if self.parent is not None else None
 
     def __repr__(self) -> str:
         return f"<scope {self.scope_type} {self.name!r} {self.uuid[:8]}>"
