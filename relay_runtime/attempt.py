@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from . import conventions as cv
 from .chains import is_awaitable, refuse_awaitable
 from .codec import LLMCodec
-from .events import SCOPE_START, Event
+from .events import SCOPE_START, new_event
 from .intercepts import LLM_GUARDRAIL, LLM_REQUEST, LLM_RESPONSE, GuardrailRejected, Intercept
 from .redaction import redacted_annotation, redacted_request
 from .scopes import ScopeHandle, outcome_of
@@ -164,7 +164,7 @@ class Attempt:
             return
         h = self.handle
         try:
-            event = Event(
+            event = new_event(
                 SCOPE_START,
                 h.uuid,
                 h.parent_uuid,

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from .events import MARK, SCOPE_END, SCOPE_START, Event
+from .events import MARK, SCOPE_END, SCOPE_START, new_event
 from .ids import new_id
 from .types import AnnotatedLLMRequest, AnnotatedLLMResponse, Outcome, ScopeType
 
@@ -143,7 +143,7 @@ class Scopes:
         if self._subs.start:
             self._subs.deliver(
                 self._subs.start,
-                Event(
+                new_event(
                     SCOPE_START,
                     handle.uuid,
                     handle.parent_uuid,
@@ -219,7 +219,7 @@ class Scopes:
         merged = handle.metadata if not metadata else {**(handle.metadata or {}), **metadata}
         self._subs.deliver(
             self._subs.end,
-            Event(
+            new_event(
                 SCOPE_END,
                 handle.uuid,
                 handle.parent_uuid,
@@ -282,7 +282,7 @@ class Scopes:
         owner = parent if parent is not None else self.current()
         self._subs.deliver(
             targets,
-            Event(
+            new_event(
                 MARK,
                 new_id(),
                 owner.uuid if owner is not None else None,
