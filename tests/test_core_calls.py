@@ -285,3 +285,25 @@ async def test_async_tool_with_async_execution_intercept() -> None:
     assert await relay.tools.execute_async("add", {"a": 1, "b": 2}, slow_add) == 6
     assert relay.tools.execute_async is not None and order == ["before", "tool", "after"]
     assert rec.ends(scope_type="tool")[0].output == 6
+
+
+def test_a_tool_call_keeps_the_chains_it_resolved() -> None:
+    relay, _rec = new_relay()
+    wrapped: list[str] = []
+
+    def late(name: str, args: Any, next_call: Any) -> Any:
+        wrapped.append(name)
+        return next_call(args)
+
+    # First call: registers "late" mid-call (must not wrap this call).
+    # Second call: deregisters it mid-call (must still wrap this call).
+    def registers_late(name: str, args: Any) -> Any:
+        if not wrapped and relay.intercepts.deregister_tool_execution("late") is False:
+            relay.intercepts.register_tool_execution("late", 0, late)
+        return args
+
+    relay.intercepts.register_tool_request("registers", 0, False, registers_late)
+    assert relay.tools.execute("first", 1, lambda a: a + 1) == 2
+    assert wrapped == []
+    assert relay.tools.execute("second", 1, lambda a: a + 1) == 2
+    assert wrapped == ["second"]
