@@ -115,7 +115,7 @@ class Attempt:
             edits = chains.get(LLM_REQUEST, ())
             codec = self.codec
             if codec is not None and (guardrails or edits or relay.subscribers.start or relay.subscribers.end):
-                self.annotated = codec.decode(request.content)
+                self.annotated = self._decode(codec, request, policy=bool(guardrails or edits))
             for entry in guardrails:
                 reason = entry.fn(self.name, request, self.annotated)
                 if reason is not None:
@@ -133,6 +133,16 @@ class Attempt:
             self.model_name = self.annotated.model
         self._emit_start(request)
         return request
+
+    def _decode(self, codec: LLMCodec, request: LLMRequest, policy: bool) -> AnnotatedLLMRequest | None:
+        """The neutral view. Policy that reads it fails closed without it; mere observers do not."""
+        try:
+            return codec.decode(request.content)
+        except Exception as exc:
+            if policy:
+                raise
+            self.relay.diag.failure("bookkeeping_errors", exc, f"decoding the request of {self.name!r}")
+            return None
 
     def _apply_request_intercepts(self, edits: tuple[Intercept, ...], request: LLMRequest) -> LLMRequest:
         before = self.annotated.snapshot() if self.annotated is not None else None

@@ -103,7 +103,7 @@ class Event:
         out: dict[str, Any] = {}
         for name in self.__slots__:
             value = getattr(self, name)
-            if value is None or value == {}:
+            if value is None or (type(value) is dict and not value):
                 continue
             if name in ("annotated_request", "annotated_response"):
                 value = _dataclass_dict(value)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from core_support import DictCodec, attempts, balanced, new_relay, request, response
 
-from relay_runtime import LLMRequest, Relay, ScopeType, current_attempt
+from relay_runtime import LLMRequest, LLMRequestInterceptOutcome, Relay, ScopeType, current_attempt
 from relay_runtime.jsonl import event_json
 
 
@@ -307,3 +307,20 @@ def test_a_tool_call_keeps_the_chains_it_resolved() -> None:
     assert wrapped == []
     assert relay.tools.execute("second", 1, lambda a: a + 1) == 2
     assert wrapped == ["second"]
+
+
+class UndecodableCodec(DictCodec):
+    def decode(self, content: Any) -> Any:
+        raise ValueError("unknown request shape")
+
+
+def test_a_codec_that_cannot_decode_fails_open_for_observers_and_closed_for_policy() -> None:
+    relay, rec = new_relay()
+    assert relay.llm.execute("p", request(), lambda r: response(), codec=UndecodableCodec()) == response()
+    assert relay.diagnostics()["bookkeeping_errors"] == 1
+    assert attempts(rec.events)[0].outcome == "success" and attempts(rec.events)[0].annotated_request is None
+    relay.intercepts.register_llm_request("needs-view", 0, False, lambda n, r, a: LLMRequestInterceptOutcome(r, a))
+    ran: list[Any] = []
+    with pytest.raises(ValueError, match="unknown request shape"):
+        relay.llm.execute("p", request(), lambda r: ran.append(r), codec=UndecodableCodec())
+    assert ran == [] and attempts(rec.events)[1].outcome == "failed"
