@@ -1,0 +1,1 @@
+"""Provider adapters: codecs for the OpenAI and Anthropic SDKs, dispatch, and ``instrument()``."""
