@@ -60,9 +60,7 @@ class FieldMap:
         return cls(messages, system, frozenset(keys) | TRANSPORT_KWARGS)
 
 
-def decode_common(
-    content: Mapping[str, Any], fields: FieldMap, provider: str, operation: str
-) -> AnnotatedLLMRequest:
+def decode_common(content: Mapping[str, Any], fields: FieldMap, provider: str, operation: str) -> AnnotatedLLMRequest:
     """The fields every API spells the same way; the caller fixes up messages/system."""
     structural = fields.structural
     params = {k: v for k, v in content.items() if k not in structural}

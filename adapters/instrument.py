@@ -10,6 +10,7 @@ are new objects and start uninstrumented.
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +19,9 @@ import wrapt
 from . import dispatch
 
 _NOTHING = object()
+# Check-then-set on a resource must be atomic, or two racing instrument() calls could wrap
+# a wrapper and leave uninstrument() restoring the first one.
+_lock = threading.Lock()
 
 
 class ManagedCreate(wrapt.FunctionWrapper):
@@ -71,31 +75,32 @@ def instrument(client: Any) -> Any:
     """
     resources = _resources(client)
     if not resources:
-        raise TypeError(
-            f"cannot instrument {type(client).__name__}: it has no chat.completions, responses or messages"
-        )
-    for mode, resource in resources:
-        current = resource.create
-        if isinstance(current, ManagedCreate):
-            continue
-        make = _async_wrapper if inspect.iscoroutinefunction(current) else _sync_wrapper
-        managed = ManagedCreate(current, make(client, mode))
-        managed._self_relay_previous = vars(resource).get("create", _NOTHING)
-        resource.create = managed
+        raise TypeError(f"cannot instrument {type(client).__name__}: it has no chat.completions, responses or messages")
+    with _lock:
+        for mode, resource in resources:
+            current = resource.create
+            if isinstance(current, ManagedCreate):
+                continue
+            # The SDKs decorate create() with a plain wrapper around the async def: look through it.
+            make = _async_wrapper if inspect.iscoroutinefunction(inspect.unwrap(current)) else _sync_wrapper
+            managed = ManagedCreate(current, make(client, mode))
+            managed._self_relay_previous = vars(resource).get("create", _NOTHING)
+            resource.create = managed
     return client
 
 
 def uninstrument(client: Any) -> Any:
     """Put back exactly what ``instrument`` replaced; a no-op on a client it never touched."""
-    for _mode, resource in _resources(client):
-        current = vars(resource).get("create")
-        if not isinstance(current, ManagedCreate):
-            continue
-        previous = current._self_relay_previous
-        if previous is _NOTHING:
-            del resource.create
-        else:
-            resource.create = previous
+    with _lock:
+        for _mode, resource in _resources(client):
+            current = vars(resource).get("create")
+            if not isinstance(current, ManagedCreate):
+                continue
+            previous = current._self_relay_previous
+            if previous is _NOTHING:
+                del resource.create
+            else:
+                resource.create = previous
     return client
 
 

@@ -263,9 +263,7 @@ class ChatAccumulator:
                 tool_calls=calls or None,
                 **extra,
             )
-            choices.append(
-                Choice.model_construct(index=index, message=message, finish_reason=parts.finish_reason)
-            )
+            choices.append(Choice.model_construct(index=index, message=message, finish_reason=parts.finish_reason))
         return ChatCompletion.model_construct(
             id=self.id,
             object="chat.completion",

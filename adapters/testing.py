@@ -207,9 +207,7 @@ def chat_completion_body(
     }
 
 
-def chat_usage(
-    prompt: int = 12, completion: int = 5, *, cached: int = 0, reasoning: int = 0
-) -> dict[str, Any]:
+def chat_usage(prompt: int = 12, completion: int = 5, *, cached: int = 0, reasoning: int = 0) -> dict[str, Any]:
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
@@ -309,9 +307,7 @@ def responses_body(
     }
 
 
-def responses_usage(
-    inputs: int = 20, outputs: int = 7, *, cached: int = 0, reasoning: int = 0
-) -> dict[str, Any]:
+def responses_usage(inputs: int = 20, outputs: int = 7, *, cached: int = 0, reasoning: int = 0) -> dict[str, Any]:
     return {
         "input_tokens": inputs,
         "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
@@ -333,9 +329,7 @@ def responses_events(
     text = "".join(pieces)
     created = {**responses_body("", model=model, id=id, status="in_progress"), "output": [], "usage": None}
     seq = iter(range(1000))
-    events: list[dict[str, Any]] = [
-        {"type": "response.created", "sequence_number": next(seq), "response": created}
-    ]
+    events: list[dict[str, Any]] = [{"type": "response.created", "sequence_number": next(seq), "response": created}]
     events += [
         {
             "type": "response.output_text.delta",
@@ -458,12 +452,9 @@ def anthropic_events(
             {"type": "content_block_stop", "index": index},
         ]
         index += 1
-    events.append(
-        {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}
-    )
+    events.append({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}})
     events += [
-        {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": p}}
-        for p in pieces
+        {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": p}} for p in pieces
     ]
     events.append({"type": "content_block_stop", "index": index})
     if tool_use is not None:
