@@ -34,7 +34,7 @@ def test_uninstrument_restores_the_original_methods_exactly(relay_turn, relay_ev
     scripted = t.scripted_openai(t.json_reply(t.chat_completion_body()))
     client = scripted.client
     before = {
-        name: getattr(r, "create") for name, r in (("chat", client.chat.completions), ("responses", client.responses))
+        name: r.create for name, r in (("chat", client.chat.completions), ("responses", client.responses))
     }
     adapters.instrument(client)
     assert is_instrumented(client)
