@@ -60,9 +60,7 @@ class RunJournalWriter:
         self.fsync = fsync
 
     def append_sse_event(self, event: str, payload: Any = None) -> dict[str, Any]:
-        return append_row(
-            self.session_id, self.run_id, event, payload, session_dir=self.session_dir, fsync=self.fsync
-        )
+        return append_row(self.session_id, self.run_id, event, payload, session_dir=self.session_dir, fsync=self.fsync)
 
 
 def read_run_events(
@@ -113,9 +111,7 @@ class _SummaryCache:
 SUMMARY_CACHE = _SummaryCache()
 
 
-def latest_run_summary(
-    session_id: str, run_id: str, *, session_dir: PathLike | None = None
-) -> dict[str, Any] | None:
+def latest_run_summary(session_id: str, run_id: str, *, session_dir: PathLike | None = None) -> dict[str, Any] | None:
     """The run's summary; ``None`` when the session has no journal at all.
 
     A session that has a journal but no rows for this run gets an empty

@@ -53,9 +53,7 @@ def _split(data: bytes, base: int) -> list[tuple[int, bytes, bool]]:
     return out
 
 
-def read_all(
-    path: Path, max_seq: int | None = None
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Any]:
+def read_all(path: Path, max_seq: int | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Any]:
     """Every row (up to ``max_seq``), the malformed lines, and the file's stat after the read (or None)."""
     try:
         with open(path, "rb") as f:

@@ -203,9 +203,7 @@ async def _events_handler(request: web.Request) -> web.StreamResponse:
             sig = None
         if sig != last_sig:
             last_sig = sig
-            window = await _in_thread(
-                lambda c=cursor: read_run_events(session_id, run_id, after_seq=c, **kwargs)
-            )
+            window = await _in_thread(lambda c=cursor: read_run_events(session_id, run_id, after_seq=c, **kwargs))
             rows = window["events"]
             if rows:
                 await response.write(b"".join(_sse_message(row) for row in rows))
