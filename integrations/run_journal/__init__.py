@@ -12,6 +12,7 @@ from pathlib import Path
 
 from . import paths
 from .journal import RunJournalWriter, append_run_event, latest_run_summary, read_run_events
+from .subscriber import JournalSubscriber
 
 
 def _default_session_dir() -> Path:
@@ -21,15 +22,6 @@ def _default_session_dir() -> Path:
 
 def _run_path(session_id: str, run_id: str, session_dir: str | os.PathLike[str] | None = None) -> Path:
     return paths.run_path(session_id, run_id, session_dir)
-
-
-def __getattr__(name: str) -> object:
-    # The subscriber needs relay_runtime; the storage API above does not.
-    if name == "JournalSubscriber":
-        from .subscriber import JournalSubscriber
-
-        return JournalSubscriber
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
