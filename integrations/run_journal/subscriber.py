@@ -257,33 +257,44 @@ class JournalSubscriber:
             self._output(attempt, "token", {"text": delta.text})
 
     def _output(self, attempt: _Attempt, event: str, payload: dict[str, Any], phase: str = OBSERVED_OUTPUT) -> None:
+        """Output of an attempt, preceded by the observation of who served it and any fallback warning.
+
+        Streamed: the first output proves the new route, so the warning follows it
+        (and a corrective observation follows the warning). Completed responses
+        are known whole: the warning comes first and one observation covers both.
+        """
         run = attempt.run
         rows: Rows = []
         fallback_from = None
         if not attempt.had_output:
             attempt.had_output = True
             fallback_from = self._fallback_from(attempt)
+        if fallback_from is not None and phase == ROUTE_OBSERVED:
+            rows.append(self._warning(attempt, fallback_from))
+            fallback_from = None
         rows += self._observe(attempt, phase)
         if event:
             rows.append((event, payload))
         if fallback_from is not None:
-            to_provider, to_model = attempt.route()
-            rows.append(
-                (
-                    "warning",
-                    {
-                        "type": "fallback",
-                        "message": f"Switched to fallback: {to_model} ({to_provider})",
-                        "from_provider": fallback_from[0],
-                        "from_model": fallback_from[1],
-                        "to_provider": to_provider,
-                        "to_model": to_model,
-                    },
-                )
-            )
-            run.observed = None  # readers drop the observation at a fallback warning: say it again
+            rows.append(self._warning(attempt, fallback_from))
             rows += self._observe(attempt, phase)
         self._emit(run, rows)
+
+    def _warning(self, attempt: _Attempt, failed: Route) -> tuple[str, Any]:
+        to_provider, to_model = attempt.route()
+        # Readers drop the observation in effect at a fallback warning: the next one must be said again.
+        attempt.run.observed = None
+        return (
+            "warning",
+            {
+                "type": "fallback",
+                "message": f"Switched to fallback: {to_model} ({to_provider})",
+                "from_provider": failed[0],
+                "from_model": failed[1],
+                "to_provider": to_provider,
+                "to_model": to_model,
+            },
+        )
 
     def _fallback_from(self, attempt: _Attempt) -> Route | None:
         run = attempt.run
