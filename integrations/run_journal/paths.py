@@ -35,14 +35,18 @@ def default_session_dir() -> Path:
     return Path(home) / "sessions" if home else Path.home() / ".relay-runtime" / "sessions"
 
 
-def resolve_session_dir(session_dir: str | os.PathLike[str] | None) -> Path:
+def _root(session_dir: str | os.PathLike[str] | None) -> str:
     if session_dir is not None:
-        return Path(session_dir)
+        return os.fspath(session_dir)
     # Looked up on the package at call time: embedders and tests replace
     # ``integrations.run_journal._default_session_dir`` to move every journal at once.
     package = sys.modules.get("integrations.run_journal")
     hook = getattr(package, "_default_session_dir", None) if package is not None else None
-    return Path(hook() if hook is not None else default_session_dir())
+    return os.fspath(hook() if hook is not None else default_session_dir())
+
+
+def resolve_session_dir(session_dir: str | os.PathLike[str] | None) -> Path:
+    return Path(_root(session_dir))
 
 
 def session_journal_dir(session_id: str, session_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -51,6 +55,11 @@ def session_journal_dir(session_id: str, session_dir: str | os.PathLike[str] | N
     return resolve_session_dir(session_dir) / JOURNAL_DIRNAME / session_id
 
 
-def run_path(session_id: str, run_id: str, session_dir: str | os.PathLike[str] | None = None) -> Path:
+def run_file(session_id: str, run_id: str, session_dir: str | os.PathLike[str] | None = None) -> str:
+    """``run_path`` as a string: the append path builds one per row, and pathlib is the slow part."""
     check_ids(session_id, run_id)
-    return resolve_session_dir(session_dir) / JOURNAL_DIRNAME / session_id / f"{run_id}{SUFFIX}"
+    return os.path.join(_root(session_dir), JOURNAL_DIRNAME, session_id, run_id + SUFFIX)
+
+
+def run_path(session_id: str, run_id: str, session_dir: str | os.PathLike[str] | None = None) -> Path:
+    return Path(run_file(session_id, run_id, session_dir))

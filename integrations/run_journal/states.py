@@ -12,6 +12,7 @@ INTERRUPTED_BY_USER = "interrupted-by-user"
 INTERRUPTED_BY_CRASH = "interrupted-by-crash"
 ERRORED = "errored"
 RUNNING = "running"
+TERMINAL_STATES = (COMPLETED, TOOL_LIMIT_REACHED, INTERRUPTED_BY_USER, INTERRUPTED_BY_CRASH, ERRORED)
 
 _COMPLETION_EVENTS = frozenset(("done", "stream_end"))
 _ERROR_EVENTS = frozenset(("apperror", "error"))
@@ -46,11 +47,11 @@ class SummaryFold:
 
     __slots__ = (
         "_current_text",
+        "_last_text",
         "_model",
         "count",
         "last_event",
         "last_seq",
-        "last_text",
         "run_id",
         "session_id",
         "stream_end_state",
@@ -65,8 +66,10 @@ class SummaryFold:
         self.last_event: str | None = None
         self.terminal_row_state: str | None = None  # latest terminal row other than stream_end
         self.stream_end_state: str | None = None
+        # The parts of the message being streamed, and of the last message that had text
+        # (often the same list); joined once, in result(), so a long run stays linear.
         self._current_text: list[str] = []
-        self.last_text = ""
+        self._last_text: list[str] = self._current_text
         self._model = RuntimeModelFold(session_id, run_id)
 
     def feed(self, row: dict[str, Any]) -> None:
@@ -90,7 +93,7 @@ class SummaryFold:
             text = payload.get("text") if isinstance(payload, dict) else None
             if isinstance(text, str) and text:
                 self._current_text.append(text)
-                self.last_text = "".join(self._current_text)
+                self._last_text = self._current_text
         elif event in _MESSAGE_BOUNDARIES or is_fallback_warning(event, payload):
             # A tool call ends the message; a fallback restarts the answer on another route.
             self._current_text = []
@@ -110,7 +113,7 @@ class SummaryFold:
             "terminal": terminal,
             "terminal_state": state,
             "last_event": self.last_event,
-            "last_assistant_text": self.last_text,
+            "last_assistant_text": "".join(self._last_text),
             "runtime_model": self._model.value,
         }
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 import threading
 import time
@@ -19,7 +20,7 @@ from typing import Any
 
 from . import paths
 from .reading import parse_line
-from .states import terminal_state
+from .states import TERMINAL_STATES, terminal_state
 
 VERSION = 1
 FSYNC_ENV = "RELAY_JOURNAL_FSYNC"
@@ -37,17 +38,27 @@ def fsync_policy(override: str | None = None) -> str:
     return policy
 
 
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+_STATE_JSON = {state: _encode(state) for state in (None, *TERMINAL_STATES)}
+
+
 def encode_json(value: Any, what: str = "payload") -> str:
     try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        return _encode(value)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"run journal {what} is not JSON-serializable: {exc}") from exc
+
+
+def _encode_time(value: Any) -> str:
+    if type(value) is float and math.isfinite(value):
+        return repr(value)  # what json would write, without its call overhead
+    return encode_json(value, "created_at")
 
 
 class _RunFile:
     """One open run file in this process; ``_lock`` orders this process's threads, flock the rest."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: str) -> None:
         self.path = path
         self._lock = threading.Lock()
         self._fd = -1
@@ -56,18 +67,20 @@ class _RunFile:
         self._size = -1
         self._last_seq = 0
 
-    def append(self, fields: _Fields, seq: int | None, policy: str) -> dict[str, Any]:
+    def append(self, run_id: str, tail: str, seq: int | None, sync: bool) -> int:
+        """Write ``tail`` (everything after the seq) as the run's next row; return its seq."""
         with self._lock:
             while True:
                 fd = self._open()
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 try:
                     st = os.fstat(fd)
-                    if self._still_linked(st):
-                        return self._append_locked(fd, st, fields, seq, policy)
+                    # Removed or replaced under us (rename over it drops its last link too):
+                    # locking the old inode would exclude nobody, so reopen by name.
+                    if st.st_nlink:
+                        return self._append_locked(fd, st, run_id, tail, seq, sync)
                 finally:
                     fcntl.flock(fd, fcntl.LOCK_UN)
-                # Replaced or removed under us: locking the old inode would exclude nobody.
                 self._close()
 
     def close(self) -> None:
@@ -79,9 +92,7 @@ class _RunFile:
         if self._fd >= 0:
             os.close(self._fd)
 
-    def _append_locked(
-        self, fd: int, st: os.stat_result, fields: _Fields, seq: int | None, policy: str
-    ) -> dict[str, Any]:
+    def _append_locked(self, fd: int, st: os.stat_result, run_id: str, tail: str, seq: int | None, sync: bool) -> int:
         if st.st_ino != self._ino or st.st_size != self._size:
             self._ino = st.st_ino
             self._last_seq, torn = _scan_tail(fd, st.st_size)
@@ -90,14 +101,15 @@ class _RunFile:
         next_seq = self._last_seq + 1
         if seq is not None and seq != next_seq:
             raise ValueError(f"seq {seq} is not the run's next seq {next_seq}")
-        row = fields.row(next_seq)
-        data = (b"\n" if torn else b"") + fields.line(next_seq)
+        # Ids are [A-Za-z0-9_.-]: they need no escaping inside a JSON string.
+        line = f'{{"version":{VERSION},"event_id":"{run_id}:{next_seq}","seq":{next_seq}{tail}'
+        data = b"\n" + line.encode() if torn else line.encode()
         _write_all(fd, data)
         self._size = st.st_size + len(data)
         self._last_seq = next_seq
-        if row["terminal"] or policy == FSYNC_EAGER:
+        if sync:
             os.fsync(fd)
-        return row
+        return next_seq
 
     def _open(self) -> int:
         if self._fd >= 0:
@@ -111,7 +123,7 @@ class _RunFile:
         return fd
 
     def _create(self, flags: int) -> int:
-        directory = self.path.parent
+        directory = Path(self.path).parent
         made = _make_dirs(directory)
         try:
             fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
@@ -123,59 +135,10 @@ class _RunFile:
             _fsync_dir(d)
         return fd
 
-    def _still_linked(self, st: os.stat_result) -> bool:
-        try:
-            current = os.stat(self.path)
-        except FileNotFoundError:
-            return False
-        return (current.st_dev, current.st_ino) == (st.st_dev, st.st_ino)
-
     def _close(self) -> None:
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
             os.close(fd)
-
-
-class _Fields:
-    """The parts of a row known before the lock is taken, JSON-encoded ahead of time."""
-
-    __slots__ = ("_prefix", "_suffix", "created_at", "event", "payload", "run_id", "session_id", "state")
-
-    def __init__(self, session_id: str, run_id: str, event: str, payload: Any, created_at: Any) -> None:
-        self.session_id = session_id
-        self.run_id = run_id
-        self.event = event
-        self.payload = {} if payload is None else payload
-        self.created_at = time.time() if created_at is None else created_at
-        self.state = terminal_state(event, self.payload)
-        dumps = json.dumps
-        created = encode_json(self.created_at, "created_at")
-        # Ids are [A-Za-z0-9_.-]: they need no escaping inside a JSON string.
-        self._prefix = f'{{"version":{VERSION},"event_id":"{run_id}:'
-        self._suffix = (
-            f',"run_id":"{run_id}","session_id":"{session_id}","event":{dumps(event, ensure_ascii=False)}'
-            f',"type":{dumps(event, ensure_ascii=False)},"created_at":{created}'
-            f',"terminal":{"true" if self.state else "false"},"terminal_state":{dumps(self.state)}'
-            f',"payload":{encode_json(self.payload)}}}\n'
-        )
-
-    def line(self, seq: int) -> bytes:
-        return f'{self._prefix}{seq}","seq":{seq}{self._suffix}'.encode()
-
-    def row(self, seq: int) -> dict[str, Any]:
-        return {
-            "version": VERSION,
-            "event_id": f"{self.run_id}:{seq}",
-            "seq": seq,
-            "run_id": self.run_id,
-            "session_id": self.session_id,
-            "event": self.event,
-            "type": self.event,
-            "created_at": self.created_at,
-            "terminal": self.state is not None,
-            "terminal_state": self.state,
-            "payload": self.payload,
-        }
 
 
 def _scan_tail(fd: int, size: int) -> tuple[int, bool]:
@@ -237,9 +200,9 @@ class _OpenFiles:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._files: OrderedDict[Path, _RunFile] = OrderedDict()
+        self._files: OrderedDict[str, _RunFile] = OrderedDict()
 
-    def get(self, path: Path) -> _RunFile:
+    def get(self, path: str) -> _RunFile:
         with self._lock:
             f = self._files.get(path)
             if f is None:
@@ -281,11 +244,34 @@ def append_row(
     created_at: Any = None,
     fsync: str | None = None,
 ) -> dict[str, Any]:
-    path = paths.run_path(session_id, run_id, session_dir)
+    path = paths.run_file(session_id, run_id, session_dir)
     if not isinstance(event, str) or not event:
         raise ValueError(f"run journal event must be a non-empty string, got {event!r}")
     if seq is not None and (type(seq) is not int or seq < 1):
         raise ValueError(f"seq must be a positive integer, got {seq!r}")
     policy = fsync_policy(fsync)
-    fields = _Fields(session_id, run_id, event, payload, created_at)
-    return OPEN_FILES.get(path).append(fields, seq, policy)
+    if payload is None:
+        payload = {}
+    if created_at is None:
+        created_at = time.time()
+    state = terminal_state(event, payload)
+    name = _encode(event)
+    tail = (
+        f',"run_id":"{run_id}","session_id":"{session_id}","event":{name},"type":{name}'
+        f',"created_at":{_encode_time(created_at)},"terminal":{"false" if state is None else "true"}'
+        f',"terminal_state":{_STATE_JSON[state]},"payload":{encode_json(payload)}}}\n'
+    )
+    seq = OPEN_FILES.get(path).append(run_id, tail, seq, state is not None or policy == FSYNC_EAGER)
+    return {
+        "version": VERSION,
+        "event_id": f"{run_id}:{seq}",
+        "seq": seq,
+        "run_id": run_id,
+        "session_id": session_id,
+        "event": event,
+        "type": event,
+        "created_at": created_at,
+        "terminal": state is not None,
+        "terminal_state": state,
+        "payload": payload,
+    }
