@@ -205,3 +205,37 @@ async def test_bad_requests(server, tmp_path, path, params, headers, status, mes
         resp = await client.get(url, params=params, headers=headers)
         assert resp.status == status
         assert message in (await resp.json())["error"]
+
+
+@pytest.mark.asyncio
+async def test_sse_follows_a_turn_journaled_by_the_subscriber(server, tmp_path):
+    from test_run_journal_support import run_turn, stream_call
+
+    from relay_runtime import session
+
+    session.reset_for_tests()
+    go = threading.Event()
+
+    def body() -> None:
+        assert go.wait(timeout=10)
+        for i in range(5):
+            stream_call("openai", "m", [{"model": "m-1", "text": f"part {i} "}], call_id=f"c{i}")
+            threading.Event().wait(0.01)
+
+    turn = asyncio.create_task(asyncio.to_thread(run_turn, tmp_path, body))
+    async with aiohttp.ClientSession(base_url=server.make_url(""), timeout=TIMEOUT) as client:
+        for _ in range(500):  # until the turn's first row is on disk
+            if latest_run_summary("session-a", "run-a", session_dir=tmp_path):
+                break
+            await asyncio.sleep(0.01)
+        resp = await client.get("/runs/run-a/events")
+        assert resp.status == 200
+        go.set()
+        messages = rows_only(await read_sse(resp))
+    result = await turn
+    assert [m["data"] for m in messages] == result.rows
+    assert messages[-1]["event"] == "done"
+    assert "".join(m["data"]["payload"]["text"] for m in messages if m["event"] == "token") == "".join(
+        f"part {i} " for i in range(5)
+    )
+    session.reset_for_tests()
