@@ -332,9 +332,7 @@ _OI_SCOPE_TYPES = {"retriever": "RETRIEVER"}
 
 
 def openinference_start(event: Event, role: str, conversation_id: str | None) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "openinference.span.kind": _OI_SCOPE_TYPES.get(event.scope_type or "", _OI_KIND[role])
-    }
+    out: dict[str, Any] = {"openinference.span.kind": _OI_SCOPE_TYPES.get(event.scope_type or "", _OI_KIND[role])}
     if conversation_id:
         out["session.id"] = conversation_id
     if role == ATTEMPT:

@@ -60,9 +60,7 @@ def capture_from_env() -> bool:
 
 def is_credential_key(key: str) -> bool:
     k = key.lower()
-    return k in _CREDENTIAL_KEYS or k.endswith(
-        ("_api_key", "-api-key", "_secret", "-secret", "_token", "-token")
-    )
+    return k in _CREDENTIAL_KEYS or k.endswith(("_api_key", "-api-key", "_secret", "-secret", "_token", "-token"))
 
 
 def scrub(value: Any, depth: int = 0) -> Any:
@@ -70,9 +68,7 @@ def scrub(value: Any, depth: int = 0) -> Any:
     if depth > 20:
         return REDACTED
     if isinstance(value, Mapping):
-        return {
-            str(k): (REDACTED if is_credential_key(str(k)) else scrub(v, depth + 1)) for k, v in value.items()
-        }
+        return {str(k): (REDACTED if is_credential_key(str(k)) else scrub(v, depth + 1)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [scrub(v, depth + 1) for v in value]
     if isinstance(value, (str, int, float, bool)) or value is None:

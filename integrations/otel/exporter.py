@@ -28,6 +28,7 @@ from relay_runtime import conventions as cv
 from relay_runtime.events import MARK, SCOPE_END, SCOPE_START, Event
 
 from . import attributes as A
+from . import propagation
 from .content import ContentRecorder, Redactor, capture_from_env
 from .metrics import GenAIMetrics
 from .providers import (
@@ -88,8 +89,7 @@ class OTelExporter:
         unknown = set(wanted) - A.KNOWN_CONVENTIONS
         if unknown or A.GEN_AI not in wanted:
             raise ValueError(
-                f"conventions must include 'gen_ai' and be among {sorted(A.KNOWN_CONVENTIONS)}, "
-                f"got {list(wanted)}"
+                f"conventions must include 'gen_ai' and be among {sorted(A.KNOWN_CONVENTIONS)}, got {list(wanted)}"
             )
         if redact is not None and not callable(redact):
             raise TypeError(f"redact must be callable, got {type(redact).__name__}")
@@ -119,9 +119,7 @@ class OTelExporter:
                     self._owned.append(meter_provider)
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
-        self._tracer = (tracer_provider or trace_api.NoOpTracerProvider()).get_tracer(
-            INSTRUMENTATION_NAME, VERSION
-        )
+        self._tracer = (tracer_provider or trace_api.NoOpTracerProvider()).get_tracer(INSTRUMENTATION_NAME, VERSION)
         self._metrics = GenAIMetrics(meter_provider, VERSION) if meter_provider is not None else None
         capture = capture_content or capture_from_env()
         self._content = ContentRecorder(redact, self._oi) if capture else None
@@ -179,15 +177,14 @@ class OTelExporter:
             self._abandon(record, event.timestamp, "evicted: too many open spans")
 
     def _end(self, event: Event) -> None:
-        record = self._table.remove(event.uuid)
+        record, orphans = self._table.remove(event.uuid, _SWEEPING_ROLES)
         if record is None:
             if not self._disabled:
                 self.count(UNMATCHED_ENDS)
             return
         role = record.role
-        if role in _SWEEPING_ROLES:
-            for orphan in self._table.remove_descendants(record):
-                self._abandon(orphan, event.timestamp, f"{role} scope ended while this scope was open")
+        for orphan in orphans:
+            self._abandon(orphan, event.timestamp, f"{role} scope ended while this scope was open")
         attributes = A.end_attributes(event, role)
         if self._oi:
             attributes.update(A.openinference_end(event, role))
@@ -226,9 +223,7 @@ class OTelExporter:
         # A mark's data may be content (a tool call's arguments): only with capture on.
         if self._content is not None and isinstance(event.data, Mapping):
             attributes.update(
-                (f"relay.data.{k}", v)
-                for k, v in event.data.items()
-                if isinstance(v, (str, int, float, bool))
+                (f"relay.data.{k}", v) for k, v in event.data.items() if isinstance(v, (str, int, float, bool))
             )
         record.span.add_event(event.name, attributes, timestamp=event.timestamp)
 
@@ -271,8 +266,12 @@ class OTelExporter:
 
     # -- attaching, counting, lifecycle ------------------------------------------------------
 
-    def attach(self, target: Any, *, name: str = "otel") -> OTelExporter:
-        """Register on a ``Relay``, or on a session host (its relay, plus retaining managed execution)."""
+    def attach(self, target: Any, *, name: str = "otel", propagate_context: bool = False) -> OTelExporter:
+        """Register on a ``Relay``, or on a session host (its relay, and managed execution retained).
+
+        ``propagate_context``: also add the attempt's ``traceparent`` (and whatever
+        else ``OTEL_PROPAGATORS`` injects) to ``LLMRequest.headers`` of every call.
+        """
         relay = getattr(target, "relay", None)
         host = target if relay is not None and hasattr(target, "retain_managed_execution") else None
         relay = relay if host is not None else target
@@ -280,22 +279,26 @@ class OTelExporter:
         if subscribers is None:
             raise TypeError(f"attach() takes a Relay or a session host, got {type(target).__name__}")
         subscribers.register(self, name=name, kinds=self.KINDS)
+        if propagate_context:
+            propagation.install(self, relay, name=f"{name}.trace_context")
         if host is not None:
-            host.retain_managed_execution(self)
-        self._targets.append((relay, host, name))
+            host.retain_managed_execution(name)
+        self._targets.append((relay, host, name, propagate_context))
         return self
 
     def detach(self) -> None:
-        for relay, host, name in self._targets:
+        for relay, host, name, propagated in self._targets:
             relay.subscribers.deregister(name)
+            if propagated:
+                propagation.uninstall(relay, name=f"{name}.trace_context")
             if host is not None:
-                host.release_managed_execution(self)
+                host.release_managed_execution(name)
         self._targets.clear()
 
     def count(self, key: str, n: int = 1) -> None:
         with self._counts_lock:
             self._counts[key] += n
-        for relay, _host, _name in list(self._targets):
+        for relay, *_ in list(self._targets):
             counter = getattr(relay, "count", None)
             if counter is not None:
                 try:

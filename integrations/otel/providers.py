@@ -57,8 +57,7 @@ def sdk_disabled() -> bool:
 
 def otlp_endpoint_configured(signal: str) -> bool:
     return bool(
-        os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-        or os.environ.get(f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT")
+        os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get(f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT")
     )
 
 
@@ -226,15 +225,11 @@ def span_exporters(names: Sequence[str]) -> list[SpanExporter]:
 
             out.append(ConsoleSpanExporter())
         else:
-            raise ValueError(
-                f"unsupported span exporter {name!r} in OTEL_TRACES_EXPORTER; use otlp, console or none"
-            )
+            raise ValueError(f"unsupported span exporter {name!r} in OTEL_TRACES_EXPORTER; use otlp, console or none")
     return out
 
 
-def tracer_provider_from_env(
-    count: Counter, *, exporters: Sequence[SpanExporter] | None = None
-) -> TracerProvider:
+def tracer_provider_from_env(count: Counter, *, exporters: Sequence[SpanExporter] | None = None) -> TracerProvider:
     """A tracer provider with one bounded batch processor per exporter (default: ``OTEL_TRACES_EXPORTER``)."""
     provider = TracerProvider(resource=default_resource())
     if exporters is None:

@@ -16,9 +16,7 @@ from opentelemetry.trace import Span
 class OpenSpan:
     __slots__ = ("children", "conversation_id", "parent", "role", "span", "uuid")
 
-    def __init__(
-        self, uuid: str, span: Span, role: str, parent: OpenSpan | None, conversation_id: str | None
-    ):
+    def __init__(self, uuid: str, span: Span, role: str, parent: OpenSpan | None, conversation_id: str | None):
         self.uuid = uuid
         self.span = span
         self.role = role
@@ -32,7 +30,7 @@ class SpanTable:
     """Spans started and not yet ended.
 
     ``max_open`` bounds memory when a caller leaks scopes that never end: past
-    it, the oldest open span is handed back to be ended by the exporter.
+    it, the oldest open leaf span is handed back to be ended by the exporter.
     """
 
     def __init__(self, max_open: int) -> None:
@@ -63,29 +61,35 @@ class SpanTable:
                     parent.children = {}
                 parent.children[record.uuid] = record
             while len(self._open) > self._max_open:
-                oldest = next(iter(self._open.values()))
+                # The oldest leaf: leaked scopes are old, and a leaf has nothing live below
+                # it (the oldest span overall is usually a conversation still in use).
+                oldest = next(r for r in self._open.values() if not r.children)
                 evicted.extend(self._remove_tree(oldest))
         return evicted
 
-    def remove(self, uuid: str) -> OpenSpan | None:
-        """Take one span out to be ended; None if it already was (or never started here)."""
+    def remove(self, uuid: str, sweep_roles: frozenset[str] = frozenset()) -> tuple[OpenSpan | None, list[OpenSpan]]:
+        """Take one span out to be ended: ``(record, orphans)``; record None if it already was.
+
+        When the record's role is in ``sweep_roles``, every span still open below it
+        comes out too (``orphans``, deepest first), to be ended before it. Otherwise
+        its open children are handed to the nearest open ancestor, so that ending
+        that ancestor later still finds them.
+        """
         with self._lock:
             record = self._open.pop(uuid, None)
             if record is None:
-                return None
+                return None, []
             self._detach(record)
-            return record
-
-    def remove_descendants(self, record: OpenSpan) -> list[OpenSpan]:
-        """Take out every still-open span below ``record``, deepest first."""
-        with self._lock:
-            children = record.children
-            record.children = None
-            out: list[OpenSpan] = []
-            for child in list(children.values()) if children else ():
-                if child.uuid in self._open:
-                    out.extend(self._remove_tree(child))
-            return out
+            orphans: list[OpenSpan] = []
+            if record.children:
+                if record.role in sweep_roles:
+                    for child in list(record.children.values()):
+                        if child.uuid in self._open:
+                            orphans.extend(self._remove_tree(child))
+                    record.children = None
+                else:
+                    self._hand_down(record)
+            return record, orphans
 
     def remove_all(self) -> list[OpenSpan]:
         with self._lock:
@@ -105,6 +109,21 @@ class SpanTable:
             node.children = None
         self._detach(root)
         return out
+
+    def _hand_down(self, record: OpenSpan) -> None:
+        """Children still open when their parent ends go to the nearest open ancestor's keeping,
+        so that a turn's end still finds an attempt whose logical call ended before it."""
+        children = record.children or {}
+        record.children = None
+        ancestor = record.parent
+        while ancestor is not None and ancestor.uuid not in self._open:
+            ancestor = ancestor.parent
+        for child in children.values():
+            child.parent = ancestor
+            if ancestor is not None:
+                if ancestor.children is None:
+                    ancestor.children = {}
+                ancestor.children[child.uuid] = child
 
     def _detach(self, record: OpenSpan) -> None:
         parent = record.parent
