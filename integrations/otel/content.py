@@ -276,17 +276,12 @@ class ContentRecorder:
         """OpenInference's flattened ``llm.input_messages.{i}.message.*`` from the recorded JSON."""
         i = 0
         if system is not None:
-            text = "".join(p.get("content", "") for p in json.loads(system) if isinstance(p, dict))
+            parts = _loads_list(system)
+            text = "".join(str(p.get("content", "")) for p in parts if isinstance(p, dict)) if parts else system
             out[f"{prefix}.0.message.role"] = "system"
             out[f"{prefix}.0.message.content"] = text
             i = 1
-        if msgs is None:
-            return
-        try:
-            parsed = json.loads(msgs)
-        except ValueError:
-            return
-        for msg in parsed if isinstance(parsed, list) else ():
+        for msg in (_loads_list(msgs) if msgs is not None else None) or ():
             if not isinstance(msg, dict):
                 continue
             out[f"{prefix}.{i}.message.role"] = str(msg.get("role", ""))
@@ -301,3 +296,12 @@ class ContentRecorder:
                 out[f"{base}.function.name"] = str(call.get("name") or "")
                 out[f"{base}.function.arguments"] = json.dumps(call.get("arguments"), default=str)
             i += 1
+
+
+def _loads_list(text: str) -> list[Any] | None:
+    """The JSON list a recorded attribute holds, or None (a redaction hook may have left plain text)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, list) else None

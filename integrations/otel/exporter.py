@@ -13,6 +13,7 @@ end event for such a span is ignored.
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -321,11 +322,11 @@ class OTelExporter:
         return ok
 
     def shutdown(self, *, end_open_spans: bool = True) -> None:
-        """Detach, end what is still open (as abandoned), and shut down providers built here."""
-        self.detach()
-        if end_open_spans:
-            import time
+        """End what is still open (as abandoned), flush, shut down providers built here, then detach.
 
+        Detaching comes last so that losses counted while flushing still reach the relays.
+        """
+        if end_open_spans:
             now = time.time_ns()
             for record in self._table.remove_all():
                 self._abandon(record, now, "exporter shut down while this scope was open")
@@ -336,3 +337,4 @@ class OTelExporter:
             except Exception:
                 self.count("otel.shutdown_errors")
         self._owned.clear()
+        self.detach()

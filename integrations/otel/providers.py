@@ -14,6 +14,7 @@ a blocked or failed LLM call.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -223,7 +224,8 @@ def span_exporters(names: Sequence[str]) -> list[SpanExporter]:
         elif name == "console":
             from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
-            out.append(ConsoleSpanExporter())
+            # The stdout of now, not of import time (it may have been redirected since).
+            out.append(ConsoleSpanExporter(out=sys.stdout))
         else:
             raise ValueError(f"unsupported span exporter {name!r} in OTEL_TRACES_EXPORTER; use otlp, console or none")
     return out
@@ -255,7 +257,7 @@ def metric_readers(names: Sequence[str]) -> list[MetricReader]:
         elif name == "console":
             from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 
-            readers.append(PeriodicExportingMetricReader(ConsoleMetricExporter()))
+            readers.append(PeriodicExportingMetricReader(ConsoleMetricExporter(out=sys.stdout)))
         else:
             raise ValueError(
                 f"unsupported metric exporter {name!r} in OTEL_METRICS_EXPORTER; use otlp, console or none"
