@@ -83,6 +83,8 @@ class Intercepts:
         self._scopes = scopes
         self._lock = threading.Lock()
         self._global = _Table()
+        # True while anything at all is registered: the unwatched fast path tests only this.
+        self.active = False
         # How many live scopes carry local intercepts: when none do, resolving a
         # chain is one dict lookup and no walk up the scope tree.
         self._scoped = 0
@@ -108,6 +110,7 @@ class Intercepts:
         with self._lock:
             if scope is None:
                 self._global.add(kind, entry, "globally")
+                self.active = True
                 return
             if scope.ended:
                 raise ValueError(f"cannot register {kind} intercept {name!r} on {scope!r}: it has ended")
@@ -115,13 +118,20 @@ class Intercepts:
                 scope.local_intercepts = _Table()
                 self._scoped += 1
             scope.local_intercepts.add(kind, entry, f"on {scope!r}")
+            self.active = True
 
     def _deregister(self, kind: str, name: str, scope: ScopeHandle | None) -> bool:
         with self._lock:
             if scope is None:
-                return self._global.remove(kind, name)
-            table = scope.local_intercepts
-            return table is not None and table.remove(kind, name)
+                removed = self._global.remove(kind, name)
+            else:
+                table = scope.local_intercepts
+                removed = table is not None and table.remove(kind, name)
+            self._refresh_active()
+            return removed
+
+    def _refresh_active(self) -> None:
+        self.active = self._scoped > 0 or any(self._global.chains.values())
 
     def register_llm_guardrail(
         self, name: str, priority: int, fn: Callable[..., str | None], *, scope: ScopeHandle | None = None
@@ -225,6 +235,7 @@ class Intercepts:
     def clear(self) -> None:
         with self._lock:
             self._global = _Table()
+            self._refresh_active()
 
     # -- resolution -----------------------------------------------------------------
 
@@ -255,3 +266,4 @@ class Intercepts:
             with self._lock:
                 handle.local_intercepts = None
                 self._scoped -= 1
+                self._refresh_active()

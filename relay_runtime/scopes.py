@@ -63,7 +63,7 @@ class ScopeHandle:
         self.name = name
         self.scope_type = scope_type
         self.parent = parent
-        self.trace_id = parent.trace_id if parent is not None else new_id()
+        self.trace_id: str = parent.trace_id if parent is not None else new_id()
         self.metadata = metadata
         self.data = data
         self.attached = attached

@@ -9,7 +9,7 @@ from types import MappingProxyType
 from typing import Any
 
 
-class ScopeType(str, enum.Enum):
+class ScopeType(enum.StrEnum):
     AGENT = "agent"
     FUNCTION = "function"
     LLM = "llm"
@@ -18,7 +18,7 @@ class ScopeType(str, enum.Enum):
     CUSTOM = "custom"
 
 
-class Outcome(str, enum.Enum):
+class Outcome(enum.StrEnum):
     SUCCESS = "success"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -35,6 +35,8 @@ class LLMRequest:
     """
 
     __slots__ = ("_content", "_headers")
+    _headers: Mapping[str, Any]
+    _content: Mapping[str, Any]
 
     def __init__(self, headers: Mapping[str, Any] | None = None, content: Mapping[str, Any] | None = None):
         if headers is not None and not isinstance(headers, Mapping):

@@ -1,0 +1,207 @@
+"""Auxiliary LLM calls: one decorated function run = one logical call, however many attempts it makes.
+
+Inside ``@auxiliary_call``, each completion the adapters make is an attempt
+with the same ``api_request_id``, ``call_role="auxiliary:<task>"`` and a
+growing ``retry_count``; ``validate_response`` completes the logical call as a
+success, and anything escaping the function completes it as failed (or
+cancelled) before it is re-raised unchanged.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, NamedTuple, TypeVar
+
+import wrapt
+
+from . import calls, session
+from . import conventions as cv
+from .ids import new_id
+from .scopes import outcome_of
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+API_MODES = ("chat_completions", "responses", "anthropic_messages")
+
+
+class Route(NamedTuple):
+    provider: str
+    model: str
+    api_mode: str
+
+
+@dataclass(eq=False)
+class _Auxiliary:
+    task: str
+    api_request_id: str
+    call_role: str
+    attempts: int = 0
+    completed: bool = False
+    route: Route | None = None
+
+
+_current: ContextVar[_Auxiliary | None] = ContextVar("relay_auxiliary", default=None)
+_route: ContextVar[Route | None] = ContextVar("relay_auxiliary_route", default=None)
+
+
+def set_route(provider: str, model: str, api_mode: str = "chat_completions") -> None:
+    """Say which provider, model and API the next completions go to (scoped to the auxiliary call)."""
+    if not isinstance(provider, str) or not provider:
+        raise ValueError(f"provider must be a non-empty string, got {provider!r}")
+    if not isinstance(model, str) or not model:
+        raise ValueError(f"model must be a non-empty string, got {model!r}")
+    if api_mode not in API_MODES:
+        raise ValueError(f"api_mode must be one of {API_MODES}, got {api_mode!r}")
+    route = Route(provider, model, api_mode)
+    aux = _current.get()
+    if aux is not None:
+        aux.route = route
+    else:
+        _route.set(route)
+
+
+def current_route() -> Route | None:
+    aux = _current.get()
+    if aux is not None and aux.route is not None:
+        return aux.route
+    return _route.get()
+
+
+def next_attempt_metadata() -> dict[str, Any] | None:
+    """Identity for the next attempt of the current auxiliary call (None outside one)."""
+    aux = _current.get()
+    if aux is None:
+        return None
+    meta = {cv.API_REQUEST_ID: aux.api_request_id, cv.CALL_ROLE: aux.call_role, cv.RETRY_COUNT: aux.attempts}
+    aux.attempts += 1
+    return meta
+
+
+def in_auxiliary_call() -> bool:
+    return _current.get() is not None
+
+
+def _task_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    task = kwargs["task"] if "task" in kwargs else (args[0] if args else None)
+    if not isinstance(task, str) or not task:
+        raise TypeError(
+            f"an @auxiliary_call function takes its task name as the first argument or task=; got {task!r}"
+        )
+    return task
+
+
+def _settle(aux: _Auxiliary, outcome: str) -> None:
+    """Complete the logical call with ``outcome`` unless it already completed or never started."""
+    if aux.completed or not aux.attempts:
+        return
+    aux.completed = True
+    calls.complete_logical_call(aux.api_request_id, outcome=outcome)
+
+
+def _settle_on_return(aux: _Auxiliary) -> None:
+    """The function returned without validating: close the call with its last attempt's outcome.
+
+    A call whose stream is still open is left to the stream, which settles it when it ends.
+    """
+    if aux.completed or not aux.attempts:
+        return
+    turn = session.active_turn()
+    call = turn.logical_llm_calls.get(aux.api_request_id) if turn is not None else None
+    if call is None or call.open_streams or call.in_flight or call.last_outcome is None:
+        return
+    _settle(aux, call.last_outcome)
+
+
+def _begin(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[_Auxiliary, Any]:
+    task = _task_of(args, kwargs)
+    aux = _Auxiliary(task, new_id(), f"auxiliary:{task}")
+    return aux, _current.set(aux)
+
+
+def _run_sync(wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    aux, token = _begin(args, kwargs)
+    try:
+        result = wrapped(*args, **kwargs)
+    except BaseException as exc:
+        _current.reset(token)
+        _settle(aux, outcome_of(exc))
+        raise
+    _current.reset(token)
+    _settle_on_return(aux)
+    return result
+
+
+async def _run_async(wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    aux, token = _begin(args, kwargs)
+    try:
+        result = await wrapped(*args, **kwargs)
+    except BaseException as exc:
+        _current.reset(token)
+        _settle(aux, outcome_of(exc))
+        raise
+    _current.reset(token)
+    _settle_on_return(aux)
+    return result
+
+
+@wrapt.decorator
+def auxiliary_call(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Make one run of the decorated (sync or async) function one logical LLM call."""
+    if inspect.iscoroutinefunction(wrapped):
+        return _run_async(wrapped, args, kwargs)
+    return _run_sync(wrapped, args, kwargs)
+
+
+def _field(obj: Any, name: str) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def _has_content(response: Any) -> tuple[bool, str]:
+    """Whether a chat-completions, responses or messages response carries an answer, and why not."""
+    choices = _field(response, "choices")
+    if choices is not None:
+        if not choices:
+            return False, "no choices"
+        message = _field(choices[0], "message")
+        if message is None:
+            return False, "first choice has no message"
+        content = _field(message, "content")
+        if (isinstance(content, str) and content.strip()) or _field(message, "tool_calls"):
+            return True, ""
+        return False, "empty message content"
+    output = _field(response, "output")
+    if output is not None:
+        text = _field(response, "output_text")
+        if output and ((isinstance(text, str) and text.strip()) or text is None):
+            return True, ""
+        return False, "empty output"
+    content = _field(response, "content")
+    if isinstance(content, list):
+        for block in content:
+            kind = _field(block, "type")
+            text = _field(block, "text")
+            if kind == "tool_use" or (isinstance(text, str) and text.strip()):
+                return True, ""
+        return False, "empty content"
+    return False, "no choices, output or content"
+
+
+def validate_response(response: Any, task: str) -> Any:
+    """Return ``response`` if it carries an answer, completing the logical call as a success once.
+
+    Raises ``RuntimeError("Auxiliary <task>: LLM returned invalid response (...)")`` otherwise; the
+    logical call stays open for a retry.
+    """
+    ok, why = (False, "no response") if response is None else _has_content(response)
+    if not ok:
+        raise RuntimeError(f"Auxiliary {task}: LLM returned invalid response ({why})")
+    aux = _current.get()
+    if aux is not None and not aux.completed:
+        aux.completed = True
+        calls.complete_logical_call(aux.api_request_id, outcome="success")
+    return response

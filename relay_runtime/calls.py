@@ -1,0 +1,247 @@
+"""LLM calls made "in the current turn": managed when a turn is active and a consumer wants them.
+
+Every attempt belongs to a logical call keyed by ``metadata["api_request_id"]``
+(a fresh id when none is given): the first attempt opens it in
+``turn.logical_llm_calls``, later attempts with the same id become its
+children. Without a managed turn, calls go straight to the provider.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from . import conventions as cv
+from . import session
+from .attempt import FinishHook
+from .codec import LLMCodec
+from .ids import new_id
+from .session import LogicalCall, Turn, close_logical_call
+from .types import LLMRequest, Outcome, ScopeType
+
+_SUCCESS = Outcome.SUCCESS.value
+_FAILED = Outcome.FAILED.value
+DEFAULT_CALL_ROLE = "primary"
+
+
+def _managed_turn() -> Turn | None:
+    turn = session.active_turn()
+    if turn is None or not turn.managed or not turn.lease.host.managed_execution_enabled():
+        return None
+    return turn
+
+
+def _open(
+    turn: Turn, name: str, model_name: str | None, metadata: dict[str, Any] | None
+) -> tuple[LogicalCall, dict[str, Any]]:
+    """The logical call this attempt belongs to (opened now if new), and the attempt's metadata."""
+    meta = dict(metadata) if metadata else {}
+    api_request_id = meta.get(cv.API_REQUEST_ID) or new_id()
+    role = meta.get(cv.CALL_ROLE) or DEFAULT_CALL_ROLE
+    with turn.lock:
+        call = turn.logical_llm_calls.get(api_request_id)
+        if call is None:
+            scope = turn.relay.scope.push(
+                "logical_llm_call",
+                ScopeType.FUNCTION,
+                parent=turn.scope,
+                attach=False,
+                metadata={cv.KIND: cv.LOGICAL_CALL, cv.API_REQUEST_ID: api_request_id, cv.CALL_ROLE: role},
+            )
+            call = turn.logical_llm_calls[api_request_id] = LogicalCall(api_request_id, role, scope)
+        meta.setdefault(cv.RETRY_COUNT, call.attempts)
+        call.attempts += 1
+        call.in_flight += 1
+        call.provider = name
+        if model_name:
+            call.model = model_name
+    meta[cv.API_REQUEST_ID] = api_request_id
+    meta[cv.CALL_ROLE] = role
+    return call, meta
+
+
+def _response_model(response: Any) -> str | None:
+    model = getattr(response, "model", None)
+    if model is None and isinstance(response, dict):
+        model = response.get("model")
+    return model if isinstance(model, str) and model else None
+
+
+def _finish_hook(turn: Turn, call: LogicalCall, defer: bool, streaming: bool) -> FinishHook:
+    def on_finish(outcome: str, response: Any, error: BaseException | None) -> None:
+        with turn.lock:
+            call.in_flight -= 1
+            if streaming:
+                call.open_streams -= 1
+            call.last_outcome = outcome
+            call.model = _response_model(response) or call.model
+        if not defer:
+            close_logical_call(turn, call, outcome)
+
+    return on_finish
+
+
+def execute_current(
+    request: LLMRequest,
+    callback: Callable[[LLMRequest], Any],
+    *,
+    name: str,
+    model_name: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    defer_logical_completion: bool = False,
+    codec: LLMCodec | None = None,
+) -> Any:
+    """Run ``callback(request)`` as an attempt of a logical call of the active turn.
+
+    With ``defer_logical_completion=True`` the logical call stays open after the
+    attempt (a retry or fallback may follow) until ``complete_logical_call`` or
+    the end of the turn.
+    """
+    turn = _managed_turn()
+    if turn is None:
+        return callback(request)
+    call, meta = _open(turn, name, model_name, metadata)
+    return turn.relay.llm.execute(
+        name,
+        request,
+        callback,
+        parent=call.scope,
+        model_name=model_name,
+        metadata=meta,
+        codec=codec,
+        on_finish=_finish_hook(turn, call, defer_logical_completion, False),
+    )
+
+
+async def execute_current_async(
+    request: LLMRequest,
+    callback: Callable[[LLMRequest], Awaitable[Any]],
+    *,
+    name: str,
+    model_name: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    defer_logical_completion: bool = False,
+    codec: LLMCodec | None = None,
+) -> Any:
+    turn = _managed_turn()
+    if turn is None:
+        return await callback(request)
+    call, meta = _open(turn, name, model_name, metadata)
+    return await turn.relay.llm.execute_async(
+        name,
+        request,
+        callback,
+        parent=call.scope,
+        model_name=model_name,
+        metadata=meta,
+        codec=codec,
+        on_finish=_finish_hook(turn, call, defer_logical_completion, False),
+    )
+
+
+def _stream_hook(
+    turn: Turn,
+    call: LogicalCall,
+    finalizer: Callable[[], Any] | None,
+    completed_response_predicate: Callable[[Any], bool] | None,
+) -> FinishHook:
+    """A stream settles its logical call when it ends: there is no later validation step to wait for."""
+    settle = _finish_hook(turn, call, False, True)
+
+    def on_finish(outcome: str, response: Any, error: BaseException | None) -> None:
+        if outcome == _SUCCESS:
+            if finalizer is not None:
+                response = finalizer()
+            if completed_response_predicate is not None and not completed_response_predicate(response):
+                outcome = _FAILED
+        settle(outcome, response, error)
+
+    return on_finish
+
+
+def _stream_setup(
+    turn: Turn,
+    name: str,
+    model_name: str | None,
+    metadata: dict[str, Any] | None,
+    finalizer: Callable[[], Any] | None,
+    completed_response_predicate: Callable[[Any], bool] | None,
+) -> tuple[LogicalCall, dict[str, Any], FinishHook]:
+    call, meta = _open(turn, name, model_name, metadata)
+    with turn.lock:
+        call.open_streams += 1
+    return call, meta, _stream_hook(turn, call, finalizer, completed_response_predicate)
+
+
+def stream_current(
+    request: LLMRequest,
+    stream_factory: Callable[[LLMRequest], Iterable[Any]],
+    *,
+    name: str,
+    model_name: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    finalizer: Callable[[], Any] | None = None,
+    completed_response_predicate: Callable[[Any], bool] | None = None,
+    codec: LLMCodec | None = None,
+) -> Any:
+    """Open ``stream_factory(request)`` as an attempt; the logical call settles when the stream ends.
+
+    ``finalizer()`` (if given) supplies the final response in place of the
+    accumulated one; ``completed_response_predicate(response)`` returning False
+    turns an exhausted stream into a failed logical call (e.g. it ended empty).
+    """
+    turn = _managed_turn()
+    if turn is None:
+        return stream_factory(request)
+    call, meta, hook = _stream_setup(turn, name, model_name, metadata, finalizer, completed_response_predicate)
+    return turn.relay.llm.stream(
+        name, request, stream_factory, parent=call.scope, model_name=model_name, metadata=meta, codec=codec,
+        on_finish=hook,
+    )
+
+
+async def stream_current_async(
+    request: LLMRequest,
+    stream_factory: Callable[[LLMRequest], Any],
+    *,
+    name: str,
+    model_name: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    finalizer: Callable[[], Any] | None = None,
+    completed_response_predicate: Callable[[Any], bool] | None = None,
+    codec: LLMCodec | None = None,
+) -> Any:
+    turn = _managed_turn()
+    if turn is None:
+        source = stream_factory(request)
+        return await source if hasattr(source, "__await__") else source
+    call, meta, hook = _stream_setup(turn, name, model_name, metadata, finalizer, completed_response_predicate)
+    return await turn.relay.llm.stream_async(
+        name, request, stream_factory, parent=call.scope, model_name=model_name, metadata=meta, codec=codec,
+        on_finish=hook,
+    )
+
+
+def complete_logical_call(
+    api_request_id: str,
+    *,
+    outcome: str,
+    model_name: str | None = None,
+    provider_name: str | None = None,
+    response_model_name: str | None = None,
+) -> bool:
+    """Close the active turn's logical call ``api_request_id`` with ``outcome``, exactly once.
+
+    Returns False when there is no such open call (already closed, or no turn):
+    an outcome once recorded is never overwritten.
+    """
+    outcome = session._check_outcome(outcome)
+    turn = session.active_turn()
+    if turn is None:
+        return False
+    call = turn.logical_llm_calls.get(api_request_id)
+    if call is None:
+        return False
+    return close_logical_call(
+        turn, call, outcome, model_name=response_model_name or model_name, provider_name=provider_name
+    )

@@ -1,0 +1,78 @@
+"""Running an execution-intercept chain around a terminal call.
+
+``next`` may be called any number of times (retry, fan-out); each call runs the
+rest of the chain afresh. ``break_chain`` on an entry makes its ``next`` go
+straight to the terminal call.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .intercepts import Intercept
+
+
+def run_sync(chain: tuple[Intercept, ...], name: str, value: Any, terminal: Callable[[Any], Any]) -> Any:
+    if not chain:
+        return terminal(value)
+
+    def step(i: int) -> Callable[[Any], Any]:
+        if i == len(chain):
+            return terminal
+        entry = chain[i]
+        rest = terminal if entry.break_chain else step(i + 1)
+
+        def call(v: Any) -> Any:
+            result = entry.fn(name, v, rest)
+            if inspect.isawaitable(result):
+                close = getattr(result, "close", None)
+                if close is not None:
+                    close()
+                raise TypeError(
+                    f"execution intercept {entry.name!r} returned an awaitable in a synchronous call; "
+                    "register a synchronous function or use the async API"
+                )
+            return result
+
+        return call
+
+    return step(0)(value)
+
+
+async def run_async(
+    chain: tuple[Intercept, ...], name: str, value: Any, terminal: Callable[[Any], Awaitable[Any]]
+) -> Any:
+    if not chain:
+        return await terminal(value)
+
+    def step(i: int) -> Callable[[Any], Awaitable[Any]]:
+        if i == len(chain):
+            return terminal
+        entry = chain[i]
+        rest = terminal if entry.break_chain else step(i + 1)
+
+        async def call(v: Any) -> Any:
+            result = entry.fn(name, v, rest)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+
+        return call
+
+    return await step(0)(value)
+
+
+def run_filters(chain: tuple[Intercept, ...], call: Callable[[Intercept, Any], Any], value: Any) -> Any:
+    """Thread ``value`` through request/response style intercepts, honouring ``break_chain``."""
+    for entry in chain:
+        value = call(entry, value)
+        if inspect.isawaitable(value):
+            close = getattr(value, "close", None)
+            if close is not None:
+                close()
+            raise TypeError(f"intercept {entry.name!r} must be synchronous; it returned an awaitable")
+        if entry.break_chain:
+            break
+    return value

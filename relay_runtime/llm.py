@@ -1,0 +1,175 @@
+"""``relay.llm``: managed LLM calls in four calling conventions over one lifecycle."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from . import chains
+from .attempt import Attempt, FinishHook, current_attempt
+from .codec import LLMCodec
+from .intercepts import LLM_EXECUTION, LLM_STREAM_EXECUTION
+from .scopes import ScopeHandle
+from .streams import ManagedAsyncStream, ManagedStream, StreamLifecycle
+from .types import LLMRequest
+
+if TYPE_CHECKING:
+    from .relay import Relay
+
+__all__ = ["LLM", "current_attempt"]
+
+
+class LLM:
+    def __init__(self, relay: Relay) -> None:
+        self._relay = relay
+
+    def _watched(self, on_finish: FinishHook | None) -> bool:
+        relay = self._relay
+        subs = relay.subscribers
+        return bool(subs.start or subs.end or subs.chunk or relay.intercepts.active or on_finish)
+
+    def _attempt(
+        self,
+        name: str,
+        request: LLMRequest,
+        parent: ScopeHandle | None,
+        model_name: str | None,
+        metadata: dict[str, Any] | None,
+        codec: LLMCodec | None,
+        on_finish: FinishHook | None,
+    ) -> Attempt:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"LLM call name must be a non-empty string, got {name!r}")
+        return Attempt(self._relay, name, request, parent, model_name, metadata, codec, on_finish)
+
+    def _execution_chain(self, attempt: Attempt, kind: str) -> tuple[Any, ...]:
+        intercepts = self._relay.intercepts
+        return intercepts.chain(kind, attempt.handle.parent) if intercepts.active else ()
+
+    def execute(
+        self,
+        name: str,
+        request: LLMRequest,
+        callback: Callable[[LLMRequest], Any],
+        *,
+        parent: ScopeHandle | None = None,
+        model_name: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        codec: LLMCodec | None = None,
+        on_finish: FinishHook | None = None,
+    ) -> Any:
+        """Run ``callback(request)`` as one managed attempt; its exception propagates unchanged."""
+        if not self._watched(on_finish):
+            return callback(request)
+        attempt = self._attempt(name, request, parent, model_name, metadata, codec, on_finish)
+        request = attempt.prepare()
+        chain = self._execution_chain(attempt, LLM_EXECUTION)
+        tokens = attempt.enter()
+        try:
+            response = chains.run_sync(chain, name, request, callback)
+        except BaseException as exc:
+            attempt.leave(tokens)
+            attempt.fail(exc)
+            raise
+        attempt.leave(tokens)
+        return attempt.succeed(response)
+
+    async def execute_async(
+        self,
+        name: str,
+        request: LLMRequest,
+        callback: Callable[[LLMRequest], Awaitable[Any]],
+        *,
+        parent: ScopeHandle | None = None,
+        model_name: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        codec: LLMCodec | None = None,
+        on_finish: FinishHook | None = None,
+    ) -> Any:
+        if not self._watched(on_finish):
+            return await callback(request)
+        attempt = self._attempt(name, request, parent, model_name, metadata, codec, on_finish)
+        request = attempt.prepare()
+        chain = self._execution_chain(attempt, LLM_EXECUTION)
+        tokens = attempt.enter()
+        try:
+            response = await chains.run_async(chain, name, request, callback)
+        except BaseException as exc:
+            attempt.leave(tokens)
+            attempt.fail(exc)
+            raise
+        attempt.leave(tokens)
+        return attempt.succeed(response)
+
+    def stream(
+        self,
+        name: str,
+        request: LLMRequest,
+        stream_factory: Callable[[LLMRequest], Iterable[Any]],
+        *,
+        parent: ScopeHandle | None = None,
+        model_name: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        codec: LLMCodec | None = None,
+        on_finish: FinishHook | None = None,
+    ) -> Any:
+        """Open a provider stream as one attempt; the result yields the provider's own chunks.
+
+        Opening happens now, so an error opening the stream (an HTTP error, say)
+        raises here, as it does from the SDK.
+        """
+        if not self._watched(on_finish):
+            return stream_factory(request)
+        attempt = self._attempt(name, request, parent, model_name, metadata, codec, on_finish)
+        request = attempt.prepare()
+        chain = self._execution_chain(attempt, LLM_STREAM_EXECUTION)
+        tokens = attempt.enter()
+        try:
+            source = chains.run_sync(chain, name, request, stream_factory)
+            iterator: Iterator[Any] = iter(source)
+        except BaseException as exc:
+            attempt.leave(tokens)
+            attempt.fail(exc)
+            raise
+        attempt.leave(tokens)
+        return ManagedStream(source, iterator, StreamLifecycle(attempt))
+
+    async def stream_async(
+        self,
+        name: str,
+        request: LLMRequest,
+        stream_factory: Callable[[LLMRequest], Any],
+        *,
+        parent: ScopeHandle | None = None,
+        model_name: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        codec: LLMCodec | None = None,
+        on_finish: FinishHook | None = None,
+    ) -> Any:
+        """``stream`` for async providers: ``stream_factory`` returns an async iterable or an awaitable of one."""
+        if not self._watched(on_finish):
+            return await _open_async(stream_factory, request)
+        attempt = self._attempt(name, request, parent, model_name, metadata, codec, on_finish)
+        request = attempt.prepare()
+        chain = self._execution_chain(attempt, LLM_STREAM_EXECUTION)
+        tokens = attempt.enter()
+        try:
+            source = await chains.run_async(chain, name, request, lambda r: _open_async(stream_factory, r))
+            iterator: AsyncIterator[Any] = source.__aiter__()
+        except BaseException as exc:
+            attempt.leave(tokens)
+            attempt.fail(exc)
+            raise
+        attempt.leave(tokens)
+        return ManagedAsyncStream(source, iterator, StreamLifecycle(attempt))
+
+
+async def _open_async(factory: Callable[[LLMRequest], Any], request: LLMRequest) -> Any:
+    source = factory(request)
+    if inspect.isawaitable(source):
+        source = await source
+    if not hasattr(source, "__aiter__"):
+        raise TypeError(f"async stream factory must produce an async iterable, got {type(source).__name__}")
+    return source
+

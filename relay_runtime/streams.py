@@ -1,0 +1,189 @@
+"""Managed streams: the provider's own chunks, an accumulator, and exactly one finalization.
+
+| how the stream ends                               | attempt outcome |
+|---------------------------------------------------|-----------------|
+| exhausted                                         | success         |
+| the provider raises mid-stream                    | failed (re-raised as the same object) |
+| close(), break, aclose(), garbage collection      | cancelled       |
+| CancelledError, KeyboardInterrupt                 | cancelled (re-raised) |
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from . import conventions as cv
+from .attempt import Attempt
+from .codec import CountingAccumulator, StreamAccumulator
+from .types import Outcome
+
+_now = time.time_ns
+_CANCELLED = Outcome.CANCELLED.value
+
+
+class StreamLifecycle:
+    """What both stream flavours do per chunk and at the end."""
+
+    __slots__ = ("acc", "attempt", "done", "first_ns", "index")
+
+    def __init__(self, attempt: Attempt) -> None:
+        self.attempt = attempt
+        codec = attempt.codec
+        acc: StreamAccumulator
+        try:
+            acc = codec.accumulator() if codec is not None else CountingAccumulator()
+        except Exception as exc:
+            attempt.relay.diag.failure("bookkeeping_errors", exc, "creating a stream accumulator")
+            acc = CountingAccumulator()
+        self.acc = acc
+        self.index = 0
+        self.first_ns: int | None = None
+        self.done = False
+
+    def chunk(self, chunk: Any) -> None:
+        if self.first_ns is None:
+            self.first_ns = _now()
+        try:
+            delta = self.acc.add(chunk)
+        except Exception as exc:
+            # The accumulator is bookkeeping: losing it must not lose the caller's stream.
+            self.attempt.relay.diag.failure("bookkeeping_errors", exc, "accumulating a stream chunk")
+            self.acc = CountingAccumulator()
+            delta = None
+        relay = self.attempt.relay
+        targets = relay.subscribers.chunk
+        if targets:
+            relay.scope._emit_mark(
+                targets,
+                cv.CHUNK,
+                {"index": self.index, "delta": delta, "chunk": chunk},
+                None,
+                self.attempt.handle,
+            )
+        self.index += 1
+
+    def complete(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        attempt = self.attempt
+        try:
+            response, annotation = self.acc.finish()
+        except Exception as exc:
+            attempt.relay.diag.failure("bookkeeping_errors", exc, "finishing a stream accumulator")
+            response, annotation = None, None
+        attempt.finish(Outcome.SUCCESS.value, response, None, annotation, self.first_ns)
+
+    def fail(self, error: BaseException | None, outcome: str | None = None) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.attempt.fail(error, outcome)
+
+
+class ManagedStream:
+    """A synchronous managed stream. Iterates on the caller's thread: no loop, no thread."""
+
+    __slots__ = ("_iterator", "_life", "_source")
+
+    def __init__(self, source: Any, iterator: Iterator[Any], life: StreamLifecycle) -> None:
+        self._source = source
+        self._iterator = iterator
+        self._life = life
+
+    def __iter__(self) -> ManagedStream:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            chunk = next(self._iterator)
+        except StopIteration:
+            self._life.complete()
+            raise
+        except BaseException as exc:
+            self._life.fail(exc)
+            raise
+        self._life.chunk(chunk)
+        return chunk
+
+    def close(self) -> None:
+        """Stop early: the attempt ends cancelled and the provider stream is closed."""
+        self._life.fail(None, _CANCELLED)
+        close = getattr(self._source, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> ManagedStream:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            life = self._life
+        except AttributeError:
+            return
+        if not life.done:
+            life.fail(None, _CANCELLED)
+
+    def __getattr__(self, name: str) -> Any:
+        # The SDK's own stream attributes (response, headers, ...) stay reachable.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(object.__getattribute__(self, "_source"), name)
+
+
+class ManagedAsyncStream:
+    __slots__ = ("_iterator", "_life", "_source")
+
+    def __init__(self, source: Any, iterator: AsyncIterator[Any], life: StreamLifecycle) -> None:
+        self._source = source
+        self._iterator = iterator
+        self._life = life
+
+    def __aiter__(self) -> ManagedAsyncStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            chunk = await self._iterator.__anext__()
+        except StopAsyncIteration:
+            self._life.complete()
+            raise
+        except BaseException as exc:
+            self._life.fail(exc)
+            raise
+        self._life.chunk(chunk)
+        return chunk
+
+    async def aclose(self) -> None:
+        self._life.fail(None, _CANCELLED)
+        for name in ("aclose", "close"):
+            closer = getattr(self._source, name, None)
+            if closer is not None:
+                result = closer()
+                if hasattr(result, "__await__"):
+                    await result
+                return
+
+    async def __aenter__(self) -> ManagedAsyncStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __del__(self) -> None:
+        try:
+            life = self._life
+        except AttributeError:
+            return
+        if not life.done:
+            life.fail(None, _CANCELLED)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(object.__getattribute__(self, "_source"), name)

@@ -1,0 +1,108 @@
+"""Drawing the scope tree of a recorded run (events as dicts, e.g. from a JSONL file)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+RED = "\x1b[31m"
+YELLOW = "\x1b[33m"
+DIM = "\x1b[2m"
+RESET = "\x1b[0m"
+
+
+@dataclass
+class Node:
+    uuid: str
+    name: str
+    scope_type: str
+    start: int | None = None
+    end: int | None = None
+    outcome: str | None = None
+    error: str | None = None
+    model: str | None = None
+    tokens: tuple[int | None, int | None] | None = None
+    children: list[Node] = field(default_factory=list)
+    marks: int = 0
+
+
+def build(events: Iterable[dict[str, Any]]) -> list[Node]:
+    nodes: dict[str, Node] = {}
+    parents: dict[str, str | None] = {}
+    order: list[str] = []
+    for ev in events:
+        kind = ev.get("kind")
+        uuid = ev.get("uuid")
+        if not isinstance(uuid, str):
+            continue
+        if kind == "scope_start":
+            nodes[uuid] = Node(uuid, str(ev.get("name")), str(ev.get("scope_type")), start=ev.get("timestamp"))
+            parents[uuid] = ev.get("parent_uuid")
+            order.append(uuid)
+        elif kind == "scope_end":
+            node = nodes.get(uuid)
+            if node is None:  # an end without its start (the file began mid-run)
+                node = nodes[uuid] = Node(uuid, str(ev.get("name")), str(ev.get("scope_type")))
+                parents[uuid] = ev.get("parent_uuid")
+                order.append(uuid)
+            node.end = ev.get("timestamp")
+            node.start = node.start or ev.get("start_timestamp")
+            node.outcome = ev.get("outcome")
+            if ev.get("error_type"):
+                node.error = f"{ev['error_type']}: {ev.get('error_message') or ''}".rstrip(": ")
+            node.model = ev.get("model_name") or node.model
+            response = ev.get("annotated_response") or {}
+            usage = response.get("usage") or {} if isinstance(response, dict) else {}
+            if usage:
+                node.tokens = (usage.get("input_tokens"), usage.get("output_tokens"))
+            if isinstance(response, dict) and response.get("model"):
+                node.model = response["model"]
+        elif kind == "mark":
+            parent = nodes.get(str(ev.get("parent_uuid")))
+            if parent is not None:
+                parent.marks += 1
+    roots: list[Node] = []
+    for uuid in order:
+        parent_uuid = parents.get(uuid)
+        parent = nodes.get(parent_uuid) if parent_uuid else None
+        (parent.children if parent is not None else roots).append(nodes[uuid])
+    return roots
+
+
+def _describe(node: Node, color: bool) -> str:
+    bits = [f"{node.name} [{node.scope_type}]"]
+    if node.model:
+        bits.append(node.model)
+    if node.start is not None and node.end is not None:
+        bits.append(f"{(node.end - node.start) / 1e6:.1f} ms")
+    elif node.end is None:
+        bits.append("(open)")
+    if node.tokens:
+        bits.append(f"tokens in={node.tokens[0] or 0} out={node.tokens[1] or 0}")
+    if node.marks:
+        bits.append(f"{node.marks} marks")
+    outcome = node.outcome or ""
+    line = "  ".join(bits) + (f"  {outcome}" if outcome else "")
+    if node.error:
+        line += f"  {node.error}"
+    if color and (node.outcome == "failed" or node.error):
+        return f"{RED}{line}{RESET}"
+    if color and node.outcome == "cancelled":
+        return f"{YELLOW}{line}{RESET}"
+    return line
+
+
+def render(roots: list[Node], *, color: bool = False) -> str:
+    lines: list[str] = []
+
+    def walk(node: Node, prefix: str, last: bool, top: bool) -> None:
+        branch = "" if top else ("└─ " if last else "├─ ")
+        lines.append(prefix + branch + _describe(node, color))
+        child_prefix = prefix if top else prefix + ("   " if last else "│  ")
+        for i, child in enumerate(node.children):
+            walk(child, child_prefix, i == len(node.children) - 1, False)
+
+    for root in roots:
+        walk(root, "", True, True)
+    return "\n".join(lines)
