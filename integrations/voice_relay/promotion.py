@@ -16,6 +16,7 @@ import json
 import logging
 from collections import deque
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .config import background_run_max_seconds
@@ -62,12 +63,19 @@ class QueuedRun:
 
 
 class RunCoordinator:
-    def __init__(self, session: VoiceSession, broker: TaskBroker, delivery: DeliveryManager) -> None:
+    def __init__(
+        self, session: VoiceSession, broker: Callable[[], TaskBroker], delivery: DeliveryManager
+    ) -> None:
         self.session = session
-        self.broker = broker
+        # Looked up per run, so swapping the agent's broker applies to the next run.
+        self._broker = broker
         self.delivery = delivery
         self.active: ActiveRun | None = None
         self.queue: deque[QueuedRun] = deque()
+
+    @property
+    def broker(self) -> TaskBroker:
+        return self._broker()
 
     # -- dispatch --------------------------------------------------------------------------------------
 

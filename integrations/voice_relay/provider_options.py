@@ -44,11 +44,8 @@ KNOWN_PROVIDERS = tuple(_DEFAULTS)
 
 @functools.lru_cache(maxsize=16)
 def provider_options(provider_id: str) -> ProviderOptions:
-    """Raise KeyError naming the provider when it is unknown."""
-    try:
-        model, voice, url, url_env, key_env = _DEFAULTS[provider_id]
-    except KeyError:
-        raise KeyError(f"unknown realtime provider {provider_id!r}; known: {', '.join(KNOWN_PROVIDERS)}") from None
+    """Defaults for `provider_id`; a provider registered by the embedding app gets empty ones."""
+    model, voice, url, url_env, key_env = _DEFAULTS.get(provider_id, ("", "", None, None, None))
     if url_env:
         url = os.environ.get(url_env) or url
     return ProviderOptions(provider_id, model, voice, url, key_env)
