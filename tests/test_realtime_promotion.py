@@ -722,7 +722,7 @@ silently (the pre-fix behavior wiped the state with no record)."""
         broker = GatedHermesToolBroker() # never released -> hangs
         ws = None
         try:
-            ws, provider, body = await self._open(broker=broker)
+            ws, provider, _body = await self._open(broker=broker)
             await self._emit_tool_call(provider)
             await self._read_until(ws, "hermes.run.promoted")
             done = await self._read_until(ws, "hermes.run.background_completed", limit=60)

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .models import ProviderEvent, ProviderEventKind
 from .summary_validator import can_commit_early, judge_summary
@@ -211,7 +211,7 @@ class DeliveryManager:
             return
         result.delivered = True
         response_id = f"relay-{next(_relay_response_ids)}"
-        tags = {"response_id": response_id, "source": "hermes", "delivery": "fallback"}
+        tags: dict[str, Any] = {"response_id": response_id, "source": "hermes", "delivery": "fallback"}
         session.log("voice.response.delivery_fallback", reason=reason, call_id=result.call_id)
         session.emit("voice.response.started", **tags)
         session.emit("voice.response.delta", delta=result.answer, **tags)
@@ -226,7 +226,7 @@ class DeliveryManager:
             return
         result.delivered = True
         response_id = f"relay-{next(_relay_response_ids)}"
-        tags = {"response_id": response_id, "source": "hermes", "delivery": delivery}
+        tags: dict[str, Any] = {"response_id": response_id, "source": "hermes", "delivery": delivery}
         session.emit("voice.response.started", **tags)
         session.emit("voice.response.delta", delta=text, **tags)
         session.emit("voice.response.done", **tags)

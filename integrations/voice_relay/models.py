@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
-class ProviderEventKind(str, enum.Enum):
+class ProviderEventKind(enum.StrEnum):
     READY = "ready"
     AUDIO_DELTA = "audio_delta"
     AUDIO_DONE = "audio_done"

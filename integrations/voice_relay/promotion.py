@@ -15,8 +15,8 @@ import itertools
 import json
 import logging
 from collections import deque
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .config import background_run_max_seconds
@@ -95,7 +95,8 @@ class RunCoordinator:
         except Exception as exc:
             logger.warning("voice tool call %s failed: %r", call.name, exc)
             self.session.log("voice.realtime_agent.tool_call_failed", tool=call.name, error=type(exc).__name__)
-            self.session.emit("voice.error", code="tool_call_failed", message=f"{call.name} failed: {type(exc).__name__}")
+            message = f"{call.name} failed: {type(exc).__name__}"
+            self.session.emit("voice.error", code="tool_call_failed", message=message)
 
     async def _tool_result(self, call_id: str, output: dict[str, Any]) -> None:
         connection = self.session.connection

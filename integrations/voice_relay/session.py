@@ -60,6 +60,7 @@ class Outbox:
         self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=OUTBOX_SIZE)
         self.dropped = False
         self.sent = 0
+        self._closer: asyncio.Task[None] | None = None
         self._writer = asyncio.create_task(self._write_loop(), name=f"voice-outbox-{session_id}")
 
     def put(self, event: dict[str, Any]) -> bool:
@@ -88,7 +89,7 @@ class Outbox:
             return
         self.dropped = True
         self._writer.cancel()
-        asyncio.create_task(self._close(code, reason))
+        self._closer = asyncio.create_task(self._close(code, reason))
 
     async def _close(self, code: int, reason: str) -> None:
         try:

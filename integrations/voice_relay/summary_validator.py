@@ -14,13 +14,17 @@ MIN_SHARED_EVIDENCE = 2
 
 _TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 _STOPWORDS = frozenset(
-    """
-    about above after again also been before being below between both could does doing down during each
-    from further have having here hers herself himself into itself just more most myself once only other
-    ours ourselves over same should some such than that their theirs them themselves then there these
-    they this those through under until very were what when where which while whom will with would your
-    yours yourself yourselves okay sure right well really thing things like want tell said says
-    """.split()
+    {
+        "about", "above", "after", "again", "also", "been", "before", "being", "below", "between",
+        "both", "could", "does", "doing", "down", "during", "each", "from", "further", "have",
+        "having", "here", "hers", "herself", "himself", "into", "itself", "just", "more", "most",
+        "myself", "once", "only", "other", "ours", "ourselves", "over", "same", "should", "some",
+        "such", "than", "that", "their", "theirs", "them", "themselves", "then", "there", "these",
+        "they", "this", "those", "through", "under", "until", "very", "were", "what", "when",
+        "where", "which", "while", "whom", "will", "with", "would", "your", "yours", "yourself",
+        "yourselves", "okay", "sure", "right", "well", "really", "thing", "things", "like", "want",
+        "tell", "said", "says",
+    }
 )
 DEFERRAL_PHRASES = (
     "one moment",

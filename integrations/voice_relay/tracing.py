@@ -8,6 +8,7 @@ from collections import OrderedDict
 
 from relay_runtime import ScopeHandle, ScopeType
 from relay_runtime import session as relay_session
+from relay_runtime.scopes import Scopes
 
 from .models import ProviderEvent, ProviderEventKind
 
@@ -27,7 +28,7 @@ class VoiceTrace:
         self._responses: OrderedDict[str, ScopeHandle] = OrderedDict()
 
     @property
-    def _scopes(self):  # type: ignore[no-untyped-def]
+    def _scopes(self) -> Scopes:
         return self.lease.host.relay.scope
 
     def on_provider_event(self, event: ProviderEvent) -> None:

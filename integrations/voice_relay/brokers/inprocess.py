@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 from relay_runtime import session as relay_session
 
 from ..models import AgentTaskRequest
 
-AgentCallable = Callable[[AgentTaskRequest, "RunContext"], Awaitable[str]]
+AgentCallable = Callable[[AgentTaskRequest, "RunContext"], Coroutine[Any, Any, str]]
 _DONE = object()
 
 

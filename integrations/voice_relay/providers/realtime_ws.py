@@ -188,9 +188,11 @@ class RealtimeWebsocketConnection:
         if kind in _AUDIO_DONES:
             return [ProviderEvent(ProviderEventKind.AUDIO_DONE, response_id)]
         if kind in _TEXT_DELTAS:
-            return [ProviderEvent(ProviderEventKind.OUTPUT_TEXT_DELTA, response_id, {"delta": str(m.get("delta") or "")})]
+            delta = str(m.get("delta") or "")
+            return [ProviderEvent(ProviderEventKind.OUTPUT_TEXT_DELTA, response_id, {"delta": delta})]
         if kind == "conversation.item.input_audio_transcription.delta":
-            return [ProviderEvent(ProviderEventKind.INPUT_TRANSCRIPT_DELTA, payload={"delta": str(m.get("delta") or "")})]
+            delta = str(m.get("delta") or "")
+            return [ProviderEvent(ProviderEventKind.INPUT_TRANSCRIPT_DELTA, payload={"delta": delta})]
         if kind == "conversation.item.input_audio_transcription.completed":
             return [ProviderEvent(ProviderEventKind.INPUT_TRANSCRIPT_FINAL,
                                   payload={"text": str(m.get("transcript") or "")})]

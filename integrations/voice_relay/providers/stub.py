@@ -40,7 +40,8 @@ class StubConnection:
     async def commit_audio(self) -> None:
         heard_ms = self._audio_bytes * 1000 // max(1, 2 * self.config.sample_rate)
         self._audio_bytes = 0
-        self._put(ProviderEvent(ProviderEventKind.INPUT_TRANSCRIPT_FINAL, payload={"text": f"[{heard_ms} ms of audio]"}))
+        heard = {"text": f"[{heard_ms} ms of audio]"}
+        self._put(ProviderEvent(ProviderEventKind.INPUT_TRANSCRIPT_FINAL, payload=heard))
         self._speak(f"I heard {heard_ms} milliseconds of audio.")
 
     async def send_text(self, text: str) -> None:
@@ -88,7 +89,8 @@ class StubConnection:
         rid = f"stub-resp-{next(self._ids)}"
         call_id = f"stub-call-{next(self._ids)}"
         self._put(ProviderEvent(ProviderEventKind.RESPONSE_STARTED, rid))
-        self._put(ProviderEvent(ProviderEventKind.FUNCTION_CALL_STARTED, rid, {"call_id": call_id, "name": RUN_TASK_TOOL}))
+        started = {"call_id": call_id, "name": RUN_TASK_TOOL}
+        self._put(ProviderEvent(ProviderEventKind.FUNCTION_CALL_STARTED, rid, started))
         call = ToolCallEvent(call_id=call_id, name=RUN_TASK_TOOL, arguments={"text": task, "mode": mode})
         self._put(ProviderEvent(ProviderEventKind.FUNCTION_CALL_COMPLETED, rid, {"call": call}))
         self._put(ProviderEvent(ProviderEventKind.RESPONSE_DONE, rid, {"status": "completed"}))
