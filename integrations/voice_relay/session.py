@@ -105,7 +105,12 @@ class Outbox:
         deadline = loop.time() + timeout
         while not self.queue.empty() and not self.dropped and loop.time() < deadline:
             await asyncio.sleep(0.005)
-        self.drop(code, reason)
+        if self.dropped:
+            return
+        self.dropped = True
+        self._writer.cancel()
+        # Awaited, not spawned: the handler returning first would close with 1000 instead of `code`.
+        await self._close(code, reason)
 
 
 @dataclass
