@@ -165,7 +165,8 @@ class RealtimeWebsocketConnection:
     def _map(self, m: dict[str, Any]) -> list[ProviderEvent]:
         kind = m.get("type")
         response_id = str(m.get("response_id") or "")
-        if kind in ("session.created", "session.updated"):
+        if kind == "session.updated":
+            # Ready once our session.update took effect; session.created precedes the configuration.
             if self._ready_sent:
                 return []
             self._ready_sent = True
