@@ -96,9 +96,9 @@ class FakeRealtimeServer:
                 {"type": "response.done", "response": {"id": rid, "status": "completed"}},
             )
         elif kind == "response.cancel":
-            await self.send(ws, {"type": "error", "error": {"type": "invalid_request_error",
-                                                              "code": "response_cancel_not_active",
-                                                              "message": "Cancellation failed: no active response found"}})
+            error = {"type": "invalid_request_error", "code": "response_cancel_not_active",
+                     "message": "Cancellation failed: no active response found"}
+            await self.send(ws, {"type": "error", "error": error})
 
 
 @pytest_asyncio.fixture
@@ -116,7 +116,9 @@ def provider_config(**overrides: Any) -> ProviderSessionConfig:
     return ProviderSessionConfig(**values)
 
 
-async def collect(events: AsyncIterator[ProviderEvent], until: ProviderEventKind, limit: int = 50) -> list[ProviderEvent]:
+async def collect(
+    events: AsyncIterator[ProviderEvent], until: ProviderEventKind, limit: int = 50
+) -> list[ProviderEvent]:
     seen: list[ProviderEvent] = []
     async with asyncio.timeout(5):
         async for event in events:
@@ -201,7 +203,7 @@ async def test_server_disconnect_ends_events_and_sends_fail(fake: FakeRealtimeSe
     async with asyncio.timeout(5):
         rest = [e async for e in events]
     assert all(e.kind is not ProviderEventKind.READY for e in rest)
-    with pytest.raises(ProviderSendError, match="closed|lost"):
+    with pytest.raises(ProviderSendError, match=r"closed|lost"):
         await connection.request_response(instructions="final spoken answer")
     await connection.close()
 
@@ -280,7 +282,8 @@ async def test_relay_end_to_end_over_fake_xai(fake: FakeRealtimeServer, tmp_path
     types = [e["type"] for e in seen]
     assert types.index("voice.input_transcript.final") < types.index("voice.tool_call")
     assert types.index("hermes.run.completed") < types.index("voice.playback_drain.requested")
-    outputs = [m["item"] for m in fake.of_type("conversation.item.create") if m["item"]["type"] == "function_call_output"]
+    items = [m["item"] for m in fake.of_type("conversation.item.create")]
+    outputs = [item for item in items if item["type"] == "function_call_output"]
     assert len(outputs) == 1
     result = json.loads(outputs[0]["output"])
     assert result["status"] == "completed" and "98 percent" in result["answer"]
