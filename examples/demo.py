@@ -56,7 +56,8 @@ def compact_span(span: ReadableSpan) -> str:
     attrs = span.attributes or {}
     keep = ("gen_ai.request.model", "gen_ai.response.model", "gen_ai.usage.input_tokens",
             "gen_ai.usage.output_tokens", "relay.retry_count", "relay.sdk_retries", "relay.outcome", "error.type")
-    shown = " ".join(f"{k.split('.')[-1] if k.startswith('gen_ai.usage') else k}={attrs[k]}" for k in keep if k in attrs)
+    short = {k: k.rsplit(".", 1)[-1] if k.startswith("gen_ai.usage") else k for k in keep}
+    shown = " ".join(f"{short[k]}={attrs[k]}" for k in keep if k in attrs)
     ms = ((span.end_time or 0) - (span.start_time or 0)) / 1e6
     return f"  span {span.name:<28} {span.kind.name:<8} {ms:6.1f} ms  {shown}\n"
 
