@@ -110,9 +110,7 @@ def test_terminal_auxiliary_failure_stays_failed_when_caller_catches_it(relay_tu
 
     monkeypatch.setattr(turn.lease.host.relay.scope, "pop", record_pop)
     client = SimpleNamespace(
-        chat=SimpleNamespace(
-            completions=SimpleNamespace(create=lambda **_kwargs: SimpleNamespace(choices=[]))
-        )
+        chat=SimpleNamespace(completions=SimpleNamespace(create=lambda **_kwargs: SimpleNamespace(choices=[])))
     )
 
     @auxiliary.auxiliary_call
@@ -180,9 +178,7 @@ async def test_async_terminal_auxiliary_failure_closes_logical_call(relay_turn):
 def test_auxiliary_stream_uses_streaming_relay_primitive(monkeypatch):
     captured = {}
     raw_stream = iter([{"delta": "one"}, {"delta": "two"}])
-    client = SimpleNamespace(
-        chat=SimpleNamespace(completions=SimpleNamespace(create=lambda **_kwargs: raw_stream))
-    )
+    client = SimpleNamespace(chat=SimpleNamespace(completions=SimpleNamespace(create=lambda **_kwargs: raw_stream)))
 
     def stream_current(request, stream_factory, **kwargs):
         captured.update(kwargs)
@@ -285,8 +281,10 @@ def test_auxiliary_attempt_uses_real_relay_request_intercepts(relay_turn):
     client = SimpleNamespace(
         chat=SimpleNamespace(
             completions=SimpleNamespace(
-                create=lambda **kwargs: captured_requests.append(kwargs)
-                or SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content="ok"))]),
+                create=lambda **kwargs: (
+                    captured_requests.append(kwargs)
+                    or SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content="ok"))])
+                ),
             )
         )
     )

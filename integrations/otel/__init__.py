@@ -1,0 +1,47 @@
+"""OpenTelemetry export of relay scopes: GenAI semantic conventions, optional OpenInference.
+
+    from integrations.otel import OTelExporter
+    exporter = OTelExporter(tracer_provider, meter_provider).attach(relay)   # or a session host
+
+or, from the ``OTEL_*`` environment (console and/or OTLP):
+
+    exporter = integrations.otel.setup_from_env(relay, console=True)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .content import CAPTURE_ENV, Redactor
+from .exporter import OTelExporter
+from .providers import BoundedBatchSpanProcessor, exporter_names, otlp_endpoint_configured, span_exporters
+
+__all__ = [
+    "CAPTURE_ENV",
+    "BoundedBatchSpanProcessor",
+    "OTelExporter",
+    "Redactor",
+    "setup_from_env",
+]
+
+
+def setup_from_env(relay: Any, *, console: bool = False, **options: Any) -> OTelExporter:
+    """An exporter attached to ``relay`` (a Relay or a session host), exporting where the environment says.
+
+    Spans go to the console when ``console`` is true (or ``OTEL_TRACES_EXPORTER``
+    names ``console``), and over OTLP when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or the
+    traces-specific variable) is set or ``OTEL_TRACES_EXPORTER`` names ``otlp``.
+    Metrics follow ``OTEL_METRICS_EXPORTER`` / the OTLP endpoint. ``options`` go to
+    ``OTelExporter`` (``conventions``, ``capture_content``, ``redact``, ...).
+    Call ``exporter.shutdown()`` at exit to flush.
+    """
+    if "OTEL_TRACES_EXPORTER" in os.environ:
+        names = exporter_names("TRACES", "otlp")
+    elif otlp_endpoint_configured("TRACES"):
+        names = ["otlp"]
+    else:
+        names = []
+    if console and "console" not in names:
+        names.append("console")
+    return OTelExporter(span_exporters=span_exporters(names), **options).attach(relay)

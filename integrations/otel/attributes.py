@@ -1,0 +1,387 @@
+"""Pure functions from relay events to span names, kinds and attributes.
+
+Nothing here touches a tracer: the exporter asks these functions what a scope
+looks like in OpenTelemetry and keeps the spans itself. Two vocabularies are
+written: the OTel GenAI semantic conventions (``gen_ai.*``, always) and, when
+asked, OpenInference (``openinference.*``, ``llm.*``), which Arize Phoenix and
+similar backends read natively. Our own identity goes under ``relay.*``.
+
+Content (messages, instructions, tool arguments) is never read here; see
+``content.py``, which only runs when the user opted in.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry.trace import SpanKind
+
+from relay_runtime import conventions as cv
+from relay_runtime.events import Event
+from relay_runtime.types import AnnotatedLLMRequest, AnnotatedLLMResponse
+
+# -- what a scope is ---------------------------------------------------------------------
+
+CONVERSATION = cv.CONVERSATION
+TURN = cv.TURN
+LOGICAL_CALL = cv.LOGICAL_CALL
+ATTEMPT = cv.ATTEMPT
+TOOL = cv.TOOL
+AGENT = "agent"  # an AGENT scope the session layer did not write
+SCOPE = "scope"  # any other scope
+
+GEN_AI = "gen_ai"
+OPENINFERENCE = "openinference"
+KNOWN_CONVENTIONS = frozenset({GEN_AI, OPENINFERENCE})
+
+_BY_SCOPE_TYPE = {"llm": ATTEMPT, "tool": TOOL, "agent": AGENT}
+
+
+def role_of(event: Event) -> str:
+    """Which of our span shapes a scope gets: by ``relay.kind`` first, then by scope type."""
+    kind = event.metadata.get(cv.KIND) if event.metadata else None
+    if kind in (CONVERSATION, TURN, LOGICAL_CALL, ATTEMPT, TOOL):
+        return str(kind)
+    return _BY_SCOPE_TYPE.get(event.scope_type or "", SCOPE)
+
+
+def span_kind(role: str) -> SpanKind:
+    # A provider call leaves the process; everything else is work inside it.
+    return SpanKind.CLIENT if role == ATTEMPT else SpanKind.INTERNAL
+
+
+def operation_of(event: Event) -> str:
+    req = event.annotated_request
+    return req.operation if req is not None and req.operation else "chat"
+
+
+def request_model(event: Event) -> str | None:
+    req = event.annotated_request
+    if req is not None and req.model:
+        return req.model
+    return event.model_name
+
+
+def provider_of(event: Event) -> str | None:
+    req = event.annotated_request
+    if req is not None and req.provider:
+        return req.provider
+    return event.provider
+
+
+def agent_name(event: Event) -> str:
+    md = event.metadata
+    return str(md.get(cv.PROFILE_KEY) or event.name) if md else event.name
+
+
+def span_name(event: Event, role: str) -> str:
+    """Low-cardinality names as the GenAI conventions spell them: ``{operation} {target}``."""
+    if role == ATTEMPT:
+        model = request_model(event)
+        op = operation_of(event)
+        return f"{op} {model}" if model else op
+    if role == TOOL:
+        return f"execute_tool {event.name}"
+    if role in (CONVERSATION, AGENT):
+        return f"invoke_agent {agent_name(event)}"
+    return event.name
+
+
+# -- gen_ai.* and relay.* ------------------------------------------------------------------
+
+# AnnotatedLLMRequest.params keys -> the request attribute each maps to. Both the
+# OpenAI and the Anthropic spelling of the output limit map to max_tokens.
+REQUEST_PARAMS: dict[str, str] = {
+    "temperature": "gen_ai.request.temperature",
+    "top_p": "gen_ai.request.top_p",
+    "top_k": "gen_ai.request.top_k",
+    "max_tokens": "gen_ai.request.max_tokens",
+    "max_completion_tokens": "gen_ai.request.max_tokens",
+    "max_output_tokens": "gen_ai.request.max_tokens",
+    "frequency_penalty": "gen_ai.request.frequency_penalty",
+    "presence_penalty": "gen_ai.request.presence_penalty",
+    "seed": "gen_ai.request.seed",
+    "n": "gen_ai.request.choice.count",
+    "stop": "gen_ai.request.stop_sequences",
+    "stop_sequences": "gen_ai.request.stop_sequences",
+}
+
+# Metadata keys copied under relay.* when present, on whichever scope carries them.
+RELAY_METADATA = (
+    cv.API_REQUEST_ID,
+    cv.CALL_ROLE,
+    cv.RETRY_COUNT,
+    cv.TURN_ID,
+    cv.TASK_ID,
+    cv.PLATFORM,
+    cv.PARENT_SESSION_ID,
+    cv.PROFILE_KEY,
+    cv.API_MODE,
+)
+
+
+def _scalar(value: Any) -> Any:
+    """An attribute-safe value, or None to skip: OTel attributes hold primitives and lists of them."""
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+        return list(value)
+    return None
+
+
+def relay_attributes(event: Event, out: dict[str, Any]) -> None:
+    md = event.metadata
+    if not md:
+        return
+    for key in RELAY_METADATA:
+        value = md.get(key)
+        if value is not None and value != "":
+            v = _scalar(value)
+            if v is not None:
+                out[f"relay.{key}"] = v
+
+
+def request_attributes(req: AnnotatedLLMRequest | None, out: dict[str, Any]) -> None:
+    if req is None:
+        return
+    params = req.params
+    if params:
+        for key, attr in REQUEST_PARAMS.items():
+            value = params.get(key)
+            if value is None:
+                continue
+            if key in ("stop", "stop_sequences") and isinstance(value, str):
+                value = [value]
+            v = _scalar(value)
+            if v is not None:
+                out[attr] = v
+    if req.stream:
+        out["gen_ai.request.stream"] = True
+
+
+def server_attributes(md: Mapping[str, Any] | None, out: dict[str, Any]) -> None:
+    """``server.address`` / ``server.port`` from the adapter's ``server_address`` (host or host:port)."""
+    if not md:
+        return
+    address = md.get(cv.SERVER_ADDRESS)
+    if not isinstance(address, str) or not address:
+        return
+    host, sep, port = address.rpartition(":")
+    if sep and port.isdigit() and host and not host.endswith(":"):
+        out["server.address"] = host.strip("[]")
+        out["server.port"] = int(port)
+    else:
+        out["server.address"] = address
+
+
+def start_attributes(event: Event, role: str, conversation_id: str | None) -> dict[str, Any]:
+    """What is known when a scope starts: set at span creation, where samplers can see it."""
+    out: dict[str, Any] = {}
+    md = event.metadata
+    if role == ATTEMPT:
+        out["gen_ai.operation.name"] = operation_of(event)
+        provider = provider_of(event)
+        if provider:
+            out["gen_ai.provider.name"] = provider
+        model = request_model(event)
+        if model:
+            out["gen_ai.request.model"] = model
+        request_attributes(event.annotated_request, out)
+        server_attributes(md, out)
+    elif role == TOOL:
+        out["gen_ai.operation.name"] = "execute_tool"
+        out["gen_ai.tool.name"] = event.name
+        out["gen_ai.tool.type"] = "function"
+        call_id = md.get("tool_call_id") if md else None
+        if isinstance(call_id, str) and call_id:
+            out["gen_ai.tool.call.id"] = call_id
+    elif role in (CONVERSATION, AGENT):
+        out["gen_ai.operation.name"] = "invoke_agent"
+        out["gen_ai.agent.name"] = agent_name(event)
+        model = md.get("model") if md else None
+        if isinstance(model, str) and model:
+            out["gen_ai.request.model"] = model
+    if conversation_id:
+        out["gen_ai.conversation.id"] = conversation_id
+    relay_attributes(event, out)
+    return out
+
+
+def input_tokens_total(provider: str | None, usage: Any) -> int | None:
+    """``gen_ai.usage.input_tokens`` as the conventions define it: every input token, cached or not.
+
+    Anthropic reports cache reads and cache writes apart from ``input_tokens``; the
+    Anthropic conventions say to add both in. Other providers already count them.
+    """
+    base = usage.input_tokens
+    if base is None:
+        return None
+    if provider == "anthropic":
+        return base + (usage.cache_read_tokens or 0) + (usage.cache_creation_tokens or 0)
+    return int(base)
+
+
+def response_attributes(provider: str | None, resp: AnnotatedLLMResponse | None, out: dict[str, Any]) -> None:
+    if resp is None:
+        return
+    if resp.model:
+        out["gen_ai.response.model"] = resp.model
+    if resp.id:
+        out["gen_ai.response.id"] = resp.id
+    if resp.finish_reasons:
+        out["gen_ai.response.finish_reasons"] = [str(r) for r in resp.finish_reasons]
+    usage = resp.usage
+    if usage is not None:
+        total_in = input_tokens_total(provider, usage)
+        if total_in is not None:
+            out["gen_ai.usage.input_tokens"] = total_in
+        if usage.output_tokens is not None:
+            out["gen_ai.usage.output_tokens"] = usage.output_tokens
+        if usage.cache_read_tokens is not None:
+            out["gen_ai.usage.cache_read.input_tokens"] = usage.cache_read_tokens
+        if usage.cache_creation_tokens is not None:
+            out["gen_ai.usage.cache_creation.input_tokens"] = usage.cache_creation_tokens
+        if usage.reasoning_tokens is not None:
+            out["gen_ai.usage.reasoning.output_tokens"] = usage.reasoning_tokens
+    if resp.time_to_first_chunk_ns is not None:
+        out["gen_ai.response.time_to_first_chunk"] = resp.time_to_first_chunk_ns / 1e9
+    if resp.sdk_retries is not None:
+        out["relay.sdk_retries"] = resp.sdk_retries
+
+
+def outcome_of(event: Event) -> str | None:
+    if event.outcome:
+        return event.outcome
+    output = event.output
+    if isinstance(output, dict):
+        value = output.get("outcome")
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def error_type(event: Event) -> str | None:
+    """``error.type`` for a failed scope: the exception's class name, else ``_OTHER``.
+
+    Cancellation (a closed stream, a cancelled task) is how a caller stops on
+    purpose, so it is recorded as ``relay.outcome`` and not as an error.
+    """
+    if outcome_of(event) != "failed":
+        return None
+    return event.error_type or "_OTHER"
+
+
+def end_attributes(event: Event, role: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    outcome = outcome_of(event)
+    if outcome:
+        out["relay.outcome"] = outcome
+    err = error_type(event)
+    if err:
+        out["error.type"] = err
+    md = event.metadata
+    if role == ATTEMPT:
+        provider = provider_of(event)
+        response_attributes(provider, event.annotated_response, out)
+        if md:
+            retries = md.get(cv.SDK_RETRIES)
+            if isinstance(retries, int) and "relay.sdk_retries" not in out:
+                out["relay.sdk_retries"] = retries
+    elif role == LOGICAL_CALL:
+        output = event.output
+        if isinstance(output, dict):
+            for key in ("model", "provider"):
+                value = output.get(key)
+                if isinstance(value, str) and value:
+                    out[f"relay.{key}"] = value
+    return out
+
+
+def metric_attributes(event: Event, err: str | None) -> dict[str, Any]:
+    """The attribute set the gen_ai.client.* metrics are recorded with (low cardinality only)."""
+    out: dict[str, Any] = {"gen_ai.operation.name": operation_of(event)}
+    provider = provider_of(event)
+    if provider:
+        out["gen_ai.provider.name"] = provider
+    model = request_model(event)
+    if model:
+        out["gen_ai.request.model"] = model
+    resp = event.annotated_response
+    if resp is not None and resp.model:
+        out["gen_ai.response.model"] = resp.model
+    server_attributes(event.metadata, out)
+    if err:
+        out["error.type"] = err
+    return out
+
+
+# -- OpenInference ---------------------------------------------------------------------------
+
+_OI_KIND = {
+    CONVERSATION: "AGENT",
+    AGENT: "AGENT",
+    TURN: "CHAIN",
+    LOGICAL_CALL: "CHAIN",
+    ATTEMPT: "LLM",
+    TOOL: "TOOL",
+    SCOPE: "CHAIN",
+}
+_OI_SCOPE_TYPES = {"retriever": "RETRIEVER"}
+
+
+def openinference_start(event: Event, role: str, conversation_id: str | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"openinference.span.kind": _OI_SCOPE_TYPES.get(event.scope_type or "", _OI_KIND[role])}
+    if conversation_id:
+        out["session.id"] = conversation_id
+    if role == ATTEMPT:
+        provider = provider_of(event)
+        if provider:
+            out["llm.provider"] = provider
+            out["llm.system"] = provider
+        model = request_model(event)
+        if model:
+            out["llm.model_name"] = model
+        req = event.annotated_request
+        if req is not None and req.params:
+            params = {k: v for k, v in req.params.items() if _json_safe(v)}
+            if params:
+                out["llm.invocation_parameters"] = json.dumps(params, sort_keys=True, default=str)
+    elif role == TOOL:
+        out["tool.name"] = event.name
+    elif role in (CONVERSATION, AGENT):
+        out["agent.name"] = agent_name(event)
+    return out
+
+
+def openinference_end(event: Event, role: str) -> dict[str, Any]:
+    if role != ATTEMPT:
+        return {}
+    out: dict[str, Any] = {}
+    resp = event.annotated_response
+    if resp is None:
+        return out
+    if resp.model:
+        out["llm.model_name"] = resp.model
+    usage = resp.usage
+    if usage is None:
+        return out
+    prompt = input_tokens_total(provider_of(event), usage)
+    if prompt is not None:
+        out["llm.token_count.prompt"] = prompt
+    if usage.output_tokens is not None:
+        out["llm.token_count.completion"] = usage.output_tokens
+    if prompt is not None and usage.output_tokens is not None:
+        out["llm.token_count.total"] = prompt + usage.output_tokens
+    if usage.cache_read_tokens is not None:
+        out["llm.token_count.prompt_details.cache_read"] = usage.cache_read_tokens
+    if usage.cache_creation_tokens is not None:
+        out["llm.token_count.prompt_details.cache_write"] = usage.cache_creation_tokens
+    if usage.reasoning_tokens is not None:
+        out["llm.token_count.completion_details.reasoning"] = usage.reasoning_tokens
+    return out
+
+
+def _json_safe(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str, list, tuple, dict))

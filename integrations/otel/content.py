@@ -1,0 +1,307 @@
+"""Opt-in message content: ``gen_ai.input.messages`` / ``output.messages`` / ``system_instructions``.
+
+Only runs when the user asked for content (``capture_content=True`` or
+``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``). Messages are
+mapped from whichever provider shape the codec left in the neutral view
+(OpenAI chat / Responses items, Anthropic blocks) onto the conventions' JSON
+schema: ``{"role", "parts": [{"type": "text", "content"}, {"type": "tool_call", ...}]}``.
+
+Every value passes the user's redaction hook before it is serialised, and keys
+that name credentials are blanked whatever the hook does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from relay_runtime.events import Event
+
+CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+
+# What a redaction hook gets: which attribute it is about, and the structured value
+# (list of messages / parts, or the tool's arguments / result). It returns the value
+# to record, possibly edited, or None to record nothing.
+Redactor = Callable[[str, Any], Any]
+
+INPUT_MESSAGES = "gen_ai.input.messages"
+OUTPUT_MESSAGES = "gen_ai.output.messages"
+SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
+TOOL_ARGUMENTS = "gen_ai.tool.call.arguments"
+TOOL_RESULT = "gen_ai.tool.call.result"
+
+REDACTED = "[redacted]"
+_CREDENTIAL_KEYS = frozenset(
+    {
+        "api_key",
+        "apikey",
+        "api-key",
+        "x-api-key",
+        "authorization",
+        "proxy-authorization",
+        "auth_token",
+        "access_token",
+        "refresh_token",
+        "password",
+        "secret",
+        "client_secret",
+        "token",
+        "cookie",
+        "set-cookie",
+    }
+)
+
+
+def capture_from_env() -> bool:
+    return os.environ.get(CAPTURE_ENV, "").strip().lower() in ("true", "1", "yes")
+
+
+def is_credential_key(key: str) -> bool:
+    k = key.lower()
+    return k in _CREDENTIAL_KEYS or k.endswith(("_api_key", "-api-key", "_secret", "-secret", "_token", "-token"))
+
+
+def scrub(value: Any, depth: int = 0) -> Any:
+    """A copy of ``value`` with every mapping entry whose key names a credential blanked."""
+    if depth > 20:
+        return REDACTED
+    if isinstance(value, Mapping):
+        return {str(k): (REDACTED if is_credential_key(str(k)) else scrub(v, depth + 1)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [scrub(v, depth + 1) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    dump = getattr(value, "model_dump", None)  # pydantic objects from the SDKs
+    if callable(dump):
+        try:
+            return scrub(dump(), depth + 1)
+        except Exception:
+            return str(value)
+    return str(value)
+
+
+# -- provider shapes -> the conventions' parts ----------------------------------------------
+
+
+def _get(obj: Any, key: str, default: Any = None) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+def _arguments(raw: Any) -> Any:
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    return raw
+
+
+def _part(block: Any) -> dict[str, Any] | None:
+    if isinstance(block, str):
+        return {"type": "text", "content": block}
+    kind = _get(block, "type")
+    if kind in ("text", "input_text", "output_text"):
+        return {"type": "text", "content": _get(block, "text", "")}
+    if kind in ("thinking", "reasoning"):
+        return {"type": "reasoning", "content": _get(block, "thinking") or _get(block, "text") or ""}
+    if kind in ("tool_use", "function_call"):
+        return {
+            "type": "tool_call",
+            "id": _get(block, "id") or _get(block, "call_id"),
+            "name": _get(block, "name"),
+            "arguments": _arguments(_get(block, "input", _get(block, "arguments"))),
+        }
+    if kind in ("tool_result", "function_call_output"):
+        result = _get(block, "content", _get(block, "output"))
+        if isinstance(result, list):
+            result = "".join(p.get("content", "") for p in map(_part, result) if p and p["type"] == "text")
+        return {
+            "type": "tool_call_response",
+            "id": _get(block, "tool_use_id") or _get(block, "call_id"),
+            "response": result,
+        }
+    if kind in ("image", "image_url", "input_image"):
+        return {"type": "blob", "modality": "image"}
+    if kind is None:
+        return None
+    return {"type": str(kind)}
+
+
+def _parts(content: Any) -> list[dict[str, Any]]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "content": content}]
+    if isinstance(content, (list, tuple)):
+        return [p for p in map(_part, content) if p is not None]
+    part = _part(content)
+    return [part] if part is not None else []
+
+
+def _message(msg: Any) -> dict[str, Any] | None:
+    if isinstance(msg, str):
+        return {"role": "user", "parts": [{"type": "text", "content": msg}]}
+    role = _get(msg, "role")
+    if role is None:
+        # Responses API input items that are not messages (function calls and outputs).
+        part = _part(msg)
+        if part is None:
+            return None
+        return {"role": "tool" if part["type"] == "tool_call_response" else "assistant", "parts": [part]}
+    parts = _parts(_get(msg, "content"))
+    for call in _get(msg, "tool_calls") or ():
+        fn = _get(call, "function") or {}
+        parts.append(
+            {
+                "type": "tool_call",
+                "id": _get(call, "id"),
+                "name": _get(fn, "name"),
+                "arguments": _arguments(_get(fn, "arguments")),
+            }
+        )
+    if role == "tool":
+        text = "".join(p.get("content", "") for p in parts if p["type"] == "text")
+        parts = [{"type": "tool_call_response", "id": _get(msg, "tool_call_id"), "response": text}]
+    return {"role": str(role), "parts": parts}
+
+
+def input_messages(messages: Any) -> list[dict[str, Any]]:
+    if isinstance(messages, str):
+        messages = [messages]
+    return [m for m in map(_message, messages or ()) if m is not None]
+
+
+def system_instructions(system: Any) -> list[dict[str, Any]]:
+    return _parts(system)
+
+
+def output_messages(event: Event) -> list[dict[str, Any]]:
+    resp = event.annotated_response
+    if resp is None:
+        return []
+    parts: list[dict[str, Any]] = []
+    if resp.output_text:
+        parts.append({"type": "text", "content": resp.output_text})
+    for call in resp.tool_calls or ():
+        parts.append(
+            {
+                "type": "tool_call",
+                "id": call.get("id"),
+                "name": call.get("name"),
+                "arguments": _arguments(call.get("arguments")),
+            }
+        )
+    if not parts:
+        return []
+    message: dict[str, Any] = {"role": "assistant", "parts": parts}
+    if resp.finish_reasons:
+        message["finish_reason"] = str(resp.finish_reasons[0])
+    return [message]
+
+
+# -- recording ---------------------------------------------------------------------------------
+
+
+class ContentRecorder:
+    """Turns content into attributes through the redaction hook; one per exporter."""
+
+    def __init__(self, redact: Redactor | None, openinference: bool) -> None:
+        self._redact = redact
+        self._openinference = openinference
+
+    def _value(self, key: str, value: Any) -> str | None:
+        value = scrub(value)
+        if self._redact is not None:
+            value = self._redact(key, value)
+            if value is None:
+                return None
+            value = scrub(value)  # a hook cannot put credentials back
+        if value == [] or value == {}:
+            return None
+        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+    def attempt_start(self, event: Event, out: dict[str, Any]) -> None:
+        req = event.annotated_request
+        if req is None:
+            return
+        msgs = self._value(INPUT_MESSAGES, input_messages(req.messages))
+        if msgs is not None:
+            out[INPUT_MESSAGES] = msgs
+        system = self._value(SYSTEM_INSTRUCTIONS, system_instructions(req.system)) if req.system else None
+        if system is not None:
+            out[SYSTEM_INSTRUCTIONS] = system
+        if self._openinference:
+            self._oi_messages("llm.input_messages", msgs, system, out)
+            if msgs is not None:
+                out["input.value"] = msgs
+                out["input.mime_type"] = "application/json"
+
+    def attempt_end(self, event: Event, out: dict[str, Any]) -> None:
+        msgs = self._value(OUTPUT_MESSAGES, output_messages(event))
+        if msgs is None:
+            return
+        out[OUTPUT_MESSAGES] = msgs
+        if self._openinference:
+            self._oi_messages("llm.output_messages", msgs, None, out)
+            resp = event.annotated_response
+            if resp is not None and resp.output_text is not None:
+                out["output.value"] = resp.output_text
+                out["output.mime_type"] = "text/plain"
+
+    def tool_start(self, event: Event, out: dict[str, Any]) -> None:
+        if event.input is None:
+            return
+        args = self._value(TOOL_ARGUMENTS, _arguments(event.input))
+        if args is not None:
+            out[TOOL_ARGUMENTS] = args
+            if self._openinference:
+                out["input.value"] = args
+                out["tool.parameters"] = args
+
+    def tool_end(self, event: Event, out: dict[str, Any]) -> None:
+        if event.output is None or event.outcome == "failed":
+            return
+        result = self._value(TOOL_RESULT, event.output)
+        if result is not None:
+            out[TOOL_RESULT] = result
+            if self._openinference:
+                out["output.value"] = result
+
+    @staticmethod
+    def _oi_messages(prefix: str, msgs: str | None, system: str | None, out: dict[str, Any]) -> None:
+        """OpenInference's flattened ``llm.input_messages.{i}.message.*`` from the recorded JSON."""
+        i = 0
+        if system is not None:
+            parts = _loads_list(system)
+            text = "".join(str(p.get("content", "")) for p in parts if isinstance(p, dict)) if parts else system
+            out[f"{prefix}.0.message.role"] = "system"
+            out[f"{prefix}.0.message.content"] = text
+            i = 1
+        for msg in (_loads_list(msgs) if msgs is not None else None) or ():
+            if not isinstance(msg, dict):
+                continue
+            out[f"{prefix}.{i}.message.role"] = str(msg.get("role", ""))
+            texts = [p.get("content", "") for p in msg.get("parts", ()) if p.get("type") == "text"]
+            if texts:
+                out[f"{prefix}.{i}.message.content"] = "".join(str(t) for t in texts)
+            calls = [p for p in msg.get("parts", ()) if p.get("type") == "tool_call"]
+            for j, call in enumerate(calls):
+                base = f"{prefix}.{i}.message.tool_calls.{j}.tool_call"
+                if call.get("id"):
+                    out[f"{base}.id"] = str(call["id"])
+                out[f"{base}.function.name"] = str(call.get("name") or "")
+                out[f"{base}.function.arguments"] = json.dumps(call.get("arguments"), default=str)
+            i += 1
+
+
+def _loads_list(text: str) -> list[Any] | None:
+    """The JSON list a recorded attribute holds, or None (a redaction hook may have left plain text)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, list) else None

@@ -1,0 +1,340 @@
+"""``OTelExporter``: a relay subscriber that turns scopes into OpenTelemetry spans and metrics.
+
+One span per scope, started and ended at the scope's own nanosecond
+timestamps, parented by ``parent_uuid``. Attribute extraction lives in
+``attributes.py`` / ``content.py``; this module only manages spans.
+
+Every span ends exactly once: by its scope's end event, or, when a turn or a
+conversation ends while scopes below it are still open (the caller crashed,
+a stream was abandoned), by that ancestor's end, with an error status. A later
+end event for such a span is ignored.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from opentelemetry import propagate
+from opentelemetry import trace as trace_api
+from opentelemetry.context import Context
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
+
+from relay_runtime import conventions as cv
+from relay_runtime.events import MARK, SCOPE_END, SCOPE_START, Event
+
+from . import attributes as A
+from . import propagation
+from .content import ContentRecorder, Redactor, capture_from_env
+from .metrics import GenAIMetrics
+from .providers import (
+    global_sdk_meter_provider,
+    global_sdk_tracer_provider,
+    meter_provider_from_env,
+    sdk_disabled,
+    tracer_provider_from_env,
+)
+from .spans import OpenSpan, SpanTable
+
+VERSION = "0.1.0"
+INSTRUMENTATION_NAME = "relay_runtime.otel"
+
+ABANDONED = "abandoned"
+ABANDONED_ERROR = "relay.abandoned"
+
+SPANS_ABANDONED = "otel.spans_abandoned"
+UNMATCHED_ENDS = "otel.unmatched_ends"
+
+_SWEEPING_ROLES = frozenset({A.CONVERSATION, A.TURN, A.AGENT})
+_EMPTY_CONTEXT = Context()
+_STATUS_MESSAGE_LIMIT = 512
+
+
+class OTelExporter:
+    """Subscriber: ``relay.subscribers.register(OTelExporter(...), kinds=OTelExporter.KINDS)``.
+
+    ``tracer_provider`` / ``meter_provider``: used as given (the caller owns their
+    processors and their shutdown). When None: the global SDK provider if the
+    application set one, else a provider built from the ``OTEL_*`` environment,
+    which this exporter owns and shuts down in ``shutdown()``.
+
+    ``conventions``: ``("gen_ai",)`` or ``("gen_ai", "openinference")``.
+    ``capture_content`` (or ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``)
+    records messages, passed first through ``redact(attribute, value) -> value | None``.
+    ``link_to_current_context``: a root scope becomes a child of the OTel span active
+    where it starts (an incoming HTTP request's, say).
+    ``span_exporters``: instead of a tracer provider, build one here around these
+    exporters, each behind a bounded batch processor whose drops are counted.
+    """
+
+    KINDS = ("scope_start", "scope_end", "mark")
+
+    def __init__(
+        self,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
+        *,
+        conventions: Iterable[str] = (A.GEN_AI,),
+        capture_content: bool = False,
+        redact: Redactor | None = None,
+        link_to_current_context: bool = True,
+        max_open_spans: int = 10_000,
+        span_exporters: Sequence[SpanExporter] | None = None,
+    ) -> None:
+        wanted = tuple(conventions)
+        unknown = set(wanted) - A.KNOWN_CONVENTIONS
+        if unknown or A.GEN_AI not in wanted:
+            raise ValueError(
+                f"conventions must include 'gen_ai' and be among {sorted(A.KNOWN_CONVENTIONS)}, got {list(wanted)}"
+            )
+        if redact is not None and not callable(redact):
+            raise TypeError(f"redact must be callable, got {type(redact).__name__}")
+        self.conventions = wanted
+        self._oi = A.OPENINFERENCE in wanted
+        self._counts: Counter[str] = Counter()
+        self._counts_lock = threading.Lock()
+        self._targets: list[Any] = []  # relays (and hosts) this exporter is attached to
+        self._owned: list[Any] = []  # providers built here, shut down here
+        self._disabled = tracer_provider is None and span_exporters is None and sdk_disabled()
+
+        if span_exporters is not None:
+            if tracer_provider is not None:
+                raise ValueError("pass either tracer_provider or span_exporters, not both")
+            tracer_provider = tracer_provider_from_env(self.count, exporters=span_exporters)
+            self._owned.append(tracer_provider)
+        elif tracer_provider is None and not self._disabled:
+            tracer_provider = global_sdk_tracer_provider()
+            if tracer_provider is None:
+                tracer_provider = tracer_provider_from_env(self.count)
+                self._owned.append(tracer_provider)
+        if meter_provider is None and not self._disabled:
+            meter_provider = global_sdk_meter_provider()
+            if meter_provider is None:
+                meter_provider = meter_provider_from_env()
+                if meter_provider is not None:
+                    self._owned.append(meter_provider)
+        self.tracer_provider = tracer_provider
+        self.meter_provider = meter_provider
+        self._tracer = (tracer_provider or trace_api.NoOpTracerProvider()).get_tracer(INSTRUMENTATION_NAME, VERSION)
+        self._metrics = GenAIMetrics(meter_provider, VERSION) if meter_provider is not None else None
+        capture = capture_content or capture_from_env()
+        self._content = ContentRecorder(redact, self._oi) if capture else None
+        self._link = link_to_current_context
+        self._table = SpanTable(max_open_spans)
+
+    # -- the subscriber ------------------------------------------------------------------------
+
+    def __call__(self, event: Event) -> None:
+        kind = event.kind
+        if kind == SCOPE_START:
+            self._start(event)
+        elif kind == SCOPE_END:
+            self._end(event)
+        elif kind == MARK:
+            self._mark(event)
+
+    def _start(self, event: Event) -> None:
+        if self._disabled:
+            return
+        parent = self._table.get(event.parent_uuid)
+        role = A.role_of(event)
+        md = event.metadata
+        conversation_id = parent.conversation_id if parent is not None else None
+        if conversation_id is None and md:
+            sid = md.get(cv.SESSION_ID)
+            conversation_id = sid if isinstance(sid, str) and sid else None
+        attributes = A.start_attributes(event, role, conversation_id)
+        if self._oi:
+            attributes.update(A.openinference_start(event, role, conversation_id))
+        if self._content is not None:
+            if role == A.ATTEMPT:
+                self._content.attempt_start(event, attributes)
+            elif role == A.TOOL:
+                self._content.tool_start(event, attributes)
+        if parent is not None:
+            context: Context | None = trace_api.set_span_in_context(parent.span)
+        else:
+            context = None if self._link else _EMPTY_CONTEXT
+        span = self._tracer.start_span(
+            A.span_name(event, role),
+            context=context,
+            kind=A.span_kind(role),
+            attributes=attributes,
+            start_time=event.timestamp,
+        )
+        try:
+            evicted = self._table.add(OpenSpan(event.uuid, span, role, parent, conversation_id))
+        except ValueError:
+            # The same scope started twice: keep the first span, end this one unrecorded.
+            span.end(end_time=event.timestamp)
+            self.count("otel.duplicate_starts")
+            return
+        for record in evicted:
+            self._abandon(record, event.timestamp, "evicted: too many open spans")
+
+    def _end(self, event: Event) -> None:
+        record, orphans = self._table.remove(event.uuid, _SWEEPING_ROLES)
+        if record is None:
+            if not self._disabled:
+                self.count(UNMATCHED_ENDS)
+            return
+        role = record.role
+        for orphan in orphans:
+            self._abandon(orphan, event.timestamp, f"{role} scope ended while this scope was open")
+        attributes = A.end_attributes(event, role)
+        if self._oi:
+            attributes.update(A.openinference_end(event, role))
+        if self._content is not None:
+            if role == A.ATTEMPT:
+                self._content.attempt_end(event, attributes)
+            elif role == A.TOOL:
+                self._content.tool_end(event, attributes)
+        span = record.span
+        if attributes:
+            span.set_attributes(attributes)
+        err = attributes.get("error.type")
+        if err is not None:
+            message = event.error_message or ""
+            span.add_event(
+                "exception",
+                {"exception.type": str(err), "exception.message": message},
+                timestamp=event.timestamp,
+            )
+            span.set_status(Status(StatusCode.ERROR, f"{err}: {message}"[:_STATUS_MESSAGE_LIMIT]))
+        if role == A.ATTEMPT and self._metrics is not None:
+            self._metrics.record_attempt(event, err)
+        span.end(end_time=event.timestamp)
+
+    def _mark(self, event: Event) -> None:
+        if event.name == cv.CHUNK:
+            return
+        record = self._table.get(event.parent_uuid)
+        if record is None:
+            return
+        attributes: dict[str, Any] = {}
+        if event.metadata:
+            attributes.update(
+                (f"relay.{k}", v) for k, v in event.metadata.items() if isinstance(v, (str, int, float, bool))
+            )
+        # A mark's data may be content (a tool call's arguments): only with capture on.
+        if self._content is not None and isinstance(event.data, Mapping):
+            attributes.update(
+                (f"relay.data.{k}", v) for k, v in event.data.items() if isinstance(v, (str, int, float, bool))
+            )
+        record.span.add_event(event.name, attributes, timestamp=event.timestamp)
+
+    def _abandon(self, record: OpenSpan, end_ns: int, reason: str) -> None:
+        span = record.span
+        span.set_attributes({"relay.outcome": ABANDONED, "error.type": ABANDONED_ERROR})
+        span.set_status(Status(StatusCode.ERROR, reason))
+        span.end(end_time=end_ns)
+        self.count(SPANS_ABANDONED)
+
+    # -- trace context for provider calls -------------------------------------------------
+
+    def span_for(self, scope_uuid: str) -> Span | None:
+        record = self._table.get(scope_uuid)
+        return record.span if record is not None else None
+
+    def context_for(self, scope_uuid: str) -> Context | None:
+        """An OTel context whose current span is this scope's, to parent other instrumentation."""
+        span = self.span_for(scope_uuid)
+        return trace_api.set_span_in_context(span) if span is not None else None
+
+    def traceparent_for(self, scope_uuid: str) -> str | None:
+        """The W3C ``traceparent`` of an open scope's span, or None (unknown, ended, or not sampled)."""
+        span = self.span_for(scope_uuid)
+        if span is None:
+            return None
+        sc = span.get_span_context()
+        if not sc.is_valid:
+            return None
+        return f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{int(sc.trace_flags):02x}"
+
+    def headers_for(self, scope_uuid: str) -> dict[str, str]:
+        """Propagation headers for an open scope through the configured propagators (``OTEL_PROPAGATORS``)."""
+        context = self.context_for(scope_uuid)
+        if context is None:
+            return {}
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier, context=context)
+        return carrier
+
+    # -- attaching, counting, lifecycle ------------------------------------------------------
+
+    def attach(self, target: Any, *, name: str = "otel", propagate_context: bool = False) -> OTelExporter:
+        """Register on a ``Relay``, or on a session host (its relay, and managed execution retained).
+
+        ``propagate_context``: also add the attempt's ``traceparent`` (and whatever
+        else ``OTEL_PROPAGATORS`` injects) to ``LLMRequest.headers`` of every call.
+        """
+        relay = getattr(target, "relay", None)
+        host = target if relay is not None and hasattr(target, "retain_managed_execution") else None
+        relay = relay if host is not None else target
+        subscribers = getattr(relay, "subscribers", None)
+        if subscribers is None:
+            raise TypeError(f"attach() takes a Relay or a session host, got {type(target).__name__}")
+        subscribers.register(self, name=name, kinds=self.KINDS)
+        if propagate_context:
+            propagation.install(self, relay, name=f"{name}.trace_context")
+        if host is not None:
+            host.retain_managed_execution(name)
+        self._targets.append((relay, host, name, propagate_context))
+        return self
+
+    def detach(self) -> None:
+        for relay, host, name, propagated in self._targets:
+            relay.subscribers.deregister(name)
+            if propagated:
+                propagation.uninstall(relay, name=f"{name}.trace_context")
+            if host is not None:
+                host.release_managed_execution(name)
+        self._targets.clear()
+
+    def count(self, key: str, n: int = 1) -> None:
+        with self._counts_lock:
+            self._counts[key] += n
+        for relay, *_ in list(self._targets):
+            counter = getattr(relay, "count", None)
+            if counter is not None:
+                try:
+                    counter(key, n)
+                except Exception:
+                    pass
+
+    def diagnostics(self) -> dict[str, int]:
+        with self._counts_lock:
+            out = dict(self._counts)
+        out["otel.open_spans"] = len(self._table)
+        return out
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        ok = True
+        for provider in (self.tracer_provider, self.meter_provider):
+            flush = getattr(provider, "force_flush", None)
+            if flush is not None:
+                ok = bool(flush(timeout_millis)) and ok
+        return ok
+
+    def shutdown(self, *, end_open_spans: bool = True) -> None:
+        """End what is still open (as abandoned), flush, shut down providers built here, then detach.
+
+        Detaching comes last so that losses counted while flushing still reach the relays.
+        """
+        if end_open_spans:
+            now = time.time_ns()
+            for record in self._table.remove_all():
+                self._abandon(record, now, "exporter shut down while this scope was open")
+        self.force_flush()
+        for provider in self._owned:
+            try:
+                provider.shutdown()
+            except Exception:
+                self.count("otel.shutdown_errors")
+        self._owned.clear()
+        self.detach()

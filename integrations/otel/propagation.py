@@ -1,0 +1,54 @@
+"""Carrying the attempt's trace context to the provider, as W3C ``traceparent`` request headers.
+
+The core offers no header hook yet, so this uses what it has: an execution
+intercept (and a stream execution intercept) that runs while the attempt is
+the current one, looks up that attempt's span, and returns the request with
+the propagation headers added. Adapters that send ``LLMRequest.headers`` with
+the SDK call (``extra_headers``) then carry the trace to the provider.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from relay_runtime.attempt import current_attempt
+from relay_runtime.types import LLMRequest
+
+if TYPE_CHECKING:
+    from .exporter import OTelExporter
+
+# Last in every chain: intercepts that rewrite or retry the request run first, and
+# every request that reaches the provider carries the headers.
+PRIORITY = 1_000_000
+INTERCEPT_NAME = "otel.trace_context"
+
+
+def with_trace_headers(exporter: OTelExporter, request: LLMRequest) -> LLMRequest:
+    attempt = current_attempt()
+    if attempt is None:
+        return request
+    carrier = exporter.headers_for(attempt.handle.uuid)
+    if not carrier:
+        return request
+    return request.replace(headers={**request.headers, **carrier})
+
+
+def execution_intercept(exporter: OTelExporter) -> Callable[[str, LLMRequest, Callable[[LLMRequest], Any]], Any]:
+    # One function for sync and async chains: for an async call ``call_next`` returns
+    # an awaitable, which the async chain awaits.
+    def inject(name: str, request: LLMRequest, call_next: Callable[[LLMRequest], Any]) -> Any:
+        return call_next(with_trace_headers(exporter, request))
+
+    return inject
+
+
+def install(exporter: OTelExporter, relay: Any, *, name: str = INTERCEPT_NAME) -> None:
+    fn = execution_intercept(exporter)
+    relay.intercepts.register_llm_execution(name, PRIORITY, fn)
+    relay.intercepts.register_llm_stream_execution(name, PRIORITY, fn)
+
+
+def uninstall(relay: Any, *, name: str = INTERCEPT_NAME) -> None:
+    relay.intercepts.deregister_llm_execution(name)
+    relay.intercepts.deregister_llm_stream_execution(name)

@@ -1,0 +1,142 @@
+"""Open spans keyed by scope uuid: parentage, and ending every span exactly once.
+
+Events for one scope may arrive on different threads (a stream started on one
+thread and closed on another), so the table is guarded by a lock; each
+operation holds it for a few dict operations only.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+from opentelemetry.trace import Span
+
+
+class OpenSpan:
+    __slots__ = ("children", "conversation_id", "parent", "role", "span", "uuid")
+
+    def __init__(self, uuid: str, span: Span, role: str, parent: OpenSpan | None, conversation_id: str | None):
+        self.uuid = uuid
+        self.span = span
+        self.role = role
+        self.parent = parent
+        self.conversation_id = conversation_id
+        # Allocated on the first child only: most spans (attempts, tools) are leaves.
+        self.children: dict[str, OpenSpan] | None = None
+
+
+class SpanTable:
+    """Spans started and not yet ended.
+
+    ``max_open`` bounds memory when a caller leaks scopes that never end: past
+    it, the oldest open leaf span is handed back to be ended by the exporter.
+    """
+
+    def __init__(self, max_open: int) -> None:
+        if max_open < 1:
+            raise ValueError(f"max_open must be at least 1, got {max_open}")
+        self._max_open = max_open
+        self._open: dict[str, OpenSpan] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def get(self, uuid: str | None) -> OpenSpan | None:
+        if uuid is None:
+            return None
+        return self._open.get(uuid)
+
+    def add(self, record: OpenSpan) -> list[OpenSpan]:
+        """Register a started span; returns the records evicted to stay under ``max_open``."""
+        evicted: list[OpenSpan] = []
+        with self._lock:
+            if record.uuid in self._open:
+                raise ValueError(f"scope {record.uuid} started twice")
+            self._open[record.uuid] = record
+            parent = record.parent
+            if parent is not None and parent.uuid in self._open:
+                if parent.children is None:
+                    parent.children = {}
+                parent.children[record.uuid] = record
+            while len(self._open) > self._max_open:
+                # The oldest leaf: leaked scopes are old, and a leaf has nothing live below
+                # it (the oldest span overall is usually a conversation still in use).
+                oldest = next(r for r in self._open.values() if not r.children)
+                evicted.extend(self._remove_tree(oldest))
+        return evicted
+
+    def remove(self, uuid: str, sweep_roles: frozenset[str] = frozenset()) -> tuple[OpenSpan | None, list[OpenSpan]]:
+        """Take one span out to be ended: ``(record, orphans)``; record None if it already was.
+
+        When the record's role is in ``sweep_roles``, every span still open below it
+        comes out too (``orphans``, deepest first), to be ended before it. Otherwise
+        its open children are handed to the nearest open ancestor, so that ending
+        that ancestor later still finds them.
+        """
+        with self._lock:
+            record = self._open.pop(uuid, None)
+            if record is None:
+                return None, []
+            self._detach(record)
+            orphans: list[OpenSpan] = []
+            if record.children:
+                if record.role in sweep_roles:
+                    for child in list(record.children.values()):
+                        if child.uuid in self._open:
+                            orphans.extend(self._remove_tree(child))
+                    record.children = None
+                else:
+                    self._hand_down(record)
+            return record, orphans
+
+    def remove_all(self) -> list[OpenSpan]:
+        with self._lock:
+            records = list(self._open.values())
+            self._open.clear()
+        for r in records:
+            r.children = None
+        # Children were opened after their parents: end the newest first.
+        records.reverse()
+        return records
+
+    def _remove_tree(self, root: OpenSpan) -> list[OpenSpan]:
+        out: list[OpenSpan] = []
+        for node in _post_order(root):
+            if self._open.pop(node.uuid, None) is not None:
+                out.append(node)
+            node.children = None
+        self._detach(root)
+        return out
+
+    def _hand_down(self, record: OpenSpan) -> None:
+        """Children still open when their parent ends go to the nearest open ancestor's keeping,
+        so that a turn's end still finds an attempt whose logical call ended before it."""
+        children = record.children or {}
+        record.children = None
+        ancestor = record.parent
+        while ancestor is not None and ancestor.uuid not in self._open:
+            ancestor = ancestor.parent
+        for child in children.values():
+            child.parent = ancestor
+            if ancestor is not None:
+                if ancestor.children is None:
+                    ancestor.children = {}
+                ancestor.children[child.uuid] = child
+
+    def _detach(self, record: OpenSpan) -> None:
+        parent = record.parent
+        if parent is not None and parent.children:
+            parent.children.pop(record.uuid, None)
+
+
+def _post_order(root: OpenSpan) -> Iterator[OpenSpan]:
+    stack: list[tuple[OpenSpan, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded or not node.children:
+            yield node
+            continue
+        stack.append((node, True))
+        stack.extend((child, False) for child in list(node.children.values()))

@@ -1,0 +1,285 @@
+"""End to end: a relay run exported over OTLP/HTTP to a real Arize Phoenix, read back over its REST API.
+
+Phoenix runs from its own virtual environment (``bash tests/phoenix/setup.sh``
+builds ``.phoenix-venv``; ``PHOENIX_VENV`` points elsewhere), started here on
+loopback with a free port and a temporary working directory, and stopped by
+its process group. Without that venv the test is skipped locally and fails
+under ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+from integrations.otel import OTelExporter
+from relay_runtime import LLMRequest, session
+from relay_runtime import calls as relay_calls
+from relay_runtime import conventions as cv
+from relay_runtime.types import AnnotatedLLMRequest, AnnotatedLLMResponse, TokenUsage
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = Path(os.environ.get("PHOENIX_VENV") or ROOT / ".phoenix-venv")
+PHOENIX = VENV / "bin" / "phoenix"
+START_TIMEOUT_S = 180.0
+READ_TIMEOUT_S = 60.0
+
+
+def _require_phoenix() -> None:
+    if PHOENIX.exists():
+        return
+    message = f"Arize Phoenix is not installed at {VENV}: run `bash tests/phoenix/setup.sh` to build its venv"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+class Phoenix:
+    def __init__(self, workdir: Path) -> None:
+        self.port = _free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        tmp = workdir / "tmp"
+        tmp.mkdir(parents=True)
+        env = {
+            **os.environ,
+            "PHOENIX_HOST": "127.0.0.1",
+            "PHOENIX_PORT": str(self.port),
+            "PHOENIX_GRPC_PORT": "0",
+            "PHOENIX_WORKING_DIR": str(workdir),
+            "TMPDIR": str(tmp),
+            "PHOENIX_ALLOW_EXTERNAL_RESOURCES": "false",
+            "PHOENIX_TELEMETRY_ENABLED": "false",
+        }
+        for var in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_TRACES_EXPORTER", "PHOENIX_COLLECTOR_ENDPOINT"):
+            env.pop(var, None)
+        self.log_path = workdir / "phoenix.log"
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [str(PHOENIX), "serve"],
+            env=env,
+            cwd=workdir,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"Phoenix exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                status, _ = _get(f"{self.base}/healthz", timeout=2)
+                if status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"Phoenix not ready after {START_TIMEOUT_S}s:\n{self.log_tail()}")
+
+    def log_tail(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self._log.close()
+
+    def spans(self, project: str, expected: int) -> list[dict[str, Any]]:
+        """Poll the project's spans until ``expected`` arrived (Phoenix inserts in batches)."""
+        deadline = time.monotonic() + READ_TIMEOUT_S
+        got: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            status, body = _get(f"{self.base}/v1/projects/{project}/spans?limit=1000")
+            if status == 200:
+                got = json.loads(body)["data"]
+                if len(got) >= expected:
+                    return got
+            time.sleep(0.5)
+        raise AssertionError(f"Phoenix has {len(got)} of {expected} spans in {project!r}:\n{self.log_tail()}")
+
+
+@pytest.fixture(scope="module")
+def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Phoenix]:
+    _require_phoenix()
+    server = Phoenix(tmp_path_factory.mktemp("phoenix"))
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+
+
+class Codec:
+    operation = "chat"
+
+    def __init__(self, provider: str) -> None:
+        self.provider = provider
+
+    def decode(self, content: Any) -> AnnotatedLLMRequest:
+        return AnnotatedLLMRequest(
+            model=content["model"],
+            messages=content["messages"],
+            params={"temperature": 0.1},
+            provider=self.provider,
+        )
+
+    def apply(self, content: Any, changes: dict[str, Any]) -> dict[str, Any]:
+        return dict(content)
+
+    def annotate_response(self, r: Any) -> AnnotatedLLMResponse:
+        return AnnotatedLLMResponse(
+            model=r["model"],
+            id=r["id"],
+            finish_reasons=["stop"],
+            usage=TokenUsage(input_tokens=r["input"], output_tokens=r["output"], cache_read_tokens=r.get("cache_read")),
+            output_text="ok",
+        )
+
+    def accumulator(self) -> Any:
+        raise NotImplementedError
+
+
+def _run_agent(project: str, phoenix: Phoenix, conventions: tuple[str, ...], monkeypatch: Any) -> str:
+    """One conversation, one turn: a failed OpenAI attempt, an Anthropic fallback, a tool."""
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", f"openinference.project.name={project}")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "relay-e2e")
+    host = session.SESSION_COORDINATOR.host(f"profile-{project}")
+    exporter = OTelExporter(
+        span_exporters=[OTLPSpanExporter(endpoint=f"{phoenix.base}/v1/traces", timeout=10)],
+        conventions=conventions,
+    ).attach(host)
+    lease = session.SESSION_COORDINATOR.acquire_conversation(
+        profile_key=host.profile_key, session_id=f"sess-{project}", platform="e2e"
+    )
+    turn = session.SESSION_COORDINATOR.begin_turn(lease, turn_id="t1", task_id="k1")
+    messages = [{"role": "user", "content": "hi"}]
+
+    def overloaded(req: LLMRequest) -> Any:
+        raise ConnectionError("upstream overloaded")
+
+    with pytest.raises(ConnectionError):
+        relay_calls.execute_current(
+            LLMRequest(None, {"model": "gpt-e2e", "messages": messages}),
+            overloaded,
+            name="openai",
+            metadata={cv.API_REQUEST_ID: "call-1"},
+            defer_logical_completion=True,
+            codec=Codec("openai"),
+        )
+    relay_calls.execute_current(
+        LLMRequest(None, {"model": "claude-e2e", "messages": messages}),
+        lambda req: {"model": "claude-e2e-20250101", "id": "msg_e2e", "input": 20, "output": 8, "cache_read": 30},
+        name="anthropic",
+        metadata={cv.API_REQUEST_ID: "call-1"},
+        defer_logical_completion=True,
+        codec=Codec("anthropic"),
+    )
+    relay_calls.complete_logical_call("call-1", outcome="success")
+    host.relay.tools.execute("lookup", {"q": "x"}, lambda a: "found")
+    session.SESSION_COORDINATOR.end_turn(turn, outcome="success")
+    session.SESSION_COORDINATOR.release_conversation(lease)
+    exporter.shutdown()
+    assert exporter.diagnostics().get("otel.spans_export_failed", 0) == 0
+    return host.profile_key
+
+
+def _check_tree(spans: list[dict[str, Any]], profile: str) -> dict[str, dict[str, Any]]:
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for s in spans:
+        by_name.setdefault(s["name"], []).append(s)
+    assert sorted(by_name) == sorted(
+        [
+            f"invoke_agent {profile}",
+            "turn",
+            "logical_llm_call",
+            "chat gpt-e2e",
+            "chat claude-e2e",
+            "execute_tool lookup",
+        ]
+    )
+    one = {name: found[0] for name, found in by_name.items()}
+    assert all(len(found) == 1 for found in by_name.values())
+
+    def parent(name: str) -> str | None:
+        pid = one[name]["parent_id"]
+        if pid is None:
+            return None
+        (p,) = [n for n, s in one.items() if s["context"]["span_id"] == pid]
+        return p
+
+    assert parent(f"invoke_agent {profile}") is None
+    assert parent("turn") == f"invoke_agent {profile}"
+    assert parent("logical_llm_call") == "turn"
+    assert parent("chat gpt-e2e") == parent("chat claude-e2e") == "logical_llm_call"
+    assert parent("execute_tool lookup") == "turn"
+    assert len({s["context"]["trace_id"] for s in spans}) == 1
+
+    kinds = {name: s["span_kind"] for name, s in one.items()}
+    assert kinds[f"invoke_agent {profile}"] == "AGENT"
+    assert kinds["chat gpt-e2e"] == kinds["chat claude-e2e"] == "LLM"
+    assert kinds["execute_tool lookup"] == "TOOL"
+
+    failed, ok = one["chat gpt-e2e"], one["chat claude-e2e"]
+    assert failed["status_code"] == "ERROR" and "upstream overloaded" in failed["status_message"]
+    assert ok["status_code"] != "ERROR"
+    a = ok["attributes"]
+    assert a["gen_ai.request.model"] == "claude-e2e"
+    assert a["gen_ai.response.model"] == "claude-e2e-20250101"
+    assert a["llm.model_name"] in ("claude-e2e", "claude-e2e-20250101")
+    assert a["gen_ai.usage.input_tokens"] == 50  # Anthropic: input + cache read
+    assert a["llm.token_count.prompt"] == 50
+    assert a["llm.token_count.completion"] == 8
+    assert a["llm.token_count.total"] == 58
+    assert a["gen_ai.conversation.id"].startswith("sess-")
+    return one
+
+
+def test_phoenix_reads_gen_ai_spans_without_any_custom_work(phoenix, relay_home, monkeypatch):
+    profile = _run_agent("relay-genai", phoenix, ("gen_ai",), monkeypatch)
+    spans = phoenix.spans("relay-genai", expected=6)
+    one = _check_tree(spans, profile)
+    # Only gen_ai.* was sent: Phoenix derived the LLM view itself.
+    assert "openinference.span.kind" not in json.dumps(one["chat claude-e2e"]["attributes"])
+
+
+def test_phoenix_reads_openinference_spans(phoenix, relay_home, monkeypatch):
+    profile = _run_agent("relay-oi", phoenix, ("gen_ai", "openinference"), monkeypatch)
+    spans = phoenix.spans("relay-oi", expected=6)
+    one = _check_tree(spans, profile)
+    assert one["turn"]["span_kind"] == "CHAIN"
+    assert one["logical_llm_call"]["span_kind"] == "CHAIN"
+    assert one["chat claude-e2e"]["attributes"]["llm.provider"] == "anthropic"
+    assert one["chat claude-e2e"]["attributes"]["session.id"] == "sess-relay-oi"
