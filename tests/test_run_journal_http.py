@@ -209,7 +209,7 @@ async def test_bad_requests(server, tmp_path, path, params, headers, status, mes
 
 @pytest.mark.asyncio
 async def test_sse_follows_a_turn_journaled_by_the_subscriber(server, tmp_path):
-    from test_run_journal_support import run_turn, stream_call
+    from journal_support import run_turn, stream_call
 
     from relay_runtime import session
 

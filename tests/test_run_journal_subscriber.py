@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 import pytest
-from test_run_journal_support import (
+from journal_support import (
     CONSUMER,
     ProviderError,
     ScriptedCodec,

@@ -109,7 +109,7 @@ def test_http_snapshot_projects_exact_journal_window(tmp_path, monkeypatch, suff
 # and the JournalSubscriber on the host's relay writes the run.
 
 import httpx2  # noqa: E402
-from test_run_journal_support import ProviderFailures, run_turn  # noqa: E402
+from journal_support import ProviderFailures, run_turn  # noqa: E402
 
 import adapters  # noqa: E402
 from adapters.testing import (  # noqa: E402

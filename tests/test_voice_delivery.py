@@ -5,17 +5,14 @@ detached window for an undelivered result."""
 from __future__ import annotations
 
 import asyncio
-import json
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
-from aiohttp import WSMsgType
 from aiohttp.test_utils import TestClient, TestServer
-from test_realtime_promotion import FakeNativeProvider, GatedHermesToolBroker
+from voice_support import FakeNativeProvider, GatedHermesToolBroker, next_event, read_until, wait_for
 
 from integrations.voice_relay import ProviderEvent, ProviderEventKind, RelayConfig, ToolCallEvent, create_app
 from integrations.voice_relay import runs as runs_module
@@ -80,21 +77,6 @@ async def relay(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
     runs_module._PRE_TASK_STATUS_LEAD_SECONDS = previous
 
 
-async def next_event(ws: Any) -> dict[str, Any]:
-    msg = await ws.receive(timeout=5)
-    assert msg.type is WSMsgType.TEXT, msg
-    return json.loads(msg.data)
-
-
-async def read_until(ws: Any, target: str, limit: int = 60) -> list[dict[str, Any]]:
-    seen = []
-    for _ in range(limit):
-        seen.append(await next_event(ws))
-        if seen[-1]["type"] == target:
-            return seen
-    raise AssertionError(f"no {target}: {[e['type'] for e in seen]}")
-
-
 async def tool_call(provider: FakeNativeProvider, name: str = "hermes_run_task", call_id: str = "call-1",
                     **arguments: Any) -> None:
     if name == "hermes_run_task":
@@ -139,8 +121,9 @@ async def test_good_summary_commits_early_and_is_delivered_once(relay: dict[str,
     assert [e["type"] for e in events][-2:] == ["voice.response.started", "voice.response.delta"]
     await emit(ProviderEvent(ProviderEventKind.RESPONSE_DONE, response_id="sum-1"))
     await read_until(ws, "voice.response.done")
-    await asyncio.sleep(0.05)
-    log = relay["session"].event_log_path.read_text()
+    log_path = relay["session"].event_log_path
+    await wait_for(lambda: "voice.realtime_agent.result_delivered" in log_path.read_text())
+    log = log_path.read_text()
     assert log.count("voice.realtime_agent.result_delivered") == 1
     assert "forced_summary_fallback" not in log and "delivery_fallback" not in log
 
@@ -215,9 +198,7 @@ async def test_undelivered_result_does_not_hold_a_detached_session_forever(
     await read_until(ws, "hermes.run.promoted")
     await ws.close()
     broker.release.set()
-    deadline = time.monotonic() + 5
-    while not session.closed and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
-    assert session.closed, "the session with only a pending result must expire after the stretched window"
+    # Only a pending result is left: the session must expire once the stretched window passes.
+    await wait_for(lambda: session.closed)
     log = session.event_log_path.read_text()
     assert "voice.realtime_agent.result_deferred" in log and "voice.session.expired" in log

@@ -15,6 +15,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import WSMsgType
 from aiohttp.test_utils import TestClient, TestServer
+from voice_support import next_event, read_until, wait_for
 
 from integrations.voice_relay import RelayConfig, create_app
 from integrations.voice_relay.brokers import InProcessTaskBroker, RunContext
@@ -66,31 +67,6 @@ async def open_session(client: TestClient[Any, Any], **body: Any) -> tuple[Any, 
     assert ready["type"] == "voice.session.ready"
     info["_ready"] = ready
     return ws, info, token
-
-
-async def next_event(ws: Any, timeout: float = 5.0) -> dict[str, Any]:
-    msg = await ws.receive(timeout=timeout)
-    assert msg.type is WSMsgType.TEXT, msg
-    event = json.loads(msg.data)
-    assert isinstance(event, dict)
-    return event
-
-
-async def read_until(ws: Any, target: str, limit: int = 100) -> list[dict[str, Any]]:
-    seen: list[dict[str, Any]] = []
-    for _ in range(limit):
-        seen.append(await next_event(ws))
-        if seen[-1]["type"] == target:
-            return seen
-    raise AssertionError(f"no {target}; saw {[e['type'] for e in seen]}")
-
-
-async def wait_for(predicate: Any, timeout: float = 3.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
 
 
 # -- auth ---------------------------------------------------------------------------------------------
