@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
-from voice_support import FakeNativeProvider, GatedHermesToolBroker, next_event, read_until, wait_for
+from voice_support import FakeNativeProvider, GatedHermesToolBroker, PerTaskBroker, next_event, read_until, wait_for
 
 from integrations.voice_relay import ProviderEvent, ProviderEventKind, RelayConfig, ToolCallEvent, create_app
 from integrations.voice_relay import runs as runs_module
@@ -202,3 +202,38 @@ async def test_undelivered_result_does_not_hold_a_detached_session_forever(
     await wait_for(lambda: session.closed)
     log = session.event_log_path.read_text()
     assert "voice.realtime_agent.result_deferred" in log and "voice.session.expired" in log
+
+
+@pytest.mark.asyncio
+async def test_every_result_finished_while_detached_is_delivered_after_resume(relay: dict[str, Any]) -> None:
+    # Two runs (the second queued behind the first) both finish while the phone is away:
+    # each result must be held and delivered after resume, neither replacing the other.
+    ws, provider, session = relay["ws"], relay["provider"], relay["session"]
+    broker = PerTaskBroker()
+    relay["agent"].task_broker = broker
+    relay["agent"].delivery_timing.confirm_seconds = 0.2
+    await tool_call(provider, call_id="call-1", text="first task")
+    await read_until(ws, "hermes.run.promoted")
+    await tool_call(provider, call_id="call-2", text="second task")
+    assert (await result_for(provider, "call-2"))["status"] == "queued"
+    ready_id = (await read_until(ws, "hermes.run.queued"))[-1]["event_id"]
+    await ws.close()
+    await wait_for(lambda: session.detached_at is not None)
+    broker.gate("first task").set()
+    broker.gate("second task").set()
+
+    def injected() -> list[str]:
+        return [t for t in provider.connection.text_inputs if "final spoken answer" in t]
+
+    log_path = session.event_log_path
+    await wait_for(lambda: log_path.read_text().count("voice.realtime_agent.result_deferred") == 2)
+    assert injected() == []  # nothing spoken into the void
+
+    ws2 = await relay["client"].ws_connect(relay["info"]["websocket_path"], headers=relay["headers"])
+    await ws2.send_json({"type": "session.resume", "resume_token": relay["info"]["resume_token"],
+                         "last_event_id": ready_id})
+    await read_until(ws2, "voice.replay.done")
+    await wait_for(lambda: len(injected()) == 2)
+    assert PerTaskBroker.answer("first task") in injected()[0]
+    assert PerTaskBroker.answer("second task") in injected()[1]
+    await ws2.close()

@@ -233,3 +233,24 @@ async def wait_for(predicate: Callable[[], Any], timeout: float = 5.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         await asyncio.sleep(0.01)
+
+
+class PerTaskBroker:
+    """Each task text gets its own gate and its own answer, so several runs can finish in any order."""
+
+    def __init__(self) -> None:
+        self.gates: dict[str, asyncio.Event] = {}
+
+    def gate(self, text: str) -> asyncio.Event:
+        return self.gates.setdefault(text, asyncio.Event())
+
+    @staticmethod
+    def answer(text: str) -> str:
+        return f"Answer for {text}."
+
+    async def stream_task(self, request: AgentTaskRequest):
+        run_id = f"run-{len(self.gates)}"
+        yield {"type": "hermes.run.started", "session_id": request.session_id, "run_id": run_id}
+        await self.gate(request.text).wait()
+        yield {"type": "voice.response.delta", "run_id": run_id, "delta": self.answer(request.text)}
+        yield {"type": "hermes.run.completed", "run_id": run_id}

@@ -124,17 +124,22 @@ class DeliveryManager:
         await self._wait_for_floor()
         if session.outbox is None or session.connection is None:
             # Never speak into the void: hold it for the next resume.
-            session.pending_background_result = result
+            session.pending_background_results.append(result)
             session.log("voice.realtime_agent.result_deferred", call_id=result.call_id)
             return
         await self._inject(result)
 
     def take_pending_on_resume(self) -> None:
-        result = self.session.pending_background_result
-        if result is None:
+        pending = self.session.pending_background_results
+        if not pending:
             return
-        self.session.pending_background_result = None
-        self.session.spawn(self.deliver(result), name="voice-deliver-deferred")
+        results = list(pending)
+        pending.clear()
+        self.session.spawn(self._deliver_in_order(results), name="voice-deliver-deferred")
+
+    async def _deliver_in_order(self, results: list[BackgroundResult]) -> None:
+        for result in results:
+            await self.deliver(result)
 
     # -- provider delivery ---------------------------------------------------------------------------
 

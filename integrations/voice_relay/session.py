@@ -188,7 +188,8 @@ class VoiceSession:
         self.connection: ProviderConnection | None = None
         self.runs: RunCoordinator | None = None
         self.delivery: DeliveryManager | None = None
-        self.pending_background_result: BackgroundResult | None = None
+        # Results that finished while no phone was attached, oldest first, until a resume delivers them.
+        self.pending_background_results: deque[BackgroundResult] = deque()
         self.native_pending_delivery_note: str | None = None
         self.playback_drained = asyncio.Event()
         self.audio_since_drain = False
@@ -198,6 +199,11 @@ class VoiceSession:
         self.spoken_responses: deque[str] = deque(maxlen=64)
         self.started_responses: deque[str] = deque(maxlen=64)
         self.tasks: set[asyncio.Task[Any]] = set()
+
+    @property
+    def pending_background_result(self) -> BackgroundResult | None:
+        """The oldest result waiting for a resume, if any."""
+        return self.pending_background_results[0] if self.pending_background_results else None
 
     @property
     def event_log_path(self) -> Path:
@@ -278,7 +284,7 @@ class VoiceSession:
 
     @property
     def background_active(self) -> bool:
-        return self._holds > 0 or self.pending_background_result is not None
+        return self._holds > 0 or bool(self.pending_background_results)
 
     def hold(self) -> None:
         self._holds += 1
