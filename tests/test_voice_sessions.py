@@ -19,6 +19,7 @@ from voice_support import next_event, read_until, wait_for
 
 from integrations.voice_relay import RelayConfig, create_app
 from integrations.voice_relay.brokers import InProcessTaskBroker, RunContext
+from integrations.voice_relay.event_log import validate_session_id
 from integrations.voice_relay.models import AgentTaskRequest
 from integrations.voice_relay.providers import StubProvider
 from integrations.voice_relay.session import AUDIO_RING_SIZE, EVENT_RING_SIZE, OUTBOX_SIZE, Outbox
@@ -389,3 +390,10 @@ async def test_slow_consumer_is_dropped_not_buffered() -> None:
     assert outbox.queue.qsize() <= OUTBOX_SIZE
     await wait_for(lambda: stuck.close_codes == [4010])
     assert outbox.put({"type": "late"}) is False
+
+
+@pytest.mark.parametrize("bad", ["abcdefgh\n", "../../../etc/passwd", "short", "a" * 65, "abcd efgh", "abcdefgh.jsonl"])
+def test_session_ids_that_could_not_be_a_plain_file_name_are_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match="invalid voice session id"):
+        validate_session_id(bad)
+    assert validate_session_id("AbC-_123xyz") == "AbC-_123xyz"

@@ -11,14 +11,15 @@ from typing import IO, Any
 
 logger = logging.getLogger(__name__)
 
-_SAFE_ID = re.compile(r"^[A-Za-z0-9_-]{8,64}$")
+_SAFE_ID = re.compile(r"[A-Za-z0-9_-]{8,64}")
 _REDACTED_KEYS = frozenset({"audio", "pcm"})
 _SECRET_KEYS = frozenset({"resume_token", "token", "authorization", "bearer_token", "api_key"})
 
 
 def validate_session_id(session_id: str) -> str:
     """Session ids become file names: refuse anything but url-safe characters."""
-    if not isinstance(session_id, str) or not _SAFE_ID.match(session_id):
+    # fullmatch: with match and "$", a trailing newline would slip through into the file name.
+    if not isinstance(session_id, str) or not _SAFE_ID.fullmatch(session_id):
         raise ValueError(f"invalid voice session id {session_id!r}")
     return session_id
 
