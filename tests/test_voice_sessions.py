@@ -397,3 +397,36 @@ def test_session_ids_that_could_not_be_a_plain_file_name_are_refused(bad: str) -
     with pytest.raises(ValueError, match="invalid voice session id"):
         validate_session_id(bad)
     assert validate_session_id("AbC-_123xyz") == "AbC-_123xyz"
+
+
+async def resume_refused(
+    client: TestClient[Any, Any], info: dict[str, Any], token: str, **extra: Any
+) -> tuple[str, int]:
+    ws = await client.ws_connect(info["websocket_path"], headers=bearer(token))
+    await ws.send_json(resume_message(info, 0, **extra))
+    failed = await next_event(ws)
+    assert failed["type"] == "voice.session.resume_failed"
+    msg = await ws.receive(timeout=5)
+    assert msg.type is WSMsgType.CLOSE
+    return failed["reason"], msg.data
+
+
+@pytest.mark.asyncio
+async def test_resume_of_an_ended_session_says_why(client: TestClient[Any, Any]) -> None:
+    # A phone coming back after the session ended must learn why over the socket, not get a bare 404.
+    ws, closed_info, token = await open_session(client)
+    await ws.send_json({"type": "session.close"})
+    await read_until(ws, "voice.session.closed")
+    assert await resume_refused(client, closed_info, token) == ("session_closed", 4008)
+    assert await resume_refused(client, closed_info, token, resume_token="x" * 43) == ("invalid_resume_token", 4003)
+
+    ws, expired_info, token = await open_session(client)
+    session = server(client).realtime_agent.sessions[expired_info["session_id"]]
+    session.resume_ttl_seconds = 0.05
+    await detach(ws, session)
+    await wait_for(lambda: session.closed)
+    assert await resume_refused(client, expired_info, token) == ("resume_expired", 4008)
+    # Only the owning device learns anything; a plain request still finds no session.
+    other = server(client).sessions.create_session("other", "device-2").token
+    assert (await client.get(expired_info["websocket_path"], headers=bearer(other))).status == 404
+    assert (await client.get(expired_info["websocket_path"], headers=bearer(token))).status == 404

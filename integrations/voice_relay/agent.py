@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -22,20 +23,24 @@ from .promotion import RunCoordinator
 from .provider_options import provider_options
 from .pump import ProviderPump
 from .session import (
-    CLOSE_EXPIRED,
-    CLOSE_INVALID_TOKEN,
     CLOSE_NOT_CLAIMED,
     CLOSE_SESSION_ENDED,
     CLOSE_SUPERSEDED,
+    RESUME_EXPIRED,
+    SESSION_CLOSED,
+    EndedSession,
     Outbox,
     ResumeCursor,
     VoiceSession,
+    resume_close_code,
 )
 from .tracing import VoiceTrace
 
 logger = logging.getLogger(__name__)
 
 CLAIM_TIMEOUT_SECONDS = 10.0
+# Closed sessions remembered so a late resume hears why it failed; older ones just 404.
+ENDED_SESSIONS_KEPT = 1024
 RESUME_PROTOCOL = "relay-voice/1"
 
 
@@ -53,6 +58,7 @@ class RealtimeAgent:
         self.task_broker = task_broker
         self.native_providers = native_providers
         self.sessions: dict[str, VoiceSession] = {}
+        self.ended_sessions: OrderedDict[str, EndedSession] = OrderedDict()
         self.run_dir = run_dir
         self.profile_key = profile_key or relay_session.current_profile_key()
         self.delivery_timing = DeliveryTiming()
@@ -149,10 +155,23 @@ class RealtimeAgent:
 
     # -- the websocket ---------------------------------------------------------------------------------
 
-    async def websocket(self, request: web.Request, session: VoiceSession) -> web.WebSocketResponse:
+    async def websocket(
+        self, request: web.Request, session: VoiceSession | EndedSession
+    ) -> web.WebSocketResponse:
         ws = web.WebSocketResponse(max_msg_size=self.config.max_message_bytes, autoping=True)
         await ws.prepare(request)
         outbox = Outbox(ws, request, session.session_id)
+        try:
+            if isinstance(session, EndedSession):
+                await self._refuse_ended(session, outbox, ws)
+            else:
+                await self._serve(session, outbox, ws)
+        finally:
+            if not outbox.dropped:
+                outbox.drop(1000, "bye")
+        return ws
+
+    async def _serve(self, session: VoiceSession, outbox: Outbox, ws: web.WebSocketResponse) -> None:
         attached = False
         try:
             if not session.started:
@@ -164,9 +183,6 @@ class RealtimeAgent:
         finally:
             if attached and session.detach(outbox):
                 session.spawn(self._expire_when_due(session), name="voice-expiry")
-            if not outbox.dropped:
-                outbox.drop(1000, "bye")
-        return ws
 
     async def _first_attach(self, session: VoiceSession, outbox: Outbox) -> bool:
         session.started = True
@@ -191,25 +207,32 @@ class RealtimeAgent:
         )
         return True
 
-    async def _claim(self, session: VoiceSession, outbox: Outbox, ws: web.WebSocketResponse) -> bool:
-        """A socket on a started session must prove it holds the resume token before anything else."""
+    async def _read_claim(self, outbox: Outbox, ws: web.WebSocketResponse) -> dict[str, Any] | None:
+        """The socket's first message if it is a session.resume; otherwise refuse the socket."""
+        message = None
         try:
             msg = await ws.receive(timeout=CLAIM_TIMEOUT_SECONDS)
         except TimeoutError:
-            return await self._refuse(outbox, "session_not_claimed", CLOSE_NOT_CLAIMED)
-        if msg.type is not WSMsgType.TEXT:
-            return await self._refuse(outbox, "session_not_claimed", CLOSE_NOT_CLAIMED)
-        try:
-            message = parse_client_message(msg.data)
-        except ClientMessageError:
-            return await self._refuse(outbox, "session_not_claimed", CLOSE_NOT_CLAIMED)
-        if message["type"] != "session.resume":
-            return await self._refuse(outbox, "session_not_claimed", CLOSE_NOT_CLAIMED)
+            msg = None
+        if msg is not None and msg.type is WSMsgType.TEXT:
+            try:
+                message = parse_client_message(msg.data)
+            except ClientMessageError:
+                message = None
+        if message is None or message["type"] != "session.resume":
+            await self._refuse(outbox, "session_not_claimed", CLOSE_NOT_CLAIMED)
+            return None
+        return message
+
+    async def _claim(self, session: VoiceSession, outbox: Outbox, ws: web.WebSocketResponse) -> bool:
+        """A socket on a started session must prove it holds the resume token before anything else."""
+        message = await self._read_claim(outbox, ws)
+        if message is None:
+            return False
         reason = session.check_resume(message.get("resume_token"))
         if reason is not None:
-            code = CLOSE_INVALID_TOKEN if reason == "invalid_resume_token" else CLOSE_EXPIRED
             session.log("voice.session.resume_failed", reason=reason)
-            return await self._refuse(outbox, reason, code)
+            return await self._refuse(outbox, reason, resume_close_code(reason))
         try:
             cursor = ResumeCursor.from_message(message)
         except ValueError as exc:
@@ -217,6 +240,12 @@ class RealtimeAgent:
             return await self._refuse(outbox, "session_not_claimed", CLOSE_NOT_CLAIMED)
         self._resume(session, outbox, cursor)
         return True
+
+    async def _refuse_ended(self, ended: EndedSession, outbox: Outbox, ws: web.WebSocketResponse) -> None:
+        message = await self._read_claim(outbox, ws)
+        if message is not None:
+            reason = ended.check_resume(message.get("resume_token"))
+            await self._refuse(outbox, reason, resume_close_code(reason))
 
     async def _refuse(self, outbox: Outbox, reason: str, code: int) -> bool:
         outbox.put({"type": "voice.session.resume_failed", "reason": reason, "at_ms": int(time.time() * 1000)})
@@ -273,7 +302,7 @@ class RealtimeAgent:
                     session.resume_deadline = time.monotonic() + session.resume_ttl_seconds
                     continue
                 session.log("voice.session.expired")
-                await self.close_session(session, reason="resume_expired")
+                await self.close_session(session, reason=RESUME_EXPIRED)
                 return
             session.deadline_changed.clear()
             with contextlib.suppress(TimeoutError):
@@ -302,6 +331,11 @@ class RealtimeAgent:
             trace.close()
         session.event_log.close()
         self.sessions.pop(session.session_id, None)
+        self.ended_sessions[session.session_id] = session.ended(
+            RESUME_EXPIRED if reason == RESUME_EXPIRED else SESSION_CLOSED
+        )
+        while len(self.ended_sessions) > ENDED_SESSIONS_KEPT:
+            self.ended_sessions.popitem(last=False)
 
     async def shutdown(self) -> None:
         sessions = list(self.sessions.values())

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from .event_log import validate_session_id
+from .session import EndedSession, VoiceSession
 
 if TYPE_CHECKING:
     from .server import RelayServer
@@ -148,7 +149,11 @@ class Routes:
             validate_session_id(session_id)
         except ValueError:
             return web.json_response({"error": "unknown voice session"}, status=404)
-        session = self.server.realtime_agent.sessions.get(session_id)
+        agent = self.server.realtime_agent
+        session: VoiceSession | EndedSession | None = agent.sessions.get(session_id)
+        if session is None and web.WebSocketResponse().can_prepare(request).ok:
+            # Only a socket can be told why the session cannot be resumed any more.
+            session = agent.ended_sessions.get(session_id)
         if session is None or session.device_id != device.device_id:
             return web.json_response({"error": "unknown voice session"}, status=404)
-        return await self.server.realtime_agent.websocket(request, session)
+        return await agent.websocket(request, session)

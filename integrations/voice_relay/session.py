@@ -42,6 +42,19 @@ CLOSE_NOT_CLAIMED = 4009
 CLOSE_SLOW_CONSUMER = 4010
 CLOSE_SESSION_ENDED = 4011
 
+# Why a resume was refused (wire strings).
+INVALID_RESUME_TOKEN = "invalid_resume_token"
+RESUME_EXPIRED = "resume_expired"
+SESSION_CLOSED = "session_closed"
+
+
+def resume_close_code(reason: str) -> int:
+    return CLOSE_INVALID_TOKEN if reason == INVALID_RESUME_TOKEN else CLOSE_EXPIRED
+
+
+def _token_matches(digest: str, token: Any) -> bool:
+    return isinstance(token, str) and digests_match(digest, token)
+
 
 def _wire(event: dict[str, Any]) -> str:
     audio = event.get("audio")
@@ -111,6 +124,19 @@ class Outbox:
         self._writer.cancel()
         # Awaited, not spawned: the handler returning first would close with 1000 instead of `code`.
         await self._close(code, reason)
+
+
+@dataclass(frozen=True)
+class EndedSession:
+    """What is kept of a closed session, so a phone that comes back late learns why it cannot resume."""
+
+    session_id: str
+    device_id: str
+    resume_digest: str
+    reason: str  # RESUME_EXPIRED or SESSION_CLOSED
+
+    def check_resume(self, token: Any) -> str:
+        return self.reason if _token_matches(self.resume_digest, token) else INVALID_RESUME_TOKEN
 
 
 @dataclass
@@ -267,13 +293,16 @@ class VoiceSession:
 
     def check_resume(self, token: Any) -> str | None:
         """None if `token` may take over this session, else the wire reason why not."""
-        if not isinstance(token, str) or not digests_match(self._resume_digest, token):
-            return "invalid_resume_token"
+        if not _token_matches(self._resume_digest, token):
+            return INVALID_RESUME_TOKEN
         if self.closed:
-            return "session_closed"
+            return SESSION_CLOSED
         if self.resume_deadline is not None and time.monotonic() > self.resume_deadline:
-            return "resume_expired"
+            return RESUME_EXPIRED
         return None
+
+    def ended(self, reason: str) -> EndedSession:
+        return EndedSession(self.session_id, self.device_id, self._resume_digest, reason)
 
     # -- background-aware resume window -------------------------------------------------------------
 
