@@ -17,7 +17,7 @@ from aiohttp import WSMsgType
 from aiohttp.test_utils import TestClient, TestServer
 from voice_support import next_event, read_until, wait_for
 
-from integrations.voice_relay import RelayConfig, create_app
+from integrations.voice_relay import RelayConfig, create_app, voice_auth
 from integrations.voice_relay.brokers import InProcessTaskBroker, RunContext
 from integrations.voice_relay.event_log import validate_session_id
 from integrations.voice_relay.models import AgentTaskRequest
@@ -430,3 +430,16 @@ async def test_resume_of_an_ended_session_says_why(client: TestClient[Any, Any])
     other = server(client).sessions.create_session("other", "device-2").token
     assert (await client.get(expired_info["websocket_path"], headers=bearer(other))).status == 404
     assert (await client.get(expired_info["websocket_path"], headers=bearer(token))).status == 404
+
+
+@pytest.mark.asyncio
+async def test_device_tokens_are_kept_only_as_digests(client: TestClient[Any, Any]) -> None:
+    sessions = server(client).sessions
+    token = sessions.create_session("phone", "device-9").token
+    resp = await client.get("/voice/realtime-agent/config", headers=bearer(token))
+    assert resp.status == 200
+    stored = repr([vars(device) for device in vars(sessions)["_by_digest"].values()])
+    assert "device-9" in stored and token not in stored
+    assert token not in repr(voice_auth._VALIDATION_CACHE)
+    assert sessions.revoke(token)
+    assert (await client.get("/voice/realtime-agent/config", headers=bearer(token))).status == 401
