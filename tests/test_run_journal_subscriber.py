@@ -184,7 +184,7 @@ def test_a_slow_disk_does_not_slow_the_agent(tmp_path, monkeypatch):
     agent = threading.current_thread()
     gate = threading.Event()
     writer_threads: set[threading.Thread] = set()
-    real = background_module.append_row
+    real = background_module.append_run_event
 
     def blocked_disk(*args: Any, **kwargs: Any) -> Any:
         writer_threads.add(threading.current_thread())
@@ -192,7 +192,7 @@ def test_a_slow_disk_does_not_slow_the_agent(tmp_path, monkeypatch):
             gate.wait(timeout=10)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(background_module, "append_row", blocked_disk)
+    monkeypatch.setattr(background_module, "append_run_event", blocked_disk)
     chunks = [{"model": "m", "text": f"{i} "} for i in range(40)]
 
     def body():
@@ -208,7 +208,7 @@ def test_a_failing_disk_is_counted_and_never_raised(tmp_path, monkeypatch):
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(background_module, "append_row", broken)
+    monkeypatch.setattr(background_module, "append_run_event", broken)
     result = run_turn(tmp_path, lambda: stream_call("openai", "m", [{"model": "m", "text": "x"}]))
     assert result.rows == []
     assert result.diagnostics["journal.write_errors"] == 4  # status, runtime_model, token, done
@@ -216,7 +216,7 @@ def test_a_failing_disk_is_counted_and_never_raised(tmp_path, monkeypatch):
 
 def test_a_full_queue_drops_and_counts(tmp_path, monkeypatch):
     gate = threading.Event()
-    real = background_module.append_row
+    real = background_module.append_run_event
 
     agent = threading.current_thread()
     writer_threads: set[threading.Thread] = set()
@@ -227,7 +227,7 @@ def test_a_full_queue_drops_and_counts(tmp_path, monkeypatch):
             gate.wait(timeout=10)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(background_module, "append_row", blocked)
+    monkeypatch.setattr(background_module, "append_run_event", blocked)
     coordinator = session.SESSION_COORDINATOR
     host = coordinator.host(str(tmp_path / "profile"))
     subscriber = JournalSubscriber(host.relay, session_dir=tmp_path, queue_size=2)

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .storage import append_row
+from .storage import append_run_event
 
 Row = tuple[str, str, str, Any]  # session_id, run_id, event, payload
 _STOP = object()
@@ -77,7 +77,7 @@ class RowWriter:
                         self._idle.notify_all()
 
     def _append(self, session_id: str, run_id: str, event: str, payload: Any) -> None:
-        append_row(session_id, run_id, event, payload, session_dir=self._session_dir, fsync=self._fsync)
+        append_run_event(session_id, run_id, event, payload, session_dir=self._session_dir, fsync=self._fsync)
         self.written += 1
 
     def flush(self, timeout: float | None = None) -> bool:

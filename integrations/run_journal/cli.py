@@ -12,7 +12,7 @@ from typing import Any, TextIO
 from . import paths
 from .journal import latest_run_summary, read_run_events
 from .reading import signature
-from .states import terminal_state
+from .states import ends_run
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -44,10 +44,6 @@ def _report_malformed(malformed: list[dict[str, Any]]) -> None:
     for entry in malformed:
         print(f"malformed line at byte {entry['offset']}: {entry['reason']}", file=sys.stderr)
 
-
-def _ends_run(row: dict[str, Any]) -> bool:
-    event = row.get("event")
-    return isinstance(event, str) and terminal_state(event, row.get("payload")) is not None
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -82,7 +78,7 @@ def _tail(args: argparse.Namespace) -> int:
                 _print_row(row, args.json, sys.stdout)
                 cursor = row["seq"]
             sys.stdout.flush()
-            if any(_ends_run(row) for row in result["events"]):
+            if any(ends_run(row) for row in result["events"]):
                 return 0
             if cursor == args.after_seq and not result["events"]:
                 summary = latest_run_summary(args.session_id, args.run_id, session_dir=args.session_dir)

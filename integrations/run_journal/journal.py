@@ -1,4 +1,4 @@
-"""The journal's public calls: append, read, summarize."""
+"""The journal's public calls: append (``append_run_event`` lives with the storage it drives), read, summarize."""
 
 from __future__ import annotations
 
@@ -10,39 +10,10 @@ from typing import Any
 from . import paths
 from .reading import read_after, read_all, signature
 from .states import copy_summary, summarize
-from .storage import append_row, append_to, fsync_policy, run_file_for
+from .storage import append_run_event, append_to, fsync_policy, run_file_for
 
 PathLike = str | os.PathLike[str]
 _SUMMARY_CACHE_SIZE = 256
-
-
-def append_run_event(
-    session_id: str,
-    run_id: str,
-    event: str,
-    payload: Any = None,
-    *,
-    session_dir: PathLike | None = None,
-    seq: int | None = None,
-    created_at: Any = None,
-    fsync: str | None = None,
-) -> dict[str, Any]:
-    """Append one row and return it.
-
-    ``seq`` makes the append conditional: it must be the run's next seq.
-    ``fsync`` overrides the policy (``"terminal"`` or ``"eager"``; default from
-    ``RELAY_JOURNAL_FSYNC``).
-    """
-    return append_row(
-        session_id,
-        run_id,
-        event,
-        payload,
-        session_dir=session_dir,
-        seq=seq,
-        created_at=created_at,
-        fsync=fsync,
-    )
 
 
 class RunJournalWriter:
@@ -64,7 +35,7 @@ class RunJournalWriter:
 
     def append_sse_event(self, event: str, payload: Any = None) -> dict[str, Any]:
         if self._file is None:
-            return append_row(self.session_id, self.run_id, event, payload, fsync=self.fsync)
+            return append_run_event(self.session_id, self.run_id, event, payload, fsync=self.fsync)
         return append_to(self._file, self.session_id, self.run_id, event, payload, None, None, self.fsync)
 
 

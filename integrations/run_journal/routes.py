@@ -17,7 +17,7 @@ from aiohttp import web
 from . import paths
 from .journal import latest_run_summary, read_run_events
 from .reading import signature
-from .states import summarize, terminal_state
+from .states import ends_run, summarize
 
 __all__ = [
     "create_app",
@@ -169,10 +169,6 @@ def _sse_message(row: dict[str, Any]) -> bytes:
     return ("\n".join(lines) + "\n\n").encode()
 
 
-def _ends_run(row: dict[str, Any]) -> bool:
-    event = row.get("event")
-    return isinstance(event, str) and terminal_state(event, row.get("payload")) is not None
-
 
 async def _events_handler(request: web.Request) -> web.StreamResponse:
     run_id, session_id = _request_ids(request)
@@ -209,7 +205,7 @@ async def _events_handler(request: web.Request) -> web.StreamResponse:
                 await response.write(b"".join(_sse_message(row) for row in rows))
                 cursor = rows[-1]["seq"]
                 quiet_since = loop.time()
-                if any(_ends_run(row) for row in rows):
+                if any(ends_run(row) for row in rows):
                     break
                 continue
         if finished:

@@ -42,6 +42,12 @@ def terminal_state(event: str, payload: Any) -> str | None:
     return None
 
 
+def ends_run(row: dict[str, Any]) -> bool:
+    """Whether a journal row (as read back) is one of the run's terminal rows."""
+    event = row.get("event")
+    return isinstance(event, str) and terminal_state(event, row.get("payload")) is not None
+
+
 class SummaryFold:
     """Everything a summary says about a run, built row by row in file order."""
 

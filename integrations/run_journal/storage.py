@@ -242,7 +242,7 @@ OPEN_FILES = _OpenFiles()
 os.register_at_fork(after_in_child=OPEN_FILES.after_fork)
 
 
-def append_row(
+def append_run_event(
     session_id: str,
     run_id: str,
     event: str,
@@ -253,6 +253,12 @@ def append_row(
     created_at: Any = None,
     fsync: str | None = None,
 ) -> dict[str, Any]:
+    """Append one row and return it.
+
+    ``seq`` makes the append conditional: it must be the run's next seq.
+    ``fsync`` overrides the policy (``"terminal"`` or ``"eager"``; default from
+    ``RELAY_JOURNAL_FSYNC``).
+    """
     path = paths.run_file(session_id, run_id, session_dir)
     return append_to(OPEN_FILES.get(path), session_id, run_id, event, payload, seq, created_at, fsync_policy(fsync))
 
