@@ -160,7 +160,7 @@ class DeliveryManager:
         except Exception as exc:
             self._injected = None
             session.log("voice.realtime_agent.summary_send_failed", error=type(exc).__name__, detail=str(exc))
-            await self._fallback(result, reason="summary_send_failed")
+            self._fallback(result, reason="summary_send_failed")
             return
         session.log("voice.realtime_agent.result_injected", call_id=result.call_id, verbatim=verbatim)
         try:
@@ -196,7 +196,7 @@ class DeliveryManager:
                 session.log("voice.realtime_agent.result_seeded", call_id=result.call_id)
             except Exception as exc:
                 session.log("voice.realtime_agent.result_seed_failed", error=type(exc).__name__)
-        await self._fallback(result, reason=reason)
+        self._fallback(result, reason=reason)
 
     async def _cancel_provider_response(self) -> None:
         connection = self.session.connection
@@ -209,31 +209,32 @@ class DeliveryManager:
 
     # -- relay-side delivery ---------------------------------------------------------------------------
 
-    async def _fallback(self, result: BackgroundResult, *, reason: str) -> None:
+    def _fallback(self, result: BackgroundResult, *, reason: str) -> None:
         """Speak the answer with the relay's own voice: text plus tone audio, tagged as fallback."""
-        session = self.session
-        if result.delivered:
-            return
-        result.delivered = True
-        response_id = f"relay-{next(_relay_response_ids)}"
-        tags: dict[str, Any] = {"response_id": response_id, "source": "hermes", "delivery": "fallback"}
-        session.log("voice.response.delivery_fallback", reason=reason, call_id=result.call_id)
-        session.emit("voice.response.started", **tags)
-        session.emit("voice.response.delta", delta=result.answer, **tags)
-        for frame in tone_frames(speech_duration_ms(result.answer), sample_rate=session.sample_rate):
-            session.emit("voice.output_audio.delta", audio=frame, sample_rate=session.sample_rate, **tags)
-        session.emit("voice.output_audio.done", **tags)
-        session.emit("voice.response.done", **tags)
+        if not result.delivered:
+            self.session.log("voice.response.delivery_fallback", reason=reason, call_id=result.call_id)
+        self._relay_response(result, result.answer, "fallback", speak=True)
 
     def _deliver_text(self, result: BackgroundResult, text: str, delivery: str) -> None:
-        session = self.session
+        self._relay_response(result, text, delivery, speak=False)
+
+    def _relay_response(self, result: BackgroundResult, text: str, delivery: str, *, speak: bool) -> None:
+        """One response in the relay's own name; marking `result` delivered keeps it to one per result."""
         if result.delivered:
             return
         result.delivered = True
-        response_id = f"relay-{next(_relay_response_ids)}"
-        tags: dict[str, Any] = {"response_id": response_id, "source": "hermes", "delivery": delivery}
+        session = self.session
+        tags: dict[str, Any] = {
+            "response_id": f"relay-{next(_relay_response_ids)}",
+            "source": "hermes",
+            "delivery": delivery,
+        }
         session.emit("voice.response.started", **tags)
         session.emit("voice.response.delta", delta=text, **tags)
+        if speak:
+            for frame in tone_frames(speech_duration_ms(text), sample_rate=session.sample_rate):
+                session.emit("voice.output_audio.delta", audio=frame, sample_rate=session.sample_rate, **tags)
+            session.emit("voice.output_audio.done", **tags)
         session.emit("voice.response.done", **tags)
 
     async def _wait_for_floor(self) -> None:
