@@ -18,6 +18,7 @@ from websockets.exceptions import ConnectionClosed, WebSocketException
 
 from ..models import ProviderEvent, ProviderEventKind, ProviderSessionConfig, ToolCallEvent
 from ..promotion import parse_tool_arguments
+from .event_queue import END, EventQueue, drain
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ class RealtimeWebsocketConnection:
     def __init__(self, ws: ClientConnection, config: ProviderSessionConfig) -> None:
         self._ws = ws
         self.config = config
-        self._events: asyncio.Queue[ProviderEvent | None] = asyncio.Queue(maxsize=EVENT_QUEUE_SIZE)
+        self._events: EventQueue = asyncio.Queue(maxsize=EVENT_QUEUE_SIZE)
         self._calls: dict[str, str] = {}  # call_id -> tool name, until its arguments are done
         self._ready_sent = False
         self._closed = False
@@ -125,20 +126,16 @@ class RealtimeWebsocketConnection:
 
     def _put_nowait_end(self) -> None:
         try:
-            self._events.put_nowait(None)
+            self._events.put_nowait(END)
         except asyncio.QueueFull:
             # The consumer is gone or far behind; drop one event to make room for the end marker.
             self._events.get_nowait()
-            self._events.put_nowait(None)
+            self._events.put_nowait(END)
 
     # -- server events ----------------------------------------------------------------------------------
 
-    async def events(self) -> AsyncIterator[ProviderEvent]:
-        while True:
-            event = await self._events.get()
-            if event is None:
-                return
-            yield event
+    def events(self) -> AsyncIterator[ProviderEvent]:
+        return drain(self._events)
 
     async def _read_loop(self) -> None:
         try:

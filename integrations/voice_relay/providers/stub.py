@@ -10,6 +10,7 @@ from typing import Any
 
 from ..models import RUN_TASK_TOOL, ProviderEvent, ProviderEventKind, ProviderSessionConfig, ToolCallEvent
 from ..tts import speech_duration_ms, tone_frames
+from .event_queue import END, EventQueue, drain
 
 TASK_PREFIXES = {"task:": "run", "background:": "background"}
 _RESULT_MARKER = "Result:\n"
@@ -23,7 +24,7 @@ class StubConnection:
         self.closed = False
         self.tool_results: list[tuple[str, dict[str, Any]]] = []
         self.context: list[tuple[str, str]] = []
-        self._events: asyncio.Queue[ProviderEvent | None] = asyncio.Queue()
+        self._events: EventQueue = asyncio.Queue()
         self._pending_user_text: str | None = None
         self._audio_bytes = 0
         self._ids = itertools.count(1)
@@ -111,14 +112,10 @@ class StubConnection:
     async def close(self) -> None:
         if not self.closed:
             self.closed = True
-            self._events.put_nowait(None)
+            self._events.put_nowait(END)
 
-    async def events(self) -> AsyncIterator[ProviderEvent]:
-        while True:
-            event = await self._events.get()
-            if event is None:
-                return
-            yield event
+    def events(self) -> AsyncIterator[ProviderEvent]:
+        return drain(self._events)
 
 
 class StubProvider:
