@@ -443,3 +443,16 @@ async def test_device_tokens_are_kept_only_as_digests(client: TestClient[Any, An
     assert token not in repr(voice_auth._VALIDATION_CACHE)
     assert sessions.revoke(token)
     assert (await client.get("/voice/realtime-agent/config", headers=bearer(token))).status == 401
+
+
+@pytest.mark.asyncio
+async def test_a_session_never_connected_expires(client: TestClient[Any, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every POST opens a session and its event log; one that no socket ever claims must not live forever.
+    monkeypatch.setenv("RELAY_VOICE_RESUME_TTL_MS", "100")
+    agent = server(client).realtime_agent
+    token = server(client).sessions.create_session("phone", "device-1").token
+    info = await (await client.post("/voice/realtime-agent/session", json={}, headers=bearer(token))).json()
+    session = agent.sessions[info["session_id"]]
+    await wait_for(lambda: info["session_id"] not in agent.sessions)
+    assert session.closed and session.event_log._fh is None
+    assert "voice.session.expired" in session.event_log_path.read_text()

@@ -90,7 +90,15 @@ class RealtimeAgent:
         )
         self.sessions[session.session_id] = session
         session.log("voice.session.created", provider=provider_id, model=session.model, voice=session.voice)
+        session.spawn(self._expire_if_never_attached(session), name="voice-unclaimed-expiry")
         return session
+
+    async def _expire_if_never_attached(self, session: VoiceSession) -> None:
+        # A created session holds its event log open; one nobody connects to must not pile up.
+        await asyncio.sleep(session.resume_ttl_seconds)
+        if not session.started and not session.closed:
+            session.log("voice.session.expired", attached=False)
+            await self.close_session(session, reason=RESUME_EXPIRED)
 
     def describe(self, session: VoiceSession, resume_token: str) -> dict[str, Any]:
         return {
