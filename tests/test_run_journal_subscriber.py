@@ -332,3 +332,14 @@ async def test_async_streams_in_concurrent_tasks(tmp_path):
         assert summary["terminal_state"] == ("errored" if i == 2 else "completed")
         assert summary["runtime_model"]["model"] == f"m{i}"
     subscriber.close()
+
+
+def test_a_bad_fsync_policy_is_refused_when_the_subscriber_is_made(tmp_path, monkeypatch):
+    # Found per row on the writer thread, a typo would only count write errors while nothing is journaled.
+    with pytest.raises(ValueError, match="fsync policy"):
+        JournalSubscriber(session_dir=tmp_path, fsync="sometimes")
+    monkeypatch.setenv("RELAY_JOURNAL_FSYNC", "always")
+    with pytest.raises(ValueError, match="fsync policy"):
+        JournalSubscriber(session_dir=tmp_path)
+    monkeypatch.setenv("RELAY_JOURNAL_FSYNC", "eager")
+    assert JournalSubscriber(session_dir=tmp_path).close()

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .storage import append_run_event
+from .storage import append_run_event, fsync_policy
 
 Row = tuple[str, str, str, Any]  # session_id, run_id, event, payload
 _STOP = object()
@@ -28,7 +28,8 @@ class RowWriter:
         if maxsize < 1:
             raise ValueError(f"queue size must be at least 1, got {maxsize!r}")
         self._session_dir = session_dir
-        self._fsync = fsync
+        # Resolved here, where a bad value can still be an error; on the writer thread it would only be counted.
+        self._fsync = fsync_policy(fsync)
         self._count = count
         self._queue: queue.Queue[Any] = queue.Queue(maxsize)
         self._lock = threading.Lock()
