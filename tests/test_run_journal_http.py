@@ -239,3 +239,24 @@ async def test_sse_follows_a_turn_journaled_by_the_subscriber(server, tmp_path):
         f"part {i} " for i in range(5)
     )
     session.reset_for_tests()
+
+
+@pytest.mark.asyncio
+async def test_a_bearer_token_guards_every_route(tmp_path):
+    RunJournalWriter("session-a", "run-a", session_dir=tmp_path).append_sse_event("done", {})
+    app = create_app(session_dir=tmp_path, bearer_token="journal-secret")
+    async with (
+        TestServer(app, host="127.0.0.1") as srv,
+        aiohttp.ClientSession(base_url=srv.make_url(""), timeout=TIMEOUT) as client,
+    ):
+        for path in ("/runs/run-a", "/runs/run-a/events", "/runs/nope"):
+            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic journal-secret"}):
+                resp = await client.get(path, headers=headers)
+                assert resp.status == 401, (path, headers)
+                assert await resp.json() == {"error": "unauthorized"}
+        good = {"Authorization": "Bearer journal-secret"}
+        assert (await client.get("/runs/run-a", headers=good)).status == 200
+        resp = await client.get("/runs/run-a/events", headers=good)
+        assert resp.status == 200 and [m["id"] for m in rows_only(await read_sse(resp))] == ["run-a:1"]
+    with pytest.raises(ValueError, match="bearer_token"):
+        create_app(session_dir=tmp_path, bearer_token="")

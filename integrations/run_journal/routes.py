@@ -7,6 +7,8 @@ call time, so a host (or a test) can point the routes at another store.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 import os
 from pathlib import Path
@@ -100,19 +102,45 @@ def _runtime_journal_snapshot_for_session_payload(snapshot: dict[str, Any]) -> d
 
 
 def create_app(
-    *, session_dir: str | os.PathLike[str] | None = None, poll_interval: float = 0.05, heartbeat: float = 15.0
+    *,
+    session_dir: str | os.PathLike[str] | None = None,
+    poll_interval: float = 0.05,
+    heartbeat: float = 15.0,
+    bearer_token: str | None = None,
 ) -> web.Application:
     """``GET /runs/{run_id}`` (snapshot) and ``GET /runs/{run_id}/events`` (SSE).
 
     Both take an optional ``?session_id=``; without it the run's session is found on disk.
+    With ``bearer_token`` every request must carry ``Authorization: Bearer <token>`` (else 401):
+    rows hold what the assistant said, so anything beyond loopback should set one.
     """
-    app = web.Application()
+    if bearer_token is not None and not bearer_token:
+        raise ValueError("bearer_token must be a non-empty string (or None for no auth)")
+    app = web.Application(middlewares=[_bearer_guard(bearer_token)] if bearer_token else [])
     app[SESSION_DIR] = Path(session_dir) if session_dir is not None else None
     app[POLL_INTERVAL] = poll_interval
     app[HEARTBEAT] = heartbeat
     app.router.add_get("/runs/{run_id}", _snapshot_handler)
     app.router.add_get("/runs/{run_id}/events", _events_handler)
     return app
+
+
+def _bearer_guard(token: str) -> Any:
+    # Only the digest is kept, and digests are compared in constant time.
+    expected = hashlib.sha256(token.encode()).digest()
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
+        scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
+        digest = hashlib.sha256(presented.strip().encode()).digest()
+        if scheme.lower() != "bearer" or not hmac.compare_digest(digest, expected):
+            return web.json_response(
+                {"error": "unauthorized"}, status=401, headers={"WWW-Authenticate": 'Bearer realm="run-journal"'}
+            )
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    return guard
 
 
 def _bad_request(message: str) -> web.HTTPBadRequest:
