@@ -6,10 +6,10 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from process_support import LineReader
 
 from integrations.run_journal import RunJournalWriter, latest_run_summary
 from integrations.run_journal.cli import main
@@ -86,20 +86,23 @@ def test_relay_runtime_command_tails_a_live_run_until_its_terminal_row(tmp_path)
         text=True,
     )
     try:
-        assert proc.stdout is not None
-        first = [json.loads(proc.stdout.readline()) for _ in range(2)]  # the replay, before anything new
+        assert proc.stdout is not None and proc.stderr is not None
+        output = LineReader(proc.stdout)
+        first = [json.loads(output.next()) for _ in range(2)]  # the replay, before anything new
         assert [row["seq"] for row in first] == [1, 2]
         assert proc.poll() is None
         writer.append_sse_event("token", {"text": "!"})
-        time.sleep(0.05)
+        rest = [json.loads(output.next())]  # followed live
         writer.append_sse_event("apperror", {"type": "provider_error", "message": "boom"})
-        out, err = proc.communicate(timeout=20)
+        rest.append(json.loads(output.next()))
+        assert proc.wait(timeout=20) == 0, proc.stderr.read()
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
-    assert proc.returncode == 0, err
-    rest = [json.loads(line) for line in out.splitlines()]
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
     assert [(row["seq"], row["event"]) for row in rest] == [(3, "token"), (4, "apperror")]
     assert rest[-1]["terminal_state"] == "errored"
     shown = subprocess.run(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from process_support import LineReader
 
 from integrations.voice_relay.cli import main
 
@@ -38,7 +39,8 @@ async def test_serve_prints_token_that_opens_a_session(tmp_path: Path) -> None:
     )
     try:
         assert proc.stdout is not None
-        lines = [proc.stdout.readline() for _ in range(3)]
+        output = LineReader(proc.stdout)
+        lines = [output.next() for _ in range(3)]
         url = lines[0].strip().rsplit(" ", 1)[-1]
         token = lines[2].strip().rsplit(" ", 1)[-1]
         assert url.startswith("http://127.0.0.1:") and "provider: stub" in lines[1]
