@@ -109,17 +109,22 @@ REQUEST_PARAMS: dict[str, str] = {
 }
 
 # Metadata keys copied under relay.* when present, on whichever scope carries them.
-RELAY_METADATA = (
-    cv.API_REQUEST_ID,
-    cv.CALL_ROLE,
-    cv.RETRY_COUNT,
-    cv.TURN_ID,
-    cv.TASK_ID,
-    cv.PLATFORM,
-    cv.PARENT_SESSION_ID,
-    cv.PROFILE_KEY,
-    cv.API_MODE,
-)
+RELAY_METADATA: dict[str, str] = {
+    key: f"relay.{key}"
+    for key in (
+        cv.API_REQUEST_ID,
+        cv.CALL_ROLE,
+        cv.RETRY_COUNT,
+        cv.TURN_ID,
+        cv.TASK_ID,
+        cv.PLATFORM,
+        cv.PARENT_SESSION_ID,
+        cv.PROFILE_KEY,
+        cv.API_MODE,
+    )
+}
+_PRIMITIVES = frozenset({str, int, float, bool})
+_STOP_KEYS = frozenset({"stop", "stop_sequences"})
 
 
 def _scalar(value: Any) -> Any:
@@ -132,15 +137,14 @@ def _scalar(value: Any) -> Any:
 
 
 def relay_attributes(event: Event, out: dict[str, Any]) -> None:
+    # Walks the (few) metadata items rather than probing for every known key.
     md = event.metadata
     if not md:
         return
-    for key in RELAY_METADATA:
-        value = md.get(key)
-        if value is not None and value != "":
-            v = _scalar(value)
-            if v is not None:
-                out[f"relay.{key}"] = v
+    for key, value in md.items():
+        attr = RELAY_METADATA.get(key)
+        if attr is not None and value != "" and type(value) in _PRIMITIVES:
+            out[attr] = value
 
 
 def request_attributes(req: AnnotatedLLMRequest | None, out: dict[str, Any]) -> None:
@@ -148,24 +152,24 @@ def request_attributes(req: AnnotatedLLMRequest | None, out: dict[str, Any]) -> 
         return
     params = req.params
     if params:
-        for key, attr in REQUEST_PARAMS.items():
-            value = params.get(key)
-            if value is None:
+        for key, value in params.items():
+            attr = REQUEST_PARAMS.get(key)
+            if attr is None or value is None:
                 continue
-            if key in ("stop", "stop_sequences") and isinstance(value, str):
+            if type(value) not in _PRIMITIVES:
+                value = _scalar(value)
+                if value is None:
+                    continue
+            elif key in _STOP_KEYS and isinstance(value, str):
                 value = [value]
-            v = _scalar(value)
-            if v is not None:
-                out[attr] = v
+            out[attr] = value
     if req.stream:
         out["gen_ai.request.stream"] = True
 
 
 def server_attributes(md: Mapping[str, Any] | None, out: dict[str, Any]) -> None:
     """``server.address`` / ``server.port`` from the adapter's ``server_address`` (host or host:port)."""
-    if not md:
-        return
-    address = md.get(cv.SERVER_ADDRESS)
+    address = md.get(cv.SERVER_ADDRESS) if md else None
     if not isinstance(address, str) or not address:
         return
     host, sep, port = address.rpartition(":")
@@ -203,7 +207,7 @@ def start_attributes(event: Event, role: str, conversation_id: str | None) -> di
         model = md.get("model") if md else None
         if isinstance(model, str) and model:
             out["gen_ai.request.model"] = model
-    if conversation_id:
+    if conversation_id and role != LOGICAL_CALL:
         out["gen_ai.conversation.id"] = conversation_id
     relay_attributes(event, out)
     return out

@@ -157,7 +157,9 @@ class OTelExporter:
             elif role == A.TOOL:
                 self._content.tool_start(event, attributes)
         if parent is not None:
-            context: Context | None = trace_api.set_span_in_context(parent.span)
+            context = parent.context
+            if context is None:
+                context = parent.context = trace_api.set_span_in_context(parent.span)
         else:
             context = None if self._link else _EMPTY_CONTEXT
         span = self._tracer.start_span(

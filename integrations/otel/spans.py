@@ -10,11 +10,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 
+from opentelemetry.context import Context
 from opentelemetry.trace import Span
 
 
 class OpenSpan:
-    __slots__ = ("children", "conversation_id", "parent", "role", "span", "uuid")
+    __slots__ = ("children", "context", "conversation_id", "parent", "role", "span", "uuid")
 
     def __init__(self, uuid: str, span: Span, role: str, parent: OpenSpan | None, conversation_id: str | None):
         self.uuid = uuid
@@ -22,8 +23,9 @@ class OpenSpan:
         self.role = role
         self.parent = parent
         self.conversation_id = conversation_id
-        # Allocated on the first child only: most spans (attempts, tools) are leaves.
+        # Both made on the first child only: most spans (attempts, tools) are leaves.
         self.children: dict[str, OpenSpan] | None = None
+        self.context: Context | None = None
 
 
 class SpanTable:
@@ -44,9 +46,7 @@ class SpanTable:
         return len(self._open)
 
     def get(self, uuid: str | None) -> OpenSpan | None:
-        if uuid is None:
-            return None
-        return self._open.get(uuid)
+        return self._open.get(uuid) if uuid is not None else None
 
     def add(self, record: OpenSpan) -> list[OpenSpan]:
         """Register a started span; returns the records evicted to stay under ``max_open``."""

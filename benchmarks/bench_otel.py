@@ -1,0 +1,354 @@
+"""Cost of the OTel exporter per managed LLM call.
+
+Compared, per call, all with a ``BatchSpanProcessor`` over an exporter that
+drops everything (so only the calling thread's cost is measured):
+
+- ``bare``: the provider callback alone.
+- ``raw spans``: the same two spans (logical call + attempt, under an open turn)
+  made by hand with the OTel SDK, with the same attributes read off the same
+  request and response: the floor any instrumentation pays.
+- ``relay + exporter``: ``relay_runtime.calls.execute_current`` with a codec and
+  ``OTelExporter`` attached (spans and metrics). Target: at most 1.3x ``raw spans``.
+- ``openai-v2``: ``opentelemetry-instrumentation-openai-v2`` around a real OpenAI
+  client over ``httpx2.MockTransport``, against the same client uninstrumented:
+  its added cost per call (only where that package installs).
+
+Medians of several runs; ``python -m benchmarks otel``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import gc
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from opentelemetry import trace as trace_api
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.trace import SpanKind
+
+from integrations.otel import OTelExporter
+from relay_runtime import LLMRequest, session
+from relay_runtime import calls as relay_calls
+from relay_runtime import conventions as cv
+from relay_runtime.recorder import Recorder
+from relay_runtime.types import AnnotatedLLMRequest, AnnotatedLLMResponse, TokenUsage
+
+CALLS = int(os.environ.get("BENCH_OTEL_CALLS", "2000"))
+RUNS = int(os.environ.get("BENCH_OTEL_RUNS", "7"))
+TARGET_RATIO = 1.3
+CLOCK = time.thread_time_ns
+
+
+class DropExporter(SpanExporter):
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+
+class Codec:
+    provider = "openai"
+    operation = "chat"
+
+    def decode(self, content: Mapping[str, Any]) -> AnnotatedLLMRequest:
+        return AnnotatedLLMRequest(
+            model=content["model"],
+            messages=content["messages"],
+            params={"temperature": content["temperature"], "max_tokens": content["max_tokens"]},
+            provider="openai",
+        )
+
+    def apply(self, content: Mapping[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+        return dict(content)
+
+    def annotate_response(self, r: Any) -> AnnotatedLLMResponse:
+        u = r["usage"]
+        return AnnotatedLLMResponse(
+            model=r["model"],
+            id=r["id"],
+            finish_reasons=[r["finish_reason"]],
+            usage=TokenUsage(input_tokens=u["prompt_tokens"], output_tokens=u["completion_tokens"]),
+        )
+
+    def accumulator(self) -> Any:
+        raise NotImplementedError
+
+
+KWARGS = {
+    "model": "gpt-bench",
+    "messages": [{"role": "user", "content": "hi"}],
+    "temperature": 0.3,
+    "max_tokens": 64,
+}
+RESPONSE = {
+    "id": "chatcmpl-1",
+    "model": "gpt-bench-0613",
+    "finish_reason": "stop",
+    "usage": {"prompt_tokens": 12, "completion_tokens": 5},
+}
+
+
+def provider_call(request: Any) -> dict[str, Any]:
+    return RESPONSE
+
+
+def tracer_provider() -> TracerProvider:
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(DropExporter(), max_queue_size=100_000))
+    return provider
+
+
+def interleaved(bodies: dict[str, Callable[[], Any]], calls: int = CALLS, runs: int = RUNS) -> dict[str, list[float]]:
+    """Nanoseconds per call for each body, ``runs`` times, the bodies taking turns in every run.
+
+    The machine is shared and its speed drifts; taking turns makes every body see
+    the same drift, so their ratios hold even when the absolute figures move.
+    Time is the calling thread's CPU time: what a call costs its caller, without
+    the time other processes held the CPU, and without the span processor's
+    worker thread, which runs off the call path by design.
+    """
+    samples: dict[str, list[float]] = {name: [] for name in bodies}
+    for run in range(runs + 1):
+        for name, body in bodies.items():
+            gc.collect()
+            t0 = CLOCK()
+            for _ in range(calls):
+                body()
+            elapsed = (CLOCK() - t0) / calls
+            if run:  # the first run warms up
+                samples[name].append(elapsed)
+    return samples
+
+
+# -- the raw baseline -------------------------------------------------------------------------
+
+
+def raw_spans_body(provider: TracerProvider, turn_context: Any) -> Callable[[], Any]:
+    tracer = provider.get_tracer("bench.raw")
+    set_in_context = trace_api.set_span_in_context
+    request = LLMRequest(None, KWARGS)
+
+    def body() -> Any:
+        content = request.content
+        logical = tracer.start_span(
+            "logical_llm_call",
+            context=turn_context,
+            attributes={"relay.api_request_id": "r", "relay.call_role": "primary"},
+        )
+        model = content["model"]
+        attempt = tracer.start_span(
+            f"chat {model}",
+            context=set_in_context(logical),
+            kind=SpanKind.CLIENT,
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": "openai",
+                "gen_ai.request.model": model,
+                "gen_ai.request.temperature": content["temperature"],
+                "gen_ai.request.max_tokens": content["max_tokens"],
+                "gen_ai.conversation.id": "bench",
+                "relay.api_request_id": "r",
+                "relay.call_role": "primary",
+                "relay.retry_count": 0,
+            },
+        )
+        r = provider_call(request)
+        usage = r["usage"]
+        attempt.set_attributes(
+            {
+                "relay.outcome": "success",
+                "gen_ai.response.model": r["model"],
+                "gen_ai.response.id": r["id"],
+                "gen_ai.response.finish_reasons": [r["finish_reason"]],
+                "gen_ai.usage.input_tokens": usage["prompt_tokens"],
+                "gen_ai.usage.output_tokens": usage["completion_tokens"],
+            }
+        )
+        attempt.end()
+        logical.set_attributes({"relay.outcome": "success", "relay.provider": "openai"})
+        logical.end()
+        return r
+
+    return body
+
+
+# -- ours -----------------------------------------------------------------------------------
+
+
+class Managed:
+    """A conversation with an open turn on its own profile, in its own context, with a subscriber."""
+
+    def __init__(self, exporter: OTelExporter | None, subscriber: Any = None) -> None:
+        self.context = contextvars.copy_context()
+        self.exporter = exporter
+        self.context.run(self._open, subscriber)
+
+    def _open(self, subscriber: Any) -> None:
+        self.host = session.SESSION_COORDINATOR.host(tempfile.mkdtemp(prefix="bench-otel-"))
+        if self.exporter is not None:
+            self.exporter.attach(self.host)
+        else:
+            noop = subscriber if subscriber is not None else (lambda e: None)
+            self.host.relay.subscribers.register(noop, name="bench.noop")
+            self.host.retain_managed_execution("bench")
+        self.lease = session.SESSION_COORDINATOR.acquire_conversation(
+            profile_key=self.host.profile_key, session_id="bench", platform="bench"
+        )
+        self.turn = session.SESSION_COORDINATOR.begin_turn(self.lease, turn_id="t", task_id="k")
+
+    def body(self) -> Callable[[], Any]:
+        request = LLMRequest(None, KWARGS)
+        codec = Codec()
+        execute = relay_calls.execute_current
+        run = self.context.run
+
+        def body() -> Any:
+            return run(execute, request, provider_call, name="openai", codec=codec)
+
+        return body
+
+    def close(self) -> None:
+        self.context.run(self._close)
+
+    def _close(self) -> None:
+        session.SESSION_COORDINATOR.end_turn(self.turn, outcome="success")
+        session.SESSION_COORDINATOR.release_conversation(self.lease)
+        if self.exporter is not None:
+            self.exporter.shutdown()
+
+
+def recorded_call_events() -> list[Any]:
+    """The four events one managed call emits (logical call and attempt, start and end)."""
+    recorder = Recorder()
+    managed = Managed(None, recorder)
+    managed.body()()
+    managed.close()
+    return [e for e in recorder if (e.metadata or {}).get(cv.KIND) in (cv.LOGICAL_CALL, cv.ATTEMPT)]
+
+
+def exporter_only_body(exporter: OTelExporter, events: list[Any]) -> Callable[[], Any]:
+    """The exporter fed one call's events: exactly its own work, without the relay's."""
+    first, second, third, fourth = events
+
+    def body() -> None:
+        exporter(first)
+        exporter(second)
+        exporter(third)
+        exporter(fourth)
+
+    return body
+
+
+# -- openai-v2 ----------------------------------------------------------------------------------
+
+
+def openai_v2_overhead() -> tuple[float, float] | str:
+    """(bare client call, instrumented call) in ns, or why it could not be measured."""
+    try:
+        import httpx2
+        import openai
+        from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+    except Exception as exc:  # an ImportError, or a version clash inside the package
+        return f"not measured: opentelemetry-instrumentation-openai-v2 does not import here ({exc!r})"
+
+    body = (
+        b'{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-bench-0613",'
+        b'"choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],'
+        b'"usage":{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17}}'
+    )
+
+    def handler(request: Any) -> Any:
+        return httpx2.Response(200, content=body, headers={"content-type": "application/json"})
+
+    client = openai.OpenAI(
+        api_key="sk-bench",
+        base_url="http://127.0.0.1:9/v1",
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+        max_retries=0,
+    )
+
+    def call() -> Any:
+        return client.chat.completions.create(**KWARGS)  # type: ignore[call-overload]
+
+    calls = max(200, CALLS // 4)
+    instrumentor = OpenAIInstrumentor()
+    provider = tracer_provider()
+    meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    bare: list[float] = []
+    instrumented: list[float] = []
+    # Instrumenting patches the SDK class: take turns by instrumenting and uninstrumenting.
+    for _ in range(max(3, RUNS // 2)):
+        bare.extend(interleaved({"bare": call}, calls, 1)["bare"])
+        instrumentor.instrument(tracer_provider=provider, meter_provider=meters)
+        try:
+            instrumented.extend(interleaved({"v2": call}, calls, 1)["v2"])
+        finally:
+            instrumentor.uninstrument()
+    provider.shutdown()
+    return statistics.median(bare), statistics.median(instrumented)
+
+
+def main() -> None:
+    print(f"python {sys.version.split()[0]}, {CALLS} calls x {RUNS} runs, medians in microseconds per call")
+    session.reset_for_tests()
+    events = recorded_call_events()
+
+    raw_provider = tracer_provider()
+    turn_span = raw_provider.get_tracer("bench.turn").start_span("turn")
+    spans_provider = tracer_provider()
+    managed_noop = Managed(None)
+    managed_spans = Managed(OTelExporter(tracer_provider()))
+    managed_full = Managed(OTelExporter(tracer_provider(), MeterProvider(metric_readers=[InMemoryMetricReader()])))
+    bodies = {
+        "bare provider callback": lambda: provider_call(None),
+        "raw OTel spans by hand (2 spans)": raw_spans_body(raw_provider, trace_api.set_span_in_context(turn_span)),
+        "OTelExporter alone, one call's 4 events": exporter_only_body(OTelExporter(spans_provider), events),
+        "relay managed call, no-op subscriber": managed_noop.body(),
+        "relay managed call + OTelExporter (spans)": managed_spans.body(),
+        "relay managed call + OTelExporter (+metrics)": managed_full.body(),
+    }
+    samples = interleaved(bodies)
+    for managed in (managed_noop, managed_spans, managed_full):
+        managed.close()
+    turn_span.end()
+    raw_provider.shutdown()
+    spans_provider.shutdown()
+
+    us = 1000.0
+    med = {name: statistics.median(values) for name, values in samples.items()}
+    for name, values in samples.items():
+        runs = ", ".join(f"{v / us:.1f}" for v in values)
+        print(f"  {name:<46} {med[name] / us:8.2f} us   (runs: {runs})")
+    raw = med["raw OTel spans by hand (2 spans)"]
+    alone = med["OTelExporter alone, one call's 4 events"]
+    noop = med["relay managed call, no-op subscriber"]
+    spans = med["relay managed call + OTelExporter (spans)"]
+    full = med["relay managed call + OTelExporter (+metrics)"]
+    print(f"  exporter alone / raw spans:                         {alone / raw:.2f}x (target <= {TARGET_RATIO}x)")
+    print(f"  exporter's share in a managed call / raw spans:     {(spans - noop) / raw:.2f}x")
+    print(f"  whole managed call with exporter / raw spans:       {spans / raw:.2f}x (with metrics {full / raw:.2f}x)")
+
+    v2 = openai_v2_overhead()
+    if isinstance(v2, str):
+        print(f"  openai-v2: {v2}")
+    else:
+        v2_bare, v2_inst = v2
+        print(f"  openai client over MockTransport, bare             {v2_bare / us:8.2f} us")
+        print(f"  same + opentelemetry-instrumentation-openai-v2     {v2_inst / us:8.2f} us")
+        print(f"  openai-v2 added per call:                          {(v2_inst - v2_bare) / us:8.2f} us")
+        added = (full - med["bare provider callback"]) / us
+        print(f"  relay managed call + exporter added per call:      {added:8.2f} us")
+
+
+if __name__ == "__main__":
+    main()
