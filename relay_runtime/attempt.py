@@ -7,16 +7,17 @@ provider lives here once.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from . import conventions as cv
-from .chains import run_filters
+from .chains import is_awaitable, refuse_awaitable
 from .codec import LLMCodec
 from .events import SCOPE_START, Event
 from .intercepts import LLM_GUARDRAIL, LLM_REQUEST, LLM_RESPONSE, GuardrailRejected, Intercept
-from .redaction import redacted_request
+from .redaction import redacted_annotation, redacted_request
 from .scopes import ScopeHandle, outcome_of
 from .types import (
     AnnotatedLLMRequest,
@@ -31,6 +32,11 @@ if TYPE_CHECKING:
     from .relay import Relay
 
 _current: ContextVar[Attempt | None] = ContextVar("relay_current_attempt", default=None)
+
+# Enum member lookups cost on every call; the hot path reads these plain strings.
+_LLM = ScopeType.LLM.value
+_SUCCESS = Outcome.SUCCESS.value
+_NO_CHAINS: Mapping[str, tuple[Intercept, ...]] = MappingProxyType({})
 
 FinishHook = Callable[[str, Any, "BaseException | None"], None]
 
@@ -47,6 +53,7 @@ def current_attempt() -> Attempt | None:
 class Attempt:
     __slots__ = (
         "annotated",
+        "chains",
         "codec",
         "finished",
         "handle",
@@ -69,6 +76,8 @@ class Attempt:
         codec: LLMCodec | None,
         on_finish: FinishHook | None,
     ) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"LLM call name must be a non-empty string, got {name!r}")
         if not isinstance(request, LLMRequest):
             raise TypeError(f"LLM call {name!r} needs an LLMRequest, got {type(request).__name__}")
         self.relay = relay
@@ -80,29 +89,38 @@ class Attempt:
         self.on_finish = on_finish
         self.finished = False
         self.annotated: AnnotatedLLMRequest | None = None
-        scopes = relay.scope
-        owner = parent if parent is not None else scopes.current()
+        self.chains = _NO_CHAINS
+        owner = parent if parent is not None else relay.scope.current()
         # Not on any stack: the calling convention makes it current only while the
         # provider runs, so a stream left open never becomes everyone's parent.
-        self.handle = ScopeHandle(name, ScopeType.LLM.value, owner, None, None, False, None)
+        # The handle shares the attempt's metadata dict, so the end event carries what
+        # adapters added during the call (e.g. SDK retries) without a merge.
+        self.handle = ScopeHandle(name, _LLM, owner, self.metadata, None, False, None)
 
     # -- before the provider ----------------------------------------------------------
 
     def prepare(self) -> LLMRequest:
-        """Guardrails, request intercepts, then the start event. Returns the request to send."""
+        """Guardrails, request intercepts, then the start event. Returns the request to send.
+
+        Every chain the call will run (execution and response ones included) is
+        resolved here, once: a registration made while the call is in flight
+        applies to later calls only.
+        """
         relay = self.relay
         intercepts = relay.intercepts
-        owner = self.handle.parent
         request = self.request
         try:
-            guardrails = intercepts.chain(LLM_GUARDRAIL, owner) if intercepts.active else ()
-            edits = intercepts.chain(LLM_REQUEST, owner) if intercepts.active else ()
+            chains = self.chains = intercepts.resolve(self.handle.parent) if intercepts.active else _NO_CHAINS
+            guardrails = chains.get(LLM_GUARDRAIL, ())
+            edits = chains.get(LLM_REQUEST, ())
             codec = self.codec
             if codec is not None and (guardrails or edits or relay.subscribers.start or relay.subscribers.end):
                 self.annotated = codec.decode(request.content)
             for entry in guardrails:
                 reason = entry.fn(self.name, request, self.annotated)
                 if reason is not None:
+                    if is_awaitable(reason):
+                        refuse_awaitable(reason, f"guardrail {entry.name!r} must be synchronous")
                     raise GuardrailRejected(entry.name, str(reason))
             if edits:
                 request = self._apply_request_intercepts(edits, request)
@@ -118,19 +136,22 @@ class Attempt:
 
     def _apply_request_intercepts(self, edits: tuple[Intercept, ...], request: LLMRequest) -> LLMRequest:
         before = self.annotated.snapshot() if self.annotated is not None else None
-
-        def one(entry: Intercept, req: LLMRequest) -> LLMRequest:
-            outcome = entry.fn(self.name, req, self.annotated)
+        name = self.name
+        for entry in edits:
+            outcome = entry.fn(name, request, self.annotated)
             if not isinstance(outcome, LLMRequestInterceptOutcome):
-                raise TypeError(
+                message = (
                     f"request intercept {entry.name!r} must return an LLMRequestInterceptOutcome, "
                     f"got {type(outcome).__name__}"
                 )
+                if is_awaitable(outcome):
+                    refuse_awaitable(outcome, f"{message}; it must be synchronous")
+                raise TypeError(message)
+            request = outcome.request
             if outcome.annotated_request is not None:
                 self.annotated = outcome.annotated_request
-            return outcome.request
-
-        request = run_filters(edits, one, request)
+            if entry.break_chain:
+                break
         if before is not None and self.annotated is not None and self.codec is not None:
             changes = self.annotated.changes_since(before)
             if changes:
@@ -149,13 +170,13 @@ class Attempt:
                 h.parent_uuid,
                 h.trace_id,
                 self.name,
-                h.scope_type,
+                _LLM,
                 h.start_ns,
                 input=redacted_request(request.headers, request.content),
                 metadata=dict(self.metadata),
                 provider=self.name,
                 model_name=self.model_name,
-                annotated_request=self.annotated,
+                annotated_request=redacted_annotation(self.annotated),
             )
         except Exception as exc:
             self.relay.diag.failure("bookkeeping_errors", exc, "building an attempt start event")
@@ -175,19 +196,25 @@ class Attempt:
     # -- after the provider ------------------------------------------------------------
 
     def response_intercepts(self) -> tuple[Intercept, ...]:
-        intercepts = self.relay.intercepts
-        return intercepts.chain(LLM_RESPONSE, self.handle.parent) if intercepts.active else ()
+        return self.chains.get(LLM_RESPONSE, ())
 
     def succeed(self, response: Any) -> Any:
         """Run response intercepts (policy: they fail closed), then end the attempt as a success."""
-        chain = self.response_intercepts()
+        chain = self.chains.get(LLM_RESPONSE)
         if chain:
             try:
-                response = run_filters(chain, lambda e, r: e.fn(self.name, self.request, r), response)
+                for entry in chain:
+                    response = entry.fn(self.name, self.request, response)
+                    if is_awaitable(response):
+                        refuse_awaitable(
+                            response, f"response intercept {entry.name!r} must be synchronous; it returned an awaitable"
+                        )
+                    if entry.break_chain:
+                        break
             except BaseException as exc:
                 self.fail(exc)
                 raise
-        self.finish(Outcome.SUCCESS.value, response, None, None)
+        self.finish(_SUCCESS, response, None, None)
         return response
 
     def fail(self, error: BaseException | None, outcome: str | None = None) -> None:
@@ -201,30 +228,34 @@ class Attempt:
         annotation: AnnotatedLLMResponse | None,
         first_chunk_ns: int | None = None,
     ) -> None:
-        """End the attempt exactly once; the relay's own failures here never reach the caller."""
+        """End the attempt exactly once; the relay's own failures here never reach the caller.
+
+        A codec that cannot read the response costs the end event its annotation,
+        not the end event itself: every start still gets its end.
+        """
         if self.finished:
             return
         self.finished = True
         relay = self.relay
-        try:
-            if relay.subscribers.end:
-                if annotation is None and response is not None and self.codec is not None:
+        if relay.subscribers.end:
+            if annotation is None and response is not None and self.codec is not None:
+                try:
                     annotation = self.codec.annotate_response(response)
-                if annotation is not None and first_chunk_ns is not None:
-                    annotation.time_to_first_chunk_ns = first_chunk_ns - self.handle.start_ns
-                relay.scope.end(
-                    self.handle,
-                    output=response,
-                    metadata=self.metadata,
-                    error=error,
-                    outcome=outcome,
-                    provider=self.name,
-                    model_name=self.model_name,
-                    annotated_request=self.annotated,
-                    annotated_response=annotation,
-                )
-            else:
-                self.handle.ended = True
+                except Exception as exc:
+                    relay.diag.failure("bookkeeping_errors", exc, f"annotating the response of {self.name!r}")
+            if annotation is not None and first_chunk_ns is not None:
+                annotation.time_to_first_chunk_ns = first_chunk_ns - self.handle.start_ns
+        try:
+            relay.scope.end(
+                self.handle,
+                output=response,
+                error=error,
+                outcome=outcome,
+                provider=self.name,
+                model_name=self.model_name,
+                annotated_request=redacted_annotation(self.annotated),
+                annotated_response=annotation,
+            )
         except Exception as exc:
             self.handle.ended = True
             relay.diag.failure("bookkeeping_errors", exc, f"ending LLM attempt {self.name!r}")

@@ -14,7 +14,8 @@ _getrandbits = _rng.getrandbits
 
 
 def new_id() -> str:
-    return f"{_getrandbits(128):032x}"
+    # bytes.hex() is about twice as fast as formatting the int with "032x".
+    return _getrandbits(128).to_bytes(16, "big").hex()
 
 
 def reseed_after_fork() -> None:

@@ -9,7 +9,7 @@ flight keeps the chain it resolved however the registry changes meanwhile.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
@@ -53,8 +53,23 @@ def _order(entries: list[Intercept]) -> tuple[Intercept, ...]:
     return tuple(sorted(entries, key=lambda e: (e.priority, e.name)))
 
 
+def _merge(base: tuple[Intercept, ...], locals_: list[tuple[Intercept, ...]]) -> tuple[Intercept, ...]:
+    """Globals, then each scope's locals (outermost first), stable-sorted by priority alone."""
+    if not any(locals_):
+        return base
+    merged = list(base)
+    for found in locals_:
+        merged.extend(found)
+    merged.sort(key=lambda e: e.priority)  # stable: globals stay ahead of locals on ties
+    return tuple(merged)
+
+
 class _Table:
-    """One registry (the global one, or one scope's): kind -> ordered chain."""
+    """One registry (the global one, or one scope's): kind -> ordered chain.
+
+    ``chains`` is copied on write, never changed in place: a call that resolved
+    it keeps a consistent snapshot of every kind however the registry changes.
+    """
 
     __slots__ = ("chains",)
 
@@ -65,14 +80,17 @@ class _Table:
         chain = self.chains.get(kind, ())
         if any(e.name == entry.name for e in chain):
             raise ValueError(f"{kind} intercept {entry.name!r} is already registered {where}")
-        self.chains[kind] = _order([*chain, entry])
+        self.chains = {**self.chains, kind: _order([*chain, entry])}
 
     def remove(self, kind: str, name: str) -> bool:
         chain = self.chains.get(kind, ())
         kept = tuple(e for e in chain if e.name != name)
         if len(kept) == len(chain):
             return False
-        self.chains[kind] = kept
+        chains = {**self.chains, kind: kept}
+        if not kept:
+            del chains[kind]
+        self.chains = chains
         return True
 
 
@@ -244,22 +262,30 @@ class Intercepts:
         base = self._global.chains.get(kind, ())
         if not self._scoped:
             return base
+        return _merge(base, [t.get(kind, ()) for t in self._local_tables(anchor)])
+
+    def resolve(self, anchor: ScopeHandle | None = None) -> Mapping[str, tuple[Intercept, ...]]:
+        """Every kind's chain for a call made under ``anchor``, resolved once for the whole call."""
+        base = self._global.chains
+        if not self._scoped:
+            return base
+        tables = self._local_tables(anchor)
+        if not tables:
+            return base
+        kinds = set(base).union(*tables)
+        return {kind: _merge(base.get(kind, ()), [t.get(kind, ()) for t in tables]) for kind in kinds}
+
+    def _local_tables(self, anchor: ScopeHandle | None) -> list[dict[str, tuple[Intercept, ...]]]:
+        """The scope-local registries of the open scopes above ``anchor``, outermost first."""
         node = anchor if anchor is not None else self._scopes.current()
-        locals_: list[tuple[Intercept, ...]] = []
+        tables: list[dict[str, tuple[Intercept, ...]]] = []
         while node is not None:
             table = node.local_intercepts
-            if table is not None and not node.ended:
-                found = table.chains.get(kind)
-                if found:
-                    locals_.append(found)
+            if table is not None and not node.ended and table.chains:
+                tables.append(table.chains)
             node = node.parent
-        if not locals_:
-            return base
-        merged = list(base)
-        for found in reversed(locals_):  # outermost scope first
-            merged.extend(found)
-        merged.sort(key=lambda e: e.priority)  # stable: globals stay ahead of locals on ties
-        return tuple(merged)
+        tables.reverse()
+        return tables
 
     def scope_ended(self, handle: ScopeHandle) -> None:
         if handle.local_intercepts is not None:

@@ -23,29 +23,12 @@ __all__ = ["LLM", "current_attempt"]
 class LLM:
     def __init__(self, relay: Relay) -> None:
         self._relay = relay
+        self._subscribers = relay.subscribers
+        self._intercepts = relay.intercepts
 
     def _watched(self, on_finish: FinishHook | None) -> bool:
-        relay = self._relay
-        subs = relay.subscribers
-        return bool(subs.start or subs.end or subs.chunk or relay.intercepts.active or on_finish)
-
-    def _attempt(
-        self,
-        name: str,
-        request: LLMRequest,
-        parent: ScopeHandle | None,
-        model_name: str | None,
-        metadata: dict[str, Any] | None,
-        codec: LLMCodec | None,
-        on_finish: FinishHook | None,
-    ) -> Attempt:
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"LLM call name must be a non-empty string, got {name!r}")
-        return Attempt(self._relay, name, request, parent, model_name, metadata, codec, on_finish)
-
-    def _execution_chain(self, attempt: Attempt, kind: str) -> tuple[Any, ...]:
-        intercepts = self._relay.intercepts
-        return intercepts.chain(kind, attempt.handle.parent) if intercepts.active else ()
+        """Whether the call needs an attempt at all: someone listens, some policy applies, or a hook waits."""
+        return self._subscribers.llm or self._intercepts.active or on_finish is not None
 
     def execute(
         self,
@@ -62,12 +45,12 @@ class LLM:
         """Run ``callback(request)`` as one managed attempt; its exception propagates unchanged."""
         if not self._watched(on_finish):
             return callback(request)
-        attempt = self._attempt(name, request, parent, model_name, metadata, codec, on_finish)
+        attempt = Attempt(self._relay, name, request, parent, model_name, metadata, codec, on_finish)
         request = attempt.prepare()
-        chain = self._execution_chain(attempt, LLM_EXECUTION)
+        chain = attempt.chains.get(LLM_EXECUTION)
         tokens = attempt.enter()
         try:
-            response = chains.run_sync(chain, name, request, callback)
+            response = chains.run_sync(chain, name, request, callback) if chain else callback(request)
         except BaseException as exc:
             attempt.leave(tokens)
             attempt.fail(exc)
@@ -89,12 +72,12 @@ class LLM:
     ) -> Any:
         if not self._watched(on_finish):
             return await callback(request)
-        attempt = self._attempt(name, request, parent, model_name, metadata, codec, on_finish)
+        attempt = Attempt(self._relay, name, request, parent, model_name, metadata, codec, on_finish)
         request = attempt.prepare()
-        chain = self._execution_chain(attempt, LLM_EXECUTION)
+        chain = attempt.chains.get(LLM_EXECUTION)
         tokens = attempt.enter()
         try:
-            response = await chains.run_async(chain, name, request, callback)
+            response = await (chains.run_async(chain, name, request, callback) if chain else callback(request))
         except BaseException as exc:
             attempt.leave(tokens)
             attempt.fail(exc)
@@ -121,9 +104,9 @@ class LLM:
         """
         if not self._watched(on_finish):
             return stream_factory(request)
-        attempt = self._attempt(name, request, parent, model_name, metadata, codec, on_finish)
+        attempt = Attempt(self._relay, name, request, parent, model_name, metadata, codec, on_finish)
         request = attempt.prepare()
-        chain = self._execution_chain(attempt, LLM_STREAM_EXECUTION)
+        chain = attempt.chains.get(LLM_STREAM_EXECUTION, ())
         tokens = attempt.enter()
         try:
             source = chains.run_sync(chain, name, request, stream_factory)
@@ -150,9 +133,9 @@ class LLM:
         """``stream`` for async providers: ``stream_factory`` returns an async iterable or an awaitable of one."""
         if not self._watched(on_finish):
             return await _open_async(stream_factory, request)
-        attempt = self._attempt(name, request, parent, model_name, metadata, codec, on_finish)
+        attempt = Attempt(self._relay, name, request, parent, model_name, metadata, codec, on_finish)
         request = attempt.prepare()
-        chain = self._execution_chain(attempt, LLM_STREAM_EXECUTION)
+        chain = attempt.chains.get(LLM_STREAM_EXECUTION, ())
         tokens = attempt.enter()
         try:
             source = await chains.run_async(chain, name, request, lambda r: _open_async(stream_factory, r))

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .events import MARK, SCOPE_END, SCOPE_START, Event
 from .ids import new_id
-from .types import Outcome, ScopeType
+from .types import AnnotatedLLMRequest, AnnotatedLLMResponse, Outcome, ScopeType
 
 if TYPE_CHECKING:
     from .relay import Relay
@@ -196,7 +196,10 @@ class Scopes:
         metadata: dict[str, Any] | None = None,
         error: BaseException | None = None,
         outcome: str | None = None,
-        **llm_fields: Any,
+        provider: str | None = None,
+        model_name: str | None = None,
+        annotated_request: AnnotatedLLMRequest | None = None,
+        annotated_response: AnnotatedLLMResponse | None = None,
     ) -> None:
         """Mark ``handle`` ended and emit its end event, without touching any stack."""
         if handle.ended:
@@ -228,7 +231,10 @@ class Scopes:
                 error_type=type(error).__name__ if error is not None else None,
                 error_message=str(error) if error is not None else None,
                 outcome=outcome,
-                **llm_fields,
+                provider=provider,
+                model_name=model_name,
+                annotated_request=annotated_request,
+                annotated_response=annotated_response,
             ),
         )
 

@@ -23,6 +23,31 @@ _now = time.time_ns
 _CANCELLED = Outcome.CANCELLED.value
 
 
+_EXHAUSTED: Iterator[Any] = iter(())
+
+
+class _AsyncExhausted:
+    """What a closed async stream reads from: nothing, ever."""
+
+    __slots__ = ()
+
+    def __aiter__(self) -> _AsyncExhausted:
+        return self
+
+    async def __anext__(self) -> Any:
+        raise StopAsyncIteration
+
+
+async def _aclose(target: Any) -> None:
+    for name in ("aclose", "close"):
+        closer = getattr(target, name, None)
+        if closer is not None:
+            result = closer()
+            if hasattr(result, "__await__"):
+                await result
+            return
+
+
 class StreamLifecycle:
     """What both stream flavours do per chunk and at the end."""
 
@@ -109,11 +134,18 @@ class ManagedStream:
         return chunk
 
     def close(self) -> None:
-        """Stop early: the attempt ends cancelled and the provider stream is closed."""
+        """Stop early: the attempt ends cancelled and the provider stream is closed.
+
+        The iterator is closed too and dropped, so a ``next()`` after ``close()``
+        stops instead of reading on from a source whose ``close`` did not end it.
+        """
         self._life.fail(None, _CANCELLED)
-        close = getattr(self._source, "close", None)
-        if close is not None:
-            close()
+        iterator, self._iterator = self._iterator, _EXHAUSTED
+        targets = (iterator, self._source) if iterator is not self._source else (iterator,)
+        for target in targets:
+            close = getattr(target, "close", None)
+            if close is not None:
+                close()
 
     def __enter__(self) -> ManagedStream:
         return self
@@ -161,13 +193,10 @@ class ManagedAsyncStream:
 
     async def aclose(self) -> None:
         self._life.fail(None, _CANCELLED)
-        for name in ("aclose", "close"):
-            closer = getattr(self._source, name, None)
-            if closer is not None:
-                result = closer()
-                if hasattr(result, "__await__"):
-                    await result
-                return
+        iterator, self._iterator = self._iterator, _AsyncExhausted()
+        await _aclose(iterator)
+        if iterator is not self._source:
+            await _aclose(self._source)
 
     async def __aenter__(self) -> ManagedAsyncStream:
         return self

@@ -35,6 +35,8 @@ class Subscribers:
         self.end: tuple[_Entry, ...] = ()
         self.mark: tuple[_Entry, ...] = ()
         self.chunk: tuple[_Entry, ...] = ()
+        # Whether anyone would see an LLM attempt at all (its start, end or chunks).
+        self.llm = False
 
     def register(
         self,
@@ -82,6 +84,7 @@ class Subscribers:
         self.end = tuple(e for e in entries if SCOPE_END in e.kinds)
         self.mark = tuple(e for e in entries if MARK in e.kinds)
         self.chunk = tuple(e for e in entries if MARK in e.kinds and e.chunks)
+        self.llm = bool(self.start or self.end or self.chunk)
 
     def deliver(self, targets: tuple[_Entry, ...], event: Event) -> None:
         """Call each target in registration order; a failing one is counted and logged, never raised."""

@@ -1,0 +1,12 @@
+"""Provider adapters: codecs for the OpenAI and Anthropic SDKs, dispatch, and ``instrument()``.
+
+import adapters
+response = adapters.complete(client, {"model": "gpt-4o", "messages": [...]})
+for chunk in adapters.stream(client, {...}): ...
+adapters.instrument(client)   # or: every create() of this client becomes a managed call
+"""
+
+from .dispatch import acomplete, astream, complete, stream
+from .instrument import instrument, uninstrument
+
+__all__ = ["acomplete", "astream", "complete", "instrument", "stream", "uninstrument"]

@@ -1,0 +1,207 @@
+"""Codec for Anthropic messages (``client.messages.create``).
+
+Tool calls are annotated with ``arguments`` as the ``input`` object Anthropic
+returns (OpenAI's codecs give the JSON text the API sends).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from relay_runtime.types import AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta, TokenUsage
+
+from .common import FieldMap, apply_common, as_int, as_list, as_str, decode_common, get
+
+_FIELDS = FieldMap.of("messages", "system")
+_USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+
+
+def usage_of(usage: Any) -> TokenUsage:
+    if usage is None:
+        return TokenUsage()
+    return TokenUsage(
+        input_tokens=as_int(get(usage, "input_tokens")),
+        output_tokens=as_int(get(usage, "output_tokens")),
+        cache_read_tokens=as_int(get(usage, "cache_read_input_tokens")),
+        cache_creation_tokens=as_int(get(usage, "cache_creation_input_tokens")),
+        reasoning_tokens=as_int(get(get(usage, "output_tokens_details"), "thinking_tokens")),
+    )
+
+
+def _tool_use(block: Any) -> dict[str, Any]:
+    return {
+        "id": as_str(get(block, "id")),
+        "name": as_str(get(block, "name")),
+        "arguments": get(block, "input"),
+    }
+
+
+class AnthropicMessagesCodec:
+    provider = "anthropic"
+    operation = "chat"
+
+    def decode(self, content: Mapping[str, Any]) -> AnnotatedLLMRequest:
+        return decode_common(content, _FIELDS, self.provider, self.operation)
+
+    def apply(self, content: Mapping[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+        return apply_common(content, changes, _FIELDS)
+
+    def annotate_response(self, response: Any) -> AnnotatedLLMResponse:
+        texts: list[str] = []
+        calls: list[dict[str, Any]] = []
+        for block in as_list(get(response, "content")):
+            kind = get(block, "type")
+            if kind == "text" and (text := as_str(get(block, "text"))):
+                texts.append(text)
+            elif kind == "tool_use":
+                calls.append(_tool_use(block))
+        reason = as_str(get(response, "stop_reason"))
+        return AnnotatedLLMResponse(
+            model=as_str(get(response, "model")),
+            id=as_str(get(response, "id")),
+            finish_reasons=[reason] if reason else [],
+            usage=usage_of(get(response, "usage")),
+            output_text="".join(texts) if texts else None,
+            tool_calls=calls,
+        )
+
+    def accumulator(self) -> MessagesAccumulator:
+        return MessagesAccumulator(self)
+
+
+class _Block:
+    __slots__ = ("parts", "raw", "signature", "type")
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+        self.type = as_str(get(raw, "type"))
+        self.parts: list[str] = []
+        self.signature: str | None = as_str(get(raw, "signature"))
+
+
+class MessagesAccumulator:
+    """Folds raw message stream events into an anthropic ``Message``.
+
+    ``message_start`` carries the id, model and input usage; ``message_delta``
+    the stop reason and the cumulative output usage.
+    """
+
+    __slots__ = ("blocks", "codec", "message", "stop_reason", "stop_sequence", "usage")
+
+    def __init__(self, codec: AnthropicMessagesCodec) -> None:
+        self.codec = codec
+        self.message: Any = None
+        self.blocks: dict[int, _Block] = {}
+        self.stop_reason: str | None = None
+        self.stop_sequence: str | None = None
+        self.usage: dict[str, Any] = {}
+
+    def _merge_usage(self, usage: Any) -> None:
+        for name in _USAGE_FIELDS:
+            value = as_int(get(usage, name))
+            if value is not None:
+                self.usage[name] = value
+        details = get(usage, "output_tokens_details")
+        if details is not None:
+            self.usage["output_tokens_details"] = details
+
+    def add(self, chunk: Any) -> ChunkDelta | None:
+        kind = get(chunk, "type")
+        if kind == "content_block_delta":
+            block = self.blocks.get(as_int(get(chunk, "index")) or 0)
+            delta = get(chunk, "delta")
+            dtype = get(delta, "type")
+            if dtype == "text_delta":
+                text = as_str(get(delta, "text")) or ""
+                if block is not None:
+                    block.parts.append(text)
+                return ChunkDelta(text=text) if text else None
+            if dtype == "thinking_delta":
+                thought = as_str(get(delta, "thinking")) or ""
+                if block is not None:
+                    block.parts.append(thought)
+                return ChunkDelta(reasoning=thought) if thought else None
+            if block is not None:
+                if dtype == "input_json_delta":
+                    block.parts.append(as_str(get(delta, "partial_json")) or "")
+                    return ChunkDelta()
+                if dtype == "signature_delta":
+                    block.signature = as_str(get(delta, "signature"))
+            return None
+        if kind == "content_block_start":
+            self.blocks[as_int(get(chunk, "index")) or 0] = _Block(get(chunk, "content_block"))
+            return None
+        if kind == "message_start":
+            self.message = get(chunk, "message")
+            self._merge_usage(get(self.message, "usage"))
+            model = as_str(get(self.message, "model"))
+            return ChunkDelta(model=model) if model else None
+        if kind == "message_delta":
+            delta = get(chunk, "delta")
+            self.stop_reason = as_str(get(delta, "stop_reason")) or self.stop_reason
+            self.stop_sequence = as_str(get(delta, "stop_sequence")) or self.stop_sequence
+            self._merge_usage(get(chunk, "usage"))
+        return None
+
+    def finish(self) -> tuple[Any, AnnotatedLLMResponse]:
+        content = [self._content_block(b) for _, b in sorted(self.blocks.items())]
+        texts = [t for b in content if get(b, "type") == "text" and (t := as_str(get(b, "text")))]
+        annotation = AnnotatedLLMResponse(
+            model=as_str(get(self.message, "model")),
+            id=as_str(get(self.message, "id")),
+            finish_reasons=[self.stop_reason] if self.stop_reason else [],
+            usage=usage_of(self.usage),
+            output_text="".join(texts) if texts else None,
+            tool_calls=[_tool_use(b) for b in content if get(b, "type") == "tool_use"],
+        )
+        return self._message(content), annotation
+
+    def _content_block(self, block: _Block) -> Any:
+        joined = "".join(block.parts)
+        if block.type == "text":
+            return _construct("TextBlock", {"type": "text", "text": joined, "citations": None})
+        if block.type == "thinking":
+            return _construct(
+                "ThinkingBlock", {"type": "thinking", "thinking": joined, "signature": block.signature or ""}
+            )
+        if block.type == "tool_use":
+            try:
+                arguments = json.loads(joined) if joined else {}
+            except ValueError:
+                arguments = joined  # a stream cut mid-object: keep what arrived rather than nothing
+            return _construct(
+                "ToolUseBlock",
+                {
+                    "type": "tool_use",
+                    "id": get(block.raw, "id"),
+                    "name": get(block.raw, "name"),
+                    "input": arguments,
+                },
+            )
+        return block.raw
+
+    def _message(self, content: list[Any]) -> Any:
+        return _construct(
+            "Message",
+            {
+                "id": get(self.message, "id"),
+                "type": "message",
+                "role": "assistant",
+                "model": get(self.message, "model"),
+                "content": content,
+                "stop_reason": self.stop_reason,
+                "stop_sequence": self.stop_sequence,
+                "usage": _construct("Usage", dict(self.usage)),
+            },
+        )
+
+
+def _construct(type_name: str, values: dict[str, Any]) -> Any:
+    """The anthropic SDK type, unvalidated (a lenient stream must not fail here); a dict without the SDK."""
+    try:
+        import anthropic.types as types
+    except ImportError:
+        return values
+    return getattr(types, type_name).model_construct(**values)

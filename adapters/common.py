@@ -1,0 +1,157 @@
+"""What the three codecs share: tolerant field access and the kwargs overlay.
+
+Provider responses reach the codecs as SDK models, plain dicts or duck-typed
+objects (tests and proxies hand in ``SimpleNamespace``); every read here
+returns a default instead of raising, because annotation is bookkeeping and
+must never cost the caller its response.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from relay_runtime.types import REMOVED, AnnotatedLLMRequest, AnnotatedLLMResponse, TokenUsage
+
+# SDK call options that are transport, not request content: never "params",
+# and never touched by ``apply`` (they keep their identity).
+TRANSPORT_KWARGS = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
+
+
+def get(obj: Any, name: str, default: Any = None) -> Any:
+    """``obj.name`` or ``obj[name]``, else ``default``."""
+    if obj is None:
+        return default
+    if isinstance(obj, Mapping):
+        return obj.get(name, default)
+    try:
+        return getattr(obj, name, default)
+    except Exception:
+        # A property that raises (pydantic validators, lazy SDK fields) reads as absent.
+        return default
+
+
+def as_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def as_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def as_list(value: Any) -> list[Any] | tuple[Any, ...]:
+    return value if isinstance(value, list | tuple) else ()
+
+
+@dataclass(frozen=True)
+class FieldMap:
+    """Where an API keeps each neutral field among its create() kwargs."""
+
+    messages: str
+    system: str | None  # None: the API keeps system prompts inside ``messages``
+    structural: frozenset[str]
+
+    @classmethod
+    def of(cls, messages: str, system: str | None) -> FieldMap:
+        keys = {"model", messages, "tools", "tool_choice", "stream"}
+        if system is not None:
+            keys.add(system)
+        return cls(messages, system, frozenset(keys) | TRANSPORT_KWARGS)
+
+
+def decode_common(content: Mapping[str, Any], fields: FieldMap, provider: str, operation: str) -> AnnotatedLLMRequest:
+    """The fields every API spells the same way; the caller fixes up messages/system."""
+    structural = fields.structural
+    params = {k: v for k, v in content.items() if k not in structural}
+    messages = content.get(fields.messages)
+    tools = content.get("tools")
+    return AnnotatedLLMRequest(
+        model=as_str(content.get("model")),
+        messages=list(messages) if isinstance(messages, list | tuple) else [],
+        system=content.get(fields.system) if fields.system is not None else None,
+        params=params,
+        tools=list(tools) if isinstance(tools, list | tuple) else None,
+        tool_choice=content.get("tool_choice"),
+        stream=bool(content.get("stream")),
+        provider=provider,
+        operation=operation,
+    )
+
+
+def _put(kwargs: dict[str, Any], key: str, value: Any) -> None:
+    # None (or REMOVED) in the neutral view means "not sent": the SDKs treat an
+    # explicit None differently from an absent key for several fields.
+    if value is None or value is REMOVED:
+        kwargs.pop(key, None)
+    else:
+        kwargs[key] = value
+
+
+def apply_common(content: Mapping[str, Any], changes: dict[str, Any], fields: FieldMap) -> dict[str, Any]:
+    """A new kwargs dict: ``content`` with only the changed neutral fields written over it.
+
+    ``system`` is left to the caller when the API keeps it inside ``messages``.
+    """
+    kwargs = dict(content)
+    for name, value in changes.items():
+        if name == "params":
+            if not isinstance(value, Mapping):
+                raise TypeError(f"params changes must be a mapping, got {type(value).__name__}")
+            for key, item in value.items():
+                if key in fields.structural:
+                    raise ValueError(
+                        f"params key {key!r} names a structural or transport field; "
+                        f"edit it through the annotated request's own field instead"
+                    )
+                _put(kwargs, key, item)
+        elif name == "messages":
+            kwargs[fields.messages] = list(value) if value is not None else []
+        elif name == "system":
+            if fields.system is not None:
+                _put(kwargs, fields.system, value)
+        elif name == "stream":
+            if value:
+                kwargs["stream"] = True
+            else:
+                kwargs.pop("stream", None)
+        elif name in ("model", "tools", "tool_choice"):
+            _put(kwargs, name, value)
+        else:
+            raise ValueError(f"unknown annotated request field {name!r} in changes")
+    return kwargs
+
+
+@dataclass
+class ToolCallParts:
+    """One tool call as it arrives in fragments over a stream."""
+
+    id: str | None = None
+    name: str | None = None
+    arguments: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "arguments": "".join(self.arguments)}
+
+
+@dataclass
+class StreamedResponse:
+    """The final response of a stream whose API sent no complete response object of its own."""
+
+    model: str | None = None
+    id: str | None = None
+    output_text: str = ""
+    reasoning_text: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    finish_reasons: list[str] = field(default_factory=list)
+    usage: TokenUsage = field(default_factory=TokenUsage)
+
+    def annotation(self) -> AnnotatedLLMResponse:
+        return AnnotatedLLMResponse(
+            model=self.model,
+            id=self.id,
+            finish_reasons=list(self.finish_reasons),
+            usage=self.usage,
+            output_text=self.output_text or None,
+            tool_calls=list(self.tool_calls),
+        )

@@ -1,0 +1,175 @@
+"""One SDK call as a managed attempt of the current turn, for any supported client.
+
+``complete`` / ``acomplete`` / ``stream`` / ``astream`` pick the API (chat
+completions, responses, anthropic messages), wrap the kwargs in an
+``LLMRequest``, and hand the SDK call to ``relay_runtime.calls``. Inside an
+``@auxiliary_call`` the attempt carries the logical call's identity and the
+route's provider name, and the logical call stays open for the decorator to settle.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from relay_runtime import auxiliary, calls
+from relay_runtime.codec import LLMCodec
+from relay_runtime.types import LLMRequest
+
+from . import sdk_retries
+from .anthropic_messages import AnthropicMessagesCodec
+from .openai_chat import OpenAIChatCodec
+from .openai_responses import OpenAIResponsesCodec
+
+CHAT_COMPLETIONS = "chat_completions"
+RESPONSES = "responses"
+ANTHROPIC_MESSAGES = "anthropic_messages"
+
+
+@dataclass(frozen=True)
+class Api:
+    mode: str
+    codec: LLMCodec
+    resource: tuple[str, ...]  # attribute path from the client to the object whose create() is called
+
+
+APIS: dict[str, Api] = {
+    CHAT_COMPLETIONS: Api(CHAT_COMPLETIONS, OpenAIChatCodec(), ("chat", "completions")),
+    RESPONSES: Api(RESPONSES, OpenAIResponsesCodec(), ("responses",)),
+    ANTHROPIC_MESSAGES: Api(ANTHROPIC_MESSAGES, AnthropicMessagesCodec(), ("messages",)),
+}
+
+
+def _mode_of_client(client: Any) -> str:
+    # sys.modules, not import: a client of an SDK nobody imported cannot be an instance of it,
+    # and dispatch never pays for importing an SDK the caller does not use.
+    anthropic = sys.modules.get("anthropic")
+    if anthropic is not None and isinstance(client, anthropic.Anthropic | anthropic.AsyncAnthropic):
+        return ANTHROPIC_MESSAGES
+    openai = sys.modules.get("openai")
+    if openai is not None and isinstance(client, openai.OpenAI | openai.AsyncOpenAI):
+        return CHAT_COMPLETIONS
+    for mode in (CHAT_COMPLETIONS, ANTHROPIC_MESSAGES, RESPONSES):
+        if getattr(client, APIS[mode].resource[0], None) is not None:
+            return mode
+    raise TypeError(
+        f"cannot tell which LLM API {type(client).__name__} speaks: expected an OpenAI or Anthropic "
+        f"client, or an object with chat.completions, messages or responses; pass api_mode="
+    )
+
+
+def resource_of(client: Any, api: Api) -> Any:
+    obj = client
+    for name in api.resource:
+        obj = getattr(obj, name, None)
+        if obj is None:
+            raise TypeError(
+                f"{type(client).__name__} has no {'.'.join(api.resource)}.create() for api_mode {api.mode!r}"
+            )
+    return obj
+
+
+def original_create(resource: Any) -> Any:
+    """The resource's create(), seen through ``instrument()``'s wrapper (dispatch must not re-enter it)."""
+    create = resource.create
+    if getattr(type(create), "relay_instrumented", False):
+        return create.__wrapped__
+    return create
+
+
+@dataclass
+class Call:
+    """Everything one SDK call hands to ``relay_runtime.calls``."""
+
+    api: Api
+    request: LLMRequest
+    options: dict[str, Any]
+
+
+def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, *, stream: bool) -> Call:
+    if not isinstance(kwargs, Mapping):
+        raise TypeError(f"SDK kwargs must be a mapping, got {type(kwargs).__name__}")
+    route = auxiliary.current_route()
+    mode = api_mode or (route.api_mode if route is not None else None) or _mode_of_client(client)
+    api = APIS.get(mode)
+    if api is None:
+        raise ValueError(f"unknown api_mode {mode!r}; expected one of {sorted(APIS)}")
+    if stream and not kwargs.get("stream"):
+        kwargs = {**kwargs, "stream": True}
+    metadata = auxiliary.next_attempt_metadata()
+    model = kwargs.get("model")
+    options: dict[str, Any] = {
+        "name": route.provider if route is not None else api.codec.provider,
+        "model_name": model if isinstance(model, str) else (route.model if route is not None else None),
+        "metadata": metadata,
+        "codec": api.codec,
+    }
+    if not stream:
+        options["defer_logical_completion"] = metadata is not None
+    return Call(api, LLMRequest({}, kwargs), options)
+
+
+def _kwargs_of(request: LLMRequest) -> dict[str, Any]:
+    kwargs = request.kwargs()
+    headers = request.headers
+    if headers:
+        # Headers an intercept added travel as extra_headers, over any the caller gave.
+        kwargs["extra_headers"] = {**(kwargs.get("extra_headers") or {}), **headers}
+    return kwargs
+
+
+def sync_callback(create: Callable[..., Any], client: Any) -> Callable[[LLMRequest], Any]:
+    def call(request: LLMRequest) -> Any:
+        kwargs = _kwargs_of(request)
+        counting = sdk_retries.begin(client)
+        if counting is None:
+            return create(**kwargs)
+        try:
+            return create(**kwargs)
+        finally:
+            counting.end()
+
+    return call
+
+
+def async_callback(create: Callable[..., Any], client: Any) -> Callable[[LLMRequest], Any]:
+    async def call(request: LLMRequest) -> Any:
+        kwargs = _kwargs_of(request)
+        counting = sdk_retries.begin(client)
+        if counting is None:
+            return await create(**kwargs)
+        try:
+            return await create(**kwargs)
+        finally:
+            counting.end()
+
+    return call
+
+
+def _bound(client: Any, kwargs: Mapping[str, Any], api_mode: str | None, stream: bool) -> tuple[Call, Any]:
+    call = prepare(kwargs, api_mode, client, stream=stream)
+    return call, original_create(resource_of(client, call.api))
+
+
+def complete(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None) -> Any:
+    """``create(**kwargs)`` on the client's API as a managed attempt; returns the SDK's response."""
+    call, create = _bound(client, kwargs, api_mode, False)
+    return calls.execute_current(call.request, sync_callback(create, client), **call.options)
+
+
+async def acomplete(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None) -> Any:
+    call, create = _bound(client, kwargs, api_mode, False)
+    return await calls.execute_current_async(call.request, async_callback(create, client), **call.options)
+
+
+def stream(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None) -> Any:
+    """``create(**kwargs, stream=True)`` as a managed attempt; iterating yields the SDK's own chunks."""
+    call, create = _bound(client, kwargs, api_mode, True)
+    return calls.stream_current(call.request, sync_callback(create, client), **call.options)
+
+
+async def astream(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None) -> Any:
+    call, create = _bound(client, kwargs, api_mode, True)
+    return await calls.stream_current_async(call.request, async_callback(create, client), **call.options)

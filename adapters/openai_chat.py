@@ -1,0 +1,276 @@
+"""Codec for OpenAI chat completions (``client.chat.completions.create``).
+
+Also the codec for every OpenAI-compatible endpoint (OpenRouter, vLLM, ...):
+fields those servers add (``reasoning_content``, ``reasoning``) are read when present.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from relay_runtime.types import AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta, TokenUsage
+
+from .common import (
+    FieldMap,
+    StreamedResponse,
+    ToolCallParts,
+    apply_common,
+    as_int,
+    as_list,
+    as_str,
+    decode_common,
+    get,
+)
+
+_FIELDS = FieldMap.of("messages", None)
+_SYSTEM_ROLES = ("system", "developer")
+
+
+def _leading_system(messages: list[Any] | tuple[Any, ...]) -> Any:
+    if messages and get(messages[0], "role") in _SYSTEM_ROLES:
+        return get(messages[0], "content")
+    return None
+
+
+def _with_system(messages: list[Any], system: Any) -> list[Any]:
+    """``messages`` with its leading system message replaced, added, or (system None) dropped."""
+    out = list(messages)
+    has_leading = bool(out) and get(out[0], "role") in _SYSTEM_ROLES
+    if system is None:
+        return out[1:] if has_leading else out
+    if has_leading:
+        first = out[0]
+        out[0] = (
+            {**first, "content": system}
+            if isinstance(first, Mapping)
+            else {
+                "role": get(first, "role"),
+                "content": system,
+            }
+        )
+    else:
+        out.insert(0, {"role": "system", "content": system})
+    return out
+
+
+def usage_of(usage: Any) -> TokenUsage:
+    if usage is None:
+        return TokenUsage()
+    prompt = get(usage, "prompt_tokens_details")
+    completion = get(usage, "completion_tokens_details")
+    return TokenUsage(
+        input_tokens=as_int(get(usage, "prompt_tokens")),
+        output_tokens=as_int(get(usage, "completion_tokens")),
+        cache_read_tokens=as_int(get(prompt, "cached_tokens")),
+        cache_creation_tokens=as_int(get(prompt, "cache_write_tokens")),
+        reasoning_tokens=as_int(get(completion, "reasoning_tokens")),
+    )
+
+
+def _tool_call(call: Any) -> dict[str, Any]:
+    function = get(call, "function")
+    if function is None:  # custom tools carry ``custom.input`` instead of a function
+        custom = get(call, "custom")
+        return {
+            "id": as_str(get(call, "id")),
+            "name": as_str(get(custom, "name")),
+            "arguments": as_str(get(custom, "input")),
+        }
+    return {
+        "id": as_str(get(call, "id")),
+        "name": as_str(get(function, "name")),
+        "arguments": as_str(get(function, "arguments")),
+    }
+
+
+def _reasoning(obj: Any) -> str | None:
+    return as_str(get(obj, "reasoning_content")) or as_str(get(obj, "reasoning"))
+
+
+class OpenAIChatCodec:
+    provider = "openai"
+    operation = "chat"
+
+    def decode(self, content: Mapping[str, Any]) -> AnnotatedLLMRequest:
+        annotated = decode_common(content, _FIELDS, self.provider, self.operation)
+        annotated.system = _leading_system(annotated.messages)
+        return annotated
+
+    def apply(self, content: Mapping[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+        kwargs = apply_common(content, changes, _FIELDS)
+        if "system" in changes:
+            kwargs["messages"] = _with_system(list(as_list(kwargs.get("messages"))), changes["system"])
+        return kwargs
+
+    def annotate_response(self, response: Any) -> AnnotatedLLMResponse:
+        choices = as_list(get(response, "choices"))
+        finish = [r for c in choices if (r := as_str(get(c, "finish_reason"))) is not None]
+        message = get(choices[0], "message") if choices else None
+        calls = [_tool_call(c) for c in as_list(get(message, "tool_calls"))]
+        return AnnotatedLLMResponse(
+            model=as_str(get(response, "model")),
+            id=as_str(get(response, "id")),
+            finish_reasons=finish,
+            usage=usage_of(get(response, "usage")),
+            output_text=as_str(get(message, "content")),
+            tool_calls=calls,
+        )
+
+    def accumulator(self) -> ChatAccumulator:
+        return ChatAccumulator()
+
+
+class _ChoiceParts:
+    __slots__ = ("finish_reason", "reasoning", "refusal", "role", "text", "tool_calls")
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.refusal: list[str] = []
+        self.role: str | None = None
+        self.finish_reason: str | None = None
+        self.tool_calls: dict[int, ToolCallParts] = {}
+
+
+class ChatAccumulator:
+    """Folds ``ChatCompletionChunk``s into a ``ChatCompletion``.
+
+    Usage arrives only when the caller asked for it
+    (``stream_options={"include_usage": True}``), on the last chunk.
+    """
+
+    __slots__ = ("choices", "created", "fingerprint", "id", "model", "service_tier", "usage")
+
+    def __init__(self) -> None:
+        self.id: str | None = None
+        self.model: str | None = None
+        self.created: int | None = None
+        self.fingerprint: str | None = None
+        self.service_tier: str | None = None
+        self.usage: Any = None
+        self.choices: dict[int, _ChoiceParts] = {}
+
+    def add(self, chunk: Any) -> ChunkDelta | None:
+        if self.id is None:
+            self.id = as_str(get(chunk, "id"))
+            self.created = as_int(get(chunk, "created"))
+        new_model = None
+        model = as_str(get(chunk, "model"))
+        if model and model != self.model:
+            self.model = new_model = model
+        self.fingerprint = as_str(get(chunk, "system_fingerprint")) or self.fingerprint
+        self.service_tier = as_str(get(chunk, "service_tier")) or self.service_tier
+        usage = get(chunk, "usage")
+        if usage is not None:
+            self.usage = usage
+        text = reasoning = ""
+        said = False
+        for choice in as_list(get(chunk, "choices")):
+            index = as_int(get(choice, "index")) or 0
+            parts = self.choices.get(index)
+            if parts is None:
+                parts = self.choices[index] = _ChoiceParts()
+            reason = as_str(get(choice, "finish_reason"))
+            if reason is not None:
+                parts.finish_reason = reason
+            delta = get(choice, "delta")
+            if delta is None:
+                continue
+            parts.role = as_str(get(delta, "role")) or parts.role
+            piece = as_str(get(delta, "content"))
+            if piece:
+                parts.text.append(piece)
+                if index == 0:
+                    text += piece
+            thought = _reasoning(delta)
+            if thought:
+                parts.reasoning.append(thought)
+                if index == 0:
+                    reasoning += thought
+            refusal = as_str(get(delta, "refusal"))
+            if refusal:
+                parts.refusal.append(refusal)
+            for fragment in as_list(get(delta, "tool_calls")):
+                said = True
+                slot = as_int(get(fragment, "index")) or 0
+                call = parts.tool_calls.get(slot)
+                if call is None:
+                    call = parts.tool_calls[slot] = ToolCallParts()
+                call.id = as_str(get(fragment, "id")) or call.id
+                function = get(fragment, "function")
+                call.name = as_str(get(function, "name")) or call.name
+                arguments = as_str(get(function, "arguments"))
+                if arguments:
+                    call.arguments.append(arguments)
+        if text or reasoning or new_model or said:
+            return ChunkDelta(text=text, reasoning=reasoning, model=new_model)
+        return None
+
+    def finish(self) -> tuple[Any, AnnotatedLLMResponse]:
+        first = self.choices.get(0) or (next(iter(self.choices.values())) if self.choices else None)
+        calls = [c.as_dict() for _, c in sorted(first.tool_calls.items())] if first else []
+        annotation = AnnotatedLLMResponse(
+            model=self.model,
+            id=self.id,
+            finish_reasons=[p.finish_reason for _, p in sorted(self.choices.items()) if p.finish_reason],
+            usage=usage_of(self.usage),
+            output_text="".join(first.text) if first and first.text else None,
+            tool_calls=calls,
+        )
+        try:
+            return self._completion(), annotation
+        except ImportError:  # an OpenAI-compatible client without the openai package
+            return StreamedResponse(
+                model=self.model,
+                id=self.id,
+                output_text=annotation.output_text or "",
+                reasoning_text="".join(first.reasoning) if first else "",
+                tool_calls=calls,
+                finish_reasons=annotation.finish_reasons,
+                usage=annotation.usage,
+            ), annotation
+
+    def _completion(self) -> Any:
+        """The ``ChatCompletion`` the same call without ``stream`` would have returned."""
+        from openai.types.chat import ChatCompletion, ChatCompletionMessage
+        from openai.types.chat.chat_completion import Choice
+        from openai.types.chat.chat_completion_message_function_tool_call import (
+            ChatCompletionMessageFunctionToolCall,
+            Function,
+        )
+
+        # model_construct: a stream from a lenient server (missing ids, odd finish
+        # reasons) still yields a response instead of a validation error.
+        choices = []
+        for index, parts in sorted(self.choices.items()):
+            calls = [
+                ChatCompletionMessageFunctionToolCall.model_construct(
+                    id=c.id,
+                    type="function",
+                    function=Function.model_construct(name=c.name, arguments="".join(c.arguments)),
+                )
+                for _, c in sorted(parts.tool_calls.items())
+            ]
+            # reasoning_content is not an OpenAI field but what OpenAI-compatible servers
+            # call it; the SDK models keep unknown fields as extras.
+            extra = {"reasoning_content": "".join(parts.reasoning)} if parts.reasoning else {}
+            build_message: Any = ChatCompletionMessage.model_construct  # extras are keyword-only
+            message = build_message(
+                role="assistant",
+                content="".join(parts.text) if parts.text else None,
+                refusal="".join(parts.refusal) if parts.refusal else None,
+                tool_calls=calls or None,
+                **extra,
+            )
+            choices.append(Choice.model_construct(index=index, message=message, finish_reason=parts.finish_reason))
+        return ChatCompletion.model_construct(
+            id=self.id,
+            object="chat.completion",
+            created=self.created or 0,
+            model=self.model,
+            choices=choices,
+            usage=self.usage,
+            system_fingerprint=self.fingerprint,
+            service_tier=self.service_tier,
+        )

@@ -1,0 +1,175 @@
+"""Codec for the OpenAI Responses API (``client.responses.create``).
+
+The neutral ``messages`` is ``input`` (a bare string input reads as one user
+message) and ``system`` is ``instructions``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from relay_runtime.types import AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta, TokenUsage
+
+from .common import (
+    FieldMap,
+    StreamedResponse,
+    ToolCallParts,
+    apply_common,
+    as_int,
+    as_list,
+    as_str,
+    decode_common,
+    get,
+)
+
+_FIELDS = FieldMap.of("input", "instructions")
+_TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
+_REASONING_DELTAS = frozenset({"response.reasoning_summary_text.delta", "response.reasoning_text.delta"})
+
+
+def usage_of(usage: Any) -> TokenUsage:
+    if usage is None:
+        return TokenUsage()
+    inputs = get(usage, "input_tokens_details")
+    outputs = get(usage, "output_tokens_details")
+    return TokenUsage(
+        input_tokens=as_int(get(usage, "input_tokens")),
+        output_tokens=as_int(get(usage, "output_tokens")),
+        cache_read_tokens=as_int(get(inputs, "cached_tokens")),
+        cache_creation_tokens=as_int(get(inputs, "cache_write_tokens")),
+        reasoning_tokens=as_int(get(outputs, "reasoning_tokens")),
+    )
+
+
+def _finish_reasons(response: Any) -> list[str]:
+    status = as_str(get(response, "status"))
+    if status == "incomplete":
+        reason = as_str(get(get(response, "incomplete_details"), "reason"))
+        return [reason or status]
+    return [status] if status else []
+
+
+def _function_call(item: Any) -> dict[str, Any]:
+    return {
+        "id": as_str(get(item, "call_id")) or as_str(get(item, "id")),
+        "name": as_str(get(item, "name")),
+        "arguments": as_str(get(item, "arguments")),
+    }
+
+
+class OpenAIResponsesCodec:
+    provider = "openai"
+    operation = "responses"
+
+    def decode(self, content: Mapping[str, Any]) -> AnnotatedLLMRequest:
+        annotated = decode_common(content, _FIELDS, self.provider, self.operation)
+        given = content.get("input")
+        if isinstance(given, str):
+            annotated.messages = [{"role": "user", "content": given}]
+        return annotated
+
+    def apply(self, content: Mapping[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+        return apply_common(content, changes, _FIELDS)
+
+    def annotate_response(self, response: Any) -> AnnotatedLLMResponse:
+        texts: list[str] = []
+        calls: list[dict[str, Any]] = []
+        for item in as_list(get(response, "output")):
+            kind = get(item, "type")
+            if kind == "message":
+                for part in as_list(get(item, "content")):
+                    if get(part, "type") == "output_text" and (text := as_str(get(part, "text"))):
+                        texts.append(text)
+            elif kind == "function_call":
+                calls.append(_function_call(item))
+        if not texts and (text := as_str(get(response, "output_text"))):
+            texts.append(text)  # duck-typed responses that only carry the convenience field
+        return AnnotatedLLMResponse(
+            model=as_str(get(response, "model")),
+            id=as_str(get(response, "id")),
+            finish_reasons=_finish_reasons(response),
+            usage=usage_of(get(response, "usage")),
+            output_text="".join(texts) if texts else None,
+            tool_calls=calls,
+        )
+
+    def accumulator(self) -> ResponsesAccumulator:
+        return ResponsesAccumulator(self)
+
+
+class ResponsesAccumulator:
+    """Follows the event stream; the final response is the one ``response.completed`` carries.
+
+    ``response.incomplete`` and ``response.failed`` count as terminal too. A
+    stream that ends without any of them yields a ``StreamedResponse`` rebuilt
+    from the deltas.
+    """
+
+    __slots__ = ("calls", "codec", "id", "model", "reasoning", "terminal", "text")
+
+    def __init__(self, codec: OpenAIResponsesCodec) -> None:
+        self.codec = codec
+        self.id: str | None = None
+        self.model: str | None = None
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: dict[str, ToolCallParts] = {}
+        self.terminal: Any = None
+
+    def add(self, chunk: Any) -> ChunkDelta | None:
+        kind = get(chunk, "type")
+        if kind == "response.output_text.delta":
+            piece = as_str(get(chunk, "delta")) or ""
+            self.text.append(piece)
+            return ChunkDelta(text=piece) if piece else None
+        if kind in _REASONING_DELTAS:
+            piece = as_str(get(chunk, "delta")) or ""
+            self.reasoning.append(piece)
+            return ChunkDelta(reasoning=piece) if piece else None
+        if kind == "response.function_call_arguments.delta":
+            call = self._call(as_str(get(chunk, "item_id")))
+            fragment = as_str(get(chunk, "delta"))
+            if fragment:
+                call.arguments.append(fragment)
+            return ChunkDelta()
+        if kind in ("response.output_item.added", "response.output_item.done"):
+            item = get(chunk, "item")
+            if get(item, "type") == "function_call":
+                call = self._call(as_str(get(item, "id")) or as_str(get(item, "call_id")))
+                call.id = as_str(get(item, "call_id")) or call.id
+                call.name = as_str(get(item, "name")) or call.name
+                final = as_str(get(item, "arguments"))
+                if kind == "response.output_item.done" and final is not None:
+                    call.arguments = [final]  # the done item is authoritative over the fragments
+            return None
+        response = get(chunk, "response")
+        if response is None:
+            return None
+        if kind in _TERMINAL:
+            self.terminal = response
+        self.id = as_str(get(response, "id")) or self.id
+        model = as_str(get(response, "model"))
+        if model and model != self.model:
+            self.model = model
+            return ChunkDelta(model=model)
+        return None
+
+    def _call(self, key: str | None) -> ToolCallParts:
+        slot = key or ""
+        call = self.calls.get(slot)
+        if call is None:
+            call = self.calls[slot] = ToolCallParts()
+        return call
+
+    def finish(self) -> tuple[Any, AnnotatedLLMResponse]:
+        if self.terminal is not None:
+            return self.terminal, self.codec.annotate_response(self.terminal)
+        partial = StreamedResponse(
+            model=self.model,
+            id=self.id,
+            output_text="".join(self.text),
+            reasoning_text="".join(self.reasoning),
+            tool_calls=[c.as_dict() for c in self.calls.values()],
+        )
+        return partial, partial.annotation()

@@ -1,0 +1,136 @@
+"""The journal's public calls: append, read, summarize."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from . import paths
+from .reading import read_after, read_all, signature
+from .states import copy_summary, summarize
+from .storage import append_row
+
+PathLike = str | os.PathLike[str]
+_SUMMARY_CACHE_SIZE = 256
+
+
+def append_run_event(
+    session_id: str,
+    run_id: str,
+    event: str,
+    payload: Any = None,
+    *,
+    session_dir: PathLike | None = None,
+    seq: int | None = None,
+    created_at: Any = None,
+    fsync: str | None = None,
+) -> dict[str, Any]:
+    """Append one row and return it.
+
+    ``seq`` makes the append conditional: it must be the run's next seq.
+    ``fsync`` overrides the policy (``"terminal"`` or ``"eager"``; default from
+    ``RELAY_JOURNAL_FSYNC``).
+    """
+    return append_row(
+        session_id,
+        run_id,
+        event,
+        payload,
+        session_dir=session_dir,
+        seq=seq,
+        created_at=created_at,
+        fsync=fsync,
+    )
+
+
+class RunJournalWriter:
+    """Appends the rows of one run."""
+
+    __slots__ = ("fsync", "run_id", "session_dir", "session_id")
+
+    def __init__(
+        self, session_id: str, run_id: str, *, session_dir: PathLike | None = None, fsync: str | None = None
+    ) -> None:
+        paths.check_ids(session_id, run_id)
+        self.session_id = session_id
+        self.run_id = run_id
+        self.session_dir = session_dir
+        self.fsync = fsync
+
+    def append_sse_event(self, event: str, payload: Any = None) -> dict[str, Any]:
+        return append_row(self.session_id, self.run_id, event, payload, session_dir=self.session_dir, fsync=self.fsync)
+
+
+def read_run_events(
+    session_id: str,
+    run_id: str,
+    *,
+    after_seq: int | None = None,
+    max_seq: int | None = None,
+    session_dir: PathLike | None = None,
+) -> dict[str, Any]:
+    """``{session_id, run_id, events, malformed}``; with ``after_seq`` only the rows after that cursor."""
+    path = paths.run_path(session_id, run_id, session_dir)
+    for name, value in (("after_seq", after_seq), ("max_seq", max_seq)):
+        if value is not None and (type(value) is not int or value < 0):
+            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    if after_seq:
+        events, malformed = read_after(path, after_seq, max_seq)
+    else:
+        events, malformed, _ = read_all(path, max_seq)
+    return {"session_id": session_id, "run_id": run_id, "events": events, "malformed": malformed}
+
+
+class _SummaryCache:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, tuple[tuple[int, ...], dict[str, Any]]] = OrderedDict()
+
+    def get(self, key: str, sig: tuple[int, ...]) -> dict[str, Any] | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or entry[0] != sig:
+                return None
+            self._entries.move_to_end(key)
+            return entry[1]
+
+    def put(self, key: str, sig: tuple[int, ...], summary: dict[str, Any]) -> None:
+        with self._lock:
+            self._entries[key] = (sig, summary)
+            self._entries.move_to_end(key)
+            while len(self._entries) > _SUMMARY_CACHE_SIZE:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+SUMMARY_CACHE = _SummaryCache()
+
+
+def latest_run_summary(session_id: str, run_id: str, *, session_dir: PathLike | None = None) -> dict[str, Any] | None:
+    """The run's summary; ``None`` when the session has no journal at all.
+
+    A session that has a journal but no rows for this run gets an empty
+    summary (``event_count`` 0, no ``runtime_model``): the run may not have
+    written its first row yet.
+    """
+    path = paths.run_path(session_id, run_id, session_dir)
+    key = os.fspath(path)
+    try:
+        sig = signature(os.stat(path))
+    except FileNotFoundError:
+        if not path.parent.is_dir():
+            return None
+        return summarize(session_id, run_id, [])
+    cached = SUMMARY_CACHE.get(key, sig)
+    if cached is None:
+        rows, _, stable = read_all(path)
+        cached = summarize(session_id, run_id, rows)
+        # Only a read that no append raced may stand for this file's signature.
+        if stable is not None and signature(stable) == sig:
+            SUMMARY_CACHE.put(key, sig, cached)
+    return copy_summary(cached)

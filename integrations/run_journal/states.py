@@ -1,0 +1,134 @@
+"""Terminal states, and the fold that turns a run's rows into its summary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .runtime_model import RuntimeModelFold, is_fallback_warning
+
+COMPLETED = "completed"
+TOOL_LIMIT_REACHED = "tool_limit_reached"
+INTERRUPTED_BY_USER = "interrupted-by-user"
+INTERRUPTED_BY_CRASH = "interrupted-by-crash"
+ERRORED = "errored"
+RUNNING = "running"
+TERMINAL_STATES = (COMPLETED, TOOL_LIMIT_REACHED, INTERRUPTED_BY_USER, INTERRUPTED_BY_CRASH, ERRORED)
+
+_COMPLETION_EVENTS = frozenset(("done", "stream_end"))
+_ERROR_EVENTS = frozenset(("apperror", "error"))
+_ERROR_TYPES = {
+    TOOL_LIMIT_REACHED: TOOL_LIMIT_REACHED,
+    "cancelled": INTERRUPTED_BY_USER,
+    "canceled": INTERRUPTED_BY_USER,
+    "interrupted": INTERRUPTED_BY_CRASH,
+}
+# Rows after which the assistant starts a new message (its text so far is not the last one).
+_MESSAGE_BOUNDARIES = frozenset(("tool", "tool_call"))
+
+
+def terminal_state(event: str, payload: Any) -> str | None:
+    """The state a row ends its run in, or ``None`` for a row that does not end it."""
+    if event in _COMPLETION_EVENTS:
+        if isinstance(payload, dict) and (
+            payload.get("type") == TOOL_LIMIT_REACHED or payload.get(TOOL_LIMIT_REACHED) is True
+        ):
+            return TOOL_LIMIT_REACHED
+        return COMPLETED
+    if event == "cancel":
+        return INTERRUPTED_BY_USER
+    if event in _ERROR_EVENTS:
+        kind = payload.get("type") if isinstance(payload, dict) else None
+        return _ERROR_TYPES.get(kind, ERRORED) if isinstance(kind, str) else ERRORED
+    return None
+
+
+class SummaryFold:
+    """Everything a summary says about a run, built row by row in file order."""
+
+    __slots__ = (
+        "_current_text",
+        "_last_text",
+        "_model",
+        "count",
+        "last_event",
+        "last_seq",
+        "run_id",
+        "session_id",
+        "stream_end_state",
+        "terminal_row_state",
+    )
+
+    def __init__(self, session_id: str, run_id: str) -> None:
+        self.session_id = session_id
+        self.run_id = run_id
+        self.count = 0
+        self.last_seq = 0
+        self.last_event: str | None = None
+        self.terminal_row_state: str | None = None  # latest terminal row other than stream_end
+        self.stream_end_state: str | None = None
+        # The parts of the message being streamed, and of the last message that had text
+        # (often the same list); joined once, in result(), so a long run stays linear.
+        self._current_text: list[str] = []
+        self._last_text: list[str] = self._current_text
+        self._model = RuntimeModelFold(session_id, run_id)
+
+    def feed(self, row: dict[str, Any]) -> None:
+        self.count += 1
+        seq = row.get("seq")
+        if isinstance(seq, int):
+            self.last_seq = max(self.last_seq, seq)
+        event = row.get("event")
+        payload = row.get("payload")
+        self.last_event = event if isinstance(event, str) else None
+        self._model.feed(row)
+        if not isinstance(event, str):
+            return
+        state = terminal_state(event, payload)
+        if state is not None:
+            if event == "stream_end":
+                self.stream_end_state = state
+            else:
+                self.terminal_row_state = state
+        elif event == "token":
+            text = payload.get("text") if isinstance(payload, dict) else None
+            if isinstance(text, str) and text:
+                self._current_text.append(text)
+                self._last_text = self._current_text
+        elif event in _MESSAGE_BOUNDARIES or is_fallback_warning(event, payload):
+            # A tool call ends the message; a fallback restarts the answer on another route.
+            self._current_text = []
+
+    def result(self) -> dict[str, Any]:
+        state = self.terminal_row_state or self.stream_end_state
+        terminal = state is not None
+        if state is None and self.count:
+            state = RUNNING
+        return {
+            "session_id": self.session_id,
+            "run_id": self.run_id,
+            "stream_id": self.run_id,
+            "event_count": self.count,
+            "last_seq": self.last_seq,
+            "last_event_id": f"{self.run_id}:{self.last_seq}" if self.last_seq else None,
+            "terminal": terminal,
+            "terminal_state": state,
+            "last_event": self.last_event,
+            "last_assistant_text": "".join(self._last_text),
+            "runtime_model": self._model.value,
+        }
+
+
+def summarize(session_id: str, run_id: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    fold = SummaryFold(session_id, run_id)
+    for row in rows:
+        fold.feed(row)
+    return fold.result()
+
+
+def copy_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy for this shape: every value is immutable except the runtime_model dict."""
+    out = dict(summary)
+    model = out.get("runtime_model")
+    if model is not None:
+        out["runtime_model"] = dict(model)
+    return out

@@ -1,0 +1,277 @@
+"""Appending rows: one file per run, gapless seq across threads, processes and restarts.
+
+Every append takes an exclusive ``flock`` on the run's file, learns the last
+seq (from memory when the file is exactly as this process left it, else from
+the file's tail), and writes one line with ``O_APPEND``. The lock covers
+read-last-seq + write, so concurrent writers never share or skip a seq.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import os
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from . import paths
+from .reading import parse_line
+from .states import TERMINAL_STATES, terminal_state
+
+VERSION = 1
+FSYNC_ENV = "RELAY_JOURNAL_FSYNC"
+FSYNC_TERMINAL = "terminal"  # terminal rows only (and the directory when the file is created)
+FSYNC_EAGER = "eager"  # every row
+_FSYNC_POLICIES = (FSYNC_TERMINAL, FSYNC_EAGER)
+_TAIL_BLOCK = 4096
+_MAX_OPEN = 64
+
+
+def fsync_policy(override: str | None = None) -> str:
+    policy = override if override is not None else os.environ.get(FSYNC_ENV) or FSYNC_TERMINAL
+    if policy not in _FSYNC_POLICIES:
+        raise ValueError(f"run journal fsync policy must be one of {list(_FSYNC_POLICIES)}, got {policy!r}")
+    return policy
+
+
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+_STATE_JSON = {state: _encode(state) for state in (None, *TERMINAL_STATES)}
+
+
+def encode_json(value: Any, what: str = "payload") -> str:
+    try:
+        return _encode(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"run journal {what} is not JSON-serializable: {exc}") from exc
+
+
+def _encode_time(value: Any) -> str:
+    if type(value) is float and math.isfinite(value):
+        return repr(value)  # what json would write, without its call overhead
+    return encode_json(value, "created_at")
+
+
+class _RunFile:
+    """One open run file in this process; ``_lock`` orders this process's threads, flock the rest."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._fd = -1
+        self._ino = -1
+        # What the file looked like right after our last append: if it still does, nobody else wrote.
+        self._size = -1
+        self._last_seq = 0
+
+    def append(self, run_id: str, tail: str, seq: int | None, sync: bool) -> int:
+        """Write ``tail`` (everything after the seq) as the run's next row; return its seq."""
+        with self._lock:
+            while True:
+                fd = self._open()
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                try:
+                    st = os.fstat(fd)
+                    # Removed or replaced under us (rename over it drops its last link too):
+                    # locking the old inode would exclude nobody, so reopen by name.
+                    if st.st_nlink:
+                        return self._append_locked(fd, st, run_id, tail, seq, sync)
+                finally:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                self._close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def __del__(self) -> None:
+        # Evicted from the cache while another thread still appended through it.
+        if self._fd >= 0:
+            os.close(self._fd)
+
+    def _append_locked(self, fd: int, st: os.stat_result, run_id: str, tail: str, seq: int | None, sync: bool) -> int:
+        if st.st_ino != self._ino or st.st_size != self._size:
+            self._ino = st.st_ino
+            self._last_seq, torn = _scan_tail(fd, st.st_size)
+        else:
+            torn = False
+        next_seq = self._last_seq + 1
+        if seq is not None and seq != next_seq:
+            raise ValueError(f"seq {seq} is not the run's next seq {next_seq}")
+        # Ids are [A-Za-z0-9_.-]: they need no escaping inside a JSON string.
+        line = f'{{"version":{VERSION},"event_id":"{run_id}:{next_seq}","seq":{next_seq}{tail}'
+        data = b"\n" + line.encode() if torn else line.encode()
+        _write_all(fd, data)
+        self._size = st.st_size + len(data)
+        self._last_seq = next_seq
+        if sync:
+            os.fsync(fd)
+        return next_seq
+
+    def _open(self) -> int:
+        if self._fd >= 0:
+            return self._fd
+        flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
+        try:
+            fd = os.open(self.path, flags)
+        except FileNotFoundError:
+            fd = self._create(flags)
+        self._fd, self._ino, self._size = fd, -1, -1
+        return fd
+
+    def _create(self, flags: int) -> int:
+        directory = Path(self.path).parent
+        made = _make_dirs(directory)
+        try:
+            fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another writer created it first
+            return os.open(self.path, flags)
+        # The new name (and any directory made for it) must survive a crash as
+        # surely as the terminal row that will be fsynced into it.
+        for d in {directory, *(m.parent for m in made)}:
+            _fsync_dir(d)
+        return fd
+
+    def _close(self) -> None:
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            os.close(fd)
+
+
+def _scan_tail(fd: int, size: int) -> tuple[int, bool]:
+    """(last valid seq, whether the file ends in a torn line) read backwards from the end."""
+    if size == 0:
+        return 0, False
+    torn = os.pread(fd, 1, size - 1) != b"\n"
+    end = size
+    block = _TAIL_BLOCK
+    pending = b""  # the beginning of the next line, when it started before this block
+    while end > 0:
+        start = max(0, end - block)
+        data = os.pread(fd, end - start, start) + pending
+        lines = data.split(b"\n")
+        pending = lines[0] if start > 0 else b""
+        for line in reversed(lines if start == 0 else lines[1:]):
+            if line.strip():
+                row, _ = parse_line(line)
+                if row is not None:
+                    return row["seq"], torn
+        end = start
+        block = min(block * 2, 1 << 20)
+    return 0, torn
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _make_dirs(directory: Path) -> list[Path]:
+    """Create ``directory`` and missing parents (0700); return the ones this call made."""
+    missing = []
+    d = directory
+    while not d.exists():
+        missing.append(d)
+        d = d.parent
+    made = []
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=0o700)
+            made.append(d)
+        except FileExistsError:
+            pass
+    return made
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _OpenFiles:
+    """The run files this process keeps open, least recently used closed first."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._files: OrderedDict[str, _RunFile] = OrderedDict()
+
+    def get(self, path: str) -> _RunFile:
+        with self._lock:
+            f = self._files.get(path)
+            if f is None:
+                f = self._files[path] = _RunFile(path)
+                evicted = self._files.popitem(last=False)[1] if len(self._files) > _MAX_OPEN else None
+            else:
+                self._files.move_to_end(path)
+                evicted = None
+        if evicted is not None:
+            evicted.close()
+        return f
+
+    def after_fork(self) -> None:
+        # The child must not share the parent's open file descriptions: flock is
+        # held per description, so sharing one would let both write the same seq.
+        self._lock = threading.Lock()
+        for f in self._files.values():
+            fd, f._fd = f._fd, -1
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._files = OrderedDict()
+
+
+OPEN_FILES = _OpenFiles()
+os.register_at_fork(after_in_child=OPEN_FILES.after_fork)
+
+
+def append_row(
+    session_id: str,
+    run_id: str,
+    event: str,
+    payload: Any = None,
+    *,
+    session_dir: str | os.PathLike[str] | None = None,
+    seq: int | None = None,
+    created_at: Any = None,
+    fsync: str | None = None,
+) -> dict[str, Any]:
+    path = paths.run_file(session_id, run_id, session_dir)
+    if not isinstance(event, str) or not event:
+        raise ValueError(f"run journal event must be a non-empty string, got {event!r}")
+    if seq is not None and (type(seq) is not int or seq < 1):
+        raise ValueError(f"seq must be a positive integer, got {seq!r}")
+    policy = fsync_policy(fsync)
+    if payload is None:
+        payload = {}
+    if created_at is None:
+        created_at = time.time()
+    state = terminal_state(event, payload)
+    name = _encode(event)
+    tail = (
+        f',"run_id":"{run_id}","session_id":"{session_id}","event":{name},"type":{name}'
+        f',"created_at":{_encode_time(created_at)},"terminal":{"false" if state is None else "true"}'
+        f',"terminal_state":{_STATE_JSON[state]},"payload":{encode_json(payload)}}}\n'
+    )
+    seq = OPEN_FILES.get(path).append(run_id, tail, seq, state is not None or policy == FSYNC_EAGER)
+    return {
+        "version": VERSION,
+        "event_id": f"{run_id}:{seq}",
+        "seq": seq,
+        "run_id": run_id,
+        "session_id": session_id,
+        "event": event,
+        "type": event,
+        "created_at": created_at,
+        "terminal": state is not None,
+        "terminal_state": state,
+        "payload": payload,
+    }

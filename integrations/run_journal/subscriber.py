@@ -1,0 +1,362 @@
+"""``JournalSubscriber``: every turn a relay runs becomes a journaled run.
+
+Run id = the turn id, session id = the conversation's. The subscriber only
+turns events into rows (under a lock, in event order) and hands them to a
+writer thread; it never touches the disk on the agent's thread.
+
+What it writes:
+
+- ``status {type: run_started}`` when the turn starts;
+- ``reasoning`` / ``token`` rows for the reasoning and text deltas of streamed attempts;
+- ``runtime_model`` observations of the model and provider that *served*
+  (the response's model, never the requested one): before the first output
+  whenever that tuple changes, and for a non-streamed success at its end
+  (``route_observed``);
+- ``warning {type: fallback}`` when an attempt that follows a failed one
+  (same logical call, or a later call of the turn) is served by another
+  (provider, model). It is written once the new route has proven itself with
+  output, followed by a corrective observation (the warning voids the previous one);
+- ``tool`` / ``tool_result`` for tool scopes, ``tool_call`` for tool calls a response asked for;
+- the terminal row from the turn's outcome: ``done {usage}``, ``cancel``, ``apperror``.
+
+Auxiliary calls (``call_role`` ``auxiliary:*``) count towards usage only: a
+title generator's model is not the model that answered.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from relay_runtime import CHUNK_MARK, MARK, SCOPE_END, SCOPE_START, Event, Relay
+from relay_runtime import conventions as cv
+
+from . import paths
+from .background import RowWriter
+from .runtime_model import EVENT as RUNTIME_MODEL
+from .runtime_model import OBSERVED_OUTPUT, ROUTE_OBSERVED, observation
+
+_SUCCESS = "success"
+_FAILED = "failed"
+_CANCELLED = "cancelled"
+_USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens", "reasoning_tokens")
+
+Route = tuple[str, str | None]  # (provider, model)
+Rows = list[tuple[str, Any]]
+
+
+@dataclass(eq=False)
+class _Run:
+    session_id: str
+    run_id: str
+    scopes: set[str] = field(default_factory=set)
+    observed: tuple[str, str, bool] | None = None  # what the journal's last observation says, if still valid
+    served: Route | None = None
+    fallback_active: bool = False
+    pending_failure: Route | None = None  # the route that failed last, until a later attempt serves
+    usage: Counter[str] = field(default_factory=Counter)
+    error: tuple[str, str] | None = None
+
+
+@dataclass(eq=False)
+class _Attempt:
+    run: _Run
+    provider: str
+    requested: str | None
+    auxiliary: bool
+    served: str | None = None
+    streamed: bool = False
+    had_output: bool = False
+
+    def route(self) -> Route:
+        return (self.provider, self.served or self.requested)
+
+
+def _auxiliary(role: Any) -> bool:
+    return isinstance(role, str) and role.startswith("auxiliary")
+
+
+def _response_model(event: Event) -> str | None:
+    annotation = event.annotated_response
+    model = annotation.model if annotation is not None else None
+    if not model:
+        output = event.output
+        model = output.get("model") if isinstance(output, dict) else getattr(output, "model", None)
+    return model if isinstance(model, str) and model else None
+
+
+class JournalSubscriber:
+    """Register on a relay with ``chunks=True`` (or call :meth:`register`)."""
+
+    def __init__(
+        self,
+        relay: Relay | None = None,
+        *,
+        session_dir: str | os.PathLike[str] | None = None,
+        fsync: str | None = None,
+        queue_size: int = 10_000,
+    ) -> None:
+        self._relay = relay
+        self._registered: str | None = None
+        self.counts: Counter[str] = Counter()
+        self._count_lock = threading.Lock()
+        self._writer = RowWriter(session_dir=session_dir, fsync=fsync, maxsize=queue_size, count=self._count)
+        self._lock = threading.Lock()
+        self._runs: dict[str, _Run] = {}  # turn scope uuid -> run
+        self._scopes: dict[str, _Run] = {}  # any scope inside a run -> run
+        self._roles: dict[str, bool] = {}  # logical call uuid -> auxiliary?
+        self._attempts: dict[str, _Attempt] = {}
+
+    # -- wiring ---------------------------------------------------------------------------
+
+    def register(self, relay: Relay | None = None, *, name: str = "run_journal") -> str:
+        relay = relay if relay is not None else self._relay
+        if relay is None:
+            raise ValueError("JournalSubscriber.register needs a relay")
+        self._relay = relay
+        self._registered = relay.subscribers.register(self, name=name, chunks=True)
+        return self._registered
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every row produced so far is on disk; False on timeout."""
+        return self._writer.flush(timeout)
+
+    def close(self, timeout: float | None = 5.0) -> bool:
+        """Stop listening, write what is queued, stop the writer thread. Idempotent."""
+        if self._registered is not None and self._relay is not None:
+            self._relay.subscribers.deregister(self._registered)
+            self._registered = None
+        return self._writer.close(timeout)
+
+    def _count(self, key: str) -> None:
+        with self._count_lock:
+            self.counts[key] += 1
+        if self._relay is not None:
+            self._relay.count(key)
+
+    # -- events ---------------------------------------------------------------------------
+
+    def __call__(self, event: Event) -> None:
+        kind = event.kind
+        if kind == MARK:
+            if event.name == CHUNK_MARK:
+                with self._lock:
+                    self._on_chunk(event)
+            return
+        relay_kind = event.metadata.get(cv.KIND)
+        with self._lock:
+            if kind == SCOPE_START:
+                if relay_kind == cv.TURN:
+                    self._start_run(event)
+                    return
+                run = self._scopes.get(event.parent_uuid or "")
+                if run is None:
+                    return
+                self._scopes[event.uuid] = run
+                run.scopes.add(event.uuid)
+                if relay_kind == cv.LOGICAL_CALL:
+                    self._roles[event.uuid] = _auxiliary(event.metadata.get(cv.CALL_ROLE))
+                elif relay_kind == cv.ATTEMPT:
+                    self._start_attempt(run, event)
+                elif relay_kind == cv.TOOL:
+                    self._emit(run, [("tool", {"name": event.name, "args": event.input})])
+            elif kind == SCOPE_END:
+                if relay_kind == cv.TURN:
+                    self._end_run(event)
+                    return
+                run = self._scopes.pop(event.uuid, None)
+                if run is None:
+                    return
+                run.scopes.discard(event.uuid)
+                if relay_kind == cv.LOGICAL_CALL:
+                    self._end_call(run, event)
+                elif relay_kind == cv.ATTEMPT:
+                    self._end_attempt(event)
+                elif relay_kind == cv.TOOL:
+                    self._emit(run, [("tool_result", self._tool_result(event))])
+
+    def _emit(self, run: _Run, rows: Rows) -> None:
+        for event, payload in rows:
+            self._writer.submit((run.session_id, run.run_id, event, payload))
+
+    # -- runs -----------------------------------------------------------------------------
+
+    def _start_run(self, event: Event) -> None:
+        meta = event.metadata
+        session_id, run_id = meta.get(cv.SESSION_ID), meta.get(cv.TURN_ID)
+        if not (paths.valid_id(session_id) and paths.valid_id(run_id)):
+            self._count("journal.invalid_ids")
+            return
+        run = _Run(str(session_id), str(run_id))
+        self._runs[event.uuid] = run
+        self._scopes[event.uuid] = run
+        self._emit(run, [("status", {"type": "run_started", "task_id": meta.get(cv.TASK_ID)})])
+
+    def _end_run(self, event: Event) -> None:
+        run = self._runs.pop(event.uuid, None)
+        if run is None:
+            return
+        self._scopes.pop(event.uuid, None)
+        for uuid in run.scopes:  # scopes the turn's end closed without their own end events
+            self._scopes.pop(uuid, None)
+            self._roles.pop(uuid, None)
+            self._attempts.pop(uuid, None)
+        output = event.output if isinstance(event.output, dict) else {}
+        outcome = output.get("outcome") or event.outcome
+        if outcome == _SUCCESS:
+            usage: dict[str, Any] = dict(run.usage)
+            if run.served is not None and run.served[1]:
+                usage["used_model"] = run.served[1]
+                usage["used_provider"] = run.served[0]
+            self._emit(run, [("done", {"usage": usage})])
+        elif outcome == _CANCELLED:
+            self._emit(run, [("cancel", {})])
+        else:
+            error_type, message = run.error or ("error", "the turn failed")
+            self._emit(run, [("apperror", {"type": "error", "error_type": error_type, "message": message})])
+
+    def _end_call(self, run: _Run, event: Event) -> None:
+        auxiliary = self._roles.pop(event.uuid, False)
+        output = event.output if isinstance(event.output, dict) else {}
+        if auxiliary or (output.get("outcome") or event.outcome) != _FAILED:
+            return
+        # A call can fail after a successful attempt (its response did not validate):
+        # whatever the turn tries next is then a fallback from this route.
+        if run.pending_failure is None:
+            provider, model = output.get("provider"), output.get("model")
+            run.pending_failure = (provider if isinstance(provider, str) else "", model or None)
+
+    # -- attempts -------------------------------------------------------------------------
+
+    def _start_attempt(self, run: _Run, event: Event) -> None:
+        meta = event.metadata
+        auxiliary = self._roles.get(event.parent_uuid or "")
+        if auxiliary is None:
+            auxiliary = _auxiliary(meta.get(cv.CALL_ROLE))
+        self._attempts[event.uuid] = _Attempt(run, event.provider or "", event.model_name, auxiliary)
+
+    def _on_chunk(self, event: Event) -> None:
+        attempt = self._attempts.get(event.parent_uuid or "")
+        data = event.data
+        if attempt is None or not isinstance(data, dict):
+            return
+        attempt.streamed = True
+        delta = data.get("delta")
+        if delta is None:
+            return
+        if delta.model:
+            attempt.served = delta.model
+        if attempt.auxiliary:
+            return
+        if delta.reasoning:
+            self._output(attempt, "reasoning", {"text": delta.reasoning})
+        if delta.text:
+            self._output(attempt, "token", {"text": delta.text})
+
+    def _output(self, attempt: _Attempt, event: str, payload: dict[str, Any], phase: str = OBSERVED_OUTPUT) -> None:
+        """Output of an attempt, preceded by the observation of who served it and any fallback warning.
+
+        Streamed: the first output proves the new route, so the warning follows it
+        (and a corrective observation follows the warning). Completed responses
+        are known whole: the warning comes first and one observation covers both.
+        """
+        run = attempt.run
+        rows: Rows = []
+        fallback_from = None
+        if not attempt.had_output:
+            attempt.had_output = True
+            fallback_from = self._fallback_from(attempt)
+        if fallback_from is not None and phase == ROUTE_OBSERVED:
+            rows.append(self._warning(attempt, fallback_from))
+            fallback_from = None
+        rows += self._observe(attempt, phase)
+        if event:
+            rows.append((event, payload))
+        if fallback_from is not None:
+            rows.append(self._warning(attempt, fallback_from))
+            rows += self._observe(attempt, phase)
+        self._emit(run, rows)
+
+    def _warning(self, attempt: _Attempt, failed: Route) -> tuple[str, Any]:
+        to_provider, to_model = attempt.route()
+        # Readers drop the observation in effect at a fallback warning: the next one must be said again.
+        attempt.run.observed = None
+        return (
+            "warning",
+            {
+                "type": "fallback",
+                "message": f"Switched to fallback: {to_model} ({to_provider})",
+                "from_provider": failed[0],
+                "from_model": failed[1],
+                "to_provider": to_provider,
+                "to_model": to_model,
+            },
+        )
+
+    def _fallback_from(self, attempt: _Attempt) -> Route | None:
+        run = attempt.run
+        failed, run.pending_failure = run.pending_failure, None
+        if failed is None or failed == attempt.route():
+            return None  # nothing failed before, or a plain retry of the same route
+        run.fallback_active = True
+        return failed
+
+    def _observe(self, attempt: _Attempt, phase: str) -> Rows:
+        model = attempt.served
+        if not model:
+            return []  # the requested model is not evidence of what served
+        run = attempt.run
+        key = (attempt.provider, model, run.fallback_active)
+        run.served = (attempt.provider, model)
+        if run.observed == key:
+            return []
+        run.observed = key
+        payload = observation(
+            session_id=run.session_id,
+            run_id=run.run_id,
+            model=model,
+            provider=attempt.provider,
+            fallback_active=run.fallback_active,
+            phase=phase,
+        )
+        return [(RUNTIME_MODEL, payload)]
+
+    def _end_attempt(self, event: Event) -> None:
+        attempt = self._attempts.pop(event.uuid, None)
+        if attempt is None:
+            return
+        run = attempt.run
+        annotation = event.annotated_response
+        if event.outcome != _SUCCESS:
+            if event.outcome == _FAILED and not attempt.auxiliary:
+                run.pending_failure = attempt.route()
+                run.error = (event.error_type or "error", event.error_message or "")
+            return
+        if annotation is not None:
+            for name in _USAGE_FIELDS:
+                value = getattr(annotation.usage, name, None)
+                if isinstance(value, int):
+                    run.usage[name] += value
+        if attempt.auxiliary:
+            return
+        attempt.served = attempt.served or _response_model(event)
+        text = annotation.output_text if annotation is not None else None
+        tool_calls = annotation.tool_calls if annotation is not None else []
+        produced = text or tool_calls or (annotation is None and event.output is not None)
+        if not attempt.had_output and produced:
+            # A non-streamed success (or a stream that only carried tool calls): observe the route now.
+            self._output(attempt, "" if attempt.streamed or not text else "token", {"text": text}, ROUTE_OBSERVED)
+        if tool_calls:
+            self._emit(run, [("tool_call", {"calls": tool_calls})])
+
+    @staticmethod
+    def _tool_result(event: Event) -> dict[str, Any]:
+        result: dict[str, Any] = {"name": event.name, "outcome": event.outcome}
+        if event.error_type:
+            result["error"] = {"type": event.error_type, "message": event.error_message}
+        if event.start_timestamp is not None:
+            result["duration_ms"] = (event.timestamp - event.start_timestamp) / 1e6
+        return result

@@ -1,0 +1,311 @@
+"""The realtime agent: owns voice sessions, connects each to its provider, and serves the phone's
+websocket (first attach, resume, message loop, detach and expiry)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from relay_runtime import session as relay_session
+
+from .client_messages import ClientMessageError, ClientMessages, parse_client_message
+from .config import PromotionSettings, RelayConfig
+from .delivery import DeliveryManager, DeliveryTiming
+from .models import ProviderSessionConfig, RealtimeProvider, TaskBroker, agent_tool_schemas
+from .promotion import RunCoordinator
+from .provider_options import provider_options
+from .pump import ProviderPump
+from .session import (
+    CLOSE_EXPIRED,
+    CLOSE_INVALID_TOKEN,
+    CLOSE_NOT_CLAIMED,
+    CLOSE_SESSION_ENDED,
+    CLOSE_SUPERSEDED,
+    Outbox,
+    ResumeCursor,
+    VoiceSession,
+)
+from .tracing import VoiceTrace
+
+logger = logging.getLogger(__name__)
+
+CLAIM_TIMEOUT_SECONDS = 10.0
+RESUME_PROTOCOL = "relay-voice/1"
+
+
+class RealtimeAgent:
+    def __init__(
+        self,
+        config: RelayConfig,
+        *,
+        task_broker: TaskBroker,
+        native_providers: dict[str, RealtimeProvider],
+        run_dir: Path,
+        profile_key: str | None = None,
+    ) -> None:
+        self.config = config
+        self.task_broker = task_broker
+        self.native_providers = native_providers
+        self.sessions: dict[str, VoiceSession] = {}
+        self.run_dir = run_dir
+        self.profile_key = profile_key or relay_session.current_profile_key()
+        self.delivery_timing = DeliveryTiming()
+        self._traces: dict[str, VoiceTrace] = {}
+
+    # -- creation ------------------------------------------------------------------------------------
+
+    def create_session(
+        self,
+        *,
+        device_id: str,
+        provider_id: str,
+        model: str,
+        voice: str,
+        chat_session_id: str,
+        promotion: PromotionSettings,
+    ) -> VoiceSession:
+        options = provider_options(provider_id)
+        session = VoiceSession(
+            device_id=device_id,
+            chat_session_id=chat_session_id,
+            provider_id=provider_id,
+            model=model or options.model,
+            voice=voice or options.voice,
+            sample_rate=self.config.realtime_voice_sample_rate,
+            profile=self.config.realtime_voice_profile,
+            promotion=promotion,
+            run_dir=self.run_dir,
+        )
+        self.sessions[session.session_id] = session
+        session.log("voice.session.created", provider=provider_id, model=session.model, voice=session.voice)
+        return session
+
+    def describe(self, session: VoiceSession, resume_token: str) -> dict[str, Any]:
+        return {
+            "success": True,
+            "session_id": session.session_id,
+            "websocket_path": f"/voice/realtime-agent/{session.session_id}",
+            "resume_token": resume_token,
+            "resume_supported": True,
+            "resume_ttl_ms": int(session.resume_ttl_seconds * 1000),
+            "provider": session.provider_id,
+            "model": session.model,
+            "voice": session.voice,
+            "sample_rate": session.sample_rate,
+            "event_log_path": str(session.event_log_path),
+            "protocol": RESUME_PROTOCOL,
+            "chat_session_id": session.chat_session_id,
+            "result_delivery": session.result_delivery,
+            "tools": [tool["name"] for tool in agent_tool_schemas()],
+        }
+
+    async def _start_session(self, session: VoiceSession) -> None:
+        """Connect the provider and wire the session's run coordinator, delivery and pump."""
+        provider = self.native_providers[session.provider_id]
+        options = provider_options(session.provider_id)
+        provider_config = ProviderSessionConfig(
+            model=session.model,
+            voice=session.voice,
+            instructions=self.config.realtime_voice_instructions,
+            tools=agent_tool_schemas(),
+            sample_rate=session.sample_rate,
+            api_key=options.api_key,
+            url=options.url,
+        )
+        session.connection = await provider.connect(provider_config)
+        trace = self._open_trace(session)
+        pump: ProviderPump | None = None
+
+        def forward(event: Any) -> None:
+            assert pump is not None
+            pump.forward(event)
+
+        delivery = DeliveryManager(session, forward, self.delivery_timing)
+        runs = RunCoordinator(session, lambda: self.task_broker, delivery)
+        pump = ProviderPump(session, runs, delivery, trace)
+        session.delivery = delivery
+        session.runs = runs
+        session.spawn(pump.run(), name="voice-pump")
+
+    def _open_trace(self, session: VoiceSession) -> VoiceTrace | None:
+        try:
+            trace = VoiceTrace(
+                profile_key=self.profile_key,
+                session_id=session.chat_session_id or session.session_id,
+                model=session.model,
+                voice_session_id=session.session_id,
+            )
+        except Exception as exc:  # tracing must never stop a call from happening
+            logger.warning("voice session %s: tracing unavailable: %r", session.session_id, exc)
+            return None
+        self._traces[session.session_id] = trace
+        return trace
+
+    # -- the websocket ---------------------------------------------------------------------------------
+
+    async def websocket(self, request: web.Request, session: VoiceSession) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(max_msg_size=self.config.max_message_bytes, autoping=True)
+        await ws.prepare(request)
+        outbox = Outbox(ws, request, session.session_id)
+        attached = False
+        try:
+            if not session.started:
+                attached = await self._first_attach(session, outbox)
+            else:
+                attached = await self._claim(session, outbox, ws)
+            if attached:
+                await self._message_loop(session, outbox, ws)
+        finally:
+            if attached and session.detach(outbox):
+                session.spawn(self._expire_when_due(session), name="voice-expiry")
+            if not outbox.dropped:
+                outbox.drop(1000, "bye")
+        return ws
+
+    async def _first_attach(self, session: VoiceSession, outbox: Outbox) -> bool:
+        session.started = True
+        try:
+            await self._start_session(session)
+        except Exception as exc:
+            logger.warning("voice session %s: provider connect failed: %r", session.session_id, exc)
+            outbox.put({"type": "voice.error", "code": "provider_connect_failed",
+                        "message": f"could not connect to the voice provider: {type(exc).__name__}"})
+            await outbox.flush_and_close(CLOSE_SESSION_ENDED, "provider connect failed")
+            await self.close_session(session, reason="provider_connect_failed")
+            return False
+        session.attach(outbox)
+        session.emit(
+            "voice.session.ready",
+            session_id=session.session_id,
+            provider=session.provider_id,
+            model=session.model,
+            voice=session.voice,
+            sample_rate=session.sample_rate,
+            protocol=RESUME_PROTOCOL,
+        )
+        return True
+
+    async def _claim(self, session: VoiceSession, outbox: Outbox, ws: web.WebSocketResponse) -> bool:
+        """A socket on a started session must prove it holds the resume token before anything else."""
+        try:
+            msg = await ws.receive(timeout=CLAIM_TIMEOUT_SECONDS)
+        except TimeoutError:
+            return await self._refuse(outbox, "session_not_claimed", CLOSE_NOT_CLAIMED)
+        if msg.type is not WSMsgType.TEXT:
+            return await self._refuse(outbox, "session_not_claimed", CLOSE_NOT_CLAIMED)
+        try:
+            message = parse_client_message(msg.data)
+        except ClientMessageError:
+            return await self._refuse(outbox, "session_not_claimed", CLOSE_NOT_CLAIMED)
+        if message["type"] != "session.resume":
+            return await self._refuse(outbox, "session_not_claimed", CLOSE_NOT_CLAIMED)
+        reason = session.check_resume(message.get("resume_token"))
+        if reason is not None:
+            code = CLOSE_INVALID_TOKEN if reason == "invalid_resume_token" else CLOSE_EXPIRED
+            session.log("voice.session.resume_failed", reason=reason)
+            return await self._refuse(outbox, reason, code)
+        try:
+            cursor = ResumeCursor.from_message(message)
+        except ValueError as exc:
+            outbox.put({"type": "voice.error", "code": "bad_resume_cursor", "message": str(exc)})
+            return await self._refuse(outbox, "session_not_claimed", CLOSE_NOT_CLAIMED)
+        self._resume(session, outbox, cursor)
+        return True
+
+    async def _refuse(self, outbox: Outbox, reason: str, code: int) -> bool:
+        outbox.put({"type": "voice.session.resume_failed", "reason": reason, "at_ms": int(time.time() * 1000)})
+        await outbox.flush_and_close(code, reason)
+        return False
+
+    def _resume(self, session: VoiceSession, outbox: Outbox, cursor: ResumeCursor) -> None:
+        # Synchronous from snapshot to switch-over, so no live event slips between replay and resume.
+        replay = session.replay_after(cursor)
+        previous = session.attach(outbox)
+        if previous is not None:
+            previous.drop(CLOSE_SUPERSEDED, "superseded by a resumed socket")
+        session.log("voice.session.resumed", last_event_id=cursor.last_event_id,
+                    last_played_audio_event_id=cursor.last_played_audio_event_id, replayed=len(replay))
+        session.emit("voice.session.resumed", record=False, session_id=session.session_id)
+        session.emit("voice.replay.started", record=False, count=len(replay))
+        for event in replay:
+            outbox.put(event)
+        session.emit("voice.replay.done", record=False, count=len(replay))
+        if session.delivery is not None:
+            session.delivery.take_pending_on_resume()
+
+    async def _message_loop(self, session: VoiceSession, outbox: Outbox, ws: web.WebSocketResponse) -> None:
+        runs = session.runs
+        delivery = session.delivery
+        assert runs is not None and delivery is not None
+        handler = ClientMessages(
+            session,
+            runs,
+            delivery,
+            max_audio_chunk_bytes=self.config.max_audio_chunk_bytes,
+            close_session=lambda reason: self.close_session(session, reason=reason),
+        )
+        async for msg in ws:
+            if session.outbox is not outbox or session.closed:
+                break
+            if msg.type is WSMsgType.TEXT:
+                await handler.handle_text(msg.data)
+            elif msg.type is WSMsgType.BINARY:
+                handler.error("binary_not_supported", "send audio as input_audio.append with base64 'audio'")
+            elif msg.type is WSMsgType.ERROR:
+                break
+
+    # -- expiry and teardown ------------------------------------------------------------------------------
+
+    async def _expire_when_due(self, session: VoiceSession) -> None:
+        while not session.closed and session.detached_at is not None:
+            deadline = session.resume_deadline or time.monotonic()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                if session.background_active:
+                    # Held open by a run or an undelivered result: look again a little later.
+                    session.resume_deadline = time.monotonic() + session.resume_ttl_seconds
+                    continue
+                session.log("voice.session.expired")
+                await self.close_session(session, reason="resume_expired")
+                return
+            session.deadline_changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(session.deadline_changed.wait(), remaining)
+
+    async def close_session(self, session: VoiceSession, *, reason: str) -> None:
+        if session.closed:
+            return
+        session.closed = True
+        session.log("voice.session.closed", reason=reason)
+        current = asyncio.current_task()
+        if session.runs is not None:
+            await session.runs.cancel_active(reason="session_closed")
+        session.cancel_tasks(keep=[current] if current is not None else [])
+        if session.outbox is not None:
+            session.emit("voice.session.closed", record=False, reason=reason)
+            await session.outbox.flush_and_close(1000, reason, timeout=0.5)
+            session.outbox = None
+        if session.connection is not None:
+            try:
+                await session.connection.close()
+            except Exception as exc:
+                logger.debug("provider close failed: %r", exc)
+        trace = self._traces.pop(session.session_id, None)
+        if trace is not None:
+            trace.close()
+        session.event_log.close()
+        self.sessions.pop(session.session_id, None)
+
+    async def shutdown(self) -> None:
+        sessions = list(self.sessions.values())
+        tasks = [task for session in sessions for task in session.tasks]
+        for session in sessions:
+            await self.close_session(session, reason="server_shutdown")
+        if tasks:
+            await asyncio.wait(tasks, timeout=2.0)

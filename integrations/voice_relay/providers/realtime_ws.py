@@ -1,0 +1,258 @@
+"""The realtime websocket protocol shared by OpenAI Realtime and xAI's realtime voice API
+(xAI speaks the same client and server event names). Subclasses supply the endpoint, the
+session.update body and the label used in error messages."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlencode
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, WebSocketException
+
+from ..models import ProviderEvent, ProviderEventKind, ProviderSessionConfig, ToolCallEvent
+from ..promotion import parse_tool_arguments
+
+logger = logging.getLogger(__name__)
+
+EVENT_QUEUE_SIZE = 2048
+MAX_PROVIDER_MESSAGE_BYTES = 8 * 1024 * 1024
+
+_AUDIO_DELTAS = frozenset({"response.output_audio.delta", "response.audio.delta"})
+_AUDIO_DONES = frozenset({"response.output_audio.done", "response.audio.done"})
+_TEXT_DELTAS = frozenset(
+    {
+        "response.output_audio_transcript.delta",
+        "response.audio_transcript.delta",
+        "response.output_text.delta",
+        "response.text.delta",
+    }
+)
+
+
+class ProviderSendError(RuntimeError):
+    """The provider socket is gone; the relay falls back to its own delivery paths."""
+
+
+class RealtimeWebsocketConnection:
+    label = "Realtime"
+
+    def __init__(self, ws: ClientConnection, config: ProviderSessionConfig) -> None:
+        self._ws = ws
+        self.config = config
+        self._events: asyncio.Queue[ProviderEvent | None] = asyncio.Queue(maxsize=EVENT_QUEUE_SIZE)
+        self._calls: dict[str, str] = {}  # call_id -> tool name, until its arguments are done
+        self._ready_sent = False
+        self._closed = False
+        self._reader = asyncio.create_task(self._read_loop(), name="realtime-provider-reader")
+
+    # -- client events -------------------------------------------------------------------------------
+
+    async def _send(self, event: dict[str, Any]) -> None:
+        if self._closed:
+            raise ProviderSendError(f"{self.label} connection is closed")
+        try:
+            await self._ws.send(json.dumps(event, separators=(",", ":")))
+        except (ConnectionClosed, WebSocketException, OSError) as exc:
+            raise ProviderSendError(f"{self.label} connection lost: {type(exc).__name__}") from exc
+
+    def session_update(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    async def start(self) -> None:
+        await self._send({"type": "session.update", "session": self.session_update()})
+
+    async def send_audio(self, pcm: bytes, sample_rate: int) -> None:
+        await self._send({"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm).decode("ascii")})
+
+    async def commit_audio(self) -> None:
+        await self._send({"type": "input_audio_buffer.commit"})
+
+    async def clear_audio(self) -> None:
+        await self._send({"type": "input_audio_buffer.clear"})
+
+    async def send_text(self, text: str) -> None:
+        await self._send(
+            {
+                "type": "conversation.item.create",
+                "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]},
+            }
+        )
+
+    async def cancel_response(self) -> None:
+        await self._send({"type": "response.cancel"})
+
+    async def send_tool_result(self, call_id: str, output: dict[str, Any]) -> None:
+        await self._send(
+            {
+                "type": "conversation.item.create",
+                "item": {"type": "function_call_output", "call_id": call_id, "output": json.dumps(output)},
+            }
+        )
+
+    async def append_context_item(self, *, role: str, text: str) -> None:
+        content_type = "output_text" if role == "assistant" else "input_text"
+        await self._send(
+            {
+                "type": "conversation.item.create",
+                "item": {"type": "message", "role": role, "content": [{"type": content_type, "text": text}]},
+            }
+        )
+
+    async def request_response(self, *, instructions: str | None = None, exact_text: str | None = None) -> None:
+        # Neither API has a "say exactly this" primitive; the verbatim prompt already carries the text.
+        response: dict[str, Any] = {}
+        if instructions:
+            response["instructions"] = instructions
+        await self._send({"type": "response.create", "response": response} if response else {"type": "response.create"})
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await asyncio.wait_for(self._ws.close(), timeout=2.0)
+        except (TimeoutError, WebSocketException, OSError):
+            pass
+        self._reader.cancel()
+        self._put_nowait_end()
+
+    def _put_nowait_end(self) -> None:
+        try:
+            self._events.put_nowait(None)
+        except asyncio.QueueFull:
+            # The consumer is gone or far behind; drop one event to make room for the end marker.
+            self._events.get_nowait()
+            self._events.put_nowait(None)
+
+    # -- server events ----------------------------------------------------------------------------------
+
+    async def events(self) -> AsyncIterator[ProviderEvent]:
+        while True:
+            event = await self._events.get()
+            if event is None:
+                return
+            yield event
+
+    async def _read_loop(self) -> None:
+        try:
+            async for raw in self._ws:
+                if isinstance(raw, bytes):
+                    continue
+                try:
+                    message = json.loads(raw)
+                except ValueError:
+                    logger.warning("%s sent a non-JSON message; ignored", self.label)
+                    continue
+                if isinstance(message, dict):
+                    for event in self._map(message):
+                        await self._events.put(event)
+        except ConnectionClosed:
+            pass
+        except asyncio.CancelledError:
+            return
+        except Exception:  # a reader bug must end the stream, not hang it
+            logger.exception("%s reader failed", self.label)
+        self._closed = True
+        self._put_nowait_end()
+
+    def _map(self, m: dict[str, Any]) -> list[ProviderEvent]:
+        kind = m.get("type")
+        response_id = str(m.get("response_id") or "")
+        if kind == "session.updated":
+            # Ready once our session.update took effect; session.created precedes the configuration.
+            if self._ready_sent:
+                return []
+            self._ready_sent = True
+            return [ProviderEvent(ProviderEventKind.READY, metadata={"provider_event": kind})]
+        if kind == "response.created":
+            response = m.get("response") or {}
+            return [ProviderEvent(ProviderEventKind.RESPONSE_STARTED, str(response.get("id") or ""))]
+        if kind == "response.done":
+            response = m.get("response") or {}
+            status = str(response.get("status") or "completed")
+            return [ProviderEvent(ProviderEventKind.RESPONSE_DONE, str(response.get("id") or ""), {"status": status})]
+        if kind in _AUDIO_DELTAS:
+            try:
+                audio = base64.b64decode(str(m.get("delta") or ""), validate=True)
+            except (binascii.Error, ValueError):
+                logger.warning("%s sent undecodable audio; dropped", self.label)
+                return []
+            return [ProviderEvent(ProviderEventKind.AUDIO_DELTA, response_id,
+                                  {"audio": audio, "sample_rate": self.config.sample_rate})]
+        if kind in _AUDIO_DONES:
+            return [ProviderEvent(ProviderEventKind.AUDIO_DONE, response_id)]
+        if kind in _TEXT_DELTAS:
+            delta = str(m.get("delta") or "")
+            return [ProviderEvent(ProviderEventKind.OUTPUT_TEXT_DELTA, response_id, {"delta": delta})]
+        if kind == "conversation.item.input_audio_transcription.delta":
+            delta = str(m.get("delta") or "")
+            return [ProviderEvent(ProviderEventKind.INPUT_TRANSCRIPT_DELTA, payload={"delta": delta})]
+        if kind == "conversation.item.input_audio_transcription.completed":
+            return [ProviderEvent(ProviderEventKind.INPUT_TRANSCRIPT_FINAL,
+                                  payload={"text": str(m.get("transcript") or "")})]
+        if kind == "response.output_item.added":
+            item = m.get("item") or {}
+            if item.get("type") == "function_call":
+                call_id = str(item.get("call_id") or "")
+                name = str(item.get("name") or "")
+                self._calls[call_id] = name
+                return [ProviderEvent(ProviderEventKind.FUNCTION_CALL_STARTED, response_id,
+                                      {"call_id": call_id, "name": name})]
+            return []
+        if kind == "response.function_call_arguments.delta":
+            return [ProviderEvent(ProviderEventKind.FUNCTION_CALL_ARGUMENTS_DELTA, response_id,
+                                  {"call_id": str(m.get("call_id") or ""), "delta": str(m.get("delta") or "")})]
+        if kind == "response.function_call_arguments.done":
+            call_id = str(m.get("call_id") or "")
+            name = str(m.get("name") or self._calls.get(call_id, ""))
+            self._calls.pop(call_id, None)
+            call = ToolCallEvent(call_id=call_id, name=name, arguments=parse_tool_arguments(m.get("arguments")))
+            return [ProviderEvent(ProviderEventKind.FUNCTION_CALL_COMPLETED, response_id, {"call": call})]
+        if kind == "error":
+            error = m.get("error") or {}
+            message = str(error.get("message") or "unknown error") if isinstance(error, dict) else str(error)
+            code = str(error.get("code") or "") if isinstance(error, dict) else ""
+            return [ProviderEvent(ProviderEventKind.ERROR, payload={"message": f"{self.label} error: {message}",
+                                                                      "code": code})]
+        return []
+
+
+class RealtimeWebsocketProvider:
+    provider_id = ""
+    connection_class: type[RealtimeWebsocketConnection] = RealtimeWebsocketConnection
+
+    def __init__(self, *, url: str | None = None, api_key: str | None = None, open_timeout: float = 10.0) -> None:
+        self.url = url
+        self.api_key = api_key
+        self.open_timeout = open_timeout
+
+    def _endpoint(self, config: ProviderSessionConfig) -> str:
+        base = self.url or config.url
+        if not base:
+            raise ValueError(f"{self.provider_id}: no endpoint url configured")
+        return f"{base}{'&' if '?' in base else '?'}{urlencode({'model': config.model})}"
+
+    async def connect(self, config: ProviderSessionConfig) -> RealtimeWebsocketConnection:
+        key = self.api_key or config.api_key
+        if not key:
+            raise ValueError(f"{self.provider_id}: no API key configured")
+        ws = await connect(
+            self._endpoint(config),
+            additional_headers={"Authorization": f"Bearer {key}"},
+            max_size=MAX_PROVIDER_MESSAGE_BYTES,
+            open_timeout=self.open_timeout,
+        )
+        connection = self.connection_class(ws, config)
+        try:
+            await connection.start()
+        except BaseException:
+            await connection.close()
+            raise
+        return connection

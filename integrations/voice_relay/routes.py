@@ -1,0 +1,154 @@
+"""HTTP routes: config, session creation and the session websocket, all behind bearer auth."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from .event_log import validate_session_id
+
+if TYPE_CHECKING:
+    from .server import RelayServer
+
+CONFIG_PATH = "/voice/realtime-agent/config"
+SESSION_PATH = "/voice/realtime-agent/session"
+SOCKET_PATH = "/voice/realtime-agent/{session_id}"
+_MAX_FIELD_CHARS = 200
+
+
+def _unauthorized() -> web.Response:
+    return web.json_response(
+        {"error": "unauthorized"}, status=401, headers={"WWW-Authenticate": 'Bearer realm="voice-relay"'}
+    )
+
+
+def _bad_request(message: str) -> web.Response:
+    return web.json_response({"success": False, "error": message}, status=400)
+
+
+async def _json_body(request: web.Request) -> dict[str, Any] | web.Response:
+    if not request.can_read_body:
+        return {}
+    raw = await request.read()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return _bad_request("request body is not valid JSON")
+    if not isinstance(body, dict):
+        return _bad_request("request body must be a JSON object")
+    return body
+
+
+def _optional_str(body: dict[str, Any], key: str) -> str | web.Response:
+    value = body.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str) or len(value) > _MAX_FIELD_CHARS:
+        return _bad_request(f"{key} must be a string of at most {_MAX_FIELD_CHARS} characters")
+    return value
+
+
+class Routes:
+    def __init__(self, server: RelayServer) -> None:
+        self.server = server
+
+    def install(self, app: web.Application) -> None:
+        # The config route is registered before the {session_id} pattern so it wins.
+        app.router.add_get(CONFIG_PATH, self.get_config)
+        app.router.add_patch(CONFIG_PATH, self.patch_config)
+        app.router.add_post(SESSION_PATH, self.create_session)
+        app.router.add_get(SOCKET_PATH, self.websocket)
+
+    def _config_payload(self) -> dict[str, Any]:
+        settings = self.server.settings
+        return {
+            "enabled": self.server.config.realtime_voice_enabled,
+            **settings.to_dict(),
+            "providers": sorted(self.server.realtime_agent.native_providers),
+        }
+
+    async def get_config(self, request: web.Request) -> web.Response:
+        if self.server.sessions.authenticate(request) is None:
+            return _unauthorized()
+        return web.json_response(self._config_payload())
+
+    async def patch_config(self, request: web.Request) -> web.Response:
+        if self.server.sessions.authenticate(request) is None:
+            return _unauthorized()
+        body = await _json_body(request)
+        if isinstance(body, web.Response):
+            return body
+        settings = self.server.settings
+        unknown = set(body) - {"provider", "model", "voice", "promotion"}
+        if unknown:
+            return _bad_request(f"unknown config field(s): {', '.join(sorted(unknown))}")
+        strings: dict[str, str] = {}
+        for key in ("provider", "model", "voice"):
+            if key in body:
+                value = _optional_str(body, key)
+                if isinstance(value, web.Response):
+                    return value
+                strings[key] = value
+        provider = strings.get("provider")
+        if provider is not None and provider not in self.server.realtime_agent.native_providers:
+            return _bad_request(f"unknown provider {provider!r}")
+        if "promotion" in body:
+            try:
+                settings.promotion.apply_patch(body["promotion"])
+            except ValueError as exc:
+                return _bad_request(str(exc))
+        for key, value in strings.items():
+            setattr(settings, key, value)
+        settings.save(self.server.config.realtime_voice_config_path)
+        return web.json_response(self._config_payload())
+
+    async def create_session(self, request: web.Request) -> web.Response:
+        device = self.server.sessions.authenticate(request)
+        if device is None:
+            return _unauthorized()
+        if not self.server.config.realtime_voice_enabled:
+            return web.json_response({"success": False, "error": "realtime voice is disabled"}, status=403)
+        body = await _json_body(request)
+        if isinstance(body, web.Response):
+            return body
+        fields: dict[str, str] = {}
+        for key in ("provider", "model", "voice", "chat_session_id"):
+            value = _optional_str(body, key)
+            if isinstance(value, web.Response):
+                return value
+            fields[key] = value
+        settings = self.server.settings
+        provider_id = fields["provider"] or settings.provider
+        agent = self.server.realtime_agent
+        if provider_id not in agent.native_providers:
+            return _bad_request(f"unknown provider {provider_id!r}")
+        same_provider = provider_id == settings.provider
+        session = agent.create_session(
+            device_id=device.device_id,
+            provider_id=provider_id,
+            model=fields["model"] or (settings.model if same_provider else ""),
+            voice=fields["voice"] or (settings.voice if same_provider else ""),
+            chat_session_id=fields["chat_session_id"],
+            promotion=settings.promotion,
+        )
+        token = session.issued_resume_token or ""
+        session.issued_resume_token = None
+        return web.json_response(agent.describe(session, token))
+
+    async def websocket(self, request: web.Request) -> web.StreamResponse:
+        device = self.server.sessions.authenticate(request)
+        if device is None:
+            return _unauthorized()
+        session_id = request.match_info["session_id"]
+        try:
+            validate_session_id(session_id)
+        except ValueError:
+            return web.json_response({"error": "unknown voice session"}, status=404)
+        session = self.server.realtime_agent.sessions.get(session_id)
+        if session is None or session.device_id != device.device_id:
+            return web.json_response({"error": "unknown voice session"}, status=404)
+        return await self.server.realtime_agent.websocket(request, session)

@@ -1,0 +1,317 @@
+"""One voice session's state: event numbering, replay rings, the attached socket, detach and resume."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import secrets
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from .config import PromotionSettings, background_detached_max_seconds, resume_ttl_seconds
+from .event_log import EventLog, validate_session_id
+from .voice_auth import digests_match, token_digest
+
+if TYPE_CHECKING:
+    from .delivery import BackgroundResult, DeliveryManager
+    from .models import ProviderConnection
+    from .promotion import RunCoordinator
+
+logger = logging.getLogger(__name__)
+
+EVENT_RING_SIZE = 256
+AUDIO_RING_SIZE = 96
+# Outgoing events buffered per socket; a full ring replay must fit, live traffic beyond it means
+# the client is not reading and gets dropped (it can resume).
+OUTBOX_SIZE = 1024
+AUDIO_DELTA = "voice.output_audio.delta"
+
+# Close codes of the resume protocol.
+CLOSE_SUPERSEDED = 4000
+CLOSE_INVALID_TOKEN = 4003
+CLOSE_EXPIRED = 4008
+CLOSE_NOT_CLAIMED = 4009
+CLOSE_SLOW_CONSUMER = 4010
+CLOSE_SESSION_ENDED = 4011
+
+
+def _wire(event: dict[str, Any]) -> str:
+    audio = event.get("audio")
+    if isinstance(audio, (bytes, bytearray)):
+        event = {**event, "audio": base64.b64encode(audio).decode("ascii")}
+    return json.dumps(event, separators=(",", ":"), default=str)
+
+
+class Outbox:
+    """The bounded queue and writer task of one attached websocket."""
+
+    def __init__(self, ws: web.WebSocketResponse, request: web.Request, session_id: str) -> None:
+        self.ws = ws
+        self.request = request
+        self.session_id = session_id
+        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=OUTBOX_SIZE)
+        self.dropped = False
+        self.sent = 0
+        self._closer: asyncio.Task[None] | None = None
+        self._writer = asyncio.create_task(self._write_loop(), name=f"voice-outbox-{session_id}")
+
+    def put(self, event: dict[str, Any]) -> bool:
+        if self.dropped:
+            return False
+        try:
+            self.queue.put_nowait(event)
+        except asyncio.QueueFull:
+            logger.warning("voice session %s: client not reading, dropping its socket", self.session_id)
+            self.drop(CLOSE_SLOW_CONSUMER, "slow consumer")
+            return False
+        return True
+
+    async def _write_loop(self) -> None:
+        try:
+            while True:
+                event = await self.queue.get()
+                await self.ws.send_str(_wire(event))
+                self.sent += 1
+        except (ConnectionError, RuntimeError, asyncio.CancelledError):
+            return
+
+    def drop(self, code: int, reason: str) -> None:
+        """Stop writing and close the socket without waiting on a peer that may never read."""
+        if self.dropped:
+            return
+        self.dropped = True
+        self._writer.cancel()
+        self._closer = asyncio.create_task(self._close(code, reason))
+
+    async def _close(self, code: int, reason: str) -> None:
+        try:
+            await asyncio.wait_for(self.ws.close(code=code, message=reason.encode()), timeout=1.0)
+        except (TimeoutError, ConnectionError, RuntimeError):
+            transport = self.request.transport
+            if transport is not None:
+                transport.abort()
+
+    async def flush_and_close(self, code: int, reason: str, timeout: float = 2.0) -> None:
+        """Let queued events go out (bounded), then close; for orderly endings like resume_failed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not self.queue.empty() and not self.dropped and loop.time() < deadline:
+            await asyncio.sleep(0.005)
+        if self.dropped:
+            return
+        self.dropped = True
+        self._writer.cancel()
+        # Awaited, not spawned: the handler returning first would close with 1000 instead of `code`.
+        await self._close(code, reason)
+
+
+@dataclass
+class ResumeCursor:
+    last_event_id: int = 0
+    last_audio_event_id: int = 0
+    last_played_audio_event_id: int = 0
+    last_input_chunk_id: int = 0
+
+    @classmethod
+    def from_message(cls, message: dict[str, Any]) -> ResumeCursor:
+        values = {}
+        for name in ("last_event_id", "last_audio_event_id", "last_played_audio_event_id", "last_input_chunk_id"):
+            raw = message.get(name, 0)
+            if raw is None:
+                raw = 0
+            if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+                raise ValueError(f"{name} must be a non-negative integer")
+            values[name] = raw
+        return cls(**values)
+
+
+class VoiceSession:
+    def __init__(
+        self,
+        *,
+        device_id: str,
+        chat_session_id: str,
+        provider_id: str,
+        model: str,
+        voice: str,
+        sample_rate: int,
+        profile: str,
+        promotion: PromotionSettings,
+        run_dir: Path,
+    ) -> None:
+        self.session_id = validate_session_id(secrets.token_urlsafe(18))
+        resume_token = secrets.token_urlsafe(32)
+        self._resume_digest = token_digest(resume_token)
+        # Handed to the creator once (the POST response); only the digest stays on the session.
+        self.issued_resume_token: str | None = resume_token
+        self.device_id = device_id
+        self.chat_session_id = chat_session_id
+        self.provider_id = provider_id
+        self.model = model
+        self.voice = voice
+        self.sample_rate = sample_rate
+        self.profile = profile
+        self.created_at = time.time()
+
+        self.promotion_enabled = promotion.enabled
+        self.promote_after_ms = promotion.promote_after_ms
+        self.result_delivery = promotion.result_delivery
+        self.spoken_handoff = promotion.spoken_handoff
+        self.background_default_mode = promotion.background_default_mode
+        self.progress_spoken_after_ms = promotion.progress_spoken_after_ms
+        self.max_background_runs = promotion.max_background_runs
+
+        self.event_log = EventLog(run_dir / "voice-sessions" / f"{self.session_id}.jsonl")
+        self._next_event_id = 0
+        self._next_audio_event_id = 0
+        self.event_ring: deque[dict[str, Any]] = deque(maxlen=EVENT_RING_SIZE)
+        self.audio_ring: deque[dict[str, Any]] = deque(maxlen=AUDIO_RING_SIZE)
+
+        self.outbox: Outbox | None = None
+        self.started = False
+        self.closed = False
+        self.detached_at: float | None = None
+        self.resume_deadline: float | None = None
+        self.resume_ttl_seconds = resume_ttl_seconds()
+        self.deadline_changed = asyncio.Event()
+        # Background runs and their deliveries hold a detached session open.
+        self._holds = 0
+
+        self.connection: ProviderConnection | None = None
+        self.runs: RunCoordinator | None = None
+        self.delivery: DeliveryManager | None = None
+        self.pending_background_result: BackgroundResult | None = None
+        self.native_pending_delivery_note: str | None = None
+        self.playback_drained = asyncio.Event()
+        self.audio_since_drain = False
+        self.last_mic_activity = 0.0
+        self.last_input_chunk_id = 0
+        self.active_responses: set[str] = set()
+        self.spoken_responses: deque[str] = deque(maxlen=64)
+        self.started_responses: deque[str] = deque(maxlen=64)
+        self.tasks: set[asyncio.Task[Any]] = set()
+
+    @property
+    def event_log_path(self) -> Path:
+        return self.event_log.path
+
+    # -- events -----------------------------------------------------------------------------------
+
+    def emit(self, event_type: str, /, *, record: bool = True, **fields: Any) -> dict[str, Any]:
+        """Number, record, log and (if a socket is attached) send one event."""
+        self._next_event_id += 1
+        event: dict[str, Any] = {"type": event_type, **fields}
+        event["event_id"] = self._next_event_id
+        event["at_ms"] = int(time.time() * 1000)
+        if event_type == AUDIO_DELTA:
+            self._next_audio_event_id += 1
+            event["audio_event_id"] = self._next_audio_event_id
+            if record:
+                self.audio_ring.append(event)
+        elif record:
+            self.event_ring.append(event)
+        self.event_log.write(event)
+        if self.outbox is not None:
+            self.outbox.put(event)
+        return event
+
+    def log(self, name: str, **fields: Any) -> None:
+        """A decision worth keeping in the session log that the phone does not need."""
+        self.event_log.log(name, session_id=self.session_id, **fields)
+
+    def replay_after(self, cursor: ResumeCursor) -> list[dict[str, Any]]:
+        events = [e for e in self.event_ring if e["event_id"] > cursor.last_event_id]
+        events.extend(
+            e
+            for e in self.audio_ring
+            if e["audio_event_id"] > cursor.last_audio_event_id and e["event_id"] > cursor.last_event_id
+        )
+        events.sort(key=lambda e: e["event_id"])
+        return [{**e, "replayed": True} for e in events]
+
+    # -- socket ownership ---------------------------------------------------------------------------
+
+    def attach(self, outbox: Outbox) -> Outbox | None:
+        """Make `outbox` the live socket; returns the one it superseded, if any."""
+        previous = self.outbox
+        self.outbox = outbox
+        self.started = True
+        self.detached_at = None
+        self.resume_deadline = None
+        self.deadline_changed.set()
+        return previous if previous is not outbox else None
+
+    def detach(self, outbox: Outbox) -> bool:
+        """Forget `outbox` if it is still the live one; True when the session is now detached."""
+        if self.outbox is not outbox or self.closed:
+            return False
+        self.outbox = None
+        self.detached_at = time.monotonic()
+        self.emit("voice.session.detached")
+        self._recompute_deadline()
+        return True
+
+    def check_resume(self, token: Any) -> str | None:
+        """None if `token` may take over this session, else the wire reason why not."""
+        if not isinstance(token, str) or not digests_match(self._resume_digest, token):
+            return "invalid_resume_token"
+        if self.closed:
+            return "session_closed"
+        if self.resume_deadline is not None and time.monotonic() > self.resume_deadline:
+            return "resume_expired"
+        return None
+
+    # -- background-aware resume window -------------------------------------------------------------
+
+    @property
+    def background_active(self) -> bool:
+        return self._holds > 0 or self.pending_background_result is not None
+
+    def hold(self) -> None:
+        self._holds += 1
+        self._recompute_deadline()
+
+    def release(self) -> None:
+        self._holds = max(0, self._holds - 1)
+        if self.detached_at is not None and not self.background_active and self.resume_deadline is not None:
+            # The run ended while detached: keep a grace window from now so its result can be fetched.
+            self.resume_deadline = max(self.resume_deadline, time.monotonic() + self.resume_ttl_seconds)
+        self._recompute_deadline()
+
+    def _recompute_deadline(self) -> None:
+        if self.detached_at is None:
+            return
+        window = self.resume_ttl_seconds
+        if self.background_active:
+            window = max(window, background_detached_max_seconds())
+        self.resume_deadline = max(self.resume_deadline or 0.0, self.detached_at + window)
+        self.deadline_changed.set()
+
+    # -- lifetime -------------------------------------------------------------------------------------
+
+    def spawn(self, coro: Any, *, name: str) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro, name=f"{name}-{self.session_id[:8]}")
+        self.tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            logger.error("voice session %s task %s failed: %r", self.session_id, task.get_name(), exc)
+            self.log("voice.realtime_agent.task_failed", task=task.get_name(), error=repr(exc))
+
+    def cancel_tasks(self, keep: Iterable[asyncio.Task[Any]] = ()) -> None:
+        skip = set(keep)
+        for task in list(self.tasks):
+            if task not in skip:
+                task.cancel()

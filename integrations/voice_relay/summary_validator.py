@@ -1,0 +1,96 @@
+"""Judges whether the provider's spoken "summary" of a background result actually delivers it.
+
+Realtime models sometimes answer a forced-summary request with filler ("one moment while I
+look that up") or by asking for an id; the relay then drops that response and speaks the
+answer itself.
+"""
+
+from __future__ import annotations
+
+import re
+
+EARLY_COMMIT_CHARS = 40
+MIN_SHARED_EVIDENCE = 2
+
+_TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_STOPWORDS = frozenset(
+    {
+        "about", "above", "after", "again", "also", "been", "before", "being", "below", "between",
+        "both", "could", "does", "doing", "down", "during", "each", "from", "further", "have",
+        "having", "here", "hers", "herself", "himself", "into", "itself", "just", "more", "most",
+        "myself", "once", "only", "other", "ours", "ourselves", "over", "same", "should", "some",
+        "such", "than", "that", "their", "theirs", "them", "themselves", "then", "there", "these",
+        "they", "this", "those", "through", "under", "until", "very", "were", "what", "when",
+        "where", "which", "while", "whom", "will", "with", "would", "your", "yours", "yourself",
+        "yourselves", "okay", "sure", "right", "well", "really", "thing", "things", "like", "want",
+        "tell", "said", "says",
+    }
+)
+DEFERRAL_PHRASES = (
+    "one moment",
+    "just a moment",
+    "give me a moment",
+    "one second",
+    "hold on",
+    "i'll let you know",
+    "i will let you know",
+    "let you know when",
+    "get back to you",
+    "is queued",
+    "still working",
+    "working on it",
+    "still running",
+    "let me check",
+    "let me look",
+    "look that up",
+    "in the background",
+)
+RUN_ID_PHRASES = ("run id", "hermes_run_task")
+
+
+def evidence_tokens(text: str) -> set[str]:
+    """Words that show content: any token with a digit, or a non-stopword of four or more letters."""
+    out = set()
+    for token in _TOKEN.findall(text.lower()):
+        if any(ch.isdigit() for ch in token) or (len(token) >= 4 and token not in _STOPWORDS):
+            out.add(token)
+    return out
+
+
+def _required_overlap(answer_tokens: set[str]) -> int:
+    return min(MIN_SHARED_EVIDENCE, len(answer_tokens))
+
+
+def _bad_phrase(text: str, answer: str) -> str | None:
+    lowered = text.lower()
+    answer_lowered = answer.lower()
+    if any(p in lowered for p in RUN_ID_PHRASES):
+        return "asked_for_run_id"
+    if any(p in lowered and p not in answer_lowered for p in DEFERRAL_PHRASES):
+        return "acknowledgement_not_summary"
+    return None
+
+
+def can_commit_early(text: str, answer: str) -> bool:
+    """Enough of a good summary has arrived that it may be released before the response ends."""
+    if len(text.strip()) < EARLY_COMMIT_CHARS or _bad_phrase(text, answer):
+        return False
+    shared = evidence_tokens(text) & evidence_tokens(answer)
+    return len(shared) >= MIN_SHARED_EVIDENCE
+
+
+def judge_summary(text: str, answer: str) -> str | None:
+    """None when `text` delivers `answer`; otherwise the reason it does not."""
+    stripped = text.strip()
+    if not stripped:
+        return "empty_summary"
+    bad = _bad_phrase(stripped, answer)
+    if bad:
+        return bad
+    answer_tokens = evidence_tokens(answer)
+    shared = evidence_tokens(stripped) & answer_tokens
+    if len(shared) >= _required_overlap(answer_tokens):
+        return None
+    if len(stripped) < EARLY_COMMIT_CHARS:
+        return "short_acknowledgement"
+    return "no_answer_overlap"

@@ -1,0 +1,359 @@
+"""adapters.complete / acomplete / stream / astream through real SDK clients inside a managed turn."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+
+import adapters
+from adapters import testing as t
+from relay_runtime import LLMRequestInterceptOutcome, Recorder, auxiliary, session
+from relay_runtime import conventions as cv
+from relay_runtime.events import Event
+
+
+@pytest.fixture()
+def oa() -> Iterator[t.Scripted]:
+    scripted = t.scripted_openai()
+    yield scripted
+    scripted.client.close()
+
+
+@pytest.fixture()
+def an() -> Iterator[t.Scripted]:
+    scripted = t.scripted_anthropic()
+    yield scripted
+    scripted.client.close()
+
+
+def attempt_ends(events: Recorder) -> list[Event]:
+    return events.ends(relay_kind=cv.ATTEMPT)
+
+
+def only_attempt(events: Recorder) -> Event:
+    ends = attempt_ends(events)
+    assert len(ends) == 1, [e.name for e in ends]
+    return ends[0]
+
+
+def logical_outcomes(events: Recorder) -> list[Any]:
+    return [(e.output or {}).get("outcome") for e in events.ends(relay_kind=cv.LOGICAL_CALL)]
+
+
+def assert_no_secret(events: Recorder) -> None:
+    for event in events:
+        for name in Event.__slots__:
+            assert t.TEST_KEY not in repr(getattr(event, name)), name
+
+
+# -- non-streamed ------------------------------------------------------------------------
+
+
+def test_chat_completion_records_attempt_with_usage_and_sdk_retries(relay_turn, relay_events, oa) -> None:
+    oa.add(
+        t.error(500),
+        t.json_reply(
+            t.chat_completion_body("hi there", model="gpt-served", usage=t.chat_usage(11, 3, cached=4, reasoning=2))
+        ),
+    )
+    response = adapters.complete(oa.client, {"model": "gpt-asked", "messages": [{"role": "user", "content": "q"}]})
+
+    assert response.choices[0].message.content == "hi there"
+    assert len(oa.script.requests) == 2  # the SDK retried the 500 itself
+    attempt = only_attempt(relay_events)
+    assert attempt.provider == "openai" and attempt.model_name == "gpt-asked"
+    assert attempt.outcome == "success"
+    assert attempt.metadata[cv.SDK_RETRIES] == 1
+    assert attempt.metadata[cv.CALL_ROLE] == "primary" and attempt.metadata[cv.RETRY_COUNT] == 0
+    annotation = attempt.annotated_response
+    assert annotation.model == "gpt-served" and annotation.finish_reasons == ["stop"]
+    assert annotation.usage.as_dict() == {
+        "input_tokens": 11,
+        "output_tokens": 3,
+        "cache_read_tokens": 4,
+        "reasoning_tokens": 2,
+    }
+    assert attempt.annotated_request.messages == [{"role": "user", "content": "q"}]
+    assert logical_outcomes(relay_events) == ["success"]
+    assert_no_secret(relay_events)
+
+
+def test_sdk_retries_is_zero_without_retries_and_counts_each_retry(relay_turn, relay_events, oa) -> None:
+    oa.add(t.json_reply(t.chat_completion_body("a")))
+    adapters.complete(oa.client, {"model": "m", "messages": []})
+    oa.add(t.error(503), t.error(502), t.json_reply(t.chat_completion_body("b")))
+    adapters.complete(oa.client, {"model": "m", "messages": []})
+    assert [e.metadata[cv.SDK_RETRIES] for e in attempt_ends(relay_events)] == [0, 2]
+
+
+def test_provider_error_propagates_and_fails_the_attempt(relay_turn, relay_events, oa) -> None:
+    oa.add(t.error(400, "bad model"))
+    with pytest.raises(openai.BadRequestError) as caught:
+        adapters.complete(oa.client, {"model": "nope", "messages": []})
+    assert "bad model" in str(caught.value)
+    attempt = only_attempt(relay_events)
+    assert attempt.outcome == "failed" and attempt.error_type == "BadRequestError"
+    assert attempt.metadata[cv.SDK_RETRIES] == 0  # a 400 is not retried by the SDK
+    assert logical_outcomes(relay_events) == ["failed"]
+
+
+def test_retries_exhausted_records_every_sdk_retry_on_the_failed_attempt(relay_turn, relay_events) -> None:
+    scripted = t.scripted_openai(t.error(500), t.error(500), max_retries=1)
+    with pytest.raises(openai.InternalServerError):
+        adapters.complete(scripted.client, {"model": "m", "messages": []})
+    attempt = only_attempt(relay_events)
+    assert attempt.outcome == "failed" and attempt.metadata[cv.SDK_RETRIES] == 1
+
+
+@pytest.mark.asyncio
+async def test_async_responses_api_by_api_mode(relay_turn, relay_events, oa) -> None:
+    oa.add(
+        t.error(500),
+        t.json_reply(t.responses_body("done", model="gpt-r", usage=t.responses_usage(8, 2, cached=5, reasoning=1))),
+    )
+    response = await adapters.acomplete(
+        oa.aclient, {"model": "gpt-r", "input": "hi", "instructions": "sys"}, api_mode="responses"
+    )
+    assert response.output_text == "done"
+    assert oa.script.requests[-1].url.path == "/v1/responses"
+    attempt = only_attempt(relay_events)
+    assert attempt.metadata[cv.SDK_RETRIES] == 1
+    assert attempt.annotated_request.operation == "responses" and attempt.annotated_request.system == "sys"
+    assert attempt.annotated_response.usage.cache_read_tokens == 5
+    assert attempt.annotated_response.finish_reasons == ["completed"]
+
+
+def test_anthropic_client_dispatches_to_messages(relay_turn, relay_events, an) -> None:
+    an.add(
+        t.error(529),
+        t.json_reply(
+            t.anthropic_message_body("bonjour", usage=t.anthropic_usage(40, 6, cache_read=30, cache_creation=2))
+        ),
+    )
+    message = adapters.complete(
+        an.client,
+        {"model": "claude-x", "max_tokens": 20, "system": "sys", "messages": [{"role": "user", "content": "hi"}]},
+    )
+    assert message.content[0].text == "bonjour"
+    attempt = only_attempt(relay_events)
+    assert attempt.provider == "anthropic" and attempt.metadata[cv.SDK_RETRIES] == 1
+    assert attempt.annotated_request.system == "sys"
+    assert attempt.annotated_response.usage.as_dict() == {
+        "input_tokens": 40,
+        "output_tokens": 6,
+        "cache_read_tokens": 30,
+        "cache_creation_tokens": 2,
+    }
+    assert attempt.annotated_response.finish_reasons == ["end_turn"]
+
+
+@pytest.mark.asyncio
+async def test_async_anthropic_many_tasks_keep_their_own_counts(relay_turn, relay_events, an) -> None:
+    # Each task's retry count is its own, though all share one client and one hook.
+    an.add(*[t.json_reply(t.anthropic_message_body(f"r{i}")) for i in range(8)])
+    results = await asyncio.gather(
+        *[adapters.acomplete(an.aclient, {"model": "claude-x", "max_tokens": 5, "messages": []}) for _ in range(8)]
+    )
+    assert sorted(r.content[0].text for r in results) == sorted(f"r{i}" for i in range(8))
+    ends = attempt_ends(relay_events)
+    assert len(ends) == 8 and all(e.metadata[cv.SDK_RETRIES] == 0 for e in ends)
+    assert logical_outcomes(relay_events) == ["success"] * 8
+
+
+def test_request_intercept_edits_reach_the_http_body_and_headers(relay_turn, relay_events, oa) -> None:
+    relay, _turn = relay_turn
+
+    def edit(_name, request, annotated):
+        annotated.params["temperature"] = 0.25
+        del annotated.params["top_p"]
+        return LLMRequestInterceptOutcome(request.replace(headers={"x-relay-test": "yes"}), annotated)
+
+    relay.intercepts.register_llm_request("edit", 1, False, edit)
+    try:
+        oa.add(t.json_reply(t.chat_completion_body()))
+        adapters.complete(
+            oa.client,
+            {"model": "m", "messages": [], "temperature": 1.0, "top_p": 0.5, "extra_headers": {"x-caller": "kept"}},
+        )
+    finally:
+        relay.intercepts.deregister_llm_request("edit")
+    body = oa.script.bodies()[0]
+    assert body["temperature"] == 0.25 and "top_p" not in body
+    sent = oa.script.requests[0].headers
+    assert sent["x-relay-test"] == "yes" and sent["x-caller"] == "kept"
+
+
+def test_unmanaged_without_a_turn_calls_the_sdk_and_emits_nothing(relay_host, relay_events, oa) -> None:
+    oa.add(t.json_reply(t.chat_completion_body("plain")))
+    response = adapters.complete(oa.client, {"model": "m", "messages": []})
+    assert response.choices[0].message.content == "plain"
+    assert len(relay_events) == 0
+
+
+def test_route_names_the_provider_inside_an_auxiliary_call(relay_turn, relay_events, an) -> None:
+    an.add(t.json_reply(t.anthropic_message_body("titled")))
+
+    @auxiliary.auxiliary_call
+    def title(task: str) -> Any:
+        auxiliary.set_route("anthropic-proxy", "claude-x", "anthropic_messages")
+        return auxiliary.validate_response(
+            adapters.complete(an.client, {"model": "claude-x", "max_tokens": 9, "messages": []}), task
+        )
+
+    assert title("title_generation").content[0].text == "titled"
+    attempt = only_attempt(relay_events)
+    assert attempt.provider == "anthropic-proxy"
+    assert attempt.metadata[cv.CALL_ROLE] == "auxiliary:title_generation"
+    assert logical_outcomes(relay_events) == ["success"]
+
+
+def test_bad_input_is_named() -> None:
+    with pytest.raises(TypeError, match="SDK kwargs must be a mapping, got list"):
+        adapters.complete(object(), [("model", "m")])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="cannot tell which LLM API object speaks"):
+        adapters.complete(object(), {"model": "m"})
+    with pytest.raises(ValueError, match="unknown api_mode 'completions'"):
+        adapters.complete(object(), {"model": "m"}, api_mode="completions")
+    scripted = t.scripted_anthropic()
+    with pytest.raises(TypeError, match=r"Anthropic has no chat\.completions\.create\(\)"):
+        adapters.complete(scripted.client, {"model": "m"}, api_mode="chat_completions")
+
+
+# -- streams ---------------------------------------------------------------------------------
+
+
+def test_chat_stream_yields_sdk_chunks_and_records_the_accumulated_response(relay_turn, relay_events, oa) -> None:
+    chunks = t.chat_chunks(["Hel", "lo"], model="gpt-s", usage=t.chat_usage(5, 2, cached=1))
+    oa.add(t.error(500), t.sse_reply(t.openai_chat_sse(chunks)))
+    stream = adapters.stream(oa.client, {"model": "gpt-s", "messages": [], "stream_options": {"include_usage": True}})
+    got = list(stream)
+    assert all(isinstance(c, openai.types.chat.ChatCompletionChunk) for c in got) and len(got) == len(chunks)
+    assert oa.script.bodies()[-1]["stream"] is True
+
+    attempt = only_attempt(relay_events)
+    assert attempt.outcome == "success" and attempt.metadata[cv.SDK_RETRIES] == 1
+    annotation = attempt.annotated_response
+    assert annotation.output_text == "Hello" and annotation.finish_reasons == ["stop"]
+    assert annotation.usage.as_dict() == {
+        "input_tokens": 5,
+        "output_tokens": 2,
+        "cache_read_tokens": 1,
+        "reasoning_tokens": 0,
+    }
+    assert annotation.time_to_first_chunk_ns is not None and annotation.time_to_first_chunk_ns > 0
+    marks = relay_events.marks(name=cv.CHUNK)
+    assert [m.data["chunk"] for m in marks] == got
+    assert "".join(m.data["delta"].text for m in marks if m.data["delta"]) == "Hello"
+    assert logical_outcomes(relay_events) == ["success"]
+
+
+def test_responses_stream_through_the_route(relay_turn, relay_events, oa) -> None:
+    events = t.responses_events(["a", "b"], model="gpt-r", usage=t.responses_usage(3, 4, reasoning=2))
+    oa.add(t.sse_reply(t.typed_sse(events)))
+
+    @auxiliary.auxiliary_call
+    def run(task: str) -> list[Any]:
+        auxiliary.set_route("azure", "gpt-r", "responses")
+        return list(adapters.stream(oa.client, {"model": "gpt-r", "input": "hi"}))
+
+    assert [e.type for e in run("moa")][-1] == "response.completed"
+    attempt = only_attempt(relay_events)
+    assert attempt.provider == "azure" and attempt.metadata[cv.CALL_ROLE] == "auxiliary:moa"
+    assert attempt.annotated_response.output_text == "ab"
+    assert attempt.annotated_response.usage.reasoning_tokens == 2
+
+
+@pytest.mark.asyncio
+async def test_async_anthropic_stream(relay_turn, relay_events, an) -> None:
+    events = t.anthropic_events(["x", "y"], thinking="hmm", output_tokens=12)
+    an.add(t.error(500), t.sse_reply(t.typed_sse(events)))
+    stream = await adapters.astream(an.aclient, {"model": "claude-x", "max_tokens": 50, "messages": []})
+    kinds = [event.type async for event in stream]
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    attempt = only_attempt(relay_events)
+    assert attempt.outcome == "success" and attempt.metadata[cv.SDK_RETRIES] == 1
+    annotation = attempt.annotated_response
+    assert annotation.output_text == "xy" and annotation.usage.output_tokens == 12
+    assert annotation.time_to_first_chunk_ns is not None
+    reasoning = [m.data["delta"].reasoning for m in relay_events.marks(name=cv.CHUNK) if m.data["delta"]]
+    assert "".join(reasoning) == "hmm"
+
+
+@pytest.mark.asyncio
+async def test_async_chat_stream(relay_turn, relay_events, oa) -> None:
+    oa.add(t.sse_reply(t.openai_chat_sse(t.chat_chunks(["as", "ync"]))))
+    stream = await adapters.astream(oa.aclient, {"model": "m", "messages": []})
+    text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+    assert text == "async"
+    assert only_attempt(relay_events).annotated_response.output_text == "async"
+
+
+class StreamCut(Exception):
+    pass
+
+
+def test_stream_failing_after_its_first_chunk_reraises_the_same_error(relay_turn, relay_events, oa) -> None:
+    cut = StreamCut("connection reset mid-stream")
+    frames = t.openai_chat_sse(t.chat_chunks(["partial", "never"]))
+    oa.add(t.sse_reply(frames[:2], fail_with=cut))
+    stream = adapters.stream(oa.client, {"model": "m", "messages": []})
+    first = next(stream)
+    assert first.model == "gpt-test"
+    with pytest.raises(StreamCut) as caught:
+        for _ in stream:
+            pass
+    assert caught.value is cut
+    attempt = only_attempt(relay_events)
+    assert attempt.outcome == "failed" and attempt.error_type == "StreamCut"
+    assert logical_outcomes(relay_events) == ["failed"]
+
+
+@pytest.mark.asyncio
+async def test_async_stream_failing_after_first_chunk(relay_turn, relay_events, an) -> None:
+    cut = StreamCut("gone")
+    an.add(t.sse_reply(t.typed_sse(t.anthropic_events(["a", "b"]))[:3], fail_with=cut))
+    stream = await adapters.astream(an.aclient, {"model": "claude-x", "max_tokens": 5, "messages": []})
+    seen = []
+    with pytest.raises(StreamCut) as caught:
+        async for event in stream:
+            seen.append(event.type)
+    assert caught.value is cut and seen[0] == "message_start"
+    assert only_attempt(relay_events).outcome == "failed"
+
+
+def test_closing_a_stream_early_cancels_the_attempt(relay_turn, relay_events, oa) -> None:
+    oa.add(t.sse_reply(t.openai_chat_sse(t.chat_chunks(["a", "b", "c"]))))
+    stream = adapters.stream(oa.client, {"model": "m", "messages": []})
+    next(stream)
+    stream.close()
+    assert stream.response.is_closed  # the SDK's own stream (and its HTTP response) was closed too
+    assert only_attempt(relay_events).outcome == "cancelled"
+    assert logical_outcomes(relay_events) == ["cancelled"]
+
+
+def test_breaking_out_of_a_stream_cancels_once_collected(relay_turn, relay_events, oa) -> None:
+    oa.add(t.sse_reply(t.openai_chat_sse(t.chat_chunks(["a", "b", "c"]))))
+    stream = adapters.stream(oa.client, {"model": "m", "messages": []})
+    for _chunk in stream:
+        break
+    del stream, _chunk
+    gc.collect()
+    assert only_attempt(relay_events).outcome == "cancelled"
+
+
+@pytest.mark.asyncio
+async def test_aclose_cancels_an_async_stream(relay_turn, relay_events, oa) -> None:
+    oa.add(t.sse_reply(t.typed_sse(t.responses_events(["a", "b"]))))
+    stream = await adapters.astream(oa.aclient, {"model": "m", "input": "x"}, api_mode="responses")
+    await stream.__anext__()
+    await stream.aclose()
+    assert only_attempt(relay_events).outcome == "cancelled"
+
+
+def test_session_reset_between_tests_leaves_no_active_turn() -> None:
+    assert session.active_turn() is None

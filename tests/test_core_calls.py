@@ -1,0 +1,287 @@
+"""Managed calls: one attempt per call, exceptions as-is, secrets kept out, bookkeeping failing open."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import traceback
+from typing import Any
+
+import pytest
+from core_support import DictCodec, attempts, balanced, new_relay, request, response
+
+from relay_runtime import LLMRequest, Relay, ScopeType, current_attempt
+from relay_runtime.jsonl import event_json
+
+
+def test_execute_is_one_attempt_scope_with_the_call_described() -> None:
+    relay, rec = new_relay()
+    inside: list[Any] = []
+
+    def provider(req: LLMRequest) -> dict:
+        attempt = current_attempt()
+        inside.append((attempt, relay.scope.current()))
+        attempt.metadata["sdk_retries"] = 2  # what an adapter adds while the call runs
+        with relay.scope.scope("http"):
+            pass
+        return response()
+
+    with relay.scope.scope("turn", ScopeType.FUNCTION) as turn:
+        result = relay.llm.execute("openai", request(), provider, metadata={"call_role": "main"}, codec=DictCodec())
+    assert result == response()
+    start, end = attempts(rec.events, "scope_start")[0], attempts(rec.events)[0]
+    attempt, current = inside[0]
+    assert current is attempt.handle and attempt.handle.uuid == start.uuid == end.uuid
+    assert start.parent_uuid == turn.uuid and start.trace_id == turn.trace_id
+    assert start.provider == "openai" and start.model_name == "m-1"
+    assert start.metadata == {"relay.kind": "llm_attempt", "call_role": "main"}
+    assert start.annotated_request.messages == [{"role": "user", "content": "hi"}]
+    assert end.outcome == "success" and end.output == response()
+    assert end.metadata["sdk_retries"] == 2
+    usage = end.annotated_response.usage
+    assert (usage.input_tokens, usage.output_tokens) == (3, 5) and end.annotated_response.model == "m-1-2024"
+    assert rec.starts(name="http")[0].parent_uuid == start.uuid  # work inside the provider nests under it
+    assert relay.scope.current() is None and current_attempt() is None
+    assert balanced(rec.events)
+
+
+def test_explicit_parent_wins_over_the_current_scope() -> None:
+    relay, rec = new_relay()
+    logical = relay.scope.push("logical", attach=False)
+    with relay.scope.scope("elsewhere"):
+        relay.llm.execute("p", request(), lambda r: response(), parent=logical)
+    relay.scope.pop(logical)
+    assert attempts(rec.events)[0].parent_uuid == logical.uuid
+
+
+def test_provider_exception_propagates_as_the_same_object_with_its_traceback() -> None:
+    relay, rec = new_relay()
+    boom = ConnectionError("upstream 502")
+
+    def failing_provider(req: LLMRequest) -> dict:
+        raise boom
+
+    with pytest.raises(ConnectionError) as info:
+        relay.llm.execute("p", request(), failing_provider)
+    assert info.value is boom
+    frames = [f.name for f in traceback.extract_tb(info.value.__traceback__)]
+    assert frames[-1] == "failing_provider"
+    (end,) = attempts(rec.events)
+    assert end.outcome == "failed" and end.error_type == "ConnectionError" and end.error_message == "upstream 502"
+
+
+def test_keyboard_interrupt_in_the_provider_is_cancelled_and_reraised() -> None:
+    relay, rec = new_relay()
+
+    def interrupted(req: LLMRequest) -> dict:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        relay.llm.execute("p", request(), interrupted)
+    assert attempts(rec.events)[0].outcome == "cancelled"
+
+
+@pytest.mark.asyncio
+async def test_execute_async_success_failure_and_cancellation() -> None:
+    relay, rec = new_relay()
+
+    async def ok(req: LLMRequest) -> dict:
+        await asyncio.sleep(0)
+        return response()
+
+    assert await relay.llm.execute_async("p", request(), ok, codec=DictCodec()) == response()
+    boom = ValueError("bad json")
+
+    async def bad(req: LLMRequest) -> dict:
+        await asyncio.sleep(0)
+        raise boom
+
+    with pytest.raises(ValueError) as info:
+        await relay.llm.execute_async("p", request(), bad)
+    assert info.value is boom
+    started = asyncio.Event()
+
+    async def hangs(req: LLMRequest) -> dict:
+        started.set()
+        await asyncio.sleep(30)
+        raise AssertionError("not reached")
+
+    task = asyncio.create_task(relay.llm.execute_async("p", request(), hangs))
+    await asyncio.wait_for(started.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert [e.outcome for e in attempts(rec.events)] == ["success", "failed", "cancelled"]
+    assert attempts(rec.events)[0].annotated_response.usage.output_tokens == 5
+    assert balanced(rec.events)
+
+
+def test_bad_call_arguments_are_named() -> None:
+    relay, _rec = new_relay()
+    with pytest.raises(TypeError, match="needs an LLMRequest"):
+        relay.llm.execute("p", {"model": "m"}, lambda r: r)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="name"):
+        relay.llm.execute("", request(), lambda r: r)
+
+
+# -- secrets -----------------------------------------------------------------------------------------
+
+SECRETS = ("sk-live-111", "sk-ant-222", "sess-333", "tok-444", "az-555", "sk-extra-666", "sk-kwarg-777")
+
+
+def test_credential_headers_and_kwargs_never_reach_an_event() -> None:
+    relay, rec = new_relay()
+    req = LLMRequest(
+        {
+            "Authorization": "Bearer sk-live-111",
+            "x-api-key": "sk-ant-222",
+            "Cookie": "session=sess-333",
+            "X-Custom-Token": "tok-444",
+            b"api-key": "az-555",
+            "content-type": "application/json",
+        },
+        {
+            "model": "m-1",
+            "messages": [],
+            "extra_headers": {"Authorization": "Bearer sk-extra-666", "x-request-id": "r-1"},
+            "api_key": "sk-kwarg-777",
+        },
+    )
+    seen: list[LLMRequest] = []
+    relay.llm.execute("p", req, lambda r: seen.append(r) or response(), codec=DictCodec())
+    with pytest.raises(ConnectionError):
+        relay.llm.execute("p", req, lambda r: (_ for _ in ()).throw(ConnectionError("down")), codec=DictCodec())
+    list(relay.llm.stream("p", req, lambda r: iter([{"text": "a"}]), codec=DictCodec()))
+    dumped = "\n".join(event_json(e) + repr(e.to_dict()) for e in rec.events)
+    for secret in SECRETS:
+        assert secret not in dumped, secret
+    start = rec.starts()[0]
+    assert start.input["headers"]["content-type"] == "application/json"
+    assert start.input["content"]["extra_headers"]["x-request-id"] == "r-1"
+    assert start.input["headers"]["Authorization"] == "[redacted]"
+    # The provider itself still gets the real credentials.
+    assert seen[0].headers["Authorization"] == "Bearer sk-live-111"
+    assert seen[0].content["api_key"] == "sk-kwarg-777"
+    assert json.loads(event_json(start))["input"]["content"]["api_key"] == "[redacted]"
+
+
+# -- bookkeeping fails open --------------------------------------------------------------------------
+
+
+class UnreadableCodec(DictCodec):
+    def annotate_response(self, response: Any) -> Any:
+        raise KeyError("choices")
+
+
+def test_a_codec_that_cannot_read_the_response_still_returns_the_providers_result() -> None:
+    relay, rec = new_relay()
+    result = relay.llm.execute("p", request(), lambda r: response(), codec=UnreadableCodec())
+    assert result == response()
+    assert relay.diagnostics()["bookkeeping_errors"] == 1
+    (end,) = attempts(rec.events)
+    assert end.outcome == "success" and end.annotated_response is None and end.output == response()
+    assert balanced(rec.events)
+
+
+def test_a_failing_finish_hook_is_counted_not_raised() -> None:
+    relay = Relay()
+
+    def hook(outcome: str, resp: Any, error: BaseException | None) -> None:
+        raise RuntimeError("journal full")
+
+    assert relay.llm.execute("p", request(), lambda r: response(), on_finish=hook) == response()
+    assert relay.diagnostics()["bookkeeping_errors"] == 1
+
+
+def test_finish_hook_runs_once_with_the_outcome() -> None:
+    relay = Relay()
+    finished: list[tuple[str, Any, Any]] = []
+    relay.llm.execute("p", request(), lambda r: response(), on_finish=lambda *a: finished.append(a))
+    boom = OSError("x")
+
+    def failing(req: LLMRequest) -> dict:
+        raise boom
+
+    with pytest.raises(OSError):
+        relay.llm.execute("p", request(), failing, on_finish=lambda *a: finished.append(a))
+    assert finished == [("success", response(), None), ("failed", None, boom)]
+
+
+# -- tools -------------------------------------------------------------------------------------------
+
+
+def test_tool_call_is_a_tool_scope_around_its_intercepts() -> None:
+    relay, rec = new_relay()
+    relay.intercepts.register_tool_request("defaults", 0, False, lambda name, args: {**args, "units": "metric"})
+    attempts_made: list[dict] = []
+
+    def retry(name: str, args: dict, next_call: Any) -> Any:
+        try:
+            return next_call(args)
+        except TimeoutError:
+            return next_call({**args, "retry": True})
+
+    relay.intercepts.register_tool_execution("retry", 0, retry)
+
+    def weather(args: dict) -> dict:
+        attempts_made.append(args)
+        if len(attempts_made) == 1:
+            raise TimeoutError("slow api")
+        relay.llm.execute("p", request(), lambda r: response())  # nested work parents on the tool
+        return {"temp": 21, "units": args["units"]}
+
+    with relay.scope.scope("turn") as turn:
+        assert relay.tools.execute("weather", {"city": "Oslo"}, weather, metadata={"tool_call_id": "c1"}) == {
+            "temp": 21,
+            "units": "metric",
+        }
+    assert attempts_made == [{"city": "Oslo", "units": "metric"}, {"city": "Oslo", "units": "metric", "retry": True}]
+    start, end = rec.starts(scope_type="tool")[0], rec.ends(scope_type="tool")[0]
+    assert start.parent_uuid == turn.uuid and start.input == {"city": "Oslo"}
+    assert start.metadata == {"relay.kind": "tool", "tool_call_id": "c1"}
+    assert end.output == {"temp": 21, "units": "metric"} and end.outcome == "success"
+    assert attempts(rec.events)[0].parent_uuid == start.uuid
+    assert balanced(rec.events)
+
+
+def test_tool_errors_and_failing_tool_intercepts_fail_closed() -> None:
+    relay, rec = new_relay()
+    boom = LookupError("no such city")
+
+    def broken_tool(args: Any) -> Any:
+        raise boom
+
+    with pytest.raises(LookupError) as info:
+        relay.tools.execute("weather", {}, broken_tool)
+    assert info.value is boom
+    relay.intercepts.register_tool_request("deny", 0, False, lambda name, args: 1 / 0)
+    ran: list[Any] = []
+    with pytest.raises(ZeroDivisionError):
+        relay.tools.execute("weather", {}, lambda a: ran.append(a))
+    assert ran == []
+    assert [e.outcome for e in rec.ends(scope_type="tool")] == ["failed", "failed"]
+    assert [e.error_type for e in rec.ends(scope_type="tool")] == ["LookupError", "ZeroDivisionError"]
+    assert relay.scope.current() is None
+
+
+@pytest.mark.asyncio
+async def test_async_tool_with_async_execution_intercept() -> None:
+    relay, rec = new_relay()
+    order: list[str] = []
+
+    async def around(name: str, args: Any, next_call: Any) -> Any:
+        order.append("before")
+        result = await next_call(args)
+        order.append("after")
+        return result * 2
+
+    relay.intercepts.register_tool_execution("double", 0, around)
+
+    async def slow_add(args: dict) -> int:
+        await asyncio.sleep(0)
+        order.append("tool")
+        return args["a"] + args["b"]
+
+    assert await relay.tools.execute_async("add", {"a": 1, "b": 2}, slow_add) == 6
+    assert relay.tools.execute_async is not None and order == ["before", "tool", "after"]
+    assert rec.ends(scope_type="tool")[0].output == 6

@@ -1,0 +1,127 @@
+"""Subscribers: synchronous, in registration order, filtered by kind, failing open."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+from core_support import chunks, request, response
+
+from relay_runtime import CHUNK_MARK, Event, Recorder, Relay, current_attempt, diagnostics
+
+
+def test_called_synchronously_in_registration_order_on_the_emitting_thread() -> None:
+    relay = Relay()
+    calls: list[tuple[str, str, int]] = []
+    relay.subscribers.register(lambda e: calls.append(("first", e.kind, threading.get_ident())), name="first")
+    relay.subscribers.register(lambda e: calls.append(("second", e.kind, threading.get_ident())), name="second")
+    with relay.scope.scope("s"):
+        assert [c[:2] for c in calls] == [("first", "scope_start"), ("second", "scope_start")]
+    assert [c[:2] for c in calls[2:]] == [("first", "scope_end"), ("second", "scope_end")]
+    assert {c[2] for c in calls} == {threading.get_ident()}
+    assert relay.subscribers.names() == ["first", "second"]
+
+
+def test_kinds_filter_and_chunk_marks_only_for_those_that_ask() -> None:
+    relay = Relay()
+    starts, ends, marks, chunky = Recorder(), Recorder(), Recorder(), Recorder()
+    relay.subscribers.register(starts, name="starts", kinds=["scope_start"])
+    relay.subscribers.register(ends, name="ends", kinds=("scope_end",))
+    relay.subscribers.register(marks, name="marks", kinds=["mark"])
+    relay.subscribers.register(chunky, name="chunky", chunks=True)
+    with relay.scope.scope("s"):
+        relay.scope.mark("note")
+        stream = relay.llm.stream("p", request(), lambda _r: iter(chunks(3)))
+        assert len(list(stream)) == 3
+    assert {e.kind for e in starts} == {"scope_start"} and len(starts) == 2
+    assert {e.kind for e in ends} == {"scope_end"} and len(ends) == 2
+    assert [e.name for e in marks] == ["note"]  # no chunk marks without chunks=True
+    chunk_marks = chunky.marks(name=CHUNK_MARK)
+    assert [m.data["index"] for m in chunk_marks] == [0, 1, 2]
+    assert len(chunky.marks(name="note")) == 1
+
+
+def test_registration_errors_are_clear() -> None:
+    relay = Relay()
+    relay.subscribers.register(lambda e: None, name="dup")
+    with pytest.raises(ValueError, match="'dup' is already registered"):
+        relay.subscribers.register(lambda e: None, name="dup")
+    with pytest.raises(ValueError, match="unknown event kinds"):
+        relay.subscribers.register(lambda e: None, kinds=["scope_begin"])
+    with pytest.raises(TypeError, match="callable"):
+        relay.subscribers.register("not a function")  # type: ignore[arg-type]
+
+
+def test_deregister_by_name_or_callback() -> None:
+    relay = Relay()
+    rec = Recorder()
+    other = Recorder()
+    name = relay.subscribers.register(rec)
+    relay.subscribers.register(other, name="other")
+    assert relay.subscribers.deregister(name) is True
+    assert relay.subscribers.deregister(name) is False
+    assert relay.subscribers.deregister(other) is True
+    relay.scope.mark("nobody hears")
+    assert len(rec) == 0 and len(other) == 0
+
+
+def test_a_raising_subscriber_is_counted_logged_once_per_window_and_never_reaches_the_caller(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    relay = Relay()
+    after = Recorder()
+
+    def broken(event: Event) -> None:
+        raise RuntimeError("exporter down")
+
+    relay.subscribers.register(broken, name="broken")
+    relay.subscribers.register(after, name="after")
+    with caplog.at_level(logging.WARNING, logger="relay_runtime"):
+        for _ in range(5):
+            with relay.scope.scope("s"):
+                pass
+        assert relay.llm.execute("p", request(), lambda _r: response()) == response()
+    assert len(after) == 12  # later subscribers still saw every event
+    counts = relay.diagnostics()
+    assert counts["subscriber_errors"] == 12
+    assert counts["subscriber_errors.broken"] == 12
+    warnings = [r for r in caplog.records if "broken" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "RuntimeError: exporter down" in warnings[0].getMessage()
+
+
+def test_after_the_window_the_next_log_line_says_how_many_were_suppressed(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    relay = Relay()
+    relay.subscribers.register(lambda e: 1 / 0, name="zero")
+    with caplog.at_level(logging.WARNING, logger="relay_runtime"):
+        relay.scope.mark("a")
+        relay.scope.mark("b")
+        relay.scope.mark("c")
+        monkeypatch.setattr(diagnostics, "LOG_WINDOW_S", 0.0)
+        relay.scope.mark("d")
+    lines = [r.getMessage() for r in caplog.records if "zero" in r.getMessage()]
+    assert len(lines) == 2
+    assert "2 more since the last report" in lines[1]
+    assert relay.diagnostics()["subscriber_errors.zero"] == 4
+
+
+def test_consumers_count_their_own_drops() -> None:
+    relay = Relay()
+    relay.count("otel.dropped_spans")
+    relay.count("otel.dropped_spans", 4)
+    assert relay.diagnostics() == {"otel.dropped_spans": 5}
+
+
+def test_a_call_nobody_watches_opens_no_attempt() -> None:
+    relay = Relay()
+    relay.subscribers.register(Recorder(), name="marks-only", kinds=["mark"])
+    seen: list[object] = []
+    result = relay.llm.execute("p", request(), lambda r: seen.append(current_attempt()) or response())
+    assert result == response() and seen == [None]
+    watcher = Recorder()
+    relay.subscribers.register(watcher, name="ends", kinds=["scope_end"])
+    relay.llm.execute("p", request(), lambda r: seen.append(current_attempt()) or response())
+    assert seen[1] is not None and len(watcher.ends()) == 1

@@ -1,0 +1,107 @@
+"""The JSONL writer and ``relay-runtime trace``: a recorded run drawn as its scope tree."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+from core_support import DictCodec, chunks, request, response
+
+from relay_runtime import LLMRequest, Relay, ScopeType, cli
+from relay_runtime.jsonl import JsonlWriter, read_events
+from relay_runtime.trace_tree import RED, RESET, YELLOW
+
+
+def _record_run(path: Path) -> None:
+    relay = Relay()
+    writer = JsonlWriter(path, chunks=True)
+    relay.subscribers.register(writer, name="jsonl", chunks=writer.chunks)
+
+    def down(req: LLMRequest) -> Any:
+        raise ConnectionError("upstream 502")
+
+    with relay.scope.scope("conversation", ScopeType.AGENT), relay.scope.scope("turn"):
+        relay.llm.execute("openai", request(), lambda r: response(), codec=DictCodec())
+        with pytest.raises(ConnectionError):
+            relay.llm.execute("openai", request(), down)
+        relay.tools.execute("weather", {"city": "Oslo"}, lambda args: {"temp": 21})
+        stream = relay.llm.stream("anthropic", request(), lambda r: iter(chunks(3)), codec=DictCodec())
+        next(stream)
+        stream.close()
+    writer.close()
+
+
+def test_writer_appends_one_private_json_object_per_event(tmp_path: Path) -> None:
+    path = tmp_path / "runs" / "run.jsonl"
+    _record_run(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["kind"] for r in rows].count("scope_start") == 6
+    assert [r["kind"] for r in rows].count("scope_end") == 6
+    assert len([r for r in rows if r.get("name") == "llm.chunk"]) == 1
+    first_llm_end = next(r for r in rows if r["kind"] == "scope_end" and r["name"] == "openai")
+    usage = first_llm_end["annotated_response"]["usage"]
+    assert (usage["input_tokens"], usage["output_tokens"]) == (3, 5)
+    assert list(read_events(path)) == rows
+
+
+def test_trace_draws_the_tree_with_durations_outcomes_tokens_and_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "run.jsonl"
+    _record_run(path)
+    assert cli.main(["trace", "--color", "never", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 6
+    assert lines[0].startswith("conversation [agent]") and lines[0].endswith("success")
+    assert lines[1].startswith("└─ turn [function]")
+    assert lines[2].startswith("   ├─ openai [llm]  m-1-2024")
+    assert "tokens in=3 out=5" in lines[2] and lines[2].endswith("success")
+    assert lines[3].startswith("   ├─ openai [llm]") and lines[3].endswith("failed  ConnectionError: upstream 502")
+    assert lines[4].startswith("   ├─ weather [tool]")
+    assert lines[5].startswith("   └─ anthropic [llm]") and lines[5].endswith("cancelled")
+    assert all(" ms" in line for line in lines)
+
+
+def test_trace_highlights_errors_in_colour(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "run.jsonl"
+    _record_run(path)
+    assert cli.main(["trace", "--color", "always", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[3].startswith("   ├─ " + RED) and out[3].endswith(RESET) and "upstream 502" in out[3]
+    assert YELLOW in out[5]
+    assert RED not in out[2]
+
+
+def test_trace_survives_bad_lines_open_scopes_and_missing_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "partial.jsonl"
+    relay = Relay()
+    writer = JsonlWriter(path)
+    relay.subscribers.register(writer)
+    relay.scope.push("still-running")
+    writer.close()
+    with open(path, "a") as fh:
+        fh.write("not json\n[1, 2]\n\n")
+    assert cli.main(["trace", "--color", "never", str(path)]) == 0
+    assert capsys.readouterr().out.strip() == "still-running [function]  (open)"
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert cli.main(["trace", str(empty)]) == 0
+    assert "(no scopes in this file)" in capsys.readouterr().out
+
+    assert cli.main(["trace", str(tmp_path / "nope.jsonl")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_cli_usage_and_unknown_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main([]) == 2
+    assert "usage: relay-runtime" in capsys.readouterr().out
+    assert cli.main(["--help"]) == 0
+    assert cli.main(["frobnicate"]) == 2
+    assert "unknown command 'frobnicate'" in capsys.readouterr().err

@@ -1,0 +1,328 @@
+"""JournalSubscriber on real relay turns: rows, outcomes, tools, auxiliary calls, slow and failing disks."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+from test_run_journal_support import (
+    CONSUMER,
+    ProviderError,
+    ScriptedCodec,
+    complete_call,
+    run_turn,
+    stream_call,
+)
+
+from integrations.run_journal import JournalSubscriber, latest_run_summary, read_run_events
+from integrations.run_journal import background as background_module
+from relay_runtime import LLMRequest, calls, session
+from relay_runtime import conventions as cv
+
+
+@pytest.fixture(autouse=True)
+def clean_sessions():
+    session.reset_for_tests()
+    yield
+    session.reset_for_tests()
+
+
+def test_a_streamed_turn_becomes_a_run(tmp_path):
+    chunks = [
+        {"model": "m-1", "reasoning": "let me think"},
+        {"model": "m-1", "text": "Hel"},
+        {"model": "m-1", "text": "lo ✓"},
+        {"model": "m-1"},  # a chunk with nothing to say writes nothing
+    ]
+    result = run_turn(tmp_path, lambda: stream_call("openai", "m", chunks))
+    assert result.names == ["status", "runtime_model", "reasoning", "token", "token", "done"]
+    assert [row["seq"] for row in result.rows] == list(range(1, 7))
+    assert result.payloads("status") == [{"type": "run_started", "task_id": "task-1"}]
+    assert result.payloads("runtime_model") == [
+        {
+            "session_id": "session-a",
+            "stream_id": "run-a",
+            "model": "m-1",
+            "provider": "openai",
+            "fallback_active": False,
+            "phase": "observed_output",
+        }
+    ]
+    assert result.payloads("token") == [{"text": "Hel"}, {"text": "lo ✓"}]
+    assert result.payloads("done") == [
+        {"usage": {"input_tokens": 3, "output_tokens": 4, "used_model": "m-1", "used_provider": "openai"}}
+    ]
+    summary = latest_run_summary("session-a", "run-a", session_dir=tmp_path)
+    assert summary is not None
+    assert summary["last_assistant_text"] == "Hello ✓" and summary["terminal_state"] == "completed"
+    assert summary["runtime_model"]["model"] == "m-1"
+
+
+def test_a_retry_on_the_same_route_is_not_a_fallback(tmp_path):
+    def body():
+        stream_call("openai", "m", [{"model": "m-1", "text": "par"}], fail=True)
+        stream_call("openai", "m", [{"model": "m-1", "text": "full answer"}])
+
+    result = run_turn(tmp_path, body)
+    assert "warning" not in result.names
+    assert len(result.payloads("runtime_model")) == 1
+    assert result.payloads("runtime_model")[0]["fallback_active"] is False
+
+
+def test_a_changed_serving_model_is_observed_again_without_a_fallback(tmp_path):
+    def body():
+        stream_call("openai", "m", [{"model": "m-1", "text": "one"}])
+        stream_call("openai", "m", [{"model": "m-2", "text": "two"}], call_id="call-2")
+
+    result = run_turn(tmp_path, body)
+    assert [p["model"] for p in result.payloads("runtime_model")] == ["m-1", "m-2"]
+    assert result.names == ["status", "runtime_model", "token", "runtime_model", "token", "done"]
+
+
+def test_a_later_call_after_a_failed_call_on_another_route_is_a_fallback(tmp_path):
+    def body():
+        complete_call("anthropic", "claude", None)
+        stream_call("openai", "gpt", [{"model": "gpt-served", "text": "ok"}], call_id="call-2")
+
+    result = run_turn(tmp_path, body)
+    [warning] = result.payloads("warning")
+    assert warning == {
+        "type": "fallback",
+        "message": "Switched to fallback: gpt-served (openai)",
+        "from_provider": "anthropic",
+        "from_model": "claude",
+        "to_provider": "openai",
+        "to_model": "gpt-served",
+    }
+    assert [p["fallback_active"] for p in result.payloads("runtime_model")] == [True, True]
+
+
+def test_cancelled_turn_and_an_early_break(tmp_path):
+    def body():
+        stream = calls.stream_current(
+            LLMRequest({}, {"model": "m"}),
+            lambda r: iter([{"model": "m-1", "text": "a"}, {"model": "m-1", "text": "b"}]),
+            name="openai",
+            model_name="m",
+            codec=ScriptedCodec("openai"),
+        )
+        for _chunk in stream:
+            break
+        stream.close()
+
+    result = run_turn(tmp_path, body, outcome="cancelled")
+    assert result.names == ["status", "runtime_model", "token", "cancel"]
+    summary = latest_run_summary("session-a", "run-a", session_dir=tmp_path)
+    assert summary is not None and summary["terminal_state"] == "interrupted-by-user"
+
+
+def test_failed_turn_carries_the_last_error(tmp_path):
+    result = run_turn(tmp_path, lambda: complete_call("openai", "m", None), outcome="failed")
+    assert result.names == ["status", "apperror"]
+    assert result.payloads("apperror") == [
+        {"type": "error", "error_type": "ProviderError", "message": "openai unavailable"}
+    ]
+
+
+def test_tools_and_tool_calls(tmp_path):
+    def body():
+        relay = session.active_turn().relay  # type: ignore[union-attr]
+        response = {"model": "m-1", "text": None, "tool_calls": [{"id": "t1", "name": "search", "arguments": "{}"}]}
+        complete_call("openai", "m", response)
+        assert relay.tools.execute("search", {"q": "weather"}, lambda args: {"hits": 3}) == {"hits": 3}
+        with pytest.raises(KeyError):
+            relay.tools.execute("lookup", {"key": object()}, lambda args: {}["missing"])
+        stream_call("openai", "m", [{"model": "m-1", "text": "It is sunny."}], call_id="call-2")
+
+    result = run_turn(tmp_path, body)
+    assert result.names == [
+        "status",
+        "runtime_model",
+        "tool_call",
+        "tool",
+        "tool_result",
+        "tool",
+        "tool_result",
+        "token",
+        "done",
+    ]
+    assert result.payloads("runtime_model")[0]["phase"] == "route_observed"
+    assert result.payloads("tool_call") == [{"calls": [{"id": "t1", "name": "search", "arguments": "{}"}]}]
+    tools = result.payloads("tool")
+    assert tools[0] == {"name": "search", "args": {"q": "weather"}}
+    # Arguments that are not JSON are recorded as such rather than losing the row.
+    assert tools[1]["unserializable"].startswith("{'name': 'lookup'")
+    assert result.diagnostics["journal.unserializable"] == 1
+    results = result.payloads("tool_result")
+    assert results[0]["outcome"] == "success" and results[0]["duration_ms"] >= 0
+    assert results[1]["outcome"] == "failed" and results[1]["error"]["type"] == "KeyError"
+
+
+def test_auxiliary_calls_only_count_usage(tmp_path):
+    def body():
+        complete_call("cheap", "title-model", {"model": "title-served", "text": "A title"}, role="auxiliary:title")
+        stream_call("cheap", "title-model", [{"model": "t", "text": "x"}], call_id="aux-2", role="auxiliary:x")
+        stream_call("openai", "m", [{"model": "m-1", "text": "answer"}], call_id="call-2")
+
+    result = run_turn(tmp_path, body)
+    assert [p["model"] for p in result.payloads("runtime_model")] == ["m-1"]
+    assert result.payloads("token") == [{"text": "answer"}]
+    assert result.payloads("done")[0]["usage"]["input_tokens"] == 5 + 3 + 3
+
+
+def test_invalid_turn_ids_are_counted_not_journaled(tmp_path):
+    result = run_turn(tmp_path, lambda: stream_call("openai", "m", [{"model": "m", "text": "x"}]), run_id="../escape")
+    assert result.diagnostics["journal.invalid_ids"] == 1
+    assert not (tmp_path / "_run_journal").exists()
+
+
+def test_a_slow_disk_does_not_slow_the_agent(tmp_path, monkeypatch):
+    real = background_module.append_row
+
+    def slow_append(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.05)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(background_module, "append_row", slow_append)
+    chunks = [{"model": "m", "text": f"{i} "} for i in range(40)]
+    timings: list[float] = []
+
+    def body():
+        start = time.perf_counter()
+        stream_call("openai", "m", chunks)
+        timings.append(time.perf_counter() - start)
+
+    result = run_turn(tmp_path, body)
+    # 42 rows at 50 ms each would be 2 s on the agent's thread; the stream took a fraction of that.
+    assert timings[0] < 0.5
+    assert result.names.count("token") == 40 and result.names[-1] == "done"
+
+
+def test_a_failing_disk_is_counted_and_never_raised(tmp_path, monkeypatch):
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(background_module, "append_row", broken)
+    result = run_turn(tmp_path, lambda: stream_call("openai", "m", [{"model": "m", "text": "x"}]))
+    assert result.rows == []
+    assert result.diagnostics["journal.write_errors"] == 4  # status, runtime_model, token, done
+
+
+def test_a_full_queue_drops_and_counts(tmp_path, monkeypatch):
+    gate = threading.Event()
+    real = background_module.append_row
+
+    def blocked(*args: Any, **kwargs: Any) -> Any:
+        gate.wait(timeout=10)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(background_module, "append_row", blocked)
+    coordinator = session.SESSION_COORDINATOR
+    host = coordinator.host(str(tmp_path / "profile"))
+    subscriber = JournalSubscriber(host.relay, session_dir=tmp_path, queue_size=2)
+    subscriber.register()
+    host.retain_managed_execution(CONSUMER)
+    lease = coordinator.acquire_conversation(profile_key=host.profile_key, session_id="s", platform="test")
+    turn = coordinator.begin_turn(lease, turn_id="r", task_id="t")
+    start = time.perf_counter()
+    stream_call("openai", "m", [{"model": "m", "text": str(i)} for i in range(20)])
+    coordinator.end_turn(turn, outcome="success")
+    elapsed = time.perf_counter() - start
+    assert elapsed < 1.0
+    assert subscriber.flush(timeout=0.05) is False  # the writer is still stuck
+    gate.set()
+    assert subscriber.flush(timeout=10)
+    written = read_run_events("s", "r", session_dir=tmp_path)["events"]
+    dropped = host.relay.diagnostics()["journal.dropped"]
+    # status + runtime_model + 20 tokens + done were produced; what was not written was counted.
+    assert len(written) + dropped == 23 and dropped > 0
+    assert [row["seq"] for row in written] == list(range(1, len(written) + 1))
+    coordinator.release_conversation(lease)
+    assert subscriber.close() and subscriber.close()
+    # Closed: deregistered, and nothing more is journaled.
+    assert "run_journal" not in host.relay.subscribers.names()
+
+
+def test_concurrent_turns_in_threads(tmp_path):
+    coordinator = session.SESSION_COORDINATOR
+    host = coordinator.host(str(tmp_path / "profile"))
+    subscriber = JournalSubscriber(host.relay, session_dir=tmp_path)
+    subscriber.register()
+    host.retain_managed_execution(CONSUMER)
+    start = threading.Barrier(6)
+    errors: list[BaseException] = []
+
+    def worker(i: int) -> None:
+        try:
+            lease = coordinator.acquire_conversation(profile_key=host.profile_key, session_id=f"s{i}", platform="t")
+            turn = coordinator.begin_turn(lease, turn_id=f"r{i}", task_id="t")
+            start.wait(timeout=10)
+            stream_call("openai", "m", [{"model": f"m{i}", "text": f"{i}:{k} "} for k in range(30)])
+            coordinator.end_turn(turn, outcome="success")
+            coordinator.release_conversation(lease)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert errors == []
+    assert subscriber.flush(timeout=10)
+    for i in range(6):
+        rows = read_run_events(f"s{i}", f"r{i}", session_dir=tmp_path)["events"]
+        assert [row["seq"] for row in rows] == list(range(1, 34))
+        assert [row["payload"]["text"] for row in rows if row["event"] == "token"] == [f"{i}:{k} " for k in range(30)]
+        assert rows[1]["payload"]["model"] == f"m{i}"
+    subscriber.close()
+
+
+@pytest.mark.asyncio
+async def test_async_streams_in_concurrent_tasks(tmp_path):
+    coordinator = session.SESSION_COORDINATOR
+    host = coordinator.host(str(tmp_path / "profile"))
+    subscriber = JournalSubscriber(host.relay, session_dir=tmp_path)
+    subscriber.register()
+    host.retain_managed_execution(CONSUMER)
+
+    async def one_turn(i: int) -> None:
+        lease = coordinator.acquire_conversation(profile_key=host.profile_key, session_id=f"s{i}", platform="t")
+        turn = coordinator.begin_turn(lease, turn_id=f"r{i}", task_id="t")
+
+        async def chunks(request: LLMRequest) -> Any:
+            for k in range(10):
+                await asyncio.sleep(0)
+                yield {"model": f"m{i}", "text": f"{k}"}
+            if i == 2:
+                raise ProviderError("mid-stream")
+
+        stream = await calls.stream_current_async(
+            LLMRequest({}, {"model": "m"}),
+            chunks,
+            name="openai",
+            model_name="m",
+            metadata={cv.API_REQUEST_ID: f"c{i}"},
+            codec=ScriptedCodec("openai"),
+        )
+        outcome = "success"
+        try:
+            async for _ in stream:
+                pass
+        except ProviderError:
+            outcome = "failed"
+        coordinator.end_turn(turn, outcome=outcome)
+        coordinator.release_conversation(lease)
+
+    await asyncio.gather(*(one_turn(i) for i in range(4)))
+    assert await asyncio.to_thread(subscriber.flush, 10)
+    for i in range(4):
+        summary = latest_run_summary(f"s{i}", f"r{i}", session_dir=tmp_path)
+        assert summary is not None
+        assert summary["last_assistant_text"] == "0123456789"
+        assert summary["terminal_state"] == ("errored" if i == 2 else "completed")
+        assert summary["runtime_model"]["model"] == f"m{i}"
+    subscriber.close()

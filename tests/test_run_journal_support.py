@@ -1,0 +1,201 @@
+"""Helpers for the journal's relay tests: a real leased turn with the JournalSubscriber on its host.
+
+(No tests here.) Model calls go through ``relay_runtime.calls`` with a small
+scripted provider and codec: each route is ``(provider name, requested model)``
+and answers with chunks or a response saying which model served.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from integrations import run_journal
+from integrations.run_journal import JournalSubscriber, paths, read_run_events
+from relay_runtime import AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta, LLMRequest, TokenUsage, calls, session
+from relay_runtime import conventions as cv
+
+CONSUMER = "run_journal"
+
+
+class ProviderError(RuntimeError):
+    pass
+
+
+class ScriptedAccumulator:
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.model: str | None = None
+
+    def add(self, chunk: Mapping[str, Any]) -> ChunkDelta | None:
+        if chunk.get("model"):
+            self.model = chunk["model"]
+        text, reasoning = chunk.get("text", ""), chunk.get("reasoning", "")
+        self.text.append(text)
+        return ChunkDelta(text=text, reasoning=reasoning, model=chunk.get("model"))
+
+    def finish(self) -> tuple[Any, AnnotatedLLMResponse]:
+        text = "".join(self.text)
+        response = {"model": self.model, "text": text}
+        usage = TokenUsage(input_tokens=3, output_tokens=len(self.text))
+        return response, AnnotatedLLMResponse(model=self.model, output_text=text or None, usage=usage)
+
+
+class ScriptedCodec:
+    """The codec contract for a provider whose kwargs are {model, messages} and whose replies are dicts."""
+
+    operation = "chat"
+
+    def __init__(self, provider: str) -> None:
+        self.provider = provider
+
+    def decode(self, content: Mapping[str, Any]) -> AnnotatedLLMRequest:
+        return AnnotatedLLMRequest(model=content.get("model"), messages=list(content.get("messages", [])))
+
+    def apply(self, content: Mapping[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+        out = dict(content)
+        if "model" in changes:
+            out["model"] = changes["model"]
+        return out
+
+    def annotate_response(self, response: Mapping[str, Any]) -> AnnotatedLLMResponse:
+        return AnnotatedLLMResponse(
+            model=response.get("model"),
+            output_text=response.get("text"),
+            tool_calls=list(response.get("tool_calls", [])),
+            usage=TokenUsage(input_tokens=5, output_tokens=7),
+        )
+
+    def accumulator(self) -> ScriptedAccumulator:
+        return ScriptedAccumulator()
+
+
+def stream_call(
+    provider: str,
+    requested: str,
+    chunks: list[dict[str, Any]],
+    *,
+    fail: bool = False,
+    fail_on_open: bool = False,
+    call_id: str = "call-1",
+    role: str | None = None,
+) -> list[Any]:
+    """One streamed attempt of the active turn; returns the chunks the caller saw (provider errors swallowed)."""
+
+    def factory(request: LLMRequest) -> Iterator[dict[str, Any]]:
+        if fail_on_open:
+            raise ProviderError(f"{provider} unavailable")
+
+        def gen() -> Iterator[dict[str, Any]]:
+            yield from chunks
+            if fail:
+                raise ProviderError(f"{provider} broke mid-stream")
+
+        return gen()
+
+    metadata = {cv.API_REQUEST_ID: call_id, **({cv.CALL_ROLE: role} if role else {})}
+    seen: list[Any] = []
+    try:
+        stream = calls.stream_current(
+            LLMRequest({}, {"model": requested, "messages": [{"role": "user", "content": "new turn"}]}),
+            factory,
+            name=provider,
+            model_name=requested,
+            metadata=metadata,
+            codec=ScriptedCodec(provider),
+        )
+        for chunk in stream:
+            seen.append(chunk)
+    except ProviderError:
+        pass
+    return seen
+
+
+def complete_call(
+    provider: str,
+    requested: str,
+    response: dict[str, Any] | None,
+    *,
+    call_id: str = "call-1",
+    role: str | None = None,
+) -> Any:
+    """One non-streamed attempt; ``response=None`` makes the provider fail."""
+
+    def callback(request: LLMRequest) -> dict[str, Any]:
+        if response is None:
+            raise ProviderError(f"{provider} unavailable")
+        return response
+
+    metadata = {cv.API_REQUEST_ID: call_id, **({cv.CALL_ROLE: role} if role else {})}
+    try:
+        return calls.execute_current(
+            LLMRequest({}, {"model": requested, "messages": []}),
+            callback,
+            name=provider,
+            model_name=requested,
+            metadata=metadata,
+            codec=ScriptedCodec(provider),
+        )
+    except ProviderError:
+        return None
+
+
+@dataclass
+class TurnResult:
+    lease: session.ConversationLease
+    rows: list[dict[str, Any]]
+    subscriber: JournalSubscriber
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def names(self) -> list[str]:
+        return [row["event"] for row in self.rows]
+
+    def payloads(self, event: str) -> list[Any]:
+        return [row["payload"] for row in self.rows if row["event"] == event]
+
+
+def run_turn(
+    tmp_path: Path,
+    body: Any,
+    *,
+    monkeypatch: Any = None,
+    outcome: str = "success",
+    session_id: str = "session-a",
+    run_id: str = "run-a",
+    selected_model: str = "primary",
+) -> TurnResult:
+    """A leased conversation and one turn with the journal on the host's relay; ``body()`` makes the calls.
+
+    With ``monkeypatch`` the journal finds ``tmp_path`` through the package's default-dir hook (as the
+    seed does); without, the subscriber is given it.
+    """
+    coordinator = session.SESSION_COORDINATOR
+    profile = str(tmp_path / "profile")
+    host = coordinator.host(profile)
+    if monkeypatch is not None:
+        monkeypatch.setattr(run_journal, "_default_session_dir", lambda: tmp_path)
+        subscriber = JournalSubscriber(host.relay)
+    else:
+        subscriber = JournalSubscriber(host.relay, session_dir=tmp_path)
+    subscriber.register()
+    host.retain_managed_execution(CONSUMER)
+    lease = coordinator.acquire_conversation(
+        profile_key=profile, session_id=session_id, platform="test", model=selected_model
+    )
+    try:
+        turn = coordinator.begin_turn(lease, turn_id=run_id, task_id="task-1")
+        try:
+            body()
+        finally:
+            coordinator.end_turn(turn, outcome=outcome)
+    finally:
+        coordinator.release_conversation(lease)
+        host.release_managed_execution(CONSUMER)
+        assert subscriber.flush(timeout=10)
+        subscriber.close()
+    valid = paths.valid_id(session_id) and paths.valid_id(run_id)
+    rows = read_run_events(session_id, run_id, session_dir=tmp_path)["events"] if valid else []
+    return TurnResult(lease, rows, subscriber, host.relay.diagnostics())

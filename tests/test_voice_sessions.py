@@ -1,0 +1,415 @@
+"""Voice sessions over a real aiohttp server on loopback: auth, events and rings, detach, resume,
+replay, expiry, bad client input and slow consumers."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from aiohttp import WSMsgType
+from aiohttp.test_utils import TestClient, TestServer
+
+from integrations.voice_relay import RelayConfig, create_app
+from integrations.voice_relay.brokers import InProcessTaskBroker, RunContext
+from integrations.voice_relay.models import AgentTaskRequest
+from integrations.voice_relay.providers import StubProvider
+from integrations.voice_relay.session import AUDIO_RING_SIZE, EVENT_RING_SIZE, OUTBOX_SIZE, Outbox
+from relay_runtime import session as relay_session
+
+
+async def quick_agent(request: AgentTaskRequest, ctx: RunContext) -> str:
+    return f"answer to {request.text}"
+
+
+@pytest_asyncio.fixture
+async def client(tmp_path: Path) -> AsyncIterator[TestClient[Any, Any]]:
+    relay_session.reset_for_tests()
+    config = RelayConfig(
+        realtime_voice_run_dir=str(tmp_path),
+        realtime_voice_config_path=str(tmp_path / "relay-config.yaml"),
+        realtime_voice_promote_after_ms=2000,
+        max_message_bytes=64 * 1024,
+        max_audio_chunk_bytes=8 * 1024,
+    )
+    app = create_app(
+        config,
+        task_broker=InProcessTaskBroker(quick_agent),
+        providers={"stub": StubProvider(tone_ms=200, frame_ms=100)},
+    )
+    async with TestClient(TestServer(app, host="127.0.0.1")) as test_client:
+        yield test_client
+    relay_session.reset_for_tests()
+
+
+def server(client: TestClient[Any, Any]) -> Any:
+    return client.app["server"]
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def open_session(client: TestClient[Any, Any], **body: Any) -> tuple[Any, dict[str, Any], str]:
+    token = server(client).sessions.create_session("phone", "device-1").token
+    resp = await client.post("/voice/realtime-agent/session", json=body, headers=bearer(token))
+    assert resp.status == 200, await resp.text()
+    info = await resp.json()
+    ws = await client.ws_connect(info["websocket_path"], headers=bearer(token))
+    ready = await next_event(ws)
+    assert ready["type"] == "voice.session.ready"
+    info["_ready"] = ready
+    return ws, info, token
+
+
+async def next_event(ws: Any, timeout: float = 5.0) -> dict[str, Any]:
+    msg = await ws.receive(timeout=timeout)
+    assert msg.type is WSMsgType.TEXT, msg
+    event = json.loads(msg.data)
+    assert isinstance(event, dict)
+    return event
+
+
+async def read_until(ws: Any, target: str, limit: int = 100) -> list[dict[str, Any]]:
+    seen: list[dict[str, Any]] = []
+    for _ in range(limit):
+        seen.append(await next_event(ws))
+        if seen[-1]["type"] == target:
+            return seen
+    raise AssertionError(f"no {target}; saw {[e['type'] for e in seen]}")
+
+
+async def wait_for(predicate: Any, timeout: float = 3.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.01)
+
+
+# -- auth ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic abc"},
+                                     {"Authorization": "Bearer "}])
+async def test_bad_bearer_is_401_and_creates_nothing(client: TestClient[Any, Any], headers: dict[str, str]) -> None:
+    agent = server(client).realtime_agent
+    resp = await client.post("/voice/realtime-agent/session", json={}, headers=headers)
+    assert resp.status == 401
+    assert (await resp.json()) == {"error": "unauthorized"}
+    assert agent.sessions == {}
+    for method, path in (("GET", "/voice/realtime-agent/config"), ("PATCH", "/voice/realtime-agent/config")):
+        resp = await client.request(method, path, json={"promotion": {"enabled": False}}, headers=headers)
+        assert resp.status == 401
+    assert server(client).settings.promotion.enabled is True
+
+
+@pytest.mark.asyncio
+async def test_websocket_requires_bearer_and_owning_device(client: TestClient[Any, Any]) -> None:
+    ws, info, _token = await open_session(client)
+    resp = await client.get(info["websocket_path"])
+    assert resp.status == 401
+    other = server(client).sessions.create_session("other", "device-2").token
+    resp = await client.get(info["websocket_path"], headers=bearer(other))
+    assert resp.status == 404
+    resp = await client.get("/voice/realtime-agent/..%2F..%2Fetc", headers=bearer(other))
+    assert resp.status == 404
+    await ws.close()
+
+
+@pytest.mark.asyncio
+async def test_session_response_and_token_storage(client: TestClient[Any, Any]) -> None:
+    ws, info, _ = await open_session(client, chat_session_id="chat-9")
+    assert info["success"] is True
+    assert info["websocket_path"] == f"/voice/realtime-agent/{info['session_id']}"
+    assert len(base64.urlsafe_b64decode(info["session_id"] + "==")) == 18
+    assert len(base64.urlsafe_b64decode(info["resume_token"] + "==")) == 32
+    assert info["resume_supported"] is True and info["resume_ttl_ms"] == 30000
+    assert info["provider"] == "stub" and info["chat_session_id"] == "chat-9"
+    session = server(client).realtime_agent.sessions[info["session_id"]]
+    # Only the digest is kept: the raw token is nowhere on the session object.
+    assert info["resume_token"] not in repr(vars(session))
+    assert session.issued_resume_token is None
+    await ws.close()
+    await wait_for(lambda: session.detached_at is not None)
+    assert info["resume_token"] not in session.event_log_path.read_text()
+
+
+@pytest.mark.asyncio
+async def test_malformed_session_and_config_bodies_are_400(client: TestClient[Any, Any]) -> None:
+    token = server(client).sessions.create_session("phone", "d").token
+    resp = await client.post("/voice/realtime-agent/session", data=b"{nope", headers=bearer(token))
+    assert resp.status == 400 and "not valid JSON" in (await resp.json())["error"]
+    resp = await client.post("/voice/realtime-agent/session", json={"provider": "nope"}, headers=bearer(token))
+    assert resp.status == 400 and "unknown provider" in (await resp.json())["error"]
+    resp = await client.post("/voice/realtime-agent/session", json={"model": 5}, headers=bearer(token))
+    assert resp.status == 400
+    resp = await client.patch(
+        "/voice/realtime-agent/config", json={"promotion": {"promote_after_ms": "soon"}}, headers=bearer(token)
+    )
+    assert resp.status == 400 and "promote_after_ms" in (await resp.json())["error"]
+    resp = await client.patch(
+        "/voice/realtime-agent/config", json={"promotion": {"result_delivery": "shout"}}, headers=bearer(token)
+    )
+    assert resp.status == 400
+    assert server(client).realtime_agent.sessions == {}
+
+
+@pytest.mark.asyncio
+async def test_config_patch_applies_and_persists(client: TestClient[Any, Any]) -> None:
+    token = server(client).sessions.create_session("phone", "d").token
+    resp = await client.patch(
+        "/voice/realtime-agent/config",
+        json={"promotion": {"promote_after_ms": 1234, "result_delivery": "visual_only"}},
+        headers=bearer(token),
+    )
+    assert resp.status == 200
+    body = await resp.json()
+    assert body["promotion"]["promote_after_ms"] == 1234
+    saved = json.loads(Path(server(client).config.realtime_voice_config_path).read_text())
+    assert saved["promotion"]["result_delivery"] == "visual_only"
+    resp = await client.post("/voice/realtime-agent/session", json={}, headers=bearer(token))
+    info = await resp.json()
+    assert info["result_delivery"] == "visual_only"
+
+
+# -- events, rings, log ----------------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_rings_are_bounded_and_log_redacts_audio(client: TestClient[Any, Any]) -> None:
+    ws, info, _ = await open_session(client)
+    session = server(client).realtime_agent.sessions[info["session_id"]]
+    for i in range(EVENT_RING_SIZE + 20):
+        session.emit("test.event", index=i)
+    for _ in range(AUDIO_RING_SIZE + 10):
+        session.emit("voice.output_audio.delta", audio=b"\x01\x02" * 50, sample_rate=24000)
+    assert len(session.event_ring) == EVENT_RING_SIZE
+    assert len(session.audio_ring) == AUDIO_RING_SIZE
+    assert session.audio_ring[-1]["audio_event_id"] == AUDIO_RING_SIZE + 10
+    ids = [e["event_id"] for e in session.event_ring]
+    assert ids == sorted(ids)
+    log = session.event_log_path.read_text()
+    assert base64.b64encode(b"\x01\x02" * 50).decode() not in log
+    assert '"redacted_bytes":100' in log
+    # The client got everything, in order, audio as base64.
+    received = [await next_event(ws) for _ in range(EVENT_RING_SIZE + 20 + AUDIO_RING_SIZE + 10)]
+    assert [e["event_id"] for e in received] == list(range(2, 2 + len(received)))
+    assert base64.b64decode(received[-1]["audio"]) == b"\x01\x02" * 50
+    await ws.close()
+
+
+# -- detach, resume, replay --------------------------------------------------------------------------------
+
+
+async def detach(ws: Any, session: Any) -> None:
+    await ws.close(code=1001, message=b"network changed")
+    await wait_for(lambda: session.detached_at is not None)
+
+
+def resume_message(info: dict[str, Any], last_event_id: int, **extra: Any) -> dict[str, Any]:
+    return {"type": "session.resume", "resume_token": info["resume_token"], "last_event_id": last_event_id,
+            "last_audio_event_id": 0, "last_played_audio_event_id": 0, "last_input_chunk_id": 0, **extra}
+
+
+@pytest.mark.asyncio
+async def test_detach_resume_replays_missed_events_in_order(client: TestClient[Any, Any]) -> None:
+    ws, info, token = await open_session(client)
+    session = server(client).realtime_agent.sessions[info["session_id"]]
+    await detach(ws, session)
+    assert session.event_ring[-1]["type"] == "voice.session.detached"
+    assert session.resume_deadline == pytest.approx(session.detached_at + 30.0)
+    for i in range(5):
+        session.emit("test.missed", index=i)
+    session.emit("voice.output_audio.delta", audio=b"\0\0", sample_rate=24000)
+    ws2 = await client.ws_connect(info["websocket_path"], headers=bearer(token))
+    await ws2.send_json(resume_message(info, info["_ready"]["event_id"]))
+    events = await read_until(ws2, "voice.replay.done")
+    types = [e["type"] for e in events]
+    assert types[:2] == ["voice.session.resumed", "voice.replay.started"]
+    replayed = [e for e in events if e.get("replayed")]
+    assert [e["type"] for e in replayed] == ["voice.session.detached", *["test.missed"] * 5,
+                                             "voice.output_audio.delta"]
+    assert [e["event_id"] for e in replayed] == sorted(e["event_id"] for e in replayed)
+    assert session.detached_at is None
+    # Live traffic continues on the resumed socket.
+    session.emit("test.live")
+    assert (await next_event(ws2))["type"] == "test.live"
+    # A second resume from the latest cursor replays nothing.
+    await detach(ws2, session)
+    last = session.event_ring[-2]["event_id"]
+    ws3 = await client.ws_connect(info["websocket_path"], headers=bearer(token))
+    await ws3.send_json(resume_message(info, last, last_audio_event_id=1))
+    events = await read_until(ws3, "voice.replay.done")
+    assert [e["type"] for e in events if e.get("replayed")] == ["voice.session.detached"]
+    await ws3.close()
+
+
+@pytest.mark.asyncio
+async def test_resume_token_of_another_session_never_resumes(client: TestClient[Any, Any]) -> None:
+    ws_a, info_a, token = await open_session(client)
+    resp = await client.post("/voice/realtime-agent/session", json={}, headers=bearer(token))
+    info_b = await resp.json()
+    session_a = server(client).realtime_agent.sessions[info_a["session_id"]]
+    await detach(ws_a, session_a)
+    ws = await client.ws_connect(info_a["websocket_path"], headers=bearer(token))
+    await ws.send_json({**resume_message(info_a, 0), "resume_token": info_b["resume_token"]})
+    failed = await next_event(ws)
+    assert failed == {"type": "voice.session.resume_failed", "reason": "invalid_resume_token", "at_ms": failed["at_ms"]}
+    msg = await ws.receive(timeout=5)
+    assert msg.type is WSMsgType.CLOSE and msg.data == 4003
+    assert session_a.detached_at is not None and session_a.outbox is None
+
+
+@pytest.mark.asyncio
+async def test_expired_window_and_unclaimed_socket(client: TestClient[Any, Any]) -> None:
+    ws, info, token = await open_session(client)
+    session = server(client).realtime_agent.sessions[info["session_id"]]
+    # A second socket that does not claim the live session is refused.
+    intruder = await client.ws_connect(info["websocket_path"], headers=bearer(token))
+    await intruder.send_json({"type": "input_audio.commit"})
+    failed = await next_event(intruder)
+    assert failed["reason"] == "session_not_claimed"
+    msg = await intruder.receive(timeout=5)
+    assert msg.type is WSMsgType.CLOSE and msg.data == 4009
+    session.emit("test.still-alive")
+    assert (await next_event(ws))["type"] == "test.still-alive"
+    await detach(ws, session)
+    session.resume_deadline = time.monotonic() - 1
+    late = await client.ws_connect(info["websocket_path"], headers=bearer(token))
+    await late.send_json(resume_message(info, 0))
+    failed = await next_event(late)
+    assert failed["reason"] == "resume_expired"
+    msg = await late.receive(timeout=5)
+    assert msg.type is WSMsgType.CLOSE and msg.data == 4008
+
+
+@pytest.mark.asyncio
+async def test_resume_supersedes_attached_socket(client: TestClient[Any, Any]) -> None:
+    ws, info, token = await open_session(client)
+    ws2 = await client.ws_connect(info["websocket_path"], headers=bearer(token))
+    await ws2.send_json(resume_message(info, info["_ready"]["event_id"]))
+    await read_until(ws2, "voice.replay.done")
+    msg = await ws.receive(timeout=5)
+    assert msg.type is WSMsgType.CLOSE and msg.data == 4000
+    session = server(client).realtime_agent.sessions[info["session_id"]]
+    assert session.detached_at is None
+    session.emit("test.after")
+    assert (await next_event(ws2))["type"] == "test.after"
+    await ws2.close()
+
+
+@pytest.mark.asyncio
+async def test_detached_session_expires_after_ttl(client: TestClient[Any, Any]) -> None:
+    ws, info, _ = await open_session(client)
+    agent = server(client).realtime_agent
+    session = agent.sessions[info["session_id"]]
+    session.resume_ttl_seconds = 0.1
+    await detach(ws, session)
+    await wait_for(lambda: session.closed)
+    assert info["session_id"] not in agent.sessions
+    assert session.check_resume(info["resume_token"]) == "session_closed"
+    assert session.check_resume("x" * 43) == "invalid_resume_token"
+    assert "voice.session.expired" in session.event_log_path.read_text()
+
+
+@pytest.mark.asyncio
+async def test_session_close_message_ends_session(client: TestClient[Any, Any]) -> None:
+    ws, info, token = await open_session(client)
+    await ws.send_json({"type": "session.close"})
+    events = await read_until(ws, "voice.session.closed")
+    assert events[-1]["reason"] == "client_closed"
+    msg = await ws.receive(timeout=5)
+    assert msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSED)
+    resp = await client.get(info["websocket_path"], headers=bearer(token))
+    assert resp.status == 404
+
+
+# -- bad client input ------------------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_bad_client_messages_get_errors_and_session_survives(client: TestClient[Any, Any]) -> None:
+    ws, info, _ = await open_session(client)
+    cases = [
+        ("{not json", "bad_json"),
+        ("[1, 2]", "bad_message"),
+        (json.dumps({"type": 7}), "bad_message"),
+        (json.dumps({"type": "teleport"}), "unknown_message_type"),
+        (json.dumps({"type": "input_audio.append", "audio": "%%%"}), "bad_audio"),
+        (json.dumps({"type": "input_audio.append", "audio": base64.b64encode(b"\0" * 9000).decode()}),
+         "audio_chunk_too_large"),
+        (json.dumps({"type": "input_audio.append", "audio": "AAAA", "sample_rate": "fast"}), "bad_audio"),
+        (json.dumps({"type": "response.create", "text": 42}), "bad_message"),
+        (json.dumps({"type": "hermes.confirm", "approved": "maybe"}), "confirm_failed"),
+        (json.dumps({"type": "hermes.result.respeak"}), "nothing_to_respeak"),
+        (json.dumps({"type": "session.resume", "resume_token": "x"}), "already_attached"),
+    ]
+    for raw, code in cases:
+        await ws.send_str(raw)
+        event = await next_event(ws)
+        assert event["type"] == "voice.error" and event["code"] == code, (raw, event)
+    await ws.send_bytes(b"\x00\x01")
+    assert (await next_event(ws))["code"] == "binary_not_supported"
+    await ws.send_json({"type": "response.create", "text": "hello"})
+    events = await read_until(ws, "voice.response.done")
+    assert any(e.get("delta") == "You said: hello" for e in events)
+    session = server(client).realtime_agent.sessions[info["session_id"]]
+    assert not session.closed
+    await ws.close()
+
+
+@pytest.mark.asyncio
+async def test_oversized_message_closes_only_that_socket(client: TestClient[Any, Any]) -> None:
+    ws_a, info_a, _ = await open_session(client)
+    ws_b, _info_b, _ = await open_session(client)
+    await ws_a.send_str(json.dumps({"type": "response.create", "text": "x" * 70_000}))
+    msg = await ws_a.receive(timeout=5)
+    assert msg.type is WSMsgType.CLOSE and msg.data == 1009
+    session_a = server(client).realtime_agent.sessions[info_a["session_id"]]
+    await wait_for(lambda: session_a.detached_at is not None)
+    assert not session_a.closed  # resumable, not torn down
+    await ws_b.send_json({"type": "response.create", "text": "still here"})
+    events = await read_until(ws_b, "voice.response.done")
+    assert any(e.get("delta") == "You said: still here" for e in events)
+    await ws_b.close()
+
+
+class _StuckSocket:
+    """A websocket whose peer never reads: every send blocks."""
+
+    def __init__(self) -> None:
+        self.close_codes: list[int] = []
+
+    async def send_str(self, data: str) -> None:
+        await asyncio.Event().wait()
+
+    async def close(self, *, code: int, message: bytes) -> bool:
+        self.close_codes.append(code)
+        return True
+
+
+class _Request:
+    transport = None
+
+
+@pytest.mark.asyncio
+async def test_slow_consumer_is_dropped_not_buffered() -> None:
+    stuck = _StuckSocket()
+    outbox = Outbox(stuck, _Request(), "session-slow")  # type: ignore[arg-type]
+    assert outbox.put({"type": "first"})
+    await asyncio.sleep(0.01)  # the writer takes it and blocks on the peer
+    accepted = 1 + sum(outbox.put({"type": "x", "n": i}) for i in range(OUTBOX_SIZE + 50))
+    # One event is held by the blocked writer, the queue is full, the rest were refused.
+    assert accepted == OUTBOX_SIZE + 1
+    assert outbox.dropped
+    assert outbox.queue.qsize() <= OUTBOX_SIZE
+    await wait_for(lambda: stuck.close_codes == [4010])
+    assert outbox.put({"type": "late"}) is False
