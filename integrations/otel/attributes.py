@@ -52,9 +52,16 @@ def span_kind(role: str) -> SpanKind:
     return SpanKind.CLIENT if role == ATTEMPT else SpanKind.INTERNAL
 
 
+# Codec operations that the GenAI conventions spell otherwise: the OpenAI Responses
+# API is a chat operation there, and backends (Phoenix) key the LLM view off "chat".
+_OPERATIONS = {"responses": "chat", "messages": "chat"}
+
+
 def operation_of(event: Event) -> str:
     req = event.annotated_request
-    return req.operation if req is not None and req.operation else "chat"
+    if req is None or not req.operation:
+        return "chat"
+    return _OPERATIONS.get(req.operation, req.operation)
 
 
 def request_model(event: Event) -> str | None:
