@@ -267,8 +267,9 @@ class RealtimeAgent:
             deadline = session.resume_deadline or time.monotonic()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                if session.background_active:
-                    # Held open by a run or an undelivered result: look again a little later.
+                if session.work_active:
+                    # Held open by a run or a delivery still in progress: look again a little later.
+                    # A result waiting for resume holds only for the stretched window itself.
                     session.resume_deadline = time.monotonic() + session.resume_ttl_seconds
                     continue
                 session.log("voice.session.expired")

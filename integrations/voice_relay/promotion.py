@@ -180,9 +180,7 @@ class RunCoordinator:
             output["error"] = outcome.error
         await self._tool_result(active.call_id, output)
         await self.drain_playback(active.call_id)
-        connection = self.session.connection
-        if connection is not None:
-            await connection.request_response()
+        await self._ask_provider_to_speak(instructions=None, why="tool_result")
         self._start_next_queued()
 
     async def drain_playback(self, call_id: str) -> None:
@@ -228,8 +226,18 @@ class RunCoordinator:
             run_id=active.run.run_id,
         )
         session.spawn(self._run_background(active), name="voice-background-run")
-        if spoken_handoff and session.connection is not None:
-            await session.connection.request_response(instructions=HANDOFF_PROMPT)
+        if spoken_handoff:
+            await self._ask_provider_to_speak(instructions=HANDOFF_PROMPT, why="handoff")
+
+    async def _ask_provider_to_speak(self, *, instructions: str | None, why: str) -> None:
+        # A dead provider socket here costs the user a spoken line, not the run or the session.
+        connection = self.session.connection
+        if connection is None:
+            return
+        try:
+            await connection.request_response(instructions=instructions)
+        except Exception as exc:
+            self.session.log("voice.realtime_agent.speak_request_failed", why=why, error=type(exc).__name__)
 
     async def _run_background(self, active: ActiveRun) -> None:
         session = self.session

@@ -272,6 +272,11 @@ class VoiceSession:
     # -- background-aware resume window -------------------------------------------------------------
 
     @property
+    def work_active(self) -> bool:
+        """A background run or a delivery is in progress (an undelivered result alone is not work)."""
+        return self._holds > 0
+
+    @property
     def background_active(self) -> bool:
         return self._holds > 0 or self.pending_background_result is not None
 

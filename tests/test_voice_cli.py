@@ -1,0 +1,67 @@
+"""`relay-runtime voice serve`: starts on loopback with the stub provider and prints a device token."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from integrations.voice_relay.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_refuses_non_loopback_and_bad_port(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--host", "0.0.0.0"]) == 2
+    assert "not a loopback address" in capsys.readouterr().err
+    assert main(["serve", "--port", "70000"]) == 2
+    assert "invalid port" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([])
+
+
+@pytest.mark.asyncio
+async def test_serve_prints_token_that_opens_a_session(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "integrations.voice_relay.cli", "serve", "--port", "0", "--run-dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline() for _ in range(3)]
+        url = lines[0].strip().rsplit(" ", 1)[-1]
+        token = lines[2].strip().rsplit(" ", 1)[-1]
+        assert url.startswith("http://127.0.0.1:") and "provider: stub" in lines[1]
+        async with aiohttp.ClientSession(url) as http:
+            async with http.post("/voice/realtime-agent/session", json={}) as resp:
+                assert resp.status == 401
+            headers = {"Authorization": f"Bearer {token}"}
+            async with http.post("/voice/realtime-agent/session", json={}, headers=headers) as resp:
+                assert resp.status == 200
+                body = await resp.json()
+            assert body["provider"] == "stub"
+            async with http.ws_connect(body["websocket_path"], headers=headers) as ws:
+                ready = await ws.receive_json(timeout=5)
+                assert ready["type"] == "voice.session.ready"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            assert proc.wait(timeout=10) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+            if proc.stderr is not None:
+                proc.stderr.close()

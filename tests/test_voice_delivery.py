@@ -1,0 +1,223 @@
+"""Delivery and promotion paths beyond the seed: the summary validator's verdicts, early commit,
+visual-only delivery, the confirm alarm, the queue limit, status and cancel tools, and the
+detached window for an undelivered result."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from aiohttp import WSMsgType
+from aiohttp.test_utils import TestClient, TestServer
+from test_realtime_promotion import FakeNativeProvider, GatedHermesToolBroker
+
+from integrations.voice_relay import ProviderEvent, ProviderEventKind, RelayConfig, ToolCallEvent, create_app
+from integrations.voice_relay import runs as runs_module
+from integrations.voice_relay.summary_validator import can_commit_early, evidence_tokens, judge_summary
+
+ANSWER = "Background answer ready."
+
+
+@pytest.mark.parametrize(
+    ("text", "answer", "verdict"),
+    [
+        ("", ANSWER, "empty_summary"),
+        ("   ", ANSWER, "empty_summary"),
+        ("Please tell me the run id so I can check.", ANSWER, "asked_for_run_id"),
+        ("I will call hermes_run_task again.", ANSWER, "asked_for_run_id"),
+        ("One moment while I look that up.", ANSWER, "acknowledgement_not_summary"),
+        ("The job is queued; I'll let you know.", ANSWER, "acknowledgement_not_summary"),
+        ("Okay.", ANSWER, "short_acknowledgement"),
+        ("Everything went fine and you should be pleased with how it all turned out.", ANSWER,
+         "no_answer_overlap"),
+        ("Your background answer is ready.", ANSWER, None),
+        # A deferral phrase that is part of the answer itself is not filler.
+        ("Your order is queued for shipping on day 3.", "The order is queued for shipping on day 3.", None),
+        ("Sure thing.", "Yes.", None),
+    ],
+)
+def test_judge_summary(text: str, answer: str, verdict: str | None) -> None:
+    assert judge_summary(text, answer) == verdict
+
+
+def test_evidence_tokens_and_early_commit() -> None:
+    assert evidence_tokens("The 3 reports from Berlin were late") == {"3", "reports", "berlin", "late"}
+    assert "port" not in evidence_tokens("reports")  # whole words only
+    long_good = "The reports from Berlin arrived late this morning, all three."
+    assert can_commit_early(long_good, "Three reports from Berlin arrived late.")
+    assert not can_commit_early("The reports from Berlin.", "Three reports from Berlin arrived late.")
+    assert not can_commit_early(long_good + " One moment.", "Three reports from Berlin arrived late.")
+
+
+@pytest_asyncio.fixture
+async def relay(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
+    previous = runs_module._PRE_TASK_STATUS_LEAD_SECONDS
+    runs_module._PRE_TASK_STATUS_LEAD_SECONDS = 0.0
+    app = create_app(RelayConfig(realtime_voice_promote_after_ms=50, realtime_voice_run_dir=str(tmp_path)))
+    server = app["server"]
+    broker = GatedHermesToolBroker()
+    provider = FakeNativeProvider()
+    server.realtime_agent.task_broker = broker
+    server.realtime_agent.native_providers["xai_realtime"] = provider
+    async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+        token = server.sessions.create_session("phone", "d").token
+        headers = {"Authorization": f"Bearer {token}"}
+        resp = await client.post("/voice/realtime-agent/session", json={"provider": "xai_realtime"}, headers=headers)
+        info = await resp.json()
+        ws = await client.ws_connect(info["websocket_path"], headers=headers)
+        assert (await next_event(ws))["type"] == "voice.session.ready"
+        yield {"ws": ws, "provider": provider, "broker": broker, "client": client, "headers": headers,
+               "info": info, "session": server.realtime_agent.sessions[info["session_id"]],
+               "agent": server.realtime_agent}
+        broker.release.set()
+        await ws.close()
+    runs_module._PRE_TASK_STATUS_LEAD_SECONDS = previous
+
+
+async def next_event(ws: Any) -> dict[str, Any]:
+    msg = await ws.receive(timeout=5)
+    assert msg.type is WSMsgType.TEXT, msg
+    return json.loads(msg.data)
+
+
+async def read_until(ws: Any, target: str, limit: int = 60) -> list[dict[str, Any]]:
+    seen = []
+    for _ in range(limit):
+        seen.append(await next_event(ws))
+        if seen[-1]["type"] == target:
+            return seen
+    raise AssertionError(f"no {target}: {[e['type'] for e in seen]}")
+
+
+async def tool_call(provider: FakeNativeProvider, name: str = "hermes_run_task", call_id: str = "call-1",
+                    **arguments: Any) -> None:
+    if name == "hermes_run_task":
+        arguments.setdefault("text", "Research the thing.")
+    await provider.connection.emit(ProviderEvent(
+        ProviderEventKind.FUNCTION_CALL_COMPLETED, response_id="resp-1",
+        payload={"call": ToolCallEvent(call_id=call_id, name=name, arguments=arguments)},
+    ))
+
+
+async def result_for(provider: FakeNativeProvider, call_id: str) -> dict[str, Any]:
+    for _ in range(200):
+        found = [out for cid, out in provider.connection.tool_results if cid == call_id]
+        if found:
+            return found[-1]
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no tool result for {call_id}")
+
+
+async def summary_injected(provider: FakeNativeProvider) -> None:
+    for _ in range(200):
+        if any("final spoken answer" in t for t in provider.connection.text_inputs):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("no summary injection")
+
+
+@pytest.mark.asyncio
+async def test_good_summary_commits_early_and_is_delivered_once(relay: dict[str, Any]) -> None:
+    ws, provider, broker = relay["ws"], relay["provider"], relay["broker"]
+    await tool_call(provider)
+    await read_until(ws, "hermes.run.promoted")
+    broker.release.set()
+    await read_until(ws, "hermes.run.background_completed")
+    await summary_injected(provider)
+    emit = provider.connection.emit
+    await emit(ProviderEvent(ProviderEventKind.RESPONSE_STARTED, response_id="sum-1"))
+    await emit(ProviderEvent(ProviderEventKind.OUTPUT_TEXT_DELTA, response_id="sum-1",
+                             payload={"delta": "Good news: the background answer is ready for you now."}))
+    # Committed before the response ends: the phone hears it as it comes.
+    events = await read_until(ws, "voice.response.delta")
+    assert [e["type"] for e in events][-2:] == ["voice.response.started", "voice.response.delta"]
+    await emit(ProviderEvent(ProviderEventKind.RESPONSE_DONE, response_id="sum-1"))
+    await read_until(ws, "voice.response.done")
+    await asyncio.sleep(0.05)
+    log = relay["session"].event_log_path.read_text()
+    assert log.count("voice.realtime_agent.result_delivered") == 1
+    assert "forced_summary_fallback" not in log and "delivery_fallback" not in log
+
+
+@pytest.mark.asyncio
+async def test_visual_only_delivery_is_text(relay: dict[str, Any]) -> None:
+    ws, provider, broker, session = relay["ws"], relay["provider"], relay["broker"], relay["session"]
+    session.result_delivery = "visual_only"
+    await tool_call(provider)
+    promoted = (await read_until(ws, "hermes.run.promoted"))[-1]
+    assert promoted["spoken_handoff"] is False and promoted["result_delivery"] == "visual_only"
+    broker.release.set()
+    events = await read_until(ws, "voice.response.done")
+    delta = next(e for e in events if e["type"] == "voice.response.delta")
+    assert delta["delivery"] == "visual_only" and delta["delta"] == ANSWER
+    assert provider.connection.request_response_count == 0
+
+
+@pytest.mark.asyncio
+async def test_unconfirmed_delivery_lands_as_text(relay: dict[str, Any]) -> None:
+    ws, provider, broker = relay["ws"], relay["provider"], relay["broker"]
+    relay["agent"].delivery_timing.confirm_seconds = 0.2
+    await tool_call(provider)
+    await read_until(ws, "hermes.run.promoted")
+    broker.release.set()
+    await summary_injected(provider)
+    events = await read_until(ws, "voice.response.done")
+    delta = next(e for e in events if e["type"] == "voice.response.delta")
+    assert delta["delivery"] == "visual_only" and ANSWER in delta["delta"]
+    assert "voice.realtime_agent.delivery_unconfirmed" in relay["session"].event_log_path.read_text()
+
+
+@pytest.mark.asyncio
+async def test_queue_limit_status_and_cancel_tools(relay: dict[str, Any]) -> None:
+    ws, provider, broker = relay["ws"], relay["provider"], relay["broker"]
+    await tool_call(provider, call_id="call-1")
+    await read_until(ws, "hermes.run.promoted")
+    for n in range(2, 5):
+        await tool_call(provider, call_id=f"call-{n}")
+        assert (await result_for(provider, f"call-{n}"))["queue_position"] == n - 1
+    await tool_call(provider, call_id="call-5")
+    assert (await result_for(provider, "call-5"))["status"] == "already_running"
+    await tool_call(provider, "hermes_get_status", call_id="status-1")
+    status = await result_for(provider, "status-1")
+    assert status["status"] == "running" and status["queued_count"] == 3 and status["tier"] == "promoted"
+    assert not any("run" in key and "id" in key for key in status)  # nothing the model could read out as an id
+    await tool_call(provider, "hermes_run_task", call_id="bad-1", text="")
+    assert (await result_for(provider, "bad-1")) == {"ok": False, "error": "text is required"}
+    await tool_call(provider, "hermes_cancel", call_id="cancel-1")
+    assert (await result_for(provider, "cancel-1")) == {"ok": True, "status": "cancelled"}
+    cancelled: list[str] = []
+    while "call-1" not in cancelled:
+        event = (await read_until(ws, "hermes.run.cancelled"))[-1]
+        cancelled.append(event["call_id"])
+    # The queue is cleared too, then the running task.
+    assert cancelled == ["call-2", "call-3", "call-4", "call-1"]
+    await asyncio.wait_for(broker.cancelled.wait(), 5)
+    await tool_call(provider, "hermes_get_status", call_id="status-2")
+    assert (await result_for(provider, "status-2"))["status"] == "idle"
+    await tool_call(provider, "no_such_tool", call_id="x-1")
+    assert "unknown tool" in (await result_for(provider, "x-1"))["error"]
+
+
+@pytest.mark.asyncio
+async def test_undelivered_result_does_not_hold_a_detached_session_forever(
+    relay: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RELAY_VOICE_BACKGROUND_DETACHED_MAX_MS", "300")
+    ws, provider, broker, session = relay["ws"], relay["provider"], relay["broker"], relay["session"]
+    session.resume_ttl_seconds = 0.05
+    await tool_call(provider)
+    await read_until(ws, "hermes.run.promoted")
+    await ws.close()
+    broker.release.set()
+    deadline = time.monotonic() + 5
+    while not session.closed and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert session.closed, "the session with only a pending result must expire after the stretched window"
+    log = session.event_log_path.read_text()
+    assert "voice.realtime_agent.result_deferred" in log and "voice.session.expired" in log
