@@ -273,25 +273,25 @@ def outcome_of(event: Event) -> str | None:
     return None
 
 
-def error_type(event: Event) -> str | None:
+def error_type(event: Event, outcome: str | None = None) -> str | None:
     """``error.type`` for a failed scope: the exception's class name, else ``_OTHER``.
 
     Cancellation (a closed stream, a cancelled task) is how a caller stops on
     purpose, so it is recorded as ``relay.outcome`` and not as an error.
     """
-    if outcome_of(event) != "failed":
+    if (outcome or outcome_of(event)) != "failed":
         return None
     return event.error_type or "_OTHER"
 
 
 def end_attributes(event: Event, role: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
     outcome = outcome_of(event)
-    if outcome:
-        out["relay.outcome"] = outcome
-    err = error_type(event)
-    if err:
-        out["error.type"] = err
+    if outcome is None:
+        out: dict[str, Any] = {}
+    elif outcome == "failed":
+        out = {"relay.outcome": outcome, "error.type": event.error_type or "_OTHER"}
+    else:
+        out = {"relay.outcome": outcome}
     md = event.metadata
     if role == ATTEMPT:
         provider = provider_of(event)

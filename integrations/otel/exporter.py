@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import propagate
@@ -49,6 +49,8 @@ ABANDONED_ERROR = "relay.abandoned"
 
 SPANS_ABANDONED = "otel.spans_abandoned"
 UNMATCHED_ENDS = "otel.unmatched_ends"
+ATTRIBUTE_ERRORS = "otel.attribute_errors"
+CONTENT_ERRORS = "otel.content_errors"
 
 _SWEEPING_ROLES = frozenset({A.CONVERSATION, A.TURN, A.AGENT})
 _EMPTY_CONTEXT = Context()
@@ -148,14 +150,16 @@ class OTelExporter:
         if conversation_id is None and md:
             sid = md.get(cv.SESSION_ID)
             conversation_id = sid if isinstance(sid, str) and sid else None
-        attributes = A.start_attributes(event, role, conversation_id)
-        if self._oi:
-            attributes.update(A.openinference_start(event, role, conversation_id))
+        try:
+            attributes = A.start_attributes(event, role, conversation_id)
+            if self._oi:
+                attributes.update(A.openinference_start(event, role, conversation_id))
+        except Exception:
+            # Odd data costs attributes, never the span.
+            self.count(ATTRIBUTE_ERRORS)
+            attributes = {}
         if self._content is not None:
-            if role == A.ATTEMPT:
-                self._content.attempt_start(event, attributes)
-            elif role == A.TOOL:
-                self._content.tool_start(event, attributes)
+            self._content_attributes(self._content.attempt_start, self._content.tool_start, event, role, attributes)
         if parent is not None:
             context = parent.context
             if context is None:
@@ -188,14 +192,16 @@ class OTelExporter:
         role = record.role
         for orphan in orphans:
             self._abandon(orphan, event.timestamp, f"{role} scope ended while this scope was open")
-        attributes = A.end_attributes(event, role)
-        if self._oi:
-            attributes.update(A.openinference_end(event, role))
+        try:
+            attributes = A.end_attributes(event, role)
+            if self._oi:
+                attributes.update(A.openinference_end(event, role))
+        except Exception:
+            # The span was taken out of the table: it must still end, once.
+            self.count(ATTRIBUTE_ERRORS)
+            attributes = {}
         if self._content is not None:
-            if role == A.ATTEMPT:
-                self._content.attempt_end(event, attributes)
-            elif role == A.TOOL:
-                self._content.tool_end(event, attributes)
+            self._content_attributes(self._content.attempt_end, self._content.tool_end, event, role, attributes)
         span = record.span
         if attributes:
             span.set_attributes(attributes)
@@ -211,6 +217,26 @@ class OTelExporter:
         if role == A.ATTEMPT and self._metrics is not None:
             self._metrics.record_attempt(event, err)
         span.end(end_time=event.timestamp)
+
+    def _content_attributes(
+        self,
+        for_attempt: Callable[[Event, dict[str, Any]], None],
+        for_tool: Callable[[Event, dict[str, Any]], None],
+        event: Event,
+        role: str,
+        out: dict[str, Any],
+    ) -> None:
+        """Content goes in whole or not at all: a failing redaction hook drops it, and is counted."""
+        recorder = for_attempt if role == A.ATTEMPT else for_tool if role == A.TOOL else None
+        if recorder is None:
+            return
+        content: dict[str, Any] = {}
+        try:
+            recorder(event, content)
+        except Exception:
+            self.count(CONTENT_ERRORS)
+            return
+        out.update(content)
 
     def _mark(self, event: Event) -> None:
         if event.name == cv.CHUNK:
