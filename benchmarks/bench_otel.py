@@ -9,9 +9,10 @@ drops everything (so only the calling thread's cost is measured):
   request and response: the floor any instrumentation pays.
 - ``relay + exporter``: ``relay_runtime.calls.execute_current`` with a codec and
   ``OTelExporter`` attached (spans and metrics). Target: at most 1.3x ``raw spans``.
-- ``openai-v2``: ``opentelemetry-instrumentation-openai-v2`` around a real OpenAI
-  client over ``httpx2.MockTransport``, against the same client uninstrumented:
-  its added cost per call (only where that package installs).
+- on a real OpenAI client over ``httpx2.MockTransport``: the cost ``adapters.complete``
+  with the exporter adds to a bare ``create()``, against the cost
+  ``opentelemetry-instrumentation-openai-v2`` adds (only where that package imports:
+  it needs ``httpx`` and an ``opentelemetry-util-genai`` older than 1.0 beside it).
 
 Medians of several runs; ``python -m benchmarks otel``.
 """
@@ -252,14 +253,10 @@ def exporter_only_body(exporter: OTelExporter, events: list[Any]) -> Callable[[]
 # -- openai-v2 ----------------------------------------------------------------------------------
 
 
-def openai_v2_overhead() -> tuple[float, float] | str:
-    """(bare client call, instrumented call) in ns, or why it could not be measured."""
-    try:
-        import httpx2
-        import openai
-        from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
-    except Exception as exc:  # an ImportError, or a version clash inside the package
-        return f"not measured: opentelemetry-instrumentation-openai-v2 does not import here ({exc!r})"
+def openai_client() -> Any:
+    """A real OpenAI client answering every request from ``httpx2.MockTransport``."""
+    import httpx2
+    import openai
 
     body = (
         b'{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-bench-0613",'
@@ -270,32 +267,57 @@ def openai_v2_overhead() -> tuple[float, float] | str:
     def handler(request: Any) -> Any:
         return httpx2.Response(200, content=body, headers={"content-type": "application/json"})
 
-    client = openai.OpenAI(
+    return openai.OpenAI(
         api_key="sk-bench",
         base_url="http://127.0.0.1:9/v1",
         http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
         max_retries=0,
     )
 
-    def call() -> Any:
-        return client.chat.completions.create(**KWARGS)  # type: ignore[call-overload]
 
+def sdk_comparison() -> dict[str, float] | str:
+    """Per-call ns on a real OpenAI client: bare, through adapters + OTelExporter, and with openai-v2."""
+    try:
+        from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+    except Exception as exc:  # an ImportError, or a version clash inside the package
+        return f"not measured: opentelemetry-instrumentation-openai-v2 does not import here ({exc!r})"
+    import adapters
+
+    client = openai_client()
+    completions = client.chat.completions
+
+    def create() -> Any:
+        # Looked up per call: instrumenting patches the class, not a bound method taken earlier.
+        return completions.create(**KWARGS)
+
+    managed = Managed(OTelExporter(tracer_provider(), MeterProvider(metric_readers=[InMemoryMetricReader()])))
+    run = managed.context.run
+    noop = Managed(None)
+    run_noop = noop.context.run
+    complete = adapters.complete
+    bodies = {
+        "bare": create,
+        "relay, no-op subscriber": lambda: run_noop(complete, client, KWARGS),
+        "relay": lambda: run(complete, client, KWARGS),
+    }
     calls = max(200, CALLS // 4)
     instrumentor = OpenAIInstrumentor()
     provider = tracer_provider()
     meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
-    bare: list[float] = []
-    instrumented: list[float] = []
+    out: dict[str, list[float]] = {name: [] for name in (*bodies, "openai-v2")}
     # Instrumenting patches the SDK class: take turns by instrumenting and uninstrumenting.
-    for _ in range(max(3, RUNS // 2)):
-        bare.extend(interleaved({"bare": call}, calls, 1)["bare"])
+    for _ in range(RUNS):
+        for name, values in interleaved(bodies, calls, 1).items():
+            out[name].extend(values)
         instrumentor.instrument(tracer_provider=provider, meter_provider=meters)
         try:
-            instrumented.extend(interleaved({"v2": call}, calls, 1)["v2"])
+            out["openai-v2"].extend(interleaved({"v2": create}, calls, 1)["v2"])
         finally:
             instrumentor.uninstrument()
+    managed.close()
+    noop.close()
     provider.shutdown()
-    return statistics.median(bare), statistics.median(instrumented)
+    return {name: statistics.median(values) for name, values in out.items()}
 
 
 def main() -> None:
@@ -338,16 +360,16 @@ def main() -> None:
     print(f"  exporter's share in a managed call / raw spans:     {(spans - noop) / raw:.2f}x")
     print(f"  whole managed call with exporter / raw spans:       {spans / raw:.2f}x (with metrics {full / raw:.2f}x)")
 
-    v2 = openai_v2_overhead()
-    if isinstance(v2, str):
-        print(f"  openai-v2: {v2}")
+    sdk = sdk_comparison()
+    if isinstance(sdk, str):
+        print(f"  openai-v2: {sdk}")
     else:
-        v2_bare, v2_inst = v2
-        print(f"  openai client over MockTransport, bare             {v2_bare / us:8.2f} us")
-        print(f"  same + opentelemetry-instrumentation-openai-v2     {v2_inst / us:8.2f} us")
-        print(f"  openai-v2 added per call:                          {(v2_inst - v2_bare) / us:8.2f} us")
-        added = (full - med["bare provider callback"]) / us
-        print(f"  relay managed call + exporter added per call:      {added:8.2f} us")
+        print("  real OpenAI client over httpx2.MockTransport (spans + metrics in both):")
+        print(f"    bare client call                                 {sdk['bare'] / us:8.2f} us")
+        noop_added = (sdk["relay, no-op subscriber"] - sdk["bare"]) / us
+        print(f"    adapters.complete, no-op subscriber, added       {noop_added:8.2f} us")
+        print(f"    adapters.complete + OTelExporter, added          {(sdk['relay'] - sdk['bare']) / us:8.2f} us")
+        print(f"    opentelemetry-instrumentation-openai-v2, added   {(sdk['openai-v2'] - sdk['bare']) / us:8.2f} us")
 
 
 if __name__ == "__main__":
