@@ -31,5 +31,9 @@ bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[dev,bench]"
 	$(PY) -m benchmarks
 
+# Arize Phoenix in its own venv, for the end-to-end OTel test (skipped without it, except under CI=true).
+phoenix:
+	bash tests/phoenix/setup.sh
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

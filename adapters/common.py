@@ -19,21 +19,28 @@ from relay_runtime.types import REMOVED, AnnotatedLLMRequest, AnnotatedLLMRespon
 TRANSPORT_KWARGS = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
 
 
+_MISSING = object()
+
+
 def get(obj: Any, name: str, default: Any = None) -> Any:
     """``obj.name`` or ``obj[name]``, else ``default``."""
     if obj is None:
         return default
-    if isinstance(obj, Mapping):
+    if type(obj) is dict:
         return obj.get(name, default)
     try:
-        return getattr(obj, name, default)
+        value = getattr(obj, name, _MISSING)
     except Exception:
         # A property that raises (pydantic validators, lazy SDK fields) reads as absent.
         return default
+    if value is _MISSING:
+        # Mapping is an ABC and its isinstance check is slow: only asked when the attribute is absent.
+        return obj.get(name, default) if isinstance(obj, Mapping) else default
+    return value
 
 
 def as_int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return value if type(value) is int else None
 
 
 def as_str(value: Any) -> str | None:
@@ -41,7 +48,7 @@ def as_str(value: Any) -> str | None:
 
 
 def as_list(value: Any) -> list[Any] | tuple[Any, ...]:
-    return value if isinstance(value, list | tuple) else ()
+    return value if isinstance(value, (list, tuple)) else ()
 
 
 @dataclass(frozen=True)

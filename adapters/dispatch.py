@@ -42,15 +42,25 @@ APIS: dict[str, Api] = {
 }
 
 
+# SDK client classes seen before -> their API: one dict lookup on the hot path.
+_MODE_BY_TYPE: dict[type, str] = {}
+
+
 def _mode_of_client(client: Any) -> str:
+    mode = _MODE_BY_TYPE.get(type(client))
+    if mode is not None:
+        return mode
     # sys.modules, not import: a client of an SDK nobody imported cannot be an instance of it,
     # and dispatch never pays for importing an SDK the caller does not use.
     anthropic = sys.modules.get("anthropic")
     if anthropic is not None and isinstance(client, anthropic.Anthropic | anthropic.AsyncAnthropic):
+        _MODE_BY_TYPE[type(client)] = ANTHROPIC_MESSAGES
         return ANTHROPIC_MESSAGES
     openai = sys.modules.get("openai")
     if openai is not None and isinstance(client, openai.OpenAI | openai.AsyncOpenAI):
+        _MODE_BY_TYPE[type(client)] = CHAT_COMPLETIONS
         return CHAT_COMPLETIONS
+    # Duck-typed clients are not cached: two SimpleNamespaces share a type, not attributes.
     for mode in (CHAT_COMPLETIONS, ANTHROPIC_MESSAGES, RESPONSES):
         if getattr(client, APIS[mode].resource[0], None) is not None:
             return mode
@@ -89,7 +99,7 @@ class Call:
 
 
 def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, *, stream: bool) -> Call:
-    if not isinstance(kwargs, Mapping):
+    if type(kwargs) is not dict and not isinstance(kwargs, Mapping):
         raise TypeError(f"SDK kwargs must be a mapping, got {type(kwargs).__name__}")
     route = auxiliary.current_route()
     mode = api_mode or (route.api_mode if route is not None else None) or _mode_of_client(client)

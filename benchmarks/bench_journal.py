@@ -6,6 +6,8 @@ journal in < 5 ms and within 2x of the same read on a 100-row journal.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import statistics
 import tempfile
 import time
@@ -46,6 +48,28 @@ def bench_append(root: Path, rows: int = 20_000) -> list[float]:
     return rates
 
 
+def bench_floor(root: Path, rows: int = 20_000) -> list[float]:
+    """The same system calls an append makes (flock, fstat, write, unlock) with nothing else: the ceiling."""
+    line = (
+        b'{"version":1,"event_id":"r:1","seq":1,"run_id":"r","session_id":"s","event":"token","type":"token",'
+        b'"created_at":1.0,"terminal":false,"terminal_state":null,"payload":{"text":"a token of the answer "}}\n'
+    )
+    rates = []
+    for run in range(RUNS):
+        fd = os.open(root / f"floor-{run}.jsonl", os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            start = time.perf_counter()
+            for _ in range(rows):
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                os.fstat(fd)
+                os.write(fd, line)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            rates.append(rows / (time.perf_counter() - start))
+        finally:
+            os.close(fd)
+    return rates
+
+
 def bench_summary(root: Path, rows: int = 10_000) -> tuple[float, float]:
     _fill(root, "summary", rows)
 
@@ -79,6 +103,11 @@ def main() -> None:
         print(
             f"append (no fsync): median {statistics.median(rates):,.0f} rows/s "
             f"(runs: {', '.join(f'{r:,.0f}' for r in rates)}; target >= 50,000)"
+        )
+        floor = bench_floor(root)
+        print(
+            f"  floor on this machine now (bare flock+fstat+write+unlock): {statistics.median(floor):,.0f} rows/s; "
+            f"appends reach {statistics.median(rates) / statistics.median(floor):.0%} of it"
         )
         cold_s, cached_s = bench_summary(root)
         print(f"summary of 10,000 rows: cold {cold_s * 1e3:.1f} ms, cached {cached_s * 1e6:.1f} us (medians)")

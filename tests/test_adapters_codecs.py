@@ -193,9 +193,7 @@ def test_chat_annotation_reads_usage_cache_and_reasoning_tokens() -> None:
     annotation = OpenAIChatCodec().annotate_response(response)
     assert annotation.model == "gpt-served" and annotation.id == "cc-9"
     assert annotation.finish_reasons == ["tool_calls"]
-    assert annotation.usage == TokenUsage(
-        100, 40, cache_read_tokens=60, cache_creation_tokens=7, reasoning_tokens=25
-    )
+    assert annotation.usage == TokenUsage(100, 40, cache_read_tokens=60, cache_creation_tokens=7, reasoning_tokens=25)
     assert annotation.output_text is None
     assert annotation.tool_calls == [{"id": "call_1", "name": "lookup", "arguments": '{"q": "x"}'}]
 
@@ -216,9 +214,7 @@ def test_responses_annotation_reads_output_function_calls_and_usage() -> None:
     annotation = OpenAIResponsesCodec().annotate_response(response)
     assert (annotation.model, annotation.id, annotation.output_text) == ("gpt-r", "resp_7", "the answer")
     assert annotation.finish_reasons == ["completed"]
-    assert annotation.usage == TokenUsage(
-        50, 30, cache_read_tokens=20, cache_creation_tokens=0, reasoning_tokens=11
-    )
+    assert annotation.usage == TokenUsage(50, 30, cache_read_tokens=20, cache_creation_tokens=0, reasoning_tokens=11)
     assert annotation.tool_calls == [{"id": "call_9", "name": "f", "arguments": "{}"}]
 
 
@@ -252,9 +248,7 @@ def test_anthropic_annotation_reads_cache_and_thinking_tokens() -> None:
     annotation = AnthropicMessagesCodec().annotate_response(response)
     assert (annotation.model, annotation.id, annotation.output_text) == ("claude-served", "msg_5", "hi")
     assert annotation.finish_reasons == ["tool_use"]
-    assert annotation.usage == TokenUsage(
-        10, 80, cache_read_tokens=500, cache_creation_tokens=40, reasoning_tokens=33
-    )
+    assert annotation.usage == TokenUsage(10, 80, cache_read_tokens=500, cache_creation_tokens=40, reasoning_tokens=33)
     assert annotation.tool_calls == [{"id": "tu_1", "name": "search", "arguments": {"q": "x"}}]
 
 
@@ -280,11 +274,7 @@ def test_annotation_tolerates_duck_typed_and_partial_responses(codec: LLMCodec, 
 def test_chat_annotation_of_a_duck_typed_response_keeps_its_text() -> None:
     response = SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content="ok"))])
     annotation = OpenAIChatCodec().annotate_response(response)
-    assert (
-        annotation.output_text == "ok"
-        and annotation.finish_reasons == []
-        and annotation.usage == TokenUsage()
-    )
+    assert annotation.output_text == "ok" and annotation.finish_reasons == [] and annotation.usage == TokenUsage()
     as_dict = OpenAIChatCodec().annotate_response(
         {"model": "m", "choices": [{"message": {"content": "dict"}, "finish_reason": "length"}]}
     )
@@ -372,16 +362,12 @@ async def test_responses_accumulator_over_async_sdk_stream() -> None:
     assert deltas[0].model == "gpt-r"  # type: ignore[union-attr]
     assert "".join(d.text for d in deltas if d is not None) == "Bonjour"
     assert isinstance(final, Response) and final.output_text == "Bonjour"
-    assert annotation.usage == TokenUsage(
-        5, 6, cache_read_tokens=0, cache_creation_tokens=0, reasoning_tokens=3
-    )
+    assert annotation.usage == TokenUsage(5, 6, cache_read_tokens=0, cache_creation_tokens=0, reasoning_tokens=3)
     assert annotation.tool_calls == [{"id": "call_2", "name": "g", "arguments": '{"n": 1}'}]
 
 
 def test_responses_accumulator_without_a_terminal_event_rebuilds_from_deltas() -> None:
-    events = responses_events(
-        ["a", "b"], function_call={"call_id": "c", "name": "f", "arguments": '{"k": 2}'}
-    )
+    events = responses_events(["a", "b"], function_call={"call_id": "c", "name": "f", "arguments": '{"k": 2}'})
     scripted = scripted_openai(sse_reply(typed_sse(events[:-1])))
     stream = scripted.client.responses.create(model="gpt-test", input="hi", stream=True)
     _deltas, final, annotation = _fold(OpenAIResponsesCodec(), stream)

@@ -33,9 +33,7 @@ def test_instrumented_create_is_a_managed_call_once_however_often_instrumented(r
 def test_uninstrument_restores_the_original_methods_exactly(relay_turn, relay_events) -> None:
     scripted = t.scripted_openai(t.json_reply(t.chat_completion_body()))
     client = scripted.client
-    before = {
-        name: r.create for name, r in (("chat", client.chat.completions), ("responses", client.responses))
-    }
+    before = {name: r.create for name, r in (("chat", client.chat.completions), ("responses", client.responses))}
     adapters.instrument(client)
     assert is_instrumented(client)
     assert isinstance(client.chat.completions.create, ManagedCreate)

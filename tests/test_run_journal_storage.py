@@ -465,6 +465,31 @@ def test_four_processes_append_to_one_run(tmp_path):
     assert append_run_event("s", "r", "done", {}, session_dir=tmp_path)["seq"] == 4 * count + 2
 
 
+def _append_with(writer: RunJournalWriter, worker: int, count: int, barrier: Any) -> None:
+    barrier.wait(timeout=30)
+    for i in range(count):
+        writer.append_sse_event("token", {"worker": worker, "i": i})
+
+
+def test_forked_children_appending_through_the_parents_writer(tmp_path):
+    # The writer object itself crosses the fork, open descriptor and all: each child must reopen.
+    writer = RunJournalWriter("s", "r", session_dir=tmp_path)
+    writer.append_sse_event("status", {"who": "parent"})
+    for i in range(storage._MAX_OPEN + 5):  # push its file out of the process's cache of open files,
+        append_run_event("s", f"other-{i}", "token", {}, session_dir=tmp_path)
+    writer.append_sse_event("status", {"who": "parent"})  # so it reopened one the fork handler does not know
+    ctx = multiprocessing.get_context("fork")
+    barrier = ctx.Barrier(3)
+    procs = [ctx.Process(target=_append_with, args=(writer, w, 200, barrier)) for w in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=60)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    assert writer.append_sse_event("done", {})["seq"] == 603
+    assert seqs(tmp_path) == list(range(1, 604))
+
+
 _KILLED_WRITER = """
 import sys
 from integrations.run_journal import RunJournalWriter

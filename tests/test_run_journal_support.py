@@ -24,6 +24,18 @@ class ProviderError(RuntimeError):
     pass
 
 
+def _sdk_errors() -> tuple[type[BaseException], ...]:
+    import anthropic
+    import httpx2
+    import openai
+
+    return (ProviderError, httpx2.HTTPError, openai.APIError, anthropic.APIError)
+
+
+# What a provider call can fail with: the scripted provider's error, the SDKs' and their transport's.
+ProviderFailures = _sdk_errors()
+
+
 class ScriptedAccumulator:
     def __init__(self) -> None:
         self.text: list[str] = []

@@ -10,12 +10,14 @@ import pytest
 from integrations.run_journal import RunJournalWriter, latest_run_summary, read_run_events
 
 
-def observation(model: str = "backup", *, session_id: str = "session-a", stream_id: str = "run-a") -> dict[str, Any]:
+def observation(
+    model: str = "backup", *, session_id: str = "session-a", stream_id: str = "run-a", provider: str = "custom"
+) -> dict[str, Any]:
     return {
         "session_id": session_id,
         "stream_id": stream_id,
         "model": model,
-        "provider": "custom",
+        "provider": provider,
         "fallback_active": True,
         "phase": "observed_output",
     }
@@ -101,15 +103,64 @@ def test_http_snapshot_projects_exact_journal_window(tmp_path, monkeypatch, suff
 
 
 # --- the journal subscriber on a real relay turn (the seed's run_worker) ----------------------------
+#
+# The seed drove a web app's worker with a fake agent. Here a real leased turn makes real SDK calls
+# (Anthropic as the primary route, OpenAI as the fallback) through the adapters over MockTransport,
+# and the JournalSubscriber on the host's relay writes the run.
 
-from test_run_journal_support import complete_call, run_turn, stream_call  # noqa: E402
+import httpx2  # noqa: E402
+from test_run_journal_support import ProviderFailures, run_turn  # noqa: E402
+
+import adapters  # noqa: E402
+from adapters.testing import (  # noqa: E402
+    Script,
+    anthropic_client,
+    anthropic_events,
+    chat_chunks,
+    chat_completion_body,
+    error,
+    json_reply,
+    openai_chat_sse,
+    openai_client,
+    sse_reply,
+    typed_sse,
+)
+
+PRIMARY = {"model": "primary", "max_tokens": 64, "messages": [{"role": "user", "content": "new turn"}]}
+FALLBACK = {"model": "backup-requested", "messages": [{"role": "user", "content": "new turn"}]}
+
+
+def dropped() -> httpx2.ReadError:
+    return httpx2.ReadError("connection dropped mid-stream")
+
+
+def consume(stream_call):
+    """Iterate a stream the way an agent loop does; a provider failure ends this attempt only."""
+    try:
+        for _ in stream_call():
+            pass
+    except ProviderFailures:
+        pass
+
+
+def attempt(call):
+    try:
+        return call()
+    except ProviderFailures:
+        return None
 
 
 def test_worker_observes_serving_runtime_not_requested(tmp_path, monkeypatch):
+    # The primary route thinks, then its stream breaks; the turn falls back to another provider,
+    # whose response says which model really served.
+    primary = Script(
+        [sse_reply(typed_sse(anthropic_events([], model="primary", thinking="thinking"))[:5], fail_with=dropped())]
+    )
+    backup = Script([sse_reply(openai_chat_sse(chat_chunks(["answer"], model="backup")))])
+
     def body():
-        # The primary route thinks, then breaks; the turn falls back to another provider and model.
-        stream_call("anthropic", "primary", [{"model": "primary", "reasoning": "thinking"}], fail=True)
-        stream_call("custom", "backup-requested", [{"model": "backup", "text": "answer"}], call_id="call-2")
+        consume(lambda: adapters.stream(anthropic_client(primary, max_retries=0), PRIMARY))
+        consume(lambda: adapters.stream(openai_client(backup, max_retries=0), FALLBACK))
 
     result = run_turn(tmp_path, body, monkeypatch=monkeypatch)
     names = result.names
@@ -117,20 +168,25 @@ def test_worker_observes_serving_runtime_not_requested(tmp_path, monkeypatch):
     observed = result.payloads("runtime_model")
     assert [value["model"] for value in observed] == ["primary", "backup", "backup"]
     assert observed[0] == {**observation("primary"), "provider": "anthropic", "fallback_active": False}
-    assert observed[-1] == observation()
+    assert observed[-1] == observation(provider="openai")
     assert names.index("runtime_model") < names.index("reasoning")
     assert names.index("warning") < len(names) - 1 - names[::-1].index("runtime_model")
+    assert result.payloads("reasoning") == [{"text": "thinking"}] and result.payloads("token") == [{"text": "answer"}]
     assert names[-1] == "done"
-    assert latest_run_summary("session-a", "run-a", session_dir=tmp_path)["runtime_model"] == observation()
+    summary = latest_run_summary("session-a", "run-a", session_dir=tmp_path)
+    assert summary["runtime_model"] == observation(provider="openai")
     # The selection is not overwritten: the session still asked for the primary model.
     assert result.lease.model == "primary"
     assert result.lease.conversation.metadata["model"] == "primary"
 
 
 def test_worker_does_not_observe_attempt_or_missing_model(tmp_path, monkeypatch):
+    primary = Script([error(503)])
+    backup = Script([sse_reply(openai_chat_sse(chat_chunks(["partial"], model=""))[:2], fail_with=dropped())])
+
     def body():
-        stream_call("anthropic", "primary", [], fail_on_open=True)
-        stream_call("custom", "backup", [{"model": None, "text": "partial"}], fail=True, call_id="call-2")
+        consume(lambda: adapters.stream(anthropic_client(primary, max_retries=0), PRIMARY))
+        consume(lambda: adapters.stream(openai_client(backup, max_retries=0), FALLBACK))
 
     result = run_turn(tmp_path, body, monkeypatch=monkeypatch, outcome="failed")
     assert not any(name == "runtime_model" for name in result.names)
@@ -142,26 +198,33 @@ def test_worker_does_not_observe_attempt_or_missing_model(tmp_path, monkeypatch)
 
 
 def test_missing_agent_model_does_not_stamp_requested_as_served(tmp_path, monkeypatch):
+    backup = Script([sse_reply(openai_chat_sse(chat_chunks(["partial"], model="")))])
+
     def body():
-        stream_call("custom", "primary", [{"model": None, "text": "partial"}])
+        consume(lambda: adapters.stream(openai_client(backup, max_retries=0), {**FALLBACK, "model": "primary"}))
 
     result = run_turn(tmp_path, body, monkeypatch=monkeypatch)
     assert not any(name == "runtime_model" for name in result.names)
+    assert result.payloads("token") == [{"text": "partial"}]
     assert result.lease.conversation.metadata["model"] == "primary"
     usage = next(value["usage"] for value in result.payloads("done"))
     assert not usage.get("used_model")
-    assert usage["output_tokens"] == 1
 
 
 def test_worker_nonstreaming_success_observes_fallback(tmp_path, monkeypatch):
+    primary = Script([error(500)])
+    backup = Script([json_reply(chat_completion_body("served answer", model="backup"))])
+
     def body():
-        complete_call("anthropic", "primary", None)
-        complete_call("custom", "backup", {"model": "backup", "text": "served answer"}, call_id="call-2")
+        attempt(lambda: adapters.complete(anthropic_client(primary, max_retries=0), PRIMARY))
+        response = attempt(lambda: adapters.complete(openai_client(backup, max_retries=0), FALLBACK))
+        assert response.choices[0].message.content == "served answer"
 
     result = run_turn(tmp_path, body, monkeypatch=monkeypatch)
     observed = result.payloads("runtime_model")
     assert [value["model"] for value in observed] == ["backup"]
-    assert observed[0] == {**observation(), "phase": "route_observed"}
+    assert observed[0] == {**observation(provider="openai"), "phase": "route_observed"}
     assert result.names.index("warning") < result.names.index("runtime_model") < result.names.index("token")
     assert result.payloads("token") == [{"text": "served answer"}]
-    assert result.payloads("done")[0]["usage"]["used_model"] == "backup"
+    usage = result.payloads("done")[0]["usage"]
+    assert usage["used_model"] == "backup" and usage["output_tokens"] == 5

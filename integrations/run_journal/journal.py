@@ -10,7 +10,7 @@ from typing import Any
 from . import paths
 from .reading import read_after, read_all, signature
 from .states import copy_summary, summarize
-from .storage import append_row
+from .storage import append_row, append_to, fsync_policy, run_file_for
 
 PathLike = str | os.PathLike[str]
 _SUMMARY_CACHE_SIZE = 256
@@ -48,7 +48,7 @@ def append_run_event(
 class RunJournalWriter:
     """Appends the rows of one run."""
 
-    __slots__ = ("fsync", "run_id", "session_dir", "session_id")
+    __slots__ = ("_file", "fsync", "run_id", "session_dir", "session_id")
 
     def __init__(
         self, session_id: str, run_id: str, *, session_dir: PathLike | None = None, fsync: str | None = None
@@ -57,10 +57,15 @@ class RunJournalWriter:
         self.session_id = session_id
         self.run_id = run_id
         self.session_dir = session_dir
-        self.fsync = fsync
+        # Resolved once: a writer keeps the policy (and, given a directory, the file) it was made with.
+        # Without a directory the default one is looked up per row, so replacing it takes effect.
+        self.fsync = fsync_policy(fsync)
+        self._file = run_file_for(session_id, run_id, session_dir) if session_dir is not None else None
 
     def append_sse_event(self, event: str, payload: Any = None) -> dict[str, Any]:
-        return append_row(self.session_id, self.run_id, event, payload, session_dir=self.session_dir, fsync=self.fsync)
+        if self._file is None:
+            return append_row(self.session_id, self.run_id, event, payload, fsync=self.fsync)
+        return append_to(self._file, self.session_id, self.run_id, event, payload, None, None, self.fsync)
 
 
 def read_run_events(

@@ -55,10 +55,26 @@ def session_journal_dir(session_id: str, session_dir: str | os.PathLike[str] | N
     return resolve_session_dir(session_dir) / JOURNAL_DIRNAME / session_id
 
 
+_FILES: dict[tuple[str, str, str], str] = {}
+_FILES_MAX = 4096
+
+
 def run_file(session_id: str, run_id: str, session_dir: str | os.PathLike[str] | None = None) -> str:
-    """``run_path`` as a string: the append path builds one per row, and pathlib is the slow part."""
-    check_ids(session_id, run_id)
-    return os.path.join(_root(session_dir), JOURNAL_DIRNAME, session_id, run_id + SUFFIX)
+    """``run_path`` as a string, remembered: the append path needs one per row.
+
+    Only checked ids ever enter the cache, so a hit needs no second check.
+    """
+    if type(session_id) is not str or type(run_id) is not str:
+        raise ValueError("invalid session_id/run_id")
+    key = (_root(session_dir), session_id, run_id)
+    path = _FILES.get(key)
+    if path is None:
+        check_ids(session_id, run_id)
+        path = os.path.join(key[0], JOURNAL_DIRNAME, session_id, run_id + SUFFIX)
+        if len(_FILES) >= _FILES_MAX:
+            _FILES.clear()
+        _FILES[key] = path
+    return path
 
 
 def run_path(session_id: str, run_id: str, session_dir: str | os.PathLike[str] | None = None) -> Path:

@@ -39,6 +39,7 @@ def fsync_policy(override: str | None = None) -> str:
 
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+_EVENT_JSON: dict[str, str] = {}
 _STATE_JSON = {state: _encode(state) for state in (None, *TERMINAL_STATES)}
 
 
@@ -62,6 +63,7 @@ class _RunFile:
         self.path = path
         self._lock = threading.Lock()
         self._fd = -1
+        self._pid = -1
         self._ino = -1
         # What the file looked like right after our last append: if it still does, nobody else wrote.
         self._size = -1
@@ -113,13 +115,18 @@ class _RunFile:
 
     def _open(self) -> int:
         if self._fd >= 0:
-            return self._fd
+            if self._pid == os.getpid():
+                return self._fd
+            # Inherited through fork: flock is held per open file description, so sharing
+            # the parent's would let both processes take the "exclusive" lock at once.
+            os.close(self._fd)
+            self._fd = -1
         flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
         try:
             fd = os.open(self.path, flags)
         except FileNotFoundError:
             fd = self._create(flags)
-        self._fd, self._ino, self._size = fd, -1, -1
+        self._fd, self._ino, self._size, self._pid = fd, -1, -1, os.getpid()
         return fd
 
     def _create(self, flags: int) -> int:
@@ -165,9 +172,11 @@ def _scan_tail(fd: int, size: int) -> tuple[int, bool]:
 
 
 def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+    written = os.write(fd, data)
+    if written < len(data):  # only a signal or a full disk cuts a regular-file write short
+        view = memoryview(data)[written:]
+        while view:
+            view = view[os.write(fd, view) :]
 
 
 def _make_dirs(directory: Path) -> list[Path]:
@@ -245,23 +254,45 @@ def append_row(
     fsync: str | None = None,
 ) -> dict[str, Any]:
     path = paths.run_file(session_id, run_id, session_dir)
+    return append_to(OPEN_FILES.get(path), session_id, run_id, event, payload, seq, created_at, fsync_policy(fsync))
+
+
+def run_file_for(session_id: str, run_id: str, session_dir: str | os.PathLike[str]) -> _RunFile:
+    """The run file a long-lived writer may hold on to (it then skips the path lookup per row)."""
+    return OPEN_FILES.get(paths.run_file(session_id, run_id, session_dir))
+
+
+def append_to(
+    run_file: _RunFile,
+    session_id: str,
+    run_id: str,
+    event: str,
+    payload: Any,
+    seq: int | None,
+    created_at: Any,
+    policy: str,
+) -> dict[str, Any]:
+    """Append to a run file whose ids were checked when its path was built."""
     if not isinstance(event, str) or not event:
         raise ValueError(f"run journal event must be a non-empty string, got {event!r}")
     if seq is not None and (type(seq) is not int or seq < 1):
         raise ValueError(f"seq must be a positive integer, got {seq!r}")
-    policy = fsync_policy(fsync)
     if payload is None:
         payload = {}
     if created_at is None:
         created_at = time.time()
     state = terminal_state(event, payload)
-    name = _encode(event)
+    name = _EVENT_JSON.get(event)
+    if name is None:
+        name = _encode(event)
+        if len(_EVENT_JSON) < 256:  # event names are a small vocabulary; anything else is encoded each time
+            _EVENT_JSON[event] = name
     tail = (
         f',"run_id":"{run_id}","session_id":"{session_id}","event":{name},"type":{name}'
         f',"created_at":{_encode_time(created_at)},"terminal":{"false" if state is None else "true"}'
         f',"terminal_state":{_STATE_JSON[state]},"payload":{encode_json(payload)}}}\n'
     )
-    seq = OPEN_FILES.get(path).append(run_id, tail, seq, state is not None or policy == FSYNC_EAGER)
+    seq = run_file.append(run_id, tail, seq, state is not None or policy == FSYNC_EAGER)
     return {
         "version": VERSION,
         "event_id": f"{run_id}:{seq}",
