@@ -11,6 +11,7 @@ import asyncio
 import json
 import threading
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -182,6 +183,10 @@ def open_turn(host: session.Host, session_id: str = "sess-1", turn_id: str = "tu
     return session.SESSION_COORDINATOR.begin_turn(lease, turn_id=turn_id, task_id="task-7")
 
 
+def agent_of(host: session.Host) -> str:
+    return Path(host.profile_key).name
+
+
 def close_turn(turn: session.Turn, outcome: str = "success") -> None:
     session.SESSION_COORDINATOR.end_turn(turn, outcome=outcome)
     session.SESSION_COORDINATOR.release_conversation(turn.lease)
@@ -215,9 +220,9 @@ def test_session_tree_names_kinds_parentage_and_times(pipeline, host, exporter, 
 
     spans = pipeline.finished()
     assert sorted(s.name for s in spans) == sorted(
-        [f"invoke_agent {host.profile_key}", "turn", "logical_llm_call", "chat gpt-test", "execute_tool search"]
+        [f"invoke_agent {agent_of(host)}", "turn", "logical_llm_call", "chat gpt-test", "execute_tool search"]
     )
-    conv = pipeline.one(f"invoke_agent {host.profile_key}")
+    conv = pipeline.one(f"invoke_agent {agent_of(host)}")
     turn_span = pipeline.one("turn")
     logical = pipeline.one("logical_llm_call")
     attempt = pipeline.one("chat gpt-test")
@@ -265,7 +270,8 @@ def test_session_tree_names_kinds_parentage_and_times(pipeline, host, exporter, 
 
     c = conv.attributes
     assert c["gen_ai.operation.name"] == "invoke_agent"
-    assert c["gen_ai.agent.name"] == host.profile_key
+    assert c["gen_ai.agent.name"] == "relay-home"  # the profile directory's name
+    assert c["relay.profile_key"] == host.profile_key
     assert c["gen_ai.conversation.id"] == "sess-1"
     assert c["relay.platform"] == "cli"
     t = turn_span.attributes
@@ -520,7 +526,7 @@ def test_releasing_the_conversation_ends_everything_below(pipeline, host, export
     host.relay.scope.push("dangling", ScopeType.FUNCTION, parent=turn.scope, attach=False)
     session.SESSION_COORDINATOR.release_conversation(turn.lease)  # no end_turn first
     names = sorted(s.name for s in pipeline.finished())
-    assert names == sorted(["dangling", "turn", f"invoke_agent {host.profile_key}"])
+    assert names == sorted(["dangling", "turn", f"invoke_agent {agent_of(host)}"])
     assert pipeline.one("dangling").attributes["relay.outcome"] == "abandoned"
     assert pipeline.one("turn").attributes["relay.outcome"] == "cancelled"
     assert exporter.diagnostics()["otel.open_spans"] == 0
@@ -625,7 +631,7 @@ def test_openinference_conventions(pipeline, host):
     exp.detach()
     kinds = {s.name: s.attributes["openinference.span.kind"] for s in pipeline.finished()}
     assert kinds == {
-        f"invoke_agent {host.profile_key}": "AGENT",
+        f"invoke_agent {agent_of(host)}": "AGENT",
         "turn": "CHAIN",
         "logical_llm_call": "CHAIN",
         "chat claude-test": "LLM",

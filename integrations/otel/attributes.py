@@ -79,8 +79,21 @@ def provider_of(event: Event) -> str | None:
 
 
 def agent_name(event: Event) -> str:
+    """``agent_name`` metadata if the caller gave one, else the profile's last path part.
+
+    Profile keys are resolved home directories: the full path stays in
+    ``relay.profile_key``, the span name gets its readable tail.
+    """
     md = event.metadata
-    return str(md.get(cv.PROFILE_KEY) or event.name) if md else event.name
+    if not md:
+        return event.name
+    name = md.get("agent_name")
+    if isinstance(name, str) and name:
+        return name
+    profile = md.get(cv.PROFILE_KEY)
+    if isinstance(profile, str) and profile:
+        return profile.rstrip("/\\").rsplit("/", 1)[-1].rsplit("\\", 1)[-1] or profile
+    return event.name
 
 
 def span_name(event: Event, role: str) -> str:
