@@ -660,3 +660,20 @@ def test_bad_options_are_refused_with_clear_errors(pipeline):
         OTelExporter(pipeline.tracer_provider).attach(object())
     with pytest.raises(ValueError, match="max_open must be at least 1"):
         OTelExporter(pipeline.tracer_provider, max_open_spans=0)
+
+
+def test_eviction_takes_the_oldest_leaf_and_keeps_the_live_parent(pipeline):
+    relay = Relay()
+    exp = OTelExporter(pipeline.tracer_provider, max_open_spans=3).attach(relay)
+    run = relay.scope.push("run", ScopeType.AGENT, attach=False)
+    leaks = [relay.scope.push(f"leak-{i}", ScopeType.FUNCTION, parent=run, attach=False) for i in range(4)]
+    assert [s.name for s in pipeline.finished()] == ["leak-0", "leak-1"]
+    assert exp.diagnostics()["otel.spans_abandoned"] == 2
+    for h in reversed(leaks):
+        relay.scope.pop(h)
+    relay.scope.pop(run)
+    spans = pipeline.finished()
+    assert [s.name for s in spans] == ["leak-0", "leak-1", "leak-3", "leak-2", "invoke_agent run"]
+    agent = spans[-1]
+    assert agent.status.status_code is StatusCode.UNSET
+    assert all(s.parent.span_id == agent.context.span_id for s in spans[:-1])
