@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from . import conventions as cv
 from .chains import is_awaitable, refuse_awaitable
 from .codec import LLMCodec
-from .events import SCOPE_START, Event
+from .events import SCOPE_START, new_event
 from .intercepts import LLM_GUARDRAIL, LLM_REQUEST, LLM_RESPONSE, GuardrailRejected, Intercept
 from .redaction import redacted_annotation, redacted_request
 from .scopes import ScopeHandle, outcome_of
@@ -115,7 +115,7 @@ class Attempt:
             edits = chains.get(LLM_REQUEST, ())
             codec = self.codec
             if codec is not None and (guardrails or edits or relay.subscribers.start or relay.subscribers.end):
-                self.annotated = codec.decode(request.content)
+                self.annotated = self._decode(codec, request, policy=bool(guardrails or edits))
             for entry in guardrails:
                 reason = entry.fn(self.name, request, self.annotated)
                 if reason is not None:
@@ -133,6 +133,16 @@ class Attempt:
             self.model_name = self.annotated.model
         self._emit_start(request)
         return request
+
+    def _decode(self, codec: LLMCodec, request: LLMRequest, policy: bool) -> AnnotatedLLMRequest | None:
+        """The neutral view. Policy that reads it fails closed without it; mere observers do not."""
+        try:
+            return codec.decode(request.content)
+        except Exception as exc:
+            if policy:
+                raise
+            self.relay.diag.failure("bookkeeping_errors", exc, f"decoding the request of {self.name!r}")
+            return None
 
     def _apply_request_intercepts(self, edits: tuple[Intercept, ...], request: LLMRequest) -> LLMRequest:
         before = self.annotated.snapshot() if self.annotated is not None else None
@@ -164,7 +174,7 @@ class Attempt:
             return
         h = self.handle
         try:
-            event = Event(
+            event = new_event(
                 SCOPE_START,
                 h.uuid,
                 h.parent_uuid,
@@ -176,7 +186,7 @@ class Attempt:
                 metadata=dict(self.metadata),
                 provider=self.name,
                 model_name=self.model_name,
-                annotated_request=redacted_annotation(self.annotated),
+                annotated_request=redacted_annotation(self.annotated) if self.annotated is not None else None,
             )
         except Exception as exc:
             self.relay.diag.failure("bookkeeping_errors", exc, "building an attempt start event")
@@ -253,7 +263,7 @@ class Attempt:
                 outcome=outcome,
                 provider=self.name,
                 model_name=self.model_name,
-                annotated_request=redacted_annotation(self.annotated),
+                annotated_request=redacted_annotation(self.annotated) if self.annotated is not None else None,
                 annotated_response=annotation,
             )
         except Exception as exc:

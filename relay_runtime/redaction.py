@@ -50,10 +50,16 @@ def is_credential_header(name: str | bytes) -> bool:
 
 def redact_headers(headers: Mapping[Any, Any]) -> dict[str, Any]:
     """A copy with credential values replaced; bytes names become text so every encoder can take them."""
-    return {
-        (k.decode("latin-1") if isinstance(k, (bytes, bytearray)) else k): (REDACTED if is_credential_header(k) else v)
-        for k, v in headers.items()
-    }
+    out: dict[str, Any] = {}
+    verdicts = _verdicts
+    for k, v in headers.items():
+        verdict = verdicts.get(k)
+        if verdict is None:
+            verdict = is_credential_header(k)
+        if type(k) is not str and isinstance(k, (bytes, bytearray)):
+            k = k.decode("latin-1")
+        out[k] = REDACTED if verdict else v
+    return out
 
 
 def redact_kwargs(content: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from .events import MARK, SCOPE_END, SCOPE_START, Event
+from .events import MARK, SCOPE_END, SCOPE_START, new_event
 from .ids import new_id
 from .types import AnnotatedLLMRequest, AnnotatedLLMResponse, Outcome, ScopeType
 
@@ -43,6 +43,7 @@ class ScopeHandle:
         "metadata",
         "name",
         "parent",
+        "parent_uuid",
         "scope_type",
         "start_ns",
         "trace_id",
@@ -63,7 +64,12 @@ class ScopeHandle:
         self.name = name
         self.scope_type = scope_type
         self.parent = parent
-        self.trace_id: str = parent.trace_id if parent is not None else new_id()
+        if parent is not None:
+            self.parent_uuid: str | None = parent.uuid
+            self.trace_id: str = parent.trace_id
+        else:
+            self.parent_uuid = None
+            self.trace_id = new_id()
         self.metadata = metadata
         self.data = data
         self.attached = attached
@@ -71,10 +77,6 @@ class ScopeHandle:
         self.start_ns = _now()
         self.ended = False
         self.local_intercepts: Any = None
-
-    @property
-    def parent_uuid(self) -> str | None:
-        return self.parent.uuid if self.parent is not None else None
 
     def __repr__(self) -> str:
         return f"<scope {self.scope_type} {self.name!r} {self.uuid[:8]}>"
@@ -141,7 +143,7 @@ class Scopes:
         if self._subs.start:
             self._subs.deliver(
                 self._subs.start,
-                Event(
+                new_event(
                     SCOPE_START,
                     handle.uuid,
                     handle.parent_uuid,
@@ -217,7 +219,7 @@ class Scopes:
         merged = handle.metadata if not metadata else {**(handle.metadata or {}), **metadata}
         self._subs.deliver(
             self._subs.end,
-            Event(
+            new_event(
                 SCOPE_END,
                 handle.uuid,
                 handle.parent_uuid,
@@ -280,7 +282,7 @@ class Scopes:
         owner = parent if parent is not None else self.current()
         self._subs.deliver(
             targets,
-            Event(
+            new_event(
                 MARK,
                 new_id(),
                 owner.uuid if owner is not None else None,

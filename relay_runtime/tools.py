@@ -28,7 +28,9 @@ class Tools:
         relay = self._relay
         intercepts = relay.intercepts
         anchor = parent if parent is not None else relay.scope.current()
-        requests = intercepts.chain(TOOL_REQUEST, anchor) if intercepts.active else ()
+        # Both chains are resolved now, once: registrations made during the call apply to later calls.
+        resolved = intercepts.resolve(anchor) if intercepts.active else {}
+        requests = resolved.get(TOOL_REQUEST, ())
         handle = relay.scope.push(
             name,
             ScopeType.TOOL,
@@ -41,7 +43,7 @@ class Tools:
         except BaseException as exc:
             relay.scope.pop(handle, error=exc)
             raise
-        executions = intercepts.chain(TOOL_EXECUTION, anchor) if intercepts.active else ()
+        executions = resolved.get(TOOL_EXECUTION, ())
         return handle, args, executions
 
     def execute(

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from core_support import DictCodec, attempts, balanced, new_relay, request, response
 
-from relay_runtime import LLMRequest, Relay, ScopeType, current_attempt
+from relay_runtime import LLMRequest, LLMRequestInterceptOutcome, Relay, ScopeType, current_attempt
 from relay_runtime.jsonl import event_json
 
 
@@ -285,3 +285,42 @@ async def test_async_tool_with_async_execution_intercept() -> None:
     assert await relay.tools.execute_async("add", {"a": 1, "b": 2}, slow_add) == 6
     assert relay.tools.execute_async is not None and order == ["before", "tool", "after"]
     assert rec.ends(scope_type="tool")[0].output == 6
+
+
+def test_a_tool_call_keeps_the_chains_it_resolved() -> None:
+    relay, _rec = new_relay()
+    wrapped: list[str] = []
+
+    def late(name: str, args: Any, next_call: Any) -> Any:
+        wrapped.append(name)
+        return next_call(args)
+
+    # First call: registers "late" mid-call (must not wrap this call).
+    # Second call: deregisters it mid-call (must still wrap this call).
+    def registers_late(name: str, args: Any) -> Any:
+        if not wrapped and relay.intercepts.deregister_tool_execution("late") is False:
+            relay.intercepts.register_tool_execution("late", 0, late)
+        return args
+
+    relay.intercepts.register_tool_request("registers", 0, False, registers_late)
+    assert relay.tools.execute("first", 1, lambda a: a + 1) == 2
+    assert wrapped == []
+    assert relay.tools.execute("second", 1, lambda a: a + 1) == 2
+    assert wrapped == ["second"]
+
+
+class UndecodableCodec(DictCodec):
+    def decode(self, content: Any) -> Any:
+        raise ValueError("unknown request shape")
+
+
+def test_a_codec_that_cannot_decode_fails_open_for_observers_and_closed_for_policy() -> None:
+    relay, rec = new_relay()
+    assert relay.llm.execute("p", request(), lambda r: response(), codec=UndecodableCodec()) == response()
+    assert relay.diagnostics()["bookkeeping_errors"] == 1
+    assert attempts(rec.events)[0].outcome == "success" and attempts(rec.events)[0].annotated_request is None
+    relay.intercepts.register_llm_request("needs-view", 0, False, lambda n, r, a: LLMRequestInterceptOutcome(r, a))
+    ran: list[Any] = []
+    with pytest.raises(ValueError, match="unknown request shape"):
+        relay.llm.execute("p", request(), lambda r: ran.append(r), codec=UndecodableCodec())
+    assert ran == [] and attempts(rec.events)[1].outcome == "failed"

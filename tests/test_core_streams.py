@@ -359,3 +359,23 @@ async def test_async_factory_must_give_an_async_iterable() -> None:
     with pytest.raises(TypeError, match="async iterable"):
         await relay.llm.stream_async("p", request(), lambda r: [1, 2])
     assert outcomes(rec) == ["failed"]
+
+
+def test_an_accumulator_that_cannot_finish_still_ends_the_attempt_as_a_success() -> None:
+    relay, rec = new_relay()
+
+    class Unfinished(DictCodec):
+        def accumulator(self) -> Any:
+            acc = super().accumulator()
+
+            def finish() -> Any:
+                raise ValueError("truncated final chunk")
+
+            acc.finish = finish  # type: ignore[method-assign]
+            return acc
+
+    items = chunks(2)
+    assert list(relay.llm.stream("p", request(), lambda r: iter(items), codec=Unfinished())) == items
+    assert relay.diagnostics()["bookkeeping_errors"] == 1
+    (end,) = attempts(rec.events)
+    assert end.outcome == "success" and end.output is None and balanced(rec.events)
