@@ -5,10 +5,14 @@ drops everything (so only the calling thread's cost is measured):
 
 - ``bare``: the provider callback alone.
 - ``raw spans``: the same two spans (logical call + attempt, under an open turn)
-  made by hand with the OTel SDK, with the same attributes read off the same
-  request and response: the floor any instrumentation pays.
+  made by hand with the OTel SDK, with the same names, kinds and attribute keys as the
+  exporter's (checked before measuring), read off the same request and response: the
+  floor any instrumentation pays. ``+ metrics``: and the same three histogram points.
 - ``relay + exporter``: ``relay_runtime.calls.execute_current`` with a codec and
-  ``OTelExporter`` attached (spans and metrics). Target: at most 1.3x ``raw spans``.
+  ``OTelExporter`` attached. Target: at most 1.3x ``raw spans``, metrics off on both
+  sides or on on both sides.
+- the exporter's own work: its four events against a tracer that keeps nothing, so
+  that a managed call splits into core, exporter and SDK shares.
 - on a real OpenAI client over ``httpx2.MockTransport``: the cost ``adapters.complete``
   with the exporter adds to a bare ``create()``, against the cost
   ``opentelemetry-instrumentation-openai-v2`` adds (only where that package imports:
@@ -33,10 +37,12 @@ from opentelemetry import trace as trace_api
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
 from integrations.otel import OTelExporter
+from integrations.otel.metrics import DURATION_BUCKETS, OPERATION_DURATION, TOKEN_BUCKETS, TOKEN_USAGE
 from relay_runtime import LLMRequest, session
 from relay_runtime import calls as relay_calls
 from relay_runtime import conventions as cv
@@ -46,6 +52,8 @@ from relay_runtime.types import AnnotatedLLMRequest, AnnotatedLLMResponse, Token
 CALLS = int(os.environ.get("BENCH_OTEL_CALLS", "2000"))
 RUNS = int(os.environ.get("BENCH_OTEL_RUNS", "7"))
 TARGET_RATIO = 1.3
+# The shape of the ids the core gives a logical call (a uuid's 32 hex digits).
+API_REQUEST_ID = "0123456789abcdef0123456789abcdef"
 CLOCK = time.thread_time_ns
 
 
@@ -134,17 +142,24 @@ def interleaved(bodies: dict[str, Callable[[], Any]], calls: int = CALLS, runs: 
 # -- the raw baseline -------------------------------------------------------------------------
 
 
-def raw_spans_body(provider: TracerProvider, turn_context: Any) -> Callable[[], Any]:
+def raw_spans_body(
+    provider: TracerProvider, turn_context: Any, meters: MeterProvider | None = None
+) -> Callable[[], Any]:
+    """What a user instrumenting by hand writes for the tree the exporter makes: the same two
+    spans with the same attributes (the exporter's ``gen_ai.*`` and ``relay.*`` set, checked
+    against it by ``check_same_tree``), and, with ``meters``, the same three histogram points."""
     tracer = provider.get_tracer("bench.raw")
     set_in_context = trace_api.set_span_in_context
     request = LLMRequest(None, KWARGS)
+    record = raw_metrics(meters) if meters is not None else None
+    clock = time.perf_counter_ns
 
     def body() -> Any:
         content = request.content
         logical = tracer.start_span(
             "logical_llm_call",
             context=turn_context,
-            attributes={"relay.api_request_id": "r", "relay.call_role": "primary"},
+            attributes={"relay.api_request_id": API_REQUEST_ID, "relay.call_role": "primary"},
         )
         model = content["model"]
         attempt = tracer.start_span(
@@ -158,12 +173,14 @@ def raw_spans_body(provider: TracerProvider, turn_context: Any) -> Callable[[], 
                 "gen_ai.request.temperature": content["temperature"],
                 "gen_ai.request.max_tokens": content["max_tokens"],
                 "gen_ai.conversation.id": "bench",
-                "relay.api_request_id": "r",
-                "relay.call_role": "primary",
                 "relay.retry_count": 0,
+                "relay.api_request_id": API_REQUEST_ID,
+                "relay.call_role": "primary",
             },
         )
+        t0 = clock()
         r = provider_call(request)
+        elapsed = clock() - t0
         usage = r["usage"]
         attempt.set_attributes(
             {
@@ -176,11 +193,35 @@ def raw_spans_body(provider: TracerProvider, turn_context: Any) -> Callable[[], 
             }
         )
         attempt.end()
-        logical.set_attributes({"relay.outcome": "success", "relay.provider": "openai"})
+        if record is not None:
+            record(model, r["model"], elapsed, usage["prompt_tokens"], usage["completion_tokens"])
+        logical.set_attributes({"relay.outcome": "success", "relay.model": r["model"], "relay.provider": "openai"})
         logical.end()
         return r
 
     return body
+
+
+def raw_metrics(meters: MeterProvider) -> Callable[[str, str, int, int, int], None]:
+    """The GenAI client metrics by hand: duration, and token usage per token type."""
+    meter = meters.get_meter("bench.raw")
+    duration = meter.create_histogram(
+        OPERATION_DURATION, unit="s", explicit_bucket_boundaries_advisory=DURATION_BUCKETS
+    )
+    tokens = meter.create_histogram(TOKEN_USAGE, unit="{token}", explicit_bucket_boundaries_advisory=TOKEN_BUCKETS)
+
+    def record(model: str, response_model: str, elapsed_ns: int, input_tokens: int, output_tokens: int) -> None:
+        base = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": "openai",
+            "gen_ai.request.model": model,
+            "gen_ai.response.model": response_model,
+        }
+        duration.record(elapsed_ns / 1e9, base)
+        tokens.record(input_tokens, {**base, "gen_ai.token.type": "input"})
+        tokens.record(output_tokens, {**base, "gen_ai.token.type": "output"})
+
+    return record
 
 
 # -- ours -----------------------------------------------------------------------------------
@@ -248,6 +289,69 @@ def exporter_only_body(exporter: OTelExporter, events: list[Any]) -> Callable[[]
         exporter(fourth)
 
     return body
+
+
+# -- like for like ------------------------------------------------------------------------------
+
+
+def tree_shape(spans: Sequence[ReadableSpan]) -> dict[str, tuple[str, list[str]]]:
+    return {
+        s.name: (s.kind.name, sorted(s.attributes or {}))
+        for s in spans
+        if s.name in ("logical_llm_call", "chat gpt-bench")
+    }
+
+
+def metric_shape(reader: InMemoryMetricReader) -> dict[str, list[list[str]]]:
+    data = reader.get_metrics_data()
+    out: dict[str, list[list[str]]] = {}
+    for rm in data.resource_metrics if data else ():
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                out[metric.name] = sorted(sorted(p.attributes or {}) for p in metric.data.data_points)
+    return out
+
+
+def check_same_tree() -> None:
+    """Refuse to compare unless the hand-made spans and metrics carry exactly the exporter's names,
+    kinds and attribute keys: a cheaper baseline that sets less would flatter nothing but the ratio."""
+    shapes = []
+    for build in ("raw", "ours"):
+        spans = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(spans))
+        reader = InMemoryMetricReader()
+        meters = MeterProvider(metric_readers=[reader])
+        if build == "raw":
+            turn = provider.get_tracer("bench.turn").start_span("turn")
+            raw_spans_body(provider, trace_api.set_span_in_context(turn), meters)()
+            turn.end()
+        else:
+            managed = Managed(OTelExporter(provider, meters))
+            managed.body()()
+            managed.close()
+        shapes.append((tree_shape(spans.get_finished_spans()), metric_shape(reader)))
+    if shapes[0] != shapes[1]:
+        raise SystemExit(f"the hand-made tree differs from the exporter's:\n  raw:  {shapes[0]}\n  ours: {shapes[1]}")
+
+
+class _NullSpan(trace_api.NonRecordingSpan):
+    """Takes everything and keeps nothing, but says it records: the exporter does all its own work."""
+
+    def is_recording(self) -> bool:
+        return True
+
+
+class _NullTracer(trace_api.NoOpTracer):
+    def start_span(self, *args: Any, **kwargs: Any) -> trace_api.Span:
+        return _NullSpan(trace_api.INVALID_SPAN_CONTEXT)
+
+
+class NullTracerProvider(trace_api.NoOpTracerProvider):
+    """For measuring the exporter's own share: its work per event with the SDK's taken out."""
+
+    def get_tracer(self, *args: Any, **kwargs: Any) -> trace_api.Tracer:
+        return _NullTracer()
 
 
 # -- openai-v2 ----------------------------------------------------------------------------------
@@ -320,21 +424,34 @@ def sdk_comparison() -> dict[str, float] | str:
     return {name: statistics.median(values) for name, values in out.items()}
 
 
+def metered_tracer_provider() -> tuple[TracerProvider, MeterProvider]:
+    return tracer_provider(), MeterProvider(metric_readers=[InMemoryMetricReader()])
+
+
 def main() -> None:
     print(f"python {sys.version.split()[0]}, {CALLS} calls x {RUNS} runs, medians in microseconds per call")
+    session.reset_for_tests()
+    check_same_tree()
     session.reset_for_tests()
     events = recorded_call_events()
 
     raw_provider = tracer_provider()
     turn_span = raw_provider.get_tracer("bench.turn").start_span("turn")
+    turn_context = trace_api.set_span_in_context(turn_span)
+    raw_metered, raw_meters = metered_tracer_provider()
+    raw_turn = raw_metered.get_tracer("bench.turn").start_span("turn")
     spans_provider = tracer_provider()
     managed_noop = Managed(None)
     managed_spans = Managed(OTelExporter(tracer_provider()))
-    managed_full = Managed(OTelExporter(tracer_provider(), MeterProvider(metric_readers=[InMemoryMetricReader()])))
+    managed_full = Managed(OTelExporter(*metered_tracer_provider()))
     bodies = {
         "bare provider callback": lambda: provider_call(None),
-        "raw OTel spans by hand (2 spans)": raw_spans_body(raw_provider, trace_api.set_span_in_context(turn_span)),
+        "raw OTel spans by hand (2 spans)": raw_spans_body(raw_provider, turn_context),
+        "raw OTel spans + metrics by hand": raw_spans_body(
+            raw_metered, trace_api.set_span_in_context(raw_turn), raw_meters
+        ),
         "OTelExporter alone, one call's 4 events": exporter_only_body(OTelExporter(spans_provider), events),
+        "OTelExporter's own work (SDK taken out)": exporter_only_body(OTelExporter(NullTracerProvider()), events),
         "relay managed call, no-op subscriber": managed_noop.body(),
         "relay managed call + OTelExporter (spans)": managed_spans.body(),
         "relay managed call + OTelExporter (+metrics)": managed_full.body(),
@@ -342,9 +459,10 @@ def main() -> None:
     samples = interleaved(bodies)
     for managed in (managed_noop, managed_spans, managed_full):
         managed.close()
-    turn_span.end()
-    raw_provider.shutdown()
-    spans_provider.shutdown()
+    for span in (turn_span, raw_turn):
+        span.end()
+    for provider in (raw_provider, raw_metered, spans_provider):
+        provider.shutdown()
 
     us = 1000.0
     med = {name: statistics.median(values) for name, values in samples.items()}
@@ -352,13 +470,20 @@ def main() -> None:
         runs = ", ".join(f"{v / us:.1f}" for v in values)
         print(f"  {name:<46} {med[name] / us:8.2f} us   (runs: {runs})")
     raw = med["raw OTel spans by hand (2 spans)"]
+    raw_full = med["raw OTel spans + metrics by hand"]
     alone = med["OTelExporter alone, one call's 4 events"]
+    own = med["OTelExporter's own work (SDK taken out)"]
     noop = med["relay managed call, no-op subscriber"]
     spans = med["relay managed call + OTelExporter (spans)"]
     full = med["relay managed call + OTelExporter (+metrics)"]
-    print(f"  exporter alone / raw spans:                         {alone / raw:.2f}x (target <= {TARGET_RATIO}x)")
+    print(f"  exporter alone / raw spans:                         {alone / raw:.2f}x")
     print(f"  exporter's share in a managed call / raw spans:     {(spans - noop) / raw:.2f}x")
-    print(f"  whole managed call with exporter / raw spans:       {spans / raw:.2f}x (with metrics {full / raw:.2f}x)")
+    print(f"  whole managed call with exporter / raw spans:       {spans / raw:.2f}x (target <= {TARGET_RATIO}x)")
+    print(f"  the same, metrics on both sides:                    {full / raw_full:.2f}x (target <= {TARGET_RATIO}x)")
+    print(
+        f"  where a managed call's time goes: core {noop / us:.1f} us, exporter's own {own / us:.1f} us,"
+        f" OTel SDK (raw spans) {raw / us:.1f} us; unexplained {(spans - noop - own - raw) / us:+.1f} us"
+    )
 
     sdk = sdk_comparison()
     if isinstance(sdk, str):
