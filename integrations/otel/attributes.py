@@ -37,19 +37,30 @@ OPENINFERENCE = "openinference"
 KNOWN_CONVENTIONS = frozenset({GEN_AI, OPENINFERENCE})
 
 _BY_SCOPE_TYPE = {"llm": ATTEMPT, "tool": TOOL, "agent": AGENT}
+_BY_KIND = {role: role for role in (CONVERSATION, TURN, LOGICAL_CALL, ATTEMPT, TOOL)}
 
 
 def role_of(event: Event) -> str:
     """Which of our span shapes a scope gets: by ``relay.kind`` first, then by scope type."""
-    kind = event.metadata.get(cv.KIND) if event.metadata else None
-    if kind in (CONVERSATION, TURN, LOGICAL_CALL, ATTEMPT, TOOL):
-        return str(kind)
+    md = event.metadata
+    if md:
+        kind = md.get(cv.KIND)
+        if type(kind) is str:
+            role = _BY_KIND.get(kind)
+            if role is not None:
+                return role
     return _BY_SCOPE_TYPE.get(event.scope_type or "", SCOPE)
 
 
+# A provider call leaves the process; everything else is work inside it.
+SPAN_KINDS: dict[str, SpanKind] = {
+    role: SpanKind.CLIENT if role == ATTEMPT else SpanKind.INTERNAL
+    for role in (CONVERSATION, TURN, LOGICAL_CALL, ATTEMPT, TOOL, AGENT, SCOPE)
+}
+
+
 def span_kind(role: str) -> SpanKind:
-    # A provider call leaves the process; everything else is work inside it.
-    return SpanKind.CLIENT if role == ATTEMPT else SpanKind.INTERNAL
+    return SPAN_KINDS[role]
 
 
 # Codec operations that the GenAI conventions spell otherwise: the OpenAI Responses
@@ -62,6 +73,19 @@ def operation_of(event: Event) -> str:
     if req is None or not req.operation:
         return "chat"
     return _OPERATIONS.get(req.operation, req.operation)
+
+
+def attempt_identity(event: Event) -> tuple[str, str | None, str | None]:
+    """``(operation, provider, request model)`` of an attempt, reading the request once."""
+    req = event.annotated_request
+    if req is None:
+        return "chat", event.provider, event.model_name
+    op = req.operation
+    return (
+        _OPERATIONS.get(op, op) if op else "chat",
+        req.provider or event.provider,
+        req.model or event.model_name,
+    )
 
 
 def request_model(event: Event) -> str | None:
@@ -99,8 +123,7 @@ def agent_name(event: Event) -> str:
 def span_name(event: Event, role: str) -> str:
     """Low-cardinality names as the GenAI conventions spell them: ``{operation} {target}``."""
     if role == ATTEMPT:
-        model = request_model(event)
-        op = operation_of(event)
+        op, _, model = attempt_identity(event)
         return f"{op} {model}" if model else op
     if role == TOOL:
         return f"execute_tool {event.name}"
@@ -156,9 +179,8 @@ def _scalar(value: Any) -> Any:
     return None
 
 
-def relay_attributes(event: Event, out: dict[str, Any]) -> None:
+def relay_attributes(md: Mapping[str, Any] | None, out: dict[str, Any]) -> None:
     # Walks the (few) metadata items rather than probing for every known key.
-    md = event.metadata
     if not md:
         return
     for key, value in md.items():
@@ -200,21 +222,39 @@ def server_attributes(md: Mapping[str, Any] | None, out: dict[str, Any]) -> None
         out["server.address"] = address
 
 
-def start_attributes(event: Event, role: str, conversation_id: str | None) -> dict[str, Any]:
-    """What is known when a scope starts: set at span creation, where samplers can see it."""
-    out: dict[str, Any] = {}
+def span_start(event: Event, role: str, conversation_id: str | None) -> tuple[str, dict[str, Any]]:
+    """A span's name, and what is known when its scope starts (set at span creation, where
+    samplers can see it). Together, so that an attempt's request is read once."""
     md = event.metadata
+    if role == LOGICAL_CALL:
+        # One per call and no gen_ai.* of its own: only our identity.
+        out: dict[str, Any] = {}
+        relay_attributes(md, out)
+        return event.name, out
     if role == ATTEMPT:
-        out["gen_ai.operation.name"] = operation_of(event)
-        provider = provider_of(event)
+        op, provider, model = attempt_identity(event)
+        out = {"gen_ai.operation.name": op}
         if provider:
             out["gen_ai.provider.name"] = provider
-        model = request_model(event)
         if model:
             out["gen_ai.request.model"] = model
-        request_attributes(event.annotated_request, out)
-        server_attributes(md, out)
-    elif role == TOOL:
+        name = f"{op} {model}" if model else op
+        req = event.annotated_request
+        if req is not None:
+            request_attributes(req, out)
+        if md and cv.SERVER_ADDRESS in md:
+            server_attributes(md, out)
+        if conversation_id:
+            out["gen_ai.conversation.id"] = conversation_id
+        relay_attributes(md, out)
+        return name, out
+    return span_name(event, role), _other_start_attributes(event, role, conversation_id)
+
+
+def _other_start_attributes(event: Event, role: str, conversation_id: str | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    md = event.metadata
+    if role == TOOL:
         out["gen_ai.operation.name"] = "execute_tool"
         out["gen_ai.tool.name"] = event.name
         out["gen_ai.tool.type"] = "function"
@@ -227,9 +267,9 @@ def start_attributes(event: Event, role: str, conversation_id: str | None) -> di
         model = md.get("model") if md else None
         if isinstance(model, str) and model:
             out["gen_ai.request.model"] = model
-    if conversation_id and role != LOGICAL_CALL:
+    if conversation_id:
         out["gen_ai.conversation.id"] = conversation_id
-    relay_attributes(event, out)
+    relay_attributes(md, out)
     return out
 
 
@@ -316,28 +356,31 @@ def end_attributes(event: Event, role: str) -> dict[str, Any]:
     elif role == LOGICAL_CALL:
         output = event.output
         if isinstance(output, dict):
-            for key in ("model", "provider"):
+            for key, attr in _LOGICAL_OUTPUT:
                 value = output.get(key)
                 if isinstance(value, str) and value:
-                    out[f"relay.{key}"] = value
+                    out[attr] = value
     return out
 
 
-def metric_attributes(event: Event, err: str | None) -> dict[str, Any]:
-    """The attribute set the gen_ai.client.* metrics are recorded with (low cardinality only)."""
-    out: dict[str, Any] = {"gen_ai.operation.name": operation_of(event)}
-    provider = provider_of(event)
+_LOGICAL_OUTPUT = (("model", "relay.model"), ("provider", "relay.provider"))
+
+
+def metric_attributes(event: Event) -> dict[str, Any]:
+    """The attribute set the gen_ai.client.* metrics are recorded with (low cardinality only),
+    before ``error.type`` (duration only) or ``gen_ai.token.type`` (token usage only)."""
+    op, provider, model = attempt_identity(event)
+    out: dict[str, Any] = {"gen_ai.operation.name": op}
     if provider:
         out["gen_ai.provider.name"] = provider
-    model = request_model(event)
     if model:
         out["gen_ai.request.model"] = model
     resp = event.annotated_response
     if resp is not None and resp.model:
         out["gen_ai.response.model"] = resp.model
-    server_attributes(event.metadata, out)
-    if err:
-        out["error.type"] = err
+    md = event.metadata
+    if md and cv.SERVER_ADDRESS in md:
+        server_attributes(md, out)
     return out
 
 
