@@ -20,6 +20,7 @@ from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricR
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import SpanKind, StatusCode
 
 from integrations.otel import OTelExporter
@@ -581,6 +582,30 @@ def test_shutdown_ends_open_spans_and_detaches(pipeline):
     assert relay.subscribers.names() == []
     relay.scope.pop(h)
     assert len(pipeline.finished()) == 1
+
+
+def test_sampled_out_calls_export_no_spans_but_still_count_in_metrics(pipeline):
+    sampled_out = TracerProvider(sampler=ALWAYS_OFF)
+    sampled_out.add_span_processor(SimpleSpanProcessor(pipeline.spans))
+    relay = Relay()
+    exp = OTelExporter(sampled_out, pipeline.meter_provider).attach(relay)
+
+    class Overloaded(Exception):
+        pass
+
+    def failing(req: LLMRequest) -> Any:
+        raise Overloaded("529")
+
+    with relay.scope.scope("agent run", ScopeType.AGENT):
+        relay.llm.execute("openai", request(), lambda req: response(), codec=DictCodec())
+        with pytest.raises(Overloaded):
+            relay.llm.execute("openai", request(), failing, codec=DictCodec())
+    assert pipeline.finished() == []
+    assert exp.diagnostics()["otel.open_spans"] == 0
+    durations = pipeline.histogram(otel_metrics.OPERATION_DURATION)
+    assert sorted(str(p.attributes.get("error.type")) for p in durations) == ["None", "Overloaded"]
+    tokens = {p.attributes["gen_ai.token.type"]: p.sum for p in pipeline.histogram(otel_metrics.TOKEN_USAGE)}
+    assert tokens == {"input": 12, "output": 5}
 
 
 # -- plain relay.llm, marks, root context --------------------------------------------------------
