@@ -59,20 +59,9 @@ SPAN_KINDS: dict[str, SpanKind] = {
 }
 
 
-def span_kind(role: str) -> SpanKind:
-    return SPAN_KINDS[role]
-
-
 # Codec operations that the GenAI conventions spell otherwise: the OpenAI Responses
 # API is a chat operation there, and backends (Phoenix) key the LLM view off "chat".
 _OPERATIONS = {"responses": "chat", "messages": "chat"}
-
-
-def operation_of(event: Event) -> str:
-    req = event.annotated_request
-    if req is None or not req.operation:
-        return "chat"
-    return _OPERATIONS.get(req.operation, req.operation)
 
 
 def attempt_identity(event: Event) -> tuple[str, str | None, str | None]:
@@ -86,13 +75,6 @@ def attempt_identity(event: Event) -> tuple[str, str | None, str | None]:
         req.provider or event.provider,
         req.model or event.model_name,
     )
-
-
-def request_model(event: Event) -> str | None:
-    req = event.annotated_request
-    if req is not None and req.model:
-        return req.model
-    return event.model_name
 
 
 def provider_of(event: Event) -> str | None:
@@ -403,11 +385,10 @@ def openinference_start(event: Event, role: str, conversation_id: str | None) ->
     if conversation_id:
         out["session.id"] = conversation_id
     if role == ATTEMPT:
-        provider = provider_of(event)
+        _, provider, model = attempt_identity(event)
         if provider:
             out["llm.provider"] = provider
             out["llm.system"] = provider
-        model = request_model(event)
         if model:
             out["llm.model_name"] = model
         req = event.annotated_request
