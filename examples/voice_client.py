@@ -76,6 +76,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--token", help="device token printed by `relay-runtime voice serve`")
     parser.add_argument("--task", default="summarise the weather report")
     args = parser.parse_args(argv)
+    if bool(args.url) != bool(args.token):
+        parser.error("--url and --token go together (or give neither to start a relay here)")
     if args.url and args.token:
         return asyncio.run(run_client(args.url, args.token, args.task))
     return asyncio.run(with_local_relay(args.task))

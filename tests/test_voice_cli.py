@@ -67,3 +67,17 @@ async def test_serve_prints_token_that_opens_a_session(tmp_path: Path) -> None:
                 proc.stdout.close()
             if proc.stderr is not None:
                 proc.stderr.close()
+
+
+def test_example_client_round_trip_and_its_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        import voice_client
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    assert voice_client.main(["--task", "count the words here"]) == 0
+    out = capsys.readouterr().out
+    assert '"type": "voice.tool_call"' in out and "count the words here" in out
+    with pytest.raises(SystemExit):
+        voice_client.main(["--url", "http://127.0.0.1:9"])
+    assert "--url and --token go together" in capsys.readouterr().err
