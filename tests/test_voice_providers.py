@@ -289,3 +289,11 @@ async def test_relay_end_to_end_over_fake_xai(fake: FakeRealtimeServer, tmp_path
     assert result["status"] == "completed" and "98 percent" in result["answer"]
     assert fake.of_type("response.create"), "the relay asked the provider to speak the result"
     assert base64.b64decode(seen[-1]["audio"]) == AUDIO
+
+
+def test_provider_keys_stay_out_of_reprs() -> None:
+    # Configs and providers end up in log lines and tracebacks; the key must not come with them.
+    config = provider_config(api_key=API_KEY)
+    provider = XAIRealtimeProvider(url="ws://127.0.0.1:9", api_key=API_KEY)
+    assert config.api_key == API_KEY and provider.api_key == API_KEY
+    assert API_KEY not in repr(config) and API_KEY not in repr(provider)

@@ -56,7 +56,7 @@ class ProviderSessionConfig:
     instructions: str
     tools: list[dict[str, Any]]
     sample_rate: int = 24000
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)
     url: str | None = None
 
 
