@@ -456,3 +456,20 @@ async def test_a_session_never_connected_expires(client: TestClient[Any, Any], m
     await wait_for(lambda: info["session_id"] not in agent.sessions)
     assert session.closed and session.event_log._fh is None
     assert "voice.session.expired" in session.event_log_path.read_text()
+
+
+@pytest.mark.asyncio
+async def test_resume_tells_the_phone_which_input_audio_arrived(client: TestClient[Any, Any]) -> None:
+    ws, info, token = await open_session(client)
+    session = server(client).realtime_agent.sessions[info["session_id"]]
+    chunk = base64.b64encode(b"\0\0" * 160).decode()
+    for chunk_id in (1, 2, 3):
+        await ws.send_json({"type": "input_audio.append", "audio": chunk, "chunk_id": chunk_id})
+    await wait_for(lambda: session.last_input_chunk_id == 3)
+    await detach(ws, session)
+    ws2 = await client.ws_connect(info["websocket_path"], headers=bearer(token))
+    await ws2.send_json(resume_message(info, info["_ready"]["event_id"], last_input_chunk_id=5))
+    resumed = await next_event(ws2)
+    # The phone sent up to 5; the relay got 3, so 4 and 5 are the ones to send again.
+    assert resumed["type"] == "voice.session.resumed" and resumed["last_input_chunk_id"] == 3
+    await ws2.close()

@@ -267,8 +267,11 @@ class RealtimeAgent:
         if previous is not None:
             previous.drop(CLOSE_SUPERSEDED, "superseded by a resumed socket")
         session.log("voice.session.resumed", last_event_id=cursor.last_event_id,
+                    client_last_input_chunk_id=cursor.last_input_chunk_id,
                     last_played_audio_event_id=cursor.last_played_audio_event_id, replayed=len(replay))
-        session.emit("voice.session.resumed", record=False, session_id=session.session_id)
+        # The last input chunk the relay received: the phone re-sends the ones after it.
+        session.emit("voice.session.resumed", record=False, session_id=session.session_id,
+                     last_input_chunk_id=session.last_input_chunk_id)
         session.emit("voice.replay.started", record=False, count=len(replay))
         for event in replay:
             outbox.put(event)
