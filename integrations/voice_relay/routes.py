@@ -44,13 +44,17 @@ async def _json_body(request: web.Request) -> dict[str, Any] | web.Response:
     return body
 
 
-def _optional_str(body: dict[str, Any], key: str) -> str | web.Response:
-    value = body.get(key)
-    if value is None:
-        return ""
-    if not isinstance(value, str) or len(value) > _MAX_FIELD_CHARS:
-        return _bad_request(f"{key} must be a string of at most {_MAX_FIELD_CHARS} characters")
-    return value
+def _string_fields(body: dict[str, Any], keys: tuple[str, ...]) -> dict[str, str] | web.Response:
+    """The given keys that `body` has, as strings (null reads as ""); a 400 naming the first bad one."""
+    out: dict[str, str] = {}
+    for key in keys:
+        if key not in body:
+            continue
+        value = "" if body[key] is None else body[key]
+        if not isinstance(value, str) or len(value) > _MAX_FIELD_CHARS:
+            return _bad_request(f"{key} must be a string of at most {_MAX_FIELD_CHARS} characters")
+        out[key] = value
+    return out
 
 
 class Routes:
@@ -87,13 +91,9 @@ class Routes:
         unknown = set(body) - {"provider", "model", "voice", "promotion"}
         if unknown:
             return _bad_request(f"unknown config field(s): {', '.join(sorted(unknown))}")
-        strings: dict[str, str] = {}
-        for key in ("provider", "model", "voice"):
-            if key in body:
-                value = _optional_str(body, key)
-                if isinstance(value, web.Response):
-                    return value
-                strings[key] = value
+        strings = _string_fields(body, ("provider", "model", "voice"))
+        if isinstance(strings, web.Response):
+            return strings
         provider = strings.get("provider")
         if provider is not None and provider not in self.server.realtime_agent.native_providers:
             return _bad_request(f"unknown provider {provider!r}")
@@ -116,14 +116,11 @@ class Routes:
         body = await _json_body(request)
         if isinstance(body, web.Response):
             return body
-        fields: dict[str, str] = {}
-        for key in ("provider", "model", "voice", "chat_session_id"):
-            value = _optional_str(body, key)
-            if isinstance(value, web.Response):
-                return value
-            fields[key] = value
+        fields = _string_fields(body, ("provider", "model", "voice", "chat_session_id"))
+        if isinstance(fields, web.Response):
+            return fields
         settings = self.server.settings
-        provider_id = fields["provider"] or settings.provider
+        provider_id = fields.get("provider") or settings.provider
         agent = self.server.realtime_agent
         if provider_id not in agent.native_providers:
             return _bad_request(f"unknown provider {provider_id!r}")
@@ -131,9 +128,9 @@ class Routes:
         session = agent.create_session(
             device_id=device.device_id,
             provider_id=provider_id,
-            model=fields["model"] or (settings.model if same_provider else ""),
-            voice=fields["voice"] or (settings.voice if same_provider else ""),
-            chat_session_id=fields["chat_session_id"],
+            model=fields.get("model") or (settings.model if same_provider else ""),
+            voice=fields.get("voice") or (settings.voice if same_provider else ""),
+            chat_session_id=fields.get("chat_session_id", ""),
             promotion=settings.promotion,
         )
         token = session.issued_resume_token or ""
