@@ -382,7 +382,7 @@ async def test_slow_consumer_is_dropped_not_buffered() -> None:
     stuck = _StuckSocket()
     outbox = Outbox(stuck, _Request(), "session-slow")  # type: ignore[arg-type]
     assert outbox.put({"type": "first"})
-    await asyncio.sleep(0.01)  # the writer takes it and blocks on the peer
+    await wait_for(outbox.queue.empty)  # the writer took it and blocks on the peer
     accepted = 1 + sum(outbox.put({"type": "x", "n": i}) for i in range(OUTBOX_SIZE + 50))
     # One event is held by the blocked writer, the queue is full, the rest were refused.
     assert accepted == OUTBOX_SIZE + 1
