@@ -5,6 +5,7 @@ detached window for an undelivered result."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -237,3 +238,17 @@ async def test_every_result_finished_while_detached_is_delivered_after_resume(re
     assert PerTaskBroker.answer("first task") in injected()[0]
     assert PerTaskBroker.answer("second task") in injected()[1]
     await ws2.close()
+
+
+@pytest.mark.asyncio
+async def test_prompts_and_tool_results_carry_no_ids(relay: dict[str, Any]) -> None:
+    # A realtime model reads out whatever id it is shown, or asks the user for one.
+    ws, provider, broker, session = relay["ws"], relay["provider"], relay["broker"], relay["session"]
+    await tool_call(provider, call_id="call-7f3a")
+    await read_until(ws, "hermes.run.promoted")
+    broker.release.set()
+    await summary_injected(provider)
+    said = provider.connection.text_inputs + [json.dumps(out) for _, out in provider.connection.tool_results]
+    assert len(said) >= 3  # the handoff prompt, the summary prompt, the interim tool result
+    ids = ("call-7f3a", "run-gated", session.session_id, session.chat_session_id or "chat-none")
+    assert [text for text in said if any(i in text for i in ids)] == []
