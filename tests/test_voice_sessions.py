@@ -473,3 +473,28 @@ async def test_resume_tells_the_phone_which_input_audio_arrived(client: TestClie
     # The phone sent up to 5; the relay got 3, so 4 and 5 are the ones to send again.
     assert resumed["type"] == "voice.session.resumed" and resumed["last_input_chunk_id"] == 3
     await ws2.close()
+
+
+class _UnreachableProvider:
+    provider_id = "unreachable"
+
+    async def connect(self, config: Any) -> Any:
+        raise OSError("connection refused: secret-detail")
+
+
+@pytest.mark.asyncio
+async def test_provider_connect_failure_ends_the_session_with_a_numbered_error(tmp_path: Path) -> None:
+    app = create_app(RelayConfig(realtime_voice_run_dir=str(tmp_path), realtime_voice_provider="unreachable"),
+                     providers={"unreachable": _UnreachableProvider()})
+    async with TestClient(TestServer(app, host="127.0.0.1")) as test_client:
+        token = server(test_client).sessions.create_session("phone", "device-1").token
+        resp = await test_client.post("/voice/realtime-agent/session", json={}, headers=bearer(token))
+        info = await resp.json()
+        ws = await test_client.ws_connect(info["websocket_path"], headers=bearer(token))
+        error = await next_event(ws)
+        assert error["type"] == "voice.error" and error["code"] == "provider_connect_failed"
+        assert error["event_id"] == 1 and isinstance(error["at_ms"], int)
+        assert "secret-detail" not in error["message"]  # the phone gets the kind of failure, not its text
+        msg = await ws.receive(timeout=5)
+        assert msg.type is WSMsgType.CLOSE and msg.data == 4011
+        assert info["session_id"] not in server(test_client).realtime_agent.sessions

@@ -198,10 +198,12 @@ class RealtimeAgent:
             await self._start_session(session)
         except Exception as exc:
             logger.warning("voice session %s: provider connect failed: %r", session.session_id, exc)
-            outbox.put({"type": "voice.error", "code": "provider_connect_failed",
-                        "message": f"could not connect to the voice provider: {type(exc).__name__}"})
-            await outbox.flush_and_close(CLOSE_SESSION_ENDED, "provider connect failed")
+            # Numbered and logged like any event, though no socket is attached to send it through.
+            outbox.put(session.emit("voice.error", record=False, code="provider_connect_failed",
+                                    message=f"could not connect to the voice provider: {type(exc).__name__}"))
+            # Closed before the socket is, so a phone that reconnects at once finds it ended.
             await self.close_session(session, reason="provider_connect_failed")
+            await outbox.flush_and_close(CLOSE_SESSION_ENDED, "provider connect failed")
             return False
         session.attach(outbox)
         session.emit(
