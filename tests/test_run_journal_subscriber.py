@@ -178,29 +178,43 @@ def test_invalid_turn_ids_are_counted_not_journaled(tmp_path):
     assert not (tmp_path / "_run_journal").exists()
 
 
+class StuckDisk:
+    """Journal writes wait at a gate until the test opens it, and say which threads made them.
+
+    A write on the agent's (the test's) thread is let through, so a journal that wrongly writes
+    there fails the thread check at once instead of hanging on the gate.
+    """
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.agent = threading.current_thread()
+        self.gate = threading.Event()
+        self.writer_threads: set[threading.Thread] = set()
+        self._real = background_module.append_run_event
+        monkeypatch.setattr(background_module, "append_run_event", self._append)
+
+    def _append(self, *args: Any, **kwargs: Any) -> Any:
+        self.writer_threads.add(threading.current_thread())
+        if threading.current_thread() is not self.agent:
+            self.gate.wait(timeout=10)
+        return self._real(*args, **kwargs)
+
+    @property
+    def agent_never_waited(self) -> bool:
+        return self.agent not in self.writer_threads
+
+
 def test_a_slow_disk_does_not_slow_the_agent(tmp_path, monkeypatch):
     # The disk stays blocked until the agent's stream is over: the agent finishes anyway, and every
-    # row is written by the journal's own thread, never the agent's (this one).
-    agent = threading.current_thread()
-    gate = threading.Event()
-    writer_threads: set[threading.Thread] = set()
-    real = background_module.append_run_event
-
-    def blocked_disk(*args: Any, **kwargs: Any) -> Any:
-        writer_threads.add(threading.current_thread())
-        if threading.current_thread() is not agent:  # a broken journal fails below, not after a hang
-            gate.wait(timeout=10)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(background_module, "append_run_event", blocked_disk)
+    # row is written by the journal's own thread.
+    disk = StuckDisk(monkeypatch)
     chunks = [{"model": "m", "text": f"{i} "} for i in range(40)]
 
     def body():
         stream_call("openai", "m", chunks)
-        gate.set()
+        disk.gate.set()
 
     result = run_turn(tmp_path, body)
-    assert writer_threads and agent not in writer_threads
+    assert disk.writer_threads and disk.agent_never_waited
     assert result.names.count("token") == 40 and result.names[-1] == "done"
 
 
@@ -215,19 +229,7 @@ def test_a_failing_disk_is_counted_and_never_raised(tmp_path, monkeypatch):
 
 
 def test_a_full_queue_drops_and_counts(tmp_path, monkeypatch):
-    gate = threading.Event()
-    real = background_module.append_run_event
-
-    agent = threading.current_thread()
-    writer_threads: set[threading.Thread] = set()
-
-    def blocked(*args: Any, **kwargs: Any) -> Any:
-        writer_threads.add(threading.current_thread())
-        if threading.current_thread() is not agent:  # a broken journal fails below, not after a hang
-            gate.wait(timeout=10)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(background_module, "append_run_event", blocked)
+    disk = StuckDisk(monkeypatch)
     coordinator = session.SESSION_COORDINATOR
     host = coordinator.host(str(tmp_path / "profile"))
     subscriber = JournalSubscriber(host.relay, session_dir=tmp_path, queue_size=2)
@@ -238,8 +240,8 @@ def test_a_full_queue_drops_and_counts(tmp_path, monkeypatch):
     stream_call("openai", "m", [{"model": "m", "text": str(i)} for i in range(20)])
     coordinator.end_turn(turn, outcome="success")
     assert subscriber.flush(timeout=0.05) is False  # the writer is still stuck
-    assert agent not in writer_threads  # and the agent never waited on it
-    gate.set()
+    assert disk.agent_never_waited
+    disk.gate.set()
     assert subscriber.flush(timeout=10)
     written = read_run_events("s", "r", session_dir=tmp_path)["events"]
     dropped = host.relay.diagnostics()["journal.dropped"]
