@@ -18,9 +18,9 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from .events import MARK, SCOPE_END, SCOPE_START, new_event
+from .events import MARK, SCOPE_END, SCOPE_START, AnnotatedRequestField, AnnotatedResponseField, new_event
 from .ids import new_id
-from .types import AnnotatedLLMRequest, AnnotatedLLMResponse, Outcome, ScopeType
+from .types import Outcome, ScopeType
 
 if TYPE_CHECKING:
     from .relay import Relay
@@ -200,8 +200,8 @@ class Scopes:
         outcome: str | None = None,
         provider: str | None = None,
         model_name: str | None = None,
-        annotated_request: AnnotatedLLMRequest | None = None,
-        annotated_response: AnnotatedLLMResponse | None = None,
+        annotated_request: AnnotatedRequestField = None,
+        annotated_response: AnnotatedResponseField = None,
     ) -> None:
         """Mark ``handle`` ended and emit its end event, without touching any stack."""
         if handle.ended:

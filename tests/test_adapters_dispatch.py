@@ -14,7 +14,7 @@ import adapters
 from adapters import testing as t
 from relay_runtime import LLMRequestInterceptOutcome, Recorder, auxiliary, session
 from relay_runtime import conventions as cv
-from relay_runtime.events import Event
+from relay_runtime.events import FIELDS, Event
 
 
 @pytest.fixture()
@@ -47,7 +47,7 @@ def logical_outcomes(events: Recorder) -> list[Any]:
 
 def assert_no_secret(events: Recorder) -> None:
     for event in events:
-        for name in Event.__slots__:
+        for name in FIELDS:
             assert t.TEST_KEY not in repr(getattr(event, name)), name
 
 
