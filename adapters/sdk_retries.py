@@ -28,6 +28,10 @@ def _record(request: Any) -> None:
     if box is None:
         return
     box[0] += 1
+    if box[0] == 1:
+        # One try is no retry whatever the stamp says; reading a header costs more than
+        # the rest of the count (httpx decodes every header name on the first read).
+        return
     stamped = request.headers.get(RETRY_HEADER)
     if stamped is not None and stamped.isdigit():
         box[1] = max(box[1], int(stamped))
@@ -53,13 +57,18 @@ def _install(client: Any) -> bool:
     """Add the request hook to the client's httpx client once; False if it has none we know."""
     http = getattr(client, "_client", None)
     hooks = getattr(http, "event_hooks", None)
-    if not isinstance(hooks, dict) or not isinstance(hooks.get("request"), list):
+    if not isinstance(hooks, dict):
         return False
+    request_hooks = hooks.get("request")
+    if not isinstance(request_hooks, list):
+        return False
+    if _on_request in request_hooks or _on_request_async in request_hooks:
+        return True  # every call after a client's first
     hook = _on_request_async if _is_async_http(http) else _on_request
-    if hook not in hooks["request"]:
+    if hook not in request_hooks:
         # A racing second install only appends the same hook twice; the max() in _record
         # makes that harmless, so no lock on this path.
-        hooks["request"].append(hook)
+        request_hooks.append(hook)
     return True
 
 
