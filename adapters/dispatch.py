@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType, MethodType
 from typing import Any
 
 from relay_runtime import auxiliary, calls
@@ -84,21 +85,17 @@ def resource_of(client: Any, api: Api) -> Any:
 def original_create(resource: Any) -> Any:
     """The resource's create(), seen through ``instrument()``'s wrapper (dispatch must not re-enter it)."""
     create = resource.create
-    if getattr(type(create), "relay_instrumented", False):
+    if type(create) is not MethodType and getattr(type(create), "relay_instrumented", False):
         return create.__wrapped__
     return create
 
 
-@dataclass
-class Call:
-    """Everything one SDK call hands to ``relay_runtime.calls``."""
-
-    api: Api
-    request: LLMRequest
-    options: dict[str, Any]
+# What one SDK call hands to ``relay_runtime.calls``: its API, the request, the attempt's
+# provider name, model name and metadata (None outside an auxiliary call).
+Prepared = tuple[Api, LLMRequest, str, "str | None", "dict[str, Any] | None"]
 
 
-def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, *, stream: bool) -> Call:
+def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, *, stream: bool) -> Prepared:
     if type(kwargs) is not dict and not isinstance(kwargs, Mapping):
         raise TypeError(f"SDK kwargs must be a mapping, got {type(kwargs).__name__}")
     route = auxiliary.current_route()
@@ -110,19 +107,17 @@ def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, *, str
         kwargs = {**kwargs, "stream": True}
     metadata = auxiliary.next_attempt_metadata()
     model = kwargs.get("model")
-    options: dict[str, Any] = {
-        "name": route.provider if route is not None else api.codec.provider,
-        "model_name": model if isinstance(model, str) else (route.model if route is not None else None),
-        "metadata": metadata,
-        "codec": api.codec,
-    }
-    if not stream:
-        options["defer_logical_completion"] = metadata is not None
-    return Call(api, LLMRequest({}, kwargs), options)
+    if route is None:
+        return api, LLMRequest(None, kwargs), api.codec.provider, model if isinstance(model, str) else None, metadata
+    model_name = model if isinstance(model, str) else route.model
+    return api, LLMRequest(None, kwargs), route.provider, model_name, metadata
 
 
 def _kwargs_of(request: LLMRequest) -> dict[str, Any]:
-    kwargs = request.kwargs()
+    content = request.content
+    # An LLMRequest keeps its content in a read-only proxy of a private dict: copying the
+    # dict underneath is several times cheaper than rebuilding one from the proxy.
+    kwargs = content.copy() if type(content) is MappingProxyType else dict(content)
     headers = request.headers
     if headers:
         # Headers an intercept added travel as extra_headers, over any the caller gave.
@@ -158,28 +153,57 @@ def async_callback(create: Callable[..., Any], client: Any) -> Callable[[LLMRequ
     return call
 
 
-def _bound(client: Any, kwargs: Mapping[str, Any], api_mode: str | None, stream: bool) -> tuple[Call, Any]:
-    call = prepare(kwargs, api_mode, client, stream=stream)
-    return call, original_create(resource_of(client, call.api))
+def _create(client: Any, api: Api) -> Any:
+    return original_create(resource_of(client, api))
 
 
 def complete(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None) -> Any:
     """``create(**kwargs)`` on the client's API as a managed attempt; returns the SDK's response."""
-    call, create = _bound(client, kwargs, api_mode, False)
-    return calls.execute_current(call.request, sync_callback(create, client), **call.options)
+    api, request, name, model_name, metadata = prepare(kwargs, api_mode, client, stream=False)
+    return calls.execute_current(
+        request,
+        sync_callback(_create(client, api), client),
+        name=name,
+        model_name=model_name,
+        metadata=metadata,
+        defer_logical_completion=metadata is not None,
+        codec=api.codec,
+    )
 
 
 async def acomplete(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None) -> Any:
-    call, create = _bound(client, kwargs, api_mode, False)
-    return await calls.execute_current_async(call.request, async_callback(create, client), **call.options)
+    api, request, name, model_name, metadata = prepare(kwargs, api_mode, client, stream=False)
+    return await calls.execute_current_async(
+        request,
+        async_callback(_create(client, api), client),
+        name=name,
+        model_name=model_name,
+        metadata=metadata,
+        defer_logical_completion=metadata is not None,
+        codec=api.codec,
+    )
 
 
 def stream(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None) -> Any:
     """``create(**kwargs, stream=True)`` as a managed attempt; iterating yields the SDK's own chunks."""
-    call, create = _bound(client, kwargs, api_mode, True)
-    return calls.stream_current(call.request, sync_callback(create, client), **call.options)
+    api, request, name, model_name, metadata = prepare(kwargs, api_mode, client, stream=True)
+    return calls.stream_current(
+        request,
+        sync_callback(_create(client, api), client),
+        name=name,
+        model_name=model_name,
+        metadata=metadata,
+        codec=api.codec,
+    )
 
 
 async def astream(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None) -> Any:
-    call, create = _bound(client, kwargs, api_mode, True)
-    return await calls.stream_current_async(call.request, async_callback(create, client), **call.options)
+    api, request, name, model_name, metadata = prepare(kwargs, api_mode, client, stream=True)
+    return await calls.stream_current_async(
+        request,
+        async_callback(_create(client, api), client),
+        name=name,
+        model_name=model_name,
+        metadata=metadata,
+        codec=api.codec,
+    )
