@@ -83,6 +83,8 @@ class ScopeHandle:
 
 
 def _scope_type(scope_type: ScopeType | str) -> str:
+    if type(scope_type) is str and scope_type:
+        return scope_type  # a known type's value, or a custom type
     if isinstance(scope_type, ScopeType):
         return scope_type.value
     if isinstance(scope_type, str) and scope_type:
@@ -134,9 +136,10 @@ class Scopes:
         if not isinstance(name, str) or not name:
             raise ValueError(f"scope name must be a non-empty string, got {name!r}")
         st = _scope_type(scope_type)
-        top = self.current()
         if parent is not None and parent.ended:
             raise ValueError(f"cannot push {name!r} under {parent!r}: that scope has ended")
+        # ``below`` is only ever read on a stack: a detached scope with its parent given needs no lookup.
+        top = self.current() if attach or parent is None else None
         handle = ScopeHandle(name, st, parent if parent is not None else top, metadata, data, attach, top)
         if attach:
             self._stack.set(handle)
