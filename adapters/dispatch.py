@@ -128,13 +128,8 @@ def _kwargs_of(request: LLMRequest) -> dict[str, Any]:
 def sync_callback(create: Callable[..., Any], client: Any) -> Callable[[LLMRequest], Any]:
     def call(request: LLMRequest) -> Any:
         kwargs = _kwargs_of(request)
-        counting = sdk_retries.begin(client)
-        if counting is None:
-            return create(**kwargs)
-        try:
-            return create(**kwargs)
-        finally:
-            counting.end()
+        sdk_retries.watch(client)
+        return create(**kwargs)
 
     return call
 
@@ -142,13 +137,8 @@ def sync_callback(create: Callable[..., Any], client: Any) -> Callable[[LLMReque
 def async_callback(create: Callable[..., Any], client: Any) -> Callable[[LLMRequest], Any]:
     async def call(request: LLMRequest) -> Any:
         kwargs = _kwargs_of(request)
-        counting = sdk_retries.begin(client)
-        if counting is None:
-            return await create(**kwargs)
-        try:
-            return await create(**kwargs)
-        finally:
-            counting.end()
+        sdk_retries.watch(client)
+        return await create(**kwargs)
 
     return call
 

@@ -224,6 +224,36 @@ def test_bad_input_is_named() -> None:
         adapters.complete(scripted.client, {"model": "m"}, api_mode="chat_completions")
 
 
+def test_sdk_retries_counts_the_last_create_when_an_execution_intercept_calls_twice(relay_turn, relay_events, oa):
+    relay, _turn = relay_turn
+    oa.add(t.error(500), t.json_reply(t.chat_completion_body("first")), t.json_reply(t.chat_completion_body("again")))
+
+    def twice(name: str, request: Any, call_next: Any) -> Any:
+        call_next(request)
+        return call_next(request)
+
+    relay.intercepts.register_llm_execution("twice", 0, twice)
+    try:
+        response = adapters.complete(oa.client, {"model": "gpt", "messages": []})
+    finally:
+        relay.intercepts.deregister_llm_execution("twice")
+    assert response.choices[0].message.content == "again" and len(oa.script.requests) == 3
+    assert only_attempt(relay_events).metadata[cv.SDK_RETRIES] == 0
+
+
+def test_sdk_retries_without_a_stamp_counts_tries(relay_turn, relay_events, oa) -> None:
+    # A proxy in front of the SDK may drop the stamp: each try past the first is then one retry.
+    def drop_stamp(request: Any) -> None:
+        del request.headers["x-stainless-retry-count"]
+
+    oa.client._client.event_hooks["request"].insert(0, drop_stamp)
+    oa.add(t.error(500), t.error(502), t.json_reply(t.chat_completion_body("ok")))
+    oa.client.max_retries = 2
+    adapters.complete(oa.client, {"model": "gpt", "messages": []})
+    assert len(oa.script.requests) == 3 and not any("x-stainless-retry-count" in r.headers for r in oa.script.requests)
+    assert only_attempt(relay_events).metadata[cv.SDK_RETRIES] == 2
+
+
 # -- streams ---------------------------------------------------------------------------------
 
 
