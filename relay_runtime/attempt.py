@@ -141,7 +141,11 @@ class Attempt:
             # Only observers want the view: decoded when one first reads it, and a codec that
             # cannot decode costs the view (counted), not the call. The caller's lists
             # (messages, tools) are copied now, since agents append to them after the call.
-            content = {k: list(v) if type(v) is list else v for k, v in request.content.items()}
+            kwargs = request.content
+            content = kwargs.copy() if type(kwargs) is MappingProxyType else dict(kwargs)
+            for key, value in content.items():
+                if type(value) is list:
+                    content[key] = list(value)
             self.view = Deferred(_decode_for_observers, relay, self.name, codec, content)
         if self.model_name is None and self.view is not None:
             view = self.view.get() if isinstance(self.view, Deferred) else self.view
