@@ -11,6 +11,7 @@ import asyncio
 import json
 import threading
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricR
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import SpanKind, StatusCode
 
 from integrations.otel import OTelExporter
@@ -182,6 +184,10 @@ def open_turn(host: session.Host, session_id: str = "sess-1", turn_id: str = "tu
     return session.SESSION_COORDINATOR.begin_turn(lease, turn_id=turn_id, task_id="task-7")
 
 
+def agent_of(host: session.Host) -> str:
+    return Path(host.profile_key).name
+
+
 def close_turn(turn: session.Turn, outcome: str = "success") -> None:
     session.SESSION_COORDINATOR.end_turn(turn, outcome=outcome)
     session.SESSION_COORDINATOR.release_conversation(turn.lease)
@@ -215,9 +221,9 @@ def test_session_tree_names_kinds_parentage_and_times(pipeline, host, exporter, 
 
     spans = pipeline.finished()
     assert sorted(s.name for s in spans) == sorted(
-        [f"invoke_agent {host.profile_key}", "turn", "logical_llm_call", "chat gpt-test", "execute_tool search"]
+        [f"invoke_agent {agent_of(host)}", "turn", "logical_llm_call", "chat gpt-test", "execute_tool search"]
     )
-    conv = pipeline.one(f"invoke_agent {host.profile_key}")
+    conv = pipeline.one(f"invoke_agent {agent_of(host)}")
     turn_span = pipeline.one("turn")
     logical = pipeline.one("logical_llm_call")
     attempt = pipeline.one("chat gpt-test")
@@ -265,7 +271,8 @@ def test_session_tree_names_kinds_parentage_and_times(pipeline, host, exporter, 
 
     c = conv.attributes
     assert c["gen_ai.operation.name"] == "invoke_agent"
-    assert c["gen_ai.agent.name"] == host.profile_key
+    assert c["gen_ai.agent.name"] == "relay-home"  # the profile directory's name
+    assert c["relay.profile_key"] == host.profile_key
     assert c["gen_ai.conversation.id"] == "sess-1"
     assert c["relay.platform"] == "cli"
     t = turn_span.attributes
@@ -520,7 +527,7 @@ def test_releasing_the_conversation_ends_everything_below(pipeline, host, export
     host.relay.scope.push("dangling", ScopeType.FUNCTION, parent=turn.scope, attach=False)
     session.SESSION_COORDINATOR.release_conversation(turn.lease)  # no end_turn first
     names = sorted(s.name for s in pipeline.finished())
-    assert names == sorted(["dangling", "turn", f"invoke_agent {host.profile_key}"])
+    assert names == sorted(["dangling", "turn", f"invoke_agent {agent_of(host)}"])
     assert pipeline.one("dangling").attributes["relay.outcome"] == "abandoned"
     assert pipeline.one("turn").attributes["relay.outcome"] == "cancelled"
     assert exporter.diagnostics()["otel.open_spans"] == 0
@@ -577,6 +584,30 @@ def test_shutdown_ends_open_spans_and_detaches(pipeline):
     assert len(pipeline.finished()) == 1
 
 
+def test_sampled_out_calls_export_no_spans_but_still_count_in_metrics(pipeline):
+    sampled_out = TracerProvider(sampler=ALWAYS_OFF)
+    sampled_out.add_span_processor(SimpleSpanProcessor(pipeline.spans))
+    relay = Relay()
+    exp = OTelExporter(sampled_out, pipeline.meter_provider).attach(relay)
+
+    class Overloaded(Exception):
+        pass
+
+    def failing(req: LLMRequest) -> Any:
+        raise Overloaded("529")
+
+    with relay.scope.scope("agent run", ScopeType.AGENT):
+        relay.llm.execute("openai", request(), lambda req: response(), codec=DictCodec())
+        with pytest.raises(Overloaded):
+            relay.llm.execute("openai", request(), failing, codec=DictCodec())
+    assert pipeline.finished() == []
+    assert exp.diagnostics()["otel.open_spans"] == 0
+    durations = pipeline.histogram(otel_metrics.OPERATION_DURATION)
+    assert sorted(str(p.attributes.get("error.type")) for p in durations) == ["None", "Overloaded"]
+    tokens = {p.attributes["gen_ai.token.type"]: p.sum for p in pipeline.histogram(otel_metrics.TOKEN_USAGE)}
+    assert tokens == {"input": 12, "output": 5}
+
+
 # -- plain relay.llm, marks, root context --------------------------------------------------------
 
 
@@ -625,7 +656,7 @@ def test_openinference_conventions(pipeline, host):
     exp.detach()
     kinds = {s.name: s.attributes["openinference.span.kind"] for s in pipeline.finished()}
     assert kinds == {
-        f"invoke_agent {host.profile_key}": "AGENT",
+        f"invoke_agent {agent_of(host)}": "AGENT",
         "turn": "CHAIN",
         "logical_llm_call": "CHAIN",
         "chat claude-test": "LLM",
@@ -654,3 +685,20 @@ def test_bad_options_are_refused_with_clear_errors(pipeline):
         OTelExporter(pipeline.tracer_provider).attach(object())
     with pytest.raises(ValueError, match="max_open must be at least 1"):
         OTelExporter(pipeline.tracer_provider, max_open_spans=0)
+
+
+def test_eviction_takes_the_oldest_leaf_and_keeps_the_live_parent(pipeline):
+    relay = Relay()
+    exp = OTelExporter(pipeline.tracer_provider, max_open_spans=3).attach(relay)
+    run = relay.scope.push("run", ScopeType.AGENT, attach=False)
+    leaks = [relay.scope.push(f"leak-{i}", ScopeType.FUNCTION, parent=run, attach=False) for i in range(4)]
+    assert [s.name for s in pipeline.finished()] == ["leak-0", "leak-1"]
+    assert exp.diagnostics()["otel.spans_abandoned"] == 2
+    for h in reversed(leaks):
+        relay.scope.pop(h)
+    relay.scope.pop(run)
+    spans = pipeline.finished()
+    assert [s.name for s in spans] == ["leak-0", "leak-1", "leak-3", "leak-2", "invoke_agent run"]
+    agent = spans[-1]
+    assert agent.status.status_code is StatusCode.UNSET
+    assert all(s.parent.span_id == agent.context.span_id for s in spans[:-1])

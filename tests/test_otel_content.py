@@ -240,3 +240,19 @@ def test_system_instructions_from_blocks_and_scrub():
         "nested": [{"OPENAI_API_KEY": "[redacted]", "ok": 1}],
         "my_token": "[redacted]",
     }
+
+
+def test_a_raising_redaction_hook_costs_attributes_never_the_span(monkeypatch):
+    monkeypatch.delenv(CAPTURE_ENV, raising=False)
+
+    def broken(key: str, value: Any) -> Any:
+        raise RuntimeError("hook bug")
+
+    spans = run_call({"capture_content": True, "redact": broken})
+    names = sorted(s.name for s in spans)
+    assert names == ["chat claude-test", "execute_tool get_weather"]
+    assert all(s.end_time is not None for s in spans)
+    attempt = _attrs(spans, "chat claude-test")
+    assert "gen_ai.input.messages" not in attempt and "gen_ai.output.messages" not in attempt
+    assert attempt["gen_ai.request.model"] == "claude-test"  # the rest of the span is intact
+    assert attempt["gen_ai.usage.output_tokens"] == 4

@@ -21,14 +21,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
+import adapters
+from adapters import testing as t
 from integrations.otel import OTelExporter
-from relay_runtime import LLMRequest, session
-from relay_runtime import calls as relay_calls
-from relay_runtime import conventions as cv
-from relay_runtime.types import AnnotatedLLMRequest, AnnotatedLLMResponse, TokenUsage
+from relay_runtime import auxiliary, session
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = Path(os.environ.get("PHOENIX_VENV") or ROOT / ".phoenix-venv")
@@ -142,38 +142,11 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Phoenix]:
         server.stop()
 
 
-class Codec:
-    operation = "chat"
-
-    def __init__(self, provider: str) -> None:
-        self.provider = provider
-
-    def decode(self, content: Any) -> AnnotatedLLMRequest:
-        return AnnotatedLLMRequest(
-            model=content["model"],
-            messages=content["messages"],
-            params={"temperature": 0.1},
-            provider=self.provider,
-        )
-
-    def apply(self, content: Any, changes: dict[str, Any]) -> dict[str, Any]:
-        return dict(content)
-
-    def annotate_response(self, r: Any) -> AnnotatedLLMResponse:
-        return AnnotatedLLMResponse(
-            model=r["model"],
-            id=r["id"],
-            finish_reasons=["stop"],
-            usage=TokenUsage(input_tokens=r["input"], output_tokens=r["output"], cache_read_tokens=r.get("cache_read")),
-            output_text="ok",
-        )
-
-    def accumulator(self) -> Any:
-        raise NotImplementedError
-
-
 def _run_agent(project: str, phoenix: Phoenix, conventions: tuple[str, ...], monkeypatch: Any) -> str:
-    """One conversation, one turn: a failed OpenAI attempt, an Anthropic fallback, a tool."""
+    """One conversation, one turn: a failed OpenAI attempt, an Anthropic fallback, a tool.
+
+    Real SDK clients over a scripted transport, through the adapters.
+    """
     monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", f"openinference.project.name={project}")
     monkeypatch.setenv("OTEL_SERVICE_NAME", "relay-e2e")
     host = session.SESSION_COORDINATOR.host(f"profile-{project}")
@@ -186,28 +159,23 @@ def _run_agent(project: str, phoenix: Phoenix, conventions: tuple[str, ...], mon
     )
     turn = session.SESSION_COORDINATOR.begin_turn(lease, turn_id="t1", task_id="k1")
     messages = [{"role": "user", "content": "hi"}]
+    primary = t.scripted_openai(t.error(503, "upstream overloaded"), max_retries=0)
+    usage = t.anthropic_usage(20, 8, cache_read=30)
+    fallback = t.scripted_anthropic(t.json_reply(t.anthropic_message_body("ok", model="claude-e2e-1", usage=usage)))
 
-    def overloaded(req: LLMRequest) -> Any:
-        raise ConnectionError("upstream overloaded")
+    @auxiliary.auxiliary_call
+    def answer(task: str) -> Any:
+        auxiliary.set_route("openai", "gpt-e2e", "chat_completions")
+        try:
+            return adapters.complete(primary.client, {"model": "gpt-e2e", "messages": messages})
+        except openai.InternalServerError:
+            auxiliary.set_route("anthropic", "claude-e2e", "anthropic_messages")
+            response = adapters.complete(
+                fallback.client, {"model": "claude-e2e", "max_tokens": 64, "messages": messages}
+            )
+            return auxiliary.validate_response(response, task)
 
-    with pytest.raises(ConnectionError):
-        relay_calls.execute_current(
-            LLMRequest(None, {"model": "gpt-e2e", "messages": messages}),
-            overloaded,
-            name="openai",
-            metadata={cv.API_REQUEST_ID: "call-1"},
-            defer_logical_completion=True,
-            codec=Codec("openai"),
-        )
-    relay_calls.execute_current(
-        LLMRequest(None, {"model": "claude-e2e", "messages": messages}),
-        lambda req: {"model": "claude-e2e-20250101", "id": "msg_e2e", "input": 20, "output": 8, "cache_read": 30},
-        name="anthropic",
-        metadata={cv.API_REQUEST_ID: "call-1"},
-        defer_logical_completion=True,
-        codec=Codec("anthropic"),
-    )
-    relay_calls.complete_logical_call("call-1", outcome="success")
+    answer("reply")
     host.relay.tools.execute("lookup", {"q": "x"}, lambda a: "found")
     session.SESSION_COORDINATOR.end_turn(turn, outcome="success")
     session.SESSION_COORDINATOR.release_conversation(lease)
@@ -257,8 +225,8 @@ def _check_tree(spans: list[dict[str, Any]], profile: str) -> dict[str, dict[str
     assert ok["status_code"] != "ERROR"
     a = ok["attributes"]
     assert a["gen_ai.request.model"] == "claude-e2e"
-    assert a["gen_ai.response.model"] == "claude-e2e-20250101"
-    assert a["llm.model_name"] in ("claude-e2e", "claude-e2e-20250101")
+    assert a["gen_ai.response.model"] == "claude-e2e-1"
+    assert a["llm.model_name"] in ("claude-e2e", "claude-e2e-1")
     assert a["gen_ai.usage.input_tokens"] == 50  # Anthropic: input + cache read
     assert a["llm.token_count.prompt"] == 50
     assert a["llm.token_count.completion"] == 8

@@ -26,14 +26,17 @@ __all__ = [
 ]
 
 
-def setup_from_env(relay: Any, *, console: bool = False, **options: Any) -> OTelExporter:
+def setup_from_env(
+    relay: Any, *, console: bool = False, propagate_context: bool = False, **options: Any
+) -> OTelExporter:
     """An exporter attached to ``relay`` (a Relay or a session host), exporting where the environment says.
 
     Spans go to the console when ``console`` is true (or ``OTEL_TRACES_EXPORTER``
     names ``console``), and over OTLP when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or the
     traces-specific variable) is set or ``OTEL_TRACES_EXPORTER`` names ``otlp``.
     Metrics follow ``OTEL_METRICS_EXPORTER`` / the OTLP endpoint. ``options`` go to
-    ``OTelExporter`` (``conventions``, ``capture_content``, ``redact``, ...).
+    ``OTelExporter`` (``conventions``, ``capture_content``, ``redact``, ...);
+    ``propagate_context`` sends each attempt's ``traceparent`` with its request.
     Call ``exporter.shutdown()`` at exit to flush.
     """
     if "OTEL_TRACES_EXPORTER" in os.environ:
@@ -44,4 +47,5 @@ def setup_from_env(relay: Any, *, console: bool = False, **options: Any) -> OTel
         names = []
     if console and "console" not in names:
         names.append("console")
-    return OTelExporter(span_exporters=span_exporters(names), **options).attach(relay)
+    exporter = OTelExporter(span_exporters=span_exporters(names), **options)
+    return exporter.attach(relay, propagate_context=propagate_context)

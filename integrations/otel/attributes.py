@@ -37,31 +37,44 @@ OPENINFERENCE = "openinference"
 KNOWN_CONVENTIONS = frozenset({GEN_AI, OPENINFERENCE})
 
 _BY_SCOPE_TYPE = {"llm": ATTEMPT, "tool": TOOL, "agent": AGENT}
+_BY_KIND = {role: role for role in (CONVERSATION, TURN, LOGICAL_CALL, ATTEMPT, TOOL)}
 
 
 def role_of(event: Event) -> str:
     """Which of our span shapes a scope gets: by ``relay.kind`` first, then by scope type."""
-    kind = event.metadata.get(cv.KIND) if event.metadata else None
-    if kind in (CONVERSATION, TURN, LOGICAL_CALL, ATTEMPT, TOOL):
-        return str(kind)
+    md = event.metadata
+    if md:
+        kind = md.get(cv.KIND)
+        if type(kind) is str:
+            role = _BY_KIND.get(kind)
+            if role is not None:
+                return role
     return _BY_SCOPE_TYPE.get(event.scope_type or "", SCOPE)
 
 
-def span_kind(role: str) -> SpanKind:
-    # A provider call leaves the process; everything else is work inside it.
-    return SpanKind.CLIENT if role == ATTEMPT else SpanKind.INTERNAL
+# A provider call leaves the process; everything else is work inside it.
+SPAN_KINDS: dict[str, SpanKind] = {
+    role: SpanKind.CLIENT if role == ATTEMPT else SpanKind.INTERNAL
+    for role in (CONVERSATION, TURN, LOGICAL_CALL, ATTEMPT, TOOL, AGENT, SCOPE)
+}
 
 
-def operation_of(event: Event) -> str:
+# Codec operations that the GenAI conventions spell otherwise: the OpenAI Responses
+# API is a chat operation there, and backends (Phoenix) key the LLM view off "chat".
+_OPERATIONS = {"responses": "chat", "messages": "chat"}
+
+
+def attempt_identity(event: Event) -> tuple[str, str | None, str | None]:
+    """``(operation, provider, request model)`` of an attempt, reading the request once."""
     req = event.annotated_request
-    return req.operation if req is not None and req.operation else "chat"
-
-
-def request_model(event: Event) -> str | None:
-    req = event.annotated_request
-    if req is not None and req.model:
-        return req.model
-    return event.model_name
+    if req is None:
+        return "chat", event.provider, event.model_name
+    op = req.operation
+    return (
+        _OPERATIONS.get(op, op) if op else "chat",
+        req.provider or event.provider,
+        req.model or event.model_name,
+    )
 
 
 def provider_of(event: Event) -> str | None:
@@ -72,15 +85,27 @@ def provider_of(event: Event) -> str | None:
 
 
 def agent_name(event: Event) -> str:
+    """``agent_name`` metadata if the caller gave one, else the profile's last path part.
+
+    Profile keys are resolved home directories: the full path stays in
+    ``relay.profile_key``, the span name gets its readable tail.
+    """
     md = event.metadata
-    return str(md.get(cv.PROFILE_KEY) or event.name) if md else event.name
+    if not md:
+        return event.name
+    name = md.get("agent_name")
+    if isinstance(name, str) and name:
+        return name
+    profile = md.get(cv.PROFILE_KEY)
+    if isinstance(profile, str) and profile:
+        return profile.rstrip("/\\").rsplit("/", 1)[-1].rsplit("\\", 1)[-1] or profile
+    return event.name
 
 
 def span_name(event: Event, role: str) -> str:
     """Low-cardinality names as the GenAI conventions spell them: ``{operation} {target}``."""
     if role == ATTEMPT:
-        model = request_model(event)
-        op = operation_of(event)
+        op, _, model = attempt_identity(event)
         return f"{op} {model}" if model else op
     if role == TOOL:
         return f"execute_tool {event.name}"
@@ -109,17 +134,22 @@ REQUEST_PARAMS: dict[str, str] = {
 }
 
 # Metadata keys copied under relay.* when present, on whichever scope carries them.
-RELAY_METADATA = (
-    cv.API_REQUEST_ID,
-    cv.CALL_ROLE,
-    cv.RETRY_COUNT,
-    cv.TURN_ID,
-    cv.TASK_ID,
-    cv.PLATFORM,
-    cv.PARENT_SESSION_ID,
-    cv.PROFILE_KEY,
-    cv.API_MODE,
-)
+RELAY_METADATA: dict[str, str] = {
+    key: f"relay.{key}"
+    for key in (
+        cv.API_REQUEST_ID,
+        cv.CALL_ROLE,
+        cv.RETRY_COUNT,
+        cv.TURN_ID,
+        cv.TASK_ID,
+        cv.PLATFORM,
+        cv.PARENT_SESSION_ID,
+        cv.PROFILE_KEY,
+        cv.API_MODE,
+    )
+}
+_PRIMITIVES = frozenset({str, int, float, bool})
+_STOP_KEYS = frozenset({"stop", "stop_sequences"})
 
 
 def _scalar(value: Any) -> Any:
@@ -131,16 +161,14 @@ def _scalar(value: Any) -> Any:
     return None
 
 
-def relay_attributes(event: Event, out: dict[str, Any]) -> None:
-    md = event.metadata
+def relay_attributes(md: Mapping[str, Any] | None, out: dict[str, Any]) -> None:
+    # Walks the (few) metadata items rather than probing for every known key.
     if not md:
         return
-    for key in RELAY_METADATA:
-        value = md.get(key)
-        if value is not None and value != "":
-            v = _scalar(value)
-            if v is not None:
-                out[f"relay.{key}"] = v
+    for key, value in md.items():
+        attr = RELAY_METADATA.get(key)
+        if attr is not None and value != "" and type(value) in _PRIMITIVES:
+            out[attr] = value
 
 
 def request_attributes(req: AnnotatedLLMRequest | None, out: dict[str, Any]) -> None:
@@ -148,24 +176,24 @@ def request_attributes(req: AnnotatedLLMRequest | None, out: dict[str, Any]) -> 
         return
     params = req.params
     if params:
-        for key, attr in REQUEST_PARAMS.items():
-            value = params.get(key)
-            if value is None:
+        for key, value in params.items():
+            attr = REQUEST_PARAMS.get(key)
+            if attr is None or value is None:
                 continue
-            if key in ("stop", "stop_sequences") and isinstance(value, str):
+            if type(value) not in _PRIMITIVES:
+                value = _scalar(value)
+                if value is None:
+                    continue
+            elif key in _STOP_KEYS and isinstance(value, str):
                 value = [value]
-            v = _scalar(value)
-            if v is not None:
-                out[attr] = v
+            out[attr] = value
     if req.stream:
         out["gen_ai.request.stream"] = True
 
 
 def server_attributes(md: Mapping[str, Any] | None, out: dict[str, Any]) -> None:
     """``server.address`` / ``server.port`` from the adapter's ``server_address`` (host or host:port)."""
-    if not md:
-        return
-    address = md.get(cv.SERVER_ADDRESS)
+    address = md.get(cv.SERVER_ADDRESS) if md else None
     if not isinstance(address, str) or not address:
         return
     host, sep, port = address.rpartition(":")
@@ -176,21 +204,39 @@ def server_attributes(md: Mapping[str, Any] | None, out: dict[str, Any]) -> None
         out["server.address"] = address
 
 
-def start_attributes(event: Event, role: str, conversation_id: str | None) -> dict[str, Any]:
-    """What is known when a scope starts: set at span creation, where samplers can see it."""
-    out: dict[str, Any] = {}
+def span_start(event: Event, role: str, conversation_id: str | None) -> tuple[str, dict[str, Any]]:
+    """A span's name, and what is known when its scope starts (set at span creation, where
+    samplers can see it). Together, so that an attempt's request is read once."""
     md = event.metadata
+    if role == LOGICAL_CALL:
+        # One per call and no gen_ai.* of its own: only our identity.
+        out: dict[str, Any] = {}
+        relay_attributes(md, out)
+        return event.name, out
     if role == ATTEMPT:
-        out["gen_ai.operation.name"] = operation_of(event)
-        provider = provider_of(event)
+        op, provider, model = attempt_identity(event)
+        out = {"gen_ai.operation.name": op}
         if provider:
             out["gen_ai.provider.name"] = provider
-        model = request_model(event)
         if model:
             out["gen_ai.request.model"] = model
-        request_attributes(event.annotated_request, out)
-        server_attributes(md, out)
-    elif role == TOOL:
+        name = f"{op} {model}" if model else op
+        req = event.annotated_request
+        if req is not None:
+            request_attributes(req, out)
+        if md and cv.SERVER_ADDRESS in md:
+            server_attributes(md, out)
+        if conversation_id:
+            out["gen_ai.conversation.id"] = conversation_id
+        relay_attributes(md, out)
+        return name, out
+    return span_name(event, role), _other_start_attributes(event, role, conversation_id)
+
+
+def _other_start_attributes(event: Event, role: str, conversation_id: str | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    md = event.metadata
+    if role == TOOL:
         out["gen_ai.operation.name"] = "execute_tool"
         out["gen_ai.tool.name"] = event.name
         out["gen_ai.tool.type"] = "function"
@@ -205,7 +251,7 @@ def start_attributes(event: Event, role: str, conversation_id: str | None) -> di
             out["gen_ai.request.model"] = model
     if conversation_id:
         out["gen_ai.conversation.id"] = conversation_id
-    relay_attributes(event, out)
+    relay_attributes(md, out)
     return out
 
 
@@ -262,25 +308,25 @@ def outcome_of(event: Event) -> str | None:
     return None
 
 
-def error_type(event: Event) -> str | None:
+def error_type(event: Event, outcome: str | None = None) -> str | None:
     """``error.type`` for a failed scope: the exception's class name, else ``_OTHER``.
 
     Cancellation (a closed stream, a cancelled task) is how a caller stops on
     purpose, so it is recorded as ``relay.outcome`` and not as an error.
     """
-    if outcome_of(event) != "failed":
+    if (outcome or outcome_of(event)) != "failed":
         return None
     return event.error_type or "_OTHER"
 
 
 def end_attributes(event: Event, role: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
     outcome = outcome_of(event)
-    if outcome:
-        out["relay.outcome"] = outcome
-    err = error_type(event)
-    if err:
-        out["error.type"] = err
+    if outcome is None:
+        out: dict[str, Any] = {}
+    elif outcome == "failed":
+        out = {"relay.outcome": outcome, "error.type": event.error_type or "_OTHER"}
+    else:
+        out = {"relay.outcome": outcome}
     md = event.metadata
     if role == ATTEMPT:
         provider = provider_of(event)
@@ -292,28 +338,31 @@ def end_attributes(event: Event, role: str) -> dict[str, Any]:
     elif role == LOGICAL_CALL:
         output = event.output
         if isinstance(output, dict):
-            for key in ("model", "provider"):
+            for key, attr in _LOGICAL_OUTPUT:
                 value = output.get(key)
                 if isinstance(value, str) and value:
-                    out[f"relay.{key}"] = value
+                    out[attr] = value
     return out
 
 
-def metric_attributes(event: Event, err: str | None) -> dict[str, Any]:
-    """The attribute set the gen_ai.client.* metrics are recorded with (low cardinality only)."""
-    out: dict[str, Any] = {"gen_ai.operation.name": operation_of(event)}
-    provider = provider_of(event)
+_LOGICAL_OUTPUT = (("model", "relay.model"), ("provider", "relay.provider"))
+
+
+def metric_attributes(event: Event) -> dict[str, Any]:
+    """The attribute set the gen_ai.client.* metrics are recorded with (low cardinality only),
+    before ``error.type`` (duration only) or ``gen_ai.token.type`` (token usage only)."""
+    op, provider, model = attempt_identity(event)
+    out: dict[str, Any] = {"gen_ai.operation.name": op}
     if provider:
         out["gen_ai.provider.name"] = provider
-    model = request_model(event)
     if model:
         out["gen_ai.request.model"] = model
     resp = event.annotated_response
     if resp is not None and resp.model:
         out["gen_ai.response.model"] = resp.model
-    server_attributes(event.metadata, out)
-    if err:
-        out["error.type"] = err
+    md = event.metadata
+    if md and cv.SERVER_ADDRESS in md:
+        server_attributes(md, out)
     return out
 
 
@@ -336,11 +385,10 @@ def openinference_start(event: Event, role: str, conversation_id: str | None) ->
     if conversation_id:
         out["session.id"] = conversation_id
     if role == ATTEMPT:
-        provider = provider_of(event)
+        _, provider, model = attempt_identity(event)
         if provider:
             out["llm.provider"] = provider
             out["llm.system"] = provider
-        model = request_model(event)
         if model:
             out["llm.model_name"] = model
         req = event.annotated_request

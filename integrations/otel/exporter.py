@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import propagate
@@ -23,7 +23,7 @@ from opentelemetry import trace as trace_api
 from opentelemetry.context import Context
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.trace.export import SpanExporter
-from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
+from opentelemetry.trace import Span, Status, StatusCode, TracerProvider, set_span_in_context
 
 from relay_runtime import conventions as cv
 from relay_runtime.events import MARK, SCOPE_END, SCOPE_START, Event
@@ -49,8 +49,11 @@ ABANDONED_ERROR = "relay.abandoned"
 
 SPANS_ABANDONED = "otel.spans_abandoned"
 UNMATCHED_ENDS = "otel.unmatched_ends"
+ATTRIBUTE_ERRORS = "otel.attribute_errors"
+CONTENT_ERRORS = "otel.content_errors"
 
 _SWEEPING_ROLES = frozenset({A.CONVERSATION, A.TURN, A.AGENT})
+_SPAN_KINDS = A.SPAN_KINDS
 _EMPTY_CONTEXT = Context()
 _STATUS_MESSAGE_LIMIT = 512
 
@@ -143,27 +146,34 @@ class OTelExporter:
             return
         parent = self._table.get(event.parent_uuid)
         role = A.role_of(event)
-        md = event.metadata
-        conversation_id = parent.conversation_id if parent is not None else None
-        if conversation_id is None and md:
-            sid = md.get(cv.SESSION_ID)
-            conversation_id = sid if isinstance(sid, str) and sid else None
-        attributes = A.start_attributes(event, role, conversation_id)
-        if self._oi:
-            attributes.update(A.openinference_start(event, role, conversation_id))
-        if self._content is not None:
-            if role == A.ATTEMPT:
-                self._content.attempt_start(event, attributes)
-            elif role == A.TOOL:
-                self._content.tool_start(event, attributes)
         if parent is not None:
-            context: Context | None = trace_api.set_span_in_context(parent.span)
+            conversation_id = parent.conversation_id
+            # One context per parent, made when its first child starts: most spans are leaves.
+            context = parent.context
+            if context is None:
+                context = parent.context = set_span_in_context(parent.span)
         else:
+            conversation_id = None
             context = None if self._link else _EMPTY_CONTEXT
+        if conversation_id is None:
+            md = event.metadata
+            sid = md.get(cv.SESSION_ID) if md else None
+            if isinstance(sid, str) and sid:
+                conversation_id = sid
+        try:
+            name, attributes = A.span_start(event, role, conversation_id)
+            if self._oi:
+                attributes.update(A.openinference_start(event, role, conversation_id))
+        except Exception:
+            # Odd data costs attributes, never the span.
+            self.count(ATTRIBUTE_ERRORS)
+            name, attributes = str(event.name), {}
+        if self._content is not None:
+            self._content_attributes(self._content.attempt_start, self._content.tool_start, event, role, attributes)
         span = self._tracer.start_span(
-            A.span_name(event, role),
+            name,
             context=context,
-            kind=A.span_kind(role),
+            kind=_SPAN_KINDS[role],
             attributes=attributes,
             start_time=event.timestamp,
         )
@@ -186,15 +196,23 @@ class OTelExporter:
         role = record.role
         for orphan in orphans:
             self._abandon(orphan, event.timestamp, f"{role} scope ended while this scope was open")
-        attributes = A.end_attributes(event, role)
-        if self._oi:
-            attributes.update(A.openinference_end(event, role))
-        if self._content is not None:
-            if role == A.ATTEMPT:
-                self._content.attempt_end(event, attributes)
-            elif role == A.TOOL:
-                self._content.tool_end(event, attributes)
         span = record.span
+        if not span.is_recording():
+            # Sampled out: nothing set on it would be kept; only the metrics still count it.
+            if role == A.ATTEMPT and self._metrics is not None:
+                self._metrics.record_attempt(event, A.error_type(event))
+            span.end(end_time=event.timestamp)
+            return
+        try:
+            attributes = A.end_attributes(event, role)
+            if self._oi:
+                attributes.update(A.openinference_end(event, role))
+        except Exception:
+            # The span was taken out of the table: it must still end, once.
+            self.count(ATTRIBUTE_ERRORS)
+            attributes = {}
+        if self._content is not None:
+            self._content_attributes(self._content.attempt_end, self._content.tool_end, event, role, attributes)
         if attributes:
             span.set_attributes(attributes)
         err = attributes.get("error.type")
@@ -209,6 +227,26 @@ class OTelExporter:
         if role == A.ATTEMPT and self._metrics is not None:
             self._metrics.record_attempt(event, err)
         span.end(end_time=event.timestamp)
+
+    def _content_attributes(
+        self,
+        for_attempt: Callable[[Event, dict[str, Any]], None],
+        for_tool: Callable[[Event, dict[str, Any]], None],
+        event: Event,
+        role: str,
+        out: dict[str, Any],
+    ) -> None:
+        """Content goes in whole or not at all: a failing redaction hook drops it, and is counted."""
+        recorder = for_attempt if role == A.ATTEMPT else for_tool if role == A.TOOL else None
+        if recorder is None:
+            return
+        content: dict[str, Any] = {}
+        try:
+            recorder(event, content)
+        except Exception:
+            self.count(CONTENT_ERRORS)
+            return
+        out.update(content)
 
     def _mark(self, event: Event) -> None:
         if event.name == cv.CHUNK:

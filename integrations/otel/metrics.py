@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from opentelemetry.metrics import MeterProvider
 
 from relay_runtime.events import Event
@@ -58,27 +56,22 @@ class GenAIMetrics:
 
     def record_attempt(self, event: Event, err: str | None) -> None:
         """One provider call's duration, token usage (per ``gen_ai.token.type``) and time to first chunk."""
-        base = attrs.metric_attributes(event, err)
+        base = attrs.metric_attributes(event)
         duration = event.duration_ns
         if duration is not None:
-            self._duration.record(duration / 1e9, base)
+            self._duration.record(duration / 1e9, {**base, "error.type": err} if err else base)
         resp = event.annotated_response
         if resp is None:
             return
         usage = resp.usage
         if usage is not None:
-            total_in = attrs.input_tokens_total(attrs.provider_of(event), usage)
+            total_in = attrs.input_tokens_total(base.get("gen_ai.provider.name"), usage)
             if total_in is not None:
-                self._tokens.record(total_in, _with(base, "input"))
+                self._tokens.record(total_in, {**base, _TOKEN_TYPE: "input"})
             if usage.output_tokens is not None:
-                self._tokens.record(usage.output_tokens, _with(base, "output"))
+                self._tokens.record(usage.output_tokens, {**base, _TOKEN_TYPE: "output"})
         if resp.time_to_first_chunk_ns is not None:
-            ttfc = {k: v for k, v in base.items() if k != "error.type"}
-            self._ttfc.record(resp.time_to_first_chunk_ns / 1e9, ttfc)
+            self._ttfc.record(resp.time_to_first_chunk_ns / 1e9, base)
 
 
-def _with(base: dict[str, Any], token_type: str) -> dict[str, Any]:
-    out = dict(base)
-    out.pop("error.type", None)
-    out["gen_ai.token.type"] = token_type
-    return out
+_TOKEN_TYPE = "gen_ai.token.type"

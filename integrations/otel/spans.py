@@ -8,13 +8,14 @@ operation holds it for a few dict operations only.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
+from opentelemetry.context import Context
 from opentelemetry.trace import Span
 
 
 class OpenSpan:
-    __slots__ = ("children", "conversation_id", "parent", "role", "span", "uuid")
+    __slots__ = ("children", "context", "conversation_id", "parent", "role", "span", "uuid")
 
     def __init__(self, uuid: str, span: Span, role: str, parent: OpenSpan | None, conversation_id: str | None):
         self.uuid = uuid
@@ -22,8 +23,9 @@ class OpenSpan:
         self.role = role
         self.parent = parent
         self.conversation_id = conversation_id
-        # Allocated on the first child only: most spans (attempts, tools) are leaves.
+        # Both made on the first child only: most spans (attempts, tools) are leaves.
         self.children: dict[str, OpenSpan] | None = None
+        self.context: Context | None = None
 
 
 class SpanTable:
@@ -39,35 +41,39 @@ class SpanTable:
         self._max_open = max_open
         self._open: dict[str, OpenSpan] = {}
         self._lock = threading.Lock()
+        # Reads take no lock (one dict lookup is atomic), and are the dict's own method:
+        # every start looks its parent up. A None uuid finds nothing.
+        self.get: Callable[[str | None], OpenSpan | None] = self._open.get  # type: ignore[assignment]
 
     def __len__(self) -> int:
         return len(self._open)
 
-    def get(self, uuid: str | None) -> OpenSpan | None:
-        if uuid is None:
-            return None
-        return self._open.get(uuid)
-
-    def add(self, record: OpenSpan) -> list[OpenSpan]:
+    def add(self, record: OpenSpan) -> Sequence[OpenSpan]:
         """Register a started span; returns the records evicted to stay under ``max_open``."""
-        evicted: list[OpenSpan] = []
+        uuid = record.uuid
+        open_ = self._open
         with self._lock:
-            if record.uuid in self._open:
-                raise ValueError(f"scope {record.uuid} started twice")
-            self._open[record.uuid] = record
+            if open_.setdefault(uuid, record) is not record:
+                raise ValueError(f"scope {uuid} started twice")
             parent = record.parent
-            if parent is not None and parent.uuid in self._open:
-                if parent.children is None:
-                    parent.children = {}
-                parent.children[record.uuid] = record
-            while len(self._open) > self._max_open:
+            if parent is not None and parent.uuid in open_:
+                children = parent.children
+                if children is None:
+                    children = parent.children = {}
+                children[uuid] = record
+            if len(open_) <= self._max_open:
+                return ()
+            evicted: list[OpenSpan] = []
+            while len(open_) > self._max_open:
                 # The oldest leaf: leaked scopes are old, and a leaf has nothing live below
                 # it (the oldest span overall is usually a conversation still in use).
-                oldest = next(r for r in self._open.values() if not r.children)
+                oldest = next(r for r in open_.values() if not r.children)
                 evicted.extend(self._remove_tree(oldest))
-        return evicted
+            return evicted
 
-    def remove(self, uuid: str, sweep_roles: frozenset[str] = frozenset()) -> tuple[OpenSpan | None, list[OpenSpan]]:
+    def remove(
+        self, uuid: str, sweep_roles: frozenset[str] = frozenset()
+    ) -> tuple[OpenSpan | None, Sequence[OpenSpan]]:
         """Take one span out to be ended: ``(record, orphans)``; record None if it already was.
 
         When the record's role is in ``sweep_roles``, every span still open below it
@@ -78,17 +84,20 @@ class SpanTable:
         with self._lock:
             record = self._open.pop(uuid, None)
             if record is None:
-                return None, []
-            self._detach(record)
+                return None, ()
+            parent = record.parent
+            if parent is not None and parent.children:
+                parent.children.pop(uuid, None)
+            if not record.children:
+                return record, ()
             orphans: list[OpenSpan] = []
-            if record.children:
-                if record.role in sweep_roles:
-                    for child in list(record.children.values()):
-                        if child.uuid in self._open:
-                            orphans.extend(self._remove_tree(child))
-                    record.children = None
-                else:
-                    self._hand_down(record)
+            if record.role in sweep_roles:
+                for child in list(record.children.values()):
+                    if child.uuid in self._open:
+                        orphans.extend(self._remove_tree(child))
+                record.children = None
+            else:
+                self._hand_down(record)
             return record, orphans
 
     def remove_all(self) -> list[OpenSpan]:

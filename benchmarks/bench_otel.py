@@ -1,0 +1,518 @@
+"""Cost of the OTel exporter per managed LLM call.
+
+Compared, per call, all with a ``BatchSpanProcessor`` over an exporter that
+drops everything (so only the calling thread's cost is measured):
+
+- ``bare``: the provider callback alone.
+- ``raw spans``: the same two spans (logical call + attempt, under an open turn)
+  made by hand with the OTel SDK, with the same names, kinds and attribute keys as the
+  exporter's (checked before measuring), read off the same request and response: the
+  floor any instrumentation pays. ``+ metrics``: and the same three histogram points.
+- ``relay + exporter``: ``relay_runtime.calls.execute_current`` with a codec and
+  ``OTelExporter`` attached. Target: at most 1.3x ``raw spans``, metrics off on both
+  sides or on on both sides.
+- the exporter's own work: its four events against a tracer that keeps nothing, so
+  that a managed call splits into core, exporter and SDK shares.
+- on a real OpenAI client over ``httpx2.MockTransport``: the cost ``adapters.complete``
+  with the exporter adds to a bare ``create()``, against the cost
+  ``opentelemetry-instrumentation-openai-v2`` adds (only where that package imports:
+  it needs ``httpx`` and an ``opentelemetry-util-genai`` older than 1.0 beside it).
+
+Medians of several runs; ``python -m benchmarks otel``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import gc
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from opentelemetry import trace as trace_api
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from integrations.otel import OTelExporter
+from integrations.otel.metrics import DURATION_BUCKETS, OPERATION_DURATION, TOKEN_BUCKETS, TOKEN_USAGE
+from relay_runtime import LLMRequest, session
+from relay_runtime import calls as relay_calls
+from relay_runtime import conventions as cv
+from relay_runtime.recorder import Recorder
+from relay_runtime.types import AnnotatedLLMRequest, AnnotatedLLMResponse, TokenUsage
+
+CALLS = int(os.environ.get("BENCH_OTEL_CALLS", "2000"))
+RUNS = int(os.environ.get("BENCH_OTEL_RUNS", "7"))
+TARGET_RATIO = 1.3
+# The shape of the ids the core gives a logical call (a uuid's 32 hex digits).
+API_REQUEST_ID = "0123456789abcdef0123456789abcdef"
+CLOCK = time.thread_time_ns
+
+
+class DropExporter(SpanExporter):
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+
+class Codec:
+    provider = "openai"
+    operation = "chat"
+
+    def decode(self, content: Mapping[str, Any]) -> AnnotatedLLMRequest:
+        return AnnotatedLLMRequest(
+            model=content["model"],
+            messages=content["messages"],
+            params={"temperature": content["temperature"], "max_tokens": content["max_tokens"]},
+            provider="openai",
+        )
+
+    def apply(self, content: Mapping[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+        return dict(content)
+
+    def annotate_response(self, r: Any) -> AnnotatedLLMResponse:
+        u = r["usage"]
+        return AnnotatedLLMResponse(
+            model=r["model"],
+            id=r["id"],
+            finish_reasons=[r["finish_reason"]],
+            usage=TokenUsage(input_tokens=u["prompt_tokens"], output_tokens=u["completion_tokens"]),
+        )
+
+    def accumulator(self) -> Any:
+        raise NotImplementedError
+
+
+KWARGS = {
+    "model": "gpt-bench",
+    "messages": [{"role": "user", "content": "hi"}],
+    "temperature": 0.3,
+    "max_tokens": 64,
+}
+RESPONSE = {
+    "id": "chatcmpl-1",
+    "model": "gpt-bench-0613",
+    "finish_reason": "stop",
+    "usage": {"prompt_tokens": 12, "completion_tokens": 5},
+}
+
+
+def provider_call(request: Any) -> dict[str, Any]:
+    return RESPONSE
+
+
+def tracer_provider() -> TracerProvider:
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(DropExporter(), max_queue_size=100_000))
+    return provider
+
+
+def interleaved(bodies: dict[str, Callable[[], Any]], calls: int = CALLS, runs: int = RUNS) -> dict[str, list[float]]:
+    """Nanoseconds per call for each body, ``runs`` times, the bodies taking turns in every run.
+
+    The machine is shared and its speed drifts; taking turns makes every body see
+    the same drift, so their ratios hold even when the absolute figures move.
+    Time is the calling thread's CPU time: what a call costs its caller, without
+    the time other processes held the CPU, and without the span processor's
+    worker thread, which runs off the call path by design.
+    """
+    samples: dict[str, list[float]] = {name: [] for name in bodies}
+    for run in range(runs + 1):
+        for name, body in bodies.items():
+            gc.collect()
+            t0 = CLOCK()
+            for _ in range(calls):
+                body()
+            elapsed = (CLOCK() - t0) / calls
+            if run:  # the first run warms up
+                samples[name].append(elapsed)
+    return samples
+
+
+# -- the raw baseline -------------------------------------------------------------------------
+
+
+def raw_spans_body(
+    provider: TracerProvider, turn_context: Any, meters: MeterProvider | None = None
+) -> Callable[[], Any]:
+    """What a user instrumenting by hand writes for the tree the exporter makes: the same two
+    spans with the same attributes (the exporter's ``gen_ai.*`` and ``relay.*`` set, checked
+    against it by ``check_same_tree``), and, with ``meters``, the same three histogram points."""
+    tracer = provider.get_tracer("bench.raw")
+    set_in_context = trace_api.set_span_in_context
+    request = LLMRequest(None, KWARGS)
+    record = raw_metrics(meters) if meters is not None else None
+    clock = time.perf_counter_ns
+
+    def body() -> Any:
+        content = request.content
+        logical = tracer.start_span(
+            "logical_llm_call",
+            context=turn_context,
+            attributes={"relay.api_request_id": API_REQUEST_ID, "relay.call_role": "primary"},
+        )
+        model = content["model"]
+        attempt = tracer.start_span(
+            f"chat {model}",
+            context=set_in_context(logical),
+            kind=SpanKind.CLIENT,
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": "openai",
+                "gen_ai.request.model": model,
+                "gen_ai.request.temperature": content["temperature"],
+                "gen_ai.request.max_tokens": content["max_tokens"],
+                "gen_ai.conversation.id": "bench",
+                "relay.retry_count": 0,
+                "relay.api_request_id": API_REQUEST_ID,
+                "relay.call_role": "primary",
+            },
+        )
+        t0 = clock()
+        r = provider_call(request)
+        elapsed = clock() - t0
+        usage = r["usage"]
+        attempt.set_attributes(
+            {
+                "relay.outcome": "success",
+                "gen_ai.response.model": r["model"],
+                "gen_ai.response.id": r["id"],
+                "gen_ai.response.finish_reasons": [r["finish_reason"]],
+                "gen_ai.usage.input_tokens": usage["prompt_tokens"],
+                "gen_ai.usage.output_tokens": usage["completion_tokens"],
+            }
+        )
+        attempt.end()
+        if record is not None:
+            record(model, r["model"], elapsed, usage["prompt_tokens"], usage["completion_tokens"])
+        logical.set_attributes({"relay.outcome": "success", "relay.model": r["model"], "relay.provider": "openai"})
+        logical.end()
+        return r
+
+    return body
+
+
+def raw_metrics(meters: MeterProvider) -> Callable[[str, str, int, int, int], None]:
+    """The GenAI client metrics by hand: duration, and token usage per token type."""
+    meter = meters.get_meter("bench.raw")
+    duration = meter.create_histogram(
+        OPERATION_DURATION, unit="s", explicit_bucket_boundaries_advisory=DURATION_BUCKETS
+    )
+    tokens = meter.create_histogram(TOKEN_USAGE, unit="{token}", explicit_bucket_boundaries_advisory=TOKEN_BUCKETS)
+
+    def record(model: str, response_model: str, elapsed_ns: int, input_tokens: int, output_tokens: int) -> None:
+        base = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": "openai",
+            "gen_ai.request.model": model,
+            "gen_ai.response.model": response_model,
+        }
+        duration.record(elapsed_ns / 1e9, base)
+        tokens.record(input_tokens, {**base, "gen_ai.token.type": "input"})
+        tokens.record(output_tokens, {**base, "gen_ai.token.type": "output"})
+
+    return record
+
+
+# -- ours -----------------------------------------------------------------------------------
+
+
+class Managed:
+    """A conversation with an open turn on its own profile, in its own context, with a subscriber."""
+
+    def __init__(self, exporter: OTelExporter | None, subscriber: Any = None) -> None:
+        self.context = contextvars.copy_context()
+        self.exporter = exporter
+        self.context.run(self._open, subscriber)
+
+    def _open(self, subscriber: Any) -> None:
+        self.host = session.SESSION_COORDINATOR.host(tempfile.mkdtemp(prefix="bench-otel-"))
+        if self.exporter is not None:
+            self.exporter.attach(self.host)
+        else:
+            noop = subscriber if subscriber is not None else (lambda e: None)
+            self.host.relay.subscribers.register(noop, name="bench.noop")
+            self.host.retain_managed_execution("bench")
+        self.lease = session.SESSION_COORDINATOR.acquire_conversation(
+            profile_key=self.host.profile_key, session_id="bench", platform="bench"
+        )
+        self.turn = session.SESSION_COORDINATOR.begin_turn(self.lease, turn_id="t", task_id="k")
+
+    def body(self) -> Callable[[], Any]:
+        request = LLMRequest(None, KWARGS)
+        codec = Codec()
+        execute = relay_calls.execute_current
+        run = self.context.run
+
+        def body() -> Any:
+            return run(execute, request, provider_call, name="openai", codec=codec)
+
+        return body
+
+    def close(self) -> None:
+        self.context.run(self._close)
+
+    def _close(self) -> None:
+        session.SESSION_COORDINATOR.end_turn(self.turn, outcome="success")
+        session.SESSION_COORDINATOR.release_conversation(self.lease)
+        if self.exporter is not None:
+            self.exporter.shutdown()
+
+
+def recorded_call_events() -> list[Any]:
+    """The four events one managed call emits (logical call and attempt, start and end)."""
+    recorder = Recorder()
+    managed = Managed(None, recorder)
+    managed.body()()
+    managed.close()
+    return [e for e in recorder if (e.metadata or {}).get(cv.KIND) in (cv.LOGICAL_CALL, cv.ATTEMPT)]
+
+
+def exporter_only_body(exporter: OTelExporter, events: list[Any]) -> Callable[[], Any]:
+    """The exporter fed one call's events: exactly its own work, without the relay's."""
+    first, second, third, fourth = events
+
+    def body() -> None:
+        exporter(first)
+        exporter(second)
+        exporter(third)
+        exporter(fourth)
+
+    return body
+
+
+# -- like for like ------------------------------------------------------------------------------
+
+
+def tree_shape(spans: Sequence[ReadableSpan]) -> dict[str, tuple[str, list[str]]]:
+    return {
+        s.name: (s.kind.name, sorted(s.attributes or {}))
+        for s in spans
+        if s.name in ("logical_llm_call", "chat gpt-bench")
+    }
+
+
+def metric_shape(reader: InMemoryMetricReader) -> dict[str, list[list[str]]]:
+    data = reader.get_metrics_data()
+    out: dict[str, list[list[str]]] = {}
+    for rm in data.resource_metrics if data else ():
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                out[metric.name] = sorted(sorted(p.attributes or {}) for p in metric.data.data_points)
+    return out
+
+
+def check_same_tree() -> None:
+    """Refuse to compare unless the hand-made spans and metrics carry exactly the exporter's names,
+    kinds and attribute keys: a cheaper baseline that sets less would flatter nothing but the ratio."""
+    shapes = []
+    for build in ("raw", "ours"):
+        spans = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(spans))
+        reader = InMemoryMetricReader()
+        meters = MeterProvider(metric_readers=[reader])
+        if build == "raw":
+            turn = provider.get_tracer("bench.turn").start_span("turn")
+            raw_spans_body(provider, trace_api.set_span_in_context(turn), meters)()
+            turn.end()
+        else:
+            managed = Managed(OTelExporter(provider, meters))
+            managed.body()()
+            managed.close()
+        shapes.append((tree_shape(spans.get_finished_spans()), metric_shape(reader)))
+    if shapes[0] != shapes[1]:
+        raise SystemExit(f"the hand-made tree differs from the exporter's:\n  raw:  {shapes[0]}\n  ours: {shapes[1]}")
+
+
+class _NullSpan(trace_api.NonRecordingSpan):
+    """Takes everything and keeps nothing, but says it records: the exporter does all its own work."""
+
+    def is_recording(self) -> bool:
+        return True
+
+
+class _NullTracer(trace_api.NoOpTracer):
+    def start_span(self, *args: Any, **kwargs: Any) -> trace_api.Span:
+        return _NullSpan(trace_api.INVALID_SPAN_CONTEXT)
+
+
+class NullTracerProvider(trace_api.NoOpTracerProvider):
+    """For measuring the exporter's own share: its work per event with the SDK's taken out."""
+
+    def get_tracer(self, *args: Any, **kwargs: Any) -> trace_api.Tracer:
+        return _NullTracer()
+
+
+# -- openai-v2 ----------------------------------------------------------------------------------
+
+
+def openai_client() -> Any:
+    """A real OpenAI client answering every request from ``httpx2.MockTransport``."""
+    import httpx2
+    import openai
+
+    body = (
+        b'{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-bench-0613",'
+        b'"choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],'
+        b'"usage":{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17}}'
+    )
+
+    def handler(request: Any) -> Any:
+        return httpx2.Response(200, content=body, headers={"content-type": "application/json"})
+
+    return openai.OpenAI(
+        api_key="sk-bench",
+        base_url="http://127.0.0.1:9/v1",
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+        max_retries=0,
+    )
+
+
+def sdk_comparison() -> dict[str, float] | str:
+    """Per-call ns on a real OpenAI client: bare, through adapters + OTelExporter, and with openai-v2."""
+    try:
+        from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+    except Exception as exc:  # an ImportError, or a version clash inside the package
+        return f"not measured: opentelemetry-instrumentation-openai-v2 does not import here ({exc!r})"
+    import adapters
+
+    client = openai_client()
+    completions = client.chat.completions
+
+    def create() -> Any:
+        # Looked up per call: instrumenting patches the class, not a bound method taken earlier.
+        return completions.create(**KWARGS)
+
+    managed = Managed(OTelExporter(tracer_provider(), MeterProvider(metric_readers=[InMemoryMetricReader()])))
+    run = managed.context.run
+    noop = Managed(None)
+    run_noop = noop.context.run
+    complete = adapters.complete
+    bodies = {
+        "bare": create,
+        "relay, no-op subscriber": lambda: run_noop(complete, client, KWARGS),
+        "relay": lambda: run(complete, client, KWARGS),
+    }
+    calls = max(200, CALLS // 4)
+    instrumentor = OpenAIInstrumentor()
+    provider = tracer_provider()
+    meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    out: dict[str, list[float]] = {name: [] for name in (*bodies, "openai-v2")}
+    # Instrumenting patches the SDK class: take turns by instrumenting and uninstrumenting.
+    for _ in range(RUNS):
+        for name, values in interleaved(bodies, calls, 1).items():
+            out[name].extend(values)
+        instrumentor.instrument(tracer_provider=provider, meter_provider=meters)
+        try:
+            out["openai-v2"].extend(interleaved({"v2": create}, calls, 1)["v2"])
+        finally:
+            instrumentor.uninstrument()
+    managed.close()
+    noop.close()
+    provider.shutdown()
+    return {name: statistics.median(values) for name, values in out.items()}
+
+
+def metered_tracer_provider() -> tuple[TracerProvider, MeterProvider]:
+    return tracer_provider(), MeterProvider(metric_readers=[InMemoryMetricReader()])
+
+
+def main() -> None:
+    print(f"python {sys.version.split()[0]}, {CALLS} calls x {RUNS} runs, medians in microseconds per call")
+    session.reset_for_tests()
+    check_same_tree()
+    session.reset_for_tests()
+    events = recorded_call_events()
+
+    raw_provider = tracer_provider()
+    turn_span = raw_provider.get_tracer("bench.turn").start_span("turn")
+    turn_context = trace_api.set_span_in_context(turn_span)
+    raw_metered, raw_meters = metered_tracer_provider()
+    raw_turn = raw_metered.get_tracer("bench.turn").start_span("turn")
+    spans_provider = tracer_provider()
+    managed_noop = Managed(None)
+    managed_spans = Managed(OTelExporter(tracer_provider()))
+    managed_full = Managed(OTelExporter(*metered_tracer_provider()))
+    raw_body = raw_spans_body(raw_provider, turn_context)
+    noop_body = managed_noop.body()
+
+    def noop_then_raw() -> None:
+        noop_body()
+        raw_body()
+
+    bodies = {
+        "bare provider callback": lambda: provider_call(None),
+        "raw OTel spans by hand (2 spans)": raw_body,
+        "raw OTel spans + metrics by hand": raw_spans_body(
+            raw_metered, trace_api.set_span_in_context(raw_turn), raw_meters
+        ),
+        "OTelExporter alone, one call's 4 events": exporter_only_body(OTelExporter(spans_provider), events),
+        "OTelExporter's own work (SDK taken out)": exporter_only_body(OTelExporter(NullTracerProvider()), events),
+        "relay managed call, no-op subscriber": noop_body,
+        "no-op managed call, then raw spans": noop_then_raw,
+        "relay managed call + OTelExporter (spans)": managed_spans.body(),
+        "relay managed call + OTelExporter (+metrics)": managed_full.body(),
+    }
+    samples = interleaved(bodies)
+    for managed in (managed_noop, managed_spans, managed_full):
+        managed.close()
+    for span in (turn_span, raw_turn):
+        span.end()
+    for provider in (raw_provider, raw_metered, spans_provider):
+        provider.shutdown()
+
+    us = 1000.0
+    med = {name: statistics.median(values) for name, values in samples.items()}
+    for name, values in samples.items():
+        runs = ", ".join(f"{v / us:.1f}" for v in values)
+        print(f"  {name:<46} {med[name] / us:8.2f} us   (runs: {runs})")
+    raw = med["raw OTel spans by hand (2 spans)"]
+    raw_full = med["raw OTel spans + metrics by hand"]
+    alone = med["OTelExporter alone, one call's 4 events"]
+    own = med["OTelExporter's own work (SDK taken out)"]
+    noop = med["relay managed call, no-op subscriber"]
+    spans = med["relay managed call + OTelExporter (spans)"]
+    full = med["relay managed call + OTelExporter (+metrics)"]
+    print(f"  exporter alone / raw spans:                         {alone / raw:.2f}x")
+    print(f"  exporter's share in a managed call / raw spans:     {(spans - noop) / raw:.2f}x")
+    print(f"  whole managed call with exporter / raw spans:       {spans / raw:.2f}x (target <= {TARGET_RATIO}x)")
+    print(f"  the same, metrics on both sides:                    {full / raw_full:.2f}x (target <= {TARGET_RATIO}x)")
+    both = med["no-op managed call, then raw spans"]
+    # "rest": the same calls cost more run together than each in a loop of its own. The
+    # no-op managed call followed by the hand-made spans shows how much of it any code
+    # around the spans brings, with no exporter involved.
+    print(
+        f"  where a managed call's time goes: core {noop / us:.1f} us ({noop / raw:.2f}x raw),"
+        f" exporter's own {own / us:.1f} us ({own / raw:.2f}x), OTel SDK {raw / us:.1f} us (1.00x),"
+        f" rest {(spans - noop - own - raw) / us:+.1f} us ({(spans - noop - own - raw) / raw:+.2f}x)"
+    )
+    print(
+        f"  the rest without any exporter: no-op managed call then raw spans {both / us:.1f} us,"
+        f" {(both - noop - raw) / us:+.1f} us over the two apart; managed call + exporter / that: {spans / both:.2f}x"
+    )
+
+    sdk = sdk_comparison()
+    if isinstance(sdk, str):
+        print(f"  openai-v2: {sdk}")
+    else:
+        print("  real OpenAI client over httpx2.MockTransport (spans + metrics in both):")
+        print(f"    bare client call                                 {sdk['bare'] / us:8.2f} us")
+        noop_added = (sdk["relay, no-op subscriber"] - sdk["bare"]) / us
+        print(f"    adapters.complete, no-op subscriber, added       {noop_added:8.2f} us")
+        print(f"    adapters.complete + OTelExporter, added          {(sdk['relay'] - sdk['bare']) / us:8.2f} us")
+        print(f"    opentelemetry-instrumentation-openai-v2, added   {(sdk['openai-v2'] - sdk['bare']) / us:8.2f} us")
+
+
+if __name__ == "__main__":
+    main()
