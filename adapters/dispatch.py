@@ -16,6 +16,7 @@ from types import MappingProxyType, MethodType
 from typing import Any
 
 from relay_runtime import auxiliary, calls
+from relay_runtime import conventions as cv
 from relay_runtime.codec import LLMCodec
 from relay_runtime.types import LLMRequest
 
@@ -91,8 +92,19 @@ def original_create(resource: Any) -> Any:
 
 
 # What one SDK call hands to ``relay_runtime.calls``: its API, the request, the attempt's
-# provider name, model name and metadata (None outside an auxiliary call).
-Prepared = tuple[Api, LLMRequest, str, "str | None", "dict[str, Any] | None"]
+# provider name, model name and metadata, and whether it is an attempt of an auxiliary call
+# (whose logical call stays open for a retry until validated).
+Prepared = tuple[Api, LLMRequest, str, "str | None", "dict[str, Any] | None", bool]
+
+
+def server_address(client: Any) -> str | None:
+    """``host`` or ``host:port`` of the client's base URL (for ``server.address`` on exported spans)."""
+    url = getattr(client, "base_url", None)
+    host = getattr(url, "host", None)
+    if not isinstance(host, str) or not host:
+        return None
+    port = getattr(url, "port", None)
+    return f"{host}:{port}" if port else host
 
 
 def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, *, stream: bool) -> Prepared:
@@ -106,11 +118,16 @@ def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, *, str
     if stream and not kwargs.get("stream"):
         kwargs = {**kwargs, "stream": True}
     metadata = auxiliary.next_attempt_metadata()
+    auxiliary_attempt = metadata is not None
+    address = server_address(client)
+    if address is not None:
+        metadata = {**metadata, cv.SERVER_ADDRESS: address} if metadata else {cv.SERVER_ADDRESS: address}
     model = kwargs.get("model")
     if route is None:
-        return api, LLMRequest(None, kwargs), api.codec.provider, model if isinstance(model, str) else None, metadata
+        model_name = model if isinstance(model, str) else None
+        return api, LLMRequest(None, kwargs), api.codec.provider, model_name, metadata, auxiliary_attempt
     model_name = model if isinstance(model, str) else route.model
-    return api, LLMRequest(None, kwargs), route.provider, model_name, metadata
+    return api, LLMRequest(None, kwargs), route.provider, model_name, metadata, auxiliary_attempt
 
 
 def _kwargs_of(request: LLMRequest) -> dict[str, Any]:
@@ -149,34 +166,34 @@ def _create(client: Any, api: Api) -> Any:
 
 def complete(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None) -> Any:
     """``create(**kwargs)`` on the client's API as a managed attempt; returns the SDK's response."""
-    api, request, name, model_name, metadata = prepare(kwargs, api_mode, client, stream=False)
+    api, request, name, model_name, metadata, auxiliary_attempt = prepare(kwargs, api_mode, client, stream=False)
     return calls.execute_current(
         request,
         sync_callback(_create(client, api), client),
         name=name,
         model_name=model_name,
         metadata=metadata,
-        defer_logical_completion=metadata is not None,
+        defer_logical_completion=auxiliary_attempt,
         codec=api.codec,
     )
 
 
 async def acomplete(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None) -> Any:
-    api, request, name, model_name, metadata = prepare(kwargs, api_mode, client, stream=False)
+    api, request, name, model_name, metadata, auxiliary_attempt = prepare(kwargs, api_mode, client, stream=False)
     return await calls.execute_current_async(
         request,
         async_callback(_create(client, api), client),
         name=name,
         model_name=model_name,
         metadata=metadata,
-        defer_logical_completion=metadata is not None,
+        defer_logical_completion=auxiliary_attempt,
         codec=api.codec,
     )
 
 
 def stream(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None) -> Any:
     """``create(**kwargs, stream=True)`` as a managed attempt; iterating yields the SDK's own chunks."""
-    api, request, name, model_name, metadata = prepare(kwargs, api_mode, client, stream=True)
+    api, request, name, model_name, metadata, _ = prepare(kwargs, api_mode, client, stream=True)
     return calls.stream_current(
         request,
         sync_callback(_create(client, api), client),
@@ -188,7 +205,7 @@ def stream(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = Non
 
 
 async def astream(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None) -> Any:
-    api, request, name, model_name, metadata = prepare(kwargs, api_mode, client, stream=True)
+    api, request, name, model_name, metadata, _ = prepare(kwargs, api_mode, client, stream=True)
     return await calls.stream_current_async(
         request,
         async_callback(_create(client, api), client),

@@ -70,6 +70,7 @@ def test_chat_completion_records_attempt_with_usage_and_sdk_retries(relay_turn, 
     assert attempt.outcome == "success"
     assert attempt.metadata[cv.SDK_RETRIES] == 1
     assert attempt.metadata[cv.CALL_ROLE] == "primary" and attempt.metadata[cv.RETRY_COUNT] == 0
+    assert attempt.metadata[cv.SERVER_ADDRESS] == "openai.test"
     annotation = attempt.annotated_response
     assert annotation.model == "gpt-served" and annotation.finish_reasons == ["stop"]
     assert annotation.usage.as_dict() == {
@@ -387,3 +388,16 @@ async def test_aclose_cancels_an_async_stream(relay_turn, relay_events, oa) -> N
 
 def test_session_reset_between_tests_leaves_no_active_turn() -> None:
     assert session.active_turn() is None
+
+
+def test_server_address_comes_from_the_clients_base_url() -> None:
+    import anthropic
+    import httpx2
+
+    assert adapters.dispatch.server_address(t.openai_client(t.Script())) == "openai.test"
+    client = anthropic.Anthropic(
+        api_key=t.TEST_KEY, base_url="https://llm.internal:8443/v1", http_client=httpx2.Client()
+    )
+    assert adapters.dispatch.server_address(client) == "llm.internal:8443"
+    assert adapters.dispatch.server_address(object()) is None
+
