@@ -99,7 +99,8 @@ Prepared = tuple[Api, LLMRequest, str, "str | None", "dict[str, Any] | None", bo
 
 def server_address(client: Any) -> str | None:
     """``host`` or ``host:port`` of the client's base URL (for ``server.address`` on exported spans)."""
-    url = getattr(client, "base_url", None)
+    # Both SDKs keep the URL in ``_base_url``; their public ``base_url`` property costs ~40x more.
+    url = getattr(client, "_base_url", None) or getattr(client, "base_url", None)
     host = getattr(url, "host", None)
     if not isinstance(host, str) or not host:
         return None
