@@ -12,9 +12,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType, MethodType
 from typing import Any
 
 from relay_runtime import auxiliary, calls
+from relay_runtime import conventions as cv
 from relay_runtime.codec import LLMCodec
 from relay_runtime.types import LLMRequest
 
@@ -84,21 +86,29 @@ def resource_of(client: Any, api: Api) -> Any:
 def original_create(resource: Any) -> Any:
     """The resource's create(), seen through ``instrument()``'s wrapper (dispatch must not re-enter it)."""
     create = resource.create
-    if getattr(type(create), "relay_instrumented", False):
+    if type(create) is not MethodType and getattr(type(create), "relay_instrumented", False):
         return create.__wrapped__
     return create
 
 
-@dataclass
-class Call:
-    """Everything one SDK call hands to ``relay_runtime.calls``."""
-
-    api: Api
-    request: LLMRequest
-    options: dict[str, Any]
+# What one SDK call hands to ``relay_runtime.calls``: its API, the request, the attempt's
+# provider name, model name and metadata, and whether it is an attempt of an auxiliary call
+# (whose logical call stays open for a retry until validated).
+Prepared = tuple[Api, LLMRequest, str, "str | None", "dict[str, Any] | None", bool]
 
 
-def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, *, stream: bool) -> Call:
+def server_address(client: Any) -> str | None:
+    """``host`` or ``host:port`` of the client's base URL (for ``server.address`` on exported spans)."""
+    # Both SDKs keep the URL in ``_base_url``; their public ``base_url`` property costs ~40x more.
+    url = getattr(client, "_base_url", None) or getattr(client, "base_url", None)
+    host = getattr(url, "host", None)
+    if not isinstance(host, str) or not host:
+        return None
+    port = getattr(url, "port", None)
+    return f"{host}:{port}" if port else host
+
+
+def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, *, stream: bool) -> Prepared:
     if type(kwargs) is not dict and not isinstance(kwargs, Mapping):
         raise TypeError(f"SDK kwargs must be a mapping, got {type(kwargs).__name__}")
     route = auxiliary.current_route()
@@ -109,20 +119,23 @@ def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, *, str
     if stream and not kwargs.get("stream"):
         kwargs = {**kwargs, "stream": True}
     metadata = auxiliary.next_attempt_metadata()
+    auxiliary_attempt = metadata is not None
+    address = server_address(client)
+    if address is not None:
+        metadata = {**metadata, cv.SERVER_ADDRESS: address} if metadata else {cv.SERVER_ADDRESS: address}
     model = kwargs.get("model")
-    options: dict[str, Any] = {
-        "name": route.provider if route is not None else api.codec.provider,
-        "model_name": model if isinstance(model, str) else (route.model if route is not None else None),
-        "metadata": metadata,
-        "codec": api.codec,
-    }
-    if not stream:
-        options["defer_logical_completion"] = metadata is not None
-    return Call(api, LLMRequest({}, kwargs), options)
+    if route is None:
+        model_name = model if isinstance(model, str) else None
+        return api, LLMRequest(None, kwargs), api.codec.provider, model_name, metadata, auxiliary_attempt
+    model_name = model if isinstance(model, str) else route.model
+    return api, LLMRequest(None, kwargs), route.provider, model_name, metadata, auxiliary_attempt
 
 
 def _kwargs_of(request: LLMRequest) -> dict[str, Any]:
-    kwargs = request.kwargs()
+    content = request.content
+    # An LLMRequest keeps its content in a read-only proxy of a private dict: copying the
+    # dict underneath is several times cheaper than rebuilding one from the proxy.
+    kwargs = content.copy() if type(content) is MappingProxyType else dict(content)
     headers = request.headers
     if headers:
         # Headers an intercept added travel as extra_headers, over any the caller gave.
@@ -133,13 +146,8 @@ def _kwargs_of(request: LLMRequest) -> dict[str, Any]:
 def sync_callback(create: Callable[..., Any], client: Any) -> Callable[[LLMRequest], Any]:
     def call(request: LLMRequest) -> Any:
         kwargs = _kwargs_of(request)
-        counting = sdk_retries.begin(client)
-        if counting is None:
-            return create(**kwargs)
-        try:
-            return create(**kwargs)
-        finally:
-            counting.end()
+        sdk_retries.watch(client)
+        return create(**kwargs)
 
     return call
 
@@ -147,39 +155,63 @@ def sync_callback(create: Callable[..., Any], client: Any) -> Callable[[LLMReque
 def async_callback(create: Callable[..., Any], client: Any) -> Callable[[LLMRequest], Any]:
     async def call(request: LLMRequest) -> Any:
         kwargs = _kwargs_of(request)
-        counting = sdk_retries.begin(client)
-        if counting is None:
-            return await create(**kwargs)
-        try:
-            return await create(**kwargs)
-        finally:
-            counting.end()
+        sdk_retries.watch(client)
+        return await create(**kwargs)
 
     return call
 
 
-def _bound(client: Any, kwargs: Mapping[str, Any], api_mode: str | None, stream: bool) -> tuple[Call, Any]:
-    call = prepare(kwargs, api_mode, client, stream=stream)
-    return call, original_create(resource_of(client, call.api))
+def _create(client: Any, api: Api) -> Any:
+    return original_create(resource_of(client, api))
 
 
 def complete(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None) -> Any:
     """``create(**kwargs)`` on the client's API as a managed attempt; returns the SDK's response."""
-    call, create = _bound(client, kwargs, api_mode, False)
-    return calls.execute_current(call.request, sync_callback(create, client), **call.options)
+    api, request, name, model_name, metadata, auxiliary_attempt = prepare(kwargs, api_mode, client, stream=False)
+    return calls.execute_current(
+        request,
+        sync_callback(_create(client, api), client),
+        name=name,
+        model_name=model_name,
+        metadata=metadata,
+        defer_logical_completion=auxiliary_attempt,
+        codec=api.codec,
+    )
 
 
 async def acomplete(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None) -> Any:
-    call, create = _bound(client, kwargs, api_mode, False)
-    return await calls.execute_current_async(call.request, async_callback(create, client), **call.options)
+    api, request, name, model_name, metadata, auxiliary_attempt = prepare(kwargs, api_mode, client, stream=False)
+    return await calls.execute_current_async(
+        request,
+        async_callback(_create(client, api), client),
+        name=name,
+        model_name=model_name,
+        metadata=metadata,
+        defer_logical_completion=auxiliary_attempt,
+        codec=api.codec,
+    )
 
 
 def stream(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None) -> Any:
     """``create(**kwargs, stream=True)`` as a managed attempt; iterating yields the SDK's own chunks."""
-    call, create = _bound(client, kwargs, api_mode, True)
-    return calls.stream_current(call.request, sync_callback(create, client), **call.options)
+    api, request, name, model_name, metadata, _ = prepare(kwargs, api_mode, client, stream=True)
+    return calls.stream_current(
+        request,
+        sync_callback(_create(client, api), client),
+        name=name,
+        model_name=model_name,
+        metadata=metadata,
+        codec=api.codec,
+    )
 
 
 async def astream(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None) -> Any:
-    call, create = _bound(client, kwargs, api_mode, True)
-    return await calls.stream_current_async(call.request, async_callback(create, client), **call.options)
+    api, request, name, model_name, metadata, _ = prepare(kwargs, api_mode, client, stream=True)
+    return await calls.stream_current_async(
+        request,
+        async_callback(_create(client, api), client),
+        name=name,
+        model_name=model_name,
+        metadata=metadata,
+        codec=api.codec,
+    )

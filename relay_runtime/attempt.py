@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from . import conventions as cv
 from .chains import is_awaitable, refuse_awaitable
 from .codec import LLMCodec
-from .events import SCOPE_START, new_event
+from .events import SCOPE_START, AnnotatedRequestField, AnnotatedResponseField, Deferred, new_event
 from .intercepts import LLM_GUARDRAIL, LLM_REQUEST, LLM_RESPONSE, GuardrailRejected, Intercept
 from .redaction import redacted_annotation, redacted_request
 from .scopes import ScopeHandle, outcome_of
@@ -63,6 +63,7 @@ class Attempt:
         "on_finish",
         "relay",
         "request",
+        "view",
     )
 
     def __init__(
@@ -89,6 +90,7 @@ class Attempt:
         self.on_finish = on_finish
         self.finished = False
         self.annotated: AnnotatedLLMRequest | None = None
+        self.view: AnnotatedRequestField = None
         self.chains = _NO_CHAINS
         owner = parent if parent is not None else relay.scope.current()
         # Not on any stack: the calling convention makes it current only while the
@@ -109,13 +111,16 @@ class Attempt:
         relay = self.relay
         intercepts = relay.intercepts
         request = self.request
+        codec = self.codec
+        policy = False
         try:
             chains = self.chains = intercepts.resolve(self.handle.parent) if intercepts.active else _NO_CHAINS
             guardrails = chains.get(LLM_GUARDRAIL, ())
             edits = chains.get(LLM_REQUEST, ())
-            codec = self.codec
-            if codec is not None and (guardrails or edits or relay.subscribers.start or relay.subscribers.end):
-                self.annotated = self._decode(codec, request, policy=bool(guardrails or edits))
+            policy = bool(guardrails or edits)
+            if policy and codec is not None:
+                # Policy reads the view, so it is decoded now, and the call fails closed without it.
+                self.annotated = codec.decode(request.content)
             for entry in guardrails:
                 reason = entry.fn(self.name, request, self.annotated)
                 if reason is not None:
@@ -125,24 +130,28 @@ class Attempt:
             if edits:
                 request = self._apply_request_intercepts(edits, request)
         except BaseException as exc:
+            self.view = redacted_annotation(self.annotated)
             self._emit_start(request)
             self.fail(exc)
             raise
         self.request = request
-        if self.model_name is None and self.annotated is not None:
-            self.model_name = self.annotated.model
+        if self.annotated is not None:
+            self.view = redacted_annotation(self.annotated)
+        elif codec is not None and not policy and (relay.subscribers.start or relay.subscribers.end):
+            # Only observers want the view: decoded when one first reads it, and a codec that
+            # cannot decode costs the view (counted), not the call. The caller's lists
+            # (messages, tools) are copied now, since agents append to them after the call.
+            kwargs = request.content
+            content = kwargs.copy() if type(kwargs) is MappingProxyType else dict(kwargs)
+            for key, value in content.items():
+                if type(value) is list:
+                    content[key] = list(value)
+            self.view = Deferred(_decode_for_observers, relay, self.name, codec, content)
+        if self.model_name is None and self.view is not None:
+            view = self.view.get() if isinstance(self.view, Deferred) else self.view
+            self.model_name = view.model if view is not None else None
         self._emit_start(request)
         return request
-
-    def _decode(self, codec: LLMCodec, request: LLMRequest, policy: bool) -> AnnotatedLLMRequest | None:
-        """The neutral view. Policy that reads it fails closed without it; mere observers do not."""
-        try:
-            return codec.decode(request.content)
-        except Exception as exc:
-            if policy:
-                raise
-            self.relay.diag.failure("bookkeeping_errors", exc, f"decoding the request of {self.name!r}")
-            return None
 
     def _apply_request_intercepts(self, edits: tuple[Intercept, ...], request: LLMRequest) -> LLMRequest:
         before = self.annotated.snapshot() if self.annotated is not None else None
@@ -186,7 +195,7 @@ class Attempt:
                 metadata=dict(self.metadata),
                 provider=self.name,
                 model_name=self.model_name,
-                annotated_request=redacted_annotation(self.annotated) if self.annotated is not None else None,
+                annotated_request=self.view,
             )
         except Exception as exc:
             self.relay.diag.failure("bookkeeping_errors", exc, "building an attempt start event")
@@ -240,20 +249,20 @@ class Attempt:
     ) -> None:
         """End the attempt exactly once; the relay's own failures here never reach the caller.
 
-        A codec that cannot read the response costs the end event its annotation,
-        not the end event itself: every start still gets its end.
+        The response is annotated only when a subscriber reads the end event's
+        ``annotated_response``; a codec that cannot read it costs that annotation
+        (counted), not the end event: every start still gets its end.
         """
         if self.finished:
             return
         self.finished = True
         relay = self.relay
+        response_view: AnnotatedResponseField = annotation
         if relay.subscribers.end:
             if annotation is None and response is not None and self.codec is not None:
-                try:
-                    annotation = self.codec.annotate_response(response)
-                except Exception as exc:
-                    relay.diag.failure("bookkeeping_errors", exc, f"annotating the response of {self.name!r}")
-            if annotation is not None and first_chunk_ns is not None:
+                ttfc = first_chunk_ns - self.handle.start_ns if first_chunk_ns is not None else None
+                response_view = Deferred(_annotate_for_observers, relay, self.name, self.codec, response, ttfc)
+            elif annotation is not None and first_chunk_ns is not None:
                 annotation.time_to_first_chunk_ns = first_chunk_ns - self.handle.start_ns
         try:
             relay.scope.end(
@@ -263,8 +272,8 @@ class Attempt:
                 outcome=outcome,
                 provider=self.name,
                 model_name=self.model_name,
-                annotated_request=redacted_annotation(self.annotated) if self.annotated is not None else None,
-                annotated_response=annotation,
+                annotated_request=self.view,
+                annotated_response=response_view,
             )
         except Exception as exc:
             self.handle.ended = True
@@ -274,3 +283,26 @@ class Attempt:
                 self.on_finish(outcome, response, error)
             except Exception as exc:
                 relay.diag.failure("bookkeeping_errors", exc, f"finishing LLM attempt {self.name!r}")
+
+
+def _decode_for_observers(
+    relay: Relay, name: str, codec: LLMCodec, content: dict[str, Any]
+) -> AnnotatedLLMRequest | None:
+    try:
+        return redacted_annotation(codec.decode(content))
+    except Exception as exc:
+        relay.diag.failure("bookkeeping_errors", exc, f"decoding the request of {name!r}")
+        return None
+
+
+def _annotate_for_observers(
+    relay: Relay, name: str, codec: LLMCodec, response: Any, time_to_first_chunk_ns: int | None
+) -> AnnotatedLLMResponse | None:
+    try:
+        annotation = codec.annotate_response(response)
+    except Exception as exc:
+        relay.diag.failure("bookkeeping_errors", exc, f"annotating the response of {name!r}")
+        return None
+    if time_to_first_chunk_ns is not None:
+        annotation.time_to_first_chunk_ns = time_to_first_chunk_ns
+    return annotation

@@ -9,6 +9,7 @@ children. Without a managed turn, calls go straight to the provider.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
+from functools import partial
 from typing import Any
 
 from . import conventions as cv
@@ -16,11 +17,12 @@ from . import session
 from .attempt import FinishHook
 from .codec import LLMCodec
 from .ids import new_id
-from .session import LogicalCall, Turn, close_logical_call
+from .session import LogicalCall, Turn, close_logical_call, end_logical_call, take_logical_call
 from .types import LLMRequest, Outcome, ScopeType
 
 _SUCCESS = Outcome.SUCCESS.value
 _FAILED = Outcome.FAILED.value
+_FUNCTION = ScopeType.FUNCTION.value
 DEFAULT_CALL_ROLE = "primary"
 
 
@@ -35,15 +37,20 @@ def _open(
     turn: Turn, name: str, model_name: str | None, metadata: dict[str, Any] | None
 ) -> tuple[LogicalCall, dict[str, Any]]:
     """The logical call this attempt belongs to (opened now if new), and the attempt's metadata."""
-    meta = dict(metadata) if metadata else {}
-    api_request_id = meta.get(cv.API_REQUEST_ID) or new_id()
-    role = meta.get(cv.CALL_ROLE) or DEFAULT_CALL_ROLE
+    if metadata:
+        meta = dict(metadata)
+        api_request_id = meta.get(cv.API_REQUEST_ID) or new_id()
+        role = meta.get(cv.CALL_ROLE) or DEFAULT_CALL_ROLE
+    else:
+        meta = {}
+        api_request_id = new_id()
+        role = DEFAULT_CALL_ROLE
     with turn.lock:
         call = turn.logical_llm_calls.get(api_request_id)
         if call is None:
             scope = turn.relay.scope.push(
                 "logical_llm_call",
-                ScopeType.FUNCTION,
+                _FUNCTION,
                 parent=turn.scope,
                 attach=False,
                 metadata={cv.KIND: cv.LOGICAL_CALL, cv.API_REQUEST_ID: api_request_id, cv.CALL_ROLE: role},
@@ -67,18 +74,30 @@ def _response_model(response: Any) -> str | None:
     return model if isinstance(model, str) and model else None
 
 
-def _finish_hook(turn: Turn, call: LogicalCall, defer: bool, streaming: bool) -> FinishHook:
-    def on_finish(outcome: str, response: Any, error: BaseException | None) -> None:
-        with turn.lock:
-            call.in_flight -= 1
-            if streaming:
-                call.open_streams -= 1
-            call.last_outcome = outcome
-            call.model = _response_model(response) or call.model
-        if not defer:
-            close_logical_call(turn, call, outcome)
+def _attempt_ended(
+    turn: Turn,
+    call: LogicalCall,
+    settle: bool,
+    streaming: bool,
+    outcome: str,
+    response: Any,
+    error: BaseException | None,
+) -> None:
+    """Count the attempt out of its logical call; with ``settle``, close the call with its outcome."""
+    with turn.lock:
+        call.in_flight -= 1
+        if streaming:
+            call.open_streams -= 1
+        call.last_outcome = outcome
+        call.model = _response_model(response) or call.model
+        closing = settle and take_logical_call(turn, call)
+    if closing:
+        end_logical_call(turn, call, outcome)
 
-    return on_finish
+
+def _finish_hook(turn: Turn, call: LogicalCall, defer: bool) -> FinishHook:
+    """An attempt's ``on_finish``: a partial, not a closure, so finishing runs one Python frame, not two."""
+    return partial(_attempt_ended, turn, call, not defer, False)
 
 
 def execute_current(
@@ -109,7 +128,7 @@ def execute_current(
         model_name=model_name,
         metadata=meta,
         codec=codec,
-        on_finish=_finish_hook(turn, call, defer_logical_completion, False),
+        on_finish=_finish_hook(turn, call, defer_logical_completion),
     )
 
 
@@ -135,7 +154,7 @@ async def execute_current_async(
         model_name=model_name,
         metadata=meta,
         codec=codec,
-        on_finish=_finish_hook(turn, call, defer_logical_completion, False),
+        on_finish=_finish_hook(turn, call, defer_logical_completion),
     )
 
 
@@ -146,7 +165,6 @@ def _stream_hook(
     completed_response_predicate: Callable[[Any], bool] | None,
 ) -> FinishHook:
     """A stream settles its logical call when it ends: there is no later validation step to wait for."""
-    settle = _finish_hook(turn, call, False, True)
 
     def on_finish(outcome: str, response: Any, error: BaseException | None) -> None:
         if outcome == _SUCCESS:
@@ -154,7 +172,7 @@ def _stream_hook(
                 response = finalizer()
             if completed_response_predicate is not None and not completed_response_predicate(response):
                 outcome = _FAILED
-        settle(outcome, response, error)
+        _attempt_ended(turn, call, True, True, outcome, response, error)
 
     return on_finish
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 from .types import AnnotatedLLMRequest, AnnotatedLLMResponse
+
+T = TypeVar("T")
 
 SCOPE_START = "scope_start"
 SCOPE_END = "scope_end"
@@ -15,16 +19,58 @@ KINDS = (SCOPE_START, SCOPE_END, MARK)
 CHUNK_MARK = "llm.chunk"
 
 
+# One lock for every deferred value: computing one is rare and short, and a lock per
+# value would cost every call an allocation. Re-entrant, so a computation may read another.
+_deferred_lock = threading.RLock()
+
+
+class Deferred(Generic[T]):
+    """A value computed on first read, then kept; never computed if nobody reads it.
+
+    The annotations of an LLM attempt are built this way: decoding a request and
+    reading a response cost more than the rest of the attempt's bookkeeping, and
+    most subscribers never look at them. ``compute(*args)`` runs at most once,
+    on whichever thread reads first, so ``args`` must be a snapshot of what it
+    needs (taken when the event was built) and ``compute`` must not raise.
+    """
+
+    __slots__ = ("_args", "_compute", "_value")
+
+    def __init__(self, compute: Callable[..., T], *args: Any) -> None:
+        self._compute: Callable[..., T] | None = compute
+        self._args = args
+        self._value: T | None = None
+
+    def get(self) -> T:
+        if self._compute is not None:
+            with _deferred_lock:
+                compute = self._compute
+                if compute is not None:
+                    self._value = compute(*self._args)
+                    # Dropped once used: an event kept for long must not keep the response alive twice.
+                    self._compute, self._args = None, ()
+        return self._value  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        return f"Deferred({'pending' if self._compute is not None else repr(self._value)})"
+
+
+AnnotatedRequestField = AnnotatedLLMRequest | Deferred[AnnotatedLLMRequest | None] | None
+AnnotatedResponseField = AnnotatedLLMResponse | Deferred[AnnotatedLLMResponse | None] | None
+
+
 class Event:
     """A scope start, a scope end, or a mark.
 
     Plain slots rather than a dataclass: the hot path builds two of these per
     call, and positional construction of a slotted class is the cheapest shape.
+    ``annotated_request`` and ``annotated_response`` may be handed in as
+    ``Deferred`` values: reading the attribute computes them the first time.
     """
 
     __slots__ = (
-        "annotated_request",
-        "annotated_response",
+        "_annotated_request",
+        "_annotated_response",
         "data",
         "error_message",
         "error_type",
@@ -57,8 +103,8 @@ class Event:
     data: Any
     provider: str | None
     model_name: str | None
-    annotated_request: AnnotatedLLMRequest | None
-    annotated_response: AnnotatedLLMResponse | None
+    _annotated_request: AnnotatedRequestField
+    _annotated_response: AnnotatedResponseField
     error_type: str | None
     error_message: str | None
     outcome: str | None
@@ -80,8 +126,8 @@ class Event:
         data: Any = None,
         provider: str | None = None,
         model_name: str | None = None,
-        annotated_request: AnnotatedLLMRequest | None = None,
-        annotated_response: AnnotatedLLMResponse | None = None,
+        annotated_request: AnnotatedRequestField = None,
+        annotated_response: AnnotatedResponseField = None,
         error_type: str | None = None,
         error_message: str | None = None,
         outcome: str | None = None,
@@ -93,6 +139,28 @@ class Event:
         )  # fmt: skip
 
     @property
+    def annotated_request(self) -> AnnotatedLLMRequest | None:
+        value = self._annotated_request
+        if isinstance(value, Deferred):
+            value = self._annotated_request = value.get()
+        return value
+
+    @annotated_request.setter
+    def annotated_request(self, value: AnnotatedRequestField) -> None:
+        self._annotated_request = value
+
+    @property
+    def annotated_response(self) -> AnnotatedLLMResponse | None:
+        value = self._annotated_response
+        if isinstance(value, Deferred):
+            value = self._annotated_response = value.get()
+        return value
+
+    @annotated_response.setter
+    def annotated_response(self, value: AnnotatedResponseField) -> None:
+        self._annotated_response = value
+
+    @property
     def duration_ns(self) -> int | None:
         if self.start_timestamp is None:
             return None
@@ -101,7 +169,7 @@ class Event:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (values that are not JSON are left to the encoder's ``default``)."""
         out: dict[str, Any] = {}
-        for name in self.__slots__:
+        for name in FIELDS:
             value = getattr(self, name)
             if value is None or (type(value) is dict and not value):
                 continue
@@ -130,8 +198,8 @@ def _fill(
     data: Any,
     provider: str | None,
     model_name: str | None,
-    annotated_request: AnnotatedLLMRequest | None,
-    annotated_response: AnnotatedLLMResponse | None,
+    annotated_request: AnnotatedRequestField,
+    annotated_response: AnnotatedResponseField,
     error_type: str | None,
     error_message: str | None,
     outcome: str | None,
@@ -150,13 +218,16 @@ def _fill(
     event.data = data
     event.provider = provider
     event.model_name = model_name
-    event.annotated_request = annotated_request
-    event.annotated_response = annotated_response
+    event._annotated_request = annotated_request
+    event._annotated_response = annotated_response
     event.error_type = error_type
     event.error_message = error_message
     event.outcome = outcome
     return event
 
+
+# Every attribute, in the order ``to_dict`` writes them (the annotations read through their properties).
+FIELDS = tuple(name.lstrip("_") for name in Event.__slots__)
 
 _new = object.__new__
 
@@ -177,8 +248,8 @@ def new_event(
     data: Any = None,
     provider: str | None = None,
     model_name: str | None = None,
-    annotated_request: AnnotatedLLMRequest | None = None,
-    annotated_response: AnnotatedLLMResponse | None = None,
+    annotated_request: AnnotatedRequestField = None,
+    annotated_response: AnnotatedResponseField = None,
     error_type: str | None = None,
     error_message: str | None = None,
     outcome: str | None = None,

@@ -18,9 +18,9 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from .events import MARK, SCOPE_END, SCOPE_START, new_event
+from .events import MARK, SCOPE_END, SCOPE_START, AnnotatedRequestField, AnnotatedResponseField, new_event
 from .ids import new_id
-from .types import AnnotatedLLMRequest, AnnotatedLLMResponse, Outcome, ScopeType
+from .types import Outcome, ScopeType
 
 if TYPE_CHECKING:
     from .relay import Relay
@@ -83,6 +83,8 @@ class ScopeHandle:
 
 
 def _scope_type(scope_type: ScopeType | str) -> str:
+    if type(scope_type) is str and scope_type:
+        return scope_type  # a known type's value, or a custom type
     if isinstance(scope_type, ScopeType):
         return scope_type.value
     if isinstance(scope_type, str) and scope_type:
@@ -134,9 +136,10 @@ class Scopes:
         if not isinstance(name, str) or not name:
             raise ValueError(f"scope name must be a non-empty string, got {name!r}")
         st = _scope_type(scope_type)
-        top = self.current()
         if parent is not None and parent.ended:
             raise ValueError(f"cannot push {name!r} under {parent!r}: that scope has ended")
+        # ``below`` is only ever read on a stack: a detached scope with its parent given needs no lookup.
+        top = self.current() if attach or parent is None else None
         handle = ScopeHandle(name, st, parent if parent is not None else top, metadata, data, attach, top)
         if attach:
             self._stack.set(handle)
@@ -200,8 +203,8 @@ class Scopes:
         outcome: str | None = None,
         provider: str | None = None,
         model_name: str | None = None,
-        annotated_request: AnnotatedLLMRequest | None = None,
-        annotated_response: AnnotatedLLMResponse | None = None,
+        annotated_request: AnnotatedRequestField = None,
+        annotated_response: AnnotatedResponseField = None,
     ) -> None:
         """Mark ``handle`` ended and emit its end event, without touching any stack."""
         if handle.ended:

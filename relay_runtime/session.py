@@ -303,9 +303,33 @@ def close_logical_call(
 ) -> bool:
     """End ``call`` once with ``outcome``; False if it was already closed."""
     with turn.lock:
-        if turn.logical_llm_calls.get(call.api_request_id) is not call:
+        if not take_logical_call(turn, call):
             return False
-        del turn.logical_llm_calls[call.api_request_id]
+    end_logical_call(turn, call, outcome, model_name=model_name, provider_name=provider_name)
+    return True
+
+
+def take_logical_call(turn: Turn, call: LogicalCall) -> bool:
+    """Remove ``call`` from the turn's open calls; False if it is not there (closed already).
+
+    The caller holds ``turn.lock``; whoever takes the call ends it, with ``end_logical_call``.
+    """
+    open_calls = turn.logical_llm_calls
+    if open_calls.get(call.api_request_id) is not call:
+        return False
+    del open_calls[call.api_request_id]
+    return True
+
+
+def end_logical_call(
+    turn: Turn,
+    call: LogicalCall,
+    outcome: str,
+    *,
+    model_name: str | None = None,
+    provider_name: str | None = None,
+) -> None:
+    """End the scope of a call taken by ``take_logical_call``."""
     output: dict[str, Any] = {
         "outcome": outcome,
         "model": model_name or call.model,
@@ -313,7 +337,6 @@ def close_logical_call(
     }
     # Looked up at call time: callers (and tests) may wrap the relay's pop.
     turn.relay.scope.pop(call.scope, output=output)
-    return True
 
 
 SESSION_COORDINATOR = SessionCoordinator()

@@ -39,9 +39,10 @@ class LLMRequest:
     _content: Mapping[str, Any]
 
     def __init__(self, headers: Mapping[str, Any] | None = None, content: Mapping[str, Any] | None = None):
-        if headers is not None and not isinstance(headers, Mapping):
+        # ``type(...) is dict`` first: the ABC check is slow and plain dicts are the common case.
+        if headers is not None and type(headers) is not dict and not isinstance(headers, Mapping):
             raise TypeError(f"LLMRequest headers must be a mapping, got {type(headers).__name__}")
-        if content is not None and not isinstance(content, Mapping):
+        if content is not None and type(content) is not dict and not isinstance(content, Mapping):
             raise TypeError(f"LLMRequest content must be a mapping, got {type(content).__name__}")
         object.__setattr__(self, "_headers", MappingProxyType(dict(headers)) if headers else _EMPTY)
         object.__setattr__(self, "_content", MappingProxyType(dict(content)) if content else _EMPTY)

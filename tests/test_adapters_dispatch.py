@@ -14,7 +14,7 @@ import adapters
 from adapters import testing as t
 from relay_runtime import LLMRequestInterceptOutcome, Recorder, auxiliary, session
 from relay_runtime import conventions as cv
-from relay_runtime.events import Event
+from relay_runtime.events import FIELDS, Event
 
 
 @pytest.fixture()
@@ -47,7 +47,7 @@ def logical_outcomes(events: Recorder) -> list[Any]:
 
 def assert_no_secret(events: Recorder) -> None:
     for event in events:
-        for name in Event.__slots__:
+        for name in FIELDS:
             assert t.TEST_KEY not in repr(getattr(event, name)), name
 
 
@@ -70,6 +70,7 @@ def test_chat_completion_records_attempt_with_usage_and_sdk_retries(relay_turn, 
     assert attempt.outcome == "success"
     assert attempt.metadata[cv.SDK_RETRIES] == 1
     assert attempt.metadata[cv.CALL_ROLE] == "primary" and attempt.metadata[cv.RETRY_COUNT] == 0
+    assert attempt.metadata[cv.SERVER_ADDRESS] == "openai.test"
     annotation = attempt.annotated_response
     assert annotation.model == "gpt-served" and annotation.finish_reasons == ["stop"]
     assert annotation.usage.as_dict() == {
@@ -224,6 +225,36 @@ def test_bad_input_is_named() -> None:
         adapters.complete(scripted.client, {"model": "m"}, api_mode="chat_completions")
 
 
+def test_sdk_retries_counts_the_last_create_when_an_execution_intercept_calls_twice(relay_turn, relay_events, oa):
+    relay, _turn = relay_turn
+    oa.add(t.error(500), t.json_reply(t.chat_completion_body("first")), t.json_reply(t.chat_completion_body("again")))
+
+    def twice(name: str, request: Any, call_next: Any) -> Any:
+        call_next(request)
+        return call_next(request)
+
+    relay.intercepts.register_llm_execution("twice", 0, twice)
+    try:
+        response = adapters.complete(oa.client, {"model": "gpt", "messages": []})
+    finally:
+        relay.intercepts.deregister_llm_execution("twice")
+    assert response.choices[0].message.content == "again" and len(oa.script.requests) == 3
+    assert only_attempt(relay_events).metadata[cv.SDK_RETRIES] == 0
+
+
+def test_sdk_retries_without_a_stamp_counts_tries(relay_turn, relay_events, oa) -> None:
+    # A proxy in front of the SDK may drop the stamp: each try past the first is then one retry.
+    def drop_stamp(request: Any) -> None:
+        del request.headers["x-stainless-retry-count"]
+
+    oa.client._client.event_hooks["request"].insert(0, drop_stamp)
+    oa.add(t.error(500), t.error(502), t.json_reply(t.chat_completion_body("ok")))
+    oa.client.max_retries = 2
+    adapters.complete(oa.client, {"model": "gpt", "messages": []})
+    assert len(oa.script.requests) == 3 and not any("x-stainless-retry-count" in r.headers for r in oa.script.requests)
+    assert only_attempt(relay_events).metadata[cv.SDK_RETRIES] == 2
+
+
 # -- streams ---------------------------------------------------------------------------------
 
 
@@ -357,3 +388,16 @@ async def test_aclose_cancels_an_async_stream(relay_turn, relay_events, oa) -> N
 
 def test_session_reset_between_tests_leaves_no_active_turn() -> None:
     assert session.active_turn() is None
+
+
+def test_server_address_comes_from_the_clients_base_url() -> None:
+    import anthropic
+    import httpx2
+
+    assert adapters.dispatch.server_address(t.openai_client(t.Script())) == "openai.test"
+    client = anthropic.Anthropic(
+        api_key=t.TEST_KEY, base_url="https://llm.internal:8443/v1", http_client=httpx2.Client()
+    )
+    assert adapters.dispatch.server_address(client) == "llm.internal:8443"
+    assert adapters.dispatch.server_address(object()) is None
+

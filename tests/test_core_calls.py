@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import traceback
 from typing import Any
 
@@ -177,9 +178,12 @@ def test_a_codec_that_cannot_read_the_response_still_returns_the_providers_resul
     relay, rec = new_relay()
     result = relay.llm.execute("p", request(), lambda r: response(), codec=UnreadableCodec())
     assert result == response()
-    assert relay.diagnostics()["bookkeeping_errors"] == 1
     (end,) = attempts(rec.events)
+    # The response is annotated when a subscriber first reads the annotation: that is when it fails.
+    assert "bookkeeping_errors" not in relay.diagnostics()
     assert end.outcome == "success" and end.annotated_response is None and end.output == response()
+    assert relay.diagnostics()["bookkeeping_errors"] == 1
+    assert end.annotated_response is None and relay.diagnostics()["bookkeeping_errors"] == 1
     assert balanced(rec.events)
 
 
@@ -309,6 +313,108 @@ def test_a_tool_call_keeps_the_chains_it_resolved() -> None:
     assert wrapped == ["second"]
 
 
+class CountingCodec(DictCodec):
+    def __init__(self) -> None:
+        self.decodes = 0
+        self.annotations = 0
+
+    def decode(self, content: Any) -> Any:
+        self.decodes += 1
+        return super().decode(content)
+
+    def annotate_response(self, response: Any) -> Any:
+        self.annotations += 1
+        return super().annotate_response(response)
+
+
+def test_annotations_nobody_reads_cost_no_codec_call() -> None:
+    relay, rec = new_relay()
+    codec = CountingCodec()
+    relay.llm.execute("p", request(), lambda r: response(), model_name="m-1", codec=codec)
+    start, end = attempts(rec.events, "scope_start")[0], attempts(rec.events)[0]
+    assert (codec.decodes, codec.annotations) == (0, 0) and start.model_name == end.model_name == "m-1"
+    assert end.annotated_response.output_text == "hello" and codec.annotations == 1
+    assert end.annotated_request.messages == [{"role": "user", "content": "hi"}] and codec.decodes == 1
+    # Start and end share one decoded view; reading again computes nothing.
+    assert start.annotated_request is end.annotated_request
+    assert end.annotated_response is end.annotated_response
+    assert (codec.decodes, codec.annotations) == (1, 1)
+    assert end.to_dict()["annotated_response"]["output_text"] == "hello"
+    assert "bookkeeping_errors" not in relay.diagnostics()
+
+
+def test_without_a_model_name_the_request_is_decoded_for_it_at_once() -> None:
+    relay, rec = new_relay()
+    codec = CountingCodec()
+    relay.llm.execute("p", request(model="m-from-kwargs"), lambda r: response(), codec=codec)
+    assert codec.decodes == 1 and attempts(rec.events, "scope_start")[0].model_name == "m-from-kwargs"
+    assert attempts(rec.events)[0].annotated_request.model == "m-from-kwargs" and codec.decodes == 1
+
+
+def test_no_subscriber_means_no_codec_call_at_all() -> None:
+    relay = Relay()
+    codec = CountingCodec()
+    hooked: list[str] = []
+    relay.llm.execute("p", request(), lambda r: response(), codec=codec, on_finish=lambda o, r, e: hooked.append(o))
+    assert hooked == ["success"] and (codec.decodes, codec.annotations) == (0, 0)
+
+
+def test_an_annotation_read_late_describes_the_call_as_it_was_made() -> None:
+    relay, rec = new_relay()
+    messages: list[Any] = [{"role": "user", "content": "hi"}]
+    tools: list[Any] = [{"name": "search"}]
+    reply = response("first")
+    relay.llm.execute(
+        "p", request(messages=messages, tools=tools), lambda r: reply, model_name="m-1", codec=CountingCodec()
+    )
+    # What an agent loop does next: the history grows, the next call goes out.
+    messages.append({"role": "assistant", "content": "first"})
+    tools.clear()
+    second_reply = response("second")
+    relay.llm.execute("p", request(messages=messages), lambda r: second_reply, model_name="m-1", codec=DictCodec())
+    first, second = attempts(rec.events)
+    assert first.annotated_request.messages == [{"role": "user", "content": "hi"}]
+    assert first.annotated_request.params["tools"] == [{"name": "search"}]
+    assert first.annotated_response.output_text == "first" and second.annotated_response.output_text == "second"
+    assert len(second.annotated_request.messages) == 2
+
+
+def test_a_codec_that_fails_late_fails_open_once_when_read() -> None:
+    relay, rec = new_relay()
+    relay.llm.execute("p", request(), lambda r: response(), model_name="m-1", codec=UndecodableCodec())
+    relay.llm.execute("p", request(), lambda r: response(), model_name="m-1", codec=UnreadableCodec())
+    assert "bookkeeping_errors" not in relay.diagnostics()
+    undecodable, unreadable = attempts(rec.events)
+    assert undecodable.annotated_request is None and undecodable.annotated_response is not None
+    assert relay.diagnostics()["bookkeeping_errors"] == 1
+    assert unreadable.annotated_response is None and unreadable.annotated_request is not None
+    assert relay.diagnostics()["bookkeeping_errors"] == 2
+    for event in (undecodable, unreadable):
+        assert event.to_dict()["outcome"] == "success"
+    assert relay.diagnostics()["bookkeeping_errors"] == 2 and balanced(rec.events)
+
+
+def test_an_annotation_read_from_many_threads_at_once_is_computed_once() -> None:
+    relay, rec = new_relay()
+    codec = CountingCodec()
+    relay.llm.execute("p", request(), lambda r: response(), model_name="m-1", codec=codec)
+    (end,) = attempts(rec.events)
+    barrier = threading.Barrier(8)
+    seen: list[Any] = []
+
+    def read() -> None:
+        barrier.wait(timeout=10)
+        seen.append((end.annotated_request, end.annotated_response))
+
+    threads = [threading.Thread(target=read) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert len(seen) == 8 and (codec.decodes, codec.annotations) == (1, 1)
+    assert all(req is seen[0][0] and resp is seen[0][1] for req, resp in seen)
+
+
 class UndecodableCodec(DictCodec):
     def decode(self, content: Any) -> Any:
         raise ValueError("unknown request shape")
@@ -317,8 +423,8 @@ class UndecodableCodec(DictCodec):
 def test_a_codec_that_cannot_decode_fails_open_for_observers_and_closed_for_policy() -> None:
     relay, rec = new_relay()
     assert relay.llm.execute("p", request(), lambda r: response(), codec=UndecodableCodec()) == response()
-    assert relay.diagnostics()["bookkeeping_errors"] == 1
     assert attempts(rec.events)[0].outcome == "success" and attempts(rec.events)[0].annotated_request is None
+    assert relay.diagnostics()["bookkeeping_errors"] == 1
     relay.intercepts.register_llm_request("needs-view", 0, False, lambda n, r, a: LLMRequestInterceptOutcome(r, a))
     ran: list[Any] = []
     with pytest.raises(ValueError, match="unknown request shape"):

@@ -73,6 +73,7 @@ def check_attempt(span: ReadableSpan, *, provider: str, model: str, response_mod
     assert span.kind is SpanKind.CLIENT
     assert a["gen_ai.operation.name"] == "chat"
     assert a["gen_ai.provider.name"] == provider
+    assert a["server.address"] == ("openai.test" if provider == "openai" else "anthropic.test")
     assert a["gen_ai.request.model"] == model
     assert a["gen_ai.response.model"] == response_model
     assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == tokens
