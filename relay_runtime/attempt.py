@@ -41,6 +41,11 @@ _NO_CHAINS: Mapping[str, tuple[Intercept, ...]] = MappingProxyType({})
 FinishHook = Callable[[str, Any, "BaseException | None"], None]
 
 
+def attempt_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
+    """A new attempt's own metadata dict: its kind, then the caller's entries (never the caller's dict)."""
+    return {cv.KIND: cv.ATTEMPT, **metadata} if metadata else {cv.KIND: cv.ATTEMPT}
+
+
 def current_attempt() -> Attempt | None:
     """The attempt whose provider callback is running in this context, if any.
 
@@ -73,10 +78,11 @@ class Attempt:
         request: LLMRequest,
         parent: ScopeHandle | None,
         model_name: str | None,
-        metadata: dict[str, Any] | None,
+        metadata: dict[str, Any],
         codec: LLMCodec | None,
         on_finish: FinishHook | None,
     ) -> None:
+        """``metadata`` becomes the attempt's own (see ``attempt_metadata``): adapters add to it during the call."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"LLM call name must be a non-empty string, got {name!r}")
         if not isinstance(request, LLMRequest):
@@ -86,7 +92,7 @@ class Attempt:
         self.request = request
         self.codec = codec
         self.model_name = model_name
-        self.metadata: dict[str, Any] = {cv.KIND: cv.ATTEMPT, **metadata} if metadata else {cv.KIND: cv.ATTEMPT}
+        self.metadata = metadata
         self.on_finish = on_finish
         self.finished = False
         self.annotated: AnnotatedLLMRequest | None = None

@@ -14,7 +14,7 @@ from typing import Any
 
 from . import conventions as cv
 from . import session
-from .attempt import FinishHook
+from .attempt import Attempt, FinishHook, attempt_metadata
 from .codec import LLMCodec
 from .ids import new_id
 from .session import LogicalCall, Turn, close_logical_call, end_logical_call, take_logical_call
@@ -36,13 +36,12 @@ def _managed_turn() -> Turn | None:
 def _open(
     turn: Turn, name: str, model_name: str | None, metadata: dict[str, Any] | None
 ) -> tuple[LogicalCall, dict[str, Any]]:
-    """The logical call this attempt belongs to (opened now if new), and the attempt's metadata."""
+    """The logical call this attempt belongs to (opened now if new), and the attempt's own metadata."""
+    meta = attempt_metadata(metadata)
     if metadata:
-        meta = dict(metadata)
         api_request_id = meta.get(cv.API_REQUEST_ID) or new_id()
         role = meta.get(cv.CALL_ROLE) or DEFAULT_CALL_ROLE
     else:
-        meta = {}
         api_request_id = new_id()
         role = DEFAULT_CALL_ROLE
     with turn.lock:
@@ -120,16 +119,9 @@ def execute_current(
     if turn is None:
         return callback(request)
     call, meta = _open(turn, name, model_name, metadata)
-    return turn.relay.llm.execute(
-        name,
-        request,
-        callback,
-        parent=call.scope,
-        model_name=model_name,
-        metadata=meta,
-        codec=codec,
-        on_finish=_finish_hook(turn, call, defer_logical_completion),
-    )
+    hook = _finish_hook(turn, call, defer_logical_completion)
+    attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, hook)
+    return turn.relay.llm.run(attempt, callback)
 
 
 async def execute_current_async(
@@ -146,16 +138,9 @@ async def execute_current_async(
     if turn is None:
         return await callback(request)
     call, meta = _open(turn, name, model_name, metadata)
-    return await turn.relay.llm.execute_async(
-        name,
-        request,
-        callback,
-        parent=call.scope,
-        model_name=model_name,
-        metadata=meta,
-        codec=codec,
-        on_finish=_finish_hook(turn, call, defer_logical_completion),
-    )
+    hook = _finish_hook(turn, call, defer_logical_completion)
+    attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, hook)
+    return await turn.relay.llm.run_async(attempt, callback)
 
 
 def _stream_hook(
@@ -212,10 +197,8 @@ def stream_current(
     if turn is None:
         return stream_factory(request)
     call, meta, hook = _stream_setup(turn, name, model_name, metadata, finalizer, completed_response_predicate)
-    return turn.relay.llm.stream(
-        name, request, stream_factory, parent=call.scope, model_name=model_name, metadata=meta, codec=codec,
-        on_finish=hook,
-    )
+    attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, hook)
+    return turn.relay.llm.open_stream(attempt, stream_factory)
 
 
 async def stream_current_async(
@@ -234,10 +217,8 @@ async def stream_current_async(
         source = stream_factory(request)
         return await source if hasattr(source, "__await__") else source
     call, meta, hook = _stream_setup(turn, name, model_name, metadata, finalizer, completed_response_predicate)
-    return await turn.relay.llm.stream_async(
-        name, request, stream_factory, parent=call.scope, model_name=model_name, metadata=meta, codec=codec,
-        on_finish=hook,
-    )
+    attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, hook)
+    return await turn.relay.llm.open_stream_async(attempt, stream_factory)
 
 
 def complete_logical_call(

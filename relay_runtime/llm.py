@@ -1,4 +1,11 @@
-"""``relay.llm``: managed LLM calls in four calling conventions over one lifecycle."""
+"""``relay.llm``: managed LLM calls in four calling conventions over one lifecycle.
+
+Each convention comes in two halves: the public method (``execute``, ...) builds
+the ``Attempt`` from the caller's arguments, and ``run`` (``run_async``,
+``open_stream``, ``open_stream_async``) drives an attempt already built. The
+session layer (``relay_runtime.calls``) builds its attempts itself and calls
+the second half directly.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from typing import TYPE_CHECKING, Any
 
 from . import chains
-from .attempt import Attempt, FinishHook, current_attempt
+from .attempt import Attempt, FinishHook, attempt_metadata, current_attempt
 from .codec import LLMCodec
 from .intercepts import LLM_EXECUTION, LLM_STREAM_EXECUTION
 from .scopes import ScopeHandle
@@ -30,6 +37,18 @@ class LLM:
         """Whether the call needs an attempt at all: someone listens, some policy applies, or a hook waits."""
         return self._subscribers.llm or self._intercepts.active or on_finish is not None
 
+    def _attempt(
+        self,
+        name: str,
+        request: LLMRequest,
+        parent: ScopeHandle | None,
+        model_name: str | None,
+        metadata: dict[str, Any] | None,
+        codec: LLMCodec | None,
+        on_finish: FinishHook | None,
+    ) -> Attempt:
+        return Attempt(self._relay, name, request, parent, model_name, attempt_metadata(metadata), codec, on_finish)
+
     def execute(
         self,
         name: str,
@@ -45,12 +64,15 @@ class LLM:
         """Run ``callback(request)`` as one managed attempt; its exception propagates unchanged."""
         if not self._watched(on_finish):
             return callback(request)
-        attempt = Attempt(self._relay, name, request, parent, model_name, metadata, codec, on_finish)
+        return self.run(self._attempt(name, request, parent, model_name, metadata, codec, on_finish), callback)
+
+    def run(self, attempt: Attempt, callback: Callable[[LLMRequest], Any]) -> Any:
+        """``execute`` for an attempt built by the caller."""
         request = attempt.prepare()
         chain = attempt.chains.get(LLM_EXECUTION)
         tokens = attempt.enter()
         try:
-            response = chains.run_sync(chain, name, request, callback) if chain else callback(request)
+            response = chains.run_sync(chain, attempt.name, request, callback) if chain else callback(request)
         except BaseException as exc:
             attempt.leave(tokens)
             attempt.fail(exc)
@@ -72,12 +94,18 @@ class LLM:
     ) -> Any:
         if not self._watched(on_finish):
             return await callback(request)
-        attempt = Attempt(self._relay, name, request, parent, model_name, metadata, codec, on_finish)
+        attempt = self._attempt(name, request, parent, model_name, metadata, codec, on_finish)
+        return await self.run_async(attempt, callback)
+
+    async def run_async(self, attempt: Attempt, callback: Callable[[LLMRequest], Awaitable[Any]]) -> Any:
+        """``execute_async`` for an attempt built by the caller."""
         request = attempt.prepare()
         chain = attempt.chains.get(LLM_EXECUTION)
         tokens = attempt.enter()
         try:
-            response = await (chains.run_async(chain, name, request, callback) if chain else callback(request))
+            response = await (
+                chains.run_async(chain, attempt.name, request, callback) if chain else callback(request)
+            )
         except BaseException as exc:
             attempt.leave(tokens)
             attempt.fail(exc)
@@ -104,12 +132,16 @@ class LLM:
         """
         if not self._watched(on_finish):
             return stream_factory(request)
-        attempt = Attempt(self._relay, name, request, parent, model_name, metadata, codec, on_finish)
+        attempt = self._attempt(name, request, parent, model_name, metadata, codec, on_finish)
+        return self.open_stream(attempt, stream_factory)
+
+    def open_stream(self, attempt: Attempt, stream_factory: Callable[[LLMRequest], Iterable[Any]]) -> Any:
+        """``stream`` for an attempt built by the caller."""
         request = attempt.prepare()
         chain = attempt.chains.get(LLM_STREAM_EXECUTION, ())
         tokens = attempt.enter()
         try:
-            source = chains.run_sync(chain, name, request, stream_factory)
+            source = chains.run_sync(chain, attempt.name, request, stream_factory)
             iterator: Iterator[Any] = iter(source)
         except BaseException as exc:
             attempt.leave(tokens)
@@ -133,12 +165,16 @@ class LLM:
         """``stream`` for async providers: ``stream_factory`` returns an async iterable or an awaitable of one."""
         if not self._watched(on_finish):
             return await _open_async(stream_factory, request)
-        attempt = Attempt(self._relay, name, request, parent, model_name, metadata, codec, on_finish)
+        attempt = self._attempt(name, request, parent, model_name, metadata, codec, on_finish)
+        return await self.open_stream_async(attempt, stream_factory)
+
+    async def open_stream_async(self, attempt: Attempt, stream_factory: Callable[[LLMRequest], Any]) -> Any:
+        """``stream_async`` for an attempt built by the caller."""
         request = attempt.prepare()
         chain = attempt.chains.get(LLM_STREAM_EXECUTION, ())
         tokens = attempt.enter()
         try:
-            source = await chains.run_async(chain, name, request, lambda r: _open_async(stream_factory, r))
+            source = await chains.run_async(chain, attempt.name, request, lambda r: _open_async(stream_factory, r))
             iterator: AsyncIterator[Any] = source.__aiter__()
         except BaseException as exc:
             attempt.leave(tokens)
@@ -155,4 +191,3 @@ async def _open_async(factory: Callable[[LLMRequest], Any], request: LLMRequest)
     if not hasattr(source, "__aiter__"):
         raise TypeError(f"async stream factory must produce an async iterable, got {type(source).__name__}")
     return source
-
