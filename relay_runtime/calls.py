@@ -28,7 +28,7 @@ DEFAULT_CALL_ROLE = "primary"
 
 def _managed_turn() -> Turn | None:
     turn = session.active_turn()
-    if turn is None or not turn.managed or not turn.lease.host.managed_execution_enabled():
+    if turn is None or turn.scope is None or not turn.host.managed_execution_enabled():
         return None
     return turn
 

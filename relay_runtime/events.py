@@ -132,11 +132,15 @@ class Event:
         error_message: str | None = None,
         outcome: str | None = None,
     ) -> None:
-        _fill(
-            self, kind, uuid, parent_uuid, trace_id, name, scope_type, timestamp, start_timestamp, input, output,
-            metadata, data, provider, model_name, annotated_request, annotated_response, error_type, error_message,
-            outcome,
+        # One definition of how the slots are filled: ``new_event``'s (the hot path's).
+        built = new_event(
+            kind, uuid, parent_uuid, trace_id, name, scope_type, timestamp, start_timestamp=start_timestamp,
+            input=input, output=output, metadata=metadata, data=data, provider=provider, model_name=model_name,
+            annotated_request=annotated_request, annotated_response=annotated_response, error_type=error_type,
+            error_message=error_message, outcome=outcome,
         )  # fmt: skip
+        for slot in Event.__slots__:
+            setattr(self, slot, getattr(built, slot))
 
     @property
     def annotated_request(self) -> AnnotatedLLMRequest | None:
@@ -182,50 +186,6 @@ class Event:
         return f"Event({self.kind} {self.scope_type} {self.name!r} uuid={self.uuid[:8]} outcome={self.outcome})"
 
 
-def _fill(
-    event: Event,
-    kind: str,
-    uuid: str,
-    parent_uuid: str | None,
-    trace_id: str,
-    name: str,
-    scope_type: str | None,
-    timestamp: int,
-    start_timestamp: int | None,
-    input: Any,
-    output: Any,
-    metadata: dict[str, Any] | None,
-    data: Any,
-    provider: str | None,
-    model_name: str | None,
-    annotated_request: AnnotatedRequestField,
-    annotated_response: AnnotatedResponseField,
-    error_type: str | None,
-    error_message: str | None,
-    outcome: str | None,
-) -> Event:
-    event.kind = kind
-    event.uuid = uuid
-    event.parent_uuid = parent_uuid
-    event.trace_id = trace_id
-    event.name = name
-    event.scope_type = scope_type
-    event.timestamp = timestamp
-    event.start_timestamp = start_timestamp
-    event.input = input
-    event.output = output
-    event.metadata = metadata if metadata is not None else {}
-    event.data = data
-    event.provider = provider
-    event.model_name = model_name
-    event._annotated_request = annotated_request
-    event._annotated_response = annotated_response
-    event.error_type = error_type
-    event.error_message = error_message
-    event.outcome = outcome
-    return event
-
-
 # Every attribute, in the order ``to_dict`` writes them (the annotations read through their properties).
 FIELDS = tuple(name.lstrip("_") for name in Event.__slots__)
 
@@ -260,10 +220,27 @@ def new_event(
     arguments into a dict before ``__init__`` sees them; a plain function
     call does not.
     """
-    return _fill(
-        _new(Event), kind, uuid, parent_uuid, trace_id, name, scope_type, timestamp, start_timestamp, input, output,
-        metadata, data, provider, model_name, annotated_request, annotated_response, error_type, error_message, outcome,
-    )  # fmt: skip
+    event = _new(Event)
+    event.kind = kind
+    event.uuid = uuid
+    event.parent_uuid = parent_uuid
+    event.trace_id = trace_id
+    event.name = name
+    event.scope_type = scope_type
+    event.timestamp = timestamp
+    event.start_timestamp = start_timestamp
+    event.input = input
+    event.output = output
+    event.metadata = metadata if metadata is not None else {}
+    event.data = data
+    event.provider = provider
+    event.model_name = model_name
+    event._annotated_request = annotated_request
+    event._annotated_response = annotated_response
+    event.error_type = error_type
+    event.error_message = error_message
+    event.outcome = outcome
+    return event
 
 
 def _dataclass_dict(value: Any) -> Any:

@@ -135,7 +135,8 @@ class Scopes:
     ) -> ScopeHandle:
         if not isinstance(name, str) or not name:
             raise ValueError(f"scope name must be a non-empty string, got {name!r}")
-        st = _scope_type(scope_type)
+        # Plain strings (every caller in the core) skip the frame that normalises enums.
+        st = scope_type if type(scope_type) is str and scope_type else _scope_type(scope_type)
         if parent is not None and parent.ended:
             raise ValueError(f"cannot push {name!r} under {parent!r}: that scope has ended")
         # ``below`` is only ever read on a stack: a detached scope with its parent given needs no lookup.

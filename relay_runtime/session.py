@@ -131,15 +131,18 @@ class Turn:
     ended: bool = False
     previous: Turn | None = field(default=None, repr=False)
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    # The lease's host and relay, fixed for the turn's life: read on every managed call.
+    host: Host = field(init=False, repr=False)
+    relay: Relay = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.host = self.lease.host
+        self.relay = self.host.relay
 
     @property
     def managed(self) -> bool:
         """False for a second turn opened while another is running on the same conversation."""
         return self.scope is not None
-
-    @property
-    def relay(self) -> Relay:
-        return self.lease.host.relay
 
 
 _active_turn: ContextVar[Turn | None] = ContextVar("relay_active_turn", default=None)
