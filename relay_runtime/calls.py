@@ -38,32 +38,46 @@ def _open(
 ) -> tuple[LogicalCall, dict[str, Any]]:
     """The logical call this attempt belongs to (opened now if new), and the attempt's own metadata."""
     meta = attempt_metadata(metadata)
-    if metadata:
-        api_request_id = meta.get(cv.API_REQUEST_ID) or new_id()
-        role = meta.get(cv.CALL_ROLE) or DEFAULT_CALL_ROLE
+    api_request_id = meta.get(cv.API_REQUEST_ID) if metadata else None
+    role = (meta.get(cv.CALL_ROLE) if metadata else None) or DEFAULT_CALL_ROLE
+    if api_request_id:
+        # A caller's id: other attempts (threads, tasks) may open or settle the same call.
+        with turn.lock:
+            call = turn.logical_llm_calls.get(api_request_id)
+            if call is None:
+                call = turn.logical_llm_calls[api_request_id] = _new_call(turn, api_request_id, role)
+            _count_attempt(call, meta, name, model_name)
     else:
+        # A fresh id: nobody else can reach this call before it is published, so it is made
+        # whole first and published by one dict store, without the turn's lock.
         api_request_id = new_id()
-        role = DEFAULT_CALL_ROLE
-    with turn.lock:
-        call = turn.logical_llm_calls.get(api_request_id)
-        if call is None:
-            scope = turn.relay.scope.push(
-                "logical_llm_call",
-                _FUNCTION,
-                parent=turn.scope,
-                attach=False,
-                metadata={cv.KIND: cv.LOGICAL_CALL, cv.API_REQUEST_ID: api_request_id, cv.CALL_ROLE: role},
-            )
-            call = turn.logical_llm_calls[api_request_id] = LogicalCall(api_request_id, role, scope)
-        meta.setdefault(cv.RETRY_COUNT, call.attempts)
-        call.attempts += 1
-        call.in_flight += 1
-        call.provider = name
-        if model_name:
-            call.model = model_name
+        call = _new_call(turn, api_request_id, role)
+        _count_attempt(call, meta, name, model_name)
+        turn.logical_llm_calls[api_request_id] = call
     meta[cv.API_REQUEST_ID] = api_request_id
     meta[cv.CALL_ROLE] = role
     return call, meta
+
+
+def _new_call(turn: Turn, api_request_id: str, role: str) -> LogicalCall:
+    scope = turn.relay.scope.push(
+        "logical_llm_call",
+        _FUNCTION,
+        parent=turn.scope,
+        attach=False,
+        metadata={cv.KIND: cv.LOGICAL_CALL, cv.API_REQUEST_ID: api_request_id, cv.CALL_ROLE: role},
+    )
+    return LogicalCall(api_request_id, role, scope)
+
+
+def _count_attempt(call: LogicalCall, meta: dict[str, Any], name: str, model_name: str | None) -> None:
+    """One more attempt in flight on ``call`` (under the turn's lock once the call is published)."""
+    meta.setdefault(cv.RETRY_COUNT, call.attempts)
+    call.attempts += 1
+    call.in_flight += 1
+    call.provider = name
+    if model_name:
+        call.model = model_name
 
 
 def _response_model(response: Any) -> str | None:

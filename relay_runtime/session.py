@@ -105,7 +105,7 @@ class ConversationLease:
         return self._conversation.scope
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class LogicalCall:
     """One logical LLM call: every attempt (retry, fallback) with the same ``api_request_id``."""
 

@@ -308,3 +308,70 @@ def test_release_with_an_abandoned_turn_ends_it_cancelled(relay_home, relay_even
     assert turn.ended and turn.outcome == "cancelled"
     assert _logical_ends(relay_events) == ["cancelled"]
     assert [e.output for e in relay_events.ends(relay_kind=cv.TURN)] == [{"outcome": "cancelled"}]
+
+
+def test_fresh_logical_calls_from_many_threads_each_open_and_close_once(relay_turn, relay_events):
+    # A call with no api_request_id of its own is opened outside the turn's lock: each must
+    # still be one logical call with one attempt, its start before its end, none left open.
+    _relay, turn = relay_turn
+    threads_n, calls_n = 8, 50
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(threads_n, timeout=10)
+
+    def worker(i: int) -> None:
+        try:
+            barrier.wait()
+            for j in range(calls_n):
+                assert calls.execute_current(REQ, lambda r, j=j: {"model": f"m{i}-{j}"}, name="openai") == {
+                    "model": f"m{i}-{j}"
+                }
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=propagate_to_thread(worker), args=(i,)) for i in range(threads_n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not errors
+    assert not any(thread.is_alive() for thread in threads)
+    starts = relay_events.starts(relay_kind=cv.LOGICAL_CALL)
+    ends = relay_events.ends(relay_kind=cv.LOGICAL_CALL)
+    assert len(starts) == len(ends) == threads_n * calls_n
+    assert {e.uuid for e in starts} == {e.uuid for e in ends}
+    ids = {e.metadata[cv.API_REQUEST_ID] for e in ends}
+    assert len(ids) == threads_n * calls_n
+    attempts = relay_events.ends(relay_kind=cv.ATTEMPT)
+    assert {a.metadata[cv.API_REQUEST_ID] for a in attempts} == ids
+    assert {a.metadata[cv.RETRY_COUNT] for a in attempts} == {0}
+    assert {e.output["outcome"] for e in ends} == {"success"}
+    assert turn.logical_llm_calls == {}
+
+
+def test_end_turn_closes_a_fresh_call_still_in_flight_once(relay_turn, relay_events):
+    # The turn ends (from another thread) while a call it never saw being opened runs: the
+    # call was published whole, so the turn closes it, and the attempt's end cannot close it again.
+    _relay, turn = relay_turn
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(_r):
+        entered.set()
+        assert release.wait(10)
+        return {"model": "late"}
+
+    result: dict[str, object] = {}
+    worker = threading.Thread(
+        target=propagate_to_thread(lambda: result.update(r=calls.execute_current(REQ, slow, name="openai")))
+    )
+    worker.start()
+    assert entered.wait(10)
+    (call,) = turn.logical_llm_calls.values()
+    assert (call.attempts, call.in_flight) == (1, 1)
+    session.SESSION_COORDINATOR.end_turn(turn, outcome="cancelled")
+    release.set()
+    worker.join(10)
+    assert not worker.is_alive()
+    assert result == {"r": {"model": "late"}}
+    assert _logical_ends(relay_events) == ["cancelled"]
+    (attempt,) = relay_events.ends(relay_kind=cv.ATTEMPT)
+    assert attempt.outcome == "success"
