@@ -97,15 +97,29 @@ def original_create(resource: Any) -> Any:
 Prepared = tuple[Api, LLMRequest, str, "str | None", "dict[str, Any] | None", bool]
 
 
+# The last base URL seen and its address: a process mostly talks to one endpoint, and URL
+# objects are immutable, so the same object always gives the same address.
+_last_address: tuple[Any, str | None] = (None, None)
+_IMMUTABLE_URL_MODULES = frozenset({"httpx", "httpx2"})
+
+
 def server_address(client: Any) -> str | None:
     """``host`` or ``host:port`` of the client's base URL (for ``server.address`` on exported spans)."""
+    global _last_address
     # Both SDKs keep the URL in ``_base_url``; their public ``base_url`` property costs ~40x more.
     url = getattr(client, "_base_url", None) or getattr(client, "base_url", None)
+    last_url, address = _last_address  # one read: another thread may replace the pair
+    if url is last_url and url is not None:
+        return address
     host = getattr(url, "host", None)
     if not isinstance(host, str) or not host:
-        return None
-    port = getattr(url, "port", None)
-    return f"{host}:{port}" if port else host
+        address = None
+    else:
+        port = getattr(url, "port", None)
+        address = f"{host}:{port}" if port else host
+    if type(url).__module__ in _IMMUTABLE_URL_MODULES:  # a duck-typed stand-in may change in place
+        _last_address = (url, address)
+    return address
 
 
 def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, *, stream: bool) -> Prepared:

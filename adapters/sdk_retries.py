@@ -19,7 +19,8 @@ from relay_runtime.attempt import current_attempt
 RETRY_HEADER = "x-stainless-retry-count"
 
 
-def _record(request: Any) -> None:
+def _on_request(request: Any) -> None:
+    """The sync client's request hook (and the body of the async one)."""
     attempt = current_attempt()
     if attempt is None:
         return
@@ -37,12 +38,8 @@ def _record(request: Any) -> None:
         metadata[cv.SDK_RETRIES] = retries + 1
 
 
-def _on_request(request: Any) -> None:
-    _record(request)
-
-
 async def _on_request_async(request: Any) -> None:
-    _record(request)
+    _on_request(request)
 
 
 def _is_async_http(http: Any) -> bool:

@@ -401,3 +401,30 @@ def test_server_address_comes_from_the_clients_base_url() -> None:
     assert adapters.dispatch.server_address(client) == "llm.internal:8443"
     assert adapters.dispatch.server_address(object()) is None
 
+
+
+def test_server_address_follows_a_client_whose_base_url_changes() -> None:
+    # The address of the last URL seen is remembered; a new URL (the SDKs' base_url setter
+    # makes one) or another client must never get the remembered one.
+    import httpx2
+
+    client = t.openai_client(t.Script())
+    assert adapters.dispatch.server_address(client) == "openai.test"
+    assert adapters.dispatch.server_address(client) == "openai.test"
+    client.base_url = "http://127.0.0.1:8081/v1"
+    assert adapters.dispatch.server_address(client) == "127.0.0.1:8081"
+    other = t.openai_client(t.Script())
+    other._base_url = httpx2.URL("https://other.test/v1")
+    assert adapters.dispatch.server_address(other) == "other.test"
+    assert adapters.dispatch.server_address(client) == "127.0.0.1:8081"
+
+    class Url:  # a mutable stand-in is read afresh every time
+        host, port = "a.test", None
+
+    class Duck:
+        base_url = Url()
+
+    duck = Duck()
+    assert adapters.dispatch.server_address(duck) == "a.test"
+    Url.host = "b.test"
+    assert adapters.dispatch.server_address(duck) == "b.test"
