@@ -142,9 +142,12 @@ class Attempt:
             raise
         self.request = request
         if self.annotated is not None:
-            self.view = redacted_annotation(self.annotated)
+            view = self.view = redacted_annotation(self.annotated)
+            if self.model_name is None and view is not None:
+                self.model_name = view.model
         elif codec is not None and not policy and (relay.subscribers.start or relay.subscribers.end):
-            # Only observers want the view: decoded when one first reads it, and a codec that
+            # Only observers want the view: decoded when one first reads it (or now, when the
+            # caller gave no model name and the start event takes it from there), and a codec that
             # cannot decode costs the view (counted), not the call. The caller's lists
             # (messages, tools) are copied now, since agents append to them after the call.
             kwargs = request.content
@@ -152,10 +155,12 @@ class Attempt:
             for key, value in content.items():
                 if type(value) is list:
                     content[key] = list(value)
-            self.view = Deferred(_decode_for_observers, relay, self.name, codec, content)
-        if self.model_name is None and self.view is not None:
-            view = self.view.get() if isinstance(self.view, Deferred) else self.view
-            self.model_name = view.model if view is not None else None
+            if self.model_name is None:
+                decoded = _decode_for_observers(relay, self.name, codec, content)
+                self.model_name = decoded.model if decoded is not None else None
+                self.view = decoded
+            else:
+                self.view = Deferred(_decode_for_observers, relay, self.name, codec, content)
         self._emit_start(request)
         return request
 

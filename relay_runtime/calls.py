@@ -26,13 +26,6 @@ _FUNCTION = ScopeType.FUNCTION.value
 DEFAULT_CALL_ROLE = "primary"
 
 
-def _managed_turn() -> Turn | None:
-    turn = session.active_turn()
-    if turn is None or turn.scope is None or not turn.host.managed_execution_enabled():
-        return None
-    return turn
-
-
 def _open(
     turn: Turn, name: str, model_name: str | None, metadata: dict[str, Any] | None
 ) -> tuple[LogicalCall, dict[str, Any]]:
@@ -52,7 +45,10 @@ def _open(
         # whole first and published by one dict store, without the turn's lock.
         api_request_id = new_id()
         call = _new_call(turn, api_request_id, role)
-        _count_attempt(call, meta, name, model_name)
+        meta.setdefault(cv.RETRY_COUNT, 0)
+        call.attempts = call.in_flight = 1
+        call.provider = name
+        call.model = model_name or None
         turn.logical_llm_calls[api_request_id] = call
     meta[cv.API_REQUEST_ID] = api_request_id
     meta[cv.CALL_ROLE] = role
@@ -71,7 +67,7 @@ def _new_call(turn: Turn, api_request_id: str, role: str) -> LogicalCall:
 
 
 def _count_attempt(call: LogicalCall, meta: dict[str, Any], name: str, model_name: str | None) -> None:
-    """One more attempt in flight on ``call`` (under the turn's lock once the call is published)."""
+    """One more attempt in flight on a published ``call`` (the caller holds the turn's lock)."""
     meta.setdefault(cv.RETRY_COUNT, call.attempts)
     call.attempts += 1
     call.in_flight += 1
@@ -129,7 +125,7 @@ def execute_current(
     attempt (a retry or fallback may follow) until ``complete_logical_call`` or
     the end of the turn.
     """
-    turn = _managed_turn()
+    turn = session.managed_turn()
     if turn is None:
         return callback(request)
     call, meta = _open(turn, name, model_name, metadata)
@@ -148,7 +144,7 @@ async def execute_current_async(
     defer_logical_completion: bool = False,
     codec: LLMCodec | None = None,
 ) -> Any:
-    turn = _managed_turn()
+    turn = session.managed_turn()
     if turn is None:
         return await callback(request)
     call, meta = _open(turn, name, model_name, metadata)
@@ -207,7 +203,7 @@ def stream_current(
     accumulated one; ``completed_response_predicate(response)`` returning False
     turns an exhausted stream into a failed logical call (e.g. it ended empty).
     """
-    turn = _managed_turn()
+    turn = session.managed_turn()
     if turn is None:
         return stream_factory(request)
     call, meta, hook = _stream_setup(turn, name, model_name, metadata, finalizer, completed_response_predicate)
@@ -226,7 +222,7 @@ async def stream_current_async(
     completed_response_predicate: Callable[[Any], bool] | None = None,
     codec: LLMCodec | None = None,
 ) -> Any:
-    turn = _managed_turn()
+    turn = session.managed_turn()
     if turn is None:
         source = stream_factory(request)
         return await source if hasattr(source, "__await__") else source

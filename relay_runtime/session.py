@@ -155,6 +155,17 @@ def active_turn() -> Turn | None:
     return turn
 
 
+def managed_turn() -> Turn | None:
+    """The active turn if LLM calls made now are managed in it: it owns its conversation's
+    turn scope and some consumer retains managed execution on its host."""
+    turn = _active_turn.get()
+    while turn is not None and turn.ended:
+        turn = turn.previous
+    if turn is None or turn.scope is None or not turn.host._consumers:
+        return None
+    return turn
+
+
 @contextlib.contextmanager
 def use_turn(turn: Turn) -> Iterator[Turn]:
     """Make ``turn`` the active turn here: for a thread or task that was handed it explicitly."""
