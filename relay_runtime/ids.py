@@ -1,25 +1,38 @@
 """Identifiers: 128 random bits as 32 hex digits.
 
 ``random.getrandbits`` is several times cheaper than ``uuid.uuid4()`` and ids
-only need to be unique, not unguessable.
+only need to be unique, not unguessable. They are drawn in batches: turning
+one big number into hex and slicing it costs a managed call far less, right
+after a provider call has pushed the relay out of the CPU caches, than
+converting a number per id does.
 """
 
 from __future__ import annotations
 
 import random
 
+_BATCH = 64
 _bits = random.SystemRandom().getrandbits(64)
 _rng = random.Random(_bits)
 _getrandbits = _rng.getrandbits
+# Ready ids, taken from the end. list.pop and list.extend are atomic: threads racing to
+# refill only draw an extra batch, and every id in it is as fresh as the rest.
+_pool: list[str] = []
 
 
 def new_id() -> str:
-    # bytes.hex() is about twice as fast as formatting the int with "032x".
-    return _getrandbits(128).to_bytes(16, "big").hex()
+    try:
+        return _pool.pop()
+    except IndexError:
+        digits = _getrandbits(128 * _BATCH).to_bytes(16 * _BATCH, "big").hex()
+        _pool.extend([digits[i : i + 32] for i in range(32, 32 * _BATCH, 32)])
+        return digits[:32]
 
 
 def reseed_after_fork() -> None:
-    # A forked child would otherwise repeat its parent's ids.
+    # A forked child would otherwise repeat its parent's ids: both the ones waiting in the pool
+    # and the ones its generator would draw next.
+    _pool.clear()
     _rng.seed(random.SystemRandom().getrandbits(64))
 
 
