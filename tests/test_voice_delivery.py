@@ -53,6 +53,26 @@ def test_evidence_tokens_and_early_commit() -> None:
     assert not can_commit_early(long_good + " One moment.", "Three reports from Berlin arrived late.")
 
 
+def test_evidence_tokens_keep_accented_and_non_latin_words_whole() -> None:
+    assert evidence_tokens("Réunion déplacée à Zürich, 15h30") == {"réunion", "déplacée", "zürich", "15h30"}
+    # A decomposed accent (e + combining acute) is the same word as the composed one.
+    assert evidence_tokens("cafe\u0301 ouvert") == evidence_tokens("café ouvert") == {"café", "ouvert"}
+    assert evidence_tokens("Встреча перенесена на четверг") == {"встреча", "перенесена", "четверг"}
+    assert evidence_tokens("l\u2019équipe") == evidence_tokens("l'équipe") == {"l'équipe"}
+
+
+def test_accented_answer_is_judged_on_its_words() -> None:
+    answer = "La réunion avec Müller est déplacée à jeudi, au café de Zürich."
+    good = "Votre réunion avec Müller est déplacée à jeudi, au café de Zürich."
+    assert judge_summary(good, answer) is None
+    assert can_commit_early(good, answer)
+    # Shares only the split-off ASCII tails ("union", "ller", "rich") an ASCII tokenizer would see.
+    assert judge_summary("Une union de ller et rich, voilà tout ce que je peux dire.", answer) == "no_answer_overlap"
+    russian = "Встреча Мюллера перенесена на четверг."
+    assert judge_summary("Извините, сейчас я не могу ответить на этот вопрос.", russian) == "no_answer_overlap"
+    assert judge_summary("Ваша встреча Мюллера перенесена на четверг.", russian) is None
+
+
 @pytest_asyncio.fixture
 async def relay(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
     previous = runs_module._PRE_TASK_STATUS_LEAD_SECONDS

@@ -8,11 +8,15 @@ answer itself.
 from __future__ import annotations
 
 import re
+import unicodedata
 
 EARLY_COMMIT_CHARS = 40
 MIN_SHARED_EVIDENCE = 2
 
-_TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+# Letters and digits of any script (\w without the underscore), so "déplacée" or "четверг" stay
+# one word instead of splitting into ASCII fragments that could match unrelated words.
+_TOKEN = re.compile(r"[^\W_]+(?:'[^\W_]+)?", re.UNICODE)
+_APOSTROPHES = str.maketrans({"\u2019": "'", "\u02bc": "'"})
 _STOPWORDS = frozenset(
     {
         "about", "above", "after", "again", "also", "been", "before", "being", "below", "between",
@@ -50,8 +54,10 @@ RUN_ID_PHRASES = ("run id", "hermes_run_task")
 
 def evidence_tokens(text: str) -> set[str]:
     """Words that show content: any token with a digit, or a non-stopword of four or more letters."""
+    # NFC first: a decomposed accent (e + U+0301) is not a word character and would split the word.
+    normalized = unicodedata.normalize("NFC", text).translate(_APOSTROPHES).casefold()
     out = set()
-    for token in _TOKEN.findall(text.lower()):
+    for token in _TOKEN.findall(normalized):
         if any(ch.isdigit() for ch in token) or (len(token) >= 4 and token not in _STOPWORDS):
             out.add(token)
     return out
