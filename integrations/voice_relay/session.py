@@ -145,6 +145,10 @@ class ResumeCursor:
     last_audio_event_id: int = 0
     last_played_audio_event_id: int = 0
     last_input_chunk_id: int = 0
+    # Audio after this id is replayed. It is the played cursor: audio that reached the phone but never
+    # left its speaker is still unheard, so it comes again; audio it played never does. None: the phone
+    # sent no audio cursor at all, so audio is replayed by last_event_id like any other event.
+    audio_replay_after: int | None = None
 
     @classmethod
     def from_message(cls, message: dict[str, Any]) -> ResumeCursor:
@@ -156,7 +160,19 @@ class ResumeCursor:
             if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
                 raise ValueError(f"{name} must be a non-negative integer")
             values[name] = raw
-        return cls(**values)
+        played, received = values["last_played_audio_event_id"], values["last_audio_event_id"]
+        has_played = message.get("last_played_audio_event_id") is not None
+        has_received = message.get("last_audio_event_id") is not None
+        audio_replay_after: int | None = played
+        if not has_played:
+            # A phone that does not track playback: the received cursor is the best it can tell us.
+            audio_replay_after = received if has_received else None
+        elif has_received and played > received:
+            raise ValueError(
+                f"last_played_audio_event_id ({played}) cannot exceed last_audio_event_id ({received}): "
+                "audio cannot be played before it is received"
+            )
+        return cls(**values, audio_replay_after=audio_replay_after)
 
 
 class VoiceSession:
@@ -260,11 +276,13 @@ class VoiceSession:
         self.event_log.log(name, session_id=self.session_id, **fields)
 
     def replay_after(self, cursor: ResumeCursor) -> list[dict[str, Any]]:
+        """Recorded events after the phone's cursors, in event order, each once."""
         events = [e for e in self.event_ring if e["event_id"] > cursor.last_event_id]
         events.extend(
             e
             for e in self.audio_ring
-            if e["audio_event_id"] > cursor.last_audio_event_id and e["event_id"] > cursor.last_event_id
+            if (e["event_id"] > cursor.last_event_id if cursor.audio_replay_after is None
+                else e["audio_event_id"] > cursor.audio_replay_after)
         )
         events.sort(key=lambda e: e["event_id"])
         return [{**e, "replayed": True} for e in events]
