@@ -209,6 +209,63 @@ async def test_queue_limit_status_and_cancel_tools(relay: dict[str, Any]) -> Non
 
 
 @pytest.mark.asyncio
+async def test_response_cancel_during_fast_lane_wait_wins(relay: dict[str, Any]) -> None:
+    ws, provider, broker, session = relay["ws"], relay["provider"], relay["broker"], relay["session"]
+    await tool_call(provider, call_id="call-1", mode="background")
+    await read_until(ws, "hermes.run.promoted")
+    await broker.started.wait()
+    # A long grace window, so the second ask is certainly still in its fast-lane wait when cancel lands.
+    session.promote_after_ms = 30_000
+    await tool_call(provider, call_id="call-2")
+    await wait_for(lambda: len(broker.requests) == 2)
+    await ws.send_json({"type": "response.cancel"})
+    events = await read_until(ws, "voice.response.done")
+    assert events[-1]["cancelled"] is True
+    cancelled = {e["call_id"] for e in events if e["type"] == "hermes.run.cancelled"}
+    assert cancelled == {"call-1", "call-2"}
+    # The second ask is closed with something the model can say, not left hanging or queued.
+    second = await result_for(provider, "call-2")
+    assert second["ok"] is False and second["status"] == "cancelled"
+    assert "cancel" in second["message"].lower() and "call-2" not in second["message"]
+    # Both streams are cancelled: the first by the cancel rule, the fast lane because cancel wins.
+    await wait_for(lambda: sorted(broker.cancelled_indices) == [0, 1])
+    await wait_for(lambda: not any(t.get_name().startswith("voice-tool-call") for t in session.tasks))
+    runs = session.runs
+    assert runs.active is None and not runs.queue
+    # Nothing runs later either: releasing the gate starts no queued run.
+    broker.release.set()
+    session.emit("test.sentinel")
+    later = await read_until(ws, "test.sentinel")
+    assert not [e for e in events + later if e["type"] in ("hermes.run.queued", "hermes.run.dequeued")]
+    assert len(broker.requests) == 2
+    assert [cid for cid, _ in provider.connection.tool_results].count("call-2") == 1
+
+
+@pytest.mark.asyncio
+async def test_response_cancel_still_ends_when_the_provider_socket_is_dead(
+    relay: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws, provider, broker, session = relay["ws"], relay["provider"], relay["broker"], relay["session"]
+    await tool_call(provider, call_id="call-1", mode="background")
+    await read_until(ws, "hermes.run.promoted")
+    session.promote_after_ms = 30_000
+    await tool_call(provider, call_id="call-2")
+    await wait_for(lambda: len(broker.requests) == 2)
+
+    async def dead(call_id: str, output: dict[str, Any]) -> None:
+        raise ConnectionError("provider socket dead")
+
+    monkeypatch.setattr(provider.connection, "send_tool_result", dead)
+    await ws.send_json({"type": "response.cancel"})
+    events = await read_until(ws, "voice.response.done")
+    assert events[-1]["cancelled"] is True
+    assert not [e for e in events if e["type"] == "voice.error"]
+    await wait_for(lambda: sorted(broker.cancelled_indices) == [0, 1])
+    assert "voice.realtime_agent.cancel_result_failed" in session.event_log_path.read_text()
+    assert session.runs.active is None and not session.runs.queue
+
+
+@pytest.mark.asyncio
 async def test_undelivered_result_does_not_hold_a_detached_session_forever(
     relay: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
