@@ -17,9 +17,18 @@ from voice_support import FakeNativeProvider, GatedHermesToolBroker, PerTaskBrok
 
 from integrations.voice_relay import ProviderEvent, ProviderEventKind, RelayConfig, ToolCallEvent, create_app
 from integrations.voice_relay import runs as runs_module
+from integrations.voice_relay.session import MAX_ACTIVE_RESPONSES
 from integrations.voice_relay.summary_validator import can_commit_early, evidence_tokens, judge_summary
 
 ANSWER = "Background answer ready."
+
+
+class _AnyInt:
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, int) and not isinstance(other, bool)
+
+
+ANY_INT = _AnyInt()
 
 
 @pytest.mark.parametrize(
@@ -263,6 +272,40 @@ async def test_response_cancel_still_ends_when_the_provider_socket_is_dead(
     await wait_for(lambda: sorted(broker.cancelled_indices) == [0, 1])
     assert "voice.realtime_agent.cancel_result_failed" in session.event_log_path.read_text()
     assert session.runs.active is None and not session.runs.queue
+
+
+def log_records(session: Any, name: str) -> list[dict[str, Any]]:
+    lines = session.event_log_path.read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r.get("log") == name]
+
+
+@pytest.mark.asyncio
+async def test_responses_never_reported_done_stay_bounded(relay: dict[str, Any]) -> None:
+    ws, provider, session = relay["ws"], relay["provider"], relay["session"]
+    extra = 5
+    ids = [f"resp-{i}" for i in range(MAX_ACTIVE_RESPONSES + extra)]
+    for rid in ids:
+        await provider.connection.emit(ProviderEvent(ProviderEventKind.RESPONSE_STARTED, response_id=rid))
+    # A repeated start of a response still open is not a second response.
+    await provider.connection.emit(ProviderEvent(ProviderEventKind.RESPONSE_STARTED, response_id=ids[-1]))
+    await provider.connection.emit(ProviderEvent(ProviderEventKind.RESPONSE_DONE, response_id=ids[-1]))
+    events = await read_until(ws, "voice.response.done", limit=len(ids) + 5)
+    assert [e["response_id"] for e in events if e["type"] == "voice.response.started"] == ids
+    # Oldest dropped first; the one reported done is gone too.
+    assert list(session.active_responses) == ids[extra:-1]
+    evicted = log_records(session, "voice.realtime_agent.active_response_evicted")
+    assert [r["response_id"] for r in evicted] == ids[:extra]
+    assert [r["evicted_total"] for r in evicted] == list(range(1, extra + 1))
+    # The provider's table of open tool calls reports its evictions through the same log.
+    await provider.connection.emit(ProviderEvent(
+        ProviderEventKind.FUNCTION_CALL_STARTED, response_id="resp-x", payload={"call_id": "c-9", "name": "t"},
+        metadata={"evicted_tool_call": {"call_id": "c-1", "name": "hermes_get_status"}, "evicted_tool_calls": 1},
+    ))
+    await read_until(ws, "voice.tool_call.started")
+    assert log_records(session, "voice.realtime_agent.tool_call_evicted") == [
+        {"log": "voice.realtime_agent.tool_call_evicted", "at_ms": ANY_INT, "session_id": session.session_id,
+         "call_id": "c-1", "tool": "hermes_get_status", "evicted_total": 1}
+    ]
 
 
 @pytest.mark.asyncio

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from .bounded import CappedMap
 from .config import PromotionSettings, background_detached_max_seconds, resume_ttl_seconds
 from .event_log import EventLog, validate_session_id
 from .voice_auth import digests_match, token_digest
@@ -33,6 +34,9 @@ AUDIO_RING_SIZE = 96
 # the client is not reading and gets dropped (it can resume).
 OUTBOX_SIZE = 1024
 AUDIO_DELTA = "voice.output_audio.delta"
+# Provider responses started and not yet reported done. A provider keeps one or two open; one that
+# never reports done must not grow the table, so past this the oldest is dropped (and logged).
+MAX_ACTIVE_RESPONSES = 16
 
 # Close codes of the resume protocol.
 CLOSE_SUPERSEDED = 4000
@@ -237,7 +241,8 @@ class VoiceSession:
         self.audio_since_drain = False
         self.last_mic_activity = 0.0
         self.last_input_chunk_id = 0
-        self.active_responses: set[str] = set()
+        # Response id -> when it started (monotonic), oldest first.
+        self.active_responses: CappedMap[str, float] = CappedMap(MAX_ACTIVE_RESPONSES)
         self.spoken_responses: deque[str] = deque(maxlen=64)
         self.started_responses: deque[str] = deque(maxlen=64)
         self.tasks: set[asyncio.Task[Any]] = set()
@@ -274,6 +279,17 @@ class VoiceSession:
     def log(self, name: str, **fields: Any) -> None:
         """A decision worth keeping in the session log that the phone does not need."""
         self.event_log.log(name, session_id=self.session_id, **fields)
+
+    def response_started(self, response_id: str) -> None:
+        evicted = self.active_responses.put(response_id, time.monotonic())
+        if evicted is not None:
+            old_id, started_at = evicted
+            self.log("voice.realtime_agent.active_response_evicted", response_id=old_id,
+                     age_ms=int((time.monotonic() - started_at) * 1000),
+                     evicted_total=self.active_responses.evicted)
+
+    def response_done(self, response_id: str) -> None:
+        self.active_responses.pop(response_id)
 
     def replay_after(self, cursor: ResumeCursor) -> list[dict[str, Any]]:
         """Recorded events after the phone's cursors, in event order, each once."""
