@@ -52,12 +52,16 @@ DEFERRAL_PHRASES = (
 RUN_ID_PHRASES = ("run id", "hermes_run_task")
 
 
+def _fold(text: str) -> str:
+    # NFC first: a decomposed accent (e + U+0301) is not a word character and would split the word;
+    # typographic apostrophes become ' so "I’ll" matches the phrase "i'll".
+    return unicodedata.normalize("NFC", text).translate(_APOSTROPHES).casefold()
+
+
 def evidence_tokens(text: str) -> set[str]:
     """Words that show content: any token with a digit, or a non-stopword of four or more letters."""
-    # NFC first: a decomposed accent (e + U+0301) is not a word character and would split the word.
-    normalized = unicodedata.normalize("NFC", text).translate(_APOSTROPHES).casefold()
     out = set()
-    for token in _TOKEN.findall(normalized):
+    for token in _TOKEN.findall(_fold(text)):
         if any(ch.isdigit() for ch in token) or (len(token) >= 4 and token not in _STOPWORDS):
             out.add(token)
     return out
@@ -68,8 +72,8 @@ def _required_overlap(answer_tokens: set[str]) -> int:
 
 
 def _bad_phrase(text: str, answer: str) -> str | None:
-    lowered = text.lower()
-    answer_lowered = answer.lower()
+    lowered = _fold(text)
+    answer_lowered = _fold(answer)
     if any(p in lowered for p in RUN_ID_PHRASES):
         return "asked_for_run_id"
     if any(p in lowered and p not in answer_lowered for p in DEFERRAL_PHRASES):
