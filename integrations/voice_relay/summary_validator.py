@@ -54,7 +54,7 @@ RUN_ID_PHRASES = ("run id", "hermes_run_task")
 
 def _fold(text: str) -> str:
     # NFC first: a decomposed accent (e + U+0301) is not a word character and would split the word;
-    # typographic apostrophes become ' so "I’ll" matches the phrase "i'll".
+    # typographic apostrophes become ' so "I\u2019ll" matches the phrase "i'll".
     return unicodedata.normalize("NFC", text).translate(_APOSTROPHES).casefold()
 
 
