@@ -84,10 +84,10 @@ def test_accented_answer_is_judged_on_its_words() -> None:
 
 def test_deferral_with_a_typographic_apostrophe_is_still_an_acknowledgement() -> None:
     answer = "The build finished: 42 tests passed and the release notes are ready."
-    assert judge_summary("I\u2019ll let you know when the build finishes and the tests pass.", answer) == (
-        "acknowledgement_not_summary"
-    )
-    assert not can_commit_early("I\u2019ll let you know when the build finishes, 42 tests and release notes.", answer)
+    # Only the phrase "i'll let you know" catches this one, and only once \u2019 folds to '.
+    filler = "Build, 42 tests, release notes: I\u2019ll let you know everything shortly."
+    assert judge_summary(filler, answer) == "acknowledgement_not_summary"
+    assert not can_commit_early(filler, answer)
 
 
 @pytest_asyncio.fixture
