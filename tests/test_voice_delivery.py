@@ -17,9 +17,18 @@ from voice_support import FakeNativeProvider, GatedHermesToolBroker, PerTaskBrok
 
 from integrations.voice_relay import ProviderEvent, ProviderEventKind, RelayConfig, ToolCallEvent, create_app
 from integrations.voice_relay import runs as runs_module
+from integrations.voice_relay.session import MAX_ACTIVE_RESPONSES
 from integrations.voice_relay.summary_validator import can_commit_early, evidence_tokens, judge_summary
 
 ANSWER = "Background answer ready."
+
+
+class _AnyInt:
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, int) and not isinstance(other, bool)
+
+
+ANY_INT = _AnyInt()
 
 
 @pytest.mark.parametrize(
@@ -51,6 +60,34 @@ def test_evidence_tokens_and_early_commit() -> None:
     assert can_commit_early(long_good, "Three reports from Berlin arrived late.")
     assert not can_commit_early("The reports from Berlin.", "Three reports from Berlin arrived late.")
     assert not can_commit_early(long_good + " One moment.", "Three reports from Berlin arrived late.")
+
+
+def test_evidence_tokens_keep_accented_and_non_latin_words_whole() -> None:
+    assert evidence_tokens("Réunion déplacée à Zürich, 15h30") == {"réunion", "déplacée", "zürich", "15h30"}
+    # A decomposed accent (e + combining acute) is the same word as the composed one.
+    assert evidence_tokens("cafe\u0301 ouvert") == evidence_tokens("café ouvert") == {"café", "ouvert"}
+    assert evidence_tokens("Встреча перенесена на четверг") == {"встреча", "перенесена", "четверг"}
+    assert evidence_tokens("l\u2019équipe") == evidence_tokens("l'équipe") == {"l'équipe"}
+
+
+def test_accented_answer_is_judged_on_its_words() -> None:
+    answer = "La réunion avec Müller est déplacée à jeudi, au café de Zürich."
+    good = "Votre réunion avec Müller est déplacée à jeudi, au café de Zürich."
+    assert judge_summary(good, answer) is None
+    assert can_commit_early(good, answer)
+    # Shares only the split-off ASCII tails ("union", "ller", "rich") an ASCII tokenizer would see.
+    assert judge_summary("Une union de ller et rich, voilà tout ce que je peux dire.", answer) == "no_answer_overlap"
+    russian = "Встреча Мюллера перенесена на четверг."
+    assert judge_summary("Извините, сейчас я не могу ответить на этот вопрос.", russian) == "no_answer_overlap"
+    assert judge_summary("Ваша встреча Мюллера перенесена на четверг.", russian) is None
+
+
+def test_deferral_with_a_typographic_apostrophe_is_still_an_acknowledgement() -> None:
+    answer = "The build finished: 42 tests passed and the release notes are ready."
+    # Only the phrase "i'll let you know" catches this one, and only once \u2019 folds to '.
+    filler = "Build, 42 tests, release notes: I\u2019ll let you know everything shortly."
+    assert judge_summary(filler, answer) == "acknowledgement_not_summary"
+    assert not can_commit_early(filler, answer)
 
 
 @pytest_asyncio.fixture
@@ -186,6 +223,97 @@ async def test_queue_limit_status_and_cancel_tools(relay: dict[str, Any]) -> Non
     assert (await result_for(provider, "status-2"))["status"] == "idle"
     await tool_call(provider, "no_such_tool", call_id="x-1")
     assert "unknown tool" in (await result_for(provider, "x-1"))["error"]
+
+
+@pytest.mark.asyncio
+async def test_response_cancel_during_fast_lane_wait_wins(relay: dict[str, Any]) -> None:
+    ws, provider, broker, session = relay["ws"], relay["provider"], relay["broker"], relay["session"]
+    await tool_call(provider, call_id="call-1", mode="background")
+    await read_until(ws, "hermes.run.promoted")
+    await broker.started.wait()
+    # A long grace window, so the second ask is certainly still in its fast-lane wait when cancel lands.
+    session.promote_after_ms = 30_000
+    await tool_call(provider, call_id="call-2")
+    await wait_for(lambda: len(broker.requests) == 2)
+    await ws.send_json({"type": "response.cancel"})
+    events = await read_until(ws, "voice.response.done")
+    assert events[-1]["cancelled"] is True
+    cancelled = {e["call_id"] for e in events if e["type"] == "hermes.run.cancelled"}
+    assert cancelled == {"call-1", "call-2"}
+    # The second ask is closed with something the model can say, not left hanging or queued.
+    second = await result_for(provider, "call-2")
+    assert second["ok"] is False and second["status"] == "cancelled"
+    assert "cancel" in second["message"].lower() and "call-2" not in second["message"]
+    # Both streams are cancelled: the first by the cancel rule, the fast lane because cancel wins.
+    await wait_for(lambda: sorted(broker.cancelled_indices) == [0, 1])
+    await wait_for(lambda: not any(t.get_name().startswith("voice-tool-call") for t in session.tasks))
+    runs = session.runs
+    assert runs.active is None and not runs.queue
+    # Nothing runs later either: releasing the gate starts no queued run.
+    broker.release.set()
+    session.emit("test.sentinel")
+    later = await read_until(ws, "test.sentinel")
+    assert not [e for e in events + later if e["type"] in ("hermes.run.queued", "hermes.run.dequeued")]
+    assert len(broker.requests) == 2
+    assert [cid for cid, _ in provider.connection.tool_results].count("call-2") == 1
+
+
+@pytest.mark.asyncio
+async def test_response_cancel_still_ends_when_the_provider_socket_is_dead(
+    relay: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws, provider, broker, session = relay["ws"], relay["provider"], relay["broker"], relay["session"]
+    await tool_call(provider, call_id="call-1", mode="background")
+    await read_until(ws, "hermes.run.promoted")
+    session.promote_after_ms = 30_000
+    await tool_call(provider, call_id="call-2")
+    await wait_for(lambda: len(broker.requests) == 2)
+
+    async def dead(call_id: str, output: dict[str, Any]) -> None:
+        raise ConnectionError("provider socket dead")
+
+    monkeypatch.setattr(provider.connection, "send_tool_result", dead)
+    await ws.send_json({"type": "response.cancel"})
+    events = await read_until(ws, "voice.response.done")
+    assert events[-1]["cancelled"] is True
+    assert not [e for e in events if e["type"] == "voice.error"]
+    await wait_for(lambda: sorted(broker.cancelled_indices) == [0, 1])
+    assert "voice.realtime_agent.cancel_result_failed" in session.event_log_path.read_text()
+    assert session.runs.active is None and not session.runs.queue
+
+
+def log_records(session: Any, name: str) -> list[dict[str, Any]]:
+    lines = session.event_log_path.read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r.get("log") == name]
+
+
+@pytest.mark.asyncio
+async def test_responses_never_reported_done_stay_bounded(relay: dict[str, Any]) -> None:
+    ws, provider, session = relay["ws"], relay["provider"], relay["session"]
+    extra = 5
+    ids = [f"resp-{i}" for i in range(MAX_ACTIVE_RESPONSES + extra)]
+    for rid in ids:
+        await provider.connection.emit(ProviderEvent(ProviderEventKind.RESPONSE_STARTED, response_id=rid))
+    # A repeated start of a response still open is not a second response.
+    await provider.connection.emit(ProviderEvent(ProviderEventKind.RESPONSE_STARTED, response_id=ids[-1]))
+    await provider.connection.emit(ProviderEvent(ProviderEventKind.RESPONSE_DONE, response_id=ids[-1]))
+    events = await read_until(ws, "voice.response.done", limit=len(ids) + 5)
+    assert [e["response_id"] for e in events if e["type"] == "voice.response.started"] == ids
+    # Oldest dropped first; the one reported done is gone too.
+    assert list(session.active_responses) == ids[extra:-1]
+    evicted = log_records(session, "voice.realtime_agent.active_response_evicted")
+    assert [r["response_id"] for r in evicted] == ids[:extra]
+    assert [r["evicted_total"] for r in evicted] == list(range(1, extra + 1))
+    # The provider's table of open tool calls reports its evictions through the same log.
+    await provider.connection.emit(ProviderEvent(
+        ProviderEventKind.FUNCTION_CALL_STARTED, response_id="resp-x", payload={"call_id": "c-9", "name": "t"},
+        metadata={"evicted_tool_call": {"call_id": "c-1", "name": "hermes_get_status"}, "evicted_tool_calls": 1},
+    ))
+    await read_until(ws, "voice.tool_call.started")
+    assert log_records(session, "voice.realtime_agent.tool_call_evicted") == [
+        {"log": "voice.realtime_agent.tool_call_evicted", "at_ms": ANY_INT, "session_id": session.session_id,
+         "call_id": "c-1", "tool": "hermes_get_status", "evicted_total": 1}
+    ]
 
 
 @pytest.mark.asyncio

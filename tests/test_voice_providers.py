@@ -17,10 +17,11 @@ from aiohttp.test_utils import TestClient, TestServer
 from websockets.asyncio.server import Server, ServerConnection, serve
 
 from integrations.voice_relay import ProviderEventKind, RelayConfig, ToolCallEvent, create_app
+from integrations.voice_relay.bounded import CappedMap
 from integrations.voice_relay.brokers import InProcessTaskBroker, RunContext
 from integrations.voice_relay.models import AgentTaskRequest, ProviderEvent, ProviderSessionConfig
 from integrations.voice_relay.providers import OpenAIRealtimeProvider, StubProvider, XAIRealtimeProvider
-from integrations.voice_relay.providers.realtime_ws import ProviderSendError
+from integrations.voice_relay.providers.realtime_ws import MAX_OPEN_TOOL_CALLS, ProviderSendError
 from relay_runtime import session as relay_session
 
 API_KEY = "sk-test-not-a-real-key"
@@ -192,6 +193,49 @@ async def test_protocol_round_trip(fake: FakeRealtimeServer, provider_class: typ
     finally:
         await connection.close()
     assert [e async for e in events] == []
+
+
+@pytest.mark.asyncio
+async def test_open_tool_calls_stay_bounded_when_never_finished(fake: FakeRealtimeServer) -> None:
+    connection = await XAIRealtimeProvider(url=fake.url, api_key=API_KEY).connect(provider_config())
+    events = connection.events()
+    try:
+        await collect(events, ProviderEventKind.READY)
+        ws = fake.connections[0]
+        n = MAX_OPEN_TOOL_CALLS + 3
+        await fake.send(ws, *[{"type": "response.output_item.added", "response_id": "resp_x",
+                               "item": {"type": "function_call", "call_id": f"c{i}", "name": f"tool_{i}"}}
+                              for i in range(n)])
+        started = await collect(events, ProviderEventKind.RESPONSE_DONE, limit=n)
+        assert [e.payload["call_id"] for e in started] == [f"c{i}" for i in range(n)]
+        evicted = [e.metadata for e in started if "evicted_tool_call" in e.metadata]
+        assert evicted == [{"evicted_tool_call": {"call_id": f"c{i}", "name": f"tool_{i}"}, "evicted_tool_calls": i + 1}
+                           for i in range(3)]
+        assert connection.open_tool_calls == MAX_OPEN_TOOL_CALLS
+        # A call still in the table gets its name back; an evicted one only has what its done message says.
+        await fake.send(ws, {"type": "response.function_call_arguments.done", "response_id": "resp_x",
+                             "call_id": f"c{n - 1}", "arguments": "{}"},
+                        {"type": "response.function_call_arguments.done", "response_id": "resp_x",
+                         "call_id": "c0", "arguments": "{}"})
+        done = await collect(events, ProviderEventKind.RESPONSE_DONE, limit=2)
+        assert [e.payload["call"].name for e in done] == [f"tool_{n - 1}", ""]
+        assert connection.open_tool_calls == MAX_OPEN_TOOL_CALLS - 1
+        # A finished response takes its unfinished calls with it.
+        await fake.send(ws, {"type": "response.done", "response": {"id": "resp_x", "status": "cancelled"}})
+        await collect(events, ProviderEventKind.RESPONSE_DONE)
+        assert connection.open_tool_calls == 0
+    finally:
+        await connection.close()
+
+
+def test_capped_map_refreshes_drops_oldest_and_refuses_a_zero_cap() -> None:
+    table: CappedMap[str, int] = CappedMap(2)
+    assert table.put("a", 1) is None and table.put("b", 2) is None
+    assert table.put("a", 3) is None  # refreshed: now the newest
+    assert table.put("c", 4) == ("b", 2) and list(table) == ["a", "c"] and table.evicted == 1
+    assert table.pop("a") == 3 and table.pop("a") is None and len(table) == 1
+    with pytest.raises(ValueError, match="cap must be at least 1"):
+        CappedMap(0)
 
 
 @pytest.mark.asyncio

@@ -22,7 +22,7 @@ from integrations.voice_relay.brokers import InProcessTaskBroker, RunContext
 from integrations.voice_relay.event_log import validate_session_id
 from integrations.voice_relay.models import AgentTaskRequest
 from integrations.voice_relay.providers import StubProvider
-from integrations.voice_relay.session import AUDIO_RING_SIZE, EVENT_RING_SIZE, OUTBOX_SIZE, Outbox
+from integrations.voice_relay.session import AUDIO_RING_SIZE, EVENT_RING_SIZE, OUTBOX_SIZE, Outbox, ResumeCursor
 from relay_runtime import session as relay_session
 
 
@@ -223,10 +223,76 @@ async def test_detach_resume_replays_missed_events_in_order(client: TestClient[A
     await detach(ws2, session)
     last = session.event_ring[-2]["event_id"]
     ws3 = await client.ws_connect(info["websocket_path"], headers=bearer(token))
-    await ws3.send_json(resume_message(info, last, last_audio_event_id=1))
+    await ws3.send_json(resume_message(info, last, last_audio_event_id=1, last_played_audio_event_id=1))
     events = await read_until(ws3, "voice.replay.done")
     assert [e["type"] for e in events if e.get("replayed")] == ["voice.session.detached"]
     await ws3.close()
+
+
+def audio_ids(events: list[dict[str, Any]]) -> list[int]:
+    return [e["audio_event_id"] for e in events if e["type"] == "voice.output_audio.delta"]
+
+
+@pytest.mark.asyncio
+async def test_resume_replays_audio_received_but_not_played(client: TestClient[Any, Any]) -> None:
+    ws, info, token = await open_session(client)
+    session = server(client).realtime_agent.sessions[info["session_id"]]
+    for _ in range(4):
+        session.emit("voice.output_audio.delta", audio=b"\0\1", sample_rate=24000)
+    received = [await next_event(ws) for _ in range(4)]
+    assert audio_ids(received) == [1, 2, 3, 4]
+    await detach(ws, session)
+    session.emit("voice.output_audio.delta", audio=b"\0\2", sample_rate=24000)
+    session.emit("test.missed")
+    # The phone got audio 1-4 but its speaker only played 1-2 before the network dropped.
+    ws2 = await client.ws_connect(info["websocket_path"], headers=bearer(token))
+    await ws2.send_json(resume_message(info, received[-1]["event_id"], last_audio_event_id=4,
+                                       last_played_audio_event_id=2))
+    events = await read_until(ws2, "voice.replay.done")
+    replayed = [e for e in events if e.get("replayed")]
+    # Unplayed audio (3, 4) once each, then what was missed while detached, all in event order.
+    assert audio_ids(replayed) == [3, 4, 5]
+    assert [e["type"] for e in replayed] == [*["voice.output_audio.delta"] * 2, "voice.session.detached",
+                                             "voice.output_audio.delta", "test.missed"]
+    assert [e["event_id"] for e in replayed] == sorted(e["event_id"] for e in replayed)
+    assert base64.b64decode(replayed[0]["audio"]) == b"\0\1"
+    # Once played, audio is never sent again.
+    await detach(ws2, session)
+    ws3 = await client.ws_connect(info["websocket_path"], headers=bearer(token))
+    await ws3.send_json(resume_message(info, session.event_ring[-2]["event_id"], last_audio_event_id=5,
+                                       last_played_audio_event_id=5))
+    events = await read_until(ws3, "voice.replay.done")
+    assert audio_ids(events) == []
+    # Without audio cursors, audio is replayed by the event cursor; without the played one, by the received one.
+    by_event_cursor = ResumeCursor.from_message({"last_event_id": received[2]["event_id"]})
+    assert audio_ids(session.replay_after(by_event_cursor)) == [4, 5]
+    assert audio_ids(session.replay_after(ResumeCursor.from_message({"last_audio_event_id": 3}))) == [4, 5]
+    # Unplayed audio that already left the ring cannot come back; the rest does, once.
+    for _ in range(AUDIO_RING_SIZE + 4):
+        session.emit("voice.output_audio.delta", audio=b"\0\3", sample_rate=24000)
+    live = [await next_event(ws3) for _ in range(AUDIO_RING_SIZE + 4)]
+    await detach(ws3, session)
+    ws4 = await client.ws_connect(info["websocket_path"], headers=bearer(token))
+    await ws4.send_json(resume_message(info, live[-1]["event_id"], last_audio_event_id=live[-1]["audio_event_id"],
+                                       last_played_audio_event_id=5))
+    events = await read_until(ws4, "voice.replay.done", limit=AUDIO_RING_SIZE + 10)
+    assert audio_ids(events) == [e["audio_event_id"] for e in live[4:]]
+    await ws4.close()
+
+
+@pytest.mark.asyncio
+async def test_resume_cursor_claiming_unreceived_audio_was_played_is_refused(client: TestClient[Any, Any]) -> None:
+    ws, info, token = await open_session(client)
+    session = server(client).realtime_agent.sessions[info["session_id"]]
+    await detach(ws, session)
+    ws2 = await client.ws_connect(info["websocket_path"], headers=bearer(token))
+    await ws2.send_json(resume_message(info, 1, last_audio_event_id=2, last_played_audio_event_id=3))
+    error = await next_event(ws2)
+    assert error["type"] == "voice.error" and error["code"] == "bad_resume_cursor"
+    assert "last_played_audio_event_id" in error["message"]
+    assert (await next_event(ws2))["type"] == "voice.session.resume_failed"
+    assert session.detached_at is not None and not session.closed
+    await ws2.close()
 
 
 @pytest.mark.asyncio

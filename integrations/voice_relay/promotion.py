@@ -44,6 +44,11 @@ HANDOFF_PROMPT = (
     "sentence that you will report back when it is done."
 )
 _side_lane_ids = itertools.count(1)
+CANCELLED_RESULT: dict[str, Any] = {
+    "ok": False,
+    "status": "cancelled",
+    "message": "The request was cancelled, as the user asked; it will not run.",
+}
 
 
 @dataclass
@@ -72,6 +77,8 @@ class RunCoordinator:
         self.delivery = delivery
         self.active: ActiveRun | None = None
         self.queue: deque[QueuedRun] = deque()
+        # Second asks in their fast-lane wait, by call id; a cancel takes them out before they can queue.
+        self.fast_lanes: dict[str, AgentRun] = {}
 
     @property
     def broker(self) -> TaskBroker:
@@ -285,7 +292,14 @@ class RunCoordinator:
         # Fast lane: a side session gets the grace window; a quick answer skips the queue.
         side_request = dataclasses.replace(request, session_id=f"{request.session_id}-side-{next(_side_lane_ids)}")
         side = AgentRun(session, self.broker, side_request, call_id=call.call_id, lane="fast")
-        await asyncio.wait({side.task}, timeout=session.promote_after_ms / 1000.0)
+        self.fast_lanes[call.call_id] = side
+        try:
+            await asyncio.wait({side.task}, timeout=session.promote_after_ms / 1000.0)
+        finally:
+            withdrawn = self.fast_lanes.pop(call.call_id, None) is None
+        if withdrawn:
+            # A cancel arrived during the wait and already closed this call: cancel wins over queueing.
+            return
         if side.done and side.outcome().ok:
             await self._complete_inline(ActiveRun(side, call.call_id, response_id))
             return
@@ -318,21 +332,34 @@ class RunCoordinator:
     # -- cancel, status, confirm -------------------------------------------------------------------------
 
     async def cancel_active(self, *, reason: str) -> bool:
+        """Cancel everything asked of the agent: queued asks, asks in the fast lane, the running task."""
         session = self.session
         for queued in list(self.queue):
             session.emit("hermes.run.cancelled", call_id=queued.call_id, queued=True, reason=reason)
         self.queue.clear()
+        # Taken out synchronously, before any await, so a fast-lane wait ending now cannot queue its ask.
+        fast_lanes = list(self.fast_lanes.items())
+        self.fast_lanes.clear()
         active = self.active
-        if active is None:
-            return False
         self.active = None
-        active.cancelled = True
-        active.run.cancel()
-        session.emit("hermes.run.cancelled", call_id=active.call_id, run_id=active.run.run_id, reason=reason)
-        if active.tool_call_open:
+        for call_id, side in fast_lanes:
+            side.cancel()
+            session.emit("hermes.run.cancelled", call_id=call_id, lane="fast", reason=reason)
+        if active is not None:
+            active.cancelled = True
+            active.run.cancel()
+            session.emit("hermes.run.cancelled", call_id=active.call_id, run_id=active.run.run_id, reason=reason)
+        open_calls = [call_id for call_id, _ in fast_lanes]
+        if active is not None and active.tool_call_open:
             active.tool_call_open = False
-            await self._tool_result(active.call_id, {"ok": False, "status": "cancelled"})
-        return True
+            open_calls.append(active.call_id)
+        for call_id in open_calls:
+            try:
+                await self._tool_result(call_id, CANCELLED_RESULT)
+            except Exception as exc:
+                # A dead provider socket must not stop the cancel (or the phone's response.done after it).
+                session.log("voice.realtime_agent.cancel_result_failed", call_id=call_id, error=type(exc).__name__)
+        return active is not None or bool(fast_lanes)
 
     def status(self) -> dict[str, Any]:
         active = self.active

@@ -98,10 +98,10 @@ class ProviderPump:
             if rid in session.started_responses:
                 return
             session.started_responses.append(rid)
-            session.active_responses.add(rid)
+            session.response_started(rid)
             session.emit("voice.response.started", response_id=rid)
         elif kind is ProviderEventKind.RESPONSE_DONE:
-            session.active_responses.discard(rid)
+            session.response_done(rid)
             fields: dict[str, Any] = {}
             if payload.get("status"):
                 fields["status"] = str(payload["status"])
@@ -112,6 +112,11 @@ class ProviderPump:
             session.emit("voice.input_transcript.final", text=str(payload.get("text") or ""))
             self.delivery.on_user_final_transcript()
         elif kind is ProviderEventKind.FUNCTION_CALL_STARTED:
+            evicted = event.metadata.get("evicted_tool_call")
+            if isinstance(evicted, dict):
+                session.log("voice.realtime_agent.tool_call_evicted", call_id=str(evicted.get("call_id") or ""),
+                            tool=str(evicted.get("name") or ""),
+                            evicted_total=int(event.metadata.get("evicted_tool_calls") or 0))
             session.emit(
                 "voice.tool_call.started",
                 response_id=rid,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from .bounded import CappedMap
 from .config import PromotionSettings, background_detached_max_seconds, resume_ttl_seconds
 from .event_log import EventLog, validate_session_id
 from .voice_auth import digests_match, token_digest
@@ -33,6 +34,9 @@ AUDIO_RING_SIZE = 96
 # the client is not reading and gets dropped (it can resume).
 OUTBOX_SIZE = 1024
 AUDIO_DELTA = "voice.output_audio.delta"
+# Provider responses started and not yet reported done. A provider keeps one or two open; one that
+# never reports done must not grow the table, so past this the oldest is dropped (and logged).
+MAX_ACTIVE_RESPONSES = 16
 
 # Close codes of the resume protocol.
 CLOSE_SUPERSEDED = 4000
@@ -145,6 +149,10 @@ class ResumeCursor:
     last_audio_event_id: int = 0
     last_played_audio_event_id: int = 0
     last_input_chunk_id: int = 0
+    # Audio after this id is replayed. It is the played cursor: audio that reached the phone but never
+    # left its speaker is still unheard, so it comes again; audio it played never does. None: the phone
+    # sent no audio cursor at all, so audio is replayed by last_event_id like any other event.
+    audio_replay_after: int | None = None
 
     @classmethod
     def from_message(cls, message: dict[str, Any]) -> ResumeCursor:
@@ -156,7 +164,19 @@ class ResumeCursor:
             if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
                 raise ValueError(f"{name} must be a non-negative integer")
             values[name] = raw
-        return cls(**values)
+        played, received = values["last_played_audio_event_id"], values["last_audio_event_id"]
+        has_played = message.get("last_played_audio_event_id") is not None
+        has_received = message.get("last_audio_event_id") is not None
+        audio_replay_after: int | None = played
+        if not has_played:
+            # A phone that does not track playback: the received cursor is the best it can tell us.
+            audio_replay_after = received if has_received else None
+        elif has_received and played > received:
+            raise ValueError(
+                f"last_played_audio_event_id ({played}) cannot exceed last_audio_event_id ({received}): "
+                "audio cannot be played before it is received"
+            )
+        return cls(**values, audio_replay_after=audio_replay_after)
 
 
 class VoiceSession:
@@ -221,7 +241,8 @@ class VoiceSession:
         self.audio_since_drain = False
         self.last_mic_activity = 0.0
         self.last_input_chunk_id = 0
-        self.active_responses: set[str] = set()
+        # Response id -> when it started (monotonic), oldest first.
+        self.active_responses: CappedMap[str, float] = CappedMap(MAX_ACTIVE_RESPONSES)
         self.spoken_responses: deque[str] = deque(maxlen=64)
         self.started_responses: deque[str] = deque(maxlen=64)
         self.tasks: set[asyncio.Task[Any]] = set()
@@ -259,12 +280,25 @@ class VoiceSession:
         """A decision worth keeping in the session log that the phone does not need."""
         self.event_log.log(name, session_id=self.session_id, **fields)
 
+    def response_started(self, response_id: str) -> None:
+        evicted = self.active_responses.put(response_id, time.monotonic())
+        if evicted is not None:
+            old_id, started_at = evicted
+            self.log("voice.realtime_agent.active_response_evicted", response_id=old_id,
+                     age_ms=int((time.monotonic() - started_at) * 1000),
+                     evicted_total=self.active_responses.evicted)
+
+    def response_done(self, response_id: str) -> None:
+        self.active_responses.pop(response_id)
+
     def replay_after(self, cursor: ResumeCursor) -> list[dict[str, Any]]:
+        """Recorded events after the phone's cursors, in event order, each once."""
         events = [e for e in self.event_ring if e["event_id"] > cursor.last_event_id]
         events.extend(
             e
             for e in self.audio_ring
-            if e["audio_event_id"] > cursor.last_audio_event_id and e["event_id"] > cursor.last_event_id
+            if (e["event_id"] > cursor.last_event_id if cursor.audio_replay_after is None
+                else e["audio_event_id"] > cursor.audio_replay_after)
         )
         events.sort(key=lambda e: e["event_id"])
         return [{**e, "replayed": True} for e in events]

@@ -8,11 +8,15 @@ answer itself.
 from __future__ import annotations
 
 import re
+import unicodedata
 
 EARLY_COMMIT_CHARS = 40
 MIN_SHARED_EVIDENCE = 2
 
-_TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+# Letters and digits of any script (\w without the underscore), so "déplacée" or "четверг" stay
+# one word instead of splitting into ASCII fragments that could match unrelated words.
+_TOKEN = re.compile(r"[^\W_]+(?:'[^\W_]+)?", re.UNICODE)
+_APOSTROPHES = str.maketrans({"\u2019": "'", "\u02bc": "'"})
 _STOPWORDS = frozenset(
     {
         "about", "above", "after", "again", "also", "been", "before", "being", "below", "between",
@@ -48,10 +52,16 @@ DEFERRAL_PHRASES = (
 RUN_ID_PHRASES = ("run id", "hermes_run_task")
 
 
+def _fold(text: str) -> str:
+    # NFC first: a decomposed accent (e + U+0301) is not a word character and would split the word;
+    # typographic apostrophes become ' so "I\u2019ll" matches the phrase "i'll".
+    return unicodedata.normalize("NFC", text).translate(_APOSTROPHES).casefold()
+
+
 def evidence_tokens(text: str) -> set[str]:
     """Words that show content: any token with a digit, or a non-stopword of four or more letters."""
     out = set()
-    for token in _TOKEN.findall(text.lower()):
+    for token in _TOKEN.findall(_fold(text)):
         if any(ch.isdigit() for ch in token) or (len(token) >= 4 and token not in _STOPWORDS):
             out.add(token)
     return out
@@ -62,8 +72,8 @@ def _required_overlap(answer_tokens: set[str]) -> int:
 
 
 def _bad_phrase(text: str, answer: str) -> str | None:
-    lowered = text.lower()
-    answer_lowered = answer.lower()
+    lowered = _fold(text)
+    answer_lowered = _fold(answer)
     if any(p in lowered for p in RUN_ID_PHRASES):
         return "asked_for_run_id"
     if any(p in lowered and p not in answer_lowered for p in DEFERRAL_PHRASES):

@@ -16,6 +16,7 @@ from urllib.parse import urlencode
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, WebSocketException
 
+from ..bounded import CappedMap
 from ..models import ProviderEvent, ProviderEventKind, ProviderSessionConfig, ToolCallEvent
 from ..promotion import parse_tool_arguments
 from .event_queue import END, EventQueue, drain
@@ -24,6 +25,9 @@ logger = logging.getLogger(__name__)
 
 EVENT_QUEUE_SIZE = 2048
 MAX_PROVIDER_MESSAGE_BYTES = 8 * 1024 * 1024
+# Tool calls whose arguments are still streaming. Past this many (a provider that never finishes
+# them) the oldest is dropped; the event that caused it carries the eviction for the session log.
+MAX_OPEN_TOOL_CALLS = 32
 
 _AUDIO_DELTAS = frozenset({"response.output_audio.delta", "response.audio.delta"})
 _AUDIO_DONES = frozenset({"response.output_audio.done", "response.audio.done"})
@@ -48,7 +52,8 @@ class RealtimeWebsocketConnection:
         self._ws = ws
         self.config = config
         self._events: EventQueue = asyncio.Queue(maxsize=EVENT_QUEUE_SIZE)
-        self._calls: dict[str, str] = {}  # call_id -> tool name, until its arguments are done
+        # call_id -> (tool name, response id), until its arguments or its response are done.
+        self._calls: CappedMap[str, tuple[str, str]] = CappedMap(MAX_OPEN_TOOL_CALLS)
         self._ready_sent = False
         self._closed = False
         self._reader = asyncio.create_task(self._read_loop(), name="realtime-provider-reader")
@@ -132,6 +137,10 @@ class RealtimeWebsocketConnection:
             self._events.get_nowait()
             self._events.put_nowait(END)
 
+    @property
+    def open_tool_calls(self) -> int:
+        return len(self._calls)
+
     # -- server events ----------------------------------------------------------------------------------
 
     def events(self) -> AsyncIterator[ProviderEvent]:
@@ -174,7 +183,12 @@ class RealtimeWebsocketConnection:
         if kind == "response.done":
             response = m.get("response") or {}
             status = str(response.get("status") or "completed")
-            return [ProviderEvent(ProviderEventKind.RESPONSE_DONE, str(response.get("id") or ""), {"status": status})]
+            done_id = str(response.get("id") or "")
+            # Its calls that never got their arguments never will.
+            for call_id, (_, call_response_id) in self._calls.items():
+                if call_response_id == done_id:
+                    self._calls.pop(call_id)
+            return [ProviderEvent(ProviderEventKind.RESPONSE_DONE, done_id, {"status": status})]
         if kind in _AUDIO_DELTAS:
             try:
                 audio = base64.b64decode(str(m.get("delta") or ""), validate=True)
@@ -199,17 +213,23 @@ class RealtimeWebsocketConnection:
             if item.get("type") == "function_call":
                 call_id = str(item.get("call_id") or "")
                 name = str(item.get("name") or "")
-                self._calls[call_id] = name
+                metadata: dict[str, Any] = {}
+                evicted = self._calls.put(call_id, (name, response_id))
+                if evicted is not None:
+                    logger.warning("%s left %d tool calls unfinished; dropped the oldest", self.label,
+                                   MAX_OPEN_TOOL_CALLS)
+                    metadata = {"evicted_tool_call": {"call_id": evicted[0], "name": evicted[1][0]},
+                                "evicted_tool_calls": self._calls.evicted}
                 return [ProviderEvent(ProviderEventKind.FUNCTION_CALL_STARTED, response_id,
-                                      {"call_id": call_id, "name": name})]
+                                      {"call_id": call_id, "name": name}, metadata)]
             return []
         if kind == "response.function_call_arguments.delta":
             return [ProviderEvent(ProviderEventKind.FUNCTION_CALL_ARGUMENTS_DELTA, response_id,
                                   {"call_id": str(m.get("call_id") or ""), "delta": str(m.get("delta") or "")})]
         if kind == "response.function_call_arguments.done":
             call_id = str(m.get("call_id") or "")
-            name = str(m.get("name") or self._calls.get(call_id, ""))
-            self._calls.pop(call_id, None)
+            entry = self._calls.pop(call_id)
+            name = str(m.get("name") or (entry[0] if entry is not None else ""))
             call = ToolCallEvent(call_id=call_id, name=name, arguments=parse_tool_arguments(m.get("arguments")))
             return [ProviderEvent(ProviderEventKind.FUNCTION_CALL_COMPLETED, response_id, {"call": call})]
         if kind == "error":
