@@ -31,6 +31,7 @@ from relay_runtime.events import MARK, SCOPE_END, SCOPE_START, Event
 from . import attributes as A
 from . import propagation
 from .content import ContentRecorder, Redactor, capture_from_env
+from .deferred import fast_path_for
 from .metrics import GenAIMetrics
 from .providers import (
     global_sdk_meter_provider,
@@ -73,6 +74,8 @@ class OTelExporter:
     where it starts (an incoming HTTP request's, say).
     ``span_exporters``: instead of a tracer provider, build one here around these
     exporters, each behind a bounded batch processor whose drops are counted.
+    ``fast_path``: with an SDK ``TracerProvider`` whose processors all ignore span starts,
+    build each span whole at its end (``deferred.py``); False always uses the SDK's ``Span``.
     """
 
     KINDS = ("scope_start", "scope_end", "mark")
@@ -88,6 +91,7 @@ class OTelExporter:
         link_to_current_context: bool = True,
         max_open_spans: int = 10_000,
         span_exporters: Sequence[SpanExporter] | None = None,
+        fast_path: bool = True,
     ) -> None:
         wanted = tuple(conventions)
         unknown = set(wanted) - A.KNOWN_CONVENTIONS
@@ -124,6 +128,7 @@ class OTelExporter:
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
         self._tracer = (tracer_provider or trace_api.NoOpTracerProvider()).get_tracer(INSTRUMENTATION_NAME, VERSION)
+        self._fast = fast_path_for(self._tracer) if fast_path else None
         self._metrics = GenAIMetrics(meter_provider, VERSION) if meter_provider is not None else None
         capture = capture_content or capture_from_env()
         self._content = ContentRecorder(redact, self._oi) if capture else None
@@ -170,13 +175,19 @@ class OTelExporter:
             name, attributes = str(event.name), {}
         if self._content is not None:
             self._content_attributes(self._content.attempt_start, self._content.tool_start, event, role, attributes)
-        span = self._tracer.start_span(
-            name,
-            context=context,
-            kind=_SPAN_KINDS[role],
-            attributes=attributes,
-            start_time=event.timestamp,
-        )
+        fast = self._fast
+        if fast is not None and not fast.still_valid():
+            fast = self._fast = fast_path_for(self._tracer)
+        if fast is not None:
+            span = fast.start_span(name, context, _SPAN_KINDS[role], attributes, event.timestamp)
+        else:
+            span = self._tracer.start_span(
+                name,
+                context=context,
+                kind=_SPAN_KINDS[role],
+                attributes=attributes,
+                start_time=event.timestamp,
+            )
         try:
             evicted = self._table.add(OpenSpan(event.uuid, span, role, parent, conversation_id))
         except ValueError:

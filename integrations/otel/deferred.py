@@ -1,0 +1,333 @@
+"""Spans built whole at their end, for SDK pipelines that only look at spans once they have ended.
+
+The exporter knows a span's start, end, parent, attributes and status only when
+its scope ends. With the SDK's own ``Span`` every piece goes through its
+machinery (a lock per call, attributes validated at start and again on every
+update, processors told of the start). When every processor of the provider
+ignores starts (the SDK's batch and simple processors, ours), nobody can see
+the difference: here the ids and the sampler's decision are made at start
+exactly as ``Tracer.start_span`` makes them, the rest is gathered in plain
+Python, and at the end one ``ReadableSpan`` with the fields the SDK's would
+carry goes to the processors' ``on_end``.
+
+Any other setup (a processor with a real ``on_start`` or ``_on_ending``, a
+concurrent multi-processor, a tracer that is not the SDK's) keeps the SDK path:
+``fast_path_for`` says which.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Mapping, Sequence
+from time import time_ns
+from typing import Any
+
+from opentelemetry import trace as trace_api
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import (
+    Event,
+    ReadableSpan,
+    SpanLimits,
+    SpanProcessor,
+    SynchronousMultiSpanProcessor,
+    Tracer,
+)
+from opentelemetry.sdk.util import BoundedList
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.util import types
+
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
+_SAMPLED_RANDOM = TraceFlags(TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID)
+_NOT_SAMPLED_RANDOM = TraceFlags(TraceFlags.DEFAULT | TraceFlags.RANDOM_TRACE_ID)
+_UNSET = Status(StatusCode.UNSET)
+# Attribute values the SDK keeps exactly as given (strings too, when no length limit applies).
+_PLAIN = frozenset({str, bool, int, float})
+_SEQUENCES = frozenset({list, tuple})
+_get_current_span = trace_api.get_current_span
+_NonRecordingSpan = trace_api.NonRecordingSpan
+
+
+def _ignores_starts(processor: SpanProcessor) -> bool:
+    cls = type(processor)
+    # Overriding with a body of ``pass`` (the SDK's batch and simple processors) is as good as
+    # not overriding; only the SDK's own classes are taken on trust, anything else must inherit.
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+
+    from .providers import BoundedBatchSpanProcessor
+
+    if cls in (BatchSpanProcessor, SimpleSpanProcessor, BoundedBatchSpanProcessor):
+        return True
+    return cls.on_start is SpanProcessor.on_start and cls._on_ending is SpanProcessor._on_ending
+
+
+class FastPath:
+    """One SDK tracer's pieces, read once: what ``start_span`` and ``Span.end`` would use."""
+
+    def __init__(self, tracer: Tracer) -> None:
+        self.tracer = tracer
+        self.multi: SynchronousMultiSpanProcessor = tracer.span_processor  # type: ignore[assignment]
+        self.processors = self.multi._span_processors
+        self.id_generator = tracer.id_generator
+        self.sampler = tracer.sampler
+        self.limits: SpanLimits = tracer._span_limits
+        self.metrics = tracer._tracer_metrics
+        self.on_end = self.multi.on_end
+        # Read here so that an SDK without them falls back at once rather than at a span's end.
+        tracer._is_enabled  # noqa: B018
+        tracer._instrumentation_scope  # noqa: B018
+        BoundedAttributes._set_items  # noqa: B018
+
+    def still_valid(self) -> bool:
+        """Processors may be added after the exporter was built: each start checks the tuple it read."""
+        return self.multi._span_processors is self.processors
+
+    def start_span(
+        self,
+        name: str,
+        context: Context | None,
+        kind: SpanKind,
+        attributes: dict[str, Any],
+        start_time: int,
+    ) -> trace_api.Span:
+        """``Tracer.start_span``'s decisions, in its order, with the same inputs to the sampler."""
+        tracer = self.tracer
+        current = _get_current_span(context).get_span_context()
+        if not tracer._is_enabled():
+            return _NonRecordingSpan(current)
+        parent: SpanContext | None = current
+        ids = self.id_generator
+        if parent is None or not parent.is_valid:
+            parent = None
+            trace_id = ids.generate_trace_id()
+            random_id = ids.is_trace_id_random()
+        else:
+            trace_id = parent.trace_id
+            random_id = parent.trace_flags.random_trace_id
+        result = self.sampler.should_sample(context, trace_id, name, kind, attributes, ())
+        decision = result.decision
+        if decision.is_sampled():
+            flags = _SAMPLED_RANDOM if random_id else _SAMPLED
+        else:
+            flags = _NOT_SAMPLED_RANDOM if random_id else _NOT_SAMPLED
+        span_context = SpanContext(
+            trace_id, ids.generate_span_id(), is_remote=False, trace_flags=flags, trace_state=result.trace_state
+        )
+        record_end = self.metrics.start_span(parent, decision)
+        if not decision.is_recording():
+            return _NonRecordingSpan(span_context)
+        given = dict(result.attributes or ())
+        return DeferredSpan(self, name, span_context, parent, kind, given, start_time, record_end)
+
+
+def fast_path_for(tracer: Any) -> FastPath | None:
+    """A ``FastPath`` when spans from this tracer can be built at their end unseen; None otherwise."""
+    if type(tracer) is not Tracer:
+        return None
+    multi = getattr(tracer, "span_processor", None)
+    if type(multi) is not SynchronousMultiSpanProcessor:
+        return None
+    try:
+        processors = multi._span_processors
+        if not all(_ignores_starts(p) for p in processors):
+            return None
+        return FastPath(tracer)
+    except AttributeError:
+        # An SDK whose internals moved: its own path is always right.
+        return None
+
+
+class DeferredSpan(trace_api.Span):
+    """An open span as plain data; ``end`` makes the ``ReadableSpan`` and hands it to the processors.
+
+    Ended exactly once by the exporter (its span table guarantees it); calls after the
+    end are ignored, as the SDK's are.
+    """
+
+    __slots__ = (
+        "_attributes",
+        "_context",
+        "_end_time",
+        "_events",
+        "_kind",
+        "_name",
+        "_parent",
+        "_path",
+        "_record_end",
+        "_start_attributes",
+        "_start_time",
+        "_status",
+        "_updates",
+    )
+
+    def __init__(
+        self,
+        path: FastPath,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext | None,
+        kind: SpanKind,
+        attributes: dict[str, Any],
+        start_time: int,
+        record_end: Any,
+    ) -> None:
+        self._path = path
+        self._name = name
+        self._context = context
+        self._parent = parent
+        self._kind = kind
+        self._start_attributes = attributes
+        # The merged view, in the SDK's order (a key set again moves last); the updates
+        # themselves are kept only to replay them through the SDK's limits when one applies.
+        self._attributes = attributes
+        self._updates: list[Mapping[str, Any]] | None = None
+        self._events: list[Event] | None = None
+        self._status = _UNSET
+        self._start_time = start_time
+        self._end_time: int | None = None
+        self._record_end = record_end
+
+    # -- the Span API ----------------------------------------------------------------------
+
+    def get_span_context(self) -> SpanContext:
+        return self._context
+
+    def is_recording(self) -> bool:
+        return self._end_time is None
+
+    def set_attributes(self, attributes: Mapping[str, types.AnyValue]) -> None:
+        if self._end_time is not None or not attributes:
+            return
+        merged = self._attributes
+        if merged is self._start_attributes:
+            merged = self._attributes = dict(merged)
+        if not merged.keys().isdisjoint(attributes):
+            for key in attributes:
+                merged.pop(key, None)
+        merged.update(attributes)
+        if self._updates is None:
+            self._updates = []
+        self._updates.append(attributes)
+
+    def set_attribute(self, key: str, value: types.AnyValue) -> None:
+        self.set_attributes({key: value})
+
+    def add_event(self, name: str, attributes: types.Attributes = None, timestamp: int | None = None) -> None:
+        if self._end_time is not None:
+            return
+        limits = self._path.limits
+        bounded = BoundedAttributes(
+            limits.max_event_attributes, attributes, max_value_len=limits.max_attribute_length, immutable=True
+        )
+        if self._events is None:
+            self._events = []
+        self._events.append(Event(name=name, attributes=bounded, timestamp=timestamp))
+
+    def update_name(self, name: str) -> None:
+        if self._end_time is None:
+            self._name = name
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        if self._end_time is not None:
+            return
+        # The SDK's rule: OK is final, and UNSET never overrides.
+        if self._status.status_code is StatusCode.OK:
+            return
+        if isinstance(status, Status):
+            if status.status_code is not StatusCode.UNSET:
+                self._status = status
+        elif status is not StatusCode.UNSET:
+            self._status = Status(status, description)
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: types.Attributes = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None:
+        module = type(exception).__module__
+        qualname = type(exception).__qualname__
+        event: dict[str, Any] = {
+            "exception.type": f"{module}.{qualname}" if module and module != "builtins" else qualname,
+            "exception.message": str(exception),
+            "exception.stacktrace": "".join(traceback.format_exception(exception)),
+            "exception.escaped": str(escaped),
+        }
+        if attributes:
+            event.update(attributes)
+        self.add_event("exception", event, timestamp)
+
+    def end(self, end_time: int | None = None) -> None:
+        if self._end_time is not None:
+            return
+        if end_time is None:
+            end_time = time_ns()
+        self._end_time = end_time
+        path = self._path
+        tracer = path.tracer
+        events: Sequence[Event] = ()
+        if self._events is not None:
+            events = BoundedList.from_seq(path.limits.max_events, self._events)
+        span = ReadableSpan(
+            name=self._name,
+            context=self._context,
+            parent=self._parent,
+            resource=tracer.resource,
+            attributes=self._finished_attributes(path.limits),
+            events=events,
+            links=(),
+            kind=self._kind,
+            status=self._status,
+            start_time=self._start_time,
+            end_time=end_time,
+            instrumentation_info=tracer.instrumentation_info,
+            instrumentation_scope=tracer._instrumentation_scope,
+        )
+        self._record_end()
+        path.on_end(span)
+
+    def _finished_attributes(self, limits: SpanLimits) -> types.Attributes:
+        """The attributes as the SDK's span would hold them: as given when every value is one the
+        SDK keeps as is (sequences become tuples, as it makes them), else replayed through its limits."""
+        merged = self._attributes
+        maxlen = limits.max_span_attributes
+        if maxlen is not None and len(merged) > maxlen:
+            return self._replayed(limits)
+        max_value_len = limits.max_span_attribute_length
+        sequences: list[str] | None = None
+        for key, value in merged.items():
+            cls = type(value)
+            if type(key) is not str or not key:
+                return self._replayed(limits)
+            if cls in _PLAIN:
+                if max_value_len is not None and cls is str and len(value) > max_value_len:
+                    return self._replayed(limits)
+            elif cls in _SEQUENCES and all(type(v) in _PLAIN for v in value):
+                if max_value_len is not None and any(type(v) is str and len(v) > max_value_len for v in value):
+                    return self._replayed(limits)
+                if cls is list:
+                    if sequences is None:
+                        sequences = []
+                    sequences.append(key)
+            else:
+                return self._replayed(limits)
+        if sequences is not None:
+            if merged is self._start_attributes:
+                merged = self._attributes = dict(merged)
+            for key in sequences:
+                merged[key] = tuple(merged[key])
+        return merged
+
+    def _replayed(self, limits: SpanLimits) -> BoundedAttributes:
+        bounded = BoundedAttributes(
+            limits.max_span_attributes,
+            self._start_attributes,
+            immutable=False,
+            max_value_len=limits.max_span_attribute_length,
+        )
+        for update in self._updates or ():
+            bounded._set_items(update)
+        bounded._immutable = True
+        return bounded
