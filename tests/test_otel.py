@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import SpanKind, StatusCode
+from test_otel_paths import span_path  # noqa: F401  (every test here runs on both span paths)
 
 from integrations.otel import OTelExporter
 from integrations.otel import metrics as otel_metrics
@@ -30,6 +31,8 @@ from relay_runtime import calls as relay_calls
 from relay_runtime import conventions as cv
 from relay_runtime.recorder import Recorder
 from relay_runtime.types import AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta, TokenUsage
+
+pytestmark = pytest.mark.usefixtures("span_path")
 
 # -- a hand-written codec over plain dict "SDK" kwargs and responses ------------------------------
 

@@ -18,11 +18,14 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from test_otel_paths import span_path  # noqa: F401  (every test here runs on both span paths)
 
 import adapters
 from adapters import testing as t
 from integrations.otel import OTelExporter
 from relay_runtime import auxiliary, session
+
+pytestmark = pytest.mark.usefixtures("span_path")
 
 
 class Spans:

@@ -14,12 +14,15 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from test_otel_paths import span_path  # noqa: F401  (every test here runs on both span paths)
 
 import integrations.otel as otel
 from integrations.otel import OTelExporter
 from integrations.otel.providers import EXPORT_FAILED, SPANS_DROPPED
 from relay_runtime import LLMRequest, Relay, ScopeType
 from relay_runtime.attempt import current_attempt
+
+pytestmark = pytest.mark.usefixtures("span_path")
 
 OTEL_VARS = (
     "OTEL_TRACES_EXPORTER",

@@ -1,0 +1,299 @@
+"""The exporter's two ways to make spans: built whole at their end, or through the SDK's ``Span``.
+
+``span_path`` is used by every OTel test module (``pytestmark``), so each of their
+tests runs on both: ``deferred`` as the default setup gives it, ``sdk_span`` with a processor
+that has a real ``on_start`` added to every provider the exporter meets, which
+must send it down the SDK's path. The tests here check which path is taken and
+that both hand the processors the same spans, field by field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+from opentelemetry import trace as trace_api
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import (
+    ConcurrentMultiSpanProcessor,
+    ReadableSpan,
+    Span,
+    SpanLimits,
+    SpanProcessor,
+    SynchronousMultiSpanProcessor,
+    TracerProvider,
+)
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.sdk.trace.sampling import (
+    ALWAYS_OFF,
+    Decision,
+    ParentBased,
+    Sampler,
+    SamplingResult,
+)
+from opentelemetry.trace import Link, SpanKind, StatusCode
+
+import integrations.otel.exporter as exporter_module
+from integrations.otel import BoundedBatchSpanProcessor, OTelExporter
+from integrations.otel import deferred as deferred_module
+from integrations.otel.deferred import DeferredSpan, fast_path_for
+from relay_runtime import Relay, ScopeType
+from relay_runtime.recorder import Recorder
+
+
+class StartWatcher(SpanProcessor):
+    """A processor that looks at span starts: its presence must keep the SDK's own ``Span``."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        self.started.append(span.name)
+
+
+@pytest.fixture(params=["deferred", "sdk_span"])
+def span_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    if request.param == "sdk_span":
+        real = deferred_module.fast_path_for
+        watcher = StartWatcher()
+
+        def with_a_start_watcher(tracer: Any) -> Any:
+            multi = getattr(tracer, "span_processor", None)
+            if isinstance(multi, SynchronousMultiSpanProcessor) and watcher not in multi._span_processors:
+                multi.add_span_processor(watcher)
+            path = real(tracer)
+            assert path is None, "a processor with on_start must keep the SDK's Span"
+            return path
+
+        monkeypatch.setattr(exporter_module, "fast_path_for", with_a_start_watcher)
+    yield request.param
+
+
+# -- which path ---------------------------------------------------------------------------------
+
+
+def provider_with(*processors: SpanProcessor, **kwargs: Any) -> TracerProvider:
+    provider = TracerProvider(shutdown_on_exit=False, **kwargs)
+    for p in processors:
+        provider.add_span_processor(p)
+    return provider
+
+
+def open_span_of(exporter: OTelExporter, relay: Relay, name: str = "work") -> Any:
+    handle = relay.scope.push(name, ScopeType.FUNCTION)
+    span = exporter.span_for(handle.uuid)
+    relay.scope.pop(handle)
+    return span
+
+
+def test_processors_that_ignore_starts_take_the_deferred_path():
+    spans = InMemorySpanExporter()
+    provider = provider_with(
+        SimpleSpanProcessor(spans),
+        BatchSpanProcessor(InMemorySpanExporter()),
+        BoundedBatchSpanProcessor(InMemorySpanExporter(), lambda key, n: None),
+    )
+    relay = Relay()
+    exporter = OTelExporter(provider).attach(relay)
+    assert isinstance(open_span_of(exporter, relay), DeferredSpan)
+    (span,) = spans.get_finished_spans()
+    assert type(span) is ReadableSpan
+    provider.shutdown()
+
+
+def test_a_processor_with_on_start_keeps_the_sdk_span_even_when_added_later():
+    spans = InMemorySpanExporter()
+    provider = provider_with(SimpleSpanProcessor(spans))
+    relay = Relay()
+    exporter = OTelExporter(provider).attach(relay)
+    open_span_of(exporter, relay, "before")
+    watcher = StartWatcher()
+    provider.add_span_processor(watcher)
+    span = open_span_of(exporter, relay, "after")
+    assert isinstance(span, Span)
+    assert watcher.started == ["after"]
+    assert [s.name for s in spans.get_finished_spans()] == ["before", "after"]
+
+
+def test_setups_the_deferred_path_does_not_know_keep_the_sdk_span():
+    concurrent = TracerProvider(shutdown_on_exit=False, active_span_processor=ConcurrentMultiSpanProcessor(1))
+    concurrent.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+
+    class Subclassed(SimpleSpanProcessor):
+        def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+            span.set_attribute("seen", True)
+
+    assert fast_path_for(concurrent.get_tracer("t")) is None
+    assert fast_path_for(provider_with(Subclassed(InMemorySpanExporter())).get_tracer("t")) is None
+    assert fast_path_for(trace_api.NoOpTracerProvider().get_tracer("t")) is None
+    # Inheriting the no-op on_start is as good as the SDK's own processors.
+    assert fast_path_for(provider_with(SpanProcessor()).get_tracer("t")) is not None
+    relay = Relay()
+    exporter = OTelExporter(concurrent, fast_path=True).attach(relay)
+    assert isinstance(open_span_of(exporter, relay), Span)
+    off = provider_with(SimpleSpanProcessor(InMemorySpanExporter()))
+    assert OTelExporter(off, fast_path=False)._fast is None
+    concurrent.shutdown()
+
+
+# -- the same spans either way --------------------------------------------------------------------
+
+
+class CountingIds(IdGenerator):
+    """Ids in sequence: two exporters fed the same events make the same ids."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def generate_span_id(self) -> int:
+        self.n += 1
+        return self.n
+
+    def generate_trace_id(self) -> int:
+        self.n += 1
+        return 0xABC0000 + self.n
+
+
+class RecordingSampler(Sampler):
+    """Keeps what it was asked; records but does not sample spans named ``quiet``, adds an attribute."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def should_sample(
+        self,
+        parent_context: Context | None,
+        trace_id: int,
+        name: str,
+        kind: SpanKind | None = None,
+        attributes: Any = None,
+        links: Sequence[Link] | None = None,
+        trace_state: Any = None,
+    ) -> SamplingResult:
+        parent = trace_api.get_current_span(parent_context).get_span_context()
+        self.calls.append((parent.span_id, trace_id, name, kind, dict(attributes or {}), tuple(links or ())))
+        decision = Decision.RECORD_ONLY if name == "quiet" else Decision.RECORD_AND_SAMPLE
+        return SamplingResult(decision, {**(attributes or {}), "sampler.said": name})
+
+    def get_description(self) -> str:
+        return "recording"
+
+
+class KeepAll(SpanProcessor):
+    """Every ended span, sampled or not: the RECORD_ONLY ones must reach on_end too."""
+
+    def __init__(self) -> None:
+        self.ended: list[ReadableSpan] = []
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.ended.append(span)
+
+
+def drive(relay: Relay) -> None:
+    """A tree with every kind of data a span carries: a mark, an error, an update, a list, a sampled-out leaf,
+    a key set at start and again at the end, and a scope left open when its agent ends."""
+    with relay.scope.scope("agent run", ScopeType.AGENT, metadata={"relay.kind": "agent"}):
+        with relay.scope.scope("step", ScopeType.FUNCTION, input={"q": 1}):
+            relay.scope.mark("checkpoint", {"step": 2}, metadata={"phase": "plan", "n": 3, "odd": object()})
+        relay.scope.push("left open", ScopeType.FUNCTION, attach=False)
+        quiet = relay.scope.push("quiet", ScopeType.FUNCTION)
+        relay.scope.pop(quiet)
+        handle = relay.scope.push("fails", ScopeType.TOOL, input={"a": [1, 2]})
+        relay.scope.pop(handle, error=ValueError("bad input " + "x" * 40))
+
+
+def span_fields(span: ReadableSpan) -> dict[str, Any]:
+    return {
+        "name": span.name,
+        "context": span.context,
+        "parent": span.parent,
+        "resource": span.resource.attributes,
+        "attributes": dict(span.attributes or {}),
+        "attribute order": list(span.attributes or {}),
+        "events": [(e.name, e.timestamp, dict(e.attributes or {})) for e in span.events],
+        "links": list(span.links),
+        "kind": span.kind,
+        "status": (span.status.status_code, span.status.description),
+        "times": (span.start_time, span.end_time),
+        "scope": span.instrumentation_scope,
+        "dropped": (span.dropped_attributes, span.dropped_events, span.dropped_links),
+        "json": span.to_json(),
+    }
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        None,
+        SpanLimits(max_span_attributes=4, max_events=1, max_event_attributes=1, max_span_attribute_length=6),
+    ],
+    ids=["default limits", "tight limits"],
+)
+def test_both_paths_hand_processors_the_same_spans(limits):
+    recorder = Recorder()
+    relay = Relay()
+    relay.subscribers.register(recorder, name="recorder", kinds=OTelExporter.KINDS)
+    drive(relay)
+    out: dict[bool, list[dict[str, Any]]] = {}
+    sampler_calls: dict[bool, list[tuple[Any, ...]]] = {}
+    for fast in (True, False):
+        sampler = RecordingSampler()
+        keep = KeepAll()
+        provider = provider_with(
+            keep,
+            sampler=sampler,
+            id_generator=CountingIds(),
+            span_limits=limits,
+            resource=Resource({"service.name": "paths"}),
+        )
+        # The same events, so the same timestamps, into each.
+        exporter = OTelExporter(provider, fast_path=fast)
+        assert (exporter._fast is not None) is fast
+        for event in recorder:
+            exporter(event)
+        out[fast] = [span_fields(s) for s in keep.ended]
+        sampler_calls[fast] = sampler.calls
+    assert out[True] == out[False]
+    assert sampler_calls[True] == sampler_calls[False]
+    by_name = {s["name"]: s for s in out[True]}
+    assert set(by_name) == {"invoke_agent agent run", "step", "left open", "quiet", "execute_tool fails"}
+    assert not by_name["quiet"]["context"].trace_flags.sampled
+    assert by_name["left open"]["status"][0] is StatusCode.ERROR
+    assert by_name["execute_tool fails"]["status"][0] is StatusCode.ERROR
+    assert by_name["step"]["events"][0][0] == "checkpoint"
+    if limits is not None:
+        assert any(s["dropped"][0] for s in out[True])
+
+
+def test_a_dropping_sampler_makes_no_span_and_children_follow_it(span_path):
+    spans = InMemorySpanExporter()
+    provider = provider_with(SimpleSpanProcessor(spans), sampler=ParentBased(ALWAYS_OFF))
+    relay = Relay()
+    exporter = OTelExporter(provider).attach(relay)
+    with relay.scope.scope("root", ScopeType.AGENT), relay.scope.scope("child", ScopeType.FUNCTION) as child:
+        header = exporter.traceparent_for(child.uuid)
+        assert header is not None and int(header.rsplit("-", 1)[1], 16) & 1 == 0  # not sampled
+    assert spans.get_finished_spans() == ()
+
+
+def test_traceparent_and_children_of_an_open_span(span_path):
+    spans = InMemorySpanExporter()
+    provider = provider_with(SimpleSpanProcessor(spans))
+    relay = Relay()
+    exporter = OTelExporter(provider).attach(relay)
+    with relay.scope.scope("root", ScopeType.AGENT) as root:
+        header = exporter.traceparent_for(root.uuid)
+        with relay.scope.scope("child", ScopeType.FUNCTION):
+            pass
+        assert exporter.context_for(root.uuid) is not None
+    child, parent = spans.get_finished_spans()
+    assert (
+        header
+        == f"00-{parent.context.trace_id:032x}-{parent.context.span_id:016x}-{int(parent.context.trace_flags):02x}"
+    )
+    assert child.parent == parent.context
+    assert child.context.trace_id == parent.context.trace_id
