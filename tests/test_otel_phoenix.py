@@ -24,11 +24,14 @@ from typing import Any
 import openai
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from test_otel_paths import span_path  # noqa: F401  (each test runs on both span paths)
 
 import adapters
 from adapters import testing as t
 from integrations.otel import OTelExporter
 from relay_runtime import auxiliary, session
+
+pytestmark = pytest.mark.usefixtures("span_path")
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = Path(os.environ.get("PHOENIX_VENV") or ROOT / ".phoenix-venv")
@@ -142,7 +145,7 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Phoenix]:
         server.stop()
 
 
-def _run_agent(project: str, phoenix: Phoenix, conventions: tuple[str, ...], monkeypatch: Any) -> str:
+def _run_agent(project: str, phoenix: Phoenix, conventions: tuple[str, ...], monkeypatch: Any, path: str) -> str:
     """One conversation, one turn: a failed OpenAI attempt, an Anthropic fallback, a tool.
 
     Real SDK clients over a scripted transport, through the adapters.
@@ -154,6 +157,8 @@ def _run_agent(project: str, phoenix: Phoenix, conventions: tuple[str, ...], mon
         span_exporters=[OTLPSpanExporter(endpoint=f"{phoenix.base}/v1/traces", timeout=10)],
         conventions=conventions,
     ).attach(host)
+    # The default setup (a bounded batch processor) builds spans at their end; Phoenix must not tell.
+    assert (exporter._fast is not None) is (path == "deferred")
     lease = session.SESSION_COORDINATOR.acquire_conversation(
         profile_key=host.profile_key, session_id=f"sess-{project}", platform="e2e"
     )
@@ -235,19 +240,23 @@ def _check_tree(spans: list[dict[str, Any]], profile: str) -> dict[str, dict[str
     return one
 
 
-def test_phoenix_reads_gen_ai_spans_without_any_custom_work(phoenix, relay_home, monkeypatch):
-    profile = _run_agent("relay-genai", phoenix, ("gen_ai",), monkeypatch)
-    spans = phoenix.spans("relay-genai", expected=6)
+def test_phoenix_reads_gen_ai_spans_without_any_custom_work(phoenix, relay_home, monkeypatch, request):
+    path = request.getfixturevalue("span_path")
+    project = f"relay-genai-{path}"
+    profile = _run_agent(project, phoenix, ("gen_ai",), monkeypatch, path)
+    spans = phoenix.spans(project, expected=6)
     one = _check_tree(spans, profile)
     # Only gen_ai.* was sent: Phoenix derived the LLM view itself.
     assert "openinference.span.kind" not in json.dumps(one["chat claude-e2e"]["attributes"])
 
 
-def test_phoenix_reads_openinference_spans(phoenix, relay_home, monkeypatch):
-    profile = _run_agent("relay-oi", phoenix, ("gen_ai", "openinference"), monkeypatch)
-    spans = phoenix.spans("relay-oi", expected=6)
+def test_phoenix_reads_openinference_spans(phoenix, relay_home, monkeypatch, request):
+    path = request.getfixturevalue("span_path")
+    project = f"relay-oi-{path}"
+    profile = _run_agent(project, phoenix, ("gen_ai", "openinference"), monkeypatch, path)
+    spans = phoenix.spans(project, expected=6)
     one = _check_tree(spans, profile)
     assert one["turn"]["span_kind"] == "CHAIN"
     assert one["logical_llm_call"]["span_kind"] == "CHAIN"
     assert one["chat claude-e2e"]["attributes"]["llm.provider"] == "anthropic"
-    assert one["chat claude-e2e"]["attributes"]["session.id"] == "sess-relay-oi"
+    assert one["chat claude-e2e"]["attributes"]["session.id"] == f"sess-{project}"

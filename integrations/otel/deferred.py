@@ -33,9 +33,12 @@ from opentelemetry.sdk.trace import (
     SynchronousMultiSpanProcessor,
     Tracer,
 )
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.util import types
+
+from .providers import BoundedBatchSpanProcessor
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
@@ -45,6 +48,7 @@ _UNSET = Status(StatusCode.UNSET)
 # Attribute values the SDK keeps exactly as given (strings too, when no length limit applies).
 _PLAIN = frozenset({str, bool, int, float})
 _SEQUENCES = frozenset({list, tuple})
+_KNOWN_TO_IGNORE_STARTS = (BatchSpanProcessor, SimpleSpanProcessor, BoundedBatchSpanProcessor)
 _get_current_span = trace_api.get_current_span
 _NonRecordingSpan = trace_api.NonRecordingSpan
 
@@ -52,12 +56,8 @@ _NonRecordingSpan = trace_api.NonRecordingSpan
 def _ignores_starts(processor: SpanProcessor) -> bool:
     cls = type(processor)
     # Overriding with a body of ``pass`` (the SDK's batch and simple processors) is as good as
-    # not overriding; only the SDK's own classes are taken on trust, anything else must inherit.
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
-
-    from .providers import BoundedBatchSpanProcessor
-
-    if cls in (BatchSpanProcessor, SimpleSpanProcessor, BoundedBatchSpanProcessor):
+    # not overriding; only these classes themselves are taken on trust, anything else must inherit.
+    if cls in _KNOWN_TO_IGNORE_STARTS:
         return True
     return cls.on_start is SpanProcessor.on_start and cls._on_ending is SpanProcessor._on_ending
 
@@ -155,6 +155,7 @@ class DeferredSpan(trace_api.Span):
         "_parent",
         "_path",
         "_record_end",
+        "_resource",
         "_start_attributes",
         "_start_time",
         "_status",
@@ -187,6 +188,8 @@ class DeferredSpan(trace_api.Span):
         self._start_time = start_time
         self._end_time: int | None = None
         self._record_end = record_end
+        # Read at start, as the SDK's span does (a fork may merge more into the tracer's later).
+        self._resource = path.tracer.resource
 
     # -- the Span API ----------------------------------------------------------------------
 
@@ -274,7 +277,7 @@ class DeferredSpan(trace_api.Span):
             name=self._name,
             context=self._context,
             parent=self._parent,
-            resource=tracer.resource,
+            resource=self._resource,
             attributes=self._finished_attributes(path.limits),
             events=events,
             links=(),
