@@ -35,7 +35,7 @@ from opentelemetry.sdk.trace.sampling import (
     Sampler,
     SamplingResult,
 )
-from opentelemetry.trace import Link, SpanKind, StatusCode
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 import integrations.otel.exporter as exporter_module
 from integrations.otel import BoundedBatchSpanProcessor, OTelExporter
@@ -297,3 +297,54 @@ def test_traceparent_and_children_of_an_open_span(span_path):
     )
     assert child.parent == parent.context
     assert child.context.trace_id == parent.context.trace_id
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [None, SpanLimits(max_span_attributes=3, max_span_attribute_length=4, max_events=2)],
+    ids=["default limits", "tight limits"],
+)
+@pytest.mark.parametrize("odd", [False, True], ids=["plain values", "values the SDK cleans"])
+def test_a_deferred_span_takes_the_span_api_as_the_sdk_span_does(limits, odd):
+    """Everything the Span API lets a caller of ``span_for`` do, on both, with the same ids."""
+    ended: dict[bool, list[ReadableSpan]] = {}
+    for fast in (True, False):
+        keep = KeepAll()
+        provider = provider_with(keep, id_generator=CountingIds(), span_limits=limits)
+        tracer = provider.get_tracer("t", "1")
+        path = fast_path_for(tracer)
+        assert path is not None
+        start: dict[str, Any] = {"k": "v", "n": 1, "seq": ["a", "b"]}
+        if fast:
+            span = path.start_span("s", None, SpanKind.CLIENT, dict(start), 100)
+            assert isinstance(span, DeferredSpan)
+        else:
+            span = tracer.start_span("s", kind=SpanKind.CLIENT, attributes=dict(start), start_time=100)
+        span.set_attributes({"k": "moved last", "pair": (1, 2), "more": ["c"]})
+        if odd:
+            odd_values: dict[str, Any] = {"obj": object(), "long": "x" * 10, "nested": [[1]]}
+            span.set_attributes(odd_values)
+            span.set_attribute("", "empty key")
+        span.set_attribute("f", 1.5)
+        span.add_event("e1", {"a": 1, "b": ["x"]}, timestamp=110)
+        span.record_exception(ValueError("boom"), timestamp=120)
+        span.add_event("e3", timestamp=130)
+        span.update_name("renamed")
+        span.set_status(Status(StatusCode.OK))
+        span.set_status(StatusCode.ERROR, "ignored after OK")
+        span.end(end_time=200)
+        span.set_attribute("after", "end")
+        span.end(end_time=300)
+        assert not span.is_recording()
+        ended[fast] = keep.ended
+    deferred, sdk = ([span_fields(s) for s in ended[fast]] for fast in (True, False))
+    assert deferred == sdk
+    (one,) = deferred
+    assert one["name"] == "renamed" and one["times"] == (100, 200)
+    assert one["status"][0] is StatusCode.OK
+    # Plain values within the limits are handed over as they are; anything else goes through the SDK's rules.
+    kept_as_given = type(ended[True][0]._attributes) is dict
+    assert kept_as_given is (limits is None and not odd)
+    if limits is None:
+        assert one["attributes"]["more"] == ("c",)
+        assert one["attribute order"][:4] == ["n", "seq", "k", "pair"]
