@@ -69,8 +69,6 @@ class FastPath:
         self.tracer = tracer
         self.multi: SynchronousMultiSpanProcessor = tracer.span_processor  # type: ignore[assignment]
         self.processors = self.multi._span_processors
-        self.id_generator = tracer.id_generator
-        self.sampler = tracer.sampler
         self.limits: SpanLimits = tracer._span_limits
         self.metrics = tracer._tracer_metrics
         self.on_end = self.multi.on_end
@@ -97,7 +95,8 @@ class FastPath:
         if not tracer._is_enabled():
             return _NonRecordingSpan(current)
         parent: SpanContext | None = current
-        ids = self.id_generator
+        # Looked up on the tracer each time, as its own start_span does: either may be swapped.
+        ids = tracer.id_generator
         if parent is None or not parent.is_valid:
             parent = None
             trace_id = ids.generate_trace_id()
@@ -105,7 +104,7 @@ class FastPath:
         else:
             trace_id = parent.trace_id
             random_id = parent.trace_flags.random_trace_id
-        result = self.sampler.should_sample(context, trace_id, name, kind, attributes, ())
+        result = tracer.sampler.should_sample(context, trace_id, name, kind, attributes, ())
         decision = result.decision
         if decision.is_sampled():
             flags = _SAMPLED_RANDOM if random_id else _SAMPLED
