@@ -108,15 +108,36 @@ class StreamLifecycle:
         self.attempt.fail(error, outcome)
 
 
-class ManagedStream:
-    """A synchronous managed stream. Iterates on the caller's thread: no loop, no thread."""
+class _StreamWrapper:
+    """What both stream flavours share: the lifecycle, the source's own attributes, and GC as cancellation."""
 
     __slots__ = ("_iterator", "_life", "_source")
 
-    def __init__(self, source: Any, iterator: Iterator[Any], life: StreamLifecycle) -> None:
+    def __init__(self, source: Any, iterator: Any, life: StreamLifecycle) -> None:
         self._source = source
         self._iterator = iterator
         self._life = life
+
+    def __del__(self) -> None:
+        try:
+            life = self._life
+        except AttributeError:  # __init__ never ran to the end
+            return
+        if not life.done:
+            life.fail(None, _CANCELLED)
+
+    def __getattr__(self, name: str) -> Any:
+        # The SDK's own stream attributes (response, headers, ...) stay reachable.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(object.__getattribute__(self, "_source"), name)
+
+
+class ManagedStream(_StreamWrapper):
+    """A synchronous managed stream. Iterates on the caller's thread: no loop, no thread."""
+
+    __slots__ = ()
+    _iterator: Iterator[Any]
 
     def __iter__(self) -> ManagedStream:
         return self
@@ -153,28 +174,10 @@ class ManagedStream:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def __del__(self) -> None:
-        try:
-            life = self._life
-        except AttributeError:
-            return
-        if not life.done:
-            life.fail(None, _CANCELLED)
 
-    def __getattr__(self, name: str) -> Any:
-        # The SDK's own stream attributes (response, headers, ...) stay reachable.
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(object.__getattribute__(self, "_source"), name)
-
-
-class ManagedAsyncStream:
-    __slots__ = ("_iterator", "_life", "_source")
-
-    def __init__(self, source: Any, iterator: AsyncIterator[Any], life: StreamLifecycle) -> None:
-        self._source = source
-        self._iterator = iterator
-        self._life = life
+class ManagedAsyncStream(_StreamWrapper):
+    __slots__ = ()
+    _iterator: AsyncIterator[Any]
 
     def __aiter__(self) -> ManagedAsyncStream:
         return self
@@ -203,16 +206,3 @@ class ManagedAsyncStream:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
-
-    def __del__(self) -> None:
-        try:
-            life = self._life
-        except AttributeError:
-            return
-        if not life.done:
-            life.fail(None, _CANCELLED)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(object.__getattribute__(self, "_source"), name)
