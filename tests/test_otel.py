@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import SpanKind, StatusCode
-from test_otel_paths import span_path  # noqa: F401  (every test here runs on both span paths)
+from otel_support import span_path  # noqa: F401  (every test here runs on both span paths)
 
 from integrations.otel import OTelExporter
 from integrations.otel import metrics as otel_metrics

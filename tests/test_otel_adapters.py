@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-from test_otel_paths import span_path  # noqa: F401  (every test here runs on both span paths)
+from otel_support import span_path  # noqa: F401  (every test here runs on both span paths)
 
 import adapters
 from adapters import testing as t

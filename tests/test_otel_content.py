@@ -9,7 +9,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from test_otel_paths import span_path  # noqa: F401  (every test here runs on both span paths)
+from otel_support import span_path  # noqa: F401  (every test here runs on both span paths)
 
 from integrations.otel import CAPTURE_ENV, OTelExporter
 from integrations.otel.content import input_messages, scrub, system_instructions

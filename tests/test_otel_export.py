@@ -14,7 +14,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from test_otel_paths import span_path  # noqa: F401  (every test here runs on both span paths)
+from otel_support import span_path  # noqa: F401  (every test here runs on both span paths)
 
 import integrations.otel as otel
 from integrations.otel import OTelExporter

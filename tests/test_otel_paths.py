@@ -9,7 +9,7 @@ that both hand the processors the same spans, field by field.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -22,7 +22,6 @@ from opentelemetry.sdk.trace import (
     Span,
     SpanLimits,
     SpanProcessor,
-    SynchronousMultiSpanProcessor,
     TracerProvider,
 )
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
@@ -36,42 +35,12 @@ from opentelemetry.sdk.trace.sampling import (
     SamplingResult,
 )
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from otel_support import StartWatcher, span_path  # noqa: F401  (the fixture: two tests below run on both paths)
 
-import integrations.otel.exporter as exporter_module
 from integrations.otel import BoundedBatchSpanProcessor, OTelExporter
-from integrations.otel import deferred as deferred_module
 from integrations.otel.deferred import DeferredSpan, fast_path_for
 from relay_runtime import Relay, ScopeType
 from relay_runtime.recorder import Recorder
-
-
-class StartWatcher(SpanProcessor):
-    """A processor that looks at span starts: its presence must keep the SDK's own ``Span``."""
-
-    def __init__(self) -> None:
-        self.started: list[str] = []
-
-    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        self.started.append(span.name)
-
-
-@pytest.fixture(params=["deferred", "sdk_span"])
-def span_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    if request.param == "sdk_span":
-        real = deferred_module.fast_path_for
-        watcher = StartWatcher()
-
-        def with_a_start_watcher(tracer: Any) -> Any:
-            multi = getattr(tracer, "span_processor", None)
-            if isinstance(multi, SynchronousMultiSpanProcessor) and watcher not in multi._span_processors:
-                multi.add_span_processor(watcher)
-            path = real(tracer)
-            assert path is None, "a processor with on_start must keep the SDK's Span"
-            return path
-
-        monkeypatch.setattr(exporter_module, "fast_path_for", with_a_start_watcher)
-    yield request.param
-
 
 # -- which path ---------------------------------------------------------------------------------
 
@@ -269,7 +238,8 @@ def test_both_paths_hand_processors_the_same_spans(limits):
         assert any(s["dropped"][0] for s in out[True])
 
 
-def test_a_dropping_sampler_makes_no_span_and_children_follow_it(span_path):
+@pytest.mark.usefixtures("span_path")
+def test_a_dropping_sampler_makes_no_span_and_children_follow_it():
     spans = InMemorySpanExporter()
     provider = provider_with(SimpleSpanProcessor(spans), sampler=ParentBased(ALWAYS_OFF))
     relay = Relay()
@@ -280,7 +250,8 @@ def test_a_dropping_sampler_makes_no_span_and_children_follow_it(span_path):
     assert spans.get_finished_spans() == ()
 
 
-def test_traceparent_and_children_of_an_open_span(span_path):
+@pytest.mark.usefixtures("span_path")
+def test_traceparent_and_children_of_an_open_span():
     spans = InMemorySpanExporter()
     provider = provider_with(SimpleSpanProcessor(spans))
     relay = Relay()

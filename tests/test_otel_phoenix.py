@@ -24,7 +24,7 @@ from typing import Any
 import openai
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from test_otel_paths import span_path  # noqa: F401  (each test runs on both span paths)
+from otel_support import span_path  # noqa: F401  (each test runs on both span paths)
 
 import adapters
 from adapters import testing as t
