@@ -43,6 +43,21 @@ def as_int(value: Any) -> int | None:
     return value if type(value) is int else None
 
 
+def openai_usage(usage: Any, inputs: str, outputs: str) -> TokenUsage:
+    """Token usage in OpenAI's shape, whose two APIs differ only in the key prefix (``prompt``/``input``, ...)."""
+    if usage is None:
+        return TokenUsage()
+    input_details = get(usage, f"{inputs}_tokens_details")
+    output_details = get(usage, f"{outputs}_tokens_details")
+    return TokenUsage(
+        input_tokens=as_int(get(usage, f"{inputs}_tokens")),
+        output_tokens=as_int(get(usage, f"{outputs}_tokens")),
+        cache_read_tokens=as_int(get(input_details, "cached_tokens")),
+        cache_creation_tokens=as_int(get(input_details, "cache_write_tokens")),
+        reasoning_tokens=as_int(get(output_details, "reasoning_tokens")),
+    )
+
+
 def as_str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 

@@ -21,6 +21,7 @@ from .common import (
     as_str,
     decode_common,
     get,
+    openai_usage,
 )
 
 _FIELDS = FieldMap.of("messages", None)
@@ -55,17 +56,7 @@ def _with_system(messages: list[Any], system: Any) -> list[Any]:
 
 
 def usage_of(usage: Any) -> TokenUsage:
-    if usage is None:
-        return TokenUsage()
-    prompt = get(usage, "prompt_tokens_details")
-    completion = get(usage, "completion_tokens_details")
-    return TokenUsage(
-        input_tokens=as_int(get(usage, "prompt_tokens")),
-        output_tokens=as_int(get(usage, "completion_tokens")),
-        cache_read_tokens=as_int(get(prompt, "cached_tokens")),
-        cache_creation_tokens=as_int(get(prompt, "cache_write_tokens")),
-        reasoning_tokens=as_int(get(completion, "reasoning_tokens")),
-    )
+    return openai_usage(usage, "prompt", "completion")
 
 
 def _tool_call(call: Any) -> dict[str, Any]:

@@ -16,11 +16,11 @@ from .common import (
     StreamedResponse,
     ToolCallParts,
     apply_common,
-    as_int,
     as_list,
     as_str,
     decode_common,
     get,
+    openai_usage,
 )
 
 _FIELDS = FieldMap.of("input", "instructions")
@@ -29,17 +29,7 @@ _REASONING_DELTAS = frozenset({"response.reasoning_summary_text.delta", "respons
 
 
 def usage_of(usage: Any) -> TokenUsage:
-    if usage is None:
-        return TokenUsage()
-    inputs = get(usage, "input_tokens_details")
-    outputs = get(usage, "output_tokens_details")
-    return TokenUsage(
-        input_tokens=as_int(get(usage, "input_tokens")),
-        output_tokens=as_int(get(usage, "output_tokens")),
-        cache_read_tokens=as_int(get(inputs, "cached_tokens")),
-        cache_creation_tokens=as_int(get(inputs, "cache_write_tokens")),
-        reasoning_tokens=as_int(get(outputs, "reasoning_tokens")),
-    )
+    return openai_usage(usage, "input", "output")
 
 
 def _finish_reasons(response: Any) -> list[str]:
