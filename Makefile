@@ -20,7 +20,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check relay_runtime adapters integrations tests examples benchmarks
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy relay_runtime adapters integrations
+	$(VENV)/bin/mypy -p relay_runtime
 
 unit: $(STAMP)
 	$(PY) -m pytest -q

@@ -1,6 +1,6 @@
 """Provider adapters: codecs for the OpenAI and Anthropic SDKs, dispatch, and ``instrument()``.
 
-import adapters
+from relay_runtime import adapters
 response = adapters.complete(client, {"model": "gpt-4o", "messages": [...]})
 for chunk in adapters.stream(client, {...}): ...
 adapters.instrument(client)   # or: every create() of this client becomes a managed call

@@ -51,7 +51,7 @@ KWARGS: dict[str, Any] = {
 def _client() -> Any:
     import openai
 
-    from adapters.testing import BASE_OPENAI, TEST_KEY, chat_completion_body, chat_usage
+    from relay_runtime.adapters.testing import BASE_OPENAI, TEST_KEY, chat_completion_body, chat_usage
 
     body = json.dumps(chat_completion_body("hi", model="gpt-bench", usage=chat_usage(9, 2, cached=3))).encode()
     headers = {"content-type": "application/json"}
@@ -138,7 +138,7 @@ class Ours(Variant):
         self.sub = host.relay.subscribers.register(self._count, name="bench")
 
     def run(self, n: int) -> list[float]:
-        import adapters
+        from relay_runtime import adapters
 
         complete, client, kwargs = adapters.complete, self.client, KWARGS
         return _timed(lambda: complete(client, kwargs), n)
@@ -341,7 +341,7 @@ def _alternating(client: Any, pairs: int, *, subscribed: bool) -> tuple[float, f
     Which of the two goes first flips every pair: the second call of a pair finds the
     caches the first one warmed, and neither side should get that for free.
     """
-    import adapters
+    from relay_runtime import adapters
 
     create, complete, kwargs = client.chat.completions.create, adapters.complete, KWARGS
     now = time.perf_counter
@@ -397,9 +397,8 @@ def _relay_overhead(subscribed: bool, n: int = 5000) -> dict[str, float]:
     on an OpenAI-shaped client whose create() returns a prebuilt ChatCompletion."""
     from openai.types.chat import ChatCompletion
 
-    import adapters
-    from adapters.testing import chat_completion_body
-    from relay_runtime import LLMRequest, calls
+    from relay_runtime import LLMRequest, adapters, calls
+    from relay_runtime.adapters.testing import chat_completion_body
 
     response = ChatCompletion.model_validate(chat_completion_body("hi"))
 

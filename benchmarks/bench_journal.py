@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from integrations.run_journal import RunJournalWriter, latest_run_summary, read_run_events
-from integrations.run_journal.journal import SUMMARY_CACHE
+from relay_runtime.integrations.run_journal import RunJournalWriter, latest_run_summary, read_run_events
+from relay_runtime.integrations.run_journal.journal import SUMMARY_CACHE
 
 RUNS = 5
 

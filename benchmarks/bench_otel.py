@@ -43,11 +43,11 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from integrations.otel import OTelExporter
-from integrations.otel.metrics import DURATION_BUCKETS, OPERATION_DURATION, TOKEN_BUCKETS, TOKEN_USAGE
 from relay_runtime import LLMRequest, session
 from relay_runtime import calls as relay_calls
 from relay_runtime import conventions as cv
+from relay_runtime.integrations.otel import OTelExporter
+from relay_runtime.integrations.otel.metrics import DURATION_BUCKETS, OPERATION_DURATION, TOKEN_BUCKETS, TOKEN_USAGE
 from relay_runtime.recorder import Recorder
 from relay_runtime.types import AnnotatedLLMRequest, AnnotatedLLMResponse, TokenUsage
 
@@ -387,7 +387,7 @@ def sdk_comparison() -> dict[str, float] | str:
         from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
     except Exception as exc:  # an ImportError, or a version clash inside the package
         return f"not measured: opentelemetry-instrumentation-openai-v2 does not import here ({exc!r})"
-    import adapters
+    from relay_runtime import adapters
 
     client = openai_client()
     completions = client.chat.completions

@@ -16,9 +16,15 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from integrations.voice_relay import AgentTaskRequest, ProviderEvent, ProviderEventKind, RelayConfig, create_app
-from integrations.voice_relay.models import ProviderSessionConfig
-from integrations.voice_relay.providers.stub import StubConnection, StubProvider
+from relay_runtime.integrations.voice_relay import (
+    AgentTaskRequest,
+    ProviderEvent,
+    ProviderEventKind,
+    RelayConfig,
+    create_app,
+)
+from relay_runtime.integrations.voice_relay.models import ProviderSessionConfig
+from relay_runtime.integrations.voice_relay.providers.stub import StubConnection, StubProvider
 
 _WIRE_KIND = {
     "voice.response.started": ProviderEventKind.RESPONSE_STARTED,

@@ -27,8 +27,8 @@ import openai
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
-import adapters
-from adapters.testing import (
+from relay_runtime import adapters, session
+from relay_runtime.adapters.testing import (
     Script,
     anthropic_client,
     anthropic_message_body,
@@ -40,11 +40,10 @@ from adapters.testing import (
     openai_client,
     sse_reply,
 )
-from integrations.otel import OTelExporter
-from integrations.otel.providers import otlp_endpoint_configured, span_exporters
-from integrations.run_journal import JournalSubscriber, latest_run_summary
-from relay_runtime import session
 from relay_runtime.auxiliary import auxiliary_call, set_route, validate_response
+from relay_runtime.integrations.otel import OTelExporter
+from relay_runtime.integrations.otel.providers import otlp_endpoint_configured, span_exporters
+from relay_runtime.integrations.run_journal import JournalSubscriber, latest_run_summary
 from relay_runtime.jsonl import JsonlWriter, read_events
 from relay_runtime.trace_tree import build, render
 

@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from integrations.voice_relay import RelayConfig, create_app
+from relay_runtime.integrations.voice_relay import RelayConfig, create_app
 
 
 async def run_client(base_url: str, token: str, task: str) -> int:

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from integrations import run_journal
-from integrations.run_journal import JournalSubscriber, paths, read_run_events
 from relay_runtime import AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta, LLMRequest, TokenUsage, calls, session
 from relay_runtime import conventions as cv
+from relay_runtime.integrations import run_journal
+from relay_runtime.integrations.run_journal import JournalSubscriber, paths, read_run_events
 
 CONSUMER = "run_journal"
 

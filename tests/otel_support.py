@@ -14,8 +14,8 @@ import pytest
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Span, SpanProcessor, SynchronousMultiSpanProcessor
 
-import integrations.otel.exporter as exporter_module
-from integrations.otel import deferred as deferred_module
+import relay_runtime.integrations.otel.exporter as exporter_module
+from relay_runtime.integrations.otel import deferred as deferred_module
 
 
 class StartWatcher(SpanProcessor):

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import httpx2
 import pytest
 
-from adapters.anthropic_messages import AnthropicMessagesCodec
-from adapters.openai_chat import OpenAIChatCodec
-from adapters.openai_responses import OpenAIResponsesCodec
-from adapters.testing import (
+from relay_runtime.adapters.anthropic_messages import AnthropicMessagesCodec
+from relay_runtime.adapters.openai_chat import OpenAIChatCodec
+from relay_runtime.adapters.openai_responses import OpenAIResponsesCodec
+from relay_runtime.adapters.testing import (
     anthropic_events,
     anthropic_message_body,
     anthropic_usage,

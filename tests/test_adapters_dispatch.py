@@ -10,10 +10,9 @@ from typing import Any
 import openai
 import pytest
 
-import adapters
-from adapters import testing as t
-from relay_runtime import LLMRequestInterceptOutcome, Recorder, auxiliary, session
+from relay_runtime import LLMRequestInterceptOutcome, Recorder, adapters, auxiliary, session
 from relay_runtime import conventions as cv
+from relay_runtime.adapters import testing as t
 from relay_runtime.events import FIELDS, Event
 
 

@@ -8,11 +8,10 @@ from typing import Any
 
 import pytest
 
-import adapters
-from adapters import testing as t
-from adapters.instrument import ManagedCreate, is_instrumented
-from relay_runtime import Recorder, auxiliary
+from relay_runtime import Recorder, adapters, auxiliary
 from relay_runtime import conventions as cv
+from relay_runtime.adapters import testing as t
+from relay_runtime.adapters.instrument import ManagedCreate, is_instrumented
 
 
 def attempts(events: Recorder) -> list[Any]:

@@ -4,8 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import adapters
-from relay_runtime import auxiliary, session
+from relay_runtime import adapters, auxiliary, session
 from relay_runtime import calls as relay_llm
 
 

@@ -24,11 +24,11 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import SpanKind, StatusCode
 from otel_support import span_path  # noqa: F401  (every test here runs on both span paths)
 
-from integrations.otel import OTelExporter
-from integrations.otel import metrics as otel_metrics
 from relay_runtime import LLMRequest, Relay, ScopeType, session
 from relay_runtime import calls as relay_calls
 from relay_runtime import conventions as cv
+from relay_runtime.integrations.otel import OTelExporter
+from relay_runtime.integrations.otel import metrics as otel_metrics
 from relay_runtime.recorder import Recorder
 from relay_runtime.types import AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta, TokenUsage
 

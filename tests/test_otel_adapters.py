@@ -20,10 +20,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 from otel_support import span_path  # noqa: F401  (every test here runs on both span paths)
 
-import adapters
-from adapters import testing as t
-from integrations.otel import OTelExporter
-from relay_runtime import auxiliary, session
+from relay_runtime import adapters, auxiliary, session
+from relay_runtime.adapters import testing as t
+from relay_runtime.integrations.otel import OTelExporter
 
 pytestmark = pytest.mark.usefixtures("span_path")
 

@@ -11,9 +11,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from otel_support import span_path  # noqa: F401  (every test here runs on both span paths)
 
-from integrations.otel import CAPTURE_ENV, OTelExporter
-from integrations.otel.content import input_messages, scrub, system_instructions
 from relay_runtime import LLMRequest, Relay, ScopeType
+from relay_runtime.integrations.otel import CAPTURE_ENV, OTelExporter
+from relay_runtime.integrations.otel.content import input_messages, scrub, system_instructions
 from relay_runtime.types import AnnotatedLLMRequest, AnnotatedLLMResponse, TokenUsage
 
 pytestmark = pytest.mark.usefixtures("span_path")

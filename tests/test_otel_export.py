@@ -16,11 +16,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from otel_support import span_path  # noqa: F401  (every test here runs on both span paths)
 
-import integrations.otel as otel
-from integrations.otel import OTelExporter
-from integrations.otel.providers import EXPORT_FAILED, SPANS_DROPPED
+import relay_runtime.integrations.otel as otel
 from relay_runtime import LLMRequest, Relay, ScopeType
 from relay_runtime.attempt import current_attempt
+from relay_runtime.integrations.otel import OTelExporter
+from relay_runtime.integrations.otel.providers import EXPORT_FAILED, SPANS_DROPPED
 
 pytestmark = pytest.mark.usefixtures("span_path")
 

@@ -37,9 +37,9 @@ from opentelemetry.sdk.trace.sampling import (
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from otel_support import StartWatcher, span_path  # noqa: F401  (the fixture: two tests below run on both paths)
 
-from integrations.otel import BoundedBatchSpanProcessor, OTelExporter
-from integrations.otel.deferred import DeferredSpan, fast_path_for
 from relay_runtime import Relay, ScopeType
+from relay_runtime.integrations.otel import BoundedBatchSpanProcessor, OTelExporter
+from relay_runtime.integrations.otel.deferred import DeferredSpan, fast_path_for
 from relay_runtime.recorder import Recorder
 
 # -- which path ---------------------------------------------------------------------------------

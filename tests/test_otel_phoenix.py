@@ -26,10 +26,9 @@ import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from otel_support import span_path  # noqa: F401  (each test runs on both span paths)
 
-import adapters
-from adapters import testing as t
-from integrations.otel import OTelExporter
-from relay_runtime import auxiliary, session
+from relay_runtime import adapters, auxiliary, session
+from relay_runtime.adapters import testing as t
+from relay_runtime.integrations.otel import OTelExporter
 
 pytestmark = pytest.mark.usefixtures("span_path")
 

@@ -30,7 +30,7 @@ from voice_support import (
     LongToolHermesBroker,
 )
 
-from integrations.voice_relay import (
+from relay_runtime.integrations.voice_relay import (
     ProviderEvent,
     ProviderEventKind,
     RelayConfig,
@@ -39,7 +39,7 @@ from integrations.voice_relay import (
     provider_options,
     voice_auth,
 )
-from integrations.voice_relay import runs as broker_module
+from relay_runtime.integrations.voice_relay import runs as broker_module
 
 
 class RealtimePromotionTests(AioHTTPTestCase):

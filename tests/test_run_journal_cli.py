@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from process_support import LineReader
 
-from integrations.run_journal import RunJournalWriter, latest_run_summary
-from integrations.run_journal.cli import main
+from relay_runtime.integrations.run_journal import RunJournalWriter, latest_run_summary
+from relay_runtime.integrations.run_journal.cli import main
 
 
 def write_run(tmp_path: Path, *, done: bool = True) -> RunJournalWriter:

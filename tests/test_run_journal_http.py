@@ -14,8 +14,8 @@ import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestServer
 
-from integrations.run_journal import RunJournalWriter, latest_run_summary, read_run_events
-from integrations.run_journal.routes import create_app
+from relay_runtime.integrations.run_journal import RunJournalWriter, latest_run_summary, read_run_events
+from relay_runtime.integrations.run_journal.routes import create_app
 
 TIMEOUT = aiohttp.ClientTimeout(total=20)
 

@@ -16,16 +16,16 @@ from typing import Any
 
 import pytest
 
-from integrations import run_journal
-from integrations.run_journal import (
+from relay_runtime.integrations import run_journal
+from relay_runtime.integrations.run_journal import (
     RunJournalWriter,
     append_run_event,
     latest_run_summary,
     read_run_events,
     storage,
 )
-from integrations.run_journal import journal as journal_module
-from integrations.run_journal import paths as paths_module
+from relay_runtime.integrations.run_journal import journal as journal_module
+from relay_runtime.integrations.run_journal import paths as paths_module
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -492,7 +492,7 @@ def test_forked_children_appending_through_the_parents_writer(tmp_path):
 
 _KILLED_WRITER = """
 import sys
-from integrations.run_journal import RunJournalWriter
+from relay_runtime.integrations.run_journal import RunJournalWriter
 writer = RunJournalWriter("s", "r", session_dir=sys.argv[1])
 i = 0
 while True:

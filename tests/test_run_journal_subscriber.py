@@ -16,10 +16,10 @@ from journal_support import (
     stream_call,
 )
 
-from integrations.run_journal import JournalSubscriber, latest_run_summary, read_run_events
-from integrations.run_journal import background as background_module
 from relay_runtime import LLMRequest, calls, session
 from relay_runtime import conventions as cv
+from relay_runtime.integrations.run_journal import JournalSubscriber, latest_run_summary, read_run_events
+from relay_runtime.integrations.run_journal import background as background_module
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from integrations.run_journal import RunJournalWriter, latest_run_summary, read_run_events
+from relay_runtime.integrations.run_journal import RunJournalWriter, latest_run_summary, read_run_events
 
 
 def observation(
@@ -54,8 +54,8 @@ def test_journal_runtime_is_owned_and_invalidated(tmp_path):
 
 @pytest.mark.parametrize("malformed", ["bad observation", ["bad observation"], None])
 def test_non_object_observation_invalidates_summary_and_http_snapshot(tmp_path, monkeypatch, malformed):
-    from integrations import run_journal
-    from integrations.run_journal import routes
+    from relay_runtime.integrations import run_journal
+    from relay_runtime.integrations.run_journal import routes
 
     writer = RunJournalWriter("session-a", "run-a", session_dir=tmp_path)
     writer.append_sse_event("runtime_model", observation("first"))
@@ -81,7 +81,7 @@ def test_non_object_observation_invalidates_summary_and_http_snapshot(tmp_path, 
 
 @pytest.mark.parametrize("suffix,expected", [("", "backup"), ("warning", None), ("foreign", None)])
 def test_http_snapshot_projects_exact_journal_window(tmp_path, monkeypatch, suffix, expected):
-    import integrations.run_journal.routes as routes
+    import relay_runtime.integrations.run_journal.routes as routes
 
     writer = RunJournalWriter("session-a", "run-a", session_dir=tmp_path)
     writer.append_sse_event("runtime_model", observation())
@@ -112,7 +112,7 @@ import httpx2  # noqa: E402
 from journal_support import ProviderFailures, run_turn  # noqa: E402
 
 import adapters  # noqa: E402
-from adapters.testing import (  # noqa: E402
+from relay_runtime.adapters.testing import (  # noqa: E402
     Script,
     anthropic_client,
     anthropic_events,

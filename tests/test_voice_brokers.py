@@ -15,12 +15,12 @@ import pytest_asyncio
 from aiohttp import WSMsgType, web
 from aiohttp.test_utils import TestClient, TestServer
 
-from integrations.voice_relay import AgentTaskRequest, RelayConfig, create_app
-from integrations.voice_relay.brokers import HttpTaskBroker, InProcessTaskBroker, RunContext
-from integrations.voice_relay.providers import StubProvider
 from relay_runtime import Recorder
 from relay_runtime import conventions as cv
 from relay_runtime import session as relay_session
+from relay_runtime.integrations.voice_relay import AgentTaskRequest, RelayConfig, create_app
+from relay_runtime.integrations.voice_relay.brokers import HttpTaskBroker, InProcessTaskBroker, RunContext
+from relay_runtime.integrations.voice_relay.providers import StubProvider
 
 PROFILE = "voice-test-profile"
 

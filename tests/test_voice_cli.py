@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from process_support import LineReader
 
-from integrations.voice_relay.cli import main
+from relay_runtime.integrations.voice_relay.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,7 +30,11 @@ def test_refuses_non_loopback_and_bad_port(capsys: pytest.CaptureFixture[str]) -
 async def test_serve_prints_token_that_opens_a_session(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "integrations.voice_relay.cli", "serve", "--port", "0", "--run-dir", str(tmp_path)],
+        [
+            sys.executable,
+            *("-m", "relay_runtime.integrations.voice_relay.cli", "serve"),
+            *("--port", "0", "--run-dir", str(tmp_path)),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

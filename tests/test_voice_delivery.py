@@ -15,10 +15,16 @@ import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 from voice_support import FakeNativeProvider, GatedHermesToolBroker, PerTaskBroker, next_event, read_until, wait_for
 
-from integrations.voice_relay import ProviderEvent, ProviderEventKind, RelayConfig, ToolCallEvent, create_app
-from integrations.voice_relay import runs as runs_module
-from integrations.voice_relay.session import MAX_ACTIVE_RESPONSES
-from integrations.voice_relay.summary_validator import can_commit_early, evidence_tokens, judge_summary
+from relay_runtime.integrations.voice_relay import (
+    ProviderEvent,
+    ProviderEventKind,
+    RelayConfig,
+    ToolCallEvent,
+    create_app,
+)
+from relay_runtime.integrations.voice_relay import runs as runs_module
+from relay_runtime.integrations.voice_relay.session import MAX_ACTIVE_RESPONSES
+from relay_runtime.integrations.voice_relay.summary_validator import can_commit_early, evidence_tokens, judge_summary
 
 ANSWER = "Background answer ready."
 

@@ -13,11 +13,11 @@ from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from integrations.voice_relay import RelayConfig, create_app
-from integrations.voice_relay.brokers import InProcessTaskBroker, RunContext
-from integrations.voice_relay.models import AgentTaskRequest
-from integrations.voice_relay.providers import StubProvider
 from relay_runtime import session as relay_session
+from relay_runtime.integrations.voice_relay import RelayConfig, create_app
+from relay_runtime.integrations.voice_relay.brokers import InProcessTaskBroker, RunContext
+from relay_runtime.integrations.voice_relay.models import AgentTaskRequest
+from relay_runtime.integrations.voice_relay.providers import StubProvider
 
 MESSAGE_TYPES = [
     "session.start", "session.resume", "input_audio.append", "input_audio.commit", "input_audio.clear",

@@ -16,13 +16,13 @@ from aiohttp import WSMsgType
 from aiohttp.test_utils import TestClient, TestServer
 from websockets.asyncio.server import Server, ServerConnection, serve
 
-from integrations.voice_relay import ProviderEventKind, RelayConfig, ToolCallEvent, create_app
-from integrations.voice_relay.bounded import CappedMap
-from integrations.voice_relay.brokers import InProcessTaskBroker, RunContext
-from integrations.voice_relay.models import AgentTaskRequest, ProviderEvent, ProviderSessionConfig
-from integrations.voice_relay.providers import OpenAIRealtimeProvider, StubProvider, XAIRealtimeProvider
-from integrations.voice_relay.providers.realtime_ws import MAX_OPEN_TOOL_CALLS, ProviderSendError
 from relay_runtime import session as relay_session
+from relay_runtime.integrations.voice_relay import ProviderEventKind, RelayConfig, ToolCallEvent, create_app
+from relay_runtime.integrations.voice_relay.bounded import CappedMap
+from relay_runtime.integrations.voice_relay.brokers import InProcessTaskBroker, RunContext
+from relay_runtime.integrations.voice_relay.models import AgentTaskRequest, ProviderEvent, ProviderSessionConfig
+from relay_runtime.integrations.voice_relay.providers import OpenAIRealtimeProvider, StubProvider, XAIRealtimeProvider
+from relay_runtime.integrations.voice_relay.providers.realtime_ws import MAX_OPEN_TOOL_CALLS, ProviderSendError
 
 API_KEY = "sk-test-not-a-real-key"
 AUDIO = b"\x10\x00\x20\x00" * 8
@@ -289,7 +289,7 @@ async def test_relay_end_to_end_over_fake_xai(fake: FakeRealtimeServer, tmp_path
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     relay_session.reset_for_tests()
     monkeypatch.setenv("XAI_API_KEY", API_KEY)
-    from integrations.voice_relay import provider_options
+    from relay_runtime.integrations.voice_relay import provider_options
     provider_options.clear_provider_option_cache()
     monkeypatch.setenv("RELAY_VOICE_XAI_URL", fake.url)
     app = create_app(

@@ -17,13 +17,19 @@ from aiohttp import WSMsgType
 from aiohttp.test_utils import TestClient, TestServer
 from voice_support import next_event, read_until, wait_for
 
-from integrations.voice_relay import RelayConfig, create_app, voice_auth
-from integrations.voice_relay.brokers import InProcessTaskBroker, RunContext
-from integrations.voice_relay.event_log import validate_session_id
-from integrations.voice_relay.models import AgentTaskRequest
-from integrations.voice_relay.providers import StubProvider
-from integrations.voice_relay.session import AUDIO_RING_SIZE, EVENT_RING_SIZE, OUTBOX_SIZE, Outbox, ResumeCursor
 from relay_runtime import session as relay_session
+from relay_runtime.integrations.voice_relay import RelayConfig, create_app, voice_auth
+from relay_runtime.integrations.voice_relay.brokers import InProcessTaskBroker, RunContext
+from relay_runtime.integrations.voice_relay.event_log import validate_session_id
+from relay_runtime.integrations.voice_relay.models import AgentTaskRequest
+from relay_runtime.integrations.voice_relay.providers import StubProvider
+from relay_runtime.integrations.voice_relay.session import (
+    AUDIO_RING_SIZE,
+    EVENT_RING_SIZE,
+    OUTBOX_SIZE,
+    Outbox,
+    ResumeCursor,
+)
 
 
 async def quick_agent(request: AgentTaskRequest, ctx: RunContext) -> str:

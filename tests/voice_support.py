@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import WSMsgType
 
-from integrations.voice_relay import AgentTaskRequest, ProviderEvent
+from relay_runtime.integrations.voice_relay import AgentTaskRequest, ProviderEvent
 
 
 class FakeNativeConnection:

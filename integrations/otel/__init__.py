@@ -1,11 +1,11 @@
 """OpenTelemetry export of relay scopes: GenAI semantic conventions, optional OpenInference.
 
-    from integrations.otel import OTelExporter
+    from relay_runtime.integrations.otel import OTelExporter
     exporter = OTelExporter(tracer_provider, meter_provider).attach(relay)   # or a session host
 
 or, from the ``OTEL_*`` environment (console and/or OTLP):
 
-    exporter = integrations.otel.setup_from_env(relay, console=True)
+    exporter = relay_runtime.integrations.otel.setup_from_env(relay, console=True)
 """
 
 from __future__ import annotations

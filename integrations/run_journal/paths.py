@@ -39,8 +39,8 @@ def _root(session_dir: str | os.PathLike[str] | None) -> str:
     if session_dir is not None:
         return os.fspath(session_dir)
     # Looked up on the package at call time: embedders and tests replace
-    # ``integrations.run_journal._default_session_dir`` to move every journal at once.
-    package = sys.modules.get("integrations.run_journal")
+    # ``relay_runtime.integrations.run_journal._default_session_dir`` to move every journal at once.
+    package = sys.modules.get("relay_runtime.integrations.run_journal")
     hook = getattr(package, "_default_session_dir", None) if package is not None else None
     return os.fspath(hook() if hook is not None else default_session_dir())
 
