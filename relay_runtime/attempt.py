@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from . import conventions as cv
 from .chains import is_awaitable, refuse_awaitable
 from .codec import LLMCodec
+from .cost.control import NOT_SENT
 from .events import SCOPE_START, AnnotatedRequestField, AnnotatedResponseField, Deferred, new_event
 from .intercepts import LLM_GUARDRAIL, LLM_REQUEST, LLM_RESPONSE, GuardrailRejected, Intercept
 from .redaction import redacted_annotation, redacted_request
@@ -58,6 +59,7 @@ class Attempt:
         "annotated",
         "chains",
         "codec",
+        "cost_state",
         "finished",
         "handle",
         "metadata",
@@ -96,6 +98,7 @@ class Attempt:
         self.annotated: AnnotatedLLMRequest | None = None
         self.view: AnnotatedRequestField = None
         self.chains = _NO_CHAINS
+        self.cost_state: Any = None  # relay_runtime.cost's AttemptSpend, when budgets apply
         owner = parent if parent is not None else relay.scope.current()
         # Not on any stack: the calling convention makes it current only while the
         # provider runs, so a stream left open never becomes everyone's parent.
@@ -105,8 +108,8 @@ class Attempt:
 
     # -- before the provider ----------------------------------------------------------
 
-    def prepare(self) -> LLMRequest:
-        """Guardrails, request intercepts, then the start event. Returns the request to send.
+    def prepare(self, stream: bool = False) -> LLMRequest:
+        """Guardrails, request intercepts, budgets, then the start event. Returns the request to send.
 
         Every chain the call will run (execution and response ones included) is
         resolved here, once: a registration made while the call is in flight
@@ -133,7 +136,10 @@ class Attempt:
                     raise GuardrailRejected(entry.name, str(reason))
             if edits:
                 request = self._apply_request_intercepts(edits, request)
+            if relay.cost.active:
+                request = relay.cost.before_send(self, request, stream)
         except BaseException as exc:
+            self.cost_state = NOT_SENT
             self.view = redacted_annotation(self.annotated)
             self._emit_start(request)
             self.fail(exc)
@@ -161,6 +167,29 @@ class Attempt:
                 self.view = Deferred(_decode_for_observers, relay, self.name, codec, content)
         self._emit_start(request)
         return request
+
+    def renew(self, request: LLMRequest, model_name: str, error: BaseException, metadata: dict[str, Any]) -> None:
+        """End this attempt refused (nothing sent) and go on as the next attempt of the same parent.
+
+        The finish hook passes to the new attempt, so a logical call sees one
+        attempt end (the one that went) and is not closed by the refusal.
+        """
+        self.view = redacted_annotation(self.annotated)
+        self._emit_start(self.request)
+        hook, self.on_finish = self.on_finish, None
+        self.cost_state = NOT_SENT
+        self.fail(error)
+        meta = {**self.metadata, **metadata}
+        meta[cv.RETRY_COUNT] = (meta.get(cv.RETRY_COUNT) or 0) + 1
+        self.metadata = meta
+        self.handle = ScopeHandle(self.name, _LLM, self.handle.parent, meta, None, False, None)
+        self.finished = False
+        self.on_finish = hook
+        self.cost_state = None
+        self.request = request
+        self.model_name = model_name
+        if self.annotated is not None:
+            self.annotated.model = model_name
 
     def _apply_request_intercepts(self, edits: tuple[Intercept, ...], request: LLMRequest) -> LLMRequest:
         before = self.annotated.snapshot() if self.annotated is not None else None
@@ -240,7 +269,8 @@ class Attempt:
                     if entry.break_chain:
                         break
             except BaseException as exc:
-                self.fail(exc)
+                # The provider answered (and billed): its response is priced, not reported as the output.
+                self.finish(outcome_of(exc), None, exc, None, billed=response)
                 raise
         self.finish(_SUCCESS, response, None, None)
         return response
@@ -255,6 +285,7 @@ class Attempt:
         error: BaseException | None,
         annotation: AnnotatedLLMResponse | None,
         first_chunk_ns: int | None = None,
+        billed: Any = None,
     ) -> None:
         """End the attempt exactly once; the relay's own failures here never reach the caller.
 
@@ -273,6 +304,8 @@ class Attempt:
                 response_view = Deferred(_annotate_for_observers, relay, self.name, self.codec, response, ttfc)
             elif annotation is not None and first_chunk_ns is not None:
                 annotation.time_to_first_chunk_ns = first_chunk_ns - self.handle.start_ns
+        if relay.cost.active:
+            relay.cost.settle(self, outcome, response if response is not None else billed, response_view)
         try:
             relay.scope.end(
                 self.handle,

@@ -32,10 +32,11 @@ class LLM:
         self._relay = relay
         self._subscribers = relay.subscribers
         self._intercepts = relay.intercepts
+        self._cost = relay.cost
 
     def _watched(self, on_finish: FinishHook | None) -> bool:
         """Whether the call needs an attempt at all: someone listens, some policy applies, or a hook waits."""
-        return self._subscribers.llm or self._intercepts.active or on_finish is not None
+        return self._subscribers.llm or self._intercepts.active or on_finish is not None or self._cost.active
 
     def _attempt(
         self,
@@ -137,7 +138,7 @@ class LLM:
 
     def open_stream(self, attempt: Attempt, stream_factory: Callable[[LLMRequest], Iterable[Any]]) -> Any:
         """``stream`` for an attempt built by the caller."""
-        request = attempt.prepare()
+        request = attempt.prepare(True)
         chain = attempt.chains.get(LLM_STREAM_EXECUTION, ())
         tokens = attempt.enter()
         try:
@@ -170,7 +171,7 @@ class LLM:
 
     async def open_stream_async(self, attempt: Attempt, stream_factory: Callable[[LLMRequest], Any]) -> Any:
         """``stream_async`` for an attempt built by the caller."""
-        request = attempt.prepare()
+        request = attempt.prepare(True)
         chain = attempt.chains.get(LLM_STREAM_EXECUTION, ())
         tokens = attempt.enter()
         try:

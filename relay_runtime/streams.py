@@ -17,6 +17,7 @@ from typing import Any
 from . import conventions as cv
 from .attempt import Attempt
 from .codec import CountingAccumulator, StreamAccumulator
+from .cost.budget import BudgetExceeded
 from .types import Outcome
 
 _now = time.time_ns
@@ -38,6 +39,47 @@ class _AsyncExhausted:
         raise StopAsyncIteration
 
 
+class _Raising:
+    """What a stream a budget stopped reads from: the reason, once, then nothing."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException | None) -> None:
+        self.error = error
+
+    def __iter__(self) -> _Raising:
+        return self
+
+    def __next__(self) -> Any:
+        error, self.error = self.error, None
+        if error is None:
+            raise StopIteration
+        raise error
+
+
+class _AsyncRaising:
+    __slots__ = ("error", "pending")
+
+    def __init__(self, error: BaseException | None, *pending: Any) -> None:
+        self.error = error
+        self.pending = pending
+
+    def __aiter__(self) -> _AsyncRaising:
+        return self
+
+    async def __anext__(self) -> Any:
+        pending, self.pending = self.pending, ()
+        seen: list[Any] = []
+        for target in pending:
+            if not any(target is s for s in seen):
+                seen.append(target)
+                await _aclose(target)
+        error, self.error = self.error, None
+        if error is None:
+            raise StopAsyncIteration
+        raise error
+
+
 async def _aclose(target: Any) -> None:
     for name in ("aclose", "close"):
         closer = getattr(target, name, None)
@@ -51,7 +93,7 @@ async def _aclose(target: Any) -> None:
 class StreamLifecycle:
     """What both stream flavours do per chunk and at the end."""
 
-    __slots__ = ("acc", "attempt", "done", "first_ns", "index")
+    __slots__ = ("acc", "attempt", "done", "first_ns", "index", "meter")
 
     def __init__(self, attempt: Attempt) -> None:
         self.attempt = attempt
@@ -66,8 +108,11 @@ class StreamLifecycle:
         self.index = 0
         self.first_ns: int | None = None
         self.done = False
+        spend = attempt.cost_state
+        self.meter = spend.meter if spend is not None else None
 
-    def chunk(self, chunk: Any) -> None:
+    def chunk(self, chunk: Any) -> BudgetExceeded | None:
+        """Count one chunk in; returns the error to raise next when a budget stopped the stream."""
         if self.first_ns is None:
             self.first_ns = _now()
         try:
@@ -88,6 +133,13 @@ class StreamLifecycle:
                 self.attempt.handle,
             )
         self.index += 1
+        meter = self.meter
+        if meter is not None:
+            stop = meter.add(delta)
+            if stop is not None:
+                self.fail(stop, _CANCELLED)
+                return stop
+        return None
 
     def complete(self) -> None:
         if self.done:
@@ -151,8 +203,21 @@ class ManagedStream(_StreamWrapper):
         except BaseException as exc:
             self._life.fail(exc)
             raise
-        self._life.chunk(chunk)
+        stop = self._life.chunk(chunk)
+        if stop is not None:
+            self._stop(stop)
         return chunk
+
+    def _stop(self, error: BaseException) -> None:
+        """A budget stopped the stream: close the provider's now; the next ``next()`` raises why."""
+        iterator, self._iterator = self._iterator, _Raising(error)
+        for target in (iterator, self._source) if iterator is not self._source else (iterator,):
+            close = getattr(target, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception as exc:
+                    self._life.attempt.relay.diag.failure("bookkeeping_errors", exc, "closing a stopped stream")
 
     def close(self) -> None:
         """Stop early: the attempt ends cancelled and the provider stream is closed.
@@ -191,7 +256,10 @@ class ManagedAsyncStream(_StreamWrapper):
         except BaseException as exc:
             self._life.fail(exc)
             raise
-        self._life.chunk(chunk)
+        stop = self._life.chunk(chunk)
+        if stop is not None:
+            # The provider's stream is closed on the next ``__anext__``, which raises why.
+            self._iterator = _AsyncRaising(stop, self._iterator, self._source)
         return chunk
 
     async def aclose(self) -> None:

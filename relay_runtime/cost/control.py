@@ -1,0 +1,451 @@
+"""``relay.cost``: the catalog and budgets installed on one relay, and what each attempt did to them.
+
+The attempt lifecycle calls in at two points, and only while ``active``:
+``before_send`` (after guardrails and request intercepts, before the start
+event: the worst-case check, a downgrade, reservations, a stream meter) and
+``settle`` (before the end event: price the attempt, roll it up into every
+scope above it, release reservations, persist, warn).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from .. import conventions as cv
+from ..events import Deferred
+from ..scopes import ScopeHandle
+from ..types import AnnotatedLLMResponse, ChunkDelta, LLMRequest, Outcome
+from .budget import (
+    CHARS_PER_TOKEN,
+    DEFAULT_ASSUMED_OUTPUT_TOKENS,
+    Budget,
+    BudgetExceeded,
+    input_tokens_estimate,
+    max_output_tokens,
+)
+from .catalog import PriceCatalog, PriceEntry, rate_at
+from .pricing import AttemptCost, CostRollup, price_usage, unpriced
+from .store import FileSpendStore, SpendStore
+
+if TYPE_CHECKING:
+    from ..attempt import Attempt
+    from ..relay import Relay
+
+_SUCCESS = Outcome.SUCCESS.value
+_M = 1e-6
+WARNING_MARK = "relay.cost.budget_warning"
+DOWNGRADED_FROM = "relay.cost.downgraded_from"
+
+
+class _Node:
+    """Where one budget's spend is counted for one attempt: a scope's roll-up (or a profile's)."""
+
+    __slots__ = ("budget", "handle", "rollup", "store_key")
+
+    def __init__(self, budget: Budget, rollup: CostRollup, handle: ScopeHandle | None, store_key: str | None):
+        self.budget = budget
+        self.rollup = rollup
+        self.handle = handle
+        self.store_key = store_key
+
+
+class AttemptSpend:
+    """What ``before_send`` decided for one attempt, read back by ``settle`` and the stream."""
+
+    __slots__ = ("estimate", "meter", "nodes", "sent")
+
+    def __init__(self, nodes: list[_Node], estimate: float, sent: bool = True) -> None:
+        self.nodes = nodes
+        self.estimate = estimate
+        self.meter: StreamMeter | None = None
+        self.sent = sent
+
+
+NOT_SENT = AttemptSpend([], 0.0, sent=False)
+
+
+class StreamMeter:
+    """A stream's running cost, from the text its chunks carried, against the tightest ``stop_stream`` headroom."""
+
+    __slots__ = ("budget", "chars", "headroom", "input_cost", "model", "output_rate", "spent")
+
+    def __init__(self, budget: Budget, headroom: float, spent: float, input_cost: float, output_rate: float,
+                 model: str | None) -> None:  # fmt: skip
+        self.budget = budget
+        self.headroom = headroom
+        self.spent = spent
+        self.input_cost = input_cost
+        self.output_rate = output_rate
+        self.model = model
+        self.chars = 0
+
+    def running(self) -> float:
+        return self.input_cost + (self.chars // CHARS_PER_TOKEN + 1) * self.output_rate
+
+    def add(self, delta: ChunkDelta | None) -> BudgetExceeded | None:
+        if delta is None:
+            return None
+        self.chars += len(delta.text) + len(delta.reasoning)
+        running = self.running()
+        if running <= self.headroom:
+            return None
+        budget = self.budget
+        return BudgetExceeded(budget, spent=self.spent, limit=budget.limit, estimate=running, model=self.model)
+
+
+class RelayCost:
+    """``relay.cost``: ``use(catalog)``, ``budget(...)``; ``active`` is False until one of them is called."""
+
+    def __init__(self, relay: Relay) -> None:
+        self._relay = relay
+        self.active = False
+        self.catalog: PriceCatalog | None = None
+        self.budgets: tuple[Budget, ...] = ()
+        self.assumed_output_tokens = DEFAULT_ASSUMED_OUTPUT_TOKENS
+        self.rollup = CostRollup()  # every attempt on this relay
+        self._store: SpendStore | None = None
+        self._lock = threading.RLock()
+        self._profiles: dict[str, CostRollup] = {}
+
+    # -- configuring -------------------------------------------------------------------------------
+
+    def use(self, catalog: PriceCatalog | None, *, assumed_output_tokens: int | None = None) -> RelayCost:
+        """Price every attempt with ``catalog`` (None removes it, and the budgets need one)."""
+        if catalog is not None and not isinstance(catalog, PriceCatalog):
+            raise TypeError(f"relay.cost.use() takes a PriceCatalog, got {type(catalog).__name__}")
+        if catalog is None and self.budgets:
+            raise ValueError("remove the budgets before the catalog: they are checked against its prices")
+        if assumed_output_tokens is not None:
+            if isinstance(assumed_output_tokens, bool) or not isinstance(assumed_output_tokens, int) \
+                    or assumed_output_tokens <= 0:  # fmt: skip
+                raise ValueError(f"assumed_output_tokens must be a positive int, got {assumed_output_tokens!r}")
+            self.assumed_output_tokens = assumed_output_tokens
+        self.catalog = catalog
+        self.active = catalog is not None
+        return self
+
+    def budget(self, *budgets: Budget) -> RelayCost:
+        """Install budgets (several may apply to one call; each is checked)."""
+        if self.catalog is None:
+            raise ValueError("install a price catalog first (relay.cost.use(catalog)): budgets are checked in money")
+        for budget in budgets:
+            if not isinstance(budget, Budget):
+                raise TypeError(f"relay.cost.budget() takes Budget objects, got {type(budget).__name__}")
+        with self._lock:
+            self.budgets = (*self.budgets, *(b for b in budgets if b not in self.budgets))
+        return self
+
+    def remove_budget(self, budget: Budget) -> bool:
+        with self._lock:
+            kept = tuple(b for b in self.budgets if b is not budget)
+            removed = len(kept) != len(self.budgets)
+            self.budgets = kept
+        return removed
+
+    def use_store(self, store: SpendStore) -> RelayCost:
+        """Where conversation and profile spend is kept (default: a ``FileSpendStore`` under ``RELAY_HOME``)."""
+        if not isinstance(store, SpendStore):
+            raise TypeError(f"a spend store has load(key) and add(key, amount), got {type(store).__name__}")
+        self._store = store
+        return self
+
+    @property
+    def store(self) -> SpendStore:
+        if self._store is None:
+            self._store = FileSpendStore()
+        return self._store
+
+    def profile_rollup(self, profile_key: str) -> CostRollup:
+        """The spend of ``profile_key`` (carried over from the store once a profile budget read it)."""
+        with self._lock:
+            rollup = self._profiles.get(profile_key)
+            if rollup is None:
+                rollup = self._profiles[profile_key] = CostRollup(self.catalog.currency if self.catalog else None)
+            return rollup
+
+    # -- before the provider -----------------------------------------------------------------------
+
+    def before_send(self, attempt: Attempt, request: LLMRequest, stream: bool) -> LLMRequest:
+        """Check every budget that applies against the worst case; refuse, downgrade, or reserve."""
+        budgets = self.budgets
+        catalog = self.catalog
+        if not budgets or catalog is None:
+            return request
+        nodes = self._nodes(attempt.handle.parent, budgets)
+        if not nodes:
+            return request
+        provider = _provider(attempt)
+        model = attempt.model_name or _str(request.content.get("model"))
+        entry = catalog.entry(provider, model) if model else None
+        if entry is None or model is None:
+            # Nothing to check against: the call goes, and the gap is visible.
+            self._relay.diag.count("cost.budget_unchecked_unpriced_model")
+            return request
+        estimate, input_cost, output_rate = self._worst_case(attempt, request, entry)
+        with self._lock:
+            crossed = _first_crossed(nodes, estimate, stream)
+            if crossed is None:
+                for node in nodes:
+                    node.rollup.reserved += estimate
+        if crossed is not None:
+            if crossed.budget.on_exceed != "downgrade":
+                raise _exceeded(crossed, estimate, model)
+            # Outside the lock: the refused attempt's events go to subscribers.
+            request, model, estimate, input_cost, output_rate = self._downgrade(
+                attempt, request, crossed, provider, model, estimate
+            )
+            with self._lock:
+                crossed = _first_crossed(nodes, estimate, stream)
+                if crossed is None:
+                    for node in nodes:
+                        node.rollup.reserved += estimate
+            if crossed is not None:
+                raise _exceeded(crossed, estimate, model)
+        spend = attempt.cost_state = AttemptSpend(nodes, estimate)
+        if stream:
+            spend.meter = _meter(nodes, input_cost, output_rate, estimate, model)
+        return request
+
+    def _worst_case(self, attempt: Attempt, request: LLMRequest, entry: PriceEntry) -> tuple[float, float, float]:
+        content = request.content
+        annotated = attempt.annotated
+        limit = max_output_tokens(annotated.params if annotated is not None else None, content)
+        if limit is None:
+            limit = entry.max_output_tokens
+        if limit is None:
+            limit = self.assumed_output_tokens
+            self._relay.diag.count("cost.assumed_output_tokens")
+        tokens_in = input_tokens_estimate(content)
+        in_rate = max(rate_at(r, tokens_in) for r in (entry.input, entry.cache_write) if r is not None) \
+            if entry.input is not None or entry.cache_write is not None else 0.0  # fmt: skip
+        out_rate = max(rate_at(r, tokens_in) for r in (entry.output, entry.reasoning) if r is not None) \
+            if entry.output is not None or entry.reasoning is not None else 0.0  # fmt: skip
+        input_cost = tokens_in * in_rate * _M
+        return input_cost + limit * out_rate * _M, input_cost, out_rate * _M
+
+    def _downgrade(
+        self, attempt: Attempt, request: LLMRequest, node: _Node, provider: str, model: str, estimate: float
+    ) -> tuple[LLMRequest, str, float, float, float]:
+        """Re-aim the call at the cheaper model: this attempt ends refused, a new one of the same logical call goes."""
+        budget = node.budget
+        cheaper = budget.downgrade_to.get(model) or budget.downgrade_to.get(model.lower())
+        entry = self.catalog.entry(provider, cheaper) if cheaper and self.catalog is not None else None
+        if cheaper is None or entry is None or "model" not in request.content:
+            raise _exceeded(node, estimate, model)
+        new_request = request.replace(content={**request.content, "model": cheaper})
+        new_estimate, input_cost, output_rate = self._worst_case(attempt, new_request, entry)
+        attempt.renew(new_request, cheaper, _exceeded(node, estimate, model), {DOWNGRADED_FROM: model})
+        return new_request, cheaper, new_estimate, input_cost, output_rate
+
+    def _nodes(self, parent: ScopeHandle | None, budgets: tuple[Budget, ...]) -> list[_Node]:
+        scopes: dict[str, ScopeHandle] = {}
+        handle = parent
+        while handle is not None:
+            kind = handle.metadata.get(cv.KIND) if handle.metadata else None
+            if kind is not None and kind not in scopes:
+                scopes[kind] = handle
+            handle = handle.parent
+        conversation = scopes.get(cv.CONVERSATION)
+        nodes: list[_Node] = []
+        for budget in budgets:
+            per = budget.per
+            if per == "profile":
+                meta = conversation.metadata if conversation is not None else None
+                profile = (meta.get(cv.PROFILE_KEY) if meta else None) or self._relay.name
+                key = f"profile:{profile}"
+                rollup = self.profile_rollup(profile)
+                self._carry(rollup, key)
+                nodes.append(_Node(budget, rollup, None, key))
+                continue
+            scope = scopes.get(_KIND_OF[per])
+            if scope is None:
+                continue  # not inside such a scope: this budget has nothing to count against
+            rollup = self._rollup(scope)
+            store_key: str | None = None
+            if per == "conversation":
+                meta = scope.metadata or {}
+                profile = meta.get(cv.PROFILE_KEY) or self._relay.name
+                store_key = f"conversation:{profile}:{meta.get(cv.SESSION_ID) or scope.uuid}"
+                self._carry(rollup, store_key)
+            nodes.append(_Node(budget, rollup, scope, store_key))
+        return nodes
+
+    def _rollup(self, handle: ScopeHandle) -> CostRollup:
+        rollup: CostRollup | None = handle.cost
+        if rollup is None:
+            with self._lock:
+                rollup = handle.cost
+                if rollup is None:
+                    rollup = handle.cost = CostRollup(self.catalog.currency if self.catalog else None)
+        return rollup
+
+    def _carry(self, rollup: CostRollup, key: str) -> None:
+        """Load what the store holds for ``key`` into ``rollup``, once."""
+        if rollup.loaded:
+            return
+        carried = self.store.load(key)
+        with self._lock:
+            if not rollup.loaded:
+                rollup.loaded = True
+                rollup.carried = carried
+
+    # -- after the provider ------------------------------------------------------------------------
+
+    def settle(self, attempt: Attempt, outcome: str, response: Any, view: Any) -> None:
+        """Price the attempt and roll it up; every failure here is counted, never raised."""
+        try:
+            cost = self._price(attempt, outcome, response, view)
+        except Exception as exc:
+            self._relay.diag.failure("bookkeeping_errors", exc, f"pricing LLM attempt {attempt.name!r}")
+            cost = unpriced(self.catalog.currency if self.catalog else "USD", None, attempt.model_name, "error")
+        try:
+            cost.wasted = outcome != _SUCCESS and bool(cost.amount)
+            attempt.handle.cost = cost
+            self._roll_up(attempt, cost)
+        except Exception as exc:
+            self._relay.diag.failure("bookkeeping_errors", exc, f"rolling up the cost of {attempt.name!r}")
+
+    def _price(self, attempt: Attempt, outcome: str, response: Any, view: Any) -> AttemptCost:
+        catalog = self.catalog
+        currency = catalog.currency if catalog is not None else "USD"
+        provider = _provider(attempt)
+        spend = attempt.cost_state
+        if spend is not None and not spend.sent:
+            return AttemptCost(0.0, currency, provider=provider, model=attempt.model_name)
+        if isinstance(view, Deferred):
+            view = view.get()
+        elif view is None and response is not None and attempt.codec is not None:
+            try:
+                view = attempt.codec.annotate_response(response)
+            except Exception as exc:
+                self._relay.diag.failure("bookkeeping_errors", exc, f"annotating the response of {attempt.name!r}")
+        usage = view.usage if isinstance(view, AnnotatedLLMResponse) else None
+        response_model = view.model if isinstance(view, AnnotatedLLMResponse) else None
+        model = response_model or attempt.model_name
+        entry = None
+        if catalog is not None:
+            if response_model:
+                entry = catalog.entry(provider, response_model)
+            if entry is None and attempt.model_name:
+                entry = catalog.entry(provider, attempt.model_name)
+        if entry is None:
+            self._relay.diag.count("cost.unpriced_model")
+            return unpriced(currency, provider, model, "model")
+        if usage is None or (usage.input_tokens is None and usage.output_tokens is None):
+            meter = spend.meter if spend is not None else None
+            if meter is not None and meter.chars:
+                # A stream stopped before its usage arrived: its running estimate is all there is.
+                amount = meter.running()
+                return AttemptCost(amount, currency, provider=provider, model=model, valid_from=entry.valid_from,
+                                   breakdown={"estimate": amount}, estimated=True)  # fmt: skip
+            self._relay.diag.count("cost.unpriced_no_usage")
+            return unpriced(currency, provider, model, "usage")
+        cost = price_usage(entry, provider, usage)
+        cost.model = model
+        if cost.amount is None:
+            self._relay.diag.count("cost.unpriced_category")
+        return cost
+
+    def _roll_up(self, attempt: Attempt, cost: AttemptCost) -> None:
+        spend = attempt.cost_state
+        late = False
+        with self._lock:
+            if spend is not None:
+                for node in spend.nodes:
+                    node.rollup.reserved = max(0.0, node.rollup.reserved - spend.estimate)
+            self.rollup.add(cost)
+            handle = attempt.handle.parent
+            while handle is not None:
+                if handle.ended:
+                    late = True
+                else:
+                    rollup = handle.cost
+                    if rollup is None:
+                        rollup = handle.cost = CostRollup(cost.currency)
+                    rollup.add(cost)
+                handle = handle.parent
+            if spend is not None:
+                for node in spend.nodes:
+                    if node.handle is None:  # a profile's roll-up is not a scope's
+                        node.rollup.add(cost)
+        if late:
+            self._relay.diag.count("cost.rolled_up_after_scope_end")
+        if spend is None or not spend.nodes:
+            return
+        amount = cost.amount
+        persisted: set[str] = set()
+        for node in spend.nodes:
+            key = node.store_key
+            if amount and key is not None and key not in persisted:
+                persisted.add(key)
+                try:
+                    self.store.add(key, amount)
+                except Exception as exc:
+                    self._relay.diag.failure("cost.spend_store_errors", exc, f"recording spend of {key!r}")
+            self._maybe_warn(node)
+
+    def _maybe_warn(self, node: _Node) -> None:
+        budget = node.budget
+        if budget.warn_at is None:
+            return
+        rollup = node.rollup
+        spent = rollup.spent
+        with self._lock:
+            if spent < budget.warn_at * budget.limit or (rollup.warned is not None and budget.id in rollup.warned):
+                return
+            if rollup.warned is None:
+                rollup.warned = set()
+            rollup.warned.add(budget.id)
+        data = {"budget": budget.name, "per": budget.per, "spent": spent, "limit": budget.limit,
+                "warn_at": budget.warn_at, "currency": rollup.currency}  # fmt: skip
+        if node.store_key is not None:
+            data["key"] = node.store_key
+        self._relay.scope.mark(WARNING_MARK, data, parent=node.handle)
+
+
+_KIND_OF = {"logical_call": cv.LOGICAL_CALL, "turn": cv.TURN, "conversation": cv.CONVERSATION}
+
+
+def _provider(attempt: Attempt) -> str:
+    codec = attempt.codec
+    return codec.provider if codec is not None else attempt.name
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _first_crossed(nodes: list[_Node], estimate: float, stream: bool) -> _Node | None:
+    for node in nodes:
+        rollup = node.rollup
+        committed = rollup.spent + rollup.reserved
+        if committed + estimate <= node.budget.limit:
+            continue
+        if stream and node.budget.on_exceed == "stop_stream" and committed < node.budget.limit:
+            continue  # the stream goes, metered; it is stopped when it crosses
+        return node
+    return None
+
+
+def _exceeded(node: _Node, estimate: float, model: str | None) -> BudgetExceeded:
+    rollup = node.rollup
+    return BudgetExceeded(node.budget, spent=rollup.spent + rollup.reserved, limit=node.budget.limit,
+                          estimate=estimate, model=model)  # fmt: skip
+
+
+def _meter(nodes: list[_Node], input_cost: float, output_rate: float, estimate: float, model: str | None
+           ) -> StreamMeter | None:  # fmt: skip
+    best: StreamMeter | None = None
+    for node in nodes:
+        budget = node.budget
+        if budget.on_exceed != "stop_stream":
+            continue
+        rollup = node.rollup
+        # Our own reservation is part of ``reserved`` now; the headroom is what others left.
+        spent = rollup.spent + rollup.reserved - estimate
+        headroom = budget.limit - spent
+        if best is None or headroom < best.headroom:
+            best = StreamMeter(budget, headroom, spent, input_cost, output_rate, model)
+    return best
+
