@@ -121,6 +121,8 @@ def _describe_cost(cost: dict[str, Any]) -> str:
     amount = cost.get("amount")
     if not isinstance(amount, int | float):
         missing = cost.get("missing")
+        if missing == ["usage"]:
+            return "cost unknown (no usage reported)"
         why = ", ".join(map(str, missing)) if isinstance(missing, list) else "?"
         return f"cost unpriced (no price: {why})"
     text = f"cost {_money(amount, currency)}"
