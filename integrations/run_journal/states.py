@@ -116,7 +116,7 @@ class SummaryFold:
         if cost is None:
             cost = self._cost = {"total": 0.0, "wasted": 0.0, "currency": None, "attempts": 0, "unpriced": 0}
         amount = payload.get("amount")
-        if type(amount) not in (int, float) or amount != amount or amount < 0:
+        if isinstance(amount, bool) or not isinstance(amount, int | float) or amount != amount or amount < 0:
             cost["unpriced"] += 1
             return
         cost["attempts"] += 1

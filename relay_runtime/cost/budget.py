@@ -89,18 +89,30 @@ class Budget:
         return f"Budget({self.limit:g}, per={self.per!r}, on_exceed={self.on_exceed!r}, name={self.name!r})"
 
 
-def text_chars(value: Any, depth: int = 0) -> int:
+# Enough for any real request; a structure that refers to itself stops here instead of looping.
+_MAX_VALUES = 100_000
+
+
+def text_chars(value: Any) -> int:
     """Characters of text anywhere in a request value (message contents, tool schemas, ...)."""
-    kind = type(value)
-    if kind is str:
+    if type(value) is str:
         return len(value)
-    if depth > 32:
-        return 0
-    if kind is list or kind is tuple:
-        return sum(text_chars(v, depth + 1) for v in value)
-    if kind is dict or isinstance(value, Mapping):
-        return sum(text_chars(v, depth + 1) for v in value.values())
-    return 0
+    chars = 0
+    pending = [value]
+    seen = 0
+    while pending and seen < _MAX_VALUES:
+        item = pending.pop()
+        seen += 1
+        kind = type(item)
+        if kind is str:
+            chars += len(item)
+        elif kind is dict:
+            pending.extend(item.values())
+        elif kind is list or kind is tuple:
+            pending.extend(item)
+        elif isinstance(item, Mapping):
+            pending.extend(item.values())
+    return chars
 
 
 # The SDK kwargs (across chat, responses and messages) whose text the model reads.

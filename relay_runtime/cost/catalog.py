@@ -17,7 +17,7 @@ Rate = float | tuple[tuple[int, float], ...]
 
 # The keys of one model's entry in ``PriceCatalog.from_mapping``.
 PRICE_KEYS = ("input", "output", "cache_read", "cache_write", "reasoning", "input_audio", "output_audio")
-OTHER_KEYS = ("max_output_tokens", "valid_from", "currency")
+OTHER_KEYS = ("max_output_tokens", "context_window", "valid_from", "currency")
 
 
 def rate_at(rate: Rate, input_tokens: int) -> float:
@@ -45,6 +45,7 @@ class PriceEntry:
     input_audio: Rate | None = None
     output_audio: Rate | None = None
     max_output_tokens: int | None = None
+    context_window: int | None = None  # the most input a request can have: bounds a budget's quick check
     currency: str = "USD"
     valid_from: str | None = None  # ISO date, when the source says
     source: str = "user"
@@ -86,7 +87,8 @@ class PriceCatalog:
 
         Keys per model: ``input``, ``output``, ``cache_read``, ``cache_write``,
         ``reasoning``, ``input_audio``, ``output_audio`` (rates), and
-        ``max_output_tokens``, ``valid_from`` (``YYYY-MM-DD``), ``currency``.
+        ``max_output_tokens``, ``context_window`` (tokens), ``valid_from``
+        (``YYYY-MM-DD``), ``currency``.
         Anything else is an error naming the key.
         """
         if not isinstance(mapping, Mapping):
@@ -156,6 +158,9 @@ def _entry_from_mapping(provider: str, model: Any, prices: Any, currency: str) -
     limit = prices.get("max_output_tokens")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0):
         raise ValueError(f"max_output_tokens of {where} must be a positive int, got {limit!r}")
+    window = prices.get("context_window")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window <= 0):
+        raise ValueError(f"context_window of {where} must be a positive int, got {window!r}")
     valid_from = prices.get("valid_from")
     if valid_from is not None:
         try:
@@ -165,7 +170,8 @@ def _entry_from_mapping(provider: str, model: Any, prices: Any, currency: str) -
     entry_currency = prices.get("currency", currency)
     if entry_currency != currency:
         raise ValueError(f"price of {where} is in {entry_currency!r}; this catalog is in {currency!r}")
-    return PriceEntry(provider, model, max_output_tokens=limit, currency=currency, valid_from=valid_from, **fields)
+    return PriceEntry(provider, model, max_output_tokens=limit, context_window=window, currency=currency,
+                      valid_from=valid_from, **fields)  # fmt: skip
 
 
 class _GenAIPricesCatalog(PriceCatalog):
@@ -231,6 +237,7 @@ def _from_genai_prices(provider: str, model: str, source: str) -> PriceEntry | N
         cache_write=rate("cache_write_mtok"),
         input_audio=rate("input_audio_mtok"),
         output_audio=rate("output_audio_mtok"),
+        context_window=info.context_window if isinstance(info.context_window, int) else None,
         valid_from=valid_from,
         source=source,
     )

@@ -15,17 +15,18 @@ from typing import TYPE_CHECKING, Any
 from .. import conventions as cv
 from ..events import Deferred
 from ..scopes import ScopeHandle
-from ..types import AnnotatedLLMResponse, ChunkDelta, LLMRequest, Outcome
+from ..types import AnnotatedLLMResponse, ChunkDelta, LLMRequest, Outcome, TokenUsage
 from .budget import (
     CHARS_PER_TOKEN,
     DEFAULT_ASSUMED_OUTPUT_TOKENS,
+    MAX_OUTPUT_KEYS,
     Budget,
     BudgetExceeded,
     input_tokens_estimate,
     max_output_tokens,
 )
 from .catalog import PriceCatalog, PriceEntry, rate_at
-from .pricing import AttemptCost, CostRollup, price_usage, unpriced
+from .pricing import CACHE_BESIDE_INPUT, AttemptCost, CostRollup, price_usage, unpriced
 from .store import FileSpendStore, SpendStore
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
 _SUCCESS = Outcome.SUCCESS.value
 _M = 1e-6
+_new = object.__new__
 WARNING_MARK = "relay.cost.budget_warning"
 DOWNGRADED_FROM = "relay.cost.downgraded_from"
 
@@ -48,6 +50,38 @@ class _Node:
         self.rollup = rollup
         self.handle = handle
         self.store_key = store_key
+
+
+class _Priced:
+    """A catalog entry, ready for the hot path: per-token rates, and the rates a worst case is priced at
+    (the dearer of input and cache writes, of output and reasoning)."""
+
+    __slots__ = ("currency", "entry", "in_rate", "out_rate", "rates", "simple", "tiered", "valid_from", "window_cost")
+
+    def __init__(self, entry: PriceEntry) -> None:
+        self.entry = entry
+        self.currency = entry.currency
+        self.valid_from = entry.valid_from
+        prices = (entry.input, entry.cache_read, entry.cache_write, entry.output, entry.reasoning)
+        self.tiered = any(r is not None and type(r) is not float for r in prices)
+        # Flat rates per token, in CATEGORIES order: what the fast path multiplies by.
+        self.rates = tuple(r * _M if type(r) is float else None for r in prices)
+        self.simple = not self.tiered and entry.input is not None and entry.output is not None
+        # A tiered entry's quick check assumes its dearest tier.
+        self.in_rate, self.out_rate = self.rates_at(_TOP_TIER)
+        window = entry.context_window
+        self.window_cost = window * self.in_rate if window else None
+
+    def rates_at(self, input_tokens: int) -> tuple[float, float]:
+        e = self.entry
+        ins = [rate_at(r, input_tokens) for r in (e.input, e.cache_write) if r is not None]
+        outs = [rate_at(r, input_tokens) for r in (e.output, e.reasoning) if r is not None]
+        return max(ins, default=0.0) * _M, max(outs, default=0.0) * _M
+
+
+_TOP_TIER = 1 << 62
+_MISS: Any = object()
+_LOOKUP_LIMIT = 4096  # (provider, model) pairs remembered per relay
 
 
 class AttemptSpend:
@@ -103,10 +137,13 @@ class RelayCost:
         self.catalog: PriceCatalog | None = None
         self.budgets: tuple[Budget, ...] = ()
         self.assumed_output_tokens = DEFAULT_ASSUMED_OUTPUT_TOKENS
-        self.rollup = CostRollup()  # every attempt on this relay
         self._store: SpendStore | None = None
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
         self._profiles: dict[str, CostRollup] = {}
+        self._lookup: dict[tuple[str, str], _Priced | None] = {}
+        self._metered = False  # whether some budget stops streams
+        # The budgets' nodes of the last parent scope seen: calls in a row under one scope skip the walk.
+        self._last_nodes: tuple[Any, Any, list[_Node]] = (None, None, [])
 
     # -- configuring -------------------------------------------------------------------------------
 
@@ -122,6 +159,7 @@ class RelayCost:
                 raise ValueError(f"assumed_output_tokens must be a positive int, got {assumed_output_tokens!r}")
             self.assumed_output_tokens = assumed_output_tokens
         self.catalog = catalog
+        self._lookup = {}
         self.active = catalog is not None
         return self
 
@@ -134,6 +172,7 @@ class RelayCost:
                 raise TypeError(f"relay.cost.budget() takes Budget objects, got {type(budget).__name__}")
         with self._lock:
             self.budgets = (*self.budgets, *(b for b in budgets if b not in self.budgets))
+            self._metered = any(b.on_exceed == "stop_stream" for b in self.budgets)
         return self
 
     def remove_budget(self, budget: Budget) -> bool:
@@ -141,6 +180,7 @@ class RelayCost:
             kept = tuple(b for b in self.budgets if b is not budget)
             removed = len(kept) != len(self.budgets)
             self.budgets = kept
+            self._metered = any(b.on_exceed == "stop_stream" for b in kept)
         return removed
 
     def use_store(self, store: SpendStore) -> RelayCost:
@@ -169,20 +209,62 @@ class RelayCost:
     def before_send(self, attempt: Attempt, request: LLMRequest, stream: bool) -> LLMRequest:
         """Check every budget that applies against the worst case; refuse, downgrade, or reserve."""
         budgets = self.budgets
-        catalog = self.catalog
-        if not budgets or catalog is None:
+        if not budgets:
             return request
-        nodes = self._nodes(attempt.handle.parent, budgets)
+        parent = attempt.handle.parent
+        last = self._last_nodes
+        nodes = last[2] if last[0] is parent and last[1] is budgets else self._nodes(parent, budgets)
         if not nodes:
             return request
-        provider = _provider(attempt)
+        codec = attempt.codec
+        provider = codec.provider if codec is not None else attempt.name
         model = attempt.model_name or _str(request.content.get("model"))
-        entry = catalog.entry(provider, model) if model else None
-        if entry is None or model is None:
+        priced = None
+        if model:
+            priced = self._lookup.get((provider, model), _MISS)
+            if priced is _MISS:
+                priced = self._entry(provider, model)
+        if priced is None or model is None:
             # Nothing to check against: the call goes, and the gap is visible.
             self._relay.diag.count("cost.budget_unchecked_unpriced_model")
             return request
-        estimate, input_cost, output_rate = self._worst_case(attempt, request, entry)
+        content = request.content
+        # The output limit, inline (this runs on every call): the neutral params' max_tokens, else the kwargs'.
+        annotated = attempt.annotated
+        out_tokens = max_output_tokens(annotated.params, content) if annotated is not None else None
+        if out_tokens is None:
+            for key in MAX_OUTPUT_KEYS:
+                value = content.get(key)
+                if type(value) is int and value > 0:
+                    out_tokens = value
+                    break
+            else:
+                out_tokens = self._output_limit(attempt, content, priced)
+        out_cost = out_tokens * priced.out_rate
+        window_cost = priced.window_cost
+        if window_cost is not None and not (stream and self._metered):
+            # Quick check: even a full context window of input fits every budget; no need to read the text.
+            # What it reserves while the call is in flight is its output limit.
+            upper = out_cost + window_cost
+            with self._lock:
+                for node in nodes:
+                    rollup = node.rollup
+                    if rollup.carried + rollup.total + rollup.reserved + upper > node.budget.limit:
+                        break
+                else:
+                    for node in nodes:
+                        node.rollup.reserved += out_cost
+                    spend = attempt.cost_state = _new(AttemptSpend)
+                    spend.nodes, spend.estimate, spend.meter, spend.sent = nodes, out_cost, None, True
+                    return request
+        tokens_in = input_tokens_estimate(content)
+        if priced.tiered:
+            in_rate, output_rate = priced.rates_at(tokens_in)
+            out_cost = out_tokens * output_rate
+        else:
+            in_rate, output_rate = priced.in_rate, priced.out_rate
+        input_cost = tokens_in * in_rate
+        estimate = input_cost + out_cost
         with self._lock:
             crossed = _first_crossed(nodes, estimate, stream)
             if crossed is None:
@@ -207,22 +289,38 @@ class RelayCost:
             spend.meter = _meter(nodes, input_cost, output_rate, estimate, model)
         return request
 
-    def _worst_case(self, attempt: Attempt, request: LLMRequest, entry: PriceEntry) -> tuple[float, float, float]:
-        content = request.content
+    def _entry(self, provider: str, model: str) -> _Priced | None:
+        """The catalog's entry for ``(provider, model)`` with its worst-case rates, remembered per relay."""
+        key = (provider, model)
+        found = self._lookup.get(key, _MISS)
+        if found is not _MISS:
+            return found
+        catalog = self.catalog
+        entry = catalog.entry(provider, model) if catalog is not None else None
+        priced = _Priced(entry) if entry is not None else None
+        if len(self._lookup) < _LOOKUP_LIMIT:
+            self._lookup[key] = priced
+        return priced
+
+    def _output_limit(self, attempt: Attempt, content: Any, priced: _Priced, count: bool = True) -> int:
+        """``max_tokens`` of the request (neutral params first), else the entry's, else the assumption."""
         annotated = attempt.annotated
         limit = max_output_tokens(annotated.params if annotated is not None else None, content)
         if limit is None:
-            limit = entry.max_output_tokens
+            limit = priced.entry.max_output_tokens
         if limit is None:
             limit = self.assumed_output_tokens
-            self._relay.diag.count("cost.assumed_output_tokens")
+            if count:
+                self._relay.diag.count("cost.assumed_output_tokens")
+        return limit
+
+    def _worst_case(self, attempt: Attempt, request: LLMRequest, priced: _Priced) -> tuple[float, float, float]:
+        """The most the call can cost: its input (estimated from the text) and its output limit, at the top rates."""
+        content = request.content
         tokens_in = input_tokens_estimate(content)
-        in_rate = max(rate_at(r, tokens_in) for r in (entry.input, entry.cache_write) if r is not None) \
-            if entry.input is not None or entry.cache_write is not None else 0.0  # fmt: skip
-        out_rate = max(rate_at(r, tokens_in) for r in (entry.output, entry.reasoning) if r is not None) \
-            if entry.output is not None or entry.reasoning is not None else 0.0  # fmt: skip
-        input_cost = tokens_in * in_rate * _M
-        return input_cost + limit * out_rate * _M, input_cost, out_rate * _M
+        in_rate, out_rate = priced.rates_at(tokens_in) if priced.tiered else (priced.in_rate, priced.out_rate)
+        input_cost = tokens_in * in_rate
+        return input_cost + self._output_limit(attempt, content, priced) * out_rate, input_cost, out_rate
 
     def _downgrade(
         self, attempt: Attempt, request: LLMRequest, node: _Node, provider: str, model: str, estimate: float
@@ -230,11 +328,11 @@ class RelayCost:
         """Re-aim the call at the cheaper model: this attempt ends refused, a new one of the same logical call goes."""
         budget = node.budget
         cheaper = budget.downgrade_to.get(model) or budget.downgrade_to.get(model.lower())
-        entry = self.catalog.entry(provider, cheaper) if cheaper and self.catalog is not None else None
-        if cheaper is None or entry is None or "model" not in request.content:
+        priced = self._entry(provider, cheaper) if cheaper else None
+        if cheaper is None or priced is None or "model" not in request.content:
             raise _exceeded(node, estimate, model)
         new_request = request.replace(content={**request.content, "model": cheaper})
-        new_estimate, input_cost, output_rate = self._worst_case(attempt, new_request, entry)
+        new_estimate, input_cost, output_rate = self._worst_case(attempt, new_request, priced)
         attempt.renew(new_request, cheaper, _exceeded(node, estimate, model), {DOWNGRADED_FROM: model})
         return new_request, cheaper, new_estimate, input_cost, output_rate
 
@@ -269,6 +367,7 @@ class RelayCost:
                 store_key = f"conversation:{profile}:{meta.get(cv.SESSION_ID) or scope.uuid}"
                 self._carry(rollup, store_key)
             nodes.append(_Node(budget, rollup, scope, store_key))
+        self._last_nodes = (parent, budgets, nodes)
         return nodes
 
     def _rollup(self, handle: ScopeHandle) -> CostRollup:
@@ -293,87 +392,101 @@ class RelayCost:
     # -- after the provider ------------------------------------------------------------------------
 
     def settle(self, attempt: Attempt, outcome: str, response: Any, view: Any) -> None:
-        """Price the attempt and roll it up; every failure here is counted, never raised."""
+        """Price the attempt and roll it up into every scope above; failures here are counted, never raised."""
+        spend = attempt.cost_state
         try:
-            cost = self._price(attempt, outcome, response, view)
+            cost = self._price(attempt, response, view, spend)
         except Exception as exc:
             self._relay.diag.failure("bookkeeping_errors", exc, f"pricing LLM attempt {attempt.name!r}")
             cost = unpriced(self.catalog.currency if self.catalog else "USD", None, attempt.model_name, "error")
-        try:
-            cost.wasted = outcome != _SUCCESS and bool(cost.amount)
-            attempt.handle.cost = cost
-            self._roll_up(attempt, cost)
-        except Exception as exc:
-            self._relay.diag.failure("bookkeeping_errors", exc, f"rolling up the cost of {attempt.name!r}")
+        amount = cost.amount
+        wasted = outcome != _SUCCESS and bool(amount)
+        cost.wasted = wasted
+        attempt.handle.cost = cost
+        late = False
+        # One pass, under one lock: release the reservations, add to the relay's and every scope's roll-up.
+        with self._lock:
+            if spend is not None:
+                estimate = spend.estimate
+                for node in spend.nodes:
+                    rollup = node.rollup
+                    rollup.reserved = rollup.reserved - estimate if rollup.reserved > estimate else 0.0
+                    if node.handle is None:  # a profile's roll-up is not a scope's: the walk below misses it
+                        _add(rollup, amount, wasted)
+            handle = attempt.handle.parent
+            while handle is not None:
+                rollup = handle.cost
+                if rollup is None:
+                    rollup = handle.cost = CostRollup(cost.currency)
+                _add(rollup, amount, wasted)
+                if handle.ended:
+                    late = True
+                handle = handle.parent
+        if late:
+            self._relay.diag.count("cost.rolled_up_after_scope_end")
+        if spend is not None:
+            for node in spend.nodes:
+                budget = node.budget
+                warn_at = budget.warn_at
+                rollup = node.rollup
+                if node.store_key is not None or (
+                    warn_at is not None and rollup.carried + rollup.total >= warn_at * budget.limit
+                ):
+                    try:
+                        self._after_spend(spend, amount)
+                    except Exception as exc:
+                        self._relay.diag.failure("bookkeeping_errors", exc, f"recording the spend of {attempt.name!r}")
+                    break
 
-    def _price(self, attempt: Attempt, outcome: str, response: Any, view: Any) -> AttemptCost:
+    def _price(self, attempt: Attempt, response: Any, view: Any, spend: AttemptSpend | None) -> AttemptCost:
         catalog = self.catalog
-        currency = catalog.currency if catalog is not None else "USD"
-        provider = _provider(attempt)
-        spend = attempt.cost_state
+        codec = attempt.codec
+        provider = codec.provider if codec is not None else attempt.name
         if spend is not None and not spend.sent:
-            return AttemptCost(0.0, currency, provider=provider, model=attempt.model_name)
-        if isinstance(view, Deferred):
+            return AttemptCost(0.0, catalog.currency if catalog is not None else "USD", provider, attempt.model_name)
+        if type(view) is Deferred:
             view = view.get()
-        elif view is None and response is not None and attempt.codec is not None:
+        elif view is None and response is not None and codec is not None:
             try:
-                view = attempt.codec.annotate_response(response)
+                view = codec.annotate_response(response)
             except Exception as exc:
                 self._relay.diag.failure("bookkeeping_errors", exc, f"annotating the response of {attempt.name!r}")
-        usage = view.usage if isinstance(view, AnnotatedLLMResponse) else None
-        response_model = view.model if isinstance(view, AnnotatedLLMResponse) else None
+        annotated = type(view) is AnnotatedLLMResponse or isinstance(view, AnnotatedLLMResponse)
+        usage = view.usage if annotated else None
+        response_model = view.model if annotated else None
         model = response_model or attempt.model_name
-        entry = None
-        if catalog is not None:
-            if response_model:
-                entry = catalog.entry(provider, response_model)
-            if entry is None and attempt.model_name:
-                entry = catalog.entry(provider, attempt.model_name)
-        if entry is None:
+        priced = None
+        if response_model:
+            priced = self._lookup.get((provider, response_model), _MISS)
+            if priced is _MISS:
+                priced = self._entry(provider, response_model)
+        if priced is None and attempt.model_name and attempt.model_name != response_model:
+            priced = self._entry(provider, attempt.model_name)
+        currency = catalog.currency if catalog is not None else "USD"
+        if priced is None:
             self._relay.diag.count("cost.unpriced_model")
             return unpriced(currency, provider, model, "model")
+        entry = priced.entry
         if usage is None or (usage.input_tokens is None and usage.output_tokens is None):
             meter = spend.meter if spend is not None else None
             if meter is not None and meter.chars:
                 # A stream stopped before its usage arrived: its running estimate is all there is.
                 amount = meter.running()
-                return AttemptCost(amount, currency, provider=provider, model=model, valid_from=entry.valid_from,
-                                   breakdown={"estimate": amount}, estimated=True)  # fmt: skip
+                return AttemptCost(amount, currency, provider, model, entry.valid_from, {"estimate": amount}, (), True)
             self._relay.diag.count("cost.unpriced_no_usage")
             return unpriced(currency, provider, model, "usage")
+        if priced.simple:
+            cost = _fast(priced, provider, model, usage)
+            if cost is not None:
+                return cost
         cost = price_usage(entry, provider, usage)
         cost.model = model
         if cost.amount is None:
             self._relay.diag.count("cost.unpriced_category")
         return cost
 
-    def _roll_up(self, attempt: Attempt, cost: AttemptCost) -> None:
-        spend = attempt.cost_state
-        late = False
-        with self._lock:
-            if spend is not None:
-                for node in spend.nodes:
-                    node.rollup.reserved = max(0.0, node.rollup.reserved - spend.estimate)
-            self.rollup.add(cost)
-            handle = attempt.handle.parent
-            while handle is not None:
-                if handle.ended:
-                    late = True
-                else:
-                    rollup = handle.cost
-                    if rollup is None:
-                        rollup = handle.cost = CostRollup(cost.currency)
-                    rollup.add(cost)
-                handle = handle.parent
-            if spend is not None:
-                for node in spend.nodes:
-                    if node.handle is None:  # a profile's roll-up is not a scope's
-                        node.rollup.add(cost)
-        if late:
-            self._relay.diag.count("cost.rolled_up_after_scope_end")
-        if spend is None or not spend.nodes:
-            return
-        amount = cost.amount
+    def _after_spend(self, spend: AttemptSpend, amount: float | None) -> None:
+        """Persist conversation and profile spend, and warn the budgets that reached ``warn_at``."""
         persisted: set[str] = set()
         for node in spend.nodes:
             key = node.store_key
@@ -383,7 +496,8 @@ class RelayCost:
                     self.store.add(key, amount)
                 except Exception as exc:
                     self._relay.diag.failure("cost.spend_store_errors", exc, f"recording spend of {key!r}")
-            self._maybe_warn(node)
+            if node.budget.warn_at is not None:
+                self._maybe_warn(node)
 
     def _maybe_warn(self, node: _Node) -> None:
         budget = node.budget
@@ -391,6 +505,8 @@ class RelayCost:
             return
         rollup = node.rollup
         spent = rollup.spent
+        if spent < budget.warn_at * budget.limit:
+            return
         with self._lock:
             if spent < budget.warn_at * budget.limit or (rollup.warned is not None and budget.id in rollup.warned):
                 return
@@ -402,6 +518,57 @@ class RelayCost:
         if node.store_key is not None:
             data["key"] = node.store_key
         self._relay.scope.mark(WARNING_MARK, data, parent=node.handle)
+
+
+def _fast(priced: _Priced, provider: str, model: str | None, usage: TokenUsage) -> AttemptCost | None:
+    """``price_usage`` for flat rates and consistent counts, without building the breakdown (None otherwise)."""
+    inp = usage.input_tokens or 0
+    out = usage.output_tokens or 0
+    cache_read = usage.cache_read_tokens or 0
+    cache_write = usage.cache_creation_tokens or 0
+    reasoning = usage.reasoning_tokens or 0
+    fresh = inp if provider in CACHE_BESIDE_INPUT else inp - cache_read - cache_write
+    r_in, r_read, r_write, r_out, r_reason = priced.rates
+    if fresh < 0 or out < reasoning or r_in is None or r_out is None:
+        return None
+    if r_reason is None:
+        reasoning = 0  # priced as output, among the output tokens
+    else:
+        out -= reasoning
+    amount = fresh * r_in + out * r_out
+    if cache_read:
+        if r_read is None:
+            return None
+        amount += cache_read * r_read
+    if cache_write:
+        if r_write is None:
+            return None
+        amount += cache_write * r_write
+    if reasoning and r_reason is not None:
+        amount += reasoning * r_reason
+    cost = _new(AttemptCost)
+    cost.amount = amount
+    cost.currency = priced.currency
+    cost.provider = provider
+    cost.model = model
+    cost.valid_from = priced.valid_from
+    cost._breakdown = None  # built from these on first read: most readers want the amount only
+    cost._tokens = (fresh, cache_read, cache_write, out, reasoning)
+    cost._rates = priced.rates
+    cost.missing = ()
+    cost.estimated = False
+    cost.wasted = False
+    return cost
+
+
+def _add(rollup: CostRollup, amount: float | None, wasted: bool) -> None:
+    if amount is None:
+        rollup.unpriced += 1
+        return
+    rollup.attempts += 1
+    rollup.total += amount
+    if wasted:
+        rollup.wasted += amount
 
 
 _KIND_OF = {"logical_call": cv.LOGICAL_CALL, "turn": cv.TURN, "conversation": cv.CONVERSATION}

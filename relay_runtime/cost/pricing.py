@@ -16,7 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..types import TokenUsage
-from .catalog import PriceEntry, rate_at
+from .catalog import PriceEntry, Rate, rate_at
+
+CATEGORIES = ("input", "cache_read", "cache_write", "output", "reasoning")
 
 # Providers whose input token count excludes the cache reads and writes.
 CACHE_BESIDE_INPUT = frozenset({"anthropic"})
@@ -28,8 +30,10 @@ class AttemptCost:
     """The cost of one attempt: ``amount`` (None when it cannot be priced), per category in ``breakdown``."""
 
     __slots__ = (
+        "_breakdown",
+        "_rates",
+        "_tokens",
         "amount",
-        "breakdown",
         "currency",
         "estimated",
         "missing",
@@ -43,7 +47,6 @@ class AttemptCost:
         self,
         amount: float | None,
         currency: str,
-        *,
         provider: str | None = None,
         model: str | None = None,
         valid_from: str | None = None,
@@ -56,10 +59,25 @@ class AttemptCost:
         self.provider = provider
         self.model = model
         self.valid_from = valid_from
-        self.breakdown = breakdown if breakdown is not None else {}
+        self._breakdown: dict[str, float] | None = breakdown if breakdown is not None else {}
+        self._tokens: tuple[int, ...] | None = None
+        self._rates: tuple[float | None, ...] | None = None
         self.missing = missing
         self.estimated = estimated
         self.wasted = False
+
+    @property
+    def breakdown(self) -> dict[str, float]:
+        """Amount per token category; built on first read when the attempt was priced on the fast path."""
+        parts = self._breakdown
+        if parts is None:
+            parts = {}
+            if self._tokens is not None and self._rates is not None:
+                for name, tokens, rate in zip(CATEGORIES, self._tokens, self._rates, strict=True):
+                    if tokens > 0 and rate is not None:
+                        parts[name] = tokens * rate
+            self._breakdown = parts
+        return parts
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"amount": self.amount, "currency": self.currency}
@@ -143,7 +161,10 @@ class CostRollup:
 
 
 def price_usage(entry: PriceEntry, provider: str, usage: TokenUsage) -> AttemptCost:
-    """The cost of ``usage`` at ``entry``'s rates, by ``provider``'s billing rules."""
+    """The cost of ``usage`` at ``entry``'s rates, by ``provider``'s billing rules.
+
+    Straight-line on purpose: this runs once per priced attempt.
+    """
     inp = usage.input_tokens or 0
     out = usage.output_tokens or 0
     cache_read = usage.cache_read_tokens or 0
@@ -151,38 +172,54 @@ def price_usage(entry: PriceEntry, provider: str, usage: TokenUsage) -> AttemptC
     reasoning = usage.reasoning_tokens or 0
     if provider in CACHE_BESIDE_INPUT:
         fresh = inp
-        whole_input = inp + cache_read + cache_write
+        whole = inp + cache_read + cache_write
     else:
         fresh = inp - cache_read - cache_write
-        whole_input = inp
+        whole = inp
     breakdown: dict[str, float] = {}
     missing: list[str] = []
     if fresh < 0 or out < reasoning:
         missing.append("usage")  # counts that contradict each other: no amount rather than a wrong one
-    for category, tokens, rate in (
-        ("input", fresh, entry.input),
-        ("cache_read", cache_read, entry.cache_read),
-        ("cache_write", cache_write, entry.cache_write),
-        ("output", out - reasoning if entry.reasoning is not None else out, entry.output),
-        ("reasoning", reasoning if entry.reasoning is not None else 0, entry.reasoning),
-    ):
-        if tokens <= 0:
-            continue
+    total = 0.0
+    rate: Rate | None
+    if fresh > 0:
+        rate = entry.input
         if rate is None:
-            missing.append(category)
-            continue
-        breakdown[category] = tokens * rate_at(rate, whole_input) * _M
-    cost = AttemptCost(
-        None if missing else sum(breakdown.values()),
-        entry.currency,
-        provider=provider,
-        model=entry.model,
-        valid_from=entry.valid_from,
-        breakdown=breakdown,
-        missing=tuple(missing),
-    )
-    return cost
+            missing.append("input")
+        else:
+            total += (part := fresh * (rate if type(rate) is float else rate_at(rate, whole)) * _M)
+            breakdown["input"] = part
+    if cache_read > 0:
+        rate = entry.cache_read
+        if rate is None:
+            missing.append("cache_read")
+        else:
+            total += (part := cache_read * (rate if type(rate) is float else rate_at(rate, whole)) * _M)
+            breakdown["cache_read"] = part
+    if cache_write > 0:
+        rate = entry.cache_write
+        if rate is None:
+            missing.append("cache_write")
+        else:
+            total += (part := cache_write * (rate if type(rate) is float else rate_at(rate, whole)) * _M)
+            breakdown["cache_write"] = part
+    reasoning_rate = entry.reasoning
+    if reasoning_rate is not None and reasoning > 0:
+        total += (part := reasoning * (reasoning_rate if type(reasoning_rate) is float
+                                       else rate_at(reasoning_rate, whole)) * _M)  # fmt: skip
+        breakdown["reasoning"] = part
+        out -= reasoning
+    if out > 0:
+        rate = entry.output
+        if rate is None:
+            missing.append("output")
+        else:
+            total += (part := out * (rate if type(rate) is float else rate_at(rate, whole)) * _M)
+            breakdown["output"] = part
+    if missing:
+        return AttemptCost(None, entry.currency, provider, entry.model, entry.valid_from, breakdown, tuple(missing))
+    return AttemptCost(total, entry.currency, provider, entry.model, entry.valid_from, breakdown)
 
 
 def unpriced(currency: str, provider: str | None, model: str | None, reason: str) -> AttemptCost:
-    return AttemptCost(None, currency, provider=provider, model=model, missing=(reason,))
+    return AttemptCost(None, currency, provider, model, None, None, (reason,))
