@@ -149,7 +149,7 @@ def run() -> None:
         exporters += span_exporters(["otlp"])
     exporter = OTelExporter(span_exporters=exporters).attach(relay)
     host.retain_managed_execution("demo")
-    spend = cost.attach(host, price_catalog())
+    cost.attach(host, price_catalog())
 
     primary, backup = scripted_clients()
     lease = coordinator.acquire_conversation(
@@ -176,6 +176,7 @@ def run() -> None:
     print(f"  answer: {answer.choices[0].message.content}")
     coordinator.end_turn(turn, outcome="success")
     coordinator.release_conversation(lease)
+    spent = lease.conversation.cost  # the conversation's roll-up of every attempt's cost
 
     journal.flush(5)
     print("\nOpenTelemetry spans (GenAI semantic conventions):")
@@ -188,11 +189,10 @@ def run() -> None:
     summary = latest_run_summary("demo-session", "turn-2", session_dir=OUT / "journal")
     print(f"\nRun journal: {OUT / 'journal'} (turn-2: {summary['event_count'] if summary else 0} rows, "
           f"{summary['terminal_state'] if summary else 'missing'})")
-    rollup = spend.rollup
-    share = f" ({rollup.wasted / rollup.total:.0%})" if rollup.total else ""
-    print(f"This run cost {rollup.total:.6f} {rollup.currency or 'USD'} over {rollup.attempts} priced attempts, "
-          f"{rollup.wasted:.6f} of it wasted on attempts that failed{share}"
-          + (f"; {rollup.unpriced} attempts had no price (the total is a lower bound)" if rollup.unpriced else ""))
+    share = f" ({spent.wasted / spent.total:.0%})" if spent.total else ""
+    print(f"This run cost {spent.total:.6f} {spent.currency or 'USD'} over {spent.attempts} priced attempts, "
+          f"{spent.wasted:.6f} of it wasted on attempts that failed{share}"
+          + (f"; {spent.unpriced} attempts had no cost reported (the total is a lower bound)" if spent.unpriced else ""))
     print(f"Events: {events_path}; relay diagnostics: {relay.diagnostics() or 'nothing swallowed'}")
 
 

@@ -373,3 +373,20 @@ def test_budget_arguments_are_checked() -> None:
     relay = Relay("x")
     with pytest.raises(ValueError, match="install a price catalog first"):
         relay.cost.budget(Budget(1))
+
+
+def test_the_quick_check_gives_way_to_the_full_estimate_near_the_limit(relay_host, relay_events) -> None:
+    prices = {"openai": {"gpt-w": {"input": 1.0, "output": 4.0, "context_window": 1000}}}
+    cost.attach(relay_host, PriceCatalog.from_mapping(prices), Budget(0.002, per="turn"))
+    body = t.chat_completion_body(model="gpt-w", usage=t.chat_usage(800, 100))  # 0.0012 each
+    scripted = t.scripted_openai(t.json_reply(body), t.json_reply(body))
+    lease, turn = conversation(relay_host)
+    kwargs = {"model": "gpt-w", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
+    adapters.complete(scripted.client, kwargs)  # quick: a full window (0.001) + 100 output (0.0004) fits
+    adapters.complete(scripted.client, kwargs)  # 0.0012 spent: only the text's estimate still fits
+    with pytest.raises(BudgetExceeded) as caught:
+        adapters.complete(scripted.client, kwargs)  # 0.0024 spent
+    close(lease, turn)
+    assert len(scripted.script.requests) == 2
+    assert caught.value.spent == pytest.approx(0.0024)
+    assert turn.scope.cost.reserved == 0.0  # every reservation released
