@@ -18,6 +18,7 @@ from aiohttp import web
 
 from . import paths
 from .journal import latest_run_summary, read_run_events
+from .page import COOKIE, cookie_value, is_public
 from .reading import signature
 from .states import ends_run, summarize
 
@@ -126,14 +127,20 @@ def create_app(
 
 
 def _bearer_guard(token: str) -> Any:
-    # Only the digest is kept, and digests are compared in constant time.
+    # Only digests are kept, and digests are compared in constant time. The run page's cookie
+    # (traded for the token at /ui/login: EventSource cannot send a header) counts as the token.
     expected = hashlib.sha256(token.encode()).digest()
+    expected_cookie = hashlib.sha256(cookie_value(token).encode()).digest()
 
     @web.middleware
     async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
         scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
-        digest = hashlib.sha256(presented.strip().encode()).digest()
-        if scheme.lower() != "bearer" or not hmac.compare_digest(digest, expected):
+        digest = hashlib.sha256(presented.strip().encode("utf-8", "surrogateescape")).digest()
+        cookie = hashlib.sha256(request.cookies.get(COOKIE, "").encode("utf-8", "surrogateescape")).digest()
+        allowed = (scheme.lower() == "bearer" and hmac.compare_digest(digest, expected)) or hmac.compare_digest(
+            cookie, expected_cookie
+        )
+        if not allowed and not is_public(request.path):
             return web.json_response(
                 {"error": "unauthorized"}, status=401, headers={"WWW-Authenticate": 'Bearer realm="run-journal"'}
             )
