@@ -36,9 +36,9 @@ from relay_runtime import conventions as cv
 
 from . import paths
 from .background import RowWriter
-from .storage import encode_json
 from .runtime_model import EVENT as RUNTIME_MODEL
 from .runtime_model import OBSERVED_OUTPUT, ROUTE_OBSERVED, observation
+from .storage import encode_json
 
 _SUCCESS = "success"
 _FAILED = "failed"
