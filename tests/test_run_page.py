@@ -12,8 +12,8 @@ import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestServer
 
-from relay_runtime.integrations.run_journal import RunJournalWriter
-from relay_runtime.integrations.run_journal.page import COOKIE, MAX_LOGIN_BODY, add_page, cookie_value
+from relay_runtime.integrations.run_journal import RunJournalWriter, append_run_event
+from relay_runtime.integrations.run_journal.page import COOKIE, MAX_LOGIN_BODY, cookie_value
 from relay_runtime.integrations.run_journal.routes import create_app
 
 TOKEN = "s3cret-token"
@@ -21,8 +21,7 @@ TIMEOUT = aiohttp.ClientTimeout(total=20)
 
 
 async def _serve(tmp_path: Path, token: str | None) -> TestServer:
-    app = create_app(session_dir=tmp_path, poll_interval=0.01, bearer_token=token)
-    add_page(app, token=token)
+    app = create_app(session_dir=tmp_path, poll_interval=0.01, bearer_token=token, page=True)
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()
     return server
@@ -140,3 +139,26 @@ def test_serve_help_and_bad_arguments() -> None:
     assert bad.returncode == 2 and "--port" in bad.stderr
     empty = subprocess.run([*command, "--token", ""], capture_output=True, text=True, timeout=60, check=False)
     assert empty.returncode == 2 and "--token" in empty.stderr
+
+
+@pytest.mark.asyncio
+async def test_the_run_list_is_newest_first_with_state_and_duration(tmp_path: Path) -> None:
+    append_run_event("s-old", "r-old", "status", {"type": "run_started"}, session_dir=tmp_path, created_at=1000.0)
+    append_run_event("s-old", "r-old", "done", {}, session_dir=tmp_path, created_at=1002.5)
+    append_run_event("s-new", "r-new", "token", {"text": "x"}, session_dir=tmp_path, created_at=2000.0)
+    server = await _serve(tmp_path, TOKEN)
+    try:
+        async with aiohttp.ClientSession(timeout=TIMEOUT) as client:
+            async with client.get(server.make_url("/api/runs")) as response:
+                assert response.status == 401
+            headers = {"Authorization": f"Bearer {TOKEN}"}
+            async with client.get(server.make_url("/api/runs"), headers=headers) as response:
+                runs = (await response.json())["runs"]
+    finally:
+        await server.close()
+    assert [(r["session_id"], r["run_id"], r["terminal_state"]) for r in runs] == [
+        ("s-new", "r-new", "running"),
+        ("s-old", "r-old", "completed"),
+    ]
+    assert runs[0]["duration_s"] is None and runs[0]["started_at"] == 2000.0
+    assert runs[1]["duration_s"] == 2.5

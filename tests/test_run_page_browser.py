@@ -250,4 +250,13 @@ def test_the_page_follows_a_run_across_restarts_and_a_reload(browser: Any, serve
 
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "run-page.png"), full_page=True)
+
+    # The list of runs links to it, with its final state.
+    page.goto(f"http://127.0.0.1:{server.port}/")
+    row = page.locator("#runs tbody tr")
+    expect(row).to_have_count(1, timeout=WAIT_MS)
+    expect(row.locator("td").nth(2)).to_have_text("completed")
+    row.locator("a").click()
+    expect(page).to_have_url(f"http://127.0.0.1:{server.port}/ui/sessions/{SESSION}/runs/{RUN}")
+    expect(page.locator("#state")).to_have_text("completed", timeout=WAIT_MS)
     context.close()

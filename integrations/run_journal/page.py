@@ -8,6 +8,7 @@ HttpOnly, SameSite=Strict cookie, since a browser's ``EventSource`` cannot send 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -16,6 +17,8 @@ from typing import Any
 
 from aiohttp import web
 
+from .store import RunJournalStore
+
 COOKIE = "relay_journal_auth"
 LOGIN_PATH = "/ui/login"
 # Pages and their assets hold no journal data, so they are served without a token: the page has
@@ -23,6 +26,7 @@ LOGIN_PATH = "/ui/login"
 PUBLIC_PREFIXES = ("/ui/",)
 PUBLIC_PATHS = frozenset(("/", "/favicon.ico"))
 MAX_LOGIN_BODY = 4096
+MAX_LISTED_RUNS = 200  # the newest ones: the list is for a person, not an export
 _ASSETS = {
     "app.js": "text/javascript",
     "style.css": "text/css",
@@ -65,16 +69,48 @@ _HEADERS = {
 
 FILES: web.AppKey[_Files] = web.AppKey("run_journal_page_files", _Files)
 TOKEN: web.AppKey[str | None] = web.AppKey("run_journal_page_token", str)
+STORE: web.AppKey[RunJournalStore] = web.AppKey("run_journal_page_store", RunJournalStore)
 
 
-def add_page(app: web.Application, *, token: str | None) -> None:
+def add_page(app: web.Application, *, store: RunJournalStore, token: str | None) -> None:
     """Serve the page on ``app`` (the journal's routes app); ``token`` is the one its guard checks."""
     app[FILES] = _Files()
     app[TOKEN] = token
+    app[STORE] = store
     app.router.add_get("/", _index)
     app.router.add_get("/ui/sessions/{session_id}/runs/{run_id}", _run_page)
     app.router.add_get("/ui/static/{name}", _asset)
     app.router.add_post(LOGIN_PATH, _login)
+    app.router.add_get("/api/runs", _runs)
+
+
+def list_runs(store: RunJournalStore, limit: int = MAX_LISTED_RUNS) -> list[dict[str, Any]]:
+    """The newest runs of every session, each with its state, start, duration and cost (when priced)."""
+    runs = [run for listed in store.list_sessions() for run in store.list_runs(listed["session_id"])]
+    runs.sort(key=lambda run: run["updated_at"], reverse=True)
+    listed = []
+    for run in runs[:limit]:
+        summary = store.summary(run["session_id"], run["run_id"])
+        if not summary or not summary["event_count"]:
+            continue
+        started, ended = summary.get("started_at"), summary.get("ended_at")
+        listed.append(
+            {
+                "session_id": run["session_id"],
+                "run_id": run["run_id"],
+                "updated_at": run["updated_at"],
+                "terminal_state": summary["terminal_state"],
+                "started_at": started,
+                "duration_s": ended - started if started is not None and ended is not None else None,
+                "cost": summary.get("cost"),
+            }
+        )
+    return listed
+
+
+async def _runs(request: web.Request) -> web.Response:
+    runs = await asyncio.to_thread(list_runs, request.app[STORE])
+    return web.json_response({"runs": runs}, dumps=lambda value: json.dumps(value, ensure_ascii=False))
 
 
 def _html(body: bytes) -> web.Response:
