@@ -192,8 +192,13 @@ def run() -> None:
     share = f" ({spent.wasted / spent.total:.0%})" if spent.total else ""
     print(f"This run cost {spent.total:.6f} {spent.currency or 'USD'} over {spent.attempts} priced attempts, "
           f"{spent.wasted:.6f} of it wasted on attempts that failed{share}"
-          + (f"; {spent.unpriced} attempts had no cost reported (the total is a lower bound)" if spent.unpriced else ""))
+          + (f"; {spent.unpriced} attempts had no cost reported (a lower bound)" if spent.unpriced else ""))
     print(f"Events: {events_path}; relay diagnostics: {relay.diagnostics() or 'nothing swallowed'}")
+    print(
+        "\nWatch the run in a browser:\n"
+        f"  .venv/bin/relay-runtime journal serve --session-dir {OUT / 'journal'}\n"
+        "  then open http://127.0.0.1:8766/ui/sessions/demo-session/runs/turn-2"
+    )
 
 
 if __name__ == "__main__":
