@@ -142,23 +142,28 @@ class Scopes:
         # ``below`` is only ever read on a stack: a detached scope with its parent given needs no lookup.
         top = self.current() if attach or parent is None else None
         handle = ScopeHandle(name, st, parent if parent is not None else top, metadata, data, attach, top)
-        if attach:
-            self._stack.set(handle)
+        token = self._stack.set(handle) if attach else None
         if self._subs.start:
-            self._subs.deliver(
-                self._subs.start,
-                new_event(
-                    SCOPE_START,
-                    handle.uuid,
-                    handle.parent_uuid,
-                    handle.trace_id,
-                    name,
-                    st,
-                    handle.start_ns,
-                    input=input,
-                    metadata=metadata,
-                ),
+            event = new_event(
+                SCOPE_START,
+                handle.uuid,
+                handle.parent_uuid,
+                handle.trace_id,
+                name,
+                st,
+                handle.start_ns,
+                input=input,
+                metadata=metadata,
             )
+            try:
+                self._subs.deliver(self._subs.start, event)
+            except BaseException as exc:
+                # A subscriber's KeyboardInterrupt: the caller never gets the handle, so the scope
+                # must not stay open (or on the stack) behind its back.
+                if token is not None:
+                    self._stack.reset(token)
+                self.end(handle, error=exc)
+                raise
         return handle
 
     def pop(
