@@ -100,6 +100,12 @@ def outcome_of(error: BaseException | None) -> str:
     return Outcome.FAILED.value
 
 
+def error_type_of(error: BaseException) -> str:
+    """What events call ``error``: its class name, or the ``relay_error_type`` it declares."""
+    declared = getattr(error, "relay_error_type", None)
+    return declared if isinstance(declared, str) and declared else type(error).__name__
+
+
 def _is_cancelled(error: BaseException) -> bool:
     import asyncio
 
@@ -239,7 +245,7 @@ class Scopes:
                 start_timestamp=handle.start_ns,
                 output=output,
                 metadata=merged,
-                error_type=type(error).__name__ if error is not None else None,
+                error_type=error_type_of(error) if error is not None else None,
                 error_message=str(error) if error is not None else None,
                 outcome=outcome,
                 provider=provider,

@@ -225,6 +225,11 @@ class ManagedStream(_StreamWrapper):
 _ASYNC_EXHAUSTED = _AsyncExhausted()
 
 
+def exhausted_async() -> Any:
+    """An async iterable with nothing in it."""
+    return _AsyncExhausted()
+
+
 class ManagedAsyncStream(_StreamWrapper):
     """An async managed stream; the attempt is the current scope while the provider produces each chunk."""
 
