@@ -311,7 +311,8 @@ async def stream_current_async(
     attempt = _stream_attempt(turn, request, name, model_name, metadata, finalizer, completed, codec)
     if completed is None:
         return await turn.relay.llm.open_stream_async(attempt, stream_factory)
-    stream: ManagedAsyncStream = await turn.relay.llm.open_stream_async(attempt, completed.async_factory(stream_factory))
+    factory = completed.async_factory(stream_factory)
+    stream: ManagedAsyncStream = await turn.relay.llm.open_stream_async(attempt, factory)
     if not completed.seen:
         await stream.first()
     if not completed.seen:
