@@ -128,13 +128,21 @@ class Attempt:
         request = self.request
         try:
             guardrails, edits = self._resolve()
+            name = self.name
             for entry in guardrails:
-                self._verdict(entry, entry.fn(self.name, request, self.annotated), False)
+                reason = entry.fn(name, request, self.annotated)
+                if reason is not None:
+                    self._refuse(entry, reason, False)
             if edits:
-                before = self._before_edits()
+                before = self.annotated.snapshot() if self.annotated is not None else None
                 for entry in edits:
-                    request, stop = self._edited(entry, entry.fn(self.name, request, self.annotated), False)
-                    if stop:
+                    outcome = entry.fn(name, request, self.annotated)
+                    if type(outcome) is not LLMRequestInterceptOutcome:
+                        outcome = self._outcome(entry, outcome, False)
+                    if outcome.annotated_request is not None:
+                        self.annotated = outcome.annotated_request
+                    request = outcome.request
+                    if entry.break_chain:
                         break
                 request = self._after_edits(before, request)
         except BaseException as exc:
@@ -145,25 +153,30 @@ class Attempt:
     async def prepare_async(self) -> LLMRequest:
         """``prepare`` for async calls: guardrails and request intercepts may be coroutine functions.
 
-        Their awaitables are awaited here, on the caller's loop; the policy itself
-        is the one ``prepare`` runs.
+        Their awaitables are awaited here, on the caller's loop; the rest is ``prepare``'s.
         """
         request = self.request
         try:
             guardrails, edits = self._resolve()
+            name = self.name
             for entry in guardrails:
-                verdict = entry.fn(self.name, request, self.annotated)
-                if is_awaitable(verdict):
-                    verdict = await verdict
-                self._verdict(entry, verdict, True)
+                reason = entry.fn(name, request, self.annotated)
+                if reason is not None and is_awaitable(reason):
+                    reason = await reason
+                if reason is not None:
+                    self._refuse(entry, reason, True)
             if edits:
-                before = self._before_edits()
+                before = self.annotated.snapshot() if self.annotated is not None else None
                 for entry in edits:
-                    outcome = entry.fn(self.name, request, self.annotated)
+                    outcome = entry.fn(name, request, self.annotated)
                     if is_awaitable(outcome):
                         outcome = await outcome
-                    request, stop = self._edited(entry, outcome, True)
-                    if stop:
+                    if type(outcome) is not LLMRequestInterceptOutcome:
+                        outcome = self._outcome(entry, outcome, True)
+                    if outcome.annotated_request is not None:
+                        self.annotated = outcome.annotated_request
+                    request = outcome.request
+                    if entry.break_chain:
                         break
                 request = self._after_edits(before, request)
         except BaseException as exc:
@@ -181,31 +194,24 @@ class Attempt:
             self.annotated = self.codec.decode(self.request.raw_content())
         return guardrails, edits
 
-    def _verdict(self, entry: Intercept, reason: Any, awaited: bool) -> None:
-        if reason is None:
-            return
+    def _refuse(self, entry: Intercept, reason: Any, awaited: bool) -> None:
+        """A guardrail said no (or, in a synchronous call, returned an awaitable)."""
         if not awaited and is_awaitable(reason):
             refuse_awaitable(
                 reason, f"guardrail {entry.name!r} returned an awaitable in a synchronous call; it must be synchronous"
             )
         raise GuardrailRejected(entry.name, str(reason))
 
-    def _before_edits(self) -> AnnotatedLLMRequest | None:
-        return self.annotated.snapshot() if self.annotated is not None else None
-
-    def _edited(self, entry: Intercept, outcome: Any, awaited: bool) -> tuple[LLMRequest, bool]:
-        """The request a request intercept's outcome carries, and whether the chain stops there."""
-        if type(outcome) is not LLMRequestInterceptOutcome and not isinstance(outcome, LLMRequestInterceptOutcome):
-            message = (
-                f"request intercept {entry.name!r} must return an LLMRequestInterceptOutcome, "
-                f"got {type(outcome).__name__}"
-            )
-            if not awaited and is_awaitable(outcome):
-                refuse_awaitable(outcome, f"{message}; in a synchronous call it must be synchronous")
-            raise TypeError(message)
-        if outcome.annotated_request is not None:
-            self.annotated = outcome.annotated_request
-        return outcome.request, entry.break_chain
+    def _outcome(self, entry: Intercept, outcome: Any, awaited: bool) -> LLMRequestInterceptOutcome:
+        """A request intercept's result that is not plainly an outcome: a subclass of one, or an error."""
+        if isinstance(outcome, LLMRequestInterceptOutcome):
+            return outcome
+        message = (
+            f"request intercept {entry.name!r} must return an LLMRequestInterceptOutcome, got {type(outcome).__name__}"
+        )
+        if not awaited and is_awaitable(outcome):
+            refuse_awaitable(outcome, f"{message}; in a synchronous call it must be synchronous")
+        raise TypeError(message)
 
     def _after_edits(self, before: AnnotatedLLMRequest | None, request: LLMRequest) -> LLMRequest:
         """Overlay what the intercepts changed in the neutral view onto the request's kwargs."""
@@ -317,6 +323,7 @@ class Attempt:
                 self.finish(outcome_of(exc), response, exc, None)
                 raise
         if self.hold is not None:
+            self.live = False  # its call has settled, though the attempt stays open
             self.held = response
             self.hold(self)
             return response

@@ -75,11 +75,9 @@ class LLM:
         try:
             response = chains.run_sync(chain, attempt.name, request, callback, attempt) if chain else callback(request)
         except BaseException as exc:
-            attempt.live = False
             attempt.leave(tokens)
             attempt.fail(exc)
             raise
-        attempt.live = False
         attempt.leave(tokens)
         return attempt.succeed(response)
 
@@ -110,11 +108,9 @@ class LLM:
                 chains.run_async(chain, attempt.name, request, callback, attempt) if chain else callback(request)
             )
         except BaseException as exc:
-            attempt.live = False
             attempt.leave(tokens)
             attempt.fail(exc)
             raise
-        attempt.live = False
         attempt.leave(tokens)
         return attempt.succeed(response)
 

@@ -356,3 +356,32 @@ async def test_unmanaged_async_calls_and_streams_are_counted(relay_host) -> None
     calls.stream_current(request(), lambda r: iter(()), name="p")
     await asyncio.sleep(0)
     assert _unmanaged(relay_host) == {"unmanaged_calls": 3, "unmanaged_calls.no_turn": 3}
+
+
+def test_continuation_of_a_held_attempt_is_dead_once_its_call_returned(relay_turn, relay_events, oa) -> None:
+    relay, _turn = relay_turn
+    kept: list[Any] = []
+
+    def keep_next(name: str, req: LLMRequest, call_next: Any) -> Any:
+        kept.append((call_next, req))
+        return call_next(req)
+
+    oa.add(t.json_reply(t.chat_completion_body("one")))
+    relay.intercepts.register_llm_execution("keep", 0, keep_next)
+    outcome: list[str] = []
+
+    @auxiliary.auxiliary_call
+    def held(task: str) -> Any:
+        response = adapters.complete(oa.client, {"model": "m", "messages": []})
+        assert attempt_ends(relay_events) == []  # held open for validation ...
+        with pytest.raises(RuntimeError, match="execution continuation is no longer active"):
+            kept[0][0](kept[0][1])  # ... but its call has settled
+        outcome.append("refused")
+        return auxiliary.validate_response(response, task)
+
+    try:
+        held("x")
+    finally:
+        relay.intercepts.deregister_llm_execution("keep")
+    assert outcome == ["refused"] and len(oa.script.requests) == 1
+    assert [e.outcome for e in attempt_ends(relay_events)] == ["success"]
