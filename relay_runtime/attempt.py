@@ -133,6 +133,7 @@ class Attempt:
                 reason = entry.fn(name, request, self.annotated)
                 if reason is not None:
                     self._refuse(entry, reason, False)
+            # ``_edit``'s work, inlined: this loop runs on every call that has a request intercept.
             if edits:
                 before = self.annotated.snapshot() if self.annotated is not None else None
                 for entry in edits:
@@ -165,17 +166,12 @@ class Attempt:
                     reason = await reason
                 if reason is not None:
                     self._refuse(entry, reason, True)
+            # Request intercepts as in ``prepare``, each outcome awaited first.
             if edits:
                 before = self.annotated.snapshot() if self.annotated is not None else None
                 for entry in edits:
                     outcome = entry.fn(name, request, self.annotated)
-                    if is_awaitable(outcome):
-                        outcome = await outcome
-                    if type(outcome) is not LLMRequestInterceptOutcome:
-                        outcome = self._outcome(entry, outcome, True)
-                    if outcome.annotated_request is not None:
-                        self.annotated = outcome.annotated_request
-                    request = outcome.request
+                    request = self._edit(entry, await outcome if is_awaitable(outcome) else outcome)
                     if entry.break_chain:
                         break
                 request = self._after_edits(before, request)
@@ -201,6 +197,14 @@ class Attempt:
                 reason, f"guardrail {entry.name!r} returned an awaitable in a synchronous call; it must be synchronous"
             )
         raise GuardrailRejected(entry.name, str(reason))
+
+    def _edit(self, entry: Intercept, outcome: Any) -> LLMRequest:
+        """Take an (awaited) request intercept's outcome: its view becomes current, its request is returned."""
+        if type(outcome) is not LLMRequestInterceptOutcome:
+            outcome = self._outcome(entry, outcome, True)
+        if outcome.annotated_request is not None:
+            self.annotated = outcome.annotated_request
+        return outcome.request
 
     def _outcome(self, entry: Intercept, outcome: Any, awaited: bool) -> LLMRequestInterceptOutcome:
         """A request intercept's result that is not plainly an outcome: a subclass of one, or an error."""

@@ -283,7 +283,7 @@ def stream_current(
         return turn.relay.llm.open_stream(attempt, stream_factory)
     stream: ManagedStream = turn.relay.llm.open_stream(attempt, completed.factory(stream_factory))
     if not completed.seen:
-        stream.first()
+        stream._read_ahead()
     if not completed.seen:
         return stream
     response = completed.settle(attempt)
@@ -314,7 +314,7 @@ async def stream_current_async(
     factory = completed.async_factory(stream_factory)
     stream: ManagedAsyncStream = await turn.relay.llm.open_stream_async(attempt, factory)
     if not completed.seen:
-        await stream.first()
+        await stream._read_ahead()
     if not completed.seen:
         return stream
     response = completed.settle(attempt)

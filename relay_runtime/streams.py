@@ -185,7 +185,7 @@ class ManagedStream(_StreamWrapper):
             raise
         return chunk
 
-    def first(self) -> tuple[bool, Any]:
+    def _read_ahead(self) -> tuple[bool, Any]:
         """Read the first chunk ahead (unrecorded until the caller reads it): ``(True, chunk)`` or ``(False, None)``."""
         try:
             chunk = self._run(next, self._iterator)
@@ -263,8 +263,8 @@ class ManagedAsyncStream(_StreamWrapper):
             raise
         return chunk
 
-    async def first(self) -> tuple[bool, Any]:
-        """``ManagedStream.first`` for async streams."""
+    async def _read_ahead(self) -> tuple[bool, Any]:
+        """``ManagedStream._read_ahead`` for async streams."""
         attempt = self._life.attempt
         tokens = attempt.enter()
         try:
