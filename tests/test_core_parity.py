@@ -432,3 +432,35 @@ def test_subscriber_base_exception_on_a_chunk_ends_the_stream_attempt() -> None:
     del stream
     gc.collect()
     assert len(attempts(recorder.events)) == 1
+
+
+@pytest.mark.asyncio
+async def test_async_request_intercept_edits_reach_the_async_openai_sdk(relay_turn, relay_events) -> None:
+    relay, _turn = relay_turn
+    scripted = t.scripted_openai()
+
+    async def guard(name: str, req: LLMRequest, annotated: Any) -> str | None:
+        await asyncio.sleep(0)
+        return None
+
+    async def zero(name: str, req: LLMRequest, annotated: Any) -> LLMRequestInterceptOutcome:
+        await asyncio.sleep(0)
+        c = req.content
+        c["temperature"] = 0
+        return LLMRequestInterceptOutcome(LLMRequest(req.headers, c), annotated)
+
+    relay.intercepts.register_llm_guardrail("guard", 0, guard)
+    relay.intercepts.register_llm_request("zero", 0, False, zero)
+    try:
+        scripted.add(t.json_reply(t.chat_completion_body("ok")), t.sse_reply(t.openai_chat_sse(t.chat_chunks(["s"]))))
+        await adapters.acomplete(scripted.aclient, {"model": "m", "messages": [], "temperature": 1.0})
+        stream = await adapters.astream(scripted.aclient, {"model": "m", "messages": [], "temperature": 1.0})
+        assert [c async for c in stream]
+    finally:
+        relay.intercepts.deregister_llm_guardrail("guard")
+        relay.intercepts.deregister_llm_request("zero")
+        await scripted.aclient.close()
+        scripted.client.close()
+    assert [b["temperature"] for b in scripted.script.bodies()] == [0, 0]
+    assert [e.outcome for e in relay_events.ends(relay_kind="llm_attempt")] == ["success", "success"]
+    assert relay.intercepts.async_policy == 0

@@ -385,3 +385,57 @@ def test_continuation_of_a_held_attempt_is_dead_once_its_call_returned(relay_tur
         relay.intercepts.deregister_llm_execution("keep")
     assert outcome == ["refused"] and len(oa.script.requests) == 1
     assert [e.outcome for e in attempt_ends(relay_events)] == ["success"]
+
+
+@pytest.mark.asyncio
+async def test_end_turn_ends_an_async_stream_left_open(relay_turn, relay_events) -> None:
+    _relay, turn = relay_turn
+
+    async def provider(req: LLMRequest) -> AsyncIterator[Any]:
+        for chunk in chunks(3):
+            yield chunk
+
+    stream = await calls.stream_current_async(request(), provider, name="p", codec=DictCodec())
+    async for _chunk in stream:
+        break
+    session.SESSION_COORDINATOR.end_turn(turn, outcome="success")
+    assert [e.outcome for e in attempt_ends(relay_events)] == ["cancelled"]
+    assert logical_ends(relay_events) == ["cancelled"]
+    recorded = len(relay_events)
+    assert [c async for c in stream] == chunks(3)[1:]
+    assert len(relay_events) == recorded
+    assert balanced_calls(relay_events)
+
+
+@pytest.mark.parametrize("kind", [cv.TURN, cv.LOGICAL_CALL])
+def test_subscriber_interrupt_on_a_turn_or_call_start_leaves_nothing_open(relay_host, kind) -> None:
+    coord = session.SESSION_COORDINATOR
+    relay = relay_host.relay
+    recorder = Recorder()
+    fired: list[bool] = []
+
+    def interrupt(event: Any) -> None:
+        if event.kind == "scope_start" and event.metadata.get(cv.KIND) == kind and not fired:
+            fired.append(True)
+            raise KeyboardInterrupt
+
+    relay.subscribers.register(interrupt, name="interrupt")
+    relay.subscribers.register(recorder, name="recorder")
+    relay_host.retain_managed_execution("test")
+    lease = coord.acquire_conversation(profile_key=relay_host.profile_key, session_id="s", platform="t")
+    first = None
+    with pytest.raises(KeyboardInterrupt):
+        first = coord.begin_turn(lease, turn_id="t1", task_id="k")
+        calls.execute_current(request(), lambda r: response(), name="p")
+    assert fired
+    if first is not None:  # the call's start was interrupted: its turn is intact and ends as usual
+        assert relay.scope.current() is first.scope and first.logical_llm_calls == {}
+        coord.end_turn(first, outcome="cancelled")
+    assert relay.scope.current() is None
+    turn = coord.begin_turn(lease, turn_id="t2", task_id="k")  # the conversation is not left busy
+    assert turn.managed
+    assert calls.execute_current(request(), lambda r: response(), name="p") == response()
+    coord.end_turn(turn, outcome="success")
+    coord.release_conversation(lease)
+    assert relay.scope.current() is None
+    assert balanced(recorder.events)
