@@ -23,7 +23,6 @@ from .streams import ManagedAsyncStream, ManagedStream, exhausted_async
 from .types import LLMRequest, Outcome, ScopeType
 
 _SUCCESS = Outcome.SUCCESS.value
-_FAILED = Outcome.FAILED.value
 _FUNCTION = ScopeType.FUNCTION.value
 DEFAULT_CALL_ROLE = "primary"
 
@@ -45,7 +44,7 @@ def _open(
         # A caller's id: other attempts (threads, tasks) may open or settle the same call.
         with turn.lock:
             call = turn.logical_llm_calls.get(api_request_id)
-            if call is None:
+            if call is None or call.closing:  # a call being closed takes no more attempts
                 call = turn.logical_llm_calls[api_request_id] = _new_call(turn, api_request_id, role)
             _count_attempt(call, meta, name, model_name)
     else:

@@ -178,12 +178,17 @@ class ManagedStream(_StreamWrapper):
             life.complete()
             raise
         except BaseException as exc:
-            # A provider error, or a subscriber's BaseException on the chunk: the attempt ends, and
-            # the provider's stream is closed before the caller sees the error.
-            life.fail(exc)
-            self._release(quiet=True)
+            # A provider error, or a subscriber's BaseException on the chunk.
+            self._failed(exc)
             raise
         return chunk
+
+    def _failed(self, exc: BaseException) -> None:
+        """The attempt ends with ``exc``, and the provider's stream is closed before the caller sees it."""
+        try:
+            self._life.fail(exc)
+        finally:
+            self._release(quiet=True)
 
     def _read_ahead(self) -> tuple[bool, Any]:
         """Read the first chunk ahead (unrecorded until the caller reads it): ``(True, chunk)`` or ``(False, None)``."""
@@ -192,8 +197,7 @@ class ManagedStream(_StreamWrapper):
         except StopIteration:
             return False, None
         except BaseException as exc:
-            self._life.fail(exc)
-            self._release(quiet=True)
+            self._failed(exc)
             raise
         self._iterator = itertools.chain((chunk,), self._iterator)
         return True, chunk
@@ -251,17 +255,22 @@ class ManagedAsyncStream(_StreamWrapper):
             raise
         except BaseException as exc:
             attempt.leave(tokens)
-            life.fail(exc)
-            await self._release(quiet=True)
+            await self._failed(exc)
             raise
         attempt.leave(tokens)
         try:
             life.chunk(chunk)
         except BaseException as exc:
-            life.fail(exc)
-            await self._release(quiet=True)
+            await self._failed(exc)
             raise
         return chunk
+
+    async def _failed(self, exc: BaseException) -> None:
+        """The attempt ends with ``exc``, and the provider's stream is closed before the caller sees it."""
+        try:
+            self._life.fail(exc)
+        finally:
+            await self._release(quiet=True)
 
     async def _read_ahead(self) -> tuple[bool, Any]:
         """``ManagedStream._read_ahead`` for async streams."""
@@ -274,8 +283,7 @@ class ManagedAsyncStream(_StreamWrapper):
             return False, None
         except BaseException as exc:
             attempt.leave(tokens)
-            self._life.fail(exc)
-            await self._release(quiet=True)
+            await self._failed(exc)
             raise
         attempt.leave(tokens)
         self._iterator = _Prepended(chunk, self._iterator)
