@@ -80,6 +80,13 @@ def test_nemo_idiom_reaches_the_openai_sdk_request_body(relay_turn, relay_events
 # -- 2. async guardrails and request intercepts -------------------------------------------------
 
 
+async def async_zero_temperature(name: str, req: LLMRequest, annotated: Any) -> LLMRequestInterceptOutcome:
+    await asyncio.sleep(0)
+    c = req.content
+    c["temperature"] = 0
+    return LLMRequestInterceptOutcome(LLMRequest(req.headers, c), annotated)
+
+
 @pytest.mark.asyncio
 async def test_async_request_intercepts_and_guardrails_are_awaited_on_the_callers_loop() -> None:
     relay, recorder = new_relay()
@@ -94,10 +101,7 @@ async def test_async_request_intercepts_and_guardrails_are_awaited_on_the_caller
 
     async def edit(name: str, req: LLMRequest, annotated: Any) -> LLMRequestInterceptOutcome:
         loops.append(asyncio.get_running_loop())
-        await asyncio.sleep(0)
-        c = req.content
-        c["temperature"] = 0.5
-        return LLMRequestInterceptOutcome(LLMRequest(req.headers, c), annotated)
+        return await async_zero_temperature(name, req, annotated)
 
     relay.intercepts.register_llm_guardrail("allow", 0, allow)
     relay.intercepts.register_llm_request("edit", 0, False, edit)
@@ -114,7 +118,7 @@ async def test_async_request_intercepts_and_guardrails_are_awaited_on_the_caller
     stream = await relay.llm.stream_async("p", request(), stream_provider, codec=DictCodec())
     assert [c async for c in stream] == [{"text": "a"}]
     assert loops == [loop] * 4
-    assert [s["temperature"] for s in sent] == [0.5, 0.5]
+    assert [s["temperature"] for s in sent] == [0, 0]
     assert [e.outcome for e in attempts(recorder.events)] == ["success", "success"]
 
 
@@ -443,14 +447,8 @@ async def test_async_request_intercept_edits_reach_the_async_openai_sdk(relay_tu
         await asyncio.sleep(0)
         return None
 
-    async def zero(name: str, req: LLMRequest, annotated: Any) -> LLMRequestInterceptOutcome:
-        await asyncio.sleep(0)
-        c = req.content
-        c["temperature"] = 0
-        return LLMRequestInterceptOutcome(LLMRequest(req.headers, c), annotated)
-
     relay.intercepts.register_llm_guardrail("guard", 0, guard)
-    relay.intercepts.register_llm_request("zero", 0, False, zero)
+    relay.intercepts.register_llm_request("zero", 0, False, async_zero_temperature)
     try:
         scripted.add(t.json_reply(t.chat_completion_body("ok")), t.sse_reply(t.openai_chat_sse(t.chat_chunks(["s"]))))
         await adapters.acomplete(scripted.aclient, {"model": "m", "messages": [], "temperature": 1.0})
