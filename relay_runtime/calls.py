@@ -332,7 +332,8 @@ def complete_logical_call(
     """Close the active turn's logical call ``api_request_id`` with ``outcome``, exactly once.
 
     Returns False when there is no such open call (already closed, or no turn):
-    an outcome once recorded is never overwritten.
+    an outcome once recorded is never overwritten. Nor when ending it failed (counted in
+    ``diagnostics()``): the call then stays open on the turn, whose end closes it.
     """
     outcome = session._check_outcome(outcome)
     turn = session.active_turn()
@@ -341,6 +342,10 @@ def complete_logical_call(
     call = turn.logical_llm_calls.get(api_request_id)
     if call is None:
         return False
-    return close_logical_call(
-        turn, call, outcome, model_name=response_model_name or model_name, provider_name=provider_name
-    )
+    try:
+        return close_logical_call(
+            turn, call, outcome, model_name=response_model_name or model_name, provider_name=provider_name
+        )
+    except Exception as exc:
+        turn.relay.diag.failure("bookkeeping_errors", exc, f"completing logical call {api_request_id!r}")
+        return False

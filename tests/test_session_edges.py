@@ -439,3 +439,22 @@ def test_subscriber_interrupt_on_a_turn_or_call_start_leaves_nothing_open(relay_
     coord.release_conversation(lease)
     assert relay.scope.current() is None
     assert balanced(recorder.events)
+
+
+def test_validated_call_whose_pop_fails_still_returns_and_the_turn_closes_it(relay_turn, relay_events, oa, monkeypatch):
+    relay, turn = relay_turn
+    real_pop = relay.scope.pop
+
+    def refusing_pop(handle: Any, **kwargs: Any) -> None:
+        if (handle.metadata or {}).get(cv.KIND) == cv.LOGICAL_CALL and not turn.ended:
+            raise ScopeOrderError(f"cannot pop {handle!r}")
+        real_pop(handle, **kwargs)
+
+    monkeypatch.setattr(relay.scope, "pop", refusing_pop)
+    oa.add(t.json_reply(t.chat_completion_body("fine")))
+    assert _title("title", oa.client).choices[0].message.content == "fine"
+    assert len(turn.logical_llm_calls) == 1 and logical_ends(relay_events) == []
+    assert relay.diagnostics()["bookkeeping_errors"] == 1
+    session.SESSION_COORDINATOR.end_turn(turn, outcome="success")
+    assert logical_ends(relay_events) == ["success"]
+    assert balanced_calls(relay_events)
