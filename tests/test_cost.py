@@ -390,3 +390,34 @@ def test_the_quick_check_gives_way_to_the_full_estimate_near_the_limit(relay_hos
     assert len(scripted.script.requests) == 2
     assert caught.value.spent == pytest.approx(0.0024)
     assert turn.scope.cost.reserved == 0.0  # every reservation released
+
+
+def test_a_retried_auxiliary_calls_wasted_cost_is_the_rejected_attempts(relay_host, relay_events) -> None:
+    cost.attach(relay_host, catalog())
+    scripted = t.scripted_openai(
+        t.json_reply(t.chat_completion_body("", model="gpt-x", usage=t.chat_usage(1000, 100))),  # empty: rejected
+        t.json_reply(t.chat_completion_body("fine", model="gpt-x", usage=t.chat_usage(2000, 100))),
+    )
+
+    @auxiliary.auxiliary_call
+    def title(task: str) -> Any:
+        for _ in range(2):
+            try:
+                response = adapters.complete(scripted.client, {"model": "gpt-x", "messages": []})
+                return auxiliary.validate_response(response, task)
+            except RuntimeError:
+                continue
+        return None
+
+    lease, turn = conversation(relay_host)
+    title("title_generation")
+    close(lease, turn)
+    rejected, accepted = attempts(relay_events)
+    assert rejected.outcome == "failed" and rejected.error_type == "response_rejected"
+    assert rejected.cost.amount == pytest.approx(1400e-6) and rejected.cost.wasted
+    assert accepted.outcome == "success" and not accepted.cost.wasted
+    call = one(relay_events.ends(relay_kind=cv.LOGICAL_CALL))
+    assert call.outcome == "success"
+    assert call.cost.total == pytest.approx(1400e-6 + 2400e-6)
+    assert call.cost.wasted == pytest.approx(1400e-6)  # the rejected attempt's, exactly
+    assert one(relay_events.ends(relay_kind=cv.TURN)).cost.wasted == pytest.approx(1400e-6)
