@@ -55,6 +55,17 @@ def close(lease: Any, turn: Any, outcome: str = "success") -> None:
     session.SESSION_COORDINATOR.release_conversation(lease)
 
 
+@auxiliary.auxiliary_call
+def retrying_auxiliary(task: str, client: Any) -> Any:
+    """One logical call: up to two attempts, the second when the first raised or was rejected."""
+    for _ in range(2):
+        try:
+            return auxiliary.validate_response(adapters.complete(client, {"model": "gpt-x", "messages": []}), task)
+        except RuntimeError:
+            continue
+    return None
+
+
 # -- the catalog ---------------------------------------------------------------------------------
 
 
@@ -167,18 +178,8 @@ def test_roll_ups_on_logical_call_turn_and_conversation_with_the_wasted_share(
         t.json_reply(t.chat_completion_body("good", model="gpt-x", usage=t.chat_usage(2000, 0))),
     )
 
-    @auxiliary.auxiliary_call
-    def summarize(task: str) -> Any:
-        for _ in range(2):
-            try:
-                response = adapters.complete(scripted.client, {"model": "gpt-x", "messages": []})
-                return auxiliary.validate_response(response, task)
-            except RuntimeError:
-                continue
-        return None
-
     lease, turn = conversation(relay_host)
-    summarize("summary")
+    retrying_auxiliary("summary", scripted.client)
     close(lease, turn)
     failed, ok = attempts(relay_events)
     assert failed.outcome == "failed" and failed.cost.amount == pytest.approx(1000e-6) and failed.cost.wasted
@@ -399,18 +400,8 @@ def test_a_retried_auxiliary_calls_wasted_cost_is_the_rejected_attempts(relay_ho
         t.json_reply(t.chat_completion_body("fine", model="gpt-x", usage=t.chat_usage(2000, 100))),
     )
 
-    @auxiliary.auxiliary_call
-    def title(task: str) -> Any:
-        for _ in range(2):
-            try:
-                response = adapters.complete(scripted.client, {"model": "gpt-x", "messages": []})
-                return auxiliary.validate_response(response, task)
-            except RuntimeError:
-                continue
-        return None
-
     lease, turn = conversation(relay_host)
-    title("title_generation")
+    retrying_auxiliary("title_generation", scripted.client)
     close(lease, turn)
     rejected, accepted = attempts(relay_events)
     assert rejected.outcome == "failed" and rejected.error_type == "response_rejected"
@@ -421,3 +412,46 @@ def test_a_retried_auxiliary_calls_wasted_cost_is_the_rejected_attempts(relay_ho
     assert call.cost.total == pytest.approx(1400e-6 + 2400e-6)
     assert call.cost.wasted == pytest.approx(1400e-6)  # the rejected attempt's, exactly
     assert one(relay_events.ends(relay_kind=cv.TURN)).cost.wasted == pytest.approx(1400e-6)
+
+
+def test_concurrent_calls_cannot_overshoot_a_budget_together(relay_host, relay_events) -> None:
+    import threading
+
+    cost.attach(relay_host, catalog(), Budget(0.005, per="turn"))
+    body = t.chat_completion_body(model="gpt-x", usage=t.chat_usage(100, 250))  # 0.0011 each
+    scripted = t.scripted_openai(*(t.json_reply(body) for _ in range(40)))
+    lease, turn = conversation(relay_host)
+    gate = threading.Barrier(20)
+    refused: list[BudgetExceeded] = []
+
+    def worker() -> None:
+        with session.use_turn(turn):
+            gate.wait()
+            try:
+                adapters.complete(scripted.client, {"model": "gpt-x", "max_tokens": 250, "messages": []})
+            except BudgetExceeded as exc:
+                refused.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    close(lease, turn)
+    sent = len(scripted.script.requests)
+    assert sent + len(refused) == 20 and refused
+    assert turn.scope.cost.total == pytest.approx(sent * 0.0011) and turn.scope.cost.total <= 0.005
+    assert turn.scope.cost.reserved == 0.0
+
+
+def test_tiered_rates_follow_the_whole_input_size() -> None:
+    from relay_runtime import TokenUsage
+    from relay_runtime.cost import PriceEntry
+    from relay_runtime.cost.pricing import price_usage
+
+    entry = PriceEntry("anthropic", "long", input=((0, 3.0), (200_000, 6.0)), output=15.0, cache_read=0.3)
+    short = price_usage(entry, "anthropic", TokenUsage(input_tokens=1000, output_tokens=0))
+    # Anthropic's cache reads come beside its input: together they cross the 200k tier.
+    long = price_usage(entry, "anthropic", TokenUsage(input_tokens=1000, output_tokens=0, cache_read_tokens=199_500))
+    assert short.amount == pytest.approx(1000 * 3.0e-6)
+    assert long.breakdown["input"] == pytest.approx(1000 * 6.0e-6)

@@ -265,11 +265,7 @@ class RelayCost:
             in_rate, output_rate = priced.in_rate, priced.out_rate
         input_cost = tokens_in * in_rate
         estimate = input_cost + out_cost
-        with self._lock:
-            crossed = _first_crossed(nodes, estimate, stream)
-            if crossed is None:
-                for node in nodes:
-                    node.rollup.reserved += estimate
+        crossed = self._reserve(nodes, estimate, stream)
         if crossed is not None:
             if crossed.budget.on_exceed != "downgrade":
                 raise _exceeded(crossed, estimate, model)
@@ -277,17 +273,22 @@ class RelayCost:
             request, model, estimate, input_cost, output_rate = self._downgrade(
                 attempt, request, crossed, provider, model, estimate
             )
-            with self._lock:
-                crossed = _first_crossed(nodes, estimate, stream)
-                if crossed is None:
-                    for node in nodes:
-                        node.rollup.reserved += estimate
+            crossed = self._reserve(nodes, estimate, stream)
             if crossed is not None:
                 raise _exceeded(crossed, estimate, model)
         spend = attempt.cost_state = AttemptSpend(nodes, estimate)
         if stream:
             spend.meter = _meter(nodes, input_cost, output_rate, estimate, model)
         return request
+
+    def _reserve(self, nodes: list[_Node], estimate: float, stream: bool) -> _Node | None:
+        """Reserve ``estimate`` on every node, or return the first node it would cross (reserving nothing)."""
+        with self._lock:
+            crossed = _first_crossed(nodes, estimate, stream)
+            if crossed is None:
+                for node in nodes:
+                    node.rollup.reserved += estimate
+        return crossed
 
     def _entry(self, provider: str, model: str) -> _Priced | None:
         """The catalog's entry for ``(provider, model)`` with its worst-case rates, remembered per relay."""

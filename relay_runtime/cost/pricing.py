@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..types import TokenUsage
-from .catalog import PriceEntry, Rate, rate_at
+from .catalog import PriceEntry, rate_at
 
 CATEGORIES = ("input", "cache_read", "cache_write", "output", "reasoning")
 
@@ -161,64 +161,34 @@ class CostRollup:
 
 
 def price_usage(entry: PriceEntry, provider: str, usage: TokenUsage) -> AttemptCost:
-    """The cost of ``usage`` at ``entry``'s rates, by ``provider``'s billing rules.
-
-    Straight-line on purpose: this runs once per priced attempt.
-    """
+    """The cost of ``usage`` at ``entry``'s rates, by ``provider``'s billing rules, with its breakdown."""
     inp = usage.input_tokens or 0
     out = usage.output_tokens or 0
     cache_read = usage.cache_read_tokens or 0
     cache_write = usage.cache_creation_tokens or 0
     reasoning = usage.reasoning_tokens or 0
     if provider in CACHE_BESIDE_INPUT:
-        fresh = inp
-        whole = inp + cache_read + cache_write
+        fresh, whole = inp, inp + cache_read + cache_write
     else:
-        fresh = inp - cache_read - cache_write
-        whole = inp
-    breakdown: dict[str, float] = {}
+        fresh, whole = inp - cache_read - cache_write, inp
     missing: list[str] = []
     if fresh < 0 or out < reasoning:
         missing.append("usage")  # counts that contradict each other: no amount rather than a wrong one
-    total = 0.0
-    rate: Rate | None
-    if fresh > 0:
-        rate = entry.input
+    if entry.reasoning is None:
+        reasoning = 0  # priced as output, among the output tokens
+    breakdown: dict[str, float] = {}
+    counts = (fresh, cache_read, cache_write, out - reasoning, reasoning)
+    rates = (entry.input, entry.cache_read, entry.cache_write, entry.output, entry.reasoning)
+    for category, tokens, rate in zip(CATEGORIES, counts, rates, strict=True):
+        if tokens <= 0:
+            continue
         if rate is None:
-            missing.append("input")
+            missing.append(category)
         else:
-            total += (part := fresh * (rate if type(rate) is float else rate_at(rate, whole)) * _M)
-            breakdown["input"] = part
-    if cache_read > 0:
-        rate = entry.cache_read
-        if rate is None:
-            missing.append("cache_read")
-        else:
-            total += (part := cache_read * (rate if type(rate) is float else rate_at(rate, whole)) * _M)
-            breakdown["cache_read"] = part
-    if cache_write > 0:
-        rate = entry.cache_write
-        if rate is None:
-            missing.append("cache_write")
-        else:
-            total += (part := cache_write * (rate if type(rate) is float else rate_at(rate, whole)) * _M)
-            breakdown["cache_write"] = part
-    reasoning_rate = entry.reasoning
-    if reasoning_rate is not None and reasoning > 0:
-        total += (part := reasoning * (reasoning_rate if type(reasoning_rate) is float
-                                       else rate_at(reasoning_rate, whole)) * _M)  # fmt: skip
-        breakdown["reasoning"] = part
-        out -= reasoning
-    if out > 0:
-        rate = entry.output
-        if rate is None:
-            missing.append("output")
-        else:
-            total += (part := out * (rate if type(rate) is float else rate_at(rate, whole)) * _M)
-            breakdown["output"] = part
+            breakdown[category] = tokens * rate_at(rate, whole) * _M
     if missing:
         return AttemptCost(None, entry.currency, provider, entry.model, entry.valid_from, breakdown, tuple(missing))
-    return AttemptCost(total, entry.currency, provider, entry.model, entry.valid_from, breakdown)
+    return AttemptCost(sum(breakdown.values()), entry.currency, provider, entry.model, entry.valid_from, breakdown)
 
 
 def unpriced(currency: str, provider: str | None, model: str | None, reason: str) -> AttemptCost:
