@@ -257,14 +257,7 @@ class RelayCost:
                     spend = attempt.cost_state = _new(AttemptSpend)
                     spend.nodes, spend.estimate, spend.meter, spend.sent = nodes, out_cost, None, True
                     return request
-        tokens_in = input_tokens_estimate(content)
-        if priced.tiered:
-            in_rate, output_rate = priced.rates_at(tokens_in)
-            out_cost = out_tokens * output_rate
-        else:
-            in_rate, output_rate = priced.in_rate, priced.out_rate
-        input_cost = tokens_in * in_rate
-        estimate = input_cost + out_cost
+        estimate, input_cost, output_rate = self._worst_case(content, priced, out_tokens)
         crossed = self._reserve(nodes, estimate, stream)
         if crossed is not None:
             if crossed.budget.on_exceed != "downgrade":
@@ -315,13 +308,15 @@ class RelayCost:
                 self._relay.diag.count("cost.assumed_output_tokens")
         return limit
 
-    def _worst_case(self, attempt: Attempt, request: LLMRequest, priced: _Priced) -> tuple[float, float, float]:
-        """The most the call can cost: its input (estimated from the text) and its output limit, at the top rates."""
-        content = request.content
+    def _worst_case(self, content: Any, priced: _Priced, out_tokens: int) -> tuple[float, float, float]:
+        """The most the call can cost: its input (estimated from the text) and its output limit, at the top rates.
+
+        Returns the estimate, its input part and the output rate per token (what a stream meter needs).
+        """
         tokens_in = input_tokens_estimate(content)
         in_rate, out_rate = priced.rates_at(tokens_in) if priced.tiered else (priced.in_rate, priced.out_rate)
         input_cost = tokens_in * in_rate
-        return input_cost + self._output_limit(attempt, content, priced) * out_rate, input_cost, out_rate
+        return input_cost + out_tokens * out_rate, input_cost, out_rate
 
     def _downgrade(
         self, attempt: Attempt, request: LLMRequest, node: _Node, provider: str, model: str, estimate: float
@@ -333,7 +328,8 @@ class RelayCost:
         if cheaper is None or priced is None or "model" not in request.content:
             raise _exceeded(node, estimate, model)
         new_request = request.replace(content={**request.content, "model": cheaper})
-        new_estimate, input_cost, output_rate = self._worst_case(attempt, new_request, priced)
+        out_tokens = self._output_limit(attempt, new_request.content, priced, count=False)
+        new_estimate, input_cost, output_rate = self._worst_case(new_request.content, priced, out_tokens)
         attempt.renew(new_request, cheaper, _exceeded(node, estimate, model), {DOWNGRADED_FROM: model})
         return new_request, cheaper, new_estimate, input_cost, output_rate
 
@@ -413,13 +409,13 @@ class RelayCost:
                     rollup = node.rollup
                     rollup.reserved = rollup.reserved - estimate if rollup.reserved > estimate else 0.0
                     if node.handle is None:  # a profile's roll-up is not a scope's: the walk below misses it
-                        _add(rollup, amount, wasted)
+                        rollup.add(amount, wasted)
             handle = attempt.handle.parent
             while handle is not None:
                 rollup = handle.cost
                 if rollup is None:
                     rollup = handle.cost = CostRollup(cost.currency)
-                _add(rollup, amount, wasted)
+                rollup.add(amount, wasted)
                 if handle.ended:
                     late = True
                 handle = handle.parent
@@ -560,16 +556,6 @@ def _fast(priced: _Priced, provider: str, model: str | None, usage: TokenUsage) 
     cost.estimated = False
     cost.wasted = False
     return cost
-
-
-def _add(rollup: CostRollup, amount: float | None, wasted: bool) -> None:
-    if amount is None:
-        rollup.unpriced += 1
-        return
-    rollup.attempts += 1
-    rollup.total += amount
-    if wasted:
-        rollup.wasted += amount
 
 
 _KIND_OF = {"logical_call": cv.LOGICAL_CALL, "turn": cv.TURN, "conversation": cv.CONVERSATION}

@@ -131,16 +131,15 @@ class CostRollup:
         """Everything a budget counts as spent: carried over plus priced here."""
         return self.carried + self.total
 
-    def add(self, cost: AttemptCost) -> None:
-        if cost.amount is None:
+    def add(self, amount: float | None, wasted: bool) -> None:
+        """Count one attempt's amount in (None: an attempt with no amount)."""
+        if amount is None:
             self.unpriced += 1
             return
         self.attempts += 1
-        self.total += cost.amount
-        if cost.wasted:
-            self.wasted += cost.amount
-        if self.currency is None:
-            self.currency = cost.currency
+        self.total += amount
+        if wasted:
+            self.wasted += amount
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
