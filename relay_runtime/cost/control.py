@@ -218,7 +218,7 @@ class RelayCost:
             return request
         codec = attempt.codec
         provider = codec.provider if codec is not None else attempt.name
-        model = attempt.model_name or _str(request.content.get("model"))
+        model = attempt.model_name or _str(request.raw_content().get("model"))
         priced = None
         if model:
             priced = self._lookup.get((provider, model), _MISS)
@@ -228,7 +228,7 @@ class RelayCost:
             # Nothing to check against: the call goes, and the gap is visible.
             self._relay.diag.count("cost.budget_unchecked_unpriced_model")
             return request
-        content = request.content
+        content = request.raw_content()
         # The output limit, inline (this runs on every call): the neutral params' max_tokens, else the kwargs'.
         annotated = attempt.annotated
         out_tokens = max_output_tokens(annotated.params, content) if annotated is not None else None
@@ -325,11 +325,11 @@ class RelayCost:
         budget = node.budget
         cheaper = budget.downgrade_to.get(model) or budget.downgrade_to.get(model.lower())
         priced = self._entry(provider, cheaper) if cheaper else None
-        if cheaper is None or priced is None or "model" not in request.content:
+        if cheaper is None or priced is None or "model" not in request.raw_content():
             raise _exceeded(node, estimate, model)
-        new_request = request.replace(content={**request.content, "model": cheaper})
-        out_tokens = self._output_limit(attempt, new_request.content, priced, count=False)
-        new_estimate, input_cost, output_rate = self._worst_case(new_request.content, priced, out_tokens)
+        new_request = request.replace(content={**request.raw_content(), "model": cheaper})
+        out_tokens = self._output_limit(attempt, new_request.raw_content(), priced, count=False)
+        new_estimate, input_cost, output_rate = self._worst_case(new_request.raw_content(), priced, out_tokens)
         attempt.renew(new_request, cheaper, _exceeded(node, estimate, model), {DOWNGRADED_FROM: model})
         return new_request, cheaper, new_estimate, input_cost, output_rate
 
