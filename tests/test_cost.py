@@ -455,3 +455,20 @@ def test_tiered_rates_follow_the_whole_input_size() -> None:
     long = price_usage(entry, "anthropic", TokenUsage(input_tokens=1000, output_tokens=0, cache_read_tokens=199_500))
     assert short.amount == pytest.approx(1000 * 3.0e-6)
     assert long.breakdown["input"] == pytest.approx(1000 * 6.0e-6)
+
+
+def test_an_async_call_is_refused_before_sending_too(relay_host, relay_events) -> None:
+    cost.attach(relay_host, catalog(), Budget(0.001, per="conversation", name="conv"))
+    scripted = t.scripted_openai()
+
+    async def run() -> None:
+        lease, turn = conversation(relay_host, "async-session")
+        try:
+            with pytest.raises(BudgetExceeded, match="budget 'conv' \\(per conversation\\)"):
+                await adapters.acomplete(scripted.aclient, {"model": "gpt-x", "max_tokens": 1000, "messages": []})
+        finally:
+            close(lease, turn)
+
+    asyncio.run(run())
+    assert scripted.script.requests == []
+    assert one(attempts(relay_events)).error_type == "BudgetExceeded"
