@@ -110,11 +110,13 @@ def _describe_cost(cost: dict[str, Any]) -> str:
         total, wasted = cost.get("total"), cost.get("wasted")
         if not isinstance(total, int | float):
             return "cost ?"
+        unpriced = cost.get("unpriced")
+        if not cost.get("attempts") and isinstance(unpriced, int) and unpriced:
+            return f"cost unknown ({unpriced} attempts without one)"
         text = f"cost {_money(total, currency)}"
         if isinstance(wasted, int | float) and wasted:
             share = f" ({wasted / total:.0%})" if total else ""
             text += f", wasted {_money(wasted, currency)}{share}"
-        unpriced = cost.get("unpriced")
         if isinstance(unpriced, int) and unpriced:
             text += f", {unpriced} unpriced (a lower bound)"
         return text

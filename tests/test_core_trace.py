@@ -138,3 +138,12 @@ def test_trace_shows_cost_per_node_and_the_wasted_share(tmp_path: Path, capsys: 
     assert "cost 0.013000 USD wasted" in lines[1] and lines[1].endswith("failed  ValueError: rejected")
     assert "cost 0.013000 USD" in lines[2] and "wasted" not in lines[2]
     assert "cost unpriced (no price: model)" in lines[3]
+
+
+def test_a_scope_whose_attempts_all_lack_a_cost_says_unknown_not_zero() -> None:
+    from relay_runtime.trace_tree import _describe_cost
+
+    assert _describe_cost({"total": 0.0, "wasted": 0.0, "currency": "USD", "attempts": 0, "unpriced": 2}) == (
+        "cost unknown (2 attempts without one)"
+    )
+    assert _describe_cost({"total": 0.0, "wasted": 0.0, "currency": "USD", "attempts": 1}) == "cost 0.000000 USD"
