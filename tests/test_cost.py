@@ -472,3 +472,31 @@ def test_an_async_call_is_refused_before_sending_too(relay_host, relay_events) -
     asyncio.run(run())
     assert scripted.script.requests == []
     assert one(attempts(relay_events)).error_type == "BudgetExceeded"
+
+
+def test_attempts_after_a_downgrade_number_after_it(relay_host, relay_events) -> None:
+    budget = Budget(0.001, per="logical_call", on_exceed="downgrade", downgrade_to={"gpt-x": "gpt-x-mini"})
+    cost.attach(relay_host, catalog(), budget)
+    scripted = t.scripted_openai(
+        t.json_reply(t.chat_completion_body("", model="gpt-x-mini", usage=t.chat_usage(100, 10))),  # rejected
+        t.json_reply(t.chat_completion_body("ok", model="gpt-x-mini", usage=t.chat_usage(100, 10))),
+    )
+
+    @auxiliary.auxiliary_call
+    def summary(task: str) -> Any:
+        for _ in range(2):
+            try:
+                request = {"model": "gpt-x", "max_tokens": 1000, "messages": []}
+                return auxiliary.validate_response(adapters.complete(scripted.client, request), task)
+            except RuntimeError:
+                continue
+        return None
+
+    lease, turn = conversation(relay_host)
+    assert summary("summary").choices[0].message.content == "ok"
+    close(lease, turn)
+    ends = attempts(relay_events)
+    assert [e.metadata[cv.RETRY_COUNT] for e in ends] == [0, 1, 2, 3]
+    assert [e.model_name for e in ends] == ["gpt-x", "gpt-x-mini", "gpt-x", "gpt-x-mini"]
+    assert [e.error_type for e in ends] == ["BudgetExceeded", "response_rejected", "BudgetExceeded", None]
+    assert [b["model"] for b in scripted.script.bodies()] == ["gpt-x-mini", "gpt-x-mini"]
