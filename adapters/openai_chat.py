@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from relay_runtime import neutral
 from relay_runtime.types import AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta, TokenUsage
 
 from .common import (
@@ -24,7 +25,7 @@ from .common import (
     openai_usage,
 )
 
-_FIELDS = FieldMap.of("messages", None)
+_FIELDS = FieldMap.of("messages", None, neutral.OPENAI_CHAT)
 _SYSTEM_ROLES = ("system", "developer")
 
 
@@ -82,6 +83,7 @@ def _reasoning(obj: Any) -> str | None:
 class OpenAIChatCodec:
     provider = "openai"
     operation = "chat"
+    spelling = neutral.OPENAI_CHAT  # how this API spells the neutral params
 
     def decode(self, content: Mapping[str, Any]) -> AnnotatedLLMRequest:
         annotated = decode_common(content, _FIELDS, self.provider, self.operation)
