@@ -157,11 +157,11 @@ def apply_common(content: Mapping[str, Any], changes: dict[str, Any], fields: Fi
             continue
         if name == "provider_params":
             for key, item in _keyed_changes(name, value, fields).items():
-                neutral = spelling.neutral_of(key)
-                if neutral is not None:
+                meant = spelling.neutral_of(key)
+                if meant is not None:
                     raise ValueError(
                         f"provider_params key {key!r} is the {spelling.api} spelling of the neutral "
-                        f"param {neutral!r}: set annotated.params[{neutral!r}] instead"
+                        f"param {meant!r}: set annotated.params[{meant!r}] instead"
                     )
                 _put(kwargs, key, item)
         elif name == "messages":

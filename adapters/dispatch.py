@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from types import MappingProxyType, MethodType
 from typing import Any
 
-from relay_runtime import auxiliary, calls
+from relay_runtime import auxiliary, calls, redaction
 from relay_runtime import conventions as cv
 from relay_runtime.codec import LLMCodec
 from relay_runtime.types import LLMRequest
@@ -137,6 +137,9 @@ def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, entry:
     if api is None:
         raise ValueError(f"unknown api_mode {mode!r}; expected one of {sorted(APIS)}")
     create = _create(client, api, entry)
+    # The client's own key, so that a provider echoing it in an error never puts it on record.
+    redaction.remember_secret(getattr(client, "api_key", None))
+    redaction.remember_secret(getattr(client, "auth_token", None))
     if entry in _STREAMING and not kwargs.get("stream"):
         kwargs = {**kwargs, "stream": True}
     metadata = auxiliary.next_attempt_metadata()
