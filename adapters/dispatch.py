@@ -13,10 +13,11 @@ import inspect
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from types import MappingProxyType, MethodType
 from typing import Any
 
-from relay_runtime import auxiliary, calls, redaction
+from relay_runtime import auxiliary, calls, redaction, session
 from relay_runtime import conventions as cv
 from relay_runtime.codec import LLMCodec
 from relay_runtime.types import LLMRequest
@@ -235,13 +236,36 @@ def _wants_stream(kwargs: Mapping[str, Any]) -> bool:
     return bool(kwargs.get("stream"))
 
 
-def complete(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None) -> Any:
+STREAMS_WITHOUT_USAGE = "streams_without_usage"
+
+
+def _stream_usage(api: Api, request: LLMRequest, include_usage: bool) -> tuple[LLMRequest, LLMCodec]:
+    """Chat streams carry token usage only when asked (``stream_options.include_usage``).
+
+    ``include_usage=True`` asks (the caller then sees one more chunk, with no choices);
+    otherwise a managed stream that ends without usage is counted in ``relay.diagnostics()``.
+    """
+    if api.mode != CHAT_COMPLETIONS:
+        return request, api.codec  # the Responses API and Anthropic always report usage
+    options = request.content.get("stream_options")
+    if include_usage and not (isinstance(options, Mapping) and options.get("include_usage")):
+        merged = {**options, "include_usage": True} if isinstance(options, Mapping) else {"include_usage": True}
+        return request.replace(content={**request.content, "stream_options": merged}), api.codec
+    turn = session.managed_turn()
+    if turn is None or not isinstance(api.codec, OpenAIChatCodec):
+        return request, api.codec
+    return request, api.codec.counting_missing_usage(partial(turn.relay.count, STREAMS_WITHOUT_USAGE))
+
+
+def complete(
+    client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None, include_usage: bool = False
+) -> Any:
     """``create(**kwargs)`` on the client's API as a managed attempt; returns the SDK's response.
 
     With ``"stream": True`` in ``kwargs`` it is ``stream()``: a managed stream, as the SDK returns one.
     """
     if _wants_stream(kwargs):
-        return stream(client, kwargs, api_mode=api_mode)
+        return stream(client, kwargs, api_mode=api_mode, include_usage=include_usage)
     api, create, request, name, model_name, metadata, auxiliary_attempt = prepare(kwargs, api_mode, client, "complete")
     return calls.execute_current(
         request,
@@ -254,9 +278,11 @@ def complete(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = N
     )
 
 
-async def acomplete(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None) -> Any:
+async def acomplete(
+    client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None, include_usage: bool = False
+) -> Any:
     if _wants_stream(kwargs):
-        return await astream(client, kwargs, api_mode=api_mode)
+        return await astream(client, kwargs, api_mode=api_mode, include_usage=include_usage)
     api, create, request, name, model_name, metadata, auxiliary_attempt = prepare(
         kwargs, api_mode, client, "acomplete"
     )
@@ -271,26 +297,33 @@ async def acomplete(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | N
     )
 
 
-def stream(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None) -> Any:
-    """``create(**kwargs, stream=True)`` as a managed attempt; iterating yields the SDK's own chunks."""
+def stream(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None, include_usage: bool = False) -> Any:
+    """``create(**kwargs, stream=True)`` as a managed attempt; iterating yields the SDK's own chunks.
+
+    ``include_usage=True`` asks an OpenAI chat stream for its token usage (one more chunk).
+    """
     api, create, request, name, model_name, metadata, _ = prepare(kwargs, api_mode, client, "stream")
+    request, codec = _stream_usage(api, request, include_usage)
     return calls.stream_current(
         request,
         sync_callback(create, client),
         name=name,
         model_name=model_name,
         metadata=metadata,
-        codec=api.codec,
+        codec=codec,
     )
 
 
-async def astream(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None) -> Any:
+async def astream(
+    client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None, include_usage: bool = False
+) -> Any:
     api, create, request, name, model_name, metadata, _ = prepare(kwargs, api_mode, client, "astream")
+    request, codec = _stream_usage(api, request, include_usage)
     return await calls.stream_current_async(
         request,
         async_callback(create, client),
         name=name,
         model_name=model_name,
         metadata=metadata,
-        codec=api.codec,
+        codec=codec,
     )
