@@ -88,12 +88,13 @@ def decode_common(content: Mapping[str, Any], fields: FieldMap, provider: str, o
     """The fields every API spells the same way; the caller fixes up messages/system."""
     structural = fields.structural
     spelling = fields.spelling
+    by_sdk = spelling.by_sdk
     params: dict[str, Any] = {}
     provider_params: dict[str, Any] = {}
     for key, value in content.items():
         if key in structural:
             continue
-        neutral = spelling.neutral_of(key)
+        neutral = by_sdk.get(key)
         if neutral is None:
             provider_params[key] = value
         elif neutral not in params or key == spelling.names.get(neutral):  # the primary spelling wins

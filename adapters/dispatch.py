@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from types import MappingProxyType, MethodType
@@ -140,7 +140,8 @@ def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, entry:
     create = _create(client, api, entry)
     # The client's own key, so that a provider echoing it in an error never puts it on record.
     redaction.remember_secret(getattr(client, "api_key", None))
-    redaction.remember_secret(getattr(client, "auth_token", None))
+    if mode == ANTHROPIC_MESSAGES:
+        redaction.remember_secret(getattr(client, "auth_token", None))
     if entry in _STREAMING and not kwargs.get("stream"):
         kwargs = {**kwargs, "stream": True}
     metadata = auxiliary.next_attempt_metadata()
@@ -173,7 +174,9 @@ def sync_callback(create: Callable[..., Any], client: Any) -> Callable[[LLMReque
         kwargs = _kwargs_of(request)
         sdk_retries.watch(client)
         result = create(**kwargs)
-        if hasattr(result, "__await__"):
+        # isinstance, not hasattr: a missing attribute on an SDK's pydantic response costs
+        # microseconds (its __getattr__ raises), the ABC check a cached type lookup.
+        if isinstance(result, Awaitable):
             # A duck-typed create() that looked synchronous: an un-awaited coroutine is no response.
             close = getattr(result, "close", None)
             if close is not None:

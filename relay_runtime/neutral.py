@@ -58,12 +58,14 @@ class ParamSpelling:
         if unknown:
             raise ValueError(f"{self.api}: not neutral params: {sorted(unknown)}")
         sdk_names = {sdk: neutral for neutral, sdk in self.names.items()}
-        object.__setattr__(self, "_by_sdk", {**sdk_names, **self.aliases})
+        object.__setattr__(self, "by_sdk", MappingProxyType({**sdk_names, **self.aliases}))
+
+    # SDK kwarg -> its neutral name, for every spelling this API accepts (set in __post_init__).
+    by_sdk: Mapping[str, str] = field(init=False, repr=False, compare=False)
 
     def neutral_of(self, sdk_key: str) -> str | None:
         """The neutral name of an SDK kwarg, or None when it has none."""
-        by_sdk: dict[str, str] = self.__dict__["_by_sdk"]
-        return by_sdk.get(sdk_key)
+        return self.by_sdk.get(sdk_key)
 
     def sdk_keys(self, neutral: str) -> tuple[str, ...]:
         """Every SDK kwarg that spells ``neutral`` here, the primary one first."""
