@@ -130,6 +130,18 @@ def redact_headers(headers: Mapping[Any, Any]) -> dict[str, Any]:
     return out
 
 
+def _clean_entry(key: Any, value: Any, depth: int) -> Any:
+    """The value to record under ``key``: blanked, header-cleaned, or walked."""
+    verdict = _key_verdicts.get(key)
+    if verdict is None:
+        verdict = is_credential_key(key)
+    if verdict:
+        return REDACTED
+    if key in HEADER_KWARGS and isinstance(value, Mapping):
+        return redact_headers(value)
+    return _clean(value, depth)
+
+
 def _clean(value: Any, depth: int) -> Any:
     """``value`` itself when nothing in it is a credential, else a cleaned copy (containers only)."""
     kind = type(value)
@@ -139,17 +151,8 @@ def _clean(value: Any, depth: int) -> Any:
         return value
     if kind is dict or (kind is not list and kind is not tuple and isinstance(value, Mapping)):
         out: dict[Any, Any] | None = None
-        verdicts = _key_verdicts
         for k, v in value.items():
-            verdict = verdicts.get(k)
-            if verdict is None:
-                verdict = is_credential_key(k)
-            if verdict:
-                new: Any = REDACTED
-            elif k in HEADER_KWARGS and isinstance(v, Mapping):
-                new = redact_headers(v)
-            else:
-                new = _clean(v, depth + 1)
+            new = _clean_entry(k, v, depth + 1)
             if new is not v:
                 if out is None:
                     out = dict(value)
@@ -175,31 +178,15 @@ def redact_kwargs(content: Mapping[str, Any]) -> Mapping[str, Any]:
     The conversation kwargs are left as they are; everything else is walked.
     """
     out: dict[str, Any] | None = None
-    verdicts = _key_verdicts
     for k, v in content.items():
         if k in CONVERSATION_KWARGS:
             continue
-        verdict = verdicts.get(k)
-        if verdict is None:
-            verdict = is_credential_key(k)
-        if verdict:
-            new: Any = REDACTED
-        elif k in HEADER_KWARGS and isinstance(v, Mapping):
-            new = redact_headers(v)
-        elif type(v) is str:
-            new = REDACTED if v in _secrets else v
-        elif type(v) in _SCALARS:
-            continue
-        else:
-            new = _clean(v, 1)
+        new = _clean_entry(k, v, 1)
         if new is not v:
             if out is None:
                 out = dict(content)
             out[k] = new
     return out if out is not None else content
-
-
-_SCALARS = frozenset({int, float, bool, type(None)})
 
 
 def redacted_request(headers: Mapping[str, Any], content: Mapping[str, Any]) -> dict[str, Any]:

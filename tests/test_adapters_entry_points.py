@@ -4,7 +4,6 @@ convention before anything is recorded or sent, and a ``stream: True`` call is a
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,19 +14,8 @@ from relay_runtime import Recorder, adapters
 from relay_runtime import conventions as cv
 from relay_runtime.adapters import testing as t
 
-
-@pytest.fixture()
-def oa() -> Iterator[t.Scripted]:
-    scripted = t.scripted_openai()
-    yield scripted
-    scripted.client.close()
-
-
-@pytest.fixture()
-def an() -> Iterator[t.Scripted]:
-    scripted = t.scripted_anthropic()
-    yield scripted
-    scripted.client.close()
+# The ``oa`` / ``an`` fixtures: scripted OpenAI and Anthropic clients.
+pytest_plugins = ["adapters_support"]
 
 
 def test_complete_with_an_async_client_is_a_type_error_naming_acomplete(relay_turn, relay_events, oa, an) -> None:

@@ -13,19 +13,8 @@ from relay_runtime import conventions as cv
 from relay_runtime.adapters import dispatch
 from relay_runtime.adapters import testing as t
 
-
-@pytest.fixture()
-def oa() -> Iterator[t.Scripted]:
-    scripted = t.scripted_openai()
-    yield scripted
-    scripted.client.close()
-
-
-@pytest.fixture()
-def an() -> Iterator[t.Scripted]:
-    scripted = t.scripted_anthropic()
-    yield scripted
-    scripted.client.close()
+# The ``oa`` / ``an`` fixtures: scripted OpenAI and Anthropic clients.
+pytest_plugins = ["adapters_support"]
 
 
 def _editing(relay: Any, edit: Any) -> Any:

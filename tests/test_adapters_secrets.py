@@ -128,6 +128,8 @@ def test_tool_schemas_in_the_conversation_are_not_blanked() -> None:
     assert cleaned["tools"] is tools
     assert cleaned["extra_body"] == {"password": redaction.REDACTED}
     assert content["extra_body"] == {"password": "p" * 10}  # the caller's dicts are never edited
+    numeric = redaction.redact_kwargs({"model": "m", "extra_query": {"Password": 1234}, "secret": 99})
+    assert numeric == {"model": "m", "extra_query": {"Password": redaction.REDACTED}, "secret": redaction.REDACTED}
     plain = {"model": "m", "messages": [], "extra_body": {"n": 1}}
     assert redaction.redact_kwargs(plain) is plain  # nothing to hide: no copy
 

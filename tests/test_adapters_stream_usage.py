@@ -3,8 +3,6 @@ counted in ``relay.diagnostics()``, and ``include_usage=True`` (off by default) 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from relay_runtime import adapters
@@ -12,12 +10,8 @@ from relay_runtime import conventions as cv
 from relay_runtime.adapters import testing as t
 from relay_runtime.adapters.dispatch import STREAMS_WITHOUT_USAGE
 
-
-@pytest.fixture()
-def oa() -> Iterator[t.Scripted]:
-    scripted = t.scripted_openai()
-    yield scripted
-    scripted.client.close()
+# The ``oa`` / ``an`` fixtures: scripted OpenAI and Anthropic clients.
+pytest_plugins = ["adapters_support"]
 
 
 def _chat_stream(usage: dict | None = None) -> t.Reply:
