@@ -130,34 +130,45 @@ def redact_headers(headers: Mapping[Any, Any]) -> dict[str, Any]:
     return out
 
 
-def _clean_entry(key: Any, value: Any, depth: int) -> Any:
-    """The value to record under ``key``: blanked, header-cleaned, or walked."""
-    verdict = _key_verdicts.get(key)
-    if verdict is None:
-        verdict = is_credential_key(key)
-    if verdict:
-        return REDACTED
-    if key in HEADER_KWARGS and isinstance(value, Mapping):
-        return redact_headers(value)
-    return _clean(value, depth)
+# Values that hold nothing nested: only their key (or, for text, a remembered key's value) can make them a credential.
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+_NOTHING_SKIPPED: frozenset[str] = frozenset()
+
+
+def _clean_mapping(value: Mapping[Any, Any], depth: int, skip: frozenset[str]) -> Mapping[Any, Any]:
+    """``value`` itself when no entry needs cleaning, else a cleaned copy; keys in ``skip`` are kept as they are."""
+    out: dict[Any, Any] | None = None
+    verdicts = _key_verdicts
+    for k, v in value.items():
+        if k in skip:
+            continue
+        verdict = verdicts.get(k)
+        if verdict is None:
+            verdict = is_credential_key(k)
+        kind = type(v)
+        if verdict:
+            new: Any = REDACTED
+        elif kind in _LEAVES:
+            if kind is not str or v not in _secrets:
+                continue
+            new = REDACTED
+        else:
+            new = redact_headers(v) if k in HEADER_KWARGS and isinstance(v, Mapping) else _clean(v, depth + 1)
+            if new is v:
+                continue
+        if out is None:
+            out = dict(value)
+        out[k] = new
+    return value if out is None else out
 
 
 def _clean(value: Any, depth: int) -> Any:
     """``value`` itself when nothing in it is a credential, else a cleaned copy (containers only)."""
     kind = type(value)
-    if kind is str:
-        return REDACTED if value in _secrets else value
+    if kind in _LEAVES:
+        return REDACTED if kind is str and value in _secrets else value
     if depth > 64:  # a self-referencing structure: stop, it cannot be encoded anyway
         return value
-    if kind is dict or (kind is not list and kind is not tuple and isinstance(value, Mapping)):
-        out: dict[Any, Any] | None = None
-        for k, v in value.items():
-            new = _clean_entry(k, v, depth + 1)
-            if new is not v:
-                if out is None:
-                    out = dict(value)
-                out[k] = new
-        return out if out is not None else value
     if kind is list or kind is tuple:
         items: list[Any] | None = None
         for i, v in enumerate(value):
@@ -169,6 +180,8 @@ def _clean(value: Any, depth: int) -> Any:
         if items is None:
             return value
         return items if kind is list else tuple(items)
+    if kind is dict or isinstance(value, Mapping):
+        return _clean_mapping(value, depth, _NOTHING_SKIPPED)
     return value
 
 
@@ -177,16 +190,7 @@ def redact_kwargs(content: Mapping[str, Any]) -> Mapping[str, Any]:
 
     The conversation kwargs are left as they are; everything else is walked.
     """
-    out: dict[str, Any] | None = None
-    for k, v in content.items():
-        if k in CONVERSATION_KWARGS:
-            continue
-        new = _clean_entry(k, v, 1)
-        if new is not v:
-            if out is None:
-                out = dict(content)
-            out[k] = new
-    return out if out is not None else content
+    return _clean_mapping(content, 0, CONVERSATION_KWARGS)
 
 
 def redacted_request(headers: Mapping[str, Any], content: Mapping[str, Any]) -> dict[str, Any]:

@@ -126,13 +126,12 @@ class AnnotatedLLMRequest:
     def changes_since(self, before: AnnotatedLLMRequest) -> dict[str, Any]:
         """Fields that differ from ``before``; the two params dicts map each changed key, ``REMOVED`` for deletions."""
         changed: dict[str, Any] = {}
-        for f in fields(self):
-            name = f.name
-            if name in ("provider", "operation"):
-                continue
+        for name in _COMPARED:
             now, then = getattr(self, name), getattr(before, name)
             if name in _KEYED:
                 now, then = now or {}, then or {}
+                if now == then:
+                    continue
                 delta = {k: v for k, v in now.items() if k not in then or then[k] != v}
                 delta.update({k: REMOVED for k in then if k not in now})
                 if delta:
@@ -143,6 +142,9 @@ class AnnotatedLLMRequest:
 
 
 _KEYED = ("params", "provider_params")
+# What an intercept may change (provider and operation describe the codec, not the request);
+# computed once: ``dataclasses.fields()`` rebuilds its tuple on every call.
+_COMPARED = tuple(f.name for f in fields(AnnotatedLLMRequest) if f.name not in ("provider", "operation"))
 
 
 class _Removed:
