@@ -14,7 +14,7 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from types import MappingProxyType, MethodType
+from types import MethodType
 from typing import Any
 
 from relay_runtime import auxiliary, calls, redaction, session
@@ -158,11 +158,9 @@ def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, entry:
 
 
 def _kwargs_of(request: LLMRequest) -> dict[str, Any]:
-    content = request.content
-    # An LLMRequest keeps its content in a read-only proxy of a private dict: copying the
-    # dict underneath is several times cheaper than rebuilding one from the proxy.
-    kwargs = content.copy() if type(content) is MappingProxyType else dict(content)
-    headers = request.headers
+    # A shallow copy: ``request.content`` (a deep one, for intercepts to edit) costs more.
+    kwargs = request.kwargs()
+    headers = request.raw_headers()
     if headers:
         # Headers an intercept added travel as extra_headers, over any the caller gave.
         kwargs["extra_headers"] = {**(kwargs.get("extra_headers") or {}), **headers}
@@ -250,10 +248,11 @@ def _stream_usage(api: Api, request: LLMRequest, include_usage: bool) -> tuple[L
     """
     if api.mode != CHAT_COMPLETIONS:
         return request, api.codec  # the Responses API and Anthropic always report usage
-    options = request.content.get("stream_options")
+    content = request.raw_content()
+    options = content.get("stream_options")
     if include_usage and not (isinstance(options, Mapping) and options.get("include_usage")):
         merged = {**options, "include_usage": True} if isinstance(options, Mapping) else {"include_usage": True}
-        return request.replace(content={**request.content, "stream_options": merged}), api.codec
+        return request.replace(content={**content, "stream_options": merged}), api.codec
     turn = session.managed_turn()
     if turn is None or not isinstance(api.codec, OpenAIChatCodec):
         return request, api.codec
