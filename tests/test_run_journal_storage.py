@@ -338,8 +338,8 @@ def test_summary_is_cached_by_file_signature_and_copied(tmp_path, monkeypatch):
     writer = RunJournalWriter("s", "r", session_dir=tmp_path)
     writer.append_sse_event("token", {"text": "a"})
     reads = []
-    real = journal_module.read_all
-    monkeypatch.setattr(journal_module, "read_all", lambda *a: reads.append(1) or real(*a))
+    real = journal_module.summarize_file
+    monkeypatch.setattr(journal_module, "summarize_file", lambda *a: reads.append(1) or real(*a))
     first = latest_run_summary("s", "r", session_dir=tmp_path)
     second = latest_run_summary("s", "r", session_dir=tmp_path)
     assert first == second and first is not second and len(reads) == 1
@@ -355,7 +355,7 @@ def test_summary_read_that_raced_an_append_is_not_cached(tmp_path, monkeypatch):
     writer = RunJournalWriter("s", "r", session_dir=tmp_path)
     writer.append_sse_event("token", {"text": "a"})
     path = run_journal._run_path("s", "r", session_dir=tmp_path)
-    real = journal_module.read_all
+    real = journal_module.summarize_file
     raced = []
 
     def racing_read(*args: Any) -> Any:
@@ -364,7 +364,7 @@ def test_summary_read_that_raced_an_append_is_not_cached(tmp_path, monkeypatch):
             writer.append_sse_event("token", {"text": "b"})  # lands between the stat and the read
         return real(*args)
 
-    monkeypatch.setattr(journal_module, "read_all", racing_read)
+    monkeypatch.setattr(journal_module, "summarize_file", racing_read)
     before = os.stat(path)
     summary = latest_run_summary("s", "r", session_dir=tmp_path)
     assert summary is not None and summary["last_assistant_text"] == "ab"
