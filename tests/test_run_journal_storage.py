@@ -282,6 +282,17 @@ def test_no_journal_reads_empty(tmp_path):
         ("apperror", {"type": "provider_error"}, "errored"),
         ("error", "not an object", "errored"),
         ("apperror", {}, "errored"),
+        # As the web UI: a completion's own terminal_state, and error types in any case or spacing.
+        ("done", {"terminal_state": "tool_limit_reached"}, "tool_limit_reached"),
+        ("stream_end", {"terminal_state": " Tool_Limit_Reached\n"}, "tool_limit_reached"),
+        ("done", {"terminal_state": "errored"}, "completed"),
+        ("done", {"terminal_state": "interrupted-by-user"}, "completed"),
+        ("done", {"terminal_state": 7}, "completed"),
+        ("apperror", {"type": " Cancelled "}, "interrupted-by-user"),
+        ("error", {"type": "CANCELED"}, "interrupted-by-user"),
+        ("apperror", {"type": "Interrupted\t"}, "interrupted-by-crash"),
+        ("apperror", {"type": " TOOL_LIMIT_REACHED"}, "tool_limit_reached"),
+        ("apperror", {"type": ["cancelled"]}, "errored"),
     ],
 )
 def test_terminal_states(tmp_path, event, payload, state):
