@@ -1,15 +1,19 @@
-"""``relay-runtime journal show|tail SESSION RUN``: read a run's journal from the terminal."""
+"""``relay-runtime journal show|tail SESSION RUN``: read a run's journal; ``journal serve``: serve them over HTTP."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import os
+import signal
 import sys
 from typing import Any, TextIO
 
 from . import paths
 from .store import FileStore, RunJournalStore
+
+TOKEN_ENV = "RELAY_JOURNAL_TOKEN"  # a token on the command line would be visible to every user in ps
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -24,6 +28,16 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--after-seq", type=int, default=0, help="only rows after this seq")
         sub.add_argument("--json", action="store_true", help="print rows as raw JSON lines")
     show.add_argument("--no-summary", action="store_true")
+    serve = commands.add_parser(
+        "serve", help=f"serve run snapshots and SSE over HTTP (bearer token from ${TOKEN_ENV}, if set)"
+    )
+    serve.add_argument("--session-dir", help="the sessions directory (default: $RELAY_HOME/sessions)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8765, help="0 picks a free port")
+    serve.add_argument("--heartbeat", type=float, default=15.0, help="seconds between keepalives on a quiet stream")
+    serve.add_argument(
+        "--write-timeout", type=float, default=30.0, help="drop an SSE client that accepts nothing for this long"
+    )
     tail.add_argument("--poll", type=float, default=0.1, help="seconds between checks for new rows")
     tail.add_argument("--timeout", type=float, default=None, help="give up (exit 1) after this many seconds")
     return parser
@@ -79,9 +93,45 @@ def _tail(args: argparse.Namespace, store: RunJournalStore) -> int:
     return 0
 
 
+async def _serve(args: argparse.Namespace, store: RunJournalStore) -> None:
+    from aiohttp import web
+
+    from .routes import create_app
+
+    app = create_app(
+        store=store,
+        heartbeat=args.heartbeat,
+        write_timeout=args.write_timeout,
+        bearer_token=os.environ.get(TOKEN_ENV) or None,
+    )
+    runner = web.AppRunner(app, handle_signals=False)
+    await runner.setup()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        site = web.TCPSite(runner, args.host, args.port)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        print(f"relay-runtime journal: serving {store!r} on http://{host}:{port}", flush=True)
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
 def main(argv: list[str] | None = None, *, store: RunJournalStore | None = None) -> int:
     """Run the command; ``store`` reads another store than the file store ``--session-dir`` names."""
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command == "serve":
+        if store is None:
+            store = FileStore(args.session_dir)
+        try:
+            asyncio.run(_serve(args, store))
+        except (OSError, ValueError) as exc:
+            print(f"relay-runtime journal: cannot serve: {exc}", file=sys.stderr)
+            return 2
+        return 0
     if not (paths.valid_id(args.session_id) and paths.valid_id(args.run_id)):
         print(
             "relay-runtime journal: invalid session_id/run_id (1-200 characters of A-Z a-z 0-9 _ . -, not '.' or '..')",

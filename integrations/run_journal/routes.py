@@ -194,7 +194,10 @@ async def _snapshot_handler(request: web.Request) -> web.Response:
 
 
 async def _stats_handler(request: web.Request) -> web.Response:
-    return web.json_response({**request.app[STATS], "rows_truncated": STORAGE_COUNTS["journal.truncated"]})
+    stats = request.app[STATS]
+    body = {key: stats[key] for key in stats}
+    body["rows_truncated"] = STORAGE_COUNTS["journal.truncated"]
+    return web.json_response(body)
 
 
 # ASCII digits only, and few enough to be a seq: ``isdigit()`` also accepts "²", which int() refuses,
