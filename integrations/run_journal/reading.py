@@ -31,6 +31,16 @@ _PREFIX_BYTES = 512
 Line = tuple[int, bytes | None, bool, int]
 
 
+class RawRow(dict[str, Any]):
+    """A row that keeps the exact line it was read from, so a server can send it on without encoding it again."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, row: dict[str, Any], raw: bytes) -> None:
+        super().__init__(row)
+        self.raw = raw
+
+
 def parse_line(line: bytes) -> tuple[dict[str, Any] | None, str | None]:
     """``(row, None)`` for a journal row, ``(None, reason)`` for anything else."""
     try:
@@ -166,7 +176,7 @@ def read_page(
         if row is None:
             bad += 1
         elif row["seq"] > after_seq:
-            rows.append(row)
+            rows.append(RawRow(row, line) if line is not None else row)
             taken += len(line or b"")
             if taken >= max_bytes:
                 break

@@ -241,8 +241,13 @@ def _sse_message(row: dict[str, Any]) -> bytes:
     lines = [f"id: {row['run_id']}:{row['seq']}"]
     if isinstance(event, str) and event and "\n" not in event and "\r" not in event:
         lines.append(f"event: {event}")
-    lines.append("data: " + _dumps(row))
-    return ("\n".join(lines) + "\n\n").encode("utf-8", "backslashreplace")
+    head = ("\n".join(lines) + "\ndata: ").encode("utf-8", "backslashreplace")
+    # The line the row was read from is already compact JSON: send it as it is, unless a CR
+    # (JSON whitespace, but an SSE line break) is in it.
+    raw = getattr(row, "raw", None)
+    if isinstance(raw, bytes) and b"\r" not in raw:
+        return b"".join((head, raw, b"\n\n"))
+    return head + _dumps(row).encode() + b"\n\n"
 
 
 _PIECE = 64 * 1024  # what one write hands the transport: a stalled reader holds about this much
@@ -313,6 +318,12 @@ async def _events_handler(request: web.Request) -> web.StreamResponse:
     except ConnectionError:
         stats["sse_disconnected"] += 1
         log.debug("run journal: SSE client of run %s went away", run_id)
+    except asyncio.CancelledError:
+        # The server cancels a handler whose connection was lost while it waited, or when it shuts down.
+        gone = request.transport is None or request.transport.is_closing()
+        stats["sse_disconnected" if gone else "sse_cancelled"] += 1
+        log.debug("run journal: SSE stream of run %s cancelled: %s", run_id, "client went away" if gone else "stopping")
+        raise
     finally:
         stats["sse_open"] -= 1
         aclose = getattr(rows_iter, "aclose", None)  # an async generator: end it here, not at garbage collection
