@@ -45,7 +45,7 @@ class ServerProcess:
         )
         assert self.proc.stdout is not None
         line = LineReader(self.proc.stdout).next(timeout=30)
-        self.url = line.rsplit(" on ", 1)[1].strip()
+        self.url = line.rsplit(" at ", 1)[1].strip().rstrip("/")
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -1,4 +1,4 @@
-"""``relay-runtime journal show|tail SESSION RUN``: read a run's journal; ``journal serve``: serve them over HTTP."""
+"""``relay-runtime journal show|tail SESSION RUN`` reads a run's journal; ``journal serve`` shows runs in a browser."""
 
 from __future__ import annotations
 
@@ -6,14 +6,11 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import sys
 from typing import Any, TextIO
 
 from . import paths
 from .store import FileStore, RunJournalStore
-
-TOKEN_ENV = "RELAY_JOURNAL_TOKEN"  # a token on the command line would be visible to every user in ps
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,17 +24,24 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--session-dir", help="the sessions directory (default: $RELAY_HOME/sessions)")
         sub.add_argument("--after-seq", type=int, default=0, help="only rows after this seq")
         sub.add_argument("--json", action="store_true", help="print rows as raw JSON lines")
-    show.add_argument("--no-summary", action="store_true")
     serve = commands.add_parser(
-        "serve", help=f"serve run snapshots and SSE over HTTP (bearer token from ${TOKEN_ENV}, if set)"
+        "serve",
+        help="serve the journal's HTTP routes and a page that lists runs and follows one live",
+        description="Serve the run page (/) and the journal's snapshot and SSE routes.",
     )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
+    serve.add_argument("--port", type=int, default=8766, help="port (default 8766; 0 picks a free one)")
     serve.add_argument("--session-dir", help="the sessions directory (default: $RELAY_HOME/sessions)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8765, help="0 picks a free port")
+    serve.add_argument(
+        "--token",
+        default=os.environ.get("RELAY_JOURNAL_TOKEN"),
+        help="require this token (default: $RELAY_JOURNAL_TOKEN); the page asks for it once",
+    )
     serve.add_argument("--heartbeat", type=float, default=15.0, help="seconds between keepalives on a quiet stream")
     serve.add_argument(
         "--write-timeout", type=float, default=30.0, help="drop an SSE client that accepts nothing for this long"
     )
+    show.add_argument("--no-summary", action="store_true")
     tail.add_argument("--poll", type=float, default=0.1, help="seconds between checks for new rows")
     tail.add_argument("--timeout", type=float, default=None, help="give up (exit 1) after this many seconds")
     return parser
@@ -84,6 +88,70 @@ async def _follow(args: argparse.Namespace, store: RunJournalStore) -> None:
             await aclose()
 
 
+def _serve(args: argparse.Namespace, store: RunJournalStore | None) -> int:
+    from aiohttp import web
+
+    from .routes import create_app
+
+    if not 0 <= args.port <= 65535:
+        print("relay-runtime journal serve: --port must be 0-65535", file=sys.stderr)
+        return 2
+    if args.token == "":
+        print("relay-runtime journal serve: --token must not be empty", file=sys.stderr)
+        return 2
+    if args.host not in _LOOPBACK and not args.token:
+        print(
+            f"relay-runtime journal serve: warning: {args.host} is reachable beyond this machine and no --token"
+            " is set: anyone who can reach it reads every run",
+            file=sys.stderr,
+        )
+    try:
+        app = create_app(
+            store=store or FileStore(args.session_dir),
+            bearer_token=args.token,
+            page=True,
+            heartbeat=args.heartbeat,
+            write_timeout=args.write_timeout,
+        )
+    except ValueError as exc:
+        print(f"relay-runtime journal serve: {exc}", file=sys.stderr)
+        return 2
+
+    return _run(web.AppRunner(app), args.host, args.port)
+
+
+_LOOPBACK = frozenset(("127.0.0.1", "localhost", "::1"))
+
+
+def _run(runner: Any, host: str, port: int) -> int:
+    import asyncio
+    import signal
+
+    from aiohttp import web
+
+    async def serve() -> None:
+        await runner.setup()
+        await web.TCPSite(runner, host, port).start()
+        for address in runner.addresses:  # the real port, also when --port 0 picked one
+            name = f"[{address[0]}]" if ":" in address[0] else address[0]
+            print(f"relay-runtime journal: serving runs at http://{name}:{address[1]}/", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await stop.wait()
+        finally:
+            await runner.cleanup()
+
+    try:
+        asyncio.run(serve())
+    except OSError as exc:
+        print(f"relay-runtime journal serve: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _tail(args: argparse.Namespace, store: RunJournalStore) -> int:
     try:
         asyncio.run(asyncio.wait_for(_follow(args, store), args.timeout))
@@ -93,45 +161,11 @@ def _tail(args: argparse.Namespace, store: RunJournalStore) -> int:
     return 0
 
 
-async def _serve(args: argparse.Namespace, store: RunJournalStore) -> None:
-    from aiohttp import web
-
-    from .routes import create_app
-
-    app = create_app(
-        store=store,
-        heartbeat=args.heartbeat,
-        write_timeout=args.write_timeout,
-        bearer_token=os.environ.get(TOKEN_ENV) or None,
-    )
-    runner = web.AppRunner(app, handle_signals=False)
-    await runner.setup()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-    try:
-        site = web.TCPSite(runner, args.host, args.port)
-        await site.start()
-        host, port = runner.addresses[0][:2]
-        print(f"relay-runtime journal: serving {store!r} on http://{host}:{port}", flush=True)
-        await stop.wait()
-    finally:
-        await runner.cleanup()
-
-
 def main(argv: list[str] | None = None, *, store: RunJournalStore | None = None) -> int:
     """Run the command; ``store`` reads another store than the file store ``--session-dir`` names."""
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     if args.command == "serve":
-        if store is None:
-            store = FileStore(args.session_dir)
-        try:
-            asyncio.run(_serve(args, store))
-        except (OSError, ValueError) as exc:
-            print(f"relay-runtime journal: cannot serve: {exc}", file=sys.stderr)
-            return 2
-        return 0
+        return _serve(args, store)
     if not (paths.valid_id(args.session_id) and paths.valid_id(args.run_id)):
         print(
             "relay-runtime journal: invalid session_id/run_id (1-200 characters of A-Z a-z 0-9 _ . -, not '.' or '..')",

@@ -22,6 +22,7 @@ from aiohttp import web
 
 from . import paths
 from .journal import read_run_events
+from .page import COOKIE, add_page, cookie_value, is_public
 from .states import summarize
 from .storage import COUNTS as STORAGE_COUNTS
 from .store import FileStore, RunJournalStore
@@ -112,6 +113,7 @@ def create_app(
     heartbeat: float = 15.0,
     write_timeout: float = 30.0,
     bearer_token: str | None = None,
+    page: bool = False,
 ) -> web.Application:
     """``GET /runs/{run_id}`` (snapshot), ``GET /runs/{run_id}/events`` (SSE) and ``GET /stats`` (counters).
 
@@ -121,6 +123,7 @@ def create_app(
     is dropped (and counted): a reader that stopped reading holds no more than one piece.
     With ``bearer_token`` every request must carry ``Authorization: Bearer <token>`` (else 401):
     rows hold what the assistant said, so anything beyond loopback should set one.
+    With ``page`` it also serves the run page (``/``, ``/ui/...``, ``/api/runs``; see ``page.py``).
     """
     if bearer_token is not None and not bearer_token:
         raise ValueError("bearer_token must be a non-empty string (or None for no auth)")
@@ -140,6 +143,8 @@ def create_app(
     app.router.add_get("/runs/{run_id}", _snapshot_handler)
     app.router.add_get("/runs/{run_id}/events", _events_handler)
     app.router.add_get("/stats", _stats_handler)
+    if page:
+        add_page(app, store=store, token=bearer_token)
     return app
 
 
@@ -150,18 +155,20 @@ def _unauthorized() -> web.Response:
 
 
 def _bearer_guard(token: str) -> Any:
-    # Only the digest is kept, and digests are compared in constant time.
+    # Only digests are kept, and digests are compared in constant time. The run page's cookie
+    # (traded for the token at /ui/login: EventSource cannot send a header) counts as the token.
     expected = hashlib.sha256(token.encode()).digest()
+    expected_cookie = hashlib.sha256(cookie_value(token).encode()).digest()
 
     @web.middleware
     async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
         scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
-        try:
-            # Header bytes that are not UTF-8 arrive as surrogate escapes: they are no token of ours.
-            digest = hashlib.sha256(presented.strip().encode("utf-8")).digest()
-        except UnicodeEncodeError:
-            return _unauthorized()
-        if scheme.lower() != "bearer" or not hmac.compare_digest(digest, expected):
+        digest = hashlib.sha256(presented.strip().encode("utf-8", "surrogateescape")).digest()
+        cookie = hashlib.sha256(request.cookies.get(COOKIE, "").encode("utf-8", "surrogateescape")).digest()
+        allowed = (scheme.lower() == "bearer" and hmac.compare_digest(digest, expected)) or hmac.compare_digest(
+            cookie, expected_cookie
+        )
+        if not allowed and not is_public(request.path):
             return _unauthorized()
         response: web.StreamResponse = await handler(request)
         return response
