@@ -209,3 +209,21 @@ async def test_stalled_readers_are_dropped_after_the_write_timeout(tmp_path):
             for sock in stalled:
                 sock.close()
     assert peak - idle < 60 * 1024, f"server grew by {(peak - idle) / 1024:.0f} MiB"
+
+
+@pytest.mark.asyncio
+async def test_sigterm_stops_a_server_with_live_and_stalled_streams(tmp_path):
+    write_run(tmp_path, "live", 2_000_000, done=False)  # a run that never ends: its streams never end either
+    with ServerProcess(tmp_path) as srv:
+        stalled = [stalled_reader(srv.url, "/runs/live/events") for _ in range(3)]
+        try:
+            async with aiohttp.ClientSession(base_url=srv.url, timeout=TIMEOUT) as client:
+                resp = await client.get("/runs/live/events")
+                assert (await asyncio.wait_for(resp.content.readline(), 10)).startswith(b"id: live:1")
+                await asyncio.sleep(0.5)
+                started = time.monotonic()
+                assert await asyncio.to_thread(srv.stop, 20) == 0
+                assert time.monotonic() - started < 10
+        finally:
+            for sock in stalled:
+                sock.close()

@@ -38,6 +38,8 @@ HEARTBEAT: web.AppKey[float] = web.AppKey("run_journal_heartbeat", float)
 WRITE_TIMEOUT: web.AppKey[float] = web.AppKey("run_journal_write_timeout", float)
 # SSE clients open, completed, dropped for not reading, gone away: for operators and tests.
 STATS: web.AppKey[Counter[str]] = web.AppKey("run_journal_stats")
+# The tasks serving SSE streams: a stream on a live run never ends by itself, so shutdown ends them.
+STREAMS: web.AppKey[set[asyncio.Task[Any]]] = web.AppKey("run_journal_streams")
 log = logging.getLogger(__name__)
 
 
@@ -140,6 +142,9 @@ def create_app(
     app[WRITE_TIMEOUT] = float(write_timeout)
     stats: Counter[str] = Counter()
     app[STATS] = stats
+    streams: set[asyncio.Task[Any]] = set()
+    app[STREAMS] = streams
+    app.on_shutdown.append(_end_streams)
     app.router.add_get("/runs/{run_id}", _snapshot_handler)
     app.router.add_get("/runs/{run_id}/events", _events_handler)
     app.router.add_get("/stats", _stats_handler)
@@ -294,6 +299,12 @@ async def _send(response: web.StreamResponse, data: Any, timeout: float) -> None
         raise _SlowClient from None
 
 
+async def _end_streams(app: web.Application) -> None:
+    streams = app[STREAMS]
+    for task in [*streams]:
+        task.cancel()
+
+
 async def _events_handler(request: web.Request) -> web.StreamResponse:
     run_id, session_id = _request_ids(request)
     store = request.app[STORE]
@@ -307,6 +318,10 @@ async def _events_handler(request: web.Request) -> web.StreamResponse:
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )
     rows_iter = store.follow(session_id, run_id, after_seq=cursor, idle=request.app[HEARTBEAT])
+    task = asyncio.current_task()
+    streams = request.app[STREAMS]
+    if task is not None:
+        streams.add(task)
     stats["sse_open"] += 1
     try:
         await response.prepare(request)
@@ -332,6 +347,8 @@ async def _events_handler(request: web.Request) -> web.StreamResponse:
         log.debug("run journal: SSE stream of run %s cancelled: %s", run_id, "client went away" if gone else "stopping")
         raise
     finally:
+        if task is not None:
+            streams.discard(task)
         stats["sse_open"] -= 1
         aclose = getattr(rows_iter, "aclose", None)  # an async generator: end it here, not at garbage collection
         if aclose is not None:
