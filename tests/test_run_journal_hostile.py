@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -200,3 +201,36 @@ async def test_a_client_that_goes_away_is_a_debug_line_not_an_error(tmp_path, ca
     errors = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert errors == [], [r.getMessage() for r in errors]
     assert any("went away" in r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG)
+
+
+@pytest.mark.asyncio
+async def test_snapshots_read_whole_runs_two_at_a_time(tmp_path, monkeypatch):
+    from relay_runtime.integrations.run_journal import routes
+
+    finished_run(tmp_path)
+    running, most = 0, 0
+    real = routes._live_snapshot
+
+    def counted(*args: object) -> object:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        try:
+            time.sleep(0.05)
+            return real(*args)  # type: ignore[arg-type]
+        finally:
+            running -= 1
+
+    monkeypatch.setattr(routes, "_live_snapshot", counted)
+    async with (
+        TestServer(create_app(session_dir=tmp_path), host="127.0.0.1") as srv,
+        aiohttp.ClientSession(base_url=srv.make_url(""), timeout=TIMEOUT) as client,
+    ):
+
+        async def one() -> int:
+            async with client.get("/runs/run-a") as resp:
+                await resp.read()
+                return resp.status
+
+        assert await asyncio.gather(*(one() for _ in range(12))) == [200] * 12
+    assert most == 2

@@ -38,6 +38,9 @@ HEARTBEAT: web.AppKey[float] = web.AppKey("run_journal_heartbeat", float)
 WRITE_TIMEOUT: web.AppKey[float] = web.AppKey("run_journal_write_timeout", float)
 # SSE clients open, completed, dropped for not reading, gone away: for operators and tests.
 STATS: web.AppKey[Counter[str]] = web.AppKey("run_journal_stats")
+# A snapshot reads its whole run into memory: only this many at once, however many clients ask.
+SNAPSHOT_SLOTS: web.AppKey[asyncio.Semaphore] = web.AppKey("run_journal_snapshot_slots")
+_SNAPSHOTS_AT_ONCE = 2
 # The tasks serving SSE streams: a stream on a live run never ends by itself, so shutdown ends them.
 STREAMS: web.AppKey[set[asyncio.Task[Any]]] = web.AppKey("run_journal_streams")
 log = logging.getLogger(__name__)
@@ -142,6 +145,7 @@ def create_app(
     app[WRITE_TIMEOUT] = float(write_timeout)
     stats: Counter[str] = Counter()
     app[STATS] = stats
+    app[SNAPSHOT_SLOTS] = asyncio.Semaphore(_SNAPSHOTS_AT_ONCE)
     streams: set[asyncio.Task[Any]] = set()
     app[STREAMS] = streams
     app.on_shutdown.append(_end_streams)
@@ -199,10 +203,16 @@ def _request_ids(request: web.Request) -> tuple[str, str | None]:
 
 async def _snapshot_handler(request: web.Request) -> web.Response:
     run_id, session_id = _request_ids(request)
-    result = await asyncio.to_thread(_live_snapshot, request.app[STORE], run_id, session_id)
-    if result is None:
-        raise _not_found(run_id)
-    return web.json_response(result, dumps=_dumps)
+    # The slot is held until the answer is sent: its body (the run's last text) can be as large as the run.
+    async with request.app[SNAPSHOT_SLOTS]:
+        result = await asyncio.to_thread(_live_snapshot, request.app[STORE], run_id, session_id)
+        if result is None:
+            raise _not_found(run_id)
+        response = web.json_response(result, dumps=_dumps)
+        del result
+        await response.prepare(request)
+        await asyncio.wait_for(response.write_eof(), request.app[WRITE_TIMEOUT])
+    return response
 
 
 async def _stats_handler(request: web.Request) -> web.Response:
