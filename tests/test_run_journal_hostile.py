@@ -6,27 +6,16 @@ import asyncio
 import logging
 import socket
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
-import pytest_asyncio
 from aiohttp.test_utils import TestServer
 from test_run_journal_http import TIMEOUT, LiveRun, read_sse, rows_only
+from test_run_journal_http import server as server  # the same fixture: a real server on loopback
 
 from relay_runtime.integrations.run_journal import RunJournalWriter, append_run_event
 from relay_runtime.integrations.run_journal.routes import STATS, create_app
-
-
-@pytest_asyncio.fixture
-async def server(tmp_path: Path) -> AsyncIterator[TestServer]:
-    srv = TestServer(create_app(session_dir=tmp_path, poll_interval=0.01, heartbeat=0.2), host="127.0.0.1")
-    await srv.start_server()
-    try:
-        yield srv
-    finally:
-        await srv.close()
 
 
 def finished_run(tmp_path: Path, tokens: int = 4) -> list[str]:
