@@ -227,3 +227,20 @@ async def test_sigterm_stops_a_server_with_live_and_stalled_streams(tmp_path):
         finally:
             for sock in stalled:
                 sock.close()
+
+
+def test_writers_with_different_caps_share_one_sequence(tmp_path):
+    big = FileStore(tmp_path, max_row_bytes=2 * MiB)
+    small = FileStore(tmp_path, max_row_bytes=64 * 1024)
+    big.append("s", "r", "token", {"text": "a"})
+    big.append("s", "r", "tool", {"args": "x" * MiB})  # whole under its writer's cap
+    row = small.append("s", "r", "token", {"text": "b"})
+    assert row["seq"] == 3  # not 2: the long row was seen although it is over this writer's cap
+    # A long torn line at the end is passed over to the last valid row, read once.
+    path = tmp_path / "_run_journal" / "s" / "r.jsonl"
+    with open(path, "ab") as f:
+        f.write(b'{"version":1,"event_id":"r:4","seq":4,' + b"g" * 20 * MiB)
+    started = time.monotonic()
+    assert RunJournalWriter("s", "r", session_dir=tmp_path).append_sse_event("done", {})["seq"] == 4
+    assert time.monotonic() - started < 5
+    assert [r["seq"] for r in big.read("s", "r")["events"]] == [1, 2, 3, 4]

@@ -211,6 +211,20 @@ def _line_seq(f: IO[bytes], start: int, end: int, max_line: int) -> int | None:
     return row["seq"] if row is not None else None
 
 
+def last_row_seq(f: IO[bytes], size: int, max_line: int) -> int:
+    """The seq of the file's last valid row (0 if none), read backwards; lines over the cap are skipped unread."""
+    end = size
+    for nl in itertools.chain(_newlines_backward(f, size), (-1,)):
+        start = nl + 1
+        if start < end <= start + max_line + 1:  # + 1: the line's own newline
+            f.seek(start)
+            row, _ = parse_line(f.read(end - start))
+            if row is not None:
+                return int(row["seq"])
+        end = start
+    return 0
+
+
 def offset_after(path: str | os.PathLike[str], after_seq: int, *, max_line: int) -> int:
     """Where the first line after the row with ``seq == after_seq`` (or the last row before it) starts."""
     if after_seq <= 0:

@@ -20,7 +20,7 @@ from typing import Any
 
 from . import paths
 from .listing import add_to_index, index_entry
-from .reading import parse_line
+from .reading import last_row_seq
 from .states import TERMINAL_STATES, terminal_state
 
 VERSION = 1
@@ -28,11 +28,11 @@ FSYNC_ENV = "RELAY_JOURNAL_FSYNC"
 FSYNC_TERMINAL = "terminal"  # terminal rows only (and the directory when the file is created)
 FSYNC_EAGER = "eager"  # every row
 _FSYNC_POLICIES = (FSYNC_TERMINAL, FSYNC_EAGER)
-_TAIL_BLOCK = 4096
 _MAX_OPEN = 64
 MAX_ROW_ENV = "RELAY_JOURNAL_MAX_ROW_BYTES"
 DEFAULT_MAX_ROW_BYTES = 8 * 1024 * 1024
 MIN_MAX_ROW_BYTES = 16 * 1024
+_SEED_SCAN_MAX = 256 * 1024 * 1024  # the longest line read to learn a run's last seq
 MAX_EVENT_LENGTH = 256
 _ROW_OVERHEAD = 1024  # everything in a row but its payload, with ids and event name at their longest
 _PREVIEW_CHARS = 4096
@@ -127,7 +127,7 @@ class _RunFile:
         self._size = -1
         self._last_seq = 0
 
-    def append(self, run_id: str, tail: str, seq: int | None, sync: bool) -> int:
+    def append(self, run_id: str, tail: str, seq: int | None, sync: bool, cap: int = DEFAULT_MAX_ROW_BYTES) -> int:
         """Write ``tail`` (everything after the seq) as the run's next row; return its seq."""
         with self._lock:
             while True:
@@ -138,7 +138,7 @@ class _RunFile:
                     # Removed or replaced under us (rename over it drops its last link too):
                     # locking the old inode would exclude nobody, so reopen by name.
                     if st.st_nlink:
-                        return self._append_locked(fd, st, run_id, tail, seq, sync)
+                        return self._append_locked(fd, st, run_id, tail, seq, sync, cap)
                 finally:
                     fcntl.flock(fd, fcntl.LOCK_UN)
                 self._close()
@@ -152,10 +152,12 @@ class _RunFile:
         if self._fd >= 0:
             os.close(self._fd)
 
-    def _append_locked(self, fd: int, st: os.stat_result, run_id: str, tail: str, seq: int | None, sync: bool) -> int:
+    def _append_locked(
+        self, fd: int, st: os.stat_result, run_id: str, tail: str, seq: int | None, sync: bool, cap: int
+    ) -> int:
         if st.st_ino != self._ino or st.st_size != self._size:
             self._ino = st.st_ino
-            self._last_seq, torn = _scan_tail(fd, st.st_size)
+            self._last_seq, torn = _scan_tail(fd, st.st_size, cap)
         else:
             torn = False
         next_seq = self._last_seq + 1
@@ -210,27 +212,15 @@ class _RunFile:
             os.close(fd)
 
 
-def _scan_tail(fd: int, size: int) -> tuple[int, bool]:
+def _scan_tail(fd: int, size: int, cap: int) -> tuple[int, bool]:
     """(last valid seq, whether the file ends in a torn line) read backwards from the end."""
     if size == 0:
         return 0, False
     torn = os.pread(fd, 1, size - 1) != b"\n"
-    end = size
-    block = _TAIL_BLOCK
-    pending = b""  # the beginning of the next line, when it started before this block
-    while end > 0:
-        start = max(0, end - block)
-        data = os.pread(fd, end - start, start) + pending
-        lines = data.split(b"\n")
-        pending = lines[0] if start > 0 else b""
-        for line in reversed(lines if start == 0 else lines[1:]):
-            if line.strip():
-                row, _ = parse_line(line)
-                if row is not None:
-                    return row["seq"], torn
-        end = start
-        block = min(block * 2, 1 << 20)
-    return 0, torn
+    # Rows over this writer's cap are still read whole: another writer may have a larger cap, and
+    # skipping its last row would hand out its seq again. Only lines no writer could make are skipped.
+    with open(fd, "rb", buffering=0, closefd=False) as f:
+        return last_row_seq(f, size, max(cap, _SEED_SCAN_MAX)), torn
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -373,7 +363,7 @@ def append_to(
         f',"created_at":{_encode_time(created_at)},"terminal":{"false" if state is None else "true"}'
         f',"terminal_state":{_STATE_JSON[state]},"payload":{body}}}\n'
     )
-    seq = run_file.append(run_id, tail, seq, state is not None or policy == FSYNC_EAGER)
+    seq = run_file.append(run_id, tail, seq, state is not None or policy == FSYNC_EAGER, cap)
     return {
         "version": VERSION,
         "event_id": f"{run_id}:{seq}",
