@@ -128,7 +128,9 @@ def bench_sse_replay(root: Path, clients: int = 200, size: int = 10 * MB) -> lis
         with ServerProcess(root) as srv:
             idle = srv.memory_kib()["VmRSS"]
             cpu = srv.cpu_seconds()
+            client_cpu = time.process_time()
             seconds = asyncio.run(_replay_crowd(srv.url, clients))
+            client_cpu = time.process_time() - client_cpu
             memory = srv.memory_kib()
             runs.append(
                 {
@@ -137,6 +139,7 @@ def bench_sse_replay(root: Path, clients: int = 200, size: int = 10 * MB) -> lis
                     "last_byte_s": max(seconds),
                     "median_client_s": statistics.median(seconds),
                     "server_cpu_s": srv.cpu_seconds() - cpu,
+                    "client_cpu_s": client_cpu,
                 }
             )
     return runs
@@ -174,7 +177,7 @@ def _print_sse(root: Path) -> None:
         f"SSE replay, 200 clients x 10 MB run (server in its own process, {SSE_RUNS} runs, medians): "
         f"peak RSS {med['peak_mib']:.0f} MiB (idle {med['idle_mib']:.0f}; target < 300), "
         f"time to last byte {med['last_byte_s']:.1f} s (median client {med['median_client_s']:.1f} s), "
-        f"server CPU {med['server_cpu_s']:.1f} s"
+        f"server CPU {med['server_cpu_s']:.1f} s, clients' CPU {med['client_cpu_s']:.1f} s"
     )
     print("  runs: " + "; ".join(f"peak {r['peak_mib']:.0f} MiB, last byte {r['last_byte_s']:.1f} s" for r in runs))
     stalled = bench_stalled(root)
