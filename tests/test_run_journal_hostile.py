@@ -223,3 +223,32 @@ async def test_snapshots_read_whole_runs_two_at_a_time(tmp_path, monkeypatch):
 
         assert await asyncio.gather(*(one() for _ in range(12))) == [200] * 12
     assert most == 2
+
+
+@pytest.mark.asyncio
+async def test_a_snapshot_client_that_goes_away_or_stalls_is_no_error(tmp_path, caplog):
+    writer = RunJournalWriter("session-a", "run-a", session_dir=tmp_path)
+    for _ in range(1000):
+        writer.append_sse_event("token", {"text": "x" * 10_000})  # a 10 MB last_assistant_text
+    app = create_app(session_dir=tmp_path, write_timeout=0.5)
+    caplog.set_level(logging.DEBUG)
+    async with TestServer(app, host="127.0.0.1") as srv:
+        url = srv.make_url("")
+        gone = socket.create_connection((url.host, url.port), timeout=10)
+        gone.sendall(b"GET /runs/run-a HTTP/1.1\r\nHost: x\r\n\r\n")
+        gone.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        gone.close()
+        stalled = socket.create_connection((url.host, url.port), timeout=10)
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stalled.sendall(b"GET /runs/run-a HTTP/1.1\r\nHost: x\r\n\r\n")
+        try:
+            await asyncio.sleep(1.5)  # past the write timeout
+            reply = await asyncio.to_thread(
+                raw_request, str(url), b"GET /runs/run-a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            )
+            assert reply.startswith(b"HTTP/1.1 200") and len(reply) > 10_000_000
+        finally:
+            stalled.close()
+    errors = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert errors == [], [r.getMessage() for r in errors]
+    assert any("was not taken in time" in r.getMessage() for r in caplog.records)

@@ -210,8 +210,13 @@ async def _snapshot_handler(request: web.Request) -> web.Response:
             raise _not_found(run_id)
         response = web.json_response(result, dumps=_dumps)
         del result
-        await response.prepare(request)
-        await asyncio.wait_for(response.write_eof(), request.app[WRITE_TIMEOUT])
+        try:
+            await response.prepare(request)
+            await _send(response, None, request.app[WRITE_TIMEOUT])
+        except (_SlowClient, ConnectionError):
+            log.debug("run journal: a snapshot of run %s was not taken in time or its client went away", run_id)
+            if request.transport is not None:
+                request.transport.abort()
     return response
 
 
@@ -303,8 +308,9 @@ class _SlowClient(Exception):
 
 
 async def _send(response: web.StreamResponse, data: Any, timeout: float) -> None:
+    """Write ``data`` (``None``: end the response); ``_SlowClient`` if the client takes over ``timeout`` seconds."""
     try:
-        await asyncio.wait_for(response.write(data), timeout)
+        await asyncio.wait_for(response.write(data) if data is not None else response.write_eof(), timeout)
     except TimeoutError:
         raise _SlowClient from None
 
@@ -340,9 +346,9 @@ async def _events_handler(request: web.Request) -> web.StreamResponse:
                 await _send(response, b": keepalive\n\n", timeout)
             for piece in _pieces(rows):
                 await _send(response, piece, timeout)
-        await asyncio.wait_for(response.write_eof(), timeout)
+        await _send(response, None, timeout)
         stats["sse_completed"] += 1
-    except (_SlowClient, TimeoutError):
+    except _SlowClient:
         stats["sse_dropped_slow"] += 1
         log.info("run journal: dropped an SSE client of run %s that stopped reading (%ss)", run_id, timeout)
         if request.transport is not None:
