@@ -199,3 +199,29 @@ def test_bad_file_store_settings(tmp_path):
     with pytest.raises(ValueError, match="fsync policy"):
         FileStore(tmp_path, fsync="sometimes")
     assert "FileStore(" in repr(FileStore(Path(tmp_path)))
+
+
+@pytest.mark.asyncio
+async def test_follow_from_past_the_end_of_a_live_run_ends_with_the_run(tmp_path):
+    store = FileStore(tmp_path, poll=0.01)
+    store.append("s", "r", "token", {"text": "a"})
+    got: list[list[dict[str, Any]]] = []
+
+    async def consume() -> None:
+        async for rows in store.follow("s", "r", after_seq=99, idle=0.05):
+            got.append(rows)
+            if len(got) == 2:
+                await asyncio.to_thread(store.append, "s", "r", "token", {"text": "b"})
+                await asyncio.to_thread(store.append, "s", "r", "done", {})
+
+    await asyncio.wait_for(consume(), 10)  # nothing comes after seq 99, but the run did end
+    assert got == [[], []]
+
+
+def test_tail_from_past_the_end_of_a_live_run_exits_when_it_ends(tmp_path, capsys):
+    store = FileStore(tmp_path)
+    store.append("s1", "r1", "token", {"text": "a"})
+    threading.Timer(0.3, lambda: store.append("s1", "r1", "done", {})).start()
+    argv = ["tail", "s1", "r1", "--session-dir", str(tmp_path), "--after-seq", "50", "--poll", "0.01"]
+    assert cli_main([*argv, "--timeout", "10"]) == 0
+    assert capsys.readouterr().out == ""

@@ -156,16 +156,13 @@ def read_after(
     return [row for row in rows if row["seq"] > after_seq], malformed
 
 
-def read_page(
-    f: IO[bytes], start: int, after_seq: int, *, max_bytes: int, max_line: int
-) -> tuple[list[dict[str, Any]], int, int]:
-    """Whole rows after ``after_seq`` from offset ``start``, about ``max_bytes`` of them (at least one row).
+def read_page(f: IO[bytes], start: int, *, max_bytes: int, max_line: int) -> tuple[list[dict[str, Any]], int, bool]:
+    """Whole rows from offset ``start``, about ``max_bytes`` of them (at least one row).
 
-    Returns ``(rows, malformed count, next offset)``. An unterminated last line is left for the next
-    page (it may still be being written); a line over the cap is skipped once it ends.
+    Returns ``(rows, next offset, whether it stopped at max_bytes)``. Malformed lines are passed
+    over; an unterminated last line is left for the next page (it may still be being written).
     """
     rows: list[dict[str, Any]] = []
-    bad = 0
     taken = 0
     next_offset = start
     for offset, line, terminated, end in iter_lines(f, start, max_line):
@@ -173,14 +170,12 @@ def read_page(
             break
         next_offset = end
         row, _ = parse(offset, line, terminated, max_line)
-        if row is None:
-            bad += 1
-        elif row["seq"] > after_seq:
-            rows.append(RawRow(row, line) if line is not None else row)
-            taken += len(line or b"")
+        if row is not None and line is not None:
+            rows.append(RawRow(row, line))
+            taken += len(line)
             if taken >= max_bytes:
-                break
-    return rows, bad, next_offset
+                return rows, next_offset, True
+    return rows, next_offset, False
 
 
 def _newlines_backward(f: IO[bytes], end: int) -> Iterator[int]:

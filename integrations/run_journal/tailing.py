@@ -19,14 +19,13 @@ if TYPE_CHECKING:
     from .store import FileStore
 
 
-def _page(path: str, start: int, after_seq: int, max_bytes: int, max_line: int) -> tuple[list[dict[str, Any]], int]:
+def _page(path: str, start: int, max_bytes: int, max_line: int) -> tuple[list[dict[str, Any]], int, bool]:
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed by the ``with`` below
     except FileNotFoundError:
-        return [], start
+        return [], start, False
     with f:
-        rows, _, next_offset = read_page(f, start, after_seq, max_bytes=max_bytes, max_line=max_line)
-    return rows, next_offset
+        return read_page(f, start, max_bytes=max_bytes, max_line=max_line)
 
 
 async def follow_file(
@@ -53,12 +52,15 @@ async def follow_file(
             offset = await asyncio.to_thread(offset_after, path, cursor, max_line=store.max_row_bytes)
             seen_size = -1
         if st is not None and offset is not None and st.st_size != seen_size:
-            rows, offset = await asyncio.to_thread(_page, path, offset, cursor, store.page_bytes, store.max_row_bytes)
+            page, offset, more = await asyncio.to_thread(_page, path, offset, store.page_bytes, store.max_row_bytes)
+            # A terminal row at or before the cursor (a cursor past the end of a live run) ends it too.
+            ended = ended or any(ends_run(row) for row in page)
+            rows = [row for row in page if row["seq"] > cursor]
             if rows:
                 cursor = rows[-1]["seq"]
-                ended = ended or any(ends_run(row) for row in rows)
                 yield rows
                 quiet_since = loop.time()
+            if rows or more:
                 continue  # more may follow at once: read on before sleeping
             seen_size = st.st_size  # read up to here; wait for the file to change
         if ended:
