@@ -98,7 +98,8 @@ class RunJournalStore(Protocol):
         Yields non-empty lists of rows in seq order (each list bounded in size by the store), and an
         empty list whenever ``idle`` seconds pass without a new row (callers send keepalives then).
         Ends after yielding the run's terminal row and whatever was stored after it by then, or at
-        once when the run has already ended and nothing follows the cursor. A run with no rows yet is
+        once when the run has already ended and nothing follows the cursor; a terminal row stored at
+        or before the cursor (a cursor past the end of a live run) ends it too. A run with no rows yet is
         waited for. Closing the iterator (``aclose``, or cancelling its consumer) releases
         everything it holds.
         """
