@@ -500,3 +500,20 @@ def test_attempts_after_a_downgrade_number_after_it(relay_host, relay_events) ->
     assert [e.model_name for e in ends] == ["gpt-x", "gpt-x-mini", "gpt-x", "gpt-x-mini"]
     assert [e.error_type for e in ends] == ["BudgetExceeded", "response_rejected", "BudgetExceeded", None]
     assert [b["model"] for b in scripted.script.bodies()] == ["gpt-x-mini", "gpt-x-mini"]
+
+
+def test_the_neutral_max_tokens_an_intercept_set_bounds_the_estimate(relay_host, relay_events) -> None:
+    cost.attach(relay_host, catalog(), Budget(0.01, per="turn"))
+    relay = relay_host.relay
+
+    def cap(name: str, request: Any, annotated: Any) -> Any:
+        annotated.params["max_tokens"] = 100  # the neutral name; the codec spells it for the API
+        return relay.LLMRequestInterceptOutcome(request, annotated)
+
+    relay.intercepts.register_llm_request("cap", 0, False, cap)
+    scripted = t.scripted_openai(t.json_reply(t.chat_completion_body(model="gpt-x")))
+    lease, turn = conversation(relay_host)
+    adapters.complete(scripted.client, {"model": "gpt-x", "messages": []})  # 4096 assumed would be 0.016 > 0.01
+    close(lease, turn)
+    assert scripted.script.bodies()[0]["max_completion_tokens"] == 100
+    assert "cost.assumed_output_tokens" not in relay.diagnostics()
