@@ -31,6 +31,7 @@ from .models import (
     ToolCallEvent,
 )
 from .runs import AgentRun
+from .speakable import speakable
 
 if TYPE_CHECKING:
     from .session import VoiceSession
@@ -177,10 +178,11 @@ class RunCoordinator:
         if self.active is active:
             self.active = None
         active.tool_call_open = False
+        # The voice model speaks from this at once: give it words to say, not sources or raw JSON.
         output: dict[str, Any] = {
             "ok": outcome.ok,
             "status": "completed" if outcome.ok else "failed",
-            "answer": outcome.answer,
+            "answer": speakable(outcome.answer),
             "tool_count": outcome.tool_count,
         }
         if outcome.error:
