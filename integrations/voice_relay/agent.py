@@ -26,6 +26,7 @@ from .session import (
     CLOSE_NOT_CLAIMED,
     CLOSE_SESSION_ENDED,
     CLOSE_SUPERSEDED,
+    CLOSE_TRY_AGAIN,
     RESUME_EXPIRED,
     SESSION_CLOSED,
     EndedSession,
@@ -39,6 +40,9 @@ from .tracing import VoiceTrace
 logger = logging.getLogger(__name__)
 
 CLAIM_TIMEOUT_SECONDS = 10.0
+# Failed provider connects one session may retry (each retry is an outbound connection the phone
+# triggers); the last one ends the session.
+MAX_CONNECT_ATTEMPTS = 5
 # Closed sessions remembered so a late resume hears why it failed; older ones just 404.
 ENDED_SESSIONS_KEPT = 1024
 RESUME_PROTOCOL = "relay-voice/1"
@@ -198,9 +202,19 @@ class RealtimeAgent:
             await self._start_session(session)
         except Exception as exc:
             logger.warning("voice session %s: provider connect failed: %r", session.session_id, exc)
+            session.connect_failures += 1
+            retryable = session.connect_failures < MAX_CONNECT_ATTEMPTS
             # Numbered and logged like any event, though no socket is attached to send it through.
-            outbox.put(session.emit("voice.error", record=False, code="provider_connect_failed",
+            outbox.put(session.emit("voice.error", record=False, code="provider_connect_failed", retryable=retryable,
+                                    attempt=session.connect_failures,
                                     message=f"could not connect to the voice provider: {type(exc).__name__}"))
+            if retryable:
+                # The session stays as it was before this socket: the phone opens the same websocket
+                # path again and it is a first attach once more (no resume token needed).
+                session.started = False
+                session.spawn(self._expire_if_never_attached(session), name="voice-unclaimed-expiry")
+                await outbox.flush_and_close(CLOSE_TRY_AGAIN, "provider connect failed, retry")
+                return False
             # Closed before the socket is, so a phone that reconnects at once finds it ended.
             await self.close_session(session, reason="provider_connect_failed")
             await outbox.flush_and_close(CLOSE_SESSION_ENDED, "provider connect failed")
@@ -214,6 +228,8 @@ class RealtimeAgent:
             voice=session.voice,
             sample_rate=session.sample_rate,
             protocol=RESUME_PROTOCOL,
+            resume_supported=True,
+            resume_ttl_ms=int(session.resume_ttl_seconds * 1000),
         )
         return True
 

@@ -45,6 +45,8 @@ CLOSE_EXPIRED = 4008
 CLOSE_NOT_CLAIMED = 4009
 CLOSE_SLOW_CONSUMER = 4010
 CLOSE_SESSION_ENDED = 4011
+# RFC 6455 "try again later": the provider could not be reached; the session is kept for a retry.
+CLOSE_TRY_AGAIN = 1013
 
 # Why a resume was refused (wire strings).
 INVALID_RESUME_TOKEN = "invalid_resume_token"
@@ -223,6 +225,7 @@ class VoiceSession:
 
         self.outbox: Outbox | None = None
         self.started = False
+        self.connect_failures = 0
         self.closed = False
         self.detached_at: float | None = None
         self.resume_deadline: float | None = None
