@@ -74,12 +74,11 @@ class AnswerBroker:
 
 @pytest_asyncio.fixture
 async def phone(tmp_path: Path) -> AsyncIterator[Any]:
-    async def start(broker: AnswerBroker, delivery: str) -> dict[str, Any]:
-        app = create_app(
-            RelayConfig(realtime_voice_promote_after_ms=50, realtime_voice_run_dir=str(tmp_path),
-                        realtime_voice_result_delivery=delivery),
-            task_broker=broker,
-        )
+    async def start(broker: AnswerBroker, delivery: str | None) -> dict[str, Any]:
+        config = RelayConfig(realtime_voice_promote_after_ms=50, realtime_voice_run_dir=str(tmp_path))
+        if delivery is not None:
+            config.realtime_voice_result_delivery = delivery
+        app = create_app(config, task_broker=broker)
         provider = FakeNativeProvider()
         app["server"].realtime_agent.native_providers["xai_realtime"] = provider
         client = TestClient(TestServer(app, host="127.0.0.1"))
@@ -91,7 +90,7 @@ async def phone(tmp_path: Path) -> AsyncIterator[Any]:
                                         headers=headers)).json()
         ws = await client.ws_connect(info["websocket_path"], headers=headers)
         assert (await next_event(ws))["type"] == "voice.session.ready"
-        return {"ws": ws, "provider": provider}
+        return {"ws": ws, "provider": provider, "info": info}
 
     opened: list[TestClient] = []
     yield start
@@ -158,3 +157,16 @@ async def test_fallback_speech_is_speakable(phone: Any) -> None:
     events = await read_until(live["ws"], "voice.response.done", limit=400)
     delta = next(e for e in events if e["type"] == "voice.response.delta" and e.get("delivery") == "fallback")
     assert delta["delta"] == "The Berlin office moves to Hall 4 on 12 March."
+
+
+@pytest.mark.asyncio
+async def test_default_delivery_reads_the_answer_verbatim(phone: Any) -> None:
+    broker = AnswerBroker("Your dog's name is Biscuit and the vet visit is Friday.")
+    live = await phone(broker, None)
+    assert live["info"]["result_delivery"] == "speak_verbatim"
+    await _run_task(live["provider"])
+    await read_until(live["ws"], "hermes.run.promoted")
+    broker.release.set()
+    prompt = await _delivery_prompt(live["provider"])
+    assert "word for word" in prompt
+    assert live["provider"].connection.exact_response_texts == [broker.answer]

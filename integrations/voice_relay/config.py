@@ -31,7 +31,7 @@ class RelayConfig:
     realtime_voice_profile: str = "default"
     realtime_voice_promotion_enabled: bool = True
     realtime_voice_promote_after_ms: int = 4000
-    realtime_voice_result_delivery: str = "speak_when_idle"
+    realtime_voice_result_delivery: str = "speak_verbatim"
     realtime_voice_background_default_mode: str = "run"
     realtime_voice_spoken_handoff: bool = True
     realtime_voice_progress_spoken_after_ms: int = 0
@@ -54,7 +54,7 @@ class PromotionSettings:
     spoken_handoff: bool = True
     progress_spoken_after_ms: int = 0
     progress_repeat_ms: int = 0
-    result_delivery: str = "speak_when_idle"
+    result_delivery: str = "speak_verbatim"
     max_background_runs: int = 1
 
     @classmethod
