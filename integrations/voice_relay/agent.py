@@ -40,6 +40,8 @@ from .tracing import VoiceTrace
 logger = logging.getLogger(__name__)
 
 CLAIM_TIMEOUT_SECONDS = 10.0
+TRANSPORT_SLACK = 4
+CLOSE_MESSAGE_TOO_BIG = 1009
 # Failed provider connects one session may retry (each retry is an outbound connection the phone
 # triggers); the last one ends the session.
 MAX_CONNECT_ATTEMPTS = 5
@@ -170,7 +172,9 @@ class RealtimeAgent:
     async def websocket(
         self, request: web.Request, session: VoiceSession | EndedSession
     ) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse(max_msg_size=self.config.max_message_bytes, autoping=True)
+        # The transport admits some slack over the limit so the relay itself can refuse an oversized
+        # message with the voice.error it promises; past the slack, aiohttp drops it unread (1009).
+        ws = web.WebSocketResponse(max_msg_size=self.config.max_message_bytes * TRANSPORT_SLACK, autoping=True)
         await ws.prepare(request)
         outbox = Outbox(ws, request, session.session_id)
         try:
@@ -240,7 +244,7 @@ class RealtimeAgent:
             msg = await ws.receive(timeout=CLAIM_TIMEOUT_SECONDS)
         except TimeoutError:
             msg = None
-        if msg is not None and msg.type is WSMsgType.TEXT:
+        if msg is not None and msg.type is WSMsgType.TEXT and len(msg.data) <= self.config.max_message_bytes:
             try:
                 message = parse_client_message(msg.data)
             except ClientMessageError:
@@ -308,14 +312,21 @@ class RealtimeAgent:
             max_audio_chunk_bytes=self.config.max_audio_chunk_bytes,
             close_session=lambda reason: self.close_session(session, reason=reason),
         )
+        limit = self.config.max_message_bytes
         async for msg in ws:
             if session.outbox is not outbox or session.closed:
+                break
+            if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY) and len(msg.data) > limit:
+                # The session survives: only this socket ends, and the phone may resume.
+                handler.error("message_too_large", f"message of {len(msg.data)} bytes is over the {limit} byte limit")
+                await outbox.flush_and_close(CLOSE_MESSAGE_TOO_BIG, "message too large")
                 break
             if msg.type is WSMsgType.TEXT:
                 await handler.handle_text(msg.data)
             elif msg.type is WSMsgType.BINARY:
                 handler.error("binary_not_supported", "send audio as input_audio.append with base64 'audio'")
             elif msg.type is WSMsgType.ERROR:
+                session.log("voice.client.socket_error", error=type(ws.exception()).__name__)
                 break
 
     # -- expiry and teardown ------------------------------------------------------------------------------

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from .json_input import decode_json
 from .tts import pcm16_peak
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ class ClientMessageError(ValueError):
 
 def parse_client_message(data: str) -> dict[str, Any]:
     try:
-        message = json.loads(data)
+        message = decode_json(data)
     except ValueError:
         raise ClientMessageError("bad_json", "message is not valid JSON") from None
     if not isinstance(message, dict):

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from .event_log import validate_session_id
+from .json_input import decode_json
 from .session import EndedSession, VoiceSession
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ async def _json_body(request: web.Request) -> dict[str, Any] | web.Response:
     if not raw.strip():
         return {}
     try:
-        body = json.loads(raw)
+        body = decode_json(raw)
     except ValueError:
         return _bad_request("request body is not valid JSON")
     if not isinstance(body, dict):

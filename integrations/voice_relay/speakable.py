@@ -80,10 +80,7 @@ def describe_structured(value: dict[str, Any] | list[Any]) -> str:
                 return " ".join(strip_source_lines(field).split())
     parts: list[str] = []
     _leaves(value, "", parts)
-    if isinstance(value, list):
-        head = f"A list of {len(value)} items"
-    else:
-        head = "A structured result"
+    head = f"A list of {len(value)} items" if isinstance(value, list) else "A structured result"
     body = "; ".join(parts)
     return f"{head}: {body}." if body else f"{head}, with nothing in it."
 

@@ -17,6 +17,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, WebSocketException
 
 from ..bounded import CappedMap
+from ..json_input import decode_json
 from ..models import ProviderEvent, ProviderEventKind, ProviderSessionConfig, ToolCallEvent
 from ..promotion import parse_tool_arguments
 from .event_queue import END, EventQueue, drain
@@ -152,7 +153,7 @@ class RealtimeWebsocketConnection:
                 if isinstance(raw, bytes):
                     continue
                 try:
-                    message = json.loads(raw)
+                    message = decode_json(raw)
                 except ValueError:
                     logger.warning("%s sent a non-JSON message; ignored", self.label)
                     continue
