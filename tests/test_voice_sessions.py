@@ -421,6 +421,8 @@ async def test_oversized_message_closes_only_that_socket(client: TestClient[Any,
     ws_a, info_a, _ = await open_session(client)
     ws_b, _info_b, _ = await open_session(client)
     await ws_a.send_str(json.dumps({"type": "response.create", "text": "x" * 70_000}))
+    error = await next_event(ws_a)
+    assert error["type"] == "voice.error" and error["code"] == "message_too_large"
     msg = await ws_a.receive(timeout=5)
     assert msg.type is WSMsgType.CLOSE and msg.data == 1009
     session_a = server(client).realtime_agent.sessions[info_a["session_id"]]
