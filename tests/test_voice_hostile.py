@@ -5,6 +5,7 @@ session survives."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -53,17 +54,25 @@ class Relay:
                                   additional_headers={"Authorization": f"Bearer {self.token}"}, max_size=None)
 
 
-@pytest_asyncio.fixture
-async def relay(tmp_path: Path) -> AsyncIterator[Relay]:
-    app = create_app(RelayConfig(realtime_voice_run_dir=str(tmp_path), max_message_bytes=LIMIT),
+@contextlib.asynccontextmanager
+async def running_relay(tmp_path: Path, **config: Any) -> AsyncIterator[Relay]:
+    app = create_app(RelayConfig(realtime_voice_run_dir=str(tmp_path), max_message_bytes=LIMIT, **config),
                      providers={"stub": StubProvider(tone_ms=20, frame_ms=20)})
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     token = app["server"].sessions.create_session("phone", "device-1").token
-    yield Relay(runner.addresses[0][1], token, app)
-    await runner.cleanup()
+    try:
+        yield Relay(runner.addresses[0][1], token, app)
+    finally:
+        await runner.cleanup()
+
+
+@pytest_asyncio.fixture
+async def relay(tmp_path: Path) -> AsyncIterator[Relay]:
+    async with running_relay(tmp_path) as started:
+        yield started
 
 
 async def recv_json(ws: Any) -> dict[str, Any]:
@@ -165,3 +174,54 @@ async def test_oversized_frame_gets_the_promised_error_then_close_and_the_sessio
         await ws.send(json.dumps({"type": "session.resume", "resume_token": info["resume_token"],
                                   "last_event_id": ready["event_id"]}))
         assert (await recv_json(ws))["type"] == "voice.session.resumed"
+
+
+@pytest.mark.asyncio
+async def test_echoed_strings_are_clipped_in_the_error_and_the_log(relay: Relay) -> None:
+    info = await relay.new_session()
+    junk = "Z" * 10_000
+    async with relay.socket(info) as ws:
+        await recv_json(ws)
+        await ws.send(json.dumps({"type": junk}))
+        error = await recv_json(ws)
+    assert error["code"] == "unknown_message_type"
+    assert len(error["message"]) < 200 and "chars)" in error["message"]
+    log = Path(info["event_log_path"]).read_text()
+    assert "unknown_message_type" in log and "Z" * 100 not in log
+
+
+def test_event_log_cap_defaults_to_64_mib() -> None:
+    assert RelayConfig().max_event_log_bytes == 64 * 1024 * 1024
+
+
+@pytest.mark.asyncio
+async def test_junk_cannot_make_the_session_log_grow_past_its_cap(tmp_path: Path) -> None:
+    # Every junk message costs the log one clipped error record; 2,000 of them would write about
+    # 400 KB without the cap (100 MB of small junk, about 2 GB), here capped at 32 KiB.
+    cap = 32 * 1024
+    count = 2000
+    async with running_relay(tmp_path, max_event_log_bytes=cap) as relay:
+        info = await relay.new_session()
+        session = relay.app["server"].realtime_agent.sessions[info["session_id"]]
+        log_path = Path(info["event_log_path"])
+        frame = json.dumps({"type": "J" * 5000})
+        async with relay.socket(info) as ws:
+            await recv_json(ws)
+            # In batches the outbox holds, so the relay does not drop this phone as a slow reader.
+            for _ in range(count // 200):
+                for _ in range(200):
+                    await ws.send(frame)
+                for _ in range(200):
+                    assert (await recv_json(ws))["code"] == "unknown_message_type"
+            # Still served: the junk cost log space, not the session.
+            await ws.send(json.dumps({"type": "response.create", "text": "done?"}))
+            await recv_until(ws, "voice.response.done")
+            assert log_path.stat().st_size <= cap
+            await ws.send(json.dumps({"type": "session.close"}))
+            await closed_with(ws)
+    assert session.event_log.dropped_records > count // 2
+    assert log_path.stat().st_size <= cap
+    lines = [json.loads(line) for line in log_path.read_text().splitlines()]
+    assert sum(1 for r in lines if r.get("log") == "voice.event_log.capped") == 1
+    tally = lines[-1]
+    assert tally["log"] == "voice.event_log.dropped" and tally["dropped_records"] == session.event_log.dropped_records

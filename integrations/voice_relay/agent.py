@@ -93,6 +93,7 @@ class RealtimeAgent:
             profile=self.config.realtime_voice_profile,
             promotion=promotion,
             run_dir=self.run_dir,
+            event_log_max_bytes=self.config.max_event_log_bytes,
         )
         self.sessions[session.session_id] = session
         session.log("voice.session.created", provider=provider_id, model=session.model, voice=session.voice)

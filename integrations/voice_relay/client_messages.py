@@ -10,6 +10,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from .event_log import clip
 from .json_input import decode_json
 from .tts import pcm16_peak
 
@@ -79,7 +80,7 @@ class ClientMessages:
             message = parse_client_message(data)
             handler = self._handlers.get(message["type"])
             if handler is None:
-                raise ClientMessageError("unknown_message_type", f"unknown message type {message['type']!r}")
+                raise ClientMessageError("unknown_message_type", f"unknown message type {clip(repr(message['type']))}")
             await handler(message)
         except ClientMessageError as exc:
             self.error(exc.code, str(exc))

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from .config import background_run_max_seconds
 from .delivery import BackgroundResult, DeliveryManager
+from .event_log import clip
 from .models import (
     CANCEL_TOOL,
     CONFIRM_TOOL,
@@ -99,7 +100,7 @@ class RunCoordinator:
             elif call.name == CONFIRM_TOOL:
                 await self._tool_result(call.call_id, await self.confirm(call.arguments.get("approved")))
             else:
-                await self._tool_result(call.call_id, {"ok": False, "error": f"unknown tool {call.name!r}"})
+                await self._tool_result(call.call_id, {"ok": False, "error": f"unknown tool {clip(repr(call.name))}"})
         except Exception as exc:
             logger.warning("voice tool call %s failed: %r", call.name, exc)
             self.session.log("voice.realtime_agent.tool_call_failed", tool=call.name, error=type(exc).__name__)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from .event_log import clip
 from .models import ProviderEvent, ProviderEventKind, ToolCallEvent
 from .promotion import parse_tool_arguments
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 # Provider notices that mean "nothing to do", e.g. cancelling when no response is active.
+PROVIDER_MESSAGE_CHARS = 500
 _BENIGN_ERROR_MARKERS = ("no active response", "cancellation failed")
 
 
@@ -126,7 +128,7 @@ class ProviderPump:
         elif kind is ProviderEventKind.FUNCTION_CALL_COMPLETED:
             self._tool_call(event)
         elif kind is ProviderEventKind.ERROR:
-            message = str(payload.get("message") or "voice provider error")
+            message = clip(str(payload.get("message") or "voice provider error"), PROVIDER_MESSAGE_CHARS)
             if is_benign_provider_error(message):
                 session.log("voice.realtime_agent.provider_notice", message=message)
             else:

@@ -18,7 +18,7 @@ from aiohttp import web
 
 from .bounded import CappedMap
 from .config import PromotionSettings, background_detached_max_seconds, resume_ttl_seconds
-from .event_log import EventLog, validate_session_id
+from .event_log import DEFAULT_MAX_BYTES, EventLog, validate_session_id
 from .voice_auth import digests_match, token_digest
 
 if TYPE_CHECKING:
@@ -194,6 +194,7 @@ class VoiceSession:
         profile: str,
         promotion: PromotionSettings,
         run_dir: Path,
+        event_log_max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self.session_id = validate_session_id(secrets.token_urlsafe(18))
         resume_token = secrets.token_urlsafe(32)
@@ -217,7 +218,8 @@ class VoiceSession:
         self.progress_spoken_after_ms = promotion.progress_spoken_after_ms
         self.max_background_runs = promotion.max_background_runs
 
-        self.event_log = EventLog(run_dir / "voice-sessions" / f"{self.session_id}.jsonl")
+        self.event_log = EventLog(run_dir / "voice-sessions" / f"{self.session_id}.jsonl",
+                                  max_bytes=event_log_max_bytes)
         self._next_event_id = 0
         self._next_audio_event_id = 0
         self.event_ring: deque[dict[str, Any]] = deque(maxlen=EVENT_RING_SIZE)
