@@ -8,6 +8,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,16 @@ ENDED_SESSIONS_KEPT = 1024
 RESUME_PROTOCOL = "relay-voice/1"
 
 
+@dataclass
+class SessionParts:
+    """What acts on one connected session: its run coordinator, delivery, provider pump and trace."""
+
+    runs: RunCoordinator
+    delivery: DeliveryManager
+    pump: ProviderPump
+    trace: VoiceTrace | None
+
+
 class RealtimeAgent:
     def __init__(
         self,
@@ -68,7 +79,8 @@ class RealtimeAgent:
         self.run_dir = run_dir
         self.profile_key = profile_key or relay_session.current_profile_key()
         self.delivery_timing = DeliveryTiming()
-        self._traces: dict[str, VoiceTrace] = {}
+        # The parts that act on each connected session; the session itself knows none of them.
+        self.parts: dict[str, SessionParts] = {}
 
     # -- creation ------------------------------------------------------------------------------------
 
@@ -150,8 +162,7 @@ class RealtimeAgent:
         delivery = DeliveryManager(session, forward, self.delivery_timing)
         runs = RunCoordinator(session, lambda: self.task_broker, delivery)
         pump = ProviderPump(session, runs, delivery, trace)
-        session.delivery = delivery
-        session.runs = runs
+        self.parts[session.session_id] = SessionParts(runs, delivery, pump, trace)
         session.spawn(pump.run(), name="voice-pump")
 
     def _open_trace(self, session: VoiceSession) -> VoiceTrace | None:
@@ -165,7 +176,6 @@ class RealtimeAgent:
         except Exception as exc:  # tracing must never stop a call from happening
             logger.warning("voice session %s: tracing unavailable: %r", session.session_id, exc)
             return None
-        self._traces[session.session_id] = trace
         return trace
 
     # -- the websocket ---------------------------------------------------------------------------------
@@ -299,17 +309,16 @@ class RealtimeAgent:
         for event in replay:
             outbox.put(event)
         session.emit("voice.replay.done", record=False, count=len(replay))
-        if session.delivery is not None:
-            session.delivery.take_pending_on_resume()
+        parts = self.parts.get(session.session_id)
+        if parts is not None:
+            parts.delivery.take_pending_on_resume()
 
     async def _message_loop(self, session: VoiceSession, outbox: Outbox, ws: web.WebSocketResponse) -> None:
-        runs = session.runs
-        delivery = session.delivery
-        assert runs is not None and delivery is not None
+        parts = self.parts[session.session_id]
         handler = ClientMessages(
             session,
-            runs,
-            delivery,
+            parts.runs,
+            parts.delivery,
             max_audio_chunk_bytes=self.config.max_audio_chunk_bytes,
             close_session=lambda reason: self.close_session(session, reason=reason),
         )
@@ -355,8 +364,9 @@ class RealtimeAgent:
         session.closed = True
         session.log("voice.session.closed", reason=reason)
         current = asyncio.current_task()
-        if session.runs is not None:
-            await session.runs.cancel_active(reason="session_closed")
+        parts = self.parts.pop(session.session_id, None)
+        if parts is not None:
+            await parts.runs.cancel_active(reason="session_closed")
         session.cancel_tasks(keep=[current] if current is not None else [])
         if session.outbox is not None:
             session.emit("voice.session.closed", record=False, reason=reason)
@@ -367,9 +377,8 @@ class RealtimeAgent:
                 await session.connection.close()
             except Exception as exc:
                 logger.debug("provider close failed: %r", exc)
-        trace = self._traces.pop(session.session_id, None)
-        if trace is not None:
-            trace.close()
+        if parts is not None and parts.trace is not None:
+            parts.trace.close()
         session.event_log.close()
         self.sessions.pop(session.session_id, None)
         self.ended_sessions[session.session_id] = session.ended(

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .models import ProviderEvent, ProviderEventKind
+from .models import BackgroundResult, ProviderEvent, ProviderEventKind
 from .speakable import speakable, structured
 from .summary_validator import can_commit_early, judge_summary
 from .tts import speech_duration_ms, tone_frames
@@ -63,17 +63,6 @@ class DeliveryTiming:
     mic_quiet_seconds: float = 1.5
     confirm_seconds: float = 30.0
     poll_seconds: float = 0.05
-
-
-@dataclass
-class BackgroundResult:
-    ok: bool
-    answer: str
-    tool_count: int = 0
-    error: str | None = None
-    call_id: str = ""
-    queued_count: int = 0
-    delivered: bool = False
 
 
 @dataclass

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
-import json
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .config import background_run_max_seconds
-from .delivery import BackgroundResult, DeliveryManager
+from .delivery import DeliveryManager
 from .event_log import clip
 from .models import (
     CANCEL_TOOL,
@@ -28,6 +27,7 @@ from .models import (
     RUN_TASK_TOOL,
     STATUS_TOOL,
     AgentTaskRequest,
+    BackgroundResult,
     TaskBroker,
     ToolCallEvent,
 )
@@ -393,16 +393,3 @@ class RunCoordinator:
         accepted = bool(await confirm(str(pending.get("confirm_id") or ""), approved))
         self.session.emit("hermes.confirm.result", call_id=active.call_id, approved=approved, accepted=accepted)
         return {"ok": accepted, "approved": approved}
-
-
-def parse_tool_arguments(raw: Any) -> dict[str, Any]:
-    """Providers hand arguments as a JSON string or a dict; anything else is an empty call."""
-    if isinstance(raw, dict):
-        return raw
-    if isinstance(raw, str) and raw.strip():
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            return {}
-        return value if isinstance(value, dict) else {}
-    return {}

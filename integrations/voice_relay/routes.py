@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
@@ -11,7 +11,9 @@ from .json_input import decode_json
 from .session import EndedSession, VoiceSession
 
 if TYPE_CHECKING:
-    from .server import RelayServer
+    from .agent import RealtimeAgent
+    from .config import RelayConfig, RuntimeSettings
+    from .voice_auth import DeviceSessions
 
 CONFIG_PATH = "/voice/realtime-agent/config"
 SESSION_PATH = "/voice/realtime-agent/session"
@@ -57,8 +59,17 @@ def _string_fields(body: dict[str, Any], keys: tuple[str, ...]) -> dict[str, str
     return out
 
 
+class RelayParts(Protocol):
+    """What the routes serve from; the server provides it (the routes know no server)."""
+
+    config: RelayConfig
+    sessions: DeviceSessions
+    settings: RuntimeSettings
+    realtime_agent: RealtimeAgent
+
+
 class Routes:
-    def __init__(self, server: RelayServer) -> None:
+    def __init__(self, server: RelayParts) -> None:
         self.server = server
 
     def install(self, app: web.Application) -> None:

@@ -22,9 +22,7 @@ from .event_log import DEFAULT_MAX_BYTES, EventLog, validate_session_id
 from .voice_auth import digests_match, token_digest
 
 if TYPE_CHECKING:
-    from .delivery import BackgroundResult, DeliveryManager
-    from .models import ProviderConnection
-    from .promotion import RunCoordinator
+    from .models import BackgroundResult, ProviderConnection
 
 logger = logging.getLogger(__name__)
 
@@ -237,8 +235,6 @@ class VoiceSession:
         self._holds = 0
 
         self.connection: ProviderConnection | None = None
-        self.runs: RunCoordinator | None = None
-        self.delivery: DeliveryManager | None = None
         # Results that finished while no phone was attached, oldest first, until a resume delivers them.
         self.pending_background_results: deque[BackgroundResult] = deque()
         self.native_pending_delivery_note: str | None = None
