@@ -36,7 +36,7 @@ from .session import (
     VoiceSession,
     resume_close_code,
 )
-from .tracing import VoiceTrace
+from .tracing import TurnListener, VoiceTrace, turn_metrics_fields
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +81,8 @@ class RealtimeAgent:
         self.delivery_timing = DeliveryTiming()
         # The parts that act on each connected session; the session itself knows none of them.
         self.parts: dict[str, SessionParts] = {}
+        # Called with (session, measures) as each user turn ends; the CLI prints them.
+        self.turn_listeners: list[TurnListener] = []
 
     # -- creation ------------------------------------------------------------------------------------
 
@@ -167,16 +169,22 @@ class RealtimeAgent:
 
     def _open_trace(self, session: VoiceSession) -> VoiceTrace | None:
         try:
-            trace = VoiceTrace(
-                profile_key=self.profile_key,
-                session_id=session.chat_session_id or session.session_id,
-                model=session.model,
-                voice_session_id=session.session_id,
-            )
+            # The conversation of the chat the voice session speaks for, so its agent runs (the
+            # conversation's coordinator turns) land in the same trace as its user turns.
+            trace = VoiceTrace(session, profile_key=self.profile_key,
+                               conversation_id=session.chat_session_id or session.session_id,
+                               on_turn=self._turn_ended)
         except Exception as exc:  # tracing must never stop a call from happening
             logger.warning("voice session %s: tracing unavailable: %r", session.session_id, exc)
             return None
+        session.observer = trace
         return trace
+
+    def _turn_ended(self, session: VoiceSession, measures: dict[str, Any]) -> None:
+        if self.config.realtime_voice_turn_metrics:
+            session.emit("voice.turn.metrics", record=False, **turn_metrics_fields(measures))
+        for listener in self.turn_listeners:
+            listener(session, measures)
 
     # -- the websocket ---------------------------------------------------------------------------------
 
@@ -209,6 +217,9 @@ class RealtimeAgent:
                 await self._message_loop(session, outbox, ws)
         finally:
             if attached and session.detach(outbox):
+                parts = self.parts.get(session.session_id)
+                if parts is not None and parts.trace is not None:
+                    parts.trace.detached()
                 session.spawn(self._expire_when_due(session), name="voice-expiry")
 
     async def _first_attach(self, session: VoiceSession, outbox: Outbox) -> bool:
@@ -299,6 +310,9 @@ class RealtimeAgent:
         previous = session.attach(outbox)
         if previous is not None:
             previous.drop(CLOSE_SUPERSEDED, "superseded by a resumed socket")
+        parts = self.parts.get(session.session_id)
+        if parts is not None and parts.trace is not None:
+            parts.trace.resumed()
         session.log("voice.session.resumed", last_event_id=cursor.last_event_id,
                     client_last_input_chunk_id=cursor.last_input_chunk_id,
                     last_played_audio_event_id=cursor.last_played_audio_event_id, replayed=len(replay))
@@ -309,7 +323,6 @@ class RealtimeAgent:
         for event in replay:
             outbox.put(event)
         session.emit("voice.replay.done", record=False, count=len(replay))
-        parts = self.parts.get(session.session_id)
         if parts is not None:
             parts.delivery.take_pending_on_resume()
 

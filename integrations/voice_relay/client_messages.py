@@ -130,7 +130,9 @@ class ClientMessages:
         await self._connection().send_audio(pcm, sample_rate)
 
     async def _audio_commit(self, message: dict[str, Any]) -> None:
-        await self._connection().commit_audio()
+        connection = self._connection()
+        self.session.user_speech_ended("commit")
+        await connection.commit_audio()
 
     async def _audio_clear(self, message: dict[str, Any]) -> None:
         await self._connection().clear_audio()
@@ -140,6 +142,7 @@ class ClientMessages:
         if text is not None and (not isinstance(text, str) or len(text) > 8000):
             raise ClientMessageError("bad_message", "response.create 'text' must be a string under 8000 characters")
         connection = self._connection()
+        self.session.user_speech_ended("text" if text else "response_create")
         if text:
             await connection.send_text(text)
         await connection.request_response()

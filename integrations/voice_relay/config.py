@@ -42,6 +42,8 @@ class RelayConfig:
     # Bounds on what a client may send; larger messages are refused with a voice.error.
     max_message_bytes: int = 256 * 1024
     max_audio_chunk_bytes: int = 64 * 1024
+    # Send the phone a voice.turn.metrics event (the latency the user felt) as each user turn ends.
+    realtime_voice_turn_metrics: bool = False
     # What one session's event log may write in all; past it records are dropped and counted.
     max_event_log_bytes: int = 64 * 1024 * 1024
 

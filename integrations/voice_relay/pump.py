@@ -6,6 +6,7 @@ It never waits on agent work; tool calls are handed to the run coordinator as th
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -80,11 +81,17 @@ class ProviderPump:
             session.emit("voice.error", code="provider_disconnected", message="voice provider connection closed")
 
     def handle(self, event: ProviderEvent) -> None:
+        # "In" is when the provider connection read it, if it says so, else now.
+        in_ns = event.metadata.get("received_ns") or time.monotonic_ns()
         if self.trace is not None:
-            self.trace.on_provider_event(event)
-        if self.delivery.intercept(event):
-            return
-        self.forward(event)
+            self.trace.on_provider_event(event, in_ns)
+        session = self.session
+        session.hop_in_ns = in_ns
+        try:
+            if not self.delivery.intercept(event):
+                self.forward(event)
+        finally:
+            session.hop_in_ns = 0
 
     def forward(self, event: ProviderEvent) -> None:
         """Turn one provider event into phone events: a lookup in the table, one handler per kind."""

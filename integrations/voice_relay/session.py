@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
@@ -52,6 +52,14 @@ RESUME_EXPIRED = "resume_expired"
 SESSION_CLOSED = "session_closed"
 
 
+class SessionObserver(Protocol):
+    """Watches a session's traffic (the tracing does); the session knows no more of it than this."""
+
+    def user_turn(self, trigger: str) -> None: ...
+    def emitted(self, event: dict[str, Any]) -> None: ...
+    def sent(self, event: dict[str, Any], in_ns: int, out_ns: int) -> None: ...
+
+
 def resume_close_code(reason: str) -> int:
     return CLOSE_INVALID_TOKEN if reason == INVALID_RESUME_TOKEN else CLOSE_EXPIRED
 
@@ -74,17 +82,19 @@ class Outbox:
         self.ws = ws
         self.request = request
         self.session_id = session_id
-        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=OUTBOX_SIZE)
+        # (event, when the provider event it answers came in, monotonic ns; 0 if none).
+        self.queue: asyncio.Queue[tuple[dict[str, Any], int]] = asyncio.Queue(maxsize=OUTBOX_SIZE)
+        self.observer: SessionObserver | None = None
         self.dropped = False
         self.sent = 0
         self._closer: asyncio.Task[None] | None = None
         self._writer = asyncio.create_task(self._write_loop(), name=f"voice-outbox-{session_id}")
 
-    def put(self, event: dict[str, Any]) -> bool:
+    def put(self, event: dict[str, Any], in_ns: int = 0) -> bool:
         if self.dropped:
             return False
         try:
-            self.queue.put_nowait(event)
+            self.queue.put_nowait((event, in_ns))
         except asyncio.QueueFull:
             logger.warning("voice session %s: client not reading, dropping its socket", self.session_id)
             self.drop(CLOSE_SLOW_CONSUMER, "slow consumer")
@@ -94,9 +104,12 @@ class Outbox:
     async def _write_loop(self) -> None:
         try:
             while True:
-                event = await self.queue.get()
+                event, in_ns = await self.queue.get()
                 await self.ws.send_str(_wire(event))
                 self.sent += 1
+                observer = self.observer
+                if observer is not None:
+                    observer.sent(event, in_ns, time.monotonic_ns())
         except (ConnectionError, RuntimeError, asyncio.CancelledError):
             return
 
@@ -224,6 +237,9 @@ class VoiceSession:
         self.audio_ring: deque[dict[str, Any]] = deque(maxlen=AUDIO_RING_SIZE)
 
         self.outbox: Outbox | None = None
+        self.observer: SessionObserver | None = None
+        # While a provider event is being forwarded: when it came in (monotonic ns), for the hop.
+        self.hop_in_ns = 0
         self.started = False
         self.connect_failures = 0
         self.closed = False
@@ -273,9 +289,16 @@ class VoiceSession:
         elif record:
             self.event_ring.append(event)
         self.event_log.write(event)
+        if self.observer is not None:
+            self.observer.emitted(event)
         if self.outbox is not None:
-            self.outbox.put(event)
+            self.outbox.put(event, self.hop_in_ns)
         return event
+
+    def user_speech_ended(self, trigger: str) -> None:
+        """The phone says the user finished speaking (a commit or a typed message): a user turn."""
+        if self.observer is not None:
+            self.observer.user_turn(trigger)
 
     def log(self, name: str, **fields: Any) -> None:
         """A decision worth keeping in the session log that the phone does not need."""
@@ -310,6 +333,7 @@ class VoiceSession:
         """Make `outbox` the live socket; returns the one it superseded, if any."""
         previous = self.outbox
         self.outbox = outbox
+        outbox.observer = self.observer
         self.started = True
         self.detached_at = None
         self.resume_deadline = None

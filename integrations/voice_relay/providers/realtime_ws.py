@@ -9,6 +9,7 @@ import base64
 import binascii
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import urlencode
@@ -145,7 +146,10 @@ class RealtimeWebsocketConnection:
                     logger.warning("%s sent a non-JSON message; ignored", self.label)
                     continue
                 if isinstance(message, dict):
+                    received_ns = time.monotonic_ns()
                     for event in self._map(message):
+                        # When the relay got it: the queue to the pump is part of the relay's hop.
+                        event.metadata["received_ns"] = received_ns
                         await self._events.put(event)
         except ConnectionClosed:
             pass
