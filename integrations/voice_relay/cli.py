@@ -13,6 +13,7 @@ from aiohttp import web
 
 from .config import RelayConfig
 from .server import RelayServer, create_app
+from .tracing import format_turn
 
 
 def _is_loopback(host: str) -> bool:
@@ -27,6 +28,10 @@ def _is_loopback(host: str) -> bool:
 async def serve(config: RelayConfig, *, agent_url: str | None, ready: asyncio.Event | None = None) -> None:
     app = create_app(config, agent_url=agent_url)
     server: RelayServer = app["server"]
+    # A developer sees the latency of each user turn here, without a tracing backend.
+    server.realtime_agent.turn_listeners.append(
+        lambda session, measures: print(f"voice {session.session_id[:8]} {format_turn(measures)}", flush=True)
+    )
     device = server.sessions.create_session("cli", "cli-device")
     runner = web.AppRunner(app)
     await runner.setup()
@@ -71,6 +76,7 @@ def main(argv: list[str]) -> int:
         port=args.port,
         realtime_voice_provider=args.provider,
         realtime_voice_run_dir=args.run_dir,
+        realtime_voice_turn_metrics=True,
     )
     try:
         asyncio.run(serve(config, agent_url=args.agent_url))
