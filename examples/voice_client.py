@@ -52,7 +52,9 @@ async def run_client(base_url: str, token: str, task: str) -> int:
                 kind = event["type"]
                 if kind == "voice.turn.metrics":
                     # Sent when the relay runs with realtime_voice_turn_metrics (voice serve does).
-                    timings = "  ".join(f"{k[:-3]}={v} ms" for k, v in event.items() if k.endswith("_ms") and k != "at_ms")
+                    timings = "  ".join(
+                        f"{k[:-3]}={v} ms" for k, v in event.items() if k.endswith("_ms") and k != "at_ms"
+                    )
                     print(f"turn {event.get('turn')} ({event.get('trigger')}): {timings}")
                     if answered:
                         await ws.send_json({"type": "session.close"})
