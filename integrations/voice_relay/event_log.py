@@ -83,27 +83,28 @@ class EventLog:
         except (ValueError, TypeError) as exc:
             self._failed(exc)
             return
-        size = len(line.encode("utf-8", "surrogateescape"))
+        size = len(line)  # json.dumps escapes everything past ASCII: characters are bytes
         if self.written_bytes + size > self.max_bytes - _RESERVE_BYTES:
             self.dropped_records += 1
             self.dropped_bytes += size
             if self.dropped_records == 1:
-                self._append(self._notice("voice.event_log.capped"))
+                notice = self._notice("voice.event_log.capped")
+                self._append(notice, len(notice))
             return
-        self._append(line)
+        self._append(line, size)
 
     def _notice(self, name: str) -> str:
         # Small and fixed in shape, so it always fits the reserve.
         return json.dumps({"log": name, "at_ms": int(time.time() * 1000), "max_bytes": self.max_bytes,
                            "dropped_records": self.dropped_records, "dropped_bytes": self.dropped_bytes}) + "\n"
 
-    def _append(self, line: str) -> None:
+    def _append(self, line: str, size: int) -> None:
         try:
             self._open().write(line)
         except (OSError, ValueError) as exc:
             self._failed(exc)
             return
-        self.written_bytes += len(line.encode("utf-8", "surrogateescape"))
+        self.written_bytes += size
 
     def _failed(self, exc: Exception) -> None:
         self.write_failures += 1
@@ -115,7 +116,8 @@ class EventLog:
 
     def close(self) -> None:
         if self.dropped_records and self._fh is not None:
-            self._append(self._notice("voice.event_log.dropped"))
+            notice = self._notice("voice.event_log.dropped")
+            self._append(notice, len(notice))
         if self._fh is not None:
             try:
                 self._fh.close()
