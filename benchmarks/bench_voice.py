@@ -148,6 +148,16 @@ async def _phone(base: str, token: str, tasks: int, agent: Any, result: LoadResu
             result.tool_results += len(connection.tool_results) if connection is not None else 0
 
 
+async def _serve(app: web.Application, phones: int) -> tuple[list[str], web.AppRunner, str]:
+    """Device tokens for `phones` phones, and the app served on a free loopback port."""
+    server = app["server"]
+    tokens = [server.sessions.create_session(f"phone-{i}", f"device-{i}").token for i in range(phones)]
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return tokens, runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+
 async def run_load(sessions: int = 50, tasks_per_session: int = 2, *, timeout: float = 60.0) -> LoadResult:
     """Start a relay on a free loopback port and drive `sessions` phones against it concurrently."""
     provider = TimedStubProvider(tone_ms=60, frame_ms=20)
@@ -157,14 +167,8 @@ async def run_load(sessions: int = 50, tasks_per_session: int = 2, *, timeout: f
             task_broker=FastBroker(),
             providers={"stub": provider},
         )
-        server = app["server"]
-        agent = server.realtime_agent
-        tokens = [server.sessions.create_session(f"phone-{i}", f"device-{i}").token for i in range(sessions)]
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        agent = app["server"].realtime_agent
+        tokens, runner, base = await _serve(app, sessions)
         result = LoadResult(sessions, tasks_per_session, 0, 0.0, [])
         started = time.perf_counter()
         try:
@@ -373,8 +377,7 @@ async def run_paced(sessions: int = 50, seconds: float = 10.0, *, telemetry: boo
                 task_broker=ThinkingBroker(),
                 providers={"stub": PacedStubProvider()},
             )
-            server = app["server"]
-            agent = server.realtime_agent
+            agent = app["server"].realtime_agent
 
             def on_turn(session: Any, measures: dict[str, Any]) -> None:
                 value = measures.get("relay.voice.perceived_latency")
@@ -382,12 +385,7 @@ async def run_paced(sessions: int = 50, seconds: float = 10.0, *, telemetry: boo
                     (tool_perceived if measures["trigger"] == "text" else perceived).append(value)
 
             agent.turn_listeners.append(on_turn)
-            tokens = [server.sessions.create_session(f"phone-{i}", f"device-{i}").token for i in range(sessions)]
-            runner = web.AppRunner(app)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+            tokens, runner, base = await _serve(app, sessions)
             context = multiprocessing.get_context("spawn")
             out = context.Queue()
             phones = context.Process(target=_phones_process, args=(base, tokens, seconds, out), daemon=True)

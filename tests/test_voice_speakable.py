@@ -109,14 +109,19 @@ async def _delivery_prompt(provider: FakeNativeProvider) -> str:
     return next(t for t in provider.connection.text_inputs if "final spoken answer" in t)
 
 
+async def _background_delivery(live: dict[str, Any], broker: AnswerBroker) -> str:
+    """Run a task into the background, let it finish, and return the prompt its delivery used."""
+    await _run_task(live["provider"])
+    await read_until(live["ws"], "hermes.run.promoted")
+    broker.release.set()
+    return await _delivery_prompt(live["provider"])
+
+
 @pytest.mark.asyncio
 async def test_verbatim_delivery_reads_no_source_or_path_lines(phone: Any) -> None:
     broker = AnswerBroker(CITED)
     live = await phone(broker, "speak_verbatim")
-    await _run_task(live["provider"])
-    await read_until(live["ws"], "hermes.run.promoted")
-    broker.release.set()
-    prompt = await _delivery_prompt(live["provider"])
+    prompt = await _background_delivery(live, broker)
     assert "word for word" in prompt and "Hall 4 on 12 March" in prompt
     assert live["provider"].connection.exact_response_texts == ["The Berlin office moves to Hall 4 on 12 March."]
     for leaked in ("Source", "office-move.md", "/home/ana", "C:\\Users", "plan.pdf"):
@@ -127,10 +132,7 @@ async def test_verbatim_delivery_reads_no_source_or_path_lines(phone: Any) -> No
 async def test_json_answer_goes_to_the_summary_prompt_even_in_verbatim_mode(phone: Any) -> None:
     broker = AnswerBroker(TOOL_JSON)
     live = await phone(broker, "speak_verbatim")
-    await _run_task(live["provider"])
-    await read_until(live["ws"], "hermes.run.promoted")
-    broker.release.set()
-    prompt = await _delivery_prompt(live["provider"])
+    prompt = await _background_delivery(live, broker)
     assert "word for word" not in prompt and "in your own words" in prompt
     assert "{" not in prompt and '"rows"' not in prompt and "rows: 3" in prompt
     assert live["provider"].connection.exact_response_texts == []
@@ -164,9 +166,6 @@ async def test_default_delivery_reads_the_answer_verbatim(phone: Any) -> None:
     broker = AnswerBroker("Your dog's name is Biscuit and the vet visit is Friday.")
     live = await phone(broker, None)
     assert live["info"]["result_delivery"] == "speak_verbatim"
-    await _run_task(live["provider"])
-    await read_until(live["ws"], "hermes.run.promoted")
-    broker.release.set()
-    prompt = await _delivery_prompt(live["provider"])
+    prompt = await _background_delivery(live, broker)
     assert "word for word" in prompt
     assert live["provider"].connection.exact_response_texts == [broker.answer]
