@@ -177,6 +177,21 @@ async def test_oversized_frame_gets_the_promised_error_then_close_and_the_sessio
 
 
 @pytest.mark.asyncio
+async def test_a_frame_far_over_the_limit_is_dropped_unread_and_the_session_resumes(relay: Relay) -> None:
+    # Past four times the limit the transport refuses the frame before reading it: close 1009, no event.
+    info = await relay.new_session()
+    async with relay.socket(info) as ws:
+        ready = await recv_json(ws)
+        await ws.send("x" * (5 * LIMIT))
+        code, events = await closed_with(ws)
+    assert code == 1009 and not [e for e in events if e["type"] == "voice.error"]
+    async with relay.socket(info) as ws:
+        await ws.send(json.dumps({"type": "session.resume", "resume_token": info["resume_token"],
+                                  "last_event_id": ready["event_id"]}))
+        assert (await recv_json(ws))["type"] == "voice.session.resumed"
+
+
+@pytest.mark.asyncio
 async def test_echoed_strings_are_clipped_in_the_error_and_the_log(relay: Relay) -> None:
     info = await relay.new_session()
     junk = "Z" * 10_000

@@ -75,6 +75,8 @@ def traced() -> Iterator[tuple[Recorder, Pipeline]]:
 
 
 async def managed_agent(request: AgentTaskRequest, ctx: RunContext) -> str:
+    if "slow" in request.text:
+        await asyncio.sleep(1.0)
     # The run is the conversation's managed coordinator turn even though a user turn is open.
     managed = relay_session.managed_turn()
     return f"managed={managed is not None and managed.turn_id == ctx.run_id}"
@@ -265,3 +267,22 @@ async def test_turn_metrics_are_off_by_default(phone: Any) -> None:
     msg = await ws.close()
     assert msg is not WSMsgType.ERROR
     assert json.dumps(ws_events)
+
+
+@pytest.mark.asyncio
+async def test_session_counts_background_and_fast_lane_runs(traced: Any, phone: Any) -> None:
+    recorder, pipeline = traced
+    live = await phone()
+    ws = live["ws"]
+    await ws.send_json({"type": "response.create", "text": "background: slow report"})
+    await read_until(ws, "hermes.run.promoted")
+    # A second ask while the first runs: answered in the fast lane, inside the grace window.
+    await ws.send_json({"type": "response.create", "text": "task: quick check"})
+    completed = await read_until(ws, "hermes.run.completed", limit=200)
+    assert completed[-1]["lane"] == "fast"
+    await close_session(ws)
+    await wait_for(lambda: ended(recorder, "voice.session"))
+    totals = ended(recorder, "voice.session")[0].metadata[MEASURES_KEY]
+    assert totals["relay.voice.background_runs"] == 1 and totals["relay.voice.fast_lane_runs"] == 1
+    (span,) = pipeline.named("voice.session")
+    assert span.attributes["relay.voice.background_runs"] == 1 and span.attributes["relay.voice.fast_lane_runs"] == 1
