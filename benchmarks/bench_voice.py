@@ -335,6 +335,12 @@ class PacedResult:
     phone_stats: dict[str, int]
     spans_exported: int
     telemetry: bool = True
+    # CPU the relay's process used during the run (the phones run elsewhere): less noisy than latency.
+    cpu_seconds: float = 0.0
+
+    @property
+    def messages(self) -> int:
+        return self.phone_stats.get("frames_up", 0) + len(self.hops_ns)
 
     def hop_ms(self, q: float) -> float:
         return _quantile([h / 1e6 for h in self.hops_ns], q)
@@ -390,6 +396,7 @@ async def run_paced(sessions: int = 50, seconds: float = 10.0, *, telemetry: boo
             out = context.Queue()
             phones = context.Process(target=_phones_process, args=(base, tokens, seconds, out), daemon=True)
             phones.start()
+            cpu_before = time.process_time()
             try:
                 # Drain each session's hop samples as the run goes (a trace leaves with its session).
                 deadline = time.monotonic() + seconds + 60
@@ -399,6 +406,7 @@ async def run_paced(sessions: int = 50, seconds: float = 10.0, *, telemetry: boo
                         if parts.trace is not None:
                             hops.extend(parts.trace.hop_samples)
                             parts.trace.hop_samples.clear()
+                cpu = time.process_time() - cpu_before
                 stats = out.get(timeout=10) if phones.exitcode == 0 or not phones.is_alive() else {}
             finally:
                 if phones.is_alive():
@@ -410,7 +418,7 @@ async def run_paced(sessions: int = 50, seconds: float = 10.0, *, telemetry: boo
             exporter.detach()
         tracer_provider.shutdown()
         meter_provider.shutdown()
-    return PacedResult(sessions, seconds, hops, perceived, tool_perceived, stats, spans.spans, telemetry)
+    return PacedResult(sessions, seconds, hops, perceived, tool_perceived, stats, spans.spans, telemetry, cpu)
 
 
 def _print_paced(label: str, r: PacedResult) -> None:
@@ -420,7 +428,9 @@ def _print_paced(label: str, r: PacedResult) -> None:
         f"p90 {r.hop_ms(0.9):.3f} ms p99 {r.hop_ms(0.99):.3f} ms ({len(r.hops_ns)} events); "
         f"perceived p50 {r.perceived_ms(0.5):.1f} ms p99 {r.perceived_ms(0.99):.1f} ms "
         f"({len(r.perceived_s)} spoken turns), tool turns p50 {r.perceived_ms(0.5, tool=True):.0f} ms "
-        f"p99 {r.perceived_ms(0.99, tool=True):.0f} ms ({len(r.tool_turn_perceived_s)}); phones {r.phone_stats}",
+        f"p99 {r.perceived_ms(0.99, tool=True):.0f} ms ({len(r.tool_turn_perceived_s)}); relay CPU "
+        f"{r.cpu_seconds / r.seconds:.0%} of a core, {r.cpu_seconds / max(1, r.messages) * 1e6:.0f} us per message "
+        f"in or out; phones {r.phone_stats}",
         flush=True,
     )
 

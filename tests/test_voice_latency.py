@@ -286,3 +286,39 @@ async def test_session_counts_background_and_fast_lane_runs(traced: Any, phone: 
     assert totals["relay.voice.background_runs"] == 1 and totals["relay.voice.fast_lane_runs"] == 1
     (span,) = pipeline.named("voice.session")
     assert span.attributes["relay.voice.background_runs"] == 1 and span.attributes["relay.voice.fast_lane_runs"] == 1
+
+
+@pytest.mark.asyncio
+async def test_an_earlier_answer_still_streaming_is_not_the_next_turns_first_audio(
+    traced: Any, tmp_path: Path
+) -> None:
+    from benchmarks.bench_voice import PacedStubProvider, ThinkingBroker
+
+    recorder, _ = traced
+    app = create_app(RelayConfig(realtime_voice_run_dir=str(tmp_path), realtime_voice_promote_after_ms=3000),
+                     task_broker=ThinkingBroker(), providers={"stub": PacedStubProvider()})
+    app["server"].realtime_agent.profile_key = PROFILE
+    async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+        token = app["server"].sessions.create_session("phone", "d").token
+        headers = {"Authorization": f"Bearer {token}"}
+        info = await (await client.post("/voice/realtime-agent/session", json={}, headers=headers)).json()
+        ws = await client.ws_connect(info["websocket_path"], headers=headers)
+        await next_event(ws)
+        await speak_and_commit(ws)
+        await until_first_audio(ws)  # a 1.8 s answer, streamed a frame every 20 ms
+        await ws.send_json({"type": "response.create", "text": "task: look it up"})  # the agent thinks 200 ms
+        for _ in range(400):
+            event = await next_event(ws)
+            if event["type"] == "voice.playback_drain.requested":
+                await ws.send_json({"type": "playback.drained"})
+            if len(ended(recorder, "voice.turn")) == 2:
+                break
+        await close_session(ws)
+    first, second = ended(recorder, "voice.turn")
+    measures = second.metadata[MEASURES_KEY]
+    # The first answer's frames kept coming during the second turn; its own answer came after the agent.
+    assert measures["relay.voice.perceived_latency"] >= 0.2
+    # Unplayed: what the first answer generated from the cut-in until the provider dropped it for the
+    # new answer (about the agent's 200 ms), never its whole 1.8 s.
+    assert measures["relay.voice.barge_ins"] == 1 and 0.1 < measures["relay.voice.unplayed_audio"] < 1.0
+    assert first.output == {"outcome": "cancelled"}

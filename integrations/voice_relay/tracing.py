@@ -21,7 +21,7 @@ import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from relay_runtime import ScopeHandle, ScopeType
@@ -94,6 +94,9 @@ class _Turn:
     audio_in_seconds: float = 0.0
     max_hop_ns: int = 0
     answered: bool = False
+    # Provider responses started during this turn: only their output answers it (audio of an
+    # earlier answer still streaming is not this turn's first audio).
+    response_ids: set[str] = field(default_factory=set)
     # Set at its start: this utterance cut into the relay's answer, and how much of it went unheard.
     barge_in: bool = False
     unplayed_seconds: float = 0.0
@@ -122,6 +125,8 @@ class VoiceTrace:
         self._turn: _Turn | None = None
         # The last turn that sent audio, kept after it ends: its audio may still be playing.
         self._last_spoken: _Turn | None = None
+        # The turn that barged in, and the responses it cut off (still open when it started).
+        self._cut_off: tuple[_Turn, set[str]] | None = None
         # Commits whose final transcript has not come yet (a provider may never send one).
         self._untranscribed_commits = 0
         self._detached: tuple[ScopeHandle, int] | None = None
@@ -175,6 +180,11 @@ class VoiceTrace:
                            unplayed_seconds=unplayed if barge_in else 0.0)
         if trigger == "commit":
             self._untranscribed_commits = min(self._untranscribed_commits + 1, _MAX_UNTRANSCRIBED)
+        # Audio still arriving for the answers it cut off is never heard either; it counts here.
+        cut_off = set(spoken.response_ids) if spoken is not None else set()
+        if previous is not None:
+            cut_off |= previous.response_ids
+        self._cut_off = (self._turn, cut_off & set(self._responses)) if barge_in else None
         self._last_spoken = None
         self._totals[BARGE_INS] += int(barge_in)
         self._totals[UNPLAYED_AUDIO_TOTAL] += self._turn.unplayed_seconds
@@ -214,7 +224,11 @@ class VoiceTrace:
             # A provider that never reports done must not grow this without bound.
             _, (stale, _) = self._responses.popitem(last=False)
             self._scopes.pop(stale, output={"outcome": "cancelled"})
-        parent = self._turn.handle if self._turn is not None else self._session_scope
+        turn = self._turn
+        parent = self._session_scope
+        if turn is not None:
+            parent = turn.handle
+            turn.response_ids.add(rid)
         handle = self._scopes.push(
             "voice.response", ScopeType.FUNCTION, parent=parent, attach=False,
             metadata={"relay.kind": VOICE_RESPONSE_KIND, "response_id": rid,
@@ -228,6 +242,8 @@ class VoiceTrace:
             self._responses[rid] = (entry[0], in_ns)
 
     def _response_done(self, event: ProviderEvent, in_ns: int) -> None:
+        if self._cut_off is not None:
+            self._cut_off[1].discard(event.response_id)
         entry = self._responses.pop(event.response_id, None)
         if entry is None:
             return
@@ -238,22 +254,32 @@ class VoiceTrace:
             if first_chunk_ns and handle.start_ns else None
         self._scopes.pop(handle, output={"outcome": outcome, "status": status}, metadata=metadata)
 
-    def _audio_in(self, event: ProviderEvent, in_ns: int) -> None:
-        self._first_chunk(event.response_id, time.time_ns())
-        turn = self._turn
-        if turn is None:
-            return
+    def _audio_seconds(self, event: ProviderEvent) -> float:
         audio = event.payload.get("audio")
         rate = int(event.payload.get("sample_rate") or self.session.sample_rate)
-        if isinstance(audio, (bytes, bytearray)) and rate > 0:
-            turn.audio_in_seconds += len(audio) / (2 * rate)
+        return len(audio) / (2 * rate) if isinstance(audio, (bytes, bytearray)) and rate > 0 else 0.0
+
+    def _audio_in(self, event: ProviderEvent, in_ns: int) -> None:
+        rid = event.response_id
+        self._first_chunk(rid, time.time_ns())
+        cut_off = self._cut_off
+        if cut_off is not None and rid in cut_off[1]:
+            seconds = self._audio_seconds(event)
+            cut_off[0].unplayed_seconds += seconds
+            self._totals[UNPLAYED_AUDIO_TOTAL] += seconds
+            return
+        turn = self._turn
+        if turn is None or rid not in turn.response_ids:
+            return
+        turn.audio_in_seconds += self._audio_seconds(event)
         if not turn.first_audio_in_ns:
             turn.first_audio_in_ns = in_ns
 
     def _text_in(self, event: ProviderEvent, in_ns: int) -> None:
         self._first_chunk(event.response_id, time.time_ns())
         turn = self._turn
-        if turn is not None and not turn.first_text_in_ns and event.payload.get("delta"):
+        if (turn is not None and not turn.first_text_in_ns and event.response_id in turn.response_ids
+                and event.payload.get("delta")):
             turn.first_text_in_ns = in_ns
 
     def _transcript_final(self, event: ProviderEvent, in_ns: int) -> None:
@@ -289,6 +315,8 @@ class VoiceTrace:
             return
         if hop > turn.max_hop_ns:
             turn.max_hop_ns = hop
+        if event.get("response_id") not in turn.response_ids:
+            return
         kind = event["type"]
         if kind == AUDIO_DELTA:
             if not turn.first_audio_out_ns:
