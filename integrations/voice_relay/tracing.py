@@ -56,6 +56,7 @@ VOICE_DETACHED_KIND = "voice_detached"
 TOOL_CALL_MARK = "voice.tool_call"
 _MAX_OPEN_RESPONSES = 32
 _MAX_UNTRANSCRIBED = 2
+_MAX_TURN_RESPONSES = 64
 HOP_SAMPLES_KEPT = 8192
 _NS = 1e9
 
@@ -228,7 +229,8 @@ class VoiceTrace:
         parent = self._session_scope
         if turn is not None:
             parent = turn.handle
-            turn.response_ids.add(rid)
+            if len(turn.response_ids) < _MAX_TURN_RESPONSES:  # a provider that never stops starting some
+                turn.response_ids.add(rid)
         handle = self._scopes.push(
             "voice.response", ScopeType.FUNCTION, parent=parent, attach=False,
             metadata={"relay.kind": VOICE_RESPONSE_KIND, "response_id": rid,
