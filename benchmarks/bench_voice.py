@@ -196,6 +196,12 @@ class PacedStubConnection(StubConnection):
         super().__init__(*args, **kwargs)
         self._speaking: asyncio.Task[None] | None = None
 
+    def _put(self, event: ProviderEvent) -> None:
+        # Stamped as it comes into being, as a websocket provider stamps it on arrival: the relay's
+        # hop then includes the wait in the provider queue before the pump takes it.
+        event.metadata["received_ns"] = time.monotonic_ns()
+        super()._put(event)
+
     def _speak(self, text: str) -> None:
         if self._speaking is not None and not self._speaking.done():
             self._speaking.cancel()  # a new answer replaces one still playing, as a realtime model does
