@@ -169,3 +169,19 @@ async def test_default_delivery_reads_the_answer_verbatim(phone: Any) -> None:
     prompt = await _background_delivery(live, broker)
     assert "word for word" in prompt
     assert live["provider"].connection.exact_response_texts == [broker.answer]
+
+
+@pytest.mark.asyncio
+async def test_answer_seeded_after_a_bad_summary_is_the_speakable_one(phone: Any) -> None:
+    broker = AnswerBroker(CITED)
+    live = await phone(broker, "speak_when_idle")
+    await _background_delivery(live, broker)
+    emit = live["provider"].connection.emit
+    await emit(ProviderEvent(ProviderEventKind.RESPONSE_STARTED, response_id="sum-1"))
+    await emit(ProviderEvent(ProviderEventKind.OUTPUT_TEXT_DELTA, response_id="sum-1",
+                             payload={"delta": "One moment while I look that up."}))
+    await emit(ProviderEvent(ProviderEventKind.RESPONSE_DONE, response_id="sum-1"))
+    await wait_for(lambda: live["provider"].connection.context_items)
+    assert live["provider"].connection.context_items == [
+        ("assistant", "The Berlin office moves to Hall 4 on 12 March.")
+    ]

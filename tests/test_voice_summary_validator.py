@@ -21,6 +21,10 @@ DEFERRALS = [
     "Sure, I'll check the 42 tests and the Berlin release notes.",
     "I'm looking it up: 42 tests, Berlin release notes.",
     "Okay, I\u2019ll\nreport back once the 42 tests and the Berlin release notes land.",
+    "I'm checking the 42 tests and the Berlin release notes now.",
+    "Bear with me, the Berlin release notes and 42 tests are coming.",
+    "I'm on it: 42 tests, Berlin release notes.",
+    "Let me see what the 42 tests and the Berlin release notes say.",
 ]
 
 

@@ -186,7 +186,7 @@ class DeliveryManager:
         if connection is not None:
             try:
                 # Seeded into the provider's history so follow-ups are answerable without a re-run.
-                await connection.append_context_item(role="assistant", text=result.answer)
+                await connection.append_context_item(role="assistant", text=speakable(result.answer))
                 session.log("voice.realtime_agent.result_seeded", call_id=result.call_id)
             except Exception as exc:
                 session.log("voice.realtime_agent.result_seed_failed", error=type(exc).__name__)

@@ -69,6 +69,15 @@ DEFERRAL_PHRASES = (
     "looking that up",
     "looking it up",
     "in the background",
+    "i'm checking",
+    "checking on",
+    "let me see",
+    "bear with me",
+    "i'll find out",
+    "i will find out",
+    "i'm on it",
+    "give me a sec",
+    "one sec",
 )
 RUN_ID_PHRASES = ("run id", "hermes_run_task")
 
