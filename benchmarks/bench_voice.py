@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
+import gc
 import json
 import multiprocessing
 import statistics
@@ -155,6 +156,7 @@ async def _serve(app: web.Application, phones: int) -> tuple[list[str], web.AppR
     runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
+    gc.freeze()  # as `relay-runtime voice serve` does once it listens
     return tokens, runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
 
 
