@@ -156,7 +156,6 @@ async def _serve(app: web.Application, phones: int) -> tuple[list[str], web.AppR
     runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
-    gc.freeze()  # as `relay-runtime voice serve` does once it listens
     return tokens, runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
 
 
@@ -400,6 +399,7 @@ async def run_paced(sessions: int = 50, seconds: float = 10.0, *, telemetry: boo
 
             agent.turn_listeners.append(on_turn)
             tokens, runner, base = await _serve(app, sessions)
+            gc.freeze()  # as `relay-runtime voice serve` does once it listens; undone below
             context = multiprocessing.get_context("spawn")
             out = context.Queue()
             phones = context.Process(target=_phones_process, args=(base, tokens, seconds, out), daemon=True)
@@ -422,6 +422,7 @@ async def run_paced(sessions: int = 50, seconds: float = 10.0, *, telemetry: boo
                 phones.join(5)
                 await runner.cleanup()
     finally:
+        gc.unfreeze()
         if exporter is not None:
             exporter.detach()
         tracer_provider.shutdown()
