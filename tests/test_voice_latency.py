@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -86,12 +85,13 @@ async def managed_agent(request: AgentTaskRequest, ctx: RunContext) -> str:
 async def phone(tmp_path: Path) -> AsyncIterator[Any]:
     clients: list[TestClient[Any, Any]] = []
 
-    async def open_phone(*, tone_ms: int = 100, turn_metrics: bool = False) -> dict[str, Any]:
+    async def open_phone(*, tone_ms: int = 100, turn_metrics: bool = False, provider: Any = None,
+                         broker: Any = None) -> dict[str, Any]:
         app = create_app(
             RelayConfig(realtime_voice_run_dir=str(tmp_path), realtime_voice_promote_after_ms=3000,
                         realtime_voice_turn_metrics=turn_metrics),
-            task_broker=InProcessTaskBroker(managed_agent, profile_key=PROFILE),
-            providers={"stub": StubProvider(tone_ms=tone_ms, frame_ms=20)},
+            task_broker=broker or InProcessTaskBroker(managed_agent, profile_key=PROFILE),
+            providers={"stub": provider or StubProvider(tone_ms=tone_ms, frame_ms=20)},
         )
         app["server"].realtime_agent.profile_key = PROFILE
         client: TestClient[Any, Any] = TestClient(TestServer(app, host="127.0.0.1"))
@@ -264,9 +264,7 @@ async def test_turn_metrics_are_off_by_default(phone: Any) -> None:
     await ws.send_json({"type": "response.create", "text": "again"})
     ws_events += [e["type"] for e in await read_until(ws, "voice.response.done")]
     assert "voice.turn.metrics" not in ws_events
-    msg = await ws.close()
-    assert msg is not WSMsgType.ERROR
-    assert json.dumps(ws_events)
+    await ws.close()
 
 
 @pytest.mark.asyncio
@@ -289,31 +287,22 @@ async def test_session_counts_background_and_fast_lane_runs(traced: Any, phone: 
 
 
 @pytest.mark.asyncio
-async def test_an_earlier_answer_still_streaming_is_not_the_next_turns_first_audio(
-    traced: Any, tmp_path: Path
-) -> None:
+async def test_an_earlier_answer_still_streaming_is_not_the_next_turns_first_audio(traced: Any, phone: Any) -> None:
     from benchmarks.bench_voice import PacedStubProvider, ThinkingBroker
 
     recorder, _ = traced
-    app = create_app(RelayConfig(realtime_voice_run_dir=str(tmp_path), realtime_voice_promote_after_ms=3000),
-                     task_broker=ThinkingBroker(), providers={"stub": PacedStubProvider()})
-    app["server"].realtime_agent.profile_key = PROFILE
-    async with TestClient(TestServer(app, host="127.0.0.1")) as client:
-        token = app["server"].sessions.create_session("phone", "d").token
-        headers = {"Authorization": f"Bearer {token}"}
-        info = await (await client.post("/voice/realtime-agent/session", json={}, headers=headers)).json()
-        ws = await client.ws_connect(info["websocket_path"], headers=headers)
-        await next_event(ws)
-        await speak_and_commit(ws)
-        await until_first_audio(ws)  # a 1.8 s answer, streamed a frame every 20 ms
-        await ws.send_json({"type": "response.create", "text": "task: look it up"})  # the agent thinks 200 ms
-        for _ in range(400):
-            event = await next_event(ws)
-            if event["type"] == "voice.playback_drain.requested":
-                await ws.send_json({"type": "playback.drained"})
-            if len(ended(recorder, "voice.turn")) == 2:
-                break
-        await close_session(ws)
+    live = await phone(provider=PacedStubProvider(), broker=ThinkingBroker())
+    ws = live["ws"]
+    await speak_and_commit(ws)
+    await until_first_audio(ws)  # a 1.8 s answer, streamed a frame every 20 ms
+    await ws.send_json({"type": "response.create", "text": "task: look it up"})  # the agent thinks 200 ms
+    for _ in range(400):
+        event = await next_event(ws)
+        if event["type"] == "voice.playback_drain.requested":
+            await ws.send_json({"type": "playback.drained"})
+        if len(ended(recorder, "voice.turn")) == 2:
+            break
+    await close_session(ws)
     first, second = ended(recorder, "voice.turn")
     measures = second.metadata[MEASURES_KEY]
     # The first answer's frames kept coming during the second turn; its own answer came after the agent.
