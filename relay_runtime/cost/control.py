@@ -85,15 +85,36 @@ _LOOKUP_LIMIT = 4096  # (provider, model) pairs remembered per relay
 
 
 class AttemptSpend:
-    """What ``before_send`` decided for one attempt, read back by ``settle`` and the stream."""
+    """What ``before_send`` decided for one attempt, read back by ``settle`` and the stream.
 
-    __slots__ = ("estimate", "meter", "nodes", "sent")
+    One that passed the quick check is shared by every call of the same plan, model and output
+    limit (it is never changed once made): ``upper`` is the worst case that check compares.
+    """
 
-    def __init__(self, nodes: list[_Node], estimate: float, sent: bool = True) -> None:
+    __slots__ = ("estimate", "meter", "nodes", "sent", "upper")
+
+    def __init__(self, nodes: list[_Node], estimate: float, sent: bool = True, upper: float = 0.0) -> None:
         self.nodes = nodes
         self.estimate = estimate
         self.meter: StreamMeter | None = None
         self.sent = sent
+        self.upper = upper
+
+
+class _Plan:
+    """The budgets' nodes for calls under one parent scope, and the quick checks already worked out there."""
+
+    __slots__ = ("budgets", "nodes", "parent", "quick")
+
+    def __init__(self, parent: ScopeHandle | None, budgets: tuple[Budget, ...], nodes: list[_Node]) -> None:
+        self.parent = parent
+        self.budgets = budgets
+        self.nodes = nodes
+        # (provider, model, output limit) -> the shared AttemptSpend of a call that passes the quick check.
+        self.quick: dict[tuple[str, Any, int], AttemptSpend] = {}
+
+
+_QUICK_LIMIT = 64  # quick checks remembered per plan
 
 
 NOT_SENT = AttemptSpend([], 0.0, sent=False)
@@ -143,7 +164,7 @@ class RelayCost:
         self._lookup: dict[tuple[str, str], _Priced | None] = {}
         self._metered = False  # whether some budget stops streams
         # The budgets' nodes of the last parent scope seen: calls in a row under one scope skip the walk.
-        self._last_nodes: tuple[Any, Any, list[_Node]] = (None, None, [])
+        self._plan = _Plan(None, (), [])
 
     # -- configuring -------------------------------------------------------------------------------
 
@@ -160,6 +181,7 @@ class RelayCost:
             self.assumed_output_tokens = assumed_output_tokens
         self.catalog = catalog
         self._lookup = {}
+        self._plan = _Plan(None, (), [])  # its quick checks hold prices and the output assumption
         self.active = catalog is not None
         return self
 
@@ -212,10 +234,47 @@ class RelayCost:
         if not budgets:
             return request
         parent = attempt.handle.parent
-        last = self._last_nodes
-        nodes = last[2] if last[0] is parent and last[1] is budgets else self._nodes(parent, budgets)
+        plan = self._plan
+        if plan.parent is not parent or plan.budgets is not budgets:
+            plan = self._nodes(parent, budgets)
+        nodes = plan.nodes
         if not nodes:
             return request
+        if attempt.annotated is None and not (stream and self._metered):
+            # A call like one seen before under this plan: its quick check is worked out already.
+            content = request.raw_content()
+            for key in MAX_OUTPUT_KEYS:
+                limit = content.get(key)
+                if type(limit) is int and limit > 0:
+                    codec = attempt.codec
+                    quick = plan.quick.get((codec.provider if codec is not None else attempt.name,
+                                            attempt.model_name or content.get("model"), limit))  # fmt: skip
+                    if quick is not None and self._reserve_quick(quick):
+                        attempt.cost_state = quick
+                        return request
+                    break
+        return self._check(attempt, request, stream, plan)
+
+    def _reserve_quick(self, quick: AttemptSpend) -> bool:
+        """Reserve the output limit of a call whose worst case fits every budget with room to spare."""
+        upper = quick.upper
+        lock = self._lock
+        lock.acquire()
+        try:
+            for node in quick.nodes:
+                rollup = node.rollup
+                if rollup.carried + rollup.total + rollup.reserved + upper > node.budget.limit:
+                    return False
+            estimate = quick.estimate
+            for node in quick.nodes:
+                node.rollup.reserved += estimate
+            return True
+        finally:
+            lock.release()
+
+    def _check(self, attempt: Attempt, request: LLMRequest, stream: bool, plan: _Plan) -> LLMRequest:
+        """The worst-case check in full: the price, the output limit, the input read from the text if need be."""
+        nodes = plan.nodes
         codec = attempt.codec
         provider = codec.provider if codec is not None else attempt.name
         model = attempt.model_name or _str(request.raw_content().get("model"))
@@ -232,6 +291,7 @@ class RelayCost:
         # The output limit, inline (this runs on every call): the neutral params' max_tokens, else the kwargs'.
         annotated = attempt.annotated
         out_tokens = max_output_tokens(annotated.params, content) if annotated is not None else None
+        from_request = annotated is None
         if out_tokens is None:
             for key in MAX_OUTPUT_KEYS:
                 value = content.get(key)
@@ -239,24 +299,20 @@ class RelayCost:
                     out_tokens = value
                     break
             else:
+                from_request = False
                 out_tokens = self._output_limit(attempt, content, priced)
         out_cost = out_tokens * priced.out_rate
         window_cost = priced.window_cost
         if window_cost is not None and not (stream and self._metered):
             # Quick check: even a full context window of input fits every budget; no need to read the text.
             # What it reserves while the call is in flight is its output limit.
-            upper = out_cost + window_cost
-            with self._lock:
-                for node in nodes:
-                    rollup = node.rollup
-                    if rollup.carried + rollup.total + rollup.reserved + upper > node.budget.limit:
-                        break
-                else:
-                    for node in nodes:
-                        node.rollup.reserved += out_cost
-                    spend = attempt.cost_state = _new(AttemptSpend)
-                    spend.nodes, spend.estimate, spend.meter, spend.sent = nodes, out_cost, None, True
-                    return request
+            quick = AttemptSpend(nodes, out_cost, upper=out_cost + window_cost)
+            # Not when the limit was assumed: that is counted per call, so such calls always come this way.
+            if from_request and len(plan.quick) < _QUICK_LIMIT:
+                plan.quick[(provider, model, out_tokens)] = quick
+            if self._reserve_quick(quick):
+                attempt.cost_state = quick
+                return request
         estimate, input_cost, output_rate = self._worst_case(content, priced, out_tokens)
         crossed = self._reserve(nodes, estimate, stream)
         if crossed is not None:
@@ -340,7 +396,7 @@ class RelayCost:
             auxiliary.count_renewed_attempt(api_request_id)
         return new_request, cheaper, new_estimate, input_cost, output_rate
 
-    def _nodes(self, parent: ScopeHandle | None, budgets: tuple[Budget, ...]) -> list[_Node]:
+    def _nodes(self, parent: ScopeHandle | None, budgets: tuple[Budget, ...]) -> _Plan:
         scopes: dict[str, ScopeHandle] = {}
         handle = parent
         while handle is not None:
@@ -371,8 +427,8 @@ class RelayCost:
                 store_key = f"conversation:{profile}:{meta.get(cv.SESSION_ID) or scope.uuid}"
                 self._carry(rollup, store_key)
             nodes.append(_Node(budget, rollup, scope, store_key))
-        self._last_nodes = (parent, budgets, nodes)
-        return nodes
+        plan = self._plan = _Plan(parent, budgets, nodes)
+        return plan
 
     def _rollup(self, handle: ScopeHandle) -> CostRollup:
         rollup: CostRollup | None = handle.cost
