@@ -9,6 +9,7 @@ scope above it, release reservations, persist, warn).
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -43,13 +44,15 @@ DOWNGRADED_FROM = "relay.cost.downgraded_from"
 class _Node:
     """Where one budget's spend is counted for one attempt: a scope's roll-up (or a profile's)."""
 
-    __slots__ = ("budget", "handle", "rollup", "store_key")
+    __slots__ = ("budget", "handle", "rollup", "store_key", "warn_from")
 
     def __init__(self, budget: Budget, rollup: CostRollup, handle: ScopeHandle | None, store_key: str | None):
         self.budget = budget
         self.rollup = rollup
         self.handle = handle
         self.store_key = store_key
+        # The spend at which the budget warns (never, for a budget with no ``warn_at``).
+        self.warn_from = budget.warn_at * budget.limit if budget.warn_at is not None else math.inf
 
 
 class _Priced:
@@ -455,7 +458,18 @@ class RelayCost:
         """Price the attempt and roll it up into every scope above; failures here are counted, never raised."""
         spend = attempt.cost_state
         try:
-            cost = self._price(attempt, response, view, spend)
+            if type(view) is Deferred:
+                view = view.get()
+            cost = None
+            if type(view) is AnnotatedLLMResponse and (spend is None or spend.sent) and view.model:
+                # Flat prices of a model seen before: priced without the general path's lookups.
+                codec = attempt.codec
+                provider = codec.provider if codec is not None else attempt.name
+                priced = self._lookup.get((provider, view.model))
+                if priced is not None and priced.simple:
+                    cost = _fast(priced, provider, view.model, view.usage)
+            if cost is None:
+                cost = self._price(attempt, response, view, spend)
         except Exception as exc:
             self._relay.diag.failure("bookkeeping_errors", exc, f"pricing LLM attempt {attempt.name!r}")
             cost = unpriced(self.catalog.currency if self.catalog else "USD", None, attempt.model_name, "error")
@@ -465,7 +479,10 @@ class RelayCost:
         attempt.handle.cost = cost
         late = False
         # One pass, under one lock: release the reservations, add to the relay's and every scope's roll-up.
-        with self._lock:
+        # (``CostRollup.add`` inline: this runs on every call.)
+        lock = self._lock
+        lock.acquire()
+        try:
             if spend is not None:
                 estimate = spend.estimate
                 for node in spend.nodes:
@@ -478,20 +495,24 @@ class RelayCost:
                 rollup = handle.cost
                 if rollup is None:
                     rollup = handle.cost = CostRollup(cost.currency)
-                rollup.add(amount, wasted)
+                if amount is None:
+                    rollup.unpriced += 1
+                else:
+                    rollup.attempts += 1
+                    rollup.total += amount
+                    if wasted:
+                        rollup.wasted += amount
                 if handle.ended:
                     late = True
                 handle = handle.parent
+        finally:
+            lock.release()
         if late:
             self._relay.diag.count("cost.rolled_up_after_scope_end")
         if spend is not None:
             for node in spend.nodes:
-                budget = node.budget
-                warn_at = budget.warn_at
                 rollup = node.rollup
-                if node.store_key is not None or (
-                    warn_at is not None and rollup.carried + rollup.total >= warn_at * budget.limit
-                ):
+                if node.store_key is not None or rollup.carried + rollup.total >= node.warn_from:
                     try:
                         self._after_spend(spend, amount)
                     except Exception as exc:
@@ -580,8 +601,13 @@ class RelayCost:
         self._relay.scope.mark(WARNING_MARK, data, parent=node.handle)
 
 
-def _fast(priced: _Priced, provider: str, model: str | None, usage: TokenUsage) -> AttemptCost | None:
-    """``price_usage`` for flat rates and consistent counts, without building the breakdown (None otherwise)."""
+def _fast(priced: _Priced, provider: str, model: str | None, usage: TokenUsage | None) -> AttemptCost | None:
+    """``price_usage`` for flat rates and consistent counts, without building the breakdown (None otherwise).
+
+    None too when there is no usage to price: the general path says why (never a silent zero).
+    """
+    if usage is None or (usage.input_tokens is None and usage.output_tokens is None):
+        return None
     inp = usage.input_tokens or 0
     out = usage.output_tokens or 0
     cache_read = usage.cache_read_tokens or 0
