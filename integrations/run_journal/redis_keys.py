@@ -34,13 +34,15 @@ from __future__ import annotations
 DEFAULT_PREFIX = "relay:journal"
 ROW_FIELD = b"r"
 
-# The script's answers: {seq, status}.
+# The script's answers: {seq, status}; for REFUSED and WRONG_SEQ the seq is the run's last.
 APPENDED = 0
 DUPLICATE = 1
 REFUSED = 2
+WRONG_SEQ = 3
 
 # KEYS: stream, meta, ids, where, sessions, runs, open
-# ARGV: run_id, session_id, row_id, tail, terminal ("1"/"0"), now_ms, retention_s, max_run_bytes, terminal_reserve
+# ARGV: run_id, session_id, row_id, tail, terminal ("1"/"0"), now_ms, retention_s, max_run_bytes, terminal_reserve,
+#       expected seq (0: any)
 APPEND_SCRIPT = """
 local stream, meta, ids, where, sessions, runs, open = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local known = redis.call('HGET', ids, ARGV[3])
@@ -50,6 +52,10 @@ end
 local state = redis.call('HMGET', meta, 'seq', 'bytes', 'done')
 local seq = (tonumber(state[1]) or 0) + 1
 local bytes = tonumber(state[2]) or 0
+local expected = tonumber(ARGV[10])
+if expected > 0 and expected ~= seq then
+  return {seq - 1, 3}
+end
 local terminal = ARGV[5] == '1'
 local row = '{"version":1,"event_id":"' .. ARGV[1] .. ':' .. seq .. '","seq":' .. seq .. ARGV[4]
 local limit = tonumber(ARGV[8])

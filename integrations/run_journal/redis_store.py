@@ -1,23 +1,26 @@
-"""The run journal on Redis Streams: one stream per run, shared by every writer and server that reaches it.
+"""``RedisStreamStore``: the run journal on Redis Streams, shared by every writer and server that reaches it.
 
 See ``redis_keys`` for the layout and the append script. Appends are
 synchronous (the row comes back with its seq once Redis has it, or the call
-raises); a lost reply is retried with the same row id, which the script
-recognises, so a row is never written twice. Live reads block in ``XREAD``
-(no polling), on the asyncio client.
+raises ``JournalUnavailable``); a lost reply is retried with the same row id,
+which the script recognises, so a row is never written twice. Live reads block
+in ``XREAD`` on the asyncio client: no polling.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 import weakref
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import redis
 import redis.asyncio
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
@@ -27,39 +30,42 @@ from redis.retry import Retry
 from . import paths
 from .errors import JournalUnavailable, RunFull
 from .reading import parse_line
-from .redis_keys import APPEND_SCRIPT, DEFAULT_PREFIX, DUPLICATE, REFUSED, ROW_FIELD, Keys
+from .redis_keys import APPEND_SCRIPT, DEFAULT_PREFIX, DUPLICATE, REFUSED, ROW_FIELD, WRONG_SEQ, Keys
+from .states import copy_summary, ends_run, summarize
+from .storage import EncodedRow
 
 DEFAULT_RETENTION = 7 * 24 * 3600.0
 DEFAULT_MAX_RUN_BYTES = 64 * 1024 * 1024
 TERMINAL_RESERVE = 64 * 1024  # a run at its cap can still record how it ended
+DEFAULT_IDLE = 15.0
 _READ_BATCH = 512
+_FOLLOW_BUDGET = 1 << 20  # bytes a follower asks for at once (bounded by count, adapted to row sizes)
 _PREVIEW = 200
-# Lost connections, timeouts, and a server that restarted or is still loading its data.
+_SUMMARY_CACHE_SIZE = 256
+# Lost connections, timeouts, and a server that restarted (scripts gone) or is still loading its data.
 _TRANSIENT = (RedisConnectionError, RedisTimeoutError, NoScriptError, OSError)
+_TRANSIENT_REPLIES = ("LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "BUSY")
 
-
-def _transient(exc: BaseException) -> bool:
-    if isinstance(exc, _TRANSIENT):
-        return True
-    return isinstance(exc, ResponseError) and str(exc).startswith(("LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN"))
+PendingRow = tuple[EncodedRow, str]  # a row and the id its writer gave it
 
 
 def new_row_id() -> str:
     return uuid.uuid4().hex
 
 
-class AppendResult:
-    """What the script answered for one row: its seq, and whether an earlier try had already written it."""
-
-    __slots__ = ("duplicate", "seq")
-
-    def __init__(self, seq: int, duplicate: bool) -> None:
-        self.seq = seq
-        self.duplicate = duplicate
+def is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, _TRANSIENT):
+        return True
+    return isinstance(exc, ResponseError) and str(exc).startswith(_TRANSIENT_REPLIES)
 
 
-class RedisRuns:
-    """The Redis side of the store: append, read, follow, list. Ids are checked by the caller."""
+class RedisStreamStore:
+    """Run journals in Redis Streams at ``url`` (``redis://``, ``rediss://``, ``unix://``), keys under ``prefix``.
+
+    ``retention``: seconds a finished run is kept after its last row (default 7 days).
+    ``max_run_bytes``: a run's cap; rows past it are refused (``RunFull``), old rows are never trimmed.
+    A connection lost mid-append is retried ``retries`` times with the same row id before raising.
+    """
 
     def __init__(
         self,
@@ -74,114 +80,157 @@ class RedisRuns:
     ) -> None:
         if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError(f"Redis URL must start with redis://, rediss:// or unix://, got {url!r}")
-        if not (isinstance(retention, int | float) and retention >= 1):
+        if isinstance(retention, bool) or not isinstance(retention, int | float) or not retention >= 1:
             raise ValueError(f"retention must be at least 1 second, got {retention!r}")
         if type(max_run_bytes) is not int or max_run_bytes < 1:
             raise ValueError(f"max_run_bytes must be a positive integer, got {max_run_bytes!r}")
+        if type(retries) is not int or retries < 0:
+            raise ValueError(f"retries must be a non-negative integer, got {retries!r}")
         self.url = url
         self.keys = Keys(prefix)
         self.retention = int(retention)
         self.max_run_bytes = max_run_bytes
+        self._retries = retries
         self._options: dict[str, Any] = {
             "socket_timeout": socket_timeout,
             "socket_connect_timeout": connect_timeout,
-            # A retried append is safe: the script drops a row id it has already written.
-            "retry": Retry(ExponentialBackoff(cap=0.5, base=0.02), retries),
             "retry_on_error": [RedisConnectionError, RedisTimeoutError],
         }
-        self.client = redis.Redis.from_url(url, **self._options)
+        self.client = redis.Redis.from_url(url, retry=self._retry(Retry), **self._options)
         self._script = self.client.register_script(APPEND_SCRIPT)
         self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, redis.asyncio.Redis] = (
             weakref.WeakKeyDictionary()
         )
+        self._summaries: OrderedDict[tuple[str, str], tuple[int, dict[str, Any]]] = OrderedDict()
+        self._summaries_lock = threading.Lock()
+
+    def _retry(self, kind: Any) -> Any:
+        # Retrying an append is safe: the script drops a row id it has already written.
+        return kind(ExponentialBackoff(cap=0.5, base=0.02), self._retries)
+
+    def __repr__(self) -> str:
+        return f"RedisStreamStore({self._where()!r}, prefix={self.keys.prefix!r})"
 
     def close(self) -> None:
+        """Close the synchronous client's connections (async ones: ``aclose`` on their loop)."""
         self.client.close()
+
+    async def aclose(self) -> None:
+        client = self._async.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
 
     # -- appending -----------------------------------------------------------------------
 
-    def _args(self, session_id: str, run_id: str, row_id: str, tail: str, terminal: bool) -> list[Any]:
-        return [
-            run_id,
-            session_id,
-            row_id,
-            tail,
-            "1" if terminal else "0",
-            int(time.time() * 1000),
-            self.retention,
-            self.max_run_bytes,
-            TERMINAL_RESERVE,
-        ]
+    def append(
+        self,
+        session_id: str,
+        run_id: str,
+        event: str,
+        payload: Any = None,
+        *,
+        seq: int | None = None,
+        created_at: Any = None,
+        row_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Append one row; return it with its seq once Redis has it.
 
-    def append(self, session_id: str, run_id: str, row_id: str, tail: str, terminal: bool) -> AppendResult:
-        """Append one row (``tail``: its JSON after the seq); raises ``RunFull`` or ``JournalUnavailable``."""
-        keys = self.keys.append_keys(session_id, run_id)
+        ``row_id`` (default: a new one) names the row: appending the same id to the
+        run again returns the first append's row instead of writing a second one.
+        Raises ``JournalUnavailable`` when Redis cannot be reached, ``RunFull`` at the run's cap.
+        """
+        paths.check_ids(session_id, run_id)
+        if seq is not None and (type(seq) is not int or seq < 1):
+            raise ValueError(f"seq must be a positive integer, got {seq!r}")
+        row = EncodedRow(session_id, run_id, event, payload, created_at)
         try:
-            answer = self._script(keys, self._args(session_id, run_id, row_id, tail, terminal))
+            answer = self._script(
+                self.keys.append_keys(session_id, run_id), self._args(row, row_id or new_row_id(), seq)
+            )
         except Exception as exc:
             raise self._error(exc) from exc
-        return self._result(session_id, run_id, answer)
+        return self._result(row, answer, seq)
 
-    def append_many(
-        self, rows: Sequence[tuple[str, str, str, str, bool]]
-    ) -> list[AppendResult | RunFull]:
-        """Append ``(session_id, run_id, row_id, tail, terminal)`` rows in order, in one round trip.
+    def append_many(self, rows: Sequence[PendingRow]) -> list[dict[str, Any] | Exception]:
+        """Append rows in order in one round trip; per row, the stored row or why it was not stored.
 
-        Raises ``JournalUnavailable`` if Redis could not be reached: then any
-        prefix of the rows may have been written, and sending them all again
-        (same row ids) writes each exactly once.
+        Raises ``JournalUnavailable`` if Redis could not be reached: any prefix of the
+        rows may then have been written, and sending them all again (same row ids)
+        writes each exactly once.
         """
         pipe = self.client.pipeline(transaction=False)
-        for session_id, run_id, row_id, tail, terminal in rows:
-            self._script(
-                self.keys.append_keys(session_id, run_id),
-                self._args(session_id, run_id, row_id, tail, terminal),
-                client=pipe,
-            )
+        for row, row_id in rows:
+            self._script(self.keys.append_keys(row.session_id, row.run_id), self._args(row, row_id, None), client=pipe)
         try:
             answers = pipe.execute(raise_on_error=False)
         except Exception as exc:
             raise self._error(exc) from exc
-        out: list[AppendResult | RunFull] = []
-        for (session_id, run_id, *_), answer in zip(rows, answers, strict=True):
+        out: list[dict[str, Any] | Exception] = []
+        for (row, _), answer in zip(rows, answers, strict=True):
             if isinstance(answer, Exception):
-                raise self._error(answer)
+                if is_transient(answer):
+                    raise self._error(answer)
+                out.append(answer)
+                continue
             try:
-                out.append(self._result(session_id, run_id, answer))
+                out.append(self._result(row, answer, None))
             except RunFull as full:
                 out.append(full)
         return out
 
-    def _result(self, session_id: str, run_id: str, answer: Any) -> AppendResult:
+    def _args(self, row: EncodedRow, row_id: str, seq: int | None) -> list[Any]:
+        return [
+            row.run_id,
+            row.session_id,
+            row_id,
+            row.tail,
+            "1" if row.state is not None else "0",
+            int(time.time() * 1000),
+            self.retention,
+            self.max_run_bytes,
+            TERMINAL_RESERVE,
+            seq or 0,
+        ]
+
+    def _result(self, row: EncodedRow, answer: Any, expected: int | None) -> dict[str, Any]:
         seq, status = int(answer[0]), int(answer[1])
         if status == REFUSED:
-            raise RunFull(session_id, run_id, self.max_run_bytes)
-        return AppendResult(seq, status == DUPLICATE)
+            raise RunFull(row.session_id, row.run_id, self.max_run_bytes)
+        if status == WRONG_SEQ:
+            raise ValueError(f"seq {expected} is not the run's next seq {seq + 1}")
+        if status == DUPLICATE:
+            return self._stored(row.session_id, row.run_id, seq)
+        return row.row(seq)
+
+    def _stored(self, session_id: str, run_id: str, seq: int) -> dict[str, Any]:
+        """The row an earlier try of this append wrote (what the caller must see, not what it sent again)."""
+        rows = self.read(session_id, run_id, after_seq=seq - 1, max_seq=seq)["events"]
+        if not rows:  # expired between the two calls
+            raise LookupError(f"row {run_id}:{seq} was written, then expired before it could be read back")
+        return rows[0]
 
     def _error(self, exc: BaseException) -> Exception:
         if isinstance(exc, JournalUnavailable | RunFull):
             return exc
-        if _transient(exc):
+        if is_transient(exc):
             return JournalUnavailable(f"run journal on {self._where()} unavailable: {exc}")
-        if isinstance(exc, Exception):
-            return exc
-        return RuntimeError(str(exc))
+        return exc if isinstance(exc, Exception) else RuntimeError(str(exc))
 
     def _where(self) -> str:
         kwargs = self.client.connection_pool.connection_kwargs
-        return f"redis {kwargs.get('host', kwargs.get('path', '?'))}:{kwargs.get('port', '')}"
+        if "path" in kwargs:
+            return f"unix:{kwargs['path']}"
+        return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
 
     # -- reading -------------------------------------------------------------------------
 
-    def read(
-        self, session_id: str, run_id: str, after_seq: int = 0, max_seq: int | None = None
-    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """Rows with ``after_seq < seq <= max_seq`` and the entries that are not rows, in stream order."""
-        stream = self.keys.stream(session_id, run_id)
-        end = "+" if max_seq is None else str(max_seq)  # an entry id without its part after "-": up to N-<max>
-        start = f"{after_seq + 1}-0" if after_seq else "-"
+    def read(self, session_id: str, run_id: str, *, after_seq: int = 0, max_seq: int | None = None) -> dict[str, Any]:
+        paths.check_ids(session_id, run_id)
         rows: list[dict[str, Any]] = []
         malformed: list[dict[str, Any]] = []
+        stream = self.keys.stream(session_id, run_id)
+        end = "+" if max_seq is None else str(max_seq)  # an id without "-<n>" ends at <max_seq>-<largest n>
+        start = f"{after_seq + 1}-0" if after_seq else "-"
         try:
             while True:
                 entries: Any = self.client.xrange(stream, start, end, count=_READ_BATCH)
@@ -191,70 +240,88 @@ class RedisRuns:
                 start = "(" + _text(entries[-1][0])
         except Exception as exc:
             raise self._error(exc) from exc
-        return rows, malformed
+        return {"session_id": session_id, "run_id": run_id, "events": rows, "malformed": malformed}
 
-    def last_seq(self, session_id: str, run_id: str) -> int:
+    def summary(self, session_id: str, run_id: str) -> dict[str, Any] | None:
+        """The run's summary over every row (cached per run until its seq moves)."""
+        paths.check_ids(session_id, run_id)
+        key = (session_id, run_id)
+        meta = self.keys.meta(session_id, run_id)
         try:
-            value = self.client.hget(self.keys.meta(session_id, run_id), "seq")
+            last = int(self.client.hget(meta, "seq") or 0)
+            with self._summaries_lock:
+                cached = self._summaries.get(key)
+            if cached is not None and cached[0] == last and last:
+                return copy_summary(cached[1])
+            # One transaction: the rows and the seq they end at are one snapshot.
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hget(meta, "seq")
+            pipe.xrange(self.keys.stream(session_id, run_id), "-", "+")
+            pipe.exists(self.keys.runs(session_id))
+            seq_now, entries, session_exists = pipe.execute()
         except Exception as exc:
             raise self._error(exc) from exc
-        return int(value or 0)
+        rows: list[dict[str, Any]] = []
+        parse_entries(entries, rows, [])
+        if not rows and not session_exists:
+            return None
+        summary = summarize(session_id, run_id, rows)
+        if seq_now:
+            with self._summaries_lock:
+                self._summaries[key] = (int(seq_now), summary)
+                self._summaries.move_to_end(key)
+                while len(self._summaries) > _SUMMARY_CACHE_SIZE:
+                    self._summaries.popitem(last=False)
+        return copy_summary(summary)
 
-    def stats(self, session_id: str, run_id: str) -> dict[str, int]:
-        """``{seq, bytes, refused, done}`` of a run (zeros for a run Redis does not hold)."""
-        try:
-            values = self.client.hmget(self.keys.meta(session_id, run_id), "seq", "bytes", "refused", "done")
-        except Exception as exc:
-            raise self._error(exc) from exc
-        return dict(zip(("seq", "bytes", "refused", "done"), (int(v or 0) for v in values), strict=True))
-
-    def session_of(self, run_id: str) -> str | None:
+    def locate(self, run_id: str) -> str | None:
+        paths.check_ids("s", run_id)
         try:
             value: Any = self.client.get(self.keys.where(run_id))
         except Exception as exc:
             raise self._error(exc) from exc
-        return _text(value) if value is not None else None
+        session_id = _text(value) if value is not None else None
+        return session_id if paths.valid_id(session_id) else None
 
-    def has_session(self, session_id: str) -> bool:
-        try:
-            return bool(self.client.exists(self.keys.runs(session_id)))
-        except Exception as exc:
-            raise self._error(exc) from exc
+    def list_sessions(self) -> list[dict[str, Any]]:
+        """Sessions with a run Redis still holds, most recently written first (expired ones are pruned)."""
+        return [
+            {"session_id": name, "updated_at": score}
+            for name, score in self._listed(self.keys.sessions, self.keys.runs)
+        ]
 
-    def list_sessions(self) -> list[str]:
-        """Sessions with at least one run Redis still holds, most recently written first."""
+    def list_runs(self, session_id: str) -> list[dict[str, Any]]:
+        if not paths.valid_id(session_id):
+            raise ValueError("invalid session_id/run_id")
+        return [
+            {"session_id": session_id, "run_id": name, "updated_at": score}
+            for name, score in self._listed(self.keys.runs(session_id), lambda run: self.keys.meta(session_id, run))
+        ]
+
+    def _listed(self, index: str, key_of: Any) -> list[tuple[str, float]]:
         try:
-            names = [_text(n) for n in self._members(self.keys.sessions)]
+            members: Any = self.client.zrevrange(index, 0, -1, withscores=True)
+            named = [(_text(m), float(score) / 1000) for m, score in members]
+            valid = [item for item in named if paths.valid_id(item[0])]
             pipe = self.client.pipeline(transaction=False)
-            for name in names:
-                pipe.exists(self.keys.runs(name))
-            alive = pipe.execute()
-            gone = [n for n, a in zip(names, alive, strict=True) if not a]
-            if gone:
-                self.client.zrem(self.keys.sessions, *gone)
+            for name, _ in valid:
+                pipe.exists(key_of(name))
+            alive = [item for item, exists in zip(valid, pipe.execute(), strict=True) if exists]
+            if len(alive) < len(named):
+                kept = {name for name, _ in alive}
+                self.client.zrem(index, *(name for name, _ in named if name not in kept))
         except Exception as exc:
             raise self._error(exc) from exc
-        return [n for n, a in zip(names, alive, strict=True) if a and paths.valid_id(n)]
+        return alive
 
-    def list_runs(self, session_id: str) -> list[str]:
-        """A session's runs that Redis still holds, most recently written first."""
-        runs_key = self.keys.runs(session_id)
+    def run_stats(self, session_id: str, run_id: str) -> dict[str, int]:
+        """``{seq, bytes, refused, done}`` of a run (zeros for a run Redis does not hold)."""
+        paths.check_ids(session_id, run_id)
         try:
-            names = [_text(n) for n in self._members(runs_key)]
-            pipe = self.client.pipeline(transaction=False)
-            for name in names:
-                pipe.exists(self.keys.meta(session_id, name))
-            alive = pipe.execute()
-            gone = [n for n, a in zip(names, alive, strict=True) if not a]
-            if gone:
-                self.client.zrem(runs_key, *gone)
+            values: Any = self.client.hmget(self.keys.meta(session_id, run_id), "seq", "bytes", "refused", "done")
         except Exception as exc:
             raise self._error(exc) from exc
-        return [n for n, a in zip(names, alive, strict=True) if a and paths.valid_id(n)]
-
-    def _members(self, key: str) -> list[Any]:
-        members: Any = self.client.zrevrange(key, 0, -1)
-        return list(members)
+        return dict(zip(("seq", "bytes", "refused", "done"), (int(v or 0) for v in values), strict=True))
 
     # -- following -----------------------------------------------------------------------
 
@@ -262,51 +329,52 @@ class RedisRuns:
         loop = asyncio.get_running_loop()
         client = self._async.get(loop)
         if client is None:
-            client = self._async[loop] = redis.asyncio.Redis.from_url(self.url, **self._async_options())
+            options = {**self._options, "socket_timeout": None}  # blocking reads carry their own timeout
+            client = redis.asyncio.Redis.from_url(self.url, retry=self._retry(AsyncRetry), **options)
+            self._async[loop] = client
         return client
 
-    def _async_options(self) -> dict[str, Any]:
-        from redis.asyncio.retry import Retry as AsyncRetry
-
-        options = dict(self._options)
-        options["retry"] = AsyncRetry(ExponentialBackoff(cap=0.5, base=0.02), 3)
-        options["socket_timeout"] = None  # blocking reads carry their own timeout
-        return options
-
     async def follow(
-        self, session_id: str, run_id: str, after_seq: int, block: float
-    ) -> AsyncIterator[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
-        """``(rows, malformed)`` batches after ``after_seq`` as they are written; an empty batch every ``block`` s."""
+        self, session_id: str, run_id: str, *, after_seq: int = 0, idle: float = DEFAULT_IDLE
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        """Rows after ``after_seq`` as Redis gets them (``XREAD BLOCK``), until the run's terminal row."""
+        paths.check_ids(session_id, run_id)
         client = self._async_client()
         stream = self.keys.stream(session_id, run_id)
         last = f"{after_seq}-18446744073709551615" if after_seq else "0-0"
-        block_ms = max(1, int(block * 1000))
+        block_ms = max(1, int(idle * 1000))
+        count = 16
+        try:
+            ended = bool(await client.hget(self.keys.meta(session_id, run_id), "done"))
+        except Exception as exc:
+            raise self._error(exc) from exc
         while True:
             try:
-                answer: Any = await client.xread({stream: last}, count=_READ_BATCH, block=block_ms)
+                # A run that has ended only has what is already stored left to send.
+                answer: Any = await client.xread({stream: last}, count=count, block=None if ended else block_ms)
             except Exception as exc:
                 raise self._error(exc) from exc
+            if not answer:
+                if ended:
+                    return
+                yield []
+                continue
+            entries = answer[0][1]
+            last = _text(entries[-1][0])
+            largest = max(len(fields.get(ROW_FIELD) or b"") for _, fields in entries)
+            count = max(1, min(_READ_BATCH, _FOLLOW_BUDGET // max(largest, 1)))
             rows: list[dict[str, Any]] = []
-            malformed: list[dict[str, Any]] = []
-            if answer:
-                entries = answer[0][1]
-                parse_entries(entries, rows, malformed)
-                last = _text(entries[-1][0])
-            yield rows, malformed
-
-    async def aclose(self) -> None:
-        client = self._async.pop(asyncio.get_running_loop(), None)
-        if client is not None:
-            await client.aclose()
+            parse_entries(entries, rows, [])
+            ended = ended or any(ends_run(row) for row in rows)
+            if rows:
+                yield rows
 
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def parse_entries(
-    entries: Sequence[Any], rows: list[dict[str, Any]], malformed: list[dict[str, Any]]
-) -> None:
+def parse_entries(entries: Sequence[Any], rows: list[dict[str, Any]], malformed: list[dict[str, Any]]) -> None:
     """Split stream entries into rows and reports of entries that are not rows (never raising)."""
     for entry_id, fields in entries:
         ident = _text(entry_id)
@@ -316,16 +384,18 @@ def parse_entries(
             continue
         row, reason = parse_line(data)
         if row is None:
-            malformed.append(
-                {"offset": ident, "reason": reason or "", "text": data[:_PREVIEW].decode("utf-8", "replace")}
-            )
+            malformed.append({"offset": ident, "reason": reason or "", "text": _preview(data)})
         elif f"{row['seq']}-0" != ident:
             malformed.append(
                 {
                     "offset": ident,
                     "reason": f"row seq {row['seq']} does not match its stream entry",
-                    "text": data[:_PREVIEW].decode("utf-8", "replace"),
+                    "text": _preview(data),
                 }
             )
         else:
             rows.append(row)
+
+
+def _preview(data: bytes) -> str:
+    return data[:_PREVIEW].decode("utf-8", "replace")

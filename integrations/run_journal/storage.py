@@ -312,3 +312,51 @@ def append_to(
         "terminal_state": state,
         "payload": payload,
     }
+
+
+class EncodedRow:
+    """A row checked and encoded once, before any store assigns its seq (retries resend the same bytes)."""
+
+    __slots__ = ("created_at", "event", "payload", "run_id", "session_id", "state", "tail")
+
+    def __init__(self, session_id: str, run_id: str, event: str, payload: Any, created_at: Any) -> None:
+        if not isinstance(event, str) or not event:
+            raise ValueError(f"run journal event must be a non-empty string, got {event!r}")
+        if payload is None:
+            payload = {}
+        if created_at is None:
+            created_at = time.time()
+        state = terminal_state(event, payload)
+        name = _EVENT_JSON.get(event)
+        if name is None:
+            name = _encode(event)
+            if len(_EVENT_JSON) < 256:  # event names are a small vocabulary; anything else is encoded each time
+                _EVENT_JSON[event] = name
+        self.session_id = session_id
+        self.run_id = run_id
+        self.event = event
+        self.payload = payload
+        self.created_at = created_at
+        self.state = state
+        # Everything after the seq: ids are [A-Za-z0-9_.-] and need no escaping inside a JSON string.
+        self.tail = (
+            f',"run_id":"{run_id}","session_id":"{session_id}","event":{name},"type":{name}'
+            f',"created_at":{_encode_time(created_at)},"terminal":{"false" if state is None else "true"}'
+            f',"terminal_state":{_STATE_JSON[state]},"payload":{encode_json(payload)}}}'
+        )
+
+    def row(self, seq: int) -> dict[str, Any]:
+        """The row as stored with ``seq``, without reading it back."""
+        return {
+            "version": VERSION,
+            "event_id": f"{self.run_id}:{seq}",
+            "seq": seq,
+            "run_id": self.run_id,
+            "session_id": self.session_id,
+            "event": self.event,
+            "type": self.event,
+            "created_at": self.created_at,
+            "terminal": self.state is not None,
+            "terminal_state": self.state,
+            "payload": self.payload,
+        }
