@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
-import os
 import sys
-import time
 from typing import Any, TextIO
 
 from . import paths
-from .journal import latest_run_summary, read_run_events
-from .reading import signature
-from .states import ends_run
+from .store import FileStore, RunJournalStore
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,9 +43,9 @@ def _report_malformed(malformed: list[dict[str, Any]]) -> None:
 
 
 
-def _show(args: argparse.Namespace) -> int:
-    result = read_run_events(args.session_id, args.run_id, after_seq=args.after_seq, session_dir=args.session_dir)
-    summary = latest_run_summary(args.session_id, args.run_id, session_dir=args.session_dir)
+def _show(args: argparse.Namespace, store: RunJournalStore) -> int:
+    result = store.read(args.session_id, args.run_id, after_seq=args.after_seq)
+    summary = store.summary(args.session_id, args.run_id)
     if summary is None or not summary["event_count"]:
         print(f"relay-runtime journal: no run {args.run_id!r} in session {args.session_id!r}", file=sys.stderr)
         return 1
@@ -60,37 +57,30 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tail(args: argparse.Namespace) -> int:
-    path = paths.run_path(args.session_id, args.run_id, args.session_dir)
-    deadline = None if args.timeout is None else time.monotonic() + args.timeout
-    cursor = args.after_seq
-    last_sig: tuple[int, ...] | None = None
-    while True:
-        try:
-            sig: tuple[int, ...] | None = signature(os.stat(path))
-        except FileNotFoundError:
-            sig = None
-        if sig is not None and sig != last_sig:
-            last_sig = sig
-            result = read_run_events(args.session_id, args.run_id, after_seq=cursor, session_dir=args.session_dir)
-            _report_malformed(result["malformed"])
-            for row in result["events"]:
+async def _follow(args: argparse.Namespace, store: RunJournalStore) -> None:
+    rows_iter = store.follow(args.session_id, args.run_id, after_seq=args.after_seq)
+    try:
+        async for rows in rows_iter:
+            for row in rows:
                 _print_row(row, args.json, sys.stdout)
-                cursor = row["seq"]
             sys.stdout.flush()
-            if any(ends_run(row) for row in result["events"]):
-                return 0
-            if cursor == args.after_seq and not result["events"]:
-                summary = latest_run_summary(args.session_id, args.run_id, session_dir=args.session_dir)
-                if summary is not None and summary["terminal"]:
-                    return 0  # it ended at or before the cursor
-        if deadline is not None and time.monotonic() >= deadline:
-            print(f"relay-runtime journal: run {args.run_id!r} did not end in {args.timeout}s", file=sys.stderr)
-            return 1
-        time.sleep(args.poll)
+    finally:
+        aclose = getattr(rows_iter, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
-def main(argv: list[str] | None = None) -> int:
+def _tail(args: argparse.Namespace, store: RunJournalStore) -> int:
+    try:
+        asyncio.run(asyncio.wait_for(_follow(args, store), args.timeout))
+    except TimeoutError:
+        print(f"relay-runtime journal: run {args.run_id!r} did not end in {args.timeout}s", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None, *, store: RunJournalStore | None = None) -> int:
+    """Run the command; ``store`` reads another store than the file store ``--session-dir`` names."""
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     if not (paths.valid_id(args.session_id) and paths.valid_id(args.run_id)):
         print(
@@ -101,8 +91,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.after_seq < 0:
         print("relay-runtime journal: --after-seq must be a non-negative integer", file=sys.stderr)
         return 2
+    if args.command == "tail" and not args.poll > 0:
+        print("relay-runtime journal: --poll must be a positive number of seconds", file=sys.stderr)
+        return 2
+    if store is None:
+        store = FileStore(args.session_dir, poll=getattr(args, "poll", 0.05))
+    elif args.session_dir is not None:
+        print("relay-runtime journal: --session-dir names the file store; this command reads another", file=sys.stderr)
+        return 2
     try:
-        return _show(args) if args.command == "show" else _tail(args)
+        return _show(args, store) if args.command == "show" else _tail(args, store)
     except KeyboardInterrupt:
         return 130
     except OSError as exc:

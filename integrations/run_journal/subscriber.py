@@ -29,7 +29,7 @@ import os
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from relay_runtime import CHUNK_MARK, MARK, SCOPE_END, SCOPE_START, Event, Relay
 from relay_runtime import conventions as cv
@@ -38,6 +38,9 @@ from . import paths
 from .background import RowWriter
 from .runtime_model import EVENT as RUNTIME_MODEL
 from .runtime_model import OBSERVED_OUTPUT, ROUTE_OBSERVED, observation
+
+if TYPE_CHECKING:
+    from .store import RunJournalStore
 
 _SUCCESS = "success"
 _FAILED = "failed"
@@ -98,12 +101,15 @@ class JournalSubscriber:
         session_dir: str | os.PathLike[str] | None = None,
         fsync: str | None = None,
         queue_size: int = 10_000,
+        store: RunJournalStore | None = None,
     ) -> None:
         self._relay = relay
         self._registered: str | None = None
         self.counts: Counter[str] = Counter()
         self._count_lock = threading.Lock()
-        self._writer = RowWriter(session_dir=session_dir, fsync=fsync, maxsize=queue_size, count=self._count)
+        self._writer = RowWriter(
+            session_dir=session_dir, fsync=fsync, maxsize=queue_size, count=self._count, store=store
+        )
         self._lock = threading.Lock()
         self._runs: dict[str, _Run] = {}  # turn scope uuid -> run
         self._scopes: dict[str, _Run] = {}  # any scope inside a run -> run
