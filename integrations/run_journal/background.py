@@ -1,20 +1,38 @@
-"""Rows handed to one writer thread through a bounded queue, so the disk never holds up an agent."""
+"""Rows handed to one writer thread through a bounded queue, so the store never holds up an agent.
+
+When the store is unreachable (``JournalUnavailable``: Redis down or
+restarting) the thread keeps the rows it holds and retries them, in order, with
+backoff; meanwhile the queue is the buffer, and a row that finds it full is
+dropped and counted (the first drop of an outage is logged). A store that can
+append a batch in one round trip (``append_many``, with row ids so a resent
+batch is written once) gets everything queued at once.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .storage import append_run_event, fsync_policy
+from . import paths
+from .default_store import env_store
+from .errors import JournalUnavailable, RunFull
+from .storage import EncodedRow, append_run_event, fsync_policy
 
 if TYPE_CHECKING:
     from .store import RunJournalStore
 
 Row = tuple[str, str, str, Any]  # session_id, run_id, event, payload
 _STOP = object()
+_BATCH = 256
+_RETRY_FIRST = 0.05
+_RETRY_MAX = 2.0
+_UNSERIALIZABLE_PREVIEW = 1000
+
+log = logging.getLogger("relay_runtime.integrations.run_journal")
 
 
 class RowWriter:
@@ -33,6 +51,8 @@ class RowWriter:
             raise ValueError(f"queue size must be at least 1, got {maxsize!r}")
         if store is not None and (session_dir is not None or fsync is not None):
             raise ValueError("give a store or session_dir/fsync, not both (the store has its own)")
+        if store is None and session_dir is None and fsync is None:
+            store = env_store()
         self._store = store
         self._session_dir = session_dir
         # Resolved here, where a bad value can still be an error; on the writer thread it would only be counted.
@@ -44,6 +64,9 @@ class RowWriter:
         self._pending = 0
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._abandon = threading.Event()  # close() timed out: stop retrying, count what is left as dropped
+        self._outage = False  # the store is unreachable right now (logged once per outage)
+        self._drop_logged = False
         self.written = 0
 
     def submit(self, row: Row) -> bool:
@@ -59,30 +82,59 @@ class RowWriter:
                 self._queue.put_nowait(row)
             except queue.Full:
                 self._count("journal.dropped")
+                if not self._drop_logged:
+                    self._drop_logged = True
+                    log.warning(
+                        "run journal: writer queue full (%d rows%s); dropping rows, counted in journal.dropped",
+                        self._queue.maxsize,
+                        ", the store is unreachable" if self._outage else "",
+                    )
                 return False
             self._pending += 1
         return True
 
     def _run(self) -> None:
+        batched = callable(getattr(self._store, "append_many", None))
         while True:
-            item = self._queue.get()
-            if item is _STOP:
-                return
-            session_id, run_id, event, payload = item
+            items = [self._queue.get()]
+            if batched:
+                while len(items) < _BATCH:
+                    try:
+                        items.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+            stop = any(item is _STOP for item in items)
+            rows = [item for item in items if item is not _STOP]
             try:
-                try:
-                    self._append(session_id, run_id, event, payload)
-                except TypeError:
-                    # Say that something was there rather than lose the row (and the run's shape).
-                    self._count("journal.unserializable")
-                    self._append(session_id, run_id, event, {"unserializable": repr(payload)[:1000]})
-            except Exception:
-                self._count("journal.write_errors")
+                if batched:
+                    self._write_batch(rows)
+                else:
+                    for row in rows:
+                        self._write_one(row)
             finally:
                 with self._lock:
-                    self._pending -= 1
+                    self._pending -= len(rows)
                     if not self._pending:
                         self._idle.notify_all()
+            if stop:
+                return
+
+    def _write_one(self, item: Row) -> None:
+        session_id, run_id, event, payload = item
+        try:
+            try:
+                self._retrying(lambda: self._append(session_id, run_id, event, payload))
+            except TypeError:
+                # Say that something was there rather than lose the row (and the run's shape).
+                self._count("journal.unserializable")
+                substitute = _unserializable(payload)
+                self._retrying(lambda: self._append(session_id, run_id, event, substitute))
+        except _Abandoned:
+            self._count("journal.dropped_closed")
+        except RunFull:
+            self._count("journal.run_full")
+        except Exception:
+            self._count("journal.write_errors")
 
     def _append(self, session_id: str, run_id: str, event: str, payload: Any) -> None:
         if self._store is not None:
@@ -91,13 +143,78 @@ class RowWriter:
             append_run_event(session_id, run_id, event, payload, session_dir=self._session_dir, fsync=self._fsync)
         self.written += 1
 
+    def _write_batch(self, items: Sequence[Row]) -> None:
+        pending: list[tuple[EncodedRow, str]] = []
+        for session_id, run_id, event, payload in items:
+            if not (paths.valid_id(session_id) and paths.valid_id(run_id)):
+                self._count("journal.write_errors")
+                continue
+            try:
+                row = EncodedRow(session_id, run_id, event, payload, None)
+            except TypeError:
+                self._count("journal.unserializable")
+                row = EncodedRow(session_id, run_id, event, _unserializable(payload), None)
+            except Exception:
+                self._count("journal.write_errors")
+                continue
+            pending.append((row, _row_id()))
+        if not pending:
+            return
+        append_many = self._store.append_many  # type: ignore[union-attr]
+        try:
+            results = self._retrying(lambda: append_many(pending))
+        except _Abandoned:
+            for _ in pending:
+                self._count("journal.dropped_closed")
+            return
+        except Exception:
+            for _ in pending:
+                self._count("journal.write_errors")
+            return
+        for result in results:
+            if isinstance(result, RunFull):
+                self._count("journal.run_full")
+            elif isinstance(result, Exception):
+                self._count("journal.write_errors")
+            else:
+                self.written += 1
+
+    def _retrying(self, attempt: Callable[[], Any]) -> Any:
+        """``attempt()`` until the store answers; the same rows (and row ids) each time, so order holds."""
+        delay = _RETRY_FIRST
+        while True:
+            try:
+                result = attempt()
+            except JournalUnavailable as exc:
+                if not self._outage:
+                    self._outage = True
+                    self._count("journal.store_unavailable")
+                    log.warning(
+                        "run journal: store unreachable (%s); keeping up to %d rows and retrying in order",
+                        exc,
+                        self._queue.maxsize,
+                    )
+                if self._abandon.wait(delay):
+                    raise _Abandoned from exc
+                delay = min(delay * 2, _RETRY_MAX)
+                continue
+            if self._outage:
+                self._outage = False
+                self._drop_logged = False
+                log.warning("run journal: store reachable again; buffered rows written")
+            return result
+
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every row submitted so far is written (or failed); False on timeout."""
         with self._lock:
             return self._idle.wait_for(lambda: not self._pending, timeout)
 
     def close(self, timeout: float | None = 5.0) -> bool:
-        """Write what is queued, stop the thread, refuse further rows; False if it did not stop in time."""
+        """Write what is queued, stop the thread, refuse further rows; False if it did not stop in time.
+
+        Rows still unwritten at the timeout (the store stayed unreachable) are given up and counted
+        as ``journal.dropped_closed``.
+        """
         with self._lock:
             first = not self._closed
             self._closed = True
@@ -108,6 +225,41 @@ class RowWriter:
             try:
                 self._queue.put(_STOP, timeout=timeout)
             except queue.Full:
+                self._give_up()
                 return False
         thread.join(timeout)
-        return not thread.is_alive()
+        if thread.is_alive():
+            self._give_up()
+            return False
+        return True
+
+    def _give_up(self) -> None:
+        self._abandon.set()
+        while True:  # what never reached the thread is dropped here, counted
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is _STOP:
+                continue
+            self._count("journal.dropped_closed")
+            with self._lock:
+                self._pending -= 1
+                if not self._pending:
+                    self._idle.notify_all()
+        try:
+            self._queue.put_nowait(_STOP)  # the thread, done with what it holds, then ends
+        except queue.Full:
+            pass
+
+
+class _Abandoned(Exception):
+    """The writer was closed while the store was unreachable."""
+
+
+def _unserializable(payload: Any) -> dict[str, str]:
+    return {"unserializable": repr(payload)[:_UNSERIALIZABLE_PREVIEW]}
+
+
+def _row_id() -> str:
+    return os.urandom(12).hex()

@@ -9,6 +9,7 @@ import sys
 from typing import Any, TextIO
 
 from . import paths
+from .default_store import env_store
 from .store import FileStore, RunJournalStore
 
 
@@ -95,7 +96,8 @@ def main(argv: list[str] | None = None, *, store: RunJournalStore | None = None)
         print("relay-runtime journal: --poll must be a positive number of seconds", file=sys.stderr)
         return 2
     if store is None:
-        store = FileStore(args.session_dir, poll=getattr(args, "poll", 0.05))
+        default = env_store() if args.session_dir is None else None
+        store = default or FileStore(args.session_dir, poll=getattr(args, "poll", 0.05))
     elif args.session_dir is not None:
         print("relay-runtime journal: --session-dir names the file store; this command reads another", file=sys.stderr)
         return 2

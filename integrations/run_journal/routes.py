@@ -12,12 +12,15 @@ import asyncio
 import hashlib
 import hmac
 import json
+import logging
 import os
 from typing import Any
 
 from aiohttp import web
 
 from . import paths
+from .default_store import env_store
+from .errors import JournalUnavailable
 from .journal import read_run_events
 from .states import summarize
 from .store import FileStore, RunJournalStore
@@ -29,6 +32,7 @@ __all__ = [
 ]
 
 STORE: web.AppKey[RunJournalStore] = web.AppKey("run_journal_store", RunJournalStore)
+log = logging.getLogger("relay_runtime.integrations.run_journal")
 HEARTBEAT: web.AppKey[float] = web.AppKey("run_journal_heartbeat", float)
 
 
@@ -41,7 +45,7 @@ def find_run_summary(
 ) -> dict[str, Any] | None:
     """The summary of ``run_id`` (``None`` if it has no rows); without ``session_id`` the store locates it."""
     if store is None:
-        store = FileStore(session_dir)
+        store = (env_store() if session_dir is None else None) or FileStore(session_dir)
     elif session_dir is not None:
         raise ValueError("give a store or a session_dir, not both")
     if session_id is None:
@@ -107,17 +111,19 @@ def create_app(
     """``GET /runs/{run_id}`` (snapshot) and ``GET /runs/{run_id}/events`` (SSE).
 
     Both take an optional ``?session_id=``; without it the store locates the run.
-    ``store`` defaults to the file store at ``session_dir`` (polled every ``poll_interval`` seconds).
+    ``store`` defaults to the file store at ``session_dir`` (polled every ``poll_interval`` seconds), or
+    without ``session_dir`` to the store ``RELAY_JOURNAL_URL`` names when it is set.
     With ``bearer_token`` every request must carry ``Authorization: Bearer <token>`` (else 401):
     rows hold what the assistant said, so anything beyond loopback should set one.
     """
     if bearer_token is not None and not bearer_token:
         raise ValueError("bearer_token must be a non-empty string (or None for no auth)")
     if store is None:
-        store = FileStore(session_dir, poll=poll_interval)
+        store = (env_store() if session_dir is None else None) or FileStore(session_dir, poll=poll_interval)
     elif session_dir is not None:
         raise ValueError("give a store or a session_dir, not both")
-    app = web.Application(middlewares=[_bearer_guard(bearer_token)] if bearer_token else [])
+    guards = [_bearer_guard(bearer_token)] if bearer_token else []
+    app = web.Application(middlewares=[*guards, _unavailable_guard])
     app[STORE] = store
     app[HEARTBEAT] = heartbeat
     app.router.add_get("/runs/{run_id}", _snapshot_handler)
@@ -141,6 +147,19 @@ def _bearer_guard(token: str) -> Any:
         return response
 
     return guard
+
+
+@web.middleware
+async def _unavailable_guard(request: web.Request, handler: Any) -> web.StreamResponse:
+    """The store unreachable (Redis down or restarting): a 503 the client may retry, never a 500."""
+    try:
+        response: web.StreamResponse = await handler(request)
+    except JournalUnavailable as exc:
+        log.warning("run journal: %s %s: %s", request.method, request.path, exc)
+        return web.json_response(
+            {"error": "run journal store unavailable, retry shortly"}, status=503, headers={"Retry-After": "1"}
+        )
+    return response
 
 
 def _bad_request(message: str) -> web.HTTPBadRequest:
@@ -210,6 +229,9 @@ async def _events_handler(request: web.Request) -> web.StreamResponse:
                 await response.write(b"".join(_sse_message(row) for row in rows))
             else:
                 await response.write(b": keepalive\n\n")
+    except JournalUnavailable as exc:
+        # Headers are sent: end the stream; the browser reconnects after the last id it got.
+        log.warning("run journal: SSE stream for %s ended, store unavailable: %s", run_id, exc)
     finally:
         aclose = getattr(rows_iter, "aclose", None)  # an async generator: end it here, not at garbage collection
         if aclose is not None:

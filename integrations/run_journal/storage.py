@@ -284,39 +284,10 @@ def append_to(
     policy: str,
 ) -> dict[str, Any]:
     """Append to a run file whose ids were checked when its path was built."""
-    if not isinstance(event, str) or not event:
-        raise ValueError(f"run journal event must be a non-empty string, got {event!r}")
     if seq is not None and (type(seq) is not int or seq < 1):
         raise ValueError(f"seq must be a positive integer, got {seq!r}")
-    if payload is None:
-        payload = {}
-    if created_at is None:
-        created_at = time.time()
-    state = terminal_state(event, payload)
-    name = _EVENT_JSON.get(event)
-    if name is None:
-        name = _encode(event)
-        if len(_EVENT_JSON) < 256:  # event names are a small vocabulary; anything else is encoded each time
-            _EVENT_JSON[event] = name
-    tail = (
-        f',"run_id":"{run_id}","session_id":"{session_id}","event":{name},"type":{name}'
-        f',"created_at":{_encode_time(created_at)},"terminal":{"false" if state is None else "true"}'
-        f',"terminal_state":{_STATE_JSON[state]},"payload":{encode_json(payload)}}}\n'
-    )
-    seq = run_file.append(run_id, tail, seq, state is not None or policy == FSYNC_EAGER)
-    return {
-        "version": VERSION,
-        "event_id": f"{run_id}:{seq}",
-        "seq": seq,
-        "run_id": run_id,
-        "session_id": session_id,
-        "event": event,
-        "type": event,
-        "created_at": created_at,
-        "terminal": state is not None,
-        "terminal_state": state,
-        "payload": payload,
-    }
+    row = EncodedRow(session_id, run_id, event, payload, created_at)
+    return row.row(run_file.append(run_id, row.tail + "\n", seq, row.state is not None or policy == FSYNC_EAGER))
 
 
 class EncodedRow:
