@@ -16,12 +16,16 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from relay_runtime.integrations.run_journal import FileStore, paths
 
 _START_TIMEOUT = 20.0
 
@@ -162,3 +166,78 @@ def own_redis_server(tmp_path: Path) -> Iterator[RedisServer]:
 @pytest.fixture
 def redis_prefix() -> str:
     return f"relay-test:{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(params=["file", "redis"])
+def journal_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """Each store-level test runs on the file store and on Redis (one shared server, a prefix per test)."""
+    if request.param == "file":
+        yield FileStore(tmp_path / "journal")
+        return
+    from relay_runtime.integrations.run_journal import RedisStreamStore
+
+    server = request.getfixturevalue("redis_server")
+    store = RedisStreamStore(server.url, prefix=f"relay-test:{uuid.uuid4().hex[:12]}")
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def inject_junk(store: Any, session_id: str, run_id: str, text: str) -> None:
+    """Put something that is not a row after the run's last row, as a crash or a foreign writer would."""
+    if isinstance(store, FileStore):
+        path = paths.run_path(session_id, run_id, store.session_dir)
+        with open(path, "ab") as f:
+            f.write(text.encode() + b"\n")
+        return
+    last = store.run_stats(session_id, run_id)["seq"]
+    store.client.xadd(store.keys.stream(session_id, run_id), {"r": text}, id=f"{last}-1")
+
+
+class DroppingProxy:
+    """A TCP proxy to Redis that can swallow the next reply and cut the connection: a lost reply."""
+
+    def __init__(self, port: int) -> None:
+        self.target = port
+        self.drop_next_reply = threading.Event()
+        self.dropped = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            threading.Thread(target=self._pipe, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, True), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, replies: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                if replies and self.drop_next_reply.is_set():
+                    self.drop_next_reply.clear()
+                    self.dropped += 1
+                    break  # the command ran on the server; its answer never reaches the client
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def close(self) -> None:
+        self._closed = True
+        self._listener.close()
