@@ -2,8 +2,8 @@
 
 When the store is unreachable (``JournalUnavailable``: Redis down or
 restarting) the thread keeps the rows it holds and retries them, in order, with
-backoff; meanwhile the queue is the buffer, and a row that finds it full is
-dropped and counted (the first drop of an outage is logged). A store that can
+backoff; meanwhile it holds at most ``maxsize`` rows, and a row that finds it full
+is dropped and counted (the first drop of an outage is logged). A store that can
 append a batch in one round trip (``append_many``, with row ids so a resent
 batch is written once) gets everything queued at once.
 """
@@ -58,7 +58,8 @@ class RowWriter:
         # Resolved here, where a bad value can still be an error; on the writer thread it would only be counted.
         self._fsync = fsync_policy(fsync)
         self._count = count
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize)
+        self._maxsize = maxsize  # rows held at once, queued or in the writer's hands
+        self._queue: queue.Queue[Any] = queue.Queue()
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._pending = 0
@@ -78,18 +79,17 @@ class RowWriter:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="run-journal-writer", daemon=True)
                 self._thread.start()
-            try:
-                self._queue.put_nowait(row)
-            except queue.Full:
+            if self._pending >= self._maxsize:
                 self._count("journal.dropped")
                 if not self._drop_logged:
                     self._drop_logged = True
                     log.warning(
                         "run journal: writer queue full (%d rows%s); dropping rows, counted in journal.dropped",
-                        self._queue.maxsize,
+                        self._maxsize,
                         ", the store is unreachable" if self._outage else "",
                     )
                 return False
+            self._queue.put_nowait(row)
             self._pending += 1
         return True
 
@@ -192,7 +192,7 @@ class RowWriter:
                     log.warning(
                         "run journal: store unreachable (%s); keeping up to %d rows and retrying in order",
                         exc,
-                        self._queue.maxsize,
+                        self._maxsize,
                     )
                 if self._abandon.wait(delay):
                     raise _Abandoned from exc
@@ -222,11 +222,7 @@ class RowWriter:
         if thread is None:
             return True
         if first:
-            try:
-                self._queue.put(_STOP, timeout=timeout)
-            except queue.Full:
-                self._give_up()
-                return False
+            self._queue.put_nowait(_STOP)
         thread.join(timeout)
         if thread.is_alive():
             self._give_up()
@@ -247,10 +243,7 @@ class RowWriter:
                 self._pending -= 1
                 if not self._pending:
                     self._idle.notify_all()
-        try:
-            self._queue.put_nowait(_STOP)  # the thread, done with what it holds, then ends
-        except queue.Full:
-            pass
+        self._queue.put_nowait(_STOP)  # the thread, done with what it holds, then ends
 
 
 class _Abandoned(Exception):
