@@ -233,7 +233,7 @@ async def test_follow_blocks_in_redis_instead_of_polling(store):
     latency = time.perf_counter() - t0
     await asyncio.to_thread(store.append, "s", "r", "done", {})
     await asyncio.wait_for(task, 5)
-    await store.aclose()
+
     assert got[0] == [1] and [2] in got and got[-1] == [3]
     assert got.count([]) == 2  # one keepalive tick per idle period, nothing in between
     assert _xread_calls(store) - before <= 6
@@ -252,7 +252,7 @@ async def test_follow_of_an_ended_run_returns_what_follows_the_cursor_and_ends(s
     batches = [[row["seq"] for row in rows] async for rows in store.follow("s", "r", after_seq=1)]
     assert batches == [[2, 3]]
     assert [rows async for rows in store.follow("s", "r", after_seq=3)] == []
-    await store.aclose()
+
 
 
 # --- outages --------------------------------------------------------------------------------
@@ -354,7 +354,7 @@ async def test_routes_answer_503_while_redis_is_down(own_redis_server, redis_pre
             assert [m["id"] for m in rows_only(await read_sse(resp))] == ["r:1", "r:2"]
     finally:
         await srv.close()
-        await store.aclose()
+
         store.close()
 
 

@@ -9,13 +9,11 @@ in ``XREAD`` on the asyncio client: no polling.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 import uuid
-import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 import redis
@@ -98,9 +96,6 @@ class RedisStreamStore:
         }
         self.client = redis.Redis.from_url(url, retry=self._retry(Retry), **self._options)
         self._script = self.client.register_script(APPEND_SCRIPT)
-        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, redis.asyncio.Redis] = (
-            weakref.WeakKeyDictionary()
-        )
         self._summaries: OrderedDict[tuple[str, str], tuple[int, dict[str, Any]]] = OrderedDict()
         self._summaries_lock = threading.Lock()
 
@@ -112,13 +107,8 @@ class RedisStreamStore:
         return f"RedisStreamStore({self._where()!r}, prefix={self.keys.prefix!r})"
 
     def close(self) -> None:
-        """Close the synchronous client's connections (async ones: ``aclose`` on their loop)."""
+        """Close the client's connections (each ``follow`` closes its own when it ends or is closed)."""
         self.client.close()
-
-    async def aclose(self) -> None:
-        client = self._async.pop(asyncio.get_running_loop(), None)
-        if client is not None:
-            await client.aclose()
 
     # -- appending -----------------------------------------------------------------------
 
@@ -325,21 +315,28 @@ class RedisStreamStore:
 
     # -- following -----------------------------------------------------------------------
 
-    def _async_client(self) -> redis.asyncio.Redis:
-        loop = asyncio.get_running_loop()
-        client = self._async.get(loop)
-        if client is None:
-            options = {**self._options, "socket_timeout": None}  # blocking reads carry their own timeout
-            client = redis.asyncio.Redis.from_url(self.url, retry=self._retry(AsyncRetry), **options)
-            self._async[loop] = client
-        return client
-
     async def follow(
         self, session_id: str, run_id: str, *, after_seq: int = 0, idle: float = DEFAULT_IDLE
     ) -> AsyncIterator[list[dict[str, Any]]]:
         """Rows after ``after_seq`` as Redis gets them (``XREAD BLOCK``), until the run's terminal row."""
         paths.check_ids(session_id, run_id)
-        client = self._async_client()
+        # A connection of its own: a blocking read holds it, and closing the iterator closes it.
+        # Its timeout outlasts the longest block, so only a dead link (no reply at all) times out.
+        options = {**self._options, "socket_timeout": idle + (self._options["socket_timeout"] or 5.0)}
+        client = redis.asyncio.Redis.from_url(
+            self.url, retry=self._retry(AsyncRetry), single_connection_client=True, **options
+        )
+        batches = self._follow(client, session_id, run_id, after_seq, idle)
+        try:
+            async for rows in batches:
+                yield rows
+        finally:
+            await batches.aclose()
+            await client.aclose()
+
+    async def _follow(
+        self, client: redis.asyncio.Redis, session_id: str, run_id: str, after_seq: int, idle: float
+    ) -> AsyncGenerator[list[dict[str, Any]], None]:
         stream = self.keys.stream(session_id, run_id)
         last = f"{after_seq}-18446744073709551615" if after_seq else "0-0"
         block_ms = max(1, int(idle * 1000))
