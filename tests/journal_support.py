@@ -167,7 +167,12 @@ class TurnResult:
 
     @property
     def names(self) -> list[str]:
-        return [row["event"] for row in self.rows]
+        """The run's story, without the ``span`` rows of its call tree (see ``spans``)."""
+        return [row["event"] for row in self.rows if row["event"] != "span"]
+
+    @property
+    def spans(self) -> list[dict[str, Any]]:
+        return self.payloads("span")
 
     def payloads(self, event: str) -> list[Any]:
         return [row["payload"] for row in self.rows if row["event"] == event]

@@ -162,7 +162,7 @@ def test_the_subscriber_writes_to_another_store(tmp_path):
     host.release_managed_execution("run_journal")
     assert subscriber.flush(timeout=10) and subscriber.close()
     names = [row["event"] for row in store.read("s", "r")["events"]]
-    assert names == ["status", "runtime_model", "token", "done"]
+    assert names == ["status", "runtime_model", "token", "span", "span", "done"]  # spans: the attempt, its call
     assert not (tmp_path / "_run_journal").exists()
     with pytest.raises(ValueError, match="not both"):
         JournalSubscriber(host.relay, store=store, session_dir=tmp_path)

@@ -1,10 +1,11 @@
-"""``relay-runtime journal show|tail SESSION RUN``: read a run's journal from the terminal."""
+"""``relay-runtime journal show|tail SESSION RUN`` reads a run's journal; ``journal serve`` shows runs in a browser."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import os
 import sys
 from typing import Any, TextIO
 
@@ -24,6 +25,19 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--session-dir", help="the sessions directory (default: $RELAY_HOME/sessions)")
         sub.add_argument("--after-seq", type=int, default=0, help="only rows after this seq")
         sub.add_argument("--json", action="store_true", help="print rows as raw JSON lines")
+    serve = commands.add_parser(
+        "serve",
+        help="serve the journal's HTTP routes and a page that lists runs and follows one live",
+        description="Serve the run page (/) and the journal's snapshot and SSE routes.",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
+    serve.add_argument("--port", type=int, default=8766, help="port (default 8766; 0 picks a free one)")
+    serve.add_argument("--session-dir", help="the sessions directory (default: $RELAY_HOME/sessions)")
+    serve.add_argument(
+        "--token",
+        default=os.environ.get("RELAY_JOURNAL_TOKEN"),
+        help="require this token (default: $RELAY_JOURNAL_TOKEN); the page asks for it once",
+    )
     show.add_argument("--no-summary", action="store_true")
     tail.add_argument("--poll", type=float, default=0.1, help="seconds between checks for new rows")
     tail.add_argument("--timeout", type=float, default=None, help="give up (exit 1) after this many seconds")
@@ -71,6 +85,60 @@ async def _follow(args: argparse.Namespace, store: RunJournalStore) -> None:
             await aclose()
 
 
+def _serve(args: argparse.Namespace, store: RunJournalStore | None) -> int:
+    from aiohttp import web
+
+    from .routes import create_app
+
+    if not 0 <= args.port <= 65535:
+        print("relay-runtime journal serve: --port must be 0-65535", file=sys.stderr)
+        return 2
+    if args.token == "":
+        print("relay-runtime journal serve: --token must not be empty", file=sys.stderr)
+        return 2
+    if args.host not in _LOOPBACK and not args.token:
+        print(
+            f"relay-runtime journal serve: warning: {args.host} is reachable beyond this machine and no --token"
+            " is set: anyone who can reach it reads every run",
+            file=sys.stderr,
+        )
+    app = create_app(store=store or FileStore(args.session_dir), bearer_token=args.token, page=True)
+
+    return _run(web.AppRunner(app), args.host, args.port)
+
+
+_LOOPBACK = frozenset(("127.0.0.1", "localhost", "::1"))
+
+
+def _run(runner: Any, host: str, port: int) -> int:
+    import asyncio
+    import signal
+
+    from aiohttp import web
+
+    async def serve() -> None:
+        await runner.setup()
+        await web.TCPSite(runner, host, port).start()
+        for address in runner.addresses:  # the real port, also when --port 0 picked one
+            name = f"[{address[0]}]" if ":" in address[0] else address[0]
+            print(f"relay-runtime journal: serving runs at http://{name}:{address[1]}/", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await stop.wait()
+        finally:
+            await runner.cleanup()
+
+    try:
+        asyncio.run(serve())
+    except OSError as exc:
+        print(f"relay-runtime journal serve: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _tail(args: argparse.Namespace, store: RunJournalStore) -> int:
     try:
         asyncio.run(asyncio.wait_for(_follow(args, store), args.timeout))
@@ -83,6 +151,8 @@ def _tail(args: argparse.Namespace, store: RunJournalStore) -> int:
 def main(argv: list[str] | None = None, *, store: RunJournalStore | None = None) -> int:
     """Run the command; ``store`` reads another store than the file store ``--session-dir`` names."""
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command == "serve":
+        return _serve(args, store)
     if not (paths.valid_id(args.session_id) and paths.valid_id(args.run_id)):
         print(
             "relay-runtime journal: invalid session_id/run_id (1-200 characters of A-Z a-z 0-9 _ . -, not '.' or '..')",

@@ -22,6 +22,7 @@ from . import paths
 from .default_store import env_store
 from .errors import JournalUnavailable
 from .journal import read_run_events
+from .page import COOKIE, add_page, cookie_value, is_public
 from .states import summarize
 from .store import FileStore, RunJournalStore
 
@@ -107,6 +108,7 @@ def create_app(
     poll_interval: float = 0.05,
     heartbeat: float = 15.0,
     bearer_token: str | None = None,
+    page: bool = False,
 ) -> web.Application:
     """``GET /runs/{run_id}`` (snapshot) and ``GET /runs/{run_id}/events`` (SSE).
 
@@ -115,6 +117,7 @@ def create_app(
     without ``session_dir`` to the store ``RELAY_JOURNAL_URL`` names when it is set.
     With ``bearer_token`` every request must carry ``Authorization: Bearer <token>`` (else 401):
     rows hold what the assistant said, so anything beyond loopback should set one.
+    With ``page`` it also serves the run page (``/``, ``/ui/...``, ``/api/runs``; see ``page.py``).
     """
     if bearer_token is not None and not bearer_token:
         raise ValueError("bearer_token must be a non-empty string (or None for no auth)")
@@ -128,18 +131,26 @@ def create_app(
     app[HEARTBEAT] = heartbeat
     app.router.add_get("/runs/{run_id}", _snapshot_handler)
     app.router.add_get("/runs/{run_id}/events", _events_handler)
+    if page:
+        add_page(app, store=store, token=bearer_token)
     return app
 
 
 def _bearer_guard(token: str) -> Any:
-    # Only the digest is kept, and digests are compared in constant time.
+    # Only digests are kept, and digests are compared in constant time. The run page's cookie
+    # (traded for the token at /ui/login: EventSource cannot send a header) counts as the token.
     expected = hashlib.sha256(token.encode()).digest()
+    expected_cookie = hashlib.sha256(cookie_value(token).encode()).digest()
 
     @web.middleware
     async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
         scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
-        digest = hashlib.sha256(presented.strip().encode()).digest()
-        if scheme.lower() != "bearer" or not hmac.compare_digest(digest, expected):
+        digest = hashlib.sha256(presented.strip().encode("utf-8", "surrogateescape")).digest()
+        cookie = hashlib.sha256(request.cookies.get(COOKIE, "").encode("utf-8", "surrogateescape")).digest()
+        allowed = (scheme.lower() == "bearer" and hmac.compare_digest(digest, expected)) or hmac.compare_digest(
+            cookie, expected_cookie
+        )
+        if not allowed and not is_public(request.path):
             return web.json_response(
                 {"error": "unauthorized"}, status=401, headers={"WWW-Authenticate": 'Bearer realm="run-journal"'}
             )
