@@ -140,7 +140,8 @@ async def test_a_browser_moves_between_servers_while_redis_restarts(own_redis_se
     assert [m["id"] for m in received] == [f"run-1:{n}" for n in range(1, len(stored) + 1)]  # no gap, no duplicate
     assert [m["data"] for m in received] == stored
     names = [row["event"] for row in stored]
-    assert names == ["status", "runtime_model", *["token"] * chunks, "done"]  # before, during and after the outage
+    # Rows from before, during and after the outage, all in order.
+    assert names == ["status", "runtime_model", *["token"] * chunks, "span", "span", "done"]
     assert "".join(row["payload"]["text"] for row in stored if row["event"] == "token") == "".join(
         f"t{i} " for i in range(chunks)
     )

@@ -85,6 +85,12 @@ async def _follow(args: argparse.Namespace, store: RunJournalStore) -> None:
             await aclose()
 
 
+def _default_store(args: argparse.Namespace) -> RunJournalStore:
+    """``--session-dir`` names the file store; without it ``RELAY_JOURNAL_URL`` may name a shared one."""
+    default = env_store() if args.session_dir is None else None
+    return default or FileStore(args.session_dir, poll=getattr(args, "poll", 0.05))
+
+
 def _serve(args: argparse.Namespace, store: RunJournalStore | None) -> int:
     from aiohttp import web
 
@@ -102,7 +108,7 @@ def _serve(args: argparse.Namespace, store: RunJournalStore | None) -> int:
             " is set: anyone who can reach it reads every run",
             file=sys.stderr,
         )
-    app = create_app(store=store or FileStore(args.session_dir), bearer_token=args.token, page=True)
+    app = create_app(store=store or _default_store(args), bearer_token=args.token, page=True)
 
     return _run(web.AppRunner(app), args.host, args.port)
 
@@ -166,8 +172,7 @@ def main(argv: list[str] | None = None, *, store: RunJournalStore | None = None)
         print("relay-runtime journal: --poll must be a positive number of seconds", file=sys.stderr)
         return 2
     if store is None:
-        default = env_store() if args.session_dir is None else None
-        store = default or FileStore(args.session_dir, poll=getattr(args, "poll", 0.05))
+        store = _default_store(args)
     elif args.session_dir is not None:
         print("relay-runtime journal: --session-dir names the file store; this command reads another", file=sys.stderr)
         return 2
