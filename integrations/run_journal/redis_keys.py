@@ -34,59 +34,86 @@ from __future__ import annotations
 DEFAULT_PREFIX = "relay:journal"
 ROW_FIELD = b"r"
 
-# The script's answers: {seq, status}; for REFUSED and WRONG_SEQ the seq is the run's last.
+# The script's answer: a flat list, two numbers per row: its seq and one of these.
+# For REFUSED and WRONG_SEQ the seq is the run's last; FOREIGN stops the batch (the error text follows).
 APPENDED = 0
 DUPLICATE = 1
 REFUSED = 2
 WRONG_SEQ = 3
+FOREIGN = 4
 
+# Appends rows to one run, in order, in one call (a direct append is a batch of one).
 # KEYS: stream, meta, ids, where, sessions, runs, open
-# ARGV: run_id, session_id, row_id, tail, terminal ("1"/"0"), now_ms, retention_s, max_run_bytes, terminal_reserve,
-#       expected seq (0: any)
+# ARGV: run_id, session_id, now_ms, retention_s, max_run_bytes, terminal_reserve,
+#       expected seq of the first row (0: any),
+#       then per row: row_id, terminal ("1"/"0"), tail (the row's JSON after its seq)
 APPEND_SCRIPT = """
 local stream, meta, ids, where, sessions, runs, open = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local known = redis.call('HGET', ids, ARGV[3])
-if known then
-  return {tonumber(known), 1}
-end
+local run_id, session_id, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local retention, max_bytes, reserve = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local expected = tonumber(ARGV[7])
 local state = redis.call('HMGET', meta, 'seq', 'bytes', 'done')
-local seq = (tonumber(state[1]) or 0) + 1
+local seq = tonumber(state[1]) or 0
 local bytes = tonumber(state[2]) or 0
-local expected = tonumber(ARGV[10])
-if expected > 0 and expected ~= seq then
-  return {seq - 1, 3}
+local done = state[3] and true or false
+local refused, wrote = 0, false
+local out = {}
+for i = 8, #ARGV, 3 do
+  local row_id, terminal, tail = ARGV[i], ARGV[i + 1] == '1', ARGV[i + 2]
+  local known = redis.call('HGET', ids, row_id)
+  if known then
+    out[#out + 1] = tonumber(known)
+    out[#out + 1] = 1
+  elseif expected > 0 and i == 8 and expected ~= seq + 1 then
+    out[#out + 1] = seq
+    out[#out + 1] = 3
+  else
+    local next_seq = seq + 1
+    local row = '{"version":1,"event_id":"' .. run_id .. ':' .. next_seq .. '","seq":' .. next_seq .. tail
+    local limit = max_bytes
+    if terminal then
+      limit = limit + reserve
+    end
+    if bytes + #row > limit then
+      refused = refused + 1
+      out[#out + 1] = seq
+      out[#out + 1] = 2
+    else
+      local ok = redis.pcall('XADD', stream, next_seq .. '-0', 'r', row)
+      if type(ok) == 'table' and ok.err then
+        out[#out + 1] = seq
+        out[#out + 1] = 4
+        out[#out + 1] = 'run journal stream ' .. stream .. ' holds an entry at or past ' .. next_seq ..
+          '-0 that the journal did not write: ' .. ok.err
+        break
+      end
+      seq, bytes, wrote = next_seq, bytes + #row, true
+      redis.call('HSET', ids, row_id, seq)
+      if terminal and not done then
+        done = true
+        redis.call('HSET', meta, 'done', '1')
+        if seq > 1 then
+          redis.call('DECR', open)  -- its first row opened it
+        end
+      elseif seq == 1 and not terminal then
+        redis.call('INCR', open)
+      end
+      out[#out + 1] = seq
+      out[#out + 1] = 0
+    end
+  end
 end
-local terminal = ARGV[5] == '1'
-local row = '{"version":1,"event_id":"' .. ARGV[1] .. ':' .. seq .. '","seq":' .. seq .. ARGV[4]
-local limit = tonumber(ARGV[8])
-if terminal then
-  limit = limit + tonumber(ARGV[9])
+if refused > 0 then
+  redis.call('HINCRBY', meta, 'refused', refused)
 end
-if bytes + #row > limit then
-  redis.call('HINCRBY', meta, 'refused', 1)
-  return {seq - 1, 2}
+if not wrote then
+  return out
 end
-local ok = redis.pcall('XADD', stream, seq .. '-0', 'r', row)
-if type(ok) == 'table' and ok.err then
-  return redis.error_reply('run journal stream ' .. stream .. ' holds an entry at or past ' .. seq ..
-    '-0 that the journal did not write: ' .. ok.err)
-end
-redis.call('HSET', meta, 'seq', seq, 'bytes', bytes + #row)
-redis.call('HSET', ids, ARGV[3], seq)
-redis.call('SET', where, ARGV[2])
-local now = tonumber(ARGV[6])
-redis.call('ZADD', sessions, now, ARGV[2])
-redis.call('ZADD', runs, now, ARGV[1])
-if seq == 1 and not terminal then
-  redis.call('INCR', open)
-elseif terminal and not state[3] and seq > 1 then
-  redis.call('DECR', open)
-end
-if terminal and not state[3] then
-  redis.call('HSET', meta, 'done', '1')
-end
-local retention = tonumber(ARGV[7])
-if terminal or state[3] then
+redis.call('HSET', meta, 'seq', seq, 'bytes', bytes)
+redis.call('SET', where, session_id)
+redis.call('ZADD', sessions, now, session_id)
+redis.call('ZADD', runs, now, run_id)
+if done then
   for _, key in ipairs({stream, meta, ids, where}) do
     redis.call('EXPIRE', key, retention)
   end
@@ -98,7 +125,7 @@ else
   redis.call('DEL', open)
   redis.call('EXPIRE', runs, retention)
 end
-return {seq, 0}
+return out
 """
 
 

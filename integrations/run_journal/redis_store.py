@@ -28,7 +28,7 @@ from redis.retry import Retry
 from . import paths
 from .errors import JournalUnavailable, RunFull
 from .reading import parse_line
-from .redis_keys import APPEND_SCRIPT, DEFAULT_PREFIX, DUPLICATE, REFUSED, ROW_FIELD, WRONG_SEQ, Keys
+from .redis_keys import APPEND_SCRIPT, DEFAULT_PREFIX, DUPLICATE, FOREIGN, REFUSED, ROW_FIELD, WRONG_SEQ, Keys
 from .states import copy_summary, ends_run, summarize
 from .storage import EncodedRow
 
@@ -133,71 +133,95 @@ class RedisStreamStore:
         if seq is not None and (type(seq) is not int or seq < 1):
             raise ValueError(f"seq must be a positive integer, got {seq!r}")
         row = EncodedRow(session_id, run_id, event, payload, created_at)
+        group = [(row, row_id or new_row_id())]
         try:
-            answer = self._script(
-                self.keys.append_keys(session_id, run_id), self._args(row, row_id or new_row_id(), seq)
-            )
+            answer = self._script(*self._call(group, seq))
         except Exception as exc:
             raise self._error(exc) from exc
-        return self._result(row, answer, seq)
+        result = self._results(group, answer, seq)[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
 
     def append_many(self, rows: Sequence[PendingRow]) -> list[dict[str, Any] | Exception]:
         """Append rows in order in one round trip; per row, the stored row or why it was not stored.
 
-        Raises ``JournalUnavailable`` if Redis could not be reached: any prefix of the
-        rows may then have been written, and sending them all again (same row ids)
-        writes each exactly once.
+        Consecutive rows of one run go to Redis as one script call. Raises
+        ``JournalUnavailable`` if Redis could not be reached: any prefix of the rows
+        may then have been written, and sending them all again (same row ids) writes
+        each exactly once.
         """
+        groups: list[list[PendingRow]] = []
+        for item in rows:
+            row = item[0]
+            paths.check_ids(row.session_id, row.run_id)
+            last = groups[-1][-1][0] if groups else None
+            if last is not None and (last.session_id, last.run_id) == (row.session_id, row.run_id):
+                groups[-1].append(item)
+            else:
+                groups.append([item])
         pipe = self.client.pipeline(transaction=False)
-        for row, row_id in rows:
-            self._script(self.keys.append_keys(row.session_id, row.run_id), self._args(row, row_id, None), client=pipe)
+        for group in groups:
+            self._script(*self._call(group, None), client=pipe)
         try:
             answers = pipe.execute(raise_on_error=False)
         except Exception as exc:
             raise self._error(exc) from exc
         out: list[dict[str, Any] | Exception] = []
-        for (row, _), answer in zip(rows, answers, strict=True):
+        for group, answer in zip(groups, answers, strict=True):
             if isinstance(answer, Exception):
                 if is_transient(answer):
                     raise self._error(answer)
-                out.append(answer)
-                continue
-            try:
-                out.append(self._result(row, answer, None))
-            except RunFull as full:
-                out.append(full)
+                out += [answer] * len(group)
+            else:
+                out += self._results(group, answer, None)
         return out
 
-    def _args(self, row: EncodedRow, row_id: str, seq: int | None) -> list[Any]:
-        return [
-            row.run_id,
-            row.session_id,
-            row_id,
-            row.tail,
-            "1" if row.state is not None else "0",
+    def _call(self, group: Sequence[PendingRow], seq: int | None) -> tuple[list[str], list[Any]]:
+        """The keys and arguments of one script call appending ``group`` (rows of one run)."""
+        first = group[0][0]
+        args: list[Any] = [
+            first.run_id,
+            first.session_id,
             int(time.time() * 1000),
             self.retention,
             self.max_run_bytes,
             TERMINAL_RESERVE,
             seq or 0,
         ]
+        for row, row_id in group:
+            args += (row_id, "0" if row.state is None else "1", row.tail)
+        return self.keys.append_keys(first.session_id, first.run_id), args
 
-    def _result(self, row: EncodedRow, answer: Any, expected: int | None) -> dict[str, Any]:
-        seq, status = int(answer[0]), int(answer[1])
-        if status == REFUSED:
-            raise RunFull(row.session_id, row.run_id, self.max_run_bytes)
-        if status == WRONG_SEQ:
-            raise ValueError(f"seq {expected} is not the run's next seq {seq + 1}")
-        if status == DUPLICATE:
-            return self._stored(row.session_id, row.run_id, seq)
-        return row.row(seq)
-
-    def _stored(self, session_id: str, run_id: str, seq: int) -> dict[str, Any]:
-        """The row an earlier try of this append wrote (what the caller must see, not what it sent again)."""
-        rows = self.read(session_id, run_id, after_seq=seq - 1, max_seq=seq)["events"]
-        if not rows:  # expired between the two calls
-            raise LookupError(f"row {run_id}:{seq} was written, then expired before it could be read back")
-        return rows[0]
+    def _results(
+        self, group: Sequence[PendingRow], answer: Any, expected: int | None
+    ) -> list[dict[str, Any] | Exception]:
+        out: list[dict[str, Any] | Exception] = []
+        duplicates: dict[int, int] = {}  # seq -> index in out
+        for i, (row, _) in enumerate(group):
+            seq, status = int(answer[2 * i]), int(answer[2 * i + 1])
+            if status == FOREIGN:
+                error = RuntimeError(_text(answer[2 * i + 2]))
+                out += [error] * (len(group) - i)  # the script stopped here: nothing after it was tried
+                break
+            if status == REFUSED:
+                out.append(RunFull(row.session_id, row.run_id, self.max_run_bytes))
+            elif status == WRONG_SEQ:
+                out.append(ValueError(f"seq {expected} is not the run's next seq {seq + 1}"))
+            elif status == DUPLICATE:
+                duplicates[seq] = len(out)
+                out.append(LookupError(f"row {row.run_id}:{seq} was written, then expired before it was read back"))
+            else:
+                out.append(row.row(seq))
+        if duplicates:
+            # An earlier try wrote these: the caller gets what was stored, not what it sent again.
+            first = group[0][0]
+            stored = self.read(first.session_id, first.run_id, after_seq=min(duplicates) - 1, max_seq=max(duplicates))
+            for found in stored["events"]:
+                index = duplicates.get(found["seq"])
+                if index is not None:
+                    out[index] = found
+        return out
 
     def _error(self, exc: BaseException) -> Exception:
         if isinstance(exc, JournalUnavailable | RunFull):
