@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from benchmarks import journal_stores
 from relay_runtime.integrations.run_journal import RunJournalWriter, latest_run_summary, read_run_events
 from relay_runtime.integrations.run_journal.journal import SUMMARY_CACHE
 
@@ -117,6 +118,8 @@ def main() -> None:
             f"last 10 rows after a cursor: 100-row journal {small * 1e6:.0f} us, "
             f"100,000-row journal {large * 1e6:.0f} us (target < 5 ms), ratio {large / small:.2f}x (target <= 2x)"
         )
+
+    journal_stores.main()  # across processes: Redis Streams beside the file store
 
 
 if __name__ == "__main__":
