@@ -11,6 +11,7 @@ tests that need it skip, except under ``CI=true`` where they fail: CI installs i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -141,26 +142,28 @@ class RedisServer:
             self.process = None
 
 
-@pytest.fixture(scope="session")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """One server shared by the session's tests; each test keeps to its own key prefix (``redis_prefix``)."""
-    server = RedisServer(tmp_path_factory.mktemp("redis-shared"))
+@contextlib.contextmanager
+def running_redis(data_dir: Path) -> Iterator[RedisServer]:
+    server = RedisServer(data_dir)
     server.start()
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One server shared by the session's tests; each test keeps to its own key prefix (``redis_prefix``)."""
+    with running_redis(tmp_path_factory.mktemp("redis-shared")) as server:
+        yield server
 
 
 @pytest.fixture
 def own_redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     """A server for this test alone: for tests that kill and restart it."""
-    server = RedisServer(tmp_path / "redis")
-    server.start()
-    try:
+    with running_redis(tmp_path / "redis") as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
