@@ -255,6 +255,17 @@ async def test_follow_of_an_ended_run_returns_what_follows_the_cursor_and_ends(s
 
 
 
+@pytest.mark.asyncio
+async def test_follow_batches_stay_bounded_with_large_rows(store):
+    big = "x" * 300_000
+    for _ in range(12):
+        store.append("s", "r", "tool_result", {"result": big})
+    store.append("s", "r", "done", {})
+    batches = [[row["seq"] for row in rows] async for rows in store.follow("s", "r")]
+    assert [seq for batch in batches for seq in batch] == list(range(1, 14))
+    assert max(len(batch) for batch in batches) <= 3  # about 1 MiB at a time, not the whole run
+
+
 # --- outages --------------------------------------------------------------------------------
 
 

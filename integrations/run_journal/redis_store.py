@@ -364,11 +364,14 @@ class RedisStreamStore:
         stream = self.keys.stream(session_id, run_id)
         last = f"{after_seq}-18446744073709551615" if after_seq else "0-0"
         block_ms = max(1, int(idle * 1000))
-        count = 16
         try:
-            ended = bool(await client.hget(self.keys.meta(session_id, run_id), "done"))
+            meta: Any = await client.hmget(self.keys.meta(session_id, run_id), "done", "seq", "bytes")
         except Exception as exc:
             raise self._error(exc) from exc
+        ended = bool(meta[0])
+        # Ask for as many rows as fit the budget at the run's average row size, then at the largest seen.
+        average = int(meta[2] or 0) // max(1, int(meta[1] or 0))
+        count = _follow_count(average)
         while True:
             try:
                 # A run that has ended only has what is already stored left to send.
@@ -382,13 +385,16 @@ class RedisStreamStore:
                 continue
             entries = answer[0][1]
             last = _text(entries[-1][0])
-            largest = max(len(fields.get(ROW_FIELD) or b"") for _, fields in entries)
-            count = max(1, min(_READ_BATCH, _FOLLOW_BUDGET // max(largest, 1)))
+            count = _follow_count(max(len(fields.get(ROW_FIELD) or b"") for _, fields in entries))
             rows: list[dict[str, Any]] = []
             parse_entries(entries, rows, [])
             ended = ended or any(ends_run(row) for row in rows)
             if rows:
                 yield rows
+
+
+def _follow_count(row_bytes: int) -> int:
+    return max(1, min(_READ_BATCH, _FOLLOW_BUDGET // max(row_bytes, 1)))
 
 
 def _text(value: Any) -> str:
