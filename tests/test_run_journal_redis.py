@@ -256,6 +256,23 @@ async def test_follow_of_an_ended_run_returns_what_follows_the_cursor_and_ends(s
 
 
 @pytest.mark.asyncio
+async def test_follow_with_a_cursor_past_the_end_ends_with_the_run(store):
+    store.append("s", "r", "token", {})
+    got: list[list[int]] = []
+
+    async def follow() -> None:
+        async for rows in store.follow("s", "r", after_seq=99, idle=0.2):
+            got.append([row["seq"] for row in rows])
+
+    task = asyncio.create_task(follow())
+    await asyncio.sleep(0.3)
+    await asyncio.to_thread(store.append, "s", "r", "token", {})
+    await asyncio.to_thread(store.append, "s", "r", "done", {})
+    await asyncio.wait_for(task, 5)  # the terminal row (seq 3 <= 99) ends the stream
+    assert all(batch == [] for batch in got)
+
+
+@pytest.mark.asyncio
 async def test_follow_batches_stay_bounded_with_large_rows(store):
     big = "x" * 300_000
     for _ in range(12):

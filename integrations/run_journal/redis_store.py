@@ -362,13 +362,16 @@ class RedisStreamStore:
         self, client: redis.asyncio.Redis, session_id: str, run_id: str, after_seq: int, idle: float
     ) -> AsyncGenerator[list[dict[str, Any]], None]:
         stream = self.keys.stream(session_id, run_id)
-        last = f"{after_seq}-18446744073709551615" if after_seq else "0-0"
         block_ms = max(1, int(idle * 1000))
         try:
             meta: Any = await client.hmget(self.keys.meta(session_id, run_id), "done", "seq", "bytes")
         except Exception as exc:
             raise self._error(exc) from exc
         ended = bool(meta[0])
+        # Read from the run's end when the cursor is past it: rows up to the cursor are not sent,
+        # but a terminal row among them still ends the stream.
+        start = min(after_seq, int(meta[1] or 0))
+        last = f"{start}-18446744073709551615" if start else "0-0"
         # Ask for as many rows as fit the budget at the run's average row size, then at the largest seen.
         average = int(meta[2] or 0) // max(1, int(meta[1] or 0))
         count = _follow_count(average)
@@ -389,6 +392,7 @@ class RedisStreamStore:
             rows: list[dict[str, Any]] = []
             parse_entries(entries, rows, [])
             ended = ended or any(ends_run(row) for row in rows)
+            rows = [row for row in rows if row["seq"] > after_seq]
             if rows:
                 yield rows
 
