@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -426,3 +430,25 @@ def test_direct_appends_from_many_threads_race_a_restart_without_gaps(own_redis_
     assert set(acknowledged) <= set(stored)  # whatever was acknowledged is there
     assert len(stored) - len(acknowledged) <= 4  # at most the appends in flight at the kill landed unacknowledged
     store.close()
+
+
+# --- the test server itself -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("ci", "code", "outcome"), [("true", 1, "1 error"), ("", 0, "1 skipped")])
+def test_without_redis_server_tests_skip_outside_ci_and_fail_under_it(tmp_path, ci, code, outcome):
+    probe = tmp_path / "test_probe.py"
+    probe.write_text("from redis_support import redis_server  # noqa: F401\n\n\ndef test_probe(redis_server): ...\n")
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    env = {**os.environ, "PATH": str(empty), "CI": ci, "PYTHONPATH": str(Path(__file__).parent)}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(probe)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == code and outcome in result.stdout, result.stdout
+    assert "redis-server is not installed" in result.stdout
