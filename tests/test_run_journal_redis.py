@@ -70,6 +70,14 @@ def test_bad_configuration_is_a_clear_error(kwargs, message):
         RedisStreamStore(args.pop("url"), **args)
 
 
+def test_the_password_in_the_url_never_shows(redis_prefix):
+    store = RedisStreamStore("redis://:hunter2-secret@127.0.0.1:1/0", prefix=redis_prefix, retries=0)
+    with pytest.raises(JournalUnavailable) as caught:
+        store.append("s", "r", "token", {})
+    assert "hunter2" not in str(caught.value) and "hunter2" not in repr(store)
+    assert "127.0.0.1:1" in str(caught.value)
+
+
 def test_relay_journal_url_makes_redis_the_default_everywhere(redis_server, redis_prefix, tmp_path, monkeypatch):
     monkeypatch.setenv("RELAY_JOURNAL_URL", redis_server.url)
     monkeypatch.setattr(run_journal, "_default_session_dir", lambda: tmp_path)
