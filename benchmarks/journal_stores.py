@@ -41,9 +41,6 @@ def _store(where: str) -> Any:
 
 
 def _child_write(where: str, mode: str, rows: int, run_id: str) -> None:
-    from relay_runtime.integrations.run_journal.background import _row_id
-    from relay_runtime.integrations.run_journal.storage import EncodedRow
-
     store = _store(where)
     print("ready", flush=True)
     sys.stdin.readline()
@@ -51,10 +48,7 @@ def _child_write(where: str, mode: str, rows: int, run_id: str) -> None:
     if mode == "pipelined":
         batch = 256
         for first in range(0, rows, batch):
-            pending = [
-                (EncodedRow("bench", run_id, "token", _PAYLOAD, None), _row_id())
-                for _ in range(min(batch, rows - first))
-            ]
+            pending = [store.prepare("bench", run_id, "token", _PAYLOAD) for _ in range(min(batch, rows - first))]
             store.append_many(pending)
     else:
         for _ in range(rows):

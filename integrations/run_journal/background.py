@@ -4,8 +4,8 @@ When the store is unreachable (``JournalUnavailable``: Redis down or
 restarting) the thread keeps the rows it holds and retries them, in order, with
 backoff; meanwhile it holds at most ``maxsize`` rows, and a row that finds it full
 is dropped and counted (the first drop of an outage is logged). A store that can
-append a batch in one round trip (``append_many``, with row ids so a resent
-batch is written once) gets everything queued at once.
+append a batch in one round trip (``prepare`` names each row, ``append_many``
+writes a batch, and a resent batch is written once) gets everything queued at once.
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import paths
 from .default_store import env_store
 from .errors import JournalUnavailable, RunFull
-from .storage import EncodedRow, append_run_event, fsync_policy
+from .storage import append_run_event, fsync_policy, is_truncated
 
 if TYPE_CHECKING:
     from .store import RunJournalStore
@@ -94,7 +93,9 @@ class RowWriter:
         return True
 
     def _run(self) -> None:
-        batched = callable(getattr(self._store, "append_many", None))
+        batched = callable(getattr(self._store, "append_many", None)) and callable(
+            getattr(self._store, "prepare", None)
+        )
         while True:
             items = [self._queue.get()]
             if batched:
@@ -138,29 +139,28 @@ class RowWriter:
 
     def _append(self, session_id: str, run_id: str, event: str, payload: Any) -> None:
         if self._store is not None:
-            self._store.append(session_id, run_id, event, payload)
+            row = self._store.append(session_id, run_id, event, payload)
         else:
-            append_run_event(session_id, run_id, event, payload, session_dir=self._session_dir, fsync=self._fsync)
+            row = append_run_event(session_id, run_id, event, payload, session_dir=self._session_dir, fsync=self._fsync)
         self.written += 1
+        if is_truncated(row):
+            self._count("journal.truncated")
 
     def _write_batch(self, items: Sequence[Row]) -> None:
-        pending: list[tuple[EncodedRow, str]] = []
+        store: Any = self._store
+        pending = []
         for session_id, run_id, event, payload in items:
-            if not (paths.valid_id(session_id) and paths.valid_id(run_id)):
-                self._count("journal.write_errors")
-                continue
             try:
-                row = EncodedRow(session_id, run_id, event, payload, None)
-            except TypeError:
-                self._count("journal.unserializable")
-                row = EncodedRow(session_id, run_id, event, _unserializable(payload), None)
+                try:
+                    pending.append(store.prepare(session_id, run_id, event, payload))
+                except TypeError:
+                    self._count("journal.unserializable")
+                    pending.append(store.prepare(session_id, run_id, event, _unserializable(payload)))
             except Exception:
                 self._count("journal.write_errors")
-                continue
-            pending.append((row, _row_id()))
         if not pending:
             return
-        append_many = self._store.append_many  # type: ignore[union-attr]
+        append_many = store.append_many
         try:
             results = self._retrying(lambda: append_many(pending))
         except _Abandoned:
@@ -178,6 +178,8 @@ class RowWriter:
                 self._count("journal.write_errors")
             else:
                 self.written += 1
+                if is_truncated(result):
+                    self._count("journal.truncated")
 
     def _retrying(self, attempt: Callable[[], Any]) -> Any:
         """``attempt()`` until the store answers; the same rows (and row ids) each time, so order holds."""
@@ -252,7 +254,3 @@ class _Abandoned(Exception):
 
 def _unserializable(payload: Any) -> dict[str, str]:
     return {"unserializable": repr(payload)[:_UNSERIALIZABLE_PREVIEW]}
-
-
-def _row_id() -> str:
-    return os.urandom(12).hex()

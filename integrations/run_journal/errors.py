@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-class JournalUnavailable(ConnectionError):
+class JournalUnavailable(Exception):
     """The store could not be reached (down, restarting, network): the append may be retried later."""
 
 

@@ -30,7 +30,7 @@ from .errors import JournalUnavailable, RunFull
 from .reading import parse_line
 from .redis_keys import APPEND_SCRIPT, DEFAULT_PREFIX, DUPLICATE, FOREIGN, REFUSED, ROW_FIELD, WRONG_SEQ, Keys
 from .states import copy_summary, ends_run, summarize
-from .storage import EncodedRow
+from .storage import EncodedRow, row_cap
 
 DEFAULT_RETENTION = 7 * 24 * 3600.0
 DEFAULT_MAX_RUN_BYTES = 64 * 1024 * 1024
@@ -62,6 +62,7 @@ class RedisStreamStore:
 
     ``retention``: seconds a finished run is kept after its last row (default 7 days).
     ``max_run_bytes``: a run's cap; rows past it are refused (``RunFull``), old rows are never trimmed.
+    ``max_row_bytes``: a row's cap (as the file store's: a larger payload is stored truncated, with a marker).
     A connection lost mid-append is retried ``retries`` times with the same row id before raising.
     """
 
@@ -72,6 +73,7 @@ class RedisStreamStore:
         prefix: str = DEFAULT_PREFIX,
         retention: float = DEFAULT_RETENTION,
         max_run_bytes: int = DEFAULT_MAX_RUN_BYTES,
+        max_row_bytes: int | None = None,
         socket_timeout: float = 5.0,
         connect_timeout: float = 2.0,
         retries: int = 3,
@@ -88,6 +90,7 @@ class RedisStreamStore:
         self.keys = Keys(prefix)
         self.retention = int(retention)
         self.max_run_bytes = max_run_bytes
+        self.max_row_bytes = row_cap(max_row_bytes)
         self._retries = retries
         self._options: dict[str, Any] = {
             "socket_timeout": socket_timeout,
@@ -132,7 +135,7 @@ class RedisStreamStore:
         paths.check_ids(session_id, run_id)
         if seq is not None and (type(seq) is not int or seq < 1):
             raise ValueError(f"seq must be a positive integer, got {seq!r}")
-        row = EncodedRow(session_id, run_id, event, payload, created_at)
+        row = EncodedRow(session_id, run_id, event, payload, created_at, self.max_row_bytes)
         group = [(row, row_id or new_row_id())]
         try:
             answer = self._script(*self._call(group, seq))
@@ -142,6 +145,11 @@ class RedisStreamStore:
         if isinstance(result, Exception):
             raise result
         return result
+
+    def prepare(self, session_id: str, run_id: str, event: str, payload: Any = None) -> PendingRow:
+        """A row for ``append_many``, encoded once and named: resending it never writes it twice."""
+        paths.check_ids(session_id, run_id)
+        return EncodedRow(session_id, run_id, event, payload, None, self.max_row_bytes), new_row_id()
 
     def append_many(self, rows: Sequence[PendingRow]) -> list[dict[str, Any] | Exception]:
         """Append rows in order in one round trip; per row, the stored row or why it was not stored.
