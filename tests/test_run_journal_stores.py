@@ -30,6 +30,7 @@ from relay_runtime.integrations.run_journal import (
 )
 from relay_runtime.integrations.run_journal.routes import create_app
 from relay_runtime.integrations.run_journal.runtime_model import observation
+from relay_runtime.integrations.run_journal.storage import is_truncated
 
 
 def test_the_store_implements_the_interface(journal_store):
@@ -242,3 +243,71 @@ async def test_sse_replays_after_the_cursor_then_follows_live_rows(journal_store
             assert (await client.get(srv.make_url("/runs/nope/events"))).status == 404
     finally:
         await srv.close()
+
+
+@pytest.mark.asyncio
+async def test_reconnect_cursors_mean_the_same_on_both_stores(journal_store):
+    for i in range(5):
+        journal_store.append("s", "r", "token", {"text": str(i)})
+    cases: list[tuple[dict[str, str], dict[str, str], int]] = [
+        ({}, {}, 0),
+        ({"after_seq": "2"}, {}, 2),
+        ({}, {"Last-Event-ID": "r:2"}, 2),
+        ({"after_seq": "1"}, {"Last-Event-ID": "r:4"}, 1),  # ?after_seq= wins over the header
+        ({}, {"Last-Event-ID": "nope"}, 0),  # a cursor that does not parse replays the run
+        ({}, {"Last-Event-ID": "other:3"}, 0),  # another run's id too
+        ({"after_seq": "²"}, {}, 0),
+        ({"after_seq": "9" * 5000}, {}, 0),
+        ({"after_seq": "99"}, {}, 0),  # past the run's last row: the whole run
+    ]
+    srv = await _server(journal_store)
+    try:
+        async with aiohttp.ClientSession(timeout=TIMEOUT) as client:
+            streams = []
+            for params, headers, _ in cases:
+                resp = await client.get(srv.make_url("/runs/r/events"), params=params, headers=headers)
+                assert resp.status == 200, (params, headers)
+                streams.append(resp)
+            await asyncio.sleep(0.2)  # every stream is following the live run now
+            await asyncio.to_thread(journal_store.append, "s", "r", "done", {})
+            results = await asyncio.gather(*(read_sse(resp) for resp in streams))
+    finally:
+        await srv.close()
+    for (params, headers, after), messages in zip(cases, results, strict=True):
+        assert [m["id"] for m in rows_only(messages)] == [f"r:{n}" for n in range(after + 1, 7)], (params, headers)
+
+
+@pytest.mark.asyncio
+async def test_following_with_a_cursor_past_the_end_ends_with_the_run(journal_store):
+    journal_store.append("s", "r", "token", {})
+    got: list[list[int]] = []
+
+    async def follow() -> None:
+        async for rows in journal_store.follow("s", "r", after_seq=99, idle=0.2):
+            got.append([row["seq"] for row in rows])
+
+    task = asyncio.create_task(follow())
+    await asyncio.sleep(0.3)
+    await asyncio.to_thread(journal_store.append, "s", "r", "token", {})
+    await asyncio.to_thread(journal_store.append, "s", "r", "done", {})
+    await asyncio.wait_for(task, 5)  # the terminal row (seq 3 <= 99) ends it
+    assert all(batch == [] for batch in got)
+
+
+@pytest.mark.parametrize("kind", ["file", "redis"])
+def test_the_row_cap_stores_a_large_payload_truncated_on_both_stores(kind, tmp_path, redis_server):
+    cap = 16 * 1024
+    if kind == "file":
+        store: Any = FileStore(tmp_path, max_row_bytes=cap)
+    else:
+        store = RedisStreamStore(redis_server.url, prefix=f"relay-test:cap-{tmp_path.name}", max_row_bytes=cap)
+    store.append("s", "r", "token", {"text": "before"})
+    big = store.append("s", "r", "tool_result", {"name": "read_file", "result": "é" * 100_000})
+    store.append("s", "r", "done", {})
+    rows = read_run_events("s", "r", store=store)["events"]
+    assert [row["seq"] for row in rows] == [1, 2, 3]
+    assert rows[1] == big and is_truncated(big)
+    payload = big["payload"]
+    assert (payload["name"], payload["max_row_bytes"], payload["original_bytes"]) == ("read_file", cap, 200_032)
+    assert payload["preview"].startswith('{"name":"read_file","result":"éé')
+    assert "result" not in payload
