@@ -276,8 +276,10 @@ def _xread_calls(store: RedisStreamStore) -> int:
 async def test_follow_of_an_ended_run_returns_what_follows_the_cursor_and_ends(store):
     for event in ("token", "token", "done"):
         store.append("s", "r", event, {})
-    batches = [[row["seq"] for row in rows] async for rows in store.follow("s", "r", after_seq=1)]
-    assert batches == [[2, 3]]
+    followed = [rows async for rows in store.follow("s", "r", after_seq=1)]
+    assert [[row["seq"] for row in rows] for rows in followed] == [[2, 3]]
+    stored = store.client.xrange(store.keys.stream("s", "r"), "2-0", "2-0")[0][1][b"r"]
+    assert followed[0][0].raw == stored  # sent on as stored, not encoded again
     assert [rows async for rows in store.follow("s", "r", after_seq=3)] == []
 
 

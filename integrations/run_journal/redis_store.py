@@ -27,7 +27,7 @@ from redis.retry import Retry
 
 from . import paths
 from .errors import JournalUnavailable, RunFull
-from .reading import parse_line
+from .reading import RawRow, parse_line
 from .redis_keys import APPEND_SCRIPT, DEFAULT_PREFIX, DUPLICATE, FOREIGN, REFUSED, ROW_FIELD, WRONG_SEQ, Keys
 from .states import copy_summary, ends_run, summarize
 from .storage import EncodedRow, row_cap
@@ -398,7 +398,7 @@ class RedisStreamStore:
             last = _text(entries[-1][0])
             count = _follow_count(max(len(fields.get(ROW_FIELD) or b"") for _, fields in entries))
             rows: list[dict[str, Any]] = []
-            parse_entries(entries, rows, [])
+            parse_entries(entries, rows, [], raw=True)
             ended = ended or any(ends_run(row) for row in rows)
             rows = [row for row in rows if row["seq"] > after_seq]
             if rows:
@@ -413,8 +413,13 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def parse_entries(entries: Sequence[Any], rows: list[dict[str, Any]], malformed: list[dict[str, Any]]) -> None:
-    """Split stream entries into rows and reports of entries that are not rows (never raising)."""
+def parse_entries(
+    entries: Sequence[Any], rows: list[dict[str, Any]], malformed: list[dict[str, Any]], *, raw: bool = False
+) -> None:
+    """Split stream entries into rows and reports of entries that are not rows (never raising).
+
+    ``raw``: rows keep the JSON they were stored as (``RawRow``), so a server sends it on as is.
+    """
     for entry_id, fields in entries:
         ident = _text(entry_id)
         data = fields.get(ROW_FIELD) if isinstance(fields, dict) else None
@@ -433,7 +438,7 @@ def parse_entries(entries: Sequence[Any], rows: list[dict[str, Any]], malformed:
                 }
             )
         else:
-            rows.append(row)
+            rows.append(RawRow(row, data) if raw else row)
 
 
 def _preview(data: bytes) -> str:
