@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .events import MARK, SCOPE_END, SCOPE_START, AnnotatedRequestField, AnnotatedResponseField, new_event
 from .ids import new_id
+from .redaction import scrub_text
 from .types import Outcome, ScopeType
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ class ScopeHandle:
         "__weakref__",
         "attached",
         "below",
+        "cost",
         "data",
         "ended",
         "local_intercepts",
@@ -77,6 +79,8 @@ class ScopeHandle:
         self.start_ns = _now()
         self.ended = False
         self.local_intercepts: Any = None
+        # An attempt's cost, or the roll-up of the attempts below (set only when a catalog is installed).
+        self.cost: Any = None
 
     def __repr__(self) -> str:
         return f"<scope {self.scope_type} {self.name!r} {self.uuid[:8]}>"
@@ -246,12 +250,14 @@ class Scopes:
                 output=output,
                 metadata=merged,
                 error_type=error_type_of(error) if error is not None else None,
-                error_message=str(error) if error is not None else None,
+                # A provider may echo the caller's key back (a 401 body): the record never holds it.
+                error_message=scrub_text(str(error)) if error is not None else None,
                 outcome=outcome,
                 provider=provider,
                 model_name=model_name,
                 annotated_request=annotated_request,
                 annotated_response=annotated_response,
+                cost=handle.cost,
             ),
         )
 
