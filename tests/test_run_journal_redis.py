@@ -193,8 +193,14 @@ def test_finished_runs_expire_running_runs_stay(redis_server, redis_prefix):
         for key in (keys.stream("s", "done-run"), keys.meta("s", "done-run"), keys.ids("s", "done-run")):
             assert client.ttl(key) == 1
         assert client.ttl(keys.runs("s")) == -1  # a run of the session is still open
+        assert store.summary("s", "done-run")["last_assistant_text"] == ""
         time.sleep(2.2)
         assert store.read("s", "done-run")["events"] == [] and store.locate("done-run") is None
+        # The same ids again, as many rows: a new run, not the summary cached for the expired one.
+        store.append("s", "done-run", "token", {"text": "new"})
+        store.append("s", "done-run", "done", {})
+        assert store.summary("s", "done-run")["last_assistant_text"] == "new"
+        time.sleep(2.2)
         assert [r["run_id"] for r in store.list_runs("s")] == ["open-run"]  # the expired run is pruned
         assert _seqs(store, run_id="open-run") == [1]
         store.append("s", "open-run", "cancel", {})

@@ -99,7 +99,8 @@ class RedisStreamStore:
         }
         self.client = redis.Redis.from_url(url, retry=self._retry(Retry), **self._options)
         self._script = self.client.register_script(APPEND_SCRIPT)
-        self._summaries: OrderedDict[tuple[str, str], tuple[int, dict[str, Any]]] = OrderedDict()
+        # Per run: the (seq, bytes) it had when summarized, and the summary.
+        self._summaries: OrderedDict[tuple[str, str], tuple[tuple[Any, ...], dict[str, Any]]] = OrderedDict()
         self._summaries_lock = threading.Lock()
 
     def _retry(self, kind: Any) -> Any:
@@ -265,22 +266,22 @@ class RedisStreamStore:
         return {"session_id": session_id, "run_id": run_id, "events": rows, "malformed": malformed}
 
     def summary(self, session_id: str, run_id: str) -> dict[str, Any] | None:
-        """The run's summary over every row (cached per run until its seq moves)."""
+        """The run's summary over every row (cached per run until its seq or size moves)."""
         paths.check_ids(session_id, run_id)
         key = (session_id, run_id)
         meta = self.keys.meta(session_id, run_id)
         try:
-            last = int(self.client.hget(meta, "seq") or 0)
+            state: Any = self.client.hmget(meta, "seq", "bytes")
             with self._summaries_lock:
                 cached = self._summaries.get(key)
-            if cached is not None and cached[0] == last and last:
+            if cached is not None and state[0] and cached[0] == tuple(state):
                 return copy_summary(cached[1])
             # One transaction: the rows and the seq they end at are one snapshot.
             pipe = self.client.pipeline(transaction=True)
-            pipe.hget(meta, "seq")
+            pipe.hmget(meta, "seq", "bytes")
             pipe.xrange(self.keys.stream(session_id, run_id), "-", "+")
             pipe.exists(self.keys.runs(session_id))
-            seq_now, entries, session_exists = pipe.execute()
+            state_now, entries, session_exists = pipe.execute()
         except Exception as exc:
             raise self._error(exc) from exc
         rows: list[dict[str, Any]] = []
@@ -288,9 +289,9 @@ class RedisStreamStore:
         if not rows and not session_exists:
             return None
         summary = summarize(session_id, run_id, rows)
-        if seq_now:
+        if state_now[0]:
             with self._summaries_lock:
-                self._summaries[key] = (int(seq_now), summary)
+                self._summaries[key] = (tuple(state_now), summary)
                 self._summaries.move_to_end(key)
                 while len(self._summaries) > _SUMMARY_CACHE_SIZE:
                     self._summaries.popitem(last=False)
