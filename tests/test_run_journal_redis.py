@@ -20,9 +20,11 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
+from journal_support import run_turn
 from redis_support import DroppingProxy, own_redis_server, redis_prefix, redis_server  # noqa: F401 - fixtures
 from test_run_journal_http import TIMEOUT, read_sse, rows_only
 
+from relay_runtime import session
 from relay_runtime.integrations import run_journal
 from relay_runtime.integrations.run_journal import (
     JournalUnavailable,
@@ -35,7 +37,7 @@ from relay_runtime.integrations.run_journal import (
     read_run_events,
 )
 from relay_runtime.integrations.run_journal.background import RowWriter
-from relay_runtime.integrations.run_journal.routes import create_app
+from relay_runtime.integrations.run_journal.routes import STORE, create_app
 from relay_runtime.integrations.run_journal.storage import EncodedRow
 
 
@@ -93,6 +95,15 @@ def test_relay_journal_url_makes_redis_the_default_everywhere(redis_server, redi
     # A session_dir still names the file store.
     append_run_event("s", run_id, "token", {}, session_dir=tmp_path)
     assert (tmp_path / "_run_journal" / "s" / f"{run_id}.jsonl").exists()
+    # The subscriber (no store, no session_dir) and the routes find it too.
+    session.reset_for_tests()
+    try:
+        turn = run_turn(tmp_path, lambda: None, monkeypatch=monkeypatch, run_id=f"{run_id}-turn")
+    finally:
+        session.reset_for_tests()
+    assert turn.rows == []  # run_turn reads the files: there are none
+    assert [r["event"] for r in default.read("session-a", f"{run_id}-turn")["events"]] == ["status", "done"]
+    assert create_app()[STORE] is default
     monkeypatch.setenv("RELAY_JOURNAL_URL", "postgres://nope")
     with pytest.raises(ValueError, match="RELAY_JOURNAL_URL must be a redis://"):
         append_run_event("s", run_id, "token", {})
