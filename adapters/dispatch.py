@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from types import MappingProxyType, MethodType
 from typing import Any
 
-from relay_runtime import auxiliary, calls
+from relay_runtime import auxiliary, calls, cassettes
 from relay_runtime import conventions as cv
 from relay_runtime.codec import LLMCodec
 from relay_runtime.types import LLMRequest
 
-from . import sdk_retries
+from . import cassette_http, sdk_retries
 from .anthropic_messages import AnthropicMessagesCodec
 from .openai_chat import OpenAIChatCodec
 from .openai_responses import OpenAIResponsesCodec
@@ -157,19 +157,25 @@ def _kwargs_of(request: LLMRequest) -> dict[str, Any]:
     return kwargs
 
 
-def sync_callback(create: Callable[..., Any], client: Any) -> Callable[[LLMRequest], Any]:
+def sync_callback(create: Callable[..., Any], client: Any, codec: LLMCodec) -> Callable[[LLMRequest], Any]:
     def call(request: LLMRequest) -> Any:
         kwargs = _kwargs_of(request)
         sdk_retries.watch(client)
+        if cassettes.current() is not None:
+            with cassette_http.bound(client, codec, kwargs):
+                return create(**kwargs)
         return create(**kwargs)
 
     return call
 
 
-def async_callback(create: Callable[..., Any], client: Any) -> Callable[[LLMRequest], Any]:
+def async_callback(create: Callable[..., Any], client: Any, codec: LLMCodec) -> Callable[[LLMRequest], Any]:
     async def call(request: LLMRequest) -> Any:
         kwargs = _kwargs_of(request)
         sdk_retries.watch(client)
+        if cassettes.current() is not None:
+            with cassette_http.bound(client, codec, kwargs):
+                return await create(**kwargs)
         return await create(**kwargs)
 
     return call
@@ -184,7 +190,7 @@ def complete(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = N
     api, request, name, model_name, metadata, auxiliary_attempt = prepare(kwargs, api_mode, client, stream=False)
     return calls.execute_current(
         request,
-        sync_callback(_create(client, api), client),
+        sync_callback(_create(client, api), client, api.codec),
         name=name,
         model_name=model_name,
         metadata=metadata,
@@ -197,7 +203,7 @@ async def acomplete(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | N
     api, request, name, model_name, metadata, auxiliary_attempt = prepare(kwargs, api_mode, client, stream=False)
     return await calls.execute_current_async(
         request,
-        async_callback(_create(client, api), client),
+        async_callback(_create(client, api), client, api.codec),
         name=name,
         model_name=model_name,
         metadata=metadata,
@@ -211,7 +217,7 @@ def stream(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = Non
     api, request, name, model_name, metadata, _ = prepare(kwargs, api_mode, client, stream=True)
     return calls.stream_current(
         request,
-        sync_callback(_create(client, api), client),
+        sync_callback(_create(client, api), client, api.codec),
         name=name,
         model_name=model_name,
         metadata=metadata,
@@ -223,7 +229,7 @@ async def astream(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | Non
     api, request, name, model_name, metadata, _ = prepare(kwargs, api_mode, client, stream=True)
     return await calls.stream_current_async(
         request,
-        async_callback(_create(client, api), client),
+        async_callback(_create(client, api), client, api.codec),
         name=name,
         model_name=model_name,
         metadata=metadata,
