@@ -88,7 +88,9 @@ def _install(client: Any) -> None:
             tape = _tape.get()
             if tape is None:
                 return transport
-            return _AsyncTapeTransport(transport, tape) if is_async else _SyncTapeTransport(transport, tape)
+            if is_async:
+                return _AsyncTapeTransport(transport, tape)  # type: ignore[arg-type]
+            return _SyncTapeTransport(transport, tape)  # type: ignore[arg-type]
 
         routed.relay_cassette = True  # type: ignore[attr-defined]
         # The client is shared by the SDK client's copies (with_options): installed once for all.

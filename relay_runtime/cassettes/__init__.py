@@ -14,7 +14,7 @@ recorded exchanges to their SDKs.
 
 from __future__ import annotations
 
-from .cassette import MODES, TIMINGS, Cassette, CassetteError, CassetteMiss, CassetteUse, CallTape, current, use
+from .cassette import MODES, TIMINGS, CallTape, Cassette, CassetteError, CassetteMiss, CassetteUse, current, use
 from .requests import VOLATILE_PARAMS, jsonable, neutral_request
 
 __all__ = [

@@ -269,6 +269,10 @@ class CassetteUse:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        self.close(raise_misses=exc is None)
+
+    def close(self, *, raise_misses: bool) -> None:
+        """Stop using the innermost cassette this entered and write it; then raise a miss the code swallowed."""
         cassette = self._entered.pop()
         with _stack_lock:
             for index in range(len(_stack) - 1, -1, -1):
@@ -276,7 +280,7 @@ class CassetteUse:
                     del _stack[index]
                     break
         cassette.save()
-        if exc is None and cassette.misses:
+        if raise_misses and cassette.misses:
             # The agent caught the miss and went on: its outcome is not what the recording says.
             raise cassette.misses[0]
 
