@@ -50,7 +50,7 @@ def current() -> Cassette | None:
     return _stack[-1] if _stack else None
 
 
-def check_options(*, mode: str, timing: str, normalize: Any, redact: Any) -> None:
+def check_options(*, mode: str = "replay", timing: str = "instant", normalize: Any = None, redact: Any = None) -> None:
     if mode not in MODES:
         raise ValueError(f"cassette mode must be one of {', '.join(MODES)}; got {mode!r}")
     if timing not in TIMINGS:

@@ -73,9 +73,11 @@ def neutral_request(annotated: AnnotatedLLMRequest) -> dict[str, Any]:
         out["tools"] = jsonable(annotated.tools)
     if annotated.tool_choice is not None:
         out["tool_choice"] = jsonable(annotated.tool_choice)
-    params = {k: v for k, v in annotated.params.items() if k not in VOLATILE_PARAMS}
-    if params:
-        out["params"] = jsonable(params)
+    for name in ("params", "provider_params"):  # SDK-only arguments, where the neutral view keeps them apart
+        values = getattr(annotated, name, None) or {}
+        kept = {k: v for k, v in values.items() if k not in VOLATILE_PARAMS}
+        if kept:
+            out[name] = jsonable(kept)
     out["stream"] = bool(annotated.stream)
     return out
 
@@ -83,13 +85,14 @@ def neutral_request(annotated: AnnotatedLLMRequest) -> dict[str, Any]:
 def default_normalize(request: Mapping[str, Any]) -> dict[str, Any]:
     """Drop volatile params again (a cassette edited by hand, or recorded before a param became volatile)."""
     out = dict(request)
-    params = out.get("params")
-    if isinstance(params, Mapping):
-        kept = {k: v for k, v in params.items() if k not in VOLATILE_PARAMS}
-        if kept:
-            out["params"] = kept
-        else:
-            out.pop("params")
+    for name in ("params", "provider_params"):
+        values = out.get(name)
+        if isinstance(values, Mapping):
+            kept = {k: v for k, v in values.items() if k not in VOLATILE_PARAMS}
+            if kept:
+                out[name] = kept
+            else:
+                out.pop(name)
     return out
 
 
