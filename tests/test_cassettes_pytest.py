@@ -90,3 +90,24 @@ def test_option():
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(["*relay_cassette name must be a plain file name*'../escape'*"])
     result.stdout.fnmatch_lines(["*relay_cassette got unknown options*speed*"])
+
+
+def test_the_example_agent_test_runs_offline_on_its_committed_cassette() -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    env["OPENAI_BASE_URL"] = "http://127.0.0.1:9/v1"  # the discard port: a call that got out would fail
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "examples/test_weather_agent.py"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout

@@ -14,6 +14,7 @@ import json
 import os
 import tempfile
 import threading
+from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -129,7 +130,8 @@ class Cassette:
         self._lock = threading.Lock()
         self.recorded: list[dict[str, Any]] = [] if mode == "record" else self._load()
         self._used = [False] * len(self.recorded)
-        self._keys: list[str | None] = [None] * len(self.recorded)  # match keys, computed on first need
+        # Match key -> indices of recordings not yet replayed, in recorded order (built at the first call).
+        self._waiting: dict[str, deque[int]] | None = None
         self.new: list[dict[str, Any]] = []
 
     # -- reading ---------------------------------------------------------------------------
@@ -158,11 +160,12 @@ class Cassette:
     def _key(self, request: Mapping[str, Any]) -> str:
         return canonical(normalized(request, self.normalize))
 
-    def _recorded_key(self, index: int) -> str:
-        key = self._keys[index]
-        if key is None:
-            key = self._keys[index] = self._key(self.recorded[index]["request"])
-        return key
+    def _queues(self) -> dict[str, deque[int]]:
+        if self._waiting is None:
+            self._waiting = {}
+            for index, call in enumerate(self.recorded):
+                self._waiting.setdefault(self._key(call["request"]), deque()).append(index)
+        return self._waiting
 
     # -- one call --------------------------------------------------------------------------
 
@@ -176,10 +179,11 @@ class Cassette:
         key = self._key(secrets.scrub(request))
         with self._lock:
             if self.mode != "record":
-                for index in range(len(self.recorded)):
-                    if not self._used[index] and self._recorded_key(index) == key:
-                        self._used[index] = True
-                        return CallTape(self, request, self.recorded[index], replaying=True)
+                waiting = self._queues().get(key)
+                if waiting:
+                    index = waiting.popleft()
+                    self._used[index] = True
+                    return CallTape(self, request, self.recorded[index], replaying=True)
                 if self.mode == "replay":
                     raise self.missed(CassetteMiss(self._miss_message(request, key)))
             record: dict[str, Any] = {"request": request}
@@ -193,7 +197,7 @@ class Cassette:
 
     def _miss_message(self, request: dict[str, Any], key: str) -> str:
         head = f"cassette {self.path}: no recorded call matches this request"
-        replayed = sum(1 for i in range(len(self.recorded)) if self._recorded_key(i) == key)
+        replayed = sum(1 for c in self.recorded if self._key(c["request"]) == key)
         if replayed:
             return (
                 f"{head}: all {replayed} recordings of it were already replayed (this run makes the call more "
