@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import importlib
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -27,6 +28,8 @@ import httpx2
 from relay_runtime import cassettes
 from relay_runtime.cassettes import secrets
 from relay_runtime.codec import LLMCodec
+
+from . import sdk_retries
 
 _tape: ContextVar[cassettes.CallTape | None] = ContextVar("relay_cassette_tape", default=None)
 _install_lock = threading.Lock()
@@ -95,6 +98,77 @@ def _install(client: Any) -> None:
         routed.relay_cassette = True  # type: ignore[attr-defined]
         # The client is shared by the SDK client's copies (with_options): installed once for all.
         http._transport_for_url = routed  # type: ignore[method-assign]
+
+
+# -- direct replay -----------------------------------------------------------------------
+
+NOT_DIRECT: Any = object()
+# The SDK type ``create()`` parses a non-streamed answer into, per API (imported on first use).
+_RESPONSE_TYPES = {
+    "chat_completions": ("openai.types.chat", "ChatCompletion"),
+    "responses": ("openai.types.responses", "Response"),
+    "anthropic_messages": ("anthropic.types", "Message"),
+}
+
+
+def direct_reply(tape: cassettes.CallTape, client: Any, api_mode: str) -> Any:
+    """A recorded single 2xx JSON answer, parsed by the SDK client's own response parser; else ``NOT_DIRECT``.
+
+    The SDK's request building and HTTP round trip are most of what a replay would
+    cost, and with one successful try there is no retry or error for them to replay.
+    Everything else (retries, errors, streams, recorded timing, strict validation,
+    an SDK this does not know) goes through the HTTP layer.
+    """
+    if not tape.replaying or tape.timing != "instant" or tape.request.get("stream"):
+        return NOT_DIRECT
+    exchanges = tape.record.get("http")
+    if not isinstance(exchanges, list) or len(exchanges) != 1 or not isinstance(exchanges[0], dict):
+        return NOT_DIRECT
+    exchange = exchanges[0]
+    status = exchange.get("status")
+    if type(status) is not int or not 200 <= status < 300 or "body" not in exchange or "error" in exchange:
+        return NOT_DIRECT
+    parse = getattr(client, "_process_response_data", None)
+    ids = _ids_writer(client)
+    cast_to = _response_type(api_mode)
+    if parse is None or ids is None or cast_to is None or getattr(client, "_strict_response_validation", True):
+        return NOT_DIRECT
+    headers = exchange.get("headers") or {}
+    tape.next()
+    # A fresh copy: the caller may change the object it gets, and the SDK keeps nested dicts as given.
+    parsed = parse(data=json.loads(json.dumps(exchange["body"])), cast_to=cast_to, response=None)
+    ids(parsed, headers)
+    sdk_retries.answered_without_http(client)
+    return parsed
+
+
+def _response_type(api_mode: str) -> Any:
+    where = _RESPONSE_TYPES.get(api_mode)
+    if where is None:
+        return None
+    try:
+        return getattr(importlib.import_module(where[0]), where[1])
+    except (ImportError, AttributeError):
+        return None
+
+
+def _ids_writer(client: Any) -> Callable[[Any, Mapping[str, str]], None] | None:
+    """How the client's SDK puts the ids it reads off response headers onto a parsed response."""
+    sdk = type(client).__module__.partition(".")[0]
+    try:
+        if sdk == "openai":
+            from openai._models import add_request_id
+
+            return lambda parsed, headers: add_request_id(parsed, headers.get("x-request-id"))
+        if sdk == "anthropic":
+            from anthropic._models import add_response_ids
+
+            return lambda parsed, headers: add_response_ids(
+                parsed, request_id=headers.get("request-id"), workspace_id=headers.get("anthropic-workspace-id")
+            )
+    except ImportError:
+        return None
+    return None
 
 
 # -- transports --------------------------------------------------------------------------

@@ -157,25 +157,27 @@ def _kwargs_of(request: LLMRequest) -> dict[str, Any]:
     return kwargs
 
 
-def sync_callback(create: Callable[..., Any], client: Any, codec: LLMCodec) -> Callable[[LLMRequest], Any]:
+def sync_callback(create: Callable[..., Any], client: Any, api: Api) -> Callable[[LLMRequest], Any]:
     def call(request: LLMRequest) -> Any:
         kwargs = _kwargs_of(request)
         sdk_retries.watch(client)
         if cassettes.current() is not None:
-            with cassette_http.bound(client, codec, kwargs):
-                return create(**kwargs)
+            with cassette_http.bound(client, api.codec, kwargs) as tape:
+                direct = cassette_http.direct_reply(tape, client, api.mode)
+                return create(**kwargs) if direct is cassette_http.NOT_DIRECT else direct
         return create(**kwargs)
 
     return call
 
 
-def async_callback(create: Callable[..., Any], client: Any, codec: LLMCodec) -> Callable[[LLMRequest], Any]:
+def async_callback(create: Callable[..., Any], client: Any, api: Api) -> Callable[[LLMRequest], Any]:
     async def call(request: LLMRequest) -> Any:
         kwargs = _kwargs_of(request)
         sdk_retries.watch(client)
         if cassettes.current() is not None:
-            with cassette_http.bound(client, codec, kwargs):
-                return await create(**kwargs)
+            with cassette_http.bound(client, api.codec, kwargs) as tape:
+                direct = cassette_http.direct_reply(tape, client, api.mode)
+                return await create(**kwargs) if direct is cassette_http.NOT_DIRECT else direct
         return await create(**kwargs)
 
     return call
@@ -190,7 +192,7 @@ def complete(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = N
     api, request, name, model_name, metadata, auxiliary_attempt = prepare(kwargs, api_mode, client, stream=False)
     return calls.execute_current(
         request,
-        sync_callback(_create(client, api), client, api.codec),
+        sync_callback(_create(client, api), client, api),
         name=name,
         model_name=model_name,
         metadata=metadata,
@@ -203,7 +205,7 @@ async def acomplete(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | N
     api, request, name, model_name, metadata, auxiliary_attempt = prepare(kwargs, api_mode, client, stream=False)
     return await calls.execute_current_async(
         request,
-        async_callback(_create(client, api), client, api.codec),
+        async_callback(_create(client, api), client, api),
         name=name,
         model_name=model_name,
         metadata=metadata,
@@ -217,7 +219,7 @@ def stream(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = Non
     api, request, name, model_name, metadata, _ = prepare(kwargs, api_mode, client, stream=True)
     return calls.stream_current(
         request,
-        sync_callback(_create(client, api), client, api.codec),
+        sync_callback(_create(client, api), client, api),
         name=name,
         model_name=model_name,
         metadata=metadata,
@@ -229,7 +231,7 @@ async def astream(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | Non
     api, request, name, model_name, metadata, _ = prepare(kwargs, api_mode, client, stream=True)
     return await calls.stream_current_async(
         request,
-        async_callback(_create(client, api), client, api.codec),
+        async_callback(_create(client, api), client, api),
         name=name,
         model_name=model_name,
         metadata=metadata,

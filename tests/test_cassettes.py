@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,17 +38,27 @@ def run_call(api: Api, client: Any, aclient: Any, style: str, kwargs: dict[str, 
     return asyncio.run(consume())
 
 
-def record_then_replay(api: Api, style: str, path: Path, events: Recorder) -> tuple[Any, Any, Any, Any]:
+def record_then_replay(
+    api: Api,
+    style: str,
+    path: Path,
+    events: Recorder,
+    *,
+    retried: bool = True,
+    before_replay: Callable[[], None] = lambda: None,
+) -> tuple[Any, Any, Any, Any]:
     reply = api.stream_reply(["Hel", "lo"]) if "stream" in style else api.reply("Hello")
-    live = api.scripted(t.error(500), reply)  # the SDK retries the 500 by itself
+    reply.headers.update({"x-request-id": "req_live_1", "request-id": "req_live_1"})
+    live = api.scripted(*((t.error(500),) if retried else ()), reply)  # the SDK retries the 500 by itself
     with cassettes.use(path, mode="record"):
         live_value, live_content = run_call(api, live.client, live.aclient, style)
-    assert len(live.script.requests) == 2
+    assert len(live.script.requests) == (2 if retried else 1)
     live_events = shape(events)
     events.clear()
 
     offline = Offline()
     client, aclient = offline.clients(api.sdk)
+    before_replay()
     with cassettes.use(path):
         value, content = run_call(api, client, aclient, style)
     assert offline.requests == []
@@ -71,6 +82,31 @@ def test_replay_returns_the_live_type_content_and_events(relay_turn, relay_event
     attempts = relay_events.ends(relay_kind=cv.ATTEMPT)
     assert len(attempts) == 1 and attempts[0].outcome == "success"
     assert attempts[0].metadata[cv.SDK_RETRIES] == 1  # the recorded 500 was retried by the SDK on replay too
+
+
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("api_name", sorted(APIS))
+def test_a_single_try_replays_as_live(relay_turn, relay_events, tmp_path, monkeypatch, api_name, style) -> None:
+    """One 2xx answer: a non-streamed call is parsed straight from the recording by the SDK's own parser."""
+    from relay_runtime.adapters import cassette_http
+
+    def no_http(*args: Any) -> Any:
+        raise AssertionError("a single recorded answer should not go through the HTTP layer")
+
+    def forbid_http() -> None:
+        if "stream" not in style:
+            monkeypatch.setattr(cassette_http._SyncTapeTransport, "handle_request", no_http)
+            monkeypatch.setattr(cassette_http._AsyncTapeTransport, "handle_async_request", no_http)
+
+    api = APIS[api_name]
+    (live_value, live_content, live_events), (value, content, events) = record_then_replay(
+        api, style, tmp_path / "c.json", relay_events, retried=False, before_replay=forbid_http
+    )
+    assert type(value) is type(live_value) and content == live_content and content
+    assert events == live_events and len(events) >= 4
+    if "stream" not in style:
+        assert value._request_id == live_value._request_id == "req_live_1"
+    assert relay_events.ends(relay_kind=cv.ATTEMPT)[0].metadata[cv.SDK_RETRIES] == 0
 
 
 @pytest.mark.parametrize("api_name", sorted(APIS))
