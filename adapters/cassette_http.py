@@ -182,27 +182,20 @@ class _SyncTapeTransport(httpx2.BaseTransport):
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         tape = self.tape
         if tape.replaying:
-            exchange = tape.next()
-            delay = _latency(exchange, tape)
+            delay, replayed = _replay(tape, request)
             if delay:
                 time.sleep(delay)
-            return _replayed(exchange, request, tape)
+            return replayed
         exchange, start = _begin_recording(tape, request)
-        try:
+        with _noting_failure(exchange):
             response = self.inner.handle_request(request)
-        except Exception as exc:
-            exchange["error"] = _error_record(exc)
-            raise
-        exchange["latency_ms"] = _ms_since(start)
-        if _is_sse(response):
-            headers = _kept(response, exchange)
-            stream = _RecordingBody(response, _EventLog(exchange))
-            return httpx2.Response(response.status_code, headers=headers, stream=stream)
+        streamed = _streamed(exchange, start, response)
+        if streamed is not None:
+            return streamed
         try:
-            body = response.read()
+            return _recorded(exchange, response, response.read())
         finally:
             response.close()
-        return _recorded(exchange, response, body)
 
 
 class _AsyncTapeTransport(httpx2.AsyncBaseTransport):
@@ -213,27 +206,20 @@ class _AsyncTapeTransport(httpx2.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         tape = self.tape
         if tape.replaying:
-            exchange = tape.next()
-            delay = _latency(exchange, tape)
+            delay, replayed = _replay(tape, request)
             if delay:
                 await asyncio.sleep(delay)
-            return _replayed(exchange, request, tape)
+            return replayed
         exchange, start = _begin_recording(tape, request)
-        try:
+        with _noting_failure(exchange):
             response = await self.inner.handle_async_request(request)
-        except Exception as exc:
-            exchange["error"] = _error_record(exc)
-            raise
-        exchange["latency_ms"] = _ms_since(start)
-        if _is_sse(response):
-            headers = _kept(response, exchange)
-            stream = _RecordingBody(response, _EventLog(exchange))
-            return httpx2.Response(response.status_code, headers=headers, stream=stream)
+        streamed = _streamed(exchange, start, response)
+        if streamed is not None:
+            return streamed
         try:
-            body = await response.aread()
+            return _recorded(exchange, response, await response.aread())
         finally:
             await response.aclose()
-        return _recorded(exchange, response, body)
 
 
 # -- recording ---------------------------------------------------------------------------
@@ -245,6 +231,25 @@ def _begin_recording(tape: cassettes.CallTape, request: httpx2.Request) -> tuple
     tape.add_secrets(secrets.secret_values(request.headers.raw))
     exchange = tape.add(item={"method": request.method, "path": request.url.raw_path.decode("ascii", "replace")})
     return exchange, time.perf_counter()
+
+
+@contextmanager
+def _noting_failure(exchange: dict[str, Any]) -> Iterator[None]:
+    """A transport failure (connection refused, a timeout) is part of the recording: the SDK may retry it."""
+    try:
+        yield
+    except Exception as exc:
+        exchange["error"] = _error_record(exc)
+        raise
+
+
+def _streamed(exchange: dict[str, Any], start: float, response: httpx2.Response) -> httpx2.Response | None:
+    """The response handed on, its SSE events logged as the SDK reads them; None for a body to read whole."""
+    exchange["latency_ms"] = _ms_since(start)
+    if not _is_sse(response):
+        return None
+    headers = _kept(response, exchange)
+    return httpx2.Response(response.status_code, headers=headers, stream=_RecordingBody(response, _EventLog(exchange)))
 
 
 def _ms_since(start: float) -> float:
@@ -306,13 +311,16 @@ class _EventLog:
         for block in blocks:
             self._add(block)
 
-    def fail(self, exc: BaseException) -> None:
-        self.exchange["error"] = _error_record(exc)
-
-    def close(self) -> None:
-        if self.buffer.strip():
-            self._add(self.buffer.replace(b"\r\n", b"\n"))
-        self.buffer = b""
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Around reading the body: a failure mid-stream is recorded, and a last unterminated event kept."""
+        try:
+            with _noting_failure(self.exchange):
+                yield
+        finally:
+            if self.buffer.strip():
+                self._add(self.buffer.replace(b"\r\n", b"\n"))
+            self.buffer = b""
 
     def _add(self, block: bytes) -> None:
         event: dict[str, Any] = {"at_ms": _ms_since(self.start)}
@@ -349,26 +357,16 @@ class _RecordingBody(httpx2.SyncByteStream, httpx2.AsyncByteStream):
         self.log = log
 
     def __iter__(self) -> Iterator[bytes]:
-        try:
+        with self.log.reading():
             for chunk in self.response.iter_bytes():
                 self.log.feed(chunk)
                 yield chunk
-        except Exception as exc:
-            self.log.fail(exc)
-            raise
-        finally:
-            self.log.close()
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        try:
+        with self.log.reading():
             async for chunk in self.response.aiter_bytes():
                 self.log.feed(chunk)
                 yield chunk
-        except Exception as exc:
-            self.log.fail(exc)
-            raise
-        finally:
-            self.log.close()
 
     def close(self) -> None:
         self.response.close()
@@ -378,6 +376,12 @@ class _RecordingBody(httpx2.SyncByteStream, httpx2.AsyncByteStream):
 
 
 # -- replaying ---------------------------------------------------------------------------
+
+
+def _replay(tape: cassettes.CallTape, request: httpx2.Request) -> tuple[float, httpx2.Response]:
+    """The next recorded try as the response to give, and how long to wait first."""
+    exchange = tape.next()
+    return _latency(exchange, tape), _replayed(exchange, request, tape)
 
 
 def _latency(exchange: dict[str, Any], tape: cassettes.CallTape) -> float:

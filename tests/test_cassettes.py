@@ -470,3 +470,50 @@ def test_the_file_is_readable_json_with_the_neutral_request_and_sse_events(tmp_p
     assert [e["event"] for e in exchange["events"]][:2] == ["message_start", "content_block_start"]
     assert exchange["events"][2]["data"]["delta"] == {"type": "text_delta", "text": "Hi"}
     assert path.read_text().count("\n") > 20  # one field a line: diffs show what changed
+
+
+@pytest.mark.parametrize("api_name", sorted(APIS))
+def test_a_stream_that_fails_midway_replays_its_chunks_then_the_failure(
+    relay_turn, relay_events, tmp_path, api_name
+) -> None:
+    import httpx2
+
+    api = APIS[api_name]
+    reply = api.stream_reply(["Hel", "lo"])
+    reply.frames = list(reply.frames or [])[:3]
+    reply.fail_with = httpx2.ReadError("connection reset by peer")
+    live = api.scripted(reply)
+    path = tmp_path / "c.json"
+
+    def consume(client: Any) -> tuple[list[Any], BaseException]:
+        got: list[Any] = []
+        with pytest.raises(Exception) as failure:
+            for chunk in adapters.stream(client, api.kwargs, api_mode=api.api_mode):
+                got.append(chunk)
+        return got, failure.value
+
+    with cassettes.use(path, mode="record"):
+        live_chunks, live_error = consume(live.client)
+    live_events = shape(relay_events)
+    relay_events.clear()
+    client, _ = Offline().clients(api.sdk)
+    with cassettes.use(path):
+        chunks, error = consume(client)
+    assert dump(chunks) == dump(live_chunks) and chunks
+    assert type(error) is type(live_error) and str(error) == str(live_error)
+    assert shape(relay_events) == live_events
+    assert relay_events.ends(relay_kind=cv.ATTEMPT)[0].outcome == "failed"
+
+
+def test_more_tries_than_recorded_is_a_miss_not_a_connection_error(tmp_path) -> None:
+    import openai
+
+    api = APIS["chat"]
+    script = t.Script([t.error(500)])
+    path = tmp_path / "c.json"
+    with cassettes.use(path, mode="record"), pytest.raises(openai.InternalServerError):
+        adapters.complete(t.openai_client(script, max_retries=0), api.kwargs)
+    retrying = t.openai_client(t.Script(), max_retries=1)  # this client would retry the 500 once more
+    miss = pytest.raises(cassettes.CassetteMiss, match="more http requests than the 1 recorded")
+    with miss, cassettes.use(path):
+        adapters.complete(retrying, api.kwargs)
