@@ -53,6 +53,7 @@ def record_then_replay(
     with cassettes.use(path, mode="record"):
         live_value, live_content = run_call(api, live.client, live.aclient, style)
     assert len(live.script.requests) == (2 if retried else 1)
+    assert t.TEST_KEY not in path.read_text()  # sent as Authorization (OpenAI) or x-api-key (Anthropic)
     live_events = shape(events)
     events.clear()
 
