@@ -50,21 +50,20 @@ def bound(client: Any, codec: LLMCodec, kwargs: Mapping[str, Any]) -> Iterator[c
     """Around one ``create(**kwargs)`` while a cassette is in use: its HTTP tries play (or record) the tape.
 
     Raises ``CassetteMiss`` before the SDK runs when nothing recorded matches. A miss
-    the SDK hits later (more tries than recorded) comes out as that miss, not as the
-    connection error the SDK turned it into.
+    the SDK hits later (more tries than recorded) comes out as that miss, even if the
+    SDK wrapped it in an error of its own.
     """
     cassette = cassettes.current()
     if cassette is None:
         raise cassettes.CassetteError("no cassette is in use")
-    tape = cassette.begin(cassettes.neutral_request(codec.decode(kwargs)))
     _install(client)
-    misses_before = len(cassette.misses)
+    tape = cassette.begin(cassettes.neutral_request(codec.decode(kwargs)))
     token = _tape.set(tape)
     try:
         yield tape
     except Exception as exc:
-        if len(cassette.misses) > misses_before and not isinstance(exc, cassettes.CassetteMiss):
-            raise cassette.misses[-1] from exc
+        if tape.miss is not None and exc is not tape.miss:
+            raise tape.miss from exc
         raise
     finally:
         _tape.reset(token)

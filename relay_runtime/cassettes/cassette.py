@@ -65,13 +65,14 @@ def check_options(*, mode: str = "replay", timing: str = "instant", normalize: A
 class CallTape:
     """One call's recording: replayed item by item, or filled in as the provider answers."""
 
-    __slots__ = ("_positions", "cassette", "record", "replaying", "request")
+    __slots__ = ("_positions", "cassette", "miss", "record", "replaying", "request")
 
     def __init__(self, cassette: Cassette, request: dict[str, Any], record: dict[str, Any], replaying: bool) -> None:
         self.cassette = cassette
         self.request = request
         self.record = record
         self.replaying = replaying
+        self.miss: CassetteMiss | None = None  # what this call asked for past its recording, if anything
         self._positions: dict[str, int] = {}
 
     @property
@@ -83,7 +84,7 @@ class CallTape:
         items = self.record.get(key) or []
         position = self._positions.get(key, 0)
         if position >= len(items):
-            raise self.cassette.missed(
+            raise self._missed(
                 CassetteMiss(
                     f"cassette {self.cassette.path}: this call made more {key} requests than the "
                     f"{len(items)} recorded (did max_retries or the provider's answers change?)\n"
@@ -95,6 +96,10 @@ class CallTape:
         if not isinstance(item, dict):
             raise CassetteError(f"cassette {self.cassette.path}: {key}[{position}] is not an object")
         return item
+
+    def _missed(self, miss: CassetteMiss) -> CassetteMiss:
+        self.miss = miss
+        return self.cassette.missed(miss)
 
     def add(self, key: str = "http", item: dict[str, Any] | None = None) -> dict[str, Any]:
         """Append a new item to ``key`` (filled in later by the caller, e.g. as a stream is read)."""
