@@ -33,23 +33,23 @@ class ManagedCreate(wrapt.FunctionWrapper):
     _self_relay_previous: Any
 
 
-def _sync_wrapper(client: Any, mode: str) -> Callable[..., Any]:
+def _sync_wrapper(client: Any, mode: str, include_usage: bool) -> Callable[..., Any]:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if args:
             return wrapped(*args, **kwargs)  # not a call shape the SDK accepts: let the SDK say so
         if kwargs.get("stream"):
-            return dispatch.stream(client, kwargs, api_mode=mode)
+            return dispatch.stream(client, kwargs, api_mode=mode, include_usage=include_usage)
         return dispatch.complete(client, kwargs, api_mode=mode)
 
     return wrapper
 
 
-def _async_wrapper(client: Any, mode: str) -> Callable[..., Any]:
+def _async_wrapper(client: Any, mode: str, include_usage: bool) -> Callable[..., Any]:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if args:
             return wrapped(*args, **kwargs)
         if kwargs.get("stream"):
-            return dispatch.astream(client, kwargs, api_mode=mode)
+            return dispatch.astream(client, kwargs, api_mode=mode, include_usage=include_usage)
         return dispatch.acomplete(client, kwargs, api_mode=mode)
 
     return wrapper
@@ -67,10 +67,11 @@ def _resources(client: Any) -> list[tuple[str, Any]]:
     return found
 
 
-def instrument(client: Any) -> Any:
+def instrument(client: Any, *, include_usage: bool = False) -> Any:
     """Route this client's ``create()`` calls (sync or async, streamed or not) through the relay.
 
-    Idempotent; returns the client. Raises TypeError for an object with none of
+    ``include_usage=True`` makes OpenAI chat streams ask for their token usage (the caller
+    sees one more chunk, with no choices). Idempotent; returns the client. Raises TypeError for an object with none of
     chat.completions, responses or messages.
     """
     resources = _resources(client)
@@ -83,7 +84,7 @@ def instrument(client: Any) -> Any:
                 continue
             # The SDKs decorate create() with a plain wrapper around the async def: look through it.
             make = _async_wrapper if inspect.iscoroutinefunction(inspect.unwrap(current)) else _sync_wrapper
-            managed = ManagedCreate(current, make(client, mode))
+            managed = ManagedCreate(current, make(client, mode, include_usage))
             managed._self_relay_previous = vars(resource).get("create", _NOTHING)
             resource.create = managed
     return client

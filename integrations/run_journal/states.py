@@ -26,19 +26,25 @@ _ERROR_TYPES = {
 _MESSAGE_BOUNDARIES = frozenset(("tool", "tool_call"))
 
 
+def _word(payload: Any, key: str) -> str:
+    """``payload[key]`` compared as producers spell it: any case, stray whitespace."""
+    value = payload.get(key) if isinstance(payload, dict) else None
+    return value.strip().lower() if isinstance(value, str) else ""
+
+
 def terminal_state(event: str, payload: Any) -> str | None:
     """The state a row ends its run in, or ``None`` for a row that does not end it."""
     if event in _COMPLETION_EVENTS:
-        if isinstance(payload, dict) and (
-            payload.get("type") == TOOL_LIMIT_REACHED or payload.get(TOOL_LIMIT_REACHED) is True
+        # A completion may say it stopped at the tool limit; no other state is taken from it.
+        if TOOL_LIMIT_REACHED in (_word(payload, "terminal_state"), _word(payload, "type")) or (
+            isinstance(payload, dict) and payload.get(TOOL_LIMIT_REACHED) is True
         ):
             return TOOL_LIMIT_REACHED
         return COMPLETED
     if event == "cancel":
         return INTERRUPTED_BY_USER
     if event in _ERROR_EVENTS:
-        kind = payload.get("type") if isinstance(payload, dict) else None
-        return _ERROR_TYPES.get(kind, ERRORED) if isinstance(kind, str) else ERRORED
+        return _ERROR_TYPES.get(_word(payload, "type"), ERRORED)
     return None
 
 

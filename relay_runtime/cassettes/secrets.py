@@ -1,6 +1,7 @@
 """Keeping credentials out of cassette files.
 
-Three layers, applied to a whole cassette document just before it is written:
+Three layers, applied to a whole cassette document just before it is written, on the
+relay's own credential lists (``relay_runtime.redaction``):
 credential headers lose their values, credential keys lose their values at any
 depth, and every secret value seen on a recorded request (the API key from its
 ``Authorization`` or ``x-api-key`` header) is cut out of every string, so a
@@ -16,11 +17,6 @@ from .. import redaction
 
 REDACTED = redaction.REDACTED
 
-# Body and query keys that hold credentials, matched exactly in any case (never by substring:
-# ``max_tokens`` and usage counts are content, and so is ``token`` in OpenAI's logprobs).
-_BODY_KEYS = frozenset(
-    {"api_key", "apikey", "access_token", "refresh_token", "client_secret", "secret", "password", "authorization"}
-)
 # Shorter than this, a "secret" is more likely a placeholder than a key; cutting it out of every
 # string would mangle the cassette.
 MIN_SECRET_LENGTH = 8
@@ -28,8 +24,12 @@ _SCHEMES = ("bearer ", "basic ", "token ")
 
 
 def credential_lists() -> tuple[Callable[[str | bytes], bool], frozenset[str]]:
-    """The relay's credential rules: a header-name test and the body keys (the one place cassettes read them)."""
-    return redaction.is_credential_header, _BODY_KEYS
+    """The relay's credential rules: a header-name test and the body keys (the one place cassettes read them).
+
+    Body keys match exactly in any case, never by substring: ``max_tokens`` and usage counts
+    are content, and so is ``token`` in OpenAI's logprobs.
+    """
+    return redaction.is_credential_header, redaction.CREDENTIAL_BODY_KEYS
 
 
 def secret_values(headers: Iterable[tuple[Any, Any]]) -> set[str]:
@@ -67,7 +67,7 @@ def _scrub(value: Any, keys: frozenset[str], secrets: list[str]) -> Any:
         for secret in secrets:
             if secret in value:
                 value = value.replace(secret, REDACTED)
-        return value
+        return redaction.scrub_text(value)  # and every client key the relay was told of
     if isinstance(value, Mapping):
         # Only a scalar under a credential key is a credential: a tool schema may well
         # describe a "password" property, and that object is the request's content.
