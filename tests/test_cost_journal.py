@@ -51,6 +51,13 @@ def test_attempt_costs_rows_terminal_row_and_summary(tmp_path: Path, relay_home:
     assert [c["amount"] for c in costs] == pytest.approx([0.002, 0.002])
     assert [c.get("wasted", False) for c in costs] == [True, False]
     assert all(c["currency"] == "USD" and c["model"] == "gpt-x" and c["attempt_id"] for c in costs)
+    # The call tree's span rows carry the same costs: each attempt's, and each logical call's roll-up.
+    spans = [r["payload"] for r in rows if r["event"] == "span"]
+    attempt_costs = [s["cost"]["amount"] for s in spans if s["kind"] == "attempt"]
+    assert attempt_costs == pytest.approx([0.002, 0.002])
+    calls = [s["cost"] for s in spans if s["kind"] == "logical_call"]  # the rejected call, then the next
+    assert [c["total"] for c in calls] == pytest.approx([0.002, 0.002])
+    assert [c["wasted"] for c in calls] == pytest.approx([0.002, 0.0])
     done = next(r["payload"] for r in rows if r["event"] == "done")
     assert done["cost"]["total"] == pytest.approx(0.004) and done["cost"]["wasted"] == pytest.approx(0.002)
     summary = latest_run_summary("sess-1", "run-1", session_dir=tmp_path)

@@ -116,6 +116,8 @@ def _span(kind: str, event: Event) -> tuple[str, dict[str, Any]]:
     if event.error_type:
         payload["error_type"] = event.error_type
         payload["error_message"] = event.error_message
+    if isinstance(event.cost, (AttemptCost, CostRollup)):
+        payload["cost"] = event.cost.as_dict()
     annotation = event.annotated_response if kind == "attempt" else None
     if annotation is not None:
         for name in _USAGE_FIELDS:
