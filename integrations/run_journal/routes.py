@@ -16,6 +16,7 @@ import logging
 import os
 import re
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from aiohttp import web
@@ -23,9 +24,9 @@ from aiohttp import web
 from . import paths
 from .journal import read_run_events
 from .page import COOKIE, add_page, cookie_value, is_public
-from .states import summarize
+from .states import SummaryFold
 from .storage import COUNTS as STORAGE_COUNTS
-from .store import FileStore, RunJournalStore
+from .store import FileStore, RunJournalStore, read_pages
 
 __all__ = [
     "create_app",
@@ -66,19 +67,35 @@ def find_run_summary(
     return summary if summary and summary["event_count"] else None
 
 
-def _project(session_id: str, run_id: str, window: dict[str, Any]) -> dict[str, Any]:
-    """Summary fields, last assistant text and runtime model, all computed over the same rows."""
-    snapshot = summarize(session_id, run_id, window["events"])
-    snapshot["malformed_count"] = len(window["malformed"])
+def _fold(session_id: str, run_id: str, pages: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Summary fields, last assistant text and runtime model, all computed over the same rows, a page at a time."""
+    fold = SummaryFold(session_id, run_id)
+    malformed = 0
+    for page in pages:
+        for row in page["events"]:
+            fold.feed(row)
+        malformed += len(page["malformed"])
+    snapshot = fold.result()
+    snapshot["malformed_count"] = malformed
     return snapshot
 
 
+def _project(session_id: str, run_id: str, window: dict[str, Any]) -> dict[str, Any]:
+    return _fold(session_id, run_id, (window,))
+
+
 def _live_snapshot(store: RunJournalStore, run_id: str, session_id: str | None) -> dict[str, Any] | None:
-    summary = find_run_summary(run_id, session_id=session_id, store=store)
-    if summary is None:
-        return None
-    session_id = summary["session_id"]
-    return _project(session_id, run_id, store.read(session_id, run_id))
+    """The snapshot folded while the store pages the run out: memory follows a page and the answer, not the run."""
+    if session_id is None:
+        session_id = store.locate(run_id)
+        if session_id is None:
+            return None
+    pages = read_pages(store, session_id, run_id)
+    try:
+        snapshot = _fold(session_id, run_id, pages)
+    finally:
+        pages.close()
+    return snapshot if snapshot["event_count"] else None
 
 
 def _run_journal_live_snapshot(
@@ -201,17 +218,20 @@ def _request_ids(request: web.Request) -> tuple[str, str | None]:
     return run_id, session_id
 
 
-async def _snapshot_handler(request: web.Request) -> web.Response:
+async def _snapshot_handler(request: web.Request) -> web.StreamResponse:
     run_id, session_id = _request_ids(request)
     # The slot is held until the answer is sent: its body (the run's last text) can be as large as the run.
     async with request.app[SNAPSHOT_SLOTS]:
         result = await asyncio.to_thread(_live_snapshot, request.app[STORE], run_id, session_id)
         if result is None:
             raise _not_found(run_id)
-        response = web.json_response(result, dumps=_dumps)
+        response = web.StreamResponse(headers={"Content-Type": "application/json; charset=utf-8"})
+        pieces = _json_pieces(result)
         del result
         try:
             await response.prepare(request)
+            for piece in pieces:
+                await _send(response, piece, request.app[WRITE_TIMEOUT])
             await _send(response, None, request.app[WRITE_TIMEOUT])
         except (_SlowClient, ConnectionError):
             log.debug("run journal: a snapshot of run %s was not taken in time or its client went away", run_id)
@@ -261,6 +281,17 @@ def _dumps(value: Any) -> str:
     except UnicodeEncodeError:  # a lone surrogate read back from a row: escape it rather than fail
         text = json.dumps(value, separators=(",", ":"))
     return text
+
+
+def _json_pieces(snapshot: dict[str, Any]) -> Iterator[bytes]:
+    """The snapshot as JSON in pieces: its last assistant text (as long as the run's text) is never
+    encoded whole, so answering holds the text once, not three times."""
+    text = snapshot.pop("last_assistant_text", "")
+    head = _dumps(snapshot)
+    yield (head[:-1] + ',"last_assistant_text":"').encode()
+    for start in range(0, len(text), _PIECE):
+        yield _dumps(text[start : start + _PIECE])[1:-1].encode()
+    yield b'"}'
 
 
 def _sse_message(row: dict[str, Any]) -> bytes:
