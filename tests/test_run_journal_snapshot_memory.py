@@ -7,7 +7,7 @@ import asyncio
 
 import aiohttp
 import pytest
-from journal_load import ServerProcess, get_json
+from journal_load import ServerProcess, get_json, write_run
 
 from relay_runtime.integrations.run_journal import RunJournalWriter
 
@@ -38,4 +38,57 @@ async def test_sixty_snapshots_of_a_ten_mb_run_in_bounded_memory(tmp_path):
     assert {(s["event_count"], s["terminal_state"], s["last_assistant_text"]) for _, s in results} == {
         (rows, "completed", f"step {rows - 3} ")
     }
-    assert peak - idle < 40 * 1024, f"server grew by {(peak - idle) / 1024:.0f} MiB"
+    # Before the fold streamed, two snapshots at a time held the whole run each: ~50 MiB.
+    assert peak - idle < 20 * 1024, f"server grew by {(peak - idle) / 1024:.0f} MiB"
+
+
+@pytest.mark.asyncio
+async def test_sixty_snapshots_of_a_run_with_ten_mb_of_text_hold_the_text_about_once(tmp_path):
+    rows = write_run(tmp_path, "big", 10_000_000)  # token rows: the last assistant text is ~7.7 MB
+    with ServerProcess(tmp_path) as srv:
+        idle = srv.memory_kib()["VmRSS"]
+        async with aiohttp.ClientSession(base_url=srv.url, timeout=TIMEOUT) as client:
+            results = await asyncio.gather(*(get_json(client, "/runs/big", timeout=120) for _ in range(60)))
+            peak = srv.memory_kib()["VmHWM"]
+    assert {status for status, _ in results} == {200}
+    text_sizes = {len(s["last_assistant_text"]) for _, s in results}
+    assert {s["event_count"] for _, s in results} == {rows} and text_sizes == {(rows - 1) * 770}
+    # Before, each answer was encoded whole and left in its transport's buffer: ~540 MiB for 60.
+    assert peak - idle < 80 * 1024, f"server grew by {(peak - idle) / 1024:.0f} MiB"
+
+
+def mixed_rows(store, run_id: str = "run-a") -> None:
+    for i in range(700):  # more than one page of the file store and several windows of any other store
+        store.append("session-a", run_id, "token", {"text": f"t{i} " + "z" * 200})
+        if i % 97 == 0:
+            store.append("session-a", run_id, "tool_call", {"name": "x"})
+        if i == 300:
+            store.append("session-a", run_id, "runtime_model", {
+                "session_id": "session-a", "stream_id": run_id, "model": "m", "provider": "p",
+                "fallback_active": False, "phase": "observed_output",
+            })
+    store.append("session-a", run_id, "done", {"terminal_state": "tool_limit_reached"})
+
+
+@pytest.mark.parametrize("kind", ["file", "memory"])
+def test_the_paged_snapshot_equals_the_snapshot_of_the_whole_run(tmp_path, kind):
+    from journal_support import MemoryStore
+
+    from relay_runtime.integrations.run_journal import FileStore, routes
+    from relay_runtime.integrations.run_journal.store import PagedStore
+
+    store = FileStore(tmp_path, page_bytes=4096) if kind == "file" else MemoryStore()
+    assert isinstance(store, PagedStore) == (kind == "file")
+    mixed_rows(store)
+    if kind == "file":  # garbage and a torn last line are counted as malformed, as a whole read counts them
+        path = tmp_path / "_run_journal" / "session-a" / "run-a.jsonl"
+        with open(path, "ab") as f:
+            f.write(b"not json\n[1]\n" + b'{"version":1,"seq":')
+    whole = routes._project("session-a", "run-a", store.read("session-a", "run-a"))
+    paged = routes._live_snapshot(store, "run-a", None)
+    assert paged == whole
+    assert whole["event_count"] > 700 and whole["terminal_state"] == "tool_limit_reached"
+    assert whole["runtime_model"] is not None and whole["last_assistant_text"].startswith("t680 ")  # tool call at 679
+    assert whole["malformed_count"] == (3 if kind == "file" else 0)
+    assert routes._live_snapshot(store, "no-such-run", None) is None
+    assert routes._live_snapshot(store, "no-such-run", "session-a") is None
