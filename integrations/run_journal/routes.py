@@ -23,7 +23,8 @@ from aiohttp import web
 
 from . import paths
 from .journal import read_run_events
-from .page import COOKIE, add_page, cookie_value, is_public
+from .limits import FailedLogins, QuietClientErrors, StreamsPerClient
+from .page import COOKIE, FAILED_LOGINS, add_page, cookie_value, is_public, refuse_failed_login, too_many_failures
 from .states import SummaryFold
 from .storage import COUNTS as STORAGE_COUNTS
 from .store import FileStore, RunJournalStore, read_pages
@@ -44,6 +45,7 @@ SNAPSHOT_SLOTS: web.AppKey[asyncio.Semaphore] = web.AppKey("run_journal_snapshot
 _SNAPSHOTS_AT_ONCE = 2
 # The tasks serving SSE streams: a stream on a live run never ends by itself, so shutdown ends them.
 STREAMS: web.AppKey[set[asyncio.Task[Any]]] = web.AppKey("run_journal_streams")
+STREAMS_PER_CLIENT: web.AppKey[StreamsPerClient] = web.AppKey("run_journal_streams_per_client", StreamsPerClient)
 log = logging.getLogger(__name__)
 
 
@@ -136,6 +138,7 @@ def create_app(
     write_timeout: float = 30.0,
     bearer_token: str | None = None,
     page: bool = False,
+    max_streams_per_client: int = 64,
 ) -> web.Application:
     """``GET /runs/{run_id}`` (snapshot), ``GET /runs/{run_id}/events`` (SSE) and ``GET /stats`` (counters).
 
@@ -146,6 +149,8 @@ def create_app(
     With ``bearer_token`` every request must carry ``Authorization: Bearer <token>`` (else 401):
     rows hold what the assistant said, so anything beyond loopback should set one.
     With ``page`` it also serves the run page (``/``, ``/ui/...``, ``/api/runs``; see ``page.py``).
+    One client address holds at most ``max_streams_per_client`` SSE streams at once (429 beyond), and
+    after 10 wrong tokens in a minute it is refused (429) without its token being checked.
     """
     if bearer_token is not None and not bearer_token:
         raise ValueError("bearer_token must be a non-empty string (or None for no auth)")
@@ -156,7 +161,15 @@ def create_app(
         store = FileStore(session_dir, poll=poll_interval)
     elif session_dir is not None:
         raise ValueError("give a store or a session_dir, not both")
-    app = web.Application(middlewares=[_bearer_guard(bearer_token)] if bearer_token else [])
+    if type(max_streams_per_client) is not int or max_streams_per_client < 1:
+        raise ValueError(f"max_streams_per_client must be a positive integer, got {max_streams_per_client!r}")
+    app = web.Application(
+        middlewares=[_bearer_guard(bearer_token)] if bearer_token else [],
+        # Junk the HTTP parser refuses is the client's fault: one INFO line, not an ERROR traceback.
+        handler_args={"logger": QuietClientErrors(logging.getLogger("aiohttp.server"), {})},
+    )
+    app[FAILED_LOGINS] = FailedLogins()
+    app[STREAMS_PER_CLIENT] = StreamsPerClient(max_streams_per_client)
     app[STORE] = store
     app[HEARTBEAT] = float(heartbeat)
     app[WRITE_TIMEOUT] = float(write_timeout)
@@ -166,8 +179,9 @@ def create_app(
     streams: set[asyncio.Task[Any]] = set()
     app[STREAMS] = streams
     app.on_shutdown.append(_end_streams)
-    app.router.add_get("/runs/{run_id}", _snapshot_handler)
-    app.router.add_get("/runs/{run_id}/events", _events_handler)
+    # No HEAD: it would compute a snapshot to throw away, or follow a live run with nobody reading.
+    app.router.add_get("/runs/{run_id}", _snapshot_handler, allow_head=False)
+    app.router.add_get("/runs/{run_id}/events", _events_handler, allow_head=False)
     app.router.add_get("/stats", _stats_handler)
     if page:
         add_page(app, store=store, token=bearer_token)
@@ -195,6 +209,12 @@ def _bearer_guard(token: str) -> Any:
             cookie, expected_cookie
         )
         if not allowed and not is_public(request.path):
+            if "Authorization" not in request.headers:
+                return _unauthorized()  # no token offered (a page finding out it must ask): not a guess
+            wait = too_many_failures(request)
+            if wait is not None:
+                return wait
+            await refuse_failed_login(request)
             return _unauthorized()
         response: web.StreamResponse = await handler(request)
         return response
@@ -360,6 +380,23 @@ async def _events_handler(request: web.Request) -> web.StreamResponse:
         raise _not_found(run_id)
     session_id = summary["session_id"]
     cursor = _cursor(request, run_id, summary["last_seq"])
+    per_client = request.app[STREAMS_PER_CLIENT]
+    if not per_client.take(request.remote):
+        request.app[STATS]["sse_refused_per_client"] += 1
+        raise web.HTTPTooManyRequests(
+            text=json.dumps({"error": f"at most {per_client.limit} streams at once per client"}),
+            content_type="application/json",
+            headers={"Retry-After": "5"},
+        )
+    try:
+        return await _stream(request, store, session_id, run_id, cursor)
+    finally:
+        per_client.release(request.remote)
+
+
+async def _stream(
+    request: web.Request, store: RunJournalStore, session_id: str, run_id: str, cursor: int
+) -> web.StreamResponse:
     stats, timeout = request.app[STATS], request.app[WRITE_TIMEOUT]
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
