@@ -18,9 +18,9 @@ from aiohttp.test_utils import TestServer
 from journal_load import ServerProcess
 
 from relay_runtime.integrations.run_journal import FileStore, RunJournalWriter
-from relay_runtime.integrations.run_journal.routes import create_app
 from relay_runtime.integrations.run_journal import page as page_module
 from relay_runtime.integrations.run_journal.limits import FailedLogins
+from relay_runtime.integrations.run_journal.routes import create_app
 
 TOKEN = "attack-test-token"
 AUTH = f"Authorization: Bearer {TOKEN}\r\n".encode()
