@@ -26,35 +26,36 @@ def tool_heavy_run(session_dir, run_id: str, total_bytes: int) -> int:
     return rows + 1
 
 
-@pytest.mark.asyncio
-async def test_sixty_snapshots_of_a_ten_mb_run_in_bounded_memory(tmp_path):
-    rows = tool_heavy_run(tmp_path, "big", 10_000_000)
-    with ServerProcess(tmp_path) as srv:
+async def sixty_snapshots(session_dir) -> tuple[list[dict], int]:
+    """Sixty concurrent snapshots of run ``big`` from a server process: the answers, and how much it grew (KiB)."""
+    with ServerProcess(session_dir) as srv:
         idle = srv.memory_kib()["VmRSS"]
         async with aiohttp.ClientSession(base_url=srv.url, timeout=TIMEOUT) as client:
             results = await asyncio.gather(*(get_json(client, "/runs/big", timeout=120) for _ in range(60)))
             peak = srv.memory_kib()["VmHWM"]
     assert {status for status, _ in results} == {200}
-    assert {(s["event_count"], s["terminal_state"], s["last_assistant_text"]) for _, s in results} == {
+    return [snapshot for _, snapshot in results], peak - idle
+
+
+@pytest.mark.asyncio
+async def test_sixty_snapshots_of_a_ten_mb_run_in_bounded_memory(tmp_path):
+    rows = tool_heavy_run(tmp_path, "big", 10_000_000)
+    results, grew = await sixty_snapshots(tmp_path)
+    assert {(s["event_count"], s["terminal_state"], s["last_assistant_text"]) for s in results} == {
         (rows, "completed", f"step {rows - 3} ")
     }
     # Before the fold streamed, two snapshots at a time held the whole run each: ~50 MiB.
-    assert peak - idle < 20 * 1024, f"server grew by {(peak - idle) / 1024:.0f} MiB"
+    assert grew < 20 * 1024, f"server grew by {grew / 1024:.0f} MiB"
 
 
 @pytest.mark.asyncio
 async def test_sixty_snapshots_of_a_run_with_ten_mb_of_text_hold_the_text_about_once(tmp_path):
     rows = write_run(tmp_path, "big", 10_000_000)  # token rows: the last assistant text is ~7.7 MB
-    with ServerProcess(tmp_path) as srv:
-        idle = srv.memory_kib()["VmRSS"]
-        async with aiohttp.ClientSession(base_url=srv.url, timeout=TIMEOUT) as client:
-            results = await asyncio.gather(*(get_json(client, "/runs/big", timeout=120) for _ in range(60)))
-            peak = srv.memory_kib()["VmHWM"]
-    assert {status for status, _ in results} == {200}
-    text_sizes = {len(s["last_assistant_text"]) for _, s in results}
-    assert {s["event_count"] for _, s in results} == {rows} and text_sizes == {(rows - 1) * 770}
+    results, grew = await sixty_snapshots(tmp_path)
+    text_sizes = {len(s["last_assistant_text"]) for s in results}
+    assert {s["event_count"] for s in results} == {rows} and text_sizes == {(rows - 1) * 770}
     # Before, each answer was encoded whole and left in its transport's buffer: ~540 MiB for 60.
-    assert peak - idle < 80 * 1024, f"server grew by {(peak - idle) / 1024:.0f} MiB"
+    assert grew < 80 * 1024, f"server grew by {grew / 1024:.0f} MiB"
 
 
 def mixed_rows(store, run_id: str = "run-a") -> None:

@@ -160,13 +160,13 @@ def server(tmp_path: Path) -> Iterator[Server]:
     running.stop()
 
 
-@pytest.fixture
-def writer(server: Server) -> Iterator[Any]:
+def _writer_process(server: Server, env: dict[str, str] | None = None) -> Iterator[Any]:
     proc = subprocess.Popen(
         [sys.executable, "-c", WRITER, SESSION, RUN, str(server.session_dir)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
+        env=env,
     )
     lines = LineReader(proc.stdout)  # type: ignore[arg-type]
 
@@ -180,6 +180,11 @@ def writer(server: Server) -> Iterator[Any]:
     if proc.stdin is not None:
         proc.stdin.close()
     proc.wait(timeout=10)
+
+
+@pytest.fixture
+def writer(server: Server) -> Iterator[Any]:
+    yield from _writer_process(server)
 
 
 def test_the_page_follows_a_run_across_restarts_and_a_reload(browser: Any, server: Server, writer: Any) -> None:
@@ -278,23 +283,7 @@ ODD_ROWS: list[tuple[str, Any]] = [
 
 @pytest.fixture
 def small_cap_writer(server: Server) -> Iterator[Any]:
-    env = {**os.environ, "RELAY_JOURNAL_MAX_ROW_BYTES": str(16 * 1024)}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", WRITER, SESSION, RUN, str(server.session_dir)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
-    )
-    lines = LineReader(proc.stdout)  # type: ignore[arg-type]
-
-    def write(batch: list[tuple[str, Any]]) -> None:
-        assert proc.stdin is not None
-        proc.stdin.write(json.dumps(batch) + "\n")
-        proc.stdin.flush()
-        assert lines.next(timeout=30).strip() == "written"
-
-    yield write
-    if proc.stdin is not None:
-        proc.stdin.close()
-    proc.wait(timeout=10)
+    yield from _writer_process(server, {**os.environ, "RELAY_JOURNAL_MAX_ROW_BYTES": str(16 * 1024)})
 
 
 def test_the_page_waits_for_a_run_and_shows_odd_rows_as_they_are(
