@@ -206,3 +206,38 @@ def test_the_run_list_of_thousands_of_sessions_does_bounded_work(tmp_path):
     assert store.listed <= page_module.MAX_LISTED_RUNS  # not one listing per session
     assert listed[0]["session_id"] == "s1499" and listed[-1]["session_id"] == "s1300"
     assert len(json.dumps({"runs": listed})) < 100_000
+
+
+@pytest.mark.asyncio
+async def test_clients_that_stop_reading_snapshots_do_not_hold_up_everyone_else(tmp_path):
+    writer = RunJournalWriter("s1", "big", session_dir=tmp_path)
+    for _ in range(2000):
+        writer.append_sse_event("token", {"text": "x" * 10_000})  # a 20 MB answer: more than the socket buffers
+    writer.append_sse_event("done", {})
+    app = create_app(session_dir=tmp_path, write_timeout=6.0)
+    async with TestServer(app, host="127.0.0.1") as srv:
+        url = srv.make_url("")
+        stalled = []
+        for _ in range(4):  # as many as one address is sent at once; they never read
+            sock = socket.create_connection((url.host, url.port), timeout=10)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.sendall(b"GET /runs/big HTTP/1.1\r\nHost: x\r\n\r\n")
+            stalled.append(sock)
+        try:
+            await asyncio.sleep(1.0)
+            connector = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))
+            async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as other:
+                # Another client is answered now, not after the stalled ones time out.
+                started = time.monotonic()
+                async with other.get(str(url.with_path("/runs/big"))) as resp:
+                    assert resp.status == 200 and len(await resp.read()) > 20_000_000
+                assert time.monotonic() - started < 4  # before: after the stalled ones were dropped (6 s)
+            # The stalled clients' own address waits its turn, and is served once they are dropped.
+            async with (
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as client,
+                client.get(str(url.with_path("/runs/big"))) as resp,
+            ):
+                assert resp.status == 200 and len(await resp.read()) > 20_000_000
+        finally:
+            for sock in stalled:
+                sock.close()

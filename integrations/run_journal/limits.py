@@ -6,10 +6,13 @@ fixed amount of memory; behind a reverse proxy every client shares the proxy's a
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from aiohttp.http_exceptions import HttpProcessingError
@@ -72,6 +75,41 @@ class StreamsPerClient:
             self._open[key] = held
         else:
             self._open.pop(key, None)
+
+
+class SlotsPerClient:
+    """At most ``limit`` at once per address; more from the same address wait their turn (up to a timeout).
+
+    A client that stops reading holds up its own address, not everyone's.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._table: dict[str, tuple[asyncio.Semaphore, list[int]]] = {}
+
+    @asynccontextmanager
+    async def slot(self, address: str | None, timeout: float) -> AsyncIterator[bool]:
+        """Yields whether a slot was had within ``timeout`` seconds."""
+        key = address or ""
+        entry = self._table.get(key)
+        if entry is None:
+            entry = self._table[key] = (asyncio.Semaphore(self.limit), [0])
+        semaphore, users = entry
+        users[0] += 1
+        try:
+            try:
+                await asyncio.wait_for(semaphore.acquire(), timeout)
+            except TimeoutError:
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                semaphore.release()
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._table[key]
 
 
 class QuietClientErrors(logging.LoggerAdapter[logging.Logger]):

@@ -23,7 +23,7 @@ from aiohttp import web
 
 from . import paths
 from .journal import read_run_events
-from .limits import FailedLogins, QuietClientErrors, StreamsPerClient
+from .limits import FailedLogins, QuietClientErrors, SlotsPerClient, StreamsPerClient
 from .page import COOKIE, FAILED_LOGINS, add_page, cookie_value, is_public, refuse_failed_login, too_many_failures
 from .states import SummaryFold
 from .storage import COUNTS as STORAGE_COUNTS
@@ -40,12 +40,15 @@ HEARTBEAT: web.AppKey[float] = web.AppKey("run_journal_heartbeat", float)
 WRITE_TIMEOUT: web.AppKey[float] = web.AppKey("run_journal_write_timeout", float)
 # SSE clients open, completed, dropped for not reading, gone away: for operators and tests.
 STATS: web.AppKey[Counter[str]] = web.AppKey("run_journal_stats")
-# A snapshot reads its whole run into memory: only this many at once, however many clients ask.
+# Snapshots folded at once (CPU and a page of rows each), however many clients ask.
 SNAPSHOT_SLOTS: web.AppKey[asyncio.Semaphore] = web.AppKey("run_journal_snapshot_slots")
 _SNAPSHOTS_AT_ONCE = 2
 # The tasks serving SSE streams: a stream on a live run never ends by itself, so shutdown ends them.
 STREAMS: web.AppKey[set[asyncio.Task[Any]]] = web.AppKey("run_journal_streams")
 STREAMS_PER_CLIENT: web.AppKey[StreamsPerClient] = web.AppKey("run_journal_streams_per_client", StreamsPerClient)
+# Snapshots one address is sent at once (more wait): each holds its answer (the run's last text) until taken.
+SNAPSHOTS_PER_CLIENT: web.AppKey[SlotsPerClient] = web.AppKey("run_journal_snapshots_per_client", SlotsPerClient)
+_SNAPSHOTS_PER_CLIENT = 4
 log = logging.getLogger(__name__)
 
 
@@ -170,6 +173,7 @@ def create_app(
     )
     app[FAILED_LOGINS] = FailedLogins()
     app[STREAMS_PER_CLIENT] = StreamsPerClient(max_streams_per_client)
+    app[SNAPSHOTS_PER_CLIENT] = SlotsPerClient(_SNAPSHOTS_PER_CLIENT)
     app[STORE] = store
     app[HEARTBEAT] = float(heartbeat)
     app[WRITE_TIMEOUT] = float(write_timeout)
@@ -238,25 +242,43 @@ def _request_ids(request: web.Request) -> tuple[str, str | None]:
     return run_id, session_id
 
 
+def _too_many(request: web.Request, limit: StreamsPerClient | SlotsPerClient, what: str) -> web.HTTPTooManyRequests:
+    request.app[STATS][f"{what}_refused_per_client"] += 1
+    return web.HTTPTooManyRequests(
+        text=json.dumps({"error": f"at most {limit.limit} {what} responses at once per client"}),
+        content_type="application/json",
+        headers={"Retry-After": "5"},
+    )
+
+
 async def _snapshot_handler(request: web.Request) -> web.StreamResponse:
     run_id, session_id = _request_ids(request)
-    # The slot is held until the answer is sent: its body (the run's last text) can be as large as the run.
+    # A client that stops reading holds its answer until the write timeout: a few per address, and
+    # not the folding slots, so it holds up nobody else.
+    per_client = request.app[SNAPSHOTS_PER_CLIENT]
+    async with per_client.slot(request.remote, request.app[WRITE_TIMEOUT]) as had:
+        if not had:
+            raise _too_many(request, per_client, "snapshot")
+        return await _snapshot(request, run_id, session_id)
+
+
+async def _snapshot(request: web.Request, run_id: str, session_id: str | None) -> web.StreamResponse:
     async with request.app[SNAPSHOT_SLOTS]:
         result = await asyncio.to_thread(_live_snapshot, request.app[STORE], run_id, session_id)
-        if result is None:
-            raise _not_found(run_id)
-        response = web.StreamResponse(headers={"Content-Type": "application/json; charset=utf-8"})
-        pieces = _json_pieces(result)
-        del result
-        try:
-            await response.prepare(request)
-            for piece in pieces:
-                await _send(response, piece, request.app[WRITE_TIMEOUT])
-            await _send(response, None, request.app[WRITE_TIMEOUT])
-        except (_SlowClient, ConnectionError):
-            log.debug("run journal: a snapshot of run %s was not taken in time or its client went away", run_id)
-            if request.transport is not None:
-                request.transport.abort()
+    if result is None:
+        raise _not_found(run_id)
+    response = web.StreamResponse(headers={"Content-Type": "application/json; charset=utf-8"})
+    pieces = _json_pieces(result)
+    del result
+    try:
+        await response.prepare(request)
+        for piece in pieces:
+            await _send(response, piece, request.app[WRITE_TIMEOUT])
+        await _send(response, None, request.app[WRITE_TIMEOUT])
+    except (_SlowClient, ConnectionError):
+        log.debug("run journal: a snapshot of run %s was not taken in time or its client went away", run_id)
+        if request.transport is not None:
+            request.transport.abort()
     return response
 
 
@@ -382,12 +404,7 @@ async def _events_handler(request: web.Request) -> web.StreamResponse:
     cursor = _cursor(request, run_id, summary["last_seq"])
     per_client = request.app[STREAMS_PER_CLIENT]
     if not per_client.take(request.remote):
-        request.app[STATS]["sse_refused_per_client"] += 1
-        raise web.HTTPTooManyRequests(
-            text=json.dumps({"error": f"at most {per_client.limit} streams at once per client"}),
-            content_type="application/json",
-            headers={"Retry-After": "5"},
-        )
+        raise _too_many(request, per_client, "sse")
     try:
         return await _stream(request, store, session_id, run_id, cursor)
     finally:
