@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - the fixtures imported from redis_support are parameters of the tests below
 """The live snapshot folds a run as it streams it from the store: memory per request is bounded by a
 page of rows (and the answer itself), never by the run. Against a real server process on loopback."""
 
@@ -8,6 +9,7 @@ import asyncio
 import aiohttp
 import pytest
 from journal_load import ServerProcess, get_json, write_run
+from redis_support import inject_junk, journal_store, redis_server  # noqa: F401 - fixtures used by name
 
 from relay_runtime.integrations.run_journal import RunJournalWriter
 
@@ -93,3 +95,13 @@ def test_the_paged_snapshot_equals_the_snapshot_of_the_whole_run(tmp_path, kind)
     assert whole["malformed_count"] == (3 if kind == "file" else 0)
     assert routes._live_snapshot(store, "no-such-run", None) is None
     assert routes._live_snapshot(store, "no-such-run", "session-a") is None
+
+
+def test_the_snapshot_is_folded_page_by_page_on_every_store(journal_store):
+    from relay_runtime.integrations.run_journal import routes
+
+    mixed_rows(journal_store)
+    inject_junk(journal_store, "session-a", "run-a", "not a row")
+    whole = routes._project("session-a", "run-a", journal_store.read("session-a", "run-a"))
+    assert routes._live_snapshot(journal_store, "run-a", None) == whole
+    assert whole["malformed_count"] == 1 and whole["terminal_state"] == "tool_limit_reached"
