@@ -241,3 +241,22 @@ async def test_clients_that_stop_reading_snapshots_do_not_hold_up_everyone_else(
         finally:
             for sock in stalled:
                 sock.close()
+
+
+def test_only_the_clients_junk_is_quiet_a_server_fault_is_still_an_error(caplog):
+    import logging
+
+    from aiohttp.http_exceptions import LineTooLong
+
+    from relay_runtime.integrations.run_journal.limits import QuietClientErrors
+
+    logger = QuietClientErrors(logging.getLogger("test.quiet"), {})
+    caplog.set_level(logging.DEBUG, logger="test.quiet")
+    logger.exception("Error handling request from %s", "127.0.0.1", exc_info=LineTooLong("x" * 9000, "8190"))
+    try:
+        raise RuntimeError("a bug of ours")
+    except RuntimeError as exc:
+        logger.exception("Error handling request from %s", "127.0.0.1", exc_info=exc)
+    levels = [(r.levelno, r.exc_info is not None) for r in caplog.records]
+    assert levels == [(logging.INFO, False), (logging.ERROR, True)]
+    assert "400" in caplog.records[0].getMessage()

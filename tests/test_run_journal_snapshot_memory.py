@@ -88,8 +88,15 @@ def test_the_paged_snapshot_equals_the_snapshot_of_the_whole_run(tmp_path, kind)
         with open(path, "ab") as f:
             f.write(b"not json\n[1]\n" + b'{"version":1,"seq":')
     whole = routes._project("session-a", "run-a", store.read("session-a", "run-a"))
+    if kind == "memory":  # a store without pages is read in windows of seqs, never whole (nor summarized)
+        windows: list[int] = []
+        read = store.read
+        store.read = lambda *a, **k: (w := read(*a, **k), windows.append(len(w["events"])))[0]  # type: ignore[method-assign]
+        store.summary = None  # type: ignore[assignment,method-assign]
     paged = routes._live_snapshot(store, "run-a", None)
     assert paged == whole
+    if kind == "memory":
+        assert max(windows) == 128 and sum(windows) == whole["event_count"]
     assert whole["event_count"] > 700 and whole["terminal_state"] == "tool_limit_reached"
     assert whole["runtime_model"] is not None and whole["last_assistant_text"].startswith("t680 ")  # tool call at 679
     assert whole["malformed_count"] == (3 if kind == "file" else 0)

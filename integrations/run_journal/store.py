@@ -123,17 +123,19 @@ _WINDOW_ROWS = 128
 def read_pages(store: RunJournalStore, session_id: str, run_id: str) -> Generator[dict[str, Any], None, None]:
     """Every row of the run as ``{events, malformed}`` pages, so a fold over them holds one page, not the run.
 
-    A :class:`PagedStore` pages itself; any other store is read in windows of seqs (``read`` with
-    ``max_seq``) up to the last seq its summary knows, which a store that reads seq ranges bounds.
+    A :class:`PagedStore` pages itself; any other store is read in windows of ``_WINDOW_ROWS`` seqs
+    (``read`` with ``max_seq``, which a store that reads seq ranges bounds) until a window comes
+    back short: seqs have no gaps, so a short window is the end of the run as it is now.
     """
     if isinstance(store, PagedStore):
         yield from store.pages(session_id, run_id)
         return
-    summary = store.summary(session_id, run_id)
-    last = summary["last_seq"] if summary else 0
     cursor = 0
-    while cursor < last:
-        yield store.read(session_id, run_id, after_seq=cursor, max_seq=min(cursor + _WINDOW_ROWS, last))
+    while True:
+        window = store.read(session_id, run_id, after_seq=cursor, max_seq=cursor + _WINDOW_ROWS)
+        yield window
+        if len(window["events"]) < _WINDOW_ROWS:
+            return
         cursor += _WINDOW_ROWS
 
 
