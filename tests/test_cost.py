@@ -414,29 +414,36 @@ def test_a_retried_auxiliary_calls_wasted_cost_is_the_rejected_attempts(relay_ho
     assert one(relay_events.ends(relay_kind=cv.TURN)).cost.wasted == pytest.approx(1400e-6)
 
 
-def test_concurrent_calls_cannot_overshoot_a_budget_together(relay_host, relay_events) -> None:
+def race(turn: Any, call: Any, threads: int = 20) -> list[BudgetExceeded]:
+    """``call`` from ``threads`` threads at once, inside ``turn``; the refusals they met."""
     import threading
 
-    cost.attach(relay_host, catalog(), Budget(0.005, per="turn"))
-    body = t.chat_completion_body(model="gpt-x", usage=t.chat_usage(100, 250))  # 0.0011 each
-    scripted = t.scripted_openai(*(t.json_reply(body) for _ in range(40)))
-    lease, turn = conversation(relay_host)
-    gate = threading.Barrier(20)
+    gate = threading.Barrier(threads)
     refused: list[BudgetExceeded] = []
 
     def worker() -> None:
         with session.use_turn(turn):
             gate.wait()
             try:
-                adapters.complete(scripted.client, {"model": "gpt-x", "max_tokens": 250, "messages": []})
+                call()
             except BudgetExceeded as exc:
                 refused.append(exc)
 
-    threads = [threading.Thread(target=worker) for _ in range(20)]
-    for thread in threads:
+    running = [threading.Thread(target=worker) for _ in range(threads)]
+    for thread in running:
         thread.start()
-    for thread in threads:
+    for thread in running:
         thread.join()
+    return refused
+
+
+def test_concurrent_calls_cannot_overshoot_a_budget_together(relay_host, relay_events) -> None:
+    cost.attach(relay_host, catalog(), Budget(0.005, per="turn"))
+    body = t.chat_completion_body(model="gpt-x", usage=t.chat_usage(100, 250))  # 0.0011 each
+    scripted = t.scripted_openai(*(t.json_reply(body) for _ in range(40)))
+    lease, turn = conversation(relay_host)
+    request = {"model": "gpt-x", "max_tokens": 250, "messages": []}
+    refused = race(turn, lambda: adapters.complete(scripted.client, request))
     close(lease, turn)
     sent = len(scripted.script.requests)
     assert sent + len(refused) == 20 and refused

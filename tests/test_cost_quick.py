@@ -3,13 +3,12 @@ through that the full check would refuse, alone or with concurrent calls, and th
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from relay_runtime import adapters, cost, session
 from relay_runtime.adapters import testing as t
 from relay_runtime.cost import Budget, BudgetExceeded, PriceCatalog
+from tests.test_cost import race
 
 # A 1000-token window: with max_tokens 250 the quick check's worst case is 0.001 + 0.001.
 PRICES = {"openai": {"gpt-w": {"input": 1.0, "output": 4.0, "context_window": 1000}}}
@@ -52,22 +51,7 @@ def test_concurrent_calls_under_a_remembered_quick_check_cannot_overshoot(relay_
     scripted = _replies(40)
     lease, turn = _turn(relay_host)
     adapters.complete(scripted.client, dict(REQUEST))  # the quick check is worked out and remembered here
-    gate = threading.Barrier(20)
-    refused: list[BudgetExceeded] = []
-
-    def worker() -> None:
-        with session.use_turn(turn):
-            gate.wait()
-            try:
-                adapters.complete(scripted.client, dict(REQUEST))
-            except BudgetExceeded as exc:
-                refused.append(exc)
-
-    threads = [threading.Thread(target=worker) for _ in range(20)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    refused = race(turn, lambda: adapters.complete(scripted.client, dict(REQUEST)))
     _close(lease, turn)
     sent = len(scripted.script.requests)
     assert sent + len(refused) == 21 and refused
