@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from types import MappingProxyType, MethodType
 from typing import Any
@@ -157,11 +158,29 @@ def _kwargs_of(request: LLMRequest) -> dict[str, Any]:
     return kwargs
 
 
+# While dispatch runs the SDK's own method, SDK classes instrumented by ``instrument()``
+# must pass the call straight through, or one call would be two attempts. Only set
+# while class-level instrumentation is on (``guard_sdk_calls``): it costs a context switch.
+inside_sdk_call: ContextVar[bool] = ContextVar("relay_inside_sdk_call", default=False)
+_guarded = False
+
+
+def guard_sdk_calls(on: bool) -> None:
+    global _guarded
+    _guarded = on
+
+
 def sync_callback(create: Callable[..., Any], client: Any) -> Callable[[LLMRequest], Any]:
     def call(request: LLMRequest) -> Any:
         kwargs = _kwargs_of(request)
         sdk_retries.watch(client)
-        return create(**kwargs)
+        if not _guarded:
+            return create(**kwargs)
+        token = inside_sdk_call.set(True)
+        try:
+            return create(**kwargs)
+        finally:
+            inside_sdk_call.reset(token)
 
     return call
 
@@ -170,7 +189,13 @@ def async_callback(create: Callable[..., Any], client: Any) -> Callable[[LLMRequ
     async def call(request: LLMRequest) -> Any:
         kwargs = _kwargs_of(request)
         sdk_retries.watch(client)
-        return await create(**kwargs)
+        if not _guarded:
+            return await create(**kwargs)
+        token = inside_sdk_call.set(True)
+        try:
+            return await create(**kwargs)
+        finally:
+            inside_sdk_call.reset(token)
 
     return call
 
@@ -179,12 +204,14 @@ def _create(client: Any, api: Api) -> Any:
     return original_create(resource_of(client, api))
 
 
-def complete(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None) -> Any:
+def complete(
+    client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None, sdk_method: Callable[..., Any] | None = None
+) -> Any:
     """``create(**kwargs)`` on the client's API as a managed attempt; returns the SDK's response."""
     api, request, name, model_name, metadata, auxiliary_attempt = prepare(kwargs, api_mode, client, stream=False)
     return calls.execute_current(
         request,
-        sync_callback(_create(client, api), client),
+        sync_callback(sdk_method or _create(client, api), client),
         name=name,
         model_name=model_name,
         metadata=metadata,
@@ -193,11 +220,13 @@ def complete(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = N
     )
 
 
-async def acomplete(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None) -> Any:
+async def acomplete(
+    client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None, sdk_method: Callable[..., Any] | None = None
+) -> Any:
     api, request, name, model_name, metadata, auxiliary_attempt = prepare(kwargs, api_mode, client, stream=False)
     return await calls.execute_current_async(
         request,
-        async_callback(_create(client, api), client),
+        async_callback(sdk_method or _create(client, api), client),
         name=name,
         model_name=model_name,
         metadata=metadata,
@@ -206,12 +235,14 @@ async def acomplete(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | N
     )
 
 
-def stream(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None) -> Any:
+def stream(
+    client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None, sdk_method: Callable[..., Any] | None = None
+) -> Any:
     """``create(**kwargs, stream=True)`` as a managed attempt; iterating yields the SDK's own chunks."""
     api, request, name, model_name, metadata, _ = prepare(kwargs, api_mode, client, stream=True)
     return calls.stream_current(
         request,
-        sync_callback(_create(client, api), client),
+        sync_callback(sdk_method or _create(client, api), client),
         name=name,
         model_name=model_name,
         metadata=metadata,
@@ -219,11 +250,13 @@ def stream(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = Non
     )
 
 
-async def astream(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None) -> Any:
+async def astream(
+    client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None, sdk_method: Callable[..., Any] | None = None
+) -> Any:
     api, request, name, model_name, metadata, _ = prepare(kwargs, api_mode, client, stream=True)
     return await calls.stream_current_async(
         request,
-        async_callback(_create(client, api), client),
+        async_callback(sdk_method or _create(client, api), client),
         name=name,
         model_name=model_name,
         metadata=metadata,
