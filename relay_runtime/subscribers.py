@@ -57,7 +57,8 @@ class Subscribers:
                     f"register({callback!r}): a string first argument is the subscriber's name "
                     f"(NeMo's order) and must be followed by a callable, with no name= keyword"
                 )
-            callback, name = second, callback
+            name = callback
+            callback = second
         elif second is not None:
             raise TypeError(
                 f"register() takes register(callback, name=...) or register(name, callback), "
