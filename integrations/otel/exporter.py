@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import Span, Status, StatusCode, TracerProvider, set_span_in_context
 
 from relay_runtime import conventions as cv
+from relay_runtime.attach import Attachment
 from relay_runtime.events import MARK, SCOPE_END, SCOPE_START, Event
 
 from . import attributes as A
@@ -105,7 +106,7 @@ class OTelExporter:
         self._oi = A.OPENINFERENCE in wanted
         self._counts: Counter[str] = Counter()
         self._counts_lock = threading.Lock()
-        self._targets: list[Any] = []  # relays (and hosts) this exporter is attached to
+        self._attachments: list[Attachment] = []  # what attach() connected; detach() undoes them
         self._owned: list[Any] = []  # providers built here, shut down here
         self._disabled = tracer_provider is None and span_exporters is None and sdk_disabled()
 
@@ -317,38 +318,37 @@ class OTelExporter:
     # -- attaching, counting, lifecycle ------------------------------------------------------
 
     def attach(self, target: Any, *, name: str = "otel", propagate_context: bool = False) -> OTelExporter:
-        """Register on a ``Relay``, or on a session host (its relay, and managed execution retained).
+        """Export what ``target`` runs: a ``Relay``, a session host, or ``SESSION_COORDINATOR``.
 
+        A host (or the coordinator: every host it has and will have) also gets its managed
+        execution retained, so LLM calls in its turns become spans. ``detach()`` undoes it.
         ``propagate_context``: also add the attempt's ``traceparent`` (and whatever
         else ``OTEL_PROPAGATORS`` injects) to ``LLMRequest.headers`` of every call.
         """
-        relay = getattr(target, "relay", None)
-        host = target if relay is not None and hasattr(target, "retain_managed_execution") else None
-        relay = relay if host is not None else target
-        subscribers = getattr(relay, "subscribers", None)
-        if subscribers is None:
-            raise TypeError(f"attach() takes a Relay or a session host, got {type(target).__name__}")
-        subscribers.register(self, name=name, kinds=self.KINDS)
-        if propagate_context:
-            propagation.install(self, relay, name=f"{name}.trace_context")
-        if host is not None:
-            host.retain_managed_execution(name)
-        self._targets.append((relay, host, name, propagate_context))
+
+        def connect(relay: Any) -> None:
+            relay.subscribers.register(self, name=name, kinds=self.KINDS)
+            if propagate_context:
+                propagation.install(self, relay, name=f"{name}.trace_context")
+
+        def disconnect(relay: Any) -> None:
+            relay.subscribers.deregister(name)
+            if propagate_context:
+                propagation.uninstall(relay, name=f"{name}.trace_context")
+
+        self._attachments.append(Attachment(target, name, connect, disconnect))
         return self
 
     def detach(self) -> None:
-        for relay, host, name, propagated in self._targets:
-            relay.subscribers.deregister(name)
-            if propagated:
-                propagation.uninstall(relay, name=f"{name}.trace_context")
-            if host is not None:
-                host.release_managed_execution(name)
-        self._targets.clear()
+        """Undo every ``attach``: deregister, release managed execution, stop following new hosts."""
+        attachments, self._attachments = self._attachments, []
+        for attachment in attachments:
+            attachment.detach()
 
     def count(self, key: str, n: int = 1) -> None:
         with self._counts_lock:
             self._counts[key] += n
-        for relay, *_ in list(self._targets):
+        for relay in [r for a in list(self._attachments) for r in a.relays]:
             counter = getattr(relay, "count", None)
             if counter is not None:
                 try:
