@@ -170,6 +170,11 @@ def run() -> None:
     print(f"\nRun journal: {OUT / 'journal'} (turn-2: {summary['event_count'] if summary else 0} rows, "
           f"{summary['terminal_state'] if summary else 'missing'})")
     print(f"Events: {events_path}; relay diagnostics: {relay.diagnostics() or 'nothing swallowed'}")
+    print(
+        "\nWatch the run in a browser:\n"
+        f"  .venv/bin/relay-runtime journal serve --session-dir {OUT / 'journal'}\n"
+        "  then open http://127.0.0.1:8766/ui/sessions/demo-session/runs/turn-2"
+    )
 
 
 if __name__ == "__main__":

@@ -7,7 +7,10 @@ and answers with chunks or a response saying which model served.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ from relay_runtime import AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta,
 from relay_runtime import conventions as cv
 from relay_runtime.integrations import run_journal
 from relay_runtime.integrations.run_journal import JournalSubscriber, paths, read_run_events
+from relay_runtime.integrations.run_journal.states import ends_run, summarize, terminal_state
 
 CONSUMER = "run_journal"
 
@@ -163,7 +167,12 @@ class TurnResult:
 
     @property
     def names(self) -> list[str]:
-        return [row["event"] for row in self.rows]
+        """The run's story, without the ``span`` rows of its call tree (see ``spans``)."""
+        return [row["event"] for row in self.rows if row["event"] != "span"]
+
+    @property
+    def spans(self) -> list[dict[str, Any]]:
+        return self.payloads("span")
 
     def payloads(self, event: str) -> list[Any]:
         return [row["payload"] for row in self.rows if row["event"] == event]
@@ -211,3 +220,103 @@ def run_turn(
     valid = paths.valid_id(session_id) and paths.valid_id(run_id)
     rows = read_run_events(session_id, run_id, session_dir=tmp_path)["events"] if valid else []
     return TurnResult(lease, rows, subscriber, host.relay.diagnostics())
+
+
+class MemoryStore:
+    """A second ``RunJournalStore`` (rows in memory, tail reads that block on a condition): proves the interface.
+
+    ``follow`` waits in a thread on a condition variable, as a store with blocking tail reads
+    (Redis ``XREAD BLOCK``) would: it never polls.
+    """
+
+    BATCH = 100
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self._written: dict[tuple[str, str], float] = {}
+        self.waits = 0
+
+    def append(
+        self, session_id: str, run_id: str, event: str, payload: Any = None, *, seq: int | None = None,
+        created_at: Any = None,
+    ) -> dict[str, Any]:
+        paths.check_ids(session_id, run_id)
+        if not isinstance(event, str) or not event:
+            raise ValueError(f"run journal event must be a non-empty string, got {event!r}")
+        payload = {} if payload is None else payload
+        state = terminal_state(event, payload)
+        with self._cond:
+            rows = self._runs.setdefault((session_id, run_id), [])
+            next_seq = len(rows) + 1
+            if seq is not None and seq != next_seq:
+                raise ValueError(f"seq {seq} is not the run's next seq {next_seq}")
+            row = {
+                "version": 1, "event_id": f"{run_id}:{next_seq}", "seq": next_seq, "run_id": run_id,
+                "session_id": session_id, "event": event, "type": event,
+                "created_at": time.time() if created_at is None else created_at,
+                "terminal": state is not None, "terminal_state": state, "payload": payload,
+            }
+            rows.append(row)
+            self._written[(session_id, run_id)] = time.time()
+            self._cond.notify_all()
+        return dict(row)
+
+    def _after(self, key: tuple[str, str], after_seq: int, max_seq: int | None = None) -> list[dict[str, Any]]:
+        rows = self._runs.get(key, [])
+        return [dict(r) for r in rows[after_seq:] if max_seq is None or r["seq"] <= max_seq]
+
+    def read(self, session_id: str, run_id: str, *, after_seq: int = 0, max_seq: int | None = None) -> dict[str, Any]:
+        paths.check_ids(session_id, run_id)
+        with self._cond:
+            events = self._after((session_id, run_id), after_seq, max_seq)
+        return {"session_id": session_id, "run_id": run_id, "events": events, "malformed": []}
+
+    def summary(self, session_id: str, run_id: str) -> dict[str, Any] | None:
+        paths.check_ids(session_id, run_id)
+        with self._cond:
+            if not any(sid == session_id for sid, _ in self._runs):
+                return None
+            return summarize(session_id, run_id, self._after((session_id, run_id), 0))
+
+    def locate(self, run_id: str) -> str | None:
+        paths.check_ids("s", run_id)
+        with self._cond:
+            held = [(t, sid) for (sid, rid), t in self._written.items() if rid == run_id]
+        return max(held)[1] if held else None
+
+    def list_sessions(self) -> list[dict[str, Any]]:
+        with self._cond:
+            latest: dict[str, float] = {}
+            for (sid, _), t in self._written.items():
+                latest[sid] = max(t, latest.get(sid, 0.0))
+        return [{"session_id": s, "updated_at": t} for s, t in sorted(latest.items(), key=lambda i: -i[1])]
+
+    def list_runs(self, session_id: str) -> list[dict[str, Any]]:
+        with self._cond:
+            runs = [(t, rid) for (sid, rid), t in self._written.items() if sid == session_id]
+        return [{"session_id": session_id, "run_id": r, "updated_at": t} for t, r in sorted(runs, reverse=True)]
+
+    def _wait_after(self, key: tuple[str, str], cursor: int, timeout: float) -> list[dict[str, Any]]:
+        with self._cond:
+            self.waits += 1
+            self._cond.wait_for(lambda: len(self._runs.get(key, [])) > cursor, timeout)
+            return self._after(key, cursor)[: self.BATCH]
+
+    async def follow(
+        self, session_id: str, run_id: str, *, after_seq: int = 0, idle: float = 15.0
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        paths.check_ids(session_id, run_id)
+        summary = self.summary(session_id, run_id)
+        ended = bool(summary and summary["terminal"])
+        cursor, key = after_seq, (session_id, run_id)
+        while True:
+            rows = await asyncio.to_thread(self._wait_after, key, cursor, 0 if ended else idle)
+            if rows:
+                cursor = rows[-1]["seq"]
+                ended = ended or any(ends_run(row) for row in rows)
+                yield rows
+            elif ended:
+                return
+            else:
+                yield []

@@ -86,6 +86,7 @@ def test_wheel_installs_only_relay_runtime(wheel: Path) -> None:
     assert "relay_runtime/adapters/dispatch.py" in names
     assert "relay_runtime/integrations/voice_relay/server.py" in names
     assert "relay_runtime/py.typed" in names
+    assert "relay_runtime/integrations/run_journal/ui/app.js" in names  # the run page is package data
     # Every entry point names a module under the one package.
     targets = [line.split("=", 1)[1].strip() for line in entry_points.splitlines() if "=" in line]
     assert targets and all(target.startswith("relay_runtime.") for target in targets), targets

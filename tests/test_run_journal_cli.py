@@ -59,7 +59,9 @@ def test_show_and_tail_refuse_bad_input(tmp_path, capsys, argv, code, message):
     write_run(tmp_path)
     assert main([*argv, "--session-dir", str(tmp_path)]) == code
     assert message in capsys.readouterr().err
-    assert sorted(p.name for p in tmp_path.rglob("*")) == ["_run_journal", "r1.jsonl", "s1"]
+    journals = tmp_path / "_run_journal"
+    assert sorted(p.name for p in journals.rglob("*") if "@runs" not in p.parts) == ["r1.jsonl", "s1"]
+    assert sorted(p.name for p in (journals / "@runs").rglob("*")) == [".complete", "r1", "s1"]  # the run index
 
 
 def test_tail_gives_up_after_its_timeout(tmp_path, capsys):

@@ -225,7 +225,8 @@ async def test_sse_follows_a_turn_journaled_by_the_subscriber(server, tmp_path):
     turn = asyncio.create_task(asyncio.to_thread(run_turn, tmp_path, body))
     async with aiohttp.ClientSession(base_url=server.make_url(""), timeout=TIMEOUT) as client:
         for _ in range(500):  # until the turn's first row is on disk
-            if latest_run_summary("session-a", "run-a", session_dir=tmp_path):
+            summary = latest_run_summary("session-a", "run-a", session_dir=tmp_path)
+            if summary and summary["event_count"]:
                 break
             await asyncio.sleep(0.01)
         resp = await client.get("/runs/run-a/events")

@@ -38,7 +38,7 @@ def test_a_streamed_turn_becomes_a_run(tmp_path):
     ]
     result = run_turn(tmp_path, lambda: stream_call("openai", "m", chunks))
     assert result.names == ["status", "runtime_model", "reasoning", "token", "token", "done"]
-    assert [row["seq"] for row in result.rows] == list(range(1, 7))
+    assert [row["seq"] for row in result.rows] == list(range(1, len(result.rows) + 1))
     assert result.payloads("status") == [{"type": "run_started", "task_id": "task-1"}]
     assert result.payloads("runtime_model") == [
         {
@@ -99,6 +99,32 @@ def test_a_later_call_after_a_failed_call_on_another_route_is_a_fallback(tmp_pat
     assert [p["fallback_active"] for p in result.payloads("runtime_model")] == [True, True]
 
 
+def test_the_call_tree_is_written_as_span_rows(tmp_path):
+    def body():
+        complete_call("anthropic", "claude", None)
+        stream_call("openai", "gpt", [{"model": "gpt-served", "text": "ok"}], call_id="call-2")
+
+    result = run_turn(tmp_path, body)
+    spans = result.spans
+    # Each node is written when it ends: an attempt before the logical call that holds it.
+    assert [(s["kind"], s["outcome"]) for s in spans] == [
+        ("attempt", "failed"),
+        ("logical_call", "failed"),
+        ("attempt", "success"),
+        ("logical_call", "success"),
+    ]
+    failed_attempt, failed_call, attempt, call = spans
+    assert failed_attempt["parent_id"] == failed_call["id"] and attempt["parent_id"] == call["id"]
+    assert failed_attempt["provider"] == "anthropic" and failed_attempt["model"] == "claude"
+    assert failed_attempt["error_type"] == "ProviderError"
+    assert attempt["provider"] == "openai" and attempt["model"] == "gpt-served"  # who served, not who was asked
+    assert call[cv.API_REQUEST_ID] == "call-2"
+    assert all(s["duration_s"] >= 0 for s in spans)
+    # The tree is beside the story: the summary and the run's text do not change.
+    summary = latest_run_summary("session-a", "run-a", session_dir=tmp_path)
+    assert summary["last_assistant_text"] == "ok" and summary["terminal_state"] == "completed"
+
+
 def test_cancelled_turn_and_an_early_break(tmp_path):
     def body():
         stream = calls.stream_current(
@@ -157,6 +183,7 @@ def test_tools_and_tool_calls(tmp_path):
     assert result.diagnostics["journal.unserializable"] == 1
     results = result.payloads("tool_result")
     assert results[0]["outcome"] == "success" and results[0]["duration_ms"] >= 0
+    assert results[0]["result"] == {"hits": 3}
     assert results[1]["outcome"] == "failed" and results[1]["error"]["type"] == "KeyError"
 
 
@@ -225,7 +252,7 @@ def test_a_failing_disk_is_counted_and_never_raised(tmp_path, monkeypatch):
     monkeypatch.setattr(background_module, "append_run_event", broken)
     result = run_turn(tmp_path, lambda: stream_call("openai", "m", [{"model": "m", "text": "x"}]))
     assert result.rows == []
-    assert result.diagnostics["journal.write_errors"] == 4  # status, runtime_model, token, done
+    assert result.diagnostics["journal.write_errors"] == 6  # status, runtime_model, token, 2 spans, done
 
 
 def test_a_full_queue_drops_and_counts(tmp_path, monkeypatch):
@@ -245,8 +272,8 @@ def test_a_full_queue_drops_and_counts(tmp_path, monkeypatch):
     assert subscriber.flush(timeout=10)
     written = read_run_events("s", "r", session_dir=tmp_path)["events"]
     dropped = host.relay.diagnostics()["journal.dropped"]
-    # status + runtime_model + 20 tokens + done were produced; what was not written was counted.
-    assert len(written) + dropped == 23 and dropped > 0
+    # status + runtime_model + 20 tokens + 2 spans + done were produced; what was not written was counted.
+    assert len(written) + dropped == 25 and dropped > 0
     assert [row["seq"] for row in written] == list(range(1, len(written) + 1))
     coordinator.release_conversation(lease)
     assert subscriber.close() and subscriber.close()
@@ -283,7 +310,7 @@ def test_concurrent_turns_in_threads(tmp_path):
     assert subscriber.flush(timeout=10)
     for i in range(6):
         rows = read_run_events(f"s{i}", f"r{i}", session_dir=tmp_path)["events"]
-        assert [row["seq"] for row in rows] == list(range(1, 34))
+        assert [row["seq"] for row in rows] == list(range(1, 36))  # 33 rows of the story, 2 of its call tree
         assert [row["payload"]["text"] for row in rows if row["event"] == "token"] == [f"{i}:{k} " for k in range(30)]
         assert rows[1]["payload"]["model"] == f"m{i}"
     subscriber.close()

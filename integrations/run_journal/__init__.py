@@ -2,7 +2,8 @@
 
 See ``RunJournalWriter`` / ``append_run_event`` to write, ``read_run_events`` /
 ``latest_run_summary`` to read, and ``JournalSubscriber`` to record a relay's
-turns as runs.
+turns as runs. Each takes ``store=`` (a ``RunJournalStore``; the default is the
+``FileStore`` at ``session_dir``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from . import paths
 from .journal import RunJournalWriter, append_run_event, latest_run_summary, read_run_events
+from .store import FileStore, RunJournalStore
 from .subscriber import JournalSubscriber
 
 
@@ -25,7 +27,9 @@ def _run_path(session_id: str, run_id: str, session_dir: str | os.PathLike[str] 
 
 
 __all__ = [
+    "FileStore",
     "JournalSubscriber",
+    "RunJournalStore",
     "RunJournalWriter",
     "append_run_event",
     "latest_run_summary",

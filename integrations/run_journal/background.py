@@ -6,9 +6,12 @@ import os
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .storage import append_run_event, fsync_policy
+
+if TYPE_CHECKING:
+    from .store import RunJournalStore
 
 Row = tuple[str, str, str, Any]  # session_id, run_id, event, payload
 _STOP = object()
@@ -24,9 +27,13 @@ class RowWriter:
         fsync: str | None,
         maxsize: int,
         count: Callable[[str], None],
+        store: RunJournalStore | None = None,
     ) -> None:
         if maxsize < 1:
             raise ValueError(f"queue size must be at least 1, got {maxsize!r}")
+        if store is not None and (session_dir is not None or fsync is not None):
+            raise ValueError("give a store or session_dir/fsync, not both (the store has its own)")
+        self._store = store
         self._session_dir = session_dir
         # Resolved here, where a bad value can still be an error; on the writer thread it would only be counted.
         self._fsync = fsync_policy(fsync)
@@ -78,7 +85,10 @@ class RowWriter:
                         self._idle.notify_all()
 
     def _append(self, session_id: str, run_id: str, event: str, payload: Any) -> None:
-        append_run_event(session_id, run_id, event, payload, session_dir=self._session_dir, fsync=self._fsync)
+        if self._store is not None:
+            self._store.append(session_id, run_id, event, payload)
+        else:
+            append_run_event(session_id, run_id, event, payload, session_dir=self._session_dir, fsync=self._fsync)
         self.written += 1
 
     def flush(self, timeout: float | None = None) -> bool:

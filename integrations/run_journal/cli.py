@@ -1,25 +1,23 @@
-"""``relay-runtime journal show|tail SESSION RUN``: read a run's journal from the terminal."""
+"""``relay-runtime journal show|tail SESSION RUN`` reads a run's journal; ``journal serve`` shows runs in a browser."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
-import time
 from typing import Any, TextIO
 
 from . import paths
-from .journal import latest_run_summary, read_run_events
-from .reading import signature
-from .states import ends_run
+from .store import FileStore, RunJournalStore
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="relay-runtime journal",
         description=(
-            "Read a run's journal: the rows JournalSubscriber wrote for one turn (status, tokens, "
+            "Read or serve run journals: the rows JournalSubscriber wrote for each turn (status, tokens, "
             "tool calls, model observations, the terminal row), from $RELAY_HOME/sessions."
         ),
     )
@@ -34,6 +32,19 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--session-dir", help="the sessions directory (default: $RELAY_HOME/sessions)")
         sub.add_argument("--after-seq", type=int, default=0, help="only rows after this seq")
         sub.add_argument("--json", action="store_true", help="print rows as raw JSON lines")
+    serve = commands.add_parser(
+        "serve",
+        help="serve the journal's HTTP routes and a page that lists runs and follows one live",
+        description="Serve the run page (/) and the journal's snapshot and SSE routes.",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
+    serve.add_argument("--port", type=int, default=8766, help="port (default 8766; 0 picks a free one)")
+    serve.add_argument("--session-dir", help="the sessions directory (default: $RELAY_HOME/sessions)")
+    serve.add_argument(
+        "--token",
+        default=os.environ.get("RELAY_JOURNAL_TOKEN"),
+        help="require this token (default: $RELAY_JOURNAL_TOKEN); the page asks for it once",
+    )
     show.add_argument("--no-summary", action="store_true", help="print the rows only")
     tail.add_argument("--poll", type=float, default=0.1, help="seconds between checks for new rows")
     tail.add_argument("--timeout", type=float, default=None, help="give up (exit 1) after this many seconds")
@@ -54,9 +65,9 @@ def _report_malformed(malformed: list[dict[str, Any]]) -> None:
 
 
 
-def _show(args: argparse.Namespace) -> int:
-    result = read_run_events(args.session_id, args.run_id, after_seq=args.after_seq, session_dir=args.session_dir)
-    summary = latest_run_summary(args.session_id, args.run_id, session_dir=args.session_dir)
+def _show(args: argparse.Namespace, store: RunJournalStore) -> int:
+    result = store.read(args.session_id, args.run_id, after_seq=args.after_seq)
+    summary = store.summary(args.session_id, args.run_id)
     if summary is None or not summary["event_count"]:
         print(f"relay-runtime journal: no run {args.run_id!r} in session {args.session_id!r}", file=sys.stderr)
         return 1
@@ -68,38 +79,87 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tail(args: argparse.Namespace) -> int:
-    path = paths.run_path(args.session_id, args.run_id, args.session_dir)
-    deadline = None if args.timeout is None else time.monotonic() + args.timeout
-    cursor = args.after_seq
-    last_sig: tuple[int, ...] | None = None
-    while True:
-        try:
-            sig: tuple[int, ...] | None = signature(os.stat(path))
-        except FileNotFoundError:
-            sig = None
-        if sig is not None and sig != last_sig:
-            last_sig = sig
-            result = read_run_events(args.session_id, args.run_id, after_seq=cursor, session_dir=args.session_dir)
-            _report_malformed(result["malformed"])
-            for row in result["events"]:
+async def _follow(args: argparse.Namespace, store: RunJournalStore) -> None:
+    rows_iter = store.follow(args.session_id, args.run_id, after_seq=args.after_seq)
+    try:
+        async for rows in rows_iter:
+            for row in rows:
                 _print_row(row, args.json, sys.stdout)
-                cursor = row["seq"]
             sys.stdout.flush()
-            if any(ends_run(row) for row in result["events"]):
-                return 0
-            if cursor == args.after_seq and not result["events"]:
-                summary = latest_run_summary(args.session_id, args.run_id, session_dir=args.session_dir)
-                if summary is not None and summary["terminal"]:
-                    return 0  # it ended at or before the cursor
-        if deadline is not None and time.monotonic() >= deadline:
-            print(f"relay-runtime journal: run {args.run_id!r} did not end in {args.timeout}s", file=sys.stderr)
-            return 1
-        time.sleep(args.poll)
+    finally:
+        aclose = getattr(rows_iter, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
-def main(argv: list[str] | None = None) -> int:
+def _serve(args: argparse.Namespace, store: RunJournalStore | None) -> int:
+    from aiohttp import web
+
+    from .routes import create_app
+
+    if not 0 <= args.port <= 65535:
+        print("relay-runtime journal serve: --port must be 0-65535", file=sys.stderr)
+        return 2
+    if args.token == "":
+        print("relay-runtime journal serve: --token must not be empty", file=sys.stderr)
+        return 2
+    if args.host not in _LOOPBACK and not args.token:
+        print(
+            f"relay-runtime journal serve: warning: {args.host} is reachable beyond this machine and no --token"
+            " is set: anyone who can reach it reads every run",
+            file=sys.stderr,
+        )
+    app = create_app(store=store or FileStore(args.session_dir), bearer_token=args.token, page=True)
+
+    return _run(web.AppRunner(app), args.host, args.port)
+
+
+_LOOPBACK = frozenset(("127.0.0.1", "localhost", "::1"))
+
+
+def _run(runner: Any, host: str, port: int) -> int:
+    import asyncio
+    import signal
+
+    from aiohttp import web
+
+    async def serve() -> None:
+        await runner.setup()
+        await web.TCPSite(runner, host, port).start()
+        for address in runner.addresses:  # the real port, also when --port 0 picked one
+            name = f"[{address[0]}]" if ":" in address[0] else address[0]
+            print(f"relay-runtime journal: serving runs at http://{name}:{address[1]}/", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await stop.wait()
+        finally:
+            await runner.cleanup()
+
+    try:
+        asyncio.run(serve())
+    except OSError as exc:
+        print(f"relay-runtime journal serve: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _tail(args: argparse.Namespace, store: RunJournalStore) -> int:
+    try:
+        asyncio.run(asyncio.wait_for(_follow(args, store), args.timeout))
+    except TimeoutError:
+        print(f"relay-runtime journal: run {args.run_id!r} did not end in {args.timeout}s", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None, *, store: RunJournalStore | None = None) -> int:
+    """Run the command; ``store`` reads another store than the file store ``--session-dir`` names."""
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command == "serve":
+        return _serve(args, store)
     if not (paths.valid_id(args.session_id) and paths.valid_id(args.run_id)):
         print(
             "relay-runtime journal: invalid session_id/run_id (1-200 characters of A-Z a-z 0-9 _ . -, not '.' or '..')",
@@ -109,8 +169,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.after_seq < 0:
         print("relay-runtime journal: --after-seq must be a non-negative integer", file=sys.stderr)
         return 2
+    if args.command == "tail" and not args.poll > 0:
+        print("relay-runtime journal: --poll must be a positive number of seconds", file=sys.stderr)
+        return 2
+    if store is None:
+        store = FileStore(args.session_dir, poll=getattr(args, "poll", 0.05))
+    elif args.session_dir is not None:
+        print("relay-runtime journal: --session-dir names the file store; this command reads another", file=sys.stderr)
+        return 2
     try:
-        return _show(args) if args.command == "show" else _tail(args)
+        return _show(args, store) if args.command == "show" else _tail(args, store)
     except KeyboardInterrupt:
         return 130
     except OSError as exc:

@@ -1,7 +1,9 @@
 """HTTP: a run's live snapshot, and its rows as server-sent events with reconnect.
 
-``find_run_summary`` and ``read_run_events`` are module attributes looked up at
-call time, so a host (or a test) can point the routes at another store.
+The routes use only the store interface (``store.RunJournalStore``), so any
+store serves them. ``find_run_summary`` and ``read_run_events`` are module
+attributes that ``_run_journal_live_snapshot`` looks up at call time, so a
+host can still point that projection at other lookups.
 """
 
 from __future__ import annotations
@@ -11,15 +13,15 @@ import hashlib
 import hmac
 import json
 import os
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from . import paths
-from .journal import latest_run_summary, read_run_events
-from .reading import signature
-from .states import ends_run, summarize
+from .journal import read_run_events
+from .page import COOKIE, add_page, cookie_value, is_public
+from .states import summarize
+from .store import FileStore, RunJournalStore
 
 __all__ = [
     "create_app",
@@ -27,62 +29,56 @@ __all__ = [
     "read_run_events",
 ]
 
-SESSION_DIR: web.AppKey[Path | None] = web.AppKey("run_journal_session_dir", Path)
-POLL_INTERVAL: web.AppKey[float] = web.AppKey("run_journal_poll_interval", float)
+STORE: web.AppKey[RunJournalStore] = web.AppKey("run_journal_store", RunJournalStore)
 HEARTBEAT: web.AppKey[float] = web.AppKey("run_journal_heartbeat", float)
 
 
 def find_run_summary(
-    run_id: str, *, session_id: str | None = None, session_dir: str | os.PathLike[str] | None = None
+    run_id: str,
+    *,
+    session_id: str | None = None,
+    session_dir: str | os.PathLike[str] | None = None,
+    store: RunJournalStore | None = None,
 ) -> dict[str, Any] | None:
-    """The summary of ``run_id``; without ``session_id`` the session is found from the journal's files.
-
-    If several sessions hold a run of that id, the most recently written one wins.
-    """
-    if session_id is not None:
-        summary = latest_run_summary(session_id, run_id, session_dir=session_dir)
-        return summary if summary and summary["event_count"] else None
-    paths.check_ids("s", run_id)
-    root = paths.resolve_session_dir(session_dir) / paths.JOURNAL_DIRNAME
-    best: tuple[int, str] | None = None
-    try:
-        sessions = list(os.scandir(root))
-    except FileNotFoundError:
-        return None
-    for entry in sessions:
-        if not paths.valid_id(entry.name):
-            continue
-        try:
-            mtime = os.stat(Path(entry.path) / f"{run_id}{paths.SUFFIX}").st_mtime_ns
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        if best is None or mtime > best[0]:
-            best = (mtime, entry.name)
-    if best is None:
-        return None
-    return latest_run_summary(best[1], run_id, session_dir=session_dir)
+    """The summary of ``run_id`` (``None`` if it has no rows); without ``session_id`` the store locates it."""
+    if store is None:
+        store = FileStore(session_dir)
+    elif session_dir is not None:
+        raise ValueError("give a store or a session_dir, not both")
+    if session_id is None:
+        session_id = store.locate(run_id)
+        if session_id is None:
+            return None
+    summary = store.summary(session_id, run_id)
+    return summary if summary and summary["event_count"] else None
 
 
-def _store_kwargs(session_dir: Path | None, **more: Any) -> dict[str, Any]:
-    # Only pass what was configured: replacements of the two lookups may take ids alone.
-    kwargs = {k: v for k, v in more.items() if v is not None}
-    if session_dir is not None:
-        kwargs["session_dir"] = session_dir
-    return kwargs
-
-
-def _run_journal_live_snapshot(
-    run_id: str, session_dir: Path | None = None, session_id: str | None = None
-) -> dict[str, Any] | None:
+def _project(session_id: str, run_id: str, window: dict[str, Any]) -> dict[str, Any]:
     """Summary fields, last assistant text and runtime model, all computed over the same rows."""
-    summary = find_run_summary(run_id, **_store_kwargs(session_dir, session_id=session_id))
-    if summary is None:
-        return None
-    session_id = summary["session_id"]
-    window = read_run_events(session_id, run_id, **_store_kwargs(session_dir))
     snapshot = summarize(session_id, run_id, window["events"])
     snapshot["malformed_count"] = len(window["malformed"])
     return snapshot
+
+
+def _live_snapshot(store: RunJournalStore, run_id: str, session_id: str | None) -> dict[str, Any] | None:
+    summary = find_run_summary(run_id, session_id=session_id, store=store)
+    if summary is None:
+        return None
+    session_id = summary["session_id"]
+    return _project(session_id, run_id, store.read(session_id, run_id))
+
+
+def _run_journal_live_snapshot(
+    run_id: str, session_dir: str | os.PathLike[str] | None = None, session_id: str | None = None
+) -> dict[str, Any] | None:
+    """The live snapshot through this module's ``find_run_summary`` / ``read_run_events`` (replaceable)."""
+    kwargs: dict[str, Any] = {"session_dir": session_dir} if session_dir is not None else {}
+    lookup = {**kwargs, "session_id": session_id} if session_id else kwargs
+    summary = find_run_summary(run_id, **lookup)
+    if summary is None:
+        return None
+    session_id = summary["session_id"]
+    return _project(session_id, run_id, read_run_events(session_id, run_id, **kwargs))
 
 
 def _runtime_journal_snapshot_for_session_payload(snapshot: dict[str, Any]) -> dict[str, Any]:
@@ -103,37 +99,52 @@ def _runtime_journal_snapshot_for_session_payload(snapshot: dict[str, Any]) -> d
 
 def create_app(
     *,
+    store: RunJournalStore | None = None,
     session_dir: str | os.PathLike[str] | None = None,
     poll_interval: float = 0.05,
     heartbeat: float = 15.0,
     bearer_token: str | None = None,
+    page: bool = False,
 ) -> web.Application:
     """``GET /runs/{run_id}`` (snapshot) and ``GET /runs/{run_id}/events`` (SSE).
 
-    Both take an optional ``?session_id=``; without it the run's session is found on disk.
+    Both take an optional ``?session_id=``; without it the store locates the run.
+    ``store`` defaults to the file store at ``session_dir`` (polled every ``poll_interval`` seconds).
     With ``bearer_token`` every request must carry ``Authorization: Bearer <token>`` (else 401):
     rows hold what the assistant said, so anything beyond loopback should set one.
+    With ``page`` it also serves the run page (``/``, ``/ui/...``, ``/api/runs``; see ``page.py``).
     """
     if bearer_token is not None and not bearer_token:
         raise ValueError("bearer_token must be a non-empty string (or None for no auth)")
+    if store is None:
+        store = FileStore(session_dir, poll=poll_interval)
+    elif session_dir is not None:
+        raise ValueError("give a store or a session_dir, not both")
     app = web.Application(middlewares=[_bearer_guard(bearer_token)] if bearer_token else [])
-    app[SESSION_DIR] = Path(session_dir) if session_dir is not None else None
-    app[POLL_INTERVAL] = poll_interval
+    app[STORE] = store
     app[HEARTBEAT] = heartbeat
     app.router.add_get("/runs/{run_id}", _snapshot_handler)
     app.router.add_get("/runs/{run_id}/events", _events_handler)
+    if page:
+        add_page(app, store=store, token=bearer_token)
     return app
 
 
 def _bearer_guard(token: str) -> Any:
-    # Only the digest is kept, and digests are compared in constant time.
+    # Only digests are kept, and digests are compared in constant time. The run page's cookie
+    # (traded for the token at /ui/login: EventSource cannot send a header) counts as the token.
     expected = hashlib.sha256(token.encode()).digest()
+    expected_cookie = hashlib.sha256(cookie_value(token).encode()).digest()
 
     @web.middleware
     async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
         scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
-        digest = hashlib.sha256(presented.strip().encode()).digest()
-        if scheme.lower() != "bearer" or not hmac.compare_digest(digest, expected):
+        digest = hashlib.sha256(presented.strip().encode("utf-8", "surrogateescape")).digest()
+        cookie = hashlib.sha256(request.cookies.get(COOKIE, "").encode("utf-8", "surrogateescape")).digest()
+        allowed = (scheme.lower() == "bearer" and hmac.compare_digest(digest, expected)) or hmac.compare_digest(
+            cookie, expected_cookie
+        )
+        if not allowed and not is_public(request.path):
             return web.json_response(
                 {"error": "unauthorized"}, status=401, headers={"WWW-Authenticate": 'Bearer realm="run-journal"'}
             )
@@ -159,15 +170,9 @@ def _request_ids(request: web.Request) -> tuple[str, str | None]:
     return run_id, session_id
 
 
-async def _in_thread(fn: Any, *args: Any) -> Any:
-    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
-
-
 async def _snapshot_handler(request: web.Request) -> web.Response:
     run_id, session_id = _request_ids(request)
-    session_dir = request.app[SESSION_DIR]
-
-    result = await _in_thread(_run_journal_live_snapshot, run_id, session_dir, session_id)
+    result = await asyncio.to_thread(_live_snapshot, request.app[STORE], run_id, session_id)
     if result is None:
         raise _not_found(run_id)
     return web.json_response(result, dumps=lambda v: json.dumps(v, ensure_ascii=False))
@@ -197,50 +202,28 @@ def _sse_message(row: dict[str, Any]) -> bytes:
     return ("\n".join(lines) + "\n\n").encode()
 
 
-
 async def _events_handler(request: web.Request) -> web.StreamResponse:
     run_id, session_id = _request_ids(request)
     cursor = _cursor(request, run_id)
-    session_dir = request.app[SESSION_DIR]
-    kwargs = _store_kwargs(session_dir)
-    lookup = _store_kwargs(session_dir, session_id=session_id)
-    summary = await _in_thread(lambda: find_run_summary(run_id, **lookup))
+    store = request.app[STORE]
+    summary = await asyncio.to_thread(find_run_summary, run_id, session_id=session_id, store=store)
     if summary is None:
         raise _not_found(run_id)
     session_id = summary["session_id"]
-    path = paths.run_path(session_id, run_id, session_dir)
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )
     await response.prepare(request)
-    # A run that had already ended only has its replay left to send.
-    finished = bool(summary["terminal"])
-    poll = request.app[POLL_INTERVAL]
-    heartbeat = request.app[HEARTBEAT]
-    loop = asyncio.get_running_loop()
-    last_sig: tuple[int, ...] | None = None
-    quiet_since = loop.time()
-    while True:
-        try:
-            sig: tuple[int, ...] | None = signature(os.stat(path))
-        except FileNotFoundError:
-            sig = None
-        if sig != last_sig:
-            last_sig = sig
-            window = await _in_thread(lambda c=cursor: read_run_events(session_id, run_id, after_seq=c, **kwargs))
-            rows = window["events"]
+    rows_iter = store.follow(session_id, run_id, after_seq=cursor, idle=request.app[HEARTBEAT])
+    try:
+        async for rows in rows_iter:
             if rows:
                 await response.write(b"".join(_sse_message(row) for row in rows))
-                cursor = rows[-1]["seq"]
-                quiet_since = loop.time()
-                if any(ends_run(row) for row in rows):
-                    break
-                continue
-        if finished:
-            break
-        if loop.time() - quiet_since >= heartbeat:
-            await response.write(b": keepalive\n\n")
-            quiet_since = loop.time()
-        await asyncio.sleep(poll)
+            else:
+                await response.write(b": keepalive\n\n")
+    finally:
+        aclose = getattr(rows_iter, "aclose", None)  # an async generator: end it here, not at garbage collection
+        if aclose is not None:
+            await aclose()
     await response.write_eof()
     return response

@@ -60,7 +60,10 @@ class SummaryFold:
         "last_seq",
         "run_id",
         "session_id",
+        "started_at",
+        "stream_end_at",
         "stream_end_state",
+        "terminal_row_at",
         "terminal_row_state",
     )
 
@@ -72,6 +75,10 @@ class SummaryFold:
         self.last_event: str | None = None
         self.terminal_row_state: str | None = None  # latest terminal row other than stream_end
         self.stream_end_state: str | None = None
+        # When the run started and when its terminal row was written (the rows' created_at).
+        self.started_at: float | None = None
+        self.terminal_row_at: float | None = None
+        self.stream_end_at: float | None = None
         # The parts of the message being streamed, and of the last message that had text
         # (often the same list); joined once, in result(), so a long run stays linear.
         self._current_text: list[str] = []
@@ -89,12 +96,17 @@ class SummaryFold:
         self._model.feed(row)
         if not isinstance(event, str):
             return
+        created_at = row.get("created_at")
+        if not isinstance(created_at, (int, float)) or isinstance(created_at, bool):
+            created_at = None
+        if self.started_at is None:
+            self.started_at = created_at
         state = terminal_state(event, payload)
         if state is not None:
             if event == "stream_end":
-                self.stream_end_state = state
+                self.stream_end_state, self.stream_end_at = state, created_at
             else:
-                self.terminal_row_state = state
+                self.terminal_row_state, self.terminal_row_at = state, created_at
         elif event == "token":
             text = payload.get("text") if isinstance(payload, dict) else None
             if isinstance(text, str) and text:
@@ -121,6 +133,8 @@ class SummaryFold:
             "last_event": self.last_event,
             "last_assistant_text": "".join(self._last_text),
             "runtime_model": self._model.value,
+            "started_at": self.started_at,
+            "ended_at": self.terminal_row_at if self.terminal_row_state else self.stream_end_at,
         }
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import paths
+from .listing import add_to_index, index_entry
 from .reading import parse_line
 from .states import TERMINAL_STATES, terminal_state
 
@@ -130,15 +131,19 @@ class _RunFile:
         return fd
 
     def _create(self, flags: int) -> int:
-        directory = Path(self.path).parent
+        file = Path(self.path)
+        directory = file.parent
         made = _make_dirs(directory)
+        # Indexed first: an entry without its file is skipped by lookups, a file without its entry is lost to them.
+        root, session_id, run_id = directory.parent, directory.name, file.name[: -len(paths.SUFFIX)]
+        made += add_to_index(root, session_id, run_id, new_root=root in made)
         try:
             fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:  # another writer created it first
             return os.open(self.path, flags)
         # The new name (and any directory made for it) must survive a crash as
         # surely as the terminal row that will be fsynced into it.
-        for d in {directory, *(m.parent for m in made)}:
+        for d in {directory, index_entry(root, session_id, run_id).parent, *(m.parent for m in made)}:
             _fsync_dir(d)
         return fd
 

@@ -30,7 +30,7 @@ import os
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from relay_runtime import CHUNK_MARK, MARK, SCOPE_END, SCOPE_START, Event, Relay, session
 from relay_runtime import conventions as cv
@@ -40,6 +40,10 @@ from . import paths
 from .background import RowWriter
 from .runtime_model import EVENT as RUNTIME_MODEL
 from .runtime_model import OBSERVED_OUTPUT, ROUTE_OBSERVED, observation
+from .storage import encode_json
+
+if TYPE_CHECKING:
+    from .store import RunJournalStore
 
 logger = logging.getLogger("relay_runtime.integrations.run_journal")
 
@@ -79,6 +83,45 @@ class _Attempt:
         return (self.provider, self.served or self.requested)
 
 
+def _plain(value: Any) -> Any:
+    """``value`` if the journal can write it as JSON, else its repr: a tool may return any object."""
+    try:
+        encode_json(value)
+    except TypeError:
+        return repr(value)
+    return value
+
+
+def _span(kind: str, event: Event) -> tuple[str, dict[str, Any]]:
+    """A ``span`` row: one node of the run's logical-call / attempt tree, written when it ends."""
+    output = event.output if isinstance(event.output, dict) else {}
+    payload: dict[str, Any] = {
+        "kind": kind,
+        "id": event.uuid,
+        "parent_id": event.parent_uuid,
+        "name": event.name,
+        "outcome": event.outcome or output.get("outcome"),
+        "provider": event.provider or output.get("provider"),
+        "model": _response_model(event) or event.model_name or output.get("model"),
+    }
+    if event.start_timestamp is not None:
+        payload["duration_s"] = (event.timestamp - event.start_timestamp) / 1e9
+    for key in (cv.CALL_ROLE, cv.RETRY_COUNT, cv.API_REQUEST_ID):
+        value = event.metadata.get(key)
+        if value is not None:
+            payload[key] = value
+    if event.error_type:
+        payload["error_type"] = event.error_type
+        payload["error_message"] = event.error_message
+    annotation = event.annotated_response if kind == "attempt" else None
+    if annotation is not None:
+        for name in _USAGE_FIELDS:
+            value = getattr(annotation.usage, name, None)
+            if isinstance(value, int):
+                payload[name] = value
+    return ("span", {key: value for key, value in payload.items() if value is not None})
+
+
 def _auxiliary(role: Any) -> bool:
     return isinstance(role, str) and role.startswith("auxiliary")
 
@@ -106,13 +149,16 @@ class JournalSubscriber:
         session_dir: str | os.PathLike[str] | None = None,
         fsync: str | None = None,
         queue_size: int = 10_000,
+        store: RunJournalStore | None = None,
     ) -> None:
         self._relay = relay
         self._attachments: list[Attachment] = []
         self._unmanaged_warned = False
         self.counts: Counter[str] = Counter()
         self._count_lock = threading.Lock()
-        self._writer = RowWriter(session_dir=session_dir, fsync=fsync, maxsize=queue_size, count=self._count)
+        self._writer = RowWriter(
+            session_dir=session_dir, fsync=fsync, maxsize=queue_size, count=self._count, store=store
+        )
         self._lock = threading.Lock()
         self._runs: dict[str, _Run] = {}  # turn scope uuid -> run
         self._scopes: dict[str, _Run] = {}  # any scope inside a run -> run
@@ -219,8 +265,10 @@ class JournalSubscriber:
                 run.scopes.discard(event.uuid)
                 if relay_kind == cv.LOGICAL_CALL:
                     self._end_call(run, event)
+                    self._emit(run, [_span("logical_call", event)])
                 elif relay_kind == cv.ATTEMPT:
                     self._end_attempt(event)
+                    self._emit(run, [_span("attempt", event)])
                 elif relay_kind == cv.TOOL:
                     self._emit(run, [("tool_result", self._tool_result(event))])
 
@@ -406,4 +454,6 @@ class JournalSubscriber:
             result["error"] = {"type": event.error_type, "message": event.error_message}
         if event.start_timestamp is not None:
             result["duration_ms"] = (event.timestamp - event.start_timestamp) / 1e6
+        if event.output is not None:
+            result["result"] = _plain(event.output)
         return result

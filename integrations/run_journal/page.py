@@ -1,0 +1,163 @@
+"""The run page: a list of runs and a live view of one run, served beside the journal's HTTP routes.
+
+The page is plain HTML, CSS and JavaScript shipped in ``ui/``; it reads the same snapshot and SSE
+routes as any other client. With a token, the page trades it once (``POST /ui/login``) for an
+HttpOnly, SameSite=Strict cookie, since a browser's ``EventSource`` cannot send an
+``Authorization`` header; the token itself never goes into a URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+from importlib import resources
+from typing import Any
+
+from aiohttp import web
+
+from .store import RunJournalStore
+
+COOKIE = "relay_journal_auth"
+LOGIN_PATH = "/ui/login"
+# Pages and their assets hold no journal data, so they are served without a token: the page has
+# to load before it can ask for one.
+PUBLIC_PREFIXES = ("/ui/",)
+PUBLIC_PATHS = frozenset(("/", "/favicon.ico"))
+MAX_LOGIN_BODY = 4096
+MAX_LISTED_RUNS = 200  # the newest ones: the list is for a person, not an export
+_ASSETS = {
+    "app.js": "text/javascript",
+    "style.css": "text/css",
+}
+_PAGES = ("index.html", "run.html")
+
+
+def cookie_value(token: str) -> str:
+    """What the cookie holds: derived from the token, so it survives a server restart with the same token."""
+    return hmac.new(token.encode(), b"relay-runtime journal page", hashlib.sha256).hexdigest()
+
+
+def is_public(path: str) -> bool:
+    """Paths served without a token: the pages, their assets, and the login that checks the token itself."""
+    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
+
+
+def _load(name: str) -> bytes:
+    return resources.files(__package__).joinpath("ui", name).read_bytes()
+
+
+class _Files:
+    """The page's files, read once from the package."""
+
+    def __init__(self) -> None:
+        self.pages = {name: _load(name) for name in _PAGES}
+        self.assets = {name: (_load(name), kind) for name, kind in _ASSETS.items()}
+
+
+_HEADERS = {
+    "Cache-Control": "no-cache",
+    "X-Content-Type-Options": "nosniff",
+    # Only our own script and style; nothing inline, nothing from elsewhere.
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
+    ),
+    "Referrer-Policy": "no-referrer",
+}
+
+FILES: web.AppKey[_Files] = web.AppKey("run_journal_page_files", _Files)
+TOKEN: web.AppKey[str | None] = web.AppKey("run_journal_page_token", str)
+STORE: web.AppKey[RunJournalStore] = web.AppKey("run_journal_page_store", RunJournalStore)
+
+
+def add_page(app: web.Application, *, store: RunJournalStore, token: str | None) -> None:
+    """Serve the page on ``app`` (the journal's routes app); ``token`` is the one its guard checks."""
+    app[FILES] = _Files()
+    app[TOKEN] = token
+    app[STORE] = store
+    app.router.add_get("/", _index)
+    app.router.add_get("/ui/sessions/{session_id}/runs/{run_id}", _run_page)
+    app.router.add_get("/ui/static/{name}", _asset)
+    app.router.add_post(LOGIN_PATH, _login)
+    app.router.add_get("/api/runs", _runs)
+
+
+def list_runs(store: RunJournalStore, limit: int = MAX_LISTED_RUNS) -> list[dict[str, Any]]:
+    """The newest runs of every session, each with its state, start, duration and cost (when priced)."""
+    runs = [run for listed in store.list_sessions() for run in store.list_runs(listed["session_id"])]
+    runs.sort(key=lambda run: run["updated_at"], reverse=True)
+    listed = []
+    for run in runs[:limit]:
+        summary = store.summary(run["session_id"], run["run_id"])
+        if not summary or not summary["event_count"]:
+            continue
+        started, ended = summary.get("started_at"), summary.get("ended_at")
+        listed.append(
+            {
+                "session_id": run["session_id"],
+                "run_id": run["run_id"],
+                "updated_at": run["updated_at"],
+                "terminal_state": summary["terminal_state"],
+                "started_at": started,
+                "duration_s": ended - started if started is not None and ended is not None else None,
+                "cost": summary.get("cost"),
+            }
+        )
+    return listed
+
+
+async def _runs(request: web.Request) -> web.Response:
+    runs = await asyncio.to_thread(list_runs, request.app[STORE])
+    return web.json_response({"runs": runs}, dumps=lambda value: json.dumps(value, ensure_ascii=False))
+
+
+def _html(body: bytes) -> web.Response:
+    return web.Response(body=body, content_type="text/html", charset="utf-8", headers=_HEADERS)
+
+
+async def _index(request: web.Request) -> web.Response:
+    return _html(request.app[FILES].pages["index.html"])
+
+
+async def _run_page(request: web.Request) -> web.Response:
+    # The ids are checked by the data routes the page calls; the page itself carries none of them.
+    return _html(request.app[FILES].pages["run.html"])
+
+
+async def _asset(request: web.Request) -> web.Response:
+    found = request.app[FILES].assets.get(request.match_info["name"])
+    if found is None:
+        raise web.HTTPNotFound(text="no such file")
+    body, kind = found
+    return web.Response(body=body, content_type=kind, charset="utf-8", headers=_HEADERS)
+
+
+def _refused(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+async def _login(request: web.Request) -> web.Response:
+    token = request.app[TOKEN]
+    if token is None:
+        return web.Response(status=204)  # nothing to trade: the journal is open
+    if request.content_length is not None and request.content_length > MAX_LOGIN_BODY:
+        return _refused(413, f"a login body is at most {MAX_LOGIN_BODY} bytes")
+    raw = await request.content.read(MAX_LOGIN_BODY + 1)
+    if len(raw) > MAX_LOGIN_BODY:
+        return _refused(413, f"a login body is at most {MAX_LOGIN_BODY} bytes")
+    try:
+        body: Any = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return _refused(400, 'the body must be JSON: {"token": "..."}')
+    presented = body.get("token") if isinstance(body, dict) else None
+    if not isinstance(presented, str):
+        return _refused(400, 'the body must be JSON: {"token": "..."}')
+    if not hmac.compare_digest(hashlib.sha256(presented.encode()).digest(), hashlib.sha256(token.encode()).digest()):
+        return _refused(401, "wrong token")
+    response = web.Response(status=204)
+    response.set_cookie(
+        COOKIE, cookie_value(token), httponly=True, samesite="Strict", path="/", secure=request.secure or None
+    )
+    return response

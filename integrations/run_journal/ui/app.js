@@ -1,0 +1,293 @@
+// The run page and the run list. Plain DOM, no framework: every value from the journal is put
+// in the page with textContent, never as markup, so a row holding "<script>" shows as text.
+"use strict";
+
+(function () {
+  const FOLD_AT = 240; // longer values are folded behind a <details>
+  const RETRY_MIN_MS = 250;
+  const RETRY_MAX_MS = 2000;
+  // Row events the page listens for; EventSource only delivers named events to listeners of that name.
+  const ROW_EVENTS = [
+    "message", "status", "token", "reasoning", "runtime_model", "warning", "tool", "tool_call",
+    "tool_result", "span", "done", "stream_end", "cancel", "apperror", "error",
+  ];
+
+  function el(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  function show(value) {
+    return typeof value === "string" ? value : JSON.stringify(value, null, 2);
+  }
+
+  // A value shown whole when short, folded when long.
+  function folded(label, value) {
+    const text = show(value);
+    if (text.length <= FOLD_AT) {
+      const line = el("div", "value");
+      line.append(el("span", "label", label + ": "), el("code", "", text));
+      return line;
+    }
+    const box = el("details", "value");
+    box.append(el("summary", "", label + ": " + text.slice(0, FOLD_AT / 2) + "…"), el("pre", "", text));
+    return box;
+  }
+
+  function seconds(value) {
+    if (typeof value !== "number" || !isFinite(value)) return "";
+    return value < 1 ? (value * 1000).toFixed(0) + " ms" : value.toFixed(2) + " s";
+  }
+
+  function cost(value) {
+    if (!value || typeof value.amount !== "number") return "";
+    return value.amount.toFixed(4) + " " + (value.currency || "");
+  }
+
+  // --- the token, traded once for an HttpOnly cookie (EventSource cannot send a header) ---------
+
+  function askForToken(then) {
+    const form = document.getElementById("login");
+    const error = document.getElementById("login-error");
+    const status = document.getElementById("status");
+    if (status) status.textContent = "";
+    form.hidden = false;
+    form.onsubmit = async (event) => {
+      event.preventDefault();
+      const token = document.getElementById("token").value;
+      const answer = await fetch("/ui/login", {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ token: token }),
+        credentials: "same-origin",
+      });
+      if (answer.ok) {
+        form.hidden = true;
+        error.hidden = true;
+        then();
+      } else {
+        error.textContent = answer.status === 401 ? "That token was refused." : "Login failed: HTTP " + answer.status;
+        error.hidden = false;
+      }
+    };
+  }
+
+  // --- the run list ----------------------------------------------------------------------------
+
+  async function listRuns() {
+    const status = document.getElementById("status");
+    const answer = await fetch("/api/runs", { credentials: "same-origin" });
+    if (answer.status === 401) return askForToken(listRuns);
+    if (!answer.ok) {
+      status.textContent = "Cannot list runs: HTTP " + answer.status;
+      return;
+    }
+    const runs = (await answer.json()).runs;
+    const table = document.getElementById("runs");
+    const body = table.querySelector("tbody");
+    body.replaceChildren();
+    for (const run of runs) {
+      const row = el("tr");
+      const link = el("a", "", run.run_id);
+      link.href = "/ui/sessions/" + encodeURIComponent(run.session_id) + "/runs/" + encodeURIComponent(run.run_id);
+      const runCell = el("td");
+      runCell.append(link);
+      const state = el("td", "state " + (run.terminal_state || ""), run.terminal_state || "");
+      const started = run.started_at ? new Date(run.started_at * 1000).toLocaleString() : "";
+      row.append(el("td", "", run.session_id), runCell, state, el("td", "", started),
+        el("td", "num", seconds(run.duration_s)), el("td", "num", cost(run.cost)));
+      body.append(row);
+    }
+    status.textContent = runs.length ? "" : "No runs yet.";
+    table.hidden = !runs.length;
+  }
+
+  // --- one run, followed live ------------------------------------------------------------------
+
+  function followRun() {
+    const parts = location.pathname.split("/").map(decodeURIComponent);
+    // /ui/sessions/<session_id>/runs/<run_id>
+    const sessionId = parts[3];
+    const runId = parts[5];
+    document.getElementById("title").textContent = runId + " (" + sessionId + ")";
+    document.title = runId + " · relay-runtime";
+
+    const stateBox = document.getElementById("state");
+    const connection = document.getElementById("connection");
+    const answerBox = document.getElementById("assistant-text");
+    const reasoningBox = document.getElementById("reasoning-box");
+    const reasoningText = document.getElementById("reasoning-text");
+    const model = document.getElementById("model");
+    const tools = document.getElementById("tools");
+    const notices = document.getElementById("notices");
+    const tree = document.getElementById("tree");
+
+    let lastSeq = 0; // rows at or below it are shown already: a replay after a reconnect adds nothing twice
+    let finished = false;
+    let source = null;
+    let retry = RETRY_MIN_MS;
+    let message = null; // the assistant message being streamed
+    const openTools = [];
+    const treeNodes = new Map();
+
+    function setState(state) {
+      stateBox.textContent = state;
+      stateBox.className = "state " + state;
+    }
+
+    function newMessage() {
+      message = null;
+    }
+
+    function appendText(text) {
+      if (!message) {
+        message = el("div", "message");
+        answerBox.append(message);
+      }
+      message.append(document.createTextNode(text));
+    }
+
+    function notice(kind, text) {
+      notices.append(el("li", kind, text));
+    }
+
+    function treeNode(span) {
+      let node = treeNodes.get(span.id);
+      if (!node) {
+        node = el("li");
+        node.append(el("span", "line"), el("ul"));
+        treeNodes.set(span.id, node);
+      }
+      const tokens = [span.input_tokens, span.output_tokens].every((n) => typeof n === "number")
+        ? " · " + span.input_tokens + " in / " + span.output_tokens + " out tokens" : "";
+      const what = [span.provider, span.model].filter(Boolean).join(" / ");
+      const line = node.querySelector(".line");
+      line.textContent = span.kind + " " + (span.name || "") + (what ? " [" + what + "]" : "") + " · " +
+        (span.outcome || "") + " · " + seconds(span.duration_s) + tokens +
+        (span.error_type ? " · " + span.error_type : "") + (span.cost ? " · " + cost(span.cost) : "");
+      line.className = "line outcome-" + (span.outcome || "");
+      // Parents end after their children, so a child may arrive first: adopt children already shown.
+      for (const [id, other] of treeNodes) {
+        if (other.dataset.parent === span.id && other.parentElement !== node.lastChild) node.lastChild.append(other);
+      }
+      node.dataset.parent = span.parent_id || "";
+      const parent = treeNodes.get(span.parent_id);
+      (parent ? parent.lastChild : tree).append(node);
+    }
+
+    function apply(row) {
+      const payload = row.payload && typeof row.payload === "object" ? row.payload : {};
+      switch (row.event) {
+        case "status":
+          if (payload.type === "run_started") setState("running");
+          break;
+        case "token":
+          if (typeof payload.text === "string") appendText(payload.text);
+          break;
+        case "reasoning":
+          if (typeof payload.text === "string") {
+            reasoningBox.hidden = false;
+            reasoningText.append(document.createTextNode(payload.text));
+          }
+          break;
+        case "runtime_model":
+          model.textContent = typeof payload.model === "string"
+            ? "answered by " + [payload.provider, payload.model].filter(Boolean).join(" / ") +
+              (payload.fallback_active ? " (fallback)" : "")
+            : "";
+          break;
+        case "warning":
+          notice("warning", payload.type === "fallback"
+            ? "fallback: " + [payload.from_provider, payload.from_model].filter(Boolean).join(" / ") + " → " +
+              [payload.to_provider, payload.to_model].filter(Boolean).join(" / ")
+            : "warning: " + show(payload.message || payload));
+          if (payload.type === "fallback") newMessage();
+          break;
+        case "tool": {
+          const item = el("li");
+          item.append(el("strong", "", String(payload.name || "tool")), folded("arguments", payload.args ?? null));
+          tools.append(item);
+          openTools.push(item);
+          newMessage();
+          break;
+        }
+        case "tool_result": {
+          const item = openTools.shift() || tools.appendChild(el("li"));
+          const outcome = payload.outcome ? " (" + payload.outcome + ", " + seconds((payload.duration_ms || 0) / 1000) + ")" : "";
+          item.append(folded((payload.error ? "error" : "result") + outcome, payload.error ?? payload.result ?? ""));
+          break;
+        }
+        case "tool_call": {
+          const item = el("li");
+          item.append(el("strong", "", "the model asked for tools"), folded("calls", payload.calls ?? payload));
+          tools.append(item);
+          newMessage();
+          break;
+        }
+        case "span":
+          treeNode(payload);
+          break;
+        case "apperror":
+        case "error":
+          notice("error", (payload.error_type || payload.type || "error") + ": " + show(payload.message || ""));
+          break;
+      }
+      if (row.terminal) {
+        finished = true;
+        setState(row.terminal_state || "ended");
+        if (source) source.close();
+        connection.hidden = true;
+      }
+    }
+
+    function onRow(event) {
+      if (!(event instanceof MessageEvent) || typeof event.data !== "string") return; // a connection error
+      let row;
+      try {
+        row = JSON.parse(event.data);
+      } catch (_) {
+        return;
+      }
+      retry = RETRY_MIN_MS;
+      connection.hidden = true;
+      if (typeof row.seq !== "number" || row.seq <= lastSeq) return;
+      lastSeq = row.seq;
+      apply(row);
+    }
+
+    async function onError(event) {
+      if (event instanceof MessageEvent) return; // an "error" row, handled by onRow
+      if (finished) return;
+      source.close();
+      connection.hidden = false;
+      // A refused or missing run is not a dropped network: ask before retrying blindly.
+      const answer = await fetch("/runs/" + encodeURIComponent(runId) + "?session_id=" + encodeURIComponent(sessionId),
+        { credentials: "same-origin" }).catch(() => null);
+      if (answer && answer.status === 401) {
+        connection.hidden = true;
+        return askForToken(connect);
+      }
+      setTimeout(connect, retry);
+      retry = Math.min(retry * 2, RETRY_MAX_MS);
+    }
+
+    function connect() {
+      if (finished) return;
+      const url = "/runs/" + encodeURIComponent(runId) + "/events?session_id=" + encodeURIComponent(sessionId) +
+        (lastSeq ? "&after_seq=" + lastSeq : "");
+      source = new EventSource(url, { withCredentials: true });
+      for (const name of ROW_EVENTS) source.addEventListener(name, onRow);
+      source.addEventListener("error", onError);
+      source.onopen = () => {
+        connection.hidden = true;
+      };
+    }
+
+    connect();
+  }
+
+  if (document.body.dataset.page === "run") followRun();
+  else listRuns();
+})();

@@ -1,0 +1,262 @@
+"""The run page in a real headless Chromium: a run followed live across two server restarts and a reload.
+
+Chromium is Debian's (``apt-get install chromium``), driven by the ``playwright`` package with
+``executable_path`` set, since ``playwright install`` cannot download here. Without them the test
+skips with the reason, except under ``CI=true``, where it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from process_support import LineReader
+
+from relay_runtime.integrations.run_journal import latest_run_summary, read_run_events
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "test-artifacts"  # git-ignored: screenshots a person can look at
+SESSION, RUN, TOKEN = "web-session", "run-live-1", "page-secret-7f3a"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+WAIT_MS = 20_000
+
+# Writes the run in batches, one per line read on stdin, so the test decides when each lands.
+WRITER = textwrap.dedent(
+    """
+    import json, sys
+    from relay_runtime.integrations.run_journal import RunJournalWriter
+    writer = RunJournalWriter(sys.argv[1], sys.argv[2], session_dir=sys.argv[3])
+    for line in sys.stdin:
+        for event, payload in json.loads(line):
+            writer.append_sse_event(event, payload)
+        print("written", flush=True)
+    """
+)
+
+HOSTILE_ARGS = "<script>window.__pwned = 1</script><img src=x onerror='window.__pwned = 2'>"
+
+
+def _tokens(words: str) -> list[tuple[str, dict[str, Any]]]:
+    return [("token", {"text": word + " "}) for word in words.split()]
+
+
+BATCHES: list[list[tuple[str, Any]]] = [
+    [
+        ("status", {"type": "run_started", "task_id": "t-1"}),
+        (
+            "runtime_model",
+            {"session_id": SESSION, "stream_id": RUN, "model": "claude-x", "provider": "anthropic",
+             "fallback_active": False, "phase": "observed_output"},
+        ),
+        *_tokens("Let me look that up for you."),
+        ("tool", {"name": "search", "args": {"query": HOSTILE_ARGS}}),
+        ("tool_result", {"name": "search", "outcome": "success", "duration_ms": 12.5, "result": "x" * 600}),
+    ],
+    [*_tokens("The answer is <b>forty-two</b> & nothing else;"), *_tokens("it was written while the server was down.")],
+    [*_tokens("A second restart loses nothing either.")],
+    [
+        (
+            "warning",
+            {"type": "fallback", "message": "Switched to fallback: claude-x (anthropic)", "from_provider": "openai",
+             "from_model": "gpt-x", "to_provider": "anthropic", "to_model": "claude-x"},
+        ),
+        *_tokens("After the reload, the page follows on."),
+        (
+            "span",
+            {"kind": "attempt", "id": "a1", "parent_id": "c1", "name": "llm", "provider": "openai",
+             "model": "gpt-x", "outcome": "failed", "duration_s": 0.2, "error_type": "RateLimitError"},
+        ),
+        (
+            "span",
+            {"kind": "attempt", "id": "a2", "parent_id": "c1", "name": "llm", "provider": "anthropic",
+             "model": "claude-x", "outcome": "success", "duration_s": 1.4, "input_tokens": 120,
+             "output_tokens": 48},
+        ),
+        ("span", {"kind": "logical_call", "id": "c1", "name": "main", "outcome": "success", "duration_s": 1.7}),
+        ("done", {"usage": {"input_tokens": 120, "output_tokens": 48}}),
+    ],
+]
+
+
+def _unavailable(why: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"the browser test cannot run under CI: {why}")
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("the playwright package is not installed (it is in the dev extra)")
+    executable = shutil.which("chromium") or shutil.which("chromium-browser")
+    if executable is None:
+        _unavailable("Debian's chromium is not installed (apt-get install chromium)")
+    with sync_playwright() as playwright:
+        try:
+            launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        except Exception as exc:  # any launch failure means no browser, said plainly
+            _unavailable(f"chromium at {executable} did not start: {exc}")
+        yield launched
+        launched.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Server:
+    """``relay-runtime journal serve`` in its own process, killed and restarted on the same port."""
+
+    def __init__(self, session_dir: Path) -> None:
+        self.session_dir = session_dir
+        self.port = _free_port()
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        command = [str(Path(sys.executable).parent / "relay-runtime"), "journal", "serve"]
+        command += ["--port", str(self.port), "--session-dir", str(self.session_dir), "--token", TOKEN]
+        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        line = LineReader(self.proc.stdout).next(timeout=30)  # type: ignore[arg-type]
+        assert f"http://127.0.0.1:{self.port}/" in line, line
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)  # no goodbye: the page sees a dropped connection
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    running = Server(tmp_path / "sessions")
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def writer(server: Server) -> Iterator[Any]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, SESSION, RUN, str(server.session_dir)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    lines = LineReader(proc.stdout)  # type: ignore[arg-type]
+
+    def write(batch: list[tuple[str, Any]]) -> None:
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(batch) + "\n")
+        proc.stdin.flush()
+        assert lines.next(timeout=30).strip() == "written"
+
+    yield write
+    if proc.stdin is not None:
+        proc.stdin.close()
+    proc.wait(timeout=10)
+
+
+def test_the_page_follows_a_run_across_restarts_and_a_reload(browser: Any, server: Server, writer: Any) -> None:
+    from playwright.sync_api import expect
+
+    server.start()
+    context = browser.new_context()
+    page = context.new_page()
+    urls: list[str] = []
+    page.on("request", lambda request: urls.append(request.url))
+    writer(BATCHES[0])
+    page.goto(f"http://127.0.0.1:{server.port}/ui/sessions/{SESSION}/runs/{RUN}")
+
+    # The token is asked for once; a wrong one is refused and shows nothing.
+    expect(page.locator("#login")).to_be_visible(timeout=WAIT_MS)
+    page.fill("#token", "not-the-token")
+    page.click("#login button")
+    expect(page.locator("#login-error")).to_have_text("That token was refused.", timeout=WAIT_MS)
+    expect(page.locator("#assistant-text")).to_have_text("")
+    page.fill("#token", TOKEN)
+    page.click("#login button")
+    expect(page.locator("#login")).to_be_hidden(timeout=WAIT_MS)
+
+    def shows(batches: int) -> None:
+        words = [p["text"] for batch in BATCHES[:batches] for e, p in batch if e == "token"]
+        expect(page.locator("#assistant-text")).to_have_text("".join(words), timeout=WAIT_MS)
+
+    shows(1)
+    expect(page.locator("#state")).to_have_text("running")
+
+    for batch in (1, 2):  # twice: kill the server, write while it is down, start it again
+        server.kill()
+        expect(page.locator("#connection")).to_be_visible(timeout=WAIT_MS)
+        expect(page.locator("#connection")).to_have_text("reconnecting…")
+        writer(BATCHES[batch])
+        server.start()
+        shows(batch + 1)
+        expect(page.locator("#connection")).to_be_hidden(timeout=WAIT_MS)
+
+    page.reload()  # the whole run so far, then it follows on
+    shows(3)
+    writer(BATCHES[3])
+    shows(4)
+    expect(page.locator("#state")).to_have_text("completed", timeout=WAIT_MS)
+
+    # Exactly the journal's text, nothing twice; the last message is the summary's last assistant text.
+    rows = read_run_events(SESSION, RUN, session_dir=server.session_dir)["events"]
+    journal_text = "".join(r["payload"]["text"] for r in rows if r["event"] == "token")
+    assert page.locator("#assistant-text").text_content() == journal_text
+    summary = latest_run_summary(SESSION, RUN, session_dir=server.session_dir)
+    assert summary is not None
+    assert page.locator("#assistant-text .message").last.text_content() == summary["last_assistant_text"]
+
+    # Rows are text, never markup.
+    assert page.evaluate("window.__pwned") is None
+    assert HOSTILE_ARGS in (page.locator("#tools").text_content() or "")
+    assert page.locator("#assistant-text b").count() == 0
+    # The tool's long result is folded; the call tree shows the fallback's two attempts under their call.
+    assert page.locator("#tools details").count() == 1
+    expect(page.locator("#tree > li")).to_have_count(1)
+    expect(page.locator("#tree > li > ul > li")).to_have_count(2)
+    assert "RateLimitError" in (page.locator("#tree").text_content() or "")
+    expect(page.locator("#notices")).to_have_text("fallback: openai / gpt-x → anthropic / claude-x")
+
+    cookie = next(c for c in context.cookies() if c["name"] == "relay_journal_auth")
+    assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict"
+    assert cookie["value"] != TOKEN
+    assert not [url for url in urls if TOKEN in url], "the token must never appear in a URL"
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "run-page.png"), full_page=True)
+
+    # The list of runs links to it, with its final state.
+    page.goto(f"http://127.0.0.1:{server.port}/")
+    row = page.locator("#runs tbody tr")
+    expect(row).to_have_count(1, timeout=WAIT_MS)
+    expect(row.locator("td").nth(2)).to_have_text("completed")
+    row.locator("a").click()
+    expect(page).to_have_url(f"http://127.0.0.1:{server.port}/ui/sessions/{SESSION}/runs/{RUN}")
+    expect(page.locator("#state")).to_have_text("completed", timeout=WAIT_MS)
+    context.close()
