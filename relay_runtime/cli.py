@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Iterator
 from importlib.metadata import entry_points
@@ -66,15 +65,17 @@ def _has_content(path: str) -> bool:
 
 
 def _summary(entry: Any) -> str:
-    """A plugin command's one-line description: the first line of its module's docstring."""
+    """A plugin command's one-line description: its module's ``SUMMARY``, else its docstring's first line."""
     try:
         command = entry.load()
     except ImportError as exc:
         return f"(needs an optional dependency: {exc})"
-    doc = (getattr(sys.modules.get(command.__module__), "__doc__", None) or command.__doc__ or "").strip()
-    first = doc.splitlines()[0].strip() if doc else ""
-    # Module docstrings open with the command line in backquotes: keep what it does.
-    return re.sub(r"^`+[^`]*`+:\s*", "", first).rstrip(".")
+    module = sys.modules.get(command.__module__)
+    summary = getattr(module, "SUMMARY", None)
+    if isinstance(summary, str) and summary:
+        return summary
+    doc = (getattr(module, "__doc__", None) or command.__doc__ or "").strip()
+    return doc.splitlines()[0].strip() if doc else ""
 
 
 def _usage(commands: list[str], plugins: dict[str, Any], *, full: bool) -> str:

@@ -36,7 +36,7 @@ def test_top_level_help_describes_every_command(capsys) -> None:
     ("argv", "says"),
     [
         (["trace", "--help"], "Draw the scope tree of a run from a JSONL event file"),
-        (["journal", "--help"], "the rows JournalSubscriber wrote for one turn"),
+        (["journal", "--help"], "the rows JournalSubscriber wrote for each turn"),
         (["journal", "show", "--help"], "Print a run's rows and its summary"),
         (["journal", "tail", "--help"], "exit at its terminal row"),
         (["voice", "--help"], "The realtime voice relay"),

@@ -12,6 +12,9 @@ from typing import Any, TextIO
 from . import paths
 from .store import FileStore, RunJournalStore
 
+# The one line `relay-runtime --help` shows for this command.
+SUMMARY = "read a run's journal (show, tail) or serve a page that follows runs live"
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(

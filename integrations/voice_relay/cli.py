@@ -14,6 +14,9 @@ from aiohttp import web
 from .config import RelayConfig
 from .server import RelayServer, create_app
 
+# The one line `relay-runtime --help` shows for this command.
+SUMMARY = "run the realtime voice relay (serve)"
+
 
 def _is_loopback(host: str) -> bool:
     if host == "localhost":
