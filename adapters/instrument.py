@@ -4,7 +4,7 @@ Traced methods, per API (the SDKs' other helpers go through these):
 
 - chat completions: ``create`` (``stream=True`` too, and so ``chat.completions.stream()``), ``parse``
 - responses: ``create`` (and so ``responses.stream()``), ``parse``
-- anthropic messages: ``create``, ``stream``
+- anthropic messages: ``create``, ``stream``, ``parse``
 
 Per client, the wrapper is set on the client's own resource objects, shadowing the
 class's method, so other clients are untouched and ``uninstrument`` restores the very
@@ -44,7 +44,7 @@ _lock = threading.Lock()
 METHODS: dict[str, tuple[str, ...]] = {
     CHAT_COMPLETIONS: ("create", "parse"),
     RESPONSES: ("create", "parse"),
-    ANTHROPIC_MESSAGES: ("create", "stream"),
+    ANTHROPIC_MESSAGES: ("create", "stream", "parse"),
 }
 
 # The SDK resource classes ``instrument()`` wraps: (module, class, api).
