@@ -300,4 +300,6 @@ def test_anthropic_parse(relay_turn, relay_events, scripted) -> None:
     s = scripted("anthropic", t.json_reply(t.anthropic_message_body('{"city": "Kyiv"}', model="claude-p")))
     parsed = s.client.messages.parse(model="claude-p", max_tokens=50, messages=[], output_format=Answer)
     assert parsed.parsed_output == Answer(city="Kyiv")
-    check(only_attempt(relay_events), model="claude-p", inputs=30, outputs=9, finish=["end_turn"], text='{"city": "Kyiv"}')
+    check(
+        only_attempt(relay_events), model="claude-p", inputs=30, outputs=9, finish=["end_turn"], text='{"city": "Kyiv"}'
+    )
