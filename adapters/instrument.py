@@ -170,72 +170,61 @@ class _Body:
         return getattr(self.stream, name)
 
 
-def _open_raw(client: Any, mode: str, wrapped: Any, kwargs: dict[str, Any]) -> tuple[Any, Any, _Body]:
-    """Prepare the attempt as dispatch does; the SDK call itself is made by the stream opener."""
+def _open_raw(client: Any, mode: str, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any], _Body]:
+    """The request and the attempt's options as dispatch prepares them, and the stream's source."""
     streamed = bool(kwargs.get("stream"))
     api, request, name, model_name, metadata, _ = dispatch.prepare(kwargs, mode, client, stream=streamed)
-    body = _Body()
-    return api, (request, name, model_name, metadata), body
+    options = {"name": name, "model_name": model_name, "metadata": metadata, "codec": api.codec}
+    return request, options, _Body()
+
+
+def _opened(cls: type[Any], raw: Any, managed: Any, body: _Body, kwargs: dict[str, Any], kind: str) -> tuple[Any, bool]:
+    """What the caller gets, and whether the body is already read (then it is parsed now, ending the attempt)."""
+    if managed is body:  # unmanaged: no turn or no consumer
+        return raw, False
+    if _read_already(kwargs, kind):
+        return raw, True
+    return _watch(cls, raw, managed, body, kwargs, kind), False
 
 
 def _raw(client: Any, mode: str, wrapped: Any, kwargs: dict[str, Any], kind: str) -> Any:
-    api, (request, name, model_name, metadata), body = _open_raw(client, mode, wrapped, kwargs)
+    request, options, body = _open_raw(client, mode, kwargs)
     holder: list[Any] = []
 
     def open_body(**sent: Any) -> _Body:
         holder.append(wrapped(**sent))
         return body
 
-    managed = calls.stream_current(
-        request,
-        dispatch.sync_callback(open_body, client),
-        name=name,
-        model_name=model_name,
-        metadata=metadata,
-        codec=api.codec,
-    )
-    raw = holder[0]
-    if managed is body:  # unmanaged: no turn or no consumer
-        return raw
-    if _read_already(kwargs, kind):
+    managed = calls.stream_current(request, dispatch.sync_callback(open_body, client), **options)
+    out, read = _opened(WatchedResponse, holder[0], managed, body, kwargs, kind)
+    if read:
         try:
-            parsed = raw.parse()
+            parsed = out.parse()
         except Exception:
             parsed = None
         finish_whole(managed, parsed)
-        return raw
-    return _watch(WatchedResponse, raw, managed, body, kwargs, kind)
+    return out
 
 
 async def _araw(client: Any, mode: str, wrapped: Any, kwargs: dict[str, Any], kind: str) -> Any:
-    api, (request, name, model_name, metadata), body = _open_raw(client, mode, wrapped, kwargs)
+    request, options, body = _open_raw(client, mode, kwargs)
     holder: list[Any] = []
 
     async def open_body(**sent: Any) -> _Body:
         holder.append(await wrapped(**sent))
         return body
 
-    managed = await calls.stream_current_async(
-        request,
-        dispatch.async_callback(open_body, client),
-        name=name,
-        model_name=model_name,
-        metadata=metadata,
-        codec=api.codec,
-    )
-    raw = holder[0]
-    if managed is body:
-        return raw
-    if _read_already(kwargs, kind):
+    managed = await calls.stream_current_async(request, dispatch.async_callback(open_body, client), **options)
+    out, read = _opened(AsyncWatchedResponse, holder[0], managed, body, kwargs, kind)
+    if read:
         try:
-            parsed = raw.parse()
+            parsed = out.parse()  # synchronous for openai's legacy response, a coroutine for anthropic's
             if inspect.isawaitable(parsed):
                 parsed = await parsed
         except Exception:
             parsed = None
         finish_whole(managed, parsed)
-        return raw
-    return _watch(AsyncWatchedResponse, raw, managed, body, kwargs, kind)
+    return out
 
 
 # "true": openai's with_raw_response (a legacy response, synchronous for both clients);
