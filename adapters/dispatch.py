@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from types import MappingProxyType, MethodType
+from types import MethodType
 from typing import Any
 
 from relay_runtime import auxiliary, calls
@@ -147,11 +147,9 @@ def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, *, str
 
 
 def _kwargs_of(request: LLMRequest) -> dict[str, Any]:
-    content = request.content
-    # An LLMRequest keeps its content in a read-only proxy of a private dict: copying the
-    # dict underneath is several times cheaper than rebuilding one from the proxy.
-    kwargs = content.copy() if type(content) is MappingProxyType else dict(content)
-    headers = request.headers
+    # A shallow copy: ``request.content`` (a deep one, for intercepts to edit) costs more.
+    kwargs = request.kwargs()
+    headers = request.raw_headers()
     if headers:
         # Headers an intercept added travel as extra_headers, over any the caller gave.
         kwargs["extra_headers"] = {**(kwargs.get("extra_headers") or {}), **headers}

@@ -157,7 +157,7 @@ def raw_spans_body(
     clock = time.perf_counter_ns
 
     def body() -> Any:
-        content = request.content
+        content = request.raw_content()
         logical = tracer.start_span(
             "logical_llm_call",
             context=turn_context,

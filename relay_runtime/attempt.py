@@ -38,6 +38,9 @@ _LLM = ScopeType.LLM.value
 _SUCCESS = Outcome.SUCCESS.value
 _NO_CHAINS: Mapping[str, tuple[Intercept, ...]] = MappingProxyType({})
 
+_CANCELLED = Outcome.CANCELLED.value
+_NOTHING: Any = object()
+
 FinishHook = Callable[[str, Any, "BaseException | None"], None]
 
 
@@ -60,6 +63,9 @@ class Attempt:
         "codec",
         "finished",
         "handle",
+        "held",
+        "hold",
+        "live",
         "metadata",
         "model_name",
         "name",
@@ -93,6 +99,12 @@ class Attempt:
         self.metadata = metadata
         self.on_finish = on_finish
         self.finished = False
+        # While True, the execution chain's continuations may reach the provider (see chains).
+        self.live = False
+        # Set by whoever validates responses after the call (an auxiliary call): the attempt then
+        # stays open, holding its response, until ``release`` says how it ended.
+        self.hold: Callable[[Attempt], None] | None = None
+        self.held: Any = _NOTHING
         self.annotated: AnnotatedLLMRequest | None = None
         self.view: AnnotatedRequestField = None
         self.chains = _NO_CHAINS
@@ -110,45 +122,131 @@ class Attempt:
 
         Every chain the call will run (execution and response ones included) is
         resolved here, once: a registration made while the call is in flight
-        applies to later calls only.
+        applies to later calls only. In a synchronous call a guardrail or
+        request intercept that returns an awaitable is a ``TypeError``.
         """
-        relay = self.relay
-        intercepts = relay.intercepts
         request = self.request
-        codec = self.codec
-        policy = False
         try:
-            chains = self.chains = intercepts.resolve(self.handle.parent) if intercepts.active else _NO_CHAINS
-            guardrails = chains.get(LLM_GUARDRAIL, ())
-            edits = chains.get(LLM_REQUEST, ())
-            policy = bool(guardrails or edits)
-            if policy and codec is not None:
-                # Policy reads the view, so it is decoded now, and the call fails closed without it.
-                self.annotated = codec.decode(request.content)
+            guardrails, edits = self._resolve()
+            name = self.name
             for entry in guardrails:
-                reason = entry.fn(self.name, request, self.annotated)
+                reason = entry.fn(name, request, self.annotated)
                 if reason is not None:
-                    if is_awaitable(reason):
-                        refuse_awaitable(reason, f"guardrail {entry.name!r} must be synchronous")
-                    raise GuardrailRejected(entry.name, str(reason))
+                    self._refuse(entry, reason, False)
+            # ``_edit``'s work, inlined: this loop runs on every call that has a request intercept.
             if edits:
-                request = self._apply_request_intercepts(edits, request)
+                before = self.annotated.snapshot() if self.annotated is not None else None
+                for entry in edits:
+                    outcome = entry.fn(name, request, self.annotated)
+                    if type(outcome) is not LLMRequestInterceptOutcome:
+                        outcome = self._outcome(entry, outcome, False)
+                    if outcome.annotated_request is not None:
+                        self.annotated = outcome.annotated_request
+                    request = outcome.request
+                    if entry.break_chain:
+                        break
+                request = self._after_edits(before, request)
         except BaseException as exc:
-            self.view = redacted_annotation(self.annotated)
-            self._emit_start(request)
-            self.fail(exc)
+            self._refused(request, exc)
             raise
+        return self._started(request)
+
+    async def prepare_async(self) -> LLMRequest:
+        """``prepare`` for async calls: guardrails and request intercepts may be coroutine functions.
+
+        Their awaitables are awaited here, on the caller's loop; the rest is ``prepare``'s.
+        """
+        request = self.request
+        try:
+            guardrails, edits = self._resolve()
+            name = self.name
+            for entry in guardrails:
+                reason = entry.fn(name, request, self.annotated)
+                if reason is not None and is_awaitable(reason):
+                    reason = await reason
+                if reason is not None:
+                    self._refuse(entry, reason, True)
+            # Request intercepts as in ``prepare``, each outcome awaited first.
+            if edits:
+                before = self.annotated.snapshot() if self.annotated is not None else None
+                for entry in edits:
+                    outcome = entry.fn(name, request, self.annotated)
+                    request = self._edit(entry, await outcome if is_awaitable(outcome) else outcome)
+                    if entry.break_chain:
+                        break
+                request = self._after_edits(before, request)
+        except BaseException as exc:
+            self._refused(request, exc)
+            raise
+        return self._started(request)
+
+    def _resolve(self) -> tuple[tuple[Intercept, ...], tuple[Intercept, ...]]:
+        """Resolve every chain; decode the view now if policy will read it (failing closed without it)."""
+        intercepts = self.relay.intercepts
+        chains = self.chains = intercepts.resolve(self.handle.parent) if intercepts.active else _NO_CHAINS
+        guardrails = chains.get(LLM_GUARDRAIL, ())
+        edits = chains.get(LLM_REQUEST, ())
+        if (guardrails or edits) and self.codec is not None:
+            self.annotated = self.codec.decode(self.request.raw_content())
+        return guardrails, edits
+
+    def _refuse(self, entry: Intercept, reason: Any, awaited: bool) -> None:
+        """A guardrail said no (or, in a synchronous call, returned an awaitable)."""
+        if not awaited and is_awaitable(reason):
+            refuse_awaitable(
+                reason, f"guardrail {entry.name!r} returned an awaitable in a synchronous call; it must be synchronous"
+            )
+        raise GuardrailRejected(entry.name, str(reason))
+
+    def _edit(self, entry: Intercept, outcome: Any) -> LLMRequest:
+        """Take an (awaited) request intercept's outcome: its view becomes current, its request is returned."""
+        if type(outcome) is not LLMRequestInterceptOutcome:
+            outcome = self._outcome(entry, outcome, True)
+        if outcome.annotated_request is not None:
+            self.annotated = outcome.annotated_request
+        return outcome.request
+
+    def _outcome(self, entry: Intercept, outcome: Any, awaited: bool) -> LLMRequestInterceptOutcome:
+        """A request intercept's result that is not plainly an outcome: a subclass of one, or an error."""
+        if isinstance(outcome, LLMRequestInterceptOutcome):
+            return outcome
+        message = (
+            f"request intercept {entry.name!r} must return an LLMRequestInterceptOutcome, got {type(outcome).__name__}"
+        )
+        if not awaited and is_awaitable(outcome):
+            refuse_awaitable(outcome, f"{message}; in a synchronous call it must be synchronous")
+        raise TypeError(message)
+
+    def _after_edits(self, before: AnnotatedLLMRequest | None, request: LLMRequest) -> LLMRequest:
+        """Overlay what the intercepts changed in the neutral view onto the request's kwargs."""
+        if before is not None and self.annotated is not None and self.codec is not None:
+            changes = self.annotated.changes_since(before)
+            if changes:
+                request = request.replace(content=self.codec.apply(request.raw_content(), changes))
+        return request
+
+    def _refused(self, request: LLMRequest, exc: BaseException) -> None:
+        """Policy (or its bookkeeping) failed before the provider: the attempt starts and ends failed."""
+        self.view = redacted_annotation(self.annotated)
+        try:
+            self._emit_start(request)
+        finally:
+            self.fail(exc)
+
+    def _started(self, request: LLMRequest) -> LLMRequest:
+        relay = self.relay
+        codec = self.codec
         self.request = request
         if self.annotated is not None:
             view = self.view = redacted_annotation(self.annotated)
             if self.model_name is None and view is not None:
                 self.model_name = view.model
-        elif codec is not None and not policy and (relay.subscribers.start or relay.subscribers.end):
+        elif codec is not None and (relay.subscribers.start or relay.subscribers.end):
             # Only observers want the view: decoded when one first reads it (or now, when the
             # caller gave no model name and the start event takes it from there), and a codec that
             # cannot decode costs the view (counted), not the call. The caller's lists
             # (messages, tools) are copied now, since agents append to them after the call.
-            kwargs = request.content
+            kwargs = request.raw_content()
             content = kwargs.copy() if type(kwargs) is MappingProxyType else dict(kwargs)
             for key, value in content.items():
                 if type(value) is list:
@@ -159,31 +257,13 @@ class Attempt:
                 self.view = decoded
             else:
                 self.view = Deferred(_decode_for_observers, relay, self.name, codec, content)
-        self._emit_start(request)
-        return request
-
-    def _apply_request_intercepts(self, edits: tuple[Intercept, ...], request: LLMRequest) -> LLMRequest:
-        before = self.annotated.snapshot() if self.annotated is not None else None
-        name = self.name
-        for entry in edits:
-            outcome = entry.fn(name, request, self.annotated)
-            if not isinstance(outcome, LLMRequestInterceptOutcome):
-                message = (
-                    f"request intercept {entry.name!r} must return an LLMRequestInterceptOutcome, "
-                    f"got {type(outcome).__name__}"
-                )
-                if is_awaitable(outcome):
-                    refuse_awaitable(outcome, f"{message}; it must be synchronous")
-                raise TypeError(message)
-            request = outcome.request
-            if outcome.annotated_request is not None:
-                self.annotated = outcome.annotated_request
-            if entry.break_chain:
-                break
-        if before is not None and self.annotated is not None and self.codec is not None:
-            changes = self.annotated.changes_since(before)
-            if changes:
-                request = request.replace(content=self.codec.apply(request.content, changes))
+        try:
+            self._emit_start(request)
+        except BaseException as exc:
+            # A subscriber's KeyboardInterrupt (say) may propagate, but never past an attempt left open.
+            self.fail(exc)
+            raise
+        self.live = True
         return request
 
     def _emit_start(self, request: LLMRequest) -> None:
@@ -200,7 +280,7 @@ class Attempt:
                 self.name,
                 _LLM,
                 h.start_ns,
-                input=redacted_request(request.headers, request.content),
+                input=redacted_request(request.raw_headers(), request.raw_content()),
                 metadata=dict(self.metadata),
                 provider=self.name,
                 model_name=self.model_name,
@@ -227,7 +307,10 @@ class Attempt:
         return self.chains.get(LLM_RESPONSE, ())
 
     def succeed(self, response: Any) -> Any:
-        """Run response intercepts (policy: they fail closed), then end the attempt as a success."""
+        """Run response intercepts (policy: they fail closed), then end the attempt as a success.
+
+        With a ``hold`` set, the attempt stays open holding the response instead, until ``release``.
+        """
         chain = self.chains.get(LLM_RESPONSE)
         if chain:
             try:
@@ -240,10 +323,32 @@ class Attempt:
                     if entry.break_chain:
                         break
             except BaseException as exc:
-                self.fail(exc)
+                # The provider did answer: its response stays in the record beside the failure.
+                self.finish(outcome_of(exc), response, exc, None)
                 raise
+        if self.hold is not None:
+            self.live = False  # its call has settled, though the attempt stays open
+            self.held = response
+            self.hold(self)
+            return response
         self.finish(_SUCCESS, response, None, None)
         return response
+
+    def release(self, error: BaseException | None = None) -> None:
+        """End a held attempt: a success, or failed with ``error`` (its held response still recorded)."""
+        response, self.held = self.held, _NOTHING
+        if response is _NOTHING:
+            response = None
+        self.finish(_SUCCESS if error is None else outcome_of(error), response, error, None)
+
+    def abandon(self) -> None:
+        """End an attempt whose turn is ending: a held response as the success it was, an open stream cancelled."""
+        if self.finished:
+            return
+        if self.held is not _NOTHING:
+            self.release()
+        else:
+            self.fail(None, _CANCELLED)
 
     def fail(self, error: BaseException | None, outcome: str | None = None) -> None:
         self.finish(outcome or outcome_of(error), None, error, None)
@@ -287,11 +392,14 @@ class Attempt:
         except Exception as exc:
             self.handle.ended = True
             relay.diag.failure("bookkeeping_errors", exc, f"ending LLM attempt {self.name!r}")
-        if self.on_finish is not None:
-            try:
-                self.on_finish(outcome, response, error)
-            except Exception as exc:
-                relay.diag.failure("bookkeeping_errors", exc, f"finishing LLM attempt {self.name!r}")
+        finally:
+            # Also when a subscriber raised a BaseException: the logical call still counts this attempt out.
+            self.live = False
+            if self.on_finish is not None:
+                try:
+                    self.on_finish(outcome, response, error)
+                except Exception as exc:
+                    relay.diag.failure("bookkeeping_errors", exc, f"finishing LLM attempt {self.name!r}")
 
 
 def _decode_for_observers(

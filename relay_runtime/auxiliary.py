@@ -5,6 +5,11 @@ with the same ``api_request_id``, ``call_role="auxiliary:<task>"`` and a
 growing ``retry_count``; ``validate_response`` completes the logical call as a
 success, and anything escaping the function completes it as failed (or
 cancelled) before it is re-raised unchanged.
+
+A completed attempt stays open, holding its response, until the response is
+validated: accepted, it ends as a success; rejected, as failed with error type
+``response_rejected`` and the validator's reason. An attempt nobody validates
+ends as a success when the next attempt starts or the function returns.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import wrapt
 
 from . import calls, session
 from . import conventions as cv
+from .attempt import Attempt
 from .ids import new_id
 from .scopes import outcome_of
 
@@ -33,6 +39,12 @@ class Route(NamedTuple):
     api_mode: str
 
 
+class ResponseRejected(RuntimeError):
+    """``validate_response`` found no answer in a response; events record it as ``response_rejected``."""
+
+    relay_error_type = "response_rejected"
+
+
 @dataclass(eq=False)
 class _Auxiliary:
     task: str
@@ -41,6 +53,17 @@ class _Auxiliary:
     attempts: int = 0
     completed: bool = False
     route: Route | None = None
+    pending: Attempt | None = None  # the last attempt, held open until its response is validated
+
+    def hold(self, attempt: Attempt) -> None:
+        self.release()
+        self.pending = attempt
+
+    def release(self, error: BaseException | None = None) -> None:
+        """End the held attempt, if any: a success, or failed with ``error``."""
+        attempt, self.pending = self.pending, None
+        if attempt is not None:
+            attempt.release(error)
 
 
 _current: ContextVar[_Auxiliary | None] = ContextVar("relay_auxiliary", default=None)
@@ -75,6 +98,7 @@ def next_attempt_metadata() -> dict[str, Any] | None:
     aux = _current.get()
     if aux is None:
         return None
+    aux.release()  # a new attempt starts: the last one's response was not validated
     meta = {cv.API_REQUEST_ID: aux.api_request_id, cv.CALL_ROLE: aux.call_role, cv.RETRY_COUNT: aux.attempts}
     aux.attempts += 1
     return meta
@@ -115,35 +139,41 @@ def _settle_on_return(aux: _Auxiliary) -> None:
     _settle(aux, call.last_outcome)
 
 
-def _begin(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[_Auxiliary, Any]:
+def _begin(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[_Auxiliary, tuple[Any, Any]]:
     task = _task_of(args, kwargs)
     aux = _Auxiliary(task, new_id(), f"auxiliary:{task}")
-    return aux, _current.set(aux)
+    return aux, (_current.set(aux), calls.response_validator.set(aux.hold))
+
+
+def _end(aux: _Auxiliary, tokens: tuple[Any, Any], error: BaseException | None) -> None:
+    _current.reset(tokens[0])
+    calls.response_validator.reset(tokens[1])
+    aux.release()  # a response nobody validated was still an answer
+    if error is not None:
+        _settle(aux, outcome_of(error))
+    else:
+        _settle_on_return(aux)
 
 
 def _run_sync(wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    aux, token = _begin(args, kwargs)
+    aux, tokens = _begin(args, kwargs)
     try:
         result = wrapped(*args, **kwargs)
     except BaseException as exc:
-        _current.reset(token)
-        _settle(aux, outcome_of(exc))
+        _end(aux, tokens, exc)
         raise
-    _current.reset(token)
-    _settle_on_return(aux)
+    _end(aux, tokens, None)
     return result
 
 
 async def _run_async(wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    aux, token = _begin(args, kwargs)
+    aux, tokens = _begin(args, kwargs)
     try:
         result = await wrapped(*args, **kwargs)
     except BaseException as exc:
-        _current.reset(token)
-        _settle(aux, outcome_of(exc))
+        _end(aux, tokens, exc)
         raise
-    _current.reset(token)
-    _settle_on_return(aux)
+    _end(aux, tokens, None)
     return result
 
 
@@ -194,14 +224,21 @@ def _has_content(response: Any) -> tuple[bool, str]:
 def validate_response(response: Any, task: str) -> Any:
     """Return ``response`` if it carries an answer, completing the logical call as a success once.
 
-    Raises ``RuntimeError("Auxiliary <task>: LLM returned invalid response (...)")`` otherwise; the
-    logical call stays open for a retry.
+    Raises ``ResponseRejected`` (a ``RuntimeError``: "Auxiliary <task>: LLM returned invalid
+    response (...)") otherwise, and the attempt that answered ends failed with that reason;
+    the logical call stays open for a retry.
     """
     ok, why = (False, "no response") if response is None else _has_content(response)
-    if not ok:
-        raise RuntimeError(f"Auxiliary {task}: LLM returned invalid response ({why})")
     aux = _current.get()
-    if aux is not None and not aux.completed:
+    if not ok:
+        rejected = ResponseRejected(f"Auxiliary {task}: LLM returned invalid response ({why})")
+        if aux is not None:
+            aux.release(rejected)  # the attempt that answered ends failed, saying why
+        raise rejected
+    if aux is None:
+        return response
+    aux.release()
+    if not aux.completed:
         aux.completed = True
         calls.complete_logical_call(aux.api_request_id, outcome="success")
     return response

@@ -9,6 +9,7 @@ children. Without a managed turn, calls go straight to the provider.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
+from contextvars import ContextVar
 from functools import partial
 from typing import Any
 
@@ -17,13 +18,19 @@ from . import session
 from .attempt import Attempt, FinishHook, attempt_metadata
 from .codec import LLMCodec
 from .ids import new_id
-from .session import LogicalCall, Turn, close_logical_call, end_logical_call, take_logical_call
+from .session import LogicalCall, Turn, close_logical_call, end_logical_call, note_unmanaged, take_logical_call
+from .streams import ManagedAsyncStream, ManagedStream, exhausted_async
 from .types import LLMRequest, Outcome, ScopeType
 
 _SUCCESS = Outcome.SUCCESS.value
-_FAILED = Outcome.FAILED.value
 _FUNCTION = ScopeType.FUNCTION.value
 DEFAULT_CALL_ROLE = "primary"
+
+# Set by ``auxiliary_call`` while its function runs: an attempt that defers its logical completion
+# is then held open with its response until the response is validated (``Attempt.hold``).
+response_validator: ContextVar[Callable[[Attempt], None] | None] = ContextVar(
+    "relay_response_validator", default=None
+)
 
 
 def _open(
@@ -37,7 +44,7 @@ def _open(
         # A caller's id: other attempts (threads, tasks) may open or settle the same call.
         with turn.lock:
             call = turn.logical_llm_calls.get(api_request_id)
-            if call is None:
+            if call is None or call.closing:  # a call being closed takes no more attempts
                 call = turn.logical_llm_calls[api_request_id] = _new_call(turn, api_request_id, role)
             _count_attempt(call, meta, name, model_name)
     else:
@@ -127,10 +134,9 @@ def execute_current(
     """
     turn = session.managed_turn()
     if turn is None:
+        note_unmanaged()
         return callback(request)
-    call, meta = _open(turn, name, model_name, metadata)
-    hook = _finish_hook(turn, call, defer_logical_completion)
-    attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, hook)
+    attempt = _call_attempt(turn, request, name, model_name, metadata, defer_logical_completion, codec)
     return turn.relay.llm.run(attempt, callback)
 
 
@@ -146,44 +152,104 @@ async def execute_current_async(
 ) -> Any:
     turn = session.managed_turn()
     if turn is None:
+        note_unmanaged()
         return await callback(request)
-    call, meta = _open(turn, name, model_name, metadata)
-    hook = _finish_hook(turn, call, defer_logical_completion)
-    attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, hook)
+    attempt = _call_attempt(turn, request, name, model_name, metadata, defer_logical_completion, codec)
     return await turn.relay.llm.run_async(attempt, callback)
 
 
-def _stream_hook(
+def _call_attempt(
     turn: Turn,
-    call: LogicalCall,
-    finalizer: Callable[[], Any] | None,
-    completed_response_predicate: Callable[[Any], bool] | None,
+    request: LLMRequest,
+    name: str,
+    model_name: str | None,
+    metadata: dict[str, Any] | None,
+    defer: bool,
+    codec: LLMCodec | None,
+) -> Attempt:
+    """A non-streamed attempt of a logical call of ``turn``, held for validation inside an auxiliary call."""
+    call, meta = _open(turn, name, model_name, metadata)
+    attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, _finish_hook(turn, call, defer))
+    if defer:
+        validator = response_validator.get()
+        if validator is not None:
+            attempt.hold = partial(_hold, call, validator)
+    return attempt
+
+
+def _hold(call: LogicalCall, validator: Callable[[Attempt], None], attempt: Attempt) -> None:
+    call.open_attempts.append(attempt)  # so that the end of the turn ends it, if nothing else does
+    validator(attempt)
+
+
+class _Completed:
+    """Recognises a provider that ignored ``stream=True`` and returned a finished response.
+
+    The factory is filtered: a finished response is kept aside and the stream chain
+    sees an empty stream in its place, so no intercept iterates the response.
+    """
+
+    __slots__ = ("predicate", "response", "seen")
+
+    def __init__(self, predicate: Callable[[Any], bool]) -> None:
+        self.predicate = predicate
+        self.seen = False
+        self.response: Any = None
+
+    def _filter(self, source: Any, empty: Any) -> Any:
+        if self.predicate(source):
+            self.seen, self.response = True, source
+            return empty
+        return source
+
+    def factory(self, stream_factory: Callable[[LLMRequest], Iterable[Any]]) -> Callable[[LLMRequest], Any]:
+        return lambda request: self._filter(stream_factory(request), iter(()))
+
+    def async_factory(self, stream_factory: Callable[[LLMRequest], Any]) -> Callable[[LLMRequest], Awaitable[Any]]:
+        async def factory(request: LLMRequest) -> Any:
+            source = stream_factory(request)
+            if hasattr(source, "__await__"):
+                source = await source
+            return self._filter(source, exhausted_async())
+
+        return factory
+
+    def settle(self, attempt: Attempt) -> Any:
+        """End the attempt (and so its logical call) as a success with the finished response."""
+        attempt.finish(_SUCCESS, self.response, None, None)
+        return self.response
+
+
+def _stream_hook(
+    turn: Turn, call: LogicalCall, finalizer: Callable[[], Any] | None, completed: _Completed | None
 ) -> FinishHook:
     """A stream settles its logical call when it ends: there is no later validation step to wait for."""
 
     def on_finish(outcome: str, response: Any, error: BaseException | None) -> None:
-        if outcome == _SUCCESS:
-            if finalizer is not None:
-                response = finalizer()
-            if completed_response_predicate is not None and not completed_response_predicate(response):
-                outcome = _FAILED
+        if outcome == _SUCCESS and finalizer is not None and (completed is None or not completed.seen):
+            response = finalizer()
         _attempt_ended(turn, call, True, True, outcome, response, error)
 
     return on_finish
 
 
-def _stream_setup(
+def _stream_attempt(
     turn: Turn,
+    request: LLMRequest,
     name: str,
     model_name: str | None,
     metadata: dict[str, Any] | None,
     finalizer: Callable[[], Any] | None,
-    completed_response_predicate: Callable[[Any], bool] | None,
-) -> tuple[LogicalCall, dict[str, Any], FinishHook]:
+    completed: _Completed | None,
+    codec: LLMCodec | None,
+) -> Attempt:
     call, meta = _open(turn, name, model_name, metadata)
     with turn.lock:
         call.open_streams += 1
-    return call, meta, _stream_hook(turn, call, finalizer, completed_response_predicate)
+    hook = _stream_hook(turn, call, finalizer, completed)
+    attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, hook)
+    call.open_attempts.append(attempt)  # the end of the turn ends a stream still open
+    return attempt
 
 
 def stream_current(
@@ -200,15 +266,28 @@ def stream_current(
     """Open ``stream_factory(request)`` as an attempt; the logical call settles when the stream ends.
 
     ``finalizer()`` (if given) supplies the final response in place of the
-    accumulated one; ``completed_response_predicate(response)`` returning False
-    turns an exhausted stream into a failed logical call (e.g. it ended empty).
+    accumulated one. ``completed_response_predicate(source)`` recognises a
+    provider that ignored ``stream=True`` and returned a finished response:
+    that response is returned as it is (never iterated) and the call settles as
+    a success. To see it through a lazy stream execution intercept, the first
+    chunk of a real stream is read ahead (and handed out first).
     """
     turn = session.managed_turn()
     if turn is None:
+        note_unmanaged()
         return stream_factory(request)
-    call, meta, hook = _stream_setup(turn, name, model_name, metadata, finalizer, completed_response_predicate)
-    attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, hook)
-    return turn.relay.llm.open_stream(attempt, stream_factory)
+    completed = _Completed(completed_response_predicate) if completed_response_predicate is not None else None
+    attempt = _stream_attempt(turn, request, name, model_name, metadata, finalizer, completed, codec)
+    if completed is None:
+        return turn.relay.llm.open_stream(attempt, stream_factory)
+    stream: ManagedStream = turn.relay.llm.open_stream(attempt, completed.factory(stream_factory))
+    if not completed.seen:
+        stream._read_ahead()
+    if not completed.seen:
+        return stream
+    response = completed.settle(attempt)
+    stream.close()
+    return response
 
 
 async def stream_current_async(
@@ -224,11 +303,22 @@ async def stream_current_async(
 ) -> Any:
     turn = session.managed_turn()
     if turn is None:
+        note_unmanaged()
         source = stream_factory(request)
         return await source if hasattr(source, "__await__") else source
-    call, meta, hook = _stream_setup(turn, name, model_name, metadata, finalizer, completed_response_predicate)
-    attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, hook)
-    return await turn.relay.llm.open_stream_async(attempt, stream_factory)
+    completed = _Completed(completed_response_predicate) if completed_response_predicate is not None else None
+    attempt = _stream_attempt(turn, request, name, model_name, metadata, finalizer, completed, codec)
+    if completed is None:
+        return await turn.relay.llm.open_stream_async(attempt, stream_factory)
+    factory = completed.async_factory(stream_factory)
+    stream: ManagedAsyncStream = await turn.relay.llm.open_stream_async(attempt, factory)
+    if not completed.seen:
+        await stream._read_ahead()
+    if not completed.seen:
+        return stream
+    response = completed.settle(attempt)
+    await stream.aclose()
+    return response
 
 
 def complete_logical_call(
@@ -242,7 +332,8 @@ def complete_logical_call(
     """Close the active turn's logical call ``api_request_id`` with ``outcome``, exactly once.
 
     Returns False when there is no such open call (already closed, or no turn):
-    an outcome once recorded is never overwritten.
+    an outcome once recorded is never overwritten. Nor when ending it failed (counted in
+    ``diagnostics()``): the call then stays open on the turn, whose end closes it.
     """
     outcome = session._check_outcome(outcome)
     turn = session.active_turn()
@@ -251,6 +342,10 @@ def complete_logical_call(
     call = turn.logical_llm_calls.get(api_request_id)
     if call is None:
         return False
-    return close_logical_call(
-        turn, call, outcome, model_name=response_model_name or model_name, provider_name=provider_name
-    )
+    try:
+        return close_logical_call(
+            turn, call, outcome, model_name=response_model_name or model_name, provider_name=provider_name
+        )
+    except Exception as exc:
+        turn.relay.diag.failure("bookkeeping_errors", exc, f"completing logical call {api_request_id!r}")
+        return False

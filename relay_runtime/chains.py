@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable
 from types import GeneratorType
-from typing import Any
+from typing import Any, Protocol
 
 from .intercepts import Intercept
 
@@ -29,17 +29,49 @@ def refuse_awaitable(value: Any, message: str) -> None:
     raise TypeError(message)
 
 
-def run_sync(chain: tuple[Intercept, ...], name: str, value: Any, terminal: Callable[[Any], Any]) -> Any:
+class Liveness(Protocol):
+    """Whoever owns a chain run: its continuations work only while ``live`` is True."""
+
+    live: bool
+
+
+class Live:
+    """A ``Liveness`` for a chain that settles when its run returns (tool calls)."""
+
+    __slots__ = ("live",)
+
+    def __init__(self) -> None:
+        self.live = True
+
+
+DEAD_CONTINUATION = "execution continuation is no longer active: its call has settled"
+
+
+def _dead() -> None:
+    raise RuntimeError(DEAD_CONTINUATION)
+
+
+def run_sync(
+    chain: tuple[Intercept, ...], name: str, value: Any, terminal: Callable[[Any], Any], owner: Liveness
+) -> Any:
+    """Run ``chain`` around ``terminal``; a ``next`` kept and called once ``owner`` settled raises."""
     if not chain:
         return terminal(value)
 
+    def end(v: Any) -> Any:
+        if not owner.live:
+            _dead()
+        return terminal(v)
+
     def step(i: int) -> Callable[[Any], Any]:
         if i == len(chain):
-            return terminal
+            return end
         entry = chain[i]
-        rest = terminal if entry.break_chain else step(i + 1)
+        rest = end if entry.break_chain else step(i + 1)
 
         def call(v: Any) -> Any:
+            if not owner.live:
+                _dead()
             result = entry.fn(name, v, rest)
             if is_awaitable(result):
                 refuse_awaitable(
@@ -55,18 +87,25 @@ def run_sync(chain: tuple[Intercept, ...], name: str, value: Any, terminal: Call
 
 
 async def run_async(
-    chain: tuple[Intercept, ...], name: str, value: Any, terminal: Callable[[Any], Awaitable[Any]]
+    chain: tuple[Intercept, ...], name: str, value: Any, terminal: Callable[[Any], Awaitable[Any]], owner: Liveness
 ) -> Any:
     if not chain:
         return await terminal(value)
 
+    async def end(v: Any) -> Any:
+        if not owner.live:
+            _dead()
+        return await terminal(v)
+
     def step(i: int) -> Callable[[Any], Awaitable[Any]]:
         if i == len(chain):
-            return terminal
+            return end
         entry = chain[i]
-        rest = terminal if entry.break_chain else step(i + 1)
+        rest = end if entry.break_chain else step(i + 1)
 
         async def call(v: Any) -> Any:
+            if not owner.live:
+                _dead()
             result = entry.fn(name, v, rest)
             if is_awaitable(result):
                 result = await result

@@ -26,6 +26,13 @@ class Diagnostics:
         with self._lock:
             self._counts[key] += n
 
+    def count_all(self, *keys: str) -> None:
+        """Add one to each of ``keys``, under one lock."""
+        with self._lock:
+            counts = self._counts
+            for key in keys:
+                counts[key] += 1
+
     def failure(self, key: str, exc: BaseException, what: str) -> None:
         """Count a failure that must not reach the caller, and log it at most once a window."""
         now = time.monotonic()

@@ -8,6 +8,7 @@ flight keeps the chain it resolved however the registry changes meanwhile.
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -47,6 +48,16 @@ class Intercept(NamedTuple):
     name: str
     break_chain: bool
     fn: Callable[..., Any]
+    # A coroutine function: only async calls can run it (policy kinds are awaited there).
+    is_async: bool = False
+
+
+_POLICY_KINDS = (LLM_GUARDRAIL, LLM_REQUEST)
+
+
+def _is_coroutine_function(fn: Callable[..., Any]) -> bool:
+    # A callable object counts by its ``__call__`` method.
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
 
 
 def _order(entries: list[Intercept]) -> tuple[Intercept, ...]:
@@ -82,16 +93,20 @@ class _Table:
             raise ValueError(f"{kind} intercept {entry.name!r} is already registered {where}")
         self.chains = {**self.chains, kind: _order([*chain, entry])}
 
-    def remove(self, kind: str, name: str) -> bool:
+    def remove(self, kind: str, name: str) -> Intercept | None:
         chain = self.chains.get(kind, ())
         kept = tuple(e for e in chain if e.name != name)
         if len(kept) == len(chain):
-            return False
+            return None
+        (removed,) = (e for e in chain if e.name == name)
         chains = {**self.chains, kind: kept}
         if not kept:
             del chains[kind]
         self.chains = chains
-        return True
+        return removed
+
+    def async_policy(self) -> int:
+        return sum(e.is_async for kind in _POLICY_KINDS for e in self.chains.get(kind, ()))
 
 
 class Intercepts:
@@ -106,6 +121,9 @@ class Intercepts:
         # How many live scopes carry local intercepts: when none do, resolving a
         # chain is one dict lookup and no walk up the scope tree.
         self._scoped = 0
+        # How many coroutine-function guardrails and request intercepts are registered: while
+        # none are, async calls run the (cheaper) synchronous policy loop.
+        self.async_policy = 0
 
     # -- registration ---------------------------------------------------------------
 
@@ -124,11 +142,12 @@ class Intercepts:
             raise TypeError(f"intercept {name!r}: priority must be an int, got {priority!r}")
         if not callable(fn):
             raise TypeError(f"intercept {name!r}: callback must be callable, got {type(fn).__name__}")
-        entry = Intercept(priority, name, bool(break_chain), fn)
+        entry = Intercept(priority, name, bool(break_chain), fn, kind in _POLICY_KINDS and _is_coroutine_function(fn))
         with self._lock:
             if scope is None:
                 self._global.add(kind, entry, "globally")
                 self.active = True
+                self.async_policy += entry.is_async
                 return
             if scope.ended:
                 raise ValueError(f"cannot register {kind} intercept {name!r} on {scope!r}: it has ended")
@@ -137,6 +156,7 @@ class Intercepts:
                 self._scoped += 1
             scope.local_intercepts.add(kind, entry, f"on {scope!r}")
             self.active = True
+            self.async_policy += entry.is_async
 
     def _deregister(self, kind: str, name: str, scope: ScopeHandle | None) -> bool:
         with self._lock:
@@ -144,9 +164,11 @@ class Intercepts:
                 removed = self._global.remove(kind, name)
             else:
                 table = scope.local_intercepts
-                removed = table is not None and table.remove(kind, name)
+                removed = table.remove(kind, name) if table is not None else None
+            if removed is not None:
+                self.async_policy -= removed.is_async
             self._refresh_active()
-            return removed
+            return removed is not None
 
     def _refresh_active(self) -> None:
         self.active = self._scoped > 0 or any(self._global.chains.values())
@@ -252,6 +274,7 @@ class Intercepts:
 
     def clear(self) -> None:
         with self._lock:
+            self.async_policy -= self._global.async_policy()
             self._global = _Table()
             self._refresh_active()
 
@@ -290,6 +313,10 @@ class Intercepts:
     def scope_ended(self, handle: ScopeHandle) -> None:
         if handle.local_intercepts is not None:
             with self._lock:
+                table = handle.local_intercepts
+                if table is None:
+                    return
+                self.async_policy -= table.async_policy()
                 handle.local_intercepts = None
                 self._scoped -= 1
                 self._refresh_active()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from contextvars import copy_context
 from typing import TYPE_CHECKING, Any
 
 from . import chains
@@ -72,7 +73,7 @@ class LLM:
         chain = attempt.chains.get(LLM_EXECUTION)
         tokens = attempt.enter()
         try:
-            response = chains.run_sync(chain, attempt.name, request, callback) if chain else callback(request)
+            response = chains.run_sync(chain, attempt.name, request, callback, attempt) if chain else callback(request)
         except BaseException as exc:
             attempt.leave(tokens)
             attempt.fail(exc)
@@ -99,12 +100,12 @@ class LLM:
 
     async def run_async(self, attempt: Attempt, callback: Callable[[LLMRequest], Awaitable[Any]]) -> Any:
         """``execute_async`` for an attempt built by the caller."""
-        request = attempt.prepare()
+        request = await attempt.prepare_async() if self._intercepts.async_policy else attempt.prepare()
         chain = attempt.chains.get(LLM_EXECUTION)
         tokens = attempt.enter()
         try:
             response = await (
-                chains.run_async(chain, attempt.name, request, callback) if chain else callback(request)
+                chains.run_async(chain, attempt.name, request, callback, attempt) if chain else callback(request)
             )
         except BaseException as exc:
             attempt.leave(tokens)
@@ -136,19 +137,23 @@ class LLM:
         return self.open_stream(attempt, stream_factory)
 
     def open_stream(self, attempt: Attempt, stream_factory: Callable[[LLMRequest], Iterable[Any]]) -> Any:
-        """``stream`` for an attempt built by the caller."""
+        """``stream`` for an attempt built by the caller.
+
+        The stream gets a context of its own in which the attempt is current: the
+        provider is opened and read in it, however lazily it starts its work.
+        """
         request = attempt.prepare()
         chain = attempt.chains.get(LLM_STREAM_EXECUTION, ())
-        tokens = attempt.enter()
+        context = copy_context()
+        run = context.run
+        run(attempt.enter)
         try:
-            source = chains.run_sync(chain, attempt.name, request, stream_factory)
-            iterator: Iterator[Any] = iter(source)
+            source = run(chains.run_sync, chain, attempt.name, request, stream_factory, attempt)
+            iterator: Iterator[Any] = run(iter, source)
         except BaseException as exc:
-            attempt.leave(tokens)
             attempt.fail(exc)
             raise
-        attempt.leave(tokens)
-        return ManagedStream(source, iterator, StreamLifecycle(attempt))
+        return ManagedStream(source, iterator, StreamLifecycle(attempt), context)
 
     async def stream_async(
         self,
@@ -170,11 +175,13 @@ class LLM:
 
     async def open_stream_async(self, attempt: Attempt, stream_factory: Callable[[LLMRequest], Any]) -> Any:
         """``stream_async`` for an attempt built by the caller."""
-        request = attempt.prepare()
+        request = await attempt.prepare_async() if self._intercepts.async_policy else attempt.prepare()
         chain = attempt.chains.get(LLM_STREAM_EXECUTION, ())
         tokens = attempt.enter()
         try:
-            source = await chains.run_async(chain, attempt.name, request, lambda r: _open_async(stream_factory, r))
+            source = await chains.run_async(
+                chain, attempt.name, request, lambda r: _open_async(stream_factory, r), attempt
+            )
             iterator: AsyncIterator[Any] = source.__aiter__()
         except BaseException as exc:
             attempt.leave(tokens)

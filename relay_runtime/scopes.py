@@ -100,6 +100,12 @@ def outcome_of(error: BaseException | None) -> str:
     return Outcome.FAILED.value
 
 
+def error_type_of(error: BaseException) -> str:
+    """What events call ``error``: its class name, or the ``relay_error_type`` it declares."""
+    declared = getattr(error, "relay_error_type", None)
+    return declared if isinstance(declared, str) and declared else type(error).__name__
+
+
 def _is_cancelled(error: BaseException) -> bool:
     import asyncio
 
@@ -142,23 +148,28 @@ class Scopes:
         # ``below`` is only ever read on a stack: a detached scope with its parent given needs no lookup.
         top = self.current() if attach or parent is None else None
         handle = ScopeHandle(name, st, parent if parent is not None else top, metadata, data, attach, top)
-        if attach:
-            self._stack.set(handle)
+        token = self._stack.set(handle) if attach else None
         if self._subs.start:
-            self._subs.deliver(
-                self._subs.start,
-                new_event(
-                    SCOPE_START,
-                    handle.uuid,
-                    handle.parent_uuid,
-                    handle.trace_id,
-                    name,
-                    st,
-                    handle.start_ns,
-                    input=input,
-                    metadata=metadata,
-                ),
+            event = new_event(
+                SCOPE_START,
+                handle.uuid,
+                handle.parent_uuid,
+                handle.trace_id,
+                name,
+                st,
+                handle.start_ns,
+                input=input,
+                metadata=metadata,
             )
+            try:
+                self._subs.deliver(self._subs.start, event)
+            except BaseException as exc:
+                # A subscriber's KeyboardInterrupt: the caller never gets the handle, so the scope
+                # must not stay open (or on the stack) behind its back.
+                if token is not None:
+                    self._stack.reset(token)
+                self.end(handle, error=exc)
+                raise
         return handle
 
     def pop(
@@ -234,7 +245,7 @@ class Scopes:
                 start_timestamp=handle.start_ns,
                 output=output,
                 metadata=merged,
-                error_type=type(error).__name__ if error is not None else None,
+                error_type=error_type_of(error) if error is not None else None,
                 error_message=str(error) if error is not None else None,
                 outcome=outcome,
                 provider=provider,

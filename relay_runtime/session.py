@@ -57,6 +57,9 @@ class Host:
         self.relay = Relay(name=profile_key)
         self._lock = threading.Lock()
         self._consumers: dict[str, int] = {}
+        # Managed turns open on this host now: a call made outside all of them, while some
+        # are open, is most likely in a thread or task nobody handed the turn to.
+        self.open_turns = 0
 
     def retain_managed_execution(self, consumer: str) -> None:
         if not isinstance(consumer, str) or not consumer:
@@ -93,6 +96,7 @@ class _Conversation:
     scope: ScopeHandle
     leases: int = 0
     managed_turn: Turn | None = None
+    warned_unmanaged: bool = False
 
 
 @dataclass(eq=False)
@@ -124,6 +128,11 @@ class LogicalCall:
     last_outcome: str | None = None
     model: str | None = None
     provider: str | None = None
+    # Attempts that outlive their call into the provider (open streams, responses held for
+    # validation): the end of the turn ends them, before their logical call.
+    open_attempts: list[Any] = field(default_factory=list)
+    # True while someone is ending this call: a second closer backs off.
+    closing: bool = False
 
 
 @dataclass(eq=False)
@@ -310,13 +319,20 @@ class SessionCoordinator:
             turn = Turn(lease, turn_id, task_id, scope, previous=_active_turn.get())
             if not busy:
                 conv.managed_turn = turn
+                with lease.host._lock:
+                    lease.host.open_turns += 1
         if busy:
             logger.info("turn %r on %r runs unmanaged: another turn is still open", turn_id, lease.session_id)
         _active_turn.set(turn)
         return turn
 
     def end_turn(self, turn: Turn, *, outcome: str) -> None:
-        """Idempotent. Closes the turn's open logical calls newest first with ``outcome``, then the turn."""
+        """Idempotent. Ends the turn's open attempts and logical calls, newest first, then the turn.
+
+        An open stream's attempt ends cancelled (the stream still yields the provider's
+        chunks afterwards, unrecorded), then its logical call; calls still open get
+        ``outcome``. The turn always ends, even when closing something inside it failed.
+        """
         outcome = _check_outcome(outcome)
         with turn.lock:
             if turn.ended:
@@ -324,16 +340,31 @@ class SessionCoordinator:
             turn.ended = True
             turn.outcome = outcome
             open_calls = list(turn.logical_llm_calls.values())
+        interrupted: BaseException | None = None
         for call in reversed(open_calls):
-            close_logical_call(turn, call, outcome)
+            try:
+                _end_open_call(turn, call, outcome)
+            except BaseException as exc:  # a subscriber's KeyboardInterrupt: finish the turn first
+                interrupted = interrupted or exc
         if _active_turn.get() is turn:
             _active_turn.set(turn.previous)
         conv = turn.lease._conversation
         with self._lock:
             if conv.managed_turn is turn:
                 conv.managed_turn = None
-        if turn.scope is None:
-            return
+        if turn.scope is not None:
+            with turn.host._lock:
+                turn.host.open_turns -= 1
+            try:
+                self._pop_turn(turn, outcome)
+            except BaseException as exc:
+                interrupted = interrupted or exc
+        if interrupted is not None:
+            raise interrupted
+
+    @staticmethod
+    def _pop_turn(turn: Turn, outcome: str) -> None:
+        assert turn.scope is not None
         scope_api = turn.relay.scope
         try:
             scope_api.pop(turn.scope, output={"outcome": outcome})
@@ -361,7 +392,7 @@ def close_logical_call(
     model_name: str | None = None,
     provider_name: str | None = None,
 ) -> bool:
-    """End ``call`` once with ``outcome``; False if it was already closed."""
+    """End ``call`` once with ``outcome``; False if it was already closed (or is being closed)."""
     with turn.lock:
         if not take_logical_call(turn, call):
             return False
@@ -370,14 +401,13 @@ def close_logical_call(
 
 
 def take_logical_call(turn: Turn, call: LogicalCall) -> bool:
-    """Remove ``call`` from the turn's open calls; False if it is not there (closed already).
+    """Claim ``call`` for closing; False if it is closed already or someone else is closing it.
 
     The caller holds ``turn.lock``; whoever takes the call ends it, with ``end_logical_call``.
     """
-    open_calls = turn.logical_llm_calls
-    if open_calls.get(call.api_request_id) is not call:
+    if call.closing or turn.logical_llm_calls.get(call.api_request_id) is not call:
         return False
-    del open_calls[call.api_request_id]
+    call.closing = True
     return True
 
 
@@ -389,14 +419,85 @@ def end_logical_call(
     model_name: str | None = None,
     provider_name: str | None = None,
 ) -> None:
-    """End the scope of a call taken by ``take_logical_call``."""
+    """End the scope of a call taken by ``take_logical_call``; then it leaves the turn.
+
+    If ending it fails before its end event (a scope-order error, say), it stays on the
+    turn, open, and the end of the turn closes it: no start goes without its end.
+    """
     output: dict[str, Any] = {
         "outcome": outcome,
         "model": model_name or call.model,
         "provider": provider_name or call.provider,
     }
-    # Looked up at call time: callers (and tests) may wrap the relay's pop.
-    turn.relay.scope.pop(call.scope, output=output)
+    try:
+        # Looked up at call time: callers (and tests) may wrap the relay's pop.
+        turn.relay.scope.pop(call.scope, output=output)
+    finally:
+        with turn.lock:
+            call.closing = False
+            if call.scope.ended and turn.logical_llm_calls.get(call.api_request_id) is call:
+                del turn.logical_llm_calls[call.api_request_id]
+
+
+def _end_open_call(turn: Turn, call: LogicalCall, outcome: str) -> None:
+    """At the end of ``turn``: end ``call``'s open attempts (newest first), then ``call`` itself."""
+    relay = turn.relay
+    interrupted: BaseException | None = None
+    for attempt in reversed(call.open_attempts):
+        try:
+            attempt.abandon()
+        except BaseException as exc:
+            interrupted = interrupted or exc
+    try:
+        close_logical_call(turn, call, outcome)
+    except Exception as exc:
+        relay.diag.failure("bookkeeping_errors", exc, f"closing logical call {call.api_request_id!r}")
+    except BaseException as exc:
+        interrupted = interrupted or exc
+    if not call.scope.ended:
+        # Closing failed without ending it (or it was left claimed): end it without the pop.
+        relay.scope.end(call.scope, output={"outcome": outcome, "model": call.model, "provider": call.provider})
+    with turn.lock:
+        if turn.logical_llm_calls.get(call.api_request_id) is call:
+            del turn.logical_llm_calls[call.api_request_id]
+    if interrupted is not None:
+        raise interrupted
+
+
+# -- calls that run unmanaged -----------------------------------------------------------------
+
+UNMANAGED = "unmanaged_calls"
+NO_TURN = "no_turn"  # no turn open anywhere on the host
+NOT_HANDED_TURN = "not_handed_turn"  # a turn is open, but not in this thread or task
+BUSY_CONVERSATION = "busy_conversation"  # a second turn while another runs on the conversation
+NO_CONSUMER = "no_consumer"  # a turn, but no consumer retains managed execution
+
+
+def note_unmanaged() -> None:
+    """Count a call that runs unmanaged, and why, in the ``diagnostics()`` of the relay it missed.
+
+    A second concurrent turn on a conversation is also logged, once per conversation.
+    Without a turn in this context the call is counted on every host (usually one).
+    """
+    turn = active_turn()
+    if turn is None:
+        for host in list(SESSION_COORDINATOR._hosts.values()):
+            host.relay.diag.count_all(UNMANAGED, f"{UNMANAGED}.{NOT_HANDED_TURN if host.open_turns else NO_TURN}")
+        return
+    if turn.scope is None:
+        reason = BUSY_CONVERSATION
+        conv = turn.lease._conversation
+        if not conv.warned_unmanaged:
+            conv.warned_unmanaged = True
+            logger.warning(
+                "LLM calls of turn %r run unmanaged (not traced, not journaled): another turn is still open "
+                "on conversation %r; this is reported once per conversation",
+                turn.turn_id,
+                turn.lease.session_id,
+            )
+    else:
+        reason = NO_CONSUMER
+    turn.relay.diag.count_all(UNMANAGED, f"{UNMANAGED}.{reason}")
 
 
 SESSION_COORDINATOR = SessionCoordinator()

@@ -10,8 +10,10 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import AsyncIterator, Iterator
+from contextvars import Context
 from typing import Any
 
 from . import conventions as cv
@@ -49,9 +51,13 @@ async def _aclose(target: Any) -> None:
 
 
 class StreamLifecycle:
-    """What both stream flavours do per chunk and at the end."""
+    """What both stream flavours do per chunk and at the end.
 
-    __slots__ = ("acc", "attempt", "done", "first_ns", "index")
+    Once the attempt has finished (the stream ended, or its turn ended around it),
+    chunks still reach the caller but are no longer recorded.
+    """
+
+    __slots__ = ("acc", "attempt", "first_ns", "index")
 
     def __init__(self, attempt: Attempt) -> None:
         self.attempt = attempt
@@ -65,19 +71,21 @@ class StreamLifecycle:
         self.acc = acc
         self.index = 0
         self.first_ns: int | None = None
-        self.done = False
 
     def chunk(self, chunk: Any) -> None:
+        attempt = self.attempt
+        if attempt.finished:
+            return
         if self.first_ns is None:
             self.first_ns = _now()
         try:
             delta = self.acc.add(chunk)
         except Exception as exc:
             # The accumulator is bookkeeping: losing it must not lose the caller's stream.
-            self.attempt.relay.diag.failure("bookkeeping_errors", exc, "accumulating a stream chunk")
+            attempt.relay.diag.failure("bookkeeping_errors", exc, "accumulating a stream chunk")
             self.acc = CountingAccumulator()
             delta = None
-        relay = self.attempt.relay
+        relay = attempt.relay
         targets = relay.subscribers.chunk
         if targets:
             relay.scope._emit_mark(
@@ -85,15 +93,14 @@ class StreamLifecycle:
                 cv.CHUNK,
                 {"index": self.index, "delta": delta, "chunk": chunk},
                 None,
-                self.attempt.handle,
+                attempt.handle,
             )
         self.index += 1
 
     def complete(self) -> None:
-        if self.done:
-            return
-        self.done = True
         attempt = self.attempt
+        if attempt.finished:
+            return
         try:
             response, annotation = self.acc.finish()
         except Exception as exc:
@@ -102,10 +109,7 @@ class StreamLifecycle:
         attempt.finish(Outcome.SUCCESS.value, response, None, annotation, self.first_ns)
 
     def fail(self, error: BaseException | None, outcome: str | None = None) -> None:
-        if self.done:
-            return
-        self.done = True
-        self.attempt.fail(error, outcome)
+        self.attempt.fail(error, outcome)  # a no-op once the attempt finished
 
     def complete_whole(self, response: Any) -> None:
         """End as a success with a response that arrived in one piece (a raw HTTP body read later)."""
@@ -130,7 +134,7 @@ class _StreamWrapper:
             life = self._life
         except AttributeError:  # __init__ never ran to the end
             return
-        if not life.done:
+        if not life.attempt.finished:
             life.fail(None, _CANCELLED)
 
     def __getattr__(self, name: str) -> Any:
@@ -138,6 +142,21 @@ class _StreamWrapper:
         if name.startswith("__"):
             raise AttributeError(name)
         return getattr(object.__getattribute__(self, "_source"), name)
+
+    def _targets(self, exhausted: Any) -> tuple[Any, ...]:
+        """What to close, once: the iterator and the source (if different); () when closed already.
+
+        The iterator is dropped too, so a ``next()`` after closing stops instead of
+        reading on from a source whose ``close`` did not end it.
+        """
+        iterator = self._iterator
+        if iterator is exhausted:
+            return ()
+        self._iterator = exhausted
+        return (iterator, self._source) if iterator is not self._source else (iterator,)
+
+    def _close_failed(self, what: str, exc: Exception) -> None:
+        self._life.attempt.relay.diag.failure("bookkeeping_errors", exc, what)
 
 
 def finish_whole(stream: _StreamWrapper, response: Any) -> None:
@@ -155,39 +174,71 @@ def fail_stream(stream: _StreamWrapper, error: BaseException | None, outcome: st
 
 
 class ManagedStream(_StreamWrapper):
-    """A synchronous managed stream. Iterates on the caller's thread: no loop, no thread."""
+    """A synchronous managed stream. Iterates on the caller's thread: no loop, no thread.
 
-    __slots__ = ()
+    The provider's iterator runs in the stream's own context, where the attempt is
+    the current scope: a lazy provider (a generator) sees its attempt as ``execute`` does.
+    """
+
+    __slots__ = ("_run",)
     _iterator: Iterator[Any]
+
+    def __init__(self, source: Any, iterator: Any, life: StreamLifecycle, context: Context) -> None:
+        super().__init__(source, iterator, life)
+        self._run = context.run
 
     def __iter__(self) -> ManagedStream:
         return self
 
     def __next__(self) -> Any:
+        life = self._life
         try:
-            chunk = next(self._iterator)
+            chunk = self._run(next, self._iterator)
+            life.chunk(chunk)
         except StopIteration:
-            self._life.complete()
+            life.complete()
             raise
         except BaseException as exc:
-            self._life.fail(exc)
+            # A provider error, or a subscriber's BaseException on the chunk.
+            self._failed(exc)
             raise
-        self._life.chunk(chunk)
         return chunk
 
-    def close(self) -> None:
-        """Stop early: the attempt ends cancelled and the provider stream is closed.
+    def _failed(self, exc: BaseException) -> None:
+        """The attempt ends with ``exc``, and the provider's stream is closed before the caller sees it."""
+        try:
+            self._life.fail(exc)
+        finally:
+            self._release(quiet=True)
 
-        The iterator is closed too and dropped, so a ``next()`` after ``close()``
-        stops instead of reading on from a source whose ``close`` did not end it.
-        """
+    def _read_ahead(self) -> tuple[bool, Any]:
+        """Read the first chunk ahead (unrecorded until the caller reads it): ``(True, chunk)`` or ``(False, None)``."""
+        try:
+            chunk = self._run(next, self._iterator)
+        except StopIteration:
+            return False, None
+        except BaseException as exc:
+            self._failed(exc)
+            raise
+        self._iterator = itertools.chain((chunk,), self._iterator)
+        return True, chunk
+
+    def close(self) -> None:
+        """Stop early: the attempt ends cancelled and the provider stream is closed, once."""
         self._life.fail(None, _CANCELLED)
-        iterator, self._iterator = self._iterator, _EXHAUSTED
-        targets = (iterator, self._source) if iterator is not self._source else (iterator,)
-        for target in targets:
+        self._release(quiet=False)
+
+    def _release(self, *, quiet: bool) -> None:
+        for target in self._targets(_EXHAUSTED):
             close = getattr(target, "close", None)
-            if close is not None:
-                close()
+            if close is None:
+                continue
+            try:
+                self._run(close)
+            except Exception as exc:
+                if not quiet:
+                    raise
+                self._close_failed("closing a failed provider stream", exc)
 
     def __enter__(self) -> ManagedStream:
         return self
@@ -196,7 +247,17 @@ class ManagedStream(_StreamWrapper):
         self.close()
 
 
+_ASYNC_EXHAUSTED = _AsyncExhausted()
+
+
+def exhausted_async() -> Any:
+    """An async iterable with nothing in it."""
+    return _AsyncExhausted()
+
+
 class ManagedAsyncStream(_StreamWrapper):
+    """An async managed stream; the attempt is the current scope while the provider produces each chunk."""
+
     __slots__ = ()
     _iterator: AsyncIterator[Any]
 
@@ -204,26 +265,93 @@ class ManagedAsyncStream(_StreamWrapper):
         return self
 
     async def __anext__(self) -> Any:
+        life = self._life
+        attempt = life.attempt
+        tokens = attempt.enter()
         try:
             chunk = await self._iterator.__anext__()
         except StopAsyncIteration:
-            self._life.complete()
+            attempt.leave(tokens)
+            life.complete()
             raise
         except BaseException as exc:
-            self._life.fail(exc)
+            attempt.leave(tokens)
+            await self._failed(exc)
             raise
-        self._life.chunk(chunk)
+        attempt.leave(tokens)
+        try:
+            life.chunk(chunk)
+        except BaseException as exc:
+            await self._failed(exc)
+            raise
         return chunk
+
+    async def _failed(self, exc: BaseException) -> None:
+        """The attempt ends with ``exc``, and the provider's stream is closed before the caller sees it."""
+        try:
+            self._life.fail(exc)
+        finally:
+            await self._release(quiet=True)
+
+    async def _read_ahead(self) -> tuple[bool, Any]:
+        """``ManagedStream._read_ahead`` for async streams."""
+        attempt = self._life.attempt
+        tokens = attempt.enter()
+        try:
+            chunk = await self._iterator.__anext__()
+        except StopAsyncIteration:
+            attempt.leave(tokens)
+            return False, None
+        except BaseException as exc:
+            attempt.leave(tokens)
+            await self._failed(exc)
+            raise
+        attempt.leave(tokens)
+        self._iterator = _Prepended(chunk, self._iterator)
+        return True, chunk
 
     async def aclose(self) -> None:
         self._life.fail(None, _CANCELLED)
-        iterator, self._iterator = self._iterator, _AsyncExhausted()
-        await _aclose(iterator)
-        if iterator is not self._source:
-            await _aclose(self._source)
+        await self._release(quiet=False)
+
+    async def _release(self, *, quiet: bool) -> None:
+        for target in self._targets(_ASYNC_EXHAUSTED):
+            try:
+                await _aclose(target)
+            except Exception as exc:
+                if not quiet:
+                    raise
+                self._close_failed("closing a failed provider stream", exc)
 
     async def __aenter__(self) -> ManagedAsyncStream:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+class _Prepended:
+    """An async iterator that yields ``first``, then whatever ``rest`` does; closing it closes ``rest``."""
+
+    __slots__ = ("first", "rest")
+
+    def __init__(self, first: Any, rest: AsyncIterator[Any]) -> None:
+        self.first: Any = _UNSET
+        self.first = first
+        self.rest = rest
+
+    def __aiter__(self) -> _Prepended:
+        return self
+
+    async def __anext__(self) -> Any:
+        first = self.first
+        if first is not _UNSET:
+            self.first = _UNSET
+            return first
+        return await self.rest.__anext__()
+
+    async def aclose(self) -> None:
+        await _aclose(self.rest)
+
+
+_UNSET: Any = object()

@@ -102,10 +102,20 @@ class Subscribers:
         self.llm = bool(self.start or self.end or self.chunk)
 
     def deliver(self, targets: tuple[_Entry, ...], event: Event) -> None:
-        """Call each target in registration order; a failing one is counted and logged, never raised."""
+        """Call each target in registration order; a failing one is counted and logged, never raised.
+
+        A ``BaseException`` (KeyboardInterrupt, SystemExit) does propagate, but only once
+        every other subscriber has had the event: none misses a record for it.
+        """
+        interrupted: BaseException | None = None
         for entry in targets:
             try:
                 entry.callback(event)
             except Exception as exc:
                 self._diagnostics.failure(f"subscriber_errors.{entry.name}", exc, f"subscriber {entry.name!r}")
                 self._diagnostics.count("subscriber_errors")
+            except BaseException as exc:
+                if interrupted is None:
+                    interrupted = exc
+        if interrupted is not None:
+            raise interrupted

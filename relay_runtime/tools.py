@@ -56,11 +56,14 @@ class Tools:
         metadata: dict[str, Any] | None = None,
     ) -> Any:
         handle, args, executions = self._begin(name, args, parent, metadata)
+        owner = chains.Live()
         try:
-            result = chains.run_sync(executions, name, args, fn)
+            result = chains.run_sync(executions, name, args, fn, owner)
         except BaseException as exc:
             self._relay.scope.pop(handle, error=exc)
             raise
+        finally:
+            owner.live = False
         self._relay.scope.pop(handle, output=result)
         return result
 
@@ -79,10 +82,13 @@ class Tools:
             out = fn(a)
             return await out if inspect.isawaitable(out) else out
 
+        owner = chains.Live()
         try:
-            result = await chains.run_async(executions, name, args, terminal)
+            result = await chains.run_async(executions, name, args, terminal, owner)
         except BaseException as exc:
             self._relay.scope.pop(handle, error=exc)
             raise
+        finally:
+            owner.live = False
         self._relay.scope.pop(handle, output=result)
         return result

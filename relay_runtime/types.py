@@ -27,6 +27,16 @@ class Outcome(enum.StrEnum):
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
+def _copy_tree(value: Any) -> Any:
+    """``value`` with its dicts and lists copied at every depth; other objects are shared."""
+    kind = type(value)
+    if kind is dict:
+        return {k: _copy_tree(v) for k, v in value.items()}
+    if kind is list:
+        return [_copy_tree(v) for v in value]
+    return value
+
+
 class LLMRequest:
     """The request as the provider will see it: headers and the SDK's own kwargs.
 
@@ -48,12 +58,28 @@ class LLMRequest:
         object.__setattr__(self, "_content", MappingProxyType(dict(content)) if content else _EMPTY)
 
     @property
-    def headers(self) -> Mapping[str, Any]:
-        return self._headers
+    def headers(self) -> dict[str, Any]:
+        """A fresh, mutable copy of the headers: editing it changes nothing until passed to a new request."""
+        return dict(self._headers)
 
     @property
-    def content(self) -> Mapping[str, Any]:
+    def content(self) -> dict[str, Any]:
+        """A fresh copy of the content, its dicts and lists copied at every depth.
+
+        Intercepts may edit it and build a new request from it
+        (``LLMRequest(request.headers, c)``); an edit never reaches the provider
+        unless that new request is returned. Copied per read, so the call path,
+        which reads ``raw_content()``, pays nothing for it.
+        """
+        return {k: _copy_tree(v) for k, v in self._content.items()}
+
+    def raw_content(self) -> Mapping[str, Any]:
+        """The content itself, read-only and shared: for code that only reads it."""
         return self._content
+
+    def raw_headers(self) -> Mapping[str, Any]:
+        """The headers themselves, read-only and shared: for code that only reads them."""
+        return self._headers
 
     def replace(
         self, *, headers: Mapping[str, Any] | None = None, content: Mapping[str, Any] | None = None
@@ -63,8 +89,9 @@ class LLMRequest:
         )
 
     def kwargs(self) -> dict[str, Any]:
-        """A fresh, mutable copy of the content, ready to splat into an SDK call."""
-        return dict(self._content)
+        """A fresh, shallow copy of the content, ready to splat into an SDK call."""
+        content = self._content
+        return content.copy() if type(content) is MappingProxyType else dict(content)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("LLMRequest is immutable; use replace() to derive a new one")

@@ -306,3 +306,30 @@ def test_auxiliary_fallback_from_openai_to_anthropic(spans):
     assert logical.attributes["relay.call_role"] == "auxiliary:compression"
     assert failed.status.status_code is StatusCode.ERROR
     assert logical.attributes["relay.outcome"] == "success"
+
+
+def test_a_rejected_auxiliary_answer_is_an_error_span_saying_why(spans: Spans) -> None:
+    scripted = t.scripted_openai(
+        t.json_reply(t.chat_completion_body("   ", usage=t.chat_usage(7, 1))),
+        t.json_reply(t.chat_completion_body("ok", usage=t.chat_usage(7, 1))),
+    )
+
+    @auxiliary.auxiliary_call
+    def title(task: str) -> Any:
+        auxiliary.set_route("openai", "m", "chat_completions")
+        try:
+            return auxiliary.validate_response(adapters.complete(scripted.client, {"model": "m", "messages": []}), task)
+        except RuntimeError:
+            return auxiliary.validate_response(adapters.complete(scripted.client, {"model": "m", "messages": []}), task)
+
+    try:
+        title("title")
+    finally:
+        scripted.client.close()
+    rejected, accepted = sorted(spans.named("chat m"), key=lambda s: s.start_time)
+    assert rejected.attributes["error.type"] == "response_rejected"
+    assert rejected.status.status_code is StatusCode.ERROR
+    assert "invalid response (empty message content)" in (rejected.status.description or "")
+    assert rejected.attributes["gen_ai.usage.input_tokens"] == 7  # its tokens stay on the span
+    assert accepted.status.status_code is not StatusCode.ERROR and "error.type" not in accepted.attributes
+    assert spans.one("logical_llm_call").attributes["relay.outcome"] == "success"

@@ -372,3 +372,35 @@ def test_a_bad_fsync_policy_is_refused_when_the_subscriber_is_made(tmp_path, mon
         JournalSubscriber(session_dir=tmp_path)
     monkeypatch.setenv("RELAY_JOURNAL_FSYNC", "eager")
     assert JournalSubscriber(session_dir=tmp_path).close()
+
+
+def test_a_rejected_auxiliary_answer_is_a_warning_row_and_its_tokens_count(tmp_path):
+    from relay_runtime import adapters, auxiliary
+    from relay_runtime.adapters import testing as t
+
+    scripted = t.scripted_openai(
+        t.json_reply(t.chat_completion_body("", model="title-served", usage=t.chat_usage(7, 0))),
+        t.json_reply(t.chat_completion_body("A title", model="title-served", usage=t.chat_usage(7, 2))),
+    )
+
+    @auxiliary.auxiliary_call
+    def title(task):
+        auxiliary.set_route("openai", "title-model", "chat_completions")
+        try:
+            return auxiliary.validate_response(adapters.complete(scripted.client, {"model": "t", "messages": []}), task)
+        except RuntimeError:
+            return auxiliary.validate_response(adapters.complete(scripted.client, {"model": "t", "messages": []}), task)
+
+    try:
+        result = run_turn(tmp_path, lambda: title("title"))
+    finally:
+        scripted.client.close()
+    (warning,) = result.payloads("warning")
+    assert warning["type"] == "response_rejected"
+    assert warning["message"] == "Auxiliary title: LLM returned invalid response (empty message content)"
+    assert (warning["provider"], warning["model"]) == ("openai", "title-served")
+    assert (warning["call_role"], warning["retry_count"]) == ("auxiliary:title", 0)
+    # Both answers were paid for; the auxiliary call still observes no model for the run.
+    usage = result.payloads("done")[0]["usage"]
+    assert (usage["input_tokens"], usage["output_tokens"]) == (14, 2)
+    assert result.payloads("runtime_model") == []

@@ -17,6 +17,8 @@ What it writes:
   (provider, model). It is written once the new route has proven itself with
   output, followed by a corrective observation (the warning voids the previous one);
 - ``tool`` / ``tool_result`` for tool scopes, ``tool_call`` for tool calls a response asked for;
+- ``warning {type: response_rejected, provider, model, call_role, retry_count, message}`` for an
+  answer the validator rejected (its usage still counts);
 - the terminal row from the turn's outcome: ``done {usage}``, ``cancel``, ``apperror``.
 
 Auxiliary calls (``call_role`` ``auxiliary:*``) count towards usage only: a
@@ -50,6 +52,7 @@ logger = logging.getLogger("relay_runtime.integrations.run_journal")
 _SUCCESS = "success"
 _FAILED = "failed"
 _CANCELLED = "cancelled"
+RESPONSE_REJECTED = "response_rejected"
 _USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens", "reasoning_tokens")
 
 Route = tuple[str, str | None]  # (provider, model)
@@ -425,16 +428,19 @@ class JournalSubscriber:
             return
         run = attempt.run
         annotation = event.annotated_response
-        if event.outcome != _SUCCESS:
-            if event.outcome == _FAILED and not attempt.auxiliary:
-                run.pending_failure = attempt.route()
-                run.error = (event.error_type or "error", event.error_message or "")
-            return
         if annotation is not None:
+            # Any answer counts, a rejected one too: its tokens were spent.
             for name in _USAGE_FIELDS:
                 value = getattr(annotation.usage, name, None)
                 if isinstance(value, int):
                     run.usage[name] += value
+        if event.outcome != _SUCCESS:
+            if event.error_type == RESPONSE_REJECTED:
+                self._emit(run, [("warning", self._rejection(attempt, event))])
+            if event.outcome == _FAILED and not attempt.auxiliary:
+                run.pending_failure = attempt.route()
+                run.error = (event.error_type or "error", event.error_message or "")
+            return
         if attempt.auxiliary:
             return
         attempt.served = attempt.served or _response_model(event)
@@ -446,6 +452,18 @@ class JournalSubscriber:
             self._output(attempt, "" if attempt.streamed or not text else "token", {"text": text}, ROUTE_OBSERVED)
         if tool_calls:
             self._emit(run, [("tool_call", {"calls": tool_calls})])
+
+    @staticmethod
+    def _rejection(attempt: _Attempt, event: Event) -> dict[str, Any]:
+        provider, model = attempt.route()
+        return {
+            "type": RESPONSE_REJECTED,
+            "provider": provider,
+            "model": _response_model(event) or model,
+            "call_role": event.metadata.get(cv.CALL_ROLE),
+            "retry_count": event.metadata.get(cv.RETRY_COUNT),
+            "message": event.error_message or "",
+        }
 
     @staticmethod
     def _tool_result(event: Event) -> dict[str, Any]:
