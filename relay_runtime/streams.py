@@ -113,10 +113,7 @@ class StreamLifecycle:
 
     def complete_whole(self, response: Any) -> None:
         """End as a success with a response that arrived in one piece (a raw HTTP body read later)."""
-        if self.done:
-            return
-        self.done = True
-        self.attempt.finish(Outcome.SUCCESS.value, response, None, None, self.first_ns)
+        self.attempt.finish(Outcome.SUCCESS.value, response, None, None, self.first_ns)  # a no-op once finished
 
 
 class _StreamWrapper:
