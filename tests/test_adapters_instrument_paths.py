@@ -303,3 +303,32 @@ def test_anthropic_parse(relay_turn, relay_events, scripted) -> None:
     check(
         only_attempt(relay_events), model="claude-p", inputs=30, outputs=9, finish=["end_turn"], text='{"city": "Kyiv"}'
     )
+
+
+def test_raw_response_paths_end_once_whatever_the_caller_does(relay_turn, relay_events, scripted) -> None:
+    import openai
+
+    s = scripted(
+        "openai",
+        t.error(500, "down"),
+        t.json_reply(t.chat_completion_body("lines")),
+    )
+    with pytest.raises(openai.InternalServerError):
+        s.client.chat.completions.with_raw_response.create(model="m", messages=[])
+    with s.client.chat.completions.with_streaming_response.create(model="m", messages=[]) as response:
+        body = "".join(response.iter_lines())
+    assert '"lines"' in body
+    failed, read = attempts(relay_events)
+    assert (failed.outcome, failed.error_type) == ("failed", "InternalServerError")
+    assert read.outcome == "success"  # read line by line: no parsed form, but the attempt ended once
+    assert len(relay_events.starts(relay_kind=cv.ATTEMPT)) == 2
+
+
+@pytest.mark.asyncio
+async def test_async_streaming_response_closed_unread_is_cancelled(relay_turn, relay_events, scripted) -> None:
+    s = scripted("openai", t.json_reply(t.chat_completion_body("unread")))
+    async with s.aclient.chat.completions.with_streaming_response.create(model="m", messages=[]) as response:
+        assert response.status_code == 200
+    (end,) = attempts(relay_events)
+    assert end.outcome == "cancelled"
+    assert relay_events.ends(relay_kind=cv.LOGICAL_CALL)[0].output["outcome"] == "cancelled"
