@@ -66,10 +66,16 @@ class Attachment:
         with self._lock:
             if self._detached or host in self._hosts:
                 return
-        self._add_relay(host.relay)
+        self._connect(host.relay)
         host.retain_managed_execution(self.name)
         with self._lock:
-            self._hosts.append(host)
+            late = self._detached  # detach() ran meanwhile: it cannot see this host, so undo it here
+            if not late:
+                self._relays.append(host.relay)
+                self._hosts.append(host)
+        if late:
+            self._disconnect(host.relay)
+            host.release_managed_execution(self.name)
 
     def detach(self) -> None:
         """Disconnect from every relay, release every host, stop watching the coordinator. Idempotent."""

@@ -146,3 +146,25 @@ def test_otel_and_journal_attached_together_release_only_their_own_hold(spans, t
     one_turn(host.profile_key, "sboth")
     journal.close()
     assert "token" in journal_rows(tmp_path, "sboth")
+
+
+def test_hosts_made_while_detaching_are_left_clean(spans) -> None:
+    import threading
+
+    for round_ in range(20):
+        exporter = exporter_for(spans).attach(COORDINATOR)
+        barrier = threading.Barrier(5)
+
+        def make(i: int, r: int, gate: threading.Barrier) -> None:
+            gate.wait(5)
+            COORDINATOR.host(f"/profiles/race-{r}-{i}")
+
+        threads = [threading.Thread(target=make, args=(i, round_, barrier)) for i in range(4)]
+        for th in threads:
+            th.start()
+        barrier.wait(5)
+        exporter.detach()
+        for th in threads:
+            th.join(5)
+    assert all(h.consumers() == [] and h.relay.subscribers.names() == [] for h in COORDINATOR.hosts())
+    assert len(COORDINATOR.hosts()) == 80
