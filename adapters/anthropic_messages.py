@@ -10,11 +10,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from relay_runtime import neutral
 from relay_runtime.types import AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta, TokenUsage
 
 from .common import FieldMap, apply_common, as_int, as_list, as_str, decode_common, get
 
-_FIELDS = FieldMap.of("messages", "system")
+_FIELDS = FieldMap.of("messages", "system", neutral.ANTHROPIC_MESSAGES)
 _USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
 
 
@@ -41,6 +42,7 @@ def _tool_use(block: Any) -> dict[str, Any]:
 class AnthropicMessagesCodec:
     provider = "anthropic"
     operation = "chat"
+    spelling = neutral.ANTHROPIC_MESSAGES  # how this API spells the neutral params
 
     def decode(self, content: Mapping[str, Any]) -> AnnotatedLLMRequest:
         return decode_common(content, _FIELDS, self.provider, self.operation)

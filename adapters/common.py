@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from relay_runtime.neutral import ParamSpelling
 from relay_runtime.types import REMOVED, AnnotatedLLMRequest, AnnotatedLLMResponse, TokenUsage
 
 # SDK call options that are transport, not request content: never "params",
@@ -73,19 +74,31 @@ class FieldMap:
     messages: str
     system: str | None  # None: the API keeps system prompts inside ``messages``
     structural: frozenset[str]
+    spelling: ParamSpelling
 
     @classmethod
-    def of(cls, messages: str, system: str | None) -> FieldMap:
+    def of(cls, messages: str, system: str | None, spelling: ParamSpelling) -> FieldMap:
         keys = {"model", messages, "tools", "tool_choice", "stream"}
         if system is not None:
             keys.add(system)
-        return cls(messages, system, frozenset(keys) | TRANSPORT_KWARGS)
+        return cls(messages, system, frozenset(keys) | TRANSPORT_KWARGS, spelling)
 
 
 def decode_common(content: Mapping[str, Any], fields: FieldMap, provider: str, operation: str) -> AnnotatedLLMRequest:
     """The fields every API spells the same way; the caller fixes up messages/system."""
     structural = fields.structural
-    params = {k: v for k, v in content.items() if k not in structural}
+    spelling = fields.spelling
+    by_sdk = spelling.by_sdk
+    params: dict[str, Any] = {}
+    provider_params: dict[str, Any] = {}
+    for key, value in content.items():
+        if key in structural:
+            continue
+        neutral = by_sdk.get(key)
+        if neutral is None:
+            provider_params[key] = value
+        elif neutral not in params or key == spelling.names.get(neutral):  # the primary spelling wins
+            params[neutral] = value
     messages = content.get(fields.messages)
     tools = content.get("tools")
     return AnnotatedLLMRequest(
@@ -93,6 +106,7 @@ def decode_common(content: Mapping[str, Any], fields: FieldMap, provider: str, o
         messages=list(messages) if isinstance(messages, list | tuple) else [],
         system=content.get(fields.system) if fields.system is not None else None,
         params=params,
+        provider_params=provider_params,
         tools=list(tools) if isinstance(tools, list | tuple) else None,
         tool_choice=content.get("tool_choice"),
         stream=bool(content.get("stream")),
@@ -110,21 +124,45 @@ def _put(kwargs: dict[str, Any], key: str, value: Any) -> None:
         kwargs[key] = value
 
 
+def _keyed_changes(name: str, value: Any, fields: FieldMap) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} changes must be a mapping, got {type(value).__name__}")
+    for key in value:
+        if key in fields.structural:
+            raise ValueError(
+                f"{name} key {key!r} names a structural or transport field; "
+                f"edit it through the annotated request's own field instead"
+            )
+    return value
+
+
 def apply_common(content: Mapping[str, Any], changes: dict[str, Any], fields: FieldMap) -> dict[str, Any]:
     """A new kwargs dict: ``content`` with only the changed neutral fields written over it.
 
-    ``system`` is left to the caller when the API keeps it inside ``messages``.
+    Every neutral param is checked against the API before anything is written, so
+    a name the API cannot take fails the call before it is sent. ``system`` is
+    left to the caller when the API keeps it inside ``messages``.
     """
     kwargs = dict(content)
+    spelling = fields.spelling
+    params = changes.get("params")
+    if params is not None:
+        # Spelled first, all of them: an unsupported name fails before anything is written.
+        spelled = [(key, *spelling.to_sdk(key, item)) for key, item in _keyed_changes("params", params, fields).items()]
+        for neutral, sdk_key, item in spelled:
+            for other in spelling.sdk_keys(neutral):  # the deprecated spellings too: never send two
+                kwargs.pop(other, None)
+            _put(kwargs, sdk_key, item)
     for name, value in changes.items():
         if name == "params":
-            if not isinstance(value, Mapping):
-                raise TypeError(f"params changes must be a mapping, got {type(value).__name__}")
-            for key, item in value.items():
-                if key in fields.structural:
+            continue
+        if name == "provider_params":
+            for key, item in _keyed_changes(name, value, fields).items():
+                meant = spelling.neutral_of(key)
+                if meant is not None:
                     raise ValueError(
-                        f"params key {key!r} names a structural or transport field; "
-                        f"edit it through the annotated request's own field instead"
+                        f"provider_params key {key!r} is the {spelling.api} spelling of the neutral "
+                        f"param {meant!r}: set annotated.params[{meant!r}] instead"
                     )
                 _put(kwargs, key, item)
         elif name == "messages":

@@ -9,14 +9,16 @@ route's provider name, and the logical call stays open for the decorator to sett
 
 from __future__ import annotations
 
+import inspect
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
+from functools import partial
 from types import MethodType
 from typing import Any
 
-from relay_runtime import auxiliary, calls
+from relay_runtime import auxiliary, calls, redaction, session
 from relay_runtime import conventions as cv
 from relay_runtime.codec import LLMCodec
 from relay_runtime.types import LLMRequest
@@ -92,10 +94,10 @@ def original_create(resource: Any) -> Any:
     return create
 
 
-# What one SDK call hands to ``relay_runtime.calls``: its API, the request, the attempt's
-# provider name, model name and metadata, and whether it is an attempt of an auxiliary call
-# (whose logical call stays open for a retry until validated).
-Prepared = tuple[Api, LLMRequest, str, "str | None", "dict[str, Any] | None", bool]
+# What one SDK call hands to ``relay_runtime.calls``: its API, the SDK's create(), the request,
+# the attempt's provider name, model name and metadata, and whether it is an attempt of an
+# auxiliary call (whose logical call stays open for a retry until validated).
+Prepared = tuple[Api, Any, LLMRequest, str, "str | None", "dict[str, Any] | None", bool]
 
 
 # The last base URL seen and its address: a process mostly talks to one endpoint, and URL
@@ -123,15 +125,25 @@ def server_address(client: Any) -> str | None:
     return address
 
 
-def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, *, stream: bool) -> Prepared:
+def _check_kwargs(kwargs: Any) -> None:
     if type(kwargs) is not dict and not isinstance(kwargs, Mapping):
         raise TypeError(f"SDK kwargs must be a mapping, got {type(kwargs).__name__}")
+
+
+def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, entry: str) -> Prepared:
+    """Everything about one call that can be refused is refused here, before anything is recorded or sent."""
+    _check_kwargs(kwargs)
     route = auxiliary.current_route()
     mode = api_mode or (route.api_mode if route is not None else None) or _mode_of_client(client)
     api = APIS.get(mode)
     if api is None:
         raise ValueError(f"unknown api_mode {mode!r}; expected one of {sorted(APIS)}")
-    if stream and not kwargs.get("stream"):
+    create = _create(client, api, entry)
+    # The client's own key, so that a provider echoing it in an error never puts it on record.
+    redaction.remember_secret(getattr(client, "api_key", None))
+    if mode == ANTHROPIC_MESSAGES:
+        redaction.remember_secret(getattr(client, "auth_token", None))
+    if entry in _STREAMING and not kwargs.get("stream"):
         kwargs = {**kwargs, "stream": True}
     metadata = auxiliary.next_attempt_metadata()
     auxiliary_attempt = metadata is not None
@@ -141,9 +153,9 @@ def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, *, str
     model = kwargs.get("model")
     if route is None:
         model_name = model if isinstance(model, str) else None
-        return api, LLMRequest(None, kwargs), api.codec.provider, model_name, metadata, auxiliary_attempt
+        return api, create, LLMRequest(None, kwargs), api.codec.provider, model_name, metadata, auxiliary_attempt
     model_name = model if isinstance(model, str) else route.model
-    return api, LLMRequest(None, kwargs), route.provider, model_name, metadata, auxiliary_attempt
+    return api, create, LLMRequest(None, kwargs), route.provider, model_name, metadata, auxiliary_attempt
 
 
 def _kwargs_of(request: LLMRequest) -> dict[str, Any]:
@@ -168,17 +180,30 @@ def guard_sdk_calls(on: bool) -> None:
     _guarded = on
 
 
+def _guarded_call(create: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    token = inside_sdk_call.set(True)
+    try:
+        return create(**kwargs)
+    finally:
+        inside_sdk_call.reset(token)
+
+
 def sync_callback(create: Callable[..., Any], client: Any) -> Callable[[LLMRequest], Any]:
     def call(request: LLMRequest) -> Any:
         kwargs = _kwargs_of(request)
         sdk_retries.watch(client)
-        if not _guarded:
-            return create(**kwargs)
-        token = inside_sdk_call.set(True)
-        try:
-            return create(**kwargs)
-        finally:
-            inside_sdk_call.reset(token)
+        result = create(**kwargs) if not _guarded else _guarded_call(create, kwargs)
+        # isinstance, not hasattr: a missing attribute on an SDK's pydantic response costs
+        # microseconds (its __getattr__ raises), the ABC check a cached type lookup.
+        if isinstance(result, Awaitable):
+            # A duck-typed create() that looked synchronous: an un-awaited coroutine is no response.
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()
+            raise TypeError(
+                f"{type(client).__name__}'s create() returned an awaitable: use the async call (acomplete / astream)"
+            )
+        return result
 
     return call
 
@@ -198,18 +223,87 @@ def async_callback(create: Callable[..., Any], client: Any) -> Callable[[LLMRequ
     return call
 
 
-def _create(client: Any, api: Api) -> Any:
-    return original_create(resource_of(client, api))
+# Resource classes of the two SDKs -> whether their create() is a coroutine function.
+_ASYNC_BY_TYPE: dict[type, bool] = {}
+_SDK_MODULES = ("openai.", "anthropic.")
+
+
+def _is_async(resource: Any, create: Any) -> bool:
+    kind = type(resource)
+    verdict = _ASYNC_BY_TYPE.get(kind)
+    if verdict is None:
+        # The SDKs wrap their async create() in a plain decorator: look through it.
+        verdict = inspect.iscoroutinefunction(inspect.unwrap(create))
+        if kind.__module__.startswith(_SDK_MODULES):  # duck-typed resources share a type, not a method
+            _ASYNC_BY_TYPE[kind] = verdict
+    return verdict
+
+
+_SYNC_TWIN = {"acomplete": "complete", "astream": "stream"}
+_STREAMING = frozenset({"stream", "astream"})
+_ASYNC_TWIN = {v: k for k, v in _SYNC_TWIN.items()}
+
+
+def _create(client: Any, api: Api, entry: str) -> Any:
+    """The SDK's create() for ``entry`` (complete / acomplete / ...), refused before anything is
+    recorded or sent when the client's calling convention is not the entry point's."""
+    resource = resource_of(client, api)
+    create = original_create(resource)
+    is_async = _is_async(resource, create)
+    if is_async != (entry in _SYNC_TWIN):
+        twin = _SYNC_TWIN.get(entry) or _ASYNC_TWIN[entry]
+        kind = "an async" if is_async else "a sync"
+        raise TypeError(
+            f"adapters.{entry}() was given {kind} client ({type(client).__name__}); use adapters.{twin}() instead"
+        )
+    return create
+
+
+def _wants_stream(kwargs: Mapping[str, Any]) -> bool:
+    _check_kwargs(kwargs)
+    return bool(kwargs.get("stream"))
+
+
+STREAMS_WITHOUT_USAGE = "streams_without_usage"
+
+
+def _stream_usage(api: Api, request: LLMRequest, include_usage: bool) -> tuple[LLMRequest, LLMCodec]:
+    """Chat streams carry token usage only when asked (``stream_options.include_usage``).
+
+    ``include_usage=True`` asks (the caller then sees one more chunk, with no choices);
+    otherwise a managed stream that ends without usage is counted in ``relay.diagnostics()``.
+    """
+    if api.mode != CHAT_COMPLETIONS:
+        return request, api.codec  # the Responses API and Anthropic always report usage
+    content = request.raw_content()
+    options = content.get("stream_options")
+    if include_usage and not (isinstance(options, Mapping) and options.get("include_usage")):
+        merged = {**options, "include_usage": True} if isinstance(options, Mapping) else {"include_usage": True}
+        return request.replace(content={**content, "stream_options": merged}), api.codec
+    turn = session.managed_turn()
+    if turn is None or not isinstance(api.codec, OpenAIChatCodec):
+        return request, api.codec
+    return request, api.codec.counting_missing_usage(partial(turn.relay.count, STREAMS_WITHOUT_USAGE))
 
 
 def complete(
-    client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None, sdk_method: Callable[..., Any] | None = None
+    client: Any,
+    kwargs: Mapping[str, Any],
+    *,
+    api_mode: str | None = None,
+    include_usage: bool = False,
+    sdk_method: Callable[..., Any] | None = None,
 ) -> Any:
-    """``create(**kwargs)`` on the client's API as a managed attempt; returns the SDK's response."""
-    api, request, name, model_name, metadata, auxiliary_attempt = prepare(kwargs, api_mode, client, stream=False)
+    """``create(**kwargs)`` on the client's API as a managed attempt; returns the SDK's response.
+
+    With ``"stream": True`` in ``kwargs`` it is ``stream()``: a managed stream, as the SDK returns one.
+    """
+    if _wants_stream(kwargs):
+        return stream(client, kwargs, api_mode=api_mode, include_usage=include_usage, sdk_method=sdk_method)
+    api, create, request, name, model_name, metadata, auxiliary_attempt = prepare(kwargs, api_mode, client, "complete")
     return calls.execute_current(
         request,
-        sync_callback(sdk_method or _create(client, api), client),
+        sync_callback(sdk_method or create, client),
         name=name,
         model_name=model_name,
         metadata=metadata,
@@ -219,12 +313,19 @@ def complete(
 
 
 async def acomplete(
-    client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None, sdk_method: Callable[..., Any] | None = None
+    client: Any,
+    kwargs: Mapping[str, Any],
+    *,
+    api_mode: str | None = None,
+    include_usage: bool = False,
+    sdk_method: Callable[..., Any] | None = None,
 ) -> Any:
-    api, request, name, model_name, metadata, auxiliary_attempt = prepare(kwargs, api_mode, client, stream=False)
+    if _wants_stream(kwargs):
+        return await astream(client, kwargs, api_mode=api_mode, include_usage=include_usage, sdk_method=sdk_method)
+    api, create, request, name, model_name, metadata, auxiliary_attempt = prepare(kwargs, api_mode, client, "acomplete")
     return await calls.execute_current_async(
         request,
-        async_callback(sdk_method or _create(client, api), client),
+        async_callback(sdk_method or create, client),
         name=name,
         model_name=model_name,
         metadata=metadata,
@@ -234,29 +335,44 @@ async def acomplete(
 
 
 def stream(
-    client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None, sdk_method: Callable[..., Any] | None = None
+    client: Any,
+    kwargs: Mapping[str, Any],
+    *,
+    api_mode: str | None = None,
+    include_usage: bool = False,
+    sdk_method: Callable[..., Any] | None = None,
 ) -> Any:
-    """``create(**kwargs, stream=True)`` as a managed attempt; iterating yields the SDK's own chunks."""
-    api, request, name, model_name, metadata, _ = prepare(kwargs, api_mode, client, stream=True)
+    """``create(**kwargs, stream=True)`` as a managed attempt; iterating yields the SDK's own chunks.
+
+    ``include_usage=True`` asks an OpenAI chat stream for its token usage (one more chunk).
+    """
+    api, create, request, name, model_name, metadata, _ = prepare(kwargs, api_mode, client, "stream")
+    request, codec = _stream_usage(api, request, include_usage)
     return calls.stream_current(
         request,
-        sync_callback(sdk_method or _create(client, api), client),
+        sync_callback(sdk_method or create, client),
         name=name,
         model_name=model_name,
         metadata=metadata,
-        codec=api.codec,
+        codec=codec,
     )
 
 
 async def astream(
-    client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None, sdk_method: Callable[..., Any] | None = None
+    client: Any,
+    kwargs: Mapping[str, Any],
+    *,
+    api_mode: str | None = None,
+    include_usage: bool = False,
+    sdk_method: Callable[..., Any] | None = None,
 ) -> Any:
-    api, request, name, model_name, metadata, _ = prepare(kwargs, api_mode, client, stream=True)
+    api, create, request, name, model_name, metadata, _ = prepare(kwargs, api_mode, client, "astream")
+    request, codec = _stream_usage(api, request, include_usage)
     return await calls.stream_current_async(
         request,
-        async_callback(sdk_method or _create(client, api), client),
+        async_callback(sdk_method or create, client),
         name=name,
         model_name=model_name,
         metadata=metadata,
-        codec=api.codec,
+        codec=codec,
     )

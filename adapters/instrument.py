@@ -86,7 +86,14 @@ def _raw_kind(kwargs: dict[str, Any]) -> str | None:
 
 
 def route(
-    client: Any, mode: str, method: str, is_async: bool, wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    client: Any,
+    mode: str,
+    method: str,
+    is_async: bool,
+    include_usage: bool,
+    wrapped: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
 ) -> Any:
     """One call of an instrumented SDK method, as a managed attempt (or straight through)."""
     if args or dispatch.inside_sdk_call.get():
@@ -96,12 +103,9 @@ def route(
     raw = _raw_kind(kwargs)
     if raw is not None:
         return (_araw if is_async else _raw)(client, mode, wrapped, kwargs, raw)
-    streamed = bool(kwargs.get("stream"))
-    if is_async:
-        run = dispatch.astream if streamed else dispatch.acomplete
-    else:
-        run = dispatch.stream if streamed else dispatch.complete
-    return run(client, kwargs, api_mode=mode, sdk_method=wrapped)
+    # complete()/acomplete() hand a streamed call to stream()/astream() themselves.
+    run = dispatch.acomplete if is_async else dispatch.complete
+    return run(client, kwargs, api_mode=mode, include_usage=include_usage, sdk_method=wrapped)
 
 
 # -- anthropic's messages.stream(): a manager whose request runs on __enter__ ------------------
@@ -170,10 +174,10 @@ class _Body:
         return getattr(self.stream, name)
 
 
-def _open_raw(client: Any, mode: str, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any], _Body]:
+def _open_raw(client: Any, mode: str, kwargs: dict[str, Any], is_async: bool) -> tuple[Any, dict[str, Any], _Body]:
     """The request and the attempt's options as dispatch prepares them, and the stream's source."""
-    streamed = bool(kwargs.get("stream"))
-    api, request, name, model_name, metadata, _ = dispatch.prepare(kwargs, mode, client, stream=streamed)
+    entry = ("astream" if is_async else "stream") if kwargs.get("stream") else ("acomplete" if is_async else "complete")
+    api, _create, request, name, model_name, metadata, _ = dispatch.prepare(kwargs, mode, client, entry)
     options = {"name": name, "model_name": model_name, "metadata": metadata, "codec": api.codec}
     return request, options, _Body()
 
@@ -188,7 +192,7 @@ def _opened(cls: type[Any], raw: Any, managed: Any, body: _Body, kwargs: dict[st
 
 
 def _raw(client: Any, mode: str, wrapped: Any, kwargs: dict[str, Any], kind: str) -> Any:
-    request, options, body = _open_raw(client, mode, kwargs)
+    request, options, body = _open_raw(client, mode, kwargs, False)
     holder: list[Any] = []
 
     def open_body(**sent: Any) -> _Body:
@@ -207,7 +211,7 @@ def _raw(client: Any, mode: str, wrapped: Any, kwargs: dict[str, Any], kind: str
 
 
 async def _araw(client: Any, mode: str, wrapped: Any, kwargs: dict[str, Any], kind: str) -> Any:
-    request, options, body = _open_raw(client, mode, kwargs)
+    request, options, body = _open_raw(client, mode, kwargs, True)
     holder: list[Any] = []
 
     async def open_body(**sent: Any) -> _Body:
@@ -415,19 +419,22 @@ def _resources(client: Any) -> list[tuple[str, Any]]:
     return found
 
 
-def _client_wrapper(client: Any, mode: str, method: str, is_async: bool) -> Callable[..., Any]:
+def _client_wrapper(client: Any, mode: str, method: str, is_async: bool, include_usage: bool) -> Callable[..., Any]:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        return route(client, mode, method, is_async, wrapped, args, kwargs)
+        return route(client, mode, method, is_async, include_usage, wrapped, args, kwargs)
 
     return wrapper
 
 
-def _derive_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    # with_options() / copy(): the new client is traced like the one it came from.
-    derived = wrapped(*args, **kwargs)
-    if _resources(derived):
-        instrument(derived)
-    return derived
+def _derive_wrapper(include_usage: bool) -> Callable[..., Any]:
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        # with_options() / copy(): the new client is traced like the one it came from.
+        derived = wrapped(*args, **kwargs)
+        if _resources(derived):
+            _instrument_client(derived, include_usage)
+        return derived
+
+    return wrapper
 
 
 _DERIVERS = ("copy", "with_options")
@@ -450,7 +457,7 @@ def _restore(owner: Any, name: str) -> None:
         setattr(owner, name, previous)
 
 
-def _instrument_client(client: Any) -> Any:
+def _instrument_client(client: Any, include_usage: bool) -> Any:
     resources = _resources(client)
     if not resources:
         raise TypeError(f"cannot instrument {type(client).__name__}: it has no chat.completions, responses or messages")
@@ -460,12 +467,13 @@ def _instrument_client(client: Any) -> Any:
                 current = getattr(resource, method, None)
                 if not callable(current) or isinstance(vars(resource).get(method), ManagedCreate):
                     continue
-                _set(resource, method, current, _client_wrapper(client, mode, method, _is_async(current)))
+                wrapper = _client_wrapper(client, mode, method, _is_async(current), include_usage)
+                _set(resource, method, current, wrapper)
         for name in _DERIVERS:
             current = getattr(client, name, None)
             if callable(current) and not isinstance(vars(client).get(name), ManagedCreate):
                 try:
-                    _set(client, name, current, _derive_wrapper)
+                    _set(client, name, current, _derive_wrapper(include_usage))
                 except (AttributeError, TypeError):  # a client that takes no instance attributes
                     pass
     return client
@@ -487,12 +495,12 @@ def _uninstrument_client(client: Any) -> Any:
 _patched: list[tuple[type, str]] = []
 
 
-def _class_wrapper(mode: str, method: str, is_async: bool) -> Callable[..., Any]:
+def _class_wrapper(mode: str, method: str, is_async: bool, include_usage: bool) -> Callable[..., Any]:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         client = getattr(instance, "_client", None)
         if client is None:  # looked up on the class itself, not on a client's resource
             return wrapped(*args, **kwargs)
-        return route(client, mode, method, is_async, wrapped, args, kwargs)
+        return route(client, mode, method, is_async, include_usage, wrapped, args, kwargs)
 
     return wrapper
 
@@ -510,7 +518,7 @@ def _sdk_classes() -> list[tuple[type, str]]:
     return found
 
 
-def _instrument_classes() -> list[str]:
+def _instrument_classes(include_usage: bool) -> list[str]:
     done = []
     with _lock:
         for cls, mode in _sdk_classes():
@@ -518,7 +526,7 @@ def _instrument_classes() -> list[str]:
                 current = vars(cls).get(method)
                 if current is None or isinstance(current, ManagedCreate):
                     continue
-                _set(cls, method, current, _class_wrapper(mode, method, _is_async(current)))
+                _set(cls, method, current, _class_wrapper(mode, method, _is_async(current), include_usage))
                 _patched.append((cls, method))
                 done.append(f"{cls.__module__}.{cls.__qualname__}.{method}")
         dispatch.guard_sdk_calls(bool(_patched))
@@ -536,16 +544,18 @@ def _uninstrument_classes() -> None:
 # -- the public pair ----------------------------------------------------------------------------
 
 
-def instrument(client: Any = None) -> Any:
+def instrument(client: Any = None, *, include_usage: bool = False) -> Any:
     """Route SDK calls through the relay: one client's, or (no argument) every client's.
 
     ``instrument(client)``: idempotent, returns the client; raises TypeError for an object
     with none of chat.completions, responses or messages. ``instrument()``: wraps the
     OpenAI and Anthropic SDK classes that are installed; returns the names wrapped now.
+    ``include_usage=True`` makes OpenAI chat streams ask for their token usage (the caller
+    sees one more chunk, with no choices).
     """
     if client is None:
-        return _instrument_classes()
-    return _instrument_client(client)
+        return _instrument_classes(include_usage)
+    return _instrument_client(client, include_usage)
 
 
 def uninstrument(client: Any = None) -> Any:

@@ -6,9 +6,10 @@ fields those servers add (``reasoning_content``, ``reasoning``) are read when pr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from relay_runtime import neutral
 from relay_runtime.types import AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta, TokenUsage
 
 from .common import (
@@ -24,7 +25,7 @@ from .common import (
     openai_usage,
 )
 
-_FIELDS = FieldMap.of("messages", None)
+_FIELDS = FieldMap.of("messages", None, neutral.OPENAI_CHAT)
 _SYSTEM_ROLES = ("system", "developer")
 
 
@@ -82,6 +83,7 @@ def _reasoning(obj: Any) -> str | None:
 class OpenAIChatCodec:
     provider = "openai"
     operation = "chat"
+    spelling = neutral.OPENAI_CHAT  # how this API spells the neutral params
 
     def decode(self, content: Mapping[str, Any]) -> AnnotatedLLMRequest:
         annotated = decode_common(content, _FIELDS, self.provider, self.operation)
@@ -111,6 +113,20 @@ class OpenAIChatCodec:
     def accumulator(self) -> ChatAccumulator:
         return ChatAccumulator()
 
+    def counting_missing_usage(self, on_missing: Callable[[], None]) -> OpenAIChatCodec:
+        """This codec, whose streams call ``on_missing()`` when they end without a usage chunk."""
+        return _UsageWatchingCodec(on_missing)
+
+
+class _UsageWatchingCodec(OpenAIChatCodec):
+    def __init__(self, on_missing: Callable[[], None]) -> None:
+        self.on_missing = on_missing
+
+    def accumulator(self) -> ChatAccumulator:
+        acc = ChatAccumulator()
+        acc.on_missing_usage = self.on_missing
+        return acc
+
 
 class _ChoiceParts:
     __slots__ = ("finish_reason", "reasoning", "refusal", "role", "text", "tool_calls")
@@ -131,9 +147,10 @@ class ChatAccumulator:
     (``stream_options={"include_usage": True}``), on the last chunk.
     """
 
-    __slots__ = ("choices", "created", "fingerprint", "id", "model", "service_tier", "usage")
+    __slots__ = ("choices", "created", "fingerprint", "id", "model", "on_missing_usage", "service_tier", "usage")
 
     def __init__(self) -> None:
+        self.on_missing_usage: Callable[[], None] | None = None
         self.id: str | None = None
         self.model: str | None = None
         self.created: int | None = None
@@ -199,6 +216,8 @@ class ChatAccumulator:
         return None
 
     def finish(self) -> tuple[Any, AnnotatedLLMResponse]:
+        if self.usage is None and self.on_missing_usage is not None:
+            self.on_missing_usage()
         first = self.choices.get(0) or (next(iter(self.choices.values())) if self.choices else None)
         calls = [c.as_dict() for _, c in sorted(first.tool_calls.items())] if first else []
         annotation = AnnotatedLLMResponse(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from relay_runtime import neutral
 from relay_runtime.types import AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta, TokenUsage
 
 from .common import (
@@ -23,7 +24,7 @@ from .common import (
     openai_usage,
 )
 
-_FIELDS = FieldMap.of("input", "instructions")
+_FIELDS = FieldMap.of("input", "instructions", neutral.OPENAI_RESPONSES)
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 _REASONING_DELTAS = frozenset({"response.reasoning_summary_text.delta", "response.reasoning_text.delta"})
 
@@ -51,6 +52,7 @@ def _function_call(item: Any) -> dict[str, Any]:
 class OpenAIResponsesCodec:
     provider = "openai"
     operation = "responses"
+    spelling = neutral.OPENAI_RESPONSES  # how this API spells the neutral params
 
     def decode(self, content: Mapping[str, Any]) -> AnnotatedLLMRequest:
         annotated = decode_common(content, _FIELDS, self.provider, self.operation)

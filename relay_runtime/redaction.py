@@ -1,8 +1,24 @@
-"""Keeping credentials out of everything the relay emits."""
+"""Keeping credentials out of everything the relay emits.
+
+Two lists, kept apart because they match differently:
+
+- ``CREDENTIAL_HEADER_NAMES`` / ``CREDENTIAL_HEADER_PATTERNS``: header names, any
+  case; a name matching a pattern (``*token*``) is a credential too.
+- ``CREDENTIAL_BODY_KEYS``: keys of the request body and query, matched exactly
+  (any case) at any depth of the kwargs (``extra_body``, ``extra_query`` and every
+  nested dict), never by substring, so ``max_tokens`` and usage counts stay.
+
+The conversation itself (``CONVERSATION_KWARGS``: messages, tools, ...) is what
+the model reads, not where credentials travel, and is not walked: a tool schema
+may well declare a ``password`` property. Values of the clients' own keys
+(``remember_secret``) are blanked in recorded error messages and wherever they
+appear as a whole string in the walked kwargs.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,48 +26,100 @@ from .types import AnnotatedLLMRequest
 
 REDACTED = "[redacted]"
 
-CREDENTIAL_HEADERS = frozenset(
-    {
-        "authorization",
-        "proxy-authorization",
-        "x-api-key",
-        "api-key",
-        "x-goog-api-key",
-        "cookie",
-        "set-cookie",
-        "openai-organization",
-        "openai-project",
-        "anthropic-admin-key",
-    }
+CREDENTIAL_HEADER_NAMES = frozenset(
+    {"authorization", "proxy-authorization", "cookie", "api-key", "api_key", "x-api-key"}
 )
-# Request kwargs that carry credentials, or headers that may.
-CREDENTIAL_KWARGS = frozenset({"api_key", "auth_token", "authorization", "password", "secret", "token"})
+CREDENTIAL_HEADER_PATTERNS = ("*-subscription-key", "*token*", "*secret*")
+CREDENTIAL_BODY_KEYS = frozenset(
+    {"api_key", "apikey", "access_token", "refresh_token", "client_secret", "secret", "password", "authorization"}
+)
+
+# SDK kwargs whose value is a header mapping (judged by header name, not body key).
 HEADER_KWARGS = frozenset({"extra_headers", "headers", "default_headers"})
+# The conversation: not walked (see the module docstring). Every codec's name for it.
+CONVERSATION_KWARGS = frozenset({"messages", "input", "system", "instructions", "tools", "tool_choice", "prediction"})
 
+_SUFFIXES = tuple(p[1:] for p in CREDENTIAL_HEADER_PATTERNS if p.startswith("*") and not p.endswith("*"))
+_INFIXES = tuple(p[1:-1] for p in CREDENTIAL_HEADER_PATTERNS if p.startswith("*") and p.endswith("*"))
 
-SENSITIVE_KWARGS = CREDENTIAL_KWARGS | HEADER_KWARGS
-
-# Header names repeat from call to call: classify each once. Bounded, since names are caller data.
-_verdicts: dict[Any, bool] = {}
+# Names repeat from call to call: classify each once. Bounded, since names are caller data.
+_header_verdicts: dict[Any, bool] = {}
+_key_verdicts: dict[Any, bool] = {}
 _VERDICTS_MAX = 4096
 
 
+def _as_text(name: Any) -> str:
+    # Header names may be bytes (httpx accepts them); str(b"...") would hide "authorization".
+    return name.decode("latin-1") if isinstance(name, (bytes, bytearray)) else str(name)
+
+
 def is_credential_header(name: str | bytes) -> bool:
-    verdict = _verdicts.get(name)
+    verdict = _header_verdicts.get(name)
     if verdict is None:
-        # Header names may be bytes (httpx accepts them); str(b"...") would hide "authorization".
-        text = name.decode("latin-1") if isinstance(name, (bytes, bytearray)) else str(name)
-        lowered = text.strip().lower()
-        verdict = lowered in CREDENTIAL_HEADERS or lowered.endswith(("-api-key", "-token", "-secret"))
-        if len(_verdicts) < _VERDICTS_MAX and isinstance(name, (str, bytes)):
-            _verdicts[name] = verdict
+        lowered = _as_text(name).strip().lower()
+        verdict = (
+            lowered in CREDENTIAL_HEADER_NAMES
+            or lowered.endswith(_SUFFIXES)
+            or any(infix in lowered for infix in _INFIXES)
+        )
+        if len(_header_verdicts) < _VERDICTS_MAX and isinstance(name, (str, bytes)):
+            _header_verdicts[name] = verdict
     return verdict
+
+
+def is_credential_key(key: Any) -> bool:
+    """A body or query key that holds a credential: an exact name from the list, any case."""
+    verdict = _key_verdicts.get(key)
+    if verdict is None:
+        verdict = isinstance(key, (str, bytes)) and _as_text(key).strip().lower() in CREDENTIAL_BODY_KEYS
+        if len(_key_verdicts) < _VERDICTS_MAX and isinstance(key, (str, bytes)):
+            _key_verdicts[key] = verdict
+    return verdict
+
+
+# -- the clients' own keys ------------------------------------------------------------
+
+# Keys shorter than this are not searched for in text: blanking "abc" everywhere would
+# corrupt messages and protect nothing.
+_MIN_SECRET = 8
+_SECRETS_MAX = 256
+_secrets: frozenset[str] = frozenset()
+_secrets_lock = threading.Lock()
+
+
+def remember_secret(value: Any) -> None:
+    """Blank ``value`` (a client's API key) wherever the relay records it from now on."""
+    global _secrets
+    if type(value) is not str or len(value) < _MIN_SECRET or value in _secrets:
+        return
+    with _secrets_lock:
+        if len(_secrets) < _SECRETS_MAX:
+            # A new frozenset, swapped in whole: readers never take the lock.
+            _secrets = _secrets | {value}
+
+
+def scrub_text(text: str) -> str:
+    """``text`` with every remembered key blanked (a provider may echo the key in a 401 body)."""
+    for secret in _secrets:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def forget_secrets() -> None:
+    """For tests."""
+    global _secrets
+    with _secrets_lock:
+        _secrets = frozenset()
+
+
+# -- headers and kwargs ---------------------------------------------------------------
 
 
 def redact_headers(headers: Mapping[Any, Any]) -> dict[str, Any]:
     """A copy with credential values replaced; bytes names become text so every encoder can take them."""
     out: dict[str, Any] = {}
-    verdicts = _verdicts
+    verdicts = _header_verdicts
     for k, v in headers.items():
         verdict = verdicts.get(k)
         if verdict is None:
@@ -62,19 +130,67 @@ def redact_headers(headers: Mapping[Any, Any]) -> dict[str, Any]:
     return out
 
 
-def redact_kwargs(content: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``content`` itself when nothing in it can hold a credential (the usual case), else a cleaned copy."""
-    if SENSITIVE_KWARGS.isdisjoint(content):
-        return content
-    out: dict[str, Any] = {}
-    for k, v in content.items():
-        if k in CREDENTIAL_KWARGS:
-            out[k] = REDACTED
-        elif k in HEADER_KWARGS and isinstance(v, Mapping):
-            out[k] = redact_headers(v)
+# Values that hold nothing nested: only their key (or, for text, a remembered key's value) can make them a credential.
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+_NOTHING_SKIPPED: frozenset[str] = frozenset()
+
+
+def _clean_mapping(value: Mapping[Any, Any], depth: int, skip: frozenset[str]) -> Mapping[Any, Any]:
+    """``value`` itself when no entry needs cleaning, else a cleaned copy; keys in ``skip`` are kept as they are."""
+    out: dict[Any, Any] | None = None
+    verdicts = _key_verdicts
+    for k, v in value.items():
+        if k in skip:
+            continue
+        verdict = verdicts.get(k)
+        if verdict is None:
+            verdict = is_credential_key(k)
+        kind = type(v)
+        if verdict:
+            new: Any = REDACTED
+        elif kind in _LEAVES:
+            if kind is not str or v not in _secrets:
+                continue
+            new = REDACTED
         else:
-            out[k] = v
-    return out
+            new = redact_headers(v) if k in HEADER_KWARGS and isinstance(v, Mapping) else _clean(v, depth + 1)
+            if new is v:
+                continue
+        if out is None:
+            out = dict(value)
+        out[k] = new
+    return value if out is None else out
+
+
+def _clean(value: Any, depth: int) -> Any:
+    """``value`` itself when nothing in it is a credential, else a cleaned copy (containers only)."""
+    kind = type(value)
+    if kind in _LEAVES:
+        return REDACTED if kind is str and value in _secrets else value
+    if depth > 64:  # a self-referencing structure: stop, it cannot be encoded anyway
+        return value
+    if kind is list or kind is tuple:
+        items: list[Any] | None = None
+        for i, v in enumerate(value):
+            new = _clean(v, depth + 1)
+            if new is not v:
+                if items is None:
+                    items = list(value)
+                items[i] = new
+        if items is None:
+            return value
+        return items if kind is list else tuple(items)
+    if kind is dict or isinstance(value, Mapping):
+        return _clean_mapping(value, depth, _NOTHING_SKIPPED)
+    return value
+
+
+def redact_kwargs(content: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``content`` itself when nothing in it can hold a credential (the usual case), else a cleaned copy.
+
+    The conversation kwargs are left as they are; everything else is walked.
+    """
+    return _clean_mapping(content, 0, CONVERSATION_KWARGS)
 
 
 def redacted_request(headers: Mapping[str, Any], content: Mapping[str, Any]) -> dict[str, Any]:
@@ -82,7 +198,12 @@ def redacted_request(headers: Mapping[str, Any], content: Mapping[str, Any]) -> 
 
 
 def redacted_annotation(annotated: AnnotatedLLMRequest | None) -> AnnotatedLLMRequest | None:
-    """``annotated`` itself unless a codec left credentials in its ``params``; then a cleaned copy."""
-    if annotated is None or not annotated.params or SENSITIVE_KWARGS.isdisjoint(annotated.params):
+    """``annotated`` itself unless a codec left credentials in its params; then a cleaned copy."""
+    if annotated is None:
+        return None
+    params, extra = annotated.params, annotated.provider_params
+    clean_params = redact_kwargs(params) if params else params
+    clean_extra = redact_kwargs(extra) if extra else extra
+    if clean_params is params and clean_extra is extra:
         return annotated
-    return dataclasses.replace(annotated, params=dict(redact_kwargs(annotated.params)))
+    return dataclasses.replace(annotated, params=dict(clean_params), provider_params=dict(clean_extra))

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .events import MARK, SCOPE_END, SCOPE_START, AnnotatedRequestField, AnnotatedResponseField, new_event
 from .ids import new_id
+from .redaction import scrub_text
 from .types import Outcome, ScopeType
 
 if TYPE_CHECKING:
@@ -246,7 +247,8 @@ class Scopes:
                 output=output,
                 metadata=merged,
                 error_type=error_type_of(error) if error is not None else None,
-                error_message=str(error) if error is not None else None,
+                # A provider may echo the caller's key back (a 401 body): the record never holds it.
+                error_message=scrub_text(str(error)) if error is not None else None,
                 outcome=outcome,
                 provider=provider,
                 model_name=model_name,

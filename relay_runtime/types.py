@@ -8,6 +8,8 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
+from . import neutral
+
 
 class ScopeType(enum.StrEnum):
     AGENT = "agent"
@@ -113,17 +115,25 @@ class AnnotatedLLMRequest:
 
     After the intercepts ran, the provider codec maps the fields that changed back
     onto the SDK kwargs; fields nobody touched leave the kwargs as they were.
+    ``params`` holds only the neutral names of ``relay_runtime.neutral.NEUTRAL_PARAMS``
+    (``temperature``, ``max_tokens``, ``stop``, ...), which each codec spells its
+    API's way; ``provider_params`` holds the SDK's other arguments under its own names.
     """
 
     model: str | None = None
     messages: list[Any] = field(default_factory=list)
     system: Any = None
     params: dict[str, Any] = field(default_factory=dict)
+    provider_params: dict[str, Any] = field(default_factory=dict)
     tools: list[Any] | None = None
     tool_choice: Any = None
     stream: bool = False
     provider: str | None = None
     operation: str = "chat"
+
+    def accepts(self, param: str) -> bool:
+        """Whether this request's API takes the neutral ``param`` (Anthropic 2.x has no ``temperature``)."""
+        return neutral.accepts(self.provider, self.operation, param)
 
     def snapshot(self) -> AnnotatedLLMRequest:
         """A copy deep enough to detect what an intercept changed."""
@@ -132,6 +142,7 @@ class AnnotatedLLMRequest:
             messages=list(self.messages),
             system=self.system,
             params=dict(self.params) if self.params else {},
+            provider_params=dict(self.provider_params) if self.provider_params else {},
             tools=list(self.tools) if self.tools is not None else None,
             tool_choice=self.tool_choice,
             stream=self.stream,
@@ -140,22 +151,27 @@ class AnnotatedLLMRequest:
         )
 
     def changes_since(self, before: AnnotatedLLMRequest) -> dict[str, Any]:
-        """Fields that differ from ``before``; ``params`` maps each changed key, ``REMOVED`` for deletions."""
+        """Fields that differ from ``before``; the two params dicts map each changed key, ``REMOVED`` for deletions."""
         changed: dict[str, Any] = {}
-        for f in fields(self):
-            name = f.name
-            if name in ("provider", "operation"):
-                continue
+        for name in _COMPARED:
             now, then = getattr(self, name), getattr(before, name)
-            if name == "params":
+            if name in _KEYED:
                 now, then = now or {}, then or {}
+                if now == then:
+                    continue
                 delta = {k: v for k, v in now.items() if k not in then or then[k] != v}
                 delta.update({k: REMOVED for k in then if k not in now})
                 if delta:
-                    changed["params"] = delta
+                    changed[name] = delta
             elif now is not then and now != then:
                 changed[name] = now
         return changed
+
+
+_KEYED = ("params", "provider_params")
+# What an intercept may change (provider and operation describe the codec, not the request);
+# computed once: ``dataclasses.fields()`` rebuilds its tuple on every call.
+_COMPARED = tuple(f.name for f in fields(AnnotatedLLMRequest) if f.name not in ("provider", "operation"))
 
 
 class _Removed:

@@ -70,7 +70,8 @@ def test_chat_round_trip_overlays_only_the_changed_param() -> None:
     assert annotated.model == "gpt-x"
     assert annotated.system == "be brief"
     assert annotated.messages == messages
-    assert annotated.params == {"temperature": 1.0, "max_completion_tokens": 64, "stop": ["\n"]}
+    assert annotated.params == {"temperature": 1.0, "max_tokens": 64, "stop": ["\n"]}
+    assert annotated.provider_params == {}
     assert annotated.tools == tools and annotated.tool_choice == "auto"
     assert (annotated.provider, annotated.operation, annotated.stream) == ("openai", "chat", False)
 
@@ -108,12 +109,13 @@ def test_responses_round_trip_maps_input_and_instructions() -> None:
     annotated = codec.decode(kwargs)
     assert annotated.messages == [{"role": "user", "content": "hello"}]
     assert annotated.system == "sys"
-    assert annotated.params == {"max_output_tokens": 99, "reasoning": {"effort": "low"}}
+    assert annotated.params == {"max_tokens": 99}
+    assert annotated.provider_params == {"reasoning": {"effort": "low"}}
     assert annotated.operation == "responses"
 
     before = annotated.snapshot()
     annotated.system = "changed"
-    annotated.params["max_output_tokens"] = 10
+    annotated.params["max_tokens"] = 10
     out = codec.apply(kwargs, annotated.changes_since(before))
     assert out == {**kwargs, "instructions": "changed", "max_output_tokens": 10}
     assert out["input"] == "hello"  # messages untouched: the string input stays a string
@@ -139,13 +141,14 @@ def test_anthropic_round_trip_keeps_system_and_removes_on_none() -> None:
     }
     annotated = codec.decode(kwargs)
     assert annotated.system is system
-    assert annotated.params == {"max_tokens": 100, "thinking": {"type": "enabled", "budget_tokens": 50}}
+    assert annotated.params == {"max_tokens": 100}
+    assert annotated.provider_params == {"thinking": {"type": "enabled", "budget_tokens": 50}}
     assert annotated.stream is True and annotated.provider == "anthropic"
 
     before = annotated.snapshot()
     annotated.model = "claude-y"
     annotated.system = None
-    del annotated.params["thinking"]
+    del annotated.provider_params["thinking"]
     out = codec.apply(kwargs, annotated.changes_since(before))
     assert out["model"] == "claude-y" and "system" not in out and "thinking" not in out
     assert out["messages"] is kwargs["messages"] and out["extra_body"] is kwargs["extra_body"]

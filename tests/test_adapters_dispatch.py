@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -15,19 +14,8 @@ from relay_runtime import conventions as cv
 from relay_runtime.adapters import testing as t
 from relay_runtime.events import FIELDS, Event
 
-
-@pytest.fixture()
-def oa() -> Iterator[t.Scripted]:
-    scripted = t.scripted_openai()
-    yield scripted
-    scripted.client.close()
-
-
-@pytest.fixture()
-def an() -> Iterator[t.Scripted]:
-    scripted = t.scripted_anthropic()
-    yield scripted
-    scripted.client.close()
+# The ``oa`` / ``an`` fixtures: scripted OpenAI and Anthropic clients.
+pytest_plugins = ["adapters_support"]
 
 
 def attempt_ends(events: Recorder) -> list[Event]:
@@ -399,7 +387,6 @@ def test_server_address_comes_from_the_clients_base_url() -> None:
     )
     assert adapters.dispatch.server_address(client) == "llm.internal:8443"
     assert adapters.dispatch.server_address(object()) is None
-
 
 
 def test_server_address_follows_a_client_whose_base_url_changes() -> None:

@@ -171,7 +171,7 @@ def test_anthropic_stream_helper_sends_what_intercepts_edited(relay_turn, relay_
     relay, _turn = relay_turn
 
     def cooler(name: str, request: Any, annotated: Any) -> Any:
-        annotated.params["stop_sequences"] = ["END"]
+        annotated.params["stop"] = ["END"]  # the neutral name: anthropic spells it stop_sequences
         return relay.LLMRequestInterceptOutcome(request, annotated)
 
     relay.intercepts.register_llm_request("cooler", 1, False, cooler)
@@ -332,3 +332,19 @@ async def test_async_streaming_response_closed_unread_is_cancelled(relay_turn, r
     (end,) = attempts(relay_events)
     assert end.outcome == "cancelled"
     assert relay_events.ends(relay_kind=cv.LOGICAL_CALL)[0].output["outcome"] == "cancelled"
+
+
+def test_include_usage_reaches_streams_on_the_global_path_and_derived_clients(relay_turn, relay_events) -> None:
+    chunks = t.chat_chunks(["u"], usage=t.chat_usage(5, 1))
+    s = t.scripted_openai(t.sse_reply(t.openai_chat_sse(chunks)), t.sse_reply(t.openai_chat_sse(chunks)))
+    adapters.instrument(include_usage=True)
+    try:
+        for _ in s.client.chat.completions.create(model="m", messages=[], stream=True):
+            pass
+    finally:
+        adapters.uninstrument()
+    derived = adapters.instrument(s.client, include_usage=True).with_options(timeout=3)
+    for _ in derived.chat.completions.create(model="m", messages=[], stream=True):
+        pass
+    assert [b["stream_options"] for b in s.script.bodies()] == [{"include_usage": True}] * 2
+    assert [e.annotated_response.usage.input_tokens for e in attempts(relay_events)] == [5, 5]

@@ -387,8 +387,9 @@ def openinference_start(event: Event, role: str, conversation_id: str | None) ->
         if model:
             out["llm.model_name"] = model
         req = event.annotated_request
-        if req is not None and req.params:
-            params = {k: v for k, v in req.params.items() if _json_safe(v)}
+        if req is not None and (req.params or req.provider_params):
+            sent = {**req.provider_params, **req.params} if req.provider_params else req.params
+            params = {k: v for k, v in sent.items() if _json_safe(v)}
             if params:
                 out["llm.invocation_parameters"] = json.dumps(params, sort_keys=True, default=str)
     elif role == TOOL:

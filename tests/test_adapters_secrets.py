@@ -1,0 +1,209 @@
+"""Credentials anywhere in a request, and the client's own key echoed back in an error, never reach
+events, exported spans, the run journal or JSONL files; the caller still gets the provider's own error."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from journal_support import run_turn
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from relay_runtime import LLMRequestInterceptOutcome, adapters, redaction, session
+from relay_runtime import conventions as cv
+from relay_runtime.adapters import testing as t
+from relay_runtime.events import FIELDS
+from relay_runtime.integrations.otel import OTelExporter
+from relay_runtime.jsonl import JsonlWriter
+
+SECRETS = {f"S{i}-{'x' * 12}" for i in range(1, 11)}
+
+
+def _secret(n: int) -> str:
+    return f"S{n}-{'x' * 12}"
+
+
+def _leaky_kwargs() -> dict[str, Any]:
+    """A chat request carrying a credential in every place the issue names, beside look-alikes that must stay."""
+    return {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 5,
+        "extra_headers": {
+            "Authorization": f"Bearer {_secret(1)}",
+            "X-Custom-Token": _secret(2),
+            "Ocp-Apim-Subscription-Key": _secret(3),
+            "x-client-SECRET-id": _secret(9),
+            "X-Trace": "keep-header",
+        },
+        "extra_query": {"API_KEY": _secret(4), "q": "keep-query"},
+        "extra_body": {
+            "nested": {"Client_Secret": _secret(5), "list": [{"PassWord": _secret(6)}], "tokenizer": "keep-body"},
+            "max_tokens_hint": 7,
+        },
+        "metadata": {"refresh_token": _secret(7), "user": "keep-meta"},
+    }
+
+
+def _assert_clean(text: str) -> None:
+    for secret in (*SECRETS, t.TEST_KEY):
+        assert secret not in text, secret
+
+
+@pytest.fixture(autouse=True)
+def _fresh_secrets() -> Iterator[None]:
+    redaction.forget_secrets()
+    yield
+    redaction.forget_secrets()
+
+
+@pytest.fixture()
+def oa() -> Iterator[t.Scripted]:
+    scripted = t.scripted_openai(max_retries=0)
+    yield scripted
+    scripted.client.close()
+
+
+def test_nested_credentials_never_reach_events_but_reach_the_provider(relay_turn, relay_events, oa) -> None:
+    relay, _turn = relay_turn
+
+    def add_cookie(_name, request, annotated):
+        return LLMRequestInterceptOutcome(request.replace(headers={"Cookie": _secret(8)}), annotated)
+
+    relay.intercepts.register_llm_request("cookie", 1, False, add_cookie)
+    try:
+        oa.add(t.json_reply(t.chat_completion_body("ok", usage=t.chat_usage(11, 3))))
+        adapters.complete(oa.client, _leaky_kwargs())
+    finally:
+        relay.intercepts.deregister_llm_request("cookie")
+
+    sent = oa.script.requests[0]
+    wire = str(sent.url) + str(dict(sent.headers)) + sent.content.decode()
+    for n in range(1, 10):
+        assert _secret(n) in wire, n  # redaction is for the record only: the provider got every value
+
+    records = " ".join(repr(getattr(e, name)) for e in relay_events for name in FIELDS)
+    _assert_clean(records)
+    start = relay_events.starts(relay_kind=cv.ATTEMPT)[0]
+    content = start.input["content"]
+    assert content["extra_headers"]["X-Trace"] == "keep-header"
+    assert content["extra_headers"]["Authorization"] == redaction.REDACTED
+    assert content["extra_query"] == {"API_KEY": redaction.REDACTED, "q": "keep-query"}
+    nested = content["extra_body"]["nested"]
+    assert nested["tokenizer"] == "keep-body" and nested["list"] == [{"PassWord": redaction.REDACTED}]
+    assert content["extra_body"]["max_tokens_hint"] == 7 and content["max_tokens"] == 5
+    assert start.input["headers"] == {"Cookie": redaction.REDACTED}
+    assert start.annotated_request.provider_params["metadata"] == {
+        "refresh_token": redaction.REDACTED,
+        "user": "keep-meta",
+    }
+    end = relay_events.ends(relay_kind=cv.ATTEMPT)[0]
+    assert end.annotated_response.usage.input_tokens == 11  # usage counts are not "tokens" to hide
+
+
+def test_header_and_body_lists_match_as_documented() -> None:
+    for name in ("authorization", "Proxy-Authorization", "COOKIE", "api-key", "api_key", "X-Api-Key",
+                 "ocp-apim-subscription-key", "x-auth-token", "tokenid", "x-my-secret-thing"):  # fmt: skip
+        assert redaction.is_credential_header(name), name
+        assert redaction.is_credential_header(name.encode()), name
+    for name in ("content-type", "x-goog-user-project", "openai-organization", "x-stainless-retry-count"):
+        assert not redaction.is_credential_header(name), name
+    for key in ("api_key", "APIKEY", "access_token", "Refresh_Token", "client_secret", "secret", "password",
+                "authorization"):  # fmt: skip
+        assert redaction.is_credential_key(key), key
+    for key in ("max_tokens", "input_tokens", "token", "secret_santa", "passwords", "tokenizer", "my_api_key"):
+        assert not redaction.is_credential_key(key), key
+
+
+def test_tool_schemas_in_the_conversation_are_not_blanked() -> None:
+    tools = [{"type": "function", "function": {"parameters": {"properties": {"password": {"type": "string"}}}}}]
+    content = {"model": "m", "tools": tools, "extra_body": {"password": "p" * 10}}
+    cleaned = redaction.redact_kwargs(content)
+    assert cleaned["tools"] is tools
+    assert cleaned["extra_body"] == {"password": redaction.REDACTED}
+    assert content["extra_body"] == {"password": "p" * 10}  # the caller's dicts are never edited
+    numeric = redaction.redact_kwargs({"model": "m", "extra_query": {"Password": 1234}, "secret": 99})
+    assert numeric == {"model": "m", "extra_query": {"Password": redaction.REDACTED}, "secret": redaction.REDACTED}
+    plain = {"model": "m", "messages": [], "extra_body": {"n": 1}}
+    assert redaction.redact_kwargs(plain) is plain  # nothing to hide: no copy
+
+
+def _echoing_401() -> t.Reply:
+    return t.error(401, f"Incorrect API key provided: {t.TEST_KEY}. You can find your API key at ...")
+
+
+def test_key_echoed_in_a_401_is_scrubbed_from_the_record_not_from_the_callers_error(
+    relay_turn, relay_events, oa
+) -> None:
+    oa.add(_echoing_401())
+    with pytest.raises(openai.AuthenticationError) as caught:
+        adapters.complete(oa.client, {"model": "m", "messages": []})
+    assert t.TEST_KEY in str(caught.value)  # the provider's own object, untouched
+    assert t.TEST_KEY in caught.value.body["message"]
+    end = relay_events.ends(relay_kind=cv.ATTEMPT)[0]
+    assert end.error_type == "AuthenticationError"
+    assert "Incorrect API key provided: [redacted]" in end.error_message
+    _assert_clean(" ".join(repr(getattr(e, name)) for e in relay_events for name in FIELDS))
+
+
+def test_spans_never_hold_the_key_or_nested_credentials(relay_home) -> None:
+    exported = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exported))
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    exporter = OTelExporter(provider, capture_content=True, conventions=("gen_ai", "openinference")).attach(host)
+    lease = session.SESSION_COORDINATOR.acquire_conversation(profile_key=host.profile_key, session_id="s", platform="t")
+    turn = session.SESSION_COORDINATOR.begin_turn(lease, turn_id="turn-1", task_id="task-1")
+    scripted = t.scripted_openai(max_retries=0)
+    try:
+        scripted.add(t.json_reply(t.chat_completion_body("ok")), _echoing_401())
+        adapters.complete(scripted.client, _leaky_kwargs())
+        with pytest.raises(openai.AuthenticationError):
+            adapters.complete(scripted.client, {"model": "m", "messages": []})
+    finally:
+        session.SESSION_COORDINATOR.end_turn(turn, outcome="failed")
+        session.SESSION_COORDINATOR.release_conversation(lease)
+        exporter.detach()
+    spans = exported.get_finished_spans()
+    failed = [s for s in spans if s.status.description and "AuthenticationError" in s.status.description]
+    assert failed, [s.name for s in spans]
+    assert "[redacted]" in failed[0].status.description
+    dumped = [
+        (s.name, dict(s.attributes or {}), s.status.description, [(e.name, dict(e.attributes or {})) for e in s.events])
+        for s in spans
+    ]
+    _assert_clean(repr(dumped))
+    invocation = [a["llm.invocation_parameters"] for _, a, _, _ in dumped if "llm.invocation_parameters" in a]
+    assert invocation and "[redacted]" in invocation[0]
+
+
+def test_journal_and_jsonl_never_hold_the_key(tmp_path: Path) -> None:
+    scripted = t.scripted_openai(max_retries=0)
+    jsonl = tmp_path / "events.jsonl"
+    writers: list[JsonlWriter] = []
+
+    def body() -> None:
+        writer = JsonlWriter(jsonl)
+        writers.append(writer)
+        relay = session.active_turn().host.relay
+        relay.subscribers.register(writer, name="jsonl")
+        scripted.add(t.json_reply(t.chat_completion_body("ok")), _echoing_401())
+        adapters.complete(scripted.client, _leaky_kwargs())
+        with pytest.raises(openai.AuthenticationError):
+            adapters.complete(scripted.client, {"model": "m", "messages": []})
+
+    result = run_turn(tmp_path, body, outcome="failed")
+    writers[0].close()
+    journal_text = "\n".join(p.read_text() for p in tmp_path.rglob("*") if p.is_file() and p != jsonl)
+    assert "AuthenticationError" in journal_text and "[redacted]" in journal_text
+    _assert_clean(journal_text)
+    _assert_clean(json.dumps(result.rows))
+    lines = jsonl.read_text()
+    assert "Incorrect API key provided: [redacted]" in lines and "keep-query" in lines
+    _assert_clean(lines)
