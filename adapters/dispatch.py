@@ -18,12 +18,12 @@ from functools import partial
 from types import MethodType
 from typing import Any
 
-from relay_runtime import auxiliary, calls, redaction, session
+from relay_runtime import auxiliary, calls, cassettes, redaction, session
 from relay_runtime import conventions as cv
 from relay_runtime.codec import LLMCodec
 from relay_runtime.types import LLMRequest
 
-from . import sdk_retries
+from . import cassette_http, sdk_retries
 from .anthropic_messages import AnthropicMessagesCodec
 from .openai_chat import OpenAIChatCodec
 from .openai_responses import OpenAIResponsesCodec
@@ -188,10 +188,16 @@ def _guarded_call(create: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         inside_sdk_call.reset(token)
 
 
-def sync_callback(create: Callable[..., Any], client: Any) -> Callable[[LLMRequest], Any]:
+def sync_callback(create: Callable[..., Any], client: Any, api: Api) -> Callable[[LLMRequest], Any]:
     def call(request: LLMRequest) -> Any:
         kwargs = _kwargs_of(request)
         sdk_retries.watch(client)
+        if cassettes.current() is not None:
+            with cassette_http.bound(client, api.codec, kwargs) as tape:
+                direct = cassette_http.direct_reply(tape, client, api.mode)
+                if direct is not cassette_http.NOT_DIRECT:
+                    return direct
+                return create(**kwargs) if not _guarded else _guarded_call(create, kwargs)
         result = create(**kwargs) if not _guarded else _guarded_call(create, kwargs)
         # isinstance, not hasattr: a missing attribute on an SDK's pydantic response costs
         # microseconds (its __getattr__ raises), the ABC check a cached type lookup.
@@ -208,17 +214,27 @@ def sync_callback(create: Callable[..., Any], client: Any) -> Callable[[LLMReque
     return call
 
 
-def async_callback(create: Callable[..., Any], client: Any) -> Callable[[LLMRequest], Any]:
+async def _acall_sdk(create: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    if not _guarded:
+        return await create(**kwargs)
+    token = inside_sdk_call.set(True)
+    try:
+        return await create(**kwargs)
+    finally:
+        inside_sdk_call.reset(token)
+
+
+def async_callback(create: Callable[..., Any], client: Any, api: Api) -> Callable[[LLMRequest], Any]:
     async def call(request: LLMRequest) -> Any:
         kwargs = _kwargs_of(request)
         sdk_retries.watch(client)
-        if not _guarded:
-            return await create(**kwargs)
-        token = inside_sdk_call.set(True)
-        try:
-            return await create(**kwargs)
-        finally:
-            inside_sdk_call.reset(token)
+        if cassettes.current() is not None:
+            with cassette_http.bound(client, api.codec, kwargs) as tape:
+                direct = cassette_http.direct_reply(tape, client, api.mode)
+                if direct is not cassette_http.NOT_DIRECT:
+                    return direct
+                return await _acall_sdk(create, kwargs)
+        return await _acall_sdk(create, kwargs)
 
     return call
 
@@ -287,12 +303,9 @@ def _stream_usage(api: Api, request: LLMRequest, include_usage: bool) -> tuple[L
 
 
 def complete(
-    client: Any,
-    kwargs: Mapping[str, Any],
-    *,
-    api_mode: str | None = None,
-    include_usage: bool = False,
+    client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None, include_usage: bool = False,
     sdk_method: Callable[..., Any] | None = None,
+
 ) -> Any:
     """``create(**kwargs)`` on the client's API as a managed attempt; returns the SDK's response.
 
@@ -303,7 +316,7 @@ def complete(
     api, create, request, name, model_name, metadata, auxiliary_attempt = prepare(kwargs, api_mode, client, "complete")
     return calls.execute_current(
         request,
-        sync_callback(sdk_method or create, client),
+        sync_callback(sdk_method or create, client, api),
         name=name,
         model_name=model_name,
         metadata=metadata,
@@ -313,19 +326,18 @@ def complete(
 
 
 async def acomplete(
-    client: Any,
-    kwargs: Mapping[str, Any],
-    *,
-    api_mode: str | None = None,
-    include_usage: bool = False,
+    client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None, include_usage: bool = False,
     sdk_method: Callable[..., Any] | None = None,
+
 ) -> Any:
     if _wants_stream(kwargs):
         return await astream(client, kwargs, api_mode=api_mode, include_usage=include_usage, sdk_method=sdk_method)
-    api, create, request, name, model_name, metadata, auxiliary_attempt = prepare(kwargs, api_mode, client, "acomplete")
+    api, create, request, name, model_name, metadata, auxiliary_attempt = prepare(
+        kwargs, api_mode, client, "acomplete"
+    )
     return await calls.execute_current_async(
         request,
-        async_callback(sdk_method or create, client),
+        async_callback(sdk_method or create, client, api),
         name=name,
         model_name=model_name,
         metadata=metadata,
@@ -334,12 +346,7 @@ async def acomplete(
     )
 
 
-def stream(
-    client: Any,
-    kwargs: Mapping[str, Any],
-    *,
-    api_mode: str | None = None,
-    include_usage: bool = False,
+def stream(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None, include_usage: bool = False,
     sdk_method: Callable[..., Any] | None = None,
 ) -> Any:
     """``create(**kwargs, stream=True)`` as a managed attempt; iterating yields the SDK's own chunks.
@@ -350,7 +357,7 @@ def stream(
     request, codec = _stream_usage(api, request, include_usage)
     return calls.stream_current(
         request,
-        sync_callback(sdk_method or create, client),
+        sync_callback(sdk_method or create, client, api),
         name=name,
         model_name=model_name,
         metadata=metadata,
@@ -359,18 +366,15 @@ def stream(
 
 
 async def astream(
-    client: Any,
-    kwargs: Mapping[str, Any],
-    *,
-    api_mode: str | None = None,
-    include_usage: bool = False,
+    client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None, include_usage: bool = False,
     sdk_method: Callable[..., Any] | None = None,
+
 ) -> Any:
     api, create, request, name, model_name, metadata, _ = prepare(kwargs, api_mode, client, "astream")
     request, codec = _stream_usage(api, request, include_usage)
     return await calls.stream_current_async(
         request,
-        async_callback(sdk_method or create, client),
+        async_callback(sdk_method or create, client, api),
         name=name,
         model_name=model_name,
         metadata=metadata,

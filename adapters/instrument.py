@@ -174,12 +174,14 @@ class _Body:
         return getattr(self.stream, name)
 
 
-def _open_raw(client: Any, mode: str, kwargs: dict[str, Any], is_async: bool) -> tuple[Any, dict[str, Any], _Body]:
-    """The request and the attempt's options as dispatch prepares them, and the stream's source."""
+def _open_raw(
+    client: Any, mode: str, kwargs: dict[str, Any], is_async: bool
+) -> tuple[Any, Any, dict[str, Any], _Body]:
+    """The API, the request and the attempt's options as dispatch prepares them, and the stream's source."""
     entry = ("astream" if is_async else "stream") if kwargs.get("stream") else ("acomplete" if is_async else "complete")
     api, _create, request, name, model_name, metadata, _ = dispatch.prepare(kwargs, mode, client, entry)
     options = {"name": name, "model_name": model_name, "metadata": metadata, "codec": api.codec}
-    return request, options, _Body()
+    return api, request, options, _Body()
 
 
 def _opened(cls: type[Any], raw: Any, managed: Any, body: _Body, kwargs: dict[str, Any], kind: str) -> tuple[Any, bool]:
@@ -192,14 +194,14 @@ def _opened(cls: type[Any], raw: Any, managed: Any, body: _Body, kwargs: dict[st
 
 
 def _raw(client: Any, mode: str, wrapped: Any, kwargs: dict[str, Any], kind: str) -> Any:
-    request, options, body = _open_raw(client, mode, kwargs, False)
+    api, request, options, body = _open_raw(client, mode, kwargs, False)
     holder: list[Any] = []
 
     def open_body(**sent: Any) -> _Body:
         holder.append(wrapped(**sent))
         return body
 
-    managed = calls.stream_current(request, dispatch.sync_callback(open_body, client), **options)
+    managed = calls.stream_current(request, dispatch.sync_callback(open_body, client, api), **options)
     out, read = _opened(WatchedResponse, holder[0], managed, body, kwargs, kind)
     if read:
         try:
@@ -211,14 +213,14 @@ def _raw(client: Any, mode: str, wrapped: Any, kwargs: dict[str, Any], kind: str
 
 
 async def _araw(client: Any, mode: str, wrapped: Any, kwargs: dict[str, Any], kind: str) -> Any:
-    request, options, body = _open_raw(client, mode, kwargs, True)
+    api, request, options, body = _open_raw(client, mode, kwargs, True)
     holder: list[Any] = []
 
     async def open_body(**sent: Any) -> _Body:
         holder.append(await wrapped(**sent))
         return body
 
-    managed = await calls.stream_current_async(request, dispatch.async_callback(open_body, client), **options)
+    managed = await calls.stream_current_async(request, dispatch.async_callback(open_body, client, api), **options)
     out, read = _opened(AsyncWatchedResponse, holder[0], managed, body, kwargs, kind)
     if read:
         try:

@@ -9,7 +9,9 @@ a scripted in-process transport. What it shows:
 - turn 2: a streamed draft closed early by the caller, a tool call, and a
   final answer.
 
-Every event goes to a JSONL file (drawn as a tree at the end), to the run
+Every call is priced (the demo's own prices, over the ``genai-prices`` data set
+when it is installed) and the run's cost is printed at the end, with the share
+wasted on attempts that failed. Every event goes to a JSONL file (drawn as a tree at the end), to the run
 journal, and to OpenTelemetry: spans are printed compactly here, and sent over
 OTLP too when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set.
 """
@@ -27,7 +29,7 @@ import openai
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
-from relay_runtime import adapters, session
+from relay_runtime import adapters, cost, session
 from relay_runtime.adapters.testing import (
     Script,
     anthropic_client,
@@ -54,8 +56,10 @@ NOTES = "Q3 planning: ship the journal, cut p99 latency, hire two engineers."
 def compact_span(span: ReadableSpan) -> str:
     attrs = span.attributes or {}
     keep = ("gen_ai.request.model", "gen_ai.response.model", "gen_ai.usage.input_tokens",
-            "gen_ai.usage.output_tokens", "relay.retry_count", "relay.sdk_retries", "relay.outcome", "error.type")
+            "gen_ai.usage.output_tokens", "gen_ai.usage.cost.amount", "relay.retry_count", "relay.sdk_retries",
+            "relay.outcome", "error.type")
     short = {k: k.rsplit(".", 1)[-1] if k.startswith("gen_ai.usage") else k for k in keep}
+    short["gen_ai.usage.cost.amount"] = "cost"
     shown = " ".join(f"{short[k]}={attrs[k]}" for k in keep if k in attrs)
     ms = ((span.end_time or 0) - (span.start_time or 0)) / 1e6
     return f"  span {span.name:<28} {span.kind.name:<8} {ms:6.1f} ms  {shown}\n"
@@ -108,6 +112,20 @@ def title(task: str, primary: Any, backup: Any) -> Any:
     )
 
 
+def price_catalog() -> cost.PriceCatalog:
+    """The demo's models at made-up prices (USD per million tokens), over the real data set when installed."""
+    own = cost.PriceCatalog.from_mapping(
+        {
+            "openai": {"gpt-demo": {"input": 2.5, "output": 10.0, "cache_read": 1.25}},
+            "anthropic": {"claude-demo": {"input": 3.0, "output": 15.0, "cache_read": 0.3, "cache_write": 3.75}},
+        }
+    )
+    try:
+        return own.overlay(cost.PriceCatalog.default())
+    except ImportError:  # the `cost` extra is not installed
+        return own
+
+
 def search_notes(args: dict[str, Any]) -> list[str]:
     return [line for line in NOTES.split(", ") if args["query"] in line]
 
@@ -131,6 +149,7 @@ def run() -> None:
         exporters += span_exporters(["otlp"])
     exporter = OTelExporter(span_exporters=exporters).attach(relay)
     host.retain_managed_execution("demo")
+    cost.attach(host, price_catalog())
 
     primary, backup = scripted_clients()
     lease = coordinator.acquire_conversation(
@@ -157,6 +176,7 @@ def run() -> None:
     print(f"  answer: {answer.choices[0].message.content}")
     coordinator.end_turn(turn, outcome="success")
     coordinator.release_conversation(lease)
+    spent = lease.conversation.cost  # the conversation's roll-up of every attempt's cost
 
     journal.flush(5)
     print("\nOpenTelemetry spans (GenAI semantic conventions):")
@@ -169,6 +189,10 @@ def run() -> None:
     summary = latest_run_summary("demo-session", "turn-2", session_dir=OUT / "journal")
     print(f"\nRun journal: {OUT / 'journal'} (turn-2: {summary['event_count'] if summary else 0} rows, "
           f"{summary['terminal_state'] if summary else 'missing'})")
+    share = f" ({spent.wasted / spent.total:.0%})" if spent.total else ""
+    print(f"This run cost {spent.total:.6f} {spent.currency or 'USD'} over {spent.attempts} priced attempts, "
+          f"{spent.wasted:.6f} of it wasted on attempts that failed{share}"
+          + (f"; {spent.unpriced} attempts had no cost reported (a lower bound)" if spent.unpriced else ""))
     print(f"Events: {events_path}; relay diagnostics: {relay.diagnostics() or 'nothing swallowed'}")
     print(
         "\nWatch the run in a browser:\n"

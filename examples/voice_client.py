@@ -1,5 +1,5 @@
 """A small voice-relay client: opens a session, asks the stub voice to hand a task to the agent,
-and prints every event until the answer has been spoken.
+and prints every event until the answer has been spoken, and the latency of each user turn.
 
     python examples/voice_client.py                         # starts a relay in-process
     python examples/voice_client.py --url http://127.0.0.1:8765 --token <device token>
@@ -31,8 +31,16 @@ async def run_client(base_url: str, token: str, task: str) -> int:
         async with http.ws_connect(session["websocket_path"]) as ws:
             spoken_after_tool = False
             saw_tool = False
+            answered = False
             for _ in range(500):
-                msg = await ws.receive(timeout=10)
+                try:
+                    # Once answered, wait only briefly for the turn's latency (a relay may not send it).
+                    msg = await ws.receive(timeout=2 if answered else 10)
+                except TimeoutError:
+                    if answered:
+                        await ws.send_json({"type": "session.close"})
+                        return 0
+                    raise
                 if msg.type is not aiohttp.WSMsgType.TEXT:
                     print(f"socket ended: {msg.type.name}")
                     return 1
@@ -42,6 +50,15 @@ async def run_client(base_url: str, token: str, task: str) -> int:
                     shown["audio"] = f"<{len(event['audio'])} base64 chars>"
                 print(json.dumps(shown))
                 kind = event["type"]
+                if kind == "voice.turn.metrics":
+                    # Sent when the relay runs with realtime_voice_turn_metrics (voice serve does).
+                    timings = "  ".join(
+                        f"{k[:-3]}={v} ms" for k, v in event.items() if k.endswith("_ms") and k != "at_ms"
+                    )
+                    print(f"turn {event.get('turn')} ({event.get('trigger')}): {timings}")
+                    if answered:
+                        await ws.send_json({"type": "session.close"})
+                        return 0
                 if kind == "voice.session.ready":
                     await ws.send_json({"type": "response.create", "text": f"task: {task}"})
                 elif kind == "voice.tool_call":
@@ -51,13 +68,12 @@ async def run_client(base_url: str, token: str, task: str) -> int:
                 elif kind == "voice.response.delta" and saw_tool:
                     spoken_after_tool = True
                 elif kind == "voice.response.done" and spoken_after_tool:
-                    await ws.send_json({"type": "session.close"})
-                    return 0
+                    answered = True
     return 1
 
 
 async def with_local_relay(task: str) -> int:
-    app = create_app(RelayConfig(realtime_voice_promote_after_ms=3000))
+    app = create_app(RelayConfig(realtime_voice_promote_after_ms=3000, realtime_voice_turn_metrics=True))
     token = app["server"].sessions.create_session("example", "example-device").token
     runner = web.AppRunner(app)
     await runner.setup()

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from . import conventions as cv
 from .chains import is_awaitable, refuse_awaitable
 from .codec import LLMCodec
+from .cost.control import NOT_SENT
 from .events import SCOPE_START, AnnotatedRequestField, AnnotatedResponseField, Deferred, new_event
 from .intercepts import LLM_GUARDRAIL, LLM_REQUEST, LLM_RESPONSE, GuardrailRejected, Intercept
 from .redaction import redacted_annotation, redacted_request
@@ -61,6 +62,7 @@ class Attempt:
         "annotated",
         "chains",
         "codec",
+        "cost_state",
         "finished",
         "handle",
         "held",
@@ -108,6 +110,7 @@ class Attempt:
         self.annotated: AnnotatedLLMRequest | None = None
         self.view: AnnotatedRequestField = None
         self.chains = _NO_CHAINS
+        self.cost_state: Any = None  # relay_runtime.cost's AttemptSpend, when budgets apply
         owner = parent if parent is not None else relay.scope.current()
         # Not on any stack: the calling convention makes it current only while the
         # provider runs, so a stream left open never becomes everyone's parent.
@@ -117,7 +120,7 @@ class Attempt:
 
     # -- before the provider ----------------------------------------------------------
 
-    def prepare(self) -> LLMRequest:
+    def prepare(self, stream: bool = False) -> LLMRequest:
         """Guardrails, request intercepts, then the start event. Returns the request to send.
 
         Every chain the call will run (execution and response ones included) is
@@ -146,12 +149,14 @@ class Attempt:
                     if entry.break_chain:
                         break
                 request = self._after_edits(before, request)
+            if self.relay.cost.active:
+                request = self.relay.cost.before_send(self, request, stream)
         except BaseException as exc:
             self._refused(request, exc)
             raise
         return self._started(request)
 
-    async def prepare_async(self) -> LLMRequest:
+    async def prepare_async(self, stream: bool = False) -> LLMRequest:
         """``prepare`` for async calls: guardrails and request intercepts may be coroutine functions.
 
         Their awaitables are awaited here, on the caller's loop; the rest is ``prepare``'s.
@@ -175,6 +180,8 @@ class Attempt:
                     if entry.break_chain:
                         break
                 request = self._after_edits(before, request)
+            if self.relay.cost.active:
+                request = self.relay.cost.before_send(self, request, stream)
         except BaseException as exc:
             self._refused(request, exc)
             raise
@@ -227,6 +234,7 @@ class Attempt:
 
     def _refused(self, request: LLMRequest, exc: BaseException) -> None:
         """Policy (or its bookkeeping) failed before the provider: the attempt starts and ends failed."""
+        self.cost_state = NOT_SENT
         self.view = redacted_annotation(self.annotated)
         try:
             self._emit_start(request)
@@ -290,6 +298,29 @@ class Attempt:
             self.relay.diag.failure("bookkeeping_errors", exc, "building an attempt start event")
             return
         subs.deliver(subs.start, event)
+
+    def renew(self, request: LLMRequest, model_name: str, error: BaseException, metadata: dict[str, Any]) -> None:
+        """End this attempt refused (nothing sent) and go on as the next attempt of the same parent.
+
+        The finish hook passes to the new attempt, so a logical call sees one
+        attempt end (the one that went) and is not closed by the refusal.
+        """
+        self.view = redacted_annotation(self.annotated)
+        self._emit_start(self.request)
+        hook, self.on_finish = self.on_finish, None
+        self.cost_state = NOT_SENT
+        self.fail(error)
+        meta = {**self.metadata, **metadata}
+        meta[cv.RETRY_COUNT] = (meta.get(cv.RETRY_COUNT) or 0) + 1
+        self.metadata = meta
+        self.handle = ScopeHandle(self.name, _LLM, self.handle.parent, meta, None, False, None)
+        self.finished = False
+        self.on_finish = hook
+        self.cost_state = None
+        self.request = request
+        self.model_name = model_name
+        if self.annotated is not None:
+            self.annotated.model = model_name
 
     # -- while the provider runs --------------------------------------------------------
 
@@ -378,6 +409,8 @@ class Attempt:
                 response_view = Deferred(_annotate_for_observers, relay, self.name, self.codec, response, ttfc)
             elif annotation is not None and first_chunk_ns is not None:
                 annotation.time_to_first_chunk_ns = first_chunk_ns - self.handle.start_ns
+        if relay.cost.active:
+            relay.cost.settle(self, outcome, response, response_view)
         try:
             relay.scope.end(
                 self.handle,

@@ -104,6 +104,13 @@ def next_attempt_metadata() -> dict[str, Any] | None:
     return meta
 
 
+def count_renewed_attempt(api_request_id: str) -> None:
+    """An attempt of the current auxiliary call was re-sent as a new one (a budget's downgrade): number after it."""
+    aux = _current.get()
+    if aux is not None and aux.api_request_id == api_request_id:
+        aux.attempts += 1
+
+
 def in_auxiliary_call() -> bool:
     return _current.get() is not None
 

@@ -321,6 +321,17 @@ async def stream_current_async(
     return response
 
 
+def count_renewed_attempt(api_request_id: str) -> None:
+    """An attempt of ``api_request_id`` was re-sent as a new one (a budget's downgrade): later ones number after it."""
+    turn = session.active_turn()
+    if turn is None:
+        return
+    call = turn.logical_llm_calls.get(api_request_id)
+    if call is not None:
+        with turn.lock:
+            call.attempts += 1
+
+
 def complete_logical_call(
     api_request_id: str,
     *,

@@ -71,6 +71,7 @@ class Event:
     __slots__ = (
         "_annotated_request",
         "_annotated_response",
+        "cost",
         "data",
         "error_message",
         "error_type",
@@ -105,6 +106,8 @@ class Event:
     model_name: str | None
     _annotated_request: AnnotatedRequestField
     _annotated_response: AnnotatedResponseField
+    # What it cost: an attempt's own cost, or the roll-up of a scope's attempts (relay_runtime.cost).
+    cost: Any
     error_type: str | None
     error_message: str | None
     outcome: str | None
@@ -131,13 +134,14 @@ class Event:
         error_type: str | None = None,
         error_message: str | None = None,
         outcome: str | None = None,
+        cost: Any = None,
     ) -> None:
         # One definition of how the slots are filled: ``new_event``'s (the hot path's).
         built = new_event(
             kind, uuid, parent_uuid, trace_id, name, scope_type, timestamp, start_timestamp=start_timestamp,
             input=input, output=output, metadata=metadata, data=data, provider=provider, model_name=model_name,
             annotated_request=annotated_request, annotated_response=annotated_response, error_type=error_type,
-            error_message=error_message, outcome=outcome,
+            error_message=error_message, outcome=outcome, cost=cost,
         )  # fmt: skip
         for slot in Event.__slots__:
             setattr(self, slot, getattr(built, slot))
@@ -179,6 +183,8 @@ class Event:
                 continue
             if name in ("annotated_request", "annotated_response"):
                 value = _dataclass_dict(value)
+            elif name == "cost":
+                value = value.as_dict()
             out[name] = value
         return out
 
@@ -213,6 +219,7 @@ def new_event(
     error_type: str | None = None,
     error_message: str | None = None,
     outcome: str | None = None,
+    cost: Any = None,
 ) -> Event:
     """``Event(...)`` for the hot path, about a third cheaper.
 
@@ -240,6 +247,7 @@ def new_event(
     event.error_type = error_type
     event.error_message = error_message
     event.outcome = outcome
+    event.cost = cost
     return event
 
 

@@ -33,10 +33,11 @@ class LLM:
         self._relay = relay
         self._subscribers = relay.subscribers
         self._intercepts = relay.intercepts
+        self._cost = relay.cost
 
     def _watched(self, on_finish: FinishHook | None) -> bool:
         """Whether the call needs an attempt at all: someone listens, some policy applies, or a hook waits."""
-        return self._subscribers.llm or self._intercepts.active or on_finish is not None
+        return self._subscribers.llm or self._intercepts.active or on_finish is not None or self._cost.active
 
     def _attempt(
         self,
@@ -142,7 +143,7 @@ class LLM:
         The stream gets a context of its own in which the attempt is current: the
         provider is opened and read in it, however lazily it starts its work.
         """
-        request = attempt.prepare()
+        request = attempt.prepare(True)
         chain = attempt.chains.get(LLM_STREAM_EXECUTION, ())
         context = copy_context()
         run = context.run
@@ -175,7 +176,7 @@ class LLM:
 
     async def open_stream_async(self, attempt: Attempt, stream_factory: Callable[[LLMRequest], Any]) -> Any:
         """``stream_async`` for an attempt built by the caller."""
-        request = await attempt.prepare_async() if self._intercepts.async_policy else attempt.prepare()
+        request = await attempt.prepare_async(True) if self._intercepts.async_policy else attempt.prepare(True)
         chain = attempt.chains.get(LLM_STREAM_EXECUTION, ())
         tokens = attempt.enter()
         try:

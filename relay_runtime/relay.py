@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .cost.control import RelayCost
 from .diagnostics import Diagnostics
 from .intercepts import Intercepts
 from .llm import LLM
@@ -28,6 +29,7 @@ class Relay:
         self.subscribers = Subscribers(self.diag)
         self.scope = Scopes(self)
         self.intercepts = Intercepts(self.scope)
+        self.cost = RelayCost(self)
         self.llm = LLM(self)
         self.tools = Tools(self)
 

@@ -38,6 +38,7 @@ class ScopeHandle:
         "__weakref__",
         "attached",
         "below",
+        "cost",
         "data",
         "ended",
         "local_intercepts",
@@ -78,6 +79,8 @@ class ScopeHandle:
         self.start_ns = _now()
         self.ended = False
         self.local_intercepts: Any = None
+        # An attempt's cost, or the roll-up of the attempts below (set only when a catalog is installed).
+        self.cost: Any = None
 
     def __repr__(self) -> str:
         return f"<scope {self.scope_type} {self.name!r} {self.uuid[:8]}>"
@@ -254,6 +257,7 @@ class Scopes:
                 model_name=model_name,
                 annotated_request=annotated_request,
                 annotated_response=annotated_response,
+                cost=handle.cost,
             ),
         )
 

@@ -19,6 +19,7 @@ from typing import Any
 from . import conventions as cv
 from .attempt import Attempt
 from .codec import CountingAccumulator, StreamAccumulator
+from .cost.budget import BudgetExceeded
 from .types import Outcome
 
 _now = time.time_ns
@@ -40,6 +41,33 @@ class _AsyncExhausted:
         raise StopAsyncIteration
 
 
+class _Raising:
+    """What a stream a budget stopped reads from: the reason, once, then nothing."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException | None) -> None:
+        self.error = error
+
+    def __iter__(self) -> _Raising:
+        return self
+
+    def __next__(self) -> Any:
+        error, self.error = self.error, None
+        if error is None:
+            raise StopIteration
+        raise error
+
+    def __aiter__(self) -> _Raising:
+        return self
+
+    async def __anext__(self) -> Any:
+        error, self.error = self.error, None
+        if error is None:
+            raise StopAsyncIteration
+        raise error
+
+
 async def _aclose(target: Any) -> None:
     for name in ("aclose", "close"):
         closer = getattr(target, name, None)
@@ -57,7 +85,7 @@ class StreamLifecycle:
     chunks still reach the caller but are no longer recorded.
     """
 
-    __slots__ = ("acc", "attempt", "first_ns", "index")
+    __slots__ = ("acc", "attempt", "first_ns", "index", "meter")
 
     def __init__(self, attempt: Attempt) -> None:
         self.attempt = attempt
@@ -71,11 +99,14 @@ class StreamLifecycle:
         self.acc = acc
         self.index = 0
         self.first_ns: int | None = None
+        spend = attempt.cost_state
+        self.meter = spend.meter if spend is not None else None
 
-    def chunk(self, chunk: Any) -> None:
+    def chunk(self, chunk: Any) -> BudgetExceeded | None:
+        """Record one chunk; returns the error the caller's next read raises when a budget stopped the stream."""
         attempt = self.attempt
         if attempt.finished:
-            return
+            return None
         if self.first_ns is None:
             self.first_ns = _now()
         try:
@@ -96,6 +127,13 @@ class StreamLifecycle:
                 attempt.handle,
             )
         self.index += 1
+        meter = self.meter
+        if meter is not None:
+            stop = meter.add(delta)
+            if stop is not None:
+                attempt.fail(stop, _CANCELLED)
+                return stop
+        return None
 
     def complete(self) -> None:
         attempt = self.attempt
@@ -147,7 +185,7 @@ class _StreamWrapper:
         reading on from a source whose ``close`` did not end it.
         """
         iterator = self._iterator
-        if iterator is exhausted:
+        if iterator is exhausted or type(iterator) is _Raising:  # closed already (a budget stopped it)
             return ()
         self._iterator = exhausted
         return (iterator, self._source) if iterator is not self._source else (iterator,)
@@ -191,7 +229,7 @@ class ManagedStream(_StreamWrapper):
         life = self._life
         try:
             chunk = self._run(next, self._iterator)
-            life.chunk(chunk)
+            stop = life.chunk(chunk)
         except StopIteration:
             life.complete()
             raise
@@ -199,6 +237,10 @@ class ManagedStream(_StreamWrapper):
             # A provider error, or a subscriber's BaseException on the chunk.
             self._failed(exc)
             raise
+        if stop is not None:
+            # A budget stopped the stream: the provider's is closed now, the next read raises why.
+            self._release(quiet=True)
+            self._iterator = _Raising(stop)
         return chunk
 
     def _failed(self, exc: BaseException) -> None:
@@ -277,10 +319,13 @@ class ManagedAsyncStream(_StreamWrapper):
             raise
         attempt.leave(tokens)
         try:
-            life.chunk(chunk)
+            stop = life.chunk(chunk)
         except BaseException as exc:
             await self._failed(exc)
             raise
+        if stop is not None:
+            await self._release(quiet=True)
+            self._iterator = _Raising(stop)
         return chunk
 
     async def _failed(self, exc: BaseException) -> None:

@@ -25,6 +25,7 @@ class Node:
     tokens: tuple[int | None, int | None] | None = None
     children: list[Node] = field(default_factory=list)
     marks: int = 0
+    cost: dict[str, Any] | None = None  # an attempt's cost, or a scope's roll-up (relay_runtime.cost)
 
 
 def build(events: Iterable[dict[str, Any]]) -> list[Node]:
@@ -58,6 +59,9 @@ def build(events: Iterable[dict[str, Any]]) -> list[Node]:
                 node.tokens = (usage.get("input_tokens"), usage.get("output_tokens"))
             if isinstance(response, dict) and response.get("model"):
                 node.model = response["model"]
+            cost = ev.get("cost")
+            if isinstance(cost, dict):
+                node.cost = cost
         elif kind == "mark":
             parent = nodes.get(str(ev.get("parent_uuid")))
             if parent is not None:
@@ -80,6 +84,8 @@ def _describe(node: Node, color: bool) -> str:
         bits.append("(open)")
     if node.tokens:
         bits.append(f"tokens in={node.tokens[0] or 0} out={node.tokens[1] or 0}")
+    if node.cost:
+        bits.append(_describe_cost(node.cost))
     if node.marks:
         bits.append(f"{node.marks} marks")
     outcome = node.outcome or ""
@@ -91,6 +97,40 @@ def _describe(node: Node, color: bool) -> str:
     if color and node.outcome == "cancelled":
         return f"{YELLOW}{line}{RESET}"
     return line
+
+
+def _money(value: Any, currency: Any) -> str:
+    return f"{value:.6f} {currency}" if isinstance(currency, str) and currency else f"{value:.6f}"
+
+
+def _describe_cost(cost: dict[str, Any]) -> str:
+    """``cost 0.001840 USD`` for an attempt (``wasted`` when it failed), or a roll-up with its wasted share."""
+    currency = cost.get("currency")
+    if "total" in cost:
+        total, wasted = cost.get("total"), cost.get("wasted")
+        if not isinstance(total, int | float):
+            return "cost ?"
+        unpriced = cost.get("unpriced")
+        if not cost.get("attempts") and isinstance(unpriced, int) and unpriced:
+            return f"cost unknown ({unpriced} attempts without one)"
+        text = f"cost {_money(total, currency)}"
+        if isinstance(wasted, int | float) and wasted:
+            share = f" ({wasted / total:.0%})" if total else ""
+            text += f", wasted {_money(wasted, currency)}{share}"
+        if isinstance(unpriced, int) and unpriced:
+            text += f", {unpriced} unpriced (a lower bound)"
+        return text
+    amount = cost.get("amount")
+    if not isinstance(amount, int | float):
+        missing = cost.get("missing")
+        if missing == ["usage"]:
+            return "cost unknown (no usage reported)"
+        why = ", ".join(map(str, missing)) if isinstance(missing, list) else "?"
+        return f"cost unpriced (no price: {why})"
+    text = f"cost {_money(amount, currency)}"
+    if cost.get("estimated"):
+        text += " (estimated)"
+    return text + (" wasted" if cost.get("wasted") else "")
 
 
 def render(roots: list[Node], *, color: bool = False) -> str:

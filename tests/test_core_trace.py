@@ -105,3 +105,45 @@ def test_cli_usage_and_unknown_commands(capsys: pytest.CaptureFixture[str]) -> N
     assert cli.main(["--help"]) == 0
     assert cli.main(["frobnicate"]) == 2
     assert "unknown command 'frobnicate'" in capsys.readouterr().err
+
+
+def test_trace_shows_cost_per_node_and_the_wasted_share(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from relay_runtime.cost import PriceCatalog
+
+    path = tmp_path / "run.jsonl"
+    relay = Relay()
+    relay.cost.use(PriceCatalog.from_mapping({"dictchat": {"m-1-2024": {"input": 1000.0, "output": 2000.0}}}))
+    writer = JsonlWriter(path)
+    relay.subscribers.register(writer, name="jsonl")
+    seen: list[int] = []
+
+    def reject_first(name: str, req: LLMRequest, resp: Any) -> Any:
+        seen.append(1)
+        if len(seen) == 1:
+            raise ValueError("rejected")
+        return resp
+
+    relay.intercepts.register_llm_response("reject-first", 0, False, reject_first)
+    with relay.scope.scope("turn"):
+        with pytest.raises(ValueError):
+            relay.llm.execute("openai", request(), lambda r: response(), codec=DictCodec())
+        relay.llm.execute("openai", request(), lambda r: response(), codec=DictCodec())
+        relay.llm.execute("openai", request(), lambda r: response(model="unpriced"), codec=DictCodec())
+    writer.close()
+    assert cli.main(["trace", "--color", "never", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # 3 input tokens at 1000 and 5 output at 2000 per million: 0.013 an attempt.
+    assert "cost 0.039000 USD" not in lines[0]
+    assert "cost 0.026000 USD, wasted 0.013000 USD (50%), 1 unpriced (a lower bound)" in lines[0]
+    assert "cost 0.013000 USD wasted" in lines[1] and lines[1].endswith("failed  ValueError: rejected")
+    assert "cost 0.013000 USD" in lines[2] and "wasted" not in lines[2]
+    assert "cost unpriced (no price: model)" in lines[3]
+
+
+def test_a_scope_whose_attempts_all_lack_a_cost_says_unknown_not_zero() -> None:
+    from relay_runtime.trace_tree import _describe_cost
+
+    assert _describe_cost({"total": 0.0, "wasted": 0.0, "currency": "USD", "attempts": 0, "unpriced": 2}) == (
+        "cost unknown (2 attempts without one)"
+    )
+    assert _describe_cost({"total": 0.0, "wasted": 0.0, "currency": "USD", "attempts": 1}) == "cost 0.000000 USD"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -186,3 +187,23 @@ def test_pytest_and_the_demo_run_from_the_repository_root(tmp_path: Path) -> Non
     )
     assert demo.returncode == 0, demo.stdout + demo.stderr
     assert "relay_runtime.adapters" not in demo.stderr
+
+
+def test_no_code_of_the_project_imports_the_old_top_level_names() -> None:
+    # From the repository root the folders adapters/ and integrations/ are importable as top-level
+    # packages too; importing them that way would load every module a second time under another name.
+    offenders = []
+    for path in sorted(ROOT.glob("**/*.py")):
+        if any(part.startswith(".") or part in {"build", "dist"} for part in path.relative_to(ROOT).parts):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                if name.split(".")[0] in {"adapters", "integrations"}:
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name}")
+    assert offenders == []

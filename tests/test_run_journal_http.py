@@ -104,8 +104,8 @@ async def test_sse_reconnect_from_several_cursors_against_a_live_run(server, tmp
             partial = rows_only(await read_sse(dropped, limit=5))
             dropped.close()
             resumed = await client.get(url, headers={"Last-Event-ID": partial[-1]["id"]})
-            # Last-Event-ID wins over a stale ?after_seq= left in the URL.
-            both = await client.get(url, params={"after_seq": "0"}, headers={"Last-Event-ID": "run-a:20"})
+            # An explicit ?after_seq= wins over Last-Event-ID, as in the web UI this journal generalises.
+            both = await client.get(url, params={"after_seq": "1"}, headers={"Last-Event-ID": "run-a:4"})
             results = await asyncio.gather(
                 read_sse(full), read_sse(from_query), read_sse(from_header), read_sse(resumed), read_sse(both)
             )
@@ -123,7 +123,7 @@ async def test_sse_reconnect_from_several_cursors_against_a_live_run(server, tmp
     check(results[1], 1)
     check(results[2], 1)
     check(partial + results[3], 1)
-    check(results[4], 20)
+    check(results[4], 1)
 
 
 @pytest.mark.asyncio
@@ -190,9 +190,6 @@ async def test_snapshot_endpoint(server, tmp_path):
         ("/runs/a%00b/events", {}, {}, 400, "invalid session_id/run_id"),
         ("/runs/run-a", {"session_id": "../x"}, {}, 400, "invalid session_id/run_id"),
         ("/runs/run-a/events", {"session_id": "a b"}, {}, 400, "invalid session_id/run_id"),
-        ("/runs/run-a/events", {}, {"Last-Event-ID": "run-b:3"}, 400, "Last-Event-ID must be 'run-a:<seq>'"),
-        ("/runs/run-a/events", {}, {"Last-Event-ID": "run-a:x"}, 400, "Last-Event-ID must be 'run-a:<seq>'"),
-        ("/runs/run-a/events", {"after_seq": "-1"}, {}, 400, "after_seq must be a non-negative integer"),
         ("/runs/nope", {}, {}, 404, "no run 'nope'"),
         ("/runs/nope/events", {}, {}, 404, "no run 'nope'"),
         ("/runs/run-a", {"session_id": "other"}, {}, 404, "no run 'run-a'"),

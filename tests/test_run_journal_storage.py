@@ -282,6 +282,17 @@ def test_no_journal_reads_empty(tmp_path):
         ("apperror", {"type": "provider_error"}, "errored"),
         ("error", "not an object", "errored"),
         ("apperror", {}, "errored"),
+        # As the web UI: a completion's own terminal_state, and error types in any case or spacing.
+        ("done", {"terminal_state": "tool_limit_reached"}, "tool_limit_reached"),
+        ("stream_end", {"terminal_state": " Tool_Limit_Reached\n"}, "tool_limit_reached"),
+        ("done", {"terminal_state": "errored"}, "completed"),
+        ("done", {"terminal_state": "interrupted-by-user"}, "completed"),
+        ("done", {"terminal_state": 7}, "completed"),
+        ("apperror", {"type": " Cancelled "}, "interrupted-by-user"),
+        ("error", {"type": "CANCELED"}, "interrupted-by-user"),
+        ("apperror", {"type": "Interrupted\t"}, "interrupted-by-crash"),
+        ("apperror", {"type": " TOOL_LIMIT_REACHED"}, "tool_limit_reached"),
+        ("apperror", {"type": ["cancelled"]}, "errored"),
     ],
 )
 def test_terminal_states(tmp_path, event, payload, state):
@@ -338,8 +349,8 @@ def test_summary_is_cached_by_file_signature_and_copied(tmp_path, monkeypatch):
     writer = RunJournalWriter("s", "r", session_dir=tmp_path)
     writer.append_sse_event("token", {"text": "a"})
     reads = []
-    real = journal_module.read_all
-    monkeypatch.setattr(journal_module, "read_all", lambda *a: reads.append(1) or real(*a))
+    real = journal_module.summarize_file
+    monkeypatch.setattr(journal_module, "summarize_file", lambda *a: reads.append(1) or real(*a))
     first = latest_run_summary("s", "r", session_dir=tmp_path)
     second = latest_run_summary("s", "r", session_dir=tmp_path)
     assert first == second and first is not second and len(reads) == 1
@@ -355,7 +366,7 @@ def test_summary_read_that_raced_an_append_is_not_cached(tmp_path, monkeypatch):
     writer = RunJournalWriter("s", "r", session_dir=tmp_path)
     writer.append_sse_event("token", {"text": "a"})
     path = run_journal._run_path("s", "r", session_dir=tmp_path)
-    real = journal_module.read_all
+    real = journal_module.summarize_file
     raced = []
 
     def racing_read(*args: Any) -> Any:
@@ -364,7 +375,7 @@ def test_summary_read_that_raced_an_append_is_not_cached(tmp_path, monkeypatch):
             writer.append_sse_event("token", {"text": "b"})  # lands between the stat and the read
         return real(*args)
 
-    monkeypatch.setattr(journal_module, "read_all", racing_read)
+    monkeypatch.setattr(journal_module, "summarize_file", racing_read)
     before = os.stat(path)
     summary = latest_run_summary("s", "r", session_dir=tmp_path)
     assert summary is not None and summary["last_assistant_text"] == "ab"

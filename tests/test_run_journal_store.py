@@ -174,19 +174,26 @@ def test_the_file_store_is_what_the_default_calls_write(tmp_path):
     assert FileStore(tmp_path).read("session-a", "run-a")["events"] == result.rows
 
 
+async def follow_a_live_run(store: FileStore, after_seq: int, batches: int, *events: str) -> list[list[dict[str, Any]]]:
+    """Follow run r of session s; after ``batches`` batches, append ``events``. Fails after 10 s."""
+    got: list[list[dict[str, Any]]] = []
+
+    async def consume() -> None:
+        async for rows in store.follow("s", "r", after_seq=after_seq, idle=0.05):
+            got.append(rows)
+            if len(got) == batches:
+                for event in events:
+                    await asyncio.to_thread(store.append, "s", "r", event, {})
+
+    await asyncio.wait_for(consume(), 10)
+    return got
+
+
 @pytest.mark.asyncio
 async def test_follow_yields_idle_ticks_and_ends_after_the_terminal_row(tmp_path):
     store = FileStore(tmp_path, poll=0.01)
     store.append("s", "r", "token", {"text": "a"})
-    got: list[list[dict[str, Any]]] = []
-
-    async def consume() -> None:
-        async for rows in store.follow("s", "r", after_seq=0, idle=0.05):
-            got.append(rows)
-            if len(got) == 3:
-                await asyncio.to_thread(store.append, "s", "r", "done", {})
-
-    await asyncio.wait_for(consume(), 10)
+    got = await follow_a_live_run(store, 0, 3, "done")
     assert [r["seq"] for r in got[0]] == [1] and got[1] == [] and got[2] == []
     assert [r["event"] for r in got[-1]] == ["done"]
     # An ended run with nothing after the cursor ends at once.
@@ -199,3 +206,20 @@ def test_bad_file_store_settings(tmp_path):
     with pytest.raises(ValueError, match="fsync policy"):
         FileStore(tmp_path, fsync="sometimes")
     assert "FileStore(" in repr(FileStore(Path(tmp_path)))
+
+
+@pytest.mark.asyncio
+async def test_follow_from_past_the_end_of_a_live_run_ends_with_the_run(tmp_path):
+    store = FileStore(tmp_path, poll=0.01)
+    store.append("s", "r", "token", {"text": "a"})
+    got = await follow_a_live_run(store, 99, 2, "token", "done")  # nothing comes after seq 99, but the run ends
+    assert got == [[], []]
+
+
+def test_tail_from_past_the_end_of_a_live_run_exits_when_it_ends(tmp_path, capsys):
+    store = FileStore(tmp_path)
+    store.append("s1", "r1", "token", {"text": "a"})
+    threading.Timer(0.3, lambda: store.append("s1", "r1", "done", {})).start()
+    argv = ["tail", "s1", "r1", "--session-dir", str(tmp_path), "--after-seq", "50", "--poll", "0.01"]
+    assert cli_main([*argv, "--timeout", "10"]) == 0
+    assert capsys.readouterr().out == ""

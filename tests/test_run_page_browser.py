@@ -88,8 +88,9 @@ BATCHES: list[list[tuple[str, Any]]] = [
             "span",
             {"kind": "attempt", "id": "a2", "parent_id": "c1", "name": "llm", "provider": "anthropic",
              "model": "claude-x", "outcome": "success", "duration_s": 1.4, "input_tokens": 120,
-             "output_tokens": 48},
+             "output_tokens": 48, "cost": {"amount": 0.0123, "currency": "USD"}},
         ),
+        ("cost", {"amount": 0.0123, "currency": "USD", "attempt_id": "a2"}),
         ("span", {"kind": "logical_call", "id": "c1", "name": "main", "outcome": "success", "duration_s": 1.7}),
         ("done", {"usage": {"input_tokens": 120, "output_tokens": 48}}),
     ],
@@ -241,6 +242,7 @@ def test_the_page_follows_a_run_across_restarts_and_a_reload(browser: Any, serve
     expect(page.locator("#tree > li")).to_have_count(1)
     expect(page.locator("#tree > li > ul > li")).to_have_count(2)
     assert "RateLimitError" in (page.locator("#tree").text_content() or "")
+    assert "0.0123 USD" in (page.locator("#tree").text_content() or "")
     expect(page.locator("#notices")).to_have_text("fallback: openai / gpt-x → anthropic / claude-x")
 
     cookie = next(c for c in context.cookies() if c["name"] == "relay_journal_auth")
@@ -256,6 +258,7 @@ def test_the_page_follows_a_run_across_restarts_and_a_reload(browser: Any, serve
     row = page.locator("#runs tbody tr")
     expect(row).to_have_count(1, timeout=WAIT_MS)
     expect(row.locator("td").nth(2)).to_have_text("completed")
+    expect(row.locator("td").nth(5)).to_have_text("0.0123 USD")
     row.locator("a").click()
     expect(page).to_have_url(f"http://127.0.0.1:{server.port}/ui/sessions/{SESSION}/runs/{RUN}")
     expect(page.locator("#state")).to_have_text("completed", timeout=WAIT_MS)

@@ -111,7 +111,7 @@ def test_http_snapshot_projects_exact_journal_window(tmp_path, monkeypatch, suff
 import httpx2  # noqa: E402
 from journal_support import ProviderFailures, run_turn  # noqa: E402
 
-import adapters  # noqa: E402
+from relay_runtime import adapters  # noqa: E402
 from relay_runtime.adapters.testing import (  # noqa: E402
     Script,
     anthropic_client,

@@ -246,8 +246,14 @@ async def test_voice_session_traces_responses_tool_calls_and_turns(recorder: Rec
     assert len(conversations) == 1, "the voice session and its runs share one conversation"
     conv = conversations[0]
     assert conv.metadata[cv.SESSION_ID] == "chat-traced"
+    (voice,) = [e for e in recorder if e.kind == "scope_start" and e.name == "voice.session"]
+    assert voice.parent_uuid == conv.uuid and voice.metadata["voice_session_id"] == info["session_id"]
+    user_turns = [e for e in recorder if e.kind == "scope_start" and e.name == "voice.turn"]
+    assert user_turns and all(t.parent_uuid == voice.uuid for t in user_turns)
+    # A user turn is a plain scope, not a coordinator turn: the agent run keeps the managed turn.
+    assert all(t.metadata.get(cv.KIND) != cv.TURN for t in user_turns)
     responses = [e for e in recorder if e.kind == "scope_start" and e.name == "voice.response"]
-    assert len(responses) >= 2 and all(r.parent_uuid == conv.uuid for r in responses)
+    assert len(responses) >= 2 and all(r.parent_uuid == user_turns[0].uuid for r in responses)
     (mark,) = [e for e in recorder if e.kind == "mark" and e.name == "voice.tool_call"]
     assert mark.data["name"] == "hermes_run_task" and mark.parent_uuid == responses[0].uuid
     (turn,) = turns(recorder, "scope_start")

@@ -59,6 +59,15 @@ async def test_serve_prints_token_that_opens_a_session(tmp_path: Path) -> None:
             async with http.ws_connect(body["websocket_path"], headers=headers) as ws:
                 ready = await ws.receive_json(timeout=5)
                 assert ready["type"] == "voice.session.ready"
+                await ws.send_json({"type": "response.create", "text": "hello"})
+                for _ in range(100):
+                    event = await ws.receive_json(timeout=5)
+                    if event["type"] == "voice.turn.metrics":
+                        break
+                assert event["type"] == "voice.turn.metrics" and event["perceived_latency_ms"] > 0
+            # The server prints each turn's latency too.
+            turn_line = output.next()
+            assert "turn 1 (text)" in turn_line and "perceived_latency_ms=" in turn_line
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -82,6 +91,9 @@ def test_example_client_round_trip_and_its_arguments(capsys: pytest.CaptureFixtu
     assert voice_client.main(["--task", "count the words here"]) == 0
     out = capsys.readouterr().out
     assert '"type": "voice.tool_call"' in out and "count the words here" in out
+    # The latency of the turn, printed without any tracing backend.
+    (line,) = [line for line in out.splitlines() if line.startswith("turn 1 (text): ")]
+    assert "perceived_latency=" in line and "time_to_first_audio=" in line and "hop_latency=" in line
     with pytest.raises(SystemExit):
         voice_client.main(["--url", "http://127.0.0.1:9"])
     assert "--url and --token go together" in capsys.readouterr().err

@@ -253,7 +253,7 @@ async def test_response_cancel_during_fast_lane_wait_wins(relay: dict[str, Any])
     # Both streams are cancelled: the first by the cancel rule, the fast lane because cancel wins.
     await wait_for(lambda: sorted(broker.cancelled_indices) == [0, 1])
     await wait_for(lambda: not any(t.get_name().startswith("voice-tool-call") for t in session.tasks))
-    runs = session.runs
+    runs = relay["agent"].parts[session.session_id].runs
     assert runs.active is None and not runs.queue
     # Nothing runs later either: releasing the gate starts no queued run.
     broker.release.set()
@@ -285,7 +285,8 @@ async def test_response_cancel_still_ends_when_the_provider_socket_is_dead(
     assert not [e for e in events if e["type"] == "voice.error"]
     await wait_for(lambda: sorted(broker.cancelled_indices) == [0, 1])
     assert "voice.realtime_agent.cancel_result_failed" in session.event_log_path.read_text()
-    assert session.runs.active is None and not session.runs.queue
+    runs = relay["agent"].parts[session.session_id].runs
+    assert runs.active is None and not runs.queue
 
 
 def log_records(session: Any, name: str) -> list[dict[str, Any]]:

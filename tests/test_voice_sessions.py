@@ -19,6 +19,7 @@ from voice_support import next_event, read_until, wait_for
 
 from relay_runtime import session as relay_session
 from relay_runtime.integrations.voice_relay import RelayConfig, create_app, voice_auth
+from relay_runtime.integrations.voice_relay.agent import MAX_CONNECT_ATTEMPTS
 from relay_runtime.integrations.voice_relay.brokers import InProcessTaskBroker, RunContext
 from relay_runtime.integrations.voice_relay.event_log import validate_session_id
 from relay_runtime.integrations.voice_relay.models import AgentTaskRequest
@@ -420,6 +421,8 @@ async def test_oversized_message_closes_only_that_socket(client: TestClient[Any,
     ws_a, info_a, _ = await open_session(client)
     ws_b, _info_b, _ = await open_session(client)
     await ws_a.send_str(json.dumps({"type": "response.create", "text": "x" * 70_000}))
+    error = await next_event(ws_a)
+    assert error["type"] == "voice.error" and error["code"] == "message_too_large"
     msg = await ws_a.receive(timeout=5)
     assert msg.type is WSMsgType.CLOSE and msg.data == 1009
     session_a = server(client).realtime_agent.sessions[info_a["session_id"]]
@@ -547,26 +550,72 @@ async def test_resume_tells_the_phone_which_input_audio_arrived(client: TestClie
     await ws2.close()
 
 
-class _UnreachableProvider:
-    provider_id = "unreachable"
+class _FlakyProvider:
+    """Refuses the first `failures` connects (a provider blip), then connects to the stub voice."""
+
+    provider_id = "flaky"
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.attempts = 0
 
     async def connect(self, config: Any) -> Any:
-        raise OSError("connection refused: secret-detail")
+        self.attempts += 1
+        if self.attempts <= self.failures:
+            raise OSError("connection refused: secret-detail")
+        return await StubProvider(tone_ms=20, frame_ms=20).connect(config)
+
+
+def _flaky_app(tmp_path: Path, failures: int) -> Any:
+    return create_app(RelayConfig(realtime_voice_run_dir=str(tmp_path), realtime_voice_provider="flaky"),
+                      providers={"flaky": _FlakyProvider(failures)})
 
 
 @pytest.mark.asyncio
-async def test_provider_connect_failure_ends_the_session_with_a_numbered_error(tmp_path: Path) -> None:
-    app = create_app(RelayConfig(realtime_voice_run_dir=str(tmp_path), realtime_voice_provider="unreachable"),
-                     providers={"unreachable": _UnreachableProvider()})
+async def test_provider_connect_failure_keeps_the_session_for_a_retry(tmp_path: Path) -> None:
+    async with TestClient(TestServer(_flaky_app(tmp_path, failures=2), host="127.0.0.1")) as test_client:
+        token = server(test_client).sessions.create_session("phone", "device-1").token
+        info = await (await test_client.post("/voice/realtime-agent/session", json={}, headers=bearer(token))).json()
+        for attempt in (1, 2):
+            ws = await test_client.ws_connect(info["websocket_path"], headers=bearer(token))
+            error = await next_event(ws)
+            assert error["type"] == "voice.error" and error["code"] == "provider_connect_failed"
+            assert error["retryable"] is True and error["attempt"] == attempt
+            assert "secret-detail" not in error["message"]  # the kind of failure, not its text
+            msg = await ws.receive(timeout=5)
+            assert msg.type is WSMsgType.CLOSE and msg.data == 1013  # try again later
+            assert info["session_id"] in server(test_client).realtime_agent.sessions
+        # Same path, no resume token: the third socket is a first attach and the provider answers.
+        ws = await test_client.ws_connect(info["websocket_path"], headers=bearer(token))
+        ready = await next_event(ws)
+        assert ready["type"] == "voice.session.ready" and ready["session_id"] == info["session_id"]
+        await ws.send_json({"type": "response.create", "text": "hello"})
+        events = await read_until(ws, "voice.response.done")
+        assert any(e["type"] == "voice.response.delta" for e in events)
+        await ws.close()
+
+
+@pytest.mark.asyncio
+async def test_provider_connect_failing_every_time_ends_the_session(tmp_path: Path) -> None:
+    app = _flaky_app(tmp_path, failures=100)
     async with TestClient(TestServer(app, host="127.0.0.1")) as test_client:
         token = server(test_client).sessions.create_session("phone", "device-1").token
-        resp = await test_client.post("/voice/realtime-agent/session", json={}, headers=bearer(token))
-        info = await resp.json()
-        ws = await test_client.ws_connect(info["websocket_path"], headers=bearer(token))
-        error = await next_event(ws)
-        assert error["type"] == "voice.error" and error["code"] == "provider_connect_failed"
-        assert error["event_id"] == 1 and isinstance(error["at_ms"], int)
-        assert "secret-detail" not in error["message"]  # the phone gets the kind of failure, not its text
-        msg = await ws.receive(timeout=5)
-        assert msg.type is WSMsgType.CLOSE and msg.data == 4011
+        info = await (await test_client.post("/voice/realtime-agent/session", json={}, headers=bearer(token))).json()
+        codes = []
+        for _ in range(MAX_CONNECT_ATTEMPTS):
+            ws = await test_client.ws_connect(info["websocket_path"], headers=bearer(token))
+            error = await next_event(ws)
+            codes.append((error["retryable"], (await ws.receive(timeout=5)).data))
+        assert codes == [(True, 1013)] * (MAX_CONNECT_ATTEMPTS - 1) + [(False, 4011)]
         assert info["session_id"] not in server(test_client).realtime_agent.sessions
+        assert app["server"].realtime_agent.native_providers["flaky"].attempts == MAX_CONNECT_ATTEMPTS
+
+
+@pytest.mark.asyncio
+async def test_ready_event_says_the_session_can_be_resumed(client: TestClient[Any, Any]) -> None:
+    ws, info, _ = await open_session(client)
+    ready = info["_ready"]
+    # The phone learns from the first event, not only from the POST, that it may resume and for how long.
+    assert ready["resume_supported"] is True
+    assert ready["resume_ttl_ms"] == info["resume_ttl_ms"] > 0
+    await ws.close()

@@ -19,6 +19,7 @@ from typing import Any
 from opentelemetry.trace import SpanKind
 
 from relay_runtime import conventions as cv
+from relay_runtime.cost import AttemptCost, CostRollup
 from relay_runtime.events import Event
 from relay_runtime.types import AnnotatedLLMRequest, AnnotatedLLMResponse
 
@@ -323,6 +324,8 @@ def end_attributes(event: Event, role: str) -> dict[str, Any]:
     else:
         out = {"relay.outcome": outcome}
     md = event.metadata
+    if event.cost is not None:
+        cost_attributes(event.cost, out)
     if role == ATTEMPT:
         provider = provider_of(event)
         response_attributes(provider, event.annotated_response, out)
@@ -341,6 +344,45 @@ def end_attributes(event: Event, role: str) -> dict[str, Any]:
 
 
 _LOGICAL_OUTPUT = (("model", "relay.model"), ("provider", "relay.provider"))
+
+# The cost of one provider call, as the GenAI conventions' cost proposal names it (not yet merged:
+# open-telemetry/semantic-conventions-genai#443); everything else about cost is ours, under relay.cost.*.
+COST_AMOUNT = "gen_ai.usage.cost.amount"
+COST_CURRENCY = "gen_ai.usage.cost.currency"
+COST_SOURCE = "gen_ai.usage.cost.source"
+
+
+def cost_attributes(cost: Any, out: dict[str, Any]) -> None:
+    """An attempt's cost (``gen_ai.usage.cost.*`` and its breakdown), or a scope's roll-up (``relay.cost.*``).
+
+    The two never share a name, so a query summing ``gen_ai.usage.cost.amount``
+    counts each provider call once, however deep the tree.
+    """
+    if isinstance(cost, AttemptCost):
+        if cost.amount is not None:
+            out[COST_AMOUNT] = cost.amount
+            out[COST_CURRENCY] = cost.currency
+            out[COST_SOURCE] = "local"
+            for category, amount in cost.breakdown.items():
+                out[f"relay.cost.{category}"] = amount
+        else:
+            out["relay.cost.unpriced"] = list(cost.missing)
+        if cost.valid_from:
+            out["relay.cost.valid_from"] = cost.valid_from
+        if cost.wasted:
+            out["relay.cost.wasted"] = True
+        if cost.estimated:
+            out["relay.cost.estimated"] = True
+    elif isinstance(cost, CostRollup):
+        out["relay.cost.rollup.total"] = cost.total
+        out["relay.cost.rollup.wasted"] = cost.wasted
+        out["relay.cost.rollup.attempts"] = cost.attempts
+        if cost.currency:
+            out["relay.cost.rollup.currency"] = cost.currency
+        if cost.unpriced:
+            out["relay.cost.rollup.unpriced_attempts"] = cost.unpriced
+        if cost.carried:
+            out["relay.cost.rollup.carried"] = cost.carried
 
 
 def metric_attributes(event: Event) -> dict[str, Any]:

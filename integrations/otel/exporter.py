@@ -47,6 +47,8 @@ from .providers import (
     tracer_provider_from_env,
 )
 from .spans import OpenSpan, SpanTable
+from .voice import MEASURES_KEY as VOICE_MEASURES
+from .voice import VoiceMetrics, voice_attributes
 
 VERSION = "0.1.0"
 INSTRUMENTATION_NAME = "relay_runtime.otel"
@@ -149,6 +151,7 @@ class OTelExporter:
         self._tracer = (tracer_provider or trace_api.NoOpTracerProvider()).get_tracer(INSTRUMENTATION_NAME, VERSION)
         self._fast = fast_path_for(self._tracer) if fast_path else None
         self._metrics = GenAIMetrics(meter_provider, VERSION) if meter_provider is not None else None
+        self._voice = VoiceMetrics(meter_provider, VERSION) if meter_provider is not None else None
         capture = capture_content or capture_from_env()
         self._content = ContentRecorder(redact, self._oi) if capture else None
         self._link = link_to_current_context
@@ -229,6 +232,10 @@ class OTelExporter:
                 self.count(UNMATCHED_ENDS)
             return
         role = record.role
+        md = event.metadata
+        voice = md.get(VOICE_MEASURES) if md else None  # one lookup: most ends carry no voice measures
+        if voice is not None and self._voice is not None:
+            self._voice.record(voice)
         for orphan in orphans:
             self._abandon(orphan, event.timestamp, f"{role} scope ended while this scope was open")
         span = record.span
@@ -240,6 +247,8 @@ class OTelExporter:
             return
         try:
             attributes = A.end_attributes(event, role)
+            if voice is not None:
+                voice_attributes(voice, attributes)
             if self._oi:
                 attributes.update(A.openinference_end(event, role))
         except Exception:

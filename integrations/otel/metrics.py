@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from opentelemetry.metrics import MeterProvider
 
+from relay_runtime.cost import AttemptCost
 from relay_runtime.events import Event
 
 from . import attributes as attrs
@@ -30,6 +31,8 @@ DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 
 TOKEN_USAGE = "gen_ai.client.token.usage"
 OPERATION_DURATION = "gen_ai.client.operation.duration"
 TIME_TO_FIRST_CHUNK = "gen_ai.client.operation.time_to_first_chunk"
+# From the GenAI cost proposal (open-telemetry/semantic-conventions-genai#443, not yet merged).
+OPERATION_COST = "gen_ai.client.operation.cost"
 
 
 class GenAIMetrics:
@@ -53,10 +56,18 @@ class GenAIMetrics:
             description="Time to receive the first chunk in a streaming response.",
             explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
         )
+        self._cost = meter.create_histogram(
+            OPERATION_COST,
+            unit="{currency}",
+            description="Cost of one GenAI operation, in the currency of gen_ai.usage.cost.currency.",
+        )
 
     def record_attempt(self, event: Event, err: str | None) -> None:
         """One provider call's duration, token usage (per ``gen_ai.token.type``) and time to first chunk."""
         base = attrs.metric_attributes(event)
+        cost = event.cost
+        if isinstance(cost, AttemptCost) and cost.amount is not None:
+            self._cost.record(cost.amount, {**base, attrs.COST_CURRENCY: cost.currency, attrs.COST_SOURCE: "local"})
         duration = event.duration_ns
         if duration is not None:
             self._duration.record(duration / 1e9, {**base, "error.type": err} if err else base)

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .storage import append_run_event, fsync_policy
+from .storage import append_run_event, fsync_policy, is_truncated
 
 if TYPE_CHECKING:
     from .store import RunJournalStore
@@ -86,10 +86,12 @@ class RowWriter:
 
     def _append(self, session_id: str, run_id: str, event: str, payload: Any) -> None:
         if self._store is not None:
-            self._store.append(session_id, run_id, event, payload)
+            row = self._store.append(session_id, run_id, event, payload)
         else:
-            append_run_event(session_id, run_id, event, payload, session_dir=self._session_dir, fsync=self._fsync)
+            row = append_run_event(session_id, run_id, event, payload, session_dir=self._session_dir, fsync=self._fsync)
         self.written += 1
+        if is_truncated(row):
+            self._count("journal.truncated")
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every row submitted so far is written (or failed); False on timeout."""

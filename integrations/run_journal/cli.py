@@ -48,6 +48,10 @@ def _parser() -> argparse.ArgumentParser:
         default=os.environ.get("RELAY_JOURNAL_TOKEN"),
         help="require this token (default: $RELAY_JOURNAL_TOKEN); the page asks for it once",
     )
+    serve.add_argument("--heartbeat", type=float, default=15.0, help="seconds between keepalives on a quiet stream")
+    serve.add_argument(
+        "--write-timeout", type=float, default=30.0, help="drop an SSE client that accepts nothing for this long"
+    )
     show.add_argument("--no-summary", action="store_true", help="print the rows only")
     tail.add_argument("--poll", type=float, default=0.1, help="seconds between checks for new rows")
     tail.add_argument("--timeout", type=float, default=None, help="give up (exit 1) after this many seconds")
@@ -112,7 +116,17 @@ def _serve(args: argparse.Namespace, store: RunJournalStore | None) -> int:
             " is set: anyone who can reach it reads every run",
             file=sys.stderr,
         )
-    app = create_app(store=store or FileStore(args.session_dir), bearer_token=args.token, page=True)
+    try:
+        app = create_app(
+            store=store or FileStore(args.session_dir),
+            bearer_token=args.token,
+            page=True,
+            heartbeat=args.heartbeat,
+            write_timeout=args.write_timeout,
+        )
+    except ValueError as exc:
+        print(f"relay-runtime journal serve: {exc}", file=sys.stderr)
+        return 2
 
     return _run(web.AppRunner(app), args.host, args.port)
 

@@ -1,18 +1,44 @@
-"""Reading a journal file: whole, or only what follows a cursor, never failing on a bad line.
+"""Reading a journal file: whole, after a cursor, or a page at a time, never failing on a bad line.
 
 Lines are split on ``\\n`` bytes only: rows are written with ``ensure_ascii=False``
 and ``str.splitlines`` would also break on U+2028 and friends inside strings.
+
+Memory is bounded by the row cap, not the file: a line longer than
+``max_line`` (a row torn by a crash, or garbage) is skipped while it is read,
+reported as malformed, and never held.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-_BLOCK = 8192
+_BLOCK = 64 * 1024
+_BACK_BLOCK = 8192
 _PREVIEW = 200
+# The writer puts the seq first, so a line's seq is read from its first bytes, whatever its size.
+_SEQ_PREFIX = re.compile(
+    rb'\{\s*"version"\s*:\s*\d+\s*,\s*"event_id"\s*:\s*"[^"\\]*"\s*,\s*"seq"\s*:\s*(\d{1,18})\s*[,}]'
+)
+_PREFIX_BYTES = 512
+
+# offset, the line (None: longer than the cap), terminated by a newline, offset just past it
+Line = tuple[int, bytes | None, bool, int]
+
+
+class RawRow(dict[str, Any]):
+    """A row that keeps the exact line it was read from, so a server can send it on without encoding it again."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, row: dict[str, Any], raw: bytes) -> None:
+        super().__init__(row)
+        self.raw = raw
 
 
 def parse_line(line: bytes) -> tuple[dict[str, Any] | None, str | None]:
@@ -29,98 +55,189 @@ def parse_line(line: bytes) -> tuple[dict[str, Any] | None, str | None]:
     return value, None
 
 
-def malformed_entry(offset: int, line: bytes, reason: str, *, terminated: bool) -> dict[str, Any]:
+def malformed_entry(offset: int, line: bytes | None, reason: str, *, terminated: bool) -> dict[str, Any]:
     return {
         "offset": offset,
         "reason": reason if terminated else f"torn last line ({reason})",
-        "text": line[:_PREVIEW].decode("utf-8", "replace"),
+        "text": (line or b"")[:_PREVIEW].decode("utf-8", "replace"),
     }
 
 
-def _split(data: bytes, base: int) -> list[tuple[int, bytes, bool]]:
-    """``(offset, line, terminated)`` for each non-empty line of ``data`` starting at file offset ``base``."""
-    out = []
-    pos = 0
-    end = len(data)
-    while pos < end:
-        nl = data.find(b"\n", pos)
-        if nl < 0:
-            out.append((base + pos, data[pos:], False))
+def iter_lines(f: IO[bytes], start: int, max_line: int) -> Iterator[Line]:
+    """Each non-blank line from file offset ``start`` to the end of ``f``.
+
+    A line longer than ``max_line`` comes as ``None`` (with the first bytes read so far
+    dropped too): it is skipped as it is read, so it never costs more than one block.
+    """
+    f.seek(start)
+    line_start = start
+    pending: list[bytes] = []
+    pending_len = 0
+    too_long = False
+    offset = start
+    while True:
+        data = f.read(_BLOCK)
+        if not data:
             break
-        if nl > pos and not data[pos:nl].isspace():
-            out.append((base + pos, data[pos:nl], True))
-        pos = nl + 1
-    return out
+        pos = 0
+        while True:
+            nl = data.find(b"\n", pos)
+            if nl < 0:
+                rest = len(data) - pos
+                if not too_long and pending_len + rest > max_line:
+                    too_long, pending, pending_len = True, [], 0
+                elif not too_long:
+                    pending.append(data[pos:])
+                    pending_len += rest
+                break
+            end = offset + nl + 1
+            if too_long or pending_len + nl - pos > max_line:
+                yield line_start, None, True, end
+            else:
+                line = b"".join((*pending, data[pos:nl])) if pending else data[pos:nl]
+                if line and not line.isspace():
+                    yield line_start, line, True, end
+            too_long, pending, pending_len = False, [], 0
+            pos = nl + 1
+            line_start = offset + pos
+        offset += len(data)
+    if too_long:
+        yield line_start, None, False, offset
+    elif pending_len:
+        line = b"".join(pending)
+        if not line.isspace():
+            yield line_start, line, False, offset
 
 
-def read_all(path: Path, max_seq: int | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Any]:
-    """Every row (up to ``max_seq``), the malformed lines, and the file's stat after the read (or None)."""
+def parse(offset: int, line: bytes | None, terminated: bool, max_line: int) -> tuple[dict[str, Any] | None, Any]:
+    """``(row, None)`` or ``(None, malformed entry)`` for one line from :func:`iter_lines`."""
+    if line is None:
+        return None, malformed_entry(offset, None, f"row longer than {max_line} bytes", terminated=terminated)
+    row, reason = parse_line(line)
+    if row is None:
+        return None, malformed_entry(offset, line, reason or "", terminated=terminated)
+    return row, None
+
+
+def read_all(
+    path: Path, max_seq: int | None = None, *, max_line: int, start: int = 0
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Any]:
+    """Rows from ``start`` to the end (up to ``max_seq``), the malformed lines, and the file's stat after the
+    read if no append raced it (else ``None``)."""
     try:
-        with open(path, "rb") as f:
-            before = os.fstat(f.fileno())
-            data = f.read()
-            after = os.fstat(f.fileno())
+        f = open(path, "rb")  # noqa: SIM115 - closed by the ``with`` below; a missing file is no journal yet
     except FileNotFoundError:
         return [], [], None
     rows: list[dict[str, Any]] = []
     malformed: list[dict[str, Any]] = []
-    for offset, line, terminated in _split(data, 0):
-        row, reason = parse_line(line)
-        if row is None:
-            malformed.append(malformed_entry(offset, line, reason or "", terminated=terminated))
-        elif max_seq is None or row["seq"] <= max_seq:
-            rows.append(row)
-    stable = signature(before) == signature(after) and after.st_size == len(data)
+    with f:
+        before = os.fstat(f.fileno())
+        for offset, line, terminated, _ in iter_lines(f, start, max_line):
+            row, bad = parse(offset, line, terminated, max_line)
+            if row is None:
+                malformed.append(bad)
+            elif max_seq is None or row["seq"] <= max_seq:
+                rows.append(row)
+        after = os.fstat(f.fileno())
+        end = f.tell()
+    stable = signature(before) == signature(after) and after.st_size == end
     return rows, malformed, after if stable else None
 
 
 def read_after(
-    path: Path, after_seq: int, max_seq: int | None = None
+    path: Path, after_seq: int, max_seq: int | None = None, *, max_line: int
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Rows with ``seq > after_seq``, reading backwards from the end until the cursor is passed.
+    """Rows with ``seq > after_seq``: found by reading backwards from the end, then read forwards.
 
-    Rows are appended in seq order, so the cost follows the number of rows
-    after the cursor, not the size of the file.
+    Rows are appended in seq order, so the cost follows what comes after the cursor, not the file's size.
     """
-    try:
-        f = open(path, "rb")  # noqa: SIM115 - closed by the ``with`` below; a missing file is no journal yet
-    except FileNotFoundError:
-        return [], []
-    with f:
-        # ``end`` is always the file size or just past a newline, so every line
-        # handed to ``_split`` is whole and only the file's last one can be torn.
-        end = os.fstat(f.fileno()).st_size
-        found: list[dict[str, Any]] = []
-        malformed: list[dict[str, Any]] = []
-        block = _BLOCK
-        while end > 0:
-            start = max(0, end - block)
+    start = offset_after(path, after_seq, max_line=max_line)
+    rows, malformed, _ = read_all(path, max_seq, max_line=max_line, start=start)
+    return [row for row in rows if row["seq"] > after_seq], malformed
+
+
+def read_page(f: IO[bytes], start: int, *, max_bytes: int, max_line: int) -> tuple[list[dict[str, Any]], int, bool]:
+    """Whole rows from offset ``start``, about ``max_bytes`` of them (at least one row).
+
+    Returns ``(rows, next offset, whether it stopped at max_bytes)``. Malformed lines are passed
+    over; an unterminated last line is left for the next page (it may still be being written).
+    """
+    rows: list[dict[str, Any]] = []
+    taken = 0
+    next_offset = start
+    for offset, line, terminated, end in iter_lines(f, start, max_line):
+        if not terminated:
+            break
+        next_offset = end
+        row, _ = parse(offset, line, terminated, max_line)
+        if row is not None and line is not None:
+            rows.append(RawRow(row, line))
+            taken += len(line)
+            if taken >= max_bytes:
+                return rows, next_offset, True
+    return rows, next_offset, False
+
+
+def _newlines_backward(f: IO[bytes], end: int) -> Iterator[int]:
+    """Offsets of the newlines before ``end``, last first; one block of memory at a time."""
+    block = _BACK_BLOCK
+    while end > 0:
+        start = max(0, end - block)
+        f.seek(start)
+        data = f.read(end - start)
+        i = len(data)
+        while (i := data.rfind(b"\n", 0, i)) >= 0:
+            yield start + i
+        end = start
+        block = min(block * 2, _BLOCK * 16)
+
+
+def _line_seq(f: IO[bytes], start: int, end: int, max_line: int) -> int | None:
+    """The seq of the line at ``[start, end)``, from its first bytes when it is a row as the writer lays them out."""
+    f.seek(start)
+    head = f.read(min(end - start, _PREFIX_BYTES))
+    match = _SEQ_PREFIX.match(head)
+    if match is not None:
+        return int(match.group(1))
+    if end - start > max_line:
+        return None
+    f.seek(start)
+    row, _ = parse_line(f.read(end - start))
+    return row["seq"] if row is not None else None
+
+
+def last_row_seq(f: IO[bytes], size: int, max_line: int) -> int:
+    """The seq of the file's last valid row (0 if none), read backwards; lines over the cap are skipped unread."""
+    end = size
+    for nl in itertools.chain(_newlines_backward(f, size), (-1,)):
+        start = nl + 1
+        if start < end <= start + max_line + 1:  # + 1: the line's own newline
             f.seek(start)
-            data = f.read(end - start)
-            if start > 0:
-                first_nl = data.find(b"\n")
-                if first_nl < 0:  # a line longer than the block: look further back
-                    block *= 2
-                    continue
-                start += first_nl + 1
-                data = data[first_nl + 1 :]
-            for offset, line, terminated in reversed(_split(data, start)):
-                row, reason = parse_line(line)
-                if row is None:
-                    malformed.append(malformed_entry(offset, line, reason or "", terminated=terminated))
-                    continue
-                seq = row["seq"]
-                if seq <= after_seq:
-                    end = 0
-                    break
-                if max_seq is None or seq <= max_seq:
-                    found.append(row)
-            else:
-                end = start
-                block = min(block * 2, 1 << 20)
-        found.reverse()
-        malformed.reverse()
-        return found, malformed
+            row, _ = parse_line(f.read(end - start))
+            if row is not None:
+                return int(row["seq"])
+        end = start
+    return 0
+
+
+def offset_after(path: str | os.PathLike[str], after_seq: int, *, max_line: int) -> int:
+    """Where the first line after the row with ``seq == after_seq`` (or the last row before it) starts."""
+    if after_seq <= 0:
+        return 0
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed by the ``with`` below
+    except FileNotFoundError:
+        return 0
+    with f:
+        end = os.fstat(f.fileno()).st_size
+        for nl in itertools.chain(_newlines_backward(f, end), (-1,)):
+            line_start = nl + 1
+            if line_start < end:
+                seq = _line_seq(f, line_start, end, max_line)
+                if seq is not None and seq <= after_seq:
+                    return end
+            end = line_start
+    return 0
 
 
 def signature(st: os.stat_result) -> tuple[int, int, int, int, int]:

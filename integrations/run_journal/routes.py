@@ -12,7 +12,10 @@ import asyncio
 import hashlib
 import hmac
 import json
+import logging
 import os
+import re
+from collections import Counter
 from typing import Any
 
 from aiohttp import web
@@ -21,6 +24,7 @@ from . import paths
 from .journal import read_run_events
 from .page import COOKIE, add_page, cookie_value, is_public
 from .states import summarize
+from .storage import COUNTS as STORAGE_COUNTS
 from .store import FileStore, RunJournalStore
 
 __all__ = [
@@ -31,6 +35,15 @@ __all__ = [
 
 STORE: web.AppKey[RunJournalStore] = web.AppKey("run_journal_store", RunJournalStore)
 HEARTBEAT: web.AppKey[float] = web.AppKey("run_journal_heartbeat", float)
+WRITE_TIMEOUT: web.AppKey[float] = web.AppKey("run_journal_write_timeout", float)
+# SSE clients open, completed, dropped for not reading, gone away: for operators and tests.
+STATS: web.AppKey[Counter[str]] = web.AppKey("run_journal_stats")
+# A snapshot reads its whole run into memory: only this many at once, however many clients ask.
+SNAPSHOT_SLOTS: web.AppKey[asyncio.Semaphore] = web.AppKey("run_journal_snapshot_slots")
+_SNAPSHOTS_AT_ONCE = 2
+# The tasks serving SSE streams: a stream on a live run never ends by itself, so shutdown ends them.
+STREAMS: web.AppKey[set[asyncio.Task[Any]]] = web.AppKey("run_journal_streams")
+log = logging.getLogger(__name__)
 
 
 def find_run_summary(
@@ -103,31 +116,51 @@ def create_app(
     session_dir: str | os.PathLike[str] | None = None,
     poll_interval: float = 0.05,
     heartbeat: float = 15.0,
+    write_timeout: float = 30.0,
     bearer_token: str | None = None,
     page: bool = False,
 ) -> web.Application:
-    """``GET /runs/{run_id}`` (snapshot) and ``GET /runs/{run_id}/events`` (SSE).
+    """``GET /runs/{run_id}`` (snapshot), ``GET /runs/{run_id}/events`` (SSE) and ``GET /stats`` (counters).
 
-    Both take an optional ``?session_id=``; without it the store locates the run.
+    The run routes take an optional ``?session_id=``; without it the store locates the run.
     ``store`` defaults to the file store at ``session_dir`` (polled every ``poll_interval`` seconds).
+    An SSE client that takes more than ``write_timeout`` seconds to accept a piece of the stream
+    is dropped (and counted): a reader that stopped reading holds no more than one piece.
     With ``bearer_token`` every request must carry ``Authorization: Bearer <token>`` (else 401):
     rows hold what the assistant said, so anything beyond loopback should set one.
     With ``page`` it also serves the run page (``/``, ``/ui/...``, ``/api/runs``; see ``page.py``).
     """
     if bearer_token is not None and not bearer_token:
         raise ValueError("bearer_token must be a non-empty string (or None for no auth)")
+    for name, value in (("heartbeat", heartbeat), ("write_timeout", write_timeout)):
+        if not (isinstance(value, int | float) and value > 0):
+            raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
     if store is None:
         store = FileStore(session_dir, poll=poll_interval)
     elif session_dir is not None:
         raise ValueError("give a store or a session_dir, not both")
     app = web.Application(middlewares=[_bearer_guard(bearer_token)] if bearer_token else [])
     app[STORE] = store
-    app[HEARTBEAT] = heartbeat
+    app[HEARTBEAT] = float(heartbeat)
+    app[WRITE_TIMEOUT] = float(write_timeout)
+    stats: Counter[str] = Counter()
+    app[STATS] = stats
+    app[SNAPSHOT_SLOTS] = asyncio.Semaphore(_SNAPSHOTS_AT_ONCE)
+    streams: set[asyncio.Task[Any]] = set()
+    app[STREAMS] = streams
+    app.on_shutdown.append(_end_streams)
     app.router.add_get("/runs/{run_id}", _snapshot_handler)
     app.router.add_get("/runs/{run_id}/events", _events_handler)
+    app.router.add_get("/stats", _stats_handler)
     if page:
         add_page(app, store=store, token=bearer_token)
     return app
+
+
+def _unauthorized() -> web.Response:
+    return web.json_response(
+        {"error": "unauthorized"}, status=401, headers={"WWW-Authenticate": 'Bearer realm="run-journal"'}
+    )
 
 
 def _bearer_guard(token: str) -> Any:
@@ -145,9 +178,7 @@ def _bearer_guard(token: str) -> Any:
             cookie, expected_cookie
         )
         if not allowed and not is_public(request.path):
-            return web.json_response(
-                {"error": "unauthorized"}, status=401, headers={"WWW-Authenticate": 'Bearer realm="run-journal"'}
-            )
+            return _unauthorized()
         response: web.StreamResponse = await handler(request)
         return response
 
@@ -172,25 +203,64 @@ def _request_ids(request: web.Request) -> tuple[str, str | None]:
 
 async def _snapshot_handler(request: web.Request) -> web.Response:
     run_id, session_id = _request_ids(request)
-    result = await asyncio.to_thread(_live_snapshot, request.app[STORE], run_id, session_id)
-    if result is None:
-        raise _not_found(run_id)
-    return web.json_response(result, dumps=lambda v: json.dumps(v, ensure_ascii=False))
+    # The slot is held until the answer is sent: its body (the run's last text) can be as large as the run.
+    async with request.app[SNAPSHOT_SLOTS]:
+        result = await asyncio.to_thread(_live_snapshot, request.app[STORE], run_id, session_id)
+        if result is None:
+            raise _not_found(run_id)
+        response = web.json_response(result, dumps=_dumps)
+        del result
+        try:
+            await response.prepare(request)
+            await _send(response, None, request.app[WRITE_TIMEOUT])
+        except (_SlowClient, ConnectionError):
+            log.debug("run journal: a snapshot of run %s was not taken in time or its client went away", run_id)
+            if request.transport is not None:
+                request.transport.abort()
+    return response
 
 
-def _cursor(request: web.Request, run_id: str) -> int:
-    last_event_id = request.headers.get("Last-Event-ID")
-    if last_event_id:
-        owner, sep, seq = last_event_id.rpartition(":")
-        if not sep or owner != run_id or not seq.isdigit():
-            raise _bad_request(f"Last-Event-ID must be '{run_id}:<seq>', got {last_event_id!r}")
-        return int(seq)
+async def _stats_handler(request: web.Request) -> web.Response:
+    stats = request.app[STATS]
+    body = {key: stats[key] for key in stats}
+    body["rows_truncated"] = STORAGE_COUNTS["journal.truncated"]
+    return web.json_response(body)
+
+
+# ASCII digits only, and few enough to be a seq: ``isdigit()`` also accepts "²", which int() refuses,
+# and int() refuses thousands of digits.
+_SEQ = re.compile(r"[0-9]{1,18}")
+
+
+def _seq(text: str) -> int | None:
+    text = text.strip()
+    return int(text) if _SEQ.fullmatch(text) else None
+
+
+def _cursor(request: web.Request, run_id: str, last_seq: int) -> int:
+    """The seq to replay after, as browsers' EventSource needs it: never an error.
+
+    ``?after_seq=`` wins over ``Last-Event-ID`` whenever it is given (even when it does not parse).
+    A cursor that does not parse, names another run, or lies past the run's last row replays the
+    whole run: an error would stop EventSource for good, and replaying too much is safer than
+    skipping rows.
+    """
     after = request.query.get("after_seq")
-    if after is None or after == "":
-        return 0
-    if not after.isdigit():
-        raise _bad_request(f"after_seq must be a non-negative integer, got {after!r}")
-    return int(after)
+    if after:
+        seq = _seq(after)
+    else:
+        owner, sep, tail = request.headers.get("Last-Event-ID", "").strip().rpartition(":")
+        seq = _seq(tail) if sep and owner == run_id else None
+    return seq if seq is not None and seq <= last_seq else 0
+
+
+def _dumps(value: Any) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        text.encode()
+    except UnicodeEncodeError:  # a lone surrogate read back from a row: escape it rather than fail
+        text = json.dumps(value, separators=(",", ":"))
+    return text
 
 
 def _sse_message(row: dict[str, Any]) -> bytes:
@@ -198,32 +268,105 @@ def _sse_message(row: dict[str, Any]) -> bytes:
     lines = [f"id: {row['run_id']}:{row['seq']}"]
     if isinstance(event, str) and event and "\n" not in event and "\r" not in event:
         lines.append(f"event: {event}")
-    lines.append("data: " + json.dumps(row, ensure_ascii=False, separators=(",", ":")))
-    return ("\n".join(lines) + "\n\n").encode()
+    head = ("\n".join(lines) + "\ndata: ").encode("utf-8", "backslashreplace")
+    # The line the row was read from is already compact JSON: send it as it is, unless a CR
+    # (JSON whitespace, but an SSE line break) is in it.
+    raw = getattr(row, "raw", None)
+    if isinstance(raw, bytes) and b"\r" not in raw:
+        return b"".join((head, raw, b"\n\n"))
+    return head + _dumps(row).encode() + b"\n\n"
+
+
+_PIECE = 64 * 1024  # what one write hands the transport: a stalled reader holds about this much
+
+
+def _pieces(rows: list[dict[str, Any]]) -> Any:
+    """The rows' SSE messages in pieces of about ``_PIECE`` bytes (one large row is cut up too)."""
+    batch: list[bytes] = []
+    size = 0
+    for row in rows:
+        message = _sse_message(row)
+        if len(message) >= _PIECE:
+            if batch:
+                yield b"".join(batch)
+                batch, size = [], 0
+            view = memoryview(message)
+            for start in range(0, len(view), _PIECE):
+                yield view[start : start + _PIECE]
+            continue
+        batch.append(message)
+        size += len(message)
+        if size >= _PIECE:
+            yield b"".join(batch)
+            batch, size = [], 0
+    if batch:
+        yield b"".join(batch)
+
+
+class _SlowClient(Exception):
+    pass
+
+
+async def _send(response: web.StreamResponse, data: Any, timeout: float) -> None:
+    """Write ``data`` (``None``: end the response); ``_SlowClient`` if the client takes over ``timeout`` seconds."""
+    try:
+        await asyncio.wait_for(response.write(data) if data is not None else response.write_eof(), timeout)
+    except TimeoutError:
+        raise _SlowClient from None
+
+
+async def _end_streams(app: web.Application) -> None:
+    streams = app[STREAMS]
+    for task in [*streams]:
+        task.cancel()
 
 
 async def _events_handler(request: web.Request) -> web.StreamResponse:
     run_id, session_id = _request_ids(request)
-    cursor = _cursor(request, run_id)
     store = request.app[STORE]
     summary = await asyncio.to_thread(find_run_summary, run_id, session_id=session_id, store=store)
     if summary is None:
         raise _not_found(run_id)
     session_id = summary["session_id"]
+    cursor = _cursor(request, run_id, summary["last_seq"])
+    stats, timeout = request.app[STATS], request.app[WRITE_TIMEOUT]
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )
-    await response.prepare(request)
     rows_iter = store.follow(session_id, run_id, after_seq=cursor, idle=request.app[HEARTBEAT])
+    task = asyncio.current_task()
+    streams = request.app[STREAMS]
+    if task is not None:
+        streams.add(task)
+    stats["sse_open"] += 1
     try:
+        await response.prepare(request)
         async for rows in rows_iter:
-            if rows:
-                await response.write(b"".join(_sse_message(row) for row in rows))
-            else:
-                await response.write(b": keepalive\n\n")
+            if not rows:
+                await _send(response, b": keepalive\n\n", timeout)
+            for piece in _pieces(rows):
+                await _send(response, piece, timeout)
+        await _send(response, None, timeout)
+        stats["sse_completed"] += 1
+    except _SlowClient:
+        stats["sse_dropped_slow"] += 1
+        log.info("run journal: dropped an SSE client of run %s that stopped reading (%ss)", run_id, timeout)
+        if request.transport is not None:
+            request.transport.abort()  # what it was not reading is released with the connection
+    except ConnectionError:
+        stats["sse_disconnected"] += 1
+        log.debug("run journal: SSE client of run %s went away", run_id)
+    except asyncio.CancelledError:
+        # The server cancels a handler whose connection was lost while it waited, or when it shuts down.
+        gone = request.transport is None or request.transport.is_closing()
+        stats["sse_disconnected" if gone else "sse_cancelled"] += 1
+        log.debug("run journal: SSE stream of run %s cancelled: %s", run_id, "client went away" if gone else "stopping")
+        raise
     finally:
+        if task is not None:
+            streams.discard(task)
+        stats["sse_open"] -= 1
         aclose = getattr(rows_iter, "aclose", None)  # an async generator: end it here, not at garbage collection
         if aclose is not None:
             await aclose()
-    await response.write_eof()
     return response

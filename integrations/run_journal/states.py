@@ -26,19 +26,25 @@ _ERROR_TYPES = {
 _MESSAGE_BOUNDARIES = frozenset(("tool", "tool_call"))
 
 
+def _word(payload: Any, key: str) -> str:
+    """``payload[key]`` compared as producers spell it: any case, stray whitespace."""
+    value = payload.get(key) if isinstance(payload, dict) else None
+    return value.strip().lower() if isinstance(value, str) else ""
+
+
 def terminal_state(event: str, payload: Any) -> str | None:
     """The state a row ends its run in, or ``None`` for a row that does not end it."""
     if event in _COMPLETION_EVENTS:
-        if isinstance(payload, dict) and (
-            payload.get("type") == TOOL_LIMIT_REACHED or payload.get(TOOL_LIMIT_REACHED) is True
+        # A completion may say it stopped at the tool limit; no other state is taken from it.
+        if TOOL_LIMIT_REACHED in (_word(payload, "terminal_state"), _word(payload, "type")) or (
+            isinstance(payload, dict) and payload.get(TOOL_LIMIT_REACHED) is True
         ):
             return TOOL_LIMIT_REACHED
         return COMPLETED
     if event == "cancel":
         return INTERRUPTED_BY_USER
     if event in _ERROR_EVENTS:
-        kind = payload.get("type") if isinstance(payload, dict) else None
-        return _ERROR_TYPES.get(kind, ERRORED) if isinstance(kind, str) else ERRORED
+        return _ERROR_TYPES.get(_word(payload, "type"), ERRORED)
     return None
 
 
@@ -52,6 +58,7 @@ class SummaryFold:
     """Everything a summary says about a run, built row by row in file order."""
 
     __slots__ = (
+        "_cost",
         "_current_text",
         "_last_text",
         "_model",
@@ -84,6 +91,7 @@ class SummaryFold:
         self._current_text: list[str] = []
         self._last_text: list[str] = self._current_text
         self._model = RuntimeModelFold(session_id, run_id)
+        self._cost: dict[str, Any] | None = None
 
     def feed(self, row: dict[str, Any]) -> None:
         self.count += 1
@@ -112,9 +120,30 @@ class SummaryFold:
             if isinstance(text, str) and text:
                 self._current_text.append(text)
                 self._last_text = self._current_text
+        elif event == COST_EVENT:
+            self._add_cost(payload)
         elif event in _MESSAGE_BOUNDARIES or is_fallback_warning(event, payload):
             # A tool call ends the message; a fallback restarts the answer on another route.
             self._current_text = []
+
+    def _add_cost(self, payload: Any) -> None:
+        """One attempt's ``cost`` row: summed from the rows, so a run that crashed still shows its spend."""
+        if not isinstance(payload, dict):
+            return
+        cost = self._cost
+        if cost is None:
+            cost = self._cost = {"total": 0.0, "wasted": 0.0, "currency": None, "attempts": 0, "unpriced": 0}
+        amount = payload.get("amount")
+        if isinstance(amount, bool) or not isinstance(amount, int | float) or amount != amount or amount < 0:
+            cost["unpriced"] += 1
+            return
+        cost["attempts"] += 1
+        cost["total"] += amount
+        if payload.get("wasted") is True:
+            cost["wasted"] += amount
+        currency = payload.get("currency")
+        if isinstance(currency, str) and cost["currency"] is None:
+            cost["currency"] = currency
 
     def result(self) -> dict[str, Any]:
         state = self.terminal_row_state or self.stream_end_state
@@ -135,7 +164,12 @@ class SummaryFold:
             "runtime_model": self._model.value,
             "started_at": self.started_at,
             "ended_at": self.terminal_row_at if self.terminal_row_state else self.stream_end_at,
+            **({"cost": dict(self._cost)} if self._cost is not None else {}),
         }
+
+
+# One attempt's cost (``relay_runtime.cost.AttemptCost.as_dict()``), written when the attempt ends.
+COST_EVENT = "cost"
 
 
 def summarize(session_id: str, run_id: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -146,9 +180,10 @@ def summarize(session_id: str, run_id: str, rows: list[dict[str, Any]]) -> dict[
 
 
 def copy_summary(summary: dict[str, Any]) -> dict[str, Any]:
-    """A deep copy for this shape: every value is immutable except the runtime_model dict."""
+    """A deep copy for this shape: every value is immutable except the runtime_model and cost dicts."""
     out = dict(summary)
-    model = out.get("runtime_model")
-    if model is not None:
-        out["runtime_model"] = dict(model)
+    for key in ("runtime_model", "cost"):
+        value = out.get(key)
+        if value is not None:
+            out[key] = dict(value)
     return out

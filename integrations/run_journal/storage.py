@@ -14,13 +14,13 @@ import math
 import os
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import Any
 
 from . import paths
 from .listing import add_to_index, index_entry
-from .reading import parse_line
+from .reading import last_row_seq
 from .states import TERMINAL_STATES, terminal_state
 
 VERSION = 1
@@ -28,8 +28,18 @@ FSYNC_ENV = "RELAY_JOURNAL_FSYNC"
 FSYNC_TERMINAL = "terminal"  # terminal rows only (and the directory when the file is created)
 FSYNC_EAGER = "eager"  # every row
 _FSYNC_POLICIES = (FSYNC_TERMINAL, FSYNC_EAGER)
-_TAIL_BLOCK = 4096
 _MAX_OPEN = 64
+MAX_ROW_ENV = "RELAY_JOURNAL_MAX_ROW_BYTES"
+DEFAULT_MAX_ROW_BYTES = 8 * 1024 * 1024
+MIN_MAX_ROW_BYTES = 16 * 1024
+_SEED_SCAN_MAX = 256 * 1024 * 1024  # the longest line read to learn a run's last seq
+MAX_EVENT_LENGTH = 256
+_ROW_OVERHEAD = 1024  # everything in a row but its payload, with ids and event name at their longest
+_PREVIEW_CHARS = 4096
+_KEPT_SCALAR_CHARS = 200
+
+COUNTS: Counter[str] = Counter()  # process-wide: rows stored truncated
+_counts_lock = threading.Lock()
 
 
 def fsync_policy(override: str | None = None) -> str:
@@ -37,6 +47,53 @@ def fsync_policy(override: str | None = None) -> str:
     if policy not in _FSYNC_POLICIES:
         raise ValueError(f"run journal fsync policy must be one of {list(_FSYNC_POLICIES)}, got {policy!r}")
     return policy
+
+
+def row_cap(override: int | None = None) -> int:
+    """The largest row (in bytes) the writer stores whole and the readers read: ``override``, else
+    ``$RELAY_JOURNAL_MAX_ROW_BYTES``, else 8 MiB."""
+    value: Any = override
+    if value is None:
+        raw = os.environ.get(MAX_ROW_ENV)
+        if not raw:
+            return DEFAULT_MAX_ROW_BYTES
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValueError(f"{MAX_ROW_ENV} must be a whole number of bytes, got {raw!r}") from None
+    if type(value) is not int or value < MIN_MAX_ROW_BYTES:
+        raise ValueError(f"max_row_bytes must be an integer of at least {MIN_MAX_ROW_BYTES}, got {value!r}")
+    return value
+
+
+def is_truncated(row: Any) -> bool:
+    """Whether a row's payload was replaced by the truncation marker."""
+    payload = row.get("payload") if isinstance(row, dict) else None
+    return isinstance(payload, dict) and payload.get("truncated") is True and "original_bytes" in payload
+
+
+def _truncated(payload: Any, encoded: bytes, cap: int) -> dict[str, Any]:
+    """What is stored instead of a payload too large for one row: its small scalar fields, size and start."""
+    marker: dict[str, Any] = {}
+    if isinstance(payload, dict):
+        for key, value in payload.items():
+            if len(marker) >= 32:
+                break
+            if isinstance(key, str) and len(key) <= _KEPT_SCALAR_CHARS and (
+                value is None
+                or isinstance(value, bool | int | float)
+                or (isinstance(value, str) and len(value) <= _KEPT_SCALAR_CHARS)
+            ):
+                marker[key] = value
+    marker.update(
+        truncated=True,
+        original_bytes=len(encoded),
+        max_row_bytes=cap,
+        preview=encoded[:_PREVIEW_CHARS].decode("utf-8", "ignore"),
+    )
+    with _counts_lock:
+        COUNTS["journal.truncated"] += 1
+    return marker
 
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
@@ -70,7 +127,7 @@ class _RunFile:
         self._size = -1
         self._last_seq = 0
 
-    def append(self, run_id: str, tail: str, seq: int | None, sync: bool) -> int:
+    def append(self, run_id: str, tail: str, seq: int | None, sync: bool, cap: int = DEFAULT_MAX_ROW_BYTES) -> int:
         """Write ``tail`` (everything after the seq) as the run's next row; return its seq."""
         with self._lock:
             while True:
@@ -81,7 +138,7 @@ class _RunFile:
                     # Removed or replaced under us (rename over it drops its last link too):
                     # locking the old inode would exclude nobody, so reopen by name.
                     if st.st_nlink:
-                        return self._append_locked(fd, st, run_id, tail, seq, sync)
+                        return self._append_locked(fd, st, run_id, tail, seq, sync, cap)
                 finally:
                     fcntl.flock(fd, fcntl.LOCK_UN)
                 self._close()
@@ -95,10 +152,12 @@ class _RunFile:
         if self._fd >= 0:
             os.close(self._fd)
 
-    def _append_locked(self, fd: int, st: os.stat_result, run_id: str, tail: str, seq: int | None, sync: bool) -> int:
+    def _append_locked(
+        self, fd: int, st: os.stat_result, run_id: str, tail: str, seq: int | None, sync: bool, cap: int
+    ) -> int:
         if st.st_ino != self._ino or st.st_size != self._size:
             self._ino = st.st_ino
-            self._last_seq, torn = _scan_tail(fd, st.st_size)
+            self._last_seq, torn = _scan_tail(fd, st.st_size, cap)
         else:
             torn = False
         next_seq = self._last_seq + 1
@@ -153,27 +212,15 @@ class _RunFile:
             os.close(fd)
 
 
-def _scan_tail(fd: int, size: int) -> tuple[int, bool]:
+def _scan_tail(fd: int, size: int, cap: int) -> tuple[int, bool]:
     """(last valid seq, whether the file ends in a torn line) read backwards from the end."""
     if size == 0:
         return 0, False
     torn = os.pread(fd, 1, size - 1) != b"\n"
-    end = size
-    block = _TAIL_BLOCK
-    pending = b""  # the beginning of the next line, when it started before this block
-    while end > 0:
-        start = max(0, end - block)
-        data = os.pread(fd, end - start, start) + pending
-        lines = data.split(b"\n")
-        pending = lines[0] if start > 0 else b""
-        for line in reversed(lines if start == 0 else lines[1:]):
-            if line.strip():
-                row, _ = parse_line(line)
-                if row is not None:
-                    return row["seq"], torn
-        end = start
-        block = min(block * 2, 1 << 20)
-    return 0, torn
+    # Rows over this writer's cap are still read whole: another writer may have a larger cap, and
+    # skipping its last row would hand out its seq again. Only lines no writer could make are skipped.
+    with open(fd, "rb", buffering=0, closefd=False) as f:
+        return last_row_seq(f, size, max(cap, _SEED_SCAN_MAX)), torn
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -257,15 +304,20 @@ def append_run_event(
     seq: int | None = None,
     created_at: Any = None,
     fsync: str | None = None,
+    max_row_bytes: int | None = None,
 ) -> dict[str, Any]:
     """Append one row and return it.
 
     ``seq`` makes the append conditional: it must be the run's next seq.
     ``fsync`` overrides the policy (``"terminal"`` or ``"eager"``; default from
-    ``RELAY_JOURNAL_FSYNC``).
+    ``RELAY_JOURNAL_FSYNC``). A payload that would make the row longer than
+    ``max_row_bytes`` (see :func:`row_cap`) is stored truncated, with a marker.
     """
     path = paths.run_file(session_id, run_id, session_dir)
-    return append_to(OPEN_FILES.get(path), session_id, run_id, event, payload, seq, created_at, fsync_policy(fsync))
+    return append_to(
+        OPEN_FILES.get(path), session_id, run_id, event, payload, seq, created_at, fsync_policy(fsync),
+        row_cap(max_row_bytes),
+    )
 
 
 def run_file_for(session_id: str, run_id: str, session_dir: str | os.PathLike[str]) -> _RunFile:
@@ -282,10 +334,13 @@ def append_to(
     seq: int | None,
     created_at: Any,
     policy: str,
+    cap: int = DEFAULT_MAX_ROW_BYTES,
 ) -> dict[str, Any]:
     """Append to a run file whose ids were checked when its path was built."""
     if not isinstance(event, str) or not event:
         raise ValueError(f"run journal event must be a non-empty string, got {event!r}")
+    if len(event) > MAX_EVENT_LENGTH:
+        raise ValueError(f"run journal event names are at most {MAX_EVENT_LENGTH} characters, got {len(event)}")
     if seq is not None and (type(seq) is not int or seq < 1):
         raise ValueError(f"seq must be a positive integer, got {seq!r}")
     if payload is None:
@@ -298,12 +353,17 @@ def append_to(
         name = _encode(event)
         if len(_EVENT_JSON) < 256:  # event names are a small vocabulary; anything else is encoded each time
             _EVENT_JSON[event] = name
+    body = encode_json(payload)
+    # Characters are at most 4 bytes: only a long payload needs encoding to be measured.
+    if len(body) * 4 > cap - _ROW_OVERHEAD and len(encoded := body.encode()) > cap - _ROW_OVERHEAD:
+        payload = _truncated(payload, encoded, cap)
+        body = encode_json(payload)
     tail = (
         f',"run_id":"{run_id}","session_id":"{session_id}","event":{name},"type":{name}'
         f',"created_at":{_encode_time(created_at)},"terminal":{"false" if state is None else "true"}'
-        f',"terminal_state":{_STATE_JSON[state]},"payload":{encode_json(payload)}}}\n'
+        f',"terminal_state":{_STATE_JSON[state]},"payload":{body}}}\n'
     )
-    seq = run_file.append(run_id, tail, seq, state is not None or policy == FSYNC_EAGER)
+    seq = run_file.append(run_id, tail, seq, state is not None or policy == FSYNC_EAGER, cap)
     return {
         "version": VERSION,
         "event_id": f"{run_id}:{seq}",

@@ -25,7 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 from . import paths
 from .journal import file_summary, read_file_events
 from .listing import list_runs, list_sessions, locate
-from .storage import append_run_event, fsync_policy
+from .storage import append_run_event, fsync_policy, row_cap
 from .tailing import follow_file
 
 Row = dict[str, Any]
@@ -98,7 +98,8 @@ class RunJournalStore(Protocol):
         Yields non-empty lists of rows in seq order (each list bounded in size by the store), and an
         empty list whenever ``idle`` seconds pass without a new row (callers send keepalives then).
         Ends after yielding the run's terminal row and whatever was stored after it by then, or at
-        once when the run has already ended and nothing follows the cursor. A run with no rows yet is
+        once when the run has already ended and nothing follows the cursor; a terminal row stored at
+        or before the cursor (a cursor past the end of a live run) ends it too. A run with no rows yet is
         waited for. Closing the iterator (``aclose``, or cancelling its consumer) releases
         everything it holds.
         """
@@ -111,17 +112,29 @@ class FileStore:
     ``session_dir`` ``None`` means the default directory, looked up at each call (so replacing
     ``run_journal._default_session_dir`` moves it). ``fsync`` is the policy for appends (``"terminal"``,
     ``"eager"``; default from ``RELAY_JOURNAL_FSYNC``). ``poll`` is how often ``follow`` looks for
-    new rows.
+    new rows. ``max_row_bytes`` caps a row (default ``$RELAY_JOURNAL_MAX_ROW_BYTES`` or 8 MiB): larger
+    payloads are stored truncated, and readers skip longer lines (torn rows) as malformed.
+    ``page_bytes`` bounds the rows ``follow`` hands over at once (at least one row).
     """
 
     def __init__(
-        self, session_dir: PathLike | None = None, *, fsync: str | None = None, poll: float = 0.05
+        self,
+        session_dir: PathLike | None = None,
+        *,
+        fsync: str | None = None,
+        poll: float = 0.05,
+        max_row_bytes: int | None = None,
+        page_bytes: int = 64 * 1024,
     ) -> None:
         if not poll > 0:
             raise ValueError(f"poll must be a positive number of seconds, got {poll!r}")
+        if type(page_bytes) is not int or page_bytes < 1:
+            raise ValueError(f"page_bytes must be a positive integer, got {page_bytes!r}")
         self.session_dir = session_dir
         self.fsync = fsync_policy(fsync)
         self.poll = poll
+        self.max_row_bytes = row_cap(max_row_bytes)
+        self.page_bytes = page_bytes
 
     def __repr__(self) -> str:
         return f"FileStore({os.fspath(paths.resolve_session_dir(self.session_dir))!r})"
@@ -145,15 +158,23 @@ class FileStore:
             seq=seq,
             created_at=created_at,
             fsync=self.fsync,
+            max_row_bytes=self.max_row_bytes,
         )
 
     def read(
         self, session_id: str, run_id: str, *, after_seq: int = 0, max_seq: int | None = None
     ) -> dict[str, Any]:
-        return read_file_events(session_id, run_id, after_seq=after_seq, max_seq=max_seq, session_dir=self.session_dir)
+        return read_file_events(
+            session_id,
+            run_id,
+            after_seq=after_seq,
+            max_seq=max_seq,
+            session_dir=self.session_dir,
+            max_row_bytes=self.max_row_bytes,
+        )
 
     def summary(self, session_id: str, run_id: str) -> dict[str, Any] | None:
-        return file_summary(session_id, run_id, session_dir=self.session_dir)
+        return file_summary(session_id, run_id, session_dir=self.session_dir, max_row_bytes=self.max_row_bytes)
 
     def locate(self, run_id: str) -> str | None:
         return locate(run_id, self.session_dir)

@@ -19,7 +19,9 @@ What it writes:
 - ``tool`` / ``tool_result`` for tool scopes, ``tool_call`` for tool calls a response asked for;
 - ``warning {type: response_rejected, provider, model, call_role, retry_count, message}`` for an
   answer the validator rejected (its usage still counts);
-- the terminal row from the turn's outcome: ``done {usage}``, ``cancel``, ``apperror``.
+- ``cost`` with each attempt's cost when a price catalog is installed (``relay.cost.use``);
+- the terminal row from the turn's outcome: ``done {usage}``, ``cancel``, ``apperror``, each with
+  the turn's ``cost`` roll-up when there is one.
 
 Auxiliary calls (``call_role`` ``auxiliary:*``) count towards usage only: a
 title generator's model is not the model that answered.
@@ -37,11 +39,13 @@ from typing import TYPE_CHECKING, Any
 from relay_runtime import CHUNK_MARK, MARK, SCOPE_END, SCOPE_START, Event, Relay, session
 from relay_runtime import conventions as cv
 from relay_runtime.attach import Attachment
+from relay_runtime.cost import AttemptCost, CostRollup
 
 from . import paths
 from .background import RowWriter
 from .runtime_model import EVENT as RUNTIME_MODEL
 from .runtime_model import OBSERVED_OUTPUT, ROUTE_OBSERVED, observation
+from .states import COST_EVENT
 from .storage import encode_json
 
 if TYPE_CHECKING:
@@ -116,6 +120,8 @@ def _span(kind: str, event: Event) -> tuple[str, dict[str, Any]]:
     if event.error_type:
         payload["error_type"] = event.error_type
         payload["error_message"] = event.error_message
+    if isinstance(event.cost, (AttemptCost, CostRollup)):
+        payload["cost"] = event.cost.as_dict()
     annotation = event.annotated_response if kind == "attempt" else None
     if annotation is not None:
         for name in _USAGE_FIELDS:
@@ -304,17 +310,18 @@ class JournalSubscriber:
             self._attempts.pop(uuid, None)
         output = event.output if isinstance(event.output, dict) else {}
         outcome = output.get("outcome") or event.outcome
+        cost = {"cost": event.cost.as_dict()} if isinstance(event.cost, CostRollup) else {}
         if outcome == _SUCCESS:
             usage: dict[str, Any] = dict(run.usage)
             if run.served is not None and run.served[1]:
                 usage["used_model"] = run.served[1]
                 usage["used_provider"] = run.served[0]
-            self._emit(run, [("done", {"usage": usage})])
+            self._emit(run, [("done", {"usage": usage, **cost})])
         elif outcome == _CANCELLED:
-            self._emit(run, [("cancel", {})])
+            self._emit(run, [("cancel", cost)])
         else:
             error_type, message = run.error or ("error", "the turn failed")
-            self._emit(run, [("apperror", {"type": "error", "error_type": error_type, "message": message})])
+            self._emit(run, [("apperror", {"type": "error", "error_type": error_type, "message": message, **cost})])
 
     def _end_call(self, run: _Run, event: Event) -> None:
         auxiliary = self._roles.pop(event.uuid, False)
@@ -427,6 +434,8 @@ class JournalSubscriber:
         if attempt is None:
             return
         run = attempt.run
+        if isinstance(event.cost, AttemptCost):
+            self._emit(run, [(COST_EVENT, {**event.cost.as_dict(), "attempt_id": event.uuid})])
         annotation = event.annotated_response
         if annotation is not None:
             # Any answer counts, a rejected one too: its tokens were spent.

@@ -1,4 +1,8 @@
-"""Following a run's file as it grows: the file store's ``follow``."""
+"""Following a run's file as it grows: the file store's ``follow``.
+
+The file is read forwards from a byte offset, one bounded page at a time, so a
+client replaying a large run costs one page of memory however large the run is.
+"""
 
 from __future__ import annotations
 
@@ -8,39 +12,57 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from . import paths
-from .reading import signature
+from .reading import offset_after, read_page
 from .states import ends_run
 
 if TYPE_CHECKING:
     from .store import FileStore
 
 
+def _page(path: str, start: int, max_bytes: int, max_line: int) -> tuple[list[dict[str, Any]], int, bool]:
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed by the ``with`` below
+    except FileNotFoundError:
+        return [], start, False
+    with f:
+        return read_page(f, start, max_bytes=max_bytes, max_line=max_line)
+
+
 async def follow_file(
     store: FileStore, session_id: str, run_id: str, *, after_seq: int, idle: float
 ) -> AsyncIterator[list[dict[str, Any]]]:
-    path = paths.run_path(session_id, run_id, store.session_dir)
+    path = paths.run_file(session_id, run_id, store.session_dir)
     summary = await asyncio.to_thread(store.summary, session_id, run_id)
     # A run that had already ended only has its replay left to send.
     ended = bool(summary and summary["terminal"])
     loop = asyncio.get_running_loop()
     cursor = after_seq
-    last_sig: tuple[int, ...] | None = None
+    offset: int | None = None  # where the next unread line starts, once known
+    inode = -1
+    seen_size = -1
     quiet_since = loop.time()
     while True:
         try:
-            sig: tuple[int, ...] | None = signature(os.stat(path))
+            st: os.stat_result | None = os.stat(path)
         except FileNotFoundError:
-            sig = None
-        if sig != last_sig:
-            last_sig = sig
-            window = await asyncio.to_thread(store.read, session_id, run_id, after_seq=cursor)
-            rows = window["events"]
+            st = None
+        if st is not None and (st.st_ino != inode or st.st_size < (offset or 0)):
+            # First look, or the file was replaced or cut short: find the cursor again.
+            inode = st.st_ino
+            offset = await asyncio.to_thread(offset_after, path, cursor, max_line=store.max_row_bytes)
+            seen_size = -1
+        if st is not None and offset is not None and st.st_size != seen_size:
+            page, offset, more = await asyncio.to_thread(_page, path, offset, store.page_bytes, store.max_row_bytes)
+            # A terminal row at or before the cursor (a cursor past the end of a live run) ends it too.
+            ended = ended or any(ends_run(row) for row in page)
+            rows = [row for row in page if row["seq"] > cursor]
             if rows:
                 cursor = rows[-1]["seq"]
-                ended = ended or any(ends_run(row) for row in rows)
                 yield rows
                 quiet_since = loop.time()
-                continue
+            if rows or more:
+                continue  # more may follow at once: read on before sleeping
+            seen_size = st.st_size  # read up to here; wait for the file to change
         if ended:
             return
         if loop.time() - quiet_since >= idle:

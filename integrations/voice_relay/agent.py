@@ -8,6 +8,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from .session import (
     CLOSE_NOT_CLAIMED,
     CLOSE_SESSION_ENDED,
     CLOSE_SUPERSEDED,
+    CLOSE_TRY_AGAIN,
     RESUME_EXPIRED,
     SESSION_CLOSED,
     EndedSession,
@@ -34,14 +36,29 @@ from .session import (
     VoiceSession,
     resume_close_code,
 )
-from .tracing import VoiceTrace
+from .tracing import TurnListener, VoiceTrace, turn_metrics_fields
 
 logger = logging.getLogger(__name__)
 
 CLAIM_TIMEOUT_SECONDS = 10.0
+TRANSPORT_SLACK = 4
+CLOSE_MESSAGE_TOO_BIG = 1009
+# Failed provider connects one session may retry (each retry is an outbound connection the phone
+# triggers); the last one ends the session.
+MAX_CONNECT_ATTEMPTS = 5
 # Closed sessions remembered so a late resume hears why it failed; older ones just 404.
 ENDED_SESSIONS_KEPT = 1024
 RESUME_PROTOCOL = "relay-voice/1"
+
+
+@dataclass
+class SessionParts:
+    """What acts on one connected session: its run coordinator, delivery, provider pump and trace."""
+
+    runs: RunCoordinator
+    delivery: DeliveryManager
+    pump: ProviderPump
+    trace: VoiceTrace | None
 
 
 class RealtimeAgent:
@@ -62,7 +79,10 @@ class RealtimeAgent:
         self.run_dir = run_dir
         self.profile_key = profile_key or relay_session.current_profile_key()
         self.delivery_timing = DeliveryTiming()
-        self._traces: dict[str, VoiceTrace] = {}
+        # The parts that act on each connected session; the session itself knows none of them.
+        self.parts: dict[str, SessionParts] = {}
+        # Called with (session, measures) as each user turn ends; the CLI prints them.
+        self.turn_listeners: list[TurnListener] = []
 
     # -- creation ------------------------------------------------------------------------------------
 
@@ -87,6 +107,7 @@ class RealtimeAgent:
             profile=self.config.realtime_voice_profile,
             promotion=promotion,
             run_dir=self.run_dir,
+            event_log_max_bytes=self.config.max_event_log_bytes,
         )
         self.sessions[session.session_id] = session
         session.log("voice.session.created", provider=provider_id, model=session.model, voice=session.voice)
@@ -143,30 +164,36 @@ class RealtimeAgent:
         delivery = DeliveryManager(session, forward, self.delivery_timing)
         runs = RunCoordinator(session, lambda: self.task_broker, delivery)
         pump = ProviderPump(session, runs, delivery, trace)
-        session.delivery = delivery
-        session.runs = runs
+        self.parts[session.session_id] = SessionParts(runs, delivery, pump, trace)
         session.spawn(pump.run(), name="voice-pump")
 
     def _open_trace(self, session: VoiceSession) -> VoiceTrace | None:
         try:
-            trace = VoiceTrace(
-                profile_key=self.profile_key,
-                session_id=session.chat_session_id or session.session_id,
-                model=session.model,
-                voice_session_id=session.session_id,
-            )
+            # The conversation of the chat the voice session speaks for, so its agent runs (the
+            # conversation's coordinator turns) land in the same trace as its user turns.
+            trace = VoiceTrace(session, profile_key=self.profile_key,
+                               conversation_id=session.chat_session_id or session.session_id,
+                               on_turn=self._turn_ended)
         except Exception as exc:  # tracing must never stop a call from happening
             logger.warning("voice session %s: tracing unavailable: %r", session.session_id, exc)
             return None
-        self._traces[session.session_id] = trace
+        session.observer = trace
         return trace
+
+    def _turn_ended(self, session: VoiceSession, measures: dict[str, Any]) -> None:
+        if self.config.realtime_voice_turn_metrics:
+            session.emit("voice.turn.metrics", record=False, **turn_metrics_fields(measures))
+        for listener in self.turn_listeners:
+            listener(session, measures)
 
     # -- the websocket ---------------------------------------------------------------------------------
 
     async def websocket(
         self, request: web.Request, session: VoiceSession | EndedSession
     ) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse(max_msg_size=self.config.max_message_bytes, autoping=True)
+        # The transport admits some slack over the limit so the relay itself can refuse an oversized
+        # message with the voice.error it promises; past the slack, aiohttp drops it unread (1009).
+        ws = web.WebSocketResponse(max_msg_size=self.config.max_message_bytes * TRANSPORT_SLACK, autoping=True)
         await ws.prepare(request)
         outbox = Outbox(ws, request, session.session_id)
         try:
@@ -190,6 +217,9 @@ class RealtimeAgent:
                 await self._message_loop(session, outbox, ws)
         finally:
             if attached and session.detach(outbox):
+                parts = self.parts.get(session.session_id)
+                if parts is not None and parts.trace is not None:
+                    parts.trace.detached()
                 session.spawn(self._expire_when_due(session), name="voice-expiry")
 
     async def _first_attach(self, session: VoiceSession, outbox: Outbox) -> bool:
@@ -198,9 +228,19 @@ class RealtimeAgent:
             await self._start_session(session)
         except Exception as exc:
             logger.warning("voice session %s: provider connect failed: %r", session.session_id, exc)
+            session.connect_failures += 1
+            retryable = session.connect_failures < MAX_CONNECT_ATTEMPTS
             # Numbered and logged like any event, though no socket is attached to send it through.
-            outbox.put(session.emit("voice.error", record=False, code="provider_connect_failed",
+            outbox.put(session.emit("voice.error", record=False, code="provider_connect_failed", retryable=retryable,
+                                    attempt=session.connect_failures,
                                     message=f"could not connect to the voice provider: {type(exc).__name__}"))
+            if retryable:
+                # The session stays as it was before this socket: the phone opens the same websocket
+                # path again and it is a first attach once more (no resume token needed).
+                session.started = False
+                session.spawn(self._expire_if_never_attached(session), name="voice-unclaimed-expiry")
+                await outbox.flush_and_close(CLOSE_TRY_AGAIN, "provider connect failed, retry")
+                return False
             # Closed before the socket is, so a phone that reconnects at once finds it ended.
             await self.close_session(session, reason="provider_connect_failed")
             await outbox.flush_and_close(CLOSE_SESSION_ENDED, "provider connect failed")
@@ -214,6 +254,8 @@ class RealtimeAgent:
             voice=session.voice,
             sample_rate=session.sample_rate,
             protocol=RESUME_PROTOCOL,
+            resume_supported=True,
+            resume_ttl_ms=int(session.resume_ttl_seconds * 1000),
         )
         return True
 
@@ -224,7 +266,7 @@ class RealtimeAgent:
             msg = await ws.receive(timeout=CLAIM_TIMEOUT_SECONDS)
         except TimeoutError:
             msg = None
-        if msg is not None and msg.type is WSMsgType.TEXT:
+        if msg is not None and msg.type is WSMsgType.TEXT and len(msg.data) <= self.config.max_message_bytes:
             try:
                 message = parse_client_message(msg.data)
             except ClientMessageError:
@@ -268,6 +310,9 @@ class RealtimeAgent:
         previous = session.attach(outbox)
         if previous is not None:
             previous.drop(CLOSE_SUPERSEDED, "superseded by a resumed socket")
+        parts = self.parts.get(session.session_id)
+        if parts is not None and parts.trace is not None:
+            parts.trace.resumed()
         session.log("voice.session.resumed", last_event_id=cursor.last_event_id,
                     client_last_input_chunk_id=cursor.last_input_chunk_id,
                     last_played_audio_event_id=cursor.last_played_audio_event_id, replayed=len(replay))
@@ -278,28 +323,33 @@ class RealtimeAgent:
         for event in replay:
             outbox.put(event)
         session.emit("voice.replay.done", record=False, count=len(replay))
-        if session.delivery is not None:
-            session.delivery.take_pending_on_resume()
+        if parts is not None:
+            parts.delivery.take_pending_on_resume()
 
     async def _message_loop(self, session: VoiceSession, outbox: Outbox, ws: web.WebSocketResponse) -> None:
-        runs = session.runs
-        delivery = session.delivery
-        assert runs is not None and delivery is not None
+        parts = self.parts[session.session_id]
         handler = ClientMessages(
             session,
-            runs,
-            delivery,
+            parts.runs,
+            parts.delivery,
             max_audio_chunk_bytes=self.config.max_audio_chunk_bytes,
             close_session=lambda reason: self.close_session(session, reason=reason),
         )
+        limit = self.config.max_message_bytes
         async for msg in ws:
             if session.outbox is not outbox or session.closed:
+                break
+            if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY) and len(msg.data) > limit:
+                # The session survives: only this socket ends, and the phone may resume.
+                handler.error("message_too_large", f"message of {len(msg.data)} bytes is over the {limit} byte limit")
+                await outbox.flush_and_close(CLOSE_MESSAGE_TOO_BIG, "message too large")
                 break
             if msg.type is WSMsgType.TEXT:
                 await handler.handle_text(msg.data)
             elif msg.type is WSMsgType.BINARY:
                 handler.error("binary_not_supported", "send audio as input_audio.append with base64 'audio'")
             elif msg.type is WSMsgType.ERROR:
+                session.log("voice.client.socket_error", error=type(ws.exception()).__name__)
                 break
 
     # -- expiry and teardown ------------------------------------------------------------------------------
@@ -327,8 +377,9 @@ class RealtimeAgent:
         session.closed = True
         session.log("voice.session.closed", reason=reason)
         current = asyncio.current_task()
-        if session.runs is not None:
-            await session.runs.cancel_active(reason="session_closed")
+        parts = self.parts.pop(session.session_id, None)
+        if parts is not None:
+            await parts.runs.cancel_active(reason="session_closed")
         session.cancel_tasks(keep=[current] if current is not None else [])
         if session.outbox is not None:
             session.emit("voice.session.closed", record=False, reason=reason)
@@ -339,9 +390,8 @@ class RealtimeAgent:
                 await session.connection.close()
             except Exception as exc:
                 logger.debug("provider close failed: %r", exc)
-        trace = self._traces.pop(session.session_id, None)
-        if trace is not None:
-            trace.close()
+        if parts is not None and parts.trace is not None:
+            parts.trace.close()
         session.event_log.close()
         self.sessions.pop(session.session_id, None)
         self.ended_sessions[session.session_id] = session.ended(

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from .event_log import clip
+from .json_input import decode_json
 from .tts import pcm16_peak
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ class ClientMessageError(ValueError):
 
 def parse_client_message(data: str) -> dict[str, Any]:
     try:
-        message = json.loads(data)
+        message = decode_json(data)
     except ValueError:
         raise ClientMessageError("bad_json", "message is not valid JSON") from None
     if not isinstance(message, dict):
@@ -79,7 +80,7 @@ class ClientMessages:
             message = parse_client_message(data)
             handler = self._handlers.get(message["type"])
             if handler is None:
-                raise ClientMessageError("unknown_message_type", f"unknown message type {message['type']!r}")
+                raise ClientMessageError("unknown_message_type", f"unknown message type {clip(repr(message['type']))}")
             await handler(message)
         except ClientMessageError as exc:
             self.error(exc.code, str(exc))
@@ -129,7 +130,9 @@ class ClientMessages:
         await self._connection().send_audio(pcm, sample_rate)
 
     async def _audio_commit(self, message: dict[str, Any]) -> None:
-        await self._connection().commit_audio()
+        connection = self._connection()
+        self.session.user_speech_ended("commit")
+        await connection.commit_audio()
 
     async def _audio_clear(self, message: dict[str, Any]) -> None:
         await self._connection().clear_audio()
@@ -139,6 +142,7 @@ class ClientMessages:
         if text is not None and (not isinstance(text, str) or len(text) > 8000):
             raise ClientMessageError("bad_message", "response.create 'text' must be a string under 8000 characters")
         connection = self._connection()
+        self.session.user_speech_ended("text" if text else "response_create")
         if text:
             await connection.send_text(text)
         await connection.request_response()

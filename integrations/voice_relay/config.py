@@ -31,7 +31,7 @@ class RelayConfig:
     realtime_voice_profile: str = "default"
     realtime_voice_promotion_enabled: bool = True
     realtime_voice_promote_after_ms: int = 4000
-    realtime_voice_result_delivery: str = "speak_when_idle"
+    realtime_voice_result_delivery: str = "speak_verbatim"
     realtime_voice_background_default_mode: str = "run"
     realtime_voice_spoken_handoff: bool = True
     realtime_voice_progress_spoken_after_ms: int = 0
@@ -42,6 +42,10 @@ class RelayConfig:
     # Bounds on what a client may send; larger messages are refused with a voice.error.
     max_message_bytes: int = 256 * 1024
     max_audio_chunk_bytes: int = 64 * 1024
+    # Send the phone a voice.turn.metrics event (the latency the user felt) as each user turn ends.
+    realtime_voice_turn_metrics: bool = False
+    # What one session's event log may write in all; past it records are dropped and counted.
+    max_event_log_bytes: int = 64 * 1024 * 1024
 
 
 @dataclass
@@ -54,7 +58,7 @@ class PromotionSettings:
     spoken_handoff: bool = True
     progress_spoken_after_ms: int = 0
     progress_repeat_ms: int = 0
-    result_delivery: str = "speak_when_idle"
+    result_delivery: str = "speak_verbatim"
     max_background_runs: int = 1
 
     @classmethod

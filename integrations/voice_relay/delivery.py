@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .models import ProviderEvent, ProviderEventKind
+from .models import BackgroundResult, ProviderEvent, ProviderEventKind
+from .speakable import speakable, structured
 from .summary_validator import can_commit_early, judge_summary
 from .tts import speech_duration_ms, tone_frames
 
@@ -65,21 +66,12 @@ class DeliveryTiming:
 
 
 @dataclass
-class BackgroundResult:
-    ok: bool
-    answer: str
-    tool_count: int = 0
-    error: str | None = None
-    call_id: str = ""
-    queued_count: int = 0
-    delivered: bool = False
-
-
-@dataclass
 class _Injected:
     """A delivery the provider was asked to speak, while its response is judged."""
 
     result: BackgroundResult
+    # What the provider was asked to say; its response is judged against this.
+    spoken: str
     outcome: asyncio.Future[tuple[str, str]]
     response_id: str | None = None
     buffer: list[ProviderEvent] = field(default_factory=list)
@@ -147,14 +139,16 @@ class DeliveryManager:
         session = self.session
         connection = session.connection
         assert connection is not None
-        verbatim = session.result_delivery == "speak_verbatim"
-        prompt = verbatim_prompt(result.answer) if verbatim else summary_prompt(result.answer)
+        # Structured output has no word-for-word reading: it is summarised even in verbatim mode.
+        verbatim = session.result_delivery == "speak_verbatim" and structured(result.answer) is None
+        spoken = speakable(result.answer)
+        prompt = verbatim_prompt(spoken) if verbatim else summary_prompt(spoken)
         loop = asyncio.get_running_loop()
-        injected = _Injected(result=result, outcome=loop.create_future())
+        injected = _Injected(result=result, spoken=spoken, outcome=loop.create_future())
         self._injected = injected
         try:
             if verbatim:
-                await connection.request_response(instructions=prompt, exact_text=result.answer)
+                await connection.request_response(instructions=prompt, exact_text=spoken)
             else:
                 await connection.request_response(instructions=prompt)
         except Exception as exc:
@@ -192,7 +186,7 @@ class DeliveryManager:
         if connection is not None:
             try:
                 # Seeded into the provider's history so follow-ups are answerable without a re-run.
-                await connection.append_context_item(role="assistant", text=result.answer)
+                await connection.append_context_item(role="assistant", text=speakable(result.answer))
                 session.log("voice.realtime_agent.result_seeded", call_id=result.call_id)
             except Exception as exc:
                 session.log("voice.realtime_agent.result_seed_failed", error=type(exc).__name__)
@@ -213,7 +207,7 @@ class DeliveryManager:
         """Speak the answer with the relay's own voice: text plus tone audio, tagged as fallback."""
         if not result.delivered:
             self.session.log("voice.response.delivery_fallback", reason=reason, call_id=result.call_id)
-        self._relay_response(result, result.answer, "fallback", speak=True)
+        self._relay_response(result, speakable(result.answer), "fallback", speak=True)
 
     def _deliver_text(self, result: BackgroundResult, text: str, delivery: str) -> None:
         self._relay_response(result, text, delivery, speak=False)
@@ -268,7 +262,7 @@ class DeliveryManager:
                 return True
             return False
         injected.buffer.append(event)
-        answer = injected.result.answer
+        answer = injected.spoken
         if event.kind is ProviderEventKind.OUTPUT_TEXT_DELTA:
             injected.text += str(event.payload.get("delta") or "")
             if can_commit_early(injected.text, answer):

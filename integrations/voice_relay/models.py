@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -45,6 +46,19 @@ class AgentTaskRequest:
     session_id: str
     bearer_token: str | None = None
     interface_context: dict[str, Any] | None = None
+
+
+@dataclass
+class BackgroundResult:
+    """A finished background run, waiting to be delivered (or delivered) to the user."""
+
+    ok: bool
+    answer: str
+    tool_count: int = 0
+    error: str | None = None
+    call_id: str = ""
+    queued_count: int = 0
+    delivered: bool = False
 
 
 @dataclass
@@ -133,3 +147,16 @@ def agent_tool_schemas() -> list[dict[str, Any]]:
             },
         },
     ]
+
+
+def parse_tool_arguments(raw: Any) -> dict[str, Any]:
+    """Providers hand arguments as a JSON string or a dict; anything else is an empty call."""
+    if isinstance(raw, dict):
+        return raw
+    if isinstance(raw, str) and raw.strip():
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
+    return {}

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
-import json
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -20,17 +19,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .config import background_run_max_seconds
-from .delivery import BackgroundResult, DeliveryManager
+from .delivery import DeliveryManager
+from .event_log import clip
 from .models import (
     CANCEL_TOOL,
     CONFIRM_TOOL,
     RUN_TASK_TOOL,
     STATUS_TOOL,
     AgentTaskRequest,
+    BackgroundResult,
     TaskBroker,
     ToolCallEvent,
 )
 from .runs import AgentRun
+from .speakable import speakable
 
 if TYPE_CHECKING:
     from .session import VoiceSession
@@ -98,7 +100,7 @@ class RunCoordinator:
             elif call.name == CONFIRM_TOOL:
                 await self._tool_result(call.call_id, await self.confirm(call.arguments.get("approved")))
             else:
-                await self._tool_result(call.call_id, {"ok": False, "error": f"unknown tool {call.name!r}"})
+                await self._tool_result(call.call_id, {"ok": False, "error": f"unknown tool {clip(repr(call.name))}"})
         except Exception as exc:
             logger.warning("voice tool call %s failed: %r", call.name, exc)
             self.session.log("voice.realtime_agent.tool_call_failed", tool=call.name, error=type(exc).__name__)
@@ -177,10 +179,11 @@ class RunCoordinator:
         if self.active is active:
             self.active = None
         active.tool_call_open = False
+        # The voice model speaks from this at once: give it words to say, not sources or raw JSON.
         output: dict[str, Any] = {
             "ok": outcome.ok,
             "status": "completed" if outcome.ok else "failed",
-            "answer": outcome.answer,
+            "answer": speakable(outcome.answer),
             "tool_count": outcome.tool_count,
         }
         if outcome.error:
@@ -390,16 +393,3 @@ class RunCoordinator:
         accepted = bool(await confirm(str(pending.get("confirm_id") or ""), approved))
         self.session.emit("hermes.confirm.result", call_id=active.call_id, approved=approved, accepted=accepted)
         return {"ok": accepted, "approved": approved}
-
-
-def parse_tool_arguments(raw: Any) -> dict[str, Any]:
-    """Providers hand arguments as a JSON string or a dict; anything else is an empty call."""
-    if isinstance(raw, dict):
-        return raw
-    if isinstance(raw, str) and raw.strip():
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            return {}
-        return value if isinstance(value, dict) else {}
-    return {}

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
 from .event_log import validate_session_id
+from .json_input import decode_json
 from .session import EndedSession, VoiceSession
 
 if TYPE_CHECKING:
-    from .server import RelayServer
+    from .agent import RealtimeAgent
+    from .config import RelayConfig, RuntimeSettings
+    from .voice_auth import DeviceSessions
 
 CONFIG_PATH = "/voice/realtime-agent/config"
 SESSION_PATH = "/voice/realtime-agent/session"
@@ -36,7 +38,7 @@ async def _json_body(request: web.Request) -> dict[str, Any] | web.Response:
     if not raw.strip():
         return {}
     try:
-        body = json.loads(raw)
+        body = decode_json(raw)
     except ValueError:
         return _bad_request("request body is not valid JSON")
     if not isinstance(body, dict):
@@ -57,8 +59,17 @@ def _string_fields(body: dict[str, Any], keys: tuple[str, ...]) -> dict[str, str
     return out
 
 
+class RelayParts(Protocol):
+    """What the routes serve from; the server provides it (the routes know no server)."""
+
+    config: RelayConfig
+    sessions: DeviceSessions
+    settings: RuntimeSettings
+    realtime_agent: RealtimeAgent
+
+
 class Routes:
-    def __init__(self, server: RelayServer) -> None:
+    def __init__(self, server: RelayParts) -> None:
         self.server = server
 
     def install(self, app: web.Application) -> None:

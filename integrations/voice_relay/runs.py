@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -102,43 +103,60 @@ class AgentRun:
                     logger.debug("agent stream close failed", exc_info=True)
 
     def _on_event(self, event: dict[str, Any]) -> None:
+        """Fold one broker event into the run, then pass the wire-visible ones to the phone."""
         self._seen_event = True
         kind = event.get("type")
-        if kind == "hermes.session.bound":
-            self.agent_session_id = str(event.get("session_id") or "")
-        elif kind == "hermes.run.started":
-            self.run_id = str(event.get("run_id") or self.run_id)
-            self.agent_session_id = str(event.get("session_id") or self.agent_session_id)
-        elif kind == "hermes.tool.started":
-            self.last_tool = str(event.get("tool_name") or "")
-            if is_long_tool(self.last_tool):
-                self.long_tool.set()
-        elif kind == "hermes.tool.completed":
-            self.tool_count += 1
-        elif kind == "voice.response.delta":
-            delta = event.get("delta")
-            if isinstance(delta, str):
-                self._answer.append(delta)
+        handler = _BROKER_EVENTS.get(kind) if isinstance(kind, str) else None
+        if handler is None or not handler(self, event) or kind not in _FORWARDED_TYPES:
             return
-        elif kind == "hermes.run.completed":
-            self._completed = True
-            final = event.get("answer") or event.get("text")
-            if not self._answer and isinstance(final, str):
-                self._answer.append(final)
-        elif kind == "hermes.confirm.requested":
-            self.pending_confirm = {"confirm_id": event.get("confirm_id"), "prompt": event.get("prompt")}
-        elif kind == "voice.error":
-            self._error = str(event.get("message") or "agent reported an error")
-            self.session.emit("hermes.run.failed", call_id=self.call_id, error=self._error)
-            return
-        else:
-            return
-        if kind in _FORWARDED_TYPES:
-            fields = {k: event[k] for k in _FORWARDED_FIELDS if k in event}
-            if kind == "hermes.confirm.requested":
-                fields["prompt"] = str(event.get("prompt") or "")
-                fields["confirm_id"] = str(event.get("confirm_id") or "")
-            self.session.emit(kind, call_id=self.call_id, lane=self.lane, **fields)
+        fields = {k: event[k] for k in _FORWARDED_FIELDS if k in event}
+        if kind == "hermes.confirm.requested":
+            fields["prompt"] = str(event.get("prompt") or "")
+            fields["confirm_id"] = str(event.get("confirm_id") or "")
+        self.session.emit(kind, call_id=self.call_id, lane=self.lane, **fields)
+
+    # -- one handler per broker event type (rows of _BROKER_EVENTS); True: forward it -----------------
+
+    def _session_bound(self, event: dict[str, Any]) -> bool:
+        self.agent_session_id = str(event.get("session_id") or "")
+        return True
+
+    def _run_started(self, event: dict[str, Any]) -> bool:
+        self.run_id = str(event.get("run_id") or self.run_id)
+        self.agent_session_id = str(event.get("session_id") or self.agent_session_id)
+        return True
+
+    def _tool_started(self, event: dict[str, Any]) -> bool:
+        self.last_tool = str(event.get("tool_name") or "")
+        if is_long_tool(self.last_tool):
+            self.long_tool.set()
+        return True
+
+    def _tool_completed(self, event: dict[str, Any]) -> bool:
+        self.tool_count += 1
+        return True
+
+    def _answer_delta(self, event: dict[str, Any]) -> bool:
+        delta = event.get("delta")
+        if isinstance(delta, str):
+            self._answer.append(delta)
+        return False
+
+    def _run_completed(self, event: dict[str, Any]) -> bool:
+        self._completed = True
+        final = event.get("answer") or event.get("text")
+        if not self._answer and isinstance(final, str):
+            self._answer.append(final)
+        return True
+
+    def _confirm_requested(self, event: dict[str, Any]) -> bool:
+        self.pending_confirm = {"confirm_id": event.get("confirm_id"), "prompt": event.get("prompt")}
+        return True
+
+    def _agent_error(self, event: dict[str, Any]) -> bool:
+        self._error = str(event.get("message") or "agent reported an error")
+        self.session.emit("hermes.run.failed", call_id=self.call_id, error=self._error)
+        return False
 
     @property
     def done(self) -> bool:
@@ -163,3 +181,15 @@ class AgentRun:
     def cancel(self) -> None:
         self._status_timer.cancel()
         self.task.cancel()
+
+
+_BROKER_EVENTS: dict[str, Callable[[AgentRun, dict[str, Any]], bool]] = {
+    "hermes.session.bound": AgentRun._session_bound,
+    "hermes.run.started": AgentRun._run_started,
+    "hermes.tool.started": AgentRun._tool_started,
+    "hermes.tool.completed": AgentRun._tool_completed,
+    "voice.response.delta": AgentRun._answer_delta,
+    "hermes.run.completed": AgentRun._run_completed,
+    "hermes.confirm.requested": AgentRun._confirm_requested,
+    "voice.error": AgentRun._agent_error,
+}

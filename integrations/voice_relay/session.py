@@ -12,19 +12,17 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
 from .bounded import CappedMap
 from .config import PromotionSettings, background_detached_max_seconds, resume_ttl_seconds
-from .event_log import EventLog, validate_session_id
+from .event_log import DEFAULT_MAX_BYTES, EventLog, validate_session_id
 from .voice_auth import digests_match, token_digest
 
 if TYPE_CHECKING:
-    from .delivery import BackgroundResult, DeliveryManager
-    from .models import ProviderConnection
-    from .promotion import RunCoordinator
+    from .models import BackgroundResult, ProviderConnection
 
 logger = logging.getLogger(__name__)
 
@@ -45,11 +43,21 @@ CLOSE_EXPIRED = 4008
 CLOSE_NOT_CLAIMED = 4009
 CLOSE_SLOW_CONSUMER = 4010
 CLOSE_SESSION_ENDED = 4011
+# RFC 6455 "try again later": the provider could not be reached; the session is kept for a retry.
+CLOSE_TRY_AGAIN = 1013
 
 # Why a resume was refused (wire strings).
 INVALID_RESUME_TOKEN = "invalid_resume_token"
 RESUME_EXPIRED = "resume_expired"
 SESSION_CLOSED = "session_closed"
+
+
+class SessionObserver(Protocol):
+    """Watches a session's traffic (the tracing does); the session knows no more of it than this."""
+
+    def user_turn(self, trigger: str) -> None: ...
+    def emitted(self, event: dict[str, Any]) -> None: ...
+    def sent(self, event: dict[str, Any], in_ns: int, out_ns: int) -> None: ...
 
 
 def resume_close_code(reason: str) -> int:
@@ -74,17 +82,19 @@ class Outbox:
         self.ws = ws
         self.request = request
         self.session_id = session_id
-        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=OUTBOX_SIZE)
+        # (event, when the provider event it answers came in, monotonic ns; 0 if none).
+        self.queue: asyncio.Queue[tuple[dict[str, Any], int]] = asyncio.Queue(maxsize=OUTBOX_SIZE)
+        self.observer: SessionObserver | None = None
         self.dropped = False
         self.sent = 0
         self._closer: asyncio.Task[None] | None = None
         self._writer = asyncio.create_task(self._write_loop(), name=f"voice-outbox-{session_id}")
 
-    def put(self, event: dict[str, Any]) -> bool:
+    def put(self, event: dict[str, Any], in_ns: int = 0) -> bool:
         if self.dropped:
             return False
         try:
-            self.queue.put_nowait(event)
+            self.queue.put_nowait((event, in_ns))
         except asyncio.QueueFull:
             logger.warning("voice session %s: client not reading, dropping its socket", self.session_id)
             self.drop(CLOSE_SLOW_CONSUMER, "slow consumer")
@@ -94,9 +104,12 @@ class Outbox:
     async def _write_loop(self) -> None:
         try:
             while True:
-                event = await self.queue.get()
+                event, in_ns = await self.queue.get()
                 await self.ws.send_str(_wire(event))
                 self.sent += 1
+                observer = self.observer
+                if observer is not None:
+                    observer.sent(event, in_ns, time.monotonic_ns())
         except (ConnectionError, RuntimeError, asyncio.CancelledError):
             return
 
@@ -192,6 +205,7 @@ class VoiceSession:
         profile: str,
         promotion: PromotionSettings,
         run_dir: Path,
+        event_log_max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self.session_id = validate_session_id(secrets.token_urlsafe(18))
         resume_token = secrets.token_urlsafe(32)
@@ -215,14 +229,19 @@ class VoiceSession:
         self.progress_spoken_after_ms = promotion.progress_spoken_after_ms
         self.max_background_runs = promotion.max_background_runs
 
-        self.event_log = EventLog(run_dir / "voice-sessions" / f"{self.session_id}.jsonl")
+        self.event_log = EventLog(run_dir / "voice-sessions" / f"{self.session_id}.jsonl",
+                                  max_bytes=event_log_max_bytes)
         self._next_event_id = 0
         self._next_audio_event_id = 0
         self.event_ring: deque[dict[str, Any]] = deque(maxlen=EVENT_RING_SIZE)
         self.audio_ring: deque[dict[str, Any]] = deque(maxlen=AUDIO_RING_SIZE)
 
         self.outbox: Outbox | None = None
+        self.observer: SessionObserver | None = None
+        # While a provider event is being forwarded: when it came in (monotonic ns), for the hop.
+        self.hop_in_ns = 0
         self.started = False
+        self.connect_failures = 0
         self.closed = False
         self.detached_at: float | None = None
         self.resume_deadline: float | None = None
@@ -232,8 +251,6 @@ class VoiceSession:
         self._holds = 0
 
         self.connection: ProviderConnection | None = None
-        self.runs: RunCoordinator | None = None
-        self.delivery: DeliveryManager | None = None
         # Results that finished while no phone was attached, oldest first, until a resume delivers them.
         self.pending_background_results: deque[BackgroundResult] = deque()
         self.native_pending_delivery_note: str | None = None
@@ -272,9 +289,16 @@ class VoiceSession:
         elif record:
             self.event_ring.append(event)
         self.event_log.write(event)
+        if self.observer is not None:
+            self.observer.emitted(event)
         if self.outbox is not None:
-            self.outbox.put(event)
+            self.outbox.put(event, self.hop_in_ns)
         return event
+
+    def user_speech_ended(self, trigger: str) -> None:
+        """The phone says the user finished speaking (a commit or a typed message): a user turn."""
+        if self.observer is not None:
+            self.observer.user_turn(trigger)
 
     def log(self, name: str, **fields: Any) -> None:
         """A decision worth keeping in the session log that the phone does not need."""
@@ -309,6 +333,7 @@ class VoiceSession:
         """Make `outbox` the live socket; returns the one it superseded, if any."""
         previous = self.outbox
         self.outbox = outbox
+        outbox.observer = self.observer
         self.started = True
         self.detached_at = None
         self.resume_deadline = None

@@ -21,7 +21,9 @@ _VALIDATION_CACHE: dict[str, str] = {}
 
 
 def token_digest(token: str) -> str:
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+    # surrogateescape: a header with bytes that are not UTF-8 reaches us with lone surrogates; it
+    # hashes (and fails to match) like any other wrong token instead of raising.
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def digests_match(expected_hex: str, candidate: str) -> bool:

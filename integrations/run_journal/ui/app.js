@@ -41,9 +41,14 @@
     return value < 1 ? (value * 1000).toFixed(0) + " ms" : value.toFixed(2) + " s";
   }
 
+  // An attempt's cost ({amount}) or a roll-up ({total, wasted}); nothing when unpriced, never a zero.
   function cost(value) {
-    if (!value || typeof value.amount !== "number") return "";
-    return value.amount.toFixed(4) + " " + (value.currency || "");
+    if (!value || typeof value !== "object") return "";
+    const amount = typeof value.amount === "number" ? value.amount : value.total;
+    if (typeof amount !== "number") return "";
+    const wasted = typeof value.wasted === "number" && value.wasted > 0 ? ", " + value.wasted.toFixed(4) + " wasted" : "";
+    const lower = value.unpriced ? "≥ " : "";
+    return lower + amount.toFixed(4) + " " + (value.currency || "") + wasted;
   }
 
   // --- the token, traded once for an HttpOnly cookie (EventSource cannot send a header) ---------

@@ -9,7 +9,8 @@ import base64
 import binascii
 import json
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import urlencode
 
@@ -17,8 +18,8 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, WebSocketException
 
 from ..bounded import CappedMap
-from ..models import ProviderEvent, ProviderEventKind, ProviderSessionConfig, ToolCallEvent
-from ..promotion import parse_tool_arguments
+from ..json_input import decode_json
+from ..models import ProviderEvent, ProviderEventKind, ProviderSessionConfig, ToolCallEvent, parse_tool_arguments
 from .event_queue import END, EventQueue, drain
 
 logger = logging.getLogger(__name__)
@@ -28,18 +29,6 @@ MAX_PROVIDER_MESSAGE_BYTES = 8 * 1024 * 1024
 # Tool calls whose arguments are still streaming. Past this many (a provider that never finishes
 # them) the oldest is dropped; the event that caused it carries the eviction for the session log.
 MAX_OPEN_TOOL_CALLS = 32
-
-_AUDIO_DELTAS = frozenset({"response.output_audio.delta", "response.audio.delta"})
-_AUDIO_DONES = frozenset({"response.output_audio.done", "response.audio.done"})
-_TEXT_DELTAS = frozenset(
-    {
-        "response.output_audio_transcript.delta",
-        "response.audio_transcript.delta",
-        "response.output_text.delta",
-        "response.text.delta",
-    }
-)
-
 
 class ProviderSendError(RuntimeError):
     """The provider socket is gone; the relay falls back to its own delivery paths."""
@@ -152,12 +141,15 @@ class RealtimeWebsocketConnection:
                 if isinstance(raw, bytes):
                     continue
                 try:
-                    message = json.loads(raw)
+                    message = decode_json(raw)
                 except ValueError:
                     logger.warning("%s sent a non-JSON message; ignored", self.label)
                     continue
                 if isinstance(message, dict):
+                    received_ns = time.monotonic_ns()
                     for event in self._map(message):
+                        # When the relay got it: the queue to the pump is part of the relay's hop.
+                        event.metadata["received_ns"] = received_ns
                         await self._events.put(event)
         except ConnectionClosed:
             pass
@@ -169,76 +161,118 @@ class RealtimeWebsocketConnection:
         self._put_nowait_end()
 
     def _map(self, m: dict[str, Any]) -> list[ProviderEvent]:
-        kind = m.get("type")
-        response_id = str(m.get("response_id") or "")
-        if kind == "session.updated":
-            # Ready once our session.update took effect; session.created precedes the configuration.
-            if self._ready_sent:
-                return []
-            self._ready_sent = True
-            return [ProviderEvent(ProviderEventKind.READY, metadata={"provider_event": kind})]
-        if kind == "response.created":
-            response = m.get("response") or {}
-            return [ProviderEvent(ProviderEventKind.RESPONSE_STARTED, str(response.get("id") or ""))]
-        if kind == "response.done":
-            response = m.get("response") or {}
-            status = str(response.get("status") or "completed")
-            done_id = str(response.get("id") or "")
-            # Its calls that never got their arguments never will.
-            for call_id, (_, call_response_id) in self._calls.items():
-                if call_response_id == done_id:
-                    self._calls.pop(call_id)
-            return [ProviderEvent(ProviderEventKind.RESPONSE_DONE, done_id, {"status": status})]
-        if kind in _AUDIO_DELTAS:
-            try:
-                audio = base64.b64decode(str(m.get("delta") or ""), validate=True)
-            except (binascii.Error, ValueError):
-                logger.warning("%s sent undecodable audio; dropped", self.label)
-                return []
-            return [ProviderEvent(ProviderEventKind.AUDIO_DELTA, response_id,
-                                  {"audio": audio, "sample_rate": self.config.sample_rate})]
-        if kind in _AUDIO_DONES:
-            return [ProviderEvent(ProviderEventKind.AUDIO_DONE, response_id)]
-        if kind in _TEXT_DELTAS:
-            delta = str(m.get("delta") or "")
-            return [ProviderEvent(ProviderEventKind.OUTPUT_TEXT_DELTA, response_id, {"delta": delta})]
-        if kind == "conversation.item.input_audio_transcription.delta":
-            delta = str(m.get("delta") or "")
-            return [ProviderEvent(ProviderEventKind.INPUT_TRANSCRIPT_DELTA, payload={"delta": delta})]
-        if kind == "conversation.item.input_audio_transcription.completed":
-            return [ProviderEvent(ProviderEventKind.INPUT_TRANSCRIPT_FINAL,
-                                  payload={"text": str(m.get("transcript") or "")})]
-        if kind == "response.output_item.added":
-            item = m.get("item") or {}
-            if item.get("type") == "function_call":
-                call_id = str(item.get("call_id") or "")
-                name = str(item.get("name") or "")
-                metadata: dict[str, Any] = {}
-                evicted = self._calls.put(call_id, (name, response_id))
-                if evicted is not None:
-                    logger.warning("%s left %d tool calls unfinished; dropped the oldest", self.label,
-                                   MAX_OPEN_TOOL_CALLS)
-                    metadata = {"evicted_tool_call": {"call_id": evicted[0], "name": evicted[1][0]},
-                                "evicted_tool_calls": self._calls.evicted}
-                return [ProviderEvent(ProviderEventKind.FUNCTION_CALL_STARTED, response_id,
-                                      {"call_id": call_id, "name": name}, metadata)]
+        """The relay's events for one server event: a lookup in `SERVER_EVENTS`, one handler per type."""
+        handler = SERVER_EVENTS.get(str(m.get("type")))
+        return handler(self, m, str(m.get("response_id") or "")) if handler is not None else []
+
+    # -- one handler per server event type (rows of SERVER_EVENTS) -----------------------------------
+
+    def _session_updated(self, m: dict[str, Any], rid: str) -> list[ProviderEvent]:
+        # Ready once our session.update took effect; session.created precedes the configuration.
+        if self._ready_sent:
             return []
-        if kind == "response.function_call_arguments.delta":
-            return [ProviderEvent(ProviderEventKind.FUNCTION_CALL_ARGUMENTS_DELTA, response_id,
-                                  {"call_id": str(m.get("call_id") or ""), "delta": str(m.get("delta") or "")})]
-        if kind == "response.function_call_arguments.done":
-            call_id = str(m.get("call_id") or "")
-            entry = self._calls.pop(call_id)
-            name = str(m.get("name") or (entry[0] if entry is not None else ""))
-            call = ToolCallEvent(call_id=call_id, name=name, arguments=parse_tool_arguments(m.get("arguments")))
-            return [ProviderEvent(ProviderEventKind.FUNCTION_CALL_COMPLETED, response_id, {"call": call})]
-        if kind == "error":
-            error = m.get("error") or {}
-            message = str(error.get("message") or "unknown error") if isinstance(error, dict) else str(error)
-            code = str(error.get("code") or "") if isinstance(error, dict) else ""
-            return [ProviderEvent(ProviderEventKind.ERROR, payload={"message": f"{self.label} error: {message}",
-                                                                      "code": code})]
-        return []
+        self._ready_sent = True
+        return [ProviderEvent(ProviderEventKind.READY, metadata={"provider_event": m.get("type")})]
+
+    def _response_created(self, m: dict[str, Any], rid: str) -> list[ProviderEvent]:
+        return [ProviderEvent(ProviderEventKind.RESPONSE_STARTED, str(_object(m, "response").get("id") or ""))]
+
+    def _response_done(self, m: dict[str, Any], rid: str) -> list[ProviderEvent]:
+        response = _object(m, "response")
+        status = str(response.get("status") or "completed")
+        done_id = str(response.get("id") or "")
+        # Its calls that never got their arguments never will.
+        for call_id, (_, call_response_id) in self._calls.items():
+            if call_response_id == done_id:
+                self._calls.pop(call_id)
+        return [ProviderEvent(ProviderEventKind.RESPONSE_DONE, done_id, {"status": status})]
+
+    def _audio_delta(self, m: dict[str, Any], rid: str) -> list[ProviderEvent]:
+        try:
+            audio = base64.b64decode(str(m.get("delta") or ""), validate=True)
+        except (binascii.Error, ValueError):
+            logger.warning("%s sent undecodable audio; dropped", self.label)
+            return []
+        payload = {"audio": audio, "sample_rate": self.config.sample_rate}
+        return [ProviderEvent(ProviderEventKind.AUDIO_DELTA, rid, payload)]
+
+    def _audio_done(self, m: dict[str, Any], rid: str) -> list[ProviderEvent]:
+        return [ProviderEvent(ProviderEventKind.AUDIO_DONE, rid)]
+
+    def _text_delta(self, m: dict[str, Any], rid: str) -> list[ProviderEvent]:
+        return [ProviderEvent(ProviderEventKind.OUTPUT_TEXT_DELTA, rid, {"delta": str(m.get("delta") or "")})]
+
+    def _transcript_delta(self, m: dict[str, Any], rid: str) -> list[ProviderEvent]:
+        return [ProviderEvent(ProviderEventKind.INPUT_TRANSCRIPT_DELTA, payload={"delta": str(m.get("delta") or "")})]
+
+    def _transcript_final(self, m: dict[str, Any], rid: str) -> list[ProviderEvent]:
+        text = str(m.get("transcript") or "")
+        return [ProviderEvent(ProviderEventKind.INPUT_TRANSCRIPT_FINAL, payload={"text": text})]
+
+    def _output_item_added(self, m: dict[str, Any], rid: str) -> list[ProviderEvent]:
+        item = _object(m, "item")
+        if item.get("type") != "function_call":
+            return []
+        call_id = str(item.get("call_id") or "")
+        name = str(item.get("name") or "")
+        metadata: dict[str, Any] = {}
+        evicted = self._calls.put(call_id, (name, rid))
+        if evicted is not None:
+            logger.warning("%s left %d tool calls unfinished; dropped the oldest", self.label, MAX_OPEN_TOOL_CALLS)
+            metadata = {"evicted_tool_call": {"call_id": evicted[0], "name": evicted[1][0]},
+                        "evicted_tool_calls": self._calls.evicted}
+        return [ProviderEvent(ProviderEventKind.FUNCTION_CALL_STARTED, rid, {"call_id": call_id, "name": name},
+                              metadata)]
+
+    def _arguments_delta(self, m: dict[str, Any], rid: str) -> list[ProviderEvent]:
+        return [ProviderEvent(ProviderEventKind.FUNCTION_CALL_ARGUMENTS_DELTA, rid,
+                              {"call_id": str(m.get("call_id") or ""), "delta": str(m.get("delta") or "")})]
+
+    def _arguments_done(self, m: dict[str, Any], rid: str) -> list[ProviderEvent]:
+        call_id = str(m.get("call_id") or "")
+        entry = self._calls.pop(call_id)
+        name = str(m.get("name") or (entry[0] if entry is not None else ""))
+        call = ToolCallEvent(call_id=call_id, name=name, arguments=parse_tool_arguments(m.get("arguments")))
+        return [ProviderEvent(ProviderEventKind.FUNCTION_CALL_COMPLETED, rid, {"call": call})]
+
+    def _error(self, m: dict[str, Any], rid: str) -> list[ProviderEvent]:
+        error = m.get("error") or {}
+        if isinstance(error, dict):
+            message, code = str(error.get("message") or "unknown error"), str(error.get("code") or "")
+        else:
+            message, code = str(error), ""
+        return [ProviderEvent(ProviderEventKind.ERROR, payload={"message": f"{self.label} error: {message}",
+                                                                  "code": code})]
+
+
+def _object(message: dict[str, Any], key: str) -> dict[str, Any]:
+    """A nested object of a server event; anything else (a string, a list) reads as empty."""
+    value = message.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+ServerEventHandler = Callable[[RealtimeWebsocketConnection, dict[str, Any], str], list[ProviderEvent]]
+_C = RealtimeWebsocketConnection
+# Server event type -> handler. The GA and beta names of the same event are two rows.
+SERVER_EVENTS: dict[str, ServerEventHandler] = {
+    "session.updated": _C._session_updated,
+    "response.created": _C._response_created,
+    "response.done": _C._response_done,
+    "response.output_audio.delta": _C._audio_delta,
+    "response.audio.delta": _C._audio_delta,
+    "response.output_audio.done": _C._audio_done,
+    "response.audio.done": _C._audio_done,
+    "response.output_audio_transcript.delta": _C._text_delta,
+    "response.audio_transcript.delta": _C._text_delta,
+    "response.output_text.delta": _C._text_delta,
+    "response.text.delta": _C._text_delta,
+    "conversation.item.input_audio_transcription.delta": _C._transcript_delta,
+    "conversation.item.input_audio_transcription.completed": _C._transcript_final,
+    "response.output_item.added": _C._output_item_added,
+    "response.function_call_arguments.delta": _C._arguments_delta,
+    "response.function_call_arguments.done": _C._arguments_done,
+    "error": _C._error,
+}
 
 
 class RealtimeWebsocketProvider:

@@ -1,0 +1,194 @@
+"""What one attempt cost, and the roll-up of many, by the providers' own billing rules.
+
+- Reasoning tokens are part of the output tokens: priced at the entry's
+  reasoning rate when it has one, else at the output rate.
+- OpenAI (and the APIs that copy its usage shape) count cached tokens inside
+  the prompt tokens: those are priced as cache reads, the rest as input.
+- Anthropic reports cache reads and cache writes beside its input tokens.
+
+A model with no entry, or tokens in a category the entry has no rate for,
+gives no amount (``amount is None``, the reason in ``missing``): never a
+silent zero.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..types import TokenUsage
+from .catalog import PriceEntry, rate_at
+
+CATEGORIES = ("input", "cache_read", "cache_write", "output", "reasoning")
+
+# Providers whose input token count excludes the cache reads and writes.
+CACHE_BESIDE_INPUT = frozenset({"anthropic"})
+
+_M = 1e-6
+
+
+class AttemptCost:
+    """The cost of one attempt: ``amount`` (None when it cannot be priced), per category in ``breakdown``."""
+
+    __slots__ = (
+        "_breakdown",
+        "_rates",
+        "_tokens",
+        "amount",
+        "currency",
+        "estimated",
+        "missing",
+        "model",
+        "provider",
+        "valid_from",
+        "wasted",
+    )
+
+    def __init__(
+        self,
+        amount: float | None,
+        currency: str,
+        provider: str | None = None,
+        model: str | None = None,
+        valid_from: str | None = None,
+        breakdown: dict[str, float] | None = None,
+        missing: tuple[str, ...] = (),
+        estimated: bool = False,
+    ) -> None:
+        self.amount = amount
+        self.currency = currency
+        self.provider = provider
+        self.model = model
+        self.valid_from = valid_from
+        self._breakdown: dict[str, float] | None = breakdown if breakdown is not None else {}
+        self._tokens: tuple[int, ...] | None = None
+        self._rates: tuple[float | None, ...] | None = None
+        self.missing = missing
+        self.estimated = estimated
+        self.wasted = False
+
+    @property
+    def breakdown(self) -> dict[str, float]:
+        """Amount per token category; built on first read when the attempt was priced on the fast path."""
+        parts = self._breakdown
+        if parts is None:
+            parts = {}
+            if self._tokens is not None and self._rates is not None:
+                for name, tokens, rate in zip(CATEGORIES, self._tokens, self._rates, strict=True):
+                    if tokens > 0 and rate is not None:
+                        parts[name] = tokens * rate
+            self._breakdown = parts
+        return parts
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"amount": self.amount, "currency": self.currency}
+        for name in ("provider", "model", "valid_from"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        if self.breakdown:
+            out["breakdown"] = dict(self.breakdown)
+        if self.missing:
+            out["missing"] = list(self.missing)
+        if self.estimated:
+            out["estimated"] = True
+        if self.wasted:
+            out["wasted"] = True
+        return out
+
+    def __repr__(self) -> str:
+        amount = f"{self.amount:.6f}" if self.amount is not None else f"unpriced {list(self.missing)}"
+        return f"AttemptCost({amount} {self.currency}{' wasted' if self.wasted else ''})"
+
+
+class CostRollup:
+    """What the attempts below a scope cost: ``total`` of the priced ones, the ``wasted`` share of it.
+
+    ``unpriced`` counts attempts that had no amount: while it is above zero,
+    ``total`` is a lower bound (``complete`` is False). ``carried`` is spend
+    recorded before this process (a conversation's or profile's, from the
+    spend store); ``reserved`` is the worst case of calls in flight.
+    """
+
+    __slots__ = ("attempts", "carried", "currency", "loaded", "reserved", "total", "unpriced", "warned", "wasted")
+
+    def __init__(self, currency: str | None = None) -> None:
+        self.total = 0.0
+        self.wasted = 0.0
+        self.attempts = 0
+        self.unpriced = 0
+        self.currency = currency
+        self.carried = 0.0
+        self.reserved = 0.0
+        self.loaded = False  # whether ``carried`` was read from the spend store
+        self.warned: set[int] | None = None  # ids of the budgets that warned on this scope
+
+    @property
+    def complete(self) -> bool:
+        return self.unpriced == 0
+
+    @property
+    def spent(self) -> float:
+        """Everything a budget counts as spent: carried over plus priced here."""
+        return self.carried + self.total
+
+    def add(self, amount: float | None, wasted: bool) -> None:
+        """Count one attempt's amount in (None: an attempt with no amount)."""
+        if amount is None:
+            self.unpriced += 1
+            return
+        self.attempts += 1
+        self.total += amount
+        if wasted:
+            self.wasted += amount
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "total": self.total,
+            "wasted": self.wasted,
+            "currency": self.currency,
+            "attempts": self.attempts,
+        }
+        if self.unpriced:
+            out["unpriced"] = self.unpriced
+        if self.carried:
+            out["carried"] = self.carried
+        return out
+
+    def __repr__(self) -> str:
+        partial = f", {self.unpriced} unpriced" if self.unpriced else ""
+        return f"CostRollup({self.total:.6f} {self.currency or ''}, wasted {self.wasted:.6f}{partial})"
+
+
+def price_usage(entry: PriceEntry, provider: str, usage: TokenUsage) -> AttemptCost:
+    """The cost of ``usage`` at ``entry``'s rates, by ``provider``'s billing rules, with its breakdown."""
+    inp = usage.input_tokens or 0
+    out = usage.output_tokens or 0
+    cache_read = usage.cache_read_tokens or 0
+    cache_write = usage.cache_creation_tokens or 0
+    reasoning = usage.reasoning_tokens or 0
+    if provider in CACHE_BESIDE_INPUT:
+        fresh, whole = inp, inp + cache_read + cache_write
+    else:
+        fresh, whole = inp - cache_read - cache_write, inp
+    missing: list[str] = []
+    if fresh < 0 or out < reasoning:
+        missing.append("usage")  # counts that contradict each other: no amount rather than a wrong one
+    if entry.reasoning is None:
+        reasoning = 0  # priced as output, among the output tokens
+    breakdown: dict[str, float] = {}
+    counts = (fresh, cache_read, cache_write, out - reasoning, reasoning)
+    rates = (entry.input, entry.cache_read, entry.cache_write, entry.output, entry.reasoning)
+    for category, tokens, rate in zip(CATEGORIES, counts, rates, strict=True):
+        if tokens <= 0:
+            continue
+        if rate is None:
+            missing.append(category)
+        else:
+            breakdown[category] = tokens * rate_at(rate, whole) * _M
+    if missing:
+        return AttemptCost(None, entry.currency, provider, entry.model, entry.valid_from, breakdown, tuple(missing))
+    return AttemptCost(sum(breakdown.values()), entry.currency, provider, entry.model, entry.valid_from, breakdown)
+
+
+def unpriced(currency: str, provider: str | None, model: str | None, reason: str) -> AttemptCost:
+    return AttemptCost(None, currency, provider, model, None, None, (reason,))
