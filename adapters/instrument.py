@@ -323,7 +323,22 @@ class LegacyWatchedResponse(_Watched):
         return self._relay_parsed(result)
 
 
-class WatchedResponse(LegacyWatchedResponse):
+class _Iterating:
+    """The body's iterators, through the flavour's ``_iterate`` (which settles the attempt at their end)."""
+
+    _iterate: Callable[..., Any]
+
+    def iter_bytes(self, *args: Any, **kwargs: Any) -> Any:
+        return self._iterate("iter_bytes", *args, **kwargs)
+
+    def iter_text(self, *args: Any, **kwargs: Any) -> Any:
+        return self._iterate("iter_text", *args, **kwargs)
+
+    def iter_lines(self, *args: Any, **kwargs: Any) -> Any:
+        return self._iterate("iter_lines", *args, **kwargs)
+
+
+class WatchedResponse(LegacyWatchedResponse, _Iterating):
     """A sync SDK raw response whose attempt ends when its body has been read or closed."""
 
     read = _reading("read")
@@ -341,21 +356,12 @@ class WatchedResponse(LegacyWatchedResponse):
             raise
         finish_whole(self._self_managed, None)  # bytes the caller consumed itself: no parsed form
 
-    def iter_bytes(self, *args: Any, **kwargs: Any) -> Any:
-        return self._iterate("iter_bytes", *args, **kwargs)
-
-    def iter_text(self, *args: Any, **kwargs: Any) -> Any:
-        return self._iterate("iter_text", *args, **kwargs)
-
-    def iter_lines(self, *args: Any, **kwargs: Any) -> Any:
-        return self._iterate("iter_lines", *args, **kwargs)
-
     def close(self) -> None:
         self._relay_closed()
         self.__wrapped__.close()
 
 
-class AsyncWatchedResponse(_Watched):
+class AsyncWatchedResponse(_Watched, _Iterating):
     """The async flavour: the same settling, awaited."""
 
     async def parse(self, **kwargs: Any) -> Any:
@@ -391,15 +397,6 @@ class AsyncWatchedResponse(_Watched):
             self._relay_failed(exc)
             raise
         finish_whole(self._self_managed, None)
-
-    def iter_bytes(self, *args: Any, **kwargs: Any) -> Any:
-        return self._iterate("iter_bytes", *args, **kwargs)
-
-    def iter_text(self, *args: Any, **kwargs: Any) -> Any:
-        return self._iterate("iter_text", *args, **kwargs)
-
-    def iter_lines(self, *args: Any, **kwargs: Any) -> Any:
-        return self._iterate("iter_lines", *args, **kwargs)
 
     async def close(self) -> None:
         self._relay_closed()
