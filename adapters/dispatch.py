@@ -20,7 +20,7 @@ from typing import Any
 from relay_runtime import auxiliary, calls, redaction, session
 from relay_runtime import conventions as cv
 from relay_runtime.codec import LLMCodec
-from relay_runtime.types import LLMRequest
+from relay_runtime.types import LLMRequest, request_of_kwargs
 
 from . import sdk_retries
 from .anthropic_messages import AnthropicMessagesCodec
@@ -131,7 +131,8 @@ def _check_kwargs(kwargs: Any) -> None:
 
 def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, entry: str) -> Prepared:
     """Everything about one call that can be refused is refused here, before anything is recorded or sent."""
-    _check_kwargs(kwargs)
+    if type(kwargs) is not dict:  # the one check a plain dict needs, without a call
+        _check_kwargs(kwargs)
     route = auxiliary.current_route()
     mode = api_mode or (route.api_mode if route is not None else None) or _mode_of_client(client)
     api = APIS.get(mode)
@@ -150,11 +151,12 @@ def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, entry:
     if address is not None:
         metadata = {**metadata, cv.SERVER_ADDRESS: address} if metadata else {cv.SERVER_ADDRESS: address}
     model = kwargs.get("model")
+    request = request_of_kwargs(kwargs) if type(kwargs) is dict else LLMRequest(None, kwargs)
     if route is None:
         model_name = model if isinstance(model, str) else None
-        return api, create, LLMRequest(None, kwargs), api.codec.provider, model_name, metadata, auxiliary_attempt
+        return api, create, request, api.codec.provider, model_name, metadata, auxiliary_attempt
     model_name = model if isinstance(model, str) else route.model
-    return api, create, LLMRequest(None, kwargs), route.provider, model_name, metadata, auxiliary_attempt
+    return api, create, request, route.provider, model_name, metadata, auxiliary_attempt
 
 
 def _kwargs_of(request: LLMRequest) -> dict[str, Any]:
@@ -233,7 +235,8 @@ def _create(client: Any, api: Api, entry: str) -> Any:
 
 
 def _wants_stream(kwargs: Mapping[str, Any]) -> bool:
-    _check_kwargs(kwargs)
+    if type(kwargs) is not dict:
+        _check_kwargs(kwargs)
     return bool(kwargs.get("stream"))
 
 
