@@ -223,8 +223,13 @@ def _create(client: Any, api: Api, entry: str) -> Any:
     """The SDK's create() for ``entry`` (complete / acomplete / ...), refused before anything is
     recorded or sent when the client's calling convention is not the entry point's."""
     resource = resource_of(client, api)
-    create = original_create(resource)
-    is_async = _is_async(resource, create)
+    # ``original_create`` and ``_is_async``'s cache, inlined: this runs on every call.
+    create = resource.create
+    if type(create) is not MethodType and getattr(type(create), "relay_instrumented", False):
+        create = create.__wrapped__
+    is_async = _ASYNC_BY_TYPE.get(type(resource))
+    if is_async is None:
+        is_async = _is_async(resource, create)
     if is_async != (entry in _SYNC_TWIN):
         twin = _SYNC_TWIN.get(entry) or _ASYNC_TWIN[entry]
         kind = "an async" if is_async else "a sync"
