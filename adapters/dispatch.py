@@ -17,12 +17,12 @@ from functools import partial
 from types import MethodType
 from typing import Any
 
-from relay_runtime import auxiliary, calls, redaction, session
+from relay_runtime import auxiliary, calls, cassettes, redaction, session
 from relay_runtime import conventions as cv
 from relay_runtime.codec import LLMCodec
 from relay_runtime.types import LLMRequest, request_of_kwargs
 
-from . import sdk_retries
+from . import cassette_http, sdk_retries
 from .anthropic_messages import AnthropicMessagesCodec
 from .openai_chat import OpenAIChatCodec
 from .openai_responses import OpenAIResponsesCodec
@@ -169,10 +169,14 @@ def _kwargs_of(request: LLMRequest) -> dict[str, Any]:
     return kwargs
 
 
-def sync_callback(create: Callable[..., Any], client: Any) -> Callable[[LLMRequest], Any]:
+def sync_callback(create: Callable[..., Any], client: Any, api: Api) -> Callable[[LLMRequest], Any]:
     def call(request: LLMRequest) -> Any:
         kwargs = _kwargs_of(request)
         sdk_retries.watch(client)
+        if cassettes.current() is not None:
+            with cassette_http.bound(client, api.codec, kwargs) as tape:
+                direct = cassette_http.direct_reply(tape, client, api.mode)
+                return create(**kwargs) if direct is cassette_http.NOT_DIRECT else direct
         result = create(**kwargs)
         # isinstance, not hasattr: a missing attribute on an SDK's pydantic response costs
         # microseconds (its __getattr__ raises), the ABC check a cached type lookup.
@@ -189,10 +193,14 @@ def sync_callback(create: Callable[..., Any], client: Any) -> Callable[[LLMReque
     return call
 
 
-def async_callback(create: Callable[..., Any], client: Any) -> Callable[[LLMRequest], Any]:
+def async_callback(create: Callable[..., Any], client: Any, api: Api) -> Callable[[LLMRequest], Any]:
     async def call(request: LLMRequest) -> Any:
         kwargs = _kwargs_of(request)
         sdk_retries.watch(client)
+        if cassettes.current() is not None:
+            with cassette_http.bound(client, api.codec, kwargs) as tape:
+                direct = cassette_http.direct_reply(tape, client, api.mode)
+                return await create(**kwargs) if direct is cassette_http.NOT_DIRECT else direct
         return await create(**kwargs)
 
     return call
@@ -279,7 +287,7 @@ def complete(
     api, create, request, name, model_name, metadata, auxiliary_attempt = prepare(kwargs, api_mode, client, "complete")
     return calls.execute_current(
         request,
-        sync_callback(create, client),
+        sync_callback(create, client, api),
         name=name,
         model_name=model_name,
         metadata=metadata,
@@ -298,7 +306,7 @@ async def acomplete(
     )
     return await calls.execute_current_async(
         request,
-        async_callback(create, client),
+        async_callback(create, client, api),
         name=name,
         model_name=model_name,
         metadata=metadata,
@@ -316,7 +324,7 @@ def stream(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = Non
     request, codec = _stream_usage(api, request, include_usage)
     return calls.stream_current(
         request,
-        sync_callback(create, client),
+        sync_callback(create, client, api),
         name=name,
         model_name=model_name,
         metadata=metadata,
@@ -331,7 +339,7 @@ async def astream(
     request, codec = _stream_usage(api, request, include_usage)
     return await calls.stream_current_async(
         request,
-        async_callback(create, client),
+        async_callback(create, client, api),
         name=name,
         model_name=model_name,
         metadata=metadata,

@@ -88,3 +88,10 @@ def watch(client: Any) -> None:
             return
     if _install(client):
         attempt.metadata.pop(cv.SDK_RETRIES, None)
+
+
+def answered_without_http(client: Any) -> None:
+    """A ``create()`` answered with no HTTP request (a cassette's direct replay): one try, no retry, as live."""
+    attempt = current_attempt()
+    if attempt is not None and _install(client):
+        attempt.metadata[cv.SDK_RETRIES] = 0

@@ -5,6 +5,8 @@
 - ``relay_events``: a ``Recorder`` of every event on that relay, chunk marks included.
 - ``relay_turn``: ``(relay, turn)`` for a leased conversation with an open turn and managed
   execution retained; the turn ends and the conversation is released afterwards.
+- ``relay_cassette``: the marker ``@pytest.mark.relay_cassette`` and ``--relay-record`` (see
+  ``relay_runtime.cassettes.pytest_plugin``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ import pytest
 from . import session
 from .recorder import Recorder
 from .relay import Relay
+
+# The relay_cassette marker, the --relay-record option and the relay_cassette fixture.
+pytest_plugins = ["relay_runtime.cassettes.pytest_plugin"]
 
 TURN_CONSUMER = "pytest.relay_turn"
 

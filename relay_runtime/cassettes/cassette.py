@@ -1,0 +1,330 @@
+"""A cassette file in use: matching calls to recordings, handing out and collecting their exchanges.
+
+The core knows a cassette as a list of calls, each a neutral request (what is
+matched) and what the adapter that served it stored beside it (HTTP exchanges for
+the SDK clients, provider events for a realtime session). The adapters do the
+serving; the core only matches, orders, scrubs and writes.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import os
+import tempfile
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from . import matching, secrets
+from .requests import Normalize, canonical, normalized
+
+MODES = ("replay", "record", "auto")
+TIMINGS = ("instant", "recorded")
+FORMAT_KEY = "relay_runtime_cassette"
+FORMAT_VERSION = 1
+
+Redact = Callable[[dict[str, Any]], dict[str, Any]]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class CassetteError(RuntimeError):
+    """A cassette cannot be read, written or used as asked."""
+
+
+class CassetteMiss(CassetteError, LookupError):
+    """A call found nothing to replay (or asked for more than was recorded)."""
+
+
+# Cassettes in use, innermost last. Process-wide on purpose: a call an agent makes from a
+# worker thread it did not hand any context to must still never reach a provider.
+_stack: list[Cassette] = []
+_stack_lock = threading.Lock()
+
+
+def current() -> Cassette | None:
+    """The innermost cassette in use, or None (the common case: one list check)."""
+    return _stack[-1] if _stack else None
+
+
+def check_options(*, mode: str = "replay", timing: str = "instant", normalize: Any = None, redact: Any = None) -> None:
+    if mode not in MODES:
+        raise ValueError(f"cassette mode must be one of {', '.join(MODES)}; got {mode!r}")
+    if timing not in TIMINGS:
+        raise ValueError(f"cassette timing must be one of {', '.join(TIMINGS)}; got {timing!r}")
+    if normalize is not None and not callable(normalize):
+        raise TypeError(f"cassette normalize= must be callable, got {type(normalize).__name__}")
+    if redact is not None and not callable(redact):
+        raise TypeError(f"cassette redact= must be callable, got {type(redact).__name__}")
+
+
+class CallTape:
+    """One call's recording: replayed item by item, or filled in as the provider answers."""
+
+    __slots__ = ("_positions", "cassette", "miss", "record", "replaying", "request")
+
+    def __init__(self, cassette: Cassette, request: dict[str, Any], record: dict[str, Any], replaying: bool) -> None:
+        self.cassette = cassette
+        self.request = request
+        self.record = record
+        self.replaying = replaying
+        self.miss: CassetteMiss | None = None  # what this call asked for past its recording, if anything
+        self._positions: dict[str, int] = {}
+
+    @property
+    def timing(self) -> str:
+        return self.cassette.timing
+
+    def next(self, key: str = "http") -> dict[str, Any]:
+        """The next recorded item of ``key`` (an HTTP try, a provider step); a CassetteMiss past the end."""
+        items = self.record.get(key) or []
+        position = self._positions.get(key, 0)
+        if position >= len(items):
+            raise self._missed(
+                CassetteMiss(
+                    f"cassette {self.cassette.path}: this call made more {key} requests than the "
+                    f"{len(items)} recorded (did max_retries or the provider's answers change?)\n"
+                    f"request:\n{matching.pretty(self.request)}"
+                )
+            )
+        self._positions[key] = position + 1
+        item = items[position]
+        if not isinstance(item, dict):
+            raise CassetteError(f"cassette {self.cassette.path}: {key}[{position}] is not an object")
+        return item
+
+    def _missed(self, miss: CassetteMiss) -> CassetteMiss:
+        self.miss = miss
+        return self.cassette.missed(miss)
+
+    def add(self, key: str = "http", item: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Append a new item to ``key`` (filled in later by the caller, e.g. as a stream is read)."""
+        item = {} if item is None else item
+        self.record.setdefault(key, []).append(item)
+        return item
+
+    def add_secrets(self, values: set[str]) -> None:
+        if values:
+            self.cassette.secrets |= values
+
+
+class Cassette:
+    """One cassette file while it is in use (see ``use``)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        mode: str = "replay",
+        timing: str = "instant",
+        normalize: Normalize | None = None,
+        redact: Redact | None = None,
+    ) -> None:
+        check_options(mode=mode, timing=timing, normalize=normalize, redact=redact)
+        self.path = Path(path)
+        self.mode = mode
+        self.timing = timing
+        self.normalize = normalize
+        self.redact = redact
+        self.secrets: set[str] = set()
+        self.misses: list[CassetteMiss] = []
+        self._lock = threading.Lock()
+        self.recorded: list[dict[str, Any]] = [] if mode == "record" else self._load()
+        self._used = [False] * len(self.recorded)
+        # Match key -> indices of recordings not yet replayed, in recorded order (built at the first call).
+        self._waiting: dict[str, deque[int]] | None = None
+        self.new: list[dict[str, Any]] = []
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _load(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            if self.mode == "replay":
+                raise CassetteError(
+                    f"cassette {self.path} does not exist: record it once with mode='record' or 'auto' "
+                    f"(under pytest: --relay-record=new)"
+                )
+            return []
+        try:
+            document = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CassetteError(f"cassette {self.path} cannot be read: {exc}") from exc
+        if not isinstance(document, dict) or document.get(FORMAT_KEY) != FORMAT_VERSION:
+            raise CassetteError(f"cassette {self.path} is not a version {FORMAT_VERSION} relay-runtime cassette")
+        calls = document.get("calls")
+        if not isinstance(calls, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("request"), dict) for c in calls
+        ):
+            raise CassetteError(f"cassette {self.path}: 'calls' must be a list of objects with a 'request' object")
+        return calls
+
+    def _key(self, request: Mapping[str, Any]) -> str:
+        return canonical(normalized(request, self.normalize))
+
+    def _queues(self) -> dict[str, deque[int]]:
+        if self._waiting is None:
+            self._waiting = {}
+            for index, call in enumerate(self.recorded):
+                self._waiting.setdefault(self._key(call["request"]), deque()).append(index)
+        return self._waiting
+
+    # -- one call --------------------------------------------------------------------------
+
+    def begin(self, request: dict[str, Any]) -> CallTape:
+        """The tape for one call: the first unreplayed recording of this request, or a new recording.
+
+        In replay mode a request with no recording left raises ``CassetteMiss`` showing
+        the closest recorded request and a diff.
+        """
+        # Compared as it would be stored: a credential in the request is redacted on disk.
+        key = self._key(secrets.scrub(request))
+        with self._lock:
+            if self.mode != "record":
+                waiting = self._queues().get(key)
+                if waiting:
+                    index = waiting.popleft()
+                    self._used[index] = True
+                    return CallTape(self, request, self.recorded[index], replaying=True)
+                if self.mode == "replay":
+                    raise self.missed(CassetteMiss(self._miss_message(request, key)))
+            record: dict[str, Any] = {"request": request}
+            self.new.append(record)
+            return CallTape(self, request, record, replaying=False)
+
+    def missed(self, miss: CassetteMiss) -> CassetteMiss:
+        """Remember a miss (so one an agent swallowed still fails the test), and hand it back to raise."""
+        self.misses.append(miss)
+        return miss
+
+    def _miss_message(self, request: dict[str, Any], key: str) -> str:
+        head = f"cassette {self.path}: no recorded call matches this request"
+        replayed = sum(1 for c in self.recorded if self._key(c["request"]) == key)
+        if replayed:
+            return (
+                f"{head}: all {replayed} recordings of it were already replayed (this run makes the call more "
+                f"often than the recording did)\nrequest:\n{matching.pretty(request)}"
+            )
+        shown = [normalized(c["request"], self.normalize) for c in self.recorded]
+        index = matching.closest(normalized(request, self.normalize), shown)
+        if index is None:
+            return f"{head}: the cassette holds no calls\nrequest:\n{matching.pretty(request)}"
+        return (
+            f"{head}.\nclosest recorded call (#{index + 1} of {len(shown)}), diff recorded -> this call:\n"
+            f"{matching.diff(shown[index], normalized(request, self.normalize))}\n"
+            f"(re-record with mode='record'/'auto', or under pytest --relay-record=new|all)"
+        )
+
+    def unused(self) -> list[dict[str, Any]]:
+        """Recorded requests nothing replayed (a test that took another path, or a stale cassette)."""
+        return [c["request"] for c, used in zip(self.recorded, self._used, strict=True) if not used]
+
+    # -- writing ---------------------------------------------------------------------------
+
+    @property
+    def dirty(self) -> bool:
+        return self.mode == "record" or bool(self.new)
+
+    def save(self) -> None:
+        """Write the cassette if this session recorded anything: scrubbed, user-redacted, atomically."""
+        if not self.dirty:
+            return
+        calls = self.recorded + self.new if self.mode == "auto" else self.new
+        cleaned = []
+        for call in calls:
+            call = secrets.scrub(call, self.secrets)
+            if self.redact is not None:
+                call = self.redact(call)
+                if not isinstance(call, dict) or not isinstance(call.get("request"), dict):
+                    raise CassetteError("cassette redact= hook must return the call dict with its 'request'")
+                # The hook may have put a secret back in a new shape; the built-in rules run last.
+                call = secrets.scrub(call, self.secrets)
+            cleaned.append(call)
+        document = {FORMAT_KEY: FORMAT_VERSION, "calls": cleaned}
+        text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(text)
+            os.replace(tmp, self.path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+
+class CassetteUse:
+    """What ``use()`` returns: a context manager giving the ``Cassette``, and a decorator (sync or async)."""
+
+    def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
+        self.path = path
+        self.options = options
+        self._entered: list[Cassette] = []
+        check_options(**options)  # a bad option fails at use(), not at the first call
+
+    def __enter__(self) -> Cassette:
+        cassette = Cassette(self.path, **self.options)
+        with _stack_lock:
+            _stack.append(cassette)
+        self._entered.append(cassette)
+        return cassette
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close(raise_misses=exc is None)
+
+    def close(self, *, raise_misses: bool) -> None:
+        """Stop using the innermost cassette this entered and write it; then raise a miss the code swallowed."""
+        cassette = self._entered.pop()
+        with _stack_lock:
+            for index in range(len(_stack) - 1, -1, -1):
+                if _stack[index] is cassette:
+                    del _stack[index]
+                    break
+        cassette.save()
+        if raise_misses and cassette.misses:
+            # The agent caught the miss and went on: its outcome is not what the recording says.
+            raise cassette.misses[0]
+
+    def __call__(self, fn: F) -> F:
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def run_async(*args: Any, **kwargs: Any) -> Any:
+                with CassetteUse(self.path, **self.options):
+                    return await fn(*args, **kwargs)
+
+            return run_async  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with CassetteUse(self.path, **self.options):
+                return fn(*args, **kwargs)
+
+        return run  # type: ignore[return-value]
+
+
+def use(
+    path: str | os.PathLike[str],
+    *,
+    mode: str = "replay",
+    timing: str = "instant",
+    normalize: Normalize | None = None,
+    redact: Redact | None = None,
+) -> CassetteUse:
+    """Record or replay every LLM call made through the adapters (and instrumented clients) meanwhile.
+
+    ``mode``: ``replay`` (no call reaches a provider; a call with no recording raises
+    ``CassetteMiss``), ``record`` (every call goes out and the file is rewritten),
+    ``auto`` (replay what is recorded, record the rest). ``timing="recorded"`` replays
+    the recorded gaps. ``normalize(request) -> request`` drops more volatile fields
+    before matching; ``redact(call) -> call`` cleans a call before it is written.
+    """
+    return CassetteUse(path, mode=mode, timing=timing, normalize=normalize, redact=redact)

@@ -1,0 +1,91 @@
+"""pytest: ``@pytest.mark.relay_cassette("name")`` and ``--relay-record=none|new|all``.
+
+A marked test runs inside ``cassettes.use(<test dir>/cassettes/<module>/<name>.json)``
+(name: the test's own by default). ``none`` (the default) only replays, so CI never
+reaches a provider; ``new`` records the calls no recording matches; ``all`` records
+every call afresh. The ``relay_cassette`` fixture is the ``Cassette`` in use (None
+for an unmarked test).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .cassette import Cassette, CassetteMiss, CassetteUse
+
+MODES_BY_OPTION = {"none": "replay", "new": "auto", "all": "record"}
+_OPTIONS = frozenset({"timing", "normalize", "redact"})
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_call_report = pytest.StashKey[pytest.TestReport]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("relay-runtime").addoption(
+        "--relay-record",
+        choices=sorted(MODES_BY_OPTION),
+        default="none",
+        help="relay_cassette tests: none = replay only (default), new = record calls with no recording, "
+        "all = record every call again",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "relay_cassette(name=None, *, timing='instant', normalize=None, redact=None): record/replay this test's "
+        "LLM calls in cassettes/<test module>/<name>.json beside the test",
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    report = yield
+    if report.when == "call":
+        item.stash[_call_report] = report
+    return report
+
+
+def cassette_path(node: pytest.Item, name: str | None) -> Path:
+    """``<test dir>/cassettes/<module>/<name>.json``; a given name must be a plain file name."""
+    if name is None:
+        name = _UNSAFE.sub("_", node.name).strip("._") or "cassette"
+    elif not isinstance(name, str) or not name or name in (".", "..") or _UNSAFE.search(name):
+        raise pytest.UsageError(
+            f"relay_cassette name must be a plain file name (letters, digits, '.', '_', '-'), got {name!r}"
+        )
+    module = Path(str(node.path))
+    return module.parent / "cassettes" / module.stem / f"{name}.json"
+
+
+@pytest.fixture(autouse=True)
+def relay_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette | None]:
+    marker = request.node.get_closest_marker("relay_cassette")
+    if marker is None:
+        yield None
+        return
+    if len(marker.args) > 1:
+        raise pytest.UsageError("relay_cassette takes at most one positional argument, the cassette's name")
+    options = dict(marker.kwargs)
+    name = options.pop("name", marker.args[0] if marker.args else None)
+    unknown = set(options) - _OPTIONS
+    if unknown:
+        raise pytest.UsageError(f"relay_cassette got unknown options {sorted(unknown)}; known: {sorted(_OPTIONS)}")
+    mode = MODES_BY_OPTION[request.config.getoption("relay_record")]
+    use = CassetteUse(cassette_path(request.node, name), mode=mode, **options)
+    cassette = use.__enter__()
+    try:
+        yield cassette
+    finally:
+        report = request.node.stash.get(_call_report, None)
+        # A miss the test already failed on is not reported twice; one the agent swallowed fails it here.
+        failed_on_miss = report is not None and report.failed and _mentions_miss(report)
+        use.close(raise_misses=not failed_on_miss)
+
+
+def _mentions_miss(report: pytest.TestReport) -> bool:
+    return CassetteMiss.__name__ in str(report.longrepr)

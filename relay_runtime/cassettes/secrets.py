@@ -1,0 +1,84 @@
+"""Keeping credentials out of cassette files.
+
+Three layers, applied to a whole cassette document just before it is written, on the
+relay's own credential lists (``relay_runtime.redaction``):
+credential headers lose their values, credential keys lose their values at any
+depth, and every secret value seen on a recorded request (the API key from its
+``Authorization`` or ``x-api-key`` header) is cut out of every string, so a
+provider that echoes the key back in an error body does not put it on disk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from .. import redaction
+
+REDACTED = redaction.REDACTED
+
+# Shorter than this, a "secret" is more likely a placeholder than a key; cutting it out of every
+# string would mangle the cassette.
+MIN_SECRET_LENGTH = 8
+_SCHEMES = ("bearer ", "basic ", "token ")
+
+
+def credential_lists() -> tuple[Callable[[str | bytes], bool], frozenset[str]]:
+    """The relay's credential rules: a header-name test and the body keys (the one place cassettes read them).
+
+    Body keys match exactly in any case, never by substring: ``max_tokens`` and usage counts
+    are content, and so is ``token`` in OpenAI's logprobs.
+    """
+    return redaction.is_credential_header, redaction.CREDENTIAL_BODY_KEYS
+
+
+def secret_values(headers: Iterable[tuple[Any, Any]]) -> set[str]:
+    """The credential values among request headers, with and without their auth scheme."""
+    is_header, _ = credential_lists()
+    found: set[str] = set()
+    for name, value in headers:
+        if not is_header(name):
+            continue
+        text = value.decode("latin-1") if isinstance(value, (bytes, bytearray)) else str(value)
+        text = text.strip()
+        for scheme in _SCHEMES:
+            if text.lower().startswith(scheme):
+                text = text[len(scheme) :].strip()
+        if len(text) >= MIN_SECRET_LENGTH:
+            found.add(text)
+    return found
+
+
+def redact_headers(headers: Mapping[str, Any]) -> dict[str, Any]:
+    is_header, _ = credential_lists()
+    return {k: (REDACTED if is_header(k) else v) for k, v in headers.items()}
+
+
+def scrub(value: Any, secrets: Iterable[str] = ()) -> Any:
+    """A copy of a JSON document with credential keys redacted at any depth and ``secrets`` cut from strings."""
+    _, keys = credential_lists()
+    # Longest first, so a secret that contains another is cut whole.
+    ordered = sorted({s for s in secrets if s}, key=len, reverse=True)
+    return _scrub(value, keys, ordered)
+
+
+def _scrub(value: Any, keys: frozenset[str], secrets: list[str]) -> Any:
+    if isinstance(value, str):
+        for secret in secrets:
+            if secret in value:
+                value = value.replace(secret, REDACTED)
+        return redaction.scrub_text(value)  # and every client key the relay was told of
+    if isinstance(value, Mapping):
+        # Only a scalar under a credential key is a credential: a tool schema may well
+        # describe a "password" property, and that object is the request's content.
+        return {
+            k: (
+                REDACTED
+                if isinstance(k, str) and k.lower() in keys and v is not None and not isinstance(v, (Mapping, list))
+                else _scrub(v, keys, secrets)
+            )
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_scrub(v, keys, secrets) for v in value]
+    return value

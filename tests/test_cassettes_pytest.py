@@ -1,0 +1,113 @@
+"""The pytest marker and --relay-record, run in a child pytest over a real SDK client on the mock transport."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+TEST_MODULE = '''
+import pytest
+from relay_runtime import adapters
+from relay_runtime.adapters import testing as t
+
+ANSWER = {answer!r}
+
+def client():
+    return t.openai_client(t.Script([t.json_reply(t.chat_completion_body(ANSWER))]))
+
+@pytest.mark.relay_cassette
+def test_default_name(relay_cassette):
+    reply = adapters.complete(client(), {{"model": "m", "messages": [{{"role": "user", "content": "hi"}}]}})
+    assert reply.choices[0].message.content == "live answer"
+    assert relay_cassette is not None
+
+@pytest.mark.relay_cassette("shared")
+def test_named():
+    reply = adapters.complete(client(), {{"model": "m", "messages": [{{"role": "user", "content": "{prompt}"}}]}})
+    assert reply.choices[0].message.content == "live answer"
+
+def test_unmarked(relay_cassette):
+    assert relay_cassette is None
+'''
+
+
+@pytest.fixture(autouse=True)
+def _ini(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+
+
+def write(pytester: pytest.Pytester, *, answer: str, prompt: str = "named") -> None:
+    pytester.makepyfile(test_agent=TEST_MODULE.format(answer=answer, prompt=prompt))
+
+
+def test_record_then_replay_offline_then_a_changed_prompt_fails(pytester: pytest.Pytester) -> None:
+    write(pytester, answer="live answer")
+    # Default: replay only; nothing is recorded yet, so both marked tests error with how to record.
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, errors=2)
+    result.stdout.fnmatch_lines(["*does not exist: record it once*--relay-record=new*"])
+
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--relay-record=new")
+    result.assert_outcomes(passed=3)
+    base = pytester.path / "cassettes" / "test_agent"
+    assert sorted(p.name for p in base.iterdir()) == ["shared.json", "test_default_name.json"]
+    recorded = json.loads((base / "shared.json").read_text())
+    assert recorded["calls"][0]["request"]["messages"] == [{"role": "user", "content": "named"}]
+
+    # The provider now answers differently: a replay still gives the recorded answer, offline.
+    write(pytester, answer="provider changed")
+    pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=3)
+
+    write(pytester, answer="live answer", prompt="renamed")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*CassetteMiss*", '*-*"content": "named"', '*+*"content": "renamed"'])
+    assert "ERROR" not in result.stdout.str()  # the miss fails the test once, not again at teardown
+
+    # --relay-record=all records every call afresh.
+    pytester.runpytest_inprocess("-p", "no:cacheprovider", "--relay-record=all").assert_outcomes(passed=3)
+    recorded = json.loads((base / "shared.json").read_text())
+    assert recorded["calls"][0]["request"]["messages"] == [{"role": "user", "content": "renamed"}]
+
+
+def test_bad_marker_arguments_are_named(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_bad='''
+import pytest
+
+@pytest.mark.relay_cassette("../escape")
+def test_path():
+    pass
+
+@pytest.mark.relay_cassette(speed="fast")
+def test_option():
+    pass
+'''
+    )
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*relay_cassette name must be a plain file name*'../escape'*"])
+    result.stdout.fnmatch_lines(["*relay_cassette got unknown options*speed*"])
+
+
+def test_the_example_agent_test_runs_offline_on_its_committed_cassette() -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    env["OPENAI_BASE_URL"] = "http://127.0.0.1:9/v1"  # the discard port: a call that got out would fail
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "examples/test_weather_agent.py"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
