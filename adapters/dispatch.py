@@ -86,14 +86,6 @@ def resource_of(client: Any, api: Api) -> Any:
     return obj
 
 
-def original_create(resource: Any) -> Any:
-    """The resource's create(), seen through ``instrument()``'s wrapper (dispatch must not re-enter it)."""
-    create = resource.create
-    if type(create) is not MethodType and getattr(type(create), "relay_instrumented", False):
-        return create.__wrapped__
-    return create
-
-
 # What one SDK call hands to ``relay_runtime.calls``: its API, the SDK's create(), the request,
 # the attempt's provider name, model name and metadata, and whether it is an attempt of an
 # auxiliary call (whose logical call stays open for a retry until validated).
@@ -266,7 +258,8 @@ def _create(client: Any, api: Api, entry: str) -> Any:
     """The SDK's create() for ``entry`` (complete / acomplete / ...), refused before anything is
     recorded or sent when the client's calling convention is not the entry point's."""
     resource = resource_of(client, api)
-    # ``original_create`` and ``_is_async``'s cache, inlined: this runs on every call.
+    # The resource's create(), seen through ``instrument()``'s wrapper (dispatch must not
+    # re-enter it); then ``_is_async``'s cache, read here first: this runs on every call.
     create = resource.create
     if type(create) is not MethodType and getattr(type(create), "relay_instrumented", False):
         create = create.__wrapped__
