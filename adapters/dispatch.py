@@ -21,7 +21,7 @@ from typing import Any
 from relay_runtime import auxiliary, calls, cassettes, redaction, session
 from relay_runtime import conventions as cv
 from relay_runtime.codec import LLMCodec
-from relay_runtime.types import LLMRequest
+from relay_runtime.types import LLMRequest, request_of_kwargs
 
 from . import cassette_http, sdk_retries
 from .anthropic_messages import AnthropicMessagesCodec
@@ -86,14 +86,6 @@ def resource_of(client: Any, api: Api) -> Any:
     return obj
 
 
-def original_create(resource: Any) -> Any:
-    """The resource's create(), seen through ``instrument()``'s wrapper (dispatch must not re-enter it)."""
-    create = resource.create
-    if type(create) is not MethodType and getattr(type(create), "relay_instrumented", False):
-        return create.__wrapped__
-    return create
-
-
 # What one SDK call hands to ``relay_runtime.calls``: its API, the SDK's create(), the request,
 # the attempt's provider name, model name and metadata, and whether it is an attempt of an
 # auxiliary call (whose logical call stays open for a retry until validated).
@@ -132,7 +124,8 @@ def _check_kwargs(kwargs: Any) -> None:
 
 def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, entry: str) -> Prepared:
     """Everything about one call that can be refused is refused here, before anything is recorded or sent."""
-    _check_kwargs(kwargs)
+    if type(kwargs) is not dict:  # the one check a plain dict needs, without a call
+        _check_kwargs(kwargs)
     route = auxiliary.current_route()
     mode = api_mode or (route.api_mode if route is not None else None) or _mode_of_client(client)
     api = APIS.get(mode)
@@ -151,11 +144,12 @@ def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, entry:
     if address is not None:
         metadata = {**metadata, cv.SERVER_ADDRESS: address} if metadata else {cv.SERVER_ADDRESS: address}
     model = kwargs.get("model")
+    request = request_of_kwargs(kwargs) if type(kwargs) is dict else LLMRequest(None, kwargs)
     if route is None:
         model_name = model if isinstance(model, str) else None
-        return api, create, LLMRequest(None, kwargs), api.codec.provider, model_name, metadata, auxiliary_attempt
+        return api, create, request, api.codec.provider, model_name, metadata, auxiliary_attempt
     model_name = model if isinstance(model, str) else route.model
-    return api, create, LLMRequest(None, kwargs), route.provider, model_name, metadata, auxiliary_attempt
+    return api, create, request, route.provider, model_name, metadata, auxiliary_attempt
 
 
 def _kwargs_of(request: LLMRequest) -> dict[str, Any]:
@@ -264,8 +258,14 @@ def _create(client: Any, api: Api, entry: str) -> Any:
     """The SDK's create() for ``entry`` (complete / acomplete / ...), refused before anything is
     recorded or sent when the client's calling convention is not the entry point's."""
     resource = resource_of(client, api)
-    create = original_create(resource)
-    is_async = _is_async(resource, create)
+    # The resource's create(), seen through ``instrument()``'s wrapper (dispatch must not
+    # re-enter it); then ``_is_async``'s cache, read here first: this runs on every call.
+    create = resource.create
+    if type(create) is not MethodType and getattr(type(create), "relay_instrumented", False):
+        create = create.__wrapped__
+    is_async = _ASYNC_BY_TYPE.get(type(resource))
+    if is_async is None:
+        is_async = _is_async(resource, create)
     if is_async != (entry in _SYNC_TWIN):
         twin = _SYNC_TWIN.get(entry) or _ASYNC_TWIN[entry]
         kind = "an async" if is_async else "a sync"
@@ -276,7 +276,8 @@ def _create(client: Any, api: Api, entry: str) -> Any:
 
 
 def _wants_stream(kwargs: Mapping[str, Any]) -> bool:
-    _check_kwargs(kwargs)
+    if type(kwargs) is not dict:
+        _check_kwargs(kwargs)
     return bool(kwargs.get("stream"))
 
 

@@ -76,7 +76,17 @@ def watch(client: Any) -> None:
     provider twice reports the last ``create()``'s retries.
     """
     attempt = current_attempt()
-    if attempt is not None and _install(client):
+    if attempt is None:
+        return
+    # Every call after a client's first finds its hook already there: looked for here, in the
+    # dict behind httpx's ``event_hooks`` property, without that property's frame or _install's.
+    hooks = getattr(getattr(client, "_client", None), "_event_hooks", None)
+    if type(hooks) is dict:
+        request_hooks = hooks.get("request")
+        if type(request_hooks) is list and (_on_request in request_hooks or _on_request_async in request_hooks):
+            attempt.metadata.pop(cv.SDK_RETRIES, None)
+            return
+    if _install(client):
         attempt.metadata.pop(cv.SDK_RETRIES, None)
 
 

@@ -254,7 +254,7 @@ class Attempt:
             # caller gave no model name and the start event takes it from there), and a codec that
             # cannot decode costs the view (counted), not the call. The caller's lists
             # (messages, tools) are copied now, since agents append to them after the call.
-            kwargs = request.raw_content()
+            kwargs = request._content  # raw_content(), without the call
             content = kwargs.copy() if type(kwargs) is MappingProxyType else dict(kwargs)
             for key, value in content.items():
                 if type(value) is list:
@@ -288,7 +288,8 @@ class Attempt:
                 self.name,
                 _LLM,
                 h.start_ns,
-                input=redacted_request(request.raw_headers(), request.raw_content()),
+                # The slots themselves (what raw_headers() / raw_content() return), without two calls.
+                input=redacted_request(request._headers, request._content),
                 metadata=dict(self.metadata),
                 provider=self.name,
                 model_name=self.model_name,

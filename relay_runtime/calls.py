@@ -15,7 +15,7 @@ from typing import Any
 
 from . import conventions as cv
 from . import session
-from .attempt import Attempt, FinishHook, attempt_metadata
+from .attempt import Attempt, FinishHook
 from .codec import LLMCodec
 from .ids import new_id
 from .session import LogicalCall, Turn, close_logical_call, end_logical_call, note_unmanaged, take_logical_call
@@ -37,7 +37,8 @@ def _open(
     turn: Turn, name: str, model_name: str | None, metadata: dict[str, Any] | None
 ) -> tuple[LogicalCall, dict[str, Any]]:
     """The logical call this attempt belongs to (opened now if new), and the attempt's own metadata."""
-    meta = attempt_metadata(metadata)
+    # ``attempt_metadata``'s dict, built here without its frame: this runs once per managed call.
+    meta: dict[str, Any] = {cv.KIND: cv.ATTEMPT, **metadata} if metadata else {cv.KIND: cv.ATTEMPT}
     api_request_id = meta.get(cv.API_REQUEST_ID) if metadata else None
     role = (meta.get(cv.CALL_ROLE) if metadata else None) or DEFAULT_CALL_ROLE
     if api_request_id:
@@ -111,11 +112,6 @@ def _attempt_ended(
         end_logical_call(turn, call, outcome)
 
 
-def _finish_hook(turn: Turn, call: LogicalCall, defer: bool) -> FinishHook:
-    """An attempt's ``on_finish``: a partial, not a closure, so finishing runs one Python frame, not two."""
-    return partial(_attempt_ended, turn, call, not defer, False)
-
-
 def execute_current(
     request: LLMRequest,
     callback: Callable[[LLMRequest], Any],
@@ -169,7 +165,9 @@ def _call_attempt(
 ) -> Attempt:
     """A non-streamed attempt of a logical call of ``turn``, held for validation inside an auxiliary call."""
     call, meta = _open(turn, name, model_name, metadata)
-    attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, _finish_hook(turn, call, defer))
+    # A partial, not a closure: finishing runs one Python frame, not two.
+    on_finish = partial(_attempt_ended, turn, call, not defer, False)
+    attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, on_finish)
     if defer:
         validator = response_validator.get()
         if validator is not None:

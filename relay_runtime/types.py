@@ -109,6 +109,25 @@ class LLMRequest:
         return f"LLMRequest(headers={sorted(self._headers)}, content={sorted(self._content)})"
 
 
+# The slots' own setters: ``LLMRequest.__setattr__`` refuses every write, and going around it
+# with ``object.__setattr__`` costs a name lookup per slot.
+_new_object = object.__new__
+_set_headers = LLMRequest.__dict__["_headers"].__set__
+_set_content = LLMRequest.__dict__["_content"].__set__
+
+
+def request_of_kwargs(kwargs: dict[str, Any]) -> LLMRequest:
+    """``LLMRequest(None, kwargs)`` for a plain dict of SDK kwargs, as the adapters build one per call.
+
+    The same request (its own copy of ``kwargs``, no headers), without the class call and
+    the type checks a plain dict does not need: a third of the cost.
+    """
+    request = _new_object(LLMRequest)
+    _set_headers(request, _EMPTY)
+    _set_content(request, MappingProxyType(dict(kwargs)) if kwargs else _EMPTY)
+    return request
+
+
 @dataclass
 class AnnotatedLLMRequest:
     """The provider-neutral view of a request, which request intercepts may edit in place.
