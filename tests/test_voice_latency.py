@@ -146,6 +146,7 @@ async def test_a_user_turn_carries_what_the_user_felt(traced: Any, phone: Any) -
     committed = await speak_and_commit(ws)
     heard = await until_first_audio(ws)
     await read_until(ws, "voice.response.done")
+    done = time.monotonic()
     await wait_for(lambda: ended(recorder, "voice.turn"))
     (turn,) = ended(recorder, "voice.turn")
     measures = turn.metadata[MEASURES_KEY]
@@ -155,7 +156,9 @@ async def test_a_user_turn_carries_what_the_user_felt(traced: Any, phone: Any) -
     # Inside what the phone itself saw from commit to first audio, and after the provider's first audio.
     assert 0 < measures["relay.voice.time_to_first_text"] <= measures["relay.voice.time_to_first_audio"] < felt
     assert felt <= heard - committed
-    assert 0 < measures["relay.voice.hop_latency"] < felt and measures["relay.voice.barge_ins"] == 0
+    # The hop is the relay's own time on the turn's events: inside the turn as the phone saw it. (Not compared
+    # with `felt`: on a loaded machine one later event's hop may exceed the first audio's latency.)
+    assert 0 < measures["relay.voice.hop_latency"] <= done - committed and measures["relay.voice.barge_ins"] == 0
     # The same names reach OTel: attributes on the voice.turn span, histograms in seconds.
     (span,) = pipeline.named("voice.turn")
     for name in TURN_MEASURES:
