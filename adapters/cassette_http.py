@@ -253,7 +253,8 @@ def _direct_stream(tape: cassettes.CallTape, exchange: dict[str, Any], client: A
     tape.next()
     http = client._client
     request = httpx2.Request(str(exchange.get("method") or "POST"), _url(client._base_url, path))
-    body = _ReplayBody(_frames(events), None, timed=False)
+    # Instant timing: the whole body in one read, as a mock transport gives it (the SDK splits the events).
+    body = _ReplayBody([(0.0, _sse_body(events))], None, timed=False)
     # As the httpx2 client hands a response on: its request, a stream that times itself, the encoding.
     bound_body = (BoundAsyncStream if sdk.is_async else BoundSyncStream)(body, start=time.perf_counter())
     response = httpx2.Response(exchange["status"], headers=exchange.get("headers") or {}, stream=bound_body, request=request)
@@ -554,6 +555,10 @@ def _body_bytes(exchange: dict[str, Any]) -> bytes:
     return b""
 
 
+# One encoder for all: json.dumps with options builds a new one per call.
+_to_json = json.JSONEncoder(ensure_ascii=False).encode
+
+
 def _frames(events: list[Any]) -> list[tuple[float, bytes]]:
     """Each recorded event as SSE bytes, with the seconds to wait before it (for recorded timing)."""
     frames: list[tuple[float, bytes]] = []
@@ -561,15 +566,27 @@ def _frames(events: list[Any]) -> list[tuple[float, bytes]]:
     for event in events:
         if not isinstance(event, dict):
             continue
-        lines = [f"{name}: {event[name]}" for name in ("event", "id", "retry") if name in event]
-        data = event.get("data", "")
-        text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
-        lines.extend(f"data: {line}" for line in text.split("\n"))
         at = event.get("at_ms")
         at = float(at) if isinstance(at, int | float) else last
-        frames.append((max(0.0, at - last) / 1000, ("\n".join(lines) + "\n\n").encode("utf-8")))
+        frames.append((max(0.0, at - last) / 1000, _sse(event).encode("utf-8")))
         last = max(last, at)
     return frames
+
+
+def _sse_body(events: list[Any]) -> bytes:
+    """All recorded events as one SSE body (instant timing)."""
+    return "".join([_sse(event) for event in events if isinstance(event, dict)]).encode("utf-8")
+
+
+def _sse(event: dict[str, Any]) -> str:
+    head = ""
+    for name in ("event", "id", "retry"):
+        if name in event:
+            head += f"{name}: {event[name]}\n"
+    data = event.get("data", "")
+    # JSON text has no raw newline; a string may, and each of its lines is a data line.
+    text = data.replace("\n", "\ndata: ") if isinstance(data, str) else _to_json(data)
+    return f"{head}data: {text}\n\n"
 
 
 class _ReplayBody(httpx2.SyncByteStream, httpx2.AsyncByteStream):
