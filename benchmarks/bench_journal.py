@@ -23,6 +23,7 @@ from pathlib import Path
 
 import aiohttp
 
+from benchmarks import journal_stores
 from relay_runtime.integrations.run_journal import RunJournalWriter, latest_run_summary, read_run_events
 from relay_runtime.integrations.run_journal.journal import SUMMARY_CACHE
 
@@ -210,6 +211,8 @@ def main() -> None:
             f"100,000-row journal {large * 1e6:.0f} us (target < 5 ms), ratio {large / small:.2f}x (target <= 2x)"
         )
         _print_sse(root)
+
+    journal_stores.main()  # across processes: Redis Streams beside the file store
 
 
 if __name__ == "__main__":

@@ -187,16 +187,19 @@ def run_turn(
     session_id: str = "session-a",
     run_id: str = "run-a",
     selected_model: str = "primary",
+    store: Any = None,
 ) -> TurnResult:
     """A leased conversation and one turn with the journal on the host's relay; ``body()`` makes the calls.
 
     With ``monkeypatch`` the journal finds ``tmp_path`` through the package's default-dir hook (as the
-    seed does); without, the subscriber is given it.
+    seed does); without, the subscriber is given it; with ``store`` the journal goes there instead.
     """
     coordinator = session.SESSION_COORDINATOR
     profile = str(tmp_path / "profile")
     host = coordinator.host(profile)
-    if monkeypatch is not None:
+    if store is not None:
+        subscriber = JournalSubscriber(host.relay, store=store)
+    elif monkeypatch is not None:
         monkeypatch.setattr(run_journal, "_default_session_dir", lambda: tmp_path)
         subscriber = JournalSubscriber(host.relay)
     else:
@@ -218,7 +221,8 @@ def run_turn(
         assert subscriber.flush(timeout=10)
         subscriber.close()
     valid = paths.valid_id(session_id) and paths.valid_id(run_id)
-    rows = read_run_events(session_id, run_id, session_dir=tmp_path)["events"] if valid else []
+    where: dict[str, Any] = {"store": store} if store is not None else {"session_dir": tmp_path}
+    rows = read_run_events(session_id, run_id, **where)["events"] if valid else []
     return TurnResult(lease, rows, subscriber, host.relay.diagnostics())
 
 

@@ -10,6 +10,7 @@ import sys
 from typing import Any, TextIO
 
 from . import paths
+from .default_store import env_store
 from .store import FileStore, RunJournalStore
 
 
@@ -88,6 +89,12 @@ async def _follow(args: argparse.Namespace, store: RunJournalStore) -> None:
             await aclose()
 
 
+def _default_store(args: argparse.Namespace) -> RunJournalStore:
+    """``--session-dir`` names the file store; without it ``RELAY_JOURNAL_URL`` may name a shared one."""
+    default = env_store() if args.session_dir is None else None
+    return default or FileStore(args.session_dir, poll=getattr(args, "poll", 0.05))
+
+
 def _serve(args: argparse.Namespace, store: RunJournalStore | None) -> int:
     from aiohttp import web
 
@@ -107,7 +114,7 @@ def _serve(args: argparse.Namespace, store: RunJournalStore | None) -> int:
         )
     try:
         app = create_app(
-            store=store or FileStore(args.session_dir),
+            store=store or _default_store(args),
             bearer_token=args.token,
             page=True,
             heartbeat=args.heartbeat,
@@ -179,7 +186,7 @@ def main(argv: list[str] | None = None, *, store: RunJournalStore | None = None)
         print("relay-runtime journal: --poll must be a positive number of seconds", file=sys.stderr)
         return 2
     if store is None:
-        store = FileStore(args.session_dir, poll=getattr(args, "poll", 0.05))
+        store = _default_store(args)
     elif args.session_dir is not None:
         print("relay-runtime journal: --session-dir names the file store; this command reads another", file=sys.stderr)
         return 2

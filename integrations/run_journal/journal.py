@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import paths
+from .default_store import env_store
 from .reading import iter_lines, parse_line, read_after, read_all, signature
 from .states import SummaryFold, copy_summary, summarize
 from .storage import append_run_event as append_file_event
@@ -40,6 +41,8 @@ class RunJournalWriter:
         paths.check_ids(session_id, run_id)
         if store is not None and (session_dir is not None or fsync is not None or max_row_bytes is not None):
             raise ValueError("give a store or session_dir/fsync/max_row_bytes, not both (the store has its own)")
+        if store is None and session_dir is None and fsync is None and max_row_bytes is None:
+            store = env_store()
         self.session_id = session_id
         self.run_id = run_id
         self.session_dir = session_dir
@@ -80,6 +83,8 @@ def append_run_event(
     ``fsync`` overrides the file store's policy (``"terminal"`` or ``"eager"``; default from
     ``RELAY_JOURNAL_FSYNC``). ``store`` writes to another store (then without ``session_dir``/``fsync``).
     """
+    if store is None and session_dir is None and fsync is None:
+        store = env_store()
     if store is None:
         return append_file_event(
             session_id, run_id, event, payload, session_dir=session_dir, seq=seq, created_at=created_at, fsync=fsync
@@ -112,6 +117,8 @@ def read_run_events(
     """``{session_id, run_id, events, malformed}``; with ``after_seq`` only the rows after that cursor."""
     check_cursor("after_seq", after_seq)
     check_cursor("max_seq", max_seq)
+    if store is None and session_dir is None:
+        store = env_store()
     if store is not None:
         return _no_session_dir(store, session_dir).read(session_id, run_id, after_seq=after_seq or 0, max_seq=max_seq)
     return read_file_events(session_id, run_id, after_seq=after_seq or 0, max_seq=max_seq, session_dir=session_dir)
@@ -207,6 +214,8 @@ def latest_run_summary(
     summary (``event_count`` 0, no ``runtime_model``): the run may not have
     written its first row yet.
     """
+    if store is None and session_dir is None:
+        store = env_store()
     if store is not None:
         return _no_session_dir(store, session_dir).summary(session_id, run_id)
     return file_summary(session_id, run_id, session_dir=session_dir)

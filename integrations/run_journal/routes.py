@@ -21,6 +21,8 @@ from typing import Any
 from aiohttp import web
 
 from . import paths
+from .default_store import env_store
+from .errors import JournalUnavailable
 from .journal import read_run_events
 from .page import COOKIE, add_page, cookie_value, is_public
 from .states import summarize
@@ -55,7 +57,7 @@ def find_run_summary(
 ) -> dict[str, Any] | None:
     """The summary of ``run_id`` (``None`` if it has no rows); without ``session_id`` the store locates it."""
     if store is None:
-        store = FileStore(session_dir)
+        store = (env_store() if session_dir is None else None) or FileStore(session_dir)
     elif session_dir is not None:
         raise ValueError("give a store or a session_dir, not both")
     if session_id is None:
@@ -123,7 +125,8 @@ def create_app(
     """``GET /runs/{run_id}`` (snapshot), ``GET /runs/{run_id}/events`` (SSE) and ``GET /stats`` (counters).
 
     The run routes take an optional ``?session_id=``; without it the store locates the run.
-    ``store`` defaults to the file store at ``session_dir`` (polled every ``poll_interval`` seconds).
+    ``store`` defaults to the file store at ``session_dir`` (polled every ``poll_interval`` seconds), or
+    without ``session_dir`` to the store ``RELAY_JOURNAL_URL`` names when it is set.
     An SSE client that takes more than ``write_timeout`` seconds to accept a piece of the stream
     is dropped (and counted): a reader that stopped reading holds no more than one piece.
     With ``bearer_token`` every request must carry ``Authorization: Bearer <token>`` (else 401):
@@ -136,10 +139,11 @@ def create_app(
         if not (isinstance(value, int | float) and value > 0):
             raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
     if store is None:
-        store = FileStore(session_dir, poll=poll_interval)
+        store = (env_store() if session_dir is None else None) or FileStore(session_dir, poll=poll_interval)
     elif session_dir is not None:
         raise ValueError("give a store or a session_dir, not both")
-    app = web.Application(middlewares=[_bearer_guard(bearer_token)] if bearer_token else [])
+    guards = [_bearer_guard(bearer_token)] if bearer_token else []
+    app = web.Application(middlewares=[*guards, _unavailable_guard])
     app[STORE] = store
     app[HEARTBEAT] = float(heartbeat)
     app[WRITE_TIMEOUT] = float(write_timeout)
@@ -183,6 +187,19 @@ def _bearer_guard(token: str) -> Any:
         return response
 
     return guard
+
+
+@web.middleware
+async def _unavailable_guard(request: web.Request, handler: Any) -> web.StreamResponse:
+    """The store unreachable (Redis down or restarting): a 503 the client may retry, never a 500."""
+    try:
+        response: web.StreamResponse = await handler(request)
+    except JournalUnavailable as exc:
+        log.warning("run journal: %s %s: %s", request.method, request.path, exc)
+        return web.json_response(
+            {"error": "run journal store unavailable, retry shortly"}, status=503, headers={"Retry-After": "1"}
+        )
+    return response
 
 
 def _bad_request(message: str) -> web.HTTPBadRequest:
@@ -348,6 +365,10 @@ async def _events_handler(request: web.Request) -> web.StreamResponse:
                 await _send(response, piece, timeout)
         await _send(response, None, timeout)
         stats["sse_completed"] += 1
+    except JournalUnavailable as exc:
+        # Headers are sent: end the stream; the browser reconnects after the last id it got.
+        stats["sse_store_unavailable"] += 1
+        log.warning("run journal: SSE stream of run %s ended, store unavailable: %s", run_id, exc)
     except _SlowClient:
         stats["sse_dropped_slow"] += 1
         log.info("run journal: dropped an SSE client of run %s that stopped reading (%ss)", run_id, timeout)

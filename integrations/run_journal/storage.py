@@ -337,43 +337,74 @@ def append_to(
     cap: int = DEFAULT_MAX_ROW_BYTES,
 ) -> dict[str, Any]:
     """Append to a run file whose ids were checked when its path was built."""
-    if not isinstance(event, str) or not event:
-        raise ValueError(f"run journal event must be a non-empty string, got {event!r}")
-    if len(event) > MAX_EVENT_LENGTH:
-        raise ValueError(f"run journal event names are at most {MAX_EVENT_LENGTH} characters, got {len(event)}")
     if seq is not None and (type(seq) is not int or seq < 1):
         raise ValueError(f"seq must be a positive integer, got {seq!r}")
-    if payload is None:
-        payload = {}
-    if created_at is None:
-        created_at = time.time()
-    state = terminal_state(event, payload)
-    name = _EVENT_JSON.get(event)
-    if name is None:
-        name = _encode(event)
-        if len(_EVENT_JSON) < 256:  # event names are a small vocabulary; anything else is encoded each time
-            _EVENT_JSON[event] = name
-    body = encode_json(payload)
-    # Characters are at most 4 bytes: only a long payload needs encoding to be measured.
-    if len(body) * 4 > cap - _ROW_OVERHEAD and len(encoded := body.encode()) > cap - _ROW_OVERHEAD:
-        payload = _truncated(payload, encoded, cap)
+    row = EncodedRow(session_id, run_id, event, payload, created_at, cap)
+    sync = row.state is not None or policy == FSYNC_EAGER
+    return row.row(run_file.append(run_id, row.tail + "\n", seq, sync, cap))
+
+
+class EncodedRow:
+    """A row checked and encoded once, before any store assigns its seq (retries resend the same bytes).
+
+    A payload that would make the row longer than ``cap`` is replaced by the truncation marker.
+    """
+
+    __slots__ = ("created_at", "event", "payload", "run_id", "session_id", "state", "tail")
+
+    def __init__(
+        self,
+        session_id: str,
+        run_id: str,
+        event: str,
+        payload: Any,
+        created_at: Any,
+        cap: int = DEFAULT_MAX_ROW_BYTES,
+    ) -> None:
+        if not isinstance(event, str) or not event:
+            raise ValueError(f"run journal event must be a non-empty string, got {event!r}")
+        if len(event) > MAX_EVENT_LENGTH:
+            raise ValueError(f"run journal event names are at most {MAX_EVENT_LENGTH} characters, got {len(event)}")
+        if payload is None:
+            payload = {}
+        if created_at is None:
+            created_at = time.time()
+        state = terminal_state(event, payload)
+        name = _EVENT_JSON.get(event)
+        if name is None:
+            name = _encode(event)
+            if len(_EVENT_JSON) < 256:  # event names are a small vocabulary; anything else is encoded each time
+                _EVENT_JSON[event] = name
         body = encode_json(payload)
-    tail = (
-        f',"run_id":"{run_id}","session_id":"{session_id}","event":{name},"type":{name}'
-        f',"created_at":{_encode_time(created_at)},"terminal":{"false" if state is None else "true"}'
-        f',"terminal_state":{_STATE_JSON[state]},"payload":{body}}}\n'
-    )
-    seq = run_file.append(run_id, tail, seq, state is not None or policy == FSYNC_EAGER, cap)
-    return {
-        "version": VERSION,
-        "event_id": f"{run_id}:{seq}",
-        "seq": seq,
-        "run_id": run_id,
-        "session_id": session_id,
-        "event": event,
-        "type": event,
-        "created_at": created_at,
-        "terminal": state is not None,
-        "terminal_state": state,
-        "payload": payload,
-    }
+        # Characters are at most 4 bytes: only a long payload needs encoding to be measured.
+        if len(body) * 4 > cap - _ROW_OVERHEAD and len(encoded := body.encode()) > cap - _ROW_OVERHEAD:
+            payload = _truncated(payload, encoded, cap)
+            body = encode_json(payload)
+        self.session_id = session_id
+        self.run_id = run_id
+        self.event = event
+        self.payload = payload
+        self.created_at = created_at
+        self.state = state
+        # Everything after the seq: ids are [A-Za-z0-9_.-] and need no escaping inside a JSON string.
+        self.tail = (
+            f',"run_id":"{run_id}","session_id":"{session_id}","event":{name},"type":{name}'
+            f',"created_at":{_encode_time(created_at)},"terminal":{"false" if state is None else "true"}'
+            f',"terminal_state":{_STATE_JSON[state]},"payload":{body}}}'
+        )
+
+    def row(self, seq: int) -> dict[str, Any]:
+        """The row as stored with ``seq``, without reading it back."""
+        return {
+            "version": VERSION,
+            "event_id": f"{self.run_id}:{seq}",
+            "seq": seq,
+            "run_id": self.run_id,
+            "session_id": self.session_id,
+            "event": self.event,
+            "type": self.event,
+            "created_at": self.created_at,
+            "terminal": self.state is not None,
+            "terminal_state": self.state,
+            "payload": self.payload,
+        }

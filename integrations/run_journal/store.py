@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Protocol, runtime_checkable
 
 from . import paths
+from .default_store import env_store
 from .journal import file_summary, read_file_events
 from .listing import list_runs, list_sessions, locate
 from .storage import append_run_event, fsync_policy, row_cap
@@ -193,9 +194,12 @@ class FileStore:
 
 
 def resolve_store(store: RunJournalStore | None, session_dir: PathLike | None) -> RunJournalStore:
-    """The store a call with ``store=`` / ``session_dir=`` means (giving both is an error)."""
+    """The store a call with ``store=`` / ``session_dir=`` means (giving both is an error).
+
+    Neither: the store ``RELAY_JOURNAL_URL`` names, else the file store in the default directory.
+    """
     if store is None:
-        return FileStore(session_dir)
+        return (env_store() if session_dir is None else None) or FileStore(session_dir)
     if session_dir is not None:
         raise ValueError("give a store or a session_dir, not both")
     return store
