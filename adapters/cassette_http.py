@@ -133,7 +133,11 @@ class _SdkReplay:
 
 # Per API: the SDK, the type a non-streamed answer is parsed into, the type of a stream's items.
 _TYPES = {
-    "chat_completions": ("openai", ("openai.types.chat", "ChatCompletion"), ("openai.types.chat", "ChatCompletionChunk")),
+    "chat_completions": (
+        "openai",
+        ("openai.types.chat", "ChatCompletion"),
+        ("openai.types.chat", "ChatCompletionChunk"),
+    ),
     "responses": ("openai", ("openai.types.responses", "Response"), ("openai.types.responses", "ResponseStreamEvent")),
     "anthropic_messages": ("anthropic", ("anthropic.types", "Message"), ("anthropic.types", "RawMessageStreamEvent")),
 }
@@ -182,7 +186,9 @@ def _load_sdk_replay(client: Any, api_mode: str) -> _SdkReplay | None:
     warned = frozenset(DEPRECATED_MODELS) | frozenset(MODELS_TO_WARN_WITH_THINKING_ENABLED)
 
     def anthropic_ids(parsed: Any, headers: Mapping[str, str]) -> None:
-        add_response_ids(parsed, request_id=headers.get("request-id"), workspace_id=headers.get("anthropic-workspace-id"))
+        add_response_ids(
+            parsed, request_id=headers.get("request-id"), workspace_id=headers.get("anthropic-workspace-id")
+        )
 
     def anthropic_usual(client: Any, request: Mapping[str, Any]) -> bool:
         # Its own spans and middleware run around the HTTP tries, and create() warns of some
@@ -257,7 +263,8 @@ def _direct_stream(tape: cassettes.CallTape, exchange: dict[str, Any], client: A
     body = _ReplayBody([(0.0, _sse_body(events))], None, timed=False)
     # As the httpx2 client hands a response on: its request, a stream that times itself, the encoding.
     bound_body = (BoundAsyncStream if sdk.is_async else BoundSyncStream)(body, start=time.perf_counter())
-    response = httpx2.Response(exchange["status"], headers=exchange.get("headers") or {}, stream=bound_body, request=request)
+    headers = exchange.get("headers") or {}
+    response = httpx2.Response(exchange["status"], headers=headers, stream=bound_body, request=request)
     response.default_encoding = http._default_encoding
     sdk_retries.answered_without_http(client)
     # The request options the SDK would pass only choose its legacy event handling, which None also means.

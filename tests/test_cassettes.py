@@ -109,9 +109,11 @@ def test_a_single_try_replays_as_live(relay_turn, relay_events, tmp_path, monkey
     assert events == live_events and len(events) >= 4
     (end,) = relay_events.ends(relay_kind=cv.ATTEMPT)
     assert end.metadata[cv.SDK_RETRIES] == 0 and end.outcome == "success"
-    assert [e["annotated_response"] for e in events if e.get("annotated_response")] == [
-        e["annotated_response"] for e in live_events if e.get("annotated_response")
-    ] != []
+    assert (
+        [e["annotated_response"] for e in events if e.get("annotated_response")]
+        == [e["annotated_response"] for e in live_events if e.get("annotated_response")]
+        != []
+    )
     if "stream" not in style:
         assert value._request_id == live_value._request_id == "req_live_1"
         return
@@ -165,15 +167,16 @@ def test_a_direct_stream_broken_off_ends_cancelled_as_live(
 
 
 @pytest.mark.parametrize("api_name", ("chat", "anthropic"))
-def test_a_stream_with_an_error_event_replays_through_http_as_live(relay_turn, relay_events, tmp_path, api_name) -> None:
+def test_a_stream_with_an_error_event_replays_through_http_as_live(
+    relay_turn, relay_events, tmp_path, api_name
+) -> None:
     """The SDK raises on an error event with the request it sent: the HTTP path gives it one."""
     api = APIS[api_name]
     if api.sdk == "openai":
-        frames = t.openai_chat_sse(t.chat_chunks(["a"]))[:1] + [t.sse_frame({"error": {"message": "overloaded"}})]
+        frames = [*t.openai_chat_sse(t.chat_chunks(["a"]))[:1], t.sse_frame({"error": {"message": "overloaded"}})]
     else:
-        frames = t.typed_sse(t.anthropic_events(["a"]))[:2] + [
-            t.sse_frame({"type": "error", "error": {"type": "overloaded_error", "message": "overloaded"}}, "error")
-        ]
+        error = {"type": "error", "error": {"type": "overloaded_error", "message": "overloaded"}}
+        frames = [*t.typed_sse(t.anthropic_events(["a"]))[:2], t.sse_frame(error, "error")]
     live = api.scripted(t.sse_reply(frames))
     path = tmp_path / "c.json"
 
