@@ -66,6 +66,26 @@ def record_then_replay(
     return (live_value, live_content, live_events), (value, content, shape(events))  # type: ignore[return-value]
 
 
+def failing_stream_replay(
+    api: Api, reply: t.Reply, path: Path, events: Recorder, offline: Offline
+) -> tuple[tuple[list[Any], BaseException, Any], tuple[list[Any], BaseException, Any]]:
+    """A stream that raises, recorded then replayed: (chunks, error, event shapes) of each run."""
+
+    def consume(client: Any) -> tuple[list[Any], BaseException, Any]:
+        got: list[Any] = []
+        with pytest.raises(Exception) as failure:
+            for chunk in adapters.stream(client, api.kwargs, api_mode=api.api_mode):
+                got.append(chunk)
+        return got, failure.value, shape(events)
+
+    with cassettes.use(path, mode="record"):
+        live = consume(api.scripted(reply).client)
+    events.clear()
+    client, _ = offline.clients(api.sdk)
+    with cassettes.use(path):
+        return live, consume(client)
+
+
 @pytest.mark.parametrize("style", STYLES)
 @pytest.mark.parametrize("api_name", sorted(APIS))
 def test_replay_returns_the_live_type_content_and_events(relay_turn, relay_events, tmp_path, api_name, style) -> None:
@@ -177,27 +197,13 @@ def test_a_stream_with_an_error_event_replays_through_http_as_live(
     else:
         error = {"type": "error", "error": {"type": "overloaded_error", "message": "overloaded"}}
         frames = [*t.typed_sse(t.anthropic_events(["a"]))[:2], t.sse_frame(error, "error")]
-    live = api.scripted(t.sse_reply(frames))
-    path = tmp_path / "c.json"
-
-    def consume(client: Any) -> tuple[list[Any], BaseException]:
-        got: list[Any] = []
-        with pytest.raises(Exception) as failure:
-            for chunk in adapters.stream(client, api.kwargs, api_mode=api.api_mode):
-                got.append(chunk)
-        return got, failure.value
-
-    with cassettes.use(path, mode="record"):
-        live_chunks, live_error = consume(live.client)
-    live_events = shape(relay_events)
-    relay_events.clear()
     offline = Offline()
-    client, _ = offline.clients(api.sdk)
-    with cassettes.use(path):
-        chunks, error = consume(client)
+    (live_chunks, live_error, live_events), (chunks, error, events) = failing_stream_replay(
+        api, t.sse_reply(frames), tmp_path / "c.json", relay_events, offline
+    )
     assert dump(chunks) == dump(live_chunks) and type(error) is type(live_error) and str(error) == str(live_error)
     assert error.request.url == live_error.request.url  # type: ignore[attr-defined]
-    assert shape(relay_events) == live_events and offline.requests == []
+    assert events == live_events and offline.requests == []
 
 
 def test_an_anthropic_deprecated_model_still_warns_on_replay(tmp_path) -> None:
@@ -591,26 +597,12 @@ def test_a_stream_that_fails_midway_replays_its_chunks_then_the_failure(
     reply = api.stream_reply(["Hel", "lo"])
     reply.frames = list(reply.frames or [])[:3]
     reply.fail_with = httpx2.ReadError("connection reset by peer")
-    live = api.scripted(reply)
-    path = tmp_path / "c.json"
-
-    def consume(client: Any) -> tuple[list[Any], BaseException]:
-        got: list[Any] = []
-        with pytest.raises(Exception) as failure:
-            for chunk in adapters.stream(client, api.kwargs, api_mode=api.api_mode):
-                got.append(chunk)
-        return got, failure.value
-
-    with cassettes.use(path, mode="record"):
-        live_chunks, live_error = consume(live.client)
-    live_events = shape(relay_events)
-    relay_events.clear()
-    client, _ = Offline().clients(api.sdk)
-    with cassettes.use(path):
-        chunks, error = consume(client)
+    (live_chunks, live_error, live_events), (chunks, error, events) = failing_stream_replay(
+        api, reply, tmp_path / "c.json", relay_events, Offline()
+    )
     assert dump(chunks) == dump(live_chunks) and chunks
     assert type(error) is type(live_error) and str(error) == str(live_error)
-    assert shape(relay_events) == live_events
+    assert events == live_events
     assert relay_events.ends(relay_kind=cv.ATTEMPT)[0].outcome == "failed"
 
 
