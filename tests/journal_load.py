@@ -30,19 +30,23 @@ class ServerProcess:
     """A journal server process; ``with ServerProcess(dir) as srv: srv.url``."""
 
     def __init__(self, session_dir: Path, *, write_timeout: float = 30.0, heartbeat: float = 15.0,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, extra: tuple[str, ...] = (), log: Path | None = None) -> None:
         self.args = [
             sys.executable, "-c", _SERVE, "serve", "--session-dir", str(session_dir), "--port", "0",
-            "--write-timeout", str(write_timeout), "--heartbeat", str(heartbeat),
+            "--write-timeout", str(write_timeout), "--heartbeat", str(heartbeat), *extra,
         ]
+        self.log = log  # where the server's stderr (its log) goes; nowhere without it
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen[str] | None = None
         self.url = ""
 
     def __enter__(self) -> ServerProcess:
-        self.proc = subprocess.Popen(
-            self.args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=self.env
-        )
+        stderr = open(self.log, "w") if self.log is not None else subprocess.DEVNULL
+        try:
+            self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=stderr, text=True, env=self.env)
+        finally:
+            if self.log is not None:
+                stderr.close()  # type: ignore[union-attr]
         assert self.proc.stdout is not None
         line = LineReader(self.proc.stdout).next(timeout=30)
         self.url = line.rsplit(" at ", 1)[1].strip().rstrip("/")

@@ -160,13 +160,13 @@ def server(tmp_path: Path) -> Iterator[Server]:
     running.stop()
 
 
-@pytest.fixture
-def writer(server: Server) -> Iterator[Any]:
+def _writer_process(server: Server, env: dict[str, str] | None = None) -> Iterator[Any]:
     proc = subprocess.Popen(
         [sys.executable, "-c", WRITER, SESSION, RUN, str(server.session_dir)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
+        env=env,
     )
     lines = LineReader(proc.stdout)  # type: ignore[arg-type]
 
@@ -180,6 +180,11 @@ def writer(server: Server) -> Iterator[Any]:
     if proc.stdin is not None:
         proc.stdin.close()
     proc.wait(timeout=10)
+
+
+@pytest.fixture
+def writer(server: Server) -> Iterator[Any]:
+    yield from _writer_process(server)
 
 
 def test_the_page_follows_a_run_across_restarts_and_a_reload(browser: Any, server: Server, writer: Any) -> None:
@@ -262,4 +267,55 @@ def test_the_page_follows_a_run_across_restarts_and_a_reload(browser: Any, serve
     row.locator("a").click()
     expect(page).to_have_url(f"http://127.0.0.1:{server.port}/ui/sessions/{SESSION}/runs/{RUN}")
     expect(page.locator("#state")).to_have_text("completed", timeout=WAIT_MS)
+    context.close()
+
+
+ODD_ROWS: list[tuple[str, Any]] = [
+    *_tokens("Before the odd rows."),
+    ("token", "a payload that is a string"),
+    ("token", {"text": "y" * 40_000}),  # over the writer's 16 KiB cap: stored truncated
+    ("tool", {"name": "write_file", "args": {"text": "z" * 40_000}}),
+    ("span", {"kind": "attempt"}),  # no id: not a node of the tree
+    *_tokens("After them."),
+    ("error", {"type": "ProviderError", "message": "the provider failed"}),
+]
+
+
+@pytest.fixture
+def small_cap_writer(server: Server) -> Iterator[Any]:
+    yield from _writer_process(server, {**os.environ, "RELAY_JOURNAL_MAX_ROW_BYTES": str(16 * 1024)})
+
+
+def test_the_page_waits_for_a_run_and_shows_odd_rows_as_they_are(
+    browser: Any, server: Server, small_cap_writer: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    server.start()
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"http://127.0.0.1:{server.port}/ui/sessions/{SESSION}/runs/{RUN}")
+    expect(page.locator("#login")).to_be_visible(timeout=WAIT_MS)
+    page.fill("#token", TOKEN)
+    page.click("#login button")
+    # Opened before the run's first row: it waits, and does not claim a lost connection.
+    expect(page.locator("#state")).to_have_text("waiting for the run to start", timeout=WAIT_MS)
+    expect(page.locator("#connection")).to_be_hidden()
+
+    small_cap_writer(ODD_ROWS)
+    expect(page.locator("#state")).to_have_text("errored", timeout=WAIT_MS)
+    text = page.locator("#assistant-text").text_content() or ""
+    assert text.startswith("Before the odd rows. [… text of row 6 not kept: ")
+    assert "y" * 100 not in text
+    notices = page.locator("#notices li").all_text_contents()
+    assert notices[0].startswith("row 5 (token) has a payload that is not an object: a payload that is a string")
+    assert notices[1].startswith("row 6 (token) was ") and "over the journal's row cap" in notices[1]
+    assert notices[2].startswith("row 7 (tool) was ")
+    assert notices[3] == "error: the provider failed" or notices[3] == "ProviderError: the provider failed"
+    assert "write_file (truncated)" in (page.locator("#tools").text_content() or "")
+    assert page.locator("#tree li").count() == 0
+    # The message after the truncated tool call is a new one, as the summary says.
+    summary = latest_run_summary(SESSION, RUN, session_dir=server.session_dir)
+    assert summary is not None and summary["terminal_state"] == "errored"
+    assert page.locator("#assistant-text .message").last.text_content() == summary["last_assistant_text"]
     context.close()

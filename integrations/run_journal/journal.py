@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import paths
 from .default_store import env_store
-from .reading import iter_lines, parse_line, read_after, read_all, signature
+from .reading import iter_lines, parse, parse_line, read_after, read_all, signature
 from .states import SummaryFold, copy_summary, summarize
 from .storage import append_run_event as append_file_event
 from .storage import append_to, fsync_policy, row_cap, run_file_for
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
 PathLike = str | os.PathLike[str]
 _SUMMARY_CACHE_SIZE = 256
+_PAGE_MALFORMED = 1000  # a file of garbage lines is paged by their count, not by the rows it lacks
 _SUMMARY_CACHE_TEXT = 64 * 1024 * 1024  # characters of last_assistant_text held across all entries
 
 
@@ -143,6 +145,40 @@ def read_file_events(
     else:
         events, malformed, _ = read_all(path, max_seq, max_line=cap)
     return {"session_id": session_id, "run_id": run_id, "events": events, "malformed": malformed}
+
+
+def iter_file_pages(
+    session_id: str,
+    run_id: str,
+    *,
+    session_dir: PathLike | None = None,
+    max_row_bytes: int | None = None,
+    page_bytes: int = 64 * 1024,
+) -> Iterator[dict[str, Any]]:
+    """``read_file_events`` in pages of about ``page_bytes`` of rows (at least one row each), read as they are
+    handed over: ``{events, malformed}`` per page, so a reader folding them holds one page, not the run."""
+    path = paths.run_path(session_id, run_id, session_dir)
+    cap = row_cap(max_row_bytes)
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed by the ``with`` below; a missing file is no rows
+    except FileNotFoundError:
+        return
+    with f:
+        events: list[dict[str, Any]] = []
+        malformed: list[dict[str, Any]] = []
+        size = 0
+        for offset, line, terminated, _ in iter_lines(f, 0, cap):
+            row, bad = parse(offset, line, terminated, cap)
+            if row is None:
+                malformed.append(bad)
+            else:
+                events.append(row)
+            size += len(line) if line is not None else 0
+            if size >= page_bytes or len(malformed) >= _PAGE_MALFORMED:
+                yield {"events": events, "malformed": malformed}
+                events, malformed, size = [], [], 0
+        if events or malformed:
+            yield {"events": events, "malformed": malformed}
 
 
 def summarize_file(path: Path, session_id: str, run_id: str, max_line: int) -> tuple[dict[str, Any], Any]:

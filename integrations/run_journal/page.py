@@ -17,6 +17,8 @@ from typing import Any
 
 from aiohttp import web
 
+from . import paths
+from .limits import FailedLogins
 from .store import RunJournalStore
 
 COOKIE = "relay_journal_auth"
@@ -26,6 +28,7 @@ LOGIN_PATH = "/ui/login"
 PUBLIC_PREFIXES = ("/ui/",)
 PUBLIC_PATHS = frozenset(("/", "/favicon.ico"))
 MAX_LOGIN_BODY = 4096
+LOGIN_BODY_SECONDS = 10.0  # a login body trickled in slower than this is refused (408)
 MAX_LISTED_RUNS = 200  # the newest ones: the list is for a person, not an export
 _ASSETS = {
     "app.js": "text/javascript",
@@ -70,6 +73,7 @@ _HEADERS = {
 FILES: web.AppKey[_Files] = web.AppKey("run_journal_page_files", _Files)
 TOKEN: web.AppKey[str | None] = web.AppKey("run_journal_page_token", str)
 STORE: web.AppKey[RunJournalStore] = web.AppKey("run_journal_page_store", RunJournalStore)
+FAILED_LOGINS: web.AppKey[FailedLogins] = web.AppKey("run_journal_failed_logins", FailedLogins)
 
 
 def add_page(app: web.Application, *, store: RunJournalStore, token: str | None) -> None:
@@ -85,8 +89,13 @@ def add_page(app: web.Application, *, store: RunJournalStore, token: str | None)
 
 
 def list_runs(store: RunJournalStore, limit: int = MAX_LISTED_RUNS) -> list[dict[str, Any]]:
-    """The newest runs of every session, each with its state, start, duration and cost (when priced)."""
-    runs = [run for listed in store.list_sessions() for run in store.list_runs(listed["session_id"])]
+    """The newest runs of every session, each with its state, start, duration and cost (when priced).
+
+    A session's ``updated_at`` is when it last started a run, so the newest ``limit`` runs are all in
+    the newest ``limit`` sessions: thousands of sessions cost one listing, not thousands.
+    """
+    sessions = store.list_sessions()[:limit]
+    runs = [run for listed in sessions for run in store.list_runs(listed["session_id"])]
     runs.sort(key=lambda run: run["updated_at"], reverse=True)
     listed = []
     for run in runs[:limit]:
@@ -122,7 +131,10 @@ async def _index(request: web.Request) -> web.Response:
 
 
 async def _run_page(request: web.Request) -> web.Response:
-    # The ids are checked by the data routes the page calls; the page itself carries none of them.
+    # The page carries no ids (its script reads them from the address), but a page for ids that
+    # no route would accept is a clear 400 now rather than a page that fails later.
+    if not (paths.valid_id(request.match_info["session_id"]) and paths.valid_id(request.match_info["run_id"])):
+        return _refused(400, "invalid session_id/run_id: ids are 1-200 of [A-Za-z0-9_.-], not '.' or '..'")
     return _html(request.app[FILES].pages["run.html"])
 
 
@@ -138,23 +150,64 @@ def _refused(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
+def too_many_failures(request: web.Request) -> web.Response | None:
+    """A 429 for an address that has guessed wrong too often lately (its token is not even checked)."""
+    wait = request.app[FAILED_LOGINS].retry_after(request.remote)
+    if not wait:
+        return None
+    response = _refused(429, "too many wrong tokens from this address: try again later")
+    response.headers["Retry-After"] = str(int(wait) + 1)
+    return response
+
+
+async def refuse_failed_login(request: web.Request) -> None:
+    """Count a wrong token against its address, and answer it a little late."""
+    failures = request.app[FAILED_LOGINS]
+    failures.failed(request.remote)
+    await asyncio.sleep(failures.delay)
+
+
+async def _login_body(request: web.Request) -> bytes | web.Response:
+    if request.content_length is not None and request.content_length > MAX_LOGIN_BODY:
+        return _refused(413, f"a login body is at most {MAX_LOGIN_BODY} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(LOGIN_BODY_SECONDS):
+            # read() hands over what has arrived so far: read on to the end, not just the first packet.
+            while chunk := await request.content.read(MAX_LOGIN_BODY + 1 - size):
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > MAX_LOGIN_BODY:
+                    return _refused(413, f"a login body is at most {MAX_LOGIN_BODY} bytes")
+    except TimeoutError:
+        return _refused(408, f"the login body did not arrive within {LOGIN_BODY_SECONDS:g}s")
+    except ConnectionError:  # the client went away mid-body: nobody is left to answer
+        return _refused(400, "the login body was cut short")
+    return b"".join(chunks)
+
+
 async def _login(request: web.Request) -> web.Response:
     token = request.app[TOKEN]
     if token is None:
         return web.Response(status=204)  # nothing to trade: the journal is open
-    if request.content_length is not None and request.content_length > MAX_LOGIN_BODY:
-        return _refused(413, f"a login body is at most {MAX_LOGIN_BODY} bytes")
-    raw = await request.content.read(MAX_LOGIN_BODY + 1)
-    if len(raw) > MAX_LOGIN_BODY:
-        return _refused(413, f"a login body is at most {MAX_LOGIN_BODY} bytes")
+    refused = too_many_failures(request)
+    if refused is not None:
+        return refused
+    raw = await _login_body(request)
+    if isinstance(raw, web.Response):
+        return raw
     try:
         body: Any = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return _refused(400, 'the body must be JSON: {"token": "..."}')
     presented = body.get("token") if isinstance(body, dict) else None
     if not isinstance(presented, str):
         return _refused(400, 'the body must be JSON: {"token": "..."}')
-    if not hmac.compare_digest(hashlib.sha256(presented.encode()).digest(), hashlib.sha256(token.encode()).digest()):
+    # surrogatepass: a lone surrogate from JSON is just another wrong token, not an error.
+    offered = hashlib.sha256(presented.encode("utf-8", "surrogatepass")).digest()
+    if not hmac.compare_digest(offered, hashlib.sha256(token.encode()).digest()):
+        await refuse_failed_login(request)
         return _refused(401, "wrong token")
     response = web.Response(status=204)
     response.set_cookie(

@@ -16,6 +16,7 @@ import logging
 import os
 import re
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from aiohttp import web
@@ -24,10 +25,11 @@ from . import paths
 from .default_store import env_store
 from .errors import JournalUnavailable
 from .journal import read_run_events
-from .page import COOKIE, add_page, cookie_value, is_public
-from .states import summarize
+from .limits import FailedLogins, QuietClientErrors, SlotsPerClient, StreamsPerClient
+from .page import COOKIE, FAILED_LOGINS, add_page, cookie_value, is_public, refuse_failed_login, too_many_failures
+from .states import SummaryFold
 from .storage import COUNTS as STORAGE_COUNTS
-from .store import FileStore, RunJournalStore
+from .store import FileStore, RunJournalStore, read_pages
 
 __all__ = [
     "create_app",
@@ -40,11 +42,15 @@ HEARTBEAT: web.AppKey[float] = web.AppKey("run_journal_heartbeat", float)
 WRITE_TIMEOUT: web.AppKey[float] = web.AppKey("run_journal_write_timeout", float)
 # SSE clients open, completed, dropped for not reading, gone away: for operators and tests.
 STATS: web.AppKey[Counter[str]] = web.AppKey("run_journal_stats")
-# A snapshot reads its whole run into memory: only this many at once, however many clients ask.
+# Snapshots folded at once (CPU and a page of rows each), however many clients ask.
 SNAPSHOT_SLOTS: web.AppKey[asyncio.Semaphore] = web.AppKey("run_journal_snapshot_slots")
 _SNAPSHOTS_AT_ONCE = 2
 # The tasks serving SSE streams: a stream on a live run never ends by itself, so shutdown ends them.
 STREAMS: web.AppKey[set[asyncio.Task[Any]]] = web.AppKey("run_journal_streams")
+STREAMS_PER_CLIENT: web.AppKey[StreamsPerClient] = web.AppKey("run_journal_streams_per_client", StreamsPerClient)
+# Snapshots one address is sent at once (more wait): each holds its answer (the run's last text) until taken.
+SNAPSHOTS_PER_CLIENT: web.AppKey[SlotsPerClient] = web.AppKey("run_journal_snapshots_per_client", SlotsPerClient)
+_SNAPSHOTS_PER_CLIENT = 4
 log = logging.getLogger(__name__)
 
 
@@ -68,19 +74,35 @@ def find_run_summary(
     return summary if summary and summary["event_count"] else None
 
 
-def _project(session_id: str, run_id: str, window: dict[str, Any]) -> dict[str, Any]:
-    """Summary fields, last assistant text and runtime model, all computed over the same rows."""
-    snapshot = summarize(session_id, run_id, window["events"])
-    snapshot["malformed_count"] = len(window["malformed"])
+def _fold(session_id: str, run_id: str, pages: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Summary fields, last assistant text and runtime model, all computed over the same rows, a page at a time."""
+    fold = SummaryFold(session_id, run_id)
+    malformed = 0
+    for page in pages:
+        for row in page["events"]:
+            fold.feed(row)
+        malformed += len(page["malformed"])
+    snapshot = fold.result()
+    snapshot["malformed_count"] = malformed
     return snapshot
 
 
+def _project(session_id: str, run_id: str, window: dict[str, Any]) -> dict[str, Any]:
+    return _fold(session_id, run_id, (window,))
+
+
 def _live_snapshot(store: RunJournalStore, run_id: str, session_id: str | None) -> dict[str, Any] | None:
-    summary = find_run_summary(run_id, session_id=session_id, store=store)
-    if summary is None:
-        return None
-    session_id = summary["session_id"]
-    return _project(session_id, run_id, store.read(session_id, run_id))
+    """The snapshot folded while the store pages the run out: memory follows a page and the answer, not the run."""
+    if session_id is None:
+        session_id = store.locate(run_id)
+        if session_id is None:
+            return None
+    pages = read_pages(store, session_id, run_id)
+    try:
+        snapshot = _fold(session_id, run_id, pages)
+    finally:
+        pages.close()
+    return snapshot if snapshot["event_count"] else None
 
 
 def _run_journal_live_snapshot(
@@ -121,6 +143,7 @@ def create_app(
     write_timeout: float = 30.0,
     bearer_token: str | None = None,
     page: bool = False,
+    max_streams_per_client: int = 64,
 ) -> web.Application:
     """``GET /runs/{run_id}`` (snapshot), ``GET /runs/{run_id}/events`` (SSE) and ``GET /stats`` (counters).
 
@@ -132,6 +155,8 @@ def create_app(
     With ``bearer_token`` every request must carry ``Authorization: Bearer <token>`` (else 401):
     rows hold what the assistant said, so anything beyond loopback should set one.
     With ``page`` it also serves the run page (``/``, ``/ui/...``, ``/api/runs``; see ``page.py``).
+    One client address holds at most ``max_streams_per_client`` SSE streams at once (429 beyond), and
+    after 10 wrong tokens in a minute it is refused (429) without its token being checked.
     """
     if bearer_token is not None and not bearer_token:
         raise ValueError("bearer_token must be a non-empty string (or None for no auth)")
@@ -142,8 +167,17 @@ def create_app(
         store = (env_store() if session_dir is None else None) or FileStore(session_dir, poll=poll_interval)
     elif session_dir is not None:
         raise ValueError("give a store or a session_dir, not both")
+    if type(max_streams_per_client) is not int or max_streams_per_client < 1:
+        raise ValueError(f"max_streams_per_client must be a positive integer, got {max_streams_per_client!r}")
     guards = [_bearer_guard(bearer_token)] if bearer_token else []
-    app = web.Application(middlewares=[*guards, _unavailable_guard])
+    app = web.Application(
+        middlewares=[*guards, _unavailable_guard],
+        # Junk the HTTP parser refuses is the client's fault: one INFO line, not an ERROR traceback.
+        handler_args={"logger": QuietClientErrors(logging.getLogger("aiohttp.server"), {})},
+    )
+    app[FAILED_LOGINS] = FailedLogins()
+    app[STREAMS_PER_CLIENT] = StreamsPerClient(max_streams_per_client)
+    app[SNAPSHOTS_PER_CLIENT] = SlotsPerClient(_SNAPSHOTS_PER_CLIENT)
     app[STORE] = store
     app[HEARTBEAT] = float(heartbeat)
     app[WRITE_TIMEOUT] = float(write_timeout)
@@ -153,8 +187,9 @@ def create_app(
     streams: set[asyncio.Task[Any]] = set()
     app[STREAMS] = streams
     app.on_shutdown.append(_end_streams)
-    app.router.add_get("/runs/{run_id}", _snapshot_handler)
-    app.router.add_get("/runs/{run_id}/events", _events_handler)
+    # No HEAD: it would compute a snapshot to throw away, or follow a live run with nobody reading.
+    app.router.add_get("/runs/{run_id}", _snapshot_handler, allow_head=False)
+    app.router.add_get("/runs/{run_id}/events", _events_handler, allow_head=False)
     app.router.add_get("/stats", _stats_handler)
     if page:
         add_page(app, store=store, token=bearer_token)
@@ -182,6 +217,12 @@ def _bearer_guard(token: str) -> Any:
             cookie, expected_cookie
         )
         if not allowed and not is_public(request.path):
+            if "Authorization" not in request.headers:
+                return _unauthorized()  # no token offered (a page finding out it must ask): not a guess
+            wait = too_many_failures(request)
+            if wait is not None:
+                return wait
+            await refuse_failed_login(request)
             return _unauthorized()
         response: web.StreamResponse = await handler(request)
         return response
@@ -218,22 +259,43 @@ def _request_ids(request: web.Request) -> tuple[str, str | None]:
     return run_id, session_id
 
 
-async def _snapshot_handler(request: web.Request) -> web.Response:
+def _too_many(request: web.Request, limit: StreamsPerClient | SlotsPerClient, what: str) -> web.HTTPTooManyRequests:
+    request.app[STATS][f"{what}_refused_per_client"] += 1
+    return web.HTTPTooManyRequests(
+        text=json.dumps({"error": f"at most {limit.limit} {what} responses at once per client"}),
+        content_type="application/json",
+        headers={"Retry-After": "5"},
+    )
+
+
+async def _snapshot_handler(request: web.Request) -> web.StreamResponse:
     run_id, session_id = _request_ids(request)
-    # The slot is held until the answer is sent: its body (the run's last text) can be as large as the run.
+    # A client that stops reading holds its answer until the write timeout: a few per address, and
+    # not the folding slots, so it holds up nobody else.
+    per_client = request.app[SNAPSHOTS_PER_CLIENT]
+    async with per_client.slot(request.remote, request.app[WRITE_TIMEOUT]) as had:
+        if not had:
+            raise _too_many(request, per_client, "snapshot")
+        return await _snapshot(request, run_id, session_id)
+
+
+async def _snapshot(request: web.Request, run_id: str, session_id: str | None) -> web.StreamResponse:
     async with request.app[SNAPSHOT_SLOTS]:
         result = await asyncio.to_thread(_live_snapshot, request.app[STORE], run_id, session_id)
-        if result is None:
-            raise _not_found(run_id)
-        response = web.json_response(result, dumps=_dumps)
-        del result
-        try:
-            await response.prepare(request)
-            await _send(response, None, request.app[WRITE_TIMEOUT])
-        except (_SlowClient, ConnectionError):
-            log.debug("run journal: a snapshot of run %s was not taken in time or its client went away", run_id)
-            if request.transport is not None:
-                request.transport.abort()
+    if result is None:
+        raise _not_found(run_id)
+    response = web.StreamResponse(headers={"Content-Type": "application/json; charset=utf-8"})
+    pieces = _json_pieces(result)
+    del result
+    try:
+        await response.prepare(request)
+        for piece in pieces:
+            await _send(response, piece, request.app[WRITE_TIMEOUT])
+        await _send(response, None, request.app[WRITE_TIMEOUT])
+    except (_SlowClient, ConnectionError):
+        log.debug("run journal: a snapshot of run %s was not taken in time or its client went away", run_id)
+        if request.transport is not None:
+            request.transport.abort()
     return response
 
 
@@ -278,6 +340,17 @@ def _dumps(value: Any) -> str:
     except UnicodeEncodeError:  # a lone surrogate read back from a row: escape it rather than fail
         text = json.dumps(value, separators=(",", ":"))
     return text
+
+
+def _json_pieces(snapshot: dict[str, Any]) -> Iterator[bytes]:
+    """The snapshot as JSON in pieces: its last assistant text (as long as the run's text) is never
+    encoded whole, so answering holds the text once, not three times."""
+    text = snapshot.pop("last_assistant_text", "")
+    head = _dumps(snapshot)
+    yield (head[:-1] + ',"last_assistant_text":"').encode()
+    for start in range(0, len(text), _PIECE):
+        yield _dumps(text[start : start + _PIECE])[1:-1].encode()
+    yield b'"}'
 
 
 def _sse_message(row: dict[str, Any]) -> bytes:
@@ -346,6 +419,18 @@ async def _events_handler(request: web.Request) -> web.StreamResponse:
         raise _not_found(run_id)
     session_id = summary["session_id"]
     cursor = _cursor(request, run_id, summary["last_seq"])
+    per_client = request.app[STREAMS_PER_CLIENT]
+    if not per_client.take(request.remote):
+        raise _too_many(request, per_client, "sse")
+    try:
+        return await _stream(request, store, session_id, run_id, cursor)
+    finally:
+        per_client.release(request.remote)
+
+
+async def _stream(
+    request: web.Request, store: RunJournalStore, session_id: str, run_id: str, cursor: int
+) -> web.StreamResponse:
     stats, timeout = request.app[STATS], request.app[WRITE_TIMEOUT]
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

@@ -19,12 +19,12 @@ Contract for an implementation:
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from typing import Any, Protocol, runtime_checkable
 
 from . import paths
 from .default_store import env_store
-from .journal import file_summary, read_file_events
+from .journal import file_summary, iter_file_pages, read_file_events
 from .listing import list_runs, list_sessions, locate
 from .storage import append_run_event, fsync_policy, row_cap
 from .tailing import follow_file
@@ -107,6 +107,38 @@ class RunJournalStore(Protocol):
         ...
 
 
+@runtime_checkable
+class PagedStore(Protocol):
+    """Optional: a store that hands a whole run over a page at a time (see :func:`read_pages`)."""
+
+    def pages(self, session_id: str, run_id: str) -> Iterator[dict[str, Any]]:
+        """``read(session_id, run_id)`` as ``{events, malformed}`` pages, each bounded in size by the store,
+        read as they are asked for (closing the iterator releases what it holds)."""
+        ...
+
+
+_WINDOW_ROWS = 128
+
+
+def read_pages(store: RunJournalStore, session_id: str, run_id: str) -> Generator[dict[str, Any], None, None]:
+    """Every row of the run as ``{events, malformed}`` pages, so a fold over them holds one page, not the run.
+
+    A :class:`PagedStore` pages itself; any other store is read in windows of ``_WINDOW_ROWS`` seqs
+    (``read`` with ``max_seq``, which a store that reads seq ranges bounds) until a window comes
+    back short: seqs have no gaps, so a short window is the end of the run as it is now.
+    """
+    if isinstance(store, PagedStore):
+        yield from store.pages(session_id, run_id)
+        return
+    cursor = 0
+    while True:
+        window = store.read(session_id, run_id, after_seq=cursor, max_seq=cursor + _WINDOW_ROWS)
+        yield window
+        if len(window["events"]) < _WINDOW_ROWS:
+            return
+        cursor += _WINDOW_ROWS
+
+
 class FileStore:
     """Journals as files: ``<session_dir>/_run_journal/<session_id>/<run_id>.jsonl`` (RUN_JOURNAL.md).
 
@@ -176,6 +208,15 @@ class FileStore:
 
     def summary(self, session_id: str, run_id: str) -> dict[str, Any] | None:
         return file_summary(session_id, run_id, session_dir=self.session_dir, max_row_bytes=self.max_row_bytes)
+
+    def pages(self, session_id: str, run_id: str) -> Iterator[dict[str, Any]]:
+        return iter_file_pages(
+            session_id,
+            run_id,
+            session_dir=self.session_dir,
+            max_row_bytes=self.max_row_bytes,
+            page_bytes=self.page_bytes,
+        )
 
     def locate(self, run_id: str) -> str | None:
         return locate(run_id, self.session_dir)

@@ -183,7 +183,29 @@
     }
 
     function apply(row) {
-      const payload = row.payload && typeof row.payload === "object" ? row.payload : {};
+      const payload = row.payload && typeof row.payload === "object" && !Array.isArray(row.payload) ? row.payload : {};
+      if (payload.truncated === true && typeof payload.original_bytes === "number") {
+        // The writer kept only the start of a row over its cap: say so where the row would show,
+        // rather than show less than was written without a word.
+        const what = "row " + row.seq + " (" + String(row.event) + ") was " + payload.original_bytes +
+          " bytes, over the journal's row cap: only its start was kept";
+        notice("warning", what);
+        if (row.event === "token") {
+          appendText("");
+          message.append(el("span", "truncated", "[… text of row " + row.seq + " not kept: " +
+            payload.original_bytes + " bytes]"));
+        } else if (row.event === "tool" || row.event === "tool_call" || row.event === "tool_result") {
+          const item = el("li");
+          item.append(el("strong", "", String(payload.name || row.event) + " (truncated)"),
+            folded("start", payload.preview ?? ""));
+          tools.append(item);
+        }
+        if (row.event === "tool" || row.event === "tool_call") newMessage();
+        if (!row.terminal) return;
+      } else if (row.payload !== undefined && row.payload !== null && payload !== row.payload) {
+        notice("warning", "row " + row.seq + " (" + String(row.event) + ") has a payload that is not an object: " +
+          show(row.payload).slice(0, FOLD_AT));
+      }
       switch (row.event) {
         case "status":
           if (payload.type === "run_started") setState("running");
@@ -232,7 +254,7 @@
           break;
         }
         case "span":
-          treeNode(payload);
+          if (typeof payload.id === "string" && payload.id) treeNode(payload);
           break;
         case "apperror":
         case "error":
@@ -259,6 +281,7 @@
       connection.hidden = true;
       if (typeof row.seq !== "number" || row.seq <= lastSeq) return;
       lastSeq = row.seq;
+      if (!finished && stateBox.textContent !== "running") setState("running"); // rows flow: it has started
       apply(row);
     }
 
@@ -270,9 +293,17 @@
       // A refused or missing run is not a dropped network: ask before retrying blindly.
       const answer = await fetch("/runs/" + encodeURIComponent(runId) + "?session_id=" + encodeURIComponent(sessionId),
         { credentials: "same-origin" }).catch(() => null);
+      // Only its status is wanted: the snapshot of a long run is as long as its text.
+      if (answer && answer.body) answer.body.cancel().catch(() => null);
       if (answer && answer.status === 401) {
         connection.hidden = true;
         return askForToken(connect);
+      }
+      if (answer && answer.status === 404 && !lastSeq) {
+        // Not written yet (the page was opened first): wait for its first row, quietly.
+        connection.hidden = true;
+        setState("waiting");
+        stateBox.textContent = "waiting for the run to start";
       }
       setTimeout(connect, retry);
       retry = Math.min(retry * 2, RETRY_MAX_MS);
