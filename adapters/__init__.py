@@ -3,7 +3,8 @@
 from relay_runtime import adapters
 response = adapters.complete(client, {"model": "gpt-4o", "messages": [...]})
 for chunk in adapters.stream(client, {...}): ...
-adapters.instrument(client)   # or: every create() of this client becomes a managed call
+adapters.instrument(client)   # or: every traced method of this client becomes a managed call
+adapters.instrument()         # or: of every client, through the SDK classes (uninstrument() undoes it)
 """
 
 from .dispatch import acomplete, astream, complete, stream

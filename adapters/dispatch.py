@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import sys
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import partial
 from types import MethodType
@@ -167,6 +168,26 @@ def _kwargs_of(request: LLMRequest) -> dict[str, Any]:
     return kwargs
 
 
+# While dispatch runs the SDK's own method, SDK classes instrumented by ``instrument()``
+# must pass the call straight through, or one call would be two attempts. Only set
+# while class-level instrumentation is on (``guard_sdk_calls``): it costs a context switch.
+inside_sdk_call: ContextVar[bool] = ContextVar("relay_inside_sdk_call", default=False)
+_guarded = False
+
+
+def guard_sdk_calls(on: bool) -> None:
+    global _guarded
+    _guarded = on
+
+
+def _guarded_call(create: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    token = inside_sdk_call.set(True)
+    try:
+        return create(**kwargs)
+    finally:
+        inside_sdk_call.reset(token)
+
+
 def sync_callback(create: Callable[..., Any], client: Any, api: Api) -> Callable[[LLMRequest], Any]:
     def call(request: LLMRequest) -> Any:
         kwargs = _kwargs_of(request)
@@ -174,8 +195,10 @@ def sync_callback(create: Callable[..., Any], client: Any, api: Api) -> Callable
         if cassettes.current() is not None:
             with cassette_http.bound(client, api.codec, kwargs) as tape:
                 direct = cassette_http.direct_reply(tape, client, api.mode)
-                return create(**kwargs) if direct is cassette_http.NOT_DIRECT else direct
-        result = create(**kwargs)
+                if direct is not cassette_http.NOT_DIRECT:
+                    return direct
+                return create(**kwargs) if not _guarded else _guarded_call(create, kwargs)
+        result = create(**kwargs) if not _guarded else _guarded_call(create, kwargs)
         # isinstance, not hasattr: a missing attribute on an SDK's pydantic response costs
         # microseconds (its __getattr__ raises), the ABC check a cached type lookup.
         if isinstance(result, Awaitable):
@@ -191,6 +214,16 @@ def sync_callback(create: Callable[..., Any], client: Any, api: Api) -> Callable
     return call
 
 
+async def _acall_sdk(create: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    if not _guarded:
+        return await create(**kwargs)
+    token = inside_sdk_call.set(True)
+    try:
+        return await create(**kwargs)
+    finally:
+        inside_sdk_call.reset(token)
+
+
 def async_callback(create: Callable[..., Any], client: Any, api: Api) -> Callable[[LLMRequest], Any]:
     async def call(request: LLMRequest) -> Any:
         kwargs = _kwargs_of(request)
@@ -198,8 +231,10 @@ def async_callback(create: Callable[..., Any], client: Any, api: Api) -> Callabl
         if cassettes.current() is not None:
             with cassette_http.bound(client, api.codec, kwargs) as tape:
                 direct = cassette_http.direct_reply(tape, client, api.mode)
-                return await create(**kwargs) if direct is cassette_http.NOT_DIRECT else direct
-        return await create(**kwargs)
+                if direct is not cassette_http.NOT_DIRECT:
+                    return direct
+                return await _acall_sdk(create, kwargs)
+        return await _acall_sdk(create, kwargs)
 
     return call
 
@@ -268,18 +303,20 @@ def _stream_usage(api: Api, request: LLMRequest, include_usage: bool) -> tuple[L
 
 
 def complete(
-    client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None, include_usage: bool = False
+    client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None, include_usage: bool = False,
+    sdk_method: Callable[..., Any] | None = None,
+
 ) -> Any:
     """``create(**kwargs)`` on the client's API as a managed attempt; returns the SDK's response.
 
     With ``"stream": True`` in ``kwargs`` it is ``stream()``: a managed stream, as the SDK returns one.
     """
     if _wants_stream(kwargs):
-        return stream(client, kwargs, api_mode=api_mode, include_usage=include_usage)
+        return stream(client, kwargs, api_mode=api_mode, include_usage=include_usage, sdk_method=sdk_method)
     api, create, request, name, model_name, metadata, auxiliary_attempt = prepare(kwargs, api_mode, client, "complete")
     return calls.execute_current(
         request,
-        sync_callback(create, client, api),
+        sync_callback(sdk_method or create, client, api),
         name=name,
         model_name=model_name,
         metadata=metadata,
@@ -289,16 +326,18 @@ def complete(
 
 
 async def acomplete(
-    client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None, include_usage: bool = False
+    client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None, include_usage: bool = False,
+    sdk_method: Callable[..., Any] | None = None,
+
 ) -> Any:
     if _wants_stream(kwargs):
-        return await astream(client, kwargs, api_mode=api_mode, include_usage=include_usage)
+        return await astream(client, kwargs, api_mode=api_mode, include_usage=include_usage, sdk_method=sdk_method)
     api, create, request, name, model_name, metadata, auxiliary_attempt = prepare(
         kwargs, api_mode, client, "acomplete"
     )
     return await calls.execute_current_async(
         request,
-        async_callback(create, client, api),
+        async_callback(sdk_method or create, client, api),
         name=name,
         model_name=model_name,
         metadata=metadata,
@@ -307,7 +346,9 @@ async def acomplete(
     )
 
 
-def stream(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None, include_usage: bool = False) -> Any:
+def stream(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None, include_usage: bool = False,
+    sdk_method: Callable[..., Any] | None = None,
+) -> Any:
     """``create(**kwargs, stream=True)`` as a managed attempt; iterating yields the SDK's own chunks.
 
     ``include_usage=True`` asks an OpenAI chat stream for its token usage (one more chunk).
@@ -316,7 +357,7 @@ def stream(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = Non
     request, codec = _stream_usage(api, request, include_usage)
     return calls.stream_current(
         request,
-        sync_callback(create, client, api),
+        sync_callback(sdk_method or create, client, api),
         name=name,
         model_name=model_name,
         metadata=metadata,
@@ -325,13 +366,15 @@ def stream(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = Non
 
 
 async def astream(
-    client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None, include_usage: bool = False
+    client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None, include_usage: bool = False,
+    sdk_method: Callable[..., Any] | None = None,
+
 ) -> Any:
     api, create, request, name, model_name, metadata, _ = prepare(kwargs, api_mode, client, "astream")
     request, codec = _stream_usage(api, request, include_usage)
     return await calls.stream_current_async(
         request,
-        async_callback(create, client, api),
+        async_callback(sdk_method or create, client, api),
         name=name,
         model_name=model_name,
         metadata=metadata,

@@ -1,14 +1,28 @@
-"""``instrument(client)``: every ``create()`` of that one client becomes a managed call.
+"""Zero-code tracing: ``instrument(client)`` for one client, ``instrument()`` for the SDK classes.
 
-The wrapper is set on the client's own resource objects (``client.chat.completions``,
-``client.responses``, ``client.messages``), shadowing the class's method, so other
-clients of the same class are untouched and ``uninstrument`` restores the very
-attribute that was there before. Clients derived later (``with_options``, ``copy``)
-are new objects and start uninstrumented.
+Traced methods, per API (the SDKs' other helpers go through these):
+
+- chat completions: ``create`` (``stream=True`` too, and so ``chat.completions.stream()``), ``parse``
+- responses: ``create`` (and so ``responses.stream()``), ``parse``
+- anthropic messages: ``create``, ``stream``, ``parse``
+
+Per client, the wrapper is set on the client's own resource objects, shadowing the
+class's method, so other clients are untouched and ``uninstrument`` restores the very
+attribute that was there before; clients derived with ``with_options()`` / ``copy()``
+are instrumented too. Globally, the SDK resource classes themselves are wrapped (with
+wrapt), so clients a framework creates are traced as well.
+
+Both may be on at once: dispatch marks the SDK call it makes (``inside_sdk_call``) and
+every wrapper passes a marked call straight through, so one call is one attempt.
+
+``with_raw_response`` / ``with_streaming_response``: the attempt opens with the
+request and ends when the caller has read the body (``parse``, ``read``, ``text``,
+``json``, iterating it) with what the body said, or cancelled when it closes it unread.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import threading
 from collections.abc import Callable
@@ -16,43 +30,380 @@ from typing import Any
 
 import wrapt
 
+from relay_runtime import calls
+from relay_runtime.streams import fail_stream, finish_whole
+
 from . import dispatch
+from .dispatch import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, RESPONSES
 
 _NOTHING = object()
 # Check-then-set on a resource must be atomic, or two racing instrument() calls could wrap
 # a wrapper and leave uninstrument() restoring the first one.
 _lock = threading.Lock()
 
+METHODS: dict[str, tuple[str, ...]] = {
+    CHAT_COMPLETIONS: ("create", "parse"),
+    RESPONSES: ("create", "parse"),
+    ANTHROPIC_MESSAGES: ("create", "stream", "parse"),
+}
+
+# The SDK resource classes ``instrument()`` wraps: (module, class, api).
+SDK_CLASSES: tuple[tuple[str, str, str], ...] = (
+    ("openai.resources.chat.completions.completions", "Completions", CHAT_COMPLETIONS),
+    ("openai.resources.chat.completions.completions", "AsyncCompletions", CHAT_COMPLETIONS),
+    ("openai.resources.responses.responses", "Responses", RESPONSES),
+    ("openai.resources.responses.responses", "AsyncResponses", RESPONSES),
+    ("anthropic.resources.messages.messages", "Messages", ANTHROPIC_MESSAGES),
+    ("anthropic.resources.messages.messages", "AsyncMessages", ANTHROPIC_MESSAGES),
+)
+
+RAW_RESPONSE_HEADER = "X-Stainless-Raw-Response"  # both SDKs: "true" (with_raw_response), "stream"
+
 
 class ManagedCreate(wrapt.FunctionWrapper):
-    """A resource's ``create`` routed through dispatch; ``__wrapped__`` is the SDK's own method."""
+    """A resource's SDK method routed through dispatch; ``__wrapped__`` is the SDK's own method."""
 
     relay_instrumented = True
-    # What the resource's own __dict__ held before (``_NOTHING``: the class method showed through).
+    # What the owner's own __dict__ held before (``_NOTHING``: the class attribute showed through).
     # wrapt keeps ``_self_``-prefixed attributes on the proxy, not on the wrapped method.
     _self_relay_previous: Any
 
 
-def _sync_wrapper(client: Any, mode: str, include_usage: bool) -> Callable[..., Any]:
-    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if args:
-            return wrapped(*args, **kwargs)  # not a call shape the SDK accepts: let the SDK say so
-        if kwargs.get("stream"):
-            return dispatch.stream(client, kwargs, api_mode=mode, include_usage=include_usage)
-        return dispatch.complete(client, kwargs, api_mode=mode)
-
-    return wrapper
+ManagedMethod = ManagedCreate
 
 
-def _async_wrapper(client: Any, mode: str, include_usage: bool) -> Callable[..., Any]:
-    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if args:
-            return wrapped(*args, **kwargs)
-        if kwargs.get("stream"):
-            return dispatch.astream(client, kwargs, api_mode=mode, include_usage=include_usage)
-        return dispatch.acomplete(client, kwargs, api_mode=mode)
+def _is_async(method: Any) -> bool:
+    # The SDKs decorate their methods with a plain wrapper around the async def: look through it.
+    return inspect.iscoroutinefunction(inspect.unwrap(method))
 
-    return wrapper
+
+def _raw_kind(kwargs: dict[str, Any]) -> str | None:
+    headers = kwargs.get("extra_headers")
+    if not headers or not isinstance(headers, dict):
+        return None
+    kind = headers.get(RAW_RESPONSE_HEADER)
+    return kind if isinstance(kind, str) else None
+
+
+def route(
+    client: Any,
+    mode: str,
+    method: str,
+    is_async: bool,
+    include_usage: bool,
+    wrapped: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """One call of an instrumented SDK method, as a managed attempt (or straight through)."""
+    if args or dispatch.inside_sdk_call.get():
+        return wrapped(*args, **kwargs)  # dispatch's own SDK call, or a call shape the SDK will refuse itself
+    if method == "stream":
+        return _stream_helper(client, mode, wrapped, kwargs)
+    raw = _raw_kind(kwargs)
+    if raw is not None:
+        return (_araw if is_async else _raw)(client, mode, wrapped, kwargs, raw)
+    # complete()/acomplete() hand a streamed call to stream()/astream() themselves.
+    run = dispatch.acomplete if is_async else dispatch.complete
+    return run(client, kwargs, api_mode=mode, include_usage=include_usage, sdk_method=wrapped)
+
+
+# -- anthropic's messages.stream(): a manager whose request runs on __enter__ ------------------
+
+
+def _stream_helper(client: Any, mode: str, wrapped: Any, kwargs: dict[str, Any]) -> Any:
+    # stream() itself is synchronous for both clients; the async manager holds an awaitable request.
+    manager = wrapped(**kwargs)
+    attr = f"_{type(manager).__name__}__api_request"
+    original = getattr(manager, attr, None)
+    if original is None:  # a helper of an SDK version this does not know: untraced, never broken
+        return manager
+
+    def request_of(**edited: Any) -> Any:
+        # The kwargs after intercepts: the helper builds its request from them again.
+        edited.pop("stream", None)
+        return getattr(wrapped(**edited), attr)
+
+    if inspect.iscoroutine(original):
+        original.close()  # an un-awaited coroutine; its replacement is awaited on __aenter__
+
+        async def open_async(**edited: Any) -> Any:
+            return await request_of(**edited)
+
+        setattr(manager, attr, dispatch.astream(client, kwargs, api_mode=mode, sdk_method=open_async))
+    else:
+        setattr(
+            manager,
+            attr,
+            lambda: dispatch.stream(client, kwargs, api_mode=mode, sdk_method=lambda **e: request_of(**e)()),
+        )
+    return manager
+
+
+# -- with_raw_response / with_streaming_response ------------------------------------------------
+
+
+class _Body:
+    """The source of a raw response's managed attempt: empty until the caller parses a streamed body."""
+
+    def __init__(self) -> None:
+        self.stream: Any = None
+
+    def __iter__(self) -> _Body:
+        return self
+
+    def __next__(self) -> Any:
+        if self.stream is None:
+            raise StopIteration
+        return next(self.stream)
+
+    def __aiter__(self) -> _Body:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self.stream is None:
+            raise StopAsyncIteration
+        return await self.stream.__anext__()
+
+    def close(self) -> None:
+        pass  # the raw response owns the connection: its own close() releases it
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or self.stream is None:
+            raise AttributeError(name)
+        return getattr(self.stream, name)
+
+
+def _open_raw(
+    client: Any, mode: str, kwargs: dict[str, Any], is_async: bool
+) -> tuple[Any, Any, dict[str, Any], _Body]:
+    """The API, the request and the attempt's options as dispatch prepares them, and the stream's source."""
+    entry = ("astream" if is_async else "stream") if kwargs.get("stream") else ("acomplete" if is_async else "complete")
+    api, _create, request, name, model_name, metadata, _ = dispatch.prepare(kwargs, mode, client, entry)
+    options = {"name": name, "model_name": model_name, "metadata": metadata, "codec": api.codec}
+    return api, request, options, _Body()
+
+
+def _opened(cls: type[Any], raw: Any, managed: Any, body: _Body, kwargs: dict[str, Any], kind: str) -> tuple[Any, bool]:
+    """What the caller gets, and whether the body is already read (then it is parsed now, ending the attempt)."""
+    if managed is body:  # unmanaged: no turn or no consumer
+        return raw, False
+    if _read_already(kwargs, kind):
+        return raw, True
+    return _watch(cls, raw, managed, body, kwargs, kind), False
+
+
+def _raw(client: Any, mode: str, wrapped: Any, kwargs: dict[str, Any], kind: str) -> Any:
+    api, request, options, body = _open_raw(client, mode, kwargs, False)
+    holder: list[Any] = []
+
+    def open_body(**sent: Any) -> _Body:
+        holder.append(wrapped(**sent))
+        return body
+
+    managed = calls.stream_current(request, dispatch.sync_callback(open_body, client, api), **options)
+    out, read = _opened(WatchedResponse, holder[0], managed, body, kwargs, kind)
+    if read:
+        try:
+            parsed = out.parse()
+        except Exception:
+            parsed = None
+        finish_whole(managed, parsed)
+    return out
+
+
+async def _araw(client: Any, mode: str, wrapped: Any, kwargs: dict[str, Any], kind: str) -> Any:
+    api, request, options, body = _open_raw(client, mode, kwargs, True)
+    holder: list[Any] = []
+
+    async def open_body(**sent: Any) -> _Body:
+        holder.append(await wrapped(**sent))
+        return body
+
+    managed = await calls.stream_current_async(request, dispatch.async_callback(open_body, client, api), **options)
+    out, read = _opened(AsyncWatchedResponse, holder[0], managed, body, kwargs, kind)
+    if read:
+        try:
+            parsed = out.parse()  # synchronous for openai's legacy response, a coroutine for anthropic's
+            if inspect.isawaitable(parsed):
+                parsed = await parsed
+        except Exception:
+            parsed = None
+        finish_whole(managed, parsed)
+    return out
+
+
+# "true": openai's with_raw_response (a legacy response, synchronous for both clients);
+# "raw": anthropic's. Either way the SDK read the body before returning, unless the call streams.
+_READ_BEFORE_RETURN = frozenset({"true", "raw"})
+
+
+def _read_already(kwargs: dict[str, Any], kind: str) -> bool:
+    return kind in _READ_BEFORE_RETURN and not kwargs.get("stream")
+
+
+def _watch(cls: type[Any], raw: Any, managed: Any, body: _Body, kwargs: dict[str, Any], kind: str) -> Any:
+    watched = (LegacyWatchedResponse if kind == "true" else cls)(raw)
+    watched._self_managed = managed
+    watched._self_body = body
+    watched._self_streamed = bool(kwargs.get("stream"))
+    return watched
+
+
+class _Watched(wrapt.ObjectProxy):
+    """What both flavours share: settling the attempt from what the body said."""
+
+    _self_managed: Any
+    _self_body: _Body
+    _self_streamed: bool
+
+    def _relay_parsed(self, result: Any) -> Any:
+        if self._self_streamed:
+            # A streamed body parses to the SDK's stream: the managed stream reads it, chunk by chunk.
+            self._self_body.stream = result
+            return self._self_managed
+        finish_whole(self._self_managed, result)
+        return result
+
+    def _relay_read_done(self) -> None:
+        """The body is in memory: end the attempt with its parsed form (or none, if it does not parse)."""
+        if self._self_streamed:
+            finish_whole(self._self_managed, None)
+            return
+        try:
+            parsed = self.__wrapped__.parse()
+        except Exception:
+            parsed = None
+        finish_whole(self._self_managed, parsed)
+
+    def _relay_failed(self, error: BaseException) -> None:
+        fail_stream(self._self_managed, error)
+
+    def _relay_closed(self) -> None:
+        fail_stream(self._self_managed, None, "cancelled")
+
+
+def _reading(name: str) -> Callable[..., Any]:
+    def read(self: WatchedResponse, *args: Any, **kwargs: Any) -> Any:
+        try:
+            result = getattr(self.__wrapped__, name)(*args, **kwargs)
+        except BaseException as exc:
+            self._relay_failed(exc)
+            raise
+        self._relay_read_done()
+        return result
+
+    read.__name__ = name
+    return read
+
+
+def _async_reading(name: str) -> Callable[..., Any]:
+    async def read(self: AsyncWatchedResponse, *args: Any, **kwargs: Any) -> Any:
+        try:
+            result = await getattr(self.__wrapped__, name)(*args, **kwargs)
+        except BaseException as exc:
+            self._relay_failed(exc)
+            raise
+        await self._relay_aread_done()
+        return result
+
+    read.__name__ = name
+    return read
+
+
+class LegacyWatchedResponse(_Watched):
+    """``with_raw_response`` of a streamed call: ``parse()`` gives the managed stream of its chunks."""
+
+    def parse(self, **kwargs: Any) -> Any:
+        try:
+            result = self.__wrapped__.parse(**kwargs)
+        except BaseException as exc:
+            self._relay_failed(exc)
+            raise
+        return self._relay_parsed(result)
+
+
+class _Iterating:
+    """The body's iterators, through the flavour's ``_iterate`` (which settles the attempt at their end)."""
+
+    _iterate: Callable[..., Any]
+
+    def iter_bytes(self, *args: Any, **kwargs: Any) -> Any:
+        return self._iterate("iter_bytes", *args, **kwargs)
+
+    def iter_text(self, *args: Any, **kwargs: Any) -> Any:
+        return self._iterate("iter_text", *args, **kwargs)
+
+    def iter_lines(self, *args: Any, **kwargs: Any) -> Any:
+        return self._iterate("iter_lines", *args, **kwargs)
+
+
+class WatchedResponse(LegacyWatchedResponse, _Iterating):
+    """A sync SDK raw response whose attempt ends when its body has been read or closed."""
+
+    read = _reading("read")
+    text = _reading("text")
+    json = _reading("json")
+
+    def _iterate(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            yield from getattr(self.__wrapped__, name)(*args, **kwargs)
+        except GeneratorExit:
+            self._relay_closed()
+            raise
+        except BaseException as exc:
+            self._relay_failed(exc)
+            raise
+        finish_whole(self._self_managed, None)  # bytes the caller consumed itself: no parsed form
+
+    def close(self) -> None:
+        self._relay_closed()
+        self.__wrapped__.close()
+
+
+class AsyncWatchedResponse(_Watched, _Iterating):
+    """The async flavour: the same settling, awaited."""
+
+    async def parse(self, **kwargs: Any) -> Any:
+        try:
+            result = await self.__wrapped__.parse(**kwargs)
+        except BaseException as exc:
+            self._relay_failed(exc)
+            raise
+        return self._relay_parsed(result)
+
+    async def _relay_aread_done(self) -> None:
+        if self._self_streamed:
+            finish_whole(self._self_managed, None)
+            return
+        try:
+            parsed = await self.__wrapped__.parse()
+        except Exception:
+            parsed = None
+        finish_whole(self._self_managed, parsed)
+
+    read = _async_reading("read")
+    text = _async_reading("text")
+    json = _async_reading("json")
+
+    async def _iterate(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            async for item in getattr(self.__wrapped__, name)(*args, **kwargs):
+                yield item
+        except GeneratorExit:
+            self._relay_closed()
+            raise
+        except BaseException as exc:
+            self._relay_failed(exc)
+            raise
+        finish_whole(self._self_managed, None)
+
+    async def close(self) -> None:
+        self._relay_closed()
+        await self.__wrapped__.close()
+
+
+# -- per client -------------------------------------------------------------------------------
 
 
 def _resources(client: Any) -> list[tuple[str, Any]]:
@@ -67,43 +418,155 @@ def _resources(client: Any) -> list[tuple[str, Any]]:
     return found
 
 
-def instrument(client: Any, *, include_usage: bool = False) -> Any:
-    """Route this client's ``create()`` calls (sync or async, streamed or not) through the relay.
+def _client_wrapper(client: Any, mode: str, method: str, is_async: bool, include_usage: bool) -> Callable[..., Any]:
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return route(client, mode, method, is_async, include_usage, wrapped, args, kwargs)
 
-    ``include_usage=True`` makes OpenAI chat streams ask for their token usage (the caller
-    sees one more chunk, with no choices). Idempotent; returns the client. Raises TypeError for an object with none of
-    chat.completions, responses or messages.
-    """
+    return wrapper
+
+
+def _derive_wrapper(include_usage: bool) -> Callable[..., Any]:
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        # with_options() / copy(): the new client is traced like the one it came from.
+        derived = wrapped(*args, **kwargs)
+        if _resources(derived):
+            _instrument_client(derived, include_usage)
+        return derived
+
+    return wrapper
+
+
+_DERIVERS = ("copy", "with_options")
+
+
+def _set(owner: Any, name: str, current: Any, wrapper: Callable[..., Any]) -> None:
+    managed = ManagedCreate(current, wrapper)
+    managed._self_relay_previous = vars(owner).get(name, _NOTHING)
+    setattr(owner, name, managed)
+
+
+def _restore(owner: Any, name: str) -> None:
+    current = vars(owner).get(name)
+    if not isinstance(current, ManagedCreate):
+        return
+    previous = current._self_relay_previous
+    if previous is _NOTHING:
+        delattr(owner, name)
+    else:
+        setattr(owner, name, previous)
+
+
+def _instrument_client(client: Any, include_usage: bool) -> Any:
     resources = _resources(client)
     if not resources:
         raise TypeError(f"cannot instrument {type(client).__name__}: it has no chat.completions, responses or messages")
     with _lock:
         for mode, resource in resources:
-            current = resource.create
-            if isinstance(current, ManagedCreate):
-                continue
-            # The SDKs decorate create() with a plain wrapper around the async def: look through it.
-            make = _async_wrapper if inspect.iscoroutinefunction(inspect.unwrap(current)) else _sync_wrapper
-            managed = ManagedCreate(current, make(client, mode, include_usage))
-            managed._self_relay_previous = vars(resource).get("create", _NOTHING)
-            resource.create = managed
+            for method in METHODS[mode]:
+                current = getattr(resource, method, None)
+                if not callable(current) or isinstance(vars(resource).get(method), ManagedCreate):
+                    continue
+                wrapper = _client_wrapper(client, mode, method, _is_async(current), include_usage)
+                _set(resource, method, current, wrapper)
+        for name in _DERIVERS:
+            current = getattr(client, name, None)
+            if callable(current) and not isinstance(vars(client).get(name), ManagedCreate):
+                try:
+                    _set(client, name, current, _derive_wrapper(include_usage))
+                except (AttributeError, TypeError):  # a client that takes no instance attributes
+                    pass
     return client
 
 
-def uninstrument(client: Any) -> Any:
-    """Put back exactly what ``instrument`` replaced; a no-op on a client it never touched."""
+def _uninstrument_client(client: Any) -> Any:
     with _lock:
-        for _mode, resource in _resources(client):
-            current = vars(resource).get("create")
-            if not isinstance(current, ManagedCreate):
-                continue
-            previous = current._self_relay_previous
-            if previous is _NOTHING:
-                del resource.create
-            else:
-                resource.create = previous
+        for mode, resource in _resources(client):
+            for method in METHODS[mode]:
+                _restore(resource, method)
+        for name in _DERIVERS:
+            if isinstance(getattr(client, "__dict__", {}).get(name), ManagedCreate):
+                _restore(client, name)
     return client
 
 
-def is_instrumented(client: Any) -> bool:
+# -- the SDK classes ----------------------------------------------------------------------------
+
+_patched: list[tuple[type, str]] = []
+
+
+def _class_wrapper(mode: str, method: str, is_async: bool, include_usage: bool) -> Callable[..., Any]:
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        client = getattr(instance, "_client", None)
+        if client is None:  # looked up on the class itself, not on a client's resource
+            return wrapped(*args, **kwargs)
+        return route(client, mode, method, is_async, include_usage, wrapped, args, kwargs)
+
+    return wrapper
+
+
+def _sdk_classes() -> list[tuple[type, str]]:
+    found = []
+    for module_name, class_name, mode in SDK_CLASSES:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue  # that SDK is not installed
+        cls = getattr(module, class_name, None)
+        if isinstance(cls, type):
+            found.append((cls, mode))
+    return found
+
+
+def _instrument_classes(include_usage: bool) -> list[str]:
+    done = []
+    with _lock:
+        for cls, mode in _sdk_classes():
+            for method in METHODS[mode]:
+                current = vars(cls).get(method)
+                if current is None or isinstance(current, ManagedCreate):
+                    continue
+                _set(cls, method, current, _class_wrapper(mode, method, _is_async(current), include_usage))
+                _patched.append((cls, method))
+                done.append(f"{cls.__module__}.{cls.__qualname__}.{method}")
+        dispatch.guard_sdk_calls(bool(_patched))
+    return done
+
+
+def _uninstrument_classes() -> None:
+    with _lock:
+        for cls, method in reversed(_patched):
+            _restore(cls, method)
+        _patched.clear()
+        dispatch.guard_sdk_calls(False)
+
+
+# -- the public pair ----------------------------------------------------------------------------
+
+
+def instrument(client: Any = None, *, include_usage: bool = False) -> Any:
+    """Route SDK calls through the relay: one client's, or (no argument) every client's.
+
+    ``instrument(client)``: idempotent, returns the client; raises TypeError for an object
+    with none of chat.completions, responses or messages. ``instrument()``: wraps the
+    OpenAI and Anthropic SDK classes that are installed; returns the names wrapped now.
+    ``include_usage=True`` makes OpenAI chat streams ask for their token usage (the caller
+    sees one more chunk, with no choices).
+    """
+    if client is None:
+        return _instrument_classes(include_usage)
+    return _instrument_client(client, include_usage)
+
+
+def uninstrument(client: Any = None) -> Any:
+    """Put back exactly what ``instrument`` replaced; a no-op where it never was."""
+    if client is None:
+        _uninstrument_classes()
+        return None
+    return _uninstrument_client(client)
+
+
+def is_instrumented(client: Any = None) -> bool:
+    """Whether this client's own resources are wrapped (no argument: whether the SDK classes are)."""
+    if client is None:
+        return bool(_patched)
     return any(isinstance(vars(r).get("create"), ManagedCreate) for _m, r in _resources(client))

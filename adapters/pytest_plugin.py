@@ -3,6 +3,10 @@
 def test_x(scripted_openai):
     scripted_openai.add(json_reply(chat_completion_body("hi")))
     scripted_openai.client.chat.completions.create(model="m", messages=[])
+
+The SDK retries failed requests by itself (``max_retries``, the SDK's default 2);
+``@pytest.mark.relay_scripted(max_retries=0)`` on a test (or its class or module)
+chooses another number for both fixtures.
 """
 
 from __future__ import annotations
@@ -13,10 +17,25 @@ import pytest
 
 from . import testing
 
+MARKER = "relay_scripted"
+_DEFAULT_MAX_RETRIES = 2  # both SDKs' own default
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{MARKER}(max_retries=N): the SDK retries of scripted_openai/anthropic")
+
+
+def _max_retries(request: pytest.FixtureRequest) -> int:
+    marker = request.node.get_closest_marker(MARKER)
+    value = marker.kwargs.get("max_retries", _DEFAULT_MAX_RETRIES) if marker is not None else _DEFAULT_MAX_RETRIES
+    if type(value) is not int or value < 0:
+        raise pytest.UsageError(f"@pytest.mark.{MARKER}(max_retries=...) must be an int >= 0, got {value!r}")
+    return value
+
 
 @pytest.fixture()
-def scripted_openai() -> Iterator[testing.Scripted]:
-    scripted = testing.scripted_openai()
+def scripted_openai(request: pytest.FixtureRequest) -> Iterator[testing.Scripted]:
+    scripted = testing.scripted_openai(max_retries=_max_retries(request))
     try:
         yield scripted
     finally:
@@ -24,8 +43,8 @@ def scripted_openai() -> Iterator[testing.Scripted]:
 
 
 @pytest.fixture()
-def scripted_anthropic() -> Iterator[testing.Scripted]:
-    scripted = testing.scripted_anthropic()
+def scripted_anthropic(request: pytest.FixtureRequest) -> Iterator[testing.Scripted]:
+    scripted = testing.scripted_anthropic(max_retries=_max_retries(request))
     try:
         yield scripted
     finally:

@@ -16,7 +16,9 @@ TOOL = "tool"  # TOOL scope
 
 # Metadata keys.
 SESSION_ID = "session_id"
-PROFILE_KEY = "profile_key"
+PROFILE_KEY = "profile_key"  # the profile's resolved home path: in-process only, never exported
+PROFILE_ID = "profile_id"  # a short stable hash of the profile key, safe to export
+AGENT_NAME = "agent_name"
 PLATFORM = "platform"
 PARENT_SESSION_ID = "parent_session_id"
 TURN_ID = "turn_id"

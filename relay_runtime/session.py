@@ -10,10 +10,11 @@ managed execution on that host.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,11 @@ _OUTCOMES = frozenset(o.value for o in Outcome)
 def current_profile_key() -> str:
     """The profile this process runs as: the resolved ``RELAY_HOME`` (default ``~/.relay-runtime``)."""
     return str(Path(os.environ.get(HOME_ENV) or DEFAULT_HOME).expanduser().resolve())
+
+
+def profile_id(profile_key: str) -> str:
+    """A short, stable id of a profile: what leaves the process instead of its home directory's path."""
+    return hashlib.sha256(profile_key.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
 def _check_outcome(outcome: str) -> str:
@@ -185,11 +191,16 @@ def use_turn(turn: Turn) -> Iterator[Turn]:
         _active_turn.reset(token)
 
 
+DEFAULT_AGENT_NAME = "agent"
+
+
 class SessionCoordinator:
-    def __init__(self) -> None:
+    def __init__(self, *, agent_name: str = DEFAULT_AGENT_NAME) -> None:
         self._lock = threading.RLock()
         self._hosts: dict[str, Host] = {}
         self._conversations: dict[tuple[str, str], _Conversation] = {}
+        self._host_watchers: list[Callable[[Host], None]] = []
+        self.agent_name = agent_name  # for conversations acquired without an agent_name of their own
 
     def host(self, profile_key: str) -> Host:
         """The host of ``profile_key``, created on first use."""
@@ -199,7 +210,29 @@ class SessionCoordinator:
             host = self._hosts.get(profile_key)
             if host is None:
                 host = self._hosts[profile_key] = Host(profile_key)
+                # Under the lock: no conversation can start on the host before its watchers saw it.
+                for watcher in list(self._host_watchers):
+                    watcher(host)
             return host
+
+    def hosts(self) -> list[Host]:
+        with self._lock:
+            return list(self._hosts.values())
+
+    def watch_hosts(self, watcher: Callable[[Host], None]) -> None:
+        """Call ``watcher(host)`` for every host now, and for each host made from now on."""
+        with self._lock:
+            self._host_watchers.append(watcher)
+            for host in list(self._hosts.values()):
+                watcher(host)
+
+    def unwatch_hosts(self, watcher: Callable[[Host], None]) -> bool:
+        with self._lock:
+            try:
+                self._host_watchers.remove(watcher)
+            except ValueError:
+                return False
+            return True
 
     def acquire_conversation(
         self,
@@ -209,9 +242,18 @@ class SessionCoordinator:
         platform: str,
         parent_session_id: str = "",
         model: str = "",
+        agent_name: str | None = None,
     ) -> ConversationLease:
+        """Lease the conversation ``(profile_key, session_id)``, starting its scope if it is new.
+
+        ``agent_name`` names the agent on exported spans (default: the coordinator's ``agent_name``).
+        """
         if not isinstance(session_id, str) or not session_id:
             raise ValueError(f"session_id must be a non-empty string, got {session_id!r}")
+        if agent_name is None:
+            agent_name = self.agent_name
+        if not isinstance(agent_name, str) or not agent_name:
+            raise ValueError(f"agent_name must be a non-empty string, got {agent_name!r}")
         host = self.host(profile_key)
         key = (profile_key, session_id)
         with self._lock:
@@ -226,6 +268,8 @@ class SessionCoordinator:
                         cv.KIND: cv.CONVERSATION,
                         cv.SESSION_ID: session_id,
                         cv.PROFILE_KEY: profile_key,
+                        cv.PROFILE_ID: profile_id(profile_key),
+                        cv.AGENT_NAME: agent_name,
                         cv.PLATFORM: platform,
                         cv.PARENT_SESSION_ID: parent_session_id,
                         "model": model,
@@ -335,6 +379,8 @@ class SessionCoordinator:
         with self._lock:
             self._hosts.clear()
             self._conversations.clear()
+            self._host_watchers.clear()
+            self.agent_name = DEFAULT_AGENT_NAME
         _active_turn.set(None)
 
 

@@ -149,6 +149,10 @@ class StreamLifecycle:
     def fail(self, error: BaseException | None, outcome: str | None = None) -> None:
         self.attempt.fail(error, outcome)  # a no-op once the attempt finished
 
+    def complete_whole(self, response: Any) -> None:
+        """End as a success with a response that arrived in one piece (a raw HTTP body read later)."""
+        self.attempt.finish(Outcome.SUCCESS.value, response, None, None, self.first_ns)  # a no-op once finished
+
 
 class _StreamWrapper:
     """What both stream flavours share: the lifecycle, the source's own attributes, and GC as cancellation."""
@@ -188,6 +192,20 @@ class _StreamWrapper:
 
     def _close_failed(self, what: str, exc: Exception) -> None:
         self._life.attempt.relay.diag.failure("bookkeeping_errors", exc, what)
+
+
+def finish_whole(stream: _StreamWrapper, response: Any) -> None:
+    """End a managed stream's attempt as a success with ``response`` (annotated by the codec), if not ended yet.
+
+    For sources whose content is one body the caller reads when it chooses (an SDK's
+    raw response): the attempt opened like a stream and ends when that body is read.
+    """
+    stream._life.complete_whole(response)
+
+
+def fail_stream(stream: _StreamWrapper, error: BaseException | None, outcome: str | None = None) -> None:
+    """End a managed stream's attempt as failed (or ``outcome``) without touching its source."""
+    stream._life.fail(error, outcome)
 
 
 class ManagedStream(_StreamWrapper):

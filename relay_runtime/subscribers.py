@@ -40,13 +40,30 @@ class Subscribers:
 
     def register(
         self,
-        callback: Subscriber,
+        callback: Subscriber | str,
+        second: Subscriber | None = None,
         *,
         name: str | None = None,
         kinds: Iterable[str] | None = None,
         chunks: bool = False,
     ) -> str:
-        """Add a subscriber; returns its name. Stream chunk marks reach it only with ``chunks=True``."""
+        """Add a subscriber; returns its name. Stream chunk marks reach it only with ``chunks=True``.
+
+        ``register(callback, name=...)``, or NeMo Relay's order ``register("name", callback)``.
+        """
+        if isinstance(callback, str):
+            if second is None or name is not None:
+                raise TypeError(
+                    f"register({callback!r}): a string first argument is the subscriber's name "
+                    f"(NeMo's order) and must be followed by a callable, with no name= keyword"
+                )
+            name = callback
+            callback = second
+        elif second is not None:
+            raise TypeError(
+                f"register() takes register(callback, name=...) or register(name, callback), "
+                f"got a second positional argument after a {type(callback).__name__}"
+            )
         if not callable(callback):
             raise TypeError(f"subscriber must be callable, got {type(callback).__name__}")
         wanted = frozenset(KINDS if kinds is None else kinds)
@@ -63,9 +80,7 @@ class Subscribers:
 
     def deregister(self, name_or_callback: str | Subscriber) -> bool:
         with self._lock:
-            kept = tuple(
-                e for e in self._entries if e.name != name_or_callback and e.callback is not name_or_callback
-            )
+            kept = tuple(e for e in self._entries if e.name != name_or_callback and e.callback is not name_or_callback)
             if len(kept) == len(self._entries):
                 return False
             self._rebuild(kept)

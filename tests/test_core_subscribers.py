@@ -8,7 +8,7 @@ import threading
 import pytest
 from core_support import chunks, request, response
 
-from relay_runtime import CHUNK_MARK, Event, Recorder, Relay, current_attempt, diagnostics
+from relay_runtime import CHUNK_MARK, Event, Recorder, Relay, ScopeType, current_attempt, diagnostics
 
 
 def test_called_synchronously_in_registration_order_on_the_emitting_thread() -> None:
@@ -136,3 +136,21 @@ def test_the_public_event_constructor_and_the_hot_path_one_agree() -> None:
     assert type(b) is Event
     assert {s: getattr(a, s) for s in FIELDS} == {s: getattr(b, s) for s in FIELDS}
     assert a.metadata == {} and a.duration_ns == 4 and a.to_dict()["outcome"] == "failed"
+
+
+def test_nemo_argument_order_registers_by_name() -> None:
+    relay = Relay()
+    seen: list[str] = []
+    assert relay.subscribers.register("nemo-style", lambda e: seen.append(e.kind)) == "nemo-style"
+    assert relay.subscribers.register(lambda e: None, name="ours") == "ours"
+    with relay.scope.scope("step", ScopeType.FUNCTION):
+        pass
+    assert seen == ["scope_start", "scope_end"]
+    assert relay.subscribers.names() == ["nemo-style", "ours"]
+    assert relay.subscribers.deregister("nemo-style")
+    with pytest.raises(TypeError, match="must be followed by a callable"):
+        relay.subscribers.register("only-a-name")
+    with pytest.raises(TypeError, match="no name= keyword"):
+        relay.subscribers.register("a", lambda e: None, name="b")
+    with pytest.raises(TypeError, match="second positional argument"):
+        relay.subscribers.register(lambda e: None, lambda e: None)  # type: ignore[arg-type]

@@ -188,7 +188,7 @@ def open_turn(host: session.Host, session_id: str = "sess-1", turn_id: str = "tu
 
 
 def agent_of(host: session.Host) -> str:
-    return Path(host.profile_key).name
+    return session.DEFAULT_AGENT_NAME  # conversations opened without an agent_name
 
 
 def close_turn(turn: session.Turn, outcome: str = "success") -> None:
@@ -274,8 +274,10 @@ def test_session_tree_names_kinds_parentage_and_times(pipeline, host, exporter, 
 
     c = conv.attributes
     assert c["gen_ai.operation.name"] == "invoke_agent"
-    assert c["gen_ai.agent.name"] == "relay-home"  # the profile directory's name
-    assert c["relay.profile_key"] == host.profile_key
+    assert c["gen_ai.agent.name"] == "agent"  # the coordinator's default, never a path's tail
+    assert "relay.profile_key" not in c
+    assert c["relay.profile_id"] == session.profile_id(host.profile_key)
+    assert len(c["relay.profile_id"]) == 12
     assert c["gen_ai.conversation.id"] == "sess-1"
     assert c["relay.platform"] == "cli"
     t = turn_span.attributes
@@ -290,7 +292,26 @@ def test_session_tree_names_kinds_parentage_and_times(pipeline, host, exporter, 
     # Credentials never reach a span, and neither do headers at all.
     dumped = json.dumps([dict(s.attributes) for s in spans])
     assert "sk-secret" not in dumped and "authorization" not in dumped.lower()
+    # Nor does the profile's home directory: its path names the user.
+    assert host.profile_key not in dumped and str(Path(host.profile_key).parent) not in dumped
     assert exporter.diagnostics()["otel.open_spans"] == 0
+
+
+def test_agent_name_comes_from_the_caller_or_the_coordinators_default(pipeline, host, exporter):
+    coordinator = session.SESSION_COORDINATOR
+    lease = coordinator.acquire_conversation(
+        profile_key=host.profile_key, session_id="named", platform="cli", agent_name="research-bot"
+    )
+    coordinator.release_conversation(lease)
+    coordinator.agent_name = "support-desk"
+    lease = coordinator.acquire_conversation(profile_key=host.profile_key, session_id="default", platform="cli")
+    coordinator.release_conversation(lease)
+    names = {s.attributes["gen_ai.conversation.id"]: s for s in pipeline.finished()}
+    assert names["named"].name == "invoke_agent research-bot"
+    assert names["named"].attributes["gen_ai.agent.name"] == "research-bot"
+    assert names["default"].attributes["gen_ai.agent.name"] == "support-desk"
+    with pytest.raises(ValueError, match="agent_name must be a non-empty string"):
+        coordinator.acquire_conversation(profile_key=host.profile_key, session_id="x", platform="cli", agent_name="")
 
 
 def test_anthropic_cache_tokens_are_added_into_input_tokens(pipeline, host, exporter):

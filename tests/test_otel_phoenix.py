@@ -144,7 +144,9 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Phoenix]:
         server.stop()
 
 
-def _run_agent(project: str, phoenix: Phoenix, conventions: tuple[str, ...], monkeypatch: Any, path: str) -> str:
+def _run_agent(
+    project: str, phoenix: Phoenix, conventions: tuple[str, ...], monkeypatch: Any, path: str, *, capture: bool = False
+) -> str:
     """One conversation, one turn: a failed OpenAI attempt, an Anthropic fallback, a tool.
 
     Real SDK clients over a scripted transport, through the adapters.
@@ -155,11 +157,12 @@ def _run_agent(project: str, phoenix: Phoenix, conventions: tuple[str, ...], mon
     exporter = OTelExporter(
         span_exporters=[OTLPSpanExporter(endpoint=f"{phoenix.base}/v1/traces", timeout=10)],
         conventions=conventions,
+        capture_content=capture,
     ).attach(host)
     # The default setup (a bounded batch processor) builds spans at their end; Phoenix must not tell.
     assert (exporter._fast is not None) is (path == "deferred")
     lease = session.SESSION_COORDINATOR.acquire_conversation(
-        profile_key=host.profile_key, session_id=f"sess-{project}", platform="e2e"
+        profile_key=host.profile_key, session_id=f"sess-{project}", platform="e2e", agent_name=f"agent-{project}"
     )
     turn = session.SESSION_COORDINATOR.begin_turn(lease, turn_id="t1", task_id="k1")
     messages = [{"role": "user", "content": "hi"}]
@@ -185,7 +188,7 @@ def _run_agent(project: str, phoenix: Phoenix, conventions: tuple[str, ...], mon
     session.SESSION_COORDINATOR.release_conversation(lease)
     exporter.shutdown()
     assert exporter.diagnostics().get("otel.spans_export_failed", 0) == 0
-    return host.profile_key
+    return f"agent-{project}"
 
 
 def _check_tree(spans: list[dict[str, Any]], profile: str) -> dict[str, dict[str, Any]]:
@@ -259,3 +262,19 @@ def test_phoenix_reads_openinference_spans(phoenix, relay_home, monkeypatch, req
     assert one["logical_llm_call"]["span_kind"] == "CHAIN"
     assert one["chat claude-e2e"]["attributes"]["llm.provider"] == "anthropic"
     assert one["chat claude-e2e"]["attributes"]["session.id"] == f"sess-{project}"
+
+
+@pytest.mark.parametrize("conventions", [("gen_ai",), ("gen_ai", "openinference")], ids=["gen_ai", "openinference"])
+def test_phoenix_shows_captured_messages(phoenix, relay_home, monkeypatch, request, conventions):
+    path = request.getfixturevalue("span_path")
+    project = f"relay-content-{conventions[-1]}-{path}"
+    agent = _run_agent(project, phoenix, conventions, monkeypatch, path, capture=True)
+    one = _check_tree(phoenix.spans(project, expected=6), agent)
+    # What Phoenix's LLM view renders as the span's messages (it maps gen_ai.* onto these itself).
+    for name, reply in (("chat gpt-e2e", None), ("chat claude-e2e", "ok")):
+        a = one[name]["attributes"]
+        assert (a["llm.input_messages.0.message.role"], a["llm.input_messages.0.message.content"]) == ("user", "hi")
+        if reply is not None:
+            assert a["llm.output_messages.0.message.role"] == "assistant"
+            assert a["llm.output_messages.0.message.content"] == reply
+        assert "sk-test" not in json.dumps(a)

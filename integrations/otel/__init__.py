@@ -1,7 +1,7 @@
 """OpenTelemetry export of relay scopes: GenAI semantic conventions, optional OpenInference.
 
     from relay_runtime.integrations.otel import OTelExporter
-    exporter = OTelExporter(tracer_provider, meter_provider).attach(relay)   # or a session host
+    exporter = OTelExporter(tracer_provider, meter_provider).attach(SESSION_COORDINATOR)  # or a host, a Relay
 
 or, from the ``OTEL_*`` environment (console and/or OTLP):
 
@@ -29,7 +29,7 @@ __all__ = [
 def setup_from_env(
     relay: Any, *, console: bool = False, propagate_context: bool = False, **options: Any
 ) -> OTelExporter:
-    """An exporter attached to ``relay`` (a Relay or a session host), exporting where the environment says.
+    """An exporter attached to ``relay`` (a Relay, a host or SESSION_COORDINATOR), exporting where the environment says.
 
     Spans go to the console when ``console`` is true (or ``OTEL_TRACES_EXPORTER``
     names ``console``), and over OTLP when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or the

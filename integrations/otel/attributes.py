@@ -86,20 +86,15 @@ def provider_of(event: Event) -> str | None:
 
 
 def agent_name(event: Event) -> str:
-    """``agent_name`` metadata if the caller gave one, else the profile's last path part.
+    """The ``agent_name`` the caller gave the conversation (or the coordinator's default).
 
-    Profile keys are resolved home directories: the full path stays in
-    ``relay.profile_key``, the span name gets its readable tail.
+    Never derived from the profile key: that is a home directory's path, which is
+    not exported (``relay.profile_id`` identifies the profile instead).
     """
     md = event.metadata
-    if not md:
-        return event.name
-    name = md.get("agent_name")
+    name = md.get(cv.AGENT_NAME) if md else None
     if isinstance(name, str) and name:
         return name
-    profile = md.get(cv.PROFILE_KEY)
-    if isinstance(profile, str) and profile:
-        return profile.rstrip("/\\").rsplit("/", 1)[-1].rsplit("\\", 1)[-1] or profile
     return event.name
 
 
@@ -145,7 +140,7 @@ RELAY_METADATA: dict[str, str] = {
         cv.TASK_ID,
         cv.PLATFORM,
         cv.PARENT_SESSION_ID,
-        cv.PROFILE_KEY,
+        cv.PROFILE_ID,
         cv.API_MODE,
     )
 }

@@ -12,6 +12,8 @@ end event for such a span is ignored.
 
 from __future__ import annotations
 
+import atexit
+import logging
 import threading
 import time
 from collections import Counter
@@ -26,6 +28,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import Span, Status, StatusCode, TracerProvider, set_span_in_context
 
 from relay_runtime import conventions as cv
+from relay_runtime.attach import Attachment
 from relay_runtime.events import MARK, SCOPE_END, SCOPE_START, Event
 
 from . import attributes as A
@@ -34,9 +37,12 @@ from .content import ContentRecorder, Redactor, capture_from_env
 from .deferred import fast_path_for
 from .metrics import GenAIMetrics
 from .providers import (
+    METRICS_LOGGER,
+    BoundedBatchSpanProcessor,
     global_sdk_meter_provider,
     global_sdk_tracer_provider,
     meter_provider_from_env,
+    quiet_repeated_failures,
     sdk_disabled,
     tracer_provider_from_env,
 )
@@ -54,6 +60,10 @@ SPANS_ABANDONED = "otel.spans_abandoned"
 UNMATCHED_ENDS = "otel.unmatched_ends"
 ATTRIBUTE_ERRORS = "otel.attribute_errors"
 CONTENT_ERRORS = "otel.content_errors"
+SHUTDOWN_TIMEOUTS = "otel.shutdown_timeouts"
+DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
+
+logger = logging.getLogger("relay_runtime.integrations.otel")
 
 _SWEEPING_ROLES = frozenset({A.CONVERSATION, A.TURN, A.AGENT})
 _SPAN_KINDS = A.SPAN_KINDS
@@ -78,6 +88,8 @@ class OTelExporter:
     exporters, each behind a bounded batch processor whose drops are counted.
     ``fast_path``: with an SDK ``TracerProvider`` whose processors all ignore span starts,
     build each span whole at its end (``deferred.py``); False always uses the SDK's ``Span``.
+    ``shutdown_timeout``: how long ``shutdown()`` (and so the process's exit, for providers
+    built here) may wait for a backend that is down, refusing or not answering.
     """
 
     KINDS = ("scope_start", "scope_end", "mark")
@@ -94,7 +106,11 @@ class OTelExporter:
         max_open_spans: int = 10_000,
         span_exporters: Sequence[SpanExporter] | None = None,
         fast_path: bool = True,
+        shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S,
     ) -> None:
+        if not isinstance(shutdown_timeout, int | float) or not 0 < shutdown_timeout < float("inf"):
+            raise ValueError(f"shutdown_timeout must be a positive number of seconds, got {shutdown_timeout!r}")
+        self.shutdown_timeout = float(shutdown_timeout)
         wanted = tuple(conventions)
         unknown = set(wanted) - A.KNOWN_CONVENTIONS
         if unknown or A.GEN_AI not in wanted:
@@ -107,8 +123,9 @@ class OTelExporter:
         self._oi = A.OPENINFERENCE in wanted
         self._counts: Counter[str] = Counter()
         self._counts_lock = threading.Lock()
-        self._targets: list[Any] = []  # relays (and hosts) this exporter is attached to
+        self._attachments: list[Attachment] = []  # what attach() connected; detach() undoes them
         self._owned: list[Any] = []  # providers built here, shut down here
+        self._log_filter: logging.Filter | None = None
         self._disabled = tracer_provider is None and span_exporters is None and sdk_disabled()
 
         if span_exporters is not None:
@@ -127,6 +144,8 @@ class OTelExporter:
                 meter_provider = meter_provider_from_env()
                 if meter_provider is not None:
                     self._owned.append(meter_provider)
+                    # A backend that takes no metrics says so once, not at every export.
+                    self._log_filter = quiet_repeated_failures()
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
         self._tracer = (tracer_provider or trace_api.NoOpTracerProvider()).get_tracer(INSTRUMENTATION_NAME, VERSION)
@@ -137,6 +156,11 @@ class OTelExporter:
         self._content = ContentRecorder(redact, self._oi) if capture else None
         self._link = link_to_current_context
         self._table = SpanTable(max_open_spans)
+        self._at_exit: Callable[[], None] | None = None
+        if self._owned:
+            # The SDK's own exit hooks are off for providers built here (they wait without bound).
+            self._at_exit = self._shutdown_at_exit
+            atexit.register(self._at_exit)
 
     # -- the subscriber ------------------------------------------------------------------------
 
@@ -326,38 +350,37 @@ class OTelExporter:
     # -- attaching, counting, lifecycle ------------------------------------------------------
 
     def attach(self, target: Any, *, name: str = "otel", propagate_context: bool = False) -> OTelExporter:
-        """Register on a ``Relay``, or on a session host (its relay, and managed execution retained).
+        """Export what ``target`` runs: a ``Relay``, a session host, or ``SESSION_COORDINATOR``.
 
+        A host (or the coordinator: every host it has and will have) also gets its managed
+        execution retained, so LLM calls in its turns become spans. ``detach()`` undoes it.
         ``propagate_context``: also add the attempt's ``traceparent`` (and whatever
         else ``OTEL_PROPAGATORS`` injects) to ``LLMRequest.headers`` of every call.
         """
-        relay = getattr(target, "relay", None)
-        host = target if relay is not None and hasattr(target, "retain_managed_execution") else None
-        relay = relay if host is not None else target
-        subscribers = getattr(relay, "subscribers", None)
-        if subscribers is None:
-            raise TypeError(f"attach() takes a Relay or a session host, got {type(target).__name__}")
-        subscribers.register(self, name=name, kinds=self.KINDS)
-        if propagate_context:
-            propagation.install(self, relay, name=f"{name}.trace_context")
-        if host is not None:
-            host.retain_managed_execution(name)
-        self._targets.append((relay, host, name, propagate_context))
+
+        def connect(relay: Any) -> None:
+            relay.subscribers.register(self, name=name, kinds=self.KINDS)
+            if propagate_context:
+                propagation.install(self, relay, name=f"{name}.trace_context")
+
+        def disconnect(relay: Any) -> None:
+            relay.subscribers.deregister(name)
+            if propagate_context:
+                propagation.uninstall(relay, name=f"{name}.trace_context")
+
+        self._attachments.append(Attachment(target, name, connect, disconnect))
         return self
 
     def detach(self) -> None:
-        for relay, host, name, propagated in self._targets:
-            relay.subscribers.deregister(name)
-            if propagated:
-                propagation.uninstall(relay, name=f"{name}.trace_context")
-            if host is not None:
-                host.release_managed_execution(name)
-        self._targets.clear()
+        """Undo every ``attach``: deregister, release managed execution, stop following new hosts."""
+        attachments, self._attachments = self._attachments, []
+        for attachment in attachments:
+            attachment.detach()
 
     def count(self, key: str, n: int = 1) -> None:
         with self._counts_lock:
             self._counts[key] += n
-        for relay, *_ in list(self._targets):
+        for relay in [r for a in list(self._attachments) for r in a.relays]:
             counter = getattr(relay, "count", None)
             if counter is not None:
                 try:
@@ -379,20 +402,59 @@ class OTelExporter:
                 ok = bool(flush(timeout_millis)) and ok
         return ok
 
-    def shutdown(self, *, end_open_spans: bool = True) -> None:
+    def shutdown(self, *, end_open_spans: bool = True, timeout: float | None = None) -> bool:
         """End what is still open (as abandoned), flush, shut down providers built here, then detach.
 
-        Detaching comes last so that losses counted while flushing still reach the relays.
+        Returns within ``timeout`` (default ``shutdown_timeout``, 5 s) whatever the backend
+        does; False when flushing did not finish in time (counted as ``otel.shutdown_timeouts``,
+        logged once): what was still queued then is not delivered. Detaching comes last so
+        that losses counted while flushing still reach the relays.
         """
+        limit = self.shutdown_timeout if timeout is None else timeout
         if end_open_spans:
             now = time.time_ns()
             for record in self._table.remove_all():
                 self._abandon(record, now, "exporter shut down while this scope was open")
-        self.force_flush()
-        for provider in self._owned:
+        owned, self._owned = self._owned, []
+        done = threading.Event()
+
+        def flush_and_close() -> None:
             try:
-                provider.shutdown()
-            except Exception:
-                self.count("otel.shutdown_errors")
-        self._owned.clear()
+                self.force_flush(int(limit * 1000))
+                for provider in owned:
+                    try:
+                        provider.shutdown()
+                    except Exception:
+                        self.count("otel.shutdown_errors")
+            finally:
+                done.set()
+
+        # The SDK's flush and shutdown wait on the network without a bound of their own:
+        # they run on a daemon thread that this call waits for no longer than the limit.
+        worker = threading.Thread(target=flush_and_close, name="relay-otel-shutdown", daemon=True)
+        worker.start()
+        finished = done.wait(limit)
+        if not finished:
+            self.count(SHUTDOWN_TIMEOUTS)
+            logger.warning(
+                "OTel exporter shutdown gave up after %.1fs: the backend is down, refusing or not answering; "
+                "%d spans still queued are not delivered",
+                limit,
+                self._pending_spans(),
+            )
+        if self._at_exit is not None:
+            atexit.unregister(self._at_exit)
+            self._at_exit = None
+        if self._log_filter is not None:
+            logging.getLogger(METRICS_LOGGER).removeFilter(self._log_filter)
+            self._log_filter = None
         self.detach()
+        return finished
+
+    def _shutdown_at_exit(self) -> None:
+        self.shutdown()
+
+    def _pending_spans(self) -> int:
+        processor = getattr(self.tracer_provider, "_active_span_processor", None)
+        inner = getattr(processor, "_span_processors", ())
+        return sum(p.pending for p in inner if isinstance(p, BoundedBatchSpanProcessor))

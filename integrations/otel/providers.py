@@ -13,6 +13,7 @@ a blocked or failed LLM call.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -233,7 +234,9 @@ def span_exporters(names: Sequence[str]) -> list[SpanExporter]:
 
 def tracer_provider_from_env(count: Counter, *, exporters: Sequence[SpanExporter] | None = None) -> TracerProvider:
     """A tracer provider with one bounded batch processor per exporter (default: ``OTEL_TRACES_EXPORTER``)."""
-    provider = TracerProvider(resource=default_resource())
+    # No SDK exit hook: its shutdown waits on a down or hanging endpoint for a minute or more.
+    # The exporter that owns this provider shuts it down itself, within its own bound.
+    provider = TracerProvider(resource=default_resource(), shutdown_on_exit=False)
     if exporters is None:
         exporters = span_exporters(exporter_names("TRACES", "otlp"))
     for exporter in exporters:
@@ -277,7 +280,7 @@ def meter_provider_from_env() -> MeterProvider | None:
     readers = metric_readers(exporter_names("METRICS", "otlp"))
     if not readers:
         return None
-    return MeterProvider(resource=default_resource(), metric_readers=readers)
+    return MeterProvider(resource=default_resource(), metric_readers=readers, shutdown_on_exit=False)
 
 
 def global_sdk_tracer_provider() -> TracerProvider | None:
@@ -292,3 +295,42 @@ def global_sdk_meter_provider() -> MeterProvider | None:
 
     provider: Any = metrics.get_meter_provider()
     return provider if isinstance(provider, MeterProvider) else None
+
+
+# -- export failures that repeat ------------------------------------------------------------------
+
+METRICS_LOGGER = "opentelemetry.exporter.otlp.proto.http.metric_exporter"
+_FAILED_WITH_STATUS = "Failed to export %s batch code: %s, reason: %s"
+
+
+class RepeatedFailureFilter(logging.Filter):
+    """Lets the OTLP exporter's "failed with HTTP status N" through once per status, then drops repeats.
+
+    A backend that takes traces but not metrics (Phoenix answers 405) would otherwise log
+    the same error at every periodic export, for the life of the process.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: dict[Any, int] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg != _FAILED_WITH_STATUS or not isinstance(record.args, tuple) or len(record.args) < 2:
+            return True
+        kind, status = record.args[0], record.args[1]
+        with self._lock:
+            times = self.seen[status] = self.seen.get(status, 0) + 1
+        if times > 1:
+            return False
+        hint = " (the endpoint does not accept them)" if status in (404, 405, 415, 501) else ""
+        record.msg = "OTLP %s export refused with HTTP %s%s: %s; later failures with this status are not logged"
+        record.args = (kind, status, hint, record.args[2] if len(record.args) > 2 else "")
+        return True
+
+
+def quiet_repeated_failures(logger_name: str = METRICS_LOGGER) -> RepeatedFailureFilter:
+    """Install a ``RepeatedFailureFilter`` on ``logger_name``; remove it with ``logger.removeFilter``."""
+    found = RepeatedFailureFilter()
+    logging.getLogger(logger_name).addFilter(found)
+    return found

@@ -13,15 +13,26 @@ from . import paths
 from .default_store import env_store
 from .store import FileStore, RunJournalStore
 
+# The one line `relay-runtime --help` shows for this command.
+SUMMARY = "read a run's journal (show, tail) or serve a page that follows runs live"
+
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="relay-runtime journal", description="Read a run's journal.")
+    parser = argparse.ArgumentParser(
+        prog="relay-runtime journal",
+        description=(
+            "Read or serve run journals: the rows JournalSubscriber wrote for each turn (status, tokens, "
+            "tool calls, model observations, the terminal row), from $RELAY_HOME/sessions."
+        ),
+    )
     commands = parser.add_subparsers(dest="command", required=True)
-    show = commands.add_parser("show", help="print a run's rows and its summary")
-    tail = commands.add_parser("tail", help="print a run's rows as they are written; exit at its terminal row")
+    show_help = "print a run's rows and its summary"
+    tail_help = "print a run's rows as they are written; exit at its terminal row"
+    show = commands.add_parser("show", help=show_help, description=f"{show_help[0].upper()}{show_help[1:]}.")
+    tail = commands.add_parser("tail", help=tail_help, description=f"{tail_help[0].upper()}{tail_help[1:]}.")
     for sub in (show, tail):
-        sub.add_argument("session_id")
-        sub.add_argument("run_id")
+        sub.add_argument("session_id", help="the conversation's session id")
+        sub.add_argument("run_id", help="the run id: the turn id given to begin_turn")
         sub.add_argument("--session-dir", help="the sessions directory (default: $RELAY_HOME/sessions)")
         sub.add_argument("--after-seq", type=int, default=0, help="only rows after this seq")
         sub.add_argument("--json", action="store_true", help="print rows as raw JSON lines")
@@ -42,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--write-timeout", type=float, default=30.0, help="drop an SSE client that accepts nothing for this long"
     )
-    show.add_argument("--no-summary", action="store_true")
+    show.add_argument("--no-summary", action="store_true", help="print the rows only")
     tail.add_argument("--poll", type=float, default=0.1, help="seconds between checks for new rows")
     tail.add_argument("--timeout", type=float, default=None, help="give up (exit 1) after this many seconds")
     return parser

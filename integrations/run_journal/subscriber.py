@@ -29,14 +29,16 @@ title generator's model is not the model that answered.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from relay_runtime import CHUNK_MARK, MARK, SCOPE_END, SCOPE_START, Event, Relay
+from relay_runtime import CHUNK_MARK, MARK, SCOPE_END, SCOPE_START, Event, Relay, session
 from relay_runtime import conventions as cv
+from relay_runtime.attach import Attachment
 from relay_runtime.cost import AttemptCost, CostRollup
 
 from . import paths
@@ -48,6 +50,8 @@ from .storage import encode_json
 
 if TYPE_CHECKING:
     from .store import RunJournalStore
+
+logger = logging.getLogger("relay_runtime.integrations.run_journal")
 
 _SUCCESS = "success"
 _FAILED = "failed"
@@ -141,7 +145,11 @@ def _response_model(event: Event) -> str | None:
 
 
 class JournalSubscriber:
-    """Register on a relay with ``chunks=True`` (or call :meth:`register`)."""
+    """Journals the turns of what it is attached to: ``JournalSubscriber(session_dir=...).attach(target)``.
+
+    ``target``: a session host or ``SESSION_COORDINATOR`` (every host, now and later),
+    whose managed execution is then retained; or a bare ``Relay``.
+    """
 
     def __init__(
         self,
@@ -153,7 +161,8 @@ class JournalSubscriber:
         store: RunJournalStore | None = None,
     ) -> None:
         self._relay = relay
-        self._registered: str | None = None
+        self._attachments: list[Attachment] = []
+        self._unmanaged_warned = False
         self.counts: Counter[str] = Counter()
         self._count_lock = threading.Lock()
         self._writer = RowWriter(
@@ -167,13 +176,33 @@ class JournalSubscriber:
 
     # -- wiring ---------------------------------------------------------------------------
 
-    def register(self, relay: Relay | None = None, *, name: str = "run_journal") -> str:
-        relay = relay if relay is not None else self._relay
-        if relay is None:
-            raise ValueError("JournalSubscriber.register needs a relay")
-        self._relay = relay
-        self._registered = relay.subscribers.register(self, name=name, chunks=True)
-        return self._registered
+    def attach(self, target: Any = None, *, name: str = "run_journal") -> JournalSubscriber:
+        """Journal ``target``'s turns (default: the relay given to the constructor); ``detach()`` undoes it."""
+        target = target if target is not None else self._relay
+        if target is None:
+            raise ValueError("JournalSubscriber.attach needs a Relay, a session host or SESSION_COORDINATOR")
+
+        def connect(relay: Relay) -> None:
+            relay.subscribers.register(self, name=name, chunks=True)
+
+        def disconnect(relay: Relay) -> None:
+            relay.subscribers.deregister(name)
+
+        attachment = Attachment(target, name, connect, disconnect)
+        if self._relay is None and attachment.relays:
+            self._relay = attachment.relays[0]
+        self._attachments.append(attachment)
+        return self
+
+    def register(self, relay: Any = None, *, name: str = "run_journal") -> str:
+        """``attach`` under its older name; returns the subscriber's name."""
+        self.attach(relay, name=name)
+        return name
+
+    def detach(self) -> None:
+        attachments, self._attachments = self._attachments, []
+        for attachment in attachments:
+            attachment.detach()
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every row produced so far is on disk; False on timeout."""
@@ -181,16 +210,33 @@ class JournalSubscriber:
 
     def close(self, timeout: float | None = 5.0) -> bool:
         """Stop listening, write what is queued, stop the writer thread. Idempotent."""
-        if self._registered is not None and self._relay is not None:
-            self._relay.subscribers.deregister(self._registered)
-            self._registered = None
+        self.detach()
         return self._writer.close(timeout)
 
     def _count(self, key: str) -> None:
         with self._count_lock:
             self.counts[key] += 1
-        if self._relay is not None:
-            self._relay.count(key)
+        relays = [r for a in self._attachments for r in a.relays] or ([self._relay] if self._relay else [])
+        for relay in relays:
+            relay.count(key)
+
+    def _warn_if_unmanaged(self) -> None:
+        """A bare relay whose host retains no managed execution journals runs without their LLM calls."""
+        if self._unmanaged_warned:
+            return
+        for attachment in self._attachments:
+            if not isinstance(attachment.target, Relay):
+                continue
+            for host in session.SESSION_COORDINATOR.hosts():
+                if host.relay is attachment.target and not host.managed_execution_enabled():
+                    self._unmanaged_warned = True
+                    logger.warning(
+                        "run journal on relay %r: no consumer retains managed execution on its host, so LLM "
+                        "calls in its turns are not journaled; attach the journal to the host or to "
+                        "SESSION_COORDINATOR instead",
+                        host.relay.name,
+                    )
+                    return
 
     # -- events ---------------------------------------------------------------------------
 
@@ -247,6 +293,7 @@ class JournalSubscriber:
         if not (paths.valid_id(session_id) and paths.valid_id(run_id)):
             self._count("journal.invalid_ids")
             return
+        self._warn_if_unmanaged()
         run = _Run(str(session_id), str(run_id))
         self._runs[event.uuid] = run
         self._scopes[event.uuid] = run

@@ -16,6 +16,9 @@ from .config import RelayConfig
 from .server import RelayServer, create_app
 from .tracing import format_turn
 
+# The one line `relay-runtime --help` shows for this command.
+SUMMARY = "run the realtime voice relay (serve)"
+
 
 def _is_loopback(host: str) -> bool:
     if host == "localhost":
@@ -59,10 +62,14 @@ async def serve(config: RelayConfig, *, agent_url: str | None, ready: asyncio.Ev
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="relay-runtime voice", description="The realtime voice relay.")
+    parser = argparse.ArgumentParser(
+        prog="relay-runtime voice",
+        description="The realtime voice relay: devices talk to a realtime model and hand tasks to the agent.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    serve_parser = sub.add_parser("serve", help="run the relay (stub provider, loopback) and print a device token")
-    serve_parser.add_argument("--host", default="127.0.0.1")
+    serve_help = "run the relay (stub provider, loopback) and print a device token"
+    serve_parser = sub.add_parser("serve", help=serve_help, description=f"{serve_help[0].upper()}{serve_help[1:]}.")
+    serve_parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     serve_parser.add_argument("--port", type=int, default=8765, help="0 picks a free port")
     serve_parser.add_argument("--provider", default="stub", help="stub, openai_realtime or xai_realtime")
     serve_parser.add_argument("--agent-url", default=None, help="stream runs from a remote agent over HTTP")
