@@ -25,6 +25,11 @@ from typing import Any
 
 import httpx2
 
+try:  # how the httpx2 client hands a streamed response on; without it, streams replay over HTTP
+    from httpx2._client import BoundAsyncStream, BoundSyncStream
+except ImportError:  # pragma: no cover - an httpx2 that moved them
+    BoundAsyncStream = BoundSyncStream = None  # type: ignore[assignment,misc]
+
 from relay_runtime import cassettes
 from relay_runtime.cassettes import secrets
 from relay_runtime.codec import LLMCodec
@@ -102,72 +107,190 @@ def _install(client: Any) -> None:
 # -- direct replay -----------------------------------------------------------------------
 
 NOT_DIRECT: Any = object()
-# The SDK type ``create()`` parses a non-streamed answer into, per API (imported on first use).
-_RESPONSE_TYPES = {
-    "chat_completions": ("openai.types.chat", "ChatCompletion"),
-    "responses": ("openai.types.responses", "Response"),
-    "anthropic_messages": ("anthropic.types", "Message"),
+
+
+class _SdkReplay:
+    """What a direct replay needs to know of one SDK client class and API (built once, then cached)."""
+
+    __slots__ = ("chunk_type", "ids", "is_async", "response_type", "stream_cls", "usual")
+
+    def __init__(
+        self,
+        response_type: Any,
+        chunk_type: Any,
+        stream_cls: Any,
+        ids: Callable[[Any, Mapping[str, str]], None],
+        usual: Callable[[Any, Mapping[str, Any]], bool],
+        is_async: bool,
+    ) -> None:
+        self.response_type = response_type
+        self.chunk_type = chunk_type
+        self.stream_cls = stream_cls  # subscripted, as create() passes it: the stream gets the same __orig_class__
+        self.ids = ids
+        self.usual = usual
+        self.is_async = is_async
+
+
+# Per API: the SDK, the type a non-streamed answer is parsed into, the type of a stream's items.
+_TYPES = {
+    "chat_completions": (
+        "openai",
+        ("openai.types.chat", "ChatCompletion"),
+        ("openai.types.chat", "ChatCompletionChunk"),
+    ),
+    "responses": ("openai", ("openai.types.responses", "Response"), ("openai.types.responses", "ResponseStreamEvent")),
+    "anthropic_messages": ("anthropic", ("anthropic.types", "Message"), ("anthropic.types", "RawMessageStreamEvent")),
 }
+_SDKS: dict[tuple[type, str], _SdkReplay | None] = {}
+# Client attributes a direct replay uses in place of the SDK's request path: without one, the HTTP path.
+_NEEDED = ("_process_response_data", "_make_sse_decoder", "_base_url", "_strict_response_validation")
+
+
+def _sdk_replay(client: Any, api_mode: str) -> _SdkReplay | None:
+    key = (type(client), api_mode)
+    try:
+        return _SDKS[key]
+    except KeyError:
+        pass
+    try:
+        profile = _load_sdk_replay(client, api_mode)
+    except (ImportError, AttributeError):
+        profile = None
+    _SDKS[key] = profile
+    return profile
+
+
+def _load_sdk_replay(client: Any, api_mode: str) -> _SdkReplay | None:
+    types = _TYPES.get(api_mode)
+    sdk = type(client).__module__.partition(".")[0]
+    http = getattr(client, "_client", None)
+    if types is None or sdk != types[0] or not isinstance(http, httpx2.Client | httpx2.AsyncClient):
+        return None
+    if not all(hasattr(client, name) for name in _NEEDED):
+        return None
+    response_type = getattr(importlib.import_module(types[1][0]), types[1][1])
+    chunk_type = getattr(importlib.import_module(types[2][0]), types[2][1])
+    streaming = importlib.import_module(f"{sdk}._streaming")
+    is_async = isinstance(http, httpx2.AsyncClient)
+    stream_cls = (streaming.AsyncStream if is_async else streaming.Stream)[chunk_type]
+    if sdk == "openai":
+        from openai._models import add_request_id
+
+        def openai_ids(parsed: Any, headers: Mapping[str, str]) -> None:
+            add_request_id(parsed, headers.get("x-request-id"))
+
+        return _SdkReplay(response_type, chunk_type, stream_cls, openai_ids, _always, is_async)
+    from anthropic._data import DEPRECATED_MODELS, MODELS_TO_WARN_WITH_THINKING_ENABLED
+    from anthropic._models import add_response_ids
+
+    warned = frozenset(DEPRECATED_MODELS) | frozenset(MODELS_TO_WARN_WITH_THINKING_ENABLED)
+
+    def anthropic_ids(parsed: Any, headers: Mapping[str, str]) -> None:
+        add_response_ids(
+            parsed, request_id=headers.get("request-id"), workspace_id=headers.get("anthropic-workspace-id")
+        )
+
+    def anthropic_usual(client: Any, request: Mapping[str, Any]) -> bool:
+        # Its own spans and middleware run around the HTTP tries, and create() warns of some
+        # models before sending: a replay must do all of that as live, so through the HTTP path.
+        return client._tracer is None and not client._middleware and request.get("model") not in warned
+
+    return _SdkReplay(response_type, chunk_type, stream_cls, anthropic_ids, anthropic_usual, is_async)
+
+
+def _always(client: Any, request: Mapping[str, Any]) -> bool:
+    return True
+
+
+def _single_answer(tape: cassettes.CallTape) -> dict[str, Any] | None:
+    """The call's one recorded try when it is a 2xx answer with no failure; None otherwise."""
+    exchanges = tape.record.get("http")
+    if not isinstance(exchanges, list) or len(exchanges) != 1 or not isinstance(exchanges[0], dict):
+        return None
+    exchange = exchanges[0]
+    status = exchange.get("status")
+    if type(status) is not int or not 200 <= status < 300 or "error" in exchange:
+        return None
+    headers = exchange.get("headers")
+    if headers is not None and (not isinstance(headers, dict) or "set-cookie" in headers):
+        return None  # the client's cookie jar takes what a live answer sets
+    return exchange
 
 
 def direct_reply(tape: cassettes.CallTape, client: Any, api_mode: str) -> Any:
-    """A recorded single 2xx JSON answer, parsed by the SDK client's own response parser; else ``NOT_DIRECT``.
+    """A recorded single 2xx answer, made into what ``create()`` returns by the SDK's own parsing; else ``NOT_DIRECT``.
 
     The SDK's request building and HTTP round trip are most of what a replay would
     cost, and with one successful try there is no retry or error for them to replay.
-    Everything else (retries, errors, streams, recorded timing, strict validation,
-    an SDK this does not know) goes through the HTTP layer.
+    A JSON answer is parsed by the client's own response parser; a stream is the
+    SDK's own stream class over a response made of the recorded events, parsing each
+    as it is read. Everything else (retries, errors, error events, recorded timing,
+    an SDK this does not know or whose internals moved) goes through the HTTP layer.
     """
-    if not tape.replaying or tape.timing != "instant" or tape.request.get("stream"):
+    if not tape.replaying or tape.timing != "instant":
         return NOT_DIRECT
-    exchanges = tape.record.get("http")
-    if not isinstance(exchanges, list) or len(exchanges) != 1 or not isinstance(exchanges[0], dict):
+    exchange = _single_answer(tape)
+    if exchange is None:
         return NOT_DIRECT
-    exchange = exchanges[0]
-    status = exchange.get("status")
-    if type(status) is not int or not 200 <= status < 300 or "body" not in exchange or "error" in exchange:
+    sdk = _sdk_replay(client, api_mode)
+    if sdk is None or not sdk.usual(client, tape.request):
         return NOT_DIRECT
-    parse = getattr(client, "_process_response_data", None)
-    ids = _ids_writer(client)
-    cast_to = _response_type(api_mode)
-    if parse is None or ids is None or cast_to is None or getattr(client, "_strict_response_validation", True):
+    if tape.request.get("stream"):
+        return _direct_stream(tape, exchange, client, sdk)
+    if "body" not in exchange or client._strict_response_validation:
         return NOT_DIRECT
-    headers = exchange.get("headers") or {}
     tape.next()
     # A fresh copy: the caller may change the object it gets, and the SDK keeps nested dicts as given.
-    parsed = parse(data=json.loads(json.dumps(exchange["body"])), cast_to=cast_to, response=None)
-    ids(parsed, headers)
+    parsed = client._process_response_data(
+        data=json.loads(json.dumps(exchange["body"])), cast_to=sdk.response_type, response=None
+    )
+    sdk.ids(parsed, exchange.get("headers") or {})
     sdk_retries.answered_without_http(client)
     return parsed
 
 
-def _response_type(api_mode: str) -> Any:
-    where = _RESPONSE_TYPES.get(api_mode)
-    if where is None:
-        return None
-    try:
-        return getattr(importlib.import_module(where[0]), where[1])
-    except (ImportError, AttributeError):
-        return None
+def _direct_stream(tape: cassettes.CallTape, exchange: dict[str, Any], client: Any, sdk: _SdkReplay) -> Any:
+    events = exchange.get("events")
+    path = exchange.get("path")
+    if BoundSyncStream is None or not isinstance(events, list) or not isinstance(path, str):
+        return NOT_DIRECT
+    if not all(map(_plain_event, events)):
+        return NOT_DIRECT
+    tape.next()
+    http = client._client
+    request = httpx2.Request(str(exchange.get("method") or "POST"), _url(client._base_url, path))
+    # Instant timing: the whole body in one read, as a mock transport gives it (the SDK splits the events).
+    body = _ReplayBody([(0.0, _sse_body(events))], None, timed=False)
+    # As the httpx2 client hands a response on: its request, a stream that times itself, the encoding.
+    bound_body = (BoundAsyncStream if sdk.is_async else BoundSyncStream)(body, start=time.perf_counter())
+    headers = exchange.get("headers") or {}
+    response = httpx2.Response(exchange["status"], headers=headers, stream=bound_body, request=request)
+    response.default_encoding = http._default_encoding
+    sdk_retries.answered_without_http(client)
+    # The request options the SDK would pass only choose its legacy event handling, which None also means.
+    return sdk.stream_cls(cast_to=sdk.chunk_type, response=response, client=client, options=None)
 
 
-def _ids_writer(client: Any) -> Callable[[Any, Mapping[str, str]], None] | None:
-    """How the client's SDK puts the ids it reads off response headers onto a parsed response."""
-    sdk = type(client).__module__.partition(".")[0]
-    try:
-        if sdk == "openai":
-            from openai._models import add_request_id
+def _plain_event(event: Any) -> bool:
+    """An event the SDK's stream parses into an item: an error event raises, through the HTTP path."""
+    if not isinstance(event, dict) or event.get("event") == "error":
+        return False
+    data = event.get("data")
+    return not (isinstance(data, dict) and data.get("error"))
 
-            return lambda parsed, headers: add_request_id(parsed, headers.get("x-request-id"))
-        if sdk == "anthropic":
-            from anthropic._models import add_response_ids
 
-            return lambda parsed, headers: add_response_ids(
-                parsed, request_id=headers.get("request-id"), workspace_id=headers.get("anthropic-workspace-id")
-            )
-    except ImportError:
-        return None
-    return None
+_URLS: dict[tuple[httpx2.URL, str], httpx2.URL] = {}
+
+
+def _url(base: httpx2.URL, path: str) -> httpx2.URL:
+    """The URL a live try went to: the client's base URL with the recorded path (URLs are immutable)."""
+    key = (base, path)
+    url = _URLS.get(key)
+    if url is None:
+        if len(_URLS) > 256:
+            _URLS.clear()
+        url = _URLS[key] = base.copy_with(raw_path=path.encode("utf-8"))
+    return url
 
 
 # -- transports --------------------------------------------------------------------------
@@ -354,14 +477,25 @@ class _RecordingBody(httpx2.SyncByteStream, httpx2.AsyncByteStream):
     def __init__(self, response: httpx2.Response, log: _EventLog) -> None:
         self.response = response
         self.log = log
+        self.started = False
+
+    def _second_read(self) -> bool:
+        # The async SDK drains a stream at its end marker while still reading it: that
+        # second read fails as on any consumed stream, and is no failure of the provider's.
+        started, self.started = self.started, True
+        return started
 
     def __iter__(self) -> Iterator[bytes]:
+        if self._second_read():
+            raise httpx2.StreamConsumed()
         with self.log.reading():
             for chunk in self.response.iter_bytes():
                 self.log.feed(chunk)
                 yield chunk
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._second_read():
+            raise httpx2.StreamConsumed()
         with self.log.reading():
             async for chunk in self.response.aiter_bytes():
                 self.log.feed(chunk)
@@ -428,6 +562,10 @@ def _body_bytes(exchange: dict[str, Any]) -> bytes:
     return b""
 
 
+# One encoder for all: json.dumps with options builds a new one per call.
+_to_json = json.JSONEncoder(ensure_ascii=False).encode
+
+
 def _frames(events: list[Any]) -> list[tuple[float, bytes]]:
     """Each recorded event as SSE bytes, with the seconds to wait before it (for recorded timing)."""
     frames: list[tuple[float, bytes]] = []
@@ -435,15 +573,27 @@ def _frames(events: list[Any]) -> list[tuple[float, bytes]]:
     for event in events:
         if not isinstance(event, dict):
             continue
-        lines = [f"{name}: {event[name]}" for name in ("event", "id", "retry") if name in event]
-        data = event.get("data", "")
-        text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
-        lines.extend(f"data: {line}" for line in text.split("\n"))
         at = event.get("at_ms")
         at = float(at) if isinstance(at, int | float) else last
-        frames.append((max(0.0, at - last) / 1000, ("\n".join(lines) + "\n\n").encode("utf-8")))
+        frames.append((max(0.0, at - last) / 1000, _sse(event).encode("utf-8")))
         last = max(last, at)
     return frames
+
+
+def _sse_body(events: list[Any]) -> bytes:
+    """All recorded events as one SSE body (instant timing)."""
+    return "".join([_sse(event) for event in events if isinstance(event, dict)]).encode("utf-8")
+
+
+def _sse(event: dict[str, Any]) -> str:
+    head = ""
+    for name in ("event", "id", "retry"):
+        if name in event:
+            head += f"{name}: {event[name]}\n"
+    data = event.get("data", "")
+    # JSON text has no raw newline; a string may, and each of its lines is a data line.
+    text = data.replace("\n", "\ndata: ") if isinstance(data, str) else _to_json(data)
+    return f"{head}data: {text}\n\n"
 
 
 class _ReplayBody(httpx2.SyncByteStream, httpx2.AsyncByteStream):
@@ -453,19 +603,26 @@ class _ReplayBody(httpx2.SyncByteStream, httpx2.AsyncByteStream):
         self.frames = frames
         self.error = error
         self.timed = timed
+        self.position = 0  # shared by every read, as on a connection: a second read goes on from the first
+
+    def _next(self) -> tuple[float, bytes] | None:
+        position = self.position
+        if position < len(self.frames):
+            self.position = position + 1
+            return self.frames[position]
+        error, self.error = self.error, None
+        if error is not None:
+            raise error
+        return None
 
     def __iter__(self) -> Iterator[bytes]:
-        for gap, frame in self.frames:
-            if self.timed and gap:
-                time.sleep(gap)
-            yield frame
-        if self.error is not None:
-            raise self.error
+        while (item := self._next()) is not None:
+            if self.timed and item[0]:
+                time.sleep(item[0])
+            yield item[1]
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        for gap, frame in self.frames:
-            if self.timed and gap:
-                await asyncio.sleep(gap)
-            yield frame
-        if self.error is not None:
-            raise self.error
+        while (item := self._next()) is not None:
+            if self.timed and item[0]:
+                await asyncio.sleep(item[0])
+            yield item[1]

@@ -2,16 +2,17 @@
 
 Variants, timed call by call in interleaved rounds (so machine drift hits all alike):
 
-- mock:        ``adapters.complete`` on a real ``openai`` client over ``httpx2.MockTransport`` (no cassette)
-- replay:      the same call replayed from a cassette (instant timing), the client's transport never used
-- mock-stream / replay-stream: the same for a streamed call of five chunks, iterated to the end
+- complete mock / replay: ``adapters.complete`` on a real ``openai`` chat client over
+  ``httpx2.MockTransport`` (no cassette), then the same call replayed from a cassette
+  (instant timing), the client's transport never used
+- <api> stream mock / replay: a streamed call iterated to the end, for OpenAI chat
+  (5 chunks), OpenAI responses (5 events) and Anthropic messages (8 events)
 
-A replayed non-streamed call with one recorded answer is parsed straight from the
-recording by the SDK client's own parser, skipping the SDK's request building and
-HTTP round trip (most of the mock transport call). A replayed stream still runs
-the SDK's whole HTTP path with the cassette under it, so it costs about what the
-mock transport costs. Each figure is the median of single calls over all rounds;
-the ratio is the median of the rounds' ratios.
+A replayed call with one recorded answer skips the SDK's request building and HTTP
+round trip: a JSON answer is parsed by the client's own parser, a stream is the SDK's
+own stream class over the recorded events. The SDK still parses every chunk as it
+would live, so for a stream that parsing is the floor of a replay. Each figure is the
+median of single calls over all rounds; the ratio is the median of the rounds' ratios.
 """
 
 from __future__ import annotations
@@ -35,27 +36,61 @@ KWARGS: dict[str, Any] = {
     "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}],
     "temperature": 0.2,
 }
+RESPONSES_KWARGS: dict[str, Any] = {"model": "gpt-bench", "input": "hello", "instructions": "be brief"}
+ANTHROPIC_KWARGS: dict[str, Any] = {
+    "model": "claude-bench",
+    "max_tokens": 64,
+    "system": "be brief",
+    "messages": [{"role": "user", "content": "hello"}],
+}
 
 
-def _client() -> Any:
+def _mock_http(json_body: Any, frames: list[bytes]) -> httpx2.Client:
+    body, sse = json.dumps(json_body).encode(), b"".join(frames)
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        if b'"stream":true' in request.content.replace(b" ", b""):
+            return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=sse)
+        return httpx2.Response(200, headers={"content-type": "application/json"}, content=body)
+
+    return httpx2.Client(transport=httpx2.MockTransport(handler))
+
+
+def _calls() -> dict[str, Callable[[], Any]]:
+    """Each variant's call, by name (the same call serves mock and replay: a cassette in use decides)."""
+    import anthropic
     import openai
 
     from relay_runtime.adapters import testing as t
 
-    body = json.dumps(t.chat_completion_body("hi", model="gpt-bench", usage=t.chat_usage(9, 2))).encode()
-    frames = b"".join(t.openai_chat_sse(t.chat_chunks(["a", "b", "c"], model="gpt-bench")))
-
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        if b'"stream":true' in request.content.replace(b" ", b""):
-            return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=frames)
-        return httpx2.Response(200, headers={"content-type": "application/json"}, content=body)
-
-    return openai.OpenAI(
+    chat = openai.OpenAI(
         api_key=t.TEST_KEY,
         base_url=t.BASE_OPENAI,
         max_retries=0,
-        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+        http_client=_mock_http(
+            t.chat_completion_body("hi", model="gpt-bench", usage=t.chat_usage(9, 2)),
+            t.openai_chat_sse(t.chat_chunks(["a", "b", "c"], model="gpt-bench")),
+        ),
     )
+    responses = openai.OpenAI(
+        api_key=t.TEST_KEY,
+        base_url=t.BASE_OPENAI,
+        max_retries=0,
+        http_client=_mock_http(t.responses_body("hi"), t.typed_sse(t.responses_events(["a", "b", "c"]))),
+    )
+    claude = anthropic.Anthropic(
+        api_key=t.TEST_KEY,
+        base_url=t.BASE_ANTHROPIC,
+        max_retries=0,
+        open_telemetry=False,
+        http_client=_mock_http(t.anthropic_message_body("hi"), t.typed_sse(t.anthropic_events(["a", "b", "c"]))),
+    )
+    return {
+        "complete": lambda: adapters.complete(chat, KWARGS),
+        "chat stream": lambda: list(adapters.stream(chat, KWARGS)),
+        "responses stream": lambda: list(adapters.stream(responses, RESPONSES_KWARGS, api_mode="responses")),
+        "anthropic stream": lambda: list(adapters.stream(claude, ANTHROPIC_KWARGS)),
+    }
 
 
 def _timed(call: Callable[[], Any], n: int) -> list[float]:
@@ -68,45 +103,35 @@ def _timed(call: Callable[[], Any], n: int) -> list[float]:
 
 
 def main() -> None:
-    client = _client()
-
-    def complete() -> Any:
-        return adapters.complete(client, KWARGS)
-
-    def stream() -> Any:
-        return list(adapters.stream(client, KWARGS))
-
+    calls = _calls()
     path = os.path.join(tempfile.mkdtemp(prefix="bench-cassette-"), "bench.json")
-    total = ROUNDS * (CALLS + 20)
     with cassettes.use(path, mode="record"):
-        for _ in range(total):
-            complete()
-            stream()
+        for _ in range(ROUNDS * (CALLS + 20)):
+            for call in calls.values():
+                call()
     print(f"{ROUNDS} rounds x {CALLS} calls; the machine is shared and noisy: read the ratios, not the absolutes")
-    samples: dict[str, list[float]] = {"mock": [], "replay": [], "mock-stream": [], "replay-stream": []}
-    ratios: dict[str, list[float]] = {"complete": [], "stream": []}
+    samples: dict[str, dict[str, list[float]]] = {name: {"mock": [], "replay": []} for name in calls}
+    ratios: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(ROUNDS):
-        _timed(complete, 20)  # warm-up
-        mock = _timed(complete, CALLS)
-        mock_stream = _timed(stream, CALLS)
+        mock = {}
+        for name, call in calls.items():
+            _timed(call, 20)  # warm-up
+            mock[name] = _timed(call, CALLS)
         with cassettes.use(path):
-            _timed(complete, 20)
-            _timed(stream, 20)
-            replay = _timed(complete, CALLS)
-            replay_stream = _timed(stream, CALLS)
-        samples["mock"] += mock
-        samples["replay"] += replay
-        samples["mock-stream"] += mock_stream
-        samples["replay-stream"] += replay_stream
-        ratios["complete"].append(statistics.median(mock) / statistics.median(replay))
-        ratios["stream"].append(statistics.median(mock_stream) / statistics.median(replay_stream))
-    for name, values in samples.items():
-        print(f"  {name:14s} median {statistics.median(values) * 1e6:8.1f} us")
+            replay = {}
+            for name, call in calls.items():
+                _timed(call, 20)
+                replay[name] = _timed(call, CALLS)
+        for name in calls:
+            samples[name]["mock"] += mock[name]
+            samples[name]["replay"] += replay[name]
+            ratios[name].append(statistics.median(mock[name]) / statistics.median(replay[name]))
     for name, values in ratios.items():
-        low, high = min(values), max(values)
+        mock_us = statistics.median(samples[name]["mock"]) * 1e6
+        replay_us = statistics.median(samples[name]["replay"]) * 1e6
         print(
-            f"  {name:9s}: replay is {statistics.median(values):.2f}x as fast as the mock transport "
-            f"(rounds {low:.2f}..{high:.2f}; target >= 5x for complete)"
+            f"  {name:17s} mock {mock_us:7.1f} us  replay {replay_us:7.1f} us  replay is "
+            f"{statistics.median(values):.2f}x as fast (rounds {min(values):.2f}..{max(values):.2f}; target >= 5x)"
         )
 
 

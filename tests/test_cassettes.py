@@ -66,6 +66,26 @@ def record_then_replay(
     return (live_value, live_content, live_events), (value, content, shape(events))  # type: ignore[return-value]
 
 
+def failing_stream_replay(
+    api: Api, reply: t.Reply, path: Path, events: Recorder, offline: Offline
+) -> tuple[tuple[list[Any], BaseException, Any], tuple[list[Any], BaseException, Any]]:
+    """A stream that raises, recorded then replayed: (chunks, error, event shapes) of each run."""
+
+    def consume(client: Any) -> tuple[list[Any], BaseException, Any]:
+        got: list[Any] = []
+        with pytest.raises(Exception) as failure:
+            for chunk in adapters.stream(client, api.kwargs, api_mode=api.api_mode):
+                got.append(chunk)
+        return got, failure.value, shape(events)
+
+    with cassettes.use(path, mode="record"):
+        live = consume(api.scripted(reply).client)
+    events.clear()
+    client, _ = offline.clients(api.sdk)
+    with cassettes.use(path):
+        return live, consume(client)
+
+
 @pytest.mark.parametrize("style", STYLES)
 @pytest.mark.parametrize("api_name", sorted(APIS))
 def test_replay_returns_the_live_type_content_and_events(relay_turn, relay_events, tmp_path, api_name, style) -> None:
@@ -85,29 +105,123 @@ def test_replay_returns_the_live_type_content_and_events(relay_turn, relay_event
     assert attempts[0].metadata[cv.SDK_RETRIES] == 1  # the recorded 500 was retried by the SDK on replay too
 
 
-@pytest.mark.parametrize("style", STYLES)
-@pytest.mark.parametrize("api_name", sorted(APIS))
-def test_a_single_try_replays_as_live(relay_turn, relay_events, tmp_path, monkeypatch, api_name, style) -> None:
-    """One 2xx answer: a non-streamed call is parsed straight from the recording by the SDK's own parser."""
+def forbid_http(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replay that goes through the HTTP layer fails the test: the direct replay must serve it."""
     from relay_runtime.adapters import cassette_http
 
     def no_http(*args: Any) -> Any:
         raise AssertionError("a single recorded answer should not go through the HTTP layer")
 
-    def forbid_http() -> None:
-        if "stream" not in style:
-            monkeypatch.setattr(cassette_http._SyncTapeTransport, "handle_request", no_http)
-            monkeypatch.setattr(cassette_http._AsyncTapeTransport, "handle_async_request", no_http)
+    monkeypatch.setattr(cassette_http._SyncTapeTransport, "handle_request", no_http)
+    monkeypatch.setattr(cassette_http._AsyncTapeTransport, "handle_async_request", no_http)
 
+
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("api_name", sorted(APIS))
+def test_a_single_try_replays_as_live(relay_turn, relay_events, tmp_path, monkeypatch, api_name, style) -> None:
+    """One 2xx answer is made into the SDK's own object straight from the recording, with no HTTP try."""
     api = APIS[api_name]
     (live_value, live_content, live_events), (value, content, events) = record_then_replay(
-        api, style, tmp_path / "c.json", relay_events, retried=False, before_replay=forbid_http
+        api, style, tmp_path / "c.json", relay_events, retried=False, before_replay=lambda: forbid_http(monkeypatch)
     )
     assert type(value) is type(live_value) and content == live_content and content
+    # The events hold the final (for a stream: accumulated) response the attempt reports.
     assert events == live_events and len(events) >= 4
+    (end,) = relay_events.ends(relay_kind=cv.ATTEMPT)
+    assert end.metadata[cv.SDK_RETRIES] == 0 and end.outcome == "success"
+    assert (
+        [e["annotated_response"] for e in events if e.get("annotated_response")]
+        == [e["annotated_response"] for e in live_events if e.get("annotated_response")]
+        != []
+    )
     if "stream" not in style:
         assert value._request_id == live_value._request_id == "req_live_1"
-    assert relay_events.ends(relay_kind=cv.ATTEMPT)[0].metadata[cv.SDK_RETRIES] == 0
+        return
+    source, live_source = value._source, live_value._source
+    assert type(source) is type(live_source) and source.__orig_class__ == live_source.__orig_class__
+    assert source._cast_to is live_source._cast_to
+    response, live_response = source.response, live_source.response
+    assert response.status_code == live_response.status_code == 200
+    assert response.headers["x-request-id"] == live_response.headers["x-request-id"] == "req_live_1"
+    assert response.headers["content-type"] == live_response.headers["content-type"]
+    assert response.request.method == live_response.request.method
+    assert response.request.url == live_response.request.url
+    assert response.is_closed and response.elapsed is not None
+
+
+@pytest.mark.parametrize("style", ("stream", "astream"))
+@pytest.mark.parametrize("api_name", sorted(APIS))
+def test_a_direct_stream_broken_off_ends_cancelled_as_live(
+    relay_turn, relay_events, tmp_path, monkeypatch, api_name, style
+) -> None:
+    api = APIS[api_name]
+    path = tmp_path / "c.json"
+
+    def first_chunk_then_close(client: Any, aclient: Any) -> Any:
+        if style == "stream":
+            stream = adapters.stream(client, api.kwargs, api_mode=api.api_mode)
+            first = next(iter(stream))
+            stream.close()
+            return first, stream._source.response.is_closed
+
+        async def run() -> Any:
+            stream = await adapters.astream(aclient, api.kwargs, api_mode=api.api_mode)
+            first = await stream.__anext__()
+            await stream.aclose()
+            return first, stream._source.response.is_closed
+
+        return asyncio.run(run())
+
+    live = api.scripted(api.stream_reply(["Hel", "lo", "!"]))
+    with cassettes.use(path, mode="record"):
+        live_first, live_closed = first_chunk_then_close(live.client, live.aclient)
+    live_events = shape(relay_events)
+    relay_events.clear()
+    forbid_http(monkeypatch)
+    client, aclient = Offline().clients(api.sdk)
+    with cassettes.use(path):
+        first, closed = first_chunk_then_close(client, aclient)
+    assert dump(first) == dump(live_first) and closed and live_closed
+    assert shape(relay_events) == live_events
+    assert relay_events.ends(relay_kind=cv.ATTEMPT)[0].outcome == "cancelled"
+
+
+@pytest.mark.parametrize("api_name", ("chat", "anthropic"))
+def test_a_stream_with_an_error_event_replays_through_http_as_live(
+    relay_turn, relay_events, tmp_path, api_name
+) -> None:
+    """The SDK raises on an error event with the request it sent: the HTTP path gives it one."""
+    api = APIS[api_name]
+    if api.sdk == "openai":
+        frames = [*t.openai_chat_sse(t.chat_chunks(["a"]))[:1], t.sse_frame({"error": {"message": "overloaded"}})]
+    else:
+        error = {"type": "error", "error": {"type": "overloaded_error", "message": "overloaded"}}
+        frames = [*t.typed_sse(t.anthropic_events(["a"]))[:2], t.sse_frame(error, "error")]
+    offline = Offline()
+    (live_chunks, live_error, live_events), (chunks, error, events) = failing_stream_replay(
+        api, t.sse_reply(frames), tmp_path / "c.json", relay_events, offline
+    )
+    assert dump(chunks) == dump(live_chunks) and type(error) is type(live_error) and str(error) == str(live_error)
+    assert error.request.url == live_error.request.url  # type: ignore[attr-defined]
+    assert events == live_events and offline.requests == []
+
+
+def test_an_anthropic_deprecated_model_still_warns_on_replay(tmp_path) -> None:
+    from anthropic._data import DEPRECATED_MODELS
+
+    api = APIS["anthropic"]
+    kwargs = {**api.kwargs, "model": next(iter(DEPRECATED_MODELS))}
+    live = api.scripted(api.stream_reply(["a"]), api.reply("b"))
+    path = tmp_path / "c.json"
+    with cassettes.use(path, mode="record"), pytest.warns(DeprecationWarning):
+        list(adapters.stream(live.client, kwargs))
+        adapters.complete(live.client, kwargs)
+    client, _ = Offline().clients("anthropic")
+    with cassettes.use(path), pytest.warns(DeprecationWarning, match="is deprecated"):
+        list(adapters.stream(client, kwargs))
+    with cassettes.use(path), pytest.warns(DeprecationWarning, match="is deprecated"):
+        list(adapters.stream(client, kwargs))
+        adapters.complete(client, kwargs)
 
 
 @pytest.mark.parametrize("api_name", sorted(APIS))
@@ -483,26 +597,12 @@ def test_a_stream_that_fails_midway_replays_its_chunks_then_the_failure(
     reply = api.stream_reply(["Hel", "lo"])
     reply.frames = list(reply.frames or [])[:3]
     reply.fail_with = httpx2.ReadError("connection reset by peer")
-    live = api.scripted(reply)
-    path = tmp_path / "c.json"
-
-    def consume(client: Any) -> tuple[list[Any], BaseException]:
-        got: list[Any] = []
-        with pytest.raises(Exception) as failure:
-            for chunk in adapters.stream(client, api.kwargs, api_mode=api.api_mode):
-                got.append(chunk)
-        return got, failure.value
-
-    with cassettes.use(path, mode="record"):
-        live_chunks, live_error = consume(live.client)
-    live_events = shape(relay_events)
-    relay_events.clear()
-    client, _ = Offline().clients(api.sdk)
-    with cassettes.use(path):
-        chunks, error = consume(client)
+    (live_chunks, live_error, live_events), (chunks, error, events) = failing_stream_replay(
+        api, reply, tmp_path / "c.json", relay_events, Offline()
+    )
     assert dump(chunks) == dump(live_chunks) and chunks
     assert type(error) is type(live_error) and str(error) == str(live_error)
-    assert shape(relay_events) == live_events
+    assert events == live_events
     assert relay_events.ends(relay_kind=cv.ATTEMPT)[0].outcome == "failed"
 
 
@@ -518,3 +618,41 @@ def test_more_tries_than_recorded_is_a_miss_not_a_connection_error(tmp_path) -> 
     miss = pytest.raises(cassettes.CassetteMiss, match="more http requests than the 1 recorded")
     with miss, cassettes.use(path):
         adapters.complete(retrying, api.kwargs)
+
+
+@pytest.mark.parametrize("api_name", sorted(APIS))
+def test_an_async_stream_records_no_failure_of_the_sdks_own_drain(tmp_path, api_name) -> None:
+    """The async SDK re-reads a finished stream to drain it: the recording keeps only what the provider sent."""
+    api = APIS[api_name]
+    live = api.scripted(api.stream_reply(["a", "b"]))
+    path = tmp_path / "c.json"
+    with cassettes.use(path, mode="record"):
+        run_call(api, live.client, live.aclient, "astream")
+    (exchange,) = json.loads(path.read_text())["calls"][0]["http"]
+    assert exchange["status"] == 200 and exchange["events"] and "error" not in exchange
+
+
+@pytest.mark.parametrize("api_name", sorted(APIS))
+def test_an_sdk_without_the_internals_a_direct_replay_uses_replays_over_http(tmp_path, monkeypatch, api_name) -> None:
+    from relay_runtime.adapters import cassette_http
+
+    api = APIS[api_name]
+    live = api.scripted(api.stream_reply(["a", "b"]))
+    path = tmp_path / "c.json"
+    with cassettes.use(path, mode="record"):
+        _, live_chunks = run_call(api, live.client, live.aclient, "stream")
+    monkeypatch.setattr(cassette_http, "_NEEDED", (*cassette_http._NEEDED, "_an_internal_this_sdk_lacks"))
+    monkeypatch.setattr(cassette_http, "_SDKS", {})
+    sent: list[Any] = []
+    real = cassette_http._replay
+
+    def replay(tape: Any, request: Any) -> Any:
+        sent.append(request)
+        return real(tape, request)
+
+    monkeypatch.setattr(cassette_http, "_replay", replay)
+    offline = Offline()
+    client, aclient = offline.clients(api.sdk)
+    with cassettes.use(path):
+        _, chunks = run_call(api, client, aclient, "stream")
+    assert chunks == live_chunks and len(sent) == 1 and offline.requests == []
