@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 _SUCCESS = Outcome.SUCCESS.value
 _M = 1e-6
+_RESIDUE = 1e-12  # of the currency unit: what float arithmetic leaves of a released reservation
 _new = object.__new__
 WARNING_MARK = "relay.cost.budget_warning"
 DOWNGRADED_FROM = "relay.cost.downgraded_from"
@@ -487,7 +488,10 @@ class RelayCost:
                 estimate = spend.estimate
                 for node in spend.nodes:
                     rollup = node.rollup
-                    rollup.reserved = rollup.reserved - estimate if rollup.reserved > estimate else 0.0
+                    # Releases in another order than the reservations leave float residue (~1e-19):
+                    # below a trillionth of the currency unit nothing is in flight.
+                    remaining = rollup.reserved - estimate
+                    rollup.reserved = remaining if remaining > _RESIDUE else 0.0
                     if node.handle is None:  # a profile's roll-up is not a scope's: the walk below misses it
                         rollup.add(amount, wasted)
             handle = attempt.handle.parent
