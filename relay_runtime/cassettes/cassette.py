@@ -12,7 +12,6 @@ import functools
 import inspect
 import json
 import os
-import tempfile
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -20,6 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+from ..files import replace_atomically
 from . import matching, secrets
 from .requests import Normalize, canonical, normalized
 
@@ -245,18 +245,7 @@ class Cassette:
             cleaned.append(call)
         document = {FORMAT_KEY: FORMAT_VERSION, "calls": cleaned}
         text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(text)
-            os.replace(tmp, self.path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        replace_atomically(self.path, text)
 
 
 class CassetteUse:

@@ -6,10 +6,11 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 import threading
 from pathlib import Path
 from typing import Protocol, runtime_checkable
+
+from ..files import replace_atomically
 
 HOME_ENV = "RELAY_HOME"
 DEFAULT_HOME = "~/.relay-runtime"
@@ -95,18 +96,4 @@ class FileSpendStore:
         return total
 
     def _write(self, key: str, total: float) -> None:
-        path = self.path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".spend-", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump({"key": key, "spent": total}, fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        replace_atomically(self.path(key), json.dumps({"key": key, "spent": total}), durable=True)
