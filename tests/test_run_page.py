@@ -132,13 +132,17 @@ def test_serve_help_and_bad_arguments() -> None:
     command = [sys.executable, "-m", "relay_runtime.integrations.run_journal.cli", "serve"]
     done = subprocess.run([*command, "--help"], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0
-    for option in ("--host", "--port", "--session-dir", "--token"):
+    for option in ("--host", "--port", "--session-dir", "--token", "--max-streams-per-client"):
         assert option in done.stdout
     assert "loopback" in done.stdout
     bad = subprocess.run([*command, "--port", "70000"], capture_output=True, text=True, timeout=60, check=False)
     assert bad.returncode == 2 and "--port" in bad.stderr
     empty = subprocess.run([*command, "--token", ""], capture_output=True, text=True, timeout=60, check=False)
     assert empty.returncode == 2 and "--token" in empty.stderr
+    streams = subprocess.run(
+        [*command, "--max-streams-per-client", "0"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert streams.returncode == 2 and "max_streams_per_client must be a positive integer" in streams.stderr
 
 
 @pytest.mark.asyncio

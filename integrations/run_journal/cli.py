@@ -53,6 +53,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--write-timeout", type=float, default=30.0, help="drop an SSE client that accepts nothing for this long"
     )
+    serve.add_argument(
+        "--max-streams-per-client",
+        type=int,
+        default=64,
+        help="SSE streams one client address may hold at once (429 beyond); raise it behind a proxy",
+    )
     show.add_argument("--no-summary", action="store_true", help="print the rows only")
     tail.add_argument("--poll", type=float, default=0.1, help="seconds between checks for new rows")
     tail.add_argument("--timeout", type=float, default=None, help="give up (exit 1) after this many seconds")
@@ -130,6 +136,7 @@ def _serve(args: argparse.Namespace, store: RunJournalStore | None) -> int:
             page=True,
             heartbeat=args.heartbeat,
             write_timeout=args.write_timeout,
+            max_streams_per_client=args.max_streams_per_client,
         )
     except ValueError as exc:
         print(f"relay-runtime journal serve: {exc}", file=sys.stderr)
