@@ -12,7 +12,11 @@ from typing import Any
 
 import pytest
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace import Span, SpanProcessor, SynchronousMultiSpanProcessor
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader, Metric
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, SynchronousMultiSpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import relay_runtime.integrations.otel.exporter as exporter_module
 from relay_runtime.integrations.otel import deferred as deferred_module
@@ -44,3 +48,42 @@ def span_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
 
         monkeypatch.setattr(exporter_module, "fast_path_for", with_a_start_watcher)
     yield request.param
+
+
+class Pipeline:
+    """A real OTel SDK pipeline kept in memory: finished spans and metric points to assert on."""
+
+    def __init__(self) -> None:
+        self.spans = InMemorySpanExporter()
+        self.tracer_provider = TracerProvider()
+        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
+        self.reader = InMemoryMetricReader()
+        self.meter_provider = MeterProvider(metric_readers=[self.reader])
+
+    def finished(self) -> list[ReadableSpan]:
+        return list(self.spans.get_finished_spans())
+
+    def by_name(self, name: str) -> list[ReadableSpan]:
+        return [s for s in self.finished() if s.name == name]
+
+    def one(self, name: str) -> ReadableSpan:
+        found = self.by_name(name)
+        assert len(found) == 1, (name, [s.name for s in self.finished()])
+        return found[0]
+
+    def histogram(self, name: str) -> list[HistogramDataPoint]:
+        return [point for metric in self._metrics(name) for point in metric.data.data_points]  # type: ignore[misc]
+
+    def unit(self, name: str) -> str:
+        """The unit the metric ``name`` was recorded in ("" when it was not recorded)."""
+        return next((metric.unit or "" for metric in self._metrics(name)), "")
+
+    def _metrics(self, name: str) -> list[Metric]:
+        data = self.reader.get_metrics_data()
+        return [
+            metric
+            for rm in (data.resource_metrics if data else ())
+            for sm in rm.scope_metrics
+            for metric in sm.metrics
+            if metric.name == name
+        ]

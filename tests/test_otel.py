@@ -15,14 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import SpanKind, StatusCode
-from otel_support import span_path  # noqa: F401  (every test here runs on both span paths)
+from otel_support import Pipeline, span_path  # noqa: F401  (every test here runs on both span paths)
 
 from relay_runtime import LLMRequest, Relay, ScopeType, session
 from relay_runtime import calls as relay_calls
@@ -119,36 +116,6 @@ def request(model: str = "gpt-test", **extra: Any) -> LLMRequest:
 
 
 # -- the OTel pipeline -----------------------------------------------------------------------------
-
-
-class Pipeline:
-    def __init__(self) -> None:
-        self.spans = InMemorySpanExporter()
-        self.tracer_provider = TracerProvider()
-        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
-        self.reader = InMemoryMetricReader()
-        self.meter_provider = MeterProvider(metric_readers=[self.reader])
-
-    def finished(self) -> list[ReadableSpan]:
-        return list(self.spans.get_finished_spans())
-
-    def by_name(self, name: str) -> list[ReadableSpan]:
-        return [s for s in self.finished() if s.name == name]
-
-    def one(self, name: str) -> ReadableSpan:
-        found = self.by_name(name)
-        assert len(found) == 1, (name, [s.name for s in self.finished()])
-        return found[0]
-
-    def histogram(self, name: str) -> list[HistogramDataPoint]:
-        data = self.reader.get_metrics_data()
-        points: list[HistogramDataPoint] = []
-        for rm in data.resource_metrics if data else ():
-            for sm in rm.scope_metrics:
-                for metric in sm.metrics:
-                    if metric.name == name:
-                        points.extend(metric.data.data_points)  # type: ignore[arg-type]
-        return points
 
 
 @pytest.fixture

@@ -16,11 +16,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import WSMsgType
 from aiohttp.test_utils import TestClient, TestServer
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from otel_support import Pipeline
 from voice_support import next_event, read_until, wait_for
 
 from relay_runtime import conventions as cv
@@ -37,27 +33,6 @@ PROFILE = "voice-latency-profile"
 TURN_MEASURES = {"relay.voice.perceived_latency", "relay.voice.time_to_first_audio",
                  "relay.voice.time_to_first_text", "relay.voice.hop_latency", "relay.voice.barge_ins"}
 SILENCE = base64.b64encode(b"\0\0" * 480).decode()
-
-
-class Pipeline:
-    def __init__(self) -> None:
-        self.spans = InMemorySpanExporter()
-        self.tracer_provider = TracerProvider()
-        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
-        self.reader = InMemoryMetricReader()
-        self.meter_provider = MeterProvider(metric_readers=[self.reader])
-
-    def named(self, name: str) -> list[ReadableSpan]:
-        return [s for s in self.spans.get_finished_spans() if s.name == name]
-
-    def histogram(self, name: str) -> tuple[str, list[HistogramDataPoint]]:
-        data = self.reader.get_metrics_data()
-        for rm in data.resource_metrics if data else ():
-            for sm in rm.scope_metrics:
-                for metric in sm.metrics:
-                    if metric.name == name:
-                        return metric.unit or "", list(metric.data.data_points)  # type: ignore[arg-type]
-        return "", []
 
 
 @pytest.fixture
@@ -160,14 +135,14 @@ async def test_a_user_turn_carries_what_the_user_felt(traced: Any, phone: Any) -
     # with `felt`: on a loaded machine one later event's hop may exceed the first audio's latency.)
     assert 0 < measures["relay.voice.hop_latency"] <= done - committed and measures["relay.voice.barge_ins"] == 0
     # The same names reach OTel: attributes on the voice.turn span, histograms in seconds.
-    (span,) = pipeline.named("voice.turn")
+    (span,) = pipeline.by_name("voice.turn")
     for name in TURN_MEASURES:
         assert span.attributes[name] == measures[name]
     for name in ("relay.voice.perceived_latency", "relay.voice.time_to_first_audio", "relay.voice.hop_latency"):
-        unit, points = pipeline.histogram(name)
+        unit, points = pipeline.unit(name), pipeline.histogram(name)
         assert unit == "s" and points[0].count == 1 and points[0].sum == pytest.approx(measures[name])
     # The provider response span carries the GenAI realtime draft's first-chunk time.
-    (response,) = pipeline.named("voice.response")
+    (response,) = pipeline.by_name("voice.response")
     assert 0 <= response.attributes["gen_ai.response.time_to_first_chunk"] < felt
     await ws.close()
 
@@ -197,7 +172,7 @@ async def test_speaking_over_the_answer_is_a_barge_in_with_unplayed_audio(traced
     totals = session.metadata[MEASURES_KEY]
     assert totals["relay.voice.turns"] == 2 and totals["relay.voice.barge_ins"] == 1
     assert totals["relay.voice.unplayed_audio_total"] == pytest.approx(barged["relay.voice.unplayed_audio"])
-    unit, points = pipeline.histogram("relay.voice.unplayed_audio")
+    unit, points = pipeline.unit("relay.voice.unplayed_audio"), pipeline.histogram("relay.voice.unplayed_audio")
     assert unit == "s" and points[0].count == 1
 
 
@@ -215,7 +190,7 @@ async def test_a_reconnect_is_a_scope_whose_gap_is_measured(traced: Any, phone: 
     assert (await next_event(ws))["type"] == "voice.session.resumed"
     (gap,) = ended(recorder, "voice.detached")
     assert 0.15 <= gap.metadata[MEASURES_KEY]["relay.voice.reconnect_gap"] < 5
-    (span,) = pipeline.named("voice.detached")
+    (span,) = pipeline.by_name("voice.detached")
     assert span.attributes["relay.voice.reconnect_gap"] == gap.metadata[MEASURES_KEY]["relay.voice.reconnect_gap"]
     await close_session(ws)
     await wait_for(lambda: ended(recorder, "voice.session"))
@@ -285,7 +260,7 @@ async def test_session_counts_background_and_fast_lane_runs(traced: Any, phone: 
     await wait_for(lambda: ended(recorder, "voice.session"))
     totals = ended(recorder, "voice.session")[0].metadata[MEASURES_KEY]
     assert totals["relay.voice.background_runs"] == 1 and totals["relay.voice.fast_lane_runs"] == 1
-    (span,) = pipeline.named("voice.session")
+    (span,) = pipeline.by_name("voice.session")
     assert span.attributes["relay.voice.background_runs"] == 1 and span.attributes["relay.voice.fast_lane_runs"] == 1
 
 
