@@ -12,13 +12,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
-from otel_support import span_path  # noqa: F401  (every test here runs on both span paths)
+from otel_support import Pipeline, span_path  # noqa: F401  (every test here runs on both span paths)
 
 from relay_runtime import adapters, auxiliary, session
 from relay_runtime.adapters import testing as t
@@ -27,31 +23,11 @@ from relay_runtime.integrations.otel import OTelExporter
 pytestmark = pytest.mark.usefixtures("span_path")
 
 
-class Spans:
-    def __init__(self) -> None:
-        self.exporter = InMemorySpanExporter()
-        self.provider = TracerProvider()
-        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.reader = InMemoryMetricReader()
-        self.meters = MeterProvider(metric_readers=[self.reader])
-
-    def all(self) -> list[ReadableSpan]:
-        return list(self.exporter.get_finished_spans())
-
-    def named(self, name: str) -> list[ReadableSpan]:
-        return [s for s in self.all() if s.name == name]
-
-    def one(self, name: str) -> ReadableSpan:
-        found = self.named(name)
-        assert len(found) == 1, (name, [s.name for s in self.all()])
-        return found[0]
-
-
 @pytest.fixture
-def spans(relay_home: Any) -> Iterator[Spans]:
-    out = Spans()
+def spans(relay_home: Any) -> Iterator[Pipeline]:
+    out = Pipeline()
     host = session.SESSION_COORDINATOR.host(session.current_profile_key())
-    exporter = OTelExporter(out.provider, out.meters).attach(host, propagate_context=True)
+    exporter = OTelExporter(out.tracer_provider, out.meter_provider).attach(host, propagate_context=True)
     lease = session.SESSION_COORDINATOR.acquire_conversation(
         profile_key=host.profile_key, session_id="chat-42", platform="test"
     )
@@ -252,7 +228,7 @@ def test_anthropic_stream_and_early_close(spans):
     stream = adapters.stream(s.client, kwargs)
     next(iter(stream))
     stream.close()
-    done, closed = spans.named("chat claude-test")
+    done, closed = spans.by_name("chat claude-test")
     assert done.attributes["relay.outcome"] == "success"
     assert done.attributes["gen_ai.usage.input_tokens"] == 15
     assert done.attributes["gen_ai.usage.output_tokens"] == 4
@@ -308,7 +284,7 @@ def test_auxiliary_fallback_from_openai_to_anthropic(spans):
     assert logical.attributes["relay.outcome"] == "success"
 
 
-def test_a_rejected_auxiliary_answer_is_an_error_span_saying_why(spans: Spans) -> None:
+def test_a_rejected_auxiliary_answer_is_an_error_span_saying_why(spans: Pipeline) -> None:
     scripted = t.scripted_openai(
         t.json_reply(t.chat_completion_body("   ", usage=t.chat_usage(7, 1))),
         t.json_reply(t.chat_completion_body("ok", usage=t.chat_usage(7, 1))),
@@ -326,7 +302,7 @@ def test_a_rejected_auxiliary_answer_is_an_error_span_saying_why(spans: Spans) -
         title("title")
     finally:
         scripted.client.close()
-    rejected, accepted = sorted(spans.named("chat m"), key=lambda s: s.start_time)
+    rejected, accepted = sorted(spans.by_name("chat m"), key=lambda s: s.start_time)
     assert rejected.attributes["error.type"] == "response_rejected"
     assert rejected.status.status_code is StatusCode.ERROR
     assert "invalid response (empty message content)" in (rejected.status.description or "")
