@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from voice_support import connect_phone
 
 from relay_runtime import cassettes
 from relay_runtime.integrations.voice_relay import ProviderEvent, ProviderEventKind
@@ -205,10 +206,7 @@ async def relay_flow(provider: Any, run_dir: Path) -> list[dict[str, Any]]:
     seen: list[dict[str, Any]] = []
     try:
         async with TestClient(TestServer(app, host="127.0.0.1")) as client:
-            token = app["server"].sessions.create_session("phone", "d").token
-            headers = {"Authorization": f"Bearer {token}"}
-            info = await (await client.post("/voice/realtime-agent/session", json={}, headers=headers)).json()
-            ws = await client.ws_connect(info["websocket_path"], headers=headers)
+            ws = (await connect_phone(client, app)).ws
             async with asyncio.timeout(10):
                 while sum(1 for e in seen if e["type"] == "voice.response.done") < 2:
                     event = json.loads((await ws.receive()).data)

@@ -17,7 +17,7 @@ import pytest_asyncio
 from aiohttp import WSMsgType
 from aiohttp.test_utils import TestClient, TestServer
 from otel_support import Pipeline
-from voice_support import next_event, read_until, wait_for
+from voice_support import connect_phone, next_event, read_until, wait_for
 
 from relay_runtime import conventions as cv
 from relay_runtime import session as relay_session
@@ -72,11 +72,7 @@ async def phone(tmp_path: Path) -> AsyncIterator[Any]:
         client: TestClient[Any, Any] = TestClient(TestServer(app, host="127.0.0.1"))
         await client.start_server()
         clients.append(client)
-        token = app["server"].sessions.create_session("phone", "d").token
-        headers = {"Authorization": f"Bearer {token}"}
-        info = await (await client.post("/voice/realtime-agent/session", json={"chat_session_id": "chat-v"},
-                                        headers=headers)).json()
-        ws = await client.ws_connect(info["websocket_path"], headers=headers)
+        ws, info, headers = await connect_phone(client, app, {"chat_session_id": "chat-v"})
         ready = await next_event(ws)
         return {"ws": ws, "info": info, "ready": ready, "client": client, "headers": headers,
                 "agent": app["server"].realtime_agent}

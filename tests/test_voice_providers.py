@@ -14,6 +14,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import WSMsgType
 from aiohttp.test_utils import TestClient, TestServer
+from voice_support import connect_phone
 from websockets.asyncio.server import Server, ServerConnection, serve
 
 from relay_runtime import session as relay_session
@@ -302,10 +303,7 @@ async def test_relay_end_to_end_over_fake_xai(fake: FakeRealtimeServer, tmp_path
     )
     try:
         async with TestClient(TestServer(app, host="127.0.0.1")) as client:
-            token = app["server"].sessions.create_session("phone", "d").token
-            headers = {"Authorization": f"Bearer {token}"}
-            info = await (await client.post("/voice/realtime-agent/session", json={}, headers=headers)).json()
-            ws = await client.ws_connect(info["websocket_path"], headers=headers)
+            ws = (await connect_phone(client, app)).ws
             seen: list[dict[str, Any]] = []
             async with asyncio.timeout(10):
                 while True:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
-from voice_support import FakeNativeProvider, next_event, read_until, wait_for
+from voice_support import FakeNativeProvider, connect_phone, next_event, read_until, wait_for
 
 from relay_runtime.integrations.voice_relay import (
     AgentTaskRequest,
@@ -84,11 +84,7 @@ async def phone(tmp_path: Path) -> AsyncIterator[Any]:
         client = TestClient(TestServer(app, host="127.0.0.1"))
         await client.start_server()
         opened.append(client)
-        token = app["server"].sessions.create_session("phone", "d").token
-        headers = {"Authorization": f"Bearer {token}"}
-        info = await (await client.post("/voice/realtime-agent/session", json={"provider": "xai_realtime"},
-                                        headers=headers)).json()
-        ws = await client.ws_connect(info["websocket_path"], headers=headers)
+        ws, info, _ = await connect_phone(client, app, {"provider": "xai_realtime"})
         assert (await next_event(ws))["type"] == "voice.session.ready"
         return {"ws": ws, "provider": provider, "info": info}
 

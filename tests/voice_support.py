@@ -10,7 +10,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiohttp import WSMsgType
 
@@ -206,6 +206,20 @@ class FastHermesToolBroker:
             "run_id": "run-fast",
             "profile": request.profile,
         }
+
+
+class Phone(NamedTuple):
+    ws: Any
+    info: dict[str, Any]
+    headers: dict[str, str]
+
+
+async def connect_phone(client: Any, app: Any, body: dict[str, Any] | None = None) -> Phone:
+    """What a phone does first: a device token, a voice session (``body`` as its JSON), its websocket."""
+    token = app["server"].sessions.create_session("phone", "d").token
+    headers = {"Authorization": f"Bearer {token}"}
+    info = await (await client.post("/voice/realtime-agent/session", json=body or {}, headers=headers)).json()
+    return Phone(await client.ws_connect(info["websocket_path"], headers=headers), info, headers)
 
 
 async def next_event(ws: Any, timeout: float = 5.0) -> dict[str, Any]:
