@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import importlib
+import inspect
 import json
 import threading
 import time
@@ -34,7 +36,7 @@ from relay_runtime import cassettes
 from relay_runtime.cassettes import secrets
 from relay_runtime.codec import LLMCodec
 
-from . import sdk_retries
+from . import cassette_items, sdk_retries
 
 _tape: ContextVar[cassettes.CallTape | None] = ContextVar("relay_cassette_tape", default=None)
 _install_lock = threading.Lock()
@@ -112,7 +114,7 @@ NOT_DIRECT: Any = object()
 class _SdkReplay:
     """What a direct replay needs to know of one SDK client class and API (built once, then cached)."""
 
-    __slots__ = ("chunk_type", "ids", "is_async", "response_type", "stream_cls", "usual")
+    __slots__ = ("chunk_type", "ids", "is_async", "items", "iterator_cached", "response_type", "stream_cls", "usual")
 
     def __init__(
         self,
@@ -121,6 +123,7 @@ class _SdkReplay:
         stream_cls: Any,
         ids: Callable[[Any, Mapping[str, str]], None],
         usual: Callable[[Any, Mapping[str, Any]], bool],
+        items: Callable[[list[Any]], list[str] | None],
         is_async: bool,
     ) -> None:
         self.response_type = response_type
@@ -128,7 +131,12 @@ class _SdkReplay:
         self.stream_cls = stream_cls  # subscripted, as create() passes it: the stream gets the same __orig_class__
         self.ids = ids
         self.usual = usual
+        self.items = items
         self.is_async = is_async
+        # Whether the stream class makes its item iterator on first use (else it sets it in __init__).
+        self.iterator_cached = isinstance(
+            inspect.getattr_static(stream_cls.__origin__, "_iterator", None), functools.cached_property
+        )
 
 
 # Per API: the SDK, the type a non-streamed answer is parsed into, the type of a stream's items.
@@ -179,7 +187,7 @@ def _load_sdk_replay(client: Any, api_mode: str) -> _SdkReplay | None:
         def openai_ids(parsed: Any, headers: Mapping[str, str]) -> None:
             add_request_id(parsed, headers.get("x-request-id"))
 
-        return _SdkReplay(response_type, chunk_type, stream_cls, openai_ids, _always, is_async)
+        return _SdkReplay(response_type, chunk_type, stream_cls, openai_ids, _always, _openai_items, is_async)
     from anthropic._data import DEPRECATED_MODELS, MODELS_TO_WARN_WITH_THINKING_ENABLED
     from anthropic._models import add_response_ids
 
@@ -195,11 +203,41 @@ def _load_sdk_replay(client: Any, api_mode: str) -> _SdkReplay | None:
         # models before sending: a replay must do all of that as live, so through the HTTP path.
         return client._tracer is None and not client._middleware and request.get("model") not in warned
 
-    return _SdkReplay(response_type, chunk_type, stream_cls, anthropic_ids, anthropic_usual, is_async)
+    return _SdkReplay(response_type, chunk_type, stream_cls, anthropic_ids, anthropic_usual, _anthropic_items, is_async)
 
 
 def _always(client: Any, request: Mapping[str, Any]) -> bool:
     return True
+
+
+# What each SDK's stream makes of the recorded (plain) events: the JSON text of each item
+# it yields, in order; None for anything it would take another way (text data, Assistants
+# events), which the SDK's own stream then reads from the recorded body.
+
+
+def _openai_items(events: list[Any]) -> list[str] | None:
+    raws = []
+    for event in events:
+        data = event.get("data")
+        if isinstance(data, str) and data.startswith("[DONE]"):
+            break  # the SDK stops reading here
+        name = event.get("event")
+        if not isinstance(data, dict) or (isinstance(name, str) and name.startswith("thread.")):
+            return None
+        raws.append(_to_json(data))
+    return raws
+
+
+def _anthropic_items(events: list[Any]) -> list[str] | None:
+    raws = []
+    for event in events:
+        name, data = event.get("event"), event.get("data")
+        if name is None or name == "ping" or data == "":
+            continue  # the SDK skips these
+        if not isinstance(name, str) or not isinstance(data, dict):
+            return None
+        raws.append(_to_json(data))
+    return raws
 
 
 def _single_answer(tape: cassettes.CallTape) -> dict[str, Any] | None:
@@ -260,7 +298,8 @@ def _direct_stream(tape: cassettes.CallTape, exchange: dict[str, Any], client: A
     http = client._client
     request = httpx2.Request(str(exchange.get("method") or "POST"), _url(client._base_url, path))
     # Instant timing: the whole body in one read, as a mock transport gives it (the SDK splits the events).
-    body = _ReplayBody([(0.0, _sse_body(events))], None, timed=False)
+    # Encoded only if read: the stream below is given its items without reading the body.
+    body = _ReplayBody(lambda: [(0.0, _sse_body(events))], None, timed=False)
     # As the httpx2 client hands a response on: its request, a stream that times itself, the encoding.
     bound_body = (BoundAsyncStream if sdk.is_async else BoundSyncStream)(body, start=time.perf_counter())
     headers = exchange.get("headers") or {}
@@ -268,7 +307,42 @@ def _direct_stream(tape: cassettes.CallTape, exchange: dict[str, Any], client: A
     response.default_encoding = http._default_encoding
     sdk_retries.answered_without_http(client)
     # The request options the SDK would pass only choose its legacy event handling, which None also means.
-    return sdk.stream_cls(cast_to=sdk.chunk_type, response=response, client=client, options=None)
+    stream = sdk.stream_cls(cast_to=sdk.chunk_type, response=response, client=client, options=None)
+    builder = cassette_items.builder(sdk.chunk_type, sdk_validates=bool(client._strict_response_validation))
+    raws = sdk.items(events) if builder is not None else None
+    if builder is not None and raws is not None and (sdk.iterator_cached or "_iterator" in stream.__dict__):
+        # The SDK's own stream object, its iteration, close() and response; only the items are
+        # made here (as its parser would), without SSE bytes to split and JSON to parse in Python.
+        items = _aitems if sdk.is_async else _items
+        stream.__dict__["_iterator"] = items(raws, builder, client, sdk.chunk_type, response)
+    return stream
+
+
+def _item(raw: str, builder: cassette_items.ItemBuilder, client: Any, cast_to: Any, response: httpx2.Response) -> Any:
+    item = builder.build(raw)
+    if item is cassette_items.NOT_BUILT:  # as the SDK's stream builds it
+        item = client._process_response_data(data=json.loads(raw), cast_to=cast_to, response=response)
+    return item
+
+
+def _items(
+    raws: list[str], builder: cassette_items.ItemBuilder, client: Any, cast_to: Any, response: httpx2.Response
+) -> Iterator[Any]:
+    try:
+        for raw in raws:
+            yield _item(raw, builder, client, cast_to, response)
+    finally:
+        response.close()  # as the SDK's stream does when read to the end, broken off or collected
+
+
+async def _aitems(
+    raws: list[str], builder: cassette_items.ItemBuilder, client: Any, cast_to: Any, response: httpx2.Response
+) -> AsyncIterator[Any]:
+    try:
+        for raw in raws:
+            yield _item(raw, builder, client, cast_to, response)
+    finally:
+        await response.aclose()
 
 
 def _plain_event(event: Any) -> bool:
@@ -599,13 +673,21 @@ def _sse(event: dict[str, Any]) -> str:
 class _ReplayBody(httpx2.SyncByteStream, httpx2.AsyncByteStream):
     """Recorded SSE events one per read, optionally at their recorded pace, then the recorded failure."""
 
-    def __init__(self, frames: list[tuple[float, bytes]], error: Exception | None, *, timed: bool) -> None:
-        self.frames = frames
+    def __init__(
+        self,
+        frames: list[tuple[float, bytes]] | Callable[[], list[tuple[float, bytes]]],
+        error: Exception | None,
+        *,
+        timed: bool,
+    ) -> None:
+        self.frames = frames  # or what makes them, at the first read
         self.error = error
         self.timed = timed
         self.position = 0  # shared by every read, as on a connection: a second read goes on from the first
 
     def _next(self) -> tuple[float, bytes] | None:
+        if callable(self.frames):
+            self.frames = self.frames()
         position = self.position
         if position < len(self.frames):
             self.position = position + 1

@@ -1,0 +1,186 @@
+"""A replayed stream's items, built from their recorded JSON as the SDK's own parser builds them, only faster.
+
+A live stream's SDK parses each event's JSON in Python, then builds the item: a
+model class by a recursive construct in Python (no validation), a union by a lax
+validation. That is most of what replaying a stream costs. For an item whose JSON
+already has the declared types, a strict validation by the item class's compiled
+validator yields the same object, and strict validation refuses whatever the SDK
+would have built otherwise (an unknown finish reason, a new event type, a number
+sent as a string): those items are built by the SDK's own parser, as live.
+
+The levels the SDK constructs rather than validates differ from a validated model in
+one recorded way (unknown keys are not in ``model_fields_set``), which is put right
+after validation; any other way a level could differ (aliases, defaults other than
+None, validators, typed extras) keeps its type off this path altogether.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Callable
+from typing import Any
+
+import pydantic
+from pydantic_core import PydanticUndefined
+from typing_extensions import TypeAliasType
+
+NOT_BUILT: Any = object()
+
+# Per constructed level, its fields the SDK also constructs: (name, "model" | "list" | "dict", their levels).
+Levels = tuple[tuple[str, str, "Levels"], ...]
+
+
+class _NotAlike(Exception):
+    """A type whose validated objects could differ from what the SDK's construct builds."""
+
+
+class ItemBuilder:
+    """Builds one SDK's stream items of one type from their JSON text; ``NOT_BUILT`` where the SDK must."""
+
+    __slots__ = ("_validate", "constructed")
+
+    def __init__(self, validate: Callable[..., Any], constructed: Levels | None) -> None:
+        self._validate = validate
+        # None: the SDK validates the whole item (a union, or a client with strict validation).
+        self.constructed = constructed
+
+    def build(self, raw: str) -> Any:
+        try:
+            item = self._validate(raw, strict=True)
+        except ValueError:  # a ValidationError, or JSON the compiled parser refuses (NaN, a lone surrogate)
+            return NOT_BUILT
+        if self.constructed is not None:
+            _as_constructed(item, self.constructed)
+        return item
+
+
+_BUILDERS: dict[tuple[Any, bool], ItemBuilder | None] = {}
+
+
+def builder(item_type: Any, *, sdk_validates: bool) -> ItemBuilder | None:
+    """The fast builder for ``item_type`` (cached), or None where the SDK's parser must build every item.
+
+    ``sdk_validates``: the client validates responses (``_strict_response_validation``)
+    instead of constructing them, so nothing is constructed.
+    """
+    key = (item_type, sdk_validates)
+    try:
+        return _BUILDERS[key]
+    except KeyError:
+        pass
+    try:
+        found: ItemBuilder | None = _make_builder(item_type, sdk_validates)
+    except (_NotAlike, pydantic.PydanticUserError, pydantic.PydanticSchemaGenerationError, TypeError):
+        found = None
+    _BUILDERS[key] = found
+    return found
+
+
+def _make_builder(item_type: Any, sdk_validates: bool) -> ItemBuilder:
+    base, metadata = _unwrap(item_type)
+    if _is_model(base):
+        if callable(getattr(base, "build", None)):
+            raise _NotAlike(f"{base.__name__} builds itself")  # the SDK calls its build(), not construct
+        constructed = None if sdk_validates else _constructed_levels(base, ())
+        return ItemBuilder(base.__pydantic_validator__.validate_json, constructed)
+    if typing.get_origin(base) in (typing.Union, types.UnionType):
+        # The SDK validates a union as a whole, lax: for JSON that strictly validates as the
+        # variant its discriminator names, no other variant validates, so that one is picked.
+        field = next((name for name in map(_discriminator, metadata) if name), None)
+        variants = typing.get_args(base)
+        if field is None or not all(map(_is_model, variants)):
+            raise _NotAlike("a union without a discriminator field")
+        union: Any = typing.Union[variants]  # noqa: UP007 - built from a tuple
+        adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(
+            typing.Annotated[union, pydantic.Field(discriminator=field)]
+        )
+        return ItemBuilder(adapter.validator.validate_json, None)
+    raise _NotAlike(f"{item_type!r} is neither a model nor a union of models")
+
+
+def _unwrap(annotation: Any) -> tuple[Any, tuple[Any, ...]]:
+    if typing.get_origin(annotation) is typing.Annotated:
+        base, *metadata = typing.get_args(annotation)
+        return base, tuple(metadata)
+    return annotation, ()
+
+
+def _discriminator(metadata: Any) -> str | None:
+    # The SDKs name it in their own annotation classes: ``discriminator`` or ``field_name``.
+    for attribute in ("discriminator", "field_name"):
+        name = getattr(metadata, attribute, None)
+        if isinstance(name, str):
+            return name
+    return None
+
+
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel)
+
+
+def _constructed_levels(model: type[pydantic.BaseModel], above: tuple[type, ...]) -> Levels:
+    """The fields of ``model`` the SDK's construct recurses into (a model, a list or dict of one), checked."""
+    if model in above:
+        raise _NotAlike(f"{model.__name__} contains itself")
+    _check_constructed(model)
+    levels = []
+    for name, field in model.model_fields.items():
+        annotation, _ = _unwrap(field.annotation)
+        origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+        if _is_model(annotation):
+            kind, inner = "model", annotation
+        elif origin is list and len(args) == 1 and _is_model(args[0]):
+            kind, inner = "list", args[0]
+        elif origin is dict and len(args) == 2 and _is_model(args[1]):
+            kind, inner = "dict", args[1]
+        elif isinstance(annotation, TypeAliasType):
+            raise _NotAlike(f"{model.__name__}.{name} is a type alias")  # the SDK constructs what it names
+        else:
+            continue  # a union (Optional too) is validated by the SDK, lax; anything else is kept as given
+        levels.append((name, kind, _constructed_levels(inner, (*above, model))))
+    return tuple(levels)
+
+
+def _check_constructed(model: type[pydantic.BaseModel]) -> None:
+    """Refuse a level whose construct differs from a validation of well-typed JSON in more than ``fields_set``."""
+    if model.model_config.get("extra") != "allow":
+        raise _NotAlike(f"{model.__name__} does not keep unknown keys as construct does")
+    decorators = model.__pydantic_decorators__
+    if (
+        decorators.validators
+        or decorators.field_validators
+        or decorators.root_validators
+        or decorators.model_validators
+    ):
+        raise _NotAlike(f"{model.__name__} has validators, which construct skips")
+    schema: Any = model.__pydantic_core_schema__
+    if schema.get("type") == "definitions":
+        schema = schema["schema"]
+    fields_schema = schema.get("schema") if schema.get("type") == "model" else None
+    if not isinstance(fields_schema, dict) or fields_schema.get("type") != "model-fields":
+        raise _NotAlike(f"{model.__name__} has a core schema this does not know")
+    if fields_schema.get("extras_schema") is not None:
+        raise _NotAlike(f"{model.__name__} types its unknown keys")
+    for name, field in model.model_fields.items():
+        if (field.alias or name) != name or field.validation_alias is not None:
+            raise _NotAlike(f"{model.__name__}.{name} has an alias (construct keeps the key as an extra too)")
+        if field.default_factory is not None or field.default not in (None, PydanticUndefined):
+            raise _NotAlike(f"{model.__name__}.{name} has a default construct puts in place of null")
+
+
+def _as_constructed(item: pydantic.BaseModel, levels: Levels) -> None:
+    """Make a validated level look constructed: construct leaves unknown keys out of ``model_fields_set``."""
+    extra = item.__pydantic_extra__
+    if extra:
+        item.__pydantic_fields_set__.difference_update(extra)
+    for name, kind, inner in levels:
+        value = item.__dict__[name]
+        if kind == "model":
+            _as_constructed(value, inner)  # strict validation let no None through for a model field
+        elif kind == "list":
+            for element in value:
+                _as_constructed(element, inner)
+        else:
+            for element in value.values():
+                _as_constructed(element, inner)

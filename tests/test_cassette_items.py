@@ -1,0 +1,304 @@
+"""Replayed stream items built by the compiled validator equal, to their internals, the live SDK's items."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from typing import Annotated, Any, Literal
+
+import pydantic
+import pytest
+
+from relay_runtime import adapters, cassettes
+from relay_runtime.adapters import cassette_http, cassette_items
+from relay_runtime.adapters import testing as t
+from tests.cassette_support import APIS, Offline, shape
+
+NAN = float("nan")
+
+
+def chat_events() -> tuple[list[bytes], int]:
+    """Chat chunks of every usual kind, unknown keys at every level, and what only the SDK's parser builds."""
+    head = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1700000000, "model": "gpt-test"}
+
+    def chunk(choice: dict[str, Any] | None = None, **more: Any) -> dict[str, Any]:
+        return {**head, "choices": [] if choice is None else [{"index": 0, "logprobs": None, **choice}], **more}
+
+    usual = [
+        chunk({"delta": {"role": "assistant", "content": "", "refusal": None}, "finish_reason": None}),
+        chunk(
+            {
+                "delta": {"content": "Hel"},
+                "finish_reason": None,
+                # An integer log probability: the SDK makes it a float, as strict validation does.
+                "logprobs": {"content": [{"token": "Hel", "logprob": 0, "bytes": [72], "top_logprobs": []}]},
+            },
+            system_fingerprint="fp_1",
+            obfuscation="abc",
+        ),
+        chunk(
+            {
+                "delta": {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": '{"a"', "new_in_function": 1},
+                        }
+                    ],
+                    "new_in_delta": {"nested": [1, 2]},
+                },
+                "finish_reason": None,
+                "new_in_choice": True,
+            },
+            new_at_top="x",
+        ),
+        chunk({"delta": {}, "finish_reason": "tool_calls"}, service_tier="default"),
+        chunk(usage={**t.chat_usage(12, 5, cached=3), "new_in_usage": 7}),
+    ]
+    odd = [
+        chunk({"delta": {"content": "!"}, "finish_reason": "a_new_finish_reason"}),  # not in the SDK's Literal
+        {**chunk({"delta": {"content": "?"}, "finish_reason": None}), "created": "1700000000"},  # a string
+        chunk({"delta": {}, "finish_reason": None, "logprobs": {"content": [{"token": "x", "logprob": NAN}]}}),
+    ]
+    return t.openai_chat_sse(usual[:2] + odd + usual[2:]), len(odd)
+
+
+def responses_events() -> tuple[list[bytes], int]:
+    events = t.responses_events(["Hel", "lo"], function_call={"call_id": "c1", "name": "f", "arguments": '{"a": 1}'})
+    events[1]["new_in_event"] = {"k": "v"}
+    events[-1]["response"]["new_in_response"] = 1
+    odd = [
+        {"type": "response.a_new_event", "sequence_number": 90, "payload": {"k": 1}},
+        {**events[2], "sequence_number": "91"},
+    ]
+    return t.typed_sse([*events[:2], *odd, *events[2:]]), len(odd)
+
+
+def anthropic_events() -> tuple[list[bytes], int]:
+    events = t.anthropic_events(
+        ["Hel", "lo"], thinking="hmm", tool_use={"id": "tu_1", "name": "f", "input": {"a": 1}}, stop_reason="tool_use"
+    )
+    events[0]["message"]["new_in_message"] = [1]
+    events[-2]["new_in_event"] = True
+    odd = [
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "a_new_delta", "text": "x"}},
+        {"type": "message_delta", "delta": {"stop_reason": "a_new_stop_reason", "stop_sequence": None}, "usage": {}},
+    ]
+    frames = t.typed_sse([*events[:2], *odd, *events[2:]])
+    return [frames[0], t.sse_frame({"type": "ping"}, "ping"), *frames[1:]], len(odd)
+
+
+CORPUS = {"chat": chat_events, "responses": responses_events, "anthropic": anthropic_events}
+
+
+def state(value: Any) -> Any:
+    """Everything an SDK object holds, recursively, with each value's exact type (NaN made comparable)."""
+    if isinstance(value, pydantic.BaseModel):
+        return (
+            type(value),
+            {k: state(v) for k, v in value.__dict__.items()},
+            sorted(value.__pydantic_fields_set__),
+            state(value.__pydantic_extra__),
+            value.__pydantic_private__,
+        )
+    if isinstance(value, dict):
+        return {k: state(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [state(v) for v in value]
+    if isinstance(value, float) and math.isnan(value):
+        return (float, "nan")
+    return (type(value), value)
+
+
+def views(chunk: Any) -> Any:
+    """What a user reads of a chunk: the dumps the SDK offers (as JSON text, so NaN compares)."""
+    return (
+        repr(chunk),
+        chunk.to_json(),
+        json.dumps(chunk.to_dict(), default=repr),
+        json.dumps(chunk.model_dump(), default=repr),
+        json.dumps(chunk.model_dump(exclude_unset=True), default=repr),
+        sorted(chunk.model_fields_set),
+    )
+
+
+def consume(api_name: str, client: Any, aclient: Any, style: str) -> list[Any]:
+    api = APIS[api_name]
+    if style == "stream":
+        return list(adapters.stream(client, api.kwargs, api_mode=api.api_mode))
+
+    async def run() -> list[Any]:
+        return [chunk async for chunk in await adapters.astream(aclient, api.kwargs, api_mode=api.api_mode)]
+
+    return asyncio.run(run())
+
+
+def count_sdk_parses(client: Any) -> list[Any]:
+    """The items the replay left to the SDK's own parser (its response processing, wrapped on this client)."""
+    parsed: list[Any] = []
+    sdk_parse = client._process_response_data
+
+    def counting(**kwargs: Any) -> Any:
+        parsed.append(kwargs["data"])
+        return sdk_parse(**kwargs)
+
+    client._process_response_data = counting
+    return parsed
+
+
+# Dumping the odd items warns alike in both runs (a value the SDK's Literal does not know).
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")
+@pytest.mark.parametrize("style", ("stream", "astream"))
+@pytest.mark.parametrize("api_name", sorted(CORPUS))
+def test_replayed_items_equal_the_live_sdk_items_to_their_internals(
+    relay_turn, relay_events, tmp_path, monkeypatch, api_name, style
+) -> None:
+    api = APIS[api_name]
+    frames, odd = CORPUS[api_name]()
+    path = tmp_path / "c.json"
+    live = api.scripted(t.sse_reply(frames))
+    with cassettes.use(path, mode="record"):
+        live_items = consume(api_name, live.client, live.aclient, style)
+    live_events = shape(relay_events)
+    relay_events.clear()
+
+    offline = Offline()
+    client, aclient = offline.clients(api.sdk)
+    parsed = count_sdk_parses(client if style == "stream" else aclient)
+    with cassettes.use(path):
+        items = consume(api_name, client, aclient, style)
+    assert offline.requests == []
+    assert [state(i) for i in items] == [state(i) for i in live_items] and len(items) > odd
+    assert [views(i) for i in items] == [views(i) for i in live_items]
+    assert items == live_items or api_name == "chat"  # (a NaN is unequal to itself)
+    # The odd items, and only those, were built by the SDK's own parser.
+    assert len(parsed) == odd
+    assert shape(relay_events) == live_events
+
+
+def test_a_client_that_validates_responses_gets_validated_items(tmp_path) -> None:
+    """With strict response validation the SDK validates every item: unknown keys count as set, as there."""
+    api = APIS["chat"]
+    chunk = {**t.chat_chunks(["a"])[0], "new_at_top": 1}
+    chunk["choices"][0]["new_in_choice"] = 2
+    live = api.scripted(t.sse_reply(t.openai_chat_sse([chunk])))
+    live.client._strict_response_validation = True
+    with cassettes.use(tmp_path / "c.json", mode="record"):
+        (live_item,) = adapters.stream(live.client, api.kwargs)
+    client, _ = Offline().clients("openai")
+    client._strict_response_validation = True
+    parsed = count_sdk_parses(client)
+    with cassettes.use(tmp_path / "c.json"):
+        (item,) = adapters.stream(client, api.kwargs)
+    assert state(item) == state(live_item) and "new_at_top" in item.model_fields_set and parsed == []
+
+
+def test_a_replayed_item_is_a_fresh_object_not_the_cassettes_data(tmp_path) -> None:
+    api = APIS["chat"]
+    chunk = {**t.chat_chunks(["a"])[0], "new_at_top": {"k": [1]}}
+    live = api.scripted(t.sse_reply(t.openai_chat_sse([chunk])))
+    with cassettes.use(tmp_path / "c.json", mode="record"):
+        list(adapters.stream(live.client, api.kwargs))
+    client, _ = Offline().clients("openai")
+    with cassettes.use(tmp_path / "c.json") as cassette:
+        (item,) = adapters.stream(client, api.kwargs)
+        item.new_at_top["k"].append(2)
+        (recorded,) = cassette.recorded[0]["http"][0]["events"][:1]
+    assert recorded["data"]["new_at_top"] == {"k": [1]}
+
+
+@pytest.mark.parametrize("style", ("stream", "astream"))
+@pytest.mark.parametrize("api_name", sorted(CORPUS))
+def test_without_a_fast_builder_the_sdks_stream_reads_the_recorded_body(tmp_path, monkeypatch, api_name, style) -> None:
+    """A type the validator may not build alike leaves every item to the SDK's stream, over the recorded SSE."""
+    api = APIS[api_name]
+    frames, _ = CORPUS[api_name]()
+    live = api.scripted(t.sse_reply(frames))
+    with cassettes.use(tmp_path / "c.json", mode="record"):
+        live_items = consume(api_name, live.client, live.aclient, style)
+    monkeypatch.setattr(cassette_items, "builder", lambda item_type, sdk_validates: None)
+    client, aclient = Offline().clients(api.sdk)
+    with cassettes.use(tmp_path / "c.json"):
+        items = consume(api_name, client, aclient, style)
+    assert [state(i) for i in items] == [state(i) for i in live_items]
+
+
+# -- which types the validator may build -------------------------------------------------------
+
+
+class Sdk(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="allow")
+
+
+class Plain(Sdk):
+    name: str
+    size: int | None = None
+
+
+class Aliased(Sdk):
+    schema_: str = pydantic.Field(alias="schema")
+
+
+class Defaulted(Sdk):
+    mode: str | None = "fast"  # construct puts "fast" where the JSON says null
+
+
+class Validated(Sdk):
+    name: str
+
+    @pydantic.field_validator("name")
+    @classmethod
+    def upper(cls, value: str) -> str:
+        return value.upper()
+
+
+class Ignoring(pydantic.BaseModel):
+    name: str
+
+
+class Outer(Sdk):
+    inner: Aliased  # constructed by the SDK, so checked too
+
+
+class Cat(Sdk):
+    type: Literal["cat"]
+
+
+class Dog(Sdk):
+    type: Literal["dog"]
+
+
+class Tag:
+    def __init__(self, discriminator: str) -> None:
+        self.discriminator = discriminator
+
+
+@pytest.mark.parametrize("model", (Aliased, Defaulted, Validated, Ignoring, Outer))
+def test_a_model_whose_construct_could_differ_gets_no_fast_builder(model) -> None:
+    assert cassette_items.builder(model, sdk_validates=False) is None
+
+
+def test_a_plain_model_and_a_discriminated_union_get_one() -> None:
+    plain = cassette_items.builder(Plain, sdk_validates=False)
+    assert plain is not None
+    built = plain.build('{"name": "a", "new": 1}')
+    assert type(built) is Plain and built.model_fields_set == {"name"} and built.new == 1  # type: ignore[attr-defined]
+    assert plain.build('{"name": 1}') is cassette_items.NOT_BUILT  # a number where a string belongs
+    assert plain.build('{"name": NaN}') is cassette_items.NOT_BUILT
+    pets = cassette_items.builder(Annotated[Cat | Dog, Tag("type")], sdk_validates=False)
+    assert pets is not None and type(pets.build('{"type": "dog"}')) is Dog
+    assert pets.build('{"type": "bird"}') is cassette_items.NOT_BUILT
+    assert cassette_items.builder(Cat | Dog, sdk_validates=False) is None  # no discriminator named
+
+
+def test_the_stream_items_each_sdk_yields_from_the_recorded_events() -> None:
+    chunk = {"id": "c"}
+    assert cassette_http._openai_items([{"data": chunk}, {"data": "[DONE]"}, {"data": chunk}]) == ['{"id": "c"}']
+    assert cassette_http._openai_items([{"data": "plain text"}]) is None
+    assert cassette_http._openai_items([{"event": "thread.created", "data": chunk}]) is None
+    events = [{"data": chunk}, {"event": "ping", "data": {"type": "ping"}}, {"event": "x", "data": ""}]
+    assert cassette_http._anthropic_items([*events, {"event": "x", "data": chunk}]) == ['{"id": "c"}']
+    assert cassette_http._anthropic_items([{"event": "x", "data": "text"}]) is None
