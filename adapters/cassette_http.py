@@ -123,7 +123,7 @@ class _SdkReplay:
         stream_cls: Any,
         ids: Callable[[Any, Mapping[str, str]], None],
         usual: Callable[[Any, Mapping[str, Any]], bool],
-        items: Callable[[list[Any]], list[str] | None],
+        items: Callable[[list[Any]], list[bytes] | None],
         is_async: bool,
     ) -> None:
         self.response_type = response_type
@@ -215,7 +215,7 @@ def _always(client: Any, request: Mapping[str, Any]) -> bool:
 # events), which the SDK's own stream then reads from the recorded body.
 
 
-def _openai_items(events: list[Any]) -> list[str] | None:
+def _openai_items(events: list[Any]) -> list[bytes] | None:
     raws = []
     for event in events:
         data = event.get("data")
@@ -224,11 +224,11 @@ def _openai_items(events: list[Any]) -> list[str] | None:
         name = event.get("event")
         if not isinstance(data, dict) or (isinstance(name, str) and name.startswith("thread.")):
             return None
-        raws.append(_to_json(data))
+        raws.append(cassette_items.json_text(data))
     return raws
 
 
-def _anthropic_items(events: list[Any]) -> list[str] | None:
+def _anthropic_items(events: list[Any]) -> list[bytes] | None:
     raws = []
     for event in events:
         name, data = event.get("event"), event.get("data")
@@ -236,7 +236,7 @@ def _anthropic_items(events: list[Any]) -> list[str] | None:
             continue  # the SDK skips these
         if not isinstance(name, str) or not isinstance(data, dict):
             return None
-        raws.append(_to_json(data))
+        raws.append(cassette_items.json_text(data))
     return raws
 
 
@@ -318,7 +318,7 @@ def _direct_stream(tape: cassettes.CallTape, exchange: dict[str, Any], client: A
     return stream
 
 
-def _item(raw: str, builder: cassette_items.ItemBuilder, client: Any, cast_to: Any, response: httpx2.Response) -> Any:
+def _item(raw: bytes, builder: cassette_items.ItemBuilder, client: Any, cast_to: Any, response: httpx2.Response) -> Any:
     item = builder.build(raw)
     if item is cassette_items.NOT_BUILT:  # as the SDK's stream builds it
         item = client._process_response_data(data=json.loads(raw), cast_to=cast_to, response=response)
@@ -326,7 +326,7 @@ def _item(raw: str, builder: cassette_items.ItemBuilder, client: Any, cast_to: A
 
 
 def _items(
-    raws: list[str], builder: cassette_items.ItemBuilder, client: Any, cast_to: Any, response: httpx2.Response
+    raws: list[bytes], builder: cassette_items.ItemBuilder, client: Any, cast_to: Any, response: httpx2.Response
 ) -> Iterator[Any]:
     try:
         for raw in raws:
@@ -336,7 +336,7 @@ def _items(
 
 
 async def _aitems(
-    raws: list[str], builder: cassette_items.ItemBuilder, client: Any, cast_to: Any, response: httpx2.Response
+    raws: list[bytes], builder: cassette_items.ItemBuilder, client: Any, cast_to: Any, response: httpx2.Response
 ) -> AsyncIterator[Any]:
     try:
         for raw in raws:
