@@ -65,7 +65,7 @@ class ItemBuilder:
     def build(self, raw: bytes) -> Any:
         try:
             item = self._validate(raw, strict=True)
-        except ValueError:  # a ValidationError, or JSON the compiled parser refuses (NaN, a lone surrogate)
+        except ValueError:  # a ValidationError (JSON the compiled parser refuses, a lone surrogate, is one too)
             return NOT_BUILT
         if self.constructed is not None:
             _as_constructed(item, self.constructed)
@@ -88,7 +88,7 @@ def builder(item_type: Any, *, sdk_validates: bool) -> ItemBuilder | None:
         pass
     try:
         found: ItemBuilder | None = _make_builder(item_type, sdk_validates)
-    except (_NotAlike, pydantic.PydanticUserError, pydantic.PydanticSchemaGenerationError, TypeError):
+    except Exception:  # _NotAlike, or a type pydantic cannot build a validator for: the SDK's parser builds all
         found = None
     _BUILDERS[key] = found
     return found
@@ -100,7 +100,7 @@ def _make_builder(item_type: Any, sdk_validates: bool) -> ItemBuilder:
         if callable(getattr(base, "build", None)):
             raise _NotAlike(f"{base.__name__} builds itself")  # the SDK calls its build(), not construct
         constructed = None if sdk_validates else _constructed_levels(base, ())
-        return ItemBuilder(base.__pydantic_validator__.validate_json, constructed)
+        return ItemBuilder(_validator(_core_schema(base)), constructed)
     if typing.get_origin(base) in (typing.Union, types.UnionType):
         # The SDK validates a union as a whole, lax: for JSON that strictly validates as the
         # variant its discriminator names, no other variant validates, so that one is picked.
@@ -112,8 +112,75 @@ def _make_builder(item_type: Any, sdk_validates: bool) -> ItemBuilder:
         adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(
             typing.Annotated[union, pydantic.Field(discriminator=field)]
         )
-        return ItemBuilder(adapter.validator.validate_json, None)
+        return ItemBuilder(_validator(adapter.core_schema), None)
     raise _NotAlike(f"{item_type!r} is neither a model nor a union of models")
+
+
+def _validator(schema: Any) -> Callable[..., Any]:
+    """The JSON validator of ``schema``, its unions of models told apart by their ``type`` as the SDK names them.
+
+    Pydantic tries every member of such a union in turn (the SDKs name its discriminator
+    in their own annotations, which pydantic does not read); where each member requires
+    its own ``type`` value, only the member named by the JSON's ``type`` can validate, so
+    going to it straight away gives the same object (and refuses the same JSON).
+    """
+    return pydantic_core.SchemaValidator(tag_unions(schema)).validate_json
+
+
+def tag_unions(schema: Any) -> Any:
+    definitions: dict[str, Any] = {}
+    _collect_definitions(schema, definitions)
+    return _tagged(schema, definitions)
+
+
+def _collect_definitions(schema: Any, definitions: dict[str, Any]) -> None:
+    if isinstance(schema, dict):
+        if isinstance(schema.get("ref"), str):
+            definitions[schema["ref"]] = schema
+        for value in schema.values():
+            _collect_definitions(value, definitions)
+    elif isinstance(schema, list | tuple):
+        for value in schema:
+            _collect_definitions(value, definitions)
+
+
+def _tagged(schema: Any, definitions: dict[str, Any]) -> Any:
+    """A copy of ``schema`` with each union of models that each require their own ``type`` value tagged by it."""
+    if isinstance(schema, list):
+        return [_tagged(value, definitions) for value in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: _tagged(value, definitions) for key, value in schema.items()}
+    if out.get("type") != "union":
+        return out
+    choices = [choice if isinstance(choice, dict) else choice[0] for choice in out["choices"]]
+    tags = [_required_type(choice, definitions) for choice in choices]
+    if len(choices) < 2 or None in tags or len(set(tags)) != len(tags):
+        return out
+    tagged = {"type": "tagged-union", "choices": dict(zip(tags, choices, strict=True)), "discriminator": "type"}
+    tagged.update({key: out[key] for key in ("ref", "metadata", "serialization") if key in out})
+    return tagged
+
+
+def _required_type(schema: dict[str, Any], definitions: dict[str, Any]) -> str | None:
+    """The one string a model schema's required, unaliased ``type`` field must equal; None if it has none."""
+    while schema.get("type") == "definition-ref":
+        schema = definitions.get(str(schema.get("schema_ref")), {})
+    fields = schema.get("schema", {}).get("fields") if schema.get("type") == "model" else None
+    field = fields.get("type") if isinstance(fields, dict) else None
+    if not isinstance(field, dict) or field.get("validation_alias") is not None:
+        return None
+    literal = field.get("schema", {})
+    expected = literal.get("expected") if literal.get("type") == "literal" else None
+    if not isinstance(expected, list) or len(expected) != 1 or not isinstance(expected[0], str):
+        return None
+    return expected[0]
+
+
+def _core_schema(model: type[pydantic.BaseModel]) -> Any:
+    if not model.__pydantic_complete__:
+        model.model_rebuild()  # the SDKs defer building schemas to first use; constructing never uses them
+    return model.__pydantic_core_schema__
 
 
 def _unwrap(annotation: Any) -> tuple[Any, tuple[Any, ...]]:
@@ -171,7 +238,7 @@ def _check_constructed(model: type[pydantic.BaseModel]) -> None:
         or decorators.model_validators
     ):
         raise _NotAlike(f"{model.__name__} has validators, which construct skips")
-    schema: Any = model.__pydantic_core_schema__
+    schema: Any = _core_schema(model)
     if schema.get("type") == "definitions":
         schema = schema["schema"]
     fields_schema = schema.get("schema") if schema.get("type") == "model" else None
