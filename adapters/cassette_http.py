@@ -52,8 +52,7 @@ _SSE = "text/event-stream"
 # -- the call ----------------------------------------------------------------------------
 
 
-@contextmanager
-def bound(client: Any, codec: LLMCodec, kwargs: Mapping[str, Any]) -> Iterator[cassettes.CallTape]:
+def bound(client: Any, codec: LLMCodec, kwargs: Mapping[str, Any]) -> _Bound:
     """Around one ``create(**kwargs)`` while a cassette is in use: its HTTP tries play (or record) the tape.
 
     Raises ``CassetteMiss`` before the SDK runs when nothing recorded matches. A miss
@@ -64,16 +63,26 @@ def bound(client: Any, codec: LLMCodec, kwargs: Mapping[str, Any]) -> Iterator[c
     if cassette is None:
         raise cassettes.CassetteError("no cassette is in use")
     _install(client)
-    tape = cassette.begin(cassettes.neutral_request(codec.decode(kwargs)))
-    token = _tape.set(tape)
-    try:
-        yield tape
-    except Exception as exc:
-        if tape.miss is not None and exc is not tape.miss:
-            raise tape.miss from exc
-        raise
-    finally:
-        _tape.reset(token)
+    return _Bound(cassette.begin(cassettes.neutral_request(codec.decode(kwargs))))
+
+
+class _Bound:
+    """The tape bound for the HTTP tries of one call (a class, not a generator: this runs on every call)."""
+
+    __slots__ = ("tape", "token")
+
+    def __init__(self, tape: cassettes.CallTape) -> None:
+        self.tape = tape
+
+    def __enter__(self) -> cassettes.CallTape:
+        self.token = _tape.set(self.tape)
+        return self.tape
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        _tape.reset(self.token)
+        miss = self.tape.miss
+        if miss is not None and isinstance(exc, Exception) and exc is not miss:
+            raise miss from exc
 
 
 def _install(client: Any) -> None:
