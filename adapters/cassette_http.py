@@ -219,33 +219,38 @@ def _always(client: Any, request: Mapping[str, Any]) -> bool:
     return True
 
 
-# What each SDK's stream makes of the recorded (plain) events: the JSON text of each item
-# it yields, in order; None for anything it would take another way (text data, Assistants
-# events), which the SDK's own stream then reads from the recorded body.
-
-
 def _openai_items(events: list[Any]) -> list[bytes] | None:
-    raws = []
-    for event in events:
-        data = event.get("data")
-        if isinstance(data, str) and data.startswith("[DONE]"):
-            break  # the SDK stops reading here
-        name = event.get("event")
-        if not isinstance(data, dict) or (isinstance(name, str) and name.startswith("thread.")):
-            return None
-        raws.append(cassette_items.json_text(data))
-    return raws
+    return _item_texts(events, openai=True)
 
 
 def _anthropic_items(events: list[Any]) -> list[bytes] | None:
+    return _item_texts(events, openai=False)
+
+
+def _item_texts(events: list[Any], *, openai: bool) -> list[bytes] | None:
+    """What the SDK's stream makes of the recorded events: the JSON text of each item it yields, in order.
+
+    None where it would take another way: an error event (it raises; see ``_plain_event``),
+    text data, Assistants events; the SDK's own stream then reads the recorded body.
+    """
     raws = []
+    to_text = cassette_items.json_text
     for event in events:
-        name, data = event.get("event"), event.get("data")
-        if name is None or name == "ping" or data == "":
-            continue  # the SDK skips these
-        if not isinstance(name, str) or not isinstance(data, dict):
+        if type(event) is not dict:
             return None
-        raws.append(cassette_items.json_text(data))
+        name, data = event.get("event"), event.get("data")
+        if name == "error" or (type(data) is dict and data.get("error")):
+            return None
+        if openai:
+            if type(data) is str and data.startswith("[DONE]"):
+                break  # the SDK stops reading here
+            if type(name) is str and name.startswith("thread."):
+                return None
+        elif name is None or name == "ping" or data == "":
+            continue  # the SDK skips these
+        if type(data) is not dict:
+            return None
+        raws.append(to_text(data))
     return raws
 
 
@@ -301,7 +306,9 @@ def _direct_stream(tape: cassettes.CallTape, exchange: dict[str, Any], client: A
     path = exchange.get("path")
     if BoundSyncStream is None or not isinstance(events, list) or not isinstance(path, str):
         return NOT_DIRECT
-    if not all(map(_plain_event, events)):
+    builder = cassette_items.builder(sdk.chunk_type, sdk_validates=bool(client._strict_response_validation))
+    raws = sdk.items(events) if builder is not None else None
+    if raws is None and not all(map(_plain_event, events)):
         return NOT_DIRECT
     tape.next()
     http = client._client
@@ -317,8 +324,6 @@ def _direct_stream(tape: cassettes.CallTape, exchange: dict[str, Any], client: A
     sdk_retries.answered_without_http(client)
     # The request options the SDK would pass only choose its legacy event handling, which None also means.
     stream = sdk.stream_cls(cast_to=sdk.chunk_type, response=response, client=client, options=None)
-    builder = cassette_items.builder(sdk.chunk_type, sdk_validates=bool(client._strict_response_validation))
-    raws = sdk.items(events) if builder is not None else None
     if builder is not None and raws is not None and (sdk.iterator_cached or "_iterator" in stream.__dict__):
         # The SDK's own stream object, its iteration, close() and response; only the items are
         # made here (as its parser would), without SSE bytes to split and JSON to parse in Python.

@@ -313,6 +313,10 @@ def test_the_stream_items_each_sdk_yields_from_the_recorded_events() -> None:
     events = [{"data": chunk}, {"event": "ping", "data": {"type": "ping"}}, {"event": "x", "data": ""}]
     assert cassette_http._anthropic_items([*events, {"event": "x", "data": chunk}]) == [b'{"id":"c"}']
     assert cassette_http._anthropic_items([{"event": "x", "data": "text"}]) is None
+    # An error event (the SDK raises on it) or a malformed one: the HTTP path's, for both SDKs.
+    for items in (cassette_http._openai_items, cassette_http._anthropic_items):
+        assert items([{"event": "x", "data": chunk}, {"event": "x", "data": {"error": {"message": "m"}}}]) is None
+        assert items([{"event": "error", "data": chunk}]) is None and items([["not", "an", "event"]]) is None
 
 
 def test_the_json_text_reads_back_as_the_recorded_data_and_parses_alike() -> None:
