@@ -275,9 +275,10 @@ def direct_reply(tape: cassettes.CallTape, client: Any, api_mode: str) -> Any:
     The SDK's request building and HTTP round trip are most of what a replay would
     cost, and with one successful try there is no retry or error for them to replay.
     A JSON answer is parsed by the client's own response parser; a stream is the
-    SDK's own stream class over a response made of the recorded events, parsing each
-    as it is read. Everything else (retries, errors, error events, recorded timing,
-    an SDK this does not know or whose internals moved) goes through the HTTP layer.
+    SDK's own stream class over a response made of the recorded events, yielding
+    items built as it is read (``cassette_items``: as the SDK's parser would build
+    them). Everything else (retries, errors, error events, recorded timing, an SDK
+    this does not know or whose internals moved) goes through the HTTP layer.
     """
     if not tape.replaying or tape.timing != "instant":
         return NOT_DIRECT
