@@ -293,10 +293,10 @@ def direct_reply(tape: cassettes.CallTape, client: Any, api_mode: str) -> Any:
     if "body" not in exchange or client._strict_response_validation:
         return NOT_DIRECT
     tape.next()
-    # A fresh copy: the caller may change the object it gets, and the SDK keeps nested dicts as given.
-    parsed = client._process_response_data(
-        data=json.loads(json.dumps(exchange["body"])), cast_to=sdk.response_type, response=None
-    )
+    # Built from the JSON's text, as the SDK builds it from a live body: a fresh object, which
+    # the caller may change (the SDK keeps nested dicts as given) without changing the tape.
+    builder = cassette_items.builder(sdk.response_type, sdk_validates=False)  # (a validating client: HTTP path)
+    parsed = _item(cassette_items.json_text(exchange["body"]), builder, client, sdk.response_type, None)
     sdk.ids(parsed, exchange.get("headers") or {})
     sdk_retries.answered_without_http(client)
     return parsed
@@ -333,9 +333,12 @@ def _direct_stream(tape: cassettes.CallTape, exchange: dict[str, Any], client: A
     return stream
 
 
-def _item(raw: bytes, builder: cassette_items.ItemBuilder, client: Any, cast_to: Any, response: httpx2.Response) -> Any:
-    item = builder.build(raw)
-    if item is cassette_items.NOT_BUILT:  # as the SDK's stream builds it
+def _item(
+    raw: bytes, builder: cassette_items.ItemBuilder | None, client: Any, cast_to: Any, response: httpx2.Response | None
+) -> Any:
+    """The SDK object for one recorded JSON text: the builder's, else the SDK's parser's (as live)."""
+    item = builder.build(raw) if builder is not None else cassette_items.NOT_BUILT
+    if item is cassette_items.NOT_BUILT:
         item = client._process_response_data(data=json.loads(raw), cast_to=cast_to, response=response)
     return item
 

@@ -345,3 +345,74 @@ def test_a_union_of_models_each_requiring_its_own_type_is_tagged_and_no_other() 
     assert [type(p) for p in built.pets] == [Dog, Cat] and type(built.others[0]) is Bird
     assert state(built) == state(construct_type(value=json.loads(raw), type_=Pets))  # as the SDK builds it
     assert pets.build(b'{"pets": [{"type": "fish"}]}') is cassette_items.NOT_BUILT
+
+
+# -- non-streamed answers ----------------------------------------------------------------------
+
+
+def chat_bodies() -> tuple[list[dict[str, Any]], int]:
+    usual = t.chat_completion_body(
+        None, finish_reason="tool_calls", tool_calls=[{"id": "c1", "name": "f", "arguments": "{}"}]
+    )
+    usual["new_at_top"] = {"k": [1]}
+    usual["choices"][0]["new_in_choice"] = 1
+    usual["choices"][0]["message"]["new_in_message"] = "x"
+    usual["choices"][0]["logprobs"] = {"content": [{"token": "a", "logprob": 0, "bytes": None, "top_logprobs": []}]}
+    return [usual, t.chat_completion_body("a", finish_reason="a_new_finish_reason"), t.chat_completion_body("b")], 1
+
+
+def responses_bodies() -> tuple[list[dict[str, Any]], int]:
+    usual = t.responses_body("a", function_call={"call_id": "c1", "name": "f", "arguments": "{}"})
+    usual["new_at_top"] = 1
+    usual["output"][0]["content"][0]["new_in_part"] = [1]
+    odd = t.responses_body("b")
+    odd["output"].append({"type": "a_new_item", "id": "n1"})
+    return [usual, odd, t.responses_body("c")], 1
+
+
+def anthropic_bodies() -> tuple[list[dict[str, Any]], int]:
+    usual = t.anthropic_message_body("a", tool_use={"id": "tu_1", "name": "f", "input": {"a": [1]}})
+    usual["content"].insert(0, {"type": "thinking", "thinking": "hmm", "signature": "s"})
+    usual["new_at_top"] = {"k": 1}
+    odd = t.anthropic_message_body("b", stop_reason="a_new_stop_reason")
+    return [usual, odd, t.anthropic_message_body("c")], 1
+
+
+BODIES = {"chat": chat_bodies, "responses": responses_bodies, "anthropic": anthropic_bodies}
+
+
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")
+@pytest.mark.parametrize("style", ("sync", "async"))
+@pytest.mark.parametrize("api_name", sorted(BODIES))
+def test_replayed_answers_equal_the_live_sdk_answers_to_their_internals(
+    relay_turn, relay_events, tmp_path, api_name, style
+) -> None:
+    api = APIS[api_name]
+    bodies, odd = BODIES[api_name]()
+
+    def answers(client: Any, aclient: Any) -> list[Any]:
+        if style == "sync":
+            return [adapters.complete(client, api.kwargs, api_mode=api.api_mode) for _ in bodies]
+
+        async def run() -> list[Any]:
+            return [await adapters.acomplete(aclient, api.kwargs, api_mode=api.api_mode) for _ in bodies]
+
+        return asyncio.run(run())
+
+    live = api.scripted(
+        *(t.json_reply(body, headers={"x-request-id": "req_1", "request-id": "req_1"}) for body in bodies)
+    )
+    with cassettes.use(tmp_path / "c.json", mode="record"):
+        live_answers = answers(live.client, live.aclient)
+    live_events = shape(relay_events)
+    relay_events.clear()
+    offline = Offline()
+    client, aclient = offline.clients(api.sdk)
+    parsed = count_sdk_parses(client if style == "sync" else aclient)
+    with cassettes.use(tmp_path / "c.json"):
+        replayed = answers(client, aclient)
+    assert offline.requests == [] and len(parsed) == odd  # the odd answer, and only it, by the SDK's parser
+    assert [state(a) for a in replayed] == [state(a) for a in live_answers]
+    assert [views(a) for a in replayed] == [views(a) for a in live_answers] and replayed == live_answers
+    assert [a._request_id for a in replayed] == [a._request_id for a in live_answers] == ["req_1"] * len(bodies)
+    assert shape(relay_events) == live_events
