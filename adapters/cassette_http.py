@@ -346,9 +346,11 @@ def _item(
 def _items(
     raws: list[bytes], builder: cassette_items.ItemBuilder, client: Any, cast_to: Any, response: httpx2.Response
 ) -> Iterator[Any]:
+    build = builder.build
     try:
         for raw in raws:
-            yield _item(raw, builder, client, cast_to, response)
+            item = build(raw)
+            yield item if item is not cassette_items.NOT_BUILT else _item(raw, None, client, cast_to, response)
     finally:
         response.close()  # as the SDK's stream does when read to the end, broken off or collected
 
@@ -356,9 +358,11 @@ def _items(
 async def _aitems(
     raws: list[bytes], builder: cassette_items.ItemBuilder, client: Any, cast_to: Any, response: httpx2.Response
 ) -> AsyncIterator[Any]:
+    build = builder.build
     try:
         for raw in raws:
-            yield _item(raw, builder, client, cast_to, response)
+            item = build(raw)
+            yield item if item is not cassette_items.NOT_BUILT else _item(raw, None, client, cast_to, response)
     finally:
         await response.aclose()
 
