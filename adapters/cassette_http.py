@@ -343,14 +343,21 @@ def _item(
     return item
 
 
+def _built(
+    raws: list[bytes], builder: cassette_items.ItemBuilder, client: Any, cast_to: Any, response: httpx2.Response
+) -> Iterator[Any]:
+    """Each item, built as it is asked for (as the SDK's stream parses each event as it is read)."""
+    build = builder.build
+    for raw in raws:
+        item = build(raw)
+        yield item if item is not cassette_items.NOT_BUILT else _item(raw, None, client, cast_to, response)
+
+
 def _items(
     raws: list[bytes], builder: cassette_items.ItemBuilder, client: Any, cast_to: Any, response: httpx2.Response
 ) -> Iterator[Any]:
-    build = builder.build
     try:
-        for raw in raws:
-            item = build(raw)
-            yield item if item is not cassette_items.NOT_BUILT else _item(raw, None, client, cast_to, response)
+        yield from _built(raws, builder, client, cast_to, response)
     finally:
         response.close()  # as the SDK's stream does when read to the end, broken off or collected
 
@@ -358,11 +365,9 @@ def _items(
 async def _aitems(
     raws: list[bytes], builder: cassette_items.ItemBuilder, client: Any, cast_to: Any, response: httpx2.Response
 ) -> AsyncIterator[Any]:
-    build = builder.build
     try:
-        for raw in raws:
-            item = build(raw)
-            yield item if item is not cassette_items.NOT_BUILT else _item(raw, None, client, cast_to, response)
+        for item in _built(raws, builder, client, cast_to, response):
+            yield item
     finally:
         await response.aclose()
 
