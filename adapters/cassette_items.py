@@ -25,7 +25,6 @@ from typing import Any
 import pydantic
 import pydantic_core
 from pydantic_core import PydanticUndefined
-from typing_extensions import TypeAliasType
 
 NOT_BUILT: Any = object()
 _JSON = json.JSONEncoder()  # escapes all but ASCII, so any string survives
@@ -210,20 +209,40 @@ def _constructed_levels(model: type[pydantic.BaseModel], above: tuple[type, ...]
     _check_constructed(model)
     levels = []
     for name, field in model.model_fields.items():
-        annotation, _ = _unwrap(field.annotation)
-        origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-        if _is_model(annotation):
-            kind, inner = "model", annotation
-        elif origin is list and len(args) == 1 and _is_model(args[0]):
-            kind, inner = "list", args[0]
-        elif origin is dict and len(args) == 2 and _is_model(args[1]):
-            kind, inner = "dict", args[1]
-        elif isinstance(annotation, TypeAliasType):
-            raise _NotAlike(f"{model.__name__}.{name} is a type alias")  # the SDK constructs what it names
-        else:
-            continue  # a union (Optional too) is validated by the SDK, lax; anything else is kept as given
-        levels.append((name, kind, _constructed_levels(inner, (*above, model))))
+        shape = _constructed_shape(field.annotation, f"{model.__name__}.{name}")
+        if shape is not None:
+            kind, inner = shape
+            levels.append((name, kind, _constructed_levels(inner, (*above, model))))
     return tuple(levels)
+
+
+# What construct keeps as given and strict validation of JSON also takes as it is.
+_KEPT: frozenset[Any] = frozenset({str, int, bool, object, Any, type(None), list, dict})
+
+
+def _constructed_shape(annotation: Any, where: str) -> tuple[str, type[pydantic.BaseModel]] | None:
+    """How the SDK's construct builds a field: into a model, a list or a dict of models, or None (kept or validated).
+
+    Refuses a type whose construct may differ from a strict validation of its JSON: a float
+    (construct keeps an integer a float cannot hold exactly), a date or time (the SDK's own
+    parser), a tuple or set (construct keeps the JSON list), a list of lists of models.
+    """
+    annotation, _ = _unwrap(annotation)
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return None  # validated by the SDK (lax), which strict validation agrees with where it succeeds
+    if _is_model(annotation):
+        return "model", annotation
+    if origin is typing.Literal or annotation in _KEPT:
+        return None
+    container = {list: ("list", 1), dict: ("dict", 2)}.get(origin)
+    if container is not None and len(args) == container[1] and (origin is list or args[0] is str):
+        inner = _constructed_shape(args[-1], where)
+        if inner is None:
+            return None
+        if inner[0] == "model":
+            return container[0], inner[1]
+    raise _NotAlike(f"{where} is {annotation!r}, which the SDK's construct may build otherwise than validation")
 
 
 def _check_constructed(model: type[pydantic.BaseModel]) -> None:
