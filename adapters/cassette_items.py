@@ -1,17 +1,22 @@
 """A replayed stream's items, built from their recorded JSON as the SDK's own parser builds them, only faster.
 
 A live stream's SDK parses each event's JSON in Python, then builds the item: a
-model class by a recursive construct in Python (no validation), a union by a lax
-validation. That is most of what replaying a stream costs. For an item whose JSON
-already has the declared types, a strict validation by the item class's compiled
-validator yields the same object, and strict validation refuses whatever the SDK
-would have built otherwise (an unknown finish reason, a new event type, a number
-sent as a string): those items are built by the SDK's own parser, as live.
+union (and anything under a union) by a lax validation in Python, a model class by a
+recursive construct in Python, without validation. That is most of what replaying a
+stream costs. The item class's compiled validator does the same faster:
 
-The levels the SDK constructs rather than validates differ from a validated model in
-one recorded way (unknown keys are not in ``model_fields_set``), which is put right
-after validation; any other way a level could differ (aliases, defaults other than
-None, validators, typed extras) keeps its type off this path altogether.
+- an item the SDK validates (a union of events, or any item of a client that
+  validates responses) is validated lax by it too: the same validation, from the
+  JSON's text instead of its parsed dict;
+- an item the SDK constructs is validated strictly: for JSON that already has the
+  declared types that is what construct keeps, and strict validation refuses the
+  rest (an unknown finish reason, a number sent as a string). The levels construct
+  builds differ from validated ones in one known way (unknown keys are not in
+  ``model_fields_set``), put right after validation; a type whose construct could
+  differ in any other way (aliases, defaults other than None, validators, typed
+  extras, floats, dates) keeps to the SDK's parser altogether.
+
+Whatever the validator refuses is built by the SDK's own parser, as live.
 """
 
 from __future__ import annotations
@@ -54,16 +59,17 @@ class _NotAlike(Exception):
 class ItemBuilder:
     """Builds one SDK's stream items of one type from their JSON text; ``NOT_BUILT`` where the SDK must."""
 
-    __slots__ = ("_validate", "constructed")
+    __slots__ = ("_strict", "_validate", "constructed")
 
     def __init__(self, validate: Callable[..., Any], constructed: Levels | None) -> None:
         self._validate = validate
-        # None: the SDK validates the whole item (a union, or a client with strict validation).
+        # None: the SDK validates the whole item (lax, as here); else it constructs it (strict here).
         self.constructed = constructed
+        self._strict = None if constructed is None else True
 
     def build(self, raw: bytes) -> Any:
         try:
-            item = self._validate(raw, strict=True)
+            item = self._validate(raw, strict=self._strict)
         except ValueError:  # a ValidationError (JSON the compiled parser refuses, a lone surrogate, is one too)
             return NOT_BUILT
         if self.constructed is not None:
@@ -98,11 +104,15 @@ def _make_builder(item_type: Any, sdk_validates: bool) -> ItemBuilder:
     if _is_model(base):
         if callable(getattr(base, "build", None)):
             raise _NotAlike(f"{base.__name__} builds itself")  # the SDK calls its build(), not construct
-        constructed = None if sdk_validates else _constructed_levels(base, ())
-        return ItemBuilder(_validator(_core_schema(base)), constructed)
+        if sdk_validates:
+            return ItemBuilder(_validator(_core_schema(base)), None)
+        constructed = _constructed_levels(base, ())
+        schema = tag_unions(_core_schema(base))
+        _check_unambiguous(schema)
+        return ItemBuilder(pydantic_core.SchemaValidator(schema).validate_json, constructed)
     if typing.get_origin(base) in (typing.Union, types.UnionType):
-        # The SDK validates a union as a whole, lax: for JSON that strictly validates as the
-        # variant its discriminator names, no other variant validates, so that one is picked.
+        # The SDK validates a union as a whole, lax: for JSON of the variant its discriminator
+        # names, no other variant validates (each requires its own value), so that one is picked.
         field = next((name for name in map(_discriminator, metadata) if name), None)
         variants = typing.get_args(base)
         if field is None or not all(map(_is_model, variants)):
@@ -180,6 +190,48 @@ def _core_schema(model: type[pydantic.BaseModel]) -> Any:
     if not model.__pydantic_complete__:
         model.model_rebuild()  # the SDKs defer building schemas to first use; constructing never uses them
     return model.__pydantic_core_schema__
+
+
+# Schemas that never take a JSON object.
+_NOT_OBJECTS = frozenset(
+    {"none", "bool", "int", "float", "decimal", "str", "bytes", "date", "time", "datetime", "timedelta", "literal"}
+    | {"enum", "uuid", "url", "list", "tuple", "set", "frozenset"}
+)
+
+
+def _check_unambiguous(schema: Any) -> None:
+    """Refuse a union that more than one of its members could take a JSON object for.
+
+    The SDK validates the unions of an item it constructs lax, this strictly. Where
+    strict validation succeeds, lax picks the same member, as the member matched
+    exactly outranks one only a lax conversion fits, except between members a JSON
+    object may fill (models, dicts): there lax may prefer one that sets more fields.
+    """
+    definitions: dict[str, Any] = {}
+    _collect_definitions(schema, definitions)
+
+    def kind(choice: Any) -> Any:
+        choice = choice if isinstance(choice, dict) else choice[0]
+        while choice.get("type") in ("definition-ref", "nullable", "default"):
+            ref = choice.get("schema_ref")
+            choice = definitions.get(str(ref), {}) if ref is not None else choice.get("schema", {})
+        return choice.get("type")
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("type") == "union":
+                objects = [k for k in map(kind, node["choices"]) if k not in _NOT_OBJECTS]
+                if len(objects) > 1:
+                    raise _NotAlike(
+                        f"a union of {', '.join(map(str, objects))}, which lax validation may tell apart otherwise"
+                    )
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(schema)
 
 
 def _unwrap(annotation: Any) -> tuple[Any, tuple[Any, ...]]:
