@@ -397,6 +397,7 @@ def anthropic_bodies() -> tuple[list[dict[str, Any]], int]:
     usual = t.anthropic_message_body("a", tool_use={"id": "tu_1", "name": "f", "input": {"a": [1]}})
     usual["content"].insert(0, {"type": "thinking", "thinking": "hmm", "signature": "s"})
     usual["new_at_top"] = {"k": 1}
+    usual["usage"]["new_in_usage"] = 2  # a level the SDK constructs
     odd = t.anthropic_message_body("b", stop_reason="a_new_stop_reason")
     return [usual, odd, t.anthropic_message_body("c")], 1
 
