@@ -313,7 +313,7 @@ def _direct_stream(tape: cassettes.CallTape, exchange: dict[str, Any], client: A
         return NOT_DIRECT
     tape.next()
     http = client._client
-    request = httpx2.Request(str(exchange.get("method") or "POST"), _url(client._base_url, path))
+    request = _request(str(exchange.get("method") or "POST"), _url(client._base_url, path))
     # Instant timing: the whole body in one read, as a mock transport gives it (the SDK splits the events).
     # Encoded only if read: the stream below is given its items without reading the body.
     body = _ReplayBody(lambda: [(0.0, _sse_body(events))], None, timed=False)
@@ -378,6 +378,20 @@ def _plain_event(event: Any) -> bool:
         return False
     data = event.get("data")
     return not (isinstance(data, dict) and data.get("error"))
+
+
+def _request(method: str, url: httpx2.URL) -> httpx2.Request:
+    """What ``httpx2.Request(method, url)`` makes (the headers it adds to a bodiless request), made faster.
+
+    A replayed stream's response carries it as the request it answered; building it
+    the usual way encodes an empty body for a fifth of a replayed stream's own cost.
+    """
+    headers = [(b"Host", url.netloc)]
+    if method.upper() in ("POST", "PUT", "PATCH", "QUERY"):
+        headers.append((b"Content-Length", b"0"))
+    request = httpx2.Request(method, url, headers=headers, stream=httpx2.ByteStream(b""))
+    request.read()
+    return request
 
 
 _URLS: dict[tuple[httpx2.URL, str], httpx2.URL] = {}

@@ -440,3 +440,19 @@ def test_replayed_answers_equal_the_live_sdk_answers_to_their_internals(
     assert [views(a) for a in replayed] == [views(a) for a in live_answers] and replayed == live_answers
     assert [a._request_id for a in replayed] == [a._request_id for a in live_answers] == ["req_1"] * len(bodies)
     assert shape(relay_events) == live_events
+
+
+@pytest.mark.parametrize("method", ("POST", "GET", "put"))
+def test_a_replayed_streams_request_is_what_httpx_makes_of_its_method_and_url(method) -> None:
+    import httpx2
+
+    url = httpx2.URL("https://api.example.test:8443/v1/messages?beta=true")
+    made, usual = cassette_http._request(method, url), httpx2.Request(method, url)
+    assert (made.method, made.url, made.headers.raw, made.content, made.extensions) == (
+        usual.method,
+        usual.url,
+        usual.headers.raw,
+        usual.content,
+        usual.extensions,
+    )
+    assert type(made.stream) is type(usual.stream) and list(made.stream) == list(usual.stream)
