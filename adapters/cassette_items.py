@@ -73,7 +73,10 @@ class ItemBuilder:
         except ValueError:  # a ValidationError (JSON the compiled parser refuses, a lone surrogate, is one too)
             return NOT_BUILT
         if self.constructed is not None:
-            _as_constructed(item, self.constructed)
+            try:
+                _as_constructed(item, self.constructed)
+            except (AttributeError, KeyError, TypeError):  # a shape the levels did not foresee: the SDK's
+                return NOT_BUILT
         return item
 
 
@@ -331,8 +334,10 @@ def _as_constructed(item: pydantic.BaseModel, levels: Levels) -> None:
         item.__pydantic_fields_set__.difference_update(extra)
     for name, kind, inner in levels:
         value = item.__dict__[name]
+        if value is None:
+            continue  # a field left at its default (strict validation lets no null through for a model)
         if kind == "model":
-            _as_constructed(value, inner)  # strict validation let no None through for a model field
+            _as_constructed(value, inner)
         elif kind == "list":
             for element in value:
                 _as_constructed(element, inner)
