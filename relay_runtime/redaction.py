@@ -29,7 +29,7 @@ REDACTED = "[redacted]"
 CREDENTIAL_HEADER_NAMES = frozenset(
     {"authorization", "proxy-authorization", "cookie", "api-key", "api_key", "x-api-key"}
 )
-CREDENTIAL_HEADER_PATTERNS = ("*-subscription-key", "*token*", "*secret*")
+CREDENTIAL_HEADER_PATTERNS = ("*-subscription-key", "*-api-key", "*token*", "*secret*")
 CREDENTIAL_BODY_KEYS = frozenset(
     {"api_key", "apikey", "access_token", "refresh_token", "client_secret", "secret", "password", "authorization"}
 )
@@ -117,7 +117,11 @@ def forget_secrets() -> None:
 
 
 def redact_headers(headers: Mapping[Any, Any]) -> dict[str, Any]:
-    """A copy with credential values replaced; bytes names become text so every encoder can take them."""
+    """A copy with credential values replaced; bytes names become text so every encoder can take them.
+
+    A client's own key is blanked inside any other header's value too: a header is where a key
+    travels, under whatever name and scheme (``X-Backup-Auth: Bearer <key>``).
+    """
     out: dict[str, Any] = {}
     verdicts = _header_verdicts
     for k, v in headers.items():
@@ -126,7 +130,14 @@ def redact_headers(headers: Mapping[Any, Any]) -> dict[str, Any]:
             verdict = is_credential_header(k)
         if type(k) is not str and isinstance(k, (bytes, bytearray)):
             k = k.decode("latin-1")
-        out[k] = REDACTED if verdict else v
+        if verdict:
+            v = REDACTED
+        elif _secrets and isinstance(v, (str, bytes, bytearray)):
+            text = v if isinstance(v, str) else v.decode("latin-1")
+            scrubbed = scrub_text(text)
+            if scrubbed != text:
+                v = scrubbed
+        out[k] = v
     return out
 
 
