@@ -133,6 +133,13 @@ class Routes:
         settings = self.server.settings
         provider_id = fields.get("provider") or settings.provider
         agent = self.server.realtime_agent
+        limit = self.server.config.max_sessions_per_device
+        if sum(1 for live in agent.sessions.values() if live.device_id == device.device_id) >= limit:
+            return web.json_response(
+                {"success": False, "error": f"this device already holds {limit} voice sessions: close one first"},
+                status=429,
+                headers={"Retry-After": "5"},
+            )
         if provider_id not in agent.native_providers:
             return _bad_request(f"unknown provider {provider_id!r}")
         same_provider = provider_id == settings.provider
