@@ -84,18 +84,26 @@ def is_credential_key(key: Any) -> bool:
 _MIN_SECRET = 8
 _SECRETS_MAX = 256
 _secrets: frozenset[str] = frozenset()
+_secrets_order: list[str] = []  # oldest first; only touched under the lock
 _secrets_lock = threading.Lock()
 
 
 def remember_secret(value: Any) -> None:
-    """Blank ``value`` (a client's API key) wherever the relay records it from now on."""
+    """Blank ``value`` (a client's API key) wherever the relay records it from now on.
+
+    The newest ``_SECRETS_MAX`` keys are kept: every call remembers its client's key before it
+    runs, so a server with a client per user always knows the key in use, however many came before.
+    """
     global _secrets
     if type(value) is not str or len(value) < _MIN_SECRET or value in _secrets:
         return
     with _secrets_lock:
-        if len(_secrets) < _SECRETS_MAX:
-            # A new frozenset, swapped in whole: readers never take the lock.
-            _secrets = _secrets | {value}
+        if value in _secrets:
+            return
+        _secrets_order.append(value)
+        del _secrets_order[:-_SECRETS_MAX]
+        # A new frozenset, swapped in whole: readers never take the lock.
+        _secrets = frozenset(_secrets_order)
 
 
 def scrub_text(text: str) -> str:
@@ -111,6 +119,7 @@ def forget_secrets() -> None:
     global _secrets
     with _secrets_lock:
         _secrets = frozenset()
+        _secrets_order.clear()
 
 
 # -- headers and kwargs ---------------------------------------------------------------

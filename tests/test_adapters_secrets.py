@@ -234,3 +234,17 @@ def test_the_clients_key_under_any_header_name_never_reaches_events(relay_turn, 
         "X-Mirror": redaction.REDACTED,
         "X-Trace": "keep-header",
     }
+
+
+def test_a_client_key_is_scrubbed_however_many_keys_came_before(relay_turn, relay_events, oa) -> None:
+    # A server that makes a client per user sees many keys: the one in use is always remembered,
+    # not only the first few hundred the process met.
+    for n in range(1000):
+        redaction.remember_secret(f"sk-user-{n:06d}-padding")
+    key = "sk-user-latest-0123456789"
+    oa.add(t.error(401, f"Incorrect API key provided: {key}."))
+    with pytest.raises(openai.AuthenticationError):
+        adapters.complete(oa.client.with_options(api_key=key), {"model": "m", "messages": []})
+    end = relay_events.ends(relay_kind=cv.ATTEMPT)[0]
+    assert end.error_message is not None and "Incorrect API key provided: [redacted]" in end.error_message
+    assert key not in " ".join(repr(getattr(e, name)) for e in relay_events for name in FIELDS)
