@@ -187,8 +187,10 @@ def _clean(value: Any, depth: int) -> Any:
     kind = type(value)
     if kind in _LEAVES:
         return REDACTED if kind is str and value in _secrets else value
-    if depth > 64:  # a self-referencing structure: stop, it cannot be encoded anyway
-        return value
+    if depth > 64:
+        # Deeper than any request needs (or a structure that holds itself): what is below is not
+        # looked at, so it is not recorded either.
+        return REDACTED
     if kind is list or kind is tuple:
         items: list[Any] | None = None
         for i, v in enumerate(value):

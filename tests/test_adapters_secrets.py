@@ -134,6 +134,17 @@ def test_tool_schemas_in_the_conversation_are_not_blanked() -> None:
     assert redaction.redact_kwargs(plain) is plain  # nothing to hide: no copy
 
 
+def test_a_credential_nested_deeper_than_the_walk_goes_is_not_recorded() -> None:
+    deep: Any = {"api_key": _secret(1)}
+    for _ in range(100):
+        deep = {"x": [deep]}
+    loop: dict[str, Any] = {"n": 1}
+    loop["self"] = loop
+    cleaned = redaction.redact_kwargs({"model": "m", "extra_body": {"deep": deep, "loop": loop}, "max_tokens": 3})
+    _assert_clean(repr(cleaned))
+    assert cleaned["max_tokens"] == 3 and cleaned["extra_body"]["loop"]["n"] == 1
+
+
 def _echoing_401() -> t.Reply:
     return t.error(401, f"Incorrect API key provided: {t.TEST_KEY}. You can find your API key at ...")
 
