@@ -462,22 +462,33 @@ def test_validated_call_whose_pop_fails_still_returns_and_the_turn_closes_it(rel
 
 
 class _HeldReply(t.Script):
-    """Replies only once let go: the request is in flight at the provider until then."""
+    """Replies only once let go: the request is in flight at the provider until then. ``on_loop``:
+    for an async client, the handler waits without blocking the event loop."""
 
-    def __init__(self, *replies: t.Reply) -> None:
+    def __init__(self, *replies: t.Reply, on_loop: bool = False) -> None:
         super().__init__(replies)
         self.arrived = threading.Event()
         self.let_go = threading.Event()
+        self.on_loop = on_loop
 
     def handler(self, request: Any) -> Any:
         self.arrived.set()
+        if self.on_loop:
+            return self._later(request)
         self.let_go.wait(5)
         return super().handler(request)
 
+    async def _later(self, request: Any) -> Any:
+        while not self.let_go.is_set():
+            await asyncio.sleep(0.01)
+        return t.Script.handler(self, request)
 
-def _ends_after_the_turn_ended(relay_events: Recorder) -> list[tuple[str, str | None]]:
+
+def _ended_by_the_turn(relay_events: Recorder, outcome: str) -> bool:
+    """The in-flight attempt ended cancelled, then its call, then the turn with ``outcome``."""
     ends = [e for e in relay_events.ends() if e.metadata.get(cv.KIND) != cv.CONVERSATION]
-    return [(e.metadata[cv.KIND], e.outcome) for e in ends]
+    kinds = [(e.metadata[cv.KIND], e.outcome) for e in ends]
+    return kinds == [(cv.ATTEMPT, "cancelled"), (cv.LOGICAL_CALL, "cancelled"), (cv.TURN, outcome)]
 
 
 def test_end_turn_ends_a_call_in_flight_on_another_thread_before_the_turn(relay_turn, relay_events) -> None:
@@ -490,11 +501,7 @@ def test_end_turn_ends_a_call_in_flight_on_another_thread_before_the_turn(relay_
         answer = pool.submit(adapters.complete, client, {"model": "m", "messages": []})
         assert script.arrived.wait(5)
         session.SESSION_COORDINATOR.end_turn(turn, outcome="success")
-        assert _ends_after_the_turn_ended(relay_events) == [
-            (cv.ATTEMPT, "cancelled"),
-            (cv.LOGICAL_CALL, "cancelled"),
-            (cv.TURN, "success"),
-        ]
+        assert _ended_by_the_turn(relay_events, "success")
         recorded = len(relay_events)
         script.let_go.set()
         assert answer.result(5).choices[0].message.content == "late answer"  # the caller still gets it
@@ -502,33 +509,15 @@ def test_end_turn_ends_a_call_in_flight_on_another_thread_before_the_turn(relay_
     assert balanced_calls(relay_events)
 
 
-class _AsyncHeldReply(t.Script):
-    """``_HeldReply`` for an async client: the handler waits on the loop without blocking it."""
-
-    def __init__(self, *replies: t.Reply) -> None:
-        super().__init__(replies)
-        self.arrived = asyncio.Event()
-        self.let_go = asyncio.Event()
-
-    async def handler(self, request: Any) -> Any:  # type: ignore[override]
-        self.arrived.set()
-        await self.let_go.wait()
-        return super().handler(request)
-
-
 @pytest.mark.asyncio
 async def test_end_turn_ends_a_call_in_flight_in_another_task_before_the_turn(relay_turn, relay_events) -> None:
     _relay, turn = relay_turn
-    script = _AsyncHeldReply(t.json_reply(t.chat_completion_body("late answer")))
+    script = _HeldReply(t.json_reply(t.chat_completion_body("late answer")), on_loop=True)
     client = t.async_openai_client(script, max_retries=0)
     task = asyncio.create_task(adapters.acomplete(client, {"model": "m", "messages": []}))
-    await asyncio.wait_for(script.arrived.wait(), 5)
+    assert await asyncio.to_thread(script.arrived.wait, 5)
     session.SESSION_COORDINATOR.end_turn(turn, outcome="failed")
-    assert _ends_after_the_turn_ended(relay_events) == [
-        (cv.ATTEMPT, "cancelled"),
-        (cv.LOGICAL_CALL, "cancelled"),
-        (cv.TURN, "failed"),
-    ]
+    assert _ended_by_the_turn(relay_events, "failed")
     recorded = len(relay_events)
     script.let_go.set()
     assert (await task).choices[0].message.content == "late answer"
