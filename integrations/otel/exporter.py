@@ -415,6 +415,9 @@ class OTelExporter:
             now = time.time_ns()
             for record in self._table.remove_all():
                 self._abandon(record, now, "exporter shut down while this scope was open")
+        if self._metrics is not None:
+            # Points still queued for the SDK are recorded before the flush reads them.
+            self._metrics.close()
         owned, self._owned = self._owned, []
         done = threading.Event()
 
