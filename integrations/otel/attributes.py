@@ -192,12 +192,27 @@ def server_attributes(md: Mapping[str, Any] | None, out: dict[str, Any]) -> None
     address = md.get(cv.SERVER_ADDRESS) if md else None
     if not isinstance(address, str) or not address:
         return
+    parsed = _SERVERS.get(address)
+    if parsed is None:
+        parsed = _parse_server(address)
+    host, port = parsed
+    out["server.address"] = host
+    if port is not None:
+        out["server.port"] = port
+
+
+def _parse_server(address: str) -> tuple[str, int | None]:
     host, sep, port = address.rpartition(":")
     if sep and port.isdigit() and host and not host.endswith(":"):
-        out["server.address"] = host.strip("[]")
-        out["server.port"] = int(port)
+        parsed: tuple[str, int | None] = (host.strip("[]"), int(port))
     else:
-        out["server.address"] = address
+        parsed = (address, None)
+    if len(_SERVERS) < 256:  # a process talks to few endpoints; past that, parse each time
+        _SERVERS[address] = parsed
+    return parsed
+
+
+_SERVERS: dict[str, tuple[str, int | None]] = {}
 
 
 def span_start(event: Event, role: str, conversation_id: str | None) -> tuple[str, dict[str, Any]]:
