@@ -243,6 +243,36 @@ def test_both_paths_hand_processors_the_same_spans(limits):
         assert any(s["dropped"][0] for s in out[True])
 
 
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"mixed": ["a", 1]},
+        {"mixed tuple": (1.5, "x")},
+        {"ints then a bool": [1, True]},
+        {"plain": ("a", "b"), "n": 1, "none": (None,)},
+        {"empty": ()},
+    ],
+    ids=["mixed list", "mixed tuple", "int and bool", "plain", "empty"],
+)
+def test_sequences_the_sdk_would_drop_or_keep_end_alike_on_both_paths(values):
+    ended: dict[bool, list[ReadableSpan]] = {}
+    for fast in (True, False):
+        keep = KeepAll()
+        provider = provider_with(keep, id_generator=CountingIds())
+        tracer = provider.get_tracer("t", "1")
+        path = fast_path_for(tracer)
+        assert path is not None
+        if fast:
+            span = path.start_span("s", None, None, SpanKind.CLIENT, {"k": "v"}, 100)
+        else:
+            span = tracer.start_span("s", kind=SpanKind.CLIENT, attributes={"k": "v"}, start_time=100)
+        span.set_attributes(values)
+        span.end(end_time=200)
+        ended[fast] = keep.ended
+    deferred, sdk = ([span_fields(s) for s in ended[fast]] for fast in (True, False))
+    assert deferred == sdk
+
+
 STATIC_SAMPLERS = {
     "default on": DEFAULT_ON,
     "default off": DEFAULT_OFF,
