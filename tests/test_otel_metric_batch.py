@@ -7,6 +7,7 @@ place. Their metric data must be the same; queueing shows only in when the SDK s
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,11 +20,13 @@ from opentelemetry.sdk.trace import TracerProvider
 from otel_support import Pipeline
 
 from relay_runtime import adapters, cost, session
+from relay_runtime import conventions as cv
 from relay_runtime.adapters import testing as t
 from relay_runtime.cost import PriceCatalog
 from relay_runtime.integrations.otel import OTelExporter
 from relay_runtime.integrations.otel import metrics as otel_metrics
 from relay_runtime.integrations.otel.metric_batch import DRAIN_HOOK, MetricBatch
+from relay_runtime.recorder import Recorder
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 PRICES = {"openai": {"gpt-x": {"input": 1.0, "output": 4.0, "valid_from": "2026-01-01"}}}
@@ -62,6 +65,7 @@ class Twins:
         session.SESSION_COORDINATOR.release_conversation(self.lease)
         self.exporter.detach()
         self.plain.detach()
+        self.batch.close()  # its worker (started by the first queued point) exits now, not when idle
 
 
 @pytest.fixture
@@ -206,3 +210,57 @@ def test_the_worker_exits_when_idle_restarts_on_the_next_point_and_stops_on_clos
     batch.close()
     assert got == [1, 2]
     assert not batch.offer(3), "a closed batch hands points back to the caller"
+
+
+def test_no_point_is_lost_when_callers_the_worker_and_collects_race(relay_home: Any):
+    """Eight threads record while the worker drains small batches and a reader collects without pause."""
+    recorder = Recorder()
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    host.relay.subscribers.register(recorder, name="recorder")
+    host.retain_managed_execution("test")
+    lease = session.SESSION_COORDINATOR.acquire_conversation(
+        profile_key=host.profile_key, session_id="c-1", platform="test"
+    )
+    turn = session.SESSION_COORDINATOR.begin_turn(lease, turn_id="t-1", task_id="task")
+    s = t.scripted_openai(t.json_reply(t.chat_completion_body("hi", model="gpt-a-0613")))
+    adapters.complete(s.client, {"model": "gpt-a", "messages": MESSAGES})
+    session.SESSION_COORDINATOR.end_turn(turn, outcome="success")
+    session.SESSION_COORDINATOR.release_conversation(lease)
+    (end,) = [e for e in recorder if e.kind == "scope_end" and (e.metadata or {}).get(cv.KIND) == cv.ATTEMPT]
+
+    reader = InMemoryMetricReader()
+    metrics = otel_metrics.GenAIMetrics(MeterProvider(metric_readers=[reader]), "test")
+    assert metrics.batch is not None
+    metrics.batch._flush_at, metrics.batch._interval = 7, 0.001
+    done = threading.Event()
+    collected: list[int] = []
+
+    def collect() -> None:
+        while not done.is_set():
+            reader.get_metrics_data()
+            collected.append(1)
+
+    def record() -> None:
+        for _ in range(400):
+            metrics.record_attempt(end, None)
+
+    collector = threading.Thread(target=collect)
+    collector.start()
+    callers = [threading.Thread(target=record) for _ in range(8)]
+    for c in callers:
+        c.start()
+    for c in callers:
+        c.join()
+    done.set()
+    collector.join()
+    assert collected, "the reader collected while the callers recorded"
+    data = reader.get_metrics_data()
+    counts = {
+        m.name: sum(p.count for p in m.data.data_points)
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    }
+    assert counts[otel_metrics.OPERATION_DURATION] == 8 * 400
+    assert counts[otel_metrics.TOKEN_USAGE] == 2 * 8 * 400
+    metrics.close()
