@@ -7,6 +7,7 @@ place. Their metric data must be the same; queueing shows only in when the SDK s
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -264,3 +265,28 @@ def test_no_point_is_lost_when_callers_the_worker_and_collects_race(relay_home: 
     assert counts[otel_metrics.OPERATION_DURATION] == 8 * 400
     assert counts[otel_metrics.TOKEN_USAGE] == 2 * 8 * 400
     metrics.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_records_its_own_points_not_its_parents_queue():
+    got: list[Any] = []
+    batch = MetricBatch(MeterProvider(metric_readers=[InMemoryMetricReader()]).get_meter("t"), got.append)
+    batch._interval = 60.0
+    assert batch.offer("parent's")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report what its drain records, and a fresh worker's start
+        try:
+            assert batch.offer("child's")
+            started = batch._thread is not None and batch._thread.is_alive()
+            batch.drain()
+            os.write(write, repr((got, started)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child = pipe.read()
+    os.waitpid(pid, 0)
+    assert child == repr((["child's"], True))
+    batch.close()
+    assert got == ["parent's"]

@@ -163,6 +163,9 @@ def _work(ref: weakref.ref[MetricBatch]) -> None:
 def _after_fork_in_child() -> None:
     for batch in list(_batches):
         batch._reset_threading()
+        # The parent records what it had queued; counted here too, those calls would count twice
+        # (the SDK's batch processors drop their inherited queues the same way).
+        batch._pending.clear()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
