@@ -10,9 +10,10 @@ Variants, timed call by call in interleaved rounds (so machine drift hits all al
 
 A replayed call with one recorded answer skips the SDK's request building and HTTP
 round trip: a JSON answer is parsed by the client's own parser, a stream is the SDK's
-own stream class over the recorded events. The SDK still parses every chunk as it
-would live, so for a stream that parsing is the floor of a replay. Each figure is the
-median of single calls over all rounds; the ratio is the median of the rounds' ratios.
+own stream class yielding items built from the recorded JSON by the item class's
+compiled validator where that builds what the SDK's parser would (the rest by that
+parser). Each figure is the median of single calls over all rounds; the ratio is the
+median of the rounds' ratios.
 """
 
 from __future__ import annotations

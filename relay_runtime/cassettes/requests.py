@@ -110,6 +110,10 @@ def pretty(request: Mapping[str, Any]) -> str:
     return json.dumps(request, indent=2, ensure_ascii=False, sort_keys=False)
 
 
+# One encoder for all: json.dumps with options builds a new one per call, and this runs on every call.
+_canonical = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode
+
+
 def canonical(request: Mapping[str, Any]) -> str:
     """The form two requests are compared in: key order does not count."""
-    return json.dumps(request, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return _canonical(request)

@@ -62,6 +62,20 @@ def scrub(value: Any, secrets: Iterable[str] = ()) -> Any:
     return _scrub(value, keys, ordered)
 
 
+def may_scrub(text: str) -> bool:
+    """Whether ``scrub`` could change the JSON document whose text (``json.dumps``, no ASCII escaping) this is.
+
+    No false "no": with no escaped character in the text, every string in the document
+    (keys too) is in it verbatim, so a remembered secret in one is found in the text, and
+    a credential key shows as ``"key":``. An escape anywhere answers yes.
+    """
+    if "\\" in text or redaction.scrub_text(text) != text:
+        return True
+    _, keys = credential_lists()
+    lowered = text.lower()
+    return any(f'"{key}":' in lowered for key in keys)
+
+
 def _scrub(value: Any, keys: frozenset[str], secrets: list[str]) -> Any:
     if isinstance(value, str):
         for secret in secrets:
