@@ -126,7 +126,7 @@ class FastPath:
             decision = result.decision
             trace_state = result.trace_state
             given = dict(result.attributes or ())
-        if decision.is_sampled():
+        if decision is _RECORD_AND_SAMPLE or decision.is_sampled():
             flags = _SAMPLED_RANDOM if random_id else _SAMPLED
         else:
             flags = _NOT_SAMPLED_RANDOM if random_id else _NOT_SAMPLED
@@ -134,11 +134,13 @@ class FastPath:
             trace_id, ids.generate_span_id(), is_remote=False, trace_flags=flags, trace_state=trace_state
         )
         record_end = self.metrics.start_span(parent, decision)
-        if not decision.is_recording():
+        if decision is not _RECORD_AND_SAMPLE and not decision.is_recording():
             return _NonRecordingSpan(span_context)
         return DeferredSpan(self, name, span_context, parent, kind, given, start_time, record_end)
 
 
+# The usual decision, told apart by identity before asking the enum (sampled, and so recording).
+_RECORD_AND_SAMPLE = Decision.RECORD_AND_SAMPLE
 _PARENT_BASED = ParentBased.should_sample
 _STATIC = StaticSampler.should_sample
 
