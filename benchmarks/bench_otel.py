@@ -15,6 +15,9 @@ drops everything (so only the calling thread's cost is measured):
   SDK's ``Span``; ``SDK Span path`` is the same call with that turned off.
 - the exporter's own work: its four events against a tracer that keeps nothing, so
   that a managed call splits into core, exporter and SDK shares.
+- the exporter's metric points are queued on the calling thread and recorded into the SDK
+  by a worker thread or at collect (``integrations/otel/metric_batch.py``); hand-made
+  metrics record them in place. The real-client comparison below also prints process CPU.
 - on a real OpenAI client over ``httpx2.MockTransport``: the cost ``adapters.complete``
   with the exporter adds to a bare ``create()``, against the cost
   ``opentelemetry-instrumentation-openai-v2`` adds (only where that package imports:
@@ -120,25 +123,34 @@ def tracer_provider() -> TracerProvider:
     return provider
 
 
-def interleaved(bodies: dict[str, Callable[[], Any]], calls: int = CALLS, runs: int = RUNS) -> dict[str, list[float]]:
+def interleaved(
+    bodies: dict[str, Callable[[], Any]],
+    calls: int = CALLS,
+    runs: int = RUNS,
+    process: dict[str, list[float]] | None = None,
+) -> dict[str, list[float]]:
     """Nanoseconds per call for each body, ``runs`` times, the bodies taking turns in every run.
 
     The machine is shared and its speed drifts; taking turns makes every body see
     the same drift, so their ratios hold even when the absolute figures move.
     Time is the calling thread's CPU time: what a call costs its caller, without
     the time other processes held the CPU, and without the span processor's
-    worker thread, which runs off the call path by design.
+    worker thread, which runs off the call path by design. ``process``, when given, also
+    gets the whole process's CPU time per call: every thread's, those worker threads' too.
     """
     samples: dict[str, list[float]] = {name: [] for name in bodies}
     for run in range(runs + 1):
         for name, body in bodies.items():
             gc.collect()
+            p0 = time.process_time_ns()
             t0 = CLOCK()
             for _ in range(calls):
                 body()
             elapsed = (CLOCK() - t0) / calls
             if run:  # the first run warms up
                 samples[name].append(elapsed)
+                if process is not None:
+                    process.setdefault(name, []).append((time.process_time_ns() - p0) / calls)
     return samples
 
 
@@ -383,7 +395,11 @@ def openai_client() -> Any:
 
 
 def sdk_comparison() -> dict[str, float] | str:
-    """Per-call ns on a real OpenAI client: bare, through adapters + OTelExporter, and with openai-v2."""
+    """Per-call ns on a real OpenAI client: bare, through adapters + OTelExporter, and with openai-v2.
+
+    The calling thread's time, as everywhere here; ``<name> (process)``: the process's CPU time,
+    with the span processors' and the exporter's metric worker's share (it records the metric
+    points the calls queued; openai-v2 records them on the calling thread)."""
     try:
         from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
     except Exception as exc:  # an ImportError, or a version clash inside the package
@@ -412,19 +428,22 @@ def sdk_comparison() -> dict[str, float] | str:
     provider = tracer_provider()
     meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
     out: dict[str, list[float]] = {name: [] for name in (*bodies, "openai-v2")}
+    process: dict[str, list[float]] = {}
     # Instrumenting patches the SDK class: take turns by instrumenting and uninstrumenting.
     for _ in range(RUNS):
-        for name, values in interleaved(bodies, calls, 1).items():
+        for name, values in interleaved(bodies, calls, 1, process).items():
             out[name].extend(values)
         instrumentor.instrument(tracer_provider=provider, meter_provider=meters)
         try:
-            out["openai-v2"].extend(interleaved({"v2": create}, calls, 1)["v2"])
+            out["openai-v2"].extend(interleaved({"openai-v2": create}, calls, 1, process)["openai-v2"])
         finally:
             instrumentor.uninstrument()
     managed.close()
     noop.close()
     provider.shutdown()
-    return {name: statistics.median(values) for name, values in out.items()}
+    medians = {name: statistics.median(values) for name, values in out.items()}
+    medians.update({f"{name} (process)": statistics.median(values) for name, values in process.items()})
+    return medians
 
 
 def metered_tracer_provider() -> tuple[TracerProvider, MeterProvider]:
@@ -528,6 +547,13 @@ def main() -> None:
         print(f"    opentelemetry-instrumentation-openai-v2, added   {theirs / us:8.2f} us")
         verdict = "within" if ours <= SDK_TARGET * theirs else "OVER"
         print(f"    ours added / theirs added                        {ours / theirs:8.2f}x ({verdict} {SDK_TARGET}x)")
+        bare_cpu = sdk["bare (process)"]
+        ours_cpu = sdk["relay (process)"] - bare_cpu
+        theirs_cpu = sdk["openai-v2 (process)"] - bare_cpu
+        print(
+            f"    the same in process CPU (worker threads included): ours {ours_cpu / us:.1f} us,"
+            f" theirs {theirs_cpu / us:.1f} us, {ours_cpu / theirs_cpu:.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
@@ -29,17 +30,21 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import (
     ALWAYS_OFF,
+    ALWAYS_ON,
+    DEFAULT_OFF,
+    DEFAULT_ON,
     Decision,
     ParentBased,
+    ParentBasedTraceIdRatio,
     Sampler,
     SamplingResult,
 )
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 from otel_support import StartWatcher, span_path  # noqa: F401  (the fixture: two tests below run on both paths)
 
 from relay_runtime import Relay, ScopeType
 from relay_runtime.integrations.otel import BoundedBatchSpanProcessor, OTelExporter
-from relay_runtime.integrations.otel.deferred import DeferredSpan, fast_path_for
+from relay_runtime.integrations.otel.deferred import DeferredSpan, _static_choice, fast_path_for
 from relay_runtime.recorder import Recorder
 
 # -- which path ---------------------------------------------------------------------------------
@@ -238,6 +243,83 @@ def test_both_paths_hand_processors_the_same_spans(limits):
         assert any(s["dropped"][0] for s in out[True])
 
 
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"mixed": ["a", 1]},
+        {"mixed tuple": (1.5, "x")},
+        {"ints then a bool": [1, True]},
+        {"plain": ("a", "b"), "n": 1, "none": (None,)},
+        {"empty": ()},
+    ],
+    ids=["mixed list", "mixed tuple", "int and bool", "plain", "empty"],
+)
+def test_sequences_the_sdk_would_drop_or_keep_end_alike_on_both_paths(values):
+    ended: dict[bool, list[ReadableSpan]] = {}
+    for fast in (True, False):
+        keep = KeepAll()
+        provider = provider_with(keep, id_generator=CountingIds())
+        tracer = provider.get_tracer("t", "1")
+        path = fast_path_for(tracer)
+        assert path is not None
+        if fast:
+            span = path.start_span("s", None, None, SpanKind.CLIENT, {"k": "v"}, 100)
+        else:
+            span = tracer.start_span("s", kind=SpanKind.CLIENT, attributes={"k": "v"}, start_time=100)
+        span.set_attributes(values)
+        span.end(end_time=200)
+        ended[fast] = keep.ended
+    deferred, sdk = ([span_fields(s) for s in ended[fast]] for fast in (True, False))
+    assert deferred == sdk
+
+
+STATIC_SAMPLERS = {
+    "default on": DEFAULT_ON,
+    "default off": DEFAULT_OFF,
+    "always on": ALWAYS_ON,
+    "always off": ALWAYS_OFF,
+    "ratio under a parent": ParentBasedTraceIdRatio(1.0),
+    "remote sampled parent dropped": ParentBased(ALWAYS_ON, remote_parent_sampled=ALWAYS_OFF),
+    "local parents dropped": ParentBased(ALWAYS_ON, local_parent_sampled=ALWAYS_OFF),
+}
+REMOTE_PARENTS = {
+    "no parent": None,
+    "remote sampled": SpanContext(0xFEED, 0xBEEF, True, TraceFlags(TraceFlags.SAMPLED), TraceState([("k", "v")])),
+    "remote not sampled": SpanContext(0xFEED, 0xBEEF, True, TraceFlags(TraceFlags.DEFAULT), TraceState([("k", "w")])),
+}
+
+
+@pytest.mark.parametrize("parent", list(REMOTE_PARENTS))
+@pytest.mark.parametrize("sampler", list(STATIC_SAMPLERS))
+def test_the_sdk_fixed_samplers_decide_alike_without_being_asked(sampler, parent):
+    """The deferred path works out what always-on/off and parent-based samplers would say without
+    calling them: the spans (flags, trace state, attributes, which exist at all) must be the same."""
+    recorder = Recorder()
+    relay = Relay()
+    relay.subscribers.register(recorder, name="recorder", kinds=OTelExporter.KINDS)
+    drive(relay)
+    out: dict[bool, list[dict[str, Any]]] = {}
+    for fast in (True, False):
+        keep = KeepAll()
+        provider = provider_with(keep, sampler=STATIC_SAMPLERS[sampler], id_generator=CountingIds())
+        exporter = OTelExporter(provider, fast_path=fast)
+        assert (exporter._fast is not None) is fast
+        remote = REMOTE_PARENTS[parent]
+        current = trace_api.set_span_in_context(trace_api.NonRecordingSpan(remote)) if remote else Context()
+        token = context_api.attach(current)
+        try:
+            for event in recorder:
+                exporter(event)
+        finally:
+            context_api.detach(token)
+        out[fast] = [span_fields(s) for s in keep.ended]
+    assert out[True] == out[False]
+    if remote is not None and remote.trace_flags.sampled and sampler == "default on":
+        assert all(s["context"].trace_state == remote.trace_state for s in out[True]) and out[True]
+    # The ratio sampler at the root is asked; every fixed choice is not.
+    assert (_static_choice(STATIC_SAMPLERS[sampler], None) is None) is (sampler == "ratio under a parent")
+
+
 @pytest.mark.usefixtures("span_path")
 def test_a_dropping_sampler_makes_no_span_and_children_follow_it():
     spans = InMemorySpanExporter()
@@ -287,7 +369,7 @@ def test_a_deferred_span_takes_the_span_api_as_the_sdk_span_does(limits, odd):
         assert path is not None
         start: dict[str, Any] = {"k": "v", "n": 1, "seq": ["a", "b"]}
         if fast:
-            span = path.start_span("s", None, SpanKind.CLIENT, dict(start), 100)
+            span = path.start_span("s", None, None, SpanKind.CLIENT, dict(start), 100)
             assert isinstance(span, DeferredSpan)
         else:
             span = tracer.start_span("s", kind=SpanKind.CLIENT, attributes=dict(start), start_time=100)

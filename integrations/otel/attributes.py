@@ -192,12 +192,27 @@ def server_attributes(md: Mapping[str, Any] | None, out: dict[str, Any]) -> None
     address = md.get(cv.SERVER_ADDRESS) if md else None
     if not isinstance(address, str) or not address:
         return
+    parsed = _SERVERS.get(address)
+    if parsed is None:
+        parsed = _parse_server(address)
+    host, port = parsed
+    out["server.address"] = host
+    if port is not None:
+        out["server.port"] = port
+
+
+def _parse_server(address: str) -> tuple[str, int | None]:
     host, sep, port = address.rpartition(":")
     if sep and port.isdigit() and host and not host.endswith(":"):
-        out["server.address"] = host.strip("[]")
-        out["server.port"] = int(port)
+        parsed: tuple[str, int | None] = (host.strip("[]"), int(port))
     else:
-        out["server.address"] = address
+        parsed = (address, None)
+    if len(_SERVERS) < 256:  # a process talks to few endpoints; past that, parse each time
+        _SERVERS[address] = parsed
+    return parsed
+
+
+_SERVERS: dict[str, tuple[str, int | None]] = {}
 
 
 def span_start(event: Event, role: str, conversation_id: str | None) -> tuple[str, dict[str, Any]]:
@@ -385,21 +400,30 @@ def cost_attributes(cost: Any, out: dict[str, Any]) -> None:
             out["relay.cost.rollup.carried"] = cost.carried
 
 
-def metric_attributes(event: Event) -> dict[str, Any]:
+def metric_key(event: Event) -> tuple[str, str | None, str | None, str | None, str | None]:
+    """What the gen_ai.client.* metrics' attributes are made of, as a hashable tuple:
+    ``(operation, provider, request model, response model, server address)``."""
+    op, provider, model = attempt_identity(event)
+    resp = event.annotated_response
+    response_model = resp.model if resp is not None and resp.model else None
+    md = event.metadata
+    address = md.get(cv.SERVER_ADDRESS) if md else None
+    return op, provider, model, response_model, address if type(address) is str else None
+
+
+def metric_attributes(key: tuple[str, str | None, str | None, str | None, str | None]) -> dict[str, Any]:
     """The attribute set the gen_ai.client.* metrics are recorded with (low cardinality only),
     before ``error.type`` (duration only) or ``gen_ai.token.type`` (token usage only)."""
-    op, provider, model = attempt_identity(event)
+    op, provider, model, response_model, address = key
     out: dict[str, Any] = {"gen_ai.operation.name": op}
     if provider:
         out["gen_ai.provider.name"] = provider
     if model:
         out["gen_ai.request.model"] = model
-    resp = event.annotated_response
-    if resp is not None and resp.model:
-        out["gen_ai.response.model"] = resp.model
-    md = event.metadata
-    if md and cv.SERVER_ADDRESS in md:
-        server_attributes(md, out)
+    if response_model:
+        out["gen_ai.response.model"] = response_model
+    if address:
+        server_attributes({cv.SERVER_ADDRESS: address}, out)
     return out
 
 

@@ -34,6 +34,7 @@ from opentelemetry.sdk.trace import (
     Tracer,
 )
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.sampling import Decision, ParentBased, Sampler, StaticSampler
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.util import types
@@ -84,14 +85,20 @@ class FastPath:
     def start_span(
         self,
         name: str,
+        parent_span: trace_api.Span | None,
         context: Context | None,
         kind: SpanKind,
         attributes: dict[str, Any],
         start_time: int,
     ) -> trace_api.Span:
-        """``Tracer.start_span``'s decisions, in its order, with the same inputs to the sampler."""
+        """``Tracer.start_span``'s decisions, in its order, with the same inputs to the sampler.
+
+        The parent is ``parent_span`` when given (``context`` is then made only if the
+        sampler needs one), else the span current in ``context``. ``attributes`` become the
+        span's own: the caller hands them over.
+        """
         tracer = self.tracer
-        current = _get_current_span(context).get_span_context()
+        current = (parent_span if parent_span is not None else _get_current_span(context)).get_span_context()
         if not tracer._is_enabled():
             return _NonRecordingSpan(current)
         parent: SpanContext | None = current
@@ -104,20 +111,59 @@ class FastPath:
         else:
             trace_id = parent.trace_id
             random_id = parent.trace_flags.random_trace_id
-        result = tracer.sampler.should_sample(context, trace_id, name, kind, attributes, ())
-        decision = result.decision
-        if decision.is_sampled():
+        sampler = tracer.sampler
+        static = _static_choice(sampler, parent)
+        if static is not None:
+            # What the sampler would return, without asking it: a fixed decision, the parent's
+            # trace state, the attributes as given (none when dropping).
+            decision = static
+            trace_state = parent.trace_state if parent is not None else None
+            given = attributes
+        else:
+            if context is None and parent_span is not None:
+                context = trace_api.set_span_in_context(parent_span)
+            result = sampler.should_sample(context, trace_id, name, kind, attributes, ())
+            decision = result.decision
+            trace_state = result.trace_state
+            given = dict(result.attributes or ())
+        if decision is _RECORD_AND_SAMPLE or decision.is_sampled():
             flags = _SAMPLED_RANDOM if random_id else _SAMPLED
         else:
             flags = _NOT_SAMPLED_RANDOM if random_id else _NOT_SAMPLED
         span_context = SpanContext(
-            trace_id, ids.generate_span_id(), is_remote=False, trace_flags=flags, trace_state=result.trace_state
+            trace_id, ids.generate_span_id(), is_remote=False, trace_flags=flags, trace_state=trace_state
         )
         record_end = self.metrics.start_span(parent, decision)
-        if not decision.is_recording():
+        if decision is not _RECORD_AND_SAMPLE and not decision.is_recording():
             return _NonRecordingSpan(span_context)
-        given = dict(result.attributes or ())
         return DeferredSpan(self, name, span_context, parent, kind, given, start_time, record_end)
+
+
+# The usual decision, told apart by identity before asking the enum (sampled, and so recording).
+_RECORD_AND_SAMPLE = Decision.RECORD_AND_SAMPLE
+_PARENT_BASED = ParentBased.should_sample
+_STATIC = StaticSampler.should_sample
+
+
+def _static_choice(sampler: Sampler, parent: SpanContext | None) -> Decision | None:
+    """The decision of the SDK's fixed samplers (always on / off, and parent-based ones choosing
+    one of them for this parent), which depends on nothing else; None for any other sampler."""
+    try:
+        if type(sampler).should_sample is _PARENT_BASED:
+            # ParentBased.should_sample's choice of delegate.
+            if parent is None:
+                sampler = sampler._root  # type: ignore[attr-defined]
+            elif parent.is_remote:
+                sampled = parent.trace_flags.sampled
+                sampler = sampler._remote_parent_sampled if sampled else sampler._remote_parent_not_sampled  # type: ignore[attr-defined]
+            else:
+                sampled = parent.trace_flags.sampled
+                sampler = sampler._local_parent_sampled if sampled else sampler._local_parent_not_sampled  # type: ignore[attr-defined]
+        if type(sampler).should_sample is _STATIC:
+            return sampler._decision  # type: ignore[attr-defined]
+    except AttributeError:  # an SDK whose samplers changed shape: ask the sampler
+        return None
+    return None
 
 
 def fast_path_for(tracer: Any) -> FastPath | None:

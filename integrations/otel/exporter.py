@@ -180,12 +180,11 @@ class OTelExporter:
         role = A.role_of(event)
         if parent is not None:
             conversation_id = parent.conversation_id
-            # One context per parent, made when its first child starts: most spans are leaves.
-            context = parent.context
-            if context is None:
-                context = parent.context = set_span_in_context(parent.span)
+            parent_span: Span | None = parent.span
+            context = parent.context  # made below only if the span path needs it
         else:
             conversation_id = None
+            parent_span = None
             context = None if self._link else _EMPTY_CONTEXT
         if conversation_id is None:
             md = event.metadata
@@ -206,8 +205,11 @@ class OTelExporter:
         if fast is not None and not fast.still_valid():
             fast = self._fast = fast_path_for(self._tracer)
         if fast is not None:
-            span = fast.start_span(name, context, _SPAN_KINDS[role], attributes, event.timestamp)
+            span = fast.start_span(name, parent_span, context, _SPAN_KINDS[role], attributes, event.timestamp)
         else:
+            if parent is not None and context is None:
+                # One context per parent, made when its first child starts: most spans are leaves.
+                context = parent.context = set_span_in_context(parent.span)
             span = self._tracer.start_span(
                 name,
                 context=context,
@@ -415,6 +417,9 @@ class OTelExporter:
             now = time.time_ns()
             for record in self._table.remove_all():
                 self._abandon(record, now, "exporter shut down while this scope was open")
+        if self._metrics is not None:
+            # Points still queued for the SDK are recorded before the flush reads them.
+            self._metrics.close()
         owned, self._owned = self._owned, []
         done = threading.Event()
 

@@ -1,13 +1,29 @@
-"""The GenAI client metrics, with the bucket boundaries the conventions specify."""
+"""The GenAI client metrics, with the bucket boundaries the conventions specify.
+
+With an SDK ``MeterProvider`` a call's points are recorded off the caller's thread
+(``metric_batch.py``), except where the moment of recording shows in what is exported:
+
+- the first time a series (an instrument and attribute set) is seen, its points are
+  recorded in place, so that a cumulative series' start time is not later than its first point;
+- when an exemplar may be taken (the exemplar filter is not the default trace-based one
+  or always-off, or a sampled span is current), so that it carries the right time and span.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
+from opentelemetry import trace as trace_api
+from opentelemetry.context import Context
 from opentelemetry.metrics import MeterProvider
+from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, TraceBasedExemplarFilter
+from opentelemetry.sdk.metrics import MeterProvider as SDKMeterProvider
 
 from relay_runtime.cost import AttemptCost
 from relay_runtime.events import Event
 
 from . import attributes as attrs
+from .metric_batch import MetricBatch
 
 # From the GenAI metrics conventions ("SHOULD be specified with ExplicitBucketBoundaries of ...").
 TOKEN_BUCKETS = (
@@ -36,7 +52,7 @@ OPERATION_COST = "gen_ai.client.operation.cost"
 
 
 class GenAIMetrics:
-    def __init__(self, meter_provider: MeterProvider, version: str) -> None:
+    def __init__(self, meter_provider: MeterProvider, version: str, *, batch: bool = True) -> None:
         meter = meter_provider.get_meter("relay_runtime.otel", version)
         self._tokens = meter.create_histogram(
             TOKEN_USAGE,
@@ -61,28 +77,101 @@ class GenAIMetrics:
             unit="{currency}",
             description="Cost of one GenAI operation, in the currency of gen_ai.usage.cost.currency.",
         )
+        # Attribute sets per key, made once: the SDK copies what it is given.
+        self._sets: dict[Any, tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]] = {}
+        self._seen: set[Any] = set()  # the shapes of points already recorded once (see the module's doc)
+        self.batch: MetricBatch | None = None
+        self._trace_based = False
+        if batch and isinstance(meter_provider, SDKMeterProvider):
+            exemplars = type(getattr(getattr(meter_provider, "_sdk_config", None), "exemplar_filter", None))
+            if exemplars in (TraceBasedExemplarFilter, AlwaysOffExemplarFilter):
+                self._trace_based = exemplars is TraceBasedExemplarFilter
+                self.batch = MetricBatch(meter, self._emit_queued)
 
     def record_attempt(self, event: Event, err: str | None) -> None:
-        """One provider call's duration, token usage (per ``gen_ai.token.type``) and time to first chunk."""
-        base = attrs.metric_attributes(event)
-        cost = event.cost
-        if isinstance(cost, AttemptCost) and cost.amount is not None:
-            self._cost.record(cost.amount, {**base, attrs.COST_CURRENCY: cost.currency, attrs.COST_SOURCE: "local"})
-        duration = event.duration_ns
-        if duration is not None:
-            self._duration.record(duration / 1e9, {**base, "error.type": err} if err else base)
+        """One provider call's duration, token usage (per ``gen_ai.token.type``), time to first chunk and cost."""
+        key = attrs.metric_key(event)
+        tokens_in = tokens_out = ttfc = None
         resp = event.annotated_response
-        if resp is None:
-            return
-        usage = resp.usage
-        if usage is not None:
-            total_in = attrs.input_tokens_total(base.get("gen_ai.provider.name"), usage)
-            if total_in is not None:
-                self._tokens.record(total_in, {**base, _TOKEN_TYPE: "input"})
-            if usage.output_tokens is not None:
-                self._tokens.record(usage.output_tokens, {**base, _TOKEN_TYPE: "output"})
-        if resp.time_to_first_chunk_ns is not None:
-            self._ttfc.record(resp.time_to_first_chunk_ns / 1e9, base)
+        if resp is not None:
+            usage = resp.usage
+            if usage is not None:
+                tokens_in = attrs.input_tokens_total(key[1], usage)
+                tokens_out = usage.output_tokens
+            ttfc = resp.time_to_first_chunk_ns
+        cost = event.cost
+        amount = currency = None
+        if isinstance(cost, AttemptCost) and cost.amount is not None:
+            amount, currency = cost.amount, cost.currency
+        point = (key, err, event.duration_ns, tokens_in, tokens_out, ttfc, amount, currency)
+        batch = self.batch
+        if batch is not None and not (self._trace_based and _sampled_span_current()):
+            shape = (key, err, event.duration_ns is None, tokens_in is None, tokens_out is None, ttfc is None, currency)
+            try:
+                seen = shape in self._seen
+            except TypeError:  # an unhashable value where a string belongs: recorded in place, as given
+                seen = False
+            if seen and batch.offer(point):
+                return
+            if not seen and len(self._seen) < _MAX_SHAPES:
+                self._seen.add(shape)
+        self._emit(point, None)
+
+    def close(self) -> None:
+        """Record every queued point now (before a flush or a shutdown) and stop queueing."""
+        if self.batch is not None:
+            self.batch.close()
+
+    def _emit_queued(self, point: tuple[Any, ...]) -> None:
+        # Queued only where no exemplar would be taken: an empty context keeps the
+        # worker's (or a collecting thread's) own current span out of it.
+        self._emit(point, _NO_CONTEXT)
+
+    def _emit(self, point: tuple[Any, ...], context: Context | None) -> None:
+        key, err, duration, tokens_in, tokens_out, ttfc, amount, currency = point
+        try:
+            sets = self._sets.get((key, err))
+        except TypeError:
+            sets = None
+        if sets is None:
+            sets = self._attribute_sets(key, err)
+        base, for_duration, for_input, for_output = sets
+        if amount is not None:
+            self._cost.record(amount, {**base, attrs.COST_CURRENCY: currency, attrs.COST_SOURCE: "local"}, context)
+        if duration is not None:
+            self._duration.record(duration / 1e9, for_duration, context)
+        if tokens_in is not None:
+            self._tokens.record(tokens_in, for_input, context)
+        if tokens_out is not None:
+            self._tokens.record(tokens_out, for_output, context)
+        if ttfc is not None:
+            self._ttfc.record(ttfc / 1e9, base, context)
+
+    def _attribute_sets(
+        self, key: Any, err: str | None
+    ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
+        base = attrs.metric_attributes(key)
+        sets = (
+            base,
+            {**base, "error.type": err} if err else base,
+            {**base, _TOKEN_TYPE: "input"},
+            {**base, _TOKEN_TYPE: "output"},
+        )
+        if len(self._sets) >= _MAX_SHAPES:
+            self._sets.clear()
+        try:
+            self._sets[(key, err)] = sets
+        except TypeError:
+            pass
+        return sets
+
+
+def _sampled_span_current() -> bool:
+    return bool(trace_api.get_current_span().get_span_context().trace_flags.sampled)
 
 
 _TOKEN_TYPE = "gen_ai.token.type"
+_NO_CONTEXT = Context()
+# Bounds the per-exporter caches of attribute sets and of series seen (the SDK's own
+# cardinality limit is 2000 per instrument); past it, new series are recorded in place.
+_MAX_SHAPES = 4096
