@@ -260,3 +260,16 @@ async def test_one_device_holds_a_bounded_number_of_sessions(tmp_path: Path) -> 
         assert status == 200
         await agent.close_session(agent.sessions[held[0]["session_id"]], reason="test")
         assert (await relay.new_session())["success"] is True
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("chat_session_id", ["my chat/1", "..", "../../etc", "a" * 201, "chat\n1", "tête"])
+async def test_a_chat_session_id_the_journal_would_refuse_is_a_400(tmp_path: Path, chat_session_id: str) -> None:
+    # The agent's runs are journaled under this id: one the journal refuses would leave them unrecorded.
+    async with running_relay(tmp_path) as relay:
+        body = json.dumps({"chat_session_id": chat_session_id}).encode()
+        status, reply = await relay.http("POST", "/voice/realtime-agent/session", body=body)
+        assert status == 400 and b"chat_session_id" in reply
+        assert relay.app["server"].realtime_agent.sessions == {}
+        ok = json.dumps({"chat_session_id": "chat-9.a_b"}).encode()
+        assert (await relay.http("POST", "/voice/realtime-agent/session", body=ok))[0] == 200
