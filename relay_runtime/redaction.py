@@ -39,9 +39,6 @@ HEADER_KWARGS = frozenset({"extra_headers", "headers", "default_headers"})
 # The conversation: not walked (see the module docstring). Every codec's name for it.
 CONVERSATION_KWARGS = frozenset({"messages", "input", "system", "instructions", "tools", "tool_choice", "prediction"})
 
-# Names with this in them are rate limits (``x-ratelimit-remaining-tokens``): counts, never credentials.
-NOT_CREDENTIAL_HEADER_INFIX = "ratelimit"
-
 _SUFFIXES = tuple(p[1:] for p in CREDENTIAL_HEADER_PATTERNS if p.startswith("*") and not p.endswith("*"))
 _INFIXES = tuple(p[1:-1] for p in CREDENTIAL_HEADER_PATTERNS if p.startswith("*") and p.endswith("*"))
 
@@ -60,9 +57,10 @@ def is_credential_header(name: str | bytes) -> bool:
     verdict = _header_verdicts.get(name)
     if verdict is None:
         lowered = _as_text(name).strip().lower()
-        verdict = lowered in CREDENTIAL_HEADER_NAMES or (
-            NOT_CREDENTIAL_HEADER_INFIX not in lowered
-            and (lowered.endswith(_SUFFIXES) or any(infix in lowered for infix in _INFIXES))
+        verdict = (
+            lowered in CREDENTIAL_HEADER_NAMES
+            or lowered.endswith(_SUFFIXES)
+            or any(infix in lowered for infix in _INFIXES)
         )
         if len(_header_verdicts) < _VERDICTS_MAX and isinstance(name, (str, bytes)):
             _header_verdicts[name] = verdict
