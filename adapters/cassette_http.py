@@ -466,7 +466,10 @@ def _begin_recording(tape: cassettes.CallTape, request: httpx2.Request) -> tuple
     # Request headers are never stored; their credential values are remembered so the
     # cassette can be scrubbed of them wherever a provider echoes them back.
     tape.add_secrets(secrets.secret_values(request.headers.raw))
-    exchange = tape.add(item={"method": request.method, "path": request.url.raw_path.decode("ascii", "replace")})
+    # A key may also be sent in the query string (default_query / extra_query).
+    path, query_secrets = secrets.redact_query(request.url.raw_path.decode("ascii", "replace"))
+    tape.add_secrets(query_secrets)
+    exchange = tape.add(item={"method": request.method, "path": path})
     return exchange, time.perf_counter()
 
 

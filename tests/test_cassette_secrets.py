@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -64,3 +65,31 @@ def test_a_request_matches_its_recording_scrubbed_or_not(tmp_path, content) -> N
     client.api_key = t.TEST_KEY  # the key the agent uses is remembered (and cut) as live
     with cassettes.use(tmp_path / "c.json"):
         assert adapters.complete(client, kwargs).choices[0].message.content == "ok"
+
+
+def test_a_credential_in_the_query_string_never_reaches_the_cassette(tmp_path) -> None:
+    """A key sent as ``?api_key=`` (default_query / extra_query) is cut from the recorded path and every string."""
+    import httpx2
+    import openai
+
+    from relay_runtime import adapters, cassettes
+    from relay_runtime.adapters import testing as t
+
+    query_key, short = "sk-query-0123456789", "pw1"
+    echo = t.json_reply({"error": {"message": f"bad key {query_key}", "type": "invalid_request_error"}}, status=401)
+    scripted = t.scripted_openai(echo)
+    client = openai.OpenAI(
+        api_key=t.TEST_KEY,
+        base_url=t.BASE_OPENAI,
+        max_retries=0,
+        default_query={"api_key": query_key, "page": "7"},
+        http_client=httpx2.Client(transport=scripted.script.transport()),
+    )
+    kwargs = {"model": "gpt-x", "messages": [], "extra_query": {"Password": short}}
+    with cassettes.use(tmp_path / "c.json", mode="record"), pytest.raises(openai.AuthenticationError):
+        adapters.complete(client, kwargs)
+    text = (tmp_path / "c.json").read_text()
+    assert query_key in str(scripted.script.requests[0].url)  # it was sent
+    assert query_key not in text and "Password=pw1" not in text
+    (path,) = [e["path"] for c in json.loads(text)["calls"] for e in c["http"]]
+    assert path == "/v1/chat/completions?api_key=[redacted]&page=7&Password=[redacted]"

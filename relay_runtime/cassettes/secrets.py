@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+from urllib.parse import unquote_plus
 
 from .. import redaction
 
@@ -47,6 +48,27 @@ def secret_values(headers: Iterable[tuple[Any, Any]]) -> set[str]:
         if len(text) >= MIN_SECRET_LENGTH:
             found.add(text)
     return found
+
+
+def redact_query(path: str) -> tuple[str, set[str]]:
+    """A request path with its credential query values (``?api_key=...``) redacted, and those values.
+
+    The values are returned so they are cut from every other string too (an error body
+    echoing them); a short one is redacted here but not cut elsewhere (see MIN_SECRET_LENGTH).
+    """
+    head, mark, query = path.partition("?")
+    if not mark:
+        return path, set()
+    _, keys = credential_lists()
+    found: set[str] = set()
+    parts = []
+    for part in query.split("&"):
+        name, equals, value = part.partition("=")
+        if equals and value and unquote_plus(name).lower() in keys:
+            found |= {v for v in (value, unquote_plus(value)) if len(v) >= MIN_SECRET_LENGTH}
+            part = f"{name}={REDACTED}"
+        parts.append(part)
+    return f"{head}?{'&'.join(parts)}", found
 
 
 def redact_headers(headers: Mapping[str, Any]) -> dict[str, Any]:
