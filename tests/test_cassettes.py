@@ -564,6 +564,57 @@ def test_use_is_a_decorator_for_sync_and_async_functions(tmp_path) -> None:
     assert cassettes.current() is None
 
 
+def test_use_decorates_generators_for_their_whole_run(tmp_path) -> None:
+    """A decorated (async) generator replays while it runs: its calls never reach a provider past its first yield."""
+    api = APIS["chat"]
+    live = api.scripted(api.reply("one"), api.reply("two"))
+    path = tmp_path / "c.json"
+
+    @cassettes.use(path, mode="record")
+    def record() -> Any:
+        for _ in range(2):
+            yield adapters.complete(live.client, api.kwargs).choices[0].message.content
+
+    assert list(record()) == ["one", "two"] and len(live.script.requests) == 2
+    offline = Offline()
+    client, aclient = offline.clients("openai")
+
+    @cassettes.use(path)
+    def replay() -> Any:
+        sent = yield adapters.complete(client, api.kwargs).choices[0].message.content
+        yield sent, adapters.complete(client, api.kwargs).choices[0].message.content
+
+    gen = replay()
+    assert next(gen) == "one" and gen.send("sent") == ("sent", "two")
+    assert cassettes.current() is not None  # suspended: still in use
+    gen.close()
+    assert cassettes.current() is None
+
+    @cassettes.use(path)
+    async def areplay() -> Any:
+        for _ in range(2):
+            yield (await adapters.acomplete(aclient, api.kwargs)).choices[0].message.content
+
+    async def read() -> list[Any]:
+        return [text async for text in areplay()]
+
+    assert asyncio.run(read()) == ["one", "two"]
+    assert offline.requests == [] and cassettes.current() is None
+
+    @cassettes.use(path)
+    async def astop() -> Any:
+        yield (await adapters.acomplete(aclient, api.kwargs)).choices[0].message.content
+        yield "never"
+
+    async def first() -> Any:
+        agen = astop()
+        text = await agen.__anext__()
+        await agen.aclose()  # closed early: the cassette is no longer in use
+        return text
+
+    assert asyncio.run(first()) == "one" and cassettes.current() is None
+
+
 def test_the_file_is_readable_json_with_the_neutral_request_and_sse_events(tmp_path) -> None:
     api = APIS["anthropic"]
     live = api.scripted(api.stream_reply(["Hi", "!"]))

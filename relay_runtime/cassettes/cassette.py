@@ -286,6 +286,39 @@ class CassetteUse:
             raise cassette.misses[0]
 
     def __call__(self, fn: F) -> F:
+        # A generator's body runs when it is iterated, after the call returned: the cassette
+        # is in use from its first step to its end (or close), else its calls would go live.
+        if inspect.isgeneratorfunction(fn):
+
+            @functools.wraps(fn)
+            def run_generator(*args: Any, **kwargs: Any) -> Any:
+                with CassetteUse(self.path, **self.options):
+                    return (yield from fn(*args, **kwargs))
+
+            return run_generator  # type: ignore[return-value]
+        if inspect.isasyncgenfunction(fn):
+
+            @functools.wraps(fn)
+            async def run_async_generator(*args: Any, **kwargs: Any) -> Any:
+                inner = fn(*args, **kwargs)
+                with CassetteUse(self.path, **self.options):
+                    try:  # what ``yield from`` does for a sync generator: sent values and throws reach it
+                        item = await inner.__anext__()
+                        while True:
+                            try:
+                                sent = yield item
+                            except GeneratorExit:
+                                raise
+                            except BaseException as exc:
+                                item = await inner.athrow(exc)
+                            else:
+                                item = await inner.asend(sent)
+                    except StopAsyncIteration:
+                        pass
+                    finally:
+                        await inner.aclose()
+
+            return run_async_generator  # type: ignore[return-value]
         if inspect.iscoroutinefunction(fn):
 
             @functools.wraps(fn)
