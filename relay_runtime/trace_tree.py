@@ -26,6 +26,7 @@ class Node:
     children: list[Node] = field(default_factory=list)
     marks: int = 0
     cost: dict[str, Any] | None = None  # an attempt's cost, or a scope's roll-up (relay_runtime.cost)
+    ended: bool = False  # its end event was read (its timestamp may still be unreadable)
 
 
 def build(events: Iterable[dict[str, Any]]) -> list[Node]:
@@ -38,7 +39,7 @@ def build(events: Iterable[dict[str, Any]]) -> list[Node]:
         if not isinstance(uuid, str):
             continue
         if kind == "scope_start":
-            nodes[uuid] = Node(uuid, str(ev.get("name")), str(ev.get("scope_type")), start=ev.get("timestamp"))
+            nodes[uuid] = Node(uuid, str(ev.get("name")), str(ev.get("scope_type")), start=_time(ev.get("timestamp")))
             parents[uuid] = ev.get("parent_uuid")
             order.append(uuid)
         elif kind == "scope_end":
@@ -47,18 +48,20 @@ def build(events: Iterable[dict[str, Any]]) -> list[Node]:
                 node = nodes[uuid] = Node(uuid, str(ev.get("name")), str(ev.get("scope_type")))
                 parents[uuid] = ev.get("parent_uuid")
                 order.append(uuid)
-            node.end = ev.get("timestamp")
-            node.start = node.start or ev.get("start_timestamp")
-            node.outcome = ev.get("outcome")
+            node.ended = True
+            node.end = _time(ev.get("timestamp"))
+            node.start = node.start or _time(ev.get("start_timestamp"))
+            node.outcome = _text(ev.get("outcome"))
             if ev.get("error_type"):
                 node.error = f"{ev['error_type']}: {ev.get('error_message') or ''}".rstrip(": ")
-            node.model = ev.get("model_name") or node.model
-            response = ev.get("annotated_response") or {}
-            usage = response.get("usage") or {} if isinstance(response, dict) else {}
-            if usage:
-                node.tokens = (usage.get("input_tokens"), usage.get("output_tokens"))
-            if isinstance(response, dict) and response.get("model"):
-                node.model = response["model"]
+            node.model = _text(ev.get("model_name")) or node.model
+            response = ev.get("annotated_response")
+            response = response if isinstance(response, dict) else {}
+            usage = response.get("usage")
+            if isinstance(usage, dict):
+                tokens = (_count(usage.get("input_tokens")), _count(usage.get("output_tokens")))
+                node.tokens = tokens if tokens != (None, None) else node.tokens
+            node.model = _text(response.get("model")) or node.model
             cost = ev.get("cost")
             if isinstance(cost, dict):
                 node.cost = cost
@@ -68,10 +71,36 @@ def build(events: Iterable[dict[str, Any]]) -> list[Node]:
                 parent.marks += 1
     roots: list[Node] = []
     for uuid in order:
+        if _in_a_loop(uuid, parents):  # a hand-edited file: the scope is drawn as a root, not lost
+            parents[uuid] = None
         parent_uuid = parents.get(uuid)
-        parent = nodes.get(parent_uuid) if parent_uuid else None
+        parent = nodes.get(parent_uuid) if isinstance(parent_uuid, str) else None
         (parent.children if parent is not None else roots).append(nodes[uuid])
     return roots
+
+
+def _in_a_loop(uuid: str, parents: dict[str, Any]) -> bool:
+    seen = {uuid}
+    current = parents.get(uuid)
+    while isinstance(current, str) and current in parents:
+        if current in seen:
+            return current == uuid
+        seen.add(current)
+        current = parents[current]
+    return False
+
+
+# A file may be hand-edited or from another writer: a field of the wrong type is unknown.
+def _time(value: Any) -> int | None:
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None  # type: ignore[return-value]
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _describe(node: Node, color: bool) -> str:
@@ -80,7 +109,7 @@ def _describe(node: Node, color: bool) -> str:
         bits.append(node.model)
     if node.start is not None and node.end is not None:
         bits.append(f"{(node.end - node.start) / 1e6:.1f} ms")
-    elif node.end is None:
+    elif not node.ended:
         bits.append("(open)")
     if node.tokens:
         bits.append(f"tokens in={node.tokens[0] or 0} out={node.tokens[1] or 0}")

@@ -147,3 +147,38 @@ def test_a_scope_whose_attempts_all_lack_a_cost_says_unknown_not_zero() -> None:
         "cost unknown (2 attempts without one)"
     )
     assert _describe_cost({"total": 0.0, "wasted": 0.0, "currency": "USD", "attempts": 1}) == "cost 0.000000 USD"
+
+
+def test_trace_draws_hand_edited_events_and_parent_cycles_without_a_traceback(tmp_path: Path) -> None:
+    """A field of the wrong type is shown as unknown; a scope in a parent loop is still drawn (a root)."""
+    import subprocess
+    import sys
+
+    rows = [
+        {"kind": "scope_start", "uuid": "a", "name": "self-parented", "parent_uuid": "a", "timestamp": 1},
+        {"kind": "scope_start", "uuid": "b", "name": "loop-b", "parent_uuid": "c", "timestamp": 1},
+        {"kind": "scope_start", "uuid": "c", "name": "loop-c", "parent_uuid": "b", "timestamp": 1},
+        {"kind": "scope_start", "uuid": "d", "name": ["odd"], "scope_type": 3, "timestamp": "soon"},
+        {
+            "kind": "scope_end",
+            "uuid": "d",
+            "timestamp": [],
+            "outcome": 7,
+            "error_type": {"x": 1},
+            "model_name": 5,
+            "annotated_response": {"usage": {"input_tokens": "many"}, "model": []},
+        },
+    ]
+    path = tmp_path / "edited.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    run = subprocess.run(
+        [sys.executable, "-m", "relay_runtime.cli", "trace", "--color", "never", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0] == "self-parented [None]  (open)"
+    assert lines[1:3] == ["loop-b [None]  (open)", "└─ loop-c [None]  (open)"]
+    assert lines[3] == "['odd'] [3]  {'x': 1}" and len(lines) == 4  # ended (not "open"), its duration unknown
