@@ -118,9 +118,7 @@ def in_auxiliary_call() -> bool:
 def _task_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     task = kwargs["task"] if "task" in kwargs else (args[0] if args else None)
     if not isinstance(task, str) or not task:
-        raise TypeError(
-            f"an @auxiliary_call function takes its task name as the first argument or task=; got {task!r}"
-        )
+        raise TypeError(f"an @auxiliary_call function takes its task name as the first argument or task=; got {task!r}")
     return task
 
 
@@ -184,9 +182,22 @@ async def _run_async(wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs:
     return result
 
 
-@wrapt.decorator
-def auxiliary_call(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def auxiliary_call(fn: F) -> F:
     """Make one run of the decorated (sync or async) function one logical LLM call."""
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        # Its body runs after the call returned, between the caller's steps: its attempts
+        # would be recorded outside the logical call (or the caller's inside it).
+        raise TypeError(
+            f"@auxiliary_call cannot decorate {getattr(fn, '__name__', fn)!r}: a generator function is not one "
+            f"call; decorate a function that returns the response (or the stream)"
+        )
+    return _auxiliary_wrapper(fn)  # type: ignore[return-value]
+
+
+@wrapt.decorator
+def _auxiliary_wrapper(
+    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     if inspect.iscoroutinefunction(wrapped):
         return _run_async(wrapped, args, kwargs)
     return _run_sync(wrapped, args, kwargs)
