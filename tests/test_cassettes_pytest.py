@@ -8,7 +8,7 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
-TEST_MODULE = '''
+TEST_MODULE = """
 import pytest
 from relay_runtime import adapters
 from relay_runtime.adapters import testing as t
@@ -31,7 +31,7 @@ def test_named():
 
 def test_unmarked(relay_cassette):
     assert relay_cassette is None
-'''
+"""
 
 
 @pytest.fixture(autouse=True)
@@ -75,7 +75,7 @@ def test_record_then_replay_offline_then_a_changed_prompt_fails(pytester: pytest
 
 def test_bad_marker_arguments_are_named(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
-        test_bad='''
+        test_bad="""
 import pytest
 
 @pytest.mark.relay_cassette("../escape")
@@ -85,7 +85,7 @@ def test_path():
 @pytest.mark.relay_cassette(speed="fast")
 def test_option():
     pass
-'''
+"""
     )
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(["*relay_cassette name must be a plain file name*'../escape'*"])
@@ -111,3 +111,29 @@ def test_the_example_agent_test_runs_offline_on_its_committed_cassette() -> None
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 passed" in done.stdout
+
+
+def test_parametrized_ids_that_sanitize_alike_get_their_own_cassettes(pytester: pytest.Pytester) -> None:
+    """Ids differing only in characters a file name cannot hold (or too long for one) never share a cassette."""
+    pytester.makepyfile(
+        test_ids="""
+import pytest
+from relay_runtime import adapters
+from relay_runtime.adapters import testing as t
+
+@pytest.mark.relay_cassette
+@pytest.mark.parametrize("city", ["a/b", "a b", "a:b", "..", "x" * 300, "plain"])
+def test_city(city):
+    client = t.openai_client(t.Script([t.json_reply(t.chat_completion_body("live " + city[:5]))]))
+    reply = adapters.complete(client, {"model": "m", "messages": [{"role": "user", "content": city}]})
+    assert reply.choices[0].message.content == "live " + city[:5]
+"""
+    )
+    pytester.runpytest_inprocess("-p", "no:cacheprovider", "--relay-record=all").assert_outcomes(passed=6)
+    folder = pytester.path / "cassettes" / "test_ids"
+    files = sorted(folder.iterdir())
+    assert len(files) == 6 and all(len(f.name) < 150 for f in files)
+    assert folder / "test_city_plain.json" in files  # a plain id keeps its readable name
+    contents = {f.name: json.loads(f.read_text())["calls"][0]["request"]["messages"][0]["content"] for f in files}
+    assert sorted(contents.values()) == sorted(["a/b", "a b", "a:b", "..", "x" * 300, "plain"])
+    pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=6)  # each replays its own

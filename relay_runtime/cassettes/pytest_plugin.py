@@ -9,6 +9,7 @@ for an unmarked test).
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from .cassette import Cassette, CassetteMiss, CassetteUse
 MODES_BY_OPTION = {"none": "replay", "new": "auto", "all": "record"}
 _OPTIONS = frozenset({"timing", "normalize", "redact"})
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_MAX_NAME = 120  # a file name is at most 255 bytes
 _call_report = pytest.StashKey[pytest.TestReport]()
 
 
@@ -53,13 +55,26 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def cassette_path(node: pytest.Item, name: str | None) -> Path:
     """``<test dir>/cassettes/<module>/<name>.json``; a given name must be a plain file name."""
     if name is None:
-        name = _UNSAFE.sub("_", node.name).strip("._") or "cassette"
+        name = _default_name(node.name)
     elif not isinstance(name, str) or not name or name in (".", "..") or _UNSAFE.search(name):
         raise pytest.UsageError(
             f"relay_cassette name must be a plain file name (letters, digits, '.', '_', '-'), got {name!r}"
         )
     module = Path(str(node.path))
     return module.parent / "cassettes" / module.stem / f"{name}.json"
+
+
+def _default_name(test_name: str) -> str:
+    """``test_x[chat]`` -> ``test_x_chat``; an id a file name cannot hold as it is gets a hash of the whole name.
+
+    Without it ``[a/b]`` and ``[a b]`` (or any two ids differing in such characters)
+    would share, and overwrite, one cassette; a very long id would be no file name at all.
+    """
+    simple = test_name.replace("[", "_").removesuffix("]")
+    if simple and not _UNSAFE.search(simple) and simple == simple.strip("._") and len(simple) <= _MAX_NAME:
+        return simple
+    plain = _UNSAFE.sub("_", test_name).strip("._")[:_MAX_NAME] or "cassette"
+    return f"{plain}-{hashlib.sha256(test_name.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}"
 
 
 @pytest.fixture(autouse=True)
