@@ -137,3 +137,32 @@ def test_city(city):
     contents = {f.name: json.loads(f.read_text())["calls"][0]["request"]["messages"][0]["content"] for f in files}
     assert sorted(contents.values()) == sorted(["a/b", "a b", "a:b", "..", "x" * 300, "plain"])
     pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=6)  # each replays its own
+
+
+def test_same_named_tests_in_two_classes_get_their_own_cassettes(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_classes='''
+import pytest
+from relay_runtime import adapters
+from relay_runtime.adapters import testing as t
+
+def ask(city):
+    client = t.openai_client(t.Script([t.json_reply(t.chat_completion_body("live " + city))]))
+    reply = adapters.complete(client, {"model": "m", "messages": [{"role": "user", "content": city}]})
+    assert reply.choices[0].message.content == "live " + city
+
+class TestParis:
+    @pytest.mark.relay_cassette
+    def test_weather(self):
+        ask("Paris")
+
+class TestOslo:
+    @pytest.mark.relay_cassette
+    def test_weather(self):
+        ask("Oslo")
+'''
+    )
+    pytester.runpytest_inprocess("-p", "no:cacheprovider", "--relay-record=all").assert_outcomes(passed=2)
+    folder = pytester.path / "cassettes" / "test_classes"
+    assert sorted(f.name for f in folder.iterdir()) == ["TestOslo.test_weather.json", "TestParis.test_weather.json"]
+    pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)

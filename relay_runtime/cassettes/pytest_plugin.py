@@ -1,7 +1,8 @@
 """pytest: ``@pytest.mark.relay_cassette("name")`` and ``--relay-record=none|new|all``.
 
 A marked test runs inside ``cassettes.use(<test dir>/cassettes/<module>/<name>.json)``
-(name: the test's own by default). ``none`` (the default) only replays, so CI never
+(name: the test's own by default, after its classes:
+``TestX.test_y_param``; an id a file name cannot hold gets a hash). ``none`` (the default) only replays, so CI never
 reaches a provider; ``new`` records the calls no recording matches; ``all`` records
 every call afresh. The ``relay_cassette`` fixture is the ``Cassette`` in use (None
 for an unmarked test).
@@ -55,7 +56,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def cassette_path(node: pytest.Item, name: str | None) -> Path:
     """``<test dir>/cassettes/<module>/<name>.json``; a given name must be a plain file name."""
     if name is None:
-        name = _default_name(node.name)
+        # Tests in classes are named with their classes: two classes may hold a test of one name.
+        classes = [parent.name for parent in node.listchain() if isinstance(parent, pytest.Class)]
+        name = _default_name(".".join([*classes, node.name]))
     elif not isinstance(name, str) or not name or name in (".", "..") or _UNSAFE.search(name):
         raise pytest.UsageError(
             f"relay_cassette name must be a plain file name (letters, digits, '.', '_', '-'), got {name!r}"
