@@ -141,7 +141,7 @@ def test_city(city):
 
 def test_same_named_tests_in_two_classes_get_their_own_cassettes(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
-        test_classes='''
+        test_classes="""
 import pytest
 from relay_runtime import adapters
 from relay_runtime.adapters import testing as t
@@ -160,9 +160,39 @@ class TestOslo:
     @pytest.mark.relay_cassette
     def test_weather(self):
         ask("Oslo")
-'''
+"""
     )
     pytester.runpytest_inprocess("-p", "no:cacheprovider", "--relay-record=all").assert_outcomes(passed=2)
     folder = pytester.path / "cassettes" / "test_classes"
     assert sorted(f.name for f in folder.iterdir()) == ["TestOslo.test_weather.json", "TestParis.test_weather.json"]
+    pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
+def test_record_all_keeps_every_test_of_a_shared_cassette(pytester: pytest.Pytester) -> None:
+    """--relay-record=all starts a shared cassette afresh once per run, not once per test (that kept the last only)."""
+    pytester.makepyfile(
+        test_shared="""
+import pytest
+from relay_runtime import adapters
+from relay_runtime.adapters import testing as t
+
+pytestmark = pytest.mark.relay_cassette("agent")
+
+def ask(city):
+    client = t.openai_client(t.Script([t.json_reply(t.chat_completion_body("live " + city))]))
+    reply = adapters.complete(client, {"model": "m", "messages": [{"role": "user", "content": city}]})
+    assert reply.choices[0].message.content == "live " + city
+
+def test_paris():
+    ask("Paris")
+
+def test_oslo():
+    ask("Oslo")
+"""
+    )
+    path = pytester.path / "cassettes" / "test_shared" / "agent.json"
+    for _ in range(2):  # the second run replaces the first's recordings, it does not add to them
+        pytester.runpytest_inprocess("-p", "no:cacheprovider", "--relay-record=all").assert_outcomes(passed=2)
+        calls = json.loads(path.read_text())["calls"]
+        assert [c["request"]["messages"][0]["content"] for c in calls] == ["Paris", "Oslo"]
     pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)

@@ -25,6 +25,8 @@ _OPTIONS = frozenset({"timing", "normalize", "redact"})
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_NAME = 120  # a file name is at most 255 bytes
 _call_report = pytest.StashKey[pytest.TestReport]()
+# Cassettes this run has recorded afresh: a later test on one of them adds to it (see relay_cassette).
+_rerecorded = pytest.StashKey[set[Path]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -94,7 +96,15 @@ def relay_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette | None]:
     if unknown:
         raise pytest.UsageError(f"relay_cassette got unknown options {sorted(unknown)}; known: {sorted(_OPTIONS)}")
     mode = MODES_BY_OPTION[request.config.getoption("relay_record")]
-    use = CassetteUse(cassette_path(request.node, name), mode=mode, **options)
+    path = cassette_path(request.node, name)
+    if mode == "record":
+        # A cassette several tests share is started afresh by the first of them only: the
+        # next ones keep what this run recorded (replaying it as the replay will) and add theirs.
+        rerecorded = request.config.stash.setdefault(_rerecorded, set())
+        if path.resolve() in rerecorded:
+            mode = "auto"
+        rerecorded.add(path.resolve())
+    use = CassetteUse(path, mode=mode, **options)
     cassette = use.__enter__()
     try:
         yield cassette
