@@ -707,3 +707,38 @@ def test_an_sdk_without_the_internals_a_direct_replay_uses_replays_over_http(tmp
     with cassettes.use(path):
         _, chunks = run_call(api, client, aclient, "stream")
     assert chunks == live_chunks and len(sent) == 1 and offline.requests == []
+
+
+DAMAGE = {
+    "status 'abc' is not an HTTP status": {"status": "abc"},
+    "status 99 is not an HTTP status": {"status": 99},
+    "headers must be an object of strings": {"headers": ["content-type"]},
+    "base64 is not base64": {"body": None, "base64": "!!not base64!!"},
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+@pytest.mark.parametrize("timing", ["instant", "recorded"])
+def test_a_hand_edited_exchange_is_an_error_naming_the_file_and_what_is_wrong(tmp_path, damage, timing) -> None:
+    api = APIS["chat"]
+    path = tmp_path / "c.json"
+    with cassettes.use(path, mode="record"):
+        adapters.complete(api.scripted(api.reply("ok")).client, api.kwargs)
+    document = json.loads(path.read_text())
+    exchange = document["calls"][0]["http"][0]
+    for key, value in DAMAGE[damage].items():
+        exchange.pop(key) if value is None else exchange.__setitem__(key, value)
+    path.write_text(json.dumps(document))
+    offline = Offline()
+    client, _ = offline.clients("openai")
+    damaged = pytest.raises(cassettes.CassetteError, match=f"cassette {path}: .*damaged: {damage}")
+    with damaged, cassettes.use(path, timing=timing):
+        adapters.complete(client, api.kwargs)
+    assert offline.requests == []
+
+
+def test_a_cassette_whose_version_is_true_is_not_version_1(tmp_path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"relay_runtime_cassette": True, "calls": []}))
+    with pytest.raises(cassettes.CassetteError, match="is not a version 1 relay-runtime cassette"):
+        cassettes.use(path).__enter__()

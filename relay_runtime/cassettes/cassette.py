@@ -153,7 +153,8 @@ class Cassette:
             document = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise CassetteError(f"cassette {self.path} cannot be read: {exc}") from exc
-        if not isinstance(document, dict) or document.get(FORMAT_KEY) != FORMAT_VERSION:
+        version = document.get(FORMAT_KEY) if isinstance(document, dict) else None
+        if type(version) is not int or version != FORMAT_VERSION:  # true == 1 in JSON's Python
             raise CassetteError(f"cassette {self.path} is not a version {FORMAT_VERSION} relay-runtime cassette")
         calls = document.get("calls")
         if not isinstance(calls, list) or not all(
