@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from . import testing
+from .instrument import is_instrumented, uninstrument
 
 MARKER = "relay_scripted"
 _DEFAULT_MAX_RETRIES = 2  # both SDKs' own default
@@ -31,6 +32,15 @@ def _max_retries(request: pytest.FixtureRequest) -> int:
     if type(value) is not int or value < 0:
         raise pytest.UsageError(f"@pytest.mark.{MARKER}(max_retries=...) must be an int >= 0, got {value!r}")
     return value
+
+
+@pytest.fixture(autouse=True)
+def _relay_sdk_classes_as_found() -> Iterator[None]:
+    """SDK classes a test instrumented (and did not put back, say because it failed) are put back after it."""
+    before = is_instrumented()
+    yield
+    if not before and is_instrumented():
+        uninstrument()
 
 
 @pytest.fixture()

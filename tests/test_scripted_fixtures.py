@@ -23,3 +23,79 @@ def test_a_test_chooses_max_retries(scripted_openai, scripted_anthropic) -> None
         scripted_openai.client.chat.completions.create(model="m", messages=[])
     assert len(scripted_openai.script.requests) == 1
 
+
+pytest_plugins = ["pytester"]
+
+
+def test_a_test_that_instruments_the_sdk_classes_leaves_them_as_it_found_them(pytester: pytest.Pytester) -> None:
+    """A test failing (or forgetting) after instrument() does not leave every later test's clients traced."""
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makeconftest(
+        """
+import pytest
+from relay_runtime import adapters
+from relay_runtime.adapters.instrument import is_instrumented
+
+@pytest.fixture(scope="session", autouse=True)
+def session_wide():  # on before any test: stays on
+    yield
+"""
+    )
+    pytester.makepyfile(
+        test_leak="""
+from relay_runtime import adapters
+from relay_runtime.adapters.instrument import is_instrumented
+from relay_runtime.adapters import testing as t
+
+def test_instruments_then_fails(scripted_openai):
+    adapters.instrument()
+    raise RuntimeError("failed before uninstrument()")
+
+def test_forgets(scripted_openai):
+    adapters.instrument()
+
+def test_next(relay_turn, relay_events, scripted_openai):
+    assert not is_instrumented()
+    scripted_openai.add(t.json_reply(t.chat_completion_body("x")))
+    scripted_openai.client.chat.completions.create(model="m", messages=[])
+    assert relay_events.ends(relay_kind="llm_attempt") == []  # a plain client is not traced
+"""
+    )
+    pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=2, failed=1)
+    pytester.makeconftest(
+        """
+import pytest
+from relay_runtime import adapters
+from relay_runtime.adapters.instrument import is_instrumented
+
+@pytest.fixture(scope="session", autouse=True)
+def session_wide():
+    adapters.instrument()
+    yield
+    adapters.uninstrument()
+"""
+    )
+    pytester.makepyfile(
+        test_session="""
+from relay_runtime import adapters
+from relay_runtime.adapters.instrument import is_instrumented
+
+def test_one():
+    assert is_instrumented()
+
+def test_two():
+    adapters.instrument()  # already on: still on for the next test
+    assert is_instrumented()
+
+def test_three():
+    assert is_instrumented()
+"""
+    )
+    pytester.runpytest_inprocess("-p", "no:cacheprovider", "test_session.py").assert_outcomes(passed=3)
+    assert not _is_instrumented()
+
+
+def _is_instrumented() -> bool:
+    from relay_runtime.adapters.instrument import is_instrumented
+
+    return bool(is_instrumented())
