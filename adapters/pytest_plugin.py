@@ -56,7 +56,8 @@ def _relay_sdk_classes_as_found() -> Iterator[None]:
 
 @pytest.fixture()
 def scripted_openai(request: pytest.FixtureRequest) -> Iterator[testing.Scripted]:
-    scripted = testing.scripted_openai(max_retries=_max_retries(request))
+    retries = _max_retries(request)  # first: it says what to install when the SDKs are not
+    scripted = testing.scripted_openai(max_retries=retries)
     try:
         yield scripted
     finally:
@@ -65,7 +66,8 @@ def scripted_openai(request: pytest.FixtureRequest) -> Iterator[testing.Scripted
 
 @pytest.fixture()
 def scripted_anthropic(request: pytest.FixtureRequest) -> Iterator[testing.Scripted]:
-    scripted = testing.scripted_anthropic(max_retries=_max_retries(request))
+    retries = _max_retries(request)  # first: it says what to install when the SDKs are not
+    scripted = testing.scripted_anthropic(max_retries=retries)
     try:
         yield scripted
     finally:
