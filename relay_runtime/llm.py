@@ -28,6 +28,12 @@ if TYPE_CHECKING:
 __all__ = ["LLM", "current_attempt"]
 
 
+def _check_callable(name: str, argument: str, value: Any) -> None:
+    """Before the attempt opens: else an attempt that never reached a provider is recorded as failed."""
+    if not callable(value):
+        raise TypeError(f"LLM call {name!r}: {argument} must be callable, got {type(value).__name__}")
+
+
 class LLM:
     def __init__(self, relay: Relay) -> None:
         self._relay = relay
@@ -66,6 +72,7 @@ class LLM:
         """Run ``callback(request)`` as one managed attempt; its exception propagates unchanged."""
         if not self._watched(on_finish):
             return callback(request)
+        _check_callable(name, "callback", callback)
         return self.run(self._attempt(name, request, parent, model_name, metadata, codec, on_finish), callback)
 
     def run(self, attempt: Attempt, callback: Callable[[LLMRequest], Any]) -> Any:
@@ -99,6 +106,7 @@ class LLM:
     ) -> Any:
         if not self._watched(on_finish):
             return await callback(request)
+        _check_callable(name, "callback", callback)
         attempt = self._attempt(name, request, parent, model_name, metadata, codec, on_finish)
         return await self.run_async(attempt, callback)
 
@@ -140,6 +148,7 @@ class LLM:
         """
         if not self._watched(on_finish):
             return stream_factory(request)
+        _check_callable(name, "stream_factory", stream_factory)
         attempt = self._attempt(name, request, parent, model_name, metadata, codec, on_finish)
         return self.open_stream(attempt, stream_factory)
 
@@ -177,6 +186,7 @@ class LLM:
         """``stream`` for async providers: ``stream_factory`` returns an async iterable or an awaitable of one."""
         if not self._watched(on_finish):
             return await _open_async(stream_factory, request)
+        _check_callable(name, "stream_factory", stream_factory)
         attempt = self._attempt(name, request, parent, model_name, metadata, codec, on_finish)
         return await self.open_stream_async(attempt, stream_factory)
 

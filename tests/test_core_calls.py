@@ -125,6 +125,17 @@ def test_bad_call_arguments_are_named() -> None:
         relay.llm.execute("", request(), lambda r: r)
 
 
+def test_a_callback_that_is_not_callable_is_named_and_records_no_attempt() -> None:
+    relay, rec = new_relay()
+    for call in (relay.llm.execute, relay.llm.stream):
+        with pytest.raises(TypeError, match=r"LLM call 'p': .* must be callable, got NoneType"):
+            call("p", request(), None)  # type: ignore[arg-type]
+    for acall in (relay.llm.execute_async, relay.llm.stream_async):
+        with pytest.raises(TypeError, match=r"LLM call 'p': .* must be callable, got str"):
+            asyncio.run(acall("p", request(), "not a function"))  # type: ignore[arg-type]
+    assert rec.events == []  # no attempt that never reached a provider
+
+
 # -- secrets -----------------------------------------------------------------------------------------
 
 SECRETS = ("sk-live-111", "sk-ant-222", "sess-333", "tok-444", "az-555", "sk-extra-666", "sk-kwarg-777")
