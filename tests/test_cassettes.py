@@ -542,6 +542,9 @@ def test_replay_of_a_missing_cassette_and_of_junk_names_the_file(tmp_path) -> No
         cassettes.use(junk, mode="play")
     with pytest.raises(ValueError, match="timing must be one of instant, recorded"):
         cassettes.use(junk, timing="slow")
+    for path in (None, 123, ""):
+        with pytest.raises(TypeError, match=f"cassette path must be a file path .*got {path!r}"):
+            cassettes.use(path)  # type: ignore[arg-type]
 
 
 def test_use_is_a_decorator_for_sync_and_async_functions(tmp_path) -> None:

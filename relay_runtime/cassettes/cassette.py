@@ -256,6 +256,8 @@ class CassetteUse:
     """What ``use()`` returns: a context manager giving the ``Cassette``, and a decorator (sync or async)."""
 
     def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
+        if not isinstance(path, str | os.PathLike) or not os.fspath(path):
+            raise TypeError(f"cassette path must be a file path (str or os.PathLike), got {path!r}")
         self.path = path
         self.options = options
         self._entered: list[Cassette] = []
