@@ -167,6 +167,12 @@ def _run_sync(wrapped: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[s
     except BaseException as exc:
         _end(aux, tokens, exc)
         raise
+    if inspect.iscoroutine(result) and not aux.attempts:
+        # An async function behind a sync face (a callable object, a plain wrapper): its body
+        # runs when awaited, so that is when the logical call is.
+        _current.reset(tokens[0])
+        calls.response_validator.reset(tokens[1])
+        return _run_async(lambda *_args, **_kwargs: result, args, kwargs)
     _end(aux, tokens, None)
     return result
 

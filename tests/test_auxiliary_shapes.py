@@ -35,3 +35,39 @@ def test_a_generator_function_is_refused_when_decorated(relay_turn, relay_events
     plain("summary")
     (call,) = relay_events.ends(relay_kind="logical_llm_call")
     assert call.outcome == "success"
+
+
+def test_an_async_function_behind_a_sync_wrapper_is_one_logical_call(relay_turn, relay_events, scripted_openai) -> None:
+    """A callable object with an async ``__call__``, or a plain wrapper returning a coroutine: awaited, one call."""
+    import asyncio
+    import functools
+
+    for _ in range(4):
+        scripted_openai.add(json_reply(chat_completion_body("ok")))
+
+    async def summarise(task: str) -> Any:
+        set_route("openai", "gpt-x", "chat_completions")
+        for _ in range(2):  # two attempts of one logical call
+            await adapters.acomplete(scripted_openai.aclient, {"model": "gpt-x", "messages": []})
+        return "done"
+
+    class Summariser:
+        async def __call__(self, task: str) -> Any:
+            return await summarise(task)
+
+    def plain_wrapper(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return fn(*args, **kwargs)
+
+        call.__wrapped__ = None  # hides the coroutine function, as many wrappers do
+        return call
+
+    for decorated in (auxiliary_call(Summariser()), auxiliary_call(plain_wrapper(summarise))):
+        relay_events.clear()
+        assert asyncio.run(decorated("summary")) == "done"
+        calls = relay_events.ends(relay_kind="logical_llm_call")
+        attempts = relay_events.ends(relay_kind="llm_attempt")
+        assert [c.outcome for c in calls] == ["success"] and len(attempts) == 2
+        assert {a.metadata["api_request_id"] for a in attempts} == {calls[0].metadata["api_request_id"]}
+        assert {a.metadata["call_role"] for a in attempts} == {"auxiliary:summary"}
