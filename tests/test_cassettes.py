@@ -567,6 +567,23 @@ def test_use_is_a_decorator_for_sync_and_async_functions(tmp_path) -> None:
     assert cassettes.current() is None
 
 
+def test_use_decorates_an_async_callable_object_until_it_is_awaited(tmp_path) -> None:
+    """An async ``__call__`` (or a plain wrapper returning a coroutine): its calls replay, none goes live."""
+    api = APIS["chat"]
+    path = tmp_path / "c.json"
+    with cassettes.use(path, mode="record"):
+        adapters.complete(api.scripted(api.reply("recorded")).client, api.kwargs)
+    offline = Offline()
+    _, aclient = offline.clients("openai")
+
+    class Agent:
+        async def __call__(self) -> Any:
+            return (await adapters.acomplete(aclient, api.kwargs)).choices[0].message.content
+
+    assert asyncio.run(cassettes.use(path)(Agent())()) == "recorded"
+    assert offline.requests == [] and cassettes.current() is None
+
+
 def test_use_decorates_generators_for_their_whole_run(tmp_path) -> None:
     """A decorated (async) generator replays while it runs: its calls never reach a provider past its first yield."""
     api = APIS["chat"]

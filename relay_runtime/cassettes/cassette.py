@@ -334,9 +334,16 @@ class CassetteUse:
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
             with CassetteUse(self.path, **self.options):
-                return fn(*args, **kwargs)
+                result = fn(*args, **kwargs)
+            if inspect.iscoroutine(result):  # an async callable object, a plain wrapper: its body runs when awaited
+                return self._awaited(result)
+            return result
 
         return run  # type: ignore[return-value]
+
+    async def _awaited(self, coroutine: Any) -> Any:
+        with CassetteUse(self.path, **self.options):
+            return await coroutine
 
 
 def use(
