@@ -309,3 +309,60 @@ def test_a_rejected_auxiliary_answer_is_an_error_span_saying_why(spans: Pipeline
     assert rejected.attributes["gen_ai.usage.input_tokens"] == 7  # its tokens stay on the span
     assert accepted.status.status_code is not StatusCode.ERROR and "error.type" not in accepted.attributes
     assert spans.one("logical_llm_call").attributes["relay.outcome"] == "success"
+
+
+def test_a_call_in_flight_when_its_turn_ends_keeps_its_span_and_metrics_for_its_real_end(relay_home: Any) -> None:
+    """The turn's end does not end a provider call still running (its logical call settles with the turn's
+    outcome): the call's span ends when the call does, with what the provider answered, and counts in metrics."""
+    import contextvars
+    import threading
+
+    import httpx2
+    import openai
+
+    out = Pipeline()
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    exporter = OTelExporter(out.tracer_provider, out.meter_provider).attach(host)
+    lease = session.SESSION_COORDINATOR.acquire_conversation(
+        profile_key=host.profile_key, session_id="chat-42", platform="test"
+    )
+    turn = session.SESSION_COORDINATOR.begin_turn(lease, turn_id="turn-1", task_id="task-1")
+    inside, answer = threading.Event(), threading.Event()
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        inside.set()
+        answer.wait(5)
+        return httpx2.Response(200, json=t.chat_completion_body("late", model="gpt-test-0613"))
+
+    client = openai.OpenAI(
+        api_key=t.TEST_KEY, base_url=t.BASE_OPENAI, max_retries=0,
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+    )  # fmt: skip
+    got: list[Any] = []
+    context = contextvars.copy_context()
+    caller = threading.Thread(
+        target=lambda: got.append(context.run(adapters.complete, client, {"model": "gpt-test", "messages": MESSAGES}))
+    )
+    caller.start()
+    try:
+        assert inside.wait(5)
+        session.SESSION_COORDINATOR.end_turn(turn, outcome="cancelled")
+        session.SESSION_COORDINATOR.release_conversation(lease)
+    finally:
+        answer.set()
+        caller.join(5)
+    client.close()
+    assert got and got[0].choices[0].message.content == "late"
+    attempt = out.one("chat gpt-test")
+    check_attempt(attempt, provider="openai", model="gpt-test", response_model="gpt-test-0613", tokens=(12, 5))
+    logical = out.one("logical_llm_call")
+    assert logical.attributes["relay.outcome"] == "cancelled"
+    assert attempt.parent is not None and attempt.parent.span_id == logical.context.span_id
+    assert exporter.diagnostics().get("otel.spans_abandoned", 0) == 0
+    assert exporter.diagnostics().get("otel.unmatched_ends", 0) == 0
+    assert exporter.diagnostics()["otel.open_spans"] == 0
+    (duration,) = out.histogram("gen_ai.client.operation.duration")
+    assert duration.count == 1 and duration.attributes["gen_ai.response.model"] == "gpt-test-0613"
+    tokens = {p.attributes["gen_ai.token.type"]: p.sum for p in out.histogram("gen_ai.client.token.usage")}
+    assert tokens == {"input": 12, "output": 5}
+    exporter.detach()
