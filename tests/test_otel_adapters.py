@@ -366,3 +366,35 @@ def test_a_call_in_flight_when_its_turn_ends_keeps_its_span_and_metrics_for_its_
     tokens = {p.attributes["gen_ai.token.type"]: p.sum for p in out.histogram("gen_ai.client.token.usage")}
     assert tokens == {"input": 12, "output": 5}
     exporter.detach()
+
+
+def test_a_call_whose_span_was_evicted_still_counts_in_metrics_when_it_ends(relay_home: Any) -> None:
+    """Past ``max_open_spans`` the oldest open leaf is ended early; if that is a provider call still running,
+    the call itself still happens: its duration and tokens are recorded when it ends."""
+    from relay_runtime import ScopeType
+
+    out = Pipeline()
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    # conversation, turn, logical call and the call itself fill the table; one more scope evicts the call's span.
+    exporter = OTelExporter(out.tracer_provider, out.meter_provider, max_open_spans=4).attach(host)
+    lease = session.SESSION_COORDINATOR.acquire_conversation(
+        profile_key=host.profile_key, session_id="chat-42", platform="test"
+    )
+    turn = session.SESSION_COORDINATOR.begin_turn(lease, turn_id="turn-1", task_id="task-1")
+    s = t.scripted_openai(t.sse_reply(t.openai_chat_sse(t.chat_chunks(["a", "b"], usage=t.chat_usage()))))
+    stream = adapters.stream(s.client, {"model": "gpt-test", "messages": MESSAGES, "stream": True})
+    leak = host.relay.scope.push("leak", ScopeType.FUNCTION, parent=turn.scope, attach=False)
+    assert exporter.diagnostics()["otel.spans_abandoned"] == 1
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == "ab"
+    host.relay.scope.end(leak)
+    session.SESSION_COORDINATOR.end_turn(turn, outcome="success")
+    session.SESSION_COORDINATOR.release_conversation(lease)
+    s.client.close()
+    assert out.one("chat gpt-test").attributes["relay.outcome"] == "abandoned"
+    (duration,) = out.histogram("gen_ai.client.operation.duration")
+    assert duration.count == 1 and duration.attributes["gen_ai.response.model"] == "gpt-test"
+    tokens = {p.attributes["gen_ai.token.type"]: p.sum for p in out.histogram("gen_ai.client.token.usage")}
+    assert tokens == {"input": 12, "output": 5}
+    (ttfc,) = out.histogram("gen_ai.client.operation.time_to_first_chunk")
+    assert ttfc.count == 1
+    exporter.detach()
