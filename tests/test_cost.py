@@ -236,6 +236,38 @@ def test_max_tokens_bounds_the_estimate_else_the_assumption_is_used_and_counted(
     assert relay_host.relay.diagnostics()["cost.assumed_output_tokens"] == 1
 
 
+_SCHEMA = {"type": "object", "description": "x" * 6000, "properties": {"answer": {"type": "string"}}}
+_JSON_SCHEMA = {"type": "json_schema", "json_schema": {"name": "a", "schema": _SCHEMA}}
+
+
+@pytest.mark.parametrize(
+    ("scripted", "request_kwargs"),
+    [
+        (t.scripted_openai, {"model": "gpt-x", "max_tokens": 100, "messages": [], "response_format": _JSON_SCHEMA}),
+        (t.scripted_openai, {"model": "gpt-x", "max_tokens": 100, "messages": [],
+                             "functions": [{"name": "answer", "parameters": _SCHEMA}]}),
+        (t.scripted_openai, {"model": "gpt-x", "max_output_tokens": 100, "input": "hi",
+                             "text": {"format": {"type": "json_schema", "name": "a", "schema": _SCHEMA}}}),
+        (t.scripted_anthropic, {"model": "claude-x", "max_tokens": 20, "messages": [],
+                                "output_config": {"format": {"type": "json_schema", "schema": _SCHEMA}}}),
+    ],
+    ids=["chat-response_format", "chat-functions", "responses-text", "anthropic-output_config"],
+)
+def test_an_output_schema_the_model_reads_counts_in_the_input_estimate(
+    relay_host, relay_events, scripted, request_kwargs
+) -> None:
+    # The schema's 6000+ characters are ~2000 input tokens: at least 0.002 (gpt-x) or 0.006 (claude-x),
+    # over the limit whatever the rest; without them the estimate (under 0.0004) would let the call go.
+    cost.attach(relay_host, catalog(), Budget(0.0015, per="turn"))
+    clients = scripted()
+    lease, turn = conversation(relay_host)
+    with pytest.raises(BudgetExceeded) as caught:
+        adapters.complete(clients.client, request_kwargs)
+    close(lease, turn)
+    assert clients.script.requests == []
+    assert caught.value.estimate > 0.0015
+
+
 def test_a_budget_downgrades_to_the_cheaper_model_as_a_new_attempt(relay_host, relay_events) -> None:
     budget = Budget(0.001, per="logical_call", on_exceed="downgrade", downgrade_to={"gpt-x": "gpt-x-mini"})
     cost.attach(relay_host, catalog(), budget)
