@@ -74,7 +74,9 @@ class Attempt:
         "on_finish",
         "relay",
         "request",
+        "settle_late",
         "view",
+        "waiting",
     )
 
     def __init__(
@@ -111,6 +113,10 @@ class Attempt:
         self.view: AnnotatedRequestField = None
         self.chains = _NO_CHAINS
         self.cost_state: Any = None  # relay_runtime.cost's AttemptSpend, when budgets apply
+        # True while a (non-streamed) call waits for the provider's answer. Ended then (its turn ended),
+        # the attempt is priced when the answer comes: the provider charges for it all the same.
+        self.waiting = False
+        self.settle_late = False
         owner = parent if parent is not None else relay.scope.current()
         # Not on any stack: the calling convention makes it current only while the
         # provider runs, so a stream left open never becomes everyone's parent.
@@ -400,6 +406,9 @@ class Attempt:
         (counted), not the end event: every start still gets its end.
         """
         if self.finished:
+            if self.settle_late:  # the answer of a call its turn ended while it was in flight
+                self.settle_late = False
+                self.relay.cost.settle(self, outcome, response, annotation)
             return
         self.finished = True
         relay = self.relay
@@ -411,7 +420,10 @@ class Attempt:
             elif annotation is not None and first_chunk_ns is not None:
                 annotation.time_to_first_chunk_ns = first_chunk_ns - self.handle.start_ns
         if relay.cost.active:
-            relay.cost.settle(self, outcome, response, response_view)
+            if self.waiting:
+                self.settle_late = True
+            else:
+                relay.cost.settle(self, outcome, response, response_view)
         try:
             relay.scope.end(
                 self.handle,

@@ -168,6 +168,7 @@ def _call_attempt(
     # A partial, not a closure: finishing runs one Python frame, not two.
     on_finish = partial(_attempt_ended, turn, call, not defer, False)
     attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, on_finish)
+    _track(call, attempt)
     if defer:
         validator = response_validator.get()
         if validator is not None:
@@ -175,8 +176,14 @@ def _call_attempt(
     return attempt
 
 
+def _track(call: LogicalCall, attempt: Attempt) -> None:
+    """The end of the turn ends ``attempt`` if nothing else has: a stream still open, an answer held for
+    validation, or a call still waiting for its provider (its late answer then goes unrecorded, as a
+    stream's later chunks do, rather than end after its call and turn have)."""
+    call.open_attempts.append(attempt)  # one atomic append: no lock on the path of every call
+
+
 def _hold(call: LogicalCall, validator: Callable[[Attempt], None], attempt: Attempt) -> None:
-    call.open_attempts.append(attempt)  # so that the end of the turn ends it, if nothing else does
     validator(attempt)
 
 
@@ -246,7 +253,7 @@ def _stream_attempt(
         call.open_streams += 1
     hook = _stream_hook(turn, call, finalizer, completed)
     attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, hook)
-    call.open_attempts.append(attempt)  # the end of the turn ends a stream still open
+    _track(call, attempt)
     return attempt
 
 

@@ -73,12 +73,15 @@ class LLM:
         request = attempt.prepare()
         chain = attempt.chains.get(LLM_EXECUTION)
         tokens = attempt.enter()
+        attempt.waiting = True
         try:
             response = chains.run_sync(chain, attempt.name, request, callback, attempt) if chain else callback(request)
         except BaseException as exc:
+            attempt.waiting = False
             attempt.leave(tokens)
             attempt.fail(exc)
             raise
+        attempt.waiting = False
         attempt.leave(tokens)
         return attempt.succeed(response)
 
@@ -104,14 +107,17 @@ class LLM:
         request = await attempt.prepare_async() if self._intercepts.async_policy else attempt.prepare()
         chain = attempt.chains.get(LLM_EXECUTION)
         tokens = attempt.enter()
+        attempt.waiting = True
         try:
             response = await (
                 chains.run_async(chain, attempt.name, request, callback, attempt) if chain else callback(request)
             )
         except BaseException as exc:
+            attempt.waiting = False
             attempt.leave(tokens)
             attempt.fail(exc)
             raise
+        attempt.waiting = False
         attempt.leave(tokens)
         return attempt.succeed(response)
 

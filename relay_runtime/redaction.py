@@ -29,7 +29,7 @@ REDACTED = "[redacted]"
 CREDENTIAL_HEADER_NAMES = frozenset(
     {"authorization", "proxy-authorization", "cookie", "api-key", "api_key", "x-api-key"}
 )
-CREDENTIAL_HEADER_PATTERNS = ("*-subscription-key", "*token*", "*secret*")
+CREDENTIAL_HEADER_PATTERNS = ("*-subscription-key", "*-api-key", "*token*", "*secret*")
 CREDENTIAL_BODY_KEYS = frozenset(
     {"api_key", "apikey", "access_token", "refresh_token", "client_secret", "secret", "password", "authorization"}
 )
@@ -84,18 +84,26 @@ def is_credential_key(key: Any) -> bool:
 _MIN_SECRET = 8
 _SECRETS_MAX = 256
 _secrets: frozenset[str] = frozenset()
+_secrets_order: list[str] = []  # oldest first; only touched under the lock
 _secrets_lock = threading.Lock()
 
 
 def remember_secret(value: Any) -> None:
-    """Blank ``value`` (a client's API key) wherever the relay records it from now on."""
+    """Blank ``value`` (a client's API key) wherever the relay records it from now on.
+
+    The newest ``_SECRETS_MAX`` keys are kept: every call remembers its client's key before it
+    runs, so a server with a client per user always knows the key in use, however many came before.
+    """
     global _secrets
     if type(value) is not str or len(value) < _MIN_SECRET or value in _secrets:
         return
     with _secrets_lock:
-        if len(_secrets) < _SECRETS_MAX:
-            # A new frozenset, swapped in whole: readers never take the lock.
-            _secrets = _secrets | {value}
+        if value in _secrets:
+            return
+        _secrets_order.append(value)
+        del _secrets_order[:-_SECRETS_MAX]
+        # A new frozenset, swapped in whole: readers never take the lock.
+        _secrets = frozenset(_secrets_order)
 
 
 def scrub_text(text: str) -> str:
@@ -111,13 +119,18 @@ def forget_secrets() -> None:
     global _secrets
     with _secrets_lock:
         _secrets = frozenset()
+        _secrets_order.clear()
 
 
 # -- headers and kwargs ---------------------------------------------------------------
 
 
 def redact_headers(headers: Mapping[Any, Any]) -> dict[str, Any]:
-    """A copy with credential values replaced; bytes names become text so every encoder can take them."""
+    """A copy with credential values replaced; bytes names become text so every encoder can take them.
+
+    A client's own key is blanked inside any other header's value too: a header is where a key
+    travels, under whatever name and scheme (``X-Backup-Auth: Bearer <key>``).
+    """
     out: dict[str, Any] = {}
     verdicts = _header_verdicts
     for k, v in headers.items():
@@ -126,7 +139,14 @@ def redact_headers(headers: Mapping[Any, Any]) -> dict[str, Any]:
             verdict = is_credential_header(k)
         if type(k) is not str and isinstance(k, (bytes, bytearray)):
             k = k.decode("latin-1")
-        out[k] = REDACTED if verdict else v
+        if verdict:
+            v = REDACTED
+        elif _secrets and isinstance(v, (str, bytes, bytearray)):
+            text = v if isinstance(v, str) else v.decode("latin-1")
+            scrubbed = scrub_text(text)
+            if scrubbed != text:
+                v = scrubbed
+        out[k] = v
     return out
 
 
@@ -167,8 +187,10 @@ def _clean(value: Any, depth: int) -> Any:
     kind = type(value)
     if kind in _LEAVES:
         return REDACTED if kind is str and value in _secrets else value
-    if depth > 64:  # a self-referencing structure: stop, it cannot be encoded anyway
-        return value
+    if depth > 64:
+        # Deeper than any request needs (or a structure that holds itself): what is below is not
+        # looked at, so it is not recorded either.
+        return REDACTED
     if kind is list or kind is tuple:
         items: list[Any] | None = None
         for i, v in enumerate(value):

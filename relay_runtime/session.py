@@ -329,8 +329,9 @@ class SessionCoordinator:
     def end_turn(self, turn: Turn, *, outcome: str) -> None:
         """Idempotent. Ends the turn's open attempts and logical calls, newest first, then the turn.
 
-        An open stream's attempt ends cancelled (the stream still yields the provider's
-        chunks afterwards, unrecorded), then its logical call; calls still open get
+        An open stream's attempt, or one still waiting for its provider, ends cancelled (the
+        stream still yields the provider's chunks afterwards, the call still returns its
+        answer, both unrecorded), then its logical call; calls still open get
         ``outcome``. The turn always ends, even when closing something inside it failed.
         """
         outcome = _check_outcome(outcome)

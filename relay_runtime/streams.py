@@ -69,6 +69,12 @@ class _Raising:
         raise error
 
 
+def _running(target: Any) -> bool:
+    """A generator another thread or task is inside right now (reading the next chunk): it cannot be
+    closed, and need not be, since closing its source (the next target) ends it."""
+    return getattr(target, "gi_running", False) is True or getattr(target, "ag_running", False) is True
+
+
 async def _aclose(target: Any) -> None:
     for name in ("aclose", "close"):
         closer = getattr(target, name, None)
@@ -222,11 +228,12 @@ class ManagedStream(_StreamWrapper):
     the current scope: a lazy provider (a generator) sees its attempt as ``execute`` does.
     """
 
-    __slots__ = ("_run",)
+    __slots__ = ("_context", "_run")
     _iterator: Iterator[Any]
 
     def __init__(self, source: Any, iterator: Any, life: StreamLifecycle, context: Context) -> None:
         super().__init__(source, iterator, life)
+        self._context = context
         self._run = context.run
 
     def __iter__(self) -> ManagedStream:
@@ -275,12 +282,15 @@ class ManagedStream(_StreamWrapper):
         self._release(quiet=False)
 
     def _release(self, *, quiet: bool) -> None:
+        # In a copy of the stream's context: close() may come from another thread while the
+        # reader's next() has the context itself entered (one thread at a time may enter it).
+        run = self._context.copy().run
         for target in self._targets(_EXHAUSTED):
             close = getattr(target, "close", None)
-            if close is None:
+            if close is None or _running(target):
                 continue
             try:
-                self._run(close)
+                run(close)
             except Exception as exc:
                 if not quiet:
                     raise
@@ -365,6 +375,8 @@ class ManagedAsyncStream(_StreamWrapper):
 
     async def _release(self, *, quiet: bool) -> None:
         for target in self._targets(_ASYNC_EXHAUSTED):
+            if _running(target):
+                continue
             try:
                 await _aclose(target)
             except Exception as exc:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import threading
 from typing import Any
 
+import httpx2
 import openai
 import pytest
 
@@ -414,3 +416,86 @@ def test_server_address_follows_a_client_whose_base_url_changes() -> None:
     assert adapters.dispatch.server_address(duck) == "a.test"
     Url.host = "b.test"
     assert adapters.dispatch.server_address(duck) == "b.test"
+
+
+class _GatedBody(httpx2.SyncByteStream, httpx2.AsyncByteStream):
+    """An SSE body that sends its first frames, then waits (the reader blocked in next()) until let go."""
+
+    def __init__(self, frames: list[bytes], before_gate: int) -> None:
+        self.frames, self.before_gate = frames, before_gate
+        self.waiting, self.let_go = threading.Event(), threading.Event()
+        self.closed = False
+
+    def __iter__(self) -> Any:
+        for i, frame in enumerate(self.frames):
+            if i == self.before_gate:
+                self.waiting.set()
+                self.let_go.wait(5)
+            yield frame
+
+    async def __aiter__(self) -> Any:
+        for i, frame in enumerate(self.frames):
+            if i == self.before_gate:
+                self.waiting.set()
+                while not self.let_go.is_set():
+                    await asyncio.sleep(0.01)
+            yield frame
+
+    def close(self) -> None:
+        self.closed = True
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def _gated_client(body: _GatedBody, *, is_async: bool) -> Any:
+    script = t.Script()
+    script.handler = lambda _request: httpx2.Response(  # type: ignore[method-assign]
+        200, headers={"content-type": "text/event-stream"}, stream=body
+    )
+    return t.async_openai_client(script, max_retries=0) if is_async else t.openai_client(script, max_retries=0)
+
+
+def test_closing_a_stream_from_another_thread_while_it_is_read(relay_turn, relay_events) -> None:
+    # One thread reads (blocked inside next(), waiting for the provider), another closes: close()
+    # returns, the HTTP response is closed, the attempt ends cancelled once, and the reader stops.
+    body = _GatedBody(t.openai_chat_sse(t.chat_chunks(["a", "b", "c", "d"])), before_gate=2)
+    stream = adapters.stream(_gated_client(body, is_async=False), {"model": "m", "messages": []})
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            for _chunk in stream:
+                pass
+        except BaseException as exc:
+            errors.append(exc)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    assert body.waiting.wait(5)
+    stream.close()
+    assert body.closed and stream.response.is_closed
+    body.let_go.set()
+    reader.join(5)
+    assert not reader.is_alive() and errors == []  # the reader's loop just ends
+    assert only_attempt(relay_events).outcome == "cancelled"
+    assert logical_outcomes(relay_events) == ["cancelled"]
+
+
+@pytest.mark.asyncio
+async def test_aclosing_a_stream_from_another_task_while_it_is_read(relay_turn, relay_events) -> None:
+    body = _GatedBody(t.openai_chat_sse(t.chat_chunks(["a", "b", "c", "d"])), before_gate=2)
+    stream = await adapters.astream(_gated_client(body, is_async=True), {"model": "m", "messages": []})
+    async def reader() -> None:
+        async for _chunk in stream:
+            pass
+
+    task = asyncio.create_task(reader())
+    while not body.waiting.is_set():
+        await asyncio.sleep(0.01)
+    await stream.aclose()
+    assert body.closed and stream.response.is_closed
+    body.let_go.set()
+    await asyncio.wait_for(task, 5)
+    assert only_attempt(relay_events).outcome == "cancelled"
+    assert logical_outcomes(relay_events) == ["cancelled"]

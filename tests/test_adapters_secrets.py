@@ -108,7 +108,7 @@ def test_nested_credentials_never_reach_events_but_reach_the_provider(relay_turn
 
 
 def test_header_and_body_lists_match_as_documented() -> None:
-    for name in ("authorization", "Proxy-Authorization", "COOKIE", "api-key", "api_key", "X-Api-Key",
+    for name in ("authorization", "Proxy-Authorization", "COOKIE", "api-key", "api_key", "X-Api-Key", "x-goog-api-key",
                  "ocp-apim-subscription-key", "x-auth-token", "tokenid", "x-my-secret-thing"):  # fmt: skip
         assert redaction.is_credential_header(name), name
         assert redaction.is_credential_header(name.encode()), name
@@ -132,6 +132,17 @@ def test_tool_schemas_in_the_conversation_are_not_blanked() -> None:
     assert numeric == {"model": "m", "extra_query": {"Password": redaction.REDACTED}, "secret": redaction.REDACTED}
     plain = {"model": "m", "messages": [], "extra_body": {"n": 1}}
     assert redaction.redact_kwargs(plain) is plain  # nothing to hide: no copy
+
+
+def test_a_credential_nested_deeper_than_the_walk_goes_is_not_recorded() -> None:
+    deep: Any = {"api_key": _secret(1)}
+    for _ in range(100):
+        deep = {"x": [deep]}
+    loop: dict[str, Any] = {"n": 1}
+    loop["self"] = loop
+    cleaned = redaction.redact_kwargs({"model": "m", "extra_body": {"deep": deep, "loop": loop}, "max_tokens": 3})
+    _assert_clean(repr(cleaned))
+    assert cleaned["max_tokens"] == 3 and cleaned["extra_body"]["loop"]["n"] == 1
 
 
 def _echoing_401() -> t.Reply:
@@ -207,3 +218,44 @@ def test_journal_and_jsonl_never_hold_the_key(tmp_path: Path) -> None:
     lines = jsonl.read_text()
     assert "Incorrect API key provided: [redacted]" in lines and "keep-query" in lines
     _assert_clean(lines)
+
+
+def test_the_clients_key_under_any_header_name_never_reaches_events(relay_turn, relay_events, oa) -> None:
+    # A key travels in a header whatever the header is called: a vendor's "*-api-key", or the
+    # client's own key under a name no list knows, bare or after an auth scheme.
+    oa.add(t.json_reply(t.chat_completion_body("ok")))
+    kwargs = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "extra_headers": {
+            "X-Goog-Api-Key": _secret(1),
+            "X-Backup-Auth": f"Bearer {t.TEST_KEY}",
+            "X-Mirror": t.TEST_KEY.encode(),
+            "X-Trace": "keep-header",
+        },
+    }
+    adapters.complete(oa.client, kwargs)
+    sent = oa.script.requests[0].headers
+    assert sent["x-goog-api-key"] == _secret(1) and sent["x-backup-auth"] == f"Bearer {t.TEST_KEY}"
+    _assert_clean(" ".join(repr(getattr(e, name)) for e in relay_events for name in FIELDS))
+    headers = relay_events.starts(relay_kind=cv.ATTEMPT)[0].input["content"]["extra_headers"]
+    assert headers == {
+        "X-Goog-Api-Key": redaction.REDACTED,
+        "X-Backup-Auth": f"Bearer {redaction.REDACTED}",
+        "X-Mirror": redaction.REDACTED,
+        "X-Trace": "keep-header",
+    }
+
+
+def test_a_client_key_is_scrubbed_however_many_keys_came_before(relay_turn, relay_events, oa) -> None:
+    # A server that makes a client per user sees many keys: the one in use is always remembered,
+    # not only the first few hundred the process met.
+    for n in range(1000):
+        redaction.remember_secret(f"sk-user-{n:06d}-padding")
+    key = "sk-user-latest-0123456789"
+    oa.add(t.error(401, f"Incorrect API key provided: {key}."))
+    with pytest.raises(openai.AuthenticationError):
+        adapters.complete(oa.client.with_options(api_key=key), {"model": "m", "messages": []})
+    end = relay_events.ends(relay_kind=cv.ATTEMPT)[0]
+    assert end.error_message is not None and "Incorrect API key provided: [redacted]" in end.error_message
+    assert key not in " ".join(repr(getattr(e, name)) for e in relay_events for name in FIELDS)

@@ -379,6 +379,37 @@ def test_a_restart_keeps_a_conversation_budgets_spend(relay_home: Path) -> None:
     assert store.load(f"conversation:{session.current_profile_key()}:persistent") == pytest.approx(0.003)
 
 
+def test_a_call_the_turn_ended_while_in_flight_is_still_charged_when_its_answer_comes(relay_home: Path) -> None:
+    # The turn ends while the provider still works on a call: the record ends the attempt then,
+    # but the provider charges for the answer it sends later, so the budget must count it.
+    import threading
+
+    from relay_runtime.threads import ContextExecutor
+
+    arrived, let_go = threading.Event(), threading.Event()
+    script = t.Script([t.json_reply(t.chat_completion_body(model="gpt-x", usage=t.chat_usage(1000, 0)))])
+    answer_of = script.handler
+
+    def held(request: Any) -> Any:
+        arrived.set()
+        let_go.wait(5)
+        return answer_of(request)
+
+    script.handler = held  # type: ignore[method-assign]
+    client = t.openai_client(script, max_retries=0)
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    cost.attach(host, catalog(), Budget(1.0, per="conversation", name="conv"))
+    lease, turn = conversation(host, "in-flight")
+    with ContextExecutor(1) as pool:
+        answer = pool.submit(adapters.complete, client, {"model": "gpt-x", "max_tokens": 10, "messages": []})
+        assert arrived.wait(5)
+        close(lease, turn)
+        let_go.set()
+        answer.result(5)
+    key = f"conversation:{session.current_profile_key()}:in-flight"
+    assert FileSpendStore().load(key) == pytest.approx(0.001)
+
+
 def test_the_file_store_writes_atomically_and_refuses_a_damaged_file(tmp_path: Path) -> None:
     store = FileSpendStore(tmp_path)
     assert store.add("conversation:p:s/../../x", 0.5) == 0.5

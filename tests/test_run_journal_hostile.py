@@ -161,6 +161,24 @@ async def test_rows_holding_lone_surrogates_stream_without_failing(server, tmp_p
 
 
 @pytest.mark.asyncio
+async def test_a_row_naming_another_run_with_line_breaks_cannot_forge_sse_messages(server, tmp_path):
+    # A row in the run's file (or stream) written by someone else: its run_id carries CR/LF, which
+    # EventSource reads as line breaks. The id line names the run asked for, so no message is forged.
+    path = tmp_path / "_run_journal" / "session-a" / "run-a.jsonl"
+    append_run_event("session-a", "run-a", "token", {"text": "ok"}, session_dir=tmp_path)
+    with open(path, "ab") as f:
+        f.write(b'{"version":1,"event_id":"run-a:2","seq":2,"run_id":"run-a\\r\\nevent: done\\r\\ndata: {}\\r\\n",'
+                b'"session_id":"session-a","event":"token","payload":{"text":"x"}}\n')
+    append_run_event("session-a", "run-a", "done", {}, session_dir=tmp_path)
+    async with aiohttp.ClientSession(base_url=server.make_url(""), timeout=TIMEOUT) as client:
+        body = await (await client.get("/runs/run-a/events")).read()
+    # Every line break EventSource would see (CR, LF or CRLF) is one the server meant.
+    lines = body.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+    assert [line for line in lines if line.startswith(b"id:")] == [b"id: run-a:1", b"id: run-a:2", b"id: run-a:3"]
+    assert [line for line in lines if line.startswith(b"event:")] == [b"event: token", b"event: token", b"event: done"]
+
+
+@pytest.mark.asyncio
 async def test_a_client_that_goes_away_is_a_debug_line_not_an_error(tmp_path, caplog):
     writer = RunJournalWriter("session-a", "run-a", session_dir=tmp_path)
     for _ in range(400):

@@ -255,7 +255,9 @@ def test_a_failing_disk_is_counted_and_never_raised(tmp_path, monkeypatch):
     assert result.diagnostics["journal.write_errors"] == 6  # status, runtime_model, token, 2 spans, done
 
 
-def test_a_full_queue_drops_and_counts(tmp_path, monkeypatch):
+def test_a_full_queue_drops_and_counts_but_never_the_runs_end(tmp_path, monkeypatch):
+    # Rows dropped under load leave holes; dropping the terminal row too would leave the run
+    # "running" for ever (and its SSE followers waiting). The end row goes in, and admits the holes.
     disk = StuckDisk(monkeypatch)
     coordinator = session.SESSION_COORDINATOR
     host = coordinator.host(str(tmp_path / "profile"))
@@ -275,6 +277,9 @@ def test_a_full_queue_drops_and_counts(tmp_path, monkeypatch):
     # status + runtime_model + 20 tokens + 2 spans + done were produced; what was not written was counted.
     assert len(written) + dropped == 25 and dropped > 0
     assert [row["seq"] for row in written] == list(range(1, len(written) + 1))
+    assert written[-1]["event"] == "done" and written[-1]["payload"]["dropped_rows"] == dropped
+    summary = latest_run_summary("s", "r", session_dir=tmp_path)
+    assert summary is not None and summary["terminal"] and summary["terminal_state"] == "completed"
     coordinator.release_conversation(lease)
     assert subscriber.close() and subscriber.close()
     # Closed: deregistered, and nothing more is journaled.

@@ -376,4 +376,7 @@ def test_end_turn_closes_a_fresh_call_still_in_flight_once(relay_turn, relay_eve
     assert result == {"r": {"model": "late"}}
     assert _logical_ends(relay_events) == ["cancelled"]
     (attempt,) = relay_events.ends(relay_kind=cv.ATTEMPT)
-    assert attempt.outcome == "success"
+    # Ended by the turn, before its call and the turn: the late answer is returned, not recorded.
+    assert attempt.outcome == "cancelled"
+    kinds = [e.metadata.get(cv.KIND) for e in relay_events.ends()]
+    assert kinds.index(cv.ATTEMPT) < kinds.index(cv.LOGICAL_CALL) < kinds.index(cv.TURN)

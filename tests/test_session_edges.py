@@ -16,6 +16,7 @@ from relay_runtime import LLMRequest, Recorder, adapters, auxiliary, calls, sess
 from relay_runtime import conventions as cv
 from relay_runtime.adapters import testing as t
 from relay_runtime.scopes import ScopeOrderError
+from relay_runtime.threads import ContextExecutor
 
 
 def logical_ends(recorder: Recorder) -> list[str]:
@@ -458,3 +459,66 @@ def test_validated_call_whose_pop_fails_still_returns_and_the_turn_closes_it(rel
     session.SESSION_COORDINATOR.end_turn(turn, outcome="success")
     assert logical_ends(relay_events) == ["success"]
     assert balanced_calls(relay_events)
+
+
+class _HeldReply(t.Script):
+    """Replies only once let go: the request is in flight at the provider until then. ``on_loop``:
+    for an async client, the handler waits without blocking the event loop."""
+
+    def __init__(self, *replies: t.Reply, on_loop: bool = False) -> None:
+        super().__init__(replies)
+        self.arrived = threading.Event()
+        self.let_go = threading.Event()
+        self.on_loop = on_loop
+
+    def handler(self, request: Any) -> Any:
+        self.arrived.set()
+        if self.on_loop:
+            return self._later(request)
+        self.let_go.wait(5)
+        return super().handler(request)
+
+    async def _later(self, request: Any) -> Any:
+        while not self.let_go.is_set():
+            await asyncio.sleep(0.01)
+        return t.Script.handler(self, request)
+
+
+def _ended_by_the_turn(relay_events: Recorder, outcome: str) -> bool:
+    """The in-flight attempt ended cancelled, then its call, then the turn with ``outcome``."""
+    ends = [e for e in relay_events.ends() if e.metadata.get(cv.KIND) != cv.CONVERSATION]
+    kinds = [(e.metadata[cv.KIND], e.outcome) for e in ends]
+    return kinds == [(cv.ATTEMPT, "cancelled"), (cv.LOGICAL_CALL, "cancelled"), (cv.TURN, outcome)]
+
+
+def test_end_turn_ends_a_call_in_flight_on_another_thread_before_the_turn(relay_turn, relay_events) -> None:
+    # The provider answers after the turn has ended: the attempt must not end after its call and
+    # its turn (consumers have closed the run by then), and is not a success the turn never saw.
+    _relay, turn = relay_turn
+    script = _HeldReply(t.json_reply(t.chat_completion_body("late answer")))
+    client = t.openai_client(script, max_retries=0)
+    with ContextExecutor(1) as pool:
+        answer = pool.submit(adapters.complete, client, {"model": "m", "messages": []})
+        assert script.arrived.wait(5)
+        session.SESSION_COORDINATOR.end_turn(turn, outcome="success")
+        assert _ended_by_the_turn(relay_events, "success")
+        recorded = len(relay_events)
+        script.let_go.set()
+        assert answer.result(5).choices[0].message.content == "late answer"  # the caller still gets it
+    assert len(relay_events) == recorded  # ... unrecorded
+    assert balanced_calls(relay_events)
+
+
+@pytest.mark.asyncio
+async def test_end_turn_ends_a_call_in_flight_in_another_task_before_the_turn(relay_turn, relay_events) -> None:
+    _relay, turn = relay_turn
+    script = _HeldReply(t.json_reply(t.chat_completion_body("late answer")), on_loop=True)
+    client = t.async_openai_client(script, max_retries=0)
+    task = asyncio.create_task(adapters.acomplete(client, {"model": "m", "messages": []}))
+    assert await asyncio.to_thread(script.arrived.wait, 5)
+    session.SESSION_COORDINATOR.end_turn(turn, outcome="failed")
+    assert _ended_by_the_turn(relay_events, "failed")
+    recorded = len(relay_events)
+    script.let_go.set()
+    assert (await task).choices[0].message.content == "late answer"
+    assert len(relay_events) == recorded

@@ -263,3 +263,54 @@ async def test_voice_session_traces_responses_tool_calls_and_turns(recorder: Rec
     started = {e.uuid for e in recorder if e.kind == "scope_start"}
     ended = {e.uuid for e in recorder if e.kind == "scope_end"}
     assert started == ended
+
+
+@pytest.mark.asyncio
+async def test_an_agent_failure_quoting_the_llm_key_never_reaches_the_phone_or_the_event_log(
+    recorder: Recorder, tmp_path: Path
+) -> None:
+    # The agent's own LLM call fails with a 401 that quotes the client's key (a real SDK error):
+    # the relay tells the phone the run failed, without the key.
+    from relay_runtime import adapters, redaction
+    from relay_runtime.adapters import testing as t
+
+    scripted = t.scripted_openai(max_retries=0)
+    scripted.add(t.error(401, f"Incorrect API key provided: {t.TEST_KEY}."))
+
+    async def agent(req: AgentTaskRequest, ctx: RunContext) -> str:
+        kwargs = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+        return str(await adapters.acomplete(scripted.aclient, kwargs))
+
+    app = create_app(
+        RelayConfig(realtime_voice_run_dir=str(tmp_path), realtime_voice_promote_after_ms=3000),
+        task_broker=InProcessTaskBroker(agent, profile_key=PROFILE),
+        providers={"stub": StubProvider(tone_ms=20)},
+    )
+    received: list[str] = []
+    try:
+        async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+            token = app["server"].sessions.create_session("phone", "d").token
+            headers = {"Authorization": f"Bearer {token}"}
+            info = await (await client.post("/voice/realtime-agent/session", json={}, headers=headers)).json()
+            ws = await client.ws_connect(info["websocket_path"], headers=headers)
+            async with asyncio.timeout(10):
+                while True:
+                    msg = await ws.receive()
+                    assert msg.type is WSMsgType.TEXT
+                    received.append(msg.data)
+                    event = json.loads(msg.data)
+                    if event["type"] == "voice.session.ready":
+                        await ws.send_json({"type": "response.create", "text": "task: look it up"})
+                    elif event["type"] == "voice.playback_drain.requested":
+                        await ws.send_json({"type": "playback.drained"})
+                    elif event["type"] == "hermes.run.failed":
+                        break
+            await ws.send_json({"type": "session.close"})
+            await ws.receive(timeout=5)
+    finally:
+        redaction.forget_secrets()
+    failed = [json.loads(m) for m in received if '"hermes.run.failed"' in m]
+    assert "AuthenticationError" in failed[0]["error"] and "[redacted]" in failed[0]["error"]
+    assert t.TEST_KEY not in "\n".join(received)
+    written = "\n".join(p.read_text() for p in tmp_path.rglob("*") if p.is_file())
+    assert "hermes.run.failed" in written and t.TEST_KEY not in written

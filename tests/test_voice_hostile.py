@@ -240,3 +240,36 @@ async def test_junk_cannot_make_the_session_log_grow_past_its_cap(tmp_path: Path
     assert sum(1 for r in lines if r.get("log") == "voice.event_log.capped") == 1
     tally = lines[-1]
     assert tally["log"] == "voice.event_log.dropped" and tally["dropped_records"] == session.event_log.dropped_records
+
+
+@pytest.mark.asyncio
+async def test_one_device_holds_a_bounded_number_of_sessions(tmp_path: Path) -> None:
+    # Each live session holds an open event log: one token asking again and again must not run the
+    # relay out of file handles. Past the cap it is a 429; a closed session frees its place, and
+    # another device is not affected.
+    async with running_relay(tmp_path, max_sessions_per_device=3) as relay:
+        held = [await relay.new_session() for _ in range(3)]
+        agent = relay.app["server"].realtime_agent
+        for _ in range(20):
+            status, body = await relay.http("POST", "/voice/realtime-agent/session", body=b"{}")
+            assert status == 429 and b"3 voice sessions" in body
+        assert len(agent.sessions) == 3
+        other = relay.app["server"].sessions.create_session("tablet", "device-2").token
+        auth = f"Bearer {other}".encode()
+        status, _ = await relay.http("POST", "/voice/realtime-agent/session", auth=auth, body=b"{}")
+        assert status == 200
+        await agent.close_session(agent.sessions[held[0]["session_id"]], reason="test")
+        assert (await relay.new_session())["success"] is True
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("chat_session_id", ["my chat/1", "..", "../../etc", "a" * 201, "chat\n1", "tête"])
+async def test_a_chat_session_id_the_journal_would_refuse_is_a_400(tmp_path: Path, chat_session_id: str) -> None:
+    # The agent's runs are journaled under this id: one the journal refuses would leave them unrecorded.
+    async with running_relay(tmp_path) as relay:
+        body = json.dumps({"chat_session_id": chat_session_id}).encode()
+        status, reply = await relay.http("POST", "/voice/realtime-agent/session", body=body)
+        assert status == 400 and b"chat_session_id" in reply
+        assert relay.app["server"].realtime_agent.sessions == {}
+        ok = json.dumps({"chat_session_id": "chat-9.a_b"}).encode()
+        assert (await relay.http("POST", "/voice/realtime-agent/session", body=ok))[0] == 200

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,10 @@ from aiohttp import WSMsgType
 from aiohttp.test_utils import TestClient, TestServer
 from voice_support import connect_phone
 from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.datastructures import Headers
+from websockets.http11 import Response
 
+from relay_runtime import redaction
 from relay_runtime import session as relay_session
 from relay_runtime.integrations.voice_relay import ProviderEventKind, RelayConfig, ToolCallEvent, create_app
 from relay_runtime.integrations.voice_relay.bounded import CappedMap
@@ -341,3 +345,65 @@ def test_provider_keys_stay_out_of_reprs() -> None:
     provider = XAIRealtimeProvider(url="ws://127.0.0.1:9", api_key=API_KEY)
     assert config.api_key == API_KEY and provider.api_key == API_KEY
     assert API_KEY not in repr(config) and API_KEY not in repr(provider)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("echoed_in", ["error_event", "refused_handshake"])
+async def test_the_provider_key_echoed_back_never_reaches_the_phone_the_event_log_or_our_logs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, echoed_in: str
+) -> None:
+    # A provider answering a bad key may quote it: in an error event on an open socket, or in the
+    # body of the 401 that refuses the handshake.
+    key = "xai-live-key-0123456789abcdef"
+
+    async def handler(ws: ServerConnection) -> None:
+        await ws.send(json.dumps({"type": "session.created", "session": {"id": "s"}}))
+        await ws.send(json.dumps({"type": "error", "error": {"message": f"Incorrect API key provided: {key}",
+                                                             "code": "invalid_api_key"}}))
+        async for _ in ws:
+            pass
+
+    def refuse(_connection: Any, _request: Any) -> Response | None:
+        if echoed_in != "refused_handshake":
+            return None
+        return Response(401, "Unauthorized", Headers({"Content-Type": "application/json"}),
+                        json.dumps({"error": f"bad key {key}"}).encode())
+
+    from relay_runtime.integrations.voice_relay import provider_options
+    relay_session.reset_for_tests()
+    caplog.set_level(logging.INFO, logger="relay_runtime")
+    received: list[str] = []
+    try:
+        async with serve(handler, "127.0.0.1", 0, process_request=refuse) as server:
+            port = next(iter(server.sockets)).getsockname()[1]
+            monkeypatch.setenv("XAI_API_KEY", key)
+            monkeypatch.setenv("RELAY_VOICE_XAI_URL", f"ws://127.0.0.1:{port}/v1/realtime")
+            provider_options.clear_provider_option_cache()
+            app = create_app(RelayConfig(realtime_voice_provider="xai_realtime", realtime_voice_run_dir=str(tmp_path)),
+                             providers={"xai_realtime": XAIRealtimeProvider()})
+            async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+                ws = (await connect_phone(client, app)).ws
+                async with asyncio.timeout(5):
+                    while True:
+                        msg = await ws.receive()
+                        if msg.type is not WSMsgType.TEXT:
+                            break
+                        received.append(msg.data)
+                        if '"voice.error"' in msg.data:
+                            break
+                await ws.close()
+    finally:
+        provider_options.clear_provider_option_cache()
+        relay_session.reset_for_tests()
+        redaction.forget_secrets()
+    errors = [json.loads(m) for m in received if '"voice.error"' in m]
+    expected = "provider_error" if echoed_in == "error_event" else "provider_connect_failed"
+    assert errors and errors[0]["code"] == expected, received
+    if echoed_in == "error_event":
+        assert errors[0]["message"] == "xAI Realtime error: Incorrect API key provided: [redacted]"
+    else:
+        assert any("provider connect failed" in r.getMessage() for r in caplog.records)
+    assert key not in "\n".join(received)
+    written = "\n".join(p.read_text() for p in tmp_path.rglob("*") if p.is_file())
+    assert "voice.error" in written and key not in written
+    assert key not in "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("relay_runtime"))

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .default_store import env_store
 from .errors import JournalUnavailable, RunFull
+from .states import terminal_state
 from .storage import append_run_event, fsync_policy, is_truncated
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ _BATCH = 256
 _RETRY_FIRST = 0.05
 _RETRY_MAX = 2.0
 _UNSERIALIZABLE_PREVIEW = 1000
+_RUNS_WITH_DROPS = 4096  # runs whose dropped rows are counted until their end row (the oldest forgotten)
 
 log = logging.getLogger("relay_runtime.integrations.run_journal")
 
@@ -67,10 +69,16 @@ class RowWriter:
         self._abandon = threading.Event()  # close() timed out: stop retrying, count what is left as dropped
         self._outage = False  # the store is unreachable right now (logged once per outage)
         self._drop_logged = False
+        self._dropped_by_run: dict[tuple[str, str], int] = {}
         self.written = 0
 
     def submit(self, row: Row) -> bool:
-        """Queue ``row``; False (counted) if the writer is closed or the queue is full. Never blocks."""
+        """Queue ``row``; False (counted) if the writer is closed or the queue is full. Never blocks.
+
+        A run's terminal row is queued even when the queue is full (one per run): without it the run
+        would read as running for ever. It carries ``dropped_rows``, the count of that run's rows dropped.
+        """
+        session_id, run_id, event, payload = row
         with self._lock:
             if self._closed:
                 self._count("journal.dropped_closed")
@@ -78,7 +86,15 @@ class RowWriter:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="run-journal-writer", daemon=True)
                 self._thread.start()
-            if self._pending >= self._maxsize:
+            if terminal_state(event, payload) is not None:
+                lost = self._dropped_by_run.pop((session_id, run_id), 0)
+                if lost and isinstance(payload, dict):
+                    row = (session_id, run_id, event, {**payload, "dropped_rows": lost})
+            elif self._pending >= self._maxsize:
+                key = (session_id, run_id)
+                self._dropped_by_run[key] = self._dropped_by_run.pop(key, 0) + 1
+                if len(self._dropped_by_run) > _RUNS_WITH_DROPS:
+                    del self._dropped_by_run[next(iter(self._dropped_by_run))]
                 self._count("journal.dropped")
                 if not self._drop_logged:
                     self._drop_logged = True

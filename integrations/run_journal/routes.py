@@ -353,9 +353,11 @@ def _json_pieces(snapshot: dict[str, Any]) -> Iterator[bytes]:
     yield b'"}'
 
 
-def _sse_message(row: dict[str, Any]) -> bytes:
+def _sse_message(row: dict[str, Any], run_id: str) -> bytes:
+    # The id names the run asked for (a checked id), never the row's own field: a row written by
+    # someone else could carry a line break there and forge messages.
     event = row.get("event")
-    lines = [f"id: {row['run_id']}:{row['seq']}"]
+    lines = [f"id: {run_id}:{row['seq']}"]
     if isinstance(event, str) and event and "\n" not in event and "\r" not in event:
         lines.append(f"event: {event}")
     head = ("\n".join(lines) + "\ndata: ").encode("utf-8", "backslashreplace")
@@ -370,12 +372,12 @@ def _sse_message(row: dict[str, Any]) -> bytes:
 _PIECE = 64 * 1024  # what one write hands the transport: a stalled reader holds about this much
 
 
-def _pieces(rows: list[dict[str, Any]]) -> Any:
+def _pieces(rows: list[dict[str, Any]], run_id: str) -> Any:
     """The rows' SSE messages in pieces of about ``_PIECE`` bytes (one large row is cut up too)."""
     batch: list[bytes] = []
     size = 0
     for row in rows:
-        message = _sse_message(row)
+        message = _sse_message(row, run_id)
         if len(message) >= _PIECE:
             if batch:
                 yield b"".join(batch)
@@ -446,7 +448,7 @@ async def _stream(
         async for rows in rows_iter:
             if not rows:
                 await _send(response, b": keepalive\n\n", timeout)
-            for piece in _pieces(rows):
+            for piece in _pieces(rows, run_id):
                 await _send(response, piece, timeout)
         await _send(response, None, timeout)
         stats["sse_completed"] += 1

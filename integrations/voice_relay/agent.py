@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from relay_runtime import session as relay_session
+from relay_runtime.redaction import remember_secret, scrub_text
 
 from .client_messages import ClientMessageError, ClientMessages, parse_client_message
 from .config import PromotionSettings, RelayConfig
@@ -153,6 +154,7 @@ class RealtimeAgent:
             api_key=options.api_key,
             url=options.url,
         )
+        remember_secret(provider_config.api_key)
         session.connection = await provider.connect(provider_config)
         trace = self._open_trace(session)
         pump: ProviderPump | None = None
@@ -227,7 +229,8 @@ class RealtimeAgent:
         try:
             await self._start_session(session)
         except Exception as exc:
-            logger.warning("voice session %s: provider connect failed: %r", session.session_id, exc)
+            # A refused handshake's repr carries the provider's answer, which may echo the key.
+            logger.warning("voice session %s: provider connect failed: %s", session.session_id, scrub_text(repr(exc)))
             session.connect_failures += 1
             retryable = session.connect_failures < MAX_CONNECT_ATTEMPTS
             # Numbered and logged like any event, though no socket is attached to send it through.

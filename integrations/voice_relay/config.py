@@ -46,6 +46,9 @@ class RelayConfig:
     realtime_voice_turn_metrics: bool = False
     # What one session's event log may write in all; past it records are dropped and counted.
     max_event_log_bytes: int = 64 * 1024 * 1024
+    # Live voice sessions (attached, detached or not yet claimed) one device may hold; more are a 429.
+    # Each holds an open event log and its rings: without a cap one token could exhaust the file handles.
+    max_sessions_per_device: int = 16
 
 
 @dataclass

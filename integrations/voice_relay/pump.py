@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from relay_runtime.redaction import scrub_text
+
 from .event_log import clip
 from .models import ProviderEvent, ProviderEventKind, ToolCallEvent, parse_tool_arguments
 
@@ -155,7 +157,8 @@ class ProviderPump:
                           call_id=str(event.payload.get("call_id") or ""), name=str(event.payload.get("name") or ""))
 
     def _error(self, event: ProviderEvent) -> None:
-        message = clip(str(event.payload.get("message") or "voice provider error"), PROVIDER_MESSAGE_CHARS)
+        # Scrubbed before clipping: a provider may echo the relay's own key back ("Incorrect API key: ...").
+        message = clip(scrub_text(str(event.payload.get("message") or "voice provider error")), PROVIDER_MESSAGE_CHARS)
         if is_benign_provider_error(message):
             self.session.log("voice.realtime_agent.provider_notice", message=message)
         else:

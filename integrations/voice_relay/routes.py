@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
+from ..run_journal.paths import valid_id
 from .event_log import validate_session_id
 from .json_input import decode_json
 from .session import EndedSession, VoiceSession
@@ -130,9 +131,21 @@ class Routes:
         fields = _string_fields(body, ("provider", "model", "voice", "chat_session_id"))
         if isinstance(fields, web.Response):
             return fields
+        chat_session_id = fields.get("chat_session_id", "")
+        if chat_session_id and not valid_id(chat_session_id):
+            # It names the conversation the agent's runs are journaled under: an id the journal
+            # refuses would leave every run of this session unrecorded.
+            return _bad_request("chat_session_id must be 1-200 of [A-Za-z0-9_.-], not '.' or '..'")
         settings = self.server.settings
         provider_id = fields.get("provider") or settings.provider
         agent = self.server.realtime_agent
+        limit = self.server.config.max_sessions_per_device
+        if sum(1 for live in agent.sessions.values() if live.device_id == device.device_id) >= limit:
+            return web.json_response(
+                {"success": False, "error": f"this device already holds {limit} voice sessions: close one first"},
+                status=429,
+                headers={"Retry-After": "5"},
+            )
         if provider_id not in agent.native_providers:
             return _bad_request(f"unknown provider {provider_id!r}")
         same_provider = provider_id == settings.provider
@@ -141,7 +154,7 @@ class Routes:
             provider_id=provider_id,
             model=fields.get("model") or (settings.model if same_provider else ""),
             voice=fields.get("voice") or (settings.voice if same_provider else ""),
-            chat_session_id=fields.get("chat_session_id", ""),
+            chat_session_id=chat_session_id,
             promotion=settings.promotion,
         )
         token = session.issued_resume_token or ""

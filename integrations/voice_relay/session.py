@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
+from relay_runtime.redaction import scrub_text
+
 from .bounded import CappedMap
 from .config import PromotionSettings, background_detached_max_seconds, resume_ttl_seconds
 from .event_log import DEFAULT_MAX_BYTES, EventLog, validate_session_id
@@ -66,6 +68,17 @@ def resume_close_code(reason: str) -> int:
 
 def _token_matches(digest: str, token: Any) -> bool:
     return isinstance(token, str) and digests_match(digest, token)
+
+
+def _scrubbed(fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` with every remembered client key blanked from its text: an agent's or a provider's
+    error may quote the key it was refused (a 401 body), and events go to the phone and the log."""
+    for key, value in fields.items():
+        if type(value) is str:
+            clean = scrub_text(value)
+            if clean is not value:
+                fields[key] = clean
+    return fields
 
 
 def _wire(event: dict[str, Any]) -> str:
@@ -278,7 +291,7 @@ class VoiceSession:
     def emit(self, event_type: str, /, *, record: bool = True, **fields: Any) -> dict[str, Any]:
         """Number, record, log and (if a socket is attached) send one event."""
         self._next_event_id += 1
-        event: dict[str, Any] = {"type": event_type, **fields}
+        event: dict[str, Any] = {"type": event_type, **_scrubbed(fields)}
         event["event_id"] = self._next_event_id
         event["at_ms"] = int(time.time() * 1000)
         if event_type == AUDIO_DELTA:
@@ -302,7 +315,7 @@ class VoiceSession:
 
     def log(self, name: str, **fields: Any) -> None:
         """A decision worth keeping in the session log that the phone does not need."""
-        self.event_log.log(name, session_id=self.session_id, **fields)
+        self.event_log.log(name, session_id=self.session_id, **_scrubbed(fields))
 
     def response_started(self, response_id: str) -> None:
         evicted = self.active_responses.put(response_id, time.monotonic())

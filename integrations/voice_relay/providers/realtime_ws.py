@@ -17,6 +17,8 @@ from urllib.parse import urlencode
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, WebSocketException
 
+from relay_runtime.redaction import remember_secret
+
 from ..bounded import CappedMap
 from ..json_input import decode_json
 from ..models import ProviderEvent, ProviderEventKind, ProviderSessionConfig, ToolCallEvent, parse_tool_arguments
@@ -294,6 +296,7 @@ class RealtimeWebsocketProvider:
         key = self.api_key or config.api_key
         if not key:
             raise ValueError(f"{self.provider_id}: no API key configured")
+        remember_secret(key)  # blanked wherever the relay records it (a provider may echo it in an error)
         ws = await connect(
             self._endpoint(config),
             additional_headers={"Authorization": f"Bearer {key}"},
