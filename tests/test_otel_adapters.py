@@ -311,9 +311,9 @@ def test_a_rejected_auxiliary_answer_is_an_error_span_saying_why(spans: Pipeline
     assert spans.one("logical_llm_call").attributes["relay.outcome"] == "success"
 
 
-def test_a_call_in_flight_when_its_turn_ends_keeps_its_span_and_metrics_for_its_real_end(relay_home: Any) -> None:
-    """The turn's end does not end a provider call still running (its logical call settles with the turn's
-    outcome): the call's span ends when the call does, with what the provider answered, and counts in metrics."""
+def test_a_call_in_flight_when_its_turn_ends_is_one_cancelled_span_and_one_metric_point(relay_home: Any) -> None:
+    """The turn's end ends a provider call still waiting for its answer as cancelled: its span says so (not an
+    abandoned error), it is counted once in metrics, and its late answer adds no second record."""
     import contextvars
     import threading
 
@@ -352,19 +352,18 @@ def test_a_call_in_flight_when_its_turn_ends_keeps_its_span_and_metrics_for_its_
         answer.set()
         caller.join(5)
     client.close()
-    assert got and got[0].choices[0].message.content == "late"
+    assert got and got[0].choices[0].message.content == "late"  # the caller still gets its answer
     attempt = out.one("chat gpt-test")
-    check_attempt(attempt, provider="openai", model="gpt-test", response_model="gpt-test-0613", tokens=(12, 5))
+    assert attempt.attributes["relay.outcome"] == "cancelled"
+    assert attempt.status.status_code is StatusCode.UNSET and "error.type" not in attempt.attributes
     logical = out.one("logical_llm_call")
-    assert logical.attributes["relay.outcome"] == "cancelled"
     assert attempt.parent is not None and attempt.parent.span_id == logical.context.span_id
+    assert attempt.end_time <= logical.end_time <= out.one("turn").end_time
     assert exporter.diagnostics().get("otel.spans_abandoned", 0) == 0
     assert exporter.diagnostics().get("otel.unmatched_ends", 0) == 0
     assert exporter.diagnostics()["otel.open_spans"] == 0
     (duration,) = out.histogram("gen_ai.client.operation.duration")
-    assert duration.count == 1 and duration.attributes["gen_ai.response.model"] == "gpt-test-0613"
-    tokens = {p.attributes["gen_ai.token.type"]: p.sum for p in out.histogram("gen_ai.client.token.usage")}
-    assert tokens == {"input": 12, "output": 5}
+    assert duration.count == 1
     exporter.detach()
 
 

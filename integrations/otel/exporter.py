@@ -66,9 +66,6 @@ DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
 logger = logging.getLogger("relay_runtime.integrations.otel")
 
 _SWEEPING_ROLES = frozenset({A.CONVERSATION, A.TURN, A.AGENT})
-# A provider call always ends (its calling convention ends it however it exits; the turn's end ends
-# its open streams): one still in flight when its turn ends keeps its span for its real outcome.
-_SELF_ENDING_ROLES = frozenset({A.ATTEMPT})
 _SPAN_KINDS = A.SPAN_KINDS
 _EMPTY_CONTEXT = Context()
 _STATUS_MESSAGE_LIMIT = 512
@@ -231,7 +228,7 @@ class OTelExporter:
             self._abandon(record, event.timestamp, "evicted: too many open spans")
 
     def _end(self, event: Event) -> None:
-        record, orphans = self._table.remove(event.uuid, _SWEEPING_ROLES, _SELF_ENDING_ROLES)
+        record, orphans = self._table.remove(event.uuid, _SWEEPING_ROLES)
         if record is None:
             if not self._disabled:
                 self.count(UNMATCHED_ENDS)

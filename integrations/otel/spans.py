@@ -72,15 +72,14 @@ class SpanTable:
             return evicted
 
     def remove(
-        self, uuid: str, sweep_roles: frozenset[str] = frozenset(), keep_roles: frozenset[str] = frozenset()
+        self, uuid: str, sweep_roles: frozenset[str] = frozenset()
     ) -> tuple[OpenSpan | None, Sequence[OpenSpan]]:
         """Take one span out to be ended: ``(record, orphans)``; record None if it already was.
 
         When the record's role is in ``sweep_roles``, every span still open below it
-        comes out too (``orphans``, deepest first), to be ended before it, except those
-        of ``keep_roles`` (and what is below them): scopes sure to end on their own, which
-        stay open, parentless, for their own end. Otherwise its open children are handed
-        to the nearest open ancestor, so that ending that ancestor later still finds them.
+        comes out too (``orphans``, deepest first), to be ended before it. Otherwise
+        its open children are handed to the nearest open ancestor, so that ending
+        that ancestor later still finds them.
         """
         with self._lock:
             record = self._open.pop(uuid, None)
@@ -95,7 +94,7 @@ class SpanTable:
             if record.role in sweep_roles:
                 for child in list(record.children.values()):
                     if child.uuid in self._open:
-                        orphans.extend(self._sweep(child, keep_roles) if keep_roles else self._remove_tree(child))
+                        orphans.extend(self._remove_tree(child))
                 record.children = None
             else:
                 self._hand_down(record)
@@ -114,26 +113,6 @@ class SpanTable:
     def _remove_tree(self, root: OpenSpan) -> list[OpenSpan]:
         out: list[OpenSpan] = []
         for node in _post_order(root):
-            if self._open.pop(node.uuid, None) is not None:
-                out.append(node)
-            node.children = None
-        self._detach(root)
-        return out
-
-    def _sweep(self, root: OpenSpan, keep_roles: frozenset[str]) -> list[OpenSpan]:
-        """``_remove_tree`` that leaves open spans of ``keep_roles``, and everything below them, in the table."""
-        order: list[OpenSpan] = []
-        pending = [root]
-        while pending:
-            node = pending.pop()
-            if node.role in keep_roles and node.uuid in self._open:
-                node.parent = None  # its ancestors end now: its own end finds it alone
-                continue
-            order.append(node)
-            if node.children:
-                pending.extend(node.children.values())
-        out: list[OpenSpan] = []
-        for node in reversed(order):  # every node after the ones below it
             if self._open.pop(node.uuid, None) is not None:
                 out.append(node)
             node.children = None
