@@ -410,6 +410,41 @@ def test_a_call_the_turn_ended_while_in_flight_is_still_charged_when_its_answer_
     assert FileSpendStore().load(key) == pytest.approx(0.001)
 
 
+def test_the_late_charge_of_a_call_its_turn_cancelled_is_wasted_as_the_record_says(relay_home: Path) -> None:
+    # The attempt is recorded cancelled at the turn's end; what its late answer costs is the wasted share of
+    # every roll-up above it, as for any attempt that did not succeed (whatever the late answer was).
+    import threading
+
+    from relay_runtime.threads import ContextExecutor
+
+    arrived, let_go = threading.Event(), threading.Event()
+    script = t.Script([t.json_reply(t.chat_completion_body(model="gpt-x", usage=t.chat_usage(1000, 0)))])
+    answer_of = script.handler
+
+    def held(request: Any) -> Any:
+        arrived.set()
+        let_go.wait(5)
+        return answer_of(request)
+
+    script.handler = held  # type: ignore[method-assign]
+    client = t.openai_client(script, max_retries=0)
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    recorder = Recorder()
+    host.relay.subscribers.register(recorder, name="recorder")
+    cost.attach(host, catalog())
+    lease, turn = conversation(host, "late")
+    with ContextExecutor(1) as pool:
+        answer = pool.submit(adapters.complete, client, {"model": "gpt-x", "max_tokens": 10, "messages": []})
+        assert arrived.wait(5)
+        close(lease, turn)
+        let_go.set()
+        answer.result(5)
+    (attempt,) = attempts(recorder)
+    assert attempt.outcome == "cancelled"
+    assert turn.scope.cost.total == pytest.approx(0.001)
+    assert turn.scope.cost.wasted == pytest.approx(0.001)
+
+
 def test_the_file_store_writes_atomically_and_refuses_a_damaged_file(tmp_path: Path) -> None:
     store = FileSpendStore(tmp_path)
     assert store.add("conversation:p:s/../../x", 0.5) == 0.5
