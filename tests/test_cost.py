@@ -379,9 +379,9 @@ def test_a_restart_keeps_a_conversation_budgets_spend(relay_home: Path) -> None:
     assert store.load(f"conversation:{session.current_profile_key()}:persistent") == pytest.approx(0.003)
 
 
-def test_a_call_the_turn_ended_while_in_flight_is_still_charged_when_its_answer_comes(relay_home: Path) -> None:
-    # The turn ends while the provider still works on a call: the record ends the attempt then,
-    # but the provider charges for the answer it sends later, so the budget must count it.
+def _answered_after_its_turn_ended(host: session.Host, session_id: str) -> Any:
+    """One call in flight when its turn ends; its answer (1000 input tokens of gpt-x: 0.001) comes after.
+    Returns the turn."""
     import threading
 
     from relay_runtime.threads import ContextExecutor
@@ -397,15 +397,22 @@ def test_a_call_the_turn_ended_while_in_flight_is_still_charged_when_its_answer_
 
     script.handler = held  # type: ignore[method-assign]
     client = t.openai_client(script, max_retries=0)
-    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
-    cost.attach(host, catalog(), Budget(1.0, per="conversation", name="conv"))
-    lease, turn = conversation(host, "in-flight")
+    lease, turn = conversation(host, session_id)
     with ContextExecutor(1) as pool:
         answer = pool.submit(adapters.complete, client, {"model": "gpt-x", "max_tokens": 10, "messages": []})
         assert arrived.wait(5)
         close(lease, turn)
         let_go.set()
         answer.result(5)
+    return turn
+
+
+def test_a_call_the_turn_ended_while_in_flight_is_still_charged_when_its_answer_comes(relay_home: Path) -> None:
+    # The turn ends while the provider still works on a call: the record ends the attempt then,
+    # but the provider charges for the answer it sends later, so the budget must count it.
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    cost.attach(host, catalog(), Budget(1.0, per="conversation", name="conv"))
+    _answered_after_its_turn_ended(host, "in-flight")
     key = f"conversation:{session.current_profile_key()}:in-flight"
     assert FileSpendStore().load(key) == pytest.approx(0.001)
 
@@ -413,32 +420,11 @@ def test_a_call_the_turn_ended_while_in_flight_is_still_charged_when_its_answer_
 def test_the_late_charge_of_a_call_its_turn_cancelled_is_wasted_as_the_record_says(relay_home: Path) -> None:
     # The attempt is recorded cancelled at the turn's end; what its late answer costs is the wasted share of
     # every roll-up above it, as for any attempt that did not succeed (whatever the late answer was).
-    import threading
-
-    from relay_runtime.threads import ContextExecutor
-
-    arrived, let_go = threading.Event(), threading.Event()
-    script = t.Script([t.json_reply(t.chat_completion_body(model="gpt-x", usage=t.chat_usage(1000, 0)))])
-    answer_of = script.handler
-
-    def held(request: Any) -> Any:
-        arrived.set()
-        let_go.wait(5)
-        return answer_of(request)
-
-    script.handler = held  # type: ignore[method-assign]
-    client = t.openai_client(script, max_retries=0)
     host = session.SESSION_COORDINATOR.host(session.current_profile_key())
     recorder = Recorder()
     host.relay.subscribers.register(recorder, name="recorder")
     cost.attach(host, catalog())
-    lease, turn = conversation(host, "late")
-    with ContextExecutor(1) as pool:
-        answer = pool.submit(adapters.complete, client, {"model": "gpt-x", "max_tokens": 10, "messages": []})
-        assert arrived.wait(5)
-        close(lease, turn)
-        let_go.set()
-        answer.result(5)
+    turn = _answered_after_its_turn_ended(host, "late")
     (attempt,) = attempts(recorder)
     assert attempt.outcome == "cancelled"
     assert turn.scope.cost.total == pytest.approx(0.001)
