@@ -33,6 +33,19 @@ def usage_of(usage: Any) -> TokenUsage:
     return openai_usage(usage, "input", "output")
 
 
+class ResponseFailed(RuntimeError):
+    """A stream ended with ``response.failed``: the provider's word that the response failed.
+
+    The SDK raises nothing for it (the caller reads the event); this is what the attempt records.
+    """
+
+    def __init__(self, response: Any) -> None:
+        error = get(response, "error")
+        code = as_str(get(error, "code"))
+        super().__init__(as_str(get(error, "message")) or "the provider reported that the response failed")
+        self.relay_error_type = code or "response_failed"
+
+
 def _finish_reasons(response: Any) -> list[str]:
     status = as_str(get(response, "status"))
     if status == "incomplete":
@@ -98,7 +111,7 @@ class ResponsesAccumulator:
     from the deltas.
     """
 
-    __slots__ = ("calls", "codec", "id", "model", "reasoning", "terminal", "text")
+    __slots__ = ("calls", "codec", "failure", "id", "model", "reasoning", "terminal", "text")
 
     def __init__(self, codec: OpenAIResponsesCodec) -> None:
         self.codec = codec
@@ -108,6 +121,8 @@ class ResponsesAccumulator:
         self.reasoning: list[str] = []
         self.calls: dict[str, ToolCallParts] = {}
         self.terminal: Any = None
+        # Read by the stream's lifecycle when the stream ends: the attempt then ends failed with it.
+        self.failure: ResponseFailed | None = None
 
     def add(self, chunk: Any) -> ChunkDelta | None:
         kind = get(chunk, "type")
@@ -140,6 +155,8 @@ class ResponsesAccumulator:
             return None
         if kind in _TERMINAL:
             self.terminal = response
+            if kind == "response.failed":
+                self.failure = ResponseFailed(response)
         self.id = as_str(get(response, "id")) or self.id
         model = as_str(get(response, "model"))
         if model and model != self.model:

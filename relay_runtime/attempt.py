@@ -116,7 +116,9 @@ class Attempt:
         # True while a (non-streamed) call waits for the provider's answer. Ended then (its turn ended),
         # the attempt is priced when the answer comes: the provider charges for it all the same.
         self.waiting = False
-        self.settle_late = False
+        # The outcome recorded for such an attempt, kept until its answer is priced: its cost is wasted or
+        # not as that record says (a call its turn cancelled), whatever the late answer is.
+        self.settle_late: str | None = None
         owner = parent if parent is not None else relay.scope.current()
         # Not on any stack: the calling convention makes it current only while the
         # provider runs, so a stream left open never becomes everyone's parent.
@@ -406,9 +408,10 @@ class Attempt:
         (counted), not the end event: every start still gets its end.
         """
         if self.finished:
-            if self.settle_late:  # the answer of a call its turn ended while it was in flight
-                self.settle_late = False
-                self.relay.cost.settle(self, outcome, response, annotation)
+            recorded = self.settle_late
+            if recorded is not None:  # the answer of a call its turn ended while it was in flight
+                self.settle_late = None
+                self.relay.cost.settle(self, recorded, response, annotation)
             return
         self.finished = True
         relay = self.relay
@@ -421,7 +424,7 @@ class Attempt:
                 annotation.time_to_first_chunk_ns = first_chunk_ns - self.handle.start_ns
         if relay.cost.active:
             if self.waiting:
-                self.settle_late = True
+                self.settle_late = outcome
             else:
                 relay.cost.settle(self, outcome, response, response_view)
         try:

@@ -15,6 +15,9 @@ from .types import AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta
 
 @runtime_checkable
 class StreamAccumulator(Protocol):
+    """Optionally also ``failure``: an exception, set when the provider ended the stream saying the
+    response failed (no SDK exception); the attempt then ends failed with it, its response still recorded."""
+
     def add(self, chunk: Any) -> ChunkDelta | None:
         """Fold one provider chunk in; return what it said, or None for a chunk with no content."""
 

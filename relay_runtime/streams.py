@@ -24,6 +24,7 @@ from .types import Outcome
 
 _now = time.time_ns
 _CANCELLED = Outcome.CANCELLED.value
+_FAILED = Outcome.FAILED.value
 
 
 _EXHAUSTED: Iterator[Any] = iter(())
@@ -150,6 +151,12 @@ class StreamLifecycle:
         except Exception as exc:
             attempt.relay.diag.failure("bookkeeping_errors", exc, "finishing a stream accumulator")
             response, annotation = None, None
+        # A provider may end a stream normally while saying the response failed (its SDK raises
+        # nothing): an accumulator that saw it holds that failure, and the record is the provider's word.
+        failure = getattr(self.acc, "failure", None)
+        if isinstance(failure, BaseException):
+            attempt.finish(_FAILED, response, failure, annotation, self.first_ns)
+            return
         attempt.finish(Outcome.SUCCESS.value, response, None, annotation, self.first_ns)
 
     def fail(self, error: BaseException | None, outcome: str | None = None) -> None:

@@ -236,6 +236,38 @@ def test_max_tokens_bounds_the_estimate_else_the_assumption_is_used_and_counted(
     assert relay_host.relay.diagnostics()["cost.assumed_output_tokens"] == 1
 
 
+_SCHEMA = {"type": "object", "description": "x" * 6000, "properties": {"answer": {"type": "string"}}}
+_JSON_SCHEMA = {"type": "json_schema", "json_schema": {"name": "a", "schema": _SCHEMA}}
+
+
+@pytest.mark.parametrize(
+    ("scripted", "request_kwargs"),
+    [
+        (t.scripted_openai, {"model": "gpt-x", "max_tokens": 100, "messages": [], "response_format": _JSON_SCHEMA}),
+        (t.scripted_openai, {"model": "gpt-x", "max_tokens": 100, "messages": [],
+                             "functions": [{"name": "answer", "parameters": _SCHEMA}]}),
+        (t.scripted_openai, {"model": "gpt-x", "max_output_tokens": 100, "input": "hi",
+                             "text": {"format": {"type": "json_schema", "name": "a", "schema": _SCHEMA}}}),
+        (t.scripted_anthropic, {"model": "claude-x", "max_tokens": 20, "messages": [],
+                                "output_config": {"format": {"type": "json_schema", "schema": _SCHEMA}}}),
+    ],
+    ids=["chat-response_format", "chat-functions", "responses-text", "anthropic-output_config"],
+)
+def test_an_output_schema_the_model_reads_counts_in_the_input_estimate(
+    relay_host, relay_events, scripted, request_kwargs
+) -> None:
+    # The schema's 6000+ characters are ~2000 input tokens: at least 0.002 (gpt-x) or 0.006 (claude-x),
+    # over the limit whatever the rest; without them the estimate (under 0.0004) would let the call go.
+    cost.attach(relay_host, catalog(), Budget(0.0015, per="turn"))
+    clients = scripted()
+    lease, turn = conversation(relay_host)
+    with pytest.raises(BudgetExceeded) as caught:
+        adapters.complete(clients.client, request_kwargs)
+    close(lease, turn)
+    assert clients.script.requests == []
+    assert caught.value.estimate > 0.0015
+
+
 def test_a_budget_downgrades_to_the_cheaper_model_as_a_new_attempt(relay_host, relay_events) -> None:
     budget = Budget(0.001, per="logical_call", on_exceed="downgrade", downgrade_to={"gpt-x": "gpt-x-mini"})
     cost.attach(relay_host, catalog(), budget)
@@ -347,9 +379,9 @@ def test_a_restart_keeps_a_conversation_budgets_spend(relay_home: Path) -> None:
     assert store.load(f"conversation:{session.current_profile_key()}:persistent") == pytest.approx(0.003)
 
 
-def test_a_call_the_turn_ended_while_in_flight_is_still_charged_when_its_answer_comes(relay_home: Path) -> None:
-    # The turn ends while the provider still works on a call: the record ends the attempt then,
-    # but the provider charges for the answer it sends later, so the budget must count it.
+def _answered_after_its_turn_ended(host: session.Host, session_id: str) -> Any:
+    """One call in flight when its turn ends; its answer (1000 input tokens of gpt-x: 0.001) comes after.
+    Returns the turn."""
     import threading
 
     from relay_runtime.threads import ContextExecutor
@@ -365,17 +397,38 @@ def test_a_call_the_turn_ended_while_in_flight_is_still_charged_when_its_answer_
 
     script.handler = held  # type: ignore[method-assign]
     client = t.openai_client(script, max_retries=0)
-    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
-    cost.attach(host, catalog(), Budget(1.0, per="conversation", name="conv"))
-    lease, turn = conversation(host, "in-flight")
+    lease, turn = conversation(host, session_id)
     with ContextExecutor(1) as pool:
         answer = pool.submit(adapters.complete, client, {"model": "gpt-x", "max_tokens": 10, "messages": []})
         assert arrived.wait(5)
         close(lease, turn)
         let_go.set()
         answer.result(5)
+    return turn
+
+
+def test_a_call_the_turn_ended_while_in_flight_is_still_charged_when_its_answer_comes(relay_home: Path) -> None:
+    # The turn ends while the provider still works on a call: the record ends the attempt then,
+    # but the provider charges for the answer it sends later, so the budget must count it.
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    cost.attach(host, catalog(), Budget(1.0, per="conversation", name="conv"))
+    _answered_after_its_turn_ended(host, "in-flight")
     key = f"conversation:{session.current_profile_key()}:in-flight"
     assert FileSpendStore().load(key) == pytest.approx(0.001)
+
+
+def test_the_late_charge_of_a_call_its_turn_cancelled_is_wasted_as_the_record_says(relay_home: Path) -> None:
+    # The attempt is recorded cancelled at the turn's end; what its late answer costs is the wasted share of
+    # every roll-up above it, as for any attempt that did not succeed (whatever the late answer was).
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    recorder = Recorder()
+    host.relay.subscribers.register(recorder, name="recorder")
+    cost.attach(host, catalog())
+    turn = _answered_after_its_turn_ended(host, "late")
+    (attempt,) = attempts(recorder)
+    assert attempt.outcome == "cancelled"
+    assert turn.scope.cost.total == pytest.approx(0.001)
+    assert turn.scope.cost.wasted == pytest.approx(0.001)
 
 
 def test_the_file_store_writes_atomically_and_refuses_a_damaged_file(tmp_path: Path) -> None:

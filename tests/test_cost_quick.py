@@ -69,3 +69,40 @@ def test_an_assumed_output_limit_is_counted_on_every_call(relay_host, relay_even
     _close(lease, turn)
     assert len(scripted.script.requests) == 2
     assert relay_host.relay.diagnostics()["cost.assumed_output_tokens"] == 2
+
+
+def test_calls_in_flight_under_the_quick_check_cannot_overshoot_with_full_windows(relay_host, relay_events) -> None:
+    """The quick check lets a call go without reading its text because a full window of input fits: while it is in
+    flight, that whole worst case must stay reserved, or concurrent calls pass on room its input may use."""
+    import threading
+
+    import httpx2
+    import openai
+
+    cost.attach(relay_host, PriceCatalog.from_mapping(PRICES), Budget(0.005, per="turn"))
+    # Each call reads a full window (1000 tokens: 0.001) and writes its limit (250: 0.001), 0.002 in all,
+    # as its text (3000 characters) says it may.
+    body = t.chat_completion_body(model="gpt-w", usage=t.chat_usage(1000, 250))
+    arrived = threading.Condition()
+    held: list[object] = []
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        with arrived:  # hold every call that was let through until the others had their chance
+            held.append(request)
+            arrived.notify_all()
+            arrived.wait_for(lambda: len(held) >= 10, timeout=1.0)
+        return httpx2.Response(200, json=body)
+
+    client = openai.OpenAI(
+        api_key="sk-test", base_url="https://api.openai.test/v1", max_retries=0,
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+    )  # fmt: skip
+    lease, turn = _turn(relay_host)
+    kwargs = {"model": "gpt-w", "max_tokens": 250, "messages": [{"role": "user", "content": "x" * 3000}]}
+    refused = race(turn, lambda: adapters.complete(client, dict(kwargs)), threads=10)
+    _close(lease, turn)
+    client.close()
+    assert len(held) + len(refused) == 10 and refused
+    assert turn.scope.cost.total == pytest.approx(len(held) * 0.002)
+    assert turn.scope.cost.total <= 0.005
+    assert turn.scope.cost.reserved == 0.0

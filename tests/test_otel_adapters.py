@@ -309,3 +309,91 @@ def test_a_rejected_auxiliary_answer_is_an_error_span_saying_why(spans: Pipeline
     assert rejected.attributes["gen_ai.usage.input_tokens"] == 7  # its tokens stay on the span
     assert accepted.status.status_code is not StatusCode.ERROR and "error.type" not in accepted.attributes
     assert spans.one("logical_llm_call").attributes["relay.outcome"] == "success"
+
+
+def test_a_call_in_flight_when_its_turn_ends_is_one_cancelled_span_and_one_metric_point(relay_home: Any) -> None:
+    """The turn's end ends a provider call still waiting for its answer as cancelled: its span says so (not an
+    abandoned error), it is counted once in metrics, and its late answer adds no second record."""
+    import contextvars
+    import threading
+
+    import httpx2
+    import openai
+
+    out = Pipeline()
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    exporter = OTelExporter(out.tracer_provider, out.meter_provider).attach(host)
+    lease = session.SESSION_COORDINATOR.acquire_conversation(
+        profile_key=host.profile_key, session_id="chat-42", platform="test"
+    )
+    turn = session.SESSION_COORDINATOR.begin_turn(lease, turn_id="turn-1", task_id="task-1")
+    inside, answer = threading.Event(), threading.Event()
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        inside.set()
+        answer.wait(5)
+        return httpx2.Response(200, json=t.chat_completion_body("late", model="gpt-test-0613"))
+
+    client = openai.OpenAI(
+        api_key=t.TEST_KEY, base_url=t.BASE_OPENAI, max_retries=0,
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+    )  # fmt: skip
+    got: list[Any] = []
+    context = contextvars.copy_context()
+    caller = threading.Thread(
+        target=lambda: got.append(context.run(adapters.complete, client, {"model": "gpt-test", "messages": MESSAGES}))
+    )
+    caller.start()
+    try:
+        assert inside.wait(5)
+        session.SESSION_COORDINATOR.end_turn(turn, outcome="cancelled")
+        session.SESSION_COORDINATOR.release_conversation(lease)
+    finally:
+        answer.set()
+        caller.join(5)
+    client.close()
+    assert got and got[0].choices[0].message.content == "late"  # the caller still gets its answer
+    attempt = out.one("chat gpt-test")
+    assert attempt.attributes["relay.outcome"] == "cancelled"
+    assert attempt.status.status_code is StatusCode.UNSET and "error.type" not in attempt.attributes
+    logical = out.one("logical_llm_call")
+    assert attempt.parent is not None and attempt.parent.span_id == logical.context.span_id
+    assert attempt.end_time <= logical.end_time <= out.one("turn").end_time
+    assert exporter.diagnostics().get("otel.spans_abandoned", 0) == 0
+    assert exporter.diagnostics().get("otel.unmatched_ends", 0) == 0
+    assert exporter.diagnostics()["otel.open_spans"] == 0
+    (duration,) = out.histogram("gen_ai.client.operation.duration")
+    assert duration.count == 1
+    exporter.detach()
+
+
+def test_a_call_whose_span_was_evicted_still_counts_in_metrics_when_it_ends(relay_home: Any) -> None:
+    """Past ``max_open_spans`` the oldest open leaf is ended early; if that is a provider call still running,
+    the call itself still happens: its duration and tokens are recorded when it ends."""
+    from relay_runtime import ScopeType
+
+    out = Pipeline()
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    # conversation, turn, logical call and the call itself fill the table; one more scope evicts the call's span.
+    exporter = OTelExporter(out.tracer_provider, out.meter_provider, max_open_spans=4).attach(host)
+    lease = session.SESSION_COORDINATOR.acquire_conversation(
+        profile_key=host.profile_key, session_id="chat-42", platform="test"
+    )
+    turn = session.SESSION_COORDINATOR.begin_turn(lease, turn_id="turn-1", task_id="task-1")
+    s = t.scripted_openai(t.sse_reply(t.openai_chat_sse(t.chat_chunks(["a", "b"], usage=t.chat_usage()))))
+    stream = adapters.stream(s.client, {"model": "gpt-test", "messages": MESSAGES, "stream": True})
+    leak = host.relay.scope.push("leak", ScopeType.FUNCTION, parent=turn.scope, attach=False)
+    assert exporter.diagnostics()["otel.spans_abandoned"] == 1
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == "ab"
+    host.relay.scope.end(leak)
+    session.SESSION_COORDINATOR.end_turn(turn, outcome="success")
+    session.SESSION_COORDINATOR.release_conversation(lease)
+    s.client.close()
+    assert out.one("chat gpt-test").attributes["relay.outcome"] == "abandoned"
+    (duration,) = out.histogram("gen_ai.client.operation.duration")
+    assert duration.count == 1 and duration.attributes["gen_ai.response.model"] == "gpt-test"
+    tokens = {p.attributes["gen_ai.token.type"]: p.sum for p in out.histogram("gen_ai.client.token.usage")}
+    assert tokens == {"input": 12, "output": 5}
+    (ttfc,) = out.histogram("gen_ai.client.operation.time_to_first_chunk")
+    assert ttfc.count == 1
+    exporter.detach()

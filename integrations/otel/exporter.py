@@ -232,6 +232,10 @@ class OTelExporter:
         if record is None:
             if not self._disabled:
                 self.count(UNMATCHED_ENDS)
+                if self._metrics is not None and A.role_of(event) == A.ATTEMPT:
+                    # Its span ended early (evicted, say) or began before we attached: the call still
+                    # happened, and its one end event is the only place it is counted.
+                    self._metrics.record_attempt(event, A.error_type(event))
             return
         role = record.role
         md = event.metadata

@@ -115,8 +115,12 @@ def text_chars(value: Any) -> int:
     return chars
 
 
-# The SDK kwargs (across chat, responses and messages) whose text the model reads.
-INPUT_KEYS = ("messages", "input", "system", "instructions", "tools", "prompt")
+# The SDK kwargs (across chat, responses and messages) whose text the model reads: an output schema
+# (chat's response_format and functions, responses' text, messages' output_config) is read as input too.
+INPUT_KEYS = (
+    "messages", "input", "system", "instructions", "tools", "prompt",
+    "response_format", "functions", "text", "output_config",
+)  # fmt: skip
 MAX_OUTPUT_KEYS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
 

@@ -309,8 +309,10 @@ class RelayCost:
         window_cost = priced.window_cost
         if window_cost is not None and not (stream and self._metered):
             # Quick check: even a full context window of input fits every budget; no need to read the text.
-            # What it reserves while the call is in flight is its output limit.
-            quick = AttemptSpend(nodes, out_cost, upper=out_cost + window_cost)
+            # Unread, its input may be that whole window: the worst case stays reserved while it is in flight,
+            # or concurrent calls would pass on room it may still spend.
+            upper = out_cost + window_cost
+            quick = AttemptSpend(nodes, upper, upper=upper)
             # Not when the limit was assumed: that is counted per call, so such calls always come this way.
             if from_request and len(plan.quick) < _QUICK_LIMIT:
                 plan.quick[(provider, model, out_tokens)] = quick
