@@ -28,10 +28,9 @@ if TYPE_CHECKING:
 __all__ = ["LLM", "current_attempt"]
 
 
-def _check_callable(name: str, argument: str, value: Any) -> None:
-    """Before the attempt opens: else an attempt that never reached a provider is recorded as failed."""
-    if not callable(value):
-        raise TypeError(f"LLM call {name!r}: {argument} must be callable, got {type(value).__name__}")
+def _not_callable(name: str, argument: str, value: Any) -> TypeError:
+    """Raised before the attempt opens: else an attempt that never reached a provider is recorded as failed."""
+    return TypeError(f"LLM call {name!r}: {argument} must be callable, got {type(value).__name__}")
 
 
 class LLM:
@@ -72,7 +71,8 @@ class LLM:
         """Run ``callback(request)`` as one managed attempt; its exception propagates unchanged."""
         if not self._watched(on_finish):
             return callback(request)
-        _check_callable(name, "callback", callback)
+        if not callable(callback):  # inline: this runs on every managed call
+            raise _not_callable(name, "callback", callback)
         return self.run(self._attempt(name, request, parent, model_name, metadata, codec, on_finish), callback)
 
     def run(self, attempt: Attempt, callback: Callable[[LLMRequest], Any]) -> Any:
@@ -106,7 +106,8 @@ class LLM:
     ) -> Any:
         if not self._watched(on_finish):
             return await callback(request)
-        _check_callable(name, "callback", callback)
+        if not callable(callback):  # inline: this runs on every managed call
+            raise _not_callable(name, "callback", callback)
         attempt = self._attempt(name, request, parent, model_name, metadata, codec, on_finish)
         return await self.run_async(attempt, callback)
 
@@ -148,7 +149,8 @@ class LLM:
         """
         if not self._watched(on_finish):
             return stream_factory(request)
-        _check_callable(name, "stream_factory", stream_factory)
+        if not callable(stream_factory):  # inline: this runs on every managed call
+            raise _not_callable(name, "stream_factory", stream_factory)
         attempt = self._attempt(name, request, parent, model_name, metadata, codec, on_finish)
         return self.open_stream(attempt, stream_factory)
 
@@ -186,7 +188,8 @@ class LLM:
         """``stream`` for async providers: ``stream_factory`` returns an async iterable or an awaitable of one."""
         if not self._watched(on_finish):
             return await _open_async(stream_factory, request)
-        _check_callable(name, "stream_factory", stream_factory)
+        if not callable(stream_factory):  # inline: this runs on every managed call
+            raise _not_callable(name, "stream_factory", stream_factory)
         attempt = self._attempt(name, request, parent, model_name, metadata, codec, on_finish)
         return await self.open_stream_async(attempt, stream_factory)
 
