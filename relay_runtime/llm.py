@@ -44,18 +44,6 @@ class LLM:
         """Whether the call needs an attempt at all: someone listens, some policy applies, or a hook waits."""
         return self._subscribers.llm or self._intercepts.active or on_finish is not None or self._cost.active
 
-    def _attempt(
-        self,
-        name: str,
-        request: LLMRequest,
-        parent: ScopeHandle | None,
-        model_name: str | None,
-        metadata: dict[str, Any] | None,
-        codec: LLMCodec | None,
-        on_finish: FinishHook | None,
-    ) -> Attempt:
-        return Attempt(self._relay, name, request, parent, model_name, attempt_metadata(metadata), codec, on_finish)
-
     def execute(
         self,
         name: str,
@@ -73,7 +61,8 @@ class LLM:
             return callback(request)
         if not callable(callback):  # inline: this runs on every managed call
             raise _not_callable(name, "callback", callback)
-        return self.run(self._attempt(name, request, parent, model_name, metadata, codec, on_finish), callback)
+        attempt = Attempt(self._relay, name, request, parent, model_name, attempt_metadata(metadata), codec, on_finish)
+        return self.run(attempt, callback)
 
     def run(self, attempt: Attempt, callback: Callable[[LLMRequest], Any]) -> Any:
         """``execute`` for an attempt built by the caller."""
@@ -108,7 +97,7 @@ class LLM:
             return await callback(request)
         if not callable(callback):  # inline: this runs on every managed call
             raise _not_callable(name, "callback", callback)
-        attempt = self._attempt(name, request, parent, model_name, metadata, codec, on_finish)
+        attempt = Attempt(self._relay, name, request, parent, model_name, attempt_metadata(metadata), codec, on_finish)
         return await self.run_async(attempt, callback)
 
     async def run_async(self, attempt: Attempt, callback: Callable[[LLMRequest], Awaitable[Any]]) -> Any:
@@ -151,7 +140,7 @@ class LLM:
             return stream_factory(request)
         if not callable(stream_factory):  # inline: this runs on every managed call
             raise _not_callable(name, "stream_factory", stream_factory)
-        attempt = self._attempt(name, request, parent, model_name, metadata, codec, on_finish)
+        attempt = Attempt(self._relay, name, request, parent, model_name, attempt_metadata(metadata), codec, on_finish)
         return self.open_stream(attempt, stream_factory)
 
     def open_stream(self, attempt: Attempt, stream_factory: Callable[[LLMRequest], Iterable[Any]]) -> Any:
@@ -190,7 +179,7 @@ class LLM:
             return await _open_async(stream_factory, request)
         if not callable(stream_factory):  # inline: this runs on every managed call
             raise _not_callable(name, "stream_factory", stream_factory)
-        attempt = self._attempt(name, request, parent, model_name, metadata, codec, on_finish)
+        attempt = Attempt(self._relay, name, request, parent, model_name, attempt_metadata(metadata), codec, on_finish)
         return await self.open_stream_async(attempt, stream_factory)
 
     async def open_stream_async(self, attempt: Attempt, stream_factory: Callable[[LLMRequest], Any]) -> Any:
