@@ -160,16 +160,18 @@ def read_page(f: IO[bytes], start: int, *, max_bytes: int, max_line: int) -> tup
     """Whole rows from offset ``start``, about ``max_bytes`` of them (at least one row).
 
     Returns ``(rows, next offset, whether it stopped at max_bytes)``. Malformed lines are passed
-    over; an unterminated last line is left for the next page (it may still be being written).
+    over; an unterminated last line is left for the next page (it may still be being written)
+    unless it is a whole row: a row is one JSON object, so no part of one short of its end parses,
+    and a row that lost only its newline (a short write) is as much the run's as the summary says.
     """
     rows: list[dict[str, Any]] = []
     taken = 0
     next_offset = start
     for offset, line, terminated, end in iter_lines(f, start, max_line):
-        if not terminated:
+        row, _ = parse(offset, line, terminated, max_line)
+        if not terminated and row is None:
             break
         next_offset = end
-        row, _ = parse(offset, line, terminated, max_line)
         if row is not None and line is not None:
             rows.append(RawRow(row, line))
             taken += len(line)
