@@ -207,6 +207,12 @@ def _clean(value: Any, depth: int) -> Any:
     return value
 
 
+def redact_value(value: Any) -> Any:
+    """``value`` itself when nothing in it is a credential, else a cleaned copy: credential keys at any
+    depth, and remembered client keys standing as whole strings, become ``REDACTED``."""
+    return _clean(value, 0)
+
+
 def redact_kwargs(content: Mapping[str, Any]) -> Mapping[str, Any]:
     """``content`` itself when nothing in it can hold a credential (the usual case), else a cleaned copy.
 

@@ -1,12 +1,19 @@
 """Journals damaged by a crash or by hand: what every reader makes of them (rows neither lost nor invented)."""
 
+# ruff: noqa: F811 - the fixtures imported from redis_support are parameters of the tests below
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
+from journal_support import complete_call, run_turn
+from redis_support import journal_store, redis_server  # noqa: F401 - fixtures
+
+from relay_runtime import session
 from relay_runtime.integrations.run_journal import append_run_event, latest_run_summary, read_run_events
 from relay_runtime.integrations.run_journal.store import FileStore
+from relay_runtime.redaction import forget_secrets, remember_secret
 
 
 def _run_file(tmp_path: Path) -> Path:
@@ -36,3 +43,39 @@ def test_follow_sends_a_whole_last_row_that_lost_its_newline(tmp_path):
     append_run_event("s", "r", "stream_end", {}, session_dir=tmp_path)
     assert asyncio.run(asyncio.wait_for(_followed(store), 5)) == [1, 2, 3]
     assert [row["seq"] for row in read_run_events("s", "r", session_dir=tmp_path)["events"]] == [1, 2, 3]
+
+
+def _deep(secret: str) -> dict:
+    return {"cfg": [{"auth": {"API_Key": secret, "nested": {"password": secret}}}], "ok": "kept"}
+
+
+def test_secrets_nested_deep_in_a_payload_are_redacted_on_write(journal_store):
+    row = journal_store.append("s", "r", "tool", {"name": "login", "args": _deep("sk-live-0123456789")})
+    journal_store.append("s", "r", "done", {"result": {"session": {"access_token": "tok-abcdefgh"}}})
+    remember_secret("client-key-remembered-42")
+    try:
+        journal_store.append("s", "r", "error", {"detail": ["client-key-remembered-42"]})
+    finally:
+        forget_secrets()
+    stored = journal_store.read("s", "r")["events"]
+    text = json.dumps(stored)
+    for secret in ("sk-live-0123456789", "tok-abcdefgh", "client-key-remembered-42"):
+        assert secret not in text
+    assert row["payload"]["args"]["cfg"][0]["auth"] == {"API_Key": "[redacted]", "nested": {"password": "[redacted]"}}
+    assert stored[0]["payload"] == row["payload"] and stored[0]["payload"]["args"]["ok"] == "kept"
+    assert stored[1]["payload"] == {"result": {"session": {"access_token": "[redacted]"}}}
+    assert stored[2]["payload"] == {"detail": ["[redacted]"]}
+
+
+def test_a_tools_arguments_and_result_reach_the_journal_without_credentials(tmp_path):
+    def body():
+        relay = session.active_turn().relay  # type: ignore[union-attr]
+        relay.tools.execute("login", _deep("sk-live-SECRET1"), lambda a: {"session": {"access_token": "tok-SECRET2"}})
+        complete_call("openai", "m", {"model": "m-1", "text": "ok"})
+
+    run_turn(tmp_path, body)
+    text = (tmp_path / "_run_journal" / "session-a" / "run-a.jsonl").read_text()
+    assert "SECRET1" not in text and "SECRET2" not in text
+    rows = read_run_events("session-a", "run-a", session_dir=tmp_path)["events"]
+    tool = next(row for row in rows if row["event"] == "tool")
+    assert tool["payload"]["args"]["cfg"][0]["auth"]["API_Key"] == "[redacted]"

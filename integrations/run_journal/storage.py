@@ -18,6 +18,8 @@ from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import Any
 
+from relay_runtime.redaction import redact_value
+
 from . import paths
 from .listing import add_to_index, index_entry
 from .reading import last_row_seq
@@ -365,8 +367,8 @@ class EncodedRow:
             raise ValueError(f"run journal event must be a non-empty string, got {event!r}")
         if len(event) > MAX_EVENT_LENGTH:
             raise ValueError(f"run journal event names are at most {MAX_EVENT_LENGTH} characters, got {len(event)}")
-        if payload is None:
-            payload = {}
+        # Whatever a producer hands over (a tool's arguments, its result), credentials are never stored.
+        payload = {} if payload is None else redact_value(payload)
         if created_at is None:
             created_at = time.time()
         state = terminal_state(event, payload)
