@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from journal_support import complete_call, run_turn
@@ -79,3 +81,32 @@ def test_a_tools_arguments_and_result_reach_the_journal_without_credentials(tmp_
     rows = read_run_events("session-a", "run-a", session_dir=tmp_path)["events"]
     tool = next(row for row in rows if row["event"] == "tool")
     assert tool["payload"]["args"]["cfg"][0]["auth"]["API_Key"] == "[redacted]"
+
+
+def _cli(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-c", "import sys; from relay_runtime.cli import main; sys.exit(main())"]
+    return subprocess.run(
+        [*command, "journal", *argv, "--session-dir", str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_journal_show_on_a_file_of_only_damaged_lines_names_it_and_exits_2(tmp_path):
+    path = _run_file(tmp_path)
+    path.parent.mkdir(parents=True)
+    # Torn garbage, a row that is not UTF-8, and JSON that is not a row: nothing readable, but not "no run".
+    path.write_bytes(b'garbage\n{"version":1,"seq":1,"payload":{"text":"\xff\xfe"}}\n[1,2]\n{"version":1,"se')
+    shown = _cli(tmp_path, "show", "s", "r")
+    assert shown.returncode == 2, shown
+    assert "Traceback" not in shown.stderr and shown.stdout == ""
+    assert f"{path} holds no readable row" in shown.stderr
+    assert shown.stderr.count("malformed line at byte") == 4 and f"of {path}" in shown.stderr
+
+
+def test_journal_show_names_the_file_of_each_damaged_line(tmp_path):
+    append_run_event("s", "r", "done", {}, session_dir=tmp_path)
+    with open(_run_file(tmp_path), "ab") as f:
+        f.write(b"garbage\n")
+    shown = _cli(tmp_path, "show", "s", "r", "--no-summary")
+    assert shown.returncode == 0 and "done" in shown.stdout
+    assert "malformed line at byte 0" not in shown.stderr
+    assert f"of {_run_file(tmp_path)}: invalid JSON" in shown.stderr

@@ -73,21 +73,35 @@ def _print_row(row: dict[str, Any], raw: bool, out: TextIO) -> None:
     print(f"{row.get('seq', '?'):>6}  {row.get('event', '?')!s:<14} {payload}", file=out)
 
 
-def _report_malformed(malformed: list[dict[str, Any]]) -> None:
+def _report_malformed(malformed: list[dict[str, Any]], where: str) -> None:
     for entry in malformed:
-        print(f"malformed line at byte {entry['offset']}: {entry['reason']}", file=sys.stderr)
+        print(f"malformed line at byte {entry['offset']} of {where}: {entry['reason']}", file=sys.stderr)
 
+
+def _where(args: argparse.Namespace, store: RunJournalStore) -> str:
+    """The run's file for the file store, else the store itself: what a damaged-data message names."""
+    if isinstance(store, FileStore):
+        return os.fspath(paths.run_path(args.session_id, args.run_id, store.session_dir))
+    return f"run {args.run_id!r} of session {args.session_id!r} in {store!r}"
 
 
 def _show(args: argparse.Namespace, store: RunJournalStore) -> int:
     result = store.read(args.session_id, args.run_id, after_seq=args.after_seq)
     summary = store.summary(args.session_id, args.run_id)
+    malformed = result["malformed"]
     if summary is None or not summary["event_count"]:
+        if malformed:
+            # A journal that exists but holds nothing readable is damaged, not missing.
+            where = _where(args, store)
+            _report_malformed(malformed, where)
+            print(f"relay-runtime journal: {where} holds no readable row, only damaged lines", file=sys.stderr)
+            return 2
         print(f"relay-runtime journal: no run {args.run_id!r} in session {args.session_id!r}", file=sys.stderr)
         return 1
     for row in result["events"]:
         _print_row(row, args.json, sys.stdout)
-    _report_malformed(result["malformed"])
+    if malformed:
+        _report_malformed(malformed, _where(args, store))
     if not args.no_summary:
         print(json.dumps(summary, ensure_ascii=False, indent=2))
     return 0
