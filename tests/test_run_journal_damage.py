@@ -110,3 +110,21 @@ def test_journal_show_names_the_file_of_each_damaged_line(tmp_path):
     assert shown.returncode == 0 and "done" in shown.stdout
     assert "malformed line at byte 0" not in shown.stderr
     assert f"of {_run_file(tmp_path)}: invalid JSON" in shown.stderr
+
+
+def test_a_lone_surrogate_is_stored_escaped_and_reads_back_the_same(journal_store, tmp_path):
+    # A stream cut inside a surrogate pair: the row (and the terminal row after it) must not be lost.
+    torn = "caf\ud83d"
+    row = journal_store.append("s", "r", "token", {"text": torn, "\udcff key": [torn]})
+    journal_store.append("s", "r", "done", {"note": torn})
+    events = journal_store.read("s", "r")["events"]
+    assert [e["seq"] for e in events] == [1, 2] and row["seq"] == 1
+    assert events[0]["payload"] == {"text": torn, "\udcff key": [torn]} and events[1]["payload"] == {"note": torn}
+    summary = journal_store.summary("s", "r")
+    assert summary["terminal_state"] == "completed" and summary["last_assistant_text"] == torn
+    if isinstance(journal_store, FileStore):
+        text = next(Path(journal_store.session_dir).rglob("r.jsonl")).read_bytes().decode("utf-8")  # strict UTF-8
+        assert "\\ud83d" in text
+        shown = _cli(Path(journal_store.session_dir), "show", "s", "r")
+        assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
+        assert "caf\\ud83d" in shown.stdout

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 from typing import Any, TextIO
 
 from . import paths
 from .default_store import env_store
+from .storage import readable_json
 from .store import FileStore, RunJournalStore
 
 # The one line `relay-runtime --help` shows for this command.
@@ -67,9 +67,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def _print_row(row: dict[str, Any], raw: bool, out: TextIO) -> None:
     if raw:
-        print(json.dumps(row, ensure_ascii=False, separators=(",", ":")), file=out)
+        print(readable_json(row), file=out)
         return
-    payload = json.dumps(row.get("payload"), ensure_ascii=False, separators=(",", ":"))
+    payload = readable_json(row.get("payload"))
     print(f"{row.get('seq', '?'):>6}  {row.get('event', '?')!s:<14} {payload}", file=out)
 
 
@@ -103,7 +103,7 @@ def _show(args: argparse.Namespace, store: RunJournalStore) -> int:
     if malformed:
         _report_malformed(malformed, _where(args, store))
     if not args.no_summary:
-        print(json.dumps(summary, ensure_ascii=False, indent=2))
+        print(readable_json(summary, indent=2))
     return 0
 
 

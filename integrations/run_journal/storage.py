@@ -12,6 +12,7 @@ import fcntl
 import json
 import math
 import os
+import re
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -103,11 +104,29 @@ _EVENT_JSON: dict[str, str] = {}
 _STATE_JSON = {state: _encode(state) for state in (None, *TERMINAL_STATES)}
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def readable_json(value: Any, indent: int | None = None) -> str:
+    """JSON for people (any value read back from a journal, NaN included), compact unless indented,
+    surrogates escaped."""
+    text = json.dumps(value, ensure_ascii=False, indent=indent, separators=None if indent else (",", ":"))
+    return text if text.isascii() or not _SURROGATE.search(text) else _SURROGATE.sub(_escaped, text)
+
+
 def encode_json(value: Any, what: str = "payload") -> str:
+    """Compact JSON, UTF-8 text except for lone surrogates (a stream cut inside a pair), which have no UTF-8
+    form: they are written as ``\\uXXXX`` escapes, so the line stays UTF-8 and reads back to the same string."""
     try:
-        return _encode(value)
+        text = _encode(value)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"run journal {what} is not JSON-serializable: {exc}") from exc
+    # Surrogates can only stand inside JSON strings, where an escape means the same character.
+    return text if text.isascii() or not _SURROGATE.search(text) else _SURROGATE.sub(_escaped, text)
 
 
 def _encode_time(value: Any) -> str:
@@ -374,7 +393,7 @@ class EncodedRow:
         state = terminal_state(event, payload)
         name = _EVENT_JSON.get(event)
         if name is None:
-            name = _encode(event)
+            name = encode_json(event, "event name")
             if len(_EVENT_JSON) < 256:  # event names are a small vocabulary; anything else is encoded each time
                 _EVENT_JSON[event] = name
         body = encode_json(payload)
