@@ -14,6 +14,7 @@ from redis_support import journal_store, redis_server  # noqa: F401 - fixtures
 
 from relay_runtime import session
 from relay_runtime.integrations.run_journal import append_run_event, latest_run_summary, read_run_events
+from relay_runtime.integrations.run_journal.background import RowWriter
 from relay_runtime.integrations.run_journal.store import FileStore
 from relay_runtime.redaction import forget_secrets, remember_secret
 
@@ -128,3 +129,26 @@ def test_a_lone_surrogate_is_stored_escaped_and_reads_back_the_same(journal_stor
         shown = _cli(Path(journal_store.session_dir), "show", "s", "r")
         assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
         assert "caf\\ud83d" in shown.stdout
+
+
+def test_a_terminal_row_with_a_non_json_value_keeps_how_the_run_ended(journal_store):
+    # NaN (or any object) somewhere in a terminal payload: the row is written with its repr, and the
+    # fields that decide the terminal state must survive, or the run's end is recorded falsely.
+    counts: list[str] = []
+    writer = RowWriter(session_dir=None, fsync=None, maxsize=1, count=counts.append, store=journal_store)
+    writer.submit(("s", "r", "token", {"text": "a"}))
+    writer.flush(5)
+    for _ in range(3):  # dropped while the queue is full: the terminal row says so
+        writer._pending += 1
+        writer.submit(("s", "r", "token", {"text": "lost"}))
+        writer._pending -= 1
+    writer.submit(("s", "r", "apperror", {"type": "cancelled", "cost": {"total": float("nan")}, "note": object()}))
+    assert writer.close(5)
+    rows = journal_store.read("s", "r")["events"]
+    assert [row["event"] for row in rows] == ["token", "apperror"]
+    payload = rows[-1]["payload"]
+    assert payload["type"] == "cancelled" and payload["dropped_rows"] == 3
+    assert payload["unserializable"].startswith("{'type': 'cancelled'") and "note" not in payload
+    assert rows[-1]["terminal_state"] == "interrupted-by-user"
+    assert journal_store.summary("s", "r")["terminal_state"] == "interrupted-by-user"
+    assert "journal.unserializable" in counts

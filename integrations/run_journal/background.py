@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .default_store import env_store
 from .errors import JournalUnavailable, RunFull
 from .states import terminal_state
-from .storage import append_run_event, fsync_policy, is_truncated
+from .storage import append_run_event, encode_json, fsync_policy, is_truncated
 
 if TYPE_CHECKING:
     from .store import RunJournalStore
@@ -268,5 +268,16 @@ class _Abandoned(Exception):
     """The writer was closed while the store was unreachable."""
 
 
-def _unserializable(payload: Any) -> dict[str, str]:
-    return {"unserializable": repr(payload)[:_UNSERIALIZABLE_PREVIEW]}
+def _unserializable(payload: Any) -> dict[str, Any]:
+    """What is written instead: the payload's fields that are JSON (a terminal row's ``type`` decides how the
+    run ended, ``dropped_rows`` what it lost), and the repr of the whole."""
+    kept: dict[str, Any] = {}
+    if isinstance(payload, dict):
+        for key, value in payload.items():
+            try:
+                encode_json(value)
+            except TypeError:
+                continue
+            if isinstance(key, str):
+                kept[key] = value
+    return {**kept, "unserializable": repr(payload)[:_UNSERIALIZABLE_PREVIEW]}
