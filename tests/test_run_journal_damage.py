@@ -7,13 +7,15 @@ import asyncio
 import json
 import subprocess
 import sys
+import uuid
 from pathlib import Path
+from typing import Any
 
 from journal_support import complete_call, run_turn
 from redis_support import journal_store, redis_server  # noqa: F401 - fixtures
 
 from relay_runtime import session
-from relay_runtime.integrations.run_journal import append_run_event, latest_run_summary, read_run_events
+from relay_runtime.integrations.run_journal import RunFull, append_run_event, latest_run_summary, read_run_events
 from relay_runtime.integrations.run_journal.background import RowWriter
 from relay_runtime.integrations.run_journal.store import FileStore
 from relay_runtime.redaction import forget_secrets, remember_secret
@@ -152,3 +154,38 @@ def test_a_terminal_row_with_a_non_json_value_keeps_how_the_run_ended(journal_st
     assert rows[-1]["terminal_state"] == "interrupted-by-user"
     assert journal_store.summary("s", "r")["terminal_state"] == "interrupted-by-user"
     assert "journal.unserializable" in counts
+
+
+def test_a_terminal_row_larger_than_the_reserve_still_ends_a_full_redis_run(redis_server):
+    from relay_runtime.integrations.run_journal import RedisStreamStore
+
+    store = RedisStreamStore(redis_server.url, prefix=f"relay-test:end-{uuid.uuid4().hex[:8]}", max_run_bytes=2000)
+    try:
+        while store.run_stats("s", "r")["refused"] == 0:
+            try:
+                store.append("s", "r", "token", {"text": "x" * 100})
+            except RunFull:
+                pass
+        # An error report with a long traceback: larger than the 64 KiB reserve, smaller than a row's cap.
+        end = store.append("s", "r", "apperror", {"type": "cancelled", "message": "m", "trace": "t" * 100_000})
+        assert end["terminal_state"] == "interrupted-by-user" and end["payload"]["truncated"] is True
+        assert end["payload"]["type"] == "cancelled" and end["payload"]["message"] == "m"
+        assert store.summary("s", "r")["terminal_state"] == "interrupted-by-user"
+        # The background writer's batches too.
+        counts: list[str] = []
+        writer = RowWriter(session_dir=None, fsync=None, maxsize=10, count=counts.append, store=store)
+        writer.submit(("s", "r2", "token", {"text": "y" * 1900}))
+        writer.submit(("s", "r2", "token", {"text": "y" * 100}))
+        writer.submit(("s", "r2", "done", {"usage": {"output_tokens": 2}, "log": "z" * 100_000}))
+        assert writer.close(timeout=10)
+        assert counts == ["journal.run_full", "journal.truncated"]
+        summary = store.summary("s", "r2")
+        assert summary["terminal_state"] == "completed" and summary["event_count"] == 2
+        asyncio.run(asyncio.wait_for(_drain(store.follow("s", "r2", idle=1.0)), 10))
+    finally:
+        store.close()
+
+
+async def _drain(rows_iter: Any) -> None:
+    async for _ in rows_iter:  # ends: the run's terminal row is stored
+        pass

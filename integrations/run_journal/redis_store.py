@@ -30,7 +30,7 @@ from .errors import JournalUnavailable, RunFull
 from .reading import RawRow, parse_line
 from .redis_keys import APPEND_SCRIPT, DEFAULT_PREFIX, DUPLICATE, FOREIGN, REFUSED, ROW_FIELD, WRONG_SEQ, Keys
 from .states import copy_summary, ends_run, summarize
-from .storage import EncodedRow, row_cap
+from .storage import EncodedRow, row_cap, shrunk
 
 DEFAULT_RETENTION = 7 * 24 * 3600.0
 DEFAULT_MAX_RUN_BYTES = 64 * 1024 * 1024
@@ -143,9 +143,24 @@ class RedisStreamStore:
         except Exception as exc:
             raise self._error(exc) from exc
         result = self._results(group, answer, seq)[0]
+        if isinstance(result, RunFull) and row.state is not None:
+            result = self._end_anyway(row, group[0][1], seq)
         if isinstance(result, Exception):
             raise result
         return result
+
+    def _end_anyway(self, row: EncodedRow, row_id: str, seq: int | None) -> dict[str, Any] | Exception:
+        """A terminal row too large for the run's reserve, stored again as the truncation marker: the run's
+        end (its state) is recorded, never lost to the cap. Its own row id, so a resend writes it once."""
+        small = shrunk(row, self.max_row_bytes)
+        if small is None:
+            return RunFull(row.session_id, row.run_id, self.max_run_bytes)
+        group = [(small, f"{row_id}.end")]
+        try:
+            answer = self._script(*self._call(group, seq))
+        except Exception as exc:
+            raise self._error(exc) from exc
+        return self._results(group, answer, seq)[0]
 
     def prepare(self, session_id: str, run_id: str, event: str, payload: Any = None) -> PendingRow:
         """A row for ``append_many``, encoded once and named: resending it never writes it twice."""
@@ -183,7 +198,12 @@ class RedisStreamStore:
                     raise self._error(answer)
                 out += [answer] * len(group)
             else:
-                out += self._results(group, answer, None)
+                results = self._results(group, answer, None)
+                for i, ((row, row_id), result) in enumerate(zip(group, results, strict=True)):
+                    if isinstance(result, RunFull) and row.state is not None:
+                        # After the rest of its batch: a run's terminal row is its last as a rule.
+                        results[i] = self._end_anyway(row, row_id, None)
+                out += results
         return out
 
     def _call(self, group: Sequence[PendingRow], seq: int | None) -> tuple[list[str], list[Any]]:

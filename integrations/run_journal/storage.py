@@ -429,3 +429,12 @@ class EncodedRow:
             "terminal_state": self.state,
             "payload": self.payload,
         }
+
+
+def shrunk(row: EncodedRow, cap: int) -> EncodedRow | None:
+    """``row`` with its payload replaced by the truncation marker (its small fields, so the same terminal
+    state), or ``None`` when it already is one: for a store that refused the row whole."""
+    if is_truncated({"payload": row.payload}):
+        return None
+    marker = _truncated(row.payload, encode_json(row.payload).encode(), cap)
+    return EncodedRow(row.session_id, row.run_id, row.event, marker, row.created_at, cap)
