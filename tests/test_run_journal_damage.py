@@ -189,3 +189,25 @@ def test_a_terminal_row_larger_than_the_reserve_still_ends_a_full_redis_run(redi
 async def _drain(rows_iter: Any) -> None:
     async for _ in rows_iter:  # ends: the run's terminal row is stored
         pass
+
+
+def test_a_line_with_nan_or_infinity_is_malformed_not_a_row(journal_store):
+    # No writer stores them (payloads with NaN are refused), and a browser's JSON.parse rejects them:
+    # served on, they would break the page that follows the run.
+    journal_store.append("s", "r", "token", {"text": "a"})
+    for constant in ("NaN", "Infinity", "-Infinity"):
+        seq = journal_store.run_stats("s", "r")["seq"] if hasattr(journal_store, "run_stats") else None
+        line = '{"version":1,"event_id":"r:%d","seq":%d,"run_id":"r","session_id":"s","event":"cost",'
+        line += '"type":"cost","created_at":1,"terminal":false,"terminal_state":null,"payload":{"amount":%s}}'
+        if seq is None:
+            n = len(journal_store.read("s", "r")["events"]) + 1
+            with open(_run_file(Path(journal_store.session_dir)), "a") as f:
+                f.write(line % (n, n, constant) + "\n")
+        else:
+            stream = journal_store.keys.stream("s", "r")
+            journal_store.client.xadd(stream, {"r": line % (seq + 1, seq + 1, constant)}, id=f"{seq + 1}-0")
+            journal_store.client.hset(journal_store.keys.meta("s", "r"), "seq", seq + 1)
+    result = journal_store.read("s", "r")
+    assert [row["event"] for row in result["events"]] == ["token"]
+    assert [entry["reason"] for entry in result["malformed"]] == ["invalid JSON"] * 3
+    assert journal_store.summary("s", "r")["event_count"] == 1

@@ -41,10 +41,18 @@ class RawRow(dict[str, Any]):
         self.raw = raw
 
 
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+# Strict JSON: Python would read NaN and Infinity, which no writer stores and no browser parses.
+_decode = json.JSONDecoder(parse_constant=_not_json).decode
+
+
 def parse_line(line: bytes) -> tuple[dict[str, Any] | None, str | None]:
     """``(row, None)`` for a journal row, ``(None, reason)`` for anything else."""
     try:
-        value = json.loads(line)
+        value = _decode(line.decode())
     except (ValueError, RecursionError):
         return None, "invalid JSON"
     if not isinstance(value, dict):
