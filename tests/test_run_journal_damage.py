@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import subprocess
 import sys
 import uuid
@@ -211,3 +212,20 @@ def test_a_line_with_nan_or_infinity_is_malformed_not_a_row(journal_store):
     assert [row["event"] for row in result["events"]] == ["token"]
     assert [entry["reason"] for entry in result["malformed"]] == ["invalid JSON"] * 3
     assert journal_store.summary("s", "r")["event_count"] == 1
+
+
+def test_journal_show_and_tail_on_an_unreachable_store_exit_2_without_a_traceback(capsys):
+    from relay_runtime.integrations.run_journal import RedisStreamStore
+    from relay_runtime.integrations.run_journal.cli import main
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store = RedisStreamStore(f"redis://127.0.0.1:{port}/0", retries=0, connect_timeout=0.5)
+    try:
+        for argv in (["show", "s", "r"], ["tail", "s", "r", "--timeout", "5"]):
+            assert main(argv, store=store) == 2
+            err = capsys.readouterr().err
+            assert "cannot read the journal" in err and f"127.0.0.1:{port}" in err and "Traceback" not in err
+    finally:
+        store.close()

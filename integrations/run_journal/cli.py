@@ -10,6 +10,7 @@ from typing import Any, TextIO
 
 from . import paths
 from .default_store import env_store
+from .errors import JournalUnavailable
 from .storage import readable_json
 from .store import FileStore, RunJournalStore
 
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None, *, store: RunJournalStore | None = None)
         return _show(args, store) if args.command == "show" else _tail(args, store)
     except KeyboardInterrupt:
         return 130
-    except OSError as exc:
+    except (OSError, JournalUnavailable) as exc:  # a file, or a shared store that cannot be reached
         print(f"relay-runtime journal: cannot read the journal: {exc}", file=sys.stderr)
         return 2
 
