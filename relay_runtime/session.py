@@ -34,7 +34,11 @@ _OUTCOMES = frozenset(o.value for o in Outcome)
 
 def current_profile_key() -> str:
     """The profile this process runs as: the resolved ``RELAY_HOME`` (default ``~/.relay-runtime``)."""
-    return str(Path(os.environ.get(HOME_ENV) or DEFAULT_HOME).expanduser().resolve())
+    raw = os.environ.get(HOME_ENV) or DEFAULT_HOME
+    try:
+        return str(Path(raw).expanduser().resolve())
+    except (RuntimeError, OSError, ValueError) as exc:  # a symlink loop, an unknown ~user, no home
+        raise ValueError(f"{HOME_ENV}={raw!r} cannot be resolved to a profile directory: {exc}") from exc
 
 
 def profile_id(profile_key: str) -> str:

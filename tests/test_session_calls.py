@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import re
 import threading
 
 import pytest
@@ -380,3 +381,14 @@ def test_end_turn_closes_a_fresh_call_still_in_flight_once(relay_turn, relay_eve
     assert attempt.outcome == "cancelled"
     kinds = [e.metadata.get(cv.KIND) for e in relay_events.ends()]
     assert kinds.index(cv.ATTEMPT) < kinds.index(cv.LOGICAL_CALL) < kinds.index(cv.TURN)
+
+
+def test_an_unresolvable_relay_home_is_refused_naming_it(relay_home, tmp_path, monkeypatch):
+    loop = tmp_path / "loop"
+    loop.symlink_to(tmp_path / "back")
+    (tmp_path / "back").symlink_to(loop)
+    for bad in (str(loop / "home"), "~no-such-user-relay-test/home"):
+        monkeypatch.setenv(session.HOME_ENV, bad)
+        refused = rf"RELAY_HOME='{re.escape(bad)}' cannot be resolved to a profile directory"
+        with pytest.raises(ValueError, match=refused):
+            session.current_profile_key()
