@@ -522,3 +522,59 @@ async def test_end_turn_ends_a_call_in_flight_in_another_task_before_the_turn(re
     script.let_go.set()
     assert (await task).choices[0].message.content == "late answer"
     assert len(relay_events) == recorded
+
+
+def _side_by_side_verdicts(events: Recorder) -> list[tuple[str, str | None, str | None]]:
+    return sorted((e.outcome, e.error_type, e.annotated_response.output_text) for e in attempt_ends(events))
+
+
+def test_answers_validated_side_by_side_in_threads_each_end_with_their_own_verdict(
+    relay_turn, relay_events, oa
+) -> None:
+    oa.add(t.json_reply(t.chat_completion_body("")), t.json_reply(t.chat_completion_body("good")))
+    both_answered = threading.Barrier(2, timeout=5)
+
+    @auxiliary.auxiliary_call
+    def hedge(task: str) -> Any:
+        auxiliary.set_route("openai", "m", "chat_completions")
+
+        def one() -> Any:
+            answer = adapters.complete(oa.client, {"model": "m", "messages": []})
+            both_answered.wait()  # the other attempt has started (and holds its answer) by now
+            try:
+                return auxiliary.validate_response(answer, task)
+            except auxiliary.ResponseRejected:
+                return None
+
+        with ContextExecutor(2) as pool:
+            return [f.result() for f in [pool.submit(one), pool.submit(one)]]
+
+    hedge("hedge")
+    assert _side_by_side_verdicts(relay_events) == [("failed", "response_rejected", ""), ("success", None, "good")]
+    assert logical_ends(relay_events) == ["success"]
+
+
+@pytest.mark.asyncio
+async def test_answers_validated_side_by_side_in_tasks_each_end_with_their_own_verdict(
+    relay_turn, relay_events, oa
+) -> None:
+    oa.add(t.json_reply(t.chat_completion_body("")), t.json_reply(t.chat_completion_body("good")))
+    both_answered = asyncio.Barrier(2)
+
+    @auxiliary.auxiliary_call
+    async def hedge(task: str) -> Any:
+        auxiliary.set_route("openai", "m", "chat_completions")
+
+        async def one() -> Any:
+            answer = await adapters.acomplete(oa.aclient, {"model": "m", "messages": []})
+            await both_answered.wait()
+            try:
+                return auxiliary.validate_response(answer, task)
+            except auxiliary.ResponseRejected:
+                return None
+
+        return await asyncio.gather(one(), one())
+
+    await hedge("hedge")
+    assert _side_by_side_verdicts(relay_events) == [("failed", "response_rejected", ""), ("success", None, "good")]
+    assert logical_ends(relay_events) == ["success"]
