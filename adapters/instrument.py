@@ -194,8 +194,11 @@ def _open_raw(
 ) -> tuple[Any, Any, dict[str, Any], _Body]:
     """The API, the request and the attempt's options as dispatch prepares them, and the stream's source."""
     entry = ("astream" if is_async else "stream") if kwargs.get("stream") else ("acomplete" if is_async else "complete")
-    api, _create, request, name, model_name, metadata, _ = dispatch.prepare(kwargs, mode, client, entry)
-    options = {"name": name, "model_name": model_name, "metadata": metadata, "codec": api.codec}
+    api, _create, request, name, model_name, metadata, auxiliary = dispatch.prepare(kwargs, mode, client, entry)
+    options: dict[str, Any] = {"name": name, "model_name": model_name, "metadata": metadata, "codec": api.codec}
+    if auxiliary and not kwargs.get("stream"):
+        # One body answering an auxiliary call: held for validation, as a plain create() is.
+        options["defer_logical_completion"] = True
     return api, request, options, _Body()
 
 
