@@ -273,6 +273,10 @@ def _has_content(response: Any) -> tuple[bool, str]:
         text = _field(response, "output_text")
         if output and ((isinstance(text, str) and text.strip()) or text is None):
             return True, ""
+        for item in output or ():
+            kind = _field(item, "type")
+            if isinstance(kind, str) and kind.endswith("_call"):  # function_call, custom_tool_call, ...
+                return True, ""
         return False, "empty output"
     content = _field(response, "content")
     if isinstance(content, list):

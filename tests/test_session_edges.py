@@ -578,3 +578,33 @@ async def test_answers_validated_side_by_side_in_tasks_each_end_with_their_own_v
     await hedge("hedge")
     assert _side_by_side_verdicts(relay_events) == [("failed", "response_rejected", ""), ("success", None, "good")]
     assert logical_ends(relay_events) == ["success"]
+
+
+def test_a_responses_answer_that_only_calls_a_tool_is_accepted(relay_turn, relay_events, oa) -> None:
+    # As a chat tool_calls message and an anthropic tool_use block are: the model answered with a call.
+    tool_only = t.responses_body()
+    tool_only["output"] = [
+        {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "lookup", "arguments": "{}",
+         "status": "completed"}
+    ]
+    reasoning_only = t.responses_body()
+    reasoning_only["output"] = [{"type": "reasoning", "id": "rs_1", "summary": []}]
+    oa.add(t.json_reply(reasoning_only), t.json_reply(tool_only))
+
+    @auxiliary.auxiliary_call
+    def route_tool(task: str) -> Any:
+        auxiliary.set_route("openai", "m", "responses")
+        for _ in range(2):
+            try:
+                return auxiliary.validate_response(adapters.complete(oa.client, {"model": "m", "input": "hi"}), task)
+            except auxiliary.ResponseRejected:
+                continue
+        return None
+
+    answer = route_tool("tools")
+    assert answer is not None and answer.output[0].name == "lookup"
+    assert [(e.outcome, e.error_type) for e in attempt_ends(relay_events)] == [
+        ("failed", "response_rejected"),
+        ("success", None),
+    ]
+    assert logical_ends(relay_events) == ["success"]
