@@ -392,3 +392,31 @@ def test_an_unresolvable_relay_home_is_refused_naming_it(relay_home, tmp_path, m
         refused = rf"RELAY_HOME='{re.escape(bad)}' cannot be resolved to a profile directory"
         with pytest.raises(ValueError, match=refused):
             session.current_profile_key()
+
+
+@pytest.mark.parametrize("ended_by", ["giver", "worker"])
+def test_a_thread_handed_a_turn_that_ended_records_nothing_in_the_turns_it_was_begun_inside(
+    relay_turn, relay_events, ended_by
+):
+    _relay, parent = relay_turn
+    coord = session.SESSION_COORDINATOR
+    lease = coord.acquire_conversation(profile_key=parent.lease.profile_key, session_id="sub", platform="p")
+    sub = coord.begin_turn(lease, turn_id="sub-turn", task_id="k")  # begun inside the parent's turn
+    if ended_by == "giver":
+        coord.end_turn(sub, outcome="success")
+    seen: list[session.Turn | None] = []
+
+    def worker() -> None:
+        with session.use_turn(sub):
+            if ended_by == "worker":
+                coord.end_turn(sub, outcome="success")
+            seen.append(session.active_turn())
+            calls.execute_current(REQ, lambda r: "late", name="openai")
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert seen == [None]  # not the parent's turn, which this thread was never handed
+    assert relay_events.ends(relay_kind=cv.ATTEMPT) == []
+    assert session.active_turn() is parent  # where the sub-turn was begun, the parent is active again
+    coord.release_conversation(lease)
