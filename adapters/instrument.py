@@ -4,7 +4,7 @@ Traced methods, per API (the SDKs' other helpers go through these):
 
 - chat completions: ``create`` (``stream=True`` too, and so ``chat.completions.stream()``), ``parse``
 - responses: ``create`` (and so ``responses.stream()``), ``parse``
-- anthropic messages: ``create``, ``stream``, ``parse``
+- anthropic messages: ``create``, ``stream``, ``parse`` (``beta.messages`` too, by ``instrument()``)
 
 Per client, the wrapper is set on the client's own resource objects, shadowing the
 class's method, so other clients are untouched and ``uninstrument`` restores the very
@@ -55,6 +55,9 @@ SDK_CLASSES: tuple[tuple[str, str, str], ...] = (
     ("openai.resources.responses.responses", "AsyncResponses", RESPONSES),
     ("anthropic.resources.messages.messages", "Messages", ANTHROPIC_MESSAGES),
     ("anthropic.resources.messages.messages", "AsyncMessages", ANTHROPIC_MESSAGES),
+    # client.beta.messages: the same API with beta features, answering BetaMessage.
+    ("anthropic.resources.beta.messages.messages", "Messages", ANTHROPIC_MESSAGES),
+    ("anthropic.resources.beta.messages.messages", "AsyncMessages", ANTHROPIC_MESSAGES),
 )
 
 RAW_RESPONSE_HEADER = "X-Stainless-Raw-Response"  # both SDKs: "true" (with_raw_response), "stream"

@@ -404,3 +404,26 @@ async def test_async_raw_responses_in_an_auxiliary_call_are_attempts_of_one_vali
 
     assert (await title("title")).content[0].text == "good"
     _rejected_then_accepted(relay_events)
+
+
+def test_global_instrumentation_traces_anthropic_beta_messages(relay_turn, relay_events) -> None:
+    s = t.scripted_anthropic(
+        t.json_reply(t.anthropic_message_body("beta")),
+        t.sse_reply(t.typed_sse(t.anthropic_events(["a", "b"]))),
+        t.json_reply(t.anthropic_message_body("after")),
+    )
+    adapters.instrument()
+    try:
+        answer = s.client.beta.messages.create(model="c", max_tokens=5, messages=[], betas=["b-1"])
+        with s.client.beta.messages.stream(model="c", max_tokens=5, messages=[], betas=["b-1"]) as stream:
+            text = "".join(stream.text_stream)
+    finally:
+        adapters.uninstrument()
+    assert (type(answer).__name__, answer.content[0].text, text) == ("BetaMessage", "beta", "ab")
+    assert [(e.outcome, e.annotated_response.output_text) for e in attempts(relay_events)] == [
+        ("success", "beta"),
+        ("success", "ab"),
+    ]
+    assert [r.headers.get("anthropic-beta") for r in s.script.requests] == ["b-1", "b-1"]  # the betas were sent
+    s.client.beta.messages.create(model="c", max_tokens=5, messages=[])  # uninstrumented again
+    assert len(attempts(relay_events)) == 2
