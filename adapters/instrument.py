@@ -4,7 +4,7 @@ Traced methods, per API (the SDKs' other helpers go through these):
 
 - chat completions: ``create`` (``stream=True`` too, and so ``chat.completions.stream()``), ``parse``
 - responses: ``create`` (and so ``responses.stream()``), ``parse``
-- anthropic messages: ``create``, ``stream``, ``parse``
+- anthropic messages: ``create``, ``stream``, ``parse`` (``beta.messages`` too, by ``instrument()``)
 
 Per client, the wrapper is set on the client's own resource objects, shadowing the
 class's method, so other clients are untouched and ``uninstrument`` restores the very
@@ -55,9 +55,26 @@ SDK_CLASSES: tuple[tuple[str, str, str], ...] = (
     ("openai.resources.responses.responses", "AsyncResponses", RESPONSES),
     ("anthropic.resources.messages.messages", "Messages", ANTHROPIC_MESSAGES),
     ("anthropic.resources.messages.messages", "AsyncMessages", ANTHROPIC_MESSAGES),
+    # client.beta.messages: the same API with beta features, answering BetaMessage.
+    ("anthropic.resources.beta.messages.messages", "Messages", ANTHROPIC_MESSAGES),
+    ("anthropic.resources.beta.messages.messages", "AsyncMessages", ANTHROPIC_MESSAGES),
 )
 
 RAW_RESPONSE_HEADER = "X-Stainless-Raw-Response"  # both SDKs: "true" (with_raw_response), "stream"
+
+
+class _Live:
+    """Whether a wrapper is still installed: one taken out passes every call straight through.
+
+    The SDKs keep bound methods (``with_raw_response``, ``with_streaming_response`` and the
+    caller's own references hold ``create`` as it was when they were made), so a wrapper
+    that ``uninstrument`` took out can still be called.
+    """
+
+    __slots__ = ("on",)
+
+    def __init__(self) -> None:
+        self.on = True
 
 
 class ManagedCreate(wrapt.FunctionWrapper):
@@ -67,6 +84,7 @@ class ManagedCreate(wrapt.FunctionWrapper):
     # What the owner's own __dict__ held before (``_NOTHING``: the class attribute showed through).
     # wrapt keeps ``_self_``-prefixed attributes on the proxy, not on the wrapped method.
     _self_relay_previous: Any
+    _self_relay_live: _Live
 
 
 ManagedMethod = ManagedCreate
@@ -179,8 +197,11 @@ def _open_raw(
 ) -> tuple[Any, Any, dict[str, Any], _Body]:
     """The API, the request and the attempt's options as dispatch prepares them, and the stream's source."""
     entry = ("astream" if is_async else "stream") if kwargs.get("stream") else ("acomplete" if is_async else "complete")
-    api, _create, request, name, model_name, metadata, _ = dispatch.prepare(kwargs, mode, client, entry)
-    options = {"name": name, "model_name": model_name, "metadata": metadata, "codec": api.codec}
+    api, _create, request, name, model_name, metadata, auxiliary = dispatch.prepare(kwargs, mode, client, entry)
+    options: dict[str, Any] = {"name": name, "model_name": model_name, "metadata": metadata, "codec": api.codec}
+    if auxiliary and not kwargs.get("stream"):
+        # One body answering an auxiliary call: held for validation, as a plain create() is.
+        options["defer_logical_completion"] = True
     return api, request, options, _Body()
 
 
@@ -418,18 +439,22 @@ def _resources(client: Any) -> list[tuple[str, Any]]:
     return found
 
 
-def _client_wrapper(client: Any, mode: str, method: str, is_async: bool, include_usage: bool) -> Callable[..., Any]:
+def _client_wrapper(
+    client: Any, mode: str, method: str, is_async: bool, include_usage: bool, live: _Live
+) -> Callable[..., Any]:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if not live.on:
+            return wrapped(*args, **kwargs)
         return route(client, mode, method, is_async, include_usage, wrapped, args, kwargs)
 
     return wrapper
 
 
-def _derive_wrapper(include_usage: bool) -> Callable[..., Any]:
+def _derive_wrapper(include_usage: bool, live: _Live) -> Callable[..., Any]:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         # with_options() / copy(): the new client is traced like the one it came from.
         derived = wrapped(*args, **kwargs)
-        if _resources(derived):
+        if live.on and _resources(derived):
             _instrument_client(derived, include_usage)
         return derived
 
@@ -439,9 +464,10 @@ def _derive_wrapper(include_usage: bool) -> Callable[..., Any]:
 _DERIVERS = ("copy", "with_options")
 
 
-def _set(owner: Any, name: str, current: Any, wrapper: Callable[..., Any]) -> None:
+def _set(owner: Any, name: str, current: Any, wrapper: Callable[..., Any], live: _Live) -> None:
     managed = ManagedCreate(current, wrapper)
     managed._self_relay_previous = vars(owner).get(name, _NOTHING)
+    managed._self_relay_live = live
     setattr(owner, name, managed)
 
 
@@ -449,6 +475,7 @@ def _restore(owner: Any, name: str) -> None:
     current = vars(owner).get(name)
     if not isinstance(current, ManagedCreate):
         return
+    current._self_relay_live.on = False
     previous = current._self_relay_previous
     if previous is _NOTHING:
         delattr(owner, name)
@@ -466,16 +493,39 @@ def _instrument_client(client: Any, include_usage: bool) -> Any:
                 current = getattr(resource, method, None)
                 if not callable(current) or isinstance(vars(resource).get(method), ManagedCreate):
                     continue
-                wrapper = _client_wrapper(client, mode, method, _is_async(current), include_usage)
-                _set(resource, method, current, wrapper)
+                live = _Live()
+                wrapper = _client_wrapper(client, mode, method, _is_async(current), include_usage, live)
+                _set(resource, method, current, wrapper, live)
+        _forget_raw_helpers(client)
         for name in _DERIVERS:
             current = getattr(client, name, None)
             if callable(current) and not isinstance(vars(client).get(name), ManagedCreate):
+                live = _Live()
                 try:
-                    _set(client, name, current, _derive_wrapper(include_usage))
+                    _set(client, name, current, _derive_wrapper(include_usage, live), live)
                 except (AttributeError, TypeError):  # a client that takes no instance attributes
                     pass
     return client
+
+
+_RAW_HELPERS = ("with_raw_response", "with_streaming_response")
+
+
+def _forget_raw_helpers(client: Any) -> None:
+    """Drop the SDK's cached raw-response helpers on the way to each resource.
+
+    They hold the ``create`` they saw when first used: one made before ``instrument`` would
+    keep calling the SDK's own method, untraced. Made again, they pick up the wrapper.
+    """
+    for api in dispatch.APIS.values():
+        obj = client
+        for name in (None, *api.resource):
+            obj = obj if name is None else getattr(obj, name, None)
+            own = getattr(obj, "__dict__", None)
+            if not isinstance(own, dict):
+                break
+            for helper in _RAW_HELPERS:
+                own.pop(helper, None)
 
 
 def _uninstrument_client(client: Any) -> Any:
@@ -494,10 +544,10 @@ def _uninstrument_client(client: Any) -> Any:
 _patched: list[tuple[type, str]] = []
 
 
-def _class_wrapper(mode: str, method: str, is_async: bool, include_usage: bool) -> Callable[..., Any]:
+def _class_wrapper(mode: str, method: str, is_async: bool, include_usage: bool, live: _Live) -> Callable[..., Any]:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         client = getattr(instance, "_client", None)
-        if client is None:  # looked up on the class itself, not on a client's resource
+        if client is None or not live.on:  # looked up on the class itself, not on a client's resource
             return wrapped(*args, **kwargs)
         return route(client, mode, method, is_async, include_usage, wrapped, args, kwargs)
 
@@ -525,7 +575,8 @@ def _instrument_classes(include_usage: bool) -> list[str]:
                 current = vars(cls).get(method)
                 if current is None or isinstance(current, ManagedCreate):
                     continue
-                _set(cls, method, current, _class_wrapper(mode, method, _is_async(current), include_usage))
+                live = _Live()
+                _set(cls, method, current, _class_wrapper(mode, method, _is_async(current), include_usage, live), live)
                 _patched.append((cls, method))
                 done.append(f"{cls.__module__}.{cls.__qualname__}.{method}")
         dispatch.guard_sdk_calls(bool(_patched))

@@ -374,6 +374,22 @@ class Attempt:
         self.finish(_SUCCESS, response, None, None)
         return response
 
+    @property
+    def holding(self) -> bool:
+        """Whether the attempt holds an answer until it is validated (``release`` ends it)."""
+        return self.held is not _NOTHING
+
+    def complete_whole(self, response: Any, first_ns: int | None) -> None:
+        """End (or, with a ``hold``, hold) an attempt whose answer arrived in one piece; once only."""
+        if self.finished or self.held is not _NOTHING:
+            return
+        if self.hold is not None:
+            self.live = False
+            self.held = response
+            self.hold(self)
+            return
+        self.finish(_SUCCESS, response, None, None, first_ns)
+
     def release(self, error: BaseException | None = None) -> None:
         """End a held attempt: a success, or failed with ``error`` (its held response still recorded)."""
         response, self.held = self.held, _NOTHING

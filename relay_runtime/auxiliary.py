@@ -14,10 +14,12 @@ ends as a success when the next attempt starts or the function returns.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import threading
 from collections.abc import Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
 import wrapt
@@ -45,6 +47,15 @@ class ResponseRejected(RuntimeError):
     relay_error_type = "response_rejected"
 
 
+def _owner() -> tuple[int, asyncio.Task[Any] | None]:
+    """Where an attempt runs: its thread and task (one auxiliary call may run attempts in several)."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no running loop here
+        task = None
+    return threading.get_ident(), task
+
+
 @dataclass(eq=False)
 class _Auxiliary:
     task: str
@@ -53,17 +64,46 @@ class _Auxiliary:
     attempts: int = 0
     completed: bool = False
     route: Route | None = None
-    pending: Attempt | None = None  # the last attempt, held open until its response is validated
+    # Attempts held open until their response is validated: at most one per thread or task,
+    # so attempts run side by side each end with the verdict on their own response.
+    pending: list[tuple[tuple[int, Any], Attempt]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def hold(self, attempt: Attempt) -> None:
-        self.release()
-        self.pending = attempt
+        owner = _owner()
+        self.release_own(owner)
+        with self.lock:
+            self.pending.append((owner, attempt))
 
-    def release(self, error: BaseException | None = None) -> None:
-        """End the held attempt, if any: a success, or failed with ``error``."""
-        attempt, self.pending = self.pending, None
-        if attempt is not None:
+    def _take(self, pick: Callable[[tuple[int, Any], Attempt], bool]) -> list[Attempt]:
+        with self.lock:
+            taken = [attempt for owner, attempt in self.pending if pick(owner, attempt)]
+            self.pending = [(owner, attempt) for owner, attempt in self.pending if attempt not in taken]
+        return taken
+
+    def release_own(self, owner: tuple[int, Any] | None = None) -> None:
+        """A new attempt starts here: the answer held here (or by a task that has finished) was not validated."""
+        here = owner or _owner()
+
+        def unvalidated(held_by: tuple[int, Any], _attempt: Attempt) -> bool:
+            return held_by == here or (held_by[1] is not None and held_by[1].done())
+
+        for attempt in self._take(unvalidated):
+            attempt.release()
+
+    def release_answer(self, response: Any, error: BaseException | None = None) -> None:
+        """End the attempt that answered ``response`` (else the one held here): a success, or failed with ``error``."""
+        taken = self._take(lambda _o, attempt: attempt.held is response)
+        if not taken:
+            owner = _owner()
+            taken = self._take(lambda held_by, _a: held_by == owner)
+        for attempt in taken:
             attempt.release(error)
+
+    def release(self) -> None:
+        """End every held attempt as a success: the function is over."""
+        for attempt in self._take(lambda _o, _a: True):
+            attempt.release()
 
 
 _current: ContextVar[_Auxiliary | None] = ContextVar("relay_auxiliary", default=None)
@@ -98,7 +138,7 @@ def next_attempt_metadata() -> dict[str, Any] | None:
     aux = _current.get()
     if aux is None:
         return None
-    aux.release()  # a new attempt starts: the last one's response was not validated
+    aux.release_own()  # a new attempt starts: the last one's response was not validated
     meta = {cv.API_REQUEST_ID: aux.api_request_id, cv.CALL_ROLE: aux.call_role, cv.RETRY_COUNT: aux.attempts}
     aux.attempts += 1
     return meta
@@ -233,6 +273,10 @@ def _has_content(response: Any) -> tuple[bool, str]:
         text = _field(response, "output_text")
         if output and ((isinstance(text, str) and text.strip()) or text is None):
             return True, ""
+        for item in output or ():
+            kind = _field(item, "type")
+            if isinstance(kind, str) and kind.endswith("_call"):  # function_call, custom_tool_call, ...
+                return True, ""
         return False, "empty output"
     content = _field(response, "content")
     if isinstance(content, list):
@@ -257,11 +301,11 @@ def validate_response(response: Any, task: str) -> Any:
     if not ok:
         rejected = ResponseRejected(f"Auxiliary {task}: LLM returned invalid response ({why})")
         if aux is not None:
-            aux.release(rejected)  # the attempt that answered ends failed, saying why
+            aux.release_answer(response, rejected)  # the attempt that answered ends failed, saying why
         raise rejected
     if aux is None:
         return response
-    aux.release()
+    aux.release_answer(response)
     if not aux.completed:
         aux.completed = True
         calls.complete_logical_call(aux.api_request_id, outcome="success")

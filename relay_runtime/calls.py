@@ -170,10 +170,14 @@ def _call_attempt(
     attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, on_finish)
     _track(call, attempt)
     if defer:
-        validator = response_validator.get()
-        if validator is not None:
-            attempt.hold = partial(_hold, call, validator)
+        _hold_for_validation(call, attempt)
     return attempt
+
+
+def _hold_for_validation(call: LogicalCall, attempt: Attempt) -> None:
+    validator = response_validator.get()
+    if validator is not None:
+        attempt.hold = partial(_hold, call, validator)
 
 
 def _track(call: LogicalCall, attempt: Attempt) -> None:
@@ -226,14 +230,15 @@ class _Completed:
 
 
 def _stream_hook(
-    turn: Turn, call: LogicalCall, finalizer: Callable[[], Any] | None, completed: _Completed | None
+    turn: Turn, call: LogicalCall, finalizer: Callable[[], Any] | None, completed: _Completed | None, settle: bool
 ) -> FinishHook:
-    """A stream settles its logical call when it ends: there is no later validation step to wait for."""
+    """A stream settles its logical call when it ends: there is no later validation step to wait for
+    (unless its content is one body, validated like a non-streamed answer: ``settle`` is then False)."""
 
     def on_finish(outcome: str, response: Any, error: BaseException | None) -> None:
         if outcome == _SUCCESS and finalizer is not None and (completed is None or not completed.seen):
             response = finalizer()
-        _attempt_ended(turn, call, True, True, outcome, response, error)
+        _attempt_ended(turn, call, settle, True, outcome, response, error)
 
     return on_finish
 
@@ -247,13 +252,16 @@ def _stream_attempt(
     finalizer: Callable[[], Any] | None,
     completed: _Completed | None,
     codec: LLMCodec | None,
+    defer: bool = False,
 ) -> Attempt:
     call, meta = _open(turn, name, model_name, metadata)
     with turn.lock:
         call.open_streams += 1
-    hook = _stream_hook(turn, call, finalizer, completed)
+    hook = _stream_hook(turn, call, finalizer, completed, not defer)
     attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, hook)
     _track(call, attempt)
+    if defer:
+        _hold_for_validation(call, attempt)
     return attempt
 
 
@@ -267,8 +275,12 @@ def stream_current(
     finalizer: Callable[[], Any] | None = None,
     completed_response_predicate: Callable[[Any], bool] | None = None,
     codec: LLMCodec | None = None,
+    defer_logical_completion: bool = False,
 ) -> Any:
     """Open ``stream_factory(request)`` as an attempt; the logical call settles when the stream ends.
+
+    ``defer_logical_completion=True``: the source is one body read later (an SDK's raw
+    response) answering an auxiliary call, held for validation as ``execute_current`` holds it.
 
     ``finalizer()`` (if given) supplies the final response in place of the
     accumulated one. ``completed_response_predicate(source)`` recognises a
@@ -282,7 +294,9 @@ def stream_current(
         note_unmanaged()
         return stream_factory(request)
     completed = _Completed(completed_response_predicate) if completed_response_predicate is not None else None
-    attempt = _stream_attempt(turn, request, name, model_name, metadata, finalizer, completed, codec)
+    attempt = _stream_attempt(
+        turn, request, name, model_name, metadata, finalizer, completed, codec, defer_logical_completion
+    )
     if completed is None:
         return turn.relay.llm.open_stream(attempt, stream_factory)
     stream: ManagedStream = turn.relay.llm.open_stream(attempt, completed.factory(stream_factory))
@@ -305,6 +319,7 @@ async def stream_current_async(
     finalizer: Callable[[], Any] | None = None,
     completed_response_predicate: Callable[[Any], bool] | None = None,
     codec: LLMCodec | None = None,
+    defer_logical_completion: bool = False,
 ) -> Any:
     turn = session.managed_turn()
     if turn is None:
@@ -312,7 +327,9 @@ async def stream_current_async(
         source = stream_factory(request)
         return await source if hasattr(source, "__await__") else source
     completed = _Completed(completed_response_predicate) if completed_response_predicate is not None else None
-    attempt = _stream_attempt(turn, request, name, model_name, metadata, finalizer, completed, codec)
+    attempt = _stream_attempt(
+        turn, request, name, model_name, metadata, finalizer, completed, codec, defer_logical_completion
+    )
     if completed is None:
         return await turn.relay.llm.open_stream_async(attempt, stream_factory)
     factory = completed.async_factory(stream_factory)

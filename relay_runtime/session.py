@@ -34,7 +34,11 @@ _OUTCOMES = frozenset(o.value for o in Outcome)
 
 def current_profile_key() -> str:
     """The profile this process runs as: the resolved ``RELAY_HOME`` (default ``~/.relay-runtime``)."""
-    return str(Path(os.environ.get(HOME_ENV) or DEFAULT_HOME).expanduser().resolve())
+    raw = os.environ.get(HOME_ENV) or DEFAULT_HOME
+    try:
+        return str(Path(raw).expanduser().resolve())
+    except (RuntimeError, OSError, ValueError) as exc:  # a symlink loop, an unknown ~user, no home
+        raise ValueError(f"{HOME_ENV}={raw!r} cannot be resolved to a profile directory: {exc}") from exc
 
 
 def profile_id(profile_key: str) -> str:
@@ -163,10 +167,34 @@ class Turn:
 _active_turn: ContextVar[Turn | None] = ContextVar("relay_active_turn", default=None)
 
 
+@dataclass(frozen=True, slots=True)
+class _Handoff:
+    """A turn handed to this thread or task by ``use_turn``, and what was active here before."""
+
+    turn: Turn
+    prior: Turn | None
+    outer: _Handoff | None
+
+
+_handoff: ContextVar[_Handoff | None] = ContextVar("relay_turn_handoff", default=None)
+
+
+def _live(turn: Turn | None) -> Turn | None:
+    """The nearest turn still open, from an ended one: the turn it was begun inside, where it was
+    begun; for a handed turn, what was active where it was handed (never the giver's other turns)."""
+    handoff = _handoff.get()
+    while turn is not None and turn.ended:
+        node = handoff
+        while node is not None and node.turn is not turn:
+            node = node.outer
+        turn = node.prior if node is not None else turn.previous
+    return turn
+
+
 def active_turn() -> Turn | None:
     turn = _active_turn.get()
-    while turn is not None and turn.ended:
-        turn = turn.previous
+    if turn is not None and turn.ended:
+        turn = _live(turn)
     return turn
 
 
@@ -174,8 +202,8 @@ def managed_turn() -> Turn | None:
     """The active turn if LLM calls made now are managed in it: it owns its conversation's
     turn scope and some consumer retains managed execution on its host."""
     turn = _active_turn.get()
-    while turn is not None and turn.ended:
-        turn = turn.previous
+    if turn is not None and turn.ended:
+        turn = _live(turn)
     if turn is None or turn.scope is None or not turn.host._consumers:
         return None
     return turn
@@ -183,12 +211,18 @@ def managed_turn() -> Turn | None:
 
 @contextlib.contextmanager
 def use_turn(turn: Turn) -> Iterator[Turn]:
-    """Make ``turn`` the active turn here: for a thread or task that was handed it explicitly."""
+    """Make ``turn`` the active turn here: for a thread or task that was handed it explicitly.
+
+    Once it has ended, calls made here are outside it, and outside the turns it was begun
+    inside (they belong to whoever handed it over): only turns active here before count.
+    """
+    handoff = _handoff.set(_Handoff(turn, _active_turn.get(), _handoff.get()))
     token = _active_turn.set(turn)
     try:
         yield turn
     finally:
         _active_turn.reset(token)
+        _handoff.reset(handoff)
 
 
 DEFAULT_AGENT_NAME = "agent"
@@ -348,7 +382,7 @@ class SessionCoordinator:
             except BaseException as exc:  # a subscriber's KeyboardInterrupt: finish the turn first
                 interrupted = interrupted or exc
         if _active_turn.get() is turn:
-            _active_turn.set(turn.previous)
+            _active_turn.set(_live(turn))
         conv = turn.lease._conversation
         with self._lock:
             if conv.managed_turn is turn:

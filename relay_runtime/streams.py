@@ -160,11 +160,13 @@ class StreamLifecycle:
         attempt.finish(Outcome.SUCCESS.value, response, None, annotation, self.first_ns)
 
     def fail(self, error: BaseException | None, outcome: str | None = None) -> None:
+        if self.attempt.holding:
+            return  # a body already read, held for validation: its verdict ends it, not its closing
         self.attempt.fail(error, outcome)  # a no-op once the attempt finished
 
     def complete_whole(self, response: Any) -> None:
         """End as a success with a response that arrived in one piece (a raw HTTP body read later)."""
-        self.attempt.finish(Outcome.SUCCESS.value, response, None, None, self.first_ns)  # a no-op once finished
+        self.attempt.complete_whole(response, self.first_ns)  # a no-op once finished
 
 
 class _StreamWrapper:

@@ -153,3 +153,48 @@ def test_duck_typed_client_and_bad_targets() -> None:
     adapters.uninstrument(client)
     with pytest.raises(TypeError, match="cannot instrument object"):
         adapters.instrument(object())
+
+
+def test_raw_response_helpers_made_before_instrument_are_traced(relay_turn, relay_events) -> None:
+    # The SDKs cache with_raw_response / with_streaming_response with the create() they saw first.
+    scripted = t.scripted_openai(*(t.json_reply(t.chat_completion_body("a")) for _ in range(3)))
+    client = scripted.client
+    _ = client.chat.completions.with_raw_response, client.with_raw_response.chat.completions
+    _ = client.chat.completions.with_streaming_response
+    adapters.instrument(client)
+    client.chat.completions.with_raw_response.create(model="m", messages=[]).parse()
+    client.with_raw_response.chat.completions.create(model="m", messages=[]).parse()
+    with client.chat.completions.with_streaming_response.create(model="m", messages=[]) as response:
+        response.parse()
+    assert len(attempts(relay_events)) == 3
+
+
+def test_uninstrumented_client_is_untraced_through_references_held_while_instrumented(relay_turn, relay_events) -> None:
+    scripted = t.scripted_openai(*(t.json_reply(t.chat_completion_body("a")) for _ in range(3)))
+    client = scripted.client
+    adapters.instrument(client)
+    raw = client.chat.completions.with_raw_response
+    create = client.chat.completions.create
+    copy = client.copy
+    adapters.uninstrument(client)
+    raw.create(model="m", messages=[]).parse()
+    create(model="m", messages=[])
+    derived = copy()
+    assert not is_instrumented(derived)
+    derived.chat.completions.create(model="m", messages=[])
+    assert attempts(relay_events) == []
+
+
+def test_client_instrumented_under_the_global_wrapper_stays_one_attempt_after_it_is_removed(
+    relay_turn, relay_events
+) -> None:
+    scripted = t.scripted_openai(t.json_reply(t.chat_completion_body("a")))
+    client = scripted.client
+    adapters.instrument()
+    try:
+        adapters.instrument(client)  # wraps the class's wrapper, as bound then
+    finally:
+        adapters.uninstrument()
+    client.chat.completions.create(model="m", messages=[])
+    assert len(attempts(relay_events)) == 1
+    adapters.uninstrument(client)

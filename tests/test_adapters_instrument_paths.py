@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pydantic
 import pytest
 
-from relay_runtime import Recorder, adapters
+from relay_runtime import Recorder, adapters, auxiliary
 from relay_runtime import conventions as cv
 from relay_runtime.adapters import testing as t
 from relay_runtime.adapters.instrument import ManagedCreate, is_instrumented
@@ -348,3 +349,81 @@ def test_include_usage_reaches_streams_on_the_global_path_and_derived_clients(re
         pass
     assert [b["stream_options"] for b in s.script.bodies()] == [{"include_usage": True}] * 2
     assert [e.annotated_response.usage.input_tokens for e in attempts(relay_events)] == [5, 5]
+
+
+def _rejected_then_accepted(events: Recorder) -> None:
+    ends = attempts(events)
+    assert [(e.outcome, e.error_type, e.metadata[cv.RETRY_COUNT]) for e in ends] == [
+        ("failed", "response_rejected", 0),
+        ("success", None, 1),
+    ]
+    assert len({e.metadata[cv.API_REQUEST_ID] for e in ends}) == 1
+    assert len(events.starts(relay_kind=cv.LOGICAL_CALL)) == 1  # one logical call, not one per attempt
+    assert [e.output["outcome"] for e in events.ends(relay_kind=cv.LOGICAL_CALL)] == ["success"]
+
+
+def test_raw_responses_in_an_auxiliary_call_are_attempts_of_one_validated_call(
+    relay_turn, relay_events, scripted
+) -> None:
+    s = scripted("openai", t.json_reply(t.chat_completion_body("")), t.json_reply(t.chat_completion_body("good")))
+
+    @auxiliary.auxiliary_call
+    def title(task: str) -> Any:
+        auxiliary.set_route("openai", "m")
+        for raw in (s.client.chat.completions.with_raw_response, s.client.chat.completions.with_streaming_response):
+            response = raw.create(model="m", messages=[])
+            with response if hasattr(response, "__enter__") else contextlib.nullcontext(response) as body:
+                try:
+                    return auxiliary.validate_response(body.parse(), task)
+                except auxiliary.ResponseRejected:
+                    continue
+        return None
+
+    assert title("title").choices[0].message.content == "good"
+    _rejected_then_accepted(relay_events)
+
+
+@pytest.mark.asyncio
+async def test_async_raw_responses_in_an_auxiliary_call_are_attempts_of_one_validated_call(
+    relay_turn, relay_events, scripted
+) -> None:
+    s = scripted(
+        "anthropic", t.json_reply(t.anthropic_message_body(" ")), t.json_reply(t.anthropic_message_body("good"))
+    )
+
+    @auxiliary.auxiliary_call
+    async def title(task: str) -> Any:
+        auxiliary.set_route("anthropic", "c", "anthropic_messages")
+        for _ in range(2):
+            async with s.aclient.messages.with_streaming_response.create(model="c", max_tokens=5, messages=[]) as r:
+                try:
+                    return auxiliary.validate_response(await r.parse(), task)
+                except auxiliary.ResponseRejected:
+                    continue
+        return None
+
+    assert (await title("title")).content[0].text == "good"
+    _rejected_then_accepted(relay_events)
+
+
+def test_global_instrumentation_traces_anthropic_beta_messages(relay_turn, relay_events) -> None:
+    s = t.scripted_anthropic(
+        t.json_reply(t.anthropic_message_body("beta")),
+        t.sse_reply(t.typed_sse(t.anthropic_events(["a", "b"]))),
+        t.json_reply(t.anthropic_message_body("after")),
+    )
+    adapters.instrument()
+    try:
+        answer = s.client.beta.messages.create(model="c", max_tokens=5, messages=[], betas=["b-1"])
+        with s.client.beta.messages.stream(model="c", max_tokens=5, messages=[], betas=["b-1"]) as stream:
+            text = "".join(stream.text_stream)
+    finally:
+        adapters.uninstrument()
+    assert (type(answer).__name__, answer.content[0].text, text) == ("BetaMessage", "beta", "ab")
+    assert [(e.outcome, e.annotated_response.output_text) for e in attempts(relay_events)] == [
+        ("success", "beta"),
+        ("success", "ab"),
+    ]
+    assert [r.headers.get("anthropic-beta") for r in s.script.requests] == ["b-1", "b-1"]  # the betas were sent
+    s.client.beta.messages.create(model="c", max_tokens=5, messages=[])  # uninstrumented again
+    assert len(attempts(relay_events)) == 2

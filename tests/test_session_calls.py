@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import re
 import threading
 
 import pytest
@@ -380,3 +381,42 @@ def test_end_turn_closes_a_fresh_call_still_in_flight_once(relay_turn, relay_eve
     assert attempt.outcome == "cancelled"
     kinds = [e.metadata.get(cv.KIND) for e in relay_events.ends()]
     assert kinds.index(cv.ATTEMPT) < kinds.index(cv.LOGICAL_CALL) < kinds.index(cv.TURN)
+
+
+def test_an_unresolvable_relay_home_is_refused_naming_it(relay_home, tmp_path, monkeypatch):
+    loop = tmp_path / "loop"
+    loop.symlink_to(tmp_path / "back")
+    (tmp_path / "back").symlink_to(loop)
+    for bad in (str(loop / "home"), "~no-such-user-relay-test/home"):
+        monkeypatch.setenv(session.HOME_ENV, bad)
+        refused = rf"RELAY_HOME='{re.escape(bad)}' cannot be resolved to a profile directory"
+        with pytest.raises(ValueError, match=refused):
+            session.current_profile_key()
+
+
+@pytest.mark.parametrize("ended_by", ["giver", "worker"])
+def test_a_thread_handed_a_turn_that_ended_records_nothing_in_the_turns_it_was_begun_inside(
+    relay_turn, relay_events, ended_by
+):
+    _relay, parent = relay_turn
+    coord = session.SESSION_COORDINATOR
+    lease = coord.acquire_conversation(profile_key=parent.lease.profile_key, session_id="sub", platform="p")
+    sub = coord.begin_turn(lease, turn_id="sub-turn", task_id="k")  # begun inside the parent's turn
+    if ended_by == "giver":
+        coord.end_turn(sub, outcome="success")
+    seen: list[session.Turn | None] = []
+
+    def worker() -> None:
+        with session.use_turn(sub):
+            if ended_by == "worker":
+                coord.end_turn(sub, outcome="success")
+            seen.append(session.active_turn())
+            calls.execute_current(REQ, lambda r: "late", name="openai")
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert seen == [None]  # not the parent's turn, which this thread was never handed
+    assert relay_events.ends(relay_kind=cv.ATTEMPT) == []
+    assert session.active_turn() is parent  # where the sub-turn was begun, the parent is active again
+    coord.release_conversation(lease)

@@ -522,3 +522,89 @@ async def test_end_turn_ends_a_call_in_flight_in_another_task_before_the_turn(re
     script.let_go.set()
     assert (await task).choices[0].message.content == "late answer"
     assert len(relay_events) == recorded
+
+
+def _side_by_side_verdicts(events: Recorder) -> list[tuple[str, str | None, str | None]]:
+    return sorted((e.outcome, e.error_type, e.annotated_response.output_text) for e in attempt_ends(events))
+
+
+def test_answers_validated_side_by_side_in_threads_each_end_with_their_own_verdict(
+    relay_turn, relay_events, oa
+) -> None:
+    oa.add(t.json_reply(t.chat_completion_body("")), t.json_reply(t.chat_completion_body("good")))
+    both_answered = threading.Barrier(2, timeout=5)
+
+    @auxiliary.auxiliary_call
+    def hedge(task: str) -> Any:
+        auxiliary.set_route("openai", "m", "chat_completions")
+
+        def one() -> Any:
+            answer = adapters.complete(oa.client, {"model": "m", "messages": []})
+            both_answered.wait()  # the other attempt has started (and holds its answer) by now
+            try:
+                return auxiliary.validate_response(answer, task)
+            except auxiliary.ResponseRejected:
+                return None
+
+        with ContextExecutor(2) as pool:
+            return [f.result() for f in [pool.submit(one), pool.submit(one)]]
+
+    hedge("hedge")
+    assert _side_by_side_verdicts(relay_events) == [("failed", "response_rejected", ""), ("success", None, "good")]
+    assert logical_ends(relay_events) == ["success"]
+
+
+@pytest.mark.asyncio
+async def test_answers_validated_side_by_side_in_tasks_each_end_with_their_own_verdict(
+    relay_turn, relay_events, oa
+) -> None:
+    oa.add(t.json_reply(t.chat_completion_body("")), t.json_reply(t.chat_completion_body("good")))
+    both_answered = asyncio.Barrier(2)
+
+    @auxiliary.auxiliary_call
+    async def hedge(task: str) -> Any:
+        auxiliary.set_route("openai", "m", "chat_completions")
+
+        async def one() -> Any:
+            answer = await adapters.acomplete(oa.aclient, {"model": "m", "messages": []})
+            await both_answered.wait()
+            try:
+                return auxiliary.validate_response(answer, task)
+            except auxiliary.ResponseRejected:
+                return None
+
+        return await asyncio.gather(one(), one())
+
+    await hedge("hedge")
+    assert _side_by_side_verdicts(relay_events) == [("failed", "response_rejected", ""), ("success", None, "good")]
+    assert logical_ends(relay_events) == ["success"]
+
+
+def test_a_responses_answer_that_only_calls_a_tool_is_accepted(relay_turn, relay_events, oa) -> None:
+    # As a chat tool_calls message and an anthropic tool_use block are: the model answered with a call.
+    tool_only = t.responses_body()
+    tool_only["output"] = [
+        {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "lookup", "arguments": "{}",
+         "status": "completed"}
+    ]
+    reasoning_only = t.responses_body()
+    reasoning_only["output"] = [{"type": "reasoning", "id": "rs_1", "summary": []}]
+    oa.add(t.json_reply(reasoning_only), t.json_reply(tool_only))
+
+    @auxiliary.auxiliary_call
+    def route_tool(task: str) -> Any:
+        auxiliary.set_route("openai", "m", "responses")
+        for _ in range(2):
+            try:
+                return auxiliary.validate_response(adapters.complete(oa.client, {"model": "m", "input": "hi"}), task)
+            except auxiliary.ResponseRejected:
+                continue
+        return None
+
+    answer = route_tool("tools")
+    assert answer is not None and answer.output[0].name == "lookup"
+    assert [(e.outcome, e.error_type) for e in attempt_ends(relay_events)] == [
+        ("failed", "response_rejected"),
+        ("success", None),
+    ]
+    assert logical_ends(relay_events) == ["success"]
