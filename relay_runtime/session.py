@@ -32,6 +32,11 @@ DEFAULT_HOME = "~/.relay-runtime"
 _OUTCOMES = frozenset(o.value for o in Outcome)
 
 
+def _check_type(method: str, argument: str, value: Any, expected: type) -> None:
+    if not isinstance(value, expected):
+        raise TypeError(f"{method}() takes a {expected.__name__} as {argument}, got {type(value).__name__}")
+
+
 def current_profile_key() -> str:
     """The profile this process runs as: the resolved ``RELAY_HOME`` (default ``~/.relay-runtime``)."""
     raw = os.environ.get(HOME_ENV) or DEFAULT_HOME
@@ -315,6 +320,7 @@ class SessionCoordinator:
 
     def release_conversation(self, lease: ConversationLease) -> None:
         """Idempotent; the last lease released ends the conversation scope."""
+        _check_type("release_conversation", "lease", lease, ConversationLease)
         with self._lock:
             if lease.released:
                 return
@@ -332,6 +338,7 @@ class SessionCoordinator:
         lease.host.relay.scope.pop(conv.scope, output={"outcome": Outcome.SUCCESS.value})
 
     def begin_turn(self, lease: ConversationLease, *, turn_id: str, task_id: str) -> Turn:
+        _check_type("begin_turn", "lease", lease, ConversationLease)
         if lease.released:
             raise ValueError(f"cannot begin turn {turn_id!r}: the lease on {lease.session_id!r} was released")
         conv = lease._conversation
@@ -368,6 +375,7 @@ class SessionCoordinator:
         answer, both unrecorded), then its logical call; calls still open get
         ``outcome``. The turn always ends, even when closing something inside it failed.
         """
+        _check_type("end_turn", "turn", turn, Turn)
         outcome = _check_outcome(outcome)
         with turn.lock:
             if turn.ended:

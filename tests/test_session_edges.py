@@ -608,3 +608,18 @@ def test_a_responses_answer_that_only_calls_a_tool_is_accepted(relay_turn, relay
         ("success", None),
     ]
     assert logical_ends(relay_events) == ["success"]
+
+
+@pytest.mark.parametrize("method", ["begin_turn", "end_turn", "release_conversation"])
+def test_coordinator_calls_given_none_name_what_they_take(relay_turn, relay_events, method) -> None:
+    coordinator = session.SESSION_COORDINATOR
+    call = {
+        "begin_turn": lambda: coordinator.begin_turn(None, turn_id="t2", task_id="t2"),  # type: ignore[arg-type]
+        "end_turn": lambda: coordinator.end_turn(None, outcome="success"),  # type: ignore[arg-type]
+        "release_conversation": lambda: coordinator.release_conversation(None),  # type: ignore[arg-type]
+    }[method]
+    seen = len(relay_events.events)
+    with pytest.raises(TypeError, match=rf"{method}\(\) takes a \w+ as \w+, got NoneType"):
+        call()
+    assert len(relay_events.events) == seen  # nothing recorded for a refused call
+    assert not relay_turn[1].ended
