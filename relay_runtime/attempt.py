@@ -367,12 +367,16 @@ class Attempt:
                 self.finish(outcome_of(exc), response, exc, None)
                 raise
         if self.hold is not None:
-            self.live = False  # its call has settled, though the attempt stays open
-            self.held = response
-            self.hold(self)
+            self._hold_answer(self.hold, response)
             return response
         self.finish(_SUCCESS, response, None, None)
         return response
+
+    def _hold_answer(self, hold: Callable[[Attempt], None], response: Any) -> None:
+        """Keep ``response`` until it is validated: the call has settled, though the attempt stays open."""
+        self.live = False
+        self.held = response
+        hold(self)
 
     @property
     def holding(self) -> bool:
@@ -384,9 +388,7 @@ class Attempt:
         if self.finished or self.held is not _NOTHING:
             return
         if self.hold is not None:
-            self.live = False
-            self.held = response
-            self.hold(self)
+            self._hold_answer(self.hold, response)
             return
         self.finish(_SUCCESS, response, None, None, first_ns)
 
