@@ -9,6 +9,7 @@ that both hand the processors the same spans, field by field.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +17,8 @@ import pytest
 from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
 from opentelemetry.context import Context
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import (
     ConcurrentMultiSpanProcessor,
@@ -43,7 +46,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 from otel_support import StartWatcher, span_path  # noqa: F401  (the fixture: two tests below run on both paths)
 
 from relay_runtime import Relay, ScopeType
-from relay_runtime.integrations.otel import BoundedBatchSpanProcessor, OTelExporter
+from relay_runtime.integrations.otel import BoundedBatchSpanProcessor, OTelExporter, deferred
 from relay_runtime.integrations.otel.deferred import DeferredSpan, _static_choice, fast_path_for
 from relay_runtime.recorder import Recorder
 
@@ -75,7 +78,11 @@ def test_processors_that_ignore_starts_take_the_deferred_path():
     exporter = OTelExporter(provider).attach(relay)
     assert isinstance(open_span_of(exporter, relay), DeferredSpan)
     (span,) = spans.get_finished_spans()
-    assert type(span) is ReadableSpan
+    # The ended span is itself the ReadableSpan the processors get (as the SDK's own Span is), ended for good.
+    assert isinstance(span, ReadableSpan) and span.end_time is not None and not span.is_recording()
+    span.set_attribute("late", 1)
+    span.add_event("late")
+    assert "late" not in span.attributes and span.events == ()
     provider.shutdown()
 
 
@@ -401,3 +408,90 @@ def test_a_deferred_span_takes_the_span_api_as_the_sdk_span_does(limits, odd):
     if limits is None:
         assert one["attributes"]["more"] == ("c",)
         assert one["attribute order"][:4] == ["n", "seq", "k", "pair"]
+
+
+def test_random_ids_are_drawn_as_the_sdk_draws_them():
+    """The deferred path draws span ids from the ``random`` module as the SDK's RandomIdGenerator does:
+    from the same seed, the same trace and span ids on both paths."""
+    contexts: dict[bool, list[SpanContext]] = {}
+    for fast in (True, False):
+        keep = KeepAll()
+        provider = provider_with(keep)
+        relay = Relay()
+        OTelExporter(provider, fast_path=fast).attach(relay)
+        random.seed(7)
+        with relay.scope.scope("root", ScopeType.AGENT), relay.scope.scope("child", ScopeType.FUNCTION):
+            pass
+        contexts[fast] = [s.context for s in keep.ended]
+    assert contexts[True] == contexts[False]
+    assert all(c.is_valid and not c.is_remote and c.trace_flags.sampled for c in contexts[True])
+
+
+def test_the_sdk_span_metrics_count_deferred_spans_as_the_sdk_does(monkeypatch):
+    """With the SDK's own span metrics on, spans built at their end count as started and live alike."""
+    monkeypatch.setenv("OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED", "true")
+    points: dict[bool, dict[str, list[tuple[dict[str, Any], int]]]] = {}
+    for fast in (True, False):
+        reader = InMemoryMetricReader()
+        provider = provider_with(KeepAll(), meter_provider=MeterProvider(metric_readers=[reader]))
+        relay = Relay()
+        exporter = OTelExporter(provider, fast_path=fast).attach(relay)
+        assert (exporter._fast is not None and exporter._fast.metrics_start is not None) is fast
+        with relay.scope.scope("root", ScopeType.AGENT):
+            with relay.scope.scope("child", ScopeType.FUNCTION):
+                pass
+            live_inside = metric_points(reader).get("otel.sdk.span.live")
+        points[fast] = metric_points(reader)
+        assert live_inside == [({"otel.span.sampling_result": "RECORD_AND_SAMPLE"}, 1)]
+    assert points[True] == points[False]
+    assert points[True]["otel.sdk.span.started"] == [
+        ({"otel.span.parent.origin": "local", "otel.span.sampling_result": "RECORD_AND_SAMPLE"}, 1),
+        ({"otel.span.parent.origin": "none", "otel.span.sampling_result": "RECORD_AND_SAMPLE"}, 1),
+    ]
+    assert points[True]["otel.sdk.span.live"] == [({"otel.span.sampling_result": "RECORD_AND_SAMPLE"}, 0)]
+
+
+def metric_points(reader: InMemoryMetricReader) -> dict[str, list[tuple[dict[str, Any], int]]]:
+    out: dict[str, list[tuple[dict[str, Any], int]]] = {}
+    data = reader.get_metrics_data()
+    for rm in data.resource_metrics if data else ():
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                if not metric.name.startswith("otel.sdk.span."):
+                    continue
+                out[metric.name] = sorted(
+                    ((dict(p.attributes or {}), p.value) for p in metric.data.data_points), key=repr
+                )
+    return out
+
+
+def test_a_current_span_that_gives_no_span_context_is_refused_alike():
+    """Something else than a SpanContext from the span current where a root starts: the SDK's
+    start_span refuses it with a TypeError, and so does the deferred path."""
+
+    class Odd(trace_api.NonRecordingSpan):
+        def get_span_context(self) -> Any:
+            return ("not", "a", "span", "context")
+
+    context = trace_api.set_span_in_context(Odd(trace_api.INVALID_SPAN_CONTEXT))
+    tracer = provider_with(KeepAll()).get_tracer("t")
+    path = fast_path_for(tracer)
+    assert path is not None
+    with pytest.raises(TypeError, match="SpanContext"):
+        tracer.start_span("s", context=context)
+    with pytest.raises(TypeError, match="SpanContext"):
+        path.start_span("s", None, context, SpanKind.INTERNAL, {}, 1)
+
+
+@pytest.mark.parametrize("changed", ["SpanContext", "ReadableSpan"])
+def test_an_sdk_whose_span_types_changed_shape_keeps_the_sdk_span(monkeypatch, changed):
+    """The deferred path builds span contexts and readable spans field by field: an SDK whose
+    SpanContext tuple or ReadableSpan fields differ from what it knows must not get one."""
+    if changed == "SpanContext":
+        monkeypatch.setattr(deferred, "_TRACE_STATE", 3)
+    else:
+        monkeypatch.setattr(deferred, "_READABLE_FIELDS", deferred._READABLE_FIELDS - {"_links"})
+    tracer = provider_with(KeepAll()).get_tracer("t")
+    assert fast_path_for(tracer) is None
+    monkeypatch.undo()
+    assert fast_path_for(tracer) is not None

@@ -17,14 +17,16 @@ concurrent multi-processor, a tracer that is not the SDK's) keeps the SDK path:
 
 from __future__ import annotations
 
+import random
 import traceback
 from collections.abc import Mapping, Sequence
 from time import time_ns
-from typing import Any
+from typing import Any, Final
 
 from opentelemetry import trace as trace_api
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import (
     Event,
     ReadableSpan,
@@ -34,12 +36,50 @@ from opentelemetry.sdk.trace import (
     Tracer,
 )
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import Decision, ParentBased, Sampler, StaticSampler
 from opentelemetry.sdk.util import BoundedList
-from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 from opentelemetry.util import types
 
 from .providers import BoundedBatchSpanProcessor
+
+try:  # the SDK's own span metrics (recent SDKs); without them, ``tracer._tracer_metrics`` sends to the SDK path
+    from opentelemetry.sdk.trace._tracer_metrics import NoOpTracerMetrics as _NoOpTracerMetrics
+except ImportError:  # pragma: no cover
+    _NoOpTracerMetrics = None  # type: ignore[assignment,misc]
+
+# A SpanContext is a tuple; its fields are read by position here (checked by ``_check_layout``),
+# which costs no Python call where each of its properties costs one, on every span.
+_TRACE_ID: Final = 0
+_IS_REMOTE: Final = 2
+_FLAGS: Final = 3
+_TRACE_STATE: Final = 4
+_IS_VALID: Final = 5
+_SAMPLED_BIT = TraceFlags.SAMPLED
+_RANDOM_BIT = TraceFlags.RANDOM_TRACE_ID
+_MAX_TRACE_ID = 2**128 - 1
+_MAX_SPAN_ID = 2**64 - 1
+_DEFAULT_TRACE_STATE = TraceState()
+_new_tuple = tuple.__new__
+_EMPTY_RESOURCE = Resource.get_empty()
+_READABLE_FIELDS = frozenset(
+    {
+        "_attributes",
+        "_context",
+        "_end_time",
+        "_events",
+        "_instrumentation_info",
+        "_instrumentation_scope",
+        "_kind",
+        "_links",
+        "_name",
+        "_parent",
+        "_resource",
+        "_start_time",
+        "_status",
+    }
+)
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
@@ -71,12 +111,14 @@ class FastPath:
         self.multi: SynchronousMultiSpanProcessor = tracer.span_processor  # type: ignore[assignment]
         self.processors = self.multi._span_processors
         self.limits: SpanLimits = tracer._span_limits
-        self.metrics = tracer._tracer_metrics
-        self.on_end = self.multi.on_end
+        metrics = tracer._tracer_metrics
+        # The SDK's internal span metrics are off unless asked for: then there is nothing to call.
+        self.metrics_start = None if type(metrics) is _NoOpTracerMetrics else metrics.start_span
         # Read here so that an SDK without them falls back at once rather than at a span's end.
         tracer._is_enabled  # noqa: B018
         tracer._instrumentation_scope  # noqa: B018
         BoundedAttributes._set_items  # noqa: B018
+        _check_layout()
 
     def still_valid(self) -> bool:
         """Processors may be added after the exporter was built: each start checks the tuple it read."""
@@ -99,25 +141,27 @@ class FastPath:
         """
         tracer = self.tracer
         current = (parent_span if parent_span is not None else _get_current_span(context)).get_span_context()
+        if current is not None and not isinstance(current, SpanContext):
+            raise TypeError("parent_span_context must be a SpanContext or None.")  # as the SDK's start_span
         if not tracer._is_enabled():
             return _NonRecordingSpan(current)
         parent: SpanContext | None = current
         # Looked up on the tracer each time, as its own start_span does: either may be swapped.
         ids = tracer.id_generator
-        if parent is None or not parent.is_valid:
+        if parent is None or not parent[_IS_VALID]:
             parent = None
             trace_id = ids.generate_trace_id()
             random_id = ids.is_trace_id_random()
         else:
-            trace_id = parent.trace_id
-            random_id = parent.trace_flags.random_trace_id
+            trace_id = parent[_TRACE_ID]
+            random_id = bool(parent[_FLAGS] & _RANDOM_BIT)
         sampler = tracer.sampler
         static = _static_choice(sampler, parent)
         if static is not None:
             # What the sampler would return, without asking it: a fixed decision, the parent's
             # trace state, the attributes as given (none when dropping).
             decision = static
-            trace_state = parent.trace_state if parent is not None else None
+            trace_state = parent[_TRACE_STATE] if parent is not None else None
             given = attributes
         else:
             if context is None and parent_span is not None:
@@ -130,13 +174,49 @@ class FastPath:
             flags = _SAMPLED_RANDOM if random_id else _SAMPLED
         else:
             flags = _NOT_SAMPLED_RANDOM if random_id else _NOT_SAMPLED
-        span_context = SpanContext(
-            trace_id, ids.generate_span_id(), is_remote=False, trace_flags=flags, trace_state=trace_state
+        span_id = _random_span_id() if type(ids) is RandomIdGenerator else ids.generate_span_id()
+        # What SpanContext(trace_id, span_id, is_remote=False, ...) makes, without its keyword call.
+        span_context = _new_tuple(
+            SpanContext,
+            (
+                trace_id,
+                span_id,
+                False,
+                flags,
+                _DEFAULT_TRACE_STATE if trace_state is None else trace_state,
+                0 < trace_id <= _MAX_TRACE_ID and 0 < span_id <= _MAX_SPAN_ID,
+            ),
         )
-        record_end = self.metrics.start_span(parent, decision)
+        record_end = self.metrics_start(parent, decision) if self.metrics_start is not None else None
         if decision is not _RECORD_AND_SAMPLE and not decision.is_recording():
             return _NonRecordingSpan(span_context)
         return DeferredSpan(self, name, span_context, parent, kind, given, start_time, record_end)
+
+
+def _random_span_id() -> int:
+    """``RandomIdGenerator.generate_span_id``: a nonzero 64-bit draw from the ``random`` module's generator."""
+    span_id = random.getrandbits(64)
+    while not span_id:
+        span_id = random.getrandbits(64)
+    return span_id
+
+
+class _LayoutChanged(Exception):
+    pass
+
+
+def _check_layout() -> None:
+    """The SDK's span context and readable span are as this module builds them, or no fast path."""
+    state = TraceState([("k", "v")])
+    made = SpanContext(0xAB, 0xCD, is_remote=True, trace_flags=TraceFlags(3), trace_state=state)
+    if made != (0xAB, 0xCD, True, 3, state, True) or (made.trace_id, made.is_remote, made.trace_state) != (
+        made[_TRACE_ID],
+        made[_IS_REMOTE],
+        made[_TRACE_STATE],
+    ):
+        raise _LayoutChanged("SpanContext")
+    if set(vars(ReadableSpan("probe", resource=_EMPTY_RESOURCE))) != _READABLE_FIELDS:
+        raise _LayoutChanged("ReadableSpan")
 
 
 # The usual decision, told apart by identity before asking the enum (sampled, and so recording).
@@ -153,11 +233,11 @@ def _static_choice(sampler: Sampler, parent: SpanContext | None) -> Decision | N
             # ParentBased.should_sample's choice of delegate.
             if parent is None:
                 sampler = sampler._root  # type: ignore[attr-defined]
-            elif parent.is_remote:
-                sampled = parent.trace_flags.sampled
+            elif parent[_IS_REMOTE]:
+                sampled = parent[_FLAGS] & _SAMPLED_BIT
                 sampler = sampler._remote_parent_sampled if sampled else sampler._remote_parent_not_sampled  # type: ignore[attr-defined]
             else:
-                sampled = parent.trace_flags.sampled
+                sampled = parent[_FLAGS] & _SAMPLED_BIT
                 sampler = sampler._local_parent_sampled if sampled else sampler._local_parent_not_sampled  # type: ignore[attr-defined]
         if type(sampler).should_sample is _STATIC:
             return sampler._decision  # type: ignore[attr-defined]
@@ -178,34 +258,22 @@ def fast_path_for(tracer: Any) -> FastPath | None:
         if not all(_ignores_starts(p) for p in processors):
             return None
         return FastPath(tracer)
-    except AttributeError:
+    except (AttributeError, _LayoutChanged):
         # An SDK whose internals moved: its own path is always right.
         return None
 
 
-class DeferredSpan(trace_api.Span):
-    """An open span as plain data; ``end`` makes the ``ReadableSpan`` and hands it to the processors.
+class DeferredSpan(trace_api.Span, ReadableSpan):
+    """An open span as plain data, and once ended the ``ReadableSpan`` the processors get (as the
+    SDK's own ``Span`` is both): its fields are the ones ``ReadableSpan`` reads, set directly.
 
     Ended exactly once by the exporter (its span table guarantees it); calls after the
     end are ignored, as the SDK's are.
     """
 
-    __slots__ = (
-        "_attributes",
-        "_context",
-        "_end_time",
-        "_events",
-        "_kind",
-        "_name",
-        "_parent",
-        "_path",
-        "_record_end",
-        "_resource",
-        "_start_attributes",
-        "_start_time",
-        "_status",
-        "_updates",
-    )
+    # ReadableSpan's fields but ``_links`` (none are added), and what is needed only while open.
+    __slots__ = (*sorted(_READABLE_FIELDS - {"_links"}), "_path", "_record_end", "_start_attributes", "_updates")
+    _links: Sequence[trace_api.Link] = ()
 
     def __init__(
         self,
@@ -220,15 +288,15 @@ class DeferredSpan(trace_api.Span):
     ) -> None:
         self._path = path
         self._name = name
-        self._context = context
+        self._context: SpanContext = context
         self._parent = parent
         self._kind = kind
         self._start_attributes = attributes
         # The merged view, in the SDK's order (a key set again moves last); the updates
         # themselves are kept only to replay them through the SDK's limits when one applies.
-        self._attributes = attributes
+        self._attributes: dict[str, Any] = attributes  # while open; once ended, what the SDK would hold
         self._updates: list[Mapping[str, Any]] | None = None
-        self._events: list[Event] | None = None
+        self._events: Sequence[Event] = ()
         self._status = _UNSET
         self._start_time = start_time
         self._end_time: int | None = None
@@ -268,9 +336,10 @@ class DeferredSpan(trace_api.Span):
         bounded = BoundedAttributes(
             limits.max_event_attributes, attributes, max_value_len=limits.max_attribute_length, immutable=True
         )
-        if self._events is None:
-            self._events = []
-        self._events.append(Event(name=name, attributes=bounded, timestamp=timestamp))
+        events = self._events
+        if type(events) is not list:
+            events = self._events = []
+        events.append(Event(name=name, attributes=bounded, timestamp=timestamp))
 
     def update_name(self, name: str) -> None:
         if self._end_time is None:
@@ -315,26 +384,17 @@ class DeferredSpan(trace_api.Span):
         self._end_time = end_time
         path = self._path
         tracer = path.tracer
-        events: Sequence[Event] = ()
-        if self._events is not None:
-            events = BoundedList.from_seq(path.limits.max_events, self._events)
-        span = ReadableSpan(
-            name=self._name,
-            context=self._context,
-            parent=self._parent,
-            resource=self._resource,
-            attributes=self._finished_attributes(path.limits),
-            events=events,
-            links=(),
-            kind=self._kind,
-            status=self._status,
-            start_time=self._start_time,
-            end_time=end_time,
-            instrumentation_info=tracer.instrumentation_info,
-            instrumentation_scope=tracer._instrumentation_scope,
-        )
-        self._record_end()
-        path.on_end(span)
+        if self._events:
+            self._events = BoundedList.from_seq(path.limits.max_events, self._events)
+        self._attributes = self._finished_attributes(path.limits)  # type: ignore[assignment]
+        self._updates = None
+        self._instrumentation_info = tracer.instrumentation_info
+        self._instrumentation_scope = tracer._instrumentation_scope
+        if self._record_end is not None:
+            self._record_end()
+        # SynchronousMultiSpanProcessor.on_end's loop, over the processors it holds now.
+        for processor in path.multi._span_processors:
+            processor.on_end(self)
 
     def _finished_attributes(self, limits: SpanLimits) -> types.Attributes:
         """The attributes as the SDK's span would hold them: as given when every value is one the
