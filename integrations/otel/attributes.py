@@ -400,11 +400,13 @@ def cost_attributes(cost: Any, out: dict[str, Any]) -> None:
             out["relay.cost.rollup.carried"] = cost.carried
 
 
-def metric_key(event: Event) -> tuple[str, str | None, str | None, str | None, str | None]:
+def metric_key(
+    event: Event, resp: AnnotatedLLMResponse | None
+) -> tuple[str, str | None, str | None, str | None, str | None]:
     """What the gen_ai.client.* metrics' attributes are made of, as a hashable tuple:
-    ``(operation, provider, request model, response model, server address)``."""
+    ``(operation, provider, request model, response model, server address)``; ``resp`` is the
+    event's ``annotated_response``, which the caller has read already."""
     op, provider, model = attempt_identity(event)
-    resp = event.annotated_response
     response_model = resp.model if resp is not None and resp.model else None
     md = event.metadata
     address = md.get(cv.SERVER_ADDRESS) if md else None

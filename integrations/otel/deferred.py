@@ -412,7 +412,7 @@ class DeferredSpan(trace_api.Span, ReadableSpan):
             if cls in _PLAIN:
                 if max_value_len is not None and cls is str and len(value) > max_value_len:
                     return self._replayed(limits)
-            elif cls in _SEQUENCES and all(type(v) in _PLAIN for v in value):
+            elif cls in _SEQUENCES and _PLAIN.issuperset(map(type, value)):  # no generator frame per sequence
                 if max_value_len is not None and any(type(v) is str and len(v) > max_value_len for v in value):
                     return self._replayed(limits)
                 if cls is list:

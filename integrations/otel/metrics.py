@@ -90,9 +90,9 @@ class GenAIMetrics:
 
     def record_attempt(self, event: Event, err: str | None) -> None:
         """One provider call's duration, token usage (per ``gen_ai.token.type``), time to first chunk and cost."""
-        key = attrs.metric_key(event)
-        tokens_in = tokens_out = ttfc = None
         resp = event.annotated_response
+        key = attrs.metric_key(event, resp)
+        tokens_in = tokens_out = ttfc = None
         if resp is not None:
             usage = resp.usage
             if usage is not None:
@@ -103,10 +103,11 @@ class GenAIMetrics:
         amount = currency = None
         if isinstance(cost, AttemptCost) and cost.amount is not None:
             amount, currency = cost.amount, cost.currency
-        point = (key, err, event.duration_ns, tokens_in, tokens_out, ttfc, amount, currency)
+        duration = event.duration_ns
+        point = (key, err, duration, tokens_in, tokens_out, ttfc, amount, currency)
         batch = self.batch
         if batch is not None and not (self._trace_based and _sampled_span_current()):
-            shape = (key, err, event.duration_ns is None, tokens_in is None, tokens_out is None, ttfc is None, currency)
+            shape = (key, err, duration is None, tokens_in is None, tokens_out is None, ttfc is None, currency)
             try:
                 seen = shape in self._seen
             except TypeError:  # an unhashable value where a string belongs: recorded in place, as given
@@ -167,7 +168,13 @@ class GenAIMetrics:
 
 
 def _sampled_span_current() -> bool:
-    return bool(trace_api.get_current_span().get_span_context().trace_flags.sampled)
+    span = _get_current_span()
+    # No span current, the usual case in a call, is the invalid span: never sampled.
+    return span is not _INVALID_SPAN and bool(span.get_span_context().trace_flags.sampled)
+
+
+_get_current_span = trace_api.get_current_span
+_INVALID_SPAN = trace_api.INVALID_SPAN
 
 
 _TOKEN_TYPE = "gen_ai.token.type"
