@@ -140,7 +140,10 @@ class FastPath:
         span's own: the caller hands them over.
         """
         tracer = self.tracer
-        current = (parent_span if parent_span is not None else _get_current_span(context)).get_span_context()
+        if type(parent_span) is DeferredSpan:
+            current: SpanContext = parent_span._context  # the usual parent: one of ours
+        else:
+            current = (parent_span if parent_span is not None else _get_current_span(context)).get_span_context()
         if current is not None and not isinstance(current, SpanContext):
             raise TypeError("parent_span_context must be a SpanContext or None.")  # as the SDK's start_span
         if not tracer._is_enabled():
@@ -174,7 +177,13 @@ class FastPath:
             flags = _SAMPLED_RANDOM if random_id else _SAMPLED
         else:
             flags = _NOT_SAMPLED_RANDOM if random_id else _NOT_SAMPLED
-        span_id = _random_span_id() if type(ids) is RandomIdGenerator else ids.generate_span_id()
+        if type(ids) is RandomIdGenerator:
+            # RandomIdGenerator.generate_span_id: a nonzero 64-bit draw from the random module's generator.
+            span_id = random.getrandbits(64)
+            while not span_id:
+                span_id = random.getrandbits(64)
+        else:
+            span_id = ids.generate_span_id()
         # What SpanContext(trace_id, span_id, is_remote=False, ...) makes, without its keyword call.
         span_context = _new_tuple(
             SpanContext,
@@ -191,14 +200,6 @@ class FastPath:
         if decision is not _RECORD_AND_SAMPLE and not decision.is_recording():
             return _NonRecordingSpan(span_context)
         return DeferredSpan(self, name, span_context, parent, kind, given, start_time, record_end)
-
-
-def _random_span_id() -> int:
-    """``RandomIdGenerator.generate_span_id``: a nonzero 64-bit draw from the ``random`` module's generator."""
-    span_id = random.getrandbits(64)
-    while not span_id:
-        span_id = random.getrandbits(64)
-    return span_id
 
 
 class _LayoutChanged(Exception):
@@ -272,7 +273,16 @@ class DeferredSpan(trace_api.Span, ReadableSpan):
     """
 
     # ReadableSpan's fields but ``_links`` (none are added), and what is needed only while open.
-    __slots__ = (*sorted(_READABLE_FIELDS - {"_links"}), "_path", "_record_end", "_start_attributes", "_updates")
+    # ``context`` too: a field where ReadableSpan has a property, since every processor's
+    # ``on_end`` reads it (twice, in the SDK's) and a field costs no Python call to read.
+    __slots__ = (
+        *sorted(_READABLE_FIELDS - {"_links"}),
+        "_path",
+        "_record_end",
+        "_start_attributes",
+        "_updates",
+        "context",
+    )
     _links: Sequence[trace_api.Link] = ()
 
     def __init__(
@@ -289,6 +299,7 @@ class DeferredSpan(trace_api.Span, ReadableSpan):
         self._path = path
         self._name = name
         self._context: SpanContext = context
+        self.context = context  # type: ignore[misc]
         self._parent = parent
         self._kind = kind
         self._start_attributes = attributes
