@@ -14,10 +14,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from opentelemetry import context as context_api
+from opentelemetry import trace as trace_api
 from opentelemetry.metrics import NoOpMeterProvider
 from opentelemetry.sdk.metrics import AlwaysOnExemplarFilter, MeterProvider
 from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from otel_support import Pipeline
 
 from relay_runtime import adapters, cost, session
@@ -174,6 +177,36 @@ def test_under_a_sampled_span_points_are_recorded_in_place_with_their_exemplar(t
              if p.attributes["gen_ai.request.model"] == "gpt-x"]  # fmt: skip
     assert [e.span_id for e in ok.exemplars] == [span.get_span_context().span_id]
     assert points(twins.queued) == points(twins.in_place)
+
+
+def test_whether_a_sampled_span_is_current_is_read_as_get_current_span_reads_it():
+    """The metrics ask the current context for its span without going through get_current_span:
+    the answer must be the same for no span, a sampled one, an unsampled one and a value that is no span."""
+    def via_api() -> bool:
+        return bool(trace_api.get_current_span().get_span_context().trace_flags.sampled)
+
+    sampled = NonRecordingSpan(SpanContext(1, 2, False, TraceFlags(TraceFlags.SAMPLED)))
+    unsampled = NonRecordingSpan(SpanContext(1, 3, False, TraceFlags(TraceFlags.DEFAULT)))
+    contexts = {
+        "nothing current": context_api.Context(),
+        "sampled span": trace_api.set_span_in_context(sampled),
+        "unsampled span": trace_api.set_span_in_context(unsampled),
+        "no span under the key": context_api.set_value(otel_metrics._SPAN_KEY, sampled.get_span_context()),
+    }
+    answers = {}
+    for name, context in contexts.items():
+        token = context_api.attach(context)
+        try:
+            assert otel_metrics._sampled_span_current() is via_api(), name
+            answers[name] = via_api()
+        finally:
+            context_api.detach(token)
+    assert answers == {
+        "nothing current": False,
+        "sampled span": True,
+        "unsampled span": False,
+        "no span under the key": False,
+    }
 
 
 def test_shutdown_records_what_is_queued_and_later_points_go_in_place(twins):

@@ -331,7 +331,7 @@ def error_type(event: Event, outcome: str | None = None) -> str | None:
 
 
 def end_attributes(event: Event, role: str) -> dict[str, Any]:
-    outcome = outcome_of(event)
+    outcome = event.outcome or outcome_of(event)  # the relay's own ends carry it: no call
     if outcome is None:
         out: dict[str, Any] = {}
     elif outcome == "failed":

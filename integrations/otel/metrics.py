@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
 from opentelemetry.context import Context
 from opentelemetry.metrics import MeterProvider
@@ -168,13 +169,16 @@ class GenAIMetrics:
 
 
 def _sampled_span_current() -> bool:
-    span = _get_current_span()
-    # No span current, the usual case in a call, is the invalid span: never sampled.
-    return span is not _INVALID_SPAN and bool(span.get_span_context().trace_flags.sampled)
+    """Whether a sampled span is current, as ``get_current_span()`` would find it (a value under its key
+    that is a Span, else the invalid span), in one context lookup: no span, the usual case, is not sampled."""
+    span = _get_current_context().get(_SPAN_KEY)
+    return isinstance(span, trace_api.Span) and bool(span.get_span_context().trace_flags.sampled)
 
 
-_get_current_span = trace_api.get_current_span
-_INVALID_SPAN = trace_api.INVALID_SPAN
+_get_current_context = context_api.get_current
+# The key the API keeps the current span under (its own name for it is private): the one key of a
+# context holding nothing else but a span.
+(_SPAN_KEY,) = trace_api.set_span_in_context(trace_api.INVALID_SPAN, Context())
 
 
 _TOKEN_TYPE = "gen_ai.token.type"
