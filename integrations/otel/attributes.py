@@ -288,7 +288,8 @@ def response_attributes(provider: str | None, resp: AnnotatedLLMResponse | None,
     if resp.id:
         out["gen_ai.response.id"] = resp.id
     if resp.finish_reasons:
-        out["gen_ai.response.finish_reasons"] = list(map(str, resp.finish_reasons))
+        # A tuple, as the SDK keeps a sequence attribute: nothing to convert when the span ends.
+        out["gen_ai.response.finish_reasons"] = tuple(map(str, resp.finish_reasons))
     usage = resp.usage
     if usage is not None:
         total_in = input_tokens_total(provider, usage)

@@ -89,6 +89,7 @@ _UNSET = Status(StatusCode.UNSET)
 # Attribute values the SDK keeps exactly as given (strings too, when no length limit applies).
 _PLAIN = frozenset({str, bool, int, float})
 _SEQUENCES = frozenset({list, tuple})
+_STRINGS = frozenset({str})
 _KNOWN_TO_IGNORE_STARTS = (BatchSpanProcessor, SimpleSpanProcessor, BoundedBatchSpanProcessor)
 _get_current_span = trace_api.get_current_span
 _NonRecordingSpan = trace_api.NonRecordingSpan
@@ -409,34 +410,33 @@ class DeferredSpan(trace_api.Span, ReadableSpan):
 
     def _finished_attributes(self, limits: SpanLimits) -> types.Attributes:
         """The attributes as the SDK's span would hold them: as given when every value is one the
-        SDK keeps as is (sequences become tuples, as it makes them), else replayed through its limits."""
+        SDK keeps as is (lists become tuples, as it makes them), else replayed through its limits."""
         merged = self._attributes
         maxlen = limits.max_span_attributes
         if maxlen is not None and len(merged) > maxlen:
             return self._replayed(limits)
+        # The keys in one pass of C: the SDK drops an empty or non-string one.
+        if "" in merged or not _STRINGS.issuperset(map(type, merged)):
+            return self._replayed(limits)
         max_value_len = limits.max_span_attribute_length
-        sequences: list[str] | None = None
-        for key, value in merged.items():
+        lists = False
+        for value in merged.values():
             cls = type(value)
-            if type(key) is not str or not key:
-                return self._replayed(limits)
             if cls in _PLAIN:
                 if max_value_len is not None and cls is str and len(value) > max_value_len:
                     return self._replayed(limits)
-            elif cls in _SEQUENCES and _PLAIN.issuperset(map(type, value)):  # no generator frame per sequence
+            elif cls in _SEQUENCES and _PLAIN.issuperset(map(type, value)):
                 if max_value_len is not None and any(type(v) is str and len(v) > max_value_len for v in value):
                     return self._replayed(limits)
-                if cls is list:
-                    if sequences is None:
-                        sequences = []
-                    sequences.append(key)
+                lists = lists or cls is list
             else:
                 return self._replayed(limits)
-        if sequences is not None:
+        if lists:
             if merged is self._start_attributes:
                 merged = self._attributes = dict(merged)
-            for key in sequences:
-                merged[key] = tuple(merged[key])
+            for key, value in merged.items():
+                if type(value) is list:
+                    merged[key] = tuple(value)
         return merged
 
     def _replayed(self, limits: SpanLimits) -> BoundedAttributes:
