@@ -172,7 +172,7 @@ def _sampled_span_current() -> bool:
     """Whether a sampled span is current, as ``get_current_span()`` would find it (a value under its key
     that is a Span, else the invalid span), in one context lookup: no span, the usual case, is not sampled."""
     span = _get_current_context().get(_SPAN_KEY)
-    return isinstance(span, trace_api.Span) and bool(span.get_span_context().trace_flags.sampled)
+    return span is not None and isinstance(span, trace_api.Span) and bool(span.get_span_context().trace_flags.sampled)
 
 
 _get_current_context = context_api.get_current
