@@ -65,9 +65,8 @@ SPAN_KINDS: dict[str, SpanKind] = {
 _OPERATIONS = {"responses": "chat", "messages": "chat"}
 
 
-def attempt_identity(event: Event) -> tuple[str, str | None, str | None]:
-    """``(operation, provider, request model)`` of an attempt, reading the request once."""
-    req = event.annotated_request
+def attempt_identity(event: Event, req: AnnotatedLLMRequest | None) -> tuple[str, str | None, str | None]:
+    """``(operation, provider, request model)`` of an attempt; ``req`` is its ``annotated_request``."""
     if req is None:
         return "chat", event.provider, event.model_name
     op = req.operation
@@ -101,7 +100,7 @@ def agent_name(event: Event) -> str:
 def span_name(event: Event, role: str) -> str:
     """Low-cardinality names as the GenAI conventions spell them: ``{operation} {target}``."""
     if role == ATTEMPT:
-        op, _, model = attempt_identity(event)
+        op, _, model = attempt_identity(event, event.annotated_request)
         return f"{op} {model}" if model else op
     if role == TOOL:
         return f"execute_tool {event.name}"
@@ -225,14 +224,14 @@ def span_start(event: Event, role: str, conversation_id: str | None) -> tuple[st
         relay_attributes(md, out)
         return event.name, out
     if role == ATTEMPT:
-        op, provider, model = attempt_identity(event)
+        req = event.annotated_request
+        op, provider, model = attempt_identity(event, req)
         out = {"gen_ai.operation.name": op}
         if provider:
             out["gen_ai.provider.name"] = provider
         if model:
             out["gen_ai.request.model"] = model
         name = f"{op} {model}" if model else op
-        req = event.annotated_request
         if req is not None:
             request_attributes(req, out)
         if md and cv.SERVER_ADDRESS in md:
@@ -407,7 +406,7 @@ def metric_key(
     """What the gen_ai.client.* metrics' attributes are made of, as a hashable tuple:
     ``(operation, provider, request model, response model, server address)``; ``resp`` is the
     event's ``annotated_response``, which the caller has read already."""
-    op, provider, model = attempt_identity(event)
+    op, provider, model = attempt_identity(event, event.annotated_request)
     response_model = resp.model if resp is not None and resp.model else None
     md = event.metadata
     address = md.get(cv.SERVER_ADDRESS) if md else None
@@ -449,7 +448,7 @@ def openinference_start(event: Event, role: str, conversation_id: str | None) ->
     if conversation_id:
         out["session.id"] = conversation_id
     if role == ATTEMPT:
-        _, provider, model = attempt_identity(event)
+        _, provider, model = attempt_identity(event, event.annotated_request)
         if provider:
             out["llm.provider"] = provider
             out["llm.system"] = provider

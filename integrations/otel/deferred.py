@@ -110,6 +110,8 @@ class FastPath:
     def __init__(self, tracer: Tracer) -> None:
         self.tracer = tracer
         self.multi: SynchronousMultiSpanProcessor = tracer.span_processor  # type: ignore[assignment]
+        # Processors may be added after the exporter was built: while ``multi._span_processors``
+        # is still this tuple, nothing was (the exporter checks at every start, in place: no call).
         self.processors = self.multi._span_processors
         self.limits: SpanLimits = tracer._span_limits
         metrics = tracer._tracer_metrics
@@ -120,10 +122,6 @@ class FastPath:
         tracer._instrumentation_scope  # noqa: B018
         BoundedAttributes._set_items  # noqa: B018
         _check_layout()
-
-    def still_valid(self) -> bool:
-        """Processors may be added after the exporter was built: each start checks the tuple it read."""
-        return self.multi._span_processors is self.processors
 
     def start_span(
         self,

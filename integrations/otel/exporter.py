@@ -202,7 +202,7 @@ class OTelExporter:
         if self._content is not None:
             self._content_attributes(self._content.attempt_start, self._content.tool_start, event, role, attributes)
         fast = self._fast
-        if fast is not None and not fast.still_valid():
+        if fast is not None and fast.multi._span_processors is not fast.processors:  # see FastPath
             fast = self._fast = fast_path_for(self._tracer)
         if fast is not None:
             span = fast.start_span(name, parent_span, context, _SPAN_KINDS[role], attributes, event.timestamp)
