@@ -91,7 +91,7 @@ class Attempt:
         on_finish: FinishHook | None,
     ) -> None:
         """``metadata`` becomes the attempt's own (see ``attempt_metadata``): adapters add to it during the call."""
-        if type(name) is not str and not isinstance(name, str) or not name:
+        if (type(name) is not str and not isinstance(name, str)) or not name:
             raise ValueError(f"LLM call name must be a non-empty string, got {name!r}")
         if type(request) is not LLMRequest and not isinstance(request, LLMRequest):
             raise TypeError(f"LLM call {name!r} needs an LLMRequest, got {type(request).__name__}")

@@ -86,7 +86,7 @@ class ScopeHandle:
         return f"<scope {self.scope_type} {self.name!r} {self.uuid[:8]}>"
 
 
-def raise_parent_ended(name: str, parent: ScopeHandle) -> None:
+def raise_parent_ended(name: str, parent: ScopeHandle | None) -> None:
     raise ValueError(f"cannot push {name!r} under {parent!r}: that scope has ended")
 
 
