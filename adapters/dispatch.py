@@ -127,7 +127,12 @@ def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, entry:
     if type(kwargs) is not dict:  # the one check a plain dict needs, without a call
         _check_kwargs(kwargs)
     route = auxiliary.current_route()
-    mode = api_mode or (route.api_mode if route is not None else None) or _mode_of_client(client)
+    mode = (
+        api_mode
+        or (route.api_mode if route is not None else None)
+        or _MODE_BY_TYPE.get(type(client))  # ``_mode_of_client``'s cache, read here: this runs on every call
+        or _mode_of_client(client)
+    )
     api = APIS.get(mode)
     if api is None:
         raise ValueError(f"unknown api_mode {mode!r}; expected one of {sorted(APIS)}")
@@ -140,7 +145,10 @@ def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, entry:
         kwargs = {**kwargs, "stream": True}
     metadata = auxiliary.next_attempt_metadata()
     auxiliary_attempt = metadata is not None
-    address = server_address(client)
+    # ``server_address``'s cache, read here first: one endpoint is the common case.
+    last_url, address = _last_address
+    if last_url is None or getattr(client, "_base_url", None) is not last_url:
+        address = server_address(client)
     if address is not None:
         metadata = {**metadata, cv.SERVER_ADDRESS: address} if metadata else {cv.SERVER_ADDRESS: address}
     model = kwargs.get("model")
@@ -182,20 +190,33 @@ def _guarded_call(create: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         inside_sdk_call.reset(token)
 
 
+# Response types seen not to be awaitable: one set lookup per call instead of the ABC check.
+_NOT_AWAITABLE: set[type] = set()
+
+
+def _awaitable(result: Any) -> bool:
+    # isinstance, not hasattr: a missing attribute on an SDK's pydantic response costs
+    # microseconds (its __getattr__ raises). Whether an object is Awaitable depends on its type
+    # alone, so a type once seen answers for all its instances.
+    if isinstance(result, Awaitable):
+        return True
+    if len(_NOT_AWAITABLE) < 256:
+        _NOT_AWAITABLE.add(type(result))
+    return False
+
+
 def sync_callback(create: Callable[..., Any], client: Any, api: Api) -> Callable[[LLMRequest], Any]:
     def call(request: LLMRequest) -> Any:
         kwargs = _kwargs_of(request)
         sdk_retries.watch(client)
-        if cassettes.current() is not None:
+        if cassettes.in_use:
             with cassette_http.bound(client, api.codec, kwargs) as tape:
                 direct = cassette_http.direct_reply(tape, client, api.mode)
                 if direct is not cassette_http.NOT_DIRECT:
                     return direct
                 return create(**kwargs) if not _guarded else _guarded_call(create, kwargs)
         result = create(**kwargs) if not _guarded else _guarded_call(create, kwargs)
-        # isinstance, not hasattr: a missing attribute on an SDK's pydantic response costs
-        # microseconds (its __getattr__ raises), the ABC check a cached type lookup.
-        if isinstance(result, Awaitable):
+        if type(result) not in _NOT_AWAITABLE and _awaitable(result):
             # A duck-typed create() that looked synchronous: an un-awaited coroutine is no response.
             close = getattr(result, "close", None)
             if close is not None:
@@ -222,7 +243,7 @@ def async_callback(create: Callable[..., Any], client: Any, api: Api) -> Callabl
     async def call(request: LLMRequest) -> Any:
         kwargs = _kwargs_of(request)
         sdk_retries.watch(client)
-        if cassettes.current() is not None:
+        if cassettes.in_use:
             with cassette_http.bound(client, api.codec, kwargs) as tape:
                 direct = cassette_http.direct_reply(tape, client, api.mode)
                 if direct is not cassette_http.NOT_DIRECT:
@@ -312,7 +333,7 @@ def complete(
 
     With ``"stream": True`` in ``kwargs`` it is ``stream()``: a managed stream, as the SDK returns one.
     """
-    if _wants_stream(kwargs):
+    if kwargs.get("stream") if type(kwargs) is dict else _wants_stream(kwargs):
         return stream(client, kwargs, api_mode=api_mode, include_usage=include_usage, sdk_method=sdk_method)
     api, create, request, name, model_name, metadata, auxiliary_attempt = prepare(kwargs, api_mode, client, "complete")
     return calls.execute_current(

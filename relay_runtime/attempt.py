@@ -91,9 +91,9 @@ class Attempt:
         on_finish: FinishHook | None,
     ) -> None:
         """``metadata`` becomes the attempt's own (see ``attempt_metadata``): adapters add to it during the call."""
-        if not isinstance(name, str) or not name:
+        if (type(name) is not str and not isinstance(name, str)) or not name:
             raise ValueError(f"LLM call name must be a non-empty string, got {name!r}")
-        if not isinstance(request, LLMRequest):
+        if type(request) is not LLMRequest and not isinstance(request, LLMRequest):
             raise TypeError(f"LLM call {name!r} needs an LLMRequest, got {type(request).__name__}")
         self.relay = relay
         self.name = name
@@ -137,6 +137,9 @@ class Attempt:
         request intercept that returns an awaitable is a ``TypeError``.
         """
         request = self.request
+        relay = self.relay
+        if not relay.intercepts.active and not relay.cost.active:
+            return self._started(request)  # no policy can refuse or change it: nothing to resolve
         try:
             guardrails, edits = self._resolve()
             name = self.name
@@ -351,7 +354,7 @@ class Attempt:
 
         With a ``hold`` set, the attempt stays open holding the response instead, until ``release``.
         """
-        chain = self.chains.get(LLM_RESPONSE)
+        chain = self.chains.get(LLM_RESPONSE) if self.chains else None
         if chain:
             try:
                 for entry in chain:
@@ -446,15 +449,8 @@ class Attempt:
             else:
                 relay.cost.settle(self, outcome, response, response_view)
         try:
-            relay.scope.end(
-                self.handle,
-                output=response,
-                error=error,
-                outcome=outcome,
-                provider=self.name,
-                model_name=self.model_name,
-                annotated_request=self.view,
-                annotated_response=response_view,
+            relay.scope._end(
+                self.handle, response, None, error, outcome, self.name, self.model_name, self.view, response_view
             )
         except Exception as exc:
             self.handle.ended = True

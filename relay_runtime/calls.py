@@ -18,6 +18,7 @@ from . import session
 from .attempt import Attempt, FinishHook
 from .codec import LLMCodec
 from .ids import new_id
+from .scopes import ScopeHandle, raise_parent_ended
 from .session import LogicalCall, Turn, close_logical_call, end_logical_call, note_unmanaged, take_logical_call
 from .streams import ManagedAsyncStream, ManagedStream, exhausted_async
 from .types import LLMRequest, Outcome, ScopeType
@@ -25,6 +26,7 @@ from .types import LLMRequest, Outcome, ScopeType
 _SUCCESS = Outcome.SUCCESS.value
 _FUNCTION = ScopeType.FUNCTION.value
 DEFAULT_CALL_ROLE = "primary"
+_LOGICAL_CALL = "logical_llm_call"
 
 # Set by ``auxiliary_call`` while its function runs: an attempt that defers its logical completion
 # is then held open with its response until the response is validated (``Attempt.hold``).
@@ -39,8 +41,9 @@ def _open(
     """The logical call this attempt belongs to (opened now if new), and the attempt's own metadata."""
     # ``attempt_metadata``'s dict, built here without its frame: this runs once per managed call.
     meta: dict[str, Any] = {cv.KIND: cv.ATTEMPT, **metadata} if metadata else {cv.KIND: cv.ATTEMPT}
-    api_request_id = meta.get(cv.API_REQUEST_ID) if metadata else None
-    role = (meta.get(cv.CALL_ROLE) if metadata else None) or DEFAULT_CALL_ROLE
+    # ``in`` before reading: most calls carry neither key, and a membership test is no call.
+    api_request_id = meta[cv.API_REQUEST_ID] if metadata and cv.API_REQUEST_ID in meta else None
+    role = (meta[cv.CALL_ROLE] if metadata and cv.CALL_ROLE in meta else None) or DEFAULT_CALL_ROLE
     if api_request_id:
         # A caller's id: other attempts (threads, tasks) may open or settle the same call.
         with turn.lock:
@@ -53,7 +56,8 @@ def _open(
         # whole first and published by one dict store, without the turn's lock.
         api_request_id = new_id()
         call = _new_call(turn, api_request_id, role)
-        meta.setdefault(cv.RETRY_COUNT, 0)
+        if cv.RETRY_COUNT not in meta:
+            meta[cv.RETRY_COUNT] = 0
         call.attempts = call.in_flight = 1
         call.provider = name
         call.model = model_name or None
@@ -64,13 +68,16 @@ def _open(
 
 
 def _new_call(turn: Turn, api_request_id: str, role: str) -> LogicalCall:
-    scope = turn.relay.scope.push(
-        "logical_llm_call",
-        _FUNCTION,
-        parent=turn.scope,
-        attach=False,
-        metadata={cv.KIND: cv.LOGICAL_CALL, cv.API_REQUEST_ID: api_request_id, cv.CALL_ROLE: role},
-    )
+    # ``relay.scope.push(..., parent=turn.scope, attach=False)``, without its checks of a name and
+    # scope type that are constants here: this runs once per managed call.
+    parent = turn.scope
+    if parent is None or parent.ended:
+        raise_parent_ended(_LOGICAL_CALL, parent)
+    metadata = {cv.KIND: cv.LOGICAL_CALL, cv.API_REQUEST_ID: api_request_id, cv.CALL_ROLE: role}
+    scope = ScopeHandle(_LOGICAL_CALL, _FUNCTION, parent, metadata, None, False, None)
+    relay = turn.relay
+    if relay.subscribers.start:
+        relay.scope._start(scope, None)
     return LogicalCall(api_request_id, role, scope)
 
 
@@ -86,6 +93,8 @@ def _count_attempt(call: LogicalCall, meta: dict[str, Any], name: str, model_nam
 
 def _response_model(response: Any) -> str | None:
     model = getattr(response, "model", None)
+    if type(model) is str:  # the common case, without the checks below
+        return model or None
     if model is None and isinstance(response, dict):
         model = response.get("model")
     return model if isinstance(model, str) and model else None
@@ -101,12 +110,14 @@ def _attempt_ended(
     error: BaseException | None,
 ) -> None:
     """Count the attempt out of its logical call; with ``settle``, close the call with its outcome."""
+    model = _response_model(response) if response is not None else None  # outside the lock: it reads the response
     with turn.lock:
         call.in_flight -= 1
         if streaming:
             call.open_streams -= 1
         call.last_outcome = outcome
-        call.model = _response_model(response) or call.model
+        if model is not None:
+            call.model = model
         closing = settle and take_logical_call(turn, call)
     if closing:
         end_logical_call(turn, call, outcome)
@@ -168,7 +179,7 @@ def _call_attempt(
     # A partial, not a closure: finishing runs one Python frame, not two.
     on_finish = partial(_attempt_ended, turn, call, not defer, False)
     attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, on_finish)
-    _track(call, attempt)
+    call.open_attempts.append(attempt)  # tracked (see _track), inline: this runs on every managed call
     if defer:
         _hold_for_validation(call, attempt)
     return attempt

@@ -206,7 +206,6 @@ def new_event(
     name: str,
     scope_type: str | None,
     timestamp: int,
-    *,
     start_timestamp: int | None = None,
     input: Any = None,
     output: Any = None,
@@ -225,7 +224,9 @@ def new_event(
 
     Calling the class goes through ``type.__call__``, which packs keyword
     arguments into a dict before ``__init__`` sees them; a plain function
-    call does not.
+    call does not. Callers pass the optional fields by keyword: they are not
+    keyword-only because defaults of keyword-only parameters are looked up in a
+    dict on every call, and positional ones are not.
     """
     event = _new(Event)
     event.kind = kind

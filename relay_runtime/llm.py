@@ -67,7 +67,7 @@ class LLM:
     def run(self, attempt: Attempt, callback: Callable[[LLMRequest], Any]) -> Any:
         """``execute`` for an attempt built by the caller."""
         request = attempt.prepare()
-        chain = attempt.chains.get(LLM_EXECUTION)
+        chain = attempt.chains.get(LLM_EXECUTION) if attempt.chains else None
         tokens = attempt.enter()
         attempt.waiting = True
         try:

@@ -222,7 +222,9 @@ def redact_kwargs(content: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def redacted_request(headers: Mapping[str, Any], content: Mapping[str, Any]) -> dict[str, Any]:
-    return {"headers": redact_headers(headers) if headers else {}, "content": redact_kwargs(content)}
+    # ``redact_kwargs(content)`` without its frame: every managed call's start event is built here.
+    clean = _clean_mapping(content, 0, CONVERSATION_KWARGS)
+    return {"headers": redact_headers(headers) if headers else {}, "content": clean}
 
 
 def redacted_annotation(annotated: AnnotatedLLMRequest | None) -> AnnotatedLLMRequest | None:

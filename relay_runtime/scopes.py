@@ -86,6 +86,10 @@ class ScopeHandle:
         return f"<scope {self.scope_type} {self.name!r} {self.uuid[:8]}>"
 
 
+def raise_parent_ended(name: str, parent: ScopeHandle | None) -> None:
+    raise ValueError(f"cannot push {name!r} under {parent!r}: that scope has ended")
+
+
 def _scope_type(scope_type: ScopeType | str) -> str:
     if type(scope_type) is str and scope_type:
         return scope_type  # a known type's value, or a custom type
@@ -148,33 +152,39 @@ class Scopes:
         # Plain strings (every caller in the core) skip the frame that normalises enums.
         st = scope_type if type(scope_type) is str and scope_type else _scope_type(scope_type)
         if parent is not None and parent.ended:
-            raise ValueError(f"cannot push {name!r} under {parent!r}: that scope has ended")
+            raise_parent_ended(name, parent)
         # ``below`` is only ever read on a stack: a detached scope with its parent given needs no lookup.
         top = self.current() if attach or parent is None else None
         handle = ScopeHandle(name, st, parent if parent is not None else top, metadata, data, attach, top)
         token = self._stack.set(handle) if attach else None
         if self._subs.start:
-            event = new_event(
-                SCOPE_START,
-                handle.uuid,
-                handle.parent_uuid,
-                handle.trace_id,
-                name,
-                st,
-                handle.start_ns,
-                input=input,
-                metadata=metadata,
-            )
-            try:
-                self._subs.deliver(self._subs.start, event)
-            except BaseException as exc:
-                # A subscriber's KeyboardInterrupt: the caller never gets the handle, so the scope
-                # must not stay open (or on the stack) behind its back.
-                if token is not None:
-                    self._stack.reset(token)
-                self.end(handle, error=exc)
-                raise
+            self._start(handle, input, token)
         return handle
+
+    def _start(self, handle: ScopeHandle, input: Any, token: Any = None) -> None:
+        """Emit the start event of a new ``handle`` (pushed with ``token``, if attached).
+
+        A subscriber's KeyboardInterrupt ends the scope (and takes it off the stack) before it
+        propagates: the caller never gets the handle, so it must not stay open behind its back.
+        """
+        event = new_event(
+            SCOPE_START,
+            handle.uuid,
+            handle.parent_uuid,
+            handle.trace_id,
+            handle.name,
+            handle.scope_type,
+            handle.start_ns,
+            input=input,
+            metadata=handle.metadata,
+        )
+        try:
+            self._subs.deliver(self._subs.start, event)
+        except BaseException as exc:
+            if token is not None:
+                self._stack.reset(token)
+            self._end(handle, None, None, exc, None)
+            raise
 
     def pop(
         self,
@@ -186,7 +196,7 @@ class Scopes:
         outcome: str | None = None,
     ) -> None:
         """End ``handle``. A second pop of the same handle is a no-op."""
-        if not isinstance(handle, ScopeHandle):
+        if type(handle) is not ScopeHandle and not isinstance(handle, ScopeHandle):
             raise TypeError(f"pop() takes a ScopeHandle, got {type(handle).__name__}")
         if handle.ended:
             return
@@ -196,7 +206,7 @@ class Scopes:
                 self._stack.set(handle.below)
             else:
                 self._check_not_buried(handle, top)
-        self.end(handle, output=output, metadata=metadata, error=error, outcome=outcome)
+        self._end(handle, output, metadata, error, outcome)
 
     def _check_not_buried(self, handle: ScopeHandle, top: ScopeHandle | None) -> None:
         node = top
@@ -223,6 +233,21 @@ class Scopes:
         annotated_response: AnnotatedResponseField = None,
     ) -> None:
         """Mark ``handle`` ended and emit its end event, without touching any stack."""
+        self._end(handle, output, metadata, error, outcome, provider, model_name, annotated_request, annotated_response)
+
+    def _end(
+        self,
+        handle: ScopeHandle,
+        output: Any,
+        metadata: dict[str, Any] | None,
+        error: BaseException | None,
+        outcome: str | None,
+        provider: str | None = None,
+        model_name: str | None = None,
+        annotated_request: AnnotatedRequestField = None,
+        annotated_response: AnnotatedResponseField = None,
+    ) -> None:
+        """``end`` with its arguments in order: the calls made for every LLM call pass them so."""
         if handle.ended:
             return
         handle.ended = True

@@ -474,7 +474,7 @@ def end_logical_call(
     }
     try:
         # Looked up at call time: callers (and tests) may wrap the relay's pop.
-        turn.relay.scope.pop(call.scope, output=output)
+        turn.relay.scope.pop(call.scope, output=output, outcome=outcome)
     finally:
         with turn.lock:
             call.closing = False

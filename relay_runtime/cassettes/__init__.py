@@ -14,7 +14,7 @@ recorded exchanges to their SDKs.
 
 from __future__ import annotations
 
-from .cassette import MODES, TIMINGS, CallTape, Cassette, CassetteError, CassetteMiss, CassetteUse, current, use
+from .cassette import MODES, TIMINGS, CallTape, Cassette, CassetteError, CassetteMiss, CassetteUse, current, in_use, use
 from .requests import VOLATILE_PARAMS, jsonable, neutral_request
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "CassetteMiss",
     "CassetteUse",
     "current",
+    "in_use",
     "jsonable",
     "neutral_request",
     "use",
