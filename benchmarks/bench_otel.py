@@ -58,6 +58,7 @@ CALLS = int(os.environ.get("BENCH_OTEL_CALLS", "2000"))
 RUNS = int(os.environ.get("BENCH_OTEL_RUNS", "7"))
 # Calls per body and run on the real client, alternated with the bare call (see ``alternated``).
 SDK_CALLS = int(os.environ.get("BENCH_OTEL_SDK_CALLS", "1000"))
+SWITCHES = 5  # times per run the real-client comparison switches between our side and openai-v2's
 TARGET_RATIO = 1.3
 SDK_TARGET = 0.8  # on the real OpenAI client: what we add (two spans) / what openai-v2 adds (one span)
 # The shape of the ids the core gives a logical call (a uuid's 32 hex digits).
@@ -396,18 +397,23 @@ def openai_client() -> Any:
     )
 
 
-def alternated(bodies: dict[str, Callable[[], Any]], calls: int) -> dict[str, float]:
+def alternated(
+    bodies: dict[str, Callable[[], Any]], calls: int, samples: dict[str, list[int]] | None = None
+) -> dict[str, float]:
     """Median wall-clock ns per call of each body, the bodies called in turn one call at a time.
 
     A real client's call is long enough (hundreds of µs) for the machine's drift and other
     processes to differ between two blocks of calls; alternating call by call (each round
     starting with the next body, so none always runs first, after the other's cache traffic)
     makes every body see the same conditions, and the median drops the calls that were preempted.
+    ``samples``: add this round's to those (the medians are then over all of them).
     """
     clock = time.perf_counter_ns
     names = list(bodies)
     order = [bodies[name] for name in names]
-    samples: list[list[int]] = [[] for _ in names]
+    if samples is None:
+        samples = {}
+    lists = [samples.setdefault(name, []) for name in names]
     k = len(order)
     for i in range(calls):
         for j in range(k):
@@ -415,8 +421,8 @@ def alternated(bodies: dict[str, Callable[[], Any]], calls: int) -> dict[str, fl
             body = order[slot]
             t0 = clock()
             body()
-            samples[slot].append(clock() - t0)
-    return {name: statistics.median(values) for name, values in zip(names, samples, strict=True)}
+            lists[slot].append(clock() - t0)
+    return {name: statistics.median(values) for name, values in zip(names, lists, strict=True)}
 
 
 def sdk_comparison() -> dict[str, Any] | str:
@@ -464,12 +470,21 @@ def sdk_comparison() -> dict[str, Any] | str:
     process: dict[str, list[float]] = {}
     block = max(200, SDK_CALLS // 4)
     for _ in range(RUNS + 1):  # the first run warms up
-        ours = alternated(bodies, SDK_CALLS)
+        # Each run switches between the two sides a few times, so that both see the same stretch
+        # of the machine's drift (other processes come and go within seconds).
+        mine: dict[str, list[int]] = {}
+        peer: dict[str, list[int]] = {}
+        for _ in range(SWITCHES):
+            ours = alternated(bodies, SDK_CALLS // SWITCHES, mine)
+            instrumentor.instrument(tracer_provider=provider, meter_provider=meters)
+            try:
+                theirs = alternated({"bare": unwrapped, "openai-v2": create}, SDK_CALLS // SWITCHES, peer)
+            finally:
+                instrumentor.uninstrument()
         for name, values in interleaved(bodies, block, 1, process).items():
             cpu[name].extend(values)
         instrumentor.instrument(tracer_provider=provider, meter_provider=meters)
         try:
-            theirs = alternated({"bare": unwrapped, "openai-v2": create}, SDK_CALLS)
             cpu["openai-v2"].extend(interleaved({"openai-v2": create}, block, 1, process)["openai-v2"])
         finally:
             instrumentor.uninstrument()
