@@ -22,8 +22,13 @@ drops everything (so only the calling thread's cost is measured):
   with the exporter adds to a bare ``create()``, against the cost
   ``opentelemetry-instrumentation-openai-v2`` adds (only where that package imports:
   it needs ``httpx`` and an ``opentelemetry-util-genai`` older than 1.0 beside it).
+  Each side alternates call by call with the bare call of the same moment (wall clock,
+  median per run); the verdict (target: ours at most 0.8x theirs) is the median of the
+  runs' ratios. There the exporter runs cold (the SDK's call in between evicts it from the
+  CPU caches), so what it costs follows how much code and data it touches per call.
 
-Medians of several runs; ``python -m benchmarks otel``.
+Medians of several runs; ``python -m benchmarks otel`` (``python -m benchmarks.bench_otel sdk``:
+only the real-client comparison).
 """
 
 from __future__ import annotations
