@@ -693,3 +693,26 @@ def test_eviction_takes_the_oldest_leaf_and_keeps_the_live_parent(pipeline):
     agent = spans[-1]
     assert agent.status.status_code is StatusCode.UNSET
     assert all(s.parent.span_id == agent.context.span_id for s in spans[:-1])
+
+
+def test_scope_metadata_becomes_relay_attributes_in_its_order_and_only_when_exportable():
+    """Known metadata keys go under relay.*, in the metadata's order; empty strings, values
+    that are no primitive and keys the exporter does not know stay out."""
+    pipe = Pipeline()
+    relay = Relay()
+    OTelExporter(pipe.tracer_provider).attach(relay)
+    metadata = {
+        cv.CALL_ROLE: "fallback",
+        "unknown": "x",
+        cv.API_REQUEST_ID: "req-1",
+        cv.TURN_ID: "",
+        cv.TASK_ID: {"not": "primitive"},
+        cv.RETRY_COUNT: 2,
+        cv.PLATFORM: "cli",
+    }
+    with relay.scope.scope("work", ScopeType.FUNCTION, metadata=metadata):
+        pass
+    span = pipe.one("work")
+    relay_keys = [k for k in span.attributes if k.startswith("relay.") and k != "relay.outcome"]
+    assert relay_keys == ["relay.call_role", "relay.api_request_id", "relay.retry_count", "relay.platform"]
+    assert span.attributes["relay.retry_count"] == 2
