@@ -432,7 +432,7 @@ class Attempt:
             recorded = self.settle_late
             if recorded is not None:  # the answer of a call its turn ended while it was in flight
                 self.settle_late = None
-                self.relay.cost.settle(self, recorded, response, annotation)
+                self.relay.cost.settle_late(self, recorded, response, annotation)
             return
         self.finished = True
         relay = self.relay
