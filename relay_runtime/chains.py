@@ -3,6 +3,11 @@
 ``next`` may be called any number of times (retry, fan-out); each call runs the
 rest of the chain afresh. ``break_chain`` on an entry makes its ``next`` go
 straight to the terminal call.
+
+Every terminal call is recorded by the chain's owner: the run remembers what the
+last one answered, and a further one hands that answer to ``owner.again``, which
+ends its record and opens the next (an LLM attempt per provider call). The first
+call pays only for remembering its answer.
 """
 
 from __future__ import annotations
@@ -29,19 +34,48 @@ def refuse_awaitable(value: Any, message: str) -> None:
     raise TypeError(message)
 
 
+class Failed:
+    """What a terminal call answered when it raised."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+# What the last terminal call of a run answered, before there was one and while it is running.
+UNSENT: Any = object()
+IN_FLIGHT: Any = object()
+
+
+class Answered(Protocol):
+    """The record of one further terminal call, ended by its own answer (see ``Liveness.again``)."""
+
+    def answered(self, response: Any, error: BaseException | None) -> None: ...
+
+
 class Liveness(Protocol):
     """Whoever owns a chain run: its continuations work only while ``live`` is True."""
 
     live: bool
 
+    def again(self, request: Any, previous: Any, stream: bool) -> Answered | None:
+        """A further terminal call starts; ``previous`` is what the last one answered (``IN_FLIGHT``
+        while it still runs: a concurrent call). Returns the record this call's own answer ends, or
+        None when the owner goes on as this call's record (its answer is then remembered as the last)."""
+        ...
+
 
 class Live:
-    """A ``Liveness`` for a chain that settles when its run returns (tool calls)."""
+    """A ``Liveness`` for a chain that settles when its run returns (tool calls: one record per call)."""
 
     __slots__ = ("live",)
 
     def __init__(self) -> None:
         self.live = True
+
+    def again(self, request: Any, previous: Any, stream: bool) -> Answered | None:
+        return None
 
 
 DEAD_CONTINUATION = "execution continuation is no longer active: its call has settled"
@@ -52,16 +86,38 @@ def _dead() -> None:
 
 
 def run_sync(
-    chain: tuple[Intercept, ...], name: str, value: Any, terminal: Callable[[Any], Any], owner: Liveness
+    chain: tuple[Intercept, ...],
+    name: str,
+    value: Any,
+    terminal: Callable[[Any], Any],
+    owner: Liveness,
+    stream: bool = False,
 ) -> Any:
     """Run ``chain`` around ``terminal``; a ``next`` kept and called once ``owner`` settled raises."""
     if not chain:
         return terminal(value)
+    last = UNSENT  # what the last terminal call answered
 
     def end(v: Any) -> Any:
+        nonlocal last
         if not owner.live:
             _dead()
-        return terminal(v)
+        record = owner.again(v, last, stream) if last is not UNSENT else None
+        if record is None:
+            last = IN_FLIGHT
+        try:
+            result = terminal(v)
+        except BaseException as exc:
+            if record is None:
+                last = Failed(exc)
+            else:
+                record.answered(None, exc)
+            raise
+        if record is None:
+            last = result
+        else:
+            record.answered(result, None)
+        return result
 
     def step(i: int) -> Callable[[Any], Any]:
         if i == len(chain):
@@ -87,15 +143,38 @@ def run_sync(
 
 
 async def run_async(
-    chain: tuple[Intercept, ...], name: str, value: Any, terminal: Callable[[Any], Awaitable[Any]], owner: Liveness
+    chain: tuple[Intercept, ...],
+    name: str,
+    value: Any,
+    terminal: Callable[[Any], Awaitable[Any]],
+    owner: Liveness,
+    stream: bool = False,
 ) -> Any:
+    """``run_sync`` for async terminals and intercepts (whose ``next`` calls may also run concurrently)."""
     if not chain:
         return await terminal(value)
+    last = UNSENT
 
     async def end(v: Any) -> Any:
+        nonlocal last
         if not owner.live:
             _dead()
-        return await terminal(v)
+        record = owner.again(v, last, stream) if last is not UNSENT else None
+        if record is None:
+            last = IN_FLIGHT
+        try:
+            result = await terminal(v)
+        except BaseException as exc:
+            if record is None:
+                last = Failed(exc)
+            else:
+                record.answered(None, exc)
+            raise
+        if record is None:
+            last = result
+        else:
+            record.answered(result, None)
+        return result
 
     def step(i: int) -> Callable[[Any], Awaitable[Any]]:
         if i == len(chain):

@@ -395,14 +395,8 @@ class RelayCost:
         new_request = request.replace(content={**request.raw_content(), "model": cheaper})
         out_tokens = self._output_limit(attempt, new_request.raw_content(), priced, count=False)
         new_estimate, input_cost, output_rate = self._worst_case(new_request.raw_content(), priced, out_tokens)
+        # The logical call (and an auxiliary call around it) number their next attempt after this one.
         attempt.renew(new_request, cheaper, _exceeded(node, estimate, model), {DOWNGRADED_FROM: model})
-        api_request_id = attempt.metadata.get(cv.API_REQUEST_ID)
-        if isinstance(api_request_id, str):
-            # The logical call (and an auxiliary call around it) number their next attempt after this one.
-            from .. import auxiliary, calls  # here: both import the relay, which imports this module
-
-            calls.count_renewed_attempt(api_request_id)
-            auxiliary.count_renewed_attempt(api_request_id)
         return new_request, cheaper, new_estimate, input_cost, output_rate
 
     def _nodes(self, parent: ScopeHandle | None, budgets: tuple[Budget, ...]) -> _Plan:
