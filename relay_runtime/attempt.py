@@ -74,6 +74,7 @@ class Attempt:
         "on_finish",
         "relay",
         "request",
+        "retries",
         "settle_late",
         "view",
         "waiting",
@@ -341,13 +342,26 @@ class Attempt:
     def _next_attempt(self, request: LLMRequest, metadata: dict[str, Any] | None) -> None:
         """Go on as the next attempt of the same parent: a new scope, ``retry_count`` one up."""
         meta = {**self.metadata, **metadata} if metadata else dict(self.metadata)
-        meta[cv.RETRY_COUNT] = (meta.get(cv.RETRY_COUNT) or 0) + 1
+        meta[cv.RETRY_COUNT] = self._next_retry()
         self.metadata = meta
         self.handle = ScopeHandle(self.name, _LLM, self.handle.parent, meta, None, False, None)
         self.finished = False
         self.cost_state = None
         self.request = request
         _number_after(meta)
+
+    def _next_retry(self) -> int:
+        """The ``retry_count`` of this call's next attempt: one after every attempt it has had.
+
+        Counted here (set on the first renewal only: most calls have none) rather than read from the
+        metadata, since attempts made beside this one (a concurrent fan-out) take numbers too.
+        """
+        try:
+            last: int = self.retries
+        except AttributeError:
+            last = self.metadata.get(cv.RETRY_COUNT) or 0
+        self.retries = last + 1
+        return last + 1
 
     # -- a further provider call within this call (an execution intercept retrying, fanning out) -------
 
@@ -518,7 +532,7 @@ class _Beside(Attempt):
 
     def __init__(self, of: Attempt, request: LLMRequest) -> None:
         metadata = dict(of.metadata)
-        metadata[cv.RETRY_COUNT] = (metadata.get(cv.RETRY_COUNT) or 0) + 1
+        metadata[cv.RETRY_COUNT] = of._next_retry()
         super().__init__(of.relay, of.name, request, of.handle.parent, of.model_name, metadata, of.codec, None)
         # Beside the call's attempt, under its parent, even where that is no scope (not under the
         # attempt, which the constructor would take as the current scope).

@@ -234,3 +234,27 @@ def test_a_managed_sdk_call_whose_first_provider_call_failed_keeps_that_failure(
     ends = relay_events.ends(relay_kind=cv.ATTEMPT)
     assert [(e.outcome, e.error_type) for e in ends] == [("failed", "InternalServerError"), ("success", None)]
     assert [e.outcome for e in relay_events.ends(relay_kind=cv.LOGICAL_CALL)] == ["success"]
+
+
+@pytest.mark.asyncio
+async def test_every_provider_call_of_a_wide_fan_out_and_retry_takes_its_own_retry_count() -> None:
+    relay, rec = new_relay()
+    gate = asyncio.Event()
+    started: list[int] = []
+
+    async def provider(req: LLMRequest) -> dict[str, Any]:
+        started.append(1)
+        if len(started) == 3:
+            gate.set()
+        await gate.wait()
+        return response(f"r{len(started)}")
+
+    async def fan_out_then_again(name: str, req: LLMRequest, next_call: Any) -> Any:
+        await asyncio.gather(next_call(req), next_call(req), next_call(req))
+        return await next_call(req)
+
+    relay.intercepts.register_llm_execution("fan", 0, fan_out_then_again)
+    await relay.llm.execute_async("p", request(), provider, codec=DictCodec())
+    ends = attempts(rec.events)
+    assert balanced(rec.events) and len(ends) == 4
+    assert sorted(_retry_count(e) for e in ends) == [0, 1, 2, 3]
