@@ -79,6 +79,8 @@ class Attempt:
         "view",
         "waiting",
     )
+    # The retry_count last given to an attempt of this call; set by its first renewal only (see _next_retry).
+    retries: int
 
     def __init__(
         self,
@@ -357,7 +359,7 @@ class Attempt:
         metadata, since attempts made beside this one (a concurrent fan-out) take numbers too.
         """
         try:
-            last: int = self.retries
+            last = self.retries
         except AttributeError:
             last = self.metadata.get(cv.RETRY_COUNT) or 0
         self.retries = last + 1
