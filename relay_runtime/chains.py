@@ -61,8 +61,8 @@ class Liveness(Protocol):
 
     def again(self, request: Any, previous: Any, stream: bool) -> Answered | None:
         """A further terminal call starts; ``previous`` is what the last one answered (``IN_FLIGHT``
-        while it still runs: a concurrent call). Returns the record this call's own answer ends, or
-        None when the owner goes on as this call's record (its answer is then remembered as the last)."""
+        while it still runs: a concurrent call). Returns the record this call's own answer ends (the
+        call is then no run's "last"), or None when the owner goes on as this call's record."""
         ...
 
 
@@ -102,21 +102,17 @@ def run_sync(
         nonlocal last
         if not owner.live:
             _dead()
-        record = owner.again(v, last, stream) if last is not UNSENT else None
-        if record is None:
-            last = IN_FLIGHT
+        if last is not UNSENT:
+            beside = owner.again(v, last, stream)
+            if beside is not None:
+                return _answer_beside(beside, terminal, v)
+        last = IN_FLIGHT
         try:
             result = terminal(v)
         except BaseException as exc:
-            if record is None:
-                last = Failed(exc)
-            else:
-                record.answered(None, exc)
+            last = Failed(exc)
             raise
-        if record is None:
-            last = result
-        else:
-            record.answered(result, None)
+        last = result
         return result
 
     def step(i: int) -> Callable[[Any], Any]:
@@ -159,21 +155,17 @@ async def run_async(
         nonlocal last
         if not owner.live:
             _dead()
-        record = owner.again(v, last, stream) if last is not UNSENT else None
-        if record is None:
-            last = IN_FLIGHT
+        if last is not UNSENT:
+            beside = owner.again(v, last, stream)
+            if beside is not None:
+                return await _answer_beside_async(beside, terminal, v)
+        last = IN_FLIGHT
         try:
             result = await terminal(v)
         except BaseException as exc:
-            if record is None:
-                last = Failed(exc)
-            else:
-                record.answered(None, exc)
+            last = Failed(exc)
             raise
-        if record is None:
-            last = result
-        else:
-            record.answered(result, None)
+        last = result
         return result
 
     def step(i: int) -> Callable[[Any], Awaitable[Any]]:
@@ -193,6 +185,27 @@ async def run_async(
         return call
 
     return await step(0)(value)
+
+
+def _answer_beside(record: Answered, terminal: Callable[[Any], Any], value: Any) -> Any:
+    """A terminal call with a record of its own (made while another was in flight): its answer ends it."""
+    try:
+        result = terminal(value)
+    except BaseException as exc:
+        record.answered(None, exc)
+        raise
+    record.answered(result, None)
+    return result
+
+
+async def _answer_beside_async(record: Answered, terminal: Callable[[Any], Awaitable[Any]], value: Any) -> Any:
+    try:
+        result = await terminal(value)
+    except BaseException as exc:
+        record.answered(None, exc)
+        raise
+    record.answered(result, None)
+    return result
 
 
 def run_filters(chain: tuple[Intercept, ...], call: Callable[[Intercept, Any], Any], value: Any) -> Any:

@@ -31,6 +31,29 @@ def _retry_on(error: type[BaseException]) -> Any:
     return retry
 
 
+def _retry_async_on(error: type[BaseException]) -> Any:
+    async def retry(name: str, req: LLMRequest, next_call: Any) -> Any:
+        try:
+            return await next_call(req)
+        except error:
+            return await next_call(req.replace(headers={"x-retry": "1"}))
+
+    return retry
+
+
+def _failing_first(error: BaseException, then: Any) -> Any:
+    """A provider (or stream factory) whose first call raises ``error`` and later ones return ``then()``."""
+    calls: list[int] = []
+
+    def provider(req: LLMRequest) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise error
+        return then()
+
+    return provider
+
+
 def _retry_count(event: Any) -> int:
     return (event.metadata or {}).get(cv.RETRY_COUNT) or 0
 
@@ -47,14 +70,7 @@ def _check_retried(rec: Recorder, error_type: str) -> None:
 
 def test_a_retried_provider_call_is_an_attempt_of_its_own() -> None:
     relay, rec = new_relay()
-    calls: list[int] = []
-
-    def provider(req: LLMRequest) -> dict[str, Any]:
-        calls.append(1)
-        if len(calls) == 1:
-            raise ConnectionError("reset by peer")
-        return response("second")
-
+    provider = _failing_first(ConnectionError("reset by peer"), lambda: response("second"))
     relay.intercepts.register_llm_execution("retry", 0, _retry_on(ConnectionError))
     assert relay.llm.execute("p", request(), provider, codec=DictCodec())["text"] == "second"
     _check_retried(rec, "ConnectionError")
@@ -89,13 +105,7 @@ async def test_an_async_retry_is_an_attempt_of_its_own() -> None:
             raise TimeoutError("slow")
         return response()
 
-    async def retry(name: str, req: LLMRequest, next_call: Any) -> Any:
-        try:
-            return await next_call(req)
-        except TimeoutError:
-            return await next_call(req.replace(headers={"x-retry": "1"}))
-
-    relay.intercepts.register_llm_execution("retry", 0, retry)
+    relay.intercepts.register_llm_execution("retry", 0, _retry_async_on(TimeoutError))
     assert await relay.llm.execute_async("p", request(), provider, codec=DictCodec()) == response()
     _check_retried(rec, "TimeoutError")
 
@@ -143,14 +153,7 @@ class _Chunks:
 
 def test_a_stream_whose_opening_is_retried_records_the_failed_open() -> None:
     relay, rec = new_relay()
-    opened: list[int] = []
-
-    def factory(req: LLMRequest) -> Any:
-        opened.append(1)
-        if len(opened) == 1:
-            raise ConnectionError("first open fails")
-        return _Chunks(chunks(2))
-
+    factory = _failing_first(ConnectionError("first open fails"), lambda: _Chunks(chunks(2)))
     relay.intercepts.register_llm_stream_execution("retry", 0, _retry_on(ConnectionError))
     assert len(list(relay.llm.stream("p", request(), factory, codec=DictCodec()))) == 2
     _check_retried(rec, "ConnectionError")
@@ -183,13 +186,7 @@ async def test_an_async_stream_whose_opening_is_retried_records_the_failed_open(
             raise ConnectionError("first open fails")
         return _Chunks(chunks(2))
 
-    async def retry(name: str, req: LLMRequest, next_call: Any) -> Any:
-        try:
-            return await next_call(req)
-        except ConnectionError:
-            return await next_call(req.replace(headers={"x-retry": "1"}))
-
-    relay.intercepts.register_llm_stream_execution("retry", 0, retry)
+    relay.intercepts.register_llm_stream_execution("retry", 0, _retry_async_on(ConnectionError))
     stream = await relay.llm.stream_async("p", request(), factory, codec=DictCodec())
     assert len([c async for c in stream]) == 2
     _check_retried(rec, "ConnectionError")

@@ -417,15 +417,20 @@ def test_a_call_the_turn_ended_while_in_flight_is_still_charged_when_its_answer_
     assert FileSpendStore().load(key) == pytest.approx(0.001)
 
 
-def test_the_late_charge_of_a_call_its_turn_cancelled_is_wasted_as_the_record_says(relay_home: Path) -> None:
-    # The attempt is recorded cancelled at the turn's end; what its late answer costs is the wasted share of
-    # every roll-up above it, as for any attempt that did not succeed (whatever the late answer was).
+def _priced_late(session_id: str) -> tuple[Recorder, Any, Any]:
+    """A priced call answered after its turn ended: the recorder, the turn and the attempt's end event."""
     host = session.SESSION_COORDINATOR.host(session.current_profile_key())
     recorder = Recorder()
     host.relay.subscribers.register(recorder, name="recorder")
     cost.attach(host, catalog())
-    turn = _answered_after_its_turn_ended(host, "late")
-    (attempt,) = attempts(recorder)
+    turn = _answered_after_its_turn_ended(host, session_id)
+    return recorder, turn, one(attempts(recorder))
+
+
+def test_the_late_charge_of_a_call_its_turn_cancelled_is_wasted_as_the_record_says(relay_home: Path) -> None:
+    # The attempt is recorded cancelled at the turn's end; what its late answer costs is the wasted share of
+    # every roll-up above it, as for any attempt that did not succeed (whatever the late answer was).
+    recorder, turn, attempt = _priced_late("late")
     assert attempt.outcome == "cancelled"
     assert turn.scope.cost.total == pytest.approx(0.001)
     assert turn.scope.cost.wasted == pytest.approx(0.001)
@@ -434,12 +439,7 @@ def test_the_late_charge_of_a_call_its_turn_cancelled_is_wasted_as_the_record_sa
 def test_the_late_charge_reaches_the_record_as_a_mark_on_its_attempt(relay_home: Path) -> None:
     # The attempt's end event went out (cancelled) before its answer was priced: the charge reaches the
     # record after it, as a mark on that attempt carrying its cost and the roll-ups of the ended scopes above.
-    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
-    recorder = Recorder()
-    host.relay.subscribers.register(recorder, name="recorder")
-    cost.attach(host, catalog())
-    turn = _answered_after_its_turn_ended(host, "late-mark")
-    (attempt,) = attempts(recorder)
+    recorder, turn, attempt = _priced_late("late-mark")
     assert attempt.cost is None  # ended before its answer came: nothing to price yet
     (mark,) = recorder.marks(name=cost.LATE_CHARGE_MARK)
     assert mark.parent_uuid == attempt.uuid and mark.trace_id == attempt.trace_id
