@@ -430,7 +430,7 @@ def _priced_late(session_id: str) -> tuple[Recorder, Any, Any]:
 def test_the_late_charge_of_a_call_its_turn_cancelled_is_wasted_as_the_record_says(relay_home: Path) -> None:
     # The attempt is recorded cancelled at the turn's end; what its late answer costs is the wasted share of
     # every roll-up above it, as for any attempt that did not succeed (whatever the late answer was).
-    recorder, turn, attempt = _priced_late("late")
+    _recorder, turn, attempt = _priced_late("late")
     assert attempt.outcome == "cancelled"
     assert turn.scope.cost.total == pytest.approx(0.001)
     assert turn.scope.cost.wasted == pytest.approx(0.001)
