@@ -115,27 +115,16 @@ def run_sync(
         last = result
         return result
 
-    def step(i: int) -> Callable[[Any], Any]:
-        if i == len(chain):
-            return end
-        entry = chain[i]
-        rest = end if entry.break_chain else step(i + 1)
-
-        def call(v: Any) -> Any:
-            if not owner.live:
-                _dead()
-            result = entry.fn(name, v, rest)
-            if is_awaitable(result):
-                refuse_awaitable(
-                    result,
-                    f"execution intercept {entry.name!r} returned an awaitable in a synchronous call; "
-                    "register a synchronous function or use the async API",
-                )
-            return result
-
-        return call
-
-    return step(0)(value)
+    # The first intercept is called here, the rest through continuations built back to front: a
+    # chain of one (the common case) builds no continuation but ``end``.
+    rest: Callable[[Any], Any] = end
+    for entry in reversed(chain[1:]):
+        rest = _link_sync(entry, name, end if entry.break_chain else rest, owner)
+    first = chain[0]
+    result = first.fn(name, value, end if first.break_chain else rest)
+    if is_awaitable(result):
+        _refuse_async_intercept(first, result)
+    return result
 
 
 async def run_async(
@@ -168,23 +157,50 @@ async def run_async(
         last = result
         return result
 
-    def step(i: int) -> Callable[[Any], Awaitable[Any]]:
-        if i == len(chain):
-            return end
-        entry = chain[i]
-        rest = end if entry.break_chain else step(i + 1)
+    rest: Callable[[Any], Awaitable[Any]] = end
+    for entry in reversed(chain[1:]):
+        rest = _link_async(entry, name, end if entry.break_chain else rest, owner)
+    first = chain[0]
+    result = first.fn(name, value, end if first.break_chain else rest)
+    if is_awaitable(result):
+        result = await result
+    return result
 
-        async def call(v: Any) -> Any:
-            if not owner.live:
-                _dead()
-            result = entry.fn(name, v, rest)
-            if is_awaitable(result):
-                result = await result
-            return result
 
-        return call
+def _link_sync(entry: Intercept, name: str, rest: Callable[[Any], Any], owner: Liveness) -> Callable[[Any], Any]:
+    """The continuation that runs ``entry`` (then ``rest``): what the intercept before it gets as ``next``."""
 
-    return await step(0)(value)
+    def call(v: Any) -> Any:
+        if not owner.live:
+            _dead()
+        result = entry.fn(name, v, rest)
+        if is_awaitable(result):
+            _refuse_async_intercept(entry, result)
+        return result
+
+    return call
+
+
+def _link_async(
+    entry: Intercept, name: str, rest: Callable[[Any], Awaitable[Any]], owner: Liveness
+) -> Callable[[Any], Awaitable[Any]]:
+    async def call(v: Any) -> Any:
+        if not owner.live:
+            _dead()
+        result = entry.fn(name, v, rest)
+        if is_awaitable(result):
+            result = await result
+        return result
+
+    return call
+
+
+def _refuse_async_intercept(entry: Intercept, result: Any) -> None:
+    refuse_awaitable(
+        result,
+        f"execution intercept {entry.name!r} returned an awaitable in a synchronous call; "
+        "register a synchronous function or use the async API",
+    )
 
 
 def _answer_beside(record: Answered, terminal: Callable[[Any], Any], value: Any) -> Any:
