@@ -20,9 +20,6 @@ from __future__ import annotations
 import random
 import traceback
 from collections.abc import Mapping, Sequence
-from functools import partial
-from itertools import chain, compress
-from operator import is_
 from time import time_ns
 from typing import Any, Final
 
@@ -93,8 +90,6 @@ _UNSET = Status(StatusCode.UNSET)
 _PLAIN = frozenset({str, bool, int, float})
 _SEQUENCES = frozenset({list, tuple})
 _STRINGS = frozenset({str})
-_PLAIN_OR_TUPLE = _PLAIN | {tuple}
-_is_tuple = partial(is_, tuple)
 _KNOWN_TO_IGNORE_STARTS = (BatchSpanProcessor, SimpleSpanProcessor, BoundedBatchSpanProcessor)
 _get_current_span = trace_api.get_current_span
 _NonRecordingSpan = trace_api.NonRecordingSpan
@@ -206,23 +201,6 @@ class FastPath:
         return DeferredSpan(self, name, span_context, parent, kind, given, start_time, record_end)
 
 
-def _kept_as_given(attributes: Mapping[str, Any]) -> bool:
-    """Whether the SDK would keep these attributes exactly as given, no value length limit applying:
-    non-empty string keys, plain values or tuples of them. Checked mostly in C, as each piece of a
-    span's attributes arrives, so that its end need not look at every value again."""
-    if "" in attributes or not _STRINGS.issuperset(map(type, attributes)):
-        return False
-    values = attributes.values()
-    kinds = set(map(type, values))
-    if kinds <= _PLAIN:
-        return True
-    if not kinds <= _PLAIN_OR_TUPLE:
-        return False
-    # The items of every tuple value, picked out by C iterators (no Python call per value).
-    tuples = compress(values, map(_is_tuple, map(type, values)))
-    return _PLAIN.issuperset(map(type, chain.from_iterable(tuples)))
-
-
 class _LayoutChanged(Exception):
     pass
 
@@ -302,7 +280,6 @@ class DeferredSpan(trace_api.Span, ReadableSpan):
         "_record_end",
         "_start_attributes",
         "_updates",
-        "_as_given",
         "context",
     )
     _links: Sequence[trace_api.Link] = ()
@@ -325,7 +302,6 @@ class DeferredSpan(trace_api.Span, ReadableSpan):
         self._parent = parent
         self._kind = kind
         self._start_attributes = attributes
-        self._as_given = _kept_as_given(attributes)
         # The merged view, in the SDK's order (a key set again moves last); the updates
         # themselves are kept only to replay them through the SDK's limits when one applies.
         self._attributes: dict[str, Any] = attributes  # while open; once ended, what the SDK would hold
@@ -359,8 +335,6 @@ class DeferredSpan(trace_api.Span, ReadableSpan):
         if self._updates is None:
             self._updates = []
         self._updates.append(attributes)
-        if self._as_given and not _kept_as_given(attributes):
-            self._as_given = False
 
     def set_attribute(self, key: str, value: types.AnyValue) -> None:
         self.set_attributes({key: value})
@@ -439,11 +413,10 @@ class DeferredSpan(trace_api.Span, ReadableSpan):
         maxlen = limits.max_span_attributes
         if maxlen is not None and len(merged) > maxlen:
             return self._replayed(limits)
-        max_value_len = limits.max_span_attribute_length
-        if self._as_given and max_value_len is None:
-            return merged  # every piece was checked as it came (the usual case)
+        # The keys in one pass of C: the SDK drops an empty or non-string one.
         if "" in merged or not _STRINGS.issuperset(map(type, merged)):
             return self._replayed(limits)
+        max_value_len = limits.max_span_attribute_length
         lists = False
         for value in merged.values():
             cls = type(value)
