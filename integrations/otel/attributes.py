@@ -143,7 +143,6 @@ RELAY_METADATA: dict[str, str] = {
         cv.API_MODE,
     )
 }
-_IS_RELAY_KEY = RELAY_METADATA.__contains__
 _PRIMITIVES = frozenset({str, int, float, bool})
 _STOP_KEYS = frozenset({"stop", "stop_sequences"})
 
@@ -158,14 +157,13 @@ def _scalar(value: Any) -> Any:
 
 
 def relay_attributes(md: Mapping[str, Any] | None, out: dict[str, Any]) -> None:
-    # Walks the (few) metadata keys rather than probing for every known key, and skips the
-    # unknown ones in C (a filter on the dict's own membership test): in the metadata's order.
+    # Walks the (few) metadata items rather than probing for every known key.
     if not md:
         return
-    for key in filter(_IS_RELAY_KEY, md):
-        value = md[key]
-        if value != "" and type(value) in _PRIMITIVES:
-            out[RELAY_METADATA[key]] = value
+    for key, value in md.items():
+        attr = RELAY_METADATA.get(key)
+        if attr is not None and value != "" and type(value) in _PRIMITIVES:
+            out[attr] = value
 
 
 def request_attributes(req: AnnotatedLLMRequest | None, out: dict[str, Any]) -> None:
