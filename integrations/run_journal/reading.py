@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from .states import TERMINAL_STATES
+
 _BLOCK = 64 * 1024
 _BACK_BLOCK = 8192
 _PREVIEW = 200
@@ -60,7 +62,50 @@ def parse_line(line: bytes) -> tuple[dict[str, Any] | None, str | None]:
     seq = value.get("seq")
     if type(seq) is not int or seq < 1:
         return None, "row without a positive integer seq"
+    wrong = shape_error(value, seq)
+    if wrong is not None:
+        return None, f"not a journal row: {wrong}"
     return value, None
+
+
+_STATES = frozenset(TERMINAL_STATES)
+
+
+def shape_error(row: dict[str, Any], seq: int) -> str | None:
+    """What makes an object with a seq something no writer stores as a row (None: it is a row).
+
+    A line that only looks like a row (a hand edit, a foreign writer, a version this reader does not
+    know) must not take a seq, reach a browser or count in a summary: it is damage, reported as such.
+    The payload may be any JSON value: readers ignore what they cannot use in it (RUN_JOURNAL.md).
+    """
+    run_id = row.get("run_id")
+    event = row.get("event")
+    created_at = row.get("created_at")
+    terminal = row.get("terminal")
+    state = row.get("terminal_state")
+    if row.get("version") != 1 or type(row.get("version")) is not int:
+        return "version is not 1"
+    if type(run_id) is not str:
+        return "run_id is not a string"
+    if type(row.get("session_id")) is not str:
+        return "session_id is not a string"
+    if row.get("event_id") != f"{run_id}:{seq}":
+        return "event_id is not <run_id>:<seq>"
+    if type(event) is not str or not event:
+        return "event is not a non-empty string"
+    if row.get("type") != event:
+        return "type is not the event"
+    if type(created_at) is not float and type(created_at) is not int:
+        return "created_at is not a number"
+    if type(terminal) is not bool:
+        return "terminal is not true or false"
+    if state is not None and state not in _STATES:
+        return "terminal_state is not a terminal state"
+    if (state is not None) is not terminal:
+        return "terminal_state does not match terminal"
+    if "payload" not in row:
+        return "payload is missing"
+    return None
 
 
 def malformed_entry(offset: int, line: bytes | None, reason: str, *, terminated: bool) -> dict[str, Any]:
@@ -202,18 +247,20 @@ def _newlines_backward(f: IO[bytes], end: int) -> Iterator[int]:
         block = min(block * 2, _BLOCK * 16)
 
 
-def _line_seq(f: IO[bytes], start: int, end: int, max_line: int) -> int | None:
-    """The seq of the line at ``[start, end)``, from its first bytes when it is a row as the writer lays them out."""
+def _at_or_before(f: IO[bytes], start: int, end: int, after_seq: int, max_line: int) -> bool:
+    """Whether the line at ``[start, end)`` is a row with ``seq <= after_seq`` (where a cursor search stops).
+
+    A line whose first bytes show a later seq is passed over unparsed, whatever its size; one that would
+    stop the search is parsed whole first: a damaged line laid out like a row must not stop it, or the
+    rows between it and the cursor would be skipped.
+    """
     f.seek(start)
-    head = f.read(min(end - start, _PREFIX_BYTES))
-    match = _SEQ_PREFIX.match(head)
-    if match is not None:
-        return int(match.group(1))
-    if end - start > max_line:
-        return None
+    match = _SEQ_PREFIX.match(f.read(min(end - start, _PREFIX_BYTES)))
+    if (match is not None and int(match.group(1)) > after_seq) or end - start > max_line:
+        return False
     f.seek(start)
     row, _ = parse_line(f.read(end - start))
-    return row["seq"] if row is not None else None
+    return row is not None and row["seq"] <= after_seq
 
 
 def last_row_seq(f: IO[bytes], size: int, max_line: int) -> int:
@@ -242,10 +289,8 @@ def offset_after(path: str | os.PathLike[str], after_seq: int, *, max_line: int)
         end = os.fstat(f.fileno()).st_size
         for nl in itertools.chain(_newlines_backward(f, end), (-1,)):
             line_start = nl + 1
-            if line_start < end:
-                seq = _line_seq(f, line_start, end, max_line)
-                if seq is not None and seq <= after_seq:
-                    return end
+            if line_start < end and _at_or_before(f, line_start, end, after_seq, max_line):
+                return end
             end = line_start
     return 0
 

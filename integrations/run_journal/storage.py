@@ -132,7 +132,10 @@ def encode_json(value: Any, what: str = "payload") -> str:
 def _encode_time(value: Any) -> str:
     if type(value) is float and math.isfinite(value):
         return repr(value)  # what json would write, without its call overhead
-    return encode_json(value, "created_at")
+    # Readers take a row whose created_at is not a number for damage: never write one.
+    if type(value) is not int:
+        raise ValueError(f"run journal created_at must be a finite number of seconds, got {value!r}")
+    return str(value)
 
 
 class _RunFile:
