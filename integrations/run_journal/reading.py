@@ -172,24 +172,48 @@ def parse(offset: int, line: bytes | None, terminated: bool, max_line: int) -> t
     return row, None
 
 
+class Gaps:
+    """Reports the seqs missing between rows read in order (a file cut short, rows removed by hand).
+
+    Seq has no gaps and never goes back (the writer keeps a high-water mark), so a jump means rows were
+    lost: a reader says so under ``malformed`` instead of showing a run that seems to start late.
+    """
+
+    __slots__ = ("last",)
+
+    def __init__(self, after_seq: int = 0) -> None:
+        self.last = after_seq
+
+    def check(self, row: dict[str, Any], offset: int) -> dict[str, Any] | None:
+        seq, first = row["seq"], self.last + 1
+        self.last = max(self.last, seq)
+        if seq <= first:
+            return None
+        what = f"row {first} is missing" if seq - 1 == first else f"rows {first}-{seq - 1} are missing"
+        return {"offset": offset, "reason": what, "text": ""}
+
+
 def read_all(
-    path: Path, max_seq: int | None = None, *, max_line: int, start: int = 0
+    path: Path, max_seq: int | None = None, *, max_line: int, start: int = 0, after_seq: int = 0
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Any]:
-    """Rows from ``start`` to the end (up to ``max_seq``), the malformed lines, and the file's stat after the
-    read if no append raced it (else ``None``)."""
+    """Rows from ``start`` to the end (up to ``max_seq``; those after ``after_seq``), the malformed lines and
+    missing seqs, and the file's stat after the read if no append raced it (else ``None``)."""
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed by the ``with`` below; a missing file is no journal yet
     except FileNotFoundError:
         return [], [], None
     rows: list[dict[str, Any]] = []
     malformed: list[dict[str, Any]] = []
+    gaps = Gaps(after_seq)
     with f:
         before = os.fstat(f.fileno())
         for offset, line, terminated, _ in iter_lines(f, start, max_line):
             row, bad = parse(offset, line, terminated, max_line)
             if row is None:
                 malformed.append(bad)
-            elif max_seq is None or row["seq"] <= max_seq:
+            elif row["seq"] > after_seq and (max_seq is None or row["seq"] <= max_seq):
+                if (gap := gaps.check(row, offset)) is not None:
+                    malformed.append(gap)
                 rows.append(row)
         after = os.fstat(f.fileno())
         end = f.tell()
@@ -205,8 +229,8 @@ def read_after(
     Rows are appended in seq order, so the cost follows what comes after the cursor, not the file's size.
     """
     start = offset_after(path, after_seq, max_line=max_line)
-    rows, malformed, _ = read_all(path, max_seq, max_line=max_line, start=start)
-    return [row for row in rows if row["seq"] > after_seq], malformed
+    rows, malformed, _ = read_all(path, max_seq, max_line=max_line, start=start, after_seq=after_seq)
+    return rows, malformed
 
 
 def read_page(f: IO[bytes], start: int, *, max_bytes: int, max_line: int) -> tuple[list[dict[str, Any]], int, bool]:
