@@ -69,3 +69,26 @@ async def test_a_client_resuming_across_a_cut_run_file_gets_exactly_the_new_rows
     result = read_run_events("session-a", "run-a", session_dir=tmp_path)
     assert [row["seq"] for row in result["events"]] == [4, 5, 6]
     assert [entry["reason"] for entry in result["malformed"]] == ["rows 1-3 are missing"]
+
+
+def test_a_follower_notices_a_cut_even_when_the_file_grew_back_past_where_it_was(tmp_path):
+    # Cut and written again before the follower looks: the size alone no longer shows it.
+    from relay_runtime.integrations.run_journal import FileStore
+
+    store = FileStore(tmp_path, poll=0.01)
+    for _ in range(3):
+        store.append("session-a", "run-a", "token", {"text": "short"})
+
+    async def follow() -> list[int]:
+        seqs: list[int] = []
+        async for rows in store.follow("session-a", "run-a", idle=1.0):
+            seqs += [row["seq"] for row in rows]
+            if seqs == [1, 2, 3]:
+                with open(_path(tmp_path), "r+b") as f:
+                    f.truncate(0)
+                for _ in range(3):
+                    store.append("session-a", "run-a", "token", {"text": "longer than the rows it replaced " * 3})
+                store.append("session-a", "run-a", "done", {})
+        return seqs
+
+    assert asyncio.run(asyncio.wait_for(follow(), 10)) == [1, 2, 3, 4, 5, 6, 7]
