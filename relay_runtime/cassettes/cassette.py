@@ -19,7 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from ..files import replace_atomically
+from ..files import directory_locked, replace_atomically
 from . import matching, secrets
 from .requests import Normalize, canonical, normalized
 
@@ -135,6 +135,7 @@ class Cassette:
         self.secrets: set[str] = set()
         self.misses: list[CassetteMiss] = []
         self._lock = threading.Lock()
+        self._seen = _identity(self.path)  # the file as this session found it (before reading it)
         self.recorded: list[dict[str, Any]] = [] if mode == "record" else self._load()
         self._used = [False] * len(self.recorded)
         # Match key -> indices of recordings not yet replayed, in recorded order (built at the first call).
@@ -144,12 +145,16 @@ class Cassette:
     # -- reading ---------------------------------------------------------------------------
 
     def _load(self) -> list[dict[str, Any]]:
+        if not self.path.exists() and self.mode == "replay":
+            raise CassetteError(
+                f"cassette {self.path} does not exist: record it once with mode='record' or 'auto' "
+                f"(under pytest: --relay-record=new)"
+            )
+        return self._read()
+
+    def _read(self) -> list[dict[str, Any]]:
+        """The calls the file holds now (none if it does not exist)."""
         if not self.path.exists():
-            if self.mode == "replay":
-                raise CassetteError(
-                    f"cassette {self.path} does not exist: record it once with mode='record' or 'auto' "
-                    f"(under pytest: --relay-record=new)"
-                )
             return []
         try:
             document = json.loads(self.path.read_text(encoding="utf-8"))
@@ -235,10 +240,23 @@ class Cassette:
         return self.mode == "record" or bool(self.new)
 
     def save(self) -> None:
-        """Write the cassette if this session recorded anything: scrubbed, user-redacted, atomically."""
+        """Write the cassette if this session recorded anything: scrubbed, user-redacted, atomically.
+
+        Several processes may record into one cassette at once (pytest-xdist workers, parallel scripts):
+        each saves under a lock on the cassette's directory, and what another wrote since this session
+        read the file is kept beside this session's calls, never overwritten.
+        """
         if not self.dirty:
             return
-        calls = self.recorded + self.new if self.mode == "auto" else self.new
+        with directory_locked(self.path.parent):
+            changed = _identity(self.path) != self._seen
+            if self.mode == "record":  # started afresh, but other writers' recordings since are theirs
+                kept = self._read() if changed else []
+            else:
+                kept = self._read() if changed else self.recorded
+            self._write(kept + self.new)
+
+    def _write(self, calls: list[dict[str, Any]]) -> None:
         cleaned = []
         for call in calls:
             call = secrets.scrub(call, self.secrets)
@@ -252,6 +270,15 @@ class Cassette:
         document = {FORMAT_KEY: FORMAT_VERSION, "calls": cleaned}
         text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
         replace_atomically(self.path, text)
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """Which version of a file this is: a save replaces the file, so a new version is a new inode."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 class CassetteUse:
