@@ -196,3 +196,27 @@ def test_oslo():
         calls = json.loads(path.read_text())["calls"]
         assert [c["request"]["messages"][0]["content"] for c in calls] == ["Paris", "Oslo"]
     pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
+def test_under_pytest_a_failed_tests_passing_failures_are_recorded_afresh_next_run(pytester: pytest.Pytester):
+    pytester.makepyfile(
+        test_flaky="""
+import pytest
+from relay_runtime import adapters
+from relay_runtime.adapters import testing as t
+
+OUTAGE = [True]
+
+@pytest.mark.relay_cassette("agent")
+def test_agent():
+    reply = t.error(503, "overloaded") if OUTAGE[0] else t.json_reply(t.chat_completion_body("fine"))
+    client = t.openai_client(t.Script([reply]), max_retries=0)
+    answer = adapters.complete(client, {"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    assert answer.choices[0].message.content == "fine"
+"""
+    )
+    pytester.runpytest_inprocess("-p", "no:cacheprovider", "--relay-record=new").assert_outcomes(failed=1)
+    assert not (pytester.path / "cassettes" / "test_flaky" / "agent.json").exists()  # the outage is not kept
+    pytester.makeconftest("import test_flaky\ntest_flaky.OUTAGE[0] = False\n")
+    pytester.runpytest_inprocess("-p", "no:cacheprovider", "--relay-record=new").assert_outcomes(passed=1)
+    pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)

@@ -112,8 +112,9 @@ def relay_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette | None]:
     finally:
         report = request.node.stash.get(_call_report, None)
         # A miss the test already failed on is not reported twice; one the agent swallowed fails it here.
-        failed_on_miss = report is not None and report.failed and _mentions_miss(report)
-        use.close(raise_misses=not failed_on_miss)
+        failed = report is not None and report.failed
+        failed_on_miss = failed and report is not None and _mentions_miss(report)
+        use.close(raise_misses=not failed_on_miss, failed=failed)
 
 
 def _first_in_run(config: pytest.Config, path: Path) -> bool:
