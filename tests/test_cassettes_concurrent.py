@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from test_cassettes_pytest import SHARED_MODULE
 
 # One worker: records its own question into the shared cassette once every worker holds the cassette
 # open (a barrier of files), so they all read it before any of them saves.
@@ -70,26 +71,6 @@ def test_concurrent_auto_writers_keep_what_was_recorded_before(tmp_path):
     assert _questions(path) == ["fresh"]
 
 
-_SHARED = """
-import pytest
-from relay_runtime import adapters
-from relay_runtime.adapters import testing as t
-
-pytestmark = pytest.mark.relay_cassette("agent")
-
-def ask(city):
-    client = t.openai_client(t.Script([t.json_reply(t.chat_completion_body("live " + city))]))
-    reply = adapters.complete(client, {"model": "m", "messages": [{"role": "user", "content": city}]})
-    assert reply.choices[0].message.content == "live " + city
-
-def test_paris():
-    ask("Paris")
-
-def test_oslo():
-    ask("Oslo")
-"""
-
-
 def _pytest_worker(where: Path, test: str, run: str) -> subprocess.Popen[bytes]:
     """A pytest process as a pytest-xdist worker of run ``run`` is one (the environment xdist gives it)."""
     env = {**os.environ, "PYTEST_XDIST_TESTRUNUID": run, "PYTEST_XDIST_WORKER": f"gw-{test}"}
@@ -101,7 +82,7 @@ def _pytest_worker(where: Path, test: str, run: str) -> subprocess.Popen[bytes]:
 @pytest.mark.parametrize("together", [True, False], ids=["at-once", "one-after-the-other"])
 def test_xdist_workers_rerecording_a_shared_cassette_keep_each_others_tests_and_drop_the_old_run(tmp_path, together):
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    (tmp_path / "test_shared.py").write_text(_SHARED)
+    (tmp_path / "test_shared.py").write_text(SHARED_MODULE)
     path = tmp_path / "cassettes" / "test_shared" / "agent.json"
     _run_workers(path, "record", ["Stale"])  # what an earlier run recorded
     run = f"run-{uuid.uuid4().hex}"

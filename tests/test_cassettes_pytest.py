@@ -168,10 +168,8 @@ class TestOslo:
     pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
 
 
-def test_record_all_keeps_every_test_of_a_shared_cassette(pytester: pytest.Pytester) -> None:
-    """--relay-record=all starts a shared cassette afresh once per run, not once per test (that kept the last only)."""
-    pytester.makepyfile(
-        test_shared="""
+# Two tests sharing one cassette (a module's pytestmark), each asking its own question.
+SHARED_MODULE = """
 import pytest
 from relay_runtime import adapters
 from relay_runtime.adapters import testing as t
@@ -189,7 +187,11 @@ def test_paris():
 def test_oslo():
     ask("Oslo")
 """
-    )
+
+
+def test_record_all_keeps_every_test_of_a_shared_cassette(pytester: pytest.Pytester) -> None:
+    """--relay-record=all starts a shared cassette afresh once per run, not once per test (that kept the last only)."""
+    pytester.makepyfile(test_shared=SHARED_MODULE)
     path = pytester.path / "cassettes" / "test_shared" / "agent.json"
     for _ in range(2):  # the second run replaces the first's recordings, it does not add to them
         pytester.runpytest_inprocess("-p", "no:cacheprovider", "--relay-record=all").assert_outcomes(passed=2)
