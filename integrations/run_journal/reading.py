@@ -83,7 +83,7 @@ def shape_error(row: dict[str, Any], seq: int) -> str | None:
     created_at = row.get("created_at")
     terminal = row.get("terminal")
     state = row.get("terminal_state")
-    if row.get("version") != 1 or type(row.get("version")) is not int:
+    if type(row.get("version")) is not int or row["version"] != 1:  # JSON's true is a Python 1
         return "version is not 1"
     if type(run_id) is not str:
         return "run_id is not a string"

@@ -361,7 +361,7 @@ class _OpenFiles:
         # held per description, so sharing one would let both write the same seq.
         self._lock = threading.Lock()
         for f in self._files.values():
-            fd, f._fd, f._mark = f._fd, -1, None  # the mapping is the child's own copy: dropped, not unmapped
+            fd, f._fd, f._mark = f._fd, -1, None  # the child maps the mark again when it next appends
             if fd >= 0:
                 try:
                     os.close(fd)
