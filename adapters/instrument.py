@@ -4,7 +4,10 @@ Traced methods, per API (the SDKs' other helpers go through these):
 
 - chat completions: ``create`` (``stream=True`` too, and so ``chat.completions.stream()``), ``parse``
 - responses: ``create`` (and so ``responses.stream()``), ``parse``
-- anthropic messages: ``create``, ``stream``, ``parse`` (``beta.messages`` too, by ``instrument()``)
+- anthropic messages: ``create``, ``stream``, ``parse``
+
+each on the API's resource and on its beta twin (``beta.chat.completions``,
+``beta.responses``, ``beta.messages``), per client and globally.
 
 Per client, the wrapper is set on the client's own resource objects, shadowing the
 class's method, so other clients are untouched and ``uninstrument`` restores the very
@@ -30,7 +33,7 @@ from typing import Any
 
 import wrapt
 
-from relay_runtime import calls
+from relay_runtime import calls, session
 from relay_runtime.streams import fail_stream, finish_whole
 
 from . import dispatch
@@ -47,6 +50,14 @@ METHODS: dict[str, tuple[str, ...]] = {
     ANTHROPIC_MESSAGES: ("create", "stream", "parse"),
 }
 
+# Where a client keeps the resources of each API, per client: the main one and its beta twin
+# (the same API answering beta types). ``instrument(client)`` wraps each one the client has.
+RESOURCE_PATHS: dict[str, tuple[tuple[str, ...], ...]] = {
+    CHAT_COMPLETIONS: (("chat", "completions"), ("beta", "chat", "completions")),
+    RESPONSES: (("responses",), ("beta", "responses")),
+    ANTHROPIC_MESSAGES: (("messages",), ("beta", "messages")),
+}
+
 # The SDK resource classes ``instrument()`` wraps: (module, class, api).
 SDK_CLASSES: tuple[tuple[str, str, str], ...] = (
     ("openai.resources.chat.completions.completions", "Completions", CHAT_COMPLETIONS),
@@ -58,6 +69,34 @@ SDK_CLASSES: tuple[tuple[str, str, str], ...] = (
     # client.beta.messages: the same API with beta features, answering BetaMessage.
     ("anthropic.resources.beta.messages.messages", "Messages", ANTHROPIC_MESSAGES),
     ("anthropic.resources.beta.messages.messages", "AsyncMessages", ANTHROPIC_MESSAGES),
+    # client.beta.responses: the Responses API answering BetaResponse (client.beta.chat is the plain Chat).
+    ("openai.resources.beta.responses.responses", "Responses", RESPONSES),
+    ("openai.resources.beta.responses.responses", "AsyncResponses", RESPONSES),
+)
+
+# Public SDK calls that make LLM output but cannot be recorded as one attempt, so they are counted
+# instead (in ``relay.diagnostics()`` as ``adapters.untraced_calls`` and ``.<label>``), never silent:
+# a compaction answers a compacted item list, not a response the codecs read; a websocket connection
+# carries many responses over one socket; a batch creates its messages later, out of band.
+# (label, path from the client, method); the classes ``instrument()`` wraps the same way follow.
+UNTRACED = "adapters.untraced_calls"
+UNTRACED_PATHS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("responses.compact", ("responses",), "compact"),
+    ("responses.compact", ("beta", "responses"), "compact"),
+    ("responses.connect", ("responses",), "connect"),
+    ("responses.connect", ("beta", "responses"), "connect"),
+    ("messages.batches.create", ("messages", "batches"), "create"),
+    ("messages.batches.create", ("beta", "messages", "batches"), "create"),
+)
+UNTRACED_CLASSES: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    ("openai.resources.responses.responses", "Responses", "responses", ("compact", "connect")),
+    ("openai.resources.responses.responses", "AsyncResponses", "responses", ("compact", "connect")),
+    ("openai.resources.beta.responses.responses", "Responses", "responses", ("compact", "connect")),
+    ("openai.resources.beta.responses.responses", "AsyncResponses", "responses", ("compact", "connect")),
+    ("anthropic.resources.messages.batches", "Batches", "messages.batches", ("create",)),
+    ("anthropic.resources.messages.batches", "AsyncBatches", "messages.batches", ("create",)),
+    ("anthropic.resources.beta.messages.batches", "Batches", "messages.batches", ("create",)),
+    ("anthropic.resources.beta.messages.batches", "AsyncBatches", "messages.batches", ("create",)),
 )
 
 RAW_RESPONSE_HEADER = "X-Stainless-Raw-Response"  # both SDKs: "true" (with_raw_response), "stream"
@@ -424,18 +463,47 @@ class AsyncWatchedResponse(_Watched, _Iterating):
         await self.__wrapped__.close()
 
 
+# -- calls that cannot be attempts: counted ------------------------------------------------------
+
+
+def count_untraced(label: str) -> None:
+    """Count an SDK call the relay cannot record, on the active turn's relay (else on every host's)."""
+    turn = session.active_turn()
+    relays = [turn.relay] if turn is not None else [host.relay for host in session.SESSION_COORDINATOR.hosts()]
+    for relay in relays:
+        relay.diag.count_all(UNTRACED, f"{UNTRACED}.{label}")
+
+
+def _untraced_wrapper(label: str, live: _Live) -> Callable[..., Any]:
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if live.on and not dispatch.inside_sdk_call.get():
+            count_untraced(label)
+        return wrapped(*args, **kwargs)
+
+    return wrapper
+
+
 # -- per client -------------------------------------------------------------------------------
 
 
+def _path(client: Any, path: tuple[str, ...]) -> Any:
+    """The object at ``path`` from ``client`` (None where a step is missing)."""
+    obj = client
+    for name in path:
+        obj = getattr(obj, name, None)
+        if obj is None:
+            return None
+    return obj
+
+
 def _resources(client: Any) -> list[tuple[str, Any]]:
+    """Every resource of ``client`` whose ``create()`` makes an LLM call, with its API."""
     found = []
-    for mode, api in dispatch.APIS.items():
-        try:
-            resource = dispatch.resource_of(client, api)
-        except TypeError:
-            continue
-        if callable(getattr(resource, "create", None)):
-            found.append((mode, resource))
+    for mode, paths in RESOURCE_PATHS.items():
+        for path in paths:
+            resource = _path(client, path)
+            if resource is not None and callable(getattr(resource, "create", None)):
+                found.append((mode, resource))
     return found
 
 
@@ -496,6 +564,12 @@ def _instrument_client(client: Any, include_usage: bool) -> Any:
                 live = _Live()
                 wrapper = _client_wrapper(client, mode, method, _is_async(current), include_usage, live)
                 _set(resource, method, current, wrapper, live)
+        for label, path, method in UNTRACED_PATHS:
+            owner = _path(client, path)
+            current = getattr(owner, method, None) if owner is not None else None
+            if callable(current) and not isinstance(vars(owner).get(method), ManagedCreate):
+                live = _Live()
+                _set(owner, method, current, _untraced_wrapper(label, live), live)
         _forget_raw_helpers(client)
         for name in _DERIVERS:
             current = getattr(client, name, None)
@@ -517,15 +591,16 @@ def _forget_raw_helpers(client: Any) -> None:
     They hold the ``create`` they saw when first used: one made before ``instrument`` would
     keep calling the SDK's own method, untraced. Made again, they pick up the wrapper.
     """
-    for api in dispatch.APIS.values():
-        obj = client
-        for name in (None, *api.resource):
-            obj = obj if name is None else getattr(obj, name, None)
-            own = getattr(obj, "__dict__", None)
-            if not isinstance(own, dict):
-                break
-            for helper in _RAW_HELPERS:
-                own.pop(helper, None)
+    for paths in RESOURCE_PATHS.values():
+        for path in paths:
+            obj = client
+            for name in (None, *path):
+                obj = obj if name is None else getattr(obj, name, None)
+                own = getattr(obj, "__dict__", None)
+                if not isinstance(own, dict):
+                    break
+                for helper in _RAW_HELPERS:
+                    own.pop(helper, None)
 
 
 def _uninstrument_client(client: Any) -> Any:
@@ -533,6 +608,10 @@ def _uninstrument_client(client: Any) -> Any:
         for mode, resource in _resources(client):
             for method in METHODS[mode]:
                 _restore(resource, method)
+        for _label, path, method in UNTRACED_PATHS:
+            owner = _path(client, path)
+            if owner is not None:
+                _restore(owner, method)
         for name in _DERIVERS:
             if isinstance(getattr(client, "__dict__", {}).get(name), ManagedCreate):
                 _restore(client, name)
@@ -557,28 +636,54 @@ def _class_wrapper(mode: str, method: str, is_async: bool, include_usage: bool, 
 def _sdk_classes() -> list[tuple[type, str]]:
     found = []
     for module_name, class_name, mode in SDK_CLASSES:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            continue  # that SDK is not installed
-        cls = getattr(module, class_name, None)
-        if isinstance(cls, type):
+        cls = _sdk_class(module_name, class_name)
+        if cls is not None:
             found.append((cls, mode))
     return found
 
 
+def _sdk_class(module_name: str, class_name: str) -> type | None:
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return None  # that SDK is not installed
+    cls = getattr(module, class_name, None)
+    return cls if isinstance(cls, type) else None
+
+
+def _unpatched(cls: type, method: str) -> Any:
+    """``cls``'s own ``method`` if it has one not wrapped yet, else None."""
+    current = vars(cls).get(method)
+    return None if current is None or isinstance(current, ManagedCreate) else current
+
+
+def _patch_class(
+    cls: type, method: str, current: Any, wrapper: Callable[..., Any], live: _Live, done: list[str]
+) -> None:
+    _set(cls, method, current, wrapper, live)
+    _patched.append((cls, method))
+    done.append(f"{cls.__module__}.{cls.__qualname__}.{method}")
+
+
 def _instrument_classes(include_usage: bool) -> list[str]:
-    done = []
+    done: list[str] = []
     with _lock:
         for cls, mode in _sdk_classes():
             for method in METHODS[mode]:
-                current = vars(cls).get(method)
-                if current is None or isinstance(current, ManagedCreate):
-                    continue
-                live = _Live()
-                _set(cls, method, current, _class_wrapper(mode, method, _is_async(current), include_usage, live), live)
-                _patched.append((cls, method))
-                done.append(f"{cls.__module__}.{cls.__qualname__}.{method}")
+                current = _unpatched(cls, method)
+                if current is not None:
+                    live = _Live()
+                    wrapper = _class_wrapper(mode, method, _is_async(current), include_usage, live)
+                    _patch_class(cls, method, current, wrapper, live, done)
+        for module_name, class_name, label, methods in UNTRACED_CLASSES:
+            untraced = _sdk_class(module_name, class_name)
+            if untraced is None:
+                continue
+            for method in methods:
+                current = _unpatched(untraced, method)
+                if current is not None:
+                    live = _Live()
+                    _patch_class(untraced, method, current, _untraced_wrapper(f"{label}.{method}", live), live, done)
         dispatch.guard_sdk_calls(bool(_patched))
     return done
 

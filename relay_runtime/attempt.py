@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from . import conventions as cv
-from .chains import is_awaitable, refuse_awaitable
+from .chains import IN_FLIGHT, Failed, is_awaitable, refuse_awaitable
 from .codec import LLMCodec
 from .cost.control import NOT_SENT
 from .events import SCOPE_START, AnnotatedRequestField, AnnotatedResponseField, Deferred, new_event
@@ -74,10 +74,13 @@ class Attempt:
         "on_finish",
         "relay",
         "request",
+        "retries",
         "settle_late",
         "view",
         "waiting",
     )
+    # The retry_count last given to an attempt of this call; set by its first renewal only (see _next_retry).
+    retries: int
 
     def __init__(
         self,
@@ -319,20 +322,74 @@ class Attempt:
         """
         self.view = redacted_annotation(self.annotated)
         self._emit_start(self.request)
-        hook, self.on_finish = self.on_finish, None
         self.cost_state = NOT_SENT
-        self.fail(error)
-        meta = {**self.metadata, **metadata}
-        meta[cv.RETRY_COUNT] = (meta.get(cv.RETRY_COUNT) or 0) + 1
-        self.metadata = meta
-        self.handle = ScopeHandle(self.name, _LLM, self.handle.parent, meta, None, False, None)
-        self.finished = False
-        self.on_finish = hook
-        self.cost_state = None
-        self.request = request
+        self._end_before_next(None, error, outcome_of(error))
+        self._next_attempt(request, metadata)
         self.model_name = model_name
         if self.annotated is not None:
             self.annotated.model = model_name
+
+    def _end_before_next(self, response: Any, error: BaseException | None, outcome: str) -> None:
+        """End this attempt's record while the call goes on (as its next attempt): the finish hook
+        is held back, so a logical call counts the call out once, when its last attempt ends; and
+        the answer is in, so it is priced now even while the call waits on."""
+        hook, self.on_finish = self.on_finish, None
+        waiting, self.waiting = self.waiting, False
+        try:
+            self.finish(outcome, response, error, None)
+        finally:
+            self.on_finish = hook
+            self.waiting = waiting
+
+    def _next_attempt(self, request: LLMRequest, metadata: dict[str, Any] | None) -> None:
+        """Go on as the next attempt of the same parent: a new scope, ``retry_count`` one up."""
+        meta = {**self.metadata, **metadata} if metadata else dict(self.metadata)
+        meta[cv.RETRY_COUNT] = self._next_retry()
+        self.metadata = meta
+        self.handle = ScopeHandle(self.name, _LLM, self.handle.parent, meta, None, False, None)
+        self.finished = False
+        self.cost_state = None
+        self.request = request
+        _number_after(meta)
+
+    def _next_retry(self) -> int:
+        """The ``retry_count`` of this call's next attempt: one after every attempt it has had.
+
+        Counted here (set on the first renewal only: most calls have none) rather than read from the
+        metadata, since attempts made beside this one (a concurrent fan-out) take numbers too.
+        """
+        try:
+            last = self.retries
+        except AttributeError:
+            last = self.metadata.get(cv.RETRY_COUNT) or 0
+        self.retries = last + 1
+        return last + 1
+
+    # -- a further provider call within this call (an execution intercept retrying, fanning out) -------
+
+    def again(self, request: LLMRequest, previous: Any, stream: bool) -> _Beside | None:
+        """Record one more provider call of this call: each provider call is an attempt of its own.
+
+        The last call answered (``previous``): its attempt ends now with that answer (a stream the
+        intercept opened and then replaced is cancelled: the caller never read it), and this one goes
+        on as the next attempt of the same parent, with its own start event; returns None. The last
+        call still in flight (a concurrent fan-out): this call gets an attempt beside it, which its
+        own answer ends; returned.
+        """
+        if previous is IN_FLIGHT:
+            return _Beside(self, request)
+        if type(previous) is Failed:
+            self._end_before_next(None, previous.error, outcome_of(previous.error))
+        elif stream:
+            self._end_before_next(None, None, _CANCELLED)
+        else:
+            self._end_before_next(previous, None, _SUCCESS)
+        self._next_attempt(request, None)
+        # The provider runs under the new attempt's scope (``leave`` resets to what was before the call).
+        self.relay.scope._stack.set(self.handle)
+        self._emit_start(request)
+        self.live = True
+        return None
 
     # -- while the provider runs --------------------------------------------------------
 
@@ -432,7 +489,7 @@ class Attempt:
             recorded = self.settle_late
             if recorded is not None:  # the answer of a call its turn ended while it was in flight
                 self.settle_late = None
-                self.relay.cost.settle(self, recorded, response, annotation)
+                self.relay.cost.settle_late(self, recorded, response, annotation)
             return
         self.finished = True
         relay = self.relay
@@ -463,6 +520,45 @@ class Attempt:
                     self.on_finish(outcome, response, error)
                 except Exception as exc:
                     relay.diag.failure("bookkeeping_errors", exc, f"finishing LLM attempt {self.name!r}")
+
+
+class _Beside(Attempt):
+    """The attempt of a provider call made while another of the same call was in flight (a fan-out).
+
+    It starts now, as the next attempt of the same parent, and its own answer ends it. The call's
+    result is recorded by the call's own attempt: this one holds no hook, so a logical call is
+    neither counted out nor closed by it.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, of: Attempt, request: LLMRequest) -> None:
+        metadata = dict(of.metadata)
+        metadata[cv.RETRY_COUNT] = of._next_retry()
+        super().__init__(of.relay, of.name, request, of.handle.parent, of.model_name, metadata, of.codec, None)
+        # Beside the call's attempt, under its parent, even where that is no scope (not under the
+        # attempt, which the constructor would take as the current scope).
+        self.handle = ScopeHandle(of.name, _LLM, of.handle.parent, metadata, None, False, None)
+        self.view = of.view
+        _number_after(metadata)
+        self._emit_start(request)
+        self.live = True
+
+    def answered(self, response: Any, error: BaseException | None) -> None:
+        if error is None:
+            self.finish(_SUCCESS, response, None, None)
+        else:
+            self.fail(error)
+
+
+def _number_after(metadata: dict[str, Any]) -> None:
+    """An attempt was added to its logical call (and the auxiliary call around it): number later ones after it."""
+    api_request_id = metadata.get(cv.API_REQUEST_ID)
+    if isinstance(api_request_id, str):
+        from . import auxiliary, calls  # here: both import this module
+
+        calls.count_renewed_attempt(api_request_id)
+        auxiliary.count_renewed_attempt(api_request_id)
 
 
 def _decode_for_observers(

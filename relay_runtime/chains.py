@@ -3,6 +3,11 @@
 ``next`` may be called any number of times (retry, fan-out); each call runs the
 rest of the chain afresh. ``break_chain`` on an entry makes its ``next`` go
 straight to the terminal call.
+
+Every terminal call is recorded by the chain's owner: the run remembers what the
+last one answered, and a further one hands that answer to ``owner.again``, which
+ends its record and opens the next (an LLM attempt per provider call). The first
+call pays only for remembering its answer.
 """
 
 from __future__ import annotations
@@ -29,19 +34,48 @@ def refuse_awaitable(value: Any, message: str) -> None:
     raise TypeError(message)
 
 
+class Failed:
+    """What a terminal call answered when it raised."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+# What the last terminal call of a run answered, before there was one and while it is running.
+UNSENT: Any = object()
+IN_FLIGHT: Any = object()
+
+
+class Answered(Protocol):
+    """The record of one further terminal call, ended by its own answer (see ``Liveness.again``)."""
+
+    def answered(self, response: Any, error: BaseException | None) -> None: ...
+
+
 class Liveness(Protocol):
     """Whoever owns a chain run: its continuations work only while ``live`` is True."""
 
     live: bool
 
+    def again(self, request: Any, previous: Any, stream: bool) -> Answered | None:
+        """A further terminal call starts; ``previous`` is what the last one answered (``IN_FLIGHT``
+        while it still runs: a concurrent call). Returns the record this call's own answer ends (the
+        call is then no run's "last"), or None when the owner goes on as this call's record."""
+        ...
+
 
 class Live:
-    """A ``Liveness`` for a chain that settles when its run returns (tool calls)."""
+    """A ``Liveness`` for a chain that settles when its run returns (tool calls: one record per call)."""
 
     __slots__ = ("live",)
 
     def __init__(self) -> None:
         self.live = True
+
+    def again(self, request: Any, previous: Any, stream: bool) -> Answered | None:
+        return None
 
 
 DEAD_CONTINUATION = "execution continuation is no longer active: its call has settled"
@@ -52,68 +86,142 @@ def _dead() -> None:
 
 
 def run_sync(
-    chain: tuple[Intercept, ...], name: str, value: Any, terminal: Callable[[Any], Any], owner: Liveness
+    chain: tuple[Intercept, ...],
+    name: str,
+    value: Any,
+    terminal: Callable[[Any], Any],
+    owner: Liveness,
+    stream: bool = False,
 ) -> Any:
     """Run ``chain`` around ``terminal``; a ``next`` kept and called once ``owner`` settled raises."""
     if not chain:
         return terminal(value)
+    last = UNSENT  # what the last terminal call answered
 
     def end(v: Any) -> Any:
+        nonlocal last
         if not owner.live:
             _dead()
-        return terminal(v)
+        if last is not UNSENT:
+            beside = owner.again(v, last, stream)
+            if beside is not None:
+                return _answer_beside(beside, terminal, v)
+        last = IN_FLIGHT
+        try:
+            result = terminal(v)
+        except BaseException as exc:
+            last = Failed(exc)
+            raise
+        last = result
+        return result
 
-    def step(i: int) -> Callable[[Any], Any]:
-        if i == len(chain):
-            return end
-        entry = chain[i]
-        rest = end if entry.break_chain else step(i + 1)
-
-        def call(v: Any) -> Any:
-            if not owner.live:
-                _dead()
-            result = entry.fn(name, v, rest)
-            if is_awaitable(result):
-                refuse_awaitable(
-                    result,
-                    f"execution intercept {entry.name!r} returned an awaitable in a synchronous call; "
-                    "register a synchronous function or use the async API",
-                )
-            return result
-
-        return call
-
-    return step(0)(value)
+    # The first intercept is called here, the rest through continuations built back to front: a
+    # chain of one (the common case) builds no continuation but ``end``.
+    rest: Callable[[Any], Any] = end
+    for entry in reversed(chain[1:]):
+        rest = _link_sync(entry, name, end if entry.break_chain else rest, owner)
+    first = chain[0]
+    result = first.fn(name, value, end if first.break_chain else rest)
+    if is_awaitable(result):
+        _refuse_async_intercept(first, result)
+    return result
 
 
 async def run_async(
-    chain: tuple[Intercept, ...], name: str, value: Any, terminal: Callable[[Any], Awaitable[Any]], owner: Liveness
+    chain: tuple[Intercept, ...],
+    name: str,
+    value: Any,
+    terminal: Callable[[Any], Awaitable[Any]],
+    owner: Liveness,
+    stream: bool = False,
 ) -> Any:
+    """``run_sync`` for async terminals and intercepts (whose ``next`` calls may also run concurrently)."""
     if not chain:
         return await terminal(value)
+    last = UNSENT
 
     async def end(v: Any) -> Any:
+        nonlocal last
         if not owner.live:
             _dead()
-        return await terminal(v)
+        if last is not UNSENT:
+            beside = owner.again(v, last, stream)
+            if beside is not None:
+                return await _answer_beside_async(beside, terminal, v)
+        last = IN_FLIGHT
+        try:
+            result = await terminal(v)
+        except BaseException as exc:
+            last = Failed(exc)
+            raise
+        last = result
+        return result
 
-    def step(i: int) -> Callable[[Any], Awaitable[Any]]:
-        if i == len(chain):
-            return end
-        entry = chain[i]
-        rest = end if entry.break_chain else step(i + 1)
+    rest: Callable[[Any], Awaitable[Any]] = end
+    for entry in reversed(chain[1:]):
+        rest = _link_async(entry, name, end if entry.break_chain else rest, owner)
+    first = chain[0]
+    result = first.fn(name, value, end if first.break_chain else rest)
+    if is_awaitable(result):
+        result = await result
+    return result
 
-        async def call(v: Any) -> Any:
-            if not owner.live:
-                _dead()
-            result = entry.fn(name, v, rest)
-            if is_awaitable(result):
-                result = await result
-            return result
 
-        return call
+def _link_sync(entry: Intercept, name: str, rest: Callable[[Any], Any], owner: Liveness) -> Callable[[Any], Any]:
+    """The continuation that runs ``entry`` (then ``rest``): what the intercept before it gets as ``next``."""
 
-    return await step(0)(value)
+    def call(v: Any) -> Any:
+        if not owner.live:
+            _dead()
+        result = entry.fn(name, v, rest)
+        if is_awaitable(result):
+            _refuse_async_intercept(entry, result)
+        return result
+
+    return call
+
+
+def _link_async(
+    entry: Intercept, name: str, rest: Callable[[Any], Awaitable[Any]], owner: Liveness
+) -> Callable[[Any], Awaitable[Any]]:
+    async def call(v: Any) -> Any:
+        if not owner.live:
+            _dead()
+        result = entry.fn(name, v, rest)
+        if is_awaitable(result):
+            result = await result
+        return result
+
+    return call
+
+
+def _refuse_async_intercept(entry: Intercept, result: Any) -> None:
+    refuse_awaitable(
+        result,
+        f"execution intercept {entry.name!r} returned an awaitable in a synchronous call; "
+        "register a synchronous function or use the async API",
+    )
+
+
+def _answer_beside(record: Answered, terminal: Callable[[Any], Any], value: Any) -> Any:
+    """A terminal call with a record of its own (made while another was in flight): its answer ends it."""
+    try:
+        result = terminal(value)
+    except BaseException as exc:
+        record.answered(None, exc)
+        raise
+    record.answered(result, None)
+    return result
+
+
+async def _answer_beside_async(record: Answered, terminal: Callable[[Any], Awaitable[Any]], value: Any) -> Any:
+    try:
+        result = await terminal(value)
+    except BaseException as exc:
+        record.answered(None, exc)
+        raise
+    record.answered(result, None)
+    return result
 
 
 def run_filters(chain: tuple[Intercept, ...], call: Callable[[Intercept, Any], Any], value: Any) -> Any:

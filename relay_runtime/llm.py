@@ -155,7 +155,7 @@ class LLM:
         run = context.run
         run(attempt.enter)
         try:
-            source = run(chains.run_sync, chain, attempt.name, request, stream_factory, attempt)
+            source = run(chains.run_sync, chain, attempt.name, request, stream_factory, attempt, True)
             iterator: Iterator[Any] = run(iter, source)
         except BaseException as exc:
             attempt.fail(exc)
@@ -189,7 +189,7 @@ class LLM:
         tokens = attempt.enter()
         try:
             source = await chains.run_async(
-                chain, attempt.name, request, lambda r: _open_async(stream_factory, r), attempt
+                chain, attempt.name, request, lambda r: _open_async(stream_factory, r), attempt, True
             )
             iterator: AsyncIterator[Any] = source.__aiter__()
         except BaseException as exc:

@@ -214,7 +214,9 @@ def test_bad_input_is_named() -> None:
         adapters.complete(scripted.client, {"model": "m"}, api_mode="chat_completions")
 
 
-def test_sdk_retries_counts_the_last_create_when_an_execution_intercept_calls_twice(relay_turn, relay_events, oa):
+def test_sdk_retries_are_counted_per_provider_call_when_an_execution_intercept_calls_twice(
+    relay_turn, relay_events, oa
+):
     relay, _turn = relay_turn
     oa.add(t.error(500), t.json_reply(t.chat_completion_body("first")), t.json_reply(t.chat_completion_body("again")))
 
@@ -228,7 +230,12 @@ def test_sdk_retries_counts_the_last_create_when_an_execution_intercept_calls_tw
     finally:
         relay.intercepts.deregister_llm_execution("twice")
     assert response.choices[0].message.content == "again" and len(oa.script.requests) == 3
-    assert only_attempt(relay_events).metadata[cv.SDK_RETRIES] == 0
+    # Each provider call is an attempt, with the SDK retries it made itself.
+    ends = relay_events.ends(relay_kind=cv.ATTEMPT)
+    assert [(e.metadata[cv.SDK_RETRIES], e.annotated_response.output_text) for e in ends] == [
+        (1, "first"),
+        (0, "again"),
+    ]
 
 
 def test_sdk_retries_without_a_stamp_counts_tries(relay_turn, relay_events, oa) -> None:
@@ -486,6 +493,7 @@ def test_closing_a_stream_from_another_thread_while_it_is_read(relay_turn, relay
 async def test_aclosing_a_stream_from_another_task_while_it_is_read(relay_turn, relay_events) -> None:
     body = _GatedBody(t.openai_chat_sse(t.chat_chunks(["a", "b", "c", "d"])), before_gate=2)
     stream = await adapters.astream(_gated_client(body, is_async=True), {"model": "m", "messages": []})
+
     async def reader() -> None:
         async for _chunk in stream:
             pass

@@ -427,3 +427,146 @@ def test_global_instrumentation_traces_anthropic_beta_messages(relay_turn, relay
     assert [r.headers.get("anthropic-beta") for r in s.script.requests] == ["b-1", "b-1"]  # the betas were sent
     s.client.beta.messages.create(model="c", max_tokens=5, messages=[])  # uninstrumented again
     assert len(attempts(relay_events)) == 2
+
+
+# -- beta namespaces, and the calls that cannot be attempts -------------------------------------------
+
+
+def test_openai_beta_chat_and_responses_are_traced(relay_turn, relay_events, scripted) -> None:
+    s = scripted(
+        "openai",
+        t.json_reply(t.chat_completion_body("beta chat", model="gpt-b")),
+        t.json_reply(t.chat_completion_body('{"city": "Rome"}', model="gpt-b")),
+        t.sse_reply(t.openai_chat_sse(t.chat_chunks(["be", "ta"], model="gpt-b"))),
+        t.json_reply(t.responses_body("beta resp", model="gpt-r")),
+        t.sse_reply(t.typed_sse(t.responses_events(["st", "ream"], model="gpt-r"))),
+    )
+    c = s.client
+    assert c.beta.chat.completions.create(model="gpt-b", messages=[]).choices[0].message.content == "beta chat"
+    parsed = c.beta.chat.completions.parse(model="gpt-b", messages=[], response_format=Answer)
+    assert parsed.choices[0].message.parsed == Answer(city="Rome")
+    with c.beta.chat.completions.stream(model="gpt-b", messages=[]) as stream:
+        for _event in stream:
+            pass
+    answer = c.beta.responses.create(model="gpt-r", input="hi")
+    assert (type(answer).__name__, answer.output[0].content[0].text) == ("BetaResponse", "beta resp")
+    assert [e.type for e in c.beta.responses.create(model="gpt-r", input="hi", stream=True)][-1] == "response.completed"
+    ends = attempts(relay_events)
+    assert [(e.outcome, e.annotated_request.operation, e.annotated_response.output_text) for e in ends] == [
+        ("success", "chat", "beta chat"),
+        ("success", "chat", '{"city": "Rome"}'),
+        ("success", "chat", "beta"),
+        ("success", "responses", "beta resp"),
+        ("success", "responses", "stream"),
+    ]
+    sent = s.script.requests[-1]
+    assert sent.url.path == "/v1/responses" and "beta=true" in str(sent.url)  # the beta endpoint was called
+
+
+def test_anthropic_beta_messages_are_traced_on_every_path(relay_turn, relay_events, scripted) -> None:
+    s = scripted(
+        "anthropic",
+        t.json_reply(t.anthropic_message_body("create")),
+        t.sse_reply(t.typed_sse(t.anthropic_events(["st", "ream"]))),
+        t.json_reply(t.anthropic_message_body('{"city": "Bern"}')),
+        t.json_reply(t.anthropic_message_body("raw")),
+        t.json_reply(t.anthropic_message_body("client raw")),
+    )
+    c = s.client
+    assert type(c.beta.messages.create(model="c", max_tokens=5, messages=[], betas=["b-1"])).__name__ == "BetaMessage"
+    with c.beta.messages.stream(model="c", max_tokens=5, messages=[]) as stream:
+        assert "".join(stream.text_stream) == "stream"
+    assert c.beta.messages.parse(model="c", max_tokens=5, messages=[], output_format=Answer).parsed_output == Answer(
+        city="Bern"
+    )
+    assert (
+        c.beta.messages.with_raw_response.create(model="c", max_tokens=5, messages=[]).parse().content[0].text == "raw"
+    )
+    raw = c.with_raw_response.beta.messages.create(model="c", max_tokens=5, messages=[])
+    assert raw.parse().content[0].text == "client raw"
+    texts = [(e.outcome, e.annotated_response.output_text) for e in attempts(relay_events)]
+    assert texts == [
+        ("success", "create"),
+        ("success", "stream"),
+        ("success", '{"city": "Bern"}'),
+        ("success", "raw"),
+        ("success", "client raw"),
+    ]
+
+
+@pytest.mark.asyncio
+async def test_async_beta_messages_are_traced(relay_turn, relay_events, scripted) -> None:
+    s = scripted(
+        "anthropic",
+        t.json_reply(t.anthropic_message_body("async beta")),
+        t.sse_reply(t.typed_sse(t.anthropic_events(["a", "b"]))),
+    )
+    assert (await s.aclient.beta.messages.create(model="c", max_tokens=5, messages=[])).content[0].text == "async beta"
+    async with s.aclient.beta.messages.stream(model="c", max_tokens=5, messages=[]) as stream:
+        assert "".join([piece async for piece in stream.text_stream]) == "ab"
+    assert [e.annotated_response.output_text for e in attempts(relay_events)] == ["async beta", "ab"]
+
+
+def _batch_body() -> dict[str, Any]:
+    counts = {"canceled": 0, "errored": 0, "expired": 0, "processing": 1, "succeeded": 0}
+    return {"id": "msgbatch_1", "type": "message_batch", "processing_status": "in_progress",
+            "request_counts": counts, "created_at": "2026-01-01T00:00:00Z", "expires_at": "2026-01-02T00:00:00Z",
+            "ended_at": None, "archived_at": None, "cancel_initiated_at": None, "results_url": None}  # fmt: skip
+
+
+def _compacted_body() -> dict[str, Any]:
+    return {"id": "cmp_1", "object": "response.compaction", "created_at": 1700000000, "output": [],
+            "usage": t.responses_usage()}  # fmt: skip
+
+
+def test_calls_that_cannot_be_attempts_are_counted_not_silent(relay_turn, relay_events, scripted) -> None:
+    relay, _turn = relay_turn
+    o = scripted("openai", t.json_reply(_compacted_body()), t.json_reply(_compacted_body()))
+    a = scripted("anthropic", t.json_reply(_batch_body()), t.json_reply(_batch_body()))
+    o.client.responses.compact(model="m", input="long history")
+    o.client.beta.responses.compact(model="m", input="long history")
+    request = {"custom_id": "r-1", "params": {"model": "c", "max_tokens": 5, "messages": []}}
+    a.client.messages.batches.create(requests=[request])
+    a.client.beta.messages.batches.create(requests=[request])
+    assert attempts(relay_events) == []  # no attempt claims what cannot be read as one
+    counts = relay.diagnostics()
+    assert counts["adapters.untraced_calls"] == 4
+    assert counts["adapters.untraced_calls.responses.compact"] == 2
+    assert counts["adapters.untraced_calls.messages.batches.create"] == 2
+    assert len(o.script.requests) == len(a.script.requests) == 2  # the SDK's own calls, sent as they were
+
+
+def test_uninstrument_undoes_the_beta_and_counted_paths(relay_turn, relay_events) -> None:
+    o = t.scripted_openai(t.json_reply(t.chat_completion_body()), t.json_reply(_compacted_body()))
+    a = t.scripted_anthropic(t.json_reply(t.anthropic_message_body()), t.json_reply(_batch_body()))
+    owners = [
+        (o.client.beta.chat.completions, ("create", "parse")),
+        (o.client.beta.responses, ("create", "compact", "connect")),
+        (a.client.beta.messages, ("create", "stream", "parse")),
+        (a.client.messages.batches, ("create",)),
+        (a.client.beta.messages.batches, ("create",)),
+    ]
+    for client in (o.client, a.client):
+        adapters.instrument(client)
+    assert all(isinstance(vars(owner)[m], ManagedCreate) for owner, methods in owners for m in methods)
+    for client in (o.client, a.client):
+        adapters.uninstrument(client)
+    assert not any(m in vars(owner) for owner, methods in owners for m in methods)
+    o.client.beta.chat.completions.create(model="m", messages=[])
+    o.client.responses.compact(model="m", input="x")
+    a.client.beta.messages.create(model="c", max_tokens=5, messages=[])
+    a.client.messages.batches.create(requests=[])
+    relay, _turn = relay_turn
+    assert attempts(relay_events) == [] and "adapters.untraced_calls" not in relay.diagnostics()
+
+
+def test_global_uninstrument_undoes_the_counted_paths(relay_turn) -> None:
+    import anthropic.resources.messages.batches as batches
+    import openai.resources.beta.responses.responses as beta_responses
+
+    before = (vars(batches.Batches)["create"], vars(beta_responses.Responses)["create"])
+    adapters.instrument()
+    assert isinstance(vars(batches.Batches)["create"], ManagedCreate)
+    assert isinstance(vars(beta_responses.AsyncResponses)["compact"], ManagedCreate)
+    adapters.uninstrument()
+    assert (vars(batches.Batches)["create"], vars(beta_responses.Responses)["create"]) == before

@@ -417,18 +417,44 @@ def test_a_call_the_turn_ended_while_in_flight_is_still_charged_when_its_answer_
     assert FileSpendStore().load(key) == pytest.approx(0.001)
 
 
-def test_the_late_charge_of_a_call_its_turn_cancelled_is_wasted_as_the_record_says(relay_home: Path) -> None:
-    # The attempt is recorded cancelled at the turn's end; what its late answer costs is the wasted share of
-    # every roll-up above it, as for any attempt that did not succeed (whatever the late answer was).
+def _priced_late(session_id: str) -> tuple[Recorder, Any, Any]:
+    """A priced call answered after its turn ended: the recorder, the turn and the attempt's end event."""
     host = session.SESSION_COORDINATOR.host(session.current_profile_key())
     recorder = Recorder()
     host.relay.subscribers.register(recorder, name="recorder")
     cost.attach(host, catalog())
-    turn = _answered_after_its_turn_ended(host, "late")
-    (attempt,) = attempts(recorder)
+    turn = _answered_after_its_turn_ended(host, session_id)
+    return recorder, turn, one(attempts(recorder))
+
+
+def test_the_late_charge_of_a_call_its_turn_cancelled_is_wasted_as_the_record_says(relay_home: Path) -> None:
+    # The attempt is recorded cancelled at the turn's end; what its late answer costs is the wasted share of
+    # every roll-up above it, as for any attempt that did not succeed (whatever the late answer was).
+    _recorder, turn, attempt = _priced_late("late")
     assert attempt.outcome == "cancelled"
     assert turn.scope.cost.total == pytest.approx(0.001)
     assert turn.scope.cost.wasted == pytest.approx(0.001)
+
+
+def test_the_late_charge_reaches_the_record_as_a_mark_on_its_attempt(relay_home: Path) -> None:
+    # The attempt's end event went out (cancelled) before its answer was priced: the charge reaches the
+    # record after it, as a mark on that attempt carrying its cost and the roll-ups of the ended scopes above.
+    recorder, turn, attempt = _priced_late("late-mark")
+    assert attempt.cost is None  # ended before its answer came: nothing to price yet
+    (mark,) = recorder.marks(name=cost.LATE_CHARGE_MARK)
+    assert mark.parent_uuid == attempt.uuid and mark.trace_id == attempt.trace_id
+    data = mark.data
+    assert data["attempt_uuid"] == attempt.uuid and data["outcome"] == "cancelled"
+    assert data["cost"]["amount"] == pytest.approx(0.001) and data["cost"]["wasted"] is True
+    (logical,) = recorder.ends(relay_kind=cv.LOGICAL_CALL)
+    rollups = data["rollups"]
+    assert set(rollups) >= {logical.uuid, turn.scope.uuid}
+    assert rollups[turn.scope.uuid]["total"] == pytest.approx(0.001)
+    assert rollups[turn.scope.uuid]["wasted"] == pytest.approx(0.001)
+    assert rollups[logical.uuid]["attempts"] == 1
+    # A snapshot: the record says what the scope held once the charge was in, not a live object.
+    assert type(rollups[turn.scope.uuid]) is dict
+    assert json.loads(json.dumps(mark.to_dict(), default=str))["data"]["attempt_uuid"] == attempt.uuid
 
 
 def test_the_file_store_writes_atomically_and_refuses_a_damaged_file(tmp_path: Path) -> None:

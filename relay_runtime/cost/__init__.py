@@ -12,12 +12,13 @@ from typing import Any
 
 from .budget import Budget, BudgetExceeded
 from .catalog import PriceCatalog, PriceEntry
-from .control import DOWNGRADED_FROM, WARNING_MARK, RelayCost
+from .control import DOWNGRADED_FROM, LATE_CHARGE_MARK, WARNING_MARK, RelayCost
 from .pricing import AttemptCost, CostRollup
 from .store import FileSpendStore, MemorySpendStore, SpendStore
 
 __all__ = [
     "DOWNGRADED_FROM",
+    "LATE_CHARGE_MARK",
     "WARNING_MARK",
     "AttemptCost",
     "Budget",

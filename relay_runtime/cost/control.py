@@ -39,6 +39,9 @@ _M = 1e-6
 _RESIDUE = 1e-12  # of the currency unit: what float arithmetic leaves of a released reservation
 _new = object.__new__
 WARNING_MARK = "relay.cost.budget_warning"
+# The charge of an attempt priced after its end event went out (its turn ended it while it waited for the
+# provider): data {"attempt_uuid", "outcome", "cost", "rollups": {uuid: roll-up}} on a mark under the attempt.
+LATE_CHARGE_MARK = "relay.cost.late_charge"
 DOWNGRADED_FROM = "relay.cost.downgraded_from"
 
 
@@ -392,14 +395,8 @@ class RelayCost:
         new_request = request.replace(content={**request.raw_content(), "model": cheaper})
         out_tokens = self._output_limit(attempt, new_request.raw_content(), priced, count=False)
         new_estimate, input_cost, output_rate = self._worst_case(new_request.raw_content(), priced, out_tokens)
+        # The logical call (and an auxiliary call around it) number their next attempt after this one.
         attempt.renew(new_request, cheaper, _exceeded(node, estimate, model), {DOWNGRADED_FROM: model})
-        api_request_id = attempt.metadata.get(cv.API_REQUEST_ID)
-        if isinstance(api_request_id, str):
-            # The logical call (and an auxiliary call around it) number their next attempt after this one.
-            from .. import auxiliary, calls  # here: both import the relay, which imports this module
-
-            calls.count_renewed_attempt(api_request_id)
-            auxiliary.count_renewed_attempt(api_request_id)
         return new_request, cheaper, new_estimate, input_cost, output_rate
 
     def _nodes(self, parent: ScopeHandle | None, budgets: tuple[Budget, ...]) -> _Plan:
@@ -524,6 +521,33 @@ class RelayCost:
                     except Exception as exc:
                         self._relay.diag.failure("bookkeeping_errors", exc, f"recording the spend of {attempt.name!r}")
                     break
+
+    def settle_late(self, attempt: Attempt, outcome: str, response: Any, view: Any) -> None:
+        """``settle`` for an attempt whose end event (``outcome``) went out before its answer came.
+
+        The end events of the attempt and of the scopes above it are already delivered without this
+        charge, so it reaches the record as a mark: the attempt's cost and, for every scope above
+        that has ended, its roll-up as it stands with the charge in (a snapshot: consumers that
+        wrote the end event keep what they wrote).
+        """
+        self.settle(attempt, outcome, response, view)
+        relay = self._relay
+        if not relay.subscribers.mark:
+            return
+        try:
+            handle = attempt.handle
+            rollups: dict[str, dict[str, Any]] = {}
+            scope = handle.parent
+            while scope is not None:
+                if scope.ended and scope.cost is not None:
+                    rollups[scope.uuid] = scope.cost.as_dict()
+                scope = scope.parent
+            cost = handle.cost.as_dict() if handle.cost is not None else None
+            data = {"attempt_uuid": handle.uuid, "outcome": outcome, "cost": cost, "rollups": rollups}
+        except Exception as exc:
+            relay.diag.failure("bookkeeping_errors", exc, f"recording the late charge of {attempt.name!r}")
+            return
+        relay.scope.mark(LATE_CHARGE_MARK, data, parent=handle)
 
     def _price(self, attempt: Attempt, response: Any, view: Any, spend: AttemptSpend | None) -> AttemptCost:
         catalog = self.catalog
