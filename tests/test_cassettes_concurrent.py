@@ -91,7 +91,10 @@ def test_xdist_workers_rerecording_a_shared_cassette_keep_each_others_tests_and_
         procs.append(_pytest_worker(tmp_path, test, run))
         if not together:
             procs[-1].wait(timeout=120)
-    for proc in procs:
-        out, _ = proc.communicate(timeout=120)
-        assert proc.returncode == 0, out.decode()
+    try:
+        for proc in procs:
+            out, _ = proc.communicate(timeout=120)
+            assert proc.returncode == 0, out.decode()
+    finally:
+        shutil.rmtree(Path(tempfile.gettempdir()) / f"relay-cassettes-{run}", ignore_errors=True)  # the run's claims
     assert _questions(path) == ["Oslo", "Paris"]
