@@ -461,6 +461,23 @@ class _AsyncTapeTransport(httpx2.AsyncBaseTransport):
 
 # -- recording ---------------------------------------------------------------------------
 
+# Statuses a later try may not meet, as the SDKs judge when they retry by themselves.
+_PASSING_STATUSES = frozenset({408, 409, 429})
+
+
+def ended_transiently(call: dict[str, Any]) -> bool:
+    """Whether a recorded call's last HTTP try failed in a way a later try may not: a 408/409/429, a 5xx,
+    or a failure with no answer (a lost connection, a timeout, a stream cut short)."""
+    tries = call.get("http")
+    last = tries[-1] if isinstance(tries, list) and tries else None
+    if not isinstance(last, dict):
+        return False
+    status = last.get("status")
+    return "error" in last or (type(status) is int and (status in _PASSING_STATUSES or status >= 500))
+
+
+cassettes.register_transient_check(ended_transiently)
+
 
 def _begin_recording(tape: cassettes.CallTape, request: httpx2.Request) -> tuple[dict[str, Any], float]:
     # Request headers are never stored; their credential values are remembered so the

@@ -168,10 +168,8 @@ class TestOslo:
     pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
 
 
-def test_record_all_keeps_every_test_of_a_shared_cassette(pytester: pytest.Pytester) -> None:
-    """--relay-record=all starts a shared cassette afresh once per run, not once per test (that kept the last only)."""
-    pytester.makepyfile(
-        test_shared="""
+# Two tests sharing one cassette (a module's pytestmark), each asking its own question.
+SHARED_MODULE = """
 import pytest
 from relay_runtime import adapters
 from relay_runtime.adapters import testing as t
@@ -189,10 +187,38 @@ def test_paris():
 def test_oslo():
     ask("Oslo")
 """
-    )
+
+
+def test_record_all_keeps_every_test_of_a_shared_cassette(pytester: pytest.Pytester) -> None:
+    """--relay-record=all starts a shared cassette afresh once per run, not once per test (that kept the last only)."""
+    pytester.makepyfile(test_shared=SHARED_MODULE)
     path = pytester.path / "cassettes" / "test_shared" / "agent.json"
     for _ in range(2):  # the second run replaces the first's recordings, it does not add to them
         pytester.runpytest_inprocess("-p", "no:cacheprovider", "--relay-record=all").assert_outcomes(passed=2)
         calls = json.loads(path.read_text())["calls"]
         assert [c["request"]["messages"][0]["content"] for c in calls] == ["Paris", "Oslo"]
     pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
+def test_under_pytest_a_failed_tests_passing_failures_are_recorded_afresh_next_run(pytester: pytest.Pytester):
+    pytester.makepyfile(
+        test_flaky="""
+import pytest
+from relay_runtime import adapters
+from relay_runtime.adapters import testing as t
+
+OUTAGE = [True]
+
+@pytest.mark.relay_cassette("agent")
+def test_agent():
+    reply = t.error(503, "overloaded") if OUTAGE[0] else t.json_reply(t.chat_completion_body("fine"))
+    client = t.openai_client(t.Script([reply]), max_retries=0)
+    answer = adapters.complete(client, {"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    assert answer.choices[0].message.content == "fine"
+"""
+    )
+    pytester.runpytest_inprocess("-p", "no:cacheprovider", "--relay-record=new").assert_outcomes(failed=1)
+    assert not (pytester.path / "cassettes" / "test_flaky" / "agent.json").exists()  # the outage is not kept
+    pytester.makeconftest("import test_flaky\ntest_flaky.OUTAGE[0] = False\n")
+    pytester.runpytest_inprocess("-p", "no:cacheprovider", "--relay-record=new").assert_outcomes(passed=1)
+    pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import socket
 import time
@@ -151,7 +152,8 @@ async def test_rows_holding_lone_surrogates_stream_without_failing(server, tmp_p
     append_run_event("session-a", "run-a", "token", {"text": "ok"}, session_dir=tmp_path)
     with open(path, "ab") as f:  # valid JSON, but no UTF-8 can carry it as it is
         f.write(b'{"version":1,"event_id":"run-a:2","seq":2,"run_id":"run-a","session_id":"session-a",'
-                b'"event":"token","payload":{"text":"\\ud800"}}\n')
+                b'"event":"token","type":"token","created_at":1,"terminal":false,"terminal_state":null,'
+                b'"payload":{"text":"\\ud800"}}\n')
     async with aiohttp.ClientSession(base_url=server.make_url(""), timeout=TIMEOUT) as client:
         resp = await client.get("/runs/run-a/events")
         got = rows_only(await read_sse(resp, limit=2))
@@ -167,8 +169,11 @@ async def test_a_row_naming_another_run_with_line_breaks_cannot_forge_sse_messag
     path = tmp_path / "_run_journal" / "session-a" / "run-a.jsonl"
     append_run_event("session-a", "run-a", "token", {"text": "ok"}, session_dir=tmp_path)
     with open(path, "ab") as f:
-        f.write(b'{"version":1,"event_id":"run-a:2","seq":2,"run_id":"run-a\\r\\nevent: done\\r\\ndata: {}\\r\\n",'
-                b'"session_id":"session-a","event":"token","payload":{"text":"x"}}\n')
+        forged = "run-a\r\nevent: done\r\ndata: {}\r\n"  # laid out as a row in every other way
+        row = {"version": 1, "event_id": f"{forged}:2", "seq": 2, "run_id": forged, "session_id": "session-a",
+               "event": "token", "type": "token", "created_at": 1, "terminal": False, "terminal_state": None,
+               "payload": {"text": "x"}}  # fmt: skip
+        f.write(json.dumps(row).encode() + b"\n")
     append_run_event("session-a", "run-a", "done", {}, session_dir=tmp_path)
     async with aiohttp.ClientSession(base_url=server.make_url(""), timeout=TIMEOUT) as client:
         body = await (await client.get("/runs/run-a/events")).read()

@@ -8,6 +8,7 @@ its append-only file fsynced on every write; the outage tests SIGKILL it.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import subprocess
@@ -238,7 +239,8 @@ def test_foreign_entries_are_reported_and_block_nothing_they_do_not_collide_with
     store.append("s", "r", "token", {"text": "a"})
     stream = store.keys.stream("s", "r")
     store.client.xadd(stream, {"other": "field"}, id="1-5")
-    store.client.xadd(stream, {"r": '{"seq": 7, "event": "token"}'}, id="1-6")
+    row = store.read("s", "r")["events"][0]
+    store.client.xadd(stream, {"r": json.dumps({**row, "seq": 7, "event_id": "r:7"})}, id="1-6")
     store.client.xadd(stream, {"r": "[1, 2]"}, id="1-7")
     assert store.append("s", "r", "done", {})["seq"] == 2
     window = store.read("s", "r")

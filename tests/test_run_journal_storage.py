@@ -192,9 +192,11 @@ def test_file_replaced_under_a_cached_writer(tmp_path):
     writer.append_sse_event("token", {})
     path = run_journal._run_path("s", "r", session_dir=tmp_path)
     path.unlink()
-    # The open descriptor points at the removed file; the writer must notice and start a new one.
-    assert writer.append_sse_event("token", {})["seq"] == 1
-    assert seqs(tmp_path) == [1]
+    # The open descriptor points at the removed file; the writer must notice and start a new one,
+    # without handing out a seq again (test_run_journal_truncation.py): the lost row is reported.
+    assert writer.append_sse_event("token", {})["seq"] == 2
+    assert seqs(tmp_path) == [2]
+    assert [m["reason"] for m in read_run_events("s", "r", session_dir=tmp_path)["malformed"]] == ["row 1 is missing"]
 
 
 # --- reading after a cursor -------------------------------------------------------------------------

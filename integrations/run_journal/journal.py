@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import paths
 from .default_store import env_store
-from .reading import iter_lines, parse, parse_line, read_after, read_all, signature
+from .reading import Gaps, iter_lines, parse, parse_line, read_after, read_all, signature
 from .states import SummaryFold, copy_summary, summarize
 from .storage import append_run_event as append_file_event
 from .storage import append_to, fsync_policy, row_cap, run_file_for
@@ -166,12 +166,15 @@ def iter_file_pages(
     with f:
         events: list[dict[str, Any]] = []
         malformed: list[dict[str, Any]] = []
+        gaps = Gaps()
         size = 0
         for offset, line, terminated, _ in iter_lines(f, 0, cap):
             row, bad = parse(offset, line, terminated, cap)
             if row is None:
                 malformed.append(bad)
             else:
+                if (gap := gaps.check(row, offset)) is not None:
+                    malformed.append(gap)
                 events.append(row)
             size += len(line) if line is not None else 0
             if size >= page_bytes or len(malformed) >= _PAGE_MALFORMED:

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from .states import TERMINAL_STATES
+
 _BLOCK = 64 * 1024
 _BACK_BLOCK = 8192
 _PREVIEW = 200
@@ -60,7 +62,50 @@ def parse_line(line: bytes) -> tuple[dict[str, Any] | None, str | None]:
     seq = value.get("seq")
     if type(seq) is not int or seq < 1:
         return None, "row without a positive integer seq"
+    wrong = shape_error(value, seq)
+    if wrong is not None:
+        return None, f"not a journal row: {wrong}"
     return value, None
+
+
+_STATES = frozenset(TERMINAL_STATES)
+
+
+def shape_error(row: dict[str, Any], seq: int) -> str | None:
+    """What makes an object with a seq something no writer stores as a row (None: it is a row).
+
+    A line that only looks like a row (a hand edit, a foreign writer, a version this reader does not
+    know) must not take a seq, reach a browser or count in a summary: it is damage, reported as such.
+    The payload may be any JSON value: readers ignore what they cannot use in it (RUN_JOURNAL.md).
+    """
+    run_id = row.get("run_id")
+    event = row.get("event")
+    created_at = row.get("created_at")
+    terminal = row.get("terminal")
+    state = row.get("terminal_state")
+    if type(row.get("version")) is not int or row["version"] != 1:  # JSON's true is a Python 1
+        return "version is not 1"
+    if type(run_id) is not str:
+        return "run_id is not a string"
+    if type(row.get("session_id")) is not str:
+        return "session_id is not a string"
+    if row.get("event_id") != f"{run_id}:{seq}":
+        return "event_id is not <run_id>:<seq>"
+    if type(event) is not str or not event:
+        return "event is not a non-empty string"
+    if row.get("type") != event:
+        return "type is not the event"
+    if type(created_at) is not float and type(created_at) is not int:
+        return "created_at is not a number"
+    if type(terminal) is not bool:
+        return "terminal is not true or false"
+    if state is not None and state not in _STATES:
+        return "terminal_state is not a terminal state"
+    if (state is not None) is not terminal:
+        return "terminal_state does not match terminal"
+    if "payload" not in row:
+        return "payload is missing"
+    return None
 
 
 def malformed_entry(offset: int, line: bytes | None, reason: str, *, terminated: bool) -> dict[str, Any]:
@@ -127,24 +172,48 @@ def parse(offset: int, line: bytes | None, terminated: bool, max_line: int) -> t
     return row, None
 
 
+class Gaps:
+    """Reports the seqs missing between rows read in order (a file cut short, rows removed by hand).
+
+    Seq has no gaps and never goes back (the writer keeps a high-water mark), so a jump means rows were
+    lost: a reader says so under ``malformed`` instead of showing a run that seems to start late.
+    """
+
+    __slots__ = ("last",)
+
+    def __init__(self, after_seq: int = 0) -> None:
+        self.last = after_seq
+
+    def check(self, row: dict[str, Any], offset: int) -> dict[str, Any] | None:
+        seq, first = row["seq"], self.last + 1
+        self.last = max(self.last, seq)
+        if seq <= first:
+            return None
+        what = f"row {first} is missing" if seq - 1 == first else f"rows {first}-{seq - 1} are missing"
+        return {"offset": offset, "reason": what, "text": ""}
+
+
 def read_all(
-    path: Path, max_seq: int | None = None, *, max_line: int, start: int = 0
+    path: Path, max_seq: int | None = None, *, max_line: int, start: int = 0, after_seq: int = 0
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Any]:
-    """Rows from ``start`` to the end (up to ``max_seq``), the malformed lines, and the file's stat after the
-    read if no append raced it (else ``None``)."""
+    """Rows from ``start`` to the end (up to ``max_seq``; those after ``after_seq``), the malformed lines and
+    missing seqs, and the file's stat after the read if no append raced it (else ``None``)."""
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed by the ``with`` below; a missing file is no journal yet
     except FileNotFoundError:
         return [], [], None
     rows: list[dict[str, Any]] = []
     malformed: list[dict[str, Any]] = []
+    gaps = Gaps(after_seq)
     with f:
         before = os.fstat(f.fileno())
         for offset, line, terminated, _ in iter_lines(f, start, max_line):
             row, bad = parse(offset, line, terminated, max_line)
             if row is None:
                 malformed.append(bad)
-            elif max_seq is None or row["seq"] <= max_seq:
+            elif row["seq"] > after_seq and (max_seq is None or row["seq"] <= max_seq):
+                if (gap := gaps.check(row, offset)) is not None:
+                    malformed.append(gap)
                 rows.append(row)
         after = os.fstat(f.fileno())
         end = f.tell()
@@ -160,8 +229,8 @@ def read_after(
     Rows are appended in seq order, so the cost follows what comes after the cursor, not the file's size.
     """
     start = offset_after(path, after_seq, max_line=max_line)
-    rows, malformed, _ = read_all(path, max_seq, max_line=max_line, start=start)
-    return [row for row in rows if row["seq"] > after_seq], malformed
+    rows, malformed, _ = read_all(path, max_seq, max_line=max_line, start=start, after_seq=after_seq)
+    return rows, malformed
 
 
 def read_page(f: IO[bytes], start: int, *, max_bytes: int, max_line: int) -> tuple[list[dict[str, Any]], int, bool]:
@@ -202,18 +271,20 @@ def _newlines_backward(f: IO[bytes], end: int) -> Iterator[int]:
         block = min(block * 2, _BLOCK * 16)
 
 
-def _line_seq(f: IO[bytes], start: int, end: int, max_line: int) -> int | None:
-    """The seq of the line at ``[start, end)``, from its first bytes when it is a row as the writer lays them out."""
+def _at_or_before(f: IO[bytes], start: int, end: int, after_seq: int, max_line: int) -> bool:
+    """Whether the line at ``[start, end)`` is a row with ``seq <= after_seq`` (where a cursor search stops).
+
+    A line whose first bytes show a later seq is passed over unparsed, whatever its size; one that would
+    stop the search is parsed whole first: a damaged line laid out like a row must not stop it, or the
+    rows between it and the cursor would be skipped.
+    """
     f.seek(start)
-    head = f.read(min(end - start, _PREFIX_BYTES))
-    match = _SEQ_PREFIX.match(head)
-    if match is not None:
-        return int(match.group(1))
-    if end - start > max_line:
-        return None
+    match = _SEQ_PREFIX.match(f.read(min(end - start, _PREFIX_BYTES)))
+    if (match is not None and int(match.group(1)) > after_seq) or end - start > max_line:
+        return False
     f.seek(start)
     row, _ = parse_line(f.read(end - start))
-    return row["seq"] if row is not None else None
+    return row is not None and row["seq"] <= after_seq
 
 
 def last_row_seq(f: IO[bytes], size: int, max_line: int) -> int:
@@ -242,10 +313,8 @@ def offset_after(path: str | os.PathLike[str], after_seq: int, *, max_line: int)
         end = os.fstat(f.fileno()).st_size
         for nl in itertools.chain(_newlines_backward(f, end), (-1,)):
             line_start = nl + 1
-            if line_start < end:
-                seq = _line_seq(f, line_start, end, max_line)
-                if seq is not None and seq <= after_seq:
-                    return end
+            if line_start < end and _at_or_before(f, line_start, end, after_seq, max_line):
+                return end
             end = line_start
     return 0
 

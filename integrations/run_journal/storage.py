@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import json
 import math
+import mmap
 import os
 import re
 import threading
@@ -132,7 +133,10 @@ def encode_json(value: Any, what: str = "payload") -> str:
 def _encode_time(value: Any) -> str:
     if type(value) is float and math.isfinite(value):
         return repr(value)  # what json would write, without its call overhead
-    return encode_json(value, "created_at")
+    # Readers take a row whose created_at is not a number for damage: never write one.
+    if type(value) is not int:
+        raise ValueError(f"run journal created_at must be a finite number of seconds, got {value!r}")
+    return str(value)
 
 
 class _RunFile:
@@ -147,6 +151,7 @@ class _RunFile:
         # What the file looked like right after our last append: if it still does, nobody else wrote.
         self._size = -1
         self._last_seq = 0
+        self._mark: mmap.mmap | None = None  # the run's high-water mark (see _open_mark)
 
     def append(self, run_id: str, tail: str, seq: int | None, sync: bool, cap: int = DEFAULT_MAX_ROW_BYTES) -> int:
         """Write ``tail`` (everything after the seq) as the run's next row; return its seq."""
@@ -178,7 +183,10 @@ class _RunFile:
     ) -> int:
         if st.st_ino != self._ino or st.st_size != self._size:
             self._ino = st.st_ino
-            self._last_seq, torn = _scan_tail(fd, st.st_size, cap)
+            scanned, torn = _scan_tail(fd, st.st_size, cap)
+            # A file cut short or replaced no longer shows every seq handed out: the mark (and what this
+            # process handed out itself) does, so seq never goes back and no cursor sees a seq twice.
+            self._last_seq = max(scanned, self._last_seq, _read_mark(self._mark))
         else:
             torn = False
         next_seq = self._last_seq + 1
@@ -188,6 +196,11 @@ class _RunFile:
         line = f'{{"version":{VERSION},"event_id":"{run_id}:{next_seq}","seq":{next_seq}{tail}'
         data = b"\n" + line.encode() if torn else line.encode()
         _write_all(fd, data)
+        # After the row: a writer killed mid-row leaves a torn line no reader serves, and its seq is handed
+        # out again. A store into shared memory, no system call: it reaches the file even if this process is
+        # killed. Not fsynced: the mark only has to outlast the file being cut or removed; after a power loss
+        # the fsynced rows still hold the seq.
+        _write_mark(self._mark, next_seq)
         self._size = st.st_size + len(data)
         self._last_seq = next_seq
         if sync:
@@ -207,6 +220,12 @@ class _RunFile:
             fd = os.open(self.path, flags)
         except FileNotFoundError:
             fd = self._create(flags)
+        if self._mark is None:
+            try:
+                self._mark = _open_mark(self.path)
+            except BaseException:
+                os.close(fd)
+                raise
         self._fd, self._ino, self._size, self._pid = fd, -1, -1, os.getpid()
         return fd
 
@@ -231,6 +250,46 @@ class _RunFile:
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
             os.close(fd)
+        if self._mark is not None:
+            mark, self._mark = self._mark, None
+            mark.close()
+
+
+_MARK_DIGITS = 20  # any 64-bit seq
+
+
+def _open_mark(path: str) -> mmap.mmap:
+    """The run's high-water mark, mapped: its index entry (``listing``) holds the last seq handed out.
+
+    It lives outside the run's file, so it outlasts that file being cut to nothing or removed.
+    Every writer of the run maps the same page and uses it under the run file's lock.
+    """
+    file = Path(path)
+    directory = file.parent
+    root, session_id, run_id = directory.parent, directory.name, file.name[: -len(paths.SUFFIX)]
+    entry = index_entry(root, session_id, run_id)
+    try:
+        fd = os.open(entry, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:  # a run written before the index existed, or an entry removed by hand
+        add_to_index(root, session_id, run_id)
+        fd = os.open(entry, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        if os.fstat(fd).st_size < _MARK_DIGITS + 1:
+            os.ftruncate(fd, _MARK_DIGITS + 1)  # only ever grows it: a mark already written stays
+        return mmap.mmap(fd, _MARK_DIGITS + 1)
+    finally:
+        os.close(fd)
+
+
+def _read_mark(mark: mmap.mmap | None) -> int:
+    """The seq a mark holds (0 for a new or unreadable one: the file's rows are then all there is)."""
+    head = mark[:_MARK_DIGITS].strip(b"\0 ") if mark is not None else b""
+    return int(head) if head.isdigit() else 0
+
+
+def _write_mark(mark: mmap.mmap | None, seq: int) -> None:
+    if mark is not None:
+        mark[: _MARK_DIGITS + 1] = b"%020d\n" % seq
 
 
 def _scan_tail(fd: int, size: int, cap: int) -> tuple[int, bool]:
@@ -302,7 +361,7 @@ class _OpenFiles:
         # held per description, so sharing one would let both write the same seq.
         self._lock = threading.Lock()
         for f in self._files.values():
-            fd, f._fd = f._fd, -1
+            fd, f._fd, f._mark = f._fd, -1, None  # the child maps the mark again when it next appends
             if fd >= 0:
                 try:
                     os.close(fd)

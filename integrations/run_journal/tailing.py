@@ -19,13 +19,23 @@ if TYPE_CHECKING:
     from .store import FileStore
 
 
-def _page(path: str, start: int, max_bytes: int, max_line: int) -> tuple[list[dict[str, Any]], int, bool]:
+_HEAD_BYTES = 256  # the start of a run's first row: its seq and created_at
+
+
+def _page(
+    path: str, start: int, max_bytes: int, max_line: int, head: bytes
+) -> tuple[list[dict[str, Any]], int, bool, bytes | None]:
+    """A page from ``start``, with the file's first bytes now; ``None`` for them when they no longer begin
+    with ``head`` (what they were): the file was cut and written again, perhaps past ``start``."""
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed by the ``with`` below
     except FileNotFoundError:
-        return [], start, False
+        return [], start, False, head
     with f:
-        return read_page(f, start, max_bytes=max_bytes, max_line=max_line)
+        now = f.read(_HEAD_BYTES)
+        if not now.startswith(head):
+            return [], start, False, None
+        return (*read_page(f, start, max_bytes=max_bytes, max_line=max_line), now)
 
 
 async def follow_file(
@@ -40,6 +50,7 @@ async def follow_file(
     offset: int | None = None  # where the next unread line starts, once known
     inode = -1
     seen_size = -1
+    head = b""  # the file's first bytes when last read: they change when it is cut and written again
     quiet_since = loop.time()
     while True:
         try:
@@ -49,10 +60,16 @@ async def follow_file(
         if st is not None and (st.st_ino != inode or st.st_size < (offset or 0)):
             # First look, or the file was replaced or cut short: find the cursor again.
             inode = st.st_ino
-            offset = await asyncio.to_thread(offset_after, path, cursor, max_line=store.max_row_bytes)
+            offset, head = await asyncio.to_thread(offset_after, path, cursor, max_line=store.max_row_bytes), b""
             seen_size = -1
         if st is not None and offset is not None and st.st_size != seen_size:
-            page, offset, more = await asyncio.to_thread(_page, path, offset, store.page_bytes, store.max_row_bytes)
+            page, offset, more, now = await asyncio.to_thread(
+                _page, path, offset, store.page_bytes, store.max_row_bytes, head
+            )
+            if now is None:  # cut and grown back past where we were: the size alone could not show it
+                inode = -1
+                continue
+            head = now
             # A terminal row at or before the cursor (a cursor past the end of a live run) ends it too.
             ended = ended or any(ends_run(row) for row in page)
             rows = [row for row in page if row["seq"] > cursor]

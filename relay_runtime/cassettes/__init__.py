@@ -14,7 +14,19 @@ recorded exchanges to their SDKs.
 
 from __future__ import annotations
 
-from .cassette import MODES, TIMINGS, CallTape, Cassette, CassetteError, CassetteMiss, CassetteUse, current, in_use, use
+from .cassette import (
+    MODES,
+    TIMINGS,
+    CallTape,
+    Cassette,
+    CassetteError,
+    CassetteMiss,
+    CassetteUse,
+    current,
+    in_use,
+    register_transient_check,
+    use,
+)
 from .requests import VOLATILE_PARAMS, jsonable, neutral_request
 
 __all__ = [
@@ -30,5 +42,6 @@ __all__ = [
     "in_use",
     "jsonable",
     "neutral_request",
+    "register_transient_check",
     "use",
 ]

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from ..files import replace_atomically
+from ..files import directory_locked, replace_atomically
 from . import matching, secrets
 from .requests import Normalize, canonical, normalized
 
@@ -38,6 +38,21 @@ class CassetteError(RuntimeError):
 
 class CassetteMiss(CassetteError, LookupError):
     """A call found nothing to replay (or asked for more than was recorded)."""
+
+
+# How to tell a recorded call that ended in a failure a later try may not meet (a 429, a 5xx, a lost
+# connection) from what an adapter stored for it: each adapter that stores calls registers its check.
+_transient_checks: list[Callable[[dict[str, Any]], bool]] = []
+
+
+def register_transient_check(check: Callable[[dict[str, Any]], bool]) -> None:
+    """Add ``check(call) -> bool``: whether a recorded call ended in a passing failure (see ``Cassette.save``)."""
+    if check not in _transient_checks:
+        _transient_checks.append(check)
+
+
+def ended_transiently(call: dict[str, Any]) -> bool:
+    return any(check(call) for check in _transient_checks)
 
 
 # Cassettes in use, innermost last. Process-wide on purpose: a call an agent makes from a
@@ -135,6 +150,7 @@ class Cassette:
         self.secrets: set[str] = set()
         self.misses: list[CassetteMiss] = []
         self._lock = threading.Lock()
+        self._seen = _identity(self.path)  # the file as this session found it (before reading it)
         self.recorded: list[dict[str, Any]] = [] if mode == "record" else self._load()
         self._used = [False] * len(self.recorded)
         # Match key -> indices of recordings not yet replayed, in recorded order (built at the first call).
@@ -144,12 +160,16 @@ class Cassette:
     # -- reading ---------------------------------------------------------------------------
 
     def _load(self) -> list[dict[str, Any]]:
+        if not self.path.exists() and self.mode == "replay":
+            raise CassetteError(
+                f"cassette {self.path} does not exist: record it once with mode='record' or 'auto' "
+                f"(under pytest: --relay-record=new)"
+            )
+        return self._read()
+
+    def _read(self) -> list[dict[str, Any]]:
+        """The calls the file holds now (none if it does not exist)."""
         if not self.path.exists():
-            if self.mode == "replay":
-                raise CassetteError(
-                    f"cassette {self.path} does not exist: record it once with mode='record' or 'auto' "
-                    f"(under pytest: --relay-record=new)"
-                )
             return []
         try:
             document = json.loads(self.path.read_text(encoding="utf-8"))
@@ -168,6 +188,14 @@ class Cassette:
     def _key(self, request: Mapping[str, Any]) -> str:
         return canonical(normalized(request, self.normalize))
 
+    def _match_key(self, request: Mapping[str, Any]) -> str:
+        """What a request is matched on: compared as it would be stored, a credential in it redacted.
+        Most requests hold none, which their key's text shows (a hook may hide it there)."""
+        key = self._key(request)
+        if self.normalize is not None or secrets.may_scrub(key):
+            key = self._key(secrets.scrub(request))
+        return key
+
     def _queues(self) -> dict[str, deque[int]]:
         if self._waiting is None:
             self._waiting = {}
@@ -183,11 +211,7 @@ class Cassette:
         In replay mode a request with no recording left raises ``CassetteMiss`` showing
         the closest recorded request and a diff.
         """
-        # Compared as it would be stored: a credential in the request is redacted on disk.
-        # Most requests hold none, which their key's text shows (a hook may hide it there).
-        key = self._key(request)
-        if self.normalize is not None or secrets.may_scrub(key):
-            key = self._key(secrets.scrub(request))
+        key = self._match_key(request)
         with self._lock:
             if self.mode != "record":
                 waiting = self._queues().get(key)
@@ -234,11 +258,50 @@ class Cassette:
     def dirty(self) -> bool:
         return self.mode == "record" or bool(self.new)
 
-    def save(self) -> None:
-        """Write the cassette if this session recorded anything: scrubbed, user-redacted, atomically."""
-        if not self.dirty:
+    def save(self, *, failed: bool = False) -> None:
+        """Write the cassette if this session recorded anything: scrubbed, user-redacted, atomically.
+
+        ``record`` writes every call as it went. ``auto`` writes what a later run needs to replay this
+        one (see ``_kept``). ``failed``: the code that used the cassette (the test) failed.
+
+        Several processes may record into one cassette at once (pytest-xdist workers, parallel scripts):
+        each saves under a lock on the cassette's directory, and what another wrote since this session
+        read the file is kept beside this session's calls, never overwritten.
+        """
+        new = self.new if self.mode == "record" else self._kept(failed)
+        if self.mode != "record" and not new:
             return
-        calls = self.recorded + self.new if self.mode == "auto" else self.new
+        with directory_locked(self.path.parent):
+            changed = _identity(self.path) != self._seen
+            if self.mode == "record":  # started afresh, but other writers' recordings since are theirs
+                before = self._read() if changed else []
+            else:
+                before = self._read() if changed else self.recorded
+            self._write(before + new)
+
+    def _kept(self, failed: bool) -> list[dict[str, Any]]:
+        """The calls this session recorded that ``auto`` keeps.
+
+        A call that ended in a passing failure (a 429, a 5xx, a lost connection: the adapters say which)
+        is not kept when a later call of the same request got an answer (the caller's retry got past
+        it: a later run, like a live one now, gets the answer first time) nor when the session failed
+        (kept, the outage would fail every later run that a live call would pass; that run records
+        it afresh). Otherwise it is the outcome the run saw and went on with, and is kept; so are the
+        SDK's own retries inside a call that got its answer, and every other error.
+        """
+        kept: list[dict[str, Any]] = []
+        answered: set[str] = set()
+        for call in reversed(self.new):
+            key = self._match_key(call["request"])
+            if not ended_transiently(call):
+                answered.add(key)
+            elif failed or key in answered:
+                continue
+            kept.append(call)
+        kept.reverse()
+        return kept
+
+    def _write(self, calls: list[dict[str, Any]]) -> None:
         cleaned = []
         for call in calls:
             call = secrets.scrub(call, self.secrets)
@@ -252,6 +315,15 @@ class Cassette:
         document = {FORMAT_KEY: FORMAT_VERSION, "calls": cleaned}
         text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
         replace_atomically(self.path, text)
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """Which version of a file this is: a save replaces the file, so a new version is a new inode."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 class CassetteUse:
@@ -275,17 +347,19 @@ class CassetteUse:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.close(raise_misses=exc is None)
+        self.close(raise_misses=exc is None, failed=exc is not None)
 
-    def close(self, *, raise_misses: bool) -> None:
-        """Stop using the innermost cassette this entered and write it; then raise a miss the code swallowed."""
+    def close(self, *, raise_misses: bool, failed: bool = False) -> None:
+        """Stop using the innermost cassette this entered and write it; then raise a miss the code swallowed.
+
+        ``failed``: the code that used it failed (see ``Cassette.save``)."""
         cassette = self._entered.pop()
         with _stack_lock:
             for index in range(len(_stack) - 1, -1, -1):
                 if _stack[index] is cassette:
                     del _stack[index]
                     break
-        cassette.save()
+        cassette.save(failed=failed)
         if raise_misses and cassette.misses:
             # The agent caught the miss and went on: its outcome is not what the recording says.
             raise cassette.misses[0]

@@ -4,20 +4,24 @@ A marked test runs inside ``cassettes.use(<test dir>/cassettes/<module>/<name>.j
 (name: the test's own by default, after its classes:
 ``TestX.test_y_param``; an id a file name cannot hold gets a hash). ``none`` (the default) only replays, so CI never
 reaches a provider; ``new`` records the calls no recording matches; ``all`` records
-every call afresh. The ``relay_cassette`` fixture is the ``Cassette`` in use (None
+every call afresh (a cassette several tests share, once per run: under pytest-xdist,
+once for all workers). The ``relay_cassette`` fixture is the ``Cassette`` in use (None
 for an unmarked test).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import tempfile
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ..files import directory_locked
 from .cassette import Cassette, CassetteMiss, CassetteUse
 
 MODES_BY_OPTION = {"none": "replay", "new": "auto", "all": "record"}
@@ -97,13 +101,10 @@ def relay_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette | None]:
         raise pytest.UsageError(f"relay_cassette got unknown options {sorted(unknown)}; known: {sorted(_OPTIONS)}")
     mode = MODES_BY_OPTION[request.config.getoption("relay_record")]
     path = cassette_path(request.node, name)
-    if mode == "record":
+    if mode == "record" and not _first_in_run(request.config, path):
         # A cassette several tests share is started afresh by the first of them only: the
         # next ones keep what this run recorded (replaying it as the replay will) and add theirs.
-        rerecorded = request.config.stash.setdefault(_rerecorded, set())
-        if path.resolve() in rerecorded:
-            mode = "auto"
-        rerecorded.add(path.resolve())
+        mode = "auto"
     use = CassetteUse(path, mode=mode, **options)
     cassette = use.__enter__()
     try:
@@ -111,8 +112,36 @@ def relay_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette | None]:
     finally:
         report = request.node.stash.get(_call_report, None)
         # A miss the test already failed on is not reported twice; one the agent swallowed fails it here.
-        failed_on_miss = report is not None and report.failed and _mentions_miss(report)
-        use.close(raise_misses=not failed_on_miss)
+        failed = report is not None and report.failed
+        failed_on_miss = failed and report is not None and _mentions_miss(report)
+        use.close(raise_misses=not failed_on_miss, failed=failed)
+
+
+def _first_in_run(config: pytest.Config, path: Path) -> bool:
+    """Whether this is the first test of the run to use the cassette at ``path`` (it records it afresh).
+
+    Under pytest-xdist every worker is a process of its own: the first to get the cassette claims it
+    for the whole run (a marker per run in the temp directory) and removes the old recording there and
+    then, under the cassette directory's lock, so no worker that gets it later replays or keeps what an
+    earlier run recorded, and each worker's recordings are merged into the file as it saves.
+    """
+    resolved = path.resolve()
+    seen = config.stash.setdefault(_rerecorded, set())
+    if resolved in seen:
+        return False
+    seen.add(resolved)
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not run:
+        return True
+    claims = Path(tempfile.gettempdir()) / f"relay-cassettes-{_UNSAFE.sub('_', run)[:64]}"
+    claim = claims / hashlib.sha256(os.fsencode(resolved)).hexdigest()
+    with directory_locked(resolved.parent):
+        if claim.exists():
+            return False
+        claims.mkdir(mode=0o700, exist_ok=True)
+        claim.touch()
+        resolved.unlink(missing_ok=True)
+    return True
 
 
 def _mentions_miss(report: pytest.TestReport) -> bool:
