@@ -76,6 +76,7 @@ class Attempt:
         "request",
         "retries",
         "settle_late",
+        "tracked",
         "view",
         "waiting",
     )
@@ -122,6 +123,9 @@ class Attempt:
         # The outcome recorded for such an attempt, kept until its answer is priced: its cost is wasted or
         # not as that record says (a call its turn cancelled), whatever the late answer is.
         self.settle_late: str | None = None
+        # The open attempts of this attempt's logical call (set by the session layer): the end of the
+        # turn ends them, so one made beside this one (a fan-out) joins them.
+        self.tracked: list[Attempt] | None = None
         owner = parent if parent is not None else relay.scope.current()
         # Not on any stack: the calling convention makes it current only while the
         # provider runs, so a stream left open never becomes everyone's parent.
@@ -543,8 +547,14 @@ class _Beside(Attempt):
         _number_after(metadata)
         self._emit_start(request)
         self.live = True
+        # Its provider is answering: ended meanwhile by its turn, it is priced when the answer comes.
+        self.waiting = True
+        tracked = self.tracked = of.tracked
+        if tracked is not None:
+            tracked.append(self)  # one atomic append, as for the call's own attempts
 
     def answered(self, response: Any, error: BaseException | None) -> None:
+        self.waiting = False
         if error is None:
             self.finish(_SUCCESS, response, None, None)
         else:

@@ -179,7 +179,7 @@ def _call_attempt(
     # A partial, not a closure: finishing runs one Python frame, not two.
     on_finish = partial(_attempt_ended, turn, call, not defer, False)
     attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, on_finish)
-    call.open_attempts.append(attempt)  # tracked (see _track), inline: this runs on every managed call
+    _track(call, attempt)
     if defer:
         _hold_for_validation(call, attempt)
     return attempt
@@ -196,6 +196,7 @@ def _track(call: LogicalCall, attempt: Attempt) -> None:
     validation, or a call still waiting for its provider (its late answer then goes unrecorded, as a
     stream's later chunks do, rather than end after its call and turn have)."""
     call.open_attempts.append(attempt)  # one atomic append: no lock on the path of every call
+    attempt.tracked = call.open_attempts  # attempts made beside it (a fan-out) are tracked there too
 
 
 def _hold(call: LogicalCall, validator: Callable[[Attempt], None], attempt: Attempt) -> None:

@@ -623,3 +623,39 @@ def test_coordinator_calls_given_none_name_what_they_take(relay_turn, relay_even
         call()
     assert len(relay_events.events) == seen  # nothing recorded for a refused call
     assert not relay_turn[1].ended
+
+
+@pytest.mark.asyncio
+async def test_end_turn_ends_an_attempt_made_beside_another_before_its_call(relay_turn, relay_events) -> None:
+    # An execution intercept fanning out: two provider calls of one logical call in flight when the
+    # turn ends. Both attempts end (cancelled) before their call and the turn, and the late answers
+    # record nothing after the turn's end.
+    relay, turn = relay_turn
+    both_in_flight = asyncio.Event()
+    let_go = asyncio.Event()
+    arrived: list[int] = []
+
+    async def provider(req: LLMRequest) -> dict[str, Any]:
+        arrived.append(1)
+        if len(arrived) == 2:
+            both_in_flight.set()
+        await let_go.wait()
+        return response("late")
+
+    async def fan_out(name: str, req: LLMRequest, next_call: Any) -> Any:
+        first, _second = await asyncio.gather(next_call(req), next_call(req))
+        return first
+
+    relay.intercepts.register_llm_execution("fan", 0, fan_out)
+    task = asyncio.create_task(calls.execute_current_async(request(), provider, name="p", codec=DictCodec()))
+    await asyncio.wait_for(both_in_flight.wait(), 5)
+    session.SESSION_COORDINATOR.end_turn(turn, outcome="failed")
+    ends = [e for e in relay_events.ends() if e.metadata.get(cv.KIND) != cv.CONVERSATION]
+    kinds = [(e.metadata[cv.KIND], e.outcome) for e in ends]
+    assert kinds == [(cv.ATTEMPT, "cancelled"), (cv.ATTEMPT, "cancelled"), (cv.LOGICAL_CALL, "cancelled"),
+                     (cv.TURN, "failed")]  # fmt: skip
+    recorded = len(relay_events)
+    let_go.set()
+    assert (await task)["text"] == "late"
+    assert len(relay_events) == recorded
+    assert balanced_calls(relay_events)
