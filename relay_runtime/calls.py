@@ -179,7 +179,9 @@ def _call_attempt(
     # A partial, not a closure: finishing runs one Python frame, not two.
     on_finish = partial(_attempt_ended, turn, call, not defer, False)
     attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, on_finish)
-    _track(call, attempt)
+    # ``_track(call, attempt)``, inline: this runs on every managed call.
+    call.open_attempts.append(attempt)
+    attempt.tracked = call.open_attempts
     if defer:
         _hold_for_validation(call, attempt)
     return attempt
