@@ -127,12 +127,7 @@ def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, entry:
     if type(kwargs) is not dict:  # the one check a plain dict needs, without a call
         _check_kwargs(kwargs)
     route = auxiliary.current_route()
-    mode = (
-        api_mode
-        or (route.api_mode if route is not None else None)
-        or _MODE_BY_TYPE.get(type(client))  # ``_mode_of_client``'s cache, read here: this runs on every call
-        or _mode_of_client(client)
-    )
+    mode = api_mode or (route.api_mode if route is not None else None) or _mode_of_client(client)
     api = APIS.get(mode)
     if api is None:
         raise ValueError(f"unknown api_mode {mode!r}; expected one of {sorted(APIS)}")
@@ -145,10 +140,7 @@ def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, entry:
         kwargs = {**kwargs, "stream": True}
     metadata = auxiliary.next_attempt_metadata()
     auxiliary_attempt = metadata is not None
-    # ``server_address``'s cache, read here first: one endpoint is the common case.
-    last_url, address = _last_address
-    if last_url is None or getattr(client, "_base_url", None) is not last_url:
-        address = server_address(client)
+    address = server_address(client)
     if address is not None:
         metadata = {**metadata, cv.SERVER_ADDRESS: address} if metadata else {cv.SERVER_ADDRESS: address}
     model = kwargs.get("model")
@@ -209,7 +201,7 @@ def sync_callback(create: Callable[..., Any], client: Any, api: Api) -> Callable
     def call(request: LLMRequest) -> Any:
         kwargs = _kwargs_of(request)
         sdk_retries.watch(client)
-        if cassettes.in_use:
+        if cassettes.current() is not None:
             with cassette_http.bound(client, api.codec, kwargs) as tape:
                 direct = cassette_http.direct_reply(tape, client, api.mode)
                 if direct is not cassette_http.NOT_DIRECT:
@@ -243,7 +235,7 @@ def async_callback(create: Callable[..., Any], client: Any, api: Api) -> Callabl
     async def call(request: LLMRequest) -> Any:
         kwargs = _kwargs_of(request)
         sdk_retries.watch(client)
-        if cassettes.in_use:
+        if cassettes.current() is not None:
             with cassette_http.bound(client, api.codec, kwargs) as tape:
                 direct = cassette_http.direct_reply(tape, client, api.mode)
                 if direct is not cassette_http.NOT_DIRECT:

@@ -18,7 +18,6 @@ from . import session
 from .attempt import Attempt, FinishHook
 from .codec import LLMCodec
 from .ids import new_id
-from .scopes import ScopeHandle, raise_parent_ended
 from .session import LogicalCall, Turn, close_logical_call, end_logical_call, note_unmanaged, take_logical_call
 from .streams import ManagedAsyncStream, ManagedStream, exhausted_async
 from .types import LLMRequest, Outcome, ScopeType
@@ -68,16 +67,13 @@ def _open(
 
 
 def _new_call(turn: Turn, api_request_id: str, role: str) -> LogicalCall:
-    # ``relay.scope.push(..., parent=turn.scope, attach=False)``, without its checks of a name and
-    # scope type that are constants here: this runs once per managed call.
-    parent = turn.scope
-    if parent is None or parent.ended:
-        raise_parent_ended(_LOGICAL_CALL, parent)
-    metadata = {cv.KIND: cv.LOGICAL_CALL, cv.API_REQUEST_ID: api_request_id, cv.CALL_ROLE: role}
-    scope = ScopeHandle(_LOGICAL_CALL, _FUNCTION, parent, metadata, None, False, None)
-    relay = turn.relay
-    if relay.subscribers.start:
-        relay.scope._start(scope, None)
+    scope = turn.relay.scope.push(
+        _LOGICAL_CALL,
+        _FUNCTION,
+        parent=turn.scope,
+        attach=False,
+        metadata={cv.KIND: cv.LOGICAL_CALL, cv.API_REQUEST_ID: api_request_id, cv.CALL_ROLE: role},
+    )
     return LogicalCall(api_request_id, role, scope)
 
 
@@ -179,9 +175,7 @@ def _call_attempt(
     # A partial, not a closure: finishing runs one Python frame, not two.
     on_finish = partial(_attempt_ended, turn, call, not defer, False)
     attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, on_finish)
-    # ``_track(call, attempt)``, inline: this runs on every managed call.
-    call.open_attempts.append(attempt)
-    attempt.tracked = call.open_attempts
+    _track(call, attempt)
     if defer:
         _hold_for_validation(call, attempt)
     return attempt

@@ -222,9 +222,7 @@ def redact_kwargs(content: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def redacted_request(headers: Mapping[str, Any], content: Mapping[str, Any]) -> dict[str, Any]:
-    # ``redact_kwargs(content)`` without its frame: every managed call's start event is built here.
-    clean = _clean_mapping(content, 0, CONVERSATION_KWARGS)
-    return {"headers": redact_headers(headers) if headers else {}, "content": clean}
+    return {"headers": redact_headers(headers) if headers else {}, "content": redact_kwargs(content)}
 
 
 def redacted_annotation(annotated: AnnotatedLLMRequest | None) -> AnnotatedLLMRequest | None:

@@ -86,10 +86,6 @@ class ScopeHandle:
         return f"<scope {self.scope_type} {self.name!r} {self.uuid[:8]}>"
 
 
-def raise_parent_ended(name: str, parent: ScopeHandle | None) -> None:
-    raise ValueError(f"cannot push {name!r} under {parent!r}: that scope has ended")
-
-
 def _scope_type(scope_type: ScopeType | str) -> str:
     if type(scope_type) is str and scope_type:
         return scope_type  # a known type's value, or a custom type
@@ -152,39 +148,33 @@ class Scopes:
         # Plain strings (every caller in the core) skip the frame that normalises enums.
         st = scope_type if type(scope_type) is str and scope_type else _scope_type(scope_type)
         if parent is not None and parent.ended:
-            raise_parent_ended(name, parent)
+            raise ValueError(f"cannot push {name!r} under {parent!r}: that scope has ended")
         # ``below`` is only ever read on a stack: a detached scope with its parent given needs no lookup.
         top = self.current() if attach or parent is None else None
         handle = ScopeHandle(name, st, parent if parent is not None else top, metadata, data, attach, top)
         token = self._stack.set(handle) if attach else None
         if self._subs.start:
-            self._start(handle, input, token)
+            event = new_event(
+                SCOPE_START,
+                handle.uuid,
+                handle.parent_uuid,
+                handle.trace_id,
+                name,
+                st,
+                handle.start_ns,
+                input=input,
+                metadata=metadata,
+            )
+            try:
+                self._subs.deliver(self._subs.start, event)
+            except BaseException as exc:
+                # A subscriber's KeyboardInterrupt: the caller never gets the handle, so the scope
+                # must not stay open (or on the stack) behind its back.
+                if token is not None:
+                    self._stack.reset(token)
+                self._end(handle, None, None, exc, None)
+                raise
         return handle
-
-    def _start(self, handle: ScopeHandle, input: Any, token: Any = None) -> None:
-        """Emit the start event of a new ``handle`` (pushed with ``token``, if attached).
-
-        A subscriber's KeyboardInterrupt ends the scope (and takes it off the stack) before it
-        propagates: the caller never gets the handle, so it must not stay open behind its back.
-        """
-        event = new_event(
-            SCOPE_START,
-            handle.uuid,
-            handle.parent_uuid,
-            handle.trace_id,
-            handle.name,
-            handle.scope_type,
-            handle.start_ns,
-            input=input,
-            metadata=handle.metadata,
-        )
-        try:
-            self._subs.deliver(self._subs.start, event)
-        except BaseException as exc:
-            if token is not None:
-                self._stack.reset(token)
-            self._end(handle, None, None, exc, None)
-            raise
 
     def pop(
         self,

@@ -23,7 +23,6 @@ from .cassette import (
     CassetteMiss,
     CassetteUse,
     current,
-    in_use,
     register_transient_check,
     use,
 )
@@ -39,7 +38,6 @@ __all__ = [
     "CassetteMiss",
     "CassetteUse",
     "current",
-    "in_use",
     "jsonable",
     "neutral_request",
     "register_transient_check",

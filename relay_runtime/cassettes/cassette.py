@@ -58,8 +58,6 @@ def ended_transiently(call: dict[str, Any]) -> bool:
 # Cassettes in use, innermost last. Process-wide on purpose: a call an agent makes from a
 # worker thread it did not hand any context to must still never reach a provider.
 _stack: list[Cassette] = []
-# The same list under a public name: true while any cassette is in use (read on every call, without a call).
-in_use: list[Cassette] = _stack
 _stack_lock = threading.Lock()
 
 
