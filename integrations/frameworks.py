@@ -93,7 +93,7 @@ class ModelCall:
 
     def join(self) -> None:
         """Completions made in this context until ``leave`` are attempts of this call."""
-        self._joined = auxiliary.join_logical_call(self.api_request_id, self.call_role)
+        self._joined = auxiliary.join_logical_call(self.api_request_id, self.call_role, attempts=self.attempts())
 
     def leave(self) -> None:
         if self._joined is not None:

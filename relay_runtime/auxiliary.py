@@ -144,12 +144,13 @@ def next_attempt_metadata() -> dict[str, Any] | None:
     return meta
 
 
-def join_logical_call(api_request_id: str, call_role: str = "primary") -> Token[Any]:
+def join_logical_call(api_request_id: str, call_role: str = "primary", *, attempts: int = 0) -> Token[Any]:
     """The completions made here, until ``leave_logical_call(token)``, are attempts of the logical call
-    ``api_request_id`` (opened by ``calls.open_logical_call``), numbered from 0; its opener completes it."""
+    ``api_request_id`` (opened by ``calls.open_logical_call``), numbered from ``attempts`` (those it
+    already has); its opener completes it."""
     if not isinstance(api_request_id, str) or not api_request_id:
         raise ValueError(f"api_request_id must be a non-empty string, got {api_request_id!r}")
-    return _current.set(_Auxiliary(call_role, api_request_id, call_role))
+    return _current.set(_Auxiliary(call_role, api_request_id, call_role, attempts=attempts))
 
 
 def leave_logical_call(token: Token[Any]) -> None:

@@ -11,7 +11,8 @@ calls, so relay tool intercepts and guardrails reach them (see ``tools``).
 
 The SDK calls processors only while its tracing is on: ``agents.set_tracing_disabled(True)`` (or
 ``OPENAI_AGENTS_DISABLE_TRACING``) silences this integration too. To keep the SDK's own export off
-instead, ``agents.set_trace_processors([])`` before ``instrument()``.
+instead, ``agents.set_trace_processors([])`` before ``instrument()`` (setting the SDK's processors after
+it drops the relay's too: call ``instrument()`` again after ``uninstrument()``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["instrument", "is_instrumented", "uninstrument"]
 
 _lock = threading.Lock()
-_processor: RelayTraceProcessor | None = None  # registered once: the SDK has no public way to remove one
+_processor: RelayTraceProcessor | None = None  # the SDK has no public way to remove one: uninstrument() silences it
 _state: Any = None  # (ToolWrapping, the original Agent.get_all_tools) while instrumented
 
 
@@ -39,10 +40,9 @@ def instrument() -> RelayTraceProcessor:
     from .tools import ToolWrapping
 
     with _lock:
-        if _processor is None:
+        if _state is None:
             _processor = RelayTraceProcessor()
             agents.add_trace_processor(_processor)
-        if _state is None:
             wrapping = ToolWrapping()
             # Patched where it is defined (a base class of Agent), so subclasses calling super() pass through it.
             owner = next(c for c in agents.Agent.__mro__ if "get_all_tools" in c.__dict__)
@@ -58,8 +58,8 @@ def instrument() -> RelayTraceProcessor:
             get_all_tools.__wrapped__ = original  # type: ignore[attr-defined]
             owner.get_all_tools = get_all_tools
             _processor.wrapped_tools = wrapping.names
-            _processor.live = True
             _state = (wrapping, owner, original)
+        assert _processor is not None
         return _processor
 
 

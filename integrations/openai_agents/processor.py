@@ -10,6 +10,8 @@ A trace processor beside the SDK's own ones (``agents.add_trace_processor``): it
 - ``response`` / ``generation`` spans are logical model calls under their agent's scope: the attempts
   ``adapters.instrument()`` makes for the SDK calls inside join them (never a second span); without
   it, the attempt is recorded from the span (model, usage, finish reasons of the ``Response``).
+  A model span that follows a failed one in the same agent is the runner's retry (a failed model
+  call not retried ends the run): both are attempts of one logical call.
 
 Processors are called in the code that starts and ends the span, so what runs inside an agent span
 finds the agent's scope (``frameworks.framework_scope``). Scopes are detached: the SDK ends spans of
@@ -65,6 +67,9 @@ class RelayTraceProcessor:
         # Names of function tools whose invocation ``instrument()`` manages (their scope is that call's).
         self.wrapped_tools: set[str] = set(wrapped_tools or ())
         self.live = True  # False after ``uninstrument()``: the SDK keeps the processor, which then does nothing
+        # Failed model calls per agent scope, kept open for the runner's retry (the next model span of
+        # the same agent); the agent's end closes one that was not retried.
+        self._failed: dict[str | None, tuple[ModelCall, BaseException]] = {}
 
     # -- the TracingProcessor interface -----------------------------------------------------------
 
@@ -112,7 +117,9 @@ class RelayTraceProcessor:
         kind = data.type
         parent = self._parent(turn, span)
         if kind in _MODEL_SPANS:
-            entry = _Open(turn, parent, call=_model_call(parent, data))
+            with self._lock:
+                failed = self._failed.pop(parent.uuid if parent is not None else None, None)
+            entry = _Open(turn, parent, call=_model_call(parent, data, failed[0] if failed else None))
         else:
             scope = _scope_of(kind, data, self.wrapped_tools)
             if scope is None:
@@ -131,11 +138,28 @@ class RelayTraceProcessor:
         error = _error_of(span)
         if entry.call is not None:
             _end_model_call(entry.call, span.span_data, error)
+            if error is None:
+                entry.call.close()
+            else:
+                self._keep_for_retry(entry, entry.call, error)
             return
         if not entry.own or entry.handle is None:
             return
         leave_scope(entry.token)
+        with self._lock:
+            failed = self._failed.pop(entry.handle.uuid, None)
+        if failed is not None:  # never retried: the model call failed
+            failed[0].close(failed[1])
         entry.turn.relay.scope.end(entry.handle, output=_output_of(span.span_data), error=error)
+
+
+    def _keep_for_retry(self, entry: _Open, call: ModelCall, error: BaseException) -> None:
+        key = entry.handle.uuid if entry.handle is not None else None
+        with self._lock:
+            previous = self._failed.pop(key, None)
+            self._failed[key] = (call, error)
+        if previous is not None and previous[0] is not call:
+            previous[0].close(previous[1])
 
 
 def _scope_of(kind: str, data: Any, wrapped_tools: set[str]) -> tuple[str, str, Any] | None:
@@ -175,8 +199,9 @@ def _error_of(span: Any) -> SpanFailed | None:
     return SpanFailed(str(message or "span error"), "agents_span_error")
 
 
-def _model_call(parent: ScopeHandle | None, data: Any) -> ModelCall | None:
-    call = ModelCall.open(parent)
+def _model_call(parent: ScopeHandle | None, data: Any, retried: ModelCall | None) -> ModelCall | None:
+    """The logical call of a model span: a new one, or the failed call this span retries."""
+    call = retried or ModelCall.open(parent)
     if call is None:
         return None
     call.join()
@@ -192,7 +217,7 @@ def _end_model_call(call: ModelCall, data: Any, error: BaseException | None) -> 
     if call.observed is not None:
         annotated = _annotate(data)
         call.end_observed(annotated=annotated, error=error, model=annotated.model)
-    call.close(error)
+        call.observed = None
 
 
 def _annotate(data: Any) -> AnnotatedLLMResponse:
