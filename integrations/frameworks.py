@@ -15,14 +15,16 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from contextvars import ContextVar, Token
 from typing import Any
 
 from relay_runtime import auxiliary, calls, session
 from relay_runtime import conventions as cv
+from relay_runtime.events import AnnotatedRequestField, AnnotatedResponseField, Deferred
 from relay_runtime.scopes import ScopeHandle, outcome_of
 from relay_runtime.session import Turn
-from relay_runtime.types import AnnotatedLLMRequest, AnnotatedLLMResponse, Outcome, ScopeType
+from relay_runtime.types import Outcome, ScopeType
 
 _LLM = ScopeType.LLM.value
 
@@ -76,7 +78,7 @@ class ModelCall:
         self.call_role = call_role
         self.parent = parent
         self.observed: ScopeHandle | None = None
-        self._observed_request: AnnotatedLLMRequest | None = None
+        self._observed_request: AnnotatedRequestField = None
         self._joined: Token[Any] | None = None
 
     @classmethod
@@ -108,8 +110,10 @@ class ModelCall:
         """Metadata for an attempt the integration makes itself (``calls.execute_current``)."""
         return {cv.API_REQUEST_ID: self.api_request_id, cv.CALL_ROLE: self.call_role, cv.RETRY_COUNT: self.attempts()}
 
-    def observe(self, provider: str, model: str | None, request: AnnotatedLLMRequest | None = None) -> None:
-        """Record the provider call the framework is making as an attempt (nothing else records it)."""
+    def observe(self, provider: str, model: str | None, request: AnnotatedRequestField = None) -> None:
+        """Record the provider call the framework is making as an attempt (nothing else records it).
+
+        ``request`` (its annotation, best a ``Deferred``) goes on the attempt's end event."""
         call = self.turn.logical_llm_calls.get(self.api_request_id)
         if call is None:
             return
@@ -124,15 +128,13 @@ class ModelCall:
             cv.CALL_ROLE: self.call_role,
             cv.RETRY_COUNT: retry,
         }
-        self.observed = self.turn.relay.scope.push(
-            provider, _LLM, parent=call.scope, attach=False, metadata=metadata, input=request
-        )
+        self.observed = self.turn.relay.scope.push(provider, _LLM, parent=call.scope, attach=False, metadata=metadata)
         self._observed_request = request
 
     def end_observed(
         self,
         response: Any = None,
-        annotated: AnnotatedLLMResponse | None = None,
+        annotated: AnnotatedResponseField = None,
         error: BaseException | None = None,
         model: str | None = None,
     ) -> None:
@@ -158,7 +160,10 @@ class ModelCall:
         if self.observed is not None and not self.observed.ended:
             self.end_observed(error=error or _Unfinished())
         outcome = outcome_of(error) if error is not None else Outcome.SUCCESS.value
-        with session.use_turn(self.turn):  # the framework may end the call from another context
+        if session.active_turn() is self.turn:
+            calls.complete_logical_call(self.api_request_id, outcome=outcome)
+            return
+        with session.use_turn(self.turn):  # the framework ended the call from another context
             calls.complete_logical_call(self.api_request_id, outcome=outcome)
 
 
@@ -174,3 +179,16 @@ def refusal_text(error: BaseException) -> str:
     if not isinstance(reason, str) or not reason:
         reason = str(error) or type(error).__name__
     return f"Tool call refused: {reason}"
+
+
+def deferred(compute: Callable[..., Any], *args: Any) -> Deferred[Any]:
+    """``compute(*args)`` when an event's reader first asks (never raising: a framework's odd data costs
+    the annotation, not the event)."""
+    return Deferred(_safely, compute, args)
+
+
+def _safely(compute: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    try:
+        return compute(*args)
+    except Exception:
+        return None

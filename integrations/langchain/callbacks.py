@@ -32,9 +32,9 @@ from relay_runtime.scopes import ScopeHandle
 from relay_runtime.session import Turn
 from relay_runtime.types import ScopeType
 
-from ..frameworks import ModelCall, current_parent, enter_scope, leave_scope
+from ..frameworks import ModelCall, current_parent, deferred, enter_scope, leave_scope
 from . import models
-from .codec import LangChainCodec, message_view, plain
+from .codec import LangChainCodec, plain
 from .tools import managed_tool
 
 FRAMEWORK = "relay.framework"
@@ -260,7 +260,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
             provider = meta.get("ls_provider") or "langchain"
             model = meta.get("ls_model_name")
             content = {"model": model, "messages": messages[0] if messages else []}
-            call.observe(provider, model, LangChainCodec(provider).decode(content))
+            call.observe(provider, model, deferred(LangChainCodec(provider).decode, content))
 
     def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
         run = self._runs.pop(run_id, None)
@@ -274,14 +274,10 @@ class RelayCallbackHandler(BaseCallbackHandler):
             generations = getattr(response, "generations", None) or [[]]
             first = generations[0][0] if generations[0] else None
             message = getattr(first, "message", None)
-            annotated = LangChainCodec(call.observed.name).annotate_response(message)
-            if annotated.model is None:
-                annotated.model = (getattr(response, "llm_output", None) or {}).get("model_name")
-            call.end_observed(
-                response=message_view(message) if message is not None else None,
-                annotated=annotated,
-                model=annotated.model,
-            )
+            meta = getattr(message, "response_metadata", None) or {}
+            model = meta.get("model_name") or (getattr(response, "llm_output", None) or {}).get("model_name")
+            codec = LangChainCodec(call.observed.name)
+            call.end_observed(annotated=deferred(codec.annotate_response, message), model=model)
         call.close()
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:

@@ -29,9 +29,9 @@ from relay_runtime.adapters.dispatch import APIS, RESPONSES
 from relay_runtime.adapters.instrument import is_instrumented
 from relay_runtime.scopes import ScopeHandle
 from relay_runtime.session import Turn
-from relay_runtime.types import AnnotatedLLMRequest, AnnotatedLLMResponse, ScopeType, TokenUsage
+from relay_runtime.types import AnnotatedLLMResponse, ScopeType, TokenUsage
 
-from ..frameworks import ModelCall, current_parent, enter_scope, leave_scope
+from ..frameworks import ModelCall, current_parent, deferred, enter_scope, leave_scope
 
 FRAMEWORK = "relay.framework"
 SPAN_ID = "openai_agents.span_id"
@@ -152,7 +152,6 @@ class RelayTraceProcessor:
             failed[0].close(failed[1])
         entry.turn.relay.scope.end(entry.handle, output=_output_of(span.span_data), error=error)
 
-
     def _keep_for_retry(self, entry: _Open, call: ModelCall, error: BaseException) -> None:
         key = entry.handle.uuid if entry.handle is not None else None
         with self._lock:
@@ -208,15 +207,18 @@ def _model_call(parent: ScopeHandle | None, data: Any, retried: ModelCall | None
     if not is_instrumented():
         # Nothing below records the provider call: the span is the only witness.
         model = getattr(data, "model", None)
-        call.observe("openai", model if isinstance(model, str) else None, AnnotatedLLMRequest(model=model))
+        call.observe("openai", model if isinstance(model, str) else None)
     return call
 
 
 def _end_model_call(call: ModelCall, data: Any, error: BaseException | None) -> None:
     call.leave()
     if call.observed is not None:
-        annotated = _annotate(data)
-        call.end_observed(annotated=annotated, error=error, model=annotated.model)
+        response = getattr(data, "response", None)
+        model = getattr(response, "model", None) or getattr(data, "model", None)
+        call.end_observed(
+            annotated=deferred(_annotate, data), error=error, model=model if isinstance(model, str) else None
+        )
         call.observed = None
 
 
