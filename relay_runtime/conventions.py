@@ -29,6 +29,9 @@ RETRY_COUNT = "retry_count"
 SDK_RETRIES = "sdk_retries"
 API_MODE = "api_mode"
 SERVER_ADDRESS = "server_address"
+# The agent framework whose run a scope records (``langchain``, ``langgraph``, ``openai_agents``): agent,
+# graph node, chain, retriever and guardrail scopes opened by ``relay_runtime.integrations`` for a framework.
+FRAMEWORK = "relay.framework"
 
 # Mark names.
 CHUNK = "llm.chunk"  # data: ChunkMark

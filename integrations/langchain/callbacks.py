@@ -37,7 +37,7 @@ from . import models
 from .codec import LangChainCodec, plain
 from .tools import managed_tool
 
-FRAMEWORK = "relay.framework"
+FRAMEWORK = cv.FRAMEWORK
 RUN_ID = "langchain.run_id"
 _HIDDEN = "langsmith:hidden"
 _CONTROL_FLOW = ("GraphBubbleUp", "GraphInterrupt", "NodeInterrupt", "ParentCommand")
@@ -189,7 +189,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
             return
         name = kwargs.get("name") or _name_of(serialized) or "tool"
         call_id = kwargs.get("tool_call_id")
-        meta = {cv.KIND: cv.TOOL, **({"tool_call_id": call_id} if call_id else {})}
+        meta = {cv.KIND: cv.TOOL, FRAMEWORK: self.framework, **({"tool_call_id": call_id} if call_id else {})}
         self._open(
             run_id, parent_run_id, name, ScopeType.TOOL.value, inputs if inputs is not None else input_str, tags, meta
         )

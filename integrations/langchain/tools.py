@@ -16,6 +16,7 @@ from typing import Any
 
 from langchain_core.messages import ToolMessage
 
+from relay_runtime import conventions as cv
 from relay_runtime import session
 
 from ..frameworks import current_parent, refusal_text
@@ -79,11 +80,8 @@ class _ToolRun:
 
 def _where(turn: Any, request: Any) -> tuple[str, Any, dict[str, Any]]:
     call = request.tool_call
-    return (
-        call["name"],
-        call.get("args") or {},
-        {"parent": current_parent(turn), "metadata": {TOOL_CALL_ID: call.get("id")}},
-    )
+    metadata = {TOOL_CALL_ID: call.get("id"), cv.FRAMEWORK: "langchain"}
+    return call["name"], call.get("args") or {}, {"parent": current_parent(turn), "metadata": metadata}
 
 
 def run_tool(request: Any, handler: Callable[[Any], Any]) -> Any:

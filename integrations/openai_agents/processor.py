@@ -24,6 +24,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from relay_runtime import conventions as cv
 from relay_runtime import session
 from relay_runtime.adapters.dispatch import APIS, RESPONSES
 from relay_runtime.adapters.instrument import is_instrumented
@@ -33,7 +34,7 @@ from relay_runtime.types import AnnotatedLLMResponse, ScopeType, TokenUsage
 
 from ..frameworks import ModelCall, current_parent, deferred, enter_scope, leave_scope
 
-FRAMEWORK = "relay.framework"
+FRAMEWORK = cv.FRAMEWORK
 SPAN_ID = "openai_agents.span_id"
 _AGENT = ScopeType.AGENT.value
 _FUNCTION = ScopeType.FUNCTION.value

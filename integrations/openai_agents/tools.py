@@ -17,6 +17,7 @@ import threading
 import weakref
 from typing import Any
 
+from relay_runtime import conventions as cv
 from relay_runtime import session
 
 from ..frameworks import current_parent, refusal_text
@@ -85,7 +86,7 @@ class ToolWrapping:
                     ctx._function_tool_arguments = None
                 return await original(ctx, args if isinstance(args, str) else json.dumps(args))
 
-            metadata = {TOOL_CALL_ID: getattr(ctx, "tool_call_id", None)}
+            metadata = {TOOL_CALL_ID: getattr(ctx, "tool_call_id", None), cv.FRAMEWORK: "openai_agents"}
             try:
                 return await turn.relay.tools.execute_async(
                     name, parsed, execute, parent=current_parent(turn), metadata=metadata
