@@ -127,8 +127,9 @@ class MessagesAccumulator:
                 return ChunkDelta(reasoning=thought) if thought else None
             if block is not None:
                 if dtype == "input_json_delta":
-                    block.parts.append(as_str(get(delta, "partial_json")) or "")
-                    return ChunkDelta()
+                    fragment = as_str(get(delta, "partial_json")) or ""
+                    block.parts.append(fragment)
+                    return ChunkDelta(extra_chars=len(fragment))
                 if dtype == "signature_delta":
                     block.signature = as_str(get(delta, "signature"))
             return None

@@ -248,8 +248,14 @@ class AnnotatedLLMResponse:
 
 @dataclass
 class ChunkDelta:
-    """The provider-neutral content of one stream chunk."""
+    """The provider-neutral content of one stream chunk.
+
+    ``text`` and ``reasoning`` are the first choice's; ``extra_chars`` counts the other output the chunk
+    carried (other choices' text, tool-call arguments, refusals), which the provider bills as output too:
+    a budget's stream meter counts it.
+    """
 
     text: str = ""
     reasoning: str = ""
     model: str | None = None
+    extra_chars: int = 0

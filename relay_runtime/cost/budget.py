@@ -143,3 +143,9 @@ def max_output_tokens(params: Mapping[str, Any] | None, content: Mapping[str, An
             if type(value) is int and value > 0:
                 return value
     return None
+
+
+def choices_of(content: Mapping[str, Any]) -> int:
+    """How many answers the request asks for (chat's ``n``): each may run to the output limit, each is billed."""
+    n = content.get("n")
+    return n if type(n) is int and n > 1 else 1

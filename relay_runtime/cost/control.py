@@ -19,6 +19,7 @@ from .budget import (
     DEFAULT_ASSUMED_OUTPUT_TOKENS,
     MAX_OUTPUT_KEYS,
     Budget,
+    choices_of,
     input_tokens_estimate,
     max_output_tokens,
 )
@@ -137,6 +138,8 @@ class RelayCost(Settlement):
             for key in MAX_OUTPUT_KEYS:
                 limit = content.get(key)
                 if type(limit) is int and limit > 0:
+                    if "n" in content:
+                        break  # several choices: the output limit is per choice, the full check multiplies it
                     codec = attempt.codec
                     quick = plan.quick.get((codec.provider if codec is not None else attempt.name,
                                             attempt.model_name or content.get("model"), limit))  # fmt: skip
@@ -192,6 +195,7 @@ class RelayCost(Settlement):
             else:
                 from_request = False
                 out_tokens = self._output_limit(attempt, content, priced)
+        out_tokens *= choices_of(content)
         out_cost = out_tokens * priced.out_rate
         window_cost = priced.window_cost
         if window_cost is not None and not (stream and self._metered):
@@ -278,6 +282,7 @@ class RelayCost(Settlement):
             raise exceeded(node, estimate, model)
         new_request = request.replace(content={**request.raw_content(), "model": cheaper})
         out_tokens = self._output_limit(attempt, new_request.raw_content(), priced, count=False)
+        out_tokens *= choices_of(new_request.raw_content())
         new_estimate, input_cost, output_rate = self._worst_case(new_request.raw_content(), priced, out_tokens)
         # The logical call (and an auxiliary call around it) number their next attempt after this one.
         attempt.renew(new_request, cheaper, exceeded(node, estimate, model), {DOWNGRADED_FROM: model})

@@ -28,7 +28,7 @@ class StreamMeter:
     def add(self, delta: ChunkDelta | None) -> BudgetExceeded | None:
         if delta is None:
             return None
-        self.chars += len(delta.text) + len(delta.reasoning)
+        self.chars += len(delta.text) + len(delta.reasoning) + delta.extra_chars
         running = self.running()
         if running <= self.headroom:
             return None
