@@ -10,7 +10,7 @@ scope above it, release reservations, persist, warn; in ``settle.py``).
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import conventions as cv
 from ..scopes import ScopeHandle
@@ -25,11 +25,22 @@ from .budget import (
 )
 from .catalog import PriceCatalog
 from .meter import meter_for
-from .plan import KIND_OF, NOT_SENT, QUICK_LIMIT, AttemptSpend, Node, Plan, exceeded, first_crossed
+from .plan import (
+    KIND_OF,
+    NOT_SENT,
+    QUICK_LIMIT,
+    RESIDUE,
+    AttemptSpend,
+    Node,
+    Plan,
+    exceeded,
+    first_crossed,
+    sync_carried,
+)
 from .pricing import CostRollup
 from .rates import Priced
 from .settle import DOWNGRADED_FROM, LATE_CHARGE_MARK, WARNING_MARK, Settlement
-from .store import FileSpendStore, SpendStore
+from .store import Claim, FileSpendStore, Reservation, SharedSpendStore, SpendStore
 
 if TYPE_CHECKING:
     from ..attempt import Attempt
@@ -109,6 +120,9 @@ class RelayCost(Settlement):
         if self._store is None:
             self._store = FileSpendStore()
         return self._store
+
+    def _shared_store(self) -> SharedSpendStore:
+        return cast(SharedSpendStore, self.store)  # only asked for by nodes made when it was one
 
     def profile_rollup(self, profile_key: str) -> CostRollup:
         """The spend of ``profile_key`` (carried over from the store once a profile budget read it)."""
@@ -198,7 +212,7 @@ class RelayCost(Settlement):
         out_tokens *= choices_of(content)
         out_cost = out_tokens * priced.out_rate
         window_cost = priced.window_cost
-        if window_cost is not None and not (stream and self._metered):
+        if window_cost is not None and not (stream and self._metered) and not plan.shared:
             # Quick check: even a full context window of input fits every budget; no need to read the text.
             # Unread, its input may be that whole window: the worst case stays reserved while it is in flight,
             # or concurrent calls would pass on room it may still spend.
@@ -211,30 +225,58 @@ class RelayCost(Settlement):
                 attempt.cost_state = quick
                 return request
         estimate, input_cost, output_rate = self._worst_case(content, priced, out_tokens)
-        crossed = self._reserve(nodes, estimate, stream)
+        crossed, held, reservation = self._reserve(plan, estimate, stream)
         if crossed is not None:
             if crossed.budget.on_exceed != "downgrade":
-                raise exceeded(crossed, estimate, model)
+                raise exceeded(crossed, estimate, model, held)
             # Outside the lock: the refused attempt's events go to subscribers.
             request, model, estimate, input_cost, output_rate = self._downgrade(
-                attempt, request, crossed, provider, model, estimate
+                attempt, request, crossed, provider, model, estimate, held
             )
-            crossed = self._reserve(nodes, estimate, stream)
+            crossed, held, reservation = self._reserve(plan, estimate, stream)
             if crossed is not None:
-                raise exceeded(crossed, estimate, model)
+                raise exceeded(crossed, estimate, model, held)
         spend = attempt.cost_state = AttemptSpend(nodes, estimate)
+        spend.reservation = reservation
         if stream:
-            spend.meter = meter_for(nodes, input_cost, output_rate, estimate, model)
+            shared = dict(zip(plan.shared, reservation.committed, strict=True)) if reservation is not None else None
+            spend.meter = meter_for(nodes, input_cost, output_rate, estimate, model, shared)
         return request
 
-    def _reserve(self, nodes: list[Node], estimate: float, stream: bool) -> Node | None:
-        """Reserve ``estimate`` on every node, or return the first node it would cross (reserving nothing)."""
+    def _reserve(self, plan: Plan, estimate: float, stream: bool
+                 ) -> tuple[Node | None, float | None, Reservation | None]:  # fmt: skip
+        """Reserve ``estimate`` on every node, or return the first node it would cross (reserving nothing)
+        and, for a node of a shared store, what the store held against it. Third: the store's reservation."""
+        nodes = plan.nodes
         with self._lock:
             crossed = first_crossed(nodes, estimate, stream)
-            if crossed is None:
-                for node in nodes:
-                    node.rollup.reserved += estimate
-        return crossed
+            if crossed is not None:
+                return crossed, None, None
+            for node in nodes:
+                node.rollup.reserved += estimate
+        shared = plan.shared
+        if not shared:
+            return None, None, None
+        claims = [Claim(n.store_key or "", n.budget.limit, stream and n.budget.on_exceed == "stop_stream")
+                  for n in shared]  # fmt: skip
+        try:
+            reservation = self._shared_store().reserve(claims, estimate)
+        except BaseException:
+            self._release(nodes, estimate)
+            self._relay.diag.count("cost.spend_store_errors")
+            raise  # a budget that cannot be checked refuses the call: never an unchecked send
+        sync_carried(shared, reservation.spent)
+        if reservation.crossed is not None:
+            self._release(nodes, estimate)
+            return shared[reservation.crossed], reservation.committed[reservation.crossed], None
+        return None, None, reservation
+
+    def _release(self, nodes: list[Node], estimate: float) -> None:
+        with self._lock:
+            for node in nodes:
+                rollup = node.rollup
+                remaining = rollup.reserved - estimate
+                rollup.reserved = remaining if remaining > RESIDUE else 0.0
 
     def _entry(self, provider: str, model: str) -> Priced | None:
         """The catalog's entry for ``(provider, model)`` with its worst-case rates, remembered per relay."""
@@ -272,20 +314,21 @@ class RelayCost(Settlement):
         return input_cost + out_tokens * out_rate, input_cost, out_rate
 
     def _downgrade(
-        self, attempt: Attempt, request: LLMRequest, node: Node, provider: str, model: str, estimate: float
-    ) -> tuple[LLMRequest, str, float, float, float]:
+        self, attempt: Attempt, request: LLMRequest, node: Node, provider: str, model: str, estimate: float,
+        held: float | None,
+    ) -> tuple[LLMRequest, str, float, float, float]:  # fmt: skip
         """Re-aim the call at the cheaper model: this attempt ends refused, a new one of the same logical call goes."""
         budget = node.budget
         cheaper = budget.downgrade_to.get(model) or budget.downgrade_to.get(model.lower())
         priced = self._entry(provider, cheaper) if cheaper else None
         if cheaper is None or priced is None or "model" not in request.raw_content():
-            raise exceeded(node, estimate, model)
+            raise exceeded(node, estimate, model, held)
         new_request = request.replace(content={**request.raw_content(), "model": cheaper})
         out_tokens = self._output_limit(attempt, new_request.raw_content(), priced, count=False)
         out_tokens *= choices_of(new_request.raw_content())
         new_estimate, input_cost, output_rate = self._worst_case(new_request.raw_content(), priced, out_tokens)
         # The logical call (and an auxiliary call around it) number their next attempt after this one.
-        attempt.renew(new_request, cheaper, exceeded(node, estimate, model), {DOWNGRADED_FROM: model})
+        attempt.renew(new_request, cheaper, exceeded(node, estimate, model, held), {DOWNGRADED_FROM: model})
         return new_request, cheaper, new_estimate, input_cost, output_rate
 
     def _nodes(self, parent: ScopeHandle | None, budgets: tuple[Budget, ...]) -> Plan:
@@ -297,6 +340,7 @@ class RelayCost(Settlement):
                 scopes[kind] = handle
             handle = handle.parent
         conversation = scopes.get(cv.CONVERSATION)
+        shared = isinstance(self.store, SharedSpendStore)
         nodes: list[Node] = []
         for budget in budgets:
             per = budget.per
@@ -306,7 +350,7 @@ class RelayCost(Settlement):
                 key = f"profile:{profile}"
                 rollup = self.profile_rollup(profile)
                 self._carry(rollup, key)
-                nodes.append(Node(budget, rollup, None, key))
+                nodes.append(Node(budget, rollup, None, key, shared))
                 continue
             scope = scopes.get(KIND_OF[per])
             if scope is None:
@@ -318,7 +362,7 @@ class RelayCost(Settlement):
                 profile = meta.get(cv.PROFILE_KEY) or self._relay.name
                 store_key = f"conversation:{profile}:{meta.get(cv.SESSION_ID) or scope.uuid}"
                 self._carry(rollup, store_key)
-            nodes.append(Node(budget, rollup, scope, store_key))
+            nodes.append(Node(budget, rollup, scope, store_key, shared and store_key is not None))
         plan = self._plan = Plan(parent, budgets, nodes)
         return plan
 

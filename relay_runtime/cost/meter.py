@@ -36,16 +36,21 @@ class StreamMeter:
         return BudgetExceeded(budget, spent=self.spent, limit=budget.limit, estimate=running, model=self.model)
 
 
-def meter_for(nodes: list[Node], input_cost: float, output_rate: float, estimate: float, model: str | None
-           ) -> StreamMeter | None:  # fmt: skip
+def meter_for(nodes: list[Node], input_cost: float, output_rate: float, estimate: float, model: str | None,
+              shared: dict[Node, float] | None = None) -> StreamMeter | None:  # fmt: skip
+    """The meter of the tightest ``stop_stream`` budget; ``shared``: what a shared store held against a node
+    before this call (every process's spend and reservations), in place of this process's roll-up."""
     best: StreamMeter | None = None
     for node in nodes:
         budget = node.budget
         if budget.on_exceed != "stop_stream":
             continue
-        rollup = node.rollup
-        # Our own reservation is part of ``reserved`` now; the headroom is what others left.
-        spent = rollup.spent + rollup.reserved - estimate
+        if shared is not None and node in shared:
+            spent = shared[node]
+        else:
+            rollup = node.rollup
+            # Our own reservation is part of ``reserved`` now; the headroom is what others left.
+            spent = rollup.spent + rollup.reserved - estimate
         headroom = budget.limit - spent
         if best is None or headroom < best.headroom:
             best = StreamMeter(budget, headroom, spent, input_cost, output_rate, model)

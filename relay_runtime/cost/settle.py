@@ -9,17 +9,16 @@ from typing import TYPE_CHECKING, Any
 from ..events import Deferred
 from ..types import AnnotatedLLMResponse, Outcome
 from .catalog import PriceCatalog
-from .plan import AttemptSpend, Node
+from .plan import RESIDUE, AttemptSpend, Node, sync_carried
 from .pricing import AttemptCost, CostRollup, price_usage, unpriced
 from .rates import Priced, fast_price
-from .store import SpendStore
+from .store import SharedSpendStore, SpendStore
 
 if TYPE_CHECKING:
     from ..attempt import Attempt
     from ..relay import Relay
 
 _SUCCESS = Outcome.SUCCESS.value
-_RESIDUE = 1e-12  # of the currency unit: what float arithmetic leaves of a released reservation
 _MISS: Any = object()
 WARNING_MARK = "relay.cost.budget_warning"
 # The charge of an attempt priced after its end event went out (its turn ended it while it waited for the
@@ -42,6 +41,8 @@ class Settlement:
         def store(self) -> SpendStore: ...
 
         def _entry(self, provider: str, model: str) -> Priced | None: ...
+
+        def _shared_store(self) -> SharedSpendStore: ...
 
     # -- after the provider ------------------------------------------------------------------------
 
@@ -81,7 +82,7 @@ class Settlement:
                     # Releases in another order than the reservations leave float residue (~1e-19):
                     # below a trillionth of the currency unit nothing is in flight.
                     remaining = rollup.reserved - estimate
-                    rollup.reserved = remaining if remaining > _RESIDUE else 0.0
+                    rollup.reserved = remaining if remaining > RESIDUE else 0.0
                     if node.handle is None:  # a profile's roll-up is not a scope's: the walk below misses it
                         rollup.add(amount, wasted)
             handle = attempt.handle.parent
@@ -190,9 +191,18 @@ class Settlement:
     def _after_spend(self, spend: AttemptSpend, amount: float | None) -> None:
         """Persist conversation and profile spend, and warn the budgets that reached ``warn_at``."""
         persisted: set[str] = set()
+        reservation = spend.reservation
+        if reservation is not None:
+            # The shared store's reservation becomes what the call cost, in one step on the store's side.
+            try:
+                totals = self._shared_store().settle(reservation, amount or 0.0)
+            except Exception as exc:
+                self._relay.diag.failure("cost.spend_store_errors", exc, f"settling spend of {reservation.keys!r}")
+            else:
+                sync_carried([n for n in spend.nodes if n.shared], totals)
         for node in spend.nodes:
             key = node.store_key
-            if amount and key is not None and key not in persisted:
+            if amount and key is not None and not node.shared and key not in persisted:
                 persisted.add(key)
                 try:
                     self.store.add(key, amount)
