@@ -28,6 +28,7 @@ def usage_of(usage: Any) -> TokenUsage:
         cache_read_tokens=as_int(get(usage, "cache_read_input_tokens")),
         cache_creation_tokens=as_int(get(usage, "cache_creation_input_tokens")),
         reasoning_tokens=as_int(get(get(usage, "output_tokens_details"), "thinking_tokens")),
+        cache_creation_1h_tokens=as_int(get(get(usage, "cache_creation"), "ephemeral_1h_input_tokens")),
     )
 
 
@@ -105,9 +106,10 @@ class MessagesAccumulator:
             value = as_int(get(usage, name))
             if value is not None:
                 self.usage[name] = value
-        details = get(usage, "output_tokens_details")
-        if details is not None:
-            self.usage["output_tokens_details"] = details
+        for name in ("output_tokens_details", "cache_creation"):
+            details = get(usage, name)
+            if details is not None:
+                self.usage[name] = details
 
     def add(self, chunk: Any) -> ChunkDelta | None:
         kind = get(chunk, "type")

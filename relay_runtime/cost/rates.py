@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..types import TokenUsage
 from .catalog import PriceEntry, rate_at
-from .pricing import CACHE_BESIDE_INPUT, AttemptCost
+from .pricing import CACHE_BESIDE_INPUT, MAX_TOKENS, AttemptCost
 
 _M = 1e-6
 _new = object.__new__
@@ -33,7 +33,7 @@ class Priced:
 
     def rates_at(self, input_tokens: int) -> tuple[float, float]:
         e = self.entry
-        ins = [rate_at(r, input_tokens) for r in (e.input, e.cache_write) if r is not None]
+        ins = [rate_at(r, input_tokens) for r in (e.input, e.cache_write, e.cache_write_1h) if r is not None]
         outs = [rate_at(r, input_tokens) for r in (e.output, e.reasoning) if r is not None]
         return max(ins, default=0.0) * _M, max(outs, default=0.0) * _M
 
@@ -50,6 +50,15 @@ def fast_price(priced: Priced, provider: str, model: str | None, usage: TokenUsa
     cache_read = usage.cache_read_tokens or 0
     cache_write = usage.cache_creation_tokens or 0
     reasoning = usage.reasoning_tokens or 0
+    try:
+        # One OR of the counts is negative when any is, and above the cap when any is near it.
+        if not 0 <= (inp | out | cache_read | cache_write | reasoning) <= MAX_TOKENS:
+            return None  # the general path says what is wrong with them
+    except TypeError:  # not ints
+        return None
+    if (usage.cache_creation_1h_tokens or usage.input_audio_tokens or usage.output_audio_tokens
+            or usage.input_image_tokens or usage.output_image_tokens):  # fmt: skip
+        return None  # parts priced apart: the general path
     fresh = inp if provider in CACHE_BESIDE_INPUT else inp - cache_read - cache_write
     r_in, r_read, r_write, r_out, r_reason = priced.rates
     if fresh < 0 or out < reasoning or r_in is None or r_out is None:

@@ -185,7 +185,8 @@ class Settlement:
         cost = price_usage(entry, provider, usage)
         cost.model = model
         if cost.amount is None:
-            self._relay.diag.count("cost.unpriced_category")
+            # Counts no bill can have (negative, contradictory, absurd) are told apart from a missing rate.
+            self._relay.diag.count("cost.invalid_usage" if "usage" in cost.missing else "cost.unpriced_category")
         return cost
 
     def _after_spend(self, spend: AttemptSpend, amount: float | None) -> None:
