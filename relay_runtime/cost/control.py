@@ -20,10 +20,10 @@ from .budget import (
     MAX_OUTPUT_KEYS,
     Budget,
     choices_of,
-    input_tokens_estimate,
     max_output_tokens,
 )
-from .catalog import PriceCatalog
+from .catalog import PriceCatalog, rate_at
+from .estimate import estimate_input
 from .meter import meter_for
 from .plan import (
     KIND_OF,
@@ -304,13 +304,23 @@ class RelayCost(Settlement):
         return limit
 
     def _worst_case(self, content: Any, priced: Priced, out_tokens: int) -> tuple[float, float, float]:
-        """The most the call can cost: its input (estimated from the text) and its output limit, at the top rates.
+        """The most the call can cost: its input (text, images, audio, files) and its output limit, at the top rates.
 
         Returns the estimate, its input part and the output rate per token (what a stream meter needs).
         """
-        tokens_in = input_tokens_estimate(content)
+        entry = priced.entry
+        found = estimate_input(content, entry.provider, entry.model)
+        if found.unknown:
+            self._relay.diag.count("cost.estimate_unknown_parts", found.unknown)
+        tokens_in = found.total
         in_rate, out_rate = priced.rates_at(tokens_in) if priced.tiered else (priced.in_rate, priced.out_rate)
-        input_cost = tokens_in * in_rate
+        input_cost = found.text * in_rate
+        if found.image_tokens or found.audio_tokens:
+            image_rate, audio_rate = priced.media_rates(tokens_in)
+            input_cost += found.image_tokens * image_rate + found.audio_tokens * audio_rate
+        modalities = content.get("modalities")
+        if entry.output_audio is not None and isinstance(modalities, list | tuple) and "audio" in modalities:
+            out_rate = max(out_rate, rate_at(entry.output_audio, tokens_in) * 1e-6)  # it may answer in audio
         return input_cost + out_tokens * out_rate, input_cost, out_rate
 
     def _downgrade(

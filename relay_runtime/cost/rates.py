@@ -29,7 +29,16 @@ class Priced:
         # A tiered entry's quick check assumes its dearest tier.
         self.in_rate, self.out_rate = self.rates_at(TOP_TIER)
         window = entry.context_window
-        self.window_cost = window * self.in_rate if window else None
+        # A full window of the dearest input (images or audio may cost more than text) bounds any request.
+        self.window_cost = window * max(self.in_rate, *self.media_rates(TOP_TIER)) if window else None
+
+    def media_rates(self, input_tokens: int) -> tuple[float, float]:
+        """Per-token rates of image and audio input: their own when the entry has them, else the input rate's."""
+        e = self.entry
+        base = rate_at(e.input, input_tokens) if e.input is not None else 0.0
+        image = rate_at(e.input_image, input_tokens) if e.input_image is not None else base
+        audio = rate_at(e.input_audio, input_tokens) if e.input_audio is not None else base
+        return image * _M, audio * _M
 
     def rates_at(self, input_tokens: int) -> tuple[float, float]:
         e = self.entry
