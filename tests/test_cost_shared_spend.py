@@ -186,3 +186,36 @@ def test_a_stream_is_metered_against_what_the_shared_store_holds(relay_host, rel
     close(lease, turn)
     assert 2 < seen < 10  # ~300 characters: stopped on the store's figure, not this process's zero
     assert store.load(f"profile:{relay_host.profile_key}") > 0.001  # what the stopped stream cost is recorded
+
+
+def test_a_store_with_only_load_and_add_is_still_checked_in_this_process(relay_host, relay_events) -> None:
+    from relay_runtime import adapters, cost
+    from relay_runtime.adapters import testing as t
+    from relay_runtime.cost import Budget, BudgetExceeded, PriceCatalog
+    from tests.test_cost import close, conversation
+
+    class OldStore:
+        def __init__(self) -> None:
+            self.spent: dict[str, float] = {}
+
+        def load(self, key: str) -> float:
+            return self.spent.get(key, 0.0)
+
+        def add(self, key: str, amount: float) -> float:
+            self.spent[key] = self.spent.get(key, 0.0) + amount
+            return self.spent[key]
+
+    old = OldStore()
+    old.add(f"profile:{relay_host.profile_key}", 0.008)
+    prices = PriceCatalog.from_mapping({"openai": {"gpt-x": {"input": 1.0, "output": 4.0}}})
+    cost.attach(relay_host, prices, Budget(0.01, per="profile", warn_at=None), store=old)
+    body = t.chat_completion_body(model="gpt-x", usage=t.chat_usage(1, 250))
+    scripted = t.scripted_openai(*(t.json_reply(body) for _ in range(3)))
+    lease, turn = conversation(relay_host)
+    request = {"model": "gpt-x", "max_tokens": 250, "messages": []}
+    adapters.complete(scripted.client, dict(request))
+    with pytest.raises(BudgetExceeded):
+        adapters.complete(scripted.client, dict(request))  # 0.008 carried + 0.001001 spent + 0.001001 > 0.01
+    close(lease, turn)
+    assert len(scripted.script.requests) == 1
+    assert old.load(f"profile:{relay_host.profile_key}") == pytest.approx(0.009001)
