@@ -219,3 +219,29 @@ def test_a_store_with_only_load_and_add_is_still_checked_in_this_process(relay_h
     close(lease, turn)
     assert len(scripted.script.requests) == 1
     assert old.load(f"profile:{relay_host.profile_key}") == pytest.approx(0.009001)
+
+
+def test_a_store_that_cannot_be_reached_refuses_the_call(relay_host, relay_events) -> None:
+    import socket
+
+    import redis
+
+    from relay_runtime import adapters, cost
+    from relay_runtime.adapters import testing as t
+    from relay_runtime.cost import Budget, PriceCatalog
+    from tests.test_cost import close, conversation
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store = RedisSpendStore(f"redis://127.0.0.1:{port}/0", timeout=0.5)
+    prices = PriceCatalog.from_mapping({"openai": {"gpt-x": {"input": 1.0, "output": 4.0}}})
+    cost.attach(relay_host, prices, Budget(1.0, per="conversation"), store=store)
+    scripted = t.scripted_openai(t.json_reply(t.chat_completion_body(model="gpt-x")))
+    lease, turn = conversation(relay_host)
+    with pytest.raises(redis.ConnectionError):
+        adapters.complete(scripted.client, {"model": "gpt-x", "max_tokens": 10, "messages": []})
+    close(lease, turn)
+    assert scripted.script.requests == []  # never sent unchecked
+    assert relay_host.relay.diagnostics()["cost.spend_store_errors"] == 1
+    assert turn.scope.cost is None or turn.scope.cost.reserved == 0.0

@@ -359,7 +359,8 @@ class RelayCost(Settlement):
                 profile = (meta.get(cv.PROFILE_KEY) if meta else None) or self._relay.name
                 key = f"profile:{profile}"
                 rollup = self.profile_rollup(profile)
-                self._carry(rollup, key)
+                if not shared:  # a shared store's figure is read at every reservation instead
+                    self._carry(rollup, key)
                 nodes.append(Node(budget, rollup, None, key, shared))
                 continue
             scope = scopes.get(KIND_OF[per])
@@ -371,7 +372,8 @@ class RelayCost(Settlement):
                 meta = scope.metadata or {}
                 profile = meta.get(cv.PROFILE_KEY) or self._relay.name
                 store_key = f"conversation:{profile}:{meta.get(cv.SESSION_ID) or scope.uuid}"
-                self._carry(rollup, store_key)
+                if not shared:
+                    self._carry(rollup, store_key)
             nodes.append(Node(budget, rollup, scope, store_key, shared and store_key is not None))
         plan = self._plan = Plan(parent, budgets, nodes)
         return plan
