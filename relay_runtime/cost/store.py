@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -111,7 +112,7 @@ class Ledger:
         return self.spent + sum(amount for amount, _ in self.reserved.values())
 
 
-def decide(ledgers: Sequence[Ledger], claims: Sequence[Claim], amount: float, ttl: float) -> Reservation:
+def decide(ledgers: Sequence[Ledger], claims: Sequence[Claim], amount: float, ttl: float, rid: str) -> Reservation:
     """The reservation rule every store applies (Redis in Lua): all claims fit, or nothing is reserved."""
     now = time.time()
     spent: list[float] = []
@@ -123,7 +124,6 @@ def decide(ledgers: Sequence[Ledger], claims: Sequence[Claim], amount: float, tt
         if before + amount > claim.limit and not (claim.soft and before < claim.limit):
             keys = tuple(c.key for c in claims)
             return Reservation("", keys, amount, tuple(spent), tuple(committed), crossed=index)
-    rid = uuid.uuid4().hex
     for ledger in ledgers:
         ledger.reserved[rid] = (amount, now + ttl)
     return Reservation(rid, tuple(c.key for c in claims), amount, tuple(spent), tuple(committed))
@@ -135,6 +135,7 @@ class MemorySpendStore:
     def __init__(self, *, reservation_ttl: float = DEFAULT_RESERVATION_TTL) -> None:
         self._lock = threading.Lock()
         self._ledgers: dict[str, Ledger] = {}
+        self._ids = itertools.count(1)
         self.reservation_ttl = check_ttl(reservation_ttl)
 
     def _ledger(self, key: str) -> Ledger:
@@ -159,7 +160,9 @@ class MemorySpendStore:
         check_claims(claims)
         amount = check_amount(amount, "a reservation")
         with self._lock:
-            return decide([self._ledger(c.key) for c in claims], claims, amount, self.reservation_ttl)
+            # Ids need only be unique in this process: a counter, not a uuid.
+            rid = str(next(self._ids))
+            return decide([self._ledger(c.key) for c in claims], claims, amount, self.reservation_ttl, rid)
 
     def settle(self, reservation: Reservation, amount: float) -> tuple[float, ...]:
         amount = check_amount(amount, "spend to settle")
@@ -242,7 +245,7 @@ class FileSpendStore:
         keys = [c.key for c in claims]
         with self._locked(keys):
             read = {k: self._read(k) for k in keys}
-            reservation = decide([read[k] for k in keys], claims, amount, self.reservation_ttl)
+            reservation = decide([read[k] for k in keys], claims, amount, self.reservation_ttl, uuid.uuid4().hex)
             if reservation.crossed is None:
                 # A reservation is in flight only: a crash that loses it frees budget, it never spends it.
                 for key, ledger in read.items():
