@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -13,11 +14,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from redis_support import redis_prefix, redis_server  # noqa: F401 - fixtures
 
-from relay_runtime.cost import Claim, FileSpendStore, MemorySpendStore, RedisSpendStore
+from relay_runtime import adapters, cost
+from relay_runtime.adapters import testing as t
+from relay_runtime.cost import (
+    Budget,
+    BudgetExceeded,
+    Claim,
+    FileSpendStore,
+    MemorySpendStore,
+    PriceCatalog,
+    RedisSpendStore,
+)
 from tests.process_support import LineReader
 from tests.spend_worker import CALL_COST
+from tests.test_cost import close, conversation
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -166,11 +179,6 @@ def test_many_worker_processes_share_conversation_and_profile_budgets_through_re
 
 
 def test_a_stream_is_metered_against_what_the_shared_store_holds(relay_host, relay_events) -> None:
-    from relay_runtime import adapters, cost
-    from relay_runtime.adapters import testing as t
-    from relay_runtime.cost import Budget, BudgetExceeded, PriceCatalog
-    from tests.test_cost import close, conversation
-
     store = MemorySpendStore()
     # Another worker spent 0.0006 of this profile's 0.001: about 100 output tokens are left at 4.0 per million.
     store.add(f"profile:{relay_host.profile_key}", 0.0006)
@@ -189,11 +197,6 @@ def test_a_stream_is_metered_against_what_the_shared_store_holds(relay_host, rel
 
 
 def test_a_store_with_only_load_and_add_is_still_checked_in_this_process(relay_host, relay_events) -> None:
-    from relay_runtime import adapters, cost
-    from relay_runtime.adapters import testing as t
-    from relay_runtime.cost import Budget, BudgetExceeded, PriceCatalog
-    from tests.test_cost import close, conversation
-
     class OldStore:
         def __init__(self) -> None:
             self.spent: dict[str, float] = {}
@@ -222,15 +225,6 @@ def test_a_store_with_only_load_and_add_is_still_checked_in_this_process(relay_h
 
 
 def test_a_store_that_cannot_be_reached_refuses_the_call(relay_host, relay_events) -> None:
-    import socket
-
-    import redis
-
-    from relay_runtime import adapters, cost
-    from relay_runtime.adapters import testing as t
-    from relay_runtime.cost import Budget, PriceCatalog
-    from tests.test_cost import close, conversation
-
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
