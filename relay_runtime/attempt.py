@@ -499,11 +499,18 @@ class Attempt:
         relay = self.relay
         response_view: AnnotatedResponseField = annotation
         if relay.subscribers.end:
+            # The SDK's own retries, as an adapter counted them in the metadata: the annotation says the same.
+            retries = self.metadata.get(cv.SDK_RETRIES)
             if annotation is None and response is not None and self.codec is not None:
                 ttfc = first_chunk_ns - self.handle.start_ns if first_chunk_ns is not None else None
-                response_view = Deferred(_annotate_for_observers, relay, self.name, self.codec, response, ttfc)
-            elif annotation is not None and first_chunk_ns is not None:
-                annotation.time_to_first_chunk_ns = first_chunk_ns - self.handle.start_ns
+                response_view = Deferred(
+                    _annotate_for_observers, relay, self.name, self.codec, response, ttfc, retries
+                )
+            elif annotation is not None:
+                if first_chunk_ns is not None:
+                    annotation.time_to_first_chunk_ns = first_chunk_ns - self.handle.start_ns
+                if retries is not None:
+                    annotation.sdk_retries = retries
         if relay.cost.active:
             if self.waiting:
                 self.settle_late = outcome
@@ -582,7 +589,12 @@ def _decode_for_observers(
 
 
 def _annotate_for_observers(
-    relay: Relay, name: str, codec: LLMCodec, response: Any, time_to_first_chunk_ns: int | None
+    relay: Relay,
+    name: str,
+    codec: LLMCodec,
+    response: Any,
+    time_to_first_chunk_ns: int | None,
+    sdk_retries: int | None = None,
 ) -> AnnotatedLLMResponse | None:
     try:
         annotation = codec.annotate_response(response)
@@ -591,4 +603,6 @@ def _annotate_for_observers(
         return None
     if time_to_first_chunk_ns is not None:
         annotation.time_to_first_chunk_ns = time_to_first_chunk_ns
+    if sdk_retries is not None:
+        annotation.sdk_retries = sdk_retries
     return annotation
