@@ -8,6 +8,7 @@ from .intercepts import GuardrailRejected
 from .recorder import Recorder
 from .relay import Relay, default_relay
 from .scopes import ScopeHandle, ScopeOrderError
+from .settings import configure
 from .threads import ContextExecutor, propagate_to_thread
 from .types import (
     AnnotatedLLMRequest,
@@ -40,6 +41,7 @@ __all__ = [
     "ScopeOrderError",
     "ScopeType",
     "TokenUsage",
+    "configure",
     "current_attempt",
     "default_relay",
     "propagate_to_thread",
