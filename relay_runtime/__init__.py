@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .attempt import current_attempt
+from .codec import IncompleteStream
 from .events import CHUNK_MARK, MARK, SCOPE_END, SCOPE_START, Event
 from .intercepts import GuardrailRejected
 from .recorder import Recorder
@@ -32,6 +33,7 @@ __all__ = [
     "ContextExecutor",
     "Event",
     "GuardrailRejected",
+    "IncompleteStream",
     "LLMRequest",
     "LLMRequestInterceptOutcome",
     "Outcome",

@@ -2,7 +2,8 @@
 
 | how the stream ends                               | attempt outcome |
 |---------------------------------------------------|-----------------|
-| exhausted                                         | success         |
+| exhausted after the provider's terminal marker    | success         |
+| exhausted without it (the accumulator says so)    | failed, ``IncompleteStream`` (not raised) |
 | the provider raises mid-stream                    | failed (re-raised as the same object) |
 | close(), break, aclose(), garbage collection      | cancelled       |
 | CancelledError, KeyboardInterrupt                 | cancelled (re-raised) |
@@ -19,7 +20,7 @@ from typing import Any
 
 from . import conventions as cv
 from .attempt import Attempt
-from .codec import CountingAccumulator, StreamAccumulator
+from .codec import CountingAccumulator, IncompleteStream, StreamAccumulator
 from .cost.budget import BudgetExceeded
 from .types import Outcome
 
@@ -157,6 +158,12 @@ class StreamLifecycle:
         failure = getattr(self.acc, "failure", None)
         if isinstance(failure, BaseException):
             attempt.finish(_FAILED, response, failure, annotation, self.first_ns)
+            return
+        if getattr(self.acc, "terminated", True) is False:
+            # Exhausted without the provider's terminal marker: the caller's iteration ends as the
+            # provider's did, but the record says the answer was cut short.
+            incomplete = IncompleteStream(f"the {attempt.name} stream ended without its terminal marker")
+            attempt.finish(_FAILED, response, incomplete, annotation, self.first_ns)
             return
         attempt.finish(Outcome.SUCCESS.value, response, None, annotation, self.first_ns)
 
