@@ -41,6 +41,7 @@ _NO_CHAINS: Mapping[str, tuple[Intercept, ...]] = MappingProxyType({})
 
 _CANCELLED = Outcome.CANCELLED.value
 _NOTHING: Any = object()
+_SDK_RETRIES = cv.SDK_RETRIES
 
 FinishHook = Callable[[str, Any, "BaseException | None"], None]
 
@@ -532,18 +533,17 @@ class Attempt:
         relay = self.relay
         response_view: AnnotatedResponseField = annotation
         if relay.subscribers.end:
-            # The SDK's own retries, as an adapter counted them in the metadata: the annotation says the same.
-            retries = self.metadata.get(cv.SDK_RETRIES)
+            # The annotation carries the SDK's own retries as an adapter counted them in the metadata
+            # (read when it is built: adapters are done with the metadata once the call has ended).
             if annotation is None and response is not None and self.codec is not None:
                 ttfc = first_chunk_ns - self.handle.start_ns if first_chunk_ns is not None else None
                 response_view = Deferred(
-                    _annotate_for_observers, relay, self.name, self.codec, response, ttfc, retries
+                    _annotate_for_observers, relay, self.name, self.codec, response, ttfc, self.metadata
                 )
             elif annotation is not None:
                 if first_chunk_ns is not None:
                     annotation.time_to_first_chunk_ns = first_chunk_ns - self.handle.start_ns
-                if retries is not None:
-                    annotation.sdk_retries = retries
+                annotation.sdk_retries = self.metadata.get(_SDK_RETRIES)
         if relay.cost.active:
             if self.waiting:
                 self.settle_late = outcome
@@ -627,7 +627,7 @@ def _annotate_for_observers(
     codec: LLMCodec,
     response: Any,
     time_to_first_chunk_ns: int | None,
-    sdk_retries: int | None = None,
+    metadata: dict[str, Any] | None = None,
 ) -> AnnotatedLLMResponse | None:
     try:
         annotation = codec.annotate_response(response)
@@ -636,6 +636,6 @@ def _annotate_for_observers(
         return None
     if time_to_first_chunk_ns is not None:
         annotation.time_to_first_chunk_ns = time_to_first_chunk_ns
-    if sdk_retries is not None:
-        annotation.sdk_retries = sdk_retries
+    if metadata:
+        annotation.sdk_retries = metadata.get(_SDK_RETRIES)
     return annotation

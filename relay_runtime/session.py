@@ -267,8 +267,7 @@ class SessionCoordinator:
         self._conversations: dict[tuple[str, str], _Conversation] = {}
         self._host_watchers: list[Callable[[Host], None]] = []
         self.agent_name = agent_name  # for conversations acquired without an agent_name of their own
-        # The default host (``default_host``) and the RELAY_HOME it was resolved from.
-        self._default: tuple[str | None, Host] | None = None
+        self._default: Host | None = None  # ``default_host()``, once resolved
 
     def host(self, profile_key: str) -> Host:
         """The host of ``profile_key``, created on first use."""
@@ -286,14 +285,12 @@ class SessionCoordinator:
     def default_host(self) -> Host:
         """The host of the process's profile (``current_profile_key()``): it records calls made outside turns.
 
-        Resolved once per value of ``RELAY_HOME``: a call with no turn open pays one environment read.
+        Resolved on first use and kept until ``reset()`` (``reset_for_tests``): a call with no turn open
+        pays no environment read or path resolution.
         """
-        raw = os.environ.get(HOME_ENV)
-        cached = self._default
-        if cached is not None and cached[0] == raw:
-            return cached[1]
-        host = self.host(current_profile_key())
-        self._default = (raw, host)
+        host = self._default
+        if host is None:
+            host = self._default = self.host(current_profile_key())
         return host
 
     def hosts(self) -> list[Host]:
