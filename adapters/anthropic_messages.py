@@ -91,7 +91,7 @@ class MessagesAccumulator:
     the stop reason and the cumulative output usage.
     """
 
-    __slots__ = ("blocks", "codec", "message", "stop_reason", "stop_sequence", "usage")
+    __slots__ = ("blocks", "codec", "message", "stop_reason", "stop_sequence", "terminated", "usage")
 
     def __init__(self, codec: AnthropicMessagesCodec) -> None:
         self.codec = codec
@@ -100,6 +100,7 @@ class MessagesAccumulator:
         self.stop_reason: str | None = None
         self.stop_sequence: str | None = None
         self.usage: dict[str, Any] = {}
+        self.terminated = False  # ``message_stop`` seen: without it the stream was cut short
 
     def _merge_usage(self, usage: Any) -> None:
         for name in _USAGE_FIELDS:
@@ -148,6 +149,8 @@ class MessagesAccumulator:
             self.stop_reason = as_str(get(delta, "stop_reason")) or self.stop_reason
             self.stop_sequence = as_str(get(delta, "stop_sequence")) or self.stop_sequence
             self._merge_usage(get(chunk, "usage"))
+        elif kind == "message_stop":
+            self.terminated = True
         return None
 
     def finish(self) -> tuple[Any, AnnotatedLLMResponse]:

@@ -225,6 +225,11 @@ class ChatAccumulator:
             return ChunkDelta(text=text, reasoning=reasoning, model=new_model, extra_chars=extra)
         return None
 
+    @property
+    def terminated(self) -> bool:
+        """Whether some choice got its ``finish_reason``: without one the stream was cut short."""
+        return any(parts.finish_reason is not None for parts in self.choices.values())
+
     def finish(self) -> tuple[Any, AnnotatedLLMResponse]:
         if self.usage is None and self.on_missing_usage is not None:
             self.on_missing_usage()

@@ -171,6 +171,11 @@ class ResponsesAccumulator:
             return ChunkDelta(model=model)
         return None
 
+    @property
+    def terminated(self) -> bool:
+        """Whether ``response.completed``, ``response.incomplete`` or ``response.failed`` arrived."""
+        return self.terminal is not None
+
     def _call(self, key: str | None) -> ToolCallParts:
         slot = key or ""
         call = self.calls.get(slot)

@@ -29,6 +29,8 @@ RETRY_COUNT = "retry_count"
 SDK_RETRIES = "sdk_retries"
 API_MODE = "api_mode"
 SERVER_ADDRESS = "server_address"
+# On a logical call an execution intercept answered with a fallback after its provider failed: its name.
+FALLBACK = "relay.fallback"
 
 # Mark names.
 CHUNK = "llm.chunk"  # data: ChunkMark

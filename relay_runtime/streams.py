@@ -2,7 +2,8 @@
 
 | how the stream ends                               | attempt outcome |
 |---------------------------------------------------|-----------------|
-| exhausted                                         | success         |
+| exhausted after the provider's terminal marker    | success         |
+| exhausted without it (the accumulator says so)    | failed, ``IncompleteStream`` (not raised) |
 | the provider raises mid-stream                    | failed (re-raised as the same object) |
 | close(), break, aclose(), garbage collection      | cancelled       |
 | CancelledError, KeyboardInterrupt                 | cancelled (re-raised) |
@@ -10,6 +11,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -18,7 +20,7 @@ from typing import Any
 
 from . import conventions as cv
 from .attempt import Attempt
-from .codec import CountingAccumulator, StreamAccumulator
+from .codec import CountingAccumulator, IncompleteStream, StreamAccumulator
 from .cost.budget import BudgetExceeded
 from .types import Outcome
 
@@ -156,6 +158,12 @@ class StreamLifecycle:
         failure = getattr(self.acc, "failure", None)
         if isinstance(failure, BaseException):
             attempt.finish(_FAILED, response, failure, annotation, self.first_ns)
+            return
+        if getattr(self.acc, "terminated", True) is False:
+            # Exhausted without the provider's terminal marker: the caller's iteration ends as the
+            # provider's did, but the record says the answer was cut short.
+            incomplete = IncompleteStream(f"the {attempt.name} stream ended without its terminal marker")
+            attempt.finish(_FAILED, response, incomplete, annotation, self.first_ns)
             return
         attempt.finish(Outcome.SUCCESS.value, response, None, annotation, self.first_ns)
 
@@ -306,6 +314,8 @@ class ManagedStream(_StreamWrapper):
 
 
 _ASYNC_EXHAUSTED = _AsyncExhausted()
+# Provider cleanups running after a stream's error (see ``ManagedAsyncStream._failed``).
+_cleanups: set[asyncio.Task[None]] = set()
 
 
 def exhausted_async() -> Any:
@@ -316,8 +326,12 @@ def exhausted_async() -> Any:
 class ManagedAsyncStream(_StreamWrapper):
     """An async managed stream; the attempt is the current scope while the provider produces each chunk."""
 
-    __slots__ = ()
+    __slots__ = ("_cleanup",)
     _iterator: AsyncIterator[Any]
+
+    def __init__(self, source: Any, iterator: Any, life: StreamLifecycle) -> None:
+        super().__init__(source, iterator, life)
+        self._cleanup: asyncio.Task[None] | None = None
 
     def __aiter__(self) -> ManagedAsyncStream:
         return self
@@ -348,11 +362,29 @@ class ManagedAsyncStream(_StreamWrapper):
         return chunk
 
     async def _failed(self, exc: BaseException) -> None:
-        """The attempt ends with ``exc``, and the provider's stream is closed before the caller sees it."""
+        """The attempt ends with ``exc``; the provider's cleanup starts now and ``aclose()`` waits for it.
+
+        As in NeMo Relay, the error reaches the caller at once: a provider whose ``aclose`` hangs
+        must not hang the caller's ``anext()`` (only its own ``aclose()``).
+        """
         try:
             self._life.fail(exc)
         finally:
+            await self._release_behind()
+
+    async def _release_behind(self) -> None:
+        """Close the provider's stream in a task of its own on the running loop, started before returning."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not asyncio (trio, say): close it inline, as before
             await self._release(quiet=True)
+            return
+        task = loop.create_task(self._release(quiet=True))
+        self._cleanup = task
+        _cleanups.add(task)  # the loop holds tasks weakly: kept alive until done
+        task.add_done_callback(_cleanups.discard)
+        # One turn of the loop: a cleanup that does not wait on anything is done before the caller hears.
+        await asyncio.sleep(0)
 
     async def _read_ahead(self) -> tuple[bool, Any]:
         """``ManagedStream._read_ahead`` for async streams."""
@@ -373,6 +405,10 @@ class ManagedAsyncStream(_StreamWrapper):
 
     async def aclose(self) -> None:
         self._life.fail(None, _CANCELLED)
+        cleanup = self._cleanup
+        if cleanup is not None:
+            self._cleanup = None
+            await cleanup  # the provider's cleanup after its error: closed means closed
         await self._release(quiet=False)
 
     async def _release(self, *, quiet: bool) -> None:

@@ -355,6 +355,9 @@ def end_attributes(event: Event, role: str) -> dict[str, Any]:
                 value = output.get(key)
                 if isinstance(value, str) and value:
                     out[attr] = value
+        fallback = md.get(cv.FALLBACK) if md else None
+        if isinstance(fallback, str) and fallback:  # answered by this execution intercept, its provider failed
+            out[cv.FALLBACK] = fallback
     return out
 
 
