@@ -34,7 +34,7 @@ from typing import Any
 import wrapt
 
 from relay_runtime import calls, session
-from relay_runtime.streams import fail_stream, finish_whole
+from relay_runtime.streams import adopt_source, fail_stream, finish_whole
 
 from . import dispatch
 from .dispatch import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, RESPONSES
@@ -319,8 +319,10 @@ class _Watched(wrapt.ObjectProxy):
 
     def _relay_parsed(self, result: Any) -> Any:
         if self._self_streamed:
-            # A streamed body parses to the SDK's stream: the managed stream reads it, chunk by chunk.
+            # A streamed body parses to the SDK's stream: the managed stream reads it, chunk by chunk,
+            # and stands for it (its type, attributes and close()).
             self._self_body.stream = result
+            adopt_source(self._self_managed, result)
             return self._self_managed
         finish_whole(self._self_managed, result)
         return result
