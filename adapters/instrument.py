@@ -36,7 +36,7 @@ import wrapt
 from relay_runtime import calls, session
 from relay_runtime.streams import adopt_source, fail_stream, finish_whole
 
-from . import dispatch
+from . import dispatch, sdk_coverage
 from .dispatch import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, RESPONSES
 
 _NOTHING = object()
@@ -670,13 +670,23 @@ def _patch_class(
 def _instrument_classes(include_usage: bool) -> list[str]:
     done: list[str] = []
     with _lock:
-        for cls, mode in _sdk_classes():
+        sdk_coverage.import_copying_modules()
+        first_party = _sdk_classes()
+        originals: dict[Any, tuple[str, str]] = {}  # the SDK's own functions, wrapped now -> (mode, method)
+        for cls, mode in first_party:
             for method in METHODS[mode]:
                 current = _unpatched(cls, method)
                 if current is not None:
+                    originals[current] = (mode, method)
                     live = _Live()
                     wrapper = _class_wrapper(mode, method, _is_async(current), include_usage, live)
                     _patch_class(cls, method, current, wrapper, live, done)
+        # Classes that took those functions as their own (the Vertex and Bedrock beta messages).
+        for cls, method, mode in sdk_coverage.copies(originals, {cls for cls, _mode in first_party}):
+            current = vars(cls)[method]
+            live = _Live()
+            wrapper = _class_wrapper(mode, method, _is_async(current), include_usage, live)
+            _patch_class(cls, method, current, wrapper, live, done)
         for module_name, class_name, label, methods in UNTRACED_CLASSES:
             untraced = _sdk_class(module_name, class_name)
             if untraced is None:
@@ -686,8 +696,25 @@ def _instrument_classes(include_usage: bool) -> list[str]:
                 if current is not None:
                     live = _Live()
                     _patch_class(untraced, method, current, _untraced_wrapper(f"{label}.{method}", live), live, done)
+        # The net: an LLM request that reaches an SDK client's request() without dispatch is counted.
+        for base in sdk_coverage.client_bases():
+            current = _unpatched(base, "request")
+            if current is not None:
+                live = _Live()
+                _patch_class(base, "request", current, _net_wrapper(live), live, done)
         dispatch.guard_sdk_calls(bool(_patched))
     return done
+
+
+def _net_wrapper(live: _Live) -> Callable[..., Any]:
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if live.on and not dispatch.inside_sdk_call.get():
+            path = sdk_coverage.llm_path(args, kwargs)
+            if path is not None:
+                count_untraced(f"request:{path}")
+        return wrapped(*args, **kwargs)
+
+    return wrapper
 
 
 def _uninstrument_classes() -> None:
