@@ -115,6 +115,9 @@ def refused() -> None:
     attempt = current_attempt()
     if attempt is not None and cv.SDK_RETRIES not in attempt.metadata:
         attempt.metadata[cv.SENT] = False
+        spend = attempt.cost_state
+        if getattr(spend, "sent", False) is True:
+            spend.sent = False  # priced at nothing, as a budget's refusal is: no provider was called
 
 
 def answered_without_http(client: Any) -> None:

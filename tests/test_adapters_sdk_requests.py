@@ -173,6 +173,22 @@ def test_a_credential_not_had_in_time_is_recorded_as_never_sent(relay_turn, rela
     assert end.outcome == "failed" and end.metadata[cv.SENT] is False
 
 
+def test_a_call_never_sent_costs_nothing(relay_turn, relay_host, relay_events) -> None:
+    from relay_runtime import cost
+    from relay_runtime.cost import Budget, PriceCatalog
+
+    prices = {"openai": {"gpt-x": {"input": 1.0, "output": 4.0}}}
+    cost.attach(relay_host, PriceCatalog.from_mapping(prices), Budget(1.0, per="turn", name="turn budget"))
+    o = t.scripted_openai(max_retries=0)
+    adapters.instrument(o.client)
+    with pytest.raises(TypeError):
+        o.client.chat.completions.create(model="gpt-x", max_tokens=10)
+    (end,) = attempts(relay_events)
+    assert end.metadata[cv.SENT] is False
+    assert end.cost.amount == 0.0 and not end.cost.wasted  # not an unpriced provider call
+    assert "cost.unpriced_no_usage" not in relay_host.relay.diagnostics()
+
+
 def test_provider_errors_and_answers_are_sent(relay_turn, relay_events) -> None:
     """Only a refusal before the first request is 'never sent': a provider's error was sent, and failed."""
     o = t.scripted_openai(t.error(400, "bad"), t.json_reply(t.chat_completion_body()), max_retries=0)
