@@ -243,7 +243,12 @@ def test_spans_say_resent_and_never_sent(spans) -> None:
     resent = spans.one("chat claude-first")
     assert resent.attributes[cv.SDK_RESENDS] == 1 and resent.attributes["relay.sdk_retries"] == 0
     assert cv.SENT not in resent.attributes
+    assert resent.attributes["gen_ai.provider.name"] == "anthropic"
+    assert resent.attributes["server.address"] == "anthropic.test"
     refused = spans.one("chat claude-refused")
     assert refused.attributes[cv.SENT] is False
     assert refused.attributes["error.type"] == "TypeError"
     assert "relay.sdk_retries" not in refused.attributes
+    # No provider in its claims: nothing was sent to one.
+    assert not {"gen_ai.provider.name", "server.address", "server.port"} & set(refused.attributes)
+    assert refused.attributes["gen_ai.request.model"] == "claude-refused"  # what was asked for stays
