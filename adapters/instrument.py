@@ -697,28 +697,14 @@ def _instrument_classes(include_usage: bool) -> list[str]:
                     live = _Live()
                     _patch_class(untraced, method, current, _untraced_wrapper(f"{label}.{method}", live), live, done)
         # The net: an LLM request that reaches an SDK client's request() without dispatch is counted.
-        for base in sdk_coverage.client_bases():
-            current = _unpatched(base, "request")
-            if current is not None:
-                live = _Live()
-                _patch_class(base, "request", current, _net_wrapper(live), live, done)
+        done += sdk_coverage.install_net(count_untraced, dispatch.inside_sdk_call)
         dispatch.guard_sdk_calls(bool(_patched))
     return done
 
 
-def _net_wrapper(live: _Live) -> Callable[..., Any]:
-    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if live.on and not dispatch.inside_sdk_call.get():
-            path = sdk_coverage.llm_path(args, kwargs)
-            if path is not None:
-                count_untraced(f"request:{path}")
-        return wrapped(*args, **kwargs)
-
-    return wrapper
-
-
 def _uninstrument_classes() -> None:
     with _lock:
+        sdk_coverage.remove_net()
         for cls, method in reversed(_patched):
             _restore(cls, method)
         _patched.clear()

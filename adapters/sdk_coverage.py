@@ -14,9 +14,12 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Any
 
 # Modules known to copy first-party methods: imported before the copies are looked for, so that
@@ -111,6 +114,69 @@ def copies(originals: dict[Any, tuple[str, str]], skip: set[type]) -> list[tuple
 
 def client_bases() -> list[type]:
     return [cls for module, name in CLIENT_BASES if (cls := _loaded_class(module, name)) is not None]
+
+
+# (class, the request() it had) for every base client the net is on; a plain function, not a
+# wrapt wrapper, so that a dispatched SDK call pays one context variable read, not a proxy's binding.
+_netted: list[tuple[type, Any]] = []
+_on = False
+_REQUEST = "request"
+
+
+def install_net(count: Callable[[str], None], inside: ContextVar[bool]) -> list[str]:
+    """Put the net on every SDK base client's ``request()``; returns what it wrapped now."""
+    global _on
+    done = []
+    for base in client_bases():
+        current = vars(base).get(_REQUEST)
+        if current is None or getattr(current, "relay_net", False):
+            continue
+        make = _async_net if inspect.iscoroutinefunction(current) else _net
+        setattr(base, _REQUEST, make(current, count, inside))
+        _netted.append((base, current))
+        done.append(f"{base.__module__}.{base.__qualname__}.request")
+    _on = bool(_netted)
+    return done
+
+
+def remove_net() -> None:
+    global _on
+    _on = False
+    while _netted:
+        base, original = _netted.pop()
+        if getattr(vars(base).get(_REQUEST), "relay_net", False):
+            setattr(base, _REQUEST, original)
+
+
+def _escaped(args: tuple[Any, ...], kwargs: dict[str, Any], count: Callable[[str], None]) -> None:
+    if _on:
+        path = llm_path(args, kwargs)
+        if path is not None:
+            count(f"request:{path}")
+
+
+def _net(original: Callable[..., Any], count: Callable[[str], None], inside: ContextVar[bool]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def request(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not inside.get():  # not dispatch's own SDK call
+            _escaped(args, kwargs, count)
+        return original(self, *args, **kwargs)
+
+    request.relay_net = True  # type: ignore[attr-defined]
+    return request
+
+
+def _async_net(
+    original: Callable[..., Any], count: Callable[[str], None], inside: ContextVar[bool]
+) -> Callable[..., Any]:
+    @functools.wraps(original)
+    async def request(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not inside.get():
+            _escaped(args, kwargs, count)
+        return await original(self, *args, **kwargs)
+
+    request.relay_net = True  # type: ignore[attr-defined]
+    return request
 
 
 def llm_path(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:

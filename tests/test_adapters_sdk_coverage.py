@@ -172,3 +172,31 @@ async def test_async_llm_requests_that_escape_dispatch_are_counted(relay_turn, i
     oa = t.scripted_openai(t.json_reply(t.responses_body()), max_retries=0)
     await oa.aclient.post("/responses", cast_to=openai.types.responses.Response, body={"model": "m", "input": "x"})
     assert relay.diagnostics()[f"{UNTRACED}.request:/responses"] == 1
+
+
+def test_uninstrument_takes_the_net_off_exactly(relay_turn) -> None:
+    import anthropic
+    from anthropic._base_client import AsyncAPIClient, SyncAPIClient
+    from openai._base_client import SyncAPIClient as OpenAISyncClient
+
+    bases = (SyncAPIClient, AsyncAPIClient, OpenAISyncClient)
+    before = [vars(base)["request"] for base in bases]
+    adapters.instrument()
+    held = t.scripted_anthropic(t.json_reply(t.anthropic_message_body()), max_retries=0)
+    request = held.client.request  # a bound method taken while the net is on
+    adapters.uninstrument()
+    assert [vars(base)["request"] for base in bases] == before
+    options = anthropic._models.FinalRequestOptions.construct(
+        method="post", url="/v1/messages", json_data={"model": "c", "max_tokens": 5, "messages": []}
+    )
+    request(anthropic.types.Message, options)  # a net taken off counts nothing, even through an old reference
+    relay, _turn = relay_turn
+    assert UNTRACED not in relay.diagnostics()
+
+
+def test_a_vertex_client_instrumented_alone_is_traced(relay_turn, relay_events) -> None:
+    script = t.Script([t.json_reply(t.anthropic_message_body("beta")), t.json_reply(t.anthropic_message_body("1p"))])
+    client = adapters.instrument(vertex(script))
+    client.beta.messages.create(model="claude-v", max_tokens=5, messages=MESSAGES)
+    client.messages.create(model="claude-v", max_tokens=5, messages=MESSAGES)
+    assert [e.annotated_response.output_text for e in attempts(relay_events)] == ["beta", "1p"]
