@@ -132,6 +132,30 @@ def test_a_resend_after_a_refreshed_token_is_counted_apart_from_sdk_retries(rela
     assert last.metadata[cv.SDK_RETRIES] == 0 and cv.SDK_RESENDS not in last.metadata
 
 
+def test_openai_resend_after_refreshing_a_rejected_workload_token_is_counted(relay_turn, relay_events) -> None:
+    """openai's workload identity: a 401 drops the token, and the same try is sent again with a new one."""
+    script = t.Script([t.error(401, "expired token"), t.json_reply(t.chat_completion_body("fresh"))])
+    identity = {
+        "identity_provider_id": "idp",
+        "service_account_id": "sa",
+        "provider": {"token_type": "jwt", "get_token": lambda: "subject-token"},
+    }
+    client = openai.OpenAI(
+        base_url=t.BASE_OPENAI, max_retries=0, http_client=httpx2.Client(transport=script.transport()),
+        workload_identity=identity,
+    )  # fmt: skip
+    auth = client._workload_identity_auth
+    auth._store_token({"access_token": "stale-token", "expires_in": 3600.0})
+    # The token exchange is a separate endpoint the SDK calls with its own HTTP client: answered here.
+    auth._fetch_token_from_exchange = lambda: {"access_token": "fresh-token", "expires_in": 3600.0}
+    adapters.instrument(client)
+    reply = client.chat.completions.create(model="m", messages=MESSAGES)
+    assert reply.choices[0].message.content == "fresh"
+    assert [r.headers["x-stainless-retry-count"] for r in script.requests] == ["0", "0"]
+    (end,) = attempts(relay_events)
+    assert (end.outcome, end.metadata[cv.SDK_RETRIES], end.metadata[cv.SDK_RESENDS]) == ("success", 0, 1)
+
+
 @pytest.mark.asyncio
 async def test_async_resends_are_counted(relay_turn, relay_events) -> None:
     script = t.Script([t.error(401), t.json_reply(t.anthropic_message_body("in"))])
