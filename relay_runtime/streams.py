@@ -209,7 +209,7 @@ class _StreamWrapper:
         if name.startswith("__"):
             raise AttributeError(name)
         value = getattr(object.__getattribute__(self, "_source"), name)
-        if name == "response" and value is not None:
+        if name == "response" and (hasattr(value, "close") or hasattr(value, "aclose")):
             # Closing the stream's HTTP response is how the SDKs' helpers (and their tests) close
             # a stream: it ends the attempt as the stream's own close() does.
             watched = self._response
