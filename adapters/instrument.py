@@ -18,6 +18,10 @@ wrapt), so clients a framework creates are traced as well.
 Both may be on at once: dispatch marks the SDK call it makes (``inside_sdk_call``) and
 every wrapper passes a marked call straight through, so one call is one attempt.
 
+Globally, classes that copied the wrapped methods at import (the Vertex and Bedrock beta
+``Messages``) are wrapped too, and an LLM request that reaches an SDK client unmarked is
+counted (``sdk_coverage``).
+
 ``with_raw_response`` / ``with_streaming_response``: the attempt opens with the
 request and ends when the caller has read the body (``parse``, ``read``, ``text``,
 ``json``, iterating it) with what the body said, or cancelled when it closes it unread.
