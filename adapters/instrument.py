@@ -674,8 +674,8 @@ def _patch_class(
 def _instrument_classes(include_usage: bool) -> list[str]:
     done: list[str] = []
     with _lock:
-        sdk_coverage.import_copying_modules()
-        first_party = _sdk_classes()
+        first_party = _sdk_classes()  # imports the SDKs that are installed
+        sdk_coverage.import_copying_modules()  # before any patch: they copy the SDK's own functions
         originals: dict[Any, tuple[str, str]] = {}  # the SDK's own functions, wrapped now -> (mode, method)
         for cls, mode in first_party:
             for method in METHODS[mode]:
