@@ -200,3 +200,25 @@ def test_a_vertex_client_instrumented_alone_is_traced(relay_turn, relay_events) 
     client.beta.messages.create(model="claude-v", max_tokens=5, messages=MESSAGES)
     client.messages.create(model="claude-v", max_tokens=5, messages=MESSAGES)
     assert [e.annotated_response.output_text for e in attempts(relay_events)] == ["beta", "1p"]
+
+
+def test_a_first_instrument_in_a_fresh_process_wraps_the_copies(tmp_path) -> None:
+    """Nothing of the SDKs imported yet: instrument() imports them, then the copying modules, then wraps."""
+    import subprocess
+    import sys
+
+    check = (
+        "import sys\n"
+        "assert 'anthropic' not in sys.modules\n"
+        "from relay_runtime import adapters\n"
+        "from relay_runtime.adapters.instrument import ManagedCreate\n"
+        "adapters.instrument()\n"
+        "from anthropic.lib.vertex import _beta_messages as v\n"
+        "from anthropic.lib.bedrock import _beta_messages as b\n"
+        "assert isinstance(vars(v.Messages)['create'], ManagedCreate)\n"
+        "assert isinstance(vars(b.AsyncMessages)['parse'], ManagedCreate)\n"
+        "adapters.uninstrument()\n"
+        "assert not isinstance(vars(v.Messages)['create'], ManagedCreate)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
