@@ -108,11 +108,12 @@ def client_spans(memory: InMemorySpanExporter) -> list[Any]:
 # -- RelayCallbackHandler ------------------------------------------------------------------------
 
 
-def test_callback_handler_tree_joins_the_instrumented_attempts(relay_turn, relay_events, otel_spans) -> None:
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_callback_handler_tree_joins_the_instrumented_attempts(relay_turn, relay_events, otel_spans, use_async) -> None:
     adapters.instrument()
     script = tool_then_answer()
     agent = agents_mod.create_agent(chat_model(script), [weather], name="helper")
-    result = run(agent, "Weather in Paris?", callbacks=[RelayCallbackHandler()])
+    result = run(agent, "Weather in Paris?", use_async=use_async, callbacks=[RelayCallbackHandler()])
     assert result["messages"][-1].content == "Done."
     assert outline(relay_events) == [
         "agent helper success",
@@ -382,3 +383,27 @@ def test_missing_langchain_names_the_extra(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "langchain", None)
     with pytest.raises(ImportError, match=r"pip install 'relay-runtime\[langchain\]'"):
         integration.RelayMiddleware  # noqa: B018
+
+
+def test_middleware_on_chat_anthropic(relay_turn, relay_events, otel_spans) -> None:
+    """The same agent over a real ChatAnthropic, whose Anthropic client answers from the script."""
+    langchain_anthropic = need("langchain_anthropic")
+    adapters.instrument()
+    use = {"id": "toolu_1", "name": "weather", "input": {"city": "Paris"}}
+    script = t.Script(
+        [
+            t.json_reply(t.anthropic_message_body("", stop_reason="tool_use", tool_use=use)),
+            t.json_reply(t.anthropic_message_body("Done.")),
+        ]
+    )
+    model = langchain_anthropic.ChatAnthropic(model="claude-test", api_key=t.TEST_KEY, max_retries=0)
+    model.__dict__["_client"] = t.anthropic_client(script, max_retries=0)  # its cached client, on the script
+    agent = agents_mod.create_agent(model, [weather], middleware=[RelayMiddleware()], name="helper")
+    result = run(agent, "Weather in Paris?", callbacks=[RelayCallbackHandler()])
+    assert result["messages"][-1].content == "Done."
+    assert RAN == ["Paris"]
+    tried = attempts(relay_events)
+    assert [a.name for a in tried] == ["anthropic", "anthropic"]
+    assert tried[0].annotated_response.tool_calls[0]["name"] == "weather"
+    assert len(client_spans(otel_spans)) == 2
+    assert script.bodies()[1]["messages"][-1]["content"][0]["tool_use_id"] == "toolu_1"
