@@ -55,3 +55,17 @@ def test_a_completion_after_leaving_is_its_own_call(relay_turn, relay_events) ->
 def test_join_refuses_an_empty_id() -> None:
     with pytest.raises(ValueError, match="api_request_id"):
         auxiliary.join_logical_call("")
+
+
+def test_integrations_import_no_framework_until_used() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import relay_runtime.integrations.langchain, relay_runtime.integrations.langgraph\n"
+        "import relay_runtime.integrations.openai_agents\n"
+        "print(sorted(m for m in ('langchain', 'langchain_core', 'langgraph', 'agents') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stderr

@@ -189,3 +189,23 @@ def test_missing_langgraph_names_the_extra(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "langgraph", None)
     with pytest.raises(ImportError, match=r"pip install 'relay-runtime\[langgraph\]'"):
         integration.create_tool_node  # noqa: B018
+
+
+def test_tool_node_error_handled_by_the_node(relay_turn, relay_events) -> None:
+    @tools_mod.tool
+    def broken(city: str) -> str:
+        """Always fails."""
+        raise RuntimeError(f"no data for {city}")
+
+    node = create_tool_node([broken], handle_tool_errors=True)  # the node's own options pass through
+    call = {"name": "broken", "args": {"city": "Paris"}, "id": "call-9", "type": "tool_call"}
+    ai = need("langchain_core.messages").AIMessage(content="", tool_calls=[call])
+    builder = graph_mod.StateGraph(graph_mod.MessagesState)
+    builder.add_node("tools", node)
+    builder.add_edge(graph_mod.START, "tools")
+    out = configure_graph(builder.compile()).invoke({"messages": [ai]})
+    message = out["messages"][-1]
+    assert (message.status, message.tool_call_id) == ("error", "call-9")
+    (tool,) = relay_events.ends(relay_kind=cv.TOOL)
+    assert (tool.outcome, tool.error_type) == ("failed", "tool_error")
+    assert "no data for Paris" in tool.error_message
