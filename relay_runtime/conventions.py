@@ -33,3 +33,9 @@ SERVER_ADDRESS = "server_address"
 # Mark names.
 CHUNK = "llm.chunk"  # data: ChunkMark
 TOOL_CALL = "llm.tool_call"
+
+# Span hints: set by an integration that knows the conventions of what it traces (MCP names its
+# spans ``tools/call add`` and sets ``mcp.*`` attributes). A mapping with any of ``name`` (the
+# span's name), ``kind`` (``client`` / ``server`` / ``internal`` / ``producer`` / ``consumer``) and
+# ``attributes`` (convention attributes, exported as they are; on the end event they are set last).
+SPAN_HINTS = "relay.span"

@@ -1,0 +1,57 @@
+"""Which relay records an MCP request, and what the instrumentation knows about each connection."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from relay_runtime import session
+
+# Set by ``instrument_mcp(relay=...)``: the relay that records requests made or served outside a turn.
+_fallback: list[Any] = [None]
+# dispatcher -> what the client that built it was connected to, and its session (for the protocol version).
+_peers: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+_sessions: weakref.WeakKeyDictionary[Any, weakref.ref[Any]] = weakref.WeakKeyDictionary()
+
+
+def set_fallback(relay: Any) -> None:
+    _fallback[0] = relay
+
+
+def relay_for_request() -> Any:
+    """The relay of the turn this request is made in; outside a turn, the one ``instrument_mcp`` was given."""
+    turn = session.managed_turn()
+    if turn is not None:
+        return turn.relay
+    return _fallback[0]
+
+
+def note_peer(dispatcher: Any, attributes: dict[str, Any]) -> None:
+    try:
+        _peers[dispatcher] = attributes
+    except TypeError:
+        pass  # a dispatcher that cannot be weakly referenced goes without peer attributes
+
+
+def peer_of(dispatcher: Any) -> dict[str, Any]:
+    try:
+        return _peers.get(dispatcher) or {}
+    except TypeError:
+        return {}
+
+
+def note_session(dispatcher: Any, client_session: Any) -> None:
+    try:
+        _sessions[dispatcher] = weakref.ref(client_session)
+    except TypeError:
+        pass
+
+
+def protocol_version_of(dispatcher: Any) -> str | None:
+    try:
+        ref = _sessions.get(dispatcher)
+    except TypeError:
+        return None
+    client_session = ref() if ref is not None else None
+    version = getattr(client_session, "protocol_version", None) if client_session is not None else None
+    return version if isinstance(version, str) else None

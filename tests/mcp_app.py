@@ -1,0 +1,119 @@
+"""An MCP server for the MCP tests, run in its own process: ``python mcp_app.py stdio|http PORT SPANS_FILE``.
+
+The server is instrumented with a relay of its own and an OTel exporter that writes each
+finished span as one JSON line to SPANS_FILE, so a test in another process can check the
+server's side of the trace. With SPANS_FILE "-" it runs bare (no relay, no exporter).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp_types import CallToolResult, TextContent
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+
+class JsonLinesSpans(SpanExporter):
+    def __init__(self, path: str) -> None:
+        self._path = path
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        with open(self._path, "a", encoding="utf-8") as out:
+            for span in spans:
+                ctx = span.get_span_context()
+                out.write(
+                    json.dumps(
+                        {
+                            "name": span.name,
+                            "kind": span.kind.name,
+                            "trace_id": f"{ctx.trace_id:032x}",
+                            "span_id": f"{ctx.span_id:016x}",
+                            "parent_span_id": f"{span.parent.span_id:016x}" if span.parent else None,
+                            "parent_is_remote": bool(span.parent and span.parent.is_remote),
+                            "scope": span.instrumentation_scope.name if span.instrumentation_scope else None,
+                            "status": span.status.status_code.name,
+                            "attributes": dict(span.attributes or {}),
+                        }
+                    )
+                    + "\n"
+                )
+        return SpanExportResult.SUCCESS
+
+
+def build_server() -> MCPServer:
+    app = MCPServer("relay-test")
+
+    @app.tool()
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    @app.tool()
+    def echo_args(**kwargs: Any) -> str:
+        return json.dumps(kwargs, sort_keys=True)
+
+    @app.tool()
+    def boom() -> str:
+        raise ValueError("the tool broke")
+
+    @app.tool()
+    def soft_fail() -> CallToolResult:
+        return CallToolResult(content=[TextContent(type="text", text="no such city")], is_error=True)
+
+    @app.tool()
+    async def slow(seconds: float) -> str:
+        await asyncio.sleep(seconds)
+        return "done"
+
+    @app.tool()
+    def die() -> str:
+        os._exit(3)
+
+    @app.resource("file:///x")
+    def x_file() -> str:
+        return "contents of x"
+
+    @app.prompt()
+    def p(topic: str) -> str:
+        return f"Write about {topic}"
+
+    return app
+
+
+def main(argv: list[str]) -> None:
+    transport, port, spans_file = argv[0], int(argv[1]), argv[2]
+    if spans_file != "-":
+        from relay_runtime import Relay
+        from relay_runtime.integrations.mcp import instrument_mcp
+        from relay_runtime.integrations.otel import OTelExporter
+
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(JsonLinesSpans(spans_file)))
+        relay = Relay()
+        OTelExporter(tracer_provider=provider).attach(relay)
+        instrument_mcp(relay=relay)
+    else:
+        # Bare: the SDK's own OTel tracing, exported the same way, for comparison.
+        from opentelemetry import trace
+
+        provider = TracerProvider()
+        spans = os.environ.get("MCP_APP_SDK_SPANS")
+        if spans:
+            provider.add_span_processor(SimpleSpanProcessor(JsonLinesSpans(spans)))
+            trace.set_tracer_provider(provider)
+    app = build_server()
+    if transport == "stdio":
+        app.run("stdio")
+    else:
+        app.run("streamable-http", host="127.0.0.1", port=port)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
