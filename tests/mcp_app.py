@@ -1,8 +1,9 @@
-"""An MCP server for the MCP tests, run in its own process: ``python mcp_app.py stdio|http PORT SPANS_FILE``.
+"""An MCP server for the MCP tests, run in its own process: ``python mcp_app.py stdio|http PORT SPANS_FILE MODE``.
 
-The server is instrumented with a relay of its own and an OTel exporter that writes each
-finished span as one JSON line to SPANS_FILE, so a test in another process can check the
-server's side of the trace. With SPANS_FILE "-" it runs bare (no relay, no exporter).
+Every finished span of the process, ours and the SDK's own, is written as one JSON line to
+SPANS_FILE, so a test in another process can check the server's side of the trace. MODE
+``instrumented``: a relay of its own with our OTel exporter, and ``instrument_mcp``; ``bare``:
+the SDK's own tracing only.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
@@ -60,6 +61,11 @@ def build_server() -> MCPServer:
         return json.dumps(kwargs, sort_keys=True)
 
     @app.tool()
+    def show_meta(ctx: Context) -> str:
+        """The ``_meta`` this request arrived with."""
+        return json.dumps(dict(ctx.request_context.meta or {}), sort_keys=True, default=str)
+
+    @app.tool()
     def boom() -> str:
         raise ValueError("the tool broke")
 
@@ -88,26 +94,21 @@ def build_server() -> MCPServer:
 
 
 def main(argv: list[str]) -> None:
-    transport, port, spans_file = argv[0], int(argv[1]), argv[2]
-    if spans_file != "-":
+    from opentelemetry import trace
+
+    transport, port, spans_file, mode = argv[0], int(argv[1]), argv[2], argv[3]
+    # The SDK's own spans (if any are made) land in the same file as ours.
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(JsonLinesSpans(spans_file)))
+    trace.set_tracer_provider(provider)
+    if mode == "instrumented":
         from relay_runtime import Relay
         from relay_runtime.integrations.mcp import instrument_mcp
         from relay_runtime.integrations.otel import OTelExporter
 
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(JsonLinesSpans(spans_file)))
         relay = Relay()
         OTelExporter(tracer_provider=provider).attach(relay)
         instrument_mcp(relay=relay)
-    else:
-        # Bare: the SDK's own OTel tracing, exported the same way, for comparison.
-        from opentelemetry import trace
-
-        provider = TracerProvider()
-        spans = os.environ.get("MCP_APP_SDK_SPANS")
-        if spans:
-            provider.add_span_processor(SimpleSpanProcessor(JsonLinesSpans(spans)))
-            trace.set_tracer_provider(provider)
     app = build_server()
     if transport == "stdio":
         app.run("stdio")

@@ -124,7 +124,12 @@ def _with_meta(params: Mapping[str, Any] | None, carrier: dict[str, str], **over
 
 def _refusal(error: BaseException) -> dict[str, Any]:
     reason = str(error) or type(error).__name__
-    return {"content": [{"type": "text", "text": f"Tool call refused: {reason}"}], "isError": True}
+    # ``resultType`` is required from the 2026-07-28 protocol on; earlier sessions drop it as a later field.
+    return {
+        "content": [{"type": "text", "text": f"Tool call refused: {reason}"}],
+        "isError": True,
+        "resultType": "complete",
+    }
 
 
 def _end_attributes(sending: _Sending, error: BaseException | None) -> dict[str, Any]:
@@ -213,6 +218,10 @@ async def _tool_call(
             result = await original(
                 dispatcher, mc.TOOLS_CALL, _with_meta(params, sending.carrier, arguments=args), opts, **kwargs
             )
+        except BaseException as exc:
+            # Set before the tool scope ends (which happens as this propagates).
+            hints["attributes"].update(_end_attributes(sending, exc))
+            raise
         finally:
             _sending.reset(token)
         hints["attributes"].update(_end_attributes(sending, None))
@@ -230,7 +239,6 @@ async def _tool_call(
         raise
     except Exception as exc:
         if sent:
-            hints["attributes"].update(_end_attributes(sending, exc))
             raise
         return _refusal(exc)
 
