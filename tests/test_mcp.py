@@ -101,7 +101,7 @@ def instrumented() -> Iterator[None]:
 @pytest.fixture
 def client_side(relay_host: session.Host, sdk_spans: InMemorySpanExporter, instrumented: None) -> Iterator[ClientSide]:
     pipeline = Pipeline()
-    exporter = OTelExporter(tracer_provider=pipeline.tracer_provider).attach(relay_host)
+    exporter = OTelExporter(pipeline.tracer_provider, pipeline.meter_provider).attach(relay_host)
     events = Recorder()
     relay_host.relay.subscribers.register(events, name="test.events")
     coordinator = session.SESSION_COORDINATOR
@@ -376,3 +376,51 @@ def test_uninstrument_gives_the_sdk_its_own_spans_back(
     assert "MCP send tools/call add" in names
     server_side = ServerSpans(spans.path).wait_for("tools/call add")
     assert server_side["scope"] == SDK_SCOPE
+
+
+# -- metrics ----------------------------------------------------------------------------------------------------
+
+
+def test_operation_and_session_durations_are_recorded_with_low_cardinality_attributes(
+    client_side: ClientSide, tmp_path: Path
+) -> None:
+    from mcp.server.mcpserver import MCPServer
+
+    spans = ServerSpans(tmp_path / "spans.jsonl")
+    in_process = MCPServer("in-process")
+
+    @in_process.tool()
+    def shout(text: str) -> str:
+        return text.upper()
+
+    async def run() -> None:
+        async with _connect(_stdio(spans.path), "auto") as client:
+            await client.call_tool("add", {"a": 1, "b": 2})
+            await client.call_tool("soft_fail", {})
+        async with Client(in_process) as client:  # both sides in this process: the server's metric too
+            await client.call_tool("shout", {"text": "hi"})
+
+    asyncio.run(run())
+    pipeline = client_side.pipeline
+    operations = pipeline.histogram("mcp.client.operation.duration")
+    by_tool = {p.attributes.get("gen_ai.tool.name"): p for p in operations if p.attributes.get("gen_ai.tool.name")}
+    assert set(by_tool) == {"add", "soft_fail", "shout"}
+    assert dict(by_tool["add"].attributes) == {
+        "mcp.method.name": "tools/call",
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "add",
+        "mcp.protocol.version": "2026-07-28",
+        "network.transport": "pipe",
+    }
+    assert "jsonrpc.request.id" not in by_tool["add"].attributes  # ids never become metric series
+    assert by_tool["soft_fail"].attributes["error.type"] == "tool_error"
+    assert pipeline.unit("mcp.client.operation.duration") == "s"
+    (server_point,) = [
+        p
+        for p in pipeline.histogram("mcp.server.operation.duration")
+        if p.attributes.get("gen_ai.tool.name") == "shout"
+    ]
+    assert server_point.count == 1
+    sessions = pipeline.histogram("mcp.client.session.duration")
+    assert sum(p.count for p in sessions) == 2
+    assert {p.attributes.get("network.transport") for p in sessions} == {"pipe", None}

@@ -145,7 +145,7 @@ def _end_attributes(sending: _Sending, error: BaseException | None) -> dict[str,
 def _hints(method: str, params: Mapping[str, Any] | None, dispatcher: Any) -> dict[str, Any]:
     attributes = mc.request_attributes(method, params, routing.protocol_version_of(dispatcher))
     attributes.update(routing.peer_of(dispatcher))
-    return {"name": mc.span_name(method, mc.target_of(method, params)), "kind": "client", "attributes": attributes}
+    return mc.hints(method, mc.target_of(method, params), "client", attributes)
 
 
 async def send(original: Send, dispatcher: Any, method: str, params: Any, opts: Any, kwargs: dict[str, Any]) -> Any:
@@ -263,14 +263,17 @@ async def _join_tool_scope(
     finally:
         _sending.reset(token)
         if isinstance(handle.metadata, dict):
-            handle.metadata[cv.SPAN_HINTS] = {"attributes": {**hints["attributes"], **_end_attributes(sending, error)}}
+            handle.metadata[cv.SPAN_HINTS] = {
+                **hints,
+                "attributes": {**hints["attributes"], **_end_attributes(sending, error)},
+            }
 
 
 async def notify(original: Notify, dispatcher: Any, method: str, params: Any, opts: Any, kwargs: dict[str, Any]) -> Any:
     relay = routing.relay_for_request()
     if relay is None or not isinstance(method, str):
         return await original(dispatcher, method, params, opts, **kwargs)
-    hints = {"name": method, "kind": "client", "attributes": {"mcp.method.name": method, **routing.peer_of(dispatcher)}}
+    hints = mc.hints(method, None, "client", {"mcp.method.name": method, **routing.peer_of(dispatcher)})
     # Notifications carry no trace context: the conventions give them a span, not a child on the other side.
     with relay.scope.scope(method, ScopeType.CUSTOM, metadata={cv.SPAN_HINTS: hints}):
         return await original(dispatcher, method, params, opts, **kwargs)

@@ -98,3 +98,33 @@ def peer_attributes(server: object) -> dict[str, Any]:
     if type(server).__name__ == "StdioServerParameters":
         return {"network.transport": "pipe"}
     return {}
+
+
+# Attributes the MCP metrics carry: low-cardinality ones only (never ids, URIs or addresses).
+METRIC_KEYS = (
+    "mcp.method.name",
+    "error.type",
+    "gen_ai.operation.name",
+    "gen_ai.prompt.name",
+    "gen_ai.tool.name",
+    "mcp.protocol.version",
+    "network.protocol.name",
+    "network.transport",
+    "rpc.response.status_code",
+)
+CLIENT_OPERATION_DURATION = "mcp.client.operation.duration"
+SERVER_OPERATION_DURATION = "mcp.server.operation.duration"
+CLIENT_SESSION_DURATION = "mcp.client.session.duration"
+SERVER_SESSION_DURATION = "mcp.server.session.duration"
+
+
+def hints(method: str, target: str | None, kind: str, attributes: dict[str, Any]) -> dict[str, Any]:
+    """The span hints of one request on one side: its name, kind, attributes and duration metric."""
+    metric = CLIENT_OPERATION_DURATION if kind == "client" else SERVER_OPERATION_DURATION
+    return {
+        "name": span_name(method, target),
+        "kind": kind,
+        "attributes": attributes,
+        "duration_metric": metric,
+        "metric_keys": METRIC_KEYS,
+    }

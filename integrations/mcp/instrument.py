@@ -8,7 +8,8 @@ What is wrapped, each saved and put back by ``uninstrument_mcp``:
   request of ours is being sent, the SDK makes no span and injects our context, not its own;
 - ``OpenTelemetryMiddleware.__call__``: on every server, our server scope instead of its span;
 - ``ClientSession.__init__`` and ``Client._build_session``: which session (protocol version) and
-  which server (transport, address) a dispatcher belongs to.
+  which server (transport, address) a dispatcher belongs to; ``ClientSession.__aenter__`` /
+  ``__aexit__``: how long the session was open (``mcp.client.session.duration``).
 
 A part the installed SDK does not have (a renamed method) is skipped with one warning naming it.
 """
@@ -21,7 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from . import client, routing, server
+from . import client, routing, server, sessions
 
 logger = logging.getLogger("relay_runtime.integrations.mcp")
 
@@ -87,6 +88,27 @@ def _wrap_session_init(original: Any) -> Any:
     return __init__
 
 
+def _wrap_session_enter(original: Any) -> Any:
+    @functools.wraps(original)
+    async def __aenter__(self: Any) -> Any:
+        entered = await original(self)
+        sessions.opened(self)
+        return entered
+
+    return __aenter__
+
+
+def _wrap_session_exit(original: Any) -> Any:
+    @functools.wraps(original)
+    async def __aexit__(self: Any, exc_type: Any, exc: Any, tb: Any) -> Any:
+        try:
+            return await original(self, exc_type, exc, tb)
+        finally:
+            sessions.closed(self, exc)
+
+    return __aexit__
+
+
 def _wrap_build_session(original: Any) -> Any:
     @functools.wraps(original)
     async def _build_session(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -124,6 +146,8 @@ def instrument_mcp(*, relay: Any = None) -> None:
         _replace(jsonrpc_dispatcher, "inject_trace_context", client.swapped_inject)
         _replace(OpenTelemetryMiddleware, "__call__", _wrap_middleware)
         _replace(ClientSession, "__init__", _wrap_session_init)
+        _replace(ClientSession, "__aenter__", _wrap_session_enter)
+        _replace(ClientSession, "__aexit__", _wrap_session_exit)
         _replace(Client, "_build_session", _wrap_build_session)
 
 

@@ -77,7 +77,7 @@ async def handle(original: Middleware, middleware: Any, ctx: Any, call_next: Any
         remote = parse_traceparent(meta.get("traceparent"))
         target = mc.target_of(method, params)
         attributes = _request_attributes(ctx, method, params)
-        hints = {"name": mc.span_name(method, target), "kind": "server", "attributes": attributes}
+        hints = mc.hints(method, target, "server", attributes)
         is_tool = method == mc.TOOLS_CALL and target is not None
         handle_ = relay.scope.push(
             target if is_tool and target else hints["name"],

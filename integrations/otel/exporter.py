@@ -48,6 +48,7 @@ from .providers import (
     sdk_disabled,
     tracer_provider_from_env,
 )
+from .scope_metrics import ScopeMetrics
 from .spans import OpenSpan, SpanTable
 from .voice import MEASURES_KEY as VOICE_MEASURES
 from .voice import VoiceMetrics, voice_attributes
@@ -154,6 +155,7 @@ class OTelExporter:
         self._fast = fast_path_for(self._tracer) if fast_path else None
         self._metrics = GenAIMetrics(meter_provider, VERSION) if meter_provider is not None else None
         self._voice = VoiceMetrics(meter_provider, VERSION) if meter_provider is not None else None
+        self._scope_metrics = ScopeMetrics(meter_provider, VERSION) if meter_provider is not None else None
         capture = capture_content or capture_from_env()
         self._content = ContentRecorder(redact, self._oi) if capture else None
         self._link = link_to_current_context
@@ -266,8 +268,11 @@ class OTelExporter:
                 voice_attributes(voice, attributes)
             if self._oi:
                 attributes.update(A.openinference_end(event, role))
-            if role is not A.ATTEMPT:
-                H.apply_hints(H.span_hints(md), "", attributes)
+            hints = H.span_hints(md) if role is not A.ATTEMPT else None
+            if hints is not None:
+                H.apply_hints(hints, "", attributes)
+                if self._scope_metrics is not None:
+                    self._scope_metrics.record_scope(hints, event, attributes)
         except Exception:
             # The span was taken out of the table: it must still end, once.
             self.count(ATTRIBUTE_ERRORS)
@@ -311,6 +316,10 @@ class OTelExporter:
 
     def _mark(self, event: Event) -> None:
         if event.name == cv.CHUNK:
+            return
+        if event.name == cv.METRIC:
+            if self._scope_metrics is not None:
+                self._scope_metrics.record_mark(event)
             return
         record = self._table.get(event.parent_uuid)
         if record is None:
