@@ -424,3 +424,20 @@ def test_operation_and_session_durations_are_recorded_with_low_cardinality_attri
     sessions = pipeline.histogram("mcp.client.session.duration")
     assert sum(p.count for p in sessions) == 2
     assert {p.attributes.get("network.transport") for p in sessions} == {"pipe", None}
+
+
+def test_a_server_answering_junk_fails_the_scope_once_with_the_sdks_error(client_side: ClientSide) -> None:
+    junk = StdioServerParameters(
+        command=sys.executable, args=[str(APP.with_name("mcp_junk_server.py"))], env=dict(os.environ)
+    )
+
+    async def run() -> BaseException:
+        async with _connect(junk, "legacy") as client:
+            with pytest.raises(Exception) as caught:
+                await client.call_tool("anything", {})
+            return caught.value
+
+    error = asyncio.run(run())
+    (end,) = client_side.tool_ends("anything")
+    assert end.outcome == "failed" and end.error_type == type(error).__name__ == "ValidationError"
+    assert client_side.span("tools/call anything").status.status_code.name == "ERROR"

@@ -1,6 +1,8 @@
-"""The sending side: every request an MCP dispatcher sends becomes a scope of the relay that records it.
+"""The sending side: every request an MCP client sends becomes a scope of the relay that records it.
 
-Pipeline of one managed request (``send_raw_request`` of the SDK's dispatchers):
+Pipeline of one managed request (``ClientSession.send_request``, which also checks the result;
+requests a dispatcher sends on its own, such as a server calling its client back, the same way
+at ``send_raw_request``):
 
 1. ``tools/call``: a TOOL scope through ``relay.tools.execute_async``, so the relay's tool request
    intercepts (guardrails; argument rewrites) and execution intercepts run first. An intercept
@@ -12,11 +14,12 @@ Pipeline of one managed request (``send_raw_request`` of the SDK's dispatchers):
    own injection is swapped for ours while the request is sent, so it cannot replace it.
 3. The SDK's own client span is not made: its span hook hands back a collector that keeps the
    JSON-RPC id and error code for our scope.
-4. The scope ends once: success; failed with the JSON-RPC error code as ``error.type``, or
-   ``tool_error`` for a result marked ``isError``; cancelled when the caller is cancelled.
+4. The scope ends once: success; failed with the JSON-RPC error code as ``error.type``, with the
+   SDK's error for a result it cannot read, or ``tool_error`` for a result marked ``isError``;
+   cancelled when the caller is cancelled.
 
 Failure policy: intercepts fail closed (they are policy); the instrumentation's own bookkeeping
-fails open: if it cannot open its scope, the request goes out as the SDK would send it.
+fails open: if it cannot describe a request, the request goes out as the SDK would send it.
 """
 
 from __future__ import annotations
@@ -41,12 +44,29 @@ Notify = Callable[..., Awaitable[None]]
 _sending: ContextVar[_Sending | None] = ContextVar("relay_mcp_sending", default=None)
 
 
+_UNSET: Any = object()
+
+
 class _Sending:
-    __slots__ = ("attributes", "carrier")
+    """One managed request on its way: the context it carries, arguments an intercept rewrote,
+    and what the SDK told its span hook (the JSON-RPC id, an error code)."""
+
+    __slots__ = ("arguments", "attributes", "carrier", "dispatched")
 
     def __init__(self, carrier: dict[str, str]) -> None:
         self.carrier = carrier
+        self.arguments: Any = _UNSET
         self.attributes: dict[str, Any] = {}
+        self.dispatched = False
+
+    def params(self, params: Mapping[str, Any] | None) -> dict[str, Any]:
+        """``params`` as they go out: ``_meta`` merged with our context, arguments as rewritten."""
+        out = dict(params) if params is not None else {}
+        if self.arguments is not _UNSET:
+            out["arguments"] = self.arguments
+        meta = out.get("_meta")
+        out["_meta"] = {**(meta if isinstance(meta, Mapping) else {}), **self.carrier}
+        return out
 
 
 class ToolErrorResult(Exception):
@@ -113,13 +133,7 @@ def swapped_inject(original: Callable[[dict[str, Any]], None]) -> Callable[[dict
 
 # -- requests ----------------------------------------------------------------------------------------
 
-
-def _with_meta(params: Mapping[str, Any] | None, carrier: dict[str, str], **overrides: Any) -> dict[str, Any]:
-    out = dict(params) if params is not None else {}
-    out.update(overrides)
-    meta = out.get("_meta")
-    out["_meta"] = {**(meta if isinstance(meta, Mapping) else {}), **carrier}
-    return out
+Forward = Callable[[_Sending], Awaitable[Any]]
 
 
 def _refusal(error: BaseException) -> dict[str, Any]:
@@ -142,61 +156,93 @@ def _end_attributes(sending: _Sending, error: BaseException | None) -> dict[str,
     return out
 
 
-def _hints(method: str, params: Mapping[str, Any] | None, dispatcher: Any) -> dict[str, Any]:
-    attributes = mc.request_attributes(method, params, routing.protocol_version_of(dispatcher))
-    attributes.update(routing.peer_of(dispatcher))
-    return mc.hints(method, mc.target_of(method, params), "client", attributes)
-
-
-async def send(original: Send, dispatcher: Any, method: str, params: Any, opts: Any, kwargs: dict[str, Any]) -> Any:
-    relay = routing.relay_for_request()
-    if relay is None or not isinstance(method, str):
-        return await original(dispatcher, method, params, opts, **kwargs)
-    try:
-        hints = _hints(method, params if isinstance(params, Mapping) else None, dispatcher)
-    except Exception:
-        return await original(dispatcher, method, params, opts, **kwargs)
-    if method == mc.TOOLS_CALL and isinstance(params, Mapping) and isinstance(params.get("name"), str):
-        return await _tool_call(relay, original, dispatcher, params, opts, kwargs, hints)
-    return await _request(relay, original, dispatcher, method, params, opts, kwargs, hints)
-
-
-async def _request(
-    relay: Any,
-    original: Send,
-    dispatcher: Any,
-    method: str,
-    params: Any,
-    opts: Any,
-    kwargs: dict[str, Any],
-    hints: dict[str, Any],
-) -> Any:
-    handle = relay.scope.push(hints["name"], ScopeType.CUSTOM, metadata={cv.SPAN_HINTS: hints})
-    sending = _Sending(carrier_for(handle))
-    token = _sending.set(sending)
-    try:
-        result = await original(dispatcher, method, _with_meta(params, sending.carrier), opts, **kwargs)
-    except BaseException as exc:
-        _sending.reset(token)
-        relay.scope.pop(handle, error=exc, metadata=_end_hints(hints, _end_attributes(sending, exc)))
-        raise
-    _sending.reset(token)
-    relay.scope.pop(handle, metadata=_end_hints(hints, _end_attributes(sending, None)))
-    return result
-
-
 def _end_hints(hints: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
     return {cv.SPAN_HINTS: {**hints, "attributes": {**hints["attributes"], **end}}}
 
 
+async def session_send(
+    original: Send, client_session: Any, request: Any, result_type: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``ClientSession.send_request``: the scope spans the send *and* the SDK's check of the result,
+    so a server answering junk fails the scope the caller's error comes from."""
+    relay = routing.relay_for_request()
+    if relay is None:
+        return await original(client_session, request, result_type, *args, **kwargs)
+    try:
+        data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+        method, params = data["method"], data.get("params")
+    except Exception:
+        return await original(client_session, request, result_type, *args, **kwargs)
+
+    async def forward(sending: _Sending) -> Any:
+        token = _sending.set(sending)
+        try:
+            return await original(client_session, request, result_type, *args, **kwargs)
+        finally:
+            _sending.reset(token)
+
+    def typed(raw: dict[str, Any]) -> Any:
+        validate = getattr(result_type, "validate_python", None) or result_type.model_validate
+        return validate(raw, by_name=False)
+
+    return await _managed(relay, method, params, getattr(client_session, "_dispatcher", None), forward, typed)
+
+
+async def send(original: Send, dispatcher: Any, method: str, params: Any, opts: Any, kwargs: dict[str, Any]) -> Any:
+    """A dispatcher's ``send_raw_request``. Inside a session's request (above) it only writes what
+    that request carries; alone (a server calling its client back) the request is a scope of its own."""
+    owner = _sending.get()
+    if owner is not None and not owner.dispatched:
+        owner.dispatched = True
+        return await original(dispatcher, method, owner.params(params), opts, **kwargs)
+    relay = routing.relay_for_request()
+    if relay is None or not isinstance(method, str):
+        return await original(dispatcher, method, params, opts, **kwargs)
+
+    async def forward(sending: _Sending) -> Any:
+        sending.dispatched = True
+        token = _sending.set(sending)
+        try:
+            return await original(dispatcher, method, sending.params(params), opts, **kwargs)
+        finally:
+            _sending.reset(token)
+
+    return await _managed(relay, method, params, dispatcher, forward, lambda raw: raw)
+
+
+async def _managed(
+    relay: Any, method: str, params: Any, dispatcher: Any, forward: Forward, typed: Callable[[dict[str, Any]], Any]
+) -> Any:
+    mapping = params if isinstance(params, Mapping) else None
+    try:
+        hints = mc.hints(method, mc.target_of(method, mapping), "client", _attributes(method, mapping, dispatcher))
+    except Exception:
+        return await forward(_Sending({}))
+    if method == mc.TOOLS_CALL and mapping is not None and isinstance(mapping.get("name"), str):
+        return await _tool_call(relay, mapping, hints, forward, typed)
+    handle = relay.scope.push(hints["name"], ScopeType.CUSTOM, metadata={cv.SPAN_HINTS: hints})
+    sending = _Sending(carrier_for(handle))
+    try:
+        result = await forward(sending)
+    except BaseException as exc:
+        relay.scope.pop(handle, error=exc, metadata=_end_hints(hints, _end_attributes(sending, exc)))
+        raise
+    relay.scope.pop(handle, metadata=_end_hints(hints, _end_attributes(sending, None)))
+    return result
+
+
+def _attributes(method: str, params: Mapping[str, Any] | None, dispatcher: Any) -> dict[str, Any]:
+    attributes = mc.request_attributes(method, params, routing.protocol_version_of(dispatcher))
+    attributes.update(routing.peer_of(dispatcher))
+    return attributes
+
+
 async def _tool_call(
     relay: Any,
-    original: Send,
-    dispatcher: Any,
     params: Mapping[str, Any],
-    opts: Any,
-    kwargs: dict[str, Any],
     hints: dict[str, Any],
+    forward: Forward,
+    typed: Callable[[dict[str, Any]], Any],
 ) -> Any:
     tool = params["name"]
     arguments = params.get("arguments")
@@ -204,7 +250,7 @@ async def _tool_call(
     if current is not None and current.scope_type == ScopeType.TOOL.value and current.name == tool:
         # A framework already opened this call's tool scope (and ran the relay's tool intercepts):
         # the MCP attributes join it rather than making a second scope.
-        return await _join_tool_scope(current, original, dispatcher, params, opts, kwargs, hints)
+        return await _join_tool_scope(current, hints, forward)
     sending = _Sending({})
     sent = False
 
@@ -212,27 +258,23 @@ async def _tool_call(
         nonlocal sent
         handle = relay.scope.current()
         sending.carrier = carrier_for(handle) if handle is not None else {}
+        if args is not arguments:
+            sending.arguments = args
         sent = True
-        token = _sending.set(sending)
         try:
-            result = await original(
-                dispatcher, mc.TOOLS_CALL, _with_meta(params, sending.carrier, arguments=args), opts, **kwargs
-            )
+            result = await forward(sending)
         except BaseException as exc:
             # Set before the tool scope ends (which happens as this propagates).
             hints["attributes"].update(_end_attributes(sending, exc))
             raise
-        finally:
-            _sending.reset(token)
         hints["attributes"].update(_end_attributes(sending, None))
         if mc.is_tool_error(result):
             hints["attributes"]["error.type"] = mc.TOOL_ERROR
             raise ToolErrorResult(result)
         return result
 
-    metadata = {cv.SPAN_HINTS: hints}
     try:
-        return await relay.tools.execute_async(tool, arguments, terminal, metadata=metadata)
+        return await relay.tools.execute_async(tool, arguments, terminal, metadata={cv.SPAN_HINTS: hints})
     except ToolErrorResult as failed:
         return failed.result
     except asyncio.CancelledError:
@@ -240,33 +282,21 @@ async def _tool_call(
     except Exception as exc:
         if sent:
             raise
-        return _refusal(exc)
+        return typed(_refusal(exc))
 
 
-async def _join_tool_scope(
-    handle: Any,
-    original: Send,
-    dispatcher: Any,
-    params: Mapping[str, Any],
-    opts: Any,
-    kwargs: dict[str, Any],
-    hints: dict[str, Any],
-) -> Any:
+async def _join_tool_scope(handle: Any, hints: dict[str, Any], forward: Forward) -> Any:
     sending = _Sending(carrier_for(handle))
-    token = _sending.set(sending)
     error: BaseException | None = None
     try:
-        return await original(dispatcher, mc.TOOLS_CALL, _with_meta(params, sending.carrier), opts, **kwargs)
+        return await forward(sending)
     except BaseException as exc:
         error = exc
         raise
     finally:
-        _sending.reset(token)
         if isinstance(handle.metadata, dict):
-            handle.metadata[cv.SPAN_HINTS] = {
-                **hints,
-                "attributes": {**hints["attributes"], **_end_attributes(sending, error)},
-            }
+            end = _end_attributes(sending, error)
+            handle.metadata[cv.SPAN_HINTS] = {**hints, "attributes": {**hints["attributes"], **end}}
 
 
 async def notify(original: Notify, dispatcher: Any, method: str, params: Any, opts: Any, kwargs: dict[str, Any]) -> Any:

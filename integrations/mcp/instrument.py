@@ -2,8 +2,9 @@
 
 What is wrapped, each saved and put back by ``uninstrument_mcp``:
 
-- ``JSONRPCDispatcher.send_raw_request`` / ``.notify`` and ``DirectDispatcher``'s: every request
-  and notification a client (or a server calling back) sends (see ``client``);
+- ``ClientSession.send_request``: every request a client sends, with the SDK's check of its result;
+- ``JSONRPCDispatcher.send_raw_request`` / ``.notify`` and ``DirectDispatcher``'s: what those
+  requests carry, and every request or notification sent otherwise (a server calling back);
 - the span and trace-context hooks ``jsonrpc_dispatcher`` imported from the SDK's ``_otel``: while a
   request of ours is being sent, the SDK makes no span and injects our context, not its own;
 - ``OpenTelemetryMiddleware.__call__``: on every server, our server scope instead of its span;
@@ -59,6 +60,14 @@ def _wrap_send(original: Any) -> Any:
         return await client.send(original, self, method, params, opts, kwargs)
 
     return send_raw_request
+
+
+def _wrap_session_send(original: Any) -> Any:
+    @functools.wraps(original)
+    async def send_request(self: Any, request: Any, result_type: Any, *args: Any, **kwargs: Any) -> Any:
+        return await client.session_send(original, self, request, result_type, args, kwargs)
+
+    return send_request
 
 
 def _wrap_notify(original: Any) -> Any:
@@ -146,6 +155,7 @@ def instrument_mcp(*, relay: Any = None) -> None:
         _replace(jsonrpc_dispatcher, "inject_trace_context", client.swapped_inject)
         _replace(OpenTelemetryMiddleware, "__call__", _wrap_middleware)
         _replace(ClientSession, "__init__", _wrap_session_init)
+        _replace(ClientSession, "send_request", _wrap_session_send)
         _replace(ClientSession, "__aenter__", _wrap_session_enter)
         _replace(ClientSession, "__aexit__", _wrap_session_exit)
         _replace(Client, "_build_session", _wrap_build_session)
