@@ -1,4 +1,4 @@
-"""An MCP server for the MCP tests, run in its own process: ``python mcp_app.py stdio|http PORT SPANS_FILE MODE``.
+"""An MCP server for the MCP tests, run in its own process: ``python mcp_app.py stdio|http|sse PORT SPANS_FILE MODE``.
 
 Every finished span of the process, ours and the SDK's own, is written as one JSON line to
 SPANS_FILE, so a test in another process can check the server's side of the trace. MODE
@@ -112,6 +112,8 @@ def main(argv: list[str]) -> None:
     app = build_server()
     if transport == "stdio":
         app.run("stdio")
+    elif transport == "sse":
+        app.run("sse", host="127.0.0.1", port=port)
     else:
         app.run("streamable-http", host="127.0.0.1", port=port)
 

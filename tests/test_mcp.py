@@ -128,12 +128,11 @@ def _stdio(spans: Path, mode: str = "instrumented") -> StdioServerParameters:
     )
 
 
-@pytest.fixture
-def http_server(tmp_path: Path) -> Iterator[tuple[str, ServerSpans]]:
+def _serve(transport: str, tmp_path: Path) -> Iterator[tuple[str, ServerSpans]]:
     port = _free_port()
     spans = tmp_path / "server-spans.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, str(APP), "http", str(port), str(spans), "instrumented"],
+        [sys.executable, str(APP), transport, str(port), str(spans), "instrumented"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -147,10 +146,21 @@ def http_server(tmp_path: Path) -> Iterator[tuple[str, ServerSpans]]:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise AssertionError("the MCP server process did not start listening") from None
                 time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}/mcp", ServerSpans(spans)
+        path = "/sse" if transport == "sse" else "/mcp"
+        yield f"http://127.0.0.1:{port}{path}", ServerSpans(spans)
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[tuple[str, ServerSpans]]:
+    yield from _serve("http", tmp_path)
+
+
+@pytest.fixture
+def sse_server(tmp_path: Path) -> Iterator[tuple[str, ServerSpans]]:
+    yield from _serve("sse", tmp_path)
 
 
 @asynccontextmanager
@@ -172,8 +182,10 @@ def _check_one_trace(client: ClientSide, server: ServerSpans, name: str) -> tupl
 def _one_span_per_side(client: ClientSide, server: ServerSpans) -> None:
     assert client.sdk_spans.get_finished_spans() == ()
     assert {s["scope"] for s in server.all()} == {OUR_SCOPE}
-    client_names = [s.name for s in client.pipeline.finished() if s.kind.name == "CLIENT"]
-    assert len(client_names) == len(set(client_names)) or client_names.count("tools/list") > 1
+    # Each request the server saw is one client span of ours, and no more.
+    served = sorted(s["name"] for s in server.all())
+    sent = sorted(s.name for s in client.pipeline.finished() if s.kind.name == "CLIENT" and s.name in served)
+    assert sent == served
 
 
 # -- one trace across processes, one span per side --------------------------------------------------------
@@ -229,12 +241,30 @@ def test_streamable_http_tool_call_is_one_trace_with_server_address(
     assert attributes["server.port"] == int(url.rsplit(":", 1)[1].split("/")[0])
     assert theirs["attributes"]["network.transport"] == "tcp"
     if mode == "legacy":
-        # The handshake protocol over HTTP has sessions; the server span names its session.
-        assert theirs["attributes"]["mcp.session.id"]
+        # The handshake protocol over HTTP has sessions: both sides name the same one.
+        assert theirs["attributes"]["mcp.session.id"] == attributes["mcp.session.id"]
+    else:
+        assert "mcp.session.id" not in attributes and "mcp.session.id" not in theirs["attributes"]
     resource, _ = _check_one_trace(client_side, spans, "resources/read file:///x")
     assert dict(resource.attributes or {})["mcp.resource.uri"] == "file:///x"
     prompt, _ = _check_one_trace(client_side, spans, "prompts/get p")
     assert dict(prompt.attributes or {})["gen_ai.prompt.name"] == "p"
+    _one_span_per_side(client_side, spans)
+
+
+def test_sse_tool_call_is_one_trace(client_side: ClientSide, sse_server: tuple[str, ServerSpans]) -> None:
+    from mcp.client.sse import sse_client
+
+    url, spans = sse_server
+
+    async def run() -> Any:
+        async with Client(sse_client(url), mode="legacy") as client:
+            return await client.call_tool("add", {"a": 4, "b": 4})
+
+    assert asyncio.run(run()).structured_content == {"result": 8}
+    ours, theirs = _check_one_trace(client_side, spans, "tools/call add")
+    assert dict(ours.attributes or {})["mcp.protocol.version"] == theirs["attributes"]["mcp.protocol.version"]
+    assert theirs["attributes"]["network.transport"] == "tcp"
     _one_span_per_side(client_side, spans)
 
 

@@ -234,6 +234,7 @@ async def _managed(
 def _attributes(method: str, params: Mapping[str, Any] | None, dispatcher: Any) -> dict[str, Any]:
     attributes = mc.request_attributes(method, params, routing.protocol_version_of(dispatcher))
     attributes.update(routing.peer_of(dispatcher))
+    attributes.update(routing.transport_attributes(dispatcher))
     return attributes
 
 

@@ -121,13 +121,31 @@ def _wrap_session_exit(original: Any) -> Any:
 def _wrap_build_session(original: Any) -> Any:
     @functools.wraps(original)
     async def _build_session(self: Any, *args: Any, **kwargs: Any) -> Any:
-        built = await original(self, *args, **kwargs)
+        made: list[Any] = []
+        token = routing.building.set(made)
+        try:
+            built = await original(self, *args, **kwargs)
+        finally:
+            routing.building.reset(token)
         dispatcher = getattr(built, "_dispatcher", None)
         if dispatcher is not None:
             routing.note_peer(dispatcher, client.peer_attributes_of(self))
+            if made:
+                routing.note_transport(dispatcher, made[-1])
         return built
 
     return _build_session
+
+
+def _wrap_transport_init(original: Any) -> Any:
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        made = routing.building.get()
+        if made is not None:
+            made.append(self)
+
+    return __init__
 
 
 def instrument_mcp(*, relay: Any = None) -> None:
@@ -139,6 +157,7 @@ def instrument_mcp(*, relay: Any = None) -> None:
     _require_mcp()
     from mcp.client.client import Client
     from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import StreamableHTTPTransport
     from mcp.server._otel import OpenTelemetryMiddleware
     from mcp.shared import jsonrpc_dispatcher
     from mcp.shared.direct_dispatcher import DirectDispatcher
@@ -159,6 +178,7 @@ def instrument_mcp(*, relay: Any = None) -> None:
         _replace(ClientSession, "__aenter__", _wrap_session_enter)
         _replace(ClientSession, "__aexit__", _wrap_session_exit)
         _replace(Client, "_build_session", _wrap_build_session)
+        _replace(StreamableHTTPTransport, "__init__", _wrap_transport_init)
 
 
 def uninstrument_mcp() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import weakref
+from contextvars import ContextVar
 from typing import Any
 
 from relay_runtime import session
@@ -12,6 +13,11 @@ _fallback: list[Any] = [None]
 # dispatcher -> what the client that built it was connected to, and its session (for the protocol version).
 _peers: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 _sessions: weakref.WeakKeyDictionary[Any, weakref.ref[Any]] = weakref.WeakKeyDictionary()
+# dispatcher -> the HTTP transport under it, whose session id (the handshake protocol's) can change.
+_transports: weakref.WeakKeyDictionary[Any, weakref.ref[Any]] = weakref.WeakKeyDictionary()
+# While a client connects: the HTTP transports made meanwhile (they are made inside the SDK's
+# connect, with no handle back to them).
+building: ContextVar[list[Any] | None] = ContextVar("relay_mcp_building", default=None)
 
 
 def set_fallback(relay: Any) -> None:
@@ -55,3 +61,29 @@ def protocol_version_of(dispatcher: Any) -> str | None:
     client_session = ref() if ref is not None else None
     version = getattr(client_session, "protocol_version", None) if client_session is not None else None
     return version if isinstance(version, str) else None
+
+
+def note_transport(dispatcher: Any, transport: Any) -> None:
+    try:
+        _transports[dispatcher] = weakref.ref(transport)
+    except TypeError:
+        pass
+
+
+def transport_attributes(dispatcher: Any) -> dict[str, Any]:
+    """``mcp.session.id`` (where the protocol has sessions) and the server's address, from the HTTP
+    transport a dispatcher runs over."""
+    try:
+        ref = _transports.get(dispatcher)
+    except TypeError:
+        return {}
+    transport = ref() if ref is not None else None
+    if transport is None:
+        return {}
+    from . import conventions
+
+    out = conventions.peer_attributes(getattr(transport, "url", None))
+    session_id = getattr(transport, "session_id", None)
+    if isinstance(session_id, str) and session_id:
+        out["mcp.session.id"] = session_id[:256]
+    return out
