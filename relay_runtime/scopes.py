@@ -143,10 +143,11 @@ class Scopes:
         metadata: dict[str, Any] | None = None,
         data: Any = None,
         attach: bool = True,
+        root: bool = False,
         remote_parent: str | None = None,
         remote_tracestate: str | None = None,
     ) -> ScopeHandle:
-        """Open a scope under ``parent`` (default: the current scope) and emit its start.
+        """Open a scope under ``parent`` (default: the current scope; with ``root=True``, under none).
 
         ``remote_parent``: a W3C ``traceparent`` from another process (an incoming request's
         headers or ``_meta``). The scope is then a root here that continues that trace: its
@@ -164,8 +165,9 @@ class Scopes:
             raise ValueError(f"cannot push {name!r} under {parent!r}: that scope has ended")
         if remote_parent is None:
             # ``below`` is only ever read on a stack: a detached scope with its parent given needs no lookup.
-            top = self.current() if attach or parent is None else None
-            handle = ScopeHandle(name, st, parent if parent is not None else top, metadata, data, attach, top)
+            top = self.current() if attach or (parent is None and not root) else None
+            owner = parent if parent is not None or root else top
+            handle = ScopeHandle(name, st, owner, metadata, data, attach, top)
         else:
             handle = self._remote_child(name, st, parent, metadata, data, attach, remote_parent, remote_tracestate)
             metadata = handle.metadata

@@ -151,8 +151,9 @@ def _wrap_transport_init(original: Any) -> Any:
 def instrument_mcp(*, relay: Any = None) -> None:
     """Trace the MCP SDK's clients and servers. A second call only updates ``relay``.
 
-    ``relay``: what records requests made or served outside a turn (a server's requests, most
-    often); inside a managed turn, the turn's relay records them.
+    Inside a managed turn, the turn's relay records a request. Outside one (a server's requests,
+    most often) ``relay`` does, or by default the default host that records LLM calls made with
+    no turn open, whenever something is attached to it (``SESSION_COORDINATOR``).
     """
     _require_mcp()
     from mcp.client.client import Client

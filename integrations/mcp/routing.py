@@ -7,6 +7,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from relay_runtime import session
+from relay_runtime.settings import RECORD, settings
 
 # Set by ``instrument_mcp(relay=...)``: the relay that records requests made or served outside a turn.
 _fallback: list[Any] = [None]
@@ -25,11 +26,25 @@ def set_fallback(relay: Any) -> None:
 
 
 def relay_for_request() -> Any:
-    """The relay of the turn this request is made in; outside a turn, the one ``instrument_mcp`` was given."""
+    """The relay that records an MCP request made or served now, or None (it goes through untraced).
+
+    Inside a managed turn, the turn's; outside one, the relay ``instrument_mcp(relay=...)`` was
+    given, else the default host's, as for LLM calls with no turn open (``configure(outside_turns=)``):
+    so a server records its requests, and a tool handler's own LLM calls nest under its scope.
+    """
     turn = session.managed_turn()
     if turn is not None:
         return turn.relay
-    return _fallback[0]
+    if _fallback[0] is not None:
+        return _fallback[0]
+    if settings.outside_turns is not RECORD:
+        return None
+    active = session.active_turn()
+    try:
+        host = active.host if active is not None else session.SESSION_COORDINATOR.default_host()
+    except ValueError:  # RELAY_HOME cannot be resolved: the request must still go
+        return None
+    return host.relay if host.managed_execution_enabled() else None
 
 
 def note_peer(dispatcher: Any, attributes: dict[str, Any]) -> None:

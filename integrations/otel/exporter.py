@@ -50,6 +50,7 @@ from .providers import (
 )
 from .scope_metrics import ScopeMetrics
 from .spans import OpenSpan, SpanTable
+from .unsent import retract
 from .voice import MEASURES_KEY as VOICE_MEASURES
 from .voice import VoiceMetrics, voice_attributes
 
@@ -279,6 +280,8 @@ class OTelExporter:
             attributes = {}
         if self._content is not None:
             self._content_attributes(self._content.attempt_end, self._content.tool_end, event, role, attributes)
+        if role == A.ATTEMPT and md and md.get(cv.SENT) is False:
+            retract(span)  # the SDK refused before sending: no provider call to claim
         if attributes:
             span.set_attributes(attributes)
         err = attributes.get("error.type")
