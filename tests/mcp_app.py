@@ -2,8 +2,8 @@
 
 Every finished span of the process, ours and the SDK's own, is written as one JSON line to
 SPANS_FILE, so a test in another process can check the server's side of the trace. MODE
-``instrumented``: a relay of its own with our OTel exporter, and ``instrument_mcp``; ``bare``:
-the SDK's own tracing only.
+``instrumented``: our OTel exporter on the session coordinator and ``instrument_mcp()`` (so the
+default host records the server's requests); ``bare``: the SDK's own tracing only.
 """
 
 from __future__ import annotations
@@ -66,6 +66,17 @@ def build_server() -> MCPServer:
         return json.dumps(dict(ctx.request_context.meta or {}), sort_keys=True, default=str)
 
     @app.tool()
+    async def ask(question: str) -> str:
+        """Answers through an LLM: an instrumented AsyncOpenAI client on a scripted transport."""
+        from relay_runtime import adapters
+        from relay_runtime.adapters import testing
+
+        script = testing.Script([testing.json_reply(testing.chat_completion_body(f"echo: {question}"))])
+        llm = adapters.instrument(testing.async_openai_client(script))
+        reply = await llm.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": question}])
+        return str(reply.choices[0].message.content)
+
+    @app.tool()
     def boom() -> str:
         raise ValueError("the tool broke")
 
@@ -102,13 +113,13 @@ def main(argv: list[str]) -> None:
     provider.add_span_processor(SimpleSpanProcessor(JsonLinesSpans(spans_file)))
     trace.set_tracer_provider(provider)
     if mode == "instrumented":
-        from relay_runtime import Relay
+        from relay_runtime import session
         from relay_runtime.integrations.mcp import instrument_mcp
         from relay_runtime.integrations.otel import OTelExporter
 
-        relay = Relay()
-        OTelExporter(tracer_provider=provider).attach(relay)
-        instrument_mcp(relay=relay)
+        # No turn on a server: its requests, and the LLM calls its tools make, go to the default host.
+        OTelExporter(tracer_provider=provider).attach(session.SESSION_COORDINATOR)
+        instrument_mcp()
     app = build_server()
     if transport == "stdio":
         app.run("stdio")

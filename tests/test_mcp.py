@@ -268,6 +268,22 @@ def test_sse_tool_call_is_one_trace(client_side: ClientSide, sse_server: tuple[s
     _one_span_per_side(client_side, spans)
 
 
+def test_a_tool_handlers_own_llm_call_nests_under_its_server_span(client_side: ClientSide, tmp_path: Path) -> None:
+    spans = ServerSpans(tmp_path / "spans.jsonl")
+
+    async def run() -> Any:
+        async with _connect(_stdio(spans.path), "auto") as client:
+            return await client.call_tool("ask", {"question": "tides?"})
+
+    assert asyncio.run(run()).content[0].text == "echo: tides?"
+    _, served = _check_one_trace(client_side, spans, "tools/call ask")
+    chat = spans.wait_for("chat gpt-4o-mini")
+    logical = spans.wait_for("logical_llm_call")
+    assert chat["trace_id"] == logical["trace_id"] == served["trace_id"]
+    assert logical["parent_span_id"] == served["span_id"] and chat["parent_span_id"] == logical["span_id"]
+    assert chat["kind"] == "CLIENT" and chat["attributes"]["gen_ai.provider.name"] == "openai"
+
+
 def test_callers_meta_keys_survive_and_our_trace_context_wins(client_side: ClientSide, tmp_path: Path) -> None:
     spans = ServerSpans(tmp_path / "spans.jsonl")
     stale = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
