@@ -28,6 +28,7 @@ def usage_of(usage: Any) -> TokenUsage:
         cache_read_tokens=as_int(get(usage, "cache_read_input_tokens")),
         cache_creation_tokens=as_int(get(usage, "cache_creation_input_tokens")),
         reasoning_tokens=as_int(get(get(usage, "output_tokens_details"), "thinking_tokens")),
+        cache_creation_1h_tokens=as_int(get(get(usage, "cache_creation"), "ephemeral_1h_input_tokens")),
     )
 
 
@@ -106,9 +107,10 @@ class MessagesAccumulator:
             value = as_int(get(usage, name))
             if value is not None:
                 self.usage[name] = value
-        details = get(usage, "output_tokens_details")
-        if details is not None:
-            self.usage["output_tokens_details"] = details
+        for name in ("output_tokens_details", "cache_creation"):
+            details = get(usage, name)
+            if details is not None:
+                self.usage[name] = details
 
     def add(self, chunk: Any) -> ChunkDelta | None:
         kind = get(chunk, "type")
@@ -128,8 +130,9 @@ class MessagesAccumulator:
                 return ChunkDelta(reasoning=thought) if thought else None
             if block is not None:
                 if dtype == "input_json_delta":
-                    block.parts.append(as_str(get(delta, "partial_json")) or "")
-                    return ChunkDelta()
+                    fragment = as_str(get(delta, "partial_json")) or ""
+                    block.parts.append(fragment)
+                    return ChunkDelta(extra_chars=len(fragment))
                 if dtype == "signature_delta":
                     block.signature = as_str(get(delta, "signature"))
             return None
