@@ -60,6 +60,13 @@ def _parser() -> argparse.ArgumentParser:
         default=64,
         help="SSE streams one client address may hold at once (429 beyond); raise it behind a proxy",
     )
+    serve.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="without a token, also serve requests naming this host (a proxy's or the machine's name); repeatable",
+    )
     show.add_argument("--no-summary", action="store_true", help="print the rows only")
     tail.add_argument("--poll", type=float, default=0.1, help="seconds between checks for new rows")
     tail.add_argument("--timeout", type=float, default=None, help="give up (exit 1) after this many seconds")
@@ -152,6 +159,7 @@ def _serve(args: argparse.Namespace, store: RunJournalStore | None) -> int:
             heartbeat=args.heartbeat,
             write_timeout=args.write_timeout,
             max_streams_per_client=args.max_streams_per_client,
+            allowed_hosts=[*args.allow_host, *_host_name(args.host)],
         )
     except ValueError as exc:
         print(f"relay-runtime journal serve: {exc}", file=sys.stderr)
@@ -161,6 +169,17 @@ def _serve(args: argparse.Namespace, store: RunJournalStore | None) -> int:
 
 
 _LOOPBACK = frozenset(("127.0.0.1", "localhost", "::1"))
+
+
+def _host_name(host: str) -> list[str]:
+    """``--host`` when it is a name (its requests name it), not an address (those are allowed as reached)."""
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return [host] if host else []
+    return []
 
 
 def _run(runner: Any, host: str, port: int) -> int:

@@ -26,6 +26,7 @@ from .default_store import env_store
 from .errors import JournalUnavailable
 from .journal import read_run_events
 from .limits import FailedLogins, QuietClientErrors, SlotsPerClient, StreamsPerClient
+from .origins import check_allowed_hosts, site_guard
 from .page import COOKIE, FAILED_LOGINS, add_page, cookie_value, is_public, refuse_failed_login, too_many_failures
 from .states import SummaryFold
 from .storage import COUNTS as STORAGE_COUNTS
@@ -144,6 +145,7 @@ def create_app(
     bearer_token: str | None = None,
     page: bool = False,
     max_streams_per_client: int = 64,
+    allowed_hosts: Iterable[str] = (),
 ) -> web.Application:
     """``GET /runs/{run_id}`` (snapshot), ``GET /runs/{run_id}/events`` (SSE) and ``GET /stats`` (counters).
 
@@ -157,6 +159,9 @@ def create_app(
     With ``page`` it also serves the run page (``/``, ``/ui/...``, ``/api/runs``; see ``page.py``).
     One client address holds at most ``max_streams_per_client`` SSE streams at once (429 beyond), and
     after 10 wrong tokens in a minute it is refused (429) without its token being checked.
+    Without ``bearer_token`` only requests naming a loopback name, the address they reached, or one of
+    ``allowed_hosts`` in ``Host`` are served (403 else: a DNS-rebinding page cannot read runs); with or
+    without it, SSE and state-changing requests sent from another site's page (``Origin``) get 403.
     """
     if bearer_token is not None and not bearer_token:
         raise ValueError("bearer_token must be a non-empty string (or None for no auth)")
@@ -169,7 +174,10 @@ def create_app(
         raise ValueError("give a store or a session_dir, not both")
     if type(max_streams_per_client) is not int or max_streams_per_client < 1:
         raise ValueError(f"max_streams_per_client must be a positive integer, got {max_streams_per_client!r}")
-    guards = [_bearer_guard(bearer_token)] if bearer_token else []
+    hosts = check_allowed_hosts(allowed_hosts)
+    guards = [site_guard(hosts, check_host=not bearer_token)]
+    if bearer_token:
+        guards.append(_bearer_guard(bearer_token))
     app = web.Application(
         middlewares=[*guards, _unavailable_guard],
         # Junk the HTTP parser refuses is the client's fault: one INFO line, not an ERROR traceback.
