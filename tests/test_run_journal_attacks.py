@@ -60,7 +60,8 @@ def exchange(url: str, data: bytes, *, timeout: float = 10.0, source: str = "127
 
 def request(method: bytes, path: bytes, headers: bytes = b"", body: bytes = b"") -> bytes:
     length = b"Content-Length: %d\r\n" % len(body) if body else b""
-    return b"%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n%s%s\r\n%s" % (method, path, headers, length, body)
+    head = b"%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n" % (method, path)
+    return head + b"%s%s\r\n%s" % (headers, length, body)
 
 
 JUNK = {

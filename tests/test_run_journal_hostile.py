@@ -111,7 +111,10 @@ async def test_undecodable_authorization_is_a_401(tmp_path, authorization, path)
     finished_run(tmp_path)
     app = create_app(session_dir=tmp_path, bearer_token="journal-secret")
     async with TestServer(app, host="127.0.0.1") as srv:
-        head = b"GET %s HTTP/1.1\r\nHost: localhost\r\nAuthorization: %s\r\nConnection: close\r\n\r\n" % (path, authorization)
+        head = b"GET %s HTTP/1.1\r\nHost: localhost\r\nAuthorization: %s\r\nConnection: close\r\n\r\n" % (
+            path,
+            authorization,
+        )
         reply = await asyncio.to_thread(raw_request, str(srv.make_url("")), head)
     assert reply.startswith(b"HTTP/1.1 401"), reply[:200]
     assert b'{"error": "unauthorized"}' in reply
@@ -140,7 +143,10 @@ async def test_invalid_ids_are_a_400(server, tmp_path, target):
 @pytest.mark.asyncio
 async def test_undecodable_cursor_headers_replay_from_the_start(server, tmp_path):
     ids = finished_run(tmp_path)
-    head = b"GET /runs/run-a/events HTTP/1.1\r\nHost: localhost\r\nLast-Event-ID: run-a:\xff\xb2\r\nConnection: close\r\n\r\n"
+    head = (
+        b"GET /runs/run-a/events HTTP/1.1\r\nHost: localhost\r\n"
+        b"Last-Event-ID: run-a:\xff\xb2\r\nConnection: close\r\n\r\n"
+    )
     reply = await asyncio.to_thread(raw_request, str(server.make_url("")), head)
     assert reply.startswith(b"HTTP/1.1 200")
     assert [line[4:].decode() for line in reply.split(b"\n") if line.startswith(b"id: ")] == ids

@@ -61,6 +61,18 @@ def _parser() -> argparse.ArgumentParser:
         help="SSE streams one client address may hold at once (429 beyond); raise it behind a proxy",
     )
     serve.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        help="close a connection that has not sent a whole request head within this many seconds",
+    )
+    serve.add_argument(
+        "--max-connections-per-client",
+        type=int,
+        default=96,
+        help="connections one client address may hold at once (503 beyond); raise it behind a proxy",
+    )
+    serve.add_argument(
         "--allow-host",
         action="append",
         default=[],
@@ -160,12 +172,16 @@ def _serve(args: argparse.Namespace, store: RunJournalStore | None) -> int:
             write_timeout=args.write_timeout,
             max_streams_per_client=args.max_streams_per_client,
             allowed_hosts=[*args.allow_host, *_host_name(args.host)],
+            header_timeout=args.header_timeout,
         )
     except ValueError as exc:
         print(f"relay-runtime journal serve: {exc}", file=sys.stderr)
         return 2
 
-    return _run(web.AppRunner(app), args.host, args.port)
+    if type(args.max_connections_per_client) is not int or args.max_connections_per_client < 1:
+        print("relay-runtime journal serve: --max-connections-per-client must be a positive integer", file=sys.stderr)
+        return 2
+    return _run(web.AppRunner(app), args.host, args.port, args.max_connections_per_client)
 
 
 _LOOPBACK = frozenset(("127.0.0.1", "localhost", "::1"))
@@ -182,15 +198,15 @@ def _host_name(host: str) -> list[str]:
     return []
 
 
-def _run(runner: Any, host: str, port: int) -> int:
+def _run(runner: Any, host: str, port: int, max_connections_per_client: int) -> int:
     import asyncio
     import signal
 
-    from aiohttp import web
+    from .serving import GuardedSite
 
     async def serve() -> None:
         await runner.setup()
-        await web.TCPSite(runner, host, port).start()
+        await GuardedSite(runner, host, port, max_connections_per_client=max_connections_per_client).start()
         for address in runner.addresses:  # the real port, also when --port 0 picked one
             name = f"[{address[0]}]" if ":" in address[0] else address[0]
             print(f"relay-runtime journal: serving runs at http://{name}:{address[1]}/", flush=True)

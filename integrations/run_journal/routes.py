@@ -28,6 +28,7 @@ from .journal import read_run_events
 from .limits import FailedLogins, QuietClientErrors, SlotsPerClient, StreamsPerClient
 from .origins import check_allowed_hosts, site_guard
 from .page import COOKIE, FAILED_LOGINS, add_page, cookie_value, is_public, refuse_failed_login, too_many_failures
+from .serving import DEFAULT_HEADER_TIMEOUT
 from .states import SummaryFold
 from .storage import COUNTS as STORAGE_COUNTS
 from .store import FileStore, RunJournalStore, read_pages
@@ -146,6 +147,7 @@ def create_app(
     page: bool = False,
     max_streams_per_client: int = 64,
     allowed_hosts: Iterable[str] = (),
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT,
 ) -> web.Application:
     """``GET /runs/{run_id}`` (snapshot), ``GET /runs/{run_id}/events`` (SSE) and ``GET /stats`` (counters).
 
@@ -162,10 +164,13 @@ def create_app(
     Without ``bearer_token`` only requests naming a loopback name, the address they reached, or one of
     ``allowed_hosts`` in ``Host`` are served (403 else: a DNS-rebinding page cannot read runs); with or
     without it, SSE and state-changing requests sent from another site's page (``Origin``) get 403.
+    A connection that has not sent a whole request head ``header_timeout`` seconds after it opened (or
+    after its last response) is closed: trickled headers hold a socket for seconds (see ``serving.py``
+    for the per-address connection cap, which is the listening site's).
     """
     if bearer_token is not None and not bearer_token:
         raise ValueError("bearer_token must be a non-empty string (or None for no auth)")
-    for name, value in (("heartbeat", heartbeat), ("write_timeout", write_timeout)):
+    for name, value in (("heartbeat", heartbeat), ("write_timeout", write_timeout), ("header_timeout", header_timeout)):
         if not (isinstance(value, int | float) and value > 0):
             raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
     if store is None:
@@ -181,7 +186,12 @@ def create_app(
     app = web.Application(
         middlewares=[*guards, _unavailable_guard],
         # Junk the HTTP parser refuses is the client's fault: one INFO line, not an ERROR traceback.
-        handler_args={"logger": QuietClientErrors(logging.getLogger("aiohttp.server"), {})},
+        # The keep-alive timer closes a connection still waiting for its request's head, never one whose
+        # handler runs: it is the header-read timeout (aiohttp's default waits an hour).
+        handler_args={
+            "logger": QuietClientErrors(logging.getLogger("aiohttp.server"), {}),
+            "keepalive_timeout": float(header_timeout),
+        },
     )
     app[FAILED_LOGINS] = FailedLogins()
     app[STREAMS_PER_CLIENT] = StreamsPerClient(max_streams_per_client)
