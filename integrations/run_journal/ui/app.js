@@ -46,7 +46,7 @@
     return lower + amount.toFixed(4) + " " + (value.currency || "") + wasted;
   }
 
-  // --- the token, traded once for an HttpOnly cookie (EventSource cannot send a header) ---------
+  // --- the token, traded once for an HttpOnly cookie: no script keeps it ---------------------------
 
   function askForToken(then) {
     const form = document.getElementById("login");
