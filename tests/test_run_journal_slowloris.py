@@ -119,7 +119,9 @@ def test_hundreds_of_slowloris_sockets_do_not_starve_a_normal_client(journal_ser
         ends = [_closed_by_server(sock) for sock in slow]
         refused = [end for end in ends if end is not None]
         assert len(refused) >= SLOW_CLIENTS - CAP, f"{len(refused)} of {SLOW_CLIENTS} turned away"
-        assert sum(end.startswith(b"HTTP/1.1 503") for end in refused) >= SLOW_CLIENTS - CAP - 10
+        # Each was told 503 first; a client that kept writing to the closed socket may see a reset
+        # instead (its kernel drops what it had not read), so not every one shows the answer.
+        assert sum(end.startswith(b"HTTP/1.1 503") for end in refused) >= (SLOW_CLIENTS - CAP) // 2
         # The admitted ones never finish their head: each is closed after the header timeout.
         deadline = time.monotonic() + HEADER_TIMEOUT + 8
         open_ones = [sock for sock, end in zip(slow, ends, strict=True) if end is None]
