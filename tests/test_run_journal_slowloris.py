@@ -122,6 +122,9 @@ def test_hundreds_of_slowloris_sockets_do_not_starve_a_normal_client(journal_ser
         # Each was told 503 first; a client that kept writing to the closed socket may see a reset
         # instead (its kernel drops what it had not read), so not every one shows the answer.
         assert sum(end.startswith(b"HTTP/1.1 503") for end in refused) >= (SLOW_CLIENTS - CAP) // 2
+        answer = next(end for end in refused if end.startswith(b"HTTP/1.1 503"))
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert f"Content-Length: {len(body)}".encode() in head and b"too many connections" in body
         # The admitted ones never finish their head: each is closed after the header timeout.
         deadline = time.monotonic() + HEADER_TIMEOUT + 8
         open_ones = [sock for sock, end in zip(slow, ends, strict=True) if end is None]

@@ -24,10 +24,10 @@ from aiohttp import web
 
 DEFAULT_HEADER_TIMEOUT = 10.0
 DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 96
+_REFUSAL_BODY = b'{"error": "too many connections from this address"}'
 _REFUSAL = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 5\r\n"
-    b"Connection: close\r\nContent-Length: 54\r\n\r\n"
-    b'{"error": "too many connections from this address"}\r\n\r\n'
+    b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(_REFUSAL_BODY), _REFUSAL_BODY)
 )
 
 
