@@ -82,9 +82,12 @@ class ModelCall:
         self._joined: Token[Any] | None = None
 
     @classmethod
-    def open(cls, parent: ScopeHandle | None = None, *, call_role: str = "primary") -> ModelCall | None:
-        """A new logical call of the managed turn (None when calls are not managed here)."""
-        turn = session.managed_turn()
+    def open(
+        cls, parent: ScopeHandle | None = None, *, call_role: str = "primary", turn: Turn | None = None
+    ) -> ModelCall | None:
+        """A new logical call of the managed turn (``turn``, if the caller has it; None when calls are not
+        managed here)."""
+        turn = turn or session.managed_turn()
         if turn is None:
             return None
         parent = parent if parent is not None else current_parent(turn)
@@ -160,11 +163,14 @@ class ModelCall:
         if self.observed is not None and not self.observed.ended:
             self.end_observed(error=error or _Unfinished())
         outcome = outcome_of(error) if error is not None else Outcome.SUCCESS.value
-        if session.active_turn() is self.turn:
-            calls.complete_logical_call(self.api_request_id, outcome=outcome)
+        call = self.turn.logical_llm_calls.get(self.api_request_id)
+        if call is None:  # the turn ended first and closed it
             return
-        with session.use_turn(self.turn):  # the framework ended the call from another context
-            calls.complete_logical_call(self.api_request_id, outcome=outcome)
+        # The call object itself: the framework may end it from a context where its turn is not active.
+        try:
+            session.close_logical_call(self.turn, call, outcome)
+        except Exception as exc:
+            self.turn.relay.diag.failure("bookkeeping_errors", exc, f"completing logical call {self.api_request_id!r}")
 
 
 class _Unfinished(RuntimeError):

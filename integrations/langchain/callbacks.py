@@ -250,7 +250,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
         messages: list[list[Any]],
         metadata: dict[str, Any] | None,
     ) -> None:
-        call = ModelCall.open(self._parent(turn, parent_run_id))
+        call = ModelCall.open(self._parent(turn, parent_run_id), turn=turn)
         if call is None:
             return
         call.join()

@@ -120,7 +120,7 @@ class RelayTraceProcessor:
         if kind in _MODEL_SPANS:
             with self._lock:
                 failed = self._failed.pop(parent.uuid if parent is not None else None, None)
-            entry = _Open(turn, parent, call=_model_call(parent, data, failed[0] if failed else None))
+            entry = _Open(turn, parent, call=_model_call(turn, parent, data, failed[0] if failed else None))
         else:
             scope = _scope_of(kind, data, self.wrapped_tools)
             if scope is None:
@@ -199,9 +199,9 @@ def _error_of(span: Any) -> SpanFailed | None:
     return SpanFailed(str(message or "span error"), "agents_span_error")
 
 
-def _model_call(parent: ScopeHandle | None, data: Any, retried: ModelCall | None) -> ModelCall | None:
+def _model_call(turn: Turn, parent: ScopeHandle | None, data: Any, retried: ModelCall | None) -> ModelCall | None:
     """The logical call of a model span: a new one, or the failed call this span retries."""
-    call = retried or ModelCall.open(parent)
+    call = retried or ModelCall.open(parent, turn=turn)
     if call is None:
         return None
     call.join()
