@@ -445,6 +445,8 @@ def test_operation_and_session_durations_are_recorded_with_low_cardinality_attri
             await client.call_tool("soft_fail", {})
         async with Client(in_process) as client:  # both sides in this process: the server's metric too
             await client.call_tool("shout", {"text": "hi"})
+        async with Client(in_process, mode="legacy") as client:  # a handshake-era session, on both sides
+            await client.call_tool("shout", {"text": "again"})
 
     asyncio.run(run())
     pipeline = client_side.pipeline
@@ -461,15 +463,17 @@ def test_operation_and_session_durations_are_recorded_with_low_cardinality_attri
     assert "jsonrpc.request.id" not in by_tool["add"].attributes  # ids never become metric series
     assert by_tool["soft_fail"].attributes["error.type"] == "tool_error"
     assert pipeline.unit("mcp.client.operation.duration") == "s"
-    (server_point,) = [
+    served = [
         p
         for p in pipeline.histogram("mcp.server.operation.duration")
         if p.attributes.get("gen_ai.tool.name") == "shout"
     ]
-    assert server_point.count == 1
+    assert sum(p.count for p in served) == 2
     sessions = pipeline.histogram("mcp.client.session.duration")
-    assert sum(p.count for p in sessions) == 2
+    assert sum(p.count for p in sessions) == 3
     assert {p.attributes.get("network.transport") for p in sessions} == {"pipe", None}
+    (server_session,) = pipeline.histogram("mcp.server.session.duration")
+    assert server_session.count == 1 and server_session.attributes["mcp.protocol.version"] == "2025-11-25"
 
 
 def test_a_server_answering_junk_fails_the_scope_once_with_the_sdks_error(client_side: ClientSide) -> None:
