@@ -29,6 +29,7 @@ RETRY_COUNT = "retry_count"
 SDK_RETRIES = "sdk_retries"
 API_MODE = "api_mode"
 SERVER_ADDRESS = "server_address"
+TOOL_CALL_ID = "tool_call_id"  # on a TOOL scope: the provider's id of the tool call it answers
 
 # Mark names.
 CHUNK = "llm.chunk"  # data: ChunkMark

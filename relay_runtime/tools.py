@@ -16,15 +16,29 @@ if TYPE_CHECKING:
     from .relay import Relay
 
 
+def _metadata(given: dict[str, Any] | None, tool_call_id: str | None) -> dict[str, Any]:
+    metadata = {cv.KIND: cv.TOOL, **(given or {})}
+    if tool_call_id is not None:
+        metadata[cv.TOOL_CALL_ID] = tool_call_id
+    return metadata
+
+
 class Tools:
     def __init__(self, relay: Relay) -> None:
         self._relay = relay
 
     def _begin(
-        self, name: str, args: Any, parent: ScopeHandle | None, metadata: dict[str, Any] | None
+        self,
+        name: str,
+        args: Any,
+        parent: ScopeHandle | None,
+        metadata: dict[str, Any] | None,
+        tool_call_id: str | None,
     ) -> tuple[ScopeHandle, Any, tuple[Any, ...]]:
         if not isinstance(name, str) or not name:
             raise ValueError(f"tool name must be a non-empty string, got {name!r}")
+        if tool_call_id is not None and (not isinstance(tool_call_id, str) or not tool_call_id):
+            raise ValueError(f"tool_call_id must be a non-empty string or None, got {tool_call_id!r}")
         relay = self._relay
         intercepts = relay.intercepts
         anchor = parent if parent is not None else relay.scope.current()
@@ -36,7 +50,7 @@ class Tools:
             ScopeType.TOOL,
             parent=parent,
             input=args,
-            metadata={cv.KIND: cv.TOOL, **(metadata or {})},
+            metadata=_metadata(metadata, tool_call_id),
         )
         try:
             args = chains.run_filters(requests, lambda e, a: e.fn(name, a), args)
@@ -54,8 +68,11 @@ class Tools:
         *,
         parent: ScopeHandle | None = None,
         metadata: dict[str, Any] | None = None,
+        tool_call_id: str | None = None,
     ) -> Any:
-        handle, args, executions = self._begin(name, args, parent, metadata)
+        """Run ``fn(args)`` as a managed tool call; ``tool_call_id``: the id of the model's tool call it
+        answers (trajectories name the call an observation answers by it)."""
+        handle, args, executions = self._begin(name, args, parent, metadata, tool_call_id)
         owner = chains.Live()
         try:
             result = chains.run_sync(executions, name, args, fn, owner)
@@ -75,8 +92,9 @@ class Tools:
         *,
         parent: ScopeHandle | None = None,
         metadata: dict[str, Any] | None = None,
+        tool_call_id: str | None = None,
     ) -> Any:
-        handle, args, executions = self._begin(name, args, parent, metadata)
+        handle, args, executions = self._begin(name, args, parent, metadata, tool_call_id)
 
         async def terminal(a: Any) -> Any:
             out = fn(a)

@@ -23,6 +23,11 @@ What it writes:
 - the terminal row from the turn's outcome: ``done {usage}``, ``cancel``, ``apperror``, each with
   the turn's ``cost`` roll-up when there is one.
 
+The run-started, terminal, ``span``, ``tool`` and ``tool_result`` rows also carry ``traj``: the
+trajectory record of that scope (``relay_runtime.integrations.trajectory.records``), from which
+``atif_from_journal`` / ``atof_from_journal`` rebuild the live exports. An attempt's record holds
+its request as a delta against an earlier request of the conversation (its new messages only).
+
 Auxiliary calls (``call_role`` ``auxiliary:*``) count towards usage only: a
 title generator's model is not the model that answered.
 """
@@ -41,6 +46,7 @@ from relay_runtime import conventions as cv
 from relay_runtime.attach import Attachment
 from relay_runtime.cost import AttemptCost, CostRollup
 
+from ..trajectory.records import Tracker
 from . import paths
 from .background import RowWriter
 from .runtime_model import EVENT as RUNTIME_MODEL
@@ -173,6 +179,8 @@ class JournalSubscriber:
         self._scopes: dict[str, _Run] = {}  # any scope inside a run -> run
         self._roles: dict[str, bool] = {}  # logical call uuid -> auxiliary?
         self._attempts: dict[str, _Attempt] = {}
+        self._tracker = Tracker()  # what a trajectory needs, added to the rows as "traj"
+        self._traj: dict[str, Any] | None = None  # the record of the event being handled, if any
 
     # -- wiring ---------------------------------------------------------------------------
 
@@ -246,40 +254,58 @@ class JournalSubscriber:
             if event.name == CHUNK_MARK:
                 with self._lock:
                     self._on_chunk(event)
+                    self._tracker.chunk(event)
             return
         relay_kind = event.metadata.get(cv.KIND)
         with self._lock:
-            if kind == SCOPE_START:
-                if relay_kind == cv.TURN:
-                    self._start_run(event)
-                    return
-                run = self._scopes.get(event.parent_uuid or "")
-                if run is None:
-                    return
-                self._scopes[event.uuid] = run
-                run.scopes.add(event.uuid)
-                if relay_kind == cv.LOGICAL_CALL:
-                    self._roles[event.uuid] = _auxiliary(event.metadata.get(cv.CALL_ROLE))
-                elif relay_kind == cv.ATTEMPT:
-                    self._start_attempt(run, event)
-                elif relay_kind == cv.TOOL:
-                    self._emit(run, [("tool", {"name": event.name, "args": event.input})])
-            elif kind == SCOPE_END:
-                if relay_kind == cv.TURN:
-                    self._end_run(event)
-                    return
-                run = self._scopes.pop(event.uuid, None)
-                if run is None:
-                    return
-                run.scopes.discard(event.uuid)
-                if relay_kind == cv.LOGICAL_CALL:
-                    self._end_call(run, event)
-                    self._emit(run, [_span("logical_call", event)])
-                elif relay_kind == cv.ATTEMPT:
-                    self._end_attempt(event)
-                    self._emit(run, [_span("attempt", event)])
-                elif relay_kind == cv.TOOL:
-                    self._emit(run, [("tool_result", self._tool_result(event))])
+            done = self._tracker(event)
+            self._traj = done[1] if done is not None else None
+            try:
+                self._on_scope(kind, relay_kind, event)
+            finally:
+                self._traj = None
+
+    def _on_scope(self, kind: str, relay_kind: Any, event: Event) -> None:
+        if kind == SCOPE_START:
+            if relay_kind == cv.TURN:
+                self._start_run(event)
+                return
+            run = self._scopes.get(event.parent_uuid or "")
+            if run is None:
+                return
+            self._scopes[event.uuid] = run
+            run.scopes.add(event.uuid)
+            if relay_kind == cv.LOGICAL_CALL:
+                self._roles[event.uuid] = _auxiliary(event.metadata.get(cv.CALL_ROLE))
+            elif relay_kind == cv.ATTEMPT:
+                self._start_attempt(run, event)
+            elif relay_kind == cv.TOOL:
+                self._emit(run, [("tool", self._with_traj({"name": event.name, "args": event.input}))])
+        elif kind == SCOPE_END:
+            if relay_kind == cv.TURN:
+                self._end_run(event)
+                return
+            run = self._scopes.pop(event.uuid, None)
+            if run is None:
+                return
+            run.scopes.discard(event.uuid)
+            if relay_kind == cv.LOGICAL_CALL:
+                self._end_call(run, event)
+                self._emit(run, [self._with_traj(_span("logical_call", event))])
+            elif relay_kind == cv.ATTEMPT:
+                self._end_attempt(event)
+                self._emit(run, [self._with_traj(_span("attempt", event))])
+            elif relay_kind == cv.TOOL:
+                self._emit(run, [("tool_result", self._with_traj(self._tool_result(event)))])
+
+    def _with_traj(self, row: Any) -> Any:
+        """``row`` (a payload or an ``(event, payload)`` pair) with the trajectory record of the event at hand."""
+        traj = self._traj
+        if traj is None:
+            return row
+        if isinstance(row, tuple):
+            return (row[0], {**row[1], "traj": traj})
+        return {**row, "traj": traj}
 
     def _emit(self, run: _Run, rows: Rows) -> None:
         for event, payload in rows:
@@ -297,7 +323,7 @@ class JournalSubscriber:
         run = _Run(str(session_id), str(run_id))
         self._runs[event.uuid] = run
         self._scopes[event.uuid] = run
-        self._emit(run, [("status", {"type": "run_started", "task_id": meta.get(cv.TASK_ID)})])
+        self._emit(run, [("status", self._with_traj({"type": "run_started", "task_id": meta.get(cv.TASK_ID)}))])
 
     def _end_run(self, event: Event) -> None:
         run = self._runs.pop(event.uuid, None)
@@ -316,12 +342,13 @@ class JournalSubscriber:
             if run.served is not None and run.served[1]:
                 usage["used_model"] = run.served[1]
                 usage["used_provider"] = run.served[0]
-            self._emit(run, [("done", {"usage": usage, **cost})])
+            self._emit(run, [("done", self._with_traj({"usage": usage, **cost}))])
         elif outcome == _CANCELLED:
-            self._emit(run, [("cancel", cost)])
+            self._emit(run, [("cancel", self._with_traj(cost))])
         else:
             error_type, message = run.error or ("error", "the turn failed")
-            self._emit(run, [("apperror", {"type": "error", "error_type": error_type, "message": message, **cost})])
+            payload = {"type": "error", "error_type": error_type, "message": message, **cost}
+            self._emit(run, [("apperror", self._with_traj(payload))])
 
     def _end_call(self, run: _Run, event: Event) -> None:
         auxiliary = self._roles.pop(event.uuid, False)
