@@ -45,14 +45,15 @@ from relay_runtime import CHUNK_MARK, MARK, SCOPE_END, SCOPE_START, Event, Relay
 from relay_runtime import conventions as cv
 from relay_runtime.attach import Attachment
 from relay_runtime.cost import AttemptCost, CostRollup
+from relay_runtime.redaction import redact_value, scrub_text
 
+from ..trajectory.plain import plain
 from ..trajectory.records import Tracker
 from . import paths
 from .background import RowWriter
 from .runtime_model import EVENT as RUNTIME_MODEL
 from .runtime_model import OBSERVED_OUTPUT, ROUTE_OBSERVED, observation
 from .states import COST_EVENT
-from .storage import encode_json
 
 if TYPE_CHECKING:
     from .store import RunJournalStore
@@ -94,15 +95,6 @@ class _Attempt:
 
     def route(self) -> Route:
         return (self.provider, self.served or self.requested)
-
-
-def _plain(value: Any) -> Any:
-    """``value`` if the journal can write it as JSON, else its repr: a tool may return any object."""
-    try:
-        encode_json(value)
-    except TypeError:
-        return repr(value)
-    return value
 
 
 def _span(kind: str, event: Event) -> tuple[str, dict[str, Any]]:
@@ -280,7 +272,7 @@ class JournalSubscriber:
             elif relay_kind == cv.ATTEMPT:
                 self._start_attempt(run, event)
             elif relay_kind == cv.TOOL:
-                self._emit(run, [("tool", self._with_traj({"name": event.name, "args": event.input}))])
+                self._emit(run, [("tool", self._with_traj({"name": event.name, "args": redact_value(event.input)}))])
         elif kind == SCOPE_END:
             if relay_kind == cv.TURN:
                 self._end_run(event)
@@ -384,9 +376,9 @@ class JournalSubscriber:
         if attempt.auxiliary:
             return
         if delta.reasoning:
-            self._output(attempt, "reasoning", {"text": delta.reasoning})
+            self._output(attempt, "reasoning", {"text": scrub_text(delta.reasoning)})
         if delta.text:
-            self._output(attempt, "token", {"text": delta.text})
+            self._output(attempt, "token", {"text": scrub_text(delta.text)})
 
     def _output(self, attempt: _Attempt, event: str, payload: dict[str, Any], phase: str = OBSERVED_OUTPUT) -> None:
         """Output of an attempt, preceded by the observation of who served it and any fallback warning.
@@ -485,7 +477,8 @@ class JournalSubscriber:
         produced = text or tool_calls or (annotation is None and event.output is not None)
         if not attempt.had_output and produced:
             # A non-streamed success (or a stream that only carried tool calls): observe the route now.
-            self._output(attempt, "" if attempt.streamed or not text else "token", {"text": text}, ROUTE_OBSERVED)
+            shown = scrub_text(text) if text else text  # a provider may echo the caller's key
+            self._output(attempt, "" if attempt.streamed or not text else "token", {"text": shown}, ROUTE_OBSERVED)
         if tool_calls:
             self._emit(run, [("tool_call", {"calls": tool_calls})])
 
@@ -509,5 +502,5 @@ class JournalSubscriber:
         if event.start_timestamp is not None:
             result["duration_ms"] = (event.timestamp - event.start_timestamp) / 1e6
         if event.output is not None:
-            result["result"] = _plain(event.output)
+            result["result"] = plain(event.output)
         return result

@@ -182,21 +182,23 @@ def atof_from_journal(
     turns = {r["id"]: r for r in wanted if r.get("k") == TURN}
     tools = {r["id"]: r for r in wanted if r.get("k") == TOOL}
     lines: list[tuple[int, dict[str, Any]]] = []
-    roots: dict[str, str | None] = {}
+    parents = {r["id"]: r.get("parent") for r in everything if "parent" in r}
 
     def root_of(record: dict[str, Any]) -> str | None:
-        parent = record.get("parent")
-        found = roots.get(parent) if parent else None
-        return found or parent or record["id"]
+        """The top of the record's tree: the conversation scope its turn was opened in."""
+        uuid = record["id"]
+        seen = 0
+        while parents.get(uuid) is not None and seen < 64:
+            uuid, seen = parents[uuid], seen + 1
+        return uuid
 
     for record in wanted:
         kind = record.get("k")
         if kind == TURN:
-            roots[record["id"]] = record.get("parent") or record["id"]
             meta = {"relay.kind": "turn", "turn_id": record.get("run_id"), "task_id": record.get("task_id"),
                     "session_id": record.get("session_id")}  # fmt: skip
             lines.append(
-                (record["os"], _line(record, True, ScopeType.FUNCTION.value, roots[record["id"]], None, None, meta))
+                (record["os"], _line(record, True, ScopeType.FUNCTION.value, root_of(record), None, None, meta))
             )
         elif kind == TURN_END:
             turn = turns.get(record["id"], {})
@@ -205,13 +207,12 @@ def atof_from_journal(
                     "session_id": turn.get("session_id")}  # fmt: skip
             _outcome(meta, record)
             data = {"outcome": record["outcome"]} if record.get("outcome") else None
-            line = _line(merged, False, ScopeType.FUNCTION.value, roots.get(record["id"]), data, None, meta)
+            line = _line(merged, False, ScopeType.FUNCTION.value, root_of(record), data, None, meta)
             lines.append((record.get("oe", 0), line))
         elif kind == TOOL:
-            roots[record["id"]] = root_of(record)
             profile = {"tool_call_id": record["tool_call_id"]} if record.get("tool_call_id") else None
             meta = {"relay.kind": "tool"}
-            line = _line(record, True, ScopeType.TOOL.value, roots[record["id"]], record.get("args"), profile, meta)
+            line = _line(record, True, ScopeType.TOOL.value, root_of(record), record.get("args"), profile, meta)
             lines.append((record["os"], line))
         elif kind == TOOL_END:
             started = tools.get(record["id"], {})
@@ -220,12 +221,11 @@ def atof_from_journal(
             meta = {"relay.kind": "tool"}
             _outcome(meta, record)
             line = _line(
-                merged, False, ScopeType.TOOL.value, roots.get(record["id"]), record.get("result"), profile, meta
+                merged, False, ScopeType.TOOL.value, root_of(record), record.get("result"), profile, meta
             )
             lines.append((record.get("oe", 0), line))
         elif kind in (CALL, ATTEMPT) and not record.get("truncated"):
             root = root_of(record)
-            roots[record["id"]] = root
             category = ScopeType.LLM.value if kind == ATTEMPT else ScopeType.FUNCTION.value
             meta_start = {
                 "relay.kind": "llm_attempt" if kind == ATTEMPT else "logical_llm_call",
