@@ -66,8 +66,10 @@ class AtifExporter:
 
     # -- wiring ------------------------------------------------------------------------------
 
-    def attach(self, target: Any, *, name: str = "atif") -> AtifExporter:
+    def attach(self, target: Any, *, name: str | None = None) -> AtifExporter:
         """Collect the events of ``target``: a ``Relay``, a session host, or ``SESSION_COORDINATOR``."""
+
+        name = name or f"atif@{id(self):x}"  # one subscriber name per exporter: several may watch a relay
 
         def connect(relay: Relay) -> None:
             relay.subscribers.register(self, name=name, chunks=True)  # chunks: a stream's reasoning text

@@ -64,8 +64,10 @@ class AtofExporter:
 
     # -- wiring ------------------------------------------------------------------------------
 
-    def attach(self, target: Any, *, name: str = "atof") -> AtofExporter:
+    def attach(self, target: Any, *, name: str | None = None) -> AtofExporter:
         """Write the events of ``target``: a ``Relay``, a session host, or ``SESSION_COORDINATOR``."""
+
+        name = name or f"atof@{id(self):x}"  # one subscriber name per exporter: several may watch a relay
 
         def connect(relay: Relay) -> None:
             relay.subscribers.register(self, name=name, chunks=True)  # stream chunks are marks in ATOF too
