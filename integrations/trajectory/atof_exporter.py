@@ -8,7 +8,6 @@ the relay's ``diagnostics()``).
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections import deque
@@ -17,7 +16,7 @@ from typing import IO, Any
 from relay_runtime import Event, Relay
 from relay_runtime.attach import Attachment
 
-from .atof import Roots, atof_event
+from .atof import Roots, atof_line
 
 _MODES = ("append", "overwrite")
 _INTERVAL = 0.05
@@ -58,7 +57,6 @@ class AtofExporter:
         self._attachments: list[Attachment] = []
         self._relays: list[Relay] = []
         self._roots = Roots()
-        self._encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=repr).encode
         self._thread = threading.Thread(target=self._run, name="relay-atof-writer", daemon=True)
         self._thread.start()
 
@@ -117,7 +115,7 @@ class AtofExporter:
                     stop = True
                     continue
                 try:
-                    lines.append(self._encode(atof_event(item, self._roots.of(item))))
+                    lines.append(atof_line(item, self._roots.of(item)))
                 except Exception:
                     self.write_errors += 1
             if lines:
