@@ -120,7 +120,7 @@ def test_atof_writes_llm_annotations_and_the_tool_call_id():
 # -- ATIF ------------------------------------------------------------------------------------
 
 
-def _one_turn(session_id: str, reply: str, *, tool: tuple[str, Any] | None = None) -> None:
+def _one_turn(session_id: str, reply: str, *, tool: tuple[str, Any] | None = None, prices: Any = None) -> None:
     coordinator = session.SESSION_COORDINATOR
     calls = [{"id": "call_x", "name": "lookup", "arguments": '{"key": "a"}'}] if tool else None
     bodies = [testing.chat_completion_body(None if tool else reply, model=MODEL, tool_calls=calls)]
@@ -128,6 +128,8 @@ def _one_turn(session_id: str, reply: str, *, tool: tuple[str, Any] | None = Non
     lease = coordinator.acquire_conversation(
         profile_key=session.current_profile_key(), session_id=session_id, platform="t"
     )
+    if prices is not None:
+        lease.host.relay.cost.use(prices)
     turn = coordinator.begin_turn(lease, turn_id="r1", task_id="t1")
     adapters.complete(scripted.client, {"model": MODEL, "messages": [{"role": "user", "content": f"hi {session_id}"}]})
     if tool is not None:
@@ -187,6 +189,24 @@ def test_a_call_that_failed_every_attempt_is_a_step_saying_so():
     assert [s["source"] for s in steps] == ["user", "agent"]
     assert steps[1]["message"] == "" and steps[1]["extra"]["outcome"] == "failed"
     assert steps[1]["extra"]["error"]["type"] == "InternalServerError"
+
+
+def test_with_a_price_catalog_each_step_says_what_it_cost():
+    from relay_runtime.cost import PriceCatalog
+
+    exporter = AtifExporter().attach(session.SESSION_COORDINATOR)
+    catalog = PriceCatalog.from_mapping({"openai": {MODEL: {"input": 1.0, "output": 4.0}}})
+    try:
+        _one_turn("priced", "ok", prices=catalog)
+    finally:
+        for host in session.SESSION_COORDINATOR.hosts():
+            host.relay.cost.use(None)
+    trajectory = exporter.export()
+    metrics = trajectory["steps"][1]["metrics"]
+    # chat_usage(): 12 prompt and 5 completion tokens at 1 and 4 USD per million.
+    assert metrics["cost_usd"] == pytest.approx((12 * 1.0 + 5 * 4.0) / 1e6)
+    assert trajectory["final_metrics"]["total_cost_usd"] == metrics["cost_usd"]
+    assert validate_atif(trajectory) == []
 
 
 def test_tool_call_id_must_be_a_non_empty_string():

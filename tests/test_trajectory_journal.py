@@ -145,6 +145,23 @@ def test_a_row_cut_by_the_cap_is_a_step_marked_truncated(kind, tmp_path, request
     assert "truncated" not in steps[1]["extra"]
 
 
+def test_a_streams_reasoning_is_the_steps_reasoning_content(tmp_path):
+    from journal_support import run_turn, stream_call
+
+    atif = AtifExporter().attach(session.SESSION_COORDINATOR)
+    chunks = [
+        {"model": "m-1", "reasoning": "let me "},
+        {"model": "m-1", "reasoning": "think"},
+        {"model": "m-1", "text": "Hi"},
+    ]
+    run_turn(tmp_path, lambda: stream_call("openai", "m", chunks))
+    live = atif.export()
+    user, step = live["steps"]
+    assert user["source"] == "user" and step["reasoning_content"] == "let me think"
+    assert step["message"] == "Hi" and step["model_name"] == "m-1"
+    assert atif_from_journal("session-a", "run-a", session_dir=tmp_path) == live
+
+
 def test_export_errors_name_what_was_wrong(tmp_path):
     with pytest.raises(ValueError, match="invalid session_id"):
         atif_from_journal("../etc", session_dir=tmp_path)

@@ -82,6 +82,15 @@ def _usage(attempt: dict[str, Any]) -> dict[str, int]:
     return {k: v for k, v in usage.items() if isinstance(v, int)}
 
 
+def _usd(attempt: dict[str, Any]) -> float | None:
+    """What an attempt cost in US dollars, when a price catalog priced it (``relay.cost.use``)."""
+    cost = attempt.get("cost") or {}
+    amount = cost.get("amount")
+    if isinstance(amount, (int, float)) and not isinstance(amount, bool) and cost.get("currency", "USD") == "USD":
+        return float(amount)
+    return None
+
+
 def _metrics(attempt: dict[str, Any]) -> dict[str, Any] | None:
     usage = _usage(attempt)
     if not usage:
@@ -94,8 +103,8 @@ def _metrics(attempt: dict[str, Any]) -> dict[str, Any] | None:
         metrics["completion_tokens"] = completion
     if "cache_read_tokens" in usage:
         metrics["cached_tokens"] = usage["cache_read_tokens"]
-    cost = (attempt.get("cost") or {}).get("total_usd")
-    if isinstance(cost, (int, float)):
+    cost = _usd(attempt)
+    if cost is not None:
         metrics["cost_usd"] = cost
     extra: dict[str, Any] = {"total_tokens": (prompt or 0) + (completion or 0)}
     for key in ("reasoning_tokens", "cache_creation_tokens"):
@@ -114,7 +123,7 @@ class TrajectoryBuilder:
         self._tools: dict[str, dict[str, Any]] = {}
         self._open_turns: set[str] = set()
         self._runs: list[str] = []
-        self._auxiliary_usage: dict[str, int] = {}
+        self._answered: set[str] = set()  # tool call ids an observation already answers
 
     # -- records -------------------------------------------------------------------------
 
@@ -218,7 +227,7 @@ class TrajectoryBuilder:
             tokens = sum(sum(v for k, v in _usage(a).items() if k in ("input_tokens", "output_tokens")) for a in wasted)
             if tokens:
                 extra["wasted_tokens"] = tokens
-            cost = sum((a.get("cost") or {}).get("total_usd") or 0 for a in wasted)
+            cost = sum(_usd(a) or 0 for a in wasted)
             if cost:
                 extra["wasted_cost_usd"] = cost
         if final.get("error"):
@@ -261,6 +270,7 @@ class TrajectoryBuilder:
             result.pop("source_call_id")
         if step is not None:
             step[0].setdefault("observation", {"results": []})["results"].append(result)
+            self._answered.add(step[1])
             return
         # A tool nobody asked for (no agent step named it): a step of its own, so nothing is lost.
         end = record.get("end")
@@ -269,9 +279,7 @@ class TrajectoryBuilder:
 
     def _answering(self, call_id: Any, name: Any, args: Any) -> tuple[dict[str, Any], str] | None:
         """The agent step whose tool call a result answers, newest first, and that call's id."""
-        answered = {
-            r.get("source_call_id") for s in self.steps for r in (s.get("observation") or {}).get("results", ())
-        }
+        answered = self._answered
         for step in reversed(self.steps):
             for call in step.get("tool_calls") or ():
                 if isinstance(call_id, str):
