@@ -100,7 +100,24 @@ def metadata_of(event: Event) -> dict[str, Any] | None:
     return plain(meta) if meta else None
 
 
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=repr).encode
+def _encoder() -> Any:
+    """JSON text of a value, compact and UTF-8. CPython's C encoder, made once: ``JSONEncoder.encode``
+    builds a new one on every call, which costs more than encoding a small dict."""
+    from json import encoder
+
+    make = getattr(encoder, "c_make_encoder", None)
+    if make is None:
+        return json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=repr).encode
+    chunks = make(None, repr, encoder.encode_basestring, None, ":", ",", False, False, True)
+    join = "".join
+
+    def encode(value: Any) -> str:
+        return join(chunks(value, 0))
+
+    return encode
+
+
+_encode = _encoder()
 _CATEGORIES = {c.value: f'"{c.value}"' for c in ScopeType}
 
 
@@ -117,9 +134,8 @@ def _json(value: Any) -> str:
 
 
 def _id(value: str | None) -> str:
-    if value is None:
-        return "null"
-    return f'"{value}"' if value.isalnum() else _encode(value)
+    # The relay's ids are hex strings (relay_runtime.ids): nothing in them needs escaping.
+    return "null" if value is None else f'"{value}"'
 
 
 def atof_line(event: Event, root: str) -> str:
@@ -134,8 +150,8 @@ def atof_line(event: Event, root: str) -> str:
     if kind == MARK:
         data = _chunk(event.data) if event.name == CHUNK_MARK else plain(event.data)
         return (
-            f'{{"atof_version":"{ATOF_VERSION}","kind":"mark","uuid":{_id(event.uuid)},'
-            f'"parent_uuid":{_id(event.parent_uuid)},"propagation_root_uuid":{_id(root)},'
+            f'{{"atof_version":"{ATOF_VERSION}","kind":"mark","uuid":"{event.uuid}",'
+            f'"parent_uuid":{_id(event.parent_uuid)},"propagation_root_uuid":"{root}",'
             f'"timestamp":"{timestamp}","name":{_json(event.name)},"category":null,"category_profile":null,'
             f'"data":{_json(data)},"data_schema":null,"metadata":{_json(metadata_of(event))}}}'
         )
@@ -146,7 +162,7 @@ def atof_line(event: Event, root: str) -> str:
         data = _request_data(data) if start and category == _LLM else plain(data)
     return (
         f'{{"atof_version":"{ATOF_VERSION}","kind":"scope","scope_category":"{"start" if start else "end"}",'
-        f'"uuid":{_id(event.uuid)},"parent_uuid":{_id(event.parent_uuid)},"propagation_root_uuid":{_id(root)},'
+        f'"uuid":"{event.uuid}","parent_uuid":{_id(event.parent_uuid)},"propagation_root_uuid":"{root}",'
         f'"timestamp":"{timestamp}","name":{_json(event.name)},'
         f'"category":{_CATEGORIES.get(category or "") or _json(category)},"category_profile":{_json(profile)},'
         f'"data":{_json(data)},"data_schema":null,"metadata":{_json(metadata_of(event))},"attributes":[]}}'
