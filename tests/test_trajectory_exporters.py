@@ -209,6 +209,39 @@ def test_with_a_price_catalog_each_step_says_what_it_cost():
     assert validate_atif(trajectory) == []
 
 
+def test_conversations_run_at_once_on_threads_each_get_their_own_trajectory():
+    exporter = AtifExporter().attach(session.SESSION_COORDINATOR)
+    names = [f"t{i}" for i in range(6)]
+    threads = [threading.Thread(target=_one_turn, args=(name, f"reply {name}")) for name in names]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(exporter.sessions()) == names
+    for name in names:
+        assert [s["message"] for s in exporter.export(name)["steps"]] == [f"hi {name}", f"reply {name}"]
+
+
+def test_a_stream_the_caller_left_early_is_a_cancelled_step():
+    exporter = AtifExporter().attach(session.SESSION_COORDINATOR)
+    coordinator = session.SESSION_COORDINATOR
+    chunks = testing.chat_chunks(["one ", "two ", "three"], model=MODEL)
+    scripted = testing.scripted_openai(testing.sse_reply(testing.openai_chat_sse(chunks)))
+    lease = coordinator.acquire_conversation(profile_key=session.current_profile_key(), session_id="c", platform="t")
+    turn = coordinator.begin_turn(lease, turn_id="r1", task_id="t1")
+    stream = adapters.stream(scripted.client, {"model": MODEL, "messages": [{"role": "user", "content": "count"}]})
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content == "one ":
+            break
+    stream.close()
+    coordinator.end_turn(turn, outcome="cancelled")
+    trajectory = exporter.export()
+    assert [s["source"] for s in trajectory["steps"]] == ["user", "agent"]
+    assert trajectory["steps"][1]["extra"]["outcome"] == "cancelled"
+    assert "extra" not in trajectory  # the turn ended: complete, however it ended
+    assert validate_atif(trajectory) == []
+
+
 def test_tool_call_id_must_be_a_non_empty_string():
     relay = Relay()
     for bad in ("", 5):

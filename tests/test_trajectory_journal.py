@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import uuid
 from typing import Any
@@ -16,6 +17,7 @@ from relay_runtime.adapters import testing
 from relay_runtime.integrations.run_journal import FileStore, JournalSubscriber, RedisStreamStore, read_run_events
 from relay_runtime.integrations.trajectory import (
     AtifExporter,
+    AtofExporter,
     atif_from_journal,
     atof_from_journal,
     validate_atif,
@@ -189,6 +191,8 @@ def test_the_journal_records_carry_no_secret(tmp_path):
     try:
         coordinator = session.SESSION_COORDINATOR
         atif = AtifExporter().attach(coordinator)
+        atof_out = io.StringIO()
+        atof = AtofExporter(stream=atof_out).attach(coordinator)
         journal = JournalSubscriber(session_dir=tmp_path).attach(coordinator)
         scripted = testing.scripted_openai(testing.json_reply(testing.chat_completion_body(f"echo {key}", model=MODEL)))
         lease = coordinator.acquire_conversation(
@@ -205,11 +209,12 @@ def test_the_journal_records_carry_no_secret(tmp_path):
         )
         coordinator.end_turn(turn, outcome="success")
         journal.close()
+        atof.shutdown()
         live = json.dumps(atif.export())
         rows = (tmp_path / "_run_journal" / "s" / "r.jsonl").read_text()
         exported = json.dumps(atif_from_journal("s", "r", session_dir=tmp_path))
         lines = json.dumps(atof_from_journal("s", "r", session_dir=tmp_path))
-        for text in (live, rows, exported, lines):
+        for text in (live, rows, exported, lines, atof_out.getvalue()):
             assert key not in text and "hunter2" not in text
         assert "my key is [redacted]" in exported
     finally:
