@@ -122,7 +122,6 @@ class TrajectoryBuilder:
         self._calls: dict[str, _Call] = {}
         self._tools: dict[str, dict[str, Any]] = {}
         self._open_turns: set[str] = set()
-        self._runs: list[str] = []
         self._answered: set[str] = set()  # tool call ids an observation already answers
 
     # -- records -------------------------------------------------------------------------
@@ -139,8 +138,6 @@ class TrajectoryBuilder:
             self._tool_end(record)
         elif kind == TURN:
             self._open_turns.add(record["id"])
-            if isinstance(record.get("run_id"), str):
-                self._runs.append(record["run_id"])
         elif kind == TURN_END:
             self._open_turns.discard(record["id"])
 
@@ -232,8 +229,9 @@ class TrajectoryBuilder:
                 extra["wasted_cost_usd"] = cost
         if final.get("error"):
             extra["error"] = final["error"]
-        if final.get("fallback") or (record.get("meta") or {}).get("fallback"):
-            extra["fallback"] = (record.get("meta") or {}).get("fallback")
+        fallback = (record.get("meta") or {}).get("fallback")
+        if fallback:
+            extra["fallback"] = fallback  # the execution intercept that answered instead of the provider
         if any(a.get("truncated") for a in attempts):
             extra["truncated"] = True
         step["extra"] = extra
@@ -242,12 +240,8 @@ class TrajectoryBuilder:
     def _tool_end(self, record: dict[str, Any]) -> None:
         started = self._tools.pop(record["id"], {})
         name, args = started.get("name"), started.get("args")
-        result: dict[str, Any] = {}
-        step = self._answering(started.get("tool_call_id"), name, args)
-        call_id = None
-        if step is not None:
-            call_id = step[1]
-        result["source_call_id"] = call_id
+        answering = self._answering(started.get("tool_call_id"), name, args)
+        result: dict[str, Any] = {"source_call_id": answering[1]} if answering is not None else {}
         value = record.get("result")
         if isinstance(value, str):
             result["content"] = value
@@ -266,11 +260,10 @@ class TrajectoryBuilder:
         if record.get("truncated") or started.get("truncated"):
             extra["truncated"] = True
         result["extra"] = extra
-        if call_id is None:
-            result.pop("source_call_id")
-        if step is not None:
-            step[0].setdefault("observation", {"results": []})["results"].append(result)
-            self._answered.add(step[1])
+        if answering is not None:
+            step, call_id = answering
+            step.setdefault("observation", {"results": []})["results"].append(result)
+            self._answered.add(call_id)
             return
         # A tool nobody asked for (no agent step named it): a step of its own, so nothing is lost.
         end = record.get("end")
