@@ -242,6 +242,30 @@ def test_a_stream_the_caller_left_early_is_a_cancelled_step():
     assert validate_atif(trajectory) == []
 
 
+def test_an_agent_appending_to_the_list_it_sent_still_gets_each_question_once():
+    exporter = AtifExporter().attach(session.SESSION_COORDINATOR)
+    out = io.StringIO()
+    atof = AtofExporter(stream=out).attach(session.SESSION_COORDINATOR)
+    coordinator = session.SESSION_COORDINATOR
+    bodies = [testing.chat_completion_body(f"answer {i}", model=MODEL) for i in range(3)]
+    scripted = testing.scripted_openai(*(testing.json_reply(b) for b in bodies))
+    lease = coordinator.acquire_conversation(profile_key=session.current_profile_key(), session_id="l", platform="t")
+    turn = coordinator.begin_turn(lease, turn_id="r1", task_id="t1")
+    messages: list[dict[str, Any]] = []  # one list, appended to after each call, as agents do
+    for question in ("first?", "second?", "third?"):
+        messages.append({"role": "user", "content": question})
+        reply = adapters.complete(scripted.client, {"model": MODEL, "messages": messages})
+        messages.append({"role": "assistant", "content": reply.choices[0].message.content})
+    coordinator.end_turn(turn, outcome="success")
+    assert [s["message"] for s in exporter.export()["steps"]] == [
+        "first?", "answer 0", "second?", "answer 1", "third?", "answer 2",
+    ]  # fmt: skip
+    atof.shutdown()  # its lines are written after the list grew: each holds the request as it was sent
+    starts = [e for e in map(json.loads, out.getvalue().splitlines()) if e.get("category") == "llm"]
+    sent = [len(e["data"]["content"]["messages"]) for e in starts if e["scope_category"] == "start"]
+    assert sent == [1, 3, 5]
+
+
 def test_tool_call_id_must_be_a_non_empty_string():
     relay = Relay()
     for bad in ("", 5):

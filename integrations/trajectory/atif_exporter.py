@@ -15,15 +15,17 @@ from collections import defaultdict, deque
 from collections.abc import Sequence
 from typing import Any
 
-from relay_runtime import CHUNK_MARK, MARK, SCOPE_END, Event, Relay
+from relay_runtime import CHUNK_MARK, MARK, SCOPE_END, SCOPE_START, Event, Relay
 from relay_runtime import conventions as cv
 from relay_runtime.attach import Attachment
+from relay_runtime.types import ScopeType
 
 from .build import TrajectoryBuilder
-from .records import Tracker
+from .records import Tracker, frozen_request
 from .sinks import Sink, SinkWorker
 
 _DIGEST_AT = 4096
+_LLM = ScopeType.LLM.value
 
 
 class AtifExporter:
@@ -57,7 +59,7 @@ class AtifExporter:
         self.model_name = model_name
         self.tool_definitions = tool_definitions
         self.extra = extra
-        self._pending: deque[Event] = deque()
+        self._pending: deque[Any] = deque()  # events; an attempt's start with its request as sent
         self._lock = threading.Lock()
         self._tracker = Tracker()
         self._records: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -87,7 +89,10 @@ class AtifExporter:
 
     def __call__(self, event: Event) -> None:
         pending = self._pending
-        pending.append(event)
+        if event.scope_type == _LLM and event.kind == SCOPE_START:
+            pending.append((event, frozen_request(event)))  # as sent: the agent's list grows after the call
+        else:
+            pending.append(event)
         if len(pending) >= _DIGEST_AT:
             self._digest()
         elif self._sinks is not None and event.kind == SCOPE_END and event.metadata.get(cv.KIND) == cv.CONVERSATION:
@@ -102,12 +107,16 @@ class AtifExporter:
             # Popped one by one: an event appended meanwhile by another thread is taken now or next time.
             pending, tracker, records, wanted = self._pending, self._tracker, self._records, self.session_id
             while pending:
-                event = pending.popleft()
+                item = pending.popleft()
+                request = None
+                if type(item) is tuple:
+                    item, request = item
+                event = item
                 if event.kind == MARK:
                     if event.name == CHUNK_MARK:
                         tracker.chunk(event)
                     continue
-                done = tracker(event)
+                done = tracker(event, request)
                 if done is not None and (wanted is None or done[0] == wanted):
                     records[done[0]].append(done[1])
 

@@ -138,11 +138,12 @@ def _id(value: str | None) -> str:
     return "null" if value is None else f'"{value}"'
 
 
-def atof_line(event: Event, root: str) -> str:
+def atof_line(event: Event, root: str, request: Any = None) -> str:
     """The ATOF line (JSON text, no newline) for one event: what ``atof_event`` gives, encoded.
 
-    Written field by field rather than through the encoder: an exporter writes one a event,
+    Written field by field rather than through the encoder: an exporter writes one an event,
     and the encoder's generic walk over the dict costs more than everything else together.
+    ``request``: an LLM start's request as it was sent, when the event is written later.
     """
     kind = event.kind
     category = event.scope_type
@@ -157,7 +158,7 @@ def atof_line(event: Event, root: str) -> str:
         )
     start = kind == SCOPE_START
     profile = _profile(event, category, start)
-    data = event.input if start else event.output
+    data = (request if request is not None else event.input) if start else event.output
     if data is not None and type(data) is not int:
         data = _request_data(data) if start and category == _LLM else plain(data)
     return (

@@ -13,13 +13,16 @@ import threading
 from collections import deque
 from typing import IO, Any
 
-from relay_runtime import Event, Relay
+from relay_runtime import SCOPE_START, Event, Relay
 from relay_runtime.attach import Attachment
+from relay_runtime.types import ScopeType
 
 from .atof import Roots, atof_line
+from .records import frozen_request
 
 _MODES = ("append", "overwrite")
 _INTERVAL = 0.05
+_LLM = ScopeType.LLM.value
 
 
 class AtofExporter:
@@ -89,7 +92,12 @@ class AtofExporter:
         if len(buffer) >= self._max or self._stopped:
             self._drop()
             return
-        buffer.append(event)
+        if event.scope_type == _LLM and event.kind == SCOPE_START:
+            # Written later, on the writer's thread: the request is taken as sent (the agent's list grows).
+            content, headers = frozen_request(event)
+            buffer.append((event, {"headers": headers, "content": content}))
+        else:
+            buffer.append(event)
 
     def _drop(self) -> None:
         self.dropped += 1
@@ -114,8 +122,11 @@ class AtofExporter:
                 if item is None:
                     stop = True
                     continue
+                request = None
+                if type(item) is tuple:
+                    item, request = item
                 try:
-                    lines.append(atof_line(item, self._roots.of(item)))
+                    lines.append(atof_line(item, self._roots.of(item), request))
                 except Exception:
                     self.write_errors += 1
             if lines:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from relay_runtime import SCOPE_END, SCOPE_START, Event
@@ -35,6 +36,7 @@ _BASES = 8  # recent attempts of a conversation a new request is compared with
 _CALL_META = (cv.API_REQUEST_ID, cv.CALL_ROLE)
 _ATTEMPT_META = (cv.API_REQUEST_ID, cv.CALL_ROLE, cv.RETRY_COUNT, cv.SDK_RETRIES, cv.API_MODE)
 CONVERSATION_KEYS = ("messages", "input")
+_MAPPINGS = (dict, MappingProxyType)
 
 
 @dataclass(eq=False)
@@ -47,15 +49,25 @@ class _Open:
     reasoning: list[str] = field(default_factory=list)
 
 
-def _content(event: Event) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The request's kwargs and headers as recorded on the attempt's start event (already redacted)."""
-    given = event.input if isinstance(event.input, Mapping) else {}
+def frozen_request(event: Event) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An attempt start event's request as it was sent: its kwargs (their conversation list copied:
+    the agent goes on appending to its own) and headers (already redacted by the core).
+
+    Exporters that read events later, on another thread, take this on the agent's thread.
+    """
+    given = event.input
+    if type(given) is not dict and not isinstance(given, Mapping):
+        given = {}
     content = given.get("content")
     headers = given.get("headers")
-    return (
-        dict(content) if isinstance(content, Mapping) else {},
-        dict(headers) if isinstance(headers, Mapping) else {},
-    )
+    # The core hands a read-only view of the kwargs (a MappingProxyType): its type is checked before the ABC.
+    kwargs = dict(content) if type(content) in _MAPPINGS or isinstance(content, Mapping) else {}
+    for key in CONVERSATION_KEYS:
+        # The agent's own list: it goes on appending to it after the call, and a later request is
+        # compared with this one as it was sent.
+        if type(kwargs.get(key)) is list:
+            kwargs[key] = list(kwargs[key])
+    return kwargs, dict(headers) if headers and (type(headers) in _MAPPINGS or isinstance(headers, Mapping)) else {}
 
 
 def _common(old: list[Any], new: list[Any]) -> int:
@@ -128,6 +140,16 @@ def rebuild_request(delta: dict[str, Any], requests: dict[str, dict[str, Any]]) 
     return out
 
 
+_USAGE = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens", "reasoning_tokens")
+
+
+def _usage_of(usage: Any) -> dict[str, int]:
+    # Read field by field: TokenUsage.as_dict() asks dataclasses for its fields on every call.
+    if usage is None:
+        return {}
+    return {name: value for name in _USAGE if (value := getattr(usage, name, None)) is not None}
+
+
 def _response(event: Event) -> dict[str, Any] | None:
     annotation = event.annotated_response
     if annotation is None:
@@ -139,7 +161,7 @@ def _response(event: Event) -> dict[str, Any] | None:
         out["id"] = annotation.id
     if annotation.finish_reasons:
         out["finish_reasons"] = list(annotation.finish_reasons)
-    usage = annotation.usage.as_dict() if annotation.usage is not None else {}
+    usage = _usage_of(annotation.usage)
     if usage:
         out["usage"] = usage
     if annotation.output_text:
@@ -152,7 +174,12 @@ def _response(event: Event) -> dict[str, Any] | None:
 
 
 def _meta(metadata: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
-    return {k: plain(v) for k in keys if (v := metadata.get(k)) is not None}
+    out: dict[str, Any] = {}
+    for key in keys:
+        value = metadata.get(key)
+        if value is not None:
+            out[key] = value if type(value) is int else plain(value)
+    return out
 
 
 def _ended(record: dict[str, Any], event: Event) -> dict[str, Any]:
@@ -191,8 +218,13 @@ class Tracker:
         if opened is not None and reasoning:
             opened.reasoning.append(reasoning)
 
-    def __call__(self, event: Event) -> tuple[str, dict[str, Any]] | None:
-        """The record ``event`` completes, as ``(session_id, record)``; None for most events."""
+    def __call__(
+        self, event: Event, request: tuple[dict[str, Any], dict[str, Any]] | None = None
+    ) -> tuple[str, dict[str, Any]] | None:
+        """The record ``event`` completes, as ``(session_id, record)``; None for most events.
+
+        ``request``: an attempt start's ``frozen_request``, when it was taken earlier than now.
+        """
         kind = event.kind
         if kind != SCOPE_START and kind != SCOPE_END:
             return None
@@ -221,14 +253,11 @@ class Tracker:
                 }  # fmt: skip
             opened = _Open(session_id, event.timestamp, order, str(relay_kind))
             if relay_kind == cv.ATTEMPT:
-                content, headers = _content(event)
+                content, headers = request if request is not None else frozen_request(event)
                 history = self._history.setdefault(session_id, deque(maxlen=_BASES))
                 opened.req = request_delta(history, content)
                 if headers:
                     opened.req["headers"] = plain(headers)
-                annotated = event.annotated_request
-                if annotated is not None and annotated.tools:
-                    opened.req["tools"] = len(annotated.tools)
                 history.append((uuid, content))
                 self._open[uuid] = opened
             elif relay_kind == cv.LOGICAL_CALL:
