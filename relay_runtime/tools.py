@@ -16,48 +16,66 @@ if TYPE_CHECKING:
     from .relay import Relay
 
 
-def _metadata(given: dict[str, Any] | None, tool_call_id: str | None) -> dict[str, Any]:
-    metadata = {cv.KIND: cv.TOOL, **(given or {})}
-    if tool_call_id is not None:
-        metadata[cv.TOOL_CALL_ID] = tool_call_id
-    return metadata
+def _with_call_id(metadata: dict[str, Any] | None, tool_call_id: str | None) -> dict[str, Any] | None:
+    """The tool scope's metadata, naming the model's tool call it answers when one is given."""
+    if tool_call_id is None:
+        return metadata
+    if not isinstance(tool_call_id, str) or not tool_call_id:
+        raise ValueError(f"tool_call_id must be a non-empty string or None, got {tool_call_id!r}")
+    return {**(metadata or {}), cv.TOOL_CALL_ID: tool_call_id}
 
 
 class Tools:
     def __init__(self, relay: Relay) -> None:
         self._relay = relay
 
-    def _begin(
-        self,
-        name: str,
-        args: Any,
-        parent: ScopeHandle | None,
-        metadata: dict[str, Any] | None,
-        tool_call_id: str | None,
-    ) -> tuple[ScopeHandle, Any, tuple[Any, ...]]:
+    def _open(
+        self, name: str, args: Any, parent: ScopeHandle | None, metadata: dict[str, Any] | None
+    ) -> tuple[ScopeHandle, tuple[Any, ...], tuple[Any, ...]]:
+        """The tool's scope, and its request and execution chains (resolved now, once: registrations
+        made during the call apply to later calls)."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"tool name must be a non-empty string, got {name!r}")
-        if tool_call_id is not None and (not isinstance(tool_call_id, str) or not tool_call_id):
-            raise ValueError(f"tool_call_id must be a non-empty string or None, got {tool_call_id!r}")
         relay = self._relay
         intercepts = relay.intercepts
         anchor = parent if parent is not None else relay.scope.current()
-        # Both chains are resolved now, once: registrations made during the call apply to later calls.
         resolved = intercepts.resolve(anchor) if intercepts.active else {}
-        requests = resolved.get(TOOL_REQUEST, ())
         handle = relay.scope.push(
             name,
             ScopeType.TOOL,
             parent=parent,
             input=args,
-            metadata=_metadata(metadata, tool_call_id),
+            metadata={cv.KIND: cv.TOOL, **(metadata or {})},
         )
+        return handle, resolved.get(TOOL_REQUEST, ()), resolved.get(TOOL_EXECUTION, ())
+
+    def _begin(
+        self, name: str, args: Any, parent: ScopeHandle | None, metadata: dict[str, Any] | None
+    ) -> tuple[ScopeHandle, Any, tuple[Any, ...]]:
+        handle, requests, executions = self._open(name, args, parent, metadata)
         try:
             args = chains.run_filters(requests, lambda e, a: e.fn(name, a), args)
         except BaseException as exc:
-            relay.scope.pop(handle, error=exc)
+            self._relay.scope.pop(handle, error=exc)
             raise
-        executions = resolved.get(TOOL_EXECUTION, ())
+        return handle, args, executions
+
+    async def _begin_async(
+        self, name: str, args: Any, parent: ScopeHandle | None, metadata: dict[str, Any] | None
+    ) -> tuple[ScopeHandle, Any, tuple[Any, ...]]:
+        """``_begin`` for async tools: a request intercept may be a coroutine function, awaited here,
+        on the caller's loop (as NeMo Relay does, and as LLM request intercepts are)."""
+        handle, requests, executions = self._open(name, args, parent, metadata)
+        try:
+            for entry in requests:
+                args = entry.fn(name, args)
+                if chains.is_awaitable(args):
+                    args = await args
+                if entry.break_chain:
+                    break
+        except BaseException as exc:
+            self._relay.scope.pop(handle, error=exc)
+            raise
         return handle, args, executions
 
     def execute(
@@ -72,7 +90,7 @@ class Tools:
     ) -> Any:
         """Run ``fn(args)`` as a managed tool call; ``tool_call_id``: the id of the model's tool call it
         answers (trajectories name the call an observation answers by it)."""
-        handle, args, executions = self._begin(name, args, parent, metadata, tool_call_id)
+        handle, args, executions = self._begin(name, args, parent, _with_call_id(metadata, tool_call_id))
         owner = chains.Live()
         try:
             result = chains.run_sync(executions, name, args, fn, owner)
@@ -94,7 +112,8 @@ class Tools:
         metadata: dict[str, Any] | None = None,
         tool_call_id: str | None = None,
     ) -> Any:
-        handle, args, executions = self._begin(name, args, parent, metadata, tool_call_id)
+        metadata = _with_call_id(metadata, tool_call_id)
+        handle, args, executions = await self._begin_async(name, args, parent, metadata)
 
         async def terminal(a: Any) -> Any:
             out = fn(a)
