@@ -491,3 +491,43 @@ def test_a_server_answering_junk_fails_the_scope_once_with_the_sdks_error(client
     (end,) = client_side.tool_ends("anything")
     assert end.outcome == "failed" and end.error_type == type(error).__name__ == "ValidationError"
     assert client_side.span("tools/call anything").status.status_code.name == "ERROR"
+
+
+def test_a_tool_scope_a_framework_opened_gets_the_mcp_attributes_instead_of_a_second_scope(
+    client_side: ClientSide, tmp_path: Path
+) -> None:
+    spans = ServerSpans(tmp_path / "spans.jsonl")
+
+    async def run() -> Any:
+        async with _connect(_stdio(spans.path), "legacy") as client:
+
+            async def call(args: Any) -> Any:
+                return await client.call_tool("add", args)
+
+            # What a framework integration does: its own managed tool call around the MCP call.
+            return await client_side.relay.tools.execute_async("add", {"a": 5, "b": 6}, call, tool_call_id="call-1")
+
+    assert asyncio.run(run()).structured_content == {"result": 11}
+    (end,) = client_side.tool_ends("add")
+    assert end.outcome == "success"
+    (span,) = [s for s in client_side.pipeline.finished() if dict(s.attributes or {}).get("gen_ai.tool.name") == "add"]
+    attributes = dict(span.attributes or {})
+    assert attributes["mcp.method.name"] == "tools/call" and attributes["gen_ai.tool.call.id"] == "call-1"
+    assert attributes["jsonrpc.request.id"]
+    # The server's span is the child of that one scope's span.
+    served = spans.wait_for("tools/call add")
+    assert served["parent_span_id"] == f"{span.context.span_id:016x}"
+
+
+def test_notifications_are_client_spans_named_for_their_method(client_side: ClientSide, tmp_path: Path) -> None:
+    spans = ServerSpans(tmp_path / "spans.jsonl")
+
+    async def run() -> None:
+        async with _connect(_stdio(spans.path), "legacy") as client:  # the handshake sends notifications/initialized
+            await client.call_tool("add", {"a": 1, "b": 1})
+
+    asyncio.run(run())
+    sent = client_side.span("notifications/initialized")
+    assert sent.kind.name == "CLIENT"
+    assert dict(sent.attributes or {})["mcp.method.name"] == "notifications/initialized"
+    assert "jsonrpc.request.id" not in dict(sent.attributes or {})
