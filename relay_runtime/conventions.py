@@ -40,6 +40,7 @@ SERVER_ADDRESS = "server_address"
 FRAMEWORK = "relay.framework"
 # On a logical call an execution intercept answered with a fallback after its provider failed: its name.
 FALLBACK = "relay.fallback"
+TOOL_CALL_ID = "tool_call_id"  # on a TOOL scope: the provider's id of the tool call it answers
 
 # Mark names.
 CHUNK = "llm.chunk"  # data: ChunkMark
