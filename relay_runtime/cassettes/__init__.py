@@ -23,6 +23,7 @@ from .cassette import (
     CassetteMiss,
     CassetteUse,
     current,
+    expect,
     register_transient_check,
     use,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "CassetteMiss",
     "CassetteUse",
     "current",
+    "expect",
     "jsonable",
     "neutral_request",
     "register_transient_check",

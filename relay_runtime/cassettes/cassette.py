@@ -14,7 +14,9 @@ import json
 import os
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -55,15 +57,87 @@ def ended_transiently(call: dict[str, Any]) -> bool:
     return any(check(call) for check in _transient_checks)
 
 
-# Cassettes in use, innermost last. Process-wide on purpose: a call an agent makes from a
-# worker thread it did not hand any context to must still never reach a provider.
-_stack: list[Cassette] = []
-_stack_lock = threading.Lock()
+# The cassettes in use in this context, innermost last: a task or a thread given the context
+# (``propagate_to_thread``, ``ContextExecutor``, asyncio tasks) inherits it, and two concurrent
+# uses of different cassettes each get their own calls.
+_active: ContextVar[tuple[Cassette, ...]] = ContextVar("relay_cassettes", default=())
+# Every cassette in use anywhere in the process, and what the pytest plugin expects (see ``expect``).
+# A call from a context that holds none (a worker thread nobody handed the context) goes to the one
+# cassette in use if there is only one, and is refused when there are several or a test expects one:
+# it must never reach a provider, nor the wrong cassette.
+_open: list[Cassette] = []
+_expected: list[str] = []
+_open_lock = threading.Lock()
 
 
 def current() -> Cassette | None:
-    """The innermost cassette in use, or None (the common case: one list check)."""
-    return _stack[-1] if _stack else None
+    """The cassette this call goes to: the innermost one in use in this context, or None (the common case).
+
+    Raises ``CassetteError`` for a call made where no cassette of its own is in use while
+    several are (whose is it?), or while a test expects one (see ``expect``).
+    """
+    if not _open and not _expected:
+        return None
+    for cassette in reversed(_active.get()):
+        if not cassette.closed:
+            return cassette
+    return _outside_context()
+
+
+def _outside_context() -> Cassette | None:
+    with _open_lock:
+        in_use, expected = list(_open), list(_expected)
+    if len(in_use) == 1:
+        return in_use[0]
+    if in_use:
+        names = ", ".join(str(c.path) for c in in_use)
+        raise CassetteError(
+            f"an LLM call was made where no cassette is in use while {len(in_use)} are ({names}), so which "
+            "one it belongs to is unknown: start its thread inside the use() with the context handed over "
+            "(relay_runtime.propagate_to_thread / ContextExecutor), or make the call inside the use()"
+        )
+    if expected:
+        raise CassetteError(
+            f"an LLM call was made while {expected[-1]} expects a cassette, but none is in use here (a fixture "
+            "set up before the cassette, or torn down after it?): it would have reached the provider"
+        )
+    return None
+
+
+@contextmanager
+def expect(what: str) -> Iterator[None]:
+    """While in effect, a call that finds no cassette raises instead of reaching a provider.
+
+    The pytest plugin holds one for a marked test from its setup to its teardown, so a call
+    made outside the cassette's use (a module fixture, a teardown) never goes live. ``what``
+    names the expecting party in the error.
+    """
+    with _open_lock:
+        _expected.append(what)
+    try:
+        yield
+    finally:
+        with _open_lock:
+            _expected.remove(what)
+
+
+def _enter(cassette: Cassette) -> None:
+    with _open_lock:
+        _open.append(cassette)
+    _active.set((*_active.get(), cassette))
+
+
+def _leave(cassette: Cassette) -> None:
+    cassette.closed = True  # a context that still lists it (another task's, a generator's) skips it
+    with _open_lock:
+        for index in range(len(_open) - 1, -1, -1):
+            if _open[index] is cassette:
+                del _open[index]
+                break
+    # Not a token reset: a generator's use may end in another context than it began in.
+    stack = _active.get()
+    if cassette in stack:
+        _active.set(tuple(c for c in stack if c is not cassette))
 
 
 def check_options(*, mode: str = "replay", timing: str = "instant", normalize: Any = None, redact: Any = None) -> None:
@@ -146,6 +220,7 @@ class Cassette:
         self.normalize = normalize
         self.redact = redact
         self.secrets: set[str] = set()
+        self.closed = False
         self.misses: list[CassetteMiss] = []
         self._lock = threading.Lock()
         self._seen = _identity(self.path)  # the file as this session found it (before reading it)
@@ -337,8 +412,7 @@ class CassetteUse:
 
     def __enter__(self) -> Cassette:
         cassette = Cassette(self.path, **self.options)
-        with _stack_lock:
-            _stack.append(cassette)
+        _enter(cassette)
         self._entered.append(cassette)
         return cassette
 
@@ -352,11 +426,7 @@ class CassetteUse:
 
         ``failed``: the code that used it failed (see ``Cassette.save``)."""
         cassette = self._entered.pop()
-        with _stack_lock:
-            for index in range(len(_stack) - 1, -1, -1):
-                if _stack[index] is cassette:
-                    del _stack[index]
-                    break
+        _leave(cassette)
         cassette.save(failed=failed)
         if raise_misses and cassette.misses:
             # The agent caught the miss and went on: its outcome is not what the recording says.

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from ..files import directory_locked
-from .cassette import Cassette, CassetteMiss, CassetteUse
+from .cassette import Cassette, CassetteMiss, CassetteUse, expect
 
 MODES_BY_OPTION = {"none": "replay", "new": "auto", "all": "record"}
 _OPTIONS = frozenset({"timing", "normalize", "redact"})
@@ -57,6 +57,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.when == "call":
         item.stash[_call_report] = report
     return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, Any, Any]:
+    """A marked test expects its cassette from its setup to its teardown: a call its fixtures make
+    outside the cassette's use (set up before it, torn down after it) raises instead of going live."""
+    if item.get_closest_marker("relay_cassette") is None:
+        return (yield)
+    with expect(f"test {item.nodeid}"):
+        return (yield)
 
 
 def cassette_path(node: pytest.Item, name: str | None) -> Path:
