@@ -216,11 +216,12 @@ def _direct_stream(tape: cassettes.CallTape, exchange: dict[str, Any], client: A
     if raws is None and not all(map(_plain_event, events)):
         return NOT_DIRECT
     tape.next()
+    cut = cassette_replay.past_cut(tape, len(events)) if exchange.get("cut") else None
     http = client._client
     request = _request(str(exchange.get("method") or "POST"), _url(client._base_url, path))
     # Instant timing: the whole body in one read, as a mock transport gives it (the SDK splits the events).
     # Encoded only if read: the stream below is given its items without reading the body.
-    body = cassette_replay.ReplayBody(lambda: [(0.0, cassette_replay.sse_body(events))], None, timed=False)
+    body = cassette_replay.ReplayBody(lambda: [(0.0, cassette_replay.sse_body(events))], cut, timed=False)
     # As the httpx2 client hands a response on: its request, a stream that times itself, the encoding.
     bound_body = (BoundAsyncStream if sdk.is_async else BoundSyncStream)(body, start=time.perf_counter())
     headers = exchange.get("headers") or {}
@@ -233,7 +234,7 @@ def _direct_stream(tape: cassettes.CallTape, exchange: dict[str, Any], client: A
         # The SDK's own stream object, its iteration, close() and response; only the items are
         # made here (as its parser would), without SSE bytes to split and JSON to parse in Python.
         items = _aitems if sdk.is_async else _items
-        stream.__dict__["_iterator"] = items(raws, builder, client, sdk.chunk_type, response)
+        stream.__dict__["_iterator"] = items(raws, builder, client, sdk.chunk_type, response, cut)
     return stream
 
 
@@ -247,30 +248,51 @@ def _item(
     return item
 
 
+_Cut = Callable[[], Exception] | None
+
+
 def _built(
-    raws: list[bytes], builder: cassette_items.ItemBuilder, client: Any, cast_to: Any, response: httpx2.Response
+    raws: list[bytes],
+    builder: cassette_items.ItemBuilder,
+    client: Any,
+    cast_to: Any,
+    response: httpx2.Response,
+    cut: _Cut,
 ) -> Iterator[Any]:
-    """Each item, built as it is asked for (as the SDK's stream parses each event as it is read)."""
+    """Each item, built as it is asked for (as the SDK's stream parses each event as it is read);
+    past the last, what a recording cut short raises (see ``cassette_replay.past_cut``)."""
     build = builder.build
     for raw in raws:
         item = build(raw)
         yield item if item is not cassette_items.NOT_BUILT else _item(raw, None, client, cast_to, response)
+    if cut is not None:
+        raise cut()
 
 
 def _items(
-    raws: list[bytes], builder: cassette_items.ItemBuilder, client: Any, cast_to: Any, response: httpx2.Response
+    raws: list[bytes],
+    builder: cassette_items.ItemBuilder,
+    client: Any,
+    cast_to: Any,
+    response: httpx2.Response,
+    cut: _Cut = None,
 ) -> Iterator[Any]:
     try:
-        yield from _built(raws, builder, client, cast_to, response)
+        yield from _built(raws, builder, client, cast_to, response, cut)
     finally:
         response.close()  # as the SDK's stream does when read to the end, broken off or collected
 
 
 async def _aitems(
-    raws: list[bytes], builder: cassette_items.ItemBuilder, client: Any, cast_to: Any, response: httpx2.Response
+    raws: list[bytes],
+    builder: cassette_items.ItemBuilder,
+    client: Any,
+    cast_to: Any,
+    response: httpx2.Response,
+    cut: _Cut = None,
 ) -> AsyncIterator[Any]:
     try:
-        for item in _built(raws, builder, client, cast_to, response):
+        for item in _built(raws, builder, client, cast_to, response, cut):
             yield item
     finally:
         await response.aclose()

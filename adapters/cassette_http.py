@@ -50,7 +50,10 @@ def bound(client: Any, codec: LLMCodec, kwargs: Mapping[str, Any]) -> _Bound:
     if cassette is None:
         raise cassettes.CassetteError("no cassette is in use")
     _install(client)
-    return _Bound(cassette.begin(cassettes.neutral_request(codec.decode(kwargs))))
+    request = cassettes.neutral_request(codec.decode(kwargs))
+    if "extra_body" in kwargs or "extra_query" in kwargs:
+        request = cassettes.with_sent_extras(request, kwargs)
+    return _Bound(cassette.begin(request))
 
 
 class _Bound:

@@ -166,13 +166,31 @@ def _data_record(text: str) -> Any:
     return value if isinstance(value, dict | list) else text
 
 
+# The events after which a provider sends nothing more: an SDK may close the body there without
+# reading to its end, which is no break-off of the caller's.
+_LAST_EVENTS = frozenset({"message_stop", "response.completed", "response.incomplete", "response.failed", "error"})
+
+
+def _ended(events: list[dict[str, Any]]) -> bool:
+    if not events:
+        return False
+    last = events[-1]
+    data = last.get("data")
+    return last.get("event") in _LAST_EVENTS or (isinstance(data, str) and data.strip() == "[DONE]")
+
+
 class _RecordingBody(httpx2.SyncByteStream, httpx2.AsyncByteStream):
-    """The provider's SSE body passed through unchanged, each event logged as it arrives."""
+    """The provider's SSE body passed through unchanged, each event logged as it arrives.
+
+    Closed before its end (the caller broke off, the SDK's stream was closed), the
+    recording is marked ``cut``: a replay ends at the same place, never as a whole answer.
+    """
 
     def __init__(self, response: httpx2.Response, log: _EventLog) -> None:
         self.response = response
         self.log = log
         self.started = False
+        self.finished = False
 
     def _second_read(self) -> bool:
         # The async SDK drains a stream at its end marker while still reading it: that
@@ -187,6 +205,7 @@ class _RecordingBody(httpx2.SyncByteStream, httpx2.AsyncByteStream):
             for chunk in self.response.iter_bytes():
                 self.log.feed(chunk)
                 yield chunk
+        self.finished = True
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         if self._second_read():
@@ -195,9 +214,17 @@ class _RecordingBody(httpx2.SyncByteStream, httpx2.AsyncByteStream):
             async for chunk in self.response.aiter_bytes():
                 self.log.feed(chunk)
                 yield chunk
+        self.finished = True
+
+    def _note_cut(self) -> None:
+        log = self.log
+        if not self.finished and "error" not in log.exchange and not _ended(log.events):
+            log.exchange["cut"] = True
 
     def close(self) -> None:
+        self._note_cut()
         self.response.close()
 
     async def aclose(self) -> None:
+        self._note_cut()
         await self.response.aclose()

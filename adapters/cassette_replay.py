@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -77,10 +78,29 @@ def _replayed(exchange: dict[str, Any], request: httpx2.Request, tape: cassettes
         headers["retry-after-ms"] = "1"
     events = exchange.get("events")
     if events is not None:
-        error = transport_error(exchange["error"], request) if exchange.get("error") else None
+        error: Exception | Callable[[], Exception] | None = None
+        if exchange.get("error"):
+            error = transport_error(exchange["error"], request)
+        elif exchange.get("cut"):
+            error = past_cut(tape, len(events))
         body = ReplayBody(_frames(events), error, timed=tape.timing == "recorded")
         return httpx2.Response(status, headers=headers, stream=body)
     return httpx2.Response(status, headers=headers, content=_body_bytes(exchange))
+
+
+def past_cut(tape: cassettes.CallTape, events: int) -> Callable[[], Exception]:
+    """What reading past a recording that was cut short raises (made if it is reached): the rest was never recorded."""
+    return functools.partial(_read_past_cut, tape, events)
+
+
+def _read_past_cut(tape: cassettes.CallTape, events: int) -> Exception:
+    return tape.cassette.missed(
+        cassettes.CassetteMiss(
+            f"cassette {tape.cassette.path}: this stream's recording was cut short after {events} events "
+            f"(the recording's caller stopped reading there); this run reads on, which was never recorded: "
+            f"re-record it\nrequest:\n{json.dumps(tape.request, ensure_ascii=False)[:500]}"
+        )
+    )
 
 
 def _body_bytes(exchange: dict[str, Any]) -> bytes:
@@ -133,12 +153,12 @@ class ReplayBody(httpx2.SyncByteStream, httpx2.AsyncByteStream):
     def __init__(
         self,
         frames: list[tuple[float, bytes]] | Callable[[], list[tuple[float, bytes]]],
-        error: Exception | None,
+        error: Exception | Callable[[], Exception] | None,
         *,
         timed: bool,
     ) -> None:
         self.frames = frames  # or what makes them, at the first read
-        self.error = error
+        self.error = error  # raised after the last frame (or what makes it, if it is reached)
         self.timed = timed
         self.position = 0  # shared by every read, as on a connection: a second read goes on from the first
 
@@ -151,7 +171,7 @@ class ReplayBody(httpx2.SyncByteStream, httpx2.AsyncByteStream):
             return self.frames[position]
         error, self.error = self.error, None
         if error is not None:
-            raise error
+            raise error if isinstance(error, BaseException) else error()
         return None
 
     def __iter__(self) -> Iterator[bytes]:

@@ -27,7 +27,7 @@ from .cassette import (
     register_transient_check,
     use,
 )
-from .requests import VOLATILE_PARAMS, jsonable, neutral_request
+from .requests import VOLATILE_PARAMS, jsonable, neutral_request, with_sent_extras
 
 __all__ = [
     "MODES",
@@ -44,4 +44,5 @@ __all__ = [
     "neutral_request",
     "register_transient_check",
     "use",
+    "with_sent_extras",
 ]
