@@ -133,6 +133,7 @@ def remember_secret(value: Any) -> None:
         del _secrets_order[:-_SECRETS_MAX]
         # A new frozenset, swapped in whole: readers never take the lock.
         _secrets = frozenset(_secrets_order)
+        _known_clean.clear()
 
 
 _runs = SecretRuns((), REDACTED)
@@ -166,6 +167,23 @@ def scrub_bytes(data: bytes) -> bytes:
     if not _secrets:
         return data
     return remembered().bytes(data)
+
+
+# Strings of the kwargs seen to hold no run of a remembered key: the same few (a model name, a
+# service tier) come on every call, and a set lookup is cheaper than a search. Emptied when a key
+# is added; bounded, since they are caller data.
+_known_clean: set[str] = set()
+_KNOWN_CLEAN_MAX = 4096
+
+
+def _scrubbed_leaf(value: str) -> str:
+    """``value`` itself if it holds no run of a remembered key, else the scrubbed copy."""
+    clean = scrub_text(value)
+    if clean == value:
+        if len(_known_clean) < _KNOWN_CLEAN_MAX:
+            _known_clean.add(value)
+        return value
+    return clean
 
 
 # -- the library's own log lines ------------------------------------------------------
@@ -219,6 +237,7 @@ def forget_secrets() -> None:
     with _secrets_lock:
         _secrets = frozenset()
         _secrets_order.clear()
+        _known_clean.clear()
 
 
 # -- headers and kwargs ---------------------------------------------------------------
@@ -268,10 +287,10 @@ def _clean_mapping(value: Mapping[Any, Any], depth: int, skip: frozenset[str]) -
         if verdict:
             new: Any = REDACTED
         elif kind in _LEAVES:
-            if kind is not str or not _secrets or len(v) < _MIN_SECRET:
+            if kind is not str or not _secrets or len(v) < _MIN_SECRET or v in _known_clean:
                 continue
-            new = scrub_text(v)
-            if new == v:
+            new = _scrubbed_leaf(v)
+            if new is v:
                 continue
         else:
             new = redact_headers(v) if k in HEADER_KWARGS and isinstance(v, Mapping) else _clean(v, depth + 1)
@@ -287,9 +306,8 @@ def _clean(value: Any, depth: int) -> Any:
     """``value`` itself when nothing in it is a credential, else a cleaned copy (containers only)."""
     kind = type(value)
     if kind in _LEAVES:
-        if kind is str and _secrets and len(value) >= _MIN_SECRET:
-            scrubbed = scrub_text(value)
-            return value if scrubbed == value else scrubbed
+        if kind is str and _secrets and len(value) >= _MIN_SECRET and value not in _known_clean:
+            return _scrubbed_leaf(value)
         return value
     if depth > 64:
         # Deeper than any request needs (or a structure that holds itself): what is below is not
