@@ -20,6 +20,7 @@ except ImportError:  # pragma: no cover - an httpx2 that moved them
 from relay_runtime import cassettes
 
 from . import cassette_items, cassette_replay, sdk_retries
+from .cassette_damage import damage
 
 NOT_DIRECT: Any = object()
 
@@ -170,6 +171,8 @@ def _single_answer(tape: cassettes.CallTape) -> dict[str, Any] | None:
     headers = exchange.get("headers")
     if headers is not None and (not isinstance(headers, dict) or "set-cookie" in headers):
         return None  # the client's cookie jar takes what a live answer sets
+    if damage(exchange) is not None:
+        return None  # the HTTP path tells what is wrong with it
     return exchange
 
 

@@ -14,6 +14,8 @@ import httpx2
 
 from relay_runtime import cassettes
 
+from .cassette_damage import damage
+
 
 def replay(tape: cassettes.CallTape, request: httpx2.Request) -> tuple[float, httpx2.Response]:
     """The next recorded try as the response to give, and how long to wait first."""
@@ -38,35 +40,10 @@ def transport_error(record: Any, request: httpx2.Request) -> Exception:
     return httpx2.TransportError(f"{kind}: {message}", request=request)
 
 
-def _damage(exchange: dict[str, Any]) -> str | None:
-    """What makes a recorded exchange (a hand-edited one, say) unplayable, or None."""
-    status = exchange.get("status")
-    if "status" in exchange and (type(status) is not int or not 100 <= status <= 599):
-        return f"status {status!r} is not an HTTP status"
-    headers = exchange.get("headers")
-    if headers is not None and not (
-        isinstance(headers, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())
-    ):
-        return "headers must be an object of strings"
-    if "events" in exchange and not isinstance(exchange["events"], list):
-        return "events must be a list"
-    if "error" in exchange and not isinstance(exchange["error"], dict):
-        return "error must be an object"
-    if "body" not in exchange and "text" not in exchange and "base64" in exchange:
-        try:
-            base64.b64decode(str(exchange["base64"]), validate=True)
-        except ValueError:
-            return "base64 is not base64"
-    return None
-
-
 def _replayed(exchange: dict[str, Any], request: httpx2.Request, tape: cassettes.CallTape) -> httpx2.Response:
-    damage = _damage(exchange)
-    if damage is not None:
-        raise cassettes.CassetteError(
-            f"cassette {tape.cassette.path}: a recorded HTTP exchange of this call is damaged: {damage} "
-            f"(fix it or re-record)\nrequest:\n{json.dumps(tape.request, ensure_ascii=False)[:500]}"
-        )
+    problem = damage(exchange)
+    if problem is not None:
+        raise tape.damaged(problem)
     if "status" not in exchange:
         raise transport_error(exchange.get("error"), request)
     headers = dict(exchange.get("headers") or {})

@@ -32,6 +32,7 @@ FORMAT_VERSION = 1
 
 Redact = Callable[[dict[str, Any]], dict[str, Any]]
 F = TypeVar("F", bound=Callable[..., Any])
+E = TypeVar("E", bound="CassetteError")
 
 
 class CassetteError(RuntimeError):
@@ -151,6 +152,28 @@ def check_options(*, mode: str = "replay", timing: str = "instant", normalize: A
         raise TypeError(f"cassette redact= must be callable, got {type(redact).__name__}")
 
 
+# What file systems hold: a name of at most 255 bytes (ext4, APFS, NTFS), a path of at most 4096.
+_MAX_NAME_BYTES = 255
+_MAX_PATH_BYTES = 4096
+
+
+def check_path(path: str | os.PathLike[str]) -> None:
+    """Refuse a cassette path no file system can hold, before any call is made (not at the save, after them)."""
+    text = os.fspath(path)
+    if "\0" in text:
+        raise ValueError(f"cassette path {text[:80]!r} holds a NUL character, which no file name can")
+    encoded = os.fsencode(text)
+    if len(encoded) > _MAX_PATH_BYTES:
+        raise ValueError(f"cassette path is {len(encoded)} bytes long; file systems take at most {_MAX_PATH_BYTES}")
+    for part in Path(text).parts:
+        size = len(os.fsencode(part))
+        if size > _MAX_NAME_BYTES:
+            raise ValueError(
+                f"cassette path part {part[:40]!r}... is {size} bytes long; a file name is at most "
+                f"{_MAX_NAME_BYTES} (shorten the cassette's name)"
+            )
+
+
 class CallTape:
     """One call's recording: replayed item by item, or filled in as the provider answers."""
 
@@ -161,7 +184,8 @@ class CallTape:
         self.request = request
         self.record = record
         self.replaying = replaying
-        self.miss: CassetteMiss | None = None  # what this call asked for past its recording, if anything
+        # What this call asked for past its recording, or the damage it met, if anything (the first).
+        self.miss: CassetteError | None = None
         self._positions: dict[str, int] = {}
 
     @property
@@ -171,6 +195,8 @@ class CallTape:
     def next(self, key: str = "http") -> dict[str, Any]:
         """The next recorded item of ``key`` (an HTTP try, a provider step); a CassetteMiss past the end."""
         items = self.record.get(key) or []
+        if not isinstance(items, list):
+            raise self._damage_error(f"'{key}' must be a list, not {type(items).__name__}")
         position = self._positions.get(key, 0)
         if position >= len(items):
             raise self._missed(
@@ -183,11 +209,27 @@ class CallTape:
         self._positions[key] = position + 1
         item = items[position]
         if not isinstance(item, dict):
-            raise CassetteError(f"cassette {self.cassette.path}: {key}[{position}] is not an object")
+            raise self.damaged("it is not an object", key)
         return item
 
-    def _missed(self, miss: CassetteMiss) -> CassetteMiss:
-        self.miss = miss
+    def damaged(self, problem: str, key: str = "http") -> CassetteError:
+        """The error for a recorded item of this call that cannot be played: the file, the entry, the problem."""
+        position = self._positions.get(key, 1) - 1
+        return self._damage_error(f"{key}[{position}] is damaged: {problem}")
+
+    def _damage_error(self, problem: str) -> CassetteError:
+        number = next((i + 1 for i, c in enumerate(self.cassette.recorded) if c is self.record), 0)
+        return self._missed(
+            CassetteError(
+                f"cassette {self.cassette.path}: call #{number}: {problem} (fix it or re-record)\n"
+                f"request:\n{matching.pretty(self.request)[:2000]}"
+            )
+        )
+
+    def _missed(self, miss: E) -> E:
+        # The SDK retries what its transport raised: the first failure is the one to report.
+        if self.miss is None:
+            self.miss = miss
         return self.cassette.missed(miss)
 
     def add(self, key: str = "http", item: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -221,7 +263,7 @@ class Cassette:
         self.redact = redact
         self.secrets: set[str] = set()
         self.closed = False
-        self.misses: list[CassetteMiss] = []
+        self.misses: list[CassetteError] = []  # misses, and damage met, in the order met
         self._lock = threading.Lock()
         self._seen = _identity(self.path)  # the file as this session found it (before reading it)
         self.recorded: list[dict[str, Any]] = [] if mode == "record" else self._load()
@@ -298,7 +340,7 @@ class Cassette:
             self.new.append(record)
             return CallTape(self, request, record, replaying=False)
 
-    def missed(self, miss: CassetteMiss) -> CassetteMiss:
+    def missed(self, miss: E) -> E:
         """Remember a miss (so one an agent swallowed still fails the test), and hand it back to raise."""
         self.misses.append(miss)
         return miss
@@ -405,6 +447,7 @@ class CassetteUse:
     def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
         if not isinstance(path, str | os.PathLike) or not os.fspath(path):
             raise TypeError(f"cassette path must be a file path (str or os.PathLike), got {path!r}")
+        check_path(path)
         self.path = path
         self.options = options
         self._entered: list[Cassette] = []

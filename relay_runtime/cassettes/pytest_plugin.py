@@ -79,6 +79,8 @@ def cassette_path(node: pytest.Item, name: str | None) -> Path:
         raise pytest.UsageError(
             f"relay_cassette name must be a plain file name (letters, digits, '.', '_', '-'), got {name!r}"
         )
+    elif len(name) > _MAX_NAME:
+        raise pytest.UsageError(f"relay_cassette name is {len(name)} characters long; at most {_MAX_NAME}")
     module = Path(str(node.path))
     return module.parent / "cassettes" / module.stem / f"{name}.json"
 
