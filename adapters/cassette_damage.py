@@ -14,6 +14,7 @@ from typing import Any
 
 # Recorded waits longer than this are no recording of a real answer (and overflow the clock).
 _MAX_WAIT_MS = 3_600_000.0
+_NUMBERS = (int, float)
 
 
 def damage(exchange: dict[str, Any]) -> str | None:
@@ -23,24 +24,30 @@ def damage(exchange: dict[str, Any]) -> str | None:
 
 def _frame(exchange: dict[str, Any]) -> str | None:
     status = exchange.get("status")
-    if "status" in exchange and (type(status) is not int or not 100 <= status <= 599):
+    if status is None:
+        if not isinstance(exchange.get("error"), dict):
+            return "it has neither a status nor a recorded error"
+    elif type(status) is not int or not 100 <= status <= 599:
         return f"status {status!r} is not an HTTP status"
-    if "status" not in exchange and not isinstance(exchange.get("error"), dict):
-        return "it has neither a status nor a recorded error"
     headers = exchange.get("headers")
-    if headers is not None and not (
-        isinstance(headers, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())
-    ):
-        return "headers must be an object of strings"
-    if "error" in exchange and not isinstance(exchange["error"], dict):
+    if headers is not None:
+        if type(headers) is not dict:
+            return "headers must be an object of strings"
+        for name, value in headers.items():
+            if type(name) is not str or type(value) is not str:
+                return "headers must be an object of strings"
+    error = exchange.get("error")
+    if error is not None and type(error) is not dict:
         return "error must be an object"
-    for name in ("method", "path"):
-        if name in exchange and not isinstance(exchange[name], str):
-            return f"{name} must be a string"
-    path = exchange.get("path")
-    if isinstance(path, str) and not path.startswith("/"):
-        return f"path {path[:80]!r} must begin with '/'"
-    return _wait("latency_ms", exchange.get("latency_ms"))
+    method, path = exchange.get("method"), exchange.get("path")
+    if method is not None and type(method) is not str:
+        return "method must be a string"
+    if path is not None and (type(path) is not str or not path.startswith("/")):
+        return f"path {path!r:.80} must be a string beginning with '/'"
+    latency = exchange.get("latency_ms")
+    if latency is not None and not (type(latency) in _NUMBERS and 0 <= latency <= _MAX_WAIT_MS):  # NaN fails too
+        return _wait("latency_ms", latency)
+    return None
 
 
 def _wait(name: str, value: Any) -> str | None:
@@ -56,22 +63,26 @@ def _events(events: Any) -> str | None:
         return None
     if not isinstance(events, list):
         return "events must be a list"
+    # One pass that reads each event once: this runs before every replayed stream.
     for index, event in enumerate(events):
-        where = f"events[{index}]"
-        if not isinstance(event, dict):
-            return f"{where} must be an object"
-        if "data" not in event and "event" not in event:
-            return f"{where} has neither data nor an event name"
-        for name in ("event", "id", "retry"):
-            if name in event and not isinstance(event[name], str):
-                return f"{where}.{name} must be a string"
+        if type(event) is not dict:
+            return f"events[{index}] must be an object"
         data = event.get("data")
-        if isinstance(data, str) and _looks_like_json(data) and not _parses(data):
+        name = event.get("event")
+        if data is None and name is None and "data" not in event:
+            return f"events[{index}] has neither data nor an event name"
+        if name is not None and type(name) is not str:
+            return f"events[{index}].event must be a string"
+        if ("id" in event or "retry" in event) and not all(
+            type(event[k]) is str for k in ("id", "retry") if k in event
+        ):
+            return f"events[{index}].id and .retry must be strings"
+        if type(data) is str and _looks_like_json(data) and not _parses(data):
             # The recorder keeps a JSON object or array as itself: this is JSON text broken by hand.
-            return f"{where}.data is JSON text that does not parse"
-        problem = _wait(f"{where}.at_ms", event.get("at_ms"))
-        if problem:
-            return problem
+            return f"events[{index}].data is JSON text that does not parse"
+        at = event.get("at_ms")
+        if at is not None and not (type(at) in _NUMBERS and 0 <= at <= _MAX_WAIT_MS):  # NaN fails too
+            return _wait(f"events[{index}].at_ms", at)
     return None
 
 

@@ -44,7 +44,7 @@ ANSWER_DAMAGE = {
     "latency past the clock": (_set("latency_ms", 1e308), "latency_ms 1e+308 is not a number of milliseconds"),
     "status a float": (_set("status", 200.0), "status 200.0 is not an HTTP status"),
     "no status nor error": (lambda e: e.pop("status"), "neither a status nor a recorded error"),
-    "path no path": (_set("path", "http://[::1"), "must begin with '/'"),
+    "path no path": (_set("path", "http://[::1"), "must be a string beginning with '/'"),
 }
 STREAM_DAMAGE = {
     "data broken JSON": (_each_event("data", "{bad"), "events[0].data is JSON text that does not parse"),
