@@ -47,6 +47,7 @@ from .providers import (
     tracer_provider_from_env,
 )
 from .spans import OpenSpan, SpanTable
+from .unsent import retract
 from .voice import MEASURES_KEY as VOICE_MEASURES
 from .voice import VoiceMetrics, voice_attributes
 
@@ -263,6 +264,8 @@ class OTelExporter:
             attributes = {}
         if self._content is not None:
             self._content_attributes(self._content.attempt_end, self._content.tool_end, event, role, attributes)
+        if role == A.ATTEMPT and md and md.get(cv.SENT) is False:
+            retract(span)  # the SDK refused before sending: no provider call to claim
         if attributes:
             span.set_attributes(attributes)
         err = attributes.get("error.type")
