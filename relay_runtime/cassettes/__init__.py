@@ -21,12 +21,9 @@ from .cassette import (
     Cassette,
     CassetteError,
     CassetteMiss,
-    CassetteUse,
-    current,
-    expect,
     register_transient_check,
-    use,
 )
+from .in_use import CassetteUse, current, expect, use
 from .requests import VOLATILE_PARAMS, jsonable, neutral_request, with_sent_extras
 
 __all__ = [

@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 
 from ..files import directory_locked
-from .cassette import Cassette, CassetteMiss, CassetteUse, expect
+from .cassette import Cassette, CassetteMiss
+from .in_use import CassetteUse, expect
 
 MODES_BY_OPTION = {"none": "replay", "new": "auto", "all": "record"}
 _OPTIONS = frozenset({"timing", "normalize", "redact"})
