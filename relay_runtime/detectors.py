@@ -1,0 +1,278 @@
+"""Built-in detectors of personal data and secrets in text, for ``RedactionPolicy`` rules.
+
+A detector finds spans: ``find(text) -> [(start, end), ...]``, sorted, not overlapping.
+Each one is a cheap pre-check (a character the value must contain), a regular expression
+for candidates, and a validator where the format has one (Luhn for cards, mod-97 for
+IBANs, the address parser for IPs, the JOSE header for JWTs), so that order numbers,
+version strings and dates survive.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import ipaddress
+import json
+import math
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+Span = tuple[int, int]
+
+
+class Detector:
+    """A named finder of spans. ``needle``: a string every match contains (a fast pre-check), or None."""
+
+    __slots__ = ("_find", "name", "needles")
+
+    def __init__(self, name: str, find: Callable[[str], Iterator[Span]], needles: tuple[str, ...] = ()) -> None:
+        self.name = name
+        self._find = find
+        self.needles = needles
+
+    def find(self, text: str) -> list[Span]:
+        if self.needles and not any(n in text for n in self.needles):
+            return []
+        return list(self._find(text))
+
+    def __repr__(self) -> str:
+        return f"<detector {self.name}>"
+
+
+def _matches(pattern: re.Pattern[str], valid: Callable[[str], bool] | None = None) -> Callable[[str], Iterator[Span]]:
+    def find(text: str) -> Iterator[Span]:
+        for m in pattern.finditer(text):
+            if valid is None or valid(m.group()):
+                yield m.span()
+
+    return find
+
+
+# -- e-mail ------------------------------------------------------------------------------
+
+_EMAIL = re.compile(r"(?<![\w.+%-])[A-Za-z0-9._%+-]+@(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,24}(?![\w-])")
+
+# -- phone numbers ----------------------------------------------------------------------------
+# International: "+" or "00", a country code, then groups of digits split by one space, dot or
+# dash (an optional area code in brackets). National (North American): (NNN) NNN-NNNN and
+# NNN-NNN-NNNN, NNN.NNN.NNNN, NNN NNN NNNN. Bare digit runs are not phone numbers here: they are
+# as often order numbers, amounts or ids.
+_PHONE_INTL = re.compile(
+    r"(?<![\w+])(?:\+[1-9]\d{0,2}|00[1-9]\d{0,2}(?=[ .-]))(?:[ .-]?\(\d{1,4}\))?(?:[ .-]?\d{1,5}){1,6}(?![\w.-]*\d)"
+)
+_PHONE_NANP = re.compile(
+    r"(?<![\w+.-])(?:\+?1[ .-]?)?"
+    r"(?:\([2-9]\d{2}\) ?[2-9]\d{2}[ .-]\d{4}|[2-9]\d{2}([ .-])[2-9]\d{2}\1\d{4})(?![\w-]|\.\d)"
+)
+
+
+def _phone_digits_ok(text: str) -> bool:
+    digits = sum(c.isdigit() for c in text)
+    return 8 <= digits <= 15  # E.164 allows at most 15; fewer than 8 is no reachable number
+
+
+def _find_phone(text: str) -> Iterator[Span]:
+    spans: list[Span] = []
+    if "+" in text or "00" in text:
+        spans = [m.span() for m in _PHONE_INTL.finditer(text) if _phone_digits_ok(m.group())]
+    for m in _PHONE_NANP.finditer(text):
+        if not any(s < m.end() and m.start() < e for s, e in spans):
+            spans.append(m.span())
+    yield from sorted(spans)
+
+
+# -- payment cards --------------------------------------------------------------------------
+
+_CARD = re.compile(r"(?<![\w-])\d(?:[ -]?\d){12,18}(?![\w-])")
+# Issuer prefixes (IIN ranges) of the card networks in use; a Luhn-valid number outside them
+# is more likely an id than a card.
+_CARD_PREFIX = re.compile(
+    r"4|5[1-5]|2(?:2[2-9]|[3-6]\d|7[01]|720)|3[47]|3(?:0[0-5]|[689])|6(?:011|5|4[4-9]|2)|35(?:2[89]|[3-8])"
+)
+
+
+def luhn_ok(digits: str) -> bool:
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = ord(ch) - 48
+        if i % 2:
+            d *= 2
+            if d > 9:
+                d -= 9
+        total += d
+    return total % 10 == 0
+
+
+def _card_ok(text: str) -> bool:
+    seps = {c for c in text if not c.isdigit()}
+    if len(seps) > 1:
+        return False
+    digits = text.replace(" ", "").replace("-", "")
+    if not 13 <= len(digits) <= 19 or len(set(digits)) == 1:
+        return False
+    return _CARD_PREFIX.match(digits) is not None and luhn_ok(digits)
+
+
+# -- IBAN ---------------------------------------------------------------------------------------
+
+_IBAN = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?(?![A-Za-z0-9])")
+
+
+def iban_ok(text: str) -> bool:
+    compact = text.replace(" ", "")
+    if not 15 <= len(compact) <= 34:
+        return False
+    moved = compact[4:] + compact[:4]
+    number = "".join(str(int(c, 36)) for c in moved)
+    return int(number) % 97 == 1
+
+
+# -- IP addresses -------------------------------------------------------------------------------
+
+_IPV4 = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w]|\.\d)")
+_IPV6 = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:(?:\d{1,3}\.){3}\d{1,3}|[0-9A-Fa-f]{0,4})(?![\w:]|\.\d)")
+
+
+def _ipv4_ok(text: str) -> bool:
+    try:
+        ipaddress.IPv4Address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _ipv6_ok(text: str) -> bool:
+    if text.count(":") < 2 or text.strip(":") == "":
+        return False
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _find_ip(text: str) -> Iterator[Span]:
+    # Version 6 first: one may end in a version 4 address (::ffff:192.0.2.1), which is part of it.
+    spans = [m.span() for m in _IPV6.finditer(text) if _ipv6_ok(m.group())] if ":" in text else []
+    if "." in text:
+        for m in _IPV4.finditer(text):
+            if _ipv4_ok(m.group()) and not any(s < m.end() and m.start() < e for s, e in spans):
+                spans.append(m.span())
+    yield from sorted(spans)
+
+
+# -- US social security numbers ------------------------------------------------------------------
+
+_SSN = re.compile(r"(?<![\w-])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\w-])")
+
+# -- JSON web tokens ---------------------------------------------------------------------------
+
+_JWT = re.compile(r"(?<![\w-])eyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]{0,}")
+
+
+def _jwt_ok(text: str) -> bool:
+    header = text.split(".", 1)[0]
+    try:
+        decoded: Any = json.loads(base64.urlsafe_b64decode(header + "=" * (-len(header) % 4)))
+    except (ValueError, binascii.Error):
+        return False
+    return isinstance(decoded, dict) and "alg" in decoded
+
+
+# -- provider and cloud keys -------------------------------------------------------------------
+
+_KEY_PATTERNS = (
+    r"sk-ant-(?:api|admin)\d{2}-[A-Za-z0-9_-]{20,}",  # Anthropic
+    r"sk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_-]{20,}",  # OpenAI (project, service account, legacy)
+    r"(?:AKIA|ASIA|ABIA|ACCA|AIDA|AROA)[A-Z0-9]{16}",  # AWS access key ids
+    r"AIza[0-9A-Za-z_-]{35}",  # Google API keys
+    r"ya29\.[0-9A-Za-z_-]{20,}",  # Google OAuth access tokens
+    r"gh[pousr]_[A-Za-z0-9]{36,255}",  # GitHub tokens
+    r"github_pat_[A-Za-z0-9_]{22,255}",  # GitHub fine-grained tokens
+    r"xox[abposr]-[A-Za-z0-9-]{10,}",  # Slack tokens
+    r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}",  # Stripe secret and restricted keys
+    r"whsec_[A-Za-z0-9]{24,}",  # Stripe webhook secrets
+)
+_API_KEY = re.compile(r"(?<![A-Za-z0-9_-])(?:" + "|".join(_KEY_PATTERNS) + r")(?![A-Za-z0-9_-])")
+_KEY_NEEDLES = (
+    "sk-", "AKIA", "ASIA", "ABIA", "ACCA", "AIDA", "AROA", "AIza", "ya29.", "gh", "xox", "_live_", "_test_", "whsec_",
+)  # fmt: skip
+
+# -- other high-entropy tokens ------------------------------------------------------------------
+
+_TOKEN = re.compile(r"(?<![A-Za-z0-9+/_=-])[A-Za-z0-9+/_=-]{24,}(?![A-Za-z0-9+/_=-])")
+ENTROPY_BITS = 4.0  # per character: random base64 has about 5.5-6, English words under 3.5, hex at most 4
+
+
+def shannon_entropy(text: str) -> float:
+    counts: dict[str, int] = {}
+    for c in text:
+        counts[c] = counts.get(c, 0) + 1
+    n = len(text)
+    return -sum(k / n * math.log2(k / n) for k in counts.values())
+
+
+def _high_entropy_ok(text: str) -> bool:
+    # Random tokens mix digits in throughout; identifiers (CamelCaseNames1) rarely hold more than one.
+    has_digit = sum(c.isdigit() for c in text) >= 2
+    has_upper = any(c.isupper() for c in text)
+    has_lower = any(c.islower() for c in text)
+    if not (has_digit and has_lower and has_upper):
+        return False
+    return shannon_entropy(text) >= ENTROPY_BITS
+
+
+# -- presidio (optional) ------------------------------------------------------------------------
+
+PRESIDIO_ENTITIES = ("PERSON", "LOCATION", "NRP", "ORGANIZATION")
+
+
+def _presidio() -> Detector:
+    try:
+        from presidio_analyzer import AnalyzerEngine  # type: ignore[import-not-found, unused-ignore]
+    except ImportError as exc:
+        raise ImportError(
+            "the 'presidio' detector needs presidio-analyzer: pip install 'relay-runtime[pii]'"
+        ) from exc
+    engine = AnalyzerEngine()
+
+    def find(text: str) -> Iterator[Span]:
+        results = engine.analyze(text=text, language="en", entities=list(PRESIDIO_ENTITIES))
+        spans = sorted((r.start, r.end) for r in results)
+        last = -1
+        for s, e in spans:
+            if s >= last:
+                yield s, e
+                last = e
+
+    return Detector("presidio", find)
+
+
+_BUILT_IN: dict[str, Detector] = {
+    "email": Detector("email", _matches(_EMAIL), ("@",)),
+    "phone": Detector("phone", _find_phone),
+    "credit_card": Detector("credit_card", _matches(_CARD, _card_ok)),
+    "iban": Detector("iban", _matches(_IBAN, iban_ok)),
+    "ip_address": Detector("ip_address", _find_ip, (".", ":")),
+    "us_ssn": Detector("us_ssn", _matches(_SSN), ("-",)),
+    "jwt": Detector("jwt", _matches(_JWT, _jwt_ok), ("eyJ",)),
+    "api_key": Detector("api_key", _matches(_API_KEY), _KEY_NEEDLES),
+    "high_entropy": Detector("high_entropy", _matches(_TOKEN, _high_entropy_ok)),
+}
+_LAZY: dict[str, Callable[[], Detector]] = {"presidio": _presidio}
+
+DETECTOR_NAMES = (*_BUILT_IN, *_LAZY)
+
+
+def detector(name: str) -> Detector:
+    """The detector called ``name``; an unknown name is a ``ValueError`` listing the known ones."""
+    found = _BUILT_IN.get(name)
+    if found is not None:
+        return found
+    lazy = _LAZY.get(name)
+    if lazy is None:
+        raise ValueError(f"unknown detector {name!r}; the detectors are {', '.join(DETECTOR_NAMES)}")
+    made = lazy()
+    _BUILT_IN[name] = made
+    return made
