@@ -115,6 +115,18 @@ class RedactionPolicy:
         result = Pass(self).walk(value, pointers.parse(path))
         return None if result is _REMOVED else result
 
+    def redact_at(self, value: Any, path: pointers.Path) -> Any:
+        """``value`` as recorded at the parsed ``path`` (None when a rule removes it)."""
+        return _kept(Pass(self).walk(value, path))
+
+    def redact_spans(self, value: Any) -> Any:
+        """``value`` with what the detector and pattern rules find replaced in every string, whatever the
+        rule's paths: for stored answers, whose layout is the provider's, not the view's."""
+        rules = tuple(r for r in self.rules if not r.whole)
+        if not rules:
+            return value
+        return _kept(Pass(self, rules, anywhere=True).walk(value, ()))
+
     # -- events --------------------------------------------------------------------------------
 
     def redact_event(self, event: Event) -> Event:
@@ -201,11 +213,12 @@ def _kept(value: Any) -> Any:
 class Pass:
     """One application of a policy: the counts per rule, and what changed (to redact raw objects through it)."""
 
-    __slots__ = ("counts", "key", "leaves", "pairs", "policy", "rules")
+    __slots__ = ("anywhere", "counts", "key", "leaves", "pairs", "policy", "rules")
 
-    def __init__(self, policy: RedactionPolicy) -> None:
+    def __init__(self, policy: RedactionPolicy, rules: tuple[Rule, ...] | None = None, anywhere: bool = False) -> None:
         self.policy = policy
-        self.rules = policy.rules
+        self.rules = policy.rules if rules is None else rules
+        self.anywhere = anywhere  # every rule on every string, paths aside
         self.key = policy._key
         self.counts: dict[str, int] = {}
         # Whole strings seen in the view -> what they became (unchanged ones too: not scanned twice).
@@ -330,8 +343,9 @@ class Pass:
                 self.leaves[text] = dumped
                 return dumped
         result = text
+        anywhere = self.anywhere
         for rule in self.rules:
-            if rule.parsed_paths and not rule.applies(path):
+            if rule.parsed_paths and not anywhere and not rule.applies(path):
                 continue
             result = self._apply(rule, result)
         self.leaves[text] = result
