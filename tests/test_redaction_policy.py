@@ -316,3 +316,57 @@ def test_a_policy_swapped_while_calls_run_applies_whole_to_each_event() -> None:
         values = [v for v in (event.input or {}).get("content", {}).values() if v != "m"] if event.input else []  # type: ignore[attr-defined]
         assert EMAIL not in repr(event.input) + repr(event.output)  # type: ignore[attr-defined]
         assert len(set(values)) <= 1  # one policy per event: never one field masked and the other redacted
+
+
+# -- cassettes ------------------------------------------------------------------------------
+
+
+def _record_and_replay(relay, path, record_policy, replay_policy, scripted):  # type: ignore[no-untyped-def]
+    from relay_runtime import cassettes
+    from tests.cassette_support import Offline
+
+    messages = [{"role": "user", "content": PROMPT}]
+    relay.redaction.use(record_policy)
+    scripted.add(testing.json_reply(testing.chat_completion_body(f"mail {EMAIL}")))
+    with cassettes.use(path, mode="record"):
+        live = adapters.complete(scripted.client, {"model": "gpt-x", "messages": messages})
+    relay.redaction.use(replay_policy)
+    offline, _ = Offline().clients("openai")
+    with cassettes.use(path, mode="replay"):
+        replayed = adapters.complete(offline, {"model": "gpt-x", "messages": messages})
+    return live, replayed
+
+
+def test_a_cassette_stores_redacted_calls_and_replays_them_under_the_same_policy(
+    relay_turn, relay_events, scripted_openai, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    relay, _ = relay_turn
+    path = tmp_path / "c.json"
+    live, replayed = _record_and_replay(relay, path, _policy(), _policy(), scripted_openai)
+    assert live.choices[0].message.content == f"mail {EMAIL}"
+    assert replayed.choices[0].message.content == "mail [REDACTED:email]"  # what was recorded
+    stored = path.read_text()
+    _raw_values_absent(stored)
+    assert json.loads(stored)["redaction"] == _policy().fingerprint
+
+
+@pytest.mark.parametrize("replay_under", ["another policy", "no policy"])
+def test_a_cassette_recorded_under_another_policy_says_to_re_record(
+    relay_turn, scripted_openai, tmp_path, replay_under
+) -> None:  # type: ignore[no-untyped-def]
+    from relay_runtime.cassettes import CassetteError
+
+    relay, _ = relay_turn
+    other = RedactionPolicy([Rule("redact", detector="email")]) if replay_under == "another policy" else None
+    with pytest.raises(CassetteError, match=r"recorded under redaction policy sha256:\w+.*Re-record it"):
+        _record_and_replay(relay, tmp_path / "c.json", _policy(), other, scripted_openai)
+
+
+def test_a_cassette_recorded_without_a_policy_cannot_replay_under_one(
+    relay_turn, scripted_openai, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    from relay_runtime.cassettes import CassetteError
+
+    relay, _ = relay_turn
+    with pytest.raises(CassetteError, match="recorded under no redaction policy, and this run uses redaction policy"):
+        _record_and_replay(relay, tmp_path / "c.json", None, _policy(), scripted_openai)
