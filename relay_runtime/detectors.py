@@ -1,10 +1,15 @@
 """Built-in detectors of personal data and secrets in text, for ``RedactionPolicy`` rules.
 
 A detector finds spans: ``find(text) -> [(start, end), ...]``, sorted, not overlapping.
-Each one is a cheap pre-check (a character the value must contain), a regular expression
-for candidates, and a validator where the format has one (Luhn for cards, mod-97 for
-IBANs, the address parser for IPs, the JOSE header for JWTs), so that order numbers,
-version strings and dates survive.
+Each one is a regular expression and a validator where the format has one (Luhn for
+cards, mod-97 for IBANs, the address parser for IPs, the JOSE header for JWTs), so that
+order numbers, version strings and dates survive.
+
+Scanning a prompt is the cost: a regular expression tried at every position of 2 KB of
+text costs tens of microseconds, once per detector. So the full expressions only run in
+windows around anchors found cheaply: the runs of digits and separators (one scan,
+shared by the numeric detectors and kept for the text last seen), each ``@`` for e-mail,
+each ``:`` for IPv6, and each literal prefix for keys and JWTs (``str.find``).
 """
 
 from __future__ import annotations
@@ -22,16 +27,30 @@ Span = tuple[int, int]
 
 
 class Detector:
-    """A named finder of spans. ``needle``: a string every match contains (a fast pre-check), or None."""
+    """A named finder of spans.
 
-    __slots__ = ("_find", "name", "needles")
+    ``needles``: strings of which every match holds one (a fast pre-check); ``digits``: every match
+    holds a digit; ``shortest``: no match is shorter. Most strings an event holds are short (roles,
+    model names, ids): these checks answer for them without running the finder.
+    """
 
-    def __init__(self, name: str, find: Callable[[str], Iterator[Span]], needles: tuple[str, ...] = ()) -> None:
+    __slots__ = ("_find", "digits", "name", "needles", "shortest")
+
+    def __init__(
+        self, name: str, find: Callable[[str], Iterator[Span]], needles: tuple[str, ...] = (),
+        *, digits: bool = False, shortest: int = 1,
+    ) -> None:  # fmt: skip
         self.name = name
         self._find = find
         self.needles = needles
+        self.digits = digits
+        self.shortest = shortest
 
     def find(self, text: str) -> list[Span]:
+        if len(text) < self.shortest:
+            return []
+        if self.digits and _DIGIT(text) is None:
+            return []
         if self.needles and not any(n in text for n in self.needles):
             return []
         return list(self._find(text))
@@ -49,9 +68,98 @@ def _matches(pattern: re.Pattern[str], valid: Callable[[str], bool] | None = Non
     return find
 
 
+# -- anchors ---------------------------------------------------------------------------------
+
+# A run of digits and the separators numbers are written with: every numeric value (card, phone,
+# SSN, IPv4, an IBAN's check digits) lies in one, so its pattern need only be tried there. The
+# pattern opens with a character class (no optional part, no lookbehind): the engine then skips
+# to candidates in C instead of trying every position.
+_NUMERIC_RUN = re.compile(r"[+(0-9][0-9 ().+-]*")
+_DIGIT = re.compile(r"[0-9]").search
+_DIGITS = frozenset("0123456789")
+Run = tuple[int, int, int]  # start, end, how many digits
+_last_runs: tuple[str, list[Run]] = ("", [])
+
+
+def numeric_runs(text: str) -> list[Run]:
+    """``text``'s numeric runs; the last text's answer is kept (several detectors ask in turn)."""
+    global _last_runs
+    seen, runs = _last_runs
+    if seen is text:
+        return runs
+    runs = []
+    if _DIGIT(text) is not None:
+        for m in _NUMERIC_RUN.finditer(text):
+            start, end = m.span()
+            while end > start and text[end - 1] not in _DIGITS:
+                end -= 1
+            if end - start <= 1:
+                digits = end - start
+            else:
+                run = text[start:end]
+                digits = len(run) - sum(map(run.count, " ().+-"))
+            if digits:
+                runs.append((start, end, digits))
+    _last_runs = (text, runs)  # one tuple, swapped whole: threads never see half of it
+    return runs
+
+
+def _in_runs(pattern: re.Pattern[str], valid: Callable[[str], bool] | None, least: int) -> Callable[
+    [str], Iterator[Span]
+]:
+    """``pattern`` tried only in the numeric runs of ``least`` digits or more (and a character each side)."""
+
+    def find(text: str) -> Iterator[Span]:
+        n = len(text)
+        for start, end, digits in numeric_runs(text):
+            if digits < least:
+                continue
+            for m in pattern.finditer(text, max(0, start - 1), min(n, end + 1)):
+                if valid is None or valid(m.group()):
+                    yield m.span()
+
+    return find
+
+
+def _at(pattern: re.Pattern[str], needle: str, valid: Callable[[str], bool] | None = None) -> Callable[
+    [str], Iterator[Span]
+]:
+    """``pattern`` matched only where ``needle`` (its literal opening) is; its lookbehind still sees the text before."""
+
+    def find(text: str) -> Iterator[Span]:
+        i = text.find(needle)
+        while i >= 0:
+            m = pattern.match(text, i)
+            if m is not None and (valid is None or valid(m.group())):
+                yield m.span()
+                i = text.find(needle, m.end())
+            else:
+                i = text.find(needle, i + 1)
+
+    return find
+
+
 # -- e-mail ------------------------------------------------------------------------------
 
-_EMAIL = re.compile(r"(?<![\w.+%-])[A-Za-z0-9._%+-]+@(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,24}(?![\w-])")
+_LOCAL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._%+-")
+_DOMAIN = re.compile(r"(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,24}(?![\w-])")
+
+
+def _find_email(text: str) -> Iterator[Span]:
+    """From each ``@``: the local part back (at most 64 characters, RFC 5321), the domain forward."""
+    i = text.find("@")
+    last = 0
+    while i >= 0:
+        start = i
+        floor = max(last, i - 64)
+        while start > floor and text[start - 1] in _LOCAL_CHARS:
+            start -= 1
+        domain = _DOMAIN.match(text, i + 1)
+        longer = start > 0 and start == floor and text[start - 1] in _LOCAL_CHARS
+        if domain is not None and start < i and not longer and not text[start - 1 : start].isalnum():
+            yield start, domain.end()
+            last = domain.end()
+        i = text.find("@", max(i + 1, last))
 
 # -- phone numbers ----------------------------------------------------------------------------
 # International: "+" or "00", a country code, then groups of digits split by one space, dot or
@@ -74,11 +182,16 @@ def _phone_digits_ok(text: str) -> bool:
 
 def _find_phone(text: str) -> Iterator[Span]:
     spans: list[Span] = []
-    if "+" in text or "00" in text:
-        spans = [m.span() for m in _PHONE_INTL.finditer(text) if _phone_digits_ok(m.group())]
-    for m in _PHONE_NANP.finditer(text):
-        if not any(s < m.end() and m.start() < e for s, e in spans):
-            spans.append(m.span())
+    n = len(text)
+    for start, end, digits in numeric_runs(text):
+        if digits < 8:  # no phone number has fewer
+            continue
+        lo, hi = max(0, start - 1), min(n, end + 1)
+        found = [m.span() for m in _PHONE_INTL.finditer(text, lo, hi) if _phone_digits_ok(m.group())]
+        for m in _PHONE_NANP.finditer(text, lo, hi):
+            if not any(s < m.end() and m.start() < e for s, e in found):
+                found.append(m.span())
+        spans.extend(found)
     yield from sorted(spans)
 
 
@@ -128,6 +241,19 @@ def iban_ok(text: str) -> bool:
     return int(number) % 97 == 1
 
 
+def _find_iban(text: str) -> Iterator[Span]:
+    # Two capital letters, then the check digits: the digits open a numeric run.
+    n = len(text)
+    last = -1
+    for start, _, _ in numeric_runs(text):
+        if start < 2 or start < last or not ("A" <= text[start - 2] <= "Z" and "A" <= text[start - 1] <= "Z"):
+            continue
+        m = _IBAN.match(text, start - 2, min(n, start + 40))
+        if m is not None and iban_ok(m.group()):
+            last = m.end()
+            yield m.span()
+
+
 # -- IP addresses -------------------------------------------------------------------------------
 
 _IPV4 = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w]|\.\d)")
@@ -152,13 +278,33 @@ def _ipv6_ok(text: str) -> bool:
     return True
 
 
+_HEX_COLON = frozenset("0123456789abcdefABCDEF:.")
+
+
+def _find_ipv6(text: str) -> Iterator[Span]:
+    """From each ``:``: the stretch of hex digits, colons and dots around it, if it holds two colons."""
+    n = len(text)
+    i = text.find(":")
+    while i >= 0:
+        start, end = i, i + 1
+        while start > 0 and text[start - 1] in _HEX_COLON:
+            start -= 1
+        while end < n and text[end] in _HEX_COLON:
+            end += 1
+        if text.count(":", start, end) >= 2:
+            for m in _IPV6.finditer(text, start, min(n, end + 1)):
+                if _ipv6_ok(m.group()):
+                    yield m.span()
+        i = text.find(":", end)
+
+
 def _find_ip(text: str) -> Iterator[Span]:
     # Version 6 first: one may end in a version 4 address (::ffff:192.0.2.1), which is part of it.
-    spans = [m.span() for m in _IPV6.finditer(text) if _ipv6_ok(m.group())] if ":" in text else []
+    spans = list(_find_ipv6(text)) if ":" in text else []
     if "." in text:
-        for m in _IPV4.finditer(text):
-            if _ipv4_ok(m.group()) and not any(s < m.end() and m.start() < e for s, e in spans):
-                spans.append(m.span())
+        for m in _IPV4_IN_RUNS(text):
+            if not any(s < m[1] and m[0] < e for s, e in spans):
+                spans.append(m)
     yield from sorted(spans)
 
 
@@ -195,9 +341,26 @@ _KEY_PATTERNS = (
     r"whsec_[A-Za-z0-9]{24,}",  # Stripe webhook secrets
 )
 _API_KEY = re.compile(r"(?<![A-Za-z0-9_-])(?:" + "|".join(_KEY_PATTERNS) + r")(?![A-Za-z0-9_-])")
-_KEY_NEEDLES = (
-    "sk-", "AKIA", "ASIA", "ABIA", "ACCA", "AIDA", "AROA", "AIza", "ya29.", "gh", "xox", "_live_", "_test_", "whsec_",
-)  # fmt: skip
+# Where a key may start, found with ``str.find`` (a regular expression of alternatives would be tried
+# at every position): a short piece of its opening, and how far before it the key starts.
+_KEY_ANCHORS = (("k-", (1,)), ("_", (2, 3, 5, 6)), ("A", (0,)), ("ya29.", (0,)), ("xox", (0,)))
+
+
+def _find_key(text: str) -> Iterator[Span]:
+    starts: set[int] = set()
+    for needle, backs in _KEY_ANCHORS:
+        i = text.find(needle)
+        while i >= 0:
+            starts.update(i - back for back in backs)
+            i = text.find(needle, i + 1)
+    last = 0
+    for i in sorted(starts):
+        if i < last:
+            continue
+        m = _API_KEY.match(text, i)
+        if m is not None:
+            last = m.end()
+            yield m.span()
 
 # -- other high-entropy tokens ------------------------------------------------------------------
 
@@ -249,16 +412,19 @@ def _presidio() -> Detector:
     return Detector("presidio", find)
 
 
+_IPV4_IN_RUNS = _in_runs(_IPV4, _ipv4_ok, 4)
+
 _BUILT_IN: dict[str, Detector] = {
-    "email": Detector("email", _matches(_EMAIL), ("@",)),
-    "phone": Detector("phone", _find_phone),
-    "credit_card": Detector("credit_card", _matches(_CARD, _card_ok)),
-    "iban": Detector("iban", _matches(_IBAN, iban_ok)),
-    "ip_address": Detector("ip_address", _find_ip, (".", ":")),
-    "us_ssn": Detector("us_ssn", _matches(_SSN), ("-",)),
-    "jwt": Detector("jwt", _matches(_JWT, _jwt_ok), ("eyJ",)),
-    "api_key": Detector("api_key", _matches(_API_KEY), _KEY_NEEDLES),
-    "high_entropy": Detector("high_entropy", _matches(_TOKEN, _high_entropy_ok)),
+    # An e-mail's local part is at most 64 characters, its domain at most 255 (RFC 5321).
+    "email": Detector("email", _find_email, ("@",), shortest=6),
+    "phone": Detector("phone", _find_phone, digits=True, shortest=8),
+    "credit_card": Detector("credit_card", _in_runs(_CARD, _card_ok, 13), digits=True, shortest=13),
+    "iban": Detector("iban", _find_iban, digits=True, shortest=15),
+    "ip_address": Detector("ip_address", _find_ip, (".", ":"), shortest=3),
+    "us_ssn": Detector("us_ssn", _in_runs(_SSN, None, 9), ("-",), digits=True, shortest=11),
+    "jwt": Detector("jwt", _at(_JWT, "eyJ", _jwt_ok), ("eyJ",), shortest=16),
+    "api_key": Detector("api_key", _find_key, shortest=20),
+    "high_entropy": Detector("high_entropy", _matches(_TOKEN, _high_entropy_ok), shortest=24),
 }
 _LAZY: dict[str, Callable[[], Detector]] = {"presidio": _presidio}
 

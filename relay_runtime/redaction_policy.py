@@ -20,6 +20,7 @@ import dataclasses
 import hashlib
 import hmac
 import json
+import threading
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -41,6 +42,13 @@ _MAX_DEPTH = 64
 # shorter ones ("user", "gpt-4o") are everywhere and would be replaced where they mean something else.
 _MIN_WHOLE = 8
 _CACHE_ATTR = "_relay_redacted"
+# What a policy remembers of the strings it has redacted, at most.
+_MEMO_ENTRIES = 4096
+_MEMO_CHARS = 8 * 1024 * 1024
+
+
+def _pairs_in(pairs: Mapping[str, str], text: str) -> dict[str, str]:
+    return {old: new for old, new in pairs.items() if old in text}
 
 
 class RedactionPolicy:
@@ -87,7 +95,28 @@ class RedactionPolicy:
                     warnings.warn(f"redaction rule {rule.name!r}: path {path!r} can match no field of the view{hint}",
                                   RedactionPathWarning, stacklevel=2)  # fmt: skip
         self._pathless = tuple(r for r in self.rules if not r.parsed_paths)
+        self._all_pathless = len(self._pathless) == len(self.rules)
+        self._removals = tuple(r for r in self.rules if r.action == "remove" and r.whole and r.parsed_paths)
+        # The shortest value any detector rule can find: shorter strings (roles, small ids) are not scanned.
+        self._shortest = min((r.finder.shortest for r in self.rules if r.finder is not None), default=0)
+        # What the rules made of long strings seen before (text -> result, counts, replaced spans), bounded.
+        self._memo: dict[str, tuple[str, dict[str, int], dict[str, str]]] = {}
+        self._memo_chars = 0
+        self._memo_lock = threading.Lock()
         self.fingerprint = self._fingerprint()
+
+    def _remember(self, text: str, memo: tuple[str, dict[str, int], dict[str, str]]) -> None:
+        if len(text) > _MEMO_CHARS // 16:
+            return  # one huge document would push out everything else
+        with self._memo_lock:
+            if text in self._memo:
+                return
+            self._memo[text] = memo
+            self._memo_chars += len(text)
+            while self._memo_chars > _MEMO_CHARS or len(self._memo) > _MEMO_ENTRIES:
+                oldest = next(iter(self._memo))
+                self._memo_chars -= len(oldest)
+                del self._memo[oldest]
 
     def _fingerprint(self) -> str:
         """A stable id of what this policy does (cassettes store it): the rules, and which key, never the key."""
@@ -140,7 +169,7 @@ class RedactionPolicy:
             req = event.annotated_request
             if req is not None:
                 req = self._request_view(p, req)
-            resp = event.annotated_response
+            answer = resp = event.annotated_response
             if resp is not None:
                 resp = p.response_view(resp)
             scope_type = event.scope_type
@@ -149,7 +178,8 @@ class RedactionPolicy:
                 # (plain data, cheap to walk) are also read by the pathless rules, in case the view
                 # missed something, and so is the response when there is no view of it.
                 inp = p.raw(inp, scan=True)
-                out = p.raw(out, scan=resp is None)
+                if resp is None or resp is not answer:  # an answer the view found nothing in is kept whole
+                    out = p.raw(out, scan=resp is None)
             elif scope_type == "tool":
                 inp = p.walk(inp, ("tool", "arguments"))
                 out = p.walk(out, ("tool", "result"))
@@ -213,7 +243,7 @@ def _kept(value: Any) -> Any:
 class Pass:
     """One application of a policy: the counts per rule, and what changed (to redact raw objects through it)."""
 
-    __slots__ = ("anywhere", "counts", "key", "leaves", "pairs", "policy", "rules")
+    __slots__ = ("anywhere", "counts", "found", "key", "leaves", "pairs", "policy", "rules")
 
     def __init__(self, policy: RedactionPolicy, rules: tuple[Rule, ...] | None = None, anywhere: bool = False) -> None:
         self.policy = policy
@@ -225,6 +255,8 @@ class Pass:
         self.leaves: dict[str, str] = {}
         # Spans a rule replaced -> their replacement, to find inside other strings.
         self.pairs: dict[str, str] = {}
+        # Strings the rules changed -> how often each rule fired in them (counted again when met again).
+        self.found: dict[str, dict[str, int]] = {}
 
     def adopt(self, counts: Mapping[str, int], leaves: Mapping[str, str], pairs: Mapping[str, str]) -> None:
         for name, n in counts.items():
@@ -244,12 +276,12 @@ class Pass:
             return value
         if depth > _MAX_DEPTH:
             return value
-        whole_remove = self._removes(path)
+        whole_remove = self._removes(path) if self.policy._removals else None
         if whole_remove is not None:
             self._count(whole_remove, 1)
             self._forget(value)
             return _REMOVED
-        if isinstance(value, Mapping):
+        if kind is dict or isinstance(value, Mapping):
             out: dict[Any, Any] | None = None
             for k, v in value.items():
                 key = k if type(k) is str else str(k)
@@ -291,8 +323,8 @@ class Pass:
 
     def _removes(self, path: pointers.Path) -> Rule | None:
         """A whole-field ``remove`` rule naming exactly this path (or a pattern of it)."""
-        for rule in self.rules:
-            if rule.action == "remove" and rule.whole and rule.parsed_paths:
+        for rule in self.policy._removals:
+            if rule in self.rules:
                 for pattern in rule.parsed_paths:
                     if len(pattern) == len(path) and pointers.covers(pattern, path):
                         return rule
@@ -322,9 +354,8 @@ class Pass:
             return text
         if not text:
             return text
-        if self._removes(path) is not None:
-            rule = self._removes(path)
-            assert rule is not None
+        rule = self._removes(path) if self.policy._removals else None
+        if rule is not None:
             self._count(rule, 1)
             self._forget(text)
             return _REMOVED
@@ -342,14 +373,96 @@ class Pass:
                 dumped = json.dumps(_kept(new), ensure_ascii=False)
                 self.leaves[text] = dumped
                 return dumped
-        result = text
-        anywhere = self.anywhere
-        for rule in self.rules:
-            if rule.parsed_paths and not anywhere and not rule.applies(path):
-                continue
-            result = self._apply(rule, result)
+        policy = self.policy
+        pathless = policy._all_pathless or self.anywhere
+        if pathless:
+            known = self.leaves.get(text)
+            if known is not None:  # the same string met again (a system prompt is also the first message)
+                self._recount(text)
+                return known
+            if not self.anywhere:
+                return self._memoized(self.rules, text)
+            rules: Any = self.rules
+        else:
+            rules = [r for r in self.rules if not r.parsed_paths or r.applies(path)]
+        result = self._run(rules, text)
         self.leaves[text] = result
         return result
+
+    def _memoized(self, rules: Any, text: str) -> str:
+        """What every pathless rule makes of ``text``, remembered across calls (per policy): an agent sends
+        the whole history each turn, and the same roles, model names and system prompt in every call."""
+        memo = self.policy._memo.get(text)
+        if memo is not None:
+            return self._remembered(text, memo)
+        before = dict(self.counts)
+        result = self._run(rules, text)
+        self.leaves[text] = result
+        fired = {k: v - before.get(k, 0) for k, v in self.counts.items() if v != before.get(k, 0)}
+        if result is not text:
+            self.found[text] = fired
+        self.policy._remember(text, (result, fired, _pairs_in(self.pairs, text) if fired else {}))
+        return result
+
+    def _remembered(self, text: str, memo: tuple[str, dict[str, int], dict[str, str]]) -> str:
+        result, fired, pairs = memo
+        self.leaves[text] = result
+        if fired:
+            self.found[text] = fired
+            for name, k in fired.items():
+                self.counts[name] = self.counts.get(name, 0) + k
+            self.pairs.update(pairs)
+        return result
+
+    def _run(self, rules: Any, text: str) -> str:
+        result = text
+        i, n = 0, len(rules)
+        while i < n:
+            rule = rules[i]
+            if rule.finder is None:
+                result = self._apply(rule, result)
+                i += 1
+                continue
+            # Detector rules in a row read the same text: each finds its spans there, and where two
+            # overlap the earlier rule wins. One text, so the detectors share what they computed on it.
+            j = i + 1
+            while j < n and rules[j].finder is not None:
+                j += 1
+            result = self._apply_detectors(rules[i:j], result)
+            i = j
+        return result
+
+    def _recount(self, text: str) -> None:
+        for name, k in self.found.get(text, {}).items():
+            self.counts[name] = self.counts.get(name, 0) + k
+
+    def _apply_detectors(self, rules: Any, text: str) -> str:
+        if len(text) < self.policy._shortest:
+            return text
+        hits: list[tuple[int, int, int]] = []
+        for index, rule in enumerate(rules):
+            for start, end in rule.finder.find(text):
+                if end > start:
+                    hits.append((start, index, end))
+        if not hits:
+            return text
+        hits.sort()
+        pieces: list[str] = []
+        last = 0
+        key = self.key
+        for start, index, end in hits:
+            if start < last:
+                continue
+            rule = rules[index]
+            value = text[start:end]
+            new = rule.replace(value, None, key)
+            pieces.append(text[last:start])
+            pieces.append(new)
+            last = end
+            self.pairs[value] = new
+            self._count(rule, 1)
+        pieces.append(text[last:])
+        return "".join(pieces)
 
     def _apply(self, rule: Rule, text: str) -> str:
         found = rule.spans(text)
@@ -438,9 +551,9 @@ class Pass:
         return self._raw(value, 0, scan)
 
     def _scan(self, text: str) -> str:
-        result = text
-        for rule in self.policy._pathless:
-            result = self._apply(rule, result)
+        if self.policy._all_pathless:
+            return self._memoized(self.rules, text)
+        result = self._run(self.policy._pathless, text)
         self.leaves[text] = result
         return result
 
@@ -454,13 +567,14 @@ class Pass:
             for old, new in self.pairs.items():
                 if old in result:
                     result = result.replace(old, new)
-                escaped = json.dumps(old, ensure_ascii=False)[1:-1]
-                if escaped != old and escaped in result:
-                    result = result.replace(escaped, json.dumps(new, ensure_ascii=False)[1:-1])
+                elif "\\" in result:  # JSON text held as a string: the value may be escaped in it
+                    escaped = json.dumps(old, ensure_ascii=False)[1:-1]
+                    if escaped != old and escaped in result:
+                        result = result.replace(escaped, json.dumps(new, ensure_ascii=False)[1:-1])
             return result
         if value is None or kind in (int, float, bool) or depth > _MAX_DEPTH:
             return value
-        if isinstance(value, Mapping):
+        if kind is dict or isinstance(value, Mapping):
             out: dict[Any, Any] | None = None
             for k, v in value.items():
                 new = self._raw(v, depth + 1, scan)
