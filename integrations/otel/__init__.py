@@ -13,12 +13,18 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .content import CAPTURE_ENV, Redactor
+from .capture import CAPTURE_ENV, DETAILS_EVENT, EVENT_ONLY, NO_CONTENT, SPAN_AND_EVENT, SPAN_ONLY
+from .content import Redactor
 from .exporter import OTelExporter
 from .providers import BoundedBatchSpanProcessor, exporter_names, otlp_endpoint_configured, span_exporters
 
 __all__ = [
     "CAPTURE_ENV",
+    "DETAILS_EVENT",
+    "EVENT_ONLY",
+    "NO_CONTENT",
+    "SPAN_AND_EVENT",
+    "SPAN_ONLY",
     "BoundedBatchSpanProcessor",
     "OTelExporter",
     "Redactor",

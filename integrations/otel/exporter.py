@@ -33,7 +33,8 @@ from relay_runtime.events import MARK, SCOPE_END, SCOPE_START, Event
 
 from . import attributes as A
 from . import propagation
-from .content import ContentRecorder, Redactor, capture_from_env
+from .capture import DetailsEvents, as_events, capture_mode, mode_from_env, on_spans
+from .content import ContentRecorder, Redactor
 from .deferred import fast_path_for
 from .metrics import GenAIMetrics
 from .providers import (
@@ -80,8 +81,10 @@ class OTelExporter:
     which this exporter owns and shuts down in ``shutdown()``.
 
     ``conventions``: ``("gen_ai",)`` or ``("gen_ai", "openinference")``.
-    ``capture_content`` (or ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``)
-    records messages, passed first through ``redact(attribute, value) -> value | None``.
+    ``capture_content`` (or ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``): ``False`` /
+    ``"NO_CONTENT"``, ``True`` / ``"SPAN_ONLY"`` (span attributes), ``"EVENT_ONLY"`` (the
+    ``gen_ai.client.inference.operation.details`` log record, through ``logger_provider`` or the
+    global one), ``"SPAN_AND_EVENT"``; content passes ``redact(attribute, value) -> value | None``.
     ``link_to_current_context``: a root scope becomes a child of the OTel span active
     where it starts (an incoming HTTP request's, say).
     ``span_exporters``: instead of a tracer provider, build one here around these
@@ -100,7 +103,8 @@ class OTelExporter:
         meter_provider: MeterProvider | None = None,
         *,
         conventions: Iterable[str] = (A.GEN_AI,),
-        capture_content: bool = False,
+        capture_content: bool | str = False,
+        logger_provider: Any = None,
         redact: Redactor | None = None,
         link_to_current_context: bool = True,
         max_open_spans: int = 10_000,
@@ -152,8 +156,15 @@ class OTelExporter:
         self._fast = fast_path_for(self._tracer) if fast_path else None
         self._metrics = GenAIMetrics(meter_provider, VERSION) if meter_provider is not None else None
         self._voice = VoiceMetrics(meter_provider, VERSION) if meter_provider is not None else None
-        capture = capture_content or capture_from_env()
-        self._content = ContentRecorder(redact, self._oi) if capture else None
+        # An explicit choice wins over the environment's; bad values are an error here, not later.
+        self.capture_mode = capture_mode(capture_content) if capture_content is not False else mode_from_env()
+        recorder = ContentRecorder(redact, self._oi)
+        self._content = recorder if on_spans(self.capture_mode) else None
+        self._events = (
+            DetailsEvents(logger_provider, recorder, VERSION, INSTRUMENTATION_NAME)
+            if as_events(self.capture_mode) and not self._disabled
+            else None
+        )
         self._link = link_to_current_context
         self._table = SpanTable(max_open_spans)
         self._at_exit: Callable[[], None] | None = None
@@ -263,6 +274,11 @@ class OTelExporter:
             attributes = {}
         if self._content is not None:
             self._content_attributes(self._content.attempt_end, self._content.tool_end, event, role, attributes)
+        if self._events is not None and role == A.ATTEMPT:
+            try:
+                self._events.attempt_end(event, span)
+            except Exception:
+                self.count(CONTENT_ERRORS)
         if attributes:
             span.set_attributes(attributes)
         err = attributes.get("error.type")
