@@ -1,8 +1,9 @@
 """One policy, every sink: a turn whose prompt holds personal data and a key, watched by everything at once.
 
-OpenTelemetry (content on), the file and the Redis journal, the run page (HTML and API) and a
-cassette: none of the raw values appears in any of them, searched byte by byte, also JSON-escaped
-and base64-encoded; the provider still gets the raw prompt (unless ``apply_to_request``).
+OpenTelemetry (content on spans and in the details log record), the file and the Redis journal,
+the run page (HTML and API) and a cassette: none of the raw values appears in any of them, searched
+byte by byte, also JSON-escaped and base64-encoded; the provider still gets the raw prompt (unless
+``apply_to_request``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import aiohttp
 import pytest
 import redis
 from aiohttp.test_utils import TestServer
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from redis_support import redis_prefix, redis_server  # noqa: F401 - fixtures (by name, below)
 from test_run_journal_http import TIMEOUT, read_sse
 
@@ -118,7 +121,13 @@ def test_one_policy_every_sink(
     coordinator = session.SESSION_COORDINATOR
     coordinator.redaction.use(policy(apply_to_request))
     pipeline = Pipeline()
-    exporter = OTelExporter(pipeline.tracer_provider, pipeline.meter_provider, capture_content=True).attach(coordinator)
+    logs = InMemoryLogRecordExporter()
+    logger_provider = LoggerProvider()
+    logger_provider.add_log_record_processor(SimpleLogRecordProcessor(logs))
+    exporter = OTelExporter(
+        pipeline.tracer_provider, pipeline.meter_provider, capture_content="SPAN_AND_EVENT",
+        logger_provider=logger_provider,
+    ).attach(coordinator)  # fmt: skip
     journal_dir = tmp_path / "sessions"
     if journal == "redis":
         redis_server, redis_prefix = request.getfixturevalue("redis_server"), request.getfixturevalue("redis_prefix")
@@ -152,6 +161,11 @@ def test_one_policy_every_sink(
     ).encode()  # fmt: skip
     assert b"[REDACTED:email]" in exported
     assert_clean("the spans", exported)
+    records = [r.log_record for r in logs.get_finished_logs()]
+    assert any(r.event_name == "gen_ai.client.inference.operation.details" for r in records)
+    logged = "\n".join(r.to_json() for r in logs.get_finished_logs()).encode()
+    assert b"[REDACTED:email]" in logged
+    assert_clean("the log records", logged)
     metrics = pipeline.reader.get_metrics_data()
     assert_clean("the metrics", (metrics.to_json() if metrics else "").encode())
 
