@@ -17,6 +17,7 @@ from .capture import CAPTURE_ENV, DETAILS_EVENT, EVENT_ONLY, NO_CONTENT, SPAN_AN
 from .content import Redactor
 from .exporter import OTelExporter
 from .providers import BoundedBatchSpanProcessor, exporter_names, otlp_endpoint_configured, span_exporters
+from .tail_sampling import TailSampler
 
 __all__ = [
     "CAPTURE_ENV",
@@ -28,6 +29,7 @@ __all__ = [
     "BoundedBatchSpanProcessor",
     "OTelExporter",
     "Redactor",
+    "TailSampler",
     "setup_from_env",
 ]
 

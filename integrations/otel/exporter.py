@@ -48,6 +48,7 @@ from .providers import (
     tracer_provider_from_env,
 )
 from .spans import OpenSpan, SpanTable
+from .tail_sampling import TailBuffer, TailSampler
 from .voice import MEASURES_KEY as VOICE_MEASURES
 from .voice import VoiceMetrics, voice_attributes
 
@@ -91,6 +92,8 @@ class OTelExporter:
     exporters, each behind a bounded batch processor whose drops are counted.
     ``fast_path``: with an SDK ``TracerProvider`` whose processors all ignore span starts,
     build each span whole at its end (``deferred.py``); False always uses the SDK's ``Span``.
+    ``sampler``: a ``TailSampler``: spans are held per turn and exported or dropped together
+    (``tail_sampling.py``); metrics are never sampled.
     ``shutdown_timeout``: how long ``shutdown()`` (and so the process's exit, for providers
     built here) may wait for a backend that is down, refusing or not answering.
     """
@@ -105,6 +108,7 @@ class OTelExporter:
         conventions: Iterable[str] = (A.GEN_AI,),
         capture_content: bool | str = False,
         logger_provider: Any = None,
+        sampler: TailSampler | None = None,
         redact: Redactor | None = None,
         link_to_current_context: bool = True,
         max_open_spans: int = 10_000,
@@ -165,6 +169,9 @@ class OTelExporter:
             if as_events(self.capture_mode) and not self._disabled
             else None
         )
+        if sampler is not None and not isinstance(sampler, TailSampler):
+            raise TypeError(f"sampler must be a TailSampler, got {type(sampler).__name__}")
+        self._tail = TailBuffer(sampler, self.count) if sampler is not None else None
         self._link = link_to_current_context
         self._table = SpanTable(max_open_spans)
         self._at_exit: Callable[[], None] | None = None
@@ -292,6 +299,9 @@ class OTelExporter:
             span.set_status(Status(StatusCode.ERROR, f"{err}: {message}"[:_STATUS_MESSAGE_LIMIT]))
         if role == A.ATTEMPT and self._metrics is not None:
             self._metrics.record_attempt(event, err)
+        if self._tail is not None:
+            self._tail.finish(record, event.timestamp, event)  # ended (or dropped) with the rest of its trace
+            return
         span.end(event.timestamp)  # positional: a keyword call costs more, on every span
 
     def _content_attributes(
@@ -336,7 +346,10 @@ class OTelExporter:
         span = record.span
         span.set_attributes({"relay.outcome": ABANDONED, "error.type": ABANDONED_ERROR})
         span.set_status(Status(StatusCode.ERROR, reason))
-        span.end(end_time=end_ns)
+        if self._tail is not None:
+            self._tail.finish(record, end_ns, None, fired=True)  # an error: kept by the keep-errors rule
+        else:
+            span.end(end_time=end_ns)
         self.count(SPANS_ABANDONED)
 
     # -- trace context for provider calls -------------------------------------------------
@@ -437,6 +450,8 @@ class OTelExporter:
             now = time.time_ns()
             for record in self._table.remove_all():
                 self._abandon(record, now, "exporter shut down while this scope was open")
+        if self._tail is not None:
+            self._tail.flush()  # units that will not end here go out as they are
         if self._metrics is not None:
             # Points still queued for the SDK are recorded before the flush reads them.
             self._metrics.close()
