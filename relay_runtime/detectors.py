@@ -104,15 +104,16 @@ def numeric_runs(text: str) -> list[Run]:
     return runs
 
 
-def _in_runs(pattern: re.Pattern[str], valid: Callable[[str], bool] | None, least: int) -> Callable[
-    [str], Iterator[Span]
-]:
-    """``pattern`` tried only in the numeric runs of ``least`` digits or more (and a character each side)."""
+def _in_runs(
+    pattern: re.Pattern[str], valid: Callable[[str], bool] | None, least: int, holding: str = ""
+) -> Callable[[str], Iterator[Span]]:
+    """``pattern`` tried only in the numeric runs of ``least`` digits or more that hold ``holding`` (a
+    separator the value must have), and a character each side."""
 
     def find(text: str) -> Iterator[Span]:
         n = len(text)
         for start, end, digits in numeric_runs(text):
-            if digits < least:
+            if digits < least or (holding and text.find(holding, start, end) < 0):
                 continue
             for m in pattern.finditer(text, max(0, start - 1), min(n, end + 1)):
                 if valid is None or valid(m.group()):
@@ -412,7 +413,7 @@ def _presidio() -> Detector:
     return Detector("presidio", find)
 
 
-_IPV4_IN_RUNS = _in_runs(_IPV4, _ipv4_ok, 4)
+_IPV4_IN_RUNS = _in_runs(_IPV4, _ipv4_ok, 4, ".")
 
 _BUILT_IN: dict[str, Detector] = {
     # An e-mail's local part is at most 64 characters, its domain at most 255 (RFC 5321).
@@ -421,7 +422,7 @@ _BUILT_IN: dict[str, Detector] = {
     "credit_card": Detector("credit_card", _in_runs(_CARD, _card_ok, 13), digits=True, shortest=13),
     "iban": Detector("iban", _find_iban, digits=True, shortest=15),
     "ip_address": Detector("ip_address", _find_ip, (".", ":"), shortest=3),
-    "us_ssn": Detector("us_ssn", _in_runs(_SSN, None, 9), ("-",), digits=True, shortest=11),
+    "us_ssn": Detector("us_ssn", _in_runs(_SSN, None, 9, "-"), ("-",), digits=True, shortest=11),
     "jwt": Detector("jwt", _at(_JWT, "eyJ", _jwt_ok), ("eyJ",), shortest=16),
     "api_key": Detector("api_key", _find_key, shortest=20),
     "high_entropy": Detector("high_entropy", _matches(_TOKEN, _high_entropy_ok), shortest=24),

@@ -22,7 +22,9 @@ import hmac
 import json
 import threading
 import warnings
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from . import conventions as cv
@@ -100,7 +102,7 @@ class RedactionPolicy:
         # The shortest value any detector rule can find: shorter strings (roles, small ids) are not scanned.
         self._shortest = min((r.finder.shortest for r in self.rules if r.finder is not None), default=0)
         # What the rules made of long strings seen before (text -> result, counts, replaced spans), bounded.
-        self._memo: dict[str, tuple[str, dict[str, int], dict[str, str]]] = {}
+        self._memo: OrderedDict[str, tuple[str, dict[str, int], dict[str, str]]] = OrderedDict()
         self._memo_chars = 0
         self._memo_lock = threading.Lock()
         self.fingerprint = self._fingerprint()
@@ -114,9 +116,8 @@ class RedactionPolicy:
             self._memo[text] = memo
             self._memo_chars += len(text)
             while self._memo_chars > _MEMO_CHARS or len(self._memo) > _MEMO_ENTRIES:
-                oldest = next(iter(self._memo))
+                oldest, _ = self._memo.popitem(last=False)  # O(1), unlike deleting a dict's first key
                 self._memo_chars -= len(oldest)
-                del self._memo[oldest]
 
     def _fingerprint(self) -> str:
         """A stable id of what this policy does (cassettes store it): the rules, and which key, never the key."""
@@ -574,7 +575,7 @@ class Pass:
             return result
         if value is None or kind in (int, float, bool) or depth > _MAX_DEPTH:
             return value
-        if kind is dict or isinstance(value, Mapping):
+        if kind is dict or kind is MappingProxyType or isinstance(value, Mapping):
             out: dict[Any, Any] | None = None
             for k, v in value.items():
                 new = self._raw(v, depth + 1, scan)

@@ -91,7 +91,8 @@ class DetailsEvents:
         self._logger = logger_provider.get_logger(name, version)
         self._recorder = recorder
 
-    def attempt_end(self, event: Event, span: Any) -> None:
+    def attempt_end(self, event: Event, span: Any, refs: dict[str, str] | None = None) -> None:
+        """Emit the event; with ``refs`` (content written to a store) they stand in for the content."""
         from opentelemetry.trace import set_span_in_context
 
         attributes: dict[str, Any] = {}
@@ -111,6 +112,9 @@ class DetailsEvents:
                 attributes["gen_ai.response.finish_reasons"] = [str(r) for r in resp.finish_reasons]
         req = event.annotated_request
         structured = self._recorder.structured
+        if refs is not None:
+            attributes.update(refs)
+            req = None
         if req is not None:
             for key, value in (
                 (INPUT_MESSAGES, input_messages(req.messages)),
@@ -120,7 +124,7 @@ class DetailsEvents:
                 kept = structured(key, value) if value else None
                 if kept is not None:
                     attributes[key] = kept
-        output = structured(OUTPUT_MESSAGES, output_messages(event))
+        output = structured(OUTPUT_MESSAGES, output_messages(event)) if refs is None else None
         if output is not None:
             attributes[OUTPUT_MESSAGES] = output
         if event.outcome == "failed":

@@ -35,6 +35,7 @@ from . import attributes as A
 from . import propagation
 from .capture import DetailsEvents, as_events, capture_mode, mode_from_env, on_spans
 from .content import ContentRecorder, Redactor
+from .content_store import ContentStore, store_from_env
 from .deferred import fast_path_for
 from .metrics import GenAIMetrics
 from .providers import (
@@ -109,6 +110,7 @@ class OTelExporter:
         capture_content: bool | str = False,
         logger_provider: Any = None,
         sampler: TailSampler | None = None,
+        content_store: str | None = None,
         redact: Redactor | None = None,
         link_to_current_context: bool = True,
         max_open_spans: int = 10_000,
@@ -163,7 +165,11 @@ class OTelExporter:
         # An explicit choice wins over the environment's; bad values are an error here, not later.
         self.capture_mode = capture_mode(capture_content) if capture_content is not False else mode_from_env()
         recorder = ContentRecorder(redact, self._oi)
+        self._recorder = recorder
         self._content = recorder if on_spans(self.capture_mode) else None
+        store = content_store if content_store is not None else store_from_env()
+        captured = on_spans(self.capture_mode) or as_events(self.capture_mode)
+        self._store = ContentStore(store, self.count) if store and captured and not self._disabled else None
         self._events = (
             DetailsEvents(logger_provider, recorder, VERSION, INSTRUMENTATION_NAME)
             if as_events(self.capture_mode) and not self._disabled
@@ -218,7 +224,9 @@ class OTelExporter:
             self.count(ATTRIBUTE_ERRORS)
             name, attributes = str(event.name), {}
         if self._content is not None:
-            self._content_attributes(self._content.attempt_start, self._content.tool_start, event, role, attributes)
+            # By reference, an attempt's content is written once, at its end.
+            at_start = self._content.attempt_start if self._store is None else _no_content
+            self._content_attributes(at_start, self._content.tool_start, event, role, attributes)
         fast = self._fast
         if fast is not None and fast.multi._span_processors is not fast.processors:  # see FastPath
             fast = self._fast = fast_path_for(self._tracer)
@@ -279,11 +287,20 @@ class OTelExporter:
             # The span was taken out of the table: it must still end, once.
             self.count(ATTRIBUTE_ERRORS)
             attributes = {}
-        if self._content is not None:
+        refs = None
+        if self._store is not None and role == A.ATTEMPT:
+            try:
+                refs = self._store.references(event, self._recorder)
+            except Exception:
+                self.count(CONTENT_ERRORS)
+                refs = {}
+            if self._content is not None:
+                attributes.update(refs)
+        elif self._content is not None:
             self._content_attributes(self._content.attempt_end, self._content.tool_end, event, role, attributes)
         if self._events is not None and role == A.ATTEMPT:
             try:
-                self._events.attempt_end(event, span)
+                self._events.attempt_end(event, span, refs)
             except Exception:
                 self.count(CONTENT_ERRORS)
         if attributes:
@@ -452,6 +469,8 @@ class OTelExporter:
                 self._abandon(record, now, "exporter shut down while this scope was open")
         if self._tail is not None:
             self._tail.flush()  # units that will not end here go out as they are
+        if self._store is not None:
+            self._store.close(limit)
         if self._metrics is not None:
             # Points still queued for the SDK are recorded before the flush reads them.
             self._metrics.close()
@@ -498,3 +517,7 @@ class OTelExporter:
         processor = getattr(self.tracer_provider, "_active_span_processor", None)
         inner = getattr(processor, "_span_processors", ())
         return sum(p.pending for p in inner if isinstance(p, BoundedBatchSpanProcessor))
+
+
+def _no_content(event: Event, out: dict[str, Any]) -> None:
+    """An attempt's start records no content when it goes to a content store at the end."""
