@@ -177,7 +177,7 @@ _PHONE_NANP = re.compile(
 
 
 def _phone_digits_ok(text: str) -> bool:
-    digits = sum(c.isdigit() for c in text)
+    digits = len(text) - sum(map(text.count, " ().+-"))
     return 8 <= digits <= 15  # E.164 allows at most 15; fewer than 8 is no reachable number
 
 
