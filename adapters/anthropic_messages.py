@@ -28,6 +28,7 @@ def usage_of(usage: Any) -> TokenUsage:
         cache_read_tokens=as_int(get(usage, "cache_read_input_tokens")),
         cache_creation_tokens=as_int(get(usage, "cache_creation_input_tokens")),
         reasoning_tokens=as_int(get(get(usage, "output_tokens_details"), "thinking_tokens")),
+        cache_creation_1h_tokens=as_int(get(get(usage, "cache_creation"), "ephemeral_1h_input_tokens")),
     )
 
 
@@ -90,7 +91,7 @@ class MessagesAccumulator:
     the stop reason and the cumulative output usage.
     """
 
-    __slots__ = ("blocks", "codec", "message", "stop_reason", "stop_sequence", "usage")
+    __slots__ = ("blocks", "codec", "message", "stop_reason", "stop_sequence", "terminated", "usage")
 
     def __init__(self, codec: AnthropicMessagesCodec) -> None:
         self.codec = codec
@@ -99,15 +100,17 @@ class MessagesAccumulator:
         self.stop_reason: str | None = None
         self.stop_sequence: str | None = None
         self.usage: dict[str, Any] = {}
+        self.terminated = False  # ``message_stop`` seen: without it the stream was cut short
 
     def _merge_usage(self, usage: Any) -> None:
         for name in _USAGE_FIELDS:
             value = as_int(get(usage, name))
             if value is not None:
                 self.usage[name] = value
-        details = get(usage, "output_tokens_details")
-        if details is not None:
-            self.usage["output_tokens_details"] = details
+        for name in ("output_tokens_details", "cache_creation"):
+            details = get(usage, name)
+            if details is not None:
+                self.usage[name] = details
 
     def add(self, chunk: Any) -> ChunkDelta | None:
         kind = get(chunk, "type")
@@ -127,8 +130,9 @@ class MessagesAccumulator:
                 return ChunkDelta(reasoning=thought) if thought else None
             if block is not None:
                 if dtype == "input_json_delta":
-                    block.parts.append(as_str(get(delta, "partial_json")) or "")
-                    return ChunkDelta()
+                    fragment = as_str(get(delta, "partial_json")) or ""
+                    block.parts.append(fragment)
+                    return ChunkDelta(extra_chars=len(fragment))
                 if dtype == "signature_delta":
                     block.signature = as_str(get(delta, "signature"))
             return None
@@ -145,6 +149,8 @@ class MessagesAccumulator:
             self.stop_reason = as_str(get(delta, "stop_reason")) or self.stop_reason
             self.stop_sequence = as_str(get(delta, "stop_sequence")) or self.stop_sequence
             self._merge_usage(get(chunk, "usage"))
+        elif kind == "message_stop":
+            self.terminated = True
         return None
 
     def finish(self) -> tuple[Any, AnnotatedLLMResponse]:

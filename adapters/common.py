@@ -56,6 +56,10 @@ def openai_usage(usage: Any, inputs: str, outputs: str) -> TokenUsage:
         cache_read_tokens=as_int(get(input_details, "cached_tokens")),
         cache_creation_tokens=as_int(get(input_details, "cache_write_tokens")),
         reasoning_tokens=as_int(get(output_details, "reasoning_tokens")),
+        input_audio_tokens=as_int(get(input_details, "audio_tokens")),
+        output_audio_tokens=as_int(get(output_details, "audio_tokens")),
+        input_image_tokens=as_int(get(input_details, "image_tokens")),
+        output_image_tokens=as_int(get(output_details, "image_tokens")),
     )
 
 

@@ -200,14 +200,19 @@ def _awaitable(result: Any) -> bool:
 def sync_callback(create: Callable[..., Any], client: Any, api: Api) -> Callable[[LLMRequest], Any]:
     def call(request: LLMRequest) -> Any:
         kwargs = _kwargs_of(request)
-        sdk_retries.watch(client)
-        if cassettes.current() is not None:
-            with cassette_http.bound(client, api.codec, kwargs) as tape:
-                direct = cassette_http.direct_reply(tape, client, api.mode)
-                if direct is not cassette_http.NOT_DIRECT:
-                    return direct
-                return create(**kwargs) if not _guarded else _guarded_call(create, kwargs)
-        result = create(**kwargs) if not _guarded else _guarded_call(create, kwargs)
+        counted = sdk_retries.watch(client)
+        try:
+            if cassettes.current() is not None:
+                with cassette_http.bound(client, api.codec, kwargs) as tape:
+                    direct = cassette_http.direct_reply(tape, client, api.mode)
+                    if direct is not cassette_http.NOT_DIRECT:
+                        return direct
+                    return create(**kwargs) if not _guarded else _guarded_call(create, kwargs)
+            result = create(**kwargs) if not _guarded else _guarded_call(create, kwargs)
+        except BaseException:
+            if counted:  # the SDK refused before sending (its own checks): no provider was called
+                sdk_retries.refused()
+            raise
         if type(result) not in _NOT_AWAITABLE and _awaitable(result):
             # A duck-typed create() that looked synchronous: an un-awaited coroutine is no response.
             close = getattr(result, "close", None)
@@ -234,14 +239,19 @@ async def _acall_sdk(create: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
 def async_callback(create: Callable[..., Any], client: Any, api: Api) -> Callable[[LLMRequest], Any]:
     async def call(request: LLMRequest) -> Any:
         kwargs = _kwargs_of(request)
-        sdk_retries.watch(client)
-        if cassettes.current() is not None:
-            with cassette_http.bound(client, api.codec, kwargs) as tape:
-                direct = cassette_http.direct_reply(tape, client, api.mode)
-                if direct is not cassette_http.NOT_DIRECT:
-                    return direct
-                return await _acall_sdk(create, kwargs)
-        return await _acall_sdk(create, kwargs)
+        counted = sdk_retries.watch(client)
+        try:
+            if cassettes.current() is not None:
+                with cassette_http.bound(client, api.codec, kwargs) as tape:
+                    direct = cassette_http.direct_reply(tape, client, api.mode)
+                    if direct is not cassette_http.NOT_DIRECT:
+                        return direct
+                    return await _acall_sdk(create, kwargs)
+            return await _acall_sdk(create, kwargs)
+        except BaseException:
+            if counted:
+                sdk_retries.refused()
+            raise
 
     return call
 

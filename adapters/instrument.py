@@ -18,6 +18,10 @@ wrapt), so clients a framework creates are traced as well.
 Both may be on at once: dispatch marks the SDK call it makes (``inside_sdk_call``) and
 every wrapper passes a marked call straight through, so one call is one attempt.
 
+Globally, classes that copied the wrapped methods at import (the Vertex and Bedrock beta
+``Messages``) are wrapped too, and an LLM request that reaches an SDK client unmarked is
+counted (``sdk_coverage``).
+
 ``with_raw_response`` / ``with_streaming_response``: the attempt opens with the
 request and ends when the caller has read the body (``parse``, ``read``, ``text``,
 ``json``, iterating it) with what the body said, or cancelled when it closes it unread.
@@ -34,9 +38,9 @@ from typing import Any
 import wrapt
 
 from relay_runtime import calls, session
-from relay_runtime.streams import fail_stream, finish_whole
+from relay_runtime.streams import adopt_source, fail_stream, finish_whole
 
-from . import dispatch
+from . import dispatch, sdk_coverage
 from .dispatch import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, RESPONSES
 
 _NOTHING = object()
@@ -319,8 +323,10 @@ class _Watched(wrapt.ObjectProxy):
 
     def _relay_parsed(self, result: Any) -> Any:
         if self._self_streamed:
-            # A streamed body parses to the SDK's stream: the managed stream reads it, chunk by chunk.
+            # A streamed body parses to the SDK's stream: the managed stream reads it, chunk by chunk,
+            # and stands for it (its type, attributes and close()).
             self._self_body.stream = result
+            adopt_source(self._self_managed, result)
             return self._self_managed
         finish_whole(self._self_managed, result)
         return result
@@ -668,13 +674,23 @@ def _patch_class(
 def _instrument_classes(include_usage: bool) -> list[str]:
     done: list[str] = []
     with _lock:
-        for cls, mode in _sdk_classes():
+        first_party = _sdk_classes()  # imports the SDKs that are installed
+        sdk_coverage.import_copying_modules()  # before any patch: they copy the SDK's own functions
+        originals: dict[Any, tuple[str, str]] = {}  # the SDK's own functions, wrapped now -> (mode, method)
+        for cls, mode in first_party:
             for method in METHODS[mode]:
                 current = _unpatched(cls, method)
                 if current is not None:
+                    originals[current] = (mode, method)
                     live = _Live()
                     wrapper = _class_wrapper(mode, method, _is_async(current), include_usage, live)
                     _patch_class(cls, method, current, wrapper, live, done)
+        # Classes that took those functions as their own (the Vertex and Bedrock beta messages).
+        for cls, method, mode in sdk_coverage.copies(originals, {cls for cls, _mode in first_party}):
+            current = vars(cls)[method]
+            live = _Live()
+            wrapper = _class_wrapper(mode, method, _is_async(current), include_usage, live)
+            _patch_class(cls, method, current, wrapper, live, done)
         for module_name, class_name, label, methods in UNTRACED_CLASSES:
             untraced = _sdk_class(module_name, class_name)
             if untraced is None:
@@ -684,12 +700,15 @@ def _instrument_classes(include_usage: bool) -> list[str]:
                 if current is not None:
                     live = _Live()
                     _patch_class(untraced, method, current, _untraced_wrapper(f"{label}.{method}", live), live, done)
+        # The net: an LLM request that reaches an SDK client's request() without dispatch is counted.
+        done += sdk_coverage.install_net(count_untraced, dispatch.inside_sdk_call)
         dispatch.guard_sdk_calls(bool(_patched))
     return done
 
 
 def _uninstrument_classes() -> None:
     with _lock:
+        sdk_coverage.remove_net()
         for cls, method in reversed(_patched):
             _restore(cls, method)
         _patched.clear()

@@ -174,6 +174,7 @@ class ChatAccumulator:
             self.usage = usage
         text = reasoning = ""
         said = False
+        extra = 0  # output beyond the first choice's text and reasoning: billed all the same
         for choice in as_list(get(chunk, "choices")):
             index = as_int(get(choice, "index")) or 0
             parts = self.choices.get(index)
@@ -191,14 +192,19 @@ class ChatAccumulator:
                 parts.text.append(piece)
                 if index == 0:
                     text += piece
+                else:
+                    extra += len(piece)
             thought = _reasoning(delta)
             if thought:
                 parts.reasoning.append(thought)
                 if index == 0:
                     reasoning += thought
+                else:
+                    extra += len(thought)
             refusal = as_str(get(delta, "refusal"))
             if refusal:
                 parts.refusal.append(refusal)
+                extra += len(refusal)
             for fragment in as_list(get(delta, "tool_calls")):
                 said = True
                 slot = as_int(get(fragment, "index")) or 0
@@ -207,13 +213,22 @@ class ChatAccumulator:
                     call = parts.tool_calls[slot] = ToolCallParts()
                 call.id = as_str(get(fragment, "id")) or call.id
                 function = get(fragment, "function")
-                call.name = as_str(get(function, "name")) or call.name
+                name = as_str(get(function, "name"))
+                if name:
+                    call.name = name
+                    extra += len(name)
                 arguments = as_str(get(function, "arguments"))
                 if arguments:
                     call.arguments.append(arguments)
-        if text or reasoning or new_model or said:
-            return ChunkDelta(text=text, reasoning=reasoning, model=new_model)
+                    extra += len(arguments)
+        if text or reasoning or new_model or said or extra:
+            return ChunkDelta(text=text, reasoning=reasoning, model=new_model, extra_chars=extra)
         return None
+
+    @property
+    def terminated(self) -> bool:
+        """Whether some choice got its ``finish_reason``: without one the stream was cut short."""
+        return any(parts.finish_reason is not None for parts in self.choices.values())
 
     def finish(self) -> tuple[Any, AnnotatedLLMResponse]:
         if self.usage is None and self.on_missing_usage is not None:

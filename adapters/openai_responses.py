@@ -27,6 +27,8 @@ from .common import (
 _FIELDS = FieldMap.of("input", "instructions", neutral.OPENAI_RESPONSES)
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 _REASONING_DELTAS = frozenset({"response.reasoning_summary_text.delta", "response.reasoning_text.delta"})
+# Deltas that are not model output in characters: base64 audio (its transcript is counted instead).
+_UNMETERED_DELTAS = frozenset({"response.audio.delta", "response.image_generation_call.partial_image"})
 
 
 def usage_of(usage: Any) -> TokenUsage:
@@ -139,7 +141,7 @@ class ResponsesAccumulator:
             fragment = as_str(get(chunk, "delta"))
             if fragment:
                 call.arguments.append(fragment)
-            return ChunkDelta()
+            return ChunkDelta(extra_chars=len(fragment) if fragment else 0)
         if kind in ("response.output_item.added", "response.output_item.done"):
             item = get(chunk, "item")
             if get(item, "type") == "function_call":
@@ -152,6 +154,11 @@ class ResponsesAccumulator:
             return None
         response = get(chunk, "response")
         if response is None:
+            if type(kind) is str and kind.endswith(".delta") and kind not in _UNMETERED_DELTAS:
+                # Any other output the model writes piece by piece (a refusal, a custom tool's input,
+                # code for a hosted tool) is billed as output: a budget's stream meter counts it.
+                other = as_str(get(chunk, "delta"))
+                return ChunkDelta(extra_chars=len(other)) if other else None
             return None
         if kind in _TERMINAL:
             self.terminal = response
@@ -163,6 +170,11 @@ class ResponsesAccumulator:
             self.model = model
             return ChunkDelta(model=model)
         return None
+
+    @property
+    def terminated(self) -> bool:
+        """Whether ``response.completed``, ``response.incomplete`` or ``response.failed`` arrived."""
+        return self.terminal is not None
 
     def _call(self, key: str | None) -> ToolCallParts:
         slot = key or ""

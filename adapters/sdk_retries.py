@@ -1,11 +1,18 @@
-"""How many times the SDK itself retried one ``create()`` under its own ``max_retries``.
+"""How many times the SDK itself retried one ``create()`` under its own ``max_retries``, and what else it sent.
 
 Both SDKs stamp every HTTP try with ``x-stainless-retry-count`` (0 on the first
 try). A request hook on the client's httpx client credits each try to the
 managed attempt running in this context, as ``sdk_retries`` in its metadata:
 0 after the first try, then the stamp of each retry (or one more per try when
-unstamped). Unmanaged calls pay one context variable read per HTTP request,
-and nothing is installed until the first managed call on a client.
+unstamped). A request whose stamp is not past the last one is a resend within
+the same try (anthropic's refusal / overload fallback middleware, openai's resend
+after refreshing a rejected token): counted as ``relay.sdk_resends``. Unmanaged
+calls pay one context variable read per HTTP request, and nothing is installed
+until the first managed call on a client.
+
+The same hook tells whether a call sent anything at all: a ``create()`` that raised
+before its first request (the SDK's own argument checks, an auth deadline) marks its
+attempt ``relay.sent: False`` (see ``refused``).
 """
 
 from __future__ import annotations
@@ -33,7 +40,11 @@ def _on_request(request: Any) -> None:
         return
     stamped = request.headers.get(RETRY_HEADER)
     if stamped is not None and stamped.isdigit():
-        metadata[cv.SDK_RETRIES] = max(retries, int(stamped))
+        stamp = int(stamped)
+        if stamp > retries:
+            metadata[cv.SDK_RETRIES] = stamp
+        else:
+            metadata[cv.SDK_RESENDS] = metadata.get(cv.SDK_RESENDS, 0) + 1
     else:
         metadata[cv.SDK_RETRIES] = retries + 1
 
@@ -69,25 +80,44 @@ def _install(client: Any) -> bool:
     return True
 
 
-def watch(client: Any) -> None:
+def watch(client: Any) -> bool:
     """Before a ``create()`` on ``client``: count its HTTP tries for the attempt running here, if any.
 
     The count starts afresh, so an attempt whose execution intercept calls the
-    provider twice reports the last ``create()``'s retries.
+    provider twice reports the last ``create()``'s retries. True when the tries are
+    being counted (so ``refused`` can tell a call that sent nothing).
     """
     attempt = current_attempt()
     if attempt is None:
-        return
+        return False
     # Every call after a client's first finds its hook already there: looked for here, in the
     # dict behind httpx's ``event_hooks`` property, without that property's frame or _install's.
     hooks = getattr(getattr(client, "_client", None), "_event_hooks", None)
     if type(hooks) is dict:
         request_hooks = hooks.get("request")
         if type(request_hooks) is list and (_on_request in request_hooks or _on_request_async in request_hooks):
-            attempt.metadata.pop(cv.SDK_RETRIES, None)
-            return
+            _restart(attempt.metadata)
+            return True
     if _install(client):
-        attempt.metadata.pop(cv.SDK_RETRIES, None)
+        _restart(attempt.metadata)
+        return True
+    return False
+
+
+def _restart(metadata: dict[str, Any]) -> None:
+    metadata.pop(cv.SDK_RETRIES, None)
+    if cv.SDK_RESENDS in metadata:  # rare: a second create() in one attempt after a resend
+        del metadata[cv.SDK_RESENDS]
+
+
+def refused() -> None:
+    """The ``create()`` just watched raised: if it sent no request, its attempt says so (``relay.sent``)."""
+    attempt = current_attempt()
+    if attempt is not None and cv.SDK_RETRIES not in attempt.metadata:
+        attempt.metadata[cv.SENT] = False
+        spend = attempt.cost_state
+        if getattr(spend, "sent", False) is True:
+            spend.sent = False  # priced at nothing, as a budget's refusal is: no provider was called
 
 
 def answered_without_http(client: Any) -> None:

@@ -21,6 +21,7 @@ chunk; 100,000 calls leave no memory behind once collected.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import gc
 import statistics
 import sys
@@ -313,11 +314,50 @@ def bench_memory() -> None:
     print(f"  {'peak above start':<52} {(peak - before) / 1024:8.1f} KiB")
 
 
+def bench_outside_turns() -> None:
+    """The session layer's call, one request intercept and one subscriber on the host: in a managed turn,
+    and with no turn open (recorded by the default host, the default). Each variant runs in a context of
+    its own (``Context.run``), so the turn is active in one only; the bare call pays the same ``run``."""
+    from relay_runtime import calls, session
+
+    coordinator = session.SESSION_COORDINATOR
+    host = coordinator.default_host()
+    host.relay.intercepts.register_llm_request("keep", 0, False, keep)
+    host.relay.subscribers.register(sink, name="sink")
+    host.retain_managed_execution("bench")
+    in_turn, no_turn, bare_ctx = contextvars.copy_context(), contextvars.copy_context(), contextvars.copy_context()
+    lease = coordinator.acquire_conversation(profile_key=host.profile_key, session_id="bench", platform="bench")
+    turn = in_turn.run(coordinator.begin_turn, lease, turn_id="t", task_id="t")
+    content = _content()
+    execute = calls.execute_current
+    try:
+        times = compare_sync(
+            {
+                "bare": lambda: bare_ctx.run(provider, LLMRequest(HEADERS, content)),
+                "turn": lambda: in_turn.run(execute, LLMRequest(HEADERS, content), provider, name="bench"),
+                "outside": lambda: no_turn.run(execute, LLMRequest(HEADERS, content), provider, name="bench"),
+            }
+        )
+    finally:
+        in_turn.run(coordinator.end_turn, turn, outcome="success")
+        coordinator.release_conversation(lease)
+        host.release_managed_execution("bench")
+        host.relay.intercepts.deregister_llm_request("keep")
+        host.relay.subscribers.deregister("sink")
+    print("calls.execute_current (one request intercept, one subscriber): in a turn, and with no turn open")
+    _line("bare callback", times["bare"])
+    _line("in a managed turn (attempt + logical call)", times["turn"])
+    _line("no turn open, recorded by the default host", times["outside"])
+    _line("overhead: in a turn", times["turn"] - times["bare"])
+    _line("overhead: no turn open", times["outside"] - times["bare"])
+
+
 def main() -> None:
     print(f"python {sys.version.split()[0]}; medians of {ROUNDS} samples of {CALLS} calls each", flush=True)
     bench_unwatched()
     bench_against_nemo(bench_watched_sync())
     bench_stream()
+    bench_outside_turns()
     bench_memory()
 
 

@@ -10,17 +10,27 @@ Budget (issue 14): a catalog and one budget add at most 1 us per managed call
 (CPU medians; the machine is shared, so wall figures are printed beside them).
 Without a catalog, cost adds nothing but the ``relay.cost.active`` tests: the
 core benchmark (``bench_core``) measures that path against its own budgets.
+
+Spend stores (issue 23): a call under a conversation or profile budget reserves
+its worst case in the store before it is sent and settles after; the figures
+compare that pair on the memory, file and Redis stores (a real ``redis-server``
+on loopback, with ``appendfsync everysec`` and ``always``), and a whole managed
+call with its spend in memory and in Redis.
 """
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_core import CALLS, HEADERS, ROUNDS, Timing, _line, compare_sync
+from benchmarks.bench_core import CALLS, HEADERS, ROUNDS, Timing, _line, _ratio, compare_sync
+from benchmarks.journal_stores import _start_redis
 from relay_runtime import LLMRequest, Relay
 from relay_runtime import conventions as cv
 from relay_runtime.adapters.openai_chat import OpenAIChatCodec
-from relay_runtime.cost import Budget, PriceCatalog
+from relay_runtime.cost import Budget, Claim, FileSpendStore, MemorySpendStore, PriceCatalog, RedisSpendStore
 
 CODEC = OpenAIChatCodec()
 RESPONSE = {
@@ -89,9 +99,72 @@ def bench_pricing() -> Timing:
     return added
 
 
+STORE_CALLS = 300  # reserve+settle pairs per sample: each is two round trips to Redis, or two locked file writes
+STORE_ROUNDS = 7
+
+
+def _reserve_settle(store: Any, key: str) -> Callable[[], Any]:
+    claims = [Claim(key, 1e12)]
+
+    def call() -> Any:
+        return store.settle(store.reserve(claims, 0.001), 0.0009)
+
+    return call
+
+
+def _managed_call(relay: Relay) -> Callable[[], Any]:
+    content = _content()
+    return lambda: relay.llm.execute("bench", LLMRequest(HEADERS, content), provider, codec=CODEC)
+
+
+def bench_spend_stores() -> None:
+    """One call's shared-budget accounting (reserve before sending, settle after) on each store, in one run;
+    then a whole managed call with a conversation budget kept in memory and in Redis."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        servers = {fsync: _start_redis(root / f"redis-{fsync}", fsync) for fsync in ("everysec", "always")}
+        try:
+            if any(found is None for found in servers.values()):
+                print("redis-server not found (apt-get install redis-server): Redis figures skipped")
+                return
+            stores: dict[str, Any] = {"memory": MemorySpendStore(), "file": FileSpendStore(root / "spend")}
+            for fsync, found in servers.items():
+                assert found is not None
+                stores[f"redis {fsync}"] = RedisSpendStore(found[1], prefix=f"bench-{fsync}")
+            times = compare_sync({name: _reserve_settle(store, "conversation:bench:s")
+                                  for name, store in stores.items()}, n=STORE_CALLS, rounds=STORE_ROUNDS)  # fmt: skip
+            print(f"spend store: reserve + settle per call (medians of {STORE_ROUNDS} x {STORE_CALLS}; wall is "
+                  "what a call waits, Redis on loopback)")  # fmt: skip
+            for name, timing in times.items():
+                _line(f"{name} store", timing)
+            _ratio("redis everysec over memory (wall)", times["redis everysec"].wall / times["memory"].wall)
+            _ratio("file over redis everysec (wall)", times["file"].wall / times["redis everysec"].wall)
+            calls = {}
+            for name in ("memory", "redis everysec"):
+                relay, _turn = _relay(f"bench-{name}", catalog=True, budget=False)
+                relay.cost.use_store(stores[name])
+                relay.cost.budget(Budget(1e9, per="conversation"))
+                relay.scope.push("conversation", metadata={cv.KIND: cv.CONVERSATION, cv.SESSION_ID: f"s-{name}"})
+                calls[name] = _managed_call(relay)
+            whole = compare_sync(calls, n=STORE_CALLS, rounds=STORE_ROUNDS)
+            print("managed call with one conversation budget, by where its spend is kept")
+            for name, timing in whole.items():
+                _line(f"relay.llm.execute, {name} store", timing)
+            _line("added by Redis (wall)", whole["redis everysec"] - whole["memory"])
+            for store in stores.values():
+                if isinstance(store, RedisSpendStore):
+                    store.close()
+        finally:
+            for found in servers.values():
+                if found is not None:
+                    found[0].terminate()
+                    found[0].wait(10)
+
+
 def main() -> None:
     print(f"medians of {ROUNDS} samples of {CALLS} calls each; CPU time per call (the machine is shared)")
     bench_pricing()
+    bench_spend_stores()
 
 
 if __name__ == "__main__":

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from .attempt import current_attempt
+from .codec import IncompleteStream
 from .events import CHUNK_MARK, MARK, SCOPE_END, SCOPE_START, Event
 from .intercepts import GuardrailRejected
 from .recorder import Recorder
 from .relay import Relay, default_relay
 from .scopes import ScopeHandle, ScopeOrderError
+from .settings import configure
 from .threads import ContextExecutor, propagate_to_thread
 from .types import (
     AnnotatedLLMRequest,
@@ -31,6 +33,7 @@ __all__ = [
     "ContextExecutor",
     "Event",
     "GuardrailRejected",
+    "IncompleteStream",
     "LLMRequest",
     "LLMRequestInterceptOutcome",
     "Outcome",
@@ -40,6 +43,7 @@ __all__ = [
     "ScopeOrderError",
     "ScopeType",
     "TokenUsage",
+    "configure",
     "current_attempt",
     "default_relay",
     "propagate_to_thread",

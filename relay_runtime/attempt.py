@@ -41,6 +41,7 @@ _NO_CHAINS: Mapping[str, tuple[Intercept, ...]] = MappingProxyType({})
 
 _CANCELLED = Outcome.CANCELLED.value
 _NOTHING: Any = object()
+_SDK_RETRIES = cv.SDK_RETRIES
 
 FinishHook = Callable[[str, Any, "BaseException | None"], None]
 
@@ -63,6 +64,7 @@ class Attempt:
         "chains",
         "codec",
         "cost_state",
+        "fallback",
         "finished",
         "handle",
         "held",
@@ -126,6 +128,8 @@ class Attempt:
         # The open attempts of this attempt's logical call (set by the session layer): the end of the
         # turn ends them, so one made beside this one (a fan-out) joins them.
         self.tracked: list[Attempt] | None = None
+        # Set when an execution intercept caught the provider's error and answered in its place.
+        self.fallback: tuple[str, BaseException] | None = None
         owner = parent if parent is not None else relay.scope.current()
         # Not on any stack: the calling convention makes it current only while the
         # provider runs, so a stream left open never becomes everyone's parent.
@@ -395,6 +399,10 @@ class Attempt:
         self.live = True
         return None
 
+    def fell_back(self, name: str, error: BaseException) -> None:
+        """Execution intercept ``name`` caught the provider's ``error`` and returned a fallback (see ``succeed``)."""
+        self.fallback = (name, error)
+
     # -- while the provider runs --------------------------------------------------------
 
     def enter(self) -> tuple[Any, Any]:
@@ -430,11 +438,37 @@ class Attempt:
                 # The provider did answer: its response stays in the record beside the failure.
                 self.finish(outcome_of(exc), response, exc, None)
                 raise
+        if self.fallback is not None:
+            self._settle_fallback(self.fallback, response)
+            return response
         if self.hold is not None:
             self._hold_answer(self.hold, response)
             return response
         self.finish(_SUCCESS, response, None, None)
         return response
+
+    def _settle_fallback(self, fallback: tuple[str, BaseException], response: Any) -> None:
+        """The provider failed and an intercept answered instead: the attempt (the provider's call) ends
+        failed with the provider's error; the call it belongs to ends a success with the fallback, marked
+        ``relay.fallback`` (the intercept's name) on its logical call, or on the attempt when it has none."""
+        if self.finished:
+            return
+        name, error = fallback
+        parent = self.handle.parent
+        meta = parent.metadata if parent is not None else None
+        if parent is not None and meta is not None and meta.get(cv.KIND) == cv.LOGICAL_CALL:
+            parent.metadata = {**meta, cv.FALLBACK: name}  # a new dict: the start event keeps its own
+        else:
+            self.metadata[cv.FALLBACK] = name
+        hook, self.on_finish = self.on_finish, None
+        try:
+            self.finish(outcome_of(error), None, error, None)
+        finally:
+            if hook is not None:
+                try:
+                    hook(_SUCCESS, response, None)
+                except Exception as exc:
+                    self.relay.diag.failure("bookkeeping_errors", exc, f"finishing LLM attempt {self.name!r}")
 
     def _hold_answer(self, hold: Callable[[Attempt], None], response: Any) -> None:
         """Keep ``response`` until it is validated: the call has settled, though the attempt stays open."""
@@ -499,11 +533,17 @@ class Attempt:
         relay = self.relay
         response_view: AnnotatedResponseField = annotation
         if relay.subscribers.end:
+            # The annotation carries the SDK's own retries as an adapter counted them in the metadata
+            # (read when it is built: adapters are done with the metadata once the call has ended).
             if annotation is None and response is not None and self.codec is not None:
                 ttfc = first_chunk_ns - self.handle.start_ns if first_chunk_ns is not None else None
-                response_view = Deferred(_annotate_for_observers, relay, self.name, self.codec, response, ttfc)
-            elif annotation is not None and first_chunk_ns is not None:
-                annotation.time_to_first_chunk_ns = first_chunk_ns - self.handle.start_ns
+                response_view = Deferred(
+                    _annotate_for_observers, relay, self.name, self.codec, response, ttfc, self.metadata
+                )
+            elif annotation is not None:
+                if first_chunk_ns is not None:
+                    annotation.time_to_first_chunk_ns = first_chunk_ns - self.handle.start_ns
+                annotation.sdk_retries = self.metadata.get(_SDK_RETRIES)
         if relay.cost.active:
             if self.waiting:
                 self.settle_late = outcome
@@ -582,7 +622,12 @@ def _decode_for_observers(
 
 
 def _annotate_for_observers(
-    relay: Relay, name: str, codec: LLMCodec, response: Any, time_to_first_chunk_ns: int | None
+    relay: Relay,
+    name: str,
+    codec: LLMCodec,
+    response: Any,
+    time_to_first_chunk_ns: int | None,
+    metadata: dict[str, Any] | None = None,
 ) -> AnnotatedLLMResponse | None:
     try:
         annotation = codec.annotate_response(response)
@@ -591,4 +636,6 @@ def _annotate_for_observers(
         return None
     if time_to_first_chunk_ns is not None:
         annotation.time_to_first_chunk_ns = time_to_first_chunk_ns
+    if metadata:
+        annotation.sdk_retries = metadata.get(_SDK_RETRIES)
     return annotation

@@ -3,7 +3,8 @@
 Every attempt belongs to a logical call keyed by ``metadata["api_request_id"]``
 (a fresh id when none is given): the first attempt opens it in
 ``turn.logical_llm_calls``, later attempts with the same id become its
-children. Without a managed turn, calls go straight to the provider.
+children. Without a managed turn, a call is recorded by a host outside turns (its logical call
+closes with its attempt), or goes straight to the provider: see ``relay_runtime.settings``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from . import session
 from .attempt import Attempt, FinishHook
 from .codec import LLMCodec
 from .ids import new_id
-from .session import LogicalCall, Turn, close_logical_call, end_logical_call, note_unmanaged, take_logical_call
+from .session import CallHolder, LogicalCall, close_logical_call, end_logical_call, take_logical_call
 from .streams import ManagedAsyncStream, ManagedStream, exhausted_async
 from .types import LLMRequest, Outcome, ScopeType
 
@@ -35,7 +36,7 @@ response_validator: ContextVar[Callable[[Attempt], None] | None] = ContextVar(
 
 
 def _open(
-    turn: Turn, name: str, model_name: str | None, metadata: dict[str, Any] | None
+    turn: CallHolder, name: str, model_name: str | None, metadata: dict[str, Any] | None
 ) -> tuple[LogicalCall, dict[str, Any]]:
     """The logical call this attempt belongs to (opened now if new), and the attempt's own metadata."""
     # ``attempt_metadata``'s dict, built here without its frame: this runs once per managed call.
@@ -66,12 +67,15 @@ def _open(
     return call, meta
 
 
-def _new_call(turn: Turn, api_request_id: str, role: str) -> LogicalCall:
+def _new_call(turn: CallHolder, api_request_id: str, role: str) -> LogicalCall:
+    parent = turn.scope
     scope = turn.relay.scope.push(
         _LOGICAL_CALL,
         _FUNCTION,
-        parent=turn.scope,
+        parent=parent,
         attach=False,
+        # Outside turns a logical call is a root: never under a turn another context has open here.
+        root=parent is None,
         metadata={cv.KIND: cv.LOGICAL_CALL, cv.API_REQUEST_ID: api_request_id, cv.CALL_ROLE: role},
     )
     return LogicalCall(api_request_id, role, scope)
@@ -97,7 +101,7 @@ def _response_model(response: Any) -> str | None:
 
 
 def _attempt_ended(
-    turn: Turn,
+    turn: CallHolder,
     call: LogicalCall,
     settle: bool,
     streaming: bool,
@@ -137,8 +141,12 @@ def execute_current(
     """
     turn = session.managed_turn()
     if turn is None:
-        note_unmanaged()
-        return callback(request)
+        outside = session.outside_calls()
+        if outside is None:
+            return callback(request)
+        # Outside turns nobody completes a logical call later: it closes with its attempt.
+        attempt = _call_attempt(outside, request, name, model_name, metadata, False, codec)
+        return outside.relay.llm.run(attempt, callback)
     attempt = _call_attempt(turn, request, name, model_name, metadata, defer_logical_completion, codec)
     return turn.relay.llm.run(attempt, callback)
 
@@ -155,14 +163,17 @@ async def execute_current_async(
 ) -> Any:
     turn = session.managed_turn()
     if turn is None:
-        note_unmanaged()
-        return await callback(request)
+        outside = session.outside_calls()
+        if outside is None:
+            return await callback(request)
+        attempt = _call_attempt(outside, request, name, model_name, metadata, False, codec)
+        return await outside.relay.llm.run_async(attempt, callback)
     attempt = _call_attempt(turn, request, name, model_name, metadata, defer_logical_completion, codec)
     return await turn.relay.llm.run_async(attempt, callback)
 
 
 def _call_attempt(
-    turn: Turn,
+    turn: CallHolder,
     request: LLMRequest,
     name: str,
     model_name: str | None,
@@ -238,7 +249,7 @@ class _Completed:
 
 
 def _stream_hook(
-    turn: Turn, call: LogicalCall, finalizer: Callable[[], Any] | None, completed: _Completed | None, settle: bool
+    turn: CallHolder, call: LogicalCall, finalizer: Callable[[], Any] | None, completed: _Completed | None, settle: bool
 ) -> FinishHook:
     """A stream settles its logical call when it ends: there is no later validation step to wait for
     (unless its content is one body, validated like a non-streamed answer: ``settle`` is then False)."""
@@ -252,7 +263,7 @@ def _stream_hook(
 
 
 def _stream_attempt(
-    turn: Turn,
+    turn: CallHolder,
     request: LLMRequest,
     name: str,
     model_name: str | None,
@@ -297,10 +308,12 @@ def stream_current(
     a success. To see it through a lazy stream execution intercept, the first
     chunk of a real stream is read ahead (and handed out first).
     """
-    turn = session.managed_turn()
+    turn: CallHolder | None = session.managed_turn()
     if turn is None:
-        note_unmanaged()
-        return stream_factory(request)
+        turn = session.outside_calls()
+        if turn is None:
+            return stream_factory(request)
+        defer_logical_completion = False  # outside turns a logical call closes with its attempt
     completed = _Completed(completed_response_predicate) if completed_response_predicate is not None else None
     attempt = _stream_attempt(
         turn, request, name, model_name, metadata, finalizer, completed, codec, defer_logical_completion
@@ -329,11 +342,13 @@ async def stream_current_async(
     codec: LLMCodec | None = None,
     defer_logical_completion: bool = False,
 ) -> Any:
-    turn = session.managed_turn()
+    turn: CallHolder | None = session.managed_turn()
     if turn is None:
-        note_unmanaged()
-        source = stream_factory(request)
-        return await source if hasattr(source, "__await__") else source
+        turn = session.outside_calls()
+        if turn is None:
+            source = stream_factory(request)
+            return await source if hasattr(source, "__await__") else source
+        defer_logical_completion = False
     completed = _Completed(completed_response_predicate) if completed_response_predicate is not None else None
     attempt = _stream_attempt(
         turn, request, name, model_name, metadata, finalizer, completed, codec, defer_logical_completion

@@ -59,6 +59,11 @@ class Liveness(Protocol):
 
     live: bool
 
+    def fell_back(self, name: str, error: BaseException) -> None:
+        """The run returned although its last terminal call raised ``error``: intercept ``name`` caught it
+        and answered in its place (a fallback). Not called for streams."""
+        ...
+
     def again(self, request: Any, previous: Any, stream: bool) -> Answered | None:
         """A further terminal call starts; ``previous`` is what the last one answered (``IN_FLIGHT``
         while it still runs: a concurrent call). Returns the record this call's own answer ends (the
@@ -75,6 +80,9 @@ class Live:
         self.live = True
 
     def again(self, request: Any, previous: Any, stream: bool) -> Answered | None:
+        return None
+
+    def fell_back(self, name: str, error: BaseException) -> None:
         return None
 
 
@@ -97,9 +105,10 @@ def run_sync(
     if not chain:
         return terminal(value)
     last = UNSENT  # what the last terminal call answered
+    caught_by: str | None = None  # the innermost intercept that returned after that call raised
 
     def end(v: Any) -> Any:
-        nonlocal last
+        nonlocal last, caught_by
         if not owner.live:
             _dead()
         if last is not UNSENT:
@@ -107,6 +116,7 @@ def run_sync(
             if beside is not None:
                 return _answer_beside(beside, terminal, v)
         last = IN_FLIGHT
+        caught_by = None
         try:
             result = terminal(v)
         except BaseException as exc:
@@ -115,15 +125,23 @@ def run_sync(
         last = result
         return result
 
+    def returned(entry: Intercept) -> None:
+        """An intercept of the chain returned: if the last terminal call raised, it caught that."""
+        nonlocal caught_by
+        if caught_by is None and type(last) is Failed:
+            caught_by = entry.name
+
     # The first intercept is called here, the rest through continuations built back to front: a
     # chain of one (the common case) builds no continuation but ``end``.
     rest: Callable[[Any], Any] = end
     for entry in reversed(chain[1:]):
-        rest = _link_sync(entry, name, end if entry.break_chain else rest, owner)
+        rest = _link_sync(entry, name, end if entry.break_chain else rest, owner, returned)
     first = chain[0]
     result = first.fn(name, value, end if first.break_chain else rest)
     if is_awaitable(result):
         _refuse_async_intercept(first, result)
+    if type(last) is Failed and not stream:
+        owner.fell_back(caught_by or first.name, last.error)
     return result
 
 
@@ -139,9 +157,10 @@ async def run_async(
     if not chain:
         return await terminal(value)
     last = UNSENT
+    caught_by: str | None = None
 
     async def end(v: Any) -> Any:
-        nonlocal last
+        nonlocal last, caught_by
         if not owner.live:
             _dead()
         if last is not UNSENT:
@@ -149,6 +168,7 @@ async def run_async(
             if beside is not None:
                 return await _answer_beside_async(beside, terminal, v)
         last = IN_FLIGHT
+        caught_by = None
         try:
             result = await terminal(v)
         except BaseException as exc:
@@ -157,17 +177,30 @@ async def run_async(
         last = result
         return result
 
+    def returned(entry: Intercept) -> None:
+        nonlocal caught_by
+        if caught_by is None and type(last) is Failed:
+            caught_by = entry.name
+
     rest: Callable[[Any], Awaitable[Any]] = end
     for entry in reversed(chain[1:]):
-        rest = _link_async(entry, name, end if entry.break_chain else rest, owner)
+        rest = _link_async(entry, name, end if entry.break_chain else rest, owner, returned)
     first = chain[0]
     result = first.fn(name, value, end if first.break_chain else rest)
     if is_awaitable(result):
         result = await result
+    if type(last) is Failed and not stream:
+        owner.fell_back(caught_by or first.name, last.error)
     return result
 
 
-def _link_sync(entry: Intercept, name: str, rest: Callable[[Any], Any], owner: Liveness) -> Callable[[Any], Any]:
+def _link_sync(
+    entry: Intercept,
+    name: str,
+    rest: Callable[[Any], Any],
+    owner: Liveness,
+    returned: Callable[[Intercept], None],
+) -> Callable[[Any], Any]:
     """The continuation that runs ``entry`` (then ``rest``): what the intercept before it gets as ``next``."""
 
     def call(v: Any) -> Any:
@@ -176,13 +209,18 @@ def _link_sync(entry: Intercept, name: str, rest: Callable[[Any], Any], owner: L
         result = entry.fn(name, v, rest)
         if is_awaitable(result):
             _refuse_async_intercept(entry, result)
+        returned(entry)
         return result
 
     return call
 
 
 def _link_async(
-    entry: Intercept, name: str, rest: Callable[[Any], Awaitable[Any]], owner: Liveness
+    entry: Intercept,
+    name: str,
+    rest: Callable[[Any], Awaitable[Any]],
+    owner: Liveness,
+    returned: Callable[[Intercept], None],
 ) -> Callable[[Any], Awaitable[Any]]:
     async def call(v: Any) -> Any:
         if not owner.live:
@@ -190,6 +228,7 @@ def _link_async(
         result = entry.fn(name, v, rest)
         if is_awaitable(result):
             result = await result
+        returned(entry)
         return result
 
     return call

@@ -13,10 +13,22 @@ from typing import Any, Protocol, runtime_checkable
 from .types import AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta
 
 
+class IncompleteStream(Exception):
+    """The provider's stream ended without its terminal marker: the answer may be cut short.
+
+    Recorded as the attempt's error (error type ``IncompleteStream``), never raised to the caller,
+    whose iteration ends as the provider's stream did.
+    """
+
+
 @runtime_checkable
 class StreamAccumulator(Protocol):
     """Optionally also ``failure``: an exception, set when the provider ended the stream saying the
-    response failed (no SDK exception); the attempt then ends failed with it, its response still recorded."""
+    response failed (no SDK exception); the attempt then ends failed with it, its response still recorded.
+
+    And optionally ``terminated``: False when the stream ends without the provider's terminal marker
+    (the attempt then ends failed with ``IncompleteStream``); an accumulator without it is taken at its word.
+    """
 
     def add(self, chunk: Any) -> ChunkDelta | None:
         """Fold one provider chunk in; return what it said, or None for a chunk with no content."""

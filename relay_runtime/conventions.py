@@ -27,8 +27,16 @@ API_REQUEST_ID = "api_request_id"
 CALL_ROLE = "call_role"
 RETRY_COUNT = "retry_count"
 SDK_RETRIES = "sdk_retries"
+# HTTP requests the SDK sent within one of its tries, beyond the first (a middleware's fallback
+# hop, a resend after a token refresh): they carry the same x-stainless-retry-count.
+SDK_RESENDS = "relay.sdk_resends"
+# False on an attempt whose SDK call refused before sending anything (its own argument checks,
+# an auth deadline): no provider was called.
+SENT = "relay.sent"
 API_MODE = "api_mode"
 SERVER_ADDRESS = "server_address"
+# On a logical call an execution intercept answered with a fallback after its provider failed: its name.
+FALLBACK = "relay.fallback"
 
 # Mark names.
 CHUNK = "llm.chunk"  # data: ChunkMark

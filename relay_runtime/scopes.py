@@ -142,7 +142,9 @@ class Scopes:
         metadata: dict[str, Any] | None = None,
         data: Any = None,
         attach: bool = True,
+        root: bool = False,
     ) -> ScopeHandle:
+        """Open a scope under ``parent`` (default: the current scope; with ``root=True``, under none)."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"scope name must be a non-empty string, got {name!r}")
         # Plain strings (every caller in the core) skip the frame that normalises enums.
@@ -150,8 +152,9 @@ class Scopes:
         if parent is not None and parent.ended:
             raise ValueError(f"cannot push {name!r} under {parent!r}: that scope has ended")
         # ``below`` is only ever read on a stack: a detached scope with its parent given needs no lookup.
-        top = self.current() if attach or parent is None else None
-        handle = ScopeHandle(name, st, parent if parent is not None else top, metadata, data, attach, top)
+        top = self.current() if attach or (parent is None and not root) else None
+        owner = parent if parent is not None or root else top
+        handle = ScopeHandle(name, st, owner, metadata, data, attach, top)
         token = self._stack.set(handle) if attach else None
         if self._subs.start:
             event = new_event(

@@ -18,12 +18,13 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from . import conventions as cv
 from .redaction_install import CoordinatorRedaction, RelayRedaction
 from .relay import Relay
 from .scopes import ScopeHandle, ScopeOrderError
+from .settings import RECORD, settings
 from .types import Outcome, ScopeType
 
 logger = logging.getLogger("relay_runtime.session")
@@ -70,6 +71,8 @@ class Host:
         # Managed turns open on this host now: a call made outside all of them, while some
         # are open, is most likely in a thread or task nobody handed the turn to.
         self.open_turns = 0
+        # The logical calls this host records outside any turn (``settings.outside_turns``).
+        self.outside = OutsideTurns(self)
 
     def retain_managed_execution(self, consumer: str) -> None:
         if not isinstance(consumer, str) or not consumer:
@@ -103,6 +106,30 @@ class Host:
 
     def __repr__(self) -> str:
         return f"<Host {self.profile_key!r} consumers={self.consumers()}>"
+
+
+class CallHolder(Protocol):
+    """What holds logical calls while they are open: a managed turn, or a host's calls outside turns."""
+
+    lock: threading.RLock
+    logical_llm_calls: dict[str, LogicalCall]
+    host: Host
+    relay: Relay
+    # The scope logical calls open under; None: they are roots (no conversation, no turn above them).
+    scope: ScopeHandle | None
+
+
+class OutsideTurns:
+    """A host's logical calls made with no managed turn open: each closes when its attempt ends."""
+
+    __slots__ = ("host", "lock", "logical_llm_calls", "relay", "scope")
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.relay = host.relay
+        self.lock = threading.RLock()
+        self.logical_llm_calls: dict[str, LogicalCall] = {}
+        self.scope: ScopeHandle | None = None
 
 
 @dataclass(eq=False)
@@ -246,6 +273,7 @@ class SessionCoordinator:
         self._conversations: dict[tuple[str, str], _Conversation] = {}
         self._host_watchers: list[Callable[[Host], None]] = []
         self.agent_name = agent_name  # for conversations acquired without an agent_name of their own
+        self._default: Host | None = None  # ``default_host()``, once resolved
 
     def host(self, profile_key: str) -> Host:
         """The host of ``profile_key``, created on first use."""
@@ -259,6 +287,17 @@ class SessionCoordinator:
                 for watcher in list(self._host_watchers):
                     watcher(host)
             return host
+
+    def default_host(self) -> Host:
+        """The host of the process's profile (``current_profile_key()``): it records calls made outside turns.
+
+        Resolved on first use and kept until ``reset()`` (``reset_for_tests``): a call with no turn open
+        pays no environment read or path resolution.
+        """
+        host = self._default
+        if host is None:
+            host = self._default = self.host(current_profile_key())
+        return host
 
     def hosts(self) -> list[Host]:
         with self._lock:
@@ -440,11 +479,12 @@ class SessionCoordinator:
             self._host_watchers.clear()
             self.__dict__.pop("_redaction", None)  # its host watcher went with the others
             self.agent_name = DEFAULT_AGENT_NAME
+            self._default = None
         _active_turn.set(None)
 
 
 def close_logical_call(
-    turn: Turn,
+    turn: CallHolder,
     call: LogicalCall,
     outcome: str,
     *,
@@ -459,7 +499,7 @@ def close_logical_call(
     return True
 
 
-def take_logical_call(turn: Turn, call: LogicalCall) -> bool:
+def take_logical_call(turn: CallHolder, call: LogicalCall) -> bool:
     """Claim ``call`` for closing; False if it is closed already or someone else is closing it.
 
     The caller holds ``turn.lock``; whoever takes the call ends it, with ``end_logical_call``.
@@ -471,7 +511,7 @@ def take_logical_call(turn: Turn, call: LogicalCall) -> bool:
 
 
 def end_logical_call(
-    turn: Turn,
+    turn: CallHolder,
     call: LogicalCall,
     outcome: str,
     *,
@@ -525,6 +565,28 @@ def _end_open_call(turn: Turn, call: LogicalCall, outcome: str) -> None:
 
 # -- calls that run unmanaged -----------------------------------------------------------------
 
+def outside_calls() -> OutsideTurns | None:
+    """Where a call made now, with no managed turn open, is recorded; None: it runs unmanaged (counted).
+
+    With ``outside_turns="record"``: on the default host when no turn is open here (or on the
+    host of a second turn that found its conversation busy), if something is attached to it.
+    """
+    if settings.outside_turns is RECORD:
+        turn = active_turn()
+        host: Host | None = None
+        if turn is None:
+            try:
+                host = SESSION_COORDINATOR.default_host()
+            except ValueError:  # RELAY_HOME cannot be resolved: the call must still run
+                host = None
+        elif turn.scope is None:
+            host = turn.host
+        if host is not None and host._consumers:
+            return host.outside
+    note_unmanaged()
+    return None
+
+
 UNMANAGED = "unmanaged_calls"
 NO_TURN = "no_turn"  # no turn open anywhere on the host
 NOT_HANDED_TURN = "not_handed_turn"  # a turn is open, but not in this thread or task
@@ -563,5 +625,6 @@ SESSION_COORDINATOR = SessionCoordinator()
 
 
 def reset_for_tests() -> None:
-    """Forget every host, conversation and active turn (for test isolation)."""
+    """Forget every host, conversation and active turn, and ``configure``'s choices (for test isolation)."""
     SESSION_COORDINATOR.reset()
+    settings.reset()

@@ -2,23 +2,32 @@
 
 | how the stream ends                               | attempt outcome |
 |---------------------------------------------------|-----------------|
-| exhausted                                         | success         |
+| exhausted after the provider's terminal marker    | success         |
+| exhausted without it (the accumulator says so)    | failed, ``IncompleteStream`` (not raised) |
 | the provider raises mid-stream                    | failed (re-raised as the same object) |
 | close(), break, aclose(), garbage collection      | cancelled       |
+| the source's ``response.close()`` / ``aclose()``  | cancelled       |
 | CancelledError, KeyboardInterrupt                 | cancelled (re-raised) |
+
+A managed stream stands in for its source (an SDK's ``Stream`` / ``AsyncStream``): it
+passes the same ``isinstance`` checks, reaches the source's other attributes, and keeps
+the source's calling convention for ``close`` (awaited on an async stream).
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextvars import Context
 from typing import Any
 
+import wrapt
+
 from . import conventions as cv
 from .attempt import Attempt
-from .codec import CountingAccumulator, StreamAccumulator
+from .codec import CountingAccumulator, IncompleteStream, StreamAccumulator
 from .cost.budget import BudgetExceeded
 from .types import Outcome
 
@@ -157,6 +166,12 @@ class StreamLifecycle:
         if isinstance(failure, BaseException):
             attempt.finish(_FAILED, response, failure, annotation, self.first_ns)
             return
+        if getattr(self.acc, "terminated", True) is False:
+            # Exhausted without the provider's terminal marker: the caller's iteration ends as the
+            # provider's did, but the record says the answer was cut short.
+            incomplete = IncompleteStream(f"the {attempt.name} stream ended without its terminal marker")
+            attempt.finish(_FAILED, response, incomplete, annotation, self.first_ns)
+            return
         attempt.finish(Outcome.SUCCESS.value, response, None, annotation, self.first_ns)
 
     def fail(self, error: BaseException | None, outcome: str | None = None) -> None:
@@ -172,12 +187,13 @@ class StreamLifecycle:
 class _StreamWrapper:
     """What both stream flavours share: the lifecycle, the source's own attributes, and GC as cancellation."""
 
-    __slots__ = ("_iterator", "_life", "_source")
+    __slots__ = ("_iterator", "_life", "_response", "_source")
 
     def __init__(self, source: Any, iterator: Any, life: StreamLifecycle) -> None:
         self._source = source
         self._iterator = iterator
         self._life = life
+        self._response: Any = None
 
     def __del__(self) -> None:
         try:
@@ -187,11 +203,28 @@ class _StreamWrapper:
         if not life.attempt.finished:
             life.fail(None, _CANCELLED)
 
+    # isinstance() falls back to ``obj.__class__`` when ``type(obj)`` does not match: the stream
+    # passes the checks its source passes (``isinstance(s, openai.Stream)``), as a transparent
+    # proxy would, while its own type (and so every lookup on the chunk path) stays this class.
+    # Builtin sources (a generator, a list) are not impersonated: their type promises a layout.
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        kind = type(self._source)
+        return kind if kind.__module__ != "builtins" else type(self)
+
     def __getattr__(self, name: str) -> Any:
         # The SDK's own stream attributes (response, headers, ...) stay reachable.
         if name.startswith("__"):
             raise AttributeError(name)
-        return getattr(object.__getattribute__(self, "_source"), name)
+        value = getattr(object.__getattribute__(self, "_source"), name)
+        if name == "response" and (hasattr(value, "close") or hasattr(value, "aclose")):
+            # Closing the stream's HTTP response is how the SDKs' helpers (and their tests) close
+            # a stream: it ends the attempt as the stream's own close() does.
+            watched = self._response
+            if watched is None or watched.__wrapped__ is not value:
+                watched = self._response = _ClosingResponse(value, self._life)
+            return watched
+        return value
 
     def _targets(self, exhausted: Any) -> tuple[Any, ...]:
         """What to close, once: the iterator and the source (if different); () when closed already.
@@ -209,6 +242,24 @@ class _StreamWrapper:
         self._life.attempt.relay.diag.failure("bookkeeping_errors", exc, what)
 
 
+class _ClosingResponse(wrapt.ObjectProxy):
+    """A managed stream's HTTP response: closing it cancels the stream's attempt, then closes it."""
+
+    _self_life: StreamLifecycle
+
+    def __init__(self, response: Any, life: StreamLifecycle) -> None:
+        super().__init__(response)
+        self._self_life = life
+
+    def close(self, *args: Any, **kwargs: Any) -> Any:
+        self._self_life.fail(None, _CANCELLED)
+        return self.__wrapped__.close(*args, **kwargs)
+
+    async def aclose(self, *args: Any, **kwargs: Any) -> Any:
+        self._self_life.fail(None, _CANCELLED)
+        return await self.__wrapped__.aclose(*args, **kwargs)
+
+
 def finish_whole(stream: _StreamWrapper, response: Any) -> None:
     """End a managed stream's attempt as a success with ``response`` (annotated by the codec), if not ended yet.
 
@@ -221,6 +272,12 @@ def finish_whole(stream: _StreamWrapper, response: Any) -> None:
 def fail_stream(stream: _StreamWrapper, error: BaseException | None, outcome: str | None = None) -> None:
     """End a managed stream's attempt as failed (or ``outcome``) without touching its source."""
     stream._life.fail(error, outcome)
+
+
+def adopt_source(stream: _StreamWrapper, source: Any) -> None:
+    """The stream now stands for ``source`` (an SDK stream parsed from a raw response after it opened):
+    its type, attributes and ``close`` are the source's; chunks still come from the stream's iterator."""
+    stream._source = source
 
 
 class ManagedStream(_StreamWrapper):
@@ -306,6 +363,8 @@ class ManagedStream(_StreamWrapper):
 
 
 _ASYNC_EXHAUSTED = _AsyncExhausted()
+# Provider cleanups running after a stream's error (see ``ManagedAsyncStream._failed``).
+_cleanups: set[asyncio.Task[None]] = set()
 
 
 def exhausted_async() -> Any:
@@ -316,8 +375,12 @@ def exhausted_async() -> Any:
 class ManagedAsyncStream(_StreamWrapper):
     """An async managed stream; the attempt is the current scope while the provider produces each chunk."""
 
-    __slots__ = ()
+    __slots__ = ("_cleanup",)
     _iterator: AsyncIterator[Any]
+
+    def __init__(self, source: Any, iterator: Any, life: StreamLifecycle) -> None:
+        super().__init__(source, iterator, life)
+        self._cleanup: asyncio.Task[None] | None = None
 
     def __aiter__(self) -> ManagedAsyncStream:
         return self
@@ -348,11 +411,29 @@ class ManagedAsyncStream(_StreamWrapper):
         return chunk
 
     async def _failed(self, exc: BaseException) -> None:
-        """The attempt ends with ``exc``, and the provider's stream is closed before the caller sees it."""
+        """The attempt ends with ``exc``; the provider's cleanup starts now and ``aclose()`` waits for it.
+
+        As in NeMo Relay, the error reaches the caller at once: a provider whose ``aclose`` hangs
+        must not hang the caller's ``anext()`` (only its own ``aclose()``).
+        """
         try:
             self._life.fail(exc)
         finally:
+            await self._release_behind()
+
+    async def _release_behind(self) -> None:
+        """Close the provider's stream in a task of its own on the running loop, started before returning."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not asyncio (trio, say): close it inline, as before
             await self._release(quiet=True)
+            return
+        task = loop.create_task(self._release(quiet=True))
+        self._cleanup = task
+        _cleanups.add(task)  # the loop holds tasks weakly: kept alive until done
+        task.add_done_callback(_cleanups.discard)
+        # One turn of the loop: a cleanup that does not wait on anything is done before the caller hears.
+        await asyncio.sleep(0)
 
     async def _read_ahead(self) -> tuple[bool, Any]:
         """``ManagedStream._read_ahead`` for async streams."""
@@ -373,7 +454,15 @@ class ManagedAsyncStream(_StreamWrapper):
 
     async def aclose(self) -> None:
         self._life.fail(None, _CANCELLED)
+        cleanup = self._cleanup
+        if cleanup is not None:
+            self._cleanup = None
+            await cleanup  # the provider's cleanup after its error: closed means closed
         await self._release(quiet=False)
+
+    async def close(self) -> None:
+        """The SDKs' async streams close with an awaited ``close()``: ``aclose``, under that name."""
+        await self.aclose()
 
     async def _release(self, *, quiet: bool) -> None:
         for target in self._targets(_ASYNC_EXHAUSTED):

@@ -227,6 +227,13 @@ class TokenUsage:
     cache_read_tokens: int | None = None
     cache_creation_tokens: int | None = None
     reasoning_tokens: int | None = None
+    # Parts of the counts above that some providers bill at their own rates: cache writes kept an hour
+    # (among ``cache_creation_tokens``), audio and image tokens (among the input and the output tokens).
+    cache_creation_1h_tokens: int | None = None
+    input_audio_tokens: int | None = None
+    output_audio_tokens: int | None = None
+    input_image_tokens: int | None = None
+    output_image_tokens: int | None = None
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: v for f in fields(self) if (v := getattr(self, f.name)) is not None}
@@ -248,8 +255,14 @@ class AnnotatedLLMResponse:
 
 @dataclass
 class ChunkDelta:
-    """The provider-neutral content of one stream chunk."""
+    """The provider-neutral content of one stream chunk.
+
+    ``text`` and ``reasoning`` are the first choice's; ``extra_chars`` counts the other output the chunk
+    carried (other choices' text, tool-call arguments, refusals), which the provider bills as output too:
+    a budget's stream meter counts it.
+    """
 
     text: str = ""
     reasoning: str = ""
     model: str | None = None
+    extra_chars: int = 0

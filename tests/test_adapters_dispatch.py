@@ -507,3 +507,18 @@ async def test_aclosing_a_stream_from_another_task_while_it_is_read(relay_turn, 
     await asyncio.wait_for(task, 5)
     assert only_attempt(relay_events).outcome == "cancelled"
     assert logical_outcomes(relay_events) == ["cancelled"]
+
+
+# -- the annotation and the metadata agree on the SDK's retries -------------------------------------
+
+
+def test_annotated_response_sdk_retries_agree_with_the_metadata(relay_turn, relay_events, oa, an) -> None:
+    oa.add(t.error(500), t.json_reply(t.chat_completion_body("a")))
+    adapters.complete(oa.client, {"model": "m", "messages": []})
+    oa.add(t.error(503), t.error(502), t.sse_reply(t.openai_chat_sse(t.chat_chunks(["b", "c"]))))
+    list(adapters.stream(oa.client, {"model": "m", "messages": [], "stream": True}))
+    an.add(t.json_reply(t.anthropic_message_body("d")))
+    adapters.complete(an.client, {"model": "claude", "max_tokens": 9, "messages": []})
+    ends = attempt_ends(relay_events)
+    assert [e.metadata[cv.SDK_RETRIES] for e in ends] == [1, 2, 0]
+    assert [e.annotated_response.sdk_retries for e in ends] == [1, 2, 0]

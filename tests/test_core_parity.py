@@ -343,6 +343,58 @@ async def test_async_provider_stream_is_acloseed_before_its_error_reaches_the_ca
     assert [e.outcome for e in attempts(recorder.events)] == ["failed"]
 
 
+class HangingCleanupSource(AsyncClosingSource):
+    """A provider stream whose cleanup waits until ``release`` is set."""
+
+    def __init__(self, log: list[str], release: asyncio.Event) -> None:
+        super().__init__(log)
+        self.release = release
+
+    async def aclose(self) -> None:
+        self.log.append("cleanup started")
+        await self.release.wait()
+        self.log.append("cleanup done")
+
+
+@pytest.mark.asyncio
+async def test_async_provider_error_reaches_the_caller_at_once_and_aclose_waits_for_a_hung_cleanup() -> None:
+    relay, recorder = new_relay()
+    log: list[str] = []
+    release = asyncio.Event()
+    stream = await relay.llm.stream_async("p", request(), lambda r: HangingCleanupSource(log, release))
+    await stream.__anext__()
+    with pytest.raises(ConnectionError):
+        await asyncio.wait_for(stream.__anext__(), 2)  # the cleanup hangs: the error does not wait for it
+    assert log == ["cleanup started"]
+    assert [e.outcome for e in attempts(recorder.events)] == ["failed"]
+    closing = asyncio.ensure_future(stream.aclose())
+    await asyncio.sleep(0.05)
+    assert not closing.done()  # closed means the provider's cleanup has finished
+    release.set()
+    await asyncio.wait_for(closing, 2)
+    assert log == ["cleanup started", "cleanup done"]
+    await stream.aclose()
+    assert log == ["cleanup started", "cleanup done"] and balanced(recorder.events)
+
+
+@pytest.mark.asyncio
+async def test_async_sdk_stream_failing_mid_way_raises_its_error_and_ends_closed(relay_turn, relay_events) -> None:
+    scripted = t.scripted_openai()
+    scripted.add(t.sse_reply(t.openai_chat_sse(t.chat_chunks(["a"]))[:2], fail_with=ConnectionError("cut")))
+    try:
+        stream = await adapters.astream(scripted.aclient, {"model": "m", "messages": [], "stream": True})
+        with pytest.raises(Exception) as caught:
+            async for _ in stream:
+                pass
+        await stream.aclose()
+        assert stream.response.is_closed
+    finally:
+        await scripted.aclient.close()
+        scripted.client.close()
+    (end,) = relay_events.ends(relay_kind="llm_attempt")
+    assert end.outcome == "failed" and end.error_type == type(caught.value).__name__
+
+
 def test_sdk_stream_failing_mid_way_has_its_response_closed_before_the_error(relay_turn, relay_events) -> None:
     scripted = t.scripted_openai()
     scripted.add(t.sse_reply(t.openai_chat_sse(t.chat_chunks(["a"]))[:2], fail_with=ConnectionError("cut")))
@@ -462,3 +514,57 @@ async def test_async_request_intercept_edits_reach_the_async_openai_sdk(relay_tu
     assert [b["temperature"] for b in scripted.script.bodies()] == [0, 0]
     assert [e.outcome for e in relay_events.ends(relay_kind="llm_attempt")] == ["success", "success"]
     assert relay.intercepts.async_policy == 0
+
+
+# -- 9. async tool request intercepts run on the caller's loop -----------------------------------
+
+
+@pytest.mark.asyncio
+async def test_async_tool_request_intercepts_are_awaited_on_the_callers_loop() -> None:
+    relay, recorder = new_relay()
+    loop = asyncio.get_running_loop()
+    seen: list[Any] = []
+
+    async def add_units(name: str, args: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.sleep(0)
+        seen.append(asyncio.get_running_loop() is loop)
+        return {**args, "units": "metric"}
+
+    relay.intercepts.register_tool_request("units", 0, False, add_units)
+    relay.intercepts.register_tool_request("city", 1, False, lambda name, args: {**args, "city": "Oslo"})
+
+    async def weather(args: dict[str, Any]) -> dict[str, Any]:
+        return {"temp": 21, **args}
+
+    assert await relay.tools.execute_async("weather", {}, weather) == {"temp": 21, "units": "metric", "city": "Oslo"}
+    assert seen == [True]
+    (end,) = recorder.ends(scope_type="tool")
+    assert end.outcome == "success"
+
+
+@pytest.mark.asyncio
+async def test_async_tool_request_intercept_failing_fails_the_tool_closed() -> None:
+    relay, recorder = new_relay()
+
+    async def deny(name: str, args: Any) -> Any:
+        raise PermissionError("not this tool")
+
+    relay.intercepts.register_tool_request("deny", 0, False, deny)
+    ran: list[Any] = []
+    with pytest.raises(PermissionError):
+        await relay.tools.execute_async("weather", {}, lambda a: ran.append(a))
+    assert ran == []
+    (end,) = recorder.ends(scope_type="tool")
+    assert end.outcome == "failed" and end.error_type == "PermissionError"
+    assert relay.scope.current() is None
+
+
+def test_async_tool_request_intercept_in_a_sync_tool_call_is_a_type_error() -> None:
+    relay, _recorder = new_relay()
+
+    async def add_units(name: str, args: Any) -> Any:
+        return args
+
+    relay.intercepts.register_tool_request("units", 0, False, add_units)
+    with pytest.raises(TypeError, match="'units' must be synchronous"):
+        relay.tools.execute("weather", {}, lambda a: a)

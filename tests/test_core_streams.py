@@ -380,3 +380,65 @@ def test_an_accumulator_that_cannot_finish_still_ends_the_attempt_as_a_success()
     assert relay.diagnostics()["bookkeeping_errors"] == 1
     (end,) = attempts(rec.events)
     assert end.outcome == "success" and end.output is None and balanced(rec.events)
+
+
+# -- a managed stream stands in for its source --------------------------------------------------------
+
+
+class HttpResponse:
+    """What an SDK stream's ``response`` is: something the caller may close."""
+
+    def __init__(self) -> None:
+        self.is_closed = False
+
+    def close(self) -> None:
+        self.is_closed = True
+
+    async def aclose(self) -> None:
+        self.is_closed = True
+
+
+def test_a_stream_passes_its_sources_isinstance_checks_and_keeps_its_type() -> None:
+    from relay_runtime.streams import ManagedStream
+
+    relay, rec = new_relay()
+    source = Source(chunks(2))
+    stream = relay.llm.stream("p", request(), lambda r: source)
+    assert isinstance(stream, Source) and isinstance(stream, ManagedStream)
+    assert type(stream) is ManagedStream  # lookups on the chunk path stay on our own class
+    assert stream.response == "sdk attribute"  # not a closable response: handed out as it is
+    generator_stream = relay.llm.stream("p", request(), lambda r: iter(chunks(1)))
+    assert not isinstance(generator_stream, type(iter([])))  # a builtin's type is never claimed
+    assert list(stream) == chunks(2) and list(generator_stream) == chunks(1)
+    assert outcomes(rec) == ["success", "success"]
+
+
+def test_closing_the_sources_response_cancels_the_attempt_at_once() -> None:
+    relay, rec = new_relay()
+    source = Source(chunks(3))
+    source.response = HttpResponse()  # type: ignore[assignment]
+    stream = relay.llm.stream("p", request(), lambda r: source)
+    next(stream)
+    stream.response.close()
+    assert outcomes(rec) == ["cancelled"] and source.response.is_closed  # type: ignore[attr-defined]
+    assert isinstance(stream.response, HttpResponse)
+    assert balanced(rec.events)
+
+
+@pytest.mark.asyncio
+async def test_an_async_stream_closes_with_an_awaited_close() -> None:
+    relay, rec = new_relay()
+    source = AsyncSource(chunks(3))
+    source.response = HttpResponse()  # type: ignore[assignment]
+    stream = await relay.llm.stream_async("p", request(), lambda r: source)
+    assert isinstance(stream, AsyncSource)
+    await stream.__anext__()
+    await stream.close()
+    assert outcomes(rec) == ["cancelled"] and source.closed
+    assert [c async for c in stream] == []  # closed: nothing more is read
+
+    second = AsyncSource(chunks(2))
+    second.response = HttpResponse()  # type: ignore[assignment]
+    stream = await relay.llm.stream_async("p", request(), lambda r: second)
+    await stream.response.aclose()
+    assert outcomes(rec) == ["cancelled", "cancelled"] and second.response.is_closed  # type: ignore[attr-defined]

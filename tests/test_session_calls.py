@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from relay_runtime import LLMRequest, Recorder, auxiliary, calls, propagate_to_thread, session
+from relay_runtime import LLMRequest, Recorder, auxiliary, calls, configure, propagate_to_thread, session
 from relay_runtime import conventions as cv
 
 REQ = LLMRequest({}, {"model": "m", "messages": []})
@@ -75,7 +75,9 @@ def test_calls_without_a_consumer_are_unmanaged(relay_home, relay_events):
 
 
 def test_second_concurrent_turn_runs_unmanaged(relay_turn, relay_events):
+    """With ``outside_turns="count"``; recorded outside turns by default (test_session_outside_turns.py)."""
     _relay, turn = relay_turn
+    configure(outside_turns="count")
     coord = session.SESSION_COORDINATOR
     other = coord.begin_turn(turn.lease, turn_id="t2", task_id="k2")
     assert not other.managed
@@ -417,6 +419,9 @@ def test_a_thread_handed_a_turn_that_ended_records_nothing_in_the_turns_it_was_b
     thread.start()
     thread.join()
     assert seen == [None]  # not the parent's turn, which this thread was never handed
-    assert relay_events.ends(relay_kind=cv.ATTEMPT) == []
+    # Recorded outside every turn (the default, ``outside_turns="record"``): a root logical call.
+    (attempt,) = relay_events.ends(relay_kind=cv.ATTEMPT)
+    (call,) = relay_events.ends(relay_kind=cv.LOGICAL_CALL)
+    assert attempt.parent_uuid == call.uuid and call.parent_uuid is None
     assert session.active_turn() is parent  # where the sub-turn was begun, the parent is active again
     coord.release_conversation(lease)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from core_support import DictCodec, balanced, chunks, request, response
 
-from relay_runtime import LLMRequest, Recorder, adapters, auxiliary, calls, session
+from relay_runtime import LLMRequest, Recorder, adapters, auxiliary, calls, configure, session
 from relay_runtime import conventions as cv
 from relay_runtime.adapters import testing as t
 from relay_runtime.scopes import ScopeOrderError
@@ -293,6 +293,8 @@ def test_held_answer_is_ended_by_the_turn_if_nothing_else_ends_it(relay_turn, re
 
 
 # -- 12. calls that run unmanaged are counted ----------------------------------------------------
+# (with ``configure(outside_turns="count")`` where a consumer would otherwise record them outside
+# turns: tests/test_session_outside_turns.py)
 
 
 def _unmanaged(host: session.Host) -> dict[str, int]:
@@ -318,6 +320,7 @@ def test_call_in_a_turn_no_consumer_retained_is_counted(relay_host, oa) -> None:
 
 def test_second_concurrent_turn_is_counted_and_warned_once_per_conversation(relay_turn, oa, caplog) -> None:
     _relay, turn = relay_turn
+    configure(outside_turns="count")
     coord = session.SESSION_COORDINATOR
     caplog.set_level(logging.WARNING, logger="relay_runtime.session")
     for n in range(2):
@@ -335,6 +338,7 @@ def test_second_concurrent_turn_is_counted_and_warned_once_per_conversation(rela
 
 def test_plain_thread_not_handed_the_turn_is_counted(relay_turn, relay_events, oa) -> None:
     _relay, turn = relay_turn
+    configure(outside_turns="count")
     oa.add(t.json_reply(t.chat_completion_body()))
     thread = threading.Thread(target=lambda: adapters.complete(oa.client, {"model": "m", "messages": []}))
     thread.start()

@@ -348,6 +348,11 @@ def end_attributes(event: Event, role: str) -> dict[str, Any]:
             retries = md.get(cv.SDK_RETRIES)
             if isinstance(retries, int) and "relay.sdk_retries" not in out:
                 out["relay.sdk_retries"] = retries
+            resends = md.get(cv.SDK_RESENDS)
+            if isinstance(resends, int):
+                out[cv.SDK_RESENDS] = resends
+            if md.get(cv.SENT) is False:  # the SDK refused before sending: no provider call happened
+                out[cv.SENT] = False
     elif role == LOGICAL_CALL:
         output = event.output
         if isinstance(output, dict):
@@ -355,6 +360,9 @@ def end_attributes(event: Event, role: str) -> dict[str, Any]:
                 value = output.get(key)
                 if isinstance(value, str) and value:
                     out[attr] = value
+        fallback = md.get(cv.FALLBACK) if md else None
+        if isinstance(fallback, str) and fallback:  # answered by this execution intercept, its provider failed
+            out[cv.FALLBACK] = fallback
     return out
 
 

@@ -50,6 +50,7 @@ from .providers import (
 )
 from .spans import OpenSpan, SpanTable
 from .tail_sampling import TailBuffer, TailSampler
+from .unsent import retract
 from .voice import MEASURES_KEY as VOICE_MEASURES
 from .voice import VoiceMetrics, voice_attributes
 
@@ -303,6 +304,8 @@ class OTelExporter:
                 self._events.attempt_end(event, span, refs)
             except Exception:
                 self.count(CONTENT_ERRORS)
+        if role == A.ATTEMPT and md and md.get(cv.SENT) is False:
+            retract(span)  # the SDK refused before sending: no provider call to claim
         if attributes:
             span.set_attributes(attributes)
         err = attributes.get("error.type")

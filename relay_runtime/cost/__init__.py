@@ -14,7 +14,8 @@ from .budget import Budget, BudgetExceeded
 from .catalog import PriceCatalog, PriceEntry
 from .control import DOWNGRADED_FROM, LATE_CHARGE_MARK, WARNING_MARK, RelayCost
 from .pricing import AttemptCost, CostRollup
-from .store import FileSpendStore, MemorySpendStore, SpendStore
+from .redis_store import RedisSpendStore
+from .store import Claim, FileSpendStore, MemorySpendStore, Reservation, SharedSpendStore, SpendStore
 
 __all__ = [
     "DOWNGRADED_FROM",
@@ -23,12 +24,16 @@ __all__ = [
     "AttemptCost",
     "Budget",
     "BudgetExceeded",
+    "Claim",
     "CostRollup",
     "FileSpendStore",
     "MemorySpendStore",
     "PriceCatalog",
     "PriceEntry",
+    "RedisSpendStore",
     "RelayCost",
+    "Reservation",
+    "SharedSpendStore",
     "SpendStore",
     "attach",
 ]

@@ -1,4 +1,4 @@
-"""Spending limits, and the worst-case estimate a call is checked against before it is sent."""
+"""Spending limits, and the output limit a call is checked against before it is sent (its input: ``estimate``)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,24 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from .estimate import CHARS_PER_TOKEN, INPUT_KEYS, input_tokens_estimate, text_chars
+
+__all__ = [
+    "CHARS_PER_TOKEN",
+    "INPUT_KEYS",
+    "Budget",
+    "BudgetExceeded",
+    "choices_of",
+    "input_tokens_estimate",
+    "max_output_tokens",
+    "text_chars",
+]
+
 PER = ("turn", "conversation", "logical_call", "profile")
 ON_EXCEED = ("raise", "stop_stream", "downgrade")
 # Spend that outlives the process: kept in the spend store.
 PERSISTED = frozenset({"conversation", "profile"})
 
-# A deliberately pessimistic reading of text size: most tokenizers average near 4 characters.
-CHARS_PER_TOKEN = 3
 DEFAULT_ASSUMED_OUTPUT_TOKENS = 4096
 
 _ids = itertools.count(1)
@@ -89,48 +100,7 @@ class Budget:
         return f"Budget({self.limit:g}, per={self.per!r}, on_exceed={self.on_exceed!r}, name={self.name!r})"
 
 
-# Enough for any real request; a structure that refers to itself stops here instead of looping.
-_MAX_VALUES = 100_000
-
-
-def text_chars(value: Any) -> int:
-    """Characters of text anywhere in a request value (message contents, tool schemas, ...)."""
-    if type(value) is str:
-        return len(value)
-    chars = 0
-    pending = [value]
-    seen = 0
-    while pending and seen < _MAX_VALUES:
-        item = pending.pop()
-        seen += 1
-        kind = type(item)
-        if kind is str:
-            chars += len(item)
-        elif kind is dict:
-            pending.extend(item.values())
-        elif kind is list or kind is tuple:
-            pending.extend(item)
-        elif isinstance(item, Mapping):
-            pending.extend(item.values())
-    return chars
-
-
-# The SDK kwargs (across chat, responses and messages) whose text the model reads: an output schema
-# (chat's response_format and functions, responses' text, messages' output_config) is read as input too.
-INPUT_KEYS = (
-    "messages", "input", "system", "instructions", "tools", "prompt",
-    "response_format", "functions", "text", "output_config",
-)  # fmt: skip
 MAX_OUTPUT_KEYS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
-
-
-def input_tokens_estimate(content: Mapping[str, Any]) -> int:
-    chars = 0
-    for key in INPUT_KEYS:
-        value = content.get(key)
-        if value is not None:
-            chars += text_chars(value)
-    return chars // CHARS_PER_TOKEN + 1
 
 
 def max_output_tokens(params: Mapping[str, Any] | None, content: Mapping[str, Any]) -> int | None:
@@ -143,3 +113,9 @@ def max_output_tokens(params: Mapping[str, Any] | None, content: Mapping[str, An
             if type(value) is int and value > 0:
                 return value
     return None
+
+
+def choices_of(content: Mapping[str, Any]) -> int:
+    """How many answers the request asks for (chat's ``n``): each may run to the output limit, each is billed."""
+    n = content.get("n")
+    return n if type(n) is int and n > 1 else 1

@@ -2,7 +2,9 @@
 
 Prices are per million tokens, in one currency. A price may be *tiered* (the
 rate depends on the request's whole input size, as some providers bill long
-prompts): a tuple of ``(from_input_tokens, rate)`` pairs, the first from 0.
+prompts): a tuple of ``(above_input_tokens, rate)`` pairs, the first from 0. A
+tier applies to a request with *more* input than its start, as the providers
+bill: exactly 200,000 input tokens are billed at the rate below a 200k tier.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from typing import Any
 Rate = float | tuple[tuple[int, float], ...]
 
 # The keys of one model's entry in ``PriceCatalog.from_mapping``.
-PRICE_KEYS = ("input", "output", "cache_read", "cache_write", "reasoning", "input_audio", "output_audio")
+PRICE_KEYS = (
+    "input", "output", "cache_read", "cache_write", "cache_write_1h", "reasoning",
+    "input_audio", "output_audio", "input_image", "output_image",
+)  # fmt: skip
 OTHER_KEYS = ("max_output_tokens", "context_window", "valid_from", "currency")
 
 
@@ -24,9 +29,10 @@ def rate_at(rate: Rate, input_tokens: int) -> float:
     """The per-million rate that applies to a request with ``input_tokens`` of input."""
     if type(rate) is float:
         return rate
-    chosen = 0.0
-    for start, value in rate:  # type: ignore[union-attr]
-        if input_tokens >= start:
+    tiers: tuple[tuple[int, float], ...] = rate  # type: ignore[assignment]
+    chosen = tiers[0][1]  # the base rate, whatever its start says
+    for start, value in tiers[1:]:
+        if input_tokens > start:
             chosen = value
     return chosen
 
@@ -40,10 +46,13 @@ class PriceEntry:
     input: Rate | None = None
     output: Rate | None = None
     cache_read: Rate | None = None
-    cache_write: Rate | None = None
+    cache_write: Rate | None = None  # writes kept 5 minutes (the default), and any kept longer without a rate
+    cache_write_1h: Rate | None = None
     reasoning: Rate | None = None
     input_audio: Rate | None = None
     output_audio: Rate | None = None
+    input_image: Rate | None = None
+    output_image: Rate | None = None
     max_output_tokens: int | None = None
     context_window: int | None = None  # the most input a request can have: bounds a budget's quick check
     currency: str = "USD"
@@ -85,8 +94,9 @@ class PriceCatalog:
     ) -> PriceCatalog:
         """``{"openai": {"gpt-x": {"input": 1.0, "output": 4.0, "cache_read": 0.1}}}``: USD per million tokens.
 
-        Keys per model: ``input``, ``output``, ``cache_read``, ``cache_write``,
-        ``reasoning``, ``input_audio``, ``output_audio`` (rates), and
+        Keys per model: ``input``, ``output``, ``cache_read``, ``cache_write``
+        (5-minute writes), ``cache_write_1h``, ``reasoning``, ``input_audio``,
+        ``output_audio``, ``input_image``, ``output_image`` (rates), and
         ``max_output_tokens``, ``context_window`` (tokens), ``valid_from``
         (``YYYY-MM-DD``), ``currency``.
         Anything else is an error naming the key.
@@ -228,18 +238,34 @@ def _from_genai_prices(provider: str, model: str, source: str) -> PriceEntry | N
             return ((0, float(value.base)), *((t.start, float(t.price)) for t in value.tiers))
         return float(value)
 
+    def first(*keys: str) -> Rate | None:
+        for key in keys:
+            found = rate(key)
+            if found is not None:
+                return found
+        return None
+
+    # The data set prices a token with no rate of its own at the rate of the category it is part of
+    # (cache reads and writes at the input rate, an hour's writes as writes, reasoning as output):
+    # so does an entry made from it.
+    inp = first("input_mtok", "input_text_mtok")
+    out = first("output_mtok", "output_text_mtok")
+    write = first("cache_write_mtok", "cache_write_5m_mtok", "cache_text_write_mtok") or inp
     entry = PriceEntry(
         provider,
         model,
-        input=rate("input_mtok"),
-        output=rate("output_mtok"),
-        cache_read=rate("cache_read_mtok"),
-        cache_write=rate("cache_write_mtok"),
+        input=inp,
+        output=out,
+        cache_read=first("cache_read_mtok", "cache_text_read_mtok") or inp,
+        cache_write=write,
+        cache_write_1h=first("cache_write_1h_mtok", "cache_text_write_1h_mtok"),
+        reasoning=first("output_reasoning_mtok", "output_text_reasoning_mtok"),
         input_audio=rate("input_audio_mtok"),
         output_audio=rate("output_audio_mtok"),
+        input_image=rate("input_image_mtok"),
+        output_image=rate("output_image_mtok"),
         context_window=info.context_window if isinstance(info.context_window, int) else None,
         valid_from=valid_from,
         source=source,
     )
-    # The data set prices thinking as output: an entry with no reasoning rate does the same.
     return entry if entry.input is not None or entry.output is not None else None

@@ -1,14 +1,16 @@
 """What one attempt cost, and the roll-up of many, by the providers' own billing rules.
 
 - Reasoning tokens are part of the output tokens: priced at the entry's
-  reasoning rate when it has one, else at the output rate.
+  reasoning rate when it has one, else at the output rate. Audio and image
+  tokens are part of the input or output tokens, an hour's cache writes part
+  of the cache writes: each at its own rate when the entry has one.
 - OpenAI (and the APIs that copy its usage shape) count cached tokens inside
   the prompt tokens: those are priced as cache reads, the rest as input.
 - Anthropic reports cache reads and cache writes beside its input tokens.
 
-A model with no entry, or tokens in a category the entry has no rate for,
-gives no amount (``amount is None``, the reason in ``missing``): never a
-silent zero.
+A model with no entry, tokens in a category the entry has no rate for, or
+counts no bill can have (negative, contradictory, absurdly large) give no
+amount (``amount is None``, the reason in ``missing``): never a silent zero.
 """
 
 from __future__ import annotations
@@ -18,7 +20,20 @@ from typing import Any
 from ..types import TokenUsage
 from .catalog import PriceEntry, rate_at
 
-CATEGORIES = ("input", "cache_read", "cache_write", "output", "reasoning")
+# The token categories of a breakdown; the fast path (flat rates, text only) prices the first five.
+CATEGORIES = (
+    "input", "cache_read", "cache_write", "output", "reasoning",
+    "cache_write_1h", "input_audio", "output_audio", "input_image", "output_image",
+)  # fmt: skip
+FAST_CATEGORIES = CATEGORIES[:5]
+# The TokenUsage counts a bill is made of, and the most one call can have of any of them: no model
+# reads or writes 100 million tokens in one call, so such a count is a broken report, not a bill.
+USAGE_COUNTS = (
+    "input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens", "reasoning_tokens",
+    "cache_creation_1h_tokens", "input_audio_tokens", "output_audio_tokens", "input_image_tokens",
+    "output_image_tokens",
+)  # fmt: skip
+MAX_TOKENS = 100_000_000
 
 # Providers whose input token count excludes the cache reads and writes.
 CACHE_BESIDE_INPUT = frozenset({"anthropic"})
@@ -73,7 +88,7 @@ class AttemptCost:
         if parts is None:
             parts = {}
             if self._tokens is not None and self._rates is not None:
-                for name, tokens, rate in zip(CATEGORIES, self._tokens, self._rates, strict=True):
+                for name, tokens, rate in zip(FAST_CATEGORIES, self._tokens, self._rates, strict=True):
                     if tokens > 0 and rate is not None:
                         parts[name] = tokens * rate
             self._breakdown = parts
@@ -159,25 +174,45 @@ class CostRollup:
         return f"CostRollup({self.total:.6f} {self.currency or ''}, wasted {self.wasted:.6f}{partial})"
 
 
+def invalid_usage(usage: TokenUsage) -> bool:
+    """Counts no bill can have: negative, or more tokens in one call than any model reads or writes."""
+    for name in USAGE_COUNTS:
+        value = getattr(usage, name)
+        if value is not None and (type(value) is not int or value < 0 or value > MAX_TOKENS):
+            return True
+    return False
+
+
 def price_usage(entry: PriceEntry, provider: str, usage: TokenUsage) -> AttemptCost:
-    """The cost of ``usage`` at ``entry``'s rates, by ``provider``'s billing rules, with its breakdown."""
+    """The cost of ``usage`` at ``entry``'s rates, by ``provider``'s billing rules, with its breakdown.
+
+    A part billed apart (an hour's cache writes, audio, images, reasoning) is priced at its own rate
+    when the entry has one, else at the rate of the category it is part of, as genai-prices does.
+    """
+    if invalid_usage(usage):
+        return AttemptCost(None, entry.currency, provider, entry.model, entry.valid_from, {}, ("usage",))
     inp = usage.input_tokens or 0
     out = usage.output_tokens or 0
     cache_read = usage.cache_read_tokens or 0
     cache_write = usage.cache_creation_tokens or 0
-    reasoning = usage.reasoning_tokens or 0
-    if provider in CACHE_BESIDE_INPUT:
-        fresh, whole = inp, inp + cache_read + cache_write
-    else:
-        fresh, whole = inp - cache_read - cache_write, inp
+    whole = inp + cache_read + cache_write if provider in CACHE_BESIDE_INPUT else inp
+    # Each part priced apart is taken out of the count it belongs to; one without a rate stays in it.
+    write_1h = (usage.cache_creation_1h_tokens or 0) if entry.cache_write_1h is not None else 0
+    in_audio = (usage.input_audio_tokens or 0) if entry.input_audio is not None else 0
+    in_image = (usage.input_image_tokens or 0) if entry.input_image is not None else 0
+    reasoning = (usage.reasoning_tokens or 0) if entry.reasoning is not None else 0
+    out_audio = (usage.output_audio_tokens or 0) if entry.output_audio is not None else 0
+    out_image = (usage.output_image_tokens or 0) if entry.output_image is not None else 0
+    fresh = whole - cache_read - cache_write - in_audio - in_image
+    text_out = out - reasoning - out_audio - out_image
     missing: list[str] = []
-    if fresh < 0 or out < reasoning:
+    if fresh < 0 or text_out < 0 or cache_write < write_1h or (usage.reasoning_tokens or 0) > out:
         missing.append("usage")  # counts that contradict each other: no amount rather than a wrong one
-    if entry.reasoning is None:
-        reasoning = 0  # priced as output, among the output tokens
     breakdown: dict[str, float] = {}
-    counts = (fresh, cache_read, cache_write, out - reasoning, reasoning)
-    rates = (entry.input, entry.cache_read, entry.cache_write, entry.output, entry.reasoning)
+    counts = (fresh, cache_read, cache_write - write_1h, text_out, reasoning, write_1h, in_audio, out_audio,
+              in_image, out_image)  # fmt: skip
+    rates = (entry.input, entry.cache_read, entry.cache_write, entry.output, entry.reasoning, entry.cache_write_1h,
+             entry.input_audio, entry.output_audio, entry.input_image, entry.output_image)  # fmt: skip
     for category, tokens, rate in zip(CATEGORIES, counts, rates, strict=True):
         if tokens <= 0:
             continue

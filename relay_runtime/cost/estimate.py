@@ -1,0 +1,167 @@
+"""How many input tokens a request can cost before it is sent: its text, and its images, audio and files.
+
+Text is read pessimistically (3 characters a token). Media parts (OpenAI chat's
+``image_url`` / ``input_audio`` / ``file``, the Responses API's ``input_image``
+/ ``input_audio`` / ``input_file``, Anthropic's ``image`` / ``document``) are
+estimated by the providers' rules (``media.py``), never read as text: a base64
+payload is not its length in tokens, and a URL is not the image behind it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from . import media
+
+# A deliberately pessimistic reading of text size: most tokenizers average near 4 characters.
+CHARS_PER_TOKEN = 3
+# The SDK kwargs (across chat, responses and messages) whose text the model reads: an output schema
+# (chat's response_format and functions, responses' text, messages' output_config) is read as input too.
+INPUT_KEYS = (
+    "messages", "input", "system", "instructions", "tools", "prompt",
+    "response_format", "functions", "text", "output_config",
+)  # fmt: skip
+# Enough for any real request; a structure that refers to itself stops here instead of looping.
+_MAX_VALUES = 100_000
+_MEDIA = frozenset({"image_url", "input_image", "image", "input_audio", "file", "input_file", "document"})
+
+
+class InputEstimate:
+    """Input tokens by what they are priced as; ``unknown``: media parts with no bound (a file known by id)."""
+
+    __slots__ = ("audio_tokens", "chars", "image_tokens", "text_tokens", "unknown")
+
+    def __init__(self) -> None:
+        self.chars = 0
+        self.text_tokens = 0  # beyond ``chars``: a PDF's pages
+        self.image_tokens = 0
+        self.audio_tokens = 0
+        self.unknown = 0
+
+    @property
+    def text(self) -> int:
+        return self.chars // CHARS_PER_TOKEN + 1 + self.text_tokens
+
+    @property
+    def total(self) -> int:
+        return self.text + self.image_tokens + self.audio_tokens
+
+
+def text_chars(value: Any) -> int:
+    """Characters of text anywhere in a request value (message contents, tool schemas, ...)."""
+    return _walk(value, InputEstimate(), "", "").chars
+
+
+def input_tokens_estimate(content: Mapping[str, Any]) -> int:
+    return estimate_input(content, "", "").total
+
+
+def estimate_input(content: Mapping[str, Any], provider: str, model: str) -> InputEstimate:
+    found = InputEstimate()
+    for key in INPUT_KEYS:
+        value = content.get(key)
+        if value is not None:
+            _walk(value, found, provider, model)
+    return found
+
+
+def _walk(value: Any, found: InputEstimate, provider: str, model: str) -> InputEstimate:
+    if type(value) is str:
+        found.chars += len(value)
+        return found
+    pending = [value]
+    seen = 0
+    while pending and seen < _MAX_VALUES:
+        item = pending.pop()
+        seen += 1
+        kind = type(item)
+        if kind is str:
+            found.chars += len(item)
+        elif kind is dict or (kind is not list and kind is not tuple and isinstance(item, Mapping)):
+            part = item.get("type")
+            if type(part) is str and part in _MEDIA and _media(item, part, found, provider, model, pending):
+                continue
+            pending.extend(item.values())
+        elif kind is list or kind is tuple:
+            pending.extend(item)
+    return found
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _get(value: Any, key: str) -> Any:
+    return value.get(key) if isinstance(value, Mapping) else None
+
+
+def _media(item: Mapping[str, Any], part: str, found: InputEstimate, provider: str, model: str,
+           pending: list[Any]) -> bool:  # fmt: skip
+    """Count one media part; False when it is not one after all (a ``type`` key of something else)."""
+    if part in ("image_url", "input_image", "image"):
+        if part == "image_url":
+            inner = item.get("image_url")
+            url, detail = (_str(inner), None) if isinstance(inner, str) else (_str(_get(inner, "url")),
+                                                                              _str(_get(inner, "detail")))  # fmt: skip
+        elif part == "input_image":
+            url, detail = _str(item.get("image_url")), _str(item.get("detail"))
+        else:
+            source = item.get("source")
+            if not isinstance(source, Mapping):
+                return False
+            url, detail = _str(source.get("data")) or _str(source.get("url")), None
+        size = media.image_size(media.decode_head(url)) if url is not None and not url.startswith("http") else None
+        found.image_tokens += media.image_tokens(provider, model, size, detail)
+        return True
+    if part == "input_audio":
+        inner = item.get("input_audio")
+        audio = inner if isinstance(inner, Mapping) else item
+        data = _str(audio.get("data"))
+        tokens = media.audio_tokens(data, _str(audio.get("format"))) if data is not None else None
+        if tokens is None:
+            found.unknown += 1
+        else:
+            found.audio_tokens += tokens
+        return True
+    if part == "document":
+        source = item.get("source")
+        if not isinstance(source, Mapping):
+            return False
+        stype = source.get("type")
+        for key in ("title", "context"):
+            text = _str(item.get(key))
+            if text:
+                found.chars += len(text)
+        if stype == "text":
+            found.chars += len(_str(source.get("data")) or "")
+        elif stype == "content":
+            pending.append(source.get("content"))
+        elif stype == "base64":
+            _file(_str(source.get("data")), found, provider, model)
+        else:
+            found.unknown += 1  # a URL or a file id: its pages are not known here
+        return True
+    # OpenAI's files: chat's {"type": "file", "file": {...}}, the Responses API's flat input_file.
+    inner = item.get("file") if part == "file" else item
+    if not isinstance(inner, Mapping):
+        return False
+    _file(_str(inner.get("file_data")), found, provider, model)
+    return True
+
+
+def _file(data: str | None, found: InputEstimate, provider: str, model: str) -> None:
+    """A file sent inline: a PDF by its pages (text and the page as an image), plain text by its characters."""
+    raw = media.decode_all(data) if data is not None else b""
+    pages = media.pdf_pages(raw) if raw else None
+    if pages is not None:
+        found.text_tokens += pages * media.PDF_TEXT_TOKENS_PER_PAGE
+        found.image_tokens += pages * media.image_tokens(provider, model, None, None)
+        return
+    if raw:
+        try:
+            found.chars += len(raw.decode("utf-8"))
+            return
+        except UnicodeDecodeError:
+            pass
+    found.unknown += 1  # by id or URL, or bytes no rule reads

@@ -1,0 +1,156 @@
+"""``RedisSpendStore``: conversation and profile spend shared by any number of workers on any number of machines.
+
+One Lua script does both halves of a call's accounting, each atomically on the
+server: ``reserve`` (before the call is sent) reads every budget's stored spend
+and the reservations in flight, and reserves the call's worst case under all of
+them or under none; ``settle`` (when the call ends) replaces the reservation with
+what the call cost. Two workers can never both pass on the same headroom.
+
+Each key is one Redis hash: field ``spent``, and one field ``r:<id>`` per
+reservation in flight (``amount|deadline``, server time). A reservation whose
+worker died expires at its deadline and stops holding budget.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from .store import DEFAULT_RESERVATION_TTL, Claim, Reservation, check_amount, check_claims, check_ttl
+
+EXTRA = "journal-redis"
+
+# KEYS: the claims' hashes. reserve: ARGV = op, id, amount, ttl, then limit and soft ("1"/"0") per key;
+# returns {"ok", spent1, committed1, ...} or {"crossed", index, spent1, committed1, ...}.
+# settle: ARGV = op, id, amount; returns every key's new total. Floats travel as strings (RESP would truncate).
+_SCRIPT = """
+local op = ARGV[1]
+local id = 'r:' .. ARGV[2]
+local amount = tonumber(ARGV[3])
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
+if op == 'settle' then
+  local totals = {}
+  for i, key in ipairs(KEYS) do
+    redis.call('HDEL', key, id)
+    totals[i] = redis.call('HINCRBYFLOAT', key, 'spent', ARGV[3])
+  end
+  return totals
+end
+local ttl = tonumber(ARGV[4])
+local out = {}
+for i, key in ipairs(KEYS) do
+  local limit = tonumber(ARGV[3 + 2 * i])
+  local soft = ARGV[4 + 2 * i] == '1'
+  local fields = redis.call('HGETALL', key)
+  local spent, reserved = 0, 0
+  for j = 1, #fields, 2 do
+    local name, value = fields[j], fields[j + 1]
+    if name == 'spent' then
+      spent = tonumber(value)
+    elseif string.sub(name, 1, 2) == 'r:' then
+      local bar = string.find(value, '|', 1, true)
+      if tonumber(string.sub(value, bar + 1)) < now then
+        redis.call('HDEL', key, name)
+      else
+        reserved = reserved + tonumber(string.sub(value, 1, bar - 1))
+      end
+    end
+  end
+  local committed = spent + reserved
+  out[#out + 1] = string.format('%.17g', spent)
+  out[#out + 1] = string.format('%.17g', committed)
+  if committed + amount > limit and not (soft and committed < limit) then
+    table.insert(out, 1, tostring(i))
+    table.insert(out, 1, 'crossed')
+    return out
+  end
+end
+local held = string.format('%.17g', amount) .. '|' .. string.format('%.17g', now + ttl)
+for _, key in ipairs(KEYS) do
+  redis.call('HSET', key, id, held)
+end
+table.insert(out, 1, 'ok')
+return out
+"""
+
+
+class RedisSpendStore:
+    """Spend in Redis at ``url`` (``redis://host:port/db``), under ``prefix``; needs the ``journal-redis`` extra.
+
+    ``reservation_ttl``: seconds a reservation holds budget when its worker never settles it (it died);
+    keep it above your longest call. ``client``: a ``redis.Redis`` to use instead of one made from ``url``.
+    """
+
+    def __init__(
+        self,
+        url: str = "redis://127.0.0.1:6379/0",
+        *,
+        prefix: str = "relay:spend",
+        reservation_ttl: float = DEFAULT_RESERVATION_TTL,
+        timeout: float = 5.0,
+        client: Any = None,
+    ) -> None:
+        if not isinstance(prefix, str) or not prefix:
+            raise ValueError(f"prefix must be a non-empty string, got {prefix!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self.reservation_ttl = check_ttl(reservation_ttl)
+        self.prefix = prefix
+        if client is None:
+            try:
+                import redis
+            except ImportError as exc:
+                raise ImportError(f"RedisSpendStore needs the redis package: pip install 'relay-runtime[{EXTRA}]'") \
+                    from exc  # fmt: skip
+            if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
+                raise ValueError(f"RedisSpendStore takes a redis:// (or rediss://, unix://) url, got {url!r}")
+            client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        self.client = client
+        self._script = client.register_script(_SCRIPT)
+
+    def _key(self, key: str) -> str:
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"spend keys are non-empty strings, got {key!r}")
+        return f"{self.prefix}:{key}"
+
+    def load(self, key: str) -> float:
+        value = self.client.hget(self._key(key), "spent")
+        return float(value) if value is not None else 0.0
+
+    def add(self, key: str, amount: float) -> float:
+        amount = check_amount(amount, "spend to add")
+        return float(self.client.hincrbyfloat(self._key(key), "spent", repr(amount)))
+
+    def reserve(self, claims: Sequence[Claim], amount: float) -> Reservation:
+        check_claims(claims)
+        amount = check_amount(amount, "a reservation")
+        rid = uuid.uuid4().hex
+        args: list[str] = ["reserve", rid, repr(amount), repr(self.reservation_ttl)]
+        for claim in claims:
+            args += [repr(float(claim.limit)), "1" if claim.soft else "0"]
+        reply = self._script(keys=[self._key(c.key) for c in claims], args=args)
+        words = [w.decode() if isinstance(w, bytes) else str(w) for w in reply]
+        crossed: int | None = None
+        if words[0] == "crossed":
+            crossed = int(words[1]) - 1
+            words = words[1:]
+        figures = [float(w) for w in words[1:]]
+        keys = tuple(c.key for c in claims)
+        return Reservation(rid if crossed is None else "", keys, amount, tuple(figures[0::2]), tuple(figures[1::2]),
+                           crossed)  # fmt: skip
+
+    def settle(self, reservation: Reservation, amount: float) -> tuple[float, ...]:
+        amount = check_amount(amount, "spend to settle")
+        unique = list(dict.fromkeys(reservation.keys))  # two budgets on one key are charged once
+        reply = self._script(keys=[self._key(k) for k in unique], args=["settle", reservation.id, repr(amount)])
+        totals = {k: float(v) for k, v in zip(unique, reply, strict=True)}
+        return tuple(totals[k] for k in reservation.keys)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __repr__(self) -> str:
+        return f"<RedisSpendStore {self.prefix!r}>"

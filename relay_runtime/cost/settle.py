@@ -1,0 +1,233 @@
+"""After the provider: price an attempt, roll it up into every scope above it, release its reservations,
+persist the spend that outlives the process, and warn the budgets that reached ``warn_at``."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from ..events import Deferred
+from ..types import AnnotatedLLMResponse, Outcome
+from .catalog import PriceCatalog
+from .plan import RESIDUE, AttemptSpend, Node, sync_carried
+from .pricing import AttemptCost, CostRollup, price_usage, unpriced
+from .rates import Priced, fast_price
+from .store import SharedSpendStore, SpendStore
+
+if TYPE_CHECKING:
+    from ..attempt import Attempt
+    from ..relay import Relay
+
+_SUCCESS = Outcome.SUCCESS.value
+_MISS: Any = object()
+WARNING_MARK = "relay.cost.budget_warning"
+# The charge of an attempt priced after its end event went out (its turn ended it while it waited for the
+# provider): data {"attempt_uuid", "outcome", "cost", "rollups": {uuid: roll-up}} on a mark under the attempt.
+LATE_CHARGE_MARK = "relay.cost.late_charge"
+DOWNGRADED_FROM = "relay.cost.downgraded_from"
+
+
+class Settlement:
+    """``RelayCost``'s half that runs when an attempt ends (what it reads of the relay's cost is declared here)."""
+
+    _relay: Relay
+    catalog: PriceCatalog | None
+    _lock: threading.Lock
+    _lookup: dict[tuple[str, str], Priced | None]
+
+    if TYPE_CHECKING:
+
+        @property
+        def store(self) -> SpendStore: ...
+
+        def _entry(self, provider: str, model: str) -> Priced | None: ...
+
+        def _shared_store(self) -> SharedSpendStore: ...
+
+    # -- after the provider ------------------------------------------------------------------------
+
+    def settle(self, attempt: Attempt, outcome: str, response: Any, view: Any) -> None:
+        """Price the attempt and roll it up into every scope above; failures here are counted, never raised."""
+        spend = attempt.cost_state
+        try:
+            if type(view) is Deferred:
+                view = view.get()
+            cost = None
+            if type(view) is AnnotatedLLMResponse and (spend is None or spend.sent) and view.model:
+                # Flat prices of a model seen before: priced without the general path's lookups.
+                codec = attempt.codec
+                provider = codec.provider if codec is not None else attempt.name
+                priced = self._lookup.get((provider, view.model))
+                if priced is not None and priced.simple:
+                    cost = fast_price(priced, provider, view.model, view.usage)
+            if cost is None:
+                cost = self._price(attempt, response, view, spend)
+        except Exception as exc:
+            self._relay.diag.failure("bookkeeping_errors", exc, f"pricing LLM attempt {attempt.name!r}")
+            cost = unpriced(self.catalog.currency if self.catalog else "USD", None, attempt.model_name, "error")
+        amount = cost.amount
+        wasted = outcome != _SUCCESS and bool(amount)
+        cost.wasted = wasted
+        attempt.handle.cost = cost
+        late = False
+        # One pass, under one lock: release the reservations, add to the relay's and every scope's roll-up.
+        # (``CostRollup.add`` inline: this runs on every call.)
+        lock = self._lock
+        lock.acquire()
+        try:
+            if spend is not None:
+                estimate = spend.estimate
+                for node in spend.nodes:
+                    rollup = node.rollup
+                    # Releases in another order than the reservations leave float residue (~1e-19):
+                    # below a trillionth of the currency unit nothing is in flight.
+                    remaining = rollup.reserved - estimate
+                    rollup.reserved = remaining if remaining > RESIDUE else 0.0
+                    if node.handle is None:  # a profile's roll-up is not a scope's: the walk below misses it
+                        rollup.add(amount, wasted)
+            handle = attempt.handle.parent
+            while handle is not None:
+                rollup = handle.cost
+                if rollup is None:
+                    rollup = handle.cost = CostRollup(cost.currency)
+                if amount is None:
+                    rollup.unpriced += 1
+                else:
+                    rollup.attempts += 1
+                    rollup.total += amount
+                    if wasted:
+                        rollup.wasted += amount
+                if handle.ended:
+                    late = True
+                handle = handle.parent
+        finally:
+            lock.release()
+        if late:
+            self._relay.diag.count("cost.rolled_up_after_scope_end")
+        if spend is not None:
+            for node in spend.nodes:
+                rollup = node.rollup
+                if node.store_key is not None or rollup.carried + rollup.total >= node.warn_from:
+                    try:
+                        self._after_spend(spend, amount)
+                    except Exception as exc:
+                        self._relay.diag.failure("bookkeeping_errors", exc, f"recording the spend of {attempt.name!r}")
+                    break
+
+    def settle_late(self, attempt: Attempt, outcome: str, response: Any, view: Any) -> None:
+        """``settle`` for an attempt whose end event (``outcome``) went out before its answer came.
+
+        The end events of the attempt and of the scopes above it are already delivered without this
+        charge, so it reaches the record as a mark: the attempt's cost and, for every scope above
+        that has ended, its roll-up as it stands with the charge in (a snapshot: consumers that
+        wrote the end event keep what they wrote).
+        """
+        self.settle(attempt, outcome, response, view)
+        relay = self._relay
+        if not relay.subscribers.mark:
+            return
+        try:
+            handle = attempt.handle
+            rollups: dict[str, dict[str, Any]] = {}
+            scope = handle.parent
+            while scope is not None:
+                if scope.ended and scope.cost is not None:
+                    rollups[scope.uuid] = scope.cost.as_dict()
+                scope = scope.parent
+            cost = handle.cost.as_dict() if handle.cost is not None else None
+            data = {"attempt_uuid": handle.uuid, "outcome": outcome, "cost": cost, "rollups": rollups}
+        except Exception as exc:
+            relay.diag.failure("bookkeeping_errors", exc, f"recording the late charge of {attempt.name!r}")
+            return
+        relay.scope.mark(LATE_CHARGE_MARK, data, parent=handle)
+
+    def _price(self, attempt: Attempt, response: Any, view: Any, spend: AttemptSpend | None) -> AttemptCost:
+        catalog = self.catalog
+        codec = attempt.codec
+        provider = codec.provider if codec is not None else attempt.name
+        if spend is not None and not spend.sent:
+            return AttemptCost(0.0, catalog.currency if catalog is not None else "USD", provider, attempt.model_name)
+        if type(view) is Deferred:
+            view = view.get()
+        elif view is None and response is not None and codec is not None:
+            try:
+                view = codec.annotate_response(response)
+            except Exception as exc:
+                self._relay.diag.failure("bookkeeping_errors", exc, f"annotating the response of {attempt.name!r}")
+        annotated = type(view) is AnnotatedLLMResponse or isinstance(view, AnnotatedLLMResponse)
+        usage = view.usage if annotated else None
+        response_model = view.model if annotated else None
+        model = response_model or attempt.model_name
+        priced = None
+        if response_model:
+            priced = self._lookup.get((provider, response_model), _MISS)
+            if priced is _MISS:
+                priced = self._entry(provider, response_model)
+        if priced is None and attempt.model_name and attempt.model_name != response_model:
+            priced = self._entry(provider, attempt.model_name)
+        currency = catalog.currency if catalog is not None else "USD"
+        if priced is None:
+            self._relay.diag.count("cost.unpriced_model")
+            return unpriced(currency, provider, model, "model")
+        entry = priced.entry
+        if usage is None or (usage.input_tokens is None and usage.output_tokens is None):
+            meter = spend.meter if spend is not None else None
+            if meter is not None and meter.chars:
+                # A stream stopped before its usage arrived: its running estimate is all there is.
+                amount = meter.running()
+                return AttemptCost(amount, currency, provider, model, entry.valid_from, {"estimate": amount}, (), True)
+            self._relay.diag.count("cost.unpriced_no_usage")
+            return unpriced(currency, provider, model, "usage")
+        if priced.simple:
+            cost = fast_price(priced, provider, model, usage)
+            if cost is not None:
+                return cost
+        cost = price_usage(entry, provider, usage)
+        cost.model = model
+        if cost.amount is None:
+            # Counts no bill can have (negative, contradictory, absurd) are told apart from a missing rate.
+            self._relay.diag.count("cost.invalid_usage" if "usage" in cost.missing else "cost.unpriced_category")
+        return cost
+
+    def _after_spend(self, spend: AttemptSpend, amount: float | None) -> None:
+        """Persist conversation and profile spend, and warn the budgets that reached ``warn_at``."""
+        persisted: set[str] = set()
+        reservation = spend.reservation
+        if reservation is not None:
+            # The shared store's reservation becomes what the call cost, in one step on the store's side.
+            try:
+                totals = self._shared_store().settle(reservation, amount or 0.0)
+            except Exception as exc:
+                self._relay.diag.failure("cost.spend_store_errors", exc, f"settling spend of {reservation.keys!r}")
+            else:
+                sync_carried([n for n in spend.nodes if n.shared], totals)
+        for node in spend.nodes:
+            key = node.store_key
+            if amount and key is not None and not node.shared and key not in persisted:
+                persisted.add(key)
+                try:
+                    self.store.add(key, amount)
+                except Exception as exc:
+                    self._relay.diag.failure("cost.spend_store_errors", exc, f"recording spend of {key!r}")
+            if node.budget.warn_at is not None:
+                self._maybe_warn(node)
+
+    def _maybe_warn(self, node: Node) -> None:
+        budget = node.budget
+        if budget.warn_at is None:
+            return
+        rollup = node.rollup
+        spent = rollup.spent
+        if spent < budget.warn_at * budget.limit:
+            return
+        with self._lock:
+            if spent < budget.warn_at * budget.limit or (rollup.warned is not None and budget.id in rollup.warned):
+                return
+            if rollup.warned is None:
+                rollup.warned = set()
+            rollup.warned.add(budget.id)
+        data = {"budget": budget.name, "per": budget.per, "spent": spent, "limit": budget.limit,
+                "warn_at": budget.warn_at, "currency": rollup.currency}  # fmt: skip
+        if node.store_key is not None:
+            data["key"] = node.store_key
+        self._relay.scope.mark(WARNING_MARK, data, parent=node.handle)

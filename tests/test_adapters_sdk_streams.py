@@ -1,0 +1,332 @@
+"""A managed stream stays the SDK's stream: the SDKs' own checks pass on it, its methods keep their
+calling convention, and the SDK's own ways of closing it end its attempt at once.
+
+The last section replays assertions of the openai and anthropic SDKs' own test suites (their
+``api_resources`` stream tests, anthropic's stream-helper and refusal-fallback tests) over real
+clients on the mock transport, inside a turn, with the relay on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from relay_runtime import Recorder, adapters
+from relay_runtime import conventions as cv
+from relay_runtime.adapters import testing as t
+
+Make = Callable[..., t.Scripted]
+
+
+@pytest.fixture(params=["per_client", "global"])
+def scripted(request: pytest.FixtureRequest) -> Iterator[Make]:
+    """``scripted("openai"|"anthropic", *replies, **client_options)``: clients traced as the parameter says."""
+    path = request.param
+    if path == "global":
+        adapters.instrument()
+    made: list[t.Scripted] = []
+
+    def make(sdk: str, *replies: t.Reply, **options: Any) -> t.Scripted:
+        script = t.Script(replies)
+        if sdk == "openai":
+            s = t.Scripted(script, t.openai_client(script, max_retries=0), t.async_openai_client(script, max_retries=0))
+        else:
+            s = t.Scripted(script, _anthropic(script, False, **options), _anthropic(script, True, **options))
+        if path == "per_client":
+            adapters.instrument(s.client)
+            adapters.instrument(s.aclient)
+        made.append(s)
+        return s
+
+    try:
+        yield make
+    finally:
+        adapters.uninstrument()
+        for s in made:
+            s.client.close()
+
+
+def _anthropic(script: t.Script, is_async: bool, **options: Any) -> Any:
+    import httpx2
+
+    cls = anthropic.AsyncAnthropic if is_async else anthropic.Anthropic
+    http = httpx2.AsyncClient(transport=script.transport()) if is_async else httpx2.Client(transport=script.transport())
+    return cls(
+        api_key=t.TEST_KEY, base_url=t.BASE_ANTHROPIC, max_retries=0, open_telemetry=False, http_client=http, **options
+    )
+
+
+def attempts(events: Recorder) -> list[Any]:
+    return events.ends(relay_kind=cv.ATTEMPT)
+
+
+def outcomes(events: Recorder) -> list[str | None]:
+    return [e.outcome for e in attempts(events)]
+
+
+def chat_sse(*pieces: str) -> t.Reply:
+    return t.sse_reply(t.openai_chat_sse(t.chat_chunks(list(pieces) or ["a", "b"])))
+
+
+def responses_sse() -> t.Reply:
+    return t.sse_reply(t.typed_sse(t.responses_events(["a", "b"])))
+
+
+def anthropic_sse() -> t.Reply:
+    return t.sse_reply(t.typed_sse(t.anthropic_events(["a", "b"])))
+
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+# -- the SDK's isinstance checks -------------------------------------------------------------------
+
+
+def test_create_stream_is_an_sdk_stream(relay_turn, relay_events, scripted) -> None:
+    o = scripted("openai", chat_sse(), responses_sse())
+    a = scripted("anthropic", anthropic_sse(), anthropic_sse())
+    chat = o.client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+    responses = o.client.responses.create(model="m", input="hi", stream=True)
+    messages = a.client.messages.create(model="c", max_tokens=5, messages=MESSAGES, stream=True)
+    beta = a.client.beta.messages.create(model="c", max_tokens=5, messages=MESSAGES, stream=True)
+    assert isinstance(chat, openai.Stream) and isinstance(responses, openai.Stream)
+    assert isinstance(messages, anthropic.Stream) and isinstance(beta, anthropic.Stream)
+    assert not isinstance(chat, openai.AsyncStream)
+    for stream in (chat, responses, messages, beta):
+        for _ in stream:
+            pass
+    assert outcomes(relay_events) == ["success"] * 4  # and they are still managed
+
+
+@pytest.mark.asyncio
+async def test_async_create_stream_is_an_sdk_async_stream(relay_turn, relay_events, scripted) -> None:
+    o = scripted("openai", chat_sse(), responses_sse())
+    a = scripted("anthropic", anthropic_sse())
+    chat = await o.aclient.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+    responses = await o.aclient.responses.create(model="m", input="hi", stream=True)
+    messages = await a.aclient.messages.create(model="c", max_tokens=5, messages=MESSAGES, stream=True)
+    assert isinstance(chat, openai.AsyncStream) and isinstance(responses, openai.AsyncStream)
+    assert isinstance(messages, anthropic.AsyncStream)
+    for stream in (chat, responses, messages):
+        async for _ in stream:
+            pass
+    assert outcomes(relay_events) == ["success"] * 3
+
+
+def test_a_stream_a_provider_opened_as_a_generator_is_not_impersonated(relay_turn, relay_events) -> None:
+    """Only SDK (non-builtin) sources lend their type: a generator's type promises a layout we do not have."""
+    relay, _turn = relay_turn
+    from relay_runtime import LLMRequest
+    from relay_runtime.streams import ManagedStream
+
+    stream = relay.llm.stream("p", LLMRequest({}, {"model": "m"}), lambda r: (c for c in (1, 2)))
+    assert type(stream) is ManagedStream and isinstance(stream, ManagedStream)
+    assert stream.__class__ is ManagedStream
+    assert list(stream) == [1, 2]
+
+
+# -- raw responses: parse() gives the SDK's stream, with its own close() ---------------------------
+
+
+def test_raw_response_parse_is_an_sdk_stream_and_close_cancels_at_once(relay_turn, relay_events, scripted) -> None:
+    o = scripted("openai", chat_sse(), chat_sse())
+    a = scripted("anthropic", anthropic_sse())
+    raw = o.client.chat.completions.with_raw_response.create(model="m", messages=MESSAGES, stream=True)
+    stream = raw.parse()
+    assert isinstance(stream, openai.Stream)
+    stream.close()
+    assert outcomes(relay_events) == ["cancelled"]  # at once: not at garbage collection or the end of the turn
+    assert stream.response.is_closed
+
+    with o.client.chat.completions.with_streaming_response.create(
+        model="m", messages=MESSAGES, stream=True
+    ) as response:
+        stream = response.parse()
+        assert isinstance(stream, openai.Stream)
+        assert next(iter(stream)).choices[0].delta.role == "assistant"
+        stream.close()
+        assert outcomes(relay_events) == ["cancelled", "cancelled"]
+
+    raw = a.client.messages.with_raw_response.create(model="c", max_tokens=5, messages=MESSAGES, stream=True)
+    stream = raw.parse()
+    assert isinstance(stream, anthropic.Stream)
+    assert [e.type for e in stream][-1] == "message_stop"
+    assert outcomes(relay_events) == ["cancelled", "cancelled", "success"]
+
+
+@pytest.mark.asyncio
+async def test_async_raw_response_stream_closes_with_an_awaited_close(relay_turn, relay_events, scripted) -> None:
+    """Before: ``await stream.close()`` raised TypeError (a sync no-op close was handed out)."""
+    o = scripted("openai", chat_sse())
+    a = scripted("anthropic", anthropic_sse(), anthropic_sse())
+    raw = await o.aclient.chat.completions.with_raw_response.create(model="m", messages=MESSAGES, stream=True)
+    stream = raw.parse()  # openai's legacy raw response parses synchronously
+    assert isinstance(stream, openai.AsyncStream)
+    await stream.close()
+    assert outcomes(relay_events) == ["cancelled"]
+
+    raw = await a.aclient.messages.with_raw_response.create(model="c", max_tokens=5, messages=MESSAGES, stream=True)
+    stream = await raw.parse()
+    assert isinstance(stream, anthropic.AsyncStream)
+    await stream.close()
+    assert outcomes(relay_events) == ["cancelled", "cancelled"]
+    assert stream.response.is_closed
+
+    async with a.aclient.messages.with_streaming_response.create(
+        model="c", max_tokens=5, messages=MESSAGES, stream=True
+    ) as response:
+        stream = await response.parse()
+        assert isinstance(stream, anthropic.AsyncStream)
+        assert [e.type async for e in stream][-1] == "message_stop"
+    assert outcomes(relay_events) == ["cancelled", "cancelled", "success"]
+
+
+# -- the SDK's own ways of closing a stream end its attempt at once ---------------------------------
+
+
+def test_closing_the_streams_http_response_cancels_the_attempt_at_once(relay_turn, relay_events, scripted) -> None:
+    o = scripted("openai", chat_sse(), chat_sse())
+    stream = o.client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+    assert stream.response is stream.response  # one stand-in per stream
+    stream.response.close()
+    assert outcomes(relay_events) == ["cancelled"]
+    assert stream.response.is_closed
+
+    # Read to its end first: the close that follows changes nothing.
+    stream = o.client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+    for _ in stream:
+        pass
+    stream.response.close()
+    assert outcomes(relay_events) == ["cancelled", "success"]
+
+
+def test_the_sdks_stream_helpers_close_cancels_at_once(relay_turn, relay_events, scripted) -> None:
+    """openai's stream helpers close through the HTTP response they took from the stream."""
+    o = scripted("openai", chat_sse("x", "y", "z"), responses_sse())
+    with o.client.chat.completions.stream(model="m", messages=MESSAGES) as helper:
+        next(iter(helper))
+        helper.close()
+        assert outcomes(relay_events) == ["cancelled"]
+    with o.client.responses.stream(model="m", input="hi") as helper:
+        next(iter(helper))
+        helper.close()
+        assert outcomes(relay_events) == ["cancelled", "cancelled"]
+
+
+@pytest.mark.asyncio
+async def test_async_stream_helpers_and_response_aclose_cancel_at_once(relay_turn, relay_events, scripted) -> None:
+    o = scripted("openai", chat_sse("x", "y", "z"), chat_sse())
+    async with o.aclient.chat.completions.stream(model="m", messages=MESSAGES) as helper:
+        await helper.__anext__()
+        await helper.close()
+        assert outcomes(relay_events) == ["cancelled"]
+    stream = await o.aclient.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+    await stream.response.aclose()
+    assert outcomes(relay_events) == ["cancelled", "cancelled"]
+
+
+# -- assertions of the SDKs' own test suites, with the relay on inside a turn -----------------------
+
+
+def test_sdk_suite_openai_api_resources_stream_overloads(relay_turn, relay_events, scripted) -> None:
+    """tests/api_resources/chat/test_completions.py: the ``create`` overload with ``stream=True``."""
+    o = scripted("openai", chat_sse(), chat_sse(), chat_sse())
+    messages = [{"content": "string", "role": "developer"}]
+    # test_method_create_overload_2
+    completion_stream = o.client.chat.completions.create(messages=messages, model="gpt-5.4", stream=True)
+    completion_stream.response.close()
+    # test_raw_response_create_overload_2
+    response = o.client.chat.completions.with_raw_response.create(messages=messages, model="gpt-5.4", stream=True)
+    assert response.http_request.headers.get("X-Stainless-Lang") == "python"
+    stream = response.parse()
+    stream.close()
+    # test_streaming_response_create_overload_2
+    with o.client.chat.completions.with_streaming_response.create(
+        messages=messages, model="gpt-5.4", stream=True
+    ) as response:
+        assert not response.is_closed
+        assert response.http_request.headers.get("X-Stainless-Lang") == "python"
+        stream = response.parse()
+        stream.close()
+    assert response.is_closed is True
+    assert outcomes(relay_events) == ["cancelled"] * 3
+
+
+@pytest.mark.asyncio
+async def test_sdk_suite_anthropic_api_resources_async_stream_overloads(relay_turn, relay_events, scripted) -> None:
+    """tests/api_resources/test_messages.py (async): raw and streaming responses of ``create(stream=True)``."""
+    a = scripted("anthropic", anthropic_sse(), anthropic_sse(), anthropic_sse())
+    # test_method_create_overload_2
+    message_stream = await a.aclient.messages.create(max_tokens=1024, messages=MESSAGES, model="c", stream=True)
+    await message_stream.response.aclose()
+    # test_raw_response_create_overload_2
+    response = await a.aclient.messages.with_raw_response.create(
+        max_tokens=1024, messages=MESSAGES, model="c", stream=True
+    )
+    assert response.http_request.headers.get("X-Stainless-Lang") == "python"
+    stream = await response.parse()
+    await stream.close()
+    # test_streaming_response_create_overload_2
+    async with a.aclient.messages.with_streaming_response.create(
+        max_tokens=1024, messages=MESSAGES, model="c", stream=True
+    ) as response:
+        assert not response.is_closed
+        stream = await response.parse()
+        await stream.close()
+    assert response.is_closed is True
+    assert outcomes(relay_events) == ["cancelled"] * 3
+
+
+def test_sdk_suite_anthropic_stream_helper_context_manager(relay_turn, relay_events, scripted) -> None:
+    """tests/lib/streaming/test_messages.py::test_context_manager and test_basic_response."""
+    a = scripted("anthropic", anthropic_sse(), anthropic_sse())
+    with a.client.messages.stream(max_tokens=1024, messages=MESSAGES, model="c") as stream:
+        assert not stream.response.is_closed
+    # response should be closed even if the body isn't read
+    assert stream.response.is_closed
+    assert outcomes(relay_events) == ["cancelled"]
+    with a.client.messages.stream(max_tokens=1024, messages=MESSAGES, model="c") as stream:
+        events = [event.type for event in stream]
+        assert stream.get_final_message().content[0].text == "ab"
+    assert events[-1] == "message_stop"
+    assert outcomes(relay_events) == ["cancelled", "success"]
+
+
+REFUSAL = {"model": "claude-fallback"}
+
+
+def test_sdk_suite_refusal_fallback_stream_closed_mid_passthrough(relay_turn, relay_events, scripted) -> None:
+    """tests/lib/test_refusal_fallback_streaming.py::TestCancellation (sync): break after two events, close."""
+    middleware = [anthropic.BetaRefusalFallbackMiddleware([REFUSAL])]
+    a = scripted("anthropic", anthropic_sse(), middleware=middleware)
+    stream = a.client.beta.messages.create(model="c", max_tokens=1024, messages=MESSAGES, stream=True)
+    assert isinstance(stream, anthropic.Stream)
+    for seen, _event in enumerate(stream, 1):
+        if seen == 2:
+            break
+    stream.close()
+    assert len(a.script.requests) == 1
+    assert outcomes(relay_events) == ["cancelled"]
+
+
+@pytest.mark.asyncio
+async def test_sdk_suite_async_refusal_fallback_stream_closed_mid_passthrough(
+    relay_turn, relay_events, scripted
+) -> None:
+    """The async twin: ``await stream.close()``."""
+    middleware = [anthropic.BetaRefusalFallbackMiddleware([REFUSAL])]
+    a = scripted("anthropic", anthropic_sse(), middleware=middleware)
+    stream = await a.aclient.beta.messages.create(model="c", max_tokens=1024, messages=MESSAGES, stream=True)
+    assert isinstance(stream, anthropic.AsyncStream)
+    seen = 0
+    async for _event in stream:
+        seen += 1
+        if seen == 2:
+            break
+    await stream.close()
+    assert len(a.script.requests) == 1
+    assert outcomes(relay_events) == ["cancelled"]

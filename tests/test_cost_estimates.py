@@ -1,0 +1,178 @@
+"""The worst case checked before sending covers what is not text: images, audio and files by the providers'
+documented rules (real SDK clients on the mock transport); parts no rule can bound are counted."""
+
+from __future__ import annotations
+
+import base64
+import io
+import struct
+import threading
+import wave
+import zlib
+from typing import Any
+
+import pytest
+
+from relay_runtime import adapters, cost, session
+from relay_runtime.adapters import testing as t
+from relay_runtime.cost import Budget, BudgetExceeded, PriceCatalog
+from relay_runtime.cost.estimate import estimate_input
+from tests.test_cost import close, conversation
+
+PRICES = {
+    "openai": {
+        "gpt-x": {"input": 1.0, "output": 4.0},
+        "gpt-voice": {"input": 4.0, "output": 16.0, "input_audio": 32.0, "output_audio": 64.0},
+        "gpt-4.1-mini": {"input": 0.4, "output": 1.6},
+    },
+    "anthropic": {"claude-x": {"input": 3.0, "output": 15.0}},
+}
+URLS = [f"https://images.example/{i}.png" for i in range(4)]
+
+
+def png(width: int, height: int) -> str:
+    """A real PNG (one grey channel), base64."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\x00" + b"\x80" * width for _ in range(height))
+    raw = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)) \
+        + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")  # fmt: skip
+    return base64.b64encode(raw).decode()
+
+
+def wav(seconds: float, rate: int = 16_000) -> str:
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(b"\x00\x00" * int(seconds * rate))
+    return base64.b64encode(out.getvalue()).decode()
+
+
+def pdf(pages: int) -> str:
+    kids = " ".join(f"{3 + i} 0 R" for i in range(pages))
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", f"<< /Type /Pages /Kids [{kids}] /Count {pages} >>".encode()]
+    objects += [b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] >>"] * pages
+    body = b"%PDF-1.4\n" + b"".join(f"{i + 1} 0 obj\n".encode() + o + b"\nendobj\n" for i, o in enumerate(objects))
+    return base64.b64encode(body + b"trailer\n<< /Root 1 0 R >>\n%%EOF\n").decode()
+
+
+def refused_estimate(host: session.Host, client: Any, request: dict[str, Any], **kwargs: Any) -> float:
+    """The worst case a tiny budget refused ``request`` at (nothing is sent)."""
+    cost.attach(host, PriceCatalog.from_mapping(PRICES), Budget(1e-9, per="turn"))
+    lease, turn = conversation(host)
+    try:
+        with pytest.raises(BudgetExceeded) as caught:
+            adapters.complete(client, request, **kwargs)
+    finally:
+        close(lease, turn)
+    return caught.value.estimate
+
+
+def test_image_urls_are_estimated_at_the_most_an_image_costs_and_threads_cannot_overshoot(
+    relay_host, relay_events
+) -> None:
+    # Billed as four high-detail 1024 px images would be: 4 x 765 tokens, plus the text.
+    limit = 0.03
+    cost.attach(relay_host, PriceCatalog.from_mapping(PRICES), Budget(limit, per="turn"))
+    body = t.chat_completion_body(model="gpt-x", usage=t.chat_usage(3070, 50))
+    scripted = t.scripted_openai(*(t.json_reply(body) for _ in range(16)))
+    parts = [{"type": "text", "text": "compare these"}]
+    parts += [{"type": "image_url", "image_url": {"url": u}} for u in URLS]
+    request = {"model": "gpt-x", "max_tokens": 50, "messages": [{"role": "user", "content": parts}]}
+    lease, turn = conversation(relay_host)
+    refused: list[BudgetExceeded] = []
+    gate = threading.Barrier(16)
+
+    def worker() -> None:
+        with session.use_turn(turn):
+            gate.wait()
+            try:
+                adapters.complete(scripted.client, request)
+            except BudgetExceeded as exc:
+                refused.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    close(lease, turn)
+    assert refused and turn.scope.cost.total <= limit
+    # Each URL is an image of unknown size: 85 + 8 tiles x 170 tokens, the most GPT-4o bills for one.
+    assert refused[0].estimate == pytest.approx(4 * 1445e-6 + 50 * 4e-6, abs=2e-5)
+
+
+def test_low_detail_and_patch_priced_models_follow_openais_rules() -> None:
+    low = [{"type": "image_url", "image_url": {"url": URLS[0], "detail": "low"}}]
+    assert estimate_input({"messages": [{"role": "user", "content": low}]}, "openai", "gpt-4o").image_tokens == 85
+    sized = [{"type": "input_image", "image_url": f"data:image/png;base64,{png(1024, 1024)}"}]
+    # 1024 x 1024 -> 768 x 768: four tiles (OpenAI's own worked example: 765 tokens).
+    assert estimate_input({"input": [{"role": "user", "content": sized}]}, "openai", "gpt-4o").image_tokens == 765
+    # gpt-4.1-mini: 32 px patches (32 x 32 of them) times 1.62.
+    assert estimate_input({"input": [{"role": "user", "content": sized}]}, "openai",
+                          "gpt-4.1-mini").image_tokens == 1659  # fmt: skip
+
+
+def test_an_anthropic_image_is_estimated_from_its_own_size(relay_host) -> None:
+    scripted = t.scripted_anthropic()
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png(1000, 600)}}
+    request = {"model": "claude-x", "max_tokens": 1, "messages": [{"role": "user", "content": [image]}]}
+    estimate = refused_estimate(relay_host, scripted.client, request)
+    # 1000 x 600 / 750 = 800 tokens at 3.0 per million; the base64 text is not read as text.
+    assert estimate == pytest.approx(800 * 3e-6 + 15e-6, abs=3e-5)
+    assert scripted.script.requests == []
+
+
+def test_audio_is_estimated_from_its_length_at_the_audio_rate(relay_host) -> None:
+    scripted = t.scripted_openai()
+    part = {"type": "input_audio", "input_audio": {"data": wav(3.0), "format": "wav"}}
+    request = {"model": "gpt-voice", "max_tokens": 1, "messages": [{"role": "user", "content": [part]}]}
+    # Three seconds at 10 tokens a second, at 32.0 per million.
+    assert refused_estimate(relay_host, scripted.client, request) == pytest.approx(30 * 32e-6 + 16e-6, abs=5e-5)
+
+
+def test_pdf_files_are_estimated_by_their_pages(relay_host) -> None:
+    scripted = t.scripted_anthropic()
+    doc = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": pdf(2)}}
+    request = {"model": "claude-x", "max_tokens": 1, "messages": [{"role": "user", "content": [doc]}]}
+    # Each page: up to 3000 tokens of text and the page as an image (up to 1600).
+    assert refused_estimate(relay_host, scripted.client, request) == pytest.approx(2 * 4600 * 3e-6, abs=5e-5)
+
+
+def test_responses_input_files_are_estimated_too(relay_host) -> None:
+    scripted = t.scripted_openai()
+    content = [{"type": "input_file", "filename": "a.pdf", "file_data": f"data:application/pdf;base64,{pdf(3)}"}]
+    request = {"model": "gpt-x", "max_output_tokens": 16, "input": [{"role": "user", "content": content}]}
+    estimate = refused_estimate(relay_host, scripted.client, request, api_mode="responses")
+    assert estimate == pytest.approx(3 * (3000 + 1445) * 1e-6 + 16 * 4e-6, abs=2e-5)
+
+
+def test_parts_no_rule_can_bound_are_counted_and_the_call_goes(relay_host, relay_events) -> None:
+    cost.attach(relay_host, PriceCatalog.from_mapping(PRICES), Budget(1.0, per="turn"))
+    scripted = t.scripted_openai(t.json_reply(t.chat_completion_body(model="gpt-x")))
+    parts = [{"type": "file", "file": {"file_id": "file-abc"}},
+             {"type": "input_audio", "input_audio": {"data": base64.b64encode(b"\x00" * 64).decode(),
+                                                     "format": "mp3"}}]  # fmt: skip
+    lease, turn = conversation(relay_host)
+    adapters.complete(scripted.client, {"model": "gpt-x", "max_tokens": 5, "messages": [
+        {"role": "user", "content": parts}]})  # fmt: skip
+    close(lease, turn)
+    assert len(scripted.script.requests) == 1
+    assert relay_host.relay.diagnostics()["cost.estimate_unknown_parts"] == 2
+
+
+def test_a_large_inline_image_is_not_read_as_text() -> None:
+    data = png(2000, 2000)
+    assert len(data) > 10_000
+    part = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}}
+    found = estimate_input({"messages": [{"role": "user", "content": [part]}]}, "openai", "gpt-4o")
+    assert found.image_tokens == 765 and found.chars == len("user")  # 2000 px -> 768 x 768, four tiles
+
+
+def test_a_request_for_audio_answers_is_checked_at_the_output_audio_rate(relay_host) -> None:
+    scripted = t.scripted_openai()
+    request = {"model": "gpt-voice", "max_tokens": 100, "modalities": ["text", "audio"], "messages": []}
+    assert refused_estimate(relay_host, scripted.client, request) == pytest.approx(100 * 64e-6, abs=1e-5)
