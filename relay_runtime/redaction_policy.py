@@ -168,6 +168,10 @@ class RedactionPolicy:
                 # The SDK's own kwargs and response object, through what the views changed; the kwargs
                 # (plain data, cheap to walk) are also read by the pathless rules, in case the view
                 # missed something, and so is the response when there is no view of it.
+                if req is None and isinstance(inp, Mapping) and isinstance(inp.get("content"), Mapping):
+                    # No codec, so no view: the kwargs are read as the request itself (their
+                    # ``messages`` and ``system`` sit where the view's would), paths and all.
+                    inp = {**inp, "content": kept(p.walk(inp["content"], ("request",))) or {}}
                 inp = p.raw(inp, scan=True)
                 if resp is None or resp is not answer:  # an answer the view found nothing in is kept whole
                     out = p.raw(out, scan=resp is None)

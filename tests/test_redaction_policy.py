@@ -370,3 +370,14 @@ def test_a_cassette_recorded_without_a_policy_cannot_replay_under_one(
     relay, _ = relay_turn
     with pytest.raises(CassetteError, match="recorded under no redaction policy, and this run uses redaction policy"):
         _record_and_replay(relay, tmp_path / "c.json", None, _policy(), scripted_openai)
+
+
+def test_without_a_codec_the_kwargs_are_read_as_the_request_paths_and_all() -> None:
+    relay = Relay()
+    seen = Recorder()
+    relay.subscribers.register(seen)
+    relay.redaction.use(RedactionPolicy([Rule("redact", paths=["/request/messages/*/content"])]))
+    content = {"model": "m", "messages": [{"role": "user", "content": "private"}], "note": "public"}
+    relay.llm.execute("openai", LLMRequest({}, content), lambda request: "ok")
+    recorded = seen.starts()[0].input["content"]
+    assert recorded["messages"] == [{"role": "user", "content": "[REDACTED]"}] and recorded["note"] == "public"
