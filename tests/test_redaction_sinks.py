@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - the browser fixture imported from test_run_page_browser is a parameter below
 """One policy, every sink: a turn whose prompt holds personal data and a key, watched by everything at once.
 
 OpenTelemetry (content on spans and in the details log record), the file and the Redis journal,
@@ -22,6 +23,10 @@ from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from redis_support import redis_prefix, redis_server  # noqa: F401 - fixtures (by name, below)
 from test_run_journal_http import TIMEOUT, read_sse
+from test_run_page_browser import TOKEN as PAGE_TOKEN
+from test_run_page_browser import WAIT_MS as PAGE_WAIT_MS
+from test_run_page_browser import Server as PageServer
+from test_run_page_browser import browser  # noqa: F401 - a fixture (Debian's chromium through playwright)
 
 from relay_runtime import adapters, cassettes, session
 from relay_runtime.adapters import testing
@@ -198,3 +203,32 @@ def test_one_policy_every_sink(
     assert json.loads(stored)["redaction"] == policy(apply_to_request).fingerprint
     assert b"[REDACTED:email]" in stored
     assert_clean("the cassette", stored)
+
+
+def test_the_run_page_in_chromium_shows_only_redacted_values(relay_home: Path, tmp_path: Path, browser: Any) -> None:
+    from playwright.sync_api import expect
+
+    coordinator = session.SESSION_COORDINATOR
+    coordinator.redaction.use(policy())
+    journal_dir = tmp_path / "sessions"
+    journal = JournalSubscriber(session_dir=journal_dir).attach(coordinator)
+    scripted = testing.scripted_openai(
+        testing.json_reply(testing.chat_completion_body(ANSWER)),
+        testing.sse_reply(testing.openai_chat_sse(testing.chat_chunks(["mail ", EMAIL, " ok"]))),
+    )
+    _turn(scripted, relay_home)
+    journal.close()
+    server = PageServer(journal_dir)
+    server.start()
+    try:
+        page = browser.new_context().new_page()
+        page.goto(f"http://127.0.0.1:{server.port}/ui/sessions/sess-1/runs/run-1")
+        expect(page.locator("#login")).to_be_visible(timeout=PAGE_WAIT_MS)
+        page.fill("#token", PAGE_TOKEN)
+        page.click("#login button")
+        expect(page.locator("#state")).to_have_text("completed", timeout=PAGE_WAIT_MS)
+        expect(page.locator("#assistant-text")).to_contain_text("[REDACTED:email]", timeout=PAGE_WAIT_MS)
+        shown = (page.content() + "\n" + page.locator("body").inner_text()).encode()
+    finally:
+        server.stop()
+    assert_clean("the run page in Chromium", shown)
