@@ -15,6 +15,7 @@ from typing import Any
 
 from .capture import CAPTURE_ENV, DETAILS_EVENT, EVENT_ONLY, NO_CONTENT, SPAN_AND_EVENT, SPAN_ONLY
 from .content import Redactor
+from .export_size import SizeLimitedSpanExporter
 from .exporter import OTelExporter
 from .providers import BoundedBatchSpanProcessor, exporter_names, otlp_endpoint_configured, span_exporters
 from .tail_sampling import TailSampler
@@ -29,6 +30,7 @@ __all__ = [
     "BoundedBatchSpanProcessor",
     "OTelExporter",
     "Redactor",
+    "SizeLimitedSpanExporter",
     "TailSampler",
     "setup_from_env",
 ]

@@ -37,6 +37,7 @@ from .capture import DetailsEvents, as_events, capture_mode, mode_from_env, on_s
 from .content import ContentRecorder, Redactor
 from .content_store import ContentStore, store_from_env
 from .deferred import fast_path_for
+from .export_size import DEFAULT_MAX_EXPORT_BYTES, attribute_length, check_max_bytes
 from .metrics import GenAIMetrics
 from .providers import (
     METRICS_LOGGER,
@@ -98,6 +99,10 @@ class OTelExporter:
     (``tail_sampling.py``); metrics are never sampled.
     ``shutdown_timeout``: how long ``shutdown()`` (and so the process's exit, for providers
     built here) may wait for a backend that is down, refusing or not answering.
+    ``max_attribute_length``: attribute values (captured content included) are cut at this many
+    characters (default: ``OTEL_[SPAN_]ATTRIBUTE_VALUE_LENGTH_LIMIT``, else 32 KiB); content is cut
+    before it is serialised, so a huge prompt is never copied whole. ``max_export_bytes``: providers
+    built here send each batch as requests estimated under this size (default 3 MiB).
     """
 
     KINDS = ("scope_start", "scope_end", "mark")
@@ -118,10 +123,18 @@ class OTelExporter:
         span_exporters: Sequence[SpanExporter] | None = None,
         fast_path: bool = True,
         shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S,
+        max_attribute_length: int | None = None,
+        max_export_bytes: int = DEFAULT_MAX_EXPORT_BYTES,
     ) -> None:
         if not isinstance(shutdown_timeout, int | float) or not 0 < shutdown_timeout < float("inf"):
             raise ValueError(f"shutdown_timeout must be a positive number of seconds, got {shutdown_timeout!r}")
         self.shutdown_timeout = float(shutdown_timeout)
+        self.max_attribute_length = attribute_length(max_attribute_length)
+        check_max_bytes(max_export_bytes)
+        sizes: dict[str, Any] = {
+            "max_attribute_length": self.max_attribute_length,
+            "max_export_bytes": max_export_bytes,
+        }
         wanted = tuple(conventions)
         unknown = set(wanted) - A.KNOWN_CONVENTIONS
         if unknown or A.GEN_AI not in wanted:
@@ -142,12 +155,12 @@ class OTelExporter:
         if span_exporters is not None:
             if tracer_provider is not None:
                 raise ValueError("pass either tracer_provider or span_exporters, not both")
-            tracer_provider = tracer_provider_from_env(self.count, exporters=span_exporters)
+            tracer_provider = tracer_provider_from_env(self.count, exporters=span_exporters, **sizes)
             self._owned.append(tracer_provider)
         elif tracer_provider is None and not self._disabled:
             tracer_provider = global_sdk_tracer_provider()
             if tracer_provider is None:
-                tracer_provider = tracer_provider_from_env(self.count)
+                tracer_provider = tracer_provider_from_env(self.count, **sizes)
                 self._owned.append(tracer_provider)
         if meter_provider is None and not self._disabled:
             meter_provider = global_sdk_meter_provider()
@@ -165,7 +178,7 @@ class OTelExporter:
         self._voice = VoiceMetrics(meter_provider, VERSION) if meter_provider is not None else None
         # An explicit choice wins over the environment's; bad values are an error here, not later.
         self.capture_mode = capture_mode(capture_content) if capture_content is not False else mode_from_env()
-        recorder = ContentRecorder(redact, self._oi)
+        recorder = ContentRecorder(redact, self._oi, max_length=self.max_attribute_length)
         self._recorder = recorder
         self._content = recorder if on_spans(self.capture_mode) else None
         store = content_store if content_store is not None else store_from_env()
