@@ -171,8 +171,10 @@ class RedactionPolicy:
                 if req is None and isinstance(inp, Mapping) and isinstance(inp.get("content"), Mapping):
                     # No codec, so no view: the kwargs are read as the request itself (their
                     # ``messages`` and ``system`` sit where the view's would), paths and all.
-                    inp = {**inp, "content": kept(p.walk(inp["content"], ("request",))) or {}}
-                inp = p.raw(inp, scan=True)
+                    content = kept(p.walk(inp["content"], ("request",))) or {}
+                    inp = {**inp, "content": content, "headers": p.raw(inp.get("headers"), scan=True)}
+                else:
+                    inp = p.raw(inp, scan=True)
                 if resp is None or resp is not answer:  # an answer the view found nothing in is kept whole
                     out = p.raw(out, scan=resp is None)
             elif scope_type == "tool":
