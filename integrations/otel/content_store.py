@@ -61,7 +61,7 @@ class ContentStore:
         if not isinstance(url, str) or not url:
             raise ValueError(f"content_store must be a URL (file:///..., s3://..., ...), got {url!r}")
         try:
-            import fsspec
+            import fsspec  # type: ignore[import-untyped]
         except ImportError as exc:
             raise ImportError(
                 "content_store needs fsspec: pip install 'relay-runtime[otel-upload]'"
