@@ -2,7 +2,8 @@
 """One policy, every sink: a turn whose prompt holds personal data and a key, watched by everything at once.
 
 OpenTelemetry (content on spans and in the details log record), the file and the Redis journal,
-the run page (HTML and API) and a cassette: none of the raw values appears in any of them, searched
+the run page (HTML and API, and in Chromium), ATIF and ATOF trajectories (live and rebuilt from the
+journal) and a cassette: none of the raw values appears in any of them, searched
 byte by byte, also JSON-escaped and base64-encoded; the provider still gets the raw prompt (unless
 ``apply_to_request``).
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ from relay_runtime.adapters import testing
 from relay_runtime.integrations.otel import OTelExporter
 from relay_runtime.integrations.run_journal import JournalSubscriber, RedisStreamStore
 from relay_runtime.integrations.run_journal.routes import create_app
+from relay_runtime.integrations.trajectory import AtifExporter, AtofExporter, atif_from_journal
 from relay_runtime.redaction import RedactionPolicy, Rule
 from tests.otel_support import Pipeline
 
@@ -133,6 +136,9 @@ def test_one_policy_every_sink(
         pipeline.tracer_provider, pipeline.meter_provider, capture_content="SPAN_AND_EVENT",
         logger_provider=logger_provider,
     ).attach(coordinator)  # fmt: skip
+    atif = AtifExporter("sess-1", agent_name="agent").attach(coordinator)
+    atof_lines = io.StringIO()
+    atof = AtofExporter(stream=atof_lines).attach(coordinator)
     journal_dir = tmp_path / "sessions"
     if journal == "redis":
         redis_server, redis_prefix = request.getfixturevalue("redis_server"), request.getfixturevalue("redis_prefix")
@@ -150,6 +156,15 @@ def test_one_policy_every_sink(
         _turn(scripted, relay_home)
     journal_sub.close()
     exporter.shutdown()
+    trajectories = atif.export_json().encode() + b"\n" + atof_lines.getvalue().encode()
+    atif.detach()
+    atof.detach()
+    assert b"[REDACTED:email]" in trajectories
+    assert_clean("the ATIF and ATOF trajectories", trajectories)
+    if journal == "file":
+        rebuilt = json.dumps(atif_from_journal("sess-1", session_dir=journal_dir)).encode()
+        assert b"[REDACTED:email]" in rebuilt
+        assert_clean("the trajectory rebuilt from the journal", rebuilt)
 
     sent = b"".join(r.content for r in scripted.script.requests)
     if apply_to_request:
