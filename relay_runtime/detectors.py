@@ -51,8 +51,13 @@ class Detector:
             return []
         if self.digits and _DIGIT(text) is None:
             return []
-        if self.needles and not any(n in text for n in self.needles):
-            return []
+        needles = self.needles
+        if needles:
+            for n in needles:
+                if n in text:
+                    break
+            else:
+                return []
         return list(self._find(text))
 
     def __repr__(self) -> str:
@@ -77,6 +82,8 @@ def _matches(pattern: re.Pattern[str], valid: Callable[[str], bool] | None = Non
 _NUMERIC_RUN = re.compile(r"[+(0-9][0-9 ().+-]*")
 _DIGIT = re.compile(r"[0-9]").search
 _DIGITS = frozenset("0123456789")
+_DIGIT_CHARS = tuple("0123456789")
+_RUN_CHARS = frozenset("0123456789 ().+-")
 Run = tuple[int, int, int]  # start, end, how many digits
 _last_runs: tuple[str, list[Run]] = ("", [])
 
@@ -88,8 +95,15 @@ def numeric_runs(text: str) -> list[Run]:
     if seen is text:
         return runs
     runs = []
-    if _DIGIT(text) is not None:
-        for m in _NUMERIC_RUN.finditer(text):
+    first = _DIGIT(text)
+    if first is not None:
+        # Prose holds few digits: the regular expression (a few ns a character) is run only from the
+        # first digit's stretch of separators to the last digit (found with str.rfind, far faster).
+        lo = first.start()
+        while lo > 0 and text[lo - 1] in _RUN_CHARS:
+            lo -= 1
+        hi = max(map(text.rfind, _DIGIT_CHARS)) + 1
+        for m in _NUMERIC_RUN.finditer(text, lo, hi):
             start, end = m.span()
             while end > start and text[end - 1] not in _DIGITS:
                 end -= 1
@@ -188,10 +202,17 @@ def _find_phone(text: str) -> Iterator[Span]:
         if digits < 8:  # no phone number has fewer
             continue
         lo, hi = max(0, start - 1), min(n, end + 1)
-        found = [m.span() for m in _PHONE_INTL.finditer(text, lo, hi) if _phone_digits_ok(m.group())]
-        for m in _PHONE_NANP.finditer(text, lo, hi):
-            if not any(s < m.end() and m.start() < e for s, e in found):
-                found.append(m.span())
+        # Each pattern only where it can match: an international number opens with "+" or "00", and a
+        # North American one holds ten digits (the window's ends may be digits of other scripts).
+        found = (
+            [m.span() for m in _PHONE_INTL.finditer(text, lo, hi) if _phone_digits_ok(m.group())]
+            if text.find("+", lo, hi) >= 0 or text.find("00", lo, hi) >= 0
+            else []
+        )
+        if digits >= 10 or not text[lo:hi].isascii():
+            for m in _PHONE_NANP.finditer(text, lo, hi):
+                if not any(s < m.end() and m.start() < e for s, e in found):
+                    found.append(m.span())
         spans.extend(found)
     yield from sorted(spans)
 
@@ -206,7 +227,15 @@ _CARD_PREFIX = re.compile(
 )
 
 
+# The Luhn sum of an ASCII digit in a doubled place, by its byte.
+_DOUBLED = bytes(((b - 48) * 2 - 9 if (b - 48) * 2 > 9 else (b - 48) * 2) if 48 <= b <= 57 else 0 for b in range(256))
+
+
 def luhn_ok(digits: str) -> bool:
+    if digits.isascii() and digits.isdigit():
+        raw = digits.encode("ascii")
+        kept = raw[-1::-2]
+        return (sum(kept) - 48 * len(kept) + sum(raw[-2::-2].translate(_DOUBLED))) % 10 == 0
     total = 0
     for i, ch in enumerate(reversed(digits)):
         d = ord(ch) - 48
@@ -219,8 +248,8 @@ def luhn_ok(digits: str) -> bool:
 
 
 def _card_ok(text: str) -> bool:
-    seps = {c for c in text if not c.isdigit()}
-    if len(seps) > 1:
+    # The pattern allows only spaces and dashes between the digits: one kind of them, not both.
+    if " " in text and "-" in text:
         return False
     digits = text.replace(" ", "").replace("-", "")
     if not 13 <= len(digits) <= 19 or len(set(digits)) == 1:
@@ -262,6 +291,14 @@ _IPV6 = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:(?:\d{1,3}\.){3}\d{
 
 
 def _ipv4_ok(text: str) -> bool:
+    # What ipaddress.IPv4Address accepts (four ASCII decimal octets, none over 255, no leading zero),
+    # without its exceptions and objects: this runs on every dotted run of digits.
+    parts = text.split(".")
+    if len(parts) == 4 and text.isascii():
+        for part in parts:
+            if not part.isdigit() or len(part) > 3 or (len(part) > 1 and part[0] == "0") or int(part) > 255:
+                return False
+        return True
     try:
         ipaddress.IPv4Address(text)
     except ValueError:
