@@ -78,23 +78,39 @@ def _matches(pattern: re.Pattern[str], valid: Callable[[str], bool] | None = Non
 # A run of digits and the separators numbers are written with: every numeric value (card, phone,
 # SSN, IPv4, an IBAN's check digits) lies in one, so its pattern need only be tried there. The
 # pattern opens with a character class (no optional part, no lookbehind): the engine then skips
-# to candidates in C instead of trying every position.
-_NUMERIC_RUN = re.compile(r"[+(0-9][0-9 ().+-]*")
+# to candidates in C instead of trying every position. It ends on a digit (backtracking there), so
+# a run holds no trailing separators; a lone "+" or "(" is a match of no digits.
+_NUMERIC_RUN = re.compile(r"[+(0-9](?:[0-9 ().+-]*[0-9])?")
 _DIGIT = re.compile(r"[0-9]").search
 _DIGITS = frozenset("0123456789")
 _DIGIT_CHARS = tuple("0123456789")
 _RUN_CHARS = frozenset("0123456789 ().+-")
 Run = tuple[int, int, int]  # start, end, how many digits
-_last_runs: tuple[str, list[Run]] = ("", [])
+# Every numeric value but an IBAN's check digits holds four digits or more (an IPv4 address the
+# fewest): those detectors walk only the runs that long.
+_LONG = 4
+_last_runs: tuple[str, list[Run], list[Run]] = ("", [], [])
 
 
 def numeric_runs(text: str) -> list[Run]:
     """``text``'s numeric runs; the last text's answer is kept (several detectors ask in turn)."""
-    global _last_runs
-    seen, runs = _last_runs
+    seen, runs, _ = _last_runs
     if seen is text:
         return runs
-    runs = []
+    return _numeric_runs(text)[0]
+
+
+def long_runs(text: str) -> list[Run]:
+    """``text``'s numeric runs of ``_LONG`` digits or more."""
+    seen, _, long = _last_runs
+    if seen is text:
+        return long
+    return _numeric_runs(text)[1]
+
+
+def _numeric_runs(text: str) -> tuple[list[Run], list[Run]]:
+    global _last_runs
+    runs: list[Run] = []
     first = _DIGIT(text)
     if first is not None:
         # Prose holds few digits: the regular expression (a few ns a character) is run only from the
@@ -105,17 +121,15 @@ def numeric_runs(text: str) -> list[Run]:
         hi = max(map(text.rfind, _DIGIT_CHARS)) + 1
         for m in _NUMERIC_RUN.finditer(text, lo, hi):
             start, end = m.span()
-            while end > start and text[end - 1] not in _DIGITS:
-                end -= 1
-            if end - start <= 1:
-                digits = end - start
+            if end - start == 1:
+                if text[start] in _DIGITS:
+                    runs.append((start, end, 1))
             else:
-                run = text[start:end]
-                digits = len(run) - sum(map(run.count, " ().+-"))
-            if digits:
-                runs.append((start, end, digits))
-    _last_runs = (text, runs)  # one tuple, swapped whole: threads never see half of it
-    return runs
+                run = m.group()
+                runs.append((start, end, len(run) - sum(map(run.count, " ().+-"))))
+    long = [r for r in runs if r[2] >= _LONG]
+    _last_runs = (text, runs, long)  # one tuple, swapped whole: threads never see half of it
+    return runs, long
 
 
 def _in_runs(
@@ -124,9 +138,11 @@ def _in_runs(
     """``pattern`` tried only in the numeric runs of ``least`` digits or more that hold ``holding`` (a
     separator the value must have), and a character each side."""
 
+    runs_of = long_runs if least >= _LONG else numeric_runs
+
     def find(text: str) -> Iterator[Span]:
         n = len(text)
-        for start, end, digits in numeric_runs(text):
+        for start, end, digits in runs_of(text):
             if digits < least or (holding and text.find(holding, start, end) < 0):
                 continue
             for m in pattern.finditer(text, max(0, start - 1), min(n, end + 1)):
@@ -198,7 +214,7 @@ def _phone_digits_ok(text: str) -> bool:
 def _find_phone(text: str) -> Iterator[Span]:
     spans: list[Span] = []
     n = len(text)
-    for start, end, digits in numeric_runs(text):
+    for start, end, digits in long_runs(text):
         if digits < 8:  # no phone number has fewer
             continue
         lo, hi = max(0, start - 1), min(n, end + 1)
