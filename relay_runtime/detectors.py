@@ -152,20 +152,35 @@ def _in_runs(
     return find
 
 
-def _at(pattern: re.Pattern[str], needle: str, valid: Callable[[str], bool] | None = None) -> Callable[
-    [str], Iterator[Span]
-]:
+def occurrences(text: str, needle: str, pivot: int = 0) -> Iterator[int]:
+    """Where ``needle`` starts in ``text`` (overlaps too), in order, found by its character at ``pivot``.
+
+    ``str.find`` of a single character is a ``memchr``; of three characters or more it walks the
+    text a character at a time (1-3 us over 2 KB). A character seldom seen in prose ("J" of "eyJ")
+    found alone, then the needle checked there, is faster.
+    """
+    ch = needle[pivot]
+    i = text.find(ch, pivot)
+    while i >= 0:
+        if text.startswith(needle, i - pivot):
+            yield i - pivot
+        i = text.find(ch, i + 1)
+
+
+def _at(
+    pattern: re.Pattern[str], needle: str, pivot: int, valid: Callable[[str], bool] | None = None
+) -> Callable[[str], Iterator[Span]]:
     """``pattern`` matched only where ``needle`` (its literal opening) is; its lookbehind still sees the text before."""
 
     def find(text: str) -> Iterator[Span]:
-        i = text.find(needle)
-        while i >= 0:
+        last = 0
+        for i in occurrences(text, needle, pivot):
+            if i < last:
+                continue
             m = pattern.match(text, i)
             if m is not None and (valid is None or valid(m.group())):
                 yield m.span()
-                i = text.find(needle, m.end())
-            else:
-                i = text.find(needle, i + 1)
+                last = m.end()
 
     return find
 
@@ -476,7 +491,8 @@ _BUILT_IN: dict[str, Detector] = {
     "iban": Detector("iban", _find_iban, digits=True, shortest=15),
     "ip_address": Detector("ip_address", _find_ip, (".", ":"), shortest=3),
     "us_ssn": Detector("us_ssn", _in_runs(_SSN, None, 9, "-"), ("-",), digits=True, shortest=11),
-    "jwt": Detector("jwt", _at(_JWT, "eyJ", _jwt_ok), ("eyJ",), shortest=16),
+    # "J": every token holds "eyJ", and a capital J is rare in prose (``in`` of "eyJ" walks the text slowly).
+    "jwt": Detector("jwt", _at(_JWT, "eyJ", 2, _jwt_ok), ("J",), shortest=16),
     "api_key": Detector("api_key", _find_key, shortest=20),
     "high_entropy": Detector("high_entropy", _matches(_TOKEN, _high_entropy_ok), shortest=24),
 }
