@@ -126,6 +126,8 @@ class Pass:
         return None
 
     def _named(self, path: pointers.Path) -> bool:
+        if self.policy._all_pathless:  # the usual policy of detectors: no rule names a path
+            return False
         return any(rule.parsed_paths and rule.applies(path) for rule in self.rules)
 
     def _forget(self, value: Any) -> None:
