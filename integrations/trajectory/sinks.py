@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import queue
 import tempfile
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
@@ -50,10 +52,41 @@ def write_file(path: str, text: str) -> str:
     return path
 
 
+def _path_safe(session_id: str) -> str:
+    """``session_id`` as one path segment: a conversation id is caller data, and ``../x`` or ``a/b``
+    must not name a file outside the sink's directory (nor another URL). Plain ids stay as they are."""
+    text = urllib.parse.quote(session_id, safe="")
+    return text.replace(".", "%2E") if text in ("", ".", "..") else text
+
+
 def _named(template: str, session_id: str) -> str:
     if "{session_id}" not in template:
         raise ValueError(f"a sink's path or URL template must contain {{session_id}}, got {template!r}")
-    return template.replace("{session_id}", session_id)
+    return template.replace("{session_id}", _path_safe(session_id))
+
+
+def shown_url(url: str) -> str:
+    """``url`` for messages and logs: without its user info and query, where credentials travel."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:
+        return "<unparsable URL>"
+    return urllib.parse.urlunsplit((parts.scheme, host + port, parts.path, "", ""))
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is not followed: urllib would resend the headers (the endpoint's credentials) to
+    wherever it points, and turn the POST into a GET whose 200 would count as delivered."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_opener = urllib.request.build_opener(_NoRedirects)
+# What is read of an endpoint's answer (it is not used): an endless body cannot hold the sinks' thread.
+_MAX_ANSWER = 64 * 1024
 
 
 class FileSink:
@@ -87,8 +120,10 @@ class HttpSink:
             raise ValueError(f"HttpSink needs an http(s) URL, got {url!r}")
         if type(retries) is not int or retries < 0:
             raise ValueError(f"retries must be a whole number >= 0, got {retries!r}")
-        if not (isinstance(timeout, (int, float)) and timeout > 0):
+        if isinstance(timeout, bool) or not (isinstance(timeout, (int, float)) and 0 < timeout < math.inf):
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if isinstance(backoff, bool) or not (isinstance(backoff, (int, float)) and 0 <= backoff < math.inf):
+            raise ValueError(f"backoff must be a number of seconds >= 0, got {backoff!r}")
         self.url = url
         self.headers = dict(headers or {})
         self.timeout = float(timeout)
@@ -100,25 +135,28 @@ class HttpSink:
         body = json.dumps(trajectory, ensure_ascii=False).encode("utf-8")
         headers = {"Content-Type": "application/json", "X-Session-Id": session_id, **self.headers}
         delay = self.backoff
+        shown = shown_url(self.url)
         for attempt in range(self.retries + 1):
             self.attempts += 1
             request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as answer:
-                    answer.read()
+                with _opener.open(request, timeout=self.timeout) as answer:
+                    answer.read(_MAX_ANSWER)
                 return
             except urllib.error.HTTPError as exc:
+                exc.close()
                 if exc.code < 500 and exc.code != 429:
                     raise RuntimeError(
-                        f"HTTP sink {self.url}: the endpoint refused the trajectory ({exc.code})"
-                    ) from exc
-                failure: Exception = exc
+                        f"HTTP sink {shown}: the endpoint refused the trajectory ({exc.code})"
+                    ) from None  # the error's own text repeats the full URL
+                failure = f"HTTP {exc.code}"
             except (urllib.error.URLError, OSError) as exc:
-                failure = exc
+                reason = getattr(exc, "reason", exc)
+                failure = f"{type(reason).__name__}: {reason}"
             if attempt < self.retries:
                 time.sleep(delay)
                 delay *= 2
-        raise RuntimeError(f"HTTP sink {self.url}: gave up after {self.retries + 1} tries: {failure}")
+        raise RuntimeError(f"HTTP sink {shown}: gave up after {self.retries + 1} tries: {failure}")
 
 
 class FsspecSink:
