@@ -208,3 +208,12 @@ def test_a_record_the_builder_cannot_read_is_a_clear_error(tmp_path, capsys):
         atof_from_journal("s", "r1", store=store)
     assert cli.main(["trajectory", "export", "s", "-", "--format", "atof", "--session-dir", str(tmp_path)]) == 1
     assert "is damaged (KeyError: 'oe')" in capsys.readouterr().err
+
+
+def test_an_fsspec_sink_with_a_url_it_cannot_write_is_refused_when_made():
+    from relay_runtime.integrations.trajectory import FsspecSink
+
+    with pytest.raises(ValueError, match=r"FsspecSink cannot write nosuchproto://bucket/.*Protocol not known") as bad:
+        FsspecSink("nosuchproto://key:secret-0123456789@bucket/{session_id}.json")
+    assert "secret-0123456789" not in str(bad.value)
+    FsspecSink("memory://atif/{session_id}.json")  # a protocol it has

@@ -168,6 +168,13 @@ class FsspecSink:
             import fsspec  # type: ignore[import-untyped]
         except ImportError as exc:
             raise ImportError("FsspecSink needs fsspec: pip install 'relay-runtime[trajectory]'") from exc
+        # The URL's protocol is resolved now: an unknown one, or one whose package is missing, is the
+        # caller's error here, not a warning on the sinks' thread at each conversation's end.
+        protocol = fsspec.core.split_protocol(template)[0] or "file"
+        try:
+            fsspec.get_filesystem_class(protocol)
+        except (ValueError, ImportError) as exc:
+            raise type(exc)(f"FsspecSink cannot write {shown_url(template)}: {exc}") from None
         self._fsspec = fsspec
         self.template = template
         self.storage_options = storage_options
