@@ -217,3 +217,32 @@ def test_an_fsspec_sink_with_a_url_it_cannot_write_is_refused_when_made():
         FsspecSink("nosuchproto://key:secret-0123456789@bucket/{session_id}.json")
     assert "secret-0123456789" not in str(bad.value)
     FsspecSink("memory://atif/{session_id}.json")  # a protocol it has
+
+
+class _Stuck:
+    """A sink that hangs until released (an endpoint that never answers, a mount that froze)."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def send(self, session_id: str, trajectory: dict[str, Any]) -> None:
+        self.entered.set()
+        self.release.wait(30)
+
+
+def test_flush_and_close_keep_their_timeout_when_a_stuck_sink_filled_the_queue():
+    from relay_runtime.integrations.trajectory.sinks import SinkWorker
+
+    stuck = _Stuck()
+    worker = SinkWorker([stuck], lambda session_id: {"session": session_id}, max_pending=2)
+    worker.submit("s0")
+    assert stuck.entered.wait(10)  # the worker holds s0 in the sink; s1 and s2 fill the queue
+    worker.submit("s1")
+    worker.submit("s2")
+    outcomes: list[bool] = []
+    caller = threading.Thread(target=lambda: outcomes.extend([worker.flush(0.2), worker.close(0.2)]), daemon=True)
+    caller.start()
+    caller.join(15)  # before: flush waited for room in the queue for as long as the sink hung
+    assert not caller.is_alive() and outcomes == [False, False]
+    stuck.release.set()

@@ -241,15 +241,32 @@ class SinkWorker:
     def flush(self, timeout: float | None) -> bool:
         if not self._thread.is_alive():
             return True
+        deadline = None if timeout is None else time.monotonic() + timeout
         done = threading.Event()
-        self._queue.put(done)  # waits for room: flushing is the caller's choice to wait
-        return done.wait(timeout)
+        # Waiting for room counts against the timeout too: with a sink stuck and the queue full,
+        # an unbounded put held the caller (and shutdown at exit) for ever.
+        if not self._put(done, deadline):
+            return False
+        return done.wait(_left(deadline))
 
     def close(self, timeout: float | None) -> bool:
         if self._closed:
             return True
+        deadline = None if timeout is None else time.monotonic() + timeout
         flushed = self.flush(timeout)
         self._closed = True
-        self._queue.put(None)
-        self._thread.join(timeout)
+        if not self._put(None, deadline):
+            return False  # the thread is a daemon: a sink stuck for good ends with the process
+        self._thread.join(_left(deadline))
         return flushed
+
+    def _put(self, item: Any, deadline: float | None) -> bool:
+        try:
+            self._queue.put(item, timeout=_left(deadline))
+        except queue.Full:
+            return False
+        return True
+
+
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
