@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,9 @@ class _Hostile(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         type(self).seen.append(("POST", self.path, self.headers.get("Authorization")))
         self.rfile.read(int(self.headers["Content-Length"]))
+        if self.path == "/trickle":
+            self._trickle()
+            return
         if self.path == "/redirect":
             self.send_response(302)
             self.send_header("Location", "/elsewhere")
@@ -41,6 +45,17 @@ class _Hostile(http.server.BaseHTTPRequestHandler):
                 self.wfile.write(chunk)
         except OSError:
             pass  # the sink hung up: what it should do
+
+    def _trickle(self) -> None:
+        # A status line, then one byte of a header every 50 ms: each read is quick, the answer never ends.
+        self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+        try:
+            for _ in range(600):
+                self.wfile.write(b"x")
+                self.wfile.flush()
+                time.sleep(0.05)
+        except OSError:
+            pass
 
     def do_GET(self) -> None:
         type(self).seen.append(("GET", self.path, self.headers.get("Authorization")))
@@ -89,6 +104,24 @@ def test_an_endless_answer_does_not_hold_the_sink(hostile):
     assert done.wait(30)
 
 
+def test_an_answer_trickled_byte_by_byte_is_cut_off_at_the_deadline(hostile):
+    base, _ = hostile
+    sink = HttpSink(f"{base}/trickle", retries=0, timeout=2, deadline=0.5)
+    failures: list[BaseException] = []
+
+    def deliver() -> None:
+        try:
+            sink.send("s1", {"a": 1})
+        except BaseException as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=deliver, daemon=True)
+    thread.start()
+    thread.join(15)  # before: each byte came well within the timeout, so the try lasted as long as the trickle
+    assert not thread.is_alive()
+    assert len(failures) == 1 and "more than its deadline of 0.5s" in str(failures[0])
+
+
 def test_sink_failures_name_no_credential_of_the_url():
     sink = HttpSink("http://user:pw-0123456789@127.0.0.1:9/atif?token=tok-0123456789", retries=0, timeout=2)
     with pytest.raises(RuntimeError) as failure:
@@ -102,6 +135,12 @@ def test_sink_timing_arguments_are_checked():
     for bad in (float("nan"), float("inf"), -1, True):
         with pytest.raises(ValueError, match="timeout"):
             HttpSink("http://x", timeout=bad)
+        with pytest.raises(ValueError, match="deadline"):
+            HttpSink("http://x", deadline=bad)
+    with pytest.raises(ValueError, match="port"):
+        HttpSink("http://x:notaport/atif")
+    with pytest.raises(ValueError, match="with a host"):
+        HttpSink("http:///atif")
     for bad in (float("nan"), float("inf"), -0.5):
         with pytest.raises(ValueError, match="backoff"):
             HttpSink("http://x", backoff=bad)

@@ -8,17 +8,18 @@ HTTP sink retries with backoff a bounded number of times, then gives up (counted
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
 import logging
 import math
 import os
 import queue
+import socket
 import tempfile
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -76,15 +77,6 @@ def shown_url(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, host + port, parts.path, "", ""))
 
 
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """A redirect is not followed: urllib would resend the headers (the endpoint's credentials) to
-    wherever it points, and turn the POST into a GET whose 200 would count as delivered."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-_opener = urllib.request.build_opener(_NoRedirects)
 # What is read of an endpoint's answer (it is not used): an endless body cannot hold the sinks' thread.
 _MAX_ANSWER = 64 * 1024
 
@@ -104,7 +96,9 @@ class HttpSink:
     """POSTs each trajectory as JSON to ``url``; retries network errors and 5xx / 429 answers with backoff.
 
     ``retries`` further tries at most, waiting ``backoff`` seconds, doubled each time; another 4xx
-    is not retried. Runs on the sinks' thread, never on the agent's.
+    is not retried, nor is a redirect (it is not followed: that would hand ``headers`` to wherever it
+    points). ``timeout``: seconds the endpoint may stay silent; ``deadline``: seconds one try may take
+    in all (an endpoint trickling its answer is cut off). Runs on the sinks' thread, never the agent's.
     """
 
     def __init__(
@@ -115,18 +109,28 @@ class HttpSink:
         timeout: float = 3.0,
         retries: int = 3,
         backoff: float = 0.2,
+        deadline: float = 30.0,
     ) -> None:
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ValueError(f"HttpSink needs an http(s) URL, got {url!r}")
+        try:
+            parts = urllib.parse.urlsplit(url)
+            parts.port  # noqa: B018 - a port that is not a number raises here
+        except ValueError as exc:
+            raise ValueError(f"HttpSink needs an http(s) URL, got {shown_url(url)}: {exc}") from None
+        if not parts.hostname:
+            raise ValueError(f"HttpSink needs an http(s) URL with a host, got {shown_url(url)}")
         if type(retries) is not int or retries < 0:
             raise ValueError(f"retries must be a whole number >= 0, got {retries!r}")
-        if isinstance(timeout, bool) or not (isinstance(timeout, (int, float)) and 0 < timeout < math.inf):
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        for name, value in (("timeout", timeout), ("deadline", deadline)):
+            if isinstance(value, bool) or not (isinstance(value, (int, float)) and 0 < value < math.inf):
+                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
         if isinstance(backoff, bool) or not (isinstance(backoff, (int, float)) and 0 <= backoff < math.inf):
             raise ValueError(f"backoff must be a number of seconds >= 0, got {backoff!r}")
         self.url = url
         self.headers = dict(headers or {})
         self.timeout = float(timeout)
+        self.deadline = float(deadline)
         self.retries = retries
         self.backoff = float(backoff)
         self.attempts = 0
@@ -138,25 +142,59 @@ class HttpSink:
         shown = shown_url(self.url)
         for attempt in range(self.retries + 1):
             self.attempts += 1
-            request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
             try:
-                with _opener.open(request, timeout=self.timeout) as answer:
-                    answer.read(_MAX_ANSWER)
-                return
-            except urllib.error.HTTPError as exc:
-                exc.close()
-                if exc.code < 500 and exc.code != 429:
-                    raise RuntimeError(
-                        f"HTTP sink {shown}: the endpoint refused the trajectory ({exc.code})"
-                    ) from None  # the error's own text repeats the full URL
-                failure = f"HTTP {exc.code}"
-            except (urllib.error.URLError, OSError) as exc:
-                reason = getattr(exc, "reason", exc)
-                failure = f"{type(reason).__name__}: {reason}"
+                status = self._post(body, headers)
+            except (OSError, http.client.HTTPException) as exc:
+                failure = f"{type(exc).__name__}: {exc}"
+            else:
+                if 200 <= status < 300:
+                    return
+                if status < 500 and status != 429:
+                    raise RuntimeError(f"HTTP sink {shown}: the endpoint refused the trajectory ({status})")
+                failure = f"HTTP {status}"
             if attempt < self.retries:
                 time.sleep(delay)
                 delay *= 2
         raise RuntimeError(f"HTTP sink {shown}: gave up after {self.retries + 1} tries: {failure}")
+
+    def _post(self, body: bytes, headers: dict[str, str]) -> int:
+        """One try: the endpoint's status, its answer read no further than ``_MAX_ANSWER``."""
+        parts = urllib.parse.urlsplit(self.url)
+        kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        connection = kind(parts.hostname or "", parts.port, timeout=self.timeout)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        cut = threading.Event()
+        answered = threading.Lock()  # held once the answer is read: a late watchdog then cuts nothing
+
+        def cut_off() -> None:
+            # A blocked read is woken by shutting the socket down; the try then fails as cut off.
+            if not answered.acquire(blocking=False):
+                return
+            cut.set()
+            sock = connection.sock
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+        watchdog = threading.Timer(self.deadline, cut_off)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            connection.request("POST", target, body=body, headers=headers)
+            answer = connection.getresponse()
+            answer.read(_MAX_ANSWER)
+            answered.acquire(blocking=False)
+        except (OSError, http.client.HTTPException):
+            if not cut.is_set():
+                raise
+        finally:
+            watchdog.cancel()
+            connection.close()
+        if cut.is_set():
+            # Cut off mid-answer, http.client may even have seen a whole one (the end of the stream
+            # ends the headers): it is not the endpoint's word.
+            raise TimeoutError(f"the try took more than its deadline of {self.deadline:g}s")
+        return answer.status
 
 
 class FsspecSink:
