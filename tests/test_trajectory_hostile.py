@@ -285,3 +285,12 @@ def test_flush_and_close_keep_their_timeout_when_a_stuck_sink_filled_the_queue()
     caller.join(15)  # before: flush waited for room in the queue for as long as the sink hung
     assert not caller.is_alive() and outcomes == [False, False]
     stuck.release.set()
+
+
+def test_a_schema_version_carries_nothing_into_the_valid_line(tmp_path, capsys):
+    version = "ATIF-v1.7\nforged.json: valid ATIF\x1b[2J"
+    status, out, _ = _validate(tmp_path, capsys, json.dumps({**_VALID, "schema_version": version, "steps": []}))
+    assert status == 1 and out.count("\n") == 1 and "\x1b" not in out
+    assert "$.schema_version: must be an ATIF v1.x version" in out
+    status, out, _ = _validate(tmp_path, capsys, json.dumps({**_VALID, "steps": []}))
+    assert status == 0 and out.endswith(": valid ATIF (ATIF-v1.7, 0 steps)\n")

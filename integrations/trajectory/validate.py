@@ -29,6 +29,8 @@ def _is_number(value: Any) -> bool:
     return type(value) is int or (type(value) is float and math.isfinite(value))
 
 
+# A version and nothing else: it is printed back ("valid ATIF (ATIF-v1.7, ...)"), so no text may ride on it.
+_VERSION = re.compile(r"ATIF-v1\.[0-9]{1,4}")
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _shown = reprlib.Repr()
 _shown.maxstring = _shown.maxother = 80
@@ -91,7 +93,7 @@ def validate_atif(obj: Any) -> list[str]:
         return [f"$: a trajectory must be a JSON object, got {type(obj).__name__}"]
     errors.string(obj, "schema_version", "$", required=True)
     version = obj.get("schema_version")
-    if isinstance(version, str) and not version.startswith("ATIF-v1."):
+    if isinstance(version, str) and not _VERSION.fullmatch(version):
         errors.add("$.schema_version", f"must be an ATIF v1.x version such as 'ATIF-v1.7', got {show(version)}")
     errors.string(obj, "session_id", "$", required=True, empty=False)
     errors.string(obj, "trajectory_id", "$")
