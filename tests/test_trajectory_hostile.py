@@ -294,3 +294,38 @@ def test_a_schema_version_carries_nothing_into_the_valid_line(tmp_path, capsys):
     assert "$.schema_version: must be an ATIF v1.x version" in out
     status, out, _ = _validate(tmp_path, capsys, json.dumps({**_VALID, "steps": []}))
     assert status == 0 and out.endswith(": valid ATIF (ATIF-v1.7, 0 steps)\n")
+
+
+def test_export_to_a_path_it_cannot_write_is_a_clear_error(tmp_path, capsys):
+    from trajectory_support import SESSION, TURN, run_ours
+
+    from relay_runtime import session
+
+    session.reset_for_tests()
+    try:
+        ours = run_ours("sync", journal_dir=tmp_path / "journal")
+        assert ours.journal is not None and ours.journal.close()
+    finally:
+        session.reset_for_tests()
+    (tmp_path / "a-dir").mkdir()
+    argv = ["trajectory", "export", SESSION, TURN, "--format", "atif", "--session-dir", str(tmp_path / "journal")]
+    assert cli.main([*argv, "-o", str(tmp_path / "a-dir")]) == 2  # before: IsADirectoryError's traceback
+    err = capsys.readouterr().err
+    assert err.startswith(f"relay-runtime trajectory: cannot write {tmp_path / 'a-dir'}: ") and err.count("\n") == 1
+    assert cli.main([*argv, "-o", str(tmp_path / "out.json")]) == 0 and (tmp_path / "out.json").exists()
+
+
+def test_export_from_a_journal_store_that_is_down_is_a_clear_error(capsys):
+    import socket
+
+    from relay_runtime.integrations.run_journal.redis_store import RedisStreamStore
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    from relay_runtime.integrations.trajectory import cli as trajectory_cli
+
+    store = RedisStreamStore(f"redis://127.0.0.1:{port}/0")
+    assert trajectory_cli.main(["export", "s", "r1", "--format", "atof"], store=store) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"relay-runtime trajectory: run journal on 127.0.0.1:{port}/0 unavailable")

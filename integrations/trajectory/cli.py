@@ -28,6 +28,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _export(args: argparse.Namespace, store: Any) -> int:
     from ..run_journal import paths
+    from ..run_journal.errors import JournalUnavailable
     from .from_journal import DamagedJournal, atif_from_journal, atof_from_journal
 
     run_id = None if args.run_id == "-" else args.run_id
@@ -45,13 +46,17 @@ def _export(args: argparse.Namespace, store: Any) -> int:
         else:
             events = atof_from_journal(args.session_id, run_id, **where)
             text = "".join(json.dumps(e, ensure_ascii=False, separators=(",", ":")) + "\n" for e in events)
-    except (LookupError, DamagedJournal) as exc:
+    except (LookupError, DamagedJournal, JournalUnavailable) as exc:
         print(f"relay-runtime trajectory: {exc}", file=sys.stderr)
         return 1
     if args.output:
         from .sinks import write_file
 
-        write_file(args.output, text)
+        try:
+            write_file(args.output, text)
+        except OSError as exc:
+            print(f"relay-runtime trajectory: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     else:
         sys.stdout.write(text)
     return 0
