@@ -127,7 +127,7 @@ def test_sink_failures_name_no_credential_of_the_url():
     with pytest.raises(RuntimeError) as failure:
         sink.send("s1", {})
     text = str(failure.value)
-    assert "http://127.0.0.1:9/atif" in text
+    assert "'http://127.0.0.1:9/atif'" in text
     assert "pw-0123456789" not in text and "tok-0123456789" not in text and "user" not in text
 
 
@@ -252,7 +252,7 @@ def test_a_record_the_builder_cannot_read_is_a_clear_error(tmp_path, capsys):
 def test_an_fsspec_sink_with_a_url_it_cannot_write_is_refused_when_made():
     from relay_runtime.integrations.trajectory import FsspecSink
 
-    with pytest.raises(ValueError, match=r"FsspecSink cannot write nosuchproto://bucket/.*Protocol not known") as bad:
+    with pytest.raises(ValueError, match=r"FsspecSink cannot write 'nosuchproto://bucket/.*Protocol not known") as bad:
         FsspecSink("nosuchproto://key:secret-0123456789@bucket/{session_id}.json")
     assert "secret-0123456789" not in str(bad.value)
     FsspecSink("memory://atif/{session_id}.json")  # a protocol it has
@@ -329,3 +329,23 @@ def test_export_from_a_journal_store_that_is_down_is_a_clear_error(capsys):
     assert trajectory_cli.main(["export", "s", "r1", "--format", "atof"], store=store) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"relay-runtime trajectory: run journal on 127.0.0.1:{port}/0 unavailable")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda url: HttpSink(url),
+        lambda url: __import__("relay_runtime.cost", fromlist=["x"]).RedisSpendStore(url),
+        lambda url: __import__("relay_runtime.integrations.run_journal.default_store", fromlist=["x"]).open_store(url),
+        lambda url: __import__("relay_runtime.integrations.run_journal.redis_store", fromlist=["x"]).RedisStreamStore(
+            url
+        ),
+    ],
+)
+def test_a_url_of_the_wrong_kind_is_refused_without_its_credentials(make):
+    url = "ftp://admin:pw-0123456789@store.example:21/db?token=tok-0123456789"
+    with pytest.raises(ValueError) as refused:
+        make(url)
+    text = str(refused.value)
+    assert "'ftp://store.example:21/db'" in text  # what was wrong is still named
+    assert "pw-0123456789" not in text and "tok-0123456789" not in text and "admin" not in text

@@ -23,6 +23,8 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from relay_runtime.urls import shown_url
+
 log = logging.getLogger("relay_runtime.integrations.trajectory")
 
 
@@ -66,17 +68,6 @@ def _named(template: str, session_id: str) -> str:
     return template.replace("{session_id}", _path_safe(session_id))
 
 
-def shown_url(url: str) -> str:
-    """``url`` for messages and logs: without its user info and query, where credentials travel."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port is not None else ""
-    except ValueError:
-        return "<unparsable URL>"
-    return urllib.parse.urlunsplit((parts.scheme, host + port, parts.path, "", ""))
-
-
 # What is read of an endpoint's answer (it is not used): an endless body cannot hold the sinks' thread.
 _MAX_ANSWER = 64 * 1024
 
@@ -112,7 +103,7 @@ class HttpSink:
         deadline: float = 30.0,
     ) -> None:
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise ValueError(f"HttpSink needs an http(s) URL, got {url!r}")
+            raise ValueError(f"HttpSink needs an http(s) URL, got {shown_url(url)}")
         try:
             parts = urllib.parse.urlsplit(url)
             parts.port  # noqa: B018 - a port that is not a number raises here

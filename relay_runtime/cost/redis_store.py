@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from ..urls import shown_url
 from .store import DEFAULT_RESERVATION_TTL, Claim, Reservation, check_amount, check_claims, check_ttl
 
 EXTRA = "journal-redis"
@@ -119,7 +120,7 @@ class RedisSpendStore:
                 raise ImportError(f"RedisSpendStore needs the redis package: pip install 'relay-runtime[{EXTRA}]'") \
                     from exc  # fmt: skip
             if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
-                raise ValueError(f"RedisSpendStore takes a redis:// (or rediss://, unix://) url, got {url!r}")
+                raise ValueError(f"RedisSpendStore takes a redis:// (or rediss://, unix://) url, got {shown_url(url)}")
             client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
         self.client = client
         self._script = client.register_script(_SCRIPT)
