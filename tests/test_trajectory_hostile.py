@@ -15,8 +15,13 @@ import pytest
 
 from relay_runtime import cli
 from relay_runtime.integrations.run_journal.store import FileStore
-from relay_runtime.integrations.trajectory import FileSink, HttpSink, atif_from_journal
-from relay_runtime.integrations.trajectory.from_journal import DamagedJournal, atof_from_journal
+from relay_runtime.integrations.trajectory import (
+    DamagedJournal,
+    FileSink,
+    HttpSink,
+    atif_from_journal,
+    atof_from_journal,
+)
 
 SECRET = "Bearer sk-sink-credential-0123456789"
 
