@@ -354,3 +354,25 @@ def test_a_url_of_the_wrong_kind_is_refused_without_its_credentials(make):
     text = str(refused.value)
     assert "'ftp://store.example:21/db'" in text  # what was wrong is still named
     assert "pw-0123456789" not in text and "tok-0123456789" not in text and "admin" not in text
+
+
+@pytest.mark.parametrize(
+    "timestamp",
+    ["2026-01-01T00:00:00.\u0663\u0663Z", "20260101T000000Z", "2026-01-01T00:00:00+0000", "2026-01-01T00:00Z",
+     "2026-13-01T00:00:00Z"],
+)  # fmt: skip
+def test_validate_takes_rfc_3339_times_only(timestamp):
+    from relay_runtime.integrations.trajectory import validate_atif
+
+    step = {"step_id": 1, "source": "user", "message": "m", "timestamp": timestamp}
+    errors = validate_atif({**_VALID, "steps": [step]})
+    assert errors == [f"$.steps[0].timestamp: must be an RFC 3339 time with its offset, got {timestamp!r}"]
+
+
+def test_validate_takes_the_times_our_exporters_write():
+    from relay_runtime.integrations.trajectory import validate_atif
+    from relay_runtime.integrations.trajectory.plain import rfc3339
+
+    for timestamp in (rfc3339(1_767_225_600_123_456_789), "2026-01-01T00:00:00.5+05:30"):
+        assert validate_atif({**_VALID, "steps": [{"step_id": 1, "source": "user", "message": "m",
+                                                    "timestamp": timestamp}]}) == []  # fmt: skip

@@ -29,6 +29,11 @@ def _is_number(value: Any) -> bool:
     return type(value) is int or (type(value) is float and math.isfinite(value))
 
 
+# RFC 3339's date-time, ASCII digits only: Python's fromisoformat also takes basic forms (20260101T000000Z),
+# offsets without a colon and any Unicode digit, which other languages' readers refuse.
+_RFC3339 = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
 # A version and nothing else: it is printed back ("valid ATIF (ATIF-v1.7, ...)"), so no text may ride on it.
 _VERSION = re.compile(r"ATIF-v1\.[0-9]{1,4}")
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
@@ -43,6 +48,10 @@ def _member(path: str, key: Any) -> str:
         return f"{path}.{key}"
     text = json.dumps(key)
     return f"{path}[{text[:80] + '...' if len(text) > 80 else text}]"
+
+
+def _is_rfc3339(value: Any) -> bool:
+    return isinstance(value, str) and _RFC3339.fullmatch(value) is not None and parse_rfc3339(value) is not None
 
 
 def show(value: Any) -> str:
@@ -145,7 +154,7 @@ def validate_atif(obj: Any) -> list[str]:
             errors.add(
                 f"{path}.message", f"must be a string or a list of content parts, got {type(step['message']).__name__}"
             )
-        if "timestamp" in step and step["timestamp"] is not None and parse_rfc3339(step["timestamp"]) is None:
+        if "timestamp" in step and step["timestamp"] is not None and not _is_rfc3339(step["timestamp"]):
             errors.add(f"{path}.timestamp", f"must be an RFC 3339 time with its offset, got {show(step['timestamp'])}")
         if source in ("user", "system"):
             for key in _AGENT_ONLY:
