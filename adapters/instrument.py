@@ -40,8 +40,9 @@ import wrapt
 from relay_runtime import calls, session
 from relay_runtime.streams import adopt_source, fail_stream, finish_whole
 
-from . import dispatch, sdk_coverage
+from . import dispatch, endpoints, sdk_coverage
 from .dispatch import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, RESPONSES
+from .endpoints import Endpoint
 
 _NOTHING = object()
 # Check-then-set on a resource must be atomic, or two racing instrument() calls could wrap
@@ -155,24 +156,25 @@ def route(
     wrapped: Any,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    provider: Endpoint | None = None,
 ) -> Any:
     """One call of an instrumented SDK method, as a managed attempt (or straight through)."""
     if args or dispatch.inside_sdk_call.get():
         return wrapped(*args, **kwargs)  # dispatch's own SDK call, or a call shape the SDK will refuse itself
     if method == "stream":
-        return _stream_helper(client, mode, wrapped, kwargs)
+        return _stream_helper(client, mode, wrapped, kwargs, provider)
     raw = _raw_kind(kwargs)
     if raw is not None:
-        return (_araw if is_async else _raw)(client, mode, wrapped, kwargs, raw)
+        return (_araw if is_async else _raw)(client, mode, wrapped, kwargs, raw, provider)
     # complete()/acomplete() hand a streamed call to stream()/astream() themselves.
     run = dispatch.acomplete if is_async else dispatch.complete
-    return run(client, kwargs, api_mode=mode, include_usage=include_usage, sdk_method=wrapped)
+    return run(client, kwargs, api_mode=mode, include_usage=include_usage, sdk_method=wrapped, provider=provider)
 
 
 # -- anthropic's messages.stream(): a manager whose request runs on __enter__ ------------------
 
 
-def _stream_helper(client: Any, mode: str, wrapped: Any, kwargs: dict[str, Any]) -> Any:
+def _stream_helper(client: Any, mode: str, wrapped: Any, kwargs: dict[str, Any], provider: Endpoint | None) -> Any:
     # stream() itself is synchronous for both clients; the async manager holds an awaitable request.
     manager = wrapped(**kwargs)
     attr = f"_{type(manager).__name__}__api_request"
@@ -191,12 +193,15 @@ def _stream_helper(client: Any, mode: str, wrapped: Any, kwargs: dict[str, Any])
         async def open_async(**edited: Any) -> Any:
             return await request_of(**edited)
 
-        setattr(manager, attr, dispatch.astream(client, kwargs, api_mode=mode, sdk_method=open_async))
+        opened = dispatch.astream(client, kwargs, api_mode=mode, sdk_method=open_async, provider=provider)
+        setattr(manager, attr, opened)
     else:
         setattr(
             manager,
             attr,
-            lambda: dispatch.stream(client, kwargs, api_mode=mode, sdk_method=lambda **e: request_of(**e)()),
+            lambda: dispatch.stream(
+                client, kwargs, api_mode=mode, sdk_method=lambda **e: request_of(**e)(), provider=provider
+            ),
         )
     return manager
 
@@ -236,11 +241,12 @@ class _Body:
 
 
 def _open_raw(
-    client: Any, mode: str, kwargs: dict[str, Any], is_async: bool
+    client: Any, mode: str, kwargs: dict[str, Any], is_async: bool, provider: Endpoint | None
 ) -> tuple[Any, Any, dict[str, Any], _Body]:
     """The API, the request and the attempt's options as dispatch prepares them, and the stream's source."""
     entry = ("astream" if is_async else "stream") if kwargs.get("stream") else ("acomplete" if is_async else "complete")
-    api, _create, request, name, model_name, metadata, auxiliary = dispatch.prepare(kwargs, mode, client, entry)
+    prepared = dispatch.prepare(kwargs, mode, client, entry, provider)
+    api, _create, request, name, model_name, metadata, auxiliary = prepared
     options: dict[str, Any] = {"name": name, "model_name": model_name, "metadata": metadata, "codec": api.codec}
     if auxiliary and not kwargs.get("stream"):
         # One body answering an auxiliary call: held for validation, as a plain create() is.
@@ -257,8 +263,8 @@ def _opened(cls: type[Any], raw: Any, managed: Any, body: _Body, kwargs: dict[st
     return _watch(cls, raw, managed, body, kwargs, kind), False
 
 
-def _raw(client: Any, mode: str, wrapped: Any, kwargs: dict[str, Any], kind: str) -> Any:
-    api, request, options, body = _open_raw(client, mode, kwargs, False)
+def _raw(client: Any, mode: str, wrapped: Any, kwargs: dict[str, Any], kind: str, provider: Endpoint | None) -> Any:
+    api, request, options, body = _open_raw(client, mode, kwargs, False, provider)
     holder: list[Any] = []
 
     def open_body(**sent: Any) -> _Body:
@@ -276,8 +282,10 @@ def _raw(client: Any, mode: str, wrapped: Any, kwargs: dict[str, Any], kind: str
     return out
 
 
-async def _araw(client: Any, mode: str, wrapped: Any, kwargs: dict[str, Any], kind: str) -> Any:
-    api, request, options, body = _open_raw(client, mode, kwargs, True)
+async def _araw(
+    client: Any, mode: str, wrapped: Any, kwargs: dict[str, Any], kind: str, provider: Endpoint | None
+) -> Any:
+    api, request, options, body = _open_raw(client, mode, kwargs, True, provider)
     holder: list[Any] = []
 
     async def open_body(**sent: Any) -> _Body:
@@ -514,22 +522,22 @@ def _resources(client: Any) -> list[tuple[str, Any]]:
 
 
 def _client_wrapper(
-    client: Any, mode: str, method: str, is_async: bool, include_usage: bool, live: _Live
+    client: Any, mode: str, method: str, is_async: bool, include_usage: bool, live: _Live, provider: Endpoint | None
 ) -> Callable[..., Any]:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if not live.on:
             return wrapped(*args, **kwargs)
-        return route(client, mode, method, is_async, include_usage, wrapped, args, kwargs)
+        return route(client, mode, method, is_async, include_usage, wrapped, args, kwargs, provider)
 
     return wrapper
 
 
-def _derive_wrapper(include_usage: bool, live: _Live) -> Callable[..., Any]:
+def _derive_wrapper(include_usage: bool, live: _Live, provider: Endpoint | None) -> Callable[..., Any]:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        # with_options() / copy(): the new client is traced like the one it came from.
+        # with_options() / copy(): the new client is traced like the one it came from, named alike.
         derived = wrapped(*args, **kwargs)
         if live.on and _resources(derived):
-            _instrument_client(derived, include_usage)
+            _instrument_client(derived, include_usage, provider)
         return derived
 
     return wrapper
@@ -557,7 +565,7 @@ def _restore(owner: Any, name: str) -> None:
         setattr(owner, name, previous)
 
 
-def _instrument_client(client: Any, include_usage: bool) -> Any:
+def _instrument_client(client: Any, include_usage: bool, provider: Endpoint | None) -> Any:
     resources = _resources(client)
     if not resources:
         raise TypeError(f"cannot instrument {type(client).__name__}: it has no chat.completions, responses or messages")
@@ -568,7 +576,7 @@ def _instrument_client(client: Any, include_usage: bool) -> Any:
                 if not callable(current) or isinstance(vars(resource).get(method), ManagedCreate):
                     continue
                 live = _Live()
-                wrapper = _client_wrapper(client, mode, method, _is_async(current), include_usage, live)
+                wrapper = _client_wrapper(client, mode, method, _is_async(current), include_usage, live, provider)
                 _set(resource, method, current, wrapper, live)
         for label, path, method in UNTRACED_PATHS:
             owner = _path(client, path)
@@ -582,7 +590,7 @@ def _instrument_client(client: Any, include_usage: bool) -> Any:
             if callable(current) and not isinstance(vars(client).get(name), ManagedCreate):
                 live = _Live()
                 try:
-                    _set(client, name, current, _derive_wrapper(include_usage, live), live)
+                    _set(client, name, current, _derive_wrapper(include_usage, live, provider), live)
                 except (AttributeError, TypeError):  # a client that takes no instance attributes
                     pass
     return client
@@ -718,7 +726,7 @@ def _uninstrument_classes() -> None:
 # -- the public pair ----------------------------------------------------------------------------
 
 
-def instrument(client: Any = None, *, include_usage: bool = False) -> Any:
+def instrument(client: Any = None, *, include_usage: bool = False, provider: str | None = None) -> Any:
     """Route SDK calls through the relay: one client's, or (no argument) every client's.
 
     ``instrument(client)``: idempotent, returns the client; raises TypeError for an object
@@ -726,10 +734,16 @@ def instrument(client: Any = None, *, include_usage: bool = False) -> Any:
     OpenAI and Anthropic SDK classes that are installed; returns the names wrapped now.
     ``include_usage=True`` makes OpenAI chat streams ask for their token usage (the caller
     sees one more chunk, with no choices).
+    ``provider="groq"`` (one client only) names the provider its calls reach, over ``set_route``
+    and the client's base URL (see ``adapters.endpoints``): a convention's name (``mistral_ai``),
+    an alias (``mistral``, ``azure``) or an OpenAI-compatible endpoint (``vllm``, ``openrouter``).
     """
+    named = None if provider is None else endpoints.named(provider)
     if client is None:
+        if named is not None:
+            raise TypeError("instrument(provider=...) names one client's provider: pass the client too")
         return _instrument_classes(include_usage)
-    return _instrument_client(client, include_usage)
+    return _instrument_client(client, include_usage, named)
 
 
 def uninstrument(client: Any = None) -> Any:

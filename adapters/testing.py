@@ -132,23 +132,23 @@ class Script:
         return httpx2.MockTransport(self.handler)
 
 
-def openai_client(script: Script, *, max_retries: int = 2) -> Any:
+def openai_client(script: Script, *, max_retries: int = 2, base_url: str = BASE_OPENAI) -> Any:
     import openai
 
     return openai.OpenAI(
         api_key=TEST_KEY,
-        base_url=BASE_OPENAI,
+        base_url=base_url,
         max_retries=max_retries,
         http_client=httpx2.Client(transport=script.transport()),
     )
 
 
-def async_openai_client(script: Script, *, max_retries: int = 2) -> Any:
+def async_openai_client(script: Script, *, max_retries: int = 2, base_url: str = BASE_OPENAI) -> Any:
     import openai
 
     return openai.AsyncOpenAI(
         api_key=TEST_KEY,
-        base_url=BASE_OPENAI,
+        base_url=base_url,
         max_retries=max_retries,
         http_client=httpx2.AsyncClient(transport=script.transport()),
     )

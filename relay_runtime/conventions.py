@@ -35,6 +35,9 @@ SDK_RESENDS = "relay.sdk_resends"
 SENT = "relay.sent"
 API_MODE = "api_mode"
 SERVER_ADDRESS = "server_address"
+# The OpenAI-compatible endpoint a call reached when its provider name does not say it (OpenRouter,
+# vLLM, ...: ``gen_ai.provider.name`` stays ``openai``); exported as ``relay.provider.endpoint``.
+PROVIDER_ENDPOINT = "provider_endpoint"
 # On a logical call an execution intercept answered with a fallback after its provider failed: its name.
 FALLBACK = "relay.fallback"
 

@@ -134,6 +134,17 @@ SPELLINGS: Mapping[tuple[str, str], ParamSpelling] = MappingProxyType(
 )
 
 
+# Providers reached through another's API (Groq through OpenAI's chat API): registered by the
+# adapters as they name a call for its endpoint. The API decides which params a request takes.
+_COMPATIBLE: dict[tuple[str, str], ParamSpelling] = {}
+
+
+def register_compatible(provider: str, operation: str, spelling: ParamSpelling) -> None:
+    """Say that ``provider``'s ``operation`` is spelled as ``spelling`` (its API is another's)."""
+    if (provider, operation) not in SPELLINGS:
+        _COMPATIBLE[(provider, operation)] = spelling
+
+
 def accepts(provider: str | None, operation: str, param: str) -> bool:
     """Whether the API of ``(provider, operation)`` takes the neutral ``param``.
 
@@ -141,5 +152,6 @@ def accepts(provider: str | None, operation: str, param: str) -> bool:
     """
     if param not in NEUTRAL_PARAMS:
         return False
-    spelling = SPELLINGS.get((provider or "", operation))
+    key = (provider or "", operation)
+    spelling = SPELLINGS.get(key) or _COMPATIBLE.get(key)
     return spelling is None or param in spelling.names

@@ -143,6 +143,7 @@ RELAY_METADATA: dict[str, str] = {
         cv.API_MODE,
     )
 }
+RELAY_METADATA[cv.PROVIDER_ENDPOINT] = "relay.provider.endpoint"
 _PRIMITIVES = frozenset({str, int, float, bool})
 _STOP_KEYS = frozenset({"stop", "stop_sequences"})
 
