@@ -35,6 +35,7 @@ from . import attributes as A
 from . import propagation
 from .content import ContentRecorder, Redactor, capture_from_env
 from .deferred import fast_path_for
+from .export_size import DEFAULT_MAX_EXPORT_BYTES, attribute_length, check_max_bytes
 from .metrics import GenAIMetrics
 from .providers import (
     METRICS_LOGGER,
@@ -91,6 +92,10 @@ class OTelExporter:
     build each span whole at its end (``deferred.py``); False always uses the SDK's ``Span``.
     ``shutdown_timeout``: how long ``shutdown()`` (and so the process's exit, for providers
     built here) may wait for a backend that is down, refusing or not answering.
+    ``max_attribute_length``: attribute values (captured content included) are cut at this many
+    characters (default: ``OTEL_[SPAN_]ATTRIBUTE_VALUE_LENGTH_LIMIT``, else 32 KiB); content is cut
+    before it is serialised, so a huge prompt is never copied whole. ``max_export_bytes``: providers
+    built here send each batch as requests estimated under this size (default 3 MiB).
     """
 
     KINDS = ("scope_start", "scope_end", "mark")
@@ -108,10 +113,18 @@ class OTelExporter:
         span_exporters: Sequence[SpanExporter] | None = None,
         fast_path: bool = True,
         shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S,
+        max_attribute_length: int | None = None,
+        max_export_bytes: int = DEFAULT_MAX_EXPORT_BYTES,
     ) -> None:
         if not isinstance(shutdown_timeout, int | float) or not 0 < shutdown_timeout < float("inf"):
             raise ValueError(f"shutdown_timeout must be a positive number of seconds, got {shutdown_timeout!r}")
         self.shutdown_timeout = float(shutdown_timeout)
+        self.max_attribute_length = attribute_length(max_attribute_length)
+        check_max_bytes(max_export_bytes)
+        sizes: dict[str, Any] = {
+            "max_attribute_length": self.max_attribute_length,
+            "max_export_bytes": max_export_bytes,
+        }
         wanted = tuple(conventions)
         unknown = set(wanted) - A.KNOWN_CONVENTIONS
         if unknown or A.GEN_AI not in wanted:
@@ -132,12 +145,12 @@ class OTelExporter:
         if span_exporters is not None:
             if tracer_provider is not None:
                 raise ValueError("pass either tracer_provider or span_exporters, not both")
-            tracer_provider = tracer_provider_from_env(self.count, exporters=span_exporters)
+            tracer_provider = tracer_provider_from_env(self.count, exporters=span_exporters, **sizes)
             self._owned.append(tracer_provider)
         elif tracer_provider is None and not self._disabled:
             tracer_provider = global_sdk_tracer_provider()
             if tracer_provider is None:
-                tracer_provider = tracer_provider_from_env(self.count)
+                tracer_provider = tracer_provider_from_env(self.count, **sizes)
                 self._owned.append(tracer_provider)
         if meter_provider is None and not self._disabled:
             meter_provider = global_sdk_meter_provider()
@@ -154,7 +167,7 @@ class OTelExporter:
         self._metrics = GenAIMetrics(meter_provider, VERSION) if meter_provider is not None else None
         self._voice = VoiceMetrics(meter_provider, VERSION) if meter_provider is not None else None
         capture = capture_content or capture_from_env()
-        self._content = ContentRecorder(redact, self._oi) if capture else None
+        self._content = ContentRecorder(redact, self._oi, max_length=self.max_attribute_length) if capture else None
         self._link = link_to_current_context
         self._table = SpanTable(max_open_spans)
         self._at_exit: Callable[[], None] | None = None
