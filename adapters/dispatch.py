@@ -26,6 +26,7 @@ from relay_runtime.types import LLMRequest, request_of_kwargs
 from . import cassette_http, endpoints, sdk_retries
 from .anthropic_messages import AnthropicMessagesCodec
 from .openai_chat import OpenAIChatCodec
+from .openai_embeddings import EMBEDDINGS, OpenAIEmbeddingsCodec
 from .openai_responses import OpenAIResponsesCodec
 
 CHAT_COMPLETIONS = "chat_completions"
@@ -44,6 +45,8 @@ APIS: dict[str, Api] = {
     CHAT_COMPLETIONS: Api(CHAT_COMPLETIONS, OpenAIChatCodec(), ("chat", "completions")),
     RESPONSES: Api(RESPONSES, OpenAIResponsesCodec(), ("responses",)),
     ANTHROPIC_MESSAGES: Api(ANTHROPIC_MESSAGES, AnthropicMessagesCodec(), ("messages",)),
+    # Only by name (api_mode="embeddings", or instrument()): a client's own API is its LLM one.
+    EMBEDDINGS: Api(EMBEDDINGS, OpenAIEmbeddingsCodec(), ("embeddings",)),
 }
 
 

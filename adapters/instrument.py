@@ -5,6 +5,7 @@ Traced methods, per API (the SDKs' other helpers go through these):
 - chat completions: ``create`` (``stream=True`` too, and so ``chat.completions.stream()``), ``parse``
 - responses: ``create`` (and so ``responses.stream()``), ``parse``
 - anthropic messages: ``create``, ``stream``, ``parse``
+- openai embeddings: ``create`` (operation ``embeddings``)
 
 each on the API's resource and on its beta twin (``beta.chat.completions``,
 ``beta.responses``, ``beta.messages``), per client and globally.
@@ -41,7 +42,7 @@ from relay_runtime import calls, session
 from relay_runtime.streams import adopt_source, fail_stream, finish_whole
 
 from . import dispatch, endpoints, sdk_coverage
-from .dispatch import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, RESPONSES
+from .dispatch import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, EMBEDDINGS, RESPONSES
 from .endpoints import Endpoint
 
 _NOTHING = object()
@@ -53,6 +54,7 @@ METHODS: dict[str, tuple[str, ...]] = {
     CHAT_COMPLETIONS: ("create", "parse"),
     RESPONSES: ("create", "parse"),
     ANTHROPIC_MESSAGES: ("create", "stream", "parse"),
+    EMBEDDINGS: ("create",),
 }
 
 # Where a client keeps the resources of each API, per client: the main one and its beta twin
@@ -61,6 +63,7 @@ RESOURCE_PATHS: dict[str, tuple[tuple[str, ...], ...]] = {
     CHAT_COMPLETIONS: (("chat", "completions"), ("beta", "chat", "completions")),
     RESPONSES: (("responses",), ("beta", "responses")),
     ANTHROPIC_MESSAGES: (("messages",), ("beta", "messages")),
+    EMBEDDINGS: (("embeddings",),),
 }
 
 # The SDK resource classes ``instrument()`` wraps: (module, class, api).
@@ -77,6 +80,8 @@ SDK_CLASSES: tuple[tuple[str, str, str], ...] = (
     # client.beta.responses: the Responses API answering BetaResponse (client.beta.chat is the plain Chat).
     ("openai.resources.beta.responses.responses", "Responses", RESPONSES),
     ("openai.resources.beta.responses.responses", "AsyncResponses", RESPONSES),
+    ("openai.resources.embeddings", "Embeddings", EMBEDDINGS),
+    ("openai.resources.embeddings", "AsyncEmbeddings", EMBEDDINGS),
 )
 
 # Public SDK calls that make LLM output but cannot be recorded as one attempt, so they are counted

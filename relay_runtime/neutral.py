@@ -124,11 +124,15 @@ ANTHROPIC_MESSAGES = ParamSpelling(
     list_only=frozenset({"stop"}),
 )
 
+# Embeddings take none of the neutral params (no sampling, no output limit).
+OPENAI_EMBEDDINGS = ParamSpelling("OpenAI embeddings", {})
+
 # (provider, operation) of an AnnotatedLLMRequest -> its API's spelling.
 SPELLINGS: Mapping[tuple[str, str], ParamSpelling] = MappingProxyType(
     {
         ("openai", "chat"): OPENAI_CHAT,
         ("openai", "responses"): OPENAI_RESPONSES,
+        ("openai", "embeddings"): OPENAI_EMBEDDINGS,
         ("anthropic", "chat"): ANTHROPIC_MESSAGES,
     }
 )

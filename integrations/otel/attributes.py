@@ -307,6 +307,8 @@ def response_attributes(provider: str | None, resp: AnnotatedLLMResponse | None,
         out["gen_ai.response.time_to_first_chunk"] = resp.time_to_first_chunk_ns / 1e9
     if resp.sdk_retries is not None:
         out["relay.sdk_retries"] = resp.sdk_retries
+    if resp.embedding_dimensions is not None:
+        out["gen_ai.embeddings.dimension.count"] = resp.embedding_dimensions
 
 
 def outcome_of(event: Event) -> str | None:

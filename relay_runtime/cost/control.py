@@ -38,7 +38,7 @@ from .plan import (
     sync_carried,
 )
 from .pricing import CostRollup
-from .providers import price_provider
+from .providers import EMBEDDINGS, price_provider
 from .rates import Priced
 from .settle import DOWNGRADED_FROM, LATE_CHARGE_MARK, WARNING_MARK, Settlement
 from .store import Claim, FileSpendStore, Reservation, SharedSpendStore, SpendStore
@@ -201,7 +201,9 @@ class RelayCost(Settlement):
         annotated = attempt.annotated
         out_tokens = max_output_tokens(annotated.params, content) if annotated is not None else None
         from_request = annotated is None
-        if out_tokens is None:
+        if out_tokens is None and codec is not None and codec.operation == EMBEDDINGS:
+            out_tokens = 0  # an embedding answers vectors, not tokens: its worst case is its input
+        elif out_tokens is None:
             for key in MAX_OUTPUT_KEYS:
                 value = content.get(key)
                 if type(value) is int and value > 0:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+EMBEDDINGS = "embeddings"  # the codec operation whose answer has no output tokens
+
 # The conventions' provider names -> genai-prices' provider ids, where they differ.
 PRICE_IDS: Mapping[str, str] = {
     "azure.ai.openai": "azure",
