@@ -69,6 +69,8 @@ def _open(
 
 def _new_call(turn: CallHolder, api_request_id: str, role: str) -> LogicalCall:
     parent = turn.scope
+    if parent is None:
+        parent = session.outside_parent()  # a served request's scope (``session.serving``), if any
     scope = turn.relay.scope.push(
         _LOGICAL_CALL,
         _FUNCTION,

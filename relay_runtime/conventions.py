@@ -40,7 +40,18 @@ SERVER_ADDRESS = "server_address"
 PROVIDER_ENDPOINT = "provider_endpoint"
 # On a logical call an execution intercept answered with a fallback after its provider failed: its name.
 FALLBACK = "relay.fallback"
+TOOL_CALL_ID = "tool_call_id"  # on a TOOL scope: the provider's id of the tool call it answers
 
 # Mark names.
 CHUNK = "llm.chunk"  # data: ChunkMark
 TOOL_CALL = "llm.tool_call"
+
+# Span hints: set by an integration that knows the conventions of what it traces (MCP names its
+# spans ``tools/call add`` and sets ``mcp.*`` attributes). A mapping with any of ``name`` (the
+# span's name), ``kind`` (``client`` / ``server`` / ``internal`` / ``producer`` / ``consumer``) and
+# ``attributes`` (convention attributes, exported as they are; on the end event they are set last),
+# ``duration_metric`` (a duration histogram the scope's length is recorded in, with those of the
+# span's final attributes that ``metric_keys`` names).
+SPAN_HINTS = "relay.span"
+# A measure that is no scope (an MCP session's length): a mark with data {"name", "seconds", "attributes"}.
+METRIC = "relay.metric"

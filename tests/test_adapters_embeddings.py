@@ -180,3 +180,24 @@ def test_a_cassette_records_and_replays_embeddings_offline(
     first, second = attempts(relay_events)
     assert first.metadata[cv.SDK_RETRIES] == second.metadata[cv.SDK_RETRIES] == 1  # the 500 retried on replay too
     assert second.annotated_response.embedding_dimensions == 4 and second.outcome == "success"
+
+
+def test_a_trajectory_makes_no_step_of_an_embeddings_call(relay_host: session.Host) -> None:
+    from relay_runtime.integrations.trajectory import AtifExporter
+
+    exporter = AtifExporter().attach(session.SESSION_COORDINATOR)
+    script = t.Script([t.json_reply(t.embeddings_body()), t.json_reply(t.chat_completion_body("the answer"))])
+    client = adapters.instrument(t.openai_client(script))
+    coordinator = session.SESSION_COORDINATOR
+    relay_host.retain_managed_execution("test")
+    lease = coordinator.acquire_conversation(profile_key=relay_host.profile_key, session_id="traj", platform="t")
+    turn = coordinator.begin_turn(lease, turn_id="t", task_id="t")
+    try:
+        embed(client, "what the retriever looks up")
+        client.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": "the question"}])
+    finally:
+        coordinator.end_turn(turn, outcome="success")
+        coordinator.release_conversation(lease)
+        relay_host.release_managed_execution("test")
+    steps = exporter.export()["steps"]
+    assert [(s["source"], s["message"]) for s in steps] == [("user", "the question"), ("agent", "the answer")]

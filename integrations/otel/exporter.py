@@ -30,8 +30,10 @@ from opentelemetry.trace import Span, Status, StatusCode, TracerProvider, set_sp
 from relay_runtime import conventions as cv
 from relay_runtime.attach import Attachment
 from relay_runtime.events import MARK, SCOPE_END, SCOPE_START, Event
+from relay_runtime.trace_context import register_carrier_provider, unregister_carrier_provider
 
 from . import attributes as A
+from . import hints as H
 from . import propagation
 from .content import ContentRecorder, Redactor, capture_from_env
 from .deferred import fast_path_for
@@ -47,6 +49,7 @@ from .providers import (
     sdk_disabled,
     tracer_provider_from_env,
 )
+from .scope_metrics import ScopeMetrics
 from .spans import OpenSpan, SpanTable
 from .unsent import retract
 from .voice import MEASURES_KEY as VOICE_MEASURES
@@ -166,6 +169,7 @@ class OTelExporter:
         self._fast = fast_path_for(self._tracer) if fast_path else None
         self._metrics = GenAIMetrics(meter_provider, VERSION) if meter_provider is not None else None
         self._voice = VoiceMetrics(meter_provider, VERSION) if meter_provider is not None else None
+        self._scope_metrics = ScopeMetrics(meter_provider, VERSION) if meter_provider is not None else None
         capture = capture_content or capture_from_env()
         self._content = ContentRecorder(redact, self._oi, max_length=self.max_attribute_length) if capture else None
         self._link = link_to_current_context
@@ -199,7 +203,8 @@ class OTelExporter:
         else:
             conversation_id = None
             parent_span = None
-            context = None if self._link else _EMPTY_CONTEXT
+            # A root here may continue a trace begun in another process (an MCP server's request).
+            context = H.remote_context(event.metadata) or (None if self._link else _EMPTY_CONTEXT)
         if conversation_id is None:
             md = event.metadata
             sid = md.get(cv.SESSION_ID) if md else None
@@ -213,13 +218,19 @@ class OTelExporter:
             # Odd data costs attributes, never the span.
             self.count(ATTRIBUTE_ERRORS)
             name, attributes = str(event.name), {}
+        kind = _SPAN_KINDS[role]
+        if role is not A.ATTEMPT:
+            hints = H.span_hints(event.metadata)
+            if hints is not None:
+                name = H.apply_hints(hints, name, attributes)
+                kind = H.hinted_kind(hints, kind)
         if self._content is not None:
             self._content_attributes(self._content.attempt_start, self._content.tool_start, event, role, attributes)
         fast = self._fast
         if fast is not None and fast.multi._span_processors is not fast.processors:  # see FastPath
             fast = self._fast = fast_path_for(self._tracer)
         if fast is not None:
-            span = fast.start_span(name, parent_span, context, _SPAN_KINDS[role], attributes, event.timestamp)
+            span = fast.start_span(name, parent_span, context, kind, attributes, event.timestamp)
         else:
             if parent is not None and context is None:
                 # One context per parent, made when its first child starts: most spans are leaves.
@@ -227,7 +238,7 @@ class OTelExporter:
             span = self._tracer.start_span(
                 name,
                 context=context,
-                kind=_SPAN_KINDS[role],
+                kind=kind,
                 attributes=attributes,
                 start_time=event.timestamp,
             )
@@ -271,6 +282,11 @@ class OTelExporter:
                 voice_attributes(voice, attributes)
             if self._oi:
                 attributes.update(A.openinference_end(event, role))
+            hints = H.span_hints(md) if role is not A.ATTEMPT else None
+            if hints is not None:
+                H.apply_hints(hints, "", attributes)
+                if self._scope_metrics is not None:
+                    self._scope_metrics.record_scope(hints, event, attributes)
         except Exception:
             # The span was taken out of the table: it must still end, once.
             self.count(ATTRIBUTE_ERRORS)
@@ -316,6 +332,10 @@ class OTelExporter:
 
     def _mark(self, event: Event) -> None:
         if event.name == cv.CHUNK:
+            return
+        if event.name == cv.METRIC:
+            if self._scope_metrics is not None:
+                self._scope_metrics.record_mark(event)
             return
         record = self._table.get(event.parent_uuid)
         if record is None:
@@ -391,11 +411,17 @@ class OTelExporter:
                 propagation.uninstall(relay, name=f"{name}.trace_context")
 
         self._attachments.append(Attachment(target, name, connect, disconnect))
+        # Requests that integrations send out of the process (MCP) carry our span's context.
+        register_carrier_provider(self._carrier)
         return self
+
+    def _carrier(self, handle: Any) -> dict[str, str] | None:
+        return self.headers_for(handle.uuid) or None
 
     def detach(self) -> None:
         """Undo every ``attach``: deregister, release managed execution, stop following new hosts."""
         attachments, self._attachments = self._attachments, []
+        unregister_carrier_provider(self._carrier)
         for attachment in attachments:
             attachment.detach()
 
