@@ -134,6 +134,7 @@ class ManagedCreate(wrapt.FunctionWrapper):
     # wrapt keeps ``_self_``-prefixed attributes on the proxy, not on the wrapped method.
     _self_relay_previous: Any
     _self_relay_live: _Live
+    _self_relay_provider: Endpoint | None  # ``instrument(client, provider=...)``'s name, on a client's wrappers
 
 
 ManagedMethod = ManagedCreate
@@ -570,11 +571,27 @@ def _restore(owner: Any, name: str) -> None:
         setattr(owner, name, previous)
 
 
+def _check_same_provider(client: Any, resources: list[tuple[str, Any]], provider: Endpoint | None) -> None:
+    """Instrumenting again is a no-op: one that names another provider would be silently ignored, so it fails."""
+    for mode, resource in resources:
+        for method in METHODS[mode]:
+            existing = vars(resource).get(method)
+            if isinstance(existing, ManagedCreate):
+                named = getattr(existing, "_self_relay_provider", None)
+                if named != provider:
+                    said = named.provider if named is not None else "by its base URL"
+                    raise ValueError(
+                        f"{type(client).__name__} is instrumented already (provider {said}); "
+                        f"uninstrument(client) before instrumenting it with another provider="
+                    )
+
+
 def _instrument_client(client: Any, include_usage: bool, provider: Endpoint | None) -> Any:
     resources = _resources(client)
     if not resources:
         raise TypeError(f"cannot instrument {type(client).__name__}: it has no chat.completions, responses or messages")
     with _lock:
+        _check_same_provider(client, resources, provider)
         for mode, resource in resources:
             for method in METHODS[mode]:
                 current = getattr(resource, method, None)
@@ -583,6 +600,7 @@ def _instrument_client(client: Any, include_usage: bool, provider: Endpoint | No
                 live = _Live()
                 wrapper = _client_wrapper(client, mode, method, _is_async(current), include_usage, live, provider)
                 _set(resource, method, current, wrapper, live)
+                vars(resource)[method]._self_relay_provider = provider
         for label, path, method in UNTRACED_PATHS:
             owner = _path(client, path)
             current = getattr(owner, method, None) if owner is not None else None

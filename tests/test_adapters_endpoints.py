@@ -252,3 +252,16 @@ def test_bad_provider_names_are_refused_naming_the_argument() -> None:
     assert not adapters.instrument.__module__.endswith("dispatch")
     assert endpoints.named("Mistral") == endpoints.named("mistral_ai")
     assert endpoints.named("ibm.watsonx.ai").provider == "ibm.watsonx.ai"  # a convention name we do not list
+
+
+def test_instrumenting_again_with_another_provider_fails_instead_of_being_ignored(relay_turn, relay_events) -> None:
+    script = t.Script([t.json_reply(t.chat_completion_body("x"))])
+    client = adapters.instrument(t.openai_client(script), provider="groq")
+    assert adapters.instrument(client, provider="groq") is client  # the same name: idempotent
+    with pytest.raises(ValueError, match=r"instrumented already \(provider groq\); uninstrument\(client\)"):
+        adapters.instrument(client)
+    adapters.uninstrument(client)
+    adapters.instrument(client, provider="vllm")
+    client.chat.completions.create(model="m-1", messages=[])
+    (start,) = relay_events.starts(relay_kind=cv.ATTEMPT)
+    assert (start.metadata or {})[cv.PROVIDER_ENDPOINT] == "vllm"
