@@ -38,6 +38,9 @@ SERVER_ADDRESS = "server_address"
 # The OpenAI-compatible endpoint a call reached when its provider name does not say it (OpenRouter,
 # vLLM, ...: ``gen_ai.provider.name`` stays ``openai``); exported as ``relay.provider.endpoint``.
 PROVIDER_ENDPOINT = "provider_endpoint"
+# The agent framework whose run a scope records (``langchain``, ``langgraph``, ``openai_agents``): agent,
+# graph node, chain, retriever and guardrail scopes opened by ``relay_runtime.integrations`` for a framework.
+FRAMEWORK = "relay.framework"
 # On a logical call an execution intercept answered with a fallback after its provider failed: its name.
 FALLBACK = "relay.fallback"
 TOOL_CALL_ID = "tool_call_id"  # on a TOOL scope: the provider's id of the tool call it answers

@@ -98,7 +98,8 @@ class _Attempt:
 
 
 def _span(kind: str, event: Event) -> tuple[str, dict[str, Any]]:
-    """A ``span`` row: one node of the run's logical-call / attempt tree, written when it ends."""
+    """A ``span`` row: one node of the run's tree (a framework's agents and nodes, tools, logical calls,
+    attempts), written when it ends."""
     output = event.output if isinstance(event.output, dict) else {}
     payload: dict[str, Any] = {
         "kind": kind,
@@ -289,6 +290,11 @@ class JournalSubscriber:
                 self._emit(run, [self._with_traj(_span("attempt", event))])
             elif relay_kind == cv.TOOL:
                 self._emit(run, [("tool_result", self._with_traj(self._tool_result(event)))])
+                if event.metadata.get(cv.FRAMEWORK):  # a framework's tool: also a node of the run's tree
+                    self._emit(run, [_span("tool", event)])
+            elif relay_kind is None and event.metadata.get(cv.FRAMEWORK):
+                # An agent framework's agent, graph node or chain: a node of the run's tree.
+                self._emit(run, [_span(event.scope_type or "scope", event)])
 
     def _with_traj(self, row: Any) -> Any:
         """``row`` (a payload or an ``(event, payload)`` pair) with the trajectory record of the event at hand."""
