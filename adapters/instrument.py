@@ -40,7 +40,7 @@ import wrapt
 from relay_runtime import calls, session
 from relay_runtime.streams import adopt_source, fail_stream, finish_whole
 
-from . import dispatch, sdk_coverage
+from . import bedrock, dispatch, sdk_coverage
 from .dispatch import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, RESPONSES
 
 _NOTHING = object()
@@ -558,6 +558,8 @@ def _restore(owner: Any, name: str) -> None:
 
 
 def _instrument_client(client: Any, include_usage: bool) -> Any:
+    if bedrock.is_client(client):
+        return bedrock.instrument_client(client)
     resources = _resources(client)
     if not resources:
         raise TypeError(f"cannot instrument {type(client).__name__}: it has no chat.completions, responses or messages")
@@ -610,6 +612,8 @@ def _forget_raw_helpers(client: Any) -> None:
 
 
 def _uninstrument_client(client: Any) -> Any:
+    if bedrock.is_client(client):
+        return bedrock.uninstrument_client(client)
     with _lock:
         for mode, resource in _resources(client):
             for method in METHODS[mode]:
@@ -702,6 +706,7 @@ def _instrument_classes(include_usage: bool) -> list[str]:
                     _patch_class(untraced, method, current, _untraced_wrapper(f"{label}.{method}", live), live, done)
         # The net: an LLM request that reaches an SDK client's request() without dispatch is counted.
         done += sdk_coverage.install_net(count_untraced, dispatch.inside_sdk_call)
+        done += bedrock.instrument_classes()
         dispatch.guard_sdk_calls(bool(_patched))
     return done
 
@@ -709,6 +714,7 @@ def _instrument_classes(include_usage: bool) -> list[str]:
 def _uninstrument_classes() -> None:
     with _lock:
         sdk_coverage.remove_net()
+        bedrock.uninstrument_classes()
         for cls, method in reversed(_patched):
             _restore(cls, method)
         _patched.clear()
@@ -743,5 +749,7 @@ def uninstrument(client: Any = None) -> Any:
 def is_instrumented(client: Any = None) -> bool:
     """Whether this client's own resources are wrapped (no argument: whether the SDK classes are)."""
     if client is None:
-        return bool(_patched)
+        return bool(_patched) or bedrock.classes_instrumented()
+    if bedrock.is_client(client):
+        return bedrock.is_client_instrumented(client)
     return any(isinstance(vars(r).get("create"), ManagedCreate) for _m, r in _resources(client))

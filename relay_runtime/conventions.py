@@ -35,6 +35,7 @@ SDK_RESENDS = "relay.sdk_resends"
 SENT = "relay.sent"
 API_MODE = "api_mode"
 SERVER_ADDRESS = "server_address"
+CLOUD_REGION = "cloud_region"  # the cloud region a provider endpoint is in (Bedrock's AWS region)
 # On a logical call an execution intercept answered with a fallback after its provider failed: its name.
 FALLBACK = "relay.fallback"
 

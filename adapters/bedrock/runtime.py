@@ -1,0 +1,177 @@
+"""One ``bedrock-runtime`` API call as a managed attempt: what a botocore client adds around it.
+
+boto3 does not speak httpx: the attempt wraps the client's ``_make_api_call``, and
+botocore's own events report the rest. ``before-send`` fires once per HTTP try, so
+its count is the call's ``sdk_retries`` (and no send at all marks the attempt
+``relay.sent: False``); ``before-sign`` adds the headers an intercept put on the
+request, signed with the rest. The client's credentials are remembered as secrets
+before every call, so an error echoing one never records it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from typing import Any
+from urllib.parse import urlsplit
+
+from relay_runtime import calls, redaction
+from relay_runtime import conventions as cv
+from relay_runtime.attempt import current_attempt
+from relay_runtime.types import LLMRequest, request_of_kwargs
+
+from .. import dispatch
+from .codec import PROVIDER, ConverseCodec
+
+SERVICE = "bedrock-runtime"
+CONVERSE = ConverseCodec(streaming=False)
+CONVERSE_STREAM = ConverseCodec(streaming=True)
+# botocore operation name -> its codec: the calls that are LLM attempts.
+OPERATIONS: dict[str, ConverseCodec] = {"Converse": CONVERSE, "ConverseStream": CONVERSE_STREAM}
+
+_headers: ContextVar[Any] = ContextVar("relay_bedrock_headers", default=None)
+
+
+class _ClientState:
+    """What one client contributes to every attempt, worked out on its first managed call."""
+
+    __slots__ = ("metadata",)
+
+    def __init__(self, client: Any) -> None:
+        metadata: dict[str, Any] = {}
+        address = _address(getattr(client.meta, "endpoint_url", None))
+        if address:
+            metadata[cv.SERVER_ADDRESS] = address
+        region = getattr(client.meta, "region_name", None)
+        if isinstance(region, str) and region:
+            metadata[cv.CLOUD_REGION] = region
+        self.metadata = metadata
+        events = client.meta.events
+        events.register(f"before-send.{SERVICE}", _on_send, unique_id="relay-runtime-send")
+        events.register(f"before-sign.{SERVICE}", _on_sign, unique_id="relay-runtime-sign")
+
+
+def _address(url: Any) -> str | None:
+    if not isinstance(url, str):
+        return None
+    parts = urlsplit(url)
+    host, port = parts.hostname, parts.port
+    if not host:
+        return None
+    return f"{host}:{port}" if port else host
+
+
+_STATE = "_relay_bedrock_state"
+
+
+def _state(client: Any) -> _ClientState:
+    state = client.__dict__.get(_STATE)
+    if state is None:
+        state = _ClientState(client)
+        client.__dict__[_STATE] = state
+    return state
+
+
+def _on_send(request: Any = None, **_: Any) -> None:
+    """Each HTTP try of the running attempt: the first is no retry, each later one is."""
+    attempt = current_attempt()
+    if attempt is None:
+        return
+    metadata = attempt.metadata
+    retries = metadata.get(cv.SDK_RETRIES)
+    metadata[cv.SDK_RETRIES] = 0 if retries is None else retries + 1
+
+
+def _on_sign(request: Any = None, **_: Any) -> None:
+    headers = _headers.get()
+    if headers and request is not None:
+        for name, value in headers.items():
+            request.headers[name] = value
+
+
+def _remember_credentials(client: Any) -> None:
+    signer = getattr(client, "_request_signer", None)
+    credentials = getattr(signer, "_credentials", None)
+    if credentials is None:
+        return  # an unsigned client
+    frozen = credentials.get_frozen_credentials()
+    redaction.remember_secret(frozen.access_key)
+    redaction.remember_secret(frozen.secret_key)
+    redaction.remember_secret(frozen.token)
+
+
+def _tag(error: BaseException) -> None:
+    """A ClientError botocore has no class for says its error code (``ThrottlingException``, ...)."""
+    response = getattr(error, "response", None)
+    code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+    if isinstance(code, str) and code and type(error).__name__ in ("ClientError", "EventStreamError"):
+        error.relay_error_type = code  # type: ignore[attr-defined]
+
+
+def _sdk_call(send: Callable[[str, dict[str, Any]], Any], operation: str, request: LLMRequest) -> Any:
+    attempt = current_attempt()
+    if attempt is not None:
+        attempt.metadata.pop(cv.SDK_RETRIES, None)  # an execution intercept's second call counts afresh
+    headers = request.raw_headers()
+    token = dispatch.inside_sdk_call.set(True)
+    header_token = _headers.set(dict(headers)) if headers else None
+    try:
+        return send(operation, request.kwargs())
+    except BaseException as exc:
+        _tag(exc)
+        if attempt is not None and cv.SDK_RETRIES not in attempt.metadata:
+            attempt.metadata[cv.SENT] = False  # refused before any HTTP try (botocore's own checks)
+        raise
+    finally:
+        if header_token is not None:
+            _headers.reset(header_token)
+        dispatch.inside_sdk_call.reset(token)
+
+
+class _Events:
+    """The event stream as the managed stream reads it: errors tagged with their code, close() passed on."""
+
+    __slots__ = ("events",)
+
+    def __init__(self, events: Any) -> None:
+        self.events = events
+
+    def __iter__(self) -> Iterator[Any]:
+        try:
+            yield from self.events
+        except Exception as exc:
+            _tag(exc)
+            raise
+
+    def close(self) -> None:
+        self.events.close()
+
+
+def managed_call(client: Any, send: Callable[[str, dict[str, Any]], Any], operation: str, params: Any) -> Any:
+    """``send(operation, params)`` (the client's own ``_make_api_call``) as a managed attempt when it is an
+    LLM call made where one is recorded; straight through otherwise."""
+    codec = OPERATIONS.get(operation)
+    if codec is None or dispatch.inside_sdk_call.get() or type(params) is not dict:
+        return send(operation, params)
+    state = client.__dict__.get(_STATE) or _state(client)
+    _remember_credentials(client)
+    model = params.get("modelId")
+    options: dict[str, Any] = {
+        "name": PROVIDER, "model_name": model if isinstance(model, str) else None,
+        "metadata": dict(state.metadata), "codec": codec,
+    }  # fmt: skip
+    request = request_of_kwargs(params)
+    if codec is CONVERSE:
+        return calls.execute_current(request, lambda r: _sdk_call(send, operation, r), **options)
+    answered: list[dict[str, Any]] = []
+
+    def open_stream(sent: LLMRequest) -> Any:
+        response = _sdk_call(send, operation, sent)
+        answered.append(response)
+        return _Events(response["stream"])
+
+    managed = calls.stream_current(request, open_stream, **options)
+    response = answered[-1]
+    if type(managed) is _Events:  # not recorded (a managed stream passes isinstance as its source)
+        return response
+    return {**response, "stream": managed}
