@@ -128,6 +128,9 @@ class BedrockServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # One write per reply, sent at once: no delayed-ACK stall between headers and body.
+            wbufsize = -1
+            disable_nagle_algorithm = True
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)

@@ -35,7 +35,7 @@ _headers: ContextVar[Any] = ContextVar("relay_bedrock_headers", default=None)
 class _ClientState:
     """What one client contributes to every attempt, worked out on its first managed call."""
 
-    __slots__ = ("metadata",)
+    __slots__ = ("credentials", "metadata")
 
     def __init__(self, client: Any) -> None:
         metadata: dict[str, Any] = {}
@@ -46,6 +46,7 @@ class _ClientState:
         if isinstance(region, str) and region:
             metadata[cv.CLOUD_REGION] = region
         self.metadata = metadata
+        self.credentials: Any = None  # the static credentials already remembered as secrets
         events = client.meta.events
         events.register(f"before-send.{SERVICE}", _on_send, unique_id="relay-runtime-send")
         events.register(f"before-sign.{SERVICE}", _on_sign, unique_id="relay-runtime-sign")
@@ -89,15 +90,17 @@ def _on_sign(request: Any = None, **_: Any) -> None:
             request.headers[name] = value
 
 
-def _remember_credentials(client: Any) -> None:
+def _remember_credentials(client: Any, state: _ClientState) -> None:
     signer = getattr(client, "_request_signer", None)
     credentials = getattr(signer, "_credentials", None)
-    if credentials is None:
-        return  # an unsigned client
+    if credentials is None or credentials is state.credentials:
+        return  # an unsigned client, or static credentials remembered before
     frozen = credentials.get_frozen_credentials()
     redaction.remember_secret(frozen.access_key)
     redaction.remember_secret(frozen.secret_key)
     redaction.remember_secret(frozen.token)
+    if type(credentials).__name__ == "Credentials":  # refreshable ones change under the same object
+        state.credentials = credentials
 
 
 def _tag(error: BaseException) -> None:
@@ -154,7 +157,7 @@ def managed_call(client: Any, send: Callable[[str, dict[str, Any]], Any], operat
     if codec is None or dispatch.inside_sdk_call.get() or type(params) is not dict:
         return send(operation, params)
     state = client.__dict__.get(_STATE) or _state(client)
-    _remember_credentials(client)
+    _remember_credentials(client, state)
     model = params.get("modelId")
     options: dict[str, Any] = {
         "name": PROVIDER, "model_name": model if isinstance(model, str) else None,
