@@ -69,6 +69,8 @@ def _open(
 
 def _new_call(turn: CallHolder, api_request_id: str, role: str) -> LogicalCall:
     parent = turn.scope
+    if parent is None:
+        parent = session.outside_parent()  # a served request's scope (``session.serving``), if any
     scope = turn.relay.scope.push(
         _LOGICAL_CALL,
         _FUNCTION,
@@ -144,8 +146,7 @@ def execute_current(
         outside = session.outside_calls()
         if outside is None:
             return callback(request)
-        # Outside turns nobody completes a logical call later: it closes with its attempt.
-        attempt = _call_attempt(outside, request, name, model_name, metadata, False, codec)
+        attempt = _call_attempt(outside, request, name, model_name, metadata, defer_logical_completion, codec, True)
         return outside.relay.llm.run(attempt, callback)
     attempt = _call_attempt(turn, request, name, model_name, metadata, defer_logical_completion, codec)
     return turn.relay.llm.run(attempt, callback)
@@ -166,7 +167,7 @@ async def execute_current_async(
         outside = session.outside_calls()
         if outside is None:
             return await callback(request)
-        attempt = _call_attempt(outside, request, name, model_name, metadata, False, codec)
+        attempt = _call_attempt(outside, request, name, model_name, metadata, defer_logical_completion, codec, True)
         return await outside.relay.llm.run_async(attempt, callback)
     attempt = _call_attempt(turn, request, name, model_name, metadata, defer_logical_completion, codec)
     return await turn.relay.llm.run_async(attempt, callback)
@@ -180,11 +181,16 @@ def _call_attempt(
     metadata: dict[str, Any] | None,
     defer: bool,
     codec: LLMCodec | None,
+    outside: bool = False,
 ) -> Attempt:
-    """A non-streamed attempt of a logical call of ``turn``, held for validation inside an auxiliary call."""
+    """A non-streamed attempt of a logical call of ``turn``, held for validation inside an auxiliary call.
+
+    ``outside`` turns, nobody completes the logical call later: it closes when the attempt ends
+    (once validated, when it is held for that).
+    """
     call, meta = _open(turn, name, model_name, metadata)
     # A partial, not a closure: finishing runs one Python frame, not two.
-    on_finish = partial(_attempt_ended, turn, call, not defer, False)
+    on_finish = partial(_attempt_ended, turn, call, outside or not defer, False)
     attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, on_finish)
     _track(call, attempt)
     if defer:
@@ -272,11 +278,12 @@ def _stream_attempt(
     completed: _Completed | None,
     codec: LLMCodec | None,
     defer: bool = False,
+    outside: bool = False,
 ) -> Attempt:
     call, meta = _open(turn, name, model_name, metadata)
     with turn.lock:
         call.open_streams += 1
-    hook = _stream_hook(turn, call, finalizer, completed, not defer)
+    hook = _stream_hook(turn, call, finalizer, completed, outside or not defer)
     attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, hook)
     _track(call, attempt)
     if defer:
@@ -309,14 +316,14 @@ def stream_current(
     chunk of a real stream is read ahead (and handed out first).
     """
     turn: CallHolder | None = session.managed_turn()
+    outside = turn is None
     if turn is None:
         turn = session.outside_calls()
         if turn is None:
             return stream_factory(request)
-        defer_logical_completion = False  # outside turns a logical call closes with its attempt
     completed = _Completed(completed_response_predicate) if completed_response_predicate is not None else None
     attempt = _stream_attempt(
-        turn, request, name, model_name, metadata, finalizer, completed, codec, defer_logical_completion
+        turn, request, name, model_name, metadata, finalizer, completed, codec, defer_logical_completion, outside
     )
     if completed is None:
         return turn.relay.llm.open_stream(attempt, stream_factory)
@@ -343,15 +350,15 @@ async def stream_current_async(
     defer_logical_completion: bool = False,
 ) -> Any:
     turn: CallHolder | None = session.managed_turn()
+    outside = turn is None
     if turn is None:
         turn = session.outside_calls()
         if turn is None:
             source = stream_factory(request)
             return await source if hasattr(source, "__await__") else source
-        defer_logical_completion = False
     completed = _Completed(completed_response_predicate) if completed_response_predicate is not None else None
     attempt = _stream_attempt(
-        turn, request, name, model_name, metadata, finalizer, completed, codec, defer_logical_completion
+        turn, request, name, model_name, metadata, finalizer, completed, codec, defer_logical_completion, outside
     )
     if completed is None:
         return await turn.relay.llm.open_stream_async(attempt, stream_factory)

@@ -42,3 +42,13 @@ FALLBACK = "relay.fallback"
 # Mark names.
 CHUNK = "llm.chunk"  # data: ChunkMark
 TOOL_CALL = "llm.tool_call"
+
+# Span hints: set by an integration that knows the conventions of what it traces (MCP names its
+# spans ``tools/call add`` and sets ``mcp.*`` attributes). A mapping with any of ``name`` (the
+# span's name), ``kind`` (``client`` / ``server`` / ``internal`` / ``producer`` / ``consumer``) and
+# ``attributes`` (convention attributes, exported as they are; on the end event they are set last),
+# ``duration_metric`` (a duration histogram the scope's length is recorded in, with those of the
+# span's final attributes that ``metric_keys`` names).
+SPAN_HINTS = "relay.span"
+# A measure that is no scope (an MCP session's length): a mark with data {"name", "seconds", "attributes"}.
+METRIC = "relay.metric"

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from .events import MARK, SCOPE_END, SCOPE_START, AnnotatedRequestField, AnnotatedResponseField, new_event
 from .ids import new_id
 from .redaction import scrub_text
+from .trace_context import REMOTE_PARENT, REMOTE_TRACESTATE, clean_tracestate, require_traceparent
 from .types import Outcome, ScopeType
 
 if TYPE_CHECKING:
@@ -143,18 +144,33 @@ class Scopes:
         data: Any = None,
         attach: bool = True,
         root: bool = False,
+        remote_parent: str | None = None,
+        remote_tracestate: str | None = None,
     ) -> ScopeHandle:
-        """Open a scope under ``parent`` (default: the current scope; with ``root=True``, under none)."""
+        """Open a scope under ``parent`` (default: the current scope; with ``root=True``, under none).
+
+        ``remote_parent``: a W3C ``traceparent`` from another process (an incoming request's
+        headers or ``_meta``). The scope is then a root here that continues that trace: its
+        ``trace_id`` is the remote one, and its metadata carries ``relay.remote_parent`` (and
+        ``relay.remote_tracestate``) for consumers to link it. It cannot be combined with
+        ``parent``; an attached one still nests what runs inside it. A malformed value is a
+        ``ValueError`` naming it: callers holding untrusted input check it with
+        ``trace_context.parse_traceparent`` first.
+        """
         if not isinstance(name, str) or not name:
             raise ValueError(f"scope name must be a non-empty string, got {name!r}")
         # Plain strings (every caller in the core) skip the frame that normalises enums.
         st = scope_type if type(scope_type) is str and scope_type else _scope_type(scope_type)
         if parent is not None and parent.ended:
             raise ValueError(f"cannot push {name!r} under {parent!r}: that scope has ended")
-        # ``below`` is only ever read on a stack: a detached scope with its parent given needs no lookup.
-        top = self.current() if attach or (parent is None and not root) else None
-        owner = parent if parent is not None or root else top
-        handle = ScopeHandle(name, st, owner, metadata, data, attach, top)
+        if remote_parent is None:
+            # ``below`` is only ever read on a stack: a detached scope with its parent given needs no lookup.
+            top = self.current() if attach or (parent is None and not root) else None
+            owner = parent if parent is not None or root else top
+            handle = ScopeHandle(name, st, owner, metadata, data, attach, top)
+        else:
+            handle = self._remote_child(name, st, parent, metadata, data, attach, remote_parent, remote_tracestate)
+            metadata = handle.metadata
         token = self._stack.set(handle) if attach else None
         if self._subs.start:
             event = new_event(
@@ -177,6 +193,28 @@ class Scopes:
                     self._stack.reset(token)
                 self._end(handle, None, None, exc, None)
                 raise
+        return handle
+
+    def _remote_child(
+        self,
+        name: str,
+        st: str,
+        parent: ScopeHandle | None,
+        metadata: dict[str, Any] | None,
+        data: Any,
+        attach: bool,
+        remote_parent: str,
+        remote_tracestate: str | None,
+    ) -> ScopeHandle:
+        if parent is not None:
+            raise ValueError(f"cannot push {name!r} with both parent= and remote_parent=: give one")
+        remote = require_traceparent(remote_parent)
+        md = {**(metadata or {}), REMOTE_PARENT: remote.header()}
+        state = clean_tracestate(remote_tracestate)
+        if state is not None:
+            md[REMOTE_TRACESTATE] = state
+        handle = ScopeHandle(name, st, None, md, data, attach, self.current() if attach else None)
+        handle.trace_id = remote.trace_id
         return handle
 
     def pop(
@@ -289,8 +327,19 @@ class Scopes:
         input: Any = None,
         metadata: dict[str, Any] | None = None,
         data: Any = None,
+        remote_parent: str | None = None,
+        remote_tracestate: str | None = None,
     ) -> Iterator[ScopeHandle]:
-        handle = self.push(name, scope_type, parent=parent, input=input, metadata=metadata, data=data)
+        handle = self.push(
+            name,
+            scope_type,
+            parent=parent,
+            input=input,
+            metadata=metadata,
+            data=data,
+            remote_parent=remote_parent,
+            remote_tracestate=remote_tracestate,
+        )
         try:
             yield handle
         except BaseException as exc:

@@ -549,6 +549,28 @@ def _end_open_call(turn: Turn, call: LogicalCall, outcome: str) -> None:
 
 # -- calls that run unmanaged -----------------------------------------------------------------
 
+# The scope a request served in this context runs under (an MCP server's request scope): logical
+# calls made outside turns here open under it instead of as roots, so a handler's LLM calls nest
+# under the request that caused them.
+_outside_parent: ContextVar[ScopeHandle | None] = ContextVar("relay_outside_parent", default=None)
+
+
+@contextlib.contextmanager
+def serving(scope: ScopeHandle) -> Iterator[ScopeHandle]:
+    """Within this block (and the tasks it starts), LLM calls made with no turn open nest under ``scope``."""
+    token = _outside_parent.set(scope)
+    try:
+        yield scope
+    finally:
+        _outside_parent.reset(token)
+
+
+def outside_parent() -> ScopeHandle | None:
+    """The open scope ``serving`` names in this context, if any."""
+    scope = _outside_parent.get()
+    return scope if scope is not None and not scope.ended else None
+
+
 def outside_calls() -> OutsideTurns | None:
     """Where a call made now, with no managed turn open, is recorded; None: it runs unmanaged (counted).
 

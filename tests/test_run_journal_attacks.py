@@ -60,7 +60,8 @@ def exchange(url: str, data: bytes, *, timeout: float = 10.0, source: str = "127
 
 def request(method: bytes, path: bytes, headers: bytes = b"", body: bytes = b"") -> bytes:
     length = b"Content-Length: %d\r\n" % len(body) if body else b""
-    return b"%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n%s%s\r\n%s" % (method, path, headers, length, body)
+    head = b"%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n" % (method, path)
+    return head + b"%s%s\r\n%s" % (headers, length, body)
 
 
 JUNK = {
@@ -82,7 +83,7 @@ JUNK = {
     "id too long": request(b"GET", b"/runs/" + b"a" * 5000, AUTH),
     "login over the size limit": request(b"POST", b"/ui/login", b"Content-Type: application/json\r\n",
                                          b"{" + b" " * 100_000 + b"}"),
-    "login chunked over the limit": b"POST /ui/login HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+    "login chunked over the limit": b"POST /ui/login HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
     b"Transfer-Encoding: chunked\r\n\r\n" + (b"1000\r\n" + b" " * 4096 + b"\r\n") * 5 + b"0\r\n\r\n",
     "login as XML": request(b"POST", b"/ui/login", b"Content-Type: application/xml\r\n", b"<token>x</token>"),
     "login as a form": request(b"POST", b"/ui/login", b"Content-Type: application/x-www-form-urlencoded\r\n",
@@ -102,7 +103,7 @@ JUNK = {
     "unknown method": request(b"FOO", b"/runs/r1", AUTH),
     "HTTP/2 preface": b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
     "TLS hello": b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(range(200)),
-    "Content-Length and chunked": b"POST /ui/login HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+    "Content-Length and chunked": b"POST /ui/login HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\n"
     b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
 }
 
@@ -221,7 +222,7 @@ async def test_clients_that_stop_reading_snapshots_do_not_hold_up_everyone_else(
         for _ in range(4):  # as many as one address is sent at once; they never read
             sock = socket.create_connection((url.host, url.port), timeout=10)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            sock.sendall(b"GET /runs/big HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.sendall(b"GET /runs/big HTTP/1.1\r\nHost: localhost\r\n\r\n")
             stalled.append(sock)
         try:
             await asyncio.sleep(1.0)

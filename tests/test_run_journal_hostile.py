@@ -111,7 +111,10 @@ async def test_undecodable_authorization_is_a_401(tmp_path, authorization, path)
     finished_run(tmp_path)
     app = create_app(session_dir=tmp_path, bearer_token="journal-secret")
     async with TestServer(app, host="127.0.0.1") as srv:
-        head = b"GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: %s\r\nConnection: close\r\n\r\n" % (path, authorization)
+        head = b"GET %s HTTP/1.1\r\nHost: localhost\r\nAuthorization: %s\r\nConnection: close\r\n\r\n" % (
+            path,
+            authorization,
+        )
         reply = await asyncio.to_thread(raw_request, str(srv.make_url("")), head)
     assert reply.startswith(b"HTTP/1.1 401"), reply[:200]
     assert b'{"error": "unauthorized"}' in reply
@@ -131,7 +134,7 @@ async def test_undecodable_authorization_is_a_401(tmp_path, authorization, path)
 )
 async def test_invalid_ids_are_a_400(server, tmp_path, target):
     finished_run(tmp_path)
-    head = b"GET " + target + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    head = b"GET " + target + b" HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
     reply = await asyncio.to_thread(raw_request, str(server.make_url("")), head)
     assert reply.startswith(b"HTTP/1.1 400"), reply[:200]
     assert b"invalid session_id/run_id" in reply
@@ -140,7 +143,10 @@ async def test_invalid_ids_are_a_400(server, tmp_path, target):
 @pytest.mark.asyncio
 async def test_undecodable_cursor_headers_replay_from_the_start(server, tmp_path):
     ids = finished_run(tmp_path)
-    head = b"GET /runs/run-a/events HTTP/1.1\r\nHost: x\r\nLast-Event-ID: run-a:\xff\xb2\r\nConnection: close\r\n\r\n"
+    head = (
+        b"GET /runs/run-a/events HTTP/1.1\r\nHost: localhost\r\n"
+        b"Last-Event-ID: run-a:\xff\xb2\r\nConnection: close\r\n\r\n"
+    )
     reply = await asyncio.to_thread(raw_request, str(server.make_url("")), head)
     assert reply.startswith(b"HTTP/1.1 200")
     assert [line[4:].decode() for line in reply.split(b"\n") if line.startswith(b"id: ")] == ids
@@ -195,7 +201,7 @@ async def test_a_client_that_goes_away_is_a_debug_line_not_an_error(tmp_path, ca
         # One reader drops mid-replay, one while the run is quiet (noticed at the next keepalive).
         for limit in (3, 401):
             sock = socket.create_connection((url.host, url.port), timeout=10)
-            sock.sendall(b"GET /runs/run-a/events HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.sendall(b"GET /runs/run-a/events HTTP/1.1\r\nHost: localhost\r\n\r\n")
             received = 0
             while received < 3 * 4000 if limit == 3 else received < 400 * 4000:
                 chunk = await asyncio.to_thread(sock.recv, 65536)
@@ -208,7 +214,7 @@ async def test_a_client_that_goes_away_is_a_debug_line_not_an_error(tmp_path, ca
                 break
             await asyncio.sleep(0.05)
         assert app[STATS]["sse_disconnected"] == 2 and app[STATS]["sse_open"] == 0, app[STATS]
-        assert (await asyncio.to_thread(raw_request, str(url), b"GET /runs/run-a HTTP/1.1\r\nHost: x\r\n"
+        assert (await asyncio.to_thread(raw_request, str(url), b"GET /runs/run-a HTTP/1.1\r\nHost: localhost\r\n"
                                          b"Connection: close\r\n\r\n")).startswith(b"HTTP/1.1 200")
     errors = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert errors == [], [r.getMessage() for r in errors]
@@ -258,16 +264,16 @@ async def test_a_snapshot_client_that_goes_away_or_stalls_is_no_error(tmp_path, 
     async with TestServer(app, host="127.0.0.1") as srv:
         url = srv.make_url("")
         gone = socket.create_connection((url.host, url.port), timeout=10)
-        gone.sendall(b"GET /runs/run-a HTTP/1.1\r\nHost: x\r\n\r\n")
+        gone.sendall(b"GET /runs/run-a HTTP/1.1\r\nHost: localhost\r\n\r\n")
         gone.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
         gone.close()
         stalled = socket.create_connection((url.host, url.port), timeout=10)
         stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        stalled.sendall(b"GET /runs/run-a HTTP/1.1\r\nHost: x\r\n\r\n")
+        stalled.sendall(b"GET /runs/run-a HTTP/1.1\r\nHost: localhost\r\n\r\n")
         try:
             await asyncio.sleep(1.5)  # past the write timeout
             reply = await asyncio.to_thread(
-                raw_request, str(url), b"GET /runs/run-a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                raw_request, str(url), b"GET /runs/run-a HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
             )
             assert reply.startswith(b"HTTP/1.1 200") and len(reply) > 10_000_000
         finally:

@@ -319,3 +319,60 @@ def test_the_page_waits_for_a_run_and_shows_odd_rows_as_they_are(
     assert summary is not None and summary["terminal_state"] == "errored"
     assert page.locator("#assistant-text .message").last.text_content() == summary["last_assistant_text"]
     context.close()
+
+
+def _span(span_id: str, parent_id: str | None, name: str) -> tuple[str, dict[str, Any]]:
+    payload: dict[str, Any] = {"kind": "attempt", "id": span_id, "name": name, "outcome": "success", "duration_s": 0.1}
+    if parent_id is not None:
+        payload["parent_id"] = parent_id
+    return ("span", payload)
+
+
+ODD_TREE: list[tuple[str, Any]] = [
+    _span("child", "call", "arrives-before-its-parent"),
+    _span("self", "self", "its-own-parent"),
+    _span("b", "c", "cycle-b"),
+    _span("c", "b", "cycle-c"),
+    _span("orphan", "never-written", "parent-never-arrives"),
+    _span("call", None, "the-call"),
+    _span("late", "child", "grandchild"),
+    ("done", {}),
+]
+
+
+def test_the_tree_shows_every_span_even_one_that_is_its_own_parent_or_in_a_cycle(
+    browser: Any, server: Server, writer: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    server.start()
+    context = browser.new_context()
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    writer(ODD_TREE)
+    page.goto(f"http://127.0.0.1:{server.port}/ui/sessions/{SESSION}/runs/{RUN}")
+    expect(page.locator("#login")).to_be_visible(timeout=WAIT_MS)
+    page.fill("#token", TOKEN)
+    page.click("#login button")
+    expect(page.locator("#state")).to_have_text("completed", timeout=WAIT_MS)
+    assert errors == []  # no HierarchyRequestError, nothing dropped
+    lines = page.locator("#tree .line").all_text_contents()
+    names = ["arrives-before-its-parent", "its-own-parent", "cycle-b", "cycle-c", "parent-never-arrives"]
+    for name in [*names, "the-call", "grandchild"]:
+        assert sum(name in line for line in lines) == 1, (name, lines)
+    # The child that came first moved under its parent, and its own child under it.
+    def count(selector: str) -> int:
+        return int(page.locator(selector).count())
+
+    assert count("#tree > li[data-id='call'] > ul > li[data-id='child'] > ul > li[data-id='late']") == 1
+    # The span that is its own parent, and the one closing the cycle, are at the top and marked.
+    top = page.locator("#tree > li > .line").all_text_contents()
+    assert "its own parent" in next(line for line in top if "its-own-parent" in line)
+    # b waited for c at the top; c went under b; b, adopted by c, would contain its own parent: it stays.
+    assert "in a cycle" in next(line for line in top if "cycle-b" in line)
+    assert count("#tree > li[data-id='b'] > ul > li[data-id='c']") == 1
+    assert page.locator("#tree li.cycle").count() == 2
+    # A span whose parent never arrives is shown at the top, unmarked.
+    assert any("parent-never-arrives" in line and "⟲" not in line for line in top)
+    context.close()

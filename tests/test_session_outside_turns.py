@@ -13,7 +13,7 @@ import openai
 import pytest
 from otel_support import Pipeline
 
-from relay_runtime import Recorder, adapters, configure, cost, session
+from relay_runtime import Recorder, adapters, auxiliary, configure, cost, session
 from relay_runtime import conventions as cv
 from relay_runtime.adapters import testing as t
 from relay_runtime.cost import Budget, BudgetExceeded, PriceCatalog
@@ -186,6 +186,29 @@ def test_profile_budgets_apply_outside_turns_and_turn_and_conversation_budgets_d
     assert caught.value.budget.per == "profile"
     assert len(scripted.script.requests) == 2
     assert host.relay.cost.profile_rollup(host.profile_key).total == pytest.approx(0.0011)
+
+
+def test_an_auxiliary_call_outside_turns_records_a_rejected_answer_as_failed(recorded, oa_pair) -> None:
+    oa_pair.add(t.json_reply(t.chat_completion_body("")), t.json_reply(t.chat_completion_body("a summary")))
+
+    @auxiliary.auxiliary_call
+    def summarise(task: str) -> Any:
+        for _ in range(2):
+            try:
+                return auxiliary.validate_response(adapters.complete(oa_pair.client, CHAT), task)
+            except RuntimeError:
+                continue
+        return None
+
+    assert summarise("compression").choices[0].message.content == "a summary"
+    ends = recorded.ends(relay_kind=cv.ATTEMPT)
+    assert [(e.outcome, e.error_type, e.metadata[cv.RETRY_COUNT]) for e in ends] == [
+        ("failed", "response_rejected", 0),
+        ("success", None, 1),
+    ]
+    # Each attempt's logical call closed when it ended (once judged), with its outcome: no turn completes it later.
+    assert _calls(recorded) == [("failed", None), ("success", None)]
+    assert {e.metadata[cv.CALL_ROLE] for e in ends} == {"auxiliary:compression"} and _balanced(recorded)
 
 
 # -- configure ---------------------------------------------------------------------------------------

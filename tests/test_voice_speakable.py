@@ -181,3 +181,57 @@ async def test_answer_seeded_after_a_bad_summary_is_the_speakable_one(phone: Any
     assert live["provider"].connection.context_items == [
         ("assistant", "The Berlin office moves to Hall 4 on 12 March.")
     ]
+
+
+# A tool's JSON answer whose text field is a command's raw output: 80 lines of `ls -l`.
+LISTING = "\n".join(
+    f"-rw-r--r--  1 ana  staff  {1000 + i * 37:6d} Mar 12 10:{i % 60:02d} report_{i:03d}.csv" for i in range(80)
+)
+COMMAND_JSON = json.dumps({"status": "ok", "exit_code": 0, "output": LISTING})
+
+
+def test_raw_command_output_in_a_json_answer_is_described_not_read() -> None:
+    spoken = speakable(COMMAND_JSON)
+    assert len(spoken) < 900
+    assert spoken.startswith("Raw output of 80 lines, not read out.")
+    # Its first and last lines, clipped: never the lines in between.
+    assert "report_000.csv" in spoken and "report_079.csv" in spoken
+    assert not any(f"report_{i:03d}.csv" in spoken for i in range(1, 79))
+
+
+def test_raw_output_says_how_many_lines_report_a_problem_and_quotes_no_path() -> None:
+    log = "\n".join(
+        f"2026-03-12T10:{i:02d}:00Z ERROR worker-{i} failed: db:5432 refused"
+        if i % 10 == 0
+        else f"2026-03-12T10:{i:02d}:00Z INFO worker-{i} ok"
+        for i in range(80)
+    )
+    assert "8 of them mention an error, failure or warning" in speakable(log)
+    paths = "\n".join(f"/home/ana/projects/app/src/module_{i}.py" for i in range(30))
+    spoken = speakable(json.dumps({"output": paths}))
+    assert spoken == "A list of 30 file paths or sources, not read out."
+
+
+@pytest.mark.parametrize(
+    "prose",
+    [
+        # Many lines of sentences are an answer, read as before.
+        "\n".join(f"Step {n}: open the settings page and choose the network tab." for n in range(1, 12)),
+        # A few lines of output are short enough to read.
+        "total 8\n-rw-r--r-- 1 ana staff 10 a.txt\n-rw-r--r-- 1 ana staff 20 b.txt",
+        # Sentences with a long source list under them: the sources go, the sentences stay.
+        "The build passed.\nAll 120 tests ran.\nSources:\n" + "\n".join(f"- ./logs/run_{i}.txt" for i in range(12)),
+    ],
+)
+def test_prose_and_short_output_are_not_described(prose: str) -> None:
+    assert not speakable(prose).startswith(("Raw output", "A list of"))
+
+
+@pytest.mark.asyncio
+async def test_delivery_asks_for_a_summary_of_a_description_of_raw_output(phone: Any) -> None:
+    broker = AnswerBroker(COMMAND_JSON)
+    live = await phone(broker, "speak_verbatim")
+    prompt = await _background_delivery(live, broker)
+    assert "in your own words" in prompt and "Raw output of 80 lines" in prompt
+    assert "report_040.csv" not in prompt and prompt.count("-rw-r--r--") <= 2
+    assert live["provider"].connection.exact_response_texts == []

@@ -14,6 +14,7 @@ import os
 from typing import Any
 
 from .content import CAPTURE_ENV, Redactor
+from .export_size import SizeLimitedSpanExporter
 from .exporter import OTelExporter
 from .providers import BoundedBatchSpanProcessor, exporter_names, otlp_endpoint_configured, span_exporters
 
@@ -22,6 +23,7 @@ __all__ = [
     "BoundedBatchSpanProcessor",
     "OTelExporter",
     "Redactor",
+    "SizeLimitedSpanExporter",
     "setup_from_env",
 ]
 

@@ -209,11 +209,15 @@ def output_messages(event: Event) -> list[dict[str, Any]]:
 class ContentRecorder:
     """Turns content into attributes through the redaction hook; one per exporter."""
 
-    def __init__(self, redact: Redactor | None, openinference: bool) -> None:
+    def __init__(self, redact: Redactor | None, openinference: bool, *, max_length: int | None = None) -> None:
         self._redact = redact
         self._openinference = openinference
+        self._max_length = max_length
 
     def _value(self, key: str, value: Any) -> str | None:
+        if self._max_length is not None:
+            # Cut before anything is serialised: a 10 MiB prompt is sliced once, never copied whole.
+            value = clipped(value, self._max_length)
         value = scrub(value)
         if self._redact is not None:
             value = self._redact(key, value)
@@ -222,7 +226,8 @@ class ContentRecorder:
             value = scrub(value)  # a hook cannot put credentials back
         if value == [] or value == {}:
             return None
-        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+        return text if self._max_length is None or len(text) <= self._max_length else text[: self._max_length]
 
     def attempt_start(self, event: Event, out: dict[str, Any]) -> None:
         req = event.annotated_request
@@ -296,6 +301,21 @@ class ContentRecorder:
                 out[f"{base}.function.name"] = str(call.get("name") or "")
                 out[f"{base}.function.arguments"] = json.dumps(call.get("arguments"), default=str)
             i += 1
+
+
+def clipped(value: Any, limit: int, depth: int = 0) -> Any:
+    """``value`` with every string longer than ``limit`` cut to ``limit`` (containers copied only when cut in)."""
+    if isinstance(value, str):
+        return value if len(value) <= limit else value[:limit]
+    if depth > 20:
+        return value
+    if isinstance(value, Mapping):
+        items = {k: clipped(v, limit, depth + 1) for k, v in value.items()}
+        return value if all(items[k] is v for k, v in value.items()) else items
+    if isinstance(value, (list, tuple)):
+        cut = [clipped(v, limit, depth + 1) for v in value]
+        return value if all(a is b for a, b in zip(cut, value, strict=True)) else cut
+    return value
 
 
 def _loads_list(text: str) -> list[Any] | None:

@@ -30,11 +30,14 @@ from opentelemetry.trace import Span, Status, StatusCode, TracerProvider, set_sp
 from relay_runtime import conventions as cv
 from relay_runtime.attach import Attachment
 from relay_runtime.events import MARK, SCOPE_END, SCOPE_START, Event
+from relay_runtime.trace_context import register_carrier_provider, unregister_carrier_provider
 
 from . import attributes as A
+from . import hints as H
 from . import propagation
 from .content import ContentRecorder, Redactor, capture_from_env
 from .deferred import fast_path_for
+from .export_size import DEFAULT_MAX_EXPORT_BYTES, attribute_length, check_max_bytes
 from .metrics import GenAIMetrics
 from .providers import (
     METRICS_LOGGER,
@@ -46,6 +49,7 @@ from .providers import (
     sdk_disabled,
     tracer_provider_from_env,
 )
+from .scope_metrics import ScopeMetrics
 from .spans import OpenSpan, SpanTable
 from .unsent import retract
 from .voice import MEASURES_KEY as VOICE_MEASURES
@@ -91,6 +95,10 @@ class OTelExporter:
     build each span whole at its end (``deferred.py``); False always uses the SDK's ``Span``.
     ``shutdown_timeout``: how long ``shutdown()`` (and so the process's exit, for providers
     built here) may wait for a backend that is down, refusing or not answering.
+    ``max_attribute_length``: attribute values (captured content included) are cut at this many
+    characters (default: ``OTEL_[SPAN_]ATTRIBUTE_VALUE_LENGTH_LIMIT``, else 32 KiB); content is cut
+    before it is serialised, so a huge prompt is never copied whole. ``max_export_bytes``: providers
+    built here send each batch as requests estimated under this size (default 3 MiB).
     """
 
     KINDS = ("scope_start", "scope_end", "mark")
@@ -108,10 +116,18 @@ class OTelExporter:
         span_exporters: Sequence[SpanExporter] | None = None,
         fast_path: bool = True,
         shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S,
+        max_attribute_length: int | None = None,
+        max_export_bytes: int = DEFAULT_MAX_EXPORT_BYTES,
     ) -> None:
         if not isinstance(shutdown_timeout, int | float) or not 0 < shutdown_timeout < float("inf"):
             raise ValueError(f"shutdown_timeout must be a positive number of seconds, got {shutdown_timeout!r}")
         self.shutdown_timeout = float(shutdown_timeout)
+        self.max_attribute_length = attribute_length(max_attribute_length)
+        check_max_bytes(max_export_bytes)
+        sizes: dict[str, Any] = {
+            "max_attribute_length": self.max_attribute_length,
+            "max_export_bytes": max_export_bytes,
+        }
         wanted = tuple(conventions)
         unknown = set(wanted) - A.KNOWN_CONVENTIONS
         if unknown or A.GEN_AI not in wanted:
@@ -132,12 +148,12 @@ class OTelExporter:
         if span_exporters is not None:
             if tracer_provider is not None:
                 raise ValueError("pass either tracer_provider or span_exporters, not both")
-            tracer_provider = tracer_provider_from_env(self.count, exporters=span_exporters)
+            tracer_provider = tracer_provider_from_env(self.count, exporters=span_exporters, **sizes)
             self._owned.append(tracer_provider)
         elif tracer_provider is None and not self._disabled:
             tracer_provider = global_sdk_tracer_provider()
             if tracer_provider is None:
-                tracer_provider = tracer_provider_from_env(self.count)
+                tracer_provider = tracer_provider_from_env(self.count, **sizes)
                 self._owned.append(tracer_provider)
         if meter_provider is None and not self._disabled:
             meter_provider = global_sdk_meter_provider()
@@ -153,8 +169,9 @@ class OTelExporter:
         self._fast = fast_path_for(self._tracer) if fast_path else None
         self._metrics = GenAIMetrics(meter_provider, VERSION) if meter_provider is not None else None
         self._voice = VoiceMetrics(meter_provider, VERSION) if meter_provider is not None else None
+        self._scope_metrics = ScopeMetrics(meter_provider, VERSION) if meter_provider is not None else None
         capture = capture_content or capture_from_env()
-        self._content = ContentRecorder(redact, self._oi) if capture else None
+        self._content = ContentRecorder(redact, self._oi, max_length=self.max_attribute_length) if capture else None
         self._link = link_to_current_context
         self._table = SpanTable(max_open_spans)
         self._at_exit: Callable[[], None] | None = None
@@ -186,7 +203,8 @@ class OTelExporter:
         else:
             conversation_id = None
             parent_span = None
-            context = None if self._link else _EMPTY_CONTEXT
+            # A root here may continue a trace begun in another process (an MCP server's request).
+            context = H.remote_context(event.metadata) or (None if self._link else _EMPTY_CONTEXT)
         if conversation_id is None:
             md = event.metadata
             sid = md.get(cv.SESSION_ID) if md else None
@@ -200,13 +218,19 @@ class OTelExporter:
             # Odd data costs attributes, never the span.
             self.count(ATTRIBUTE_ERRORS)
             name, attributes = str(event.name), {}
+        kind = _SPAN_KINDS[role]
+        if role is not A.ATTEMPT:
+            hints = H.span_hints(event.metadata)
+            if hints is not None:
+                name = H.apply_hints(hints, name, attributes)
+                kind = H.hinted_kind(hints, kind)
         if self._content is not None:
             self._content_attributes(self._content.attempt_start, self._content.tool_start, event, role, attributes)
         fast = self._fast
         if fast is not None and fast.multi._span_processors is not fast.processors:  # see FastPath
             fast = self._fast = fast_path_for(self._tracer)
         if fast is not None:
-            span = fast.start_span(name, parent_span, context, _SPAN_KINDS[role], attributes, event.timestamp)
+            span = fast.start_span(name, parent_span, context, kind, attributes, event.timestamp)
         else:
             if parent is not None and context is None:
                 # One context per parent, made when its first child starts: most spans are leaves.
@@ -214,7 +238,7 @@ class OTelExporter:
             span = self._tracer.start_span(
                 name,
                 context=context,
-                kind=_SPAN_KINDS[role],
+                kind=kind,
                 attributes=attributes,
                 start_time=event.timestamp,
             )
@@ -258,6 +282,11 @@ class OTelExporter:
                 voice_attributes(voice, attributes)
             if self._oi:
                 attributes.update(A.openinference_end(event, role))
+            hints = H.span_hints(md) if role is not A.ATTEMPT else None
+            if hints is not None:
+                H.apply_hints(hints, "", attributes)
+                if self._scope_metrics is not None:
+                    self._scope_metrics.record_scope(hints, event, attributes)
         except Exception:
             # The span was taken out of the table: it must still end, once.
             self.count(ATTRIBUTE_ERRORS)
@@ -303,6 +332,10 @@ class OTelExporter:
 
     def _mark(self, event: Event) -> None:
         if event.name == cv.CHUNK:
+            return
+        if event.name == cv.METRIC:
+            if self._scope_metrics is not None:
+                self._scope_metrics.record_mark(event)
             return
         record = self._table.get(event.parent_uuid)
         if record is None:
@@ -378,11 +411,17 @@ class OTelExporter:
                 propagation.uninstall(relay, name=f"{name}.trace_context")
 
         self._attachments.append(Attachment(target, name, connect, disconnect))
+        # Requests that integrations send out of the process (MCP) carry our span's context.
+        register_carrier_provider(self._carrier)
         return self
+
+    def _carrier(self, handle: Any) -> dict[str, str] | None:
+        return self.headers_for(handle.uuid) or None
 
     def detach(self) -> None:
         """Undo every ``attach``: deregister, release managed execution, stop following new hosts."""
         attachments, self._attachments = self._attachments, []
+        unregister_carrier_provider(self._carrier)
         for attachment in attachments:
             attachment.detach()
 

@@ -27,6 +27,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
+from .export_size import DEFAULT_MAX_EXPORT_BYTES, SizeLimitedSpanExporter, span_limits
+
 Counter = Callable[[str, int], None]
 
 DEFAULT_SERVICE_NAME = "relay-runtime"
@@ -151,7 +153,9 @@ class BoundedBatchSpanProcessor(SpanProcessor):
     """A ``BatchSpanProcessor`` whose drops (queue full) and export failures reach a counter.
 
     The SDK's processor drops silently when its queue is full; this one keeps its own
-    count of spans in flight with the same bound, so every loss is counted.
+    count of spans in flight with the same bound, so every loss is counted. A batch goes out as
+    requests estimated under ``max_export_bytes`` each (``export_size``): a collector refusing one
+    loses its spans only, counted.
     """
 
     def __init__(
@@ -162,12 +166,13 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         max_queue_size: int | None = None,
         schedule_delay_millis: float | None = None,
         max_export_batch_size: int | None = None,
+        max_export_bytes: int = DEFAULT_MAX_EXPORT_BYTES,
     ) -> None:
         capacity = max_queue_size or _env_int("OTEL_BSP_MAX_QUEUE_SIZE", DEFAULT_MAX_QUEUE)
         batch = max_export_batch_size or min(capacity, _env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512))
         self._acct = _Accounting(capacity, count)
         self._batch = BatchSpanProcessor(
-            CountingSpanExporter(exporter, self._acct),
+            SizeLimitedSpanExporter(CountingSpanExporter(exporter, self._acct), max_export_bytes),
             max_queue_size=capacity,
             schedule_delay_millis=schedule_delay_millis,
             max_export_batch_size=batch,
@@ -232,15 +237,27 @@ def span_exporters(names: Sequence[str]) -> list[SpanExporter]:
     return out
 
 
-def tracer_provider_from_env(count: Counter, *, exporters: Sequence[SpanExporter] | None = None) -> TracerProvider:
-    """A tracer provider with one bounded batch processor per exporter (default: ``OTEL_TRACES_EXPORTER``)."""
+def tracer_provider_from_env(
+    count: Counter,
+    *,
+    exporters: Sequence[SpanExporter] | None = None,
+    max_attribute_length: int | None = None,
+    max_export_bytes: int = DEFAULT_MAX_EXPORT_BYTES,
+) -> TracerProvider:
+    """A tracer provider with one bounded batch processor per exporter (default: ``OTEL_TRACES_EXPORTER``).
+
+    Attribute values are cut at ``max_attribute_length`` (default ``export_size.attribute_length()``),
+    and each export request is kept under ``max_export_bytes``.
+    """
     # No SDK exit hook: its shutdown waits on a down or hanging endpoint for a minute or more.
     # The exporter that owns this provider shuts it down itself, within its own bound.
-    provider = TracerProvider(resource=default_resource(), shutdown_on_exit=False)
+    provider = TracerProvider(
+        resource=default_resource(), span_limits=span_limits(max_attribute_length), shutdown_on_exit=False
+    )
     if exporters is None:
         exporters = span_exporters(exporter_names("TRACES", "otlp"))
     for exporter in exporters:
-        provider.add_span_processor(BoundedBatchSpanProcessor(exporter, count))
+        provider.add_span_processor(BoundedBatchSpanProcessor(exporter, count, max_export_bytes=max_export_bytes))
     return provider
 
 

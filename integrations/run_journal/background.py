@@ -140,12 +140,11 @@ class RowWriter:
         session_id, run_id, event, payload = item
         try:
             try:
-                self._retrying(lambda: self._append(session_id, run_id, event, payload))
+                self._append(session_id, run_id, event, payload)
             except TypeError:
                 # Say that something was there rather than lose the row (and the run's shape).
                 self._count("journal.unserializable")
-                substitute = _unserializable(payload)
-                self._retrying(lambda: self._append(session_id, run_id, event, substitute))
+                self._append(session_id, run_id, event, _unserializable(payload))
         except _Abandoned:
             self._count("journal.dropped_closed")
         except RunFull:
@@ -155,12 +154,34 @@ class RowWriter:
 
     def _append(self, session_id: str, run_id: str, event: str, payload: Any) -> None:
         if self._store is not None:
-            row = self._store.append(session_id, run_id, event, payload)
+            row = self._store_append(self._store, session_id, run_id, event, payload)
         else:
-            row = append_run_event(session_id, run_id, event, payload, session_dir=self._session_dir, fsync=self._fsync)
+            row = self._retrying(
+                lambda: append_run_event(
+                    session_id, run_id, event, payload, session_dir=self._session_dir, fsync=self._fsync
+                )
+            )
         self.written += 1
         if is_truncated(row):
             self._count("journal.truncated")
+
+    def _store_append(self, store: Any, session_id: str, run_id: str, event: str, payload: Any) -> dict[str, Any]:
+        """One append, retried here until the store answers; a store that named the row in its
+        ``JournalUnavailable`` gets that name back, so a row it may have written is not written twice."""
+        row_id: str | None = None
+
+        def attempt() -> Any:
+            nonlocal row_id
+            try:
+                if row_id is None:
+                    return store.append(session_id, run_id, event, payload)
+                return store.append(session_id, run_id, event, payload, row_id=row_id)
+            except JournalUnavailable as exc:
+                row_id = row_id or getattr(exc, "row_id", None)
+                raise
+
+        result: dict[str, Any] = self._retrying(attempt)
+        return result
 
     def _write_batch(self, items: Sequence[Row]) -> None:
         store: Any = self._store

@@ -60,6 +60,25 @@ def _parser() -> argparse.ArgumentParser:
         default=64,
         help="SSE streams one client address may hold at once (429 beyond); raise it behind a proxy",
     )
+    serve.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        help="close a connection that has not sent a whole request head within this many seconds",
+    )
+    serve.add_argument(
+        "--max-connections-per-client",
+        type=int,
+        default=96,
+        help="connections one client address may hold at once (503 beyond); raise it behind a proxy",
+    )
+    serve.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="without a token, also serve requests naming this host (a proxy's or the machine's name); repeatable",
+    )
     show.add_argument("--no-summary", action="store_true", help="print the rows only")
     tail.add_argument("--poll", type=float, default=0.1, help="seconds between checks for new rows")
     tail.add_argument("--timeout", type=float, default=None, help="give up (exit 1) after this many seconds")
@@ -152,26 +171,42 @@ def _serve(args: argparse.Namespace, store: RunJournalStore | None) -> int:
             heartbeat=args.heartbeat,
             write_timeout=args.write_timeout,
             max_streams_per_client=args.max_streams_per_client,
+            allowed_hosts=[*args.allow_host, *_host_name(args.host)],
+            header_timeout=args.header_timeout,
         )
     except ValueError as exc:
         print(f"relay-runtime journal serve: {exc}", file=sys.stderr)
         return 2
 
-    return _run(web.AppRunner(app), args.host, args.port)
+    if type(args.max_connections_per_client) is not int or args.max_connections_per_client < 1:
+        print("relay-runtime journal serve: --max-connections-per-client must be a positive integer", file=sys.stderr)
+        return 2
+    return _run(web.AppRunner(app), args.host, args.port, args.max_connections_per_client)
 
 
 _LOOPBACK = frozenset(("127.0.0.1", "localhost", "::1"))
 
 
-def _run(runner: Any, host: str, port: int) -> int:
+def _host_name(host: str) -> list[str]:
+    """``--host`` when it is a name (its requests name it), not an address (those are allowed as reached)."""
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return [host] if host else []
+    return []
+
+
+def _run(runner: Any, host: str, port: int, max_connections_per_client: int) -> int:
     import asyncio
     import signal
 
-    from aiohttp import web
+    from .serving import GuardedSite
 
     async def serve() -> None:
         await runner.setup()
-        await web.TCPSite(runner, host, port).start()
+        await GuardedSite(runner, host, port, max_connections_per_client=max_connections_per_client).start()
         for address in runner.addresses:  # the real port, also when --port 0 picked one
             name = f"[{address[0]}]" if ":" in address[0] else address[0]
             print(f"relay-runtime journal: serving runs at http://{name}:{address[1]}/", flush=True)

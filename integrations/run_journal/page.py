@@ -2,8 +2,8 @@
 
 The page is plain HTML, CSS and JavaScript shipped in ``ui/``; it reads the same snapshot and SSE
 routes as any other client. With a token, the page trades it once (``POST /ui/login``) for an
-HttpOnly, SameSite=Strict cookie, since a browser's ``EventSource`` cannot send an
-``Authorization`` header; the token itself never goes into a URL.
+HttpOnly, SameSite=Strict cookie, so no script keeps the token (and a browser's ``EventSource``,
+which cannot send an ``Authorization`` header, can use the cookie); the token never goes into a URL.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from . import paths
 from .errors import JournalUnavailable, RunFull
 from .reading import RawRow, parse_line
 from .redis_keys import APPEND_SCRIPT, DEFAULT_PREFIX, DUPLICATE, FOREIGN, REFUSED, ROW_FIELD, WRONG_SEQ, Keys
+from .redis_sending import sending, tracked
 from .states import copy_summary, ends_run, summarize
 from .storage import EncodedRow, row_cap, shrunk
 
@@ -36,6 +37,11 @@ DEFAULT_RETENTION = 7 * 24 * 3600.0
 DEFAULT_MAX_RUN_BYTES = 64 * 1024 * 1024
 TERMINAL_RESERVE = 64 * 1024  # a run at its cap can still record how it ended
 DEFAULT_IDLE = 15.0
+# An append gives up within about (retries + 1) x socket_timeout: 3 s by default. A caller that
+# waits longer gains nothing (a frozen Redis does not answer sooner), and one told late retries late.
+DEFAULT_SOCKET_TIMEOUT = 1.0
+DEFAULT_CONNECT_TIMEOUT = 1.0
+DEFAULT_RETRIES = 2
 _READ_BATCH = 512
 _FOLLOW_BUDGET = 1 << 20  # bytes a follower asks for at once (bounded by count, adapted to row sizes)
 _PREVIEW = 200
@@ -63,7 +69,9 @@ class RedisStreamStore:
     ``retention``: seconds a finished run is kept after its last row (default 7 days).
     ``max_run_bytes``: a run's cap; rows past it are refused (``RunFull``), old rows are never trimmed.
     ``max_row_bytes``: a row's cap (as the file store's: a larger payload is stored truncated, with a marker).
-    A connection lost mid-append is retried ``retries`` times with the same row id before raising.
+    A connection lost mid-append, or a reply that takes over ``socket_timeout`` seconds, is retried
+    ``retries`` times with the same row id before raising ``JournalUnavailable``: with the defaults an
+    append fails within about 3 s ((retries + 1) x socket_timeout) when Redis is frozen or gone.
     """
 
     def __init__(
@@ -74,9 +82,9 @@ class RedisStreamStore:
         retention: float = DEFAULT_RETENTION,
         max_run_bytes: int = DEFAULT_MAX_RUN_BYTES,
         max_row_bytes: int | None = None,
-        socket_timeout: float = 5.0,
-        connect_timeout: float = 2.0,
-        retries: int = 3,
+        socket_timeout: float = DEFAULT_SOCKET_TIMEOUT,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        retries: int = DEFAULT_RETRIES,
     ) -> None:
         if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError(f"Redis URL must start with redis://, rediss:// or unix://, got {url!r}")
@@ -86,6 +94,9 @@ class RedisStreamStore:
             raise ValueError(f"max_run_bytes must be a positive integer, got {max_run_bytes!r}")
         if type(retries) is not int or retries < 0:
             raise ValueError(f"retries must be a non-negative integer, got {retries!r}")
+        for name, value in (("socket_timeout", socket_timeout), ("connect_timeout", connect_timeout)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
+                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
         self.url = url
         self.keys = Keys(prefix)
         self.retention = int(retention)
@@ -97,7 +108,10 @@ class RedisStreamStore:
             "socket_connect_timeout": connect_timeout,
             "retry_on_error": [RedisConnectionError, RedisTimeoutError],
         }
-        self.client = redis.Redis.from_url(url, retry=self._retry(Retry), **self._options)
+        # Its connections note whether an append's script reached the socket (``JournalUnavailable.maybe_written``).
+        self.client = redis.Redis.from_url(
+            url, retry=self._retry(Retry), connection_class=tracked(url), **self._options
+        )
         self._script = self.client.register_script(APPEND_SCRIPT)
         # Per run: the (seq, bytes) it had when summarized, and the summary.
         self._summaries: OrderedDict[tuple[str, str], tuple[tuple[Any, ...], dict[str, Any]]] = OrderedDict()
@@ -129,19 +143,21 @@ class RedisStreamStore:
     ) -> dict[str, Any]:
         """Append one row; return it with its seq once Redis has it.
 
-        ``row_id`` (default: a new one) names the row: appending the same id to the
-        run again returns the first append's row instead of writing a second one.
-        Raises ``JournalUnavailable`` when Redis cannot be reached, ``RunFull`` at the run's cap.
+        ``row_id`` (default: a new one) names the row: the store's own retries resend it, and
+        appending the same id to the run again returns the first append's row instead of writing
+        a second one. Raises ``JournalUnavailable`` when Redis cannot be reached (its ``row_id`` is
+        the one to retry with; ``maybe_written`` says whether the row may be stored), ``RunFull``
+        at the run's cap.
         """
         paths.check_ids(session_id, run_id)
         if seq is not None and (type(seq) is not int or seq < 1):
             raise ValueError(f"seq must be a positive integer, got {seq!r}")
+        if row_id is not None and (not isinstance(row_id, str) or not row_id or len(row_id) > 200):
+            raise ValueError(f"row_id must be a non-empty string of at most 200 characters, got {row_id!r}")
         row = EncodedRow(session_id, run_id, event, payload, created_at, self.max_row_bytes)
-        group = [(row, row_id or new_row_id())]
-        try:
-            answer = self._script(*self._call(group, seq))
-        except Exception as exc:
-            raise self._error(exc) from exc
+        row_id = row_id or new_row_id()
+        group = [(row, row_id)]
+        answer = self._run_script(group, seq, row_id)
         result = self._results(group, answer, seq)[0]
         if isinstance(result, RunFull) and row.state is not None:
             result = self._end_anyway(row, group[0][1], seq)
@@ -156,11 +172,14 @@ class RedisStreamStore:
         if small is None:
             return RunFull(row.session_id, row.run_id, self.max_run_bytes)
         group = [(small, f"{row_id}.end")]
-        try:
-            answer = self._script(*self._call(group, seq))
-        except Exception as exc:
-            raise self._error(exc) from exc
-        return self._results(group, answer, seq)[0]
+        return self._results(group, self._run_script(group, seq, row_id), seq)[0]
+
+    def _run_script(self, group: Sequence[PendingRow], seq: int | None, row_id: str) -> Any:
+        with sending(self._script.sha) as sent:
+            try:
+                return self._script(*self._call(group, seq))
+            except Exception as exc:
+                raise self._error(exc, row_id=row_id, maybe_written=sent.sent) from exc
 
     def prepare(self, session_id: str, run_id: str, event: str, payload: Any = None) -> PendingRow:
         """A row for ``append_many``, encoded once and named: resending it never writes it twice."""
@@ -172,8 +191,8 @@ class RedisStreamStore:
 
         Consecutive rows of one run go to Redis as one script call. Raises
         ``JournalUnavailable`` if Redis could not be reached: any prefix of the rows
-        may then have been written, and sending them all again (same row ids) writes
-        each exactly once.
+        may then have been written (``maybe_written``), and sending them all again
+        (same row ids) writes each exactly once.
         """
         groups: list[list[PendingRow]] = []
         for item in rows:
@@ -187,15 +206,16 @@ class RedisStreamStore:
         pipe = self.client.pipeline(transaction=False)
         for group in groups:
             self._script(*self._call(group, None), client=pipe)
-        try:
-            answers = pipe.execute(raise_on_error=False)
-        except Exception as exc:
-            raise self._error(exc) from exc
+        with sending(self._script.sha) as sent:
+            try:
+                answers = pipe.execute(raise_on_error=False)
+            except Exception as exc:
+                raise self._error(exc, maybe_written=sent.sent) from exc
         out: list[dict[str, Any] | Exception] = []
         for group, answer in zip(groups, answers, strict=True):
             if isinstance(answer, Exception):
                 if is_transient(answer):
-                    raise self._error(answer)
+                    raise self._error(answer, maybe_written=True)
                 out += [answer] * len(group)
             else:
                 results = self._results(group, answer, None)
@@ -252,11 +272,13 @@ class RedisStreamStore:
                     out[index] = found
         return out
 
-    def _error(self, exc: BaseException) -> Exception:
+    def _error(self, exc: BaseException, *, row_id: str | None = None, maybe_written: bool = False) -> Exception:
         if isinstance(exc, JournalUnavailable | RunFull):
             return exc
         if is_transient(exc):
-            return JournalUnavailable(f"run journal on {self._where()} unavailable: {exc}")
+            return JournalUnavailable(
+                f"run journal on {self._where()} unavailable: {exc}", row_id=row_id, maybe_written=maybe_written
+            )
         return exc if isinstance(exc, Exception) else RuntimeError(str(exc))
 
     def _where(self) -> str:
@@ -375,7 +397,7 @@ class RedisStreamStore:
         paths.check_ids(session_id, run_id)
         # A connection of its own: a blocking read holds it, and closing the iterator closes it.
         # Its timeout outlasts the longest block, so only a dead link (no reply at all) times out.
-        options = {**self._options, "socket_timeout": idle + (self._options["socket_timeout"] or 5.0)}
+        options = {**self._options, "socket_timeout": idle + max(5.0, self._options["socket_timeout"])}
         client = redis.asyncio.Redis.from_url(
             self.url, retry=self._retry(AsyncRetry), single_connection_client=True, **options
         )

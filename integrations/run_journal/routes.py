@@ -26,7 +26,9 @@ from .default_store import env_store
 from .errors import JournalUnavailable
 from .journal import read_run_events
 from .limits import FailedLogins, QuietClientErrors, SlotsPerClient, StreamsPerClient
+from .origins import check_allowed_hosts, site_guard
 from .page import COOKIE, FAILED_LOGINS, add_page, cookie_value, is_public, refuse_failed_login, too_many_failures
+from .serving import DEFAULT_HEADER_TIMEOUT
 from .states import SummaryFold
 from .storage import COUNTS as STORAGE_COUNTS
 from .store import FileStore, RunJournalStore, read_pages
@@ -144,6 +146,8 @@ def create_app(
     bearer_token: str | None = None,
     page: bool = False,
     max_streams_per_client: int = 64,
+    allowed_hosts: Iterable[str] = (),
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT,
 ) -> web.Application:
     """``GET /runs/{run_id}`` (snapshot), ``GET /runs/{run_id}/events`` (SSE) and ``GET /stats`` (counters).
 
@@ -157,10 +161,16 @@ def create_app(
     With ``page`` it also serves the run page (``/``, ``/ui/...``, ``/api/runs``; see ``page.py``).
     One client address holds at most ``max_streams_per_client`` SSE streams at once (429 beyond), and
     after 10 wrong tokens in a minute it is refused (429) without its token being checked.
+    Without ``bearer_token`` only requests naming a loopback name, the address they reached, or one of
+    ``allowed_hosts`` in ``Host`` are served (403 else: a DNS-rebinding page cannot read runs); with or
+    without it, SSE and state-changing requests sent from another site's page (``Origin``) get 403.
+    A connection that has not sent a whole request head ``header_timeout`` seconds after it opened (or
+    after its last response) is closed: trickled headers hold a socket for seconds (see ``serving.py``
+    for the per-address connection cap, which is the listening site's).
     """
     if bearer_token is not None and not bearer_token:
         raise ValueError("bearer_token must be a non-empty string (or None for no auth)")
-    for name, value in (("heartbeat", heartbeat), ("write_timeout", write_timeout)):
+    for name, value in (("heartbeat", heartbeat), ("write_timeout", write_timeout), ("header_timeout", header_timeout)):
         if not (isinstance(value, int | float) and value > 0):
             raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
     if store is None:
@@ -169,11 +179,19 @@ def create_app(
         raise ValueError("give a store or a session_dir, not both")
     if type(max_streams_per_client) is not int or max_streams_per_client < 1:
         raise ValueError(f"max_streams_per_client must be a positive integer, got {max_streams_per_client!r}")
-    guards = [_bearer_guard(bearer_token)] if bearer_token else []
+    hosts = check_allowed_hosts(allowed_hosts)
+    guards = [site_guard(hosts, check_host=not bearer_token)]
+    if bearer_token:
+        guards.append(_bearer_guard(bearer_token))
     app = web.Application(
         middlewares=[*guards, _unavailable_guard],
         # Junk the HTTP parser refuses is the client's fault: one INFO line, not an ERROR traceback.
-        handler_args={"logger": QuietClientErrors(logging.getLogger("aiohttp.server"), {})},
+        # The keep-alive timer closes a connection still waiting for its request's head, never one whose
+        # handler runs: it is the header-read timeout (aiohttp's default waits an hour).
+        handler_args={
+            "logger": QuietClientErrors(logging.getLogger("aiohttp.server"), {}),
+            "keepalive_timeout": float(header_timeout),
+        },
     )
     app[FAILED_LOGINS] = FailedLogins()
     app[STREAMS_PER_CLIENT] = StreamsPerClient(max_streams_per_client)

@@ -2,8 +2,9 @@
 
 Answers are written for a screen: they end with source lists and file paths, or they are a tool's
 raw JSON. Read aloud, those are noise (or a leak of local paths), so before an answer is handed to
-the provider for speech, source and path lines go, and structured output becomes a short plain
-description for the model to summarise instead of text to read out.
+the provider for speech, source and path lines go, and structured output and raw output (a
+command's 80 lines) become a short plain description for the model to summarise instead of text
+to read out.
 """
 
 from __future__ import annotations
@@ -13,9 +14,25 @@ import re
 from typing import Any
 
 MAX_SPOKEN_CHARS = 1400
+MAX_DESCRIBED_CHARS = 880  # what a description of raw output may take: a sentence or two, never the output
 _MAX_FIELDS = 12
-_SOURCE_HEADERS = ("source:", "sources:", "citation:", "citations:", "reference:", "references:", "file:",
-                   "files:", "path:")
+# Raw output (a command's, a log's, a table's) is many short lines that are not sentences, full of
+# digits and symbols: read aloud it is minutes of noise. Past this many lines it is described.
+_OUTPUT_MIN_LINES = 8
+_PROSE_LINE = re.compile(r"^[\"'(]?[A-Za-z][^\n]*[.!?:;]['\")]?$")
+_SAMPLE_CHARS = 160
+_PROBLEM_WORDS = re.compile(r"\b(?:error|errors|failed|failure|fatal|exception|traceback|denied|warning)\b", re.I)
+_SOURCE_HEADERS = (
+    "source:",
+    "sources:",
+    "citation:",
+    "citations:",
+    "reference:",
+    "references:",
+    "file:",
+    "files:",
+    "path:",
+)
 # A line that is nothing but a path: /abs/path, ~/x, ./x, C:\x, or a relative path with a slash and
 # an extension ("notes/today.md").
 _PATH_LINE = re.compile(r"^(?:[-*•]\s*|\d+[.)]\s*)?(?:[~.]?/|[A-Za-z]:\\|\S+/\S+\.\w{1,8}$)\S*$")
@@ -57,6 +74,47 @@ def structured(text: str) -> dict[str, Any] | list[Any] | None:
     return value if isinstance(value, (dict, list)) else None
 
 
+def _is_prose(line: str) -> bool:
+    """A sentence a person wrote: starts with a letter, ends like a sentence, mostly words."""
+    if not _PROSE_LINE.match(line) or len(line.split()) < 3:
+        return False
+    plain = sum(c.isalpha() or c.isspace() for c in line)
+    return plain >= 0.8 * len(line)
+
+
+def _squashed(line: str, limit: int = _SAMPLE_CHARS) -> str:
+    text = " ".join(line.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def describe_output(text: str) -> str | None:
+    """A short description of ``text`` when it is raw output (many lines, few of them sentences); None for prose.
+
+    It says how many lines there are, how many mention a problem, and the first and last lines
+    (clipped). Source and path lines are never quoted: output that is nothing but paths is counted.
+    """
+    every = [line for line in text.splitlines() if line.strip()]
+    if len(every) < _OUTPUT_MIN_LINES:
+        return None
+    lines = [line.strip() for line in strip_source_lines(text).splitlines() if line.strip()]
+    if not lines:
+        return f"A list of {len(every)} file paths or sources, not read out."
+    if len(lines) < _OUTPUT_MIN_LINES or sum(_is_prose(line) for line in lines) * 2 >= len(lines):
+        return None
+    problems = sum(bool(_PROBLEM_WORDS.search(line)) for line in lines)
+    head = f"Raw output of {len(every)} lines, not read out"
+    if problems:
+        head += (
+            f"; {problems} of them mention an error, failure or warning"
+            if problems > 1
+            else ("; one of them mentions an error, failure or warning")
+        )
+    described = f"{head}. It starts with: {_squashed(lines[0])}. It ends with: {_squashed(lines[-1])}."
+    if len(described) > MAX_DESCRIBED_CHARS:
+        described = described[: MAX_DESCRIBED_CHARS - 1].rstrip() + "…"
+    return described
+
+
 def _leaves(value: Any, prefix: str, out: list[str]) -> None:
     if len(out) >= _MAX_FIELDS:
         return
@@ -77,7 +135,7 @@ def describe_structured(value: dict[str, Any] | list[Any]) -> str:
         for key in _TEXT_FIELDS:
             field = value.get(key)
             if isinstance(field, str) and field.strip() and structured(field) is None:
-                return " ".join(strip_source_lines(field).split())
+                return describe_output(field) or " ".join(strip_source_lines(field).split())
     parts: list[str] = []
     _leaves(value, "", parts)
     head = f"A list of {len(value)} items" if isinstance(value, list) else "A structured result"
@@ -88,7 +146,10 @@ def describe_structured(value: dict[str, Any] | list[Any]) -> str:
 def speakable(answer: str, *, max_chars: int = MAX_SPOKEN_CHARS) -> str:
     """`answer` as the voice model may say it: no source or path lines, no raw JSON, bounded."""
     value = structured(answer)
-    text = describe_structured(value) if value is not None else " ".join(strip_source_lines(answer).split())
+    if value is not None:
+        text = describe_structured(value)
+    else:
+        text = describe_output(answer) or " ".join(strip_source_lines(answer).split())
     if len(text) > max_chars:
         text = text[: max_chars - 1].rstrip() + "…"
     return text

@@ -6,11 +6,6 @@
   const FOLD_AT = 240; // longer values are folded behind a <details>
   const RETRY_MIN_MS = 250;
   const RETRY_MAX_MS = 2000;
-  // Row events the page listens for; EventSource only delivers named events to listeners of that name.
-  const ROW_EVENTS = [
-    "message", "status", "token", "reasoning", "runtime_model", "warning", "tool", "tool_call",
-    "tool_result", "span", "done", "stream_end", "cancel", "apperror", "error",
-  ];
 
   function el(tag, className, text) {
     const node = document.createElement(tag);
@@ -51,7 +46,7 @@
     return lower + amount.toFixed(4) + " " + (value.currency || "") + wasted;
   }
 
-  // --- the token, traded once for an HttpOnly cookie (EventSource cannot send a header) ---------
+  // --- the token, traded once for an HttpOnly cookie: no script keeps it ---------------------------
 
   function askForToken(then) {
     const form = document.getElementById("login");
@@ -131,7 +126,7 @@
 
     let lastSeq = 0; // rows at or below it are shown already: a replay after a reconnect adds nothing twice
     let finished = false;
-    let source = null;
+    let source = null; // the AbortController of the stream being read
     let retry = RETRY_MIN_MS;
     let message = null; // the assistant message being streamed
     const openTools = [];
@@ -158,28 +153,69 @@
       notices.append(el("li", kind, text));
     }
 
+    // The run's tree, built as span rows arrive, in time linear in their number: a child that comes
+    // before its parent waits at the top (shown) until the parent arrives, then moves under it. A span
+    // that is its own parent, or whose parent is below it (a cycle), stays at the top, marked.
+    // treeNodes: span id -> {node, parent, line, note}; waitingFor: parent id -> entries waiting for it.
+    const waitingFor = new Map();
+
+    function place(entry) {
+      const { node, parent: parentId } = entry;
+      if (!parentId) return tree.append(node), "";
+      if (parentId === node.dataset.id) return tree.append(node), " · ⟲ its own parent: shown at the top";
+      const parent = treeNodes.get(parentId);
+      if (!parent) {
+        let waiting = waitingFor.get(parentId);
+        if (!waiting) waitingFor.set(parentId, (waiting = new Set()));
+        waiting.add(entry);
+        tree.append(node);
+        return "";
+      }
+      if (node.contains(parent.node)) {
+        return tree.append(node), " · ⟲ in a cycle (its parent " + parentId + " is below it): shown at the top";
+      }
+      parent.node.lastChild.append(node);
+      return "";
+    }
+
+    function describe(entry, note) {
+      if (note !== entry.note) entry.node.classList.toggle("cycle", Boolean(note));
+      entry.note = note;
+      entry.node.firstChild.textContent = entry.line + note;
+    }
+
     function treeNode(span) {
-      let node = treeNodes.get(span.id);
-      if (!node) {
-        node = el("li");
+      let entry = treeNodes.get(span.id);
+      const fresh = !entry;
+      if (fresh) {
+        const node = el("li");
+        node.dataset.id = span.id;
         node.append(el("span", "line"), el("ul"));
-        treeNodes.set(span.id, node);
+        entry = { node: node, parent: null, line: "", note: "" };
+        treeNodes.set(span.id, entry);
       }
       const tokens = [span.input_tokens, span.output_tokens].every((n) => typeof n === "number")
         ? " · " + span.input_tokens + " in / " + span.output_tokens + " out tokens" : "";
       const what = [span.provider, span.model].filter(Boolean).join(" / ");
-      const line = node.querySelector(".line");
-      line.textContent = span.kind + " " + (span.name || "") + (what ? " [" + what + "]" : "") + " · " +
+      entry.line = span.kind + " " + (span.name || "") + (what ? " [" + what + "]" : "") + " · " +
         (span.outcome || "") + " · " + seconds(span.duration_s) + tokens +
         (span.error_type ? " · " + span.error_type : "") + (span.cost ? " · " + cost(span.cost) : "");
-      line.className = "line outcome-" + (span.outcome || "");
-      // Parents end after their children, so a child may arrive first: adopt children already shown.
-      for (const [id, other] of treeNodes) {
-        if (other.dataset.parent === span.id && other.parentElement !== node.lastChild) node.lastChild.append(other);
+      entry.node.firstChild.className = "line outcome-" + (span.outcome || "");
+      const parentId = typeof span.parent_id === "string" ? span.parent_id : "";
+      let note = entry.note;
+      if (fresh || entry.parent !== parentId) {
+        const before = waitingFor.get(entry.parent);
+        if (before) before.delete(entry);
+        entry.parent = parentId;
+        note = place(entry);
       }
-      node.dataset.parent = span.parent_id || "";
-      const parent = treeNodes.get(span.parent_id);
-      (parent ? parent.lastChild : tree).append(node);
+      describe(entry, note);
+      // Parents end after their children, so children often arrive first: adopt those waiting for it.
+      const waiting = fresh ? waitingFor.get(span.id) : undefined;
+      if (waiting) {
+        waitingFor.delete(span.id);
+        for (const child of waiting) describe(child, place(child));
+      }
     }
 
     function apply(row) {
@@ -264,61 +300,89 @@
       if (row.terminal) {
         finished = true;
         setState(row.terminal_state || "ended");
-        if (source) source.close();
+        if (source) source.abort();
         connection.hidden = true;
       }
     }
 
-    function onRow(event) {
-      if (!(event instanceof MessageEvent) || typeof event.data !== "string") return; // a connection error
+    function onRow(data) {
       let row;
       try {
-        row = JSON.parse(event.data);
+        row = JSON.parse(data);
       } catch (_) {
         return;
       }
-      retry = RETRY_MIN_MS;
-      connection.hidden = true;
       if (typeof row.seq !== "number" || row.seq <= lastSeq) return;
       lastSeq = row.seq;
       if (!finished && stateBox.textContent !== "running") setState("running"); // rows flow: it has started
       apply(row);
     }
 
-    async function onError(event) {
-      if (event instanceof MessageEvent) return; // an "error" row, handled by onRow
+    // One server-sent message ("id: ...\nevent: ...\ndata: {...}"): only its data matters, the row says the rest.
+    function onMessage(text) {
+      let data = "";
+      for (const line of text.split("\n")) {
+        if (line.startsWith("data: ")) data += line.slice(6);
+        else if (line.startsWith("data:")) data += line.slice(5);
+      }
+      if (data) onRow(data);
+    }
+
+    function reconnectLater(lost) {
       if (finished) return;
-      source.close();
-      connection.hidden = false;
-      // A refused or missing run is not a dropped network: ask before retrying blindly.
-      const answer = await fetch("/runs/" + encodeURIComponent(runId) + "?session_id=" + encodeURIComponent(sessionId),
-        { credentials: "same-origin" }).catch(() => null);
-      // Only its status is wanted: the snapshot of a long run is as long as its text.
-      if (answer && answer.body) answer.body.cancel().catch(() => null);
-      if (answer && answer.status === 401) {
-        connection.hidden = true;
-        return askForToken(connect);
-      }
-      if (answer && answer.status === 404 && !lastSeq) {
-        // Not written yet (the page was opened first): wait for its first row, quietly.
-        connection.hidden = true;
-        setState("waiting");
-        stateBox.textContent = "waiting for the run to start";
-      }
+      connection.hidden = !lost;
       setTimeout(connect, retry);
       retry = Math.min(retry * 2, RETRY_MAX_MS);
     }
 
-    function connect() {
+    // The rows as server-sent events, read with fetch rather than EventSource: a replay of thousands of
+    // rows arrives in a few large pieces, each handled in one go, instead of one browser task per row.
+    async function connect() {
       if (finished) return;
       const url = "/runs/" + encodeURIComponent(runId) + "/events?session_id=" + encodeURIComponent(sessionId) +
         (lastSeq ? "&after_seq=" + lastSeq : "");
-      source = new EventSource(url, { withCredentials: true });
-      for (const name of ROW_EVENTS) source.addEventListener(name, onRow);
-      source.addEventListener("error", onError);
-      source.onopen = () => {
+      source = new AbortController();
+      let answer;
+      try {
+        answer = await fetch(url, { credentials: "same-origin", cache: "no-store", signal: source.signal,
+          headers: { Accept: "text/event-stream" } });
+      } catch (_) {
+        return reconnectLater(true);
+      }
+      if (answer.status === 401) {
         connection.hidden = true;
-      };
+        return askForToken(connect);
+      }
+      if (answer.status === 404 && !lastSeq) {
+        // Not written yet (the page was opened first): wait for its first row, quietly.
+        setState("waiting");
+        stateBox.textContent = "waiting for the run to start";
+        return reconnectLater(false);
+      }
+      if (!answer.ok || !answer.body) return reconnectLater(true);
+      connection.hidden = true;
+      retry = RETRY_MIN_MS;
+      const reader = answer.body.getReader();
+      const decoder = new TextDecoder();
+      let buffer = "";
+      try {
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buffer += decoder.decode(value, { stream: true });
+          let start = 0;
+          let end;
+          while (!finished && (end = buffer.indexOf("\n\n", start)) >= 0) {
+            onMessage(buffer.slice(start, end));
+            start = end + 2;
+          }
+          buffer = buffer.slice(start);
+          if (finished) return;
+        }
+      } catch (_) {
+        // the connection dropped mid-stream: reconnect after the last row shown
+      }
+      reconnectLater(true);
     }
 
     connect();

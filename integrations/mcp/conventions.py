@@ -1,0 +1,130 @@
+"""What the GenAI conventions say an MCP span is called and carries, from a request's method and params.
+
+Only extraction here: no scopes, no SDK. The client and the server side both build
+their hints from these functions, so a request is described the same way on both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+TOOLS_CALL = "tools/call"
+# Methods whose target names the span (``tools/call add``), and where the target is found.
+_TARGET_PARAM = {
+    TOOLS_CALL: "name",
+    "prompts/get": "name",
+    "resources/read": "uri",
+    "resources/subscribe": "uri",
+    "resources/unsubscribe": "uri",
+}
+_RESOURCE_METHODS = frozenset({"resources/read", "resources/subscribe", "resources/unsubscribe"})
+TOOL_ERROR = "tool_error"
+# A target is caller data that becomes a span name: bounded, so one odd request cannot bloat every backend.
+_MAX_TARGET = 256
+
+
+def target_of(method: str, params: Mapping[str, Any] | None) -> str | None:
+    key = _TARGET_PARAM.get(method)
+    if key is None or not isinstance(params, Mapping):
+        return None
+    value = params.get(key)
+    return value[:_MAX_TARGET] if isinstance(value, str) and value else None
+
+
+def span_name(method: str, target: str | None) -> str:
+    return f"{method} {target}" if target else method
+
+
+def request_attributes(method: str, params: Mapping[str, Any] | None, protocol_version: str | None) -> dict[str, Any]:
+    """What is known when a request starts, on either side."""
+    out: dict[str, Any] = {"mcp.method.name": method}
+    if protocol_version:
+        out["mcp.protocol.version"] = protocol_version
+    target = target_of(method, params)
+    if method == TOOLS_CALL:
+        out["gen_ai.operation.name"] = "execute_tool"
+        if target:
+            out["gen_ai.tool.name"] = target
+    elif method == "prompts/get" and target:
+        out["gen_ai.prompt.name"] = target
+    elif method in _RESOURCE_METHODS and target:
+        out["mcp.resource.uri"] = target
+    return out
+
+
+def error_code_attributes(code: object) -> dict[str, Any]:
+    """A JSON-RPC error: its code is both the status and the error type, as strings."""
+    text = str(code)
+    return {"rpc.response.status_code": text, "error.type": text}
+
+
+def is_tool_error(result: object) -> bool:
+    """A ``tools/call`` result the server marked ``isError`` (a dict on the wire, a model in a handler)."""
+    if isinstance(result, Mapping):
+        return result.get("isError") is True
+    return getattr(result, "is_error", None) is True or getattr(result, "isError", None) is True
+
+
+def tool_error_text(result: object) -> str:
+    """The text a failed tool result carries, for the scope's error message."""
+    content = result.get("content") if isinstance(result, Mapping) else getattr(result, "content", None)
+    texts: list[str] = []
+    for part in content or ():
+        text = part.get("text") if isinstance(part, Mapping) else getattr(part, "text", None)
+        if isinstance(text, str):
+            texts.append(text)
+    return "\n".join(texts)[:2000] or "the tool reported an error"
+
+
+def peer_attributes(server: object) -> dict[str, Any]:
+    """``network.transport`` and the server's address, from what a ``Client`` was given to connect to."""
+    if isinstance(server, str):
+        from urllib.parse import urlsplit
+
+        try:
+            parts = urlsplit(server)
+            port = parts.port
+        except ValueError:
+            return {"network.transport": "tcp"}
+        out: dict[str, Any] = {"network.transport": "tcp", "network.protocol.name": "http"}
+        if parts.hostname:
+            out["server.address"] = parts.hostname
+        if port is None and parts.scheme in ("http", "https"):
+            port = 443 if parts.scheme == "https" else 80
+        if port is not None:
+            out["server.port"] = port
+        return out
+    if type(server).__name__ == "StdioServerParameters":
+        return {"network.transport": "pipe"}
+    return {}
+
+
+# Attributes the MCP metrics carry: low-cardinality ones only (never ids, URIs or addresses).
+METRIC_KEYS = (
+    "mcp.method.name",
+    "error.type",
+    "gen_ai.operation.name",
+    "gen_ai.prompt.name",
+    "gen_ai.tool.name",
+    "mcp.protocol.version",
+    "network.protocol.name",
+    "network.transport",
+    "rpc.response.status_code",
+)
+CLIENT_OPERATION_DURATION = "mcp.client.operation.duration"
+SERVER_OPERATION_DURATION = "mcp.server.operation.duration"
+CLIENT_SESSION_DURATION = "mcp.client.session.duration"
+SERVER_SESSION_DURATION = "mcp.server.session.duration"
+
+
+def hints(method: str, target: str | None, kind: str, attributes: dict[str, Any]) -> dict[str, Any]:
+    """The span hints of one request on one side: its name, kind, attributes and duration metric."""
+    metric = CLIENT_OPERATION_DURATION if kind == "client" else SERVER_OPERATION_DURATION
+    return {
+        "name": span_name(method, target),
+        "kind": kind,
+        "attributes": attributes,
+        "duration_metric": metric,
+        "metric_keys": METRIC_KEYS,
+    }

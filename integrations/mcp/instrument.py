@@ -1,0 +1,195 @@
+"""``instrument_mcp()`` / ``uninstrument_mcp()``: wrapping the official ``mcp`` SDK (2.x), idempotent and undoable.
+
+What is wrapped, each saved and put back by ``uninstrument_mcp``:
+
+- ``ClientSession.send_request``: every request a client sends, with the SDK's check of its result;
+- ``JSONRPCDispatcher.send_raw_request`` / ``.notify`` and ``DirectDispatcher``'s: what those
+  requests carry, and every request or notification sent otherwise (a server calling back);
+- the span and trace-context hooks ``jsonrpc_dispatcher`` imported from the SDK's ``_otel``: while a
+  request of ours is being sent, the SDK makes no span and injects our context, not its own;
+- ``OpenTelemetryMiddleware.__call__``: on every server, our server scope instead of its span;
+- ``ClientSession.__init__`` and ``Client._build_session``: which session (protocol version) and
+  which server (transport, address) a dispatcher belongs to; ``ClientSession.__aenter__`` /
+  ``__aexit__``: how long the session was open (``mcp.client.session.duration``).
+
+A part the installed SDK does not have (a renamed method) is skipped with one warning naming it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from . import client, routing, server, sessions
+
+logger = logging.getLogger("relay_runtime.integrations.mcp")
+
+_lock = threading.Lock()
+# (owner, attribute, original) for everything replaced, in the order it was replaced.
+_saved: list[tuple[Any, str, Any]] = []
+
+
+def _require_mcp() -> Any:
+    try:
+        import mcp
+        import mcp.shared.jsonrpc_dispatcher
+    except ImportError as exc:
+        raise ImportError(
+            "relay_runtime.integrations.mcp needs the official MCP SDK: pip install 'relay-runtime[mcp]'"
+        ) from exc
+    return mcp
+
+
+def _replace(owner: Any, attribute: str, make: Callable[[Any], Any]) -> None:
+    original = getattr(owner, attribute, None)
+    if original is None:
+        logger.warning(
+            "mcp: %s.%s not found in this SDK version; not traced", getattr(owner, "__name__", owner), attribute
+        )
+        return
+    _saved.append((owner, attribute, original))
+    setattr(owner, attribute, make(original))
+
+
+def _wrap_send(original: Any) -> Any:
+    @functools.wraps(original)
+    async def send_raw_request(self: Any, method: str, params: Any, opts: Any = None, **kwargs: Any) -> Any:
+        return await client.send(original, self, method, params, opts, kwargs)
+
+    return send_raw_request
+
+
+def _wrap_session_send(original: Any) -> Any:
+    @functools.wraps(original)
+    async def send_request(self: Any, request: Any, result_type: Any, *args: Any, **kwargs: Any) -> Any:
+        return await client.session_send(original, self, request, result_type, args, kwargs)
+
+    return send_request
+
+
+def _wrap_notify(original: Any) -> Any:
+    @functools.wraps(original)
+    async def notify(self: Any, method: str, params: Any, opts: Any = None, **kwargs: Any) -> Any:
+        return await client.notify(original, self, method, params, opts, kwargs)
+
+    return notify
+
+
+def _wrap_middleware(original: Any) -> Any:
+    @functools.wraps(original)
+    async def __call__(self: Any, ctx: Any, call_next: Any) -> Any:
+        return await server.handle(original, self, ctx, call_next)
+
+    return __call__
+
+
+def _wrap_session_init(original: Any) -> Any:
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        dispatcher = getattr(self, "_dispatcher", None)
+        if dispatcher is not None:
+            routing.note_session(dispatcher, self)
+
+    return __init__
+
+
+def _wrap_session_enter(original: Any) -> Any:
+    @functools.wraps(original)
+    async def __aenter__(self: Any) -> Any:
+        entered = await original(self)
+        sessions.opened(self)
+        return entered
+
+    return __aenter__
+
+
+def _wrap_session_exit(original: Any) -> Any:
+    @functools.wraps(original)
+    async def __aexit__(self: Any, exc_type: Any, exc: Any, tb: Any) -> Any:
+        try:
+            return await original(self, exc_type, exc, tb)
+        finally:
+            sessions.closed(self, exc)
+
+    return __aexit__
+
+
+def _wrap_build_session(original: Any) -> Any:
+    @functools.wraps(original)
+    async def _build_session(self: Any, *args: Any, **kwargs: Any) -> Any:
+        made: list[Any] = []
+        token = routing.building.set(made)
+        try:
+            built = await original(self, *args, **kwargs)
+        finally:
+            routing.building.reset(token)
+        dispatcher = getattr(built, "_dispatcher", None)
+        if dispatcher is not None:
+            routing.note_peer(dispatcher, client.peer_attributes_of(self))
+            if made:
+                routing.note_transport(dispatcher, made[-1])
+        return built
+
+    return _build_session
+
+
+def _wrap_transport_init(original: Any) -> Any:
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        made = routing.building.get()
+        if made is not None:
+            made.append(self)
+
+    return __init__
+
+
+def instrument_mcp(*, relay: Any = None) -> None:
+    """Trace the MCP SDK's clients and servers. A second call only updates ``relay``.
+
+    Inside a managed turn, the turn's relay records a request. Outside one (a server's requests,
+    most often) ``relay`` does, or by default the default host that records LLM calls made with
+    no turn open, whenever something is attached to it (``SESSION_COORDINATOR``).
+    """
+    _require_mcp()
+    from mcp.client.client import Client
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import StreamableHTTPTransport
+    from mcp.server._otel import OpenTelemetryMiddleware
+    from mcp.shared import jsonrpc_dispatcher
+    from mcp.shared.direct_dispatcher import DirectDispatcher
+    from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+
+    with _lock:
+        routing.set_fallback(relay)
+        if _saved:
+            return
+        for dispatcher in (JSONRPCDispatcher, DirectDispatcher):
+            _replace(dispatcher, "send_raw_request", _wrap_send)
+            _replace(dispatcher, "notify", _wrap_notify)
+        _replace(jsonrpc_dispatcher, "otel_span", client.swapped_span)
+        _replace(jsonrpc_dispatcher, "inject_trace_context", client.swapped_inject)
+        _replace(OpenTelemetryMiddleware, "__call__", _wrap_middleware)
+        _replace(ClientSession, "__init__", _wrap_session_init)
+        _replace(ClientSession, "send_request", _wrap_session_send)
+        _replace(ClientSession, "__aenter__", _wrap_session_enter)
+        _replace(ClientSession, "__aexit__", _wrap_session_exit)
+        _replace(Client, "_build_session", _wrap_build_session)
+        _replace(StreamableHTTPTransport, "__init__", _wrap_transport_init)
+
+
+def uninstrument_mcp() -> None:
+    """Put back everything ``instrument_mcp`` replaced; the SDK's own tracing works as before."""
+    with _lock:
+        while _saved:
+            owner, attribute, original = _saved.pop()
+            setattr(owner, attribute, original)
+        routing.set_fallback(None)
+
+
+def is_instrumented() -> bool:
+    return bool(_saved)

@@ -1,0 +1,111 @@
+"""The serving side: each request an instrumented server handles is a scope that continues the caller's trace.
+
+Replaces the SDK's ``OpenTelemetryMiddleware`` while instrumented (it is on every ``Server`` by
+default), so a request gets one server span, ours. The scope is pushed under the remote parent
+that the request's ``params._meta`` carries (a W3C ``traceparent``), so the server's span is a
+child of the client's, with its trace id, across processes; without one it is a root. It is
+attached: the handler's own LLM and tool calls nest under it.
+
+A ``tools/call`` is a TOOL scope named for the tool; other methods a scope named as the
+conventions name the span. Outcomes: success; failed with the JSON-RPC code as ``error.type``
+(``-32602`` for parameters that fail validation), the exception's class for anything else, or
+``tool_error`` for a result marked ``isError`` (which still goes back to the client as it is).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from relay_runtime import conventions as cv
+from relay_runtime import session
+from relay_runtime.trace_context import clean_tracestate, parse_traceparent
+from relay_runtime.types import ScopeType
+
+from . import conventions as mc
+from . import routing
+from .client import ToolErrorResult
+
+Middleware = Callable[[Any, Any, Any], Awaitable[Any]]
+_INVALID_PARAMS = -32602
+
+
+def _meta_of(ctx: Any) -> Mapping[str, Any]:
+    meta = getattr(ctx, "meta", None)
+    if isinstance(meta, Mapping):
+        return meta
+    dump = getattr(meta, "model_dump", None)
+    return dump(by_alias=True) if callable(dump) else {}
+
+
+def _request_attributes(ctx: Any, method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
+    attributes = mc.request_attributes(method, params, getattr(ctx, "protocol_version", None))
+    request_id = getattr(ctx, "request_id", None)
+    if request_id is not None:
+        attributes["jsonrpc.request.id"] = str(request_id)
+    request = getattr(ctx, "request", None)
+    headers = getattr(request, "headers", None)
+    if headers is not None:
+        attributes["network.transport"] = "tcp"
+        attributes["network.protocol.name"] = "http"
+        session_id = headers.get("mcp-session-id")
+        if isinstance(session_id, str) and session_id:
+            attributes["mcp.session.id"] = session_id[:256]
+        client = getattr(request, "client", None)
+        host = getattr(client, "host", None)
+        if isinstance(host, str):
+            attributes["client.address"] = host
+    return attributes
+
+
+def _failure_attributes(error: BaseException) -> dict[str, Any]:
+    code = getattr(getattr(error, "error", None), "code", None)
+    if code is not None:
+        return mc.error_code_attributes(code)
+    if type(error).__name__ == "ValidationError":
+        return mc.error_code_attributes(_INVALID_PARAMS)
+    return {"error.type": type(error).__qualname__}
+
+
+async def handle(original: Middleware, middleware: Any, ctx: Any, call_next: Any) -> Any:
+    relay = routing.relay_for_request()
+    method = getattr(ctx, "method", None)
+    if relay is None or not isinstance(method, str):
+        return await original(middleware, ctx, call_next)
+    try:
+        params = ctx.params if isinstance(ctx.params, Mapping) else None
+        meta = _meta_of(ctx)
+        remote = parse_traceparent(meta.get("traceparent"))
+        target = mc.target_of(method, params)
+        attributes = _request_attributes(ctx, method, params)
+        hints = mc.hints(method, target, "server", attributes)
+        is_tool = method == mc.TOOLS_CALL and target is not None
+        handle_ = relay.scope.push(
+            target if is_tool and target else hints["name"],
+            ScopeType.TOOL if is_tool else ScopeType.CUSTOM,
+            input=params.get("arguments") if is_tool and params is not None else None,
+            metadata={cv.KIND: cv.TOOL, cv.SPAN_HINTS: hints} if is_tool else {cv.SPAN_HINTS: hints},
+            remote_parent=remote.header() if remote is not None else None,
+            remote_tracestate=clean_tracestate(meta.get("tracestate")),
+        )
+    except Exception:
+        # Our bookkeeping failed: the request is served as it would be without us.
+        return await original(middleware, ctx, call_next)
+    try:
+        with session.serving(handle_):  # the handler's own LLM calls, made with no turn open, nest here
+            result = await call_next(ctx)
+    except BaseException as exc:
+        end = {**attributes, **_failure_attributes(exc)}
+        relay.scope.pop(handle_, error=exc, metadata={cv.SPAN_HINTS: {**hints, "attributes": end}})
+        raise
+    if method == mc.TOOLS_CALL and mc.is_tool_error(result):
+        end = {**attributes, "error.type": mc.TOOL_ERROR}
+        relay.scope.pop(
+            handle_,
+            output=result,
+            error=ToolErrorResult(result),
+            metadata={cv.SPAN_HINTS: {**hints, "attributes": end}},
+        )
+        return result
+    relay.scope.pop(handle_, output=result if is_tool else None)
+    return result

@@ -1,0 +1,79 @@
+"""What a scope's metadata asks of its span: a remote parent, and the span hints of ``cv.SPAN_HINTS``.
+
+Kept out of the attribute extraction: these are not derived from what the scope is but
+dictated by the integration that opened it, and they apply to scopes of any role.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry import trace as trace_api
+from opentelemetry.context import Context
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags, TraceState
+
+from relay_runtime import conventions as cv
+from relay_runtime.trace_context import REMOTE_PARENT, REMOTE_TRACESTATE, parse_traceparent
+
+_KINDS = {
+    "client": SpanKind.CLIENT,
+    "server": SpanKind.SERVER,
+    "internal": SpanKind.INTERNAL,
+    "producer": SpanKind.PRODUCER,
+    "consumer": SpanKind.CONSUMER,
+}
+_PRIMITIVES = (str, bool, int, float)
+
+
+def remote_context(md: Mapping[str, Any] | None) -> Context | None:
+    """A context whose current span is the remote parent a scope was opened under, or None."""
+    if not md:
+        return None
+    parsed = parse_traceparent(md.get(REMOTE_PARENT))
+    if parsed is None:
+        return None
+    state = TraceState()
+    raw_state = md.get(REMOTE_TRACESTATE)
+    if isinstance(raw_state, str):
+        try:
+            state = TraceState.from_header([raw_state])
+        except Exception:
+            state = TraceState()
+    parent = SpanContext(
+        int(parsed.trace_id, 16),
+        int(parsed.span_id, 16),
+        is_remote=True,
+        trace_flags=TraceFlags(parsed.flags),
+        trace_state=state,
+    )
+    return trace_api.set_span_in_context(NonRecordingSpan(parent))
+
+
+def span_hints(md: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    hints = md.get(cv.SPAN_HINTS) if md else None
+    return hints if isinstance(hints, Mapping) else None
+
+
+def hinted_kind(hints: Mapping[str, Any] | None, default: SpanKind) -> SpanKind:
+    if hints is None:
+        return default
+    return _KINDS.get(str(hints.get("kind", "")).lower(), default)
+
+
+def apply_hints(hints: Mapping[str, Any] | None, name: str, attributes: dict[str, Any]) -> str:
+    """Merge the hinted attributes into ``attributes`` (primitives and lists of them only) and
+    return the span's name."""
+    if hints is None:
+        return name
+    extra = hints.get("attributes")
+    if isinstance(extra, Mapping):
+        for key, value in extra.items():
+            if not isinstance(key, str) or value is None:
+                continue
+            if isinstance(value, _PRIMITIVES):
+                attributes[key] = value
+            elif isinstance(value, (list, tuple)) and value and all(isinstance(v, _PRIMITIVES) for v in value):
+                attributes[key] = list(value)
+    hinted = hints.get("name")
+    return hinted if isinstance(hinted, str) and hinted else name

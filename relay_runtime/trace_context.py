@@ -1,0 +1,126 @@
+"""W3C trace context: continuing a trace that began in another process, and handing ours on.
+
+A scope pushed with ``remote_parent=`` (a W3C ``traceparent``) is a root in this
+process but continues the caller's trace: its ``trace_id`` is the remote one and
+its start event's metadata carries ``relay.remote_parent`` (and
+``relay.remote_tracestate`` when given), so every consumer sees where it hangs.
+
+The other direction, ``carrier_for(handle)``, gives the headers a scope's
+outgoing request should carry. Exporters that keep their own span ids (the
+OTel exporter) register a provider, so the carrier names *their* span and a
+server's span in another process joins that trace; with none registered, the
+carrier is built from the scope's own ids, which are W3C-shaped already.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .scopes import ScopeHandle
+
+REMOTE_PARENT = "relay.remote_parent"
+REMOTE_TRACESTATE = "relay.remote_tracestate"
+
+# version 00 as the spec fixes it; a later version may append fields after the flags.
+_TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$")
+_ZERO_TRACE = "0" * 32
+_ZERO_SPAN = "0" * 16
+_MAX_TRACESTATE = 512  # the spec's limit for what a vendor must propagate
+
+
+class TraceParent:
+    """A parsed ``traceparent``: ``trace_id`` (32 hex), ``span_id`` (16 hex), ``flags`` (int)."""
+
+    __slots__ = ("flags", "span_id", "trace_id")
+
+    def __init__(self, trace_id: str, span_id: str, flags: int) -> None:
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self.flags = flags
+
+    @property
+    def sampled(self) -> bool:
+        return bool(self.flags & 1)
+
+    def header(self) -> str:
+        return f"00-{self.trace_id}-{self.span_id}-{self.flags:02x}"
+
+    def __repr__(self) -> str:
+        return f"TraceParent({self.header()!r})"
+
+
+def parse_traceparent(value: object) -> TraceParent | None:
+    """The parsed header, or None for anything the W3C spec says to ignore (never raises)."""
+    if not isinstance(value, str):
+        return None
+    match = _TRACEPARENT.match(value.strip().lower())
+    if match is None:
+        return None
+    version, trace_id, span_id, flags, rest = match.groups()
+    if version == "ff" or (version == "00" and rest) or trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:
+        return None
+    return TraceParent(trace_id, span_id, int(flags, 16))
+
+
+def require_traceparent(value: object) -> TraceParent:
+    """``parse_traceparent`` for a caller's argument: a clear error instead of None."""
+    parsed = parse_traceparent(value)
+    if parsed is None:
+        raise ValueError(f"remote_parent must be a W3C traceparent such as '00-<32 hex>-<16 hex>-01', got {value!r}")
+    return parsed
+
+
+def clean_tracestate(value: object) -> str | None:
+    """A tracestate worth carrying on, or None: bounded, printable, one line."""
+    if not isinstance(value, str) or not value or len(value) > _MAX_TRACESTATE:
+        return None
+    if not value.isprintable():
+        return None
+    return value
+
+
+# -- outgoing ---------------------------------------------------------------------------------
+
+CarrierProvider = Callable[["ScopeHandle"], "dict[str, str] | None"]
+
+_providers: tuple[CarrierProvider, ...] = ()
+_providers_lock = threading.Lock()
+
+
+def register_carrier_provider(provider: CarrierProvider) -> None:
+    """``provider(handle)`` returns the propagation headers for that scope's span, or None if it has none."""
+    global _providers
+    with _providers_lock:
+        if provider not in _providers:
+            _providers = (*_providers, provider)
+
+
+def unregister_carrier_provider(provider: CarrierProvider) -> bool:
+    global _providers
+    with _providers_lock:
+        if provider not in _providers:
+            return False
+        _providers = tuple(p for p in _providers if p != provider)
+        return True
+
+
+def own_traceparent(handle: ScopeHandle) -> str:
+    """The scope's own ids as a traceparent: its trace id, and the first half of its uuid as the span."""
+    return f"00-{handle.trace_id}-{handle.uuid[:16]}-01"
+
+
+def carrier_for(handle: ScopeHandle) -> dict[str, str]:
+    """What a request made inside ``handle`` carries: the first provider's headers, else our own ids."""
+    for provider in _providers:
+        try:
+            carrier = provider(handle)
+        except Exception:
+            # A provider's failure costs its span the link, never the caller its request.
+            continue
+        if carrier and "traceparent" in carrier:
+            return dict(carrier)
+    return {"traceparent": own_traceparent(handle)}

@@ -1,0 +1,115 @@
+"""Scopes under a remote W3C parent, and the trace context a scope hands to outgoing requests."""
+
+from __future__ import annotations
+
+import pytest
+from otel_support import Pipeline
+
+from relay_runtime import Relay
+from relay_runtime.integrations.otel import OTelExporter
+from relay_runtime.recorder import Recorder
+from relay_runtime.trace_context import (
+    REMOTE_PARENT,
+    REMOTE_TRACESTATE,
+    carrier_for,
+    own_traceparent,
+    parse_traceparent,
+)
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+SPAN = "00f067aa0ba902b7"
+PARENT = f"00-{TRACE}-{SPAN}-01"
+
+
+def _relay() -> tuple[Relay, Recorder]:
+    relay = Relay()
+    recorder = Recorder()
+    relay.subscribers.register(recorder)
+    return relay, recorder
+
+
+def test_a_scope_under_a_remote_parent_continues_its_trace_and_says_so() -> None:
+    relay, recorder = _relay()
+    with relay.scope.scope("outer"):
+        handle = relay.scope.push("served", remote_parent=PARENT, remote_tracestate="vendor=abc")
+        # Attached: what runs inside nests under it, whatever was current before.
+        inner = relay.scope.push("inner")
+        assert inner.parent is handle and inner.trace_id == TRACE
+        relay.scope.pop(inner)
+        relay.scope.pop(handle)
+    (start,) = recorder.starts(name="served")
+    assert start.parent_uuid is None and start.trace_id == TRACE
+    assert start.metadata[REMOTE_PARENT] == PARENT and start.metadata[REMOTE_TRACESTATE] == "vendor=abc"
+    assert handle.trace_id == TRACE
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "garbage",
+        f"00-{'0' * 32}-{SPAN}-01",  # an all-zero trace id is invalid
+        f"00-{TRACE}-{'0' * 16}-01",  # and so is an all-zero span id
+        f"ff-{TRACE}-{SPAN}-01",  # version ff is forbidden
+        f"00-{TRACE}-{SPAN}-01-extra",  # version 00 has exactly four fields
+        f"00-{TRACE[:-1]}-{SPAN}-01",
+        42,
+    ],
+)
+def test_a_malformed_remote_parent_is_a_clear_error_and_parses_to_none(bad: object) -> None:
+    relay, recorder = _relay()
+    assert parse_traceparent(bad) is None
+    with pytest.raises(ValueError, match="remote_parent must be a W3C traceparent"):
+        relay.scope.push("served", remote_parent=bad)  # type: ignore[arg-type]
+    assert recorder.events == [] and relay.scope.current() is None
+
+
+def test_a_later_version_may_carry_more_fields_and_upper_case_is_read() -> None:
+    parsed = parse_traceparent(f"01-{TRACE.upper()}-{SPAN}-03-more")
+    assert parsed is not None and parsed.trace_id == TRACE and parsed.sampled and parsed.header().startswith("00-")
+
+
+def test_parent_and_remote_parent_together_are_refused() -> None:
+    relay, _ = _relay()
+    parent = relay.scope.push("local")
+    with pytest.raises(ValueError, match="both parent= and remote_parent="):
+        relay.scope.push("served", parent=parent, remote_parent=PARENT)
+
+
+def test_an_oversized_or_odd_tracestate_is_dropped_not_carried() -> None:
+    relay, recorder = _relay()
+    relay.scope.pop(relay.scope.push("a", remote_parent=PARENT, remote_tracestate="x=" + "y" * 600))
+    relay.scope.pop(relay.scope.push("b", remote_parent=PARENT, remote_tracestate="x=1\ny=2"))
+    assert all(REMOTE_TRACESTATE not in e.metadata for e in recorder.starts())
+
+
+def test_the_otel_span_of_a_remote_child_is_a_child_of_the_remote_span() -> None:
+    pipeline = Pipeline()
+    relay = Relay()
+    exporter = OTelExporter(tracer_provider=pipeline.tracer_provider).attach(relay)
+    handle = relay.scope.push("served", remote_parent=PARENT, remote_tracestate="vendor=abc")
+    relay.scope.pop(handle)
+    exporter.shutdown()
+    span = pipeline.one("served")
+    assert f"{span.context.trace_id:032x}" == TRACE
+    assert span.parent is not None and span.parent.is_remote and f"{span.parent.span_id:016x}" == SPAN
+    assert span.context.trace_state.get("vendor") == "abc"
+
+
+def test_a_scope_hands_on_the_exporters_span_context_or_else_its_own_ids() -> None:
+    relay = Relay()
+    handle = relay.scope.push("caller")
+    assert carrier_for(handle) == {"traceparent": own_traceparent(handle)}
+    assert parse_traceparent(own_traceparent(handle)) is not None
+    relay.scope.pop(handle)
+
+    pipeline = Pipeline()
+    exporter = OTelExporter(tracer_provider=pipeline.tracer_provider).attach(relay)
+    handle = relay.scope.push("caller")
+    carrier = carrier_for(handle)
+    relay.scope.pop(handle)
+    span = pipeline.one("caller")
+    assert carrier["traceparent"].startswith(f"00-{span.context.trace_id:032x}-{span.context.span_id:016x}-")
+    exporter.shutdown()  # detaches: the carrier falls back to our own ids again
+    handle = relay.scope.push("after")
+    assert carrier_for(handle) == {"traceparent": own_traceparent(handle)}
