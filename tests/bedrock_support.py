@@ -7,6 +7,7 @@ payload, and a CRC32 of the whole frame), written by ``frame`` below.
 
 from __future__ import annotations
 
+import base64
 import binascii
 import json
 import struct
@@ -173,3 +174,33 @@ class BedrockServer:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def raw_reply(body: dict[str, Any], **headers: str) -> Reply:
+    """An ``invoke_model`` answer: the model's own JSON body."""
+    return Reply(200, json.dumps(body).encode(), "application/json", headers)
+
+
+def chunks(*events: dict[str, Any]) -> bytes:
+    """``invoke_model_with_response_stream`` frames: each a ``chunk`` event carrying one model event's JSON."""
+    return b"".join(
+        event("chunk", {"bytes": base64.b64encode(json.dumps(e).encode()).decode()}) for e in events
+    )
+
+
+def anthropic_stream_events(parts: list[str], *, stop: bool = True) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [
+        {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+         "model": "claude-3-5-sonnet-20241022", "content": [],
+         "usage": {"input_tokens": 40, "output_tokens": 1, "cache_read_input_tokens": 200}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    ]  # fmt: skip
+    out += [{"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": p}} for p in parts]
+    if stop:
+        out += [
+            {"type": "content_block_stop", "index": 0},
+            {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 6}},
+            {"type": "message_stop", "amazon-bedrock-invocationMetrics": {"inputTokenCount": 240,
+                                                                          "outputTokenCount": 6}},
+        ]  # fmt: skip
+    return out

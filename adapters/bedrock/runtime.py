@@ -21,13 +21,20 @@ from relay_runtime.attempt import current_attempt
 from relay_runtime.types import LLMRequest, request_of_kwargs
 
 from .. import dispatch
+from . import invoke
 from .codec import PROVIDER, ConverseCodec
 
 SERVICE = "bedrock-runtime"
 CONVERSE = ConverseCodec(streaming=False)
 CONVERSE_STREAM = ConverseCodec(streaming=True)
-# botocore operation name -> its codec: the calls that are LLM attempts.
-OPERATIONS: dict[str, ConverseCodec] = {"Converse": CONVERSE, "ConverseStream": CONVERSE_STREAM}
+# botocore operation name -> (its codec for the call's params, the response key holding a stream or None):
+# the calls that are LLM attempts.
+OPERATIONS: dict[str, tuple[Callable[[dict[str, Any]], Any], str | None]] = {
+    "Converse": (lambda params: CONVERSE, None),
+    "ConverseStream": (lambda params: CONVERSE_STREAM, "stream"),
+    "InvokeModel": (lambda params: invoke.codec_for(params, False), None),
+    "InvokeModelWithResponseStream": (lambda params: invoke.codec_for(params, True), "body"),
+}
 
 _headers: ContextVar[Any] = ContextVar("relay_bedrock_headers", default=None)
 
@@ -153,9 +160,11 @@ class _Events:
 def managed_call(client: Any, send: Callable[[str, dict[str, Any]], Any], operation: str, params: Any) -> Any:
     """``send(operation, params)`` (the client's own ``_make_api_call``) as a managed attempt when it is an
     LLM call made where one is recorded; straight through otherwise."""
-    codec = OPERATIONS.get(operation)
-    if codec is None or dispatch.inside_sdk_call.get() or type(params) is not dict:
+    known = OPERATIONS.get(operation)
+    if known is None or dispatch.inside_sdk_call.get() or type(params) is not dict:
         return send(operation, params)
+    codec_of, stream_key = known
+    codec = codec_of(params)
     state = client.__dict__.get(_STATE) or _state(client)
     _remember_credentials(client, state)
     model = params.get("modelId")
@@ -164,17 +173,21 @@ def managed_call(client: Any, send: Callable[[str, dict[str, Any]], Any], operat
         "metadata": dict(state.metadata), "codec": codec,
     }  # fmt: skip
     request = request_of_kwargs(params)
-    if codec is CONVERSE:
+    if stream_key is None:
+        if operation == "InvokeModel":
+            return calls.execute_current(
+                request, lambda r: invoke.replayable(_sdk_call(send, operation, r)), **options
+            )
         return calls.execute_current(request, lambda r: _sdk_call(send, operation, r), **options)
     answered: list[dict[str, Any]] = []
 
     def open_stream(sent: LLMRequest) -> Any:
         response = _sdk_call(send, operation, sent)
         answered.append(response)
-        return _Events(response["stream"])
+        return _Events(response[stream_key])
 
     managed = calls.stream_current(request, open_stream, **options)
     response = answered[-1]
     if type(managed) is _Events:  # not recorded (a managed stream passes isinstance as its source)
         return response
-    return {**response, "stream": managed}
+    return {**response, stream_key: managed}
