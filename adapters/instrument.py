@@ -728,8 +728,9 @@ def instrument(client: Any = None, *, include_usage: bool = False) -> Any:
     """Route SDK calls through the relay: one client's, or (no argument) every client's.
 
     ``instrument(client)``: idempotent, returns the client; raises TypeError for an object
-    with none of chat.completions, responses or messages. ``instrument()``: wraps the
-    OpenAI and Anthropic SDK classes that are installed; returns the names wrapped now.
+    with none of chat.completions, responses or messages (a boto3 ``bedrock-runtime`` client is
+    traced by ``adapters.bedrock``). ``instrument()``: wraps the OpenAI and Anthropic SDK classes
+    and botocore's client calls, those installed; returns the names wrapped now.
     ``include_usage=True`` makes OpenAI chat streams ask for their token usage (the caller
     sees one more chunk, with no choices).
     """

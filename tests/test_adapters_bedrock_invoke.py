@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 from bedrock_support import BedrockServer, anthropic_stream_events, chunks, raw_reply, stream_reply
+from otel_support import Pipeline
 
-from relay_runtime import AnnotatedLLMRequest, LLMRequest, LLMRequestInterceptOutcome, Recorder, adapters
+from relay_runtime import AnnotatedLLMRequest, LLMRequest, LLMRequestInterceptOutcome, Recorder, adapters, session
 from relay_runtime import conventions as cv
+from relay_runtime.integrations.otel import OTelExporter
 
 CLAUDE = "us.anthropic.claude-3-5-sonnet-20241022-v2:0"
 LLAMA = "meta.llama3-70b-instruct-v1:0"
@@ -150,3 +152,30 @@ def test_intercepts_rewrite_the_model_body(relay_turn, relay_events, client, bed
     sent = bedrock_server.seen[0].body
     assert sent["max_tokens"] == 5 and sent["stop_sequences"] == ["END"] and sent["system"] == "Be brief."
     assert sent["messages"] == [{"role": "user", "content": "hi"}]
+
+
+def test_spans_name_the_provider_and_operation_as_the_conventions_do(relay_home, bedrock_server) -> None:
+    pipeline = Pipeline()
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    exporter = OTelExporter(pipeline.tracer_provider, pipeline.meter_provider).attach(host)
+    coordinator = session.SESSION_COORDINATOR
+    lease = coordinator.acquire_conversation(profile_key=host.profile_key, session_id="s", platform="test")
+    turn = coordinator.begin_turn(lease, turn_id="t", task_id="k")
+    client = adapters.instrument(bedrock_server.client())
+    bedrock_server.replies += [raw_reply({"embedding": [0.5], "inputTextTokenCount": 3}),
+                               raw_reply({"generation": "ok", "stop_reason": "stop"})]  # fmt: skip
+    try:
+        client.invoke_model(modelId="amazon.titan-embed-text-v2:0", body=json.dumps({"inputText": "hey"}))
+        client.invoke_model(modelId=LLAMA, body=json.dumps({"prompt": "hi"}))
+    finally:
+        coordinator.end_turn(turn, outcome="success")
+        coordinator.release_conversation(lease)
+        exporter.detach()
+    embed = pipeline.one("embeddings amazon.titan-embed-text-v2:0")
+    chat = pipeline.one(f"chat {LLAMA}")
+    for span in (embed, chat):
+        assert span.attributes["gen_ai.provider.name"] == "aws.bedrock"
+        assert span.attributes["cloud.region"] == "eu-west-3"
+    assert embed.attributes["gen_ai.operation.name"] == "embeddings"
+    assert embed.attributes["gen_ai.usage.input_tokens"] == 3
+    assert chat.attributes["gen_ai.operation.name"] == "chat"
