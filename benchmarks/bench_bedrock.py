@@ -2,7 +2,7 @@
 
 - bare:          ``client.converse(...)`` on a client nobody instrumented
 - ours:          the same call on an ``adapters.instrument(client)`` client inside a managed turn,
-                 one no-op subscriber
+                 one no-op subscriber (bare and ours swap their two clients every run)
 - openinference: ``openinference-instrumentation-bedrock`` (if installed), in-memory span exporter
 
 The variants are alternated call by call (which goes first flips every pair) in several runs;
@@ -102,12 +102,13 @@ def main() -> None:
 
     server = _Remote()
     try:
-        bare_client = server.client()
-        ours_client = adapters.instrument(server.client())
+        # Two clients (each its own connection) that swap roles every run: a client's connection
+        # alone makes a few percent of difference here, which would otherwise count for or against us.
+        pair = [server.client(), server.client()]
         peer = _openinference(server)
         calls: dict[str, Callable[[], Any]] = {
-            "bare": lambda: bare_client.converse(modelId=MODEL, messages=MESSAGES),
-            "ours": lambda: ours_client.converse(modelId=MODEL, messages=MESSAGES),
+            "bare": lambda: pair[0].converse(modelId=MODEL, messages=MESSAGES),
+            "ours": lambda: pair[1].converse(modelId=MODEL, messages=MESSAGES),
         }
         if peer is not None:
             calls["openinference"] = peer[0]
@@ -118,6 +119,9 @@ def main() -> None:
                 for _ in range(30):
                     call()
             for _ in range(RUNS):
+                pair.reverse()
+                adapters.uninstrument(pair[0])
+                adapters.instrument(pair[1])
                 figures = _alternate(calls, PAIRS)
                 for name, value in figures.items():
                     medians[name].append(value)
@@ -125,7 +129,7 @@ def main() -> None:
                         ratios[name].append(value / figures["bare"])
             seen: list[Any] = []
             host.relay.subscribers.register(seen.append, name="bench-check")
-            ours_client.converse(modelId=MODEL, messages=MESSAGES)
+            pair[1].converse(modelId=MODEL, messages=MESSAGES)
             host.relay.subscribers.deregister("bench-check")
             recorded = any(getattr(e, "provider", None) == "aws.bedrock" for e in seen)
         print(f"bedrock converse, loopback server, {RUNS} runs x {PAIRS} alternated calls (shared machine)")
