@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import botocore.eventstream
 import botocore.exceptions
 import pytest
 from bedrock_support import (
@@ -92,6 +93,7 @@ def test_converse_stream_yields_botocores_events_and_records_the_whole_message(
     bedrock_server.replies.append(stream_reply(text_events(["Hel", "lo", "!"])))
     response = client.converse_stream(modelId=MODEL, messages=MESSAGES)
     assert response["ResponseMetadata"]["HTTPStatusCode"] == 200
+    assert isinstance(response["stream"], botocore.eventstream.EventStream)  # the managed stream stands for it
     events = list(response["stream"])
     assert [next(iter(e)) for e in events] == [
         "messageStart", "contentBlockDelta", "contentBlockDelta", "contentBlockDelta", "contentBlockStop",

@@ -138,23 +138,32 @@ def _sdk_call(send: Callable[[str, dict[str, Any]], Any], operation: str, reques
         dispatch.inside_sdk_call.reset(token)
 
 
-class _Events:
-    """The event stream as the managed stream reads it: errors tagged with their code, close() passed on."""
+_TAGGING: dict[type, type] = {}  # botocore's EventStream class -> its subclass that tags errors
 
-    __slots__ = ("events",)
 
-    def __init__(self, events: Any) -> None:
-        self.events = events
+def _iter_tagged(self: Any) -> Iterator[Any]:
+    try:
+        base: Any = type(self).__mro__[1]  # botocore's own class, the one this subclasses
+        yield from base.__iter__(self)
+    except Exception as exc:
+        _tag(exc)
+        raise
 
-    def __iter__(self) -> Iterator[Any]:
-        try:
-            yield from self.events
-        except Exception as exc:
-            _tag(exc)
-            raise
 
-    def close(self) -> None:
-        self.events.close()
+def _tagging(events: Any) -> Any:
+    """botocore's event stream, made (in place) a subclass of its own class whose errors carry their code.
+
+    A subclass rather than a wrapper: the managed stream stands for its source, and the caller's
+    ``isinstance(stream, EventStream)`` must still hold.
+    """
+    base = type(events)
+    if base in _TAGGING.values():
+        return events
+    tagging = _TAGGING.get(base)
+    if tagging is None:
+        tagging = _TAGGING[base] = type(base.__name__, (base,), {"__iter__": _iter_tagged, "__module__": __name__})
+    events.__class__ = tagging
+    return events
 
 
 def managed_call(client: Any, send: Callable[[str, dict[str, Any]], Any], operation: str, params: Any) -> Any:
@@ -184,10 +193,10 @@ def managed_call(client: Any, send: Callable[[str, dict[str, Any]], Any], operat
     def open_stream(sent: LLMRequest) -> Any:
         response = _sdk_call(send, operation, sent)
         answered.append(response)
-        return _Events(response[stream_key])
+        return _tagging(response[stream_key])
 
     managed = calls.stream_current(request, open_stream, **options)
     response = answered[-1]
-    if type(managed) is _Events:  # not recorded (a managed stream passes isinstance as its source)
+    if managed is response[stream_key]:  # not recorded: the caller gets botocore's own stream
         return response
     return {**response, stream_key: managed}
