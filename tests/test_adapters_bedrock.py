@@ -320,3 +320,24 @@ def test_without_a_turn_the_call_goes_straight_through(relay_events, client) -> 
     response = client.converse(modelId=MODEL, messages=MESSAGES)
     assert response["stopReason"] == "end_turn"
     assert attempts(relay_events) == []
+
+
+def test_threads_sharing_one_client_each_get_their_own_attempt_and_retry_count(
+    relay_turn, relay_events, bedrock_server
+) -> None:
+    from relay_runtime.threads import ContextExecutor
+
+    client = adapters.instrument(bedrock_server.client(retries=8))
+    throttled = error_reply(429, "ThrottlingException", "Too many requests")
+    # Eight throttles shared among the calls in arrival order (whichever call gets them): with eight
+    # retries each, every call succeeds in the end.
+    bedrock_server.replies += [throttled] * 8
+    with ContextExecutor(max_workers=8) as pool:
+        replies = list(pool.map(lambda i: client.converse(modelId=MODEL, messages=MESSAGES), range(8)))
+    assert all(r["stopReason"] == "end_turn" for r in replies)
+    ends = attempts(relay_events)
+    assert len(ends) == 8 and all(e.outcome == "success" for e in ends)
+    # 16 HTTP tries in all, 8 of them retries, each counted on the attempt that made it.
+    assert len(bedrock_server.seen) == 16
+    assert sum(e.metadata[cv.SDK_RETRIES] for e in ends) == 8
+    assert len({e.metadata[cv.API_REQUEST_ID] for e in ends}) == 8
