@@ -18,7 +18,7 @@ import asyncio
 import inspect
 import threading
 from collections.abc import Callable
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
@@ -142,6 +142,22 @@ def next_attempt_metadata() -> dict[str, Any] | None:
     meta = {cv.API_REQUEST_ID: aux.api_request_id, cv.CALL_ROLE: aux.call_role, cv.RETRY_COUNT: aux.attempts}
     aux.attempts += 1
     return meta
+
+
+def join_logical_call(api_request_id: str, call_role: str = "primary", *, attempts: int = 0) -> Token[Any]:
+    """The completions made here, until ``leave_logical_call(token)``, are attempts of the logical call
+    ``api_request_id`` (opened by ``calls.open_logical_call``), numbered from ``attempts`` (those it
+    already has); its opener completes it."""
+    if not isinstance(api_request_id, str) or not api_request_id:
+        raise ValueError(f"api_request_id must be a non-empty string, got {api_request_id!r}")
+    return _current.set(_Auxiliary(call_role, api_request_id, call_role, attempts=attempts))
+
+
+def leave_logical_call(token: Token[Any]) -> None:
+    try:
+        _current.reset(token)
+    except ValueError:  # ended from another context (a framework's callback on another task): nothing is ours here
+        pass
 
 
 def count_renewed_attempt(api_request_id: str) -> None:

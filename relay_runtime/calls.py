@@ -19,6 +19,7 @@ from . import session
 from .attempt import Attempt, FinishHook
 from .codec import LLMCodec
 from .ids import new_id
+from .scopes import ScopeHandle
 from .session import CallHolder, LogicalCall, close_logical_call, end_logical_call, take_logical_call
 from .streams import ManagedAsyncStream, ManagedStream, exhausted_async
 from .types import LLMRequest, Outcome, ScopeType
@@ -67,8 +68,9 @@ def _open(
     return call, meta
 
 
-def _new_call(turn: CallHolder, api_request_id: str, role: str) -> LogicalCall:
-    parent = turn.scope
+def _new_call(turn: CallHolder, api_request_id: str, role: str, parent: ScopeHandle | None = None) -> LogicalCall:
+    if parent is None:
+        parent = turn.scope
     if parent is None:
         parent = session.outside_parent()  # a served request's scope (``session.serving``), if any
     scope = turn.relay.scope.push(
@@ -412,3 +414,20 @@ def complete_logical_call(
     except Exception as exc:
         turn.relay.diag.failure("bookkeeping_errors", exc, f"completing logical call {api_request_id!r}")
         return False
+
+
+def open_logical_call(parent: ScopeHandle | None = None, *, call_role: str = DEFAULT_CALL_ROLE) -> str | None:
+    """Open a logical call of the managed turn under ``parent`` (an agent's scope; default the turn) and return
+    its ``api_request_id`` (None when no turn is managed here).
+
+    For framework integrations: attempts made with that id (``auxiliary.join_logical_call``) become its
+    children; the opener completes it with ``complete_logical_call``, or the end of the turn does.
+    """
+    turn = session.managed_turn()
+    if turn is None:
+        return None
+    if parent is not None and parent.ended:
+        parent = None  # the agent ended under a late call: the turn still holds it
+    api_request_id = new_id()
+    turn.logical_llm_calls[api_request_id] = _new_call(turn, api_request_id, call_role or DEFAULT_CALL_ROLE, parent)
+    return api_request_id

@@ -36,8 +36,12 @@ SENT = "relay.sent"
 API_MODE = "api_mode"
 SERVER_ADDRESS = "server_address"
 CLOUD_REGION = "cloud_region"  # the cloud region a provider endpoint is in (Bedrock's AWS region)
+# The agent framework whose run a scope records (``langchain``, ``langgraph``, ``openai_agents``): agent,
+# graph node, chain, retriever and guardrail scopes opened by ``relay_runtime.integrations`` for a framework.
+FRAMEWORK = "relay.framework"
 # On a logical call an execution intercept answered with a fallback after its provider failed: its name.
 FALLBACK = "relay.fallback"
+TOOL_CALL_ID = "tool_call_id"  # on a TOOL scope: the provider's id of the tool call it answers
 
 # Mark names.
 CHUNK = "llm.chunk"  # data: ChunkMark

@@ -16,6 +16,15 @@ if TYPE_CHECKING:
     from .relay import Relay
 
 
+def _with_call_id(metadata: dict[str, Any] | None, tool_call_id: str | None) -> dict[str, Any] | None:
+    """The tool scope's metadata, naming the model's tool call it answers when one is given."""
+    if tool_call_id is None:
+        return metadata
+    if not isinstance(tool_call_id, str) or not tool_call_id:
+        raise ValueError(f"tool_call_id must be a non-empty string or None, got {tool_call_id!r}")
+    return {**(metadata or {}), cv.TOOL_CALL_ID: tool_call_id}
+
+
 class Tools:
     def __init__(self, relay: Relay) -> None:
         self._relay = relay
@@ -77,8 +86,11 @@ class Tools:
         *,
         parent: ScopeHandle | None = None,
         metadata: dict[str, Any] | None = None,
+        tool_call_id: str | None = None,
     ) -> Any:
-        handle, args, executions = self._begin(name, args, parent, metadata)
+        """Run ``fn(args)`` as a managed tool call; ``tool_call_id``: the id of the model's tool call it
+        answers (trajectories name the call an observation answers by it)."""
+        handle, args, executions = self._begin(name, args, parent, _with_call_id(metadata, tool_call_id))
         owner = chains.Live()
         try:
             result = chains.run_sync(executions, name, args, fn, owner)
@@ -98,7 +110,9 @@ class Tools:
         *,
         parent: ScopeHandle | None = None,
         metadata: dict[str, Any] | None = None,
+        tool_call_id: str | None = None,
     ) -> Any:
+        metadata = _with_call_id(metadata, tool_call_id)
         handle, args, executions = await self._begin_async(name, args, parent, metadata)
 
         async def terminal(a: Any) -> Any:

@@ -175,7 +175,19 @@ class TurnResult:
         return self.payloads("span")
 
     def payloads(self, event: str) -> list[Any]:
-        return [row["payload"] for row in self.rows if row["event"] == event]
+        """The payloads of ``event`` rows, without the trajectory record rows carry (see ``records``)."""
+        return [_without_traj(row["payload"]) for row in self.rows if row["event"] == event]
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """The trajectory records the rows carry under ``traj`` (tests/test_trajectory*.py read them)."""
+        return [p["traj"] for row in self.rows if isinstance(p := row["payload"], dict) and "traj" in p]
+
+
+def _without_traj(payload: Any) -> Any:
+    if isinstance(payload, dict) and "traj" in payload:
+        return {k: v for k, v in payload.items() if k != "traj"}
+    return payload
 
 
 def run_turn(

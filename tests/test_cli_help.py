@@ -25,7 +25,8 @@ def test_top_level_help_describes_every_command(capsys) -> None:
         parts = line.split(None, 1)
         if line.startswith("  ") and len(parts) == 2:
             described[parts[0]] = parts[1]
-    assert set(described) == {"trace", "journal", "voice"}
+    assert set(described) == {"trace", "journal", "voice", "trajectory"}
+    assert "ATIF" in described["trajectory"]
     assert "scope tree" in described["trace"]
     assert "journal" in described["journal"]
     assert "relay" in described["voice"]

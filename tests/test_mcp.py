@@ -445,6 +445,8 @@ def test_operation_and_session_durations_are_recorded_with_low_cardinality_attri
             await client.call_tool("soft_fail", {})
         async with Client(in_process) as client:  # both sides in this process: the server's metric too
             await client.call_tool("shout", {"text": "hi"})
+        async with Client(in_process, mode="legacy") as client:  # a handshake-era session, on both sides
+            await client.call_tool("shout", {"text": "again"})
 
     asyncio.run(run())
     pipeline = client_side.pipeline
@@ -461,15 +463,17 @@ def test_operation_and_session_durations_are_recorded_with_low_cardinality_attri
     assert "jsonrpc.request.id" not in by_tool["add"].attributes  # ids never become metric series
     assert by_tool["soft_fail"].attributes["error.type"] == "tool_error"
     assert pipeline.unit("mcp.client.operation.duration") == "s"
-    (server_point,) = [
+    served = [
         p
         for p in pipeline.histogram("mcp.server.operation.duration")
         if p.attributes.get("gen_ai.tool.name") == "shout"
     ]
-    assert server_point.count == 1
+    assert sum(p.count for p in served) == 2
     sessions = pipeline.histogram("mcp.client.session.duration")
-    assert sum(p.count for p in sessions) == 2
+    assert sum(p.count for p in sessions) == 3
     assert {p.attributes.get("network.transport") for p in sessions} == {"pipe", None}
+    (server_session,) = pipeline.histogram("mcp.server.session.duration")
+    assert server_session.count == 1 and server_session.attributes["mcp.protocol.version"] == "2025-11-25"
 
 
 def test_a_server_answering_junk_fails_the_scope_once_with_the_sdks_error(client_side: ClientSide) -> None:
@@ -487,3 +491,43 @@ def test_a_server_answering_junk_fails_the_scope_once_with_the_sdks_error(client
     (end,) = client_side.tool_ends("anything")
     assert end.outcome == "failed" and end.error_type == type(error).__name__ == "ValidationError"
     assert client_side.span("tools/call anything").status.status_code.name == "ERROR"
+
+
+def test_a_tool_scope_a_framework_opened_gets_the_mcp_attributes_instead_of_a_second_scope(
+    client_side: ClientSide, tmp_path: Path
+) -> None:
+    spans = ServerSpans(tmp_path / "spans.jsonl")
+
+    async def run() -> Any:
+        async with _connect(_stdio(spans.path), "legacy") as client:
+
+            async def call(args: Any) -> Any:
+                return await client.call_tool("add", args)
+
+            # What a framework integration does: its own managed tool call around the MCP call.
+            return await client_side.relay.tools.execute_async("add", {"a": 5, "b": 6}, call, tool_call_id="call-1")
+
+    assert asyncio.run(run()).structured_content == {"result": 11}
+    (end,) = client_side.tool_ends("add")
+    assert end.outcome == "success"
+    (span,) = [s for s in client_side.pipeline.finished() if dict(s.attributes or {}).get("gen_ai.tool.name") == "add"]
+    attributes = dict(span.attributes or {})
+    assert attributes["mcp.method.name"] == "tools/call" and attributes["gen_ai.tool.call.id"] == "call-1"
+    assert attributes["jsonrpc.request.id"]
+    # The server's span is the child of that one scope's span.
+    served = spans.wait_for("tools/call add")
+    assert served["parent_span_id"] == f"{span.context.span_id:016x}"
+
+
+def test_notifications_are_client_spans_named_for_their_method(client_side: ClientSide, tmp_path: Path) -> None:
+    spans = ServerSpans(tmp_path / "spans.jsonl")
+
+    async def run() -> None:
+        async with _connect(_stdio(spans.path), "legacy") as client:  # the handshake sends notifications/initialized
+            await client.call_tool("add", {"a": 1, "b": 1})
+
+    asyncio.run(run())
+    sent = client_side.span("notifications/initialized")
+    assert sent.kind.name == "CLIENT"
+    assert dict(sent.attributes or {})["mcp.method.name"] == "notifications/initialized"
+    assert "jsonrpc.request.id" not in dict(sent.attributes or {})

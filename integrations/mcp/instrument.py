@@ -10,7 +10,8 @@ What is wrapped, each saved and put back by ``uninstrument_mcp``:
 - ``OpenTelemetryMiddleware.__call__``: on every server, our server scope instead of its span;
 - ``ClientSession.__init__`` and ``Client._build_session``: which session (protocol version) and
   which server (transport, address) a dispatcher belongs to; ``ClientSession.__aenter__`` /
-  ``__aexit__``: how long the session was open (``mcp.client.session.duration``).
+  ``__aexit__``: how long the session was open (``mcp.client.session.duration``); a server's
+  ``Connection.for_loop``: how long a handshake-era session was open (``mcp.server.session.duration``).
 
 A part the installed SDK does not have (a renamed method) is skipped with one warning naming it.
 """
@@ -43,14 +44,17 @@ def _require_mcp() -> Any:
     return mcp
 
 
+_ABSENT: Any = object()
+
+
 def _replace(owner: Any, attribute: str, make: Callable[[Any], Any]) -> None:
     original = getattr(owner, attribute, None)
     if original is None:
-        logger.warning(
-            "mcp: %s.%s not found in this SDK version; not traced", getattr(owner, "__name__", owner), attribute
-        )
+        name = getattr(owner, "__name__", owner)
+        logger.warning("mcp: %s.%s not found in this SDK version; not traced", name, attribute)
         return
-    _saved.append((owner, attribute, original))
+    # What the owner itself held (a classmethod stays a classmethod; an inherited one is deleted again).
+    _saved.append((owner, attribute, vars(owner).get(attribute, _ABSENT)))
     setattr(owner, attribute, make(original))
 
 
@@ -137,6 +141,17 @@ def _wrap_build_session(original: Any) -> Any:
     return _build_session
 
 
+def _wrap_for_loop(original: Any) -> Any:
+    # ``Connection.for_loop``: a handshake-era server session, which its exit stack closes.
+    @functools.wraps(original)
+    def for_loop(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        connection = original.__func__(cls, *args, **kwargs)
+        sessions.server_opened(connection)
+        return connection
+
+    return classmethod(for_loop)
+
+
 def _wrap_transport_init(original: Any) -> Any:
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -160,6 +175,7 @@ def instrument_mcp(*, relay: Any = None) -> None:
     from mcp.client.session import ClientSession
     from mcp.client.streamable_http import StreamableHTTPTransport
     from mcp.server._otel import OpenTelemetryMiddleware
+    from mcp.server.connection import Connection
     from mcp.shared import jsonrpc_dispatcher
     from mcp.shared.direct_dispatcher import DirectDispatcher
     from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
@@ -174,6 +190,7 @@ def instrument_mcp(*, relay: Any = None) -> None:
         _replace(jsonrpc_dispatcher, "otel_span", client.swapped_span)
         _replace(jsonrpc_dispatcher, "inject_trace_context", client.swapped_inject)
         _replace(OpenTelemetryMiddleware, "__call__", _wrap_middleware)
+        _replace(Connection, "for_loop", _wrap_for_loop)
         _replace(ClientSession, "__init__", _wrap_session_init)
         _replace(ClientSession, "send_request", _wrap_session_send)
         _replace(ClientSession, "__aenter__", _wrap_session_enter)
@@ -187,7 +204,10 @@ def uninstrument_mcp() -> None:
     with _lock:
         while _saved:
             owner, attribute, original = _saved.pop()
-            setattr(owner, attribute, original)
+            if original is _ABSENT:
+                delattr(owner, attribute)
+            else:
+                setattr(owner, attribute, original)
         routing.set_fallback(None)
 
 

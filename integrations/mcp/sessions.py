@@ -1,7 +1,8 @@
-"""``mcp.client.session.duration``: how long a client session was open, reported as a metric mark.
+"""``mcp.client.session.duration`` / ``mcp.server.session.duration``: how long a session was open.
 
 A session is no scope of ours (the conventions give it no span), so its length goes to the
-relay that recorded its requests as a ``relay.metric`` mark when it closes.
+relay that records its requests as a ``relay.metric`` mark when it closes. A server's session is
+a handshake-era connection (the 2026-07-28 protocol has none); it closes with its exit stack.
 """
 
 from __future__ import annotations
@@ -45,3 +46,23 @@ def closed(client_session: Any, error: BaseException | None) -> None:
         attributes["error.type"] = type(error).__qualname__
     data = {"name": mc.CLIENT_SESSION_DURATION, "seconds": time.monotonic() - started, "attributes": attributes}
     relay.scope.mark(cv.METRIC, data)
+
+
+def server_opened(connection: Any) -> None:
+    relay = routing.relay_for_request()
+    stack = getattr(connection, "exit_stack", None)
+    if relay is None or stack is None:
+        return
+    started = time.monotonic()
+
+    def closed() -> None:
+        attributes: dict[str, Any] = {}
+        version = getattr(connection, "protocol_version", None)
+        if isinstance(version, str):
+            attributes["mcp.protocol.version"] = version
+        if getattr(connection, "session_id", None):
+            attributes["network.transport"] = "tcp"
+        data = {"name": mc.SERVER_SESSION_DURATION, "seconds": time.monotonic() - started, "attributes": attributes}
+        relay.scope.mark(cv.METRIC, data)
+
+    stack.callback(closed)

@@ -34,7 +34,7 @@ from relay_runtime.trace_context import register_carrier_provider, unregister_ca
 
 from . import attributes as A
 from . import hints as H
-from . import propagation
+from . import one_span, propagation
 from .content import ContentRecorder, Redactor, capture_from_env
 from .deferred import fast_path_for
 from .export_size import DEFAULT_MAX_EXPORT_BYTES, attribute_length, check_max_bytes
@@ -95,6 +95,8 @@ class OTelExporter:
     build each span whole at its end (``deferred.py``); False always uses the SDK's ``Span``.
     ``shutdown_timeout``: how long ``shutdown()`` (and so the process's exit, for providers
     built here) may wait for a backend that is down, refusing or not answering.
+    ``defer_to_other_instrumentation``: with ``opentelemetry-instrumentation-openai-v2`` or OpenInference
+    also instrumenting the SDK, their client span is the call's one span instead of ours (``one_span.py``).
     ``max_attribute_length``: attribute values (captured content included) are cut at this many
     characters (default: ``OTEL_[SPAN_]ATTRIBUTE_VALUE_LENGTH_LIMIT``, else 32 KiB); content is cut
     before it is serialised, so a huge prompt is never copied whole. ``max_export_bytes``: providers
@@ -118,6 +120,7 @@ class OTelExporter:
         shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S,
         max_attribute_length: int | None = None,
         max_export_bytes: int = DEFAULT_MAX_EXPORT_BYTES,
+        defer_to_other_instrumentation: bool = False,
     ) -> None:
         if not isinstance(shutdown_timeout, int | float) or not 0 < shutdown_timeout < float("inf"):
             raise ValueError(f"shutdown_timeout must be a positive number of seconds, got {shutdown_timeout!r}")
@@ -137,6 +140,9 @@ class OTelExporter:
         if redact is not None and not callable(redact):
             raise TypeError(f"redact must be callable, got {type(redact).__name__}")
         self.conventions = wanted
+        self.defer_to_other_instrumentation = bool(defer_to_other_instrumentation)
+        # Attempts whose span is left to another instrumentation (their ends only feed the metrics).
+        self._deferred: set[str] = set()
         self._oi = A.OPENINFERENCE in wanted
         self._counts: Counter[str] = Counter()
         self._counts_lock = threading.Lock()
@@ -196,6 +202,9 @@ class OTelExporter:
             return
         parent = self._table.get(event.parent_uuid)
         role = A.role_of(event)
+        if role == A.ATTEMPT and self.defer_to_other_instrumentation and one_span.others_active():
+            self._deferred.add(event.uuid)
+            return
         if parent is not None:
             conversation_id = parent.conversation_id
             parent_span: Span | None = parent.span
@@ -254,6 +263,11 @@ class OTelExporter:
 
     def _end(self, event: Event) -> None:
         record, orphans = self._table.remove(event.uuid, _SWEEPING_ROLES)
+        if record is None and self._deferred and event.uuid in self._deferred:
+            self._deferred.discard(event.uuid)
+            if self._metrics is not None:
+                self._metrics.record_attempt(event, A.error_type(event))
+            return
         if record is None:
             if not self._disabled:
                 self.count(UNMATCHED_ENDS)
@@ -398,17 +412,26 @@ class OTelExporter:
         execution retained, so LLM calls in its turns become spans. ``detach()`` undoes it.
         ``propagate_context``: also add the attempt's ``traceparent`` (and whatever
         else ``OTEL_PROPAGATORS`` injects) to ``LLMRequest.headers`` of every call.
+        When another instrumentation of the provider SDKs is on (or ``defer_to_other_instrumentation``),
+        each call keeps one client span (``one_span.py``): instrument the other library before this.
         """
+        one = self.defer_to_other_instrumentation or one_span.others_active()
+        if one and not self.defer_to_other_instrumentation and self.tracer_provider is not None:
+            one_span.filter_pipeline(self.tracer_provider, self.count)
 
         def connect(relay: Any) -> None:
             relay.subscribers.register(self, name=name, kinds=self.KINDS)
             if propagate_context:
                 propagation.install(self, relay, name=f"{name}.trace_context")
+            if one:
+                one_span.install(self, relay, name=f"{name}.one_span")
 
         def disconnect(relay: Any) -> None:
             relay.subscribers.deregister(name)
             if propagate_context:
                 propagation.uninstall(relay, name=f"{name}.trace_context")
+            if one:
+                one_span.uninstall(relay, name=f"{name}.one_span")
 
         self._attachments.append(Attachment(target, name, connect, disconnect))
         # Requests that integrations send out of the process (MCP) carry our span's context.

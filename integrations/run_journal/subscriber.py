@@ -23,6 +23,11 @@ What it writes:
 - the terminal row from the turn's outcome: ``done {usage}``, ``cancel``, ``apperror``, each with
   the turn's ``cost`` roll-up when there is one.
 
+The run-started, terminal, ``span``, ``tool`` and ``tool_result`` rows also carry ``traj``: the
+trajectory record of that scope (``relay_runtime.integrations.trajectory.records``), from which
+``atif_from_journal`` / ``atof_from_journal`` rebuild the live exports. An attempt's record holds
+its request as a delta against an earlier request of the conversation (its new messages only).
+
 Auxiliary calls (``call_role`` ``auxiliary:*``) count towards usage only: a
 title generator's model is not the model that answered.
 """
@@ -40,13 +45,15 @@ from relay_runtime import CHUNK_MARK, MARK, SCOPE_END, SCOPE_START, Event, Relay
 from relay_runtime import conventions as cv
 from relay_runtime.attach import Attachment
 from relay_runtime.cost import AttemptCost, CostRollup
+from relay_runtime.redaction import redact_value, scrub_text
 
+from ..trajectory.plain import plain
+from ..trajectory.records import Tracker
 from . import paths
 from .background import RowWriter
 from .runtime_model import EVENT as RUNTIME_MODEL
 from .runtime_model import OBSERVED_OUTPUT, ROUTE_OBSERVED, observation
 from .states import COST_EVENT
-from .storage import encode_json
 
 if TYPE_CHECKING:
     from .store import RunJournalStore
@@ -90,17 +97,9 @@ class _Attempt:
         return (self.provider, self.served or self.requested)
 
 
-def _plain(value: Any) -> Any:
-    """``value`` if the journal can write it as JSON, else its repr: a tool may return any object."""
-    try:
-        encode_json(value)
-    except TypeError:
-        return repr(value)
-    return value
-
-
 def _span(kind: str, event: Event) -> tuple[str, dict[str, Any]]:
-    """A ``span`` row: one node of the run's logical-call / attempt tree, written when it ends."""
+    """A ``span`` row: one node of the run's tree (a framework's agents and nodes, tools, logical calls,
+    attempts), written when it ends."""
     output = event.output if isinstance(event.output, dict) else {}
     payload: dict[str, Any] = {
         "kind": kind,
@@ -173,6 +172,8 @@ class JournalSubscriber:
         self._scopes: dict[str, _Run] = {}  # any scope inside a run -> run
         self._roles: dict[str, bool] = {}  # logical call uuid -> auxiliary?
         self._attempts: dict[str, _Attempt] = {}
+        self._tracker = Tracker()  # what a trajectory needs, added to the rows as "traj"
+        self._traj: dict[str, Any] | None = None  # the record of the event being handled, if any
 
     # -- wiring ---------------------------------------------------------------------------
 
@@ -246,40 +247,63 @@ class JournalSubscriber:
             if event.name == CHUNK_MARK:
                 with self._lock:
                     self._on_chunk(event)
+                    self._tracker.chunk(event)
             return
         relay_kind = event.metadata.get(cv.KIND)
         with self._lock:
-            if kind == SCOPE_START:
-                if relay_kind == cv.TURN:
-                    self._start_run(event)
-                    return
-                run = self._scopes.get(event.parent_uuid or "")
-                if run is None:
-                    return
-                self._scopes[event.uuid] = run
-                run.scopes.add(event.uuid)
-                if relay_kind == cv.LOGICAL_CALL:
-                    self._roles[event.uuid] = _auxiliary(event.metadata.get(cv.CALL_ROLE))
-                elif relay_kind == cv.ATTEMPT:
-                    self._start_attempt(run, event)
-                elif relay_kind == cv.TOOL:
-                    self._emit(run, [("tool", {"name": event.name, "args": event.input})])
-            elif kind == SCOPE_END:
-                if relay_kind == cv.TURN:
-                    self._end_run(event)
-                    return
-                run = self._scopes.pop(event.uuid, None)
-                if run is None:
-                    return
-                run.scopes.discard(event.uuid)
-                if relay_kind == cv.LOGICAL_CALL:
-                    self._end_call(run, event)
-                    self._emit(run, [_span("logical_call", event)])
-                elif relay_kind == cv.ATTEMPT:
-                    self._end_attempt(event)
-                    self._emit(run, [_span("attempt", event)])
-                elif relay_kind == cv.TOOL:
-                    self._emit(run, [("tool_result", self._tool_result(event))])
+            done = self._tracker(event)
+            self._traj = done[1] if done is not None else None
+            try:
+                self._on_scope(kind, relay_kind, event)
+            finally:
+                self._traj = None
+
+    def _on_scope(self, kind: str, relay_kind: Any, event: Event) -> None:
+        if kind == SCOPE_START:
+            if relay_kind == cv.TURN:
+                self._start_run(event)
+                return
+            run = self._scopes.get(event.parent_uuid or "")
+            if run is None:
+                return
+            self._scopes[event.uuid] = run
+            run.scopes.add(event.uuid)
+            if relay_kind == cv.LOGICAL_CALL:
+                self._roles[event.uuid] = _auxiliary(event.metadata.get(cv.CALL_ROLE))
+            elif relay_kind == cv.ATTEMPT:
+                self._start_attempt(run, event)
+            elif relay_kind == cv.TOOL:
+                self._emit(run, [("tool", self._with_traj({"name": event.name, "args": redact_value(event.input)}))])
+        elif kind == SCOPE_END:
+            if relay_kind == cv.TURN:
+                self._end_run(event)
+                return
+            run = self._scopes.pop(event.uuid, None)
+            if run is None:
+                return
+            run.scopes.discard(event.uuid)
+            if relay_kind == cv.LOGICAL_CALL:
+                self._end_call(run, event)
+                self._emit(run, [self._with_traj(_span("logical_call", event))])
+            elif relay_kind == cv.ATTEMPT:
+                self._end_attempt(event)
+                self._emit(run, [self._with_traj(_span("attempt", event))])
+            elif relay_kind == cv.TOOL:
+                self._emit(run, [("tool_result", self._with_traj(self._tool_result(event)))])
+                if event.metadata.get(cv.FRAMEWORK):  # a framework's tool: also a node of the run's tree
+                    self._emit(run, [_span("tool", event)])
+            elif relay_kind is None and event.metadata.get(cv.FRAMEWORK):
+                # An agent framework's agent, graph node or chain: a node of the run's tree.
+                self._emit(run, [_span(event.scope_type or "scope", event)])
+
+    def _with_traj(self, row: Any) -> Any:
+        """``row`` (a payload or an ``(event, payload)`` pair) with the trajectory record of the event at hand."""
+        traj = self._traj
+        if traj is None:
+            return row
+        if isinstance(row, tuple):
+            return (row[0], {**row[1], "traj": traj})
+        return {**row, "traj": traj}
 
     def _emit(self, run: _Run, rows: Rows) -> None:
         for event, payload in rows:
@@ -297,7 +321,7 @@ class JournalSubscriber:
         run = _Run(str(session_id), str(run_id))
         self._runs[event.uuid] = run
         self._scopes[event.uuid] = run
-        self._emit(run, [("status", {"type": "run_started", "task_id": meta.get(cv.TASK_ID)})])
+        self._emit(run, [("status", self._with_traj({"type": "run_started", "task_id": meta.get(cv.TASK_ID)}))])
 
     def _end_run(self, event: Event) -> None:
         run = self._runs.pop(event.uuid, None)
@@ -316,12 +340,13 @@ class JournalSubscriber:
             if run.served is not None and run.served[1]:
                 usage["used_model"] = run.served[1]
                 usage["used_provider"] = run.served[0]
-            self._emit(run, [("done", {"usage": usage, **cost})])
+            self._emit(run, [("done", self._with_traj({"usage": usage, **cost}))])
         elif outcome == _CANCELLED:
-            self._emit(run, [("cancel", cost)])
+            self._emit(run, [("cancel", self._with_traj(cost))])
         else:
             error_type, message = run.error or ("error", "the turn failed")
-            self._emit(run, [("apperror", {"type": "error", "error_type": error_type, "message": message, **cost})])
+            payload = {"type": "error", "error_type": error_type, "message": message, **cost}
+            self._emit(run, [("apperror", self._with_traj(payload))])
 
     def _end_call(self, run: _Run, event: Event) -> None:
         auxiliary = self._roles.pop(event.uuid, False)
@@ -357,9 +382,9 @@ class JournalSubscriber:
         if attempt.auxiliary:
             return
         if delta.reasoning:
-            self._output(attempt, "reasoning", {"text": delta.reasoning})
+            self._output(attempt, "reasoning", {"text": scrub_text(delta.reasoning)})
         if delta.text:
-            self._output(attempt, "token", {"text": delta.text})
+            self._output(attempt, "token", {"text": scrub_text(delta.text)})
 
     def _output(self, attempt: _Attempt, event: str, payload: dict[str, Any], phase: str = OBSERVED_OUTPUT) -> None:
         """Output of an attempt, preceded by the observation of who served it and any fallback warning.
@@ -458,7 +483,8 @@ class JournalSubscriber:
         produced = text or tool_calls or (annotation is None and event.output is not None)
         if not attempt.had_output and produced:
             # A non-streamed success (or a stream that only carried tool calls): observe the route now.
-            self._output(attempt, "" if attempt.streamed or not text else "token", {"text": text}, ROUTE_OBSERVED)
+            shown = scrub_text(text) if text else text  # a provider may echo the caller's key
+            self._output(attempt, "" if attempt.streamed or not text else "token", {"text": shown}, ROUTE_OBSERVED)
         if tool_calls:
             self._emit(run, [("tool_call", {"calls": tool_calls})])
 
@@ -482,5 +508,5 @@ class JournalSubscriber:
         if event.start_timestamp is not None:
             result["duration_ms"] = (event.timestamp - event.start_timestamp) / 1e6
         if event.output is not None:
-            result["result"] = _plain(event.output)
+            result["result"] = plain(event.output)
         return result

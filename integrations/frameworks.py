@@ -1,0 +1,200 @@
+"""What the agent-framework integrations (LangChain, LangGraph, OpenAI Agents SDK) share.
+
+- ``framework_scope``: the innermost scope a framework opened around the code running here
+  (an agent, a graph node, a chain), so that model calls and tools made inside nest under it.
+  Framework callbacks open scopes *detached* (a framework ends its runs in whatever order and
+  context it likes, which a scope stack cannot follow) and say where they are through this
+  context variable instead.
+- ``ModelCall``: one logical model call the framework makes, opened under that scope. The
+  attempts ``adapters.instrument()`` makes inside join it (one attempt per provider call,
+  never a second one); when nothing joined (the SDK is not instrumented, or the model is not
+  an SDK model) the integration records the attempt it observed from the framework's data.
+- ``require``: imports a framework, or raises an ImportError naming the extra to install.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from contextvars import ContextVar, Token
+from typing import Any
+
+from relay_runtime import auxiliary, calls, session
+from relay_runtime import conventions as cv
+from relay_runtime.events import AnnotatedRequestField, AnnotatedResponseField, Deferred
+from relay_runtime.scopes import ScopeHandle, outcome_of
+from relay_runtime.session import Turn
+from relay_runtime.types import Outcome, ScopeType
+
+_LLM = ScopeType.LLM.value
+
+framework_scope: ContextVar[ScopeHandle | None] = ContextVar("relay_framework_scope", default=None)
+
+
+def require(module: str, extra: str, integration: str) -> Any:
+    """Import ``module`` for ``integration``, or say which extra brings it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(
+            f"relay_runtime.integrations.{integration} needs {module.split('.')[0]}: "
+            f"pip install 'relay-runtime[{extra}]' ({exc})"
+        ) from exc
+
+
+def current_parent(turn: Turn) -> ScopeHandle | None:
+    """The framework scope open here when it is still open and belongs to ``turn``'s relay, else None."""
+    scope = framework_scope.get()
+    if scope is None or scope.ended or scope.trace_id != _trace_of(turn):
+        return None
+    return scope
+
+
+def _trace_of(turn: Turn) -> str | None:
+    return turn.scope.trace_id if turn.scope is not None else None
+
+
+def enter_scope(scope: ScopeHandle) -> Token[ScopeHandle | None]:
+    return framework_scope.set(scope)
+
+
+def leave_scope(token: Token[ScopeHandle | None] | None) -> None:
+    if token is None:
+        return
+    try:
+        framework_scope.reset(token)
+    except ValueError:  # the framework ended the run in another context than it began it: nothing to undo here
+        pass
+
+
+class ModelCall:
+    """One logical model call of a framework, under the framework scope open where it began."""
+
+    __slots__ = ("_joined", "_observed_request", "api_request_id", "call_role", "observed", "parent", "turn")
+
+    def __init__(self, turn: Turn, api_request_id: str, call_role: str, parent: ScopeHandle | None) -> None:
+        self.turn = turn
+        self.api_request_id = api_request_id
+        self.call_role = call_role
+        self.parent = parent
+        self.observed: ScopeHandle | None = None
+        self._observed_request: AnnotatedRequestField = None
+        self._joined: Token[Any] | None = None
+
+    @classmethod
+    def open(
+        cls, parent: ScopeHandle | None = None, *, call_role: str = "primary", turn: Turn | None = None
+    ) -> ModelCall | None:
+        """A new logical call of the managed turn (``turn``, if the caller has it; None when calls are not
+        managed here)."""
+        turn = turn or session.managed_turn()
+        if turn is None:
+            return None
+        parent = parent if parent is not None else current_parent(turn)
+        api_request_id = calls.open_logical_call(parent, call_role=call_role)
+        if api_request_id is None:
+            return None
+        return cls(turn, api_request_id, call_role, parent)
+
+    def join(self) -> None:
+        """Completions made in this context until ``leave`` are attempts of this call."""
+        self._joined = auxiliary.join_logical_call(self.api_request_id, self.call_role, attempts=self.attempts())
+
+    def leave(self) -> None:
+        if self._joined is not None:
+            auxiliary.leave_logical_call(self._joined)
+            self._joined = None
+
+    def attempts(self) -> int:
+        call = self.turn.logical_llm_calls.get(self.api_request_id)
+        return call.attempts if call is not None else 0
+
+    def next_attempt_metadata(self) -> dict[str, Any]:
+        """Metadata for an attempt the integration makes itself (``calls.execute_current``)."""
+        return {cv.API_REQUEST_ID: self.api_request_id, cv.CALL_ROLE: self.call_role, cv.RETRY_COUNT: self.attempts()}
+
+    def observe(self, provider: str, model: str | None, request: AnnotatedRequestField = None) -> None:
+        """Record the provider call the framework is making as an attempt (nothing else records it).
+
+        ``request`` (its annotation, best a ``Deferred``) goes on the attempt's end event."""
+        call = self.turn.logical_llm_calls.get(self.api_request_id)
+        if call is None:
+            return
+        with self.turn.lock:
+            retry = call.attempts
+            call.attempts += 1
+            call.provider = provider
+            call.model = model or call.model
+        metadata = {
+            cv.KIND: cv.ATTEMPT,
+            cv.API_REQUEST_ID: self.api_request_id,
+            cv.CALL_ROLE: self.call_role,
+            cv.RETRY_COUNT: retry,
+        }
+        self.observed = self.turn.relay.scope.push(provider, _LLM, parent=call.scope, attach=False, metadata=metadata)
+        self._observed_request = request
+
+    def end_observed(
+        self,
+        response: Any = None,
+        annotated: AnnotatedResponseField = None,
+        error: BaseException | None = None,
+        model: str | None = None,
+    ) -> None:
+        handle = self.observed
+        if handle is None or handle.ended:
+            return
+        call = self.turn.logical_llm_calls.get(self.api_request_id)
+        if call is not None and model:
+            call.model = model
+        self.turn.relay.scope.end(
+            handle,
+            output=response,
+            error=error,
+            provider=handle.name,
+            model_name=model,
+            annotated_request=self._observed_request,
+            annotated_response=annotated,
+        )
+
+    def close(self, error: BaseException | None = None) -> None:
+        """Complete the logical call: a success, or the outcome ``error`` means (once; later closes do nothing)."""
+        self.leave()
+        if self.observed is not None and not self.observed.ended:
+            self.end_observed(error=error or _Unfinished())
+        outcome = outcome_of(error) if error is not None else Outcome.SUCCESS.value
+        call = self.turn.logical_llm_calls.get(self.api_request_id)
+        if call is None:  # the turn ended first and closed it
+            return
+        # The call object itself: the framework may end it from a context where its turn is not active.
+        try:
+            session.close_logical_call(self.turn, call, outcome)
+        except Exception as exc:
+            self.turn.relay.diag.failure("bookkeeping_errors", exc, f"completing logical call {self.api_request_id!r}")
+
+
+class _Unfinished(RuntimeError):
+    """The framework ended the model call without reporting its answer."""
+
+    relay_error_type = "unfinished"
+
+
+def refusal_text(error: BaseException) -> str:
+    """What an agent is told when a tool request intercept refused its tool call."""
+    reason = getattr(error, "reason", None)
+    if not isinstance(reason, str) or not reason:
+        reason = str(error) or type(error).__name__
+    return f"Tool call refused: {reason}"
+
+
+def deferred(compute: Callable[..., Any], *args: Any) -> Deferred[Any]:
+    """``compute(*args)`` when an event's reader first asks (never raising: a framework's odd data costs
+    the annotation, not the event)."""
+    return Deferred(_safely, compute, args)
+
+
+def _safely(compute: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    try:
+        return compute(*args)
+    except Exception:
+        return None

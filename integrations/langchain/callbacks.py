@@ -1,0 +1,296 @@
+"""``RelayCallbackHandler``: LangChain runs (chains, agents, graph nodes, tools, retrievers) as relay scopes.
+
+    agent.invoke(inputs, config={"callbacks": [RelayCallbackHandler()]})
+
+Each run becomes a scope under the scope of its parent run (the outermost under the current turn),
+with its inputs, outputs and errors; a root run is an ``agent`` scope, the others ``function``,
+``tool`` and ``retriever`` scopes. Runs LangChain marks hidden (its own plumbing) get no scope.
+A chat model run is a logical call under its parent run's scope: the attempt ``adapters.instrument()``
+makes for its provider call joins it (so there is never a second one); without ``instrument()``
+the handler records the attempt from what the callbacks report (model, usage, finish reason).
+Inside a ``RelayMiddleware`` model or tool call the middleware's records stand and the handler adds none.
+
+Scopes are opened *detached*: LangChain ends runs in its own order (parallel branches, streams
+closed late) and from other contexts, which a scope stack cannot follow. Code running inside a
+run finds its scope through ``frameworks.framework_scope``. The handler fails open: its own errors
+are counted in the relay's diagnostics, never raised into the agent.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackHandler
+
+from relay_runtime import conventions as cv
+from relay_runtime import session
+from relay_runtime.adapters.instrument import is_instrumented
+from relay_runtime.scopes import ScopeHandle
+from relay_runtime.session import Turn
+from relay_runtime.types import ScopeType
+
+from ..frameworks import ModelCall, current_parent, deferred, enter_scope, leave_scope
+from . import models
+from .codec import LangChainCodec, plain
+from .tools import managed_tool
+
+FRAMEWORK = cv.FRAMEWORK
+RUN_ID = "langchain.run_id"
+_HIDDEN = "langsmith:hidden"
+_CONTROL_FLOW = ("GraphBubbleUp", "GraphInterrupt", "NodeInterrupt", "ParentCommand")
+
+
+@dataclass(eq=False)
+class _Run:
+    turn: Turn
+    handle: ScopeHandle | None  # ours to end when ``own``; else the scope runs inside it nest under
+    own: bool = False
+    token: Any = None
+    call: ModelCall | None = None
+
+
+def _is_control_flow(error: BaseException) -> bool:
+    """LangGraph's interrupts and parent commands travel as exceptions; they are not failures."""
+    return any(type(error).__name__ == name for name in _CONTROL_FLOW) or any(
+        cls.__name__ == "GraphBubbleUp" for cls in type(error).__mro__
+    )
+
+
+class RelayCallbackHandler(BaseCallbackHandler):
+    """LangChain callbacks -> relay scopes of the turn managed where the run starts."""
+
+    run_inline = True  # called in the run's own context, so what runs inside sees its scope
+    raise_error = False
+
+    def __init__(self, *, framework: str = "langchain") -> None:
+        super().__init__()
+        self.framework = framework
+        self._runs: dict[UUID, _Run] = {}
+        self._lock = threading.Lock()
+
+    # -- bookkeeping ------------------------------------------------------------------------------
+
+    def _parent(self, turn: Turn, parent_run_id: UUID | None) -> ScopeHandle | None:
+        run = self._runs.get(parent_run_id) if parent_run_id is not None else None
+        if run is not None and run.handle is not None and not run.handle.ended:
+            return run.handle
+        return current_parent(turn)
+
+    def _guarded(self, turn: Turn | None, what: str, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception as exc:
+            if turn is not None:
+                turn.relay.diag.failure("subscriber_errors", exc, f"{self.framework} callback {what}")
+            return None
+
+    def _open(
+        self,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        name: str,
+        scope_type: str | None,
+        inputs: Any,
+        tags: list[str] | None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        turn = session.managed_turn()
+        if turn is None:
+            return
+        self._guarded(turn, "start", self._push, turn, run_id, parent_run_id, name, scope_type, inputs, tags, metadata)
+
+    def _push(
+        self,
+        turn: Turn,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        name: str,
+        scope_type: str | None,
+        inputs: Any,
+        tags: list[str] | None,
+        metadata: dict[str, Any] | None,
+    ) -> None:
+        parent = self._parent(turn, parent_run_id)
+        if tags and _HIDDEN in tags:
+            self._runs[run_id] = _Run(turn, parent)
+            return
+        if scope_type is None:
+            known = parent_run_id is not None and parent_run_id in self._runs
+            scope_type = ScopeType.FUNCTION.value if known else ScopeType.AGENT.value
+        meta = {FRAMEWORK: self.framework, RUN_ID: str(run_id), **(metadata or {})}
+        handle = turn.relay.scope.push(
+            name, scope_type, parent=parent, attach=False, input=plain(inputs), metadata=meta
+        )
+        self._runs[run_id] = _Run(turn, handle, own=True, token=enter_scope(handle))
+
+    def _close(self, run_id: UUID, output: Any = None, error: BaseException | None = None) -> None:
+        run = self._runs.pop(run_id, None)
+        if run is None:
+            return
+        self._guarded(run.turn, "end", self._end, run, output, error)
+
+    def _end(self, run: _Run, output: Any, error: BaseException | None) -> None:
+        if run.call is not None:
+            run.call.close(error)
+        if not run.own or run.handle is None:
+            return
+        leave_scope(run.token)
+        if error is not None and _is_control_flow(error):
+            run.turn.relay.scope.end(run.handle, output={"control_flow": type(error).__name__}, outcome="success")
+            return
+        run.turn.relay.scope.end(run.handle, output=plain(output) if error is None else None, error=error)
+
+    # -- chains, agents, graph nodes --------------------------------------------------------------
+
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        name = kwargs.get("name") or _name_of(serialized) or "chain"
+        node = (metadata or {}).get("langgraph_node")
+        extra = {"langgraph.node": node} if node and node == name else None
+        self._open(run_id, parent_run_id, name, None, inputs, tags, extra)
+
+    def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._close(run_id, outputs)
+
+    def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._close(run_id, error=error)
+
+    # -- tools and retrievers ---------------------------------------------------------------------
+
+    def on_tool_start(
+        self,
+        serialized: dict[str, Any] | None,
+        input_str: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        inputs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        turn = session.managed_turn()
+        if turn is None:
+            return
+        if managed_tool.get():  # the middleware's managed call is this tool's scope
+            self._runs[run_id] = _Run(turn, turn.relay.scope.current())
+            return
+        name = kwargs.get("name") or _name_of(serialized) or "tool"
+        call_id = kwargs.get("tool_call_id")
+        meta = {cv.KIND: cv.TOOL, FRAMEWORK: self.framework, **({"tool_call_id": call_id} if call_id else {})}
+        self._open(
+            run_id, parent_run_id, name, ScopeType.TOOL.value, inputs if inputs is not None else input_str, tags, meta
+        )
+
+    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._close(run_id, output)
+
+    def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._close(run_id, error=error)
+
+    def on_retriever_start(
+        self,
+        serialized: dict[str, Any] | None,
+        query: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        name = kwargs.get("name") or _name_of(serialized) or "retriever"
+        self._open(run_id, parent_run_id, name, ScopeType.RETRIEVER.value, {"query": query}, tags)
+
+    def on_retriever_end(self, documents: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        docs = [
+            {"page_content": getattr(d, "page_content", d), "metadata": getattr(d, "metadata", None)}
+            for d in documents or ()
+        ]
+        self._close(run_id, docs)
+
+    def on_retriever_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._close(run_id, error=error)
+
+    # -- chat models ------------------------------------------------------------------------------
+
+    def on_chat_model_start(
+        self,
+        serialized: dict[str, Any] | None,
+        messages: list[list[Any]],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        turn = session.managed_turn()
+        if turn is None or models.middleware_call.get() is not None:
+            return
+        self._guarded(turn, "chat model start", self._model_start, turn, run_id, parent_run_id, messages, metadata)
+
+    def _model_start(
+        self,
+        turn: Turn,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        messages: list[list[Any]],
+        metadata: dict[str, Any] | None,
+    ) -> None:
+        call = ModelCall.open(self._parent(turn, parent_run_id), turn=turn)
+        if call is None:
+            return
+        call.join()
+        self._runs[run_id] = _Run(turn, None, call=call)
+        if not is_instrumented():
+            meta = metadata or {}
+            provider = meta.get("ls_provider") or "langchain"
+            model = meta.get("ls_model_name")
+            content = {"model": model, "messages": messages[0] if messages else []}
+            call.observe(provider, model, deferred(LangChainCodec(provider).decode, content))
+
+    def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        run = self._runs.pop(run_id, None)
+        if run is None or run.call is None:
+            return
+        self._guarded(run.turn, "chat model end", self._model_end, run.call, response)
+
+    def _model_end(self, call: ModelCall, response: Any) -> None:
+        call.leave()
+        if call.observed is not None:
+            generations = getattr(response, "generations", None) or [[]]
+            first = generations[0][0] if generations[0] else None
+            message = getattr(first, "message", None)
+            meta = getattr(message, "response_metadata", None) or {}
+            model = meta.get("model_name") or (getattr(response, "llm_output", None) or {}).get("model_name")
+            codec = LangChainCodec(call.observed.name)
+            call.end_observed(annotated=deferred(codec.annotate_response, message), model=model)
+        call.close()
+
+    def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        run = self._runs.pop(run_id, None)
+        if run is not None and run.call is not None:
+            self._guarded(run.turn, "chat model error", run.call.close, error)
+
+
+def _name_of(serialized: dict[str, Any] | None) -> str | None:
+    if not serialized:
+        return None
+    name = serialized.get("name")
+    if isinstance(name, str) and name:
+        return name
+    ident = serialized.get("id")
+    return ident[-1] if isinstance(ident, list) and ident else None

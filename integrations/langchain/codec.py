@@ -1,0 +1,163 @@
+"""A LangChain chat model call as an LLM request: the codec of the attempts ``RelayMiddleware`` makes.
+
+The request's content is ``{"model": name, "messages": [BaseMessage, ...], **invocation kwargs}``
+(``stop``, ``tools`` bound by ``bind_tools``, ...). The neutral view holds the messages as
+``{"role", "content"}`` dicts; an intercept that edits them has its messages turned back into
+LangChain messages, and neutral params go to the model as invocation kwargs under the same
+name (``ChatOpenAI`` and ``ChatAnthropic`` both take ``temperature``, ``max_tokens``, ``stop``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from langchain_core.messages import BaseMessage, convert_to_messages
+
+from relay_runtime.codec import CountingAccumulator
+from relay_runtime.neutral import NEUTRAL_PARAMS
+from relay_runtime.types import REMOVED, AnnotatedLLMRequest, AnnotatedLLMResponse, TokenUsage
+
+_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool", "function": "function"}
+_NOT_PARAMS = frozenset({"model", "messages", "tools", "tool_choice"})
+_MAX_TEXT = 4096  # a payload's string kept in events (the rest is elided): agent states carry whole transcripts
+_MAX_ITEMS = 200
+_MAX_DEPTH = 8
+
+
+def message_view(message: Any) -> dict[str, Any]:
+    """A LangChain message as the neutral ``{"role", "content"}`` (tool calls and ids kept)."""
+    if not isinstance(message, BaseMessage):
+        return {"role": "user", "content": plain(message)}
+    view: dict[str, Any] = {"role": _ROLES.get(message.type, message.type), "content": plain(message.content)}
+    calls = getattr(message, "tool_calls", None)
+    if calls:
+        view["tool_calls"] = [
+            {"id": c.get("id"), "name": c.get("name"), "arguments": plain(c.get("args"))} for c in calls
+        ]
+    call_id = getattr(message, "tool_call_id", None)
+    if call_id:
+        view["tool_call_id"] = call_id
+    if message.name:
+        view["name"] = message.name
+    return view
+
+
+def plain(value: Any, depth: int = 0) -> Any:
+    """``value`` as JSON-ready data for events (messages as views, long strings and lists cut)."""
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, str):
+        return value if len(value) <= _MAX_TEXT else value[:_MAX_TEXT] + f"... [{len(value) - _MAX_TEXT} more chars]"
+    if depth >= _MAX_DEPTH:
+        return repr(type(value).__name__)
+    if isinstance(value, BaseMessage):
+        return message_view(value)
+    if isinstance(value, Mapping):
+        return {str(k): plain(v, depth + 1) for k, v in list(value.items())[:_MAX_ITEMS]}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [plain(v, depth + 1) for v in list(value)[:_MAX_ITEMS]]
+    dump = getattr(value, "model_dump", None)  # pydantic models (tool inputs, structured output)
+    if callable(dump):
+        try:
+            return plain(dump(), depth + 1)
+        except Exception:
+            pass
+    return plain(str(value), depth + 1)
+
+
+class LangChainCodec:
+    """Reads and edits a LangChain model call; ``provider`` is the model's LangSmith provider name."""
+
+    operation = "chat"
+
+    def __init__(self, provider: str = "langchain") -> None:
+        self.provider = provider
+
+    def decode(self, content: Mapping[str, Any]) -> AnnotatedLLMRequest:
+        messages = content.get("messages") or []
+        system = None
+        views = [message_view(m) for m in messages]
+        if views and views[0]["role"] == "system":
+            system = views[0]["content"]
+        params = {k: v for k, v in content.items() if k in NEUTRAL_PARAMS}
+        others = {k: plain(v) for k, v in content.items() if k not in NEUTRAL_PARAMS and k not in _NOT_PARAMS}
+        tools = content.get("tools")
+        return AnnotatedLLMRequest(
+            model=content.get("model") if isinstance(content.get("model"), str) else None,
+            messages=views,
+            system=system,
+            params=params,
+            provider_params=others,
+            tools=plain(tools) if tools is not None else None,
+            tool_choice=plain(content.get("tool_choice")),
+            provider=self.provider,
+            operation=self.operation,
+        )
+
+    def apply(self, content: Mapping[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+        out = dict(content)
+        if "messages" in changes:
+            out["messages"] = convert_to_messages(
+                [m if isinstance(m, BaseMessage) else _message_input(m) for m in changes["messages"]]
+            )
+        for key in ("params", "provider_params"):
+            for name, value in (changes.get(key) or {}).items():
+                if value is REMOVED:
+                    out.pop(name, None)
+                else:
+                    out[name] = value
+        if "tool_choice" in changes:
+            out["tool_choice"] = changes["tool_choice"]
+        return out
+
+    def annotate_response(self, response: Any) -> AnnotatedLLMResponse:
+        """A ``ChatResult`` (what a chat model's generate step returns) or an ``AIMessage``."""
+        generations = getattr(response, "generations", None)
+        message = generations[0].message if generations else response
+        meta = getattr(message, "response_metadata", None) or {}
+        llm_output = getattr(response, "llm_output", None) or {}
+        finish = meta.get("finish_reason") or meta.get("stop_reason")
+        calls = getattr(message, "tool_calls", None) or []
+        content = getattr(message, "content", None)
+        return AnnotatedLLMResponse(
+            model=meta.get("model_name") or meta.get("model") or llm_output.get("model_name"),
+            id=meta.get("id") or getattr(message, "id", None),
+            finish_reasons=[finish] if isinstance(finish, str) else [],
+            usage=usage_of(getattr(message, "usage_metadata", None)),
+            output_text=content if isinstance(content, str) else None,
+            tool_calls=[{"id": c.get("id"), "name": c.get("name"), "arguments": plain(c.get("args"))} for c in calls],
+        )
+
+    def accumulator(self) -> CountingAccumulator:
+        return CountingAccumulator()
+
+
+def usage_of(usage: Any) -> TokenUsage:
+    """LangChain's ``usage_metadata`` (input/output tokens and their details) as token usage."""
+    if not isinstance(usage, Mapping):
+        return TokenUsage()
+    inputs = usage.get("input_token_details") or {}
+    outputs = usage.get("output_token_details") or {}
+    return TokenUsage(
+        input_tokens=usage.get("input_tokens"),
+        output_tokens=usage.get("output_tokens"),
+        cache_read_tokens=inputs.get("cache_read"),
+        cache_creation_tokens=inputs.get("cache_creation"),
+        reasoning_tokens=outputs.get("reasoning"),
+    )
+
+
+def _message_input(view: Any) -> Any:
+    """A neutral message view back as what ``convert_to_messages`` takes."""
+    if not isinstance(view, Mapping):
+        return view
+    out = {"role": view.get("role", "user"), "content": view.get("content", "")}
+    for key in ("tool_call_id", "name"):
+        if view.get(key):
+            out[key] = view[key]
+    if view.get("tool_calls"):
+        out["tool_calls"] = [
+            {"id": c.get("id"), "name": c.get("name"), "args": c.get("arguments") or {}} for c in view["tool_calls"]
+        ]
+    return out

@@ -1,0 +1,139 @@
+"""Each provider call a LangChain chat model makes inside a ``RelayMiddleware`` model call, as one attempt.
+
+``RelayMiddleware`` sits at one place in the agent's middleware stack; middleware placed inside it
+(``ModelRetryMiddleware``, ``ModelFallbackMiddleware``, ...) may call the model several times. So the
+attempts are made where the model really runs: ``BaseChatModel._generate_with_cache`` (and its async
+twin), the one step every ``invoke`` / ``ainvoke`` of a chat model goes through, streamed or not, is
+wrapped once for the process. Outside a middleware model call the wrapper passes straight through.
+While the attempt runs the SDK call inside is marked as dispatch's own, so ``adapters.instrument()``
+passes it through: one provider call, one attempt, intercepts and budget checks run once.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import nullcontext
+from contextvars import ContextVar
+from typing import Any
+
+import wrapt
+from langchain_core.language_models.chat_models import BaseChatModel
+
+from relay_runtime import calls, session
+from relay_runtime.adapters import dispatch
+from relay_runtime.types import LLMRequest
+
+from ..frameworks import ModelCall
+from .codec import LangChainCodec
+
+# The model call of ``RelayMiddleware`` running here (None: chat models run untouched).
+middleware_call: ContextVar[ModelCall | None] = ContextVar("relay_langchain_model_call", default=None)
+
+_lock = threading.Lock()
+_installed = False
+_codecs: dict[type, LangChainCodec] = {}
+
+
+def install() -> None:
+    """Wrap the chat model's generate step (once per process)."""
+    global _installed
+    with _lock:
+        if _installed:
+            return
+        wrapt.wrap_function_wrapper(BaseChatModel, "_generate_with_cache", _generate)
+        wrapt.wrap_function_wrapper(BaseChatModel, "_agenerate_with_cache", _agenerate)
+        _installed = True
+
+
+def codec_of(model: Any) -> LangChainCodec:
+    """The codec for a model's class, named for its provider (``openai``, ``anthropic``, ...)."""
+    codec = _codecs.get(type(model))
+    if codec is None:
+        provider = "langchain"
+        try:
+            provider = model._get_ls_params().get("ls_provider") or provider
+        except Exception:
+            pass
+        codec = _codecs[type(model)] = LangChainCodec(provider)
+    return codec
+
+
+def model_name_of(model: Any) -> str | None:
+    name = getattr(model, "model_name", None) or getattr(model, "model", None)
+    return name if isinstance(name, str) else None
+
+
+def _request(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[LLMRequest, Any]:
+    messages, stop = (args[0] if args else kwargs.pop("messages")), (args[1] if len(args) > 1 else None)
+    run_manager = args[2] if len(args) > 2 else kwargs.pop("run_manager", None)
+    if stop is None:
+        stop = kwargs.pop("stop", None)
+    content = {"model": model_name_of(model), "messages": messages, **kwargs}
+    if stop is not None:
+        content["stop"] = stop
+    return LLMRequest(None, content), run_manager
+
+
+def _unpack(request: LLMRequest) -> tuple[Any, Any, dict[str, Any]]:
+    kwargs = request.kwargs()
+    kwargs.pop("model", None)
+    return kwargs.pop("messages"), kwargs.pop("stop", None), kwargs
+
+
+def _generate(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    call = middleware_call.get()
+    if call is None:
+        return wrapped(*args, **kwargs)
+    request, run_manager = _request(instance, args, dict(kwargs))
+
+    def provider(req: LLMRequest) -> Any:
+        messages, stop, rest = _unpack(req)
+        token = dispatch.inside_sdk_call.set(True)
+        try:
+            return wrapped(messages, stop, run_manager, **rest)
+        finally:
+            dispatch.inside_sdk_call.reset(token)
+
+    codec = codec_of(instance)
+    with _joined_turn(call):
+        return calls.execute_current(
+            request,
+            provider,
+            name=codec.provider,
+            model_name=model_name_of(instance),
+            metadata=call.next_attempt_metadata(),
+            defer_logical_completion=True,
+            codec=codec,
+        )
+
+
+async def _agenerate(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    call = middleware_call.get()
+    if call is None:
+        return await wrapped(*args, **kwargs)
+    request, run_manager = _request(instance, args, dict(kwargs))
+
+    async def provider(req: LLMRequest) -> Any:
+        messages, stop, rest = _unpack(req)
+        token = dispatch.inside_sdk_call.set(True)
+        try:
+            return await wrapped(messages, stop, run_manager, **rest)
+        finally:
+            dispatch.inside_sdk_call.reset(token)
+
+    codec = codec_of(instance)
+    with _joined_turn(call):
+        return await calls.execute_current_async(
+            request,
+            provider,
+            name=codec.provider,
+            model_name=model_name_of(instance),
+            metadata=call.next_attempt_metadata(),
+            defer_logical_completion=True,
+            codec=codec,
+        )
+
+
+def _joined_turn(call: ModelCall) -> Any:
+    """The turn the middleware's call was opened in, active here (a framework may run the model on a worker)."""
+    return nullcontext() if session.active_turn() is call.turn else session.use_turn(call.turn)

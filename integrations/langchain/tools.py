@@ -1,0 +1,125 @@
+"""A LangChain / LangGraph tool call as a managed tool call (``relay.tools``): shared by ``RelayMiddleware``
+and LangGraph's ``create_tool_node``.
+
+Tool request intercepts see (and may rewrite) the call's arguments; one that raises refuses the call:
+the tool never runs, its scope ends failed with that error, and the agent gets a ``ToolMessage`` with
+``status="error"`` carrying the reason, which the model reads and can act on. A tool whose error the
+``ToolNode`` turned into an error message ends failed too (its scope says what the message says).
+An exception the tool raises and the framework does not handle ends the scope failed and propagates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+
+from relay_runtime import conventions as cv
+from relay_runtime import session
+
+from ..frameworks import current_parent, refusal_text
+
+TOOL_CALL_ID = "tool_call_id"
+
+# True while a managed tool call runs here: the callback handler then opens no second tool scope.
+managed_tool: ContextVar[bool] = ContextVar("relay_langchain_managed_tool", default=False)
+
+
+class ToolFailed(RuntimeError):
+    """The tool's error, as the framework reported it in an error ``ToolMessage``."""
+
+    relay_error_type = "tool_error"
+
+    def __init__(self, message: ToolMessage) -> None:
+        super().__init__(str(message.content))
+        self.message = message
+
+
+class _Refused(Exception):
+    """Carries a request intercept's exception out of ``relay.tools`` past the framework."""
+
+
+def _refusal(request: Any, error: BaseException) -> ToolMessage:
+    call = request.tool_call
+    return ToolMessage(
+        content=refusal_text(error), tool_call_id=call.get("id") or "", name=call.get("name"), status="error"
+    )
+
+
+def _checked(result: Any) -> Any:
+    if isinstance(result, ToolMessage) and result.status == "error":
+        raise ToolFailed(result)
+    return result
+
+
+class _ToolRun:
+    """One tool call's bookkeeping, the same for the sync and the async path."""
+
+    __slots__ = ("handler", "request", "started")
+
+    def __init__(self, request: Any, handler: Callable[[Any], Any]) -> None:
+        self.request = request
+        self.handler = handler
+        self.started = False
+
+    def start(self, args: Any) -> tuple[Any, Any]:
+        """The tool runs now (the intercepts let it): the request with their arguments, and the marker's token."""
+        self.started = True
+        return self.request.override(tool_call={**self.request.tool_call, "args": args}), managed_tool.set(True)
+
+    def settle(self, error: Exception) -> Any:
+        """What the agent gets when the managed call raised ``error``: a refusal or the error message."""
+        if isinstance(error, ToolFailed):
+            return error.message
+        if self.started:
+            raise error
+        return _refusal(self.request, error)
+
+
+def _where(turn: Any, request: Any) -> tuple[str, Any, dict[str, Any]]:
+    call = request.tool_call
+    metadata = {TOOL_CALL_ID: call.get("id"), cv.FRAMEWORK: "langchain"}
+    return call["name"], call.get("args") or {}, {"parent": current_parent(turn), "metadata": metadata}
+
+
+def run_tool(request: Any, handler: Callable[[Any], Any]) -> Any:
+    """``handler(request)`` as a managed tool call of the turn managed here (straight through without one)."""
+    turn = session.managed_turn()
+    if turn is None:
+        return handler(request)
+    run = _ToolRun(request, handler)
+
+    def execute(args: Any) -> Any:
+        current, token = run.start(args)
+        try:
+            return _checked(handler(current))
+        finally:
+            managed_tool.reset(token)
+
+    name, args, where = _where(turn, request)
+    try:
+        return turn.relay.tools.execute(name, args, execute, **where)
+    except Exception as exc:
+        return run.settle(exc)
+
+
+async def arun_tool(request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
+    turn = session.managed_turn()
+    if turn is None:
+        return await handler(request)
+    run = _ToolRun(request, handler)
+
+    async def execute(args: Any) -> Any:
+        current, token = run.start(args)
+        try:
+            return _checked(await handler(current))
+        finally:
+            managed_tool.reset(token)
+
+    name, args, where = _where(turn, request)
+    try:
+        return await turn.relay.tools.execute_async(name, args, execute, **where)
+    except Exception as exc:
+        return run.settle(exc)

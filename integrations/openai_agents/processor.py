@@ -1,0 +1,235 @@
+"""``RelayTraceProcessor``: the OpenAI Agents SDK's spans as relay scopes of the current turn.
+
+A trace processor beside the SDK's own ones (``agents.add_trace_processor``): it only observes.
+
+- ``agent`` spans are ``agent`` scopes (``invoke_agent`` in OTel); ``handoff``, ``guardrail`` and
+  ``mcp_tools`` spans are ``function`` scopes (``handoff``, ``guardrail <name>``, ``mcp_list_tools``);
+  a ``function`` span is a ``tool`` scope unless the tool is one ``instrument()`` wrapped (its managed
+  call is the scope then). Task, turn and custom spans open no scope: what is inside them nests
+  under the scope around them.
+- ``response`` / ``generation`` spans are logical model calls under their agent's scope: the attempts
+  ``adapters.instrument()`` makes for the SDK calls inside join them (never a second span); without
+  it, the attempt is recorded from the span (model, usage, finish reasons of the ``Response``).
+  A model span that follows a failed one in the same agent is the runner's retry (a failed model
+  call not retried ends the run): both are attempts of one logical call.
+
+Processors are called in the code that starts and ends the span, so what runs inside an agent span
+finds the agent's scope (``frameworks.framework_scope``). Scopes are detached: the SDK ends spans of
+concurrent guardrails and tools in any order. The processor fails open (counted, never raised).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from relay_runtime import conventions as cv
+from relay_runtime import session
+from relay_runtime.adapters.dispatch import APIS, RESPONSES
+from relay_runtime.adapters.instrument import is_instrumented
+from relay_runtime.scopes import ScopeHandle
+from relay_runtime.session import Turn
+from relay_runtime.types import AnnotatedLLMResponse, ScopeType, TokenUsage
+
+from ..frameworks import ModelCall, current_parent, deferred, enter_scope, leave_scope
+
+FRAMEWORK = cv.FRAMEWORK
+SPAN_ID = "openai_agents.span_id"
+_AGENT = ScopeType.AGENT.value
+_FUNCTION = ScopeType.FUNCTION.value
+_TOOL = ScopeType.TOOL.value
+_MODEL_SPANS = frozenset({"response", "generation"})
+
+
+class SpanFailed(RuntimeError):
+    """The error the Agents SDK recorded on a span."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.relay_error_type = kind
+
+
+@dataclass(eq=False)
+class _Open:
+    turn: Turn
+    handle: ScopeHandle | None
+    own: bool = False
+    token: Any = None
+    call: ModelCall | None = None
+
+
+class RelayTraceProcessor:
+    """An ``agents.tracing.TracingProcessor`` that records the SDK's spans as relay scopes."""
+
+    def __init__(self, wrapped_tools: frozenset[str] | set[str] | None = None) -> None:
+        self._spans: dict[str, _Open] = {}
+        self._lock = threading.Lock()
+        # Names of function tools whose invocation ``instrument()`` manages (their scope is that call's).
+        self.wrapped_tools: set[str] = set(wrapped_tools or ())
+        self.live = True  # False after ``uninstrument()``: the SDK keeps the processor, which then does nothing
+        # Failed model calls per agent scope, kept open for the runner's retry (the next model span of
+        # the same agent); the agent's end closes one that was not retried.
+        self._failed: dict[str | None, tuple[ModelCall, BaseException]] = {}
+
+    # -- the TracingProcessor interface -----------------------------------------------------------
+
+    def on_trace_start(self, trace: Any) -> None:
+        return None
+
+    def on_trace_end(self, trace: Any) -> None:
+        return None
+
+    def shutdown(self) -> None:
+        return None
+
+    def force_flush(self) -> None:
+        return None
+
+    def on_span_start(self, span: Any) -> None:
+        turn = session.managed_turn() if self.live else None
+        if turn is None:
+            return
+        try:
+            self._start(turn, span)
+        except Exception as exc:
+            turn.relay.diag.failure("subscriber_errors", exc, "openai-agents span start")
+
+    def on_span_end(self, span: Any) -> None:
+        with self._lock:
+            entry = self._spans.pop(span.span_id, None)
+        if entry is None:
+            return
+        try:
+            self._end(entry, span)
+        except Exception as exc:
+            entry.turn.relay.diag.failure("subscriber_errors", exc, "openai-agents span end")
+
+    # -- spans -> scopes --------------------------------------------------------------------------
+
+    def _parent(self, turn: Turn, span: Any) -> ScopeHandle | None:
+        entry = self._spans.get(span.parent_id) if span.parent_id else None
+        if entry is not None and entry.handle is not None and not entry.handle.ended:
+            return entry.handle
+        return current_parent(turn)
+
+    def _start(self, turn: Turn, span: Any) -> None:
+        data = span.span_data
+        kind = data.type
+        parent = self._parent(turn, span)
+        if kind in _MODEL_SPANS:
+            with self._lock:
+                failed = self._failed.pop(parent.uuid if parent is not None else None, None)
+            entry = _Open(turn, parent, call=_model_call(turn, parent, data, failed[0] if failed else None))
+        else:
+            scope = _scope_of(kind, data, self.wrapped_tools)
+            if scope is None:
+                entry = _Open(turn, parent)
+            else:
+                name, scope_type, inputs = scope
+                meta = {FRAMEWORK: "openai_agents", SPAN_ID: span.span_id}
+                handle = turn.relay.scope.push(
+                    name, scope_type, parent=parent, attach=False, input=inputs, metadata=meta
+                )
+                entry = _Open(turn, handle, own=True, token=enter_scope(handle) if scope_type == _AGENT else None)
+        with self._lock:
+            self._spans[span.span_id] = entry
+
+    def _end(self, entry: _Open, span: Any) -> None:
+        error = _error_of(span)
+        if entry.call is not None:
+            _end_model_call(entry.call, span.span_data, error)
+            if error is None:
+                entry.call.close()
+            else:
+                self._keep_for_retry(entry, entry.call, error)
+            return
+        if not entry.own or entry.handle is None:
+            return
+        leave_scope(entry.token)
+        with self._lock:
+            failed = self._failed.pop(entry.handle.uuid, None)
+        if failed is not None:  # never retried: the model call failed
+            failed[0].close(failed[1])
+        entry.turn.relay.scope.end(entry.handle, output=_output_of(span.span_data), error=error)
+
+    def _keep_for_retry(self, entry: _Open, call: ModelCall, error: BaseException) -> None:
+        key = entry.handle.uuid if entry.handle is not None else None
+        with self._lock:
+            previous = self._failed.pop(key, None)
+            self._failed[key] = (call, error)
+        if previous is not None and previous[0] is not call:
+            previous[0].close(previous[1])
+
+
+def _scope_of(kind: str, data: Any, wrapped_tools: set[str]) -> tuple[str, str, Any] | None:
+    if kind == "agent":
+        return data.name, _AGENT, {"tools": data.tools, "handoffs": data.handoffs, "output_type": data.output_type}
+    if kind == "function":
+        if data.name in wrapped_tools:
+            return None
+        return data.name, _TOOL, data.input
+    if kind == "handoff":
+        return "handoff", _FUNCTION, {"from_agent": data.from_agent, "to_agent": data.to_agent}
+    if kind == "guardrail":
+        return f"guardrail {data.name}", _FUNCTION, None
+    if kind == "mcp_tools":
+        return "mcp_list_tools", _FUNCTION, {"server": data.server}
+    return None
+
+
+def _output_of(data: Any) -> Any:
+    kind = data.type
+    if kind == "function":
+        return data.output
+    if kind == "guardrail":
+        return {"triggered": data.triggered}
+    if kind == "handoff":
+        return {"to_agent": data.to_agent}
+    if kind == "mcp_tools":
+        return {"result": data.result}
+    return None
+
+
+def _error_of(span: Any) -> SpanFailed | None:
+    error = span.error
+    if not error:
+        return None
+    message = error.get("message") if isinstance(error, dict) else str(error)
+    return SpanFailed(str(message or "span error"), "agents_span_error")
+
+
+def _model_call(turn: Turn, parent: ScopeHandle | None, data: Any, retried: ModelCall | None) -> ModelCall | None:
+    """The logical call of a model span: a new one, or the failed call this span retries."""
+    call = retried or ModelCall.open(parent, turn=turn)
+    if call is None:
+        return None
+    call.join()
+    if not is_instrumented():
+        # Nothing below records the provider call: the span is the only witness.
+        model = getattr(data, "model", None)
+        call.observe("openai", model if isinstance(model, str) else None)
+    return call
+
+
+def _end_model_call(call: ModelCall, data: Any, error: BaseException | None) -> None:
+    call.leave()
+    if call.observed is not None:
+        response = getattr(data, "response", None)
+        model = getattr(response, "model", None) or getattr(data, "model", None)
+        call.end_observed(
+            annotated=deferred(_annotate, data), error=error, model=model if isinstance(model, str) else None
+        )
+        call.observed = None
+
+
+def _annotate(data: Any) -> AnnotatedLLMResponse:
+    response = getattr(data, "response", None)
+    if response is not None:
+        return APIS[RESPONSES].codec.annotate_response(response)
+    usage = getattr(data, "usage", None) or {}
+    model = getattr(data, "model", None)
+    return AnnotatedLLMResponse(
+        model=model if isinstance(model, str) else None,
+        usage=TokenUsage(input_tokens=usage.get("input_tokens"), output_tokens=usage.get("output_tokens")),
+    )

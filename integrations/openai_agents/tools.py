@@ -1,0 +1,108 @@
+"""Function tools of the OpenAI Agents SDK as managed tool calls, so relay tool intercepts reach them.
+
+A trace processor only observes; to let a tool request intercept see (and rewrite) a tool's
+arguments or refuse the call, the tool's invocation is wrapped, in place, the first time
+an agent hands the tool to a run (``Agent.get_all_tools``). A refused call never runs the tool:
+its scope ends failed with the intercept's error and the model gets ``Tool call refused: <reason>``
+as the tool's output. The SDK's failure handling stays outside the managed call: an exception inside
+the tool ends the scope failed and goes on to the SDK, which turns it into the error message the
+model sees (its ``failure_error_function``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+import weakref
+from typing import Any
+
+from relay_runtime import conventions as cv
+from relay_runtime import session
+
+from ..frameworks import current_parent, refusal_text
+
+TOOL_CALL_ID = "tool_call_id"
+_MARK = "__relay_managed_tool__"
+
+
+class ToolWrapping:
+    """Wraps function tools' invocations; ``restore()`` puts every original back."""
+
+    def __init__(self) -> None:
+        self.live = True
+        self.names: set[str] = set()
+        # id(owner) -> (a weak reference to it, the attribute replaced, what it held); tools are unhashable.
+        self._originals: dict[int, tuple[weakref.ref[Any], str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def wrap(self, tool: Any) -> None:
+        # The SDK's own invoker turns a tool's exception into the error text the model sees: its inner
+        # implementation is wrapped, so the managed call sees the exception (and ends failed) first.
+        # Another callable (a FunctionTool built by hand) is wrapped itself.
+        invoker = getattr(tool, "on_invoke_tool", None)
+        owner, attr = (
+            (invoker, "_invoke_tool_impl") if hasattr(invoker, "_invoke_tool_impl") else (tool, "on_invoke_tool")
+        )
+        with self._lock:
+            current = getattr(owner, attr, None)
+            if current is None or getattr(current, _MARK, False):
+                return
+            key = id(owner)
+            forget = self._forget(key)
+            self._originals[key] = (weakref.ref(owner, forget), attr, current)
+            setattr(owner, attr, self._managed(tool.name, current))
+            self.names.add(tool.name)
+
+    def _forget(self, key: int) -> Any:
+        return lambda _ref: self._originals.pop(key, None)
+
+    def restore(self) -> None:
+        with self._lock:
+            self.live = False
+            for ref, attr, original in list(self._originals.values()):
+                owner = ref()
+                if owner is not None:
+                    setattr(owner, attr, original)
+            self._originals.clear()
+            self.names.clear()
+
+    def _managed(self, name: str, original: Any) -> Any:
+        async def on_invoke_tool(ctx: Any, arguments: str) -> Any:
+            turn = session.managed_turn()
+            if turn is None or not self.live:
+                return await original(ctx, arguments)
+            parsed = _parse(arguments)
+            started = False
+
+            async def execute(args: Any) -> Any:
+                nonlocal started
+                started = True
+                if args is parsed or args == parsed:
+                    return await original(ctx, arguments)
+                # An intercept rewrote the arguments: the SDK's arguments prepared for the old text
+                # would be refused as not matching, so they are dropped and the new text parsed anew.
+                if hasattr(ctx, "_function_tool_arguments"):
+                    ctx._function_tool_arguments = None
+                return await original(ctx, args if isinstance(args, str) else json.dumps(args))
+
+            metadata = {TOOL_CALL_ID: getattr(ctx, "tool_call_id", None), cv.FRAMEWORK: "openai_agents"}
+            try:
+                return await turn.relay.tools.execute_async(
+                    name, parsed, execute, parent=current_parent(turn), metadata=metadata
+                )
+            except Exception as exc:
+                if started:
+                    raise
+                return refusal_text(exc)
+
+        functools.update_wrapper(on_invoke_tool, original)  # keeps the SDK's markers on the function
+        setattr(on_invoke_tool, _MARK, True)
+        return on_invoke_tool
+
+
+def _parse(arguments: str) -> Any:
+    try:
+        return json.loads(arguments) if arguments else {}
+    except ValueError:
+        return arguments

@@ -1,0 +1,330 @@
+"""ATIF v1.7 trajectories from trajectory records (``records.py``), live or read back from the journal.
+
+Steps, as NeMo Relay's ``AtifExporter`` writes them for the same run:
+
+- a ``user`` step for each user message a logical call's first attempt sends that no earlier
+  request of the conversation sent (system prompts and tool results are not user steps);
+- an ``agent`` step for each logical call: its final attempt's model, text, reasoning, tool
+  calls and token metrics. Failed and retried attempts are no steps of their own: the step's
+  ``extra`` counts them (``attempts``, ``wasted_tokens``, ``wasted_cost_usd``), with the logical
+  call's id, so nothing is lost;
+- each tool's result as an ``observation`` of the agent step whose tool call it answers (by the
+  call's id; without one, by name and arguments, as NeMo does).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .plain import rfc3339
+from .records import ATTEMPT, CALL, TOOL, TOOL_END, TURN, TURN_END
+
+SCHEMA_VERSION = "ATIF-v1.7"
+_TOTALS = (
+    ("prompt_tokens", "total_prompt_tokens"),
+    ("completion_tokens", "total_completion_tokens"),
+    ("cached_tokens", "total_cached_tokens"),
+    ("cost_usd", "total_cost_usd"),
+)
+
+
+def _arguments(raw: Any) -> Any:
+    if isinstance(raw, str):
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            return raw
+        return parsed
+    return raw if raw is not None else {}
+
+
+def _text_of(content: Any) -> str | None:
+    """A user message's text: a string, or its text parts joined; None when it holds none (a tool result)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [
+            part["text"]
+            for part in content
+            if isinstance(part, dict)
+            and part.get("type") in ("text", "input_text")
+            and isinstance(part.get("text"), str)
+        ]
+        return "".join(texts) if texts else None
+    return None
+
+
+def user_messages(delta: dict[str, Any] | None) -> list[str]:
+    """The user's messages among a request's new messages."""
+    out: list[str] = []
+    for message in (delta or {}).get("new") or ():
+        if isinstance(message, dict) and message.get("role") == "user":
+            text = _text_of(message.get("content"))
+            if text is not None:
+                out.append(text)
+    return out
+
+
+@dataclass(eq=False)
+class _Call:
+    """A logical call's attempts, gathered until the call ends (or the build does)."""
+
+    id: str
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    step: dict[str, Any] | None = None
+
+
+def _usage(attempt: dict[str, Any]) -> dict[str, int]:
+    usage = (attempt.get("resp") or {}).get("usage") or {}
+    return {k: v for k, v in usage.items() if isinstance(v, int)}
+
+
+def _usd(attempt: dict[str, Any]) -> float | None:
+    """What an attempt cost in US dollars, when a price catalog priced it (``relay.cost.use``)."""
+    cost = attempt.get("cost") or {}
+    amount = cost.get("amount")
+    if isinstance(amount, (int, float)) and not isinstance(amount, bool) and cost.get("currency", "USD") == "USD":
+        return float(amount)
+    return None
+
+
+def _metrics(attempt: dict[str, Any]) -> dict[str, Any] | None:
+    usage = _usage(attempt)
+    if not usage:
+        return None
+    prompt, completion = usage.get("input_tokens"), usage.get("output_tokens")
+    metrics: dict[str, Any] = {}
+    if prompt is not None:
+        metrics["prompt_tokens"] = prompt
+    if completion is not None:
+        metrics["completion_tokens"] = completion
+    if "cache_read_tokens" in usage:
+        metrics["cached_tokens"] = usage["cache_read_tokens"]
+    cost = _usd(attempt)
+    if cost is not None:
+        metrics["cost_usd"] = cost
+    extra: dict[str, Any] = {"total_tokens": (prompt or 0) + (completion or 0)}
+    for key in ("reasoning_tokens", "cache_creation_tokens"):
+        if usage.get(key):
+            extra[key] = usage[key]
+    metrics["extra"] = extra
+    return metrics
+
+
+class TrajectoryBuilder:
+    """Folds one conversation's records, in order, into ATIF steps."""
+
+    def __init__(self) -> None:
+        self.steps: list[dict[str, Any]] = []
+        self._calls: dict[str, _Call] = {}
+        self._tools: dict[str, dict[str, Any]] = {}
+        self._open_turns: set[str] = set()
+        self._answered: set[str] = set()  # tool call ids an observation already answers
+
+    # -- records -------------------------------------------------------------------------
+
+    def add(self, record: dict[str, Any]) -> None:
+        kind = record.get("k")
+        if kind == ATTEMPT:
+            self._attempt(record)
+        elif kind == CALL:
+            self._call_end(record)
+        elif kind == TOOL:
+            self._tools[record["id"]] = record
+        elif kind == TOOL_END:
+            self._tool_end(record)
+        elif kind == TURN:
+            self._open_turns.add(record["id"])
+        elif kind == TURN_END:
+            self._open_turns.discard(record["id"])
+
+    def add_all(self, records: Iterable[dict[str, Any]]) -> TrajectoryBuilder:
+        for record in records:
+            self.add(record)
+        return self
+
+    @property
+    def incomplete(self) -> bool:
+        return bool(self._open_turns)
+
+    def _step(self, step: dict[str, Any]) -> dict[str, Any]:
+        if step.get("timestamp") is None:
+            step.pop("timestamp", None)
+        if step.get("model_name") is None:
+            step.pop("model_name", None)
+        step = {"step_id": len(self.steps) + 1, **step}
+        self.steps.append(step)
+        return step
+
+    def _attempt(self, record: dict[str, Any]) -> None:
+        parent = record["id"] if record.get("orphan") else record.get("parent") or record["id"]
+        call = self._calls.get(parent)
+        if call is None:
+            call = self._calls[parent] = _Call(parent)
+            # The user's words come with the call's first request; its retries send them again.
+            for text in user_messages(record.get("req")):
+                start = record.get("start")
+                self._step({"timestamp": rfc3339(start) if isinstance(start, int) else None, "source": "user",
+                            "message": text})  # fmt: skip
+        call.attempts.append(record)
+        if parent == record["id"]:
+            self._call_end({"k": CALL, "id": parent, "outcome": record.get("outcome")})
+
+    def _call_end(self, record: dict[str, Any]) -> None:
+        call = self._calls.get(record["id"])
+        if call is None or call.step is not None or not call.attempts:
+            return
+        attempts = call.attempts
+        served = [a for a in attempts if a.get("outcome") == "success"]
+        final = served[-1] if served else attempts[-1]
+        response = final.get("resp") or {}
+        end = final.get("end")
+        step: dict[str, Any] = {
+            "timestamp": rfc3339(end) if isinstance(end, int) else None,
+            "source": "agent",
+            "model_name": response.get("model") or final.get("model_name") or (record.get("meta") or {}).get("model"),
+            "message": response.get("text") or "",
+        }
+        if final.get("reasoning"):
+            step["reasoning_content"] = final["reasoning"]
+        calls = response.get("tool_calls") or []
+        if calls:
+            step["tool_calls"] = [
+                {
+                    "tool_call_id": c.get("id") or f"call_{record['id'][:8]}_{i}",
+                    "function_name": c.get("name") or "",
+                    "arguments": _arguments(c.get("arguments")),
+                }
+                for i, c in enumerate(calls)
+                if isinstance(c, dict)
+            ]
+        metrics = _metrics(final)
+        if metrics is not None:
+            step["metrics"] = metrics
+        step["llm_call_count"] = 1
+        extra: dict[str, Any] = {"logical_call_id": record["id"], "attempts": len(attempts)}
+        outcome = record.get("outcome") or final.get("outcome")
+        if outcome and outcome != "success":
+            extra["outcome"] = outcome
+        meta = final.get("meta") or {}
+        if meta.get("call_role"):
+            extra["call_role"] = meta["call_role"]
+        if meta.get("api_request_id"):
+            extra["api_request_id"] = meta["api_request_id"]
+        wasted = [a for a in attempts if a is not final]
+        if wasted:
+            extra["failed_attempts"] = [
+                {k: v for k, v in (("outcome", a.get("outcome")), ("error_type", (a.get("error") or {}).get("type")),
+                                   ("error_message", (a.get("error") or {}).get("message"))) if v is not None}
+                for a in wasted
+            ]  # fmt: skip
+            tokens = sum(sum(v for k, v in _usage(a).items() if k in ("input_tokens", "output_tokens")) for a in wasted)
+            if tokens:
+                extra["wasted_tokens"] = tokens
+            cost = sum(_usd(a) or 0 for a in wasted)
+            if cost:
+                extra["wasted_cost_usd"] = cost
+        if final.get("error"):
+            extra["error"] = final["error"]
+        fallback = (record.get("meta") or {}).get("fallback")
+        if fallback:
+            extra["fallback"] = fallback  # the execution intercept that answered instead of the provider
+        if any(a.get("truncated") for a in attempts):
+            extra["truncated"] = True
+        step["extra"] = extra
+        call.step = self._step(step)
+
+    def _tool_end(self, record: dict[str, Any]) -> None:
+        started = self._tools.pop(record["id"], {})
+        name, args = started.get("name"), started.get("args")
+        answering = self._answering(started.get("tool_call_id"), name, args)
+        result: dict[str, Any] = {"source_call_id": answering[1]} if answering is not None else {}
+        value = record.get("result")
+        if isinstance(value, str):
+            result["content"] = value
+        extra: dict[str, Any] = {
+            "event_name": name,
+            "event_uuid": record["id"],
+            "parent_event_uuid": started.get("parent"),
+        }
+        if value is not None and not isinstance(value, str):
+            extra["tool_result"] = value
+        if record.get("error"):
+            extra["error"] = record["error"]
+            result.setdefault("content", record["error"].get("message") or "")
+        if record.get("outcome") and record["outcome"] != "success":
+            extra["outcome"] = record["outcome"]
+        if record.get("truncated") or started.get("truncated"):
+            extra["truncated"] = True
+        result["extra"] = extra
+        if answering is not None:
+            step, call_id = answering
+            step.setdefault("observation", {"results": []})["results"].append(result)
+            self._answered.add(call_id)
+            return
+        # A tool nobody asked for (no agent step named it): a step of its own, so nothing is lost.
+        end = record.get("end")
+        self._step({"timestamp": rfc3339(end) if isinstance(end, int) else None, "source": "system",
+                    "message": f"tool {name}", "observation": {"results": [result]}})  # fmt: skip
+
+    def _answering(self, call_id: Any, name: Any, args: Any) -> tuple[dict[str, Any], str] | None:
+        """The agent step whose tool call a result answers, newest first, and that call's id."""
+        answered = self._answered
+        for step in reversed(self.steps):
+            for call in step.get("tool_calls") or ():
+                if isinstance(call_id, str):
+                    if call["tool_call_id"] == call_id:
+                        return step, call_id
+                elif (
+                    call["function_name"] == name and call["arguments"] == args and call["tool_call_id"] not in answered
+                ):
+                    return step, call["tool_call_id"]
+        return None
+
+    # -- the trajectory --------------------------------------------------------------------
+
+    def finish(self) -> None:
+        """Calls still open (their turn is running, or the record of their end was lost) become steps now."""
+        for call in list(self._calls.values()):
+            if call.step is None and call.attempts:
+                self._call_end({"k": CALL, "id": call.id, "outcome": None})
+
+    def trajectory(
+        self,
+        session_id: str,
+        *,
+        agent_name: str = "agent",
+        agent_version: str = "0",
+        model_name: str | None = None,
+        tool_definitions: list[Any] | None = None,
+        extra: Any = None,
+    ) -> dict[str, Any]:
+        self.finish()
+        agent: dict[str, Any] = {"name": agent_name, "version": agent_version}
+        if model_name is not None:
+            agent["model_name"] = model_name
+        if tool_definitions is not None:
+            agent["tool_definitions"] = tool_definitions
+        if extra is not None:
+            agent["extra"] = extra
+        totals: dict[str, Any] = {}
+        for step in self.steps:
+            metrics = step.get("metrics") or {}
+            for key, total in _TOTALS:
+                if key in metrics:
+                    totals[total] = totals.get(total, 0) + metrics[key]
+        totals["total_steps"] = len(self.steps)
+        out: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "session_id": session_id,
+            "trajectory_id": session_id,
+            "agent": agent,
+            "steps": self.steps,
+            "final_metrics": totals,
+        }
+        if self.incomplete:
+            out["extra"] = {"incomplete": True}
+        return out

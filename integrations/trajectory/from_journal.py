@@ -1,0 +1,262 @@
+"""Trajectories of runs recorded in the past: read back from the run journal (file store or Redis).
+
+The journal's rows carry the trajectory records (``traj``) the live exporters build from, so
+``atif_from_journal`` gives what a live ``AtifExporter`` gave, and ``atof_from_journal`` the
+ATOF lines of the turn's scopes (the conversation scope itself is not journaled, nor are the
+provider's raw response bodies: an LLM end line carries the normalized response instead).
+A row the journal had to cut to its row cap still becomes a step, marked ``extra.truncated``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from relay_runtime.types import ScopeType
+
+from ..run_journal import paths
+from ..run_journal.storage import is_truncated
+from ..run_journal.store import RunJournalStore, resolve_store
+from .atof import ATOF_VERSION
+from .build import TrajectoryBuilder
+from .plain import rfc3339
+from .records import ATTEMPT, CALL, TOOL, TOOL_END, TURN, TURN_END, rebuild_request
+
+PathLike = str | os.PathLike[str]
+_KIND_OF_SPAN = {"attempt": ATTEMPT, "logical_call": CALL}
+
+
+def _check(session_id: Any, run_id: Any) -> None:
+    if not paths.valid_id(session_id):
+        raise ValueError(f"invalid session_id {session_id!r}")
+    if run_id is not None and not paths.valid_id(run_id):
+        raise ValueError(f"invalid run_id {run_id!r}")
+
+
+def _record_of(row: dict[str, Any]) -> dict[str, Any] | None:
+    """The trajectory record a row carries; for a row cut by the cap, what its kept fields still say."""
+    payload = row.get("payload")
+    if not isinstance(payload, dict):
+        return None
+    traj = payload.get("traj")
+    if isinstance(traj, dict) and isinstance(traj.get("k"), str):
+        return traj
+    if not is_truncated(row):
+        return None
+    event = row.get("event")
+    created = row.get("created_at")
+    at = int(created * 1e9) if isinstance(created, (int, float)) else None
+    if event == "span" and payload.get("kind") in _KIND_OF_SPAN and isinstance(payload.get("id"), str):
+        usage = {
+            k: payload[k]
+            for k in ("input_tokens", "output_tokens", "cache_read_tokens")
+            if isinstance(payload.get(k), int)
+        }
+        record: dict[str, Any] = {
+            "k": _KIND_OF_SPAN[payload["kind"]], "id": payload["id"], "parent": payload.get("parent_id"),
+            "name": payload.get("name"), "outcome": payload.get("outcome"), "end": at, "truncated": True,
+        }  # fmt: skip
+        if payload.get("model"):
+            record["model_name"] = payload["model"]
+        if usage:
+            record["resp"] = {"usage": usage}
+        return record
+    if event == "tool_result":
+        return None  # without its id nothing names the tool it ended
+    return None
+
+
+def _runs(store: RunJournalStore, session_id: str, run_id: str | None) -> list[list[dict[str, Any]]]:
+    """The rows of the run, or of every run of the session in the order they started."""
+    ids = [run_id] if run_id is not None else [r["run_id"] for r in store.list_runs(session_id)]
+    runs: list[tuple[int, str, list[dict[str, Any]]]] = []
+    for rid in ids:
+        rows = store.read(session_id, rid).get("events") or []
+        start = next(
+            (r["payload"]["traj"]["start"] for r in rows
+             if isinstance(r.get("payload"), dict) and isinstance(r["payload"].get("traj"), dict)
+             and r["payload"]["traj"].get("k") == TURN),
+            None,
+        )  # fmt: skip
+        first = rows[0].get("created_at", 0) if rows else 0
+        runs.append((start if isinstance(start, int) else int(first * 1e9), rid, rows))
+    runs.sort(key=lambda item: (item[0], item[1]))
+    return [rows for _, _, rows in runs]
+
+
+def journal_records(
+    session_id: str,
+    run_id: str | None = None,
+    *,
+    store: RunJournalStore | None = None,
+    session_dir: PathLike | None = None,
+) -> list[dict[str, Any]]:
+    """The trajectory records the journal holds for one run, or for every run of the session in order."""
+    _check(session_id, run_id)
+    chosen = resolve_store(store, session_dir)
+    records: list[dict[str, Any]] = []
+    for rows in _runs(chosen, session_id, run_id):
+        for row in rows:
+            record = _record_of(row)
+            if record is not None:
+                records.append(record)
+    return records
+
+
+def atif_from_journal(
+    session_id: str,
+    run_id: str | None = None,
+    *,
+    store: RunJournalStore | None = None,
+    session_dir: PathLike | None = None,
+    agent_name: str = "agent",
+    agent_version: str = "0",
+    model_name: str | None = None,
+    tool_definitions: list[dict[str, Any]] | None = None,
+    extra: Any = None,
+) -> dict[str, Any]:
+    """The ATIF trajectory of one run (a turn), or with ``run_id=None`` of every run of the session.
+
+    A run still in progress exports what it has, with ``extra.incomplete: true``.
+    """
+    records = journal_records(session_id, run_id, store=store, session_dir=session_dir)
+    if not records:
+        raise LookupError(f"no trajectory recorded for session {session_id!r}" + (f" run {run_id!r}" if run_id else ""))
+    return (
+        TrajectoryBuilder()
+        .add_all(records)
+        .trajectory(
+            session_id,
+            agent_name=agent_name,
+            agent_version=agent_version,
+            model_name=model_name,
+            tool_definitions=tool_definitions,
+            extra=extra,
+        )
+    )
+
+
+def _line(
+    record: dict[str, Any], start: bool, category: str, root: str | None, data: Any, profile: Any, meta: Any
+) -> dict[str, Any]:
+    return {
+        "atof_version": ATOF_VERSION,
+        "kind": "scope",
+        "scope_category": "start" if start else "end",
+        "uuid": record["id"],
+        "parent_uuid": record.get("parent"),
+        "propagation_root_uuid": root,
+        "timestamp": rfc3339(record["start" if start else "end"])
+        if isinstance(record.get("start" if start else "end"), int)
+        else None,
+        "name": record.get("name"),
+        "category": category,
+        "category_profile": profile,
+        "data": data,
+        "data_schema": None,
+        "metadata": meta,
+        "attributes": [],
+    }
+
+
+def atof_from_journal(
+    session_id: str,
+    run_id: str | None = None,
+    *,
+    store: RunJournalStore | None = None,
+    session_dir: PathLike | None = None,
+) -> list[dict[str, Any]]:
+    """The ATOF events (one dict a line) of the run's scopes, or of every run of the session, in event order."""
+    _check(session_id, run_id)
+    # Requests are deltas against earlier ones, possibly of earlier runs: those are read too.
+    everything = journal_records(session_id, None, store=store, session_dir=session_dir)
+    wanted = everything if run_id is None else journal_records(session_id, run_id, store=store, session_dir=session_dir)
+    if not wanted:
+        raise LookupError(f"no trajectory recorded for session {session_id!r}" + (f" run {run_id!r}" if run_id else ""))
+    requests: dict[str, dict[str, Any]] = {}
+    for record in everything:
+        if record.get("k") == ATTEMPT and isinstance(record.get("req"), dict):
+            rebuilt = rebuild_request(record["req"], requests)
+            if rebuilt is not None:
+                requests[record["id"]] = rebuilt
+    turns = {r["id"]: r for r in wanted if r.get("k") == TURN}
+    tools = {r["id"]: r for r in wanted if r.get("k") == TOOL}
+    lines: list[tuple[int, dict[str, Any]]] = []
+    parents = {r["id"]: r.get("parent") for r in everything if "parent" in r}
+
+    def root_of(record: dict[str, Any]) -> str | None:
+        """The top of the record's tree: the conversation scope its turn was opened in."""
+        uuid = record["id"]
+        seen = 0
+        while parents.get(uuid) is not None and seen < 64:
+            uuid, seen = parents[uuid], seen + 1
+        return uuid
+
+    for record in wanted:
+        kind = record.get("k")
+        if kind == TURN:
+            meta = {"relay.kind": "turn", "turn_id": record.get("run_id"), "task_id": record.get("task_id"),
+                    "session_id": record.get("session_id")}  # fmt: skip
+            lines.append(
+                (record["os"], _line(record, True, ScopeType.FUNCTION.value, root_of(record), None, None, meta))
+            )
+        elif kind == TURN_END:
+            turn = turns.get(record["id"], {})
+            merged = {**turn, **record}
+            meta = {"relay.kind": "turn", "turn_id": turn.get("run_id"), "task_id": turn.get("task_id"),
+                    "session_id": turn.get("session_id")}  # fmt: skip
+            _outcome(meta, record)
+            data = {"outcome": record["outcome"]} if record.get("outcome") else None
+            line = _line(merged, False, ScopeType.FUNCTION.value, root_of(record), data, None, meta)
+            lines.append((record.get("oe", 0), line))
+        elif kind == TOOL:
+            profile = {"tool_call_id": record["tool_call_id"]} if record.get("tool_call_id") else None
+            meta = {"relay.kind": "tool"}
+            line = _line(record, True, ScopeType.TOOL.value, root_of(record), record.get("args"), profile, meta)
+            lines.append((record["os"], line))
+        elif kind == TOOL_END:
+            started = tools.get(record["id"], {})
+            merged = {**started, **record}
+            profile = {"tool_call_id": started["tool_call_id"]} if started.get("tool_call_id") else None
+            meta = {"relay.kind": "tool"}
+            _outcome(meta, record)
+            line = _line(
+                merged, False, ScopeType.TOOL.value, root_of(record), record.get("result"), profile, meta
+            )
+            lines.append((record.get("oe", 0), line))
+        elif kind in (CALL, ATTEMPT) and not record.get("truncated"):
+            root = root_of(record)
+            category = ScopeType.LLM.value if kind == ATTEMPT else ScopeType.FUNCTION.value
+            meta_start = {
+                "relay.kind": "llm_attempt" if kind == ATTEMPT else "logical_llm_call",
+                **(record.get("meta") or {}),
+            }
+            meta_end = dict(meta_start)
+            _outcome(meta_end, record)
+            if kind == ATTEMPT:
+                request = requests.get(record["id"])
+                headers = (record.get("req") or {}).get("headers") or {}
+                start_data = {"headers": headers, "content": request} if request is not None else None
+                model = record.get("model_name")
+                start_profile = {"model_name": model}
+                end_profile = {"model_name": model, "annotated_response": record.get("resp")}
+                lines.append((record["os"], _line(record, True, category, root, start_data, start_profile, meta_start)))
+                lines.append((record["oe"], _line(record, False, category, root, None, end_profile, meta_end)))
+            else:
+                lines.append((record["os"], _line(record, True, category, root, None, None, meta_start)))
+                lines.append((record["oe"], _line(record, False, category, root, None, None, meta_end)))
+    lines.sort(key=lambda item: item[0])
+    return [line for _, line in lines]
+
+
+def _outcome(meta: dict[str, Any], record: dict[str, Any]) -> None:
+    outcome = record.get("outcome")
+    if outcome:
+        meta["relay.outcome"] = outcome
+        meta["otel.status_code"] = "OK" if outcome == "success" else "ERROR"
+    error = record.get("error")
+    if isinstance(error, dict):
+        meta["relay.error_type"] = error.get("type")
+        meta["relay.error_message"] = error.get("message")
+    if isinstance(record.get("cost"), dict):
+        meta["relay.cost"] = record["cost"]

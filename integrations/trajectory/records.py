@@ -1,0 +1,330 @@
+"""Trajectory records: what a trajectory needs of a relay's events, as small JSON-ready dicts.
+
+One ``Tracker`` per consumer turns events into records, in event order. The live
+``AtifExporter`` builds its trajectory from them, and the run journal writes the
+same records into its rows (under ``"traj"``), so a trajectory rebuilt from the
+journal is the live one. A record is written when its scope ends:
+
+- ``turn`` (at the turn's start) and ``turn_end``;
+- ``call``: a logical LLM call, with its outcome;
+- ``attempt``: one provider call, with its request as a *delta* against an earlier
+  attempt of the same conversation (``base``, how many messages it ``keep``s, the ``new``
+  ones, and the kwargs it ``set``s or ``drop``s), so that each row holds a call's new
+  messages only, never the history again; and what the response said;
+- ``tool`` (at the tool's start) and ``tool_end``.
+
+``os`` / ``oe`` number the start and end events in the order the tracker saw them,
+which is how ATOF events rebuilt from records are put back in order.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from relay_runtime import SCOPE_END, SCOPE_START, Event
+from relay_runtime import conventions as cv
+
+from .plain import plain
+
+TURN, TURN_END, CALL, ATTEMPT, TOOL, TOOL_END = "turn", "turn_end", "call", "attempt", "tool", "tool_end"
+TOOL_CALL_ID = "tool_call_id"
+_BASES = 8  # recent attempts of a conversation a new request is compared with
+_CALL_META = (cv.API_REQUEST_ID, cv.CALL_ROLE)
+_ATTEMPT_META = (cv.API_REQUEST_ID, cv.CALL_ROLE, cv.RETRY_COUNT, cv.SDK_RETRIES, cv.API_MODE)
+CONVERSATION_KEYS = ("messages", "input")
+_MAPPINGS = (dict, MappingProxyType)
+
+
+@dataclass(eq=False)
+class _Open:
+    session_id: str
+    start: int
+    os: int
+    kind: str
+    req: dict[str, Any] | None = None
+    reasoning: list[str] = field(default_factory=list)
+
+
+def frozen_request(event: Event) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An attempt start event's request as it was sent: its kwargs (their conversation list copied:
+    the agent goes on appending to its own) and headers (already redacted by the core).
+
+    Exporters that read events later, on another thread, take this on the agent's thread.
+    """
+    given = event.input
+    if type(given) is not dict and not isinstance(given, Mapping):
+        given = {}
+    content = given.get("content")
+    headers = given.get("headers")
+    # The core hands a read-only view of the kwargs (a MappingProxyType): its type is checked before the ABC.
+    kwargs = dict(content) if type(content) in _MAPPINGS or isinstance(content, Mapping) else {}
+    for key in CONVERSATION_KEYS:
+        # The agent's own list: it goes on appending to it after the call, and a later request is
+        # compared with this one as it was sent.
+        if type(kwargs.get(key)) is list:
+            kwargs[key] = list(kwargs[key])
+    return kwargs, dict(headers) if headers and (type(headers) in _MAPPINGS or isinstance(headers, Mapping)) else {}
+
+
+def _common(old: list[Any], new: list[Any]) -> int:
+    n = min(len(old), len(new))
+    i = 0
+    while i < n and (old[i] is new[i] or old[i] == new[i]):
+        i += 1
+    return i
+
+
+def conversation_key(content: dict[str, Any]) -> str | None:
+    """The kwarg holding the conversation as a list (``messages``; ``input`` for the Responses API)."""
+    for key in CONVERSATION_KEYS:
+        if isinstance(content.get(key), list):
+            return key
+    return None
+
+
+def request_delta(history: deque[tuple[str, dict[str, Any]]], content: dict[str, Any]) -> dict[str, Any]:
+    """``content`` as a delta against the recent request it shares most messages with (exact to rebuild)."""
+    key = conversation_key(content)
+    messages: list[Any] = content[key] if key is not None else []
+    best: tuple[str, dict[str, Any]] | None = None
+    keep = 0
+    for attempt_id, candidate in reversed(history):
+        old = candidate.get(key) if key is not None else None
+        shared = _common(old, messages) if isinstance(old, list) else 0
+        if best is None or shared > keep:
+            best, keep = (attempt_id, candidate), shared
+        if key is None or shared == len(messages):
+            break
+    delta: dict[str, Any] = {"base": None, "keep": 0}
+    earlier: dict[str, Any] = {}
+    if best is not None and (key is None or keep > 0):
+        delta["base"], earlier = best
+        delta["keep"] = keep
+    if key is not None:
+        delta["key"] = key
+        delta["new"] = plain(messages[keep if delta["base"] else 0 :], keys=False)
+    delta["set"] = plain(
+        {k: v for k, v in content.items() if k != key and (k not in earlier or earlier[k] != v)}, keys=False
+    )
+    drop = sorted(k for k in earlier if k not in content and k != key)
+    if drop:
+        delta["drop"] = drop
+    return delta
+
+
+def rebuild_request(delta: dict[str, Any], requests: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The kwargs ``request_delta`` described, given the requests rebuilt so far by attempt id.
+
+    None when its base is missing (an earlier run that is not at hand).
+    """
+    base_id = delta.get("base")
+    base: dict[str, Any] = {}
+    if base_id is not None:
+        found = requests.get(base_id)
+        if found is None:
+            return None
+        base = found
+    key = delta.get("key")
+    dropped = set(delta.get("drop") or ())
+    base_key = conversation_key(base)
+    out = {k: v for k, v in base.items() if k not in dropped and k != base_key}
+    out.update(delta.get("set") or {})
+    if key is not None:
+        old = base.get(key)
+        kept = list(old[: delta.get("keep") or 0]) if isinstance(old, list) else []
+        out[key] = kept + list(delta.get("new") or [])
+    return out
+
+
+_USAGE = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens", "reasoning_tokens")
+
+
+def _usage_of(usage: Any) -> dict[str, int]:
+    # Read field by field: TokenUsage.as_dict() asks dataclasses for its fields on every call.
+    if usage is None:
+        return {}
+    return {name: value for name in _USAGE if (value := getattr(usage, name, None)) is not None}
+
+
+def _response(event: Event) -> dict[str, Any] | None:
+    annotation = event.annotated_response
+    if annotation is None:
+        return None
+    out: dict[str, Any] = {}
+    if annotation.model:
+        out["model"] = annotation.model
+    if annotation.id:
+        out["id"] = annotation.id
+    if annotation.finish_reasons:
+        out["finish_reasons"] = list(annotation.finish_reasons)
+    usage = _usage_of(annotation.usage)
+    if usage:
+        out["usage"] = usage
+    if annotation.output_text:
+        out["text"] = plain(annotation.output_text)
+    if annotation.tool_calls:
+        out["tool_calls"] = plain(annotation.tool_calls, keys=False)
+    if annotation.time_to_first_chunk_ns is not None:
+        out["ttfc_ns"] = annotation.time_to_first_chunk_ns
+    return out
+
+
+def _meta(metadata: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in keys:
+        value = metadata.get(key)
+        if value is not None:
+            out[key] = value if type(value) is int else plain(value)
+    return out
+
+
+def _ended(record: dict[str, Any], event: Event) -> dict[str, Any]:
+    if event.outcome:
+        record["outcome"] = event.outcome
+    if event.error_type:
+        record["error"] = {"type": event.error_type, "message": plain(event.error_message or "")}
+    cost = event.cost
+    if cost is not None and hasattr(cost, "as_dict"):
+        record["cost"] = plain(cost.as_dict())
+    return record
+
+
+class Tracker:
+    """Events in, trajectory records out; not thread-safe (its owner serialises events)."""
+
+    def __init__(self) -> None:
+        self._session: dict[str, str] = {}  # open scope uuid -> its conversation's session id
+        self._open: dict[str, _Open] = {}  # open logical calls, attempts and tools
+        self._history: dict[str, deque[tuple[str, dict[str, Any]]]] = {}
+        self._order = 0
+
+    def session_of(self, uuid: str | None) -> str | None:
+        return self._session.get(uuid or "")
+
+    def forget(self, session_id: str) -> None:
+        """Drop what is kept to compare later requests of ``session_id`` with (its conversation ended)."""
+        self._history.pop(session_id, None)
+
+    def chunk(self, event: Event) -> None:
+        """A stream chunk mark: its reasoning text is kept for the attempt's record."""
+        opened = self._open.get(event.parent_uuid or "")
+        data = event.data
+        delta = data.get("delta") if isinstance(data, dict) else None
+        reasoning = getattr(delta, "reasoning", None)
+        if opened is not None and reasoning:
+            opened.reasoning.append(reasoning)
+
+    def __call__(
+        self, event: Event, request: tuple[dict[str, Any], dict[str, Any]] | None = None
+    ) -> tuple[str, dict[str, Any]] | None:
+        """The record ``event`` completes, as ``(session_id, record)``; None for most events.
+
+        ``request``: an attempt start's ``frozen_request``, when it was taken earlier than now.
+        """
+        kind = event.kind
+        if kind != SCOPE_START and kind != SCOPE_END:
+            return None
+        self._order += 1
+        order = self._order
+        relay_kind = event.metadata.get(cv.KIND)
+        uuid = event.uuid
+        if kind == SCOPE_START:
+            if relay_kind == cv.CONVERSATION:
+                session_id = event.metadata.get(cv.SESSION_ID)
+                if isinstance(session_id, str):
+                    self._session[uuid] = session_id
+                return None
+            session_id = event.metadata.get(cv.SESSION_ID) if relay_kind == cv.TURN else None
+            if not isinstance(session_id, str):
+                session_id = self._session.get(event.parent_uuid or "")
+            if session_id is None:
+                return None
+            self._session[uuid] = session_id
+            if relay_kind == cv.TURN:
+                meta = event.metadata
+                return session_id, {
+                    "k": TURN, "id": uuid, "parent": event.parent_uuid, "name": event.name,
+                    "start": event.timestamp, "os": order, "session_id": session_id,
+                    "run_id": meta.get(cv.TURN_ID), "task_id": meta.get(cv.TASK_ID),
+                }  # fmt: skip
+            opened = _Open(session_id, event.timestamp, order, str(relay_kind))
+            if relay_kind == cv.ATTEMPT:
+                content, headers = request if request is not None else frozen_request(event)
+                history = self._history.setdefault(session_id, deque(maxlen=_BASES))
+                opened.req = request_delta(history, content)
+                if headers:
+                    opened.req["headers"] = plain(headers)
+                history.append((uuid, content))
+                self._open[uuid] = opened
+            elif relay_kind == cv.LOGICAL_CALL:
+                self._open[uuid] = opened
+            elif relay_kind == cv.TOOL:
+                record = {
+                    "k": TOOL, "id": uuid, "parent": event.parent_uuid, "name": event.name,
+                    "start": event.timestamp, "os": order, "args": plain(event.input),
+                }  # fmt: skip
+                call_id = event.metadata.get(TOOL_CALL_ID)
+                if isinstance(call_id, str):
+                    record["tool_call_id"] = call_id
+                return session_id, record
+            return None
+        # SCOPE_END
+        if relay_kind == cv.CONVERSATION:
+            session_id = self._session.pop(uuid, None)
+            if session_id is not None:
+                self.forget(session_id)
+            return None
+        session_id = self._session.pop(uuid, None)
+        if session_id is None:
+            return None
+        if relay_kind == cv.TURN:
+            output = event.output if isinstance(event.output, dict) else {}
+            record = {"k": TURN_END, "id": uuid, "end": event.timestamp, "oe": order}
+            outcome = output.get("outcome") or event.outcome
+            if outcome:
+                record["outcome"] = outcome
+            return session_id, _ended(record, event) if event.cost is not None else record
+        if relay_kind == cv.TOOL:
+            record = {"k": TOOL_END, "id": uuid, "end": event.timestamp, "oe": order}
+            if event.output is not None:
+                record["result"] = plain(event.output)
+            return session_id, _ended(record, event)
+        found = self._open.pop(uuid, None)
+        if found is None:
+            return None
+        record = {
+            "k": ATTEMPT if relay_kind == cv.ATTEMPT else CALL, "id": uuid, "parent": event.parent_uuid,
+            "name": event.name, "start": found.start, "end": event.timestamp, "os": found.os, "oe": order,
+        }  # fmt: skip
+        if relay_kind == cv.ATTEMPT:
+            meta = _meta(event.metadata, _ATTEMPT_META)
+            if meta:
+                record["meta"] = meta
+            if event.provider:
+                record["provider"] = event.provider
+            if event.model_name:
+                record["model_name"] = event.model_name
+            record["req"] = found.req
+            parent = self._open.get(event.parent_uuid or "")
+            if parent is None or parent.kind != cv.LOGICAL_CALL:
+                record["orphan"] = True  # an attempt made outside any logical call is a call of its own
+            response = _response(event)
+            if response is not None:
+                record["resp"] = response
+            if found.reasoning:
+                record["reasoning"] = plain("".join(found.reasoning))
+        else:
+            meta = _meta(event.metadata, _CALL_META)
+            output = event.output if isinstance(event.output, dict) else {}
+            for key in ("model", "provider"):
+                if isinstance(output.get(key), str):
+                    meta[key] = output[key]
+            if isinstance(output.get("relay.fallback"), str) or isinstance(event.metadata.get("relay.fallback"), str):
+                meta["fallback"] = output.get("relay.fallback") or event.metadata.get("relay.fallback")
+            if meta:
+                record["meta"] = meta
+        return session_id, _ended(record, event)

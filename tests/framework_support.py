@@ -1,0 +1,70 @@
+"""Helpers for the framework integration tests: the framework packages, scripted models, scope outlines."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from typing import Any
+
+import pytest
+
+from relay_runtime import Recorder
+from relay_runtime import conventions as cv
+
+
+def need(module: str) -> Any:
+    """Import a framework package; skip without it locally, fail under CI=true (the extra is installed there)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        message = f"{module} is not installed (pip install -e '.[frameworks]'): {exc}"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def outline(events: Recorder, *, skip: tuple[str, ...] = ()) -> list[str]:
+    """The ended scopes as an indented outline, in start order: ``"  tool weather failed"``.
+
+    Scopes named in ``skip`` are left out with what is under them (the conversation above the turn).
+    """
+    starts = {e.uuid: e for e in events.starts()}
+    ends = {e.uuid: e for e in events.ends()}
+    children: dict[str | None, list[str]] = {}
+    for uuid, start in starts.items():
+        parent = start.parent_uuid if start.parent_uuid in starts else None
+        children.setdefault(parent, []).append(uuid)
+    lines: list[str] = []
+
+    def walk(uuid: str, depth: int) -> None:
+        start = starts[uuid]
+        if start.name in skip:
+            for child in children.get(uuid, []):
+                walk(child, depth)
+            return
+        end = ends.get(uuid)
+        lines.append(f"{'  ' * depth}{start.scope_type} {start.name} {end.outcome if end else 'open'}")
+        for child in children.get(uuid, []):
+            walk(child, depth + 1)
+
+    for root in children.get(None, []):
+        walk(root, 0)
+    return lines
+
+
+def attempts(events: Recorder) -> list[Any]:
+    return events.ends(relay_kind=cv.ATTEMPT)
+
+
+def logical_calls(events: Recorder) -> list[Any]:
+    return events.ends(relay_kind=cv.LOGICAL_CALL)
+
+
+def tool_call_body(name: str, args: dict[str, Any], call_id: str = "call-1") -> dict[str, Any]:
+    """A chat completion asking for one tool call."""
+    from relay_runtime.adapters import testing as t
+
+    return t.chat_completion_body(
+        None, finish_reason="tool_calls", tool_calls=[{"id": call_id, "name": name, "arguments": json.dumps(args)}]
+    )

@@ -1,0 +1,409 @@
+"""LangChain agents (``create_agent``) under ``RelayCallbackHandler`` and ``RelayMiddleware``.
+
+Real LangChain, a real ``ChatOpenAI`` whose own OpenAI client talks to the scripted mock transport
+(no network), and LangChain's fake chat model where the provider does not matter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import httpx2
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from relay_runtime import GuardrailRejected, adapters
+from relay_runtime import conventions as cv
+from relay_runtime.adapters import testing as t
+from relay_runtime.integrations.otel import OTelExporter
+from tests.framework_support import attempts, logical_calls, need, outline, tool_call_body
+
+langchain_openai = need("langchain_openai")
+agents_mod = need("langchain.agents")
+middleware_mod = need("langchain.agents.middleware")
+tools_mod = need("langchain_core.tools")
+
+from relay_runtime.integrations.langchain import RelayCallbackHandler, RelayMiddleware  # noqa: E402
+
+RAN: list[str] = []
+
+
+@tools_mod.tool
+def weather(city: str) -> str:
+    """The weather of a city."""
+    RAN.append(city)
+    if city == "Atlantis":
+        raise RuntimeError("no such city")
+    return f"sunny in {city}"
+
+
+@tools_mod.tool
+def forecast(city: str) -> str:
+    """Tomorrow's weather of a city."""
+    RAN.append(city)
+    raise tools_mod.ToolException(f"no forecast for {city}")
+
+
+forecast.handle_tool_error = True  # the tool answers its ToolException as an error message
+
+
+@pytest.fixture(autouse=True)
+def _clean() -> Iterator[None]:
+    RAN.clear()
+    yield
+    adapters.uninstrument()
+
+
+def chat_model(script: t.Script, **options: Any) -> Any:
+    """A real ChatOpenAI building its own OpenAI clients over the scripted transport."""
+    return langchain_openai.ChatOpenAI(
+        model="gpt-test",
+        api_key=t.TEST_KEY,
+        base_url=t.BASE_OPENAI,
+        http_client=httpx2.Client(transport=script.transport()),
+        http_async_client=httpx2.AsyncClient(transport=script.transport()),
+        max_retries=0,
+        **options,
+    )
+
+
+def tool_then_answer(tool: str = "weather", city: str = "Paris") -> t.Script:
+    return t.Script(
+        [
+            t.json_reply(tool_call_body(tool, {"city": city})),
+            t.json_reply(t.chat_completion_body("Done.", usage=t.chat_usage(30, 3))),
+        ]
+    )
+
+
+def run(agent: Any, question: str, *, use_async: bool = False, **config: Any) -> Any:
+    inputs = {"messages": [{"role": "user", "content": question}]}
+    if use_async:
+        return asyncio.run(agent.ainvoke(inputs, config=config))
+    return agent.invoke(inputs, config=config)
+
+
+@pytest.fixture
+def otel_spans(relay_turn: Any) -> Iterator[InMemorySpanExporter]:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    relay, _turn = relay_turn
+    exporter = OTelExporter(provider).attach(relay)
+    try:
+        yield memory
+    finally:
+        exporter.detach()
+
+
+def client_spans(memory: InMemorySpanExporter) -> list[Any]:
+    return [s for s in memory.get_finished_spans() if s.name.startswith("chat ")]
+
+
+# -- RelayCallbackHandler ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_callback_handler_tree_joins_the_instrumented_attempts(relay_turn, relay_events, otel_spans, use_async) -> None:
+    adapters.instrument()
+    script = tool_then_answer()
+    agent = agents_mod.create_agent(chat_model(script), [weather], name="helper")
+    result = run(agent, "Weather in Paris?", use_async=use_async, callbacks=[RelayCallbackHandler()])
+    assert result["messages"][-1].content == "Done."
+    assert outline(relay_events) == [
+        "agent helper success",
+        "  function model success",
+        "    function logical_llm_call success",
+        "      llm openai success",
+        "  function tools success",
+        "    tool weather success",
+        "  function model success",
+        "    function logical_llm_call success",
+        "      llm openai success",
+    ]
+    # One attempt per provider call, the SDK's own (tokens and all), never a second one or a second span.
+    tried = attempts(relay_events)
+    assert len(tried) == len(script.requests) == 2
+    assert tried[1].annotated_response.usage.input_tokens == 30
+    assert len(client_spans(otel_spans)) == 2
+    tool_end = relay_events.ends(relay_kind=cv.TOOL)[0]
+    start = relay_events.starts(uuid=tool_end.uuid)[0]
+    assert start.input == {"city": "Paris"}
+    assert tool_end.output["content"] == "sunny in Paris"
+
+
+def test_callback_handler_records_attempts_without_instrument(relay_turn, relay_events) -> None:
+    script = tool_then_answer()
+    agent = agents_mod.create_agent(chat_model(script), [weather], name="helper")
+    run(agent, "Weather in Paris?", callbacks=[RelayCallbackHandler()])
+    tried = attempts(relay_events)
+    assert [a.name for a in tried] == ["openai", "openai"]
+    assert [a.outcome for a in tried] == ["success", "success"]
+    assert tried[1].annotated_response.usage.input_tokens == 30
+    assert tried[0].annotated_response.tool_calls[0]["name"] == "weather"
+    assert tried[1].model_name == "gpt-test"
+    assert [c.outcome for c in logical_calls(relay_events)] == ["success", "success"]
+
+
+def test_callback_handler_on_a_fake_chat_model_chain(relay_turn, relay_events) -> None:
+    fake = need("langchain_core.language_models.fake_chat_models")
+    runnables = need("langchain_core.runnables")
+    model = fake.GenericFakeChatModel(messages=iter(["a fake answer"]))
+    chain = runnables.RunnableLambda(lambda text: f"Q: {text}").with_config(run_name="prepare") | model
+    out = chain.invoke("hi", config={"callbacks": [RelayCallbackHandler()]})
+    assert out.content == "a fake answer"
+    assert outline(relay_events) == [
+        "agent RunnableSequence success",
+        "  function prepare success",
+        "  function logical_llm_call success",
+        "    llm genericfakechatmodel success",  # its LangSmith provider name
+    ]
+    assert attempts(relay_events)[0].annotated_response.output_text == "a fake answer"
+
+
+def test_callback_handler_records_a_failed_chain(relay_turn, relay_events) -> None:
+    runnables = need("langchain_core.runnables")
+
+    def boom(_: Any) -> Any:
+        raise ValueError("bad input")
+
+    with pytest.raises(ValueError, match="bad input"):
+        runnables.RunnableLambda(boom).invoke("x", config={"callbacks": [RelayCallbackHandler()], "run_name": "boom"})
+    (end,) = [e for e in relay_events.ends() if e.name == "boom"]
+    assert (end.outcome, end.error_type, end.error_message) == ("failed", "ValueError", "bad input")
+
+
+def test_callback_handler_records_nothing_without_a_turn(relay_home, relay_events) -> None:
+    fake = need("langchain_core.language_models.fake_chat_models")
+    model = fake.GenericFakeChatModel(messages=iter(["x"]))
+    assert model.invoke("hi", config={"callbacks": [RelayCallbackHandler()]}).content == "x"
+    assert relay_events.events == []
+
+
+# -- RelayMiddleware -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("instrumented", [False, True], ids=["alone", "with-instrument"])
+def test_middleware_model_and_tool_calls_are_managed(
+    relay_turn, relay_events, otel_spans, use_async, instrumented
+) -> None:
+    relay, _turn = relay_turn
+    if instrumented:
+        adapters.instrument()
+    seen: list[Any] = []
+
+    def count(name: str, request: Any, annotated: Any) -> Any:
+        seen.append(annotated.model)
+        return relay.LLMRequestInterceptOutcome(request, annotated)
+
+    relay.intercepts.register_llm_request("count", 0, False, count)
+    relay.intercepts.register_tool_request("args", 0, False, lambda name, args: {**args, "city": args["city"].upper()})
+    script = tool_then_answer()
+    agent = agents_mod.create_agent(chat_model(script), [weather], middleware=[RelayMiddleware()], name="helper")
+    result = run(agent, "Weather in Paris?", use_async=use_async, callbacks=[RelayCallbackHandler()])
+    assert result["messages"][-1].content == "Done."
+    assert RAN == ["PARIS"]  # the intercept's arguments reached the tool
+    assert seen == ["gpt-test", "gpt-test"]  # intercepts ran once per provider call, with or without instrument()
+    assert outline(relay_events) == [
+        "agent helper success",
+        "  function model success",
+        "    function logical_llm_call success",
+        "      llm openai success",
+        "  function tools success",
+        "    tool weather success",
+        "  function model success",
+        "    function logical_llm_call success",
+        "      llm openai success",
+    ]
+    assert len(attempts(relay_events)) == 2
+    assert len(client_spans(otel_spans)) == 2  # one GenAI client span per provider call
+    (tool,) = relay_events.ends(relay_kind=cv.TOOL)
+    assert tool.output.content == "sunny in PARIS"
+    # The model's request carried the tool's answer and its id.
+    assert script.bodies()[1]["messages"][-1] == {"role": "tool", "tool_call_id": "call-1", "content": "sunny in PARIS"}
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_middleware_guardrail_refuses_a_tool_call(relay_turn, relay_events, use_async) -> None:
+    relay, _turn = relay_turn
+
+    def no_paris(name: str, args: Any) -> Any:
+        if args.get("city") == "Paris":
+            raise GuardrailRejected("geo-fence", "Paris is off limits")
+        return args
+
+    relay.intercepts.register_tool_request("geo-fence", 0, False, no_paris)
+    script = tool_then_answer()
+    agent = agents_mod.create_agent(chat_model(script), [weather], middleware=[RelayMiddleware()])
+    result = run(agent, "Weather in Paris?", use_async=use_async)
+    assert RAN == []  # the tool never ran
+    (tool,) = relay_events.ends(relay_kind=cv.TOOL)
+    assert (tool.outcome, tool.error_type) == ("failed", "GuardrailRejected")
+    assert "Paris is off limits" in tool.error_message
+    # The agent saw a tool error carrying the reason, and went on with it.
+    refusal = result["messages"][2]
+    assert (refusal.type, refusal.status) == ("tool", "error")
+    assert refusal.content == "Tool call refused: Paris is off limits"
+    assert script.bodies()[1]["messages"][-1]["content"] == "Tool call refused: Paris is off limits"
+    assert result["messages"][-1].content == "Done."
+
+
+def test_middleware_tool_error_handled_by_the_tool(relay_turn, relay_events) -> None:
+    script = tool_then_answer("forecast")
+    agent = agents_mod.create_agent(chat_model(script), [forecast], middleware=[RelayMiddleware()])
+    result = run(agent, "Forecast for Paris?")
+    assert RAN == ["Paris"]
+    (tool,) = relay_events.ends(relay_kind=cv.TOOL)
+    assert (tool.outcome, tool.error_type, tool.error_message) == ("failed", "tool_error", "no forecast for Paris")
+    assert result["messages"][2].content == "no forecast for Paris"
+    assert result["messages"][-1].content == "Done."
+
+
+def test_middleware_tool_error_unhandled_propagates(relay_turn, relay_events) -> None:
+    script = tool_then_answer(city="Atlantis")
+    agent = agents_mod.create_agent(chat_model(script), [weather], middleware=[RelayMiddleware()])
+    with pytest.raises(RuntimeError, match="no such city"):
+        run(agent, "Weather in Atlantis?")
+    (tool,) = relay_events.ends(relay_kind=cv.TOOL)
+    assert (tool.outcome, tool.error_type) == ("failed", "RuntimeError")
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_middleware_retries_inside_are_attempts_of_one_logical_call(relay_turn, relay_events, use_async) -> None:
+    adapters.instrument()
+    script = t.Script([t.error(500), t.json_reply(t.chat_completion_body("Recovered."))])
+    retry = middleware_mod.ModelRetryMiddleware(max_retries=1, initial_delay=0, jitter=False)
+    agent = agents_mod.create_agent(chat_model(script), [], middleware=[RelayMiddleware(), retry])
+    result = run(agent, "Hi", use_async=use_async)
+    assert result["messages"][-1].content == "Recovered."
+    first, second = attempts(relay_events)
+    assert (first.outcome, second.outcome) == ("failed", "success")
+    assert (first.metadata[cv.RETRY_COUNT], second.metadata[cv.RETRY_COUNT]) == (0, 1)
+    assert first.metadata[cv.API_REQUEST_ID] == second.metadata[cv.API_REQUEST_ID]
+    (call,) = logical_calls(relay_events)
+    assert call.outcome == "success"
+    assert call.uuid == first.parent_uuid == second.parent_uuid
+
+
+def test_middleware_failed_model_call_fails_its_logical_call(relay_turn, relay_events) -> None:
+    script = t.Script([t.error(400)])
+    agent = agents_mod.create_agent(chat_model(script), [], middleware=[RelayMiddleware()])
+    with pytest.raises(Exception, match=r"400|scripted failure"):
+        run(agent, "Hi")
+    (attempt,) = attempts(relay_events)
+    (call,) = logical_calls(relay_events)
+    assert (attempt.outcome, call.outcome) == ("failed", "failed")
+
+
+def test_middleware_execution_intercept_retries_are_attempts(relay_turn, relay_events) -> None:
+    relay, _turn = relay_turn
+
+    def twice(name: str, request: Any, next_: Any) -> Any:
+        try:
+            return next_(request)
+        except Exception:
+            return next_(request)
+
+    relay.intercepts.register_llm_execution("retry-once", 0, twice)
+    script = t.Script([t.error(500), t.json_reply(t.chat_completion_body("Second time."))])
+    agent = agents_mod.create_agent(chat_model(script), [], middleware=[RelayMiddleware()])
+    assert run(agent, "Hi")["messages"][-1].content == "Second time."
+    assert [a.outcome for a in attempts(relay_events)] == ["failed", "success"]
+    assert [c.outcome for c in logical_calls(relay_events)] == ["success"]
+
+
+def test_middleware_request_intercept_edits_reach_the_model(relay_turn, relay_events) -> None:
+    relay, _turn = relay_turn
+
+    def cool(name: str, request: Any, annotated: Any) -> Any:
+        annotated.params["temperature"] = 0.25
+        annotated.messages[-1] = {"role": "user", "content": "Edited question"}
+        return relay.LLMRequestInterceptOutcome(request, annotated)
+
+    relay.intercepts.register_llm_request("cool", 0, False, cool)
+    script = t.Script([t.json_reply(t.chat_completion_body("ok"))])
+    agent = agents_mod.create_agent(chat_model(script), [], middleware=[RelayMiddleware()])
+    run(agent, "Original question")
+    (body,) = script.bodies()
+    assert body["temperature"] == 0.25
+    assert body["messages"][-1] == {"role": "user", "content": "Edited question"}
+
+
+def test_middleware_llm_guardrail_refuses_the_model_call(relay_turn, relay_events) -> None:
+    relay, _turn = relay_turn
+    relay.intercepts.register_llm_guardrail("never", 0, lambda name, req, ann: "no model calls today")
+    script = t.Script([])
+    agent = agents_mod.create_agent(chat_model(script), [], middleware=[RelayMiddleware()])
+    with pytest.raises(GuardrailRejected, match=r"no model calls today"):
+        run(agent, "Hi")
+    assert script.requests == []
+    (attempt,) = attempts(relay_events)
+    assert (attempt.outcome, attempt.error_type) == ("failed", "GuardrailRejected")
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_middleware_streamed_agent_is_one_attempt_per_call(relay_turn, relay_events, otel_spans, use_async) -> None:
+    adapters.instrument()
+    script = t.Script([t.sse_reply(t.openai_chat_sse(t.chat_chunks(["Hel", "lo"], usage=t.chat_usage(9, 2))))])
+    model = chat_model(script, streaming=True, stream_usage=True)
+    agent = agents_mod.create_agent(model, [], middleware=[RelayMiddleware()], name="streamer")
+    inputs = {"messages": [{"role": "user", "content": "Hi"}]}
+    config = {"callbacks": [RelayCallbackHandler()]}
+
+    async def astream() -> list[Any]:
+        return [item async for item in agent.astream(inputs, config=config, stream_mode="messages")]
+
+    items = asyncio.run(astream()) if use_async else list(agent.stream(inputs, config=config, stream_mode="messages"))
+    text = "".join(chunk.content for chunk, _meta in items if isinstance(chunk.content, str))
+    assert "Hello" in text
+    (attempt,) = attempts(relay_events)
+    assert attempt.outcome == "success"
+    assert attempt.annotated_response.output_text == "Hello"
+    assert attempt.annotated_response.usage.output_tokens == 2
+    assert len(client_spans(otel_spans)) == 1
+
+
+def test_middleware_without_a_turn_runs_the_agent_untouched(relay_home, relay_events) -> None:
+    script = tool_then_answer()
+    agent = agents_mod.create_agent(chat_model(script), [weather], middleware=[RelayMiddleware()])
+    assert run(agent, "Weather in Paris?")["messages"][-1].content == "Done."
+    assert RAN == ["Paris"]
+    assert relay_events.events == []
+
+
+def test_missing_langchain_names_the_extra(monkeypatch) -> None:
+    from relay_runtime.integrations import langchain as integration
+
+    monkeypatch.setitem(sys.modules, "langchain", None)
+    with pytest.raises(ImportError, match=r"pip install 'relay-runtime\[langchain\]'"):
+        integration.RelayMiddleware  # noqa: B018
+
+
+def test_middleware_on_chat_anthropic(relay_turn, relay_events, otel_spans) -> None:
+    """The same agent over a real ChatAnthropic, whose Anthropic client answers from the script."""
+    langchain_anthropic = need("langchain_anthropic")
+    adapters.instrument()
+    use = {"id": "toolu_1", "name": "weather", "input": {"city": "Paris"}}
+    script = t.Script(
+        [
+            t.json_reply(t.anthropic_message_body("", stop_reason="tool_use", tool_use=use)),
+            t.json_reply(t.anthropic_message_body("Done.")),
+        ]
+    )
+    model = langchain_anthropic.ChatAnthropic(model="claude-test", api_key=t.TEST_KEY, max_retries=0)
+    model.__dict__["_client"] = t.anthropic_client(script, max_retries=0)  # its cached client, on the script
+    agent = agents_mod.create_agent(model, [weather], middleware=[RelayMiddleware()], name="helper")
+    result = run(agent, "Weather in Paris?", callbacks=[RelayCallbackHandler()])
+    assert result["messages"][-1].content == "Done."
+    assert RAN == ["Paris"]
+    tried = attempts(relay_events)
+    assert [a.name for a in tried] == ["anthropic", "anthropic"]
+    assert tried[0].annotated_response.tool_calls[0]["name"] == "weather"
+    assert len(client_spans(otel_spans)) == 2
+    assert script.bodies()[1]["messages"][-1]["content"][0]["tool_use_id"] == "toolu_1"

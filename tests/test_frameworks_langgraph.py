@@ -1,0 +1,211 @@
+"""LangGraph graphs under ``configure_graph`` with tool nodes from ``create_tool_node``.
+
+A real ``StateGraph`` whose model node calls a real ``ChatOpenAI`` on the scripted mock transport
+(no network), a real ``ToolNode``, and LangGraph's in-memory checkpointer for interrupts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from relay_runtime import GuardrailRejected, adapters, session
+from relay_runtime import conventions as cv
+from relay_runtime.adapters import testing as t
+from tests.framework_support import attempts, need, outline, tool_call_body
+
+graph_mod = need("langgraph.graph")
+prebuilt = need("langgraph.prebuilt")
+types_mod = need("langgraph.types")
+memory_mod = need("langgraph.checkpoint.memory")
+tools_mod = need("langchain_core.tools")
+langchain_openai = need("langchain_openai")
+
+from relay_runtime.integrations.langgraph import configure_graph, create_tool_node  # noqa: E402
+from tests.test_frameworks_langchain import chat_model  # noqa: E402
+
+RAN: list[str] = []
+
+
+@tools_mod.tool
+def weather(city: str) -> str:
+    """The weather of a city."""
+    RAN.append(city)
+    return f"sunny in {city}"
+
+
+@pytest.fixture(autouse=True)
+def _clean() -> Iterator[None]:
+    RAN.clear()
+    yield
+    adapters.uninstrument()
+
+
+def agent_graph(script: t.Script, **model_options: Any) -> Any:
+    model = chat_model(script, **model_options).bind_tools([weather])
+
+    def call_model(state: Any) -> Any:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    builder = graph_mod.StateGraph(graph_mod.MessagesState)
+    builder.add_node("agent", call_model)
+    builder.add_node("tools", create_tool_node([weather]))
+    builder.add_edge(graph_mod.START, "agent")
+    builder.add_conditional_edges("agent", prebuilt.tools_condition)
+    builder.add_edge("tools", "agent")
+    return configure_graph(builder.compile(name="weather-graph"))
+
+
+def tool_then_answer() -> t.Script:
+    return t.Script(
+        [t.json_reply(tool_call_body("weather", {"city": "Paris"})), t.json_reply(t.chat_completion_body("Done."))]
+    )
+
+
+QUESTION = {"messages": [{"role": "user", "content": "Weather in Paris?"}]}
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_graph_nodes_model_calls_and_tools(relay_turn, relay_events, use_async) -> None:
+    adapters.instrument()
+    script = tool_then_answer()
+    graph = agent_graph(script)
+    result = asyncio.run(graph.ainvoke(QUESTION)) if use_async else graph.invoke(QUESTION)
+    assert result["messages"][-1].content == "Done."
+    assert outline(relay_events) == [
+        "agent weather-graph success",
+        "  function agent success",
+        "    function logical_llm_call success",
+        "      llm openai success",
+        "    function tools_condition success",
+        "  function tools success",
+        "    tool weather success",
+        "  function agent success",
+        "    function logical_llm_call success",
+        "      llm openai success",
+        "    function tools_condition success",
+    ]
+    assert len(attempts(relay_events)) == len(script.requests) == 2
+    (tool,) = relay_events.ends(relay_kind=cv.TOOL)
+    assert relay_events.starts(uuid=tool.uuid)[0].input == {"city": "Paris"}
+    assert tool.output.content == "sunny in Paris"
+    assert tool.metadata["tool_call_id"] == "call-1"
+
+
+def test_tool_node_guardrail_refuses(relay_turn, relay_events) -> None:
+    relay, _turn = relay_turn
+
+    def refuse(name: str, args: Any) -> Any:
+        raise GuardrailRejected("no-tools", "tools are disabled")
+
+    relay.intercepts.register_tool_request("no-tools", 0, False, refuse)
+    script = tool_then_answer()
+    result = agent_graph(script).invoke(QUESTION)
+    assert RAN == []
+    (tool,) = relay_events.ends(relay_kind=cv.TOOL)
+    assert (tool.outcome, tool.error_type) == ("failed", "GuardrailRejected")
+    assert result["messages"][2].content == "Tool call refused: tools are disabled"
+    assert script.bodies()[1]["messages"][-1]["content"] == "Tool call refused: tools are disabled"
+
+
+def test_configure_graph_is_idempotent_and_checks_its_argument() -> None:
+    script = tool_then_answer()
+    graph = agent_graph(script)
+    assert configure_graph(graph) is graph
+    assert len(graph.config["callbacks"]) == 1
+    with pytest.raises(TypeError, match="compiled LangGraph graph"):
+        configure_graph(object())
+
+
+def approval_graph() -> Any:
+    def ask(state: Any) -> Any:
+        answer = types_mod.interrupt({"question": "Send the email?"})
+        return {"messages": [{"role": "assistant", "content": f"approved: {answer}"}]}
+
+    builder = graph_mod.StateGraph(graph_mod.MessagesState)
+    builder.add_node("ask", ask)
+    builder.add_edge(graph_mod.START, "ask")
+    return configure_graph(builder.compile(name="approval", checkpointer=memory_mod.InMemorySaver()))
+
+
+def test_interrupt_and_resume_are_marks_and_resume_keeps_the_ids(relay_home) -> None:
+    from relay_runtime import Recorder
+
+    graph = approval_graph()
+    config = {"configurable": {"thread_id": "thread-1"}}
+
+    def in_turn(run: Any) -> Recorder:
+        coordinator = session.SESSION_COORDINATOR
+        lease = coordinator.acquire_conversation(
+            profile_key=session.current_profile_key(), session_id="chat-7", platform="test"
+        )
+        events = Recorder()
+        lease.host.relay.subscribers.register(events)
+        lease.host.retain_managed_execution("test")
+        turn = coordinator.begin_turn(lease, turn_id="turn-7", task_id="task-7")
+        try:
+            run()
+        finally:
+            coordinator.end_turn(turn, outcome="success")
+            coordinator.release_conversation(lease)
+        return events
+
+    first = in_turn(lambda: graph.invoke(QUESTION, config))
+    (mark,) = first.marks(name="graph.interrupt")
+    assert mark.data["interrupts"][0]["value"] == {"question": "Send the email?"}
+    (ask,) = [e for e in first.ends() if e.name == "ask"]
+    assert (ask.outcome, ask.output) == ("success", {"control_flow": "GraphInterrupt"})
+
+    session.reset_for_tests()  # as a new process would: nothing of the first run is kept
+    second = in_turn(lambda: graph.invoke(types_mod.Command(resume="yes"), config))
+    (resumed,) = second.marks(name="graph.resume")
+    assert resumed.data["resume"] == "yes"
+    assert resumed.data["checkpoint_id"]
+    # The resumed run is recorded under the same conversation and turn ids.
+    turn_start = second.starts(relay_kind=cv.TURN)[0]
+    assert (turn_start.metadata[cv.SESSION_ID], turn_start.metadata[cv.TURN_ID]) == ("chat-7", "turn-7")
+    (graph_end,) = [e for e in second.ends() if e.name == "approval"]
+    assert graph_end.outcome == "success"
+    assert graph_end.trace_id == turn_start.trace_id
+
+
+def test_streamed_graph_is_one_attempt_per_call(relay_turn, relay_events) -> None:
+    adapters.instrument()
+    script = t.Script([t.sse_reply(t.openai_chat_sse(t.chat_chunks(["Hel", "lo"])))])
+    graph = agent_graph(script, streaming=True)
+    items = list(graph.stream(QUESTION, stream_mode="messages"))
+    assert "".join(chunk.content for chunk, _ in items if isinstance(chunk.content, str)) == "Hello"
+    (attempt,) = attempts(relay_events)
+    assert (attempt.outcome, attempt.annotated_response.output_text) == ("success", "Hello")
+
+
+def test_missing_langgraph_names_the_extra(monkeypatch) -> None:
+    from relay_runtime.integrations import langgraph as integration
+
+    monkeypatch.setitem(sys.modules, "langgraph", None)
+    with pytest.raises(ImportError, match=r"pip install 'relay-runtime\[langgraph\]'"):
+        integration.create_tool_node  # noqa: B018
+
+
+def test_tool_node_error_handled_by_the_node(relay_turn, relay_events) -> None:
+    @tools_mod.tool
+    def broken(city: str) -> str:
+        """Always fails."""
+        raise RuntimeError(f"no data for {city}")
+
+    node = create_tool_node([broken], handle_tool_errors=True)  # the node's own options pass through
+    call = {"name": "broken", "args": {"city": "Paris"}, "id": "call-9", "type": "tool_call"}
+    ai = need("langchain_core.messages").AIMessage(content="", tool_calls=[call])
+    builder = graph_mod.StateGraph(graph_mod.MessagesState)
+    builder.add_node("tools", node)
+    builder.add_edge(graph_mod.START, "tools")
+    out = configure_graph(builder.compile()).invoke({"messages": [ai]})
+    message = out["messages"][-1]
+    assert (message.status, message.tool_call_id) == ("error", "call-9")
+    (tool,) = relay_events.ends(relay_kind=cv.TOOL)
+    assert (tool.outcome, tool.error_type) == ("failed", "tool_error")
+    assert "no data for Paris" in tool.error_message
