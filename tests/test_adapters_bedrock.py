@@ -341,3 +341,40 @@ def test_threads_sharing_one_client_each_get_their_own_attempt_and_retry_count(
     assert len(bedrock_server.seen) == 16
     assert sum(e.metadata[cv.SDK_RETRIES] for e in ends) == 8
     assert len({e.metadata[cv.API_REQUEST_ID] for e in ends}) == 8
+
+
+def _session(client: Any) -> list[Any]:
+    """One converse after a throttled try, a converse_stream, and a provider error: what the caller saw."""
+    seen: list[Any] = [client.converse(modelId=MODEL, messages=MESSAGES)["output"]]
+    seen.append(list(client.converse_stream(modelId=MODEL, messages=MESSAGES)["stream"]))
+    with pytest.raises(botocore.exceptions.ClientError) as caught:
+        client.converse(modelId=MODEL, messages=[{"role": "user", "content": [{"text": "bad"}]}])
+    seen.append((type(caught.value).__name__, caught.value.response["Error"]["Message"]))
+    return seen
+
+
+def test_a_cassette_records_and_replays_offline_without_credentials(relay_turn, relay_events, bedrock_server, tmp_path):
+    from relay_runtime import cassettes
+
+    path = tmp_path / "bedrock.json"
+    bedrock_server.replies += [
+        error_reply(429, "ThrottlingException", "Too many requests"),
+        json_reply(converse_body("recorded")),
+        stream_reply(text_events(["re", "corded"])),
+        error_reply(400, "ValidationException", f"no such thing (key {SECRET_KEY})"),
+    ]
+    with cassettes.use(path, mode="record"):
+        live = _session(adapters.instrument(bedrock_server.client(retries=2)))
+    text = path.read_text()
+    for secret in (ACCESS_KEY, SECRET_KEY, SESSION_TOKEN, "AWS4-HMAC-SHA256", "X-Amz-Security-Token"):
+        assert secret not in text
+    bedrock_server.close()  # nothing answers now: the replay is offline
+    offline = adapters.instrument(BedrockServer.client(bedrock_server, retries=2))
+    with cassettes.use(path, mode="replay"):
+        replayed = _session(offline)
+    assert replayed[0] == live[0] and replayed[1] == live[1]
+    assert replayed[2][0] == "ValidationException" and SECRET_KEY not in replayed[2][1]
+    ends = attempts(relay_events)
+    assert [e.outcome for e in ends] == ["success", "success", "failed"] * 2
+    assert [e.metadata[cv.SDK_RETRIES] for e in ends] == [1, 0, 0] * 2  # botocore retried the replayed 429 too
+    assert ends[4].annotated_response.output_text == "recorded"

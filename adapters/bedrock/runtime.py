@@ -15,13 +15,13 @@ from contextvars import ContextVar
 from typing import Any
 from urllib.parse import urlsplit
 
-from relay_runtime import calls, redaction
+from relay_runtime import calls, cassettes, redaction
 from relay_runtime import conventions as cv
 from relay_runtime.attempt import current_attempt
 from relay_runtime.types import LLMRequest, request_of_kwargs
 
 from .. import dispatch
-from . import invoke
+from . import cassette, invoke
 from .codec import PROVIDER, ConverseCodec
 
 SERVICE = "bedrock-runtime"
@@ -57,6 +57,7 @@ class _ClientState:
         events = client.meta.events
         events.register(f"before-send.{SERVICE}", _on_send, unique_id="relay-runtime-send")
         events.register(f"before-sign.{SERVICE}", _on_sign, unique_id="relay-runtime-sign")
+        events.register(f"before-send.{SERVICE}", cassette.send_handler(client), unique_id="relay-runtime-cassette")
 
 
 def _address(url: Any) -> str | None:
@@ -97,15 +98,20 @@ def _on_sign(request: Any = None, **_: Any) -> None:
             request.headers[name] = value
 
 
+def _credential_values(client: Any) -> set[str]:
+    credentials = getattr(getattr(client, "_request_signer", None), "_credentials", None)
+    if credentials is None:
+        return set()  # an unsigned client
+    frozen = credentials.get_frozen_credentials()
+    return {v for v in (frozen.access_key, frozen.secret_key, frozen.token) if isinstance(v, str) and v}
+
+
 def _remember_credentials(client: Any, state: _ClientState) -> None:
-    signer = getattr(client, "_request_signer", None)
-    credentials = getattr(signer, "_credentials", None)
+    credentials = getattr(getattr(client, "_request_signer", None), "_credentials", None)
     if credentials is None or credentials is state.credentials:
         return  # an unsigned client, or static credentials remembered before
-    frozen = credentials.get_frozen_credentials()
-    redaction.remember_secret(frozen.access_key)
-    redaction.remember_secret(frozen.secret_key)
-    redaction.remember_secret(frozen.token)
+    for value in _credential_values(client):
+        redaction.remember_secret(value)
     if type(credentials).__name__ == "Credentials":  # refreshable ones change under the same object
         state.credentials = credentials
 
@@ -118,7 +124,9 @@ def _tag(error: BaseException) -> None:
         error.relay_error_type = code  # type: ignore[attr-defined]
 
 
-def _sdk_call(send: Callable[[str, dict[str, Any]], Any], operation: str, request: LLMRequest) -> Any:
+def _sdk_call(
+    send: Callable[[str, dict[str, Any]], Any], operation: str, request: LLMRequest, codec: Any, client: Any
+) -> Any:
     attempt = current_attempt()
     if attempt is not None:
         attempt.metadata.pop(cv.SDK_RETRIES, None)  # an execution intercept's second call counts afresh
@@ -126,7 +134,11 @@ def _sdk_call(send: Callable[[str, dict[str, Any]], Any], operation: str, reques
     token = dispatch.inside_sdk_call.set(True)
     header_token = _headers.set(dict(headers)) if headers else None
     try:
-        return send(operation, request.kwargs())
+        kwargs = request.kwargs()
+        if cassettes.current() is None:
+            return send(operation, kwargs)
+        with cassette.Bound(codec, kwargs, _credential_values(client)):
+            return send(operation, kwargs)
     except BaseException as exc:
         _tag(exc)
         if attempt is not None and cv.SDK_RETRIES not in attempt.metadata:
@@ -185,13 +197,13 @@ def managed_call(client: Any, send: Callable[[str, dict[str, Any]], Any], operat
     if stream_key is None:
         if operation == "InvokeModel":
             return calls.execute_current(
-                request, lambda r: invoke.replayable(_sdk_call(send, operation, r)), **options
+                request, lambda r: invoke.replayable(_sdk_call(send, operation, r, codec, client)), **options
             )
-        return calls.execute_current(request, lambda r: _sdk_call(send, operation, r), **options)
+        return calls.execute_current(request, lambda r: _sdk_call(send, operation, r, codec, client), **options)
     answered: list[dict[str, Any]] = []
 
     def open_stream(sent: LLMRequest) -> Any:
-        response = _sdk_call(send, operation, sent)
+        response = _sdk_call(send, operation, sent, codec, client)
         answered.append(response)
         return _tagging(response[stream_key])
 
