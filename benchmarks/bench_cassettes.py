@@ -8,6 +8,10 @@ Variants, timed call by call in interleaved rounds (so machine drift hits all al
 - <api> stream mock / replay: a streamed call iterated to the end, for OpenAI chat
   (5 chunks), OpenAI responses (5 events) and Anthropic messages (8 events)
 
+- miss on a 600-call cassette: a call no recording matches, on a cassette of 600 recorded
+  calls (about 5.8 MiB of agent conversations), until its ``CassetteMiss`` (the closest
+  recording and a diff) is raised; target <= 1 s
+
 A replayed call with one recorded answer skips the SDK's request building and HTTP
 round trip: a JSON answer is parsed by the client's own parser, a stream is the SDK's
 own stream class yielding items built from the recorded JSON by the item class's
@@ -103,7 +107,52 @@ def _timed(call: Callable[[], Any], n: int) -> list[float]:
     return out
 
 
+MISS_CALLS = 600
+MISS_ROUNDS = int(os.environ.get("BENCH_MISS_ROUNDS", "5"))
+
+
+def _conversation(n: int) -> list[dict[str, str]]:
+    """An agent's history: ten turns of tool output and answers, about 9.6 KiB in all."""
+    messages = [{"role": "system", "content": f"You are agent {n % 7}. Be brief and exact."}]
+    for turn in range(10):
+        lines = "\n".join(f"row {turn}.{i}: item {n * 31 + i} status ok, latency {(n + i) % 97} ms" for i in range(15))
+        messages.append({"role": "user", "content": f"step {turn} of task {n}: results follow\n{lines}"})
+        messages.append({"role": "assistant", "content": f"noted step {turn} of task {n}; {n % 13} issues"})
+    return messages
+
+
+def miss() -> None:
+    """How long a miss takes to report on a big cassette (its closest recording and a diff)."""
+    from relay_runtime.adapters import testing as t
+
+    script = t.Script([t.json_reply(t.chat_completion_body("ok")) for _ in range(MISS_CALLS)])
+    client = t.openai_client(script)
+    path = os.path.join(tempfile.mkdtemp(prefix="bench-cassette-miss-"), "big.json")
+    with cassettes.use(path, mode="record"):
+        for n in range(MISS_CALLS):
+            adapters.complete(client, {"model": "gpt-bench", "messages": _conversation(n)})
+    size = os.path.getsize(path) / 2**20
+    changed = _conversation(MISS_CALLS // 2)
+    changed[7]["content"] += " (one more line)"
+    times = []
+    for _ in range(MISS_ROUNDS):
+        start = time.perf_counter()
+        try:
+            with cassettes.use(path):
+                adapters.complete(client, {"model": "gpt-bench", "messages": changed})
+        except cassettes.CassetteMiss as exc:
+            times.append(time.perf_counter() - start)
+            assert f"#{MISS_CALLS // 2 + 1} of {MISS_CALLS}" in str(exc), str(exc)[:300]
+        else:
+            raise AssertionError("the changed call replayed")
+    print(
+        f"  miss on a {MISS_CALLS}-call {size:.1f} MiB cassette: {statistics.median(times):.3f} s median of "
+        f"{MISS_ROUNDS} (open, match, closest recording and diff; min {min(times):.3f} s; target <= 1 s)"
+    )
+
+
 def main() -> None:
+    miss()
     calls = _calls()
     path = os.path.join(tempfile.mkdtemp(prefix="bench-cassette-"), "bench.json")
     with cassettes.use(path, mode="record"):

@@ -18,10 +18,12 @@ appear as a whole string in the walked kwargs.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .secret_runs import SecretRuns
 from .types import AnnotatedLLMRequest
 
 REDACTED = "[redacted]"
@@ -61,9 +63,36 @@ def is_credential_header(name: str | bytes) -> bool:
             lowered in CREDENTIAL_HEADER_NAMES
             or lowered.endswith(_SUFFIXES)
             or any(infix in lowered for infix in _INFIXES)
+            or is_credential_name(name)
         )
         if len(_header_verdicts) < _VERDICTS_MAX and isinstance(name, (str, bytes)):
             _header_verdicts[name] = verdict
+    return verdict
+
+
+# Query parameter and header names that say credential (the name rule of cassettes' query strings and
+# headers, request and response): exact names, then ``*-key`` / ``*-token`` / ``*-auth`` / ``x-auth-*``
+# with ``_`` read as ``-``. ``author`` is no credential, and an idempotency key is a request id.
+CREDENTIAL_NAMES = frozenset(
+    {"key", "api-key", "apikey", "token", "access-token", "sig", "signature", "secret", "password"}
+    | {"subscription-key", "cookie", "set-cookie", "authorization", "proxy-authorization", "auth"}
+)
+_NAME_SUFFIXES = ("-key", "-token", "-auth", "-secret", "-signature", "-password")
+_NAME_PREFIXES = ("x-auth-",)
+_NOT_CREDENTIAL_NAMES = frozenset({"idempotency-key", "x-idempotency-key"})
+_name_verdicts: dict[Any, bool] = {}
+
+
+def is_credential_name(name: str | bytes) -> bool:
+    """A query parameter or header name that says it holds a credential (see ``CREDENTIAL_NAMES``)."""
+    verdict = _name_verdicts.get(name)
+    if verdict is None:
+        lowered = _as_text(name).strip().lower().replace("_", "-")
+        verdict = lowered not in _NOT_CREDENTIAL_NAMES and (
+            lowered in CREDENTIAL_NAMES or lowered.endswith(_NAME_SUFFIXES) or lowered.startswith(_NAME_PREFIXES)
+        )
+        if len(_name_verdicts) < _VERDICTS_MAX and isinstance(name, (str, bytes)):
+            _name_verdicts[name] = verdict
     return verdict
 
 
@@ -104,14 +133,102 @@ def remember_secret(value: Any) -> None:
         del _secrets_order[:-_SECRETS_MAX]
         # A new frozenset, swapped in whole: readers never take the lock.
         _secrets = frozenset(_secrets_order)
+        _known_clean.clear()
+
+
+_runs = SecretRuns((), REDACTED)
+
+
+def remembered() -> SecretRuns:
+    """The remembered keys, ready to search for (made again only when a key was added)."""
+    global _runs
+    runs = _runs
+    if runs.secrets is not _secrets and runs.secrets != _secrets:
+        runs = _runs = SecretRuns(_secrets, REDACTED)
+    return runs
+
+
+def secret_runs(more: Iterable[str] = ()) -> SecretRuns:
+    """The remembered keys and ``more`` (a cassette's own), ready to search for."""
+    more = frozenset(more)
+    return remembered() if more <= _secrets else SecretRuns(_secrets | more, REDACTED)
 
 
 def scrub_text(text: str) -> str:
-    """``text`` with every remembered key blanked (a provider may echo the key in a 401 body)."""
-    for secret in _secrets:
-        if secret in text:
-            text = text.replace(secret, REDACTED)
-    return text
+    """``text`` with every remembered key blanked, whole or any run of 8 or more of its characters
+    (a provider may echo the key in a 401 body, or a masked form of it such as ``sk-abcdefgh****wxyz``)."""
+    if not _secrets:
+        return text
+    return remembered().text(text)
+
+
+def scrub_bytes(data: bytes) -> bytes:
+    """``scrub_text`` for bytes in any encoding (UTF-8, UTF-16 or anything ASCII-compatible)."""
+    if not _secrets:
+        return data
+    return remembered().bytes(data)
+
+
+# Strings of the kwargs seen to hold no run of a remembered key: the same few (a model name, a
+# service tier) come on every call, and a set lookup is cheaper than a search. Emptied when a key
+# is added; bounded, since they are caller data.
+_known_clean: set[str] = set()
+_KNOWN_CLEAN_MAX = 4096
+
+
+def _scrubbed_leaf(value: str) -> str:
+    """``value`` itself if it holds no run of a remembered key, else the scrubbed copy."""
+    clean = scrub_text(value)
+    if clean == value:
+        if len(_known_clean) < _KNOWN_CLEAN_MAX:
+            _known_clean.add(value)
+        return value
+    return clean
+
+
+# -- the library's own log lines ------------------------------------------------------
+
+_LIBRARY_LOGGERS = "relay_runtime"
+
+
+def _scrubbed_record(record: logging.LogRecord) -> None:
+    """Blank remembered keys in a library log line: its message and the traceback it carries."""
+    try:
+        message = record.getMessage()
+    except Exception:  # a format that does not fit its args: logging reports that itself
+        return
+    clean = scrub_text(message)
+    if clean != message:
+        record.msg, record.args = clean, None
+    if record.exc_info and record.exc_info[1] is not None:
+        trace = logging.Formatter().formatException(record.exc_info)  # what a handler would print
+        clean = scrub_text(trace)
+        if clean != trace:
+            record.exc_text = clean  # a formatter prints this in place of formatting exc_info again
+
+
+def _scrub_library_logs() -> None:
+    """Every record a ``relay_runtime*`` logger makes is scrubbed as it is made.
+
+    A record factory, not a filter: filters sit on single loggers, and the library's
+    loggers are many and made as their modules load. Records of other loggers pass
+    untouched, at the cost of one name check.
+    """
+    previous = logging.getLogRecordFactory()
+    if getattr(previous, "relay_scrubs", False):
+        return
+
+    def make(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        if _secrets and record.name.startswith(_LIBRARY_LOGGERS):
+            _scrubbed_record(record)
+        return record
+
+    make.relay_scrubs = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(make)
+
+
+_scrub_library_logs()
 
 
 def forget_secrets() -> None:
@@ -120,6 +237,7 @@ def forget_secrets() -> None:
     with _secrets_lock:
         _secrets = frozenset()
         _secrets_order.clear()
+        _known_clean.clear()
 
 
 # -- headers and kwargs ---------------------------------------------------------------
@@ -169,9 +287,11 @@ def _clean_mapping(value: Mapping[Any, Any], depth: int, skip: frozenset[str]) -
         if verdict:
             new: Any = REDACTED
         elif kind in _LEAVES:
-            if kind is not str or v not in _secrets:
+            if kind is not str or not _secrets or len(v) < _MIN_SECRET or v in _known_clean:
                 continue
-            new = REDACTED
+            new = _scrubbed_leaf(v)
+            if new is v:
+                continue
         else:
             new = redact_headers(v) if k in HEADER_KWARGS and isinstance(v, Mapping) else _clean(v, depth + 1)
             if new is v:
@@ -186,7 +306,9 @@ def _clean(value: Any, depth: int) -> Any:
     """``value`` itself when nothing in it is a credential, else a cleaned copy (containers only)."""
     kind = type(value)
     if kind in _LEAVES:
-        return REDACTED if kind is str and value in _secrets else value
+        if kind is str and _secrets and len(value) >= _MIN_SECRET and value not in _known_clean:
+            return _scrubbed_leaf(value)
+        return value
     if depth > 64:
         # Deeper than any request needs (or a structure that holds itself): what is below is not
         # looked at, so it is not recorded either.

@@ -11,7 +11,7 @@ import pydantic
 import pytest
 
 from relay_runtime import adapters, cassettes
-from relay_runtime.adapters import cassette_http, cassette_items
+from relay_runtime.adapters import cassette_direct, cassette_items
 from relay_runtime.adapters import testing as t
 from tests.cassette_support import APIS, Offline, shape
 
@@ -326,14 +326,14 @@ def test_a_plain_model_and_a_discriminated_union_get_one() -> None:
 
 def test_the_stream_items_each_sdk_yields_from_the_recorded_events() -> None:
     chunk = {"id": "c"}
-    assert cassette_http._openai_items([{"data": chunk}, {"data": "[DONE]"}, {"data": chunk}]) == [b'{"id":"c"}']
-    assert cassette_http._openai_items([{"data": "plain text"}]) is None
-    assert cassette_http._openai_items([{"event": "thread.created", "data": chunk}]) is None
+    assert cassette_direct._openai_items([{"data": chunk}, {"data": "[DONE]"}, {"data": chunk}]) == [b'{"id":"c"}']
+    assert cassette_direct._openai_items([{"data": "plain text"}]) is None
+    assert cassette_direct._openai_items([{"event": "thread.created", "data": chunk}]) is None
     events = [{"data": chunk}, {"event": "ping", "data": {"type": "ping"}}, {"event": "x", "data": ""}]
-    assert cassette_http._anthropic_items([*events, {"event": "x", "data": chunk}]) == [b'{"id":"c"}']
-    assert cassette_http._anthropic_items([{"event": "x", "data": "text"}]) is None
+    assert cassette_direct._anthropic_items([*events, {"event": "x", "data": chunk}]) == [b'{"id":"c"}']
+    assert cassette_direct._anthropic_items([{"event": "x", "data": "text"}]) is None
     # An error event (the SDK raises on it) or a malformed one: the HTTP path's, for both SDKs.
-    for items in (cassette_http._openai_items, cassette_http._anthropic_items):
+    for items in (cassette_direct._openai_items, cassette_direct._anthropic_items):
         assert items([{"event": "x", "data": chunk}, {"event": "x", "data": {"error": {"message": "m"}}}]) is None
         assert items([{"event": "error", "data": chunk}]) is None and items([["not", "an", "event"]]) is None
 
@@ -457,7 +457,7 @@ def test_a_replayed_streams_request_is_what_httpx_makes_of_its_method_and_url(me
     import httpx2
 
     url = httpx2.URL("https://api.example.test:8443/v1/messages?beta=true")
-    made, usual = cassette_http._request(method, url), httpx2.Request(method, url)
+    made, usual = cassette_direct._request(method, url), httpx2.Request(method, url)
     assert (made.method, made.url, made.headers.raw, made.content, made.extensions) == (
         usual.method,
         usual.url,

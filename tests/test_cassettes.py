@@ -705,15 +705,15 @@ def test_an_async_stream_records_no_failure_of_the_sdks_own_drain(tmp_path, api_
 
 @pytest.mark.parametrize("api_name", sorted(APIS))
 def test_an_sdk_without_the_internals_a_direct_replay_uses_replays_over_http(tmp_path, monkeypatch, api_name) -> None:
-    from relay_runtime.adapters import cassette_http
+    from relay_runtime.adapters import cassette_direct, cassette_http
 
     api = APIS[api_name]
     live = api.scripted(api.stream_reply(["a", "b"]))
     path = tmp_path / "c.json"
     with cassettes.use(path, mode="record"):
         _, live_chunks = run_call(api, live.client, live.aclient, "stream")
-    monkeypatch.setattr(cassette_http, "_NEEDED", (*cassette_http._NEEDED, "_an_internal_this_sdk_lacks"))
-    monkeypatch.setattr(cassette_http, "_SDKS", {})
+    monkeypatch.setattr(cassette_direct, "_NEEDED", (*cassette_direct._NEEDED, "_an_internal_this_sdk_lacks"))
+    monkeypatch.setattr(cassette_direct, "_SDKS", {})
     sent: list[Any] = []
     real = cassette_http._replay
 

@@ -21,12 +21,10 @@ from .cassette import (
     Cassette,
     CassetteError,
     CassetteMiss,
-    CassetteUse,
-    current,
     register_transient_check,
-    use,
 )
-from .requests import VOLATILE_PARAMS, jsonable, neutral_request
+from .in_use import CassetteUse, current, expect, use
+from .requests import VOLATILE_PARAMS, jsonable, neutral_request, with_sent_extras
 
 __all__ = [
     "MODES",
@@ -38,8 +36,10 @@ __all__ = [
     "CassetteMiss",
     "CassetteUse",
     "current",
+    "expect",
     "jsonable",
     "neutral_request",
     "register_transient_check",
     "use",
+    "with_sent_extras",
 ]

@@ -1,4 +1,4 @@
-"""A cassette file in use: matching calls to recordings, handing out and collecting their exchanges.
+"""A cassette file: matching calls to recordings, handing out and collecting their exchanges.
 
 The core knows a cassette as a list of calls, each a neutral request (what is
 matched) and what the adapter that served it stored beside it (HTTP exchanges for
@@ -8,15 +8,12 @@ serving; the core only matches, orders, scrubs and writes.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import json
 import os
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeVar
 
 from ..files import directory_locked, replace_atomically
@@ -29,7 +26,7 @@ FORMAT_KEY = "relay_runtime_cassette"
 FORMAT_VERSION = 1
 
 Redact = Callable[[dict[str, Any]], dict[str, Any]]
-F = TypeVar("F", bound=Callable[..., Any])
+E = TypeVar("E", bound="CassetteError")
 
 
 class CassetteError(RuntimeError):
@@ -55,17 +52,6 @@ def ended_transiently(call: dict[str, Any]) -> bool:
     return any(check(call) for check in _transient_checks)
 
 
-# Cassettes in use, innermost last. Process-wide on purpose: a call an agent makes from a
-# worker thread it did not hand any context to must still never reach a provider.
-_stack: list[Cassette] = []
-_stack_lock = threading.Lock()
-
-
-def current() -> Cassette | None:
-    """The innermost cassette in use, or None (the common case: one list check)."""
-    return _stack[-1] if _stack else None
-
-
 def check_options(*, mode: str = "replay", timing: str = "instant", normalize: Any = None, redact: Any = None) -> None:
     if mode not in MODES:
         raise ValueError(f"cassette mode must be one of {', '.join(MODES)}; got {mode!r}")
@@ -75,6 +61,28 @@ def check_options(*, mode: str = "replay", timing: str = "instant", normalize: A
         raise TypeError(f"cassette normalize= must be callable, got {type(normalize).__name__}")
     if redact is not None and not callable(redact):
         raise TypeError(f"cassette redact= must be callable, got {type(redact).__name__}")
+
+
+# What file systems hold: a name of at most 255 bytes (ext4, APFS, NTFS), a path of at most 4096.
+_MAX_NAME_BYTES = 255
+_MAX_PATH_BYTES = 4096
+
+
+def check_path(path: str | os.PathLike[str]) -> None:
+    """Refuse a cassette path no file system can hold, before any call is made (not at the save, after them)."""
+    text = os.fspath(path)
+    if "\0" in text:
+        raise ValueError(f"cassette path {text[:80]!r} holds a NUL character, which no file name can")
+    encoded = os.fsencode(text)
+    if len(encoded) > _MAX_PATH_BYTES:
+        raise ValueError(f"cassette path is {len(encoded)} bytes long; file systems take at most {_MAX_PATH_BYTES}")
+    for part in Path(text).parts:
+        size = len(os.fsencode(part))
+        if size > _MAX_NAME_BYTES:
+            raise ValueError(
+                f"cassette path part {part[:40]!r}... is {size} bytes long; a file name is at most "
+                f"{_MAX_NAME_BYTES} (shorten the cassette's name)"
+            )
 
 
 class CallTape:
@@ -87,7 +95,8 @@ class CallTape:
         self.request = request
         self.record = record
         self.replaying = replaying
-        self.miss: CassetteMiss | None = None  # what this call asked for past its recording, if anything
+        # What this call asked for past its recording, or the damage it met, if anything (the first).
+        self.miss: CassetteError | None = None
         self._positions: dict[str, int] = {}
 
     @property
@@ -97,6 +106,8 @@ class CallTape:
     def next(self, key: str = "http") -> dict[str, Any]:
         """The next recorded item of ``key`` (an HTTP try, a provider step); a CassetteMiss past the end."""
         items = self.record.get(key) or []
+        if not isinstance(items, list):
+            raise self._damage_error(f"'{key}' must be a list, not {type(items).__name__}")
         position = self._positions.get(key, 0)
         if position >= len(items):
             raise self._missed(
@@ -109,11 +120,27 @@ class CallTape:
         self._positions[key] = position + 1
         item = items[position]
         if not isinstance(item, dict):
-            raise CassetteError(f"cassette {self.cassette.path}: {key}[{position}] is not an object")
+            raise self.damaged("it is not an object", key)
         return item
 
-    def _missed(self, miss: CassetteMiss) -> CassetteMiss:
-        self.miss = miss
+    def damaged(self, problem: str, key: str = "http") -> CassetteError:
+        """The error for a recorded item of this call that cannot be played: the file, the entry, the problem."""
+        position = self._positions.get(key, 1) - 1
+        return self._damage_error(f"{key}[{position}] is damaged: {problem}")
+
+    def _damage_error(self, problem: str) -> CassetteError:
+        number = next((i + 1 for i, c in enumerate(self.cassette.recorded) if c is self.record), 0)
+        return self._missed(
+            CassetteError(
+                f"cassette {self.cassette.path}: call #{number}: {problem} (fix it or re-record)\n"
+                f"request:\n{matching.pretty(self.request)[:2000]}"
+            )
+        )
+
+    def _missed(self, miss: E) -> E:
+        # The SDK retries what its transport raised: the first failure is the one to report.
+        if self.miss is None:
+            self.miss = miss
         return self.cassette.missed(miss)
 
     def add(self, key: str = "http", item: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -146,7 +173,8 @@ class Cassette:
         self.normalize = normalize
         self.redact = redact
         self.secrets: set[str] = set()
-        self.misses: list[CassetteMiss] = []
+        self.closed = False
+        self.misses: list[CassetteError] = []  # misses, and damage met, in the order met
         self._lock = threading.Lock()
         self._seen = _identity(self.path)  # the file as this session found it (before reading it)
         self.recorded: list[dict[str, Any]] = [] if mode == "record" else self._load()
@@ -223,7 +251,7 @@ class Cassette:
             self.new.append(record)
             return CallTape(self, request, record, replaying=False)
 
-    def missed(self, miss: CassetteMiss) -> CassetteMiss:
+    def missed(self, miss: E) -> E:
         """Remember a miss (so one an agent swallowed still fails the test), and hand it back to raise."""
         self.misses.append(miss)
         return miss
@@ -322,118 +350,3 @@ def _identity(path: Path) -> tuple[int, int, int] | None:
     except FileNotFoundError:
         return None
     return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-class CassetteUse:
-    """What ``use()`` returns: a context manager giving the ``Cassette``, and a decorator (sync or async)."""
-
-    def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
-        if not isinstance(path, str | os.PathLike) or not os.fspath(path):
-            raise TypeError(f"cassette path must be a file path (str or os.PathLike), got {path!r}")
-        self.path = path
-        self.options = options
-        self._entered: list[Cassette] = []
-        check_options(**options)  # a bad option fails at use(), not at the first call
-
-    def __enter__(self) -> Cassette:
-        cassette = Cassette(self.path, **self.options)
-        with _stack_lock:
-            _stack.append(cassette)
-        self._entered.append(cassette)
-        return cassette
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close(raise_misses=exc is None, failed=exc is not None)
-
-    def close(self, *, raise_misses: bool, failed: bool = False) -> None:
-        """Stop using the innermost cassette this entered and write it; then raise a miss the code swallowed.
-
-        ``failed``: the code that used it failed (see ``Cassette.save``)."""
-        cassette = self._entered.pop()
-        with _stack_lock:
-            for index in range(len(_stack) - 1, -1, -1):
-                if _stack[index] is cassette:
-                    del _stack[index]
-                    break
-        cassette.save(failed=failed)
-        if raise_misses and cassette.misses:
-            # The agent caught the miss and went on: its outcome is not what the recording says.
-            raise cassette.misses[0]
-
-    def __call__(self, fn: F) -> F:
-        # A generator's body runs when it is iterated, after the call returned: the cassette
-        # is in use from its first step to its end (or close), else its calls would go live.
-        if inspect.isgeneratorfunction(fn):
-
-            @functools.wraps(fn)
-            def run_generator(*args: Any, **kwargs: Any) -> Any:
-                with CassetteUse(self.path, **self.options):
-                    return (yield from fn(*args, **kwargs))
-
-            return run_generator  # type: ignore[return-value]
-        if inspect.isasyncgenfunction(fn):
-
-            @functools.wraps(fn)
-            async def run_async_generator(*args: Any, **kwargs: Any) -> Any:
-                inner = fn(*args, **kwargs)
-                with CassetteUse(self.path, **self.options):
-                    try:  # what ``yield from`` does for a sync generator: sent values and throws reach it
-                        item = await inner.__anext__()
-                        while True:
-                            try:
-                                sent = yield item
-                            except GeneratorExit:
-                                raise
-                            except BaseException as exc:
-                                item = await inner.athrow(exc)
-                            else:
-                                item = await inner.asend(sent)
-                    except StopAsyncIteration:
-                        pass
-                    finally:
-                        await inner.aclose()
-
-            return run_async_generator  # type: ignore[return-value]
-        if inspect.iscoroutinefunction(fn):
-
-            @functools.wraps(fn)
-            async def run_async(*args: Any, **kwargs: Any) -> Any:
-                with CassetteUse(self.path, **self.options):
-                    return await fn(*args, **kwargs)
-
-            return run_async  # type: ignore[return-value]
-
-        @functools.wraps(fn)
-        def run(*args: Any, **kwargs: Any) -> Any:
-            with CassetteUse(self.path, **self.options):
-                result = fn(*args, **kwargs)
-            if inspect.iscoroutine(result):  # an async callable object, a plain wrapper: its body runs when awaited
-                return self._awaited(result)
-            return result
-
-        return run  # type: ignore[return-value]
-
-    async def _awaited(self, coroutine: Any) -> Any:
-        with CassetteUse(self.path, **self.options):
-            return await coroutine
-
-
-def use(
-    path: str | os.PathLike[str],
-    *,
-    mode: str = "replay",
-    timing: str = "instant",
-    normalize: Normalize | None = None,
-    redact: Redact | None = None,
-) -> CassetteUse:
-    """Record or replay every LLM call made through the adapters (and instrumented clients) meanwhile.
-
-    ``mode``: ``replay`` (no call reaches a provider; a call with no recording raises
-    ``CassetteMiss``), ``record`` (every call goes out and the file is rewritten),
-    ``auto`` (replay what is recorded, record the rest). ``timing="recorded"`` replays
-    the recorded gaps. ``normalize(request) -> request`` drops more volatile fields
-    before matching; ``redact(call) -> call`` cleans a call before it is written.
-    """
-    return CassetteUse(path, mode=mode, timing=timing, normalize=normalize, redact=redact)

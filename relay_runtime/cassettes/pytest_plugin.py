@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 
 from ..files import directory_locked
-from .cassette import Cassette, CassetteMiss, CassetteUse
+from .cassette import Cassette, CassetteMiss
+from .in_use import CassetteUse, expect
 
 MODES_BY_OPTION = {"none": "replay", "new": "auto", "all": "record"}
 _OPTIONS = frozenset({"timing", "normalize", "redact"})
@@ -59,6 +60,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, Any, Any]:
+    """A marked test expects its cassette from its setup to its teardown: a call its fixtures make
+    outside the cassette's use (set up before it, torn down after it) raises instead of going live."""
+    if item.get_closest_marker("relay_cassette") is None:
+        return (yield)
+    with expect(f"test {item.nodeid}"):
+        return (yield)
+
+
 def cassette_path(node: pytest.Item, name: str | None) -> Path:
     """``<test dir>/cassettes/<module>/<name>.json``; a given name must be a plain file name."""
     if name is None:
@@ -69,6 +80,8 @@ def cassette_path(node: pytest.Item, name: str | None) -> Path:
         raise pytest.UsageError(
             f"relay_cassette name must be a plain file name (letters, digits, '.', '_', '-'), got {name!r}"
         )
+    elif len(name) > _MAX_NAME:
+        raise pytest.UsageError(f"relay_cassette name is {len(name)} characters long; at most {_MAX_NAME}")
     module = Path(str(node.path))
     return module.parent / "cassettes" / module.stem / f"{name}.json"
 

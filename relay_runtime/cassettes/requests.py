@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .. import redaction
 from ..types import AnnotatedLLMRequest
 
 # Params that differ from run to run without changing what the model is asked: request and
@@ -80,6 +81,23 @@ def neutral_request(annotated: AnnotatedLLMRequest) -> dict[str, Any]:
             out[name] = jsonable(kept)
     out["stream"] = bool(annotated.stream)
     return out
+
+
+def with_sent_extras(request: dict[str, Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """``request`` with what the SDK sends beside the neutral view, which changes the answer as much:
+    ``extra_body`` as given, and ``extra_query`` with credential parameters redacted (a key that
+    changes from run to run is no different request). ``extra_headers`` stay out: transport."""
+    body = kwargs.get("extra_body")
+    if body is not None and type(body).__name__ not in _SENTINELS:
+        request["extra_body"] = jsonable(body)
+    query = kwargs.get("extra_query")
+    if isinstance(query, Mapping) and query:
+        request["extra_query"] = {
+            str(k): redaction.REDACTED if redaction.is_credential_name(str(k)) else jsonable(v)
+            for k, v in query.items()
+            if type(v).__name__ not in _SENTINELS
+        }
+    return request
 
 
 def default_normalize(request: Mapping[str, Any]) -> dict[str, Any]:

@@ -4,15 +4,18 @@ Three layers, applied to a whole cassette document just before it is written, on
 relay's own credential lists (``relay_runtime.redaction``):
 credential headers lose their values, credential keys lose their values at any
 depth, and every secret value seen on a recorded request (the API key from its
-``Authorization`` or ``x-api-key`` header) is cut out of every string, so a
-provider that echoes the key back in an error body does not put it on disk.
+``Authorization`` or ``x-api-key`` header, a credential query parameter) or held by
+a client (``remember_secret``) is cut out of every string, JSON keys and base64
+bodies included, whole or any run of 8 or more of its characters, so a provider
+that echoes the key back in an error body, masked or not, does not put it on disk.
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
-from urllib.parse import unquote_plus
+from urllib.parse import unquote, unquote_plus
 
 from .. import redaction
 
@@ -21,7 +24,6 @@ REDACTED = redaction.REDACTED
 # Shorter than this, a "secret" is more likely a placeholder than a key; cutting it out of every
 # string would mangle the cassette.
 MIN_SECRET_LENGTH = 8
-_SCHEMES = ("bearer ", "basic ", "token ")
 
 
 def credential_lists() -> tuple[Callable[[str | bytes], bool], frozenset[str]]:
@@ -34,7 +36,8 @@ def credential_lists() -> tuple[Callable[[str | bytes], bool], frozenset[str]]:
 
 
 def secret_values(headers: Iterable[tuple[Any, Any]]) -> set[str]:
-    """The credential values among request headers, with and without their auth scheme."""
+    """The credential values among request headers: whole, and without an auth scheme word
+    (``Bearer``, ``Basic``, ``ApiKey``, any one word before the key)."""
     is_header, _ = credential_lists()
     found: set[str] = set()
     for name, value in headers:
@@ -42,16 +45,14 @@ def secret_values(headers: Iterable[tuple[Any, Any]]) -> set[str]:
             continue
         text = value.decode("latin-1") if isinstance(value, (bytes, bytearray)) else str(value)
         text = text.strip()
-        for scheme in _SCHEMES:
-            if text.lower().startswith(scheme):
-                text = text[len(scheme) :].strip()
-        if len(text) >= MIN_SECRET_LENGTH:
-            found.add(text)
-    return found
+        scheme, space, rest = text.partition(" ")
+        # The scheme word is no secret, and its runs would eat the text around an echoed key.
+        found.add(rest.strip() if space and scheme.isalpha() else text)
+    return {value for value in found if len(value) >= MIN_SECRET_LENGTH}
 
 
 def redact_query(path: str) -> tuple[str, set[str]]:
-    """A request path with its credential query values (``?api_key=...``) redacted, and those values.
+    """A request path with its credential query values (``?key=...``, ``?sig=...``) redacted, and those values.
 
     The values are returned so they are cut from every other string too (an error body
     echoing them); a short one is redacted here but not cut elsewhere (see MIN_SECRET_LENGTH).
@@ -64,7 +65,8 @@ def redact_query(path: str) -> tuple[str, set[str]]:
     parts = []
     for part in query.split("&"):
         name, equals, value = part.partition("=")
-        if equals and value and unquote_plus(name).lower() in keys:
+        plain = unquote_plus(name)
+        if equals and value and (redaction.is_credential_name(plain) or plain.lower() in keys):
             found |= {v for v in (value, unquote_plus(value)) if len(v) >= MIN_SECRET_LENGTH}
             part = f"{name}={REDACTED}"
         parts.append(part)
@@ -77,44 +79,65 @@ def redact_headers(headers: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def scrub(value: Any, secrets: Iterable[str] = ()) -> Any:
-    """A copy of a JSON document with credential keys redacted at any depth and ``secrets`` cut from strings."""
+    """A copy of a JSON document with credential keys redacted at any depth, and ``secrets`` and every
+    remembered client key cut from every string (keys too), whole or any run of 8 or more of their
+    characters, percent-encoded or not, and from every ``base64`` body (whatever its encoding)."""
     _, keys = credential_lists()
-    # Longest first, so a secret that contains another is cut whole.
-    ordered = sorted({s for s in secrets if s}, key=len, reverse=True)
-    return _scrub(value, keys, ordered)
+    return _scrub(value, keys, redaction.secret_runs(secrets))
 
 
 def may_scrub(text: str) -> bool:
     """Whether ``scrub`` could change the JSON document whose text (``json.dumps``, no ASCII escaping) this is.
 
     No false "no": with no escaped character in the text, every string in the document
-    (keys too) is in it verbatim, so a remembered secret in one is found in the text, and
-    a credential key shows as ``"key":``. An escape anywhere answers yes.
+    (keys too) is in it verbatim, so a run of a remembered secret in one is found in the
+    text, and a credential key shows as ``"key":``. An escape, a percent sign or a base64
+    body anywhere answers yes.
     """
-    if "\\" in text or redaction.scrub_text(text) != text:
+    if "\\" in text or "%" in text or '"base64":' in text or redaction.remembered().search(text):
         return True
     _, keys = credential_lists()
     lowered = text.lower()
     return any(f'"{key}":' in lowered for key in keys)
 
 
-def _scrub(value: Any, keys: frozenset[str], secrets: list[str]) -> Any:
+def _text(value: str, runs: redaction.SecretRuns) -> str:
+    value = runs.text(value)
+    if "%" in value:
+        # A key sent in a URL (a redirect, an echoed query) is percent-encoded there.
+        plain = unquote(value)
+        if plain != value:
+            clean = runs.text(plain)
+            if clean != plain:
+                return clean
+    return value
+
+
+def _base64(value: str, runs: redaction.SecretRuns) -> str:
+    try:
+        data = base64.b64decode(value, validate=True)
+    except ValueError:
+        return _text(value, runs)
+    clean = runs.bytes(data)
+    return value if clean == data else base64.b64encode(clean).decode("ascii")
+
+
+def _scrub(value: Any, keys: frozenset[str], runs: redaction.SecretRuns) -> Any:
     if isinstance(value, str):
-        for secret in secrets:
-            if secret in value:
-                value = value.replace(secret, REDACTED)
-        return redaction.scrub_text(value)  # and every client key the relay was told of
+        return _text(value, runs) if runs else value
     if isinstance(value, Mapping):
         # Only a scalar under a credential key is a credential: a tool schema may well
         # describe a "password" property, and that object is the request's content.
-        return {
-            k: (
-                REDACTED
-                if isinstance(k, str) and k.lower() in keys and v is not None and not isinstance(v, (Mapping, list))
-                else _scrub(v, keys, secrets)
-            )
-            for k, v in value.items()
-        }
+        out = {}
+        for k, v in value.items():
+            if isinstance(k, str) and k.lower() in keys and v is not None and not isinstance(v, (Mapping, list)):
+                v = REDACTED
+            elif k == "base64" and isinstance(v, str) and runs:
+                v = _base64(v, runs)
+            else:
+                v = _scrub(v, keys, runs)
+            out[_text(k, runs) if isinstance(k, str) and runs else k] = v
+        return out
     if isinstance(value, list):
-        return [_scrub(v, keys, secrets) for v in value]
+        return [_scrub(v, keys, runs) for v in value]
     return value

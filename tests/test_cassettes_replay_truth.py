@@ -1,0 +1,130 @@
+"""No silent wrong replay: what the SDK sends beside the prompt is matched on, and a stream the caller broke
+off while recording replays ending at the same place, recorded the same way (cancelled)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from relay_runtime import adapters, cassettes
+from relay_runtime import conventions as cv
+from relay_runtime.adapters import cassette_direct
+from tests.cassette_support import APIS, Offline, dump, shape
+
+
+def test_a_changed_extra_body_is_a_miss_not_the_old_answer(tmp_path) -> None:
+    api = APIS["chat"]
+    path = tmp_path / "c.json"
+    low = {**api.kwargs, "extra_body": {"reasoning": {"effort": "low"}}}
+    high = {**api.kwargs, "extra_body": {"reasoning": {"effort": "high"}}}
+    live = api.scripted(api.reply("thought a little"))
+    with cassettes.use(path, mode="record"):
+        adapters.complete(live.client, low)
+    assert json.loads(live.script.requests[0].content)["reasoning"] == {"effort": "low"}  # it was sent
+    client, _ = Offline().clients("openai")
+    with cassettes.use(path):
+        assert adapters.complete(client, low).choices[0].message.content == "thought a little"
+    with pytest.raises(cassettes.CassetteMiss) as miss, cassettes.use(path):
+        adapters.complete(client, high)
+    assert '-      "effort": "low"' in str(miss.value) and '+      "effort": "high"' in str(miss.value)
+    with pytest.raises(cassettes.CassetteMiss), cassettes.use(path):
+        adapters.complete(client, api.kwargs)  # no extra_body at all is another request too
+
+
+def test_extra_query_is_matched_on_except_its_credentials(tmp_path) -> None:
+    api = APIS["chat"]
+    path = tmp_path / "c.json"
+
+    def kwargs(version: str, key: str) -> dict[str, Any]:
+        return {**api.kwargs, "extra_query": {"api-version": version, "sig": key}}
+
+    live = api.scripted(api.reply("v1 answer"))
+    with cassettes.use(path, mode="record"):
+        adapters.complete(live.client, kwargs("2024-01", "sig-value-0123456789"))
+    text = path.read_text()
+    assert "sig-value-0123456789" not in text
+    assert json.loads(text)["calls"][0]["request"]["extra_query"] == {"api-version": "2024-01", "sig": "[redacted]"}
+    client, _ = Offline().clients("openai")
+    with cassettes.use(path):  # another signature: the same request
+        assert adapters.complete(client, kwargs("2024-01", "sig-other-9876543210")).choices[0].message.content == (
+            "v1 answer"
+        )
+    with pytest.raises(cassettes.CassetteMiss), cassettes.use(path):
+        adapters.complete(client, kwargs("2025-05", "sig-value-0123456789"))
+
+
+def _read(api_name: str, client: Any, aclient: Any, style: str, stop_after: int | None) -> list[Any]:
+    """A stream's chunks, broken off after ``stop_after`` of them (None: read to the end)."""
+    api = APIS[api_name]
+    if style == "stream":
+        got = []
+        stream = adapters.stream(client, api.kwargs, api_mode=api.api_mode)
+        for chunk in stream:
+            got.append(chunk)
+            if len(got) == stop_after:
+                break
+        stream.close()
+        return dump(got)
+
+    async def consume() -> list[Any]:
+        got = []
+        stream = await adapters.astream(aclient, api.kwargs, api_mode=api.api_mode)
+        async for chunk in stream:
+            got.append(chunk)
+            if len(got) == stop_after:
+                break
+        await stream.aclose()
+        return dump(got)
+
+    return asyncio.run(consume())
+
+
+@pytest.mark.parametrize("way", ["direct", "http"])
+@pytest.mark.parametrize("style", ["stream", "astream"])
+@pytest.mark.parametrize("api_name", sorted(APIS))
+def test_a_stream_cut_short_while_recording_replays_ending_at_the_same_place(
+    relay_turn, relay_events, tmp_path, monkeypatch, api_name, style, way
+) -> None:
+    if way == "http":  # an SDK the direct replay does not know: the recorded events go through its HTTP layer
+        monkeypatch.setattr(cassette_direct, "_NEEDED", (*cassette_direct._NEEDED, "_an_internal_no_sdk_has"))
+        monkeypatch.setattr(cassette_direct, "_SDKS", {})
+    api = APIS[api_name]
+    path = tmp_path / "c.json"
+    live = api.scripted(api.stream_reply(["one ", "two ", "three ", "four ", "five"]))
+    with cassettes.use(path, mode="record"):
+        live_chunks = _read(api_name, live.client, live.aclient, style, stop_after=2)
+    live_events = shape(relay_events)
+    relay_events.clear()
+    (exchange,) = json.loads(path.read_text())["calls"][0]["http"]
+    assert exchange["cut"] is True and len(exchange["events"]) < 8  # not the whole answer
+
+    offline = Offline()
+    client, aclient = offline.clients(api.sdk)
+    with cassettes.use(path):
+        assert _read(api_name, client, aclient, style, stop_after=2) == live_chunks
+    assert shape(relay_events) == live_events  # the same attempt and call, ended the same way
+    (attempt,) = relay_events.ends(relay_kind=cv.ATTEMPT)
+    assert attempt.outcome == "cancelled"
+    relay_events.clear()
+
+    # Read on past the cut: what was never recorded is a miss, never a normal end.
+    use = cassettes.use(path)
+    with pytest.raises(cassettes.CassetteMiss, match="cut short after"), use as cassette:
+        _read(api_name, client, aclient, style, stop_after=None)
+    assert cassette.misses and offline.requests == []
+
+
+@pytest.mark.parametrize("api_name", sorted(APIS))
+def test_a_stream_read_to_its_end_is_not_marked_cut(relay_turn, tmp_path, api_name) -> None:
+    api = APIS[api_name]
+    path = tmp_path / "c.json"
+    live = api.scripted(api.stream_reply(["one ", "two"]))
+    with cassettes.use(path, mode="record"):
+        chunks = _read(api_name, live.client, live.aclient, "stream", stop_after=None)
+    assert "cut" not in json.loads(path.read_text())["calls"][0]["http"][0]
+    client, aclient = Offline().clients(api.sdk)
+    with cassettes.use(path):
+        assert _read(api_name, client, aclient, "astream", stop_after=None) == chunks
