@@ -106,7 +106,11 @@ def _replayed(tape: cassettes.CallTape, request: Any) -> Any:
 
 
 def _recorded(tape: cassettes.CallTape, request: Any, send: Any) -> Any:
-    tape.add_secrets(secrets.secret_values(request.headers.items()))
+    # Of SigV4's Authorization only the signature is secret (the key id and the secret are the credentials,
+    # added already): the rest, signed header names and scope, is text a body may well contain.
+    authorization = request.headers.get("Authorization")
+    if isinstance(authorization, str) and "Signature=" in authorization:
+        tape.add_secrets({authorization.rpartition("Signature=")[2].strip()})
     path, query_secrets = secrets.redact_query(request.url.split("://", 1)[-1].partition("/")[2])
     tape.add_secrets(query_secrets)
     exchange = tape.add(item={"method": request.method, "path": "/" + path})
