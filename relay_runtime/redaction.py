@@ -357,3 +357,7 @@ def redacted_annotation(annotated: AnnotatedLLMRequest | None) -> AnnotatedLLMRe
     if clean_params is params and clean_extra is extra:
         return annotated
     return dataclasses.replace(annotated, params=dict(clean_params), provider_params=dict(clean_extra))
+
+
+# The policy every sink shares (issue 25) lives in its own modules; its names are reachable here.
+from .redaction_policy import RedactionPolicy, Rule  # noqa: E402, F401

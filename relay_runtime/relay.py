@@ -8,6 +8,7 @@ from .cost.control import RelayCost
 from .diagnostics import Diagnostics
 from .intercepts import Intercepts
 from .llm import LLM
+from .redaction_install import RelayRedaction
 from .scopes import Scopes
 from .subscribers import Subscribers
 from .tools import Tools
@@ -30,6 +31,7 @@ class Relay:
         self.scope = Scopes(self)
         self.intercepts = Intercepts(self.scope)
         self.cost = RelayCost(self)
+        self.redaction = RelayRedaction(self)
         self.llm = LLM(self)
         self.tools = Tools(self)
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import conventions as cv
+from .redaction_install import CoordinatorRedaction, RelayRedaction
 from .relay import Relay
 from .scopes import ScopeHandle, ScopeOrderError
 from .settings import RECORD, settings
@@ -93,6 +94,11 @@ class Host:
 
     def managed_execution_enabled(self) -> bool:
         return bool(self._consumers)
+
+    @property
+    def redaction(self) -> RelayRedaction:
+        """The redaction policy of this host's relay: ``host.redaction.use(policy)``."""
+        return self.relay.redaction
 
     def consumers(self) -> list[str]:
         with self._lock:
@@ -297,6 +303,15 @@ class SessionCoordinator:
         with self._lock:
             return list(self._hosts.values())
 
+    @property
+    def redaction(self) -> CoordinatorRedaction:
+        """``SESSION_COORDINATOR.redaction.use(policy)``: one redaction policy on every host, now and later."""
+        with self._lock:
+            found = self.__dict__.get("_redaction")
+            if found is None:
+                found = self.__dict__["_redaction"] = CoordinatorRedaction(self)
+            return found
+
     def watch_hosts(self, watcher: Callable[[Host], None]) -> None:
         """Call ``watcher(host)`` for every host now, and for each host made from now on."""
         with self._lock:
@@ -462,6 +477,7 @@ class SessionCoordinator:
             self._hosts.clear()
             self._conversations.clear()
             self._host_watchers.clear()
+            self.__dict__.pop("_redaction", None)  # its host watcher went with the others
             self.agent_name = DEFAULT_AGENT_NAME
             self._default = None
         _active_turn.set(None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .diagnostics import Diagnostics
 from .events import KINDS, MARK, SCOPE_END, SCOPE_START, Event
@@ -37,6 +37,8 @@ class Subscribers:
         self.chunk: tuple[_Entry, ...] = ()
         # Whether anyone would see an LLM attempt at all (its start, end or chunks).
         self.llm = False
+        # The RedactionPolicy applied before delivery (relay_runtime.redaction_install), or None.
+        self.policy: Any = None
 
     def register(
         self,

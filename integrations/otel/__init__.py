@@ -13,17 +13,25 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .content import CAPTURE_ENV, Redactor
+from .capture import CAPTURE_ENV, DETAILS_EVENT, EVENT_ONLY, NO_CONTENT, SPAN_AND_EVENT, SPAN_ONLY
+from .content import Redactor
 from .export_size import SizeLimitedSpanExporter
 from .exporter import OTelExporter
 from .providers import BoundedBatchSpanProcessor, exporter_names, otlp_endpoint_configured, span_exporters
+from .tail_sampling import TailSampler
 
 __all__ = [
     "CAPTURE_ENV",
+    "DETAILS_EVENT",
+    "EVENT_ONLY",
+    "NO_CONTENT",
+    "SPAN_AND_EVENT",
+    "SPAN_ONLY",
     "BoundedBatchSpanProcessor",
     "OTelExporter",
     "Redactor",
     "SizeLimitedSpanExporter",
+    "TailSampler",
     "setup_from_env",
 ]
 

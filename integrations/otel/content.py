@@ -13,7 +13,6 @@ that name credentials are blanked whatever the hook does.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -29,6 +28,7 @@ Redactor = Callable[[str, Any], Any]
 INPUT_MESSAGES = "gen_ai.input.messages"
 OUTPUT_MESSAGES = "gen_ai.output.messages"
 SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
+TOOL_DEFINITIONS = "gen_ai.tool.definitions"
 TOOL_ARGUMENTS = "gen_ai.tool.call.arguments"
 TOOL_RESULT = "gen_ai.tool.call.result"
 
@@ -52,10 +52,6 @@ _CREDENTIAL_KEYS = frozenset(
         "set-cookie",
     }
 )
-
-
-def capture_from_env() -> bool:
-    return os.environ.get(CAPTURE_ENV, "").strip().lower() in ("true", "1", "yes")
 
 
 def is_credential_key(key: str) -> bool:
@@ -124,11 +120,37 @@ def _part(block: Any) -> dict[str, Any] | None:
             "id": _get(block, "tool_use_id") or _get(block, "call_id"),
             "response": result,
         }
-    if kind in ("image", "image_url", "input_image"):
-        return {"type": "blob", "modality": "image"}
+    if kind in ("image", "image_url", "input_image", "input_audio", "input_file", "document", "file"):
+        return _media(kind, block)
     if kind is None:
         return None
     return {"type": str(kind)}
+
+
+def _media(kind: str, block: Any) -> dict[str, Any]:
+    """An image, audio or file part: a ``uri`` part for a link, a ``blob`` for inline data."""
+    modality = "audio" if "audio" in kind else "image" if "image" in kind else "file"
+    url = _get(block, "image_url")
+    if isinstance(url, Mapping) or (url is not None and not isinstance(url, str)):
+        url = _get(url, "url")
+    source = _get(block, "source")
+    if url is None and source is not None:
+        if _get(source, "type") == "url":
+            url = _get(source, "url")
+        elif _get(source, "type") == "base64":
+            return {"type": "blob", "modality": modality, "mime_type": _get(source, "media_type"),
+                    "content": _get(source, "data")}  # fmt: skip
+    if url is None:
+        url = _get(block, "file_url") or _get(block, "url")
+    if isinstance(url, str) and url.startswith("data:"):
+        header, _, data = url.partition(",")
+        return {"type": "blob", "modality": modality, "mime_type": header[5:].split(";")[0] or None, "content": data}
+    if isinstance(url, str):
+        return {"type": "uri", "modality": modality, "uri": url}
+    data = _get(_get(block, "input_audio") or block, "data")
+    if isinstance(data, str):
+        return {"type": "blob", "modality": modality, "content": data}
+    return {"type": "blob", "modality": modality}
 
 
 def _parts(content: Any) -> list[dict[str, Any]]:
@@ -179,6 +201,26 @@ def system_instructions(system: Any) -> list[dict[str, Any]]:
     return _parts(system)
 
 
+def tool_definitions(tools: Any) -> list[dict[str, Any]]:
+    """The tools offered, as the conventions' definitions: ``{"type", "name", "description", "parameters"}``."""
+    out: list[dict[str, Any]] = []
+    for tool in tools or ():
+        fn = _get(tool, "function")
+        source = fn if fn is not None else tool
+        name = _get(source, "name")
+        if name is None:
+            continue
+        entry: dict[str, Any] = {"type": "function", "name": name}
+        description = _get(source, "description")
+        if description:
+            entry["description"] = description
+        parameters = _get(source, "parameters", _get(source, "input_schema"))
+        if parameters is not None:
+            entry["parameters"] = parameters
+        out.append(entry)
+    return out
+
+
 def output_messages(event: Event) -> list[dict[str, Any]]:
     resp = event.annotated_response
     if resp is None:
@@ -214,7 +256,8 @@ class ContentRecorder:
         self._openinference = openinference
         self._max_length = max_length
 
-    def _value(self, key: str, value: Any) -> str | None:
+    def structured(self, key: str, value: Any) -> Any:
+        """``value`` as recorded: clipped, credentials blanked, then the hook's say; None for nothing to record."""
         if self._max_length is not None:
             # Cut before anything is serialised: a 10 MiB prompt is sliced once, never copied whole.
             value = clipped(value, self._max_length)
@@ -225,6 +268,12 @@ class ContentRecorder:
                 return None
             value = scrub(value)  # a hook cannot put credentials back
         if value == [] or value == {}:
+            return None
+        return value
+
+    def _value(self, key: str, value: Any) -> str | None:
+        value = self.structured(key, value)
+        if value is None:
             return None
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
         return text if self._max_length is None or len(text) <= self._max_length else text[: self._max_length]
@@ -239,6 +288,9 @@ class ContentRecorder:
         system = self._value(SYSTEM_INSTRUCTIONS, system_instructions(req.system)) if req.system else None
         if system is not None:
             out[SYSTEM_INSTRUCTIONS] = system
+        tools = self._value(TOOL_DEFINITIONS, tool_definitions(req.tools)) if req.tools else None
+        if tools is not None:
+            out[TOOL_DEFINITIONS] = tools
         if self._openinference:
             self._oi_messages("llm.input_messages", msgs, system, out)
             if msgs is not None:

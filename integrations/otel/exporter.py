@@ -35,7 +35,9 @@ from relay_runtime.trace_context import register_carrier_provider, unregister_ca
 from . import attributes as A
 from . import hints as H
 from . import one_span, propagation
-from .content import ContentRecorder, Redactor, capture_from_env
+from .capture import DetailsEvents, as_events, capture_mode, mode_from_env, on_spans
+from .content import ContentRecorder, Redactor
+from .content_store import ContentStore, store_from_env
 from .deferred import fast_path_for
 from .export_size import DEFAULT_MAX_EXPORT_BYTES, attribute_length, check_max_bytes
 from .metrics import GenAIMetrics
@@ -51,6 +53,7 @@ from .providers import (
 )
 from .scope_metrics import ScopeMetrics
 from .spans import OpenSpan, SpanTable
+from .tail_sampling import TailBuffer, TailSampler
 from .unsent import retract
 from .voice import MEASURES_KEY as VOICE_MEASURES
 from .voice import VoiceMetrics, voice_attributes
@@ -85,14 +88,18 @@ class OTelExporter:
     which this exporter owns and shuts down in ``shutdown()``.
 
     ``conventions``: ``("gen_ai",)`` or ``("gen_ai", "openinference")``.
-    ``capture_content`` (or ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``)
-    records messages, passed first through ``redact(attribute, value) -> value | None``.
+    ``capture_content`` (or ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``): ``False`` /
+    ``"NO_CONTENT"``, ``True`` / ``"SPAN_ONLY"`` (span attributes), ``"EVENT_ONLY"`` (the
+    ``gen_ai.client.inference.operation.details`` log record, through ``logger_provider`` or the
+    global one), ``"SPAN_AND_EVENT"``; content passes ``redact(attribute, value) -> value | None``.
     ``link_to_current_context``: a root scope becomes a child of the OTel span active
     where it starts (an incoming HTTP request's, say).
     ``span_exporters``: instead of a tracer provider, build one here around these
     exporters, each behind a bounded batch processor whose drops are counted.
     ``fast_path``: with an SDK ``TracerProvider`` whose processors all ignore span starts,
     build each span whole at its end (``deferred.py``); False always uses the SDK's ``Span``.
+    ``sampler``: a ``TailSampler``: spans are held per turn and exported or dropped together
+    (``tail_sampling.py``); metrics are never sampled.
     ``shutdown_timeout``: how long ``shutdown()`` (and so the process's exit, for providers
     built here) may wait for a backend that is down, refusing or not answering.
     ``defer_to_other_instrumentation``: with ``opentelemetry-instrumentation-openai-v2`` or OpenInference
@@ -111,7 +118,10 @@ class OTelExporter:
         meter_provider: MeterProvider | None = None,
         *,
         conventions: Iterable[str] = (A.GEN_AI,),
-        capture_content: bool = False,
+        capture_content: bool | str = False,
+        logger_provider: Any = None,
+        sampler: TailSampler | None = None,
+        content_store: str | None = None,
         redact: Redactor | None = None,
         link_to_current_context: bool = True,
         max_open_spans: int = 10_000,
@@ -176,8 +186,22 @@ class OTelExporter:
         self._metrics = GenAIMetrics(meter_provider, VERSION) if meter_provider is not None else None
         self._voice = VoiceMetrics(meter_provider, VERSION) if meter_provider is not None else None
         self._scope_metrics = ScopeMetrics(meter_provider, VERSION) if meter_provider is not None else None
-        capture = capture_content or capture_from_env()
-        self._content = ContentRecorder(redact, self._oi, max_length=self.max_attribute_length) if capture else None
+        # An explicit choice wins over the environment's; bad values are an error here, not later.
+        self.capture_mode = capture_mode(capture_content) if capture_content is not False else mode_from_env()
+        recorder = ContentRecorder(redact, self._oi, max_length=self.max_attribute_length)
+        self._recorder = recorder
+        self._content = recorder if on_spans(self.capture_mode) else None
+        store = content_store if content_store is not None else store_from_env()
+        captured = on_spans(self.capture_mode) or as_events(self.capture_mode)
+        self._store = ContentStore(store, self.count) if store and captured and not self._disabled else None
+        self._events = (
+            DetailsEvents(logger_provider, recorder, VERSION, INSTRUMENTATION_NAME)
+            if as_events(self.capture_mode) and not self._disabled
+            else None
+        )
+        if sampler is not None and not isinstance(sampler, TailSampler):
+            raise TypeError(f"sampler must be a TailSampler, got {type(sampler).__name__}")
+        self._tail = TailBuffer(sampler, self.count) if sampler is not None else None
         self._link = link_to_current_context
         self._table = SpanTable(max_open_spans)
         self._at_exit: Callable[[], None] | None = None
@@ -234,7 +258,9 @@ class OTelExporter:
                 name = H.apply_hints(hints, name, attributes)
                 kind = H.hinted_kind(hints, kind)
         if self._content is not None:
-            self._content_attributes(self._content.attempt_start, self._content.tool_start, event, role, attributes)
+            # By reference, an attempt's content is written once, at its end.
+            at_start = self._content.attempt_start if self._store is None else _no_content
+            self._content_attributes(at_start, self._content.tool_start, event, role, attributes)
         fast = self._fast
         if fast is not None and fast.multi._span_processors is not fast.processors:  # see FastPath
             fast = self._fast = fast_path_for(self._tracer)
@@ -305,8 +331,22 @@ class OTelExporter:
             # The span was taken out of the table: it must still end, once.
             self.count(ATTRIBUTE_ERRORS)
             attributes = {}
-        if self._content is not None:
+        refs = None
+        if self._store is not None and role == A.ATTEMPT:
+            try:
+                refs = self._store.references(event, self._recorder)
+            except Exception:
+                self.count(CONTENT_ERRORS)
+                refs = {}
+            if self._content is not None:
+                attributes.update(refs)
+        elif self._content is not None:
             self._content_attributes(self._content.attempt_end, self._content.tool_end, event, role, attributes)
+        if self._events is not None and role == A.ATTEMPT:
+            try:
+                self._events.attempt_end(event, span, refs)
+            except Exception:
+                self.count(CONTENT_ERRORS)
         if role == A.ATTEMPT and md and md.get(cv.SENT) is False:
             retract(span)  # the SDK refused before sending: no provider call to claim
         if attributes:
@@ -322,6 +362,9 @@ class OTelExporter:
             span.set_status(Status(StatusCode.ERROR, f"{err}: {message}"[:_STATUS_MESSAGE_LIMIT]))
         if role == A.ATTEMPT and self._metrics is not None:
             self._metrics.record_attempt(event, err)
+        if self._tail is not None:
+            self._tail.finish(record, event.timestamp, event)  # ended (or dropped) with the rest of its trace
+            return
         span.end(event.timestamp)  # positional: a keyword call costs more, on every span
 
     def _content_attributes(
@@ -370,7 +413,10 @@ class OTelExporter:
         span = record.span
         span.set_attributes({"relay.outcome": ABANDONED, "error.type": ABANDONED_ERROR})
         span.set_status(Status(StatusCode.ERROR, reason))
-        span.end(end_time=end_ns)
+        if self._tail is not None:
+            self._tail.finish(record, end_ns, None, fired=True)  # an error: kept by the keep-errors rule
+        else:
+            span.end(end_time=end_ns)
         self.count(SPANS_ABANDONED)
 
     # -- trace context for provider calls -------------------------------------------------
@@ -486,6 +532,10 @@ class OTelExporter:
             now = time.time_ns()
             for record in self._table.remove_all():
                 self._abandon(record, now, "exporter shut down while this scope was open")
+        if self._tail is not None:
+            self._tail.flush()  # units that will not end here go out as they are
+        if self._store is not None:
+            self._store.close(limit)
         if self._metrics is not None:
             # Points still queued for the SDK are recorded before the flush reads them.
             self._metrics.close()
@@ -532,3 +582,7 @@ class OTelExporter:
         processor = getattr(self.tracer_provider, "_active_span_processor", None)
         inner = getattr(processor, "_span_processors", ())
         return sum(p.pending for p in inner if isinstance(p, BoundedBatchSpanProcessor))
+
+
+def _no_content(event: Event, out: dict[str, Any]) -> None:
+    """An attempt's start records no content when it goes to a content store at the end."""

@@ -14,11 +14,14 @@ import threading
 from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..files import directory_locked, replace_atomically
-from . import matching, secrets
+from . import matching, policy, secrets
 from .requests import Normalize, canonical, normalized
+
+if TYPE_CHECKING:
+    from ..redaction_policy import RedactionPolicy
 
 MODES = ("replay", "record", "auto")
 TIMINGS = ("instant", "recorded")
@@ -174,6 +177,9 @@ class Cassette:
         self.redact = redact
         self.secrets: set[str] = set()
         self.closed = False
+        # The redaction policy's fingerprint the file was recorded under, and the policy of this session's calls.
+        self.fingerprint: str | None = None
+        self.policy: RedactionPolicy | None = None
         self.misses: list[CassetteError] = []  # misses, and damage met, in the order met
         self._lock = threading.Lock()
         self._seen = _identity(self.path)  # the file as this session found it (before reading it)
@@ -209,6 +215,8 @@ class Cassette:
             isinstance(c, dict) and isinstance(c.get("request"), dict) for c in calls
         ):
             raise CassetteError(f"cassette {self.path}: 'calls' must be a list of objects with a 'request' object")
+        recorded_under = document.get(policy.FINGERPRINT_KEY)
+        self.fingerprint = recorded_under if isinstance(recorded_under, str) else None
         return calls
 
     def _key(self, request: Mapping[str, Any]) -> str:
@@ -237,6 +245,14 @@ class Cassette:
         In replay mode a request with no recording left raises ``CassetteMiss`` showing
         the closest recorded request and a diff.
         """
+        redaction = policy.policy_in_force()
+        if redaction is not None:
+            request = policy.redact_request(redaction, request)
+        if self.recorded and self.mode != "record":
+            wrong = policy.mismatch(self.path, self.fingerprint, redaction)
+            if wrong is not None:
+                raise CassetteError(wrong)
+        self.policy = redaction
         key = self._match_key(request)
         with self._lock:
             if self.mode != "record":
@@ -329,7 +345,10 @@ class Cassette:
 
     def _write(self, calls: list[dict[str, Any]]) -> None:
         cleaned = []
+        redaction = self.policy
         for call in calls:
+            if redaction is not None:
+                call = policy.redact_answers(redaction, call)
             call = secrets.scrub(call, self.secrets)
             if self.redact is not None:
                 call = self.redact(call)
@@ -338,7 +357,10 @@ class Cassette:
                 # The hook may have put a secret back in a new shape; the built-in rules run last.
                 call = secrets.scrub(call, self.secrets)
             cleaned.append(call)
-        document = {FORMAT_KEY: FORMAT_VERSION, "calls": cleaned}
+        document: dict[str, Any] = {FORMAT_KEY: FORMAT_VERSION}
+        if redaction is not None:
+            document[policy.FINGERPRINT_KEY] = redaction.fingerprint
+        document["calls"] = cleaned
         text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
         replace_atomically(self.path, text)
 

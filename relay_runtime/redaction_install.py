@@ -1,0 +1,147 @@
+"""``relay.redaction.use(policy)``: where a ``RedactionPolicy`` is installed.
+
+On a relay, the policy is applied by its subscriber list, once per event and before
+the first subscriber: every consumer sees the same redacted event. Without a policy the
+list's plain ``deliver`` runs, untouched: the hot path pays nothing for the feature.
+A host's ``redaction`` is its relay's; the coordinator's installs on every host it has
+and will have.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from . import conventions as cv
+from .events import Event, new_event
+from .redaction_policy import FAILED_KEY, RedactionPolicy
+from .types import AnnotatedLLMRequest, LLMRequest, LLMRequestInterceptOutcome
+
+if TYPE_CHECKING:
+    from .relay import Relay
+    from .session import Host, SessionCoordinator
+    from .subscribers import Subscribers
+
+# The request intercept of ``apply_to_request``: it runs after every other request intercept
+# (highest priority number), so nothing they add reaches the provider unredacted.
+INTERCEPT_NAME = "relay.redaction"
+INTERCEPT_PRIORITY = 2**62
+
+
+def _check(policy: Any) -> RedactionPolicy | None:
+    if policy is not None and not isinstance(policy, RedactionPolicy):
+        raise TypeError(f"redaction.use() takes a RedactionPolicy or None, got {type(policy).__name__}")
+    return policy
+
+
+class RelayRedaction:
+    """``relay.redaction``: the policy installed on one relay."""
+
+    def __init__(self, relay: Relay) -> None:
+        self._relay = relay
+        self._lock = threading.Lock()
+        self._policy: RedactionPolicy | None = None
+
+    @property
+    def policy(self) -> RedactionPolicy | None:
+        return self._policy
+
+    def use(self, policy: RedactionPolicy | None) -> RedactionPolicy | None:
+        """Install ``policy`` (None removes it); applies from the next event. Returns it."""
+        policy = _check(policy)
+        relay = self._relay
+        with self._lock:
+            old, self._policy = self._policy, policy
+            if old is not None and old.apply_to_request:
+                relay.intercepts.deregister_llm_request(INTERCEPT_NAME)
+            if policy is not None and policy.apply_to_request:
+                relay.intercepts.register_llm_request(INTERCEPT_NAME, INTERCEPT_PRIORITY, False, _intercept(policy))
+            install(relay.subscribers, policy)
+        return policy
+
+    def clear(self) -> None:
+        self.use(None)
+
+
+class CoordinatorRedaction:
+    """``SESSION_COORDINATOR.redaction``: one policy on every host, now and later."""
+
+    def __init__(self, coordinator: SessionCoordinator) -> None:
+        self._coordinator = coordinator
+        self._lock = threading.Lock()
+        self._policy: RedactionPolicy | None = None
+        self._watching = False
+
+    @property
+    def policy(self) -> RedactionPolicy | None:
+        return self._policy
+
+    def use(self, policy: RedactionPolicy | None) -> RedactionPolicy | None:
+        policy = _check(policy)
+        with self._lock:
+            self._policy = policy
+            if not self._watching:
+                self._watching = True
+                self._coordinator.watch_hosts(self._on_host)  # installs on the hosts there are, too
+                return policy
+        for host in self._coordinator.hosts():
+            host.relay.redaction.use(policy)
+        return policy
+
+    def clear(self) -> None:
+        self.use(None)
+
+    def _on_host(self, host: Host) -> None:
+        host.relay.redaction.use(self._policy)
+
+
+def install(subscribers: Subscribers, policy: RedactionPolicy | None) -> None:
+    """Route ``subscribers``' deliveries through ``policy`` (None: back to the plain delivery)."""
+    subscribers.policy = policy
+    if policy is None:
+        subscribers.__dict__.pop("deliver", None)
+        return
+
+    plain = type(subscribers).deliver
+
+    def deliver(targets: Any, event: Event) -> None:
+        current = subscribers.policy  # read once: an event is redacted by one policy, whole
+        if current is not None:
+            try:
+                event = current.redact_event(event)
+            except Exception as exc:
+                subscribers._diagnostics.failure("redaction_errors", exc, "applying the redaction policy")
+                event = _without_content(event)
+        plain(subscribers, targets, event)
+
+    subscribers.__dict__["deliver"] = deliver
+
+
+# Metadata the relay itself writes (ids, kinds, counts): kept on an event whose content was dropped.
+_IDENTITY = frozenset(
+    {cv.SESSION_ID, cv.PROFILE_ID, cv.AGENT_NAME, cv.PLATFORM, cv.PARENT_SESSION_ID, cv.TURN_ID, cv.TASK_ID,
+     cv.API_REQUEST_ID, cv.CALL_ROLE, cv.RETRY_COUNT, cv.SDK_RETRIES, cv.API_MODE}
+)  # fmt: skip
+
+
+def _without_content(event: Event) -> Event:
+    """What subscribers get when the policy failed on an event: its lifecycle, none of its content."""
+    metadata = {k: v for k, v in (event.metadata or {}).items() if k.startswith("relay.") or k in _IDENTITY}
+    metadata[FAILED_KEY] = True
+    return new_event(
+        event.kind, event.uuid, event.parent_uuid, event.trace_id, event.name, event.scope_type, event.timestamp,
+        start_timestamp=event.start_timestamp, metadata=metadata, provider=event.provider,
+        model_name=event.model_name, error_type=event.error_type, outcome=event.outcome, cost=event.cost,
+    )  # fmt: skip
+
+
+def _intercept(policy: RedactionPolicy) -> Any:
+    def redact_request(
+        name: str, request: LLMRequest, annotated: AnnotatedLLMRequest | None
+    ) -> LLMRequestInterceptOutcome:
+        content, view, counts = policy.redact_request(request.raw_content(), annotated)
+        if not counts:
+            return LLMRequestInterceptOutcome(request, annotated)
+        return LLMRequestInterceptOutcome(LLMRequest(request.raw_headers(), content), view)
+
+    return redact_request

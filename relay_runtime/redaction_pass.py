@@ -1,0 +1,421 @@
+"""One application of a ``RedactionPolicy``: the walk over an event's view and the SDK's own objects.
+
+A ``Pass`` counts what each rule changed, and keeps what it changed (whole strings and the
+spans inside them) so that the SDK's own request kwargs and response objects are redacted
+through the view: each value changed there is changed wherever it appears in them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from . import pointers
+from .redaction_rules import Rule
+from .types import AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta
+
+if TYPE_CHECKING:
+    from .redaction_policy import RedactionPolicy
+
+REMOVED: Any = object()  # a field a whole-field ``remove`` rule dropped
+_MAX_DEPTH = 64
+# A whole string a rule changed is looked for inside the SDK's own objects only from this length on:
+# shorter ones ("user", "gpt-4o") are everywhere and would be replaced where they mean something else.
+_MIN_WHOLE = 8
+
+
+def kept(value: Any) -> Any:
+    return None if value is REMOVED else value
+
+
+def _pairs_in(pairs: Mapping[str, str], text: str) -> dict[str, str]:
+    return {old: new for old, new in pairs.items() if old in text}
+
+
+class Pass:
+    """One application of a policy: the counts per rule, and what changed (to redact raw objects through it)."""
+
+    __slots__ = ("anywhere", "counts", "found", "key", "leaves", "pairs", "policy", "rules")
+
+    def __init__(self, policy: RedactionPolicy, rules: tuple[Rule, ...] | None = None, anywhere: bool = False) -> None:
+        self.policy = policy
+        self.rules = policy.rules if rules is None else rules
+        self.anywhere = anywhere  # every rule on every string, paths aside
+        self.key = policy._key
+        self.counts: dict[str, int] = {}
+        # Whole strings seen in the view -> what they became (unchanged ones too: not scanned twice).
+        self.leaves: dict[str, str] = {}
+        # Spans a rule replaced -> their replacement, to find inside other strings.
+        self.pairs: dict[str, str] = {}
+        # Strings the rules changed -> how often each rule fired in them (counted again when met again).
+        self.found: dict[str, dict[str, int]] = {}
+
+    def adopt(self, counts: Mapping[str, int], leaves: Mapping[str, str], pairs: Mapping[str, str]) -> None:
+        for name, n in counts.items():
+            self.counts[name] = self.counts.get(name, 0) + n
+        if leaves:
+            self.leaves.update(leaves)
+        if pairs:
+            self.pairs.update(pairs)
+
+    # -- the view ------------------------------------------------------------------------------
+
+    def walk(self, value: Any, path: pointers.Path, depth: int = 0) -> Any:
+        kind = type(value)
+        if kind is str:
+            return self.text(value, path, depth)
+        if value is None or kind in (int, float, bool):
+            return value
+        if depth > _MAX_DEPTH:
+            return value
+        whole_remove = self._removes(path) if self.policy._removals else None
+        if whole_remove is not None:
+            self._count(whole_remove, 1)
+            self._forget(value)
+            return REMOVED
+        if kind is dict or isinstance(value, Mapping):
+            out: dict[Any, Any] | None = None
+            for k, v in value.items():
+                key = k if type(k) is str else str(k)
+                if path == ("metadata",) and key.startswith("relay.") and not self._named((*path, key)):
+                    continue  # the relay's own keys (kinds, ids, counts) are not content
+                new = self.walk(v, (*path, key), depth + 1)
+                if new is not v:
+                    if out is None:
+                        out = dict(value)
+                    if new is REMOVED:
+                        del out[k]
+                    else:
+                        out[k] = new
+            return value if out is None else out
+        if kind is list or kind is tuple:
+            items: list[Any] | None = None
+            removed = False
+            for i, v in enumerate(value):
+                new = self.walk(v, (*path, str(i)), depth + 1)
+                if new is not v:
+                    if items is None:
+                        items = list(value)
+                    items[i] = new
+                    removed = removed or new is REMOVED
+            if items is None:
+                return value
+            if removed:
+                items = [v for v in items if v is not REMOVED]
+            return items if kind is list else tuple(items)
+        dump = getattr(value, "model_dump", None)  # an SDK object in the view: its fields, as data
+        if callable(dump):
+            try:
+                dumped = dump()
+            except Exception:
+                return value
+            new = self.walk(dumped, path, depth + 1)
+            return value if new is dumped else new
+        return value
+
+    def _removes(self, path: pointers.Path) -> Rule | None:
+        """A whole-field ``remove`` rule naming exactly this path (or a pattern of it)."""
+        for rule in self.policy._removals:
+            if rule in self.rules:
+                for pattern in rule.parsed_paths:
+                    if len(pattern) == len(path) and pointers.covers(pattern, path):
+                        return rule
+        return None
+
+    def _named(self, path: pointers.Path) -> bool:
+        return any(rule.parsed_paths and rule.applies(path) for rule in self.rules)
+
+    def _forget(self, value: Any) -> None:
+        """A removed field's strings become empty wherever else they appear (the SDK's own objects)."""
+        if type(value) is str:
+            self.leaves[value] = ""
+            if len(value) >= _MIN_WHOLE:
+                self.pairs[value] = ""
+        elif isinstance(value, Mapping):
+            for v in value.values():
+                self._forget(v)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                self._forget(v)
+
+    def _count(self, rule: Rule, n: int) -> None:
+        self.counts[rule.name] = self.counts.get(rule.name, 0) + n
+
+    def text(self, text: str, path: pointers.Path, depth: int) -> Any:
+        if path and path[0] == "metadata" and len(path) == 2 and path[1].startswith("relay.") and not self._named(path):
+            return text
+        if not text:
+            return text
+        rule = self._removes(path) if self.policy._removals else None
+        if rule is not None:
+            self._count(rule, 1)
+            self._forget(text)
+            return REMOVED
+        first = text[0]
+        if (first == "{" or first == "[") and depth < _MAX_DEPTH:
+            # Tool-call arguments and similar JSON text: the strings inside are reached too.
+            try:
+                parsed = json.loads(text)
+            except ValueError:
+                parsed = None
+            if isinstance(parsed, (dict, list)):
+                new = self.walk(parsed, path, depth + 1)
+                if new is parsed:
+                    return text
+                dumped = json.dumps(kept(new), ensure_ascii=False)
+                self.leaves[text] = dumped
+                return dumped
+        policy = self.policy
+        pathless = policy._all_pathless or self.anywhere
+        if pathless:
+            known = self.leaves.get(text)
+            if known is not None:  # the same string met again (a system prompt is also the first message)
+                self._recount(text)
+                return known
+            if not self.anywhere:
+                return self._memoized(self.rules, text)
+            rules: Any = self.rules
+        else:
+            rules = [r for r in self.rules if not r.parsed_paths or r.applies(path)]
+        result = self._run(rules, text)
+        self.leaves[text] = result
+        return result
+
+    def _memoized(self, rules: Any, text: str) -> str:
+        """What every pathless rule makes of ``text``, remembered across calls (per policy): an agent sends
+        the whole history each turn, and the same roles, model names and system prompt in every call."""
+        memo = self.policy._memo.get(text)
+        if memo is not None:
+            return self._remembered(text, memo)
+        before = dict(self.counts)
+        result = self._run(rules, text)
+        self.leaves[text] = result
+        fired = {k: v - before.get(k, 0) for k, v in self.counts.items() if v != before.get(k, 0)}
+        if result is not text:
+            self.found[text] = fired
+        self.policy._remember(text, (result, fired, _pairs_in(self.pairs, text) if fired else {}))
+        return result
+
+    def _remembered(self, text: str, memo: tuple[str, dict[str, int], dict[str, str]]) -> str:
+        result, fired, pairs = memo
+        self.leaves[text] = result
+        if fired:
+            self.found[text] = fired
+            for name, k in fired.items():
+                self.counts[name] = self.counts.get(name, 0) + k
+            self.pairs.update(pairs)
+        return result
+
+    def _run(self, rules: Any, text: str) -> str:
+        result = text
+        i, n = 0, len(rules)
+        while i < n:
+            rule = rules[i]
+            if rule.finder is None:
+                result = self._apply(rule, result)
+                i += 1
+                continue
+            # Detector rules in a row read the same text: each finds its spans there, and where two
+            # overlap the earlier rule wins. One text, so the detectors share what they computed on it.
+            j = i + 1
+            while j < n and rules[j].finder is not None:
+                j += 1
+            result = self._apply_detectors(rules[i:j], result)
+            i = j
+        return result
+
+    def _recount(self, text: str) -> None:
+        for name, k in self.found.get(text, {}).items():
+            self.counts[name] = self.counts.get(name, 0) + k
+
+    def _apply_detectors(self, rules: Any, text: str) -> str:
+        if len(text) < self.policy._shortest:
+            return text
+        hits: list[tuple[int, int, int]] = []
+        for index, rule in enumerate(rules):
+            for start, end in rule.finder.find(text):
+                if end > start:
+                    hits.append((start, index, end))
+        if not hits:
+            return text
+        hits.sort()
+        pieces: list[str] = []
+        last = 0
+        key = self.key
+        for start, index, end in hits:
+            if start < last:
+                continue
+            rule = rules[index]
+            value = text[start:end]
+            new = rule.replace(value, None, key)
+            pieces.append(text[last:start])
+            pieces.append(new)
+            last = end
+            self.pairs[value] = new
+            self._count(rule, 1)
+        pieces.append(text[last:])
+        return "".join(pieces)
+
+    def _apply(self, rule: Rule, text: str) -> str:
+        found = rule.spans(text)
+        if not found:
+            return text
+        pieces: list[str] = []
+        last = 0
+        key = self.key
+        for item in found:
+            if isinstance(item, tuple):
+                start, end = item
+                match = None
+            else:
+                start, end = item.span()
+                match = item
+            if start < last or end == start:
+                continue
+            value = text[start:end]
+            new = rule.replace(value, match, key)
+            pieces.append(text[last:start])
+            pieces.append(new)
+            last = end
+            if not rule.whole or len(value) >= _MIN_WHOLE:
+                self.pairs[value] = new
+            self._count(rule, 1)
+        if not pieces:
+            return text
+        pieces.append(text[last:])
+        return "".join(pieces)
+
+    def request_view(self, req: AnnotatedLLMRequest) -> AnnotatedLLMRequest:
+        messages = self.walk(req.messages, ("request", "messages"))
+        system = self.walk(req.system, ("request", "system"))
+        tools = self.walk(req.tools, ("request", "tools"))
+        params = self.walk(req.params, ("request", "params")) if req.params else req.params
+        extra = self.walk(req.provider_params, ("request", "params")) if req.provider_params else req.provider_params
+        if messages is req.messages and system is req.system and tools is req.tools and params is req.params and (
+            extra is req.provider_params
+        ):
+            return req
+        return dataclasses.replace(
+            req,
+            messages=[] if messages is REMOVED else list(messages),
+            system=kept(system),
+            tools=None if tools is REMOVED or tools is None else list(tools),
+            params={} if params is REMOVED else dict(params),
+            provider_params={} if extra is REMOVED else dict(extra),
+        )
+
+    def response_view(self, resp: AnnotatedLLMResponse) -> AnnotatedLLMResponse:
+        text = self.walk(resp.output_text, ("response", "text")) if resp.output_text else resp.output_text
+        calls = self.walk(resp.tool_calls, ("response", "tool_calls")) if resp.tool_calls else resp.tool_calls
+        if text is resp.output_text and calls is resp.tool_calls:
+            return resp
+        return dataclasses.replace(resp, output_text=kept(text), tool_calls=[] if calls is REMOVED else list(calls))
+
+    def chunk(self, data: Any) -> Any:
+        """A stream chunk mark: its delta as the response's text and reasoning, the SDK chunk through it.
+
+        Each chunk is redacted on its own: a value the provider split across two chunks is not seen
+        whole here (the attempt's end event, built from the whole response, is redacted whole).
+        """
+        if not isinstance(data, Mapping):
+            return self.walk(data, ("data",))
+        delta = data.get("delta")
+        if not isinstance(delta, ChunkDelta):
+            return self.walk(data, ("data",))
+        text = self.walk(delta.text, ("response", "text")) if delta.text else delta.text
+        reasoning = self.walk(delta.reasoning, ("response", "reasoning")) if delta.reasoning else delta.reasoning
+        if text is delta.text and reasoning is delta.reasoning:
+            return data
+        new = dict(data)
+        new["delta"] = ChunkDelta(text=kept(text) or "", reasoning=kept(reasoning) or "", model=delta.model)
+        new["chunk"] = self.raw(data.get("chunk"))
+        return new
+
+    # -- the SDK's own objects, through the view ---------------------------------------------------
+
+    def raw(self, value: Any, *, scan: bool = False) -> Any:
+        """``value`` with every string the view's rules changed replaced wherever it appears; with
+        ``scan``, the pathless rules also read the strings the view did not hold."""
+        if value is None:
+            return value
+        if not scan and not self.pairs and not any(k != v for k, v in self.leaves.items()):
+            return value
+        return self._raw(value, 0, scan)
+
+    def _scan(self, text: str) -> str:
+        if self.policy._all_pathless:
+            return self._memoized(self.rules, text)
+        result = self._run(self.policy._pathless, text)
+        self.leaves[text] = result
+        return result
+
+    def _raw(self, value: Any, depth: int, scan: bool) -> Any:
+        kind = type(value)
+        if kind is str:
+            known = self.leaves.get(value)
+            if known is not None:
+                return known
+            result = self._scan(value) if scan and value else value
+            for old, new in self.pairs.items():
+                if old in result:
+                    result = result.replace(old, new)
+                elif "\\" in result:  # JSON text held as a string: the value may be escaped in it
+                    escaped = json.dumps(old, ensure_ascii=False)[1:-1]
+                    if escaped != old and escaped in result:
+                        result = result.replace(escaped, json.dumps(new, ensure_ascii=False)[1:-1])
+            return result
+        if value is None or kind in (int, float, bool) or depth > _MAX_DEPTH:
+            return value
+        if kind is dict or kind is MappingProxyType or isinstance(value, Mapping):
+            out: dict[Any, Any] | None = None
+            for k, v in value.items():
+                new = self._raw(v, depth + 1, scan)
+                if new is not v:
+                    if out is None:
+                        out = dict(value)
+                    out[k] = new
+            return value if out is None else out
+        if kind is list or kind is tuple:
+            items: list[Any] | None = None
+            for i, v in enumerate(value):
+                new = self._raw(v, depth + 1, scan)
+                if new is not v:
+                    if items is None:
+                        items = list(value)
+                    items[i] = new
+            if items is None:
+                return value
+            return items if kind is list else tuple(items)
+        if isinstance(value, (bytes, bytearray)):
+            try:
+                text = bytes(value).decode("utf-8")
+            except UnicodeDecodeError:
+                return value
+            new_text = self._raw(text, depth, scan)
+            return value if new_text is text else new_text.encode("utf-8")
+        dump = getattr(value, "model_dump", None)  # an SDK response or chunk: rebuilt as its own type
+        if callable(dump):
+            try:
+                dumped = dump()
+            except Exception:
+                return value
+            new = self._raw(dumped, depth + 1, scan)
+            if new is dumped:
+                return value
+            try:
+                return type(value).model_validate(new)
+            except Exception:
+                return new
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            changes = {}
+            for f in dataclasses.fields(value):
+                v = getattr(value, f.name)
+                new = self._raw(v, depth + 1, scan)
+                if new is not v:
+                    changes[f.name] = new
+            return dataclasses.replace(value, **changes) if changes else value
+        return value
+

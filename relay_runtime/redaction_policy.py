@@ -1,0 +1,233 @@
+"""``RedactionPolicy``: one set of rules every sink sees the result of.
+
+The policy is applied to each event once, before any subscriber gets it (see
+``relay_runtime.redaction_install``): spans, metrics, journal rows, the run page,
+cassettes and the library's own records all read the same redacted event.
+
+Rules act on a provider-neutral view of the event (README, "Redaction targets"):
+``/request/messages/*/content``, ``/request/system``, ``/request/tools``,
+``/request/params/...``, ``/response/text``, ``/response/reasoning``,
+``/response/tool_calls/*/arguments`` on LLM attempts; ``/tool/arguments/...`` and
+``/tool/result`` on tools; ``/input`` and ``/output`` on other scopes; ``/metadata/...``
+everywhere; ``/data/...`` on marks; ``/error/message``. What an event carries beyond
+the view (the SDK's own request kwargs and response objects) is redacted through it:
+every value a rule changed in the view is changed wherever it appears there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import warnings
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from . import conventions as cv
+from . import pointers
+from .events import MARK, Event, new_event
+from .redaction_pass import REMOVED, Pass, kept
+from .redaction_rules import ACTIONS, RedactionConfigError, Rule
+from .types import AnnotatedLLMRequest
+
+RULES_KEY = "relay.redaction.rules"  # metadata: {rule name: how many values it changed in this event}
+FAILED_KEY = "relay.redaction.failed"  # metadata: the policy failed on this event; its content was dropped
+
+__all__ = ["ACTIONS", "FAILED_KEY", "RULES_KEY", "RedactionConfigError", "RedactionPolicy", "Rule"]
+
+_CACHE_ATTR = "_relay_redacted"
+# What a policy remembers of the strings it has redacted, at most.
+_MEMO_ENTRIES = 4096
+_MEMO_CHARS = 8 * 1024 * 1024
+
+
+class RedactionPolicy:
+    """Rules applied in order to every event; see the module docstring and README.
+
+    ``hash_key`` (str or bytes) keys the ``hash`` action's HMAC-SHA256: one value maps to one
+    token wherever it appears, and cannot be reversed without the key. ``apply_to_request=True``
+    also redacts the request before it is sent (a request intercept): the provider never sees
+    the value. Configuration errors are raised here (so at ``use()``): an unknown action or
+    detector, a bad pattern, ``hash`` without a key; a path that can match no field of the view
+    is a warning naming the fields it may have meant.
+    """
+
+    def __init__(
+        self, rules: Iterable[Rule], *, hash_key: str | bytes | None = None, apply_to_request: bool = False
+    ) -> None:
+        if isinstance(rules, Rule):
+            rules = (rules,)
+        self.rules: tuple[Rule, ...] = tuple(rules)
+        for i, rule in enumerate(self.rules):
+            if not isinstance(rule, Rule):
+                raise RedactionConfigError(f"rule {i} is a {type(rule).__name__}, not a redaction Rule")
+        if hash_key is not None and not isinstance(hash_key, (str, bytes)):
+            raise RedactionConfigError(f"hash_key must be str or bytes, got {type(hash_key).__name__}")
+        self._key = hash_key.encode() if isinstance(hash_key, str) else hash_key
+        if self._key is not None and len(self._key) < 16:
+            raise RedactionConfigError("hash_key must be at least 16 bytes: a short key makes the tokens guessable")
+        needs_key = [r.name for r in self.rules if r.action == "hash"]
+        if needs_key and self._key is None:
+            raise RedactionConfigError(f"hash rules {needs_key} need the policy's hash_key (HMAC-SHA256)")
+        names = [r.name for r in self.rules]
+        doubled = sorted({n for n in names if names.count(n) > 1})
+        if doubled:
+            raise RedactionConfigError(
+                f"rule names must differ (they are what relay.redaction.rules reports): {doubled}"
+            )
+        self.apply_to_request = bool(apply_to_request)
+        for rule in self.rules:
+            for path in rule.paths:
+                meant = pointers.unknown_field(path)
+                if meant is not None:
+                    known = ", ".join(pointers.VIEW_FIELDS)
+                    hint = f"; did you mean {' or '.join(meant)}?" if meant else f"; the fields are {known}"
+                    warnings.warn(f"redaction rule {rule.name!r}: path {path!r} can match no field of the view{hint}",
+                                  RedactionPathWarning, stacklevel=2)  # fmt: skip
+        self._pathless = tuple(r for r in self.rules if not r.parsed_paths)
+        self._all_pathless = len(self._pathless) == len(self.rules)
+        self._removals = tuple(r for r in self.rules if r.action == "remove" and r.whole and r.parsed_paths)
+        # The shortest value any detector rule can find: shorter strings (roles, small ids) are not scanned.
+        self._shortest = min((r.finder.shortest for r in self.rules if r.finder is not None), default=0)
+        # What the rules made of long strings seen before (text -> result, counts, replaced spans), bounded.
+        self._memo: OrderedDict[str, tuple[str, dict[str, int], dict[str, str]]] = OrderedDict()
+        self._memo_chars = 0
+        self._memo_lock = threading.Lock()
+        self.fingerprint = self._fingerprint()
+
+    def _remember(self, text: str, memo: tuple[str, dict[str, int], dict[str, str]]) -> None:
+        if len(text) > _MEMO_CHARS // 16:
+            return  # one huge document would push out everything else
+        with self._memo_lock:
+            if text in self._memo:
+                return
+            self._memo[text] = memo
+            self._memo_chars += len(text)
+            while self._memo_chars > _MEMO_CHARS or len(self._memo) > _MEMO_ENTRIES:
+                oldest, _ = self._memo.popitem(last=False)  # O(1), unlike deleting a dict's first key
+                self._memo_chars -= len(oldest)
+
+    def _fingerprint(self) -> str:
+        """A stable id of what this policy does (cassettes store it): the rules, and which key, never the key."""
+        described: dict[str, Any] = {
+            "rules": [r.describe() for r in self.rules],
+            "apply_to_request": self.apply_to_request,
+        }
+        if self._key is not None:
+            described["key"] = hmac.new(self._key, b"relay-runtime redaction key id", hashlib.sha256).hexdigest()[:16]
+        text = json.dumps(described, sort_keys=True, separators=(",", ":"))
+        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def __repr__(self) -> str:
+        return f"RedactionPolicy({[r.name for r in self.rules]}, fingerprint={self.fingerprint!r})"
+
+    # -- strings and structures ----------------------------------------------------------------
+
+    def redact_text(self, text: str, path: str = "") -> str:
+        """``text`` as the policy would record it at ``path`` (a pointer; every pathless rule when empty)."""
+        result = Pass(self).walk(text, pointers.parse(path))
+        return "" if result is REMOVED else result
+
+    def redact_value(self, value: Any, path: str = "") -> Any:
+        """``value`` (dicts, lists, strings, JSON text) as the policy would record it at ``path``."""
+        result = Pass(self).walk(value, pointers.parse(path))
+        return None if result is REMOVED else result
+
+    def redact_at(self, value: Any, path: pointers.Path) -> Any:
+        """``value`` as recorded at the parsed ``path`` (None when a rule removes it)."""
+        return kept(Pass(self).walk(value, path))
+
+    def redact_spans(self, value: Any) -> Any:
+        """``value`` with what the detector and pattern rules find replaced in every string, whatever the
+        rule's paths: for stored answers, whose layout is the provider's, not the view's."""
+        rules = tuple(r for r in self.rules if not r.whole)
+        if not rules:
+            return value
+        return kept(Pass(self, rules, anywhere=True).walk(value, ()))
+
+    # -- events --------------------------------------------------------------------------------
+
+    def redact_event(self, event: Event) -> Event:
+        """``event`` itself when no rule changes anything in it, else a redacted copy with ``RULES_KEY``."""
+        p = Pass(self)
+        inp, out, data = event.input, event.output, event.data
+        req = resp = None
+        if event.kind == MARK:
+            data = p.chunk(data) if event.name == cv.CHUNK else p.walk(data, ("data",))
+        else:
+            req = event.annotated_request
+            if req is not None:
+                req = self._request_view(p, req)
+            answer = resp = event.annotated_response
+            if resp is not None:
+                resp = p.response_view(resp)
+            scope_type = event.scope_type
+            if scope_type == "llm":
+                # The SDK's own kwargs and response object, through what the views changed; the kwargs
+                # (plain data, cheap to walk) are also read by the pathless rules, in case the view
+                # missed something, and so is the response when there is no view of it.
+                if req is None and isinstance(inp, Mapping) and isinstance(inp.get("content"), Mapping):
+                    # No codec, so no view: the kwargs are read as the request itself (their
+                    # ``messages`` and ``system`` sit where the view's would), paths and all.
+                    content = kept(p.walk(inp["content"], ("request",))) or {}
+                    inp = {**inp, "content": content, "headers": p.raw(inp.get("headers"), scan=True)}
+                else:
+                    inp = p.raw(inp, scan=True)
+                if resp is None or resp is not answer:  # an answer the view found nothing in is kept whole
+                    out = p.raw(out, scan=resp is None)
+            elif scope_type == "tool":
+                inp = p.walk(inp, ("tool", "arguments"))
+                out = p.walk(out, ("tool", "result"))
+            else:
+                inp = p.walk(inp, ("input",))
+                out = p.walk(out, ("output",))
+        metadata = event.metadata
+        if metadata:
+            metadata = p.walk(metadata, ("metadata",))
+        error = event.error_message
+        if error is not None:
+            error = p.walk(error, ("error", "message"))
+        if not p.counts:
+            return event
+        metadata = dict(metadata) if metadata else {}
+        metadata[RULES_KEY] = dict(p.counts)
+        return new_event(
+            event.kind, event.uuid, event.parent_uuid, event.trace_id, event.name, event.scope_type,
+            event.timestamp, start_timestamp=event.start_timestamp, input=kept(inp), output=kept(out),
+            metadata=metadata, data=kept(data), provider=event.provider, model_name=event.model_name,
+            annotated_request=req, annotated_response=resp, error_type=event.error_type,
+            error_message=kept(error), outcome=event.outcome, cost=event.cost,
+        )  # fmt: skip
+
+    def _request_view(self, p: Pass, req: AnnotatedLLMRequest) -> AnnotatedLLMRequest:
+        """The redacted request view, computed once per request and policy (a start and its end share it)."""
+        cached = getattr(req, _CACHE_ATTR, None)
+        if cached is not None and cached[0] is self:
+            _, view, counts, leaves, pairs = cached
+            p.adopt(counts, leaves, pairs)
+            return view
+        mine = Pass(self)
+        view = mine.request_view(req)
+        try:
+            object.__setattr__(req, _CACHE_ATTR, (self, view, mine.counts, mine.leaves, mine.pairs))
+        except (AttributeError, TypeError):
+            pass
+        p.adopt(mine.counts, mine.leaves, mine.pairs)
+        return view
+
+    def redact_request(self, content: Mapping[str, Any], annotated: AnnotatedLLMRequest | None) -> tuple[
+        dict[str, Any], AnnotatedLLMRequest | None, dict[str, int]
+    ]:
+        """The SDK kwargs and view of a request, redacted before it is sent (``apply_to_request``)."""
+        p = Pass(self)
+        view = p.request_view(annotated) if annotated is not None else None
+        if annotated is None:
+            walked = p.walk(dict(content), ("request",))
+            return dict(walked), None, dict(p.counts)
+        return dict(p.raw(dict(content), scan=True)), view, dict(p.counts)
+
+
+class RedactionPathWarning(UserWarning):
+    """A redaction path that can match no field of the provider-neutral view."""

@@ -1,0 +1,215 @@
+"""Tail sampling: a turn's spans are held until it ends, then exported or dropped together."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any
+
+import pytest
+from otel_support import Pipeline, span_path  # noqa: F401  (every test here runs on both span paths)
+
+from relay_runtime import adapters, session
+from relay_runtime.adapters import testing
+from relay_runtime.cost import Budget, BudgetExceeded, PriceCatalog
+from relay_runtime.integrations.otel import OTelExporter, TailSampler
+
+pytestmark = pytest.mark.usefixtures("span_path")
+
+
+class Run:
+    """A conversation on the coordinator with an exporter that tail-samples."""
+
+    def __init__(self, sampler: TailSampler, session_id: str = "s1") -> None:
+        self.pipeline = Pipeline()
+        self.exporter = OTelExporter(
+            self.pipeline.tracer_provider, self.pipeline.meter_provider, sampler=sampler
+        ).attach(session.SESSION_COORDINATOR)
+        self.coordinator = session.SESSION_COORDINATOR
+        self.lease = self.coordinator.acquire_conversation(
+            profile_key=session.current_profile_key(), session_id=session_id, platform="cli"
+        )
+        self.relay = self.lease.host.relay
+        self.turns = 0
+
+    def turn(self, body: Any) -> None:
+        self.turns += 1
+        turn = self.coordinator.begin_turn(self.lease, turn_id=f"t{self.turns}", task_id="x")
+        try:
+            body()
+        finally:
+            self.coordinator.end_turn(turn, outcome="success")
+
+    def close(self) -> None:
+        self.coordinator.release_conversation(self.lease)
+
+    @staticmethod
+    def tool(name: str, fn: Any) -> Any:
+        relay = session.SESSION_COORDINATOR.host(session.current_profile_key()).relay
+        return relay.tools.execute(name, {}, fn)
+
+    def names(self) -> list[str]:
+        return sorted(s.name for s in self.pipeline.finished())
+
+
+def _call(answer: Any = None) -> Any:
+    scripted = testing.scripted_openai(answer or testing.json_reply(testing.chat_completion_body("ok")))
+
+    def call() -> None:
+        try:
+            adapters.complete(scripted.client, {"model": "gpt-x", "messages": [{"role": "user", "content": "hi"}]})
+        except Exception:
+            pass
+
+    return call
+
+
+def test_a_dropped_turn_leaves_nothing_but_its_metrics(relay_home) -> None:  # type: ignore[no-untyped-def]
+    run = Run(TailSampler(ratio=0.0))
+    run.turn(_call())
+    run.close()
+    assert run.pipeline.finished() == []
+    assert sum(p.count for p in run.pipeline.histogram("gen_ai.client.operation.duration")) == 1
+    assert run.exporter.diagnostics()["otel.sampler.dropped_traces"] >= 1
+
+
+def test_an_error_anywhere_keeps_the_whole_turn_and_its_parents(relay_home) -> None:  # type: ignore[no-untyped-def]
+    run = Run(TailSampler(ratio=0.0))
+    run.turn(_call())  # dropped
+    run.turn(_call(testing.error(400)))  # a failed attempt: kept, all of it
+    assert run.names() == ["chat gpt-x", "logical_llm_call", "turn"]
+    run.close()
+    assert run.names() == ["chat gpt-x", "invoke_agent agent", "logical_llm_call", "turn"]
+    spans = run.pipeline.finished()
+    assert len({s.context.trace_id for s in spans}) == 1
+    ids = {s.context.span_id for s in spans}
+    assert all(s.parent is None or s.parent.span_id in ids for s in spans)  # nothing cut off from its parent
+
+
+def test_nothing_is_exported_before_its_turn_ends(relay_home) -> None:  # type: ignore[no-untyped-def]
+    run = Run(TailSampler(ratio=1.0))
+    seen: list[list[str]] = []
+
+    def body() -> None:
+        _call()()
+        run.relay.tools.execute("lookup", {}, lambda a: 1)
+        seen.append(run.names())
+
+    run.turn(body)
+    assert seen == [[]]
+    assert run.names() == ["chat gpt-x", "execute_tool lookup", "logical_llm_call", "turn"]
+    run.close()
+
+
+def test_the_ratio_decides_by_trace_and_never_splits_one(relay_home) -> None:  # type: ignore[no-untyped-def]
+    pipeline_spans: dict[int, list[str]] = defaultdict(list)
+    kept = dropped = 0
+    for i in range(24):
+        run = Run(TailSampler(ratio=0.5), session_id=f"s{i}")
+        run.turn(_call())
+        run.turn(_call())
+        run.close()
+        run.exporter.detach()
+        for span in run.pipeline.finished():
+            pipeline_spans[span.context.trace_id].append(span.name)
+        if run.pipeline.finished():
+            kept += 1
+            assert len(run.pipeline.finished()) == 7  # the conversation, and both turns whole
+        else:
+            dropped += 1
+    assert kept and dropped
+    sampler = TailSampler(ratio=0.5)
+    for trace_id in pipeline_spans:
+        assert sampler.sampled(trace_id)
+
+
+def test_cost_latency_and_keep_if_rules(relay_home) -> None:  # type: ignore[no-untyped-def]
+    sampler = TailSampler(ratio=0.0, keep_cost_above=0.001, keep_slower_than=0.05, keep_if=lambda e: e.name == "vip")
+
+    def kept(body: Any, prices: dict[str, float] | None = None) -> list[str]:
+        run = Run(sampler, session_id=f"s{time.monotonic_ns()}")
+        if prices is not None:
+            run.relay.cost.use(PriceCatalog.from_mapping({"openai": {"gpt-x": prices}}))
+        run.turn(body)
+        run.close()
+        run.exporter.detach()
+        return run.names()
+
+    # 12 input + 5 output tokens: 0.0032 at the first prices (above the line), 0.00000017 at the second.
+    assert "chat gpt-x" in kept(_call(), {"input": 100.0, "output": 400.0})
+    assert kept(_call(), {"input": 0.01, "output": 0.01}) == []
+    assert "execute_tool slow" in kept(lambda: Run.tool("slow", lambda a: time.sleep(0.08)))
+    assert "execute_tool vip" in kept(lambda: Run.tool("vip", lambda a: 1))
+    assert kept(lambda: Run.tool("plain", lambda a: 1)) == []
+
+
+def test_a_kept_turn_keeps_the_later_turns_of_its_trace(relay_home) -> None:  # type: ignore[no-untyped-def]
+    run = Run(TailSampler(ratio=0.0))
+    run.turn(_call())  # dropped: decided when it ended
+    run.turn(_call(testing.error(400)))  # kept: the trace is marked
+    run.turn(_call())  # kept with its trace
+    run.close()
+    assert run.names().count("turn") == 2 and "invoke_agent agent" in run.names()
+
+
+def test_a_budget_refusal_and_a_guardrail_rejection_keep_their_turn(relay_home) -> None:  # type: ignore[no-untyped-def]
+    run = Run(TailSampler(ratio=0.0))
+    run.relay.cost.use(PriceCatalog.from_mapping({"openai": {"gpt-x": {"input": 100.0, "output": 400.0}}}))
+    run.relay.cost.budget(Budget(0.0000001, per="turn"))
+
+    def refused() -> None:
+        with pytest.raises(BudgetExceeded):
+            adapters.complete(testing.scripted_openai().client, {"model": "gpt-x", "messages": [], "max_tokens": 5})
+
+    run.turn(refused)
+    assert run.names().count("turn") == 1
+    run.close()
+    run.exporter.detach()
+    rejected = Run(TailSampler(ratio=0.0), session_id="s2")
+    rejected.relay.intercepts.register_llm_guardrail("no", 0, lambda name, request, annotated: "refused")
+    rejected.turn(_call())
+    assert rejected.names() == ["chat gpt-x", "logical_llm_call", "turn"]
+    rejected.close()
+
+
+def test_a_full_buffer_exports_unsampled_and_counts_it(relay_home) -> None:  # type: ignore[no-untyped-def]
+    run = Run(TailSampler(ratio=0.0, max_buffered_spans=3))
+
+    def five_tools() -> None:
+        for i in range(5):
+            run.relay.tools.execute(f"tool{i}", {}, lambda a: 1)
+
+    run.turn(five_tools)
+    names = run.names()
+    assert names == sorted([f"execute_tool tool{i}" for i in range(5)] + ["turn"])  # the whole unit, not half
+    assert run.exporter.diagnostics()["otel.sampler.overflow"] == 1
+    run.close()
+
+
+def test_shutdown_exports_what_is_still_held(relay_home) -> None:  # type: ignore[no-untyped-def]
+    run = Run(TailSampler(ratio=0.0))
+    turn = run.coordinator.begin_turn(run.lease, turn_id="open", task_id="x")
+    run.relay.tools.execute("lookup", {}, lambda a: 1)
+    run.exporter.shutdown()
+    assert "execute_tool lookup" in run.names() and "turn" in run.names()  # abandoned: an error, kept
+    run.coordinator.end_turn(turn, outcome="success")
+    run.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"ratio": 1.5}, "ratio must be a number from 0 to 1"),
+        ({"ratio": True}, "ratio must be a number from 0 to 1"),
+        ({"keep_cost_above": -1}, "keep_cost_above must be a non-negative number"),
+        ({"keep_slower_than": "1s"}, "keep_slower_than must be a non-negative number"),
+        ({"max_buffered_spans": 0}, "max_buffered_spans must be a positive int"),
+    ],
+)
+def test_bad_configuration_is_a_clear_error(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        TailSampler(**kwargs)
+    with pytest.raises(TypeError, match="keep_if must be callable"):
+        TailSampler(keep_if="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="sampler must be a TailSampler"):
+        OTelExporter(Pipeline().tracer_provider, sampler=0.5)  # type: ignore[arg-type]

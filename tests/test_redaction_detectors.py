@@ -1,0 +1,178 @@
+"""The built-in detectors on true and false positives: each case is a value inside a sentence."""
+
+from __future__ import annotations
+
+import pytest
+
+from relay_runtime import detectors
+
+CARD_CASES = [
+    # (text, found)
+    ("4111 1111 1111 1111", True),  # Visa test number, spaced
+    ("4111-1111-1111-1111", True),  # dashed
+    ("4111111111111111", True),  # bare
+    ("4012888888881881", True),  # Visa
+    ("5500005555555559", True),  # Mastercard
+    ("5105105105105100", True),  # Mastercard
+    ("2223003122003222", True),  # Mastercard 2-series
+    ("378282246310005", True),  # American Express (15 digits)
+    ("3714 496353 98431", True),  # Amex, its own grouping
+    ("6011111111111117", True),  # Discover
+    ("3530111333300000", True),  # JCB
+    ("30569309025904", True),  # Diners Club (14 digits)
+    ("6200000000000005", True),  # UnionPay
+    ("4111 1111 1111 1112", False),  # Luhn fails
+    ("1234567812345678", False),  # Luhn passes, no issuer starts with 1
+    ("order 9876543210123", False),  # an order number
+    ("0000000000000000", False),  # one digit repeated
+    ("4111 1111-1111 1111", False),  # mixed separators: not how a card is written
+    ("411111111111", False),  # 12 digits: too short
+    ("41111111111111111111", False),  # 20 digits: too long
+    ("2024-01-15", False),  # a date
+    ("+44 20 7946 0958", False),  # a phone number
+    ("tracking 1Z999AA10123456784", False),  # a parcel id
+    ("4111111111111111x", False),  # glued to a word
+]
+
+PHONE_CASES = [
+    ("+1 415 555 2671", True),
+    ("+14155552671", True),  # E.164 without spaces
+    ("+44 20 7946 0958", True),
+    ("+49 (0)30 123456", True),
+    ("+33 1 23 45 67 89", True),
+    ("+81-3-1234-5678", True),
+    ("+91 98765 43210", True),
+    ("+61 2 9876 5432", True),
+    ("0044 20 7946 0958", True),  # the 00 international prefix
+    ("(415) 555-2671", True),
+    ("415-555-2671", True),
+    ("415.555.2671", True),
+    ("+1 (415) 555-2671", True),
+    ("2024-01-15", False),  # a date
+    ("192.168.1.1", False),  # an address
+    ("Order #123456789", False),  # an order number
+    ("4111 1111 1111 1111", False),  # a card number
+    ("version 1.2.3", False),
+    ("12:30:45", False),  # a time
+    ("$1,234,567.89", False),  # an amount
+    ("ISBN 978-3-16-148410-0", False),
+    ("415-555.2671", False),  # mixed separators
+    ("call 911", False),
+    ("+1 2", False),  # too few digits
+    ("123-45-6789", False),  # a US SSN shape
+    ("10.0.0.1", False),
+]
+
+KEY_CASES = [
+    ("sk-proj-abcdefghijklmnopqrstuvwxyz012345", True),  # OpenAI project key
+    ("sk-abcdefghijklmnopqrstuvwxyz0123456789ABCD", True),  # OpenAI legacy key
+    ("sk-svcacct-AbCdEfGhIjKlMnOpQrStUvWx", True),  # OpenAI service account
+    ("sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123", True),  # Anthropic
+    ("sk-ant-admin01-abcdefghijklmnopqrstuvwx", True),  # Anthropic admin
+    ("AKIAIOSFODNN7EXAMPLE", True),  # AWS access key id
+    ("ASIAY34FZKBOKMUTVV7A", True),  # AWS temporary key id
+    ("AIzaSyA1234567890abcdefghijklmnopqrstuv", True),  # Google API key
+    ("ghp_abcdefghijklmnopqrstuvwxyz0123456789", True),  # GitHub classic token
+    ("github_pat_11ABCDEFG0123456789_abcdefghijklmnop", True),  # GitHub fine-grained
+    ("xoxb-123456789012-abcdefghij", True),  # Slack bot token
+    ("xoxp-1234-5678-abcdefghijkl", True),  # Slack user token
+    ("sk_live_abcdefghijklmnop1234", True),  # Stripe secret key
+    ("rk_test_abcdefghijklmnop1234", True),  # Stripe restricted key
+    ("sk-short", False),  # too short to be a key
+    ("task-management", False),
+    ("skeleton-key-for-everything-here", False),  # words, not a key
+    ("AKIA-is-a-prefix", False),
+    ("ghp_short", False),
+    ("pk_live_abcdefghijklmnop1234", False),  # Stripe publishable keys are public
+    ("github.com/openai/openai-python", False),
+    ("the max_tokens parameter", False),
+    ("AIza", False),
+    ("xox-nope", False),
+    ("mask-proj-abcdefghijklmnopqrstuvwxyz012345", False),  # sk- inside a longer word
+]
+
+OTHER_CASES = [
+    ("email", "jane.doe+tag@example.co.uk", True),
+    ("email", "a@b", False),
+    ("email", "not an email @ here", False),
+    ("email", "@handle", False),
+    ("iban", "GB82 WEST 1234 5698 7654 32", True),
+    ("iban", "DE89370400440532013000", True),
+    ("iban", "FR14 2004 1010 0505 0001 3M02 606", True),
+    ("iban", "GB82 WEST 1234 5698 7654 33", False),  # checksum fails
+    ("iban", "AB12 CDEF GHIJ KLMN", False),
+    ("ip_address", "10.0.0.1", True),
+    ("ip_address", "2001:db8::1", True),
+    ("ip_address", "fe80::1ff:fe23:4567:890a", True),
+    ("ip_address", "::ffff:192.0.2.1", True),
+    ("ip_address", "999.1.1.1", False),
+    ("ip_address", "12:30:45", False),
+    ("ip_address", "1.2.3", False),
+    ("us_ssn", "123-45-6789", True),
+    ("us_ssn", "000-12-3456", False),
+    ("us_ssn", "666-12-3456", False),
+    ("us_ssn", "123-00-6789", False),
+    ("us_ssn", "123-45-67890", False),
+    ("jwt", "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9", True),
+    ("jwt", "eyJub3QiOiJhIGp3dCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abc", False),  # header without "alg"
+    ("high_entropy", "Zx8Kq2LmN4pR7sT1vW3yB5cD9fG", True),
+    ("high_entropy", "thisisaverylongwordwithoutanything", False),
+    ("high_entropy", "0123456789abcdef0123456789abcdef", False),  # hex: at most 4 bits a character
+    ("high_entropy", "CamelCaseIdentifierNameForThings1", False),
+]
+
+
+def _found(name: str, value: str) -> list[str]:
+    text = f"see {value}, thanks"
+    return [text[s:e] for s, e in detectors.detector(name).find(text)]
+
+
+@pytest.mark.parametrize(("value", "expected"), CARD_CASES)
+def test_credit_card(value: str, expected: bool) -> None:
+    assert _found("credit_card", value) == ([value] if expected else [])
+
+
+@pytest.mark.parametrize(("value", "expected"), PHONE_CASES)
+def test_phone(value: str, expected: bool) -> None:
+    assert _found("phone", value) == ([value] if expected else [])
+
+
+@pytest.mark.parametrize(("value", "expected"), KEY_CASES)
+def test_api_key(value: str, expected: bool) -> None:
+    assert _found("api_key", value) == ([value] if expected else [])
+
+
+@pytest.mark.parametrize(("name", "value", "expected"), OTHER_CASES)
+def test_other_detectors(name: str, value: str, expected: bool) -> None:
+    assert _found(name, value) == ([value] if expected else [])
+
+
+def test_the_tables_are_large_enough() -> None:
+    for table in (CARD_CASES, PHONE_CASES, KEY_CASES):
+        assert len(table) >= 20
+        assert {found for _, found in table} == {True, False}
+
+
+def test_several_values_in_one_text_are_found_in_order() -> None:
+    text = "call +44 20 7946 0958 or (415) 555-2671 today"
+    assert [text[s:e] for s, e in detectors.detector("phone").find(text)] == ["+44 20 7946 0958", "(415) 555-2671"]
+
+
+def test_luhn_and_iban_checks() -> None:
+    assert detectors.luhn_ok("79927398713") and not detectors.luhn_ok("79927398710")
+    assert detectors.iban_ok("GB82WEST12345698765432") and not detectors.iban_ok("GB82WEST12345698765431")
+
+
+def test_unknown_detector_names_the_known_ones() -> None:
+    with pytest.raises(ValueError, match=r"unknown detector 'emails'.*email, phone, credit_card"):
+        detectors.detector("emails")
+
+
+def test_presidio_without_its_package_names_the_extra() -> None:
+    try:
+        import presidio_analyzer  # type: ignore[import-not-found, unused-ignore]  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match=r"relay-runtime\[pii\]"):
+            detectors.detector("presidio")
+    else:  # pragma: no cover - with the pii extra installed
+        pytest.skip("presidio-analyzer is installed")

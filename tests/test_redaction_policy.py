@@ -1,0 +1,383 @@
+"""RedactionPolicy: actions, targets, configuration errors, and where it is installed."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import warnings
+
+import pytest
+
+from relay_runtime import LLMRequest, Recorder, Relay, ScopeType, adapters, session
+from relay_runtime.adapters import testing
+from relay_runtime.redaction import RedactionPolicy, Rule
+from relay_runtime.redaction_policy import RULES_KEY
+from relay_runtime.redaction_rules import RedactionConfigError
+
+KEY = "k" * 32
+EMAIL = "jane.doe@example.com"
+CARD = "4111 1111 1111 1111"
+PHONE = "+44 20 7946 0958"
+API_KEY = "sk-proj-abcdefghijklmnopqrstuvwxyz012345"
+PROMPT = f"I am {EMAIL}, card {CARD}, phone {PHONE}, key {API_KEY}."
+
+
+# -- actions ------------------------------------------------------------------------------
+
+
+def test_redact_uses_the_replacement_or_names_the_detector() -> None:
+    policy = RedactionPolicy([Rule("redact", detector="email"), Rule("redact", detector="phone", replacement="<tel>")])
+    assert policy.redact_text(f"mail {EMAIL} or call {PHONE}") == "mail [REDACTED:email] or call <tel>"
+
+
+def test_remove_cuts_the_value_out() -> None:
+    policy = RedactionPolicy([Rule("remove", detector="email")])
+    assert policy.redact_text(f"mail {EMAIL} now") == "mail  now"
+
+
+def test_regex_replace_expands_groups() -> None:
+    policy = RedactionPolicy([Rule("regex_replace", pattern=r"order-(\d+)-(\d+)", replacement=r"order-\1-XXX")])
+    assert policy.redact_text("ship order-12-3456 today") == "ship order-12-XXX today"
+
+
+def test_hash_is_keyed_stable_and_not_the_plain_digest() -> None:
+    policy = RedactionPolicy([Rule("hash", detector="email")], hash_key=KEY)
+    once = policy.redact_text(f"from {EMAIL}")
+    again = policy.redact_text(f"cc {EMAIL}")
+    token = once.removeprefix("from ")
+    assert again == f"cc {token}" and token.startswith("[email:") and EMAIL not in once
+    expected = hmac.new(KEY.encode(), EMAIL.encode(), hashlib.sha256).hexdigest()[:16]
+    assert token == f"[email:{expected}]"
+    assert hashlib.sha256(EMAIL.encode()).hexdigest()[:16] not in token  # keyed: not the bare digest
+    other = RedactionPolicy([Rule("hash", detector="email")], hash_key="another key of 16+ bytes")
+    assert other.redact_text(f"from {EMAIL}") != once
+
+
+def test_mask_keeps_the_asked_prefix_and_suffix() -> None:
+    policy = RedactionPolicy([Rule("mask", detector="credit_card", unmasked_prefix=4, unmasked_suffix=4)])
+    assert policy.redact_text(f"card {CARD}.") == "card 4111***********1111."
+    short = RedactionPolicy([Rule("mask", pattern=r"\bab\b", unmasked_prefix=2, unmasked_suffix=2, replacement="#")])
+    assert short.redact_text("x ab y") == "x ## y"  # nothing is kept when prefix and suffix cover it
+
+
+def test_rules_apply_in_order_each_on_the_last_ones_result() -> None:
+    policy = RedactionPolicy(
+        [Rule("regex_replace", pattern=r"secret", replacement="classified"), Rule("redact", pattern=r"classified")]
+    )
+    assert policy.redact_text("a secret") == "a [REDACTED]"
+
+
+# -- targets ------------------------------------------------------------------------------
+
+
+def test_paths_limit_a_rule_to_their_fields() -> None:
+    policy = RedactionPolicy([Rule("redact", detector="email", paths=["/request/messages/*/content"])])
+    messages = [{"role": "user", "content": EMAIL}]
+    assert policy.redact_value(messages, "/request/messages") == [{"role": "user", "content": "[REDACTED:email]"}]
+    assert policy.redact_value(EMAIL, "/request/system") == EMAIL
+
+
+def test_a_path_reaches_parts_and_json_text_below_it() -> None:
+    policy = RedactionPolicy([Rule("redact", detector="email", paths=["/request/messages/*/content"])])
+    parts = [{"role": "user", "content": [{"type": "text", "text": f"I am {EMAIL}"}]}]
+    redacted = policy.redact_value(parts, "/request/messages")
+    assert redacted[0]["content"][0] == {"type": "text", "text": "I am [REDACTED:email]"}
+    args = json.dumps({"to": EMAIL, "n": 1})
+    tool = RedactionPolicy([Rule("redact", detector="email", paths=["/tool/arguments/to"])])
+    assert json.loads(tool.redact_value(args, "/tool/arguments")) == {"to": "[REDACTED:email]", "n": 1}
+
+
+def test_a_whole_field_rule_and_remove_of_a_field() -> None:
+    policy = RedactionPolicy(
+        [Rule("redact", paths=["/request/system"]), Rule("remove", paths=["/metadata/user_notes"])]
+    )
+    assert policy.redact_value({"user_notes": "x", "keep": "y"}, "/metadata") == {"keep": "y"}
+    assert policy.redact_text("You are a helpful bot", "/request/system") == "[REDACTED]"
+
+
+def test_wildcard_matches_one_segment_and_escapes_follow_rfc_6901() -> None:
+    policy = RedactionPolicy([Rule("redact", paths=["/metadata/a~1b", "/data/*/x"])])
+    assert policy.redact_value({"a/b": "v", "ab": "w"}, "/metadata") == {"a/b": "[REDACTED]", "ab": "w"}
+    assert policy.redact_value({"p": {"x": "1", "y": "2"}}, "/data") == {"p": {"x": "[REDACTED]", "y": "2"}}
+
+
+# -- configuration errors ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: Rule("obliterate"), "unknown redaction action 'obliterate'; the actions are remove, redact"),
+        (lambda: Rule("redact", detector="emails"), "unknown detector 'emails'"),
+        (lambda: Rule("redact", pattern="(unclosed"), r"bad pattern '\(unclosed'"),
+        (lambda: Rule("regex_replace", pattern="x"), "needs both pattern= and replacement="),
+        (lambda: Rule("regex_replace", pattern="(x)", replacement=r"\2"), "bad replacement"),
+        (lambda: Rule("redact", detector="email", pattern="x"), "a detector or a pattern, not both"),
+        (lambda: Rule("mask", unmasked_prefix=-1), "unmasked_prefix must be a non-negative int"),
+        (lambda: Rule("redact", unmasked_suffix=2), "apply to mask rules"),
+        (lambda: Rule("redact", paths=["request/system"]), "must start with '/'"),
+        (lambda: RedactionPolicy([Rule("hash", detector="email")]), r"need the policy's hash_key"),
+        (lambda: RedactionPolicy([Rule("hash", detector="email")], hash_key="short"), "at least 16 bytes"),
+        (lambda: RedactionPolicy([Rule("redact"), Rule("redact")]), "rule names must differ"),
+        (lambda: RedactionPolicy(["redact"]), "rule 0 is a str"),  # type: ignore[list-item]
+    ],
+)
+def test_bad_configuration_is_a_clear_error(build, message) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(RedactionConfigError, match=message):
+        build()
+
+
+def test_a_path_that_matches_no_field_warns_with_what_it_may_have_meant() -> None:
+    with pytest.warns(UserWarning, match=r"'/request/mesages/\*/content' can match no field.*did you mean"):
+        RedactionPolicy([Rule("redact", paths=["/request/mesages/*/content"])])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        RedactionPolicy([Rule("redact", paths=["/request/messages/*/content", "/metadata/anything", "/tool/result"])])
+
+
+def test_use_takes_only_a_policy() -> None:
+    with pytest.raises(TypeError, match="takes a RedactionPolicy or None, got list"):
+        Relay().redaction.use([Rule("redact")])  # type: ignore[arg-type]
+
+
+def test_the_fingerprint_follows_rules_and_key_never_shows_the_key() -> None:
+    one = RedactionPolicy([Rule("hash", detector="email")], hash_key=KEY)
+    same = RedactionPolicy([Rule("hash", detector="email")], hash_key=KEY)
+    other_key = RedactionPolicy([Rule("hash", detector="email")], hash_key="z" * 32)
+    other_rules = RedactionPolicy([Rule("hash", detector="phone")], hash_key=KEY)
+    assert one.fingerprint == same.fingerprint
+    assert len({one.fingerprint, other_key.fingerprint, other_rules.fingerprint}) == 3
+    assert KEY not in one.fingerprint
+
+
+# -- on events ------------------------------------------------------------------------------
+
+
+def _policy(**kw) -> RedactionPolicy:  # type: ignore[no-untyped-def]
+    return RedactionPolicy(
+        [
+            Rule("redact", detector="email"),
+            Rule("mask", detector="credit_card", unmasked_suffix=4),
+            Rule("hash", detector="phone"),
+            Rule("redact", detector="api_key"),
+        ],
+        hash_key=KEY,
+        **kw,
+    )
+
+
+def _raw_values_absent(obj: object) -> None:
+    text = repr(obj)
+    for value in (EMAIL, CARD, PHONE, API_KEY):
+        assert value not in text
+
+
+def test_every_event_of_a_managed_call_is_redacted_and_says_which_rules_fired(
+    relay_turn, relay_events, scripted_openai
+) -> None:  # type: ignore[no-untyped-def]
+    relay, _ = relay_turn
+    relay.redaction.use(_policy())
+    scripted_openai.add(testing.json_reply(testing.chat_completion_body(f"I will write to {EMAIL}")))
+    messages = [{"role": "user", "content": PROMPT}]
+    reply = adapters.complete(scripted_openai.client, {"model": "gpt-x", "messages": messages})
+    assert reply.choices[0].message.content == f"I will write to {EMAIL}"  # the caller gets the real answer
+    sent = json.loads(scripted_openai.script.requests[0].content)
+    assert sent["messages"][0]["content"] == PROMPT  # and the provider the real prompt
+    start = relay_events.starts(relay_kind="llm_attempt")[0]
+    end = relay_events.ends(relay_kind="llm_attempt")[0]
+    for event in (start, end):
+        _raw_values_absent((event.input, event.annotated_request, event.metadata))
+    assert start.metadata[RULES_KEY] == {"redact:email": 1, "mask:credit_card": 1, "hash:phone": 1, "redact:api_key": 1}
+    assert start.input["content"]["messages"][0]["content"].startswith("I am [REDACTED:email], card ***")
+    assert end.annotated_response.output_text == "I will write to [REDACTED:email]"
+    assert end.output.choices[0].message.content == "I will write to [REDACTED:email]"  # the SDK object, its own type
+    assert type(end.output) is type(reply)
+    assert end.metadata[RULES_KEY]["redact:email"] == 2  # the request's and the answer's
+
+
+def test_an_event_no_rule_changes_is_delivered_as_it_was() -> None:
+    relay = Relay()
+    seen = Recorder()
+    relay.subscribers.register(seen)
+    relay.redaction.use(_policy())
+    with relay.scope.scope("plain", ScopeType.FUNCTION, input={"q": "nothing personal"}):
+        pass
+    assert seen.events[0].input == {"q": "nothing personal"} and RULES_KEY not in seen.events[0].metadata
+
+
+def test_tools_marks_metadata_and_error_messages(relay_turn, relay_events) -> None:  # type: ignore[no-untyped-def]
+    relay, _ = relay_turn
+    relay.redaction.use(_policy())
+    relay.tools.execute("lookup", {"email": EMAIL}, lambda args: {"phone": PHONE})
+    relay.scope.mark("note", {"said": f"call {PHONE}"}, metadata={"who": EMAIL})
+    with pytest.raises(ValueError), relay.scope.scope("step", metadata={"card": CARD}):
+        raise ValueError(f"bad card {CARD}")
+    tool_start, tool_end = relay_events.starts(name="lookup")[0], relay_events.ends(name="lookup")[0]
+    assert tool_start.input == {"email": "[REDACTED:email]"}
+    assert tool_end.output["phone"].startswith("[phone:")
+    mark = relay_events.marks(name="note")[0]
+    assert mark.data["said"].startswith("call [phone:") and mark.metadata["who"] == "[REDACTED:email]"
+    step = relay_events.ends(name="step")[0]
+    assert step.error_message == "bad card ***************1111" and step.metadata["card"].endswith("1111")
+    _raw_values_absent([e.__repr__() for e in relay_events.events] + [e.to_dict() for e in relay_events.events])
+
+
+def test_apply_to_request_keeps_the_value_from_the_provider(relay_turn, relay_events, scripted_openai) -> None:  # type: ignore[no-untyped-def]
+    relay, _ = relay_turn
+    relay.redaction.use(_policy(apply_to_request=True))
+    scripted_openai.add(testing.json_reply(testing.chat_completion_body("ok")))
+    adapters.complete(scripted_openai.client, {"model": "gpt-x", "messages": [{"role": "user", "content": PROMPT}]})
+    sent = scripted_openai.script.requests[0].content.decode()
+    _raw_values_absent(sent)
+    assert "[REDACTED:email]" in sent
+    relay.redaction.use(None)  # removed: the intercept goes with it
+    scripted_openai.add(testing.json_reply(testing.chat_completion_body("ok")))
+    adapters.complete(scripted_openai.client, {"model": "gpt-x", "messages": [{"role": "user", "content": PROMPT}]})
+    assert EMAIL in scripted_openai.script.requests[1].content.decode()
+
+
+def test_streamed_chunks_are_redacted_chunk_by_chunk(relay_turn, relay_events, scripted_openai) -> None:  # type: ignore[no-untyped-def]
+    relay, _ = relay_turn
+    relay.redaction.use(_policy())
+    scripted_openai.add(testing.sse_reply(testing.openai_chat_sse(testing.chat_chunks([f"mail {EMAIL} ", "bye"]))))
+    stream = adapters.stream(scripted_openai.client, {"model": "gpt-x", "messages": []})
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert EMAIL in text  # the caller reads the provider's own chunks
+    chunks = relay_events.marks(name="llm.chunk")
+    assert any(m.data["delta"].text == "mail [REDACTED:email] " for m in chunks)
+    _raw_values_absent([(m.data, m.metadata) for m in chunks])
+    _raw_values_absent(relay_events.ends(relay_kind="llm_attempt")[0].output)
+
+
+def test_the_coordinator_installs_on_every_host_now_and_later(relay_home) -> None:  # type: ignore[no-untyped-def]
+    coordinator = session.SESSION_COORDINATOR
+    early = coordinator.host("profile-a")
+    policy = coordinator.redaction.use(_policy())
+    late = coordinator.host("profile-b")
+    assert early.redaction.policy is policy and late.redaction.policy is policy
+    assert late.relay.redaction is late.redaction
+    coordinator.redaction.use(None)
+    assert early.redaction.policy is None and late.redaction.policy is None
+
+
+def test_a_failing_policy_drops_the_content_not_the_event(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    relay = Relay()
+    seen = Recorder()
+    relay.subscribers.register(seen)
+    policy = relay.redaction.use(_policy())
+    assert policy is not None
+
+    def broken(event):  # type: ignore[no-untyped-def]
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(policy, "redact_event", broken)
+    with relay.scope.scope("s", input={"email": EMAIL}, metadata={"session_id": "s1", "free": EMAIL}):
+        pass
+    start = seen.events[0]
+    assert start.input is None and start.metadata == {"session_id": "s1", "relay.redaction.failed": True}
+    assert relay.diagnostics()["redaction_errors"] == 2
+
+
+def test_without_a_policy_delivery_is_the_plain_method() -> None:
+    relay = Relay()
+    assert "deliver" not in relay.subscribers.__dict__
+    relay.redaction.use(_policy())
+    assert "deliver" in relay.subscribers.__dict__
+    relay.redaction.clear()
+    assert "deliver" not in relay.subscribers.__dict__
+
+
+def test_a_policy_swapped_while_calls_run_applies_whole_to_each_event() -> None:
+    relay = Relay()
+    seen: list[object] = []
+    relay.subscribers.register(lambda e: seen.append(e))
+    mask = RedactionPolicy([Rule("mask", detector="email")])
+    redact = RedactionPolicy([Rule("redact", detector="email")])
+    stop = threading.Event()
+
+    def swap() -> None:
+        while not stop.is_set():
+            relay.redaction.use(mask)
+            relay.redaction.use(redact)
+
+    swapper = threading.Thread(target=swap)
+    swapper.start()
+    try:
+        for _ in range(300):
+            relay.llm.execute(
+                "openai", LLMRequest({}, {"model": "m", "a": EMAIL, "b": EMAIL}), lambda r: {"echo": EMAIL}
+            )
+    finally:
+        stop.set()
+        swapper.join()
+    for event in seen:
+        values = [v for v in (event.input or {}).get("content", {}).values() if v != "m"] if event.input else []  # type: ignore[attr-defined]
+        assert EMAIL not in repr(event.input) + repr(event.output)  # type: ignore[attr-defined]
+        assert len(set(values)) <= 1  # one policy per event: never one field masked and the other redacted
+
+
+# -- cassettes ------------------------------------------------------------------------------
+
+
+def _record_and_replay(relay, path, record_policy, replay_policy, scripted):  # type: ignore[no-untyped-def]
+    from relay_runtime import cassettes
+    from tests.cassette_support import Offline
+
+    messages = [{"role": "user", "content": PROMPT}]
+    relay.redaction.use(record_policy)
+    scripted.add(testing.json_reply(testing.chat_completion_body(f"mail {EMAIL}")))
+    with cassettes.use(path, mode="record"):
+        live = adapters.complete(scripted.client, {"model": "gpt-x", "messages": messages})
+    relay.redaction.use(replay_policy)
+    offline, _ = Offline().clients("openai")
+    with cassettes.use(path, mode="replay"):
+        replayed = adapters.complete(offline, {"model": "gpt-x", "messages": messages})
+    return live, replayed
+
+
+def test_a_cassette_stores_redacted_calls_and_replays_them_under_the_same_policy(
+    relay_turn, relay_events, scripted_openai, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    relay, _ = relay_turn
+    path = tmp_path / "c.json"
+    live, replayed = _record_and_replay(relay, path, _policy(), _policy(), scripted_openai)
+    assert live.choices[0].message.content == f"mail {EMAIL}"
+    assert replayed.choices[0].message.content == "mail [REDACTED:email]"  # what was recorded
+    stored = path.read_text()
+    _raw_values_absent(stored)
+    assert json.loads(stored)["redaction"] == _policy().fingerprint
+
+
+@pytest.mark.parametrize("replay_under", ["another policy", "no policy"])
+def test_a_cassette_recorded_under_another_policy_says_to_re_record(
+    relay_turn, scripted_openai, tmp_path, replay_under
+) -> None:  # type: ignore[no-untyped-def]
+    from relay_runtime.cassettes import CassetteError
+
+    relay, _ = relay_turn
+    other = RedactionPolicy([Rule("redact", detector="email")]) if replay_under == "another policy" else None
+    with pytest.raises(CassetteError, match=r"recorded under redaction policy sha256:\w+.*Re-record it"):
+        _record_and_replay(relay, tmp_path / "c.json", _policy(), other, scripted_openai)
+
+
+def test_a_cassette_recorded_without_a_policy_cannot_replay_under_one(
+    relay_turn, scripted_openai, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    from relay_runtime.cassettes import CassetteError
+
+    relay, _ = relay_turn
+    with pytest.raises(CassetteError, match="recorded under no redaction policy, and this run uses redaction policy"):
+        _record_and_replay(relay, tmp_path / "c.json", None, _policy(), scripted_openai)
+
+
+def test_without_a_codec_the_kwargs_are_read_as_the_request_paths_and_all() -> None:
+    relay = Relay()
+    seen = Recorder()
+    relay.subscribers.register(seen)
+    relay.redaction.use(RedactionPolicy([Rule("redact", paths=["/request/messages/*/content"])]))
+    content = {"model": "m", "messages": [{"role": "user", "content": "private"}], "note": "public"}
+    relay.llm.execute("openai", LLMRequest({}, content), lambda request: "ok")
+    recorded = seen.starts()[0].input["content"]
+    assert recorded["messages"] == [{"role": "user", "content": "[REDACTED]"}] and recorded["note"] == "public"
