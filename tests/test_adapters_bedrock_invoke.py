@@ -179,3 +179,18 @@ def test_spans_name_the_provider_and_operation_as_the_conventions_do(relay_home,
     assert embed.attributes["gen_ai.operation.name"] == "embeddings"
     assert embed.attributes["gen_ai.usage.input_tokens"] == 3
     assert chat.attributes["gen_ai.operation.name"] == "chat"
+
+
+def test_instrument_without_a_client_traces_streams_and_invoke_model(relay_turn, relay_events, bedrock_server) -> None:
+    adapters.instrument()
+    try:
+        client = bedrock_server.client()  # never instrumented itself: the class wrapper sees it
+        bedrock_server.replies += [raw_reply({"embedding": [0.5], "inputTextTokenCount": 3}),
+                                   stream_reply(chunks(*anthropic_stream_events(["ok"])))]  # fmt: skip
+        client.invoke_model(modelId="amazon.titan-embed-text-v2:0", body=json.dumps({"inputText": "hey"}))
+        list(client.invoke_model_with_response_stream(modelId=CLAUDE, body=anthropic_body())["body"])
+    finally:
+        adapters.uninstrument()
+    embed, streamed = relay_events.ends(relay_kind=cv.ATTEMPT)
+    assert embed.annotated_request.operation == "embeddings" and embed.outcome == "success"
+    assert streamed.annotated_response.output_text == "ok" and streamed.outcome == "success"
