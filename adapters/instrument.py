@@ -41,7 +41,7 @@ import wrapt
 from relay_runtime import calls, session
 from relay_runtime.streams import adopt_source, fail_stream, finish_whole
 
-from . import dispatch, endpoints, sdk_coverage
+from . import bedrock, dispatch, endpoints, sdk_coverage
 from .dispatch import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, EMBEDDINGS, RESPONSES
 from .endpoints import Endpoint
 
@@ -587,6 +587,8 @@ def _check_same_provider(client: Any, resources: list[tuple[str, Any]], provider
 
 
 def _instrument_client(client: Any, include_usage: bool, provider: Endpoint | None) -> Any:
+    if bedrock.is_client(client):
+        return bedrock.instrument_client(client)
     resources = _resources(client)
     if not resources:
         raise TypeError(f"cannot instrument {type(client).__name__}: it has no chat.completions, responses or messages")
@@ -641,6 +643,8 @@ def _forget_raw_helpers(client: Any) -> None:
 
 
 def _uninstrument_client(client: Any) -> Any:
+    if bedrock.is_client(client):
+        return bedrock.uninstrument_client(client)
     with _lock:
         for mode, resource in _resources(client):
             for method in METHODS[mode]:
@@ -733,6 +737,7 @@ def _instrument_classes(include_usage: bool) -> list[str]:
                     _patch_class(untraced, method, current, _untraced_wrapper(f"{label}.{method}", live), live, done)
         # The net: an LLM request that reaches an SDK client's request() without dispatch is counted.
         done += sdk_coverage.install_net(count_untraced, dispatch.inside_sdk_call)
+        done += bedrock.instrument_classes()
         dispatch.guard_sdk_calls(bool(_patched))
     return done
 
@@ -740,6 +745,7 @@ def _instrument_classes(include_usage: bool) -> list[str]:
 def _uninstrument_classes() -> None:
     with _lock:
         sdk_coverage.remove_net()
+        bedrock.uninstrument_classes()
         for cls, method in reversed(_patched):
             _restore(cls, method)
         _patched.clear()
@@ -753,8 +759,9 @@ def instrument(client: Any = None, *, include_usage: bool = False, provider: str
     """Route SDK calls through the relay: one client's, or (no argument) every client's.
 
     ``instrument(client)``: idempotent, returns the client; raises TypeError for an object
-    with none of chat.completions, responses or messages. ``instrument()``: wraps the
-    OpenAI and Anthropic SDK classes that are installed; returns the names wrapped now.
+    with none of chat.completions, responses or messages (a boto3 ``bedrock-runtime`` client is
+    traced by ``adapters.bedrock``). ``instrument()``: wraps the OpenAI and Anthropic SDK classes
+    and botocore's client calls, those installed; returns the names wrapped now.
     ``include_usage=True`` makes OpenAI chat streams ask for their token usage (the caller
     sees one more chunk, with no choices).
     ``provider="groq"`` (one client only) names the provider its calls reach, over ``set_route``
@@ -780,5 +787,7 @@ def uninstrument(client: Any = None) -> Any:
 def is_instrumented(client: Any = None) -> bool:
     """Whether this client's own resources are wrapped (no argument: whether the SDK classes are)."""
     if client is None:
-        return bool(_patched)
+        return bool(_patched) or bedrock.classes_instrumented()
+    if bedrock.is_client(client):
+        return bedrock.is_client_instrumented(client)
     return any(isinstance(vars(r).get("create"), ManagedCreate) for _m, r in _resources(client))

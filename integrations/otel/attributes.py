@@ -199,6 +199,9 @@ def server_attributes(md: Mapping[str, Any] | None, out: dict[str, Any]) -> None
     out["server.address"] = host
     if port is not None:
         out["server.port"] = port
+    region = md.get(cv.CLOUD_REGION) if md else None
+    if isinstance(region, str) and region:
+        out["cloud.region"] = region
 
 
 def _parse_server(address: str) -> tuple[str, int | None]:
