@@ -412,16 +412,27 @@ _KEY_PATTERNS = (
 _API_KEY = re.compile(r"(?<![A-Za-z0-9_-])(?:" + "|".join(_KEY_PATTERNS) + r")(?![A-Za-z0-9_-])")
 # Where a key may start, found with ``str.find`` (a regular expression of alternatives would be tried
 # at every position): a short piece of its opening, and how far before it the key starts.
-_KEY_ANCHORS = (("k-", (1,)), ("_", (2, 3, 5, 6)), ("A", (0,)), ("ya29.", (0,)), ("xox", (0,)))
+# The third item: which of the needle's characters is looked for (see ``occurrences``); a needle of
+# one or two characters is found whole, as fast.
+_KEY_ANCHORS = (("k-", (1,), -1), ("_", (2, 3, 5, 6), -1), ("A", (0,), -1), ("ya29.", (0,), 3), ("xox", (0,), -1))
 
 
 def _find_key(text: str) -> Iterator[Span]:
     starts: set[int] = set()
-    for needle, backs in _KEY_ANCHORS:
-        i = text.find(needle)
+    for needle, backs, pivot in _KEY_ANCHORS:
+        if pivot < 0:
+            i = text.find(needle)
+            while i >= 0:
+                starts.update(i - back for back in backs)
+                i = text.find(needle, i + 1)
+            continue
+        # Inline rather than ``occurrences``: a generator costs more than it saves here.
+        ch = needle[pivot]
+        i = text.find(ch, pivot)
         while i >= 0:
-            starts.update(i - back for back in backs)
-            i = text.find(needle, i + 1)
+            if text.startswith(needle, i - pivot):
+                starts.update(i - pivot - back for back in backs)
+            i = text.find(ch, i + 1)
     last = 0
     for i in sorted(starts):
         if i < last:
