@@ -426,6 +426,11 @@ def open_logical_call(parent: ScopeHandle | None = None, *, call_role: str = DEF
     turn = session.managed_turn()
     if turn is None:
         return None
+    return open_logical_call_in(turn, parent, call_role)
+
+
+def open_logical_call_in(turn: CallHolder, parent: ScopeHandle | None, call_role: str = DEFAULT_CALL_ROLE) -> str:
+    """``open_logical_call`` for a caller that already holds the managed turn (framework integrations)."""
     if parent is not None and parent.ended:
         parent = None  # the agent ended under a late call: the turn still holds it
     api_request_id = new_id()
