@@ -32,6 +32,8 @@ middleware_call: ContextVar[ModelCall | None] = ContextVar("relay_langchain_mode
 _lock = threading.Lock()
 _installed = False
 _codecs: dict[type, LangChainCodec] = {}
+_NAME_ATTRS = ("model_name", "model")
+_name_attrs_by_class: dict[type, tuple[str, ...]] = {}
 # Arguments of the generate step that are not the model's invocation kwargs.
 _POSITIONAL = frozenset({"messages", "stop", "run_manager"})
 
@@ -61,8 +63,24 @@ def codec_of(model: Any) -> LangChainCodec:
 
 
 def model_name_of(model: Any) -> str | None:
-    name = getattr(model, "model_name", None) or getattr(model, "model", None)
+    name = None
+    for attr in _name_attrs(type(model)):
+        name = getattr(model, attr, None)
+        if name:
+            break
     return name if isinstance(name, str) else None
+
+
+def _name_attrs(cls: type) -> tuple[str, ...]:
+    """Where a model class keeps its model name: only the names it declares are read, since a pydantic
+    model's missing attribute costs a raised and caught AttributeError (``ChatAnthropic`` has no
+    ``model_name``) on every call."""
+    attrs = _name_attrs_by_class.get(cls)
+    if attrs is None:
+        fields = getattr(cls, "model_fields", None) or {}
+        declared = tuple(a for a in _NAME_ATTRS if a in fields or hasattr(cls, a))
+        attrs = _name_attrs_by_class[cls] = declared or _NAME_ATTRS
+    return attrs
 
 
 def _request(model_name: str | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> LLMRequest:
