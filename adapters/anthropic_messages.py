@@ -42,6 +42,8 @@ def _tool_use(block: Any) -> dict[str, Any]:
 
 class AnthropicMessagesCodec:
     provider = "anthropic"
+    price_provider = "anthropic"  # its id in genai-prices (see relay_runtime.cost.providers)
+    endpoint: str | None = None  # a compatible endpoint it reaches (see adapters.endpoints)
     operation = "chat"
     spelling = neutral.ANTHROPIC_MESSAGES  # how this API spells the neutral params
 

@@ -18,14 +18,15 @@ from functools import partial
 from types import MethodType
 from typing import Any
 
-from relay_runtime import auxiliary, calls, cassettes, redaction, session
+from relay_runtime import auxiliary, calls, cassettes, neutral, redaction, session
 from relay_runtime import conventions as cv
 from relay_runtime.codec import LLMCodec
 from relay_runtime.types import LLMRequest, request_of_kwargs
 
-from . import cassette_http, sdk_retries
+from . import cassette_http, endpoints, sdk_retries
 from .anthropic_messages import AnthropicMessagesCodec
 from .openai_chat import OpenAIChatCodec
+from .openai_embeddings import EMBEDDINGS, OpenAIEmbeddingsCodec
 from .openai_responses import OpenAIResponsesCodec
 
 CHAT_COMPLETIONS = "chat_completions"
@@ -44,6 +45,8 @@ APIS: dict[str, Api] = {
     CHAT_COMPLETIONS: Api(CHAT_COMPLETIONS, OpenAIChatCodec(), ("chat", "completions")),
     RESPONSES: Api(RESPONSES, OpenAIResponsesCodec(), ("responses",)),
     ANTHROPIC_MESSAGES: Api(ANTHROPIC_MESSAGES, AnthropicMessagesCodec(), ("messages",)),
+    # Only by name (api_mode="embeddings", or instrument()): a client's own API is its LLM one.
+    EMBEDDINGS: Api(EMBEDDINGS, OpenAIEmbeddingsCodec(), ("embeddings",)),
 }
 
 
@@ -122,8 +125,33 @@ def _check_kwargs(kwargs: Any) -> None:
         raise TypeError(f"SDK kwargs must be a mapping, got {type(kwargs).__name__}")
 
 
-def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, entry: str) -> Prepared:
-    """Everything about one call that can be refused is refused here, before anything is recorded or sent."""
+def _named_api(api: Api, client: Any, provider: endpoints.Endpoint | None, route: Any) -> Api:
+    """``api`` with its codec named for the provider the call reaches (see ``adapters.endpoints``)."""
+    if provider is None:
+        provider = endpoints.named(route.provider) if route is not None else endpoints.of_client(client)
+        if provider is None:
+            return api
+    codec = api.codec
+    deployment = endpoints.deployment_of(client) if provider.provider == endpoints.AZURE_OPENAI else None
+    if provider.provider == codec.provider and provider.endpoint is None and deployment is None:
+        return api
+    own = neutral.SPELLINGS.get((provider.provider, codec.operation))
+    if own is not None and own is not getattr(codec, "spelling", own):
+        # A name whose own API is not this client's (an Anthropic route on an OpenAI client): the
+        # request keeps its API's name, or intercepts would be told the other API's params.
+        return api
+    return endpoints.api_for(api, provider, deployment)
+
+
+def prepare(
+    kwargs: Mapping[str, Any], api_mode: str | None, client: Any, entry: str,
+    provider: endpoints.Endpoint | None = None,
+) -> Prepared:
+    """Everything about one call that can be refused is refused here, before anything is recorded or sent.
+
+    ``provider``: the caller's name for the provider (``instrument(client, provider=...)``), over
+    the route's and the base URL's.
+    """
     if type(kwargs) is not dict:  # the one check a plain dict needs, without a call
         _check_kwargs(kwargs)
     route = auxiliary.current_route()
@@ -132,6 +160,7 @@ def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, entry:
     if api is None:
         raise ValueError(f"unknown api_mode {mode!r}; expected one of {sorted(APIS)}")
     create = _create(client, api, entry)
+    api = _named_api(api, client, provider, route)
     # The client's own key, so that a provider echoing it in an error never puts it on record.
     redaction.remember_secret(getattr(client, "api_key", None))
     if mode == ANTHROPIC_MESSAGES:
@@ -143,11 +172,17 @@ def prepare(kwargs: Mapping[str, Any], api_mode: str | None, client: Any, entry:
     address = server_address(client)
     if address is not None:
         metadata = {**metadata, cv.SERVER_ADDRESS: address} if metadata else {cv.SERVER_ADDRESS: address}
+    codec = api.codec
+    endpoint = getattr(codec, "endpoint", None)
+    if endpoint is not None:
+        metadata = {**metadata, cv.PROVIDER_ENDPOINT: endpoint} if metadata else {cv.PROVIDER_ENDPOINT: endpoint}
     model = kwargs.get("model")
     request = request_of_kwargs(kwargs) if type(kwargs) is dict else LLMRequest(None, kwargs)
-    if route is None:
-        model_name = model if isinstance(model, str) else None
-        return api, create, request, api.codec.provider, model_name, metadata, auxiliary_attempt
+    if route is None or provider is not None:
+        model_name = model if isinstance(model, str) else (route.model if route is not None else None)
+        if codec.provider == endpoints.AZURE_OPENAI:
+            model_name = endpoints.deployment_of(client) or model_name
+        return api, create, request, codec.provider, model_name, metadata, auxiliary_attempt
     model_name = model if isinstance(model, str) else route.model
     return api, create, request, route.provider, model_name, metadata, auxiliary_attempt
 
@@ -326,18 +361,28 @@ def _stream_usage(api: Api, request: LLMRequest, include_usage: bool) -> tuple[L
     return request, api.codec.counting_missing_usage(partial(turn.relay.count, STREAMS_WITHOUT_USAGE))
 
 
+def _provider(provider: str | endpoints.Endpoint | None) -> endpoints.Endpoint | None:
+    if provider is None or isinstance(provider, endpoints.Endpoint):
+        return provider
+    return endpoints.named(provider)
+
+
 def complete(
     client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None, include_usage: bool = False,
-    sdk_method: Callable[..., Any] | None = None,
-
+    sdk_method: Callable[..., Any] | None = None, provider: str | endpoints.Endpoint | None = None,
 ) -> Any:
     """``create(**kwargs)`` on the client's API as a managed attempt; returns the SDK's response.
 
     With ``"stream": True`` in ``kwargs`` it is ``stream()``: a managed stream, as the SDK returns one.
+    ``provider="groq"`` names the provider the call reaches, over the route's and the base URL's.
     """
     if kwargs.get("stream") if type(kwargs) is dict else _wants_stream(kwargs):
-        return stream(client, kwargs, api_mode=api_mode, include_usage=include_usage, sdk_method=sdk_method)
-    api, create, request, name, model_name, metadata, auxiliary_attempt = prepare(kwargs, api_mode, client, "complete")
+        return stream(
+            client, kwargs, api_mode=api_mode, include_usage=include_usage, sdk_method=sdk_method, provider=provider
+        )
+    api, create, request, name, model_name, metadata, auxiliary_attempt = prepare(
+        kwargs, api_mode, client, "complete", _provider(provider)
+    )
     return calls.execute_current(
         request,
         sync_callback(sdk_method or create, client, api),
@@ -351,13 +396,14 @@ def complete(
 
 async def acomplete(
     client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None, include_usage: bool = False,
-    sdk_method: Callable[..., Any] | None = None,
-
+    sdk_method: Callable[..., Any] | None = None, provider: str | endpoints.Endpoint | None = None,
 ) -> Any:
     if _wants_stream(kwargs):
-        return await astream(client, kwargs, api_mode=api_mode, include_usage=include_usage, sdk_method=sdk_method)
+        return await astream(
+            client, kwargs, api_mode=api_mode, include_usage=include_usage, sdk_method=sdk_method, provider=provider
+        )
     api, create, request, name, model_name, metadata, auxiliary_attempt = prepare(
-        kwargs, api_mode, client, "acomplete"
+        kwargs, api_mode, client, "acomplete", _provider(provider)
     )
     return await calls.execute_current_async(
         request,
@@ -371,13 +417,14 @@ async def acomplete(
 
 
 def stream(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None, include_usage: bool = False,
-    sdk_method: Callable[..., Any] | None = None,
+    sdk_method: Callable[..., Any] | None = None, provider: str | endpoints.Endpoint | None = None,
 ) -> Any:
     """``create(**kwargs, stream=True)`` as a managed attempt; iterating yields the SDK's own chunks.
 
     ``include_usage=True`` asks an OpenAI chat stream for its token usage (one more chunk).
     """
-    api, create, request, name, model_name, metadata, _ = prepare(kwargs, api_mode, client, "stream")
+    prepared = prepare(kwargs, api_mode, client, "stream", _provider(provider))
+    api, create, request, name, model_name, metadata, _ = prepared
     request, codec = _stream_usage(api, request, include_usage)
     return calls.stream_current(
         request,
@@ -391,10 +438,10 @@ def stream(client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = Non
 
 async def astream(
     client: Any, kwargs: Mapping[str, Any], *, api_mode: str | None = None, include_usage: bool = False,
-    sdk_method: Callable[..., Any] | None = None,
-
+    sdk_method: Callable[..., Any] | None = None, provider: str | endpoints.Endpoint | None = None,
 ) -> Any:
-    api, create, request, name, model_name, metadata, _ = prepare(kwargs, api_mode, client, "astream")
+    prepared = prepare(kwargs, api_mode, client, "astream", _provider(provider))
+    api, create, request, name, model_name, metadata, _ = prepared
     request, codec = _stream_usage(api, request, include_usage)
     return await calls.stream_current_async(
         request,

@@ -5,6 +5,7 @@ Traced methods, per API (the SDKs' other helpers go through these):
 - chat completions: ``create`` (``stream=True`` too, and so ``chat.completions.stream()``), ``parse``
 - responses: ``create`` (and so ``responses.stream()``), ``parse``
 - anthropic messages: ``create``, ``stream``, ``parse``
+- openai embeddings: ``create`` (operation ``embeddings``)
 
 each on the API's resource and on its beta twin (``beta.chat.completions``,
 ``beta.responses``, ``beta.messages``), per client and globally.
@@ -22,9 +23,7 @@ Globally, classes that copied the wrapped methods at import (the Vertex and Bedr
 ``Messages``) are wrapped too, and an LLM request that reaches an SDK client unmarked is
 counted (``sdk_coverage``).
 
-``with_raw_response`` / ``with_streaming_response``: the attempt opens with the
-request and ends when the caller has read the body (``parse``, ``read``, ``text``,
-``json``, iterating it) with what the body said, or cancelled when it closes it unread.
+``with_raw_response`` / ``with_streaming_response``: one attempt each, see ``raw_responses``.
 """
 
 from __future__ import annotations
@@ -37,11 +36,11 @@ from typing import Any
 
 import wrapt
 
-from relay_runtime import calls, session
-from relay_runtime.streams import adopt_source, fail_stream, finish_whole
+from relay_runtime import session
 
-from . import dispatch, sdk_coverage
-from .dispatch import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, RESPONSES
+from . import bedrock, dispatch, endpoints, raw_responses, sdk_coverage
+from .dispatch import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, EMBEDDINGS, RESPONSES
+from .endpoints import Endpoint
 
 _NOTHING = object()
 # Check-then-set on a resource must be atomic, or two racing instrument() calls could wrap
@@ -52,6 +51,7 @@ METHODS: dict[str, tuple[str, ...]] = {
     CHAT_COMPLETIONS: ("create", "parse"),
     RESPONSES: ("create", "parse"),
     ANTHROPIC_MESSAGES: ("create", "stream", "parse"),
+    EMBEDDINGS: ("create",),
 }
 
 # Where a client keeps the resources of each API, per client: the main one and its beta twin
@@ -60,6 +60,7 @@ RESOURCE_PATHS: dict[str, tuple[tuple[str, ...], ...]] = {
     CHAT_COMPLETIONS: (("chat", "completions"), ("beta", "chat", "completions")),
     RESPONSES: (("responses",), ("beta", "responses")),
     ANTHROPIC_MESSAGES: (("messages",), ("beta", "messages")),
+    EMBEDDINGS: (("embeddings",),),
 }
 
 # The SDK resource classes ``instrument()`` wraps: (module, class, api).
@@ -76,6 +77,8 @@ SDK_CLASSES: tuple[tuple[str, str, str], ...] = (
     # client.beta.responses: the Responses API answering BetaResponse (client.beta.chat is the plain Chat).
     ("openai.resources.beta.responses.responses", "Responses", RESPONSES),
     ("openai.resources.beta.responses.responses", "AsyncResponses", RESPONSES),
+    ("openai.resources.embeddings", "Embeddings", EMBEDDINGS),
+    ("openai.resources.embeddings", "AsyncEmbeddings", EMBEDDINGS),
 )
 
 # Public SDK calls that make LLM output but cannot be recorded as one attempt, so they are counted
@@ -128,6 +131,7 @@ class ManagedCreate(wrapt.FunctionWrapper):
     # wrapt keeps ``_self_``-prefixed attributes on the proxy, not on the wrapped method.
     _self_relay_previous: Any
     _self_relay_live: _Live
+    _self_relay_provider: Endpoint | None  # ``instrument(client, provider=...)``'s name, on a client's wrappers
 
 
 ManagedMethod = ManagedCreate
@@ -155,24 +159,26 @@ def route(
     wrapped: Any,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    provider: Endpoint | None = None,
 ) -> Any:
     """One call of an instrumented SDK method, as a managed attempt (or straight through)."""
     if args or dispatch.inside_sdk_call.get():
         return wrapped(*args, **kwargs)  # dispatch's own SDK call, or a call shape the SDK will refuse itself
     if method == "stream":
-        return _stream_helper(client, mode, wrapped, kwargs)
+        return _stream_helper(client, mode, wrapped, kwargs, provider)
     raw = _raw_kind(kwargs)
     if raw is not None:
-        return (_araw if is_async else _raw)(client, mode, wrapped, kwargs, raw)
+        call = raw_responses.araw_call if is_async else raw_responses.raw_call
+        return call(client, mode, wrapped, kwargs, raw, provider)
     # complete()/acomplete() hand a streamed call to stream()/astream() themselves.
     run = dispatch.acomplete if is_async else dispatch.complete
-    return run(client, kwargs, api_mode=mode, include_usage=include_usage, sdk_method=wrapped)
+    return run(client, kwargs, api_mode=mode, include_usage=include_usage, sdk_method=wrapped, provider=provider)
 
 
 # -- anthropic's messages.stream(): a manager whose request runs on __enter__ ------------------
 
 
-def _stream_helper(client: Any, mode: str, wrapped: Any, kwargs: dict[str, Any]) -> Any:
+def _stream_helper(client: Any, mode: str, wrapped: Any, kwargs: dict[str, Any], provider: Endpoint | None) -> Any:
     # stream() itself is synchronous for both clients; the async manager holds an awaitable request.
     manager = wrapped(**kwargs)
     attr = f"_{type(manager).__name__}__api_request"
@@ -191,282 +197,17 @@ def _stream_helper(client: Any, mode: str, wrapped: Any, kwargs: dict[str, Any])
         async def open_async(**edited: Any) -> Any:
             return await request_of(**edited)
 
-        setattr(manager, attr, dispatch.astream(client, kwargs, api_mode=mode, sdk_method=open_async))
+        opened = dispatch.astream(client, kwargs, api_mode=mode, sdk_method=open_async, provider=provider)
+        setattr(manager, attr, opened)
     else:
         setattr(
             manager,
             attr,
-            lambda: dispatch.stream(client, kwargs, api_mode=mode, sdk_method=lambda **e: request_of(**e)()),
+            lambda: dispatch.stream(
+                client, kwargs, api_mode=mode, sdk_method=lambda **e: request_of(**e)(), provider=provider
+            ),
         )
     return manager
-
-
-# -- with_raw_response / with_streaming_response ------------------------------------------------
-
-
-class _Body:
-    """The source of a raw response's managed attempt: empty until the caller parses a streamed body."""
-
-    def __init__(self) -> None:
-        self.stream: Any = None
-
-    def __iter__(self) -> _Body:
-        return self
-
-    def __next__(self) -> Any:
-        if self.stream is None:
-            raise StopIteration
-        return next(self.stream)
-
-    def __aiter__(self) -> _Body:
-        return self
-
-    async def __anext__(self) -> Any:
-        if self.stream is None:
-            raise StopAsyncIteration
-        return await self.stream.__anext__()
-
-    def close(self) -> None:
-        pass  # the raw response owns the connection: its own close() releases it
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or self.stream is None:
-            raise AttributeError(name)
-        return getattr(self.stream, name)
-
-
-def _open_raw(
-    client: Any, mode: str, kwargs: dict[str, Any], is_async: bool
-) -> tuple[Any, Any, dict[str, Any], _Body]:
-    """The API, the request and the attempt's options as dispatch prepares them, and the stream's source."""
-    entry = ("astream" if is_async else "stream") if kwargs.get("stream") else ("acomplete" if is_async else "complete")
-    api, _create, request, name, model_name, metadata, auxiliary = dispatch.prepare(kwargs, mode, client, entry)
-    options: dict[str, Any] = {"name": name, "model_name": model_name, "metadata": metadata, "codec": api.codec}
-    if auxiliary and not kwargs.get("stream"):
-        # One body answering an auxiliary call: held for validation, as a plain create() is.
-        options["defer_logical_completion"] = True
-    return api, request, options, _Body()
-
-
-def _opened(cls: type[Any], raw: Any, managed: Any, body: _Body, kwargs: dict[str, Any], kind: str) -> tuple[Any, bool]:
-    """What the caller gets, and whether the body is already read (then it is parsed now, ending the attempt)."""
-    if managed is body:  # unmanaged: no turn or no consumer
-        return raw, False
-    if _read_already(kwargs, kind):
-        return raw, True
-    return _watch(cls, raw, managed, body, kwargs, kind), False
-
-
-def _raw(client: Any, mode: str, wrapped: Any, kwargs: dict[str, Any], kind: str) -> Any:
-    api, request, options, body = _open_raw(client, mode, kwargs, False)
-    holder: list[Any] = []
-
-    def open_body(**sent: Any) -> _Body:
-        holder.append(wrapped(**sent))
-        return body
-
-    managed = calls.stream_current(request, dispatch.sync_callback(open_body, client, api), **options)
-    out, read = _opened(WatchedResponse, holder[0], managed, body, kwargs, kind)
-    if read:
-        try:
-            parsed = out.parse()
-        except Exception:
-            parsed = None
-        finish_whole(managed, parsed)
-    return out
-
-
-async def _araw(client: Any, mode: str, wrapped: Any, kwargs: dict[str, Any], kind: str) -> Any:
-    api, request, options, body = _open_raw(client, mode, kwargs, True)
-    holder: list[Any] = []
-
-    async def open_body(**sent: Any) -> _Body:
-        holder.append(await wrapped(**sent))
-        return body
-
-    managed = await calls.stream_current_async(request, dispatch.async_callback(open_body, client, api), **options)
-    out, read = _opened(AsyncWatchedResponse, holder[0], managed, body, kwargs, kind)
-    if read:
-        try:
-            parsed = out.parse()  # synchronous for openai's legacy response, a coroutine for anthropic's
-            if inspect.isawaitable(parsed):
-                parsed = await parsed
-        except Exception:
-            parsed = None
-        finish_whole(managed, parsed)
-    return out
-
-
-# "true": openai's with_raw_response (a legacy response, synchronous for both clients);
-# "raw": anthropic's. Either way the SDK read the body before returning, unless the call streams.
-_READ_BEFORE_RETURN = frozenset({"true", "raw"})
-
-
-def _read_already(kwargs: dict[str, Any], kind: str) -> bool:
-    return kind in _READ_BEFORE_RETURN and not kwargs.get("stream")
-
-
-def _watch(cls: type[Any], raw: Any, managed: Any, body: _Body, kwargs: dict[str, Any], kind: str) -> Any:
-    watched = (LegacyWatchedResponse if kind == "true" else cls)(raw)
-    watched._self_managed = managed
-    watched._self_body = body
-    watched._self_streamed = bool(kwargs.get("stream"))
-    return watched
-
-
-class _Watched(wrapt.ObjectProxy):
-    """What both flavours share: settling the attempt from what the body said."""
-
-    _self_managed: Any
-    _self_body: _Body
-    _self_streamed: bool
-
-    def _relay_parsed(self, result: Any) -> Any:
-        if self._self_streamed:
-            # A streamed body parses to the SDK's stream: the managed stream reads it, chunk by chunk,
-            # and stands for it (its type, attributes and close()).
-            self._self_body.stream = result
-            adopt_source(self._self_managed, result)
-            return self._self_managed
-        finish_whole(self._self_managed, result)
-        return result
-
-    def _relay_read_done(self) -> None:
-        """The body is in memory: end the attempt with its parsed form (or none, if it does not parse)."""
-        if self._self_streamed:
-            finish_whole(self._self_managed, None)
-            return
-        try:
-            parsed = self.__wrapped__.parse()
-        except Exception:
-            parsed = None
-        finish_whole(self._self_managed, parsed)
-
-    def _relay_failed(self, error: BaseException) -> None:
-        fail_stream(self._self_managed, error)
-
-    def _relay_closed(self) -> None:
-        fail_stream(self._self_managed, None, "cancelled")
-
-
-def _reading(name: str) -> Callable[..., Any]:
-    def read(self: WatchedResponse, *args: Any, **kwargs: Any) -> Any:
-        try:
-            result = getattr(self.__wrapped__, name)(*args, **kwargs)
-        except BaseException as exc:
-            self._relay_failed(exc)
-            raise
-        self._relay_read_done()
-        return result
-
-    read.__name__ = name
-    return read
-
-
-def _async_reading(name: str) -> Callable[..., Any]:
-    async def read(self: AsyncWatchedResponse, *args: Any, **kwargs: Any) -> Any:
-        try:
-            result = await getattr(self.__wrapped__, name)(*args, **kwargs)
-        except BaseException as exc:
-            self._relay_failed(exc)
-            raise
-        await self._relay_aread_done()
-        return result
-
-    read.__name__ = name
-    return read
-
-
-class LegacyWatchedResponse(_Watched):
-    """``with_raw_response`` of a streamed call: ``parse()`` gives the managed stream of its chunks."""
-
-    def parse(self, **kwargs: Any) -> Any:
-        try:
-            result = self.__wrapped__.parse(**kwargs)
-        except BaseException as exc:
-            self._relay_failed(exc)
-            raise
-        return self._relay_parsed(result)
-
-
-class _Iterating:
-    """The body's iterators, through the flavour's ``_iterate`` (which settles the attempt at their end)."""
-
-    _iterate: Callable[..., Any]
-
-    def iter_bytes(self, *args: Any, **kwargs: Any) -> Any:
-        return self._iterate("iter_bytes", *args, **kwargs)
-
-    def iter_text(self, *args: Any, **kwargs: Any) -> Any:
-        return self._iterate("iter_text", *args, **kwargs)
-
-    def iter_lines(self, *args: Any, **kwargs: Any) -> Any:
-        return self._iterate("iter_lines", *args, **kwargs)
-
-
-class WatchedResponse(LegacyWatchedResponse, _Iterating):
-    """A sync SDK raw response whose attempt ends when its body has been read or closed."""
-
-    read = _reading("read")
-    text = _reading("text")
-    json = _reading("json")
-
-    def _iterate(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        try:
-            yield from getattr(self.__wrapped__, name)(*args, **kwargs)
-        except GeneratorExit:
-            self._relay_closed()
-            raise
-        except BaseException as exc:
-            self._relay_failed(exc)
-            raise
-        finish_whole(self._self_managed, None)  # bytes the caller consumed itself: no parsed form
-
-    def close(self) -> None:
-        self._relay_closed()
-        self.__wrapped__.close()
-
-
-class AsyncWatchedResponse(_Watched, _Iterating):
-    """The async flavour: the same settling, awaited."""
-
-    async def parse(self, **kwargs: Any) -> Any:
-        try:
-            result = await self.__wrapped__.parse(**kwargs)
-        except BaseException as exc:
-            self._relay_failed(exc)
-            raise
-        return self._relay_parsed(result)
-
-    async def _relay_aread_done(self) -> None:
-        if self._self_streamed:
-            finish_whole(self._self_managed, None)
-            return
-        try:
-            parsed = await self.__wrapped__.parse()
-        except Exception:
-            parsed = None
-        finish_whole(self._self_managed, parsed)
-
-    read = _async_reading("read")
-    text = _async_reading("text")
-    json = _async_reading("json")
-
-    async def _iterate(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        try:
-            async for item in getattr(self.__wrapped__, name)(*args, **kwargs):
-                yield item
-        except GeneratorExit:
-            self._relay_closed()
-            raise
-        except BaseException as exc:
-            self._relay_failed(exc)
-            raise
-        finish_whole(self._self_managed, None)
-
-    async def close(self) -> None:
-        self._relay_closed()
-        await self.__wrapped__.close()
 
 
 # -- calls that cannot be attempts: counted ------------------------------------------------------
@@ -514,22 +255,22 @@ def _resources(client: Any) -> list[tuple[str, Any]]:
 
 
 def _client_wrapper(
-    client: Any, mode: str, method: str, is_async: bool, include_usage: bool, live: _Live
+    client: Any, mode: str, method: str, is_async: bool, include_usage: bool, live: _Live, provider: Endpoint | None
 ) -> Callable[..., Any]:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if not live.on:
             return wrapped(*args, **kwargs)
-        return route(client, mode, method, is_async, include_usage, wrapped, args, kwargs)
+        return route(client, mode, method, is_async, include_usage, wrapped, args, kwargs, provider)
 
     return wrapper
 
 
-def _derive_wrapper(include_usage: bool, live: _Live) -> Callable[..., Any]:
+def _derive_wrapper(include_usage: bool, live: _Live, provider: Endpoint | None) -> Callable[..., Any]:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        # with_options() / copy(): the new client is traced like the one it came from.
+        # with_options() / copy(): the new client is traced like the one it came from, named alike.
         derived = wrapped(*args, **kwargs)
         if live.on and _resources(derived):
-            _instrument_client(derived, include_usage)
+            _instrument_client(derived, include_usage, provider)
         return derived
 
     return wrapper
@@ -557,19 +298,38 @@ def _restore(owner: Any, name: str) -> None:
         setattr(owner, name, previous)
 
 
-def _instrument_client(client: Any, include_usage: bool) -> Any:
+def _check_same_provider(client: Any, resources: list[tuple[str, Any]], provider: Endpoint | None) -> None:
+    """Instrumenting again is a no-op: one that names another provider would be silently ignored, so it fails."""
+    for mode, resource in resources:
+        for method in METHODS[mode]:
+            existing = vars(resource).get(method)
+            if isinstance(existing, ManagedCreate):
+                named = getattr(existing, "_self_relay_provider", None)
+                if named != provider:
+                    said = named.provider if named is not None else "by its base URL"
+                    raise ValueError(
+                        f"{type(client).__name__} is instrumented already (provider {said}); "
+                        f"uninstrument(client) before instrumenting it with another provider="
+                    )
+
+
+def _instrument_client(client: Any, include_usage: bool, provider: Endpoint | None) -> Any:
+    if bedrock.is_client(client):
+        return bedrock.instrument_client(client)
     resources = _resources(client)
     if not resources:
         raise TypeError(f"cannot instrument {type(client).__name__}: it has no chat.completions, responses or messages")
     with _lock:
+        _check_same_provider(client, resources, provider)
         for mode, resource in resources:
             for method in METHODS[mode]:
                 current = getattr(resource, method, None)
                 if not callable(current) or isinstance(vars(resource).get(method), ManagedCreate):
                     continue
                 live = _Live()
-                wrapper = _client_wrapper(client, mode, method, _is_async(current), include_usage, live)
+                wrapper = _client_wrapper(client, mode, method, _is_async(current), include_usage, live, provider)
                 _set(resource, method, current, wrapper, live)
+                vars(resource)[method]._self_relay_provider = provider
         for label, path, method in UNTRACED_PATHS:
             owner = _path(client, path)
             current = getattr(owner, method, None) if owner is not None else None
@@ -582,7 +342,7 @@ def _instrument_client(client: Any, include_usage: bool) -> Any:
             if callable(current) and not isinstance(vars(client).get(name), ManagedCreate):
                 live = _Live()
                 try:
-                    _set(client, name, current, _derive_wrapper(include_usage, live), live)
+                    _set(client, name, current, _derive_wrapper(include_usage, live, provider), live)
                 except (AttributeError, TypeError):  # a client that takes no instance attributes
                     pass
     return client
@@ -610,6 +370,8 @@ def _forget_raw_helpers(client: Any) -> None:
 
 
 def _uninstrument_client(client: Any) -> Any:
+    if bedrock.is_client(client):
+        return bedrock.uninstrument_client(client)
     with _lock:
         for mode, resource in _resources(client):
             for method in METHODS[mode]:
@@ -702,6 +464,7 @@ def _instrument_classes(include_usage: bool) -> list[str]:
                     _patch_class(untraced, method, current, _untraced_wrapper(f"{label}.{method}", live), live, done)
         # The net: an LLM request that reaches an SDK client's request() without dispatch is counted.
         done += sdk_coverage.install_net(count_untraced, dispatch.inside_sdk_call)
+        done += bedrock.instrument_classes()
         dispatch.guard_sdk_calls(bool(_patched))
     return done
 
@@ -709,6 +472,7 @@ def _instrument_classes(include_usage: bool) -> list[str]:
 def _uninstrument_classes() -> None:
     with _lock:
         sdk_coverage.remove_net()
+        bedrock.uninstrument_classes()
         for cls, method in reversed(_patched):
             _restore(cls, method)
         _patched.clear()
@@ -718,18 +482,25 @@ def _uninstrument_classes() -> None:
 # -- the public pair ----------------------------------------------------------------------------
 
 
-def instrument(client: Any = None, *, include_usage: bool = False) -> Any:
+def instrument(client: Any = None, *, include_usage: bool = False, provider: str | None = None) -> Any:
     """Route SDK calls through the relay: one client's, or (no argument) every client's.
 
     ``instrument(client)``: idempotent, returns the client; raises TypeError for an object
-    with none of chat.completions, responses or messages. ``instrument()``: wraps the
-    OpenAI and Anthropic SDK classes that are installed; returns the names wrapped now.
+    with none of chat.completions, responses or messages (a boto3 ``bedrock-runtime`` client is
+    traced by ``adapters.bedrock``). ``instrument()``: wraps the OpenAI and Anthropic SDK classes
+    and botocore's client calls, those installed; returns the names wrapped now.
     ``include_usage=True`` makes OpenAI chat streams ask for their token usage (the caller
     sees one more chunk, with no choices).
+    ``provider="groq"`` (one client only) names the provider its calls reach, over ``set_route``
+    and the client's base URL (see ``adapters.endpoints``): a convention's name (``mistral_ai``),
+    an alias (``mistral``, ``azure``) or an OpenAI-compatible endpoint (``vllm``, ``openrouter``).
     """
+    named = None if provider is None else endpoints.named(provider)
     if client is None:
+        if named is not None:
+            raise TypeError("instrument(provider=...) names one client's provider: pass the client too")
         return _instrument_classes(include_usage)
-    return _instrument_client(client, include_usage)
+    return _instrument_client(client, include_usage, named)
 
 
 def uninstrument(client: Any = None) -> Any:
@@ -743,5 +514,7 @@ def uninstrument(client: Any = None) -> Any:
 def is_instrumented(client: Any = None) -> bool:
     """Whether this client's own resources are wrapped (no argument: whether the SDK classes are)."""
     if client is None:
-        return bool(_patched)
+        return bool(_patched) or bedrock.classes_instrumented()
+    if bedrock.is_client(client):
+        return bedrock.is_client_instrumented(client)
     return any(isinstance(vars(r).get("create"), ManagedCreate) for _m, r in _resources(client))

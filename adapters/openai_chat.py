@@ -82,6 +82,8 @@ def _reasoning(obj: Any) -> str | None:
 
 class OpenAIChatCodec:
     provider = "openai"
+    price_provider = "openai"  # its id in genai-prices (see relay_runtime.cost.providers)
+    endpoint: str | None = None  # a compatible endpoint it reaches (see adapters.endpoints)
     operation = "chat"
     spelling = neutral.OPENAI_CHAT  # how this API spells the neutral params
 
@@ -115,11 +117,12 @@ class OpenAIChatCodec:
 
     def counting_missing_usage(self, on_missing: Callable[[], None]) -> OpenAIChatCodec:
         """This codec, whose streams call ``on_missing()`` when they end without a usage chunk."""
-        return _UsageWatchingCodec(on_missing)
+        return _UsageWatchingCodec(on_missing, self)
 
 
 class _UsageWatchingCodec(OpenAIChatCodec):
-    def __init__(self, on_missing: Callable[[], None]) -> None:
+    def __init__(self, on_missing: Callable[[], None], named: OpenAIChatCodec) -> None:
+        self.__dict__.update(vars(named))  # a codec named for its endpoint keeps its name (adapters.endpoints)
         self.on_missing = on_missing
 
     def accumulator(self) -> ChatAccumulator:

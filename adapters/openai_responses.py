@@ -66,6 +66,8 @@ def _function_call(item: Any) -> dict[str, Any]:
 
 class OpenAIResponsesCodec:
     provider = "openai"
+    price_provider = "openai"  # its id in genai-prices (see relay_runtime.cost.providers)
+    endpoint: str | None = None  # a compatible endpoint it reaches (see adapters.endpoints)
     operation = "responses"
     spelling = neutral.OPENAI_RESPONSES  # how this API spells the neutral params
 

@@ -132,23 +132,23 @@ class Script:
         return httpx2.MockTransport(self.handler)
 
 
-def openai_client(script: Script, *, max_retries: int = 2) -> Any:
+def openai_client(script: Script, *, max_retries: int = 2, base_url: str = BASE_OPENAI) -> Any:
     import openai
 
     return openai.OpenAI(
         api_key=TEST_KEY,
-        base_url=BASE_OPENAI,
+        base_url=base_url,
         max_retries=max_retries,
         http_client=httpx2.Client(transport=script.transport()),
     )
 
 
-def async_openai_client(script: Script, *, max_retries: int = 2) -> Any:
+def async_openai_client(script: Script, *, max_retries: int = 2, base_url: str = BASE_OPENAI) -> Any:
     import openai
 
     return openai.AsyncOpenAI(
         api_key=TEST_KEY,
-        base_url=BASE_OPENAI,
+        base_url=base_url,
         max_retries=max_retries,
         http_client=httpx2.AsyncClient(transport=script.transport()),
     )
@@ -271,6 +271,30 @@ def chat_chunks(
             }
         )
     return out
+
+
+def embeddings_body(
+    vectors: Sequence[Sequence[float]] = ((0.1, -0.2, 0.3, 0.4),),
+    *,
+    model: str = "text-embedding-test",
+    prompt_tokens: int = 8,
+    base64_encoded: bool = False,
+) -> dict[str, Any]:
+    """An embeddings answer; ``base64_encoded``: each vector as base64 of float32s, as the SDK asks by default."""
+    import base64
+    import struct
+
+    def encoded(vector: Sequence[float]) -> Any:
+        if not base64_encoded:
+            return list(vector)
+        return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+
+    return {
+        "object": "list",
+        "data": [{"object": "embedding", "index": i, "embedding": encoded(v)} for i, v in enumerate(vectors)],
+        "model": model,
+        "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+    }
 
 
 def responses_body(

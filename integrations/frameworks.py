@@ -19,7 +19,7 @@ from collections.abc import Callable
 from contextvars import ContextVar, Token
 from typing import Any
 
-from relay_runtime import auxiliary, calls, session
+from relay_runtime import auxiliary, calls, logical_calls, session
 from relay_runtime import conventions as cv
 from relay_runtime.events import AnnotatedRequestField, AnnotatedResponseField, Deferred
 from relay_runtime.scopes import ScopeHandle, outcome_of
@@ -167,7 +167,7 @@ class ModelCall:
             return
         # The call object itself: the framework may end it from a context where its turn is not active.
         try:
-            session.close_logical_call(self.turn, call, outcome)
+            logical_calls.close_logical_call(self.turn, call, outcome)
         except Exception as exc:
             self.turn.relay.diag.failure("bookkeeping_errors", exc, f"completing logical call {self.api_request_id!r}")
 

@@ -15,12 +15,13 @@ from functools import partial
 from typing import Any
 
 from . import conventions as cv
-from . import session
+from . import outside_turns, session
 from .attempt import Attempt, FinishHook
 from .codec import LLMCodec
 from .ids import new_id
+from .logical_calls import close_logical_call, end_logical_call, take_logical_call
 from .scopes import ScopeHandle
-from .session import CallHolder, LogicalCall, close_logical_call, end_logical_call, take_logical_call
+from .session import CallHolder, LogicalCall
 from .streams import ManagedAsyncStream, ManagedStream, exhausted_async
 from .types import LLMRequest, Outcome, ScopeType
 
@@ -72,7 +73,7 @@ def _new_call(turn: CallHolder, api_request_id: str, role: str, parent: ScopeHan
     if parent is None:
         parent = turn.scope
     if parent is None:
-        parent = session.outside_parent()  # a served request's scope (``session.serving``), if any
+        parent = outside_turns.outside_parent()  # a served request's scope (``outside_turns.serving``), if any
     scope = turn.relay.scope.push(
         _LOGICAL_CALL,
         _FUNCTION,
@@ -166,7 +167,7 @@ def execute_current(
     """
     turn = session.managed_turn()
     if turn is None:
-        outside = session.outside_calls()
+        outside = outside_turns.outside_calls()
         if outside is None:
             return callback(request)
         attempt = _call_attempt(outside, request, name, model_name, metadata, defer_logical_completion, codec, True)
@@ -187,7 +188,7 @@ async def execute_current_async(
 ) -> Any:
     turn = session.managed_turn()
     if turn is None:
-        outside = session.outside_calls()
+        outside = outside_turns.outside_calls()
         if outside is None:
             return await callback(request)
         attempt = _call_attempt(outside, request, name, model_name, metadata, defer_logical_completion, codec, True)
@@ -341,7 +342,7 @@ def stream_current(
     turn: CallHolder | None = session.managed_turn()
     outside = turn is None
     if turn is None:
-        turn = session.outside_calls()
+        turn = outside_turns.outside_calls()
         if turn is None:
             return stream_factory(request)
     completed = _Completed(completed_response_predicate) if completed_response_predicate is not None else None
@@ -375,7 +376,7 @@ async def stream_current_async(
     turn: CallHolder | None = session.managed_turn()
     outside = turn is None
     if turn is None:
-        turn = session.outside_calls()
+        turn = outside_turns.outside_calls()
         if turn is None:
             source = stream_factory(request)
             return await source if hasattr(source, "__await__") else source

@@ -35,6 +35,10 @@ SDK_RESENDS = "relay.sdk_resends"
 SENT = "relay.sent"
 API_MODE = "api_mode"
 SERVER_ADDRESS = "server_address"
+# The OpenAI-compatible endpoint a call reached when its provider name does not say it (OpenRouter,
+# vLLM, ...: ``gen_ai.provider.name`` stays ``openai``); exported as ``relay.provider.endpoint``.
+PROVIDER_ENDPOINT = "provider_endpoint"
+CLOUD_REGION = "cloud_region"  # the cloud region a provider endpoint is in (Bedrock's AWS region)
 # The agent framework whose run a scope records (``langchain``, ``langgraph``, ``openai_agents``): agent,
 # graph node, chain, retriever and guardrail scopes opened by ``relay_runtime.integrations`` for a framework.
 FRAMEWORK = "relay.framework"

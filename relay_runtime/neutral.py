@@ -124,14 +124,29 @@ ANTHROPIC_MESSAGES = ParamSpelling(
     list_only=frozenset({"stop"}),
 )
 
+# Embeddings take none of the neutral params (no sampling, no output limit).
+OPENAI_EMBEDDINGS = ParamSpelling("OpenAI embeddings", {})
+
 # (provider, operation) of an AnnotatedLLMRequest -> its API's spelling.
 SPELLINGS: Mapping[tuple[str, str], ParamSpelling] = MappingProxyType(
     {
         ("openai", "chat"): OPENAI_CHAT,
         ("openai", "responses"): OPENAI_RESPONSES,
+        ("openai", "embeddings"): OPENAI_EMBEDDINGS,
         ("anthropic", "chat"): ANTHROPIC_MESSAGES,
     }
 )
+
+
+# Providers reached through another's API (Groq through OpenAI's chat API): registered by the
+# adapters as they name a call for its endpoint. The API decides which params a request takes.
+_COMPATIBLE: dict[tuple[str, str], ParamSpelling] = {}
+
+
+def register_compatible(provider: str, operation: str, spelling: ParamSpelling) -> None:
+    """Say that ``provider``'s ``operation`` is spelled as ``spelling`` (its API is another's)."""
+    if (provider, operation) not in SPELLINGS:
+        _COMPATIBLE[(provider, operation)] = spelling
 
 
 def accepts(provider: str | None, operation: str, param: str) -> bool:
@@ -141,5 +156,6 @@ def accepts(provider: str | None, operation: str, param: str) -> bool:
     """
     if param not in NEUTRAL_PARAMS:
         return False
-    spelling = SPELLINGS.get((provider or "", operation))
+    key = (provider or "", operation)
+    spelling = SPELLINGS.get(key) or _COMPATIBLE.get(key)
     return spelling is None or param in spelling.names

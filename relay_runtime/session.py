@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import conventions as cv
+from .logical_calls import end_open_call
 from .redaction_install import CoordinatorRedaction, RelayRedaction
 from .relay import Relay
 from .scopes import ScopeHandle, ScopeOrderError
-from .settings import RECORD, settings
+from .settings import settings
 from .types import Outcome, ScopeType
 
 logger = logging.getLogger("relay_runtime.session")
@@ -440,7 +441,7 @@ class SessionCoordinator:
         interrupted: BaseException | None = None
         for call in reversed(open_calls):
             try:
-                _end_open_call(turn, call, outcome)
+                end_open_call(turn, call, outcome)
             except BaseException as exc:  # a subscriber's KeyboardInterrupt: finish the turn first
                 interrupted = interrupted or exc
         if _active_turn.get() is turn:
@@ -481,166 +482,6 @@ class SessionCoordinator:
             self.agent_name = DEFAULT_AGENT_NAME
             self._default = None
         _active_turn.set(None)
-
-
-def close_logical_call(
-    turn: CallHolder,
-    call: LogicalCall,
-    outcome: str,
-    *,
-    model_name: str | None = None,
-    provider_name: str | None = None,
-) -> bool:
-    """End ``call`` once with ``outcome``; False if it was already closed (or is being closed)."""
-    with turn.lock:
-        if not take_logical_call(turn, call):
-            return False
-    end_logical_call(turn, call, outcome, model_name=model_name, provider_name=provider_name)
-    return True
-
-
-def take_logical_call(turn: CallHolder, call: LogicalCall) -> bool:
-    """Claim ``call`` for closing; False if it is closed already or someone else is closing it.
-
-    The caller holds ``turn.lock``; whoever takes the call ends it, with ``end_logical_call``.
-    """
-    if call.closing or turn.logical_llm_calls.get(call.api_request_id) is not call:
-        return False
-    call.closing = True
-    return True
-
-
-def end_logical_call(
-    turn: CallHolder,
-    call: LogicalCall,
-    outcome: str,
-    *,
-    model_name: str | None = None,
-    provider_name: str | None = None,
-) -> None:
-    """End the scope of a call taken by ``take_logical_call``; then it leaves the turn.
-
-    If ending it fails before its end event (a scope-order error, say), it stays on the
-    turn, open, and the end of the turn closes it: no start goes without its end.
-    """
-    output: dict[str, Any] = {
-        "outcome": outcome,
-        "model": model_name or call.model,
-        "provider": provider_name or call.provider,
-    }
-    try:
-        # Looked up at call time: callers (and tests) may wrap the relay's pop.
-        turn.relay.scope.pop(call.scope, output=output, outcome=outcome)
-    finally:
-        with turn.lock:
-            call.closing = False
-            if call.scope.ended and turn.logical_llm_calls.get(call.api_request_id) is call:
-                del turn.logical_llm_calls[call.api_request_id]
-
-
-def _end_open_call(turn: Turn, call: LogicalCall, outcome: str) -> None:
-    """At the end of ``turn``: end ``call``'s open attempts (newest first), then ``call`` itself."""
-    relay = turn.relay
-    interrupted: BaseException | None = None
-    for attempt in reversed(call.open_attempts):
-        try:
-            attempt.abandon()
-        except BaseException as exc:
-            interrupted = interrupted or exc
-    try:
-        close_logical_call(turn, call, outcome)
-    except Exception as exc:
-        relay.diag.failure("bookkeeping_errors", exc, f"closing logical call {call.api_request_id!r}")
-    except BaseException as exc:
-        interrupted = interrupted or exc
-    if not call.scope.ended:
-        # Closing failed without ending it (or it was left claimed): end it without the pop.
-        relay.scope.end(call.scope, output={"outcome": outcome, "model": call.model, "provider": call.provider})
-    with turn.lock:
-        if turn.logical_llm_calls.get(call.api_request_id) is call:
-            del turn.logical_llm_calls[call.api_request_id]
-    if interrupted is not None:
-        raise interrupted
-
-
-# -- calls that run unmanaged -----------------------------------------------------------------
-
-# The scope a request served in this context runs under (an MCP server's request scope): logical
-# calls made outside turns here open under it instead of as roots, so a handler's LLM calls nest
-# under the request that caused them.
-_outside_parent: ContextVar[ScopeHandle | None] = ContextVar("relay_outside_parent", default=None)
-
-
-@contextlib.contextmanager
-def serving(scope: ScopeHandle) -> Iterator[ScopeHandle]:
-    """Within this block (and the tasks it starts), LLM calls made with no turn open nest under ``scope``."""
-    token = _outside_parent.set(scope)
-    try:
-        yield scope
-    finally:
-        _outside_parent.reset(token)
-
-
-def outside_parent() -> ScopeHandle | None:
-    """The open scope ``serving`` names in this context, if any."""
-    scope = _outside_parent.get()
-    return scope if scope is not None and not scope.ended else None
-
-
-def outside_calls() -> OutsideTurns | None:
-    """Where a call made now, with no managed turn open, is recorded; None: it runs unmanaged (counted).
-
-    With ``outside_turns="record"``: on the default host when no turn is open here (or on the
-    host of a second turn that found its conversation busy), if something is attached to it.
-    """
-    if settings.outside_turns is RECORD:
-        turn = active_turn()
-        host: Host | None = None
-        if turn is None:
-            try:
-                host = SESSION_COORDINATOR.default_host()
-            except ValueError:  # RELAY_HOME cannot be resolved: the call must still run
-                host = None
-        elif turn.scope is None:
-            host = turn.host
-        if host is not None and host._consumers:
-            return host.outside
-    note_unmanaged()
-    return None
-
-
-UNMANAGED = "unmanaged_calls"
-NO_TURN = "no_turn"  # no turn open anywhere on the host
-NOT_HANDED_TURN = "not_handed_turn"  # a turn is open, but not in this thread or task
-BUSY_CONVERSATION = "busy_conversation"  # a second turn while another runs on the conversation
-NO_CONSUMER = "no_consumer"  # a turn, but no consumer retains managed execution
-
-
-def note_unmanaged() -> None:
-    """Count a call that runs unmanaged, and why, in the ``diagnostics()`` of the relay it missed.
-
-    A second concurrent turn on a conversation is also logged, once per conversation.
-    Without a turn in this context the call is counted on every host (usually one).
-    """
-    turn = active_turn()
-    if turn is None:
-        for host in list(SESSION_COORDINATOR._hosts.values()):
-            host.relay.diag.count_all(UNMANAGED, f"{UNMANAGED}.{NOT_HANDED_TURN if host.open_turns else NO_TURN}")
-        return
-    if turn.scope is None:
-        reason = BUSY_CONVERSATION
-        conv = turn.lease._conversation
-        if not conv.warned_unmanaged:
-            conv.warned_unmanaged = True
-            logger.warning(
-                "LLM calls of turn %r run unmanaged (not traced, not journaled): another turn is still open "
-                "on conversation %r; this is reported once per conversation",
-                turn.turn_id,
-                turn.lease.session_id,
-            )
-    else:
-        reason = NO_CONSUMER
-    turn.relay.diag.count_all(UNMANAGED, f"{UNMANAGED}.{reason}")
 
 
 SESSION_COORDINATOR = SessionCoordinator()

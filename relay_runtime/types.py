@@ -251,6 +251,7 @@ class AnnotatedLLMResponse:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     time_to_first_chunk_ns: int | None = None
     sdk_retries: int | None = None
+    embedding_dimensions: int | None = None  # an embeddings answer: the length of one vector
 
 
 @dataclass

@@ -74,6 +74,9 @@ def test_from_mapping_names_an_unknown_key_and_a_bad_value() -> None:
         PriceCatalog.from_mapping({"openai": {"gpt-x": {"input": 1.0, "cached": 0.1}}})
     with pytest.raises(ValueError, match="price 'output' of openai/gpt-x must be a number >= 0"):
         PriceCatalog.from_mapping({"openai": {"gpt-x": {"output": -1}}})
+    for endless in (float("inf"), float("nan")):  # inf was taken: every cost inf, which JSON cannot hold
+        with pytest.raises(ValueError, match="price 'input' of openai/gpt-x must be a number >= 0"):
+            PriceCatalog.from_mapping({"openai": {"gpt-x": {"input": endless, "output": 1.0}}})
     with pytest.raises(ValueError, match="valid_from of openai/gpt-x must be a date"):
         PriceCatalog.from_mapping({"openai": {"gpt-x": {"input": 1, "valid_from": "yesterday"}}})
     with pytest.raises(TypeError, match="prices of openai/gpt-x must be a mapping"):

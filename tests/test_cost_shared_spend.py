@@ -239,3 +239,26 @@ def test_a_store_that_cannot_be_reached_refuses_the_call(relay_host, relay_event
     assert scripted.script.requests == []  # never sent unchecked
     assert relay_host.relay.diagnostics()["cost.spend_store_errors"] == 1
     assert turn.scope.cost is None or turn.scope.cost.reserved == 0.0
+
+
+def test_a_damaged_spend_file_never_lifts_the_budget(tmp_path: Path) -> None:
+    store = FileSpendStore(tmp_path)
+    store.add("k", 0.5)
+    path = store.path("k")
+    data = json.loads(path.read_text())
+    for held in ("NaN", -1000.0, "Infinity"):
+        # A NaN or negative reservation made committed + amount > limit false: any call passed.
+        data["reserved"] = {"x": [held, 1e18]}
+        path.write_text(json.dumps(data))
+        with pytest.raises(ValueError, match="is unreadable"):
+            store.reserve([Claim("k", 1.0)], 100.0)
+
+
+def test_a_damaged_spend_hash_never_lifts_the_budget(redis_store) -> None:
+    key = f"{redis_store.prefix}:k"
+    damaged = (("spent", "nan"), ("spent", "-5"), ("r:x", "-1000|1e18"), ("r:x", "nan|1e18"), ("r:x", "junk"))
+    for field, value in damaged:
+        redis_store.client.delete(key)
+        redis_store.client.hset(key, field, value)
+        with pytest.raises(redis.ResponseError, match=f"spend hash {key} field {field} is unreadable"):
+            redis_store.reserve([Claim("k", 1.0)], 100.0)

@@ -281,3 +281,11 @@ async def test_a_snapshot_client_that_goes_away_or_stalls_is_no_error(tmp_path, 
     errors = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert errors == [], [r.getMessage() for r in errors]
     assert any("was not taken in time" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("name", ["heartbeat", "write_timeout", "header_timeout"])
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), True, 0, -1])
+def test_the_servers_timeouts_are_finite_positive_seconds(tmp_path, name, value):
+    # inf was taken: a client that stopped reading (or never finished its headers) held its socket for ever.
+    with pytest.raises(ValueError, match=f"{name} must be a positive number of seconds"):
+        create_app(session_dir=tmp_path, **{name: value})

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from relay_runtime import Recorder, adapters, redaction, session
+from relay_runtime import Recorder, Relay, adapters, redaction, session
 from relay_runtime import conventions as cv
 from relay_runtime.adapters import testing as t
 from relay_runtime.events import FIELDS, SCOPE_END
@@ -151,3 +151,23 @@ def test_library_log_lines_and_their_tracebacks_are_scrubbed(caplog: pytest.LogC
     assert library[0].getMessage() == "call failed with [redacted]"
     assert "upstream said [redacted]****" in (library[0].exc_text or "")
     assert f"their {KEY}" in caplog.text
+
+
+def test_a_key_in_a_tools_arguments_and_result_never_reaches_captured_content() -> None:
+    """Content capture on: a remembered client key in a tool's arguments or result (an MCP tool call
+    carries both) is cut out of the exported span, whole and as any run of 8 of its characters."""
+    redaction.remember_secret(KEY)
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    relay = Relay()
+    exporter = OTelExporter(provider, capture_content=True).attach(relay)
+    args = {"query": f"use {KEY}", KEY: "as a key", "nested": [{"masked": MASKED}]}
+    result = relay.tools.execute("lookup", args, lambda a: {"echo": f"got {KEY[3:20]}"})
+    exporter.shutdown()
+    assert result == {"echo": f"got {KEY[3:20]}"}  # the caller's own values are untouched
+    (span,) = spans.get_finished_spans()
+    attributes = dict(span.attributes or {})
+    assert "gen_ai.tool.call.arguments" in attributes and "gen_ai.tool.call.result" in attributes
+    for value in attributes.values():
+        _assert_clean(str(value))

@@ -1,11 +1,11 @@
-"""``session.serving(scope)``: LLM calls made with no turn open, while a request is served, nest under it."""
+"""``outside_turns.serving(scope)``: LLM calls made with no turn open, while a request is served, nest under it."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
 
-from relay_runtime import Recorder, adapters, session
+from relay_runtime import Recorder, adapters, outside_turns, session
 from relay_runtime import conventions as cv
 from relay_runtime.adapters import testing as t
 
@@ -25,7 +25,7 @@ def test_a_call_made_while_serving_nests_under_the_served_scope_and_only_then(re
     scripted = t.scripted_openai(*(t.json_reply(t.chat_completion_body("a")) for _ in range(2)))
     client = adapters.instrument(scripted.client)
     served = host.relay.scope.push("tools/call ask", "tool")
-    with session.serving(served):
+    with outside_turns.serving(served):
         client.chat.completions.create(**CHAT)
     host.relay.scope.pop(served)
     client.chat.completions.create(**CHAT)  # after the request: a root again
@@ -41,7 +41,7 @@ def test_tasks_started_while_serving_inherit_it_and_an_ended_scope_is_not_used(r
     async def run() -> session.ScopeHandle:
         client = adapters.instrument(scripted.aclient)
         served = host.relay.scope.push("tools/call ask", "tool")
-        with session.serving(served):
+        with outside_turns.serving(served):
             await asyncio.gather(asyncio.ensure_future(client.chat.completions.create(**CHAT)))
             host.relay.scope.pop(served)
             await client.chat.completions.create(**CHAT)  # the served scope has ended: a root

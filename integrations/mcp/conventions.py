@@ -6,6 +6,7 @@ their hints from these functions, so a request is described the same way on both
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -118,6 +119,27 @@ CLIENT_SESSION_DURATION = "mcp.client.session.duration"
 SERVER_SESSION_DURATION = "mcp.server.session.duration"
 
 
+# Tool and prompt names are caller data: any client may call any name (an unknown one still gets an
+# answer), so each new name would be a new series of every backend's metric. The first names seen
+# get series of their own; past that, a request's metric carries no name (its span still does).
+_NAME_KEYS = ("gen_ai.tool.name", "gen_ai.prompt.name")
+UNNAMED_METRIC_KEYS = tuple(k for k in METRIC_KEYS if k not in _NAME_KEYS)
+MAX_METRIC_NAMES = 256
+_metric_names: set[str] = set()
+_metric_names_lock = threading.Lock()
+
+
+def metric_keys_for(attributes: Mapping[str, Any]) -> tuple[str, ...]:
+    name = attributes.get("gen_ai.tool.name") or attributes.get("gen_ai.prompt.name")
+    if name is None or name in _metric_names:
+        return METRIC_KEYS
+    with _metric_names_lock:
+        if len(_metric_names) < MAX_METRIC_NAMES:
+            _metric_names.add(name)
+            return METRIC_KEYS
+    return UNNAMED_METRIC_KEYS
+
+
 def hints(method: str, target: str | None, kind: str, attributes: dict[str, Any]) -> dict[str, Any]:
     """The span hints of one request on one side: its name, kind, attributes and duration metric."""
     metric = CLIENT_OPERATION_DURATION if kind == "client" else SERVER_OPERATION_DURATION
@@ -126,5 +148,5 @@ def hints(method: str, target: str | None, kind: str, attributes: dict[str, Any]
         "kind": kind,
         "attributes": attributes,
         "duration_metric": metric,
-        "metric_keys": METRIC_KEYS,
+        "metric_keys": metric_keys_for(attributes),
     }

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from relay_runtime import conventions as cv
-from relay_runtime import session
+from relay_runtime import outside_turns
 from relay_runtime.trace_context import clean_tracestate, parse_traceparent
 from relay_runtime.types import ScopeType
 
@@ -92,7 +92,7 @@ async def handle(original: Middleware, middleware: Any, ctx: Any, call_next: Any
         # Our bookkeeping failed: the request is served as it would be without us.
         return await original(middleware, ctx, call_next)
     try:
-        with session.serving(handle_):  # the handler's own LLM calls, made with no turn open, nest here
+        with outside_turns.serving(handle_):  # the handler's own LLM calls, made with no turn open, nest here
             result = await call_next(ctx)
     except BaseException as exc:
         end = {**attributes, **_failure_attributes(exc)}

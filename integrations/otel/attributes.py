@@ -143,6 +143,7 @@ RELAY_METADATA: dict[str, str] = {
         cv.API_MODE,
     )
 }
+RELAY_METADATA[cv.PROVIDER_ENDPOINT] = "relay.provider.endpoint"
 _PRIMITIVES = frozenset({str, int, float, bool})
 _STOP_KEYS = frozenset({"stop", "stop_sequences"})
 
@@ -198,6 +199,9 @@ def server_attributes(md: Mapping[str, Any] | None, out: dict[str, Any]) -> None
     out["server.address"] = host
     if port is not None:
         out["server.port"] = port
+    region = md.get(cv.CLOUD_REGION) if md else None
+    if isinstance(region, str) and region:
+        out["cloud.region"] = region
 
 
 def _parse_server(address: str) -> tuple[str, int | None]:
@@ -306,6 +310,8 @@ def response_attributes(provider: str | None, resp: AnnotatedLLMResponse | None,
         out["gen_ai.response.time_to_first_chunk"] = resp.time_to_first_chunk_ns / 1e9
     if resp.sdk_retries is not None:
         out["relay.sdk_retries"] = resp.sdk_retries
+    if resp.embedding_dimensions is not None:
+        out["gen_ai.embeddings.dimension.count"] = resp.embedding_dimensions
 
 
 def outcome_of(event: Event) -> str | None:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from relay_runtime.events import Event
+from relay_runtime.redaction import scrub_text
 
 CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
@@ -60,22 +61,28 @@ def is_credential_key(key: str) -> bool:
 
 
 def scrub(value: Any, depth: int = 0) -> Any:
-    """A copy of ``value`` with every mapping entry whose key names a credential blanked."""
+    """A copy of ``value`` with every mapping entry whose key names a credential blanked, and every
+    remembered client key (whole, or any run of 8 of its characters) cut out of keys and strings."""
     if depth > 20:
         return REDACTED
     if isinstance(value, Mapping):
-        return {str(k): (REDACTED if is_credential_key(str(k)) else scrub(v, depth + 1)) for k, v in value.items()}
+        return {
+            scrub_text(str(k)): (REDACTED if is_credential_key(str(k)) else scrub(v, depth + 1))
+            for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
         return [scrub(v, depth + 1) for v in value]
-    if isinstance(value, (str, int, float, bool)) or value is None:
+    if isinstance(value, str):
+        return scrub_text(value)
+    if isinstance(value, (int, float, bool)) or value is None:
         return value
     dump = getattr(value, "model_dump", None)  # pydantic objects from the SDKs
     if callable(dump):
         try:
             return scrub(dump(), depth + 1)
         except Exception:
-            return str(value)
-    return str(value)
+            return scrub_text(str(value))
+    return scrub_text(str(value))
 
 
 # -- provider shapes -> the conventions' parts ----------------------------------------------

@@ -12,6 +12,8 @@ import os
 import threading
 from typing import TYPE_CHECKING
 
+from relay_runtime.urls import shown_url
+
 if TYPE_CHECKING:
     from .store import RunJournalStore
 
@@ -38,7 +40,7 @@ def env_store() -> RunJournalStore | None:
 def open_store(url: str) -> RunJournalStore:
     """A store for a journal URL (only Redis URLs name one today)."""
     if not url.startswith(_REDIS_SCHEMES):
-        raise ValueError(f"{JOURNAL_URL_ENV} must be a redis://, rediss:// or unix:// URL, got {url!r}")
+        raise ValueError(f"{JOURNAL_URL_ENV} must be a redis://, rediss:// or unix:// URL, got {shown_url(url)}")
     try:
         from .redis_store import RedisStreamStore
     except ImportError as exc:

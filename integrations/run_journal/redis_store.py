@@ -25,6 +25,8 @@ from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
+from relay_runtime.urls import shown_url
+
 from . import paths
 from .errors import JournalUnavailable, RunFull
 from .reading import RawRow, parse_line
@@ -87,7 +89,7 @@ class RedisStreamStore:
         retries: int = DEFAULT_RETRIES,
     ) -> None:
         if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError(f"Redis URL must start with redis://, rediss:// or unix://, got {url!r}")
+            raise ValueError(f"Redis URL must start with redis://, rediss:// or unix://, got {shown_url(url)}")
         if isinstance(retention, bool) or not isinstance(retention, int | float) or not retention >= 1:
             raise ValueError(f"retention must be at least 1 second, got {retention!r}")
         if type(max_run_bytes) is not int or max_run_bytes < 1:

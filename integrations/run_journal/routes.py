@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import json
 import logging
+import math
 import os
 import re
 from collections import Counter
@@ -171,7 +172,8 @@ def create_app(
     if bearer_token is not None and not bearer_token:
         raise ValueError("bearer_token must be a non-empty string (or None for no auth)")
     for name, value in (("heartbeat", heartbeat), ("write_timeout", write_timeout), ("header_timeout", header_timeout)):
-        if not (isinstance(value, int | float) and value > 0):
+        # An infinite timeout (or True, a bool) is no timeout: a reader that stopped reading would hold on for ever.
+        if isinstance(value, bool) or not (isinstance(value, int | float) and 0 < value < math.inf):
             raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
     if store is None:
         store = (env_store() if session_dir is None else None) or FileStore(session_dir, poll=poll_interval)

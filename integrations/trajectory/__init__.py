@@ -18,12 +18,12 @@ from .sinks import FileSink, FsspecSink, HttpSink
 from .validate import validate_atif
 
 if TYPE_CHECKING:
-    from .from_journal import atif_from_journal, atof_from_journal
+    from .from_journal import DamagedJournal, atif_from_journal, atof_from_journal
 
 
 def __getattr__(name: str) -> Any:
     # Imported on first use: the run journal imports this package's records, and this would import it back.
-    if name in ("atif_from_journal", "atof_from_journal", "journal_records"):
+    if name in ("atif_from_journal", "atof_from_journal", "journal_records", "DamagedJournal"):
         from . import from_journal
 
         return getattr(from_journal, name)
@@ -33,6 +33,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AtifExporter",
     "AtofExporter",
+    "DamagedJournal",
     "FileSink",
     "FsspecSink",
     "HttpSink",

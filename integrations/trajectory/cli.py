@@ -28,7 +28,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _export(args: argparse.Namespace, store: Any) -> int:
     from ..run_journal import paths
-    from .from_journal import atif_from_journal, atof_from_journal
+    from ..run_journal.errors import JournalUnavailable
+    from .from_journal import DamagedJournal, atif_from_journal, atof_from_journal
 
     run_id = None if args.run_id == "-" else args.run_id
     if not paths.valid_id(args.session_id) or (run_id is not None and not paths.valid_id(run_id)):
@@ -45,16 +46,25 @@ def _export(args: argparse.Namespace, store: Any) -> int:
         else:
             events = atof_from_journal(args.session_id, run_id, **where)
             text = "".join(json.dumps(e, ensure_ascii=False, separators=(",", ":")) + "\n" for e in events)
-    except LookupError as exc:
+    except (LookupError, DamagedJournal, JournalUnavailable) as exc:
         print(f"relay-runtime trajectory: {exc}", file=sys.stderr)
         return 1
     if args.output:
         from .sinks import write_file
 
-        write_file(args.output, text)
+        try:
+            write_file(args.output, text)
+        except OSError as exc:
+            print(f"relay-runtime trajectory: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _no_constant(name: str) -> Any:
+    # Python's json reads NaN and Infinity; JSON has no such numbers, and other readers refuse them.
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _validate(path: str) -> int:
@@ -62,7 +72,7 @@ def _validate(path: str) -> int:
 
     try:
         with open(path, encoding="utf-8") as fh:
-            obj = json.load(fh)
+            obj = json.load(fh, parse_constant=_no_constant)
     except FileNotFoundError:
         print(f"relay-runtime trajectory validate: no such file: {path}", file=sys.stderr)
         return 2
@@ -71,6 +81,10 @@ def _validate(path: str) -> int:
         return 2
     except json.JSONDecodeError as exc:
         print(f"{path}: $: not JSON: {exc}")
+        return 1
+    except (ValueError, RecursionError) as exc:
+        # Python's own limits (integer digits, nesting) and NaN: not a trajectory a consumer can read.
+        print(f"{path}: $: not JSON this validator can read: {type(exc).__name__}: {str(exc)[:200]}")
         return 1
     errors = validate_atif(obj)
     for error in errors:

@@ -9,8 +9,10 @@ A row the journal had to cut to its row cap still becomes a step, marked ``extra
 
 from __future__ import annotations
 
+import math
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from relay_runtime.types import ScopeType
 
@@ -23,7 +25,32 @@ from .plain import rfc3339
 from .records import ATTEMPT, CALL, TOOL, TOOL_END, TURN, TURN_END, rebuild_request
 
 PathLike = str | os.PathLike[str]
+_T = TypeVar("_T")
 _KIND_OF_SPAN = {"attempt": ATTEMPT, "logical_call": CALL}
+
+
+class DamagedJournal(ValueError):
+    """A journal row's trajectory record is not one we wrote (edited by hand, damaged, another tool's)."""
+
+
+# A record's fields the exporters index and sort by, and the types they must have.
+_ID_FIELDS = ("id",)
+_TIME_FIELDS = ("os", "oe", "start", "end")
+
+
+def _checked(record: dict[str, Any], where: str) -> dict[str, Any]:
+    for key in _ID_FIELDS:
+        value = record.get(key)
+        if not isinstance(value, str):
+            raise DamagedJournal(f"{where}: its trajectory record's {key!r} must be a string, got {value!r:.80}")
+    for key in _TIME_FIELDS:
+        value = record.get(key)
+        if value is not None and type(value) is not int:
+            raise DamagedJournal(f"{where}: its trajectory record's {key!r} must be a whole number, got {value!r:.80}")
+    parent = record.get("parent")
+    if parent is not None and not isinstance(parent, str):
+        raise DamagedJournal(f"{where}: its trajectory record's 'parent' must be a string, got {parent!r:.80}")
+    return record
 
 
 def _check(session_id: Any, run_id: Any) -> None:
@@ -73,13 +100,15 @@ def _runs(store: RunJournalStore, session_id: str, run_id: str | None) -> list[l
     for rid in ids:
         rows = store.read(session_id, rid).get("events") or []
         start = next(
-            (r["payload"]["traj"]["start"] for r in rows
+            (r["payload"]["traj"].get("start") for r in rows
              if isinstance(r.get("payload"), dict) and isinstance(r["payload"].get("traj"), dict)
              and r["payload"]["traj"].get("k") == TURN),
             None,
         )  # fmt: skip
         first = rows[0].get("created_at", 0) if rows else 0
-        runs.append((start if isinstance(start, int) else int(first * 1e9), rid, rows))
+        if not isinstance(first, int | float) or isinstance(first, bool) or not math.isfinite(first):
+            first = 0
+        runs.append((start if type(start) is int else int(first * 1e9), rid, rows))
     runs.sort(key=lambda item: (item[0], item[1]))
     return [rows for _, _, rows in runs]
 
@@ -96,11 +125,25 @@ def journal_records(
     chosen = resolve_store(store, session_dir)
     records: list[dict[str, Any]] = []
     for rows in _runs(chosen, session_id, run_id):
-        for row in rows:
-            record = _record_of(row)
+        for index, row in enumerate(rows):
+            record = _record_of(row) if isinstance(row, dict) else None
             if record is not None:
-                records.append(record)
+                where = f"session {session_id!r} run {row.get('run_id', run_id)!r} row {index}"
+                records.append(_checked(record, where))
     return records
+
+
+def _built(what: Callable[[], _T], session_id: str, run_id: str | None) -> _T:
+    """``what()``, with a record the checks above let through but the exporters cannot read as a clear error."""
+    try:
+        return what()
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
+        if isinstance(exc, DamagedJournal):
+            raise
+        run = f" run {run_id!r}" if run_id else ""
+        raise DamagedJournal(
+            f"session {session_id!r}{run}: a trajectory record in the journal is damaged ({type(exc).__name__}: {exc})"
+        ) from exc
 
 
 def atif_from_journal(
@@ -122,17 +165,21 @@ def atif_from_journal(
     records = journal_records(session_id, run_id, store=store, session_dir=session_dir)
     if not records:
         raise LookupError(f"no trajectory recorded for session {session_id!r}" + (f" run {run_id!r}" if run_id else ""))
-    return (
-        TrajectoryBuilder()
-        .add_all(records)
-        .trajectory(
-            session_id,
-            agent_name=agent_name,
-            agent_version=agent_version,
-            model_name=model_name,
-            tool_definitions=tool_definitions,
-            extra=extra,
-        )
+    return _built(
+        lambda: (
+            TrajectoryBuilder()
+            .add_all(records)
+            .trajectory(
+                session_id,
+                agent_name=agent_name,
+                agent_version=agent_version,
+                model_name=model_name,
+                tool_definitions=tool_definitions,
+                extra=extra,
+            )
+        ),
+        session_id,
+        run_id,
     )
 
 
@@ -173,6 +220,10 @@ def atof_from_journal(
     wanted = everything if run_id is None else journal_records(session_id, run_id, store=store, session_dir=session_dir)
     if not wanted:
         raise LookupError(f"no trajectory recorded for session {session_id!r}" + (f" run {run_id!r}" if run_id else ""))
+    return _built(lambda: _atof_lines(everything, wanted), session_id, run_id)
+
+
+def _atof_lines(everything: list[dict[str, Any]], wanted: list[dict[str, Any]]) -> list[dict[str, Any]]:
     requests: dict[str, dict[str, Any]] = {}
     for record in everything:
         if record.get("k") == ATTEMPT and isinstance(record.get("req"), dict):
@@ -220,9 +271,7 @@ def atof_from_journal(
             profile = {"tool_call_id": started["tool_call_id"]} if started.get("tool_call_id") else None
             meta = {"relay.kind": "tool"}
             _outcome(meta, record)
-            line = _line(
-                merged, False, ScopeType.TOOL.value, root_of(record), record.get("result"), profile, meta
-            )
+            line = _line(merged, False, ScopeType.TOOL.value, root_of(record), record.get("result"), profile, meta)
             lines.append((record.get("oe", 0), line))
         elif kind in (CALL, ATTEMPT) and not record.get("truncated"):
             root = root_of(record)

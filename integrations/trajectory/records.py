@@ -251,6 +251,8 @@ class Tracker:
                     "start": event.timestamp, "os": order, "session_id": session_id,
                     "run_id": meta.get(cv.TURN_ID), "task_id": meta.get(cv.TASK_ID),
                 }  # fmt: skip
+            if relay_kind == cv.ATTEMPT and getattr(event.annotated_request, "operation", None) == "embeddings":
+                return None  # an embeddings call (a retriever's lookup) is no step of the conversation
             opened = _Open(session_id, event.timestamp, order, str(relay_kind))
             if relay_kind == cv.ATTEMPT:
                 content, headers = request if request is not None else frozen_request(event)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import math
+import re
+import reprlib
 from typing import Any
 
 from .plain import parse_rfc3339
@@ -21,7 +25,38 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return type(value) in (int, float)
+    # NaN and the infinities are not JSON numbers: other readers refuse the file.
+    return type(value) is int or (type(value) is float and math.isfinite(value))
+
+
+# RFC 3339's date-time, ASCII digits only: Python's fromisoformat also takes basic forms (20260101T000000Z),
+# offsets without a colon and any Unicode digit, which other languages' readers refuse.
+_RFC3339 = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
+# A version and nothing else: it is printed back ("valid ATIF (ATIF-v1.7, ...)"), so no text may ride on it.
+_VERSION = re.compile(r"ATIF-v1\.[0-9]{1,4}")
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_shown = reprlib.Repr()
+_shown.maxstring = _shown.maxother = 80
+
+
+def _member(path: str, key: Any) -> str:
+    """The JSON path of ``key`` under ``path``; a key of the file's own making is quoted and escaped, so
+    a hostile one (a newline and a forged "valid" line, terminal escapes) cannot write the report."""
+    if isinstance(key, str) and _PLAIN_KEY.fullmatch(key):
+        return f"{path}.{key}"
+    text = json.dumps(key)
+    return f"{path}[{text[:80] + '...' if len(text) > 80 else text}]"
+
+
+def _is_rfc3339(value: Any) -> bool:
+    return isinstance(value, str) and _RFC3339.fullmatch(value) is not None and parse_rfc3339(value) is not None
+
+
+def show(value: Any) -> str:
+    """A value in an error message: escaped (``repr``) and bounded."""
+    return _shown.repr(value)
 
 
 class _Errors:
@@ -44,7 +79,7 @@ class _Errors:
 
     def count(self, obj: dict[str, Any], key: str, path: str) -> None:
         if key in obj and not (_is_int(obj[key]) and obj[key] >= 0):
-            self.add(f"{path}.{key}", f"must be a whole number >= 0, got {obj[key]!r}")
+            self.add(f"{path}.{key}", f"must be a whole number >= 0, got {show(obj[key])}")
 
     def mapping(self, obj: dict[str, Any], key: str, path: str) -> dict[str, Any] | None:
         if key not in obj:
@@ -67,8 +102,8 @@ def validate_atif(obj: Any) -> list[str]:
         return [f"$: a trajectory must be a JSON object, got {type(obj).__name__}"]
     errors.string(obj, "schema_version", "$", required=True)
     version = obj.get("schema_version")
-    if isinstance(version, str) and not version.startswith("ATIF-v1."):
-        errors.add("$.schema_version", f"must be an ATIF v1.x version such as 'ATIF-v1.7', got {version!r}")
+    if isinstance(version, str) and not _VERSION.fullmatch(version):
+        errors.add("$.schema_version", f"must be an ATIF v1.x version such as 'ATIF-v1.7', got {show(version)}")
     errors.string(obj, "session_id", "$", required=True, empty=False)
     errors.string(obj, "trajectory_id", "$")
     errors.string(obj, "notes", "$")
@@ -100,31 +135,31 @@ def validate_atif(obj: Any) -> list[str]:
         if "step_id" not in step:
             errors.add(f"{path}.step_id", "is required")
         elif type(step_id) is not int or step_id < 1:
-            errors.add(f"{path}.step_id", f"must be a whole number >= 1, got {step_id!r}")
+            errors.add(f"{path}.step_id", f"must be a whole number >= 1, got {show(step_id)}")
         else:
             if step_id <= previous:
                 errors.add(f"{path}.step_id", f"must increase: {step_id} follows {previous}")
             previous = step_id
         for key in step:
             if key not in _STEP_FIELDS:
-                errors.add(f"{path}.{key}", "is not a field of an ATIF step (put it under extra)")
+                errors.add(_member(path, key), "is not a field of an ATIF step (put it under extra)")
         source = step.get("source")
         if "source" not in step:
             errors.add(f"{path}.source", "is required")
         elif source not in _SOURCES:
-            errors.add(f"{path}.source", f"must be one of {', '.join(_SOURCES)}, got {source!r}")
+            errors.add(f"{path}.source", f"must be one of {', '.join(_SOURCES)}, got {show(source)}")
         if "message" not in step:
             errors.add(f"{path}.message", "is required")
         elif not isinstance(step["message"], (str, list)):
             errors.add(
                 f"{path}.message", f"must be a string or a list of content parts, got {type(step['message']).__name__}"
             )
-        if "timestamp" in step and step["timestamp"] is not None and parse_rfc3339(step["timestamp"]) is None:
-            errors.add(f"{path}.timestamp", f"must be an RFC 3339 time with its offset, got {step['timestamp']!r}")
+        if "timestamp" in step and step["timestamp"] is not None and not _is_rfc3339(step["timestamp"]):
+            errors.add(f"{path}.timestamp", f"must be an RFC 3339 time with its offset, got {show(step['timestamp'])}")
         if source in ("user", "system"):
             for key in _AGENT_ONLY:
                 if key in step:
-                    errors.add(f"{path}.{key}", f"only agent steps have it (this step's source is {source!r})")
+                    errors.add(f"{path}.{key}", f"only agent steps have it (this step's source is {show(source)})")
         errors.string(step, "model_name", path)
         errors.string(step, "reasoning_content", path)
         errors.count(step, "llm_call_count", path)
@@ -151,7 +186,7 @@ def validate_atif(obj: Any) -> list[str]:
             for key in _METRIC_INTS:
                 errors.count(metrics, key, f"{path}.metrics")
             if "cost_usd" in metrics and not _is_number(metrics["cost_usd"]):
-                errors.add(f"{path}.metrics.cost_usd", f"must be a number, got {metrics['cost_usd']!r}")
+                errors.add(f"{path}.metrics.cost_usd", f"must be a number, got {show(metrics['cost_usd'])}")
             errors.mapping(metrics, "extra", f"{path}.metrics")
         observation = errors.mapping(step, "observation", path)
         if observation is not None:
@@ -170,7 +205,8 @@ def validate_atif(obj: Any) -> list[str]:
                         errors.add(f"{rpath}.source_call_id", f"must be a string, got {type(source_call).__name__}")
                     elif source_call not in call_ids:
                         errors.add(
-                            f"{rpath}.source_call_id", f"names no tool call of this or an earlier step: {source_call!r}"
+                            f"{rpath}.source_call_id",
+                            f"names no tool call of this or an earlier step: {show(source_call)}",
                         )
                 if (
                     "content" in result
@@ -187,7 +223,7 @@ def validate_atif(obj: Any) -> list[str]:
         for key in _FINAL_INTS:
             errors.count(final, key, "$.final_metrics")
         if "total_cost_usd" in final and not _is_number(final["total_cost_usd"]):
-            errors.add("$.final_metrics.total_cost_usd", f"must be a number, got {final['total_cost_usd']!r}")
+            errors.add("$.final_metrics.total_cost_usd", f"must be a number, got {show(final['total_cost_usd'])}")
         if isinstance(steps, list) and _is_int(final.get("total_steps")) and final["total_steps"] != len(steps):
             errors.add(
                 "$.final_metrics.total_steps", f"says {final['total_steps']} but the trajectory has {len(steps)} steps"

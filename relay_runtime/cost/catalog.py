@@ -9,6 +9,7 @@ bill: exactly 200,000 input tokens are billed at the rate below a 200k tier.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -162,7 +163,8 @@ def _entry_from_mapping(provider: str, model: Any, prices: Any, currency: str) -
     for key in PRICE_KEYS:
         if key in prices and prices[key] is not None:
             value = prices[key]
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 or value != value:
+            # NaN and inf too: an infinite price makes every cost inf, which no journal row or span can carry.
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
                 raise ValueError(f"price {key!r} of {where} must be a number >= 0 (per million tokens), got {value!r}")
             fields[key] = float(value)
     limit = prices.get("max_output_tokens")

@@ -38,6 +38,7 @@ from .plan import (
     sync_carried,
 )
 from .pricing import CostRollup
+from .providers import EMBEDDINGS, price_provider
 from .rates import Priced
 from .settle import DOWNGRADED_FROM, LATE_CHARGE_MARK, WARNING_MARK, Settlement
 from .store import Claim, FileSpendStore, Reservation, SharedSpendStore, SpendStore
@@ -155,7 +156,7 @@ class RelayCost(Settlement):
                     if "n" in content:
                         break  # several choices: the output limit is per choice, the full check multiplies it
                     codec = attempt.codec
-                    quick = plan.quick.get((codec.provider if codec is not None else attempt.name,
+                    quick = plan.quick.get((price_provider(codec, attempt.name),
                                             attempt.model_name or content.get("model"), limit))  # fmt: skip
                     if quick is not None and self._reserve_quick(quick):
                         attempt.cost_state = quick
@@ -184,7 +185,7 @@ class RelayCost(Settlement):
         """The worst-case check in full: the price, the output limit, the input read from the text if need be."""
         nodes = plan.nodes
         codec = attempt.codec
-        provider = codec.provider if codec is not None else attempt.name
+        provider = price_provider(codec, attempt.name)
         model = attempt.model_name or _str(request.raw_content().get("model"))
         priced = None
         if model:
@@ -200,7 +201,9 @@ class RelayCost(Settlement):
         annotated = attempt.annotated
         out_tokens = max_output_tokens(annotated.params, content) if annotated is not None else None
         from_request = annotated is None
-        if out_tokens is None:
+        if out_tokens is None and codec is not None and codec.operation == EMBEDDINGS:
+            out_tokens = 0  # an embedding answers vectors, not tokens: its worst case is its input
+        elif out_tokens is None:
             for key in MAX_OUTPUT_KEYS:
                 value = content.get(key)
                 if type(value) is int and value > 0:

@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from ..urls import shown_url
 from .store import DEFAULT_RESERVATION_TTL, Claim, Reservation, check_amount, check_claims, check_ttl
 
 EXTRA = "journal-redis"
@@ -26,6 +27,15 @@ EXTRA = "journal-redis"
 # returns {"ok", spent1, committed1, ...} or {"crossed", index, spent1, committed1, ...}.
 # settle: ARGV = op, id, amount; returns every key's new total. Floats travel as strings (RESP would truncate).
 _SCRIPT = """
+local function unreadable(key, name, value)
+  -- NaN or a negative figure would make every later check pass: the budget silently gone.
+  return redis.error_reply('spend hash ' .. key .. ' field ' .. name .. ' is unreadable: ' .. string.sub(value, 1, 80))
+end
+local function amount_of(text)
+  local n = tonumber(text)
+  if n == nil or n ~= n or n < 0 or n == math.huge then return nil end
+  return n
+end
 local op = ARGV[1]
 local id = 'r:' .. ARGV[2]
 local amount = tonumber(ARGV[3])
@@ -49,13 +59,17 @@ for i, key in ipairs(KEYS) do
   for j = 1, #fields, 2 do
     local name, value = fields[j], fields[j + 1]
     if name == 'spent' then
-      spent = tonumber(value)
+      spent = amount_of(value)
+      if spent == nil then return unreadable(key, name, value) end
     elseif string.sub(name, 1, 2) == 'r:' then
       local bar = string.find(value, '|', 1, true)
-      if tonumber(string.sub(value, bar + 1)) < now then
+      local held = bar and amount_of(string.sub(value, 1, bar - 1))
+      local deadline = bar and tonumber(string.sub(value, bar + 1))
+      if held == nil or deadline == nil or deadline ~= deadline then return unreadable(key, name, value) end
+      if deadline < now then
         redis.call('HDEL', key, name)
       else
-        reserved = reserved + tonumber(string.sub(value, 1, bar - 1))
+        reserved = reserved + held
       end
     end
   end
@@ -106,7 +120,7 @@ class RedisSpendStore:
                 raise ImportError(f"RedisSpendStore needs the redis package: pip install 'relay-runtime[{EXTRA}]'") \
                     from exc  # fmt: skip
             if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
-                raise ValueError(f"RedisSpendStore takes a redis:// (or rediss://, unix://) url, got {url!r}")
+                raise ValueError(f"RedisSpendStore takes a redis:// (or rediss://, unix://) url, got {shown_url(url)}")
             client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
         self.client = client
         self._script = client.register_script(_SCRIPT)

@@ -11,6 +11,7 @@ from ..types import AnnotatedLLMResponse, Outcome
 from .catalog import PriceCatalog
 from .plan import RESIDUE, AttemptSpend, Node, sync_carried
 from .pricing import AttemptCost, CostRollup, price_usage, unpriced
+from .providers import price_provider
 from .rates import Priced, fast_price
 from .store import SharedSpendStore, SpendStore
 
@@ -56,7 +57,7 @@ class Settlement:
             if type(view) is AnnotatedLLMResponse and (spend is None or spend.sent) and view.model:
                 # Flat prices of a model seen before: priced without the general path's lookups.
                 codec = attempt.codec
-                provider = codec.provider if codec is not None else attempt.name
+                provider = price_provider(codec, attempt.name)
                 priced = self._lookup.get((provider, view.model))
                 if priced is not None and priced.simple:
                     cost = fast_price(priced, provider, view.model, view.usage)
@@ -144,7 +145,7 @@ class Settlement:
     def _price(self, attempt: Attempt, response: Any, view: Any, spend: AttemptSpend | None) -> AttemptCost:
         catalog = self.catalog
         codec = attempt.codec
-        provider = codec.provider if codec is not None else attempt.name
+        provider = price_provider(codec, attempt.name)
         if spend is not None and not spend.sent:
             return AttemptCost(0.0, catalog.currency if catalog is not None else "USD", provider, attempt.model_name)
         if type(view) is Deferred:

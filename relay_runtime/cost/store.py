@@ -217,6 +217,10 @@ class FileSpendStore:
             if data.get("key") != key or not math.isfinite(spent) or spent < 0:
                 raise ValueError("key or amount does not match")
             reserved = {str(rid): (float(a), float(d)) for rid, (a, d) in (data.get("reserved") or {}).items()}
+            for amount, deadline in reserved.values():
+                # A NaN or negative reservation would make every later check pass: the budget silently gone.
+                if not math.isfinite(amount) or amount < 0 or math.isnan(deadline):
+                    raise ValueError(f"a reservation of {amount!r} until {deadline!r}")
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"spend file {path} for {key!r} is unreadable: {exc}") from None
         return Ledger(spent, reserved)

@@ -1,0 +1,145 @@
+"""Cassettes for boto3 ``bedrock-runtime`` calls, played at botocore's ``before-send``.
+
+A call is matched on its neutral request before botocore runs. Each HTTP try then goes
+through ``before-send``, whose handler answers it: from the tape when replaying, or,
+when recording, by sending it on the client's own HTTP session, keeping status, headers
+and body, and answering with those bytes. Either way botocore parses, retries and raises
+as it does live. Request headers (SigV4 ``Authorization``, ``X-Amz-Security-Token``) are
+never kept, and the client's credentials are cut from whatever is (a provider echoing one).
+
+While recording, an event stream's body is read whole before botocore sees it: the
+recording is complete, but its events arrive at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import weakref
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from typing import Any
+
+from relay_runtime import cassettes
+from relay_runtime.cassettes import secrets
+from relay_runtime.codec import LLMCodec
+
+_tape: ContextVar[cassettes.CallTape | None] = ContextVar("relay_bedrock_cassette_tape", default=None)
+# Transport framing and the date: a replay must not repeat them, and they would make every re-recording a diff.
+_DROPPED_HEADERS = frozenset({"content-length", "content-encoding", "transfer-encoding", "connection", "date",
+                              "keep-alive"})  # fmt: skip
+
+
+class Bound:
+    """The tape of one call, bound while botocore runs it."""
+
+    __slots__ = ("tape", "token")
+
+    def __init__(self, codec: LLMCodec, kwargs: Mapping[str, Any], credentials: set[str]) -> None:
+        cassette = cassettes.current()
+        if cassette is None:
+            raise cassettes.CassetteError("no cassette is in use")
+        self.tape = cassette.begin(cassettes.neutral_request(codec.decode(kwargs)))
+        self.tape.add_secrets(credentials)
+
+    def __enter__(self) -> cassettes.CallTape:
+        self.token = _tape.set(self.tape)
+        return self.tape
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        _tape.reset(self.token)
+        miss = self.tape.miss
+        if miss is not None and isinstance(exc, Exception) and exc is not miss:
+            raise miss from exc
+
+
+class _Raw:
+    """A body of known bytes, as botocore reads a urllib3 response: ``read``, ``stream``, ``close``."""
+
+    def __init__(self, data: bytes) -> None:
+        self._buffer = io.BytesIO(data)
+
+    def read(self, amt: int | None = None, **_: Any) -> bytes:
+        return self._buffer.read() if amt is None else self._buffer.read(amt)
+
+    def stream(self, amt: int = 65536, **_: Any) -> Iterator[bytes]:
+        while chunk := self._buffer.read(amt):
+            yield chunk
+
+    def close(self) -> None:
+        pass
+
+
+def _response(url: str, status: int, headers: Mapping[str, str], body: bytes) -> Any:
+    from botocore.awsrequest import AWSResponse  # type: ignore[import-untyped, unused-ignore]
+
+    return AWSResponse(url, status, dict(headers), _Raw(body))
+
+
+def _body_record(body: bytes, content_type: str) -> dict[str, Any]:
+    """A JSON body as itself (readable, diffable); an event stream or anything else as base64."""
+    if "json" in content_type:
+        try:
+            return {"body": json.loads(body)}
+        except ValueError:
+            pass
+    return {"base64": base64.b64encode(body).decode("ascii")}
+
+
+def _body_bytes(exchange: Mapping[str, Any]) -> bytes:
+    if "body" in exchange:
+        return json.dumps(exchange["body"], ensure_ascii=False).encode("utf-8")
+    return base64.b64decode(str(exchange.get("base64", "")))
+
+
+def _replayed(tape: cassettes.CallTape, request: Any) -> Any:
+    exchange = tape.next()
+    status, headers = exchange.get("status"), exchange.get("headers") or {}
+    if type(status) is not int or not isinstance(headers, dict):
+        if "error" in exchange:
+            from botocore.exceptions import EndpointConnectionError  # type: ignore[import-untyped, unused-ignore]
+
+            raise EndpointConnectionError(endpoint_url=request.url, error=exchange["error"].get("message", ""))
+        raise cassettes.CassetteError(f"cassette {tape.cassette.path}: a recorded Bedrock exchange has no status")
+    return _response(request.url, status, headers, _body_bytes(exchange))
+
+
+def _recorded(tape: cassettes.CallTape, request: Any, send: Any) -> Any:
+    # Of SigV4's Authorization only the signature is secret (the key id and the secret are the credentials,
+    # added already): the rest, signed header names and scope, is text a body may well contain.
+    authorization = request.headers.get("Authorization")
+    if isinstance(authorization, str) and "Signature=" in authorization:
+        tape.add_secrets({authorization.rpartition("Signature=")[2].strip()})
+    path, query_secrets = secrets.redact_query(request.url.split("://", 1)[-1].partition("/")[2])
+    tape.add_secrets(query_secrets)
+    exchange = tape.add(item={"method": request.method, "path": "/" + path})
+    try:
+        live = send(request)
+        body = live.content  # the whole body, an event stream's too
+    except Exception as exc:
+        exchange["error"] = {"type": type(exc).__name__, "message": str(exc)}
+        raise
+    headers = {k: v for k, v in live.headers.items() if k.lower() not in _DROPPED_HEADERS}
+    exchange["status"] = live.status_code
+    exchange["headers"] = secrets.redact_headers(headers)
+    exchange.update(_body_record(body, headers.get("content-type", headers.get("Content-Type", ""))))
+    return _response(request.url, live.status_code, headers, body)
+
+
+def send_handler(client: Any) -> Any:
+    """The client's ``before-send`` handler: answers each try from (or into) the bound tape; else nothing."""
+    ref = weakref.ref(client)
+
+    def on_send(request: Any = None, **_: Any) -> Any:
+        tape = _tape.get()
+        if tape is None or request is None:
+            return None
+        if tape.replaying:
+            return _replayed(tape, request)
+        owner = ref()
+        if owner is None:
+            return None
+        return _recorded(tape, request, owner._endpoint.http_session.send)
+
+    return on_send

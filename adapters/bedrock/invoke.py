@@ -1,0 +1,268 @@
+"""Codecs for ``invoke_model`` / ``invoke_model_with_response_stream``: a model's own JSON body.
+
+The body's shape is the model family's (``modelId`` says which): Anthropic messages
+(``anthropic.*``), Meta Llama prompts (``meta.*``), and the embeddings of Amazon Titan
+(``amazon.titan-embed*``) and Cohere (``cohere.embed*``, operation ``embeddings``). Other
+families are recorded with what the response headers say (Bedrock's token counts) and
+their body left as provider params.
+
+A response body is a stream botocore hands over unread: it is read here, annotated,
+and put back as a fresh ``StreamingBody`` of the same bytes, so the caller reads it as before.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from relay_runtime.neutral import NEUTRAL_PARAMS, UnsupportedParamError
+from relay_runtime.types import REMOVED, AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta, TokenUsage
+
+from ..anthropic_messages import AnthropicMessagesCodec, MessagesAccumulator
+from ..common import as_int, as_list, as_str, get
+from .codec import PROVIDER
+
+ANTHROPIC, META, TITAN_EMBED, COHERE_EMBED, OTHER = "anthropic", "meta", "titan-embed", "cohere-embed", "other"
+# neutral name -> the body key, per family whose body this module reads
+PARAMS: dict[str, dict[str, str]] = {
+    ANTHROPIC: {"max_tokens": "max_tokens", "temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
+                "stop": "stop_sequences"},
+    META: {"max_tokens": "max_gen_len", "temperature": "temperature", "top_p": "top_p"},
+    TITAN_EMBED: {}, COHERE_EMBED: {}, OTHER: {},
+}  # fmt: skip
+_STRUCTURAL = {ANTHROPIC: {"messages", "system", "tools", "tool_choice"}, META: {"prompt"}}
+INPUT_TOKENS_HEADER = "x-amzn-bedrock-input-token-count"
+OUTPUT_TOKENS_HEADER = "x-amzn-bedrock-output-token-count"
+_ANTHROPIC = AnthropicMessagesCodec()
+
+
+_FAMILIES = {"anthropic.": ANTHROPIC, "meta.": META, "amazon.titan-embed": TITAN_EMBED, "cohere.embed": COHERE_EMBED}
+
+
+def family(model: Any) -> str:
+    """The body shape of ``modelId`` (an inference profile's region prefix, ``us.`` / ``global.``, skipped)."""
+    if not isinstance(model, str):
+        return OTHER
+    name = model.rsplit("/", 1)[-1]
+    for prefix in _FAMILIES:
+        at = name.find(prefix)
+        if at == 0 or (at > 0 and name[at - 1] == "."):
+            return _FAMILIES[prefix]
+    return OTHER
+
+
+def body_of(value: Any) -> dict[str, Any] | None:
+    """The JSON object a request or response body holds, or None when it holds none."""
+    if isinstance(value, bytes | bytearray | str):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return None
+        return parsed if isinstance(parsed, dict) else None
+    return dict(value) if isinstance(value, Mapping) else None
+
+
+def _whole_input(usage: TokenUsage) -> TokenUsage:
+    """Anthropic counts its input apart from the cache; Bedrock's attempts count the whole prompt (see codec)."""
+    if usage.input_tokens is not None:
+        usage.input_tokens += (usage.cache_read_tokens or 0) + (usage.cache_creation_tokens or 0)
+    return usage
+
+
+def _header_usage(response: Any) -> TokenUsage:
+    headers = get(get(response, "ResponseMetadata"), "HTTPHeaders")
+
+    def count(name: str) -> int | None:
+        value = get(headers, name)
+        return int(value) if isinstance(value, str) and value.isdigit() else None
+    return TokenUsage(input_tokens=count(INPUT_TOKENS_HEADER), output_tokens=count(OUTPUT_TOKENS_HEADER))
+
+
+def _metrics_usage(metrics: Any) -> TokenUsage:
+    return TokenUsage(input_tokens=as_int(get(metrics, "inputTokenCount")),
+                      output_tokens=as_int(get(metrics, "outputTokenCount")))  # fmt: skip
+
+
+RESPONSE_BYTES = "_relay_bytes"  # on the StreamingBody put back in a response: the bytes it replays
+
+
+class InvokeModelCodec:
+    """One per (model family, streaming): the family is the request's, read from its ``modelId``."""
+
+    provider = PROVIDER
+
+    def __init__(self, kind: str, streaming: bool) -> None:
+        self.kind = kind
+        self.streaming = streaming
+        self.operation = "embeddings" if kind in (TITAN_EMBED, COHERE_EMBED) else "chat"
+
+    def decode(self, content: Mapping[str, Any]) -> AnnotatedLLMRequest:
+        model = content.get("modelId")
+        kind = self.kind
+        body = body_of(content.get("body")) or {}
+        names = PARAMS[kind]
+        by_body = {key: neutral for neutral, key in names.items()}
+        params = {by_body[k]: v for k, v in body.items() if k in by_body}
+        structural = _STRUCTURAL.get(kind, set())
+        others = {k: v for k, v in content.items() if k not in ("modelId", "body")}
+        others.update((k, v) for k, v in body.items() if k not in by_body and k not in structural)
+        request = AnnotatedLLMRequest(
+            model=as_str(model), params=params, provider_params=others, stream=self.streaming,
+            provider=PROVIDER, operation=self.operation,
+        )  # fmt: skip
+        if kind == ANTHROPIC:
+            request.messages = list(as_list(body.get("messages")))
+            request.system = body.get("system")
+            tools = body.get("tools")
+            request.tools = list(tools) if isinstance(tools, list) else None
+            request.tool_choice = body.get("tool_choice")
+        elif kind == META and isinstance(body.get("prompt"), str):
+            request.messages = [{"role": "user", "content": body["prompt"]}]
+        return request
+
+    def apply(self, content: Mapping[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+        kwargs = dict(content)
+        kind = self.kind
+        body = body_of(kwargs.get("body"))
+        if body is None:
+            raise ValueError(f"invoke_model body of {kwargs.get('modelId')!r} is no JSON object: it cannot be edited")
+        names = PARAMS[kind]
+        for name, value in changes.items():
+            if name == "model":
+                if family(value) != kind:
+                    raise ValueError(f"model {value!r} takes another body than {kwargs.get('modelId')!r} ({kind})")
+                _put(kwargs, "modelId", value)
+            elif name == "params":
+                for key in value:
+                    if key not in NEUTRAL_PARAMS or key not in names:
+                        raise UnsupportedParamError(key, f"Bedrock invoke_model ({kind})", list(names))
+                for key, item in value.items():
+                    _put(body, names[key], [item] if key == "stop" and isinstance(item, str) else item)
+            elif name == "provider_params":
+                for key, item in value.items():
+                    if key in ("modelId", "body") or key in _STRUCTURAL.get(kind, ()):
+                        raise ValueError(f"provider_params key {key!r} is held by the annotated request's own fields")
+                    _put(kwargs if key in content else body, key, item)
+            elif name == "messages" and kind == ANTHROPIC:
+                body["messages"] = list(value or [])
+            elif name == "messages" and kind == META:
+                last = value[-1] if value else None
+                if not isinstance(get(last, "content"), str):
+                    raise ValueError("a Meta prompt is one string: the last message's content must be a string")
+                body["prompt"] = get(last, "content")
+            elif name in ("system", "tools", "tool_choice") and kind == ANTHROPIC:
+                _put(body, name, value)
+            elif name != "stream":
+                raise ValueError(f"{name!r} cannot change in an invoke_model body of the {kind} family")
+        kwargs["body"] = json.dumps(body)
+        return kwargs
+
+    def annotate_response(self, response: Any) -> AnnotatedLLMResponse:
+        """``response`` as ``managed_invoke`` hands it over: its ``body`` read, and put back replayable."""
+        body = body_of(get(get(response, "body"), RESPONSE_BYTES)) or {}
+        kind = self.kind
+        annotation = AnnotatedLLMResponse(id=as_str(get(get(response, "ResponseMetadata"), "RequestId")))
+        if kind == ANTHROPIC:
+            annotation = _ANTHROPIC.annotate_response(body)
+            annotation.usage = _whole_input(annotation.usage)
+        elif kind == META:
+            reason = as_str(body.get("stop_reason"))
+            annotation.output_text = as_str(body.get("generation"))
+            annotation.finish_reasons = [reason] if reason else []
+            annotation.usage = TokenUsage(input_tokens=as_int(body.get("prompt_token_count")),
+                                          output_tokens=as_int(body.get("generation_token_count")))  # fmt: skip
+        elif kind == TITAN_EMBED:
+            annotation.usage = TokenUsage(input_tokens=as_int(body.get("inputTextTokenCount")))
+        if annotation.usage.input_tokens is None:
+            annotation.usage = _header_usage(response)
+        return annotation
+
+    def accumulator(self) -> InvokeStreamAccumulator:
+        return InvokeStreamAccumulator(self.kind)
+
+
+def _put(target: dict[str, Any], key: str, value: Any) -> None:
+    if value is None or value is REMOVED:
+        target.pop(key, None)
+    else:
+        target[key] = value
+
+
+class InvokeStreamAccumulator:
+    """``invoke_model_with_response_stream`` chunks (``{"chunk": {"bytes": ...}}``), each a JSON event of the
+    model family's own stream: Anthropic's message events (ended by ``message_stop``), Meta's generations
+    (ended by a ``stop_reason``)."""
+
+    __slots__ = ("family", "messages", "meta_parts", "meta_reason", "metrics", "terminated")
+
+    def __init__(self, kind: str) -> None:
+        self.family = kind
+        self.messages = MessagesAccumulator(_ANTHROPIC)
+        self.meta_parts: list[str] = []
+        self.meta_reason: str | None = None
+        self.metrics: Any = None
+        self.terminated = False
+
+    def add(self, chunk: Any) -> ChunkDelta | None:
+        event = body_of(get(get(chunk, "chunk"), "bytes"))
+        if event is None:
+            return None
+        metrics = event.get("amazon-bedrock-invocationMetrics")
+        if metrics is not None:
+            self.metrics = metrics
+        if self.family == ANTHROPIC:
+            delta = self.messages.add(event)
+            self.terminated = self.messages.terminated
+            return delta
+        if self.family == META:
+            text = as_str(event.get("generation")) or ""
+            self.meta_parts.append(text)
+            reason = as_str(event.get("stop_reason"))
+            if reason:
+                self.meta_reason = reason
+                self.terminated = True
+            return ChunkDelta(text=text) if text else None
+        self.terminated = self.terminated or metrics is not None  # Bedrock's metrics come with the last chunk
+        return None
+
+    def finish(self) -> tuple[Any, AnnotatedLLMResponse]:
+        if self.family == ANTHROPIC:
+            message, annotation = self.messages.finish()
+            annotation.usage = _whole_input(annotation.usage)
+        else:
+            text = "".join(self.meta_parts)
+            message = {"generation": text, "stop_reason": self.meta_reason}
+            annotation = AnnotatedLLMResponse(
+                finish_reasons=[self.meta_reason] if self.meta_reason else [], output_text=text or None
+            )
+        if annotation.usage.input_tokens is None and self.metrics is not None:
+            annotation.usage = _metrics_usage(self.metrics)
+        return message, annotation
+
+
+CODECS: dict[tuple[str, bool], InvokeModelCodec] = {
+    (kind, streaming): InvokeModelCodec(kind, streaming)
+    for kind in (ANTHROPIC, META, TITAN_EMBED, COHERE_EMBED, OTHER)
+    for streaming in (False, True)
+}
+
+
+def codec_for(params: Mapping[str, Any], streaming: bool) -> InvokeModelCodec:
+    return CODECS[family(params.get("modelId")), streaming]
+
+
+def replayable(response: Any) -> Any:
+    """``response`` with its unread ``body`` read now and put back as a fresh ``StreamingBody`` of the bytes."""
+    from io import BytesIO
+
+    from botocore.response import StreamingBody  # type: ignore[import-untyped, unused-ignore]
+
+    body = response.get("body") if isinstance(response, dict) else None
+    if body is None or not hasattr(body, "read"):
+        return response
+    data = body.read()
+    fresh = StreamingBody(BytesIO(data), len(data))
+    setattr(fresh, RESPONSE_BYTES, data)
+    response["body"] = fresh
+    return response

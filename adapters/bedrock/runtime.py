@@ -1,0 +1,214 @@
+"""One ``bedrock-runtime`` API call as a managed attempt: what a botocore client adds around it.
+
+boto3 does not speak httpx: the attempt wraps the client's ``_make_api_call``, and
+botocore's own events report the rest. ``before-send`` fires once per HTTP try, so
+its count is the call's ``sdk_retries`` (and no send at all marks the attempt
+``relay.sent: False``); ``before-sign`` adds the headers an intercept put on the
+request, signed with the rest. The client's credentials are remembered as secrets
+before every call, so an error echoing one never records it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from typing import Any
+from urllib.parse import urlsplit
+
+from relay_runtime import calls, cassettes, redaction
+from relay_runtime import conventions as cv
+from relay_runtime.attempt import current_attempt
+from relay_runtime.types import LLMRequest, request_of_kwargs
+
+from .. import dispatch
+from . import cassette, invoke
+from .codec import PROVIDER, ConverseCodec
+
+SERVICE = "bedrock-runtime"
+CONVERSE = ConverseCodec(streaming=False)
+CONVERSE_STREAM = ConverseCodec(streaming=True)
+# botocore operation name -> (its codec for the call's params, the response key holding a stream or None):
+# the calls that are LLM attempts.
+OPERATIONS: dict[str, tuple[Callable[[dict[str, Any]], Any], str | None]] = {
+    "Converse": (lambda params: CONVERSE, None),
+    "ConverseStream": (lambda params: CONVERSE_STREAM, "stream"),
+    "InvokeModel": (lambda params: invoke.codec_for(params, False), None),
+    "InvokeModelWithResponseStream": (lambda params: invoke.codec_for(params, True), "body"),
+}
+
+_headers: ContextVar[Any] = ContextVar("relay_bedrock_headers", default=None)
+
+
+class _ClientState:
+    """What one client contributes to every attempt, worked out on its first managed call."""
+
+    __slots__ = ("credentials", "metadata")
+
+    def __init__(self, client: Any) -> None:
+        metadata: dict[str, Any] = {}
+        address = _address(getattr(client.meta, "endpoint_url", None))
+        if address:
+            metadata[cv.SERVER_ADDRESS] = address
+        region = getattr(client.meta, "region_name", None)
+        if isinstance(region, str) and region:
+            metadata[cv.CLOUD_REGION] = region
+        self.metadata = metadata
+        self.credentials: Any = None  # the static credentials already remembered as secrets
+        events = client.meta.events
+        events.register(f"before-send.{SERVICE}", _on_send, unique_id="relay-runtime-send")
+        events.register(f"before-sign.{SERVICE}", _on_sign, unique_id="relay-runtime-sign")
+        events.register(f"before-send.{SERVICE}", cassette.send_handler(client), unique_id="relay-runtime-cassette")
+
+
+def _address(url: Any) -> str | None:
+    if not isinstance(url, str):
+        return None
+    parts = urlsplit(url)
+    host, port = parts.hostname, parts.port
+    if not host:
+        return None
+    return f"{host}:{port}" if port else host
+
+
+_STATE = "_relay_bedrock_state"
+
+
+def _state(client: Any) -> _ClientState:
+    state = client.__dict__.get(_STATE)
+    if state is None:
+        state = _ClientState(client)
+        client.__dict__[_STATE] = state
+    return state
+
+
+def _on_send(request: Any = None, **_: Any) -> None:
+    """Each HTTP try of the running attempt: the first is no retry, each later one is."""
+    attempt = current_attempt()
+    if attempt is None:
+        return
+    metadata = attempt.metadata
+    retries = metadata.get(cv.SDK_RETRIES)
+    metadata[cv.SDK_RETRIES] = 0 if retries is None else retries + 1
+
+
+def _on_sign(request: Any = None, **_: Any) -> None:
+    headers = _headers.get()
+    if headers and request is not None:
+        for name, value in headers.items():
+            request.headers[name] = value
+
+
+def _credential_values(client: Any) -> set[str]:
+    credentials = getattr(getattr(client, "_request_signer", None), "_credentials", None)
+    if credentials is None:
+        return set()  # an unsigned client
+    frozen = credentials.get_frozen_credentials()
+    return {v for v in (frozen.access_key, frozen.secret_key, frozen.token) if isinstance(v, str) and v}
+
+
+def _remember_credentials(client: Any, state: _ClientState) -> None:
+    credentials = getattr(getattr(client, "_request_signer", None), "_credentials", None)
+    if credentials is None or credentials is state.credentials:
+        return  # an unsigned client, or static credentials remembered before
+    for value in _credential_values(client):
+        redaction.remember_secret(value)
+    if type(credentials).__name__ == "Credentials":  # refreshable ones change under the same object
+        state.credentials = credentials
+
+
+def _tag(error: BaseException) -> None:
+    """A ClientError botocore has no class for says its error code (``ThrottlingException``, ...)."""
+    response = getattr(error, "response", None)
+    code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+    if isinstance(code, str) and code and type(error).__name__ in ("ClientError", "EventStreamError"):
+        error.relay_error_type = code  # type: ignore[attr-defined]
+
+
+def _sdk_call(
+    send: Callable[[str, dict[str, Any]], Any], operation: str, request: LLMRequest, codec: Any, client: Any
+) -> Any:
+    attempt = current_attempt()
+    if attempt is not None:
+        attempt.metadata.pop(cv.SDK_RETRIES, None)  # an execution intercept's second call counts afresh
+    headers = request.raw_headers()
+    token = dispatch.inside_sdk_call.set(True)
+    header_token = _headers.set(dict(headers)) if headers else None
+    try:
+        kwargs = request.kwargs()
+        if cassettes.current() is None:
+            return send(operation, kwargs)
+        with cassette.Bound(codec, kwargs, _credential_values(client)):
+            return send(operation, kwargs)
+    except BaseException as exc:
+        _tag(exc)
+        if attempt is not None and cv.SDK_RETRIES not in attempt.metadata:
+            attempt.metadata[cv.SENT] = False  # refused before any HTTP try (botocore's own checks)
+        raise
+    finally:
+        if header_token is not None:
+            _headers.reset(header_token)
+        dispatch.inside_sdk_call.reset(token)
+
+
+_TAGGING: dict[type, type] = {}  # botocore's EventStream class -> its subclass that tags errors
+
+
+def _iter_tagged(self: Any) -> Iterator[Any]:
+    try:
+        base: Any = type(self).__mro__[1]  # botocore's own class, the one this subclasses
+        yield from base.__iter__(self)
+    except Exception as exc:
+        _tag(exc)
+        raise
+
+
+def _tagging(events: Any) -> Any:
+    """botocore's event stream, made (in place) a subclass of its own class whose errors carry their code.
+
+    A subclass rather than a wrapper: the managed stream stands for its source, and the caller's
+    ``isinstance(stream, EventStream)`` must still hold.
+    """
+    base = type(events)
+    if base in _TAGGING.values():
+        return events
+    tagging = _TAGGING.get(base)
+    if tagging is None:
+        tagging = _TAGGING[base] = type(base.__name__, (base,), {"__iter__": _iter_tagged, "__module__": __name__})
+    events.__class__ = tagging
+    return events
+
+
+def managed_call(client: Any, send: Callable[[str, dict[str, Any]], Any], operation: str, params: Any) -> Any:
+    """``send(operation, params)`` (the client's own ``_make_api_call``) as a managed attempt when it is an
+    LLM call made where one is recorded; straight through otherwise."""
+    known = OPERATIONS.get(operation)
+    if known is None or dispatch.inside_sdk_call.get() or type(params) is not dict:
+        return send(operation, params)
+    codec_of, stream_key = known
+    codec = codec_of(params)
+    state = client.__dict__.get(_STATE) or _state(client)
+    _remember_credentials(client, state)
+    model = params.get("modelId")
+    options: dict[str, Any] = {
+        "name": PROVIDER, "model_name": model if isinstance(model, str) else None,
+        "metadata": dict(state.metadata), "codec": codec,
+    }  # fmt: skip
+    request = request_of_kwargs(params)
+    if stream_key is None:
+        if operation == "InvokeModel":
+            return calls.execute_current(
+                request, lambda r: invoke.replayable(_sdk_call(send, operation, r, codec, client)), **options
+            )
+        return calls.execute_current(request, lambda r: _sdk_call(send, operation, r, codec, client), **options)
+    answered: list[dict[str, Any]] = []
+
+    def open_stream(sent: LLMRequest) -> Any:
+        response = _sdk_call(send, operation, sent, codec, client)
+        answered.append(response)
+        return _tagging(response[stream_key])
+
+    managed = calls.stream_current(request, open_stream, **options)
+    response = answered[-1]
+    if managed is response[stream_key]:  # not recorded: the caller gets botocore's own stream
+        return response
+    return {**response, stream_key: managed}

@@ -1,0 +1,291 @@
+"""``with_raw_response`` / ``with_streaming_response`` of an instrumented SDK method, as one attempt.
+
+The attempt opens with the request and ends when the caller has read the body (``parse``,
+``read``, ``text``, ``json``, iterating it) with what the body said, or cancelled when the
+caller closes it unread. The SDK's raw response comes back wrapped in a transparent proxy
+that watches those reads.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import wrapt
+
+from relay_runtime import calls
+from relay_runtime.streams import adopt_source, fail_stream, finish_whole
+
+from . import dispatch
+from .endpoints import Endpoint
+
+
+class _Body:
+    """The source of a raw response's managed attempt: empty until the caller parses a streamed body."""
+
+    def __init__(self) -> None:
+        self.stream: Any = None
+
+    def __iter__(self) -> _Body:
+        return self
+
+    def __next__(self) -> Any:
+        if self.stream is None:
+            raise StopIteration
+        return next(self.stream)
+
+    def __aiter__(self) -> _Body:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self.stream is None:
+            raise StopAsyncIteration
+        return await self.stream.__anext__()
+
+    def close(self) -> None:
+        pass  # the raw response owns the connection: its own close() releases it
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or self.stream is None:
+            raise AttributeError(name)
+        return getattr(self.stream, name)
+
+
+def _open_raw(
+    client: Any, mode: str, kwargs: dict[str, Any], is_async: bool, provider: Endpoint | None
+) -> tuple[Any, Any, dict[str, Any], _Body]:
+    """The API, the request and the attempt's options as dispatch prepares them, and the stream's source."""
+    entry = ("astream" if is_async else "stream") if kwargs.get("stream") else ("acomplete" if is_async else "complete")
+    prepared = dispatch.prepare(kwargs, mode, client, entry, provider)
+    api, _create, request, name, model_name, metadata, auxiliary = prepared
+    options: dict[str, Any] = {"name": name, "model_name": model_name, "metadata": metadata, "codec": api.codec}
+    if auxiliary and not kwargs.get("stream"):
+        # One body answering an auxiliary call: held for validation, as a plain create() is.
+        options["defer_logical_completion"] = True
+    return api, request, options, _Body()
+
+
+def _opened(cls: type[Any], raw: Any, managed: Any, body: _Body, kwargs: dict[str, Any], kind: str) -> tuple[Any, bool]:
+    """What the caller gets, and whether the body is already read (then it is parsed now, ending the attempt)."""
+    if managed is body:  # unmanaged: no turn or no consumer
+        return raw, False
+    if _read_already(kwargs, kind):
+        return raw, True
+    return _watch(cls, raw, managed, body, kwargs, kind), False
+
+
+def raw_call(client: Any, mode: str, wrapped: Any, kwargs: dict[str, Any], kind: str, provider: Endpoint | None) -> Any:
+    api, request, options, body = _open_raw(client, mode, kwargs, False, provider)
+    holder: list[Any] = []
+
+    def open_body(**sent: Any) -> _Body:
+        holder.append(wrapped(**sent))
+        return body
+
+    managed = calls.stream_current(request, dispatch.sync_callback(open_body, client, api), **options)
+    out, read = _opened(WatchedResponse, holder[0], managed, body, kwargs, kind)
+    if read:
+        try:
+            parsed = out.parse()
+        except Exception:
+            parsed = None
+        finish_whole(managed, parsed)
+    return out
+
+
+async def araw_call(
+    client: Any, mode: str, wrapped: Any, kwargs: dict[str, Any], kind: str, provider: Endpoint | None
+) -> Any:
+    api, request, options, body = _open_raw(client, mode, kwargs, True, provider)
+    holder: list[Any] = []
+
+    async def open_body(**sent: Any) -> _Body:
+        holder.append(await wrapped(**sent))
+        return body
+
+    managed = await calls.stream_current_async(request, dispatch.async_callback(open_body, client, api), **options)
+    out, read = _opened(AsyncWatchedResponse, holder[0], managed, body, kwargs, kind)
+    if read:
+        try:
+            parsed = out.parse()  # synchronous for openai's legacy response, a coroutine for anthropic's
+            if inspect.isawaitable(parsed):
+                parsed = await parsed
+        except Exception:
+            parsed = None
+        finish_whole(managed, parsed)
+    return out
+
+
+# "true": openai's with_raw_response (a legacy response, synchronous for both clients);
+# "raw": anthropic's. Either way the SDK read the body before returning, unless the call streams.
+_READ_BEFORE_RETURN = frozenset({"true", "raw"})
+
+
+def _read_already(kwargs: dict[str, Any], kind: str) -> bool:
+    return kind in _READ_BEFORE_RETURN and not kwargs.get("stream")
+
+
+def _watch(cls: type[Any], raw: Any, managed: Any, body: _Body, kwargs: dict[str, Any], kind: str) -> Any:
+    watched = (LegacyWatchedResponse if kind == "true" else cls)(raw)
+    watched._self_managed = managed
+    watched._self_body = body
+    watched._self_streamed = bool(kwargs.get("stream"))
+    return watched
+
+
+class _Watched(wrapt.ObjectProxy):
+    """What both flavours share: settling the attempt from what the body said."""
+
+    _self_managed: Any
+    _self_body: _Body
+    _self_streamed: bool
+
+    def _relay_parsed(self, result: Any) -> Any:
+        if self._self_streamed:
+            # A streamed body parses to the SDK's stream: the managed stream reads it, chunk by chunk,
+            # and stands for it (its type, attributes and close()).
+            self._self_body.stream = result
+            adopt_source(self._self_managed, result)
+            return self._self_managed
+        finish_whole(self._self_managed, result)
+        return result
+
+    def _relay_read_done(self) -> None:
+        """The body is in memory: end the attempt with its parsed form (or none, if it does not parse)."""
+        if self._self_streamed:
+            finish_whole(self._self_managed, None)
+            return
+        try:
+            parsed = self.__wrapped__.parse()
+        except Exception:
+            parsed = None
+        finish_whole(self._self_managed, parsed)
+
+    def _relay_failed(self, error: BaseException) -> None:
+        fail_stream(self._self_managed, error)
+
+    def _relay_closed(self) -> None:
+        fail_stream(self._self_managed, None, "cancelled")
+
+
+def _reading(name: str) -> Callable[..., Any]:
+    def read(self: WatchedResponse, *args: Any, **kwargs: Any) -> Any:
+        try:
+            result = getattr(self.__wrapped__, name)(*args, **kwargs)
+        except BaseException as exc:
+            self._relay_failed(exc)
+            raise
+        self._relay_read_done()
+        return result
+
+    read.__name__ = name
+    return read
+
+
+def _async_reading(name: str) -> Callable[..., Any]:
+    async def read(self: AsyncWatchedResponse, *args: Any, **kwargs: Any) -> Any:
+        try:
+            result = await getattr(self.__wrapped__, name)(*args, **kwargs)
+        except BaseException as exc:
+            self._relay_failed(exc)
+            raise
+        await self._relay_aread_done()
+        return result
+
+    read.__name__ = name
+    return read
+
+
+class LegacyWatchedResponse(_Watched):
+    """``with_raw_response`` of a streamed call: ``parse()`` gives the managed stream of its chunks."""
+
+    def parse(self, **kwargs: Any) -> Any:
+        try:
+            result = self.__wrapped__.parse(**kwargs)
+        except BaseException as exc:
+            self._relay_failed(exc)
+            raise
+        return self._relay_parsed(result)
+
+
+class _Iterating:
+    """The body's iterators, through the flavour's ``_iterate`` (which settles the attempt at their end)."""
+
+    _iterate: Callable[..., Any]
+
+    def iter_bytes(self, *args: Any, **kwargs: Any) -> Any:
+        return self._iterate("iter_bytes", *args, **kwargs)
+
+    def iter_text(self, *args: Any, **kwargs: Any) -> Any:
+        return self._iterate("iter_text", *args, **kwargs)
+
+    def iter_lines(self, *args: Any, **kwargs: Any) -> Any:
+        return self._iterate("iter_lines", *args, **kwargs)
+
+
+class WatchedResponse(LegacyWatchedResponse, _Iterating):
+    """A sync SDK raw response whose attempt ends when its body has been read or closed."""
+
+    read = _reading("read")
+    text = _reading("text")
+    json = _reading("json")
+
+    def _iterate(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            yield from getattr(self.__wrapped__, name)(*args, **kwargs)
+        except GeneratorExit:
+            self._relay_closed()
+            raise
+        except BaseException as exc:
+            self._relay_failed(exc)
+            raise
+        finish_whole(self._self_managed, None)  # bytes the caller consumed itself: no parsed form
+
+    def close(self) -> None:
+        self._relay_closed()
+        self.__wrapped__.close()
+
+
+class AsyncWatchedResponse(_Watched, _Iterating):
+    """The async flavour: the same settling, awaited."""
+
+    async def parse(self, **kwargs: Any) -> Any:
+        try:
+            result = await self.__wrapped__.parse(**kwargs)
+        except BaseException as exc:
+            self._relay_failed(exc)
+            raise
+        return self._relay_parsed(result)
+
+    async def _relay_aread_done(self) -> None:
+        if self._self_streamed:
+            finish_whole(self._self_managed, None)
+            return
+        try:
+            parsed = await self.__wrapped__.parse()
+        except Exception:
+            parsed = None
+        finish_whole(self._self_managed, parsed)
+
+    read = _async_reading("read")
+    text = _async_reading("text")
+    json = _async_reading("json")
+
+    async def _iterate(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            async for item in getattr(self.__wrapped__, name)(*args, **kwargs):
+                yield item
+        except GeneratorExit:
+            self._relay_closed()
+            raise
+        except BaseException as exc:
+            self._relay_failed(exc)
+            raise
+        finish_whole(self._self_managed, None)
+
+    async def close(self) -> None:
+        self._relay_closed()
+        await self.__wrapped__.close()
+
+

@@ -1,0 +1,93 @@
+"""Closing a logical call exactly once: by its last attempt, its caller, or the end of its turn.
+
+``take_logical_call`` claims a call under its holder's lock; whoever takes it ends it with
+``end_logical_call``; ``close_logical_call`` does both. A call whose end fails before its end
+event stays on its holder, open, so the end of the turn still closes it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .session import CallHolder, LogicalCall, Turn
+
+
+def close_logical_call(
+    turn: CallHolder,
+    call: LogicalCall,
+    outcome: str,
+    *,
+    model_name: str | None = None,
+    provider_name: str | None = None,
+) -> bool:
+    """End ``call`` once with ``outcome``; False if it was already closed (or is being closed)."""
+    with turn.lock:
+        if not take_logical_call(turn, call):
+            return False
+    end_logical_call(turn, call, outcome, model_name=model_name, provider_name=provider_name)
+    return True
+
+
+def take_logical_call(turn: CallHolder, call: LogicalCall) -> bool:
+    """Claim ``call`` for closing; False if it is closed already or someone else is closing it.
+
+    The caller holds ``turn.lock``; whoever takes the call ends it, with ``end_logical_call``.
+    """
+    if call.closing or turn.logical_llm_calls.get(call.api_request_id) is not call:
+        return False
+    call.closing = True
+    return True
+
+
+def end_logical_call(
+    turn: CallHolder,
+    call: LogicalCall,
+    outcome: str,
+    *,
+    model_name: str | None = None,
+    provider_name: str | None = None,
+) -> None:
+    """End the scope of a call taken by ``take_logical_call``; then it leaves the turn.
+
+    If ending it fails before its end event (a scope-order error, say), it stays on the
+    turn, open, and the end of the turn closes it: no start goes without its end.
+    """
+    output: dict[str, Any] = {
+        "outcome": outcome,
+        "model": model_name or call.model,
+        "provider": provider_name or call.provider,
+    }
+    try:
+        # Looked up at call time: callers (and tests) may wrap the relay's pop.
+        turn.relay.scope.pop(call.scope, output=output, outcome=outcome)
+    finally:
+        with turn.lock:
+            call.closing = False
+            if call.scope.ended and turn.logical_llm_calls.get(call.api_request_id) is call:
+                del turn.logical_llm_calls[call.api_request_id]
+
+
+def end_open_call(turn: Turn, call: LogicalCall, outcome: str) -> None:
+    """At the end of ``turn``: end ``call``'s open attempts (newest first), then ``call`` itself."""
+    relay = turn.relay
+    interrupted: BaseException | None = None
+    for attempt in reversed(call.open_attempts):
+        try:
+            attempt.abandon()
+        except BaseException as exc:
+            interrupted = interrupted or exc
+    try:
+        close_logical_call(turn, call, outcome)
+    except Exception as exc:
+        relay.diag.failure("bookkeeping_errors", exc, f"closing logical call {call.api_request_id!r}")
+    except BaseException as exc:
+        interrupted = interrupted or exc
+    if not call.scope.ended:
+        # Closing failed without ending it (or it was left claimed): end it without the pop.
+        relay.scope.end(call.scope, output={"outcome": outcome, "model": call.model, "provider": call.provider})
+    with turn.lock:
+        if turn.logical_llm_calls.get(call.api_request_id) is call:
+            del turn.logical_llm_calls[call.api_request_id]
+    if interrupted is not None:
+        raise interrupted

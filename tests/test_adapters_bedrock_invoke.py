@@ -1,0 +1,196 @@
+"""Amazon Bedrock ``invoke_model`` / ``invoke_model_with_response_stream`` with a real boto3 client against a
+loopback server: Anthropic and Meta model bodies, Titan and Cohere embeddings."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from bedrock_support import BedrockServer, anthropic_stream_events, chunks, raw_reply, stream_reply
+from otel_support import Pipeline
+
+from relay_runtime import AnnotatedLLMRequest, LLMRequest, LLMRequestInterceptOutcome, Recorder, adapters, session
+from relay_runtime import conventions as cv
+from relay_runtime.integrations.otel import OTelExporter
+
+CLAUDE = "us.anthropic.claude-3-5-sonnet-20241022-v2:0"
+LLAMA = "meta.llama3-70b-instruct-v1:0"
+
+
+@pytest.fixture()
+def bedrock_server() -> Iterator[BedrockServer]:
+    server = BedrockServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture()
+def client(bedrock_server: BedrockServer) -> Iterator[Any]:
+    made = adapters.instrument(bedrock_server.client())
+    yield made
+    adapters.uninstrument(made)
+
+
+def only(events: Recorder) -> Any:
+    found = events.ends(relay_kind=cv.ATTEMPT)
+    assert len(found) == 1, found
+    return found[0]
+
+
+def anthropic_body(**extra: Any) -> str:
+    return json.dumps({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 64,
+                       "messages": [{"role": "user", "content": "hi"}], **extra})  # fmt: skip
+
+
+def test_invoke_model_with_an_anthropic_body(relay_turn, relay_events, client, bedrock_server) -> None:
+    answer = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-3-5-sonnet-20241022",
+              "content": [{"type": "text", "text": "Checking."},
+                          {"type": "tool_use", "id": "tu_1", "name": "weather", "input": {"city": "Oslo"}}],
+              "stop_reason": "tool_use",
+              "usage": {"input_tokens": 50, "output_tokens": 12, "cache_read_input_tokens": 300,
+                        "cache_creation_input_tokens": 20}}  # fmt: skip
+    bedrock_server.replies.append(raw_reply(answer))
+    response = client.invoke_model(modelId=CLAUDE, body=anthropic_body(temperature=0.3))
+    assert json.loads(response["body"].read()) == answer  # the caller reads the body as ever
+    end = only(relay_events)
+    assert end.outcome == "success" and end.provider == "aws.bedrock" and end.model_name == CLAUDE
+    assert end.annotated_request.messages == [{"role": "user", "content": "hi"}]
+    assert end.annotated_request.params == {"max_tokens": 64, "temperature": 0.3}
+    assert end.annotated_request.provider_params["anthropic_version"] == "bedrock-2023-05-31"
+    annotated = end.annotated_response
+    assert annotated.tool_calls == [{"id": "tu_1", "name": "weather", "arguments": {"city": "Oslo"}}]
+    assert annotated.finish_reasons == ["tool_use"] and annotated.output_text == "Checking."
+    usage = annotated.usage
+    assert (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_creation_tokens) == (
+        370, 12, 300, 20)  # fmt: skip
+    assert end.metadata[cv.SDK_RETRIES] == 0
+
+
+def test_invoke_model_with_a_meta_body(relay_turn, relay_events, client, bedrock_server) -> None:
+    bedrock_server.replies.append(raw_reply({"generation": "Bonjour", "prompt_token_count": 9,
+                                             "generation_token_count": 3, "stop_reason": "stop"}))  # fmt: skip
+    client.invoke_model(modelId=LLAMA, body=json.dumps({"prompt": "Say hi", "max_gen_len": 20}))
+    end = only(relay_events)
+    assert end.annotated_request.messages == [{"role": "user", "content": "Say hi"}]
+    assert end.annotated_request.params == {"max_tokens": 20}
+    assert end.annotated_response.output_text == "Bonjour"
+    assert end.annotated_response.finish_reasons == ["stop"]
+    assert (end.annotated_response.usage.input_tokens, end.annotated_response.usage.output_tokens) == (9, 3)
+
+
+def test_titan_and_cohere_embeddings_are_embeddings_attempts(relay_turn, relay_events, client, bedrock_server):
+    bedrock_server.replies += [
+        raw_reply({"embedding": [0.1, 0.2, 0.3], "inputTextTokenCount": 5}),
+        # Cohere's body has no token count: Bedrock's response headers have it.
+        raw_reply({"id": "e1", "embeddings": [[0.1, 0.2]], "texts": ["a b"]},
+                  **{"X-Amzn-Bedrock-Input-Token-Count": "2"}),
+    ]  # fmt: skip
+    client.invoke_model(modelId="amazon.titan-embed-text-v2:0", body=json.dumps({"inputText": "hello there"}))
+    client.invoke_model(modelId="cohere.embed-english-v3", body=json.dumps({"texts": ["a b"], "input_type": "x"}))
+    titan, cohere = relay_events.ends(relay_kind=cv.ATTEMPT)
+    for end, tokens in ((titan, 5), (cohere, 2)):
+        assert end.outcome == "success"
+        assert end.annotated_request.operation == "embeddings"
+        assert end.annotated_response.usage.input_tokens == tokens
+        assert end.annotated_response.usage.output_tokens is None
+    assert titan.annotated_request.provider_params["inputText"] == "hello there"
+
+
+def test_an_anthropic_response_stream(relay_turn, relay_events, client, bedrock_server) -> None:
+    bedrock_server.replies.append(stream_reply(chunks(*anthropic_stream_events(["Hi", " there"]))))
+    response = client.invoke_model_with_response_stream(modelId=CLAUDE, body=anthropic_body())
+    events = [json.loads(part["chunk"]["bytes"]) for part in response["body"]]
+    assert events[-1]["type"] == "message_stop"
+    end = only(relay_events)
+    assert end.outcome == "success" and end.annotated_request.stream is True
+    assert end.annotated_response.output_text == "Hi there"
+    assert end.annotated_response.finish_reasons == ["end_turn"]
+    assert (end.annotated_response.usage.input_tokens, end.annotated_response.usage.output_tokens) == (240, 6)
+
+
+def test_an_anthropic_response_stream_without_message_stop_is_incomplete(
+    relay_turn, relay_events, client, bedrock_server
+) -> None:
+    bedrock_server.replies.append(stream_reply(chunks(*anthropic_stream_events(["Hi"], stop=False))))
+    response = client.invoke_model_with_response_stream(modelId=CLAUDE, body=anthropic_body())
+    assert len(list(response["body"])) == 3
+    end = only(relay_events)
+    assert end.outcome == "failed" and end.error_type == "IncompleteStream"
+    assert end.annotated_response.output_text == "Hi"
+
+
+def test_a_meta_response_stream(relay_turn, relay_events, client, bedrock_server) -> None:
+    bedrock_server.replies.append(stream_reply(chunks(
+        {"generation": "Bon", "prompt_token_count": 4, "generation_token_count": 1, "stop_reason": None},
+        {"generation": "jour", "prompt_token_count": None, "generation_token_count": 2, "stop_reason": "stop",
+         "amazon-bedrock-invocationMetrics": {"inputTokenCount": 4, "outputTokenCount": 2}},
+    )))  # fmt: skip
+    list(client.invoke_model_with_response_stream(modelId=LLAMA, body=json.dumps({"prompt": "hi"}))["body"])
+    end = only(relay_events)
+    assert end.outcome == "success" and end.annotated_response.output_text == "Bonjour"
+    assert end.annotated_response.finish_reasons == ["stop"]
+    assert (end.annotated_response.usage.input_tokens, end.annotated_response.usage.output_tokens) == (4, 2)
+
+
+def test_intercepts_rewrite_the_model_body(relay_turn, relay_events, client, bedrock_server) -> None:
+    relay, _turn = relay_turn
+
+    def intercept(_name: str, request: LLMRequest, annotated: AnnotatedLLMRequest) -> LLMRequestInterceptOutcome:
+        annotated.params["max_tokens"] = 5
+        annotated.params["stop"] = "END"
+        annotated.system = "Be brief."
+        return LLMRequestInterceptOutcome(request, annotated)
+
+    relay.intercepts.register_llm_request("invoke-edit", 1, False, intercept)
+    bedrock_server.replies.append(raw_reply({"content": [], "stop_reason": "end_turn", "usage": {}}))
+    try:
+        client.invoke_model(modelId=CLAUDE, body=anthropic_body())
+    finally:
+        relay.intercepts.deregister_llm_request("invoke-edit")
+    sent = bedrock_server.seen[0].body
+    assert sent["max_tokens"] == 5 and sent["stop_sequences"] == ["END"] and sent["system"] == "Be brief."
+    assert sent["messages"] == [{"role": "user", "content": "hi"}]
+
+
+def test_spans_name_the_provider_and_operation_as_the_conventions_do(relay_home, bedrock_server) -> None:
+    pipeline = Pipeline()
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    exporter = OTelExporter(pipeline.tracer_provider, pipeline.meter_provider).attach(host)
+    coordinator = session.SESSION_COORDINATOR
+    lease = coordinator.acquire_conversation(profile_key=host.profile_key, session_id="s", platform="test")
+    turn = coordinator.begin_turn(lease, turn_id="t", task_id="k")
+    client = adapters.instrument(bedrock_server.client())
+    bedrock_server.replies += [raw_reply({"embedding": [0.5], "inputTextTokenCount": 3}),
+                               raw_reply({"generation": "ok", "stop_reason": "stop"})]  # fmt: skip
+    try:
+        client.invoke_model(modelId="amazon.titan-embed-text-v2:0", body=json.dumps({"inputText": "hey"}))
+        client.invoke_model(modelId=LLAMA, body=json.dumps({"prompt": "hi"}))
+    finally:
+        coordinator.end_turn(turn, outcome="success")
+        coordinator.release_conversation(lease)
+        exporter.detach()
+    embed = pipeline.one("embeddings amazon.titan-embed-text-v2:0")
+    chat = pipeline.one(f"chat {LLAMA}")
+    for span in (embed, chat):
+        assert span.attributes["gen_ai.provider.name"] == "aws.bedrock"
+        assert span.attributes["cloud.region"] == "eu-west-3"
+    assert embed.attributes["gen_ai.operation.name"] == "embeddings"
+    assert embed.attributes["gen_ai.usage.input_tokens"] == 3
+    assert chat.attributes["gen_ai.operation.name"] == "chat"
+
+
+def test_instrument_without_a_client_traces_streams_and_invoke_model(relay_turn, relay_events, bedrock_server) -> None:
+    adapters.instrument()
+    try:
+        client = bedrock_server.client()  # never instrumented itself: the class wrapper sees it
+        bedrock_server.replies += [raw_reply({"embedding": [0.5], "inputTextTokenCount": 3}),
+                                   stream_reply(chunks(*anthropic_stream_events(["ok"])))]  # fmt: skip
+        client.invoke_model(modelId="amazon.titan-embed-text-v2:0", body=json.dumps({"inputText": "hey"}))
+        list(client.invoke_model_with_response_stream(modelId=CLAUDE, body=anthropic_body())["body"])
+    finally:
+        adapters.uninstrument()
+    embed, streamed = relay_events.ends(relay_kind=cv.ATTEMPT)
+    assert embed.annotated_request.operation == "embeddings" and embed.outcome == "success"
+    assert streamed.annotated_response.output_text == "ok" and streamed.outcome == "success"

@@ -1,0 +1,61 @@
+"""MCP against a careless or hostile client: names it makes up must not grow the metrics without bound."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+from mcp.client.client import Client
+from otel_support import Pipeline
+
+from relay_runtime import session
+from relay_runtime.integrations.mcp import conventions, instrument_mcp, uninstrument_mcp
+from relay_runtime.integrations.otel import OTelExporter
+
+
+@pytest.fixture
+def pipeline(relay_host: session.Host) -> Iterator[Pipeline]:
+    instrument_mcp()
+    pipeline = Pipeline()
+    exporter = OTelExporter(pipeline.tracer_provider, pipeline.meter_provider).attach(relay_host)
+    coordinator = session.SESSION_COORDINATOR
+    lease = coordinator.acquire_conversation(profile_key=relay_host.profile_key, session_id="s-mcp", platform="test")
+    turn = coordinator.begin_turn(lease, turn_id="t-1", task_id="k-1")
+    try:
+        yield pipeline
+    finally:
+        coordinator.end_turn(turn, outcome="success")
+        coordinator.release_conversation(lease)
+        exporter.shutdown()
+        uninstrument_mcp()
+
+
+def test_made_up_tool_names_get_no_metric_series_past_the_cap(pipeline: Pipeline, monkeypatch) -> None:
+    from mcp.server.mcpserver import MCPServer
+
+    monkeypatch.setattr(conventions, "MAX_METRIC_NAMES", 5)
+    monkeypatch.setattr(conventions, "_metric_names", set())
+    server = MCPServer("hostile")
+
+    @server.tool()
+    def shout(text: str) -> str:
+        return text.upper()
+
+    names = ["shout"] + [f"no-such-tool-{i}" for i in range(30)]
+
+    async def run() -> None:
+        async with Client(server) as client:  # both sides in this process: both metrics here
+            for name in names:
+                await client.call_tool(name, {"text": "hi"})
+            await client.call_tool("shout", {"text": "again"})  # a name seen before keeps its series
+
+    asyncio.run(run())
+    for metric in ("mcp.server.operation.duration", "mcp.client.operation.duration"):
+        points = [p for p in pipeline.histogram(metric) if p.attributes.get("mcp.method.name") == "tools/call"]
+        named = {p.attributes.get("gen_ai.tool.name") for p in points} - {None}
+        assert named == {"shout", *names[1:5]}, metric  # the first five names only
+        assert sum(p.count for p in points) == len(names) + 1  # every call still measured
+        assert sum(p.count for p in points if p.attributes.get("gen_ai.tool.name") == "shout") == 2
+    # Spans keep the name: they are one per call, not a series.
+    assert len(pipeline.by_name("tools/call no-such-tool-29")) == 2  # the client's span and the server's
