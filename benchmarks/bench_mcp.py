@@ -2,8 +2,8 @@
 
 A real ``MCPServer`` and ``Client`` in one process over the SDK's in-memory JSON-RPC transport
 (``mode="legacy"``), so both the client's dispatcher span and the server's middleware span are
-in play. Three setups take turns call by call in every round, so all see the same stretch of a
-noisy machine:
+in play. The tool is async: a sync one runs on a worker thread, whose hand-off doubles the spread.
+Three setups take turns in every round, so all see the same stretch of a noisy machine:
 
 - ``bare``: no tracer provider behind the SDK's tracer (its spans are no-ops), not instrumented;
 - ``sdk``: the SDK's own spans, on a real TracerProvider whose processor drops what it is given;
@@ -53,7 +53,7 @@ def _server() -> MCPServer:
     app = MCPServer("bench")
 
     @app.tool()
-    def add(a: int, b: int) -> int:
+    async def add(a: int, b: int) -> int:
         return a + b
 
     return app

@@ -27,6 +27,7 @@ from relay_runtime.session import Turn
 from relay_runtime.types import Outcome, ScopeType
 
 _LLM = ScopeType.LLM.value
+_SUCCESS = Outcome.SUCCESS.value
 
 framework_scope: ContextVar[ScopeHandle | None] = ContextVar("relay_framework_scope", default=None)
 
@@ -85,16 +86,14 @@ class ModelCall:
     def open(
         cls, parent: ScopeHandle | None = None, *, call_role: str = "primary", turn: Turn | None = None
     ) -> ModelCall | None:
-        """A new logical call of the managed turn (``turn``, if the caller has it; None when calls are not
-        managed here)."""
+        """A new logical call of the managed turn (``turn``, if the caller has it from ``session.managed_turn``;
+        None when calls are not managed here)."""
         turn = turn or session.managed_turn()
         if turn is None:
             return None
-        parent = parent if parent is not None else current_parent(turn)
-        api_request_id = calls.open_logical_call(parent, call_role=call_role)
-        if api_request_id is None:
-            return None
-        return cls(turn, api_request_id, call_role, parent)
+        if parent is None:
+            parent = current_parent(turn)
+        return cls(turn, calls.open_logical_call_in(turn, parent, call_role), call_role, parent)
 
     def join(self) -> None:
         """Completions made in this context until ``leave`` are attempts of this call."""
@@ -162,7 +161,7 @@ class ModelCall:
         self.leave()
         if self.observed is not None and not self.observed.ended:
             self.end_observed(error=error or _Unfinished())
-        outcome = outcome_of(error) if error is not None else Outcome.SUCCESS.value
+        outcome = outcome_of(error) if error is not None else _SUCCESS
         call = self.turn.logical_llm_calls.get(self.api_request_id)
         if call is None:  # the turn ended first and closed it
             return

@@ -97,12 +97,33 @@ def _count_attempt(call: LogicalCall, meta: dict[str, Any], name: str, model_nam
 
 
 def _response_model(response: Any) -> str | None:
+    if type(response) in _modelless:
+        return None
     model = getattr(response, "model", None)
     if type(model) is str:  # the common case, without the checks below
         return model or None
-    if model is None and isinstance(response, dict):
-        model = response.get("model")
+    if model is None:
+        if isinstance(response, dict):
+            model = response.get("model")
+        elif _never_has_model(type(response)):
+            _modelless.add(type(response))
     return model if isinstance(model, str) and model else None
+
+
+# Pydantic classes whose instances cannot have a ``model`` attribute (a framework's result, such as
+# LangChain's ``ChatResult``): reading one raises and catches an AttributeError inside pydantic's
+# ``__getattr__``, which costs more than the rest of an attempt's bookkeeping of its response.
+_modelless: set[type] = set()
+
+
+def _never_has_model(cls: type) -> bool:
+    """A pydantic model class (seen without importing pydantic) with no ``model`` field, class attribute
+    or extra attributes."""
+    fields = getattr(cls, "__pydantic_fields__", None)
+    config = getattr(cls, "model_config", None)
+    if not isinstance(fields, dict) or not isinstance(config, dict):
+        return False
+    return "model" not in fields and config.get("extra") != "allow" and not hasattr(cls, "model")
 
 
 def _attempt_ended(
@@ -427,6 +448,11 @@ def open_logical_call(parent: ScopeHandle | None = None, *, call_role: str = DEF
     turn = session.managed_turn()
     if turn is None:
         return None
+    return open_logical_call_in(turn, parent, call_role)
+
+
+def open_logical_call_in(turn: CallHolder, parent: ScopeHandle | None, call_role: str = DEFAULT_CALL_ROLE) -> str:
+    """``open_logical_call`` for a caller that already holds the managed turn (framework integrations)."""
     if parent is not None and parent.ended:
         parent = None  # the agent ended under a late call: the turn still holds it
     api_request_id = new_id()

@@ -69,3 +69,34 @@ def test_integrations_import_no_framework_until_used() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_the_logical_call_takes_the_model_a_pydantic_response_names(relay_turn, relay_events) -> None:
+    """A framework's result class without a ``model`` is remembered as such (a read there raises inside
+    pydantic); one that has it as a field, an extra attribute or a property is still read, every time."""
+    from pydantic import BaseModel, ConfigDict
+
+    class Result(BaseModel):  # LangChain's ChatResult: no model anywhere
+        text: str
+
+    class Field(BaseModel):
+        model: str
+
+    class Extra(BaseModel):  # the SDKs' response models: unknown keys kept as attributes
+        model_config = ConfigDict(extra="allow")
+
+    class Prop(BaseModel):
+        @property
+        def model(self) -> str:
+            return "m-prop"
+
+    from relay_runtime.types import LLMRequest
+
+    responses = [Result(text="a"), Result(text="b"), Field(model="m-field"), Extra(model="m-extra"), Prop()]
+    for response in responses:
+        calls.execute_current(
+            LLMRequest(None, {"model": "m-asked"}), lambda req, r=response: r, name="p", model_name="m-asked"
+        )
+    models = [end.output["model"] for end in relay_events.ends(relay_kind=cv.LOGICAL_CALL)]
+    assert models == ["m-asked", "m-asked", "m-field", "m-extra", "m-prop"]
+    assert Result in calls._modelless and not {Field, Extra, Prop} & calls._modelless

@@ -34,7 +34,7 @@ from relay_runtime.types import ScopeType
 
 from ..frameworks import ModelCall, current_parent, deferred, enter_scope, leave_scope
 from . import models
-from .codec import LangChainCodec, plain
+from .codec import codec_for, plain
 from .tools import managed_tool
 
 FRAMEWORK = cv.FRAMEWORK
@@ -240,7 +240,10 @@ class RelayCallbackHandler(BaseCallbackHandler):
         turn = session.managed_turn()
         if turn is None or models.middleware_call.get() is not None:
             return
-        self._guarded(turn, "chat model start", self._model_start, turn, run_id, parent_run_id, messages, metadata)
+        try:  # ``_guarded`` inlined: this runs for every model call
+            self._model_start(turn, run_id, parent_run_id, messages, metadata)
+        except Exception as exc:
+            turn.relay.diag.failure("subscriber_errors", exc, f"{self.framework} callback chat model start")
 
     def _model_start(
         self,
@@ -260,13 +263,16 @@ class RelayCallbackHandler(BaseCallbackHandler):
             provider = meta.get("ls_provider") or "langchain"
             model = meta.get("ls_model_name")
             content = {"model": model, "messages": messages[0] if messages else []}
-            call.observe(provider, model, deferred(LangChainCodec(provider).decode, content))
+            call.observe(provider, model, deferred(codec_for(provider).decode, content))
 
     def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
         run = self._runs.pop(run_id, None)
         if run is None or run.call is None:
             return
-        self._guarded(run.turn, "chat model end", self._model_end, run.call, response)
+        try:
+            self._model_end(run.call, response)
+        except Exception as exc:
+            run.turn.relay.diag.failure("subscriber_errors", exc, f"{self.framework} callback chat model end")
 
     def _model_end(self, call: ModelCall, response: Any) -> None:
         call.leave()
@@ -276,8 +282,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
             message = getattr(first, "message", None)
             meta = getattr(message, "response_metadata", None) or {}
             model = meta.get("model_name") or (getattr(response, "llm_output", None) or {}).get("model_name")
-            codec = LangChainCodec(call.observed.name)
-            call.end_observed(annotated=deferred(codec.annotate_response, message), model=model)
+            call.end_observed(annotated=deferred(codec_for(call.observed.name).annotate_response, message), model=model)
         call.close()
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:

@@ -161,3 +161,14 @@ def _message_input(view: Any) -> Any:
             {"id": c.get("id"), "name": c.get("name"), "args": c.get("arguments") or {}} for c in view["tool_calls"]
         ]
     return out
+
+
+_by_provider: dict[str, LangChainCodec] = {}
+
+
+def codec_for(provider: str) -> LangChainCodec:
+    """The codec of a provider name (codecs hold nothing else, so one per name serves every call)."""
+    codec = _by_provider.get(provider)
+    if codec is None:
+        codec = _by_provider.setdefault(provider, LangChainCodec(provider))
+    return codec

@@ -20,7 +20,7 @@ import wrapt
 from langchain_core.language_models.chat_models import BaseChatModel
 
 from relay_runtime import calls, session
-from relay_runtime.adapters import dispatch
+from relay_runtime.adapters.dispatch import inside_sdk_call
 from relay_runtime.types import LLMRequest
 
 from ..frameworks import ModelCall
@@ -32,6 +32,10 @@ middleware_call: ContextVar[ModelCall | None] = ContextVar("relay_langchain_mode
 _lock = threading.Lock()
 _installed = False
 _codecs: dict[type, LangChainCodec] = {}
+_NAME_ATTRS = ("model_name", "model")
+_name_attrs_by_class: dict[type, tuple[str, ...]] = {}
+# Arguments of the generate step that are not the model's invocation kwargs.
+_POSITIONAL = frozenset({"messages", "stop", "run_manager"})
 
 
 def install() -> None:
@@ -59,40 +63,72 @@ def codec_of(model: Any) -> LangChainCodec:
 
 
 def model_name_of(model: Any) -> str | None:
-    name = getattr(model, "model_name", None) or getattr(model, "model", None)
+    name = None
+    for attr in _name_attrs(type(model)):
+        name = getattr(model, attr, None)
+        if name:
+            break
     return name if isinstance(name, str) else None
 
 
-def _request(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[LLMRequest, Any]:
-    messages, stop = (args[0] if args else kwargs.pop("messages")), (args[1] if len(args) > 1 else None)
-    run_manager = args[2] if len(args) > 2 else kwargs.pop("run_manager", None)
+def _name_attrs(cls: type) -> tuple[str, ...]:
+    """Where a model class keeps its model name: only the names it declares are read, since a pydantic
+    model's missing attribute costs a raised and caught AttributeError (``ChatAnthropic`` has no
+    ``model_name``) on every call."""
+    attrs = _name_attrs_by_class.get(cls)
+    if attrs is None:
+        fields = getattr(cls, "model_fields", None) or {}
+        declared = tuple(a for a in _NAME_ATTRS if a in fields or hasattr(cls, a))
+        attrs = _name_attrs_by_class[cls] = declared or _NAME_ATTRS
+    return attrs
+
+
+def _request(model_name: str | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> LLMRequest:
+    """The chat model call as a request (``kwargs`` is the caller's: it is read, never changed)."""
+    content = {"model": model_name, "messages": args[0] if args else kwargs["messages"]}
+    for key, value in kwargs.items():
+        if key not in _POSITIONAL:
+            content[key] = value
+    stop = args[1] if len(args) > 1 else None
     if stop is None:
-        stop = kwargs.pop("stop", None)
-    content = {"model": model_name_of(model), "messages": messages, **kwargs}
+        stop = kwargs.get("stop")
     if stop is not None:
         content["stop"] = stop
-    return LLMRequest(None, content), run_manager
+    return LLMRequest(None, content)
 
 
-def _unpack(request: LLMRequest) -> tuple[Any, Any, dict[str, Any]]:
-    kwargs = request.kwargs()
-    kwargs.pop("model", None)
-    return kwargs.pop("messages"), kwargs.pop("stop", None), kwargs
+def _run_manager(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return args[2] if len(args) > 2 else kwargs.get("run_manager")
+
+
+def _call_args(
+    request: LLMRequest, req: LLMRequest, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The arguments the model's step runs with: the caller's own when no intercept replaced the request
+    (requests are immutable, so the same object means the same content), else the new request's."""
+    if req is request:
+        return args, kwargs
+    rest = req.kwargs()
+    rest.pop("model", None)
+    messages = rest.pop("messages")
+    stop = rest.pop("stop", None)
+    return (messages, stop, _run_manager(args, kwargs)), rest
 
 
 def _generate(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     call = middleware_call.get()
     if call is None:
         return wrapped(*args, **kwargs)
-    request, run_manager = _request(instance, args, dict(kwargs))
+    model_name = model_name_of(instance)
+    request = _request(model_name, args, kwargs)
 
     def provider(req: LLMRequest) -> Any:
-        messages, stop, rest = _unpack(req)
-        token = dispatch.inside_sdk_call.set(True)
+        call_args, call_kwargs = _call_args(request, req, args, kwargs)
+        token = inside_sdk_call.set(True)
         try:
-            return wrapped(messages, stop, run_manager, **rest)
+            return wrapped(*call_args, **call_kwargs)
         finally:
-            dispatch.inside_sdk_call.reset(token)
+            inside_sdk_call.reset(token)
 
     codec = codec_of(instance)
     with _joined_turn(call):
@@ -100,7 +136,7 @@ def _generate(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[s
             request,
             provider,
             name=codec.provider,
-            model_name=model_name_of(instance),
+            model_name=model_name,
             metadata=call.next_attempt_metadata(),
             defer_logical_completion=True,
             codec=codec,
@@ -111,15 +147,16 @@ async def _agenerate(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs:
     call = middleware_call.get()
     if call is None:
         return await wrapped(*args, **kwargs)
-    request, run_manager = _request(instance, args, dict(kwargs))
+    model_name = model_name_of(instance)
+    request = _request(model_name, args, kwargs)
 
     async def provider(req: LLMRequest) -> Any:
-        messages, stop, rest = _unpack(req)
-        token = dispatch.inside_sdk_call.set(True)
+        call_args, call_kwargs = _call_args(request, req, args, kwargs)
+        token = inside_sdk_call.set(True)
         try:
-            return await wrapped(messages, stop, run_manager, **rest)
+            return await wrapped(*call_args, **call_kwargs)
         finally:
-            dispatch.inside_sdk_call.reset(token)
+            inside_sdk_call.reset(token)
 
     codec = codec_of(instance)
     with _joined_turn(call):
@@ -127,13 +164,16 @@ async def _agenerate(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs:
             request,
             provider,
             name=codec.provider,
-            model_name=model_name_of(instance),
+            model_name=model_name,
             metadata=call.next_attempt_metadata(),
             defer_logical_completion=True,
             codec=codec,
         )
 
 
+_SAME_TURN = nullcontext()  # reusable: entering it does nothing
+
+
 def _joined_turn(call: ModelCall) -> Any:
     """The turn the middleware's call was opened in, active here (a framework may run the model on a worker)."""
-    return nullcontext() if session.active_turn() is call.turn else session.use_turn(call.turn)
+    return _SAME_TURN if session.active_turn() is call.turn else session.use_turn(call.turn)

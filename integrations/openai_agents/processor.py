@@ -96,8 +96,7 @@ class RelayTraceProcessor:
             turn.relay.diag.failure("subscriber_errors", exc, "openai-agents span start")
 
     def on_span_end(self, span: Any) -> None:
-        with self._lock:
-            entry = self._spans.pop(span.span_id, None)
+        entry = self._spans.pop(span.span_id, None)  # one dict operation: atomic without the lock
         if entry is None:
             return
         try:
@@ -118,8 +117,10 @@ class RelayTraceProcessor:
         kind = data.type
         parent = self._parent(turn, span)
         if kind in _MODEL_SPANS:
-            with self._lock:
-                failed = self._failed.pop(parent.uuid if parent is not None else None, None)
+            failed = None
+            if self._failed:  # most model spans retry nothing: no lock for them
+                with self._lock:
+                    failed = self._failed.pop(parent.uuid if parent is not None else None, None)
             entry = _Open(turn, parent, call=_model_call(turn, parent, data, failed[0] if failed else None))
         else:
             scope = _scope_of(kind, data, self.wrapped_tools)
@@ -132,8 +133,7 @@ class RelayTraceProcessor:
                     name, scope_type, parent=parent, attach=False, input=inputs, metadata=meta
                 )
                 entry = _Open(turn, handle, own=True, token=enter_scope(handle) if scope_type == _AGENT else None)
-        with self._lock:
-            self._spans[span.span_id] = entry
+        self._spans[span.span_id] = entry
 
     def _end(self, entry: _Open, span: Any) -> None:
         error = _error_of(span)
@@ -147,8 +147,10 @@ class RelayTraceProcessor:
         if not entry.own or entry.handle is None:
             return
         leave_scope(entry.token)
-        with self._lock:
-            failed = self._failed.pop(entry.handle.uuid, None)
+        failed = None
+        if self._failed:
+            with self._lock:
+                failed = self._failed.pop(entry.handle.uuid, None)
         if failed is not None:  # never retried: the model call failed
             failed[0].close(failed[1])
         entry.turn.relay.scope.end(entry.handle, output=_output_of(span.span_data), error=error)
