@@ -127,8 +127,9 @@ def bench_sse_replay(root: Path, clients: int = 200, size: int = 10 * MB) -> lis
     write_run(root, "big", size, session_id="load")
     runs = []
     for _ in range(SSE_RUNS):
-        # Every client comes from 127.0.0.1: let that one address hold them all.
-        with ServerProcess(root, extra=("--max-streams-per-client", str(clients))) as srv:
+        # Every client comes from 127.0.0.1: let that one address hold them all (streams and connections).
+        extra = ("--max-streams-per-client", str(clients), "--max-connections-per-client", str(clients + 8))
+        with ServerProcess(root, extra=extra) as srv:
             idle = srv.memory_kib()["VmRSS"]
             cpu = srv.cpu_seconds()
             client_cpu = time.process_time()
