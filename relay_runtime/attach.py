@@ -91,3 +91,33 @@ class Attachment:
             self._disconnect(relay)
         for host in hosts:
             host.release_managed_execution(self.name)
+
+
+def subscriber_attachment(
+    target: Any,
+    subscriber: Callable[[Any], None],
+    *,
+    name: str,
+    chunks: bool = False,
+    on_connect: Connect | None = None,
+) -> Attachment:
+    """An ``Attachment`` that registers ``subscriber`` under ``name`` on each relay it reaches (and
+    deregisters it on detach); ``on_connect`` also learns of each relay."""
+
+    def connect(relay: Relay) -> None:
+        relay.subscribers.register(subscriber, name=name, chunks=chunks)
+        if on_connect is not None:
+            on_connect(relay)
+
+    def disconnect(relay: Relay) -> None:
+        relay.subscribers.deregister(name)
+
+    return Attachment(target, name, connect, disconnect)
+
+
+def detach_all(attachments: list[Attachment]) -> None:
+    """Detach every attachment in ``attachments`` and empty it (a consumer's ``detach()``)."""
+    taken = attachments[:]
+    attachments.clear()
+    for attachment in taken:
+        attachment.detach()

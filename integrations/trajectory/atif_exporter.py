@@ -15,9 +15,9 @@ from collections import defaultdict, deque
 from collections.abc import Sequence
 from typing import Any
 
-from relay_runtime import CHUNK_MARK, MARK, SCOPE_END, SCOPE_START, Event, Relay
+from relay_runtime import CHUNK_MARK, MARK, SCOPE_END, SCOPE_START, Event
 from relay_runtime import conventions as cv
-from relay_runtime.attach import Attachment
+from relay_runtime.attach import Attachment, detach_all, subscriber_attachment
 from relay_runtime.types import ScopeType
 
 from .build import TrajectoryBuilder
@@ -73,19 +73,12 @@ class AtifExporter:
 
         name = name or f"atif@{id(self):x}"  # one subscriber name per exporter: several may watch a relay
 
-        def connect(relay: Relay) -> None:
-            relay.subscribers.register(self, name=name, chunks=True)  # chunks: a stream's reasoning text
-
-        def disconnect(relay: Relay) -> None:
-            relay.subscribers.deregister(name)
-
-        self._attachments.append(Attachment(target, name, connect, disconnect))
+        # Chunks: a stream's reasoning text.
+        self._attachments.append(subscriber_attachment(target, self, name=name, chunks=True))
         return self
 
     def detach(self) -> None:
-        attachments, self._attachments = self._attachments, []
-        for attachment in attachments:
-            attachment.detach()
+        detach_all(self._attachments)
 
     def __call__(self, event: Event) -> None:
         pending = self._pending

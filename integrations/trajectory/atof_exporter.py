@@ -14,7 +14,7 @@ from collections import deque
 from typing import IO, Any
 
 from relay_runtime import SCOPE_START, Event, Relay
-from relay_runtime.attach import Attachment
+from relay_runtime.attach import Attachment, detach_all, subscriber_attachment
 from relay_runtime.types import ScopeType
 
 from .atof import Roots, atof_line
@@ -70,20 +70,14 @@ class AtofExporter:
 
         name = name or f"atof@{id(self):x}"  # one subscriber name per exporter: several may watch a relay
 
-        def connect(relay: Relay) -> None:
-            relay.subscribers.register(self, name=name, chunks=True)  # stream chunks are marks in ATOF too
-            self._relays.append(relay)
-
-        def disconnect(relay: Relay) -> None:
-            relay.subscribers.deregister(name)
-
-        self._attachments.append(Attachment(target, name, connect, disconnect))
+        # Stream chunks are marks in ATOF too; the writer learns each relay (for its diagnostics).
+        self._attachments.append(
+            subscriber_attachment(target, self, name=name, chunks=True, on_connect=self._relays.append)
+        )
         return self
 
     def detach(self) -> None:
-        attachments, self._attachments = self._attachments, []
-        for attachment in attachments:
-            attachment.detach()
+        detach_all(self._attachments)
 
     # -- the agent's side: one append ------------------------------------------------------------
 
