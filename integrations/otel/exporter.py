@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import Span, Status, StatusCode, TracerProvider, set_span_in_context
 
 from relay_runtime import conventions as cv
-from relay_runtime.attach import Attachment
+from relay_runtime.attach import Attachment, detach_all
 from relay_runtime.events import MARK, SCOPE_END, SCOPE_START, Event
 from relay_runtime.trace_context import register_carrier_provider, unregister_carrier_provider
 
@@ -489,10 +489,8 @@ class OTelExporter:
 
     def detach(self) -> None:
         """Undo every ``attach``: deregister, release managed execution, stop following new hosts."""
-        attachments, self._attachments = self._attachments, []
         unregister_carrier_provider(self._carrier)
-        for attachment in attachments:
-            attachment.detach()
+        detach_all(self._attachments)
 
     def count(self, key: str, n: int = 1) -> None:
         with self._counts_lock:

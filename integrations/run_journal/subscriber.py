@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from relay_runtime import CHUNK_MARK, MARK, SCOPE_END, SCOPE_START, Event, Relay, session
 from relay_runtime import conventions as cv
-from relay_runtime.attach import Attachment
+from relay_runtime.attach import Attachment, detach_all, subscriber_attachment
 from relay_runtime.cost import AttemptCost, CostRollup
 from relay_runtime.redaction import redact_value, scrub_text
 
@@ -183,13 +183,7 @@ class JournalSubscriber:
         if target is None:
             raise ValueError("JournalSubscriber.attach needs a Relay, a session host or SESSION_COORDINATOR")
 
-        def connect(relay: Relay) -> None:
-            relay.subscribers.register(self, name=name, chunks=True)
-
-        def disconnect(relay: Relay) -> None:
-            relay.subscribers.deregister(name)
-
-        attachment = Attachment(target, name, connect, disconnect)
+        attachment = subscriber_attachment(target, self, name=name, chunks=True)
         if self._relay is None and attachment.relays:
             self._relay = attachment.relays[0]
         self._attachments.append(attachment)
@@ -201,9 +195,7 @@ class JournalSubscriber:
         return name
 
     def detach(self) -> None:
-        attachments, self._attachments = self._attachments, []
-        for attachment in attachments:
-            attachment.detach()
+        detach_all(self._attachments)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every row produced so far is on disk; False on timeout."""
