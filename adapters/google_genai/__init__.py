@@ -1,0 +1,285 @@
+"""The Google Gen AI SDK (``google-genai``): the Gemini API and Vertex AI, sync and async.
+
+Two layers of ``Models`` / ``AsyncModels`` methods are wrapped. The public ones
+(``generate_content``, ``generate_content_stream``, ``embed_content``) and a chat's
+``send_message`` / ``send_message_stream`` each open one logical call (``logical``); the
+per-request ones they call (``_generate_content``, ``_generate_content_stream``,
+``_embed_content``) are each one attempt (``runtime``). The Python functions automatic
+function calling runs (``_extra_utils.invoke_function_from_dict_args``) are tool scopes.
+
+``instrument_client(client)`` shadows the methods on that client's own ``models`` objects
+(``client.models`` and ``client.aio.models``; chats use them); ``instrument_classes()`` wraps
+them on the classes, for every client made now or later. The chat and tool hooks are
+module-wide and act only for an instrumented client's calls. Nothing here imports
+``google.genai`` until one of these functions is called with it installed.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from types import MethodType
+from typing import Any
+
+import wrapt
+
+from . import logical, runtime
+from .runtime import EMBED, GENERATE, STREAM
+
+_log = logging.getLogger(__name__)
+_MARK = "_relay_genai_provider"  # on an instrumented Models object: the provider its caller named, or None
+# method -> (layer, kind): "call" methods open a logical call, "attempt" methods are one request each.
+METHODS: dict[str, tuple[str, str]] = {
+    "generate_content": ("call", GENERATE),
+    "generate_content_stream": ("call", STREAM),
+    "embed_content": ("call", EMBED),
+    "_generate_content": ("attempt", GENERATE),
+    "_generate_content_stream": ("attempt", STREAM),
+    "_embed_content": ("attempt", EMBED),
+}
+CHAT_METHODS: dict[str, bool] = {"send_message": False, "send_message_stream": True}  # -> whether it streams
+_TOOL_FUNCTIONS = ("invoke_function_from_dict_args", "invoke_function_from_dict_args_async")
+_class_patch: list[tuple[type, str, Any]] = []  # (class, method, the original) while instrument_classes() is on
+_hooks: list[tuple[Any, str, Any]] = []  # the chat and tool hooks, once installed: (owner, name, original)
+
+
+def is_client(client: Any) -> bool:
+    """Whether ``client`` is a ``google.genai`` ``Client`` or ``AsyncClient`` (without importing the SDK)."""
+    module = sys.modules.get("google.genai.client")
+    return module is not None and isinstance(client, module.Client | module.AsyncClient)
+
+
+def _models_of(client: Any) -> list[Any]:
+    module = sys.modules["google.genai.client"]
+    if isinstance(client, module.Client):
+        return [client.models, client.aio.models]
+    return [client.models]
+
+
+def _is_async(models: Any) -> bool:
+    from google.genai.models import AsyncModels
+
+    return isinstance(models, AsyncModels)
+
+
+def _original(models: Any, name: str) -> Any:
+    """The SDK's own method bound to ``models`` (under ``instrument_classes()``'s wrapper, if that is on)."""
+    function = vars(type(models)).get(name)
+    if function is None:
+        return None
+    return MethodType(getattr(function, "__wrapped__", function), models)
+
+
+def _wrapper(models: Any, name: str, provider: str | None) -> Callable[..., Any]:
+    layer, kind = METHODS[name]
+    original = _original(models, name)
+    if layer == "call":
+        streaming = kind == STREAM
+        if _is_async(models):
+
+            async def call_async(*args: Any, **kwargs: Any) -> Any:
+                return await logical.grouped_async(lambda: original(*args, **kwargs), streaming)
+
+            return call_async
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return logical.grouped(lambda: original(*args, **kwargs), streaming)
+
+        return call
+    return _attempt(models, original, kind, _is_async(models), provider)
+
+
+def _attempt(models: Any, original: Any, kind: str, is_async: bool, provider: str | None) -> Callable[..., Any]:
+    if is_async and kind == STREAM:
+
+        async def stream_async(*args: Any, **kwargs: Any) -> Any:
+            if args:
+                return await original(*args, **kwargs)
+            return await runtime.managed_stream_async(models, original, kwargs, provider)
+
+        return stream_async
+    if is_async:
+
+        async def call_async(*args: Any, **kwargs: Any) -> Any:
+            if args:
+                return await original(*args, **kwargs)
+            return await runtime.managed_call_async(models, original, kind, kwargs, provider)
+
+        return call_async
+    if kind == STREAM:
+
+        def stream(*args: Any, **kwargs: Any) -> Any:
+            if args:
+                return original(*args, **kwargs)
+            return runtime.managed_stream(models, original, kwargs, provider)
+
+        return stream
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if args:
+            return original(*args, **kwargs)
+        return runtime.managed_call(models, original, kind, kwargs, provider)
+
+    return call
+
+
+def _known_methods(models: Any) -> list[str]:
+    """The traced methods this SDK version has; one it lacks (renamed or removed) is skipped with a warning."""
+    found = []
+    for name in METHODS:
+        if callable(vars(type(models)).get(name)):
+            found.append(name)
+        else:
+            _log.warning("relay-runtime: google-genai %s.%s not found; left untraced", type(models).__name__, name)
+    return found
+
+
+def instrument_client(client: Any, *, include_usage: bool = False, provider: str | None = None) -> Any:
+    """Trace this client's calls (``client.aio``'s too); idempotent; returns the client.
+
+    ``provider`` names the provider over the client's own (``gcp.gemini`` / ``gcp.vertex_ai``).
+    ``include_usage`` is for OpenAI chat streams: Gemini streams always carry their usage.
+    """
+    del include_usage
+    if not is_client(client):
+        raise TypeError(f"not a google.genai Client or AsyncClient: {type(client).__name__}")
+    _install_hooks()
+    for models in _models_of(client):
+        own = models.__dict__
+        if _MARK in own:
+            if own[_MARK] != provider:
+                raise ValueError(
+                    f"{type(client).__name__} is instrumented already (provider {own[_MARK] or 'by its client'}); "
+                    f"uninstrument(client) before instrumenting it with another provider="
+                )
+            continue
+        runtime.state_of(models._api_client)
+        for name in _known_methods(models):
+            own[name] = _wrapper(models, name, provider)
+        own[_MARK] = provider
+    return client
+
+
+def uninstrument_client(client: Any) -> Any:
+    if not is_client(client):
+        return client
+    for models in _models_of(client):
+        own = models.__dict__
+        if own.pop(_MARK, _MISSING) is _MISSING:
+            continue
+        for name in METHODS:
+            own.pop(name, None)
+    return client
+
+
+_MISSING = object()
+
+
+def is_client_instrumented(client: Any) -> bool:
+    return is_client(client) and _MARK in client.models.__dict__
+
+
+# -- the chat and tool hooks: module-wide, acting for instrumented calls only ------------------------
+
+
+def _traced(models: Any) -> bool:
+    return bool(_class_patch) or _MARK in getattr(models, "__dict__", {})
+
+
+def _chat_wrapper(streaming: bool, is_async: bool) -> Callable[..., Any]:
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if instance is None or not _hooks or not _traced(getattr(instance, "_modules", None)):
+            return wrapped(*args, **kwargs)
+        if is_async:
+            return logical.grouped_async(lambda: wrapped(*args, **kwargs), streaming)
+        return logical.grouped(lambda: wrapped(*args, **kwargs), streaming)
+
+    return wrapper
+
+
+def _install_hooks() -> None:
+    if _hooks:
+        return
+    from google.genai import _extra_utils, chats
+
+    for cls, is_async in ((chats.Chat, False), (chats.AsyncChat, True)):
+        for name, streaming in CHAT_METHODS.items():
+            current = vars(cls).get(name)
+            if current is None:
+                _log.warning("relay-runtime: google-genai %s.%s not found; left untraced", cls.__name__, name)
+                continue
+            _hooks.append((cls, name, current))
+            setattr(cls, name, wrapt.FunctionWrapper(current, _chat_wrapper(streaming, is_async)))
+    sync_name, async_name = _TOOL_FUNCTIONS
+    sync_tool, async_tool = getattr(_extra_utils, sync_name, None), getattr(_extra_utils, async_name, None)
+    if callable(sync_tool):
+        _hooks.append((_extra_utils, sync_name, sync_tool))
+        setattr(_extra_utils, sync_name, lambda args, function: logical.invoke_tool(sync_tool, args, function))
+    if callable(async_tool):
+        _hooks.append((_extra_utils, async_name, async_tool))
+
+        async def invoke_async(args: Any, function: Any) -> Any:
+            return await logical.invoke_tool_async(async_tool, args, function)
+
+        setattr(_extra_utils, async_name, invoke_async)
+
+
+def _remove_hooks() -> None:
+    while _hooks:
+        owner, name, original = _hooks.pop()
+        setattr(owner, name, original)
+
+
+# -- the classes ------------------------------------------------------------------------------------
+
+
+def _class_wrapper(name: str, is_async: bool) -> Callable[..., Any]:
+    layer, kind = METHODS[name]
+    streaming = kind == STREAM
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if instance is None or not _class_patch:
+            return wrapped(*args, **kwargs)
+        if layer == "call":
+            if is_async:
+                return logical.grouped_async(lambda: wrapped(*args, **kwargs), streaming)
+            return logical.grouped(lambda: wrapped(*args, **kwargs), streaming)
+        if args:
+            return wrapped(*args, **kwargs)
+        return _attempt(instance, wrapped, kind, is_async, None)(**kwargs)
+
+    return wrapper
+
+
+def instrument_classes() -> list[str]:
+    """Wrap ``google.genai``'s ``Models`` and ``AsyncModels`` (if installed); the names wrapped now."""
+    try:
+        from google.genai.models import AsyncModels, Models
+    except ImportError:
+        return []
+    if _class_patch:
+        return []
+    _install_hooks()
+    done = []
+    for cls, is_async in ((Models, False), (AsyncModels, True)):
+        for name in METHODS:
+            current = vars(cls).get(name)
+            if current is None:
+                _log.warning("relay-runtime: google-genai %s.%s not found; left untraced", cls.__name__, name)
+                continue
+            _class_patch.append((cls, name, current))
+            setattr(cls, name, wrapt.FunctionWrapper(current, _class_wrapper(name, is_async)))
+            done.append(f"google.genai.models.{cls.__name__}.{name}")
+    return done
+
+
+def uninstrument_classes() -> None:
+    while _class_patch:
+        cls, name, original = _class_patch.pop()
+        setattr(cls, name, original)
+    _remove_hooks()
+
+
+def classes_instrumented() -> bool:
+    return bool(_class_patch)

@@ -1,0 +1,214 @@
+"""One public ``google-genai`` call as one logical call, however many HTTP requests the SDK makes for it.
+
+``generate_content`` runs automatic function calling (and automatic continuation) itself: it
+sends a request, runs the Python functions the model asked for, and sends again, until the
+model answers. A chat's ``send_message`` does the same over ``generate_content``. The public
+method (the outermost one, when a chat calls ``generate_content``) opens a logical call of the
+managed turn, every request made inside it is an attempt of that call, every Python function
+the SDK runs for it a tool scope, and the call closes when the method returns (a stream: when
+it is read out or closed) with its last attempt's outcome, or the outcome of what it raised.
+
+Inside an ``@auxiliary_call`` or a framework's model call the logical call is theirs: the
+attempts join it. Outside a managed turn each attempt is its own logical call.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from typing import Any
+
+from relay_runtime import auxiliary, calls, logical_calls, session
+from relay_runtime import conventions as cv
+from relay_runtime.scopes import outcome_of
+from relay_runtime.session import Turn
+from relay_runtime.types import Outcome
+
+_SUCCESS = Outcome.SUCCESS.value
+_ROLE = "primary"
+
+
+class Group:
+    """The logical call a public method opened, while it runs."""
+
+    __slots__ = ("api_request_id", "closed", "metadata", "turn")
+
+    def __init__(self, turn: Turn) -> None:
+        self.turn = turn
+        self.api_request_id = calls.open_logical_call_in(turn, None, _ROLE)
+        self.metadata = {cv.API_REQUEST_ID: self.api_request_id, cv.CALL_ROLE: _ROLE}
+        self.closed = False
+
+    def close(self, error: BaseException | None) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        turn = self.turn
+        call = turn.logical_llm_calls.get(self.api_request_id)
+        if call is None:  # the turn ended first and closed it
+            return
+        outcome = outcome_of(error) if error is not None else (call.last_outcome or _SUCCESS)
+        try:
+            logical_calls.close_logical_call(turn, call, outcome)
+        except Exception as exc:
+            turn.relay.diag.failure("bookkeeping_errors", exc, f"completing logical call {self.api_request_id!r}")
+
+
+current: ContextVar[Group | None] = ContextVar("relay_genai_group", default=None)
+
+
+def attempt_identity(explicit: str | None, client_provider: str) -> tuple[str, dict[str, Any] | None, bool]:
+    """(the attempt's provider name, its logical-call metadata, whether its logical call stays open after it).
+
+    The provider: ``instrument(client, provider=...)``, then ``set_route``'s, then the client's own.
+    """
+    route = auxiliary.current_route()
+    name = explicit or (route.provider if route is not None else None) or client_provider
+    group = current.get()
+    if group is not None:
+        return name, group.metadata, True
+    metadata = auxiliary.next_attempt_metadata()
+    return name, metadata, metadata is not None
+
+
+def _open() -> Group | None:
+    if current.get() is not None or auxiliary.in_auxiliary_call():
+        return None  # a chat's generate_content, or a logical call someone else holds
+    turn = session.managed_turn()
+    return Group(turn) if turn is not None else None
+
+
+def grouped(call: Callable[[], Any], streaming: bool) -> Any:
+    """``call()`` (a public method) as one logical call; a stream's is closed when the stream ends."""
+    group = _open()
+    if group is None:
+        return call()
+    token = current.set(group)
+    try:
+        result = call()
+    except BaseException as exc:
+        group.close(exc)
+        raise
+    finally:
+        current.reset(token)
+    if streaming:
+        return GroupedIterator(group, result)
+    group.close(None)
+    return result
+
+
+async def grouped_async(call: Callable[[], Any], streaming: bool) -> Any:
+    group = _open()
+    if group is None:
+        result = call()
+        return await result if inspect.isawaitable(result) else result
+    token = current.set(group)
+    try:
+        result = call()
+        if inspect.isawaitable(result):
+            result = await result
+    except BaseException as exc:
+        group.close(exc)
+        raise
+    finally:
+        current.reset(token)
+    if streaming:
+        return GroupedAsyncIterator(group, result)
+    group.close(None)
+    return result
+
+
+class GroupedIterator:
+    """A public method's stream, read with its logical call current; the call closes when it ends."""
+
+    __slots__ = ("group", "source")
+
+    def __init__(self, group: Group, source: Iterator[Any]) -> None:
+        self.group = group
+        self.source = source
+
+    def __iter__(self) -> GroupedIterator:
+        return self
+
+    def __next__(self) -> Any:
+        token = current.set(self.group)
+        try:
+            return next(self.source)
+        except StopIteration:
+            self.group.close(None)
+            raise
+        except BaseException as exc:
+            self.group.close(exc)
+            raise
+        finally:
+            current.reset(token)
+
+    def close(self) -> None:
+        token = current.set(self.group)
+        try:
+            close = getattr(self.source, "close", None)
+            if close is not None:
+                close()
+        finally:
+            current.reset(token)
+            self.group.close(None)
+
+
+class GroupedAsyncIterator:
+    __slots__ = ("group", "source")
+
+    def __init__(self, group: Group, source: Any) -> None:
+        self.group = group
+        self.source = source.__aiter__()
+
+    def __aiter__(self) -> GroupedAsyncIterator:
+        return self
+
+    async def __anext__(self) -> Any:
+        token = current.set(self.group)
+        try:
+            return await self.source.__anext__()
+        except StopAsyncIteration:
+            self.group.close(None)
+            raise
+        except BaseException as exc:
+            self.group.close(exc)
+            raise
+        finally:
+            current.reset(token)
+
+    async def aclose(self) -> None:
+        token = current.set(self.group)
+        try:
+            close = getattr(self.source, "aclose", None)
+            if close is not None:
+                await close()
+        finally:
+            current.reset(token)
+            self.group.close(None)
+
+
+# -- the Python functions automatic function calling runs -----------------------------------------
+
+
+def _tool_name(function: Any) -> str:
+    name = getattr(function, "__name__", None)
+    return name if isinstance(name, str) and name else type(function).__name__
+
+
+def invoke_tool(original: Callable[[Any, Any], Any], args: Any, function: Any) -> Any:
+    """The SDK's ``invoke_function_from_dict_args(args, function)`` as a tool scope of the open logical call."""
+    group = current.get()
+    if group is None:
+        return original(args, function)
+    return group.turn.relay.tools.execute(_tool_name(function), args, lambda edited: original(edited, function))
+
+
+async def invoke_tool_async(original: Callable[[Any, Any], Any], args: Any, function: Any) -> Any:
+    group = current.get()
+    if group is None:
+        return await original(args, function)
+    return await group.turn.relay.tools.execute_async(
+        _tool_name(function), args, lambda edited: original(edited, function)
+    )

@@ -1,0 +1,401 @@
+"""``google-genai`` requests as managed attempts: what one API client adds around each HTTP request.
+
+The SDK's per-request methods (``Models._generate_content`` / ``_generate_content_stream`` /
+``_embed_content`` and their ``AsyncModels`` twins) each send one request, retried by tenacity
+around ``BaseApiClient._request_once``. Each such method call is one attempt. The per-try
+seam is shadowed on the API client itself: its call count is the attempt's ``sdk_retries``
+(no call at all marks the attempt ``relay.sent: False``), and a bound cassette answers or
+records each try there, whatever HTTP client the SDK uses. The client's API key is remembered
+as a secret before every call, so an error echoing it never records it.
+
+``logical.py`` groups the attempts a public call makes (automatic function calling, automatic
+continuation) into one logical call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+from relay_runtime import calls, cassettes, redaction
+from relay_runtime import conventions as cv
+from relay_runtime.attempt import current_attempt
+from relay_runtime.types import LLMRequest, request_of_kwargs
+
+from . import cassette, logical
+from .codec import CODECS, EmbedContentCodec, GenerateContentCodec, GEMINI, VERTEX
+
+GENERATE, STREAM, EMBED = "generate", "stream", "embed"
+_STATE = "_relay_genai_state"
+_TRIES = ("_request_once", "_async_request_once")
+
+
+def codec_for(provider: str, kind: str) -> Any:
+    codec = CODECS.get((provider, kind))
+    if codec is None:  # a caller's own name for the provider (instrument(client, provider=...))
+        codec = EmbedContentCodec(provider) if kind == EMBED else GenerateContentCodec(provider, kind == STREAM)
+        CODECS[(provider, kind)] = codec
+    return codec
+
+
+class ClientState:
+    """What one API client contributes to every attempt, worked out on its first managed call."""
+
+    __slots__ = ("key", "metadata", "provider")
+
+    def __init__(self, api_client: Any) -> None:
+        self.provider = VERTEX if getattr(api_client, "vertexai", False) else GEMINI
+        metadata: dict[str, Any] = {}
+        options = getattr(api_client, "_http_options", None)
+        address = _address(getattr(options, "base_url", None))
+        if address:
+            metadata[cv.SERVER_ADDRESS] = address
+        location = getattr(api_client, "location", None)
+        if self.provider == VERTEX and isinstance(location, str) and location:
+            metadata[cv.CLOUD_REGION] = location
+        self.metadata = metadata
+        key = getattr(api_client, "api_key", None)
+        self.key: str | None = key if isinstance(key, str) and key else None
+        redaction.remember_secret(self.key)
+        _install_tries(api_client)
+
+
+def _address(url: Any) -> str | None:
+    if not isinstance(url, str):
+        return None
+    parts = urlsplit(url)
+    host, port = parts.hostname, parts.port
+    if not host:
+        return None
+    return f"{host}:{port}" if port else host
+
+
+def state_of(api_client: Any) -> ClientState:
+    state = api_client.__dict__.get(_STATE)
+    if state is None:
+        state = api_client.__dict__[_STATE] = ClientState(api_client)
+    return state
+
+
+# -- each HTTP try ------------------------------------------------------------------------------
+
+
+def _count_try() -> None:
+    """Each try of the running attempt: the first is no retry, each later one is."""
+    attempt = current_attempt()
+    if attempt is None:
+        return
+    metadata = attempt.metadata
+    retries = metadata.get(cv.SDK_RETRIES)
+    metadata[cv.SDK_RETRIES] = 0 if retries is None else retries + 1
+
+
+def _http_response(headers: Any, held: Any) -> Any:
+    from google.genai._api_client import HttpResponse
+
+    return HttpResponse(headers, held)
+
+
+def _install_tries(api_client: Any) -> None:
+    """Shadow the client's per-try methods (once): tenacity looks them up on the client for every retry."""
+    own = api_client.__dict__
+    if getattr(own.get(_TRIES[0]), "relay_genai", False):
+        return
+    once, async_once = api_client._request_once, api_client._async_request_once
+
+    def request_once(http_request: Any, stream: bool = False, *args: Any, **kwargs: Any) -> Any:
+        _count_try()
+        call = cassette.tape.get()
+        if call is None:
+            return once(http_request, stream, *args, **kwargs)
+        if call.replaying:
+            return _http_response(*cassette.replayed(call, http_request, stream))
+        exchange = cassette._begin(call, http_request)
+        try:
+            response = once(http_request, stream, *args, **kwargs)
+        except BaseException as exc:
+            cassette.note_sent_secrets(call, http_request)
+            cassette.record_error(exchange, exc)
+            raise
+        cassette.note_sent_secrets(call, http_request)
+        if not stream:
+            held = response.response_stream
+            cassette.record_answer(exchange, response.headers, held[0] if isinstance(held, list) and held else "", None)
+            return response
+        return _recorded_stream(exchange, response.headers, _read_sync(response.response_stream))
+
+    async def async_request_once(http_request: Any, stream: bool = False, *args: Any, **kwargs: Any) -> Any:
+        _count_try()
+        call = cassette.tape.get()
+        if call is None:
+            return await async_once(http_request, stream, *args, **kwargs)
+        if call.replaying:
+            return _http_response(*cassette.replayed(call, http_request, stream))
+        exchange = cassette._begin(call, http_request)
+        try:
+            response = await async_once(http_request, stream, *args, **kwargs)
+        except BaseException as exc:
+            cassette.note_sent_secrets(call, http_request)
+            cassette.record_error(exchange, exc)
+            raise
+        cassette.note_sent_secrets(call, http_request)
+        if not stream:
+            held = response.response_stream
+            cassette.record_answer(exchange, response.headers, held[0] if isinstance(held, list) and held else "", None)
+            return response
+        return _recorded_stream(exchange, response.headers, await _read_async(response.response_stream))
+
+    for function, original in ((request_once, once), (async_request_once, async_once)):
+        function.relay_genai = True  # type: ignore[attr-defined]
+        function.__wrapped__ = original  # type: ignore[attr-defined]
+    own[_TRIES[0]] = request_once
+    own[_TRIES[1]] = async_request_once
+
+
+def _recorded_stream(exchange: dict[str, Any], headers: Any, read: tuple[bytes, BaseException | None]) -> Any:
+    """A recorded stream handed on as the bytes that came, then the failure that cut it, if one did."""
+    import httpx2
+
+    body, error = read
+    kept = cassette.record_answer(exchange, headers, None, body)
+    if error is not None:
+        exchange["error"] = {"type": type(error).__name__, "message": str(error)}
+        return _http_response(kept, httpx2.Response(200, headers=kept, stream=cassette._Cut(body, _as_exception(error))))
+    return _http_response(kept, httpx2.Response(200, headers=kept, content=body))
+
+
+def _as_exception(error: BaseException) -> Exception:
+    return error if isinstance(error, Exception) else RuntimeError(str(error))
+
+
+def _read_sync(source: Any) -> tuple[bytes, BaseException | None]:
+    """A live stream's whole body (httpx / httpx2, or google-auth's requests session), and what broke it."""
+    parts: list[bytes] = []
+    try:
+        chunks = source.iter_bytes() if hasattr(source, "iter_bytes") else source.iter_content(chunk_size=512)
+        for chunk in chunks:
+            parts.append(chunk)
+    except Exception as exc:
+        return b"".join(parts), exc
+    finally:
+        source.close()
+    return b"".join(parts), None
+
+
+async def _read_async(source: Any) -> tuple[bytes, BaseException | None]:
+    """``_read_sync`` for the async clients: httpx / httpx2, or aiohttp."""
+    parts: list[bytes] = []
+    try:
+        if hasattr(source, "aiter_bytes"):
+            async for chunk in source.aiter_bytes():
+                parts.append(chunk)
+        else:
+            async for chunk in source.content.iter_any():
+                parts.append(chunk)
+    except Exception as exc:
+        return b"".join(parts), exc
+    finally:
+        if hasattr(source, "aclose"):
+            await source.aclose()
+        else:
+            source.release()
+    return b"".join(parts), None
+
+
+# -- one attempt -----------------------------------------------------------------------------------
+
+
+def _tag(error: BaseException) -> None:
+    """An ``APIError`` says its API status (``RESOURCE_EXHAUSTED`` for throttling) as its error type."""
+    status = getattr(error, "status", None)
+    if isinstance(status, str) and status and isinstance(getattr(error, "code", None), int):
+        error.relay_error_type = status  # type: ignore[attr-defined]
+
+
+def _sent_nothing() -> None:
+    attempt = current_attempt()
+    if attempt is not None and cv.SDK_RETRIES not in attempt.metadata:
+        attempt.metadata[cv.SENT] = False  # refused before any HTTP try (the SDK's own checks)
+
+
+def _begin_send() -> None:
+    attempt = current_attempt()
+    if attempt is not None:
+        attempt.metadata.pop(cv.SDK_RETRIES, None)  # an execution intercept's second call counts afresh
+
+
+def _kwargs(request: LLMRequest) -> dict[str, Any]:
+    kwargs = request.kwargs()
+    headers = request.raw_headers()
+    if headers:  # headers an intercept added travel in the request's own http_options
+        kwargs["config"] = _with_headers(kwargs.get("config"), headers)
+    return kwargs
+
+
+def _with_headers(config: Any, headers: Any) -> Any:
+    from google.genai import types
+
+    if config is None:
+        config = {}
+    options = config.get("http_options") if isinstance(config, dict) else config.http_options
+    if options is None:
+        options = types.HttpOptions()
+    elif isinstance(options, dict):
+        options = types.HttpOptions(**options)
+    options = options.model_copy(update={"headers": {**(options.headers or {}), **headers}})
+    if isinstance(config, dict):
+        return {**config, "http_options": options}
+    return config.model_copy(update={"http_options": options})
+
+
+class Call:
+    """One attempt's identity, worked out before anything is recorded or sent."""
+
+    __slots__ = ("codec", "options", "request", "secrets")
+
+    def __init__(self, models: Any, kind: str, kwargs: dict[str, Any], provider: str | None) -> None:
+        api_client = models._api_client
+        state = api_client.__dict__.get(_STATE) or state_of(api_client)
+        redaction.remember_secret(state.key)
+        name, metadata, defer = logical.attempt_identity(provider, state.provider)
+        self.codec = codec = codec_for(name, kind)
+        model = kwargs.get("model")
+        self.request = request_of_kwargs(kwargs)
+        self.secrets = {state.key} if state.key else set()
+        self.options: dict[str, Any] = {
+            "name": name, "model_name": model if isinstance(model, str) else None,
+            "metadata": {**state.metadata, **metadata} if metadata else dict(state.metadata),
+            "codec": codec, "defer_logical_completion": defer,
+        }  # fmt: skip
+
+    def bound(self, kwargs: dict[str, Any]) -> cassette.Bound | None:
+        return cassette.Bound(self.codec, kwargs, self.secrets) if cassettes.current() is not None else None
+
+
+def _send(wrapped: Callable[..., Any], call: Call, request: LLMRequest) -> Any:
+    kwargs = _kwargs(request)
+    _begin_send()
+    bound = call.bound(kwargs)
+    try:
+        if bound is None:
+            return wrapped(**kwargs)
+        with bound:
+            return wrapped(**kwargs)
+    except BaseException as exc:
+        _tag(exc)
+        _sent_nothing()
+        raise
+
+
+async def _send_async(wrapped: Callable[..., Any], call: Call, request: LLMRequest) -> Any:
+    kwargs = _kwargs(request)
+    _begin_send()
+    bound = call.bound(kwargs)
+    try:
+        if bound is None:
+            return await wrapped(**kwargs)
+        with bound:
+            return await wrapped(**kwargs)
+    except BaseException as exc:
+        _tag(exc)
+        _sent_nothing()
+        raise
+
+
+def managed_call(models: Any, wrapped: Callable[..., Any], kind: str, kwargs: dict[str, Any], provider: str | None) -> Any:
+    """``wrapped(**kwargs)`` (``_generate_content`` or ``_embed_content``) as one attempt."""
+    call = Call(models, kind, kwargs, provider)
+    return calls.execute_current(call.request, lambda r: _send(wrapped, call, r), **call.options)
+
+
+async def managed_call_async(
+    models: Any, wrapped: Callable[..., Any], kind: str, kwargs: dict[str, Any], provider: str | None
+) -> Any:
+    call = Call(models, kind, kwargs, provider)
+
+    async def send(request: LLMRequest) -> Any:
+        return await _send_async(wrapped, call, request)
+
+    return await calls.execute_current_async(call.request, send, **call.options)
+
+
+class _Opened:
+    """A sync stream opened now: its first chunk read (the request sent, retried or refused here), then the rest."""
+
+    __slots__ = ("first", "source")
+
+    def __init__(self, source: Iterator[Any]) -> None:
+        self.source = source
+        self.first: list[Any] = []
+        for chunk in source:
+            self.first.append(chunk)
+            break
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        if self.first:
+            return self.first.pop()
+        try:
+            return next(self.source)
+        except Exception as exc:
+            _tag(exc)
+            raise
+
+    def close(self) -> None:
+        close = getattr(self.source, "close", None)
+        if close is not None:
+            close()
+
+
+def managed_stream(models: Any, wrapped: Callable[..., Any], kwargs: dict[str, Any], provider: str | None) -> Iterator[Any]:
+    """``_generate_content_stream(**kwargs)`` as one streamed attempt; lazy, as the SDK's own generator is."""
+    call = Call(models, STREAM, kwargs, provider)
+    stream = calls.stream_current(call.request, lambda r: _send(lambda **k: _Opened(wrapped(**k)), call, r),
+                                  **call.options)  # fmt: skip
+    try:
+        yield from stream
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
+
+
+class _Tagging:
+    """An async stream whose errors carry their API status (see ``_tag``)."""
+
+    __slots__ = ("source",)
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+
+    def __aiter__(self) -> _Tagging:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.source.__anext__()
+        except StopAsyncIteration:
+            raise
+        except Exception as exc:
+            _tag(exc)
+            raise
+
+    async def aclose(self) -> None:
+        close = getattr(self.source, "aclose", None)
+        if close is not None:
+            await close()
+
+
+async def managed_stream_async(
+    models: Any, wrapped: Callable[..., Any], kwargs: dict[str, Any], provider: str | None
+) -> AsyncIterator[Any]:
+    """``await AsyncModels._generate_content_stream(**kwargs)`` (which sends the request) as one attempt."""
+    call = Call(models, STREAM, kwargs, provider)
+
+    async def open_stream(request: LLMRequest) -> Any:
+        return _Tagging(await _send_async(wrapped, call, request))
+
+    return await calls.stream_current_async(call.request, open_stream, **call.options)  # type: ignore[no-any-return]

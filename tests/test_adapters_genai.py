@@ -1,0 +1,374 @@
+"""The Google Gen AI SDK through real ``google-genai`` clients on a mock transport: generate_content, its stream,
+their async twins and embed_content as managed attempts, for the Gemini API and Vertex AI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx2
+import pytest
+from genai_support import (
+    GEMINI_KEY,
+    LOCATION,
+    MODEL,
+    api_error,
+    embed_body,
+    gemini_client,
+    response_body,
+    stream_frames,
+    usage,
+    vertex_client,
+)
+
+from relay_runtime import AnnotatedLLMRequest, LLMRequest, LLMRequestInterceptOutcome, Recorder
+from relay_runtime import conventions as cv
+from relay_runtime.adapters import google_genai
+from relay_runtime.adapters import testing as t
+from relay_runtime.neutral import UnsupportedParamError
+
+genai_errors = pytest.importorskip("google.genai.errors")
+
+
+def attempts(events: Recorder) -> list[Any]:
+    return events.ends(relay_kind=cv.ATTEMPT)
+
+
+def only(events: Recorder) -> Any:
+    found = attempts(events)
+    assert len(found) == 1, [(e.outcome, e.error_type) for e in found]
+    return found[0]
+
+
+@pytest.fixture()
+def script() -> t.Script:
+    return t.Script()
+
+
+@pytest.fixture()
+def client(script: t.Script) -> Iterator[Any]:
+    made = google_genai.instrument_client(gemini_client(script))
+    yield made
+    google_genai.uninstrument_client(made)
+
+
+FULL_USAGE = usage(
+    prompt=100, candidates=20, cachedContentTokenCount=60, thoughtsTokenCount=30, toolUsePromptTokenCount=7,
+    promptTokensDetails=[{"modality": "TEXT", "tokenCount": 90}, {"modality": "IMAGE", "tokenCount": 10}],
+)  # fmt: skip
+
+
+def test_generate_content_is_one_attempt_of_one_logical_call_with_every_usage_category(
+    relay_turn, relay_events, client, script
+) -> None:
+    script.add(t.json_reply(response_body("hello", thought="let me think", usage_metadata=FULL_USAGE)))
+    response = client.models.generate_content(model=MODEL, contents="hi", config={"temperature": 0.2})
+    assert response.text == "hello"
+    end = only(relay_events)
+    assert end.outcome == "success"
+    assert end.provider == "gcp.gemini" and end.model_name == MODEL
+    request = end.annotated_request
+    assert (request.provider, request.operation) == ("gcp.gemini", "generate_content")
+    assert request.params == {"temperature": 0.2} and request.messages == ["hi"]
+    annotated = end.annotated_response
+    assert annotated.output_text == "hello" and annotated.finish_reasons == ["stop"]
+    assert (annotated.model, annotated.id) == ("gemini-test-flash-001", "resp-1")
+    u = annotated.usage
+    # The prompt holds the cached tokens; the tool-use prompt is input too; thoughts are output (and reasoning).
+    assert (u.input_tokens, u.cache_read_tokens, u.output_tokens, u.reasoning_tokens) == (107, 60, 50, 30)
+    assert u.input_image_tokens == 10
+    assert end.metadata[cv.SERVER_ADDRESS] == "gemini.test" and end.metadata[cv.SDK_RETRIES] == 0
+    (call,) = relay_events.ends(relay_kind=cv.LOGICAL_CALL)
+    assert call.outcome == "success" and end.metadata[cv.API_REQUEST_ID] == call.metadata[cv.API_REQUEST_ID]
+
+
+def test_async_generate_content_is_one_attempt(relay_turn, relay_events, client, script) -> None:
+    script.add(t.json_reply(response_body("async hello", usage_metadata=usage())))
+    response = asyncio.run(client.aio.models.generate_content(model=MODEL, contents="hi"))
+    assert response.text == "async hello"
+    end = only(relay_events)
+    assert end.outcome == "success" and end.annotated_response.output_text == "async hello"
+    assert end.annotated_response.usage.input_tokens == 12
+    assert len(relay_events.ends(relay_kind=cv.LOGICAL_CALL)) == 1
+
+
+def test_generate_content_stream_yields_the_sdks_chunks_and_records_the_whole_answer(
+    relay_turn, relay_events, client, script
+) -> None:
+    script.add(t.sse_reply(stream_frames(["Hel", "lo", "!"], usage_metadata=FULL_USAGE)))
+    chunks = list(client.models.generate_content_stream(model=MODEL, contents="hi"))
+    assert [c.text for c in chunks] == ["Hel", "lo", "!"]
+    end = only(relay_events)
+    assert end.outcome == "success", (end.error_type, end.error_message)
+    assert end.annotated_request.stream is True
+    assert end.annotated_response.output_text == "Hello!" and end.annotated_response.finish_reasons == ["stop"]
+    assert end.annotated_response.usage.cache_read_tokens == 60
+    assert end.output["candidates"][0]["content"]["parts"] == [{"text": "Hello!"}]
+    assert len(relay_events.ends(relay_kind=cv.LOGICAL_CALL)) == 1
+
+
+def test_a_stream_whose_last_chunk_has_no_finish_reason_is_an_incomplete_stream(
+    relay_turn, relay_events, client, script
+) -> None:
+    script.add(t.sse_reply(stream_frames(["cut ", "sho"], finish=None)))
+    texts = [c.text for c in client.models.generate_content_stream(model=MODEL, contents="hi")]
+    assert texts == ["cut ", "sho"]  # the caller's iteration ends as the provider's stream did
+    end = only(relay_events)
+    assert end.outcome == "failed" and end.error_type == "IncompleteStream"
+    assert end.annotated_response.output_text == "cut sho"
+    (call,) = relay_events.ends(relay_kind=cv.LOGICAL_CALL)
+    assert call.outcome == "failed"  # the logical call ends as its last attempt did
+
+
+def test_async_stream_and_its_incomplete_twin(relay_turn, relay_events, client, script) -> None:
+    script.add(t.sse_reply(stream_frames(["a", "b"])), t.sse_reply(stream_frames(["c"], finish=None)))
+
+    async def read() -> list[list[str]]:
+        out = []
+        for _ in range(2):
+            stream = await client.aio.models.generate_content_stream(model=MODEL, contents="hi")
+            out.append([chunk.text async for chunk in stream])
+        return out
+
+    assert asyncio.run(read()) == [["a", "b"], ["c"]]
+    first, second = attempts(relay_events)
+    assert first.outcome == "success" and first.annotated_response.output_text == "ab"
+    assert second.outcome == "failed" and second.error_type == "IncompleteStream"
+
+
+def test_a_stream_broken_off_mid_body_fails_the_attempt_and_raises_as_the_sdk_does(
+    relay_turn, relay_events, client, script
+) -> None:
+    script.add(t.sse_reply(stream_frames(["par", "tial"]), fail_with=httpx2.ReadError("connection reset")))
+    seen = []
+    with pytest.raises(httpx2.ReadError):
+        for chunk in client.models.generate_content_stream(model=MODEL, contents="hi"):
+            seen.append(chunk.text)
+    assert seen == ["par", "tial"]
+    end = only(relay_events)
+    assert end.outcome == "failed" and end.error_type == "ReadError"
+
+
+def test_closing_a_stream_early_ends_the_attempt_and_its_logical_call(relay_turn, relay_events, client, script):
+    script.add(t.sse_reply(stream_frames(["one", "two", "three"])))
+    stream = client.models.generate_content_stream(model=MODEL, contents="hi")
+    assert next(stream).text == "one"
+    stream.close()
+    end = only(relay_events)
+    assert end.outcome == "cancelled"
+    assert len(relay_events.ends(relay_kind=cv.LOGICAL_CALL)) == 1
+
+
+def test_function_calls_are_tool_calls(relay_turn, relay_events, client, script) -> None:
+    call = {"id": "fc-1", "name": "get_weather", "args": {"city": "Paris"}}
+    script.add(t.json_reply(response_body(None, calls=[call])), t.sse_reply(stream_frames(["x"], calls=[call])))
+    tools = [{"function_declarations": [{"name": "get_weather", "parameters": {"type": "OBJECT"}}]}]
+    client.models.generate_content(model=MODEL, contents="weather?", config={"tools": tools})
+    list(client.models.generate_content_stream(model=MODEL, contents="weather?", config={"tools": tools}))
+    plain, streamed = attempts(relay_events)
+    expected = [{"id": "fc-1", "name": "get_weather", "arguments": {"city": "Paris"}}]
+    assert plain.annotated_response.tool_calls == expected and streamed.annotated_response.tool_calls == expected
+    assert plain.annotated_response.finish_reasons == ["tool_call"] == streamed.annotated_response.finish_reasons
+    assert plain.annotated_request.tools is not None and len(plain.annotated_request.tools) == 1
+
+
+@pytest.mark.parametrize(
+    ("reason", "mapped"),
+    [("MAX_TOKENS", "length"), ("SAFETY", "content_filter"), ("RECITATION", "content_filter"),
+     ("PROHIBITED_CONTENT", "content_filter"), ("MALFORMED_FUNCTION_CALL", "error"), ("OTHER", "other")],
+)  # fmt: skip
+def test_finish_reasons_are_mapped(relay_turn, relay_events, client, script, reason: str, mapped: str) -> None:
+    script.add(t.json_reply(response_body("x", finish=reason)))
+    client.models.generate_content(model=MODEL, contents="hi")
+    assert only(relay_events).annotated_response.finish_reasons == [mapped]
+
+
+def test_a_prompt_blocked_for_safety_is_a_content_filter(relay_turn, relay_events, client, script) -> None:
+    blocked = {"promptFeedback": {"blockReason": "SAFETY"}, "usageMetadata": usage(candidates=0)}
+    script.add(t.json_reply(blocked), t.sse_reply([t.sse_frame(blocked)]))
+    response = client.models.generate_content(model=MODEL, contents="bad")
+    assert response.text is None
+    assert [c.text for c in client.models.generate_content_stream(model=MODEL, contents="bad")] == [None]
+    plain, streamed = attempts(relay_events)
+    assert plain.outcome == "success" and plain.annotated_response.finish_reasons == ["content_filter"]
+    # The block ends the stream: it is no cut-off stream.
+    assert streamed.outcome == "success" and streamed.annotated_response.finish_reasons == ["content_filter"]
+
+
+def test_a_provider_error_is_raised_and_recorded_with_its_status(relay_turn, relay_events, client, script) -> None:
+    script.add(api_error(400, "INVALID_ARGUMENT", "bad request"))
+    with pytest.raises(genai_errors.ClientError):
+        client.models.generate_content(model=MODEL, contents="hi")
+    end = only(relay_events)
+    assert end.outcome == "failed" and end.error_type == "INVALID_ARGUMENT"
+    assert end.metadata[cv.SDK_RETRIES] == 0
+    (call,) = relay_events.ends(relay_kind=cv.LOGICAL_CALL)
+    assert call.outcome == "failed"
+
+
+def test_the_sdks_own_retries_are_counted_on_the_attempt(relay_turn, relay_events, script) -> None:
+    client = google_genai.instrument_client(gemini_client(script, retries=3))
+    script.add(api_error(503, "UNAVAILABLE"), api_error(429, "RESOURCE_EXHAUSTED"),
+               t.json_reply(response_body("third time")))  # fmt: skip
+    assert client.models.generate_content(model=MODEL, contents="hi").text == "third time"
+    end = only(relay_events)
+    assert end.outcome == "success" and end.metadata[cv.SDK_RETRIES] == 2
+    assert len(script.requests) == 3
+
+
+def test_throttling_past_the_retries_fails_as_throttling(relay_turn, relay_events, script) -> None:
+    client = google_genai.instrument_client(gemini_client(script, retries=1))
+    script.add(api_error(429, "RESOURCE_EXHAUSTED"), api_error(429, "RESOURCE_EXHAUSTED"))
+
+    async def call() -> None:
+        await client.aio.models.generate_content(model=MODEL, contents="hi")
+
+    with pytest.raises(genai_errors.ClientError):
+        asyncio.run(call())
+    end = only(relay_events)
+    assert end.error_type == "RESOURCE_EXHAUSTED" and end.metadata[cv.SDK_RETRIES] == 1
+
+
+def test_a_call_the_sdk_refuses_before_sending_is_marked_unsent(relay_turn, relay_events, client, script) -> None:
+    with pytest.raises(ValueError):
+        client.models.generate_content(model=MODEL, contents="hi", config={"should_return_http_response": True,
+                                                                            "response_schema": object()})  # fmt: skip
+    assert script.requests == []
+    ends = attempts(relay_events)
+    assert all(e.metadata.get(cv.SENT) is False for e in ends)
+
+
+def test_vertex_ai_clients_are_named_for_vertex_with_their_region(relay_turn, relay_events, script) -> None:
+    client = google_genai.instrument_client(vertex_client(script))
+    script.add(t.json_reply(response_body("from vertex")))
+    client.models.generate_content(model=MODEL, contents="hi")
+    end = only(relay_events)
+    assert end.provider == "gcp.vertex_ai" and end.annotated_request.provider == "gcp.vertex_ai"
+    assert end.metadata[cv.CLOUD_REGION] == LOCATION
+    assert f"/locations/{LOCATION}/publishers/google/models/{MODEL}:generateContent" in str(script.requests[0].url)
+
+
+def test_a_provider_named_by_the_caller_wins(relay_turn, relay_events, script) -> None:
+    client = google_genai.instrument_client(gemini_client(script), provider="gcp.gen_ai")
+    script.add(t.json_reply(response_body()))
+    client.models.generate_content(model=MODEL, contents="hi")
+    assert only(relay_events).annotated_request.provider == "gcp.gen_ai"
+    with pytest.raises(ValueError, match="instrumented already"):
+        google_genai.instrument_client(client)
+
+
+def test_embed_content_is_an_embeddings_attempt_with_dimensions(relay_turn, relay_events, client, script) -> None:
+    script.add(t.json_reply(embed_body(vectors=2, dims=16)))
+    result = client.models.embed_content(model="text-embedding-004", contents=["a", "b"],
+                                         config={"output_dimensionality": 16})  # fmt: skip
+    assert len(result.embeddings) == 2
+    end = only(relay_events)
+    assert end.annotated_request.operation == "embeddings" and end.annotated_request.messages == ["a", "b"]
+    assert end.annotated_request.provider_params == {"output_dimensionality": 16}
+    assert end.annotated_response.embedding_dimensions == 16
+    assert end.annotated_response.usage.output_tokens is None
+
+
+def test_vertex_embeddings_count_their_input_tokens(relay_turn, relay_events, script) -> None:
+    client = google_genai.instrument_client(vertex_client(script))
+    stats = {"token_count": 5, "truncated": False}
+    body = {"predictions": [{"embeddings": {"values": [0.1] * 4, "statistics": stats}}] * 2, "metadata": {}}
+    script.add(t.json_reply(body))
+    asyncio.run(client.aio.models.embed_content(model="text-embedding-005", contents=["a", "b"]))
+    end = only(relay_events)
+    assert end.annotated_response.usage.input_tokens == 10 and end.annotated_response.embedding_dimensions == 4
+
+
+def _intercept(relay: Any, edit: Any) -> None:
+    def intercept(_name: str, request: LLMRequest, annotated: AnnotatedLLMRequest) -> LLMRequestInterceptOutcome:
+        return LLMRequestInterceptOutcome(edit(request, annotated), annotated)
+
+    relay.intercepts.register_llm_request("genai-edit", 1, False, intercept)
+
+
+def test_intercepts_rewrite_the_request_through_the_neutral_view(relay_turn, relay_events, client, script) -> None:
+    relay, _turn = relay_turn
+
+    def edit(request: LLMRequest, annotated: AnnotatedLLMRequest) -> LLMRequest:
+        annotated.params["max_tokens"] = 7
+        annotated.params["stop"] = "END"
+        annotated.system = "Be brief."
+        annotated.model = "gemini-other"
+        annotated.messages = [*annotated.messages, "and one more thing"]
+        return request.replace(headers={"x-relay-tag": "edited"})
+
+    _intercept(relay, edit)
+    script.add(t.json_reply(response_body()))
+    try:
+        from google.genai import types
+
+        client.models.generate_content(model=MODEL, contents="hi", config=types.GenerateContentConfig(temperature=0.5))
+    finally:
+        relay.intercepts.deregister_llm_request("genai-edit")
+    sent = script.requests[0]
+    assert "gemini-other:generateContent" in str(sent.url)
+    body = json.loads(sent.content)
+    assert body["generationConfig"] == {"temperature": 0.5, "maxOutputTokens": 7, "stopSequences": ["END"]}
+    assert body["systemInstruction"]["parts"] == [{"text": "Be brief."}]
+    # The SDK makes a list of strings one user turn of several parts.
+    assert [p["text"] for c in body["contents"] for p in c["parts"]] == ["hi", "and one more thing"]
+    assert sent.headers["x-relay-tag"] == "edited" and sent.headers["x-goog-api-key"] == GEMINI_KEY
+    assert only(relay_events).outcome == "success"
+
+
+def test_a_param_gemini_cannot_take_is_refused_before_sending(relay_turn, relay_events, client, script) -> None:
+    relay, _turn = relay_turn
+
+    def edit(request: LLMRequest, annotated: AnnotatedLLMRequest) -> LLMRequest:
+        annotated.params["parallel_tool_calls"] = False
+        return request
+
+    _intercept(relay, edit)
+    try:
+        with pytest.raises(UnsupportedParamError, match="parallel_tool_calls"):
+            client.models.generate_content(model=MODEL, contents="hi")
+    finally:
+        relay.intercepts.deregister_llm_request("genai-edit")
+    assert script.requests == []
+
+
+def test_without_a_turn_the_call_goes_straight_through(relay_events, client, script) -> None:
+    script.add(t.json_reply(response_body("direct")))
+    assert client.models.generate_content(model=MODEL, contents="hi").text == "direct"
+    assert attempts(relay_events) == []
+
+
+def test_uninstrument_client_restores_it_and_other_clients_are_untouched(relay_turn, relay_events, script) -> None:
+    traced, other = gemini_client(script), gemini_client(script)
+    google_genai.instrument_client(traced)
+    assert google_genai.is_client_instrumented(traced) and not google_genai.is_client_instrumented(other)
+    script.add(*(t.json_reply(response_body()) for _ in range(3)))
+    other.models.generate_content(model=MODEL, contents="hi")
+    traced.models.generate_content(model=MODEL, contents="hi")
+    google_genai.uninstrument_client(traced)
+    assert "generate_content" not in vars(traced.models) and not google_genai.is_client_instrumented(traced)
+    traced.models.generate_content(model=MODEL, contents="hi")
+    assert len(attempts(relay_events)) == 1
+
+
+def test_instrument_classes_traces_clients_made_after_and_both_at_once_make_one_attempt(
+    relay_turn, relay_events, script
+) -> None:
+    done = google_genai.instrument_classes()
+    try:
+        assert "google.genai.models.Models._generate_content" in done and google_genai.classes_instrumented()
+        script.add(*(t.json_reply(response_body()) for _ in range(3)))
+        made_after = gemini_client(script)
+        made_after.models.generate_content(model=MODEL, contents="hi")
+        google_genai.instrument_client(made_after)  # both on: still one attempt per call
+        made_after.models.generate_content(model=MODEL, contents="hi")
+    finally:
+        google_genai.uninstrument_classes()
+        google_genai.uninstrument_client(made_after)
+    assert len(attempts(relay_events)) == 2
+    assert len(relay_events.ends(relay_kind=cv.LOGICAL_CALL)) == 2
+    fresh = gemini_client(script)  # held: a dropped Client closes its HTTP client
+    fresh.models.generate_content(model=MODEL, contents="hi")
+    assert len(attempts(relay_events)) == 2  # undone
