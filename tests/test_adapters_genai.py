@@ -322,6 +322,7 @@ def test_a_param_gemini_cannot_take_is_refused_before_sending(relay_turn, relay_
     relay, _turn = relay_turn
 
     def edit(request: LLMRequest, annotated: AnnotatedLLMRequest) -> LLMRequest:
+        assert annotated.accepts("top_k") and not annotated.accepts("parallel_tool_calls")
         annotated.params["parallel_tool_calls"] = False
         return request
 

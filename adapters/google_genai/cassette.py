@@ -55,7 +55,7 @@ class Bound:
 # -- what a try sends and answers ------------------------------------------------------------
 
 
-def _begin(call: cassettes.CallTape, http_request: Any) -> dict[str, Any]:
+def begin(call: cassettes.CallTape, http_request: Any) -> dict[str, Any]:
     parts = urlsplit(str(http_request.url))
     path = parts.path + (f"?{parts.query}" if parts.query else "")
     path, query_secrets = secrets.redact_query(path)
@@ -132,7 +132,7 @@ def record_answer(exchange: dict[str, Any], headers: Any, text: str | None, body
 # -- replay --------------------------------------------------------------------------------------
 
 
-class _Cut(httpx2.SyncByteStream, httpx2.AsyncByteStream):
+class Cut(httpx2.SyncByteStream, httpx2.AsyncByteStream):
     """A recorded stream's bytes, then the failure that broke it off."""
 
     def __init__(self, data: bytes, error: Exception) -> None:
@@ -176,7 +176,7 @@ def replayed(call: cassettes.CallTape, http_request: Any, stream: bool) -> tuple
         data = _sse(events)
         error = exchange.get("error")
         if error:
-            response = httpx2.Response(status, headers=headers, stream=_Cut(data, _transport_error(error, request)))
+            response = httpx2.Response(status, headers=headers, stream=Cut(data, _transport_error(error, request)))
         else:
             response = httpx2.Response(status, headers=headers, content=data)
     elif "body" in exchange:

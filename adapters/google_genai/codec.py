@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from relay_runtime.codec import CountingAccumulator
-from relay_runtime.neutral import NEUTRAL_PARAMS, ParamSpelling, UnsupportedParamError
+from relay_runtime.neutral import NEUTRAL_PARAMS, ParamSpelling, UnsupportedParamError, register_compatible
 from relay_runtime.types import REMOVED, AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta, TokenUsage
 
 from ..common import as_int, as_list, as_str, get
@@ -111,7 +111,7 @@ def _modality_counts(details: Any) -> dict[str, int]:
     counts: dict[str, int] = {}
     for item in as_list(details):
         modality = get(item, "modality")
-        name = _MODALITY_FIELDS.get(getattr(modality, "value", modality))  # type: ignore[arg-type]
+        name = _MODALITY_FIELDS.get(getattr(modality, "value", modality))
         count = as_int(get(item, "token_count"))
         if name is not None and count is not None:
             counts[name] = counts.get(name, 0) + count
@@ -446,6 +446,9 @@ class EmbedContentCodec:
 
 CODECS: dict[tuple[str, str], Any] = {}
 for _provider in (GEMINI, VERTEX):
+    # So that ``AnnotatedLLMRequest.accepts`` answers for this API (``parallel_tool_calls``: no).
+    register_compatible(_provider, GENERATE_CONTENT, SPELLING)
+    register_compatible(_provider, EMBEDDINGS, EMBED_SPELLING)
     CODECS[(_provider, "generate")] = GenerateContentCodec(_provider, False)
     CODECS[(_provider, "stream")] = GenerateContentCodec(_provider, True)
     CODECS[(_provider, "embed")] = EmbedContentCodec(_provider)

@@ -2,11 +2,10 @@
 
 The SDK's per-request methods (``Models._generate_content`` / ``_generate_content_stream`` /
 ``_embed_content`` and their ``AsyncModels`` twins) each send one request, retried by tenacity
-around ``BaseApiClient._request_once``. Each such method call is one attempt. The per-try
-seam is shadowed on the API client itself: its call count is the attempt's ``sdk_retries``
-(no call at all marks the attempt ``relay.sent: False``), and a bound cassette answers or
-records each try there, whatever HTTP client the SDK uses. The client's API key is remembered
-as a secret before every call, so an error echoing it never records it.
+around ``BaseApiClient._request_once``. Each such method call is one attempt; ``tries`` counts
+its HTTP tries (no try at all marks the attempt ``relay.sent: False``) and plays a bound
+cassette there. The client's API key is remembered as a secret before every call, so an
+error echoing it never records it.
 
 ``logical.py`` groups the attempts a public call makes (automatic function calling, automatic
 continuation) into one logical call.
@@ -23,8 +22,8 @@ from relay_runtime import conventions as cv
 from relay_runtime.attempt import current_attempt
 from relay_runtime.types import LLMRequest, request_of_kwargs
 
-from . import cassette, logical
-from .codec import CODECS, EmbedContentCodec, GenerateContentCodec, GEMINI, VERTEX
+from . import cassette, logical, tries
+from .codec import CODECS, GEMINI, VERTEX, EmbedContentCodec, GenerateContentCodec
 
 GENERATE, STREAM, EMBED = "generate", "stream", "embed"
 _STATE = "_relay_genai_state"
@@ -58,7 +57,7 @@ class ClientState:
         key = getattr(api_client, "api_key", None)
         self.key: str | None = key if isinstance(key, str) and key else None
         redaction.remember_secret(self.key)
-        _install_tries(api_client)
+        tries.install(api_client)
 
 
 def _address(url: Any) -> str | None:
@@ -76,131 +75,6 @@ def state_of(api_client: Any) -> ClientState:
     if state is None:
         state = api_client.__dict__[_STATE] = ClientState(api_client)
     return state
-
-
-# -- each HTTP try ------------------------------------------------------------------------------
-
-
-def _count_try() -> None:
-    """Each try of the running attempt: the first is no retry, each later one is."""
-    attempt = current_attempt()
-    if attempt is None:
-        return
-    metadata = attempt.metadata
-    retries = metadata.get(cv.SDK_RETRIES)
-    metadata[cv.SDK_RETRIES] = 0 if retries is None else retries + 1
-
-
-def _http_response(headers: Any, held: Any) -> Any:
-    from google.genai._api_client import HttpResponse
-
-    return HttpResponse(headers, held)
-
-
-def _install_tries(api_client: Any) -> None:
-    """Shadow the client's per-try methods (once): tenacity looks them up on the client for every retry."""
-    own = api_client.__dict__
-    if getattr(own.get(_TRIES[0]), "relay_genai", False):
-        return
-    once, async_once = api_client._request_once, api_client._async_request_once
-
-    def request_once(http_request: Any, stream: bool = False, *args: Any, **kwargs: Any) -> Any:
-        _count_try()
-        call = cassette.tape.get()
-        if call is None:
-            return once(http_request, stream, *args, **kwargs)
-        if call.replaying:
-            return _http_response(*cassette.replayed(call, http_request, stream))
-        exchange = cassette._begin(call, http_request)
-        try:
-            response = once(http_request, stream, *args, **kwargs)
-        except BaseException as exc:
-            cassette.note_sent_secrets(call, http_request)
-            cassette.record_error(exchange, exc)
-            raise
-        cassette.note_sent_secrets(call, http_request)
-        if not stream:
-            held = response.response_stream
-            cassette.record_answer(exchange, response.headers, held[0] if isinstance(held, list) and held else "", None)
-            return response
-        return _recorded_stream(exchange, response.headers, _read_sync(response.response_stream))
-
-    async def async_request_once(http_request: Any, stream: bool = False, *args: Any, **kwargs: Any) -> Any:
-        _count_try()
-        call = cassette.tape.get()
-        if call is None:
-            return await async_once(http_request, stream, *args, **kwargs)
-        if call.replaying:
-            return _http_response(*cassette.replayed(call, http_request, stream))
-        exchange = cassette._begin(call, http_request)
-        try:
-            response = await async_once(http_request, stream, *args, **kwargs)
-        except BaseException as exc:
-            cassette.note_sent_secrets(call, http_request)
-            cassette.record_error(exchange, exc)
-            raise
-        cassette.note_sent_secrets(call, http_request)
-        if not stream:
-            held = response.response_stream
-            cassette.record_answer(exchange, response.headers, held[0] if isinstance(held, list) and held else "", None)
-            return response
-        return _recorded_stream(exchange, response.headers, await _read_async(response.response_stream))
-
-    for function, original in ((request_once, once), (async_request_once, async_once)):
-        function.relay_genai = True  # type: ignore[attr-defined]
-        function.__wrapped__ = original  # type: ignore[attr-defined]
-    own[_TRIES[0]] = request_once
-    own[_TRIES[1]] = async_request_once
-
-
-def _recorded_stream(exchange: dict[str, Any], headers: Any, read: tuple[bytes, BaseException | None]) -> Any:
-    """A recorded stream handed on as the bytes that came, then the failure that cut it, if one did."""
-    import httpx2
-
-    body, error = read
-    kept = cassette.record_answer(exchange, headers, None, body)
-    if error is not None:
-        exchange["error"] = {"type": type(error).__name__, "message": str(error)}
-        return _http_response(kept, httpx2.Response(200, headers=kept, stream=cassette._Cut(body, _as_exception(error))))
-    return _http_response(kept, httpx2.Response(200, headers=kept, content=body))
-
-
-def _as_exception(error: BaseException) -> Exception:
-    return error if isinstance(error, Exception) else RuntimeError(str(error))
-
-
-def _read_sync(source: Any) -> tuple[bytes, BaseException | None]:
-    """A live stream's whole body (httpx / httpx2, or google-auth's requests session), and what broke it."""
-    parts: list[bytes] = []
-    try:
-        chunks = source.iter_bytes() if hasattr(source, "iter_bytes") else source.iter_content(chunk_size=512)
-        for chunk in chunks:
-            parts.append(chunk)
-    except Exception as exc:
-        return b"".join(parts), exc
-    finally:
-        source.close()
-    return b"".join(parts), None
-
-
-async def _read_async(source: Any) -> tuple[bytes, BaseException | None]:
-    """``_read_sync`` for the async clients: httpx / httpx2, or aiohttp."""
-    parts: list[bytes] = []
-    try:
-        if hasattr(source, "aiter_bytes"):
-            async for chunk in source.aiter_bytes():
-                parts.append(chunk)
-        else:
-            async for chunk in source.content.iter_any():
-                parts.append(chunk)
-    except Exception as exc:
-        return b"".join(parts), exc
-    finally:
-        if hasattr(source, "aclose"):
-            await source.aclose()
-        else:
-            source.release()
-    return b"".join(parts), None
 
 
 # -- one attempt -----------------------------------------------------------------------------------
@@ -303,7 +177,9 @@ async def _send_async(wrapped: Callable[..., Any], call: Call, request: LLMReque
         raise
 
 
-def managed_call(models: Any, wrapped: Callable[..., Any], kind: str, kwargs: dict[str, Any], provider: str | None) -> Any:
+def managed_call(
+    models: Any, wrapped: Callable[..., Any], kind: str, kwargs: dict[str, Any], provider: str | None
+) -> Any:
     """``wrapped(**kwargs)`` (``_generate_content`` or ``_embed_content``) as one attempt."""
     call = Call(models, kind, kwargs, provider)
     return calls.execute_current(call.request, lambda r: _send(wrapped, call, r), **call.options)
@@ -350,7 +226,9 @@ class _Opened:
             close()
 
 
-def managed_stream(models: Any, wrapped: Callable[..., Any], kwargs: dict[str, Any], provider: str | None) -> Iterator[Any]:
+def managed_stream(
+    models: Any, wrapped: Callable[..., Any], kwargs: dict[str, Any], provider: str | None
+) -> Iterator[Any]:
     """``_generate_content_stream(**kwargs)`` as one streamed attempt; lazy, as the SDK's own generator is."""
     call = Call(models, STREAM, kwargs, provider)
     stream = calls.stream_current(call.request, lambda r: _send(lambda **k: _Opened(wrapped(**k)), call, r),
@@ -398,4 +276,4 @@ async def managed_stream_async(
     async def open_stream(request: LLMRequest) -> Any:
         return _Tagging(await _send_async(wrapped, call, request))
 
-    return await calls.stream_current_async(call.request, open_stream, **call.options)  # type: ignore[no-any-return]
+    return await calls.stream_current_async(call.request, open_stream, **call.options)

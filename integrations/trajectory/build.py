@@ -57,14 +57,25 @@ def _text_of(content: Any) -> str | None:
     return None
 
 
+def _parts_text(parts: Any) -> str | None:
+    """A Gemini content's text parts joined (its function calls and responses are none)."""
+    if not isinstance(parts, list):
+        return None
+    texts = [part["text"] for part in parts if isinstance(part, dict) and isinstance(part.get("text"), str)]
+    return "".join(texts) if texts else None
+
+
 def user_messages(delta: dict[str, Any] | None) -> list[str]:
-    """The user's messages among a request's new messages."""
+    """The user's messages among a request's new messages (a bare string is one: Gemini's ``contents``)."""
     out: list[str] = []
     for message in (delta or {}).get("new") or ():
-        if isinstance(message, dict) and message.get("role") == "user":
-            text = _text_of(message.get("content"))
-            if text is not None:
-                out.append(text)
+        text = None
+        if isinstance(message, str):
+            text = message
+        elif isinstance(message, dict) and message.get("role") == "user":
+            text = _text_of(message.get("content")) if "content" in message else _parts_text(message.get("parts"))
+        if text is not None:
+            out.append(text)
     return out
 
 

@@ -35,7 +35,7 @@ TOOL_CALL_ID = "tool_call_id"
 _BASES = 8  # recent attempts of a conversation a new request is compared with
 _CALL_META = (cv.API_REQUEST_ID, cv.CALL_ROLE)
 _ATTEMPT_META = (cv.API_REQUEST_ID, cv.CALL_ROLE, cv.RETRY_COUNT, cv.SDK_RETRIES, cv.API_MODE)
-CONVERSATION_KEYS = ("messages", "input")
+CONVERSATION_KEYS = ("messages", "input", "contents")  # contents: google-genai
 _MAPPINGS = (dict, MappingProxyType)
 
 
