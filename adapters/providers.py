@@ -40,7 +40,7 @@ class ProviderAdapter(Protocol):
 
 
 # Built-in adapters, by module under ``relay_runtime.adapters``, most specific client test first.
-BUILTIN: tuple[str, ...] = ("bedrock", "openai_anthropic")
+BUILTIN: tuple[str, ...] = ("bedrock", "google_genai", "openai_anthropic")
 
 _registered: list[ProviderAdapter] = []
 _loaded = False

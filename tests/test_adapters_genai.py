@@ -23,10 +23,11 @@ from genai_support import (
     vertex_client,
 )
 
-from relay_runtime import AnnotatedLLMRequest, LLMRequest, LLMRequestInterceptOutcome, Recorder
+from relay_runtime import AnnotatedLLMRequest, LLMRequest, LLMRequestInterceptOutcome, Recorder, adapters
 from relay_runtime import conventions as cv
 from relay_runtime.adapters import google_genai
 from relay_runtime.adapters import testing as t
+from relay_runtime.adapters.instrument import is_instrumented
 from relay_runtime.neutral import UnsupportedParamError
 
 genai_errors = pytest.importorskip("google.genai.errors")
@@ -49,9 +50,9 @@ def script() -> t.Script:
 
 @pytest.fixture()
 def client(script: t.Script) -> Iterator[Any]:
-    made = google_genai.instrument_client(gemini_client(script))
+    made = adapters.instrument(gemini_client(script))  # through the provider registry
     yield made
-    google_genai.uninstrument_client(made)
+    adapters.uninstrument(made)
 
 
 FULL_USAGE = usage(
@@ -251,12 +252,12 @@ def test_vertex_ai_clients_are_named_for_vertex_with_their_region(relay_turn, re
 
 
 def test_a_provider_named_by_the_caller_wins(relay_turn, relay_events, script) -> None:
-    client = google_genai.instrument_client(gemini_client(script), provider="gcp.gen_ai")
+    client = adapters.instrument(gemini_client(script), provider="gcp.gen_ai")
     script.add(t.json_reply(response_body()))
     client.models.generate_content(model=MODEL, contents="hi")
     assert only(relay_events).annotated_request.provider == "gcp.gen_ai"
     with pytest.raises(ValueError, match="instrumented already"):
-        google_genai.instrument_client(client)
+        adapters.instrument(client)
 
 
 def test_embed_content_is_an_embeddings_attempt_with_dimensions(relay_turn, relay_events, client, script) -> None:
@@ -343,13 +344,13 @@ def test_without_a_turn_the_call_goes_straight_through(relay_events, client, scr
 
 def test_uninstrument_client_restores_it_and_other_clients_are_untouched(relay_turn, relay_events, script) -> None:
     traced, other = gemini_client(script), gemini_client(script)
-    google_genai.instrument_client(traced)
-    assert google_genai.is_client_instrumented(traced) and not google_genai.is_client_instrumented(other)
+    adapters.instrument(traced)
+    assert is_instrumented(traced) and not is_instrumented(other)
     script.add(*(t.json_reply(response_body()) for _ in range(3)))
     other.models.generate_content(model=MODEL, contents="hi")
     traced.models.generate_content(model=MODEL, contents="hi")
-    google_genai.uninstrument_client(traced)
-    assert "generate_content" not in vars(traced.models) and not google_genai.is_client_instrumented(traced)
+    adapters.uninstrument(traced)
+    assert "generate_content" not in vars(traced.models) and not is_instrumented(traced)
     traced.models.generate_content(model=MODEL, contents="hi")
     assert len(attempts(relay_events)) == 1
 
@@ -357,7 +358,7 @@ def test_uninstrument_client_restores_it_and_other_clients_are_untouched(relay_t
 def test_instrument_classes_traces_clients_made_after_and_both_at_once_make_one_attempt(
     relay_turn, relay_events, script
 ) -> None:
-    done = google_genai.instrument_classes()
+    done = adapters.instrument()  # every provider SDK installed, google-genai's among them
     try:
         assert "google.genai.models.Models._generate_content" in done and google_genai.classes_instrumented()
         script.add(*(t.json_reply(response_body()) for _ in range(3)))
@@ -366,8 +367,8 @@ def test_instrument_classes_traces_clients_made_after_and_both_at_once_make_one_
         google_genai.instrument_client(made_after)  # both on: still one attempt per call
         made_after.models.generate_content(model=MODEL, contents="hi")
     finally:
-        google_genai.uninstrument_classes()
-        google_genai.uninstrument_client(made_after)
+        adapters.uninstrument()
+        adapters.uninstrument(made_after)
     assert len(attempts(relay_events)) == 2
     assert len(relay_events.ends(relay_kind=cv.LOGICAL_CALL)) == 2
     fresh = gemini_client(script)  # held: a dropped Client closes its HTTP client

@@ -16,18 +16,21 @@ module-wide and act only for an instrumented client's calls. Nothing here import
 
 from __future__ import annotations
 
-import logging
 import sys
+import weakref
 from collections.abc import Callable
 from types import MethodType
 from typing import Any
 
 import wrapt
 
+from ..endpoints import Endpoint
+from ..wrapping import unknown
 from . import logical, runtime
+from .codec import GEMINI
 from .runtime import EMBED, GENERATE, STREAM
 
-_log = logging.getLogger(__name__)
+NAME = GEMINI
 _MARK = "_relay_genai_provider"  # on an instrumented Models object: the provider its caller named, or None
 # method -> (layer, kind): "call" methods open a logical call, "attempt" methods are one request each.
 METHODS: dict[str, tuple[str, str]] = {
@@ -42,6 +45,7 @@ CHAT_METHODS: dict[str, bool] = {"send_message": False, "send_message_stream": T
 _TOOL_FUNCTIONS = ("invoke_function_from_dict_args", "invoke_function_from_dict_args_async")
 _class_patch: list[tuple[type, str, Any]] = []  # (class, method, the original) while instrument_classes() is on
 _hooks: list[tuple[Any, str, Any]] = []  # the chat and tool hooks, once installed: (owner, name, original)
+_instrumented: weakref.WeakSet[Any] = weakref.WeakSet()  # Models objects instrument_client() wrapped
 
 
 def is_client(client: Any) -> bool:
@@ -131,17 +135,19 @@ def _known_methods(models: Any) -> list[str]:
         if callable(vars(type(models)).get(name)):
             found.append(name)
         else:
-            _log.warning("relay-runtime: google-genai %s.%s not found; left untraced", type(models).__name__, name)
+            unknown(f"google.genai.models.{type(models).__name__}.{name}")
     return found
 
 
-def instrument_client(client: Any, *, include_usage: bool = False, provider: str | None = None) -> Any:
+def instrument_client(client: Any, *, include_usage: bool = False, provider: Endpoint | str | None = None) -> Any:
     """Trace this client's calls (``client.aio``'s too); idempotent; returns the client.
 
     ``provider`` names the provider over the client's own (``gcp.gemini`` / ``gcp.vertex_ai``).
     ``include_usage`` is for OpenAI chat streams: Gemini streams always carry their usage.
     """
     del include_usage
+    if isinstance(provider, Endpoint):
+        provider = provider.provider
     if not is_client(client):
         raise TypeError(f"not a google.genai Client or AsyncClient: {type(client).__name__}")
     _install_hooks()
@@ -158,6 +164,7 @@ def instrument_client(client: Any, *, include_usage: bool = False, provider: str
         for name in _known_methods(models):
             own[name] = _wrapper(models, name, provider)
         own[_MARK] = provider
+        _instrumented.add(models)
     return client
 
 
@@ -170,6 +177,7 @@ def uninstrument_client(client: Any) -> Any:
             continue
         for name in METHODS:
             own.pop(name, None)
+        _instrumented.discard(models)
     return client
 
 
@@ -207,12 +215,15 @@ def _install_hooks() -> None:
         for name, streaming in CHAT_METHODS.items():
             current = vars(cls).get(name)
             if current is None:
-                _log.warning("relay-runtime: google-genai %s.%s not found; left untraced", cls.__name__, name)
+                unknown(f"google.genai.chats.{cls.__name__}.{name}")
                 continue
             _hooks.append((cls, name, current))
             setattr(cls, name, wrapt.FunctionWrapper(current, _chat_wrapper(streaming, is_async)))
     sync_name, async_name = _TOOL_FUNCTIONS
     sync_tool, async_tool = getattr(_extra_utils, sync_name, None), getattr(_extra_utils, async_name, None)
+    for name, tool in ((sync_name, sync_tool), (async_name, async_tool)):
+        if not callable(tool):
+            unknown(f"google.genai._extra_utils.{name}")
     if callable(sync_tool):
         _hooks.append((_extra_utils, sync_name, sync_tool))
         setattr(_extra_utils, sync_name, lambda args, function: logical.invoke_tool(sync_tool, args, function))
@@ -252,7 +263,7 @@ def _class_wrapper(name: str, is_async: bool) -> Callable[..., Any]:
     return wrapper
 
 
-def instrument_classes() -> list[str]:
+def instrument_classes(*, include_usage: bool = False) -> list[str]:
     """Wrap ``google.genai``'s ``Models`` and ``AsyncModels`` (if installed); the names wrapped now."""
     try:
         from google.genai.models import AsyncModels, Models
@@ -266,7 +277,7 @@ def instrument_classes() -> list[str]:
         for name in METHODS:
             current = vars(cls).get(name)
             if current is None:
-                _log.warning("relay-runtime: google-genai %s.%s not found; left untraced", cls.__name__, name)
+                unknown(f"google.genai.models.{cls.__name__}.{name}")
                 continue
             _class_patch.append((cls, name, current))
             setattr(cls, name, wrapt.FunctionWrapper(current, _class_wrapper(name, is_async)))
@@ -278,7 +289,8 @@ def uninstrument_classes() -> None:
     while _class_patch:
         cls, name, original = _class_patch.pop()
         setattr(cls, name, original)
-    _remove_hooks()
+    if not _instrumented:  # clients instrumented one by one keep their chats and tools traced
+        _remove_hooks()
 
 
 def classes_instrumented() -> bool:
