@@ -374,3 +374,23 @@ def test_instrument_classes_traces_clients_made_after_and_both_at_once_make_one_
     fresh = gemini_client(script)  # held: a dropped Client closes its HTTP client
     fresh.models.generate_content(model=MODEL, contents="hi")
     assert len(attempts(relay_events)) == 2  # undone
+
+
+def test_an_sdk_version_lacking_a_method_is_traced_without_it_after_one_warning(
+    relay_turn, relay_events, script, monkeypatch
+) -> None:
+    from google.genai.models import Models
+
+    from relay_runtime.adapters import wrapping
+
+    monkeypatch.delattr(Models, "_embed_content")  # as if a release had renamed it
+    monkeypatch.setattr(wrapping, "_warned", set())
+    with pytest.warns(wrapping.UnknownSDKWarning, match="Models._embed_content"):
+        client = adapters.instrument(gemini_client(script))
+    try:
+        assert "_embed_content" not in vars(client.models)
+        script.add(t.json_reply(response_body("still traced")))
+        assert client.models.generate_content(model=MODEL, contents="hi").text == "still traced"
+        assert only(relay_events).outcome == "success"
+    finally:
+        adapters.uninstrument(client)

@@ -25,7 +25,7 @@ from typing import Any
 import wrapt
 
 from ..endpoints import Endpoint
-from ..wrapping import unknown
+from ..wrapping import lock, unknown
 from . import logical, runtime
 from .codec import GEMINI
 from .runtime import EMBED, GENERATE, STREAM
@@ -150,27 +150,38 @@ def instrument_client(client: Any, *, include_usage: bool = False, provider: End
         provider = provider.provider
     if not is_client(client):
         raise TypeError(f"not a google.genai Client or AsyncClient: {type(client).__name__}")
-    _install_hooks()
-    for models in _models_of(client):
-        own = models.__dict__
-        if _MARK in own:
-            if own[_MARK] != provider:
-                raise ValueError(
-                    f"{type(client).__name__} is instrumented already (provider {own[_MARK] or 'by its client'}); "
-                    f"uninstrument(client) before instrumenting it with another provider="
-                )
-            continue
-        runtime.state_of(models._api_client)
-        for name in _known_methods(models):
-            own[name] = _wrapper(models, name, provider)
-        own[_MARK] = provider
-        _instrumented.add(models)
+    with lock:  # check-then-set: two racing calls must not wrap a wrapper
+        _install_hooks()
+        for models in _models_of(client):
+            _instrument_models(models, provider)
     return client
+
+
+def _instrument_models(models: Any, provider: str | None) -> None:
+    own = models.__dict__
+    if _MARK in own:
+        if own[_MARK] != provider:
+            raise ValueError(
+                f"this google.genai client is instrumented already (provider {own[_MARK] or 'by its client'}); "
+                f"uninstrument(client) before instrumenting it with another provider="
+            )
+        return
+    runtime.state_of(models._api_client)
+    for name in _known_methods(models):
+        own[name] = _wrapper(models, name, provider)
+    own[_MARK] = provider
+    _instrumented.add(models)
 
 
 def uninstrument_client(client: Any) -> Any:
     if not is_client(client):
         return client
+    with lock:
+        _uninstrument_models(client)
+    return client
+
+
+def _uninstrument_models(client: Any) -> None:
     for models in _models_of(client):
         own = models.__dict__
         if own.pop(_MARK, _MISSING) is _MISSING:
@@ -178,7 +189,6 @@ def uninstrument_client(client: Any) -> Any:
         for name in METHODS:
             own.pop(name, None)
         _instrumented.discard(models)
-    return client
 
 
 _MISSING = object()
@@ -269,28 +279,30 @@ def instrument_classes(*, include_usage: bool = False) -> list[str]:
         from google.genai.models import AsyncModels, Models
     except ImportError:
         return []
-    if _class_patch:
-        return []
-    _install_hooks()
-    done = []
-    for cls, is_async in ((Models, False), (AsyncModels, True)):
-        for name in METHODS:
-            current = vars(cls).get(name)
-            if current is None:
-                unknown(f"google.genai.models.{cls.__name__}.{name}")
-                continue
-            _class_patch.append((cls, name, current))
-            setattr(cls, name, wrapt.FunctionWrapper(current, _class_wrapper(name, is_async)))
-            done.append(f"google.genai.models.{cls.__name__}.{name}")
-    return done
+    with lock:
+        if _class_patch:
+            return []
+        _install_hooks()
+        done = []
+        for cls, is_async in ((Models, False), (AsyncModels, True)):
+            for name in METHODS:
+                current = vars(cls).get(name)
+                if current is None:
+                    unknown(f"google.genai.models.{cls.__name__}.{name}")
+                    continue
+                _class_patch.append((cls, name, current))
+                setattr(cls, name, wrapt.FunctionWrapper(current, _class_wrapper(name, is_async)))
+                done.append(f"google.genai.models.{cls.__name__}.{name}")
+        return done
 
 
 def uninstrument_classes() -> None:
-    while _class_patch:
-        cls, name, original = _class_patch.pop()
-        setattr(cls, name, original)
-    if not _instrumented:  # clients instrumented one by one keep their chats and tools traced
-        _remove_hooks()
+    with lock:
+        while _class_patch:
+            cls, name, original = _class_patch.pop()
+            setattr(cls, name, original)
+        if not _instrumented:  # clients instrumented one by one keep their chats and tools traced
+            _remove_hooks()
 
 
 def classes_instrumented() -> bool:
