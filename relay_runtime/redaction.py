@@ -39,7 +39,9 @@ CREDENTIAL_BODY_KEYS = frozenset(
 # SDK kwargs whose value is a header mapping (judged by header name, not body key).
 HEADER_KWARGS = frozenset({"extra_headers", "headers", "default_headers"})
 # The conversation: not walked (see the module docstring). Every codec's name for it.
-CONVERSATION_KWARGS = frozenset({"messages", "input", "system", "instructions", "tools", "tool_choice", "prediction"})
+CONVERSATION_KWARGS = frozenset(
+    {"messages", "input", "contents", "system", "instructions", "tools", "tool_choice", "prediction"}
+)
 
 _SUFFIXES = tuple(p[1:] for p in CREDENTIAL_HEADER_PATTERNS if p.startswith("*") and not p.endswith("*"))
 _INFIXES = tuple(p[1:-1] for p in CREDENTIAL_HEADER_PATTERNS if p.startswith("*") and p.endswith("*"))

@@ -173,3 +173,16 @@ def test_chats_of_clients_not_instrumented_are_untouched(relay_turn, relay_event
     script.add(t.json_reply(response_body("plain")))
     assert other.chats.create(model=MODEL).send_message("hi").text == "plain"
     assert relay_events.ends(relay_kind=cv.ATTEMPT) == [] and relay_events.ends(relay_kind=cv.LOGICAL_CALL) == []
+
+
+def test_an_async_chat_runs_a_sync_tool_in_a_thread_as_a_tool_scope(relay_turn, relay_events, client, script) -> None:
+    _afc_replies(script)
+
+    async def talk() -> str:
+        chat = client.aio.chats.create(model=MODEL, config={"tools": [get_weather]})
+        return (await chat.send_message("weather?")).text
+
+    assert asyncio.run(talk()) == "It is sunny."
+    _one_logical_call(relay_events, 2)
+    (tool,) = relay_events.ends(relay_kind=cv.TOOL)
+    assert tool.name == "get_weather" and tool.output == "sunny in Paris"
