@@ -11,7 +11,8 @@ bare vs ours vs a peer.
 CPU time of this thread (``time.thread_time``) per call: the transport is in-process, so a call's
 whole cost is CPU here. The variants are alternated call by call (which goes first flips every
 pair) in several runs; each run's figure is the median of single calls, and the verdict is the
-median of the runs' ratios.
+median of the runs' ratios. With valgrind installed, instructions per call are counted too
+(``benchmarks.instructions``): a figure a loaded machine cannot move.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks import instructions
 from benchmarks.bench_adapters import _managed_turn
 
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))
@@ -166,8 +168,36 @@ def main() -> None:
         print("note: openinference-instrumentation-google-genai is not installed (pip install -e '.[bench]')")
     _bench("generate_content", pair, peer, stream=False)
     _bench("generate_content_stream (3 chunks)", pair, peer, stream=True)
+    if instructions.available():
+        print("google-genai generate_content:")
+        variants = ["bare", "ours"] + (["openinference"] if peer is not None else [])
+        counted = instructions.report("benchmarks.bench_genai", variants)
+        verdict = counted["ours"] / counted["bare"]
+        print(f"  target ours <= {TARGET}x bare in instructions: {'met' if verdict <= TARGET else 'MISSED'} "
+              f"({verdict:.3f}x)")  # fmt: skip
     sys.stdout.flush()
 
 
+def count(variant: str, n: int) -> None:
+    """``instructions``' entry: warm up, then ``n`` generate_content calls of one variant in a managed turn."""
+    from relay_runtime import adapters
+
+    client = _client()
+    if variant == "ours":
+        adapters.instrument(client)
+    elif variant == "openinference":
+        peer = _openinference(client)
+        assert peer is not None, "openinference-instrumentation-google-genai is not installed"
+    call = _calls(client, client, None, stream=False)["bare"]
+    with _managed_turn(subscribed=True):
+        for _ in range(20):
+            call()
+        for _ in range(n):
+            call()
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--count"]:
+        count(sys.argv[2], int(sys.argv[3]))
+    else:
+        main()
