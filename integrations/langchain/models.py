@@ -12,7 +12,6 @@ passes it through: one provider call, one attempt, intercepts and budget checks 
 from __future__ import annotations
 
 import threading
-from contextlib import nullcontext
 from contextvars import ContextVar
 from typing import Any
 
@@ -21,6 +20,7 @@ from langchain_core.language_models.chat_models import BaseChatModel
 
 from relay_runtime import calls, session
 from relay_runtime.adapters.dispatch import inside_sdk_call
+from relay_runtime.attempt import Attempt
 from relay_runtime.types import LLMRequest
 
 from ..frameworks import ModelCall
@@ -115,12 +115,31 @@ def _call_args(
     return (messages, stop, _run_manager(args, kwargs)), rest
 
 
+def _attempt(call: ModelCall, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Attempt | None, LLMRequest]:
+    """The attempt of ``call`` this generate step is (None once the call is closed), and its request."""
+    model_name = model_name_of(instance)
+    request = _request(model_name, args, kwargs)
+    codec = _codecs.get(type(instance)) or codec_of(instance)
+    return call.attempt(request, codec.provider, model_name, codec), request
+
+
+def _late(call: ModelCall, instance: Any) -> dict[str, Any]:
+    """``calls.execute_current``'s arguments for an attempt of a call its turn's end already closed."""
+    codec = codec_of(instance)
+    return {
+        "name": codec.provider,
+        "model_name": model_name_of(instance),
+        "metadata": call.next_attempt_metadata(),
+        "defer_logical_completion": True,
+        "codec": codec,
+    }
+
+
 def _generate(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     call = middleware_call.get()
     if call is None:
         return wrapped(*args, **kwargs)
-    model_name = model_name_of(instance)
-    request = _request(model_name, args, kwargs)
+    attempt, request = _attempt(call, instance, args, kwargs)
 
     def provider(req: LLMRequest) -> Any:
         call_args, call_kwargs = _call_args(request, req, args, kwargs)
@@ -130,25 +149,20 @@ def _generate(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[s
         finally:
             inside_sdk_call.reset(token)
 
-    codec = codec_of(instance)
-    with _joined_turn(call):
-        return calls.execute_current(
-            request,
-            provider,
-            name=codec.provider,
-            model_name=model_name,
-            metadata=call.next_attempt_metadata(),
-            defer_logical_completion=True,
-            codec=codec,
-        )
+    if attempt is None:
+        with session.use_turn(call.turn):
+            return calls.execute_current(request, provider, **_late(call, instance))
+    if session.active_turn() is call.turn:
+        return call.turn.relay.llm.run(attempt, provider)
+    with session.use_turn(call.turn):  # a framework may run the model on a worker, outside the turn's context
+        return call.turn.relay.llm.run(attempt, provider)
 
 
 async def _agenerate(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     call = middleware_call.get()
     if call is None:
         return await wrapped(*args, **kwargs)
-    model_name = model_name_of(instance)
-    request = _request(model_name, args, kwargs)
+    attempt, request = _attempt(call, instance, args, kwargs)
 
     async def provider(req: LLMRequest) -> Any:
         call_args, call_kwargs = _call_args(request, req, args, kwargs)
@@ -158,22 +172,10 @@ async def _agenerate(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs:
         finally:
             inside_sdk_call.reset(token)
 
-    codec = codec_of(instance)
-    with _joined_turn(call):
-        return await calls.execute_current_async(
-            request,
-            provider,
-            name=codec.provider,
-            model_name=model_name,
-            metadata=call.next_attempt_metadata(),
-            defer_logical_completion=True,
-            codec=codec,
-        )
-
-
-_SAME_TURN = nullcontext()  # reusable: entering it does nothing
-
-
-def _joined_turn(call: ModelCall) -> Any:
-    """The turn the middleware's call was opened in, active here (a framework may run the model on a worker)."""
-    return _SAME_TURN if session.active_turn() is call.turn else session.use_turn(call.turn)
+    if attempt is None:
+        with session.use_turn(call.turn):
+            return await calls.execute_current_async(request, provider, **_late(call, instance))
+    if session.active_turn() is call.turn:
+        return await call.turn.relay.llm.run_async(attempt, provider)
+    with session.use_turn(call.turn):
+        return await call.turn.relay.llm.run_async(attempt, provider)
