@@ -95,8 +95,11 @@ class ModelCall:
         turn = turn or session.managed_turn()
         if turn is None:
             return None
-        if parent is None:
-            parent = current_parent(turn)
+        return cls.under(turn, parent if parent is not None else current_parent(turn), call_role)
+
+    @classmethod
+    def under(cls, turn: Turn, parent: ScopeHandle | None, call_role: str = "primary") -> ModelCall:
+        """``open`` for a caller holding the managed turn and the parent already (None: the turn's scope)."""
         return cls(turn, calls.open_call_in(turn, parent, call_role), call_role, parent)
 
     def join(self) -> None:
