@@ -19,7 +19,7 @@ from langchain.agents.middleware import AgentMiddleware
 
 from relay_runtime import session
 
-from ..frameworks import ModelCall
+from ..frameworks import ModelCall, current_parent
 from . import models
 from .tools import arun_tool, run_tool
 
@@ -41,7 +41,7 @@ class RelayMiddleware(AgentMiddleware):
         if models.middleware_call.get() is not None:
             return None
         turn = session.managed_turn()
-        return ModelCall.open(call_role=self.call_role, turn=turn) if turn is not None else None
+        return ModelCall.under(turn, current_parent(turn), self.call_role) if turn is not None else None
 
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         call = self._open()
