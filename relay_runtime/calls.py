@@ -32,9 +32,7 @@ _LOGICAL_CALL = "logical_llm_call"
 
 # Set by ``auxiliary_call`` while its function runs: an attempt that defers its logical completion
 # is then held open with its response until the response is validated (``Attempt.hold``).
-response_validator: ContextVar[Callable[[Attempt], None] | None] = ContextVar(
-    "relay_response_validator", default=None
-)
+response_validator: ContextVar[Callable[[Attempt], None] | None] = ContextVar("relay_response_validator", default=None)
 
 
 def _open(
@@ -492,7 +490,14 @@ def attempt_of(
         cv.RETRY_COUNT: retry,
     }
     attempt = Attempt(
-        turn.relay, name, request, call.scope, model_name, meta, codec, partial(_attempt_ended, turn, call, False, False)
+        turn.relay,
+        name,
+        request,
+        call.scope,
+        model_name,
+        meta,
+        codec,
+        partial(_attempt_ended, turn, call, False, False),
     )
     _track(call, attempt)
     _hold_for_validation(call, attempt)

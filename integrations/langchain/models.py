@@ -102,7 +102,9 @@ def _run_manager(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return args[2] if len(args) > 2 else kwargs.get("run_manager")
 
 
-def _call_args(req: LLMRequest, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def _call_args(
+    req: LLMRequest, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The arguments the model's step runs with when an intercept replaced its request (the same request
     object, immutable, means the caller's own arguments: the provider step then passes them as they are)."""
     rest = req.kwargs()
@@ -112,7 +114,9 @@ def _call_args(req: LLMRequest, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     return (messages, stop, _run_manager(args, kwargs)), rest
 
 
-def _attempt(call: ModelCall, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Attempt | None, LLMRequest]:
+def _attempt(
+    call: ModelCall, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Attempt | None, LLMRequest]:
     """The attempt of ``call`` this generate step is (None once the call is closed), and its request."""
     codec, attrs = _profiles.get(type(instance)) or _profile(instance)
     model_name = _name_in(instance, attrs)
