@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
+from functools import partial
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,14 @@ from . import conventions as cv
 from .chains import IN_FLIGHT, Failed, is_awaitable, refuse_awaitable
 from .codec import LLMCodec
 from .cost.control import NOT_SENT
-from .events import SCOPE_START, AnnotatedRequestField, AnnotatedResponseField, Deferred, new_event
+from .events import (
+    SCOPE_START,
+    AnnotatedRequestField,
+    AnnotatedResponseField,
+    Deferred,
+    DeferredResponse,
+    new_event,
+)
 from .intercepts import LLM_GUARDRAIL, LLM_REQUEST, LLM_RESPONSE, GuardrailRejected, Intercept
 from .redaction import redacted_annotation, redacted_request
 from .scopes import ScopeHandle, outcome_of
@@ -537,9 +545,17 @@ class Attempt:
             # (read when it is built: adapters are done with the metadata once the call has ended).
             if annotation is None and response is not None and self.codec is not None:
                 ttfc = first_chunk_ns - self.handle.start_ns if first_chunk_ns is not None else None
-                response_view = Deferred(
-                    _annotate_for_observers, relay, self.name, self.codec, response, ttfc, self.metadata
-                )
+                codec = self.codec
+                read = _content_reader(codec) if relay.subscribers.policy is not None else None
+                if read is None:
+                    response_view = Deferred(
+                        _annotate_for_observers, relay, self.name, codec, response, ttfc, self.metadata
+                    )
+                else:  # a redaction policy reads the text first, and mostly needs no more
+                    response_view = DeferredResponse(
+                        partial(_content_for_observers, read, response),
+                        _annotate_for_observers, relay, self.name, codec, response, ttfc, self.metadata,
+                    )  # fmt: skip
             elif annotation is not None:
                 if first_chunk_ns is not None:
                     annotation.time_to_first_chunk_ns = first_chunk_ns - self.handle.start_ns
@@ -619,6 +635,31 @@ def _decode_for_observers(
     except Exception as exc:
         relay.diag.failure("bookkeeping_errors", exc, f"decoding the request of {name!r}")
         return None
+
+
+_readers: dict[type, bool] = {}
+
+
+def _content_reader(codec: Any) -> Callable[[Any], tuple[str | None, list[dict[str, Any]]]] | None:
+    """The codec's ``response_content``, if the class that defines it also defines ``annotate_response``."""
+    kind = type(codec)
+    fits = _readers.get(kind)
+    if fits is None:
+        owners = [next((c for c in kind.__mro__ if name in c.__dict__), None) for name in _READ_BY]
+        fits = _readers[kind] = owners[0] is not None and owners[0] is owners[1]
+    return codec.response_content if fits else None
+
+
+_READ_BY = ("response_content", "annotate_response")
+
+
+def _content_for_observers(
+    read: Callable[[Any], tuple[str | None, list[dict[str, Any]]]], response: Any
+) -> tuple[str | None, list[dict[str, Any]]] | None:
+    try:
+        return read(response)
+    except Exception:
+        return None  # the whole annotation is built instead, and counts its failure
 
 
 def _annotate_for_observers(

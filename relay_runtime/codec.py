@@ -39,6 +39,13 @@ class StreamAccumulator(Protocol):
 
 @runtime_checkable
 class LLMCodec(Protocol):
+    """Optionally also ``response_content(response) -> (output_text, tool_calls)``: what
+    ``annotate_response`` would read as those two, alone. A redaction policy reads only them, and
+    with it the whole annotation is built only when a subscriber asks (or the policy changed them).
+    Taken only from the class that also defines ``annotate_response``, so a subclass that reads
+    responses its own way is never judged by its parent's reader.
+    """
+
     provider: str
     operation: str
 

@@ -11,13 +11,14 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import pointers
 from .redaction_rules import Rule
 from .types import AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta
 
 if TYPE_CHECKING:
+    from .events import DeferredResponse
     from .redaction_policy import RedactionPolicy
 
 REMOVED: Any = object()  # a field a whole-field ``remove`` rule dropped
@@ -25,10 +26,23 @@ _MAX_DEPTH = 64
 # A whole string a rule changed is looked for inside the SDK's own objects only from this length on:
 # shorter ones ("user", "gpt-4o") are everywhere and would be replaced where they mean something else.
 _MIN_WHOLE = 8
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+_View = TypeVar("_View", AnnotatedLLMRequest, AnnotatedLLMResponse)
+_FIELDS = frozenset(f.name for kind in (AnnotatedLLMRequest, AnnotatedLLMResponse) for f in dataclasses.fields(kind))
 
 
 def kept(value: Any) -> Any:
     return None if value is REMOVED else value
+
+
+def _copy(view: _View, **changes: Any) -> _View:
+    """``dataclasses.replace`` for the views (plain dataclasses, no ``__post_init__``), at a fraction of
+    its cost; what the policy cached on the original (attributes outside the fields) is left behind."""
+    new = object.__new__(type(view))
+    state = {name: value for name, value in view.__dict__.items() if name in _FIELDS}
+    state.update(changes)
+    new.__dict__.update(state)
+    return new
 
 
 def _pairs_in(pairs: Mapping[str, str], text: str) -> dict[str, str]:
@@ -38,7 +52,7 @@ def _pairs_in(pairs: Mapping[str, str], text: str) -> dict[str, str]:
 class Pass:
     """One application of a policy: the counts per rule, and what changed (to redact raw objects through it)."""
 
-    __slots__ = ("anywhere", "counts", "found", "key", "leaves", "pairs", "policy", "rules")
+    __slots__ = ("anywhere", "counts", "done", "floor", "found", "key", "leaves", "pairs", "policy", "rules", "simple")
 
     def __init__(self, policy: RedactionPolicy, rules: tuple[Rule, ...] | None = None, anywhere: bool = False) -> None:
         self.policy = policy
@@ -52,18 +66,30 @@ class Pass:
         self.pairs: dict[str, str] = {}
         # Strings the rules changed -> how often each rule fired in them (counted again when met again).
         self.found: dict[str, dict[str, int]] = {}
+        # The usual policy (every rule reads every string): paths need not be followed, and strings
+        # shorter than ``floor`` (roles, model names, ids) hold nothing any rule can find.
+        self.simple = rules is None and not anywhere and policy._all_pathless
+        self.floor = policy._floor if self.simple else 0
+        # Flat dicts the simple walk read (by id, with the dict itself, kept alive) -> what they became.
+        self.done: dict[int, tuple[Any, Any]] = {}
 
-    def adopt(self, counts: Mapping[str, int], leaves: Mapping[str, str], pairs: Mapping[str, str]) -> None:
-        for name, n in counts.items():
-            self.counts[name] = self.counts.get(name, 0) + n
-        if leaves:
-            self.leaves.update(leaves)
-        if pairs:
-            self.pairs.update(pairs)
+    def adopt(self, other: Pass) -> None:
+        """Take in what ``other`` (a pass over part of the same event, done before) counted and changed."""
+        counts = self.counts
+        if counts:
+            for name, n in other.counts.items():
+                counts[name] = counts.get(name, 0) + n
+        else:
+            counts.update(other.counts)
+        self.leaves.update(other.leaves)
+        self.pairs.update(other.pairs)
+        self.done.update(other.done)
 
     # -- the view ------------------------------------------------------------------------------
 
     def walk(self, value: Any, path: pointers.Path, depth: int = 0) -> Any:
+        if self.simple and (not path or path[0] != "metadata"):
+            return self._plain(value, depth)
         kind = type(value)
         if kind is str:
             return self.text(value, path, depth)
@@ -116,6 +142,87 @@ class Pass:
             return value if new is dumped else new
         return value
 
+    def _plain(self, value: Any, depth: int) -> Any:
+        """``walk`` for a simple pass: no path to follow, and no field removed whole."""
+        kind = type(value)
+        if kind is str:
+            if len(value) < self.floor or not value:
+                return value
+            first = value[0]
+            if (first == "{" or first == "[") and depth < _MAX_DEPTH:
+                walked = self._json(value, (), depth)
+                if walked is not None:
+                    return walked
+            known = self.leaves.get(value)
+            if known is not None:
+                self._recount(value)
+                return known
+            return self._memoized(self.rules, value)
+        if value is None or kind is int or kind is float or kind is bool or depth > _MAX_DEPTH:
+            return value
+        # The strings of a container are looked up inline: most were met before (the same message in the
+        # view and the kwargs, the same roles in every message) and come back as they were.
+        leaves, floor = self.leaves, self.floor
+        if kind is dict or isinstance(value, Mapping):
+            out: dict[Any, Any] | None = None
+            flat = True
+            for k, v in value.items():
+                if type(v) is str:
+                    if len(v) < floor or leaves.get(v) is v:
+                        continue
+                    new = self._plain(v, depth + 1)
+                else:
+                    new = self._plain(v, depth + 1)
+                    if flat and type(v) not in _LEAVES:
+                        flat = False
+                if new is not v:
+                    if out is None:
+                        out = dict(value)
+                    out[k] = new
+            result = value if out is None else out
+            if flat:
+                # Only strings and numbers: the raw walk (the kwargs hold the same message dicts) would
+                # make the same of it, so it is remembered for that walk.
+                self.done[id(value)] = (value, result)
+            return result
+        if kind is list or kind is tuple:
+            items: list[Any] | None = None
+            for i, v in enumerate(value):
+                if type(v) is str and (len(v) < floor or leaves.get(v) is v):
+                    continue
+                new = self._plain(v, depth + 1)
+                if new is not v:
+                    if items is None:
+                        items = list(value)
+                    items[i] = new
+            if items is None:
+                return value
+            return items if kind is list else tuple(items)
+        dump = getattr(value, "model_dump", None)
+        if callable(dump):
+            try:
+                dumped = dump()
+            except Exception:
+                return value
+            new = self._plain(dumped, depth + 1)
+            return value if new is dumped else new
+        return value
+
+    def _json(self, text: str, path: pointers.Path, depth: int) -> str | None:
+        """JSON text (tool-call arguments and the like) walked as what it holds; None when it is not JSON."""
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, (dict, list)):
+            return None
+        new = self.walk(parsed, path, depth + 1)
+        if new is parsed:
+            return text
+        dumped = json.dumps(kept(new), ensure_ascii=False)
+        self.leaves[text] = dumped
+        return dumped
+
     def _removes(self, path: pointers.Path) -> Rule | None:
         """A whole-field ``remove`` rule naming exactly this path (or a pattern of it)."""
         for rule in self.policy._removals:
@@ -159,17 +266,9 @@ class Pass:
         first = text[0]
         if (first == "{" or first == "[") and depth < _MAX_DEPTH:
             # Tool-call arguments and similar JSON text: the strings inside are reached too.
-            try:
-                parsed = json.loads(text)
-            except ValueError:
-                parsed = None
-            if isinstance(parsed, (dict, list)):
-                new = self.walk(parsed, path, depth + 1)
-                if new is parsed:
-                    return text
-                dumped = json.dumps(kept(new), ensure_ascii=False)
-                self.leaves[text] = dumped
-                return dumped
+            walked = self._json(text, path, depth)
+            if walked is not None:
+                return walked
         policy = self.policy
         pathless = policy._all_pathless or self.anywhere
         if pathless:
@@ -300,7 +399,7 @@ class Pass:
             extra is req.provider_params
         ):
             return req
-        return dataclasses.replace(
+        return _copy(
             req,
             messages=[] if messages is REMOVED else list(messages),
             system=kept(system),
@@ -314,7 +413,22 @@ class Pass:
         calls = self.walk(resp.tool_calls, ("response", "tool_calls")) if resp.tool_calls else resp.tool_calls
         if text is resp.output_text and calls is resp.tool_calls:
             return resp
-        return dataclasses.replace(resp, output_text=kept(text), tool_calls=[] if calls is REMOVED else list(calls))
+        return _copy(resp, output_text=kept(text), tool_calls=[] if calls is REMOVED else list(calls))
+
+    def deferred_response_view(
+        self, deferred: DeferredResponse, content: tuple[str | None, list[dict[str, Any]]]
+    ) -> DeferredResponse | AnnotatedLLMResponse | None:
+        """``response_view`` read off the response's text and tool calls (``content``) alone: ``deferred``
+        itself, still unbuilt, when no rule changes them; else the built annotation, redacted."""
+        text, calls = content
+        new_text = self.walk(text, ("response", "text")) if text else text
+        new_calls = self.walk(calls, ("response", "tool_calls")) if calls else calls
+        if new_text is text and new_calls is calls:
+            return deferred
+        built = deferred.get()
+        if built is None:
+            return None
+        return _copy(built, output_text=kept(new_text), tool_calls=[] if new_calls is REMOVED else list(new_calls))
 
     def chunk(self, data: Any) -> Any:
         """A stream chunk mark: its delta as the response's text and reasoning, the SDK chunk through it.
@@ -360,6 +474,8 @@ class Pass:
             known = self.leaves.get(value)
             if known is not None:
                 return known
+            if len(value) < self.floor:  # nothing any rule finds, nor any value a rule replaced, fits in it
+                return value
             result = self._scan(value) if scan and value else value
             for old, new in self.pairs.items():
                 if old in result:
@@ -372,8 +488,14 @@ class Pass:
         if value is None or kind in (int, float, bool) or depth > _MAX_DEPTH:
             return value
         if kind is dict or kind is MappingProxyType or isinstance(value, Mapping):
+            done = self.done.get(id(value))
+            if done is not None and done[0] is value:  # walked in the view already (a message the kwargs share)
+                return done[1]
             out: dict[Any, Any] | None = None
+            leaves, floor = self.leaves, self.floor
             for k, v in value.items():
+                if type(v) is str and (len(v) < floor or leaves.get(v) is v):  # inline: most strings come back
+                    continue
                 new = self._raw(v, depth + 1, scan)
                 if new is not v:
                     if out is None:
