@@ -27,8 +27,11 @@ _MAX_DEPTH = 64
 # shorter ones ("user", "gpt-4o") are everywhere and would be replaced where they mean something else.
 _MIN_WHOLE = 8
 _LEAVES = frozenset({str, int, float, bool, type(None)})
+_SCALARS = frozenset({int, float, bool, type(None)})
 _View = TypeVar("_View", AnnotatedLLMRequest, AnnotatedLLMResponse)
-_FIELDS = frozenset(f.name for kind in (AnnotatedLLMRequest, AnnotatedLLMResponse) for f in dataclasses.fields(kind))
+_FIELDS_OF = {
+    kind: frozenset(f.name for f in dataclasses.fields(kind)) for kind in (AnnotatedLLMRequest, AnnotatedLLMResponse)
+}
 
 
 def kept(value: Any) -> Any:
@@ -39,9 +42,14 @@ def _copy(view: _View, **changes: Any) -> _View:
     """``dataclasses.replace`` for the views (plain dataclasses, no ``__post_init__``), at a fraction of
     its cost; what the policy cached on the original (attributes outside the fields) is left behind."""
     new = object.__new__(type(view))
-    state = {name: value for name, value in view.__dict__.items() if name in _FIELDS}
+    state = new.__dict__
+    state.update(view.__dict__)
+    fields = _FIELDS_OF.get(type(view))
+    if fields is None or len(state) > len(fields):
+        names = {f.name for f in dataclasses.fields(view)}
+        for name in [name for name in state if name not in names]:
+            del state[name]
     state.update(changes)
-    new.__dict__.update(state)
     return new
 
 
@@ -142,6 +150,21 @@ class Pass:
             return value if new is dumped else new
         return value
 
+    def metadata(self, metadata: Mapping[str, Any]) -> Any:
+        """``walk`` of an event's metadata; the relay's own keys (kinds, ids, counts) are not content."""
+        if not self.simple:
+            return self.walk(metadata, ("metadata",))
+        out: dict[Any, Any] | None = None
+        for k, v in metadata.items():
+            if type(v) in _SCALARS or (k if type(k) is str else str(k)).startswith("relay."):
+                continue
+            new = self._plain(v, 1)
+            if new is not v:
+                if out is None:
+                    out = dict(metadata)
+                out[k] = new
+        return metadata if out is None else out
+
     def _plain(self, value: Any, depth: int) -> Any:
         """``walk`` for a simple pass: no path to follow, and no field removed whole."""
         kind = type(value)
@@ -162,19 +185,28 @@ class Pass:
             return value
         # The strings of a container are looked up inline: most were met before (the same message in the
         # view and the kwargs, the same roles in every message) and come back as they were.
-        leaves, floor = self.leaves, self.floor
+        leaves, floor, rules = self.leaves, self.floor, self.rules
         if kind is dict or isinstance(value, Mapping):
             out: dict[Any, Any] | None = None
             flat = True
             for k, v in value.items():
-                if type(v) is str:
-                    if len(v) < floor or leaves.get(v) is v:
+                kind = type(v)
+                if kind is str:
+                    if len(v) < floor:
                         continue
-                    new = self._plain(v, depth + 1)
+                    known = leaves.get(v)
+                    if known is v:
+                        continue
+                    first = v[0]
+                    if known is None and first != "{" and first != "[":
+                        new = self._memoized(rules, v)
+                    else:
+                        new = self._plain(v, depth + 1)
+                elif kind in _SCALARS:
+                    continue
                 else:
                     new = self._plain(v, depth + 1)
-                    if flat and type(v) not in _LEAVES:
-                        flat = False
+                    flat = False
                 if new is not v:
                     if out is None:
                         out = dict(value)
@@ -188,7 +220,11 @@ class Pass:
         if kind is list or kind is tuple:
             items: list[Any] | None = None
             for i, v in enumerate(value):
-                if type(v) is str and (len(v) < floor or leaves.get(v) is v):
+                kind = type(v)
+                if kind is str:
+                    if len(v) < floor or leaves.get(v) is v:
+                        continue
+                elif kind in _SCALARS:
                     continue
                 new = self._plain(v, depth + 1)
                 if new is not v:
@@ -290,7 +326,15 @@ class Pass:
         the whole history each turn, and the same roles, model names and system prompt in every call."""
         memo = self.policy._memo.get(text)
         if memo is not None:
-            return self._remembered(text, memo)
+            result, fired, pairs = memo
+            self.leaves[text] = result
+            if fired:
+                self.found[text] = fired
+                counts = self.counts
+                for name, k in fired.items():
+                    counts[name] = counts.get(name, 0) + k
+                self.pairs.update(pairs)
+            return result
         before = dict(self.counts)
         result = self._run(rules, text)
         self.leaves[text] = result
@@ -298,16 +342,6 @@ class Pass:
         if result is not text:
             self.found[text] = fired
         self.policy._remember(text, (result, fired, _pairs_in(self.pairs, text) if fired else {}))
-        return result
-
-    def _remembered(self, text: str, memo: tuple[str, dict[str, int], dict[str, str]]) -> str:
-        result, fired, pairs = memo
-        self.leaves[text] = result
-        if fired:
-            self.found[text] = fired
-            for name, k in fired.items():
-                self.counts[name] = self.counts.get(name, 0) + k
-            self.pairs.update(pairs)
         return result
 
     def _run(self, rules: Any, text: str) -> str:
@@ -494,7 +528,11 @@ class Pass:
             out: dict[Any, Any] | None = None
             leaves, floor = self.leaves, self.floor
             for k, v in value.items():
-                if type(v) is str and (len(v) < floor or leaves.get(v) is v):  # inline: most strings come back
+                kind = type(v)  # inline: most strings come back as they were, and numbers always do
+                if kind is str:
+                    if len(v) < floor or leaves.get(v) is v:
+                        continue
+                elif kind in _SCALARS:
                     continue
                 new = self._raw(v, depth + 1, scan)
                 if new is not v:
@@ -504,8 +542,10 @@ class Pass:
             return value if out is None else out
         if kind is list or kind is tuple:
             items: list[Any] | None = None
+            done_by_id = self.done
             for i, v in enumerate(value):
-                new = self._raw(v, depth + 1, scan)
+                done = done_by_id.get(id(v))
+                new = done[1] if done is not None and done[0] is v else self._raw(v, depth + 1, scan)
                 if new is not v:
                     if items is None:
                         items = list(value)

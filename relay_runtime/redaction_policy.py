@@ -191,7 +191,7 @@ class RedactionPolicy:
                 out = p.walk(out, ("output",))
         metadata = event.metadata
         if metadata:
-            metadata = p.walk(metadata, ("metadata",))
+            metadata = p.metadata(metadata)
         error = event.error_message
         if error is not None:
             error = p.walk(error, ("error", "message"))
