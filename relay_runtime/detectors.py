@@ -15,7 +15,7 @@ them (``detectors_tokens``: each ``@`` for e-mail, each literal prefix for keys 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from .detectors_numbers import find_card, find_iban, find_ip, find_phone, find_ssn, iban_ok, luhn_ok
 from .detectors_tokens import (
@@ -48,7 +48,7 @@ class Detector:
     __slots__ = ("_find", "digits", "name", "needles", "shortest")
 
     def __init__(
-        self, name: str, find: Callable[[str], Iterator[Span]], needles: tuple[str, ...] = (),
+        self, name: str, find: Callable[[str], list[Span]], needles: tuple[str, ...] = (),
         *, digits: bool = False, shortest: int = 1,
     ) -> None:  # fmt: skip
         self.name = name
@@ -69,7 +69,7 @@ class Detector:
                     break
             else:
                 return []
-        return list(self._find(text))
+        return self._find(text)
 
     def __repr__(self) -> str:
         return f"<detector {self.name}>"
@@ -89,14 +89,15 @@ def _presidio() -> Detector:
         ) from exc
     engine = AnalyzerEngine()
 
-    def find(text: str) -> Iterator[Span]:
+    def find(text: str) -> list[Span]:
         results = engine.analyze(text=text, language="en", entities=list(PRESIDIO_ENTITIES))
-        spans = sorted((r.start, r.end) for r in results)
+        found: list[Span] = []
         last = -1
-        for s, e in spans:
+        for s, e in sorted((r.start, r.end) for r in results):
             if s >= last:
-                yield s, e
+                found.append((s, e))
                 last = e
+        return found
 
     return Detector("presidio", find)
 

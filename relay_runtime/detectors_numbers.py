@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 Span = tuple[int, int]
 Run = tuple[int, int, int]  # start, end, how many digits
@@ -72,18 +72,20 @@ def _scan(text: str) -> tuple[Window, list[Run]]:
 
 def in_runs(
     pattern: re.Pattern[str], valid: Callable[[str], bool] | None, least: int, holding: str = ""
-) -> Callable[[str], Iterator[Span]]:
+) -> Callable[[str], list[Span]]:
     """``pattern`` tried only in the numeric runs of ``least`` digits or more that hold ``holding`` (a
     separator the value must have), and a character each side."""
 
-    def find(text: str) -> Iterator[Span]:
+    def find(text: str) -> list[Span]:
+        found: list[Span] = []
         n = len(text)
         for start, end, digits in long_runs(text):
             if digits < least or (holding and text.find(holding, start, end) < 0):
                 continue
             for m in pattern.finditer(text, max(0, start - 1), min(n, end + 1)):
                 if valid is None or valid(m.group()):
-                    yield m.span()
+                    found.append(m.span())
+        return found
 
     return find
 
@@ -107,7 +109,7 @@ def _phone_digits_ok(text: str) -> bool:
     return 8 <= digits <= 15  # E.164 allows at most 15; fewer than 8 is no reachable number
 
 
-def find_phone(text: str) -> Iterator[Span]:
+def find_phone(text: str) -> list[Span]:
     spans: list[Span] = []
     n = len(text)
     for start, end, digits in long_runs(text):
@@ -126,7 +128,7 @@ def find_phone(text: str) -> Iterator[Span]:
                 if not any(s < m.end() and m.start() < e for s, e in found):
                     found.append(m.span())
         spans.extend(found)
-    yield from sorted(spans)
+    return sorted(spans)
 
 
 # -- payment cards --------------------------------------------------------------------------
@@ -188,7 +190,8 @@ def iban_ok(text: str) -> bool:
     return int(number) % 97 == 1
 
 
-def find_iban(text: str) -> Iterator[Span]:
+def find_iban(text: str) -> list[Span]:
+    found: list[Span] = []
     n = len(text)
     last = -1
     lo, hi = digit_window(text)
@@ -199,7 +202,8 @@ def find_iban(text: str) -> Iterator[Span]:
         m = _IBAN.match(text, start, min(n, start + 42))
         if m is not None and iban_ok(m.group()):
             last = m.end()
-            yield m.span()
+            found.append(m.span())
+    return found
 
 
 # -- IP addresses -------------------------------------------------------------------------------
@@ -237,8 +241,9 @@ def _ipv6_ok(text: str) -> bool:
 _HEX_COLON = frozenset("0123456789abcdefABCDEF:.")
 
 
-def _find_ipv6(text: str) -> Iterator[Span]:
+def _find_ipv6(text: str) -> list[Span]:
     """From each ``:``: the stretch of hex digits, colons and dots around it, if it holds two colons."""
+    found: list[Span] = []
     n = len(text)
     i = text.find(":")
     while i >= 0:
@@ -250,21 +255,22 @@ def _find_ipv6(text: str) -> Iterator[Span]:
         if text.count(":", start, end) >= 2:
             for m in _IPV6.finditer(text, start, min(n, end + 1)):
                 if _ipv6_ok(m.group()):
-                    yield m.span()
+                    found.append(m.span())
         i = text.find(":", end)
+    return found
 
 
 _ipv4_in_runs = in_runs(_IPV4, _ipv4_ok, 4, ".")
 
 
-def find_ip(text: str) -> Iterator[Span]:
+def find_ip(text: str) -> list[Span]:
     # Version 6 first: one may end in a version 4 address (::ffff:192.0.2.1), which is part of it.
-    spans = list(_find_ipv6(text)) if ":" in text else []
+    spans = _find_ipv6(text) if ":" in text else []
     if "." in text:
         for m in _ipv4_in_runs(text):
             if not any(s < m[1] and m[0] < e for s, e in spans):
                 spans.append(m)
-    yield from sorted(spans)
+    return sorted(spans) if len(spans) > 1 else spans
 
 
 # -- US social security numbers ------------------------------------------------------------------

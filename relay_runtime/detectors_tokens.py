@@ -18,11 +18,9 @@ from typing import Any
 Span = tuple[int, int]
 
 
-def matches(pattern: re.Pattern[str], valid: Callable[[str], bool] | None = None) -> Callable[[str], Iterator[Span]]:
-    def find(text: str) -> Iterator[Span]:
-        for m in pattern.finditer(text):
-            if valid is None or valid(m.group()):
-                yield m.span()
+def matches(pattern: re.Pattern[str], valid: Callable[[str], bool] | None = None) -> Callable[[str], list[Span]]:
+    def find(text: str) -> list[Span]:
+        return [m.span() for m in pattern.finditer(text) if valid is None or valid(m.group())]
 
     return find
 
@@ -44,18 +42,20 @@ def occurrences(text: str, needle: str, pivot: int = 0) -> Iterator[int]:
 
 def at(
     pattern: re.Pattern[str], needle: str, pivot: int, valid: Callable[[str], bool] | None = None
-) -> Callable[[str], Iterator[Span]]:
+) -> Callable[[str], list[Span]]:
     """``pattern`` matched only where ``needle`` (its literal opening) is; its lookbehind still sees the text before."""
 
-    def find(text: str) -> Iterator[Span]:
+    def find(text: str) -> list[Span]:
+        found: list[Span] = []
         last = 0
         for i in occurrences(text, needle, pivot):
             if i < last:
                 continue
             m = pattern.match(text, i)
             if m is not None and (valid is None or valid(m.group())):
-                yield m.span()
+                found.append(m.span())
                 last = m.end()
+        return found
 
     return find
 
@@ -66,8 +66,9 @@ _LOCAL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01
 _DOMAIN = re.compile(r"(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,24}(?![\w-])")
 
 
-def find_email(text: str) -> Iterator[Span]:
+def find_email(text: str) -> list[Span]:
     """From each ``@``: the local part back (at most 64 characters, RFC 5321), the domain forward."""
+    found: list[Span] = []
     i = text.find("@")
     last = 0
     while i >= 0:
@@ -78,9 +79,10 @@ def find_email(text: str) -> Iterator[Span]:
         domain = _DOMAIN.match(text, i + 1)
         longer = start > 0 and start == floor and text[start - 1] in _LOCAL_CHARS
         if domain is not None and start < i and not longer and not text[start - 1 : start].isalnum():
-            yield start, domain.end()
             last = domain.end()
+            found.append((start, last))
         i = text.find("@", max(i + 1, last))
+    return found
 
 
 # -- JSON web tokens ---------------------------------------------------------------------------
@@ -119,7 +121,7 @@ _API_KEY = re.compile(r"(?<![A-Za-z0-9_-])(?:" + "|".join(_KEY_PATTERNS) + r")(?
 _KEY_ANCHORS = (("k-", (1,), -1), ("_", (2, 3, 5, 6), -1), ("A", (0,), -1), ("ya29.", (0,), 3), ("xox", (0,), -1))
 
 
-def find_key(text: str) -> Iterator[Span]:
+def find_key(text: str) -> list[Span]:
     starts: set[int] = set()
     for needle, backs, pivot in _KEY_ANCHORS:
         if pivot < 0:
@@ -135,6 +137,7 @@ def find_key(text: str) -> Iterator[Span]:
             if text.startswith(needle, i - pivot):
                 starts.update(i - pivot - back for back in backs)
             i = text.find(ch, i + 1)
+    found: list[Span] = []
     last = 0
     for i in sorted(starts):
         if i < last:
@@ -142,7 +145,8 @@ def find_key(text: str) -> Iterator[Span]:
         m = _API_KEY.match(text, i)
         if m is not None:
             last = m.end()
-            yield m.span()
+            found.append(m.span())
+    return found
 
 # -- other high-entropy tokens ------------------------------------------------------------------
 
