@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import conventions as cv
 from .chains import IN_FLIGHT, Failed, is_awaitable, refuse_awaitable
-from .codec import LLMCodec
+from .codec import LLMCodec, content_reader
 from .cost.control import NOT_SENT
 from .events import (
     SCOPE_START,
@@ -546,14 +546,14 @@ class Attempt:
             if annotation is None and response is not None and self.codec is not None:
                 ttfc = first_chunk_ns - self.handle.start_ns if first_chunk_ns is not None else None
                 codec = self.codec
-                read = _content_reader(codec) if relay.subscribers.policy is not None else None
+                read = content_reader(codec) if relay.subscribers.policy is not None else None
                 if read is None:
                     response_view = Deferred(
                         _annotate_for_observers, relay, self.name, codec, response, ttfc, self.metadata
                     )
                 else:  # a redaction policy reads the text first, and mostly needs no more
                     response_view = DeferredResponse(
-                        partial(_content_for_observers, read, response),
+                        partial(read, response),
                         _annotate_for_observers, relay, self.name, codec, response, ttfc, self.metadata,
                     )  # fmt: skip
             elif annotation is not None:
@@ -640,31 +640,6 @@ def _decode_for_observers(
         relay.diag.failure("bookkeeping_errors", exc, f"decoding the request of {name!r}")
         relay.diag.count(DECODE_ERRORS)
         return None
-
-
-_readers: dict[type, bool] = {}
-
-
-def _content_reader(codec: Any) -> Callable[[Any], tuple[str | None, list[dict[str, Any]]]] | None:
-    """The codec's ``response_content``, if the class that defines it also defines ``annotate_response``."""
-    kind = type(codec)
-    fits = _readers.get(kind)
-    if fits is None:
-        owners = [next((c for c in kind.__mro__ if name in c.__dict__), None) for name in _READ_BY]
-        fits = _readers[kind] = owners[0] is not None and owners[0] is owners[1]
-    return codec.response_content if fits else None
-
-
-_READ_BY = ("response_content", "annotate_response")
-
-
-def _content_for_observers(
-    read: Callable[[Any], tuple[str | None, list[dict[str, Any]]]], response: Any
-) -> tuple[str | None, list[dict[str, Any]]] | None:
-    try:
-        return read(response)
-    except Exception:
-        return None  # the whole annotation is built instead, and counts its failure
 
 
 def _annotate_for_observers(

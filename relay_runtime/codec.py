@@ -7,7 +7,7 @@ intercepts edited that view, and for what a response or a stream said.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from .types import AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta
@@ -78,3 +78,30 @@ class CountingAccumulator:
 
     def finish(self) -> tuple[Any, AnnotatedLLMResponse]:
         return self.last, AnnotatedLLMResponse()
+
+
+Content = tuple[str | None, list[dict[str, Any]]]  # a response's output_text and tool_calls
+_readers: dict[type, bool] = {}
+_READ_BY = ("response_content", "annotate_response")
+
+
+def content_reader(codec: Any) -> Callable[[Any], Content | None] | None:
+    """``codec.response_content`` as a reader that answers None where it fails (the whole annotation is
+    then built instead, and counts its failure), if the class that defines it also defines
+    ``annotate_response``; else None."""
+    kind = type(codec)
+    fits = _readers.get(kind)
+    if fits is None:
+        owners = [next((c for c in kind.__mro__ if name in c.__dict__), None) for name in _READ_BY]
+        fits = _readers[kind] = owners[0] is not None and owners[0] is owners[1]
+    if not fits:
+        return None
+    read = codec.response_content
+
+    def content(response: Any) -> Content | None:
+        try:
+            return read(response)
+        except Exception:
+            return None
+
+    return content
