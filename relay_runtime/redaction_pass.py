@@ -55,8 +55,9 @@ class Pass(Application):
 
     __slots__ = ()
 
-    def adopt(self, other: Pass) -> None:
-        """Take in what ``other`` (a pass over part of the same event, done before) counted and changed."""
+    def adopt(self, other: Pass, *, now: bool = False) -> None:
+        """Take in what ``other`` (a pass over part of the event, done before) counted and changed; ``now``:
+        it was done for this very event, so the containers it walked are as it saw them."""
         counts = self.counts
         if counts:
             for name, n in other.counts.items():
@@ -65,7 +66,8 @@ class Pass(Application):
             counts.update(other.counts)
         self.leaves.update(other.leaves)
         self.pairs.update(other.pairs)
-        self.done.update(other.done)
+        if now:
+            self.done.update(other.done)
 
     # -- the view ------------------------------------------------------------------------------
 

@@ -220,7 +220,7 @@ class RedactionPolicy:
             object.__setattr__(req, _CACHE_ATTR, (self, view, mine))
         except (AttributeError, TypeError):
             pass
-        p.adopt(mine)
+        p.adopt(mine, now=True)
         return view
 
     def redact_request(self, content: Mapping[str, Any], annotated: AnnotatedLLMRequest | None) -> tuple[
