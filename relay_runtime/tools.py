@@ -15,6 +15,8 @@ from .types import ScopeType
 if TYPE_CHECKING:
     from .relay import Relay
 
+_TOOL = ScopeType.TOOL.value  # the value itself: an enum member would be normalised on every push
+
 
 def _with_call_id(metadata: dict[str, Any] | None, tool_call_id: str | None) -> dict[str, Any] | None:
     """The tool scope's metadata, naming the model's tool call it answers when one is given."""
@@ -42,7 +44,7 @@ class Tools:
         resolved = intercepts.resolve(anchor) if intercepts.active else {}
         handle = relay.scope.push(
             name,
-            ScopeType.TOOL,
+            _TOOL,
             parent=parent,
             input=args,
             metadata={cv.KIND: cv.TOOL, **(metadata or {})},
