@@ -170,6 +170,11 @@ def instrument_mcp(*, relay: Any = None) -> None:
     most often) ``relay`` does, or by default the default host that records LLM calls made with
     no turn open, whenever something is attached to it (``SESSION_COORDINATOR``).
     """
+    install(relay, client_side=True, server_side=True)
+
+
+def install(relay: Any, *, client_side: bool, server_side: bool) -> None:
+    """``instrument_mcp`` for one side only (the benchmark weighs each side on its own)."""
     _require_mcp()
     from mcp.client.client import Client
     from mcp.client.session import ClientSession
@@ -184,19 +189,22 @@ def instrument_mcp(*, relay: Any = None) -> None:
         routing.set_fallback(relay)
         if _saved:
             return
-        for dispatcher in (JSONRPCDispatcher, DirectDispatcher):
-            _replace(dispatcher, "send_raw_request", _wrap_send)
-            _replace(dispatcher, "notify", _wrap_notify)
-        _replace(jsonrpc_dispatcher, "otel_span", client.swapped_span)
-        _replace(jsonrpc_dispatcher, "inject_trace_context", client.swapped_inject)
-        _replace(OpenTelemetryMiddleware, "__call__", _wrap_middleware)
-        _replace(Connection, "for_loop", _wrap_for_loop)
-        _replace(ClientSession, "__init__", _wrap_session_init)
-        _replace(ClientSession, "send_request", _wrap_session_send)
-        _replace(ClientSession, "__aenter__", _wrap_session_enter)
-        _replace(ClientSession, "__aexit__", _wrap_session_exit)
-        _replace(Client, "_build_session", _wrap_build_session)
-        _replace(StreamableHTTPTransport, "__init__", _wrap_transport_init)
+        if client_side:
+            for dispatcher in (JSONRPCDispatcher, DirectDispatcher):
+                _replace(dispatcher, "send_raw_request", _wrap_send)
+                _replace(dispatcher, "notify", _wrap_notify)
+            _replace(jsonrpc_dispatcher, "otel_span", client.swapped_span)
+            _replace(jsonrpc_dispatcher, "inject_trace_context", client.swapped_inject)
+        if server_side:
+            _replace(OpenTelemetryMiddleware, "__call__", _wrap_middleware)
+            _replace(Connection, "for_loop", _wrap_for_loop)
+        if client_side:
+            _replace(ClientSession, "__init__", _wrap_session_init)
+            _replace(ClientSession, "send_request", _wrap_session_send)
+            _replace(ClientSession, "__aenter__", _wrap_session_enter)
+            _replace(ClientSession, "__aexit__", _wrap_session_exit)
+            _replace(Client, "_build_session", _wrap_build_session)
+            _replace(StreamableHTTPTransport, "__init__", _wrap_transport_init)
 
 
 def uninstrument_mcp() -> None:
