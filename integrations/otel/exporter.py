@@ -252,6 +252,7 @@ class OTelExporter:
             self.count(ATTRIBUTE_ERRORS)
             name, attributes = str(event.name), {}
         kind = _SPAN_KINDS[role]
+        hints = None
         if role is not A.ATTEMPT:
             hints = H.span_hints(event.metadata)
             if hints is not None:
@@ -278,7 +279,9 @@ class OTelExporter:
                 start_time=event.timestamp,
             )
         try:
-            evicted = self._table.add(OpenSpan(event.uuid, span, role, parent, conversation_id))
+            record = OpenSpan(event.uuid, span, role, parent, conversation_id)
+            record.hints = hints
+            evicted = self._table.add(record)
         except ValueError:
             # The same scope started twice: keep the first span, end this one unrecorded.
             span.end(end_time=event.timestamp)
@@ -324,7 +327,12 @@ class OTelExporter:
                 attributes.update(A.openinference_end(event, role))
             hints = H.span_hints(md) if role is not A.ATTEMPT else None
             if hints is not None:
-                H.apply_hints(hints, "", attributes)
+                if hints is record.hints:
+                    # Unchanged since the start, whose attributes the span has: only what this end's
+                    # own attributes would overwrite is set again (metrics read them all).
+                    H.apply_hints(hints, "", attributes, only=attributes if self._scope_metrics is None else None)
+                else:
+                    H.apply_hints(hints, "", attributes)
                 if self._scope_metrics is not None:
                     self._scope_metrics.record_scope(hints, event, attributes)
         except Exception:

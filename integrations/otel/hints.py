@@ -61,14 +61,17 @@ def hinted_kind(hints: Mapping[str, Any] | None, default: SpanKind) -> SpanKind:
     return _KINDS.get(str(hints.get("kind", "")).lower(), default)
 
 
-def apply_hints(hints: Mapping[str, Any] | None, name: str, attributes: dict[str, Any]) -> str:
+def apply_hints(
+    hints: Mapping[str, Any] | None, name: str, attributes: dict[str, Any], only: Mapping[str, Any] | None = None
+) -> str:
     """Merge the hinted attributes into ``attributes`` (primitives and lists of them only) and
-    return the span's name."""
+    return the span's name. ``only``: merge just the keys it has (those about to be overwritten)."""
     if hints is None:
         return name
     extra = hints.get("attributes")
     if isinstance(extra, Mapping):
-        for key, value in extra.items():
+        items = extra.items() if only is None else [(k, extra[k]) for k in only if k in extra]
+        for key, value in items:
             if not isinstance(key, str) or value is None:
                 continue
             if isinstance(value, _PRIMITIVES):
