@@ -107,7 +107,7 @@ class Tools:
         tool_call_id: str | None = None,
     ) -> Any:
         handle, requests, executions = self._open(name, args, parent, _with_call_id(metadata, tool_call_id))
-        owner = chains.Live()
+        owner: chains.Live | None = None
         try:
             if requests:
                 args = await self._requests_async(name, args, requests)
@@ -117,6 +117,7 @@ class Tools:
                     out = fn(a)
                     return await out if inspect.isawaitable(out) else out
 
+                owner = chains.Live()
                 result = await chains.run_async(executions, name, args, terminal, owner)
             else:
                 # Nothing around the call: its awaitable is awaited right here, so every resume of
@@ -128,6 +129,7 @@ class Tools:
             self._relay.scope.pop(handle, error=exc)
             raise
         finally:
-            owner.live = False
+            if owner is not None:
+                owner.live = False
         self._relay.scope.pop(handle, output=result)
         return result

@@ -137,7 +137,7 @@ def swapped_span(original: Callable[..., Any]) -> Callable[..., Any]:
         if sending is None:
             return original(name, *args, **kwargs)  # not ours: the SDK's tracing as it was
         attributes = kwargs.get("attributes")
-        if isinstance(attributes, Mapping):
+        if type(attributes) is dict or isinstance(attributes, Mapping):
             sending.report(attributes)
         return _Collector(sending)
 

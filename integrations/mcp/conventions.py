@@ -30,7 +30,7 @@ def target_of(method: str, params: object) -> str | None:
     key = _TARGET_PARAM.get(method)
     if key is None or params is None:
         return None
-    value = params.get(key) if isinstance(params, Mapping) else getattr(params, key, None)
+    value = params.get(key) if type(params) is dict or isinstance(params, Mapping) else getattr(params, key, None)
     return value[:_MAX_TARGET] if isinstance(value, str) and value else None
 
 
@@ -60,11 +60,15 @@ def error_code_attributes(code: object) -> dict[str, Any]:
     return {"rpc.response.status_code": text, "error.type": text}
 
 
+_NO_FLAG: Any = object()
+
+
 def is_tool_error(result: object) -> bool:
     """A ``tools/call`` result the server marked ``isError`` (a dict on the wire, a model in a handler)."""
-    if isinstance(result, Mapping):
+    if type(result) is dict or isinstance(result, Mapping):
         return result.get("isError") is True
-    return getattr(result, "is_error", None) is True or getattr(result, "isError", None) is True
+    flag = getattr(result, "is_error", _NO_FLAG)  # the SDK's model; only what has no such field is asked for the alias
+    return flag is True if flag is not _NO_FLAG else getattr(result, "isError", None) is True
 
 
 def tool_error_text(result: object) -> str:

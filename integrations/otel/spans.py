@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Sequence
-
 from typing import Any
 
 from opentelemetry.context import Context
