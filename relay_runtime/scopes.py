@@ -97,12 +97,18 @@ def _scope_type(scope_type: ScopeType | str) -> str:
     raise TypeError(f"scope_type must be a ScopeType or a non-empty string, got {scope_type!r}")
 
 
+# Read once: an enum member's ``.value`` is a property call, and every scope's end asks for one.
+_SUCCESS = Outcome.SUCCESS.value
+_CANCELLED = Outcome.CANCELLED.value
+_FAILED = Outcome.FAILED.value
+
+
 def outcome_of(error: BaseException | None) -> str:
     if error is None:
-        return Outcome.SUCCESS.value
+        return _SUCCESS
     if isinstance(error, (KeyboardInterrupt, GeneratorExit)) or _is_cancelled(error):
-        return Outcome.CANCELLED.value
-    return Outcome.FAILED.value
+        return _CANCELLED
+    return _FAILED
 
 
 def error_type_of(error: BaseException) -> str:

@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from .relay import Relay
 
 
+_TOOL = ScopeType.TOOL.value  # a plain string: push takes it as it is
+
+
 def _with_call_id(metadata: dict[str, Any] | None, tool_call_id: str | None) -> dict[str, Any] | None:
     """The tool scope's metadata, naming the model's tool call it answers when one is given."""
     if tool_call_id is None:
@@ -42,7 +45,7 @@ class Tools:
         resolved = intercepts.resolve(anchor) if intercepts.active else {}
         handle = relay.scope.push(
             name,
-            ScopeType.TOOL,
+            _TOOL,
             parent=parent,
             input=args,
             metadata={cv.KIND: cv.TOOL, **(metadata or {})},
@@ -123,7 +126,7 @@ class Tools:
                 # Nothing around the call: its awaitable is awaited right here, so every resume of
                 # the tool passes through one frame of ours, not three.
                 result = fn(args)
-                if inspect.isawaitable(result):
+                if chains.is_awaitable(result):
                     result = await result
         except BaseException as exc:
             self._relay.scope.pop(handle, error=exc)

@@ -21,6 +21,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from relay_runtime.attempt import current_attempt
 from relay_runtime.types import LLMRequest
 
+from .deferred import _DEFAULT_TRACE_STATE
+
 if TYPE_CHECKING:
     from .exporter import OTelExporter
 
@@ -88,6 +90,6 @@ def plain_carrier(span: Span) -> dict[str, str] | None:
         return None
     out = {"traceparent": f"00-{sc[0]:032x}-{sc[1]:016x}-{sc[3]:02x}"}
     state = sc[4]
-    if state is not None and len(state):
+    if state is not None and state is not _DEFAULT_TRACE_STATE and len(state):
         out["tracestate"] = state.to_header()
     return out
