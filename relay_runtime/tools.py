@@ -32,6 +32,15 @@ class Tools:
     def __init__(self, relay: Relay) -> None:
         self._relay = relay
 
+    def open_unintercepted(self, name: str, args: Any, metadata: dict[str, Any] | None = None) -> ScopeHandle | None:
+        """The tool scope ``execute`` would open for this call, when no intercept is registered
+        anywhere (``relay.intercepts.active`` is False); else None, and the call goes through
+        ``execute`` / ``execute_async``. For an integration that runs the call itself, ending the
+        scope with ``relay.scope.pop``: no intercept chain, no extra frame around the call."""
+        if self._relay.intercepts.active:
+            return None
+        return self._open(name, args, None, metadata)[0]
+
     def _open(
         self, name: str, args: Any, parent: ScopeHandle | None, metadata: dict[str, Any] | None
     ) -> tuple[ScopeHandle, tuple[Any, ...], tuple[Any, ...]]:

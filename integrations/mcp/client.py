@@ -7,8 +7,9 @@ at ``send_raw_request``):
 1. ``tools/call``: a TOOL scope through ``relay.tools.execute_async``, so the relay's tool request
    intercepts (guardrails; argument rewrites) and execution intercepts run first. An intercept
    that raises refuses the call: nothing is sent, the scope ends failed with that error, and the
-   caller gets the SDK's ordinary error result (``isError: true`` carrying the reason).
-   Any other method: a plain scope.
+   caller gets the SDK's ordinary error result (``isError: true`` carrying the reason). With no
+   intercept registered anywhere, the same tool scope is opened and ended here, with nothing
+   between it and the send. Any other method: a plain scope.
 2. The request's ``params._meta`` gets our scope's trace context (``traceparent``, and
    ``tracestate`` / ``baggage`` when set), merged over the caller's own ``_meta`` keys; the SDK's
    own injection is swapped for ours while the request is sent, so it cannot replace it.
@@ -279,6 +280,43 @@ async def _tool_call(
         # A framework already opened this call's tool scope (and ran the relay's tool intercepts):
         # the MCP attributes join it rather than making a second scope.
         return await _join_tool_scope(current, hints, call)
+    handle = relay.tools.open_unintercepted(tool, arguments, {cv.SPAN_HINTS: hints})
+    if handle is not None:
+        # No intercept anywhere: the tool scope is ours to end, with nothing between it and the send.
+        sending = _Sending(carrier_for(handle))
+        token = _sending.set(sending)
+        try:
+            result = await call()
+        except BaseException as exc:
+            _sending.reset(token)
+            relay.scope.pop(handle, error=exc, metadata={cv.SPAN_HINTS: _end_hints(hints, sending.end_attributes(exc))})
+            raise
+        _sending.reset(token)
+        end, failed = _tool_end(sending, result)
+        relay.scope.pop(
+            handle,
+            output=None if failed else result,
+            error=ToolErrorResult(result) if failed else None,
+            metadata={cv.SPAN_HINTS: _end_hints(hints, end)},
+        )
+        return result
+    return await _intercepted_tool_call(relay, tool, arguments, hints, call, typed)
+
+
+def _tool_end(sending: _Sending, result: Any) -> tuple[dict[str, Any], bool]:
+    """A sent tool call's end attributes, and whether the server marked its result ``isError``."""
+    end = sending.end_attributes(None)
+    failed = mc.is_tool_error(result)
+    if failed:
+        end["error.type"] = mc.TOOL_ERROR
+    return end, failed
+
+
+async def _intercepted_tool_call(
+    relay: Any, tool: str, arguments: Any, hints: dict[str, Any], call: Call, typed: Callable[[dict[str, Any]], Any]
+) -> Any:
+    """Through ``relay.tools.execute_async``, so the relay's tool request intercepts (guardrails;
+    argument rewrites) and execution intercepts run first."""
     sending = _Sending({})
     sent = False
 
@@ -298,10 +336,7 @@ async def _tool_call(
             _set_end_hints(inner, hints, sending.end_attributes(exc))
             raise
         _sending.reset(token)
-        end = sending.end_attributes(None)
-        failed = mc.is_tool_error(result)
-        if failed:
-            end["error.type"] = mc.TOOL_ERROR
+        end, failed = _tool_end(sending, result)
         _set_end_hints(inner, hints, end)
         if failed:
             raise ToolErrorResult(result)
