@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks import instructions
 from benchmarks.bench_adapters import _managed_turn
 
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))
@@ -146,7 +147,39 @@ def main() -> None:
             print("note: ours recorded no aws.bedrock attempt: the figure is not a managed call's")
     finally:
         server.close()
+    if instructions.available():
+        variants = ["bare", "ours"] + (["openinference"] if peer is not None else [])
+        counted = instructions.report("benchmarks.bench_bedrock", variants)
+        verdict = counted["ours"] / counted["bare"]
+        print(f"  target ours <= {TARGET}x bare in instructions: {'met' if verdict <= TARGET else 'MISSED'} "
+              f"({verdict:.3f}x)")  # fmt: skip
     sys.stdout.flush()
+
+
+def count(variant: str, n: int) -> None:
+    """``instructions``' entry: warm up, then ``n`` calls of one variant in a managed turn."""
+    from relay_runtime import adapters
+
+    server = _Remote()
+    try:
+        client = server.client()
+        call: Callable[[], Any] = lambda: client.converse(modelId=MODEL, messages=MESSAGES)  # noqa: E731
+        peer = None
+        if variant == "ours":
+            adapters.instrument(client)
+        elif variant == "openinference":
+            peer = _openinference(server)
+            assert peer is not None, "openinference-instrumentation-bedrock is not installed"
+            call = peer[0]
+        with _managed_turn(subscribed=True):
+            for _ in range(20):
+                call()
+            for _ in range(n):
+                call()
+        if peer is not None:
+            peer[1]()
+    finally:
+        server.close()
 
 
 # The loopback server and constants the tests use: one Bedrock speaker for both.
@@ -155,4 +188,7 @@ sys.path.insert(0, _TESTS)
 from bedrock_support import MODEL, BedrockServer  # noqa: E402
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--count"]:
+        count(sys.argv[2], int(sys.argv[3]))
+    else:
+        main()

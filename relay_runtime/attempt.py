@@ -611,6 +611,10 @@ def _number_after(metadata: dict[str, Any]) -> None:
         auxiliary.count_renewed_attempt(api_request_id)
 
 
+# A request or response the codec could not read: the call goes on, its record lacks what was unread.
+DECODE_ERRORS = "decode_errors"
+
+
 def _decode_for_observers(
     relay: Relay, name: str, codec: LLMCodec, content: dict[str, Any]
 ) -> AnnotatedLLMRequest | None:
@@ -618,6 +622,7 @@ def _decode_for_observers(
         return redacted_annotation(codec.decode(content))
     except Exception as exc:
         relay.diag.failure("bookkeeping_errors", exc, f"decoding the request of {name!r}")
+        relay.diag.count(DECODE_ERRORS)
         return None
 
 
@@ -633,6 +638,7 @@ def _annotate_for_observers(
         annotation = codec.annotate_response(response)
     except Exception as exc:
         relay.diag.failure("bookkeeping_errors", exc, f"annotating the response of {name!r}")
+        relay.diag.count(DECODE_ERRORS)
         return None
     if time_to_first_chunk_ns is not None:
         annotation.time_to_first_chunk_ns = time_to_first_chunk_ns

@@ -96,6 +96,16 @@ def test_titan_and_cohere_embeddings_are_embeddings_attempts(relay_turn, relay_e
         assert end.annotated_response.usage.input_tokens == tokens
         assert end.annotated_response.usage.output_tokens is None
     assert titan.annotated_request.provider_params["inputText"] == "hello there"
+    assert titan.annotated_response.embedding_dimensions == 3
+    assert cohere.annotated_response.embedding_dimensions == 2
+
+
+def test_cohere_embeddings_by_type_give_their_dimension(relay_turn, relay_events, client, bedrock_server):
+    bedrock_server.replies.append(raw_reply({"id": "e2", "embeddings": {"int8": [[1, 2, 3, 4]]}, "texts": ["a"]}))
+    body = {"texts": ["a"], "input_type": "x", "embedding_types": ["int8"]}
+    client.invoke_model(modelId="cohere.embed-english-v3", body=json.dumps(body))
+    (cohere,) = relay_events.ends(relay_kind=cv.ATTEMPT)
+    assert cohere.annotated_response.embedding_dimensions == 4
 
 
 def test_an_anthropic_response_stream(relay_turn, relay_events, client, bedrock_server) -> None:
@@ -178,6 +188,7 @@ def test_spans_name_the_provider_and_operation_as_the_conventions_do(relay_home,
         assert span.attributes["cloud.region"] == "eu-west-3"
     assert embed.attributes["gen_ai.operation.name"] == "embeddings"
     assert embed.attributes["gen_ai.usage.input_tokens"] == 3
+    assert embed.attributes["gen_ai.embeddings.dimension.count"] == 1
     assert chat.attributes["gen_ai.operation.name"] == "chat"
 
 

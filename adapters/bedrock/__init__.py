@@ -13,6 +13,8 @@ from typing import Any
 
 import wrapt
 
+from ..endpoints import Endpoint
+from .codec import PROVIDER
 from .runtime import SERVICE, managed_call
 
 _METHOD = "_make_api_call"
@@ -40,8 +42,13 @@ class _ClientCall:
         return managed_call(self.client, self.__wrapped__, operation, params)
 
 
-def instrument_client(client: Any) -> Any:
-    """Trace this client's LLM calls; idempotent; returns the client."""
+NAME = "aws.bedrock"
+
+
+def instrument_client(client: Any, *, include_usage: bool = False, provider: Endpoint | None = None) -> Any:
+    """Trace this client's LLM calls; idempotent; returns the client (``include_usage`` is OpenAI's alone)."""
+    if provider is not None and provider.provider != PROVIDER:
+        raise ValueError(f"a bedrock-runtime client's calls reach {PROVIDER}, not {provider.provider!r}")
     if not isinstance(client.__dict__.get(_METHOD), _ClientCall):
         client.__dict__[_METHOD] = _ClientCall(client, getattr(client, _METHOD))
     return client
@@ -65,7 +72,7 @@ def _class_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: d
     return managed_call(instance, wrapped, args[0], args[1])
 
 
-def instrument_classes() -> list[str]:
+def instrument_classes(*, include_usage: bool = False) -> list[str]:
     """Wrap botocore's ``BaseClient._make_api_call`` (if botocore is installed); the names wrapped now."""
     try:
         from botocore.client import BaseClient  # type: ignore[import-untyped, unused-ignore]

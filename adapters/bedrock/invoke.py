@@ -174,12 +174,24 @@ class InvokeModelCodec:
                                           output_tokens=as_int(body.get("generation_token_count")))  # fmt: skip
         elif kind == TITAN_EMBED:
             annotation.usage = TokenUsage(input_tokens=as_int(body.get("inputTextTokenCount")))
+            vector = body.get("embedding")
+            annotation.embedding_dimensions = len(vector) if isinstance(vector, list) else None
+        elif kind == COHERE_EMBED:
+            annotation.embedding_dimensions = _cohere_dimensions(body.get("embeddings"))
         if annotation.usage.input_tokens is None:
             annotation.usage = _header_usage(response)
         return annotation
 
     def accumulator(self) -> InvokeStreamAccumulator:
         return InvokeStreamAccumulator(self.kind)
+
+
+def _cohere_dimensions(embeddings: Any) -> int | None:
+    """The first vector's length; ``embeddings`` is a list of vectors, or a dict of them by type."""
+    if isinstance(embeddings, dict):
+        embeddings = next(iter(embeddings.values()), None)
+    first = embeddings[0] if isinstance(embeddings, list) and embeddings else None
+    return len(first) if isinstance(first, list) else None
 
 
 def _put(target: dict[str, Any], key: str, value: Any) -> None:

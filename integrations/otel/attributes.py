@@ -1,10 +1,9 @@
 """Pure functions from relay events to span names, kinds and attributes.
 
 Nothing here touches a tracer: the exporter asks these functions what a scope
-looks like in OpenTelemetry and keeps the spans itself. Two vocabularies are
-written: the OTel GenAI semantic conventions (``gen_ai.*``, always) and, when
-asked, OpenInference (``openinference.*``, ``llm.*``), which Arize Phoenix and
-similar backends read natively. Our own identity goes under ``relay.*``.
+looks like in OpenTelemetry and keeps the spans itself. The OTel GenAI semantic
+conventions (``gen_ai.*``) are written here, our own identity under ``relay.*``;
+OpenInference's vocabulary, when asked, is in ``openinference.py``.
 
 Content (messages, instructions, tool arguments) is never read here; see
 ``content.py``, which only runs when the user opted in.
@@ -12,7 +11,6 @@ Content (messages, instructions, tool arguments) is never read here; see
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -441,73 +439,3 @@ def metric_attributes(key: tuple[str, str | None, str | None, str | None, str | 
     if address:
         server_attributes({cv.SERVER_ADDRESS: address}, out)
     return out
-
-
-# -- OpenInference ---------------------------------------------------------------------------
-
-_OI_KIND = {
-    CONVERSATION: "AGENT",
-    AGENT: "AGENT",
-    TURN: "CHAIN",
-    LOGICAL_CALL: "CHAIN",
-    ATTEMPT: "LLM",
-    TOOL: "TOOL",
-    SCOPE: "CHAIN",
-}
-_OI_SCOPE_TYPES = {"retriever": "RETRIEVER"}
-
-
-def openinference_start(event: Event, role: str, conversation_id: str | None) -> dict[str, Any]:
-    out: dict[str, Any] = {"openinference.span.kind": _OI_SCOPE_TYPES.get(event.scope_type or "", _OI_KIND[role])}
-    if conversation_id:
-        out["session.id"] = conversation_id
-    if role == ATTEMPT:
-        _, provider, model = attempt_identity(event, event.annotated_request)
-        if provider:
-            out["llm.provider"] = provider
-            out["llm.system"] = provider
-        if model:
-            out["llm.model_name"] = model
-        req = event.annotated_request
-        if req is not None and (req.params or req.provider_params):
-            sent = {**req.provider_params, **req.params} if req.provider_params else req.params
-            params = {k: v for k, v in sent.items() if _json_safe(v)}
-            if params:
-                out["llm.invocation_parameters"] = json.dumps(params, sort_keys=True, default=str)
-    elif role == TOOL:
-        out["tool.name"] = event.name
-    elif role in (CONVERSATION, AGENT):
-        out["agent.name"] = agent_name(event)
-    return out
-
-
-def openinference_end(event: Event, role: str) -> dict[str, Any]:
-    if role != ATTEMPT:
-        return {}
-    out: dict[str, Any] = {}
-    resp = event.annotated_response
-    if resp is None:
-        return out
-    if resp.model:
-        out["llm.model_name"] = resp.model
-    usage = resp.usage
-    if usage is None:
-        return out
-    prompt = input_tokens_total(provider_of(event), usage)
-    if prompt is not None:
-        out["llm.token_count.prompt"] = prompt
-    if usage.output_tokens is not None:
-        out["llm.token_count.completion"] = usage.output_tokens
-    if prompt is not None and usage.output_tokens is not None:
-        out["llm.token_count.total"] = prompt + usage.output_tokens
-    if usage.cache_read_tokens is not None:
-        out["llm.token_count.prompt_details.cache_read"] = usage.cache_read_tokens
-    if usage.cache_creation_tokens is not None:
-        out["llm.token_count.prompt_details.cache_write"] = usage.cache_creation_tokens
-    if usage.reasoning_tokens is not None:
-        out["llm.token_count.completion_details.reasoning"] = usage.reasoning_tokens
-    return out
-
-
-def _json_safe(value: Any) -> bool:
-    return value is None or isinstance(value, (bool, int, float, str, list, tuple, dict))

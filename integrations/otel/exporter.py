@@ -35,6 +35,7 @@ from relay_runtime.trace_context import register_carrier_provider, unregister_ca
 from . import attributes as A
 from . import hints as H
 from . import one_span, propagation
+from . import openinference as OI
 from .capture import DetailsEvents, as_events, capture_mode, mode_from_env, on_spans
 from .content import ContentRecorder, Redactor
 from .content_store import ContentStore, store_from_env
@@ -247,7 +248,7 @@ class OTelExporter:
         try:
             name, attributes = A.span_start(event, role, conversation_id)
             if self._oi:
-                attributes.update(A.openinference_start(event, role, conversation_id))
+                attributes.update(OI.start_attributes(event, role, conversation_id))
         except Exception:
             # Odd data costs attributes, never the span.
             self.count(ATTRIBUTE_ERRORS)
@@ -327,7 +328,7 @@ class OTelExporter:
             if voice is not None:
                 voice_attributes(voice, attributes)
             if self._oi:
-                attributes.update(A.openinference_end(event, role))
+                attributes.update(OI.end_attributes(event, role))
             hints = H.span_hints(md) if role is not A.ATTEMPT else None
             if hints is not None:
                 if hints is record.hints:

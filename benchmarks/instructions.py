@@ -1,0 +1,52 @@
+"""Instructions per call, counted by valgrind: a figure the other processes on a shared machine cannot move.
+
+Wall and CPU time on a loaded 2-core machine swing by tens of percent between runs; the number of
+instructions a call executes does not. ``per_call(module, variant)`` runs
+``python -m <module> --count <variant> N`` under ``valgrind --tool=callgrind`` twice, with N = 0 and
+N = ``calls``, and divides the difference by ``calls``: start-up, imports and warm-up cancel out.
+The module's ``--count`` entry makes its warm-up calls and then N calls of that variant. Instructions
+are not time (a cache miss costs many), so the benchmarks print both.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+_COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
+
+
+def available() -> bool:
+    return shutil.which("valgrind") is not None and os.environ.get("BENCH_INSTRUCTIONS", "1") != "0"
+
+
+def _count(module: str, variant: str, n: int) -> int:
+    run = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+         sys.executable, "-m", module, "--count", variant, str(n)],
+        capture_output=True, text=True, timeout=900,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )  # fmt: skip
+    found = _COLLECTED.search(run.stderr)
+    if run.returncode != 0 or found is None:
+        raise RuntimeError(f"{module} --count {variant} {n} under valgrind failed: {run.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def per_call(module: str, variant: str, calls: int = 60) -> float:
+    """Instructions one call of ``variant`` executes (its warm-up and the process around it subtracted)."""
+    return (_count(module, variant, calls) - _count(module, variant, 0)) / calls
+
+
+def report(module: str, variants: list[str], *, calls: int = 60, baseline: str = "bare") -> dict[str, float]:
+    """Print instructions per call of each variant and its ratio to ``baseline``; returns the figures."""
+    figures = {variant: per_call(module, variant, calls) for variant in variants}
+    base = figures[baseline]
+    print(f"  instructions per call (valgrind, {calls} calls, deterministic):")
+    for variant, value in figures.items():
+        ratio = f"  {value / base:.3f}x {baseline}  (+{value - base:,.0f})" if variant != baseline else ""
+        print(f"    {variant:14s} {value:12,.0f}{ratio}")
+    return figures
