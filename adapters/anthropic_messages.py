@@ -54,6 +54,19 @@ class AnthropicMessagesCodec:
         return apply_common(content, changes, _FIELDS)
 
     def annotate_response(self, response: Any) -> AnnotatedLLMResponse:
+        text, calls = self.response_content(response)
+        reason = as_str(get(response, "stop_reason"))
+        return AnnotatedLLMResponse(
+            model=as_str(get(response, "model")),
+            id=as_str(get(response, "id")),
+            finish_reasons=[reason] if reason else [],
+            usage=usage_of(get(response, "usage")),
+            output_text=text,
+            tool_calls=calls,
+        )
+
+    def response_content(self, response: Any) -> tuple[str | None, list[dict[str, Any]]]:
+        """What ``annotate_response`` reads as ``output_text`` and ``tool_calls``, alone (cheaper)."""
         texts: list[str] = []
         calls: list[dict[str, Any]] = []
         for block in as_list(get(response, "content")):
@@ -62,15 +75,7 @@ class AnthropicMessagesCodec:
                 texts.append(text)
             elif kind == "tool_use":
                 calls.append(_tool_use(block))
-        reason = as_str(get(response, "stop_reason"))
-        return AnnotatedLLMResponse(
-            model=as_str(get(response, "model")),
-            id=as_str(get(response, "id")),
-            finish_reasons=[reason] if reason else [],
-            usage=usage_of(get(response, "usage")),
-            output_text="".join(texts) if texts else None,
-            tool_calls=calls,
-        )
+        return ("".join(texts) if texts else None), calls
 
     def accumulator(self) -> MessagesAccumulator:
         return MessagesAccumulator(self)

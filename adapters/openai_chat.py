@@ -76,6 +76,11 @@ def _tool_call(call: Any) -> dict[str, Any]:
     }
 
 
+def _content_of(choices: Any) -> tuple[str | None, list[dict[str, Any]]]:
+    message = get(choices[0], "message") if choices else None
+    return as_str(get(message, "content")), [_tool_call(c) for c in as_list(get(message, "tool_calls"))]
+
+
 def _reasoning(obj: Any) -> str | None:
     return as_str(get(obj, "reasoning_content")) or as_str(get(obj, "reasoning"))
 
@@ -101,16 +106,19 @@ class OpenAIChatCodec:
     def annotate_response(self, response: Any) -> AnnotatedLLMResponse:
         choices = as_list(get(response, "choices"))
         finish = [r for c in choices if (r := as_str(get(c, "finish_reason"))) is not None]
-        message = get(choices[0], "message") if choices else None
-        calls = [_tool_call(c) for c in as_list(get(message, "tool_calls"))]
+        text, calls = _content_of(choices)
         return AnnotatedLLMResponse(
             model=as_str(get(response, "model")),
             id=as_str(get(response, "id")),
             finish_reasons=finish,
             usage=usage_of(get(response, "usage")),
-            output_text=as_str(get(message, "content")),
+            output_text=text,
             tool_calls=calls,
         )
+
+    def response_content(self, response: Any) -> tuple[str | None, list[dict[str, Any]]]:
+        """What ``annotate_response`` reads as ``output_text`` and ``tool_calls``, alone (cheaper)."""
+        return _content_of(as_list(get(response, "choices")))
 
     def accumulator(self) -> ChatAccumulator:
         return ChatAccumulator()

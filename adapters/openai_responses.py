@@ -82,6 +82,18 @@ class OpenAIResponsesCodec:
         return apply_common(content, changes, _FIELDS)
 
     def annotate_response(self, response: Any) -> AnnotatedLLMResponse:
+        text, calls = self.response_content(response)
+        return AnnotatedLLMResponse(
+            model=as_str(get(response, "model")),
+            id=as_str(get(response, "id")),
+            finish_reasons=_finish_reasons(response),
+            usage=usage_of(get(response, "usage")),
+            output_text=text,
+            tool_calls=calls,
+        )
+
+    def response_content(self, response: Any) -> tuple[str | None, list[dict[str, Any]]]:
+        """What ``annotate_response`` reads as ``output_text`` and ``tool_calls``, alone (cheaper)."""
         texts: list[str] = []
         calls: list[dict[str, Any]] = []
         for item in as_list(get(response, "output")):
@@ -94,14 +106,7 @@ class OpenAIResponsesCodec:
                 calls.append(_function_call(item))
         if not texts and (text := as_str(get(response, "output_text"))):
             texts.append(text)  # duck-typed responses that only carry the convenience field
-        return AnnotatedLLMResponse(
-            model=as_str(get(response, "model")),
-            id=as_str(get(response, "id")),
-            finish_reasons=_finish_reasons(response),
-            usage=usage_of(get(response, "usage")),
-            output_text="".join(texts) if texts else None,
-            tool_calls=calls,
-        )
+        return ("".join(texts) if texts else None), calls
 
     def accumulator(self) -> ResponsesAccumulator:
         return ResponsesAccumulator(self)

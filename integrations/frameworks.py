@@ -21,10 +21,12 @@ from typing import Any
 
 from relay_runtime import auxiliary, calls, logical_calls, session
 from relay_runtime import conventions as cv
+from relay_runtime.attempt import Attempt
+from relay_runtime.codec import LLMCodec
 from relay_runtime.events import AnnotatedRequestField, AnnotatedResponseField, Deferred
 from relay_runtime.scopes import ScopeHandle, outcome_of
-from relay_runtime.session import Turn
-from relay_runtime.types import Outcome, ScopeType
+from relay_runtime.session import LogicalCall, Turn
+from relay_runtime.types import LLMRequest, Outcome, ScopeType
 
 _LLM = ScopeType.LLM.value
 _SUCCESS = Outcome.SUCCESS.value
@@ -71,11 +73,13 @@ def leave_scope(token: Token[ScopeHandle | None] | None) -> None:
 class ModelCall:
     """One logical model call of a framework, under the framework scope open where it began."""
 
-    __slots__ = ("_joined", "_observed_request", "api_request_id", "call_role", "observed", "parent", "turn")
+    __slots__ = ("_joined", "_observed_request", "api_request_id", "call_role", "logical", "observed", "parent", "turn")
 
-    def __init__(self, turn: Turn, api_request_id: str, call_role: str, parent: ScopeHandle | None) -> None:
+    def __init__(self, turn: Turn, logical: LogicalCall, call_role: str, parent: ScopeHandle | None) -> None:
         self.turn = turn
-        self.api_request_id = api_request_id
+        # The turn's record of the call, held so that every attempt and the close reach it without a lookup.
+        self.logical = logical
+        self.api_request_id = logical.api_request_id
         self.call_role = call_role
         self.parent = parent
         self.observed: ScopeHandle | None = None
@@ -91,9 +95,12 @@ class ModelCall:
         turn = turn or session.managed_turn()
         if turn is None:
             return None
-        if parent is None:
-            parent = current_parent(turn)
-        return cls(turn, calls.open_logical_call_in(turn, parent, call_role), call_role, parent)
+        return cls.under(turn, parent if parent is not None else current_parent(turn), call_role)
+
+    @classmethod
+    def under(cls, turn: Turn, parent: ScopeHandle | None, call_role: str = "primary") -> ModelCall:
+        """``open`` for a caller holding the managed turn and the parent already (None: the turn's scope)."""
+        return cls(turn, calls.open_call_in(turn, parent, call_role), call_role, parent)
 
     def join(self) -> None:
         """Completions made in this context until ``leave`` are attempts of this call."""
@@ -105,8 +112,11 @@ class ModelCall:
             self._joined = None
 
     def attempts(self) -> int:
-        call = self.turn.logical_llm_calls.get(self.api_request_id)
-        return call.attempts if call is not None else 0
+        return self.logical.attempts
+
+    def attempt(self, request: LLMRequest, name: str, model_name: str | None, codec: LLMCodec | None) -> Attempt | None:
+        """An attempt the integration makes itself, to run with ``relay.llm.run`` (None once the call is closed)."""
+        return calls.attempt_of(self.turn, self.logical, request, name, model_name, codec)
 
     def next_attempt_metadata(self) -> dict[str, Any]:
         """Metadata for an attempt the integration makes itself (``calls.execute_current``)."""
@@ -116,8 +126,8 @@ class ModelCall:
         """Record the provider call the framework is making as an attempt (nothing else records it).
 
         ``request`` (its annotation, best a ``Deferred``) goes on the attempt's end event."""
-        call = self.turn.logical_llm_calls.get(self.api_request_id)
-        if call is None:
+        call = self.logical
+        if self.turn.logical_llm_calls.get(self.api_request_id) is not call:
             return
         with self.turn.lock:
             retry = call.attempts
@@ -143,9 +153,8 @@ class ModelCall:
         handle = self.observed
         if handle is None or handle.ended:
             return
-        call = self.turn.logical_llm_calls.get(self.api_request_id)
-        if call is not None and model:
-            call.model = model
+        if model:
+            self.logical.model = model
         self.turn.relay.scope.end(
             handle,
             output=response,
@@ -158,16 +167,15 @@ class ModelCall:
 
     def close(self, error: BaseException | None = None) -> None:
         """Complete the logical call: a success, or the outcome ``error`` means (once; later closes do nothing)."""
-        self.leave()
+        if self._joined is not None:
+            self.leave()
         if self.observed is not None and not self.observed.ended:
             self.end_observed(error=error or _Unfinished())
         outcome = outcome_of(error) if error is not None else _SUCCESS
-        call = self.turn.logical_llm_calls.get(self.api_request_id)
-        if call is None:  # the turn ended first and closed it
-            return
-        # The call object itself: the framework may end it from a context where its turn is not active.
+        # The call object itself (closed once: a no-op when the turn ended first and closed it), since the
+        # framework may end it from a context where its turn is not active.
         try:
-            logical_calls.close_logical_call(self.turn, call, outcome)
+            logical_calls.close_logical_call(self.turn, self.logical, outcome)
         except Exception as exc:
             self.turn.relay.diag.failure("bookkeeping_errors", exc, f"completing logical call {self.api_request_id!r}")
 

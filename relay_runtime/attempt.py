@@ -9,14 +9,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
+from functools import partial
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from . import conventions as cv
 from .chains import IN_FLIGHT, Failed, is_awaitable, refuse_awaitable
-from .codec import LLMCodec
+from .codec import LLMCodec, content_reader
 from .cost.control import NOT_SENT
-from .events import SCOPE_START, AnnotatedRequestField, AnnotatedResponseField, Deferred, new_event
+from .events import (
+    SCOPE_START,
+    AnnotatedRequestField,
+    AnnotatedResponseField,
+    Deferred,
+    DeferredResponse,
+    new_event,
+)
 from .intercepts import LLM_GUARDRAIL, LLM_REQUEST, LLM_RESPONSE, GuardrailRejected, Intercept
 from .redaction import redacted_annotation, redacted_request
 from .scopes import ScopeHandle, outcome_of
@@ -537,9 +545,17 @@ class Attempt:
             # (read when it is built: adapters are done with the metadata once the call has ended).
             if annotation is None and response is not None and self.codec is not None:
                 ttfc = first_chunk_ns - self.handle.start_ns if first_chunk_ns is not None else None
-                response_view = Deferred(
-                    _annotate_for_observers, relay, self.name, self.codec, response, ttfc, self.metadata
-                )
+                codec = self.codec
+                read = content_reader(codec) if relay.subscribers.policy is not None else None
+                if read is None:
+                    response_view = Deferred(
+                        _annotate_for_observers, relay, self.name, codec, response, ttfc, self.metadata
+                    )
+                else:  # a redaction policy reads the text first, and mostly needs no more
+                    response_view = DeferredResponse(
+                        partial(read, response),
+                        _annotate_for_observers, relay, self.name, codec, response, ttfc, self.metadata,
+                    )  # fmt: skip
             elif annotation is not None:
                 if first_chunk_ns is not None:
                     annotation.time_to_first_chunk_ns = first_chunk_ns - self.handle.start_ns

@@ -32,9 +32,7 @@ _LOGICAL_CALL = "logical_llm_call"
 
 # Set by ``auxiliary_call`` while its function runs: an attempt that defers its logical completion
 # is then held open with its response until the response is validated (``Attempt.hold``).
-response_validator: ContextVar[Callable[[Attempt], None] | None] = ContextVar(
-    "relay_response_validator", default=None
-)
+response_validator: ContextVar[Callable[[Attempt], None] | None] = ContextVar("relay_response_validator", default=None)
 
 
 def _open(
@@ -453,8 +451,54 @@ def open_logical_call(parent: ScopeHandle | None = None, *, call_role: str = DEF
 
 def open_logical_call_in(turn: CallHolder, parent: ScopeHandle | None, call_role: str = DEFAULT_CALL_ROLE) -> str:
     """``open_logical_call`` for a caller that already holds the managed turn (framework integrations)."""
+    return open_call_in(turn, parent, call_role).api_request_id
+
+
+def open_call_in(turn: CallHolder, parent: ScopeHandle | None, call_role: str = DEFAULT_CALL_ROLE) -> LogicalCall:
+    """``open_logical_call_in``, returning the call itself: its opener makes attempts of it with
+    ``attempt_of`` and closes it with ``logical_calls.close_logical_call``, with no lookup by id."""
     if parent is not None and parent.ended:
         parent = None  # the agent ended under a late call: the turn still holds it
     api_request_id = new_id()
-    turn.logical_llm_calls[api_request_id] = _new_call(turn, api_request_id, call_role or DEFAULT_CALL_ROLE, parent)
-    return api_request_id
+    call = turn.logical_llm_calls[api_request_id] = _new_call(
+        turn, api_request_id, call_role or DEFAULT_CALL_ROLE, parent
+    )
+    return call
+
+
+def attempt_of(
+    turn: CallHolder, call: LogicalCall, request: LLMRequest, name: str, model_name: str | None, codec: LLMCodec | None
+) -> Attempt | None:
+    """A non-streamed attempt of ``call`` (opened by ``open_call_in``), to run with ``relay.llm.run``; the call
+    stays open after it for its opener to close. None when the call no longer takes attempts (the end of
+    its turn closed it): the caller then goes the way of ``execute_current``.
+
+    ``_call_attempt``'s work for a caller holding the call: no metadata to merge, no id to look up."""
+    with turn.lock:
+        if call.closing or turn.logical_llm_calls.get(call.api_request_id) is not call:
+            return None
+        retry = call.attempts
+        call.attempts = retry + 1
+        call.in_flight += 1
+        call.provider = name
+        if model_name:
+            call.model = model_name
+    meta = {
+        cv.KIND: cv.ATTEMPT,
+        cv.API_REQUEST_ID: call.api_request_id,
+        cv.CALL_ROLE: call.call_role,
+        cv.RETRY_COUNT: retry,
+    }
+    attempt = Attempt(
+        turn.relay,
+        name,
+        request,
+        call.scope,
+        model_name,
+        meta,
+        codec,
+        partial(_attempt_ended, turn, call, False, False),
+    )
+    _track(call, attempt)
+    _hold_for_validation(call, attempt)
+    return attempt

@@ -7,7 +7,7 @@ intercepts edited that view, and for what a response or a stream said.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from .types import AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta
@@ -39,6 +39,13 @@ class StreamAccumulator(Protocol):
 
 @runtime_checkable
 class LLMCodec(Protocol):
+    """Optionally also ``response_content(response) -> (output_text, tool_calls)``: what
+    ``annotate_response`` would read as those two, alone. A redaction policy reads only them, and
+    with it the whole annotation is built only when a subscriber asks (or the policy changed them).
+    Taken only from the class that also defines ``annotate_response``, so a subclass that reads
+    responses its own way is never judged by its parent's reader.
+    """
+
     provider: str
     operation: str
 
@@ -71,3 +78,30 @@ class CountingAccumulator:
 
     def finish(self) -> tuple[Any, AnnotatedLLMResponse]:
         return self.last, AnnotatedLLMResponse()
+
+
+Content = tuple[str | None, list[dict[str, Any]]]  # a response's output_text and tool_calls
+_readers: dict[type, bool] = {}
+_READ_BY = ("response_content", "annotate_response")
+
+
+def content_reader(codec: Any) -> Callable[[Any], Content | None] | None:
+    """``codec.response_content`` as a reader that answers None where it fails (the whole annotation is
+    then built instead, and counts its failure), if the class that defines it also defines
+    ``annotate_response``; else None."""
+    kind = type(codec)
+    fits = _readers.get(kind)
+    if fits is None:
+        owners = [next((c for c in kind.__mro__ if name in c.__dict__), None) for name in _READ_BY]
+        fits = _readers[kind] = owners[0] is not None and owners[0] is owners[1]
+    if not fits:
+        return None
+    read = codec.response_content
+
+    def content(response: Any) -> Content | None:
+        try:
+            return read(response)
+        except Exception:
+            return None
+
+    return content

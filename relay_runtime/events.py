@@ -55,6 +55,41 @@ class Deferred(Generic[T]):
         return f"Deferred({'pending' if self._compute is not None else repr(self._value)})"
 
 
+class DeferredResponse(Deferred[AnnotatedLLMResponse | None]):
+    """A response's annotation, deferred, whose text and tool calls can be read alone before it is built.
+
+    A redaction policy reads only those, and most answers hold nothing it changes: then the
+    annotation stays unbuilt, for the subscribers that may never read it. ``content()`` is what
+    the annotation's ``output_text`` and ``tool_calls`` would be (None: not known without it).
+    """
+
+    __slots__ = ("_content",)
+
+    def __init__(
+        self,
+        content: Callable[[], tuple[str | None, list[dict[str, Any]]] | None],
+        compute: Callable[..., AnnotatedLLMResponse | None],
+        *args: Any,
+    ) -> None:
+        super().__init__(compute, *args)
+        self._content: Callable[[], tuple[str | None, list[dict[str, Any]]] | None] | None = content
+
+    @property
+    def pending(self) -> bool:
+        return self._compute is not None
+
+    def content(self) -> tuple[str | None, list[dict[str, Any]]] | None:
+        read = self._content
+        if read is None or self._compute is None:  # built already (or being dropped): read the annotation
+            return None
+        return read()
+
+    def get(self) -> AnnotatedLLMResponse | None:
+        value = super().get()
+        self._content = None  # it holds the response too
+        return value
+
+
 AnnotatedRequestField = AnnotatedLLMRequest | Deferred[AnnotatedLLMRequest | None] | None
 AnnotatedResponseField = AnnotatedLLMResponse | Deferred[AnnotatedLLMResponse | None] | None
 

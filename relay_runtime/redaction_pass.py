@@ -11,59 +11,69 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import pointers
+from .redaction_apply import MIN_WHOLE, Application
 from .redaction_rules import Rule
 from .types import AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta
 
 if TYPE_CHECKING:
-    from .redaction_policy import RedactionPolicy
+    from .events import DeferredResponse
 
 REMOVED: Any = object()  # a field a whole-field ``remove`` rule dropped
 _MAX_DEPTH = 64
-# A whole string a rule changed is looked for inside the SDK's own objects only from this length on:
-# shorter ones ("user", "gpt-4o") are everywhere and would be replaced where they mean something else.
-_MIN_WHOLE = 8
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+_SCALARS = frozenset({int, float, bool, type(None)})
+_View = TypeVar("_View", AnnotatedLLMRequest, AnnotatedLLMResponse)
+_FIELDS_OF = {
+    kind: frozenset(f.name for f in dataclasses.fields(kind)) for kind in (AnnotatedLLMRequest, AnnotatedLLMResponse)
+}
 
 
 def kept(value: Any) -> Any:
     return None if value is REMOVED else value
 
 
-def _pairs_in(pairs: Mapping[str, str], text: str) -> dict[str, str]:
-    return {old: new for old, new in pairs.items() if old in text}
+def _copy(view: _View, **changes: Any) -> _View:
+    """``dataclasses.replace`` for the views (plain dataclasses, no ``__post_init__``), at a fraction of
+    its cost; what the policy cached on the original (attributes outside the fields) is left behind."""
+    new = object.__new__(type(view))
+    state = new.__dict__
+    state.update(view.__dict__)
+    fields = _FIELDS_OF.get(type(view))
+    if fields is None or len(state) > len(fields):
+        names = {f.name for f in dataclasses.fields(view)}
+        for name in [name for name in state if name not in names]:
+            del state[name]
+    state.update(changes)
+    return new
 
 
-class Pass:
+class Pass(Application):
     """One application of a policy: the counts per rule, and what changed (to redact raw objects through it)."""
 
-    __slots__ = ("anywhere", "counts", "found", "key", "leaves", "pairs", "policy", "rules")
+    __slots__ = ()
 
-    def __init__(self, policy: RedactionPolicy, rules: tuple[Rule, ...] | None = None, anywhere: bool = False) -> None:
-        self.policy = policy
-        self.rules = policy.rules if rules is None else rules
-        self.anywhere = anywhere  # every rule on every string, paths aside
-        self.key = policy._key
-        self.counts: dict[str, int] = {}
-        # Whole strings seen in the view -> what they became (unchanged ones too: not scanned twice).
-        self.leaves: dict[str, str] = {}
-        # Spans a rule replaced -> their replacement, to find inside other strings.
-        self.pairs: dict[str, str] = {}
-        # Strings the rules changed -> how often each rule fired in them (counted again when met again).
-        self.found: dict[str, dict[str, int]] = {}
-
-    def adopt(self, counts: Mapping[str, int], leaves: Mapping[str, str], pairs: Mapping[str, str]) -> None:
-        for name, n in counts.items():
-            self.counts[name] = self.counts.get(name, 0) + n
-        if leaves:
-            self.leaves.update(leaves)
-        if pairs:
-            self.pairs.update(pairs)
+    def adopt(self, other: Pass, *, now: bool = False) -> None:
+        """Take in what ``other`` (a pass over part of the event, done before) counted and changed; ``now``:
+        it was done for this very event, so the containers it walked are as it saw them."""
+        counts = self.counts
+        if counts:
+            for name, n in other.counts.items():
+                counts[name] = counts.get(name, 0) + n
+        else:
+            counts.update(other.counts)
+        self.leaves.update(other.leaves)
+        self.pairs.update(other.pairs)
+        if now:
+            self.done.update(other.done)
 
     # -- the view ------------------------------------------------------------------------------
 
     def walk(self, value: Any, path: pointers.Path, depth: int = 0) -> Any:
+        if self.simple and (not path or path[0] != "metadata"):
+            return self._plain(value, depth)
         kind = type(value)
         if kind is str:
             return self.text(value, path, depth)
@@ -116,6 +126,115 @@ class Pass:
             return value if new is dumped else new
         return value
 
+    def metadata(self, metadata: Mapping[str, Any]) -> Any:
+        """``walk`` of an event's metadata; the relay's own keys (kinds, ids, counts) are not content."""
+        if not self.simple:
+            return self.walk(metadata, ("metadata",))
+        out: dict[Any, Any] | None = None
+        for k, v in metadata.items():
+            if type(v) in _SCALARS or (k if type(k) is str else str(k)).startswith("relay."):
+                continue
+            new = self._plain(v, 1)
+            if new is not v:
+                if out is None:
+                    out = dict(metadata)
+                out[k] = new
+        return metadata if out is None else out
+
+    def _plain(self, value: Any, depth: int) -> Any:
+        """``walk`` for a simple pass: no path to follow, and no field removed whole."""
+        kind = type(value)
+        if kind is str:
+            if len(value) < self.floor or not value:
+                return value
+            first = value[0]
+            if (first == "{" or first == "[") and depth < _MAX_DEPTH:
+                walked = self._json(value, (), depth)
+                if walked is not None:
+                    return walked
+            known = self.leaves.get(value)
+            if known is not None:
+                self._recount(value)
+                return known
+            return self._memoized(self.rules, value)
+        if value is None or kind is int or kind is float or kind is bool or depth > _MAX_DEPTH:
+            return value
+        # The strings of a container are looked up inline: most were met before (the same message in the
+        # view and the kwargs, the same roles in every message) and come back as they were.
+        leaves, floor, rules = self.leaves, self.floor, self.rules
+        if kind is dict or isinstance(value, Mapping):
+            out: dict[Any, Any] | None = None
+            flat = True
+            for k, v in value.items():
+                kind = type(v)
+                if kind is str:
+                    if len(v) < floor:
+                        continue
+                    known = leaves.get(v)
+                    if known is v:
+                        continue
+                    first = v[0]
+                    if known is None and first != "{" and first != "[":
+                        new = self._memoized(rules, v)
+                    else:
+                        new = self._plain(v, depth + 1)
+                elif kind in _SCALARS:
+                    continue
+                else:
+                    new = self._plain(v, depth + 1)
+                    flat = False
+                if new is not v:
+                    if out is None:
+                        out = dict(value)
+                    out[k] = new
+            result = value if out is None else out
+            if flat:
+                # Only strings and numbers: the raw walk (the kwargs hold the same message dicts) would
+                # make the same of it, so it is remembered for that walk.
+                self.done[id(value)] = (value, result)
+            return result
+        if kind is list or kind is tuple:
+            items: list[Any] | None = None
+            for i, v in enumerate(value):
+                kind = type(v)
+                if kind is str:
+                    if len(v) < floor or leaves.get(v) is v:
+                        continue
+                elif kind in _SCALARS:
+                    continue
+                new = self._plain(v, depth + 1)
+                if new is not v:
+                    if items is None:
+                        items = list(value)
+                    items[i] = new
+            if items is None:
+                return value
+            return items if kind is list else tuple(items)
+        dump = getattr(value, "model_dump", None)
+        if callable(dump):
+            try:
+                dumped = dump()
+            except Exception:
+                return value
+            new = self._plain(dumped, depth + 1)
+            return value if new is dumped else new
+        return value
+
+    def _json(self, text: str, path: pointers.Path, depth: int) -> str | None:
+        """JSON text (tool-call arguments and the like) walked as what it holds; None when it is not JSON."""
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, (dict, list)):
+            return None
+        new = self.walk(parsed, path, depth + 1)
+        if new is parsed:
+            return text
+        dumped = json.dumps(kept(new), ensure_ascii=False)
+        self.leaves[text] = dumped
+        return dumped
+
     def _removes(self, path: pointers.Path) -> Rule | None:
         """A whole-field ``remove`` rule naming exactly this path (or a pattern of it)."""
         for rule in self.policy._removals:
@@ -134,7 +253,7 @@ class Pass:
         """A removed field's strings become empty wherever else they appear (the SDK's own objects)."""
         if type(value) is str:
             self.leaves[value] = ""
-            if len(value) >= _MIN_WHOLE:
+            if len(value) >= MIN_WHOLE:
                 self.pairs[value] = ""
         elif isinstance(value, Mapping):
             for v in value.values():
@@ -142,9 +261,6 @@ class Pass:
         elif isinstance(value, (list, tuple)):
             for v in value:
                 self._forget(v)
-
-    def _count(self, rule: Rule, n: int) -> None:
-        self.counts[rule.name] = self.counts.get(rule.name, 0) + n
 
     def text(self, text: str, path: pointers.Path, depth: int) -> Any:
         if path and path[0] == "metadata" and len(path) == 2 and path[1].startswith("relay.") and not self._named(path):
@@ -159,17 +275,9 @@ class Pass:
         first = text[0]
         if (first == "{" or first == "[") and depth < _MAX_DEPTH:
             # Tool-call arguments and similar JSON text: the strings inside are reached too.
-            try:
-                parsed = json.loads(text)
-            except ValueError:
-                parsed = None
-            if isinstance(parsed, (dict, list)):
-                new = self.walk(parsed, path, depth + 1)
-                if new is parsed:
-                    return text
-                dumped = json.dumps(kept(new), ensure_ascii=False)
-                self.leaves[text] = dumped
-                return dumped
+            walked = self._json(text, path, depth)
+            if walked is not None:
+                return walked
         policy = self.policy
         pathless = policy._all_pathless or self.anywhere
         if pathless:
@@ -186,110 +294,6 @@ class Pass:
         self.leaves[text] = result
         return result
 
-    def _memoized(self, rules: Any, text: str) -> str:
-        """What every pathless rule makes of ``text``, remembered across calls (per policy): an agent sends
-        the whole history each turn, and the same roles, model names and system prompt in every call."""
-        memo = self.policy._memo.get(text)
-        if memo is not None:
-            return self._remembered(text, memo)
-        before = dict(self.counts)
-        result = self._run(rules, text)
-        self.leaves[text] = result
-        fired = {k: v - before.get(k, 0) for k, v in self.counts.items() if v != before.get(k, 0)}
-        if result is not text:
-            self.found[text] = fired
-        self.policy._remember(text, (result, fired, _pairs_in(self.pairs, text) if fired else {}))
-        return result
-
-    def _remembered(self, text: str, memo: tuple[str, dict[str, int], dict[str, str]]) -> str:
-        result, fired, pairs = memo
-        self.leaves[text] = result
-        if fired:
-            self.found[text] = fired
-            for name, k in fired.items():
-                self.counts[name] = self.counts.get(name, 0) + k
-            self.pairs.update(pairs)
-        return result
-
-    def _run(self, rules: Any, text: str) -> str:
-        result = text
-        i, n = 0, len(rules)
-        while i < n:
-            rule = rules[i]
-            if rule.finder is None:
-                result = self._apply(rule, result)
-                i += 1
-                continue
-            # Detector rules in a row read the same text: each finds its spans there, and where two
-            # overlap the earlier rule wins. One text, so the detectors share what they computed on it.
-            j = i + 1
-            while j < n and rules[j].finder is not None:
-                j += 1
-            result = self._apply_detectors(rules[i:j], result)
-            i = j
-        return result
-
-    def _recount(self, text: str) -> None:
-        for name, k in self.found.get(text, {}).items():
-            self.counts[name] = self.counts.get(name, 0) + k
-
-    def _apply_detectors(self, rules: Any, text: str) -> str:
-        if len(text) < self.policy._shortest:
-            return text
-        hits: list[tuple[int, int, int]] = []
-        for index, rule in enumerate(rules):
-            for start, end in rule.finder.find(text):
-                if end > start:
-                    hits.append((start, index, end))
-        if not hits:
-            return text
-        hits.sort()
-        pieces: list[str] = []
-        last = 0
-        key = self.key
-        for start, index, end in hits:
-            if start < last:
-                continue
-            rule = rules[index]
-            value = text[start:end]
-            new = rule.replace(value, None, key)
-            pieces.append(text[last:start])
-            pieces.append(new)
-            last = end
-            self.pairs[value] = new
-            self._count(rule, 1)
-        pieces.append(text[last:])
-        return "".join(pieces)
-
-    def _apply(self, rule: Rule, text: str) -> str:
-        found = rule.spans(text)
-        if not found:
-            return text
-        pieces: list[str] = []
-        last = 0
-        key = self.key
-        for item in found:
-            if isinstance(item, tuple):
-                start, end = item
-                match = None
-            else:
-                start, end = item.span()
-                match = item
-            if start < last or end == start:
-                continue
-            value = text[start:end]
-            new = rule.replace(value, match, key)
-            pieces.append(text[last:start])
-            pieces.append(new)
-            last = end
-            if not rule.whole or len(value) >= _MIN_WHOLE:
-                self.pairs[value] = new
-            self._count(rule, 1)
-        if not pieces:
-            return text
-        pieces.append(text[last:])
-        return "".join(pieces)
-
     def request_view(self, req: AnnotatedLLMRequest) -> AnnotatedLLMRequest:
         messages = self.walk(req.messages, ("request", "messages"))
         system = self.walk(req.system, ("request", "system"))
@@ -300,7 +304,7 @@ class Pass:
             extra is req.provider_params
         ):
             return req
-        return dataclasses.replace(
+        return _copy(
             req,
             messages=[] if messages is REMOVED else list(messages),
             system=kept(system),
@@ -314,7 +318,22 @@ class Pass:
         calls = self.walk(resp.tool_calls, ("response", "tool_calls")) if resp.tool_calls else resp.tool_calls
         if text is resp.output_text and calls is resp.tool_calls:
             return resp
-        return dataclasses.replace(resp, output_text=kept(text), tool_calls=[] if calls is REMOVED else list(calls))
+        return _copy(resp, output_text=kept(text), tool_calls=[] if calls is REMOVED else list(calls))
+
+    def deferred_response_view(
+        self, deferred: DeferredResponse, content: tuple[str | None, list[dict[str, Any]]]
+    ) -> DeferredResponse | AnnotatedLLMResponse | None:
+        """``response_view`` read off the response's text and tool calls (``content``) alone: ``deferred``
+        itself, still unbuilt, when no rule changes them; else the built annotation, redacted."""
+        text, calls = content
+        new_text = self.walk(text, ("response", "text")) if text else text
+        new_calls = self.walk(calls, ("response", "tool_calls")) if calls else calls
+        if new_text is text and new_calls is calls:
+            return deferred
+        built = deferred.get()
+        if built is None:
+            return None
+        return _copy(built, output_text=kept(new_text), tool_calls=[] if new_calls is REMOVED else list(new_calls))
 
     def chunk(self, data: Any) -> Any:
         """A stream chunk mark: its delta as the response's text and reasoning, the SDK chunk through it.
@@ -360,6 +379,8 @@ class Pass:
             known = self.leaves.get(value)
             if known is not None:
                 return known
+            if len(value) < self.floor:  # nothing any rule finds, nor any value a rule replaced, fits in it
+                return value
             result = self._scan(value) if scan and value else value
             for old, new in self.pairs.items():
                 if old in result:
@@ -372,8 +393,18 @@ class Pass:
         if value is None or kind in (int, float, bool) or depth > _MAX_DEPTH:
             return value
         if kind is dict or kind is MappingProxyType or isinstance(value, Mapping):
+            done = self.done.get(id(value))
+            if done is not None and done[0] is value:  # walked in the view already (a message the kwargs share)
+                return done[1]
             out: dict[Any, Any] | None = None
+            leaves, floor = self.leaves, self.floor
             for k, v in value.items():
+                kind = type(v)  # inline: most strings come back as they were, and numbers always do
+                if kind is str:
+                    if len(v) < floor or leaves.get(v) is v:
+                        continue
+                elif kind in _SCALARS:
+                    continue
                 new = self._raw(v, depth + 1, scan)
                 if new is not v:
                     if out is None:
@@ -382,8 +413,10 @@ class Pass:
             return value if out is None else out
         if kind is list or kind is tuple:
             items: list[Any] | None = None
+            done_by_id = self.done
             for i, v in enumerate(value):
-                new = self._raw(v, depth + 1, scan)
+                done = done_by_id.get(id(v))
+                new = done[1] if done is not None and done[0] is v else self._raw(v, depth + 1, scan)
                 if new is not v:
                     if items is None:
                         items = list(value)

@@ -27,7 +27,7 @@ from typing import Any
 
 from . import conventions as cv
 from . import pointers
-from .events import MARK, Event, new_event
+from .events import MARK, DeferredResponse, Event, new_event
 from .redaction_pass import REMOVED, Pass, kept
 from .redaction_rules import ACTIONS, RedactionConfigError, Rule
 from .types import AnnotatedLLMRequest
@@ -91,6 +91,8 @@ class RedactionPolicy:
         self._removals = tuple(r for r in self.rules if r.action == "remove" and r.whole and r.parsed_paths)
         # The shortest value any detector rule can find: shorter strings (roles, small ids) are not scanned.
         self._shortest = min((r.finder.shortest for r in self.rules if r.finder is not None), default=0)
+        # Shorter strings are not read at all: every rule is a detector that needs more.
+        self._floor = self._shortest if all(r.finder is not None for r in self.rules) else 0
         # What the rules made of long strings seen before (text -> result, counts, replaced spans), bounded.
         self._memo: OrderedDict[str, tuple[str, dict[str, int], dict[str, str]]] = OrderedDict()
         self._memo_chars = 0
@@ -160,9 +162,13 @@ class RedactionPolicy:
             req = event.annotated_request
             if req is not None:
                 req = self._request_view(p, req)
-            answer = resp = event.annotated_response
-            if resp is not None:
-                resp = p.response_view(resp)
+            answer = resp = event._annotated_response
+            if type(resp) is DeferredResponse and (said := resp.content()) is not None:
+                resp = p.deferred_response_view(resp, said)
+            else:
+                answer = resp = event.annotated_response
+                if resp is not None:
+                    resp = p.response_view(resp)
             scope_type = event.scope_type
             if scope_type == "llm":
                 # The SDK's own kwargs and response object, through what the views changed; the kwargs
@@ -185,7 +191,7 @@ class RedactionPolicy:
                 out = p.walk(out, ("output",))
         metadata = event.metadata
         if metadata:
-            metadata = p.walk(metadata, ("metadata",))
+            metadata = p.metadata(metadata)
         error = event.error_message
         if error is not None:
             error = p.walk(error, ("error", "message"))
@@ -205,16 +211,16 @@ class RedactionPolicy:
         """The redacted request view, computed once per request and policy (a start and its end share it)."""
         cached = getattr(req, _CACHE_ATTR, None)
         if cached is not None and cached[0] is self:
-            _, view, counts, leaves, pairs = cached
-            p.adopt(counts, leaves, pairs)
+            _, view, mine = cached
+            p.adopt(mine)
             return view
         mine = Pass(self)
         view = mine.request_view(req)
         try:
-            object.__setattr__(req, _CACHE_ATTR, (self, view, mine.counts, mine.leaves, mine.pairs))
+            object.__setattr__(req, _CACHE_ATTR, (self, view, mine))
         except (AttributeError, TypeError):
             pass
-        p.adopt(mine.counts, mine.leaves, mine.pairs)
+        p.adopt(mine, now=True)
         return view
 
     def redact_request(self, content: Mapping[str, Any], annotated: AnnotatedLLMRequest | None) -> tuple[

@@ -15,8 +15,7 @@ from .types import ScopeType
 if TYPE_CHECKING:
     from .relay import Relay
 
-
-_TOOL = ScopeType.TOOL.value  # a plain string: push takes it as it is
+_TOOL = ScopeType.TOOL.value  # the value itself: an enum member would be normalised on every push
 
 
 def _with_call_id(metadata: dict[str, Any] | None, tool_call_id: str | None) -> dict[str, Any] | None:

@@ -407,3 +407,26 @@ def test_middleware_on_chat_anthropic(relay_turn, relay_events, otel_spans) -> N
     assert tried[0].annotated_response.tool_calls[0]["name"] == "weather"
     assert len(client_spans(otel_spans)) == 2
     assert script.bodies()[1]["messages"][-1]["content"][0]["tool_use_id"] == "toolu_1"
+
+
+def test_middleware_attempt_after_its_logical_call_closed_is_still_recorded(relay_turn, relay_events) -> None:
+    """A provider call the model makes after its logical call was closed (as the end of the turn closes
+    it) is still one attempt, under a logical call with the same id, and the agent gets its answer."""
+    from relay_runtime import logical_calls as closing
+    from relay_runtime.integrations.langchain import models
+
+    class ClosesFirst(middleware_mod.AgentMiddleware):
+        def wrap_model_call(self, request: Any, handler: Any) -> Any:
+            call = models.middleware_call.get()
+            assert closing.close_logical_call(call.turn, call.logical, "success")
+            return handler(request)
+
+    script = t.Script([t.json_reply(t.chat_completion_body("Late."))])
+    agent = agents_mod.create_agent(chat_model(script), [], middleware=[RelayMiddleware(), ClosesFirst()])
+    assert run(agent, "Hi")["messages"][-1].content == "Late."
+    (attempt,) = attempts(relay_events)
+    (first,) = logical_calls(relay_events)  # the late one stays open until the turn ends
+    call_id = first.metadata[cv.API_REQUEST_ID]
+    late = relay_turn[1].logical_llm_calls[call_id]
+    assert attempt.outcome == "success" and attempt.metadata[cv.API_REQUEST_ID] == call_id
+    assert attempt.parent_uuid == late.scope.uuid != first.uuid

@@ -381,3 +381,47 @@ def test_without_a_codec_the_kwargs_are_read_as_the_request_paths_and_all() -> N
     relay.llm.execute("openai", LLMRequest({}, content), lambda request: "ok")
     recorded = seen.starts()[0].input["content"]
     assert recorded["messages"] == [{"role": "user", "content": "[REDACTED]"}] and recorded["note"] == "public"
+
+
+def test_an_answer_no_rule_changes_is_read_for_its_text_alone(
+    relay_turn, relay_events, scripted_openai, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The policy reads the answer's text and tool calls (the codec's ``response_content``); the whole
+    annotation (usage, ids, finish reasons) is built only when a subscriber reads it, and then in full."""
+    from relay_runtime.adapters.openai_chat import OpenAIChatCodec
+
+    built: list[object] = []
+    annotate = OpenAIChatCodec.annotate_response
+
+    def counting(self: OpenAIChatCodec, response: object) -> object:
+        built.append(response)
+        return annotate(self, response)
+
+    monkeypatch.setattr(OpenAIChatCodec, "annotate_response", counting)
+    relay, _ = relay_turn
+    relay.redaction.use(_policy())
+    calls = [{"id": "c1", "name": "lookup", "arguments": '{"city": "Oslo"}'}]
+    scripted_openai.add(testing.json_reply(testing.chat_completion_body("Nothing personal here.", tool_calls=calls)))
+    messages = [{"role": "user", "content": PROMPT}]
+    reply = adapters.complete(scripted_openai.client, {"model": "gpt-x", "messages": messages})
+    end = relay_events.ends(relay_kind="llm_attempt")[0]
+    assert built == []  # delivered without it
+    assert end.output is reply  # nothing in the answer to change: the SDK object itself
+    view = end.annotated_response
+    assert len(built) == 1 and view.output_text == "Nothing personal here." and view.usage.input_tokens is not None
+    assert view.tool_calls[0]["arguments"] == '{"city": "Oslo"}'
+    assert end.metadata[RULES_KEY] == {"redact:email": 1, "mask:credit_card": 1, "hash:phone": 1, "redact:api_key": 1}
+
+
+def test_an_answer_with_a_value_in_a_tool_call_is_redacted_in_the_view_and_the_sdk_object(
+    relay_turn, relay_events, scripted_openai
+) -> None:  # type: ignore[no-untyped-def]
+    relay, _ = relay_turn
+    relay.redaction.use(_policy())
+    calls = [{"id": "c1", "name": "mail", "arguments": json.dumps({"to": EMAIL})}]
+    scripted_openai.add(testing.json_reply(testing.chat_completion_body("Sending.", tool_calls=calls)))
+    adapters.complete(scripted_openai.client, {"model": "gpt-x", "messages": [{"role": "user", "content": "hi there"}]})
+    end = relay_events.ends(relay_kind="llm_attempt")[0]
+    assert json.loads(end.annotated_response.tool_calls[0]["arguments"]) == {"to": "[REDACTED:email]"}
+    assert EMAIL not in end.output.choices[0].message.tool_calls[0].function.arguments
+    assert end.metadata[RULES_KEY] == {"redact:email": 1}

@@ -253,12 +253,11 @@ class RelayCallbackHandler(BaseCallbackHandler):
         messages: list[list[Any]],
         metadata: dict[str, Any] | None,
     ) -> None:
-        call = ModelCall.open(self._parent(turn, parent_run_id), turn=turn)
-        if call is None:
-            return
-        call.join()
+        call = ModelCall.under(turn, self._parent(turn, parent_run_id))
         self._runs[run_id] = _Run(turn, None, call=call)
-        if not is_instrumented():
+        if is_instrumented():
+            call.join()  # the SDK call inside is the attempt
+        else:
             meta = metadata or {}
             provider = meta.get("ls_provider") or "langchain"
             model = meta.get("ls_model_name")

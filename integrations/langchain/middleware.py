@@ -17,7 +17,9 @@ from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
 
-from ..frameworks import ModelCall
+from relay_runtime import session
+
+from ..frameworks import ModelCall, current_parent
 from . import models
 from .tools import arun_tool, run_tool
 
@@ -36,7 +38,10 @@ class RelayMiddleware(AgentMiddleware):
         return self._name
 
     def _open(self) -> ModelCall | None:
-        return ModelCall.open(call_role=self.call_role) if models.middleware_call.get() is None else None
+        if models.middleware_call.get() is not None:
+            return None
+        turn = session.managed_turn()
+        return ModelCall.under(turn, current_parent(turn), self.call_role) if turn is not None else None
 
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         call = self._open()

@@ -12,7 +12,6 @@ passes it through: one provider call, one attempt, intercepts and budget checks 
 from __future__ import annotations
 
 import threading
-from contextlib import nullcontext
 from contextvars import ContextVar
 from typing import Any
 
@@ -21,6 +20,7 @@ from langchain_core.language_models.chat_models import BaseChatModel
 
 from relay_runtime import calls, session
 from relay_runtime.adapters.dispatch import inside_sdk_call
+from relay_runtime.attempt import Attempt
 from relay_runtime.types import LLMRequest
 
 from ..frameworks import ModelCall
@@ -31,9 +31,8 @@ middleware_call: ContextVar[ModelCall | None] = ContextVar("relay_langchain_mode
 
 _lock = threading.Lock()
 _installed = False
-_codecs: dict[type, LangChainCodec] = {}
 _NAME_ATTRS = ("model_name", "model")
-_name_attrs_by_class: dict[type, tuple[str, ...]] = {}
+_profiles: dict[type, tuple[LangChainCodec, tuple[str, ...]]] = {}
 # Arguments of the generate step that are not the model's invocation kwargs.
 _POSITIONAL = frozenset({"messages", "stop", "run_manager"})
 
@@ -51,36 +50,38 @@ def install() -> None:
 
 def codec_of(model: Any) -> LangChainCodec:
     """The codec for a model's class, named for its provider (``openai``, ``anthropic``, ...)."""
-    codec = _codecs.get(type(model))
-    if codec is None:
-        provider = "langchain"
-        try:
-            provider = model._get_ls_params().get("ls_provider") or provider
-        except Exception:
-            pass
-        codec = _codecs[type(model)] = LangChainCodec(provider)
-    return codec
+    return _profile(model)[0]
 
 
 def model_name_of(model: Any) -> str | None:
+    return _name_in(model, _profile(model)[1])
+
+
+def _name_in(model: Any, attrs: tuple[str, ...]) -> str | None:
     name = None
-    for attr in _name_attrs(type(model)):
+    for attr in attrs:
         name = getattr(model, attr, None)
         if name:
             break
     return name if isinstance(name, str) else None
 
 
-def _name_attrs(cls: type) -> tuple[str, ...]:
-    """Where a model class keeps its model name: only the names it declares are read, since a pydantic
-    model's missing attribute costs a raised and caught AttributeError (``ChatAnthropic`` has no
-    ``model_name``) on every call."""
-    attrs = _name_attrs_by_class.get(cls)
-    if attrs is None:
+def _profile(model: Any) -> tuple[LangChainCodec, tuple[str, ...]]:
+    """What every call of a model class needs, found once per class: its codec, and where it keeps its
+    model name. Only the names the class declares are read, since a pydantic model's missing attribute
+    costs a raised and caught AttributeError (``ChatAnthropic`` has no ``model_name``) on every call."""
+    cls = type(model)
+    profile = _profiles.get(cls)
+    if profile is None:
+        provider = "langchain"
+        try:
+            provider = model._get_ls_params().get("ls_provider") or provider
+        except Exception:
+            pass
         fields = getattr(cls, "model_fields", None) or {}
         declared = tuple(a for a in _NAME_ATTRS if a in fields or hasattr(cls, a))
-        attrs = _name_attrs_by_class[cls] = declared or _NAME_ATTRS
-    return attrs
+        profile = _profiles[cls] = (LangChainCodec(provider), declared or _NAME_ATTRS)
+    return profile
 
 
 def _request(model_name: str | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> LLMRequest:
@@ -102,12 +103,10 @@ def _run_manager(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 
 def _call_args(
-    request: LLMRequest, req: LLMRequest, args: tuple[Any, ...], kwargs: dict[str, Any]
+    req: LLMRequest, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The arguments the model's step runs with: the caller's own when no intercept replaced the request
-    (requests are immutable, so the same object means the same content), else the new request's."""
-    if req is request:
-        return args, kwargs
+    """The arguments the model's step runs with when an intercept replaced its request (the same request
+    object, immutable, means the caller's own arguments: the provider step then passes them as they are)."""
     rest = req.kwargs()
     rest.pop("model", None)
     messages = rest.pop("messages")
@@ -115,65 +114,69 @@ def _call_args(
     return (messages, stop, _run_manager(args, kwargs)), rest
 
 
+def _attempt(
+    call: ModelCall, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Attempt | None, LLMRequest]:
+    """The attempt of ``call`` this generate step is (None once the call is closed), and its request."""
+    codec, attrs = _profiles.get(type(instance)) or _profile(instance)
+    model_name = _name_in(instance, attrs)
+    request = _request(model_name, args, kwargs)
+    return calls.attempt_of(call.turn, call.logical, request, codec.provider, model_name, codec), request
+
+
+def _late(call: ModelCall, instance: Any) -> dict[str, Any]:
+    """``calls.execute_current``'s arguments for an attempt of a call its turn's end already closed."""
+    codec = codec_of(instance)
+    return {
+        "name": codec.provider,
+        "model_name": model_name_of(instance),
+        "metadata": call.next_attempt_metadata(),
+        "defer_logical_completion": True,
+        "codec": codec,
+    }
+
+
 def _generate(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     call = middleware_call.get()
     if call is None:
         return wrapped(*args, **kwargs)
-    model_name = model_name_of(instance)
-    request = _request(model_name, args, kwargs)
+    attempt, request = _attempt(call, instance, args, kwargs)
 
     def provider(req: LLMRequest) -> Any:
-        call_args, call_kwargs = _call_args(request, req, args, kwargs)
+        call_args, call_kwargs = (args, kwargs) if req is request else _call_args(req, args, kwargs)
         token = inside_sdk_call.set(True)
         try:
             return wrapped(*call_args, **call_kwargs)
         finally:
             inside_sdk_call.reset(token)
 
-    codec = codec_of(instance)
-    with _joined_turn(call):
-        return calls.execute_current(
-            request,
-            provider,
-            name=codec.provider,
-            model_name=model_name,
-            metadata=call.next_attempt_metadata(),
-            defer_logical_completion=True,
-            codec=codec,
-        )
+    if attempt is None:
+        with session.use_turn(call.turn):
+            return calls.execute_current(request, provider, **_late(call, instance))
+    if session.active_turn() is call.turn:
+        return call.turn.relay.llm.run(attempt, provider)
+    with session.use_turn(call.turn):  # a framework may run the model on a worker, outside the turn's context
+        return call.turn.relay.llm.run(attempt, provider)
 
 
 async def _agenerate(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     call = middleware_call.get()
     if call is None:
         return await wrapped(*args, **kwargs)
-    model_name = model_name_of(instance)
-    request = _request(model_name, args, kwargs)
+    attempt, request = _attempt(call, instance, args, kwargs)
 
     async def provider(req: LLMRequest) -> Any:
-        call_args, call_kwargs = _call_args(request, req, args, kwargs)
+        call_args, call_kwargs = (args, kwargs) if req is request else _call_args(req, args, kwargs)
         token = inside_sdk_call.set(True)
         try:
             return await wrapped(*call_args, **call_kwargs)
         finally:
             inside_sdk_call.reset(token)
 
-    codec = codec_of(instance)
-    with _joined_turn(call):
-        return await calls.execute_current_async(
-            request,
-            provider,
-            name=codec.provider,
-            model_name=model_name,
-            metadata=call.next_attempt_metadata(),
-            defer_logical_completion=True,
-            codec=codec,
-        )
-
-
-_SAME_TURN = nullcontext()  # reusable: entering it does nothing
-
-
-def _joined_turn(call: ModelCall) -> Any:
-    """The turn the middleware's call was opened in, active here (a framework may run the model on a worker)."""
-    return _SAME_TURN if session.active_turn() is call.turn else session.use_turn(call.turn)
+    if attempt is None:
+        with session.use_turn(call.turn):
+            return await calls.execute_current_async(request, provider, **_late(call, instance))
+    if session.active_turn() is call.turn:
+        return await call.turn.relay.llm.run_async(attempt, provider)
+    with session.use_turn(call.turn):
+        return await call.turn.relay.llm.run_async(attempt, provider)

@@ -67,7 +67,11 @@ class _ToolRun:
     def start(self, args: Any) -> tuple[Any, Any]:
         """The tool runs now (the intercepts let it): the request with their arguments, and the marker's token."""
         self.started = True
-        return self.request.override(tool_call={**self.request.tool_call, "args": args}), managed_tool.set(True)
+        request = self.request
+        call = request.tool_call
+        if args is not call.get("args"):  # rewritten by an intercept (the request's own needs no copy)
+            request = request.override(tool_call={**call, "args": args})
+        return request, managed_tool.set(True)
 
     def settle(self, error: Exception) -> Any:
         """What the agent gets when the managed call raised ``error``: a refusal or the error message."""

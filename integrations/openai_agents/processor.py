@@ -201,13 +201,12 @@ def _error_of(span: Any) -> SpanFailed | None:
     return SpanFailed(str(message or "span error"), "agents_span_error")
 
 
-def _model_call(turn: Turn, parent: ScopeHandle | None, data: Any, retried: ModelCall | None) -> ModelCall | None:
+def _model_call(turn: Turn, parent: ScopeHandle | None, data: Any, retried: ModelCall | None) -> ModelCall:
     """The logical call of a model span: a new one, or the failed call this span retries."""
-    call = retried or ModelCall.open(parent, turn=turn)
-    if call is None:
-        return None
-    call.join()
-    if not is_instrumented():
+    call = retried or ModelCall.under(turn, parent)
+    if is_instrumented():
+        call.join()  # the SDK calls inside are the attempts
+    else:
         # Nothing below records the provider call: the span is the only witness.
         model = getattr(data, "model", None)
         call.observe("openai", model if isinstance(model, str) else None)

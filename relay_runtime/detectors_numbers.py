@@ -1,0 +1,279 @@
+"""Detectors of numbers written in text: phone numbers, payment cards, IBANs, IP addresses, US SSNs.
+
+Every such value but an IBAN lies in a *numeric run*: a stretch of digits and the separators
+numbers are written with (space, dot, dash, brackets, plus), opening where no letter or digit
+comes before it (each of these values must be set apart so). A text's runs of four digits or
+more (the fewest such a value has) are found once, by one expression the engine skips to in C,
+and kept for the text last seen: the detectors ask in turn, and each tries its own expression
+only in the runs long enough for it. Prose holds few digits, so most texts cost one search for a
+first digit. An IBAN opens with two capital letters before its check digits: it has its own anchor.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Callable
+
+Span = tuple[int, int]
+Run = tuple[int, int, int]  # start, end, how many digits
+
+# The pattern opens with a character class (its check of what comes before follows it, so the engine
+# still skips to candidates in C instead of trying every position) and ends on a digit (backtracking
+# there), so a run holds no trailing separators.
+_NUMERIC_RUN = re.compile(r"[+(0-9](?<![A-Za-z0-9_][+(0-9])(?:[0-9 ().+-]*[0-9])?")
+_DIGIT_CHARS = tuple("0123456789")
+_RUN_CHARS = frozenset("0123456789 ().+-")
+_LONG = 4  # digits: every value of these detectors holds as many (an IPv4 address the fewest)
+Window = tuple[int, int]  # from the first digit's stretch of separators to past the last digit; (0, 0): none
+_last: tuple[str, Window, list[Run]] = ("", (0, 0), [])
+
+
+def long_runs(text: str) -> list[Run]:
+    """``text``'s numeric runs of four digits or more; the last text's answer is kept."""
+    seen, _, runs = _last
+    if seen is text:
+        return runs
+    return _scan(text)[1]
+
+
+def digit_window(text: str) -> Window:
+    """Where ``text``'s digits are: ``(lo, hi)``, empty when it has none; the last text's answer is kept."""
+    seen, window, _ = _last
+    if seen is text:
+        return window
+    return _scan(text)[0]
+
+
+def _scan(text: str) -> tuple[Window, list[Run]]:
+    global _last
+    runs: list[Run] = []
+    # str.find of one character is a memchr: ten of them beat one expression over digit-free prose.
+    found = [i for i in map(text.find, _DIGIT_CHARS) if i >= 0]
+    if not found:
+        window = (0, 0)
+    else:
+        lo = min(found)
+        while lo > 0 and text[lo - 1] in _RUN_CHARS:
+            lo -= 1
+        hi = max(map(text.rfind, _DIGIT_CHARS)) + 1
+        window = (lo, hi)
+        for m in _NUMERIC_RUN.finditer(text, lo, hi):
+            start, end = m.span()
+            if end - start < _LONG:
+                continue
+            run = m.group()
+            digits = len(run) if run.isdigit() else len(run) - sum(map(run.count, " ().+-"))
+            if digits >= _LONG:
+                runs.append((start, end, digits))
+    _last = (text, window, runs)  # one tuple, swapped whole: threads never see half of it
+    return window, runs
+
+
+def in_runs(
+    pattern: re.Pattern[str], valid: Callable[[str], bool] | None, least: int, holding: str = ""
+) -> Callable[[str], list[Span]]:
+    """``pattern`` tried only in the numeric runs of ``least`` digits or more that hold ``holding`` (a
+    separator the value must have), and a character each side."""
+
+    def find(text: str) -> list[Span]:
+        found: list[Span] = []
+        n = len(text)
+        for start, end, digits in long_runs(text):
+            if digits < least or (holding and text.find(holding, start, end) < 0):
+                continue
+            for m in pattern.finditer(text, max(0, start - 1), min(n, end + 1)):
+                if valid is None or valid(m.group()):
+                    found.append(m.span())
+        return found
+
+    return find
+
+
+# -- phone numbers ----------------------------------------------------------------------------
+# International: "+" or "00", a country code, then groups of digits split by one space, dot or
+# dash (an optional area code in brackets). National (North American): (NNN) NNN-NNNN and
+# NNN-NNN-NNNN, NNN.NNN.NNNN, NNN NNN NNNN. Bare digit runs are not phone numbers here: they are
+# as often order numbers, amounts or ids.
+_PHONE_INTL = re.compile(
+    r"(?<![\w+])(?:\+[1-9]\d{0,2}|00[1-9]\d{0,2}(?=[ .-]))(?:[ .-]?\(\d{1,4}\))?(?:[ .-]?\d{1,5}){1,6}(?![\w.-]*\d)"
+)
+_PHONE_NANP = re.compile(
+    r"(?<![\w+.-])(?:\+?1[ .-]?)?"
+    r"(?:\([2-9]\d{2}\) ?[2-9]\d{2}[ .-]\d{4}|[2-9]\d{2}([ .-])[2-9]\d{2}\1\d{4})(?![\w-]|\.\d)"
+)
+
+
+def _phone_digits_ok(text: str) -> bool:
+    digits = len(text) - sum(map(text.count, " ().+-"))
+    return 8 <= digits <= 15  # E.164 allows at most 15; fewer than 8 is no reachable number
+
+
+def find_phone(text: str) -> list[Span]:
+    spans: list[Span] = []
+    n = len(text)
+    for start, end, digits in long_runs(text):
+        if digits < 8:  # no phone number has fewer
+            continue
+        lo, hi = max(0, start - 1), min(n, end + 1)
+        # Each pattern only where it can match: an international number opens with "+" or "00", and a
+        # North American one holds ten digits (the window's ends may be digits of other scripts).
+        found = (
+            [m.span() for m in _PHONE_INTL.finditer(text, lo, hi) if _phone_digits_ok(m.group())]
+            if text.find("+", lo, hi) >= 0 or text.find("00", lo, hi) >= 0
+            else []
+        )
+        if digits >= 10 or not text[lo:hi].isascii():
+            for m in _PHONE_NANP.finditer(text, lo, hi):
+                if not any(s < m.end() and m.start() < e for s, e in found):
+                    found.append(m.span())
+        spans.extend(found)
+    return sorted(spans)
+
+
+# -- payment cards --------------------------------------------------------------------------
+
+_CARD = re.compile(r"(?<![\w-])\d(?:[ -]?\d){12,18}(?![\w-])")
+# Issuer prefixes (IIN ranges) of the card networks in use; a Luhn-valid number outside them
+# is more likely an id than a card.
+_CARD_PREFIX = re.compile(
+    r"4|5[1-5]|2(?:2[2-9]|[3-6]\d|7[01]|720)|3[47]|3(?:0[0-5]|[689])|6(?:011|5|4[4-9]|2)|35(?:2[89]|[3-8])"
+)
+
+
+# The Luhn sum of an ASCII digit in a doubled place, by its byte.
+_DOUBLED = bytes(((b - 48) * 2 - 9 if (b - 48) * 2 > 9 else (b - 48) * 2) if 48 <= b <= 57 else 0 for b in range(256))
+
+
+def luhn_ok(digits: str) -> bool:
+    if digits.isascii() and digits.isdigit():
+        raw = digits.encode("ascii")
+        kept = raw[-1::-2]
+        return (sum(kept) - 48 * len(kept) + sum(raw[-2::-2].translate(_DOUBLED))) % 10 == 0
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = ord(ch) - 48
+        if i % 2:
+            d *= 2
+            if d > 9:
+                d -= 9
+        total += d
+    return total % 10 == 0
+
+
+def _card_ok(text: str) -> bool:
+    # The pattern allows only spaces and dashes between the digits: one kind of them, not both.
+    if " " in text and "-" in text:
+        return False
+    digits = text.replace(" ", "").replace("-", "")
+    if not 13 <= len(digits) <= 19 or len(set(digits)) == 1:
+        return False
+    return _CARD_PREFIX.match(digits) is not None and luhn_ok(digits)
+
+
+find_card = in_runs(_CARD, _card_ok, 13)
+
+# -- IBAN ---------------------------------------------------------------------------------------
+
+_IBAN = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?(?![A-Za-z0-9])")
+# Its check digits, after two capitals: the expression opens with a digit, searched for only in the
+# stretch of the text that holds digits.
+_IBAN_CHECK = re.compile(r"[0-9](?<=[A-Z][A-Z][0-9])[0-9]")
+
+
+def iban_ok(text: str) -> bool:
+    compact = text.replace(" ", "")
+    if not 15 <= len(compact) <= 34:
+        return False
+    moved = compact[4:] + compact[:4]
+    number = "".join(str(int(c, 36)) for c in moved)
+    return int(number) % 97 == 1
+
+
+def find_iban(text: str) -> list[Span]:
+    found: list[Span] = []
+    n = len(text)
+    last = -1
+    lo, hi = digit_window(text)
+    for check in _IBAN_CHECK.finditer(text, lo, hi):
+        start = check.start() - 2
+        if start < last:
+            continue
+        m = _IBAN.match(text, start, min(n, start + 42))
+        if m is not None and iban_ok(m.group()):
+            last = m.end()
+            found.append(m.span())
+    return found
+
+
+# -- IP addresses -------------------------------------------------------------------------------
+
+_IPV4 = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w]|\.\d)")
+_IPV6 = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:(?:\d{1,3}\.){3}\d{1,3}|[0-9A-Fa-f]{0,4})(?![\w:]|\.\d)")
+
+
+def _ipv4_ok(text: str) -> bool:
+    # What ipaddress.IPv4Address accepts (four ASCII decimal octets, none over 255, no leading zero),
+    # without its exceptions and objects: this runs on every dotted run of digits.
+    parts = text.split(".")
+    if len(parts) == 4 and text.isascii():
+        for part in parts:
+            if not part.isdigit() or len(part) > 3 or (len(part) > 1 and part[0] == "0") or int(part) > 255:
+                return False
+        return True
+    try:
+        ipaddress.IPv4Address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _ipv6_ok(text: str) -> bool:
+    if text.count(":") < 2 or text.strip(":") == "":
+        return False
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
+
+
+_HEX_COLON = frozenset("0123456789abcdefABCDEF:.")
+
+
+def _find_ipv6(text: str) -> list[Span]:
+    """From each ``:``: the stretch of hex digits, colons and dots around it, if it holds two colons."""
+    found: list[Span] = []
+    n = len(text)
+    i = text.find(":")
+    while i >= 0:
+        start, end = i, i + 1
+        while start > 0 and text[start - 1] in _HEX_COLON:
+            start -= 1
+        while end < n and text[end] in _HEX_COLON:
+            end += 1
+        if text.count(":", start, end) >= 2:
+            for m in _IPV6.finditer(text, start, min(n, end + 1)):
+                if _ipv6_ok(m.group()):
+                    found.append(m.span())
+        i = text.find(":", end)
+    return found
+
+
+_ipv4_in_runs = in_runs(_IPV4, _ipv4_ok, 4, ".")
+
+
+def find_ip(text: str) -> list[Span]:
+    # Version 6 first: one may end in a version 4 address (::ffff:192.0.2.1), which is part of it.
+    spans = _find_ipv6(text) if ":" in text else []
+    if "." in text:
+        for m in _ipv4_in_runs(text):
+            if not any(s < m[1] and m[0] < e for s, e in spans):
+                spans.append(m)
+    return sorted(spans) if len(spans) > 1 else spans
+
+
+# -- US social security numbers ------------------------------------------------------------------
+
+_SSN = re.compile(r"(?<![\w-])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\w-])")
+find_ssn = in_runs(_SSN, None, 9, "-")

@@ -1,0 +1,155 @@
+"""What a policy's rules make of one string, within one application of the policy (a ``Pass``).
+
+``Application`` holds a pass's state (the counts per rule, the strings it has met and what they
+became, the values it replaced) and runs the rules over a string: detector rules in a row read the
+same text together, and what the pathless rules make of a string is remembered by the policy across
+calls (an agent resends its whole history every turn).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from .redaction_rules import Rule
+
+if TYPE_CHECKING:
+    from .redaction_policy import RedactionPolicy
+
+# A whole string a rule changed is looked for inside the SDK's own objects only from this length on:
+# shorter ones ("user", "gpt-4o") are everywhere and would be replaced where they mean something else.
+MIN_WHOLE = 8
+
+
+def _pairs_in(pairs: Mapping[str, str], text: str) -> dict[str, str]:
+    return {old: new for old, new in pairs.items() if old in text}
+
+
+class Application:
+    """A pass's state, and the rules run over one string (see the module docstring)."""
+
+    __slots__ = ("anywhere", "counts", "done", "floor", "found", "key", "leaves", "pairs", "policy", "rules", "simple")
+
+    def __init__(self, policy: RedactionPolicy, rules: tuple[Rule, ...] | None = None, anywhere: bool = False) -> None:
+        self.policy = policy
+        self.rules = policy.rules if rules is None else rules
+        self.anywhere = anywhere  # every rule on every string, paths aside
+        self.key = policy._key
+        self.counts: dict[str, int] = {}
+        # Whole strings seen in the view -> what they became (unchanged ones too: not scanned twice).
+        self.leaves: dict[str, str] = {}
+        # Spans a rule replaced -> their replacement, to find inside other strings.
+        self.pairs: dict[str, str] = {}
+        # Strings the rules changed -> how often each rule fired in them (counted again when met again).
+        self.found: dict[str, dict[str, int]] = {}
+        # The usual policy (every rule reads every string): paths need not be followed, and strings
+        # shorter than ``floor`` (roles, model names, ids) hold nothing any rule can find.
+        self.simple = rules is None and not anywhere and policy._all_pathless
+        self.floor = policy._floor if self.simple else 0
+        # Flat dicts the simple walk read (by id, with the dict itself, kept alive) -> what they became.
+        self.done: dict[int, tuple[Any, Any]] = {}
+
+    def _count(self, rule: Rule, n: int) -> None:
+        self.counts[rule.name] = self.counts.get(rule.name, 0) + n
+
+    def _memoized(self, rules: Any, text: str) -> str:
+        """What every pathless rule makes of ``text``, remembered across calls (per policy): an agent sends
+        the whole history each turn, and the same roles, model names and system prompt in every call."""
+        memo = self.policy._memo.get(text)
+        if memo is not None:
+            result, fired, pairs = memo
+            self.leaves[text] = result
+            if fired:
+                self.found[text] = fired
+                counts = self.counts
+                for name, k in fired.items():
+                    counts[name] = counts.get(name, 0) + k
+                self.pairs.update(pairs)
+            return result
+        before = dict(self.counts)
+        result = self._run(rules, text)
+        self.leaves[text] = result
+        fired = {k: v - before.get(k, 0) for k, v in self.counts.items() if v != before.get(k, 0)}
+        if result is not text:
+            self.found[text] = fired
+        self.policy._remember(text, (result, fired, _pairs_in(self.pairs, text) if fired else {}))
+        return result
+
+    def _run(self, rules: Any, text: str) -> str:
+        result = text
+        i, n = 0, len(rules)
+        while i < n:
+            rule = rules[i]
+            if rule.finder is None:
+                result = self._apply(rule, result)
+                i += 1
+                continue
+            # Detector rules in a row read the same text: each finds its spans there, and where two
+            # overlap the earlier rule wins. One text, so the detectors share what they computed on it.
+            j = i + 1
+            while j < n and rules[j].finder is not None:
+                j += 1
+            result = self._apply_detectors(rules[i:j], result)
+            i = j
+        return result
+
+    def _recount(self, text: str) -> None:
+        for name, k in self.found.get(text, {}).items():
+            self.counts[name] = self.counts.get(name, 0) + k
+
+    def _apply_detectors(self, rules: Any, text: str) -> str:
+        if len(text) < self.policy._shortest:
+            return text
+        hits: list[tuple[int, int, int]] = []
+        for index, rule in enumerate(rules):
+            for start, end in rule.finder.find(text):
+                if end > start:
+                    hits.append((start, index, end))
+        if not hits:
+            return text
+        hits.sort()
+        pieces: list[str] = []
+        last = 0
+        key = self.key
+        for start, index, end in hits:
+            if start < last:
+                continue
+            rule = rules[index]
+            value = text[start:end]
+            new = rule.replace(value, None, key)
+            pieces.append(text[last:start])
+            pieces.append(new)
+            last = end
+            self.pairs[value] = new
+            self._count(rule, 1)
+        pieces.append(text[last:])
+        return "".join(pieces)
+
+    def _apply(self, rule: Rule, text: str) -> str:
+        found = rule.spans(text)
+        if not found:
+            return text
+        pieces: list[str] = []
+        last = 0
+        key = self.key
+        for item in found:
+            if isinstance(item, tuple):
+                start, end = item
+                match = None
+            else:
+                start, end = item.span()
+                match = item
+            if start < last or end == start:
+                continue
+            value = text[start:end]
+            new = rule.replace(value, match, key)
+            pieces.append(text[last:start])
+            pieces.append(new)
+            last = end
+            if not rule.whole or len(value) >= MIN_WHOLE:
+                self.pairs[value] = new
+            self._count(rule, 1)
+        if not pieces:
+            return text
+        pieces.append(text[last:])
+        return "".join(pieces)
