@@ -55,7 +55,9 @@ TOOL_CALL = "llm.tool_call"
 # span's name), ``kind`` (``client`` / ``server`` / ``internal`` / ``producer`` / ``consumer``) and
 # ``attributes`` (convention attributes, exported as they are; on the end event they are set last),
 # ``duration_metric`` (a duration histogram the scope's length is recorded in, with those of the
-# span's final attributes that ``metric_keys`` names).
+# span's final attributes that ``metric_keys`` names). Hints once given are not changed in place:
+# an end that adds attributes gives new hints (the same object at the end as at the start tells an
+# exporter that what the start set still holds).
 SPAN_HINTS = "relay.span"
 # A measure that is no scope (an MCP session's length): a mark with data {"name", "seconds", "attributes"}.
 METRIC = "relay.metric"

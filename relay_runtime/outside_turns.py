@@ -7,9 +7,7 @@ under. Otherwise, or with nothing attached, the call runs straight through and i
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator
 from contextvars import ContextVar
 
 from . import session
@@ -24,14 +22,22 @@ logger = logging.getLogger("relay_runtime.session")
 _outside_parent: ContextVar[ScopeHandle | None] = ContextVar("relay_outside_parent", default=None)
 
 
-@contextlib.contextmanager
-def serving(scope: ScopeHandle) -> Iterator[ScopeHandle]:
-    """Within this block (and the tasks it starts), LLM calls made with no turn open nest under ``scope``."""
-    token = _outside_parent.set(scope)
-    try:
-        yield scope
-    finally:
-        _outside_parent.reset(token)
+class serving:  # lower case: it reads as the function it was, ``with serving(scope):``
+    """Within this block (and the tasks it starts), LLM calls made with no turn open nest under ``scope``.
+
+    A class, not a generator: a server enters it for every request it serves."""
+
+    __slots__ = ("_scope", "_token")
+
+    def __init__(self, scope: ScopeHandle) -> None:
+        self._scope = scope
+
+    def __enter__(self) -> ScopeHandle:
+        self._token = _outside_parent.set(self._scope)
+        return self._scope
+
+    def __exit__(self, *_exc: object) -> None:
+        _outside_parent.reset(self._token)
 
 
 def outside_parent() -> ScopeHandle | None:
@@ -94,5 +100,3 @@ def note_unmanaged() -> None:
     else:
         reason = NO_CONSUMER
     turn.relay.diag.count_all(UNMANAGED, f"{UNMANAGED}.{reason}")
-
-

@@ -161,7 +161,7 @@ class Scopes:
         ``relay.remote_tracestate``) for consumers to link it. It cannot be combined with
         ``parent``; an attached one still nests what runs inside it. A malformed value is a
         ``ValueError`` naming it: callers holding untrusted input check it with
-        ``trace_context.parse_traceparent`` first.
+        ``trace_context.parse_traceparent`` first (and may pass the ``TraceParent`` it returns).
         """
         if not isinstance(name, str) or not name:
             raise ValueError(f"scope name must be a non-empty string, got {name!r}")
@@ -215,7 +215,8 @@ class Scopes:
         if parent is not None:
             raise ValueError(f"cannot push {name!r} with both parent= and remote_parent=: give one")
         remote = require_traceparent(remote_parent)
-        md = {**(metadata or {}), REMOTE_PARENT: remote.header()}
+        # The parsed value itself (a str, the normalised header): consumers read it without parsing again.
+        md = {**(metadata or {}), REMOTE_PARENT: remote}
         state = clean_tracestate(remote_tracestate)
         if state is not None:
             md[REMOTE_TRACESTATE] = state

@@ -31,6 +31,15 @@ class Tools:
     def __init__(self, relay: Relay) -> None:
         self._relay = relay
 
+    def open_unintercepted(self, name: str, args: Any, metadata: dict[str, Any] | None = None) -> ScopeHandle | None:
+        """The tool scope ``execute`` would open for this call, when no intercept is registered
+        anywhere (``relay.intercepts.active`` is False); else None, and the call goes through
+        ``execute`` / ``execute_async``. For an integration that runs the call itself, ending the
+        scope with ``relay.scope.pop``: no intercept chain, no extra frame around the call."""
+        if self._relay.intercepts.active:
+            return None
+        return self._open(name, args, None, metadata)[0]
+
     def _open(
         self, name: str, args: Any, parent: ScopeHandle | None, metadata: dict[str, Any] | None
     ) -> tuple[ScopeHandle, tuple[Any, ...], tuple[Any, ...]]:
@@ -62,23 +71,17 @@ class Tools:
             raise
         return handle, args, executions
 
-    async def _begin_async(
-        self, name: str, args: Any, parent: ScopeHandle | None, metadata: dict[str, Any] | None
-    ) -> tuple[ScopeHandle, Any, tuple[Any, ...]]:
-        """``_begin`` for async tools: a request intercept may be a coroutine function, awaited here,
-        on the caller's loop (as NeMo Relay does, and as LLM request intercepts are)."""
-        handle, requests, executions = self._open(name, args, parent, metadata)
-        try:
-            for entry in requests:
-                args = entry.fn(name, args)
-                if chains.is_awaitable(args):
-                    args = await args
-                if entry.break_chain:
-                    break
-        except BaseException as exc:
-            self._relay.scope.pop(handle, error=exc)
-            raise
-        return handle, args, executions
+    @staticmethod
+    async def _requests_async(name: str, args: Any, requests: tuple[Any, ...]) -> Any:
+        """The request chain for async tools: a request intercept may be a coroutine function, awaited
+        here, on the caller's loop (as NeMo Relay does, and as LLM request intercepts are)."""
+        for entry in requests:
+            args = entry.fn(name, args)
+            if chains.is_awaitable(args):
+                args = await args
+            if entry.break_chain:
+                break
+        return args
 
     def execute(
         self,
@@ -114,20 +117,30 @@ class Tools:
         metadata: dict[str, Any] | None = None,
         tool_call_id: str | None = None,
     ) -> Any:
-        metadata = _with_call_id(metadata, tool_call_id)
-        handle, args, executions = await self._begin_async(name, args, parent, metadata)
-
-        async def terminal(a: Any) -> Any:
-            out = fn(a)
-            return await out if inspect.isawaitable(out) else out
-
-        owner = chains.Live()
+        handle, requests, executions = self._open(name, args, parent, _with_call_id(metadata, tool_call_id))
+        owner: chains.Live | None = None
         try:
-            result = await chains.run_async(executions, name, args, terminal, owner)
+            if requests:
+                args = await self._requests_async(name, args, requests)
+            if executions:
+
+                async def terminal(a: Any) -> Any:
+                    out = fn(a)
+                    return await out if inspect.isawaitable(out) else out
+
+                owner = chains.Live()
+                result = await chains.run_async(executions, name, args, terminal, owner)
+            else:
+                # Nothing around the call: its awaitable is awaited right here, so every resume of
+                # the tool passes through one frame of ours, not three.
+                result = fn(args)
+                if chains.is_awaitable(result):
+                    result = await result
         except BaseException as exc:
             self._relay.scope.pop(handle, error=exc)
             raise
         finally:
-            owner.live = False
+            if owner is not None:
+                owner.live = False
         self._relay.scope.pop(handle, output=result)
         return result

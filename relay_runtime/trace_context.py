@@ -32,22 +32,35 @@ _ZERO_SPAN = "0" * 16
 _MAX_TRACESTATE = 512  # the spec's limit for what a vendor must propagate
 
 
-class TraceParent:
-    """A parsed ``traceparent``: ``trace_id`` (32 hex), ``span_id`` (16 hex), ``flags`` (int)."""
+class TraceParent(str):
+    """A parsed ``traceparent``: ``trace_id`` (32 hex), ``span_id`` (16 hex), ``flags`` (int).
 
-    __slots__ = ("flags", "span_id", "trace_id")
+    It is also the normalised header itself (a ``str``), so it goes wherever the header goes (a
+    scope's ``relay.remote_parent`` metadata, a record) and whoever reads it there gets the parsed
+    value back from ``parse_traceparent`` without parsing it again.
+    """
 
-    def __init__(self, trace_id: str, span_id: str, flags: int) -> None:
+    trace_id: str
+    span_id: str
+    flags: int
+
+    def __new__(cls, trace_id: str, span_id: str, flags: int) -> TraceParent:
+        self = super().__new__(cls, f"00-{trace_id}-{span_id}-{flags:02x}")
         self.trace_id = trace_id
         self.span_id = span_id
         self.flags = flags
+        return self
+
+    def __getnewargs__(self) -> tuple[str, str, int]:  # type: ignore[override]
+        # Copied or pickled with its fields, not as the one string ``str`` would hand ``__new__``.
+        return (self.trace_id, self.span_id, self.flags)
 
     @property
     def sampled(self) -> bool:
         return bool(self.flags & 1)
 
     def header(self) -> str:
-        return f"00-{self.trace_id}-{self.span_id}-{self.flags:02x}"
+        return str.__str__(self)
 
     def __repr__(self) -> str:
         return f"TraceParent({self.header()!r})"
@@ -55,6 +68,8 @@ class TraceParent:
 
 def parse_traceparent(value: object) -> TraceParent | None:
     """The parsed header, or None for anything the W3C spec says to ignore (never raises)."""
+    if type(value) is TraceParent:
+        return value  # parsed already
     if not isinstance(value, str):
         return None
     match = _TRACEPARENT.match(value.strip().lower())

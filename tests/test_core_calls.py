@@ -225,6 +225,30 @@ def test_finish_hook_runs_once_with_the_outcome() -> None:
 # -- tools -------------------------------------------------------------------------------------------
 
 
+def test_an_unintercepted_tool_scope_is_the_one_execute_opens_and_only_while_no_intercept_is_registered() -> None:
+    relay, rec = new_relay()
+
+    async def tool(args: dict) -> dict:
+        return {"echo": args}
+
+    with relay.scope.scope("turn") as turn:
+        asyncio.run(relay.tools.execute_async("t", {"x": 1}, tool, metadata={"k": "v"}))
+        handle = relay.tools.open_unintercepted("t", {"x": 1}, {"k": "v"})
+        assert handle is not None and relay.scope.current() is handle
+        relay.scope.pop(handle, output={"echo": {"x": 1}})
+        relay.intercepts.register_tool_request("any", 0, False, lambda name, args: args)
+        assert relay.tools.open_unintercepted("t", {"x": 1}) is None and relay.scope.current() is turn
+        relay.intercepts.deregister_tool_request("any")
+    via_execute, opened = rec.starts(scope_type="tool")
+    assert (via_execute.name, via_execute.input, via_execute.metadata, via_execute.parent_uuid) == (
+        opened.name,
+        opened.input,
+        opened.metadata,
+        opened.parent_uuid,
+    )
+    assert [e.outcome for e in rec.ends(scope_type="tool")] == ["success", "success"] and balanced(rec.events)
+
+
 def test_tool_call_is_a_tool_scope_around_its_intercepts() -> None:
     relay, rec = new_relay()
     relay.intercepts.register_tool_request("defaults", 0, False, lambda name, args: {**args, "units": "metric"})

@@ -113,3 +113,64 @@ def test_a_scope_hands_on_the_exporters_span_context_or_else_its_own_ids() -> No
     exporter.shutdown()  # detaches: the carrier falls back to our own ids again
     handle = relay.scope.push("after")
     assert carrier_for(handle) == {"traceparent": own_traceparent(handle)}
+
+
+def test_a_parsed_traceparent_is_its_normalised_header_and_is_carried_without_parsing_again() -> None:
+    import copy
+    import pickle
+
+    parsed = parse_traceparent(f"  00-{TRACE.upper()}-{SPAN}-01 ")
+    assert parsed is not None and isinstance(parsed, str) and parsed == PARENT
+    assert parse_traceparent(parsed) is parsed  # already parsed: handed back as it is
+    for again in (pickle.loads(pickle.dumps(parsed)), copy.deepcopy(parsed)):
+        assert (again.trace_id, again.span_id, again.flags, again) == (TRACE, SPAN, 1, PARENT)
+    relay, recorder = _relay()
+    relay.scope.pop(relay.scope.push("served", remote_parent=parsed))
+    (start,) = recorder.starts(name="served")
+    assert start.metadata[REMOTE_PARENT] is parsed and start.trace_id == TRACE
+
+
+@pytest.mark.parametrize("with_baggage", [False, True])
+def test_the_exporters_carrier_is_what_the_configured_propagators_inject(with_baggage: bool) -> None:
+    from opentelemetry import baggage, context, propagate, trace
+
+    pipeline = Pipeline()
+    relay = Relay()
+    exporter = OTelExporter(tracer_provider=pipeline.tracer_provider).attach(relay)
+    # A remote parent with a tracestate: the child's span context carries it on.
+    handle = relay.scope.push("caller", remote_parent=PARENT, remote_tracestate="vendor=abc")
+    token = context.attach(baggage.set_baggage("tenant", "t-1")) if with_baggage else None
+    try:
+        carrier = carrier_for(handle)
+        expected: dict[str, str] = {}
+        span = exporter.span_for(handle.uuid)
+        assert span is not None
+        propagate.inject(expected, context=trace.set_span_in_context(span))
+    finally:
+        if token is not None:
+            context.detach(token)
+    relay.scope.pop(handle)
+    exporter.shutdown()
+    assert carrier == expected and carrier["tracestate"] == "vendor=abc"
+    assert ("baggage" in carrier) is with_baggage
+
+
+def test_span_hints_kept_or_replaced_at_the_end_set_the_spans_final_attributes() -> None:
+    from relay_runtime import conventions as cv
+
+    pipeline = Pipeline()
+    relay = Relay()
+    exporter = OTelExporter(tracer_provider=pipeline.tracer_provider).attach(relay)
+    hints = {"name": "hinted", "kind": "client", "attributes": {"a": "1", "b": 2, "error.type": "hinted_error"}}
+    # The same hints at the end: what the start set holds, and a hint still wins over the end's own error.type.
+    kept = relay.scope.push("kept", metadata={cv.SPAN_HINTS: hints})
+    relay.scope.pop(kept, error=RuntimeError("boom"))
+    # New hints at the end: changed and added values are set, unchanged ones stay.
+    replaced = relay.scope.push("replaced", metadata={cv.SPAN_HINTS: {**hints, "name": "second"}})
+    end_hints = {**hints, "attributes": {**hints["attributes"], "a": "2", "c": True}}
+    relay.scope.pop(replaced, metadata={cv.SPAN_HINTS: end_hints})
+    exporter.shutdown()
+    first = dict(pipeline.one("hinted").attributes or {})
+    assert (first["a"], first["b"], first["error.type"], first["relay.outcome"]) == ("1", 2, "hinted_error", "failed")
+    second = dict(pipeline.one("second").attributes or {})
+    assert (second["a"], second["b"], second["c"], second["error.type"]) == ("2", 2, True, "hinted_error")

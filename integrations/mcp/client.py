@@ -7,8 +7,9 @@ at ``send_raw_request``):
 1. ``tools/call``: a TOOL scope through ``relay.tools.execute_async``, so the relay's tool request
    intercepts (guardrails; argument rewrites) and execution intercepts run first. An intercept
    that raises refuses the call: nothing is sent, the scope ends failed with that error, and the
-   caller gets the SDK's ordinary error result (``isError: true`` carrying the reason).
-   Any other method: a plain scope.
+   caller gets the SDK's ordinary error result (``isError: true`` carrying the reason). With no
+   intercept registered anywhere, the same tool scope is opened and ended here, with nothing
+   between it and the send. Any other method: a plain scope.
 2. The request's ``params._meta`` gets our scope's trace context (``traceparent``, and
    ``tracestate`` / ``baggage`` when set), merged over the caller's own ``_meta`` keys; the SDK's
    own injection is swapped for ours while the request is sent, so it cannot replace it.
@@ -25,8 +26,7 @@ fails open: if it cannot describe a request, the request goes out as the SDK wou
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
@@ -39,25 +39,34 @@ from . import routing
 
 Send = Callable[..., Awaitable[Any]]
 Notify = Callable[..., Awaitable[None]]
+Call = Callable[[], Awaitable[Any]]
 
 # The managed request being sent in this task, for the SDK hooks swapped below.
 _sending: ContextVar[_Sending | None] = ContextVar("relay_mcp_sending", default=None)
 
-
 _UNSET: Any = object()
+_TOOL = ScopeType.TOOL.value
+_CUSTOM = ScopeType.CUSTOM.value
+# What the SDK's span hook is told that the scope's end carries.
+_REPORTED = ("jsonrpc.request.id", "rpc.response.status_code")
 
 
 class _Sending:
     """One managed request on its way: the context it carries, arguments an intercept rewrote,
     and what the SDK told its span hook (the JSON-RPC id, an error code)."""
 
-    __slots__ = ("arguments", "attributes", "carrier", "dispatched")
+    __slots__ = ("arguments", "carrier", "dispatched", "reported")
 
     def __init__(self, carrier: dict[str, str]) -> None:
         self.carrier = carrier
         self.arguments: Any = _UNSET
-        self.attributes: dict[str, Any] = {}
+        self.reported: dict[str, Any] | None = None
         self.dispatched = False
+
+    def report(self, attributes: Mapping[str, Any]) -> None:
+        if self.reported is None:
+            self.reported = {}
+        self.reported.update(attributes)
 
     def params(self, params: Mapping[str, Any] | None) -> dict[str, Any]:
         """``params`` as they go out: ``_meta`` merged with our context, arguments as rewritten."""
@@ -66,6 +75,16 @@ class _Sending:
             out["arguments"] = self.arguments
         meta = out.get("_meta")
         out["_meta"] = {**(meta if isinstance(meta, Mapping) else {}), **self.carrier}
+        return out
+
+    def end_attributes(self, error: BaseException | None) -> dict[str, Any]:
+        reported = self.reported
+        out = {k: reported[k] for k in _REPORTED if k in reported} if reported else {}
+        code = getattr(getattr(error, "error", None), "code", None) if error is not None else None
+        if code is not None:
+            out.update(mc.error_code_attributes(code))
+        elif "rpc.response.status_code" in out:
+            out["error.type"] = out["rpc.response.status_code"]
         return out
 
 
@@ -83,16 +102,25 @@ class ToolErrorResult(Exception):
 
 
 class _Collector:
-    """Stands in for the SDK's span during a managed send: what the SDK sets on it goes to our scope."""
+    """Stands in for the SDK's span (and its context manager) during a managed send: what the SDK
+    sets on it goes to our scope."""
+
+    __slots__ = ("_sending",)
 
     def __init__(self, sending: _Sending) -> None:
         self._sending = sending
 
+    def __enter__(self) -> _Collector:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        return None
+
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
-        self._sending.attributes.update(attributes)
+        self._sending.report(attributes)
 
     def set_attribute(self, key: str, value: Any) -> None:
-        self._sending.attributes[key] = value
+        self._sending.report({key: value})
 
     def set_status(self, *_args: Any, **_kwargs: Any) -> None:
         pass
@@ -105,17 +133,14 @@ class _Collector:
 
 
 def swapped_span(original: Callable[..., Any]) -> Callable[..., Any]:
-    @contextlib.contextmanager
-    def otel_span(name: str, *args: Any, **kwargs: Any) -> Iterator[Any]:
+    def otel_span(name: str, *args: Any, **kwargs: Any) -> Any:
         sending = _sending.get()
         if sending is None:
-            with original(name, *args, **kwargs) as span:  # not ours: the SDK's tracing as it was
-                yield span
-            return
+            return original(name, *args, **kwargs)  # not ours: the SDK's tracing as it was
         attributes = kwargs.get("attributes")
-        if isinstance(attributes, Mapping):
-            sending.attributes.update(attributes)
-        yield _Collector(sending)
+        if type(attributes) is dict or isinstance(attributes, Mapping):
+            sending.report(attributes)
+        return _Collector(sending)
 
     return otel_span
 
@@ -132,8 +157,10 @@ def swapped_inject(original: Callable[[dict[str, Any]], None]) -> Callable[[dict
 
 
 # -- requests ----------------------------------------------------------------------------------------
-
-Forward = Callable[[_Sending], Awaitable[Any]]
+#
+# The wrappers are plain functions handing back the awaitable that does the work (the SDK awaits
+# what they return): a request passes through as few coroutine frames of ours as can be, since
+# every resume of the request (each read and write of the transport) passes through all of them.
 
 
 def _refusal(error: BaseException) -> dict[str, Any]:
@@ -146,131 +173,172 @@ def _refusal(error: BaseException) -> dict[str, Any]:
     }
 
 
-def _end_attributes(sending: _Sending, error: BaseException | None) -> dict[str, Any]:
-    out = {k: v for k, v in sending.attributes.items() if k in ("jsonrpc.request.id", "rpc.response.status_code")}
-    code = getattr(getattr(error, "error", None), "code", None)
-    if code is not None:
-        out.update(mc.error_code_attributes(code))
-    elif "rpc.response.status_code" in sending.attributes:
-        out["error.type"] = sending.attributes["rpc.response.status_code"]
-    return out
-
-
 def _end_hints(hints: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
-    return {cv.SPAN_HINTS: {**hints, "attributes": {**hints["attributes"], **end}}}
+    # New hints, never the start's changed in place (they are shared by the requests that have them the same).
+    return {**hints, "attributes": {**hints["attributes"], **end}}
 
 
-async def session_send(
-    original: Send, client_session: Any, request: Any, result_type: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
+def session_send(original: Send) -> Send:
     """``ClientSession.send_request``: the scope spans the send *and* the SDK's check of the result,
     so a server answering junk fails the scope the caller's error comes from."""
-    relay = routing.relay_for_request()
-    if relay is None:
-        return await original(client_session, request, result_type, *args, **kwargs)
-    try:
-        data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
-        method, params = data["method"], data.get("params")
-    except Exception:
-        return await original(client_session, request, result_type, *args, **kwargs)
 
-    async def forward(sending: _Sending) -> Any:
-        token = _sending.set(sending)
+    def send_request(client_session: Any, request: Any, result_type: Any, *args: Any, **kwargs: Any) -> Any:
+        relay = routing.relay_for_request()
+        if relay is None:
+            return original(client_session, request, result_type, *args, **kwargs)
         try:
-            return await original(client_session, request, result_type, *args, **kwargs)
-        finally:
-            _sending.reset(token)
+            method = request.method
+            params = request.params
+            target = mc.target_of(method, params)
+            hints = routing.hints_for(client_session._dispatcher, method, target)
+            tool = params.name if method == mc.TOOLS_CALL and target is not None else None
+            arguments = params.arguments if tool is not None else None
+        except Exception:
+            # Our bookkeeping failed: the request goes out as the SDK would send it.
+            return original(client_session, request, result_type, *args, **kwargs)
 
-    def typed(raw: dict[str, Any]) -> Any:
-        validate = getattr(result_type, "validate_python", None) or result_type.model_validate
-        return validate(raw, by_name=False)
+        def call() -> Awaitable[Any]:
+            return original(client_session, request, result_type, *args, **kwargs)
 
-    return await _managed(relay, method, params, getattr(client_session, "_dispatcher", None), forward, typed)
+        def typed(raw: dict[str, Any]) -> Any:
+            validate = getattr(result_type, "validate_python", None) or result_type.model_validate
+            return validate(raw, by_name=False)
+
+        if tool is not None:
+            return _tool_call(relay, tool, arguments, hints, call, typed)
+        return _request(relay, hints, call)
+
+    return send_request
 
 
-async def send(original: Send, dispatcher: Any, method: str, params: Any, opts: Any, kwargs: dict[str, Any]) -> Any:
+def dispatcher_send(original: Send, *, injects: bool) -> Send:
     """A dispatcher's ``send_raw_request``. Inside a session's request (above) it only writes what
-    that request carries; alone (a server calling its client back) the request is a scope of its own."""
-    owner = _sending.get()
-    if owner is not None and not owner.dispatched:
-        owner.dispatched = True
-        return await original(dispatcher, method, owner.params(params), opts, **kwargs)
-    relay = routing.relay_for_request()
-    if relay is None or not isinstance(method, str):
-        return await original(dispatcher, method, params, opts, **kwargs)
+    that request carries (``injects``: the dispatcher writes ``_meta`` through the SDK's inject hook,
+    swapped for ours); alone (a server calling its client back) the request is a scope of its own."""
 
-    async def forward(sending: _Sending) -> Any:
-        sending.dispatched = True
-        token = _sending.set(sending)
-        try:
-            return await original(dispatcher, method, sending.params(params), opts, **kwargs)
-        finally:
-            _sending.reset(token)
+    def send_raw_request(dispatcher: Any, method: str, params: Any, opts: Any = None, **kwargs: Any) -> Any:
+        owner = _sending.get()
+        if owner is not None and not owner.dispatched:
+            owner.dispatched = True
+            if not injects or owner.arguments is not _UNSET:
+                params = owner.params(params)
+            return original(dispatcher, method, params, opts, **kwargs)
+        relay = routing.relay_for_request()
+        if relay is None or not isinstance(method, str):
+            return original(dispatcher, method, params, opts, **kwargs)
+        return _alone(original, relay, dispatcher, method, params, opts, kwargs)
 
-    return await _managed(relay, method, params, dispatcher, forward, lambda raw: raw)
+    return send_raw_request
 
 
-async def _managed(
-    relay: Any, method: str, params: Any, dispatcher: Any, forward: Forward, typed: Callable[[dict[str, Any]], Any]
+async def _alone(
+    original: Send, relay: Any, dispatcher: Any, method: str, params: Any, opts: Any, kwargs: dict[str, Any]
 ) -> Any:
     mapping = params if isinstance(params, Mapping) else None
     try:
-        hints = mc.hints(method, mc.target_of(method, mapping), "client", _attributes(method, mapping, dispatcher))
+        target = mc.target_of(method, mapping)
+        hints = routing.hints_for(dispatcher, method, target)
+        tool = mapping["name"] if method == mc.TOOLS_CALL and target is not None and mapping is not None else None
+        arguments = mapping.get("arguments") if tool is not None and mapping is not None else None
     except Exception:
-        return await forward(_Sending({}))
-    if method == mc.TOOLS_CALL and mapping is not None and isinstance(mapping.get("name"), str):
-        return await _tool_call(relay, mapping, hints, forward, typed)
-    handle = relay.scope.push(hints["name"], ScopeType.CUSTOM, metadata={cv.SPAN_HINTS: hints})
+        return await original(dispatcher, method, params, opts, **kwargs)
+    sending_params = params
+
+    def call() -> Awaitable[Any]:
+        sending = _sending.get()
+        out = sending.params(sending_params) if sending is not None else sending_params
+        if sending is not None:
+            sending.dispatched = True
+        return original(dispatcher, method, out, opts, **kwargs)
+
+    if tool is not None:
+        return await _tool_call(relay, tool, arguments, hints, call, lambda raw: raw)
+    return await _request(relay, hints, call)
+
+
+async def _request(relay: Any, hints: dict[str, Any], call: Call) -> Any:
+    """Any request but a tool call: a plain scope around it."""
+    handle = relay.scope.push(hints["name"], _CUSTOM, metadata={cv.SPAN_HINTS: hints})
     sending = _Sending(carrier_for(handle))
+    token = _sending.set(sending)
     try:
-        result = await forward(sending)
+        result = await call()
     except BaseException as exc:
-        relay.scope.pop(handle, error=exc, metadata=_end_hints(hints, _end_attributes(sending, exc)))
+        _sending.reset(token)
+        relay.scope.pop(handle, error=exc, metadata={cv.SPAN_HINTS: _end_hints(hints, sending.end_attributes(exc))})
         raise
-    relay.scope.pop(handle, metadata=_end_hints(hints, _end_attributes(sending, None)))
+    _sending.reset(token)
+    relay.scope.pop(handle, metadata={cv.SPAN_HINTS: _end_hints(hints, sending.end_attributes(None))})
     return result
 
 
-def _attributes(method: str, params: Mapping[str, Any] | None, dispatcher: Any) -> dict[str, Any]:
-    attributes = mc.request_attributes(method, params, routing.protocol_version_of(dispatcher))
-    attributes.update(routing.peer_of(dispatcher))
-    attributes.update(routing.transport_attributes(dispatcher))
-    return attributes
-
-
 async def _tool_call(
-    relay: Any,
-    params: Mapping[str, Any],
-    hints: dict[str, Any],
-    forward: Forward,
-    typed: Callable[[dict[str, Any]], Any],
+    relay: Any, tool: str, arguments: Any, hints: dict[str, Any], call: Call, typed: Callable[[dict[str, Any]], Any]
 ) -> Any:
-    tool = params["name"]
-    arguments = params.get("arguments")
     current = relay.scope.current()
-    if current is not None and current.scope_type == ScopeType.TOOL.value and current.name == tool:
+    if current is not None and current.scope_type == _TOOL and current.name == tool:
         # A framework already opened this call's tool scope (and ran the relay's tool intercepts):
         # the MCP attributes join it rather than making a second scope.
-        return await _join_tool_scope(current, hints, forward)
+        return await _join_tool_scope(current, hints, call)
+    handle = relay.tools.open_unintercepted(tool, arguments, {cv.SPAN_HINTS: hints})
+    if handle is not None:
+        # No intercept anywhere: the tool scope is ours to end, with nothing between it and the send.
+        sending = _Sending(carrier_for(handle))
+        token = _sending.set(sending)
+        try:
+            result = await call()
+        except BaseException as exc:
+            _sending.reset(token)
+            relay.scope.pop(handle, error=exc, metadata={cv.SPAN_HINTS: _end_hints(hints, sending.end_attributes(exc))})
+            raise
+        _sending.reset(token)
+        end, failed = _tool_end(sending, result)
+        relay.scope.pop(
+            handle,
+            output=None if failed else result,
+            error=ToolErrorResult(result) if failed else None,
+            metadata={cv.SPAN_HINTS: _end_hints(hints, end)},
+        )
+        return result
+    return await _intercepted_tool_call(relay, tool, arguments, hints, call, typed)
+
+
+def _tool_end(sending: _Sending, result: Any) -> tuple[dict[str, Any], bool]:
+    """A sent tool call's end attributes, and whether the server marked its result ``isError``."""
+    end = sending.end_attributes(None)
+    failed = mc.is_tool_error(result)
+    if failed:
+        end["error.type"] = mc.TOOL_ERROR
+    return end, failed
+
+
+async def _intercepted_tool_call(
+    relay: Any, tool: str, arguments: Any, hints: dict[str, Any], call: Call, typed: Callable[[dict[str, Any]], Any]
+) -> Any:
+    """Through ``relay.tools.execute_async``, so the relay's tool request intercepts (guardrails;
+    argument rewrites) and execution intercepts run first."""
     sending = _Sending({})
     sent = False
 
     async def terminal(args: Any) -> Any:
         nonlocal sent
-        handle = relay.scope.current()
-        sending.carrier = carrier_for(handle) if handle is not None else {}
+        inner = relay.scope.current()  # the tool scope, or one an execution intercept opened in it
+        sending.carrier = carrier_for(inner) if inner is not None else {}
         if args is not arguments:
             sending.arguments = args
         sent = True
+        token = _sending.set(sending)
         try:
-            result = await forward(sending)
+            result = await call()
         except BaseException as exc:
+            _sending.reset(token)
             # Set before the tool scope ends (which happens as this propagates).
-            hints["attributes"].update(_end_attributes(sending, exc))
+            _set_end_hints(inner, hints, sending.end_attributes(exc))
             raise
-        hints["attributes"].update(_end_attributes(sending, None))
-        if mc.is_tool_error(result):
-            hints["attributes"]["error.type"] = mc.TOOL_ERROR
+        _sending.reset(token)
+        end, failed = _tool_end(sending, result)
+        _set_end_hints(inner, hints, end)
+        if failed:
             raise ToolErrorResult(result)
         return result
 
@@ -286,24 +354,46 @@ async def _tool_call(
         return typed(_refusal(exc))
 
 
-async def _join_tool_scope(handle: Any, hints: dict[str, Any], forward: Forward) -> Any:
+def _set_end_hints(current: Any, hints: dict[str, Any], end: dict[str, Any]) -> None:
+    """The tool scope's hints as its end sets them: on the scope that holds them (an execution
+    intercept may have opened one inside it), in its own metadata, which its end event carries."""
+    node = current
+    while node is not None:
+        md = node.metadata
+        if type(md) is dict and md.get(cv.SPAN_HINTS) is hints:
+            md[cv.SPAN_HINTS] = _end_hints(hints, end)
+            return
+        node = node.parent
+
+
+async def _join_tool_scope(handle: Any, hints: dict[str, Any], call: Call) -> Any:
     sending = _Sending(carrier_for(handle))
     error: BaseException | None = None
+    token = _sending.set(sending)
     try:
-        return await forward(sending)
+        return await call()
     except BaseException as exc:
         error = exc
         raise
     finally:
+        _sending.reset(token)
         if isinstance(handle.metadata, dict):
-            end = _end_attributes(sending, error)
-            handle.metadata[cv.SPAN_HINTS] = {**hints, "attributes": {**hints["attributes"], **end}}
+            handle.metadata[cv.SPAN_HINTS] = _end_hints(hints, sending.end_attributes(error))
 
 
-async def notify(original: Notify, dispatcher: Any, method: str, params: Any, opts: Any, kwargs: dict[str, Any]) -> Any:
-    relay = routing.relay_for_request()
-    if relay is None or not isinstance(method, str):
-        return await original(dispatcher, method, params, opts, **kwargs)
+def notify(original: Notify) -> Notify:
+    def notify(dispatcher: Any, method: str, params: Any, opts: Any = None, **kwargs: Any) -> Any:
+        relay = routing.relay_for_request()
+        if relay is None or not isinstance(method, str):
+            return original(dispatcher, method, params, opts, **kwargs)
+        return _notified(original, relay, dispatcher, method, params, opts, kwargs)
+
+    return notify
+
+
+async def _notified(
+    original: Notify, relay: Any, dispatcher: Any, method: str, params: Any, opts: Any, kwargs: dict[str, Any]
+) -> Any:
     hints = mc.hints(method, None, "client", {"mcp.method.name": method, **routing.peer_of(dispatcher)})
     # Notifications carry no trace context: the conventions give them a span, not a child on the other side.
     with relay.scope.scope(method, ScopeType.CUSTOM, metadata={cv.SPAN_HINTS: hints}):

@@ -25,11 +25,12 @@ TOOL_ERROR = "tool_error"
 _MAX_TARGET = 256
 
 
-def target_of(method: str, params: Mapping[str, Any] | None) -> str | None:
+def target_of(method: str, params: object) -> str | None:
+    """The target a request's params name (a mapping on the wire, a model in a client), bounded."""
     key = _TARGET_PARAM.get(method)
-    if key is None or not isinstance(params, Mapping):
+    if key is None or params is None:
         return None
-    value = params.get(key)
+    value = params.get(key) if type(params) is dict or isinstance(params, Mapping) else getattr(params, key, None)
     return value[:_MAX_TARGET] if isinstance(value, str) and value else None
 
 
@@ -37,12 +38,11 @@ def span_name(method: str, target: str | None) -> str:
     return f"{method} {target}" if target else method
 
 
-def request_attributes(method: str, params: Mapping[str, Any] | None, protocol_version: str | None) -> dict[str, Any]:
-    """What is known when a request starts, on either side."""
+def request_attributes(method: str, target: str | None, protocol_version: str | None) -> dict[str, Any]:
+    """What is known when a request starts, on either side (``target``: ``target_of`` its params)."""
     out: dict[str, Any] = {"mcp.method.name": method}
     if protocol_version:
         out["mcp.protocol.version"] = protocol_version
-    target = target_of(method, params)
     if method == TOOLS_CALL:
         out["gen_ai.operation.name"] = "execute_tool"
         if target:
@@ -60,11 +60,15 @@ def error_code_attributes(code: object) -> dict[str, Any]:
     return {"rpc.response.status_code": text, "error.type": text}
 
 
+_NO_FLAG: Any = object()
+
+
 def is_tool_error(result: object) -> bool:
     """A ``tools/call`` result the server marked ``isError`` (a dict on the wire, a model in a handler)."""
-    if isinstance(result, Mapping):
+    if type(result) is dict or isinstance(result, Mapping):
         return result.get("isError") is True
-    return getattr(result, "is_error", None) is True or getattr(result, "isError", None) is True
+    flag = getattr(result, "is_error", _NO_FLAG)  # the SDK's model; only what has no such field is asked for the alias
+    return flag is True if flag is not _NO_FLAG else getattr(result, "isError", None) is True
 
 
 def tool_error_text(result: object) -> str:

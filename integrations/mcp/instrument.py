@@ -47,47 +47,35 @@ def _require_mcp() -> Any:
 _ABSENT: Any = object()
 
 
-def _replace(owner: Any, attribute: str, make: Callable[[Any], Any]) -> None:
+def _replace(owner: Any, attribute: str, make: Callable[[Any], Any]) -> bool:
     original = getattr(owner, attribute, None)
     if original is None:
         name = getattr(owner, "__name__", owner)
         logger.warning("mcp: %s.%s not found in this SDK version; not traced", name, attribute)
-        return
+        return False
     # What the owner itself held (a classmethod stays a classmethod; an inherited one is deleted again).
     _saved.append((owner, attribute, vars(owner).get(attribute, _ABSENT)))
     setattr(owner, attribute, make(original))
+    return True
 
 
-def _wrap_send(original: Any) -> Any:
-    @functools.wraps(original)
-    async def send_raw_request(self: Any, method: str, params: Any, opts: Any = None, **kwargs: Any) -> Any:
-        return await client.send(original, self, method, params, opts, kwargs)
+def _wrap_send(injects: bool) -> Callable[[Any], Any]:
+    def wrap(original: Any) -> Any:
+        return functools.wraps(original)(client.dispatcher_send(original, injects=injects))
 
-    return send_raw_request
+    return wrap
 
 
 def _wrap_session_send(original: Any) -> Any:
-    @functools.wraps(original)
-    async def send_request(self: Any, request: Any, result_type: Any, *args: Any, **kwargs: Any) -> Any:
-        return await client.session_send(original, self, request, result_type, args, kwargs)
-
-    return send_request
+    return functools.wraps(original)(client.session_send(original))
 
 
 def _wrap_notify(original: Any) -> Any:
-    @functools.wraps(original)
-    async def notify(self: Any, method: str, params: Any, opts: Any = None, **kwargs: Any) -> Any:
-        return await client.notify(original, self, method, params, opts, kwargs)
-
-    return notify
+    return functools.wraps(original)(client.notify(original))
 
 
 def _wrap_middleware(original: Any) -> Any:
-    @functools.wraps(original)
-    async def __call__(self: Any, ctx: Any, call_next: Any) -> Any:
-        return await server.handle(original, self, ctx, call_next)
-
-    return __call__
+    return functools.wraps(original)(server.middleware(original))
 
 
 def _wrap_session_init(original: Any) -> Any:
@@ -170,6 +158,11 @@ def instrument_mcp(*, relay: Any = None) -> None:
     most often) ``relay`` does, or by default the default host that records LLM calls made with
     no turn open, whenever something is attached to it (``SESSION_COORDINATOR``).
     """
+    install(relay, client_side=True, server_side=True)
+
+
+def install(relay: Any, *, client_side: bool, server_side: bool) -> None:
+    """``instrument_mcp`` for one side only (the benchmark weighs each side on its own)."""
     _require_mcp()
     from mcp.client.client import Client
     from mcp.client.session import ClientSession
@@ -184,19 +177,25 @@ def instrument_mcp(*, relay: Any = None) -> None:
         routing.set_fallback(relay)
         if _saved:
             return
-        for dispatcher in (JSONRPCDispatcher, DirectDispatcher):
-            _replace(dispatcher, "send_raw_request", _wrap_send)
-            _replace(dispatcher, "notify", _wrap_notify)
-        _replace(jsonrpc_dispatcher, "otel_span", client.swapped_span)
-        _replace(jsonrpc_dispatcher, "inject_trace_context", client.swapped_inject)
-        _replace(OpenTelemetryMiddleware, "__call__", _wrap_middleware)
-        _replace(Connection, "for_loop", _wrap_for_loop)
-        _replace(ClientSession, "__init__", _wrap_session_init)
-        _replace(ClientSession, "send_request", _wrap_session_send)
-        _replace(ClientSession, "__aenter__", _wrap_session_enter)
-        _replace(ClientSession, "__aexit__", _wrap_session_exit)
-        _replace(Client, "_build_session", _wrap_build_session)
-        _replace(StreamableHTTPTransport, "__init__", _wrap_transport_init)
+        if client_side:
+            _replace(jsonrpc_dispatcher, "otel_span", client.swapped_span)
+            # The JSON-RPC dispatcher writes ``_meta`` through the SDK's inject hook, once it is ours; the
+            # in-process one has no hook, so our wrapper writes it.
+            injects = _replace(jsonrpc_dispatcher, "inject_trace_context", client.swapped_inject)
+            _replace(JSONRPCDispatcher, "send_raw_request", _wrap_send(injects=injects))
+            _replace(DirectDispatcher, "send_raw_request", _wrap_send(injects=False))
+            for dispatcher in (JSONRPCDispatcher, DirectDispatcher):
+                _replace(dispatcher, "notify", _wrap_notify)
+        if server_side:
+            _replace(OpenTelemetryMiddleware, "__call__", _wrap_middleware)
+            _replace(Connection, "for_loop", _wrap_for_loop)
+        if client_side:
+            _replace(ClientSession, "__init__", _wrap_session_init)
+            _replace(ClientSession, "send_request", _wrap_session_send)
+            _replace(ClientSession, "__aenter__", _wrap_session_enter)
+            _replace(ClientSession, "__aexit__", _wrap_session_exit)
+            _replace(Client, "_build_session", _wrap_build_session)
+            _replace(StreamableHTTPTransport, "__init__", _wrap_transport_init)
 
 
 def uninstrument_mcp() -> None:

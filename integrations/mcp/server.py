@@ -19,7 +19,7 @@ from typing import Any
 
 from relay_runtime import conventions as cv
 from relay_runtime import outside_turns
-from relay_runtime.trace_context import clean_tracestate, parse_traceparent
+from relay_runtime.trace_context import parse_traceparent
 from relay_runtime.types import ScopeType
 
 from . import conventions as mc
@@ -28,23 +28,25 @@ from .client import ToolErrorResult
 
 Middleware = Callable[[Any, Any, Any], Awaitable[Any]]
 _INVALID_PARAMS = -32602
+_TOOL = ScopeType.TOOL.value
+_CUSTOM = ScopeType.CUSTOM.value
 
 
 def _meta_of(ctx: Any) -> Mapping[str, Any]:
     meta = getattr(ctx, "meta", None)
-    if isinstance(meta, Mapping):
+    if type(meta) is dict or isinstance(meta, Mapping):
         return meta
     dump = getattr(meta, "model_dump", None)
     return dump(by_alias=True) if callable(dump) else {}
 
 
-def _request_attributes(ctx: Any, method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
-    attributes = mc.request_attributes(method, params, getattr(ctx, "protocol_version", None))
+def _request_attributes(ctx: Any, method: str, target: str | None) -> dict[str, Any]:
+    attributes = mc.request_attributes(method, target, getattr(ctx, "protocol_version", None))
     request_id = getattr(ctx, "request_id", None)
     if request_id is not None:
         attributes["jsonrpc.request.id"] = str(request_id)
     request = getattr(ctx, "request", None)
-    headers = getattr(request, "headers", None)
+    headers = getattr(request, "headers", None) if request is not None else None
     if headers is not None:
         attributes["network.transport"] = "tcp"
         attributes["network.protocol.name"] = "http"
@@ -67,26 +69,39 @@ def _failure_attributes(error: BaseException) -> dict[str, Any]:
     return {"error.type": type(error).__qualname__}
 
 
-async def handle(original: Middleware, middleware: Any, ctx: Any, call_next: Any) -> Any:
-    relay = routing.relay_for_request()
-    method = getattr(ctx, "method", None)
-    if relay is None or not isinstance(method, str):
-        return await original(middleware, ctx, call_next)
+def middleware(original: Middleware) -> Middleware:
+    """``OpenTelemetryMiddleware.__call__``: hands back the awaitable that serves the request (the
+    SDK awaits it), so the request passes through one coroutine frame of ours."""
+
+    def __call__(self: Any, ctx: Any, call_next: Any) -> Any:
+        relay = routing.relay_for_request()
+        method = getattr(ctx, "method", None)
+        if relay is None or not isinstance(method, str):
+            return original(self, ctx, call_next)
+        return _handle(original, self, relay, method, ctx, call_next)
+
+    return __call__
+
+
+async def _handle(original: Middleware, middleware: Any, relay: Any, method: str, ctx: Any, call_next: Any) -> Any:
     try:
-        params = ctx.params if isinstance(ctx.params, Mapping) else None
+        params = ctx.params
+        if not isinstance(params, Mapping):
+            params = None
         meta = _meta_of(ctx)
+        # Parsed once: the parsed value is what the scope's metadata carries on to every consumer.
         remote = parse_traceparent(meta.get("traceparent"))
         target = mc.target_of(method, params)
-        attributes = _request_attributes(ctx, method, params)
+        attributes = _request_attributes(ctx, method, target)
         hints = mc.hints(method, target, "server", attributes)
         is_tool = method == mc.TOOLS_CALL and target is not None
         handle_ = relay.scope.push(
             target if is_tool and target else hints["name"],
-            ScopeType.TOOL if is_tool else ScopeType.CUSTOM,
+            _TOOL if is_tool else _CUSTOM,
             input=params.get("arguments") if is_tool and params is not None else None,
             metadata={cv.KIND: cv.TOOL, cv.SPAN_HINTS: hints} if is_tool else {cv.SPAN_HINTS: hints},
-            remote_parent=remote.header() if remote is not None else None,
-            remote_tracestate=clean_tracestate(meta.get("tracestate")),
+            remote_parent=remote,
+            remote_tracestate=meta.get("tracestate") if remote is not None else None,
         )
     except Exception:
         # Our bookkeeping failed: the request is served as it would be without us.

@@ -236,9 +236,10 @@ class OTelExporter:
             context = parent.context  # made below only if the span path needs it
         else:
             conversation_id = None
-            parent_span = None
-            # A root here may continue a trace begun in another process (an MCP server's request).
-            context = H.remote_context(event.metadata) or (None if self._link else _EMPTY_CONTEXT)
+            # A root here may continue a trace begun in another process (an MCP server's request):
+            # its remote parent is the span's parent (a context is made below only if one is needed).
+            parent_span = H.remote_parent(event.metadata)
+            context = None if self._link or parent_span is not None else _EMPTY_CONTEXT
         if conversation_id is None:
             md = event.metadata
             sid = md.get(cv.SESSION_ID) if md else None
@@ -253,6 +254,7 @@ class OTelExporter:
             self.count(ATTRIBUTE_ERRORS)
             name, attributes = str(event.name), {}
         kind = _SPAN_KINDS[role]
+        hints = None
         if role is not A.ATTEMPT:
             hints = H.span_hints(event.metadata)
             if hints is not None:
@@ -271,6 +273,8 @@ class OTelExporter:
             if parent is not None and context is None:
                 # One context per parent, made when its first child starts: most spans are leaves.
                 context = parent.context = set_span_in_context(parent.span)
+            elif parent_span is not None:
+                context = set_span_in_context(parent_span)
             span = self._tracer.start_span(
                 name,
                 context=context,
@@ -279,7 +283,9 @@ class OTelExporter:
                 start_time=event.timestamp,
             )
         try:
-            evicted = self._table.add(OpenSpan(event.uuid, span, role, parent, conversation_id))
+            record = OpenSpan(event.uuid, span, role, parent, conversation_id)
+            record.hints = hints
+            evicted = self._table.add(record)
         except ValueError:
             # The same scope started twice: keep the first span, end this one unrecorded.
             span.end(end_time=event.timestamp)
@@ -325,7 +331,15 @@ class OTelExporter:
                 attributes.update(OI.end_attributes(event, role))
             hints = H.span_hints(md) if role is not A.ATTEMPT else None
             if hints is not None:
-                H.apply_hints(hints, "", attributes)
+                if hints is record.hints:
+                    # Unchanged since the start, whose attributes the span has: only what this end's
+                    # own attributes would overwrite is set again (metrics read them all).
+                    H.apply_hints(hints, "", attributes, only=attributes if self._scope_metrics is None else None)
+                elif self._scope_metrics is None and record.hints is not None:
+                    # New hints at the end (an MCP request's id): what the start set stays as it is.
+                    H.apply_hints(hints, "", attributes, started=record.hints.get("attributes"))
+                else:
+                    H.apply_hints(hints, "", attributes)
                 if self._scope_metrics is not None:
                     self._scope_metrics.record_scope(hints, event, attributes)
         except Exception:
@@ -486,7 +500,13 @@ class OTelExporter:
         return self
 
     def _carrier(self, handle: Any) -> dict[str, str] | None:
-        return self.headers_for(handle.uuid) or None
+        span = self.span_for(handle.uuid)
+        if span is None:
+            return None
+        carrier = propagation.plain_carrier(span)
+        if carrier is None:
+            carrier = self.headers_for(handle.uuid)
+        return carrier or None
 
     def detach(self) -> None:
         """Undo every ``attach``: deregister, release managed execution, stop following new hosts."""

@@ -26,20 +26,23 @@ _KINDS = {
 _PRIMITIVES = (str, bool, int, float)
 
 
-def remote_context(md: Mapping[str, Any] | None) -> Context | None:
-    """A context whose current span is the remote parent a scope was opened under, or None."""
+_NO_TRACE_STATE = TraceState()
+
+
+def remote_parent(md: Mapping[str, Any] | None) -> NonRecordingSpan | None:
+    """The remote parent a scope was opened under, as a span to start its span under, or None."""
     if not md:
         return None
-    parsed = parse_traceparent(md.get(REMOTE_PARENT))
+    parsed = parse_traceparent(md.get(REMOTE_PARENT))  # the parsed value the scope carries: no parse again
     if parsed is None:
         return None
-    state = TraceState()
+    state = _NO_TRACE_STATE
     raw_state = md.get(REMOTE_TRACESTATE)
     if isinstance(raw_state, str):
         try:
             state = TraceState.from_header([raw_state])
         except Exception:
-            state = TraceState()
+            state = _NO_TRACE_STATE
     parent = SpanContext(
         int(parsed.trace_id, 16),
         int(parsed.span_id, 16),
@@ -47,12 +50,18 @@ def remote_context(md: Mapping[str, Any] | None) -> Context | None:
         trace_flags=TraceFlags(parsed.flags),
         trace_state=state,
     )
-    return trace_api.set_span_in_context(NonRecordingSpan(parent))
+    return NonRecordingSpan(parent)
+
+
+def remote_context(md: Mapping[str, Any] | None) -> Context | None:
+    """A context whose current span is the remote parent a scope was opened under, or None."""
+    parent = remote_parent(md)
+    return trace_api.set_span_in_context(parent) if parent is not None else None
 
 
 def span_hints(md: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     hints = md.get(cv.SPAN_HINTS) if md else None
-    return hints if isinstance(hints, Mapping) else None
+    return hints if type(hints) is dict or isinstance(hints, Mapping) else None
 
 
 def hinted_kind(hints: Mapping[str, Any] | None, default: SpanKind) -> SpanKind:
@@ -61,15 +70,26 @@ def hinted_kind(hints: Mapping[str, Any] | None, default: SpanKind) -> SpanKind:
     return _KINDS.get(str(hints.get("kind", "")).lower(), default)
 
 
-def apply_hints(hints: Mapping[str, Any] | None, name: str, attributes: dict[str, Any]) -> str:
+def apply_hints(
+    hints: Mapping[str, Any] | None,
+    name: str,
+    attributes: dict[str, Any],
+    only: Mapping[str, Any] | None = None,
+    started: Mapping[str, Any] | None = None,
+) -> str:
     """Merge the hinted attributes into ``attributes`` (primitives and lists of them only) and
-    return the span's name."""
+    return the span's name. ``only``: merge just the keys it has (those about to be overwritten).
+    ``started``: the hinted attributes the span's start set; the same values are not set again
+    (unless ``attributes`` would overwrite them)."""
     if hints is None:
         return name
     extra = hints.get("attributes")
-    if isinstance(extra, Mapping):
-        for key, value in extra.items():
-            if not isinstance(key, str) or value is None:
+    if type(extra) is dict or isinstance(extra, Mapping):
+        items = extra.items() if only is None else [(k, extra[k]) for k in only if k in extra]
+        for key, value in items:
+            if value is None or type(key) is not str:
+                continue
+            if started is not None and started.get(key) is value and key not in attributes:
                 continue
             if isinstance(value, _PRIMITIVES):
                 attributes[key] = value

@@ -12,8 +12,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry import baggage, propagate
+from opentelemetry.baggage.propagation import W3CBaggagePropagator
+from opentelemetry.propagators.composite import CompositePropagator
+from opentelemetry.trace import Span, SpanContext
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
 from relay_runtime.attempt import current_attempt
 from relay_runtime.types import LLMRequest
+
+from .deferred import _DEFAULT_TRACE_STATE
 
 if TYPE_CHECKING:
     from .exporter import OTelExporter
@@ -52,3 +60,36 @@ def install(exporter: OTelExporter, relay: Any, *, name: str = INTERCEPT_NAME) -
 def uninstall(relay: Any, *, name: str = INTERCEPT_NAME) -> None:
     relay.intercepts.deregister_llm_execution(name)
     relay.intercepts.deregister_llm_stream_execution(name)
+
+
+# The last global propagator found to be OTel's default (W3C trace context, then W3C baggage).
+_plain: list[Any] = [None]
+_DEFAULT_TYPES = [TraceContextTextMapPropagator, W3CBaggagePropagator]
+
+
+def _is_default(textmap: Any) -> bool:
+    if textmap is _plain[0]:
+        return True
+    if type(textmap) is not CompositePropagator:
+        return False
+    if [type(p) for p in getattr(textmap, "_propagators", ())] != _DEFAULT_TYPES:
+        return False
+    _plain[0] = textmap
+    return True
+
+
+def plain_carrier(span: Span) -> dict[str, str] | None:
+    """What the default propagators would inject for ``span`` when no baggage is set, written directly
+    (they make a context and walk a composite of two for the same two headers); None when another
+    propagator is configured, baggage is set or the span's context is not valid: then ask the propagators."""
+    if not _is_default(propagate.get_global_textmap()) or baggage.get_all():
+        return None
+    sc = span.get_span_context()
+    # A SpanContext is a tuple (trace id, span id, remote, flags, state, valid): read in place.
+    if type(sc) is not SpanContext or not sc[5]:
+        return None
+    out = {"traceparent": f"00-{sc[0]:032x}-{sc[1]:016x}-{sc[3]:02x}"}
+    state = sc[4]
+    if state is not None and state is not _DEFAULT_TRACE_STATE and len(state):
+        out["tracestate"] = state.to_header()
+    return out

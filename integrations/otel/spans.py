@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from opentelemetry.context import Context
 from opentelemetry.trace import Span
 
 
 class OpenSpan:
-    __slots__ = ("children", "context", "conversation_id", "parent", "role", "span", "uuid")
+    __slots__ = ("children", "context", "conversation_id", "hints", "parent", "role", "span", "uuid")
 
     def __init__(self, uuid: str, span: Span, role: str, parent: OpenSpan | None, conversation_id: str | None):
         self.uuid = uuid
@@ -26,6 +27,8 @@ class OpenSpan:
         # Both made on the first child only: most spans (attempts, tools) are leaves.
         self.children: dict[str, OpenSpan] | None = None
         self.context: Context | None = None
+        # The span hints its start applied (``cv.SPAN_HINTS``): the same ones at its end are on it already.
+        self.hints: Any = None
 
 
 class SpanTable:
