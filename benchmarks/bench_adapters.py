@@ -471,7 +471,8 @@ def _by_hand(client: Any) -> Callable[[], Any]:
     from relay_runtime import redaction, session
     from relay_runtime.adapters import sdk_retries
     from relay_runtime.adapters.dispatch import APIS, CHAT_COMPLETIONS, server_address
-    from relay_runtime.attempt import _annotate_for_observers, _current, _decode_for_observers
+    from relay_runtime.attempt import _current
+    from relay_runtime.attempt_views import annotate_for_observers, decode_for_observers
     from relay_runtime.events import SCOPE_END, SCOPE_START, Deferred, new_event
     from relay_runtime.ids import new_id
     from relay_runtime.scopes import ScopeHandle
@@ -509,7 +510,7 @@ def _by_hand(client: Any) -> Callable[[], Any]:
         for key, value in snapshot.items():
             if type(value) is list:
                 snapshot[key] = list(value)
-        view = Deferred(_decode_for_observers, relay, "openai", codec, snapshot)
+        view = Deferred(decode_for_observers, relay, "openai", codec, snapshot)
         subs.deliver(
             subs.start,
             new_event(SCOPE_START, attempt.uuid, attempt.parent_uuid, attempt.trace_id, "openai", "llm",
@@ -525,7 +526,7 @@ def _by_hand(client: Any) -> Callable[[], Any]:
             relay.scope._stack.reset(stack_token)
             _current.reset(attempt_token)
         attempt.ended = True
-        annotation = Deferred(_annotate_for_observers, relay, "openai", codec, result, None)
+        annotation = Deferred(annotate_for_observers, relay, "openai", codec, result, None)
         subs.deliver(
             subs.end,
             new_event(SCOPE_END, attempt.uuid, attempt.parent_uuid, attempt.trace_id, "openai", "llm", now(),

@@ -7,13 +7,17 @@ provider lives here once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextvars import ContextVar
 from functools import partial
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from . import attempt_request
 from . import conventions as cv
+from .attempt_request import NO_CHAINS
+from .attempt_views import DECODE_ERRORS as DECODE_ERRORS
+from .attempt_views import annotate_for_observers, decode_for_observers
 from .chains import IN_FLIGHT, Failed, is_awaitable, refuse_awaitable
 from .codec import LLMCodec, content_reader
 from .cost.control import NOT_SENT
@@ -25,14 +29,13 @@ from .events import (
     DeferredResponse,
     new_event,
 )
-from .intercepts import LLM_GUARDRAIL, LLM_REQUEST, LLM_RESPONSE, GuardrailRejected, Intercept
+from .intercepts import LLM_RESPONSE, Intercept
 from .redaction import redacted_annotation, redacted_request
 from .scopes import ScopeHandle, outcome_of
 from .types import (
     AnnotatedLLMRequest,
     AnnotatedLLMResponse,
     LLMRequest,
-    LLMRequestInterceptOutcome,
     Outcome,
     ScopeType,
 )
@@ -45,7 +48,6 @@ _current: ContextVar[Attempt | None] = ContextVar("relay_current_attempt", defau
 # Enum member lookups cost on every call; the hot path reads these plain strings.
 _LLM = ScopeType.LLM.value
 _SUCCESS = Outcome.SUCCESS.value
-_NO_CHAINS: Mapping[str, tuple[Intercept, ...]] = MappingProxyType({})
 
 _CANCELLED = Outcome.CANCELLED.value
 _NOTHING: Any = object()
@@ -125,7 +127,7 @@ class Attempt:
         self.held: Any = _NOTHING
         self.annotated: AnnotatedLLMRequest | None = None
         self.view: AnnotatedRequestField = None
-        self.chains = _NO_CHAINS
+        self.chains = NO_CHAINS
         self.cost_state: Any = None  # relay_runtime.cost's AttemptSpend, when budgets apply
         # True while a (non-streamed) call waits for the provider's answer. Ended then (its turn ended),
         # the attempt is priced when the answer comes: the provider charges for it all the same.
@@ -147,120 +149,9 @@ class Attempt:
 
     # -- before the provider ----------------------------------------------------------
 
-    def prepare(self, stream: bool = False) -> LLMRequest:
-        """Guardrails, request intercepts, then the start event. Returns the request to send.
-
-        Every chain the call will run (execution and response ones included) is
-        resolved here, once: a registration made while the call is in flight
-        applies to later calls only. In a synchronous call a guardrail or
-        request intercept that returns an awaitable is a ``TypeError``.
-        """
-        request = self.request
-        relay = self.relay
-        if not relay.intercepts.active and not relay.cost.active:
-            return self._started(request)  # no policy can refuse or change it: nothing to resolve
-        try:
-            guardrails, edits = self._resolve()
-            name = self.name
-            for entry in guardrails:
-                reason = entry.fn(name, request, self.annotated)
-                if reason is not None:
-                    self._refuse(entry, reason, False)
-            # ``_edit``'s work, inlined: this loop runs on every call that has a request intercept.
-            if edits:
-                before = self.annotated.snapshot() if self.annotated is not None else None
-                for entry in edits:
-                    outcome = entry.fn(name, request, self.annotated)
-                    if type(outcome) is not LLMRequestInterceptOutcome:
-                        outcome = self._outcome(entry, outcome, False)
-                    if outcome.annotated_request is not None:
-                        self.annotated = outcome.annotated_request
-                    request = outcome.request
-                    if entry.break_chain:
-                        break
-                request = self._after_edits(before, request)
-            if self.relay.cost.active:
-                request = self.relay.cost.before_send(self, request, stream)
-        except BaseException as exc:
-            self._refused(request, exc)
-            raise
-        return self._started(request)
-
-    async def prepare_async(self, stream: bool = False) -> LLMRequest:
-        """``prepare`` for async calls: guardrails and request intercepts may be coroutine functions.
-
-        Their awaitables are awaited here, on the caller's loop; the rest is ``prepare``'s.
-        """
-        request = self.request
-        try:
-            guardrails, edits = self._resolve()
-            name = self.name
-            for entry in guardrails:
-                reason = entry.fn(name, request, self.annotated)
-                if reason is not None and is_awaitable(reason):
-                    reason = await reason
-                if reason is not None:
-                    self._refuse(entry, reason, True)
-            # Request intercepts as in ``prepare``, each outcome awaited first.
-            if edits:
-                before = self.annotated.snapshot() if self.annotated is not None else None
-                for entry in edits:
-                    outcome = entry.fn(name, request, self.annotated)
-                    request = self._edit(entry, await outcome if is_awaitable(outcome) else outcome)
-                    if entry.break_chain:
-                        break
-                request = self._after_edits(before, request)
-            if self.relay.cost.active:
-                request = self.relay.cost.before_send(self, request, stream)
-        except BaseException as exc:
-            self._refused(request, exc)
-            raise
-        return self._started(request)
-
-    def _resolve(self) -> tuple[tuple[Intercept, ...], tuple[Intercept, ...]]:
-        """Resolve every chain; decode the view now if policy will read it (failing closed without it)."""
-        intercepts = self.relay.intercepts
-        chains = self.chains = intercepts.resolve(self.handle.parent) if intercepts.active else _NO_CHAINS
-        guardrails = chains.get(LLM_GUARDRAIL, ())
-        edits = chains.get(LLM_REQUEST, ())
-        if (guardrails or edits) and self.codec is not None:
-            self.annotated = self.codec.decode(self.request.raw_content())
-        return guardrails, edits
-
-    def _refuse(self, entry: Intercept, reason: Any, awaited: bool) -> None:
-        """A guardrail said no (or, in a synchronous call, returned an awaitable)."""
-        if not awaited and is_awaitable(reason):
-            refuse_awaitable(
-                reason, f"guardrail {entry.name!r} returned an awaitable in a synchronous call; it must be synchronous"
-            )
-        raise GuardrailRejected(entry.name, str(reason))
-
-    def _edit(self, entry: Intercept, outcome: Any) -> LLMRequest:
-        """Take an (awaited) request intercept's outcome: its view becomes current, its request is returned."""
-        if type(outcome) is not LLMRequestInterceptOutcome:
-            outcome = self._outcome(entry, outcome, True)
-        if outcome.annotated_request is not None:
-            self.annotated = outcome.annotated_request
-        return outcome.request
-
-    def _outcome(self, entry: Intercept, outcome: Any, awaited: bool) -> LLMRequestInterceptOutcome:
-        """A request intercept's result that is not plainly an outcome: a subclass of one, or an error."""
-        if isinstance(outcome, LLMRequestInterceptOutcome):
-            return outcome
-        message = (
-            f"request intercept {entry.name!r} must return an LLMRequestInterceptOutcome, got {type(outcome).__name__}"
-        )
-        if not awaited and is_awaitable(outcome):
-            refuse_awaitable(outcome, f"{message}; in a synchronous call it must be synchronous")
-        raise TypeError(message)
-
-    def _after_edits(self, before: AnnotatedLLMRequest | None, request: LLMRequest) -> LLMRequest:
-        """Overlay what the intercepts changed in the neutral view onto the request's kwargs."""
-        if before is not None and self.annotated is not None and self.codec is not None:
-            changes = self.annotated.changes_since(before)
-            if changes:
-                request = request.replace(content=self.codec.apply(request.raw_content(), changes))
-        return request
+    # Guardrails, request intercepts and the budget check, then the start event (see attempt_request).
+    prepare = attempt_request.prepare
+    prepare_async = attempt_request.prepare_async
 
     def _refused(self, request: LLMRequest, exc: BaseException) -> None:
         """Policy (or its bookkeeping) failed before the provider: the attempt starts and ends failed."""
@@ -290,11 +181,11 @@ class Attempt:
                 if type(value) is list:
                     content[key] = list(value)
             if self.model_name is None:
-                decoded = _decode_for_observers(relay, self.name, codec, content)
+                decoded = decode_for_observers(relay, self.name, codec, content)
                 self.model_name = decoded.model if decoded is not None else None
                 self.view = decoded
             else:
-                self.view = Deferred(_decode_for_observers, relay, self.name, codec, content)
+                self.view = Deferred(decode_for_observers, relay, self.name, codec, content)
         try:
             self._emit_start(request)
         except BaseException as exc:
@@ -549,12 +440,12 @@ class Attempt:
                 read = content_reader(codec) if relay.subscribers.policy is not None else None
                 if read is None:
                     response_view = Deferred(
-                        _annotate_for_observers, relay, self.name, codec, response, ttfc, self.metadata
+                        annotate_for_observers, relay, self.name, codec, response, ttfc, self.metadata
                     )
                 else:  # a redaction policy reads the text first, and mostly needs no more
                     response_view = DeferredResponse(
                         partial(read, response),
-                        _annotate_for_observers, relay, self.name, codec, response, ttfc, self.metadata,
+                        annotate_for_observers, relay, self.name, codec, response, ttfc, self.metadata,
                     )  # fmt: skip
             elif annotation is not None:
                 if first_chunk_ns is not None:
@@ -625,39 +516,3 @@ def _number_after(metadata: dict[str, Any]) -> None:
 
         calls.count_renewed_attempt(api_request_id)
         auxiliary.count_renewed_attempt(api_request_id)
-
-
-# A request or response the codec could not read: the call goes on, its record lacks what was unread.
-DECODE_ERRORS = "decode_errors"
-
-
-def _decode_for_observers(
-    relay: Relay, name: str, codec: LLMCodec, content: dict[str, Any]
-) -> AnnotatedLLMRequest | None:
-    try:
-        return redacted_annotation(codec.decode(content))
-    except Exception as exc:
-        relay.diag.failure("bookkeeping_errors", exc, f"decoding the request of {name!r}")
-        relay.diag.count(DECODE_ERRORS)
-        return None
-
-
-def _annotate_for_observers(
-    relay: Relay,
-    name: str,
-    codec: LLMCodec,
-    response: Any,
-    time_to_first_chunk_ns: int | None,
-    metadata: dict[str, Any] | None = None,
-) -> AnnotatedLLMResponse | None:
-    try:
-        annotation = codec.annotate_response(response)
-    except Exception as exc:
-        relay.diag.failure("bookkeeping_errors", exc, f"annotating the response of {name!r}")
-        relay.diag.count(DECODE_ERRORS)
-        return None
-    if time_to_first_chunk_ns is not None:
-        annotation.time_to_first_chunk_ns = time_to_first_chunk_ns
-    if metadata:
-        annotation.sdk_retries = metadata.get(_SDK_RETRIES)
-    return annotation

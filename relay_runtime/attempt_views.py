@@ -1,0 +1,55 @@
+"""What observers see of an LLM attempt: its request and response read by the codec, redacted.
+
+Built lazily (``events.Deferred``) when a subscriber first reads them, so a codec that cannot
+read a request or an answer costs the view, never the call: the failure is counted
+(``bookkeeping_errors`` and ``decode_errors``) and the view is None.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import conventions as cv
+from .codec import LLMCodec
+from .redaction import redacted_annotation
+from .types import AnnotatedLLMRequest, AnnotatedLLMResponse
+
+if TYPE_CHECKING:
+    from .relay import Relay
+
+_SDK_RETRIES = cv.SDK_RETRIES
+
+# A request or response the codec could not read: the call goes on, its record lacks what was unread.
+DECODE_ERRORS = "decode_errors"
+
+
+def decode_for_observers(
+    relay: Relay, name: str, codec: LLMCodec, content: dict[str, Any]
+) -> AnnotatedLLMRequest | None:
+    try:
+        return redacted_annotation(codec.decode(content))
+    except Exception as exc:
+        relay.diag.failure("bookkeeping_errors", exc, f"decoding the request of {name!r}")
+        relay.diag.count(DECODE_ERRORS)
+        return None
+
+
+def annotate_for_observers(
+    relay: Relay,
+    name: str,
+    codec: LLMCodec,
+    response: Any,
+    time_to_first_chunk_ns: int | None,
+    metadata: dict[str, Any] | None = None,
+) -> AnnotatedLLMResponse | None:
+    try:
+        annotation = codec.annotate_response(response)
+    except Exception as exc:
+        relay.diag.failure("bookkeeping_errors", exc, f"annotating the response of {name!r}")
+        relay.diag.count(DECODE_ERRORS)
+        return None
+    if time_to_first_chunk_ns is not None:
+        annotation.time_to_first_chunk_ns = time_to_first_chunk_ns
+    if metadata:
+        annotation.sdk_retries = metadata.get(_SDK_RETRIES)
+    return annotation
