@@ -26,6 +26,17 @@ from relay_runtime.attempt import current_attempt
 RETRY_HEADER = "x-stainless-retry-count"
 
 
+def count_try() -> None:
+    """One HTTP try of the running attempt, for SDKs that report each try (botocore, google-genai): the
+    first is no retry, each later one is."""
+    attempt = current_attempt()
+    if attempt is None:
+        return
+    metadata = attempt.metadata
+    retries = metadata.get(cv.SDK_RETRIES)
+    metadata[cv.SDK_RETRIES] = 0 if retries is None else retries + 1
+
+
 def _on_request(request: Any) -> None:
     """The sync client's request hook (and the body of the async one)."""
     attempt = current_attempt()

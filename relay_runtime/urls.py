@@ -1,4 +1,5 @@
-"""URLs in messages: a URL the caller gave may carry credentials (``user:token@``, ``?api_key=``)."""
+"""URLs: shown in messages without the credentials they may carry (``user:token@``, ``?api_key=``), and
+read for the ``server.address`` a call is recorded with."""
 
 from __future__ import annotations
 
@@ -19,3 +20,20 @@ def shown_url(url: object) -> str:
     if ":" in host:
         host = f"[{host}]"
     return repr(urlunsplit((parts.scheme, host + port, parts.path, "", "")))
+
+
+def server_address(url: object) -> str | None:
+    """``host`` or ``host:port`` of an endpoint URL (for ``server.address``); None for anything else.
+
+    Never the user info: ``https://user:secret@host`` gives ``host``.
+    """
+    if not isinstance(url, str):
+        return None
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return None
+    if not host:
+        return None
+    return f"{host}:{port}" if port else host

@@ -24,6 +24,7 @@ from relay_runtime.adapters.endpoints import Endpoint
 from relay_runtime.adapters.instrument import is_instrumented
 from relay_runtime.adapters.openai_chat import OpenAIChatCodec
 from relay_runtime.adapters.wrapping import UnknownSDKWarning
+from relay_runtime.urls import server_address
 
 COMPLETIONS = openai.resources.chat.completions.completions.Completions
 
@@ -190,3 +191,19 @@ def test_a_response_the_codec_fails_on_reaches_the_caller_and_the_decode_error_i
     assert attempt.annotated_response is None  # a subscriber reading it gets nothing, and no exception
     counts = relay.diagnostics()
     assert counts["decode_errors"] == 1 and counts["bookkeeping_errors"] == 1
+
+
+@pytest.mark.parametrize(
+    ("url", "address"),
+    [
+        ("https://bedrock-runtime.eu-west-3.amazonaws.com", "bedrock-runtime.eu-west-3.amazonaws.com"),
+        ("http://127.0.0.1:8123/v1", "127.0.0.1:8123"),
+        ("https://user:s3cret@gemini.example:8443/x?key=abc", "gemini.example:8443"),
+        ("http://[::1]:9000", "::1:9000"),
+        ("not a url", None),
+        ("http://host:99999", None),
+        (None, None),
+    ],
+)
+def test_the_server_address_of_an_endpoint_url_never_carries_its_credentials(url: Any, address: Any) -> None:
+    assert server_address(url) == address

@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
-from urllib.parse import urlsplit
 
 from relay_runtime import calls, cassettes, redaction
 from relay_runtime import conventions as cv
 from relay_runtime.attempt import current_attempt
 from relay_runtime.types import LLMRequest, request_of_kwargs
+from relay_runtime.urls import server_address
 
-from .. import dispatch
+from .. import dispatch, sdk_retries
 from . import cassette, invoke
 from .codec import PROVIDER, ConverseCodec
 
@@ -46,7 +46,7 @@ class _ClientState:
 
     def __init__(self, client: Any) -> None:
         metadata: dict[str, Any] = {}
-        address = _address(getattr(client.meta, "endpoint_url", None))
+        address = server_address(getattr(client.meta, "endpoint_url", None))
         if address:
             metadata[cv.SERVER_ADDRESS] = address
         region = getattr(client.meta, "region_name", None)
@@ -58,16 +58,6 @@ class _ClientState:
         events.register(f"before-send.{SERVICE}", _on_send, unique_id="relay-runtime-send")
         events.register(f"before-sign.{SERVICE}", _on_sign, unique_id="relay-runtime-sign")
         events.register(f"before-send.{SERVICE}", cassette.send_handler(client), unique_id="relay-runtime-cassette")
-
-
-def _address(url: Any) -> str | None:
-    if not isinstance(url, str):
-        return None
-    parts = urlsplit(url)
-    host, port = parts.hostname, parts.port
-    if not host:
-        return None
-    return f"{host}:{port}" if port else host
 
 
 _STATE = "_relay_bedrock_state"
@@ -82,13 +72,8 @@ def _state(client: Any) -> _ClientState:
 
 
 def _on_send(request: Any = None, **_: Any) -> None:
-    """Each HTTP try of the running attempt: the first is no retry, each later one is."""
-    attempt = current_attempt()
-    if attempt is None:
-        return
-    metadata = attempt.metadata
-    retries = metadata.get(cv.SDK_RETRIES)
-    metadata[cv.SDK_RETRIES] = 0 if retries is None else retries + 1
+    """Each HTTP try of the running attempt (botocore's ``before-send``)."""
+    sdk_retries.count_try()
 
 
 def _on_sign(request: Any = None, **_: Any) -> None:

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
 from relay_runtime import calls, cassettes, redaction
 from relay_runtime import conventions as cv
 from relay_runtime.attempt import current_attempt
 from relay_runtime.types import LLMRequest, request_of_kwargs
+from relay_runtime.urls import server_address
 
 from . import cassette, logical, tries
 from .codec import CODECS, GEMINI, VERTEX, EmbedContentCodec, GenerateContentCodec
@@ -47,7 +47,7 @@ class ClientState:
         self.provider = VERTEX if getattr(api_client, "vertexai", False) else GEMINI
         metadata: dict[str, Any] = {}
         options = getattr(api_client, "_http_options", None)
-        address = _address(getattr(options, "base_url", None))
+        address = server_address(getattr(options, "base_url", None))
         if address:
             metadata[cv.SERVER_ADDRESS] = address
         location = getattr(api_client, "location", None)
@@ -58,16 +58,6 @@ class ClientState:
         self.key: str | None = key if isinstance(key, str) and key else None
         redaction.remember_secret(self.key)
         tries.install(api_client)
-
-
-def _address(url: Any) -> str | None:
-    if not isinstance(url, str):
-        return None
-    parts = urlsplit(url)
-    host, port = parts.hostname, parts.port
-    if not host:
-        return None
-    return f"{host}:{port}" if port else host
 
 
 def state_of(api_client: Any) -> ClientState:

@@ -11,23 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from relay_runtime import conventions as cv
 from relay_runtime import redaction
-from relay_runtime.attempt import current_attempt
 
+from .. import sdk_retries
 from . import cassette
 
 _TRIES = ("_request_once", "_async_request_once")
-
-
-def _count_try() -> None:
-    """Each try of the running attempt: the first is no retry, each later one is."""
-    attempt = current_attempt()
-    if attempt is None:
-        return
-    metadata = attempt.metadata
-    retries = metadata.get(cv.SDK_RETRIES)
-    metadata[cv.SDK_RETRIES] = 0 if retries is None else retries + 1
 
 
 def _http_response(headers: Any, held: Any) -> Any:
@@ -46,7 +35,7 @@ def install(api_client: Any) -> None:
     bearer = bool(getattr(api_client, "vertexai", False)) and not getattr(api_client, "api_key", None)
 
     def request_once(http_request: Any, stream: bool = False, *args: Any, **kwargs: Any) -> Any:
-        _count_try()
+        sdk_retries.count_try()
         call = cassette.tape.get()
         if call is None:
             if not bearer:
@@ -74,7 +63,7 @@ def install(api_client: Any) -> None:
         return _recorded_stream(exchange, response.headers, _read_sync(response.response_stream))
 
     async def async_request_once(http_request: Any, stream: bool = False, *args: Any, **kwargs: Any) -> Any:
-        _count_try()
+        sdk_retries.count_try()
         call = cassette.tape.get()
         if call is None:
             if not bearer:
