@@ -50,16 +50,12 @@ def install(api_client: Any) -> None:
         try:
             response = once(http_request, stream, *args, **kwargs)
         except BaseException as exc:
-            _remember_bearer(http_request)
-            cassette.note_sent_secrets(call, http_request)
+            _sent(call, http_request)
             cassette.record_error(exchange, exc)
             raise
-        _remember_bearer(http_request)
-        cassette.note_sent_secrets(call, http_request)
+        _sent(call, http_request)
         if not stream:
-            held = response.response_stream
-            cassette.record_answer(exchange, response.headers, held[0] if isinstance(held, list) and held else "", None)
-            return response
+            return _recorded_whole(exchange, response)
         return _recorded_stream(exchange, response.headers, _read_sync(response.response_stream))
 
     async def async_request_once(http_request: Any, stream: bool = False, *args: Any, **kwargs: Any) -> Any:
@@ -78,16 +74,12 @@ def install(api_client: Any) -> None:
         try:
             response = await async_once(http_request, stream, *args, **kwargs)
         except BaseException as exc:
-            _remember_bearer(http_request)
-            cassette.note_sent_secrets(call, http_request)
+            _sent(call, http_request)
             cassette.record_error(exchange, exc)
             raise
-        _remember_bearer(http_request)
-        cassette.note_sent_secrets(call, http_request)
+        _sent(call, http_request)
         if not stream:
-            held = response.response_stream
-            cassette.record_answer(exchange, response.headers, held[0] if isinstance(held, list) and held else "", None)
-            return response
+            return _recorded_whole(exchange, response)
         return _recorded_stream(exchange, response.headers, await _read_async(response.response_stream))
 
     pairs: tuple[tuple[Any, Any], ...] = ((request_once, once), (async_request_once, async_once))
@@ -96,6 +88,18 @@ def install(api_client: Any) -> None:
         function.__wrapped__ = original
     own[_TRIES[0]] = request_once
     own[_TRIES[1]] = async_request_once
+
+
+def _sent(call: Any, http_request: Any) -> None:
+    """A recorded try is over: what it was sent with is a secret of the call and of every record."""
+    _remember_bearer(http_request)
+    cassette.note_sent_secrets(call, http_request)
+
+
+def _recorded_whole(exchange: dict[str, Any], response: Any) -> Any:
+    held = response.response_stream
+    cassette.record_answer(exchange, response.headers, held[0] if isinstance(held, list) and held else "", None)
+    return response
 
 
 def _remember_bearer(http_request: Any) -> None:
