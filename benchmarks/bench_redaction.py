@@ -15,8 +15,10 @@ Scenarios (medians of round-robin samples, CPU time; see ``bench_core`` for the 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
+from benchmarks import instructions
 from benchmarks.bench_core import (
     CALLS,
     HEADERS,
@@ -91,7 +93,9 @@ def all_detectors() -> RedactionPolicy:
     return RedactionPolicy([Rule("redact", detector=name) for name in DETECTORS])
 
 
-def bench_policy() -> None:
+def _variants() -> dict[str, Callable[[], Any]]:
+    """The calls ``bench_policy`` compares (and ``--count`` counts): bare, no policy, a policy on the same
+    prompt, a policy on a new prompt every call."""
     from relay_runtime.adapters.openai_chat import OpenAIChatCodec
 
     codec = OpenAIChatCodec()
@@ -105,19 +109,18 @@ def bench_policy() -> None:
         return response
 
     def new_prompt() -> Any:
-        return fresh.llm.execute(
-            "openai", LLMRequest(HEADERS, distinct[next(turn) % DISTINCT]), provider, codec=codec
-        )
+        return fresh.llm.execute("openai", LLMRequest(HEADERS, distinct[next(turn) % DISTINCT]), provider, codec=codec)
 
-    times = compare_sync(
-        {
-            "bare": lambda: provider(LLMRequest(HEADERS, content)),
-            "none": lambda: plain.llm.execute("openai", LLMRequest(HEADERS, content), provider, codec=codec),
-            "policy": lambda: redacting.llm.execute("openai", LLMRequest(HEADERS, content), provider, codec=codec),
-            "fresh": new_prompt,
-        },
-        n=max(200, CALLS // 8),
-    )
+    return {
+        "bare": lambda: provider(LLMRequest(HEADERS, content)),
+        "none": lambda: plain.llm.execute("openai", LLMRequest(HEADERS, content), provider, codec=codec),
+        "policy": lambda: redacting.llm.execute("openai", LLMRequest(HEADERS, content), provider, codec=codec),
+        "fresh": new_prompt,
+    }
+
+
+def bench_policy() -> None:
+    times = compare_sync(_variants(), n=max(200, CALLS // 8))
     print(f"managed call over a {len(prompt_2kb())}-byte prompt (one request intercept, one subscriber, a codec, sync)")
     _line("bare callback", times["bare"])
     _line("no policy installed: overhead (with the view decoded)", times["none"] - times["bare"])
@@ -221,7 +224,23 @@ def main() -> None:
     print(f"python {sys.version.split()[0]}; medians of {ROUNDS} samples", flush=True)
     bench_policy()
     bench_against_nemo()
+    if instructions.available():
+        counted = instructions.report("benchmarks.bench_redaction", ["none", "policy", "fresh"], baseline="none")
+        fresh, same = counted["fresh"] - counted["none"], counted["policy"] - counted["none"]
+        print(f"  instructions added by {len(DETECTORS)} detectors: new prompt {fresh:,.0f}, same prompt {same:,.0f}")
+
+
+def count(variant: str, n: int) -> None:
+    """``instructions``' entry: warm up, then ``n`` calls of a variant (each "fresh" call a prompt not seen)."""
+    call = _variants()[variant]
+    for _ in range(200):
+        call()
+    for _ in range(n):
+        call()
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--count"]:
+        count(sys.argv[2], int(sys.argv[3]))
+    else:
+        main()
