@@ -16,29 +16,17 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
 from benchmarks import instructions
+from benchmarks.alternation import alternate
 from benchmarks.bench_adapters import _managed_turn
 
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))
 PAIRS = int(os.environ.get("BENCH_BEDROCK_PAIRS", "300"))
 TARGET = 1.06  # ours / bare
 MESSAGES = [{"role": "user", "content": [{"text": "hello"}]}]
-
-
-def _alternate(calls: dict[str, Callable[[], Any]], pairs: int) -> dict[str, float]:
-    """Median seconds per call of each variant, alternated call by call."""
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    order = list(calls.items())
-    for i in range(pairs):
-        for name, call in order if i % 2 == 0 else reversed(order):
-            start = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def _openinference(server: Any) -> tuple[Callable[[], Any], Callable[[], None]] | None:
@@ -123,7 +111,7 @@ def main() -> None:
                 pair.reverse()
                 adapters.uninstrument(pair[0])
                 adapters.instrument(pair[1])
-                figures = _alternate(calls, PAIRS)
+                figures = alternate(calls, PAIRS)
                 for name, value in figures.items():
                     medians[name].append(value)
                     if name != "bare":

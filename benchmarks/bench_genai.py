@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks import instructions
+from benchmarks.alternation import alternate
 from benchmarks.bench_adapters import _managed_turn
 
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))
@@ -62,19 +63,6 @@ def _client() -> Any:
     transport = httpx2.MockTransport(answer)
     options = {"base_url": "https://gemini.bench", "client_args": {"transport": transport}}
     return genai.Client(api_key="AIza-bench-not-a-key-0000", http_options=options)
-
-
-def _alternate(calls: dict[str, Callable[[], Any]], pairs: int) -> dict[str, float]:
-    """Median CPU seconds per call of each variant, alternated call by call."""
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    order = list(calls.items())
-    clock = time.thread_time
-    for i in range(pairs):
-        for name, call in order if i % 2 == 0 else reversed(order):
-            start = clock()
-            call()
-            times[name].append(clock() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def _openinference(client: Any) -> tuple[Any, Callable[[], None]] | None:
@@ -138,7 +126,7 @@ def _bench(label: str, pair: list[Any], peer: Any, stream: bool) -> None:
             pair.reverse()
             adapters.uninstrument(pair[0])
             adapters.instrument(pair[1])
-            figures = _alternate(_calls(pair[0], pair[1], peer, stream), PAIRS)
+            figures = alternate(_calls(pair[0], pair[1], peer, stream), PAIRS, time.thread_time)
             for name, value in figures.items():
                 medians.setdefault(name, []).append(value)
                 if name != "bare":
