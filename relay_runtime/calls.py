@@ -20,6 +20,7 @@ from .attempt import Attempt, FinishHook
 from .codec import LLMCodec
 from .ids import new_id
 from .logical_calls import close_logical_call, end_logical_call, take_logical_call
+from .response_model import response_model
 from .scopes import ScopeHandle
 from .session import CallHolder, LogicalCall
 from .streams import ManagedAsyncStream, ManagedStream, exhausted_async
@@ -94,36 +95,6 @@ def _count_attempt(call: LogicalCall, meta: dict[str, Any], name: str, model_nam
         call.model = model_name
 
 
-def _response_model(response: Any) -> str | None:
-    if type(response) in _modelless:
-        return None
-    model = getattr(response, "model", None)
-    if type(model) is str:  # the common case, without the checks below
-        return model or None
-    if model is None:
-        if isinstance(response, dict):
-            model = response.get("model")
-        elif _never_has_model(type(response)):
-            _modelless.add(type(response))
-    return model if isinstance(model, str) and model else None
-
-
-# Pydantic classes whose instances cannot have a ``model`` attribute (a framework's result, such as
-# LangChain's ``ChatResult``): reading one raises and catches an AttributeError inside pydantic's
-# ``__getattr__``, which costs more than the rest of an attempt's bookkeeping of its response.
-_modelless: set[type] = set()
-
-
-def _never_has_model(cls: type) -> bool:
-    """A pydantic model class (seen without importing pydantic) with no ``model`` field, class attribute
-    or extra attributes."""
-    fields = getattr(cls, "__pydantic_fields__", None)
-    config = getattr(cls, "model_config", None)
-    if not isinstance(fields, dict) or not isinstance(config, dict):
-        return False
-    return "model" not in fields and config.get("extra") != "allow" and not hasattr(cls, "model")
-
-
 def _attempt_ended(
     turn: CallHolder,
     call: LogicalCall,
@@ -134,7 +105,7 @@ def _attempt_ended(
     error: BaseException | None,
 ) -> None:
     """Count the attempt out of its logical call; with ``settle``, close the call with its outcome."""
-    model = _response_model(response) if response is not None else None  # outside the lock: it reads the response
+    model = response_model(response) if response is not None else None  # outside the lock: it reads the response
     with turn.lock:
         call.in_flight -= 1
         if streaming:
