@@ -53,6 +53,7 @@ from . import paths
 from .background import RowWriter
 from .runtime_model import EVENT as RUNTIME_MODEL
 from .runtime_model import OBSERVED_OUTPUT, ROUTE_OBSERVED, observation
+from .span_rows import USAGE_FIELDS, response_model, span_row
 from .states import COST_EVENT
 
 if TYPE_CHECKING:
@@ -64,7 +65,6 @@ _SUCCESS = "success"
 _FAILED = "failed"
 _CANCELLED = "cancelled"
 RESPONSE_REJECTED = "response_rejected"
-_USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens", "reasoning_tokens")
 
 Route = tuple[str, str | None]  # (provider, model)
 Rows = list[tuple[str, Any]]
@@ -97,50 +97,8 @@ class _Attempt:
         return (self.provider, self.served or self.requested)
 
 
-def _span(kind: str, event: Event) -> tuple[str, dict[str, Any]]:
-    """A ``span`` row: one node of the run's tree (a framework's agents and nodes, tools, logical calls,
-    attempts), written when it ends."""
-    output = event.output if isinstance(event.output, dict) else {}
-    payload: dict[str, Any] = {
-        "kind": kind,
-        "id": event.uuid,
-        "parent_id": event.parent_uuid,
-        "name": event.name,
-        "outcome": event.outcome or output.get("outcome"),
-        "provider": event.provider or output.get("provider"),
-        "model": _response_model(event) or event.model_name or output.get("model"),
-    }
-    if event.start_timestamp is not None:
-        payload["duration_s"] = (event.timestamp - event.start_timestamp) / 1e9
-    for key in (cv.CALL_ROLE, cv.RETRY_COUNT, cv.API_REQUEST_ID):
-        value = event.metadata.get(key)
-        if value is not None:
-            payload[key] = value
-    if event.error_type:
-        payload["error_type"] = event.error_type
-        payload["error_message"] = event.error_message
-    if isinstance(event.cost, (AttemptCost, CostRollup)):
-        payload["cost"] = event.cost.as_dict()
-    annotation = event.annotated_response if kind == "attempt" else None
-    if annotation is not None:
-        for name in _USAGE_FIELDS:
-            value = getattr(annotation.usage, name, None)
-            if isinstance(value, int):
-                payload[name] = value
-    return ("span", {key: value for key, value in payload.items() if value is not None})
-
-
 def _auxiliary(role: Any) -> bool:
     return isinstance(role, str) and role.startswith("auxiliary")
-
-
-def _response_model(event: Event) -> str | None:
-    annotation = event.annotated_response
-    model = annotation.model if annotation is not None else None
-    if not model:
-        output = event.output
-        model = output.get("model") if isinstance(output, dict) else getattr(output, "model", None)
-    return model if isinstance(model, str) and model else None
 
 
 class JournalSubscriber:
@@ -276,17 +234,17 @@ class JournalSubscriber:
             run.scopes.discard(event.uuid)
             if relay_kind == cv.LOGICAL_CALL:
                 self._end_call(run, event)
-                self._emit(run, [self._with_traj(_span("logical_call", event))])
+                self._emit(run, [self._with_traj(span_row("logical_call", event))])
             elif relay_kind == cv.ATTEMPT:
                 self._end_attempt(event)
-                self._emit(run, [self._with_traj(_span("attempt", event))])
+                self._emit(run, [self._with_traj(span_row("attempt", event))])
             elif relay_kind == cv.TOOL:
                 self._emit(run, [("tool_result", self._with_traj(self._tool_result(event)))])
                 if event.metadata.get(cv.FRAMEWORK):  # a framework's tool: also a node of the run's tree
-                    self._emit(run, [_span("tool", event)])
+                    self._emit(run, [span_row("tool", event)])
             elif relay_kind is None and event.metadata.get(cv.FRAMEWORK):
                 # An agent framework's agent, graph node or chain: a node of the run's tree.
-                self._emit(run, [_span(event.scope_type or "scope", event)])
+                self._emit(run, [span_row(event.scope_type or "scope", event)])
 
     def _with_traj(self, row: Any) -> Any:
         """``row`` (a payload or an ``(event, payload)`` pair) with the trajectory record of the event at hand."""
@@ -456,7 +414,7 @@ class JournalSubscriber:
         annotation = event.annotated_response
         if annotation is not None:
             # Any answer counts, a rejected one too: its tokens were spent.
-            for name in _USAGE_FIELDS:
+            for name in USAGE_FIELDS:
                 value = getattr(annotation.usage, name, None)
                 if isinstance(value, int):
                     run.usage[name] += value
@@ -469,7 +427,7 @@ class JournalSubscriber:
             return
         if attempt.auxiliary:
             return
-        attempt.served = attempt.served or _response_model(event)
+        attempt.served = attempt.served or response_model(event)
         text = annotation.output_text if annotation is not None else None
         tool_calls = annotation.tool_calls if annotation is not None else []
         produced = text or tool_calls or (annotation is None and event.output is not None)
@@ -486,7 +444,7 @@ class JournalSubscriber:
         return {
             "type": RESPONSE_REJECTED,
             "provider": provider,
-            "model": _response_model(event) or model,
+            "model": response_model(event) or model,
             "call_role": event.metadata.get(cv.CALL_ROLE),
             "retry_count": event.metadata.get(cv.RETRY_COUNT),
             "message": event.error_message or "",
