@@ -466,6 +466,14 @@ class Attempt:
         finally:
             # Also when a subscriber raised a BaseException: the logical call still counts this attempt out.
             self.live = False
+            tracked = self.tracked
+            if tracked is not None:
+                # Ended, it is not the turn's to end; and off its call's list it makes no reference
+                # cycle with the call, so both are freed now rather than by the garbage collector.
+                try:
+                    tracked.remove(self)
+                except ValueError:
+                    pass
             if self.on_finish is not None:
                 try:
                     self.on_finish(outcome, response, error)

@@ -72,7 +72,7 @@ def end_open_call(turn: Turn, call: LogicalCall, outcome: str) -> None:
     """At the end of ``turn``: end ``call``'s open attempts (newest first), then ``call`` itself."""
     relay = turn.relay
     interrupted: BaseException | None = None
-    for attempt in reversed(call.open_attempts):
+    for attempt in reversed(tuple(call.open_attempts)):  # a copy: each leaves the list as it ends
         try:
             attempt.abandon()
         except BaseException as exc:

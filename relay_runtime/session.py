@@ -171,8 +171,8 @@ class LogicalCall:
     last_outcome: str | None = None
     model: str | None = None
     provider: str | None = None
-    # Attempts that outlive their call into the provider (open streams, responses held for
-    # validation): the end of the turn ends them, before their logical call.
+    # Attempts not yet ended (calls in flight, open streams, responses held for validation): the
+    # end of the turn ends them, before their logical call. An attempt leaves it when it ends.
     open_attempts: list[Any] = field(default_factory=list)
     # True while someone is ending this call: a second closer backs off.
     closing: bool = False

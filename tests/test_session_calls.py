@@ -104,6 +104,37 @@ def test_success_nests_attempt_in_logical_call_in_turn(relay_turn, relay_events)
     assert turn.logical_llm_calls == {}
 
 
+def test_ended_calls_in_a_turn_are_freed_without_the_garbage_collector(relay_turn, relay_events):
+    # An attempt listed on its logical call while it runs, and holding the call through its finish
+    # hook, must leave that list when it ends: a cycle per call would cost every call a collection.
+    _relay, turn = relay_turn
+    seen: list[object] = []
+
+    def provider(_r):
+        seen.extend(turn.logical_llm_calls.values())
+        return {"model": "served"}
+
+    gc.collect()
+    gc.disable()
+    try:
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        for _ in range(3):
+            calls.execute_current(REQ, provider, name="openai")
+        retry_meta = {cv.API_REQUEST_ID: "r-1"}
+        for _ in range(2):
+            calls.execute_current(REQ, provider, name="openai", metadata=retry_meta, defer_logical_completion=True)
+        calls.complete_logical_call("r-1", outcome="success")
+        seen.clear()
+        gc.collect()
+        leaked = [type(o).__name__ for o in gc.garbage]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert len(relay_events.ends(relay_kind=cv.LOGICAL_CALL)) == 4
+    assert leaked == []
+
+
 def test_provider_error_propagates_unchanged_and_fails_the_logical_call(relay_turn, relay_events):
     boom = ConnectionError("provider down")
 
