@@ -15,7 +15,9 @@ Budgets: a sync call with one request intercept and one subscriber at most
 6 us over the bare call and at least 150x less overhead than
 ``nemo_relay.llm.execute`` (sync and async, in the same run); a call nobody
 watches at most 3 us over the bare call; a 100-chunk stream at most 0.35 us per
-chunk; 100,000 calls leave no memory behind once collected.
+chunk; 100,000 calls leave no memory behind once collected. With valgrind, the instructions per
+call of the bare callback, the watched call and a call in a turn (``--count`` is their entry): the
+yardstick ``instructions.REFERENCE_INSTRUCTIONS_PER_US`` was read off.
 """
 
 from __future__ import annotations
@@ -352,6 +354,47 @@ def bench_outside_turns() -> None:
     _line("overhead: no turn open", times["outside"] - times["bare"])
 
 
+def _count_calls(variant: str) -> Callable[[], Any]:
+    """One call of ``variant``, each in a context of its own as in ``bench_outside_turns``."""
+    from relay_runtime import calls, session
+
+    content = _content()
+    ctx = contextvars.copy_context()
+    if variant == "bare":
+        return lambda: ctx.run(provider, LLMRequest(HEADERS, content))
+    if variant == "watched":
+        relay = _watched_relay()
+        return lambda: ctx.run(relay.llm.execute, "bench", LLMRequest(HEADERS, content), provider)
+    if variant != "turn":
+        raise SystemExit(f"unknown variant {variant!r}: bare, watched or turn")
+    coordinator = session.SESSION_COORDINATOR
+    host = coordinator.default_host()
+    host.relay.intercepts.register_llm_request("keep", 0, False, keep)
+    host.relay.subscribers.register(sink, name="sink")
+    host.retain_managed_execution("bench")
+    lease = coordinator.acquire_conversation(profile_key=host.profile_key, session_id="bench", platform="bench")
+    ctx.run(coordinator.begin_turn, lease, turn_id="t", task_id="t")
+    return lambda: ctx.run(calls.execute_current, LLMRequest(HEADERS, content), provider, name="bench")
+
+
+def count(variant: str, n: int) -> None:
+    """``instructions``' entry: warm up, then ``n`` calls of one variant."""
+    call = _count_calls(variant)
+    for _ in range(300):
+        call()
+    for _ in range(n):
+        call()
+
+
+def bench_instructions() -> None:
+    from benchmarks import instructions
+
+    if not instructions.available():
+        return
+    print("instructions per call: the managed call with one intercept and one subscriber, and in a turn")
+    instructions.report("benchmarks.bench_core", ["bare", "watched", "turn"], calls=200)
+
+
 def main() -> None:
     print(f"python {sys.version.split()[0]}; medians of {ROUNDS} samples of {CALLS} calls each", flush=True)
     bench_unwatched()
@@ -359,7 +402,11 @@ def main() -> None:
     bench_stream()
     bench_outside_turns()
     bench_memory()
+    bench_instructions()
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--count"]:
+        count(sys.argv[2], int(sys.argv[3]))
+    else:
+        main()
