@@ -13,7 +13,7 @@ from functools import partial
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from . import attempt_request
+from . import attempt_next, attempt_request
 from . import conventions as cv
 from .attempt_request import NO_CHAINS
 from .attempt_views import DECODE_ERRORS as DECODE_ERRORS
@@ -221,56 +221,11 @@ class Attempt:
             return
         subs.deliver(subs.start, event)
 
-    def renew(self, request: LLMRequest, model_name: str, error: BaseException, metadata: dict[str, Any]) -> None:
-        """End this attempt refused (nothing sent) and go on as the next attempt of the same parent.
-
-        The finish hook passes to the new attempt, so a logical call sees one
-        attempt end (the one that went) and is not closed by the refusal.
-        """
-        self.view = redacted_annotation(self.annotated)
-        self._emit_start(self.request)
-        self.cost_state = NOT_SENT
-        self._end_before_next(None, error, outcome_of(error))
-        self._next_attempt(request, metadata)
-        self.model_name = model_name
-        if self.annotated is not None:
-            self.annotated.model = model_name
-
-    def _end_before_next(self, response: Any, error: BaseException | None, outcome: str) -> None:
-        """End this attempt's record while the call goes on (as its next attempt): the finish hook
-        is held back, so a logical call counts the call out once, when its last attempt ends; and
-        the answer is in, so it is priced now even while the call waits on."""
-        hook, self.on_finish = self.on_finish, None
-        waiting, self.waiting = self.waiting, False
-        try:
-            self.finish(outcome, response, error, None)
-        finally:
-            self.on_finish = hook
-            self.waiting = waiting
-
-    def _next_attempt(self, request: LLMRequest, metadata: dict[str, Any] | None) -> None:
-        """Go on as the next attempt of the same parent: a new scope, ``retry_count`` one up."""
-        meta = {**self.metadata, **metadata} if metadata else dict(self.metadata)
-        meta[cv.RETRY_COUNT] = self._next_retry()
-        self.metadata = meta
-        self.handle = ScopeHandle(self.name, _LLM, self.handle.parent, meta, None, False, None)
-        self.finished = False
-        self.cost_state = None
-        self.request = request
-        _number_after(meta)
-
-    def _next_retry(self) -> int:
-        """The ``retry_count`` of this call's next attempt: one after every attempt it has had.
-
-        Counted here (set on the first renewal only: most calls have none) rather than read from the
-        metadata, since attempts made beside this one (a concurrent fan-out) take numbers too.
-        """
-        try:
-            last = self.retries
-        except AttributeError:
-            last = self.metadata.get(cv.RETRY_COUNT) or 0
-        self.retries = last + 1
-        return last + 1
+    # A call's next attempt, after a refusal or an answer, is ``attempt_next``'s.
+    renew = attempt_next.renew
+    _end_before_next = attempt_next.end_before_next
+    _next_attempt = attempt_next.next_attempt
+    _next_retry = attempt_next.next_retry
 
     # -- a further provider call within this call (an execution intercept retrying, fanning out) -------
 
@@ -499,7 +454,7 @@ class _Beside(Attempt):
         # attempt, which the constructor would take as the current scope).
         self.handle = ScopeHandle(of.name, _LLM, of.handle.parent, metadata, None, False, None)
         self.view = of.view
-        _number_after(metadata)
+        attempt_next.number_after(metadata)
         self._emit_start(request)
         self.live = True
         # Its provider is answering: ended meanwhile by its turn, it is priced when the answer comes.
@@ -514,13 +469,3 @@ class _Beside(Attempt):
             self.finish(_SUCCESS, response, None, None)
         else:
             self.fail(error)
-
-
-def _number_after(metadata: dict[str, Any]) -> None:
-    """An attempt was added to its logical call (and the auxiliary call around it): number later ones after it."""
-    api_request_id = metadata.get(cv.API_REQUEST_ID)
-    if isinstance(api_request_id, str):
-        from . import auxiliary, calls  # here: both import this module
-
-        calls.count_renewed_attempt(api_request_id)
-        auxiliary.count_renewed_attempt(api_request_id)
