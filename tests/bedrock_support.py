@@ -20,8 +20,13 @@ import boto3
 import botocore.config
 
 ACCESS_KEY = "AKIARELAYTESTKEY0001"
-SECRET_KEY = "relay-test-secret-key-do-not-record-0001"
-SESSION_TOKEN = "relay-test-session-token-do-not-record-0001"
+# Random, like real ones: the relay blanks any run of 8 characters of a remembered key wherever it
+# appears, so a readable fake ("...-session-token-...") would blank ordinary words in later tests.
+SECRET_KEY = "9x9oBB7eoxd5HkEUp1X1DWLPdkD0qO9+hzVt3++a"
+SESSION_TOKEN = (
+    "1e32TbdKVuL9FBswKK7bX3MFc31gts6ZVkU/LDPqt2M1RTKhVp71SH693Q7OtOGs"
+    "lYC6F98G0vmaIU571mL4gx8hbWMCWWo5VXgNQrnV3f75RKkzQrQeLeKjzdtSkrt/"
+)
 REGION = "eu-west-3"
 MODEL = "anthropic.claude-3-5-sonnet-20241022-v2:0"
 
