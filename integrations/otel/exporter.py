@@ -15,7 +15,6 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -28,23 +27,21 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import Span, Status, StatusCode, TracerProvider, set_span_in_context
 
 from relay_runtime import conventions as cv
-from relay_runtime.attach import Attachment, detach_all
+from relay_runtime.attach import Attachment
 from relay_runtime.events import MARK, SCOPE_END, SCOPE_START, Event
-from relay_runtime.trace_context import register_carrier_provider, unregister_carrier_provider
 
 from . import attributes as A
 from . import hints as H
-from . import one_span, propagation
+from . import lifecycle, one_span, propagation
 from . import openinference as OI
 from .capture import DetailsEvents, as_events, capture_mode, mode_from_env, on_spans
 from .content import ContentRecorder, Redactor
 from .content_store import ContentStore, store_from_env
 from .deferred import fast_path_for
 from .export_size import DEFAULT_MAX_EXPORT_BYTES, attribute_length, check_max_bytes
+from .lifecycle import SHUTDOWN_TIMEOUTS as SHUTDOWN_TIMEOUTS
 from .metrics import GenAIMetrics
 from .providers import (
-    METRICS_LOGGER,
-    BoundedBatchSpanProcessor,
     global_sdk_meter_provider,
     global_sdk_tracer_provider,
     meter_provider_from_env,
@@ -69,10 +66,8 @@ SPANS_ABANDONED = "otel.spans_abandoned"
 UNMATCHED_ENDS = "otel.unmatched_ends"
 ATTRIBUTE_ERRORS = "otel.attribute_errors"
 CONTENT_ERRORS = "otel.content_errors"
-SHUTDOWN_TIMEOUTS = "otel.shutdown_timeouts"
 DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
 
-logger = logging.getLogger("relay_runtime.integrations.otel")
 
 _SWEEPING_ROLES = frozenset({A.CONVERSATION, A.TURN, A.AGENT})
 _SPAN_KINDS = A.SPAN_KINDS
@@ -464,42 +459,20 @@ class OTelExporter:
         propagate.inject(carrier, context=context)
         return carrier
 
-    # -- attaching, counting, lifecycle ------------------------------------------------------
+    # -- attaching, counting, shutting down: ``lifecycle.py`` ----------------------------------
 
-    def attach(self, target: Any, *, name: str = "otel", propagate_context: bool = False) -> OTelExporter:
-        """Export what ``target`` runs: a ``Relay``, a session host, or ``SESSION_COORDINATOR``.
+    attach = lifecycle.attach
+    detach = lifecycle.detach
+    count = lifecycle.count
+    diagnostics = lifecycle.diagnostics
+    force_flush = lifecycle.force_flush
+    shutdown = lifecycle.shutdown
 
-        A host (or the coordinator: every host it has and will have) also gets its managed
-        execution retained, so LLM calls in its turns become spans. ``detach()`` undoes it.
-        ``propagate_context``: also add the attempt's ``traceparent`` (and whatever
-        else ``OTEL_PROPAGATORS`` injects) to ``LLMRequest.headers`` of every call.
-        When another instrumentation of the provider SDKs is on (or ``defer_to_other_instrumentation``),
-        each call keeps one client span (``one_span.py``): instrument the other library before this.
-        """
-        one = self.defer_to_other_instrumentation or one_span.others_active()
-        if one and not self.defer_to_other_instrumentation and self.tracer_provider is not None:
-            one_span.filter_pipeline(self.tracer_provider, self.count)
-
-        def connect(relay: Any) -> None:
-            relay.subscribers.register(self, name=name, kinds=self.KINDS)
-            if propagate_context:
-                propagation.install(self, relay, name=f"{name}.trace_context")
-            if one:
-                one_span.install(self, relay, name=f"{name}.one_span")
-
-        def disconnect(relay: Any) -> None:
-            relay.subscribers.deregister(name)
-            if propagate_context:
-                propagation.uninstall(relay, name=f"{name}.trace_context")
-            if one:
-                one_span.uninstall(relay, name=f"{name}.one_span")
-
-        self._attachments.append(Attachment(target, name, connect, disconnect))
-        # Requests that integrations send out of the process (MCP) carry our span's context.
-        register_carrier_provider(self._carrier)
-        return self
+    def _shutdown_at_exit(self) -> None:
+        self.shutdown()
 
     def _carrier(self, handle: Any) -> dict[str, str] | None:
+        """What a request an integration sends out of the process (MCP) carries of this scope's span."""
         span = self.span_for(handle.uuid)
         if span is None:
             return None
@@ -507,100 +480,6 @@ class OTelExporter:
         if carrier is None:
             carrier = self.headers_for(handle.uuid)
         return carrier or None
-
-    def detach(self) -> None:
-        """Undo every ``attach``: deregister, release managed execution, stop following new hosts."""
-        unregister_carrier_provider(self._carrier)
-        detach_all(self._attachments)
-
-    def count(self, key: str, n: int = 1) -> None:
-        with self._counts_lock:
-            self._counts[key] += n
-        for relay in [r for a in list(self._attachments) for r in a.relays]:
-            counter = getattr(relay, "count", None)
-            if counter is not None:
-                try:
-                    counter(key, n)
-                except Exception:
-                    pass
-
-    def diagnostics(self) -> dict[str, int]:
-        with self._counts_lock:
-            out = dict(self._counts)
-        out["otel.open_spans"] = len(self._table)
-        return out
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        ok = True
-        for provider in (self.tracer_provider, self.meter_provider):
-            flush = getattr(provider, "force_flush", None)
-            if flush is not None:
-                ok = bool(flush(timeout_millis)) and ok
-        return ok
-
-    def shutdown(self, *, end_open_spans: bool = True, timeout: float | None = None) -> bool:
-        """End what is still open (as abandoned), flush, shut down providers built here, then detach.
-
-        Returns within ``timeout`` (default ``shutdown_timeout``, 5 s) whatever the backend
-        does; False when flushing did not finish in time (counted as ``otel.shutdown_timeouts``,
-        logged once): what was still queued then is not delivered. Detaching comes last so
-        that losses counted while flushing still reach the relays.
-        """
-        limit = self.shutdown_timeout if timeout is None else timeout
-        if end_open_spans:
-            now = time.time_ns()
-            for record in self._table.remove_all():
-                self._abandon(record, now, "exporter shut down while this scope was open")
-        if self._tail is not None:
-            self._tail.flush()  # units that will not end here go out as they are
-        if self._store is not None:
-            self._store.close(limit)
-        if self._metrics is not None:
-            # Points still queued for the SDK are recorded before the flush reads them.
-            self._metrics.close()
-        owned, self._owned = self._owned, []
-        done = threading.Event()
-
-        def flush_and_close() -> None:
-            try:
-                self.force_flush(int(limit * 1000))
-                for provider in owned:
-                    try:
-                        provider.shutdown()
-                    except Exception:
-                        self.count("otel.shutdown_errors")
-            finally:
-                done.set()
-
-        # The SDK's flush and shutdown wait on the network without a bound of their own:
-        # they run on a daemon thread that this call waits for no longer than the limit.
-        worker = threading.Thread(target=flush_and_close, name="relay-otel-shutdown", daemon=True)
-        worker.start()
-        finished = done.wait(limit)
-        if not finished:
-            self.count(SHUTDOWN_TIMEOUTS)
-            logger.warning(
-                "OTel exporter shutdown gave up after %.1fs: the backend is down, refusing or not answering; "
-                "%d spans still queued are not delivered",
-                limit,
-                self._pending_spans(),
-            )
-        if self._at_exit is not None:
-            atexit.unregister(self._at_exit)
-            self._at_exit = None
-        if self._log_filter is not None:
-            logging.getLogger(METRICS_LOGGER).removeFilter(self._log_filter)
-            self._log_filter = None
-        self.detach()
-        return finished
-
-    def _shutdown_at_exit(self) -> None:
-        self.shutdown()
-
-    def _pending_spans(self) -> int:
-        processor = getattr(self.tracer_provider, "_active_span_processor", None)
-        inner = getattr(processor, "_span_processors", ())
-        return sum(p.pending for p in inner if isinstance(p, BoundedBatchSpanProcessor))
 
 
 def _no_content(event: Event, out: dict[str, Any]) -> None:
