@@ -30,12 +30,15 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import suppress
 from functools import partial
 from typing import Any
 
 import httpx2
+
+from benchmarks.adapters_floor import KWARGS, by_hand, check_same_records
+from benchmarks.managed_turn import managed_turn
 
 CALLS = int(os.environ.get("BENCH_CALLS", "100"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "15"))
@@ -44,11 +47,6 @@ RUNS = int(os.environ.get("BENCH_RUNS", "5"))
 PAIRS = int(os.environ.get("BENCH_PAIRS", "2000"))
 WARMUP_PAIRS = 200
 TARGET = 1.03  # ours / bare, one no-op subscriber
-KWARGS: dict[str, Any] = {
-    "model": "gpt-bench",
-    "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}],
-    "temperature": 0.2,
-}
 
 
 def _client() -> Any:
@@ -306,38 +304,6 @@ def main() -> None:
     sys.stdout.flush()
 
 
-@contextmanager
-def _managed_turn(*, subscribed: bool) -> Iterator[Any]:
-    """The issue's setup: a consumer retains managed execution, a leased conversation, a begun turn.
-
-    Yields the host; with ``subscribed`` one no-op subscriber sees every event.
-    """
-    from relay_runtime import session
-
-    home = tempfile.mkdtemp(prefix="relay-bench-")
-    previous = os.environ.get(session.HOME_ENV)
-    os.environ[session.HOME_ENV] = home
-    session.reset_for_tests()
-    coordinator = session.SESSION_COORDINATOR
-    host = coordinator.host(session.current_profile_key())
-    if subscribed:
-        host.relay.subscribers.register(lambda event: None, name="bench-noop")
-    host.retain_managed_execution("bench")
-    lease = coordinator.acquire_conversation(profile_key=host.profile_key, session_id="bench", platform="bench")
-    turn = coordinator.begin_turn(lease, turn_id="t", task_id="t")
-    try:
-        yield host
-    finally:
-        coordinator.end_turn(turn, outcome="success")
-        coordinator.release_conversation(lease)
-        host.release_managed_execution("bench")
-        session.reset_for_tests()
-        if previous is None:
-            os.environ.pop(session.HOME_ENV, None)
-        else:
-            os.environ[session.HOME_ENV] = previous
-
-
 def _alternating(
     client: Any, pairs: int, *, subscribed: bool, ours: Callable[[], Any] | None = None
 ) -> tuple[float, float]:
@@ -354,7 +320,7 @@ def _alternating(
     now = time.perf_counter
     bare_t: list[float] = []
     ours_t: list[float] = []
-    with _managed_turn(subscribed=subscribed):
+    with managed_turn(subscribed=subscribed):
         for _ in range(WARMUP_PAIRS):
             create(**kwargs)
             run()
@@ -384,12 +350,12 @@ def _issue_budget(client: Any) -> None:
         f"openai {_version('openai')} chat completion over MockTransport: bare create() vs adapters.complete "
         f"in a managed turn,\nalternated call by call; {RUNS} runs x {PAIRS} pairs, medians per run"
     )
-    _check_same_records(client)
-    by_hand = _by_hand(client)
+    check_same_records(client)
+    by_hand_call = by_hand(client)
     for label, subscribed, ours in (
         ("no subscriber", False, None),
         ("one no-op subscriber", True, None),
-        ("the same by hand", True, by_hand),
+        ("the same by hand", True, by_hand_call),
     ):
         runs = [_alternating(client, PAIRS, subscribed=subscribed, ours=ours) for _ in range(RUNS)]
         ratios = [o / b for b, o in runs]
@@ -441,7 +407,7 @@ def _relay_overhead(subscribed: bool, n: int = 5000) -> dict[str, float]:
             blocks.append((time.perf_counter() - t0) / n)
         return min(blocks)
 
-    with _managed_turn(subscribed=subscribed):
+    with managed_turn(subscribed=subscribed):
         bare = best(lambda: create(**kwargs))
         managed_call = best(lambda: calls.execute_current(request, lambda r: response, name="openai"))
         adapter_call = best(lambda: adapters.complete(client, kwargs))
@@ -454,132 +420,6 @@ def _version(dist: str) -> str:
 
         return version(dist)
     return "?"
-
-
-
-# -- the floor: the same records, written by hand --------------------------------------------
-
-
-def _by_hand(client: Any) -> Callable[[], Any]:
-    """What the managed call records (a logical call and one attempt: four events with the same
-    fields, metadata, redacted input and lazily decoded views, the attempt current while the SDK
-    runs, the SDK's tries counted), written flat for this one case with nothing else: no policy,
-    cost, cassette, auxiliary or stream checks, no error paths. The floor of this design's records,
-    against which the library's own generality is measured (``_check_same_records`` proves the
-    records are the same)."""
-    from relay_runtime import conventions as cv
-    from relay_runtime import redaction, session
-    from relay_runtime.adapters import sdk_retries
-    from relay_runtime.adapters.dispatch import APIS, CHAT_COMPLETIONS, server_address
-    from relay_runtime.attempt import _current
-    from relay_runtime.attempt_views import annotate_for_observers, decode_for_observers
-    from relay_runtime.events import SCOPE_END, SCOPE_START, Deferred, new_event
-    from relay_runtime.ids import new_id
-    from relay_runtime.scopes import ScopeHandle
-    from relay_runtime.session import LogicalCall
-    from relay_runtime.types import request_of_kwargs
-
-    codec = APIS[CHAT_COMPLETIONS].codec
-    address = server_address(client)
-    now = time.time_ns
-
-    def call() -> Any:
-        turn = session.managed_turn()
-        assert turn is not None and turn.scope is not None
-        relay = turn.relay
-        subs = relay.subscribers
-        create = client.chat.completions.create
-        redaction.remember_secret(client.api_key)
-        request = request_of_kwargs(KWARGS)
-        rid = new_id()
-        call_meta = {cv.KIND: cv.LOGICAL_CALL, cv.API_REQUEST_ID: rid, cv.CALL_ROLE: "primary"}
-        scope = ScopeHandle("logical_llm_call", "function", turn.scope, call_meta, None, False, None)
-        subs.deliver(
-            subs.start,
-            new_event(SCOPE_START, scope.uuid, scope.parent_uuid, scope.trace_id, scope.name, "function",
-                      scope.start_ns, metadata=call_meta),
-        )  # fmt: skip
-        logical = LogicalCall(rid, "primary", scope)
-        logical.attempts = logical.in_flight = 1
-        turn.logical_llm_calls[rid] = logical
-        meta = {cv.KIND: cv.ATTEMPT, cv.SERVER_ADDRESS: address, cv.RETRY_COUNT: 0, cv.API_REQUEST_ID: rid,
-                cv.CALL_ROLE: "primary"}  # fmt: skip
-        attempt = ScopeHandle("openai", "llm", scope, meta, None, False, None)
-        content = request.raw_content()
-        snapshot = dict(content)
-        for key, value in snapshot.items():
-            if type(value) is list:
-                snapshot[key] = list(value)
-        view = Deferred(decode_for_observers, relay, "openai", codec, snapshot)
-        subs.deliver(
-            subs.start,
-            new_event(SCOPE_START, attempt.uuid, attempt.parent_uuid, attempt.trace_id, "openai", "llm",
-                      attempt.start_ns, input=redaction.redacted_request(request.raw_headers(), content),
-                      metadata=dict(meta), provider="openai", model_name="gpt-bench", annotated_request=view),
-        )  # fmt: skip
-        stack_token = relay.scope._stack.set(attempt)
-        attempt_token = _current.set(attempt)  # type: ignore[arg-type]  # a handle has the metadata the hook reads
-        try:
-            sdk_retries.watch(client)
-            result = create(**request.kwargs())
-        finally:
-            relay.scope._stack.reset(stack_token)
-            _current.reset(attempt_token)
-        attempt.ended = True
-        annotation = Deferred(annotate_for_observers, relay, "openai", codec, result, None)
-        subs.deliver(
-            subs.end,
-            new_event(SCOPE_END, attempt.uuid, attempt.parent_uuid, attempt.trace_id, "openai", "llm", now(),
-                      start_timestamp=attempt.start_ns, output=result, metadata=meta, outcome="success",
-                      provider="openai", model_name="gpt-bench", annotated_request=view,
-                      annotated_response=annotation),
-        )  # fmt: skip
-        with turn.lock:
-            logical.in_flight -= 1
-            logical.model = result.model
-            logical.closing = True
-        scope.ended = True
-        subs.deliver(
-            subs.end,
-            new_event(SCOPE_END, scope.uuid, scope.parent_uuid, scope.trace_id, scope.name, "function", now(),
-                      start_timestamp=scope.start_ns, metadata=call_meta, outcome="success",
-                      output={"outcome": "success", "model": logical.model, "provider": "openai"}),
-        )  # fmt: skip
-        with turn.lock:
-            logical.closing = False
-            del turn.logical_llm_calls[rid]
-        return result
-
-    return call
-
-
-def _record_shapes(call: Callable[[], Any]) -> list[tuple[Any, ...]]:
-    from relay_runtime.recorder import Recorder
-
-    with _managed_turn(subscribed=False) as host:
-        recorder = Recorder()
-        host.relay.subscribers.register(recorder, name="bench-shapes")
-        call()
-    return [
-        (
-            e.kind, e.name, e.scope_type, sorted(e.metadata or {}),
-            e.input and {k: sorted(v) for k, v in e.input.items()},
-            type(e.output).__name__, e.output if isinstance(e.output, dict) else None, e.provider, e.model_name,
-            e.outcome, e.error_type, e.start_timestamp is not None,
-            repr(e.annotated_request), repr(e.annotated_response),
-        )
-        for e in recorder
-    ]  # fmt: skip
-
-
-def _check_same_records(client: Any) -> None:
-    """Refuse to show the floor unless the hand-made call records exactly what ours does."""
-    from relay_runtime import adapters
-
-    ours = _record_shapes(lambda: adapters.complete(client, KWARGS))
-    floor = _record_shapes(_by_hand(client))
-    if ours != floor:
-        raise SystemExit(f"the hand-made records differ from the managed call's:\n  ours:  {ours}\n  floor: {floor}")
 
 
 if __name__ == "__main__":

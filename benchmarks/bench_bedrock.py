@@ -21,7 +21,7 @@ from typing import Any
 
 from benchmarks import instructions
 from benchmarks.alternation import alternate
-from benchmarks.bench_adapters import _managed_turn
+from benchmarks.managed_turn import managed_turn
 
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))
 PAIRS = int(os.environ.get("BENCH_BEDROCK_PAIRS", "300"))
@@ -103,7 +103,7 @@ def main() -> None:
             calls["openinference"] = peer[0]
         ratios: dict[str, list[float]] = {name: [] for name in calls if name != "bare"}
         medians: dict[str, list[float]] = {name: [] for name in calls}
-        with _managed_turn(subscribed=True) as host:
+        with managed_turn(subscribed=True) as host:
             for call in calls.values():  # warm up: connections, botocore's caches
                 for _ in range(30):
                     call()
@@ -159,7 +159,7 @@ def count(variant: str, n: int) -> None:
             peer = _openinference(server)
             assert peer is not None, "openinference-instrumentation-bedrock is not installed"
             call = peer[0]
-        with _managed_turn(subscribed=True):
+        with managed_turn(subscribed=True):
             for _ in range(20):
                 call()
             for _ in range(n):

@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx2
 
-from benchmarks.bench_adapters import _managed_turn
+from benchmarks.managed_turn import managed_turn
 
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))
 PAIRS = int(os.environ.get("BENCH_PAIRS", "2000"))
@@ -142,7 +142,7 @@ def main() -> None:
           f"call;\n{RUNS} runs x {PAIRS} pairs, medians per run")  # fmt: skip
     bare_client, ours_client = _client(), adapters.instrument(_client())
     bare_create, ours_create = bare_client.embeddings.create, ours_client.embeddings.create
-    with _managed_turn(subscribed=True):
+    with managed_turn(subscribed=True):
         runs = [_pairs(partial(bare_create, **KWARGS), partial(ours_create, **KWARGS)) for _ in range(RUNS)]
     _report("ours", runs, TARGET)
     peers, notes = _peers()

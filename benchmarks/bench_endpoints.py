@@ -24,7 +24,8 @@ from typing import Any
 
 import httpx2
 
-from benchmarks.bench_adapters import KWARGS, _managed_turn
+from benchmarks.adapters_floor import KWARGS
+from benchmarks.managed_turn import managed_turn
 
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))
 PAIRS = int(os.environ.get("BENCH_PAIRS", "2000"))
@@ -66,7 +67,7 @@ def _pairs(bare: Any, ours: Any) -> tuple[float, float]:
     now = time.perf_counter
     bare_t: list[float] = []
     ours_t: list[float] = []
-    with _managed_turn(subscribed=True):
+    with managed_turn(subscribed=True):
         for _ in range(WARMUP_PAIRS):
             bare_create(**kwargs)
             ours_create(**kwargs)

@@ -27,7 +27,7 @@ from typing import Any
 
 from benchmarks import instructions
 from benchmarks.alternation import alternate
-from benchmarks.bench_adapters import _managed_turn
+from benchmarks.managed_turn import managed_turn
 
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))
 PAIRS = int(os.environ.get("BENCH_GENAI_PAIRS", "300"))
@@ -118,7 +118,7 @@ def _bench(label: str, pair: list[Any], peer: Any, stream: bool) -> None:
 
     ratios: dict[str, list[float]] = {"ours": [], "openinference": []}
     medians: dict[str, list[float]] = {}
-    with _managed_turn(subscribed=True) as host:
+    with managed_turn(subscribed=True) as host:
         for _ in range(30):  # warm up: connections, the SDK's caches, pydantic
             for call in _calls(pair[0], pair[1], peer, stream).values():
                 call()
@@ -177,7 +177,7 @@ def count(variant: str, n: int) -> None:
         peer = _openinference(client)
         assert peer is not None, "openinference-instrumentation-google-genai is not installed"
     call = _calls(client, client, None, stream=False)["bare"]
-    with _managed_turn(subscribed=True):
+    with managed_turn(subscribed=True):
         for _ in range(20):
             call()
         for _ in range(n):
