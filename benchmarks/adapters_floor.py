@@ -113,7 +113,7 @@ def by_hand(client: Any) -> Callable[[], Any]:
     return call
 
 
-def _record_shapes(call: Callable[[], Any]) -> list[tuple[Any, ...]]:
+def record_shapes(call: Callable[[], Any]) -> list[tuple[Any, ...]]:
     from relay_runtime.recorder import Recorder
 
     with managed_turn(subscribed=False) as host:
@@ -136,7 +136,7 @@ def check_same_records(client: Any) -> None:
     """Refuse to show the floor unless the hand-made call records exactly what ours does."""
     from relay_runtime import adapters
 
-    ours = _record_shapes(lambda: adapters.complete(client, KWARGS))
-    floor = _record_shapes(by_hand(client))
+    ours = record_shapes(lambda: adapters.complete(client, KWARGS))
+    floor = record_shapes(by_hand(client))
     if ours != floor:
         raise SystemExit(f"the hand-made records differ from the managed call's:\n  ours:  {ours}\n  floor: {floor}")

@@ -49,7 +49,7 @@ WARMUP_PAIRS = 200
 TARGET = 1.03  # ours / bare, one no-op subscriber
 
 
-def _client() -> Any:
+def openai_client() -> Any:
     import openai
 
     from relay_runtime.adapters.testing import BASE_OPENAI, TEST_KEY, chat_completion_body, chat_usage
@@ -259,7 +259,7 @@ def _check(variant: Variant) -> str | None:
 
 
 def main() -> None:
-    client = _client()
+    client = openai_client()
     _issue_budget(client)
     variants: list[Variant] = [Bare(client), Ours(client, managed=True), Ours(client, managed=False)]
     peers, notes = _peers(client)
