@@ -25,6 +25,15 @@ def _pairs_in(pairs: Mapping[str, str], text: str) -> dict[str, str]:
     return {old: new for old, new in pairs.items() if old in text}
 
 
+def fired_in_text(rules: Any) -> bool:
+    """Whether every rule is a detector rule: then they read ``text`` together, and each value they
+    replace is a slice of it (a pattern or whole-string rule may act on what an earlier rule made)."""
+    for rule in rules:  # noqa: SIM110 (a plain loop: cheaper than any() over a generator)
+        if rule.finder is None:
+            return False
+    return True
+
+
 class Application:
     """A pass's state, and the rules run over one string (see the module docstring)."""
 
@@ -66,13 +75,27 @@ class Application:
                     counts[name] = counts.get(name, 0) + k
                 self.pairs.update(pairs)
             return result
-        before = dict(self.counts)
+        counts, pairs = self.counts, self.pairs
+        before = dict(counts)
+        sliced = fired_in_text(rules)
+        had = set(pairs) if pairs and sliced else None
         result = self._run(rules, text)
         self.leaves[text] = result
-        fired = {k: v - before.get(k, 0) for k, v in self.counts.items() if v != before.get(k, 0)}
+        fired = {k: v - before.get(k, 0) for k, v in counts.items() if v != before.get(k, 0)}
         if result is not text:
             self.found[text] = fired
-        self.policy._remember(text, (result, fired, _pairs_in(self.pairs, text) if fired else {}))
+        if not fired:
+            held: dict[str, str] = {}
+        elif sliced and had is None:
+            # Every value the detectors replaced is a slice of ``text`` and no pair came before: all
+            # of them are in it, no search needed.
+            held = dict(pairs)
+        elif sliced:
+            assert had is not None
+            held = {old: new for old, new in pairs.items() if old not in had or old in text}
+        else:
+            held = _pairs_in(pairs, text)
+        self.policy._remember(text, (result, fired, held))
         return result
 
     def _run(self, rules: Any, text: str) -> str:
@@ -111,6 +134,7 @@ class Application:
         pieces: list[str] = []
         last = 0
         key = self.key
+        pairs, counts = self.pairs, self.counts
         for start, index, end in hits:
             if start < last:
                 continue
@@ -120,8 +144,9 @@ class Application:
             pieces.append(text[last:start])
             pieces.append(new)
             last = end
-            self.pairs[value] = new
-            self._count(rule, 1)
+            pairs[value] = new
+            name = rule.name
+            counts[name] = counts.get(name, 0) + 1
         pieces.append(text[last:])
         return "".join(pieces)
 

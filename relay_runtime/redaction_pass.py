@@ -382,13 +382,17 @@ class Pass(Application):
             if len(value) < self.floor:  # nothing any rule finds, nor any value a rule replaced, fits in it
                 return value
             result = self._scan(value) if scan and value else value
+            # Whether the text holds a backslash is asked again only when a replacement changed it.
+            slashed = "\\" in result
             for old, new in self.pairs.items():
                 if old in result:
                     result = result.replace(old, new)
-                elif "\\" in result:  # JSON text held as a string: the value may be escaped in it
+                    slashed = "\\" in result
+                elif slashed:  # JSON text held as a string: the value may be escaped in it
                     escaped = json.dumps(old, ensure_ascii=False)[1:-1]
                     if escaped != old and escaped in result:
                         result = result.replace(escaped, json.dumps(new, ensure_ascii=False)[1:-1])
+                        slashed = "\\" in result
             return result
         if value is None or kind in (int, float, bool) or depth > _MAX_DEPTH:
             return value

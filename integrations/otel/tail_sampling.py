@@ -134,7 +134,6 @@ class TailBuffer:
         span = record.span
         unit_id = self.unit_of(record)
         fired = fired or (event is not None and self.sampler.fires(event))
-        trace_id = span.get_span_context().trace_id
         with self._lock:
             unit = self._units.get(unit_id)
             if unit is None:
@@ -157,6 +156,8 @@ class TailBuffer:
                     return
                 keep = True
             else:
+                # Only a unit's end reads the trace id (held spans are decided with it).
+                trace_id = span.get_span_context().trace_id
                 del self._units[unit_id]
                 self._held -= len(unit.spans)
                 keep = (
