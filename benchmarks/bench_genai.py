@@ -61,7 +61,8 @@ def _client() -> Any:
         return httpx2.Response(200, headers={"content-type": "application/json"}, content=_JSON)
 
     transport = httpx2.MockTransport(answer)
-    options = {"base_url": "https://gemini.bench", "client_args": {"transport": transport}}
+    options = {"base_url": "https://gemini.bench", "client_args": {"transport": transport},
+               "async_client_args": {"transport": transport}}  # fmt: skip
     return genai.Client(api_key="AIza-bench-not-a-key-0000", http_options=options)
 
 
