@@ -101,7 +101,9 @@ def grouped(call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
     return result
 
 
-async def grouped_async(call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], streaming: bool) -> Any:
+async def grouped_async(
+    call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], streaming: bool
+) -> Any:
     group = _open()
     if group is None:
         result = call(*args, **kwargs)
