@@ -61,7 +61,8 @@ def _client() -> Any:
         return httpx2.Response(200, headers={"content-type": "application/json"}, content=_JSON)
 
     transport = httpx2.MockTransport(answer)
-    options = {"base_url": "https://gemini.bench", "client_args": {"transport": transport}}
+    options = {"base_url": "https://gemini.bench", "client_args": {"transport": transport},
+               "async_client_args": {"transport": transport}}  # fmt: skip
     return genai.Client(api_key="AIza-bench-not-a-key-0000", http_options=options)
 
 
@@ -166,17 +167,35 @@ def main() -> None:
     sys.stdout.flush()
 
 
+def _async_call(client: Any) -> Callable[[], Any]:
+    """One ``client.aio`` generate_content, run to its end on a loop of its own (made once)."""
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+
+    async def call() -> Any:
+        return (await client.aio.models.generate_content(model=MODEL, contents="hello")).text
+
+    return lambda: loop.run_until_complete(call())
+
+
 def count(variant: str, n: int) -> None:
-    """``instructions``' entry: warm up, then ``n`` generate_content calls of one variant in a managed turn."""
+    """``instructions``' entry: warm up, then ``n`` calls of one variant in a managed turn.
+
+    ``bare`` / ``ours`` / ``openinference``: sync generate_content; a ``-stream`` suffix: its
+    3-chunk stream, read out; an ``-async`` suffix: ``client.aio``'s generate_content (bare and ours only:
+    the peer's wrappers are set on the sync ``models``).
+    """
     from relay_runtime import adapters
 
+    who, _, shape = variant.partition("-")
     client = _client()
-    if variant == "ours":
+    if who == "ours":
         adapters.instrument(client)
-    elif variant == "openinference":
+    elif who == "openinference":
         peer = _openinference(client)
         assert peer is not None, "openinference-instrumentation-google-genai is not installed"
-    call = _calls(client, client, None, stream=False)["bare"]
+    call = _async_call(client) if shape == "async" else _calls(client, client, None, stream=shape == "stream")["bare"]
     with managed_turn(subscribed=True):
         for _ in range(20):
             call()

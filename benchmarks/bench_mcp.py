@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -40,6 +41,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
+from benchmarks import instructions
 from relay_runtime import session
 from relay_runtime.integrations.mcp import instrument, uninstrument_mcp
 from relay_runtime.integrations.otel import OTelExporter
@@ -115,20 +117,37 @@ class _Setup:
         uninstrument_mcp()
 
 
-async def _run() -> dict[str, list[float]]:
-    hooks = {
+def _hooks() -> dict[str, Callable[..., Any]]:
+    return {
         "off": _span_hook(trace.NoOpTracerProvider().get_tracer("mcp-python-sdk")),
         "sdk": _span_hook(_provider().get_tracer("mcp-python-sdk")),
     }
-    originals = (sdk_dispatcher.otel_span, sdk_server_otel.otel_span)
+
+
+@contextlib.contextmanager
+def _managed_turn() -> Iterator[None]:
+    """A managed turn with our OTel exporter attached (on a provider that drops its spans)."""
     coordinator = session.SESSION_COORDINATOR
     host = coordinator.host(session.current_profile_key())
     exporter = OTelExporter(tracer_provider=_provider()).attach(host)
     lease = coordinator.acquire_conversation(profile_key=host.profile_key, session_id="bench-mcp", platform="bench")
     turn = coordinator.begin_turn(lease, turn_id="t", task_id="k")
+    try:
+        yield
+    finally:
+        coordinator.end_turn(turn, outcome="success")
+        coordinator.release_conversation(lease)
+        exporter.shutdown()
+
+
+async def _run() -> dict[str, list[float]]:
+    hooks = _hooks()
+    originals = (sdk_dispatcher.otel_span, sdk_server_otel.otel_span)
     results: dict[str, list[float]] = {s: [] for s in SETUPS}
     setups = [_Setup(name, hooks) for name in SETUPS]
     app = _server()
+    turn = _managed_turn()
+    turn.__enter__()
     try:
         async with contextlib.AsyncExitStack() as stack:
             for setup in setups:
@@ -151,9 +170,7 @@ async def _run() -> dict[str, list[float]]:
                         setup.off()
     finally:
         sdk_dispatcher.otel_span, sdk_server_otel.otel_span = originals  # type: ignore[assignment]
-        coordinator.end_turn(turn, outcome="success")
-        coordinator.release_conversation(lease)
-        exporter.shutdown()
+        turn.__exit__(None, None, None)
     return results
 
 
@@ -172,7 +189,31 @@ def main() -> None:
     print("              SDK's own     ours   (target: ours <= 30 and < SDK's)")
     for side in SIDES:
         print(f"    {side:6s}   {added(results, f'sdk {side}'):8.1f} {added(results, f'ours {side}'):8.1f}  us/call")
+    if instructions.available():
+        print("MCP tool call, instructions (client and server in one process):")
+        counted = instructions.report("benchmarks.bench_mcp", [s.replace(" ", "-") for s in SETUPS])
+        print("  added to bare per side:      SDK's own       ours")
+        for side in SIDES:
+            sdk, ours = (counted[f"{kind}-{side}"] - counted["bare"] for kind in ("sdk", "ours"))
+            print(f"    {side:6s}               {sdk:12,.0f} {ours:10,.0f}")
+
+
+async def _count(name: str, n: int) -> None:
+    setup = _Setup(name, _hooks())
+    setup.on()
+    async with Client(_server(), mode="legacy") as client:
+        await _calls(client, WARM)
+        await _calls(client, n)
+
+
+def count(variant: str, n: int) -> None:
+    """``instructions``' entry: warm up, then ``n`` tool calls of one setup (``ours-client``: ``ours client``)."""
+    with _managed_turn():
+        asyncio.run(_count(variant.replace("-", " "), n))
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--count"]:
+        count(sys.argv[2], int(sys.argv[3]))
+    else:
+        main()

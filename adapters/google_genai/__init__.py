@@ -83,12 +83,12 @@ def _wrapper(models: Any, name: str, provider: str | None) -> Callable[..., Any]
         if _is_async(models):
 
             async def call_async(*args: Any, **kwargs: Any) -> Any:
-                return await logical.grouped_async(lambda: original(*args, **kwargs), streaming)
+                return await logical.grouped_async(original, args, kwargs, streaming)
 
             return call_async
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            return logical.grouped(lambda: original(*args, **kwargs), streaming)
+            return logical.grouped(original, args, kwargs, streaming)
 
         return call
     return _attempt(models, original, kind, _is_async(models), provider)
@@ -210,8 +210,8 @@ def _chat_wrapper(streaming: bool, is_async: bool) -> Callable[..., Any]:
         if instance is None or not _hooks or not _traced(getattr(instance, "_modules", None)):
             return wrapped(*args, **kwargs)
         if is_async:
-            return logical.grouped_async(lambda: wrapped(*args, **kwargs), streaming)
-        return logical.grouped(lambda: wrapped(*args, **kwargs), streaming)
+            return logical.grouped_async(wrapped, args, kwargs, streaming)
+        return logical.grouped(wrapped, args, kwargs, streaming)
 
     return wrapper
 
@@ -264,8 +264,8 @@ def _class_wrapper(name: str, is_async: bool) -> Callable[..., Any]:
             return wrapped(*args, **kwargs)
         if layer == "call":
             if is_async:
-                return logical.grouped_async(lambda: wrapped(*args, **kwargs), streaming)
-            return logical.grouped(lambda: wrapped(*args, **kwargs), streaming)
+                return logical.grouped_async(wrapped, args, kwargs, streaming)
+            return logical.grouped(wrapped, args, kwargs, streaming)
         if args:
             return wrapped(*args, **kwargs)
         return _attempt(instance, wrapped, kind, is_async, None)(**kwargs)

@@ -118,6 +118,34 @@ def _modality_counts(details: Any) -> dict[str, int]:
     return counts
 
 
+# A pydantic model class -> its field names (``model_fields`` is a class property that costs a call per read).
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def dumped(value: Any) -> Any:
+    """``value.model_dump(exclude_none=True)`` for the SDK's models (``extra='forbid'``: their fields are all
+    there is), read field by field: the usage a stream ends with is a flat model of counts, for which
+    pydantic's serializer costs more than the whole fold. Anything else comes back as it is."""
+    cls = type(value)
+    names = _FIELDS.get(cls)
+    if names is None:
+        fields = getattr(cls, "model_fields", None)
+        if not isinstance(fields, Mapping) or not callable(getattr(value, "model_dump", None)):
+            return value
+        names = _FIELDS[cls] = tuple(fields)
+    out: dict[str, Any] = {}
+    for name in names:
+        item = getattr(value, name, None)
+        if item is None:
+            continue
+        if type(item) is list:
+            item = [dumped(i) for i in item]
+        elif hasattr(type(item), "model_fields"):
+            item = dumped(item)
+        out[name] = item
+    return out
+
+
 def usage_of(usage: Any) -> TokenUsage:
     if usage is None:
         return TokenUsage()
@@ -330,17 +358,24 @@ class GenerateContentAccumulator:
             self.reason = reason
             self.terminated = True
         text, thought = "".join(texts), "".join(thoughts)
-        extra = sum(len(str(call.get("arguments") or "")) for call in calls) + sum(len(str(c)) for c in candidates[1:])
+        extra = 0  # no generator frames for the common chunk: no calls, one candidate
+        if calls:
+            extra += sum(len(str(call.get("arguments") or "")) for call in calls)
+        if len(candidates) > 1:
+            extra += sum(len(str(c)) for c in candidates[1:])
         if not text and not thought and not extra:
             return None
         return ChunkDelta(text=text, reasoning=thought, extra_chars=extra)
 
     def finish(self) -> tuple[Any, AnnotatedLLMResponse]:
         reason = finish_reason(self.reason, bool(self.calls))
-        parts: list[dict[str, Any]] = [{"text": t, "thought": True} for t in self.thoughts if t]
+        parts: list[dict[str, Any]] = (
+            [{"text": t, "thought": True} for t in self.thoughts if t] if self.thoughts else []
+        )
         if self.texts:
             parts.append({"text": "".join(self.texts)})
-        parts += [{"function_call": {"id": c["id"], "name": c["name"], "args": c["arguments"]}} for c in self.calls]
+        if self.calls:
+            parts += [{"function_call": {"id": c["id"], "name": c["name"], "args": c["arguments"]}} for c in self.calls]
         response: dict[str, Any] = {
             "candidates": [{"content": {"role": "model", "parts": parts},
                             "finish_reason": getattr(self.reason, "value", self.reason)}],
@@ -348,8 +383,7 @@ class GenerateContentAccumulator:
             "response_id": self.response_id,
         }  # fmt: skip
         if self.usage is not None:
-            dump = getattr(self.usage, "model_dump", None)
-            response["usage_metadata"] = dump(exclude_none=True) if callable(dump) else self.usage
+            response["usage_metadata"] = dumped(self.usage)
         reasons = [reason] if reason else ([self.blocked] if self.blocked else [])
         annotation = AnnotatedLLMResponse(
             model=self.model,

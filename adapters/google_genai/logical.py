@@ -30,36 +30,40 @@ _ROLE = "primary"
 
 
 class Group:
-    """The logical call a public method opened, while it runs."""
+    """The logical call a public method opened, while it runs. Its attempts are made of it directly
+    (``calls.attempt_of``: no metadata merge, no lookup by id); ``metadata`` names it for ``calls``' own way."""
 
-    __slots__ = ("api_request_id", "closed", "metadata", "turn")
+    __slots__ = ("call", "closed", "turn")
 
     def __init__(self, turn: Turn) -> None:
         self.turn = turn
-        self.api_request_id = calls.open_logical_call_in(turn, None, _ROLE)
-        self.metadata = {cv.API_REQUEST_ID: self.api_request_id, cv.CALL_ROLE: _ROLE}
+        self.call = calls.open_call_in(turn, None, _ROLE)
         self.closed = False
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return {cv.API_REQUEST_ID: self.call.api_request_id, cv.CALL_ROLE: _ROLE}
 
     def close(self, error: BaseException | None) -> None:
         if self.closed:
             return
         self.closed = True
         turn = self.turn
-        call = turn.logical_llm_calls.get(self.api_request_id)
+        call = turn.logical_llm_calls.get(self.call.api_request_id)
         if call is None:  # the turn ended first and closed it
             return
         outcome = outcome_of(error) if error is not None else (call.last_outcome or _SUCCESS)
         try:
             logical_calls.close_logical_call(turn, call, outcome)
         except Exception as exc:
-            turn.relay.diag.failure("bookkeeping_errors", exc, f"completing logical call {self.api_request_id!r}")
+            turn.relay.diag.failure("bookkeeping_errors", exc, f"completing logical call {call.api_request_id!r}")
 
 
 current: ContextVar[Group | None] = ContextVar("relay_genai_group", default=None)
 
 
-def attempt_identity(explicit: str | None, client_provider: str) -> tuple[str, dict[str, Any] | None, bool]:
-    """(the attempt's provider name, its logical-call metadata, whether its logical call stays open after it).
+def attempt_identity(explicit: str | None, client_provider: str) -> tuple[str, Group | None, dict[str, Any] | None]:
+    """(the attempt's provider name, the group it is an attempt of, else its logical-call metadata).
 
     The provider: ``instrument(client, provider=...)``, then ``set_route``'s, then the client's own.
     """
@@ -67,9 +71,8 @@ def attempt_identity(explicit: str | None, client_provider: str) -> tuple[str, d
     name = explicit or (route.provider if route is not None else None) or client_provider
     group = current.get()
     if group is not None:
-        return name, group.metadata, True
-    metadata = auxiliary.next_attempt_metadata()
-    return name, metadata, metadata is not None
+        return name, group, None
+    return name, None, auxiliary.next_attempt_metadata()
 
 
 def _open() -> Group | None:
@@ -79,14 +82,14 @@ def _open() -> Group | None:
     return Group(turn) if turn is not None else None
 
 
-def grouped(call: Callable[[], Any], streaming: bool) -> Any:
-    """``call()`` (a public method) as one logical call; a stream's is closed when the stream ends."""
+def grouped(call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], streaming: bool) -> Any:
+    """``call(*args, **kwargs)`` (a public method) as one logical call; a stream's is closed when the stream ends."""
     group = _open()
     if group is None:
-        return call()
+        return call(*args, **kwargs)
     token = current.set(group)
     try:
-        result = call()
+        result = call(*args, **kwargs)
     except BaseException as exc:
         group.close(exc)
         raise
@@ -98,14 +101,16 @@ def grouped(call: Callable[[], Any], streaming: bool) -> Any:
     return result
 
 
-async def grouped_async(call: Callable[[], Any], streaming: bool) -> Any:
+async def grouped_async(
+    call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], streaming: bool
+) -> Any:
     group = _open()
     if group is None:
-        result = call()
+        result = call(*args, **kwargs)
         return await result if inspect.isawaitable(result) else result
     token = current.set(group)
     try:
-        result = call()
+        result = call(*args, **kwargs)
         if inspect.isawaitable(result):
             result = await result
     except BaseException as exc:

@@ -13,12 +13,13 @@ continuation) into one logical call.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from functools import partial
 from typing import Any
 
-from relay_runtime import calls, cassettes, redaction
+from relay_runtime import calls, cassettes, redaction, session
 from relay_runtime import conventions as cv
-from relay_runtime.attempt import current_attempt
+from relay_runtime.attempt import Attempt, current_attempt
 from relay_runtime.types import LLMRequest, request_of_kwargs
 from relay_runtime.urls import server_address
 
@@ -83,18 +84,19 @@ def _sent_nothing() -> None:
         attempt.metadata[cv.SENT] = False  # refused before any HTTP try (the SDK's own checks)
 
 
-def _begin_send() -> None:
+def _begin_send(call: Call, request: LLMRequest) -> tuple[Mapping[str, Any], cassette.Bound | None]:
+    """What the SDK method is called with (the request's content, shared, as the splat copies it), and
+    the cassette tape bound around it, if one is in use."""
     attempt = current_attempt()
     if attempt is not None:
         attempt.metadata.pop(cv.SDK_RETRIES, None)  # an execution intercept's second call counts afresh
-
-
-def _kwargs(request: LLMRequest) -> dict[str, Any]:
-    kwargs = request.kwargs()
     headers = request.raw_headers()
     if headers:  # headers an intercept added travel in the request's own http_options
+        kwargs = request.kwargs()
         kwargs["config"] = _with_headers(kwargs.get("config"), headers)
-    return kwargs
+        return kwargs, call.bound(kwargs)
+    content = request.raw_content()
+    return content, call.bound(content)
 
 
 def _with_headers(config: Any, headers: Any) -> Any:
@@ -116,31 +118,50 @@ def _with_headers(config: Any, headers: Any) -> Any:
 class Call:
     """One attempt's identity, worked out before anything is recorded or sent."""
 
-    __slots__ = ("codec", "options", "request", "secrets")
+    __slots__ = ("codec", "group", "metadata", "model", "name", "request", "state")
 
     def __init__(self, models: Any, kind: str, kwargs: dict[str, Any], provider: str | None) -> None:
         api_client = models._api_client
-        state = api_client.__dict__.get(_STATE) or state_of(api_client)
+        self.state = state = api_client.__dict__.get(_STATE) or state_of(api_client)
         redaction.remember_secret(state.key)
-        name, metadata, defer = logical.attempt_identity(provider, state.provider)
-        self.codec = codec = codec_for(name, kind)
+        name, self.group, self.metadata = logical.attempt_identity(provider, state.provider)
+        self.name = name
+        self.codec = codec_for(name, kind)
         model = kwargs.get("model")
+        self.model = model if isinstance(model, str) else None
         self.request = request_of_kwargs(kwargs)
-        self.secrets = {state.key} if state.key else set()
-        self.options: dict[str, Any] = {
-            "name": name, "model_name": model if isinstance(model, str) else None,
+
+    def grouped_attempt(self) -> Attempt | None:
+        """This attempt made directly of its public method's logical call; None when it is not in one
+        (or that call no longer takes attempts): then ``options`` go to ``calls``."""
+        group = self.group
+        if group is None or session.managed_turn() is not group.turn:
+            return None
+        attempt = calls.attempt_of(group.turn, group.call, self.request, self.name, self.model, self.codec)
+        if attempt is not None and self.state.metadata:
+            attempt.metadata.update(self.state.metadata)
+        return attempt
+
+    def options(self) -> dict[str, Any]:
+        """``calls.execute_current`` / ``stream_current``'s keyword arguments for this attempt."""
+        state = self.state
+        group = self.group
+        metadata = group.metadata if group is not None else self.metadata
+        return {
+            "name": self.name, "model_name": self.model,
             "metadata": {**state.metadata, **metadata} if metadata else dict(state.metadata),
-            "codec": codec, "defer_logical_completion": defer,
+            "codec": self.codec, "defer_logical_completion": group is not None or metadata is not None,
         }  # fmt: skip
 
-    def bound(self, kwargs: dict[str, Any]) -> cassette.Bound | None:
-        return cassette.Bound(self.codec, kwargs, self.secrets) if cassettes.current() is not None else None
+    def bound(self, kwargs: Mapping[str, Any]) -> cassette.Bound | None:
+        if cassettes.current() is None:
+            return None
+        key = self.state.key
+        return cassette.Bound(self.codec, kwargs, {key} if key else set())
 
 
 def _send(wrapped: Callable[..., Any], call: Call, request: LLMRequest) -> Any:
-    kwargs = _kwargs(request)
-    _begin_send()
-    bound = call.bound(kwargs)
+    kwargs, bound = _begin_send(call, request)
     try:
         if bound is None:
             return wrapped(**kwargs)
@@ -153,9 +174,7 @@ def _send(wrapped: Callable[..., Any], call: Call, request: LLMRequest) -> Any:
 
 
 async def _send_async(wrapped: Callable[..., Any], call: Call, request: LLMRequest) -> Any:
-    kwargs = _kwargs(request)
-    _begin_send()
-    bound = call.bound(kwargs)
+    kwargs, bound = _begin_send(call, request)
     try:
         if bound is None:
             return await wrapped(**kwargs)
@@ -172,18 +191,22 @@ def managed_call(
 ) -> Any:
     """``wrapped(**kwargs)`` (``_generate_content`` or ``_embed_content``) as one attempt."""
     call = Call(models, kind, kwargs, provider)
-    return calls.execute_current(call.request, lambda r: _send(wrapped, call, r), **call.options)
+    send = partial(_send, wrapped, call)  # a partial, not a closure: one frame fewer per call
+    attempt = call.grouped_attempt()
+    if attempt is not None:
+        return attempt.relay.llm.run(attempt, send)
+    return calls.execute_current(call.request, send, **call.options())
 
 
 async def managed_call_async(
     models: Any, wrapped: Callable[..., Any], kind: str, kwargs: dict[str, Any], provider: str | None
 ) -> Any:
     call = Call(models, kind, kwargs, provider)
-
-    async def send(request: LLMRequest) -> Any:
-        return await _send_async(wrapped, call, request)
-
-    return await calls.execute_current_async(call.request, send, **call.options)
+    send = partial(_send_async, wrapped, call)
+    attempt = call.grouped_attempt()
+    if attempt is not None:
+        return await attempt.relay.llm.run_async(attempt, send)
+    return await calls.execute_current_async(call.request, send, **call.options())
 
 
 class _Opened:
@@ -222,7 +245,7 @@ def managed_stream(
     """``_generate_content_stream(**kwargs)`` as one streamed attempt; lazy, as the SDK's own generator is."""
     call = Call(models, STREAM, kwargs, provider)
     stream = calls.stream_current(call.request, lambda r: _send(lambda **k: _Opened(wrapped(**k)), call, r),
-                                  **call.options)  # fmt: skip
+                                  **call.options())  # fmt: skip
     try:
         yield from stream
     finally:
@@ -266,4 +289,4 @@ async def managed_stream_async(
     async def open_stream(request: LLMRequest) -> Any:
         return _Tagging(await _send_async(wrapped, call, request))
 
-    return await calls.stream_current_async(call.request, open_stream, **call.options)
+    return await calls.stream_current_async(call.request, open_stream, **call.options())

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
+from functools import partial
 from typing import Any
 
 from relay_runtime import conventions as cv
@@ -53,7 +54,10 @@ _REPORTED = ("jsonrpc.request.id", "rpc.response.status_code")
 
 class _Sending:
     """One managed request on its way: the context it carries, arguments an intercept rewrote,
-    and what the SDK told its span hook (the JSON-RPC id, an error code)."""
+    and what the SDK told its span hook (the JSON-RPC id, an error code).
+
+    It also stands in for the SDK's span (and its context manager) during the send: what the SDK
+    sets on that span goes to our scope (one object per request, not two)."""
 
     __slots__ = ("arguments", "carrier", "dispatched", "reported")
 
@@ -65,8 +69,9 @@ class _Sending:
 
     def report(self, attributes: Mapping[str, Any]) -> None:
         if self.reported is None:
-            self.reported = {}
-        self.reported.update(attributes)
+            self.reported = dict(attributes)
+        else:
+            self.reported.update(attributes)
 
     def params(self, params: Mapping[str, Any] | None) -> dict[str, Any]:
         """``params`` as they go out: ``_meta`` merged with our context, arguments as rewritten."""
@@ -79,13 +84,40 @@ class _Sending:
 
     def end_attributes(self, error: BaseException | None) -> dict[str, Any]:
         reported = self.reported
-        out = {k: reported[k] for k in _REPORTED if k in reported} if reported else {}
+        out: dict[str, Any] = {}
+        if reported:
+            for key in _REPORTED:
+                if key in reported:
+                    out[key] = reported[key]
         code = getattr(getattr(error, "error", None), "code", None) if error is not None else None
         if code is not None:
             out.update(mc.error_code_attributes(code))
         elif "rpc.response.status_code" in out:
             out["error.type"] = out["rpc.response.status_code"]
         return out
+
+    # -- the SDK's span, as the SDK uses it ---------------------------------------------------
+
+    def __enter__(self) -> _Sending:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        return None
+
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        self.report(attributes)
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        self.report({key: value})
+
+    def set_status(self, *_args: Any, **_kwargs: Any) -> None:
+        pass
+
+    def record_exception(self, *_args: Any, **_kwargs: Any) -> None:
+        pass
+
+    def is_recording(self) -> bool:
+        return False
 
 
 class ToolErrorResult(Exception):
@@ -99,37 +131,7 @@ class ToolErrorResult(Exception):
 
 
 # -- the SDK's hooks, swapped while instrumented --------------------------------------------------
-
-
-class _Collector:
-    """Stands in for the SDK's span (and its context manager) during a managed send: what the SDK
-    sets on it goes to our scope."""
-
-    __slots__ = ("_sending",)
-
-    def __init__(self, sending: _Sending) -> None:
-        self._sending = sending
-
-    def __enter__(self) -> _Collector:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        return None
-
-    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
-        self._sending.report(attributes)
-
-    def set_attribute(self, key: str, value: Any) -> None:
-        self._sending.report({key: value})
-
-    def set_status(self, *_args: Any, **_kwargs: Any) -> None:
-        pass
-
-    def record_exception(self, *_args: Any, **_kwargs: Any) -> None:
-        pass
-
-    def is_recording(self) -> bool:
-        return False
+# While a request of ours is sent, the SDK's span hook hands back its ``_Sending`` as the span.
 
 
 def swapped_span(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -140,7 +142,7 @@ def swapped_span(original: Callable[..., Any]) -> Callable[..., Any]:
         attributes = kwargs.get("attributes")
         if type(attributes) is dict or isinstance(attributes, Mapping):
             sending.report(attributes)
-        return _Collector(sending)
+        return sending  # the span (and its context manager) the SDK sets what it knows on
 
     return otel_span
 
@@ -197,18 +199,21 @@ def session_send(original: Send) -> Send:
             # Our bookkeeping failed: the request goes out as the SDK would send it.
             return original(client_session, request, result_type, *args, **kwargs)
 
-        def call() -> Awaitable[Any]:
-            return original(client_session, request, result_type, *args, **kwargs)
-
-        def typed(raw: dict[str, Any]) -> Any:
-            validate = getattr(result_type, "validate_python", None) or result_type.model_validate
-            return validate(raw, by_name=False)
-
+        # A partial, not a closure: the send runs one Python frame fewer.
+        call = partial(original, client_session, request, result_type, *args, **kwargs)
         if tool is not None:
-            return _tool_call(relay, tool, arguments, hints, call, typed)
+            return _tool_call(relay, tool, arguments, hints, call, result_type)
         return _request(relay, hints, call)
 
     return send_request
+
+
+def _typed(result_type: Any, raw: dict[str, Any]) -> Any:
+    """A refusal's result as the SDK's caller expects it (``result_type``; None: the raw dict)."""
+    if result_type is None:
+        return raw
+    validate = getattr(result_type, "validate_python", None) or result_type.model_validate
+    return validate(raw, by_name=False)
 
 
 def dispatcher_send(original: Send, *, injects: bool) -> Send:
@@ -252,7 +257,7 @@ async def _alone(
         return original(dispatcher, method, out, opts, **kwargs)
 
     if tool is not None:
-        return await _tool_call(relay, tool, arguments, hints, call, lambda raw: raw)
+        return await _tool_call(relay, tool, arguments, hints, call, None)
     return await _request(relay, hints, call)
 
 
@@ -272,9 +277,7 @@ async def _request(relay: Any, hints: dict[str, Any], call: Call) -> Any:
     return result
 
 
-async def _tool_call(
-    relay: Any, tool: str, arguments: Any, hints: dict[str, Any], call: Call, typed: Callable[[dict[str, Any]], Any]
-) -> Any:
+async def _tool_call(relay: Any, tool: str, arguments: Any, hints: dict[str, Any], call: Call, result_type: Any) -> Any:
     current = relay.scope.current()
     if current is not None and current.scope_type == _TOOL and current.name == tool:
         # A framework already opened this call's tool scope (and ran the relay's tool intercepts):
@@ -300,7 +303,7 @@ async def _tool_call(
             metadata={cv.SPAN_HINTS: _end_hints(hints, end)},
         )
         return result
-    return await _intercepted_tool_call(relay, tool, arguments, hints, call, typed)
+    return await _intercepted_tool_call(relay, tool, arguments, hints, call, result_type)
 
 
 def _tool_end(sending: _Sending, result: Any) -> tuple[dict[str, Any], bool]:
@@ -313,7 +316,7 @@ def _tool_end(sending: _Sending, result: Any) -> tuple[dict[str, Any], bool]:
 
 
 async def _intercepted_tool_call(
-    relay: Any, tool: str, arguments: Any, hints: dict[str, Any], call: Call, typed: Callable[[dict[str, Any]], Any]
+    relay: Any, tool: str, arguments: Any, hints: dict[str, Any], call: Call, result_type: Any
 ) -> Any:
     """Through ``relay.tools.execute_async``, so the relay's tool request intercepts (guardrails;
     argument rewrites) and execution intercepts run first."""
@@ -351,7 +354,7 @@ async def _intercepted_tool_call(
     except Exception as exc:
         if sent:
             raise
-        return typed(_refusal(exc))
+        return _typed(result_type, _refusal(exc))
 
 
 def _set_end_hints(current: Any, hints: dict[str, Any], end: dict[str, Any]) -> None:

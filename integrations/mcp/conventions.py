@@ -23,6 +23,7 @@ _RESOURCE_METHODS = frozenset({"resources/read", "resources/subscribe", "resourc
 TOOL_ERROR = "tool_error"
 # A target is caller data that becomes a span name: bounded, so one odd request cannot bloat every backend.
 _MAX_TARGET = 256
+_NO_FLAG: Any = object()
 
 
 def target_of(method: str, params: object) -> str | None:
@@ -30,7 +31,13 @@ def target_of(method: str, params: object) -> str | None:
     key = _TARGET_PARAM.get(method)
     if key is None or params is None:
         return None
-    value = params.get(key) if type(params) is dict or isinstance(params, Mapping) else getattr(params, key, None)
+    if type(params) is dict:
+        value = params.get(key)
+    else:
+        # A model has the field (asked first: no Mapping ABC check per request); a Mapping has no such attribute.
+        value = getattr(params, key, _NO_FLAG)
+        if value is _NO_FLAG:
+            value = params.get(key) if isinstance(params, Mapping) else None
     return value[:_MAX_TARGET] if isinstance(value, str) and value else None
 
 
@@ -60,15 +67,16 @@ def error_code_attributes(code: object) -> dict[str, Any]:
     return {"rpc.response.status_code": text, "error.type": text}
 
 
-_NO_FLAG: Any = object()
-
-
 def is_tool_error(result: object) -> bool:
     """A ``tools/call`` result the server marked ``isError`` (a dict on the wire, a model in a handler)."""
-    if type(result) is dict or isinstance(result, Mapping):
+    if type(result) is dict:
         return result.get("isError") is True
-    flag = getattr(result, "is_error", _NO_FLAG)  # the SDK's model; only what has no such field is asked for the alias
-    return flag is True if flag is not _NO_FLAG else getattr(result, "isError", None) is True
+    flag = getattr(result, "is_error", _NO_FLAG)  # the SDK's model (asked first: no Mapping ABC check per call)
+    if flag is not _NO_FLAG:
+        return flag is True
+    if isinstance(result, Mapping):
+        return result.get("isError") is True
+    return getattr(result, "isError", None) is True  # only what has no such field is asked for the alias
 
 
 def tool_error_text(result: object) -> str:
