@@ -66,6 +66,10 @@ def uninstrument(client: Any = None) -> Any:
 def is_instrumented(client: Any = None) -> bool:
     """Whether this client's own methods are wrapped (no argument: whether any SDK's classes are)."""
     if client is None:
-        return any(adapter.classes_instrumented() for adapter in providers.adapters())
+        # A loop, not ``any()`` over a generator: framework integrations ask this on every model call.
+        for each in providers.adapters():  # noqa: SIM110
+            if each.classes_instrumented():
+                return True
+        return False
     adapter = providers.for_client(client)
     return adapter is not None and adapter.is_client_instrumented(client)

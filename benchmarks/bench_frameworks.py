@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from benchmarks import instructions
 from benchmarks.bench_core import Timing, _line, _ratio, compare_async, compare_sync, sink
 
 CALLS = 1000
@@ -80,8 +81,11 @@ def _fake_model() -> Any:
     return BenchModel(responses=[answer])
 
 
-def bench_langchain() -> None:
+def _langchain_calls() -> tuple[dict[str, Callable[[], Any]], Any, Any, Any, Any]:
+    """Each LangChain call the benchmark compares (and ``--count`` counts), with the model request, its
+    step, the tool request and its step (NeMo's middleware is driven with them)."""
     from langchain.agents.middleware import ModelRequest, ModelResponse
+    from langchain_core.callbacks import BaseCallbackHandler
     from langchain_core.messages import HumanMessage, ToolMessage
     from langgraph.prebuilt.tool_node import ToolCallRequest
 
@@ -104,36 +108,36 @@ def bench_langchain() -> None:
         return ToolMessage(content=f"sunny in {req.tool_call['args']['city']}", tool_call_id="c1", name="weather")
 
     ours = RelayMiddleware()
-    model_variants: dict[str, Callable[[], Any]] = {
-        "bare": lambda: model_step(request),
-        "relay RelayMiddleware": lambda: ours.wrap_model_call(request, model_step),
+    handled = {"callbacks": [RelayCallbackHandler()]}
+    noop = {"callbacks": [BaseCallbackHandler()]}  # LangChain's own cost of running any handler
+
+    def invoke(config: Any) -> Callable[[], Any]:
+        def call() -> Any:
+            model.i = 0
+            return model.invoke(messages, config=config)
+
+        return call
+
+    calls: dict[str, Callable[[], Any]] = {
+        "model-bare": lambda: model_step(request),
+        "model-ours": lambda: ours.wrap_model_call(request, model_step),
+        "tool-bare": lambda: tool_step(tool_request),
+        "tool-ours": lambda: ours.wrap_tool_call(tool_request, tool_step),
+        "invoke-bare": invoke(None),
+        "invoke-noop": invoke(noop),
+        "invoke-ours": invoke(handled),
     }
-    tool_variants: dict[str, Callable[[], Any]] = {
-        "bare": lambda: tool_step(tool_request),
-        "relay RelayMiddleware": lambda: ours.wrap_tool_call(tool_request, tool_step),
-    }
-    from langchain_core.callbacks import BaseCallbackHandler
+    return calls, request, model_step, tool_request, tool_step
 
-    handler = RelayCallbackHandler()
-    config = {"callbacks": [handler]}
-    noop_config = {"callbacks": [BaseCallbackHandler()]}  # LangChain's own cost of running any handler
 
-    def invoke_bare() -> Any:
-        model.i = 0
-        return model.invoke(messages)
-
-    def invoke_handled() -> Any:
-        model.i = 0
-        return model.invoke(messages, config=config)
-
-    def invoke_noop() -> Any:
-        model.i = 0
-        return model.invoke(messages, config=noop_config)
-
-    invoke_variants: dict[str, Callable[[], Any]] = {
-        "bare": invoke_bare,
-        "a no-op callback handler": invoke_noop,
-        "relay RelayCallbackHandler": invoke_handled,
+def bench_langchain() -> None:
+    calls, request, model_step, tool_request, tool_step = _langchain_calls()
+    model_variants = {"bare": calls["model-bare"], "relay RelayMiddleware": calls["model-ours"]}
+    tool_variants = {"bare": calls["tool-bare"], "relay RelayMiddleware": calls["tool-ours"]}
+    invoke_variants = {
+        "bare": calls["invoke-bare"],
+        "a no-op callback handler": calls["invoke-noop"],
+        "relay RelayCallbackHandler": calls["invoke-ours"],
     }
     nemo = _nemo_middleware()
     with managed_turn():
@@ -226,7 +230,11 @@ def _with_nemo(
 # -- OpenAI Agents SDK ---------------------------------------------------------------------------
 
 
-def bench_agents() -> None:
+@contextmanager
+def _agents_calls(instrumented: bool) -> Iterator[dict[str, Callable[[], Any]]]:
+    """The Agents SDK calls compared (and counted): a trace with a response span (with the relay's trace
+    processor when ``instrumented``, else with no processor at all), and a function tool's invocation,
+    bare and (when ``instrumented``) managed. The tool calls return coroutines."""
     import agents
     from agents.tool_context import ToolContext
 
@@ -250,34 +258,125 @@ def bench_agents() -> None:
         with agents.trace("bench"), agents.tracing.response_span():
             pass
 
+    calls: dict[str, Callable[[], Any]] = {
+        "span": model_span,
+        "agent-tool-bare": lambda: original(ctx(), '{"city": "Paris"}'),
+    }
+    wrapping = None
     try:
-        bare_spans: dict[str, Callable[[], Any]] = {"bare": model_span}
-        bare = compare_sync(bare_spans, CALLS, ROUNDS)["bare"]
-        openai_agents.instrument()
-        from relay_runtime.integrations.openai_agents.tools import ToolWrapping
+        if instrumented:
+            openai_agents.instrument()
+            from relay_runtime.integrations.openai_agents.tools import ToolWrapping
 
-        wrapping = ToolWrapping()
-        wrapping.wrap(weather)
-        managed = weather.on_invoke_tool._invoke_tool_impl
-        with managed_turn():
-            span_times = compare_sync({"bare": model_span}, CALLS, ROUNDS)
-            tool_times = compare_async(
-                {
-                    "bare": lambda: original(ctx(), '{"city": "Paris"}'),
-                    "relay managed function tool": lambda: managed(ctx(), '{"city": "Paris"}'),
-                },
-                CALLS,
-                ROUNDS,
-            )
-        wrapping.restore()
+            wrapping = ToolWrapping()
+            wrapping.wrap(weather)
+            managed = weather.on_invoke_tool._invoke_tool_impl
+            calls["agent-tool-ours"] = lambda: managed(ctx(), '{"city": "Paris"}')
+        yield calls
     finally:
+        if wrapping is not None:
+            wrapping.restore()
         openai_agents.uninstrument()
         agents.set_trace_processors(list(saved))
+
+
+def bench_agents() -> None:
+    with _agents_calls(instrumented=False) as calls:
+        bare = compare_sync({"bare": calls["span"]}, CALLS, ROUNDS)["bare"]
+    with _agents_calls(instrumented=True) as calls, managed_turn():
+        span_times = compare_sync({"bare": calls["span"]}, CALLS, ROUNDS)
+        tool_times = compare_async(
+            {"bare": calls["agent-tool-bare"], "relay managed function tool": calls["agent-tool-ours"]},
+            CALLS,
+            ROUNDS,
+        )
     times = {"bare": bare, "relay trace processor": span_times["bare"]}
     _report(
         "Agents SDK model call (a trace with a response span; the processor's logical call and attempt)", times, "bare"
     )
     _report("Agents SDK function tool invocation", tool_times, "bare")
+
+
+def _core_calls() -> dict[str, Callable[[], Any]]:
+    """The yardstick: the core's own logical call and attempt in a managed turn (``calls.execute_current``)."""
+    from benchmarks.bench_core import HEADERS, _content, provider
+    from relay_runtime import calls
+    from relay_runtime.types import LLMRequest
+
+    content = _content()
+    return {
+        "core-bare": lambda: provider(LLMRequest(HEADERS, content)),
+        "core-turn": lambda: calls.execute_current(LLMRequest(HEADERS, content), provider, name="bench"),
+    }
+
+
+# Each ``--count`` variant: (its group, the call of the group it runs).
+COUNTED: dict[str, tuple[str, str]] = {
+    "lc-model-bare": ("langchain", "model-bare"),
+    "lc-model-ours": ("langchain", "model-ours"),
+    "lc-tool-bare": ("langchain", "tool-bare"),
+    "lc-tool-ours": ("langchain", "tool-ours"),
+    "lc-invoke-bare": ("langchain", "invoke-bare"),
+    "lc-invoke-noop": ("langchain", "invoke-noop"),
+    "lc-invoke-ours": ("langchain", "invoke-ours"),
+    "agents-span-bare": ("agents-bare", "span"),
+    "agents-span-ours": ("agents", "span"),
+    "agents-tool-bare": ("agents", "agent-tool-bare"),
+    "agents-tool-ours": ("agents", "agent-tool-ours"),
+    "core-bare": ("core", "core-bare"),
+    "core-turn": ("core", "core-turn"),
+}
+# The pairs whose difference is what an integration adds (ours, its baseline), printed with instructions.
+ADDED = [
+    ("lc-model-ours", "lc-model-bare"),
+    ("lc-tool-ours", "lc-tool-bare"),
+    ("lc-invoke-ours", "lc-invoke-noop"),
+    ("agents-span-ours", "agents-span-bare"),
+    ("agents-tool-ours", "agents-tool-bare"),
+    ("core-turn", "core-bare"),
+]
+
+
+@contextmanager
+def _group(name: str) -> Iterator[dict[str, Callable[[], Any]]]:
+    if name == "langchain":
+        yield _langchain_calls()[0]
+    elif name in ("agents", "agents-bare"):
+        with _agents_calls(instrumented=name == "agents") as calls:
+            yield calls
+    else:
+        yield _core_calls()
+
+
+def count(variant: str, n: int) -> None:
+    """``instructions``' entry: warm up, then ``n`` calls of one variant in a managed turn with one subscriber
+    (an async call's coroutine run to its end by one event loop, the same for its bare twin)."""
+    group, key = COUNTED[variant]
+    loop = asyncio.new_event_loop()
+    with _group(group) as calls, managed_turn():
+        call = calls[key]
+
+        def once() -> None:
+            result = call()
+            if asyncio.iscoroutine(result):
+                loop.run_until_complete(result)
+
+        for _ in range(200):
+            once()
+        for _ in range(n):
+            once()
+    loop.close()
+
+
+def report_instructions() -> None:
+    figures = {variant: instructions.per_call("benchmarks.bench_frameworks", variant) for variant in COUNTED}
+    print("instructions per call (valgrind, 60 calls, deterministic), and what each integration adds:")
+    for ours, base in ADDED:
+        print(f"  {ours:18s} {figures[ours]:10,.0f}  {base:18s} {figures[base]:10,.0f}  "
+              f"added {figures[ours] - figures[base]:10,.0f}")  # fmt: skip
+    print(f"  {'lc-invoke-noop':18s} {figures['lc-invoke-noop']:10,.0f}  {'lc-invoke-bare':18s} "
+          f"{figures['lc-invoke-bare']:10,.0f}  added {figures['lc-invoke-noop'] - figures['lc-invoke-bare']:10,.0f}"
+          "  (LangChain's own cost of any handler)")  # fmt: skip
 
 
 def main() -> None:
@@ -288,7 +387,12 @@ def main() -> None:
         except ImportError as exc:
             print(f"{bench.__name__}: framework not installed ({exc}); pip install -e '.[frameworks]'")
     asyncio.set_event_loop(None)
+    if instructions.available():
+        report_instructions()
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--count"]:
+        count(sys.argv[2], int(sys.argv[3]))
+    else:
+        main()

@@ -30,6 +30,9 @@ from relay_runtime.types import LLMRequest, Outcome, ScopeType
 
 _LLM = ScopeType.LLM.value
 _SUCCESS = Outcome.SUCCESS.value
+_KIND, _ATTEMPT, _API_REQUEST_ID, _CALL_ROLE, _RETRY_COUNT = (
+    cv.KIND, cv.ATTEMPT, cv.API_REQUEST_ID, cv.CALL_ROLE, cv.RETRY_COUNT
+)  # fmt: skip
 
 framework_scope: ContextVar[ScopeHandle | None] = ContextVar("relay_framework_scope", default=None)
 
@@ -127,20 +130,18 @@ class ModelCall:
 
         ``request`` (its annotation, best a ``Deferred``) goes on the attempt's end event."""
         call = self.logical
-        if self.turn.logical_llm_calls.get(self.api_request_id) is not call:
+        turn = self.turn
+        api_request_id = self.api_request_id
+        if turn.logical_llm_calls.get(api_request_id) is not call:
             return
-        with self.turn.lock:
+        with turn.lock:
             retry = call.attempts
-            call.attempts += 1
+            call.attempts = retry + 1
             call.provider = provider
-            call.model = model or call.model
-        metadata = {
-            cv.KIND: cv.ATTEMPT,
-            cv.API_REQUEST_ID: self.api_request_id,
-            cv.CALL_ROLE: self.call_role,
-            cv.RETRY_COUNT: retry,
-        }
-        self.observed = self.turn.relay.scope.push(provider, _LLM, parent=call.scope, attach=False, metadata=metadata)
+            if model:
+                call.model = model
+        metadata = {_KIND: _ATTEMPT, _API_REQUEST_ID: api_request_id, _CALL_ROLE: self.call_role, _RETRY_COUNT: retry}
+        self.observed = turn.relay.scope.push(provider, _LLM, parent=call.scope, attach=False, metadata=metadata)
         self._observed_request = request
 
     def end_observed(

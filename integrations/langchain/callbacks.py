@@ -19,7 +19,6 @@ are counted in the relay's diagnostics, never raised into the agent.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -28,6 +27,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from relay_runtime import conventions as cv
 from relay_runtime import session
 from relay_runtime.adapters.instrument import is_instrumented
+from relay_runtime.calls import open_call_in
 from relay_runtime.scopes import ScopeHandle
 from relay_runtime.session import Turn
 from relay_runtime.types import ScopeType
@@ -37,19 +37,37 @@ from . import models
 from .codec import codec_for, plain
 from .tools import managed_tool
 
+# Read once: every chat model run goes through these.
+_managed_turn = session.managed_turn
+_middleware_call = models.middleware_call
+_PRIMARY = "primary"
+_NO_GENERATIONS: list[list[Any]] = [[]]
+_EMPTY: dict[str, Any] = {}
+
 FRAMEWORK = cv.FRAMEWORK
 RUN_ID = "langchain.run_id"
 _HIDDEN = "langsmith:hidden"
 _CONTROL_FLOW = ("GraphBubbleUp", "GraphInterrupt", "NodeInterrupt", "ParentCommand")
 
 
-@dataclass(eq=False)
 class _Run:
-    turn: Turn
-    handle: ScopeHandle | None  # ours to end when ``own``; else the scope runs inside it nest under
-    own: bool = False
-    token: Any = None
-    call: ModelCall | None = None
+    """A LangChain run the handler follows (a plain class with slots: one is made for every run)."""
+
+    __slots__ = ("call", "handle", "own", "token", "turn")
+
+    def __init__(
+        self,
+        turn: Turn,
+        handle: ScopeHandle | None,  # ours to end when ``own``; else the scope runs inside it nest under
+        own: bool = False,
+        token: Any = None,
+        call: ModelCall | None = None,
+    ) -> None:
+        self.turn = turn
+        self.handle = handle
+        self.own = own
+        self.token = token
+        self.call = call
 
 
 def _is_control_flow(error: BaseException) -> bool:
@@ -75,8 +93,10 @@ class RelayCallbackHandler(BaseCallbackHandler):
 
     def _parent(self, turn: Turn, parent_run_id: UUID | None) -> ScopeHandle | None:
         run = self._runs.get(parent_run_id) if parent_run_id is not None else None
-        if run is not None and run.handle is not None and not run.handle.ended:
-            return run.handle
+        if run is not None:
+            handle = run.handle
+            if handle is not None and not handle.ended:
+                return handle
         return current_parent(turn)
 
     def _guarded(self, turn: Turn | None, what: str, fn: Any, *args: Any) -> Any:
@@ -237,32 +257,23 @@ class RelayCallbackHandler(BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        turn = session.managed_turn()
-        if turn is None or models.middleware_call.get() is not None:
+        turn = _managed_turn()
+        if turn is None or _middleware_call.get() is not None:
             return
-        try:  # ``_guarded`` inlined: this runs for every model call
-            self._model_start(turn, run_id, parent_run_id, messages, metadata)
+        try:  # ``_guarded`` and ``ModelCall.under`` inlined: this runs for every model call
+            parent = self._parent(turn, parent_run_id)
+            call = ModelCall(turn, open_call_in(turn, parent, _PRIMARY), _PRIMARY, parent)
+            self._runs[run_id] = _Run(turn, None, call=call)
+            if is_instrumented():
+                call.join()  # the SDK call inside is the attempt
+            else:
+                meta = metadata or {}
+                provider = meta.get("ls_provider") or "langchain"
+                model = meta.get("ls_model_name")
+                content = {"model": model, "messages": messages[0] if messages else []}
+                call.observe(provider, model, deferred(codec_for(provider).decode, content))
         except Exception as exc:
             turn.relay.diag.failure("subscriber_errors", exc, f"{self.framework} callback chat model start")
-
-    def _model_start(
-        self,
-        turn: Turn,
-        run_id: UUID,
-        parent_run_id: UUID | None,
-        messages: list[list[Any]],
-        metadata: dict[str, Any] | None,
-    ) -> None:
-        call = ModelCall.under(turn, self._parent(turn, parent_run_id))
-        self._runs[run_id] = _Run(turn, None, call=call)
-        if is_instrumented():
-            call.join()  # the SDK call inside is the attempt
-        else:
-            meta = metadata or {}
-            provider = meta.get("ls_provider") or "langchain"
-            model = meta.get("ls_model_name")
-            content = {"model": model, "messages": messages[0] if messages else []}
-            call.observe(provider, model, deferred(codec_for(provider).decode, content))
 
     def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
         run = self._runs.pop(run_id, None)
@@ -275,13 +286,14 @@ class RelayCallbackHandler(BaseCallbackHandler):
 
     def _model_end(self, call: ModelCall, response: Any) -> None:
         call.leave()
-        if call.observed is not None:
-            generations = getattr(response, "generations", None) or [[]]
+        observed = call.observed
+        if observed is not None:
+            generations = getattr(response, "generations", None) or _NO_GENERATIONS
             first = generations[0][0] if generations[0] else None
             message = getattr(first, "message", None)
-            meta = getattr(message, "response_metadata", None) or {}
-            model = meta.get("model_name") or (getattr(response, "llm_output", None) or {}).get("model_name")
-            call.end_observed(annotated=deferred(codec_for(call.observed.name).annotate_response, message), model=model)
+            meta = getattr(message, "response_metadata", None) or _EMPTY
+            model = meta.get("model_name") or (getattr(response, "llm_output", None) or _EMPTY).get("model_name")
+            call.end_observed(annotated=deferred(codec_for(observed.name).annotate_response, message), model=model)
         call.close()
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:

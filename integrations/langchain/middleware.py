@@ -18,10 +18,15 @@ from typing import Any
 from langchain.agents.middleware import AgentMiddleware
 
 from relay_runtime import session
+from relay_runtime.calls import open_call_in
 
 from ..frameworks import ModelCall, current_parent
 from . import models
 from .tools import arun_tool, run_tool
+
+# Read once: every model call of an agent goes through these.
+_middleware_call = models.middleware_call
+_managed_turn = session.managed_turn
 
 
 class RelayMiddleware(AgentMiddleware):
@@ -38,23 +43,28 @@ class RelayMiddleware(AgentMiddleware):
         return self._name
 
     def _open(self) -> ModelCall | None:
-        if models.middleware_call.get() is not None:
+        if _middleware_call.get() is not None:
             return None
-        turn = session.managed_turn()
-        return ModelCall.under(turn, current_parent(turn), self.call_role) if turn is not None else None
+        turn = _managed_turn()
+        if turn is None:
+            return None
+        # ``ModelCall.under``'s work, inlined: this runs for every model call of the agent.
+        parent = current_parent(turn)
+        role = self.call_role
+        return ModelCall(turn, open_call_in(turn, parent, role), role, parent)
 
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         call = self._open()
         if call is None:  # no managed turn, or already inside one of ours: the attempts join that one
             return handler(request)
-        token = models.middleware_call.set(call)
+        token = _middleware_call.set(call)
         try:
             response = handler(request)
         except BaseException as exc:
             call.close(exc)
             raise
         finally:
-            models.middleware_call.reset(token)
+            _middleware_call.reset(token)
         call.close()
         return response
 
@@ -62,14 +72,14 @@ class RelayMiddleware(AgentMiddleware):
         call = self._open()
         if call is None:
             return await handler(request)
-        token = models.middleware_call.set(call)
+        token = _middleware_call.set(call)
         try:
             response = await handler(request)
         except BaseException as exc:
             call.close(exc)
             raise
         finally:
-            models.middleware_call.reset(token)
+            _middleware_call.reset(token)
         call.close()
         return response
 

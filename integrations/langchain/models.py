@@ -87,12 +87,13 @@ def _profile(model: Any) -> tuple[LangChainCodec, tuple[str, ...]]:
 def _request(model_name: str | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> LLMRequest:
     """The chat model call as a request (``kwargs`` is the caller's: it is read, never changed)."""
     content = {"model": model_name, "messages": args[0] if args else kwargs["messages"]}
-    for key, value in kwargs.items():
-        if key not in _POSITIONAL:
-            content[key] = value
-    stop = args[1] if len(args) > 1 else None
-    if stop is None:
-        stop = kwargs.get("stop")
+    if kwargs:  # most agent steps pass only the messages: no loop, no lookups then
+        for key, value in kwargs.items():
+            if key not in _POSITIONAL:
+                content[key] = value
+        stop = args[1] if len(args) > 1 else kwargs.get("stop")
+    else:
+        stop = args[1] if len(args) > 1 else None
     if stop is not None:
         content["stop"] = stop
     return LLMRequest(None, content)
@@ -119,7 +120,12 @@ def _attempt(
 ) -> tuple[Attempt | None, LLMRequest]:
     """The attempt of ``call`` this generate step is (None once the call is closed), and its request."""
     codec, attrs = _profiles.get(type(instance)) or _profile(instance)
-    model_name = _name_in(instance, attrs)
+    if len(attrs) == 1:  # the class declares where its name is: one read, no loop
+        model_name = getattr(instance, attrs[0], None)
+        if not isinstance(model_name, str):
+            model_name = None
+    else:
+        model_name = _name_in(instance, attrs)
     request = _request(model_name, args, kwargs)
     return calls.attempt_of(call.turn, call.logical, request, codec.provider, model_name, codec), request
 

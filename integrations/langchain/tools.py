@@ -22,6 +22,7 @@ from relay_runtime import session
 from ..frameworks import current_parent, refusal_text
 
 TOOL_CALL_ID = "tool_call_id"
+_FRAMEWORK = cv.FRAMEWORK
 
 # True while a managed tool call runs here: the callback handler then opens no second tool scope.
 managed_tool: ContextVar[bool] = ContextVar("relay_langchain_managed_tool", default=False)
@@ -49,20 +50,27 @@ def _refusal(request: Any, error: BaseException) -> ToolMessage:
 
 
 def _checked(result: Any) -> Any:
-    if isinstance(result, ToolMessage) and result.status == "error":
+    # ``type() is`` first: pydantic's metaclass is an ABCMeta, so a bare isinstance runs its Python hook.
+    if (type(result) is ToolMessage or isinstance(result, ToolMessage)) and result.status == "error":
         raise ToolFailed(result)
     return result
 
 
 class _ToolRun:
-    """One tool call's bookkeeping, the same for the sync and the async path."""
+    """One tool call's bookkeeping, the same for the sync and the async path: what ``relay.tools`` is
+    given (name, arguments, parent scope, metadata), read once from the request."""
 
-    __slots__ = ("handler", "request", "started")
+    __slots__ = ("args", "handler", "metadata", "name", "parent", "request", "started")
 
-    def __init__(self, request: Any, handler: Callable[[Any], Any]) -> None:
+    def __init__(self, turn: Any, request: Any, handler: Callable[[Any], Any]) -> None:
         self.request = request
         self.handler = handler
         self.started = False
+        call = request.tool_call
+        self.name = call["name"]
+        self.args = call.get("args") or {}
+        self.parent = current_parent(turn)
+        self.metadata = {TOOL_CALL_ID: call.get("id"), _FRAMEWORK: "langchain"}
 
     def start(self, args: Any) -> tuple[Any, Any]:
         """The tool runs now (the intercepts let it): the request with their arguments, and the marker's token."""
@@ -82,18 +90,12 @@ class _ToolRun:
         return _refusal(self.request, error)
 
 
-def _where(turn: Any, request: Any) -> tuple[str, Any, dict[str, Any]]:
-    call = request.tool_call
-    metadata = {TOOL_CALL_ID: call.get("id"), cv.FRAMEWORK: "langchain"}
-    return call["name"], call.get("args") or {}, {"parent": current_parent(turn), "metadata": metadata}
-
-
 def run_tool(request: Any, handler: Callable[[Any], Any]) -> Any:
     """``handler(request)`` as a managed tool call of the turn managed here (straight through without one)."""
     turn = session.managed_turn()
     if turn is None:
         return handler(request)
-    run = _ToolRun(request, handler)
+    run = _ToolRun(turn, request, handler)
 
     def execute(args: Any) -> Any:
         current, token = run.start(args)
@@ -102,9 +104,8 @@ def run_tool(request: Any, handler: Callable[[Any], Any]) -> Any:
         finally:
             managed_tool.reset(token)
 
-    name, args, where = _where(turn, request)
     try:
-        return turn.relay.tools.execute(name, args, execute, **where)
+        return turn.relay.tools.execute(run.name, run.args, execute, parent=run.parent, metadata=run.metadata)
     except Exception as exc:
         return run.settle(exc)
 
@@ -113,7 +114,7 @@ async def arun_tool(request: Any, handler: Callable[[Any], Awaitable[Any]]) -> A
     turn = session.managed_turn()
     if turn is None:
         return await handler(request)
-    run = _ToolRun(request, handler)
+    run = _ToolRun(turn, request, handler)
 
     async def execute(args: Any) -> Any:
         current, token = run.start(args)
@@ -122,8 +123,9 @@ async def arun_tool(request: Any, handler: Callable[[Any], Awaitable[Any]]) -> A
         finally:
             managed_tool.reset(token)
 
-    name, args, where = _where(turn, request)
     try:
-        return await turn.relay.tools.execute_async(name, args, execute, **where)
+        return await turn.relay.tools.execute_async(
+            run.name, run.args, execute, parent=run.parent, metadata=run.metadata
+        )
     except Exception as exc:
         return run.settle(exc)

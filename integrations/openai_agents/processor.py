@@ -21,13 +21,13 @@ concurrent guardrails and tools in any order. The processor fails open (counted,
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 from relay_runtime import conventions as cv
 from relay_runtime import session
 from relay_runtime.adapters.dispatch import APIS, RESPONSES
 from relay_runtime.adapters.instrument import is_instrumented
+from relay_runtime.calls import open_call_in
 from relay_runtime.scopes import ScopeHandle
 from relay_runtime.session import Turn
 from relay_runtime.types import AnnotatedLLMResponse, ScopeType, TokenUsage
@@ -40,6 +40,8 @@ _AGENT = ScopeType.AGENT.value
 _FUNCTION = ScopeType.FUNCTION.value
 _TOOL = ScopeType.TOOL.value
 _MODEL_SPANS = frozenset({"response", "generation"})
+_PRIMARY = "primary"
+_managed_turn = session.managed_turn  # read once: every span asks it
 
 
 class SpanFailed(RuntimeError):
@@ -50,13 +52,24 @@ class SpanFailed(RuntimeError):
         self.relay_error_type = kind
 
 
-@dataclass(eq=False)
 class _Open:
-    turn: Turn
-    handle: ScopeHandle | None
-    own: bool = False
-    token: Any = None
-    call: ModelCall | None = None
+    """A span the processor follows (a plain class with slots: one is made for every span)."""
+
+    __slots__ = ("call", "handle", "own", "token", "turn")
+
+    def __init__(
+        self,
+        turn: Turn,
+        handle: ScopeHandle | None,
+        own: bool = False,
+        token: Any = None,
+        call: ModelCall | None = None,
+    ) -> None:
+        self.turn = turn
+        self.handle = handle
+        self.own = own
+        self.token = token
+        self.call = call
 
 
 class RelayTraceProcessor:
@@ -87,7 +100,7 @@ class RelayTraceProcessor:
         return None
 
     def on_span_start(self, span: Any) -> None:
-        turn = session.managed_turn() if self.live else None
+        turn = _managed_turn() if self.live else None
         if turn is None:
             return
         try:
@@ -107,9 +120,12 @@ class RelayTraceProcessor:
     # -- spans -> scopes --------------------------------------------------------------------------
 
     def _parent(self, turn: Turn, span: Any) -> ScopeHandle | None:
-        entry = self._spans.get(span.parent_id) if span.parent_id else None
-        if entry is not None and entry.handle is not None and not entry.handle.ended:
-            return entry.handle
+        parent_id = span.parent_id
+        entry = self._spans.get(parent_id) if parent_id else None
+        if entry is not None:
+            handle = entry.handle
+            if handle is not None and not handle.ended:
+                return handle
         return current_parent(turn)
 
     def _start(self, turn: Turn, span: Any) -> None:
@@ -117,11 +133,22 @@ class RelayTraceProcessor:
         kind = data.type
         parent = self._parent(turn, span)
         if kind in _MODEL_SPANS:
-            failed = None
+            retried = None
             if self._failed:  # most model spans retry nothing: no lock for them
                 with self._lock:
                     failed = self._failed.pop(parent.uuid if parent is not None else None, None)
-            entry = _Open(turn, parent, call=_model_call(turn, parent, data, failed[0] if failed else None))
+                if failed is not None:
+                    retried = failed[0]
+            # The logical call of the model span: a new one, or the failed call this span retries
+            # (``ModelCall.under`` inlined: this runs for every model call).
+            call = retried or ModelCall(turn, open_call_in(turn, parent, _PRIMARY), _PRIMARY, parent)
+            if is_instrumented():
+                call.join()  # the SDK calls inside are the attempts
+            else:
+                # Nothing below records the provider call: the span is the only witness.
+                model = getattr(data, "model", None)
+                call.observe("openai", model if isinstance(model, str) else None)
+            entry = _Open(turn, parent, call=call)
         else:
             scope = _scope_of(kind, data, self.wrapped_tools)
             if scope is None:
@@ -136,13 +163,16 @@ class RelayTraceProcessor:
         self._spans[span.span_id] = entry
 
     def _end(self, entry: _Open, span: Any) -> None:
-        error = _error_of(span)
-        if entry.call is not None:
-            _end_model_call(entry.call, span.span_data, error)
+        error = _error_of(span) if span.error else None
+        call = entry.call
+        if call is not None:
+            call.leave()
+            if call.observed is not None:
+                _end_observed(call, span.span_data, error)
             if error is None:
-                entry.call.close()
+                call.close()
             else:
-                self._keep_for_retry(entry, entry.call, error)
+                self._keep_for_retry(entry, call, error)
             return
         if not entry.own or entry.handle is None:
             return
@@ -201,27 +231,12 @@ def _error_of(span: Any) -> SpanFailed | None:
     return SpanFailed(str(message or "span error"), "agents_span_error")
 
 
-def _model_call(turn: Turn, parent: ScopeHandle | None, data: Any, retried: ModelCall | None) -> ModelCall:
-    """The logical call of a model span: a new one, or the failed call this span retries."""
-    call = retried or ModelCall.under(turn, parent)
-    if is_instrumented():
-        call.join()  # the SDK calls inside are the attempts
-    else:
-        # Nothing below records the provider call: the span is the only witness.
-        model = getattr(data, "model", None)
-        call.observe("openai", model if isinstance(model, str) else None)
-    return call
-
-
-def _end_model_call(call: ModelCall, data: Any, error: BaseException | None) -> None:
-    call.leave()
-    if call.observed is not None:
-        response = getattr(data, "response", None)
-        model = getattr(response, "model", None) or getattr(data, "model", None)
-        call.end_observed(
-            annotated=deferred(_annotate, data), error=error, model=model if isinstance(model, str) else None
-        )
-        call.observed = None
+def _end_observed(call: ModelCall, data: Any, error: BaseException | None) -> None:
+    """End the attempt recorded from a model span (nothing else recorded it)."""
+    response = getattr(data, "response", None)
+    model = getattr(response, "model", None) or getattr(data, "model", None)
+    call.end_observed(annotated=deferred(_annotate, data), error=error, model=model if isinstance(model, str) else None)
+    call.observed = None
 
 
 def _annotate(data: Any) -> AnnotatedLLMResponse:

@@ -24,6 +24,9 @@ from ..frameworks import current_parent, refusal_text
 
 TOOL_CALL_ID = "tool_call_id"
 _MARK = "__relay_managed_tool__"
+_FRAMEWORK = cv.FRAMEWORK
+_managed_turn = session.managed_turn  # read once: every tool call asks it
+_decode = json.JSONDecoder().decode
 
 
 class ToolWrapping:
@@ -69,7 +72,7 @@ class ToolWrapping:
 
     def _managed(self, name: str, original: Any) -> Any:
         async def on_invoke_tool(ctx: Any, arguments: str) -> Any:
-            turn = session.managed_turn()
+            turn = _managed_turn()
             if turn is None or not self.live:
                 return await original(ctx, arguments)
             parsed = _parse(arguments)
@@ -86,7 +89,7 @@ class ToolWrapping:
                     ctx._function_tool_arguments = None
                 return await original(ctx, args if isinstance(args, str) else json.dumps(args))
 
-            metadata = {TOOL_CALL_ID: getattr(ctx, "tool_call_id", None), cv.FRAMEWORK: "openai_agents"}
+            metadata = {TOOL_CALL_ID: getattr(ctx, "tool_call_id", None), _FRAMEWORK: "openai_agents"}
             try:
                 return await turn.relay.tools.execute_async(
                     name, parsed, execute, parent=current_parent(turn), metadata=metadata
@@ -102,7 +105,10 @@ class ToolWrapping:
 
 
 def _parse(arguments: str) -> Any:
+    if not arguments:
+        return {}
     try:
-        return json.loads(arguments) if arguments else {}
+        # A str (what the SDK passes) goes straight to the decoder ``json.loads`` would use.
+        return _decode(arguments) if type(arguments) is str else json.loads(arguments)
     except ValueError:
         return arguments
