@@ -162,6 +162,7 @@ def count(variant: str, n: int) -> None:
         with managed_turn(subscribed=True):
             for _ in range(20):
                 call()
+            instructions.settle()
             for _ in range(n):
                 call()
         if peer is not None:

@@ -382,6 +382,9 @@ def count(variant: str, n: int) -> None:
     call = _count_calls(variant)
     for _ in range(300):
         call()
+    from benchmarks import instructions
+
+    instructions.settle()
     for _ in range(n):
         call()
 

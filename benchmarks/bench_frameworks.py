@@ -363,6 +363,7 @@ def count(variant: str, n: int) -> None:
 
         for _ in range(200):
             once()
+        instructions.settle()
         for _ in range(n):
             once()
     loop.close()

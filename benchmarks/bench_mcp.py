@@ -203,6 +203,7 @@ async def _count(name: str, n: int) -> None:
     setup.on()
     async with Client(_server(), mode="legacy") as client:
         await _calls(client, WARM)
+        instructions.settle()
         await _calls(client, n)
 
 

@@ -235,6 +235,7 @@ def count(variant: str, n: int) -> None:
     call = _variants()[variant]
     for _ in range(200):
         call()
+    instructions.settle()
     for _ in range(n):
         call()
 

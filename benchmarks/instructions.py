@@ -10,6 +10,7 @@ are not time (a cache miss costs many), so the benchmarks print both.
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import shutil
@@ -47,6 +48,16 @@ def _count(module: str, variant: str, n: int) -> int:
 def per_call(module: str, variant: str, calls: int = 60) -> float:
     """Instructions one call of ``variant`` executes (its warm-up and the process around it subtracted)."""
     return (_count(module, variant, calls) - _count(module, variant, 0)) / calls
+
+
+def settle() -> None:
+    """Called by a ``--count`` entry between its warm-up and its counted calls.
+
+    The set-up (clients, servers, imports) leaves the collector's counters part-way to a collection;
+    one that falls among the counted calls costs millions of instructions, and whether it falls there
+    depends on the variant. Collected here, the counted calls pay only for the collections they cause.
+    """
+    gc.collect()
 
 
 def reference_us(instructions: float) -> float:
