@@ -23,7 +23,6 @@ Run = tuple[int, int, int]  # start, end, how many digits
 # there), so a run holds no trailing separators.
 _NUMERIC_RUN = re.compile(r"[+(0-9](?<![A-Za-z0-9_][+(0-9])(?:[0-9 ().+-]*[0-9])?")
 _DIGIT_CHARS = tuple("0123456789")
-_FOUND = (-1).__lt__  # a find's answer other than -1
 _RUN_CHARS = frozenset("0123456789 ().+-")
 _SEPARATORS = b" ().+-"
 _LONG = 4  # digits: every value of these detectors holds as many (an IPv4 address the fewest)
@@ -51,15 +50,14 @@ def _scan(text: str) -> tuple[Window, list[Run]]:
     global _last
     runs: list[Run] = []
     # str.find of one character is a memchr: ten of them beat one expression over digit-free prose.
-    # The last digit first: a text without one is then answered, and the first is the least of the
-    # finds that found one (filtered in C: a comprehension is a frame of its own).
-    hi = max(map(text.rfind, _DIGIT_CHARS)) + 1
-    if not hi:
+    found = [i for i in map(text.find, _DIGIT_CHARS) if i >= 0]
+    if not found:
         window = (0, 0)
     else:
-        lo = min(filter(_FOUND, map(text.find, _DIGIT_CHARS)))
+        lo = min(found)
         while lo > 0 and text[lo - 1] in _RUN_CHARS:
             lo -= 1
+        hi = max(map(text.rfind, _DIGIT_CHARS)) + 1
         window = (lo, hi)
         for m in _NUMERIC_RUN.finditer(text, lo, hi):
             start, end = m.span()
@@ -183,9 +181,10 @@ find_card = in_runs(_CARD, _card_ok, 13)
 # -- IBAN ---------------------------------------------------------------------------------------
 
 _IBAN = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?(?![A-Za-z0-9])")
-# Its check digits, after two capitals: the expression opens with a digit, searched for only in the
-# stretch of the text that holds digits.
-_IBAN_CHECK = re.compile(r"[0-9](?<=[A-Z][A-Z][0-9])[0-9]")
+# Its country code and check digits, searched for only in the stretch of the text that holds digits (and
+# the two characters before it). Opening with the capitals, the expression is tried at the few capitals
+# there, not at every digit.
+_IBAN_CHECK = re.compile(r"[A-Z][A-Z][0-9][0-9]")
 
 
 def iban_ok(text: str) -> bool:
@@ -202,8 +201,8 @@ def find_iban(text: str) -> list[Span]:
     n = len(text)
     last = -1
     lo, hi = digit_window(text)
-    for check in _IBAN_CHECK.finditer(text, lo, hi):
-        start = check.start() - 2
+    for check in _IBAN_CHECK.finditer(text, max(0, lo - 2), hi):
+        start = check.start()
         if start < last:
             continue
         m = _IBAN.match(text, start, min(n, start + 42))
