@@ -384,20 +384,15 @@ class Pass(Application):
             result = self._scan(value) if scan and value else value
             # Whether the text holds a backslash is asked again only when a replacement changed it.
             slashed = "\\" in result
-            size = len(result)
             for old, new in self.pairs.items():
-                if len(old) > size:  # nor can its escaped form (never shorter) be in it
-                    continue
                 if old in result:
                     result = result.replace(old, new)
                     slashed = "\\" in result
-                    size = len(result)
                 elif slashed:  # JSON text held as a string: the value may be escaped in it
                     escaped = json.dumps(old, ensure_ascii=False)[1:-1]
                     if escaped != old and escaped in result:
                         result = result.replace(escaped, json.dumps(new, ensure_ascii=False)[1:-1])
                         slashed = "\\" in result
-                        size = len(result)
             return result
         if value is None or kind in (int, float, bool) or depth > _MAX_DEPTH:
             return value
