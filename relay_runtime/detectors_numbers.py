@@ -171,7 +171,7 @@ def _card_ok(text: str) -> bool:
     if " " in text and "-" in text:
         return False
     digits = text.replace(" ", "").replace("-", "")
-    if not 13 <= len(digits) <= 19 or len(set(digits)) == 1:
+    if not 13 <= len(digits) <= 19 or digits.count(digits[0]) == len(digits):  # not all one digit
         return False
     return _CARD_PREFIX.match(digits) is not None and luhn_ok(digits)
 
@@ -181,9 +181,10 @@ find_card = in_runs(_CARD, _card_ok, 13)
 # -- IBAN ---------------------------------------------------------------------------------------
 
 _IBAN = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?(?![A-Za-z0-9])")
-# Its check digits, after two capitals: the expression opens with a digit, searched for only in the
-# stretch of the text that holds digits.
-_IBAN_CHECK = re.compile(r"[0-9](?<=[A-Z][A-Z][0-9])[0-9]")
+# Its country code and check digits, searched for only in the stretch of the text that holds digits (and
+# the two characters before it). Opening with the capitals, the expression is tried at the few capitals
+# there, not at every digit.
+_IBAN_CHECK = re.compile(r"[A-Z][A-Z][0-9][0-9]")
 
 
 def iban_ok(text: str) -> bool:
@@ -200,8 +201,8 @@ def find_iban(text: str) -> list[Span]:
     n = len(text)
     last = -1
     lo, hi = digit_window(text)
-    for check in _IBAN_CHECK.finditer(text, lo, hi):
-        start = check.start() - 2
+    for check in _IBAN_CHECK.finditer(text, max(0, lo - 2), hi):
+        start = check.start()
         if start < last:
             continue
         m = _IBAN.match(text, start, min(n, start + 42))
@@ -217,15 +218,16 @@ _IPV4 = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w]|\.\d)")
 _IPV6 = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:(?:\d{1,3}\.){3}\d{1,3}|[0-9A-Fa-f]{0,4})(?![\w:]|\.\d)")
 
 
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])"
+# What ipaddress.IPv4Address accepts of ASCII text: four decimal octets, none over 255, no leading zero.
+_IPV4_ASCII = re.compile(rf"(?:{_OCTET}\.){{3}}{_OCTET}").fullmatch
+
+
 def _ipv4_ok(text: str) -> bool:
-    # What ipaddress.IPv4Address accepts (four ASCII decimal octets, none over 255, no leading zero),
-    # without its exceptions and objects: this runs on every dotted run of digits.
-    parts = text.split(".")
-    if len(parts) == 4 and text.isascii():
-        for part in parts:
-            if not part.isdigit() or len(part) > 3 or (len(part) > 1 and part[0] == "0") or int(part) > 255:
-                return False
-        return True
+    # One C call instead of the address parser's exceptions and objects (or a split and a loop in
+    # Python): this runs on every dotted run of digits.
+    if text.isascii():
+        return _IPV4_ASCII(text) is not None
     try:
         ipaddress.IPv4Address(text)
     except ValueError:

@@ -117,8 +117,8 @@ _API_KEY = re.compile(r"(?<![A-Za-z0-9_-])(?:" + "|".join(_KEY_PATTERNS) + r")(?
 # Where a key may start, found with ``str.find`` (a regular expression of alternatives would be tried
 # at every position): a short piece of its opening, and how far before it the key starts.
 # The third item: which of the needle's characters is looked for (see ``occurrences``); a needle of
-# one or two characters is found whole, as fast.
-_KEY_ANCHORS = (("k-", (1,), -1), ("_", (2, 3, 5, 6), -1), ("A", (0,), -1), ("ya29.", (0,), 3), ("xox", (0,), -1))
+# one character is found whole, as fast (longer ones walk the text: "k-" is found from its "-", rare in prose).
+_KEY_ANCHORS = (("k-", (1,), 1), ("_", (2, 3, 5, 6), -1), ("A", (0,), -1), ("ya29.", (0,), 3), ("xox", (0,), -1))
 
 
 def find_key(text: str) -> list[Span]:
