@@ -9,6 +9,8 @@
   attempts ``adapters.instrument()`` makes inside join it (one attempt per provider call,
   never a second one); when nothing joined (the SDK is not instrumented, or the model is not
   an SDK model) the integration records the attempt it observed from the framework's data.
+- ``FrameworkRun``: a run (LangChain) or span (Agents SDK) a framework callback follows from its
+  start to its end.
 - ``require``: imports a framework, or raises an ImportError naming the extra to install.
 """
 
@@ -35,6 +37,32 @@ _KIND, _ATTEMPT, _API_REQUEST_ID, _CALL_ROLE, _RETRY_COUNT = (
 )  # fmt: skip
 
 framework_scope: ContextVar[ScopeHandle | None] = ContextVar("relay_framework_scope", default=None)
+
+
+class FrameworkRun:
+    """A framework's run or span that an integration follows from its start callback to its end one.
+
+    ``handle``: the scope it opened (``own``: it is ours to end; ``token``: it was entered as the
+    framework scope), or, when it opened none, the scope that what runs inside it nests under.
+    ``call``: the logical model call it is, for a model run. A plain class with slots: one is made
+    for every run the framework reports.
+    """
+
+    __slots__ = ("call", "handle", "own", "token", "turn")
+
+    def __init__(
+        self,
+        turn: Turn,
+        handle: ScopeHandle | None,
+        own: bool = False,
+        token: Any = None,
+        call: ModelCall | None = None,
+    ) -> None:
+        self.turn = turn
+        self.handle = handle
+        self.own = own
+        self.token = token
+        self.call = call
 
 
 def require(module: str, extra: str, integration: str) -> Any:

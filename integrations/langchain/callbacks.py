@@ -32,7 +32,7 @@ from relay_runtime.scopes import ScopeHandle
 from relay_runtime.session import Turn
 from relay_runtime.types import ScopeType
 
-from ..frameworks import ModelCall, current_parent, deferred, enter_scope, leave_scope
+from ..frameworks import FrameworkRun, ModelCall, current_parent, deferred, enter_scope, leave_scope
 from . import models
 from .codec import codec_for, plain
 from .tools import managed_tool
@@ -48,26 +48,6 @@ FRAMEWORK = cv.FRAMEWORK
 RUN_ID = "langchain.run_id"
 _HIDDEN = "langsmith:hidden"
 _CONTROL_FLOW = ("GraphBubbleUp", "GraphInterrupt", "NodeInterrupt", "ParentCommand")
-
-
-class _Run:
-    """A LangChain run the handler follows (a plain class with slots: one is made for every run)."""
-
-    __slots__ = ("call", "handle", "own", "token", "turn")
-
-    def __init__(
-        self,
-        turn: Turn,
-        handle: ScopeHandle | None,  # ours to end when ``own``; else the scope runs inside it nest under
-        own: bool = False,
-        token: Any = None,
-        call: ModelCall | None = None,
-    ) -> None:
-        self.turn = turn
-        self.handle = handle
-        self.own = own
-        self.token = token
-        self.call = call
 
 
 def _is_control_flow(error: BaseException) -> bool:
@@ -86,7 +66,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
     def __init__(self, *, framework: str = "langchain") -> None:
         super().__init__()
         self.framework = framework
-        self._runs: dict[UUID, _Run] = {}
+        self._runs: dict[UUID, FrameworkRun] = {}
         self._lock = threading.Lock()
 
     # -- bookkeeping ------------------------------------------------------------------------------
@@ -135,7 +115,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
     ) -> None:
         parent = self._parent(turn, parent_run_id)
         if tags and _HIDDEN in tags:
-            self._runs[run_id] = _Run(turn, parent)
+            self._runs[run_id] = FrameworkRun(turn, parent)
             return
         if scope_type is None:
             known = parent_run_id is not None and parent_run_id in self._runs
@@ -144,7 +124,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
         handle = turn.relay.scope.push(
             name, scope_type, parent=parent, attach=False, input=plain(inputs), metadata=meta
         )
-        self._runs[run_id] = _Run(turn, handle, own=True, token=enter_scope(handle))
+        self._runs[run_id] = FrameworkRun(turn, handle, own=True, token=enter_scope(handle))
 
     def _close(self, run_id: UUID, output: Any = None, error: BaseException | None = None) -> None:
         run = self._runs.pop(run_id, None)
@@ -152,7 +132,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
             return
         self._guarded(run.turn, "end", self._end, run, output, error)
 
-    def _end(self, run: _Run, output: Any, error: BaseException | None) -> None:
+    def _end(self, run: FrameworkRun, output: Any, error: BaseException | None) -> None:
         if run.call is not None:
             run.call.close(error)
         if not run.own or run.handle is None:
@@ -205,7 +185,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
         if turn is None:
             return
         if managed_tool.get():  # the middleware's managed call is this tool's scope
-            self._runs[run_id] = _Run(turn, turn.relay.scope.current())
+            self._runs[run_id] = FrameworkRun(turn, turn.relay.scope.current())
             return
         name = kwargs.get("name") or _name_of(serialized) or "tool"
         call_id = kwargs.get("tool_call_id")
@@ -263,7 +243,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
         try:  # ``_guarded`` and ``ModelCall.under`` inlined: this runs for every model call
             parent = self._parent(turn, parent_run_id)
             call = ModelCall(turn, open_call_in(turn, parent, _PRIMARY), _PRIMARY, parent)
-            self._runs[run_id] = _Run(turn, None, call=call)
+            self._runs[run_id] = FrameworkRun(turn, None, call=call)
             if is_instrumented():
                 call.join()  # the SDK call inside is the attempt
             else:

@@ -32,7 +32,7 @@ from relay_runtime.scopes import ScopeHandle
 from relay_runtime.session import Turn
 from relay_runtime.types import AnnotatedLLMResponse, ScopeType, TokenUsage
 
-from ..frameworks import ModelCall, current_parent, deferred, enter_scope, leave_scope
+from ..frameworks import FrameworkRun, ModelCall, current_parent, deferred, enter_scope, leave_scope
 
 FRAMEWORK = cv.FRAMEWORK
 SPAN_ID = "openai_agents.span_id"
@@ -52,31 +52,11 @@ class SpanFailed(RuntimeError):
         self.relay_error_type = kind
 
 
-class _Open:
-    """A span the processor follows (a plain class with slots: one is made for every span)."""
-
-    __slots__ = ("call", "handle", "own", "token", "turn")
-
-    def __init__(
-        self,
-        turn: Turn,
-        handle: ScopeHandle | None,
-        own: bool = False,
-        token: Any = None,
-        call: ModelCall | None = None,
-    ) -> None:
-        self.turn = turn
-        self.handle = handle
-        self.own = own
-        self.token = token
-        self.call = call
-
-
 class RelayTraceProcessor:
     """An ``agents.tracing.TracingProcessor`` that records the SDK's spans as relay scopes."""
 
     def __init__(self, wrapped_tools: frozenset[str] | set[str] | None = None) -> None:
-        self._spans: dict[str, _Open] = {}
+        self._spans: dict[str, FrameworkRun] = {}
         self._lock = threading.Lock()
         # Names of function tools whose invocation ``instrument()`` manages (their scope is that call's).
         self.wrapped_tools: set[str] = set(wrapped_tools or ())
@@ -148,21 +128,22 @@ class RelayTraceProcessor:
                 # Nothing below records the provider call: the span is the only witness.
                 model = getattr(data, "model", None)
                 call.observe("openai", model if isinstance(model, str) else None)
-            entry = _Open(turn, parent, call=call)
+            entry = FrameworkRun(turn, parent, call=call)
         else:
             scope = _scope_of(kind, data, self.wrapped_tools)
             if scope is None:
-                entry = _Open(turn, parent)
+                entry = FrameworkRun(turn, parent)
             else:
                 name, scope_type, inputs = scope
                 meta = {FRAMEWORK: "openai_agents", SPAN_ID: span.span_id}
                 handle = turn.relay.scope.push(
                     name, scope_type, parent=parent, attach=False, input=inputs, metadata=meta
                 )
-                entry = _Open(turn, handle, own=True, token=enter_scope(handle) if scope_type == _AGENT else None)
+                token = enter_scope(handle) if scope_type == _AGENT else None
+                entry = FrameworkRun(turn, handle, own=True, token=token)
         self._spans[span.span_id] = entry
 
-    def _end(self, entry: _Open, span: Any) -> None:
+    def _end(self, entry: FrameworkRun, span: Any) -> None:
         error = _error_of(span) if span.error else None
         call = entry.call
         if call is not None:
@@ -185,7 +166,7 @@ class RelayTraceProcessor:
             failed[0].close(failed[1])
         entry.turn.relay.scope.end(entry.handle, output=_output_of(span.span_data), error=error)
 
-    def _keep_for_retry(self, entry: _Open, call: ModelCall, error: BaseException) -> None:
+    def _keep_for_retry(self, entry: FrameworkRun, call: ModelCall, error: BaseException) -> None:
         key = entry.handle.uuid if entry.handle is not None else None
         with self._lock:
             previous = self._failed.pop(key, None)
