@@ -32,6 +32,7 @@ import tracemalloc
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+from benchmarks import instructions
 from relay_runtime import LLMRequest, LLMRequestInterceptOutcome, Relay
 
 ROUNDS = 15  # samples per variant
@@ -382,16 +383,12 @@ def count(variant: str, n: int) -> None:
     call = _count_calls(variant)
     for _ in range(300):
         call()
-    from benchmarks import instructions
-
     instructions.settle()
     for _ in range(n):
         call()
 
 
 def bench_instructions() -> None:
-    from benchmarks import instructions
-
     if not instructions.available():
         return
     print("instructions per call: the managed call with one intercept and one subscriber, and in a turn")
