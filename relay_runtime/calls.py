@@ -19,7 +19,7 @@ from . import outside_turns, session
 from .attempt import Attempt, FinishHook
 from .codec import LLMCodec
 from .ids import new_id
-from .logical_calls import close_logical_call, end_logical_call, take_logical_call
+from .logical_calls import close_logical_call, end_logical_call
 from .response_model import response_model
 from .scopes import ScopeHandle
 from .session import CallHolder, LogicalCall
@@ -113,7 +113,10 @@ def _attempt_ended(
         call.last_outcome = outcome
         if model is not None:
             call.model = model
-        closing = settle and take_logical_call(turn, call)
+        # ``take_logical_call``'s test and claim, inline: this runs at the end of every managed call.
+        closing = settle and not call.closing and turn.logical_llm_calls.get(call.api_request_id) is call
+        if closing:
+            call.closing = True
     if closing:
         end_logical_call(turn, call, outcome)
 
