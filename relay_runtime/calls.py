@@ -19,6 +19,7 @@ from . import outside_turns, session
 from .attempt import Attempt, FinishHook
 from .codec import LLMCodec
 from .ids import new_id
+from .ids import pooled as _pooled
 from .logical_calls import close_logical_call, end_logical_call
 from .response_model import response_model
 from .scopes import ScopeHandle
@@ -55,7 +56,10 @@ def _open(
     else:
         # A fresh id: nobody else can reach this call before it is published, so it is made
         # whole first and published by one dict store, without the turn's lock.
-        api_request_id = new_id()
+        try:
+            api_request_id = _pooled()  # ``new_id()`` without its frame (see ``ids.pooled``)
+        except IndexError:
+            api_request_id = new_id()
         call = _new_call(turn, api_request_id, role)
         if cv.RETRY_COUNT not in meta:
             meta[cv.RETRY_COUNT] = 0

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .events import MARK, SCOPE_END, SCOPE_START, AnnotatedRequestField, AnnotatedResponseField, new_event
 from .ids import new_id
+from .ids import pooled as _pooled
 from .redaction import scrub_text
 from .trace_context import REMOTE_PARENT, REMOTE_TRACESTATE, clean_tracestate, require_traceparent
 from .types import Outcome, ScopeType
@@ -63,7 +64,10 @@ class ScopeHandle:
         attached: bool,
         below: ScopeHandle | None,
     ) -> None:
-        self.uuid = new_id()
+        try:
+            self.uuid = _pooled()  # ``new_id()`` without its frame (see ``ids.pooled``)
+        except IndexError:
+            self.uuid = new_id()
         self.name = name
         self.scope_type = scope_type
         self.parent = parent
