@@ -102,24 +102,29 @@ def clean_tracestate(value: object) -> str | None:
 
 CarrierProvider = Callable[["ScopeHandle"], "dict[str, str] | None"]
 
-_providers: tuple[CarrierProvider, ...] = ()
+# (provider, fresh): a fresh provider makes a new dict at every call, handed on without a copy.
+_providers: tuple[tuple[CarrierProvider, bool], ...] = ()
 _providers_lock = threading.Lock()
 
 
-def register_carrier_provider(provider: CarrierProvider) -> None:
-    """``provider(handle)`` returns the propagation headers for that scope's span, or None if it has none."""
+def register_carrier_provider(provider: CarrierProvider, *, fresh: bool = False) -> None:
+    """``provider(handle)`` returns the propagation headers for that scope's span, or None if it has none.
+
+    ``fresh``: it returns a new dict at every call, so ``carrier_for`` hands that one on; else a copy.
+    """
     global _providers
     with _providers_lock:
-        if provider not in _providers:
-            _providers = (*_providers, provider)
+        if all(p != provider for p, _ in _providers):
+            _providers = (*_providers, (provider, fresh))
 
 
 def unregister_carrier_provider(provider: CarrierProvider) -> bool:
     global _providers
     with _providers_lock:
-        if provider not in _providers:
+        kept = tuple(entry for entry in _providers if entry[0] != provider)
+        if len(kept) == len(_providers):
             return False
-        _providers = tuple(p for p in _providers if p != provider)
+        _providers = kept
         return True
 
 
@@ -129,13 +134,15 @@ def own_traceparent(handle: ScopeHandle) -> str:
 
 
 def carrier_for(handle: ScopeHandle) -> dict[str, str]:
-    """What a request made inside ``handle`` carries: the first provider's headers, else our own ids."""
-    for provider in _providers:
+    """What a request made inside ``handle`` carries: the first provider's headers, else our own ids.
+
+    Always a dict of the caller's own: a provider's is copied unless it makes a new one per call."""
+    for provider, fresh in _providers:
         try:
             carrier = provider(handle)
         except Exception:
             # A provider's failure costs its span the link, never the caller its request.
             continue
         if carrier and "traceparent" in carrier:
-            return dict(carrier)
+            return carrier if fresh and type(carrier) is dict else dict(carrier)
     return {"traceparent": own_traceparent(handle)}

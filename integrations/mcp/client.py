@@ -59,19 +59,17 @@ class _Sending:
     It also stands in for the SDK's span (and its context manager) during the send: what the SDK
     sets on that span goes to our scope (one object per request, not two)."""
 
-    __slots__ = ("arguments", "carrier", "dispatched", "reported")
-
-    def __init__(self, carrier: dict[str, str]) -> None:
-        self.carrier = carrier
-        self.arguments: Any = _UNSET
-        self.reported: dict[str, Any] | None = None
-        self.dispatched = False
+    # Defaults on the class and no ``__init__``: making one per request runs no Python frame.
+    arguments: Any = _UNSET
+    reported: Mapping[str, Any] | None = None
+    dispatched = False
+    carrier: Mapping[str, str]
 
     def report(self, attributes: Mapping[str, Any]) -> None:
-        if self.reported is None:
-            self.reported = dict(attributes)
-        else:
-            self.reported.update(attributes)
+        # The first report is kept as given, not copied: the SDK builds a new dict for each span
+        # (its start's), and only a later report (an error's) makes the merged copy.
+        reported = self.reported
+        self.reported = attributes if reported is None else {**reported, **attributes}
 
     def params(self, params: Mapping[str, Any] | None) -> dict[str, Any]:
         """``params`` as they go out: ``_meta`` merged with our context, arguments as rewritten."""
@@ -84,6 +82,10 @@ class _Sending:
 
     def end_attributes(self, error: BaseException | None) -> dict[str, Any]:
         reported = self.reported
+        if error is None and reported is not None and "rpc.response.status_code" not in reported:
+            # The usual end (no error, no status): the request id alone, without the general walk.
+            request_id = reported.get("jsonrpc.request.id", _UNSET)
+            return {} if request_id is _UNSET else {"jsonrpc.request.id": request_id}
         out: dict[str, Any] = {}
         if reported:
             for key in _REPORTED:
@@ -141,7 +143,11 @@ def swapped_span(original: Callable[..., Any]) -> Callable[..., Any]:
             return original(name, *args, **kwargs)  # not ours: the SDK's tracing as it was
         attributes = kwargs.get("attributes")
         if type(attributes) is dict or isinstance(attributes, Mapping):
-            sending.report(attributes)
+            # ``sending.report(attributes)`` for the start's, the only one so far (a call less per request).
+            if sending.reported is None:
+                sending.reported = attributes
+            else:
+                sending.report(attributes)
         return sending  # the span (and its context manager) the SDK sets what it knows on
 
     return otel_span
@@ -264,7 +270,8 @@ async def _alone(
 async def _request(relay: Any, hints: dict[str, Any], call: Call) -> Any:
     """Any request but a tool call: a plain scope around it."""
     handle = relay.scope.push(hints["name"], _CUSTOM, metadata={cv.SPAN_HINTS: hints})
-    sending = _Sending(carrier_for(handle))
+    sending = _Sending()
+    sending.carrier = carrier_for(handle)
     token = _sending.set(sending)
     try:
         result = await call()
@@ -286,7 +293,8 @@ async def _tool_call(relay: Any, tool: str, arguments: Any, hints: dict[str, Any
     handle = relay.tools.open_unintercepted(tool, arguments, {cv.SPAN_HINTS: hints})
     if handle is not None:
         # No intercept anywhere: the tool scope is ours to end, with nothing between it and the send.
-        sending = _Sending(carrier_for(handle))
+        sending = _Sending()
+        sending.carrier = carrier_for(handle)
         token = _sending.set(sending)
         try:
             result = await call()
@@ -309,7 +317,10 @@ async def _tool_call(relay: Any, tool: str, arguments: Any, hints: dict[str, Any
 def _tool_end(sending: _Sending, result: Any) -> tuple[dict[str, Any], bool]:
     """A sent tool call's end attributes, and whether the server marked its result ``isError``."""
     end = sending.end_attributes(None)
-    failed = mc.is_tool_error(result)
+    # The SDK's result model says it in a bool field: read here, a call less per tool call;
+    # anything else (a dict, another shape) is ``is_tool_error``'s to read.
+    flag = getattr(result, "is_error", None)
+    failed = flag is True if type(flag) is bool else mc.is_tool_error(result)
     if failed:
         end["error.type"] = mc.TOOL_ERROR
     return end, failed
@@ -320,7 +331,8 @@ async def _intercepted_tool_call(
 ) -> Any:
     """Through ``relay.tools.execute_async``, so the relay's tool request intercepts (guardrails;
     argument rewrites) and execution intercepts run first."""
-    sending = _Sending({})
+    sending = _Sending()
+    sending.carrier = {}
     sent = False
 
     async def terminal(args: Any) -> Any:
@@ -370,7 +382,8 @@ def _set_end_hints(current: Any, hints: dict[str, Any], end: dict[str, Any]) -> 
 
 
 async def _join_tool_scope(handle: Any, hints: dict[str, Any], call: Call) -> Any:
-    sending = _Sending(carrier_for(handle))
+    sending = _Sending()
+    sending.carrier = carrier_for(handle)
     error: BaseException | None = None
     token = _sending.set(sending)
     try:

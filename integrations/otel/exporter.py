@@ -471,15 +471,8 @@ class OTelExporter:
     def _shutdown_at_exit(self) -> None:
         self.shutdown()
 
-    def _carrier(self, handle: Any) -> dict[str, str] | None:
-        """What a request an integration sends out of the process (MCP) carries of this scope's span."""
-        span = self.span_for(handle.uuid)
-        if span is None:
-            return None
-        carrier = propagation.plain_carrier(span)
-        if carrier is None:
-            carrier = self.headers_for(handle.uuid)
-        return carrier or None
+    # What a request an integration sends out of the process (MCP) carries of a scope's span.
+    _carrier = propagation.carrier
 
 
 def _no_content(event: Event, out: dict[str, Any]) -> None:

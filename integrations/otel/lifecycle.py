@@ -58,7 +58,8 @@ def attach(exporter: OTelExporter, target: Any, *, name: str = "otel", propagate
 
     exporter._attachments.append(Attachment(target, name, connect, disconnect))
     # Requests that integrations send out of the process (MCP) carry our span's context.
-    register_carrier_provider(exporter._carrier)
+    # ``fresh``: ``_carrier`` builds a new dict per call (plain_carrier's or the propagators'), no copy needed.
+    register_carrier_provider(exporter._carrier, fresh=True)
     return exporter
 
 

@@ -14,14 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import baggage, propagate
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
+from opentelemetry.context import get_current
 from opentelemetry.propagators.composite import CompositePropagator
-from opentelemetry.trace import Span, SpanContext
+from opentelemetry.trace import SpanContext
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from relay_runtime.attempt import current_attempt
 from relay_runtime.types import LLMRequest
 
-from .deferred import _DEFAULT_TRACE_STATE
+from .deferred import _DEFAULT_TRACE_STATE, DeferredSpan
 
 if TYPE_CHECKING:
     from .exporter import OTelExporter
@@ -78,18 +79,31 @@ def _is_default(textmap: Any) -> bool:
     return True
 
 
-def plain_carrier(span: Span) -> dict[str, str] | None:
-    """What the default propagators would inject for ``span`` when no baggage is set, written directly
-    (they make a context and walk a composite of two for the same two headers); None when another
-    propagator is configured, baggage is set or the span's context is not valid: then ask the propagators."""
-    if not _is_default(propagate.get_global_textmap()) or baggage.get_all():
+def carrier(exporter: OTelExporter, handle: Any) -> dict[str, str] | None:
+    """What a request an integration sends out of the process (MCP) carries of this scope's span
+    (``OTelExporter._carrier``, a new dict per call), or None when the scope has no open span.
+
+    When the default propagators are configured and no baggage is set, what they would inject is
+    written directly (they make a context and walk a composite of two for the same two headers);
+    otherwise, or when the span's context is not valid, the propagators are asked. One function,
+    not three: it runs on every request an MCP client sends.
+    """
+    record = exporter._table.get(handle.uuid)
+    if record is None:
         return None
-    sc = span.get_span_context()
-    # A SpanContext is a tuple (trace id, span id, remote, flags, state, valid): read in place.
-    if type(sc) is not SpanContext or not sc[5]:
-        return None
-    out = {"traceparent": f"00-{sc[0]:032x}-{sc[1]:016x}-{sc[3]:02x}"}
-    state = sc[4]
-    if state is not None and state is not _DEFAULT_TRACE_STATE and len(state):
-        out["tracestate"] = state.to_header()
-    return out
+    span = record.span
+    textmap = propagate.get_global_textmap()
+    # An empty context has no baggage: only a context with something in it is asked (``get_all``
+    # reads the current context through four calls).
+    context = get_current()
+    if (textmap is _plain[0] or _is_default(textmap)) and not (context and baggage.get_all(context)):
+        # Our deferred span's context is a field: read without a call.
+        sc = span.context if type(span) is DeferredSpan else span.get_span_context()
+        # A SpanContext is a tuple (trace id, span id, remote, flags, state, valid): read in place.
+        if type(sc) is SpanContext and sc[5]:
+            out = {"traceparent": f"00-{sc[0]:032x}-{sc[1]:016x}-{sc[3]:02x}"}
+            state = sc[4]
+            if state is not None and state is not _DEFAULT_TRACE_STATE and len(state):
+                out["tracestate"] = state.to_header()
+            return out
+    return exporter.headers_for(handle.uuid) or None
