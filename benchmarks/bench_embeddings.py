@@ -8,6 +8,8 @@
 ``ours`` is alternated call by call with the bare call in several runs (the ratio is the median of
 the runs' ratios, target <= 1.06x); a peer patches the SDK's classes, so it is timed in blocks with
 its instrumentor on, beside blocks of bare calls with it off, in turn. Figures are medians of single calls.
+With valgrind installed, instructions per call are counted too (``benchmarks.instructions``): a figure a
+loaded machine cannot move.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 import httpx2
 
+from benchmarks import instructions
 from benchmarks.managed_turn import managed_turn
 
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))
@@ -157,8 +160,54 @@ def main() -> None:
             notes.append(f"{name} ran but recorded no spans for embeddings")
     for note in notes:
         print("note:", note)
+    if instructions.available():
+        print("openai embeddings.create:")
+        counted = instructions.report("benchmarks.bench_embeddings", ["bare", "ours"] + [name for name, _ in peers])
+        verdict = counted["ours"] / counted["bare"]
+        print(f"  target ours <= {TARGET}x bare in instructions: {'met' if verdict <= TARGET else 'MISSED'} "
+              f"({verdict:.3f}x)")  # fmt: skip
     sys.stdout.flush()
 
 
+def count(variant: str, n: int) -> None:
+    """``instructions``' entry: warm up, then ``n`` calls of one variant in a managed turn.
+
+    ``bare`` / ``ours`` (``adapters.instrument``) / ``openinference`` / ``openllmetry`` (the peer's
+    instrumentor on, in-memory span exporter, cleared before each call as the exporter would grow).
+    """
+    from relay_runtime import adapters
+
+    client = _client()
+    create = partial(client.embeddings.create, **KWARGS)
+    call: Callable[[], Any] = create
+    if variant == "ours":
+        adapters.instrument(client)
+        call = partial(client.embeddings.create, **KWARGS)
+    elif variant != "bare":
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        instrumentor = dict(_peers()[0])[variant]
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        instrumentor.instrument(tracer_provider=provider)
+
+        def call() -> Any:
+            exporter.clear()
+            return client.embeddings.create(**KWARGS)
+
+    with managed_turn(subscribed=True):
+        for _ in range(20):
+            call()
+        instructions.settle()
+        for _ in range(n):
+            call()
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--count"]:
+        count(sys.argv[2], int(sys.argv[3]))
+    else:
+        main()

@@ -8,12 +8,7 @@ neutral view flattens the config: ``system_instruction`` is the system prompt, `
 under the SDK's own names. ``http_options`` is transport (headers, timeouts, retries): it is
 neither shown nor matched on, and ``apply`` leaves it as it was.
 
-Responses are the SDK's own ``GenerateContentResponse`` objects, read by attribute (dicts read
-the same way, for a response rebuilt from a stream). Gemini's ``prompt_token_count`` already
-holds the cached tokens (``cached_content_token_count``) and its candidates' count leaves the
-thoughts out: input tokens are the prompt plus the tool-use prompt, output tokens the candidates
-plus the thoughts (as OpenAI's ``completion_tokens`` holds its reasoning), so ``input_tokens`` and
-``output_tokens`` mean what they mean for every other provider.
+Responses (the SDK's own ``GenerateContentResponse`` objects, or dicts) are read in ``answers``.
 """
 
 from __future__ import annotations
@@ -23,9 +18,10 @@ from typing import Any
 
 from relay_runtime.codec import CountingAccumulator
 from relay_runtime.neutral import NEUTRAL_PARAMS, ParamSpelling, UnsupportedParamError, register_compatible
-from relay_runtime.types import REMOVED, AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta, TokenUsage
+from relay_runtime.types import REMOVED, AnnotatedLLMRequest, AnnotatedLLMResponse
 
 from ..common import as_int, as_list, as_str, get
+from .answers import GenerateContentAccumulator, blocked_reason, finish_reason, parts_of, read_parts, usage_of
 
 GEMINI = "gcp.gemini"
 VERTEX = "gcp.vertex_ai"
@@ -50,14 +46,6 @@ _NEUTRAL_OF = {sdk: neutral for neutral, sdk in CONFIG_KEYS.items()}
 # Config fields the neutral view holds in its own fields (system, tools, tool_choice) or keeps out (transport).
 _SYSTEM, _TOOLS, _TOOL_CHOICE, _TRANSPORT = "system_instruction", "tools", "tool_config", "http_options"
 _HELD = frozenset({_SYSTEM, _TOOLS, _TOOL_CHOICE, _TRANSPORT, *_NEUTRAL_OF})
-
-# Gemini's finish reasons -> the vocabulary the GenAI conventions use (``stop``, ``length``,
-# ``content_filter``, ``tool_call``, ``error``); any other is kept, lower-cased (``continuation``).
-_FILTERED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY",
-                       "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION", "LANGUAGE"})  # fmt: skip
-_ERRORS = frozenset({"MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS",
-                     "MISSING_THOUGHT_SIGNATURE", "MALFORMED_RESPONSE"})  # fmt: skip
-_MODALITY_FIELDS = {"AUDIO": "audio", "IMAGE": "image"}
 
 
 def config_view(config: Any) -> dict[str, Any]:
@@ -89,115 +77,6 @@ def _with_config(config: Any, updates: dict[str, Any]) -> Any:
 
 def _value(value: Any) -> Any:
     return None if value is REMOVED else value
-
-
-def finish_reason(value: Any, tool_calls: bool = False) -> str | None:
-    """Gemini's ``FinishReason`` (an enum member or its name) in the conventions' words."""
-    name = getattr(value, "value", value)
-    if not isinstance(name, str) or not name or name == "FINISH_REASON_UNSPECIFIED":
-        return None
-    if name == "STOP":
-        return "tool_call" if tool_calls else "stop"
-    if name == "MAX_TOKENS":
-        return "length"
-    if name in _FILTERED:
-        return "content_filter"
-    if name in _ERRORS:
-        return "error"
-    return name.lower()
-
-
-def _modality_counts(details: Any) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for item in as_list(details):
-        modality = get(item, "modality")
-        name = _MODALITY_FIELDS.get(getattr(modality, "value", modality))
-        count = as_int(get(item, "token_count"))
-        if name is not None and count is not None:
-            counts[name] = counts.get(name, 0) + count
-    return counts
-
-
-# A pydantic model class -> its field names (``model_fields`` is a class property that costs a call per read).
-_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def dumped(value: Any) -> Any:
-    """``value.model_dump(exclude_none=True)`` for the SDK's models (``extra='forbid'``: their fields are all
-    there is), read field by field: the usage a stream ends with is a flat model of counts, for which
-    pydantic's serializer costs more than the whole fold. Anything else comes back as it is."""
-    cls = type(value)
-    names = _FIELDS.get(cls)
-    if names is None:
-        fields = getattr(cls, "model_fields", None)
-        if not isinstance(fields, Mapping) or not callable(getattr(value, "model_dump", None)):
-            return value
-        names = _FIELDS[cls] = tuple(fields)
-    out: dict[str, Any] = {}
-    for name in names:
-        item = getattr(value, name, None)
-        if item is None:
-            continue
-        if type(item) is list:
-            item = [dumped(i) for i in item]
-        elif hasattr(type(item), "model_fields"):
-            item = dumped(item)
-        out[name] = item
-    return out
-
-
-def usage_of(usage: Any) -> TokenUsage:
-    if usage is None:
-        return TokenUsage()
-    prompt = as_int(get(usage, "prompt_token_count"))
-    tool_prompt = as_int(get(usage, "tool_use_prompt_token_count"))
-    candidates = as_int(get(usage, "candidates_token_count"))
-    if candidates is None:
-        candidates = as_int(get(usage, "response_token_count"))  # the embeddings' and Live's spelling
-    thoughts = as_int(get(usage, "thoughts_token_count"))
-    inputs = None if prompt is None and tool_prompt is None else (prompt or 0) + (tool_prompt or 0)
-    outputs = None if candidates is None and thoughts is None else (candidates or 0) + (thoughts or 0)
-    prompt_modalities = _modality_counts(get(usage, "prompt_tokens_details"))
-    output_modalities = _modality_counts(get(usage, "candidates_tokens_details"))
-    return TokenUsage(
-        input_tokens=inputs,
-        output_tokens=outputs,
-        cache_read_tokens=as_int(get(usage, "cached_content_token_count")),
-        reasoning_tokens=thoughts,
-        input_audio_tokens=prompt_modalities.get("audio"),
-        input_image_tokens=prompt_modalities.get("image"),
-        output_audio_tokens=output_modalities.get("audio"),
-        output_image_tokens=output_modalities.get("image"),
-    )
-
-
-def tool_call(function_call: Any) -> dict[str, Any]:
-    return {"id": as_str(get(function_call, "id")), "name": as_str(get(function_call, "name")),
-            "arguments": get(function_call, "args")}  # fmt: skip
-
-
-def _read_parts(parts: Any) -> tuple[list[str], list[str], list[dict[str, Any]]]:
-    """A candidate's parts as (texts, thoughts, tool calls)."""
-    texts: list[str] = []
-    thoughts: list[str] = []
-    calls: list[dict[str, Any]] = []
-    for part in as_list(parts):
-        text = as_str(get(part, "text"))
-        if text:
-            (thoughts if get(part, "thought") is True else texts).append(text)
-        function_call = get(part, "function_call")
-        if function_call is not None:
-            calls.append(tool_call(function_call))
-    return texts, thoughts, calls
-
-
-def _blocked(response: Any) -> str | None:
-    """A prompt the API refused to answer (``promptFeedback.blockReason``): a content filter."""
-    reason = get(get(response, "prompt_feedback"), "block_reason")
-    name = getattr(reason, "value", reason)
-    if isinstance(name, str) and name and name != "BLOCKED_REASON_UNSPECIFIED":
-        return "content_filter"
-    return None
 
 
 def _contents_of(value: Any) -> list[Any]:
@@ -275,13 +154,14 @@ class GenerateContentCodec:
         texts: list[str] = []
         calls: list[dict[str, Any]] = []
         for index, candidate in enumerate(as_list(get(response, "candidates"))):
-            candidate_texts, _thoughts, candidate_calls = _read_parts(get(get(candidate, "content"), "parts"))
+            parts, finish = parts_of(candidate)
+            candidate_texts, _thoughts, candidate_calls = read_parts(parts)
             if index == 0:
                 texts, calls = candidate_texts, candidate_calls
-            reason = finish_reason(get(candidate, "finish_reason"), bool(candidate_calls))
+            reason = finish_reason(finish, bool(candidate_calls))
             if reason:
                 reasons.append(reason)
-        blocked = _blocked(response)
+        blocked = blocked_reason(response)
         if blocked and not reasons:
             reasons.append(blocked)
         return AnnotatedLLMResponse(
@@ -312,88 +192,6 @@ def _param_updates(params: Any) -> dict[str, Any]:
             value = [value]
         updates[CONFIG_KEYS[key]] = value
     return updates
-
-
-class GenerateContentAccumulator:
-    """Folds ``generate_content_stream`` chunks (each a ``GenerateContentResponse``) into one response.
-
-    The last chunk carries the candidate's ``finish_reason`` (and the whole usage); a stream
-    whose chunks never said why the model stopped was cut short (``terminated`` stays False).
-    A prompt blocked outright ends the stream with its ``prompt_feedback`` instead.
-    """
-
-    __slots__ = ("blocked", "calls", "model", "reason", "response_id", "terminated", "texts", "thoughts", "usage")
-
-    def __init__(self) -> None:
-        self.texts: list[str] = []
-        self.thoughts: list[str] = []
-        self.calls: list[dict[str, Any]] = []
-        self.reason: Any = None
-        self.usage: Any = None
-        self.model: str | None = None
-        self.response_id: str | None = None
-        self.blocked: str | None = None
-        self.terminated = False
-
-    def add(self, chunk: Any) -> ChunkDelta | None:
-        usage = get(chunk, "usage_metadata")
-        if usage is not None:
-            self.usage = usage  # each chunk's usage is the running total: the last one is the whole
-        self.model = as_str(get(chunk, "model_version")) or self.model
-        self.response_id = as_str(get(chunk, "response_id")) or self.response_id
-        candidates = as_list(get(chunk, "candidates"))
-        if not candidates:
-            blocked = _blocked(chunk)
-            if blocked:
-                self.blocked = blocked
-                self.terminated = True
-            return None
-        candidate = candidates[0]
-        texts, thoughts, calls = _read_parts(get(get(candidate, "content"), "parts"))
-        self.texts += texts
-        self.thoughts += thoughts
-        self.calls += calls
-        reason = get(candidate, "finish_reason")
-        if reason is not None:
-            self.reason = reason
-            self.terminated = True
-        text, thought = "".join(texts), "".join(thoughts)
-        extra = 0  # no generator frames for the common chunk: no calls, one candidate
-        if calls:
-            extra += sum(len(str(call.get("arguments") or "")) for call in calls)
-        if len(candidates) > 1:
-            extra += sum(len(str(c)) for c in candidates[1:])
-        if not text and not thought and not extra:
-            return None
-        return ChunkDelta(text=text, reasoning=thought, extra_chars=extra)
-
-    def finish(self) -> tuple[Any, AnnotatedLLMResponse]:
-        reason = finish_reason(self.reason, bool(self.calls))
-        parts: list[dict[str, Any]] = (
-            [{"text": t, "thought": True} for t in self.thoughts if t] if self.thoughts else []
-        )
-        if self.texts:
-            parts.append({"text": "".join(self.texts)})
-        if self.calls:
-            parts += [{"function_call": {"id": c["id"], "name": c["name"], "args": c["arguments"]}} for c in self.calls]
-        response: dict[str, Any] = {
-            "candidates": [{"content": {"role": "model", "parts": parts},
-                            "finish_reason": getattr(self.reason, "value", self.reason)}],
-            "model_version": self.model,
-            "response_id": self.response_id,
-        }  # fmt: skip
-        if self.usage is not None:
-            response["usage_metadata"] = dumped(self.usage)
-        reasons = [reason] if reason else ([self.blocked] if self.blocked else [])
-        annotation = AnnotatedLLMResponse(
-            model=self.model,
-            id=self.response_id,
-            finish_reasons=reasons,
-            usage=usage_of(self.usage),
-            output_text="".join(self.texts) if self.texts else None,
-            tool_calls=list(self.calls),
-        )
-        return response, annotation
 
 
 # -- embed_content ------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from relay_runtime.attempt import Attempt, current_attempt
 from relay_runtime.types import LLMRequest, request_of_kwargs
 from relay_runtime.urls import server_address
 
-from . import cassette, logical, tries
+from . import answers, cassette, logical, tries
 from .codec import CODECS, GEMINI, VERTEX, EmbedContentCodec, GenerateContentCodec
 
 GENERATE, STREAM, EMBED = "generate", "stream", "embed"
@@ -59,6 +59,7 @@ class ClientState:
         self.key: str | None = key if isinstance(key, str) and key else None
         redaction.remember_secret(self.key)
         tries.install(api_client)
+        answers.load_sdk()
 
 
 def state_of(api_client: Any) -> ClientState:

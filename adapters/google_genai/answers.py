@@ -1,0 +1,295 @@
+"""What the Gemini API answered: a whole ``GenerateContentResponse`` read, and a stream's chunks folded into one.
+
+Answers are the SDK's own pydantic models, or dicts (a response rebuilt from a stream, a cassette's,
+a caller's), or anything duck-typed: read through ``get``'s tolerant reads. The SDK's own classes
+are read by plain attribute instead: a 3-chunk stream reads about 40 fields, and ``get``'s call
+and checks cost more than the read (see ``load_sdk``).
+
+Gemini's ``prompt_token_count`` already holds the cached tokens (``cached_content_token_count``)
+and its candidates' count leaves the thoughts out: input tokens are the prompt plus the tool-use
+prompt, output tokens the candidates plus the thoughts (as OpenAI's ``completion_tokens`` holds
+its reasoning), so ``input_tokens`` and ``output_tokens`` mean what they mean for every other provider.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from relay_runtime.types import AnnotatedLLMResponse, ChunkDelta, TokenUsage
+
+from ..common import as_int, as_list, as_str, get
+
+# Gemini's finish reasons -> the vocabulary the GenAI conventions use (``stop``, ``length``,
+# ``content_filter``, ``tool_call``, ``error``); any other is kept, lower-cased (``continuation``).
+_FILTERED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY",
+                       "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION", "LANGUAGE"})  # fmt: skip
+_ERRORS = frozenset({"MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS",
+                     "MISSING_THOUGHT_SIGNATURE", "MALFORMED_RESPONSE"})  # fmt: skip
+_MODALITY_FIELDS = {"AUDIO": "audio", "IMAGE": "image"}
+_NO_COUNTS: dict[str, int] = {}  # read only
+
+
+class _Never:
+    """Stands for an SDK class not looked up (yet): no answer is of this type."""
+
+
+# The SDK's classes whose fields are read directly, and the fields read of each. Read directly, a field
+# is exactly what ``get`` reads (a pydantic field is a plain attribute, never raising); a class not
+# loaded, or lacking one of the fields (another SDK version), stays ``_Never``: read through ``get``.
+_USAGE_CLASS = "GenerateContentResponseUsageMetadata"
+_DIRECT_FIELDS: dict[str, tuple[str, ...]] = {
+    "GenerateContentResponse": ("usage_metadata", "model_version", "response_id", "candidates"),
+    "Candidate": ("content", "finish_reason"),
+    "Content": ("parts",),
+    "Part": ("text", "thought", "function_call"),
+    _USAGE_CLASS: (
+        "prompt_token_count", "tool_use_prompt_token_count", "candidates_token_count", "thoughts_token_count",
+        "cached_content_token_count", "prompt_tokens_details", "candidates_tokens_details",
+    ),
+}  # fmt: skip
+# Any, not type: mypy would narrow what ``type(x) is _USAGE`` checks to a bare object.
+_RESPONSE: Any = _Never
+_CANDIDATE: Any = _Never
+_CONTENT: Any = _Never
+_PART: Any = _Never
+_USAGE: Any = _Never
+
+
+def load_sdk() -> None:
+    """Look the SDK's classes up (by each client's first call: ``google.genai.types`` is imported by then)."""
+    global _RESPONSE, _CANDIDATE, _CONTENT, _PART, _USAGE
+    types = sys.modules.get("google.genai.types")
+    if types is None or _RESPONSE is not _Never:
+        return
+    found: dict[str, type] = {}
+    for name, fields in _DIRECT_FIELDS.items():
+        cls = getattr(types, name, None)
+        model_fields = getattr(cls, "model_fields", None)
+        if isinstance(cls, type) and isinstance(model_fields, Mapping) and all(f in model_fields for f in fields):
+            found[name] = cls
+    if "response_token_count" in getattr(found.get(_USAGE_CLASS), "model_fields", ()):
+        del found[_USAGE_CLASS]  # usage_of reads it only where the class lacks it (as None)
+    _CANDIDATE = found.get("Candidate", _Never)
+    _CONTENT = found.get("Content", _Never)
+    _PART = found.get("Part", _Never)
+    _USAGE = found.get(_USAGE_CLASS, _Never)
+    _RESPONSE = found.get("GenerateContentResponse", _Never)
+
+
+def finish_reason(value: Any, tool_calls: bool = False) -> str | None:
+    """Gemini's ``FinishReason`` (an enum member or its name) in the conventions' words."""
+    name = getattr(value, "value", value)
+    if not isinstance(name, str) or not name or name == "FINISH_REASON_UNSPECIFIED":
+        return None
+    if name == "STOP":
+        return "tool_call" if tool_calls else "stop"
+    if name == "MAX_TOKENS":
+        return "length"
+    if name in _FILTERED:
+        return "content_filter"
+    if name in _ERRORS:
+        return "error"
+    return name.lower()
+
+
+def _modality_counts(details: Any) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for item in as_list(details):
+        modality = get(item, "modality")
+        name = _MODALITY_FIELDS.get(getattr(modality, "value", modality))
+        count = as_int(get(item, "token_count"))
+        if name is not None and count is not None:
+            counts[name] = counts.get(name, 0) + count
+    return counts
+
+
+# A pydantic model class -> its field names (``model_fields`` is a class property that costs a call per read).
+_FIELDS: dict[type, tuple[str, ...]] = {}
+_PLAIN = frozenset({int, str, float, bool, bytes})  # the values no model is of (most of a usage's)
+
+
+def dumped(value: Any) -> Any:
+    """``value.model_dump(exclude_none=True)`` for the SDK's models (``extra='forbid'``: their fields are all
+    there is), read field by field: the usage a stream ends with is a flat model of counts, for which
+    pydantic's serializer costs more than the whole fold. Anything else comes back as it is."""
+    cls = type(value)
+    names = _FIELDS.get(cls)
+    if names is None:
+        fields = getattr(cls, "model_fields", None)
+        if not isinstance(fields, Mapping) or not callable(getattr(value, "model_dump", None)):
+            return value
+        names = _FIELDS[cls] = tuple(fields)
+    out: dict[str, Any] = {}
+    for name in names:
+        item = getattr(value, name, None)
+        if item is None:
+            continue
+        kind = type(item)
+        if kind is list:
+            item = [dumped(i) for i in item]
+        elif kind not in _PLAIN and hasattr(kind, "model_fields"):  # a miss costs an AttributeError: ~4x the rest
+            item = dumped(item)
+        out[name] = item
+    return out
+
+
+def usage_of(usage: Any) -> TokenUsage:
+    if usage is None:
+        return TokenUsage()
+    if type(usage) is _USAGE:
+        prompt, tool_prompt = usage.prompt_token_count, usage.tool_use_prompt_token_count
+        candidates, thoughts = as_int(usage.candidates_token_count), usage.thoughts_token_count
+        cached = usage.cached_content_token_count
+        prompt_details, output_details = usage.prompt_tokens_details, usage.candidates_tokens_details
+    else:
+        prompt, tool_prompt = get(usage, "prompt_token_count"), get(usage, "tool_use_prompt_token_count")
+        candidates, thoughts = as_int(get(usage, "candidates_token_count")), get(usage, "thoughts_token_count")
+        if candidates is None:  # the SDK's class has no such field (load_sdk checks): pydantic would raise
+            candidates = as_int(get(usage, "response_token_count"))  # the embeddings' and Live's spelling
+        cached = get(usage, "cached_content_token_count")
+        prompt_details, output_details = get(usage, "prompt_tokens_details"), get(usage, "candidates_tokens_details")
+    prompt, tool_prompt, thoughts = as_int(prompt), as_int(tool_prompt), as_int(thoughts)
+    inputs = None if prompt is None and tool_prompt is None else (prompt or 0) + (tool_prompt or 0)
+    outputs = None if candidates is None and thoughts is None else (candidates or 0) + (thoughts or 0)
+    # No details (the common answer) count nothing: spared the two calls.
+    prompt_modalities = _modality_counts(prompt_details) if prompt_details else _NO_COUNTS
+    output_modalities = _modality_counts(output_details) if output_details else _NO_COUNTS
+    return TokenUsage(
+        input_tokens=inputs,
+        output_tokens=outputs,
+        cache_read_tokens=as_int(cached),
+        reasoning_tokens=thoughts,
+        input_audio_tokens=prompt_modalities.get("audio"),
+        input_image_tokens=prompt_modalities.get("image"),
+        output_audio_tokens=output_modalities.get("audio"),
+        output_image_tokens=output_modalities.get("image"),
+    )
+
+
+def tool_call(function_call: Any) -> dict[str, Any]:
+    return {"id": as_str(get(function_call, "id")), "name": as_str(get(function_call, "name")),
+            "arguments": get(function_call, "args")}  # fmt: skip
+
+
+def read_parts(parts: Any) -> tuple[list[str], list[str], list[dict[str, Any]]]:
+    """A candidate's parts as (texts, thoughts, tool calls)."""
+    texts: list[str] = []
+    thoughts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for part in as_list(parts):
+        direct = type(part) is _PART
+        text = part.text if direct else get(part, "text")
+        if isinstance(text, str) and text:
+            thought = part.thought if direct else get(part, "thought")
+            (thoughts if thought is True else texts).append(text)
+        function_call = part.function_call if direct else get(part, "function_call")
+        if function_call is not None:
+            calls.append(tool_call(function_call))
+    return texts, thoughts, calls
+
+
+def parts_of(candidate: Any) -> tuple[Any, Any]:
+    """A candidate's (parts, finish reason)."""
+    if type(candidate) is _CANDIDATE:
+        content, reason = candidate.content, candidate.finish_reason
+    else:
+        content, reason = get(candidate, "content"), get(candidate, "finish_reason")
+    return (content.parts if type(content) is _CONTENT else get(content, "parts")), reason
+
+
+def blocked_reason(response: Any) -> str | None:
+    """A prompt the API refused to answer (``promptFeedback.blockReason``): a content filter."""
+    reason = get(get(response, "prompt_feedback"), "block_reason")
+    name = getattr(reason, "value", reason)
+    if isinstance(name, str) and name and name != "BLOCKED_REASON_UNSPECIFIED":
+        return "content_filter"
+    return None
+
+
+class GenerateContentAccumulator:
+    """Folds ``generate_content_stream`` chunks (each a ``GenerateContentResponse``) into one response.
+
+    The last chunk carries the candidate's ``finish_reason`` (and the whole usage); a stream
+    whose chunks never said why the model stopped was cut short (``terminated`` stays False).
+    A prompt blocked outright ends the stream with its ``prompt_feedback`` instead.
+    """
+
+    __slots__ = ("blocked", "calls", "model", "reason", "response_id", "terminated", "texts", "thoughts", "usage")
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self.thoughts: list[str] = []
+        self.calls: list[dict[str, Any]] = []
+        self.reason: Any = None
+        self.usage: Any = None
+        self.model: str | None = None
+        self.response_id: str | None = None
+        self.blocked: str | None = None
+        self.terminated = False
+
+    def add(self, chunk: Any) -> ChunkDelta | None:
+        if type(chunk) is _RESPONSE:
+            usage, model = chunk.usage_metadata, chunk.model_version
+            response_id, candidates = chunk.response_id, chunk.candidates
+        else:
+            usage, model = get(chunk, "usage_metadata"), get(chunk, "model_version")
+            response_id, candidates = get(chunk, "response_id"), get(chunk, "candidates")
+        if usage is not None:
+            self.usage = usage  # each chunk's usage is the running total: the last one is the whole
+        if isinstance(model, str) and model:
+            self.model = model
+        if isinstance(response_id, str) and response_id:
+            self.response_id = response_id
+        if not isinstance(candidates, list | tuple) or not candidates:
+            blocked = blocked_reason(chunk)
+            if blocked:
+                self.blocked = blocked
+                self.terminated = True
+            return None
+        parts, reason = parts_of(candidates[0])
+        texts, thoughts, calls = read_parts(parts)
+        self.texts += texts
+        self.thoughts += thoughts
+        self.calls += calls
+        if reason is not None:
+            self.reason = reason
+            self.terminated = True
+        text, thought = "".join(texts), "".join(thoughts)
+        extra = 0  # no generator frames for the common chunk: no calls, one candidate
+        if calls:
+            extra += sum(len(str(call.get("arguments") or "")) for call in calls)
+        if len(candidates) > 1:
+            extra += sum(len(str(c)) for c in candidates[1:])
+        if not text and not thought and not extra:
+            return None
+        return ChunkDelta(text=text, reasoning=thought, extra_chars=extra)
+
+    def finish(self) -> tuple[Any, AnnotatedLLMResponse]:
+        reason = finish_reason(self.reason, bool(self.calls))
+        parts: list[dict[str, Any]] = (
+            [{"text": t, "thought": True} for t in self.thoughts if t] if self.thoughts else []
+        )
+        if self.texts:
+            parts.append({"text": "".join(self.texts)})
+        if self.calls:
+            parts += [{"function_call": {"id": c["id"], "name": c["name"], "args": c["arguments"]}} for c in self.calls]
+        response: dict[str, Any] = {
+            "candidates": [{"content": {"role": "model", "parts": parts},
+                            "finish_reason": getattr(self.reason, "value", self.reason)}],
+            "model_version": self.model,
+            "response_id": self.response_id,
+        }  # fmt: skip
+        if self.usage is not None:
+            response["usage_metadata"] = dumped(self.usage)
+        reasons = [reason] if reason else ([self.blocked] if self.blocked else [])
+        annotation = AnnotatedLLMResponse(
+            model=self.model,
+            id=self.response_id,
+            finish_reasons=reasons,
+            usage=usage_of(self.usage),
+            output_text="".join(self.texts) if self.texts else None,
+            tool_calls=list(self.calls),
+        )
+        return response, annotation
