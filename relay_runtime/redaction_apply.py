@@ -77,11 +77,14 @@ class Application:
             return result
         counts, pairs = self.counts, self.pairs
         before = dict(counts)
-        sliced = fired_in_text(rules)
+        sliced = (rules is self.policy.rules and self.policy._detectors_only) or fired_in_text(rules)
         had = set(pairs) if pairs and sliced else None
         result = self._run(rules, text)
         self.leaves[text] = result
-        fired = {k: v - before.get(k, 0) for k, v in counts.items() if v != before.get(k, 0)}
+        if before:
+            fired = {k: v - before.get(k, 0) for k, v in counts.items() if v != before.get(k, 0)}
+        else:  # the first string the rules fired in, this pass: all they counted is its own
+            fired = dict(counts)
         if result is not text:
             self.found[text] = fired
         if not fired:
@@ -99,6 +102,8 @@ class Application:
         return result
 
     def _run(self, rules: Any, text: str) -> str:
+        if rules is self.policy.rules and self.policy._detectors_only:  # the usual policy: one row of detectors
+            return self._apply_detectors(rules, text)
         result = text
         i, n = 0, len(rules)
         while i < n:

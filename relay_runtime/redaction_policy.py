@@ -92,7 +92,8 @@ class RedactionPolicy:
         # The shortest value any detector rule can find: shorter strings (roles, small ids) are not scanned.
         self._shortest = min((r.finder.shortest for r in self.rules if r.finder is not None), default=0)
         # Shorter strings are not read at all: every rule is a detector that needs more.
-        self._floor = self._shortest if all(r.finder is not None for r in self.rules) else 0
+        self._detectors_only = all(r.finder is not None for r in self.rules)
+        self._floor = self._shortest if self._detectors_only else 0
         # What the rules made of long strings seen before (text -> result, counts, replaced spans), bounded.
         self._memo: OrderedDict[str, tuple[str, dict[str, int], dict[str, str]]] = OrderedDict()
         self._memo_chars = 0
