@@ -62,7 +62,8 @@ def at(
 
 # -- e-mail ------------------------------------------------------------------------------
 
-_LOCAL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._%+-")
+_LOCAL = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._%+-"
+_LOCAL_CHARS = frozenset(_LOCAL)
 _DOMAIN = re.compile(r"(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,24}(?![\w-])")
 
 
@@ -72,10 +73,9 @@ def find_email(text: str) -> list[Span]:
     i = text.find("@")
     last = 0
     while i >= 0:
-        start = i
         floor = max(last, i - 64)
-        while start > floor and text[start - 1] in _LOCAL_CHARS:
-            start -= 1
+        # Back from the "@" over the local part's characters, down to ``floor``: one rstrip in C.
+        start = floor + len(text[floor:i].rstrip(_LOCAL))
         domain = _DOMAIN.match(text, i + 1)
         longer = start > 0 and start == floor and text[start - 1] in _LOCAL_CHARS
         if domain is not None and start < i and not longer and not text[start - 1 : start].isalnum():

@@ -145,7 +145,9 @@ class Application:
                 continue
             rule = rules[index]
             value = text[start:end]
-            new = rule.replace(value, None, key)
+            new = rule.constant
+            if new is None:
+                new = rule.replace(value, None, key)
             pieces.append(text[last:start])
             pieces.append(new)
             last = end

@@ -31,6 +31,7 @@ class Rule:
 
     __slots__ = (
         "action",
+        "constant",
         "detector",
         "finder",
         "name",
@@ -101,6 +102,8 @@ class Rule:
         self.unmasked_prefix = unmasked_prefix
         self.unmasked_suffix = unmasked_suffix
         self.whole = self.finder is None and self.regex is None
+        # What every value becomes when that does not depend on the value (remove, redact): set once, read per hit.
+        self.constant = "" if action == "remove" else self.replace("", None, None) if action == "redact" else None
         if name is None:
             name = f"{action}:{detector}" if detector else (f"{action}:pattern" if pattern is not None else action)
         if not isinstance(name, str) or not name:
