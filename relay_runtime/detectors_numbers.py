@@ -123,14 +123,15 @@ def find_phone(text: str) -> list[Span]:
         if digits < 8:  # no phone number has fewer
             continue
         lo, hi = max(0, start - 1), min(n, end + 1)
+        window = text[lo:hi]  # short: asked with ``in`` rather than ``str.find``'s argument parsing
         # Each pattern only where it can match: an international number opens with "+" or "00", and a
         # North American one holds ten digits (the window's ends may be digits of other scripts).
         found = (
             [m.span() for m in _PHONE_INTL.finditer(text, lo, hi) if _phone_digits_ok(m.group())]
-            if text.find("+", lo, hi) >= 0 or text.find("00", lo, hi) >= 0
+            if "+" in window or "00" in window
             else []
         )
-        if digits >= 10 or not text[lo:hi].isascii():
+        if digits >= 10 or not window.isascii():
             for m in _PHONE_NANP.finditer(text, lo, hi):
                 if not any(s < m.end() and m.start() < e for s, e in found):
                     found.append(m.span())
