@@ -382,13 +382,9 @@ class Pass(Application):
             if len(value) < self.floor:  # nothing any rule finds, nor any value a rule replaced, fits in it
                 return value
             result = self._scan(value) if scan and value else value
-            pairs = self.pairs
             # Whether the text holds a backslash is asked again only when a replacement changed it.
             slashed = "\\" in result
-            # Most strings hold none of the replaced values: one C-level sweep answers for them, not a loop.
-            if not pairs or (not slashed and not any(map(result.__contains__, pairs))):
-                return result
-            for old, new in pairs.items():
+            for old, new in self.pairs.items():
                 if old in result:
                     result = result.replace(old, new)
                     slashed = "\\" in result
