@@ -35,7 +35,10 @@ def _corpus(n: int, seed: int = 7) -> list[str]:
     return out
 
 
-CORPUS = _corpus(100_000)
+@pytest.fixture(scope="module")
+def corpus() -> list[str]:
+    """Built when a test here asks for it, not at collection: it takes seconds, which every run would pay."""
+    return _corpus(100_000)
 
 
 def _email_before(text: str) -> list[tuple[int, int]]:
@@ -57,9 +60,9 @@ def _email_before(text: str) -> list[tuple[int, int]]:
     return found
 
 
-def test_email_matches_the_character_walk() -> None:
+def test_email_matches_the_character_walk(corpus: list[str]) -> None:
     long_local = "a" * 70 + "@example.com " + "b" * 64 + "@example.com"
-    for text in [*CORPUS, long_local]:
+    for text in [*corpus, long_local]:
         assert dt.find_email(text) == _email_before(text), text
 
 
@@ -81,8 +84,8 @@ def _scan_before(text: str) -> tuple[tuple[int, int], list[tuple[int, int, int]]
     return (lo, hi), runs
 
 
-def test_numeric_scan_matches_the_plain_scan() -> None:
-    for text in CORPUS:
+def test_numeric_scan_matches_the_plain_scan(corpus: list[str]) -> None:
+    for text in corpus:
         window, runs = dn._scan(text)
         assert (window, [r[:3] for r in runs]) == _scan_before(text), text
         # Each run carries its own text: the separator checks read it instead of searching the text.
