@@ -1,4 +1,5 @@
-"""What one client may cost the journal server: failed token checks, and SSE streams held open at once.
+"""What one client may cost the journal server: failed token checks, and SSE streams held open at once;
+and the stream tasks a stopping server has to end.
 
 Both tables are keyed by the client's address and bounded in size, so a crowd of addresses costs a
 fixed amount of memory; behind a reverse proxy every client shares the proxy's address.
@@ -75,6 +76,34 @@ class StreamsPerClient:
             self._open[key] = held
         else:
             self._open.pop(key, None)
+
+
+class StreamTasks:
+    """The tasks serving SSE streams, which a stop ends: a stream of a live run never ends by itself.
+
+    A handler enters as it starts (before it looks its run up), so one that a stop finds anywhere in
+    its work is ended with the rest; one that starts after the stop began is refused.
+    """
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.stopping = False
+
+    def enter(self, task: asyncio.Task[Any] | None) -> bool:
+        """Register ``task``; False (and nothing held) once the server is stopping."""
+        if self.stopping:
+            return False
+        if task is not None:
+            self._tasks.add(task)
+        return True
+
+    def leave(self, task: asyncio.Task[Any] | None) -> None:
+        self._tasks.discard(task)
+
+    def end_all(self) -> None:
+        self.stopping = True
+        for task in [*self._tasks]:
+            task.cancel()
 
 
 class SlotsPerClient:

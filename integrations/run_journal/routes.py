@@ -26,7 +26,7 @@ from . import paths
 from .default_store import env_store
 from .errors import JournalUnavailable
 from .journal import read_run_events
-from .limits import FailedLogins, QuietClientErrors, SlotsPerClient, StreamsPerClient
+from .limits import FailedLogins, QuietClientErrors, SlotsPerClient, StreamsPerClient, StreamTasks
 from .origins import check_allowed_hosts, site_guard
 from .page import COOKIE, FAILED_LOGINS, add_page, cookie_value, is_public, refuse_failed_login, too_many_failures
 from .serving import DEFAULT_HEADER_TIMEOUT
@@ -48,8 +48,7 @@ STATS: web.AppKey[Counter[str]] = web.AppKey("run_journal_stats")
 # Snapshots folded at once (CPU and a page of rows each), however many clients ask.
 SNAPSHOT_SLOTS: web.AppKey[asyncio.Semaphore] = web.AppKey("run_journal_snapshot_slots")
 _SNAPSHOTS_AT_ONCE = 2
-# The tasks serving SSE streams: a stream on a live run never ends by itself, so shutdown ends them.
-STREAMS: web.AppKey[set[asyncio.Task[Any]]] = web.AppKey("run_journal_streams")
+STREAMS: web.AppKey[StreamTasks] = web.AppKey("run_journal_streams", StreamTasks)
 STREAMS_PER_CLIENT: web.AppKey[StreamsPerClient] = web.AppKey("run_journal_streams_per_client", StreamsPerClient)
 # Snapshots one address is sent at once (more wait): each holds its answer (the run's last text) until taken.
 SNAPSHOTS_PER_CLIENT: web.AppKey[SlotsPerClient] = web.AppKey("run_journal_snapshots_per_client", SlotsPerClient)
@@ -204,8 +203,7 @@ def create_app(
     stats: Counter[str] = Counter()
     app[STATS] = stats
     app[SNAPSHOT_SLOTS] = asyncio.Semaphore(_SNAPSHOTS_AT_ONCE)
-    streams: set[asyncio.Task[Any]] = set()
-    app[STREAMS] = streams
+    app[STREAMS] = StreamTasks()
     app.on_shutdown.append(_end_streams)
     # No HEAD: it would compute a snapshot to throw away, or follow a live run with nobody reading.
     app.router.add_get("/runs/{run_id}", _snapshot_handler, allow_head=False)
@@ -428,26 +426,34 @@ async def _send(response: web.StreamResponse, data: Any, timeout: float) -> None
 
 
 async def _end_streams(app: web.Application) -> None:
-    streams = app[STREAMS]
-    for task in [*streams]:
-        task.cancel()
+    app[STREAMS].end_all()
 
 
 async def _events_handler(request: web.Request) -> web.StreamResponse:
-    run_id, session_id = _request_ids(request)
-    store = request.app[STORE]
-    summary = await asyncio.to_thread(find_run_summary, run_id, session_id=session_id, store=store)
-    if summary is None:
-        raise _not_found(run_id)
-    session_id = summary["session_id"]
-    cursor = _cursor(request, run_id, summary["last_seq"])
-    per_client = request.app[STREAMS_PER_CLIENT]
-    if not per_client.take(request.remote):
-        raise _too_many(request, per_client, "sse")
+    # Registered for the stop's cancellation from its first await: a handler still looking its run up
+    # when the server begins to stop would otherwise open a live stream that nothing ends, and the
+    # runner's graceful stop would wait on it.
+    task = asyncio.current_task()
+    streams = request.app[STREAMS]
+    if not streams.enter(task):
+        return web.json_response({"error": "the server is stopping"}, status=503, headers={"Connection": "close"})
     try:
-        return await _stream(request, store, session_id, run_id, cursor)
+        run_id, session_id = _request_ids(request)
+        store = request.app[STORE]
+        summary = await asyncio.to_thread(find_run_summary, run_id, session_id=session_id, store=store)
+        if summary is None:
+            raise _not_found(run_id)
+        session_id = summary["session_id"]
+        cursor = _cursor(request, run_id, summary["last_seq"])
+        per_client = request.app[STREAMS_PER_CLIENT]
+        if not per_client.take(request.remote):
+            raise _too_many(request, per_client, "sse")
+        try:
+            return await _stream(request, store, session_id, run_id, cursor)
+        finally:
+            per_client.release(request.remote)
     finally:
-        per_client.release(request.remote)
+        streams.leave(task)
 
 
 async def _stream(
@@ -458,10 +464,6 @@ async def _stream(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )
     rows_iter = store.follow(session_id, run_id, after_seq=cursor, idle=request.app[HEARTBEAT])
-    task = asyncio.current_task()
-    streams = request.app[STREAMS]
-    if task is not None:
-        streams.add(task)
     stats["sse_open"] += 1
     try:
         await response.prepare(request)
@@ -491,8 +493,6 @@ async def _stream(
         log.debug("run journal: SSE stream of run %s cancelled: %s", run_id, "client went away" if gone else "stopping")
         raise
     finally:
-        if task is not None:
-            streams.discard(task)
         stats["sse_open"] -= 1
         aclose = getattr(rows_iter, "aclose", None)  # an async generator: end it here, not at garbage collection
         if aclose is not None:
