@@ -13,8 +13,9 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from . import conventions as cv
-from .events import Event, new_event
+from .events import SCOPE_END, Event, new_event
 from .redaction_policy import FAILED_KEY, RedactionPolicy
+from .redaction_streams import Held
 from .types import AnnotatedLLMRequest, LLMRequest, LLMRequestInterceptOutcome
 
 if TYPE_CHECKING:
@@ -96,25 +97,48 @@ class CoordinatorRedaction:
 
 
 def install(subscribers: Subscribers, policy: RedactionPolicy | None) -> None:
-    """Route ``subscribers``' deliveries through ``policy`` (None: back to the plain delivery)."""
+    """Route ``subscribers``' deliveries through ``policy`` (None: back to the plain delivery).
+
+    The text each stream's chunk marks hold back (``redaction_streams``) is kept per subscriber list,
+    so a policy swapped mid-stream releases what the one before it held; at an LLM attempt's end the
+    rest goes out in one more chunk mark, delivered to the chunk subscribers just before the end.
+    """
     subscribers.policy = policy
     if policy is None:
         subscribers.__dict__.pop("deliver", None)
+        subscribers.__dict__.pop(_HOLDS, None)
         return
 
     plain = type(subscribers).deliver
+    holds: dict[str, Held] = subscribers.__dict__.setdefault(_HOLDS, {})
 
     def deliver(targets: Any, event: Event) -> None:
         current = subscribers.policy  # read once: an event is redacted by one policy, whole
         if current is not None:
+            if holds and event.kind == SCOPE_END:
+                held = holds.pop(event.uuid, None)
+                if held is not None:
+                    _release(current, event, held)
             try:
-                event = current.redact_event(event)
+                event = current.redact_event(event, holds)
             except Exception as exc:
                 subscribers._diagnostics.failure("redaction_errors", exc, "applying the redaction policy")
                 event = _without_content(event)
         plain(subscribers, targets, event)
 
+    def _release(current: RedactionPolicy, end: Event, held: Held) -> None:
+        try:
+            mark = current.released(end, held)
+        except Exception as exc:
+            subscribers._diagnostics.failure("redaction_errors", exc, "releasing a stream's held text")
+            return  # the end event still carries the whole answer, redacted; the held text is dropped
+        if mark is not None and subscribers.chunk:
+            plain(subscribers, subscribers.chunk, mark)
+
     subscribers.__dict__["deliver"] = deliver
+
+
+_HOLDS = "_redaction_holds"
 
 
 # Metadata the relay itself writes (ids, kinds, counts): kept on an event whose content was dropped.

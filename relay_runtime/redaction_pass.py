@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from . import pointers
 from .redaction_apply import MIN_WHOLE, Application
 from .redaction_rules import Rule
+from .redaction_streams import Held, settled
 from .types import AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta
 
 if TYPE_CHECKING:
@@ -335,25 +336,55 @@ class Pass(Application):
             return None
         return _copy(built, output_text=kept(new_text), tool_calls=[] if new_calls is REMOVED else list(new_calls))
 
-    def chunk(self, data: Any) -> Any:
+    def chunk(self, data: Any, held: Held | None = None) -> Any:
         """A stream chunk mark: its delta as the response's text and reasoning, the SDK chunk through it.
 
-        Each chunk is redacted on its own: a value the provider split across two chunks is not seen
-        whole here (the attempt's end event, built from the whole response, is redacted whole).
+        With ``held`` (the stream's text not sent yet: the policy finds values inside response text),
+        the delta carries what of the held text and this chunk no value can still straddle, redacted,
+        and holds back the rest (``redaction_streams``); the SDK chunk's own copy of its delta becomes
+        that text too. Without it, each chunk's delta is redacted on its own.
         """
         if not isinstance(data, Mapping):
             return self.walk(data, ("data",))
         delta = data.get("delta")
         if not isinstance(delta, ChunkDelta):
             return self.walk(data, ("data",))
-        text = self.walk(delta.text, ("response", "text")) if delta.text else delta.text
-        reasoning = self.walk(delta.reasoning, ("response", "reasoning")) if delta.reasoning else delta.reasoning
-        if text is delta.text and reasoning is delta.reasoning:
-            return data
+        if held is not None:
+            index = data.get("index")
+            if type(index) is int:
+                held.index = index + 1
+            text = self._settled(held, "text", delta.text)
+            reasoning = self._settled(held, "reasoning", delta.reasoning)
+            if text == delta.text and reasoning == delta.reasoning:
+                return data
+            for raw, sent in ((delta.text, text), (delta.reasoning, reasoning)):
+                if raw and raw != sent:
+                    self.leaves[raw] = sent
+            self.floor = 0  # the SDK chunk's copy of a delta is replaced however short it is
+        else:
+            text = self.walk(delta.text, ("response", "text")) if delta.text else delta.text
+            reasoning = self.walk(delta.reasoning, ("response", "reasoning")) if delta.reasoning else delta.reasoning
+            if text is delta.text and reasoning is delta.reasoning:
+                return data
         new = dict(data)
-        new["delta"] = ChunkDelta(text=kept(text) or "", reasoning=kept(reasoning) or "", model=delta.model)
+        new["delta"] = ChunkDelta(
+            text=kept(text) or "", reasoning=kept(reasoning) or "", model=delta.model, extra_chars=delta.extra_chars
+        )
         new["chunk"] = self.raw(data.get("chunk"))
         return new
+
+    def _settled(self, held: Held, field: str, piece: str) -> str:
+        """The part of ``held``'s ``field`` and ``piece`` that can go out now, redacted; the rest stays held."""
+        pending = getattr(held, field) + (piece or "")
+        at = settled(self.policy._streamed, pending)
+        setattr(held, field, pending[at:])
+        return self.flush(pending[:at], field)
+
+    def flush(self, text: str, field: str) -> str:
+        """``text`` released from a stream's hold, redacted as the response's ``field`` is."""
+        if not text:
+            return ""
+        return kept(self.walk(text, ("response", field))) or ""
 
     # -- the SDK's own objects, through the view ---------------------------------------------------
 

@@ -28,9 +28,11 @@ from typing import Any
 from . import conventions as cv
 from . import pointers
 from .events import MARK, DeferredResponse, Event, new_event
+from .ids import new_id
 from .redaction_pass import REMOVED, Pass, kept
 from .redaction_rules import ACTIONS, RedactionConfigError, Rule
-from .types import AnnotatedLLMRequest
+from .redaction_streams import MAX_STREAMS, Held, streamed_rules
+from .types import AnnotatedLLMRequest, ChunkDelta
 
 RULES_KEY = "relay.redaction.rules"  # metadata: {rule name: how many values it changed in this event}
 FAILED_KEY = "relay.redaction.failed"  # metadata: the policy failed on this event; its content was dropped
@@ -94,6 +96,8 @@ class RedactionPolicy:
         # Shorter strings are not read at all: every rule is a detector that needs more.
         self._detectors_only = all(r.finder is not None for r in self.rules)
         self._floor = self._shortest if self._detectors_only else 0
+        # The rules that find values inside response text: while there are any, streams are held back.
+        self._streamed = streamed_rules(self.rules)
         # What the rules made of long strings seen before (text -> result, counts, replaced spans), bounded.
         self._memo: OrderedDict[str, tuple[str, dict[str, int], dict[str, str]]] = OrderedDict()
         self._memo_chars = 0
@@ -152,13 +156,32 @@ class RedactionPolicy:
 
     # -- events --------------------------------------------------------------------------------
 
-    def redact_event(self, event: Event) -> Event:
-        """``event`` itself when no rule changes anything in it, else a redacted copy with ``RULES_KEY``."""
+    def redact_event(self, event: Event, holds: dict[str, Held] | None = None) -> Event:
+        """``event`` itself when no rule changes anything in it, else a redacted copy with ``RULES_KEY``.
+
+        ``holds``: the text each stream's chunk marks have not carried yet, by attempt (see
+        ``redaction_streams``); without it each chunk is redacted on its own.
+        """
         p = Pass(self)
         inp, out, data = event.input, event.output, event.data
         req = resp = None
         if event.kind == MARK:
-            data = p.chunk(data) if event.name == cv.CHUNK else p.walk(data, ("data",))
+            if event.name != cv.CHUNK:
+                data = p.walk(data, ("data",))
+            elif holds is not None and self._streamed and event.parent_uuid:
+                held = holds.get(event.parent_uuid)
+                if held is None:
+                    if len(holds) >= MAX_STREAMS:  # streams whose end this list never saw: the oldest goes
+                        try:
+                            del holds[next(iter(holds))]
+                        except (StopIteration, RuntimeError, KeyError):
+                            pass  # another thread's stream changed the table meanwhile: next time
+                    held = holds[event.parent_uuid] = Held()
+                data = p.chunk(data, held)
+                if data is not event.data and not p.counts:  # text held back, nothing redacted yet
+                    return _with_data(event, data)
+            else:
+                data = p.chunk(data)
         else:
             req = event.annotated_request
             if req is not None:
@@ -208,6 +231,19 @@ class RedactionPolicy:
             error_message=kept(error), outcome=event.outcome, cost=event.cost,
         )  # fmt: skip
 
+    def released(self, end: Event, held: Held) -> Event | None:
+        """The chunk mark that carries what ``held`` still holds of the stream ``end`` ends, redacted: delivered
+        just before ``end``, so the chunk marks carry the whole text. None when nothing is held."""
+        if not held.text and not held.reasoning:
+            return None
+        p = Pass(self)
+        delta = ChunkDelta(text=p.flush(held.text, "text"), reasoning=p.flush(held.reasoning, "reasoning"))
+        held.text = held.reasoning = ""
+        metadata = {RULES_KEY: dict(p.counts)} if p.counts else None
+        data = {"index": held.index, "delta": delta, "chunk": None, "released": True}
+        return new_event(MARK, new_id(), end.uuid, end.trace_id, cv.CHUNK, None, end.timestamp, data=data,
+                         metadata=metadata)  # fmt: skip
+
     def _request_view(self, p: Pass, req: AnnotatedLLMRequest) -> AnnotatedLLMRequest:
         """The redacted request view, computed once per request and policy (a start and its end share it)."""
         cached = getattr(req, _CACHE_ATTR, None)
@@ -234,6 +270,13 @@ class RedactionPolicy:
             walked = p.walk(dict(content), ("request",))
             return dict(walked), None, dict(p.counts)
         return dict(p.raw(dict(content), scan=True)), view, dict(p.counts)
+
+
+def _with_data(event: Event, data: Any) -> Event:
+    return new_event(
+        event.kind, event.uuid, event.parent_uuid, event.trace_id, event.name, event.scope_type, event.timestamp,
+        start_timestamp=event.start_timestamp, metadata=event.metadata, data=data,
+    )  # fmt: skip
 
 
 class RedactionPathWarning(UserWarning):

@@ -238,17 +238,110 @@ def test_apply_to_request_keeps_the_value_from_the_provider(relay_turn, relay_ev
     assert EMAIL in scripted_openai.script.requests[1].content.decode()
 
 
-def test_streamed_chunks_are_redacted_chunk_by_chunk(relay_turn, relay_events, scripted_openai) -> None:  # type: ignore[no-untyped-def]
+def _fragments(value: str, size: int = 5) -> list[str]:
+    return [value[i : i + size] for i in range(len(value) - size + 1)]
+
+
+def _chunk_texts(marks: list) -> tuple[str, str]:  # type: ignore[type-arg]
+    """What the chunk marks' deltas say, joined, and what the SDK chunks they carry say, joined."""
+    deltas = "".join(m.data["delta"].text for m in marks if m.data.get("delta") is not None)
+    sdk = "".join(
+        c.choices[0].delta.content or "" for m in marks if (c := m.data.get("chunk")) is not None and c.choices
+    )
+    return deltas, sdk
+
+
+@pytest.mark.parametrize("size", [1, 3, 7])
+def test_values_split_across_stream_chunks_never_reach_the_chunk_marks(
+    relay_turn, relay_events, scripted_openai, size
+) -> None:  # type: ignore[no-untyped-def]
     relay, _ = relay_turn
-    relay.redaction.use(_policy())
-    scripted_openai.add(testing.sse_reply(testing.openai_chat_sse(testing.chat_chunks([f"mail {EMAIL} ", "bye"]))))
+    policy = _policy()
+    relay.redaction.use(policy)
+    answer = f"Sure. {PROMPT} And again: {EMAIL}\nbye"
+    pieces = [answer[i : i + size] for i in range(0, len(answer), size)]
+    scripted_openai.add(testing.sse_reply(testing.openai_chat_sse(testing.chat_chunks(pieces))))
     stream = adapters.stream(scripted_openai.client, {"model": "gpt-x", "messages": []})
     text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
-    assert EMAIL in text  # the caller reads the provider's own chunks
-    chunks = relay_events.marks(name="llm.chunk")
-    assert any(m.data["delta"].text == "mail [REDACTED:email] " for m in chunks)
-    _raw_values_absent([(m.data, m.metadata) for m in chunks])
+    assert text == answer  # the caller reads the provider's own chunks
+    marks = relay_events.marks(name="llm.chunk")
+    deltas, sdk = _chunk_texts(marks)
+    # Nothing lost: the marks carry the whole answer, redacted as the whole answer is.
+    assert deltas == policy.redact_text(answer, "/response/text")
+    assert marks[-1].data["released"] is True  # the held tail, just before the attempt's end
+    end = relay_events.ends(relay_kind="llm_attempt")[0]
+    assert relay_events.events.index(marks[-1]) < relay_events.events.index(end)
+    # No piece of a value: not in the deltas, not in the SDK chunks the marks carry.
+    for value in (EMAIL, CARD, PHONE, API_KEY):
+        for fragment in _fragments(value):
+            assert fragment not in deltas and fragment not in sdk, (value, fragment)
+    _raw_values_absent([(m.data, m.metadata) for m in marks])
     _raw_values_absent(relay_events.ends(relay_kind="llm_attempt")[0].output)
+    fired = [m.metadata[RULES_KEY] for m in marks if m.metadata and RULES_KEY in m.metadata]
+    assert sum(counts.get("redact:email", 0) for counts in fired) == 2
+
+
+def test_a_stream_left_early_releases_what_it_held_redacted(relay_turn, relay_events, scripted_openai) -> None:  # type: ignore[no-untyped-def]
+    relay, _ = relay_turn
+    policy = _policy()
+    relay.redaction.use(policy)
+    answer = f"write to {EMAIL} now " + "and more " * 30
+    pieces = [answer[i : i + 3] for i in range(0, len(answer), 3)]
+    scripted_openai.add(testing.sse_reply(testing.openai_chat_sse(testing.chat_chunks(pieces))))
+    stream = adapters.stream(scripted_openai.client, {"model": "gpt-x", "messages": []})
+    read = ""
+    for chunk in stream:
+        read += (chunk.choices[0].delta.content or "") if chunk.choices else ""
+        if f"{EMAIL} now" in read:
+            break  # the caller leaves while the value is still held
+    stream.close()
+    marks = relay_events.marks(name="llm.chunk")
+    deltas, sdk = _chunk_texts(marks)
+    assert marks[-1].data["released"] is True
+    assert deltas == policy.redact_text(read, "/response/text")  # what was read, held part included
+    for fragment in _fragments(EMAIL):
+        assert fragment not in deltas and fragment not in sdk
+
+
+def test_a_policy_swapped_mid_stream_releases_what_the_last_one_held(
+    relay_turn, relay_events, scripted_openai
+) -> None:  # type: ignore[no-untyped-def]
+    relay, _ = relay_turn
+    relay.redaction.use(_policy())
+    answer = f"mail {EMAIL} twice {EMAIL} end"
+    pieces = [answer[i : i + 4] for i in range(0, len(answer), 4)]
+    scripted_openai.add(testing.sse_reply(testing.openai_chat_sse(testing.chat_chunks(pieces))))
+    stream = adapters.stream(scripted_openai.client, {"model": "gpt-x", "messages": []})
+    replaced = RedactionPolicy([Rule("redact", detector="email", replacement="<mail>")])
+    for i, _ in enumerate(stream):
+        if i == 3:
+            relay.redaction.use(replaced)  # applies from the next event: the held text goes out under it
+    deltas, sdk = _chunk_texts(relay_events.marks(name="llm.chunk"))
+    assert deltas == "mail <mail> twice <mail> end"
+    assert EMAIL[:6] not in deltas and EMAIL[:6] not in sdk
+
+
+def test_a_chunk_holds_back_only_what_a_value_could_still_straddle(
+    relay_turn, relay_events, scripted_openai
+) -> None:  # type: ignore[no-untyped-def]
+    relay, _ = relay_turn
+    relay.redaction.use(_policy())
+    words = " ".join(f"word{i}" for i in range(60))
+    scripted_openai.add(testing.sse_reply(testing.openai_chat_sse(testing.chat_chunks([words + " ", "end"]))))
+    list(adapters.stream(scripted_openai.client, {"model": "gpt-x", "messages": []}))
+    first = relay_events.marks(name="llm.chunk")[1].data["delta"].text  # [0] is the role chunk
+    assert first and words.startswith(first)  # the live text goes out as it comes, less a short tail
+    assert len(words) - len(first) <= 128 + len("word59")
+
+
+def test_without_a_value_finding_rule_chunks_are_not_held(relay_turn, relay_events, scripted_openai) -> None:  # type: ignore[no-untyped-def]
+    relay, _ = relay_turn
+    relay.redaction.use(RedactionPolicy([Rule("redact", paths=["/request/system"])]))
+    scripted_openai.add(testing.sse_reply(testing.openai_chat_sse(testing.chat_chunks(["hel", "lo"]))))
+    list(adapters.stream(scripted_openai.client, {"model": "gpt-x", "messages": []}))
+    texts = [m.data["delta"].text for m in relay_events.marks(name="llm.chunk") if m.data.get("delta") is not None]
+    assert "hel" in texts and "lo" in texts
+    assert not any(m.data.get("released") for m in relay_events.marks(name="llm.chunk"))
 
 
 def test_the_coordinator_installs_on_every_host_now_and_later(relay_home) -> None:  # type: ignore[no-untyped-def]

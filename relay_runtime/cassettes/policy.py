@@ -10,15 +10,19 @@ another policy, or none, is a ``CassetteError`` that says to re-record.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..attempt import current_attempt
 from ..redaction_policy import RedactionPolicy
+from ..redaction_rules import Rule
+from ..redaction_streams import redact_across
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 FINGERPRINT_KEY = "redaction"
+_MAX_DEPTH = 32
 
 # Neutral request keys -> where they sit in the policy's view.
 _VIEW = {
@@ -61,9 +65,76 @@ def redact_request(policy: RedactionPolicy, request: dict[str, Any]) -> dict[str
 
 
 def redact_answers(policy: RedactionPolicy, call: dict[str, Any]) -> dict[str, Any]:
-    """A recorded call's answers (HTTP bodies, provider events) with every value a span rule finds replaced."""
+    """A recorded call's answers (HTTP bodies, provider events) with every value a span rule finds replaced.
+
+    A stream's events are read together first: the same field of each event (a chunk's text delta)
+    is one text split in pieces, and a value split across them is replaced there (``redact_across``).
+    """
+    rules = tuple(r for r in policy.rules if not r.whole)
     out = dict(call)
     for key, value in call.items():
         if key != "request":
+            if rules:
+                value = _streams_across(rules, policy._key, value, 0)
             out[key] = policy.redact_spans(value)
     return out
+
+
+def _streams_across(rules: tuple[Rule, ...], key: bytes | None, value: Any, depth: int) -> Any:
+    """``value`` with each ``events`` list in it redacted across its events."""
+    if depth > _MAX_DEPTH:
+        return value
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if k == "events" and isinstance(v, list) and len(v) > 1:
+                out[k] = _across_events(rules, key, v)
+            else:
+                out[k] = _streams_across(rules, key, v, depth + 1)
+        return out
+    if isinstance(value, list):
+        return [_streams_across(rules, key, v, depth + 1) for v in value]
+    return value
+
+
+def _across_events(rules: tuple[Rule, ...], key: bytes | None, events: list[Any]) -> list[Any]:
+    # Each field's strings across the events, in order: (event, path) for each piece.
+    fields: dict[tuple[str, ...], list[tuple[int, str]]] = {}
+    for i, event in enumerate(events):
+        for path, text in _strings(event, (), 0):
+            fields.setdefault(path, []).append((i, text))
+    out = list(events)
+    for path, found in fields.items():
+        if len(found) < 2:
+            continue
+        redacted = redact_across(rules, key, [text for _, text in found])
+        for (i, text), new in zip(found, redacted, strict=True):
+            if new != text:
+                out[i] = _replaced(out[i], path, new)
+    return out
+
+
+def _strings(value: Any, path: tuple[str, ...], depth: int) -> Iterator[tuple[tuple[str, ...], str]]:
+    if isinstance(value, str):
+        yield path, value
+    elif depth <= _MAX_DEPTH and isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(v, (*path, str(k)), depth + 1)
+    elif depth <= _MAX_DEPTH and isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _strings(v, (*path, str(i)), depth + 1)
+
+
+def _replaced(value: Any, path: tuple[str, ...], new: str) -> Any:
+    """A copy of ``value`` with the string at ``path`` (as ``_strings`` named it) set to ``new``."""
+    if not path:
+        return new
+    head, rest = path[0], path[1:]
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if str(k) == head:
+                return {**value, k: _replaced(v, rest, new)}
+        return value
+    copied = list(value)
+    copied[int(head)] = _replaced(copied[int(head)], rest, new)
+    return copied

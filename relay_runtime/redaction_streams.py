@@ -1,0 +1,123 @@
+"""Stream chunks redacted across their boundaries.
+
+A provider streams a few characters at a time, so a value a rule finds (an e-mail, a card number, a
+key) is nearly always split over two or more chunks, and no chunk alone holds it whole: redacted
+chunk by chunk, its pieces would reach every sink that records deltas (the journal's token rows,
+trajectories), to be joined again by anyone who reads them in order.
+
+So while a policy has a rule that finds values inside the response's text, each stream's chunk
+marks carry the text up to a point no value can still straddle, redacted, and hold back the rest:
+
+- at least the last ``HOLD_CHARS`` characters, which a value with spaces in it (a phone or card
+  number, a spaced IBAN) cannot outgrow (and nothing until ``STEP_CHARS`` more have come, so the
+  held text is read once per step, not once per chunk);
+- and the trailing word, however long, since a value without spaces (a key, a JWT, an e-mail
+  address) may go on in the next chunk;
+- and anything a rule's match over the held text begins before that point.
+
+What is held goes out with a later chunk, or in one last chunk mark delivered just before the
+attempt's end event (``redaction_install``). A stream's held text is bounded by ``MAX_HELD_CHARS``
+(a longer word is cut there, redacted as far as it goes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from .redaction_rules import Rule
+
+HOLD_CHARS = 128
+# Text is let go once this much more than the hold has come: a scan of the held text per chunk of a few
+# characters would cost more than the call.
+STEP_CHARS = 64
+MAX_HELD_CHARS = 64 * 1024
+MAX_STREAMS = 4096  # streams held at once per subscriber list (one whose end is never seen must not pile up)
+_STREAMED_PATHS = (("response", "text"), ("response", "reasoning"))
+
+
+class Held:
+    """What one stream's chunk marks have not carried yet: raw text, awaiting the chunks after it."""
+
+    __slots__ = ("index", "reasoning", "text")
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.reasoning = ""
+        self.index = 0  # the index the chunk mark after the last one seen would have
+
+
+def streamed_rules(rules: Iterable[Rule]) -> tuple[Rule, ...]:
+    """The rules that find values inside a response's text or reasoning (whole-field rules act on each
+    chunk's delta as a whole, so they need nothing held)."""
+    return tuple(r for r in rules if not r.whole and any(r.applies(path) for path in _STREAMED_PATHS))
+
+
+def settled(rules: tuple[Rule, ...], text: str) -> int:
+    """How much of ``text`` (a stream's held text and its new delta) can go out now: nothing after it
+    can join a value that begins before it."""
+    n = len(text)
+    if n < HOLD_CHARS + STEP_CHARS:
+        return 0
+    at = n - HOLD_CHARS
+    if n <= MAX_HELD_CHARS:
+        last = text.rsplit(None, 1)
+        word = len(last[-1]) if last and not text[-1].isspace() else 0
+        at = min(at, n - word)
+    if at <= 0:
+        return 0
+    spans = [span if isinstance(span, tuple) else span.span() for rule in rules for span in rule.spans(text)]
+    moved = True
+    while moved:  # a match that straddles the point moves it back to where the match begins
+        moved = False
+        for start, end in spans:
+            if start < at < end:
+                at = start
+                moved = True
+    return at
+
+
+def redact_across(rules: tuple[Rule, ...], key: bytes | None, pieces: list[str]) -> list[str]:
+    """``pieces`` (one stream's text, in order) with each value a rule finds in their join replaced: its
+    replacement goes in the piece where the value begins, and the rest of it leaves the pieces after.
+
+    For what is stored piece by piece (a cassette's recorded stream events), where no piece alone may
+    hold a value whole. Where two values overlap, the one that begins first (then the earlier rule) wins.
+    """
+    joined = "".join(pieces)
+    hits: list[tuple[int, int, int, Any]] = []
+    for index, rule in enumerate(rules):
+        for span in rule.spans(joined):
+            start, end = span if isinstance(span, tuple) else span.span()
+            if end > start:
+                hits.append((start, index, end, None if isinstance(span, tuple) else span))
+    if not hits:
+        return pieces
+    hits.sort(key=lambda hit: (hit[0], hit[1]))
+    kept: list[tuple[int, int, str]] = []
+    last = 0
+    for start, index, end, match in hits:
+        if start < last:
+            continue
+        rule = rules[index]
+        new = rule.constant if rule.constant is not None else rule.replace(joined[start:end], match, key)
+        kept.append((start, end, new))
+        last = end
+    out: list[str] = []
+    begin = 0
+    for piece in pieces:
+        stop = begin + len(piece)
+        parts: list[str] = []
+        at = begin
+        for start, end, new in kept:
+            if end <= begin or start >= stop:
+                continue
+            if start > at:
+                parts.append(joined[at:start])
+            if start >= begin:
+                parts.append(new)
+            at = max(at, min(end, stop))
+        parts.append(joined[at:stop])
+        out.append("".join(parts))
+        begin = stop
+    return out
