@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from . import pointers
 from .redaction_apply import MIN_WHOLE, Application
 from .redaction_rules import Rule
-from .redaction_streams import Held, settled
+from .redaction_streams import Held, chunk_kind, settled
 from .types import AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta
 
 if TYPE_CHECKING:
@@ -341,31 +341,34 @@ class Pass(Application):
 
         With ``held`` (the stream's text not sent yet: the policy finds values inside response text),
         the delta carries what of the held text and this chunk no value can still straddle, redacted,
-        and holds back the rest (``redaction_streams``); the SDK chunk's own copy of its delta becomes
-        that text too. Without it, each chunk's delta is redacted on its own.
+        and holds back the rest (``redaction_streams``); the SDK chunk is reduced to its kind. Without
+        it, each chunk's delta is redacted on its own.
         """
         if not isinstance(data, Mapping):
             return self.walk(data, ("data",))
         delta = data.get("delta")
-        if not isinstance(delta, ChunkDelta):
-            return self.walk(data, ("data",))
         if held is not None:
             index = data.get("index")
             if type(index) is int:
                 held.index = index + 1
-            text = self._settled(held, "text", delta.text)
-            reasoning = self._settled(held, "reasoning", delta.reasoning)
-            if text == delta.text and reasoning == delta.reasoning:
-                return data
-            for raw, sent in ((delta.text, text), (delta.reasoning, reasoning)):
-                if raw and raw != sent:
-                    self.leaves[raw] = sent
-            self.floor = 0  # the SDK chunk's copy of a delta is replaced however short it is
-        else:
-            text = self.walk(delta.text, ("response", "text")) if delta.text else delta.text
-            reasoning = self.walk(delta.reasoning, ("response", "reasoning")) if delta.reasoning else delta.reasoning
-            if text is delta.text and reasoning is delta.reasoning:
-                return data
+            out = dict(data)
+            if isinstance(delta, ChunkDelta):
+                out["delta"] = ChunkDelta(
+                    text=self._settled(held, "text", delta.text),
+                    reasoning=self._settled(held, "reasoning", delta.reasoning),
+                    model=delta.model,
+                    extra_chars=delta.extra_chars,
+                )
+            # Every string of the SDK's chunk is a piece of something (its text, a tool call's arguments as
+            # JSON fragments), and a piece of a value is not found: only what kind of chunk it was stays.
+            out["chunk"] = chunk_kind(data.get("chunk"))
+            return out
+        if not isinstance(delta, ChunkDelta):
+            return self.walk(data, ("data",))
+        text = self.walk(delta.text, ("response", "text")) if delta.text else delta.text
+        reasoning = self.walk(delta.reasoning, ("response", "reasoning")) if delta.reasoning else delta.reasoning
+        if text is delta.text and reasoning is delta.reasoning:
+            return data
         new = dict(data)
         new["delta"] = ChunkDelta(
             text=kept(text) or "", reasoning=kept(reasoning) or "", model=delta.model, extra_chars=delta.extra_chars

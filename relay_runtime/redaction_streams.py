@@ -121,3 +121,18 @@ def redact_across(rules: tuple[Rule, ...], key: bytes | None, pieces: list[str])
         out.append("".join(parts))
         begin = stop
     return out
+
+
+_KIND_FIELDS = ("object", "type", "event")
+
+
+def chunk_kind(chunk: Any) -> dict[str, str] | None:
+    """What kind of chunk an SDK chunk was (its ``object`` / ``type`` / ``event``), and nothing it said."""
+    if chunk is None:
+        return None
+    kind: dict[str, str] = {}
+    for name in _KIND_FIELDS:
+        value = chunk.get(name) if isinstance(chunk, dict) else getattr(chunk, name, None)
+        if isinstance(value, str) and value and len(value) <= 64:
+            kind[name] = value
+    return kind or None

@@ -243,12 +243,9 @@ def _fragments(value: str, size: int = 5) -> list[str]:
 
 
 def _chunk_texts(marks: list) -> tuple[str, str]:  # type: ignore[type-arg]
-    """What the chunk marks' deltas say, joined, and what the SDK chunks they carry say, joined."""
+    """What the chunk marks' deltas say, joined, and all the SDK chunks they carry hold, as text."""
     deltas = "".join(m.data["delta"].text for m in marks if m.data.get("delta") is not None)
-    sdk = "".join(
-        c.choices[0].delta.content or "" for m in marks if (c := m.data.get("chunk")) is not None and c.choices
-    )
-    return deltas, sdk
+    return deltas, repr([m.data.get("chunk") for m in marks])
 
 
 @pytest.mark.parametrize("size", [1, 3, 7])
@@ -279,6 +276,22 @@ def test_values_split_across_stream_chunks_never_reach_the_chunk_marks(
     _raw_values_absent(relay_events.ends(relay_kind="llm_attempt")[0].output)
     fired = [m.metadata[RULES_KEY] for m in marks if m.metadata and RULES_KEY in m.metadata]
     assert sum(counts.get("redact:email", 0) for counts in fired) == 2
+
+
+def test_a_chunk_mark_keeps_only_the_kind_of_the_sdk_chunk(relay_turn, relay_events, scripted_openai) -> None:  # type: ignore[no-untyped-def]
+    relay, _ = relay_turn
+    relay.redaction.use(_policy())
+    call = {"id": "call-1", "name": "send_mail", "arguments": json.dumps({"to": EMAIL, "card": CARD})}
+    body = testing.openai_chat_sse(testing.chat_chunks(["mail", " sent"], tool_call=call))
+    scripted_openai.add(testing.sse_reply(body))
+    list(adapters.stream(scripted_openai.client, {"model": "gpt-x", "messages": []}))
+    marks = relay_events.marks(name="llm.chunk")
+    # The tool call's arguments came as two JSON fragments, each holding part of a value.
+    assert all(m.data["chunk"] in (None, {"object": "chat.completion.chunk"}) for m in marks)
+    for fragment in _fragments(EMAIL) + _fragments(CARD):
+        assert fragment not in repr([m.data for m in marks])
+    end = relay_events.ends(relay_kind="llm_attempt")[0]
+    _raw_values_absent(end.output)  # the whole answer, tool call included, is redacted whole
 
 
 def test_a_stream_left_early_releases_what_it_held_redacted(relay_turn, relay_events, scripted_openai) -> None:  # type: ignore[no-untyped-def]
