@@ -354,8 +354,8 @@ class Pass(Application):
             out = dict(data)
             if isinstance(delta, ChunkDelta):
                 out["delta"] = ChunkDelta(
-                    text=self._settled(held, "text", delta.text),
-                    reasoning=self._settled(held, "reasoning", delta.reasoning),
+                    text=self.settle(held, "text", delta.text),
+                    reasoning=self.settle(held, "reasoning", delta.reasoning),
                     model=delta.model,
                     extra_chars=delta.extra_chars,
                 )
@@ -376,7 +376,7 @@ class Pass(Application):
         new["chunk"] = self.raw(data.get("chunk"))
         return new
 
-    def _settled(self, held: Held, field: str, piece: str) -> str:
+    def settle(self, held: Held, field: str, piece: str) -> str:
         """The part of ``held``'s ``field`` and ``piece`` that can go out now, redacted; the rest stays held."""
         pending = getattr(held, field) + (piece or "")
         at = settled(self.policy._streamed, pending)

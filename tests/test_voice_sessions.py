@@ -190,6 +190,45 @@ async def test_rings_are_bounded_and_log_redacts_audio(client: TestClient[Any, A
     await ws.close()
 
 
+@pytest.mark.asyncio
+async def test_the_session_log_is_written_under_the_redaction_policy(client: TestClient[Any, Any]) -> None:
+    from relay_runtime.redaction import RedactionPolicy, Rule
+
+    email, card = "jane.doe@example.com", "4111 1111 1111 1111"
+    policy = RedactionPolicy([Rule("redact", detector="email"), Rule("mask", detector="credit_card")])
+    relay_session.SESSION_COORDINATOR.redaction.use(policy)
+    try:
+        ws, info, _ = await open_session(client)
+        session = server(client).realtime_agent.sessions[info["session_id"]]
+        answer = f"I will mail {email} and charge {card} today. " + "More words follow here. " * 12
+        heard = f"my address is {email} thanks"
+        for i in range(0, len(answer), 3):  # as a provider streams them: no delta holds a value whole
+            session.emit("voice.response.delta", response_id="r1", delta=answer[i : i + 3])
+        for i in range(0, len(heard), 4):
+            session.emit("voice.input_transcript.delta", delta=heard[i : i + 4])
+        session.emit("voice.response.done", response_id="r1")
+        session.emit("test.event", note=f"reach me at {email}")
+        received = [await next_event(ws) for _ in range(len(answer) // 3 + 1)]
+        assert email[:8] in "".join(e.get("delta", "") for e in received)  # the phone hears the real answer
+        await server(client).realtime_agent.close_session(session, reason="test")
+        lines = [json.loads(line) for line in session.event_log_path.read_text().splitlines()]
+    finally:
+        relay_session.SESSION_COORDINATOR.redaction.use(None)
+    text = json.dumps(lines)
+    for value in (email, card):
+        for i in range(len(value) - 5):
+            assert value[i : i + 6] not in text, value[i : i + 6]
+    said = "".join(r["delta"] for r in lines if r.get("type") == "voice.response.delta")
+    assert said == policy.redact_text(answer)  # nothing lost: the held tail was released before the done
+    kinds = [r.get("type") for r in lines]
+    assert kinds.index("voice.response.done") > max(
+        i for i, r in enumerate(lines) if r.get("type") == "voice.response.delta"
+    )
+    heard_logged = "".join(r["delta"] for r in lines if r.get("type") == "voice.input_transcript.delta")
+    assert heard_logged == policy.redact_text(heard)  # released when the session closed
+    assert any(r.get("note") == "reach me at [REDACTED:email]" for r in lines)
+
+
 # -- detach, resume, replay --------------------------------------------------------------------------------
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from relay_runtime import session as relay_session
-from relay_runtime.redaction import remember_secret, scrub_text
+from relay_runtime.redaction import RedactionPolicy, remember_secret, scrub_text
 
 from .client_messages import ClientMessageError, ClientMessages, parse_client_message
 from .config import PromotionSettings, RelayConfig
@@ -109,6 +109,7 @@ class RealtimeAgent:
             promotion=promotion,
             run_dir=self.run_dir,
             event_log_max_bytes=self.config.max_event_log_bytes,
+            redaction=self._redaction_policy,
         )
         self.sessions[session.session_id] = session
         session.log("voice.session.created", provider=provider_id, model=session.model, voice=session.voice)
@@ -168,6 +169,10 @@ class RealtimeAgent:
         pump = ProviderPump(session, runs, delivery, trace)
         self.parts[session.session_id] = SessionParts(runs, delivery, pump, trace)
         session.spawn(pump.run(), name="voice-pump")
+
+    def _redaction_policy(self) -> RedactionPolicy | None:
+        """The policy of the relay the sessions record to (its host's), read as each record is written."""
+        return relay_session.SESSION_COORDINATOR.host(self.profile_key).relay.redaction.policy
 
     def _open_trace(self, session: VoiceSession) -> VoiceTrace | None:
         try:

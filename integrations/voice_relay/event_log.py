@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from .log_redaction import LogRedaction
+
 logger = logging.getLogger(__name__)
 
 _SAFE_ID = re.compile(r"[A-Za-z0-9_-]{8,64}")
@@ -42,6 +44,7 @@ def validate_session_id(session_id: str) -> str:
 
 
 def redact(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` without its audio and secrets (their size and a marker stand for them)."""
     out: dict[str, Any] = {}
     for key, value in record.items():
         lowered = key.lower()
@@ -49,17 +52,22 @@ def redact(record: dict[str, Any]) -> dict[str, Any]:
             out[key] = {"redacted_bytes": len(value)}
         elif lowered in _SECRET_KEYS:
             out[key] = "[redacted]"
-        elif isinstance(value, str):
-            out[key] = clip(value, MAX_FIELD_CHARS)
         else:
             out[key] = value
     return out
 
 
+def _clipped(record: dict[str, Any]) -> dict[str, Any]:
+    # After the redaction policy: clipped first, a value cut in two would no longer be found.
+    return {k: clip(v, MAX_FIELD_CHARS) if isinstance(v, str) else v for k, v in record.items()}
+
+
 class EventLog:
     """Append-only; write failures are logged once and counted, never raised into the session."""
 
-    def __init__(self, path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(
+        self, path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, redaction: LogRedaction | None = None
+    ) -> None:
         if max_bytes < 2 * _RESERVE_BYTES:
             raise ValueError(f"event log cap must be at least {2 * _RESERVE_BYTES} bytes, got {max_bytes}")
         self.path = path
@@ -69,6 +77,7 @@ class EventLog:
         self.dropped_bytes = 0
         self.write_failures = 0
         self._fh: IO[str] | None = None
+        self.redaction = redaction  # the redaction policy's view of each record, when one is in force
 
     def _open(self) -> IO[str]:
         if self._fh is None:
@@ -78,8 +87,19 @@ class EventLog:
         return self._fh
 
     def write(self, record: dict[str, Any]) -> None:
+        record = redact(record)
+        if self.redaction is None:
+            self._write(record)
+            return
         try:
-            line = json.dumps(redact(record), default=str, separators=(",", ":")) + "\n"
+            for written in self.redaction.records(record):
+                self._write(written)
+        except Exception as exc:  # the policy failed: the record's content is not written
+            self._failed(exc)
+
+    def _write(self, record: dict[str, Any]) -> None:
+        try:
+            line = json.dumps(_clipped(record), default=str, separators=(",", ":")) + "\n"
         except (ValueError, TypeError) as exc:
             self._failed(exc)
             return
@@ -115,6 +135,12 @@ class EventLog:
         self.write({"log": name, "at_ms": int(time.time() * 1000), **fields})
 
     def close(self) -> None:
+        if self.redaction is not None and self._fh is not None:
+            try:
+                for written in self.redaction.close():
+                    self._write(written)
+            except Exception as exc:
+                self._failed(exc)
         if self.dropped_records and self._fh is not None:
             notice = self._notice("voice.event_log.dropped")
             self._append(notice, len(notice))

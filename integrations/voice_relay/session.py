@@ -21,6 +21,7 @@ from relay_runtime.redaction import scrub_text
 from .bounded import CappedMap
 from .config import PromotionSettings, background_detached_max_seconds, resume_ttl_seconds
 from .event_log import DEFAULT_MAX_BYTES, EventLog, validate_session_id
+from .log_redaction import LogRedaction, PolicyOf
 from .voice_auth import digests_match, token_digest
 
 if TYPE_CHECKING:
@@ -219,6 +220,7 @@ class VoiceSession:
         promotion: PromotionSettings,
         run_dir: Path,
         event_log_max_bytes: int = DEFAULT_MAX_BYTES,
+        redaction: PolicyOf | None = None,
     ) -> None:
         self.session_id = validate_session_id(secrets.token_urlsafe(18))
         resume_token = secrets.token_urlsafe(32)
@@ -243,7 +245,8 @@ class VoiceSession:
         self.max_background_runs = promotion.max_background_runs
 
         self.event_log = EventLog(run_dir / "voice-sessions" / f"{self.session_id}.jsonl",
-                                  max_bytes=event_log_max_bytes)
+                                  max_bytes=event_log_max_bytes,
+                                  redaction=LogRedaction(redaction) if redaction is not None else None)
         self._next_event_id = 0
         self._next_audio_event_id = 0
         self.event_ring: deque[dict[str, Any]] = deque(maxlen=EVENT_RING_SIZE)
