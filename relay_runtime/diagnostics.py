@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 logger = logging.getLogger("relay_runtime")
@@ -16,7 +17,10 @@ LOG_WINDOW_S = 60.0
 
 
 class Diagnostics:
-    def __init__(self) -> None:
+    def __init__(self, policy_of: Callable[[], Any] | None = None) -> None:
+        # The redaction policy in force (the relay's), read when a failure is logged: an exception's
+        # message may quote what failed (a prompt, an answer), and the log is a sink like any other.
+        self.policy_of = policy_of
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
         self._last_log: dict[str, float] = {}
@@ -45,7 +49,18 @@ class Diagnostics:
             self._last_log[key] = now
             suppressed = self._suppressed.pop(key, 0)
         more = f" ({suppressed} more since the last report)" if suppressed else ""
-        logger.warning("relay_runtime: %s failed: %s: %s%s", what, type(exc).__name__, exc, more)
+        logger.warning("relay_runtime: %s failed: %s: %s%s", what, type(exc).__name__, self._told(exc), more)
+
+    def _told(self, exc: BaseException) -> str:
+        """``exc``'s message as the log may hold it: remembered keys blanked, the redaction policy applied."""
+        from .redaction import scrub_text  # here: the redaction modules import the relay's parts
+
+        try:
+            message = scrub_text(str(exc))
+            policy = self.policy_of() if self.policy_of is not None else None
+            return policy.redact_text(message) if policy is not None else message
+        except Exception:  # a message that cannot be read or redacted is not logged
+            return "(message withheld: it could not be redacted)"
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:

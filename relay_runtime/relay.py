@@ -28,12 +28,16 @@ class Relay:
         self.name = name
         self.diag = Diagnostics()
         self.subscribers = Subscribers(self.diag)
+        self.diag.policy_of = self._redaction_policy
         self.scope = Scopes(self)
         self.intercepts = Intercepts(self.scope)
         self.cost = RelayCost(self)
         self.redaction = RelayRedaction(self)
         self.llm = LLM(self)
         self.tools = Tools(self)
+
+    def _redaction_policy(self) -> Any:
+        return self.subscribers.policy
 
     def diagnostics(self) -> dict[str, Any]:
         """Counts of what the relay swallowed on purpose: subscriber errors, its own bookkeeping errors, drops."""

@@ -531,3 +531,20 @@ def test_an_answer_with_a_value_in_a_tool_call_is_redacted_in_the_view_and_the_s
     assert json.loads(end.annotated_response.tool_calls[0]["arguments"]) == {"to": "[REDACTED:email]"}
     assert EMAIL not in end.output.choices[0].message.tool_calls[0].function.arguments
     assert end.metadata[RULES_KEY] == {"redact:email": 1}
+
+
+def test_the_library_log_of_a_failing_subscriber_is_redacted(caplog: pytest.LogCaptureFixture) -> None:
+    relay = Relay("log-redaction")
+    relay.redaction.use(_policy())
+
+    def failing(event: object) -> None:
+        raise ValueError(f"cannot file the answer for {EMAIL} (card {CARD})")
+
+    relay.subscribers.register(failing, name="failing")
+    with caplog.at_level("WARNING", logger="relay_runtime"):
+        with relay.scope.scope("work", ScopeType.FUNCTION):
+            pass
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "subscriber 'failing' failed: ValueError: cannot file the answer for [REDACTED:email]" in logged
+    assert EMAIL not in logged and CARD not in logged
+    assert relay.diagnostics()["subscriber_errors"] >= 1
