@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import pointers
+from .conventions import SPAN_HINTS
 from .redaction_apply import MIN_WHOLE, Application
 from .redaction_rules import Rule
 from .redaction_streams import Held, chunk_kind, settled
@@ -128,19 +129,46 @@ class Pass(Application):
         return value
 
     def metadata(self, metadata: Mapping[str, Any]) -> Any:
-        """``walk`` of an event's metadata; the relay's own keys (kinds, ids, counts) are not content."""
+        """``walk`` of an event's metadata; the relay's own keys (kinds, ids, counts) are not content, but
+        the span an integration asks for is named for caller data (an MCP resource's URI): its name is
+        redacted, and its attributes through what that changed."""
         if not self.simple:
-            return self.walk(metadata, ("metadata",))
-        out: dict[Any, Any] | None = None
-        for k, v in metadata.items():
-            if type(v) in _SCALARS or (k if type(k) is str else str(k)).startswith("relay."):
-                continue
-            new = self._plain(v, 1)
-            if new is not v:
-                if out is None:
-                    out = dict(metadata)
-                out[k] = new
-        return metadata if out is None else out
+            out: Any = self.walk(metadata, ("metadata",))
+        else:
+            out = None
+            for k, v in metadata.items():
+                if type(v) in _SCALARS or (k if type(k) is str else str(k)).startswith("relay."):
+                    continue
+                new = self._plain(v, 1)
+                if new is not v:
+                    if out is None:
+                        out = dict(metadata)
+                    out[k] = new
+            if out is None:
+                out = metadata
+        hints = metadata.get(SPAN_HINTS)
+        if isinstance(hints, Mapping) and isinstance(hints.get("name"), str):
+            new_hints = self._span_hints(hints)
+            if new_hints is not hints:
+                out = dict(out)
+                out[SPAN_HINTS] = new_hints
+        return out
+
+    def _span_hints(self, hints: Mapping[str, Any]) -> Mapping[str, Any]:
+        name = hints["name"]
+        new_name = kept(self.walk(name, ("name",))) or ""
+        if new_name == name:
+            return hints
+        out = dict(hints)
+        out["name"] = new_name
+        attributes = hints.get("attributes")
+        if isinstance(attributes, Mapping):
+            out["attributes"] = self.raw(attributes)
+        return out
+
+    def name(self, name: str) -> str:
+        """An event's name (a scope an integration named for caller data: ``resources/read <uri>``)."""
+        return kept(self.walk(name, ("name",))) or "" if name else name
 
     def _plain(self, value: Any, depth: int) -> Any:
         """``walk`` for a simple pass: no path to follow, and no field removed whole."""

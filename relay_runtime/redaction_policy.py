@@ -213,6 +213,7 @@ class RedactionPolicy:
             else:
                 inp = p.walk(inp, ("input",))
                 out = p.walk(out, ("output",))
+        name = p.name(event.name)
         metadata = event.metadata
         if metadata:
             metadata = p.metadata(metadata)
@@ -224,7 +225,7 @@ class RedactionPolicy:
         metadata = dict(metadata) if metadata else {}
         metadata[RULES_KEY] = dict(p.counts)
         return new_event(
-            event.kind, event.uuid, event.parent_uuid, event.trace_id, event.name, event.scope_type,
+            event.kind, event.uuid, event.parent_uuid, event.trace_id, name, event.scope_type,
             event.timestamp, start_timestamp=event.start_timestamp, input=kept(inp), output=kept(out),
             metadata=metadata, data=kept(data), provider=event.provider, model_name=event.model_name,
             annotated_request=req, annotated_response=resp, error_type=event.error_type,

@@ -531,3 +531,25 @@ def test_notifications_are_client_spans_named_for_their_method(client_side: Clie
     assert sent.kind.name == "CLIENT"
     assert dict(sent.attributes or {})["mcp.method.name"] == "notifications/initialized"
     assert "jsonrpc.request.id" not in dict(sent.attributes or {})
+
+
+def test_a_redaction_policy_reaches_the_span_named_for_a_resource(client_side: ClientSide, tmp_path: Path) -> None:
+    from relay_runtime.redaction import RedactionPolicy, Rule
+
+    client_side.relay.redaction.use(RedactionPolicy([Rule("redact", detector="email")]))
+    uri = "file:///users/jane.doe@example.com/notes"
+
+    async def run() -> None:
+        async with _connect(_stdio(tmp_path / "spans.jsonl"), "legacy") as client:
+            with pytest.raises(MCPError):
+                await client.read_resource(uri)  # the server has no such resource: the span is there all the same
+
+    asyncio.run(run())
+    client_side.relay.redaction.use(None)
+    span = client_side.span("resources/read file:///users/[REDACTED:email]/notes")
+    assert dict(span.attributes or {})["mcp.resource.uri"] == "file:///users/[REDACTED:email]/notes"
+    assert dict(span.attributes or {})["mcp.method.name"] == "resources/read"
+    exported = repr([(s.name, dict(s.attributes or {})) for s in client_side.pipeline.finished()])
+    assert "jane.doe@example.com" not in exported
+    recorded = repr([(e.name, e.metadata, e.error_message) for e in client_side.events])
+    assert "jane.doe@example.com" not in recorded
