@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 REMOVED: Any = object()  # a field a whole-field ``remove`` rule dropped
 _MAX_DEPTH = 64
+_CLEAN_NAMES = 4096  # names a policy remembers as holding nothing it redacts (most are the code's own)
 _LEAVES = frozenset({str, int, float, bool, type(None)})
 _SCALARS = frozenset({int, float, bool, type(None)})
 _View = TypeVar("_View", AnnotatedLLMRequest, AnnotatedLLMResponse)
@@ -168,7 +169,13 @@ class Pass(Application):
 
     def name(self, name: str) -> str:
         """An event's name (a scope an integration named for caller data: ``resources/read <uri>``)."""
-        return kept(self.walk(name, ("name",))) or "" if name else name
+        clean = self.policy._clean_names
+        if name in clean or not name:  # the few names code gives its scopes, known to hold nothing
+            return name
+        new = kept(self.walk(name, ("name",))) or ""
+        if new == name and len(clean) < _CLEAN_NAMES:
+            clean.add(name)
+        return new
 
     def _plain(self, value: Any, depth: int) -> Any:
         """``walk`` for a simple pass: no path to follow, and no field removed whole."""

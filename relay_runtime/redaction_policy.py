@@ -102,6 +102,8 @@ class RedactionPolicy:
         self._memo: OrderedDict[str, tuple[str, dict[str, int], dict[str, str]]] = OrderedDict()
         self._memo_chars = 0
         self._memo_lock = threading.Lock()
+        # Event names the rules left as they were (set members are added whole: no lock needed).
+        self._clean_names: set[str] = set()
         self.fingerprint = self._fingerprint()
 
     def _remember(self, text: str, memo: tuple[str, dict[str, int], dict[str, str]]) -> None:
