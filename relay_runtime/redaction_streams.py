@@ -31,7 +31,7 @@ HOLD_CHARS = 128
 # Text is let go once this much more than the hold has come: a scan of the held text per chunk of a few
 # characters would cost more than the call.
 STEP_CHARS = 64
-MAX_HELD_CHARS = 64 * 1024
+MAX_HELD_CHARS = 16 * 1024  # past this a word (no key or token is this long) is let go: held text is copied per chunk
 MAX_STREAMS = 4096  # streams held at once per subscriber list (one whose end is never seen must not pile up)
 _STREAMED_PATHS = (("response", "text"), ("response", "reasoning"))
 
