@@ -21,6 +21,14 @@ from relay_runtime.integrations.run_journal import FileStore, RunJournalWriter
 from relay_runtime.integrations.run_journal.routes import STATS, _end_streams, create_app
 
 
+async def _started(app: web.Application) -> tuple[web.AppRunner, int]:
+    """``app`` served on a loopback port of its own: its runner (to stop it) and the port."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner, runner.addresses[0][1]
+
+
 class SlowSummaryStore(FileStore):
     """A file store whose run look-up waits until the test lets it go (a store under load)."""
 
@@ -41,11 +49,7 @@ async def test_a_stream_still_looking_up_its_run_is_ended_by_the_stop(tmp_path: 
     writer.append_sse_event("token", {"text": "a run that never ends"})
     store = SlowSummaryStore(tmp_path)
     app = create_app(store=store, heartbeat=0.5)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
+    runner, port = await _started(app)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as client:
         request = asyncio.create_task(client.get(f"http://127.0.0.1:{port}/runs/live/events"))
         assert await asyncio.to_thread(store.looking.wait, 10)
@@ -66,11 +70,7 @@ async def test_a_stream_asked_for_once_the_stop_began_is_refused(tmp_path: Path)
     writer = RunJournalWriter("s", "live", session_dir=tmp_path)
     writer.append_sse_event("token", {"text": "a run that never ends"})
     app = create_app(store=FileStore(tmp_path), heartbeat=0.5)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
+    runner, port = await _started(app)
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as client:
             async with client.get(f"http://127.0.0.1:{port}/stats") as response:  # a kept-alive connection
