@@ -541,9 +541,8 @@ def test_the_library_log_of_a_failing_subscriber_is_redacted(caplog: pytest.LogC
         raise ValueError(f"cannot file the answer for {EMAIL} (card {CARD})")
 
     relay.subscribers.register(failing, name="failing")
-    with caplog.at_level("WARNING", logger="relay_runtime"):
-        with relay.scope.scope("work", ScopeType.FUNCTION):
-            pass
+    with caplog.at_level("WARNING", logger="relay_runtime"), relay.scope.scope("work", ScopeType.FUNCTION):
+        pass
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert "subscriber 'failing' failed: ValueError: cannot file the answer for [REDACTED:email]" in logged
     assert EMAIL not in logged and CARD not in logged

@@ -11,10 +11,13 @@ import pytest
 from voice_support import connect_phone
 
 from relay_runtime import cassettes
+from relay_runtime import session as relay_session
 from relay_runtime.integrations.voice_relay import ProviderEvent, ProviderEventKind
 from relay_runtime.integrations.voice_relay.models import ProviderSessionConfig
 from relay_runtime.integrations.voice_relay.providers import StubProvider
 from relay_runtime.integrations.voice_relay.providers.cassette import CassetteProvider
+from relay_runtime.integrations.voice_relay.providers.stub import StubConnection
+from relay_runtime.redaction import RedactionPolicy, Rule
 
 SECRET = "sk-realtime-secret-key-123456"
 
@@ -236,3 +239,49 @@ async def test_a_voice_relay_flow_replays_end_to_end_without_a_provider(tmp_path
     assert "hermes.run.completed" in [e["type"] for e in live]
     assert spoken(replayed) == spoken(live)
     assert sum(1 for _, value in spoken(live) if value) >= 2  # the reply's text and its audio were compared
+
+
+class SplittingConnection(StubConnection):
+    """The stub voice, its text said three characters at a time, as a provider streams it."""
+
+    def _put(self, event: ProviderEvent) -> None:
+        if event.kind != ProviderEventKind.OUTPUT_TEXT_DELTA:
+            super()._put(event)
+            return
+        text = event.payload["delta"]
+        for i in range(0, len(text), 3):
+            super()._put(ProviderEvent(event.kind, event.response_id, {"delta": text[i : i + 3]}))
+
+
+class SplittingProvider(StubProvider):
+    async def connect(self, config: ProviderSessionConfig) -> StubConnection:
+        return SplittingConnection(config, tone_ms=self.tone_ms, frame_ms=self.frame_ms)
+
+
+def test_a_realtime_tape_is_recorded_under_the_redaction_policy_and_replays(tmp_path) -> None:
+    email = "jane.doe@example.com"
+    greeting = f"write to {email} please"
+    path = tmp_path / "voice.json"
+    relay_session.SESSION_COORDINATOR.redaction.use(RedactionPolicy([Rule("redact", detector="email")]))
+    try:
+
+        async def run(provider: Any, mode: str) -> list[ProviderEvent]:
+            with cassettes.use(path, mode=mode):
+                return await conversation(provider, greeting=greeting)
+
+        live = asyncio.run(run(CassetteProvider(SplittingProvider(tone_ms=100, frame_ms=50)), "record"))
+        said = "".join(e.payload["delta"] for e in live if e.kind == ProviderEventKind.OUTPUT_TEXT_DELTA)
+        assert email in said  # the relay hears the real answer
+        text = path.read_text()
+        steps = json.loads(text)["calls"][0]["session"]
+        stored = "".join(
+            s["event"]["payload"]["delta"] for s in steps if s.get("event", {}).get("kind") == "output_text_delta"
+        )
+        assert stored == said.replace(email, "[REDACTED:email]")  # split in pieces, found whole
+        assert {"send": "send_text", "text": "write to [REDACTED:email] please"}.items() <= steps[1].items()
+        assert email not in text and json.loads(text)["redaction"]
+        # Replayed under the same policy: the live call is matched as it was stored.
+        replayed = asyncio.run(run(CassetteProvider(provider_id="stub"), "replay"))
+        assert [e.kind for e in replayed] == [e.kind for e in live]
+    finally:
+        relay_session.SESSION_COORDINATOR.redaction.use(None)

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 
 FINGERPRINT_KEY = "redaction"
 _MAX_DEPTH = 32
+# Where a recorded answer holds a stream, one item per event: an HTTP stream's events, a realtime
+# session's steps (the provider's events among what was sent).
+_STREAMS = frozenset({"events", "session"})
 
 # Neutral request keys -> where they sit in the policy's view.
 _VIEW = {
@@ -35,11 +38,18 @@ _VIEW = {
 
 
 def policy_in_force() -> RedactionPolicy | None:
-    """The redaction policy of the relay whose attempt is running here, if any."""
+    """The redaction policy of the relay whose attempt is running here; with no attempt (a realtime
+    session's tape, a call nobody manages), the policy of the process's own host."""
     attempt = current_attempt()
-    if attempt is None:
-        return None
-    return attempt.relay.redaction.policy
+    if attempt is not None:
+        return attempt.relay.redaction.policy
+    from .. import session  # here: the session layer imports what imports this module
+
+    coordinator, profile = session.SESSION_COORDINATOR, session.current_profile_key()
+    for host in coordinator.hosts():
+        if host.profile_key == profile:
+            return host.relay.redaction.policy
+    return coordinator.redaction.policy  # no host yet: the one every host will get
 
 
 def mismatch(path: Path, recorded: str | None, policy: RedactionPolicy | None) -> str | None:
@@ -75,19 +85,19 @@ def redact_answers(policy: RedactionPolicy, call: dict[str, Any]) -> dict[str, A
     for key, value in call.items():
         if key != "request":
             if rules:
-                value = _streams_across(rules, policy._key, value, 0)
+                value = _streams_across(rules, policy._key, {key: value}, 0)[key]
             out[key] = policy.redact_spans(value)
     return out
 
 
 def _streams_across(rules: tuple[Rule, ...], key: bytes | None, value: Any, depth: int) -> Any:
-    """``value`` with each ``events`` list in it redacted across its events."""
+    """``value`` with each stream in it (``_STREAMS``) redacted across its events."""
     if depth > _MAX_DEPTH:
         return value
     if isinstance(value, dict):
         out = {}
         for k, v in value.items():
-            if k == "events" and isinstance(v, list) and len(v) > 1:
+            if k in _STREAMS and isinstance(v, list) and len(v) > 1:
                 out[k] = _across_events(rules, key, v)
             else:
                 out[k] = _streams_across(rules, key, v, depth + 1)
@@ -101,6 +111,8 @@ def _across_events(rules: tuple[Rule, ...], key: bytes | None, events: list[Any]
     # Each field's strings across the events, in order: (event, path) for each piece.
     fields: dict[tuple[str, ...], list[tuple[int, str]]] = {}
     for i, event in enumerate(events):
+        if isinstance(event, dict) and "send" in event:
+            continue  # a call the relay made (a realtime session's step): matched on replay, as it was sent
         for path, text in _strings(event, (), 0):
             fields.setdefault(path, []).append((i, text))
     out = list(events)
@@ -119,7 +131,8 @@ def _strings(value: Any, path: tuple[str, ...], depth: int) -> Iterator[tuple[tu
         yield path, value
     elif depth <= _MAX_DEPTH and isinstance(value, dict):
         for k, v in value.items():
-            yield from _strings(v, (*path, str(k)), depth + 1)
+            if k != "$bytes":  # audio and other bytes, as base64: no text to join
+                yield from _strings(v, (*path, str(k)), depth + 1)
     elif depth <= _MAX_DEPTH and isinstance(value, list):
         for i, v in enumerate(value):
             yield from _strings(v, (*path, str(i)), depth + 1)
