@@ -2,7 +2,8 @@
 
 A ``Pass`` counts what each rule changed, and keeps what it changed (whole strings and the
 spans inside them) so that the SDK's own request kwargs and response objects are redacted
-through the view: each value changed there is changed wherever it appears in them.
+through the view: each value changed there is changed wherever it appears in them (that walk is
+``redaction_raw``'s). A stream's chunk marks are held back here as ``redaction_streams`` says.
 """
 
 from __future__ import annotations
@@ -10,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import pointers
 from .conventions import SPAN_HINTS
-from .redaction_apply import MIN_WHOLE, Application
+from .redaction_apply import MIN_WHOLE
+from .redaction_raw import ThroughView
 from .redaction_rules import Rule
 from .redaction_streams import Held, chunk_kind, settled
 from .types import AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta
@@ -53,7 +54,7 @@ def _copy(view: _View, **changes: Any) -> _View:
     return new
 
 
-class Pass(Application):
+class Pass(ThroughView):
     """One application of a policy: the counts per rule, and what changed (to redact raw objects through it)."""
 
     __slots__ = ()
@@ -423,107 +424,3 @@ class Pass(Application):
         if not text:
             return ""
         return kept(self.walk(text, ("response", field))) or ""
-
-    # -- the SDK's own objects, through the view ---------------------------------------------------
-
-    def raw(self, value: Any, *, scan: bool = False) -> Any:
-        """``value`` with every string the view's rules changed replaced wherever it appears; with
-        ``scan``, the pathless rules also read the strings the view did not hold."""
-        if value is None:
-            return value
-        if not scan and not self.pairs and not any(k != v for k, v in self.leaves.items()):
-            return value
-        return self._raw(value, 0, scan)
-
-    def _scan(self, text: str) -> str:
-        if self.policy._all_pathless:
-            return self._memoized(self.rules, text)
-        result = self._run(self.policy._pathless, text)
-        self.leaves[text] = result
-        return result
-
-    def _raw(self, value: Any, depth: int, scan: bool) -> Any:
-        kind = type(value)
-        if kind is str:
-            known = self.leaves.get(value)
-            if known is not None:
-                return known
-            if len(value) < self.floor:  # nothing any rule finds, nor any value a rule replaced, fits in it
-                return value
-            result = self._scan(value) if scan and value else value
-            # Whether the text holds a backslash is asked again only when a replacement changed it.
-            slashed = "\\" in result
-            for old, new in self.pairs.items():
-                if old in result:
-                    result = result.replace(old, new)
-                    slashed = "\\" in result
-                elif slashed:  # JSON text held as a string: the value may be escaped in it
-                    escaped = json.dumps(old, ensure_ascii=False)[1:-1]
-                    if escaped != old and escaped in result:
-                        result = result.replace(escaped, json.dumps(new, ensure_ascii=False)[1:-1])
-                        slashed = "\\" in result
-            return result
-        if value is None or kind in (int, float, bool) or depth > _MAX_DEPTH:
-            return value
-        if kind is dict or kind is MappingProxyType or isinstance(value, Mapping):
-            done = self.done.get(id(value))
-            if done is not None and done[0] is value:  # walked in the view already (a message the kwargs share)
-                return done[1]
-            out: dict[Any, Any] | None = None
-            leaves, floor = self.leaves, self.floor
-            for k, v in value.items():
-                kind = type(v)  # inline: most strings come back as they were, and numbers always do
-                if kind is str:
-                    if len(v) < floor or leaves.get(v) is v:
-                        continue
-                elif kind in _SCALARS:
-                    continue
-                new = self._raw(v, depth + 1, scan)
-                if new is not v:
-                    if out is None:
-                        out = dict(value)
-                    out[k] = new
-            return value if out is None else out
-        if kind is list or kind is tuple:
-            items: list[Any] | None = None
-            done_by_id = self.done
-            for i, v in enumerate(value):
-                done = done_by_id.get(id(v))
-                new = done[1] if done is not None and done[0] is v else self._raw(v, depth + 1, scan)
-                if new is not v:
-                    if items is None:
-                        items = list(value)
-                    items[i] = new
-            if items is None:
-                return value
-            return items if kind is list else tuple(items)
-        if isinstance(value, (bytes, bytearray)):
-            try:
-                text = bytes(value).decode("utf-8")
-            except UnicodeDecodeError:
-                return value
-            new_text = self._raw(text, depth, scan)
-            return value if new_text is text else new_text.encode("utf-8")
-        dump = getattr(value, "model_dump", None)  # an SDK response or chunk: rebuilt as its own type
-        if callable(dump):
-            try:
-                dumped = dump()
-            except Exception:
-                return value
-            new = self._raw(dumped, depth + 1, scan)
-            if new is dumped:
-                return value
-            try:
-                return type(value).model_validate(new)
-            except Exception:
-                return new
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            changes = {}
-            for f in dataclasses.fields(value):
-                v = getattr(value, f.name)
-                new = self._raw(v, depth + 1, scan)
-                if new is not v:
-                    changes[f.name] = new
-            return dataclasses.replace(value, **changes) if changes else value
-        return value
-
