@@ -158,7 +158,7 @@ class Pass(ThroughView):
 
     def _span_hints(self, hints: Mapping[str, Any]) -> Mapping[str, Any]:
         name = hints["name"]
-        new_name = kept(self.walk(name, ("name",))) or ""
+        new_name = self.name(name)
         if new_name == name:
             return hints
         out = dict(hints)

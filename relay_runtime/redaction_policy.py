@@ -31,7 +31,7 @@ from .events import MARK, DeferredResponse, Event, new_event
 from .ids import new_id
 from .redaction_pass import REMOVED, Pass, kept
 from .redaction_rules import ACTIONS, RedactionConfigError, Rule
-from .redaction_streams import MAX_STREAMS, Held, streamed_rules
+from .redaction_streams import Held, hold_of, streamed_rules
 from .types import AnnotatedLLMRequest, ChunkDelta
 
 RULES_KEY = "relay.redaction.rules"  # metadata: {rule name: how many values it changed in this event}
@@ -171,15 +171,7 @@ class RedactionPolicy:
             if event.name != cv.CHUNK:
                 data = p.walk(data, ("data",))
             elif holds is not None and self._streamed and event.parent_uuid:
-                held = holds.get(event.parent_uuid)
-                if held is None:
-                    if len(holds) >= MAX_STREAMS:  # streams whose end this list never saw: the oldest goes
-                        try:
-                            del holds[next(iter(holds))]
-                        except (StopIteration, RuntimeError, KeyError):
-                            pass  # another thread's stream changed the table meanwhile: next time
-                    held = holds[event.parent_uuid] = Held()
-                data = p.chunk(data, held)
+                data = p.chunk(data, hold_of(holds, event.parent_uuid))
                 if data is not event.data and not p.counts:  # text held back, nothing redacted yet
                     return _with_data(event, data)
             else:

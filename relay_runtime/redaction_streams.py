@@ -47,6 +47,20 @@ class Held:
         self.index = 0  # the index the chunk mark after the last one seen would have
 
 
+def hold_of(holds: dict[Any, Held], key: Any) -> Held:
+    """The hold of the stream ``key`` in ``holds``, new if it has none; the table keeps ``MAX_STREAMS``
+    (a stream whose end is never seen must not pile up: the oldest goes)."""
+    held = holds.get(key)
+    if held is None:
+        if len(holds) >= MAX_STREAMS:
+            try:
+                del holds[next(iter(holds))]
+            except (StopIteration, RuntimeError, KeyError):
+                pass  # another thread's stream changed the table meanwhile: next time
+        held = holds[key] = Held()
+    return held
+
+
 def streamed_rules(rules: Iterable[Rule]) -> tuple[Rule, ...]:
     """The rules that find values inside a response's text or reasoning (whole-field rules act on each
     chunk's delta as a whole, so they need nothing held)."""

@@ -26,9 +26,8 @@ class Relay:
 
     def __init__(self, name: str = "default") -> None:
         self.name = name
-        self.diag = Diagnostics()
+        self.diag = Diagnostics(self._redaction_policy)  # read when a failure is logged, once subscribers exist
         self.subscribers = Subscribers(self.diag)
-        self.diag.policy_of = self._redaction_policy
         self.scope = Scopes(self)
         self.intercepts = Intercepts(self.scope)
         self.cost = RelayCost(self)

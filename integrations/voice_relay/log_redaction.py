@@ -15,7 +15,7 @@ from typing import Any
 
 from relay_runtime.redaction_pass import Pass
 from relay_runtime.redaction_policy import RedactionPolicy
-from relay_runtime.redaction_streams import MAX_STREAMS, Held
+from relay_runtime.redaction_streams import Held, hold_of
 
 # Delta record types -> the record types that end their stream.
 _ENDED_BY = {
@@ -47,12 +47,7 @@ class LogRedaction:
             yield record
             return
         if kind in _ENDED_BY and policy._streamed and isinstance(record.get("delta"), str):
-            key = (kind, record.get("response_id"))
-            stream = self._held.get(key)
-            if stream is None:
-                if len(self._held) >= MAX_STREAMS:
-                    del self._held[next(iter(self._held))]
-                stream = self._held[key] = Held()
+            stream = hold_of(self._held, (kind, record.get("response_id")))
             rest = {k: v for k, v in record.items() if k != "delta"}
             out = dict(policy.redact_value(rest))
             out["delta"] = Pass(policy).settle(stream, "text", record["delta"])
