@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from . import pointers
 from .conventions import SPAN_HINTS
 from .redaction_apply import MIN_WHOLE
+from .redaction_objects import fields, rebuilt, through_text
 from .redaction_raw import ThroughView
 from .redaction_rules import Rule
 from .redaction_streams import Held, chunk_kind, settled
@@ -83,8 +84,8 @@ class Pass(ThroughView):
             return self.text(value, path, depth)
         if value is None or kind in (int, float, bool):
             return value
-        if depth > _MAX_DEPTH:
-            return value
+        if depth > _MAX_DEPTH:  # deeper than the walk goes: read as the text a sink prints for it
+            return through_text(value, lambda text: self.text(text, path, depth))
         whole_remove = self._removes(path) if self.policy._removals else None
         if whole_remove is not None:
             self._count(whole_remove, 1)
@@ -120,15 +121,11 @@ class Pass(ThroughView):
             if removed:
                 items = [v for v in items if v is not REMOVED]
             return items if kind is list else tuple(items)
-        dump = getattr(value, "model_dump", None)  # an SDK object in the view: its fields, as data
-        if callable(dump):
-            try:
-                dumped = dump()
-            except Exception:
-                return value
-            new = self.walk(dumped, path, depth + 1)
-            return value if new is dumped else new
-        return value
+        data = fields(value)  # an SDK or framework object, a str subclass, a set: what it holds, as data
+        if data is not None:
+            new = self.walk(data, path, depth + 1)
+            return value if new is data else rebuilt(value, data, new)
+        return through_text(value, lambda text: self.text(text, path, depth))
 
     def metadata(self, metadata: Mapping[str, Any]) -> Any:
         """``walk`` of an event's metadata; the relay's own keys (kinds, ids, counts) are not content, but
@@ -194,8 +191,10 @@ class Pass(ThroughView):
                 self._recount(value)
                 return known
             return self._memoized(self.rules, value)
-        if value is None or kind is int or kind is float or kind is bool or depth > _MAX_DEPTH:
+        if value is None or kind is int or kind is float or kind is bool:
             return value
+        if depth > _MAX_DEPTH:
+            return through_text(value, lambda text: self._memoized(self.rules, text))
         # The strings of a container are looked up inline: most were met before (the same message in the
         # view and the kwargs, the same roles in every message) and come back as they were.
         leaves, floor, rules = self.leaves, self.floor, self.rules
@@ -233,11 +232,11 @@ class Pass(ThroughView):
         if kind is list or kind is tuple:
             items: list[Any] | None = None
             for i, v in enumerate(value):
-                kind = type(v)
-                if kind is str:
+                item_kind = type(v)
+                if item_kind is str:
                     if len(v) < floor or leaves.get(v) is v:
                         continue
-                elif kind in _SCALARS:
+                elif item_kind in _SCALARS:
                     continue
                 new = self._plain(v, depth + 1)
                 if new is not v:
@@ -247,15 +246,11 @@ class Pass(ThroughView):
             if items is None:
                 return value
             return items if kind is list else tuple(items)
-        dump = getattr(value, "model_dump", None)
-        if callable(dump):
-            try:
-                dumped = dump()
-            except Exception:
-                return value
-            new = self._plain(dumped, depth + 1)
-            return value if new is dumped else new
-        return value
+        data = fields(value)
+        if data is not None:
+            new = self._plain(data, depth + 1)
+            return value if new is data else rebuilt(value, data, new)
+        return through_text(value, lambda text: self._memoized(self.rules, text))
 
     def _json(self, text: str, path: pointers.Path, depth: int) -> str | None:
         """JSON text (tool-call arguments and the like) walked as what it holds; None when it is not JSON."""

@@ -8,13 +8,13 @@ the strings the view did not hold. An SDK object comes back as its own type.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
 from .redaction_apply import Application
+from .redaction_objects import fields, rebuilt, through_text
 
 _MAX_DEPTH = 64
 _SCALARS = frozenset({int, float, bool, type(None)})
@@ -62,8 +62,10 @@ class ThroughView(Application):
                         result = result.replace(escaped, json.dumps(new, ensure_ascii=False)[1:-1])
                         slashed = "\\" in result
             return result
-        if value is None or kind in (int, float, bool) or depth > _MAX_DEPTH:
+        if value is None or kind in (int, float, bool):
             return value
+        if depth > _MAX_DEPTH:  # deeper than the walk goes: read as the text a sink prints for it
+            return through_text(value, lambda text: self._raw(text, depth, True))
         if kind is dict or kind is MappingProxyType or isinstance(value, Mapping):
             done = self.done.get(id(value))
             if done is not None and done[0] is value:  # walked in the view already (a message the kwargs share)
@@ -96,33 +98,8 @@ class ThroughView(Application):
             if items is None:
                 return value
             return items if kind is list else tuple(items)
-        if isinstance(value, (bytes, bytearray)):
-            try:
-                text = bytes(value).decode("utf-8")
-            except UnicodeDecodeError:
-                return value
-            new_text = self._raw(text, depth, scan)
-            return value if new_text is text else new_text.encode("utf-8")
-        dump = getattr(value, "model_dump", None)  # an SDK response or chunk: rebuilt as its own type
-        if callable(dump):
-            try:
-                dumped = dump()
-            except Exception:
-                return value
-            new = self._raw(dumped, depth + 1, scan)
-            if new is dumped:
-                return value
-            try:
-                return type(value).model_validate(new)
-            except Exception:
-                return new
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            changes = {}
-            for f in dataclasses.fields(value):
-                v = getattr(value, f.name)
-                new = self._raw(v, depth + 1, scan)
-                if new is not v:
-                    changes[f.name] = new
-            return dataclasses.replace(value, **changes) if changes else value
-        return value
-
+        data = fields(value)  # an SDK object (rebuilt as its own type), a str subclass, bytes, a set
+        if data is not None:
+            new = self._raw(data, depth + 1, scan)
+            return value if new is data else rebuilt(value, data, new)
+        return through_text(value, lambda text: self._raw(text, depth, True))

@@ -430,3 +430,39 @@ def test_middleware_attempt_after_its_logical_call_closed_is_still_recorded(rela
     late = relay_turn[1].logical_llm_calls[call_id]
     assert attempt.outcome == "success" and attempt.metadata[cv.API_REQUEST_ID] == call_id
     assert attempt.parent_uuid == late.scope.uuid != first.uuid
+
+
+@tools_mod.tool
+def find_user(email: str) -> str:
+    """A user by e-mail."""
+    RAN.append(email)
+    return f"Jane, reach her at {email}"
+
+
+@pytest.mark.parametrize("how", ["middleware", "callback-handler", "both"])
+def test_a_redaction_policy_reaches_every_record_of_an_agent_run(relay_turn, relay_events, otel_spans, how) -> None:
+    """LangChain's own objects in the records (a ``ChatResult`` whose ``AIMessage`` holds the tool calls in
+    a field declared ``BaseMessage``, message lists, tool inputs) are redacted like the SDK's: the
+    e-mail reaches the model and the tool, never an event, a span or a JSONL line."""
+    from relay_runtime.events import FIELDS
+    from relay_runtime.jsonl import event_json
+    from relay_runtime.redaction import RedactionPolicy, Rule
+
+    email = "jane.doe@example.com"
+    relay, _turn = relay_turn
+    relay.redaction.use(RedactionPolicy([Rule("redact", detector="email")]))
+    script = t.Script(
+        [t.json_reply(tool_call_body("find_user", {"email": email})), t.json_reply(t.chat_completion_body("Done."))]
+    )
+    middleware = [RelayMiddleware()] if how != "callback-handler" else []
+    callbacks = [RelayCallbackHandler()] if how != "middleware" else []
+    agent = agents_mod.create_agent(chat_model(script), [find_user], middleware=middleware, name="helper")
+    result = run(agent, f"Who is {email}?", callbacks=callbacks)
+    assert email in RAN and email in script.requests[0].content.decode()  # the tool and model saw it
+    assert result["messages"][-1].content == "Done."
+    leaked = [(e.kind, e.name, f) for e in relay_events.events for f in FIELDS if email in repr(getattr(e, f))]
+    assert not leaked
+    assert not [e.name for e in relay_events.events if email in event_json(e)]
+    spans = otel_spans.get_finished_spans()
+    assert spans and email not in repr([(s.name, dict(s.attributes or {}), s.events) for s in spans])
+    assert any("[REDACTED:email]" in event_json(e) for e in relay_events.events if e.scope_type == "tool")

@@ -1,0 +1,90 @@
+"""What an object holds, for the redaction walks: the values they cannot read as data themselves.
+
+The walks read strings, numbers, mappings, lists and tuples. Anything else an event carries
+still reaches the sinks: as its fields (the JSONL file and the journal dump a model or a
+dataclass), or as its text (OTel attributes print it with ``str()``, the JSONL fallback with
+``repr()``). This module hands the walks that content, so that no rule misses it:
+
+- a ``str`` subclass (LangChain's ``TextAccessor``): its text;
+- a pydantic model: its fields as the instance holds them, and its extra fields. Not
+  ``model_dump()``: that serializes each field by its declared type, so a subclass's own fields
+  (an ``AIMessage``'s tool calls in a field declared ``BaseMessage``) are not in the dump;
+- a dataclass: its fields; a set: its items; bytes: their UTF-8 text;
+- anything else: the text a sink would print for it (``through_text``). An object whose text
+  holds something a rule changes is passed on as that text, redacted: its fields are unknown,
+  so the object itself cannot be.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Callable
+from typing import Any
+
+# Objects whose text is code's, never data: a class, a function, a module.
+_CODE = (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType)
+
+
+def fields(value: Any) -> Any:
+    """``value``'s content as plain data (a ``str``, a ``dict`` or a ``list``); None when it has no known shape."""
+    if isinstance(value, str):
+        return str.__str__(value)  # the text, as an exact str
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    state = getattr(value, "__dict__", None)
+    if type(state) is dict and callable(getattr(value, "model_dump", None)):
+        data = dict(state)
+        extra = getattr(value, "__pydantic_extra__", None)
+        if extra:
+            data.update(extra)
+        return data
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name, None) for f in dataclasses.fields(value)}
+    if isinstance(value, (set, frozenset)):
+        return list(value)
+    return None
+
+
+def rebuilt(value: Any, old: Any, new: Any) -> Any:
+    """``value`` with what the walk changed in its ``fields`` (``old``, now ``new``), as its own type where it can
+    be remade; else the changed data itself, which the sinks print the same way."""
+    if isinstance(value, (bytes, bytearray)) and isinstance(new, str):
+        return new.encode("utf-8")
+    if isinstance(value, (set, frozenset)) and isinstance(new, list):
+        try:
+            return type(value)(new)
+        except TypeError:  # an item the walk made unhashable
+            return new
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return new
+    changes = {k: v for k, v in new.items() if k not in old or old[k] is not v}
+    removed = [k for k in old if k not in new]
+    try:
+        if callable(getattr(value, "model_copy", None)) and not removed:
+            return value.model_copy(update=changes)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type) and not removed:
+            return dataclasses.replace(value, **changes)
+    except Exception:  # a field that cannot be set so: the data, not the object holding the value
+        return new
+    return new
+
+
+def through_text(value: Any, redact: Callable[[str], Any]) -> Any:
+    """``value`` itself when neither text a sink prints for it (``str()``, ``repr()``) holds anything
+    ``redact`` changes; else that text, redacted. An object that cannot be printed is not passed on."""
+    if isinstance(value, _CODE):
+        return value
+    try:
+        text = str(value)
+        shown = repr(value)
+    except Exception:
+        return f"[unprintable {type(value).__name__}]"
+    for candidate in (text, shown) if shown != text else (text,):
+        new = redact(candidate)
+        if new is not candidate and new != candidate:
+            return new
+    return value

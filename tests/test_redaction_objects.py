@@ -1,0 +1,169 @@
+"""A redaction policy reaches values held in objects, not only in strings, mappings and lists: a field a
+model's dump leaves out (a subclass's own field under a field declared as its base), a ``str``
+subclass, a set, bytes, an object known only by its printed text, and values nested deeper than
+the walk goes. Each of these once reached the events (and through them the sinks) unredacted."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pydantic
+import pytest
+
+from relay_runtime import Recorder, Relay, ScopeType
+from relay_runtime.events import SCOPE_END, new_event
+from relay_runtime.jsonl import event_json
+from relay_runtime.redaction import RedactionPolicy, Rule
+from relay_runtime.redaction_policy import RULES_KEY
+from relay_runtime.types import AnnotatedLLMResponse
+
+EMAIL = "jane.doe@example.com"
+REDACTED = "[REDACTED:email]"
+
+
+class Message(pydantic.BaseModel):
+    content: str
+
+
+class ToolMessage(Message):
+    tool_args: dict[str, Any]  # a subclass's own field: not in a dump of a field declared ``Message``
+
+
+class Generation(pydantic.BaseModel):
+    message: Message
+    text: str = ""
+
+
+class Extra(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="allow")
+    id: str
+
+
+class Text(str):
+    """A ``str`` subclass, as LangChain's ``TextAccessor``."""
+
+
+@dataclasses.dataclass
+class Found:
+    who: str
+
+
+class Shown:
+    """An object of no known shape that prints what it holds."""
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"Shown({self.value!r})"
+
+
+class Unprintable:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+    __str__ = __repr__
+
+
+def _policy() -> RedactionPolicy:
+    return RedactionPolicy([Rule("redact", detector="email")])
+
+
+def _through(relay: Relay, value: Any) -> Any:
+    """``value`` as a subscriber sees it as a function scope's input under the policy."""
+    seen = Recorder()
+    relay.subscribers.register(seen)
+    relay.redaction.use(_policy())
+    with relay.scope.scope("step", ScopeType.FUNCTION, input={"value": value}):
+        pass
+    event = seen.events[0]
+    assert EMAIL not in repr(event.input) and EMAIL not in event_json(event)
+    return event.input["value"]
+
+
+def _nested(depth: int) -> Any:
+    value: Any = {"email": EMAIL}
+    for _ in range(depth):
+        value = {"down": value}
+    return value
+
+
+def test_a_subclass_field_the_dump_leaves_out_is_redacted_in_a_scope() -> None:
+    generation = Generation(message=ToolMessage(content="look up", tool_args={"email": EMAIL}))
+    assert EMAIL not in json.dumps(generation.model_dump())  # the dump does not show it: the walk must not trust it
+    out = _through(Relay(), generation)
+    assert type(out) is Generation and out.message.tool_args == {"email": REDACTED}
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (Text(f"mail {EMAIL}"), f"mail {REDACTED}"),
+        ({EMAIL, "other"}, {REDACTED, "other"}),
+        (f"mail {EMAIL}".encode(), f"mail {REDACTED}".encode()),
+        (Found(EMAIL), Found(REDACTED)),
+        (Shown(EMAIL), f"Shown('{REDACTED}')"),
+        (Extra(id="x", note=EMAIL), None),
+    ],
+    ids=["str-subclass", "set", "bytes", "dataclass", "printed-object", "pydantic-extra"],
+)
+def test_values_in_objects_of_every_shape_are_redacted(value: Any, expected: Any) -> None:
+    out = _through(Relay(), value)
+    if expected is not None:
+        assert out == expected
+
+
+def test_values_nested_deeper_than_the_walk_goes_are_not_passed_on_whole() -> None:
+    out = _through(Relay(), _nested(100))
+    assert REDACTED in json.dumps(out) or REDACTED in repr(out)
+
+
+def test_json_text_nested_deeper_than_the_walk_goes_is_redacted() -> None:
+    relay = Relay()
+    seen = Recorder()
+    relay.subscribers.register(seen)
+    relay.redaction.use(_policy())
+    relay.tools.execute("lookup", {"query": json.dumps(_nested(100))}, lambda args: "done")
+    assert EMAIL not in event_json(seen.events[0]) and seen.events[0].metadata[RULES_KEY]
+
+
+def test_an_object_that_cannot_be_printed_is_not_passed_on() -> None:
+    relay = Relay()
+    seen = Recorder()
+    relay.subscribers.register(seen)
+    relay.redaction.use(_policy())
+    with relay.scope.scope("step", ScopeType.FUNCTION, input={"value": Unprintable(), "who": EMAIL}):
+        pass
+    assert seen.events[0].input == {"value": "[unprintable Unprintable]", "who": REDACTED}
+
+
+def test_code_objects_pass_as_they_are() -> None:
+    relay = Relay()
+    seen = Recorder()
+    relay.subscribers.register(seen)
+    relay.redaction.use(_policy())
+    with relay.scope.scope("step", ScopeType.FUNCTION, input={"tool": _policy, "kind": Found, "who": EMAIL}):
+        pass
+    assert seen.events[0].input["tool"] is _policy and seen.events[0].input["kind"] is Found
+
+
+def test_an_llm_answer_object_is_rebuilt_as_its_own_type_with_its_hidden_fields_redacted() -> None:
+    """The raw walk (an LLM scope's SDK object, through what the view changed) reads the instance's fields."""
+    answer = Generation(message=ToolMessage(content="", tool_args={"email": EMAIL}), text=Text(f"to {EMAIL}"))
+    response = AnnotatedLLMResponse(tool_calls=[{"id": "c", "name": "lookup", "arguments": {"email": EMAIL}}])
+    event = new_event(
+        SCOPE_END, "u", "p", "t", "openai", "llm", 2, 1, None, answer, {},
+        annotated_response=response, outcome="success",
+    )  # fmt: skip
+    out = _policy().redact_event(event)
+    assert type(out.output) is Generation and type(out.output.message) is ToolMessage
+    assert out.output.message.tool_args == {"email": REDACTED} and out.output.text == f"to {REDACTED}"
+    assert answer.message.tool_args == {"email": EMAIL}  # the caller's object is left as it was
+    assert EMAIL not in repr(out.output)
+
+
+def test_a_list_stays_a_list_and_a_tuple_a_tuple() -> None:
+    out = _through(Relay(), {"list": ["x", EMAIL], "tuple": ("x", EMAIL)})
+    assert out == {"list": ["x", REDACTED], "tuple": ("x", REDACTED)}
