@@ -9,7 +9,8 @@ dataclass), or as its text (OTel attributes print it with ``str()``, the JSONL f
 - a pydantic model: its fields as the instance holds them, and its extra fields. Not
   ``model_dump()``: that serializes each field by its declared type, so a subclass's own fields
   (an ``AIMessage``'s tool calls in a field declared ``BaseMessage``) are not in the dump;
-- a dataclass: its fields; a set: its items; bytes: their UTF-8 text;
+- a dataclass: its fields; a set: its items; bytes: their text, when they are UTF-8 (else binary data,
+  left as it is);
 - anything else: the text a sink would print for it (``through_text``). An object whose text
   holds something a rule changes is passed on as that text, redacted: its fields are unknown,
   so the object itself cannot be.
@@ -22,8 +23,12 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-# Objects whose text is code's, never data: a class, a function, a module.
-_CODE = (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType)
+# Objects whose text is code's, never data (a class, a function, a module), and binary data (an image's
+# bytes, which ``fields`` reads when they are UTF-8 text): their printed text is not scanned.
+_NOT_TEXT = (
+    type, types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType,
+    bytes, bytearray, memoryview,
+)  # fmt: skip
 
 
 def fields(value: Any) -> Any:
@@ -76,7 +81,7 @@ def rebuilt(value: Any, old: Any, new: Any) -> Any:
 def through_text(value: Any, redact: Callable[[str], Any]) -> Any:
     """``value`` itself when neither text a sink prints for it (``str()``, ``repr()``) holds anything
     ``redact`` changes; else that text, redacted. An object that cannot be printed is not passed on."""
-    if isinstance(value, _CODE):
+    if isinstance(value, _NOT_TEXT):
         return value
     try:
         text = str(value)

@@ -167,3 +167,14 @@ def test_an_llm_answer_object_is_rebuilt_as_its_own_type_with_its_hidden_fields_
 def test_a_list_stays_a_list_and_a_tuple_a_tuple() -> None:
     out = _through(Relay(), {"list": ["x", EMAIL], "tuple": ("x", EMAIL)})
     assert out == {"list": ["x", REDACTED], "tuple": ("x", REDACTED)}
+
+
+def test_binary_bytes_are_left_as_they_are() -> None:
+    image = b"\x89PNG\r\n\x1a\n\xff\xfe" + EMAIL.encode()  # not UTF-8: data, not text
+    relay = Relay()
+    seen = Recorder()
+    relay.subscribers.register(seen)
+    relay.redaction.use(_policy())
+    with relay.scope.scope("step", ScopeType.FUNCTION, input={"image": image, "who": EMAIL}):
+        pass
+    assert seen.events[0].input == {"image": image, "who": REDACTED}
