@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 # A whole string a rule changed is looked for inside the SDK's own objects only from this length on:
 # shorter ones ("user", "gpt-4o") are everywhere and would be replaced where they mean something else.
 MIN_WHOLE = 8
+_CLEAN_KEYS = 4096  # keys a policy remembers as holding nothing it redacts (most are the SDK's field names)
 
 
 def _pairs_in(pairs: Mapping[str, str], text: str) -> dict[str, str]:
@@ -57,6 +58,26 @@ class Application:
         self.floor = policy._floor if self.simple else 0
         # Flat dicts the simple walk read (by id, with the dict itself, kept alive) -> what they became.
         self.done: dict[int, tuple[Any, Any]] = {}
+
+    def key_of(self, key: Any, path: tuple[str, ...]) -> Any:
+        """A mapping's key at ``path``, as the rules that find values make it: keys are text every sink
+        writes too (an e-mail keying a dict of users). A whole-string rule does not read keys."""
+        policy = self.policy
+        if type(key) is not str or len(key) < policy._key_floor or key in policy._clean_keys:
+            return key
+        if self.simple and policy._detectors_only:  # the usual policy: what it makes of a string is remembered
+            result = self._memoized(self.rules, key)
+            every = True
+        else:
+            child = (*path, key)
+            rules = [r for r in self.rules if not r.whole and (self.anywhere or not r.parsed_paths or r.applies(child))]
+            result = self._run(rules, key) if rules else key
+            every = len(rules) == len(policy._key_rules)
+        if result == key:
+            if every and len(policy._clean_keys) < _CLEAN_KEYS:
+                policy._clean_keys.add(key)
+            return key
+        return result
 
     def _count(self, rule: Rule, n: int) -> None:
         self.counts[rule.name] = self.counts.get(rule.name, 0) + n
@@ -185,3 +206,18 @@ class Application:
             return text
         pieces.append(text[last:])
         return "".join(pieces)
+
+
+def renamed(mapping: Mapping[Any, Any], names: Mapping[Any, Any]) -> dict[Any, Any]:
+    """``mapping`` with the keys in ``names`` renamed, in order; keys that became one (two addresses, both
+    ``[REDACTED:email]``) are told apart by a count (``#2``), so no entry is lost."""
+    out: dict[Any, Any] = {}
+    for k, v in mapping.items():
+        new = names.get(k, k)
+        if new in out:
+            n = 2
+            while f"{new}#{n}" in out:
+                n += 1
+            new = f"{new}#{n}"
+        out[new] = v
+    return out

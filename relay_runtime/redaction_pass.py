@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import pointers
 from .conventions import SPAN_HINTS
-from .redaction_apply import MIN_WHOLE
+from .redaction_apply import MIN_WHOLE, renamed
 from .redaction_objects import fields, rebuilt, through_text
 from .redaction_raw import ThroughView
 from .redaction_rules import Rule
@@ -93,6 +93,7 @@ class Pass(ThroughView):
             return REMOVED
         if kind is dict or isinstance(value, Mapping):
             out: dict[Any, Any] | None = None
+            names: dict[Any, Any] | None = None
             for k, v in value.items():
                 key = k if type(k) is str else str(k)
                 if path == ("metadata",) and key.startswith("relay.") and not self._named((*path, key)):
@@ -103,8 +104,14 @@ class Pass(ThroughView):
                         out = dict(value)
                     if new is REMOVED:
                         del out[k]
-                    else:
-                        out[k] = new
+                        continue
+                    out[k] = new
+                new_key = self.key_of(k, path)
+                if new_key is not k:
+                    names = names or {}
+                    names[k] = new_key
+            if names:
+                return renamed(value if out is None else out, names)
             return value if out is None else out
         if kind is list or kind is tuple:
             items: list[Any] | None = None
@@ -135,8 +142,15 @@ class Pass(ThroughView):
             out: Any = self.walk(metadata, ("metadata",))
         else:
             out = None
+            names: dict[Any, Any] | None = None
             for k, v in metadata.items():
-                if type(v) in _SCALARS or (k if type(k) is str else str(k)).startswith("relay."):
+                if (k if type(k) is str else str(k)).startswith("relay."):
+                    continue
+                new_key = self.key_of(k, ("metadata",))
+                if new_key is not k:
+                    names = names or {}
+                    names[k] = new_key
+                if type(v) in _SCALARS:
                     continue
                 new = self._plain(v, 1)
                 if new is not v:
@@ -145,6 +159,8 @@ class Pass(ThroughView):
                     out[k] = new
             if out is None:
                 out = metadata
+            if names:
+                out = renamed(out, names)
         hints = metadata.get(SPAN_HINTS)
         if isinstance(hints, Mapping) and isinstance(hints.get("name"), str):
             new_hints = self._span_hints(hints)
@@ -200,8 +216,16 @@ class Pass(ThroughView):
         leaves, floor, rules = self.leaves, self.floor, self.rules
         if kind is dict or isinstance(value, Mapping):
             out: dict[Any, Any] | None = None
+            names: dict[Any, Any] | None = None
             flat = True
+            key_floor, clean_keys = self.policy._key_floor, self.policy._clean_keys
             for k, v in value.items():
+                if (
+                    type(k) is str and len(k) >= key_floor and k not in clean_keys
+                    and (new_key := self.key_of(k, ())) is not k
+                ):  # fmt: skip
+                    names = names or {}
+                    names[k] = new_key
                 kind = type(v)
                 if kind is str:
                     if len(v) < floor:
@@ -224,6 +248,8 @@ class Pass(ThroughView):
                         out = dict(value)
                     out[k] = new
             result = value if out is None else out
+            if names:
+                result = renamed(result, names)
             if flat:
                 # Only strings and numbers: the raw walk (the kwargs hold the same message dicts) would
                 # make the same of it, so it is remembered for that walk.

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import sys
 import threading
 import warnings
 from collections import OrderedDict
@@ -96,6 +97,17 @@ class RedactionPolicy:
         # Shorter strings are not read at all: every rule is a detector that needs more.
         self._detectors_only = all(r.finder is not None for r in self.rules)
         self._floor = self._shortest if self._detectors_only else 0
+        # Mapping keys are read by the rules that find values (never a whole-string rule: every key would
+        # become one); shorter keys than any of those rules can find are not read.
+        self._key_rules = tuple(r for r in self.rules if not r.whole)
+        detectors = [r.finder for r in self._key_rules if r.finder is not None]
+        self._key_floor = (
+            sys.maxsize if not self._key_rules
+            else min(d.shortest for d in detectors) if len(detectors) == len(self._key_rules)
+            else 1
+        )  # fmt: skip
+        # Keys every such rule has read and left as they were ("role", "content"): not read again.
+        self._clean_keys: set[str] = set()
         # The rules that find values inside response text: while there are any, streams are held back.
         self._streamed = streamed_rules(self.rules)
         # What the rules made of long strings seen before (text -> result, counts, replaced spans), bounded.

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from .redaction_apply import Application
+from .redaction_apply import Application, renamed
 from .redaction_objects import fields, rebuilt, through_text
 
 _MAX_DEPTH = 64
@@ -40,6 +40,16 @@ class ThroughView(Application):
         result = self._run(self.policy._pathless, text)
         self.leaves[text] = result
         return result
+
+    def _raw_key(self, key: str, scan: bool) -> str:
+        """A key of the SDK's own objects: each value the view's rules changed is changed in it too, and with
+        ``scan`` the rules that find values read it (see ``key_of``). A key every such rule has read and left
+        as it was (``policy._clean_keys``: the SDK's field names) is not looked at again."""
+        result = self.key_of(key, ()) if scan else key
+        for old, new in self.pairs.items():
+            if old in result:
+                result = result.replace(old, new)
+        return key if result == key else result
 
     def _raw(self, value: Any, depth: int, scan: bool) -> Any:
         kind = type(value)
@@ -71,8 +81,16 @@ class ThroughView(Application):
             if done is not None and done[0] is value:  # walked in the view already (a message the kwargs share)
                 return done[1]
             out: dict[Any, Any] | None = None
+            names: dict[Any, Any] | None = None
             leaves, floor = self.leaves, self.floor
+            key_floor, clean_keys = self.policy._key_floor, self.policy._clean_keys
             for k, v in value.items():
+                if (
+                    type(k) is str and len(k) >= key_floor and k not in clean_keys
+                    and (new_key := self._raw_key(k, scan)) is not k
+                ):  # fmt: skip
+                    names = names or {}
+                    names[k] = new_key
                 kind = type(v)  # inline: most strings come back as they were, and numbers always do
                 if kind is str:
                     if len(v) < floor or leaves.get(v) is v:
@@ -84,6 +102,8 @@ class ThroughView(Application):
                     if out is None:
                         out = dict(value)
                     out[k] = new
+            if names:
+                return renamed(value if out is None else out, names)
             return value if out is None else out
         if kind is list or kind is tuple:
             items: list[Any] | None = None

@@ -1,0 +1,88 @@
+"""A mapping's keys are text every sink writes (a dict of users keyed by e-mail): the rules that find values
+read them too, in scopes, tools, metadata, JSON text and the SDK's own kwargs. They once passed whole."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from relay_runtime import Recorder, Relay, ScopeType, adapters
+from relay_runtime.adapters import testing
+from relay_runtime.jsonl import event_json
+from relay_runtime.redaction import RedactionPolicy, Rule
+from relay_runtime.redaction_policy import RULES_KEY
+
+EMAIL = "jane.doe@example.com"
+OTHER = "bob.stone@example.org"
+REDACTED = "[REDACTED:email]"
+POLICIES = {
+    "detectors": lambda: RedactionPolicy([Rule("redact", detector="email")]),
+    "paths": lambda: RedactionPolicy(
+        [
+            Rule("redact", detector="email", paths=["/input", "/tool/result"], name="in-data"),
+            Rule("redact", detector="email", paths=["/metadata/*"], name="in-metadata"),
+        ]
+    ),
+}
+
+
+def _relay(policy: RedactionPolicy) -> tuple[Relay, Recorder]:
+    relay = Relay()
+    seen = Recorder()
+    relay.subscribers.register(seen)
+    relay.redaction.use(policy)
+    return relay, seen
+
+
+@pytest.mark.parametrize("policy", POLICIES.values(), ids=POLICIES.keys())
+def test_keys_of_inputs_tool_results_and_metadata_are_redacted_in_order(policy: Any) -> None:
+    relay, seen = _relay(policy())
+    users = {"first": 0, EMAIL: {"n": 1}, "last": 2}
+    with relay.scope.scope("step", ScopeType.FUNCTION, input={"users": users}, metadata={EMAIL: "seen"}):
+        pass
+    relay.tools.execute("lookup", {"q": 1}, lambda args: {EMAIL: "found"})
+    step, _, _, tool_end = seen.events
+    assert list(step.input["users"]) == ["first", REDACTED, "last"]  # the entry keeps its place
+    assert step.input["users"][REDACTED] == {"n": 1}
+    assert step.metadata[REDACTED] == "seen" and tool_end.output == {REDACTED: "found"}
+    assert sum(tool_end.metadata[RULES_KEY].values()) == 1
+    assert not [e for e in seen.events if EMAIL in event_json(e)]
+    assert EMAIL in users  # the caller's data is left as it was
+
+
+def test_keys_that_become_one_are_told_apart_and_none_is_lost() -> None:
+    relay, seen = _relay(POLICIES["detectors"]())
+    with relay.scope.scope("step", ScopeType.FUNCTION, input={EMAIL: 1, OTHER: 2, REDACTED: 3}):
+        pass
+    assert seen.events[0].input == {REDACTED: 1, f"{REDACTED}#2": 2, f"{REDACTED}#3": 3}
+
+
+def test_hashed_keys_stay_distinct_and_whole_string_rules_leave_keys_alone() -> None:
+    relay, seen = _relay(
+        RedactionPolicy([Rule("hash", detector="email"), Rule("redact", paths=["/input/note"])], hash_key="k" * 32)
+    )
+    with relay.scope.scope("step", ScopeType.FUNCTION, input={EMAIL: 1, OTHER: 2, "note": "whole"}):
+        pass
+    keys = list(seen.events[0].input)
+    assert len(keys) == 3 and all(k.startswith("[email:") for k in keys[:2]) and keys[0] != keys[1]
+    assert keys[2] == "note" and seen.events[0].input["note"] == "[REDACTED]"
+
+
+def test_keys_in_json_text_and_in_the_sdks_own_kwargs(relay_turn, relay_events, scripted_openai) -> None:  # type: ignore[no-untyped-def]
+    relay, _ = relay_turn
+    relay.redaction.use(POLICIES["detectors"]())
+    scripted_openai.add(testing.json_reply(testing.chat_completion_body("ok")))
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": json.dumps({EMAIL: "x"})}}
+    messages = [
+        {"role": "user", "content": "who?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "done"},
+    ]
+    adapters.complete(scripted_openai.client, {"model": "m", "messages": messages, "metadata": {EMAIL: "v"}})
+    sent = json.loads(scripted_openai.script.requests[0].content)
+    assert EMAIL in sent["metadata"]  # the provider gets the request as it was
+    start = relay_events.starts(relay_kind="llm_attempt")[0]
+    assert EMAIL not in event_json(start) and EMAIL not in repr(start.input)
+    assert start.metadata[RULES_KEY]["redact:email"] >= 2
