@@ -86,3 +86,25 @@ def test_keys_in_json_text_and_in_the_sdks_own_kwargs(relay_turn, relay_events, 
     start = relay_events.starts(relay_kind="llm_attempt")[0]
     assert EMAIL not in event_json(start) and EMAIL not in repr(start.input)
     assert start.metadata[RULES_KEY]["redact:email"] >= 2
+
+
+def test_a_cassette_stores_keys_redacted_and_replays_under_the_same_policy(
+    relay_turn, scripted_openai, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    from relay_runtime import cassettes
+    from tests.cassette_support import Offline
+
+    relay, _ = relay_turn
+    relay.redaction.use(POLICIES["detectors"]())
+    body = testing.chat_completion_body("ok")
+    body["metadata"] = {EMAIL: "echoed"}  # a provider echoing the request's metadata
+    scripted_openai.add(testing.json_reply(body))
+    kwargs = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "metadata": {EMAIL: "v"}}
+    path = tmp_path / "c.json"
+    with cassettes.use(path, mode="record"):
+        adapters.complete(scripted_openai.client, kwargs)
+    assert EMAIL not in path.read_text() and REDACTED in path.read_text()
+    offline, _ = Offline().clients("openai")
+    with cassettes.use(path, mode="replay"):  # the live request's keys are redacted the same way to match
+        replayed = adapters.complete(offline, kwargs)
+    assert replayed.choices[0].message.content == "ok"
