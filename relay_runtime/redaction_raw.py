@@ -9,6 +9,7 @@ the strings the view did not hold. An SDK object comes back as its own type.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
@@ -41,14 +42,27 @@ class ThroughView(Application):
         self.leaves[text] = result
         return result
 
+    def _through_pairs(self, text: str) -> str:
+        """``text`` with each value the view's rules replaced (``pairs``) replaced in it too, JSON-escaped too."""
+        result = text
+        # Whether the text holds a backslash is asked again only when a replacement changed it.
+        slashed = "\\" in result
+        for old, new in self.pairs.items():
+            if old in result:
+                result = result.replace(old, new)
+                slashed = "\\" in result
+            elif slashed:  # JSON text held as a string: the value may be escaped in it
+                escaped = json.dumps(old, ensure_ascii=False)[1:-1]
+                if escaped != old and escaped in result:
+                    result = result.replace(escaped, json.dumps(new, ensure_ascii=False)[1:-1])
+                    slashed = "\\" in result
+        return result
+
     def _raw_key(self, key: str, scan: bool) -> str:
         """A key of the SDK's own objects: each value the view's rules changed is changed in it too, and with
         ``scan`` the rules that find values read it (see ``key_of``). A key every such rule has read and left
         as it was (``policy._clean_keys``: the SDK's field names) is not looked at again."""
-        result = self.key_of(key, ()) if scan else key
-        for old, new in self.pairs.items():
-            if old in result:
-                result = result.replace(old, new)
+        result = self._through_pairs(self.key_of(key, ()) if scan else key)
         return key if result == key else result
 
     def _raw(self, value: Any, depth: int, scan: bool) -> Any:
@@ -60,18 +74,7 @@ class ThroughView(Application):
             if len(value) < self.floor:  # nothing any rule finds, nor any value a rule replaced, fits in it
                 return value
             result = self._scan(value) if scan and value else value
-            # Whether the text holds a backslash is asked again only when a replacement changed it.
-            slashed = "\\" in result
-            for old, new in self.pairs.items():
-                if old in result:
-                    result = result.replace(old, new)
-                    slashed = "\\" in result
-                elif slashed:  # JSON text held as a string: the value may be escaped in it
-                    escaped = json.dumps(old, ensure_ascii=False)[1:-1]
-                    if escaped != old and escaped in result:
-                        result = result.replace(escaped, json.dumps(new, ensure_ascii=False)[1:-1])
-                        slashed = "\\" in result
-            return result
+            return self._through_pairs(result) if self.pairs else result
         if value is None or kind in (int, float, bool):
             return value
         if depth > _MAX_DEPTH:  # deeper than the walk goes: read as the text a sink prints for it
@@ -83,7 +86,9 @@ class ThroughView(Application):
             out: dict[Any, Any] | None = None
             names: dict[Any, Any] | None = None
             leaves, floor = self.leaves, self.floor
-            key_floor, clean_keys = self.policy._key_floor, self.policy._clean_keys
+            # Keys can change only when the rules read them (``scan``) or the view replaced a value.
+            key_floor = self.policy._key_floor if scan or self.pairs else sys.maxsize
+            clean_keys = self.policy._clean_keys
             for k, v in value.items():
                 if (
                     type(k) is str and len(k) >= key_floor and k not in clean_keys
