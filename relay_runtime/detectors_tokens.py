@@ -64,11 +64,19 @@ def at(
 
 _LOCAL = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._%+-"
 _LOCAL_CHARS = frozenset(_LOCAL)
-_DOMAIN = re.compile(r"(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,24}(?![\w-])")
+# Labels and a top-level domain of letters in any script (RFC 6531 addresses: "jane@bücher.de"), or an
+# IDN's punycode one. Nothing is asked of what follows: an address inside an id ("jane@example.com-2",
+# "jane@example.com_backup") is still an address; the domain ends where its letters do.
+_DOMAIN = re.compile(r"(?:[^\W_][\w-]*\.)+(?:xn--[A-Za-z0-9-]{2,59}|[^\W\d_]{2,63})")
 
 
 def find_email(text: str) -> list[Span]:
-    """From each ``@``: the local part back (at most 64 characters, RFC 5321), the domain forward."""
+    """From each ``@``: the local part back (at most 64 characters, RFC 5321), the domain forward.
+
+    A local part in any script counts ("josé@", RFC 6531). One longer than 64 characters is no address
+    by the RFC, but its last 64 and the domain are still found: a long prefix glued to an address (an
+    id built from it) must not carry the address out whole.
+    """
     found: list[Span] = []
     i = text.find("@")
     last = 0
@@ -76,9 +84,11 @@ def find_email(text: str) -> list[Span]:
         floor = max(last, i - 64)
         # Back from the "@" over the local part's characters, down to ``floor``: one rstrip in C.
         start = floor + len(text[floor:i].rstrip(_LOCAL))
-        domain = _DOMAIN.match(text, i + 1)
-        longer = start > 0 and start == floor and text[start - 1] in _LOCAL_CHARS
-        if domain is not None and start < i and not longer and not text[start - 1 : start].isalnum():
+        while start > floor and text[start - 1].isalnum():  # a letter beyond ASCII, then ASCII again
+            start -= 1
+            start = floor + len(text[floor:start].rstrip(_LOCAL))
+        domain = _DOMAIN.match(text, i + 1) if start < i else None
+        if domain is not None:
             last = domain.end()
             found.append((start, last))
         i = text.find("@", max(i + 1, last))

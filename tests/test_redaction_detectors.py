@@ -96,6 +96,11 @@ OTHER_CASES = [
     ("email", "a@b", False),
     ("email", "not an email @ here", False),
     ("email", "@handle", False),
+    # Addresses in other scripts are addresses.
+    ("email", "josé@bücher.de", True),
+    ("email", "jane@xn--bcher-kva.xn--p1ai", True),
+    ("email", "@app.route", False),
+    ("email", "pip install pkg@1.2.3", False),
     ("iban", "GB82 WEST 1234 5698 7654 32", True),
     ("iban", "DE89370400440532013000", True),
     ("iban", "FR14 2004 1010 0505 0001 3M02 606", True),
@@ -145,6 +150,20 @@ def test_api_key(value: str, expected: bool) -> None:
 @pytest.mark.parametrize(("name", "value", "expected"), OTHER_CASES)
 def test_other_detectors(name: str, value: str, expected: bool) -> None:
     assert _found(name, value) == ([value] if expected else [])
+
+
+@pytest.mark.parametrize(
+    ("text", "address"),
+    [
+        ("jane.doe@example.com-2", "jane.doe@example.com"),  # an id built from an address
+        ("jane@example.com_backup", "jane@example.com"),
+        ("turn-jane@example.com1", "turn-jane@example.com"),
+        # A local part longer than RFC 5321's 64: its last 64 characters and the domain, never nothing.
+        ("x" * 70 + "jane@example.com", "x" * 60 + "jane@example.com"),
+    ],
+)
+def test_an_address_glued_to_other_text_is_found(text: str, address: str) -> None:
+    assert _found("email", text) == [address]
 
 
 def test_the_tables_are_large_enough() -> None:
