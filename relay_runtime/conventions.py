@@ -45,6 +45,10 @@ FRAMEWORK = "relay.framework"
 # On a logical call an execution intercept answered with a fallback after its provider failed: its name.
 FALLBACK = "relay.fallback"
 TOOL_CALL_ID = "tool_call_id"  # on a TOOL scope: the provider's id of the tool call it answers
+# The metadata keys whose values sinks key and join records by (a journal's run, a span's conversation,
+# a trajectory's session): a redaction rule that changes one records a pseudonym in its place, never a
+# placeholder two users would share (``RedactionPolicy.identifier``).
+IDENTIFIERS = (SESSION_ID, PARENT_SESSION_ID, TURN_ID, TASK_ID, API_REQUEST_ID, TOOL_CALL_ID)
 
 # Mark names.
 CHUNK = "llm.chunk"  # data: ChunkMark

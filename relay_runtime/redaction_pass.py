@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import pointers
-from .conventions import SPAN_HINTS
+from .conventions import IDENTIFIERS, SPAN_HINTS
 from .redaction_apply import MIN_WHOLE, renamed
 from .redaction_objects import fields, rebuilt, through_text
 from .redaction_raw import ThroughView
@@ -161,6 +161,8 @@ class Pass(ThroughView):
                 out = metadata
             if names:
                 out = renamed(out, names)
+        if out is not metadata:
+            out = self._identifiers(metadata, out)
         hints = metadata.get(SPAN_HINTS)
         if isinstance(hints, Mapping) and isinstance(hints.get("name"), str):
             new_hints = self._span_hints(hints)
@@ -168,6 +170,20 @@ class Pass(ThroughView):
                 out = dict(out)
                 out[SPAN_HINTS] = new_hints
         return out
+
+    def _identifiers(self, before: Mapping[str, Any], after: Any) -> Any:
+        """``after`` with each identifier a rule changed (not removed) replaced by its pseudonym: two users'
+        session ids redacted to one placeholder would merge their runs, spans and trajectories into one."""
+        if not isinstance(after, Mapping):
+            return after
+        fixed: dict[str, Any] | None = None
+        for key in IDENTIFIERS:
+            was = before.get(key)
+            if type(was) is str and key in after and after[key] != was:
+                if fixed is None:
+                    fixed = dict(after)
+                fixed[key] = self.policy.identifier(was)
+        return after if fixed is None else fixed
 
     def _span_hints(self, hints: Mapping[str, Any]) -> Mapping[str, Any]:
         name = hints["name"]

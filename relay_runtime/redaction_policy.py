@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import sys
 import threading
 import warnings
@@ -69,6 +70,9 @@ class RedactionPolicy:
         if hash_key is not None and not isinstance(hash_key, (str, bytes)):
             raise RedactionConfigError(f"hash_key must be str or bytes, got {type(hash_key).__name__}")
         self._key = hash_key.encode() if isinstance(hash_key, str) else hash_key
+        # Pseudonyms of identifiers (``identifier``): keyed by hash_key when given (the same across processes),
+        # else by a key of this policy's own (the same for its life).
+        self._id_key = hmac.new(self._key or os.urandom(32), b"relay-runtime identifiers", hashlib.sha256).digest()
         if self._key is not None and len(self._key) < 16:
             raise RedactionConfigError("hash_key must be at least 16 bytes: a short key makes the tokens guessable")
         needs_key = [r.name for r in self.rules if r.action == "hash"]
@@ -143,6 +147,18 @@ class RedactionPolicy:
 
     def __repr__(self) -> str:
         return f"RedactionPolicy({[r.name for r in self.rules]}, fingerprint={self.fingerprint!r})"
+
+    def identifier(self, value: str) -> str:
+        """What sinks record for an identifier (a session, turn, task, request or tool-call id) that a rule
+        changes: ``redacted-`` and 24 hex digits of an HMAC-SHA256 of the original, so one id keeps one
+        pseudonym in every event and two ids never share one, and the result is a valid run id. Keyed by
+        ``hash_key`` when the policy has one (the same pseudonym in every process), else by a key this
+        policy made (the same while it lives). A caller that knows the original id (a web UI looking up
+        its session's runs in the journal) computes the recorded one with this."""
+        if not isinstance(value, str):
+            raise TypeError(f"identifier() takes the id as a str, got {type(value).__name__}")
+        digest = hmac.new(self._id_key, value.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+        return "redacted-" + digest[:24]
 
     # -- strings and structures ----------------------------------------------------------------
 
