@@ -21,7 +21,7 @@ Run = tuple[int, int, int, str]  # start, end, how many digits, the run itself
 # The pattern opens with a character class (its check of what comes before follows it, so the engine
 # still skips to candidates in C instead of trying every position) and ends on a digit (backtracking
 # there), so a run holds no trailing separators.
-_NUMERIC_RUN = re.compile(r"[+(0-9](?<![A-Za-z0-9_][+(0-9])(?:[0-9 ().+-]*[0-9])?")
+_NUMERIC_RUN = re.compile(r"[+(0-9](?<![A-Za-z0-9][(0-9])(?:[0-9 ().+-]*[0-9])?")
 _DIGIT_CHARS = tuple("0123456789")
 _RUN_CHARS = frozenset("0123456789 ().+-")
 _SEPARATORS = b" ().+-"
@@ -100,11 +100,13 @@ def in_runs(
 # NNN-NNN-NNNN, NNN.NNN.NNNN, NNN NNN NNNN. Bare digit runs are not phone numbers here: they are
 # as often order numbers, amounts or ids.
 _PHONE_INTL = re.compile(
-    r"(?<![\w+])(?:\+[1-9]\d{0,2}|00[1-9]\d{0,2}(?=[ .-]))(?:[ .-]?\(\d{1,4}\))?(?:[ .-]?\d{1,5}){1,6}(?![\w.-]*\d)"
+    # "_" and a letter before "+" are glue ("phone_+44...", "call+44..."), not part of a longer number.
+    r"(?:(?<![+\d])\+[1-9]\d{0,2}|(?<![^\W_])(?<!\+)00[1-9]\d{0,2}(?=[ .-]))"
+    r"(?:[ .-]?\(\d{1,4}\))?(?:[ .-]?\d{1,5}){1,6}(?![\w.-]*\d)"
 )
 _PHONE_NANP = re.compile(
-    r"(?<![\w+.-])(?:\+?1[ .-]?)?"
-    r"(?:\([2-9]\d{2}\) ?[2-9]\d{2}[ .-]\d{4}|[2-9]\d{2}([ .-])[2-9]\d{2}\1\d{4})(?![\w-]|\.\d)"
+    r"(?<![^\W_])(?<![+.-])(?:\+?1[ .-]?)?"
+    r"(?:\([2-9]\d{2}\) ?[2-9]\d{2}[ .-]\d{4}|[2-9]\d{2}([ .-])[2-9]\d{2}\1\d{4})(?![^\W_]|-|\.\d)"
 )
 
 
@@ -141,7 +143,7 @@ def find_phone(text: str) -> list[Span]:
 
 # -- payment cards --------------------------------------------------------------------------
 
-_CARD = re.compile(r"(?<![\w-])\d(?:[ -]?\d){12,18}(?![\w-])")
+_CARD = re.compile(r"(?<![^\W_])(?<!\d-)\d(?:[ -]?\d){12,18}(?![^\W_])(?!-\d)")
 # Issuer prefixes (IIN ranges) of the card networks in use; a Luhn-valid number outside them
 # is more likely an id than a card.
 _CARD_PREFIX = re.compile(
@@ -217,8 +219,11 @@ def find_iban(text: str) -> list[Span]:
 
 # -- IP addresses -------------------------------------------------------------------------------
 
-_IPV4 = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w]|\.\d)")
-_IPV6 = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:(?:\d{1,3}\.){3}\d{1,3}|[0-9A-Fa-f]{0,4})(?![\w:]|\.\d)")
+# "[^\W_]": a letter or digit of any script; "_" is glue between words ("host_10.0.4.17"), not one.
+_IPV4 = re.compile(r"(?<![^\W_])(?<!\.)(?:\d{1,3}\.){3}\d{1,3}(?![^\W_]|\.\d)")
+_IPV6 = re.compile(
+    r"(?<![^\W_])(?<![:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:(?:\d{1,3}\.){3}\d{1,3}|[0-9A-Fa-f]{0,4})(?![^\W_]|:|\.\d)"
+)
 
 
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])"
@@ -285,5 +290,5 @@ def find_ip(text: str) -> list[Span]:
 
 # -- US social security numbers ------------------------------------------------------------------
 
-_SSN = re.compile(r"(?<![\w-])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\w-])")
+_SSN = re.compile(r"(?<![^\W_])(?<!-)(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![^\W_]|-)")
 find_ssn = in_runs(_SSN, None, 9, "-")

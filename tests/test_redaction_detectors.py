@@ -153,17 +153,45 @@ def test_other_detectors(name: str, value: str, expected: bool) -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "address"),
+    ("name", "text", "value"),
     [
-        ("jane.doe@example.com-2", "jane.doe@example.com"),  # an id built from an address
-        ("jane@example.com_backup", "jane@example.com"),
-        ("turn-jane@example.com1", "turn-jane@example.com"),
+        # Values glued into ids and keys by code (snake_case, a dash, a suffix) are still found.
+        ("email", "jane.doe@example.com-2", "jane.doe@example.com"),
+        ("email", "jane@example.com_backup", "jane@example.com"),
+        ("email", "turn-jane@example.com1", "turn-jane@example.com"),
         # A local part longer than RFC 5321's 64: its last 64 characters and the domain, never nothing.
-        ("x" * 70 + "jane@example.com", "x" * 60 + "jane@example.com"),
+        ("email", "x" * 70 + "jane@example.com", "x" * 60 + "jane@example.com"),
+        ("credit_card", "card_4111111111111111", "4111111111111111"),
+        ("credit_card", "card-4111 1111 1111 1111", "4111 1111 1111 1111"),
+        ("phone", "phone_+44 20 7946 0958", "+44 20 7946 0958"),
+        ("phone", "call+44 20 7946 0958", "+44 20 7946 0958"),
+        ("phone", "user_415-555-2671", "415-555-2671"),
+        ("us_ssn", "ssn_078-05-1120", "078-05-1120"),
+        ("ip_address", "host_10.0.4.17", "10.0.4.17"),
+        ("ip_address", "addr_fe80::1ff:fe23:4567:890a", "fe80::1ff:fe23:4567:890a"),
+        ("jwt", "token_eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.sig", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.sig"),
+        ("api_key", "key_sk-proj-Zx8Kq2LmN4pR7sT1vW3yB5cD9fG0hJ", "sk-proj-Zx8Kq2LmN4pR7sT1vW3yB5cD9fG0hJ"),
+        ("iban", "iban_GB82WEST12345698765432", "GB82WEST12345698765432"),
     ],
 )
-def test_an_address_glued_to_other_text_is_found(text: str, address: str) -> None:
-    assert _found("email", text) == [address]
+def test_a_value_glued_to_other_text_is_found(name: str, text: str, value: str) -> None:
+    assert _found(name, text) == [value]
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        # ... but a digit run inside a longer one, or a word's letters around it, is not a value.
+        ("credit_card", "2024-4111111111111111"),
+        ("credit_card", "a4111111111111111b"),
+        ("us_ssn", "1-078-05-1120"),
+        ("ip_address", "1.10.0.4.17"),
+        ("phone", "12+44 20 7946 0958"),
+        ("api_key", "mask-proj-abcdefghijklmnopqrstuvwxyz012345"),
+    ],
+)
+def test_a_run_inside_a_longer_one_is_not_a_value(name: str, text: str) -> None:
+    assert _found(name, text) == []
 
 
 def test_the_tables_are_large_enough() -> None:
