@@ -159,6 +159,7 @@ def test_other_detectors(name: str, value: str, expected: bool) -> None:
         ("email", "jane.doe@example.com-2", "jane.doe@example.com"),
         ("email", "jane@example.com_backup", "jane@example.com"),
         ("email", "turn-jane@example.com1", "turn-jane@example.com"),
+        ("email", "https://api.example.org/users?email=jane.doe%40example.com&x=1", "jane.doe%40example.com"),
         # A local part longer than RFC 5321's 64: its last 64 characters and the domain, never nothing.
         ("email", "x" * 70 + "jane@example.com", "x" * 60 + "jane@example.com"),
         ("credit_card", "card_4111111111111111", "4111111111111111"),
