@@ -10,7 +10,9 @@ from __future__ import annotations
 import logging
 from contextvars import ContextVar
 
+from . import conventions as cv
 from . import session
+from .redaction_install import logged_id
 from .scopes import ScopeHandle
 from .settings import RECORD, settings
 
@@ -94,8 +96,8 @@ def note_unmanaged() -> None:
             logger.warning(
                 "LLM calls of turn %r run unmanaged (not traced, not journaled): another turn is still open "
                 "on conversation %r; this is reported once per conversation",
-                turn.turn_id,
-                turn.lease.session_id,
+                logged_id(turn.relay, cv.TURN_ID, turn.turn_id),
+                logged_id(turn.relay, cv.SESSION_ID, turn.lease.session_id),
             )
     else:
         reason = NO_CONSUMER

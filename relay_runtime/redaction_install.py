@@ -29,6 +29,13 @@ INTERCEPT_NAME = "relay.redaction"
 INTERCEPT_PRIORITY = 2**62
 
 
+def logged_id(relay: Relay, key: str, value: Any) -> Any:
+    """``value`` of metadata ``key`` (a session or turn id) as the relay's events record it, for the library's
+    own log lines: the log is a sink like any other."""
+    policy = relay.redaction.policy
+    return value if policy is None else policy.recorded(key, value)
+
+
 def _check(policy: Any) -> RedactionPolicy | None:
     if policy is not None and not isinstance(policy, RedactionPolicy):
         raise TypeError(f"redaction.use() takes a RedactionPolicy or None, got {type(policy).__name__}")

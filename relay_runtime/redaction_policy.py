@@ -160,6 +160,11 @@ class RedactionPolicy:
         digest = hmac.new(self._id_key, value.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
         return "redacted-" + digest[:24]
 
+    def recorded(self, key: str, value: Any) -> Any:
+        """What events record for metadata ``key`` holding ``value`` (an identifier's pseudonym when a rule
+        changes it; None when a rule removes it): for the library's own log lines that name an id."""
+        return Pass(self).metadata({key: value}).get(key)
+
     # -- strings and structures ----------------------------------------------------------------
 
     def redact_text(self, text: str, path: str = "") -> str:

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from . import conventions as cv
 from .logical_calls import end_open_call
-from .redaction_install import CoordinatorRedaction, RelayRedaction
+from .redaction_install import CoordinatorRedaction, RelayRedaction, logged_id
 from .relay import Relay
 from .scopes import ScopeHandle, ScopeOrderError
 from .settings import settings
@@ -418,7 +418,12 @@ class SessionCoordinator:
                 with lease.host._lock:
                     lease.host.open_turns += 1
         if busy:
-            logger.info("turn %r on %r runs unmanaged: another turn is still open", turn_id, lease.session_id)
+            relay = lease.host.relay
+            logger.info(
+                "turn %r on %r runs unmanaged: another turn is still open",
+                logged_id(relay, cv.TURN_ID, turn_id),
+                logged_id(relay, cv.SESSION_ID, lease.session_id),
+            )
         _active_turn.set(turn)
         return turn
 
@@ -469,7 +474,9 @@ class SessionCoordinator:
         except ScopeOrderError:
             # Something opened inside the turn was never closed; the turn still ends,
             # and this context's stack drops back below it.
-            logger.warning("turn %r ended with scopes still open inside it", turn.turn_id)
+            logger.warning(
+                "turn %r ended with scopes still open inside it", logged_id(turn.relay, cv.TURN_ID, turn.turn_id)
+            )
             scope_api._stack.set(turn.scope.below)
             scope_api.end(turn.scope, output={"outcome": outcome})
 

@@ -9,6 +9,7 @@ sink holds an address.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,31 @@ def test_ids_no_rule_changes_are_kept_and_a_removed_id_stays_removed(relay_home:
     _conversation(scripted.client, USERS[0])
     conversation = [e for e in seen if e.metadata.get("relay.kind") == "conversation"]  # type: ignore[attr-defined]
     assert conversation and all("session_id" not in e.metadata for e in conversation)  # type: ignore[attr-defined]
+
+
+def test_the_librarys_own_log_lines_name_ids_as_the_events_record_them(
+    relay_home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    coordinator = session.SESSION_COORDINATOR
+    policy = RedactionPolicy([Rule("redact", detector="email")], hash_key=KEY)
+    coordinator.redaction.use(policy)
+    coordinator.host(session.current_profile_key()).retain_managed_execution("test")
+    scripted = testing.scripted_openai(testing.json_reply(testing.chat_completion_body("ok")))
+    user = USERS[0]
+    lease = coordinator.acquire_conversation(profile_key=session.current_profile_key(), session_id=user, platform="cli")
+    caplog.set_level(logging.INFO, logger="relay_runtime")
+    first = coordinator.begin_turn(lease, turn_id=f"{user}-1", task_id="t")
+    # A second turn while the first is open runs unmanaged, and says so, naming both ids.
+    second = coordinator.begin_turn(lease, turn_id=f"{user}-2", task_id="t")
+    adapters.complete(scripted.client, {"model": "gpt-x", "messages": [{"role": "user", "content": "hi"}]})
+    coordinator.end_turn(second, outcome="success")
+    # A scope left open inside a turn: the turn still ends, and the log names it.
+    lease.host.relay.scope.push("left open")
+    coordinator.end_turn(first, outcome="success")
+    coordinator.release_conversation(lease)
+
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "runs unmanaged" in logged and "scopes still open" in logged
+    assert policy.identifier(user) in logged
+    assert policy.identifier(f"{user}-1") in logged and policy.identifier(f"{user}-2") in logged
+    assert user.split("@")[0] not in logged

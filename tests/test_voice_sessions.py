@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -648,6 +649,38 @@ async def test_provider_connect_failing_every_time_ends_the_session(tmp_path: Pa
         assert codes == [(True, 1013)] * (MAX_CONNECT_ATTEMPTS - 1) + [(False, 4011)]
         assert info["session_id"] not in server(test_client).realtime_agent.sessions
         assert app["server"].realtime_agent.native_providers["flaky"].attempts == MAX_CONNECT_ATTEMPTS
+
+
+class _LeakyProvider(_FlakyProvider):
+    """Refuses with an error that quotes what the caller gave it (as a provider's 4xx body may)."""
+
+    async def connect(self, config: Any) -> Any:
+        self.attempts += 1
+        raise OSError("connection refused for account jane.doe@example.com")
+
+
+@pytest.mark.asyncio
+async def test_the_process_log_quotes_errors_under_the_redaction_policy(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from relay_runtime.redaction import RedactionPolicy, Rule
+
+    relay_session.SESSION_COORDINATOR.redaction.use(RedactionPolicy([Rule("redact", detector="email")]))
+    app = create_app(RelayConfig(realtime_voice_run_dir=str(tmp_path), realtime_voice_provider="leaky"),
+                     providers={"leaky": _LeakyProvider(1)})  # fmt: skip
+    caplog.set_level(logging.WARNING)
+    try:
+        async with TestClient(TestServer(app, host="127.0.0.1")) as test_client:
+            token = server(test_client).sessions.create_session("phone", "device-1").token
+            posted = await test_client.post("/voice/realtime-agent/session", json={}, headers=bearer(token))
+            ws = await test_client.ws_connect((await posted.json())["websocket_path"], headers=bearer(token))
+            assert (await next_event(ws))["code"] == "provider_connect_failed"
+            await ws.close()
+    finally:
+        relay_session.SESSION_COORDINATOR.redaction.use(None)
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "provider connect failed" in logged and "[REDACTED:email]" in logged
+    assert "jane.doe" not in logged
 
 
 @pytest.mark.asyncio

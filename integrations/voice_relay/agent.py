@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from relay_runtime import session as relay_session
-from relay_runtime.redaction import RedactionPolicy, remember_secret, scrub_text
+from relay_runtime.redaction import RedactionPolicy, remember_secret
 
 from .client_messages import ClientMessageError, ClientMessages, parse_client_message
 from .config import PromotionSettings, RelayConfig
@@ -182,7 +182,7 @@ class RealtimeAgent:
                                conversation_id=session.chat_session_id or session.session_id,
                                on_turn=self._turn_ended)
         except Exception as exc:  # tracing must never stop a call from happening
-            logger.warning("voice session %s: tracing unavailable: %r", session.session_id, exc)
+            logger.warning("voice session %s: tracing unavailable: %s", session.session_id, session.told(exc))
             return None
         session.observer = trace
         return trace
@@ -235,7 +235,7 @@ class RealtimeAgent:
             await self._start_session(session)
         except Exception as exc:
             # A refused handshake's repr carries the provider's answer, which may echo the key.
-            logger.warning("voice session %s: provider connect failed: %s", session.session_id, scrub_text(repr(exc)))
+            logger.warning("voice session %s: provider connect failed: %s", session.session_id, session.told(exc))
             session.connect_failures += 1
             retryable = session.connect_failures < MAX_CONNECT_ATTEMPTS
             # Numbered and logged like any event, though no socket is attached to send it through.

@@ -86,7 +86,8 @@ class ClientMessages:
             self.error(exc.code, str(exc))
         except Exception as exc:
             # A provider send failing must not end the phone's session.
-            logger.warning("voice session %s: client message failed: %r", self.session.session_id, exc)
+            session = self.session
+            logger.warning("voice session %s: client message failed: %s", session.session_id, session.told(exc))
             self.error("message_failed", f"could not handle message: {type(exc).__name__}")
 
     def error(self, code: str, message: str) -> None:

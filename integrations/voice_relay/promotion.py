@@ -102,7 +102,7 @@ class RunCoordinator:
             else:
                 await self._tool_result(call.call_id, {"ok": False, "error": f"unknown tool {clip(repr(call.name))}"})
         except Exception as exc:
-            logger.warning("voice tool call %s failed: %r", call.name, exc)
+            logger.warning("voice tool call %s failed: %s", call.name, self.session.told(exc))
             self.session.log("voice.realtime_agent.tool_call_failed", tool=call.name, error=type(exc).__name__)
             message = f"{call.name} failed: {type(exc).__name__}"
             self.session.emit("voice.error", code="tool_call_failed", message=message)

@@ -91,7 +91,7 @@ class AgentRun:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            logger.warning("agent run %s failed: %r", self.call_id, exc)
+            logger.warning("agent run %s failed: %s", self.call_id, self.session.told(exc))
             self._error = f"agent task failed: {type(exc).__name__}"
         finally:
             self._status_timer.cancel()

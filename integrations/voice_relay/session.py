@@ -316,6 +316,13 @@ class VoiceSession:
         if self.observer is not None:
             self.observer.user_turn(trigger)
 
+    def told(self, exc: BaseException) -> str:
+        """``exc`` as the process log may quote it: remembered secrets blanked, the redaction policy applied
+        (a tool's error may quote what the caller said)."""
+        text = scrub_text(repr(exc))
+        redaction = self.event_log.redaction
+        return redaction.text(text) if redaction is not None else text
+
     def log(self, name: str, **fields: Any) -> None:
         """A decision worth keeping in the session log that the phone does not need."""
         self.event_log.log(name, session_id=self.session_id, **_scrubbed(fields))
@@ -420,9 +427,9 @@ class VoiceSession:
 
     def _task_done(self, task: asyncio.Task[Any]) -> None:
         self.tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            exc = task.exception()
-            logger.error("voice session %s task %s failed: %r", self.session_id, task.get_name(), exc)
+        exc = None if task.cancelled() else task.exception()
+        if exc is not None:
+            logger.error("voice session %s task %s failed: %s", self.session_id, task.get_name(), self.told(exc))
             self.log("voice.realtime_agent.task_failed", task=task.get_name(), error=repr(exc))
 
     def cancel_tasks(self, keep: Iterable[asyncio.Task[Any]] = ()) -> None:
