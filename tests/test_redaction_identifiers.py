@@ -170,3 +170,28 @@ def test_the_librarys_own_log_lines_name_ids_as_the_events_record_them(
     assert policy.identifier(user) in logged
     assert policy.identifier(f"{user}-1") in logged and policy.identifier(f"{user}-2") in logged
     assert user.split("@")[0] not in logged
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        Rule("redact", paths=["/metadata/session_id"]),  # a whole-string rule aimed at the field
+        Rule("mask", detector="email", paths=["/metadata/*"], unmasked_suffix=4),
+        Rule("hash", detector="email"),
+    ],
+    ids=["whole-field", "masked-by-path", "hashed"],
+)
+def test_every_action_that_changes_an_id_records_its_pseudonym(relay_home: Path, rule: Rule) -> None:
+    coordinator = session.SESSION_COORDINATOR
+    policy = coordinator.redaction.use(RedactionPolicy([rule], hash_key=KEY))
+    assert policy is not None
+    seen: list[object] = []
+    coordinator.host(session.current_profile_key()).relay.subscribers.register(seen.append, name="seen")
+    scripted = testing.scripted_openai(testing.json_reply(testing.chat_completion_body("ok")))
+    _conversation(scripted.client, USERS[0])
+    recorded = {e.metadata["session_id"] for e in seen if "session_id" in e.metadata}  # type: ignore[attr-defined]
+    assert recorded == {policy.identifier(USERS[0])}
+    assert policy.recorded("session_id", USERS[0]) == policy.identifier(USERS[0])
+    # An id with no e-mail in it is kept, unless the rule takes the whole field.
+    expected = policy.identifier("plain-id") if rule.whole else "plain-id"
+    assert policy.recorded("session_id", "plain-id") == expected
