@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from typing import Any
 
@@ -199,10 +200,15 @@ def test_auxiliary_calls_only_count_usage(tmp_path):
     assert result.payloads("done")[0]["usage"]["input_tokens"] == 5 + 3 + 3
 
 
-def test_invalid_turn_ids_are_counted_not_journaled(tmp_path):
+def test_invalid_turn_ids_are_counted_not_journaled(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="relay_runtime.integrations.run_journal")
     result = run_turn(tmp_path, lambda: stream_call("openai", "m", [{"model": "m", "text": "x"}]), run_id="../escape")
     assert result.diagnostics["journal.invalid_ids"] == 1
     assert not (tmp_path / "_run_journal").exists()
+    # Said once in the log, so a deployment whose ids never fit learns why its journal stays empty,
+    # and without the id itself (it may be personal data).
+    said = [r.getMessage() for r in caplog.records if "not a journal id" in r.getMessage()]
+    assert len(said) == 1 and "journal.invalid_ids" in said[0] and "escape" not in said[0]
 
 
 class StuckDisk:

@@ -120,6 +120,7 @@ class JournalSubscriber:
         self._relay = relay
         self._attachments: list[Attachment] = []
         self._unmanaged_warned = False
+        self._invalid_warned = False
         self.counts: Counter[str] = Counter()
         self._count_lock = threading.Lock()
         self._writer = RowWriter(
@@ -266,6 +267,15 @@ class JournalSubscriber:
         session_id, run_id = meta.get(cv.SESSION_ID), meta.get(cv.TURN_ID)
         if not (paths.valid_id(session_id) and paths.valid_id(run_id)):
             self._count("journal.invalid_ids")
+            if not self._invalid_warned:
+                # Once per journal, and without the ids: one that is not valid may be an e-mail address.
+                self._invalid_warned = True
+                logger.warning(
+                    "run journal: a turn's session or turn id is not a journal id (letters, digits, '_', '.' "
+                    "and '-', at most %d characters), so its run is not journaled; such runs are counted as "
+                    "journal.invalid_ids",
+                    paths.MAX_ID_LENGTH,
+                )
             return
         self._warn_if_unmanaged()
         run = _Run(str(session_id), str(run_id))
