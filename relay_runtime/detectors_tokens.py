@@ -106,7 +106,7 @@ def _emails(text: str, at: str) -> list[Span]:
 
 # -- JSON web tokens ---------------------------------------------------------------------------
 
-JWT = re.compile(r"(?<![A-Za-z0-9-])eyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]{0,}")
+JWT = re.compile(r"(?<![A-Za-z0-9])eyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]{0,}")
 
 
 def jwt_ok(text: str) -> bool:
@@ -132,7 +132,7 @@ _KEY_PATTERNS = (
     r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}",  # Stripe secret and restricted keys
     r"whsec_[A-Za-z0-9]{24,}",  # Stripe webhook secrets
 )
-_API_KEY = re.compile(r"(?<![A-Za-z0-9-])(?:" + "|".join(_KEY_PATTERNS) + r")(?![A-Za-z0-9_-])")
+_API_KEY = re.compile(r"(?<![A-Za-z0-9])(?:" + "|".join(_KEY_PATTERNS) + r")(?![A-Za-z0-9_-])")
 # Where a key may start, found with ``str.find`` (a regular expression of alternatives would be tried
 # at every position): a short piece of its opening, and how far before it the key starts.
 # The third item: which of the needle's characters is looked for (see ``occurrences``); a needle of

@@ -164,7 +164,7 @@ class Pass(ThroughView):
         if out is not metadata:
             out = self._identifiers(metadata, out)
         hints = metadata.get(SPAN_HINTS)
-        if isinstance(hints, Mapping) and isinstance(hints.get("name"), str):
+        if isinstance(hints, Mapping) and hints:
             new_hints = self._span_hints(hints)
             if new_hints is not hints:
                 out = dict(out)
@@ -186,15 +186,17 @@ class Pass(ThroughView):
         return after if fixed is None else fixed
 
     def _span_hints(self, hints: Mapping[str, Any]) -> Mapping[str, Any]:
-        name = hints["name"]
-        new_name = self.name(name)
-        if new_name == name:
+        """The span an integration asks for: its name, and its attributes' values (a peer's address, a
+        resource's URI), read by the rules that find values, as every other string an event carries."""
+        name = hints.get("name")
+        new_name = self.name(name) if isinstance(name, str) else name
+        attributes = hints.get("attributes")
+        new_attributes = self.raw(attributes, scan=True) if isinstance(attributes, Mapping) else attributes
+        if new_name == name and new_attributes is attributes:
             return hints
         out = dict(hints)
         out["name"] = new_name
-        attributes = hints.get("attributes")
-        if isinstance(attributes, Mapping):
-            out["attributes"] = self.raw(attributes)
+        out["attributes"] = new_attributes
         return out
 
     def name(self, name: str) -> str:

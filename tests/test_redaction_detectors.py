@@ -172,6 +172,9 @@ def test_other_detectors(name: str, value: str, expected: bool) -> None:
         ("ip_address", "addr_fe80::1ff:fe23:4567:890a", "fe80::1ff:fe23:4567:890a"),
         ("jwt", "token_eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.sig", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.sig"),
         ("api_key", "key_sk-proj-Zx8Kq2LmN4pR7sT1vW3yB5cD9fG0hJ", "sk-proj-Zx8Kq2LmN4pR7sT1vW3yB5cD9fG0hJ"),
+        ("api_key", "token-sk-proj-Zx8Kq2LmN4pR7sT1vW3yB5cD9fG0hJ", "sk-proj-Zx8Kq2LmN4pR7sT1vW3yB5cD9fG0hJ"),
+        ("api_key", "user-AKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLE"),
+        ("jwt", "id-eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.sig", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.sig"),
         ("iban", "iban_GB82WEST12345698765432", "GB82WEST12345698765432"),
     ],
 )

@@ -14,6 +14,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, convert_to_messages
 
+from relay_runtime.clipping import head
 from relay_runtime.codec import CountingAccumulator
 from relay_runtime.neutral import NEUTRAL_PARAMS
 from relay_runtime.types import REMOVED, AnnotatedLLMRequest, AnnotatedLLMResponse, TokenUsage
@@ -48,7 +49,10 @@ def plain(value: Any, depth: int = 0) -> Any:
     if value is None or isinstance(value, bool | int | float):
         return value
     if isinstance(value, str):
-        return value if len(value) <= _MAX_TEXT else value[:_MAX_TEXT] + f"... [{len(value) - _MAX_TEXT} more chars]"
+        if len(value) <= _MAX_TEXT:
+            return value
+        kept = head(value, _MAX_TEXT)  # no value cut in two: its first half would pass the redaction policy
+        return f"{kept}... [{len(value) - len(kept)} more chars]"
     if depth >= _MAX_DEPTH:
         return repr(type(value).__name__)
     if isinstance(value, BaseMessage):

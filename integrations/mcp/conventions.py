@@ -10,6 +10,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from relay_runtime.clipping import head
+
 TOOLS_CALL = "tools/call"
 # Methods whose target names the span (``tools/call add``), and where the target is found.
 _TARGET_PARAM = {
@@ -38,7 +40,8 @@ def target_of(method: str, params: object) -> str | None:
         value = getattr(params, key, _NO_FLAG)
         if value is _NO_FLAG:
             value = params.get(key) if isinstance(params, Mapping) else None
-    return value[:_MAX_TARGET] if isinstance(value, str) and value else None
+    # Cut where no value is cut in two (an address across the bound would pass the policy by halves).
+    return head(value, _MAX_TARGET) or None if isinstance(value, str) and value else None
 
 
 def span_name(method: str, target: str | None) -> str:
@@ -87,7 +90,7 @@ def tool_error_text(result: object) -> str:
         text = part.get("text") if isinstance(part, Mapping) else getattr(part, "text", None)
         if isinstance(text, str):
             texts.append(text)
-    return "\n".join(texts)[:2000] or "the tool reported an error"
+    return head("\n".join(texts), 2000) or "the tool reported an error"
 
 
 def peer_attributes(server: object) -> dict[str, Any]:

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from relay_runtime.clipping import head
+
 from .log_redaction import LogRedaction
 
 logger = logging.getLogger(__name__)
@@ -32,7 +34,10 @@ ECHO_CHARS = 64
 
 def clip(text: str, limit: int = ECHO_CHARS) -> str:
     """`text` cut to `limit` characters plus a count of the rest, for echoing what a peer sent."""
-    return text if len(text) <= limit else f"{text[:limit]}…(+{len(text) - limit} chars)"
+    if len(text) <= limit:
+        return text
+    kept = head(text, limit)  # no value cut in two: its first half would pass the redaction policy
+    return f"{kept}…(+{len(text) - len(kept)} chars)"
 
 
 def validate_session_id(session_id: str) -> str:
