@@ -374,10 +374,12 @@ class Pass(ThroughView):
         messages = self.walk(req.messages, ("request", "messages"))
         system = self.walk(req.system, ("request", "system"))
         tools = self.walk(req.tools, ("request", "tools"))
+        # The tool the model must call is named as in ``tools``, and read as they are.
+        choice = self.walk(req.tool_choice, ("request", "tools")) if req.tool_choice else req.tool_choice
         params = self.walk(req.params, ("request", "params")) if req.params else req.params
         extra = self.walk(req.provider_params, ("request", "params")) if req.provider_params else req.provider_params
         if messages is req.messages and system is req.system and tools is req.tools and params is req.params and (
-            extra is req.provider_params
+            extra is req.provider_params and choice is req.tool_choice
         ):
             return req
         return _copy(
@@ -385,6 +387,7 @@ class Pass(ThroughView):
             messages=[] if messages is REMOVED else list(messages),
             system=kept(system),
             tools=None if tools is REMOVED or tools is None else list(tools),
+            tool_choice=kept(choice),
             params={} if params is REMOVED else dict(params),
             provider_params={} if extra is REMOVED else dict(extra),
         )
@@ -392,9 +395,15 @@ class Pass(ThroughView):
     def response_view(self, resp: AnnotatedLLMResponse) -> AnnotatedLLMResponse:
         text = self.walk(resp.output_text, ("response", "text")) if resp.output_text else resp.output_text
         calls = self.walk(resp.tool_calls, ("response", "tool_calls")) if resp.tool_calls else resp.tool_calls
-        if text is resp.output_text and calls is resp.tool_calls:
+        # The answer's id and model are the provider's words too (one built from a header a proxy echoed).
+        rid = self.walk(resp.id, ("response", "id")) if resp.id else resp.id
+        model = self.walk(resp.model, ("response", "model")) if resp.model else resp.model
+        if text is resp.output_text and calls is resp.tool_calls and rid is resp.id and model is resp.model:
             return resp
-        return _copy(resp, output_text=kept(text), tool_calls=[] if calls is REMOVED else list(calls))
+        return _copy(
+            resp, output_text=kept(text), tool_calls=[] if calls is REMOVED else list(calls), id=kept(rid),
+            model=kept(model),
+        )  # fmt: skip
 
     def deferred_response_view(
         self, deferred: DeferredResponse, content: tuple[str | None, list[dict[str, Any]]]

@@ -232,8 +232,14 @@ class RedactionPolicy:
                     inp = {**inp, "content": content, "headers": p.raw(inp.get("headers"), scan=True)}
                 else:
                     inp = p.raw(inp, scan=True)
-                if resp is None or resp is not answer:  # an answer the view found nothing in is kept whole
-                    out = p.raw(out, scan=resp is None)
+                # Every string of the answer object is read: fields beyond the view (a refusal, citations,
+                # grounding queries, the SDK's response headers) are the provider's words too.
+                out = p.raw(out, scan=True)
+                if out is not event.output and resp is answer and type(resp) is DeferredResponse:
+                    # The object held what its text and tool calls did not (an id from an echoed header):
+                    # the annotation is built and read whole, as it would be without the shortcut.
+                    built = resp.get()
+                    resp = p.response_view(built) if built is not None else None
             elif scope_type == "tool":
                 inp = p.walk(inp, ("tool", "arguments"))
                 out = p.walk(out, ("tool", "result"))

@@ -35,6 +35,12 @@ _VIEW = {
     "params": ("request", "params"),
     "provider_params": ("request", "params"),
 }
+# What a stored request holds beside the view, and where the policy reads it as it does in events.
+_ELSEWHERE = {
+    "tool_choice": ("request", "tools"),
+    "extra_body": ("request", "params"),
+    "extra_query": ("request", "params"),
+}
 
 
 def policy_in_force() -> RedactionPolicy | None:
@@ -66,11 +72,13 @@ def mismatch(path: Path, recorded: str | None, policy: RedactionPolicy | None) -
 
 
 def redact_request(policy: RedactionPolicy, request: dict[str, Any]) -> dict[str, Any]:
-    """The neutral request as the policy records it (what is matched and stored)."""
+    """The neutral request as the policy records it (what is matched and stored): the view's fields at their
+    paths, and what is sent beside them (``extra_body``, ``extra_query``, ``tool_choice``) as params are."""
     out = dict(request)
-    for key, path in _VIEW.items():
-        if key in out:
-            out[key] = policy.redact_at(out[key], path)
+    for key, value in request.items():
+        path = _VIEW.get(key, _ELSEWHERE.get(key))
+        if path is not None:
+            out[key] = policy.redact_at(value, path)
     return out
 
 
