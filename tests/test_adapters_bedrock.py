@@ -3,6 +3,7 @@ Bedrock's JSON and its binary event stream: converse and converse_stream as mana
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +17,8 @@ from bedrock_support import (
     SECRET_KEY,
     SESSION_TOKEN,
     BedrockServer,
+    anthropic_stream_events,
+    chunks,
     converse_body,
     error_reply,
     event,
@@ -378,3 +381,48 @@ def test_a_cassette_records_and_replays_offline_without_credentials(relay_turn, 
     assert [e.outcome for e in ends] == ["success", "success", "failed"] * 2
     assert [e.metadata[cv.SDK_RETRIES] for e in ends] == [1, 0, 0] * 2  # botocore retried the replayed 429 too
     assert ends[4].annotated_response.output_text == "recorded"
+
+
+def test_a_streamed_answer_is_stored_as_events_the_redaction_policy_reads(
+    relay_turn, relay_events, bedrock_server, tmp_path
+):
+    # Stored as the event stream's base64, the answer held what the model streamed, an e-mail
+    # split across three events included, whole in the cassette.
+    import base64
+    import json
+
+    from relay_runtime import cassettes
+    from relay_runtime.redaction import RedactionPolicy, Rule
+
+    session.SESSION_COORDINATOR.redaction.use(RedactionPolicy([Rule("redact", detector="email")]))
+    email = "jane.doe@example.com"
+    pieces = ["mail ", email[:6], email[6:13], email[13:], " now"]
+    bedrock_server.replies += [
+        stream_reply(text_events(pieces)),
+        stream_reply(chunks(*anthropic_stream_events(pieces))),
+    ]
+    invoke_body = json.dumps({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 5, "messages": MESSAGES})
+
+    def session_(client: Any) -> list[str]:
+        said = client.converse_stream(modelId=MODEL, messages=MESSAGES)["stream"]
+        texts = ["".join(e["contentBlockDelta"]["delta"]["text"] for e in said if "contentBlockDelta" in e)]
+        body = client.invoke_model_with_response_stream(modelId=MODEL, body=invoke_body)["body"]
+        events = [json.loads(e["chunk"]["bytes"]) for e in body]
+        texts.append("".join(e["delta"]["text"] for e in events if e["type"] == "content_block_delta"))
+        return texts
+
+    path = tmp_path / "bedrock.json"
+    with cassettes.use(path, mode="record"):
+        live = session_(adapters.instrument(bedrock_server.client()))
+    assert live == ["mail " + email + " now"] * 2  # the caller hears the real answer
+    stored = path.read_text()
+    assert "[REDACTED:email]" in stored
+    for piece in pieces[1:4]:
+        assert piece not in stored
+    for blob in [stored.encode()] + [base64.b64decode(b) for b in re.findall(r'"base64": "([^"]*)"', stored)]:
+        assert email.encode() not in blob and b"jane.do" not in blob
+    bedrock_server.close()
+    with cassettes.use(path, mode="replay"):
+        replayed = session_(adapters.instrument(BedrockServer.client(bedrock_server)))
+    assert [text.replace(" ", "") for text in replayed] == ["mail[REDACTED:email]now"] * 2
+    assert [e.outcome for e in attempts(relay_events)] == ["success"] * 4

@@ -25,6 +25,8 @@ from relay_runtime import cassettes
 from relay_runtime.cassettes import secrets
 from relay_runtime.codec import LLMCodec
 
+from . import event_stream
+
 _tape: ContextVar[cassettes.CallTape | None] = ContextVar("relay_bedrock_cassette_tape", default=None)
 # Transport framing and the date: a replay must not repeat them, and they would make every re-recording a diff.
 _DROPPED_HEADERS = frozenset({"content-length", "content-encoding", "transfer-encoding", "connection", "date",
@@ -78,18 +80,25 @@ def _response(url: str, status: int, headers: Mapping[str, str], body: bytes) ->
 
 
 def _body_record(body: bytes, content_type: str) -> dict[str, Any]:
-    """A JSON body as itself (readable, diffable); an event stream or anything else as base64."""
+    """A JSON body as itself (readable, diffable), an event stream as its events (``event_stream``: a
+    redaction policy reads them); anything else as base64."""
     if "json" in content_type:
         try:
             return {"body": json.loads(body)}
         except ValueError:
             pass
+    if "eventstream" in content_type:
+        events = event_stream.records(body)
+        if events is not None:
+            return {"events": events}
     return {"base64": base64.b64encode(body).decode("ascii")}
 
 
 def _body_bytes(exchange: Mapping[str, Any]) -> bytes:
     if "body" in exchange:
         return json.dumps(exchange["body"], ensure_ascii=False).encode("utf-8")
+    if isinstance(exchange.get("events"), list):
+        return event_stream.encode(exchange["events"])
     return base64.b64decode(str(exchange.get("base64", "")))
 
 
