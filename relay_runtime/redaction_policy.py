@@ -112,8 +112,6 @@ class RedactionPolicy:
         )  # fmt: skip
         # Keys every such rule has read and left as they were ("role", "content"): not read again.
         self._clean_keys: set[str] = set()
-        # Short strings of the SDK's objects every rule left as they were (``ThroughView._scan``).
-        self._clean_short: set[str] = set()
         # The rules that find values inside response text: while there are any, streams are held back.
         self._streamed = streamed_rules(self.rules)
         # What the rules made of long strings seen before (text -> result, counts, replaced spans), bounded.

@@ -21,10 +21,6 @@ _MAX_DEPTH = 64
 _SCALARS = frozenset({int, float, bool, type(None)})
 
 
-_SHORT = 64  # characters: the strings remembered as clean (longer ones are the policy's memo's)
-_CLEAN_SHORT = 4096
-
-
 class ThroughView(Application):
     """The raw walk of a pass (see the module docstring)."""
 
@@ -40,19 +36,8 @@ class ThroughView(Application):
         return self._raw(value, 0, scan)
 
     def _scan(self, text: str) -> str:
-        policy = self.policy
-        short = self.simple and len(text) <= _SHORT  # every rule read it, not a subset of them
-        if short and text in policy._clean_short:
-            return text
-        if policy._all_pathless:
-            result = self._memoized(self.rules, text)
-            if short and result == text:
-                # An SDK object's short strings ("assistant", "stop", a model's name) come with every
-                # answer: one every rule left as it was is not read again (bounded: cleared when full).
-                if len(policy._clean_short) >= _CLEAN_SHORT:
-                    policy._clean_short.clear()
-                policy._clean_short.add(text)
-            return result
+        if self.policy._all_pathless:
+            return self._memoized(self.rules, text)
         result = self._run(self.policy._pathless, text)
         self.leaves[text] = result
         return result
