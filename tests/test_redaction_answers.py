@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from relay_runtime import adapters, cassettes, session
+from relay_runtime import Recorder, adapters, cassettes, session
 from relay_runtime.adapters import testing
 from relay_runtime.integrations.otel import OTelExporter
 from relay_runtime.redaction import RedactionPolicy, Rule
@@ -22,30 +22,17 @@ def _policy() -> RedactionPolicy:
     return RedactionPolicy([Rule("redact", detector="email"), Rule("redact", detector="api_key")])
 
 
-def _in_turn(call: Any) -> None:
-    coordinator = session.SESSION_COORDINATOR
-    lease = coordinator.acquire_conversation(profile_key=session.current_profile_key(), session_id="s", platform="cli")
-    turn = coordinator.begin_turn(lease, turn_id="t", task_id="k")
-    try:
-        call()
-    finally:
-        coordinator.end_turn(turn, outcome="success")
-        coordinator.release_conversation(lease)
-
-
 def _assert_clean(where: str, blob: str) -> None:
     for value in (EMAIL, KEY):
         assert value not in blob and json.dumps(value)[1:-1] not in blob, f"{value!r} is in {where}"
 
 
-def test_fields_of_an_answer_beyond_its_text_are_redacted(relay_home: Path) -> None:
+def test_fields_of_an_answer_beyond_its_text_are_redacted(relay_turn: Any, relay_events: Recorder) -> None:
     # The text says nothing the policy changes: the rest of the answer used to pass whole.
     coordinator = session.SESSION_COORDINATOR
     coordinator.redaction.use(_policy())
     pipeline = Pipeline()
     exporter = OTelExporter(pipeline.tracer_provider, pipeline.meter_provider).attach(coordinator)
-    seen: list[Any] = []
-    coordinator.host(session.current_profile_key()).relay.subscribers.register(seen.append, name="seen")
     body = testing.chat_completion_body("ok")
     body["id"] = f"chatcmpl-{EMAIL}"  # an id a proxy built from what it was sent
     message = body["choices"][0]["message"]
@@ -56,12 +43,10 @@ def test_fields_of_an_answer_beyond_its_text_are_redacted(relay_home: Path) -> N
                           "end_index": 1}},
     ]  # fmt: skip
     scripted = testing.scripted_openai(testing.json_reply(body))
-    _in_turn(
-        lambda: adapters.complete(scripted.client, {"model": "gpt-x", "messages": [{"role": "user", "content": "hi"}]})
-    )
+    adapters.complete(scripted.client, {"model": "gpt-x", "messages": [{"role": "user", "content": "hi"}]})
     exporter.shutdown()
 
-    end = next(e for e in seen if e.kind == "scope_end" and e.scope_type == "llm")
+    (end,) = relay_events.ends(scope_type="llm")
     _assert_clean("the attempt's output", repr(end.output))
     assert "[REDACTED:email]" in end.annotated_response.id
     assert end.output.choices[0].message.refusal == "I will not mail [REDACTED:email]"  # still the SDK's object
@@ -70,13 +55,10 @@ def test_fields_of_an_answer_beyond_its_text_are_redacted(relay_home: Path) -> N
     _assert_clean("the spans", spans)
 
 
-def test_tool_choice_and_what_is_sent_beside_the_view_are_redacted(relay_home: Path, tmp_path: Path) -> None:
-    coordinator = session.SESSION_COORDINATOR
-    coordinator.redaction.use(_policy())
-    seen: list[Any] = []
-    host = coordinator.host(session.current_profile_key())
-    host.retain_managed_execution("test")
-    host.relay.subscribers.register(seen.append, name="seen")
+def test_tool_choice_and_what_is_sent_beside_the_view_are_redacted(
+    relay_turn: Any, relay_events: Recorder, tmp_path: Path
+) -> None:
+    session.SESSION_COORDINATOR.redaction.use(_policy())
     scripted = testing.scripted_openai(testing.json_reply(testing.chat_completion_body("ok")))
     tool = {"type": "function", "function": {"name": f"notify_{EMAIL.replace('@', '_at_')}", "parameters": {}}}
     choice = {"type": "function", "function": {"name": f"mail {EMAIL}"}}
@@ -91,8 +73,8 @@ def test_tool_choice_and_what_is_sent_beside_the_view_are_redacted(relay_home: P
 
     cassette = tmp_path / "cassette.json"
     with cassettes.use(cassette, mode="record"):
-        _in_turn(call)
-    start = next(e for e in seen if e.kind == "scope_start" and e.scope_type == "llm")
+        call()
+    (start,) = relay_events.starts(scope_type="llm")
     assert start.annotated_request.tool_choice == {"type": "function", "function": {"name": "mail [REDACTED:email]"}}
     _assert_clean("the attempt's request", repr(start.annotated_request) + repr(start.input))
     stored = cassette.read_text()
