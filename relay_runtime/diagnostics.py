@@ -53,14 +53,9 @@ class Diagnostics:
 
     def _told(self, exc: BaseException) -> str:
         """``exc``'s message as the log may hold it: remembered keys blanked, the redaction policy applied."""
-        from .redaction import scrub_text  # here: the redaction modules import the relay's parts
+        from .redaction import told  # here: the redaction modules import the relay's parts
 
-        try:
-            message = scrub_text(str(exc))
-            policy = self.policy_of() if self.policy_of is not None else None
-            return policy.redact_text(message) if policy is not None else message
-        except Exception:  # a message that cannot be read or redacted is not logged
-            return "(message withheld: it could not be redacted)"
+        return told(exc, self.policy_of() if self.policy_of is not None else None)
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:

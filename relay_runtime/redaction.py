@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .secret_runs import SecretRuns
@@ -162,6 +162,16 @@ def scrub_text(text: str) -> str:
     if not _secrets:
         return text
     return remembered().text(text)
+
+
+def told(exc: BaseException, policy: Any = None, as_text: Callable[[BaseException], str] = str) -> str:
+    """``exc``'s message (``as_text`` of it) as a log line may quote it: remembered keys blanked and
+    ``policy`` (a ``RedactionPolicy``) applied; withheld whole when it cannot be read or redacted."""
+    try:
+        message = scrub_text(as_text(exc))
+        return policy.redact_text(message) if policy is not None else message
+    except Exception:
+        return "(message withheld: it could not be redacted)"
 
 
 def scrub_bytes(data: bytes) -> bytes:

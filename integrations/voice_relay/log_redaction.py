@@ -55,10 +55,9 @@ class LogRedaction:
             return
         yield policy.redact_value(record)
 
-    def text(self, value: str) -> str:
-        """``value`` as the policy in force would record it (for a process log line that quotes an error)."""
-        policy = self._policy_of()
-        return value if policy is None else policy.redact_text(value)
+    def policy(self) -> RedactionPolicy | None:
+        """The policy in force now (for a process log line that quotes an error)."""
+        return self._policy_of()
 
     def close(self) -> Iterator[dict[str, Any]]:
         """What is still held, released: the log is closing."""

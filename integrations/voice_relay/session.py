@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
-from relay_runtime.redaction import scrub_text
+from relay_runtime.redaction import scrub_text, told
 
 from .bounded import CappedMap
 from .config import PromotionSettings, background_detached_max_seconds, resume_ttl_seconds
@@ -319,9 +319,8 @@ class VoiceSession:
     def told(self, exc: BaseException) -> str:
         """``exc`` as the process log may quote it: remembered secrets blanked, the redaction policy applied
         (a tool's error may quote what the caller said)."""
-        text = scrub_text(repr(exc))
         redaction = self.event_log.redaction
-        return redaction.text(text) if redaction is not None else text
+        return told(exc, redaction.policy() if redaction is not None else None, repr)
 
     def log(self, name: str, **fields: Any) -> None:
         """A decision worth keeping in the session log that the phone does not need."""
