@@ -27,16 +27,14 @@ _MAX_DEPTH = 32
 # session's steps (the provider's events among what was sent).
 _STREAMS = frozenset({"events", "session"})
 
-# Neutral request keys -> where they sit in the policy's view.
-_VIEW = {
+# Stored request keys -> where the policy reads them: the view's fields at their paths, and what is sent
+# beside the view as it is read in events (the tool the model must call as tools are, extras as params).
+_READ_AT = {
     "system": ("request", "system"),
     "messages": ("request", "messages"),
     "tools": ("request", "tools"),
     "params": ("request", "params"),
     "provider_params": ("request", "params"),
-}
-# What a stored request holds beside the view, and where the policy reads it as it does in events.
-_ELSEWHERE = {
     "tool_choice": ("request", "tools"),
     "extra_body": ("request", "params"),
     "extra_query": ("request", "params"),
@@ -76,7 +74,7 @@ def redact_request(policy: RedactionPolicy, request: dict[str, Any]) -> dict[str
     paths, and what is sent beside them (``extra_body``, ``extra_query``, ``tool_choice``) as params are."""
     out = dict(request)
     for key, value in request.items():
-        path = _VIEW.get(key, _ELSEWHERE.get(key))
+        path = _READ_AT.get(key)
         if path is not None:
             out[key] = policy.redact_at(value, path)
     return out
