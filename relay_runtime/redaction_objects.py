@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 # Objects whose text is code's, never data (a class, a function, a module), and binary data (an image's
@@ -31,25 +31,73 @@ _NOT_TEXT = (
 )  # fmt: skip
 
 
+_MAPPING, _MODEL, _DATACLASS, _TEXT, _BYTES, _SET, _UNKNOWN = range(7)
+_MAX_SHAPES = 4096  # classes a process meets are few; a bound keeps classes made at run time from growing it
+_shapes: dict[type, int] = {}
+
+
+def _shape(kind: type) -> int:
+    """Which of ``fields``' cases a class falls in: asked once per class, since ``isinstance`` against
+    the ABCs and the attribute lookups cost more than the walk of the object itself."""
+    shape = _shapes.get(kind)
+    if shape is not None:
+        return shape
+    if issubclass(kind, str):
+        shape = _TEXT
+    elif issubclass(kind, Mapping):
+        shape = _MAPPING
+    elif issubclass(kind, (bytes, bytearray)):
+        shape = _BYTES
+    elif callable(getattr(kind, "model_dump", None)):
+        shape = _MODEL
+    elif dataclasses.is_dataclass(kind):
+        shape = _DATACLASS
+    elif issubclass(kind, (set, frozenset)):
+        shape = _SET
+    else:
+        shape = _UNKNOWN
+    if len(_shapes) < _MAX_SHAPES:
+        _shapes[kind] = shape
+    return shape
+
+
+def is_mapping(kind: type) -> bool:
+    """``issubclass(kind, Mapping)`` for a class that is not ``str``, remembered."""
+    return _shape(kind) == _MAPPING
+
+
+def model_state(value: Any) -> dict[str, Any] | None:
+    """The dict a pydantic model instance holds its declared fields in (its keys are the class's field
+    names: code, not data); None for anything else. Its extra fields are in ``__pydantic_extra__``."""
+    if _shapes.get(type(value)) != _MODEL and _shape(type(value)) != _MODEL:
+        return None
+    state = getattr(value, "__dict__", None)
+    return state if type(state) is dict else None
+
+
 def fields(value: Any) -> Any:
-    """``value``'s content as plain data (a ``str``, a ``dict`` or a ``list``); None when it has no known shape."""
-    if isinstance(value, str):
+    """``value``'s content as plain data (a ``str``, a ``dict`` or a ``list``); None when it has no known shape.
+
+    A model's fields come back as the very dict the instance holds when it has no extra fields: the
+    walks copy a mapping before they change it, never write into it.
+    """
+    shape = _shape(type(value))
+    if shape == _MODEL:
+        state = getattr(value, "__dict__", None)
+        if type(state) is not dict:
+            return None
+        extra = getattr(value, "__pydantic_extra__", None)
+        return {**state, **extra} if extra else state
+    if shape == _TEXT:
         return str.__str__(value)  # the text, as an exact str
-    if isinstance(value, (bytes, bytearray)):
+    if shape == _BYTES:
         try:
             return bytes(value).decode("utf-8")
         except UnicodeDecodeError:
             return None
-    state = getattr(value, "__dict__", None)
-    if type(state) is dict and callable(getattr(value, "model_dump", None)):
-        data = dict(state)
-        extra = getattr(value, "__pydantic_extra__", None)
-        if extra:
-            data.update(extra)
-        return data
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    if shape == _DATACLASS:
         return {f.name: getattr(value, f.name, None) for f in dataclasses.fields(value)}
-    if isinstance(value, (set, frozenset)):
+    if shape == _SET:
         return list(value)
     return None
 

@@ -9,13 +9,12 @@ the strings the view did not hold. An SDK object comes back as its own type.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
 from .redaction_apply import Application, renamed
-from .redaction_objects import fields, rebuilt, through_text
+from .redaction_objects import fields, is_mapping, model_state, rebuilt, through_text
 
 _MAX_DEPTH = 64
 _SCALARS = frozenset({int, float, bool, type(None)})
@@ -73,58 +72,94 @@ class ThroughView(Application):
                 return known
             if len(value) < self.floor:  # nothing any rule finds, nor any value a rule replaced, fits in it
                 return value
-            result = self._scan(value) if scan and value else value
+            if not scan or not value:
+                result = value
+            elif (memo := self.policy._memo.get(value)) is not None and not memo[1] and self.simple:
+                # Inline, the common case of ``_memoized``: a string the rules read before and found nothing in
+                # (the SDK's vocabulary: roles, finish reasons, object kinds).
+                self.leaves[value] = result = value
+            else:
+                result = self._scan(value)
             return self._through_pairs(result) if self.pairs else result
-        if value is None or kind in (int, float, bool):
+        if kind in _SCALARS:
             return value
         if depth > _MAX_DEPTH:  # deeper than the walk goes: read as the text a sink prints for it
-            return through_text(value, lambda text: self._raw(text, depth, True))
-        if kind is dict or kind is MappingProxyType or isinstance(value, Mapping):
+            return self._as_text(value, depth)
+        if kind is dict or kind is MappingProxyType:
             done = self.done.get(id(value))
             if done is not None and done[0] is value:  # walked in the view already (a message the kwargs share)
                 return done[1]
-            out: dict[Any, Any] | None = None
-            names: dict[Any, Any] | None = None
-            leaves, floor = self.leaves, self.floor
-            # Keys can change only when the rules read them (``scan``) or the view replaced a value.
-            key_floor = self.policy._key_floor if scan or self.pairs else sys.maxsize
-            clean_keys = self.policy._clean_keys
-            for k, v in value.items():
-                if (
-                    type(k) is str and len(k) >= key_floor and k not in clean_keys
-                    and (new_key := self._raw_key(k, scan)) is not k
-                ):  # fmt: skip
-                    names = names or {}
-                    names[k] = new_key
-                kind = type(v)  # inline: most strings come back as they were, and numbers always do
-                if kind is str:
-                    if len(v) < floor or leaves.get(v) is v:
-                        continue
-                elif kind in _SCALARS:
-                    continue
-                new = self._raw(v, depth + 1, scan)
-                if new is not v:
-                    if out is None:
-                        out = dict(value)
-                    out[k] = new
-            if names:
-                return renamed(value if out is None else out, names)
-            return value if out is None else out
+            return self._mapping(value, depth, scan, True)
         if kind is list or kind is tuple:
-            items: list[Any] | None = None
-            done_by_id = self.done
-            for i, v in enumerate(value):
-                done = done_by_id.get(id(v))
-                new = done[1] if done is not None and done[0] is v else self._raw(v, depth + 1, scan)
-                if new is not v:
-                    if items is None:
-                        items = list(value)
-                    items[i] = new
-            if items is None:
-                return value
-            return items if kind is list else tuple(items)
-        data = fields(value)  # an SDK object (rebuilt as its own type), a str subclass, bytes, a set
+            return self._items(value, kind, depth, scan)
+        state = model_state(value)
+        if state is not None:  # an SDK object: its field names are the SDK's, its extra fields' names are data
+            new = self._mapping(state, depth + 1, scan, False)
+            extra = getattr(value, "__pydantic_extra__", None)
+            if extra:
+                new_extra = self._mapping(extra, depth + 1, scan, True)
+                if new is not state or new_extra is not extra:
+                    return rebuilt(value, {**state, **extra}, {**new, **new_extra})
+            return value if new is state else rebuilt(value, state, new)
+        if is_mapping(kind):
+            return self._mapping(value, depth, scan, True)
+        data = fields(value)  # a dataclass, a str subclass, bytes, a set
         if data is not None:
             new = self._raw(data, depth + 1, scan)
             return value if new is data else rebuilt(value, data, new)
+        return self._as_text(value, depth)
+
+    def _as_text(self, value: Any, depth: int) -> Any:
+        # Its own method: a closure in ``_raw`` would make every call of it allocate cells for its locals.
         return through_text(value, lambda text: self._raw(text, depth, True))
+
+    def _mapping(self, value: Mapping[Any, Any], depth: int, scan: bool, keys: bool) -> Any:
+        """``keys``: whether the mapping's keys are data (a model's field names are not)."""
+        out: dict[Any, Any] | None = None
+        names: dict[Any, Any] | None = None
+        leaves, floor = self.leaves, self.floor
+        # Keys can change only when the rules read them (``scan``) or the view replaced a value.
+        read_keys = keys and (scan or bool(self.pairs))
+        key_floor, clean_keys = self.policy._key_floor, self.policy._clean_keys
+        for k, v in value.items():
+            if (
+                read_keys and type(k) is str and len(k) >= key_floor and k not in clean_keys
+                and (new_key := self._raw_key(k, scan)) is not k
+            ):  # fmt: skip
+                names = names or {}
+                names[k] = new_key
+            kind = type(v)  # inline: numbers and None always come back as they were, and most strings do
+            if kind in _SCALARS:
+                continue
+            if kind is str and (len(v) < floor or leaves.get(v) is v):
+                continue
+            new = self._raw(v, depth + 1, scan)
+            if new is not v:
+                if out is None:
+                    out = dict(value)
+                out[k] = new
+        if names:
+            return renamed(value if out is None else out, names)
+        return value if out is None else out
+
+    def _items(self, value: list[Any] | tuple[Any, ...], kind: type, depth: int, scan: bool) -> Any:
+        items: list[Any] | None = None
+        done_by_id, leaves, floor = self.done, self.leaves, self.floor
+        for i, v in enumerate(value):
+            item_kind = type(v)
+            if item_kind in _SCALARS:
+                continue
+            if item_kind is str:
+                if len(v) < floor or leaves.get(v) is v:
+                    continue
+                new = self._raw(v, depth + 1, scan)
+            else:
+                done = done_by_id.get(id(v))
+                new = done[1] if done is not None and done[0] is v else self._raw(v, depth + 1, scan)
+            if new is not v:
+                if items is None:
+                    items = list(value)
+                items[i] = new
+        if items is None:
+            return value
+        return items if kind is list else tuple(items)

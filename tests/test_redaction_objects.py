@@ -178,3 +178,25 @@ def test_binary_bytes_are_left_as_they_are() -> None:
     with relay.scope.scope("step", ScopeType.FUNCTION, input={"image": image, "who": EMAIL}):
         pass
     assert seen.events[0].input == {"image": image, "who": REDACTED}
+
+
+class Answer(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="allow")
+    text: str
+
+
+def test_an_answer_objects_field_names_are_kept_and_its_extra_field_names_are_read() -> None:
+    """The raw walk reads every value of an SDK object, but only the names of its extra fields: the declared
+    names are the SDK's code (a rule whose pattern matches one leaves it, and the object keeps its type),
+    while an extra field's name came from the provider, as its value did."""
+    policy = RedactionPolicy([Rule("redact", detector="email"), Rule("regex_replace", pattern="text", replacement="X")])
+    plain = Answer(text=f"text to {EMAIL}")
+    out = policy.redact_event(_answer_event(plain)).output
+    assert type(out) is Answer and out.text == f"X to {REDACTED}"
+    extra = Answer(text="hi", **{EMAIL: "seen"})
+    out = policy.redact_event(_answer_event(extra)).output
+    assert out == {"text": "hi", REDACTED: "seen"}  # a renamed field: no longer the object, its data
+
+
+def _answer_event(answer: Any) -> Any:
+    return new_event(SCOPE_END, "u", "p", "t", "openai", "llm", 2, 1, None, answer, {}, outcome="success")
