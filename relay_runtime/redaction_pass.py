@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from . import pointers
 from .conventions import IDENTIFIERS, SPAN_HINTS
 from .redaction_apply import MIN_WHOLE, renamed
+from .redaction_encoded import through_blob, through_data_url
 from .redaction_objects import fields, rebuilt, through_text
 from .redaction_raw import ThroughView
 from .redaction_rules import Rule
@@ -110,9 +111,10 @@ class Pass(ThroughView):
                 if new_key is not k:
                     names = names or {}
                     names[k] = new_key
-            if names:
-                return renamed(value if out is None else out, names)
-            return value if out is None else out
+            result = value if out is None else out
+            if ("data" in value or "blob" in value) and depth < _MAX_DEPTH:
+                result = self._blob(value, result, path, depth)
+            return renamed(result, names) if names else result
         if kind is list or kind is tuple:
             items: list[Any] | None = None
             removed = False
@@ -220,6 +222,8 @@ class Pass(ThroughView):
                 walked = self._json(value, (), depth)
                 if walked is not None:
                     return walked
+            elif first == "d" and depth < _MAX_DEPTH and (walked := self._data_url(value, (), depth)) is not None:
+                return walked
             known = self.leaves.get(value)
             if known is not None:
                 self._recount(value)
@@ -228,7 +232,7 @@ class Pass(ThroughView):
         if value is None or kind is int or kind is float or kind is bool:
             return value
         if depth > _MAX_DEPTH:
-            return through_text(value, lambda text: self._memoized(self.rules, text))
+            return self._plain_as_text(value)
         # The strings of a container are looked up inline: most were met before (the same message in the
         # view and the kwargs, the same roles in every message) and come back as they were.
         leaves, floor, rules = self.leaves, self.floor, self.rules
@@ -252,7 +256,7 @@ class Pass(ThroughView):
                     if known is v:
                         continue
                     first = v[0]
-                    if known is None and first != "{" and first != "[":
+                    if known is None and first != "{" and first != "[" and first != "d":
                         new = self._memoized(rules, v)
                     else:
                         new = self._plain(v, depth + 1)
@@ -266,6 +270,8 @@ class Pass(ThroughView):
                         out = dict(value)
                     out[k] = new
             result = value if out is None else out
+            if ("data" in value or "blob" in value) and depth < _MAX_DEPTH:
+                result = self._blob(value, result, (), depth)
             if names:
                 result = renamed(result, names)
             if flat:
@@ -294,7 +300,27 @@ class Pass(ThroughView):
         if data is not None:
             new = self._plain(data, depth + 1)
             return value if new is data else rebuilt(value, data, new)
+        return self._plain_as_text(value)
+
+    def _plain_as_text(self, value: Any) -> Any:
+        # Its own method: a closure in ``_plain`` would make every call of it allocate a cell for ``self``.
         return through_text(value, lambda text: self._memoized(self.rules, text))
+
+    def _blob(self, value: Mapping[Any, Any], walked: Any, path: pointers.Path, depth: int) -> Any:
+        """``walked`` with the base64 text ``value`` carries (``redaction_encoded``) redacted as its field."""
+        if path or not self.simple:
+            return through_blob(value, walked, lambda key, text: self.walk(text, (*path, str(key)), depth + 1))
+        return through_blob(value, walked, lambda key, text: self._plain(text, depth + 1))
+
+    def _data_url(self, url: str, path: pointers.Path, depth: int) -> str | None:
+        """A ``data:`` URL of text with its text redacted; None when it is not one or nothing changed."""
+        if path or not self.simple:
+            new = through_data_url(url, lambda text: self.walk(text, path, depth + 1))
+        else:
+            new = through_data_url(url, lambda text: self._plain(text, depth + 1))
+        if new is not None:
+            self.leaves[url] = new
+        return new
 
     def _json(self, text: str, path: pointers.Path, depth: int) -> str | None:
         """JSON text (tool-call arguments and the like) walked as what it holds; None when it is not JSON."""
@@ -354,6 +380,8 @@ class Pass(ThroughView):
             walked = self._json(text, path, depth)
             if walked is not None:
                 return walked
+        elif first == "d" and depth < _MAX_DEPTH and (walked := self._data_url(text, path, depth)) is not None:
+            return walked
         policy = self.policy
         pathless = policy._all_pathless or self.anywhere
         if pathless:

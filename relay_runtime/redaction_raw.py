@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .redaction_apply import Application, renamed
+from .redaction_encoded import through_blob, through_data_url
 from .redaction_objects import fields, is_mapping, model_state, rebuilt, through_text
 
 _MAX_DEPTH = 64
@@ -72,6 +73,8 @@ class ThroughView(Application):
                 return known
             if len(value) < self.floor:  # nothing any rule finds, nor any value a rule replaced, fits in it
                 return value
+            if value[:5] == "data:" and depth < _MAX_DEPTH and (encoded := self._raw_data_url(value, depth, scan)):
+                return encoded
             if not scan or not value:
                 result = value
             elif (memo := self.policy._memo.get(value)) is not None and not memo[1] and self.simple:
@@ -109,8 +112,12 @@ class ThroughView(Application):
             return value if new is data else rebuilt(value, data, new)
         return self._as_text(value, depth)
 
+    def _raw_data_url(self, url: str, depth: int, scan: bool) -> str | None:
+        """A data URL of text (``redaction_encoded``), its text walked; None when it is not one or is unchanged."""
+        return through_data_url(url, lambda text: self._raw(text, depth + 1, scan))
+
     def _as_text(self, value: Any, depth: int) -> Any:
-        # Its own method: a closure in ``_raw`` would make every call of it allocate cells for its locals.
+        # Its own method, as ``_raw_data_url``: a closure in ``_raw`` would make every call of it allocate cells.
         return through_text(value, lambda text: self._raw(text, depth, True))
 
     def _mapping(self, value: Mapping[Any, Any], depth: int, scan: bool, keys: bool) -> Any:
@@ -138,9 +145,10 @@ class ThroughView(Application):
                 if out is None:
                     out = dict(value)
                 out[k] = new
-        if names:
-            return renamed(value if out is None else out, names)
-        return value if out is None else out
+        result = value if out is None else out
+        if ("data" in value or "blob" in value) and depth < _MAX_DEPTH:
+            result = through_blob(value, result, lambda key, text: self._raw(text, depth + 1, scan))
+        return renamed(result, names) if names else result
 
     def _items(self, value: list[Any] | tuple[Any, ...], kind: type, depth: int, scan: bool) -> Any:
         items: list[Any] | None = None
