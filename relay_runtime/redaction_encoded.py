@@ -64,6 +64,8 @@ def through_blob(mapping: Mapping[Any, Any], walked: Any, redact: Callable[[Any,
     if found is None or not isinstance(walked, Mapping):
         return walked
     key, text = found
+    if key not in walked or walked[key] is not mapping[key]:
+        return walked  # a rule on the field itself removed or replaced it whole: that stands
     new = redact(key, text)
     if new is text or new == text:
         return walked

@@ -111,3 +111,15 @@ def test_payloads_that_are_not_text_pass_as_they_are(value: Any) -> None:
     relay.tools.execute("attach", {"file": value}, lambda args: "ok")
     assert seen.events[0].input == {"file": value}
     assert RULES_KEY not in seen.events[0].metadata
+
+
+@pytest.mark.parametrize(("action", "expected"), [("redact", {"data": "[REDACTED]"}), ("remove", {})])
+def test_a_rule_on_the_payload_itself_stands(action: str, expected: dict[str, str]) -> None:
+    """A rule that removes or replaces the payload whole is not undone by reading the text inside it."""
+    policy = RedactionPolicy([Rule(action, paths=["/tool/arguments/file/data"]), Rule("redact", detector="email")])
+    relay = Relay()
+    seen = Recorder()
+    relay.subscribers.register(seen)
+    relay.redaction.use(policy)
+    relay.tools.execute("attach", {"file": {"media_type": "text/plain", "data": _b64(CSV)}}, lambda args: "ok")
+    assert seen.events[0].input == {"file": {"media_type": "text/plain", **expected}}
