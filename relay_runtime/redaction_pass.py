@@ -222,8 +222,10 @@ class Pass(ThroughView):
                 walked = self._json(value, (), depth)
                 if walked is not None:
                     return walked
-            elif first == "d" and depth < _MAX_DEPTH and (walked := self._data_url(value, (), depth)) is not None:
-                return walked
+            elif first == "d" and value[:5] == "data:" and depth < _MAX_DEPTH:
+                walked = self._data_url(value, (), depth)
+                if walked is not None:
+                    return walked
             known = self.leaves.get(value)
             if known is not None:
                 self._recount(value)
@@ -256,7 +258,7 @@ class Pass(ThroughView):
                     if known is v:
                         continue
                     first = v[0]
-                    if known is None and first != "{" and first != "[" and first != "d":
+                    if known is None and first != "{" and first != "[" and (first != "d" or v[:5] != "data:"):
                         new = self._memoized(rules, v)
                     else:
                         new = self._plain(v, depth + 1)
@@ -380,8 +382,10 @@ class Pass(ThroughView):
             walked = self._json(text, path, depth)
             if walked is not None:
                 return walked
-        elif first == "d" and depth < _MAX_DEPTH and (walked := self._data_url(text, path, depth)) is not None:
-            return walked
+        elif first == "d" and text[:5] == "data:" and depth < _MAX_DEPTH:
+            walked = self._data_url(text, path, depth)
+            if walked is not None:
+                return walked
         policy = self.policy
         pathless = policy._all_pathless or self.anywhere
         if pathless:
