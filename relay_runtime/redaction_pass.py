@@ -1,44 +1,34 @@
-"""One application of a ``RedactionPolicy``: the walk over an event's view and the SDK's own objects.
+"""One application of a ``RedactionPolicy`` to an event: its view, its metadata and its stream chunks.
 
 A ``Pass`` counts what each rule changed, and keeps what it changed (whole strings and the
 spans inside them) so that the SDK's own request kwargs and response objects are redacted
 through the view: each value changed there is changed wherever it appears in them (that walk is
-``redaction_raw``'s). A stream's chunk marks are held back here as ``redaction_streams`` says.
+``redaction_raw``'s; the walk over values is ``redaction_walk``'s). A stream's chunk marks are held
+back here as ``redaction_streams`` says.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import pointers
 from .conventions import IDENTIFIERS, SPAN_HINTS
-from .redaction_apply import MIN_WHOLE, renamed
-from .redaction_encoded import through_blob, through_data_url
-from .redaction_objects import fields, rebuilt, through_text
-from .redaction_raw import ThroughView
-from .redaction_rules import Rule
+from .redaction_apply import renamed
 from .redaction_streams import Held, chunk_kind, settled
+from .redaction_walk import _SCALARS, REMOVED, Walk, kept
 from .types import AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta
 
 if TYPE_CHECKING:
     from .events import DeferredResponse
 
-REMOVED: Any = object()  # a field a whole-field ``remove`` rule dropped
-_MAX_DEPTH = 64
+__all__ = ["REMOVED", "Pass", "kept"]
+
 _CLEAN_NAMES = 4096  # names a policy remembers as holding nothing it redacts (most are the code's own)
-_LEAVES = frozenset({str, int, float, bool, type(None)})
-_SCALARS = frozenset({int, float, bool, type(None)})
 _View = TypeVar("_View", AnnotatedLLMRequest, AnnotatedLLMResponse)
 _FIELDS_OF = {
     kind: frozenset(f.name for f in dataclasses.fields(kind)) for kind in (AnnotatedLLMRequest, AnnotatedLLMResponse)
 }
-
-
-def kept(value: Any) -> Any:
-    return None if value is REMOVED else value
 
 
 def _copy(view: _View, **changes: Any) -> _View:
@@ -56,7 +46,7 @@ def _copy(view: _View, **changes: Any) -> _View:
     return new
 
 
-class Pass(ThroughView):
+class Pass(Walk):
     """One application of a policy: the counts per rule, and what changed (to redact raw objects through it)."""
 
     __slots__ = ()
@@ -76,65 +66,6 @@ class Pass(ThroughView):
             self.done.update(other.done)
 
     # -- the view ------------------------------------------------------------------------------
-
-    def walk(self, value: Any, path: pointers.Path, depth: int = 0) -> Any:
-        if self.simple and (not path or path[0] != "metadata"):
-            return self._plain(value, depth)
-        kind = type(value)
-        if kind is str:
-            return self.text(value, path, depth)
-        if value is None or kind in (int, float, bool):
-            return value
-        if depth > _MAX_DEPTH:  # deeper than the walk goes: read as the text a sink prints for it
-            return through_text(value, lambda text: self.text(text, path, depth))
-        whole_remove = self._removes(path) if self.policy._removals else None
-        if whole_remove is not None:
-            self._count(whole_remove, 1)
-            self._forget(value)
-            return REMOVED
-        if kind is dict or isinstance(value, Mapping):
-            out: dict[Any, Any] | None = None
-            names: dict[Any, Any] | None = None
-            for k, v in value.items():
-                key = k if type(k) is str else str(k)
-                if path == ("metadata",) and key.startswith("relay.") and not self._named((*path, key)):
-                    continue  # the relay's own keys (kinds, ids, counts) are not content
-                new = self.walk(v, (*path, key), depth + 1)
-                if new is not v:
-                    if out is None:
-                        out = dict(value)
-                    if new is REMOVED:
-                        del out[k]
-                        continue
-                    out[k] = new
-                new_key = self.key_of(k, path)
-                if new_key is not k:
-                    names = names or {}
-                    names[k] = new_key
-            result = value if out is None else out
-            if ("data" in value or "blob" in value) and depth < _MAX_DEPTH:
-                result = self._blob(value, result, path, depth)
-            return renamed(result, names) if names else result
-        if kind is list or kind is tuple:
-            items: list[Any] | None = None
-            removed = False
-            for i, v in enumerate(value):
-                new = self.walk(v, (*path, str(i)), depth + 1)
-                if new is not v:
-                    if items is None:
-                        items = list(value)
-                    items[i] = new
-                    removed = removed or new is REMOVED
-            if items is None:
-                return value
-            if removed:
-                items = [v for v in items if v is not REMOVED]
-            return items if kind is list else tuple(items)
-        data = fields(value)  # an SDK or framework object, a str subclass, a set: what it holds, as data
-        if data is not None:
-            new = self.walk(data, path, depth + 1)
-            return value if new is data else rebuilt(value, data, new)
-        return through_text(value, lambda text: self.text(text, path, depth))
 
     def metadata(self, metadata: Mapping[str, Any]) -> Any:
         """``walk`` of an event's metadata; the relay's own keys (kinds, ids, counts) are not content, but
@@ -210,197 +141,6 @@ class Pass(ThroughView):
         if new == name and len(clean) < _CLEAN_NAMES:
             clean.add(name)
         return new
-
-    def _plain(self, value: Any, depth: int) -> Any:
-        """``walk`` for a simple pass: no path to follow, and no field removed whole."""
-        kind = type(value)
-        if kind is str:
-            if len(value) < self.floor or not value:
-                return value
-            first = value[0]
-            if (first == "{" or first == "[") and depth < _MAX_DEPTH:
-                walked = self._json(value, (), depth)
-                if walked is not None:
-                    return walked
-            elif first == "d" and value[:5] == "data:" and depth < _MAX_DEPTH:
-                walked = self._data_url(value, (), depth)
-                if walked is not None:
-                    return walked
-            known = self.leaves.get(value)
-            if known is not None:
-                self._recount(value)
-                return known
-            return self._memoized(self.rules, value)
-        if value is None or kind is int or kind is float or kind is bool:
-            return value
-        if depth > _MAX_DEPTH:
-            return self._plain_as_text(value)
-        # The strings of a container are looked up inline: most were met before (the same message in the
-        # view and the kwargs, the same roles in every message) and come back as they were.
-        leaves, floor, rules = self.leaves, self.floor, self.rules
-        if kind is dict or isinstance(value, Mapping):
-            out: dict[Any, Any] | None = None
-            names: dict[Any, Any] | None = None
-            flat = True
-            key_floor, clean_keys = self.policy._key_floor, self.policy._clean_keys
-            for k, v in value.items():
-                if (
-                    type(k) is str and len(k) >= key_floor and k not in clean_keys
-                    and (new_key := self.key_of(k, ())) is not k
-                ):  # fmt: skip
-                    names = names or {}
-                    names[k] = new_key
-                kind = type(v)
-                if kind is str:
-                    if len(v) < floor:
-                        continue
-                    known = leaves.get(v)
-                    if known is v:
-                        continue
-                    first = v[0]
-                    if known is None and first != "{" and first != "[" and (first != "d" or v[:5] != "data:"):
-                        new = self._memoized(rules, v)
-                    else:
-                        new = self._plain(v, depth + 1)
-                elif kind in _SCALARS:
-                    continue
-                else:
-                    new = self._plain(v, depth + 1)
-                    flat = False
-                if new is not v:
-                    if out is None:
-                        out = dict(value)
-                    out[k] = new
-            result = value if out is None else out
-            if ("data" in value or "blob" in value) and depth < _MAX_DEPTH:
-                result = self._blob(value, result, (), depth)
-            if names:
-                result = renamed(result, names)
-            if flat:
-                # Only strings and numbers: the raw walk (the kwargs hold the same message dicts) would
-                # make the same of it, so it is remembered for that walk.
-                self.done[id(value)] = (value, result)
-            return result
-        if kind is list or kind is tuple:
-            items: list[Any] | None = None
-            for i, v in enumerate(value):
-                item_kind = type(v)
-                if item_kind is str:
-                    if len(v) < floor or leaves.get(v) is v:
-                        continue
-                elif item_kind in _SCALARS:
-                    continue
-                new = self._plain(v, depth + 1)
-                if new is not v:
-                    if items is None:
-                        items = list(value)
-                    items[i] = new
-            if items is None:
-                return value
-            return items if kind is list else tuple(items)
-        data = fields(value)
-        if data is not None:
-            new = self._plain(data, depth + 1)
-            return value if new is data else rebuilt(value, data, new)
-        return self._plain_as_text(value)
-
-    def _plain_as_text(self, value: Any) -> Any:
-        # Its own method: a closure in ``_plain`` would make every call of it allocate a cell for ``self``.
-        return through_text(value, lambda text: self._memoized(self.rules, text))
-
-    def _blob(self, value: Mapping[Any, Any], walked: Any, path: pointers.Path, depth: int) -> Any:
-        """``walked`` with the base64 text ``value`` carries (``redaction_encoded``) redacted as its field."""
-        if path or not self.simple:
-            return through_blob(value, walked, lambda key, text: self.walk(text, (*path, str(key)), depth + 1))
-        return through_blob(value, walked, lambda key, text: self._plain(text, depth + 1))
-
-    def _data_url(self, url: str, path: pointers.Path, depth: int) -> str | None:
-        """A ``data:`` URL of text with its text redacted; None when it is not one or nothing changed."""
-        if path or not self.simple:
-            new = through_data_url(url, lambda text: self.walk(text, path, depth + 1))
-        else:
-            new = through_data_url(url, lambda text: self._plain(text, depth + 1))
-        if new is not None:
-            self.leaves[url] = new
-        return new
-
-    def _json(self, text: str, path: pointers.Path, depth: int) -> str | None:
-        """JSON text (tool-call arguments and the like) walked as what it holds; None when it is not JSON."""
-        try:
-            parsed = json.loads(text)
-        except ValueError:
-            parsed = None
-        if not isinstance(parsed, (dict, list)):
-            return None
-        new = self.walk(parsed, path, depth + 1)
-        if new is parsed:
-            return text
-        dumped = json.dumps(kept(new), ensure_ascii=False)
-        self.leaves[text] = dumped
-        return dumped
-
-    def _removes(self, path: pointers.Path) -> Rule | None:
-        """A whole-field ``remove`` rule naming exactly this path (or a pattern of it)."""
-        for rule in self.policy._removals:
-            if rule in self.rules:
-                for pattern in rule.parsed_paths:
-                    if len(pattern) == len(path) and pointers.covers(pattern, path):
-                        return rule
-        return None
-
-    def _named(self, path: pointers.Path) -> bool:
-        if self.policy._all_pathless:  # the usual policy of detectors: no rule names a path
-            return False
-        return any(rule.parsed_paths and rule.applies(path) for rule in self.rules)
-
-    def _forget(self, value: Any) -> None:
-        """A removed field's strings become empty wherever else they appear (the SDK's own objects)."""
-        if type(value) is str:
-            self.leaves[value] = ""
-            if len(value) >= MIN_WHOLE:
-                self.pairs[value] = ""
-        elif isinstance(value, Mapping):
-            for v in value.values():
-                self._forget(v)
-        elif isinstance(value, (list, tuple)):
-            for v in value:
-                self._forget(v)
-
-    def text(self, text: str, path: pointers.Path, depth: int) -> Any:
-        if path and path[0] == "metadata" and len(path) == 2 and path[1].startswith("relay.") and not self._named(path):
-            return text
-        if not text:
-            return text
-        rule = self._removes(path) if self.policy._removals else None
-        if rule is not None:
-            self._count(rule, 1)
-            self._forget(text)
-            return REMOVED
-        first = text[0]
-        if (first == "{" or first == "[") and depth < _MAX_DEPTH:
-            # Tool-call arguments and similar JSON text: the strings inside are reached too.
-            walked = self._json(text, path, depth)
-            if walked is not None:
-                return walked
-        elif first == "d" and text[:5] == "data:" and depth < _MAX_DEPTH:
-            walked = self._data_url(text, path, depth)
-            if walked is not None:
-                return walked
-        policy = self.policy
-        pathless = policy._all_pathless or self.anywhere
-        if pathless:
-            known = self.leaves.get(text)
-            if known is not None:  # the same string met again (a system prompt is also the first message)
-                self._recount(text)
-                return known
-            if not self.anywhere:
-                return self._memoized(self.rules, text)
-            rules: Any = self.rules
-        else:
-            rules = [r for r in self.rules if not r.parsed_paths or r.applies(path)]
-        result = self._run(rules, text)
-        self.leaves[text] = result
-        return result
 
     def request_view(self, req: AnnotatedLLMRequest) -> AnnotatedLLMRequest:
         messages = self.walk(req.messages, ("request", "messages"))
