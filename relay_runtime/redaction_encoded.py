@@ -32,6 +32,8 @@ def textual(media_type: Any) -> bool:
 
 
 def _decoded(payload: str) -> str | None:
+    if "\n" in payload:  # MIME base64, in lines of 76
+        payload = "".join(payload.split())
     try:
         return base64.b64decode(payload, validate=True).decode("utf-8")
     except (binascii.Error, ValueError):

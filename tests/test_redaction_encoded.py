@@ -77,6 +77,19 @@ def test_a_data_url_of_text_in_an_openai_content_part_is_redacted(relay_turn: An
     _assert_no_email("the start event", event_json(start) + repr(start.annotated_request))
 
 
+def test_base64_in_lines_is_read_too() -> None:
+    """MIME base64 (``base64.encodebytes``: lines of 76 characters) is the same text."""
+    relay = Relay()
+    seen = Recorder()
+    relay.subscribers.register(seen)
+    relay.redaction.use(_policy())
+    wrapped = base64.encodebytes((CSV * 8).encode()).decode()
+    assert "\n" in wrapped.strip()
+    relay.tools.execute("attach", {"file": {"mime_type": "text/csv", "data": wrapped}}, lambda args: "ok")
+    data = seen.events[0].input["file"]["data"]
+    assert base64.b64decode(data).decode() == f"name,email\nJane,{REDACTED}\n" * 8
+
+
 def test_an_mcp_blob_resource_of_text_is_redacted_and_keeps_its_type() -> None:
     from mcp import types
 
