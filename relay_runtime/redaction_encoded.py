@@ -59,20 +59,30 @@ def blob_of(mapping: Mapping[Any, Any]) -> tuple[Any, str] | None:
     return None
 
 
-def through_blob(mapping: Mapping[Any, Any], walked: Any, redact: Callable[[Any, str], Any]) -> Any:
+def through_blob(
+    mapping: Mapping[Any, Any], walked: Any, redact: Callable[[Any, str], Any], whole: Callable[[Any], bool]
+) -> Any:
     """``walked`` (what a walk made of ``mapping``) with ``mapping``'s base64 text redacted by ``redact(key,
-    text)`` and encoded again; ``walked`` itself when it has none, or the rules change nothing in it."""
+    text)`` and encoded again; ``walked`` itself when it has none.
+
+    What the walk made of the payload as a string stands only when it dropped it, or when ``whole(key)``
+    (a rule on the field itself replaced it whole). A detector or pattern that matched inside the
+    encoding changed a few characters of it and left the rest decodable: the text decides instead.
+    """
     found = blob_of(mapping)
     if found is None or not isinstance(walked, Mapping):
         return walked
     key, text = found
-    if key not in walked or walked[key] is not mapping[key]:
-        return walked  # a rule on the field itself removed or replaced it whole: that stands
+    original = mapping[key]
+    if key not in walked or (walked[key] is not original and whole(key)):
+        return walked
     new = redact(key, text)
-    if new is text or new == text:
+    # Nothing in the text: the payload as it was (what matched inside the encoding was not a value).
+    encoded = original if new is text or new == text else _encoded(new if type(new) is str else "")
+    if walked[key] is encoded:
         return walked
     out = dict(walked)
-    out[key] = _encoded(new if type(new) is str else "")
+    out[key] = encoded
     return out
 
 

@@ -112,6 +112,11 @@ class ThroughView(Application):
             return value if new is data else rebuilt(value, data, new)
         return self._as_text(value, depth)
 
+    def _any_whole(self, key: Any) -> bool:
+        """Whether a rule of the policy acts on whole strings: what it made of a payload (through the view)
+        stands."""
+        return any(r.whole for r in self.policy.rules)
+
     def _raw_data_url(self, url: str, depth: int, scan: bool) -> str | None:
         """A data URL of text (``redaction_encoded``), its text walked; None when it is not one or is unchanged."""
         return through_data_url(url, lambda text: self._raw(text, depth + 1, scan))
@@ -147,7 +152,7 @@ class ThroughView(Application):
                 out[k] = new
         result = value if out is None else out
         if ("data" in value or "blob" in value) and depth < _MAX_DEPTH:
-            result = through_blob(value, result, lambda key, text: self._raw(text, depth + 1, scan))
+            result = through_blob(value, result, lambda key, text: self._raw(text, depth + 1, scan), self._any_whole)
         return renamed(result, names) if names else result
 
     def _items(self, value: list[Any] | tuple[Any, ...], kind: type, depth: int, scan: bool) -> Any:

@@ -194,8 +194,15 @@ class Walk(ThroughView):
     def _blob(self, value: Mapping[Any, Any], walked: Any, path: pointers.Path, depth: int) -> Any:
         """``walked`` with the base64 text ``value`` carries (``redaction_encoded``) redacted as its field."""
         if path or not self.simple:
-            return through_blob(value, walked, lambda key, text: self.walk(text, (*path, str(key)), depth + 1))
-        return through_blob(value, walked, lambda key, text: self._plain(text, depth + 1))
+            return through_blob(
+                value, walked, lambda key, text: self.walk(text, (*path, str(key)), depth + 1),
+                lambda key: any(r.whole and (not r.parsed_paths or r.applies((*path, str(key)))) for r in self.rules),
+            )  # fmt: skip
+        return through_blob(value, walked, lambda key, text: self._plain(text, depth + 1), self._any_whole)
+
+    def _any_whole(self, key: Any) -> bool:
+        """Whether a rule of the pass acts on whole strings (every string, since the pass follows no path)."""
+        return any(r.whole for r in self.rules)
 
     def _data_url(self, url: str, path: pointers.Path, depth: int) -> str | None:
         """A ``data:`` URL of text with its text redacted; None when it is not one or nothing changed."""

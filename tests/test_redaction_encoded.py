@@ -136,3 +136,18 @@ def test_a_rule_on_the_payload_itself_stands(action: str, expected: dict[str, st
     relay.redaction.use(policy)
     relay.tools.execute("attach", {"file": {"media_type": "text/plain", "data": _b64(CSV)}}, lambda args: "ok")
     assert seen.events[0].input == {"file": {"media_type": "text/plain", **expected}}
+
+
+def test_a_pattern_that_matches_inside_the_encoding_does_not_keep_the_text_from_being_read() -> None:
+    """A pattern matching a few characters of the base64 (here the encoding of "nam") changes those and
+    leaves the rest decodable: the payload is read as text all the same."""
+    payload = _b64(CSV)
+    assert payload.startswith("bmFt")
+    policy = RedactionPolicy([Rule("regex_replace", pattern="bmFt", replacement="#"), Rule("redact", detector="email")])
+    relay = Relay()
+    seen = Recorder()
+    relay.subscribers.register(seen)
+    relay.redaction.use(policy)
+    relay.tools.execute("attach", {"file": {"mime_type": "text/csv", "data": payload}}, lambda args: "ok")
+    data = seen.events[0].input["file"]["data"]
+    assert base64.b64decode(data).decode() == f"name,email\nJane,{REDACTED}\n"
