@@ -73,7 +73,7 @@ class ThroughView(Application):
                 return known
             if len(value) < self.floor:  # nothing any rule finds, nor any value a rule replaced, fits in it
                 return value
-            if value[:5] == "data:" and depth < _MAX_DEPTH and (encoded := self._raw_data_url(value, depth, scan)):
+            if value.startswith("data:") and depth < _MAX_DEPTH and (encoded := self._raw_data_url(value, depth, scan)):
                 return encoded
             if not scan or not value:
                 result = value
@@ -113,9 +113,9 @@ class ThroughView(Application):
         return self._as_text(value, depth)
 
     def _any_whole(self, key: Any) -> bool:
-        """Whether a rule of the policy acts on whole strings: what it made of a payload (through the view)
-        stands."""
-        return any(r.whole for r in self.policy.rules)
+        """Whether a rule of the pass acts on whole strings, with no path to tell which field it meant: what it
+        made of a base64 payload stands (``redaction_encoded.through_blob``)."""
+        return any(r.whole for r in self.rules)
 
     def _raw_data_url(self, url: str, depth: int, scan: bool) -> str | None:
         """A data URL of text (``redaction_encoded``), its text walked; None when it is not one or is unchanged."""

@@ -200,10 +200,6 @@ class Walk(ThroughView):
             )  # fmt: skip
         return through_blob(value, walked, lambda key, text: self._plain(text, depth + 1), self._any_whole)
 
-    def _any_whole(self, key: Any) -> bool:
-        """Whether a rule of the pass acts on whole strings (every string, since the pass follows no path)."""
-        return any(r.whole for r in self.rules)
-
     def _data_url(self, url: str, path: pointers.Path, depth: int) -> str | None:
         """A ``data:`` URL of text with its text redacted; None when it is not one or nothing changed."""
         if path or not self.simple:

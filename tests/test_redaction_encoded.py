@@ -33,6 +33,16 @@ def _policy() -> RedactionPolicy:
     return RedactionPolicy([Rule("redact", detector="email")])
 
 
+def _tool_input(arguments: dict[str, Any], policy: RedactionPolicy | None = None) -> Any:
+    """The start event of a tool call with ``arguments`` under ``policy`` (the e-mail rule by default)."""
+    relay = Relay()
+    seen = Recorder()
+    relay.subscribers.register(seen)
+    relay.redaction.use(policy or _policy())
+    relay.tools.execute("attach", arguments, lambda args: "ok")
+    return seen.events[0]
+
+
 def _assert_no_email(where: str, text: str) -> None:
     """Neither the address nor any base64 run in ``text`` that decodes to text holding it."""
     assert EMAIL not in text, where
@@ -79,14 +89,9 @@ def test_a_data_url_of_text_in_an_openai_content_part_is_redacted(relay_turn: An
 
 def test_base64_in_lines_is_read_too() -> None:
     """MIME base64 (``base64.encodebytes``: lines of 76 characters) is the same text."""
-    relay = Relay()
-    seen = Recorder()
-    relay.subscribers.register(seen)
-    relay.redaction.use(_policy())
     wrapped = base64.encodebytes((CSV * 8).encode()).decode()
     assert "\n" in wrapped.strip()
-    relay.tools.execute("attach", {"file": {"mime_type": "text/csv", "data": wrapped}}, lambda args: "ok")
-    data = seen.events[0].input["file"]["data"]
+    data = _tool_input({"file": {"mime_type": "text/csv", "data": wrapped}}).input["file"]["data"]
     assert base64.b64decode(data).decode() == f"name,email\nJane,{REDACTED}\n" * 8
 
 
@@ -117,25 +122,17 @@ def test_an_mcp_blob_resource_of_text_is_redacted_and_keeps_its_type() -> None:
     ids=["image", "not-base64", "not-utf8", "image-data-url"],
 )
 def test_payloads_that_are_not_text_pass_as_they_are(value: Any) -> None:
-    relay = Relay()
-    seen = Recorder()
-    relay.subscribers.register(seen)
-    relay.redaction.use(_policy())
-    relay.tools.execute("attach", {"file": value}, lambda args: "ok")
-    assert seen.events[0].input == {"file": value}
-    assert RULES_KEY not in seen.events[0].metadata
+    start = _tool_input({"file": value})
+    assert start.input == {"file": value}
+    assert RULES_KEY not in start.metadata
 
 
 @pytest.mark.parametrize(("action", "expected"), [("redact", {"data": "[REDACTED]"}), ("remove", {})])
 def test_a_rule_on_the_payload_itself_stands(action: str, expected: dict[str, str]) -> None:
     """A rule that removes or replaces the payload whole is not undone by reading the text inside it."""
     policy = RedactionPolicy([Rule(action, paths=["/tool/arguments/file/data"]), Rule("redact", detector="email")])
-    relay = Relay()
-    seen = Recorder()
-    relay.subscribers.register(seen)
-    relay.redaction.use(policy)
-    relay.tools.execute("attach", {"file": {"media_type": "text/plain", "data": _b64(CSV)}}, lambda args: "ok")
-    assert seen.events[0].input == {"file": {"media_type": "text/plain", **expected}}
+    start = _tool_input({"file": {"media_type": "text/plain", "data": _b64(CSV)}}, policy)
+    assert start.input == {"file": {"media_type": "text/plain", **expected}}
 
 
 def test_a_pattern_that_matches_inside_the_encoding_does_not_keep_the_text_from_being_read() -> None:
@@ -144,10 +141,5 @@ def test_a_pattern_that_matches_inside_the_encoding_does_not_keep_the_text_from_
     payload = _b64(CSV)
     assert payload.startswith("bmFt")
     policy = RedactionPolicy([Rule("regex_replace", pattern="bmFt", replacement="#"), Rule("redact", detector="email")])
-    relay = Relay()
-    seen = Recorder()
-    relay.subscribers.register(seen)
-    relay.redaction.use(policy)
-    relay.tools.execute("attach", {"file": {"mime_type": "text/csv", "data": payload}}, lambda args: "ok")
-    data = seen.events[0].input["file"]["data"]
+    data = _tool_input({"file": {"mime_type": "text/csv", "data": payload}}, policy).input["file"]["data"]
     assert base64.b64decode(data).decode() == f"name,email\nJane,{REDACTED}\n"
