@@ -23,7 +23,7 @@ from relay_runtime import conventions as cv
 from relay_runtime.codec import LLMCodec
 from relay_runtime.types import LLMRequest, request_of_kwargs
 
-from . import cassette_http, endpoints, sdk_retries
+from . import cassette_http, endpoints, sdk_retries, sent_credentials
 from .anthropic_messages import AnthropicMessagesCodec
 from .openai_chat import OpenAIChatCodec
 from .openai_embeddings import EMBEDDINGS, OpenAIEmbeddingsCodec
@@ -244,7 +244,8 @@ def sync_callback(create: Callable[..., Any], client: Any, api: Api) -> Callable
                         return direct
                     return create(**kwargs) if not _guarded else _guarded_call(create, kwargs)
             result = create(**kwargs) if not _guarded else _guarded_call(create, kwargs)
-        except BaseException:
+        except BaseException as exc:
+            sent_credentials.remember_from_error(exc)
             if counted:  # the SDK refused before sending (its own checks): no provider was called
                 sdk_retries.refused()
             raise
@@ -283,7 +284,8 @@ def async_callback(create: Callable[..., Any], client: Any, api: Api) -> Callabl
                         return direct
                     return await _acall_sdk(create, kwargs)
             return await _acall_sdk(create, kwargs)
-        except BaseException:
+        except BaseException as exc:
+            sent_credentials.remember_from_error(exc)
             if counted:
                 sdk_retries.refused()
             raise

@@ -38,6 +38,9 @@ CREDENTIAL_BODY_KEYS = frozenset(
 
 # SDK kwargs whose value is a header mapping (judged by header name, not body key).
 HEADER_KWARGS = frozenset({"extra_headers", "headers", "default_headers"})
+# SDK kwargs whose value is a query string's parameters: judged by the name rule the cassette's query
+# strings are (``?key=``, ``?sig=``, ``?subscription-key=``), which the body keys do not cover.
+QUERY_KWARGS = frozenset({"extra_query", "default_query"})
 # The conversation: not walked (see the module docstring). Every codec's name for it.
 CONVERSATION_KWARGS = frozenset(
     {"messages", "input", "contents", "system", "instructions", "tools", "tool_choice", "prediction"}
@@ -280,6 +283,18 @@ def redact_headers(headers: Mapping[Any, Any]) -> dict[str, Any]:
     return out
 
 
+def _clean_query(params: Mapping[Any, Any], depth: int) -> Mapping[Any, Any]:
+    """Query parameters with the values of credential names replaced, the rest cleaned as any value."""
+    out: dict[Any, Any] | None = None
+    for k, v in params.items():
+        new = REDACTED if is_credential_name(k) or is_credential_key(k) else _clean(v, depth)
+        if new is not v:
+            if out is None:
+                out = dict(params)
+            out[k] = new
+    return params if out is None else out
+
+
 # Values that hold nothing nested: only their key (or, for text, a remembered key's value) can make them a credential.
 _LEAVES = frozenset({str, int, float, bool, type(None)})
 _NOTHING_SKIPPED: frozenset[str] = frozenset()
@@ -305,7 +320,12 @@ def _clean_mapping(value: Mapping[Any, Any], depth: int, skip: frozenset[str]) -
             if new is v:
                 continue
         else:
-            new = redact_headers(v) if k in HEADER_KWARGS and isinstance(v, Mapping) else _clean(v, depth + 1)
+            if k in HEADER_KWARGS and isinstance(v, Mapping):
+                new = redact_headers(v)
+            elif k in QUERY_KWARGS and isinstance(v, Mapping):
+                new = _clean_query(v, depth + 1)
+            else:
+                new = _clean(v, depth + 1)
             if new is v:
                 continue
         if out is None:

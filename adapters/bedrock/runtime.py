@@ -42,7 +42,7 @@ _headers: ContextVar[Any] = ContextVar("relay_bedrock_headers", default=None)
 class _ClientState:
     """What one client contributes to every attempt, worked out on its first managed call."""
 
-    __slots__ = ("credentials", "metadata")
+    __slots__ = ("credentials", "metadata", "token")
 
     def __init__(self, client: Any) -> None:
         metadata: dict[str, Any] = {}
@@ -54,6 +54,7 @@ class _ClientState:
             metadata[cv.CLOUD_REGION] = region
         self.metadata = metadata
         self.credentials: Any = None  # the static credentials already remembered as secrets
+        self.token: Any = None  # the static Bedrock API key, likewise
         events = client.meta.events
         events.register(f"before-send.{SERVICE}", _on_send, unique_id="relay-runtime-send")
         events.register(f"before-sign.{SERVICE}", _on_sign, unique_id="relay-runtime-sign")
@@ -84,21 +85,36 @@ def _on_sign(request: Any = None, **_: Any) -> None:
 
 
 def _credential_values(client: Any) -> set[str]:
-    credentials = getattr(getattr(client, "_request_signer", None), "_credentials", None)
-    if credentials is None:
-        return set()  # an unsigned client
-    frozen = credentials.get_frozen_credentials()
-    return {v for v in (frozen.access_key, frozen.secret_key, frozen.token) if isinstance(v, str) and v}
+    """The SigV4 credentials and the Bedrock API key (``AWS_BEARER_TOKEN_BEDROCK``, sent as a bearer token)."""
+    signer = getattr(client, "_request_signer", None)
+    found: set[str] = set()
+    credentials = getattr(signer, "_credentials", None)
+    if credentials is not None:
+        frozen = credentials.get_frozen_credentials()
+        found.update(v for v in (frozen.access_key, frozen.secret_key, frozen.token) if isinstance(v, str) and v)
+    token = getattr(signer, "_auth_token", None)
+    if token is not None:
+        # A refreshable token hands out a frozen one, as botocore's signer asks it to.
+        frozen_token = token.get_frozen_token() if hasattr(token, "get_frozen_token") else token
+        value = getattr(frozen_token, "token", None)
+        if isinstance(value, str) and value:
+            found.add(value)
+    return found
 
 
 def _remember_credentials(client: Any, state: _ClientState) -> None:
-    credentials = getattr(getattr(client, "_request_signer", None), "_credentials", None)
-    if credentials is None or credentials is state.credentials:
-        return  # an unsigned client, or static credentials remembered before
+    signer = getattr(client, "_request_signer", None)
+    credentials = getattr(signer, "_credentials", None)
+    token = getattr(signer, "_auth_token", None)
+    if credentials is state.credentials and token is state.token:
+        return  # an unsigned client, or static credentials and key remembered before
     for value in _credential_values(client):
         redaction.remember_secret(value)
-    if type(credentials).__name__ == "Credentials":  # refreshable ones change under the same object
+    # Refreshable credentials and tokens change under the same object: those are read again every call.
+    if credentials is None or type(credentials).__name__ == "Credentials":
         state.credentials = credentials
+    if token is None or type(token).__name__ == "FrozenAuthToken":
+        state.token = token
 
 
 def _tag(error: BaseException) -> None:

@@ -1,0 +1,36 @@
+"""The credentials a failed call was actually sent with, remembered so that no record of its error holds them.
+
+A client's static key is remembered before every call (``dispatch.prepare``), but many
+credentials never sit in ``client.api_key``: a key provider's or an Azure AD token
+provider's token (fetched inside the SDK, on the first try), an Azure AD token, a
+Vertex access token, a gateway's key in ``default_headers``, a key in ``default_query``.
+A provider or a gateway that echoes the credential in its error would put it in the
+error message, and so in events, spans and journal rows. The SDKs' status and
+connection errors carry the last request they sent: its credential headers and
+credential query parameters are remembered here, on the error path only, before the
+error is recorded. A successful call pays nothing.
+"""
+
+from __future__ import annotations
+
+from relay_runtime import redaction
+from relay_runtime.cassettes import secrets
+
+
+def remember_from_error(error: BaseException) -> None:
+    """Remember the credentials of the HTTP request ``error`` says it was raised for, if it says."""
+    try:
+        # httpx's own errors raise from ``.request`` when none was set.
+        request = getattr(error, "request", None)
+    except RuntimeError:
+        return
+    headers = getattr(request, "headers", None)
+    raw = getattr(headers, "raw", None)
+    if not isinstance(raw, list):
+        return
+    found = secrets.secret_values(raw)
+    url = getattr(request, "url", None)
+    if url is not None:
+        found |= secrets.redact_query(str(url))[1]
+    for value in found:
+        redaction.remember_secret(value)
