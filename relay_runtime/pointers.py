@@ -45,6 +45,10 @@ class PointerError(ValueError):
     """A redaction target that is not a JSON pointer."""
 
 
+# What the SDK sends beside the view, read as ``/request/params`` (its keys are params, as a cassette stores them).
+SENT_BESIDE = ("extra_body", "extra_query")
+
+
 def parse(pointer: str) -> Path:
     """``"/a/b~1c"`` -> ``("a", "b/c")``; ``""`` (the whole document) -> ``()``."""
     if not isinstance(pointer, str):
@@ -78,6 +82,9 @@ def unknown_field(pointer: str) -> list[str] | None:
     path = parse(pointer)
     if not path:
         return None
+    if path[:2] == ("request", "params") and len(path) > 2 and path[2] in SENT_BESIDE:
+        # What the SDK sends beside the view is read as params itself: its keys are the params' names.
+        return ["/request/params/" + ("/".join(path[3:]) if len(path) > 3 else "<name>")]
     for field in VIEW_FIELDS:
         known = parse(field)
         # Either the pointer is inside a field (any depth below it), or it selects a field or a parent of one.

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .conventions import IDENTIFIERS, SPAN_HINTS
+from .pointers import SENT_BESIDE
 from .redaction_apply import renamed
 from .redaction_streams import Held, chunk_kind, settled
 from .redaction_walk import _SCALARS, REMOVED, Walk, kept
@@ -26,6 +27,7 @@ __all__ = ["REMOVED", "Pass", "kept"]
 
 _CLEAN_NAMES = 4096  # names a policy remembers as holding nothing it redacts (most are the code's own)
 _View = TypeVar("_View", AnnotatedLLMRequest, AnnotatedLLMResponse)
+_PARAMS = ("request", "params")
 _FIELDS_OF = {
     kind: frozenset(f.name for f in dataclasses.fields(kind)) for kind in (AnnotatedLLMRequest, AnnotatedLLMResponse)
 }
@@ -64,6 +66,23 @@ class Pass(Walk):
         self.pairs.update(other.pairs)
         if now:
             self.done.update(other.done)
+
+    def sent_beside(self, inp: Any) -> Any:
+        """An attempt's input with what the SDK sends beside the view (``extra_body``, ``extra_query``)
+        read as ``/request/params``, as a cassette stores it: a path rule on a param finds it there too."""
+        content = inp.get("content") if type(inp) is dict else None
+        if not isinstance(content, Mapping):  # the kwargs are held read-only (a mappingproxy)
+            return inp
+        changed: dict[str, Any] | None = None
+        for key in SENT_BESIDE:
+            value = content.get(key)
+            if isinstance(value, Mapping):
+                new = kept(self.walk(value, _PARAMS))
+                if new is not value:
+                    if changed is None:
+                        changed = dict(content)
+                    changed[key] = new
+        return inp if changed is None else {**inp, "content": changed}
 
     # -- the view ------------------------------------------------------------------------------
 

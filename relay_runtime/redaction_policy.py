@@ -231,7 +231,7 @@ class RedactionPolicy:
                     content = kept(p.walk(inp["content"], ("request",))) or {}
                     inp = {**inp, "content": content, "headers": p.raw(inp.get("headers"), scan=True)}
                 else:
-                    inp = p.raw(inp, scan=True)
+                    inp = p.raw(p.sent_beside(inp), scan=True)
                 # Every string of the answer object is read: fields beyond the view (a refusal, citations,
                 # grounding queries, the SDK's response headers) are the provider's words too.
                 out = p.raw(out, scan=True)

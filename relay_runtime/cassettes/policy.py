@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote_plus, unquote_plus
 
 from ..attempt import current_attempt
 from ..redaction_policy import RedactionPolicy
@@ -93,7 +94,33 @@ def redact_answers(policy: RedactionPolicy, call: dict[str, Any]) -> dict[str, A
             if rules:
                 value = _streams_across(rules, policy._key, {key: value}, 0)[key]
             out[key] = policy.redact_spans(value)
+    request = call.get("request")
+    query = request.get("extra_query") if isinstance(request, dict) else None
+    if isinstance(query, dict) and query and isinstance(out.get("http"), list):
+        out["http"] = [_query_as_stored(exchange, query) for exchange in out["http"]]
     return out
+
+
+def _query_as_stored(exchange: Any, query: dict[str, Any]) -> Any:
+    """An HTTP exchange whose path carries ``extra_query``'s parameters as the stored request has them.
+
+    The SDK writes ``extra_query`` into the URL itself, so a path rule that changed a parameter in the
+    stored request (``/request/params/account_id``) must change it in the recorded path too. A text
+    parameter the SDK sent differs from the stored one only where the policy changed it.
+    """
+    path = exchange.get("path") if isinstance(exchange, dict) else None
+    if not isinstance(path, str) or "?" not in path:
+        return exchange
+    head, _, string = path.partition("?")
+    parts = []
+    for part in string.split("&"):
+        name, equals, value = part.partition("=")
+        stored = query.get(unquote_plus(name))
+        if equals and isinstance(stored, str) and stored != unquote_plus(value):
+            part = f"{name}={quote_plus(stored)}"
+        parts.append(part)
+    rebuilt = f"{head}?{'&'.join(parts)}"
+    return exchange if rebuilt == path else {**exchange, "path": rebuilt}
 
 
 def _streams_across(rules: tuple[Rule, ...], key: bytes | None, value: Any, depth: int) -> Any:
