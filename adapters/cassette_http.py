@@ -27,6 +27,7 @@ from typing import Any
 import httpx2
 
 from relay_runtime import cassettes
+from relay_runtime.cassettes import secrets
 from relay_runtime.codec import LLMCodec
 
 from . import cassette_recording
@@ -53,7 +54,22 @@ def bound(client: Any, codec: LLMCodec, kwargs: Mapping[str, Any]) -> _Bound:
     request = cassettes.neutral_request(codec.decode(kwargs))
     if "extra_body" in kwargs or "extra_query" in kwargs:
         request = cassettes.with_sent_extras(request, kwargs)
+    cassette.add_secrets(_sent_secrets(client, kwargs))
     return _Bound(cassette.begin(request))
+
+
+def _sent_secrets(client: Any, kwargs: Mapping[str, Any]) -> set[str]:
+    """The credential values the call will send in its headers and query (the client's defaults, the call's
+    extras). A recording learns them from each try, but a miss is raised before any: known first, the miss
+    (and the match) is scrubbed of them wherever the request quotes them, as the file is."""
+    found: set[str] = set()
+    for headers in (getattr(client, "default_headers", None), kwargs.get("extra_headers")):
+        if isinstance(headers, Mapping):  # the SDK's Omit stands for a header not sent: no text, no secret
+            found |= secrets.secret_values((k, v) for k, v in headers.items() if isinstance(v, str | bytes))
+    for query in (getattr(client, "default_query", None), kwargs.get("extra_query")):
+        if isinstance(query, Mapping):
+            found |= secrets.query_secrets(query)
+    return found
 
 
 class _Bound:

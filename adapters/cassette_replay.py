@@ -75,7 +75,7 @@ def _read_past_cut(tape: cassettes.CallTape, events: int) -> Exception:
         cassettes.CassetteMiss(
             f"cassette {tape.cassette.path}: this stream's recording was cut short after {events} events "
             f"(the recording's caller stopped reading there); this run reads on, which was never recorded: "
-            f"re-record it\nrequest:\n{json.dumps(tape.request, ensure_ascii=False)[:500]}"
+            f"re-record it\nrequest:\n{tape.cassette.shown(tape.request, limit=500)}"
         )
     )
 

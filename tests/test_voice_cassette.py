@@ -285,3 +285,23 @@ def test_a_realtime_tape_is_recorded_under_the_redaction_policy_and_replays(tmp_
         assert [e.kind for e in replayed] == [e.kind for e in live]
     finally:
         relay_session.SESSION_COORDINATOR.redaction.use(None)
+
+
+def test_a_changed_call_s_miss_shows_it_as_stored_under_the_redaction_policy(tmp_path) -> None:
+    email = "jane.doe@example.com"
+    path = tmp_path / "voice.json"
+    relay_session.SESSION_COORDINATOR.redaction.use(RedactionPolicy([Rule("redact", detector="email")]))
+    try:
+
+        async def run(provider: Any, mode: str, greeting: str) -> list[ProviderEvent]:
+            with cassettes.use(path, mode=mode):
+                return await conversation(provider, greeting=greeting)
+
+        asyncio.run(run(CassetteProvider(StubProvider(tone_ms=100, frame_ms=50)), "record", f"write to {email}"))
+        with pytest.raises(cassettes.CassetteMiss) as miss:
+            asyncio.run(run(CassetteProvider(provider_id="stub"), "replay", f"write to {email} now"))
+        message = str(miss.value)
+        assert email not in message and email not in repr(miss.value)
+        assert "'write to [REDACTED:email]'" in message and "'write to [REDACTED:email] now'" in message
+    finally:
+        relay_session.SESSION_COORDINATOR.redaction.use(None)

@@ -42,8 +42,9 @@ class Bound:
         cassette = cassettes.current()
         if cassette is None:
             raise cassettes.CassetteError("no cassette is in use")
+        # Known before the match: a miss raised there is scrubbed of them, as the file is.
+        cassette.add_secrets(credentials)
         self.tape = cassette.begin(cassettes.neutral_request(codec.decode(kwargs)))
-        self.tape.add_secrets(credentials)
 
     def __enter__(self) -> cassettes.CallTape:
         self.token = _tape.set(self.tape)

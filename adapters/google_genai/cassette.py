@@ -38,8 +38,9 @@ class Bound:
         cassette = cassettes.current()
         if cassette is None:
             raise cassettes.CassetteError("no cassette is in use")
+        # Known before the match: a miss raised there is scrubbed of them, as the file is.
+        cassette.add_secrets(known_secrets)
         self.tape = cassette.begin(cassettes.neutral_request(codec.decode(kwargs)))
-        self.tape.add_secrets(known_secrets)
 
     def __enter__(self) -> cassettes.CallTape:
         self.token = tape.set(self.tape)

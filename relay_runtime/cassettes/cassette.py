@@ -12,7 +12,7 @@ import json
 import os
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -29,6 +29,8 @@ FORMAT_KEY = "relay_runtime_cassette"
 FORMAT_VERSION = 1
 
 Redact = Callable[[dict[str, Any]], dict[str, Any]]
+# What a message shows of a call the redact= hook fails on (it is given one cut short there): nothing.
+WITHHELD = "(withheld: the cassette's redact= hook failed on it)"
 E = TypeVar("E", bound="CassetteError")
 
 
@@ -117,7 +119,7 @@ class CallTape:
                 CassetteMiss(
                     f"cassette {self.cassette.path}: this call made more {key} requests than the "
                     f"{len(items)} recorded (did max_retries or the provider's answers change?)\n"
-                    f"request:\n{matching.pretty(self.request)}"
+                    f"request:\n{self.cassette.shown(self.request)}"
                 )
             )
         self._positions[key] = position + 1
@@ -136,7 +138,7 @@ class CallTape:
         return self._missed(
             CassetteError(
                 f"cassette {self.cassette.path}: call #{number}: {problem} (fix it or re-record)\n"
-                f"request:\n{matching.pretty(self.request)[:2000]}"
+                f"request:\n{self.cassette.shown(self.request, limit=2000)}"
             )
         )
 
@@ -152,9 +154,8 @@ class CallTape:
         self.record.setdefault(key, []).append(item)
         return item
 
-    def add_secrets(self, values: set[str]) -> None:
-        if values:
-            self.cassette.secrets |= values
+    def add_secrets(self, values: Iterable[str]) -> None:
+        self.cassette.add_secrets(values)
 
 
 class Cassette:
@@ -226,9 +227,18 @@ class Cassette:
         """What a request is matched on: compared as it would be stored, a credential in it redacted.
         Most requests hold none, which their key's text shows (a hook may hide it there)."""
         key = self._key(request)
-        if self.normalize is not None or secrets.may_scrub(key):
-            key = self._key(secrets.scrub(request))
+        held = self.secrets
+        if self.normalize is not None or secrets.may_scrub(key, held):
+            key = self._key(secrets.scrub(request, held))
         return key
+
+    def add_secrets(self, values: Iterable[str]) -> None:
+        """Credential values calls send or hold (a key header, a query key): cut from what is matched,
+        written and shown. An adapter adds a call's before ``begin``, so its miss is scrubbed of them."""
+        new = set(values) - self.secrets
+        if new:
+            # A new set, not the old one changed: another thread may be scrubbing with the old one.
+            self.secrets = self.secrets | new
 
     def _queues(self) -> dict[str, deque[int]]:
         if self._waiting is None:
@@ -243,7 +253,7 @@ class Cassette:
         """The tape for one call: the first unreplayed recording of this request, or a new recording.
 
         In replay mode a request with no recording left raises ``CassetteMiss`` showing
-        the closest recorded request and a diff.
+        the closest recorded request and a diff, both as the file holds them (``as_stored``).
         """
         redaction = policy.policy_in_force()
         if redaction is not None:
@@ -273,22 +283,53 @@ class Cassette:
         return miss
 
     def _miss_message(self, request: dict[str, Any], key: str) -> str:
+        """Why ``request`` (as ``begin`` took it) found nothing, showing it only as this cassette stores it:
+        the message reaches the caller, CI logs, and events and spans as the attempt's error."""
         head = f"cassette {self.path}: no recorded call matches this request"
         replayed = sum(1 for c in self.recorded if self._key(c["request"]) == key)
         if replayed:
             return (
                 f"{head}: all {replayed} recordings of it were already replayed (this run makes the call more "
-                f"often than the recording did)\nrequest:\n{matching.pretty(request)}"
+                f"often than the recording did)\nrequest:\n{self.shown(request)}"
             )
-        shown = [normalized(c["request"], self.normalize) for c in self.recorded]
-        index = matching.closest(normalized(request, self.normalize), shown)
+        stored = self.as_stored(request)
+        if stored is None:
+            return f"{head}\nrequest: {WITHHELD}"
+        live = normalized(stored, self.normalize)
+        recorded = [normalized(c["request"], self.normalize) for c in self.recorded]
+        index = matching.closest(live, recorded)
         if index is None:
-            return f"{head}: the cassette holds no calls\nrequest:\n{matching.pretty(request)}"
+            return f"{head}: the cassette holds no calls\nrequest:\n{matching.pretty(stored)}"
+        # What was compared, against what is shown: a difference only the redact= hook hides is named, not shown.
+        hidden = matching.withheld(
+            recorded[index], normalized(secrets.scrub(request, self.secrets), self.normalize), live
+        )
+        named = f"\nalso differ, values withheld by the cassette's redaction: {', '.join(hidden)}" if hidden else ""
         return (
-            f"{head}.\nclosest recorded call (#{index + 1} of {len(shown)}), diff recorded -> this call:\n"
-            f"{matching.diff(shown[index], normalized(request, self.normalize))}\n"
+            f"{head}.\nclosest recorded call (#{index + 1} of {len(recorded)}), diff recorded -> this call:\n"
+            f"{matching.diff(recorded[index], live)}{named}\n"
             f"(re-record with mode='record'/'auto', or under pytest --relay-record=new|all)"
         )
+
+    def as_stored(self, request: dict[str, Any]) -> dict[str, Any] | None:
+        """``request`` (as ``begin`` took it: the redaction policy applied) as this cassette writes it, for
+        every message built from a request; None when the ``redact=`` hook fails on a call of the request alone."""
+        call = self.as_written({"request": request})
+        return None if call is None else call["request"]
+
+    def as_written(self, call: dict[str, Any]) -> dict[str, Any] | None:
+        """What a message may show of ``call`` (its request, and what is recorded for it so far or this run
+        did): ``written``, or None when the ``redact=`` hook fails on it (it is given a call cut short)."""
+        try:
+            return self.written(call)
+        except Exception:
+            return None
+
+    def shown(self, request: dict[str, Any], limit: int | None = None) -> str:
+        """``request`` as a message prints it: as stored (``as_stored``), indented, cut at ``limit`` characters."""
+        stored = self.as_stored(request)
+        text = WITHHELD if stored is None else matching.pretty(stored)
+        return text if limit is None else text[:limit]
 
     def unused(self) -> list[dict[str, Any]]:
         """Recorded requests nothing replayed (a test that took another path, or a stale cassette)."""
@@ -343,23 +384,27 @@ class Cassette:
         kept.reverse()
         return kept
 
+    def written(self, call: dict[str, Any]) -> dict[str, Any]:
+        """``call`` as the file holds it (its request redacted by the policy already, in ``begin``): its
+        answers through the policy's span rules, credentials scrubbed, the ``redact=`` hook, scrubbed again.
+        The one place this is done: what a message shows of a request is what is written (``as_stored``)."""
+        held = self.secrets
+        if self.policy is not None:
+            call = policy.redact_answers(self.policy, call)
+        call = secrets.scrub(call, held)
+        if self.redact is not None:
+            call = self.redact(call)
+            if not isinstance(call, dict) or not isinstance(call.get("request"), dict):
+                raise CassetteError("cassette redact= hook must return the call dict with its 'request'")
+            # The hook may have put a secret back in a new shape; the built-in rules run last.
+            call = secrets.scrub(call, held)
+        return call
+
     def _write(self, calls: list[dict[str, Any]]) -> None:
-        cleaned = []
-        redaction = self.policy
-        for call in calls:
-            if redaction is not None:
-                call = policy.redact_answers(redaction, call)
-            call = secrets.scrub(call, self.secrets)
-            if self.redact is not None:
-                call = self.redact(call)
-                if not isinstance(call, dict) or not isinstance(call.get("request"), dict):
-                    raise CassetteError("cassette redact= hook must return the call dict with its 'request'")
-                # The hook may have put a secret back in a new shape; the built-in rules run last.
-                call = secrets.scrub(call, self.secrets)
-            cleaned.append(call)
+        cleaned = [self.written(call) for call in calls]
         document: dict[str, Any] = {FORMAT_KEY: FORMAT_VERSION}
-        if redaction is not None:
-            document[policy.FINGERPRINT_KEY] = redaction.fingerprint
+        if self.policy is not None:
+            document[policy.FINGERPRINT_KEY] = self.policy.fingerprint
         document["calls"] = cleaned
         text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
         replace_atomically(self.path, text)

@@ -1,4 +1,8 @@
-"""Why a call found no recording: the closest recorded request and a diff against it."""
+"""Why a call found no recording: the closest recorded request and a diff against it.
+
+Every request given here is as its cassette stores it (see ``Cassette.shown``): what a miss
+prints reaches the caller, CI logs, events and spans, and must hold nothing the file would not.
+"""
 
 from __future__ import annotations
 
@@ -69,3 +73,52 @@ def diff(recorded: Mapping[str, Any], request: Mapping[str, Any]) -> str:
     if len(lines) > MAX_DIFF_LINES:
         lines = [*lines[:MAX_DIFF_LINES], f"... ({len(lines) - MAX_DIFF_LINES} more diff lines)"]
     return "\n".join(lines)
+
+
+def withheld(recorded: Any, matched: Any, shown: Any, path: str = "") -> list[str]:
+    """Where the request as matched differs from ``recorded`` while the request as shown does not: a
+    difference the cassette's redaction hides from the diff (a ``redact=`` hook's), which a miss still names.
+
+    Paths are named by the keys ``shown`` has, never by ``matched``'s own: those may be what was hidden.
+    """
+    if _same(matched, recorded):
+        return []
+    if _same(shown, recorded):
+        return _changed(recorded, matched, path)
+    found: list[str] = []
+    if isinstance(recorded, Mapping) and isinstance(matched, Mapping) and isinstance(shown, Mapping):
+        for key in shown:
+            if key in recorded and key in matched:
+                where = f"{path}.{key}" if path else str(key)
+                found += withheld(recorded[key], matched[key], shown[key], where)
+    # Items are paired by place only when none was added or dropped; else the diff shows the list changed.
+    elif (
+        isinstance(recorded, list)
+        and isinstance(matched, list)
+        and isinstance(shown, list)
+        and (len(recorded) == len(matched) == len(shown))
+    ):
+        for index, (r, m, s) in enumerate(zip(recorded, matched, shown, strict=True)):
+            found += withheld(r, m, s, f"{path}[{index}]")
+    return found
+
+
+def _changed(recorded: Any, matched: Any, path: str) -> list[str]:
+    """Where ``matched`` differs from ``recorded`` (which is as shown), named by ``recorded``'s keys: a
+    difference in a key only ``matched`` has is named by the path of what holds it."""
+    if isinstance(recorded, Mapping) and isinstance(matched, Mapping) and matched.keys() <= recorded.keys():
+        found: list[str] = []
+        for key in recorded:
+            where = f"{path}.{key}" if path else str(key)
+            found += _changed(recorded[key], matched[key], where) if key in matched else [where]
+        return found
+    if isinstance(recorded, list) and isinstance(matched, list) and len(recorded) == len(matched):
+        return [
+            p for i, (r, m) in enumerate(zip(recorded, matched, strict=True)) for p in _changed(r, m, f"{path}[{i}]")
+        ]
+    return [] if _same(recorded, matched) else [path or "the request"]
+
+
+def _same(a: Any, b: Any) -> bool:
+    # As JSON compares them: 1, 1.0 and true are three values, though Python finds them equal.
+    return a is b or canonical({"": a}) == canonical({"": b})

@@ -13,11 +13,13 @@ that echoes the key back in an error body, masked or not, does not put it on dis
 from __future__ import annotations
 
 import base64
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import unquote, unquote_plus
 
 from .. import redaction
+from ..secret_runs import SecretRuns
 
 REDACTED = redaction.REDACTED
 
@@ -51,6 +53,21 @@ def secret_values(headers: Iterable[tuple[Any, Any]]) -> set[str]:
     return {value for value in found if len(value) >= MIN_SECRET_LENGTH}
 
 
+def _is_query_credential(name: str) -> bool:
+    _, keys = credential_lists()
+    return redaction.is_credential_name(name) or name.lower() in keys
+
+
+def query_secrets(query: Mapping[Any, Any]) -> set[str]:
+    """The credential values of query parameters given as a mapping (a client's ``default_query``,
+    ``extra_query``): known before the call is sent, so its miss can be scrubbed of them too."""
+    return {
+        value
+        for name, value in query.items()
+        if isinstance(value, str) and len(value) >= MIN_SECRET_LENGTH and _is_query_credential(str(name))
+    }
+
+
 def redact_query(path: str) -> tuple[str, set[str]]:
     """A request path with its credential query values (``?key=...``, ``?sig=...``) redacted, and those values.
 
@@ -60,13 +77,11 @@ def redact_query(path: str) -> tuple[str, set[str]]:
     head, mark, query = path.partition("?")
     if not mark:
         return path, set()
-    _, keys = credential_lists()
     found: set[str] = set()
     parts = []
     for part in query.split("&"):
         name, equals, value = part.partition("=")
-        plain = unquote_plus(name)
-        if equals and value and (redaction.is_credential_name(plain) or plain.lower() in keys):
+        if equals and value and _is_query_credential(unquote_plus(name)):
             found |= {v for v in (value, unquote_plus(value)) if len(v) >= MIN_SECRET_LENGTH}
             part = f"{name}={REDACTED}"
         parts.append(part)
@@ -83,18 +98,33 @@ def scrub(value: Any, secrets: Iterable[str] = ()) -> Any:
     remembered client key cut from every string (keys too), whole or any run of 8 or more of their
     characters, percent-encoded or not, and from every ``base64`` body (whatever its encoding)."""
     _, keys = credential_lists()
-    return _scrub(value, keys, redaction.secret_runs(secrets))
+    return _scrub(value, keys, runs_of(secrets))
 
 
-def may_scrub(text: str) -> bool:
+def runs_of(secrets: Iterable[str] = ()) -> SecretRuns:
+    """The remembered client keys and ``secrets`` (a cassette's own), ready to search for."""
+    remembered = redaction.remembered()
+    more = frozenset(secrets)
+    if more <= remembered.secrets:
+        return remembered
+    return _runs(more | remembered.secrets)
+
+
+@functools.lru_cache(maxsize=8)
+def _runs(secrets: frozenset[str]) -> SecretRuns:
+    # Building the search costs more than a match: a cassette's secrets are the same from call to call.
+    return SecretRuns(secrets, REDACTED)
+
+
+def may_scrub(text: str, secrets: Iterable[str] = ()) -> bool:
     """Whether ``scrub`` could change the JSON document whose text (``json.dumps``, no ASCII escaping) this is.
 
     No false "no": with no escaped character in the text, every string in the document
-    (keys too) is in it verbatim, so a run of a remembered secret in one is found in the
+    (keys too) is in it verbatim, so a run of a remembered secret (or of ``secrets``) in one is found in the
     text, and a credential key shows as ``"key":``. An escape, a percent sign or a base64
     body anywhere answers yes.
     """
-    if "\\" in text or "%" in text or '"base64":' in text or redaction.remembered().search(text):
+    if "\\" in text or "%" in text or '"base64":' in text or runs_of(secrets).search(text):
         return True
     _, keys = credential_lists()
     lowered = text.lower()

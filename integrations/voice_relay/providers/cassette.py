@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from relay_runtime import cassettes
+from relay_runtime.cassettes.cassette import WITHHELD
 
 from ..models import ProviderEvent, ProviderEventKind, ProviderSessionConfig, RealtimeProvider, ToolCallEvent
 
@@ -223,12 +224,18 @@ class ReplayedConnection:
         return policy.redact_spans(call) if policy is not None else call
 
     def _miss(self, call: dict[str, Any], recorded: dict[str, Any] | None) -> cassettes.CassetteMiss:
-        where = f"cassette {self.tape.cassette.path}, realtime session step {self.position + 1}"
+        # The call is shown as the cassette would write it (policy, credentials, redact= hook): the message
+        # reaches the caller and logs. What is recorded comes from the file, written so already.
+        cassette = self.tape.cassette
+        written = cassette.as_written({"request": self.tape.request, SESSION: [call]})
+        steps = written.get(SESSION) if written is not None else None
+        shown = steps[0] if isinstance(steps, list) and len(steps) == 1 else WITHHELD
+        where = f"cassette {cassette.path}, realtime session step {self.position + 1}"
         if recorded is None:
-            text = f"{where}: the relay made a call the recording does not have: {call}"
+            text = f"{where}: the relay made a call the recording does not have: {shown}"
         else:
-            text = f"{where}: the relay made another call than recorded\nrecorded:  {recorded}\nthis call: {call}"
-        return self.tape.cassette.missed(cassettes.CassetteMiss(text))
+            text = f"{where}: the relay made another call than recorded\nrecorded:  {recorded}\nthis call: {shown}"
+        return cassette.missed(cassettes.CassetteMiss(text))
 
     async def send_audio(self, pcm: bytes, sample_rate: int) -> None:
         self._expect({"send": _AUDIO})
@@ -268,4 +275,3 @@ class ReplayedConnection:
             if self.timed and gap:
                 await asyncio.sleep(gap)
             yield event
-
