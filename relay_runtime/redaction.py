@@ -34,6 +34,8 @@ CREDENTIAL_HEADER_NAMES = frozenset(
 CREDENTIAL_HEADER_PATTERNS = ("*-subscription-key", "*-api-key", "*token*", "*secret*")
 CREDENTIAL_BODY_KEYS = frozenset(
     {"api_key", "apikey", "access_token", "refresh_token", "client_secret", "secret", "password", "authorization"}
+    # A header's name used as a body key (a gateway that takes its key in the body, headers forwarded as data).
+    | {"api-key", "x-api-key"}
 )
 
 # SDK kwargs whose value is a header mapping (judged by header name, not body key).

@@ -223,3 +223,19 @@ def test_a_bedrock_api_key_is_kept_out_of_events_spans_and_cassettes(
     assert "Invalid API key: [redacted]" in text
     assert bearer not in text
     assert bearer not in (tmp_path / "b.json").read_text()
+
+
+def test_a_header_named_key_inside_extra_body_is_redacted_in_events_and_the_cassette(
+    relay_home: Path, tmp_path: Path
+) -> None:
+    keys = {"api-key": "gw-key-Qx2Lm9Zr4Tn6Ws1Kd8", "x-api-key": "gw-key-Hy3Vb7Zt2LwX9vRk4P"}
+    scripted = t.scripted_openai(t.json_reply(t.chat_completion_body("ok")), max_retries=0)
+    client = adapters.instrument(scripted.client)
+    with recorded(relay_home) as records, cassettes.use(tmp_path / "c.json", mode="record"):
+        client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], extra_body={"forward": {"headers": keys}}
+        )
+    assert all(value in scripted.script.requests[0].content.decode() for value in keys.values())
+    stored = (tmp_path / "c.json").read_text()
+    for value in keys.values():
+        assert value not in records.text() and value not in stored
