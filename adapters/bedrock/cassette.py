@@ -25,6 +25,7 @@ from relay_runtime import cassettes
 from relay_runtime.cassettes import secrets
 from relay_runtime.codec import LLMCodec
 
+from ..cassette_damage import damage
 from . import event_stream
 
 _tape: ContextVar[cassettes.CallTape | None] = ContextVar("relay_bedrock_cassette_tape", default=None)
@@ -104,14 +105,17 @@ def _body_bytes(exchange: Mapping[str, Any]) -> bytes:
 
 def _replayed(tape: cassettes.CallTape, request: Any) -> Any:
     exchange = tape.next()
-    status, headers = exchange.get("status"), exchange.get("headers") or {}
-    if type(status) is not int or not isinstance(headers, dict):
-        if "error" in exchange:
-            from botocore.exceptions import EndpointConnectionError  # type: ignore[import-untyped, unused-ignore]
+    # Told here, naming the file and the entry: played, a damaged try is an AttributeError or
+    # binascii.Error from deep in botocore, or a response parsed into the wrong answer.
+    problem = damage(exchange, event_stream.damage)
+    if problem is not None:
+        raise tape.damaged(problem)
+    status = exchange.get("status")
+    if status is None:  # a try that failed before any answer (damage() saw its error is an object)
+        from botocore.exceptions import EndpointConnectionError  # type: ignore[import-untyped, unused-ignore]
 
-            raise EndpointConnectionError(endpoint_url=request.url, error=exchange["error"].get("message", ""))
-        raise cassettes.CassetteError(f"cassette {tape.cassette.path}: a recorded Bedrock exchange has no status")
-    return _response(request.url, status, headers, _body_bytes(exchange))
+        raise EndpointConnectionError(endpoint_url=request.url, error=str(exchange["error"].get("message", "")))
+    return _response(request.url, status, exchange.get("headers") or {}, _body_bytes(exchange))
 
 
 def _recorded(tape: cassettes.CallTape, request: Any, send: Any) -> Any:
