@@ -9,6 +9,10 @@ never kept, and the client's credentials are cut from whatever is (a provider ec
 
 While recording, an event stream's body is read whole before botocore sees it: the
 recording is complete, but its events arrive at once.
+
+botocore signs each try before ``before-send``: a replaying tape makes it sign nothing
+(``choose_signer``), so a cassette replays where no AWS credentials are, as in CI.
+Recording signs as ever.
 """
 
 from __future__ import annotations
@@ -156,3 +160,19 @@ def send_handler(client: Any) -> Any:
         return _recorded(tape, request, owner._endpoint.http_session.send)
 
     return on_send
+
+
+def choose_signer(**_: Any) -> Any:
+    """The client's ``choose-signer`` handler: no signing while a replaying tape answers the try; else nothing.
+
+    botocore signs before ``before-send``, where the tape answers: signing a try that is never
+    sent would need credentials (NoCredentialsError where there are none, as in CI), and put
+    nothing on record either way. Registered on the client's own events, it leaves other
+    clients alone; a recording tape, or none, leaves the client's signer as it was.
+    """
+    tape = _tape.get()
+    if tape is None or not tape.replaying:
+        return None
+    from botocore import UNSIGNED  # type: ignore[import-untyped, unused-ignore]
+
+    return UNSIGNED
