@@ -10,22 +10,31 @@ from __future__ import annotations
 import base64
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 # Recorded waits longer than this are no recording of a real answer (and overflow the clock).
 _MAX_WAIT_MS = 3_600_000.0
 _NUMBERS = (int, float)
 
+# What is wrong with a recorded try's events (a list), or None. Each provider's stream has its own
+# event shape (SSE events, Bedrock's event-stream messages, Gemini's chunks): the frame, the body and
+# the events being a list are checked here alike for all.
+EventsDamage = Callable[[list[Any]], str | None]
 
-def damage(exchange: dict[str, Any]) -> str | None:
-    """What is wrong with ``exchange``, or None when it can be played."""
-    return _frame(exchange) or _events(exchange.get("events")) or _body(exchange)
+
+def damage(exchange: dict[str, Any], events: EventsDamage | None = None) -> str | None:
+    """What is wrong with ``exchange``, or None when it can be played; ``events`` checks its stream's
+    events (SSE events, as the OpenAI and Anthropic SDKs read them, by default)."""
+    return _frame(exchange) or _events(exchange.get("events"), events or sse_events_damage) or _body(exchange)
 
 
 def _frame(exchange: dict[str, Any]) -> str | None:
-    status = exchange.get("status")
+    status, error = exchange.get("status"), exchange.get("error")
+    if error is not None and type(error) is not dict:
+        return "error must be an object"  # before the status: a try with no status is played as its error
     if status is None:
-        if not isinstance(exchange.get("error"), dict):
+        if error is None:
             return "it has neither a status nor a recorded error"
     elif type(status) is not int or not 100 <= status <= 599:
         return f"status {status!r} is not an HTTP status"
@@ -36,9 +45,6 @@ def _frame(exchange: dict[str, Any]) -> str | None:
         for name, value in headers.items():
             if type(name) is not str or type(value) is not str:
                 return "headers must be an object of strings"
-    error = exchange.get("error")
-    if error is not None and type(error) is not dict:
-        return "error must be an object"
     method, path = exchange.get("method"), exchange.get("path")
     if method is not None and type(method) is not str:
         return "method must be a string"
@@ -58,11 +64,16 @@ def _wait(name: str, value: Any) -> str | None:
     return None
 
 
-def _events(events: Any) -> str | None:
+def _events(events: Any, check: EventsDamage) -> str | None:
     if events is None:
         return None
     if not isinstance(events, list):
         return "events must be a list"
+    return check(events)
+
+
+def sse_events_damage(events: list[Any]) -> str | None:
+    """What is wrong with recorded SSE events (``event``, ``data``, ``id``, ``retry``, ``at_ms``), or None."""
     # One pass that reads each event once: this runs before every replayed stream.
     for index, event in enumerate(events):
         if type(event) is not dict:
@@ -95,8 +106,10 @@ def _body(exchange: dict[str, Any]) -> str | None:
     status = exchange.get("status")
     if type(status) is not int or not 200 <= status < 300 or "events" in exchange:
         return None
+    # Header names are any case: Bedrock keeps botocore's "Content-Type", httpx gives "content-type".
     headers = exchange.get("headers") or {}
-    json_answer = "json" in str(headers.get("content-type", "application/json")).lower()
+    content_type = next((v for k, v in headers.items() if k.lower() == "content-type"), "application/json")
+    json_answer = "json" in content_type.lower()
     if not json_answer:
         return None
     if "body" in exchange:

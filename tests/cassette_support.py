@@ -112,3 +112,20 @@ def dump(value: Any) -> Any:
     if isinstance(value, list):
         return [dump(v) for v in value]
     return value.model_dump(mode="json")
+
+
+# Edits of a recorded HTTP try, as a hand-edited or truncated cassette has them (the damage tests).
+Edit = Callable[[dict[str, Any]], None]
+
+
+def set_field(field: str, value: Any) -> Edit:
+    return lambda exchange: exchange.__setitem__(field, value)
+
+
+def drop_body_then(field: str | None = None, value: Any = None) -> Edit:
+    def edit(exchange: dict[str, Any]) -> None:
+        exchange.pop("body", None)
+        if field is not None:
+            exchange[field] = value
+
+    return edit

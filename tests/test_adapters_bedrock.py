@@ -383,6 +383,47 @@ def test_a_cassette_records_and_replays_offline_without_credentials(relay_turn, 
     assert ends[4].annotated_response.output_text == "recorded"
 
 
+# Every place botocore looks for credentials: with all of these gone, a live call is NoCredentialsError.
+_AWS_CREDENTIAL_VARIABLES = (
+    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE",
+    "AWS_BEARER_TOKEN_BEDROCK", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+)  # fmt: skip
+
+
+def test_a_cassette_replays_where_there_are_no_aws_credentials(relay_turn, bedrock_server, tmp_path, monkeypatch):
+    import boto3
+
+    from relay_runtime import cassettes
+
+    path = tmp_path / "bedrock.json"
+    bedrock_server.replies.append(json_reply(converse_body("recorded")))
+    with cassettes.use(path, mode="record"):
+        live = adapters.instrument(bedrock_server.client()).converse(modelId=MODEL, messages=MESSAGES)["output"]
+    assert bedrock_server.seen[0].headers["Authorization"].startswith("AWS4-HMAC-SHA256 ")  # recording signs
+    text = path.read_text()
+    for secret in (ACCESS_KEY, SECRET_KEY, SESSION_TOKEN, "AWS4-HMAC-SHA256", "Signature="):
+        assert secret not in text
+    bedrock_server.close()
+    # A CI machine: no credential in the environment, no ~/.aws files, no instance metadata to ask.
+    for name in _AWS_CREDENTIAL_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-such-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-such-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    client = adapters.instrument(
+        boto3.Session().client("bedrock-runtime", region_name=REGION, endpoint_url=bedrock_server.url)
+    )
+    assert client._request_signer._credentials is None
+    with cassettes.use(path, mode="replay"):
+        assert client.converse(modelId=MODEL, messages=MESSAGES)["output"] == live
+    # Signing is left out only while a tape replays: live, and recording, the same client still signs (and fails).
+    with pytest.raises(botocore.exceptions.NoCredentialsError):
+        client.converse(modelId=MODEL, messages=MESSAGES)
+    with pytest.raises(botocore.exceptions.NoCredentialsError), cassettes.use(tmp_path / "new.json", mode="record"):
+        client.converse(modelId=MODEL, messages=MESSAGES)
+
+
 def test_a_streamed_answer_is_stored_as_events_the_redaction_policy_reads(
     relay_turn, relay_events, bedrock_server, tmp_path
 ):

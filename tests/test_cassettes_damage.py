@@ -13,22 +13,9 @@ import pytest
 
 from relay_runtime import adapters, cassettes
 from relay_runtime.adapters import testing as t
-from tests.cassette_support import APIS, Offline
+from tests.cassette_support import APIS, Offline, drop_body_then, set_field
 
 pytest_plugins = ["pytester"]
-
-
-def _set(field: str, value: Any) -> Callable[[dict[str, Any]], None]:
-    return lambda exchange: exchange.__setitem__(field, value)
-
-
-def _drop_body_then(field: str | None = None, value: Any = None) -> Callable[[dict[str, Any]], None]:
-    def edit(exchange: dict[str, Any]) -> None:
-        exchange.pop("body", None)
-        if field is not None:
-            exchange[field] = value
-
-    return edit
 
 
 def _each_event(field: str, value: Any) -> Callable[[dict[str, Any]], None]:
@@ -37,20 +24,20 @@ def _each_event(field: str, value: Any) -> Callable[[dict[str, Any]], None]:
 
 # What was seen to raise raw AttributeError / KeyError / JSONDecodeError / OverflowError / InvalidURL.
 ANSWER_DAMAGE = {
-    "body a list": (_set("body", [1, 2]), "body must be an object"),
-    "body a string": (_set("body", "x"), "body must be an object"),
-    "no body": (_drop_body_then(), "has no body"),
-    "text that is no JSON": (_drop_body_then("text", "{nope"), "text is not the JSON"),
-    "latency past the clock": (_set("latency_ms", 1e308), "latency_ms 1e+308 is not a number of milliseconds"),
-    "status a float": (_set("status", 200.0), "status 200.0 is not an HTTP status"),
+    "body a list": (set_field("body", [1, 2]), "body must be an object"),
+    "body a string": (set_field("body", "x"), "body must be an object"),
+    "no body": (drop_body_then(), "has no body"),
+    "text that is no JSON": (drop_body_then("text", "{nope"), "text is not the JSON"),
+    "latency past the clock": (set_field("latency_ms", 1e308), "latency_ms 1e+308 is not a number of milliseconds"),
+    "status a float": (set_field("status", 200.0), "status 200.0 is not an HTTP status"),
     "no status nor error": (lambda e: e.pop("status"), "neither a status nor a recorded error"),
-    "path no path": (_set("path", "http://[::1"), "must be a string beginning with '/'"),
+    "path no path": (set_field("path", "http://[::1"), "must be a string beginning with '/'"),
 }
 STREAM_DAMAGE = {
     "data broken JSON": (_each_event("data", "{bad"), "events[0].data is JSON text that does not parse"),
     "event time past the clock": (_each_event("at_ms", 1e308), "events[0].at_ms 1e+308"),
-    "empty events": (_set("events", [{}, {}]), "events[0] has neither data nor an event name"),
-    "events not objects": (_set("events", [1, 2]), "events[0] must be an object"),
+    "empty events": (set_field("events", [{}, {}]), "events[0] has neither data nor an event name"),
+    "events not objects": (set_field("events", [1, 2]), "events[0] must be an object"),
 }
 
 

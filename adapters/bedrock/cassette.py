@@ -9,6 +9,10 @@ never kept, and the client's credentials are cut from whatever is (a provider ec
 
 While recording, an event stream's body is read whole before botocore sees it: the
 recording is complete, but its events arrive at once.
+
+botocore signs each try before ``before-send``: a replaying tape makes it sign nothing
+(``choose_signer``), so a cassette replays where no AWS credentials are, as in CI.
+Recording signs as ever.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from relay_runtime import cassettes
 from relay_runtime.cassettes import secrets
 from relay_runtime.codec import LLMCodec
 
+from ..cassette_damage import damage
 from . import event_stream
 
 _tape: ContextVar[cassettes.CallTape | None] = ContextVar("relay_bedrock_cassette_tape", default=None)
@@ -105,14 +110,17 @@ def _body_bytes(exchange: Mapping[str, Any]) -> bytes:
 
 def _replayed(tape: cassettes.CallTape, request: Any) -> Any:
     exchange = tape.next()
-    status, headers = exchange.get("status"), exchange.get("headers") or {}
-    if type(status) is not int or not isinstance(headers, dict):
-        if "error" in exchange:
-            from botocore.exceptions import EndpointConnectionError  # type: ignore[import-untyped, unused-ignore]
+    # Told here, naming the file and the entry: played, a damaged try is an AttributeError or
+    # binascii.Error from deep in botocore, or a response parsed into the wrong answer.
+    problem = damage(exchange, event_stream.damage)
+    if problem is not None:
+        raise tape.damaged(problem)
+    status = exchange.get("status")
+    if status is None:  # a try that failed before any answer (damage() saw its error is an object)
+        from botocore.exceptions import EndpointConnectionError  # type: ignore[import-untyped, unused-ignore]
 
-            raise EndpointConnectionError(endpoint_url=request.url, error=exchange["error"].get("message", ""))
-        raise cassettes.CassetteError(f"cassette {tape.cassette.path}: a recorded Bedrock exchange has no status")
-    return _response(request.url, status, headers, _body_bytes(exchange))
+        raise EndpointConnectionError(endpoint_url=request.url, error=str(exchange["error"].get("message", "")))
+    return _response(request.url, status, exchange.get("headers") or {}, _body_bytes(exchange))
 
 
 def _recorded(tape: cassettes.CallTape, request: Any, send: Any) -> Any:
@@ -153,3 +161,19 @@ def send_handler(client: Any) -> Any:
         return _recorded(tape, request, owner._endpoint.http_session.send)
 
     return on_send
+
+
+def choose_signer(**_: Any) -> Any:
+    """The client's ``choose-signer`` handler: no signing while a replaying tape answers the try; else nothing.
+
+    botocore signs before ``before-send``, where the tape answers: signing a try that is never
+    sent would need credentials (NoCredentialsError where there are none, as in CI), and put
+    nothing on record either way. Registered on the client's own events, it leaves other
+    clients alone; a recording tape, or none, leaves the client's signer as it was.
+    """
+    tape = _tape.get()
+    if tape is None or not tape.replaying:
+        return None
+    from botocore import UNSIGNED  # type: ignore[import-untyped, unused-ignore]
+
+    return UNSIGNED

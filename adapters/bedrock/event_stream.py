@@ -37,6 +37,43 @@ def records(body: bytes) -> list[dict[str, Any]] | None:
     return out if out else None
 
 
+def damage(events: list[Any]) -> str | None:
+    """What is wrong with recorded events (``records``' shape), or None: what framing them again would
+    raise on (``struct.error``, ``binascii.Error``) or botocore would read past (an event framed from no
+    headers, an event payload that is no object)."""
+    for index, event in enumerate(events):
+        if type(event) is not dict:
+            return f"events[{index}] must be an object"
+        headers = event.get("headers")
+        if type(headers) is not dict or not all(_header_fits(k, v) for k, v in headers.items()):
+            return f"events[{index}].headers must be an object of strings (names up to 255 bytes)"
+        if ":message-type" not in headers:  # botocore skips such an event: the answer would lose it silently
+            return f"events[{index}].headers has no :message-type"
+        if "bytes_json" in event:
+            continue  # any JSON: the model's own event, which botocore hands on as bytes
+        if "json" in event:
+            if type(event["json"]) is not dict:
+                return f"events[{index}].json must be an object"
+            continue
+        if type(event.get("base64")) is not str:
+            return f"events[{index}] has no payload (json, bytes_json or base64)"
+        try:
+            base64.b64decode(event["base64"], validate=True)
+        except ValueError:
+            return f"events[{index}].base64 is not base64"
+    return None
+
+
+def _header_fits(name: Any, value: Any) -> bool:
+    # A header's name length is one byte and its value's two in the framing (``_message``).
+    return (
+        type(name) is str
+        and type(value) is str
+        and len(name.encode("utf-8")) <= 255
+        and len(value.encode("utf-8")) <= 0xFFFF
+    )
+
+
 def _payload_record(payload: bytes) -> dict[str, Any]:
     try:
         value = json.loads(payload)

@@ -59,6 +59,8 @@ class _ClientState:
         events.register(f"before-send.{SERVICE}", _on_send, unique_id="relay-runtime-send")
         events.register(f"before-sign.{SERVICE}", _on_sign, unique_id="relay-runtime-sign")
         events.register(f"before-send.{SERVICE}", cassette.send_handler(client), unique_id="relay-runtime-cassette")
+        # First: the first answer wins, and botocore's own handler answers for an operation with its own auth type.
+        events.register_first(f"choose-signer.{SERVICE}", cassette.choose_signer, unique_id="relay-runtime-signer")
 
 
 _STATE = "_relay_bedrock_state"

@@ -24,6 +24,8 @@ from relay_runtime import cassettes
 from relay_runtime.cassettes import secrets
 from relay_runtime.codec import LLMCodec
 
+from ..cassette_damage import damage
+
 tape: ContextVar[cassettes.CallTape | None] = ContextVar("relay_genai_cassette_tape", default=None)
 _DROPPED_HEADERS = frozenset({"content-length", "content-encoding", "transfer-encoding", "connection", "date",
                               "keep-alive", "server-timing", "alt-svc"})  # fmt: skip
@@ -158,22 +160,39 @@ def _transport_error(record: Any, request: httpx2.Request) -> Exception:
     return httpx2.ReadError(f"{kind}: {message}", request=request)
 
 
+def _events_damage(events: list[Any]) -> str | None:
+    """What is wrong with a stream's recorded chunks, or None: the SDK parses each as a ``GenerateContentResponse``."""
+    for index, event in enumerate(events):
+        # The recorder keeps a chunk that was not JSON as its text: played, the SDK's json.loads raises on it.
+        if type(event) is not dict and not (type(event) is str and _json_object(event)):
+            return f"events[{index}] must be a JSON object (a streamed GenerateContentResponse)"
+    return None
+
+
+def _json_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
+
+
 def replayed(call: cassettes.CallTape, http_request: Any, stream: bool) -> tuple[dict[str, str], Any]:
     """The next recorded try as (headers, what the SDK's ``HttpResponse`` holds), or its failure raised."""
     from google.genai import errors  # the SDK is loaded: its client is calling
 
     exchange = call.next()
+    # Told here, naming the file and the entry: played, a damaged try is a raw TypeError, JSONDecodeError
+    # or APIError from inside the SDK, or an answer whose text is silently None.
+    problem = damage(exchange, _events_damage)
+    if problem is not None:
+        raise call.damaged(problem)
     request = httpx2.Request(str(http_request.method).upper(), str(http_request.url))
     status = exchange.get("status")
-    if type(status) is not int:
-        if "error" in exchange:
-            raise _transport_error(exchange["error"], request)
-        raise call.damaged("a recorded try has neither a status nor an error")
+    if status is None:  # a try that failed before any answer (damage() saw its error is an object)
+        raise _transport_error(exchange["error"], request)
     headers = exchange.get("headers") or {}
-    if not isinstance(headers, dict):
-        raise call.damaged("its headers are not an object")
     events = exchange.get("events")
-    if isinstance(events, list):
+    if events is not None:
         data = _sse(events)
         error = exchange.get("error")
         if error:
