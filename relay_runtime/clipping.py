@@ -26,3 +26,16 @@ def head(text: str, limit: int) -> str:
     while end > 0 and (text[end - 1] in _GROUPED or text[end - 1].isspace()):
         end -= 1
     return text[:end]
+
+
+# An error's text as events carry it: a provider or an MCP server may answer with megabytes of it, and every
+# sink (spans, journal rows, the run page) would hold it all.
+ERROR_MESSAGE_LIMIT = 16_384
+
+
+def bounded(text: str, limit: int) -> str:
+    """``text`` cut as ``head`` cuts it, saying how much was left out (``text`` itself when it fits)."""
+    if len(text) <= limit:
+        return text
+    kept = head(text, limit)
+    return f"{kept} [cut: {len(text) - len(kept):,} more characters]"

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
+from .clipping import ERROR_MESSAGE_LIMIT, bounded
 from .events import MARK, SCOPE_END, SCOPE_START, AnnotatedRequestField, AnnotatedResponseField, new_event
 from .ids import new_id
 from .ids import pooled as _pooled
@@ -320,7 +321,7 @@ class Scopes:
                 annotated_response,
                 error_type_of(error) if error is not None else None,
                 # A provider may echo the caller's key back (a 401 body): the record never holds it.
-                scrub_text(str(error)) if error is not None else None,  # error_message
+                scrub_text(bounded(str(error), ERROR_MESSAGE_LIMIT)) if error is not None else None,  # error_message
                 outcome,
                 handle.cost,
             ),

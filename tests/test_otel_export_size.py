@@ -205,3 +205,24 @@ def test_the_size_estimate_is_an_upper_bound_of_the_encoded_span() -> None:
     _call(relay, "m", "é" * 3000 + "plain" * 100)
     for span in spans.get_finished_spans():
         assert estimated_size(span) >= encode_spans([span]).ByteSize() - 300  # the resource is counted per request
+
+
+def test_an_errors_text_on_the_exception_event_is_held_to_the_attribute_limit() -> None:
+    """The status description is short, but the ``exception`` event carried the error's text whole to a
+    provider of the user's own (one with no span limits of its own)."""
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    relay = Relay()
+    exporter = OTelExporter(provider, max_attribute_length=200).attach(relay)
+
+    def tool(args: Any) -> Any:
+        raise RuntimeError("the server said: " + "too long " * 2_000)
+
+    with pytest.raises(RuntimeError):
+        relay.tools.execute("big", {}, tool)
+    exporter.shutdown()
+    (span,) = spans.get_finished_spans()
+    (event,) = [e for e in span.events if e.name == "exception"]
+    message = event.attributes["exception.message"]
+    assert message.startswith("the server said: too long") and len(message) <= 200

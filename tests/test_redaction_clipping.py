@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from relay_runtime import Relay
-from relay_runtime.clipping import head
+from relay_runtime import Recorder, Relay
+from relay_runtime.clipping import ERROR_MESSAGE_LIMIT, head
 from relay_runtime.conventions import SPAN_HINTS
 from relay_runtime.integrations.langchain.codec import plain
 from relay_runtime.integrations.mcp.conventions import target_of, tool_error_text
@@ -72,3 +72,25 @@ def test_span_hint_attributes_are_read_by_the_rules_whatever_the_span_name() -> 
         assert recorded["name"] == "tools/call add"
         assert recorded["attributes"] == {"client.address": "[REDACTED:ip_address]", "port": 80}
     assert hints["attributes"]["client.address"] == "10.1.2.3"  # the integration's own object is left as it was
+
+
+def test_an_errors_text_is_bounded_in_events_and_cuts_no_value_in_two() -> None:
+    """A provider or an MCP server may answer with megabytes of error text: every sink would hold it all."""
+    relay = Relay()
+    seen = Recorder()
+    relay.subscribers.register(seen)
+    relay.redaction.use(RedactionPolicy([Rule("redact", detector="email")]))
+    filler = "word " * (ERROR_MESSAGE_LIMIT // 5 - 3)
+    text = f"refused: {filler}{EMAIL} " + "x" * 2_000_000
+
+    def tool(args: Any) -> Any:
+        raise RuntimeError(text)
+
+    with pytest.raises(RuntimeError) as caught:
+        relay.tools.execute("big", {}, tool)
+    assert str(caught.value) == text  # the caller's own error, whole
+    message = seen.events[-1].error_message
+    assert message.startswith("refused: word word")
+    assert len(message) <= ERROR_MESSAGE_LIMIT + 40
+    assert message.endswith(f"[cut: {len(text) - len(head(text, ERROR_MESSAGE_LIMIT)):,} more characters]")
+    assert "jane.doe" not in message and "@example" not in message  # the address straddled the cut: all of it left

@@ -26,6 +26,7 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import Span, Status, StatusCode, TracerProvider, set_span_in_context
 
+from relay_runtime import clipping
 from relay_runtime import conventions as cv
 from relay_runtime.attach import Attachment
 from relay_runtime.events import MARK, SCOPE_END, SCOPE_START, Event
@@ -364,6 +365,8 @@ class OTelExporter:
         err = attributes.get("error.type")
         if err is not None:
             message = event.error_message or ""
+            if len(message) > self.max_attribute_length:  # the limit every other attribute is held to
+                message = clipping.head(message, self.max_attribute_length)
             span.add_event(
                 "exception",
                 {"exception.type": str(err), "exception.message": message},
