@@ -39,3 +39,14 @@ def bounded(text: str, limit: int) -> str:
         return text
     kept = head(text, limit)
     return f"{kept} [cut: {len(text) - len(kept):,} more characters]"
+
+
+def printable(text: str) -> str:
+    """``text`` with each character that is not printable (line breaks, escapes, NUL, bidi overrides) as U+FFFD.
+
+    For caller data that becomes a name (a span's, a metric label): a name that ends a line or moves the
+    cursor forges log lines and rewrites terminals where backends show it, and NUL breaks some stores.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else "\ufffd" for c in text)

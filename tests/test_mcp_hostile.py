@@ -59,3 +59,29 @@ def test_made_up_tool_names_get_no_metric_series_past_the_cap(pipeline: Pipeline
         assert sum(p.count for p in points if p.attributes.get("gen_ai.tool.name") == "shout") == 2
     # Spans keep the name: they are one per call, not a series.
     assert len(pipeline.by_name("tools/call no-such-tool-29")) == 2  # the client's span and the server's
+
+
+def test_a_made_up_name_with_control_characters_names_no_span_with_them(pipeline: Pipeline) -> None:
+    """A name that ends a line or moves the cursor would forge log lines and rewrite terminals where a
+    backend shows span names; NUL breaks some stores."""
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer("hostile")
+
+    @server.tool()
+    def ok() -> str:
+        return "ok"
+
+    name = "ok\r\n[2026-01-01 ERROR] forged\x1b[2J\x00\u202egnp.exe"
+
+    async def run() -> None:
+        async with Client(server) as client:
+            await client.call_tool(name, {})
+
+    asyncio.run(run())
+    calls = [s for s in pipeline.finished() if s.name.startswith("tools/call")]
+    assert len(calls) == 2  # the client's span and the server's
+    shown = "ok\ufffd\ufffd[2026-01-01 ERROR] forged\ufffd[2J\ufffd\ufffdgnp.exe"
+    for span in calls:
+        assert span.name == f"tools/call {shown}"
+        assert span.attributes["gen_ai.tool.name"] == shown

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from relay_runtime.clipping import head
+from relay_runtime.clipping import head, printable
 
 TOOLS_CALL = "tools/call"
 # Methods whose target names the span (``tools/call add``), and where the target is found.
@@ -41,7 +41,7 @@ def target_of(method: str, params: object) -> str | None:
         if value is _NO_FLAG:
             value = params.get(key) if isinstance(params, Mapping) else None
     # Cut where no value is cut in two (an address across the bound would pass the policy by halves).
-    return head(value, _MAX_TARGET) or None if isinstance(value, str) and value else None
+    return printable(head(value, _MAX_TARGET)) or None if isinstance(value, str) and value else None
 
 
 def span_name(method: str, target: str | None) -> str:

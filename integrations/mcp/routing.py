@@ -7,6 +7,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from relay_runtime import session
+from relay_runtime.clipping import printable
 from relay_runtime.settings import RECORD, settings
 
 from . import conventions as mc
@@ -76,7 +77,7 @@ class Link:
         out = mc.peer_attributes(getattr(transport, "url", None))
         session_id = getattr(transport, "session_id", None)
         if isinstance(session_id, str) and session_id:
-            out["mcp.session.id"] = session_id[:256]
+            out["mcp.session.id"] = printable(session_id[:256])
         return out
 
     def hints(self, method: str, target: str | None) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from relay_runtime import conventions as cv
 from relay_runtime import outside_turns
+from relay_runtime.clipping import printable
 from relay_runtime.trace_context import parse_traceparent
 from relay_runtime.types import ScopeType
 
@@ -52,7 +53,7 @@ def _request_attributes(ctx: Any, method: str, target: str | None) -> dict[str, 
         attributes["network.protocol.name"] = "http"
         session_id = headers.get("mcp-session-id")
         if isinstance(session_id, str) and session_id:
-            attributes["mcp.session.id"] = session_id[:256]
+            attributes["mcp.session.id"] = printable(session_id[:256])
         client = getattr(request, "client", None)
         host = getattr(client, "host", None)
         if isinstance(host, str):
