@@ -84,9 +84,7 @@ def _presidio() -> Detector:
     try:
         from presidio_analyzer import AnalyzerEngine  # type: ignore[import-not-found, unused-ignore]
     except ImportError as exc:
-        raise ImportError(
-            "the 'presidio' detector needs presidio-analyzer: pip install 'relay-runtime[pii]'"
-        ) from exc
+        raise ImportError("the 'presidio' detector needs presidio-analyzer: pip install 'relay-runtime[pii]'") from exc
     engine = AnalyzerEngine()
 
     def find(text: str) -> list[Span]:

@@ -167,6 +167,7 @@ def find_key(text: str) -> list[Span]:
             found.append(m.span())
     return found
 
+
 # -- other high-entropy tokens ------------------------------------------------------------------
 
 TOKEN = re.compile(r"(?<![A-Za-z0-9+/_=-])[A-Za-z0-9+/_=-]{24,}(?![A-Za-z0-9+/_=-])")
