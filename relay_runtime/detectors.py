@@ -113,7 +113,7 @@ def _presidio() -> Detector:
 
 _BUILT_IN: dict[str, Detector] = {
     # An e-mail's local part is at most 64 characters, its domain at most 255 (RFC 5321).
-    "email": Detector("email", find_email, ("@", "%40"), shortest=6),
+    "email": Detector("email", find_email, ("@",), shortest=6),
     # The numeric detectors need no check of their own for digits: the runs they read are kept per text.
     "phone": Detector("phone", find_phone, shortest=8),
     "credit_card": Detector("credit_card", find_card, shortest=13),
