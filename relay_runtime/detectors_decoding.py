@@ -18,30 +18,39 @@ ask next (as ``detectors_numbers`` keeps its runs).
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 
 Span = tuple[int, int]
-# The decoded text, and where each of its characters starts in the original (one entry more: the
-# original's length), so a span ``(s, e)`` of the copy is ``(starts[s], starts[e])`` of the original.
-Decoded = tuple[str, list[int]]
+# Where the way back from the copy to the text changes: the copy's positions (sorted) and the text's
+# position for each; between two of them a stretch copied as it was, so position p of the copy is
+# ``text_at[i] + p - copy_at[i]`` (i the last at or before p). Kept per escape, not per character: a
+# long document with one escape in it costs no list as long as itself.
+Map = tuple[list[int], list[int]]
+# The decoded copy, and the maps of its rounds of decoding, the last first.
+Decoded = tuple[str, list[Map]]
 
 _ROUNDS = 3  # an encoding of an encoding (%2540, &amp;#64;) is read; deeper nesting is no one's accident
 
-_SPACES = "\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"  # Unicode spaces str.split() splits on
+# Unicode spaces (those str.split() splits on): read as ' ', one character for one.
+_SPACES = (
+    "\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
 _NAMED = {"amp": "&", "nbsp": " ", "commat": "@", "period": ".", "plus": "+", "lpar": "(", "rpar": ")"}
 _SHORT = {"n": "\n", "r": "\r", "t": "\t", "b": "\b", "f": "\f", '"': '"', "/": "/", "\\": "\\"}
-_ESCAPES = (
+# '+' for a space, as a query string or form writes it (in a text holding '='), only next to a digit or
+# before a percent escape: "4111+1111" and "at+%2B44" are read, while "jane+tag%40example.com" (an
+# address's own '+') keeps it.
+_TOKEN = re.compile(
     r"(?:%[0-9A-Fa-f]{2})+"  # percent-encoded bytes: a run, as UTF-8 spans several
     r"|(?:\\u[0-9A-Fa-f]{4})+"  # JSON's \uXXXX: a run, for surrogate pairs
     r"|\\[nrtbf\"/\\]"  # JSON's short escapes: "Card:\n4111..." must not glue the number to a word
     r"|&(?:#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|" + "|".join(_NAMED) + r");"
+    r"|(?<=[A-Za-z0-9])\+(?=[0-9])|(?<=[0-9])\+(?=[A-Za-z])|(?<=[A-Za-z0-9])\+(?=%[0-9A-Fa-f]{2})"
     rf"|[{_SPACES}]"
 )
-# '+' for a space, as a query string or form writes it (a text holding '='), only next to a digit or before
-# a percent escape: "4111+1111" and "at+%2B44" are read, while "jane+tag%40example.com" (an address's own
-# '+') keeps it.
-_PLUS = r"|(?<=[A-Za-z0-9])\+(?=[0-9])|(?<=[0-9])\+(?=[A-Za-z])|(?<=[A-Za-z0-9])\+(?=%[0-9A-Fa-f]{2})"
-_FIRST = re.compile(_ESCAPES + _PLUS)
-_AGAIN = re.compile(_ESCAPES)  # a '+' a first round made of %2B is a plus sign
+# Matched only where one of these is (found by str.find, a memchr): an expression searching the text
+# would try every position of it, a megabyte of text in a second.
+_OPENERS = "%\\&"
 _PLUS_NEXT = frozenset("0123456789%ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 
 _last: tuple[str, Decoded | None] = ("", None)
@@ -78,126 +87,154 @@ def _plus(text: str) -> bool:
 
 
 def _decode(text: str) -> Decoded | None:
-    result: Decoded | None = None
-    pattern = _FIRST if "=" in text else _AGAIN
+    copy = text
+    maps: list[Map] = []
+    plus = "=" in text
     for _ in range(_ROUNDS):
-        once = _once(result[0] if result else text, pattern)
+        once = _Copy(copy).decode(plus)
         if once is None:
             break
-        if result is not None:  # positions in the last round's copy, to positions in the original
-            earlier = result[1]
-            once = (once[0], [earlier[i] for i in once[1]])
-        result = once
-        pattern = _AGAIN
-    return result
+        copy = once[0]
+        maps.insert(0, once[1])
+        plus = False  # a '+' a first round made of %2B is a plus sign
+    return (copy, maps) if maps else None
 
 
-def _once(text: str, pattern: re.Pattern[str]) -> Decoded | None:
-    pieces: list[str] = []
-    starts: list[int] = []
-    last = 0
-    changed = False
-    for m in pattern.finditer(text):
-        start, end = m.span()
-        token = m.group()
-        pieces.append(text[last:start])
-        starts.extend(range(last, start))
-        if _decode_token(token, start, pieces, starts):
-            changed = True
-        else:  # not a valid escape (a bare surrogate, bytes that are no UTF-8): the text as it is
-            pieces.append(token)
-            starts.extend(range(start, end))
-        last = end
-    if not changed:
-        return None
-    pieces.append(text[last:])
-    starts.extend(range(last, len(text) + 1))
-    return "".join(pieces), starts
+def original(position: int, maps: list[Map]) -> int:
+    """Where ``position`` of the decoded copy is in the text it was decoded from."""
+    for copy_at, text_at in maps:
+        i = bisect_right(copy_at, position) - 1
+        position = text_at[i] + position - copy_at[i]
+    return position
 
 
-def _decode_token(token: str, at: int, pieces: list[str], starts: list[int]) -> bool:
-    """Appends what ``token`` (found at ``at``) decodes to; False, appending nothing, when it is not valid."""
-    head = token[0]
-    if head == "%":
-        return _percent(token, at, pieces, starts)
-    if head == "\\":
-        return _json(token, at, pieces, starts)
-    if head == "&":
-        body = token[1:-1]
-        if body[0] != "#":
-            ch = _NAMED[body]
-        else:
-            code = int(body[2:], 16) if body[1] in "xX" else int(body[1:])
-            if not 0 < code <= 0x10FFFF or 0xD800 <= code <= 0xDFFF:
-                return False
-            ch = chr(code)
-    else:  # '+' for a space, or a Unicode space: one character for one
-        ch = " "
-    pieces.append(ch)
-    starts.append(at)
-    return True
+class _Copy:
+    """One round of decoding ``text``: the pieces of the copy, and its map back."""
 
+    __slots__ = ("copy_at", "pieces", "size", "text", "text_at")
 
-def _percent(token: str, at: int, pieces: list[str], starts: list[int]) -> bool:
-    raw = bytes.fromhex(token.replace("%", ""))
-    if raw.isascii():  # the usual: %40, %2B, %20, one character each
-        pieces.append(raw.decode("ascii"))
-        starts.extend(range(at, at + len(token), 3))
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pieces: list[str] = []
+        self.copy_at: list[int] = []
+        self.text_at: list[int] = []
+        self.size = 0
+
+    def put(self, piece: str, at: int) -> None:
+        """``piece`` (a decoded character, or text copied as it was) for the text from ``at``."""
+        self.copy_at.append(self.size)
+        self.text_at.append(at)
+        self.pieces.append(piece)
+        self.size += len(piece)
+
+    def decode(self, plus: bool) -> tuple[str, Map] | None:
+        text = self.text
+        openers = _OPENERS + "+" if plus else _OPENERS
+        if not text.isascii():
+            openers += _SPACES
+        at: list[int] = []
+        for ch in openers:
+            i = text.find(ch)
+            while i >= 0:
+                at.append(i)
+                i = text.find(ch, i + 1)
+        last = 0
+        changed = False
+        for start in sorted(at):
+            if start < last:
+                continue
+            m = _TOKEN.match(text, start)
+            if m is None:
+                continue
+            token = m.group()
+            self.put(text[last:start], last)
+            if self._token(token, start):
+                changed = True
+            else:  # not a valid escape (a bare surrogate, a code point out of range): the text as it is
+                self.put(token, start)
+            last = m.end()
+        if not changed:
+            return None
+        self.put(text[last:], last)
+        self.put("", len(text))  # the end: a span may end there
+        return "".join(self.pieces), (self.copy_at, self.text_at)
+
+    def _token(self, token: str, at: int) -> bool:
+        """Puts what ``token`` (found at ``at``) decodes to; False, putting nothing, when it is no escape."""
+        head = token[0]
+        if head == "%":
+            return self._percent(token, at)
+        if head == "\\":
+            return self._json(token, at)
+        if head == "&":
+            body = token[1:-1]
+            if body[0] != "#":
+                ch = _NAMED[body]
+            else:
+                code = int(body[2:], 16) if body[1] in "xX" else int(body[1:])
+                if not 0 < code <= 0x10FFFF or 0xD800 <= code <= 0xDFFF:
+                    return False
+                ch = chr(code)
+        else:  # '+' for a space, or a Unicode space: one character for one
+            ch = " "
+        self.put(ch, at)
         return True
-    changed = False
-    i, n = 0, len(raw)
-    while i < n:
-        b = raw[i]
-        width = 1 if b < 0x80 else 2 if 0xC2 <= b <= 0xDF else 3 if 0xE0 <= b <= 0xEF else 4 if 0xF0 <= b <= 0xF4 else 0
-        try:
-            ch = raw[i : i + width].decode("utf-8") if width else ""
-        except UnicodeDecodeError:
-            ch = ""
-        if ch:
-            pieces.append(ch)
-            starts.append(at + 3 * i)
-            i += width
-            changed = True
-        else:  # a byte that begins no UTF-8 character here: its escape kept as it is
-            pieces.append(token[3 * i : 3 * i + 3])
-            starts.extend(range(at + 3 * i, at + 3 * i + 3))
-            i += 1
-    return changed
+
+    def _percent(self, token: str, at: int) -> bool:
+        raw = bytes.fromhex(token.replace("%", ""))
+        if raw.isascii():  # the usual: %40, %2B, %20, one character each
+            for i, ch in enumerate(raw.decode("ascii")):
+                self.put(ch, at + 3 * i)
+            return True
+        changed = False
+        i, n = 0, len(raw)
+        while i < n:
+            b = raw[i]
+            width = (
+                1 if b < 0x80 else 2 if 0xC2 <= b <= 0xDF else 3 if 0xE0 <= b <= 0xEF else 4 if 0xF0 <= b <= 0xF4 else 0
+            )
+            try:
+                ch = raw[i : i + width].decode("utf-8") if width else ""
+            except UnicodeDecodeError:
+                ch = ""
+            if ch:
+                self.put(ch, at + 3 * i)
+                i += width
+                changed = True
+            else:  # a byte that begins no UTF-8 character here: its escape kept as it is
+                self.put(token[3 * i : 3 * i + 3], at + 3 * i)
+                i += 1
+        return changed
+
+    def _json(self, token: str, at: int) -> bool:
+        if token[1] != "u":
+            self.put(_SHORT[token[1]], at)
+            return True
+        codes = [int(token[k + 2 : k + 6], 16) for k in range(0, len(token), 6)]
+        changed = False
+        i, n = 0, len(codes)
+        while i < n:
+            code = codes[i]
+            if 0xD800 <= code <= 0xDBFF and i + 1 < n and 0xDC00 <= codes[i + 1] <= 0xDFFF:  # a surrogate pair
+                self.put(chr(0x10000 + ((code - 0xD800) << 10) + (codes[i + 1] - 0xDC00)), at + 6 * i)
+                i += 2
+                changed = True
+            elif 0xD800 <= code <= 0xDFFF:  # half a pair: kept as written
+                self.put(token[6 * i : 6 * i + 6], at + 6 * i)
+                i += 1
+            else:
+                self.put(chr(code), at + 6 * i)
+                i += 1
+                changed = True
+        return changed
 
 
-def _json(token: str, at: int, pieces: list[str], starts: list[int]) -> bool:
-    if token[1] != "u":
-        pieces.append(_SHORT[token[1]])
-        starts.append(at)
-        return True
-    codes = [int(token[k + 2 : k + 6], 16) for k in range(0, len(token), 6)]
-    changed = False
-    i, n = 0, len(codes)
-    while i < n:
-        code = codes[i]
-        if 0xD800 <= code <= 0xDBFF and i + 1 < n and 0xDC00 <= codes[i + 1] <= 0xDFFF:  # a surrogate pair
-            pieces.append(chr(0x10000 + ((code - 0xD800) << 10) + (codes[i + 1] - 0xDC00)))
-            starts.append(at + 6 * i)
-            i += 2
-            changed = True
-        elif 0xD800 <= code <= 0xDFFF:  # half a pair: kept as written
-            pieces.append(token[6 * i : 6 * i + 6])
-            starts.extend(range(at + 6 * i, at + 6 * i + 6))
-            i += 1
-        else:
-            pieces.append(chr(code))
-            starts.append(at + 6 * i)
-            i += 1
-            changed = True
-    return changed
-
-
-def merged(found: list[Span], more: list[Span], starts: list[int]) -> list[Span]:
-    """``found`` (in the original) and ``more`` (in the decoded copy, mapped back by ``starts``): sorted,
+def merged(found: list[Span], more: list[Span], maps: list[Map]) -> list[Span]:
+    """``found`` (in the original) and ``more`` (in the decoded copy, mapped back by ``maps``): sorted,
     overlaps joined, so a value found both ways is one span covering both."""
     if not more:
         return found
-    spans = sorted(found + [(starts[s], starts[e]) for s, e in more])
+    spans = sorted(found + [(original(s, maps), original(e, maps)) for s, e in more])
     out = [spans[0]]
     for s, e in spans[1:]:
         ls, le = out[-1]

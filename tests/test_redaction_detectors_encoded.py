@@ -14,7 +14,7 @@ import pytest
 
 from relay_runtime import Recorder, Relay, adapters, cassettes, detectors, session
 from relay_runtime.adapters import testing
-from relay_runtime.detectors_decoding import decoded
+from relay_runtime.detectors_decoding import decoded, original
 from relay_runtime.jsonl import event_json
 from relay_runtime.redaction import RedactionPolicy, Rule
 
@@ -90,9 +90,9 @@ def test_marks_of_an_encoding_are_no_value(text: str) -> None:
 
 def test_the_decoded_copy_maps_each_character_back_to_what_encodes_it() -> None:
     text = "a%C3%A9\\ud83d\\ude00&#64;b+1\xa0%2540"
-    copy, starts = decoded(text) or ("", [])
+    copy, maps = decoded(text) or ("", [])
     assert copy == "aé\U0001f600@b+1 @"  # '+' is a space only in a query or form (a text with '=')
-    pieces = [text[starts[i] : starts[i + 1]] for i in range(len(copy))]
+    pieces = [text[original(i, maps) : original(i + 1, maps)] for i in range(len(copy))]
     assert pieces == ["a", "%C3%A9", "\\ud83d\\ude00", "&#64;", "b", "+", "1", "\xa0", "%2540"]
     assert decoded("plain ascii text, +44 and C++") is None
 
