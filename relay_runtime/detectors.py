@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from . import detectors_decoding as _decoding
 from .detectors_numbers import find_card, find_iban, find_ip, find_phone, find_ssn, iban_ok, luhn_ok
 from .detectors_tokens import (
     ENTROPY_BITS,
@@ -60,6 +61,16 @@ class Detector:
     def find(self, text: str) -> list[Span]:
         if len(text) < self.shortest:
             return []
+        # A text holding an encoding (a URL's %2B44+20..., JSON's \\u0040, HTML's &#64;, a non-breaking
+        # space between digits) is read decoded too, and what is found there mapped back to the encoded
+        # span. Decided once per text: the detectors after the first find it kept.
+        seen, copy = _decoding._last
+        if seen is not text:
+            copy = _decoding.decoded(text)
+        if copy is not None:
+            # The checks below only save time: the finder is right without them, and the copy may hold
+            # what they look for ("@" for "&#64;") where the text does not.
+            return _decoding.merged(self._find(text), self._find(copy[0]), copy[1])
         if self.digits and _DIGIT(text) is None:
             return []
         needles = self.needles
@@ -84,9 +95,7 @@ def _presidio() -> Detector:
     try:
         from presidio_analyzer import AnalyzerEngine  # type: ignore[import-not-found, unused-ignore]
     except ImportError as exc:
-        raise ImportError(
-            "the 'presidio' detector needs presidio-analyzer: pip install 'relay-runtime[pii]'"
-        ) from exc
+        raise ImportError("the 'presidio' detector needs presidio-analyzer: pip install 'relay-runtime[pii]'") from exc
     engine = AnalyzerEngine()
 
     def find(text: str) -> list[Span]:
@@ -104,7 +113,7 @@ def _presidio() -> Detector:
 
 _BUILT_IN: dict[str, Detector] = {
     # An e-mail's local part is at most 64 characters, its domain at most 255 (RFC 5321).
-    "email": Detector("email", find_email, ("@", "%40"), shortest=6),
+    "email": Detector("email", find_email, ("@",), shortest=6),
     # The numeric detectors need no check of their own for digits: the runs they read are kept per text.
     "phone": Detector("phone", find_phone, shortest=8),
     "credit_card": Detector("credit_card", find_card, shortest=13),
