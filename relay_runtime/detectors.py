@@ -68,9 +68,12 @@ class Detector:
         if seen is not text:
             copy = _decoding.decoded(text)
         if copy is not None:
-            # The checks below only save time: the finder is right without them, and the copy may hold
-            # what they look for ("@" for "&#64;") where the text does not.
-            return _decoding.merged(self._find(text), self._find(copy[0]), copy[1])
+            # Each read asks its own checks: the copy may hold what they look for ("@" for "&#64;") where
+            # the text does not, and most detectors find neither in a page of HTML or a list of URLs.
+            return _decoding.merged(self._checked(text), self._checked(copy[0]), copy[1])
+        return self._checked(text)
+
+    def _checked(self, text: str) -> list[Span]:
         if self.digits and _DIGIT(text) is None:
             return []
         needles = self.needles
