@@ -31,6 +31,24 @@ _NOT_TEXT = (
 )  # fmt: skip
 
 
+# A number of 13 digits or more is read as the text a sink writes for it: a card number (13 to 19 digits)
+# passed as a JSON number or a Python int is still a card number. Smaller ones (counts, tokens, prices,
+# timestamps in seconds) hold nothing a rule finds, and are passed on at the cost of one comparison.
+BIG_NUMBER = 10**12
+
+
+def number_text(value: int | float) -> str | None:
+    """The text the rules read for ``value`` (an int or a float), or None when it is too small to hold a value
+    (NaN included). An integral float reads as the int it is (``4111111111111111.0`` as its card number)."""
+    if not (value >= BIG_NUMBER or value <= -BIG_NUMBER):
+        return None
+    if type(value) is int:
+        return str(value)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return repr(value)  # a fraction (or infinity): as json.dumps writes it
+
+
 _MAPPING, _MODEL, _DATACLASS, _TEXT, _BYTES, _SET, _UNKNOWN = range(7)
 _MAX_SHAPES = 4096  # classes a process meets are few; a bound keeps classes made at run time from growing it
 _shapes: dict[type, int] = {}

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .conventions import IDENTIFIERS, SPAN_HINTS
 from .redaction_apply import renamed
+from .redaction_objects import BIG_NUMBER
 from .redaction_streams import Held, chunk_kind, settled
 from .redaction_walk import _SCALARS, REMOVED, Walk, kept
 from .types import AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta
@@ -83,7 +84,7 @@ class Pass(Walk):
                 if new_key is not k:
                     names = names or {}
                     names[k] = new_key
-                if type(v) in _SCALARS:
+                if type(v) in _SCALARS and (v is None or -BIG_NUMBER < v < BIG_NUMBER):
                     continue
                 new = self._plain(v, 1)
                 if new is not v:
@@ -150,8 +151,12 @@ class Pass(Walk):
         choice = self.walk(req.tool_choice, ("request", "tools")) if req.tool_choice else req.tool_choice
         params = self.walk(req.params, ("request", "params")) if req.params else req.params
         extra = self.walk(req.provider_params, ("request", "params")) if req.provider_params else req.provider_params
-        if messages is req.messages and system is req.system and tools is req.tools and params is req.params and (
-            extra is req.provider_params and choice is req.tool_choice
+        if (
+            messages is req.messages
+            and system is req.system
+            and tools is req.tools
+            and params is req.params
+            and (extra is req.provider_params and choice is req.tool_choice)
         ):
             return req
         return _copy(

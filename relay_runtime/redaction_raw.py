@@ -15,10 +15,11 @@ from typing import Any
 
 from .redaction_apply import Application, renamed
 from .redaction_encoded import through_blob, through_data_url
-from .redaction_objects import fields, is_mapping, model_state, rebuilt, through_text
+from .redaction_objects import BIG_NUMBER, fields, is_mapping, model_state, number_text, rebuilt, through_text
 
 _MAX_DEPTH = 64
-_SCALARS = frozenset({int, float, bool, type(None)})
+_SCALARS = frozenset({int, float, bool, type(None)})  # numbers of 13 digits or more are read (``number_text``)
+_BIG = BIG_NUMBER
 
 
 class ThroughView(Application):
@@ -85,7 +86,13 @@ class ThroughView(Application):
                 result = self._scan(value)
             return self._through_pairs(result) if self.pairs else result
         if kind in _SCALARS:
-            return value
+            if value is None or -_BIG < value < _BIG:  # a bool too
+                return value
+            text = number_text(value)  # a card number as a JSON number: read as the text a sink writes
+            if text is None:
+                return value
+            new_text = self._raw(text, depth, scan)
+            return value if new_text == text else new_text
         if depth > _MAX_DEPTH:  # deeper than the walk goes: read as the text a sink prints for it
             return self._as_text(value, depth)
         if kind is dict or kind is MappingProxyType:
@@ -141,7 +148,7 @@ class ThroughView(Application):
                 names = names or {}
                 names[k] = new_key
             kind = type(v)  # inline: numbers and None always come back as they were, and most strings do
-            if kind in _SCALARS:
+            if kind in _SCALARS and (v is None or -_BIG < v < _BIG):
                 continue
             if kind is str and (len(v) < floor or leaves.get(v) is v):
                 continue
@@ -160,7 +167,7 @@ class ThroughView(Application):
         done_by_id, leaves, floor = self.done, self.leaves, self.floor
         for i, v in enumerate(value):
             item_kind = type(v)
-            if item_kind in _SCALARS:
+            if item_kind in _SCALARS and (v is None or -_BIG < v < _BIG):
                 continue
             if item_kind is str:
                 if len(v) < floor or leaves.get(v) is v:

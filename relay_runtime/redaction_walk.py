@@ -17,13 +17,14 @@ from typing import Any
 from . import pointers
 from .redaction_apply import MIN_WHOLE, renamed
 from .redaction_encoded import through_blob, through_data_url
-from .redaction_objects import fields, rebuilt, through_text
+from .redaction_objects import BIG_NUMBER, fields, number_text, rebuilt, through_text
 from .redaction_raw import ThroughView
 from .redaction_rules import Rule
 
 REMOVED: Any = object()  # a field a whole-field ``remove`` rule dropped
 _MAX_DEPTH = 64
 _SCALARS = frozenset({int, float, bool, type(None)})
+_BIG = BIG_NUMBER
 
 
 def kept(value: Any) -> Any:
@@ -41,7 +42,9 @@ class Walk(ThroughView):
         kind = type(value)
         if kind is str:
             return self.text(value, path, depth)
-        if value is None or kind in (int, float, bool):
+        if kind is int or kind is float:
+            return self._number(value, path, depth)
+        if value is None or kind is bool:
             return value
         if depth > _MAX_DEPTH:  # deeper than the walk goes: read as the text a sink prints for it
             return through_text(value, lambda text: self.text(text, path, depth))
@@ -114,8 +117,14 @@ class Walk(ThroughView):
                 self._recount(value)
                 return known
             return self._memoized(self.rules, value)
-        if value is None or kind is int or kind is float or kind is bool:
+        if value is None or kind is bool:
             return value
+        if kind is int or kind is float:
+            text = number_text(value)
+            if text is None:
+                return value
+            new_text = self._plain(text, depth)
+            return value if new_text == text else new_text
         if depth > _MAX_DEPTH:
             return self._plain_as_text(value)
         # The strings of a container are looked up inline: most were met before (the same message in the
@@ -146,7 +155,9 @@ class Walk(ThroughView):
                     else:
                         new = self._plain(v, depth + 1)
                 elif kind in _SCALARS:
-                    continue
+                    if v is None or -_BIG < v < _BIG:  # a bool too; a big number is read as text (``number_text``)
+                        continue
+                    new = self._plain(v, depth + 1)
                 else:
                     new = self._plain(v, depth + 1)
                     flat = False
@@ -171,7 +182,7 @@ class Walk(ThroughView):
                 if item_kind is str:
                     if len(v) < floor or leaves.get(v) is v:
                         continue
-                elif item_kind in _SCALARS:
+                elif item_kind in _SCALARS and (v is None or -_BIG < v < _BIG):
                     continue
                 new = self._plain(v, depth + 1)
                 if new is not v:
@@ -186,6 +197,17 @@ class Walk(ThroughView):
             new = self._plain(data, depth + 1)
             return value if new is data else rebuilt(value, data, new)
         return self._plain_as_text(value)
+
+    def _number(self, value: float, path: pointers.Path, depth: int) -> Any:
+        """A number, read as its text when it is big enough to hold a value (``number_text``) or a rule names its
+        path (a whole-field rule acts on a number too); the number itself when no rule changed that text."""
+        text = number_text(value)
+        if text is None:
+            if self.policy._all_pathless or not self._named(path):
+                return value
+            text = str(value)
+        new = self.text(text, path, depth)
+        return value if new == text else new
 
     def _plain_as_text(self, value: Any) -> Any:
         # Its own method: a closure in ``_plain`` would make every call of it allocate a cell for ``self``.
