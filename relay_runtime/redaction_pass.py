@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .conventions import IDENTIFIERS, SPAN_HINTS
 from .redaction_apply import renamed
-from .redaction_objects import BIG_NUMBER
 from .redaction_streams import Held, chunk_kind, settled
-from .redaction_walk import _SCALARS, REMOVED, Walk, kept
+from .redaction_walk import _BIG, _SCALARS, _SMALL, REMOVED, Walk, kept
 from .types import AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta
 
 if TYPE_CHECKING:
@@ -84,7 +83,7 @@ class Pass(Walk):
                 if new_key is not k:
                     names = names or {}
                     names[k] = new_key
-                if type(v) in _SCALARS and (v is None or -BIG_NUMBER < v < BIG_NUMBER):
+                if type(v) in _SCALARS and (v is None or _SMALL < v < _BIG):
                     continue
                 new = self._plain(v, 1)
                 if new is not v:

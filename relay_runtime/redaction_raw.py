@@ -20,6 +20,7 @@ from .redaction_objects import BIG_NUMBER, fields, is_mapping, model_state, numb
 _MAX_DEPTH = 64
 _SCALARS = frozenset({int, float, bool, type(None)})  # numbers of 13 digits or more are read (``number_text``)
 _BIG = BIG_NUMBER
+_SMALL = -BIG_NUMBER  # a constant: ``-_BIG`` in a comparison would make a new int each time
 
 
 class ThroughView(Application):
@@ -86,7 +87,7 @@ class ThroughView(Application):
                 result = self._scan(value)
             return self._through_pairs(result) if self.pairs else result
         if kind in _SCALARS:
-            if value is None or -_BIG < value < _BIG:  # a bool too
+            if value is None or _SMALL < value < _BIG:  # a bool too
                 return value
             text = number_text(value)  # a card number as a JSON number: read as the text a sink writes
             if text is None:
@@ -148,7 +149,7 @@ class ThroughView(Application):
                 names = names or {}
                 names[k] = new_key
             kind = type(v)  # inline: numbers and None always come back as they were, and most strings do
-            if kind in _SCALARS and (v is None or -_BIG < v < _BIG):
+            if kind in _SCALARS and (v is None or _SMALL < v < _BIG):
                 continue
             if kind is str and (len(v) < floor or leaves.get(v) is v):
                 continue
@@ -167,7 +168,7 @@ class ThroughView(Application):
         done_by_id, leaves, floor = self.done, self.leaves, self.floor
         for i, v in enumerate(value):
             item_kind = type(v)
-            if item_kind in _SCALARS and (v is None or -_BIG < v < _BIG):
+            if item_kind in _SCALARS and (v is None or _SMALL < v < _BIG):
                 continue
             if item_kind is str:
                 if len(v) < floor or leaves.get(v) is v:

@@ -25,6 +25,7 @@ REMOVED: Any = object()  # a field a whole-field ``remove`` rule dropped
 _MAX_DEPTH = 64
 _SCALARS = frozenset({int, float, bool, type(None)})
 _BIG = BIG_NUMBER
+_SMALL = -BIG_NUMBER  # a constant: ``-_BIG`` in a comparison would make a new int each time
 
 
 def kept(value: Any) -> Any:
@@ -155,7 +156,7 @@ class Walk(ThroughView):
                     else:
                         new = self._plain(v, depth + 1)
                 elif kind in _SCALARS:
-                    if v is None or -_BIG < v < _BIG:  # a bool too; a big number is read as text (``number_text``)
+                    if v is None or _SMALL < v < _BIG:  # a bool too; a big number is read as text (``number_text``)
                         continue
                     new = self._plain(v, depth + 1)
                 else:
@@ -182,7 +183,7 @@ class Walk(ThroughView):
                 if item_kind is str:
                     if len(v) < floor or leaves.get(v) is v:
                         continue
-                elif item_kind in _SCALARS and (v is None or -_BIG < v < _BIG):
+                elif item_kind in _SCALARS and (v is None or _SMALL < v < _BIG):
                     continue
                 new = self._plain(v, depth + 1)
                 if new is not v:
