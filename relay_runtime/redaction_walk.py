@@ -28,6 +28,29 @@ _BIG = BIG_NUMBER
 _SMALL = -BIG_NUMBER  # a constant: ``-_BIG`` in a comparison would make a new int each time
 
 
+def _every_value(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object with each value it holds: a key given more than once (``{"to": "jane@...", "to": "x"}``) holds
+    the list of its values, where ``json.loads`` keeps only the last and the text would go out as it was with the
+    others unread. Under the key itself, so a rule naming the key reaches each. Cheaper than ``json.loads`` on
+    tool-call arguments of a few keys (no keyword handling), about 1.4x on large documents of many small objects."""
+    out = dict(pairs)
+    if len(out) == len(pairs):
+        return out
+    values: dict[str, list[Any]] = {}
+    for key, value in pairs:
+        values.setdefault(key, []).append(value)
+    return {key: found[0] if len(found) == 1 else found for key, found in values.items()}
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_every_value)
+_JSON_SPACE = " \t\n\r"  # what JSON allows before a document
+
+
+def _opens_json(text: str) -> bool:
+    """Whether ``text``, whose first character is whitespace, opens a JSON object or array after it."""
+    return text.lstrip(_JSON_SPACE)[:1] in ("{", "[")
+
+
 def kept(value: Any) -> Any:
     return None if value is REMOVED else value
 
@@ -105,7 +128,7 @@ class Walk(ThroughView):
             if len(value) < self.floor or not value:
                 return value
             first = value[0]
-            if (first == "{" or first == "[") and depth < _MAX_DEPTH:
+            if (first == "{" or first == "[" or (first <= " " and _opens_json(value))) and depth < _MAX_DEPTH:
                 walked = self._json(value, (), depth)
                 if walked is not None:
                     return walked
@@ -151,7 +174,10 @@ class Walk(ThroughView):
                     if known is v:
                         continue
                     first = v[0]
-                    if known is None and first != "{" and first != "[" and (first != "d" or v[:5] != "data:"):
+                    if (
+                        known is None and first != "{" and first != "[" and first > " "
+                        and (first != "d" or v[:5] != "data:")
+                    ):  # fmt: skip
                         new = self._memoized(rules, v)
                     else:
                         new = self._plain(v, depth + 1)
@@ -236,7 +262,7 @@ class Walk(ThroughView):
     def _json(self, text: str, path: pointers.Path, depth: int) -> str | None:
         """JSON text (tool-call arguments and the like) walked as what it holds; None when it is not JSON."""
         try:
-            parsed = json.loads(text)
+            parsed = _DECODER.decode(text)
         except ValueError:
             parsed = None
         if not isinstance(parsed, (dict, list)):
@@ -286,7 +312,7 @@ class Walk(ThroughView):
             self._forget(text)
             return REMOVED
         first = text[0]
-        if (first == "{" or first == "[") and depth < _MAX_DEPTH:
+        if (first == "{" or first == "[" or (first <= " " and _opens_json(text))) and depth < _MAX_DEPTH:
             # Tool-call arguments and similar JSON text: the strings inside are reached too.
             walked = self._json(text, path, depth)
             if walked is not None:
