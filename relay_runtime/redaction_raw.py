@@ -15,7 +15,16 @@ from typing import Any
 
 from .redaction_apply import Application, renamed
 from .redaction_encoded import through_blob, through_data_url
-from .redaction_objects import BIG_NUMBER, fields, is_mapping, model_state, number_text, rebuilt, through_text
+from .redaction_objects import (
+    BIG_NUMBER,
+    fields,
+    is_mapping,
+    model_state,
+    number_text,
+    printed,
+    rebuilt,
+    through_text,
+)
 
 _MAX_DEPTH = 64
 _SCALARS = frozenset({int, float, bool, type(None)})  # numbers of 13 digits or more are read (``number_text``)
@@ -114,10 +123,13 @@ class ThroughView(Application):
             return value if new is state else rebuilt(value, state, new)
         if is_mapping(kind):
             return self._mapping(value, depth, scan, True)
-        data = fields(value)  # a dataclass, a str subclass, bytes, a set
+        data = fields(value)  # a dataclass, a str subclass, bytes, a set, a model with computed fields
         if data is not None:
             new = self._raw(data, depth + 1, scan)
-            return value if new is data else rebuilt(value, data, new)
+            if new is not data:
+                return rebuilt(value, data, new)
+            if not printed(value):
+                return value
         return self._as_text(value, depth)
 
     def _any_whole(self, key: Any) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 from . import pointers
 from .redaction_apply import MIN_WHOLE, renamed
 from .redaction_encoded import through_blob, through_data_url
-from .redaction_objects import BIG_NUMBER, fields, number_text, rebuilt, through_text
+from .redaction_objects import BIG_NUMBER, fields, number_text, printed, rebuilt, through_text
 from .redaction_raw import ThroughView
 from .redaction_rules import Rule
 
@@ -118,7 +118,10 @@ class Walk(ThroughView):
         data = fields(value)  # an SDK or framework object, a str subclass, a set: what it holds, as data
         if data is not None:
             new = self.walk(data, path, depth + 1)
-            return value if new is data else rebuilt(value, data, new)
+            if new is not data:
+                return rebuilt(value, data, new)
+            if not printed(value):
+                return value
         return through_text(value, lambda text: self.text(text, path, depth))
 
     def _plain(self, value: Any, depth: int) -> Any:
@@ -222,7 +225,10 @@ class Walk(ThroughView):
         data = fields(value)
         if data is not None:
             new = self._plain(data, depth + 1)
-            return value if new is data else rebuilt(value, data, new)
+            if new is not data:
+                return rebuilt(value, data, new)
+            if not printed(value):
+                return value
         return self._plain_as_text(value)
 
     def _number(self, value: float, path: pointers.Path, depth: int) -> Any:

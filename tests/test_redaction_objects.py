@@ -1,7 +1,8 @@
 """A redaction policy reaches values held in objects, not only in strings, mappings and lists: a field a
 model's dump leaves out (a subclass's own field under a field declared as its base), a ``str``
 subclass, a set, bytes, an object known only by its printed text, values nested deeper than the walk
-goes, and a card number written as a number. Each of these once reached the events (and through them
+goes, a card number written as a number, a model's computed field and an object with ``items()`` (which
+the sinks write as their dump and their items). Each of these once reached the events (and through them
 the sinks) unredacted."""
 
 from __future__ import annotations
@@ -264,3 +265,59 @@ def test_a_rule_naming_a_numbers_path_acts_on_it(rule: Rule, expected: dict[str,
     relay.redaction.use(RedactionPolicy([rule, Rule("redact", detector="credit_card")]))
     relay.tools.execute("pay", {"pin": 1234, "card": CARD}, lambda args: "ok")
     assert seen.events[0].input == expected
+
+
+class Contact(pydantic.BaseModel):
+    first: str
+    last: str
+    domain: str
+
+    @pydantic.computed_field  # type: ignore[prop-decorator]
+    @property
+    def email(self) -> str:
+        """In no field of the instance, but in its dump, which the sinks write."""
+        return f"{self.first}.{self.last}@{self.domain}"
+
+
+class Row:
+    """An object the JSONL sink writes as ``dict(row.items())``; its printed text shows nothing."""
+
+    def __init__(self, **values: Any) -> None:
+        self._values = values
+
+    def items(self) -> Any:
+        return self._values.items()
+
+
+@pytest.mark.parametrize(
+    ("result", "expected"),
+    [
+        (Contact(first="jane", last="doe", domain="example.com"),
+         {"first": "jane", "last": "doe", "domain": "example.com", "email": REDACTED}),
+        (Row(email=EMAIL, n=2), {"email": REDACTED, "n": 2}),
+    ],
+    ids=["computed-field", "items"],
+)  # fmt: skip
+def test_what_the_sinks_write_of_a_tool_result_object_is_read(
+    result: Any, expected: Any, relay_turn: Any, relay_events: Recorder, tmp_path: Path
+) -> None:
+    """The event holds the redacted data in place of the object (a computed field cannot be set on it)."""
+    session.SESSION_COORDINATOR.redaction.use(_policy())
+    relay, _ = relay_turn
+    atif, jsonl = _sinks(relay, tmp_path)
+    relay.tools.execute("lookup", {"q": "jane"}, lambda args: result)
+    (end,) = relay_events.ends(scope_type="tool")
+    assert end.output == expected and end.metadata[RULES_KEY] == {"redact:email": 1}
+    events = "\n".join(event_json(e) + repr(e.output) for e in relay_events.events)
+    for where, text in (("events", events), ("JSONL", jsonl.read_text()), ("ATIF", atif.export_json("session-1"))):
+        assert EMAIL not in text, where
+
+
+def test_a_model_with_computed_fields_nothing_changes_in_stays_itself() -> None:
+    contact = Contact(first="jane", last="doe", domain="example.org")
+    relay = Relay()
+    seen = Recorder()
+    relay.subscribers.register(seen)
+    relay.redaction.use(RedactionPolicy([Rule("redact", detector="credit_card")]))
+    relay.tools.execute("lookup", {"q": "jane"}, lambda args: contact)
+    assert seen.events[1].output is contact
