@@ -31,8 +31,9 @@ _SMALL = -BIG_NUMBER  # a constant: ``-_BIG`` in a comparison would make a new i
 def _every_value(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """A JSON object with each value it holds: a key given more than once (``{"to": "jane@...", "to": "x"}``) holds
     the list of its values, where ``json.loads`` keeps only the last and the text would go out as it was with the
-    others unread. Under the key itself, so a rule naming the key reaches each. Cheaper than ``json.loads`` on
-    tool-call arguments of a few keys (no keyword handling), about 1.4x on large documents of many small objects."""
+    others unread. Under the key itself, so a rule naming the key reaches each. With it, a decoder costs about what
+    ``json.loads`` does on tool-call arguments (callgrind: -10% at 40 bytes, +15% at 190), 1.4x on 3 KB of 50
+    small objects."""
     out = dict(pairs)
     if len(out) == len(pairs):
         return out
