@@ -8,7 +8,11 @@ dataclass), or as its text (OTel attributes print it with ``str()``, the JSONL f
 - a ``str`` subclass (LangChain's ``TextAccessor``): its text;
 - a pydantic model: its fields as the instance holds them, and its extra fields. Not
   ``model_dump()``: that serializes each field by its declared type, so a subclass's own fields
-  (an ``AIMessage``'s tool calls in a field declared ``BaseMessage``) are not in the dump;
+  (an ``AIMessage``'s tool calls in a field declared ``BaseMessage``) are not in the dump. A model
+  with computed fields has the entries only its dump holds read too: the sinks write that dump, and a
+  computed e-mail built from other fields is in no field;
+- an object with ``items()`` (not a mapping): ``dict(value.items())``, as the JSONL sink writes it,
+  and its printed text, as the other sinks write it;
 - a dataclass: its fields; a set: its items; bytes: their text, when they are UTF-8 (else binary data,
   left as it is);
 - anything else: the text a sink would print for it (``through_text``). An object whose text
@@ -31,7 +35,25 @@ _NOT_TEXT = (
 )  # fmt: skip
 
 
-_MAPPING, _MODEL, _DATACLASS, _TEXT, _BYTES, _SET, _UNKNOWN = range(7)
+# A number of 13 digits or more is read as the text a sink writes for it: a card number (13 to 19 digits)
+# passed as a JSON number or a Python int is still a card number. Smaller ones (counts, tokens, prices,
+# timestamps in seconds) hold nothing a rule finds, and are passed on at the cost of one comparison.
+BIG_NUMBER = 10**12
+
+
+def number_text(value: int | float) -> str | None:
+    """The text the rules read for ``value`` (an int or a float), or None when it is too small to hold a value
+    (NaN included). An integral float reads as the int it is (``4111111111111111.0`` as its card number)."""
+    if not (value >= BIG_NUMBER or value <= -BIG_NUMBER):
+        return None
+    if type(value) is int:
+        return str(value)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return repr(value)  # a fraction (or infinity): as json.dumps writes it
+
+
+_MAPPING, _MODEL, _DUMPED, _DATACLASS, _TEXT, _BYTES, _SET, _ITEMS, _UNKNOWN = range(9)
 _MAX_SHAPES = 4096  # classes a process meets are few; a bound keeps classes made at run time from growing it
 _shapes: dict[type, int] = {}
 
@@ -49,11 +71,14 @@ def _shape(kind: type) -> int:
     elif issubclass(kind, (bytes, bytearray)):
         shape = _BYTES
     elif callable(getattr(kind, "model_dump", None)):
-        shape = _MODEL
+        computed = getattr(kind, "model_computed_fields", None)  # pydantic 2's; the class's, not an instance's
+        shape = _DUMPED if isinstance(computed, dict) and computed else _MODEL
     elif dataclasses.is_dataclass(kind):
         shape = _DATACLASS
     elif issubclass(kind, (set, frozenset)):
         shape = _SET
+    elif callable(getattr(kind, "items", None)):
+        shape = _ITEMS
     else:
         shape = _UNKNOWN
     if len(_shapes) < _MAX_SHAPES:
@@ -88,6 +113,13 @@ def fields(value: Any) -> Any:
             return None
         extra = getattr(value, "__pydantic_extra__", None)
         return {**state, **extra} if extra else state
+    if shape == _DUMPED:
+        return _dumped(value)
+    if shape == _ITEMS:
+        try:
+            return dict(value.items())
+        except Exception:  # not pairs after all: the object is read by its printed text
+            return None
     if shape == _TEXT:
         return str.__str__(value)  # the text, as an exact str
     if shape == _BYTES:
@@ -102,6 +134,31 @@ def fields(value: Any) -> Any:
     return None
 
 
+def _dumped(value: Any) -> dict[str, Any] | None:
+    """A model with computed fields: its fields as the instance holds them (``fields``), with what only its dump
+    holds beside them (the computed fields)."""
+    state = getattr(value, "__dict__", None)
+    if type(state) is not dict:
+        return None
+    extra = getattr(value, "__pydantic_extra__", None)
+    data = {**state, **extra} if extra else dict(state)
+    try:
+        dump = value.model_dump(mode="json")
+    except Exception:  # a computed field that fails: no sink can dump it either, and its repr is read instead
+        return None
+    if isinstance(dump, dict):
+        for key, dumped in dump.items():
+            if key not in data:
+                data[key] = dumped
+    return data
+
+
+def printed(value: Any) -> bool:
+    """Whether a sink may also print ``value`` (``str()``, ``repr()``) when its ``fields`` held nothing a rule changed:
+    an object with ``items()`` is data to the JSONL sink but text to the others."""
+    return _shapes.get(type(value)) == _ITEMS
+
+
 def rebuilt(value: Any, old: Any, new: Any) -> Any:
     """``value`` with what the walk changed in its ``fields`` (``old``, now ``new``), as its own type where it can
     be remade; else the changed data itself, which the sinks print the same way."""
@@ -112,8 +169,8 @@ def rebuilt(value: Any, old: Any, new: Any) -> Any:
             return type(value)(new)
         except TypeError:  # an item the walk made unhashable
             return new
-    if not isinstance(old, dict) or not isinstance(new, dict):
-        return new
+    if not isinstance(old, dict) or not isinstance(new, dict) or _shapes.get(type(value)) in (_DUMPED, _ITEMS):
+        return new  # a computed field cannot be set (the model would compute it again), nor an object's items
     changes = {k: v for k, v in new.items() if k not in old or old[k] is not v}
     removed = [k for k in old if k not in new]
     try:

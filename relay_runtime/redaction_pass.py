@@ -17,7 +17,7 @@ from .conventions import IDENTIFIERS, SPAN_HINTS
 from .pointers import SENT_BESIDE
 from .redaction_apply import renamed
 from .redaction_streams import Held, chunk_kind, settled
-from .redaction_walk import _SCALARS, REMOVED, Walk, kept
+from .redaction_walk import _BIG, _SCALARS, _SMALL, REMOVED, Walk, kept
 from .types import AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ class Pass(Walk):
                 if new_key is not k:
                     names = names or {}
                     names[k] = new_key
-                if type(v) in _SCALARS:
+                if type(v) in _SCALARS and (v is None or _SMALL < v < _BIG):
                     continue
                 new = self._plain(v, 1)
                 if new is not v:
@@ -169,8 +169,12 @@ class Pass(Walk):
         choice = self.walk(req.tool_choice, ("request", "tools")) if req.tool_choice else req.tool_choice
         params = self.walk(req.params, ("request", "params")) if req.params else req.params
         extra = self.walk(req.provider_params, ("request", "params")) if req.provider_params else req.provider_params
-        if messages is req.messages and system is req.system and tools is req.tools and params is req.params and (
-            extra is req.provider_params and choice is req.tool_choice
+        if (
+            messages is req.messages
+            and system is req.system
+            and tools is req.tools
+            and params is req.params
+            and (extra is req.provider_params and choice is req.tool_choice)
         ):
             return req
         return _copy(

@@ -15,10 +15,21 @@ from typing import Any
 
 from .redaction_apply import Application, renamed
 from .redaction_encoded import through_blob, through_data_url
-from .redaction_objects import fields, is_mapping, model_state, rebuilt, through_text
+from .redaction_objects import (
+    BIG_NUMBER,
+    fields,
+    is_mapping,
+    model_state,
+    number_text,
+    printed,
+    rebuilt,
+    through_text,
+)
 
 _MAX_DEPTH = 64
-_SCALARS = frozenset({int, float, bool, type(None)})
+_SCALARS = frozenset({int, float, bool, type(None)})  # numbers of 13 digits or more are read (``number_text``)
+_BIG = BIG_NUMBER
+_SMALL = -BIG_NUMBER  # a constant: ``-_BIG`` in a comparison would make a new int each time
 
 
 class ThroughView(Application):
@@ -85,7 +96,13 @@ class ThroughView(Application):
                 result = self._scan(value)
             return self._through_pairs(result) if self.pairs else result
         if kind in _SCALARS:
-            return value
+            if value is None or _SMALL < value < _BIG:  # a bool too
+                return value
+            text = number_text(value)  # a card number as a JSON number: read as the text a sink writes
+            if text is None:
+                return value
+            new_text = self._raw(text, depth, scan)
+            return value if new_text == text else new_text
         if depth > _MAX_DEPTH:  # deeper than the walk goes: read as the text a sink prints for it
             return self._as_text(value, depth)
         if kind is dict or kind is MappingProxyType:
@@ -106,10 +123,13 @@ class ThroughView(Application):
             return value if new is state else rebuilt(value, state, new)
         if is_mapping(kind):
             return self._mapping(value, depth, scan, True)
-        data = fields(value)  # a dataclass, a str subclass, bytes, a set
+        data = fields(value)  # a dataclass, a str subclass, bytes, a set, a model with computed fields
         if data is not None:
             new = self._raw(data, depth + 1, scan)
-            return value if new is data else rebuilt(value, data, new)
+            if new is not data:
+                return rebuilt(value, data, new)
+            if not printed(value):
+                return value
         return self._as_text(value, depth)
 
     def _any_whole(self, key: Any) -> bool:
@@ -141,7 +161,7 @@ class ThroughView(Application):
                 names = names or {}
                 names[k] = new_key
             kind = type(v)  # inline: numbers and None always come back as they were, and most strings do
-            if kind in _SCALARS:
+            if kind in _SCALARS and (v is None or _SMALL < v < _BIG):
                 continue
             if kind is str and (len(v) < floor or leaves.get(v) is v):
                 continue
@@ -160,7 +180,7 @@ class ThroughView(Application):
         done_by_id, leaves, floor = self.done, self.leaves, self.floor
         for i, v in enumerate(value):
             item_kind = type(v)
-            if item_kind in _SCALARS:
+            if item_kind in _SCALARS and (v is None or _SMALL < v < _BIG):
                 continue
             if item_kind is str:
                 if len(v) < floor or leaves.get(v) is v:

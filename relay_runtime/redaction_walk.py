@@ -17,13 +17,39 @@ from typing import Any
 from . import pointers
 from .redaction_apply import MIN_WHOLE, renamed
 from .redaction_encoded import through_blob, through_data_url
-from .redaction_objects import fields, rebuilt, through_text
+from .redaction_objects import BIG_NUMBER, fields, number_text, printed, rebuilt, through_text
 from .redaction_raw import ThroughView
 from .redaction_rules import Rule
 
 REMOVED: Any = object()  # a field a whole-field ``remove`` rule dropped
 _MAX_DEPTH = 64
 _SCALARS = frozenset({int, float, bool, type(None)})
+_BIG = BIG_NUMBER
+_SMALL = -BIG_NUMBER  # a constant: ``-_BIG`` in a comparison would make a new int each time
+
+
+def _every_value(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object with each value it holds: a key given more than once (``{"to": "jane@...", "to": "x"}``) holds
+    the list of its values, where ``json.loads`` keeps only the last and the text would go out as it was with the
+    others unread. Under the key itself, so a rule naming the key reaches each. With it, a decoder costs about what
+    ``json.loads`` does on tool-call arguments (callgrind: -10% at 40 bytes, +15% at 190), 1.4x on 3 KB of 50
+    small objects."""
+    out = dict(pairs)
+    if len(out) == len(pairs):
+        return out
+    values: dict[str, list[Any]] = {}
+    for key, value in pairs:
+        values.setdefault(key, []).append(value)
+    return {key: found[0] if len(found) == 1 else found for key, found in values.items()}
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_every_value)
+_JSON_SPACE = " \t\n\r"  # what JSON allows before a document
+
+
+def _opens_json(text: str) -> bool:
+    """Whether ``text``, whose first character is whitespace, opens a JSON object or array after it."""
+    return text.lstrip(_JSON_SPACE)[:1] in ("{", "[")
 
 
 def kept(value: Any) -> Any:
@@ -41,7 +67,9 @@ class Walk(ThroughView):
         kind = type(value)
         if kind is str:
             return self.text(value, path, depth)
-        if value is None or kind in (int, float, bool):
+        if kind is int or kind is float:
+            return self._number(value, path, depth)
+        if value is None or kind is bool:
             return value
         if depth > _MAX_DEPTH:  # deeper than the walk goes: read as the text a sink prints for it
             return through_text(value, lambda text: self.text(text, path, depth))
@@ -91,7 +119,10 @@ class Walk(ThroughView):
         data = fields(value)  # an SDK or framework object, a str subclass, a set: what it holds, as data
         if data is not None:
             new = self.walk(data, path, depth + 1)
-            return value if new is data else rebuilt(value, data, new)
+            if new is not data:
+                return rebuilt(value, data, new)
+            if not printed(value):
+                return value
         return through_text(value, lambda text: self.text(text, path, depth))
 
     def _plain(self, value: Any, depth: int) -> Any:
@@ -101,7 +132,7 @@ class Walk(ThroughView):
             if len(value) < self.floor or not value:
                 return value
             first = value[0]
-            if (first == "{" or first == "[") and depth < _MAX_DEPTH:
+            if (first == "{" or first == "[" or (first <= " " and _opens_json(value))) and depth < _MAX_DEPTH:
                 walked = self._json(value, (), depth)
                 if walked is not None:
                     return walked
@@ -114,8 +145,14 @@ class Walk(ThroughView):
                 self._recount(value)
                 return known
             return self._memoized(self.rules, value)
-        if value is None or kind is int or kind is float or kind is bool:
+        if value is None or kind is bool:
             return value
+        if kind is int or kind is float:
+            text = number_text(value)
+            if text is None:
+                return value
+            new_text = self._plain(text, depth)
+            return value if new_text == text else new_text
         if depth > _MAX_DEPTH:
             return self._plain_as_text(value)
         # The strings of a container are looked up inline: most were met before (the same message in the
@@ -141,12 +178,17 @@ class Walk(ThroughView):
                     if known is v:
                         continue
                     first = v[0]
-                    if known is None and first != "{" and first != "[" and (first != "d" or v[:5] != "data:"):
+                    if (
+                        known is None and first != "{" and first != "[" and first > " "
+                        and (first != "d" or v[:5] != "data:")
+                    ):  # fmt: skip
                         new = self._memoized(rules, v)
                     else:
                         new = self._plain(v, depth + 1)
                 elif kind in _SCALARS:
-                    continue
+                    if v is None or _SMALL < v < _BIG:  # a bool too; a big number is read as text (``number_text``)
+                        continue
+                    new = self._plain(v, depth + 1)
                 else:
                     new = self._plain(v, depth + 1)
                     flat = False
@@ -171,7 +213,7 @@ class Walk(ThroughView):
                 if item_kind is str:
                     if len(v) < floor or leaves.get(v) is v:
                         continue
-                elif item_kind in _SCALARS:
+                elif item_kind in _SCALARS and (v is None or _SMALL < v < _BIG):
                     continue
                 new = self._plain(v, depth + 1)
                 if new is not v:
@@ -184,8 +226,22 @@ class Walk(ThroughView):
         data = fields(value)
         if data is not None:
             new = self._plain(data, depth + 1)
-            return value if new is data else rebuilt(value, data, new)
+            if new is not data:
+                return rebuilt(value, data, new)
+            if not printed(value):
+                return value
         return self._plain_as_text(value)
+
+    def _number(self, value: float, path: pointers.Path, depth: int) -> Any:
+        """A number, read as its text when it is big enough to hold a value (``number_text``) or a rule names its
+        path (a whole-field rule acts on a number too); the number itself when no rule changed that text."""
+        text = number_text(value)
+        if text is None:
+            if self.policy._all_pathless or not self._named(path):
+                return value
+            text = str(value)
+        new = self.text(text, path, depth)
+        return value if new == text else new
 
     def _plain_as_text(self, value: Any) -> Any:
         # Its own method: a closure in ``_plain`` would make every call of it allocate a cell for ``self``.
@@ -213,7 +269,7 @@ class Walk(ThroughView):
     def _json(self, text: str, path: pointers.Path, depth: int) -> str | None:
         """JSON text (tool-call arguments and the like) walked as what it holds; None when it is not JSON."""
         try:
-            parsed = json.loads(text)
+            parsed = _DECODER.decode(text)
         except ValueError:
             parsed = None
         if not isinstance(parsed, (dict, list)):
@@ -263,7 +319,7 @@ class Walk(ThroughView):
             self._forget(text)
             return REMOVED
         first = text[0]
-        if (first == "{" or first == "[") and depth < _MAX_DEPTH:
+        if (first == "{" or first == "[" or (first <= " " and _opens_json(text))) and depth < _MAX_DEPTH:
             # Tool-call arguments and similar JSON text: the strings inside are reached too.
             walked = self._json(text, path, depth)
             if walked is not None:

@@ -1,7 +1,9 @@
 """A text file that travels base64-encoded (an Anthropic document, an MCP blob resource, a data URL in an
 OpenAI content part) is read by the policy as the text it is: what a rule changes in it is encoded
 again in its place, in events, the JSONL sinks and cassettes. Each once passed every sink as its
-encoding, which anyone can decode."""
+encoding, which anyone can decode. So is JSON text (tool-call arguments) in every form a JSON parser
+takes: a key given twice, whose first value ``json.loads`` drops, and a document after whitespace, whose
+``\\u0040`` escapes hid an address from the rules when it was read as plain text."""
 
 from __future__ import annotations
 
@@ -143,3 +145,44 @@ def test_a_pattern_that_matches_inside_the_encoding_does_not_keep_the_text_from_
     policy = RedactionPolicy([Rule("regex_replace", pattern="bmFt", replacement="#"), Rule("redact", detector="email")])
     data = _tool_input({"file": {"mime_type": "text/csv", "data": payload}}, policy).input["file"]["data"]
     assert base64.b64decode(data).decode() == f"name,email\nJane,{REDACTED}\n"
+
+
+def _model_tool_call(arguments: str, relay_events: Recorder, tmp_path: Path) -> Any:
+    """The end event of a model's tool call with ``arguments`` through the OpenAI SDK (no address left in the
+    event, nor in the cassette recorded)."""
+    session.SESSION_COORDINATOR.redaction.use(_policy())
+    call = {"id": "c1", "name": "send", "arguments": arguments}
+    scripted = testing.scripted_openai(testing.json_reply(testing.chat_completion_body(None, tool_calls=[call])))
+    cassette = tmp_path / "cassette.json"
+    with cassettes.use(cassette, mode="record"):
+        adapters.complete(scripted.client, {"model": "gpt-x", "messages": [{"role": "user", "content": "mail"}]})
+    (end,) = relay_events.ends(scope_type="llm")
+    _assert_no_email("the end event", event_json(end) + repr(end.annotated_response) + repr(end.output))
+    _assert_no_email("the cassette", cassette.read_text())
+    return end
+
+
+def test_json_text_with_a_key_given_twice_is_read_whole(
+    relay_turn: Any, relay_events: Recorder, tmp_path: Path
+) -> None:
+    """``json.loads`` keeps the last value of a key given twice: the first was never read, and the text went out
+    as it was. Each value is read (under the key, as a list, so a rule naming the key reaches each)."""
+    arguments = f'{{"to": "{EMAIL}", "to": "support", "cc": "team"}}'
+    end = _model_tool_call(arguments, relay_events, tmp_path)
+    assert json.loads(end.annotated_response.tool_calls[0]["arguments"]) == {"to": [REDACTED, "support"], "cc": "team"}
+    payload = _tool_input({"payload": arguments}).input["payload"]
+    assert payload == f'{{"to": ["{REDACTED}", "support"], "cc": "team"}}'
+    policy = RedactionPolicy([Rule("remove", paths=["/tool/arguments/payload/to"])])
+    assert _tool_input({"payload": arguments}, policy).input == {"payload": '{"cc": "team"}'}
+
+
+@pytest.mark.parametrize("space", [" ", "\n", "\r\n\t "])
+def test_json_text_after_whitespace_is_read_as_json(
+    space: str, relay_turn: Any, relay_events: Recorder, tmp_path: Path
+) -> None:
+    """Escapes (``\\u0040`` for the ``@``) hide an address from rules reading the text as it is written."""
+    arguments = space + '{"to": "jane.doe\\u0040example.com"}'
+    end = _model_tool_call(arguments, relay_events, tmp_path)
+    assert json.loads(end.annotated_response.tool_calls[0]["arguments"]) == {"to": REDACTED}
+    assert _tool_input({"payload": arguments}).input == {"payload": f'{{"to": "{REDACTED}"}}'}
+    assert _tool_input({"payload": space + "not json"}).input == {"payload": space + "not json"}

@@ -1,20 +1,25 @@
 """A redaction policy reaches values held in objects, not only in strings, mappings and lists: a field a
 model's dump leaves out (a subclass's own field under a field declared as its base), a ``str``
-subclass, a set, bytes, an object known only by its printed text, and values nested deeper than
-the walk goes. Each of these once reached the events (and through them the sinks) unredacted."""
+subclass, a set, bytes, an object known only by its printed text, values nested deeper than the walk
+goes, a card number written as a number, a model's computed field and an object with ``items()`` (which
+the sinks write as their dump and their items). Each of these once reached the events (and through them
+the sinks) unredacted."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 from typing import Any
 
 import pydantic
 import pytest
 
-from relay_runtime import Recorder, Relay, ScopeType
+from relay_runtime import Recorder, Relay, ScopeType, adapters, cassettes, session
+from relay_runtime.adapters import testing
 from relay_runtime.events import SCOPE_END, new_event
-from relay_runtime.jsonl import event_json
+from relay_runtime.integrations.trajectory import AtifExporter
+from relay_runtime.jsonl import JsonlWriter, event_json
 from relay_runtime.redaction import RedactionPolicy, Rule
 from relay_runtime.redaction_policy import RULES_KEY
 from relay_runtime.types import AnnotatedLLMResponse
@@ -200,3 +205,119 @@ def test_an_answer_objects_field_names_are_kept_and_its_extra_field_names_are_re
 
 def _answer_event(answer: Any) -> Any:
     return new_event(SCOPE_END, "u", "p", "t", "openai", "llm", 2, 1, None, answer, {}, outcome="success")
+
+
+CARD = 4111111111111111
+CARD_REDACTED = "[REDACTED:credit_card]"
+
+
+def _sinks(relay: Relay, tmp_path: Path) -> tuple[AtifExporter, Path]:
+    """An ATIF trajectory and a JSONL file of the turn's events (the ``relay_turn`` fixture's session)."""
+    atif = AtifExporter(agent_name="agent").attach(session.SESSION_COORDINATOR)
+    jsonl = tmp_path / "events.jsonl"
+    relay.subscribers.register(JsonlWriter(jsonl), name="jsonl")
+    return atif, jsonl
+
+
+def test_a_card_number_written_as_a_number_is_redacted_in_every_sink(
+    relay_turn: Any, relay_events: Recorder, tmp_path: Path
+) -> None:
+    """A JSON number in the model's tool-call arguments, an int in a tool's arguments and a float in its result:
+    13 digits or more are read as the text a sink writes for them."""
+    session.SESSION_COORDINATOR.redaction.use(RedactionPolicy([Rule("redact", detector="credit_card")]))
+    relay, _ = relay_turn
+    atif, jsonl = _sinks(relay, tmp_path)
+    call = {"id": "c1", "name": "pay", "arguments": json.dumps({"card_number": CARD, "amount": 12})}
+    scripted = testing.scripted_openai(testing.json_reply(testing.chat_completion_body(None, tool_calls=[call])))
+    cassette = tmp_path / "cassette.json"
+    with cassettes.use(cassette, mode="record"):
+        adapters.complete(scripted.client, {"model": "gpt-x", "messages": [{"role": "user", "content": "pay"}]})
+    relay.tools.execute("pay", {"card_number": CARD, "cards": [CARD], "amount": 12}, lambda args: {"card": float(CARD)})
+
+    (end,) = relay_events.ends(scope_type="llm")
+    arguments = json.loads(end.annotated_response.tool_calls[0]["arguments"])
+    assert arguments == {"card_number": CARD_REDACTED, "amount": 12}  # small numbers stay numbers
+    (start,) = relay_events.starts(scope_type="tool")
+    assert start.input == {"card_number": CARD_REDACTED, "cards": [CARD_REDACTED], "amount": 12}
+    (tool_end,) = relay_events.ends(scope_type="tool")
+    assert tool_end.output == {"card": CARD_REDACTED}
+    events = "\n".join(event_json(e) + repr(e.annotated_response) + repr(e.output) for e in relay_events.events)
+    for where, text in (
+        ("events", events), ("JSONL", jsonl.read_text()), ("ATIF", atif.export_json("session-1")),
+        ("cassette", cassette.read_text()),
+    ):  # fmt: skip
+        assert str(CARD) not in text, where
+
+
+@pytest.mark.parametrize(
+    ("rule", "expected"),
+    [
+        (Rule("remove", paths=["/tool/arguments/pin"]), {"card": CARD_REDACTED}),
+        (Rule("redact", paths=["/tool/arguments/pin"]), {"pin": "[REDACTED]", "card": CARD_REDACTED}),
+        (Rule("mask", paths=["/tool/arguments/card"], unmasked_suffix=4), {"pin": 1234, "card": "************1111"}),
+    ],
+    ids=["remove", "redact", "mask"],
+)
+def test_a_rule_naming_a_numbers_path_acts_on_it(rule: Rule, expected: dict[str, Any]) -> None:
+    relay = Relay()
+    seen = Recorder()
+    relay.subscribers.register(seen)
+    relay.redaction.use(RedactionPolicy([rule, Rule("redact", detector="credit_card")]))
+    relay.tools.execute("pay", {"pin": 1234, "card": CARD}, lambda args: "ok")
+    assert seen.events[0].input == expected
+
+
+class Contact(pydantic.BaseModel):
+    first: str
+    last: str
+    domain: str
+
+    @pydantic.computed_field  # type: ignore[prop-decorator]
+    @property
+    def email(self) -> str:
+        """In no field of the instance, but in its dump, which the sinks write."""
+        return f"{self.first}.{self.last}@{self.domain}"
+
+
+class Row:
+    """An object the JSONL sink writes as ``dict(row.items())``; its printed text shows nothing."""
+
+    def __init__(self, **values: Any) -> None:
+        self._values = values
+
+    def items(self) -> Any:
+        return self._values.items()
+
+
+@pytest.mark.parametrize(
+    ("result", "expected"),
+    [
+        (Contact(first="jane", last="doe", domain="example.com"),
+         {"first": "jane", "last": "doe", "domain": "example.com", "email": REDACTED}),
+        (Row(email=EMAIL, n=2), {"email": REDACTED, "n": 2}),
+    ],
+    ids=["computed-field", "items"],
+)  # fmt: skip
+def test_what_the_sinks_write_of_a_tool_result_object_is_read(
+    result: Any, expected: Any, relay_turn: Any, relay_events: Recorder, tmp_path: Path
+) -> None:
+    """The event holds the redacted data in place of the object (a computed field cannot be set on it)."""
+    session.SESSION_COORDINATOR.redaction.use(_policy())
+    relay, _ = relay_turn
+    atif, jsonl = _sinks(relay, tmp_path)
+    relay.tools.execute("lookup", {"q": "jane"}, lambda args: result)
+    (end,) = relay_events.ends(scope_type="tool")
+    assert end.output == expected and end.metadata[RULES_KEY] == {"redact:email": 1}
+    events = "\n".join(event_json(e) + repr(e.output) for e in relay_events.events)
+    for where, text in (("events", events), ("JSONL", jsonl.read_text()), ("ATIF", atif.export_json("session-1"))):
+        assert EMAIL not in text, where
+
+
+def test_a_model_with_computed_fields_nothing_changes_in_stays_itself() -> None:
+    contact = Contact(first="jane", last="doe", domain="example.org")
+    relay = Relay()
+    seen = Recorder()
+    relay.subscribers.register(seen)
+    relay.redaction.use(RedactionPolicy([Rule("redact", detector="credit_card")]))
+    relay.tools.execute("lookup", {"q": "jane"}, lambda args: contact)
+    assert seen.events[1].output is contact
