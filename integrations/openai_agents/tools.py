@@ -21,6 +21,7 @@ from relay_runtime import conventions as cv
 from relay_runtime import session
 
 from ..frameworks import current_parent, refusal_text
+from . import tool_spans
 
 TOOL_CALL_ID = "tool_call_id"
 _MARK = "__relay_managed_tool__"
@@ -75,7 +76,10 @@ class ToolWrapping:
             turn = _managed_turn()
             if turn is None or not self.live:
                 return await original(ctx, arguments)
-            parsed = _parse(arguments)
+            span = tool_spans.current()
+            if span is not None:
+                span.ran = True  # this call has its scope: the processor records none for its span
+            parsed = parse_arguments(arguments)
             started = False
 
             async def execute(args: Any) -> Any:
@@ -104,7 +108,8 @@ class ToolWrapping:
         return on_invoke_tool
 
 
-def _parse(arguments: str) -> Any:
+def parse_arguments(arguments: str) -> Any:
+    """A tool call's argument text as the value intercepts see: its JSON, or the text itself."""
     if not arguments:
         return {}
     try:
