@@ -1,11 +1,12 @@
 """What the OpenAI Agents SDK integration records for tool calls that did not simply run and return.
 
-A tool input guardrail refusing the call. Real ``openai-agents`` on the scripted mock transport,
-as in ``test_frameworks_agents``.
+A tool input guardrail refusing the call, a run cancelled while a tool runs. Real ``openai-agents``
+on the scripted mock transport, as in ``test_frameworks_agents``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -92,3 +93,53 @@ def test_tool_guardrail_raise_exception_records_a_refused_tool(relay_turn, relay
     assert "no_paris" in tool.error_message
     (agent_end,) = ends_of(relay_events, "agent")
     assert agent_end.outcome == "failed"
+
+
+@PATHS
+def test_run_cancelled_while_a_tool_runs_is_cancelled(relay_turn, relay_events, instrumented) -> None:
+    use(instrumented)
+    started = asyncio.Event()
+
+    @agents.function_tool
+    async def slow(city: str) -> str:
+        """Takes its time."""
+        started.set()
+        await asyncio.sleep(30)
+        return "late"
+
+    scripted(*call_then_answer("slow"))
+    agent = agents.Agent(name="helper", model="gpt-test", tools=[slow])
+
+    async def go() -> None:
+        task = asyncio.create_task(agents.Runner.run(agent, "Go"))
+        await started.wait()
+        task.cancel()  # as asyncio.wait_for does at its deadline
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(go())
+    (agent_end,) = ends_of(relay_events, "agent")
+    assert (agent_end.outcome, agent_end.error_type) == ("cancelled", "CancelledError")
+    (tool,) = ends_of(relay_events, "tool")
+    assert tool.outcome == "cancelled"
+
+
+def test_run_cancelled_by_wait_for_is_cancelled(relay_turn, relay_events) -> None:
+    openai_agents.instrument()
+
+    @agents.function_tool
+    async def slow(city: str) -> str:
+        """Takes its time."""
+        await asyncio.sleep(30)
+        return "late"
+
+    scripted(*call_then_answer("slow"))
+    agent = agents.Agent(name="helper", model="gpt-test", tools=[slow])
+
+    async def go() -> None:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(agents.Runner.run(agent, "Go"), 1.0)
+
+    asyncio.run(go())
+    (agent_end,) = ends_of(relay_events, "agent")
+    assert agent_end.outcome == "cancelled"

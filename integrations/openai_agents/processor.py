@@ -10,6 +10,8 @@ A trace processor beside the SDK's own ones (``agents.add_trace_processor``): it
 - A tool call a tool input guardrail refused (``tool_spans``: the SDK marks no span) is a ``tool``
   scope ended failed with ``GuardrailRejected``, as a relay tool guardrail's refusal is: also for a
   wrapped tool (whose managed call never started) and for the processor alone.
+- A span the SDK ends with no error while its task is being cancelled was cut short by the
+  cancellation (the SDK records none for a ``CancelledError``): its scope ends cancelled.
 - ``response`` / ``generation`` spans are logical model calls under their agent's scope: the attempts
   ``adapters.instrument()`` makes for the SDK calls inside join them (never a second span); without
   it, the attempt is recorded from the span (model, usage, finish reasons of the ``Response``).
@@ -24,6 +26,7 @@ observes only, but for one hook: the first one made installs ``tool_spans``' gua
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any
 
@@ -154,14 +157,14 @@ class RelayTraceProcessor:
         self._spans[span.span_id] = entry
 
     def _end(self, entry: FrameworkRun, span: Any) -> None:
-        error: BaseException | None = _error_of(span) if span.error else None
+        error: BaseException | None = _error_of(span) if span.error else _cancelled()
         call = entry.call
         if call is not None:
             call.leave()
             if call.observed is not None:
                 _end_observed(call, span.span_data, error)
-            if error is None:
-                call.close()
+            if error is None or isinstance(error, asyncio.CancelledError):
+                call.close(error)  # a cancelled call is not retried
             else:
                 self._keep_for_retry(entry, call, error)
             return
@@ -230,6 +233,12 @@ def _error_of(span: Any) -> SpanFailed | None:
         return None
     message = error.get("message") if isinstance(error, dict) else str(error)
     return SpanFailed(str(message or "span error"), "agents_span_error")
+
+
+def _cancelled() -> asyncio.CancelledError | None:
+    """The error of a span ended with none while its task is being cancelled, as the core records one."""
+    task = tool_spans.running_task()
+    return asyncio.CancelledError() if task is not None and task.cancelling() else None
 
 
 def _record_unrun(entry: FrameworkRun, span: Any, tool: ToolSpan, error: BaseException) -> None:

@@ -17,6 +17,7 @@ notes a guardrail's answer for a span a live processor follows (one dict lookup 
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -38,6 +39,13 @@ class ToolSpan:
         self.ran = False
         self.rejected: GuardrailRejected | None = None
         self.call_id: str | None = None  # the model's tool call id, from the guardrail's tool context
+
+
+def running_task() -> asyncio.Task[Any] | None:
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # no running loop: the span was started or ended from synchronous code
+        return None
 
 
 def open_span(span_id: str) -> ToolSpan:
