@@ -1,7 +1,7 @@
 """What the OpenAI Agents SDK integration records for tool calls that did not simply run and return.
 
-A tool input guardrail refusing the call, a run cancelled while a tool runs. Real ``openai-agents``
-on the scripted mock transport, as in ``test_frameworks_agents``.
+A tool input guardrail refusing the call, a run cancelled while a tool runs, a tool the SDK's own
+``timeout`` stops. Real ``openai-agents`` on the scripted mock transport, as in ``test_frameworks_agents``.
 """
 
 from __future__ import annotations
@@ -143,3 +143,54 @@ def test_run_cancelled_by_wait_for_is_cancelled(relay_turn, relay_events) -> Non
     asyncio.run(go())
     (agent_end,) = ends_of(relay_events, "agent")
     assert agent_end.outcome == "cancelled"
+
+
+@pytest.mark.parametrize("behavior", ["error_as_result", "raise_exception"])
+def test_tool_timeout_is_a_failed_tool(relay_turn, relay_events, behavior) -> None:
+    openai_agents.instrument()
+
+    @agents.function_tool(timeout=0.05, timeout_behavior=behavior)
+    async def slow(city: str) -> str:
+        """Takes too long."""
+        await asyncio.sleep(30)
+        return "late"
+
+    s = scripted(*call_then_answer("slow"))
+    agent = agents.Agent(name="helper", model="gpt-test", tools=[slow])
+    if behavior == "raise_exception":
+        with pytest.raises(agents.ToolTimeoutError):
+            run(agent, "Go")
+    else:
+        assert run(agent, "Go").final_output == "Done."
+        assert "timed out" in tool_output(s.script.bodies()[1])
+    (tool,) = ends_of(relay_events, "tool")
+    assert (tool.outcome, tool.error_type) == ("failed", "timeout")
+    assert tool.error_message == "Tool 'slow' timed out after 0.05 seconds."
+    (agent_end,) = ends_of(relay_events, "agent")
+    assert agent_end.outcome == ("failed" if behavior == "raise_exception" else "success")
+
+
+def test_run_cancelled_while_a_tool_with_a_timeout_runs_is_not_a_timeout(relay_turn, relay_events) -> None:
+    openai_agents.instrument()
+    started = asyncio.Event()
+
+    @agents.function_tool(timeout=30)
+    async def slow(city: str) -> str:
+        """Has time, but the run is cancelled."""
+        started.set()
+        await asyncio.sleep(30)
+        return "late"
+
+    scripted(*call_then_answer("slow"))
+    agent = agents.Agent(name="helper", model="gpt-test", tools=[slow])
+
+    async def go() -> None:
+        task = asyncio.create_task(agents.Runner.run(agent, "Go"))
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(go())
+    (tool,) = ends_of(relay_events, "tool")
+    assert (tool.outcome, tool.error_type) == ("cancelled", "CancelledError")

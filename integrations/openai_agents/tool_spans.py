@@ -9,7 +9,9 @@ follows, which code running inside the span finds by the SDK's current span:
 
 - the managed invocation (``tools``) marks it ``ran``: a wrapped tool whose call never got there has
   no scope unless the processor records one;
-- a hook on ``ToolInputGuardrail.run`` notes the guardrail that refused the call (``rejected``).
+- a hook on ``ToolInputGuardrail.run`` notes the guardrail that refused the call (``rejected``);
+- ``task`` is the task the span runs in: a tool cancelled while that task is not being cancelled was
+  stopped by the SDK's own ``timeout``, not by the run's cancellation.
 
 The hook is installed once per process, by the first ``RelayTraceProcessor``, and stays: it only
 notes a guardrail's answer for a span a live processor follows (one dict lookup otherwise).
@@ -31,11 +33,12 @@ _current_span: Callable[[], Any] | None = None  # agents.tracing.get_current_spa
 
 
 class ToolSpan:
-    """One open ``function`` span: whether the tool ran, which guardrail refused it."""
+    """One open ``function`` span: whether the tool ran, which guardrail refused it, where it runs."""
 
-    __slots__ = ("call_id", "ran", "rejected")
+    __slots__ = ("call_id", "ran", "rejected", "task")
 
-    def __init__(self) -> None:
+    def __init__(self, task: asyncio.Task[Any] | None) -> None:
+        self.task = task
         self.ran = False
         self.rejected: GuardrailRejected | None = None
         self.call_id: str | None = None  # the model's tool call id, from the guardrail's tool context
@@ -49,7 +52,7 @@ def running_task() -> asyncio.Task[Any] | None:
 
 
 def open_span(span_id: str) -> ToolSpan:
-    record = ToolSpan()
+    record = ToolSpan(running_task())
     _open[span_id] = record
     return record
 
