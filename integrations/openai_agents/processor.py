@@ -7,6 +7,11 @@ A trace processor beside the SDK's own ones (``agents.add_trace_processor``): it
   a ``function`` span is a ``tool`` scope unless the tool is one ``instrument()`` wrapped (its managed
   call is the scope then). Task, turn and custom spans open no scope: what is inside them nests
   under the scope around them.
+- A tool call a tool input guardrail refused (``tool_spans``: the SDK marks no span) is a ``tool``
+  scope ended failed with ``GuardrailRejected``, as a relay tool guardrail's refusal is: also for a
+  wrapped tool (whose managed call never started) and for the processor alone.
+- A span the SDK ends with no error while its task is being cancelled was cut short by the
+  cancellation (the SDK records none for a ``CancelledError``): its scope ends cancelled.
 - ``response`` / ``generation`` spans are logical model calls under their agent's scope: the attempts
   ``adapters.instrument()`` makes for the SDK calls inside join them (never a second span); without
   it, the attempt is recorded from the span (model, usage, finish reasons of the ``Response``).
@@ -15,11 +20,13 @@ A trace processor beside the SDK's own ones (``agents.add_trace_processor``): it
 
 Processors are called in the code that starts and ends the span, so what runs inside an agent span
 finds the agent's scope (``frameworks.framework_scope``). Scopes are detached: the SDK ends spans of
-concurrent guardrails and tools in any order. The processor fails open (counted, never raised).
+concurrent guardrails and tools in any order. The processor fails open (counted, never raised). It
+observes only, but for one hook: the first one made installs ``tool_spans``' guardrail hook.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any
 
@@ -33,6 +40,9 @@ from relay_runtime.session import Turn
 from relay_runtime.types import AnnotatedLLMResponse, ScopeType, TokenUsage
 
 from ..frameworks import FrameworkRun, ModelCall, current_parent, deferred, enter_scope, leave_scope
+from . import tool_spans
+from .tool_spans import ToolSpan
+from .tools import parse_arguments
 
 FRAMEWORK = cv.FRAMEWORK
 SPAN_ID = "openai_agents.span_id"
@@ -64,6 +74,7 @@ class RelayTraceProcessor:
         # Failed model calls per agent scope, kept open for the runner's retry (the next model span of
         # the same agent); the agent's end closes one that was not retried.
         self._failed: dict[str | None, tuple[ModelCall, BaseException]] = {}
+        tool_spans.install()
 
     # -- the TracingProcessor interface -----------------------------------------------------------
 
@@ -141,21 +152,32 @@ class RelayTraceProcessor:
                 )
                 token = enter_scope(handle) if scope_type == _AGENT else None
                 entry = FrameworkRun(turn, handle, own=True, token=token)
+            if kind == "function":  # closed by the span's end, as the entry is
+                tool_spans.open_span(span.span_id)
         self._spans[span.span_id] = entry
 
     def _end(self, entry: FrameworkRun, span: Any) -> None:
-        error = _error_of(span) if span.error else None
+        error: BaseException | None = _error_of(span) if span.error else _cancelled()
         call = entry.call
         if call is not None:
             call.leave()
             if call.observed is not None:
                 _end_observed(call, span.span_data, error)
-            if error is None:
-                call.close()
+            if error is None or isinstance(error, asyncio.CancelledError):
+                call.close(error)  # a cancelled call is not retried
             else:
                 self._keep_for_retry(entry, call, error)
             return
-        if not entry.own or entry.handle is None:
+        data = span.span_data
+        tool = tool_spans.close_span(span.span_id) if data.type == "function" else None
+        if tool is not None and tool.rejected is not None:
+            error = tool.rejected  # the tool never ran: its span's output is the guardrail's message
+        if not entry.own:
+            if tool is not None and not tool.ran and error is not None:
+                # A wrapped tool whose call ended before the managed invocation: no scope of its own.
+                _record_unrun(entry, span, tool, error)
+            return
+        if entry.handle is None:
             return
         leave_scope(entry.token)
         failed = None
@@ -164,7 +186,8 @@ class RelayTraceProcessor:
                 failed = self._failed.pop(entry.handle.uuid, None)
         if failed is not None:  # never retried: the model call failed
             failed[0].close(failed[1])
-        entry.turn.relay.scope.end(entry.handle, output=_output_of(span.span_data), error=error)
+        output = None if tool is not None and tool.rejected is not None else _output_of(data)
+        entry.turn.relay.scope.end(entry.handle, output=output, error=error)
 
     def _keep_for_retry(self, entry: FrameworkRun, call: ModelCall, error: BaseException) -> None:
         key = entry.handle.uuid if entry.handle is not None else None
@@ -210,6 +233,25 @@ def _error_of(span: Any) -> SpanFailed | None:
         return None
     message = error.get("message") if isinstance(error, dict) else str(error)
     return SpanFailed(str(message or "span error"), "agents_span_error")
+
+
+def _cancelled() -> asyncio.CancelledError | None:
+    """The error of a span ended with none while its task is being cancelled, as the core records one."""
+    task = tool_spans.running_task()
+    return asyncio.CancelledError() if task is not None and task.cancelling() else None
+
+
+def _record_unrun(entry: FrameworkRun, span: Any, tool: ToolSpan, error: BaseException) -> None:
+    """The scope of a wrapped tool's call that never reached the tool: shaped as the managed call's."""
+    data = span.span_data
+    metadata: dict[str, Any] = {cv.KIND: cv.TOOL, FRAMEWORK: "openai_agents", SPAN_ID: span.span_id}
+    if tool.call_id is not None:
+        metadata[cv.TOOL_CALL_ID] = tool.call_id
+    arguments = data.input  # the SDK puts it on the span only with trace_include_sensitive_data
+    inputs = parse_arguments(arguments) if isinstance(arguments, str) else None
+    scopes = entry.turn.relay.scope
+    handle = scopes.push(data.name, _TOOL, parent=entry.handle, attach=False, input=inputs, metadata=metadata)
+    scopes.end(handle, error=error)
 
 
 def _end_observed(call: ModelCall, data: Any, error: BaseException | None) -> None:

@@ -7,10 +7,16 @@ its scope ends failed with the intercept's error and the model gets ``Tool call 
 as the tool's output. The SDK's failure handling stays outside the managed call: an exception inside
 the tool ends the scope failed and goes on to the SDK, which turns it into the error message the
 model sees (its ``failure_error_function``).
+
+A tool's ``timeout`` (``function_tool(timeout=...)``) is the SDK's: it cancels the task running the
+tool and reports the timeout to the model (or raises ``ToolTimeoutError``). The scope ends failed
+with error type ``timeout`` then, not cancelled: the SDK went on. A tool cancelled with its run
+(the task running its ``function`` span is being cancelled, see ``tool_spans``) ends cancelled.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import threading
@@ -21,6 +27,7 @@ from relay_runtime import conventions as cv
 from relay_runtime import session
 
 from ..frameworks import current_parent, refusal_text
+from . import tool_spans
 
 TOOL_CALL_ID = "tool_call_id"
 _MARK = "__relay_managed_tool__"
@@ -54,7 +61,7 @@ class ToolWrapping:
             key = id(owner)
             forget = self._forget(key)
             self._originals[key] = (weakref.ref(owner, forget), attr, current)
-            setattr(owner, attr, self._managed(tool.name, current))
+            setattr(owner, attr, self._managed(tool.name, current, weakref.ref(tool)))
             self.names.add(tool.name)
 
     def _forget(self, key: int) -> Any:
@@ -70,30 +77,43 @@ class ToolWrapping:
             self._originals.clear()
             self.names.clear()
 
-    def _managed(self, name: str, original: Any) -> Any:
+    def _managed(self, name: str, original: Any, tool: weakref.ref[Any]) -> Any:
         async def on_invoke_tool(ctx: Any, arguments: str) -> Any:
             turn = _managed_turn()
             if turn is None or not self.live:
                 return await original(ctx, arguments)
-            parsed = _parse(arguments)
+            span = tool_spans.current()
+            if span is not None:
+                span.ran = True  # this call has its scope: the processor records none for its span
+            parsed = parse_arguments(arguments)
             started = False
 
             async def execute(args: Any) -> Any:
                 nonlocal started
                 started = True
-                if args is parsed or args == parsed:
-                    return await original(ctx, arguments)
-                # An intercept rewrote the arguments: the SDK's arguments prepared for the old text
-                # would be refused as not matching, so they are dropped and the new text parsed anew.
-                if hasattr(ctx, "_function_tool_arguments"):
-                    ctx._function_tool_arguments = None
-                return await original(ctx, args if isinstance(args, str) else json.dumps(args))
+                if args is not parsed and args != parsed:
+                    # An intercept rewrote the arguments: the SDK's arguments prepared for the old text
+                    # would be refused as not matching, so they are dropped and the new text parsed anew.
+                    if hasattr(ctx, "_function_tool_arguments"):
+                        ctx._function_tool_arguments = None
+                    text = args if isinstance(args, str) else json.dumps(args)
+                else:
+                    text = arguments
+                try:
+                    return await original(ctx, text)
+                except asyncio.CancelledError as exc:
+                    seconds = getattr(tool(), "timeout_seconds", None)
+                    if seconds is not None and _timed_out(span):
+                        raise ToolTimedOut(name, seconds, exc) from None
+                    raise
 
             metadata = {TOOL_CALL_ID: getattr(ctx, "tool_call_id", None), _FRAMEWORK: "openai_agents"}
             try:
                 return await turn.relay.tools.execute_async(
                     name, parsed, execute, parent=current_parent(turn), metadata=metadata
                 )
+            except ToolTimedOut as timed_out:
+                raise timed_out.cancelled from None  # the SDK's timeout waits for the task's cancellation
             except Exception as exc:
                 if started:
                     raise
@@ -104,7 +124,35 @@ class ToolWrapping:
         return on_invoke_tool
 
 
-def _parse(arguments: str) -> Any:
+class ToolTimedOut(BaseException):
+    """The SDK's ``timeout`` cancelled the tool: the scope's error (failed, ``timeout``).
+
+    A ``BaseException`` as the ``CancelledError`` it stands for is, so an execution intercept
+    catching ``Exception`` does not swallow it; the invocation re-raises that ``CancelledError``.
+    """
+
+    relay_error_type = "timeout"
+
+    def __init__(self, name: str, seconds: float, cancelled: asyncio.CancelledError) -> None:
+        super().__init__(f"Tool '{name}' timed out after {seconds:g} seconds.")  # the SDK's wording
+        self.cancelled = cancelled
+
+
+def _timed_out(span: tool_spans.ToolSpan | None) -> bool:
+    """Whether the cancellation a tool with a ``timeout`` got is the SDK's timeout.
+
+    The SDK runs such a tool in a task of its own and cancels it at the deadline; the run's own
+    cancellation reaches that task too, after cancelling the task running the function span. With
+    no span followed (the SDK's tracing off) that cannot be told: the scope stays cancelled.
+    """
+    task = tool_spans.running_task()
+    if task is None or not task.cancelling():
+        return False  # the tool raised CancelledError itself: nobody cancelled its task
+    return span is not None and span.task is not None and not span.task.cancelling()
+
+
+def parse_arguments(arguments: str) -> Any:
+    """A tool call's argument text as the value intercepts see: its JSON, or the text itself."""
     if not arguments:
         return {}
     try:
