@@ -31,6 +31,31 @@ def call_then_answer(name: str) -> tuple[t.Reply, t.Reply]:
     return t.json_reply(t.responses_body("", function_call=call)), t.json_reply(t.responses_body("Done."))
 
 
+def cancel_while_a_tool_runs(decorate: Any) -> None:
+    """A run with one slow tool (made by ``decorate``), cancelled while that tool runs, as ``asyncio.wait_for``
+    cancels at its deadline."""
+    started = asyncio.Event()
+
+    @decorate
+    async def slow(city: str) -> str:
+        """Takes its time."""
+        started.set()
+        await asyncio.sleep(30)
+        return "late"
+
+    scripted(*call_then_answer("slow"))
+    agent = agents.Agent(name="helper", model="gpt-test", tools=[slow])
+
+    async def go() -> None:
+        task = asyncio.create_task(agents.Runner.run(agent, "Go"))
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(go())
+
+
 def guarded_tool(behavior: str) -> Any:
     @agents.tool_input_guardrail
     def no_paris(data: Any) -> Any:
@@ -98,26 +123,7 @@ def test_tool_guardrail_raise_exception_records_a_refused_tool(relay_turn, relay
 @PATHS
 def test_run_cancelled_while_a_tool_runs_is_cancelled(relay_turn, relay_events, instrumented) -> None:
     use(instrumented)
-    started = asyncio.Event()
-
-    @agents.function_tool
-    async def slow(city: str) -> str:
-        """Takes its time."""
-        started.set()
-        await asyncio.sleep(30)
-        return "late"
-
-    scripted(*call_then_answer("slow"))
-    agent = agents.Agent(name="helper", model="gpt-test", tools=[slow])
-
-    async def go() -> None:
-        task = asyncio.create_task(agents.Runner.run(agent, "Go"))
-        await started.wait()
-        task.cancel()  # as asyncio.wait_for does at its deadline
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(go())
+    cancel_while_a_tool_runs(agents.function_tool)
     (agent_end,) = ends_of(relay_events, "agent")
     assert (agent_end.outcome, agent_end.error_type) == ("cancelled", "CancelledError")
     (tool,) = ends_of(relay_events, "tool")
@@ -172,25 +178,6 @@ def test_tool_timeout_is_a_failed_tool(relay_turn, relay_events, behavior) -> No
 
 def test_run_cancelled_while_a_tool_with_a_timeout_runs_is_not_a_timeout(relay_turn, relay_events) -> None:
     openai_agents.instrument()
-    started = asyncio.Event()
-
-    @agents.function_tool(timeout=30)
-    async def slow(city: str) -> str:
-        """Has time, but the run is cancelled."""
-        started.set()
-        await asyncio.sleep(30)
-        return "late"
-
-    scripted(*call_then_answer("slow"))
-    agent = agents.Agent(name="helper", model="gpt-test", tools=[slow])
-
-    async def go() -> None:
-        task = asyncio.create_task(agents.Runner.run(agent, "Go"))
-        await started.wait()
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(go())
+    cancel_while_a_tool_runs(agents.function_tool(timeout=30))  # it has time, but the run is cancelled
     (tool,) = ends_of(relay_events, "tool")
     assert (tool.outcome, tool.error_type) == ("cancelled", "CancelledError")
