@@ -209,3 +209,59 @@ def test_tool_node_error_handled_by_the_node(relay_turn, relay_events) -> None:
     (tool,) = relay_events.ends(relay_kind=cv.TOOL)
     assert (tool.outcome, tool.error_type) == ("failed", "tool_error")
     assert "no data for Paris" in tool.error_message
+
+
+@tools_mod.tool
+def send_email(to: str) -> str:
+    """Send an e-mail once a human approves."""
+    answer = types_mod.interrupt({"approve": f"send to {to}?"})
+    RAN.append(f"{to}: {answer}")
+    return f"sent: {answer}"
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_a_tool_that_interrupts_is_paused_not_failed(relay_turn, relay_events, use_async) -> None:
+    """``interrupt()`` inside a managed tool pauses the graph: the tool's scope ends as the node's does
+    (a success holding the control flow), and the resumed run records the tool's result."""
+    call = {"name": "send_email", "args": {"to": "ops"}, "id": "call-3", "type": "tool_call"}
+    ai = need("langchain_core.messages").AIMessage(content="", tool_calls=[call])
+    builder = graph_mod.StateGraph(graph_mod.MessagesState)
+    builder.add_node("tools", create_tool_node([send_email]))
+    builder.add_edge(graph_mod.START, "tools")
+    graph = configure_graph(builder.compile(checkpointer=memory_mod.InMemorySaver()))
+    config = {"configurable": {"thread_id": "approve-1"}}
+
+    def invoke(value: Any) -> Any:
+        return asyncio.run(graph.ainvoke(value, config)) if use_async else graph.invoke(value, config)
+
+    paused = invoke({"messages": [ai]})
+    assert paused["__interrupt__"][0].value == {"approve": "send to ops?"} and RAN == []
+    (tool,) = relay_events.ends(relay_kind=cv.TOOL)
+    assert (tool.outcome, tool.error_type, tool.output) == ("success", None, {"control_flow": "GraphInterrupt"})
+    (node,) = [e for e in relay_events.ends() if e.name == "tools"]
+    assert (node.outcome, node.output) == ("success", {"control_flow": "GraphInterrupt"})
+
+    done = invoke(types_mod.Command(resume="yes"))
+    assert done["messages"][-1].content == "sent: yes" and RAN == ["ops: yes"]
+    _paused, second = relay_events.ends(relay_kind=cv.TOOL)
+    assert (second.outcome, second.output.content) == ("success", "sent: yes")
+
+
+def test_a_middleware_tool_that_interrupts_is_paused_not_failed(relay_turn, relay_events) -> None:
+    """``RelayMiddleware``'s tool calls take the same path: the pause is no failure."""
+    from relay_runtime.integrations.langchain import RelayMiddleware
+
+    agents_mod = need("langchain.agents")
+    script = t.Script(
+        [t.json_reply(tool_call_body("send_email", {"to": "ops"})), t.json_reply(t.chat_completion_body("Sent."))]
+    )
+    agent = agents_mod.create_agent(
+        chat_model(script), [send_email], middleware=[RelayMiddleware()], checkpointer=memory_mod.InMemorySaver()
+    )
+    config = {"configurable": {"thread_id": "approve-2"}}
+    paused = agent.invoke({"messages": [{"role": "user", "content": "Mail ops"}]}, config)
+    assert "__interrupt__" in paused and RAN == []
+    (tool,) = relay_events.ends(relay_kind=cv.TOOL)
+    assert (tool.outcome, tool.output) == ("success", {"control_flow": "GraphInterrupt"})
+    assert agent.invoke(types_mod.Command(resume="ok"), config)["messages"][-1].content == "Sent."
+    assert [e.outcome for e in relay_events.ends(relay_kind=cv.TOOL)] == ["success", "success"]

@@ -35,7 +35,7 @@ from relay_runtime.types import ScopeType
 from ..frameworks import FrameworkRun, ModelCall, current_parent, deferred, enter_scope, leave_scope
 from . import models
 from .codec import codec_for, plain
-from .tools import managed_tool
+from .tools import control_flow_output, is_control_flow, managed_tool
 
 # Read once: every chat model run goes through these.
 _managed_turn = session.managed_turn
@@ -47,14 +47,6 @@ _EMPTY: dict[str, Any] = {}
 FRAMEWORK = cv.FRAMEWORK
 RUN_ID = "langchain.run_id"
 _HIDDEN = "langsmith:hidden"
-_CONTROL_FLOW = ("GraphBubbleUp", "GraphInterrupt", "NodeInterrupt", "ParentCommand")
-
-
-def _is_control_flow(error: BaseException) -> bool:
-    """LangGraph's interrupts and parent commands travel as exceptions; they are not failures."""
-    return any(type(error).__name__ == name for name in _CONTROL_FLOW) or any(
-        cls.__name__ == "GraphBubbleUp" for cls in type(error).__mro__
-    )
 
 
 class RelayCallbackHandler(BaseCallbackHandler):
@@ -138,8 +130,8 @@ class RelayCallbackHandler(BaseCallbackHandler):
         if not run.own or run.handle is None:
             return
         leave_scope(run.token)
-        if error is not None and _is_control_flow(error):
-            run.turn.relay.scope.end(run.handle, output={"control_flow": type(error).__name__}, outcome="success")
+        if error is not None and is_control_flow(error):
+            run.turn.relay.scope.end(run.handle, output=control_flow_output(error), outcome="success")
             return
         run.turn.relay.scope.end(run.handle, output=plain(output) if error is None else None, error=error)
 

@@ -6,6 +6,11 @@ the tool never runs, its scope ends failed with that error, and the agent gets a
 ``status="error"`` carrying the reason, which the model reads and can act on. A tool whose error the
 ``ToolNode`` turned into an error message ends failed too (its scope says what the message says).
 An exception the tool raises and the framework does not handle ends the scope failed and propagates.
+LangGraph's control flow (``interrupt()`` pausing for a human, a ``Command`` for the parent graph) is no
+failure: the tool's scope ends as a success with ``{"control_flow": "GraphInterrupt"}``, as the node's
+does, and the exception goes on to the framework, which pauses the graph. Execution intercepts see
+that output as the tool's result, not the exception (so one that retries on errors does not run the
+tool again); what they return is recorded, and the pause goes on to the framework all the same.
 """
 
 from __future__ import annotations
@@ -23,9 +28,23 @@ from ..frameworks import current_parent, refusal_text
 
 TOOL_CALL_ID = "tool_call_id"
 _FRAMEWORK = cv.FRAMEWORK
+_CONTROL_FLOW = ("GraphBubbleUp", "GraphInterrupt", "NodeInterrupt", "ParentCommand")
 
 # True while a managed tool call runs here: the callback handler then opens no second tool scope.
 managed_tool: ContextVar[bool] = ContextVar("relay_langchain_managed_tool", default=False)
+
+
+def is_control_flow(error: BaseException) -> bool:
+    """LangGraph's interrupts and parent commands travel as exceptions; they are not failures.
+    By name: LangChain alone (no LangGraph installed) uses this module too."""
+    return any(type(error).__name__ == name for name in _CONTROL_FLOW) or any(
+        cls.__name__ == "GraphBubbleUp" for cls in type(error).__mro__
+    )
+
+
+def control_flow_output(error: BaseException) -> dict[str, str]:
+    """What a scope that ended in control flow records as its output (a node's, a tool's)."""
+    return {"control_flow": type(error).__name__}
 
 
 class ToolFailed(RuntimeError):
@@ -60,12 +79,15 @@ class _ToolRun:
     """One tool call's bookkeeping, the same for the sync and the async path: what ``relay.tools`` is
     given (name, arguments, parent scope, metadata), read once from the request."""
 
-    __slots__ = ("args", "handler", "metadata", "name", "parent", "request", "started")
+    __slots__ = ("args", "handler", "metadata", "name", "parent", "paused", "request", "started")
 
     def __init__(self, turn: Any, request: Any, handler: Callable[[Any], Any]) -> None:
         self.request = request
         self.handler = handler
         self.started = False
+        # The framework's control-flow exception the tool raised: held past ``relay.tools`` (which
+        # would end the scope failed with it) and raised again once the scope has ended.
+        self.paused: Exception | None = None
         call = request.tool_call
         self.name = call["name"]
         self.args = call.get("args") or {}
@@ -80,6 +102,19 @@ class _ToolRun:
         if args is not call.get("args"):  # rewritten by an intercept (the request's own needs no copy)
             request = request.override(tool_call={**call, "args": args})
         return request, managed_tool.set(True)
+
+    def result(self, result: Any) -> Any:
+        """The tool call's result; a pause the tool made goes on to the framework (the scope has ended)."""
+        paused = self.paused
+        if paused is not None:
+            self.paused = None
+            raise paused
+        return result
+
+    def pause(self, error: Exception) -> dict[str, str]:
+        """``error``, the framework's control flow, held: what ``relay.tools`` records instead."""
+        self.paused = error
+        return control_flow_output(error)
 
     def settle(self, error: Exception) -> Any:
         """What the agent gets when the managed call raised ``error``: a refusal or the error message."""
@@ -101,13 +136,18 @@ def run_tool(request: Any, handler: Callable[[Any], Any]) -> Any:
         current, token = run.start(args)
         try:
             return _checked(handler(current))
+        except Exception as exc:
+            if not is_control_flow(exc):
+                raise
+            return run.pause(exc)
         finally:
             managed_tool.reset(token)
 
     try:
-        return turn.relay.tools.execute(run.name, run.args, execute, parent=run.parent, metadata=run.metadata)
+        result = turn.relay.tools.execute(run.name, run.args, execute, parent=run.parent, metadata=run.metadata)
     except Exception as exc:
         return run.settle(exc)
+    return run.result(result)
 
 
 async def arun_tool(request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
@@ -120,12 +160,17 @@ async def arun_tool(request: Any, handler: Callable[[Any], Awaitable[Any]]) -> A
         current, token = run.start(args)
         try:
             return _checked(await handler(current))
+        except Exception as exc:
+            if not is_control_flow(exc):
+                raise
+            return run.pause(exc)
         finally:
             managed_tool.reset(token)
 
     try:
-        return await turn.relay.tools.execute_async(
+        result = await turn.relay.tools.execute_async(
             run.name, run.args, execute, parent=run.parent, metadata=run.metadata
         )
     except Exception as exc:
         return run.settle(exc)
+    return run.result(result)
