@@ -166,6 +166,31 @@ def test_callback_handler_on_a_fake_chat_model_chain(relay_turn, relay_events) -
     assert attempts(relay_events)[0].annotated_response.output_text == "a fake answer"
 
 
+def test_two_callback_handlers_record_a_run_once(relay_turn, relay_events) -> None:
+    """Two relay handlers on one run (two layers each adding theirs): one record, with one attempt."""
+    script = tool_then_answer()
+    agent = agents_mod.create_agent(chat_model(script), [weather], name="helper")
+    run(agent, "Weather in Paris?", callbacks=[RelayCallbackHandler(), RelayCallbackHandler()])
+    assert outline(relay_events)[0] == "agent helper success" and len(relay_events.starts(name="helper")) == 1
+    assert len(logical_calls(relay_events)) == len(attempts(relay_events)) == 2
+    assert len(relay_events.ends(relay_kind=cv.TOOL)) == 1
+
+
+def test_the_runs_relay_handlers_follow_are_bounded(monkeypatch) -> None:
+    """Runs whose end never comes (an abandoned stream) do not pile up: the oldest are forgotten."""
+    import uuid
+
+    from relay_runtime.integrations.langchain import callbacks
+
+    monkeypatch.setattr(callbacks, "_RUNS", {})
+    monkeypatch.setattr(callbacks, "_MAX_RUNS", 3)
+    handler = RelayCallbackHandler()
+    ids = [uuid.uuid4() for _ in range(5)]
+    for run_id in ids:
+        handler._follow(run_id, None)  # type: ignore[arg-type]
+    assert list(callbacks._RUNS) == ids[2:]
+
+
 def test_callback_handler_records_a_failed_chain(relay_turn, relay_events) -> None:
     runnables = need("langchain_core.runnables")
 

@@ -121,7 +121,7 @@ def test_configure_graph_is_idempotent_and_checks_its_argument() -> None:
         configure_graph(object())
 
 
-def approval_graph() -> Any:
+def approval_graph(configure: bool = True) -> Any:
     def ask(state: Any) -> Any:
         answer = types_mod.interrupt({"question": "Send the email?"})
         return {"messages": [{"role": "assistant", "content": f"approved: {answer}"}]}
@@ -129,7 +129,8 @@ def approval_graph() -> Any:
     builder = graph_mod.StateGraph(graph_mod.MessagesState)
     builder.add_node("ask", ask)
     builder.add_edge(graph_mod.START, "ask")
-    return configure_graph(builder.compile(name="approval", checkpointer=memory_mod.InMemorySaver()))
+    graph = builder.compile(name="approval", checkpointer=memory_mod.InMemorySaver())
+    return configure_graph(graph) if configure else graph
 
 
 def test_interrupt_and_resume_are_marks_and_resume_keeps_the_ids(relay_home) -> None:
@@ -265,3 +266,38 @@ def test_a_middleware_tool_that_interrupts_is_paused_not_failed(relay_turn, rela
     assert (tool.outcome, tool.output) == ("success", {"control_flow": "GraphInterrupt"})
     assert agent.invoke(types_mod.Command(resume="ok"), config)["messages"][-1].content == "Sent."
     assert [e.outcome for e in relay_events.ends(relay_kind=cv.TOOL)] == ["success", "success"]
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_configure_graph_and_a_callback_handler_record_the_run_once(relay_turn, relay_events, use_async) -> None:
+    """``configure_graph``'s handler and the LangChain usage (``config["callbacks"]``) on one invocation:
+    every scope and logical call once, each with its attempt."""
+    from relay_runtime.integrations.langchain import RelayCallbackHandler
+
+    adapters.instrument()
+    script = tool_then_answer()
+    graph = agent_graph(script)
+    config = {"callbacks": [RelayCallbackHandler()]}
+    result = asyncio.run(graph.ainvoke(QUESTION, config)) if use_async else graph.invoke(QUESTION, config)
+    assert result["messages"][-1].content == "Done."
+    lines = outline(relay_events)
+    assert lines[0] == "agent weather-graph success" and lines.count("  function agent success") == 2
+    assert len(lines) == 11 and len(relay_events.ends(relay_kind=cv.TOOL)) == 1
+    calls = relay_events.ends(relay_kind=cv.LOGICAL_CALL)
+    assert len(calls) == len(attempts(relay_events)) == len(script.requests) == 2
+    assert {a.parent_uuid for a in attempts(relay_events)} == {c.uuid for c in calls}
+
+
+def test_configure_graph_keeps_a_callback_handler_of_the_graph_config_to_one_record(relay_turn, relay_events) -> None:
+    """A ``RelayCallbackHandler`` already in the graph's config: ``configure_graph`` adds the graph handler
+    (for the interrupt and resume marks) and the run is still recorded once."""
+    from relay_runtime.integrations.langchain import RelayCallbackHandler
+
+    graph = approval_graph(configure=False)
+    graph.config = {**(graph.config or {}), "callbacks": [RelayCallbackHandler()]}
+    configure_graph(configure_graph(graph))
+    names = [type(h).__name__ for h in graph.config["callbacks"]]
+    assert names == ["RelayCallbackHandler", "RelayGraphCallbackHandler"]
+    graph.invoke(QUESTION, {"configurable": {"thread_id": "once"}})
+    assert outline(relay_events, skip=("conversation", "turn")) == ["agent approval success", "  function ask success"]
+    assert len(relay_events.marks(name="graph.interrupt")) == 1

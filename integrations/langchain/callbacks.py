@@ -10,6 +10,10 @@ makes for its provider call joins it (so there is never a second one); without `
 the handler records the attempt from what the callbacks report (model, usage, finish reason).
 Inside a ``RelayMiddleware`` model or tool call the middleware's records stand and the handler adds none.
 
+Several relay handlers on one run (``configure_graph``'s and one passed in ``config["callbacks"]``, or
+two passed by layers that each add theirs) record it once: the runs every handler follows are kept in
+one registry, and a run some handler already follows is not followed again.
+
 Scopes are opened *detached*: LangChain ends runs in its own order (parallel branches, streams
 closed late) and from other contexts, which a scope stack cannot follow. Code running inside a
 run finds its scope through ``frameworks.framework_scope``. The handler fails open: its own errors
@@ -48,6 +52,23 @@ FRAMEWORK = cv.FRAMEWORK
 RUN_ID = "langchain.run_id"
 _HIDDEN = "langsmith:hidden"
 
+# Every relay handler's runs, by run id: each callback reaches every handler on the run, and the first
+# to see a run's start follows it for all of them (see the module docstring); any of them ends it.
+# Runs leave it at their end; the bound only matters for runs whose end never comes (an abandoned
+# stream), the oldest of which are then forgotten.
+_RUNS: dict[UUID, FrameworkRun] = {}
+_MAX_RUNS = 100_000
+_runs_lock = threading.Lock()
+
+
+def _forget_oldest() -> None:
+    with _runs_lock:
+        while len(_RUNS) >= _MAX_RUNS:
+            try:
+                del _RUNS[next(iter(_RUNS))]
+            except (StopIteration, KeyError, RuntimeError):  # emptied or changed by another thread meanwhile
+                return
+
 
 class RelayCallbackHandler(BaseCallbackHandler):
     """LangChain callbacks -> relay scopes of the turn managed where the run starts."""
@@ -58,8 +79,12 @@ class RelayCallbackHandler(BaseCallbackHandler):
     def __init__(self, *, framework: str = "langchain") -> None:
         super().__init__()
         self.framework = framework
-        self._runs: dict[UUID, FrameworkRun] = {}
-        self._lock = threading.Lock()
+        self._runs = _RUNS  # shared by every relay handler: see the module docstring
+
+    def _follow(self, run_id: UUID, run: FrameworkRun) -> None:
+        if len(_RUNS) >= _MAX_RUNS:
+            _forget_oldest()
+        _RUNS[run_id] = run
 
     # -- bookkeeping ------------------------------------------------------------------------------
 
@@ -89,6 +114,8 @@ class RelayCallbackHandler(BaseCallbackHandler):
         tags: list[str] | None,
         metadata: dict[str, Any] | None = None,
     ) -> None:
+        if run_id in _RUNS:  # another relay handler on this run follows it
+            return
         turn = session.managed_turn()
         if turn is None:
             return
@@ -107,7 +134,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
     ) -> None:
         parent = self._parent(turn, parent_run_id)
         if tags and _HIDDEN in tags:
-            self._runs[run_id] = FrameworkRun(turn, parent)
+            self._follow(run_id, FrameworkRun(turn, parent))
             return
         if scope_type is None:
             known = parent_run_id is not None and parent_run_id in self._runs
@@ -116,7 +143,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
         handle = turn.relay.scope.push(
             name, scope_type, parent=parent, attach=False, input=plain(inputs), metadata=meta
         )
-        self._runs[run_id] = FrameworkRun(turn, handle, own=True, token=enter_scope(handle))
+        self._follow(run_id, FrameworkRun(turn, handle, own=True, token=enter_scope(handle)))
 
     def _close(self, run_id: UUID, output: Any = None, error: BaseException | None = None) -> None:
         run = self._runs.pop(run_id, None)
@@ -173,11 +200,13 @@ class RelayCallbackHandler(BaseCallbackHandler):
         inputs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        if run_id in _RUNS:  # another relay handler on this run follows it
+            return
         turn = session.managed_turn()
         if turn is None:
             return
         if managed_tool.get():  # the middleware's managed call is this tool's scope
-            self._runs[run_id] = FrameworkRun(turn, turn.relay.scope.current())
+            self._follow(run_id, FrameworkRun(turn, turn.relay.scope.current()))
             return
         name = kwargs.get("name") or _name_of(serialized) or "tool"
         call_id = kwargs.get("tool_call_id")
@@ -230,12 +259,12 @@ class RelayCallbackHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         turn = _managed_turn()
-        if turn is None or _middleware_call.get() is not None:
+        if turn is None or _middleware_call.get() is not None or run_id in _RUNS:  # (followed by another handler)
             return
         try:  # ``_guarded`` and ``ModelCall.under`` inlined: this runs for every model call
             parent = self._parent(turn, parent_run_id)
             call = ModelCall(turn, open_call_in(turn, parent, _PRIMARY), _PRIMARY, parent)
-            self._runs[run_id] = FrameworkRun(turn, None, call=call)
+            self._follow(run_id, FrameworkRun(turn, None, call=call))
             if is_instrumented():
                 call.join()  # the SDK call inside is the attempt
             else:

@@ -7,6 +7,9 @@ an interrupt is a ``graph.interrupt`` mark with its payloads (``id``, ``value``)
 a resume a ``graph.resume`` mark with the checkpoint and the resume value the caller passed in
 ``Command(resume=...)``. The interrupted node's scope ends as a success with ``{"control_flow":
 "GraphInterrupt"}``: pausing for a human is not a failure.
+
+A ``RelayCallbackHandler`` passed as well (``config={"callbacks": [...]}``, or already in the graph's
+config) records nothing twice: relay handlers share the runs they follow (see ``callbacks``).
 """
 
 from __future__ import annotations
@@ -73,7 +76,10 @@ def _where(event: Any) -> dict[str, Any]:
 
 
 def configure_graph(graph: G) -> G:
-    """Add a ``RelayGraphCallbackHandler`` to the compiled graph's base config (once), in place; returns it."""
+    """Add a ``RelayGraphCallbackHandler`` to the compiled graph's base config (once), in place; returns it.
+
+    Added also beside a plain ``RelayCallbackHandler`` there: the runs are recorded once all the same,
+    and only the graph handler records the interrupt and resume marks."""
     config = getattr(graph, "config", None)
     if not hasattr(graph, "config"):
         raise TypeError(f"configure_graph takes a compiled LangGraph graph, got {type(graph).__name__}")
