@@ -18,6 +18,7 @@ attempt ``relay.sent: False`` (see ``refused``).
 from __future__ import annotations
 
 import sys
+from contextvars import ContextVar
 from typing import Any
 
 from relay_runtime import conventions as cv
@@ -37,11 +38,22 @@ def count_try() -> None:
     metadata[cv.SDK_RETRIES] = 0 if retries is None else retries + 1
 
 
+# The last HTTP request a managed attempt sent here, as httpx sent it (its auth applied: newer SDKs add the
+# credential in the send, after the request object an error carries was built). Read on the error path only.
+_last_sent: ContextVar[Any] = ContextVar("relay_sdk_last_sent", default=None)
+
+
+def last_sent() -> Any:
+    """The last HTTP request sent for a managed attempt in this context, or None."""
+    return _last_sent.get()
+
+
 def _on_request(request: Any) -> None:
     """The sync client's request hook (and the body of the async one)."""
     attempt = current_attempt()
     if attempt is None:
         return
+    _last_sent.set(request)
     metadata = attempt.metadata
     retries = metadata.get(cv.SDK_RETRIES)
     if retries is None:

@@ -13,17 +13,29 @@ error is recorded. A successful call pays nothing.
 
 from __future__ import annotations
 
+from typing import Any
+
 from relay_runtime import redaction
 from relay_runtime.cassettes import secrets
 
+from . import sdk_retries
+
 
 def remember_from_error(error: BaseException) -> None:
-    """Remember the credentials of the HTTP request ``error`` says it was raised for, if it says."""
+    """Remember the credentials of the HTTP request ``error`` says it was raised for, and of the last request
+    the SDK sent here (newer SDKs add the credential while sending, not to the request an error carries)."""
     try:
         # httpx's own errors raise from ``.request`` when none was set.
         request = getattr(error, "request", None)
     except RuntimeError:
-        return
+        request = None
+    _remember(request)
+    sent = sdk_retries.last_sent()
+    if sent is not None and sent is not request:
+        _remember(sent)
+
+
+def _remember(request: Any) -> None:
     headers = getattr(request, "headers", None)
     raw = getattr(headers, "raw", None)
     if not isinstance(raw, list):
