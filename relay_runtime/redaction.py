@@ -358,9 +358,19 @@ def _clean(value: Any, depth: int) -> Any:
         if items is None:
             return value
         return items if kind is list else tuple(items)
-    if kind is dict or isinstance(value, Mapping):
+    if kind is dict:
         return _clean_mapping(value, depth, _NOTHING_SKIPPED)
+    if kind in _opaque:
+        return value
+    if isinstance(value, Mapping):
+        return _clean_mapping(value, depth, _NOTHING_SKIPPED)
+    if len(_opaque) < _VERDICTS_MAX:
+        # Every scope's input and output passes here: an SDK object's type is asked once whether it is a Mapping.
+        _opaque.add(kind)
     return value
+
+
+_opaque: set[type] = set()
 
 
 def redact_value(value: Any) -> Any:

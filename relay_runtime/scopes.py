@@ -22,7 +22,7 @@ from .clipping import ERROR_MESSAGE_LIMIT, bounded
 from .events import MARK, SCOPE_END, SCOPE_START, AnnotatedRequestField, AnnotatedResponseField, new_event
 from .ids import new_id
 from .ids import pooled as _pooled
-from .redaction import scrub_text
+from .redaction import redact_value, scrub_text
 from .trace_context import REMOTE_PARENT, REMOTE_TRACESTATE, clean_tracestate, require_traceparent
 from .types import Outcome, ScopeType
 
@@ -184,6 +184,10 @@ class Scopes:
             metadata = handle.metadata
         token = self._stack.set(handle) if attach else None
         if self._subs.start:
+            if input is not None:
+                # A framework's chain or tool input may carry a credential (a client's key, an
+                # ``api_key`` argument): the record never holds it. What runs gets ``input`` as it was.
+                input = redact_value(input)
             # Positional (start_timestamp, input, output, metadata): keywords cost the call a name match each.
             event = new_event(
                 SCOPE_START, handle.uuid, handle.parent_uuid, handle.trace_id, name, st, handle.start_ns,
@@ -243,6 +247,8 @@ class Scopes:
                 self._stack.set(handle.below)
             else:
                 self._check_not_buried(handle, top)
+        if output is not None and self._subs.end:
+            output = redact_value(output)
         self._end(handle, output, metadata, error, outcome)
 
     def _check_not_buried(self, handle: ScopeHandle, top: ScopeHandle | None) -> None:
@@ -269,7 +275,13 @@ class Scopes:
         annotated_request: AnnotatedRequestField = None,
         annotated_response: AnnotatedResponseField = None,
     ) -> None:
-        """Mark ``handle`` ended and emit its end event, without touching any stack."""
+        """Mark ``handle`` ended and emit its end event, without touching any stack.
+
+        ``output`` is recorded with credentials blanked, as ``pop``'s is (an LLM attempt's response
+        is ended through ``_end``: the response's own redaction applies to it).
+        """
+        if output is not None and self._subs.end:
+            output = redact_value(output)
         self._end(handle, output, metadata, error, outcome, provider, model_name, annotated_request, annotated_response)
 
     def _end(
@@ -367,7 +379,7 @@ class Scopes:
     ) -> None:
         if not self._subs.mark:
             return
-        self._emit_mark(self._subs.mark, name, data, metadata, parent)
+        self._emit_mark(self._subs.mark, name, redact_value(data) if data is not None else None, metadata, parent)
 
     def _emit_mark(
         self,

@@ -261,3 +261,32 @@ def test_a_client_key_is_scrubbed_however_many_keys_came_before(relay_turn, rela
     end = relay_events.ends(relay_kind=cv.ATTEMPT)[0]
     assert end.error_message is not None and "Incorrect API key provided: [redacted]" in end.error_message
     assert key not in " ".join(repr(getattr(e, name)) for e in relay_events for name in FIELDS)
+
+
+def test_scope_inputs_and_outputs_hold_no_credentials(relay_turn, relay_events) -> None:
+    """A tool's arguments, a scope's input and output and a mark's data are recorded with credential keys
+    and remembered client keys blanked; the tool itself still gets (and returns) the values as they were."""
+    relay, _turn = relay_turn
+    redaction.remember_secret(_secret(4))
+    got: list[Any] = []
+
+    def login(args: dict[str, Any]) -> dict[str, Any]:
+        got.append(args)
+        return {"session": {"access_token": _secret(2)}, "user": "keep-out", "note": f"key {_secret(4)}"}
+
+    args = {"user": "ada", "password": _secret(1)}
+    result = relay.tools.execute("login", args, login)
+    assert got == [{"user": "ada", "password": _secret(1)}] and got[0] is args
+    assert result["session"]["access_token"] == _secret(2)
+
+    with relay.scope.scope("step", input=[{"api_key": _secret(3)}, "keep-in"]) as step:
+        relay.scope.mark("checkpoint", {"Client_Secret": _secret(5), "n": 1})
+    relay.scope.end(relay.scope.push("late", attach=False), output=({"secret": _secret(6)},))
+    assert step.ended
+
+    records = " ".join(repr(getattr(e, name)) for e in relay_events for name in FIELDS)
+    _assert_clean(records)
+    assert relay_events.starts(name="login")[0].input == {"user": "ada", "password": redaction.REDACTED}
+    assert relay_events.ends(name="login")[0].output["user"] == "keep-out"
+    assert relay_events.starts(name="step")[0].input[1] == "keep-in"
+    assert relay_events.ends(name="late")[0].output == ({"secret": redaction.REDACTED},)

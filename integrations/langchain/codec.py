@@ -9,9 +9,11 @@ name (``ChatOpenAI`` and ``ChatAnthropic`` both take ``temperature``, ``max_toke
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from langchain_core.load.serializable import Serializable
 from langchain_core.messages import BaseMessage, convert_to_messages
 
 from relay_runtime.clipping import head
@@ -61,12 +63,22 @@ def plain(value: Any, depth: int = 0) -> Any:
         return {str(k): plain(v, depth + 1) for k, v in list(value.items())[:_MAX_ITEMS]}
     if isinstance(value, list | tuple | set | frozenset):
         return [plain(v, depth + 1) for v in list(value)[:_MAX_ITEMS]]
+    if isinstance(value, Serializable) and type(value).is_lc_serializable():
+        # LangChain's own serialised form (``dumpd``'s): fields its class declares secret (``lc_secrets``,
+        # often plain ``str`` fields) stand as ``{"type": "secret"}`` markers, which a dump would show.
+        try:
+            return plain(value.to_json(), depth + 1)
+        except Exception:
+            return repr(type(value).__name__)
     dump = getattr(value, "model_dump", None)  # pydantic models (tool inputs, structured output)
     if callable(dump):
         try:
             return plain(dump(), depth + 1)
         except Exception:
             pass
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        # By field, so that a credential field meets the key rule (a repr would carry its value as text).
+        return plain({f.name: getattr(value, f.name) for f in dataclasses.fields(value)}, depth + 1)
     return plain(str(value), depth + 1)
 
 
