@@ -72,6 +72,18 @@ class _Raising:
         raise error
 
 
+def surfaced(exc: BaseException) -> BaseException:
+    """``exc``, or the relay's own error that the SDK wrapped in it while reading the stream.
+
+    A cassette raises its miss from inside the SDK's HTTP read, and an SDK may wrap whatever that read
+    raises (anthropic 2.x makes it an ``APIConnectionError``): the caller and the record get the miss
+    itself, which says what to do, not a connection error that never happened. The relay's errors
+    that travel so say it with ``relay_surfaces``.
+    """
+    cause = exc.__cause__
+    return cause if cause is not None and getattr(cause, "relay_surfaces", False) else exc
+
+
 def _running(target: Any) -> bool:
     """A generator another thread or task is inside right now (reading the next chunk): it cannot be
     closed, and need not be, since closing its source (the next target) ends it."""
@@ -212,20 +224,22 @@ class ManagedStream(_StreamWrapper):
             raise
         except BaseException as exc:
             # A provider error, or a subscriber's BaseException on the chunk.
-            self._failed(exc)
-            raise
+            raise self._failed(exc)  # noqa: B904 (the error itself, or the relay's own one it wraps)
         if stop is not None:
             # A budget stopped the stream: the provider's is closed now, the next read raises why.
             self._release(quiet=True)
             self._iterator = _Raising(stop)
         return chunk
 
-    def _failed(self, exc: BaseException) -> None:
-        """The attempt ends with ``exc``, and the provider's stream is closed before the caller sees it."""
+    def _failed(self, exc: BaseException) -> BaseException:
+        """The attempt ends with ``exc`` (see ``surfaced``), and the provider's stream is closed before the
+        caller sees it; returns the error to raise."""
+        exc = surfaced(exc)
         try:
             self._life.fail(exc)
         finally:
             self._release(quiet=True)
+        return exc
 
     def _read_ahead(self) -> tuple[bool, Any]:
         """Read the first chunk ahead (unrecorded until the caller reads it): ``(True, chunk)`` or ``(False, None)``."""
@@ -234,8 +248,7 @@ class ManagedStream(_StreamWrapper):
         except StopIteration:
             return False, None
         except BaseException as exc:
-            self._failed(exc)
-            raise
+            raise self._failed(exc)  # noqa: B904
         self._iterator = itertools.chain((chunk,), self._iterator)
         return True, chunk
 
@@ -301,29 +314,29 @@ class ManagedAsyncStream(_StreamWrapper):
             raise
         except BaseException as exc:
             attempt.leave(tokens)
-            await self._failed(exc)
-            raise
+            raise await self._failed(exc)  # noqa: B904
         attempt.leave(tokens)
         try:
             stop = life.chunk(chunk)
         except BaseException as exc:
-            await self._failed(exc)
-            raise
+            raise await self._failed(exc)  # noqa: B904
         if stop is not None:
             await self._release(quiet=True)
             self._iterator = _Raising(stop)
         return chunk
 
-    async def _failed(self, exc: BaseException) -> None:
+    async def _failed(self, exc: BaseException) -> BaseException:
         """The attempt ends with ``exc``; the provider's cleanup starts now and ``aclose()`` waits for it.
 
         As in NeMo Relay, the error reaches the caller at once: a provider whose ``aclose`` hangs
         must not hang the caller's ``anext()`` (only its own ``aclose()``).
         """
+        exc = surfaced(exc)
         try:
             self._life.fail(exc)
         finally:
             await self._release_behind()
+        return exc
 
     async def _release_behind(self) -> None:
         """Close the provider's stream in a task of its own on the running loop, started before returning."""
@@ -350,8 +363,7 @@ class ManagedAsyncStream(_StreamWrapper):
             return False, None
         except BaseException as exc:
             attempt.leave(tokens)
-            await self._failed(exc)
-            raise
+            raise await self._failed(exc)  # noqa: B904
         attempt.leave(tokens)
         self._iterator = _Prepended(chunk, self._iterator)
         return True, chunk

@@ -37,6 +37,10 @@ E = TypeVar("E", bound="CassetteError")
 class CassetteError(RuntimeError):
     """A cassette cannot be read, written or used as asked."""
 
+    # Raised from inside an SDK's HTTP read (a miss past a cut stream): a managed stream raises it as
+    # itself where the SDK wrapped it (``streams.surfaced``).
+    relay_surfaces = True
+
 
 class CassetteMiss(CassetteError, LookupError):
     """A call found nothing to replay (or asked for more than was recorded)."""
