@@ -7,7 +7,9 @@ event stays on its holder, open, so the end of the turn still closes it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .scopes import RelayOutput
 
 if TYPE_CHECKING:
     from .session import CallHolder, LogicalCall, Turn
@@ -53,11 +55,7 @@ def end_logical_call(
     If ending it fails before its end event (a scope-order error, say), it stays on the
     turn, open, and the end of the turn closes it: no start goes without its end.
     """
-    output: dict[str, Any] = {
-        "outcome": outcome,
-        "model": model_name or call.model,
-        "provider": provider_name or call.provider,
-    }
+    output = RelayOutput(outcome=outcome, model=model_name or call.model, provider=provider_name or call.provider)
     try:
         # Looked up at call time: callers (and tests) may wrap the relay's pop.
         turn.relay.scope.pop(call.scope, output=output, outcome=outcome)
@@ -85,7 +83,7 @@ def end_open_call(turn: Turn, call: LogicalCall, outcome: str) -> None:
         interrupted = interrupted or exc
     if not call.scope.ended:
         # Closing failed without ending it (or it was left claimed): end it without the pop.
-        relay.scope.end(call.scope, output={"outcome": outcome, "model": call.model, "provider": call.provider})
+        relay.scope.end(call.scope, output=RelayOutput(outcome=outcome, model=call.model, provider=call.provider))
     with turn.lock:
         if turn.logical_llm_calls.get(call.api_request_id) is call:
             del turn.logical_llm_calls[call.api_request_id]

@@ -32,6 +32,16 @@ if TYPE_CHECKING:
 _now = time.time_ns
 
 
+class RelayOutput(dict[str, Any]):
+    """An output the relay builds itself from what it holds (an outcome, a model name): recorded as it is.
+
+    Every other output passes the credential walk on ``pop``; the logical call's and the turn's run on
+    every call, and hold nothing a caller handed in as data.
+    """
+
+    __slots__ = ()
+
+
 class ScopeOrderError(RuntimeError):
     """A scope was popped while a scope pushed after it, in the same context, was still open."""
 
@@ -247,7 +257,7 @@ class Scopes:
                 self._stack.set(handle.below)
             else:
                 self._check_not_buried(handle, top)
-        if output is not None and self._subs.end:
+        if output is not None and self._subs.end and type(output) is not RelayOutput:
             output = redact_value(output)
         self._end(handle, output, metadata, error, outcome)
 
@@ -280,7 +290,7 @@ class Scopes:
         ``output`` is recorded with credentials blanked, as ``pop``'s is (an LLM attempt's response
         is ended through ``_end``: the response's own redaction applies to it).
         """
-        if output is not None and self._subs.end:
+        if output is not None and self._subs.end and type(output) is not RelayOutput:
             output = redact_value(output)
         self._end(handle, output, metadata, error, outcome, provider, model_name, annotated_request, annotated_response)
 

@@ -24,7 +24,7 @@ from . import conventions as cv
 from .logical_calls import end_open_call
 from .redaction_install import CoordinatorRedaction, RelayRedaction, logged_id
 from .relay import Relay
-from .scopes import ScopeHandle, ScopeOrderError
+from .scopes import RelayOutput, ScopeHandle, ScopeOrderError
 from .settings import settings
 from .types import Outcome, ScopeType
 
@@ -390,7 +390,7 @@ class SessionCoordinator:
         if turn is not None and not turn.ended:
             # The caller crashed out of its turn: close it rather than leave it open forever.
             self.end_turn(turn, outcome=Outcome.CANCELLED.value)
-        lease.host.relay.scope.pop(conv.scope, output={"outcome": Outcome.SUCCESS.value})
+        lease.host.relay.scope.pop(conv.scope, output=RelayOutput(outcome=Outcome.SUCCESS.value))
 
     def begin_turn(self, lease: ConversationLease, *, turn_id: str, task_id: str) -> Turn:
         _check_type("begin_turn", "lease", lease, ConversationLease)
@@ -470,7 +470,7 @@ class SessionCoordinator:
         assert turn.scope is not None
         scope_api = turn.relay.scope
         try:
-            scope_api.pop(turn.scope, output={"outcome": outcome})
+            scope_api.pop(turn.scope, output=RelayOutput(outcome=outcome))
         except ScopeOrderError:
             # Something opened inside the turn was never closed; the turn still ends,
             # and this context's stack drops back below it.
