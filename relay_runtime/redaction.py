@@ -285,33 +285,44 @@ def redact_headers(headers: Mapping[Any, Any]) -> dict[str, Any]:
     return out
 
 
-def _clean_query(params: Mapping[Any, Any], depth: int) -> Mapping[Any, Any]:
-    """Query parameters with the values of credential names replaced, the rest cleaned as any value."""
-    out: dict[Any, Any] | None = None
-    for k, v in params.items():
-        new = REDACTED if is_credential_name(k) or is_credential_key(k) else _clean(v, depth)
-        if new is not v:
-            if out is None:
-                out = dict(params)
-            out[k] = new
-    return params if out is None else out
-
-
 # Values that hold nothing nested: only their key (or, for text, a remembered key's value) can make them a credential.
 _LEAVES = frozenset({str, int, float, bool, type(None)})
 _NOTHING_SKIPPED: frozenset[str] = frozenset()
 
 
-def _clean_mapping(value: Mapping[Any, Any], depth: int, skip: frozenset[str]) -> Mapping[Any, Any]:
-    """``value`` itself when no entry needs cleaning, else a cleaned copy; keys in ``skip`` are kept as they are."""
+def is_query_credential(name: Any) -> bool:
+    """A query parameter that holds a credential: by the name rule (``?key=``, ``?sig=``,
+    ``?subscription-key=``) or as a body key would (``?api_key=``)."""
+    verdict = _query_verdicts.get(name)
+    if verdict is None:
+        verdict = isinstance(name, (str, bytes)) and (is_credential_name(name) or is_credential_key(name))
+        if len(_query_verdicts) < _VERDICTS_MAX and isinstance(name, (str, bytes)):
+            _query_verdicts[name] = verdict
+    return verdict
+
+
+_query_verdicts: dict[Any, bool] = {}
+
+
+def _clean_mapping(
+    value: Mapping[Any, Any],
+    depth: int,
+    skip: frozenset[str],
+    verdicts: dict[Any, bool] = _key_verdicts,
+    judge: Callable[[Any], bool] = is_credential_key,
+) -> Mapping[Any, Any]:
+    """``value`` itself when no entry needs cleaning, else a cleaned copy; keys in ``skip`` are kept as they are.
+
+    ``judge`` tells a credential key (``verdicts``: its cache): a body's keys by default, a query's names
+    for ``extra_query``.
+    """
     out: dict[Any, Any] | None = None
-    verdicts = _key_verdicts
     for k, v in value.items():
         if k in skip:
             continue
         verdict = verdicts.get(k)
         if verdict is None:
-            verdict = is_credential_key(k)
+            verdict = judge(k)
         kind = type(v)
         if verdict:
             new: Any = REDACTED
@@ -325,7 +336,7 @@ def _clean_mapping(value: Mapping[Any, Any], depth: int, skip: frozenset[str]) -
             if k in HEADER_KWARGS and isinstance(v, Mapping):
                 new = redact_headers(v)
             elif k in QUERY_KWARGS and isinstance(v, Mapping):
-                new = _clean_query(v, depth + 1)
+                new = _clean_mapping(v, depth + 1, _NOTHING_SKIPPED, _query_verdicts, is_query_credential)
             else:
                 new = _clean(v, depth + 1)
             if new is v:

@@ -3,7 +3,8 @@ read for the ``server.address`` a call is recorded with."""
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
+from collections.abc import Callable
+from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 
 def shown_url(url: object) -> str:
@@ -37,3 +38,20 @@ def server_address(url: object) -> str | None:
     if not host:
         return None
     return f"{host}:{port}" if port else host
+
+
+def edit_query(path: str, edit: Callable[[str, str, str], str | None]) -> str:
+    """``path`` with each ``name=value`` of its query string given to ``edit(name, raw_name, raw_value)``
+    (``name`` decoded, the raw parts as written); a part it returns stands in that one's place, ``None``
+    keeps it as it was. Parameters without ``=`` and the order of the rest are kept, byte for byte.
+    """
+    head, mark, query = path.partition("?")
+    if not mark:
+        return path
+    parts = []
+    for part in query.split("&"):
+        name, equals, value = part.partition("=")
+        if equals:
+            part = edit(unquote_plus(name), name, value) or part
+        parts.append(part)
+    return f"{head}?{'&'.join(parts)}"

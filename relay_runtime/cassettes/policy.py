@@ -18,6 +18,7 @@ from ..attempt import current_attempt
 from ..redaction_policy import RedactionPolicy
 from ..redaction_rules import Rule
 from ..redaction_streams import redact_across
+from ..urls import edit_query
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -111,15 +112,14 @@ def _query_as_stored(exchange: Any, query: dict[str, Any]) -> Any:
     path = exchange.get("path") if isinstance(exchange, dict) else None
     if not isinstance(path, str) or "?" not in path:
         return exchange
-    head, _, string = path.partition("?")
-    parts = []
-    for part in string.split("&"):
-        name, equals, value = part.partition("=")
-        stored = query.get(unquote_plus(name))
-        if equals and isinstance(stored, str) and stored != unquote_plus(value):
-            part = f"{name}={quote_plus(stored)}"
-        parts.append(part)
-    rebuilt = f"{head}?{'&'.join(parts)}"
+
+    def as_stored(name: str, raw_name: str, raw_value: str) -> str | None:
+        stored = query.get(name)
+        if isinstance(stored, str) and stored != unquote_plus(raw_value):
+            return f"{raw_name}={quote_plus(stored)}"
+        return None
+
+    rebuilt = edit_query(path, as_stored)
     return exchange if rebuilt == path else {**exchange, "path": rebuilt}
 
 

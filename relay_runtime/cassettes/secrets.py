@@ -20,6 +20,7 @@ from urllib.parse import unquote, unquote_plus
 
 from .. import redaction
 from ..secret_runs import SecretRuns
+from ..urls import edit_query
 
 REDACTED = redaction.REDACTED
 
@@ -53,18 +54,13 @@ def secret_values(headers: Iterable[tuple[Any, Any]]) -> set[str]:
     return {value for value in found if len(value) >= MIN_SECRET_LENGTH}
 
 
-def _is_query_credential(name: str) -> bool:
-    _, keys = credential_lists()
-    return redaction.is_credential_name(name) or name.lower() in keys
-
-
 def query_secrets(query: Mapping[Any, Any]) -> set[str]:
     """The credential values of query parameters given as a mapping (a client's ``default_query``,
     ``extra_query``): known before the call is sent, so its miss can be scrubbed of them too."""
     return {
         value
         for name, value in query.items()
-        if isinstance(value, str) and len(value) >= MIN_SECRET_LENGTH and _is_query_credential(str(name))
+        if isinstance(value, str) and len(value) >= MIN_SECRET_LENGTH and redaction.is_query_credential(str(name))
     }
 
 
@@ -74,18 +70,15 @@ def redact_query(path: str) -> tuple[str, set[str]]:
     The values are returned so they are cut from every other string too (an error body
     echoing them); a short one is redacted here but not cut elsewhere (see MIN_SECRET_LENGTH).
     """
-    head, mark, query = path.partition("?")
-    if not mark:
-        return path, set()
     found: set[str] = set()
-    parts = []
-    for part in query.split("&"):
-        name, equals, value = part.partition("=")
-        if equals and value and _is_query_credential(unquote_plus(name)):
-            found |= {v for v in (value, unquote_plus(value)) if len(v) >= MIN_SECRET_LENGTH}
-            part = f"{name}={REDACTED}"
-        parts.append(part)
-    return f"{head}?{'&'.join(parts)}", found
+
+    def blank(name: str, raw_name: str, raw_value: str) -> str | None:
+        if not raw_value or not redaction.is_query_credential(name):
+            return None
+        found.update(v for v in (raw_value, unquote_plus(raw_value)) if len(v) >= MIN_SECRET_LENGTH)
+        return f"{raw_name}={REDACTED}"
+
+    return edit_query(path, blank), found
 
 
 def redact_headers(headers: Mapping[str, Any]) -> dict[str, Any]:

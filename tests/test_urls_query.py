@@ -1,0 +1,30 @@
+"""One reading of a query string for every place that rewrites one (cassette credentials, policy rules)."""
+
+from __future__ import annotations
+
+from relay_runtime import redaction
+from relay_runtime.cassettes import secrets
+from relay_runtime.urls import edit_query
+
+
+def test_edit_query_gives_decoded_names_and_keeps_the_rest_byte_for_byte() -> None:
+    seen: list[tuple[str, str, str]] = []
+
+    def upper_b(name: str, raw_name: str, raw_value: str) -> str | None:
+        seen.append((name, raw_name, raw_value))
+        return f"{raw_name}=B" if name == "b c" else None
+
+    path = "/v1/x?a=1&flag&b+c=2&d=%41&a=3"
+    assert edit_query(path, upper_b) == "/v1/x?a=1&flag&b+c=B&d=%41&a=3"
+    assert seen == [("a", "a", "1"), ("b c", "b+c", "2"), ("d", "d", "%41"), ("a", "a", "3")]
+    assert edit_query("/v1/x", upper_b) == "/v1/x"
+
+
+def test_cassette_query_credentials_are_blanked_by_the_one_query_rule() -> None:
+    path, found = secrets.redact_query("/m?key=AIzaSecretValue1&alt=sse&API_KEY=abc&sig=short%2Bvalue1&empty=")
+    assert path == f"/m?key={redaction.REDACTED}&alt=sse&API_KEY={redaction.REDACTED}&sig={redaction.REDACTED}&empty="
+    assert found == {"AIzaSecretValue1", "short%2Bvalue1", "short+value1"}  # "abc" is too short to cut elsewhere
+    for name in ("key", "Subscription-Key", "api_key", "x_auth_token", "password"):
+        assert redaction.is_query_credential(name), name
+    for name in ("alt", "keyword", "idempotency_key", "author"):
+        assert not redaction.is_query_credential(name), name
