@@ -35,7 +35,7 @@ def by_hand(client: Any) -> Callable[[], Any]:
     from relay_runtime.attempt_views import annotate_for_observers, decode_for_observers
     from relay_runtime.events import SCOPE_END, SCOPE_START, Deferred, new_event
     from relay_runtime.ids import new_id
-    from relay_runtime.scopes import ScopeHandle
+    from relay_runtime.scopes import RelayOutput, ScopeHandle
     from relay_runtime.session import LogicalCall
     from relay_runtime.types import request_of_kwargs
 
@@ -103,7 +103,7 @@ def by_hand(client: Any) -> Callable[[], Any]:
             subs.end,
             new_event(SCOPE_END, scope.uuid, scope.parent_uuid, scope.trace_id, scope.name, "function", now(),
                       start_timestamp=scope.start_ns, metadata=call_meta, outcome="success",
-                      output={"outcome": "success", "model": logical.model, "provider": "openai"}),
+                      output=RelayOutput(outcome="success", model=logical.model, provider="openai")),
         )  # fmt: skip
         with turn.lock:
             logical.closing = False
