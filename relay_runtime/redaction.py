@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from . import redaction_objects
 from .secret_runs import SecretRuns
 from .types import AnnotatedLLMRequest
 
@@ -375,10 +376,16 @@ def _clean(value: Any, depth: int) -> Any:
         return value
     if isinstance(value, Mapping):
         return _clean_mapping(value, depth, _NOTHING_SKIPPED)
-    if len(_opaque) < _VERDICTS_MAX:
-        # Every scope's input and output passes here: an SDK object's type is asked once whether it is a Mapping.
-        _opaque.add(kind)
-    return value
+    # A pydantic model, a dataclass (an SDK's result, a tool's return value): the sinks write it by its
+    # fields (the JSONL file dumps it, the others print it), so its fields are what is cleaned.
+    content = redaction_objects.fields(value)
+    if content is None:
+        if len(_opaque) < _VERDICTS_MAX:
+            # Every scope's input and output passes here: an object of no known shape is asked once.
+            _opaque.add(kind)
+        return value
+    new = _clean(content, depth + 1)
+    return value if new is content else redaction_objects.rebuilt(value, content, new)
 
 
 _opaque: set[type] = set()
@@ -386,7 +393,9 @@ _opaque: set[type] = set()
 
 def redact_value(value: Any) -> Any:
     """``value`` itself when nothing in it is a credential, else a cleaned copy: credential keys at any
-    depth, and remembered client keys standing as whole strings, become ``REDACTED``."""
+    depth, and remembered client keys standing as whole strings, become ``REDACTED``. An object the sinks
+    write by its fields (a pydantic model, a dataclass) is cleaned by its fields: a copy of its own type
+    where it can be made (``redaction_objects.rebuilt``), else its cleaned fields."""
     return _clean(value, 0)
 
 
