@@ -1,13 +1,15 @@
-"""What the framework integrations record for a tool call holds no credential, in any sink: a tool that
-returns an SDK object (a pydantic model, a dataclass) with an ``api_key`` or ``password`` field.
+"""What the framework integrations record for a tool call or a request holds no credential, in any sink:
+a tool that returns an SDK object (a pydantic model, a dataclass) with an ``api_key`` or ``password``
+field; an MCP resource address carrying an access token or user info.
 
-Real ``openai-agents`` (on the scripted mock transport, as in ``test_frameworks_agents``). The sinks
-searched: the events themselves and the JSONL file (``JsonlWriter`` dumps an object by its fields),
-beside OTel, the run journal and the ATIF trajectory.
+Real ``openai-agents`` (on the scripted mock transport, as in ``test_frameworks_agents``), and a real MCP
+client and server in this process. The sinks searched: the events themselves and the JSONL file
+(``JsonlWriter`` dumps an object by its fields), beside OTel, the run journal and the ATIF trajectory.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from collections.abc import Iterator
@@ -135,3 +137,60 @@ def test_a_dataclass_and_a_model_as_scope_output_are_recorded_by_field(relay_tur
     assert got[0] is login and login.password == PASSWORD  # the caller's objects are left as they were
     assert got[1].api_key == API_KEY
     assert_nowhere(sinks.texts(), API_KEY, PASSWORD)
+
+
+# -- an MCP resource address with a credential -----------------------------------------------------
+
+
+def test_an_mcp_resource_address_is_recorded_without_its_credentials(relay_turn, relay_events, tmp_path) -> None:
+    from mcp.client.client import Client
+    from mcp.server.mcpserver import MCPServer
+
+    from relay_runtime.integrations.mcp import instrument_mcp, uninstrument_mcp
+
+    relay, _turn = relay_turn
+    shared = f"https://docs.example/report?access_token={TOKEN}&page=2"
+    server = MCPServer("docs")
+
+    @server.resource(shared)
+    def report() -> str:
+        return "the report"
+
+    async def read() -> None:
+        async with Client(server) as client:
+            got = await client.read_resource(shared)
+            assert got.contents[0].text == "the report"  # the request went out as it was
+            with pytest.raises(Exception, match="Unknown resource"):  # the server's error echoes the address
+                await client.read_resource(f"https://ada:{PASSWORD}@docs.example/private")
+
+    instrument_mcp()
+    try:
+        sinks = Sinks(relay, relay_events, tmp_path)
+        asyncio.run(read())
+    finally:
+        uninstrument_mcp()
+    reads = [e for e in relay_events.ends() if e.name.startswith("resources/read")]
+    assert len(reads) == 4  # the client's scope and the server's, for each read
+    assert {e.name for e in reads} == {
+        f"resources/read https://docs.example/report?access_token={redaction.REDACTED}&page=2",
+        f"resources/read https://{redaction.REDACTED}@docs.example/private",
+    }
+    assert [e.outcome for e in reads].count("failed") == 2
+    assert_nowhere(sinks.texts(), TOKEN, PASSWORD)
+
+
+@pytest.mark.parametrize(
+    ("url", "recorded"),
+    [
+        ("file:///notes/today.md", "file:///notes/today.md"),
+        ("https://h.example/a?author=ada&key=k&sig=s", "https://h.example/a?author=ada&key=[redacted]&sig=[redacted]"),
+        ("https://h.example/cb#access_token=t&state=1", "https://h.example/cb#access_token=[redacted]&state=1"),
+        ("https://h.example/a?q=a@b&Idempotency-Key=1", "https://h.example/a?q=a@b&Idempotency-Key=1"),
+        ("https://token@h.example/x", "https://[redacted]@h.example/x"),
+        ("https://u:p@h.example?page=a@b", "https://[redacted]@h.example?page=a@b"),
+    ],
+)
+def test_recorded_url_keeps_the_address_without_its_credentials(url: str, recorded: str) -> None:
+    from relay_runtime.urls import recorded_url
+
+    assert recorded_url(url) == recorded
