@@ -194,3 +194,32 @@ def test_recorded_url_keeps_the_address_without_its_credentials(url: str, record
     from relay_runtime.urls import recorded_url
 
     assert recorded_url(url) == recorded
+
+
+# -- a credential under a key that names it ----------------------------------------------------------
+
+
+def test_a_key_naming_a_credential_is_blanked_in_every_sink_alike(relay_turn, relay_events, tmp_path) -> None:
+    """``github_token`` or ``OPENAI_API_KEY``: the OTel capture blanked such keys (its own rule, by ending),
+    the events, the JSONL file and the journal held them (the core's rule took exact names only)."""
+    from langchain_core.tools import tool
+
+    from relay_runtime.integrations.langchain import RelayCallbackHandler
+
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+
+    @tool
+    def deploy(repo: str, github_token: str, settings: dict[str, str]) -> str:
+        """Deploy a repository."""
+        return f"deployed {repo}"
+
+    args = {"repo": "ada/site", "github_token": TOKEN, "settings": {"OPENAI_API_KEY": API_KEY, "max_tokens": "5"}}
+    assert deploy.invoke(args, config={"callbacks": [RelayCallbackHandler()]}) == "deployed ada/site"
+    (start,) = relay_events.starts(name="deploy")
+    assert start.input == {
+        "repo": "ada/site",
+        "github_token": redaction.REDACTED,
+        "settings": {"OPENAI_API_KEY": redaction.REDACTED, "max_tokens": "5"},
+    }
+    assert_nowhere(sinks.texts(), TOKEN, API_KEY)
