@@ -400,14 +400,20 @@ def _clean(value: Any, depth: int, data: bool = False) -> Any:
         if items is None:
             return value
         return items if kind is list else tuple(items)
-    if kind is dict or (kind not in _opaque and isinstance(value, Mapping)):
+    if kind is dict or (kind not in _opaque and kind not in _kwargs_objects and isinstance(value, Mapping)):
         if data:
             return _clean_mapping(value, depth, _NOTHING_SKIPPED, _data_key_verdicts, is_credential_data_key)
         return _clean_mapping(value, depth, _NOTHING_SKIPPED)
     if kind in _opaque:
         return value
-    # A pydantic model, a dataclass (an SDK's result, a tool's return value): the sinks write it by its
-    # fields (the JSONL file dumps it, the others print it), so its fields are what is cleaned.
+    if not data:
+        # Request kwargs: an SDK's own object there (a config model) is its adapter's to read, and holds
+        # the conversation (tool schemas, whose ``password`` property is no credential): passed as it is.
+        if len(_kwargs_objects) < _VERDICTS_MAX:
+            _kwargs_objects.add(kind)
+        return value
+    # Recorded data: a pydantic model, a dataclass (an SDK's result, a tool's return value) is written by
+    # the sinks by its fields (the JSONL file dumps it, the others print it), so its fields are cleaned.
     content = redaction_objects.fields(value)
     if content is None:
         if len(_opaque) < _VERDICTS_MAX:
@@ -419,6 +425,7 @@ def _clean(value: Any, depth: int, data: bool = False) -> Any:
 
 
 _opaque: set[type] = set()
+_kwargs_objects: set[type] = set()  # objects met in request kwargs: not mappings, left as they are there
 
 
 def redact_value(value: Any) -> Any:

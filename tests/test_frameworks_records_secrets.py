@@ -223,3 +223,17 @@ def test_a_key_naming_a_credential_is_blanked_in_every_sink_alike(relay_turn, re
         "settings": {"OPENAI_API_KEY": redaction.REDACTED, "max_tokens": "5"},
     }
     assert_nowhere(sinks.texts(), TOKEN, API_KEY)
+
+
+def test_an_sdk_config_object_in_request_kwargs_is_left_as_it_is() -> None:
+    """Request kwargs are not recorded data: a config model there holds the conversation (a tool schema's
+    ``password`` property), which the key rule must not blank; recorded data's objects are read by field."""
+
+    class Config(pydantic.BaseModel):
+        tools: list[dict[str, Any]]
+
+    config = Config(tools=[{"parameters": {"properties": {"password": {"type": "string"}}}}])
+    assert redaction.redact_kwargs({"model": "m", "config": config})["config"] is config
+    assert redaction.redact_value({"config": config})["config"].tools[0]["parameters"]["properties"] == {
+        "password": redaction.REDACTED
+    }
