@@ -7,6 +7,10 @@ Two lists, kept apart because they match differently:
 - ``CREDENTIAL_BODY_KEYS``: keys of the request body and query, matched exactly
   (any case) at any depth of the kwargs (``extra_body``, ``extra_query`` and every
   nested dict), never by substring, so ``max_tokens`` and usage counts stay.
+- ``CREDENTIAL_DATA_KEYS`` / ``CREDENTIAL_DATA_KEY_SUFFIXES``: keys of recorded data (a tool's
+  arguments and result, a chain's input, a mark's data: ``redact_value``; the OTel content capture's
+  messages): the body keys, a few more names, and any name ending in a credential's word
+  (``github_token``, ``OPENAI_API_KEY``), so every sink blanks the same entries of the same data.
 
 The conversation itself (``CONVERSATION_KWARGS``: messages, tools, ...) is what
 the model reads, not where credentials travel, and is not walked: a tool schema
@@ -23,6 +27,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from . import redaction_objects
 from .secret_runs import SecretRuns
 from .types import AnnotatedLLMRequest
 
@@ -110,6 +115,31 @@ def is_credential_key(key: Any) -> bool:
         verdict = isinstance(key, (str, bytes)) and _as_text(key).strip().lower() in CREDENTIAL_BODY_KEYS
         if len(_key_verdicts) < _VERDICTS_MAX and isinstance(key, (str, bytes)):
             _key_verdicts[key] = verdict
+    return verdict
+
+
+# Recorded data (``redact_value``): the body keys, and names that say credential whatever comes before
+# (``github_token``, ``OPENAI_API_KEY``, ``aws_secret_access_key``). Plural counts (``max_tokens``) end otherwise.
+CREDENTIAL_DATA_KEYS = CREDENTIAL_BODY_KEYS | {
+    "token", "auth_token", "proxy-authorization", "cookie", "set-cookie", "private_key", "secret_access_key",
+}  # fmt: skip
+CREDENTIAL_DATA_KEY_SUFFIXES = (
+    "_api_key", "-api-key", "_secret", "-secret", "_token", "-token", "_private_key", "_secret_access_key",
+)  # fmt: skip
+_data_key_verdicts: dict[Any, bool] = {}
+
+
+def is_credential_data_key(key: Any) -> bool:
+    """A key of recorded data whose value is a credential, any case (``CREDENTIAL_DATA_KEYS``, or a name
+    ending in ``CREDENTIAL_DATA_KEY_SUFFIXES``): the rule of ``redact_value`` and of the OTel content capture."""
+    verdict = _data_key_verdicts.get(key)
+    if verdict is None:
+        verdict = False
+        if isinstance(key, (str, bytes)):
+            lowered = _as_text(key).strip().lower()
+            verdict = lowered in CREDENTIAL_DATA_KEYS or lowered.endswith(CREDENTIAL_DATA_KEY_SUFFIXES)
+            if len(_data_key_verdicts) < _VERDICTS_MAX:
+                _data_key_verdicts[key] = verdict
     return verdict
 
 
@@ -314,7 +344,8 @@ def _clean_mapping(
     """``value`` itself when no entry needs cleaning, else a cleaned copy; keys in ``skip`` are kept as they are.
 
     ``judge`` tells a credential key (``verdicts``: its cache): a body's keys by default, a query's names
-    for ``extra_query``.
+    for ``extra_query``, recorded data's (``is_credential_data_key``) for ``redact_value``, whose rule then
+    holds at every depth below.
     """
     out: dict[Any, Any] | None = None
     for k, v in value.items():
@@ -338,7 +369,7 @@ def _clean_mapping(
             elif k in QUERY_KWARGS and isinstance(v, Mapping):
                 new = _clean_mapping(v, depth + 1, _NOTHING_SKIPPED, _query_verdicts, is_query_credential)
             else:
-                new = _clean(v, depth + 1)
+                new = _clean(v, depth + 1, judge is is_credential_data_key)
             if new is v:
                 continue
         if out is None:
@@ -347,7 +378,7 @@ def _clean_mapping(
     return value if out is None else out
 
 
-def _clean(value: Any, depth: int) -> Any:
+def _clean(value: Any, depth: int, data: bool = False) -> Any:
     """``value`` itself when nothing in it is a credential, else a cleaned copy (containers only)."""
     kind = type(value)
     if kind in _LEAVES:
@@ -361,7 +392,7 @@ def _clean(value: Any, depth: int) -> Any:
     if kind is list or kind is tuple:
         items: list[Any] | None = None
         for i, v in enumerate(value):
-            new = _clean(v, depth + 1)
+            new = _clean(v, depth + 1, data)
             if new is not v:
                 if items is None:
                     items = list(value)
@@ -369,25 +400,41 @@ def _clean(value: Any, depth: int) -> Any:
         if items is None:
             return value
         return items if kind is list else tuple(items)
-    if kind is dict:
+    if kind is dict or (kind not in _opaque and kind not in _kwargs_objects and isinstance(value, Mapping)):
+        if data:
+            return _clean_mapping(value, depth, _NOTHING_SKIPPED, _data_key_verdicts, is_credential_data_key)
         return _clean_mapping(value, depth, _NOTHING_SKIPPED)
     if kind in _opaque:
         return value
-    if isinstance(value, Mapping):
-        return _clean_mapping(value, depth, _NOTHING_SKIPPED)
-    if len(_opaque) < _VERDICTS_MAX:
-        # Every scope's input and output passes here: an SDK object's type is asked once whether it is a Mapping.
-        _opaque.add(kind)
-    return value
+    if not data:
+        # Request kwargs: an SDK's own object there (a config model) is its adapter's to read, and holds
+        # the conversation (tool schemas, whose ``password`` property is no credential): passed as it is.
+        if len(_kwargs_objects) < _VERDICTS_MAX:
+            _kwargs_objects.add(kind)
+        return value
+    # Recorded data: a pydantic model, a dataclass (an SDK's result, a tool's return value) is written by
+    # the sinks by its fields (the JSONL file dumps it, the others print it), so its fields are cleaned.
+    content = redaction_objects.fields(value)
+    if content is None:
+        if len(_opaque) < _VERDICTS_MAX:
+            # Every scope's input and output passes here: an object of no known shape is asked once.
+            _opaque.add(kind)
+        return value
+    new = _clean(content, depth + 1, data)
+    return value if new is content else redaction_objects.rebuilt(value, content, new)
 
 
 _opaque: set[type] = set()
+_kwargs_objects: set[type] = set()  # objects met in request kwargs: not mappings, left as they are there
 
 
 def redact_value(value: Any) -> Any:
     """``value`` itself when nothing in it is a credential, else a cleaned copy: credential keys at any
-    depth, and remembered client keys standing as whole strings, become ``REDACTED``."""
-    return _clean(value, 0)
+    depth, and remembered client keys standing as whole strings, become ``REDACTED``. An object the sinks
+    write by its fields (a pydantic model, a dataclass) is cleaned by its fields: a copy of its own type
+    where it can be made (``redaction_objects.rebuilt``), else its cleaned fields. Keys are judged as recorded
+    data's (``is_credential_data_key``)."""
+    return _clean(value, 0, True)
 
 
 def redact_kwargs(content: Mapping[str, Any]) -> Mapping[str, Any]:

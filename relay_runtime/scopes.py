@@ -22,7 +22,7 @@ from .clipping import ERROR_MESSAGE_LIMIT, bounded
 from .events import MARK, SCOPE_END, SCOPE_START, AnnotatedRequestField, AnnotatedResponseField, new_event
 from .ids import new_id
 from .ids import pooled as _pooled
-from .redaction import redact_value, scrub_text
+from .redaction import redact_value, told
 from .trace_context import REMOTE_PARENT, REMOTE_TRACESTATE, clean_tracestate, require_traceparent
 from .types import Outcome, ScopeType
 
@@ -124,6 +124,10 @@ def outcome_of(error: BaseException | None) -> str:
     if isinstance(error, (KeyboardInterrupt, GeneratorExit)) or _is_cancelled(error):
         return _CANCELLED
     return _FAILED
+
+
+def _error_text(error: BaseException) -> str:
+    return bounded(str(error), ERROR_MESSAGE_LIMIT)
 
 
 def error_type_of(error: BaseException) -> str:
@@ -342,8 +346,9 @@ class Scopes:
                 annotated_request,
                 annotated_response,
                 error_type_of(error) if error is not None else None,
-                # A provider may echo the caller's key back (a 401 body): the record never holds it.
-                scrub_text(bounded(str(error), ERROR_MESSAGE_LIMIT)) if error is not None else None,  # error_message
+                # A provider may echo the caller's key back (a 401 body): the record never holds it. An error
+                # whose text cannot be read (its ``__str__`` raises) still ends the scope, message withheld.
+                told(error, None, _error_text) if error is not None else None,  # error_message
                 outcome,
                 handle.cost,
             ),

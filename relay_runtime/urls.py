@@ -1,10 +1,11 @@
-"""URLs: shown in messages without the credentials they may carry (``user:token@``, ``?api_key=``), and
-read for the ``server.address`` a call is recorded with."""
+"""URLs: shown in messages without the credentials they may carry (``user:token@``, ``?api_key=``), recorded
+without them where the address itself is what a record names (``recorded_url``), and read for the
+``server.address`` a call is recorded with."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from urllib.parse import unquote_plus, urlsplit, urlunsplit
+from urllib.parse import unquote, unquote_plus, urlsplit, urlunsplit
 
 
 def shown_url(url: object) -> str:
@@ -55,3 +56,36 @@ def edit_query(path: str, edit: Callable[[str, str, str], str | None]) -> str:
             part = edit(unquote_plus(name), name, value) or part
         parts.append(part)
     return f"{head}?{'&'.join(parts)}"
+
+
+def recorded_url(url: str) -> str:
+    """``url`` as a record may hold it (a span name, an attribute naming what was read): its user info, and
+    the values of its query and fragment parameters that hold a credential (``redaction.is_query_credential``:
+    ``?access_token=``, ``#sig=``, ``?key=``), as ``[redacted]``; the rest as given, so the address still
+    says what it is. The values taken out are remembered (``redaction.remember_secret``): an error echoing
+    the address (a server's "Unknown resource: ...") is scrubbed of them too. Text with no ``@``, ``?`` or
+    ``#`` is returned as it is, without parsing.
+    """
+    if "@" not in url and "?" not in url and "#" not in url:
+        return url
+    from . import redaction  # here: redaction's own imports come before this module is needed
+
+    def blank(name: str, raw_name: str, raw_value: str) -> str | None:
+        if not raw_value or not redaction.is_query_credential(name):
+            return None
+        redaction.remember_secret(unquote_plus(raw_value))  # a short value is not searched for
+        return f"{raw_name}={redaction.REDACTED}"
+
+    rest, hash_mark, fragment = url.partition("#")
+    scheme, colon_slashes, after = rest.partition("://")
+    if colon_slashes:
+        ends = [i for i in (after.find("/"), after.find("?")) if i != -1]
+        authority = after[: min(ends)] if ends else after
+        user_info, at, host = authority.rpartition("@")
+        if at:
+            redaction.remember_secret(unquote(user_info.partition(":")[2]) or unquote(user_info))
+            rest = f"{scheme}://{redaction.REDACTED}@{host}{after[len(authority) :]}"
+    out = edit_query(rest, blank)
+    if hash_mark:
+        out += "#" + edit_query("?" + fragment, blank)[1:]  # a fragment's parameters, read as a query's
+    return out

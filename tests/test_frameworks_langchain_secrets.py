@@ -94,9 +94,10 @@ def test_chain_inputs_and_outputs_hold_no_credentials(relay_turn, relay_events) 
     assert start.input == {"api_key": redaction.REDACTED, "q": "keep"}
     output = relay_events.ends(name="connect")[0].output
     service = output["service"]
-    # LangChain's own serialised form: the secret stands as its marker, the rest as given.
+    # LangChain's own serialised form: the secret stands as its marker (here blanked whole as well, its
+    # key being a credential's name), the rest as given.
     assert service["kwargs"]["endpoint"] == "https://svc.example"
-    assert service["kwargs"]["token"] == {"lc": 1, "type": "secret", "id": ["SERVICE_TOKEN"]}
+    assert service["kwargs"]["token"] == redaction.REDACTED
     assert output["login"] == {"user": "ada", "password": redaction.REDACTED}
 
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from relay_runtime.clipping import head, printable
+from relay_runtime.urls import recorded_url
 
 TOOLS_CALL = "tools/call"
 # Methods whose target names the span (``tools/call add``), and where the target is found.
@@ -40,8 +41,14 @@ def target_of(method: str, params: object) -> str | None:
         value = getattr(params, key, _NO_FLAG)
         if value is _NO_FLAG:
             value = params.get(key) if isinstance(params, Mapping) else None
+    if not isinstance(value, str) or not value:
+        return None
+    if method in _RESOURCE_METHODS:
+        # A resource's address may carry a credential (``?access_token=``, ``user:token@``): the span's
+        # name and ``mcp.resource.uri`` hold it without (the request itself goes out as it was).
+        value = recorded_url(value)
     # Cut where no value is cut in two (an address across the bound would pass the policy by halves).
-    return printable(head(value, _MAX_TARGET)) or None if isinstance(value, str) and value else None
+    return printable(head(value, _MAX_TARGET)) or None
 
 
 def span_name(method: str, target: str | None) -> str:

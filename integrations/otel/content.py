@@ -16,6 +16,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from relay_runtime import redaction
 from relay_runtime.events import Event
 from relay_runtime.redaction import scrub_text
 
@@ -34,30 +35,8 @@ TOOL_ARGUMENTS = "gen_ai.tool.call.arguments"
 TOOL_RESULT = "gen_ai.tool.call.result"
 
 REDACTED = "[redacted]"
-_CREDENTIAL_KEYS = frozenset(
-    {
-        "api_key",
-        "apikey",
-        "api-key",
-        "x-api-key",
-        "authorization",
-        "proxy-authorization",
-        "auth_token",
-        "access_token",
-        "refresh_token",
-        "password",
-        "secret",
-        "client_secret",
-        "token",
-        "cookie",
-        "set-cookie",
-    }
-)
-
-
-def is_credential_key(key: str) -> bool:
-    k = key.lower()
-    return k in _CREDENTIAL_KEYS or k.endswith(("_api_key", "-api-key", "_secret", "-secret", "_token", "-token"))
+# The rule for a credential's key in recorded data, the core's (``redact_value``) too.
+is_credential_key = redaction.is_credential_data_key
 
 
 def scrub(value: Any, depth: int = 0) -> Any:
