@@ -66,11 +66,11 @@ class Detector:
         # span. Decided once per text: the detectors after the first find it kept.
         seen, copy = _decoding._last
         if seen is not text:
-            copy = _decoding.decoded(text)
+            copy = _decoding.decoded_copy(text)
         if copy is not None:
             # Each read asks its own checks: the copy may hold what they look for ("@" for "&#64;") where
             # the text does not, and most detectors find neither in a page of HTML or a list of URLs.
-            return _decoding.merged(self._checked(text), self._checked(copy[0]), copy[1])
+            return _decoding.merged(self._checked(text), self._checked(copy.text), copy)
         return self._checked(text)
 
     def _checked(self, text: str) -> list[Span]:
