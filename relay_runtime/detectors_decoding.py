@@ -44,12 +44,13 @@ _ESCAPES = (
     r"|&(?:#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|" + "|".join(_NAMED) + r");"
     "|" + "|".join(map(re.escape, _SPACES))
 )
-_TOKEN = re.compile(_ESCAPES)
+_TOKEN = re.compile(f"({_ESCAPES})")  # a group, so that ``split`` keeps the escapes
 # '+' for a space, as a query string or form writes it (in a text holding '='), only next to a digit or
 # before a percent escape: "4111+1111" and "at+%2B44" are read, while "jane+tag%40example.com" (an
 # address's own '+') keeps it.
 _TOKEN_PLUS = re.compile(
-    _ESCAPES + r"|\+(?<=[A-Za-z0-9]\+)(?=[0-9])|\+(?<=[0-9]\+)(?=[A-Za-z])|\+(?<=[A-Za-z0-9]\+)(?=%[0-9A-Fa-f]{2})"
+    f"({_ESCAPES}"
+    r"|\+(?<=[A-Za-z0-9]\+)(?=[0-9])|\+(?<=[0-9]\+)(?=[A-Za-z])|\+(?<=[A-Za-z0-9]\+)(?=%[0-9A-Fa-f]{2}))"
 )
 _PLUS_NEXT = frozenset("0123456789%ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 
@@ -119,24 +120,18 @@ def _decode(text: str) -> Decoded | None:
     copy = text
     rounds: list[_Round] = []
     token = _TOKEN_PLUS if "=" in text else _TOKEN
-    changed = False
-
-    def decoding(m: re.Match[str]) -> str:
-        nonlocal changed
-        piece = _piece(m[0])
-        changed = changed or piece[3]
-        return piece[0]
-
     for _ in range(_ROUNDS):
         lo, hi = _reach(copy, token is _TOKEN_PLUS)
-        # Each escape replaced in C, its decoding looked up (escapes repeat: &amp;, %20, \n): no Python
-        # per character of the text, and none per escape for the maps unless they are asked for.
-        changed = False
-        once = copy[:lo] + token.sub(decoding, copy[lo:hi]) + copy[hi:]
-        if not changed:  # only what is no escape (a bare surrogate, &#0;): no encoding here
+        # The text split at its escapes and each replaced by its decoding, looked up (escapes repeat:
+        # &amp;, %20, \n), all in C: no Python per character of the text, nor per escape (the map
+        # back is built only when asked for).
+        parts = token.split(copy[lo:hi])
+        escapes = parts[1::2]
+        if not any(_piece(escape)[3] for escape in set(escapes)):  # none is one (a bare surrogate, &#0;)
             break
+        parts[1::2] = map(_DECODINGS.__getitem__, escapes)
         rounds.append((copy, token, lo, hi))
-        copy = once
+        copy = copy[:lo] + "".join(parts) + copy[hi:]
         token = _TOKEN  # a '+' a first round made of %2B is a plus sign
     return Decoded(copy, rounds) if rounds else None
 
@@ -184,6 +179,19 @@ def _piece(token: str) -> _Piece:
         if len(_PIECES) < _KEEP:
             _PIECES[token] = found
     return found
+
+
+class _Decoded(dict[str, str]):
+    """Each escape's decoding, by the escape: a hit is looked up in C, a miss worked out by ``_piece``."""
+
+    def __missing__(self, escape: str) -> str:
+        decoding = _piece(escape)[0]
+        if len(self) < _KEEP:
+            self[escape] = decoding
+        return decoding
+
+
+_DECODINGS = _Decoded()
 
 
 def _map(text: str, token: re.Pattern[str], lo: int, hi: int) -> Map:

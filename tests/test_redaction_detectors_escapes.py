@@ -98,12 +98,13 @@ def test_a_card_split_by_an_escape_anywhere_among_many_is_found(at: int) -> None
 
 def test_escapes_beyond_those_whose_decoding_is_remembered_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(detectors_decoding, "_PIECES", {})
-    monkeypatch.setattr(detectors_decoding, "_KEEP", 0)  # the table full: every escape worked out again
+    monkeypatch.setattr(detectors_decoding, "_DECODINGS", detectors_decoding._Decoded())
+    monkeypatch.setattr(detectors_decoding, "_KEEP", 0)  # the tables full: every escape worked out again
     text = "?phone=%2B44+20+7946+0958&mail=jane%2540example.com&card=4111&#32;1111\\u00201111%201111"
     assert _found("phone", text) == ["%2B44+20+7946+0958"]
     assert _found("email", text) == ["jane%2540example.com"]
     assert _found("credit_card", text) == ["4111&#32;1111\\u00201111%201111"]
-    assert detectors_decoding._PIECES == {}
+    assert detectors_decoding._PIECES == {} and detectors_decoding._DECODINGS == {}
 
 
 def test_values_in_json_escaped_source_are_found_as_in_the_source() -> None:
