@@ -12,13 +12,17 @@ that encodes it, so a rule replaces the encoded value and the text around it kee
 
 Most texts hold none of these: a few checks of single characters (each a ``memchr``) and
 ``isascii`` (a flag of the string) answer for them, once per text, kept for the detectors that
-ask next (as ``detectors_numbers`` keeps its runs).
+ask next (as ``detectors_numbers`` keeps its runs). A text escaped throughout (JSON's ``\\n`` and
+``\\"`` in escaped source or logs) is not read twice by the built-in detectors: its copy differs for
+them only after an escape whose letter glues to what follows, and only there is it read again.
 """
 
 from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections.abc import Callable
+from itertools import accumulate
 
 Span = tuple[int, int]
 # Where the way back from the copy to the text changes: the copy's positions (sorted) and the text's
@@ -62,19 +66,52 @@ class Decoded:
     """A text decoded: the copy, and (only when asked: most copies hold nothing a detector finds) the
     maps of its rounds of decoding, the last first."""
 
-    __slots__ = ("_maps", "_rounds", "text")
+    __slots__ = ("_joined", "_maps", "_rounds", "text", "windows")
 
-    def __init__(self, text: str, rounds: list[_Round]) -> None:
+    def __init__(self, text: str, rounds: list[_Round], windows: list[Span] | None) -> None:
         self.text = text
         self._rounds = rounds
         self._maps: list[Map] | None = None
+        # Where the copy may hold for a built-in detector what the text does not (``_windows``, spans of
+        # the text); None: anywhere. Two threads may both fill in what follows: the same values, either kept.
+        self.windows = windows
+        self._joined: tuple[str, list[int]] | None = None
 
     @property
     def maps(self) -> list[Map]:
         maps = self._maps
-        if maps is None:  # two threads may both build them: the same lists, either kept
+        if maps is None:
             maps = self._maps = [_map(*decoding) for decoding in reversed(self._rounds)]
         return maps
+
+    def found(self, find: Callable[[str], list[Span]], everywhere: bool = False) -> list[Span]:
+        """What ``find`` finds in the copy, as spans of the text. Unless ``everywhere`` (a finder that
+        may read inert characters apart), only in the windows where the copy differs, read from the
+        text (the same characters there), joined by an inert character into one string."""
+        windows = None if everywhere else self.windows
+        if windows is None:
+            more = find(self.text)
+            if not more:
+                return more
+            maps = self.maps
+            return [(original(s, maps), original(e, maps)) for s, e in more]
+        if not windows:
+            return []
+        joined = self._joined
+        if joined is None:
+            starts = list(accumulate((b - a + 1 for a, b in windows[:-1]), initial=0))
+            source = self._rounds[0][0]  # the text
+            joined = self._joined = ("\n".join([source[a:b] for a, b in windows]), starts)
+        more = find(joined[0])
+        if not more:
+            return more
+        starts = joined[1]
+        out: list[Span] = []
+        for s, e in more:
+            i = bisect_right(starts, s) - 1
+            shift = windows[i][0] - starts[i]
+            out.append((s + shift, e + shift))
+        return out
 
 
 _last: tuple[str, Decoded | None] = ("", None)
@@ -119,6 +156,7 @@ def _plus(text: str) -> bool:
 def _decode(text: str) -> Decoded | None:
     copy = text
     rounds: list[_Round] = []
+    kinds: set[str] = set()
     token = _TOKEN_PLUS if "=" in text else _TOKEN
     for _ in range(_ROUNDS):
         lo, hi = _reach(copy, token is _TOKEN_PLUS)
@@ -127,13 +165,53 @@ def _decode(text: str) -> Decoded | None:
         # back is built only when asked for).
         parts = token.split(copy[lo:hi])
         escapes = parts[1::2]
-        if not any(_piece(escape)[3] for escape in set(escapes)):  # none is one (a bare surrogate, &#0;)
+        distinct = set(escapes)
+        if not any(_piece(escape)[3] for escape in distinct):  # none is one (a bare surrogate, &#0;)
             break
+        kinds = kinds if rounds else distinct
         parts[1::2] = map(_DECODINGS.__getitem__, escapes)
         rounds.append((copy, token, lo, hi))
         copy = copy[:lo] + "".join(parts) + copy[hi:]
         token = _TOKEN  # a '+' a first round made of %2B is a plus sign
-    return Decoded(copy, rounds) if rounds else None
+    if not rounds:
+        return None
+    # After a second round a character of the copy may stand for escapes of escapes: read it all.
+    plain = len(rounds) == 1 and kinds <= _CLEAN | _LETTERED
+    return Decoded(copy, rounds, _windows(text, rounds[0][2], rounds[0][3]) if plain else None)
+
+
+# -- where the copy adds something ------------------------------------------------------------
+# Characters no built-in detector reads but as "none of mine": no word character, and none its
+# expressions or code name (" .-()+@%:/=_"). So no value holds one, and each detector treats any of
+# them as any other, and as the start or end of the text (every look back or ahead stops at one, or
+# is a character or two long). What a detector finds in a text is then what it finds in each stretch
+# between two of them, wherever that stretch stands.
+_INERT_CHARS = "\t\n\r\"'\\;,<>[]{}!?*|~^$#&`"
+_INERT = re.compile("[" + re.escape(_INERT_CHARS) + "]")
+# Escapes that are such characters, decoding to another: each stretch between two inert characters
+# is the same in the copy as in the text ("amp" of '&amp;' is one of its own, of three letters: no value).
+_CLEAN = frozenset(['\\"', "&amp;"])
+# These end with a letter, alone only before a space or such a character: no value opens with a space
+# or holds a lowercase letter before one, and what follows the space looks back at most to it. Before
+# anything else the letter glues to it: "\nsk-proj-..." and "\n-Zx8..." are no key, decoded they are.
+_LETTERED = frozenset(["\\n", "\\r", "\\t"])
+_GLUED = re.compile(r"\\[nrt](?=[^ " + re.escape(_INERT_CHARS) + "])")
+
+
+def _windows(text: str, lo: int, hi: int) -> list[Span] | None:
+    """Where the text decoded once (between ``lo`` and ``hi``; its escapes all clean or lettered, each
+    an inert character in the copy) differs from the text: after each lettered escape that glues its
+    letter, up to the next inert character (none decoded in between: an escape opens with one). That
+    stretch is the same in both; the text read it with the letter before it. None: read the whole copy."""
+    windows: list[Span] = []
+    size = 0
+    for m in _GLUED.finditer(text, lo, hi):
+        start = m.end()
+        after = _INERT.search(text, start)
+        end = after.start() if after else len(text)
+        windows.append((start, end))
+        size += end - start
+    return None if size * 2 > len(text) else windows
 
 
 def _reach(text: str, plus: bool) -> tuple[int, int]:
@@ -302,13 +380,12 @@ class _Copy:
         return changed
 
 
-def merged(found: list[Span], more: list[Span], copy: Decoded) -> list[Span]:
-    """``found`` (in the original) and ``more`` (in the decoded ``copy``, mapped back): sorted, overlaps
+def merged(found: list[Span], more: list[Span]) -> list[Span]:
+    """``found`` in the text and ``more`` in its decoded copy (both spans of the text): sorted, overlaps
     joined, so a value found both ways is one span covering both."""
     if not more:
         return found
-    maps = copy.maps
-    spans = sorted(found + [(original(s, maps), original(e, maps)) for s, e in more])
+    spans = sorted(found + more)
     out = [spans[0]]
     for s, e in spans[1:]:
         ls, le = out[-1]

@@ -144,3 +144,129 @@ def test_values_in_json_escaped_source_are_found_as_in_the_source() -> None:
 )
 def test_an_escape_at_either_end_of_what_is_searched_is_read(text: str, name: str, value: str) -> None:
     assert _found(name, text) == [value]
+
+
+# -- a copy that differs only after the letter of an escape: JSON-escaped text ----------------------
+
+INERT = detectors_decoding._INERT_CHARS
+VALUES = {
+    "email": "jane.doe@example.com",
+    "phone": "+44 20 7946 0958",
+    "credit_card": "4111 1111 1111 1111",
+    "iban": "DE89 3704 0044 0532 0130 00",
+    "ip_address": "10.0.4.17",
+    "us_ssn": "123-45-6789",
+    "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.abc",
+    "api_key": "sk-proj-Zx8Kq2LmN4pR7sT1vW3yB5cD9fG0hJ",
+    "high_entropy": "-Zx8Kq2LmN4pR7sT1vW3yB5cD9fG0hJqq",
+}
+
+
+@pytest.mark.parametrize("name", list(VALUES))
+@pytest.mark.parametrize("escape", ["\\n", "\\r", "\\t"])
+def test_a_value_glued_to_the_letter_of_an_escape_is_found(name: str, escape: str) -> None:
+    """In the text the letter glues to the value ("nsk-proj-...", "n4111 ..."), which is then none; decoded
+    it is. The rest of the text is escaped throughout, so only the stretch after the letter is read again."""
+    value = VALUES[name]
+    filler = '    return \\"ok\\";\\n' * 300
+    text = f'{filler}  note: \\"see{escape}{value}\\"\\n{filler}'
+    found = _found(name, text)
+    assert value in found or any(value in f for f in found), found
+    copy = decoded_copy(text)
+    assert copy is not None and copy.windows, "read only where the copy differs"
+
+
+@pytest.mark.parametrize("name", list(VALUES))
+def test_a_value_after_an_escape_that_glues_nothing_is_found_in_the_text(name: str) -> None:
+    value = VALUES[name]
+    for before in ("\\n ", "\\n\\n ", '\\"', "&amp;", "\\t\\t;", "\\r\\n\\t "):
+        text = f"x: 1;{before}{value}; " * 3
+        assert _found(name, text) == _found(name, text.replace("\\n", "\n").replace('\\"', '"')) != [], before
+        copy = decoded_copy(text)
+        assert copy is not None and copy.windows == []  # nothing to read in the copy
+
+
+def test_an_escape_of_an_escape_among_json_escapes_reads_the_whole_copy() -> None:
+    text = '{\\"note\\": \\"mail jane.doe&amp;#64;example.com\\"}\\n' * 50
+    copy = decoded_copy(text)
+    assert copy is not None and copy.windows is None
+    assert _found("email", text) == ["jane.doe&amp;#64;example.com"] * 50
+
+
+def _segments_found(name: str, text: str) -> list[tuple[int, int]]:
+    """What ``name`` finds in each stretch of ``text`` between inert characters, read alone."""
+    found: list[tuple[int, int]] = []
+    start = 0
+    for i, ch in enumerate(text + "\n"):
+        if ch in INERT:
+            found += [(start + s, start + e) for s, e in detectors.detector(name).find(text[start:i])]
+            start = i + 1
+    return found
+
+
+def test_each_detector_finds_in_a_text_what_it_finds_between_its_inert_characters() -> None:
+    """What reading only the windows rests on: a built-in detector treats every inert character as the end
+    of the text (no value holds one, none is looked past). A detector that read one (a '#' in a pattern,
+    a ``str.find(";")``) would fail here."""
+    import random
+
+    rnd = random.Random(7)
+    pieces = [
+        *VALUES.values(),
+        *INERT,
+        " ",
+        "  ",
+        ".",
+        "-",
+        "_",
+        "+",
+        "=",
+        "/",
+        ":",
+        "@",
+        "(",
+        ")",
+        "a",
+        "Z",
+        "1",
+        "00",
+    ]
+    pieces += ["4111", "555-2671", "(415) 555-2671", "GB82WEST12345698765432", "::1", "fe80::1", "jane", "example.com"]
+    for _ in range(1500):
+        text = "".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 12)))
+        if "&" in text or "\\" in text:  # an escape: the decoded copy is read too
+            continue
+        for name in VALUES:
+            assert detectors.detector(name).find(text) == _segments_found(name, text), (name, text)
+
+
+def test_reading_only_the_windows_finds_what_reading_the_whole_copy_finds(monkeypatch: pytest.MonkeyPatch) -> None:
+    import random
+
+    rnd = random.Random(11)
+    pieces = [
+        "\\n",
+        "\\n",
+        '\\"',
+        "\\r",
+        "\\t",
+        "&amp;",
+        " ",
+        "\n",
+        ";",
+        '"',
+        "&",
+        "\\",
+        "\\x",
+        "n",
+        "-",
+        "_",
+        "+",
+        ":",
+    ]
+    pieces += [*VALUES.values(), "@", ".", "a", "Z", "1", "4111", "jane", "example.com", "&amp;#64;", "=", "/"]
+    texts = ["".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 20))) for _ in range(1500)]
+    windowed = [{name: _found(name, text) for name in VALUES} for text in texts]
+    monkeypatch.setattr(detectors_decoding, "_windows", lambda text, lo, hi: None)
+    detectors_decoding._last = ("", None)
+    assert [{name: _found(name, text) for name in VALUES} for text in texts] == windowed
