@@ -43,20 +43,24 @@ class Detector:
 
     ``needles``: strings of which every match holds one (a fast pre-check); ``digits``: every match
     holds a digit; ``shortest``: no match is shorter. Most strings an event holds are short (roles,
-    model names, ids): these checks answer for them without running the finder.
+    model names, ids): these checks answer for them without running the finder. ``inert_alike``: the
+    finder reads the characters ``detectors_decoding`` calls inert all alike (a regular expression
+    naming none of them), so a decoded copy differing only by inert escapes (JSON's \\n and \\" in
+    escaped source) is not read again.
     """
 
-    __slots__ = ("_find", "digits", "name", "needles", "shortest")
+    __slots__ = ("_find", "digits", "inert_alike", "name", "needles", "shortest")
 
     def __init__(
         self, name: str, find: Callable[[str], list[Span]], needles: tuple[str, ...] = (),
-        *, digits: bool = False, shortest: int = 1,
+        *, digits: bool = False, shortest: int = 1, inert_alike: bool = False,
     ) -> None:  # fmt: skip
         self.name = name
         self._find = find
         self.needles = needles
         self.digits = digits
         self.shortest = shortest
+        self.inert_alike = inert_alike
 
     def find(self, text: str) -> list[Span]:
         if len(text) < self.shortest:
@@ -66,12 +70,13 @@ class Detector:
         # span. Decided once per text: the detectors after the first find it kept.
         seen, copy = _decoding._last
         if seen is not text:
-            copy = _decoding.decoded(text)
-        if copy is not None:
-            # Each read asks its own checks: the copy may hold what they look for ("@" for "&#64;") where
-            # the text does not, and most detectors find neither in a page of HTML or a list of URLs.
-            return _decoding.merged(self._checked(text), self._checked(copy[0]), copy[1])
-        return self._checked(text)
+            copy = _decoding.decoded_copy(text)
+        if copy is None:
+            return self._checked(text)
+        # Each read asks its own checks: the copy may hold what they look for ("@" for "&#64;") where
+        # the text does not, and most detectors find neither in a page of HTML or a list of URLs. A
+        # built-in detector reads only where the copy differs, when that is known (``Decoded.windows``).
+        return _decoding.merged(self._checked(text), copy.found(self._checked, not self.inert_alike))
 
     def _checked(self, text: str) -> list[Span]:
         if self.digits and _DIGIT(text) is None:
@@ -116,17 +121,17 @@ def _presidio() -> Detector:
 
 _BUILT_IN: dict[str, Detector] = {
     # An e-mail's local part is at most 64 characters, its domain at most 255 (RFC 5321).
-    "email": Detector("email", find_email, ("@",), shortest=6),
+    "email": Detector("email", find_email, ("@",), inert_alike=True, shortest=6),
     # The numeric detectors need no check of their own for digits: the runs they read are kept per text.
-    "phone": Detector("phone", find_phone, shortest=8),
-    "credit_card": Detector("credit_card", find_card, shortest=13),
-    "iban": Detector("iban", find_iban, shortest=15),
-    "ip_address": Detector("ip_address", find_ip, (".", ":"), shortest=3),
-    "us_ssn": Detector("us_ssn", find_ssn, ("-",), shortest=11),
+    "phone": Detector("phone", find_phone, inert_alike=True, shortest=8),
+    "credit_card": Detector("credit_card", find_card, inert_alike=True, shortest=13),
+    "iban": Detector("iban", find_iban, inert_alike=True, shortest=15),
+    "ip_address": Detector("ip_address", find_ip, (".", ":"), inert_alike=True, shortest=3),
+    "us_ssn": Detector("us_ssn", find_ssn, ("-",), inert_alike=True, shortest=11),
     # "J": every token holds "eyJ", and a capital J is rare in prose (``in`` of "eyJ" walks the text slowly).
-    "jwt": Detector("jwt", at(JWT, "eyJ", 2, jwt_ok), ("J",), shortest=16),
-    "api_key": Detector("api_key", find_key, shortest=20),
-    "high_entropy": Detector("high_entropy", matches(TOKEN, high_entropy_ok), shortest=24),
+    "jwt": Detector("jwt", at(JWT, "eyJ", 2, jwt_ok), ("J",), inert_alike=True, shortest=16),
+    "api_key": Detector("api_key", find_key, inert_alike=True, shortest=20),
+    "high_entropy": Detector("high_entropy", matches(TOKEN, high_entropy_ok), inert_alike=True, shortest=24),
 }
 _LAZY: dict[str, Callable[[], Detector]] = {"presidio": _presidio}
 

@@ -12,13 +12,17 @@ that encodes it, so a rule replaces the encoded value and the text around it kee
 
 Most texts hold none of these: a few checks of single characters (each a ``memchr``) and
 ``isascii`` (a flag of the string) answer for them, once per text, kept for the detectors that
-ask next (as ``detectors_numbers`` keeps its runs).
+ask next (as ``detectors_numbers`` keeps its runs). A text escaped throughout (JSON's ``\\n`` and
+``\\"`` in escaped source or logs) is not read twice by the built-in detectors: its copy differs for
+them only after an escape whose letter glues to what follows, and only there is it read again.
 """
 
 from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections.abc import Callable
+from itertools import accumulate
 
 Span = tuple[int, int]
 # Where the way back from the copy to the text changes: the copy's positions (sorted) and the text's
@@ -26,8 +30,6 @@ Span = tuple[int, int]
 # ``text_at[i] + p - copy_at[i]`` (i the last at or before p). Kept per escape, not per character: a
 # long document with one escape in it costs no list as long as itself.
 Map = tuple[list[int], list[int]]
-# The decoded copy, and the maps of its rounds of decoding, the last first.
-Decoded = tuple[str, list[Map]]
 
 _ROUNDS = 3  # an encoding of an encoding (%2540, &amp;#64;) is read; deeper nesting is no one's accident
 
@@ -37,27 +39,92 @@ _SPACES = (
 )
 _NAMED = {"amp": "&", "nbsp": " ", "commat": "@", "period": ".", "plus": "+", "lpar": "(", "rpar": ")"}
 _SHORT = {"n": "\n", "r": "\r", "t": "\t", "b": "\b", "f": "\f", '"': '"', "/": "/", "\\": "\\"}
+# Every alternative opens with a literal character (the lookbehind of '+' follows it): the engine then
+# skips in C to the characters that may open one, rather than trying each alternative at every position.
+_ESCAPES = (
+    r"%[0-9A-Fa-f]{2}(?:%[0-9A-Fa-f]{2})*"  # percent-encoded bytes: a run, as UTF-8 spans several
+    r"|\\u[0-9A-Fa-f]{4}(?:\\u[0-9A-Fa-f]{4})*"  # JSON's \uXXXX: a run, for surrogate pairs
+    r"|\\[nrtbf\"/\\]"  # JSON's short escapes: "Card:\n4111..." must not glue the number to a word
+    r"|&(?:#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|" + "|".join(_NAMED) + r");"
+    "|" + "|".join(map(re.escape, _SPACES))
+)
+_TOKEN = re.compile(f"({_ESCAPES})")  # a group, so that ``split`` keeps the escapes
 # '+' for a space, as a query string or form writes it (in a text holding '='), only next to a digit or
 # before a percent escape: "4111+1111" and "at+%2B44" are read, while "jane+tag%40example.com" (an
 # address's own '+') keeps it.
-_TOKEN = re.compile(
-    r"(?:%[0-9A-Fa-f]{2})+"  # percent-encoded bytes: a run, as UTF-8 spans several
-    r"|(?:\\u[0-9A-Fa-f]{4})+"  # JSON's \uXXXX: a run, for surrogate pairs
-    r"|\\[nrtbf\"/\\]"  # JSON's short escapes: "Card:\n4111..." must not glue the number to a word
-    r"|&(?:#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|" + "|".join(_NAMED) + r");"
-    r"|(?<=[A-Za-z0-9])\+(?=[0-9])|(?<=[0-9])\+(?=[A-Za-z])|(?<=[A-Za-z0-9])\+(?=%[0-9A-Fa-f]{2})"
-    rf"|[{_SPACES}]"
+_TOKEN_PLUS = re.compile(
+    f"({_ESCAPES}"
+    r"|\+(?<=[A-Za-z0-9]\+)(?=[0-9])|\+(?<=[0-9]\+)(?=[A-Za-z])|\+(?<=[A-Za-z0-9]\+)(?=%[0-9A-Fa-f]{2}))"
 )
-# Matched only where one of these is (found by str.find, a memchr): an expression searching the text
-# would try every position of it, a megabyte of text in a second.
-_OPENERS = "%\\&"
 _PLUS_NEXT = frozenset("0123456789%ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+
+
+_Round = tuple[str, re.Pattern[str], int, int]  # what a round decoded, with which expression, between where
+
+
+class Decoded:
+    """A text decoded: the copy, and (only when asked: most copies hold nothing a detector finds) the
+    maps of its rounds of decoding, the last first."""
+
+    __slots__ = ("_joined", "_maps", "_rounds", "text", "windows")
+
+    def __init__(self, text: str, rounds: list[_Round], windows: list[Span] | None) -> None:
+        self.text = text
+        self._rounds = rounds
+        self._maps: list[Map] | None = None
+        # Where the copy may hold for a built-in detector what the text does not (``_windows``, spans of
+        # the text); None: anywhere. Two threads may both fill in what follows: the same values, either kept.
+        self.windows = windows
+        self._joined: tuple[str, list[int]] | None = None
+
+    @property
+    def maps(self) -> list[Map]:
+        maps = self._maps
+        if maps is None:
+            maps = self._maps = [_map(*decoding) for decoding in reversed(self._rounds)]
+        return maps
+
+    def found(self, find: Callable[[str], list[Span]], everywhere: bool = False) -> list[Span]:
+        """What ``find`` finds in the copy, as spans of the text. Unless ``everywhere`` (a finder that
+        may read inert characters apart), only in the windows where the copy differs, read from the
+        text (the same characters there), joined by an inert character into one string."""
+        windows = None if everywhere else self.windows
+        if windows is None:
+            more = find(self.text)
+            if not more:
+                return more
+            maps = self.maps
+            return [(original(s, maps), original(e, maps)) for s, e in more]
+        if not windows:
+            return []
+        joined = self._joined
+        if joined is None:
+            starts = list(accumulate((b - a + 1 for a, b in windows[:-1]), initial=0))
+            source = self._rounds[0][0]  # the text
+            joined = self._joined = ("\n".join([source[a:b] for a, b in windows]), starts)
+        more = find(joined[0])
+        if not more:
+            return more
+        starts = joined[1]
+        out: list[Span] = []
+        for s, e in more:
+            i = bisect_right(starts, s) - 1
+            shift = windows[i][0] - starts[i]
+            out.append((s + shift, e + shift))
+        return out
+
 
 _last: tuple[str, Decoded | None] = ("", None)
 
 
-def decoded(text: str) -> Decoded | None:
+def decoded(text: str) -> tuple[str, list[Map]] | None:
     """``text`` decoded, with where each character came from; None when it holds no encoding."""
+    copy = decoded_copy(text)
+    return None if copy is None else (copy.text, copy.maps)
+
+
+def decoded_copy(text: str) -> Decoded | None:
+    """``text`` decoded (its maps built when asked); None when it holds no encoding."""
     global _last
     seen, result = _last
     if seen is text:
@@ -88,16 +155,78 @@ def _plus(text: str) -> bool:
 
 def _decode(text: str) -> Decoded | None:
     copy = text
-    maps: list[Map] = []
-    plus = "=" in text
+    rounds: list[_Round] = []
+    kinds: set[str] = set()
+    token = _TOKEN_PLUS if "=" in text else _TOKEN
     for _ in range(_ROUNDS):
-        once = _Copy(copy).decode(plus)
-        if once is None:
+        lo, hi = _reach(copy, token is _TOKEN_PLUS)
+        # The text split at its escapes and each replaced by its decoding, looked up (escapes repeat:
+        # &amp;, %20, \n), all in C: no Python per character of the text, nor per escape (the map
+        # back is built only when asked for).
+        parts = token.split(copy[lo:hi])
+        escapes = parts[1::2]
+        distinct = set(escapes)
+        if not any(_piece(escape)[3] for escape in distinct):  # none is one (a bare surrogate, &#0;)
             break
-        copy = once[0]
-        maps.insert(0, once[1])
-        plus = False  # a '+' a first round made of %2B is a plus sign
-    return (copy, maps) if maps else None
+        kinds = kinds if rounds else distinct
+        parts[1::2] = map(_DECODINGS.__getitem__, escapes)
+        rounds.append((copy, token, lo, hi))
+        copy = copy[:lo] + "".join(parts) + copy[hi:]
+        token = _TOKEN  # a '+' a first round made of %2B is a plus sign
+    if not rounds:
+        return None
+    # After a second round a character of the copy may stand for escapes of escapes: read it all.
+    plain = len(rounds) == 1 and kinds <= _CLEAN | _LETTERED
+    return Decoded(copy, rounds, _windows(text, rounds[0][2], rounds[0][3]) if plain else None)
+
+
+# -- where the copy adds something ------------------------------------------------------------
+# Characters no built-in detector reads but as "none of mine": no word character, and none its
+# expressions or code name (" .-()+@%:/=_"). So no value holds one, and each detector treats any of
+# them as any other, and as the start or end of the text (every look back or ahead stops at one, or
+# is a character or two long). What a detector finds in a text is then what it finds in each stretch
+# between two of them, wherever that stretch stands.
+_INERT_CHARS = "\t\n\r\"'\\;,<>[]{}!?*|~^$#&`"
+_INERT = re.compile("[" + re.escape(_INERT_CHARS) + "]")
+# Escapes that are such characters, decoding to another: each stretch between two inert characters
+# is the same in the copy as in the text ("amp" of '&amp;' is one of its own, of three letters: no value).
+_CLEAN = frozenset(['\\"', "&amp;"])
+# These end with a letter, alone only before a space or such a character: no value opens with a space
+# or holds a lowercase letter before one, and what follows the space looks back at most to it. Before
+# anything else the letter glues to it: "\nsk-proj-..." and "\n-Zx8..." are no key, decoded they are.
+_LETTERED = frozenset(["\\n", "\\r", "\\t"])
+_GLUED = re.compile(r"\\[nrt](?=[^ " + re.escape(_INERT_CHARS) + "])")
+
+
+def _windows(text: str, lo: int, hi: int) -> list[Span] | None:
+    """Where the text decoded once (between ``lo`` and ``hi``; its escapes all clean or lettered, each
+    an inert character in the copy) differs from the text: after each lettered escape that glues its
+    letter, up to the next inert character (none decoded in between: an escape opens with one). That
+    stretch is the same in both; the text read it with the letter before it. None: read the whole copy."""
+    windows: list[Span] = []
+    size = 0
+    for m in _GLUED.finditer(text, lo, hi):
+        start = m.end()
+        after = _INERT.search(text, start)
+        end = after.start() if after else len(text)
+        windows.append((start, end))
+        size += end - start
+    return None if size * 2 > len(text) else windows
+
+
+def _reach(text: str, plus: bool) -> tuple[int, int]:
+    """Where ``text``'s escapes may be: from a character before the first that opens one (a '+' is one
+    only after a letter or digit) to past the longest the last may open (``&#x10FFFF;``, and what '+'
+    looks ahead to). The expression skips to what opens an escape a character at a time, slower than
+    ``str.find``'s memchr: a long text with an escape or two is searched only around them."""
+    openers = "%\\&+" if plus else "%\\&"
+    if not text.isascii():
+        openers += _SPACES
+    hi = max(map(text.rfind, openers))
+    if hi < 0:
+        return 0, 0
+    lo = min(i for i in map(text.find, openers) if i >= 0)
+    return max(0, lo - 1), min(len(text), hi + 16)
 
 
 def original(position: int, maps: list[Map]) -> int:
@@ -108,59 +237,81 @@ def original(position: int, maps: list[Map]) -> int:
     return position
 
 
+# An escape's decoding: the characters, the map of them back to the escape (positions in each), and
+# whether it is one.
+_Piece = tuple[str, list[int], list[int], bool]
+_PIECES: dict[str, _Piece] = {}
+_KEEP = 4096  # escapes remembered: a long run of percent escapes is seldom seen twice
+
+
+def _piece(token: str) -> _Piece:
+    found = _PIECES.get(token)
+    if found is None:
+        copy = _Copy()
+        valid = copy.token(token, 0)
+        if not valid:  # no escape after all (a bare surrogate, a code point out of range)
+            # Put as it is, after what ``token`` put of it: a run of percent or \u escapes none of which
+            # decodes is then there twice, as it always was (harmless, and it is what the detectors read).
+            copy.put(token, 0)
+        found = ("".join(copy.pieces), copy.copy_at, copy.text_at, valid)
+        if len(_PIECES) < _KEEP:
+            _PIECES[token] = found
+    return found
+
+
+class _Decoded(dict[str, str]):
+    """Each escape's decoding, by the escape: a hit is looked up in C, a miss worked out by ``_piece``."""
+
+    def __missing__(self, escape: str) -> str:
+        decoding = _piece(escape)[0]
+        if len(self) < _KEEP:
+            self[escape] = decoding
+        return decoding
+
+
+_DECODINGS = _Decoded()
+
+
+def _map(text: str, token: re.Pattern[str], lo: int, hi: int) -> Map:
+    """The map back from ``text`` decoded once by ``token`` (between ``lo`` and ``hi``) to ``text``."""
+    copy_at: list[int] = []
+    text_at: list[int] = []
+    size = last = 0
+    for m in token.finditer(text, lo, hi):  # a lookbehind sees before ``lo``
+        start, end = m.span()
+        copy_at.append(size)  # the stretch before the escape, copied as it was
+        text_at.append(last)
+        size += start - last
+        piece, piece_copy_at, piece_text_at, _ = _piece(m[0])
+        copy_at.extend([size + at for at in piece_copy_at])
+        text_at.extend([start + at for at in piece_text_at])
+        size += len(piece)
+        last = end
+    copy_at += (size, size + len(text) - last)  # the rest, and the end (a span may end there)
+    text_at += (last, len(text))
+    return copy_at, text_at
+
+
 class _Copy:
-    """One round of decoding ``text``: the pieces of the copy, and its map back."""
+    """The pieces of one escape's decoding, and their map back to it."""
 
-    __slots__ = ("copy_at", "pieces", "size", "text", "text_at")
+    __slots__ = ("copy_at", "pieces", "size", "text_at")
 
-    def __init__(self, text: str) -> None:
-        self.text = text
+    def __init__(self) -> None:
         self.pieces: list[str] = []
         self.copy_at: list[int] = []
         self.text_at: list[int] = []
         self.size = 0
 
     def put(self, piece: str, at: int) -> None:
-        """``piece`` (a decoded character, or text copied as it was) for the text from ``at``."""
+        """``piece`` (a decoded character, or an escape kept as it was) for the escape from ``at``."""
         self.copy_at.append(self.size)
         self.text_at.append(at)
         self.pieces.append(piece)
         self.size += len(piece)
 
-    def decode(self, plus: bool) -> tuple[str, Map] | None:
-        text = self.text
-        openers = _OPENERS + "+" if plus else _OPENERS
-        if not text.isascii():
-            openers += _SPACES
-        at: list[int] = []
-        for ch in openers:
-            i = text.find(ch)
-            while i >= 0:
-                at.append(i)
-                i = text.find(ch, i + 1)
-        last = 0
-        changed = False
-        for start in sorted(at):
-            if start < last:
-                continue
-            m = _TOKEN.match(text, start)
-            if m is None:
-                continue
-            token = m.group()
-            self.put(text[last:start], last)
-            if self._token(token, start):
-                changed = True
-            else:  # not a valid escape (a bare surrogate, a code point out of range): the text as it is
-                self.put(token, start)
-            last = m.end()
-        if not changed:
-            return None
-        self.put(text[last:], last)
-        self.put("", len(text))  # the end: a span may end there
-        return "".join(self.pieces), (self.copy_at, self.text_at)
-
-    def _token(self, token: str, at: int) -> bool:
-        """Puts what ``token`` (found at ``at``) decodes to; False, putting nothing, when it is no escape."""
+    def token(self, token: str, at: int) -> bool:
+        """Puts what ``token`` (found at ``at``) decodes to; False when it is no escape."""
         head = token[0]
         if head == "%":
             return self._percent(token, at)
@@ -229,12 +380,12 @@ class _Copy:
         return changed
 
 
-def merged(found: list[Span], more: list[Span], maps: list[Map]) -> list[Span]:
-    """``found`` (in the original) and ``more`` (in the decoded copy, mapped back by ``maps``): sorted,
-    overlaps joined, so a value found both ways is one span covering both."""
+def merged(found: list[Span], more: list[Span]) -> list[Span]:
+    """``found`` in the text and ``more`` in its decoded copy (both spans of the text): sorted, overlaps
+    joined, so a value found both ways is one span covering both."""
     if not more:
         return found
-    spans = sorted(found + [(original(s, maps), original(e, maps)) for s, e in more])
+    spans = sorted(found + more)
     out = [spans[0]]
     for s, e in spans[1:]:
         ls, le = out[-1]

@@ -4,9 +4,11 @@ Every such value but an IBAN lies in a *numeric run*: a stretch of digits and th
 numbers are written with (space, dot, dash, brackets, plus), opening where no letter or digit
 comes before it (each of these values must be set apart so). A text's runs of four digits or
 more (the fewest such a value has) are found once, by one expression the engine skips to in C,
-and kept for the text last seen: the detectors ask in turn, and each tries its own expression
-only in the runs long enough for it. Prose holds few digits, so most texts cost one search for a
-first digit. An IBAN opens with two capital letters before its check digits: it has its own anchor.
+and kept for the two texts last seen (a text and its decoded copy, which each detector reads in
+turn: with one kept, both were scanned again for every detector): the detectors ask in turn, and
+each tries its own expression only in the runs long enough for it. Prose holds few digits, so most
+texts cost one search for a first digit. An IBAN opens with two capital letters before its check
+digits: it has its own anchor.
 """
 
 from __future__ import annotations
@@ -27,23 +29,29 @@ _RUN_CHARS = frozenset("0123456789 ().+-")
 _SEPARATORS = b" ().+-"
 _LONG = 4  # digits: every value of these detectors holds as many (an IPv4 address the fewest)
 Window = tuple[int, int]  # from the first digit's stretch of separators to past the last digit; (0, 0): none
-_last: tuple[str, Window, list[Run]] = ("", (0, 0), [])
+_Kept = tuple[str, Window, list[Run]]
+_NONE: _Kept = ("", (0, 0), [])
+_last: tuple[_Kept, _Kept] = (_NONE, _NONE)  # the text last scanned, and the one before it
+
+
+def _kept(text: str) -> _Kept:
+    newest, older = _last
+    if newest[0] is text:
+        return newest
+    if older[0] is text:
+        return older
+    window, runs = _scan(text)
+    return text, window, runs
 
 
 def long_runs(text: str) -> list[Run]:
-    """``text``'s numeric runs of four digits or more; the last text's answer is kept."""
-    seen, _, runs = _last
-    if seen is text:
-        return runs
-    return _scan(text)[1]
+    """``text``'s numeric runs of four digits or more; the last two texts' answers are kept."""
+    return _kept(text)[2]
 
 
 def digit_window(text: str) -> Window:
-    """Where ``text``'s digits are: ``(lo, hi)``, empty when it has none; the last text's answer is kept."""
-    seen, window, _ = _last
-    if seen is text:
-        return window
-    return _scan(text)[0]
+    """Where ``text``'s digits are: ``(lo, hi)``, empty when it has none; the last two texts' answers are kept."""
+    return _kept(text)[1]
 
 
 def _scan(text: str) -> tuple[Window, list[Run]]:
@@ -70,7 +78,7 @@ def _scan(text: str) -> tuple[Window, list[Run]]:
             digits = len(run) if run.isdigit() else len(run.encode("ascii").translate(None, _SEPARATORS))
             if digits >= _LONG:
                 runs.append((start, end, digits, run))
-    _last = (text, window, runs)  # one tuple, swapped whole: threads never see half of it
+    _last = ((text, window, runs), _last[0])  # one tuple, swapped whole: threads never see half of it
     return window, runs
 
 
