@@ -43,7 +43,7 @@ _headers: ContextVar[Any] = ContextVar("relay_bedrock_headers", default=None)
 class _ClientState:
     """What one client contributes to every attempt, worked out on its first managed call."""
 
-    __slots__ = ("credentials", "metadata", "token")
+    __slots__ = ("credentials", "events", "metadata", "replays", "signs_headers", "token")
 
     def __init__(self, client: Any) -> None:
         metadata: dict[str, Any] = {}
@@ -56,14 +56,33 @@ class _ClientState:
         self.metadata = metadata
         self.credentials: Any = None  # the static credentials already remembered as secrets
         self.token: Any = None  # the static Bedrock API key, likewise
-        events = client.meta.events
+        self.events = events = client.meta.events
         # One before-send handler counts the try and answers it from a bound tape: botocore pays a
         # debug log and a keyword splat for every handler it calls, on every try.
         events.register(f"before-send.{SERVICE}", cassette.send_handler(client, sdk_retries.count_try),
                         unique_id="relay-runtime-send")  # fmt: skip
-        events.register(f"before-sign.{SERVICE}", _on_sign, unique_id="relay-runtime-sign")
-        # First: the first answer wins, and botocore's own handler answers for an operation with its own auth type.
-        events.register_first(f"choose-signer.{SERVICE}", cassette.choose_signer, unique_id="relay-runtime-signer")
+        # The signing hooks go on when a call first needs them (see ``hooks_for``): botocore has no
+        # before-sign handler of its own, so until then that event costs it one dict lookup.
+        self.signs_headers = False
+        self.replays = False
+
+    def hooks_for(self, headers: bool, tape: bool) -> None:
+        """Before a call that sends an intercept's headers, or runs with a cassette: the hooks it needs.
+
+        Registered by the call that needs them before it sends, and left on. Two calls racing to the
+        first registration may both make it (botocore's unique id check is not atomic): the
+        handlers then run twice, which changes nothing (both set the same headers, give the same answer).
+        """
+        if headers and not self.signs_headers:
+            self.events.register(f"before-sign.{SERVICE}", _on_sign, unique_id="relay-runtime-sign")
+            self.signs_headers = True
+        if tape and not self.replays:
+            # First: the first answer wins, and botocore's own handler answers for an operation with its
+            # own auth type.
+            self.events.register_first(
+                f"choose-signer.{SERVICE}", cassette.choose_signer, unique_id="relay-runtime-signer"
+            )
+            self.replays = True
 
 
 _STATE = "_relay_bedrock_state"
@@ -137,17 +156,25 @@ def guard_sdk_calls(on: bool) -> None:
 
 
 def _sdk_call(
-    send: Callable[[str, dict[str, Any]], Any], operation: str, codec: Any, client: Any, request: LLMRequest
+    send: Callable[[str, dict[str, Any]], Any],
+    operation: str,
+    codec: Any,
+    client: Any,
+    state: _ClientState,
+    request: LLMRequest,
 ) -> Any:
     attempt = current_attempt()
     if attempt is not None:
         attempt.metadata.pop(cv.SDK_RETRIES, None)  # an execution intercept's second call counts afresh
     headers = request.raw_headers()
+    taped = cassettes.current() is not None
+    if headers or taped:
+        state.hooks_for(bool(headers), taped)
     token = dispatch.inside_sdk_call.set(True) if _class_wrapped else None
     header_token = _headers.set(dict(headers)) if headers else None
     try:
         kwargs = request.kwargs()
-        if cassettes.current() is None:
+        if not taped:
             return send(operation, kwargs)
         with cassette.Bound(codec, kwargs, _credential_values(client)):
             return send(operation, kwargs)
@@ -207,7 +234,7 @@ def managed_call(client: Any, send: Callable[[str, dict[str, Any]], Any], operat
     # The client's metadata as it is: the attempt's own dict is made of it (never the caller's).
     metadata = state.metadata
     if stream_key is None:
-        sent = partial(_sdk_call, send, operation, codec, client)  # a partial: one frame fewer than a lambda
+        sent = partial(_sdk_call, send, operation, codec, client, state)  # a partial: one frame fewer than a lambda
         if operation == "InvokeModel":
             return calls.execute_current(
                 request, lambda r: invoke.replayable(sent(r)),
@@ -219,7 +246,7 @@ def managed_call(client: Any, send: Callable[[str, dict[str, Any]], Any], operat
     answered: list[dict[str, Any]] = []
 
     def open_stream(sent: LLMRequest) -> Any:
-        response = _sdk_call(send, operation, codec, client, sent)
+        response = _sdk_call(send, operation, codec, client, state, sent)
         answered.append(response)
         return _tagging(response[stream_key])
 
