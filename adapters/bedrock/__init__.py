@@ -14,6 +14,7 @@ from typing import Any
 import wrapt
 
 from ..endpoints import Endpoint
+from . import runtime
 from .codec import PROVIDER
 from .runtime import SERVICE, managed_call
 
@@ -82,6 +83,7 @@ def instrument_classes(*, include_usage: bool = False) -> list[str]:
         return []
     wrapper = wrapt.FunctionWrapper(vars(BaseClient)[_METHOD], _class_wrapper)
     _class_patch.append(wrapper)
+    runtime.guard_sdk_calls(True)
     setattr(BaseClient, _METHOD, wrapper)
     return [f"botocore.client.BaseClient.{_METHOD} ({SERVICE})"]
 
@@ -92,6 +94,7 @@ def uninstrument_classes() -> None:
     from botocore.client import BaseClient  # type: ignore[import-untyped, unused-ignore]
 
     wrapper = _class_patch.pop()
+    runtime.guard_sdk_calls(False)
     if vars(BaseClient).get(_METHOD) is wrapper:
         setattr(BaseClient, _METHOD, wrapper.__wrapped__)
 

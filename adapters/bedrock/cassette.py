@@ -21,7 +21,7 @@ import base64
 import io
 import json
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any
 
@@ -145,11 +145,13 @@ def _recorded(tape: cassettes.CallTape, request: Any, send: Any) -> Any:
     return _response(request.url, live.status_code, headers, body)
 
 
-def send_handler(client: Any) -> Any:
-    """The client's ``before-send`` handler: answers each try from (or into) the bound tape; else nothing."""
+def send_handler(client: Any, on_try: Callable[[], None]) -> Any:
+    """The client's ``before-send`` handler: ``on_try()`` for each HTTP try, then answers it from (or into)
+    the bound tape; else nothing."""
     ref = weakref.ref(client)
 
     def on_send(request: Any = None, **_: Any) -> Any:
+        on_try()
         tape = _tape.get()
         if tape is None or request is None:
             return None

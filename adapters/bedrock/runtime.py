@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
+from functools import partial
 from typing import Any
 
 from relay_runtime import calls, cassettes, redaction
@@ -42,7 +43,7 @@ _headers: ContextVar[Any] = ContextVar("relay_bedrock_headers", default=None)
 class _ClientState:
     """What one client contributes to every attempt, worked out on its first managed call."""
 
-    __slots__ = ("credentials", "metadata", "token")
+    __slots__ = ("credentials", "events", "metadata", "replays", "signs_headers", "token")
 
     def __init__(self, client: Any) -> None:
         metadata: dict[str, Any] = {}
@@ -55,12 +56,33 @@ class _ClientState:
         self.metadata = metadata
         self.credentials: Any = None  # the static credentials already remembered as secrets
         self.token: Any = None  # the static Bedrock API key, likewise
-        events = client.meta.events
-        events.register(f"before-send.{SERVICE}", _on_send, unique_id="relay-runtime-send")
-        events.register(f"before-sign.{SERVICE}", _on_sign, unique_id="relay-runtime-sign")
-        events.register(f"before-send.{SERVICE}", cassette.send_handler(client), unique_id="relay-runtime-cassette")
-        # First: the first answer wins, and botocore's own handler answers for an operation with its own auth type.
-        events.register_first(f"choose-signer.{SERVICE}", cassette.choose_signer, unique_id="relay-runtime-signer")
+        self.events = events = client.meta.events
+        # One before-send handler counts the try and answers it from a bound tape: botocore pays a
+        # debug log and a keyword splat for every handler it calls, on every try.
+        events.register(f"before-send.{SERVICE}", cassette.send_handler(client, sdk_retries.count_try),
+                        unique_id="relay-runtime-send")  # fmt: skip
+        # The signing hooks go on when a call first needs them (see ``hooks_for``): botocore has no
+        # before-sign handler of its own, so until then that event costs it one dict lookup.
+        self.signs_headers = False
+        self.replays = False
+
+    def hooks_for(self, headers: bool, tape: bool) -> None:
+        """Before a call that sends an intercept's headers, or runs with a cassette: the hooks it needs.
+
+        Registered by the call that needs them before it sends, and left on. Two calls racing to the
+        first registration may both make it (botocore's unique id check is not atomic): the
+        handlers then run twice, which changes nothing (both set the same headers, give the same answer).
+        """
+        if headers and not self.signs_headers:
+            self.events.register(f"before-sign.{SERVICE}", _on_sign, unique_id="relay-runtime-sign")
+            self.signs_headers = True
+        if tape and not self.replays:
+            # First: the first answer wins, and botocore's own handler answers for an operation with its
+            # own auth type.
+            self.events.register_first(
+                f"choose-signer.{SERVICE}", cassette.choose_signer, unique_id="relay-runtime-signer"
+            )
+            self.replays = True
 
 
 _STATE = "_relay_bedrock_state"
@@ -72,11 +94,6 @@ def _state(client: Any) -> _ClientState:
         state = _ClientState(client)
         client.__dict__[_STATE] = state
     return state
-
-
-def _on_send(request: Any = None, **_: Any) -> None:
-    """Each HTTP try of the running attempt (botocore's ``before-send``)."""
-    sdk_retries.count_try()
 
 
 def _on_sign(request: Any = None, **_: Any) -> None:
@@ -127,18 +144,37 @@ def _tag(error: BaseException) -> None:
         error.relay_error_type = code  # type: ignore[attr-defined]
 
 
+# While a class is wrapped (``instrument()``), the call it makes of the client's own ``_make_api_call``
+# must pass straight through that wrapper, or one call would be two attempts; a client's own
+# wrapper calls the original, so only then is the context switch worth its cost.
+_class_wrapped = False
+
+
+def guard_sdk_calls(on: bool) -> None:
+    global _class_wrapped
+    _class_wrapped = on
+
+
 def _sdk_call(
-    send: Callable[[str, dict[str, Any]], Any], operation: str, request: LLMRequest, codec: Any, client: Any
+    send: Callable[[str, dict[str, Any]], Any],
+    operation: str,
+    codec: Any,
+    client: Any,
+    state: _ClientState,
+    request: LLMRequest,
 ) -> Any:
     attempt = current_attempt()
     if attempt is not None:
         attempt.metadata.pop(cv.SDK_RETRIES, None)  # an execution intercept's second call counts afresh
     headers = request.raw_headers()
-    token = dispatch.inside_sdk_call.set(True)
+    taped = cassettes.current() is not None
+    if headers or taped:
+        state.hooks_for(bool(headers), taped)
+    token = dispatch.inside_sdk_call.set(True) if _class_wrapped else None
     header_token = _headers.set(dict(headers)) if headers else None
     try:
         kwargs = request.kwargs()
-        if cassettes.current() is None:
+        if not taped:
             return send(operation, kwargs)
         with cassette.Bound(codec, kwargs, _credential_values(client)):
             return send(operation, kwargs)
@@ -150,7 +186,8 @@ def _sdk_call(
     finally:
         if header_token is not None:
             _headers.reset(header_token)
-        dispatch.inside_sdk_call.reset(token)
+        if token is not None:
+            dispatch.inside_sdk_call.reset(token)
 
 
 _TAGGING: dict[type, type] = {}  # botocore's EventStream class -> its subclass that tags errors
@@ -192,25 +229,29 @@ def managed_call(client: Any, send: Callable[[str, dict[str, Any]], Any], operat
     state = client.__dict__.get(_STATE) or _state(client)
     _remember_credentials(client, state)
     model = params.get("modelId")
-    options: dict[str, Any] = {
-        "name": PROVIDER, "model_name": model if isinstance(model, str) else None,
-        "metadata": dict(state.metadata), "codec": codec,
-    }  # fmt: skip
+    model_name = model if isinstance(model, str) else None
     request = request_of_kwargs(params)
+    # The client's metadata as it is: the attempt's own dict is made of it (never the caller's).
+    metadata = state.metadata
     if stream_key is None:
+        sent = partial(_sdk_call, send, operation, codec, client, state)  # a partial: one frame fewer than a lambda
         if operation == "InvokeModel":
             return calls.execute_current(
-                request, lambda r: invoke.replayable(_sdk_call(send, operation, r, codec, client)), **options
-            )
-        return calls.execute_current(request, lambda r: _sdk_call(send, operation, r, codec, client), **options)
+                request, lambda r: invoke.replayable(sent(r)),
+                name=PROVIDER, model_name=model_name, metadata=metadata, codec=codec,
+            )  # fmt: skip
+        return calls.execute_current(
+            request, sent, name=PROVIDER, model_name=model_name, metadata=metadata, codec=codec
+        )
     answered: list[dict[str, Any]] = []
 
     def open_stream(sent: LLMRequest) -> Any:
-        response = _sdk_call(send, operation, sent, codec, client)
+        response = _sdk_call(send, operation, codec, client, state, sent)
         answered.append(response)
         return _tagging(response[stream_key])
 
-    managed = calls.stream_current(request, open_stream, **options)
+    managed = calls.stream_current(request, open_stream, name=PROVIDER, model_name=model_name, metadata=metadata,
+                                   codec=codec)  # fmt: skip
     response = answered[-1]
     if managed is response[stream_key]:  # not recorded: the caller gets botocore's own stream
         return response

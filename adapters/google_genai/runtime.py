@@ -88,16 +88,18 @@ def _sent_nothing() -> None:
 def _begin_send(call: Call, request: LLMRequest) -> tuple[Mapping[str, Any], cassette.Bound | None]:
     """What the SDK method is called with (the request's content, shared, as the splat copies it), and
     the cassette tape bound around it, if one is in use."""
-    attempt = current_attempt()
-    if attempt is not None:
-        attempt.metadata.pop(cv.SDK_RETRIES, None)  # an execution intercept's second call counts afresh
+    if call.sent:  # an execution intercept's second call counts afresh (the first finds no count to drop)
+        attempt = current_attempt()
+        if attempt is not None:
+            attempt.metadata.pop(cv.SDK_RETRIES, None)
+    call.sent = True
     headers = request.raw_headers()
     if headers:  # headers an intercept added travel in the request's own http_options
         kwargs = request.kwargs()
         kwargs["config"] = _with_headers(kwargs.get("config"), headers)
-        return kwargs, call.bound(kwargs)
+        return kwargs, call.bound(kwargs) if cassettes.current() is not None else None
     content = request.raw_content()
-    return content, call.bound(content)
+    return content, call.bound(content) if cassettes.current() is not None else None
 
 
 def _with_headers(config: Any, headers: Any) -> Any:
@@ -119,7 +121,7 @@ def _with_headers(config: Any, headers: Any) -> Any:
 class Call:
     """One attempt's identity, worked out before anything is recorded or sent."""
 
-    __slots__ = ("codec", "group", "metadata", "model", "name", "request", "state")
+    __slots__ = ("codec", "group", "metadata", "model", "name", "request", "sent", "state")
 
     def __init__(self, models: Any, kind: str, kwargs: dict[str, Any], provider: str | None) -> None:
         api_client = models._api_client
@@ -127,10 +129,11 @@ class Call:
         redaction.remember_secret(state.key)
         name, self.group, self.metadata = logical.attempt_identity(provider, state.provider)
         self.name = name
-        self.codec = codec_for(name, kind)
+        self.codec = CODECS.get((name, kind)) or codec_for(name, kind)  # the lookup without a frame, mostly
         model = kwargs.get("model")
         self.model = model if isinstance(model, str) else None
         self.request = request_of_kwargs(kwargs)
+        self.sent = False  # whether the SDK method was called for this attempt yet
 
     def grouped_attempt(self) -> Attempt | None:
         """This attempt made directly of its public method's logical call; None when it is not in one
@@ -150,13 +153,13 @@ class Call:
         metadata = group.metadata if group is not None else self.metadata
         return {
             "name": self.name, "model_name": self.model,
-            "metadata": {**state.metadata, **metadata} if metadata else dict(state.metadata),
+            # The client's own dict when there is nothing to add: the attempt's is made of it, never it.
+            "metadata": {**state.metadata, **metadata} if metadata else state.metadata,
             "codec": self.codec, "defer_logical_completion": group is not None or metadata is not None,
         }  # fmt: skip
 
-    def bound(self, kwargs: Mapping[str, Any]) -> cassette.Bound | None:
-        if cassettes.current() is None:
-            return None
+    def bound(self, kwargs: Mapping[str, Any]) -> cassette.Bound:
+        """The tape of the cassette in use (the caller checked there is one) bound around the SDK call."""
         key = self.state.key
         return cassette.Bound(self.codec, kwargs, {key} if key else set())
 
