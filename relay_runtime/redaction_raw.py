@@ -152,7 +152,8 @@ class ThroughView(Application):
         leaves, floor = self.leaves, self.floor
         # Keys can change only when the rules read them (``scan``) or the view replaced a value.
         read_keys = keys and (scan or bool(self.pairs))
-        key_floor, clean_keys = self.policy._key_floor, self.policy._clean_keys
+        if read_keys:  # an SDK object's own fields (most of what is walked) have no keys to read
+            key_floor, clean_keys = self.policy._key_floor, self.policy._clean_keys
         for k, v in value.items():
             if (
                 read_keys and type(k) is str and len(k) >= key_floor and k not in clean_keys
@@ -160,10 +161,15 @@ class ThroughView(Application):
             ):  # fmt: skip
                 names = names or {}
                 names[k] = new_key
-            kind = type(v)  # inline: numbers and None always come back as they were, and most strings do
-            if kind in _SCALARS and (v is None or _SMALL < v < _BIG):
+            # Inline: None (most of an SDK object's fields) and small numbers always come back as they were,
+            # and most strings do. None first: it is the commonest, and the cheapest to ask about.
+            if v is None:
                 continue
-            if kind is str and (len(v) < floor or leaves.get(v) is v):
+            kind = type(v)
+            if kind is str:
+                if len(v) < floor or leaves.get(v) is v:
+                    continue
+            elif kind in _SCALARS and _SMALL < v < _BIG:  # a bool too
                 continue
             new = self._raw(v, depth + 1, scan)
             if new is not v:
@@ -179,8 +185,10 @@ class ThroughView(Application):
         items: list[Any] | None = None
         done_by_id, leaves, floor = self.done, self.leaves, self.floor
         for i, v in enumerate(value):
+            if v is None:
+                continue
             item_kind = type(v)
-            if item_kind in _SCALARS and (v is None or _SMALL < v < _BIG):
+            if item_kind in _SCALARS and _SMALL < v < _BIG:
                 continue
             if item_kind is str:
                 if len(v) < floor or leaves.get(v) is v:
