@@ -30,6 +30,8 @@ _MAX_DEPTH = 64
 _SCALARS = frozenset({int, float, bool, type(None)})  # numbers of 13 digits or more are read (``number_text``)
 _BIG = BIG_NUMBER
 _SMALL = -BIG_NUMBER  # a constant: ``-_BIG`` in a comparison would make a new int each time
+# The kinds whose false values (None, 0, 0.0, False, "", [], (), {}) come back from ``_raw`` as they were.
+_EMPTY_KINDS = frozenset({type(None), bool, int, float, str, list, tuple, dict})
 
 
 class ThroughView(Application):
@@ -147,6 +149,10 @@ class ThroughView(Application):
 
     def _mapping(self, value: Mapping[Any, Any], depth: int, scan: bool, keys: bool) -> Any:
         """``keys``: whether the mapping's keys are data (a model's field names are not)."""
+        if not keys and not any(value.values()) and _EMPTY_KINDS.issuperset(map(type, value.values())):
+            # An SDK object of absent fields (usage details of None and 0): every value is None, a zero, False, ""
+            # or an empty container, which no rule and no replaced value fits in. Asked in C, not value by value.
+            return value
         out: dict[Any, Any] | None = None
         names: dict[Any, Any] | None = None
         leaves, floor = self.leaves, self.floor
