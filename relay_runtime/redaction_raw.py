@@ -96,7 +96,14 @@ class ThroughView(Application):
                 self.leaves[value] = result = value
             else:
                 result = self._scan(value)
-            return self._through_pairs(result) if self.pairs else result
+            if not self.pairs:
+                return result
+            final = self._through_pairs(result)
+            if final is not result:
+                # A value replaced elsewhere, inside this string: kept as what the string became, since the walks
+                # pass over a string ``leaves`` holds as it was (the same string in another field of the object).
+                self.leaves[value] = final
+            return final
         if kind in _SCALARS:
             if value is None or _SMALL < value < _BIG:  # a bool too
                 return value
