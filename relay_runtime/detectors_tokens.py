@@ -129,12 +129,22 @@ _API_KEY = re.compile(r"(?<![A-Za-z0-9])(?:" + "|".join(_KEY_PATTERNS) + r")(?![
 # Where a key may start, found with ``str.find`` (a regular expression of alternatives would be tried
 # at every position): a short piece of its opening, and how far before it the key starts.
 # The third item: which of the needle's characters is looked for (see ``occurrences``); a needle of
-# one character is found whole, as fast (longer ones walk the text: "k-" is found from its "-", rare in prose).
-_KEY_ANCHORS = (("k-", (1,), 1), ("_", (2, 3, 5, 6), -1), ("A", (0,), -1), ("ya29.", (0,), 3), ("xox", (0,), -1))
+# one character is found whole, as fast (longer ones walk the text). The keys opening with "k-" or
+# "xox?-" are found from their "-" (``find_key``).
+_KEY_ANCHORS = (("_", (2, 3, 5, 6), -1), ("A", (0,), -1), ("ya29.", (0,), 3))
 
 
 def find_key(text: str) -> list[Span]:
     starts: set[int] = set()
+    # One walk of the text for the "-" (rare in prose) of "sk-"/"rk-" (the key starts two before it) and of
+    # Slack's "xox?-" (four before it): each walk of 2 KB costs, whatever it looks for.
+    i = text.find("-", 1)
+    while i >= 0:
+        if text[i - 1] == "k":
+            starts.add(i - 2)
+        if i >= 4 and text.startswith("xox", i - 4):
+            starts.add(i - 4)
+        i = text.find("-", i + 1)
     for needle, backs, pivot in _KEY_ANCHORS:
         if pivot < 0:
             i = text.find(needle)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .conventions import IDENTIFIERS, SPAN_HINTS
@@ -71,12 +72,14 @@ class Pass(Walk):
         """An attempt's input with what the SDK sends beside the view (``extra_body``, ``extra_query``)
         read as ``/request/params``, as a cassette stores it: a path rule on a param finds it there too."""
         content = inp.get("content") if type(inp) is dict else None
-        if not isinstance(content, Mapping):  # the kwargs are held read-only (a mappingproxy)
+        # The kwargs are held read-only (a mappingproxy). Asked by type first: ``isinstance`` against the ABC
+        # runs Python code of ``abc`` each time, and an end event has no input at all.
+        if content is None or (type(content) is not MappingProxyType and not isinstance(content, Mapping)):
             return inp
         changed: dict[str, Any] | None = None
         for key in SENT_BESIDE:
             value = content.get(key)
-            if isinstance(value, Mapping):
+            if value is not None and isinstance(value, Mapping):  # mostly absent: None is no ABC check
                 new = kept(self.walk(value, _PARAMS))
                 if new is not value:
                     if changed is None:
@@ -116,7 +119,7 @@ class Pass(Walk):
         if out is not metadata:
             out = self._identifiers(metadata, out)
         hints = metadata.get(SPAN_HINTS)
-        if isinstance(hints, Mapping) and hints:
+        if hints is not None and isinstance(hints, Mapping) and hints:  # None first: no ABC check
             new_hints = self._span_hints(hints)
             if new_hints is not hints:
                 out = dict(out)

@@ -30,6 +30,8 @@ _MAX_DEPTH = 64
 _SCALARS = frozenset({int, float, bool, type(None)})  # numbers of 13 digits or more are read (``number_text``)
 _BIG = BIG_NUMBER
 _SMALL = -BIG_NUMBER  # a constant: ``-_BIG`` in a comparison would make a new int each time
+# The kinds whose false values (None, 0, 0.0, False, "", [], (), {}) come back from ``_raw`` as they were.
+_EMPTY_KINDS = frozenset({type(None), bool, int, float, str, list, tuple, dict})
 
 
 class ThroughView(Application):
@@ -94,7 +96,14 @@ class ThroughView(Application):
                 self.leaves[value] = result = value
             else:
                 result = self._scan(value)
-            return self._through_pairs(result) if self.pairs else result
+            if not self.pairs:
+                return result
+            final = self._through_pairs(result)
+            if final is not result:
+                # A value replaced elsewhere, inside this string: kept as what the string became, since the walks
+                # pass over a string ``leaves`` holds as it was (the same string in another field of the object).
+                self.leaves[value] = final
+            return final
         if kind in _SCALARS:
             if value is None or _SMALL < value < _BIG:  # a bool too
                 return value
@@ -147,12 +156,17 @@ class ThroughView(Application):
 
     def _mapping(self, value: Mapping[Any, Any], depth: int, scan: bool, keys: bool) -> Any:
         """``keys``: whether the mapping's keys are data (a model's field names are not)."""
+        if not keys and not any(value.values()) and _EMPTY_KINDS.issuperset(map(type, value.values())):
+            # An SDK object of absent fields (usage details of None and 0): every value is None, a zero, False, ""
+            # or an empty container, which no rule and no replaced value fits in. Asked in C, not value by value.
+            return value
         out: dict[Any, Any] | None = None
         names: dict[Any, Any] | None = None
         leaves, floor = self.leaves, self.floor
         # Keys can change only when the rules read them (``scan``) or the view replaced a value.
         read_keys = keys and (scan or bool(self.pairs))
-        key_floor, clean_keys = self.policy._key_floor, self.policy._clean_keys
+        if read_keys:  # an SDK object's own fields (most of what is walked) have no keys to read
+            key_floor, clean_keys = self.policy._key_floor, self.policy._clean_keys
         for k, v in value.items():
             if (
                 read_keys and type(k) is str and len(k) >= key_floor and k not in clean_keys
@@ -160,10 +174,15 @@ class ThroughView(Application):
             ):  # fmt: skip
                 names = names or {}
                 names[k] = new_key
-            kind = type(v)  # inline: numbers and None always come back as they were, and most strings do
-            if kind in _SCALARS and (v is None or _SMALL < v < _BIG):
+            # Inline: None (most of an SDK object's fields) and small numbers always come back as they were,
+            # and most strings do. None first: it is the commonest, and the cheapest to ask about.
+            if v is None:
                 continue
-            if kind is str and (len(v) < floor or leaves.get(v) is v):
+            kind = type(v)
+            if kind is str:
+                if len(v) < floor or leaves.get(v) is v:
+                    continue
+            elif kind in _SCALARS and _SMALL < v < _BIG:  # a bool too
                 continue
             new = self._raw(v, depth + 1, scan)
             if new is not v:
@@ -179,8 +198,10 @@ class ThroughView(Application):
         items: list[Any] | None = None
         done_by_id, leaves, floor = self.done, self.leaves, self.floor
         for i, v in enumerate(value):
+            if v is None:
+                continue
             item_kind = type(v)
-            if item_kind in _SCALARS and (v is None or _SMALL < v < _BIG):
+            if item_kind in _SCALARS and _SMALL < v < _BIG:
                 continue
             if item_kind is str:
                 if len(v) < floor or leaves.get(v) is v:

@@ -158,7 +158,8 @@ class Walk(ThroughView):
         # The strings of a container are looked up inline: most were met before (the same message in the
         # view and the kwargs, the same roles in every message) and come back as they were.
         leaves, floor, rules = self.leaves, self.floor, self.rules
-        if kind is dict or isinstance(value, Mapping):
+        # A list (the messages) is not asked ``isinstance`` against the ABC: that runs Python code of ``abc``.
+        if kind is dict or (kind is not list and kind is not tuple and isinstance(value, Mapping)):
             out: dict[Any, Any] | None = None
             names: dict[Any, Any] | None = None
             flat = True

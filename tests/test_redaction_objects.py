@@ -323,3 +323,23 @@ def test_a_model_with_computed_fields_nothing_changes_in_stays_itself() -> None:
     relay.redaction.use(RedactionPolicy([Rule("redact", detector="credit_card")]))
     relay.tools.execute("lookup", {"q": "jane"}, lambda args: contact)
     assert seen.events[1].output is contact
+
+
+class Twice(pydantic.BaseModel):
+    reference: str
+    note: str
+
+
+def test_a_value_replaced_inside_a_string_the_answer_object_holds_twice_is_replaced_in_both() -> None:
+    """The view's card is replaced inside the SDK object's strings too, where the rules alone find nothing (the
+    number glued to a reference); the same string in a second field is changed as in the first."""
+    card = "4111 1111 1111 1111"
+    glued = f"ref{card}x"
+    response = AnnotatedLLMResponse(output_text=f"card {card} on file")
+    event = new_event(
+        SCOPE_END, "u", "p", "t", "openai", "llm", 2, 1, None, Twice(reference=glued, note=glued), {},
+        annotated_response=response, outcome="success",
+    )  # fmt: skip
+    out = RedactionPolicy([Rule("redact", detector="credit_card")]).redact_event(event).output
+    assert card not in repr(out)
+    assert out.reference == out.note == "ref[REDACTED:credit_card]x"
