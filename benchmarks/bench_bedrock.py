@@ -160,11 +160,7 @@ def count(variant: str, n: int) -> None:
             assert peer is not None, "openinference-instrumentation-bedrock is not installed"
             call = peer[0]
         with managed_turn(subscribed=True):
-            for _ in range(20):
-                call()
-            instructions.settle()
-            for _ in range(n):
-                call()
+            instructions.counted(call, n, warm=20)
         if peer is not None:
             peer[1]()
     finally:

@@ -380,12 +380,7 @@ def _count_calls(variant: str) -> Callable[[], Any]:
 
 def count(variant: str, n: int) -> None:
     """``instructions``' entry: warm up, then ``n`` calls of one variant."""
-    call = _count_calls(variant)
-    for _ in range(300):
-        call()
-    instructions.settle()
-    for _ in range(n):
-        call()
+    instructions.counted(_count_calls(variant), n, warm=300)
 
 
 def bench_instructions() -> None:

@@ -108,12 +108,7 @@ def main() -> None:
 
 def count(variant: str, n: int) -> None:
     """``instructions``' entry: warm up, then ``n`` calls of a variant."""
-    call = _variants()[variant]
-    for _ in range(3):
-        call()
-    instructions.settle()
-    for _ in range(n):
-        call()
+    instructions.counted(_variants()[variant], n, warm=3)
 
 
 if __name__ == "__main__":

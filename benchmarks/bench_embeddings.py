@@ -199,11 +199,7 @@ def count(variant: str, n: int) -> None:
             return client.embeddings.create(**KWARGS)
 
     with managed_turn(subscribed=True):
-        for _ in range(20):
-            call()
-        instructions.settle()
-        for _ in range(n):
-            call()
+        instructions.counted(call, n, warm=20)
 
 
 if __name__ == "__main__":

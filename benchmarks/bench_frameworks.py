@@ -361,11 +361,7 @@ def count(variant: str, n: int) -> None:
             if asyncio.iscoroutine(result):
                 loop.run_until_complete(result)
 
-        for _ in range(200):
-            once()
-        instructions.settle()
-        for _ in range(n):
-            once()
+        instructions.counted(once, n, warm=200)
     loop.close()
 
 

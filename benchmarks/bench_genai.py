@@ -197,11 +197,7 @@ def count(variant: str, n: int) -> None:
         assert peer is not None, "openinference-instrumentation-google-genai is not installed"
     call = _async_call(client) if shape == "async" else _calls(client, client, None, stream=shape == "stream")["bare"]
     with managed_turn(subscribed=True):
-        for _ in range(20):
-            call()
-        instructions.settle()
-        for _ in range(n):
-            call()
+        instructions.counted(call, n, warm=20)
 
 
 if __name__ == "__main__":

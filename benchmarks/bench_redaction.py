@@ -232,12 +232,7 @@ def main() -> None:
 
 def count(variant: str, n: int) -> None:
     """``instructions``' entry: warm up, then ``n`` calls of a variant (each "fresh" call a prompt not seen)."""
-    call = _variants()[variant]
-    for _ in range(200):
-        call()
-    instructions.settle()
-    for _ in range(n):
-        call()
+    instructions.counted(_variants()[variant], n, warm=200)
 
 
 if __name__ == "__main__":

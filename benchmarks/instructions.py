@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 
 _COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 
@@ -58,6 +59,15 @@ def settle() -> None:
     depends on the variant. Collected here, the counted calls pay only for the collections they cause.
     """
     gc.collect()
+
+
+def counted(call: Callable[[], object], n: int, *, warm: int) -> None:
+    """What every ``--count`` entry runs: ``warm`` calls, a collection (``settle``), then the ``n`` counted calls."""
+    for _ in range(warm):
+        call()
+    settle()
+    for _ in range(n):
+        call()
 
 
 def reference_us(instructions: float) -> float:
