@@ -261,9 +261,7 @@ class Scopes:
                 self._stack.set(handle.below)
             else:
                 self._check_not_buried(handle, top)
-        if output is not None and self._subs.end and type(output) is not RelayOutput:
-            output = redact_value(output)
-        self._end(handle, output, metadata, error, outcome)
+        self._end(handle, self._recorded(output), metadata, error, outcome)
 
     def _check_not_buried(self, handle: ScopeHandle, top: ScopeHandle | None) -> None:
         node = top
@@ -294,9 +292,17 @@ class Scopes:
         ``output`` is recorded with credentials blanked, as ``pop``'s is (an LLM attempt's response
         is ended through ``_end``: the response's own redaction applies to it).
         """
-        if output is not None and self._subs.end and type(output) is not RelayOutput:
-            output = redact_value(output)
-        self._end(handle, output, metadata, error, outcome, provider, model_name, annotated_request, annotated_response)
+        self._end(
+            handle, self._recorded(output), metadata, error, outcome, provider, model_name, annotated_request,
+            annotated_response,
+        )  # fmt: skip
+
+    def _recorded(self, output: Any) -> Any:
+        """``output`` as ``pop`` and ``end`` record it: credentials blanked (``redact_value``); the relay's own
+        outputs (``RelayOutput``) as they are, and nothing read when no subscriber takes end events."""
+        if output is None or type(output) is RelayOutput or not self._subs.end:
+            return output
+        return redact_value(output)
 
     def _end(
         self,
