@@ -16,6 +16,11 @@ from .wrapping import ManagedCreate as ManagedCreate  # re-exported: tests and i
 from .wrapping import ManagedCreate as ManagedMethod  # noqa: F401  (its older name)
 from .wrapping import lock
 
+# Whether ``instrument(client)`` ever instrumented a single client (never cleared: one client's
+# ``uninstrument`` leaves the others as they are). A framework integration that cannot tell which
+# client a model call uses reads it to know whether an SDK attempt may still join that call.
+_single_clients = False
+
 
 def _adapter_of(client: Any) -> providers.ProviderAdapter:
     adapter = providers.for_client(client)
@@ -40,6 +45,7 @@ def instrument(client: Any = None, *, include_usage: bool = False, provider: str
     and the client's base URL (see ``adapters.endpoints``): a convention's name (``mistral_ai``),
     an alias (``mistral``, ``azure``) or an OpenAI-compatible endpoint (``vllm``, ``openrouter``).
     """
+    global _single_clients
     named = None if provider is None else endpoints.named(provider)
     if client is None:
         if named is not None:
@@ -49,7 +55,9 @@ def instrument(client: Any = None, *, include_usage: bool = False, provider: str
             for adapter in providers.adapters():
                 done += adapter.instrument_classes(include_usage=include_usage)
         return done
-    return _adapter_of(client).instrument_client(client, include_usage=include_usage, provider=named)
+    adapter = _adapter_of(client)
+    _single_clients = True
+    return adapter.instrument_client(client, include_usage=include_usage, provider=named)
 
 
 def uninstrument(client: Any = None) -> Any:
@@ -61,6 +69,12 @@ def uninstrument(client: Any = None) -> Any:
         return None
     adapter = providers.for_client(client)
     return client if adapter is None else adapter.uninstrument_client(client)
+
+
+def clients_instrumented() -> bool:
+    """Whether ``instrument(client)`` has instrumented any single client in this process (some may be
+    uninstrumented since): a call on a client nobody can see may then be an attempt of its own."""
+    return _single_clients
 
 
 def is_instrumented(client: Any = None) -> bool:

@@ -17,12 +17,14 @@
 from __future__ import annotations
 
 import importlib
+import time
 from collections.abc import Callable
 from contextvars import ContextVar, Token
 from typing import Any
 
 from relay_runtime import auxiliary, calls, logical_calls, session
 from relay_runtime import conventions as cv
+from relay_runtime.adapters.instrument import clients_instrumented
 from relay_runtime.attempt import Attempt
 from relay_runtime.codec import LLMCodec
 from relay_runtime.events import AnnotatedRequestField, AnnotatedResponseField, Deferred
@@ -104,7 +106,10 @@ def leave_scope(token: Token[ScopeHandle | None] | None) -> None:
 class ModelCall:
     """One logical model call of a framework, under the framework scope open where it began."""
 
-    __slots__ = ("_joined", "_observed_request", "api_request_id", "call_role", "logical", "observed", "parent", "turn")
+    __slots__ = (
+        "_joined", "_observed_request", "_witnessed", "api_request_id", "call_role", "logical", "observed", "parent",
+        "turn",
+    )  # fmt: skip
 
     def __init__(self, turn: Turn, logical: LogicalCall, call_role: str, parent: ScopeHandle | None) -> None:
         self.turn = turn
@@ -116,6 +121,8 @@ class ModelCall:
         self.observed: ScopeHandle | None = None
         self._observed_request: AnnotatedRequestField = None
         self._joined: Token[Any] | None = None
+        # What ``witness`` saw, until ``leave`` knows whether an SDK attempt joined instead.
+        self._witnessed: tuple[str, str | None, AnnotatedRequestField, int, int] | None = None
 
     @classmethod
     def open(
@@ -138,9 +145,32 @@ class ModelCall:
         self._joined = auxiliary.join_logical_call(self.api_request_id, self.call_role, attempts=self.attempts())
 
     def leave(self) -> None:
+        """The framework's model call is over: what it makes from here on is not this call's; an attempt
+        ``witness`` saw is recorded now if no SDK attempt joined in its place."""
         if self._joined is not None:
             auxiliary.leave_logical_call(self._joined)
             self._joined = None
+        witnessed = self._witnessed
+        if witnessed is not None:
+            self._witnessed = None
+            provider, model, request, start_ns, attempts_before = witnessed
+            if self.logical.attempts == attempts_before:
+                self.observe(provider, model, request, start_ns=start_ns)
+
+    def witness(self, provider: str, model: str | None, request: AnnotatedRequestField = None) -> None:
+        """The provider call the framework's callbacks report, with the SDK's classes not instrumented:
+        an attempt of this call, unless an SDK attempt joins in its place.
+
+        With no client instrumented either, nothing else can record it: it is observed now. With single
+        clients instrumented (``instrument(client)``), whether the framework's client is one of them
+        shows only when it runs: the call is joined, and the witnessed attempt is recorded at ``leave``
+        (with the time it began) only if no SDK attempt joined; never both.
+        """
+        if not clients_instrumented():
+            self.observe(provider, model, request)
+            return
+        self.join()
+        self._witnessed = (provider, model, request, time.time_ns(), self.logical.attempts)
 
     def attempts(self) -> int:
         return self.logical.attempts
@@ -153,10 +183,13 @@ class ModelCall:
         """Metadata for an attempt the integration makes itself (``calls.execute_current``)."""
         return {cv.API_REQUEST_ID: self.api_request_id, cv.CALL_ROLE: self.call_role, cv.RETRY_COUNT: self.attempts()}
 
-    def observe(self, provider: str, model: str | None, request: AnnotatedRequestField = None) -> None:
+    def observe(
+        self, provider: str, model: str | None, request: AnnotatedRequestField = None, *, start_ns: int | None = None
+    ) -> None:
         """Record the provider call the framework is making as an attempt (nothing else records it).
 
-        ``request`` (its annotation, best a ``Deferred``) goes on the attempt's end event."""
+        ``request`` (its annotation, best a ``Deferred``) goes on the attempt's end event; ``start_ns``:
+        when the attempt began, if before now."""
         call = self.logical
         turn = self.turn
         api_request_id = self.api_request_id
@@ -169,7 +202,9 @@ class ModelCall:
             if model:
                 call.model = model
         metadata = {_KIND: _ATTEMPT, _API_REQUEST_ID: api_request_id, _CALL_ROLE: self.call_role, _RETRY_COUNT: retry}
-        self.observed = turn.relay.scope.push(provider, _LLM, parent=call.scope, attach=False, metadata=metadata)
+        self.observed = turn.relay.scope.push(
+            provider, _LLM, parent=call.scope, attach=False, metadata=metadata, start_ns=start_ns
+        )
         self._observed_request = request
 
     def end_observed(
@@ -196,7 +231,7 @@ class ModelCall:
 
     def close(self, error: BaseException | None = None) -> None:
         """Complete the logical call: a success, or the outcome ``error`` means (once; later closes do nothing)."""
-        if self._joined is not None:
+        if self._joined is not None or self._witnessed is not None:
             self.leave()
         if self.observed is not None and not self.observed.ended:
             self.end_observed(error=error or _Unfinished())

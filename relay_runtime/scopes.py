@@ -102,6 +102,12 @@ class ScopeHandle:
         return f"<scope {self.scope_type} {self.name!r} {self.uuid[:8]}>"
 
 
+def _start_time(start_ns: Any) -> int:
+    if type(start_ns) is not int or start_ns <= 0:
+        raise ValueError(f"start_ns must be a positive int of nanoseconds (time.time_ns()), got {start_ns!r}")
+    return start_ns
+
+
 def _scope_type(scope_type: ScopeType | str) -> str:
     if type(scope_type) is str and scope_type:
         return scope_type  # a known type's value, or a custom type
@@ -171,8 +177,12 @@ class Scopes:
         root: bool = False,
         remote_parent: str | None = None,
         remote_tracestate: str | None = None,
+        start_ns: int | None = None,
     ) -> ScopeHandle:
         """Open a scope under ``parent`` (default: the current scope; with ``root=True``, under none).
+
+        ``start_ns``: when the scope began (``time.time_ns()``), for a scope recorded after the fact
+        (a framework's model call known for an attempt only once it ended); default now.
 
         ``remote_parent``: a W3C ``traceparent`` from another process (an incoming request's
         headers or ``_meta``). The scope is then a root here that continues that trace: its
@@ -196,6 +206,8 @@ class Scopes:
         else:
             handle = self._remote_child(name, st, parent, metadata, data, attach, remote_parent, remote_tracestate)
             metadata = handle.metadata
+        if start_ns is not None:
+            handle.start_ns = _start_time(start_ns)
         token = self._stack.set(handle) if attach else None
         if self._subs.start:
             if input is not None:

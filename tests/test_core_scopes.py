@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
+import time
 
 import pytest
 from core_support import balanced, new_relay, request, response
@@ -108,6 +109,15 @@ def test_detached_scope_with_explicit_parent_stays_off_the_stack() -> None:
     assert balanced(rec.events)
 
 
+def test_a_scope_recorded_after_the_fact_starts_when_it_began() -> None:
+    relay, rec = new_relay()
+    began = time.time_ns() - 5_000_000
+    handle = relay.scope.push("late", attach=False, root=True, start_ns=began)
+    relay.scope.pop(handle)
+    start, end = rec.events
+    assert start.timestamp == began == end.start_timestamp < end.timestamp
+
+
 def test_bad_arguments_are_named() -> None:
     relay = Relay()
     with pytest.raises(ValueError, match="scope name"):
@@ -120,6 +130,10 @@ def test_bad_arguments_are_named() -> None:
     relay.scope.pop(handle)
     with pytest.raises(ValueError, match="has ended"):
         relay.scope.push("child", parent=handle)
+    for bad in (0, -1, 1.5, True, "123"):
+        with pytest.raises(ValueError, match="start_ns"):
+            relay.scope.push("x", start_ns=bad)  # type: ignore[arg-type]
+    assert relay.scope.current() is None  # a refused push leaves nothing open
 
 
 # -- property: any sequence of pushes and pops behaves like a stack ----------------------------------

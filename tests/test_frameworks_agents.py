@@ -123,6 +123,20 @@ def test_tree_with_instrumented_sdk_calls(relay_turn, relay_events, otel_spans) 
     assert (tool.output, tool.metadata["tool_call_id"]) == ("sunny in Paris", "call-1")
 
 
+def test_the_agents_own_client_instrumented_records_each_model_call_once(relay_turn, relay_events) -> None:
+    """``instrument(client)`` on the agent's client, not the SDK's classes: its attempts are the model calls'
+    attempts, never beside one made up from the SDK's spans."""
+    openai_agents.instrument()
+    s = scripted(*tool_then_answer())
+    adapters.instrument(s.aclient)
+    result = run(helper(), "Weather in Paris?")
+    assert result.final_output == "Done."
+    assert outline(relay_events) == TREE
+    tried = attempts(relay_events)
+    assert len(tried) == len(s.script.requests) == 2
+    assert tried[1].annotated_response.usage.input_tokens == 30
+
+
 def test_attempts_from_the_sdk_spans_without_instrument(relay_turn, relay_events) -> None:
     openai_agents.instrument()
     scripted(*tool_then_answer())

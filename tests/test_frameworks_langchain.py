@@ -150,6 +150,51 @@ def test_callback_handler_records_attempts_without_instrument(relay_turn, relay_
     assert [c.outcome for c in logical_calls(relay_events)] == ["success", "success"]
 
 
+def test_callback_handler_with_the_models_own_client_instrumented_records_each_call_once(
+    relay_turn, relay_events
+) -> None:
+    """``instrument(client)`` on the model's client, not the SDK's classes: the client's own attempts are the
+    model calls' attempts, under the agent, never beside an attempt the handler made up from its callbacks."""
+    script = tool_then_answer()
+    model = chat_model(script)
+    adapters.instrument(model.root_client)
+    agent = agents_mod.create_agent(model, [weather], name="helper")
+    run(agent, "Weather in Paris?", callbacks=[RelayCallbackHandler()])
+    assert outline(relay_events) == [
+        "agent helper success",
+        "  function model success",
+        "    function logical_llm_call success",
+        "      llm openai success",
+        "  function tools success",
+        "    tool weather success",
+        "  function model success",
+        "    function logical_llm_call success",
+        "      llm openai success",
+    ]
+    tried = attempts(relay_events)
+    assert len(tried) == len(script.requests) == 2
+    assert tried[1].annotated_response.usage.input_tokens == 30
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_callback_handler_with_another_client_instrumented_records_what_it_saw(
+    relay_turn, relay_events, use_async
+) -> None:
+    """Some other client instrumented: the handler learns only at the call's end that no SDK attempt joined,
+    and records the attempt it saw then, with the time it began."""
+    adapters.instrument(t.openai_client(t.Script([])))
+    script = tool_then_answer()
+    agent = agents_mod.create_agent(chat_model(script), [weather], name="helper")
+    run(agent, "Weather in Paris?", use_async=use_async, callbacks=[RelayCallbackHandler()])
+    assert outline(relay_events)[2:4] == ["    function logical_llm_call success", "      llm openai success"]
+    tried = attempts(relay_events)
+    assert len(tried) == len(logical_calls(relay_events)) == len(script.requests) == 2
+    assert tried[1].annotated_response.usage.input_tokens == 30
+    first_start = relay_events.starts(uuid=tried[0].uuid)[0]
+    tool_start = relay_events.starts(relay_kind=cv.TOOL)[0]
+    assert first_start.timestamp < tried[0].timestamp <= tool_start.timestamp  # when it began, not when recorded
+
+
 def test_callback_handler_on_a_fake_chat_model_chain(relay_turn, relay_events) -> None:
     fake = need("langchain_core.language_models.fake_chat_models")
     runnables = need("langchain_core.runnables")

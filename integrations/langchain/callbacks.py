@@ -7,7 +7,9 @@ with its inputs, outputs and errors; a root run is an ``agent`` scope, the other
 ``tool`` and ``retriever`` scopes. Runs LangChain marks hidden (its own plumbing) get no scope.
 A chat model run is a logical call under its parent run's scope: the attempt ``adapters.instrument()``
 makes for its provider call joins it (so there is never a second one); without ``instrument()``
-the handler records the attempt from what the callbacks report (model, usage, finish reason).
+the handler records the attempt from what the callbacks report (model, usage, finish reason);
+with single clients instrumented (``instrument(client)``), at the call's end, and only if the
+model's client was not one of them (its attempt then stands: one attempt per provider call).
 Inside a ``RelayMiddleware`` model or tool call the middleware's records stand and the handler adds none.
 
 Several relay handlers on one run (``configure_graph``'s and one passed in ``config["callbacks"]``, or
@@ -272,7 +274,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
                 provider = meta.get("ls_provider") or "langchain"
                 model = meta.get("ls_model_name")
                 content = {"model": model, "messages": messages[0] if messages else []}
-                call.observe(provider, model, deferred(codec_for(provider).decode, content))
+                call.witness(provider, model, deferred(codec_for(provider).decode, content))
         except Exception as exc:
             turn.relay.diag.failure("subscriber_errors", exc, f"{self.framework} callback chat model start")
 
@@ -286,7 +288,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
             run.turn.relay.diag.failure("subscriber_errors", exc, f"{self.framework} callback chat model end")
 
     def _model_end(self, call: ModelCall, response: Any) -> None:
-        call.leave()
+        call.leave()  # first: it records the witnessed attempt when no SDK attempt joined
         observed = call.observed
         if observed is not None:
             generations = getattr(response, "generations", None) or _NO_GENERATIONS

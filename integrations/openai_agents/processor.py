@@ -136,9 +136,10 @@ class RelayTraceProcessor:
             if is_instrumented():
                 call.join()  # the SDK calls inside are the attempts
             else:
-                # Nothing below records the provider call: the span is the only witness.
+                # No SDK class records the provider call: the span is its witness (with an instrumented
+                # client's own attempt in its place, if the agent's client is one: ``ModelCall.witness``).
                 model = getattr(data, "model", None)
-                call.observe("openai", model if isinstance(model, str) else None)
+                call.witness("openai", model if isinstance(model, str) else None)
             entry = FrameworkRun(turn, parent, call=call)
         else:
             scope = _scope_of(kind, data, self.wrapped_tools)
@@ -160,7 +161,7 @@ class RelayTraceProcessor:
         error: BaseException | None = _error_of(span) if span.error else _cancelled()
         call = entry.call
         if call is not None:
-            call.leave()
+            call.leave()  # first: it records the witnessed attempt when no SDK attempt joined
             if call.observed is not None:
                 _end_observed(call, span.span_data, error)
             if error is None or isinstance(error, asyncio.CancelledError):
