@@ -27,6 +27,9 @@ def _with_call_id(metadata: dict[str, Any] | None, tool_call_id: str | None) -> 
     return {**(metadata or {}), cv.TOOL_CALL_ID: tool_call_id}
 
 
+ControlFlow = Callable[[BaseException], bool]
+
+
 class Tools:
     def __init__(self, relay: Relay) -> None:
         self._relay = relay
@@ -61,15 +64,28 @@ class Tools:
         return handle, resolved.get(TOOL_REQUEST, ()), resolved.get(TOOL_EXECUTION, ())
 
     def _begin(
-        self, name: str, args: Any, parent: ScopeHandle | None, metadata: dict[str, Any] | None
+        self,
+        name: str,
+        args: Any,
+        parent: ScopeHandle | None,
+        metadata: dict[str, Any] | None,
+        control_flow: ControlFlow | None,
     ) -> tuple[ScopeHandle, Any, tuple[Any, ...]]:
         handle, requests, executions = self._open(name, args, parent, metadata)
         try:
             args = chains.run_filters(requests, lambda e, a: e.fn(name, a), args)
         except BaseException as exc:
-            self._relay.scope.pop(handle, error=exc)
+            self._ended_by(handle, exc, control_flow)
             raise
         return handle, args, executions
+
+    def _ended_by(self, handle: ScopeHandle, error: BaseException, control_flow: ControlFlow | None) -> None:
+        """End the tool's scope with what it raised: failed, or, for the caller's ``control_flow``, a
+        success recording which (the framework pauses or redirects; nothing failed)."""
+        if control_flow is not None and control_flow(error):
+            self._relay.scope.pop(handle, output={"control_flow": type(error).__name__}, outcome="success")
+        else:
+            self._relay.scope.pop(handle, error=error)
 
     @staticmethod
     async def _requests_async(name: str, args: Any, requests: tuple[Any, ...]) -> Any:
@@ -92,15 +108,23 @@ class Tools:
         parent: ScopeHandle | None = None,
         metadata: dict[str, Any] | None = None,
         tool_call_id: str | None = None,
+        control_flow: ControlFlow | None = None,
     ) -> Any:
         """Run ``fn(args)`` as a managed tool call; ``tool_call_id``: the id of the model's tool call it
-        answers (trajectories name the call an observation answers by it)."""
-        handle, args, executions = self._begin(name, args, parent, _with_call_id(metadata, tool_call_id))
+        answers (trajectories name the call an observation answers by it).
+
+        Pipeline: the tool scope opens, request intercepts run in order (one that raises refuses the
+        call: ``fn`` never runs), then execution intercepts around ``fn``; the scope ends with the
+        result, or failed with what was raised, which propagates. ``control_flow``: a framework's
+        test for exceptions that steer its run rather than fail the tool (LangGraph's ``interrupt()``
+        raised by an approval intercept): they end the scope as a success holding
+        ``{"control_flow": <class name>}``, and propagate all the same."""
+        handle, args, executions = self._begin(name, args, parent, _with_call_id(metadata, tool_call_id), control_flow)
         owner = chains.Live()
         try:
             result = chains.run_sync(executions, name, args, fn, owner)
         except BaseException as exc:
-            self._relay.scope.pop(handle, error=exc)
+            self._ended_by(handle, exc, control_flow)
             raise
         finally:
             owner.live = False
@@ -116,7 +140,10 @@ class Tools:
         parent: ScopeHandle | None = None,
         metadata: dict[str, Any] | None = None,
         tool_call_id: str | None = None,
+        control_flow: ControlFlow | None = None,
     ) -> Any:
+        """``execute`` for async tools (``fn`` may return an awaitable; request intercepts may be coroutine
+        functions)."""
         handle, requests, executions = self._open(name, args, parent, _with_call_id(metadata, tool_call_id))
         owner: chains.Live | None = None
         try:
@@ -137,7 +164,7 @@ class Tools:
                 if chains.is_awaitable(result):
                     result = await result
         except BaseException as exc:
-            self._relay.scope.pop(handle, error=exc)
+            self._ended_by(handle, exc, control_flow)
             raise
         finally:
             if owner is not None:

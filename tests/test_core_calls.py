@@ -303,6 +303,48 @@ def test_tool_errors_and_failing_tool_intercepts_fail_closed() -> None:
     assert relay.scope.current() is None
 
 
+class _Paused(Exception):
+    """A framework's control flow (as LangGraph's interrupt), raised through a tool call."""
+
+
+def _is_pause(error: BaseException) -> bool:
+    return isinstance(error, _Paused)
+
+
+@pytest.mark.parametrize("phase", ["request", "execution"])
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_a_tool_calls_control_flow_ends_it_as_a_success_and_propagates(phase: str, use_async: bool) -> None:
+    relay, rec = new_relay()
+    ran: list[Any] = []
+
+    def ask_a_human(name: str, args: Any) -> Any:
+        raise _Paused("approve?")
+
+    def tool(args: Any) -> Any:
+        ran.append(args)
+        if phase == "execution":
+            raise _Paused("approve?")
+        return "done"
+
+    if phase == "request":
+        relay.intercepts.register_tool_request("approval", 0, False, ask_a_human)
+
+    def call(control_flow: Any) -> Any:
+        if use_async:
+            return asyncio.run(relay.tools.execute_async("send", {"to": "ops"}, tool, control_flow=control_flow))
+        return relay.tools.execute("send", {"to": "ops"}, tool, control_flow=control_flow)
+
+    with pytest.raises(_Paused):
+        call(_is_pause)
+    with pytest.raises(_Paused):
+        call(None)  # without the caller's test it is an error like any other
+    assert ran == ([] if phase == "request" else [{"to": "ops"}] * 2)
+    paused, failed = rec.ends(scope_type="tool")
+    assert (paused.outcome, paused.error_type, paused.output) == ("success", None, {"control_flow": "_Paused"})
+    assert (failed.outcome, failed.error_type) == ("failed", "_Paused")
+    assert relay.scope.current() is None and balanced(rec.events)
+
+
 @pytest.mark.asyncio
 async def test_async_tool_with_async_execution_intercept() -> None:
     relay, rec = new_relay()

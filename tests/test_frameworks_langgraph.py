@@ -248,6 +248,48 @@ def test_a_tool_that_interrupts_is_paused_not_failed(relay_turn, relay_events, u
     assert (second.outcome, second.output.content) == ("success", "sent: yes")
 
 
+@pytest.mark.parametrize("answer", ["yes", "no"])
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_an_approval_intercept_that_interrupts_pauses_the_graph_before_the_tool_runs(
+    relay_turn, relay_events, use_async, answer
+) -> None:
+    """A tool request intercept asking a human with ``interrupt()``: the graph pauses (no refusal made of the
+    pause), the tool has not run, and on resume the intercept's verdict stands: the tool runs or is refused."""
+    relay, _turn = relay_turn
+
+    def approve(name: str, args: Any) -> Any:
+        if types_mod.interrupt({"approve": name}) != "yes":
+            raise GuardrailRejected("approval", "a human said no")
+        return args
+
+    relay.intercepts.register_tool_request("approval", 0, False, approve)
+    call = {"name": "weather", "args": {"city": "Paris"}, "id": "call-4", "type": "tool_call"}
+    ai = need("langchain_core.messages").AIMessage(content="", tool_calls=[call])
+    builder = graph_mod.StateGraph(graph_mod.MessagesState)
+    builder.add_node("tools", create_tool_node([weather]))
+    builder.add_edge(graph_mod.START, "tools")
+    graph = configure_graph(builder.compile(checkpointer=memory_mod.InMemorySaver()))
+    config = {"configurable": {"thread_id": f"approve-intercept-{use_async}-{answer}"}}
+
+    def invoke(value: Any) -> Any:
+        return asyncio.run(graph.ainvoke(value, config)) if use_async else graph.invoke(value, config)
+
+    paused = invoke({"messages": [ai]})
+    assert paused["__interrupt__"][0].value == {"approve": "weather"}
+    assert RAN == [] and len(paused["messages"]) == 1  # no tool message: nothing was refused
+    (tool,) = relay_events.ends(relay_kind=cv.TOOL)
+    assert (tool.outcome, tool.error_type, tool.output) == ("success", None, {"control_flow": "GraphInterrupt"})
+
+    done = invoke(types_mod.Command(resume=answer))
+    _paused, second = relay_events.ends(relay_kind=cv.TOOL)
+    if answer == "yes":
+        assert RAN == ["Paris"] and done["messages"][-1].content == "sunny in Paris"
+        assert second.outcome == "success"
+    else:
+        assert RAN == [] and done["messages"][-1].content == "Tool call refused: a human said no"
+        assert (second.outcome, second.error_type) == ("failed", "GuardrailRejected")
+
+
 def test_a_middleware_tool_that_interrupts_is_paused_not_failed(relay_turn, relay_events) -> None:
     """``RelayMiddleware``'s tool calls take the same path: the pause is no failure."""
     from relay_runtime.integrations.langchain import RelayMiddleware

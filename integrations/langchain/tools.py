@@ -8,7 +8,8 @@ the tool never runs, its scope ends failed with that error, and the agent gets a
 An exception the tool raises and the framework does not handle ends the scope failed and propagates.
 LangGraph's control flow (``interrupt()`` pausing for a human, a ``Command`` for the parent graph) is no
 failure: the tool's scope ends as a success with ``{"control_flow": "GraphInterrupt"}``, as the node's
-does, and the exception goes on to the framework, which pauses the graph. Execution intercepts see
+does, and the exception goes on to the framework, which pauses the graph; so does a pause a request
+intercept makes (a human asked to approve the call), before the tool runs. Execution intercepts see
 that output as the tool's result, not the exception (so one that retries on errors does not run the
 tool again); what they return is recorded, and the pause goes on to the framework all the same.
 """
@@ -117,10 +118,12 @@ class _ToolRun:
         return control_flow_output(error)
 
     def settle(self, error: Exception) -> Any:
-        """What the agent gets when the managed call raised ``error``: a refusal or the error message."""
+        """What the agent gets when the managed call raised ``error``: a refusal or the error message. A pause
+        a request intercept made (``interrupt()`` asking a human to approve the call) goes on to the
+        framework: on resume the intercept runs again and lets the call through or refuses it."""
         if isinstance(error, ToolFailed):
             return error.message
-        if self.started:
+        if self.started or is_control_flow(error):
             raise error
         return _refusal(self.request, error)
 
@@ -144,7 +147,9 @@ def run_tool(request: Any, handler: Callable[[Any], Any]) -> Any:
             managed_tool.reset(token)
 
     try:
-        result = turn.relay.tools.execute(run.name, run.args, execute, parent=run.parent, metadata=run.metadata)
+        result = turn.relay.tools.execute(
+            run.name, run.args, execute, parent=run.parent, metadata=run.metadata, control_flow=is_control_flow
+        )
     except Exception as exc:
         return run.settle(exc)
     return run.result(result)
@@ -169,7 +174,7 @@ async def arun_tool(request: Any, handler: Callable[[Any], Awaitable[Any]]) -> A
 
     try:
         result = await turn.relay.tools.execute_async(
-            run.name, run.args, execute, parent=run.parent, metadata=run.metadata
+            run.name, run.args, execute, parent=run.parent, metadata=run.metadata, control_flow=is_control_flow
         )
     except Exception as exc:
         return run.settle(exc)
