@@ -22,10 +22,11 @@ appear as a whole string in the walked kwargs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from . import redaction_objects
 from .secret_runs import SecretRuns
@@ -56,10 +57,32 @@ CONVERSATION_KWARGS = frozenset(
 _SUFFIXES = tuple(p[1:] for p in CREDENTIAL_HEADER_PATTERNS if p.startswith("*") and not p.endswith("*"))
 _INFIXES = tuple(p[1:-1] for p in CREDENTIAL_HEADER_PATTERNS if p.startswith("*") and p.endswith("*"))
 
-# Names repeat from call to call: classify each once. Bounded, since names are caller data.
-_header_verdicts: dict[Any, bool] = {}
-_key_verdicts: dict[Any, bool] = {}
 _VERDICTS_MAX = 4096
+
+
+class _Judged(Protocol):
+    verdicts: dict[Any, bool]
+
+    def __call__(self, name: Any) -> bool: ...
+
+
+def _judged_once(judge: Callable[[Any], bool]) -> _Judged:
+    """``judge``, remembering each name's verdict: names repeat from call to call. Bounded, since names are
+    caller data; only text and bytes are remembered. Hot loops read ``.verdicts`` themselves, a call saved
+    per key, and call the function on a miss."""
+    verdicts: dict[Any, bool] = {}
+
+    def judged(name: Any) -> bool:
+        verdict = verdicts.get(name)
+        if verdict is None:
+            verdict = judge(name)
+            if len(verdicts) < _VERDICTS_MAX and isinstance(name, (str, bytes)):
+                verdicts[name] = verdict
+        return verdict
+
+    functools.update_wrapper(judged, judge)
+    judged.verdicts = verdicts  # type: ignore[attr-defined]
+    return judged  # type: ignore[return-value]
 
 
 def _as_text(name: Any) -> str:
@@ -67,19 +90,15 @@ def _as_text(name: Any) -> str:
     return name.decode("latin-1") if isinstance(name, (bytes, bytearray)) else str(name)
 
 
+@_judged_once
 def is_credential_header(name: str | bytes) -> bool:
-    verdict = _header_verdicts.get(name)
-    if verdict is None:
-        lowered = _as_text(name).strip().lower()
-        verdict = (
-            lowered in CREDENTIAL_HEADER_NAMES
-            or lowered.endswith(_SUFFIXES)
-            or any(infix in lowered for infix in _INFIXES)
-            or is_credential_name(name)
-        )
-        if len(_header_verdicts) < _VERDICTS_MAX and isinstance(name, (str, bytes)):
-            _header_verdicts[name] = verdict
-    return verdict
+    lowered = _as_text(name).strip().lower()
+    return (
+        lowered in CREDENTIAL_HEADER_NAMES
+        or lowered.endswith(_SUFFIXES)
+        or any(infix in lowered for infix in _INFIXES)
+        or is_credential_name(name)
+    )
 
 
 # Query parameter and header names that say credential (the name rule of cassettes' query strings and
@@ -92,30 +111,21 @@ CREDENTIAL_NAMES = frozenset(
 _NAME_SUFFIXES = ("-key", "-token", "-auth", "-secret", "-signature", "-password")
 _NAME_PREFIXES = ("x-auth-",)
 _NOT_CREDENTIAL_NAMES = frozenset({"idempotency-key", "x-idempotency-key"})
-_name_verdicts: dict[Any, bool] = {}
 
 
+@_judged_once
 def is_credential_name(name: str | bytes) -> bool:
     """A query parameter or header name that says it holds a credential (see ``CREDENTIAL_NAMES``)."""
-    verdict = _name_verdicts.get(name)
-    if verdict is None:
-        lowered = _as_text(name).strip().lower().replace("_", "-")
-        verdict = lowered not in _NOT_CREDENTIAL_NAMES and (
-            lowered in CREDENTIAL_NAMES or lowered.endswith(_NAME_SUFFIXES) or lowered.startswith(_NAME_PREFIXES)
-        )
-        if len(_name_verdicts) < _VERDICTS_MAX and isinstance(name, (str, bytes)):
-            _name_verdicts[name] = verdict
-    return verdict
+    lowered = _as_text(name).strip().lower().replace("_", "-")
+    return lowered not in _NOT_CREDENTIAL_NAMES and (
+        lowered in CREDENTIAL_NAMES or lowered.endswith(_NAME_SUFFIXES) or lowered.startswith(_NAME_PREFIXES)
+    )
 
 
+@_judged_once
 def is_credential_key(key: Any) -> bool:
     """A body or query key that holds a credential: an exact name from the list, any case."""
-    verdict = _key_verdicts.get(key)
-    if verdict is None:
-        verdict = isinstance(key, (str, bytes)) and _as_text(key).strip().lower() in CREDENTIAL_BODY_KEYS
-        if len(_key_verdicts) < _VERDICTS_MAX and isinstance(key, (str, bytes)):
-            _key_verdicts[key] = verdict
-    return verdict
+    return isinstance(key, (str, bytes)) and _as_text(key).strip().lower() in CREDENTIAL_BODY_KEYS
 
 
 # Recorded data (``redact_value``): the body keys, and names that say credential whatever comes before
@@ -126,21 +136,16 @@ CREDENTIAL_DATA_KEYS = CREDENTIAL_BODY_KEYS | {
 CREDENTIAL_DATA_KEY_SUFFIXES = (
     "_api_key", "-api-key", "_secret", "-secret", "_token", "-token", "_private_key", "_secret_access_key",
 )  # fmt: skip
-_data_key_verdicts: dict[Any, bool] = {}
 
 
+@_judged_once
 def is_credential_data_key(key: Any) -> bool:
     """A key of recorded data whose value is a credential, any case (``CREDENTIAL_DATA_KEYS``, or a name
     ending in ``CREDENTIAL_DATA_KEY_SUFFIXES``): the rule of ``redact_value`` and of the OTel content capture."""
-    verdict = _data_key_verdicts.get(key)
-    if verdict is None:
-        verdict = False
-        if isinstance(key, (str, bytes)):
-            lowered = _as_text(key).strip().lower()
-            verdict = lowered in CREDENTIAL_DATA_KEYS or lowered.endswith(CREDENTIAL_DATA_KEY_SUFFIXES)
-            if len(_data_key_verdicts) < _VERDICTS_MAX:
-                _data_key_verdicts[key] = verdict
-    return verdict
+    if not isinstance(key, (str, bytes)):
+        return False
+    lowered = _as_text(key).strip().lower()
+    return lowered in CREDENTIAL_DATA_KEYS or lowered.endswith(CREDENTIAL_DATA_KEY_SUFFIXES)
 
 
 # -- the clients' own keys ------------------------------------------------------------
@@ -297,7 +302,7 @@ def redact_headers(headers: Mapping[Any, Any]) -> dict[str, Any]:
     travels, under whatever name and scheme (``X-Backup-Auth: Bearer <key>``).
     """
     out: dict[str, Any] = {}
-    verdicts = _header_verdicts
+    verdicts = is_credential_header.verdicts
     for k, v in headers.items():
         verdict = verdicts.get(k)
         if verdict is None:
@@ -320,34 +325,27 @@ _LEAVES = frozenset({str, int, float, bool, type(None)})
 _NOTHING_SKIPPED: frozenset[str] = frozenset()
 
 
+@_judged_once
 def is_query_credential(name: Any) -> bool:
     """A query parameter that holds a credential: by the name rule (``?key=``, ``?sig=``,
     ``?subscription-key=``) or as a body key would (``?api_key=``)."""
-    verdict = _query_verdicts.get(name)
-    if verdict is None:
-        verdict = isinstance(name, (str, bytes)) and (is_credential_name(name) or is_credential_key(name))
-        if len(_query_verdicts) < _VERDICTS_MAX and isinstance(name, (str, bytes)):
-            _query_verdicts[name] = verdict
-    return verdict
-
-
-_query_verdicts: dict[Any, bool] = {}
+    return isinstance(name, (str, bytes)) and (is_credential_name(name) or is_credential_key(name))
 
 
 def _clean_mapping(
     value: Mapping[Any, Any],
     depth: int,
     skip: frozenset[str],
-    verdicts: dict[Any, bool] = _key_verdicts,
-    judge: Callable[[Any], bool] = is_credential_key,
+    judge: _Judged = is_credential_key,
 ) -> Mapping[Any, Any]:
     """``value`` itself when no entry needs cleaning, else a cleaned copy; keys in ``skip`` are kept as they are.
 
-    ``judge`` tells a credential key (``verdicts``: its cache): a body's keys by default, a query's names
+    ``judge`` tells a credential key: a body's keys by default, a query's names
     for ``extra_query``, recorded data's (``is_credential_data_key``) for ``redact_value``, whose rule then
     holds at every depth below.
     """
     out: dict[Any, Any] | None = None
+    verdicts = judge.verdicts
     for k, v in value.items():
         if k in skip:
             continue
@@ -367,7 +365,7 @@ def _clean_mapping(
             if k in HEADER_KWARGS and isinstance(v, Mapping):
                 new = redact_headers(v)
             elif k in QUERY_KWARGS and isinstance(v, Mapping):
-                new = _clean_mapping(v, depth + 1, _NOTHING_SKIPPED, _query_verdicts, is_query_credential)
+                new = _clean_mapping(v, depth + 1, _NOTHING_SKIPPED, is_query_credential)
             else:
                 new = _clean(v, depth + 1, judge is is_credential_data_key)
             if new is v:
@@ -402,7 +400,7 @@ def _clean(value: Any, depth: int, data: bool = False) -> Any:
         return items if kind is list else tuple(items)
     if kind is dict or (kind not in _opaque and kind not in _kwargs_objects and isinstance(value, Mapping)):
         if data:
-            return _clean_mapping(value, depth, _NOTHING_SKIPPED, _data_key_verdicts, is_credential_data_key)
+            return _clean_mapping(value, depth, _NOTHING_SKIPPED, is_credential_data_key)
         return _clean_mapping(value, depth, _NOTHING_SKIPPED)
     if kind in _opaque:
         return value
