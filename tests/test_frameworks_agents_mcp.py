@@ -65,10 +65,11 @@ def otel_spans(relay_turn: Any) -> Iterator[InMemorySpanExporter]:
         exporter.detach()
 
 
-def _stdio_server(spans: Path, **options: Any) -> Any:
-    params = {"command": sys.executable, "args": [str(APP), "stdio", "0", str(spans), "instrumented"]}
-    params["env"] = dict(os.environ)
-    return agents_mcp.MCPServerStdio(params, name="calc", client_session_timeout_seconds=30, **options)
+def _stdio_server(spans: Path) -> Any:
+    """The Agents SDK's stdio server (it hands the MCP client a ``stdio_client`` transport it built)."""
+    args = [str(APP), "stdio", "0", str(spans), "instrumented"]
+    params = {"command": sys.executable, "args": args, "env": dict(os.environ)}
+    return agents_mcp.MCPServerStdio(params, name="calc", client_session_timeout_seconds=30)
 
 
 def _add_then_answer(tool: str, call_id: str) -> t.Scripted:
