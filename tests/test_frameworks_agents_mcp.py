@@ -143,6 +143,7 @@ def test_an_agents_mcp_tool_call_is_one_tool_scope_with_the_mcp_attributes(
     assert attributes["gen_ai.tool.call.id"] == "call-7"
     assert attributes["gen_ai.tool.name"] == "add"  # the tool's name on the server, as the MCP conventions say
     assert attributes["mcp.protocol.version"]
+    assert attributes["network.transport"] == "pipe"
     assert attributes["jsonrpc.request.id"] is not None
 
     # The server continues that trace: its span is the child of that one span.
