@@ -1,9 +1,10 @@
 """An OpenAI Agents SDK agent calling a tool of a real MCP server, with both integrations on.
 
-Real ``openai-agents`` (its ``MCPServerStdio``, over the ``mcp`` 2.x client) on the scripted mock
-transport, and a real MCP server in another process (tests/mcp_app.py, instrumented, writing its
-spans to a file). The Agents SDK's managed tool call is the tool scope; the MCP client's request
-must annotate that scope, not open a second one under it, and the server's span must be its child.
+Real ``openai-agents`` (its ``MCPServerStdio`` and ``MCPServerStreamableHttp``, over the ``mcp`` 2.x
+client) on the scripted mock transport, and a real MCP server in another process (tests/mcp_app.py,
+instrumented, writing its spans to a file). The Agents SDK's managed tool call is the tool scope; the
+MCP client's request must annotate that scope, not open a second one under it, and the server's span
+must be its child.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from relay_runtime.integrations import openai_agents
 from relay_runtime.integrations.mcp import instrument_mcp, uninstrument_mcp
 from relay_runtime.integrations.otel import OTelExporter
 from tests.framework_support import need, outline
-from tests.test_mcp import APP, ServerSpans
+from tests.test_mcp import APP, ServerSpans, _serve
 
 agents = need("agents")
 agents_mcp = need("agents.mcp")
@@ -176,3 +177,28 @@ def test_a_tool_request_intercept_runs_once_for_an_agents_mcp_tool_call(
     assert "23" in json.dumps(_tool_output(s.script.bodies()[1]))
     (tool,) = relay_events.ends(relay_kind=cv.TOOL)
     assert (tool.name, tool.outcome, tool.metadata["tool_call_id"]) == (public_name, "success", "call-8")
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[tuple[str, ServerSpans]]:
+    yield from _serve("http", tmp_path)
+
+
+def test_an_agents_mcp_tool_call_over_streamable_http_is_one_tool_scope_with_the_servers_address(
+    relay_turn: Any, relay_events: Recorder, otel_spans: InMemorySpanExporter, http_server: tuple[str, ServerSpans]
+) -> None:
+    """The SDK's HTTP server makes its own transport (over its own HTTP client) inside the MCP client's connect."""
+    url, spans = http_server
+    s = _add_then_answer("add", "call-9")
+    server = agents_mcp.MCPServerStreamableHttp({"url": url}, name="calc", client_session_timeout_seconds=30)
+    assert _run(server).final_output == "It is 5."
+    assert "5" in json.dumps(_tool_output(s.script.bodies()[1]))
+    (tool,) = relay_events.ends(relay_kind=cv.TOOL)
+    assert (tool.name, tool.outcome, tool.metadata["tool_call_id"]) == ("add", "success", "call-9")
+    (span,) = _tool_spans(otel_spans)
+    attributes = dict(span.attributes or {})
+    assert attributes["mcp.method.name"] == "tools/call" and attributes["gen_ai.tool.call.id"] == "call-9"
+    assert attributes["network.transport"] == "tcp" and attributes["server.address"] == "127.0.0.1"
+    served = spans.wait_for("tools/call add")
+    assert served["trace_id"] == f"{span.context.trace_id:032x}"
+    assert served["parent_span_id"] == f"{span.context.span_id:016x}" and served["parent_is_remote"]
