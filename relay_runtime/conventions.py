@@ -45,6 +45,10 @@ FRAMEWORK = "relay.framework"
 # On a logical call an execution intercept answered with a fallback after its provider failed: its name.
 FALLBACK = "relay.fallback"
 TOOL_CALL_ID = "tool_call_id"  # on a TOOL scope: the provider's id of the tool call it answers
+# On a TOOL scope a framework opened for a call of an MCP server's tool that it names otherwise (the
+# Agents SDK's server-prefixed names): the tool's name on the server, so the MCP client's request for
+# it recognises the call and annotates that scope instead of opening a second one inside it.
+MCP_TOOL = "relay.mcp_tool"
 # The metadata keys whose values sinks key and join records by (a journal's run, a span's conversation,
 # a trajectory's session): a redaction rule that changes one records a pseudonym in its place, never a
 # placeholder two users would share (``RedactionPolicy.identifier``).

@@ -263,8 +263,12 @@ def test_sse_tool_call_is_one_trace(client_side: ClientSide, sse_server: tuple[s
 
     assert asyncio.run(run()).structured_content == {"result": 8}
     ours, theirs = _check_one_trace(client_side, spans, "tools/call add")
-    assert dict(ours.attributes or {})["mcp.protocol.version"] == theirs["attributes"]["mcp.protocol.version"]
-    assert theirs["attributes"]["network.transport"] == "tcp"
+    attributes = dict(ours.attributes or {})
+    assert attributes["mcp.protocol.version"] == theirs["attributes"]["mcp.protocol.version"]
+    # A transport the caller built says where it goes, as a URL given to the Client would.
+    assert attributes["network.transport"] == theirs["attributes"]["network.transport"] == "tcp"
+    assert attributes["server.address"] == "127.0.0.1"
+    assert attributes["server.port"] == int(url.rsplit(":", 1)[1].split("/")[0])
     _one_span_per_side(client_side, spans)
 
 

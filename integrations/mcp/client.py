@@ -286,7 +286,7 @@ async def _request(relay: Any, hints: dict[str, Any], call: Call) -> Any:
 
 async def _tool_call(relay: Any, tool: str, arguments: Any, hints: dict[str, Any], call: Call, result_type: Any) -> Any:
     current = relay.scope.current()
-    if current is not None and current.scope_type == _TOOL and current.name == tool:
+    if current is not None and current.scope_type == _TOOL and (current.name == tool or _declares(current, tool)):
         # A framework already opened this call's tool scope (and ran the relay's tool intercepts):
         # the MCP attributes join it rather than making a second scope.
         return await _join_tool_scope(current, hints, call)
@@ -379,6 +379,12 @@ def _set_end_hints(current: Any, hints: dict[str, Any], end: dict[str, Any]) -> 
             md[cv.SPAN_HINTS] = _end_hints(hints, end)
             return
         node = node.parent
+
+
+def _declares(scope: Any, tool: str) -> bool:
+    """Whether a framework said its tool scope, named otherwise, is a call of this MCP tool (``cv.MCP_TOOL``)."""
+    md = scope.metadata
+    return type(md) is dict and md.get(cv.MCP_TOOL) == tool
 
 
 async def _join_tool_scope(handle: Any, hints: dict[str, Any], call: Call) -> Any:

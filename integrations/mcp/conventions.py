@@ -120,6 +120,21 @@ def peer_attributes(server: object) -> dict[str, Any]:
         return out
     if type(server).__name__ == "StdioServerParameters":
         return {"network.transport": "pipe"}
+    return _built_transport(server)
+
+
+def _built_transport(transport: object) -> dict[str, Any]:
+    """A transport the caller built and gave the ``Client`` (the Agents SDK's stdio server does):
+    the SDK's own transports are context managers that keep the function that made them and its
+    arguments, which say what ``Client(params)`` or ``Client(url)`` would have said."""
+    made_by = getattr(transport, "func", None)
+    module = getattr(made_by, "__module__", None)
+    if module == "mcp.client.stdio" and getattr(made_by, "__name__", None) == "stdio_client":
+        return {"network.transport": "pipe"}
+    if module == "mcp.client.sse" and getattr(made_by, "__name__", None) == "sse_client":
+        args = getattr(transport, "args", ())
+        url = args[0] if isinstance(args, tuple) and args else getattr(transport, "kwds", {}).get("url")
+        return peer_attributes(url) if isinstance(url, str) else {"network.transport": "tcp"}
     return {}
 
 

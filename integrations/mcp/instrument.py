@@ -113,6 +113,8 @@ def _wrap_session_exit(original: Any) -> Any:
 def _wrap_build_session(original: Any) -> Any:
     @functools.wraps(original)
     async def _build_session(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # Read before connecting: entering a transport the caller built drops the arguments it was made with.
+        peer = client.peer_attributes_of(self)
         made: list[Any] = []
         token = routing.building.set(made)
         try:
@@ -121,7 +123,7 @@ def _wrap_build_session(original: Any) -> Any:
             routing.building.reset(token)
         dispatcher = getattr(built, "_dispatcher", None)
         if dispatcher is not None:
-            routing.note_peer(dispatcher, client.peer_attributes_of(self))
+            routing.note_peer(dispatcher, peer)
             if made:
                 routing.note_transport(dispatcher, made[-1])
         return built

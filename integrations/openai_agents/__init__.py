@@ -9,7 +9,9 @@ Agent runs, function tools, handoffs, guardrails and MCP listings become scopes 
 recorded from the SDK's response / generation spans when it is off. Function tools are managed tool
 calls, so relay tool intercepts and guardrails reach them (see ``tools``); a call the SDK's own tool
 input guardrail refused is a failed tool scope too (see ``tool_spans``: its hook is not undone by
-``uninstrument()``, and does nothing for calls no processor follows).
+``uninstrument()``, and does nothing for calls no processor follows). A tool of an MCP server the agent
+uses is a function tool too: with ``instrument_mcp()`` on, its ``tools/call`` request annotates the
+tool's scope rather than opening a second one (also under a server-prefixed name: ``relay.mcp_tool``).
 
 The SDK calls processors only while its tracing is on: ``agents.set_tracing_disabled(True)`` (or
 ``OPENAI_AGENTS_DISABLE_TRACING``) silences this integration too. To keep the SDK's own export off

@@ -61,7 +61,7 @@ class ToolWrapping:
             key = id(owner)
             forget = self._forget(key)
             self._originals[key] = (weakref.ref(owner, forget), attr, current)
-            setattr(owner, attr, self._managed(tool.name, current, weakref.ref(tool)))
+            setattr(owner, attr, self._managed(tool.name, current, weakref.ref(tool), _mcp_tool_of(tool)))
             self.names.add(tool.name)
 
     def _forget(self, key: int) -> Any:
@@ -77,7 +77,7 @@ class ToolWrapping:
             self._originals.clear()
             self.names.clear()
 
-    def _managed(self, name: str, original: Any, tool: weakref.ref[Any]) -> Any:
+    def _managed(self, name: str, original: Any, tool: weakref.ref[Any], mcp_tool: str | None) -> Any:
         async def on_invoke_tool(ctx: Any, arguments: str) -> Any:
             turn = _managed_turn()
             if turn is None or not self.live:
@@ -108,6 +108,8 @@ class ToolWrapping:
                     raise
 
             metadata = {TOOL_CALL_ID: getattr(ctx, "tool_call_id", None), _FRAMEWORK: "openai_agents"}
+            if mcp_tool is not None:
+                metadata[cv.MCP_TOOL] = mcp_tool
             try:
                 return await turn.relay.tools.execute_async(
                     name, parsed, execute, parent=current_parent(turn), metadata=metadata
@@ -122,6 +124,17 @@ class ToolWrapping:
         functools.update_wrapper(on_invoke_tool, original)  # keeps the SDK's markers on the function
         setattr(on_invoke_tool, _MARK, True)
         return on_invoke_tool
+
+
+def _mcp_tool_of(tool: Any) -> str | None:
+    """The server's name of the MCP tool a function tool calls, when the SDK exposes it under another
+    (``mcp_config={"include_server_in_tool_names": True}``): the MCP client's request must still
+    recognise this tool's scope as its own call. The SDK keeps the binding in a private field."""
+    binding = getattr(tool, "_mcp_tool_binding", None)
+    if not isinstance(binding, tuple) or len(binding) < 2:
+        return None
+    raw = binding[1]
+    return raw if isinstance(raw, str) and raw and raw != tool.name else None
 
 
 class ToolTimedOut(BaseException):
