@@ -28,6 +28,23 @@ def _with_call_id(metadata: dict[str, Any] | None, tool_call_id: str | None) -> 
 
 
 ControlFlow = Callable[[BaseException], bool]
+CONTROL_FLOW = "control_flow"
+
+
+def control_flow_output(error: BaseException) -> dict[str, str]:
+    """What a scope a framework's control flow ended records as its output (LangGraph's interrupt pausing
+    the run at a tool or a node): a success, holding which."""
+    return {CONTROL_FLOW: type(error).__name__}
+
+
+def control_flow_of(output: Any) -> str | None:
+    """The control flow a scope's recorded output says ended it (``control_flow_output``), or None: its
+    consumers (trajectories) tell a paused tool from one that answered."""
+    if type(output) is dict and len(output) == 1:
+        name = output.get(CONTROL_FLOW)
+        if isinstance(name, str):
+            return name
+    return None
 
 
 class Tools:
@@ -83,7 +100,7 @@ class Tools:
         """End the tool's scope with what it raised: failed, or, for the caller's ``control_flow``, a
         success recording which (the framework pauses or redirects; nothing failed)."""
         if control_flow is not None and control_flow(error):
-            self._relay.scope.pop(handle, output={"control_flow": type(error).__name__}, outcome="success")
+            self._relay.scope.pop(handle, output=control_flow_output(error), outcome="success")
         else:
             self._relay.scope.pop(handle, error=error)
 

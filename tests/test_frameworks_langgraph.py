@@ -7,6 +7,7 @@ A real ``StateGraph`` whose model node calls a real ``ChatOpenAI`` on the script
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 from relay_runtime import GuardrailRejected, adapters, session
 from relay_runtime import conventions as cv
 from relay_runtime.adapters import testing as t
+from relay_runtime.integrations.trajectory import AtifExporter, validate_atif
 from tests.framework_support import attempts, need, outline, tool_call_body
 
 graph_mod = need("langgraph.graph")
@@ -248,13 +250,24 @@ def test_a_tool_that_interrupts_is_paused_not_failed(relay_turn, relay_events, u
     assert (second.outcome, second.output.content) == ("success", "sent: yes")
 
 
+@pytest.fixture
+def trajectory(relay_host: Any) -> Iterator[Any]:
+    """An ATIF exporter on the relay, attached before the turn begins (it needs the conversation's start)."""
+    exporter = AtifExporter().attach(relay_host.relay)
+    try:
+        yield exporter
+    finally:
+        exporter.detach()
+
+
 @pytest.mark.parametrize("answer", ["yes", "no"])
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
 def test_an_approval_intercept_that_interrupts_pauses_the_graph_before_the_tool_runs(
-    relay_turn, relay_events, use_async, answer
+    trajectory, relay_turn, relay_events, use_async, answer
 ) -> None:
     """A tool request intercept asking a human with ``interrupt()``: the graph pauses (no refusal made of the
-    pause), the tool has not run, and on resume the intercept's verdict stands: the tool runs or is refused."""
+    pause), the tool has not run, and on resume the intercept's verdict stands: the tool runs or is refused.
+    The trajectory says where the run paused, and only the resumed call answers the tool call."""
     relay, _turn = relay_turn
 
     def approve(name: str, args: Any) -> Any:
@@ -282,6 +295,12 @@ def test_an_approval_intercept_that_interrupts_pauses_the_graph_before_the_tool_
 
     done = invoke(types_mod.Command(resume=answer))
     _paused, second = relay_events.ends(relay_kind=cv.TOOL)
+    steps = trajectory.export()["steps"]
+    assert validate_atif(trajectory.export()) == []
+    (pause,) = [s for s in steps if s.get("extra", {}).get("control_flow")]
+    assert (pause["source"], pause["extra"]["tool_call_id"]) == ("system", "call-4")
+    results = [r for s in steps for r in (s.get("observation") or {}).get("results", [])]
+    assert len(results) == 1 and "control_flow" not in json.dumps(results)  # the pause is no answer of the call
     if answer == "yes":
         assert RAN == ["Paris"] and done["messages"][-1].content == "sunny in Paris"
         assert second.outcome == "success"

@@ -36,12 +36,13 @@ from relay_runtime.adapters.instrument import is_instrumented
 from relay_runtime.calls import open_call_in
 from relay_runtime.scopes import ScopeHandle
 from relay_runtime.session import Turn
+from relay_runtime.tools import control_flow_output
 from relay_runtime.types import ScopeType
 
 from ..frameworks import FrameworkRun, ModelCall, current_parent, deferred, enter_scope, leave_scope
 from . import models
 from .codec import codec_for, plain
-from .tools import control_flow_output, is_control_flow, managed_tool
+from .tools import is_control_flow, managed_tool
 
 # Read once: every chat model run goes through these.
 _managed_turn = session.managed_turn

@@ -24,6 +24,7 @@ from langchain_core.messages import ToolMessage
 
 from relay_runtime import conventions as cv
 from relay_runtime import session
+from relay_runtime.tools import control_flow_output
 
 from ..frameworks import current_parent, refusal_text
 
@@ -41,11 +42,6 @@ def is_control_flow(error: BaseException) -> bool:
     return any(type(error).__name__ == name for name in _CONTROL_FLOW) or any(
         cls.__name__ == "GraphBubbleUp" for cls in type(error).__mro__
     )
-
-
-def control_flow_output(error: BaseException) -> dict[str, str]:
-    """What a scope that ended in control flow records as its output (a node's, a tool's)."""
-    return {"control_flow": type(error).__name__}
 
 
 class ToolFailed(RuntimeError):

@@ -10,6 +10,8 @@ Steps, as NeMo Relay's ``AtifExporter`` writes them for the same run:
   call's id, so nothing is lost;
 - each tool's result as an ``observation`` of the agent step whose tool call it answers (by the
   call's id; without one, by name and arguments, as NeMo does).
+- a tool at which the framework paused the run (its scope's output ``{"control_flow": ...}``) as a
+  ``system`` step saying so: it answers no call; the resumed run's call of the tool does.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from relay_runtime.tools import control_flow_of
 
 from .plain import rfc3339
 from .records import ATTEMPT, CALL, TOOL, TOOL_END, TURN, TURN_END
@@ -251,6 +255,10 @@ class TrajectoryBuilder:
     def _tool_end(self, record: dict[str, Any]) -> None:
         started = self._tools.pop(record["id"], {})
         name, args = started.get("name"), started.get("args")
+        paused = control_flow_of(record.get("result")) if record.get("outcome") == "success" else None
+        if paused is not None:
+            self._paused(record, started, paused)
+            return
         answering = self._answering(started.get("tool_call_id"), name, args)
         result: dict[str, Any] = {"source_call_id": answering[1]} if answering is not None else {}
         value = record.get("result")
@@ -280,6 +288,18 @@ class TrajectoryBuilder:
         end = record.get("end")
         self._step({"timestamp": rfc3339(end) if isinstance(end, int) else None, "source": "system",
                     "message": f"tool {name}", "observation": {"results": [result]}})  # fmt: skip
+
+    def _paused(self, record: dict[str, Any], started: dict[str, Any], control_flow: str) -> None:
+        """A tool at which the framework paused the run (LangGraph's ``interrupt()`` asking a human, in the
+        tool or in an approval intercept): it has no result yet, so it answers no tool call (the resumed
+        run's call of it does); a system step says where the run paused."""
+        end = record.get("end")
+        extra = {"control_flow": control_flow, "event_name": started.get("name"), "event_uuid": record["id"],
+                 "parent_event_uuid": started.get("parent")}  # fmt: skip
+        if isinstance(started.get("tool_call_id"), str):
+            extra["tool_call_id"] = started["tool_call_id"]
+        self._step({"timestamp": rfc3339(end) if isinstance(end, int) else None, "source": "system",
+                    "message": f"tool {started.get('name')} paused ({control_flow})", "extra": extra})  # fmt: skip
 
     def _answering(self, call_id: Any, name: Any, args: Any) -> tuple[dict[str, Any], str] | None:
         """The agent step whose tool call a result answers, newest first, and that call's id."""
