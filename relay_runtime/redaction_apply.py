@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from .redaction_objects import number_text
 from .redaction_rules import Rule
 
 if TYPE_CHECKING:
@@ -63,7 +64,14 @@ class Application:
         """A mapping's key at ``path``, as the rules that find values make it: keys are text every sink
         writes too (an e-mail keying a dict of users). A whole-string rule does not read keys."""
         policy = self.policy
-        if type(key) is not str or len(key) < policy._key_floor or key in policy._clean_keys:
+        if type(key) is not str:
+            # A big int key (a card number keying a dict of accounts): JSON writes it as the text the rules read.
+            text = number_text(key) if type(key) is int else None
+            if text is None:
+                return key
+            new_text = self.key_of(text, path)
+            return key if new_text == text else new_text
+        if len(key) < policy._key_floor or key in policy._clean_keys:
             return key
         if self.simple and policy._detectors_only:  # the usual policy: what it makes of a string is remembered
             result = self._memoized(self.rules, key)

@@ -71,10 +71,16 @@ class ThroughView(Application):
                     slashed = "\\" in result
         return result
 
-    def _raw_key(self, key: str, scan: bool) -> str:
+    def _raw_key(self, key: Any, scan: bool) -> Any:
         """A key of the SDK's own objects: each value the view's rules changed is changed in it too, and with
         ``scan`` the rules that find values read it (see ``key_of``). A key every such rule has read and left
         as it was (``policy._clean_keys``: the SDK's field names) is not looked at again."""
+        if type(key) is not str:  # a big int key, read as the text JSON writes for it
+            text = number_text(key)
+            if text is None:
+                return key
+            new_text = self._raw_key(text, scan)
+            return key if new_text == text else new_text
         result = self._through_pairs(self.key_of(key, ()) if scan else key)
         return key if result == key else result
 
@@ -169,7 +175,11 @@ class ThroughView(Application):
             key_floor, clean_keys = self.policy._key_floor, self.policy._clean_keys
         for k, v in value.items():
             if (
-                read_keys and type(k) is str and len(k) >= key_floor and k not in clean_keys
+                read_keys
+                and (
+                    (type(k) is str and len(k) >= key_floor and k not in clean_keys)
+                    or (type(k) is int and not _SMALL < k < _BIG)  # read as text: ``_raw_key``
+                )
                 and (new_key := self._raw_key(k, scan)) is not k
             ):  # fmt: skip
                 names = names or {}

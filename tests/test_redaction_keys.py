@@ -52,6 +52,21 @@ def test_keys_of_inputs_tool_results_and_metadata_are_redacted_in_order(policy: 
     assert EMAIL in users  # the caller's data is left as it was
 
 
+CARD = 4111111111111111
+
+
+@pytest.mark.parametrize("paths", [(), ("/tool/result",)], ids=["anywhere", "at-a-path"])
+def test_a_big_number_keying_a_dict_is_read_as_the_text_every_sink_writes(paths: tuple[str, ...]) -> None:
+    """A card number as an int key (accounts by number): JSON writes it as text, so the rules read it so."""
+    relay, seen = _relay(RedactionPolicy([Rule("redact", detector="credit_card", paths=list(paths))]))
+    accounts = {CARD: "visa", 42: "small", 1234567890123: "no card"}
+    relay.tools.execute("accounts", {"q": 1}, lambda args: accounts)
+    tool_end = seen.events[-1]
+    assert list(tool_end.output) == ["[REDACTED:credit_card]", 42, 1234567890123]
+    assert str(CARD) not in event_json(tool_end)
+    assert CARD in accounts  # the tool's caller gets its data as it was
+
+
 def test_keys_that_become_one_are_told_apart_and_none_is_lost() -> None:
     relay, seen = _relay(POLICIES["detectors"]())
     with relay.scope.scope("step", ScopeType.FUNCTION, input={EMAIL: 1, OTHER: 2, REDACTED: 3}):
