@@ -16,6 +16,9 @@ from .wrapping import ManagedCreate as ManagedCreate  # re-exported: tests and i
 from .wrapping import ManagedCreate as ManagedMethod  # noqa: F401  (its older name)
 from .wrapping import lock
 
+# Whether any adapter's classes are wrapped: set by ``instrument()`` and ``uninstrument()``, the only ways
+# in, since framework integrations ask ``is_instrumented()`` on every model call.
+_classes = False
 # Whether ``instrument(client)`` ever instrumented a single client (never cleared: one client's
 # ``uninstrument`` leaves the others as they are). A framework integration that cannot tell which
 # client a model call uses reads it to know whether an SDK attempt may still join that call.
@@ -52,8 +55,11 @@ def instrument(client: Any = None, *, include_usage: bool = False, provider: str
             raise TypeError("instrument(provider=...) names one client's provider: pass the client too")
         done: list[str] = []
         with lock:
-            for adapter in providers.adapters():
-                done += adapter.instrument_classes(include_usage=include_usage)
+            try:
+                for adapter in providers.adapters():
+                    done += adapter.instrument_classes(include_usage=include_usage)
+            finally:
+                _note_classes()
         return done
     adapter = _adapter_of(client)
     _single_clients = True
@@ -64,11 +70,19 @@ def uninstrument(client: Any = None) -> Any:
     """Put back exactly what ``instrument`` replaced; a no-op where it never was."""
     if client is None:
         with lock:
-            for each in providers.adapters():
-                each.uninstrument_classes()
+            try:
+                for each in providers.adapters():
+                    each.uninstrument_classes()
+            finally:
+                _note_classes()
         return None
     adapter = providers.for_client(client)
     return client if adapter is None else adapter.uninstrument_client(client)
+
+
+def _note_classes() -> None:
+    global _classes
+    _classes = any(each.classes_instrumented() for each in providers.adapters())
 
 
 def clients_instrumented() -> bool:
@@ -80,10 +94,6 @@ def clients_instrumented() -> bool:
 def is_instrumented(client: Any = None) -> bool:
     """Whether this client's own methods are wrapped (no argument: whether any SDK's classes are)."""
     if client is None:
-        # A loop, not ``any()`` over a generator: framework integrations ask this on every model call.
-        for each in providers.adapters():  # noqa: SIM110
-            if each.classes_instrumented():
-                return True
-        return False
+        return _classes
     adapter = providers.for_client(client)
     return adapter is not None and adapter.is_client_instrumented(client)
