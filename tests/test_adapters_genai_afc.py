@@ -9,11 +9,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from genai_support import MODEL, gemini_client, response_body, stream_frames, usage
+from genai_support import MODEL, embed_body, gemini_client, response_body, stream_frames, usage
 
-from relay_runtime import Recorder
+from relay_runtime import Recorder, adapters
 from relay_runtime import conventions as cv
-from relay_runtime.adapters import google_genai
+from relay_runtime.adapters import dispatch, google_genai
 from relay_runtime.adapters import testing as t
 
 CALL = {"id": "fc-1", "name": "get_weather", "args": {"city": "Paris"}}
@@ -186,3 +186,63 @@ def test_an_async_chat_runs_a_sync_tool_in_a_thread_as_a_tool_scope(relay_turn, 
     _one_logical_call(relay_events, 2)
     (tool,) = relay_events.ends(relay_kind=cv.TOOL)
     assert tool.name == "get_weather" and tool.output == "sunny in Paris"
+
+
+def _every_public_call(client: Any, script: t.Script) -> list[str]:
+    """generate_content with automatic function calling, its stream, embed_content and a chat's two sends, sync
+    then async: what each answered."""
+    answers = []
+    for tool in ("get_weather", "get_weather_async"):  # the sync calls, then the async ones
+        _afc_replies(script, tool)
+        script.add(t.sse_reply(stream_frames(["stre", "am"])), t.json_reply(embed_body()),
+                   t.json_reply(response_body("chat")), t.sse_reply(stream_frames(["chat ", "stream"])))  # fmt: skip
+    models = client.models
+    answers.append(models.generate_content(model=MODEL, contents="weather?", config={"tools": [get_weather]}).text)
+    answers.append("".join(c.text for c in models.generate_content_stream(model=MODEL, contents="hi")))
+    answers.append(str(len(models.embed_content(model=MODEL, contents="hi").embeddings)))
+    chat = client.chats.create(model=MODEL)
+    answers.append(chat.send_message("hi").text)
+    answers.append("".join(c.text for c in chat.send_message_stream("more")))
+
+    async def asynchronously() -> list[str]:
+        models = client.aio.models
+        config = {"tools": [get_weather_async]}
+        found = [(await models.generate_content(model=MODEL, contents="weather?", config=config)).text]
+        found.append("".join([c.text async for c in await models.generate_content_stream(model=MODEL, contents="hi")]))
+        found.append(str(len((await models.embed_content(model=MODEL, contents="hi")).embeddings)))
+        chat = client.aio.chats.create(model=MODEL)
+        found.append((await chat.send_message("hi")).text)
+        found.append("".join([c.text async for c in await chat.send_message_stream("more")]))
+        return found
+
+    return answers + asyncio.run(asynchronously())
+
+
+@pytest.mark.parametrize("how", ["classes", "client"], ids=["instrument-classes", "instrument-client"])
+def test_inside_another_managed_attempt_every_public_call_passes_straight_through(
+    relay_turn, relay_events, script, how
+) -> None:
+    """While a managed attempt runs the code calling the SDK (dispatch's own SDK call, a LangChain chat model
+    under RelayMiddleware: ``inside_sdk_call``), each request is that attempt: no public call, request or tool
+    the SDK runs opens a logical call, an attempt or a tool scope of its own, which would count it twice."""
+    client = gemini_client(script)
+    if how == "classes":
+        adapters.instrument()
+    else:
+        adapters.instrument(client)
+    try:
+        token = dispatch.inside_sdk_call.set(True)
+        try:
+            answers = _every_public_call(client, script)
+        finally:
+            dispatch.inside_sdk_call.reset(token)
+        assert answers == ["It is sunny.", "stream", "1", "chat", "chat stream"] * 2
+        assert len(script.requests) == 12 and script.replies == []
+        assert relay_events.starts() == []
+        # Outside it, the same client is traced.
+        script.add(t.json_reply(response_body("traced")))
+        assert client.models.generate_content(model=MODEL, contents="hi").text == "traced"
+    finally:
+        adapters.uninstrument()
+        adapters.uninstrument(client)
+    _one_logical_call(relay_events, 1)

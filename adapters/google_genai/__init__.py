@@ -5,7 +5,9 @@ Two layers of ``Models`` / ``AsyncModels`` methods are wrapped. The public ones
 ``send_message`` / ``send_message_stream`` each open one logical call (``logical``); the
 per-request ones they call (``_generate_content``, ``_generate_content_stream``,
 ``_embed_content``) are each one attempt (``runtime``). The Python functions automatic
-function calling runs (``_extra_utils.invoke_function_from_dict_args``) are tool scopes.
+function calling runs (``_extra_utils.invoke_function_from_dict_args``) are tool scopes. Inside an
+attempt made elsewhere (``dispatch.inside_sdk_call``: a LangChain chat model under ``RelayMiddleware``)
+all of them pass straight through (``logical.inside_attempt``).
 
 ``instrument_client(client)`` shadows the methods on that client's own ``models`` objects
 (``client.models`` and ``client.aio.models``; chats use them); ``instrument_classes()`` wraps
@@ -95,37 +97,28 @@ def _wrapper(models: Any, name: str, provider: str | None) -> Callable[..., Any]
 
 
 def _attempt(models: Any, original: Any, kind: str, is_async: bool, provider: str | None) -> Callable[..., Any]:
-    if is_async and kind == STREAM:
+    """``original`` (a per-request method of ``models``) making one attempt per call. One function for the sync
+    and the async methods: an async one's answer is the awaitable the SDK awaits, as ``original``'s is."""
+    managed = _MANAGED[is_async, kind == STREAM]
+    inside = logical.inside_attempt
 
-        async def stream_async(*args: Any, **kwargs: Any) -> Any:
-            if args:
-                return await original(*args, **kwargs)
-            return await runtime.managed_stream_async(models, original, kwargs, provider)
-
-        return stream_async
-    if is_async:
-
-        async def call_async(*args: Any, **kwargs: Any) -> Any:
-            if args:
-                return await original(*args, **kwargs)
-            return await runtime.managed_call_async(models, original, kind, kwargs, provider)
-
-        return call_async
-    if kind == STREAM:
-
-        def stream(*args: Any, **kwargs: Any) -> Any:
-            if args:
-                return original(*args, **kwargs)
-            return runtime.managed_stream(models, original, kwargs, provider)
-
-        return stream
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        if args:
+    def attempt(*args: Any, **kwargs: Any) -> Any:
+        # Positional arguments: a call shape the SDK refuses itself. Inside another managed attempt (dispatch's
+        # own SDK call, a LangChain chat model under RelayMiddleware) this request is that attempt already.
+        if args or inside.get():
             return original(*args, **kwargs)
-        return runtime.managed_call(models, original, kind, kwargs, provider)
+        return managed(models, original, kind, kwargs, provider)
 
-    return call
+    return attempt
+
+
+# (async, streamed) -> what makes one attempt of a per-request method.
+_MANAGED: dict[tuple[bool, bool], Callable[..., Any]] = {
+    (False, False): runtime.managed_call,
+    (True, False): runtime.managed_call_async,
+    (False, True): runtime.managed_stream,
+    (True, True): runtime.managed_stream_async,
+}
 
 
 def _known_methods(models: Any) -> list[str]:

@@ -9,7 +9,10 @@ the SDK runs for it a tool scope, and the call closes when the method returns (a
 it is read out or closed) with its last attempt's outcome, or the outcome of what it raised.
 
 Inside an ``@auxiliary_call`` or a framework's model call the logical call is theirs: the
-attempts join it. Outside a managed turn each attempt is its own logical call.
+attempts join it. Inside an attempt someone else makes (``inside_attempt``: dispatch's own SDK
+call, a LangChain chat model under ``RelayMiddleware``) the request is that attempt: nothing is
+opened here, and each request passes straight through. Outside a managed turn each attempt is its
+own logical call.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from relay_runtime import conventions as cv
 from relay_runtime.scopes import outcome_of
 from relay_runtime.session import Turn
 from relay_runtime.types import Outcome
+
+from .. import dispatch
 
 _SUCCESS = Outcome.SUCCESS.value
 _ROLE = "primary"
@@ -60,6 +65,8 @@ class Group:
 
 
 current: ContextVar[Group | None] = ContextVar("relay_genai_group", default=None)
+# True while a managed attempt runs the code that calls the SDK: the one flag every adapter passes through on.
+inside_attempt = dispatch.inside_sdk_call
 
 
 def attempt_identity(explicit: str | None, client_provider: str) -> tuple[str, Group | None, dict[str, Any] | None]:
@@ -76,8 +83,8 @@ def attempt_identity(explicit: str | None, client_provider: str) -> tuple[str, G
 
 
 def _open() -> Group | None:
-    if current.get() is not None or auxiliary.in_auxiliary_call():
-        return None  # a chat's generate_content, or a logical call someone else holds
+    if current.get() is not None or auxiliary.in_auxiliary_call() or inside_attempt.get():
+        return None  # a chat's generate_content, a logical call someone else holds, or an attempt they make
     turn = session.managed_turn()
     return Group(turn) if turn is not None else None
 

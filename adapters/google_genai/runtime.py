@@ -244,10 +244,11 @@ class _Opened:
 
 
 def managed_stream(
-    models: Any, wrapped: Callable[..., Any], kwargs: dict[str, Any], provider: str | None
+    models: Any, wrapped: Callable[..., Any], kind: str, kwargs: dict[str, Any], provider: str | None
 ) -> Iterator[Any]:
-    """``_generate_content_stream(**kwargs)`` as one streamed attempt; lazy, as the SDK's own generator is."""
-    call = Call(models, STREAM, kwargs, provider)
+    """``_generate_content_stream(**kwargs)`` as one streamed attempt; lazy, as the SDK's own generator is.
+    (``kind`` is ``STREAM``: every ``managed_*`` takes the same arguments.)"""
+    call = Call(models, kind, kwargs, provider)
     stream = calls.stream_current(call.request, lambda r: _send(lambda **k: _Opened(wrapped(**k)), call, r),
                                   **call.options())  # fmt: skip
     try:
@@ -285,10 +286,10 @@ class _Tagging:
 
 
 async def managed_stream_async(
-    models: Any, wrapped: Callable[..., Any], kwargs: dict[str, Any], provider: str | None
+    models: Any, wrapped: Callable[..., Any], kind: str, kwargs: dict[str, Any], provider: str | None
 ) -> AsyncIterator[Any]:
     """``await AsyncModels._generate_content_stream(**kwargs)`` (which sends the request) as one attempt."""
-    call = Call(models, STREAM, kwargs, provider)
+    call = Call(models, kind, kwargs, provider)
 
     async def open_stream(request: LLMRequest) -> Any:
         return _Tagging(await _send_async(wrapped, call, request))
