@@ -197,9 +197,11 @@ def _kwargs_of(request: LLMRequest) -> dict[str, Any]:
     return kwargs
 
 
-# While dispatch runs the SDK's own method, SDK classes instrumented by ``instrument()``
-# must pass the call straight through, or one call would be two attempts. Only set
-# while class-level instrumentation is on (``guard_sdk_calls``): it costs a context switch.
+# True while a managed attempt runs the code that calls the SDK: every instrumented SDK method (classes
+# or one client's) then passes the call straight through, or one provider call would be two attempts.
+# Dispatch sets it around the SDK's own method only while class-level instrumentation is on
+# (``guard_sdk_calls``: it costs a context switch); a framework's attempt (LangChain's chat model under
+# ``RelayMiddleware``) sets it always, since the SDK client inside may be instrumented either way.
 inside_sdk_call: ContextVar[bool] = ContextVar("relay_inside_sdk_call", default=False)
 _guarded = False
 
