@@ -105,6 +105,20 @@ def client_spans(memory: InMemorySpanExporter) -> list[Any]:
     return [s for s in memory.get_finished_spans() if s.name.startswith("chat ")]
 
 
+# An agent's tool round under the callback handler: each model call one logical call of one attempt.
+AGENT_TREE = [
+    "agent helper success",
+    "  function model success",
+    "    function logical_llm_call success",
+    "      llm openai success",
+    "  function tools success",
+    "    tool weather success",
+    "  function model success",
+    "    function logical_llm_call success",
+    "      llm openai success",
+]
+
+
 # -- RelayCallbackHandler ------------------------------------------------------------------------
 
 
@@ -115,17 +129,7 @@ def test_callback_handler_tree_joins_the_instrumented_attempts(relay_turn, relay
     agent = agents_mod.create_agent(chat_model(script), [weather], name="helper")
     result = run(agent, "Weather in Paris?", use_async=use_async, callbacks=[RelayCallbackHandler()])
     assert result["messages"][-1].content == "Done."
-    assert outline(relay_events) == [
-        "agent helper success",
-        "  function model success",
-        "    function logical_llm_call success",
-        "      llm openai success",
-        "  function tools success",
-        "    tool weather success",
-        "  function model success",
-        "    function logical_llm_call success",
-        "      llm openai success",
-    ]
+    assert outline(relay_events) == AGENT_TREE
     # One attempt per provider call, the SDK's own (tokens and all), never a second one or a second span.
     tried = attempts(relay_events)
     assert len(tried) == len(script.requests) == 2
@@ -160,17 +164,7 @@ def test_callback_handler_with_the_models_own_client_instrumented_records_each_c
     adapters.instrument(model.root_client)
     agent = agents_mod.create_agent(model, [weather], name="helper")
     run(agent, "Weather in Paris?", callbacks=[RelayCallbackHandler()])
-    assert outline(relay_events) == [
-        "agent helper success",
-        "  function model success",
-        "    function logical_llm_call success",
-        "      llm openai success",
-        "  function tools success",
-        "    tool weather success",
-        "  function model success",
-        "    function logical_llm_call success",
-        "      llm openai success",
-    ]
+    assert outline(relay_events) == AGENT_TREE
     tried = attempts(relay_events)
     assert len(tried) == len(script.requests) == 2
     assert tried[1].annotated_response.usage.input_tokens == 30
@@ -280,17 +274,7 @@ def test_middleware_model_and_tool_calls_are_managed(
     assert result["messages"][-1].content == "Done."
     assert RAN == ["PARIS"]  # the intercept's arguments reached the tool
     assert seen == ["gpt-test", "gpt-test"]  # intercepts ran once per provider call, with or without instrument()
-    assert outline(relay_events) == [
-        "agent helper success",
-        "  function model success",
-        "    function logical_llm_call success",
-        "      llm openai success",
-        "  function tools success",
-        "    tool weather success",
-        "  function model success",
-        "    function logical_llm_call success",
-        "      llm openai success",
-    ]
+    assert outline(relay_events) == AGENT_TREE
     assert len(attempts(relay_events)) == 2
     assert len(client_spans(otel_spans)) == 2  # one GenAI client span per provider call
     (tool,) = relay_events.ends(relay_kind=cv.TOOL)
