@@ -4,9 +4,12 @@ A value reaches the policy encoded more often than one would think: a URL's quer
 (``?phone=%2B44+20+7946+0958``, ``card=4111+1111+1111+1111``), JSON that is not parsed as JSON
 (prose around it, NDJSON, a truncated body: ``json.dumps`` writes ``jane@b\\u00fccher.de``), HTML
 (``jane&#64;example.com``, ``&nbsp;`` between groups of digits), numbers grouped by non-breaking
-or thin spaces (``4111\\u00a01111...``, as locales and word processors write them), and an encoding
-applied twice (``%2540``). Each detector reads the text as it is and, when it holds one of these,
-this decoded copy as well; what it finds in the copy is mapped back to the span of the original
+or thin spaces (``4111\\u00a01111...``, as locales and word processors write them), full-width
+forms (``\\uff14\\uff11\\uff11\\uff11 ...``, ``jane\\uff20example\\uff0ecom``, as Japanese and
+Chinese input methods write them), invisible characters inside a value (a zero-width space or soft
+hyphen pasted from a web page, or put there to slip past a filter), and an encoding applied twice
+(``%2540``). Each detector reads the text as it is and, when it holds one of these, this decoded
+copy as well; what it finds in the copy is mapped back to the span of the original
 that encodes it, so a rule replaces the encoded value and the text around it keeps its encoding
 (a URL stays a URL).
 
@@ -37,6 +40,14 @@ _ROUNDS = 3  # an encoding of an encoding (%2540, &amp;#64;) is read; deeper nes
 _SPACES = (
     "\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 )
+# Full-width forms of ASCII (U+FF01..U+FF5E), one character for one. A run opens only with the form
+# of a character some detector reads (a word character, or one of ".-()+@%:/=_"): Chinese and Japanese
+# prose is full of full-width commas, colons and brackets, which alone decode to nothing a detector reads,
+# and each would otherwise make a copy of the text to be read again.
+_WIDE = "".join(chr(code) for code in range(0xFF01, 0xFF5F))
+_WIDE_OPENERS = "".join(ch for ch in _WIDE if chr(ord(ch) - 0xFEE0).isalnum() or chr(ord(ch) - 0xFEE0) in ".-()+@%:/=_")
+# Invisible characters, dropped: zero width space, non-joiner, joiner, word joiner, BOM, soft hyphen.
+_INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\xad"
 _NAMED = {"amp": "&", "nbsp": " ", "commat": "@", "period": ".", "plus": "+", "lpar": "(", "rpar": ")"}
 _SHORT = {"n": "\n", "r": "\r", "t": "\t", "b": "\b", "f": "\f", '"': '"', "/": "/", "\\": "\\"}
 # Every alternative opens with a literal character (the lookbehind of '+' follows it): the engine then
@@ -46,7 +57,11 @@ _ESCAPES = (
     r"|\\u[0-9A-Fa-f]{4}(?:\\u[0-9A-Fa-f]{4})*"  # JSON's \uXXXX: a run, for surrogate pairs
     r"|\\[nrtbf\"/\\]"  # JSON's short escapes: "Card:\n4111..." must not glue the number to a word
     r"|&(?:#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|" + "|".join(_NAMED) + r");"
-    "|" + "|".join(map(re.escape, _SPACES))
+    "|"
+    + "|".join(map(re.escape, _SPACES + _INVISIBLE))
+    # A run of full-width forms, one alternative per opener: an alternative opening with a character
+    # class would cost the expression its skip to the openers.
+    + "".join(f"|{ch}[{_WIDE[0]}-{_WIDE[-1]}]*" for ch in _WIDE_OPENERS)
 )
 _TOKEN = re.compile(f"({_ESCAPES})")  # a group, so that ``split`` keeps the escapes
 # '+' for a space, as a query string or form writes it (in a text holding '='), only next to a digit or
@@ -219,14 +234,22 @@ def _reach(text: str, plus: bool) -> tuple[int, int]:
     only after a letter or digit) to past the longest the last may open (``&#x10FFFF;``, and what '+'
     looks ahead to). The expression skips to what opens an escape a character at a time, slower than
     ``str.find``'s memchr: a long text with an escape or two is searched only around them."""
-    openers = "%\\&+" if plus else "%\\&"
     if not text.isascii():
-        openers += _SPACES
+        # Over a hundred characters open an escape here (spaces, invisible, full-width): one search of
+        # them all, not a scan per character. The split then skips from there to the end as fast as a
+        # search for the last one would.
+        first = (_OPENS_PLUS if plus else _OPENS).search(text)
+        return (0, 0) if first is None else (max(0, first.start() - 1), len(text))
+    openers = "%\\&+" if plus else "%\\&"
     hi = max(map(text.rfind, openers))
     if hi < 0:
         return 0, 0
     lo = min(i for i in map(text.find, openers) if i >= 0)
     return max(0, lo - 1), min(len(text), hi + 16)
+
+
+_OPENS = re.compile("[" + re.escape("%\\&" + _SPACES + _INVISIBLE + _WIDE_OPENERS) + "]")
+_OPENS_PLUS = re.compile("[" + re.escape("%\\&+" + _SPACES + _INVISIBLE + _WIDE_OPENERS) + "]")
 
 
 def original(position: int, maps: list[Map]) -> int:
@@ -270,6 +293,7 @@ class _Decoded(dict[str, str]):
 
 
 _DECODINGS = _Decoded()
+_NARROW = {code: code - 0xFEE0 for code in range(0xFF01, 0xFF5F)}
 
 
 def _map(text: str, token: re.Pattern[str], lo: int, hi: int) -> Map:
@@ -326,6 +350,10 @@ class _Copy:
                 if not 0 < code <= 0x10FFFF or 0xD800 <= code <= 0xDFFF:
                     return False
                 ch = chr(code)
+        elif head in _INVISIBLE:
+            ch = ""
+        elif head in _WIDE:  # a run, one character for one: one stretch of the map
+            ch = token.translate(_NARROW)
         else:  # '+' for a space, or a Unicode space: one character for one
             ch = " "
         self.put(ch, at)
