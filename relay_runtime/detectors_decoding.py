@@ -23,6 +23,7 @@ them only after an escape whose letter glues to what follows, and only there is 
 from __future__ import annotations
 
 import re
+import sys
 from bisect import bisect_right
 from collections.abc import Callable
 from itertools import accumulate
@@ -57,20 +58,26 @@ _ESCAPES = (
     r"|\\u[0-9A-Fa-f]{4}(?:\\u[0-9A-Fa-f]{4})*"  # JSON's \uXXXX: a run, for surrogate pairs
     r"|\\[nrtbf\"/\\]"  # JSON's short escapes: "Card:\n4111..." must not glue the number to a word
     r"|&(?:#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|" + "|".join(_NAMED) + r");"
-    "|"
-    + "|".join(map(re.escape, _SPACES + _INVISIBLE))
-    # A run of full-width forms, one alternative per opener: an alternative opening with a character
-    # class would cost the expression its skip to the openers.
+    "|" + "|".join(map(re.escape, _SPACES))
+)
+# Only a text that is not ASCII can hold these: the expression for an ASCII text has no alternatives for
+# them (each '&' that opens no entity would try them all). A run of full-width forms takes one
+# alternative per opener: one opening with a character class would cost the expression its skip.
+_ESCAPES_WIDE = (
+    _ESCAPES
+    + "".join(f"|{re.escape(ch)}" for ch in _INVISIBLE)
     + "".join(f"|{ch}[{_WIDE[0]}-{_WIDE[-1]}]*" for ch in _WIDE_OPENERS)
 )
-_TOKEN = re.compile(f"({_ESCAPES})")  # a group, so that ``split`` keeps the escapes
 # '+' for a space, as a query string or form writes it (in a text holding '='), only next to a digit or
 # before a percent escape: "4111+1111" and "at+%2B44" are read, while "jane+tag%40example.com" (an
 # address's own '+') keeps it.
-_TOKEN_PLUS = re.compile(
-    f"({_ESCAPES}"
-    r"|\+(?<=[A-Za-z0-9]\+)(?=[0-9])|\+(?<=[0-9]\+)(?=[A-Za-z])|\+(?<=[A-Za-z0-9]\+)(?=%[0-9A-Fa-f]{2}))"
-)
+_PLUS = r"|\+(?<=[A-Za-z0-9]\+)(?=[0-9])|\+(?<=[0-9]\+)(?=[A-Za-z])|\+(?<=[A-Za-z0-9]\+)(?=%[0-9A-Fa-f]{2})"
+# By (whether a '+' may be a space, whether the text is ASCII); a group, so that ``split`` keeps the escapes.
+_TOKENS = {
+    (plus, ascii): re.compile(f"({_ESCAPES if ascii else _ESCAPES_WIDE}{_PLUS if plus else ''})")
+    for plus in (False, True)
+    for ascii in (False, True)
+}
 _PLUS_NEXT = frozenset("0123456789%ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 
 
@@ -172,9 +179,11 @@ def _decode(text: str) -> Decoded | None:
     copy = text
     rounds: list[_Round] = []
     kinds: set[str] = set()
-    token = _TOKEN_PLUS if "=" in text else _TOKEN
+    plus = "=" in text
     for _ in range(_ROUNDS):
-        lo, hi = _reach(copy, token is _TOKEN_PLUS)
+        ascii = copy.isascii()
+        token = _TOKENS[plus, ascii]
+        lo, hi = _reach(copy, plus, ascii)
         # The text split at its escapes and each replaced by its decoding, looked up (escapes repeat:
         # &amp;, %20, \n), all in C: no Python per character of the text, nor per escape (the map
         # back is built only when asked for).
@@ -187,7 +196,7 @@ def _decode(text: str) -> Decoded | None:
         parts[1::2] = map(_DECODINGS.__getitem__, escapes)
         rounds.append((copy, token, lo, hi))
         copy = copy[:lo] + "".join(parts) + copy[hi:]
-        token = _TOKEN  # a '+' a first round made of %2B is a plus sign
+        plus = False  # a '+' a first round made of %2B is a plus sign
     if not rounds:
         return None
     # After a second round a character of the copy may stand for escapes of escapes: read it all.
@@ -229,18 +238,22 @@ def _windows(text: str, lo: int, hi: int) -> list[Span] | None:
     return None if size * 2 > len(text) else windows
 
 
-def _reach(text: str, plus: bool) -> tuple[int, int]:
+def _reach(text: str, plus: bool, ascii: bool) -> tuple[int, int]:
     """Where ``text``'s escapes may be: from a character before the first that opens one (a '+' is one
     only after a letter or digit) to past the longest the last may open (``&#x10FFFF;``, and what '+'
     looks ahead to). The expression skips to what opens an escape a character at a time, slower than
     ``str.find``'s memchr: a long text with an escape or two is searched only around them."""
-    if not text.isascii():
-        # Over a hundred characters open an escape here (spaces, invisible, full-width): one search of
-        # them all, not a scan per character. The split then skips from there to the end as fast as a
-        # search for the last one would.
-        first = (_OPENS_PLUS if plus else _OPENS).search(text)
-        return (0, 0) if first is None else (max(0, first.start() - 1), len(text))
     openers = "%\\&+" if plus else "%\\&"
+    if not ascii:
+        if sys.getsizeof(text) - len(text) != _LATIN1_SIZE:
+            # Over a hundred characters open an escape here (spaces, invisible, full-width): one search
+            # for them all, not a scan apiece. From the first, the split skips to the end about as fast
+            # as a search for the last would.
+            first = (_OPENS_PLUS if plus else _OPENS).search(text)
+            return (0, 0) if first is None else (max(0, first.start() - 1), len(text))
+        # A text of Latin-1 only (accented prose: the string's size says so, a byte a character) can
+        # hold but three of them; memchr finds them, where the search would test each character.
+        openers += _LATIN1_OPENERS
     hi = max(map(text.rfind, openers))
     if hi < 0:
         return 0, 0
@@ -248,6 +261,8 @@ def _reach(text: str, plus: bool) -> tuple[int, int]:
     return max(0, lo - 1), min(len(text), hi + 16)
 
 
+_LATIN1_SIZE = sys.getsizeof("\xe9") - 1  # what a string of Latin-1 characters takes beyond a byte each
+_LATIN1_OPENERS = "".join(ch for ch in _SPACES + _INVISIBLE if ch <= "\xff")
 _OPENS = re.compile("[" + re.escape("%\\&" + _SPACES + _INVISIBLE + _WIDE_OPENERS) + "]")
 _OPENS_PLUS = re.compile("[" + re.escape("%\\&+" + _SPACES + _INVISIBLE + _WIDE_OPENERS) + "]")
 
