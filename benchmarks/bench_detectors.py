@@ -9,7 +9,8 @@ detectors keep what they found for the text last seen, by identity: a new object
 - ``json``: the same source JSON-escaped (``\\n`` and ``\\"`` throughout);
 - ``html``: 20 KB of HTML with ``&amp;`` and ``&nbsp;``;
 - ``urls``: 400 URLs with ``%20``, 20 KB;
-- ``prompt``: ``bench_redaction``'s 2 KB prompt (no escapes, a few values).
+- ``prompt``: ``bench_redaction``'s 2 KB prompt (no escapes, a few values);
+- ``accented``: that prompt with accented words (not ASCII: it goes through the decoding layer).
 
 CPU-time medians when run, and instructions per call counted by valgrind (``--count <variant> N``).
 """
@@ -71,12 +72,28 @@ def url_list() -> str:
     return "".join(urls)[:20_000]
 
 
+def accented_prompt() -> str:
+    """The 2 KB prompt with a few words written with accents, as a French or German customer would."""
+    words = {
+        "summarise": "résumé",
+        "customer": "Kundin",
+        "export": "exportée",
+        "upgrade": "mise à jour",
+        "three": "drei Mal (dreimal)",
+    }
+    text = prompt_2kb()
+    for plain, accented in words.items():
+        text = text.replace(plain, accented)
+    return (text + " Grüße, Zoë Müller-Lüdenscheidt, Straße des 17. Juni, Café Crème.")[:2048]
+
+
 TEXTS: dict[str, Callable[[], str]] = {
     "source": python_source,
     "json": json_escaped,
     "html": html_page,
     "urls": url_list,
     "prompt": prompt_2kb,
+    "accented": accented_prompt,
 }
 
 

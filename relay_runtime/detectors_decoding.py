@@ -4,9 +4,12 @@ A value reaches the policy encoded more often than one would think: a URL's quer
 (``?phone=%2B44+20+7946+0958``, ``card=4111+1111+1111+1111``), JSON that is not parsed as JSON
 (prose around it, NDJSON, a truncated body: ``json.dumps`` writes ``jane@b\\u00fccher.de``), HTML
 (``jane&#64;example.com``, ``&nbsp;`` between groups of digits), numbers grouped by non-breaking
-or thin spaces (``4111\\u00a01111...``, as locales and word processors write them), and an encoding
-applied twice (``%2540``). Each detector reads the text as it is and, when it holds one of these,
-this decoded copy as well; what it finds in the copy is mapped back to the span of the original
+or thin spaces (``4111\\u00a01111...``, as locales and word processors write them), full-width
+forms (``\\uff14\\uff11\\uff11\\uff11 ...``, ``jane\\uff20example\\uff0ecom``, as Japanese and
+Chinese input methods write them), invisible characters inside a value (a zero-width space or soft
+hyphen pasted from a web page, or put there to slip past a filter), and an encoding applied twice
+(``%2540``). Each detector reads the text as it is and, when it holds one of these, this decoded
+copy as well; what it finds in the copy is mapped back to the span of the original
 that encodes it, so a rule replaces the encoded value and the text around it keeps its encoding
 (a URL stays a URL).
 
@@ -20,6 +23,7 @@ them only after an escape whose letter glues to what follows, and only there is 
 from __future__ import annotations
 
 import re
+import sys
 from bisect import bisect_right
 from collections.abc import Callable
 from itertools import accumulate
@@ -37,6 +41,14 @@ _ROUNDS = 3  # an encoding of an encoding (%2540, &amp;#64;) is read; deeper nes
 _SPACES = (
     "\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 )
+# Full-width forms of ASCII (U+FF01..U+FF5E), one character for one. A run opens only with the form
+# of a character some detector reads (a word character, or one of ".-()+@%:/=_"): Chinese and Japanese
+# prose is full of full-width commas, colons and brackets, which alone decode to nothing a detector reads,
+# and each would otherwise make a copy of the text to be read again.
+_WIDE = "".join(chr(code) for code in range(0xFF01, 0xFF5F))
+_WIDE_OPENERS = "".join(ch for ch in _WIDE if chr(ord(ch) - 0xFEE0).isalnum() or chr(ord(ch) - 0xFEE0) in ".-()+@%:/=_")
+# Invisible characters, dropped: zero width space, non-joiner, joiner, word joiner, BOM, soft hyphen.
+_INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\xad"
 _NAMED = {"amp": "&", "nbsp": " ", "commat": "@", "period": ".", "plus": "+", "lpar": "(", "rpar": ")"}
 _SHORT = {"n": "\n", "r": "\r", "t": "\t", "b": "\b", "f": "\f", '"': '"', "/": "/", "\\": "\\"}
 # Every alternative opens with a literal character (the lookbehind of '+' follows it): the engine then
@@ -48,14 +60,24 @@ _ESCAPES = (
     r"|&(?:#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|" + "|".join(_NAMED) + r");"
     "|" + "|".join(map(re.escape, _SPACES))
 )
-_TOKEN = re.compile(f"({_ESCAPES})")  # a group, so that ``split`` keeps the escapes
+# Only a text that is not ASCII can hold these: the expression for an ASCII text has no alternatives for
+# them (each '&' that opens no entity would try them all). A run of full-width forms takes one
+# alternative per opener: one opening with a character class would cost the expression its skip.
+_ESCAPES_WIDE = (
+    _ESCAPES
+    + "".join(f"|{re.escape(ch)}" for ch in _INVISIBLE)
+    + "".join(f"|{ch}[{_WIDE[0]}-{_WIDE[-1]}]*" for ch in _WIDE_OPENERS)
+)
 # '+' for a space, as a query string or form writes it (in a text holding '='), only next to a digit or
 # before a percent escape: "4111+1111" and "at+%2B44" are read, while "jane+tag%40example.com" (an
 # address's own '+') keeps it.
-_TOKEN_PLUS = re.compile(
-    f"({_ESCAPES}"
-    r"|\+(?<=[A-Za-z0-9]\+)(?=[0-9])|\+(?<=[0-9]\+)(?=[A-Za-z])|\+(?<=[A-Za-z0-9]\+)(?=%[0-9A-Fa-f]{2}))"
-)
+_PLUS = r"|\+(?<=[A-Za-z0-9]\+)(?=[0-9])|\+(?<=[0-9]\+)(?=[A-Za-z])|\+(?<=[A-Za-z0-9]\+)(?=%[0-9A-Fa-f]{2})"
+# By (whether a '+' may be a space, whether the text is ASCII); a group, so that ``split`` keeps the escapes.
+_TOKENS = {
+    (plus, ascii): re.compile(f"({_ESCAPES if ascii else _ESCAPES_WIDE}{_PLUS if plus else ''})")
+    for plus in (False, True)
+    for ascii in (False, True)
+}
 _PLUS_NEXT = frozenset("0123456789%ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 
 
@@ -157,9 +179,11 @@ def _decode(text: str) -> Decoded | None:
     copy = text
     rounds: list[_Round] = []
     kinds: set[str] = set()
-    token = _TOKEN_PLUS if "=" in text else _TOKEN
+    plus = "=" in text
     for _ in range(_ROUNDS):
-        lo, hi = _reach(copy, token is _TOKEN_PLUS)
+        ascii = copy.isascii()
+        token = _TOKENS[plus, ascii]
+        lo, hi = _reach(copy, plus, ascii)
         # The text split at its escapes and each replaced by its decoding, looked up (escapes repeat:
         # &amp;, %20, \n), all in C: no Python per character of the text, nor per escape (the map
         # back is built only when asked for).
@@ -172,7 +196,7 @@ def _decode(text: str) -> Decoded | None:
         parts[1::2] = map(_DECODINGS.__getitem__, escapes)
         rounds.append((copy, token, lo, hi))
         copy = copy[:lo] + "".join(parts) + copy[hi:]
-        token = _TOKEN  # a '+' a first round made of %2B is a plus sign
+        plus = False  # a '+' a first round made of %2B is a plus sign
     if not rounds:
         return None
     # After a second round a character of the copy may stand for escapes of escapes: read it all.
@@ -214,19 +238,33 @@ def _windows(text: str, lo: int, hi: int) -> list[Span] | None:
     return None if size * 2 > len(text) else windows
 
 
-def _reach(text: str, plus: bool) -> tuple[int, int]:
+def _reach(text: str, plus: bool, ascii: bool) -> tuple[int, int]:
     """Where ``text``'s escapes may be: from a character before the first that opens one (a '+' is one
     only after a letter or digit) to past the longest the last may open (``&#x10FFFF;``, and what '+'
     looks ahead to). The expression skips to what opens an escape a character at a time, slower than
     ``str.find``'s memchr: a long text with an escape or two is searched only around them."""
     openers = "%\\&+" if plus else "%\\&"
-    if not text.isascii():
-        openers += _SPACES
+    if not ascii:
+        if sys.getsizeof(text) - len(text) != _LATIN1_SIZE:
+            # Over a hundred characters open an escape here (spaces, invisible, full-width): one search
+            # for them all, not a scan apiece. From the first, the split skips to the end about as fast
+            # as a search for the last would.
+            first = (_OPENS_PLUS if plus else _OPENS).search(text)
+            return (0, 0) if first is None else (max(0, first.start() - 1), len(text))
+        # A text of Latin-1 only (accented prose: the string's size says so, a byte a character) can
+        # hold but three of them; memchr finds them, where the search would test each character.
+        openers += _LATIN1_OPENERS
     hi = max(map(text.rfind, openers))
     if hi < 0:
         return 0, 0
     lo = min(i for i in map(text.find, openers) if i >= 0)
     return max(0, lo - 1), min(len(text), hi + 16)
+
+
+_LATIN1_SIZE = sys.getsizeof("\xe9") - 1  # what a string of Latin-1 characters takes beyond a byte each
+_LATIN1_OPENERS = "".join(ch for ch in _SPACES + _INVISIBLE if ch <= "\xff")
+_OPENS = re.compile("[" + re.escape("%\\&" + _SPACES + _INVISIBLE + _WIDE_OPENERS) + "]")
+_OPENS_PLUS = re.compile("[" + re.escape("%\\&+" + _SPACES + _INVISIBLE + _WIDE_OPENERS) + "]")
 
 
 def original(position: int, maps: list[Map]) -> int:
@@ -270,6 +308,7 @@ class _Decoded(dict[str, str]):
 
 
 _DECODINGS = _Decoded()
+_NARROW = {code: code - 0xFEE0 for code in range(0xFF01, 0xFF5F)}
 
 
 def _map(text: str, token: re.Pattern[str], lo: int, hi: int) -> Map:
@@ -326,6 +365,10 @@ class _Copy:
                 if not 0 < code <= 0x10FFFF or 0xD800 <= code <= 0xDFFF:
                     return False
                 ch = chr(code)
+        elif head in _INVISIBLE:
+            ch = ""
+        elif head in _WIDE:  # a run, one character for one: one stretch of the map
+            ch = token.translate(_NARROW)
         else:  # '+' for a space, or a Unicode space: one character for one
             ch = " "
         self.put(ch, at)
