@@ -5,12 +5,17 @@ from __future__ import annotations
 import importlib
 import json
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from relay_runtime import Recorder
 from relay_runtime import conventions as cv
+from relay_runtime.integrations.otel import OTelExporter
 
 
 def need(module: str) -> Any:
@@ -68,3 +73,17 @@ def tool_call_body(name: str, args: dict[str, Any], call_id: str = "call-1") -> 
     return t.chat_completion_body(
         None, finish_reason="tool_calls", tool_calls=[{"id": call_id, "name": name, "arguments": json.dumps(args)}]
     )
+
+
+@pytest.fixture
+def otel_spans(relay_turn: Any) -> Iterator[InMemorySpanExporter]:
+    """The spans our OTel exporter makes of the turn's relay (a real SDK pipeline, kept in memory)."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    relay, _turn = relay_turn
+    exporter = OTelExporter(provider).attach(relay)
+    try:
+        yield memory
+    finally:
+        exporter.detach()

@@ -13,15 +13,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from relay_runtime import GuardrailRejected, adapters
 from relay_runtime import conventions as cv
 from relay_runtime.adapters import testing as t
 from relay_runtime.integrations import openai_agents
-from relay_runtime.integrations.otel import OTelExporter
+from tests import framework_support
 from tests.framework_support import attempts, logical_calls, need, outline
 
 agents = need("agents")
@@ -55,17 +52,7 @@ def sdk_tracing() -> Iterator[None]:
         agents.set_trace_processors(list(saved))
 
 
-@pytest.fixture
-def otel_spans(relay_turn: Any) -> Iterator[InMemorySpanExporter]:
-    memory = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    relay, _turn = relay_turn
-    exporter = OTelExporter(provider).attach(relay)
-    try:
-        yield memory
-    finally:
-        exporter.detach()
+otel_spans = framework_support.otel_spans  # the fixture, under its name here
 
 
 def scripted(*replies: t.Reply, max_retries: int = 0) -> t.Scripted:

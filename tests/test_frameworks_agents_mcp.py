@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from relay_runtime import Recorder
@@ -27,43 +26,31 @@ from relay_runtime import conventions as cv
 from relay_runtime.adapters import testing as t
 from relay_runtime.integrations import openai_agents
 from relay_runtime.integrations.mcp import instrument_mcp, uninstrument_mcp
-from relay_runtime.integrations.otel import OTelExporter
+from tests import framework_support
 from tests.framework_support import need, outline
+from tests.test_frameworks_agents import sdk_tracing
 from tests.test_mcp import APP, ServerSpans, _serve
 
 agents = need("agents")
 agents_mcp = need("agents.mcp")
 
+__all__ = ["sdk_tracing"]  # the fixture ``both_integrations`` runs first
+
 
 @pytest.fixture(autouse=True)
-def both_integrations() -> Iterator[None]:
-    """Only our trace processor (the SDK's default one would export to OpenAI), and both integrations on."""
-    provider = agents.tracing.get_trace_provider()
-    saved = provider._multi_processor._processors
-    agents.set_tracing_disabled(False)
-    agents.set_trace_processors([])
+def both_integrations(request: pytest.FixtureRequest) -> Iterator[None]:
+    """``test_frameworks_agents``' SDK tracing set-up first (only our trace processor, everything put back after),
+    then both integrations on."""
+    request.getfixturevalue("sdk_tracing")
     openai_agents.instrument()
     instrument_mcp()
     try:
         yield
     finally:
         uninstrument_mcp()
-        openai_agents.uninstrument()
-        agents.set_default_openai_client(None, use_for_tracing=False)  # type: ignore[arg-type]
-        agents.set_trace_processors(list(saved))
 
 
-@pytest.fixture
-def otel_spans(relay_turn: Any) -> Iterator[InMemorySpanExporter]:
-    memory = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    relay, _turn = relay_turn
-    exporter = OTelExporter(provider).attach(relay)
-    try:
-        yield memory
-    finally:
-        exporter.detach()
+otel_spans = framework_support.otel_spans  # the fixture, under its name here
 
 
 def _stdio_server(spans: Path) -> Any:

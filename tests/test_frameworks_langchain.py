@@ -13,14 +13,12 @@ from typing import Any
 
 import httpx2
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from relay_runtime import GuardrailRejected, adapters
 from relay_runtime import conventions as cv
 from relay_runtime.adapters import testing as t
-from relay_runtime.integrations.otel import OTelExporter
+from tests import framework_support
 from tests.framework_support import attempts, logical_calls, need, outline, tool_call_body
 
 langchain_openai = need("langchain_openai")
@@ -88,17 +86,7 @@ def run(agent: Any, question: str, *, use_async: bool = False, **config: Any) ->
     return agent.invoke(inputs, config=config)
 
 
-@pytest.fixture
-def otel_spans(relay_turn: Any) -> Iterator[InMemorySpanExporter]:
-    memory = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    relay, _turn = relay_turn
-    exporter = OTelExporter(provider).attach(relay)
-    try:
-        yield memory
-    finally:
-        exporter.detach()
+otel_spans = framework_support.otel_spans  # the fixture, under its name here
 
 
 def client_spans(memory: InMemorySpanExporter) -> list[Any]:
