@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from relay_runtime import neutral
+from relay_runtime.cost.pricing import CACHE_BESIDE_INPUT
 from relay_runtime.types import AnnotatedLLMRequest, AnnotatedLLMResponse, ChunkDelta, TokenUsage
 
 from .common import FieldMap, apply_common, as_int, as_list, as_str, decode_common, get
@@ -50,6 +51,16 @@ class AnthropicMessagesCodec:
     def decode(self, content: Mapping[str, Any]) -> AnnotatedLLMRequest:
         return decode_common(content, _FIELDS, self.provider, self.operation)
 
+    def usage_of(self, usage: Any) -> TokenUsage:
+        """Anthropic's own API counts its input apart from the cache reads and writes. Named for another
+        provider (Bedrock or Vertex AI reached by ``AnthropicBedrock`` / ``AnthropicVertex``, a gateway the
+        caller named) the input is the whole prompt, as every other provider counts it and as prices and
+        exporters read it under that name (``cost.pricing.CACHE_BESIDE_INPUT``)."""
+        counted = usage_of(usage)
+        if self.provider not in CACHE_BESIDE_INPUT and counted.input_tokens is not None:
+            counted.input_tokens += (counted.cache_read_tokens or 0) + (counted.cache_creation_tokens or 0)
+        return counted
+
     def apply(self, content: Mapping[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
         return apply_common(content, changes, _FIELDS)
 
@@ -60,7 +71,7 @@ class AnthropicMessagesCodec:
             model=as_str(get(response, "model")),
             id=as_str(get(response, "id")),
             finish_reasons=[reason] if reason else [],
-            usage=usage_of(get(response, "usage")),
+            usage=self.usage_of(get(response, "usage")),
             output_text=text,
             tool_calls=calls,
         )
@@ -167,7 +178,7 @@ class MessagesAccumulator:
             model=as_str(get(self.message, "model")),
             id=as_str(get(self.message, "id")),
             finish_reasons=[self.stop_reason] if self.stop_reason else [],
-            usage=usage_of(self.usage),
+            usage=self.codec.usage_of(self.usage),
             output_text="".join(texts) if texts else None,
             tool_calls=[_tool_use(b) for b in content if get(b, "type") == "tool_use"],
         )

@@ -2,7 +2,9 @@
 
 The openai SDK reaches many providers. A call is named for the one it reaches, as the GenAI
 semantic conventions spell it (``gen_ai.provider.name``): Azure OpenAI, Groq, Mistral, DeepSeek,
-xAI and Perplexity have names of their own there. Endpoints the conventions do not list
+xAI and Perplexity have names of their own there, as do the clouds the anthropic SDK's
+``AnthropicBedrock`` and ``AnthropicVertex`` clients call (``aws.bedrock``, ``gcp.vertex_ai``;
+the anthropic codec then counts the whole prompt as the input). Endpoints the conventions do not list
 (OpenRouter, Together, Fireworks, Ollama, vLLM, LM Studio) stay ``openai``, the API they speak,
 and say which they are as ``relay.provider.endpoint``.
 
@@ -18,6 +20,7 @@ which no price list has.
 from __future__ import annotations
 
 import copy
+import re
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -78,6 +81,14 @@ HOST_SUFFIXES: tuple[tuple[str, Endpoint], ...] = (
     (".azure-api.net", _named(AZURE_OPENAI)),  # Azure API Management in front of Azure OpenAI
 )
 
+# The clouds' own hosts, a region in them: the anthropic SDK's ``AnthropicBedrock`` and ``AnthropicVertex``
+# clients call these, as does the openai SDK pointed at the clouds' OpenAI-compatible APIs.
+CLOUD_HOSTS: tuple[tuple[re.Pattern[str], Endpoint], ...] = (
+    (re.compile(r"bedrock-runtime(?:-fips)?\.[a-z0-9-]+\.amazonaws\.com"), _named("aws.bedrock")),
+    (re.compile(r"(?:[a-z0-9-]+-)?aiplatform\.googleapis\.com"), _named("gcp.vertex_ai")),
+)
+
+
 # Local servers, known by their default port on a loopback host; on another port, name them
 # with ``instrument(client, provider="vllm")``.
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0"})
@@ -122,6 +133,9 @@ def of_url(host: str | None, port: int | None) -> Endpoint | None:
         return found
     for suffix, endpoint in HOST_SUFFIXES:
         if host.endswith(suffix):
+            return endpoint
+    for pattern, endpoint in CLOUD_HOSTS:
+        if pattern.fullmatch(host):
             return endpoint
     if host in LOOPBACK_HOSTS and port is not None:
         return LOCAL_PORTS.get(port)

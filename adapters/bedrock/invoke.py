@@ -35,6 +35,7 @@ _STRUCTURAL = {ANTHROPIC: {"messages", "system", "tools", "tool_choice"}, META: 
 INPUT_TOKENS_HEADER = "x-amzn-bedrock-input-token-count"
 OUTPUT_TOKENS_HEADER = "x-amzn-bedrock-output-token-count"
 _ANTHROPIC = AnthropicMessagesCodec()
+_ANTHROPIC.provider = PROVIDER  # its usage counted as Bedrock's: the whole prompt as the input
 
 
 _FAMILIES = {"anthropic.": ANTHROPIC, "meta.": META, "amazon.titan-embed": TITAN_EMBED, "cohere.embed": COHERE_EMBED}
@@ -63,19 +64,13 @@ def body_of(value: Any) -> dict[str, Any] | None:
     return dict(value) if isinstance(value, Mapping) else None
 
 
-def _whole_input(usage: TokenUsage) -> TokenUsage:
-    """Anthropic counts its input apart from the cache; Bedrock's attempts count the whole prompt (see codec)."""
-    if usage.input_tokens is not None:
-        usage.input_tokens += (usage.cache_read_tokens or 0) + (usage.cache_creation_tokens or 0)
-    return usage
-
-
 def _header_usage(response: Any) -> TokenUsage:
     headers = get(get(response, "ResponseMetadata"), "HTTPHeaders")
 
     def count(name: str) -> int | None:
         value = get(headers, name)
         return int(value) if isinstance(value, str) and value.isdigit() else None
+
     return TokenUsage(input_tokens=count(INPUT_TOKENS_HEADER), output_tokens=count(OUTPUT_TOKENS_HEADER))
 
 
@@ -165,7 +160,6 @@ class InvokeModelCodec:
         annotation = AnnotatedLLMResponse(id=as_str(get(get(response, "ResponseMetadata"), "RequestId")))
         if kind == ANTHROPIC:
             annotation = _ANTHROPIC.annotate_response(body)
-            annotation.usage = _whole_input(annotation.usage)
         elif kind == META:
             reason = as_str(body.get("stop_reason"))
             annotation.output_text = as_str(body.get("generation"))
@@ -241,7 +235,6 @@ class InvokeStreamAccumulator:
     def finish(self) -> tuple[Any, AnnotatedLLMResponse]:
         if self.family == ANTHROPIC:
             message, annotation = self.messages.finish()
-            annotation.usage = _whole_input(annotation.usage)
         else:
             text = "".join(self.meta_parts)
             message = {"generation": text, "stop_reason": self.meta_reason}
