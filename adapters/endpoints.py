@@ -112,6 +112,11 @@ ALIASES: Mapping[str, Endpoint] = {
     "vllm": _compatible("vllm"),
     "lmstudio": _compatible("lmstudio"),
     "lm_studio": _compatible("lmstudio"),
+    # LangChain's names for providers (its chat models' ``ls_provider``), where they are not the conventions'.
+    "amazon_bedrock": _named("aws.bedrock"),
+    "google_vertexai": _named("gcp.vertex_ai"),
+    "google_anthropic_vertex": _named("gcp.vertex_ai"),
+    "google_genai": _named("gcp.gemini"),
 }
 
 

@@ -272,10 +272,10 @@ class RelayCallbackHandler(BaseCallbackHandler):
                 call.join()  # the SDK call inside is the attempt
             else:
                 meta = metadata or {}
-                provider = meta.get("ls_provider") or "langchain"
+                codec = codec_for(meta.get("ls_provider") or "langchain")
                 model = meta.get("ls_model_name")
                 content = {"model": model, "messages": messages[0] if messages else []}
-                call.witness(provider, model, deferred(codec_for(provider).decode, content))
+                call.witness(codec.provider, model, deferred(codec.decode, content))
         except Exception as exc:
             turn.relay.diag.failure("subscriber_errors", exc, f"{self.framework} callback chat model start")
 

@@ -16,8 +16,10 @@ from typing import Any
 from langchain_core.load.serializable import Serializable
 from langchain_core.messages import BaseMessage, convert_to_messages
 
+from relay_runtime.adapters import endpoints
 from relay_runtime.clipping import head
 from relay_runtime.codec import CountingAccumulator
+from relay_runtime.cost.pricing import CACHE_BESIDE_INPUT
 from relay_runtime.neutral import NEUTRAL_PARAMS
 from relay_runtime.types import REMOVED, AnnotatedLLMRequest, AnnotatedLLMResponse, TokenUsage
 
@@ -83,12 +85,20 @@ def plain(value: Any, depth: int = 0) -> Any:
 
 
 class LangChainCodec:
-    """Reads and edits a LangChain model call; ``provider`` is the model's LangSmith provider name."""
+    """Reads and edits a LangChain model call, named for the provider the model calls.
+
+    ``provider`` is given as the model's LangSmith name (``ls_provider``: ``amazon_bedrock``, ``azure``,
+    ``google_genai``, ...) or the conventions' own, and kept as the conventions name it (``aws.bedrock``,
+    ``azure.ai.openai``, ``gcp.gemini``; see ``adapters.endpoints``), priced under genai-prices' id for it.
+    """
 
     operation = "chat"
 
     def __init__(self, provider: str = "langchain") -> None:
-        self.provider = provider
+        named = endpoints.named(provider)
+        self.provider = named.provider
+        self.price_provider = named.prices_under
+        self.endpoint = named.endpoint
 
     def decode(self, content: Mapping[str, Any]) -> AnnotatedLLMRequest:
         messages = content.get("messages") or []
@@ -140,7 +150,7 @@ class LangChainCodec:
             model=meta.get("model_name") or meta.get("model") or llm_output.get("model_name"),
             id=meta.get("id") or getattr(message, "id", None),
             finish_reasons=[finish] if isinstance(finish, str) else [],
-            usage=usage_of(getattr(message, "usage_metadata", None)),
+            usage=usage_of(getattr(message, "usage_metadata", None), self.provider in CACHE_BESIDE_INPUT),
             output_text=content if isinstance(content, str) else None,
             tool_calls=[{"id": c.get("id"), "name": c.get("name"), "arguments": plain(c.get("args"))} for c in calls],
         )
@@ -149,19 +159,40 @@ class LangChainCodec:
         return CountingAccumulator()
 
 
-def usage_of(usage: Any) -> TokenUsage:
-    """LangChain's ``usage_metadata`` (input/output tokens and their details) as token usage."""
+_WRITES_BY_TTL = ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")
+
+
+def usage_of(usage: Any, cache_beside_input: bool = False) -> TokenUsage:
+    """LangChain's ``usage_metadata`` (input/output tokens and their details) as token usage.
+
+    LangChain counts the whole prompt as ``input_tokens``, cache reads and writes included, for every
+    provider. ``cache_beside_input``: the call is named for a provider whose records count its input apart
+    from the cache (Anthropic's, as its API does: ``cost.pricing.CACHE_BESIDE_INPUT``), so the cache is
+    taken out again, or prices and ``gen_ai.usage.input_tokens`` would count it twice. Cache writes split
+    by how long they are kept (langchain-anthropic then zeroes ``cache_creation``) are added up.
+    """
     if not isinstance(usage, Mapping):
         return TokenUsage()
     inputs = usage.get("input_token_details") or {}
     outputs = usage.get("output_token_details") or {}
+    read = _count(inputs.get("cache_read"))
+    by_ttl = [n for key in _WRITES_BY_TTL if (n := _count(inputs.get(key))) is not None]
+    written = _count(inputs.get("cache_creation")) or (sum(by_ttl) if by_ttl else None)
+    total = _count(usage.get("input_tokens"))
+    if cache_beside_input and total is not None and total >= (read or 0) + (written or 0):
+        total -= (read or 0) + (written or 0)
     return TokenUsage(
-        input_tokens=usage.get("input_tokens"),
-        output_tokens=usage.get("output_tokens"),
-        cache_read_tokens=inputs.get("cache_read"),
-        cache_creation_tokens=inputs.get("cache_creation"),
-        reasoning_tokens=outputs.get("reasoning"),
+        input_tokens=total,
+        output_tokens=_count(usage.get("output_tokens")),
+        cache_read_tokens=read,
+        cache_creation_tokens=written,
+        reasoning_tokens=_count(outputs.get("reasoning")),
+        cache_creation_1h_tokens=_count(inputs.get("ephemeral_1h_input_tokens")),
     )
+
+
+def _count(value: Any) -> int | None:
+    return value if type(value) is int else None
 
 
 def _message_input(view: Any) -> Any:
