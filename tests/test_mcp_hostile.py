@@ -1,9 +1,11 @@
-"""MCP against a careless or hostile client: names it makes up must not grow the metrics without bound."""
+"""MCP against a careless or hostile client: what it makes up (names, headers, input that fails validation) must
+not grow the metrics without bound nor become a false or leaked record."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from mcp.client.client import Client
@@ -12,6 +14,7 @@ from otel_support import Pipeline
 from relay_runtime import session
 from relay_runtime.integrations.mcp import conventions, instrument_mcp, uninstrument_mcp
 from relay_runtime.integrations.otel import OTelExporter
+from tests.test_mcp import ServerSpans, _serve
 
 
 @pytest.fixture
@@ -29,6 +32,11 @@ def pipeline(relay_host: session.Host) -> Iterator[Pipeline]:
         coordinator.release_conversation(lease)
         exporter.shutdown()
         uninstrument_mcp()
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[tuple[str, ServerSpans]]:
+    yield from _serve("http", tmp_path)
 
 
 def test_made_up_tool_names_get_no_metric_series_past_the_cap(pipeline: Pipeline, monkeypatch) -> None:
@@ -85,3 +93,39 @@ def test_a_made_up_name_with_control_characters_names_no_span_with_them(pipeline
     for span in calls:
         assert span.name == f"tools/call {shown}"
         assert span.attributes["gen_ai.tool.name"] == shown
+
+
+# -- a client speaking raw JSON-RPC / HTTP to a real server in another process -------------------------
+
+
+def test_a_session_id_header_the_server_never_issued_is_not_recorded_as_its_session(
+    http_server: tuple[str, ServerSpans],
+) -> None:
+    """The 2026-07-28 protocol has no sessions: a client may still send an ``Mcp-Session-Id`` header, which
+    the server ignores. Recording it as ``mcp.session.id`` would tie the request to a session that does not
+    exist (or to another client's, whose id it names)."""
+    import httpx
+
+    url, spans = http_server
+    envelope = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": "add",
+        "Mcp-Session-Id": "forged-by-the-client",
+    }
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "add", "arguments": {"a": 1, "b": 2}, "_meta": envelope},
+    }
+    answer = httpx.post(url, headers=headers, json=body, timeout=30)
+    assert answer.status_code == 200 and answer.json()["result"]["structuredContent"] == {"result": 3}
+    served = spans.wait_for("tools/call add")
+    assert served["attributes"]["mcp.protocol.version"] == "2026-07-28"
+    assert "mcp.session.id" not in served["attributes"]

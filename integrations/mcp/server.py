@@ -51,14 +51,25 @@ def _request_attributes(ctx: Any, method: str, target: str | None) -> dict[str, 
     if headers is not None:
         attributes["network.transport"] = "tcp"
         attributes["network.protocol.name"] = "http"
-        session_id = headers.get("mcp-session-id")
-        if isinstance(session_id, str) and session_id:
+        session_id = _served_session_id(ctx)
+        if session_id is not None:
             attributes["mcp.session.id"] = printable(session_id[:256])
         client = getattr(request, "client", None)
         host = getattr(client, "host", None)
         if isinstance(host, str):
             attributes["client.address"] = host
     return attributes
+
+
+def _served_session_id(ctx: Any) -> str | None:
+    """The session the server holds this request's connection in, or None where it holds none.
+
+    Not the request's ``Mcp-Session-Id`` header: any client can send one, and a server with no
+    sessions (the 2026-07-28 protocol; stateless HTTP) ignores it. Where the server keeps sessions,
+    a request naming one it does not have is refused before any handler runs."""
+    connection = getattr(getattr(ctx, "session", None), "_connection", None)
+    session_id = getattr(connection, "session_id", None)
+    return session_id if isinstance(session_id, str) and session_id else None
 
 
 def _failure_attributes(error: BaseException) -> dict[str, Any]:
