@@ -8,8 +8,9 @@ attached: the handler's own LLM and tool calls nest under it.
 
 A ``tools/call`` is a TOOL scope named for the tool; other methods a scope named as the
 conventions name the span. Outcomes: success; failed with the JSON-RPC code as ``error.type``
-(``-32602`` for parameters that fail validation), the exception's class for anything else, or
-``tool_error`` for a result marked ``isError`` (which still goes back to the client as it is).
+(``-32602`` for parameters that fail validation, whose message is recorded as the client is told
+it, never pydantic's, which quotes the client's input), the exception's class for anything else,
+or ``tool_error`` for a result marked ``isError`` (which still goes back to the client as it is).
 """
 
 from __future__ import annotations
@@ -72,11 +73,26 @@ def _served_session_id(ctx: Any) -> str | None:
     return session_id if isinstance(session_id, str) and session_id else None
 
 
+class InvalidParams(Exception):
+    """A request whose params failed validation, as its scope records it: what the client is told.
+
+    pydantic's own message quotes the input it refused (``input_value=...``), credentials and all."""
+
+    relay_error_type = "ValidationError"
+
+    def __init__(self) -> None:
+        super().__init__("Invalid request parameters")
+
+
+def _is_invalid_params(error: BaseException) -> bool:
+    return type(error).__name__ == "ValidationError"
+
+
 def _failure_attributes(error: BaseException) -> dict[str, Any]:
     code = getattr(getattr(error, "error", None), "code", None)
     if code is not None:
         return mc.error_code_attributes(code)
-    if type(error).__name__ == "ValidationError":
+    if _is_invalid_params(error):
         return mc.error_code_attributes(_INVALID_PARAMS)
     return {"error.type": type(error).__qualname__}
 
@@ -123,7 +139,8 @@ async def _handle(original: Middleware, middleware: Any, relay: Any, method: str
             result = await call_next(ctx)
     except BaseException as exc:
         end = {**attributes, **_failure_attributes(exc)}
-        relay.scope.pop(handle_, error=exc, metadata={cv.SPAN_HINTS: {**hints, "attributes": end}})
+        recorded = InvalidParams() if _is_invalid_params(exc) else exc
+        relay.scope.pop(handle_, error=recorded, metadata={cv.SPAN_HINTS: {**hints, "attributes": end}})
         raise
     if method == mc.TOOLS_CALL and mc.is_tool_error(result):
         end = {**attributes, "error.type": mc.TOOL_ERROR}
