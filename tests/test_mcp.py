@@ -389,6 +389,32 @@ def test_a_cancelled_call_ends_cancelled_exactly_once(client_side: ClientSide, t
     assert dict(client_side.span("tools/call slow").attributes or {})["relay.outcome"] == "cancelled"
 
 
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_a_call_the_client_cancels_ends_cancelled_on_the_server_not_failed(
+    client_side: ClientSide, tmp_path: Path, mode: str
+) -> None:
+    """The client's ``notifications/cancelled`` stops the handler: the server's span says so, as the client's
+    does, and is no error (no ``error.type``, no ERROR status, no error series in the server's metric)."""
+    spans = ServerSpans(tmp_path / "spans.jsonl")
+
+    async def run() -> None:
+        async with _connect(_stdio(spans.path), mode) as client:
+            task = asyncio.ensure_future(client.call_tool("slow", {"seconds": 30}))
+            await asyncio.sleep(1.0)  # long enough for the server to be inside the handler
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await client.call_tool("add", {"a": 1, "b": 2})  # the cancelled handler has ended by now
+
+    asyncio.run(run())
+    served = spans.wait_for("tools/call slow")
+    assert served["attributes"]["relay.outcome"] == "cancelled"
+    assert "error.type" not in served["attributes"] and served["status"] != "ERROR"
+    assert served["events"] == []
+    ours = client_side.span("tools/call slow")
+    assert "error.type" not in dict(ours.attributes or {}) and ours.status.status_code.name != "ERROR"
+
+
 def test_a_server_that_dies_mid_call_fails_the_scope_once(client_side: ClientSide, tmp_path: Path) -> None:
     spans = ServerSpans(tmp_path / "spans.jsonl")
 

@@ -10,7 +10,8 @@ A ``tools/call`` is a TOOL scope named for the tool; other methods a scope named
 conventions name the span. Outcomes: success; failed with the JSON-RPC code as ``error.type``
 (``-32602`` for parameters that fail validation, whose message is recorded as the client is told
 it, never pydantic's, which quotes the client's input), the exception's class for anything else,
-or ``tool_error`` for a result marked ``isError`` (which still goes back to the client as it is).
+or ``tool_error`` for a result marked ``isError`` (which still goes back to the client as it is);
+cancelled (no ``error.type``) when the client cancels the request.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from relay_runtime import conventions as cv
 from relay_runtime import outside_turns
 from relay_runtime.clipping import printable
+from relay_runtime.scopes import outcome_of
 from relay_runtime.trace_context import parse_traceparent
 from relay_runtime.types import ScopeType
 
@@ -89,6 +91,8 @@ def _is_invalid_params(error: BaseException) -> bool:
 
 
 def _failure_attributes(error: BaseException) -> dict[str, Any]:
+    if outcome_of(error) != "failed":
+        return {}  # a cancelled request stopped on purpose: its outcome says so, it is no error
     code = getattr(getattr(error, "error", None), "code", None)
     if code is not None:
         return mc.error_code_attributes(code)
