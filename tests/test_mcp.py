@@ -506,6 +506,46 @@ def test_operation_and_session_durations_are_recorded_with_low_cardinality_attri
     assert server_session.count == 1 and server_session.attributes["mcp.protocol.version"] == "2025-11-25"
 
 
+def test_a_session_the_caller_cancels_is_measured_without_an_error(client_side: ClientSide) -> None:
+    """Cancelling the task that holds a session open ends it on purpose: its duration is measured with no
+    ``error.type``, as the cancelled call inside it is; a session that fails still gets one."""
+    from mcp.server.mcpserver import MCPServer
+
+    in_process = MCPServer("in-process")
+
+    @in_process.tool()
+    async def wait() -> str:
+        await asyncio.sleep(30)
+        return "done"
+
+    async def hold(fail: bool) -> None:
+        async with Client(in_process, mode="legacy") as client:
+            if fail:
+                raise LookupError("the caller's own code failed")
+            await client.call_tool("wait", {})
+
+    async def run() -> None:
+        task = asyncio.ensure_future(hold(fail=False))
+        await asyncio.sleep(0.5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        with pytest.raises(ExceptionGroup) as caught:  # the in-process connection's task group wraps it
+            await hold(fail=True)
+        assert caught.group_contains(LookupError)
+
+    asyncio.run(run())
+    sessions = client_side.pipeline.histogram("mcp.client.session.duration")
+    assert sum(p.count for p in sessions) == 2
+    assert sorted(str(p.attributes.get("error.type")) for p in sessions) == ["LookupError", "None"]
+    operation = [
+        p
+        for p in client_side.pipeline.histogram("mcp.client.operation.duration")
+        if p.attributes.get("gen_ai.tool.name") == "wait"
+    ]
+    assert [p.attributes.get("error.type") for p in operation] == [None]
+
+
 def test_a_server_answering_junk_fails_the_scope_once_with_the_sdks_error(client_side: ClientSide) -> None:
     junk = StdioServerParameters(
         command=sys.executable, args=[str(APP.with_name("mcp_junk_server.py"))], env=dict(os.environ)
