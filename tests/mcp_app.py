@@ -40,6 +40,8 @@ class JsonLinesSpans(SpanExporter):
                             "parent_is_remote": bool(span.parent and span.parent.is_remote),
                             "scope": span.instrumentation_scope.name if span.instrumentation_scope else None,
                             "status": span.status.status_code.name,
+                            "status_description": span.status.description,
+                            "events": [[e.name, dict(e.attributes or {})] for e in span.events],
                             "attributes": dict(span.attributes or {}),
                         }
                     )

@@ -389,6 +389,32 @@ def test_a_cancelled_call_ends_cancelled_exactly_once(client_side: ClientSide, t
     assert dict(client_side.span("tools/call slow").attributes or {})["relay.outcome"] == "cancelled"
 
 
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_a_call_the_client_cancels_ends_cancelled_on_the_server_not_failed(
+    client_side: ClientSide, tmp_path: Path, mode: str
+) -> None:
+    """The client's ``notifications/cancelled`` stops the handler: the server's span says so, as the client's
+    does, and is no error (no ``error.type``, no ERROR status, no error series in the server's metric)."""
+    spans = ServerSpans(tmp_path / "spans.jsonl")
+
+    async def run() -> None:
+        async with _connect(_stdio(spans.path), mode) as client:
+            task = asyncio.ensure_future(client.call_tool("slow", {"seconds": 30}))
+            await asyncio.sleep(1.0)  # long enough for the server to be inside the handler
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await client.call_tool("add", {"a": 1, "b": 2})  # the cancelled handler has ended by now
+
+    asyncio.run(run())
+    served = spans.wait_for("tools/call slow")
+    assert served["attributes"]["relay.outcome"] == "cancelled"
+    assert "error.type" not in served["attributes"] and served["status"] != "ERROR"
+    assert served["events"] == []
+    ours = client_side.span("tools/call slow")
+    assert "error.type" not in dict(ours.attributes or {}) and ours.status.status_code.name != "ERROR"
+
+
 def test_a_server_that_dies_mid_call_fails_the_scope_once(client_side: ClientSide, tmp_path: Path) -> None:
     spans = ServerSpans(tmp_path / "spans.jsonl")
 
@@ -478,6 +504,46 @@ def test_operation_and_session_durations_are_recorded_with_low_cardinality_attri
     assert {p.attributes.get("network.transport") for p in sessions} == {"pipe", None}
     (server_session,) = pipeline.histogram("mcp.server.session.duration")
     assert server_session.count == 1 and server_session.attributes["mcp.protocol.version"] == "2025-11-25"
+
+
+def test_a_session_the_caller_cancels_is_measured_without_an_error(client_side: ClientSide) -> None:
+    """Cancelling the task that holds a session open ends it on purpose: its duration is measured with no
+    ``error.type``, as the cancelled call inside it is; a session that fails still gets one."""
+    from mcp.server.mcpserver import MCPServer
+
+    in_process = MCPServer("in-process")
+
+    @in_process.tool()
+    async def wait() -> str:
+        await asyncio.sleep(30)
+        return "done"
+
+    async def hold(fail: bool) -> None:
+        async with Client(in_process, mode="legacy") as client:
+            if fail:
+                raise LookupError("the caller's own code failed")
+            await client.call_tool("wait", {})
+
+    async def run() -> None:
+        task = asyncio.ensure_future(hold(fail=False))
+        await asyncio.sleep(0.5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        with pytest.raises(ExceptionGroup) as caught:  # the in-process connection's task group wraps it
+            await hold(fail=True)
+        assert caught.group_contains(LookupError)
+
+    asyncio.run(run())
+    sessions = client_side.pipeline.histogram("mcp.client.session.duration")
+    assert sum(p.count for p in sessions) == 2
+    assert sorted(str(p.attributes.get("error.type")) for p in sessions) == ["LookupError", "None"]
+    operation = [
+        p
+        for p in client_side.pipeline.histogram("mcp.client.operation.duration")
+        if p.attributes.get("gen_ai.tool.name") == "wait"
+    ]
+    assert [p.attributes.get("error.type") for p in operation] == [None]
 
 
 def test_a_server_answering_junk_fails_the_scope_once_with_the_sdks_error(client_side: ClientSide) -> None:

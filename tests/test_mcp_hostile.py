@@ -1,9 +1,16 @@
-"""MCP against a careless or hostile client: names it makes up must not grow the metrics without bound."""
+"""MCP against a careless or hostile client: what it makes up (names, headers, input that fails validation) must
+not grow the metrics without bound nor become a false or leaked record."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp.client.client import Client
@@ -12,6 +19,7 @@ from otel_support import Pipeline
 from relay_runtime import session
 from relay_runtime.integrations.mcp import conventions, instrument_mcp, uninstrument_mcp
 from relay_runtime.integrations.otel import OTelExporter
+from tests.test_mcp import APP, ServerSpans, _serve
 
 
 @pytest.fixture
@@ -29,6 +37,11 @@ def pipeline(relay_host: session.Host) -> Iterator[Pipeline]:
         coordinator.release_conversation(lease)
         exporter.shutdown()
         uninstrument_mcp()
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[tuple[str, ServerSpans]]:
+    yield from _serve("http", tmp_path)
 
 
 def test_made_up_tool_names_get_no_metric_series_past_the_cap(pipeline: Pipeline, monkeypatch) -> None:
@@ -85,3 +98,99 @@ def test_a_made_up_name_with_control_characters_names_no_span_with_them(pipeline
     for span in calls:
         assert span.name == f"tools/call {shown}"
         assert span.attributes["gen_ai.tool.name"] == shown
+
+
+# -- a client speaking raw JSON-RPC / HTTP to a real server in another process -------------------------
+
+
+class RawStdioClient:
+    """A client that writes whatever JSON-RPC it likes to ``mcp_app.py`` over stdio: nothing of the SDK
+    or of ours on its side, so what the server records is the server's doing alone."""
+
+    def __init__(self, spans: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(APP), "stdio", "0", str(spans), "instrumented"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=dict(os.environ),
+            text=True,
+        )
+
+    def request(self, message: dict[str, Any]) -> dict[str, Any]:
+        self.send(message)
+        assert self.proc.stdout is not None
+        return json.loads(self.proc.stdout.readline())
+
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(message) + "\n")
+        self.proc.stdin.flush()
+
+    def handshake(self) -> None:
+        params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
+        assert "result" in self.request({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params})
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+def test_a_request_failing_validation_records_no_client_input_in_the_servers_error(tmp_path: Path) -> None:
+    """pydantic's message quotes the input it refused (``input_value={...}``): the wire answer and the
+    SDK's own span say only "Invalid request parameters"; ours must not say more, or whatever the client
+    sent (a credential under a key the record otherwise blanks) lands in the span's status and events."""
+    spans = ServerSpans(tmp_path / "spans.jsonl")
+    client = RawStdioClient(spans.path)
+    try:
+        client.handshake()
+        # No tool name: the request's params fail validation, quoting the arguments beside it.
+        params = {"arguments": {"password": "hunter2-raw-secret"}, "_meta": {"x-note": "note-secret-7"}}
+        answer = client.request({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params})
+    finally:
+        client.close()
+    assert answer["error"]["code"] == -32602
+    served = spans.wait_for("tools/call")
+    assert served["attributes"]["error.type"] == "-32602" and served["status"] == "ERROR"
+    recorded = json.dumps(spans.all())
+    assert "hunter2-raw-secret" not in recorded and "note-secret-7" not in recorded
+    assert "Invalid request parameters" in (served["status_description"] or "")
+
+
+def test_a_session_id_header_the_server_never_issued_is_not_recorded_as_its_session(
+    http_server: tuple[str, ServerSpans],
+) -> None:
+    """The 2026-07-28 protocol has no sessions: a client may still send an ``Mcp-Session-Id`` header, which
+    the server ignores. Recording it as ``mcp.session.id`` would tie the request to a session that does not
+    exist (or to another client's, whose id it names)."""
+    import httpx
+
+    url, spans = http_server
+    envelope = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": "add",
+        "Mcp-Session-Id": "forged-by-the-client",
+    }
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "add", "arguments": {"a": 1, "b": 2}, "_meta": envelope},
+    }
+    answer = httpx.post(url, headers=headers, json=body, timeout=30)
+    assert answer.status_code == 200 and answer.json()["result"]["structuredContent"] == {"result": 3}
+    served = spans.wait_for("tools/call add")
+    assert served["attributes"]["mcp.protocol.version"] == "2026-07-28"
+    assert "mcp.session.id" not in served["attributes"]

@@ -8,8 +8,10 @@ attached: the handler's own LLM and tool calls nest under it.
 
 A ``tools/call`` is a TOOL scope named for the tool; other methods a scope named as the
 conventions name the span. Outcomes: success; failed with the JSON-RPC code as ``error.type``
-(``-32602`` for parameters that fail validation), the exception's class for anything else, or
-``tool_error`` for a result marked ``isError`` (which still goes back to the client as it is).
+(``-32602`` for parameters that fail validation, whose message is recorded as the client is told
+it, never pydantic's, which quotes the client's input), the exception's class for anything else,
+or ``tool_error`` for a result marked ``isError`` (which still goes back to the client as it is);
+cancelled (no ``error.type``) when the client cancels the request.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from relay_runtime import conventions as cv
 from relay_runtime import outside_turns
 from relay_runtime.clipping import printable
+from relay_runtime.scopes import outcome_of
 from relay_runtime.trace_context import parse_traceparent
 from relay_runtime.types import ScopeType
 
@@ -51,8 +54,8 @@ def _request_attributes(ctx: Any, method: str, target: str | None) -> dict[str, 
     if headers is not None:
         attributes["network.transport"] = "tcp"
         attributes["network.protocol.name"] = "http"
-        session_id = headers.get("mcp-session-id")
-        if isinstance(session_id, str) and session_id:
+        session_id = _served_session_id(ctx)
+        if session_id is not None:
             attributes["mcp.session.id"] = printable(session_id[:256])
         client = getattr(request, "client", None)
         host = getattr(client, "host", None)
@@ -61,11 +64,39 @@ def _request_attributes(ctx: Any, method: str, target: str | None) -> dict[str, 
     return attributes
 
 
+def _served_session_id(ctx: Any) -> str | None:
+    """The session the server holds this request's connection in, or None where it holds none.
+
+    Not the request's ``Mcp-Session-Id`` header: any client can send one, and a server with no
+    sessions (the 2026-07-28 protocol; stateless HTTP) ignores it. Where the server keeps sessions,
+    a request naming one it does not have is refused before any handler runs."""
+    connection = getattr(getattr(ctx, "session", None), "_connection", None)
+    session_id = getattr(connection, "session_id", None)
+    return session_id if isinstance(session_id, str) and session_id else None
+
+
+class InvalidParams(Exception):
+    """A request whose params failed validation, as its scope records it: what the client is told.
+
+    pydantic's own message quotes the input it refused (``input_value=...``), credentials and all."""
+
+    relay_error_type = "ValidationError"
+
+    def __init__(self) -> None:
+        super().__init__("Invalid request parameters")
+
+
+def _is_invalid_params(error: BaseException) -> bool:
+    return type(error).__name__ == "ValidationError"
+
+
 def _failure_attributes(error: BaseException) -> dict[str, Any]:
+    if outcome_of(error) != "failed":
+        return {}  # a cancelled request stopped on purpose: its outcome says so, it is no error
     code = getattr(getattr(error, "error", None), "code", None)
     if code is not None:
         return mc.error_code_attributes(code)
-    if type(error).__name__ == "ValidationError":
+    if _is_invalid_params(error):
         return mc.error_code_attributes(_INVALID_PARAMS)
     return {"error.type": type(error).__qualname__}
 
@@ -112,7 +143,8 @@ async def _handle(original: Middleware, middleware: Any, relay: Any, method: str
             result = await call_next(ctx)
     except BaseException as exc:
         end = {**attributes, **_failure_attributes(exc)}
-        relay.scope.pop(handle_, error=exc, metadata={cv.SPAN_HINTS: {**hints, "attributes": end}})
+        recorded = InvalidParams() if _is_invalid_params(exc) else exc
+        relay.scope.pop(handle_, error=recorded, metadata={cv.SPAN_HINTS: {**hints, "attributes": end}})
         raise
     if method == mc.TOOLS_CALL and mc.is_tool_error(result):
         end = {**attributes, "error.type": mc.TOOL_ERROR}

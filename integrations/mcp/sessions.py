@@ -12,6 +12,7 @@ import weakref
 from typing import Any
 
 from relay_runtime import conventions as cv
+from relay_runtime.scopes import outcome_of
 
 from . import conventions as mc
 from . import routing
@@ -42,7 +43,7 @@ def closed(client_session: Any, error: BaseException | None) -> None:
     version = routing.protocol_version_of(dispatcher) if dispatcher is not None else None
     if version:
         attributes["mcp.protocol.version"] = version
-    if error is not None:
+    if error is not None and outcome_of(error) == "failed":  # a cancelled session ended on purpose
         attributes["error.type"] = type(error).__qualname__
     data = {"name": mc.CLIENT_SESSION_DURATION, "seconds": time.monotonic() - started, "attributes": attributes}
     relay.scope.mark(cv.METRIC, data)
