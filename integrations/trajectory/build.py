@@ -35,14 +35,17 @@ _TOTALS = (
 )
 
 
-def _arguments(raw: Any) -> Any:
+def _arguments(raw: Any) -> dict[str, Any]:
+    """A tool call's arguments as the object ATIF requires, as NeMo Relay writes them: text that is not
+    JSON (a stream cut mid-call, a model's slip) under ``raw``, JSON that is no object under ``value``."""
+    if raw is None:
+        return {}
     if isinstance(raw, str):
         try:
-            parsed = json.loads(raw)
+            raw = json.loads(raw)
         except ValueError:
-            return raw
-        return parsed
-    return raw if raw is not None else {}
+            return {"raw": raw}
+    return raw if isinstance(raw, dict) else {"value": raw}
 
 
 def _text_of(content: Any) -> str | None:
