@@ -91,3 +91,15 @@ def test_tool_call_arguments_that_are_no_json_object_are_an_object_as_nemo_write
     assert ours["steps"][1]["tool_calls"] == nemo["steps"][1]["tool_calls"]
     expected = {"raw": arguments} if arguments in ('{"city": "Par', "") else {"value": json.loads(arguments)}
     assert ours["steps"][1]["tool_calls"][0]["arguments"] == expected
+
+
+def test_an_anthropic_steps_prompt_tokens_count_its_cached_input_as_nemo_counts_them():
+    # Anthropic's input_tokens leave out what was read from and written to the cache: 30 + 100 + 50 were sent.
+    question = {"model": CLAUDE, "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
+    usage = testing.anthropic_usage(30, 9, cache_read=100, cache_creation=50)
+    answer = testing.anthropic_message_body("hello", model=CLAUDE, usage=usage)
+    ours, nemo = _ours([(question, answer)], provider="anthropic"), _nemo([(question, answer)], provider="anthropic")
+    assert _said(ours) == _said(nemo)
+    assert ours["steps"][1]["metrics"]["prompt_tokens"] == 180
+    assert ours["final_metrics"]["total_prompt_tokens"] == nemo["final_metrics"]["total_prompt_tokens"] == 180
+    assert ours["steps"][1]["metrics"]["extra"]["total_tokens"] == 189

@@ -109,11 +109,21 @@ def _usd(attempt: dict[str, Any]) -> float | None:
     return None
 
 
+def _prompt_tokens(attempt: dict[str, Any], usage: dict[str, int]) -> int | None:
+    """Every input token the call sent, cached or not, as ATIF's ``prompt_tokens`` counts them. Anthropic
+    reports cache reads and writes apart from ``input_tokens`` (its codec keeps them apart, as the
+    provider does); the other providers' ``input_tokens`` already hold them."""
+    prompt = usage.get("input_tokens")
+    if prompt is None or attempt.get("provider") != "anthropic":
+        return prompt
+    return prompt + usage.get("cache_read_tokens", 0) + usage.get("cache_creation_tokens", 0)
+
+
 def _metrics(attempt: dict[str, Any]) -> dict[str, Any] | None:
     usage = _usage(attempt)
     if not usage:
         return None
-    prompt, completion = usage.get("input_tokens"), usage.get("output_tokens")
+    prompt, completion = _prompt_tokens(attempt, usage), usage.get("output_tokens")
     metrics: dict[str, Any] = {}
     if prompt is not None:
         metrics["prompt_tokens"] = prompt
@@ -239,7 +249,7 @@ class TrajectoryBuilder:
                                    ("error_message", (a.get("error") or {}).get("message"))) if v is not None}
                 for a in wasted
             ]  # fmt: skip
-            tokens = sum(sum(v for k, v in _usage(a).items() if k in ("input_tokens", "output_tokens")) for a in wasted)
+            tokens = sum((_prompt_tokens(a, u := _usage(a)) or 0) + u.get("output_tokens", 0) for a in wasted)
             if tokens:
                 extra["wasted_tokens"] = tokens
             cost = sum(_usd(a) or 0 for a in wasted)

@@ -76,7 +76,7 @@ def _record_of(row: dict[str, Any]) -> dict[str, Any] | None:
     if event == "span" and payload.get("kind") in _KIND_OF_SPAN and isinstance(payload.get("id"), str):
         usage = {
             k: payload[k]
-            for k in ("input_tokens", "output_tokens", "cache_read_tokens")
+            for k in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens")
             if isinstance(payload.get(k), int)
         }
         record: dict[str, Any] = {
@@ -85,6 +85,8 @@ def _record_of(row: dict[str, Any]) -> dict[str, Any] | None:
         }  # fmt: skip
         if payload.get("model"):
             record["model_name"] = payload["model"]
+        if isinstance(payload.get("provider"), str):
+            record["provider"] = payload["provider"]  # how its input tokens count (Anthropic's leave out the cache)
         if usage:
             record["resp"] = {"usage": usage}
         return record
