@@ -103,3 +103,36 @@ def test_an_anthropic_steps_prompt_tokens_count_its_cached_input_as_nemo_counts_
     assert ours["steps"][1]["metrics"]["prompt_tokens"] == 180
     assert ours["final_metrics"]["total_prompt_tokens"] == nemo["final_metrics"]["total_prompt_tokens"] == 180
     assert ours["steps"][1]["metrics"]["extra"]["total_tokens"] == 189
+
+
+def test_side_calls_between_two_calls_of_the_agents_loop_do_not_make_the_user_say_it_again(tmp_path):
+    # The loop asks for a tool, the tool summarizes ten documents (an LLM call each, opening with another
+    # system prompt), the loop goes on: the user asked once, whatever came between.
+    from relay_runtime.integrations.run_journal import FileStore, JournalSubscriber
+    from relay_runtime.integrations.trajectory import atif_from_journal, atof_from_journal
+
+    loop = [{"role": "system", "content": "You are the agent."}, {"role": "user", "content": "Summarize my files."}]
+    asks = testing.chat_completion_body(None, model=MODEL, tool_calls=[{"id": "c1", "name": "docs", "arguments": "{}"}])
+    calls: list[Call] = [({"model": MODEL, "messages": list(loop)}, asks)]
+    for i in range(10):
+        side = [{"role": "system", "content": "Summarize."}, {"role": "user", "content": f"document {i}"}]
+        calls.append(({"model": MODEL, "messages": side}, testing.chat_completion_body(f"summary {i}", model=MODEL)))
+    loop += [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "docs", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ten summaries"},
+    ]  # fmt: skip
+    calls.append(({"model": MODEL, "messages": list(loop)}, testing.chat_completion_body("Done.", model=MODEL)))
+    store = FileStore(tmp_path)
+    journal = JournalSubscriber(store=store).attach(session.SESSION_COORDINATOR)
+    ours, nemo = _ours(calls), _nemo(calls)
+    assert journal.close()
+    said = [(s["source"], s["message"]) for s in ours["steps"]]
+    assert said.count(("user", "Summarize my files.")) == 1
+    assert said == [(s["source"], s["message"]) for s in nemo["steps"]]
+    assert atif_from_journal("p", "r1", store=store) == ours
+    # The last request, rebuilt from the journal's deltas, is what was sent; its row held only what was new.
+    (last,) = [e for e in atof_from_journal("p", "r1", store=store) if e["category"] == "llm"][-2:-1]
+    assert last["data"]["content"]["messages"] == loop
+    rows = [r["payload"]["traj"] for r in store.read("p", "r1")["events"] if "traj" in r.get("payload", {})]
+    assert [len(t["req"]["new"]) for t in rows if t["k"] == "attempt"][-1] == 2
