@@ -152,7 +152,7 @@ class History:
             delta = request_delta([self._last] if self._last is not None else [], content)
         entry = (attempt_id, content)
         self._last = entry
-        if not messages:
+        if key is None or not messages:
             return delta
         if line is None:
             line = _Line(messages[0])
