@@ -9,7 +9,6 @@ A row the journal had to cut to its row cap still becomes a step, marked ``extra
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -35,7 +34,17 @@ class DamagedJournal(ValueError):
 
 # A record's fields the exporters index and sort by, and the types they must have.
 _ID_FIELDS = ("id",)
-_TIME_FIELDS = ("os", "oe", "start", "end")
+_ORDER_FIELDS = ("os", "oe")
+_TIME_FIELDS = ("start", "end")
+# Times are written as RFC 3339, whose years have four digits: 1970 to the end of 9999, in nanoseconds.
+_LAST_NS = 253_402_300_800 * 1_000_000_000 - 1
+
+
+def _nanoseconds(seconds: Any) -> int | None:
+    """A row's ``created_at`` (seconds) in nanoseconds; None for what is no time RFC 3339 can write."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds <= _LAST_NS / 1e9:
+        return None  # NaN fails the comparison too
+    return int(seconds * 1e9)
 
 
 def _checked(record: dict[str, Any], where: str) -> dict[str, Any]:
@@ -43,10 +52,17 @@ def _checked(record: dict[str, Any], where: str) -> dict[str, Any]:
         value = record.get(key)
         if not isinstance(value, str):
             raise DamagedJournal(f"{where}: its trajectory record's {key!r} must be a string, got {value!r:.80}")
-    for key in _TIME_FIELDS:
+    for key in _ORDER_FIELDS + _TIME_FIELDS:
         value = record.get(key)
         if value is not None and type(value) is not int:
             raise DamagedJournal(f"{where}: its trajectory record's {key!r} must be a whole number, got {value!r:.80}")
+    for key in _TIME_FIELDS:
+        value = record.get(key)
+        if value is not None and not 0 <= value <= _LAST_NS:
+            raise DamagedJournal(
+                f"{where}: its trajectory record's {key!r} must be nanoseconds from 1970 to the end of 9999, "
+                f"got {value!r:.80}"
+            )
     parent = record.get("parent")
     if parent is not None and not isinstance(parent, str):
         raise DamagedJournal(f"{where}: its trajectory record's 'parent' must be a string, got {parent!r:.80}")
@@ -71,8 +87,7 @@ def _record_of(row: dict[str, Any]) -> dict[str, Any] | None:
     if not is_truncated(row):
         return None
     event = row.get("event")
-    created = row.get("created_at")
-    at = int(created * 1e9) if isinstance(created, (int, float)) else None
+    at = _nanoseconds(row.get("created_at"))
     if event == "span" and payload.get("kind") in _KIND_OF_SPAN and isinstance(payload.get("id"), str):
         usage = {
             k: payload[k]
@@ -107,10 +122,8 @@ def _runs(store: RunJournalStore, session_id: str, run_id: str | None) -> list[l
              and r["payload"]["traj"].get("k") == TURN),
             None,
         )  # fmt: skip
-        first = rows[0].get("created_at", 0) if rows else 0
-        if not isinstance(first, int | float) or isinstance(first, bool) or not math.isfinite(first):
-            first = 0
-        runs.append((start if type(start) is int else int(first * 1e9), rid, rows))
+        first = (_nanoseconds(rows[0].get("created_at")) if rows and isinstance(rows[0], dict) else None) or 0
+        runs.append((start if type(start) is int else first, rid, rows))
     runs.sort(key=lambda item: (item[0], item[1]))
     return [rows for _, _, rows in runs]
 
