@@ -249,6 +249,35 @@ def test_damaged_trajectory_records_are_a_clear_error(tmp_path, capsys, rows, na
         assert status == 1 and captured.out == "" and named in captured.err
 
 
+_ATTEMPT = {"k": "attempt", "id": "a", "os": 1, "oe": 2}
+
+
+@pytest.mark.parametrize(
+    ("record", "named"),
+    [
+        ({**_ATTEMPT, "resp": {"text": {"x": 1}}}, "$.steps[0].message: must be a string"),
+        ({**_ATTEMPT, "resp": {"model": 5}}, "$.steps[0].model_name: must be a string"),
+        ({**_ATTEMPT, "reasoning": 5}, "$.steps[0].reasoning_content: must be a string"),
+        ({**_ATTEMPT, "resp": {"usage": {"input_tokens": -5}}}, "prompt_tokens: must be a whole number >= 0"),
+        ({**_ATTEMPT, "resp": {"tool_calls": [{"id": 5, "name": "x"}]}}, "tool_call_id: must be a string"),
+    ],
+)
+def test_records_that_would_make_a_false_trajectory_are_a_clear_error(tmp_path, capsys, record, named):
+    store = FileStore(tmp_path)
+    store.append("s", "r1", "span", {"traj": record})
+    with pytest.raises(DamagedJournal, match=r"session 's' run 'r1': its trajectory records make no valid ATIF: "):
+        atif_from_journal("s", "r1", store=store)
+    status = cli.main(["trajectory", "export", "s", "r1", "--format", "atif", "--session-dir", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert status == 1 and captured.out == "" and named in captured.err
+
+
+def test_a_requests_new_messages_as_a_string_are_not_one_user_step_per_character(tmp_path):
+    store = FileStore(tmp_path)
+    store.append("s", "r1", "span", {"traj": {**_ATTEMPT, "req": {"new": "hello"}}})
+    assert [s["source"] for s in atif_from_journal("s", "r1", store=store)["steps"]] == ["agent"]
+
+
 def test_a_cut_row_stamped_past_any_clock_still_exports(tmp_path, capsys):
     store = FileStore(tmp_path)
     cut = {"kind": "attempt", "id": "a1", "outcome": "success", "input_tokens": 7, "truncated": True}

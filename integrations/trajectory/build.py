@@ -75,7 +75,8 @@ def _parts_text(parts: Any) -> str | None:
 def user_messages(delta: dict[str, Any] | None) -> list[str]:
     """The user's messages among a request's new messages (a bare string is one: Gemini's ``contents``)."""
     out: list[str] = []
-    for message in (delta or {}).get("new") or ():
+    new = (delta or {}).get("new")
+    for message in new if isinstance(new, list) else ():  # a string would be one message per character
         text = None
         if isinstance(message, str):
             text = message

@@ -22,6 +22,7 @@ from .atof import ATOF_VERSION
 from .build import TrajectoryBuilder
 from .plain import rfc3339
 from .records import ATTEMPT, CALL, TOOL, TOOL_END, TURN, TURN_END, rebuild_request
+from .validate import validate_atif
 
 PathLike = str | os.PathLike[str]
 _T = TypeVar("_T")
@@ -180,7 +181,7 @@ def atif_from_journal(
     records = journal_records(session_id, run_id, store=store, session_dir=session_dir)
     if not records:
         raise LookupError(f"no trajectory recorded for session {session_id!r}" + (f" run {run_id!r}" if run_id else ""))
-    return _built(
+    trajectory = _built(
         lambda: (
             TrajectoryBuilder()
             .add_all(records)
@@ -196,6 +197,14 @@ def atif_from_journal(
         session_id,
         run_id,
     )
+    # Records of the right types can still say what no trajectory may (a step's text an object, a
+    # negative token count): such a journal was not written by us, and its trajectory would be false.
+    errors = validate_atif(trajectory)
+    if errors:
+        run = f" run {run_id!r}" if run_id else ""
+        shown = "; ".join(errors[:3]) + (f"; and {len(errors) - 3} more" if len(errors) > 3 else "")
+        raise DamagedJournal(f"session {session_id!r}{run}: its trajectory records make no valid ATIF: {shown}")
+    return trajectory
 
 
 def _line(
