@@ -230,6 +230,10 @@ def test_validate_atif_refuses_non_finite_numbers():
         ([{"traj": {"k": "tool", "id": "t1", "os": "x"}}, {"traj": {"k": "tool", "id": "t2", "os": 1}}], "'os'"),
         ([{"traj": {"k": "turn", "id": "a", "start": "yesterday", "os": 1}}], "'start' must be a whole number"),
         ([{"traj": {"k": "call", "id": "c", "os": 1, "parent": ["x"]}}], "'parent' must be a string"),
+        # Times RFC 3339 cannot write: past the platform's clock, before 1970, in the year 10000.
+        ([{"traj": {"k": "turn", "id": "a", "start": 10**30, "os": 1}}], "'start' must be nanoseconds from 1970"),
+        ([{"traj": {"k": "attempt", "id": "a", "start": 1, "end": -(10**30), "os": 1, "oe": 2}}], "'end' must be"),
+        ([{"traj": {"k": "tool", "id": "t", "start": 253_402_300_800 * 10**9, "os": 1}}], "to the end of 9999"),
     ],
 )
 def test_damaged_trajectory_records_are_a_clear_error(tmp_path, capsys, rows, named):
@@ -243,6 +247,44 @@ def test_damaged_trajectory_records_are_a_clear_error(tmp_path, capsys, rows, na
         status = cli.main(["trajectory", "export", "s", "r1", "--format", fmt, "--session-dir", str(tmp_path)])
         captured = capsys.readouterr()
         assert status == 1 and captured.out == "" and named in captured.err
+
+
+_ATTEMPT = {"k": "attempt", "id": "a", "os": 1, "oe": 2}
+
+
+@pytest.mark.parametrize(
+    ("record", "named"),
+    [
+        ({**_ATTEMPT, "resp": {"text": {"x": 1}}}, "$.steps[0].message: must be a string"),
+        ({**_ATTEMPT, "resp": {"model": 5}}, "$.steps[0].model_name: must be a string"),
+        ({**_ATTEMPT, "reasoning": 5}, "$.steps[0].reasoning_content: must be a string"),
+        ({**_ATTEMPT, "resp": {"usage": {"input_tokens": -5}}}, "prompt_tokens: must be a whole number >= 0"),
+        ({**_ATTEMPT, "resp": {"tool_calls": [{"id": 5, "name": "x"}]}}, "tool_call_id: must be a string"),
+    ],
+)
+def test_records_that_would_make_a_false_trajectory_are_a_clear_error(tmp_path, capsys, record, named):
+    store = FileStore(tmp_path)
+    store.append("s", "r1", "span", {"traj": record})
+    with pytest.raises(DamagedJournal, match=r"session 's' run 'r1': its trajectory records make no valid ATIF: "):
+        atif_from_journal("s", "r1", store=store)
+    status = cli.main(["trajectory", "export", "s", "r1", "--format", "atif", "--session-dir", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert status == 1 and captured.out == "" and named in captured.err
+
+
+def test_a_requests_new_messages_as_a_string_are_not_one_user_step_per_character(tmp_path):
+    store = FileStore(tmp_path)
+    store.append("s", "r1", "span", {"traj": {**_ATTEMPT, "req": {"new": "hello"}}})
+    assert [s["source"] for s in atif_from_journal("s", "r1", store=store)["steps"]] == ["agent"]
+
+
+def test_a_cut_row_stamped_past_any_clock_still_exports(tmp_path, capsys):
+    store = FileStore(tmp_path)
+    cut = {"kind": "attempt", "id": "a1", "outcome": "success", "input_tokens": 7, "truncated": True}
+    store.append("s", "r1", "span", {**cut, "original_bytes": 9_000_000}, created_at=1e300)
+    (step,) = atif_from_journal("s", "r1", store=store)["steps"]
+    assert step["extra"]["truncated"] is True and "timestamp" not in step
+    assert cli.main(["trajectory", "export", "s", "-", "--format", "atof", "--session-dir", str(tmp_path)]) == 0
 
 
 def test_a_record_the_builder_cannot_read_is_a_clear_error(tmp_path, capsys):

@@ -35,14 +35,17 @@ _TOTALS = (
 )
 
 
-def _arguments(raw: Any) -> Any:
+def _arguments(raw: Any) -> dict[str, Any]:
+    """A tool call's arguments as the object ATIF requires, as NeMo Relay writes them: text that is not
+    JSON (a stream cut mid-call, a model's slip) under ``raw``, JSON that is no object under ``value``."""
+    if raw is None:
+        return {}
     if isinstance(raw, str):
         try:
-            parsed = json.loads(raw)
+            raw = json.loads(raw)
         except ValueError:
-            return raw
-        return parsed
-    return raw if raw is not None else {}
+            return {"raw": raw}
+    return raw if isinstance(raw, dict) else {"value": raw}
 
 
 def _text_of(content: Any) -> str | None:
@@ -72,7 +75,8 @@ def _parts_text(parts: Any) -> str | None:
 def user_messages(delta: dict[str, Any] | None) -> list[str]:
     """The user's messages among a request's new messages (a bare string is one: Gemini's ``contents``)."""
     out: list[str] = []
-    for message in (delta or {}).get("new") or ():
+    new = (delta or {}).get("new")
+    for message in new if isinstance(new, list) else ():  # a string would be one message per character
         text = None
         if isinstance(message, str):
             text = message
@@ -106,11 +110,21 @@ def _usd(attempt: dict[str, Any]) -> float | None:
     return None
 
 
+def _prompt_tokens(attempt: dict[str, Any], usage: dict[str, int]) -> int | None:
+    """Every input token the call sent, cached or not, as ATIF's ``prompt_tokens`` counts them. Anthropic
+    reports cache reads and writes apart from ``input_tokens`` (its codec keeps them apart, as the
+    provider does); the other providers' ``input_tokens`` already hold them."""
+    prompt = usage.get("input_tokens")
+    if prompt is None or attempt.get("provider") != "anthropic":
+        return prompt
+    return prompt + usage.get("cache_read_tokens", 0) + usage.get("cache_creation_tokens", 0)
+
+
 def _metrics(attempt: dict[str, Any]) -> dict[str, Any] | None:
     usage = _usage(attempt)
     if not usage:
         return None
-    prompt, completion = usage.get("input_tokens"), usage.get("output_tokens")
+    prompt, completion = _prompt_tokens(attempt, usage), usage.get("output_tokens")
     metrics: dict[str, Any] = {}
     if prompt is not None:
         metrics["prompt_tokens"] = prompt
@@ -236,7 +250,7 @@ class TrajectoryBuilder:
                                    ("error_message", (a.get("error") or {}).get("message"))) if v is not None}
                 for a in wasted
             ]  # fmt: skip
-            tokens = sum(sum(v for k, v in _usage(a).items() if k in ("input_tokens", "output_tokens")) for a in wasted)
+            tokens = sum((_prompt_tokens(a, u := _usage(a)) or 0) + u.get("output_tokens", 0) for a in wasted)
             if tokens:
                 extra["wasted_tokens"] = tokens
             cost = sum(_usd(a) or 0 for a in wasted)

@@ -9,7 +9,6 @@ A row the journal had to cut to its row cap still becomes a step, marked ``extra
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -23,6 +22,7 @@ from .atof import ATOF_VERSION
 from .build import TrajectoryBuilder
 from .plain import rfc3339
 from .records import ATTEMPT, CALL, TOOL, TOOL_END, TURN, TURN_END, rebuild_request
+from .validate import validate_atif
 
 PathLike = str | os.PathLike[str]
 _T = TypeVar("_T")
@@ -35,7 +35,17 @@ class DamagedJournal(ValueError):
 
 # A record's fields the exporters index and sort by, and the types they must have.
 _ID_FIELDS = ("id",)
-_TIME_FIELDS = ("os", "oe", "start", "end")
+_ORDER_FIELDS = ("os", "oe")
+_TIME_FIELDS = ("start", "end")
+# Times are written as RFC 3339, whose years have four digits: 1970 to the end of 9999, in nanoseconds.
+_LAST_NS = 253_402_300_800 * 1_000_000_000 - 1
+
+
+def _nanoseconds(seconds: Any) -> int | None:
+    """A row's ``created_at`` (seconds) in nanoseconds; None for what is no time RFC 3339 can write."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds <= _LAST_NS / 1e9:
+        return None  # NaN fails the comparison too
+    return int(seconds * 1e9)
 
 
 def _checked(record: dict[str, Any], where: str) -> dict[str, Any]:
@@ -43,10 +53,17 @@ def _checked(record: dict[str, Any], where: str) -> dict[str, Any]:
         value = record.get(key)
         if not isinstance(value, str):
             raise DamagedJournal(f"{where}: its trajectory record's {key!r} must be a string, got {value!r:.80}")
-    for key in _TIME_FIELDS:
+    for key in _ORDER_FIELDS + _TIME_FIELDS:
         value = record.get(key)
         if value is not None and type(value) is not int:
             raise DamagedJournal(f"{where}: its trajectory record's {key!r} must be a whole number, got {value!r:.80}")
+    for key in _TIME_FIELDS:
+        value = record.get(key)
+        if value is not None and not 0 <= value <= _LAST_NS:
+            raise DamagedJournal(
+                f"{where}: its trajectory record's {key!r} must be nanoseconds from 1970 to the end of 9999, "
+                f"got {value!r:.80}"
+            )
     parent = record.get("parent")
     if parent is not None and not isinstance(parent, str):
         raise DamagedJournal(f"{where}: its trajectory record's 'parent' must be a string, got {parent!r:.80}")
@@ -71,12 +88,11 @@ def _record_of(row: dict[str, Any]) -> dict[str, Any] | None:
     if not is_truncated(row):
         return None
     event = row.get("event")
-    created = row.get("created_at")
-    at = int(created * 1e9) if isinstance(created, (int, float)) else None
+    at = _nanoseconds(row.get("created_at"))
     if event == "span" and payload.get("kind") in _KIND_OF_SPAN and isinstance(payload.get("id"), str):
         usage = {
             k: payload[k]
-            for k in ("input_tokens", "output_tokens", "cache_read_tokens")
+            for k in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens")
             if isinstance(payload.get(k), int)
         }
         record: dict[str, Any] = {
@@ -85,6 +101,8 @@ def _record_of(row: dict[str, Any]) -> dict[str, Any] | None:
         }  # fmt: skip
         if payload.get("model"):
             record["model_name"] = payload["model"]
+        if isinstance(payload.get("provider"), str):
+            record["provider"] = payload["provider"]  # how its input tokens count (Anthropic's leave out the cache)
         if usage:
             record["resp"] = {"usage": usage}
         return record
@@ -105,10 +123,8 @@ def _runs(store: RunJournalStore, session_id: str, run_id: str | None) -> list[l
              and r["payload"]["traj"].get("k") == TURN),
             None,
         )  # fmt: skip
-        first = rows[0].get("created_at", 0) if rows else 0
-        if not isinstance(first, int | float) or isinstance(first, bool) or not math.isfinite(first):
-            first = 0
-        runs.append((start if type(start) is int else int(first * 1e9), rid, rows))
+        first = (_nanoseconds(rows[0].get("created_at")) if rows and isinstance(rows[0], dict) else None) or 0
+        runs.append((start if type(start) is int else first, rid, rows))
     runs.sort(key=lambda item: (item[0], item[1]))
     return [rows for _, _, rows in runs]
 
@@ -165,7 +181,7 @@ def atif_from_journal(
     records = journal_records(session_id, run_id, store=store, session_dir=session_dir)
     if not records:
         raise LookupError(f"no trajectory recorded for session {session_id!r}" + (f" run {run_id!r}" if run_id else ""))
-    return _built(
+    trajectory = _built(
         lambda: (
             TrajectoryBuilder()
             .add_all(records)
@@ -181,6 +197,14 @@ def atif_from_journal(
         session_id,
         run_id,
     )
+    # Records of the right types can still say what no trajectory may (a step's text an object, a
+    # negative token count): such a journal was not written by us, and its trajectory would be false.
+    errors = validate_atif(trajectory)
+    if errors:
+        run = f" run {run_id!r}" if run_id else ""
+        shown = "; ".join(errors[:3]) + (f"; and {len(errors) - 3} more" if len(errors) > 3 else "")
+        raise DamagedJournal(f"session {session_id!r}{run}: its trajectory records make no valid ATIF: {shown}")
+    return trajectory
 
 
 def _line(

@@ -20,7 +20,7 @@ which is how ATOF events rebuilt from records are put back in order.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -32,7 +32,8 @@ from .plain import plain
 
 TURN, TURN_END, CALL, ATTEMPT, TOOL, TOOL_END = "turn", "turn_end", "call", "attempt", "tool", "tool_end"
 TOOL_CALL_ID = "tool_call_id"
-_BASES = 8  # recent attempts of a conversation a new request is compared with
+_LINES = 16  # lines of one conversation a new request is compared with (see History)
+_LEAVES = 8  # the latest requests of a line that no later request extends
 _CALL_META = (cv.API_REQUEST_ID, cv.CALL_ROLE)
 _ATTEMPT_META = (cv.API_REQUEST_ID, cv.CALL_ROLE, cv.RETRY_COUNT, cv.SDK_RETRIES, cv.API_MODE)
 CONVERSATION_KEYS = ("messages", "input", "contents")  # contents: google-genai
@@ -86,13 +87,14 @@ def conversation_key(content: dict[str, Any]) -> str | None:
     return None
 
 
-def request_delta(history: deque[tuple[str, dict[str, Any]]], content: dict[str, Any]) -> dict[str, Any]:
-    """``content`` as a delta against the recent request it shares most messages with (exact to rebuild)."""
+def request_delta(candidates: Iterable[tuple[str, dict[str, Any]]], content: dict[str, Any]) -> dict[str, Any]:
+    """``content`` as a delta against the candidate (newest first) it shares most messages with (exact to
+    rebuild), and the candidate chosen as its base (None: no message in common)."""
     key = conversation_key(content)
     messages: list[Any] = content[key] if key is not None else []
     best: tuple[str, dict[str, Any]] | None = None
     keep = 0
-    for attempt_id, candidate in reversed(history):
+    for attempt_id, candidate in candidates:
         old = candidate.get(key) if key is not None else None
         shared = _common(old, messages) if isinstance(old, list) else 0
         if best is None or shared > keep:
@@ -114,6 +116,65 @@ def request_delta(history: deque[tuple[str, dict[str, Any]]], content: dict[str,
     if drop:
         delta["drop"] = drop
     return delta
+
+
+@dataclass(eq=False)
+class _Line:
+    first: Any  # the message its requests open with
+    leaves: deque[tuple[str, dict[str, Any]]] = field(default_factory=lambda: deque(maxlen=_LEAVES))
+
+
+class History:
+    """A conversation's earlier requests, that a new one is written as a delta against.
+
+    Grouped in lines by the message they open with: an agent's loop and the side calls it makes in
+    between (a summarizer per document, a judge) open differently, so however many side calls come
+    between two requests of the loop, the loop's last one is still at hand, and the user's earlier
+    words are not taken for new ones. Bounded: ``_LINES`` lines (least recently used dropped) of
+    ``_LEAVES`` requests each (a request that extends one takes its place).
+    """
+
+    __slots__ = ("_last", "_lines")
+
+    def __init__(self) -> None:
+        self._lines: list[_Line] = []  # least recently used first
+        self._last: tuple[str, dict[str, Any]] | None = None  # for a request that holds no conversation
+
+    def delta(self, attempt_id: str, content: dict[str, Any]) -> dict[str, Any]:
+        """``content`` (attempt ``attempt_id``'s request) as a delta against an earlier request; it is kept
+        to compare later ones with."""
+        key = conversation_key(content)
+        messages = content[key] if key is not None else None
+        line = self._line(messages[0]) if messages else None
+        if line is not None:
+            delta = request_delta(reversed(line.leaves), content)
+        else:
+            delta = request_delta([self._last] if self._last is not None else [], content)
+        entry = (attempt_id, content)
+        self._last = entry
+        if key is None or not messages:
+            return delta
+        if line is None:
+            line = _Line(messages[0])
+            if len(self._lines) >= _LINES:
+                del self._lines[0]
+        else:
+            self._lines.remove(line)
+            base = delta["base"]
+            # The request its base was, sent again or extended: this one stands for both from now on.
+            for leaf in line.leaves:
+                if leaf[0] == base and delta["keep"] == len(leaf[1].get(key) or ()):
+                    line.leaves.remove(leaf)
+                    break
+        line.leaves.append(entry)
+        self._lines.append(line)
+        return delta
+
+    def _line(self, first: Any) -> _Line | None:
+        for line in reversed(self._lines):
+            if line.first is first or line.first == first:
+                return line
+        return None
 
 
 def rebuild_request(delta: dict[str, Any], requests: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
@@ -199,7 +260,7 @@ class Tracker:
     def __init__(self) -> None:
         self._session: dict[str, str] = {}  # open scope uuid -> its conversation's session id
         self._open: dict[str, _Open] = {}  # open logical calls, attempts and tools
-        self._history: dict[str, deque[tuple[str, dict[str, Any]]]] = {}
+        self._history: dict[str, History] = {}
         self._order = 0
 
     def session_of(self, uuid: str | None) -> str | None:
@@ -256,11 +317,12 @@ class Tracker:
             opened = _Open(session_id, event.timestamp, order, str(relay_kind))
             if relay_kind == cv.ATTEMPT:
                 content, headers = request if request is not None else frozen_request(event)
-                history = self._history.setdefault(session_id, deque(maxlen=_BASES))
-                opened.req = request_delta(history, content)
+                history = self._history.get(session_id)
+                if history is None:
+                    history = self._history[session_id] = History()
+                opened.req = history.delta(uuid, content)
                 if headers:
                     opened.req["headers"] = plain(headers)
-                history.append((uuid, content))
                 self._open[uuid] = opened
             elif relay_kind == cv.LOGICAL_CALL:
                 self._open[uuid] = opened
