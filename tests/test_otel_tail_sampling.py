@@ -196,6 +196,26 @@ def test_shutdown_exports_what_is_still_held(relay_home) -> None:  # type: ignor
     run.close()
 
 
+def test_a_raising_keep_if_keeps_the_whole_unit_and_is_counted(relay_home) -> None:  # type: ignore[no-untyped-def]
+    def broken(event: Any) -> bool:
+        if event.name in ("flaky", "turn"):
+            raise KeyError("no such field")
+        return False
+
+    run = Run(TailSampler(ratio=0.0, keep_if=broken))
+
+    def body() -> None:
+        Run.tool("plain", lambda a: 1)
+        Run.tool("flaky", lambda a: 1)
+
+    run.turn(body)
+    # Neither the span the rule raised on nor the unit whose end it raised on is lost or left held.
+    assert run.names() == ["execute_tool flaky", "execute_tool plain", "turn"]
+    assert run.exporter._tail is not None and run.exporter._tail.held() == 0
+    assert run.exporter.diagnostics()["otel.sampler.rule_errors"] == 2
+    run.close()
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

@@ -7,7 +7,7 @@ turn above it, else the root scope. Then the unit is exported whole or dropped w
 - kept when any keep rule fired on any of its spans: an error (``keep_errors``: a failed
   scope, which a budget refusal and a guardrail rejection are), an attempt or roll-up that
   cost more than ``keep_cost_above``, a scope slower than ``keep_slower_than`` seconds, or
-  ``keep_if(event)`` saying so;
+  ``keep_if(event)`` saying so (a rule that raises keeps, counted as ``otel.sampler.rule_errors``);
 - otherwise kept when the trace id falls under ``ratio`` (the same test as OTel's
   ``TraceIdRatioBased``: every unit of one trace gets the same answer).
 
@@ -33,6 +33,7 @@ from . import attributes as A
 KEPT = "otel.sampler.kept_traces"
 DROPPED = "otel.sampler.dropped_traces"
 OVERFLOW = "otel.sampler.overflow"
+RULE_ERRORS = "otel.sampler.rule_errors"
 
 _UNIT_ROLES = (A.TURN,)
 _MASK = (1 << 64) - 1
@@ -133,7 +134,14 @@ class TailBuffer:
     def finish(self, record: Any, end_ns: int, event: Event | None, fired: bool = False) -> None:
         span = record.span
         unit_id = self.unit_of(record)
-        fired = fired or (event is not None and self.sampler.fires(event))
+        if not fired and event is not None:
+            try:
+                fired = self.sampler.fires(event)
+            except Exception:
+                # A keep rule that cannot answer keeps: raising here would lose this span (the rest of
+                # its trace exported without it) or, at a unit's end, hold the whole unit for good.
+                self._count(RULE_ERRORS)
+                fired = True
         with self._lock:
             unit = self._units.get(unit_id)
             if unit is None:
