@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from otel_support import Pipeline, span_path  # noqa: F401  (every test here runs on both span paths)
 
-from relay_runtime import adapters, session
+from relay_runtime import Relay, adapters, session
 from relay_runtime.adapters import testing
 from relay_runtime.cost import Budget, BudgetExceeded, PriceCatalog
 from relay_runtime.integrations.otel import OTelExporter, TailSampler
@@ -214,6 +214,20 @@ def test_a_raising_keep_if_keeps_the_whole_unit_and_is_counted(relay_home) -> No
     assert run.exporter._tail is not None and run.exporter._tail.held() == 0
     assert run.exporter.diagnostics()["otel.sampler.rule_errors"] == 2
     run.close()
+
+
+def test_a_scope_that_outlives_its_kept_root_is_kept_with_it() -> None:
+    pipeline = Pipeline()
+    relay = Relay()
+    exporter = OTelExporter(pipeline.tracer_provider, sampler=TailSampler(ratio=0.0)).attach(relay)
+    root = relay.scope.push("handle_request", "function", root=True)
+    background = relay.scope.push("background", "function", parent=root, attach=False)
+    relay.scope.pop(root, error=RuntimeError("request failed"))  # an error: kept
+    relay.scope.end(background)  # ends after its root, handed down as a root of its own
+    spans = pipeline.finished()
+    assert sorted(s.name for s in spans) == ["background", "handle_request"]  # the trace whole, not half
+    assert len({s.context.trace_id for s in spans}) == 1
+    exporter.detach()
 
 
 @pytest.mark.parametrize(

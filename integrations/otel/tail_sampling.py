@@ -11,10 +11,11 @@ turn above it, else the root scope. Then the unit is exported whole or dropped w
 - otherwise kept when the trace id falls under ``ratio`` (the same test as OTel's
   ``TraceIdRatioBased``: every unit of one trace gets the same answer).
 
-A unit kept marks its trace: the spans above it (a conversation holding several turns) are
-kept when they end, so what is exported is never cut off from its parents, and so are the
-units of that trace that end later. Units of it that ended before were decided then: holding
-a whole conversation until it ends would hold without bound. When the buffer
+A unit kept by a rule marks its trace: the spans above it (a conversation holding several turns)
+are kept when they end, so what is exported is never cut off from its parents, and so are the
+units of that trace that end later (a scope that outlived its root is a unit of its own). Units
+of it that ended before were decided then: holding a whole conversation until it ends would hold
+without bound. When the buffer
 holds ``max_buffered_spans``, a span that arrives is exported at once, unsampled, and so is
 the rest of its unit (never half of it); each such unit is counted (``otel.sampler.overflow``).
 Metrics are recorded before and apart from this: they are never sampled.
@@ -168,11 +169,13 @@ class TailBuffer:
                 trace_id = span.get_span_context().trace_id
                 del self._units[unit_id]
                 self._held -= len(unit.spans)
-                keep = (
-                    unit.keep or unit.overflowed or trace_id in self._kept_traces or self.sampler.sampled(trace_id)
-                )
+                by_ratio = self.sampler.sampled(trace_id)
+                keep = by_ratio or unit.keep or unit.overflowed or trace_id in self._kept_traces
                 release = [*unit.spans, (span, end_ns)]
-                if keep and record.parent is not None:
+                if keep and not by_ratio:
+                    # Kept by a rule: what of this trace ends later (its conversation, a scope that
+                    # outlived a root and was handed down as a root of its own) is kept with it.
+                    self._kept_traces.pop(trace_id, None)
                     self._kept_traces[trace_id] = None
                     if len(self._kept_traces) > 4096:
                         del self._kept_traces[next(iter(self._kept_traces))]
