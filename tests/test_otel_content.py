@@ -212,6 +212,25 @@ def test_mark_data_is_recorded_only_with_capture(monkeypatch):
             assert "relay.data.text" not in event.attributes
 
 
+def test_mark_data_passes_the_redaction_hook():
+    seen: list[str] = []
+
+    def hide_emails(key: str, value: Any) -> Any:
+        seen.append(key)
+        return {k: "[email]" if "@" in str(v) else v for k, v in value.items()}
+
+    spans_out = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans_out))
+    relay = Relay()
+    OTelExporter(provider, capture_content=True, redact=hide_emails).attach(relay)
+    with relay.scope.scope("work", ScopeType.FUNCTION):
+        relay.scope.mark("note", {"to": "jane@example.com", "n": 3})
+    (span,) = spans_out.get_finished_spans()
+    assert seen == ["relay.data"]
+    assert dict(span.events[0].attributes) == {"relay.data.to": "[email]", "relay.data.n": 3}
+
+
 @pytest.mark.parametrize(
     ("messages", "expected"),
     [

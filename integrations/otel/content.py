@@ -33,6 +33,7 @@ SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
 TOOL_DEFINITIONS = "gen_ai.tool.definitions"
 TOOL_ARGUMENTS = "gen_ai.tool.call.arguments"
 TOOL_RESULT = "gen_ai.tool.call.result"
+MARK_DATA = "relay.data"  # a mark's data, recorded on its span event as ``relay.data.<key>``
 
 REDACTED = "[redacted]"
 # The rule for a credential's key in recorded data, the core's (``redact_value``) too.
@@ -318,6 +319,12 @@ class ContentRecorder:
             out[TOOL_RESULT] = result
             if self._openinference:
                 out["output.value"] = result
+
+    def mark_data(self, data: Mapping[str, Any], out: dict[str, Any]) -> None:
+        """A mark's scalar data as ``relay.data.*``: content like any other, so through the hook too."""
+        kept = self.structured(MARK_DATA, data)
+        if isinstance(kept, Mapping):
+            out.update((f"{MARK_DATA}.{k}", v) for k, v in kept.items() if isinstance(v, (str, int, float, bool)))
 
     @staticmethod
     def _oi_messages(prefix: str, msgs: str | None, system: str | None, out: dict[str, Any]) -> None:

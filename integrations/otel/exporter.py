@@ -417,9 +417,10 @@ class OTelExporter:
             )
         # A mark's data may be content (a tool call's arguments): only with capture on.
         if self._content is not None and isinstance(event.data, Mapping):
-            attributes.update(
-                (f"relay.data.{k}", v) for k, v in event.data.items() if isinstance(v, (str, int, float, bool))
-            )
+            try:
+                self._content.mark_data(event.data, attributes)
+            except Exception:
+                self.count(CONTENT_ERRORS)  # a failing hook costs the data, never the event
         record.span.add_event(event.name, attributes, timestamp=event.timestamp)
 
     def _abandon(self, record: OpenSpan, end_ns: int, reason: str) -> None:
