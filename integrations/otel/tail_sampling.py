@@ -18,6 +18,7 @@ of it that ended before were decided then: holding a whole conversation until it
 without bound. When the buffer
 holds ``max_buffered_spans``, a span that arrives is exported at once, unsampled, and so is
 the rest of its unit (never half of it); each such unit is counted (``otel.sampler.overflow``).
+An attempt's details log record (an event capture mode) goes out with its span, or not at all.
 Metrics are recorded before and apart from this: they are never sampled.
 """
 
@@ -99,13 +100,16 @@ class _Unit:
     __slots__ = ("keep", "overflowed", "spans")
 
     def __init__(self) -> None:
-        self.spans: list[tuple[Any, int]] = []
+        self.spans: list[tuple[Any, int, Callable[[], None] | None]] = []
         self.keep = False
         self.overflowed = False
 
 
 class TailBuffer:
-    """One exporter's held spans: ``finish(record, end_ns, event)`` in place of ``span.end(end_ns)``."""
+    """One exporter's held spans: ``finish(record, end_ns, event)`` in place of ``span.end(end_ns)``.
+
+    ``then``: what else goes out with the span when it is kept (its details log record), never when dropped.
+    """
 
     def __init__(self, sampler: TailSampler, count: Callable[[str], None]) -> None:
         self.sampler = sampler
@@ -132,7 +136,14 @@ class TailBuffer:
             node = node.parent
         return str(call.uuid if call is not None else top.uuid)
 
-    def finish(self, record: Any, end_ns: int, event: Event | None, fired: bool = False) -> None:
+    def finish(
+        self,
+        record: Any,
+        end_ns: int,
+        event: Event | None,
+        fired: bool = False,
+        then: Callable[[], None] | None = None,
+    ) -> None:
         span = record.span
         unit_id = self.unit_of(record)
         if not fired and event is not None:
@@ -151,16 +162,16 @@ class TailBuffer:
                 unit.keep = True
             if record.uuid != unit_id:
                 if unit.overflowed:
-                    release = [(span, end_ns)]
+                    release = [(span, end_ns, then)]
                 elif self._held >= self.sampler.max_buffered_spans:
                     # Full: this unit goes out unsampled, what it held and all it will hold.
                     unit.overflowed = True
-                    release = [*unit.spans, (span, end_ns)]
+                    release = [*unit.spans, (span, end_ns, then)]
                     self._held -= len(unit.spans)
                     unit.spans = []
                     self._count(OVERFLOW)
                 else:
-                    unit.spans.append((span, end_ns))
+                    unit.spans.append((span, end_ns, then))
                     self._held += 1
                     return
                 keep = True
@@ -171,7 +182,7 @@ class TailBuffer:
                 self._held -= len(unit.spans)
                 by_ratio = self.sampler.sampled(trace_id)
                 keep = by_ratio or unit.keep or unit.overflowed or trace_id in self._kept_traces
-                release = [*unit.spans, (span, end_ns)]
+                release = [*unit.spans, (span, end_ns, then)]
                 if keep and not by_ratio:
                     # Kept by a rule: what of this trace ends later (its conversation, a scope that
                     # outlived a root and was handed down as a root of its own) is kept with it.
@@ -181,9 +192,8 @@ class TailBuffer:
                         del self._kept_traces[next(iter(self._kept_traces))]
                 self._count(KEPT if keep else DROPPED)
         if keep:
-            for held, at in release:
-                held.end(at)
-        # Dropped: never ended, so no processor sees them; they go with their references.
+            _release(release)
+        # Dropped: never ended, so no processor sees them, nor their log records; they go with their references.
 
     def flush(self) -> None:
         """Export everything held (the exporter is shutting down: its units will not end here)."""
@@ -191,8 +201,14 @@ class TailBuffer:
             units, self._units = self._units, {}
             self._held = 0
         for unit in units.values():
-            for span, at in unit.spans:
-                span.end(at)
+            _release(unit.spans)
 
     def held(self) -> int:
         return self._held
+
+
+def _release(held: list[tuple[Any, int, Callable[[], None] | None]]) -> None:
+    for span, at, then in held:
+        span.end(at)
+        if then is not None:
+            then()
