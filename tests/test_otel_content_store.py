@@ -155,3 +155,17 @@ def test_content_the_queue_drops_gets_no_reference(relay_turn, scripted_openai, 
     assert len(refs) == 3
     for ref in refs:  # every reference on a span leads to content
         assert _read(ref)
+
+
+def test_force_flush_waits_for_the_content_its_spans_point_at(relay_turn, scripted_openai) -> None:  # type: ignore[no-untyped-def]
+    relay, _ = relay_turn
+    fsspec.register_implementation("gated", GatedFileSystem, clobber=True)
+    GatedFileSystem.gate.clear()
+    exporter, spans, _ = _exporter(relay, capture_content=True, content_store="gated://slow/flush")
+    _call(relay, scripted_openai, exporter, "hello")
+    assert exporter.force_flush(timeout_millis=200) is False  # the store has not written it yet: not flushed
+    GatedFileSystem.gate.set()
+    assert exporter.force_flush(timeout_millis=10_000) is True
+    (attempt,) = [s for s in spans.get_finished_spans() if s.name == "chat gpt-x"]
+    assert _read(attempt.attributes["gen_ai.input.messages_ref"])[1]["parts"][0]["content"] == "hello"
+    exporter.shutdown()
