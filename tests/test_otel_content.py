@@ -174,6 +174,26 @@ def test_openinference_messages_when_capturing(monkeypatch):
     assert json.loads(_attrs(spans, "execute_tool get_weather")["output.value"]) == {"forecast": "rain"}
 
 
+def test_openinference_output_value_is_what_the_hook_left(monkeypatch):
+    monkeypatch.delenv(CAPTURE_ENV, raising=False)
+
+    def hide_answers(key: str, value: Any) -> Any:
+        if key == "gen_ai.output.messages":
+            return [{"role": "assistant", "parts": [{"type": "text", "content": "[hidden]"}]}]
+        return value
+
+    conventions = ("gen_ai", "openinference")
+    attempt = _attrs(
+        run_call({"capture_content": True, "redact": hide_answers, "conventions": conventions}), "chat claude-test"
+    )
+    assert attempt["output.value"] == "[hidden]"
+    assert "It is rainy." not in json.dumps(attempt)
+    dropped = _attrs(
+        run_call({"capture_content": True, "redact": lambda k, v: None, "conventions": conventions}), "chat claude-test"
+    )
+    assert "output.value" not in dropped and "It is rainy." not in json.dumps(dropped)
+
+
 def test_mark_data_is_recorded_only_with_capture(monkeypatch):
     monkeypatch.delenv(CAPTURE_ENV, raising=False)
     for capture in (False, True):
@@ -190,6 +210,25 @@ def test_mark_data_is_recorded_only_with_capture(monkeypatch):
             assert event.attributes["relay.data.text"] == "private"
         else:
             assert "relay.data.text" not in event.attributes
+
+
+def test_mark_data_passes_the_redaction_hook():
+    seen: list[str] = []
+
+    def hide_emails(key: str, value: Any) -> Any:
+        seen.append(key)
+        return {k: "[email]" if "@" in str(v) else v for k, v in value.items()}
+
+    spans_out = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans_out))
+    relay = Relay()
+    OTelExporter(provider, capture_content=True, redact=hide_emails).attach(relay)
+    with relay.scope.scope("work", ScopeType.FUNCTION):
+        relay.scope.mark("note", {"to": "jane@example.com", "n": 3})
+    (span,) = spans_out.get_finished_spans()
+    assert seen == ["relay.data"]
+    assert dict(span.events[0].attributes) == {"relay.data.to": "[email]", "relay.data.n": 3}
 
 
 @pytest.mark.parametrize(

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 import fsspec
 import pytest
+from fsspec.implementations.memory import MemoryFileSystem
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.trace import TracerProvider
@@ -15,10 +18,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from otel_support import span_path  # noqa: F401  (every test here runs on both span paths)
 
+import relay_runtime.integrations.otel.exporter as exporter_module
 from relay_runtime import adapters
 from relay_runtime.adapters import testing
 from relay_runtime.integrations.otel import DETAILS_EVENT, OTelExporter
-from relay_runtime.integrations.otel.content_store import UPLOAD_ENV
+from relay_runtime.integrations.otel.content_store import UPLOAD_ENV, ContentStore
 from relay_runtime.redaction import RedactionPolicy, Rule
 
 pytestmark = pytest.mark.usefixtures("span_path")
@@ -82,9 +86,7 @@ def test_spans_carry_references_and_the_store_holds_the_redacted_content(
     assert "gen_ai.input.messages" not in record.attributes
 
 
-def test_any_fsspec_url_and_the_util_genai_environment_variable(
-    relay_turn, scripted_openai, monkeypatch
-) -> None:  # type: ignore[no-untyped-def]
+def test_any_fsspec_url_and_the_util_genai_environment_variable(relay_turn, scripted_openai, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     relay, _ = relay_turn
     monkeypatch.setenv(UPLOAD_ENV, "memory://relay-genai/calls")
     exporter, spans, _ = _exporter(relay, capture_content=True)
@@ -108,3 +110,62 @@ def test_no_content_mode_writes_nothing(relay_turn, scripted_openai, tmp_path: P
 def test_a_bad_store_is_a_clear_error(relay_turn) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match="content_store 'nosuchproto://x' is not a URL fsspec can open"):
         OTelExporter(TracerProvider(), capture_content=True, content_store="nosuchproto://x")
+
+
+class GatedFileSystem(MemoryFileSystem):
+    """An in-memory store whose writes wait for ``gate``: a slow bucket."""
+
+    protocol = "gated"
+    gate = threading.Event()
+    writing = threading.Event()
+
+    def _open(self, path: str, mode: str = "rb", *args: Any, **kwargs: Any) -> Any:
+        if "w" in mode:
+            self.writing.set()
+            self.gate.wait(10)
+        return super()._open(path, mode, *args, **kwargs)
+
+
+def test_content_the_queue_drops_gets_no_reference(relay_turn, scripted_openai, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    relay, _ = relay_turn
+    fsspec.register_implementation("gated", GatedFileSystem, clobber=True)
+    GatedFileSystem.gate.clear()
+    GatedFileSystem.writing.clear()
+    monkeypatch.setattr(exporter_module, "ContentStore", functools.partial(ContentStore, queue_size=2))
+    exporter, spans, _ = _exporter(relay, capture_content=True, content_store="gated://slow/calls")
+
+    def ask(text: str) -> None:
+        scripted_openai.add(testing.json_reply(testing.chat_completion_body("ok")))
+        adapters.complete(scripted_openai.client, {"model": "gpt-x", "messages": [{"role": "user", "content": text}]})
+
+    ask("first")  # its inputs are being written (and wait), its outputs queued
+    assert GatedFileSystem.writing.wait(10)
+    ask("second")  # inputs fill the queue, outputs are dropped
+    ask("third")  # both dropped
+    GatedFileSystem.gate.set()
+    exporter.shutdown()
+    assert exporter.diagnostics()["otel.content_store.dropped"] == 3
+    refs = [
+        v
+        for s in spans.get_finished_spans()
+        if s.name == "chat gpt-x"
+        for k, v in s.attributes.items()
+        if k.endswith("_ref")
+    ]
+    assert len(refs) == 3
+    for ref in refs:  # every reference on a span leads to content
+        assert _read(ref)
+
+
+def test_force_flush_waits_for_the_content_its_spans_point_at(relay_turn, scripted_openai) -> None:  # type: ignore[no-untyped-def]
+    relay, _ = relay_turn
+    fsspec.register_implementation("gated", GatedFileSystem, clobber=True)
+    GatedFileSystem.gate.clear()
+    exporter, spans, _ = _exporter(relay, capture_content=True, content_store="gated://slow/flush")
+    _call(relay, scripted_openai, exporter, "hello")
+    assert exporter.force_flush(timeout_millis=200) is False  # the store has not written it yet: not flushed
+    GatedFileSystem.gate.set()
+    assert exporter.force_flush(timeout_millis=10_000) is True
+    (attempt,) = [s for s in spans.get_finished_spans() if s.name == "chat gpt-x"]
+    assert _read(attempt.attributes["gen_ai.input.messages_ref"])[1]["parts"][0]["content"] == "hello"
+    exporter.shutdown()

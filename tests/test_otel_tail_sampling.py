@@ -7,12 +7,14 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from otel_support import Pipeline, span_path  # noqa: F401  (every test here runs on both span paths)
 
-from relay_runtime import adapters, session
+from relay_runtime import Relay, adapters, session
 from relay_runtime.adapters import testing
 from relay_runtime.cost import Budget, BudgetExceeded, PriceCatalog
-from relay_runtime.integrations.otel import OTelExporter, TailSampler
+from relay_runtime.integrations.otel import DETAILS_EVENT, OTelExporter, TailSampler
 
 pytestmark = pytest.mark.usefixtures("span_path")
 
@@ -20,10 +22,10 @@ pytestmark = pytest.mark.usefixtures("span_path")
 class Run:
     """A conversation on the coordinator with an exporter that tail-samples."""
 
-    def __init__(self, sampler: TailSampler, session_id: str = "s1") -> None:
+    def __init__(self, sampler: TailSampler, session_id: str = "s1", **options: Any) -> None:
         self.pipeline = Pipeline()
         self.exporter = OTelExporter(
-            self.pipeline.tracer_provider, self.pipeline.meter_provider, sampler=sampler
+            self.pipeline.tracer_provider, self.pipeline.meter_provider, sampler=sampler, **options
         ).attach(session.SESSION_COORDINATOR)
         self.coordinator = session.SESSION_COORDINATOR
         self.lease = self.coordinator.acquire_conversation(
@@ -193,6 +195,54 @@ def test_shutdown_exports_what_is_still_held(relay_home) -> None:  # type: ignor
     run.exporter.shutdown()
     assert "execute_tool lookup" in run.names() and "turn" in run.names()  # abandoned: an error, kept
     run.coordinator.end_turn(turn, outcome="success")
+    run.close()
+
+
+def test_a_raising_keep_if_keeps_the_whole_unit_and_is_counted(relay_home) -> None:  # type: ignore[no-untyped-def]
+    def broken(event: Any) -> bool:
+        if event.name in ("flaky", "turn"):
+            raise KeyError("no such field")
+        return False
+
+    run = Run(TailSampler(ratio=0.0, keep_if=broken))
+
+    def body() -> None:
+        Run.tool("plain", lambda a: 1)
+        Run.tool("flaky", lambda a: 1)
+
+    run.turn(body)
+    # Neither the span the rule raised on nor the unit whose end it raised on is lost or left held.
+    assert run.names() == ["execute_tool flaky", "execute_tool plain", "turn"]
+    assert run.exporter._tail is not None and run.exporter._tail.held() == 0
+    assert run.exporter.diagnostics()["otel.sampler.rule_errors"] == 2
+    run.close()
+
+
+def test_a_scope_that_outlives_its_kept_root_is_kept_with_it() -> None:
+    pipeline = Pipeline()
+    relay = Relay()
+    exporter = OTelExporter(pipeline.tracer_provider, sampler=TailSampler(ratio=0.0)).attach(relay)
+    root = relay.scope.push("handle_request", "function", root=True)
+    background = relay.scope.push("background", "function", parent=root, attach=False)
+    relay.scope.pop(root, error=RuntimeError("request failed"))  # an error: kept
+    relay.scope.end(background)  # ends after its root, handed down as a root of its own
+    spans = pipeline.finished()
+    assert sorted(s.name for s in spans) == ["background", "handle_request"]  # the trace whole, not half
+    assert len({s.context.trace_id for s in spans}) == 1
+    exporter.detach()
+
+
+def test_details_log_records_go_out_with_their_trace_or_not_at_all(relay_home) -> None:  # type: ignore[no-untyped-def]
+    logs = InMemoryLogRecordExporter()
+    loggers = LoggerProvider()
+    loggers.add_log_record_processor(SimpleLogRecordProcessor(logs))
+    run = Run(TailSampler(ratio=0.0), capture_content="EVENT_ONLY", logger_provider=loggers)
+    run.turn(_call())  # dropped: nothing of it goes out, its content least of all
+    assert run.names() == [] and logs.get_finished_logs() == ()
+    run.turn(_call(testing.error(400)))  # kept: its attempt's record with it, in its span's context
+    (attempt,) = run.pipeline.by_name("chat gpt-x")
+    (record,) = [r.log_record for r in logs.get_finished_logs()]
+    assert record.event_name == DETAILS_EVENT and record.span_id == attempt.context.span_id
     run.close()
 
 

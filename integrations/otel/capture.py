@@ -14,8 +14,10 @@ lists of ``{"role", "parts"}``, not JSON text), plus the operation's identity.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 from relay_runtime.events import Event
@@ -93,6 +95,10 @@ class DetailsEvents:
 
     def attempt_end(self, event: Event, span: Any, refs: dict[str, str] | None = None) -> None:
         """Emit the event; with ``refs`` (content written to a store) they stand in for the content."""
+        self.prepare(event, span, refs)()
+
+    def prepare(self, event: Event, span: Any, refs: dict[str, str] | None = None) -> Callable[[], None]:
+        """The event built now, to emit later: with its span, when a tail sampler keeps that."""
         from opentelemetry.trace import set_span_in_context
 
         attributes: dict[str, Any] = {}
@@ -129,7 +135,8 @@ class DetailsEvents:
             attributes[OUTPUT_MESSAGES] = output
         if event.outcome == "failed":
             attributes["error.type"] = event.error_type or "_OTHER"
-        self._logger.emit(
+        return functools.partial(
+            self._logger.emit,
             timestamp=event.timestamp,
             context=set_span_in_context(span) if span is not None else None,
             event_name=DETAILS_EVENT,

@@ -33,6 +33,7 @@ SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
 TOOL_DEFINITIONS = "gen_ai.tool.definitions"
 TOOL_ARGUMENTS = "gen_ai.tool.call.arguments"
 TOOL_RESULT = "gen_ai.tool.call.result"
+MARK_DATA = "relay.data"  # a mark's data, recorded on its span event as ``relay.data.<key>``
 
 REDACTED = "[redacted]"
 # The rule for a credential's key in recorded data, the core's (``redact_value``) too.
@@ -258,7 +259,10 @@ class ContentRecorder:
         return value
 
     def _value(self, key: str, value: Any) -> str | None:
-        value = self.structured(key, value)
+        return self._text(self.structured(key, value))
+
+    def _text(self, value: Any) -> str | None:
+        """A recorded value as the attribute's text, cut at the length limit."""
         if value is None:
             return None
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
@@ -284,15 +288,17 @@ class ContentRecorder:
                 out["input.mime_type"] = "application/json"
 
     def attempt_end(self, event: Event, out: dict[str, Any]) -> None:
-        msgs = self._value(OUTPUT_MESSAGES, output_messages(event))
+        kept = self.structured(OUTPUT_MESSAGES, output_messages(event))
+        msgs = self._text(kept)
         if msgs is None:
             return
         out[OUTPUT_MESSAGES] = msgs
         if self._openinference:
             self._oi_messages("llm.output_messages", msgs, None, out)
-            resp = event.annotated_response
-            if resp is not None and resp.output_text is not None:
-                out["output.value"] = resp.output_text
+            # The answer's text as the hook left it, never the response's own: what it hid stays hidden.
+            text = self._text(_text_of(kept))
+            if text:
+                out["output.value"] = text
                 out["output.mime_type"] = "text/plain"
 
     def tool_start(self, event: Event, out: dict[str, Any]) -> None:
@@ -313,6 +319,12 @@ class ContentRecorder:
             out[TOOL_RESULT] = result
             if self._openinference:
                 out["output.value"] = result
+
+    def mark_data(self, data: Mapping[str, Any], out: dict[str, Any]) -> None:
+        """A mark's scalar data as ``relay.data.*``: content like any other, so through the hook too."""
+        kept = self.structured(MARK_DATA, data)
+        if isinstance(kept, Mapping):
+            out.update((f"{MARK_DATA}.{k}", v) for k, v in kept.items() if isinstance(v, (str, int, float, bool)))
 
     @staticmethod
     def _oi_messages(prefix: str, msgs: str | None, system: str | None, out: dict[str, Any]) -> None:
@@ -354,6 +366,21 @@ def clipped(value: Any, limit: int, depth: int = 0) -> Any:
         cut = [clipped(v, limit, depth + 1) for v in value]
         return value if all(a is b for a, b in zip(cut, value, strict=True)) else cut
     return value
+
+
+def _text_of(messages: Any) -> str | None:
+    """The text parts of recorded messages, joined (a hook that returned plain text: that text)."""
+    if isinstance(messages, str):
+        return messages
+    if not isinstance(messages, list):
+        return None
+    return "".join(
+        str(part.get("content", ""))
+        for msg in messages
+        if isinstance(msg, dict) and isinstance(msg.get("parts"), list)
+        for part in msg["parts"]
+        if isinstance(part, dict) and part.get("type") == "text"
+    )
 
 
 def _loads_list(text: str) -> list[Any] | None:

@@ -11,8 +11,8 @@ details event) carries references named as util-genai's upload hook names them:
 are named by the hash of their content (``<sha256>_system_instruction.json``,
 ``<sha256>_tool.definitions.json``) and written once. Writes run on one background thread
 behind a bounded queue: a call never waits for the store; what the queue cannot take is
-dropped and counted (``otel.content_store.dropped``), a failed write too
-(``otel.content_store.errors``).
+dropped and counted (``otel.content_store.dropped``), and the span gets no reference to it;
+a failed write is counted too (``otel.content_store.errors``).
 """
 
 from __future__ import annotations
@@ -63,9 +63,7 @@ class ContentStore:
         try:
             import fsspec  # type: ignore[import-untyped]
         except ImportError as exc:
-            raise ImportError(
-                "content_store needs fsspec: pip install 'relay-runtime[otel-upload]'"
-            ) from exc
+            raise ImportError("content_store needs fsspec: pip install 'relay-runtime[otel-upload]'") from exc
         try:
             self._fs, path = fsspec.url_to_fs(url)
         except (ValueError, ImportError) as exc:
@@ -104,13 +102,13 @@ class ContentStore:
                 name = f"{digest}_{'system_instruction' if key == SYSTEM_INSTRUCTIONS else 'tool.definitions'}.json"
             assert name is not None
             path = posixpath.join(self.base, name)
-            refs[key + REF] = path
-            if shared and path in self._written:
-                continue
-            self._submit(path, text, shared)
+            # Content the queue could not take is never written: no reference to it goes on the span.
+            if (shared and path in self._written) or self._submit(path, text, shared):
+                refs[key + REF] = path
         return refs
 
-    def _submit(self, path: str, text: str, shared: bool) -> None:
+    def _submit(self, path: str, text: str, shared: bool) -> bool:
+        """Queue one write; False (counted) when the queue is full and it is dropped."""
         with self._idle:
             self._pending += 1
         try:
@@ -118,6 +116,8 @@ class ContentStore:
         except queue.Full:
             self._done()
             self._count(DROPPED)
+            return False
+        return True
 
     def _run(self) -> None:
         while True:

@@ -13,6 +13,7 @@ end event for such a span is ignored.
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import threading
 from collections import Counter
@@ -353,11 +354,15 @@ class OTelExporter:
                 attributes.update(refs)
         elif self._content is not None:
             self._content_attributes(self._content.attempt_end, self._content.tool_end, event, role, attributes)
+        details = None
         if self._events is not None and role == A.ATTEMPT:
             try:
-                self._events.attempt_end(event, span, refs)
+                details = self._events.prepare(event, span, refs)
             except Exception:
                 self.count(CONTENT_ERRORS)
+            if details is not None and self._tail is None:
+                self._emit(details)
+                details = None
         if role == A.ATTEMPT and md and md.get(cv.SENT) is False:
             retract(span)  # the SDK refused before sending: no provider call to claim
         if attributes:
@@ -376,9 +381,17 @@ class OTelExporter:
         if role == A.ATTEMPT and self._metrics is not None:
             self._metrics.record_attempt(event, err)
         if self._tail is not None:
-            self._tail.finish(record, event.timestamp, event)  # ended (or dropped) with the rest of its trace
+            # Ended (or dropped) with the rest of its trace, and its details log record with it.
+            then = functools.partial(self._emit, details) if details is not None else None
+            self._tail.finish(record, event.timestamp, event, then=then)
             return
         span.end(event.timestamp)  # positional: a keyword call costs more, on every span
+
+    def _emit(self, details: Callable[[], None]) -> None:
+        try:
+            details()
+        except Exception:
+            self.count(CONTENT_ERRORS)
 
     def _content_attributes(
         self,
@@ -417,9 +430,10 @@ class OTelExporter:
             )
         # A mark's data may be content (a tool call's arguments): only with capture on.
         if self._content is not None and isinstance(event.data, Mapping):
-            attributes.update(
-                (f"relay.data.{k}", v) for k, v in event.data.items() if isinstance(v, (str, int, float, bool))
-            )
+            try:
+                self._content.mark_data(event.data, attributes)
+            except Exception:
+                self.count(CONTENT_ERRORS)  # a failing hook costs the data, never the event
         record.span.add_event(event.name, attributes, timestamp=event.timestamp)
 
     def _abandon(self, record: OpenSpan, end_ns: int, reason: str) -> None:

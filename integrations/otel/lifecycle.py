@@ -90,7 +90,14 @@ def diagnostics(exporter: OTelExporter) -> dict[str, int]:
 
 
 def force_flush(exporter: OTelExporter, timeout_millis: int = 30_000) -> bool:
+    """Deliver what has been recorded; False when something did not make it within the timeout.
+
+    Content written by reference goes first: a span sent before the file it points at is a
+    reference to nothing if the process stops (a serverless function frozen after its flush).
+    """
     ok = True
+    if exporter._store is not None:
+        ok = exporter._store.flush(timeout_millis / 1000)
     for provider in (exporter.tracer_provider, exporter.meter_provider):
         flush = getattr(provider, "force_flush", None)
         if flush is not None:

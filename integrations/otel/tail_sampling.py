@@ -7,16 +7,18 @@ turn above it, else the root scope. Then the unit is exported whole or dropped w
 - kept when any keep rule fired on any of its spans: an error (``keep_errors``: a failed
   scope, which a budget refusal and a guardrail rejection are), an attempt or roll-up that
   cost more than ``keep_cost_above``, a scope slower than ``keep_slower_than`` seconds, or
-  ``keep_if(event)`` saying so;
+  ``keep_if(event)`` saying so (a rule that raises keeps, counted as ``otel.sampler.rule_errors``);
 - otherwise kept when the trace id falls under ``ratio`` (the same test as OTel's
   ``TraceIdRatioBased``: every unit of one trace gets the same answer).
 
-A unit kept marks its trace: the spans above it (a conversation holding several turns) are
-kept when they end, so what is exported is never cut off from its parents, and so are the
-units of that trace that end later. Units of it that ended before were decided then: holding
-a whole conversation until it ends would hold without bound. When the buffer
+A unit kept by a rule marks its trace: the spans above it (a conversation holding several turns)
+are kept when they end, so what is exported is never cut off from its parents, and so are the
+units of that trace that end later (a scope that outlived its root is a unit of its own). Units
+of it that ended before were decided then: holding a whole conversation until it ends would hold
+without bound. When the buffer
 holds ``max_buffered_spans``, a span that arrives is exported at once, unsampled, and so is
 the rest of its unit (never half of it); each such unit is counted (``otel.sampler.overflow``).
+An attempt's details log record (an event capture mode) goes out with its span, or not at all.
 Metrics are recorded before and apart from this: they are never sampled.
 """
 
@@ -33,6 +35,7 @@ from . import attributes as A
 KEPT = "otel.sampler.kept_traces"
 DROPPED = "otel.sampler.dropped_traces"
 OVERFLOW = "otel.sampler.overflow"
+RULE_ERRORS = "otel.sampler.rule_errors"
 
 _UNIT_ROLES = (A.TURN,)
 _MASK = (1 << 64) - 1
@@ -97,13 +100,16 @@ class _Unit:
     __slots__ = ("keep", "overflowed", "spans")
 
     def __init__(self) -> None:
-        self.spans: list[tuple[Any, int]] = []
+        self.spans: list[tuple[Any, int, Callable[[], None] | None]] = []
         self.keep = False
         self.overflowed = False
 
 
 class TailBuffer:
-    """One exporter's held spans: ``finish(record, end_ns, event)`` in place of ``span.end(end_ns)``."""
+    """One exporter's held spans: ``finish(record, end_ns, event)`` in place of ``span.end(end_ns)``.
+
+    ``then``: what else goes out with the span when it is kept (its details log record), never when dropped.
+    """
 
     def __init__(self, sampler: TailSampler, count: Callable[[str], None]) -> None:
         self.sampler = sampler
@@ -130,10 +136,24 @@ class TailBuffer:
             node = node.parent
         return str(call.uuid if call is not None else top.uuid)
 
-    def finish(self, record: Any, end_ns: int, event: Event | None, fired: bool = False) -> None:
+    def finish(
+        self,
+        record: Any,
+        end_ns: int,
+        event: Event | None,
+        fired: bool = False,
+        then: Callable[[], None] | None = None,
+    ) -> None:
         span = record.span
         unit_id = self.unit_of(record)
-        fired = fired or (event is not None and self.sampler.fires(event))
+        if not fired and event is not None:
+            try:
+                fired = self.sampler.fires(event)
+            except Exception:
+                # A keep rule that cannot answer keeps: raising here would lose this span (the rest of
+                # its trace exported without it) or, at a unit's end, hold the whole unit for good.
+                self._count(RULE_ERRORS)
+                fired = True
         with self._lock:
             unit = self._units.get(unit_id)
             if unit is None:
@@ -142,16 +162,16 @@ class TailBuffer:
                 unit.keep = True
             if record.uuid != unit_id:
                 if unit.overflowed:
-                    release = [(span, end_ns)]
+                    release = [(span, end_ns, then)]
                 elif self._held >= self.sampler.max_buffered_spans:
                     # Full: this unit goes out unsampled, what it held and all it will hold.
                     unit.overflowed = True
-                    release = [*unit.spans, (span, end_ns)]
+                    release = [*unit.spans, (span, end_ns, then)]
                     self._held -= len(unit.spans)
                     unit.spans = []
                     self._count(OVERFLOW)
                 else:
-                    unit.spans.append((span, end_ns))
+                    unit.spans.append((span, end_ns, then))
                     self._held += 1
                     return
                 keep = True
@@ -160,19 +180,20 @@ class TailBuffer:
                 trace_id = span.get_span_context().trace_id
                 del self._units[unit_id]
                 self._held -= len(unit.spans)
-                keep = (
-                    unit.keep or unit.overflowed or trace_id in self._kept_traces or self.sampler.sampled(trace_id)
-                )
-                release = [*unit.spans, (span, end_ns)]
-                if keep and record.parent is not None:
+                by_ratio = self.sampler.sampled(trace_id)
+                keep = by_ratio or unit.keep or unit.overflowed or trace_id in self._kept_traces
+                release = [*unit.spans, (span, end_ns, then)]
+                if keep and not by_ratio:
+                    # Kept by a rule: what of this trace ends later (its conversation, a scope that
+                    # outlived a root and was handed down as a root of its own) is kept with it.
+                    self._kept_traces.pop(trace_id, None)
                     self._kept_traces[trace_id] = None
                     if len(self._kept_traces) > 4096:
                         del self._kept_traces[next(iter(self._kept_traces))]
                 self._count(KEPT if keep else DROPPED)
         if keep:
-            for held, at in release:
-                held.end(at)
-        # Dropped: never ended, so no processor sees them; they go with their references.
+            _release(release)
+        # Dropped: never ended, so no processor sees them, nor their log records; they go with their references.
 
     def flush(self) -> None:
         """Export everything held (the exporter is shutting down: its units will not end here)."""
@@ -180,8 +201,14 @@ class TailBuffer:
             units, self._units = self._units, {}
             self._held = 0
         for unit in units.values():
-            for span, at in unit.spans:
-                span.end(at)
+            _release(unit.spans)
 
     def held(self) -> int:
         return self._held
+
+
+def _release(held: list[tuple[Any, int, Callable[[], None] | None]]) -> None:
+    for span, at, then in held:
+        span.end(at)
+        if then is not None:
+            then()
