@@ -1,9 +1,9 @@
 """Which provider an OpenAI-compatible client talks to: by the caller's word, the route, or its base URL.
 
 The openai SDK reaches many providers. A call is named for the one it reaches, as the GenAI
-semantic conventions spell it (``gen_ai.provider.name``): Azure OpenAI, Groq, Mistral, DeepSeek,
-xAI and Perplexity have names of their own there, as do the clouds the anthropic SDK's
-``AnthropicBedrock`` and ``AnthropicVertex`` clients call (``aws.bedrock``, ``gcp.vertex_ai``;
+semantic conventions spell it (``gen_ai.provider.name``): Azure OpenAI, Azure AI Inference, Groq,
+Mistral, DeepSeek, xAI and Perplexity have names of their own there, as do the clouds the anthropic
+SDK's ``AnthropicBedrock`` and ``AnthropicVertex`` clients call (``aws.bedrock``, ``gcp.vertex_ai``;
 the anthropic codec then counts the whole prompt as the input). Endpoints the conventions do not list
 (OpenRouter, Together, Fireworks, Ollama, vLLM, LM Studio) stay ``openai``, the API they speak,
 and say which they are as ``relay.provider.endpoint``.
@@ -20,6 +20,7 @@ which no price list has.
 from __future__ import annotations
 
 import copy
+import ipaddress
 import re
 import sys
 import threading
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
 OPENAI = "openai"
 AZURE_OPENAI = "azure.ai.openai"
+AZURE_INFERENCE = "azure.ai.inference"
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +81,11 @@ HOST_SUFFIXES: tuple[tuple[str, Endpoint], ...] = (
     (".openai.azure.com", _named(AZURE_OPENAI)),
     (".cognitiveservices.azure.com", _named(AZURE_OPENAI)),
     (".azure-api.net", _named(AZURE_OPENAI)),  # Azure API Management in front of Azure OpenAI
+    (".models.ai.azure.com", _named(AZURE_INFERENCE)),  # a serverless deployment's own host
+    (".inference.ai.azure.com", _named(AZURE_INFERENCE)),
 )
+# Azure AI Foundry serves both APIs on one host: Azure OpenAI under /openai, model inference elsewhere.
+FOUNDRY_SUFFIX = ".services.ai.azure.com"
 
 # The clouds' own hosts, a region in them: the anthropic SDK's ``AnthropicBedrock`` and ``AnthropicVertex``
 # clients call these, as does the openai SDK pointed at the clouds' OpenAI-compatible APIs.
@@ -91,7 +97,7 @@ CLOUD_HOSTS: tuple[tuple[re.Pattern[str], Endpoint], ...] = (
 
 # Local servers, known by their default port on a loopback host; on another port, name them
 # with ``instrument(client, provider="vllm")``.
-LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0"})
+LOOPBACK_HOSTS = frozenset({"localhost", "0.0.0.0"})
 LOCAL_PORTS: Mapping[int, Endpoint] = {
     11434: _compatible("ollama"),
     8000: _compatible("vllm"),
@@ -120,29 +126,51 @@ ALIASES: Mapping[str, Endpoint] = {
 }
 
 
+# The conventions' names this table gives (and the few more it prices): the conventions spell them in lower
+# case, so ``provider="Groq"`` is ``groq``, not a provider of its own no price list or dashboard knows.
+_CONVENTION_NAMES = frozenset({OPENAI, "anthropic", AZURE_INFERENCE, *(e.provider for e in HOSTS.values()), *PRICE_IDS})
+
+
 def named(name: str) -> Endpoint:
-    """The endpoint a caller's provider name stands for: an alias, an endpoint label, else the name as given."""
+    """The endpoint a caller's provider name stands for: an alias, an endpoint label, a conventions' name
+    in any case, else the name as given."""
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"provider must be a non-empty string naming the provider (e.g. 'groq'), got {name!r}")
-    found = ALIASES.get(name) or ALIASES.get(name.lower())
-    return found if found is not None else _named(name)
+    lowered = name.lower()
+    found = ALIASES.get(name) or ALIASES.get(lowered)
+    if found is not None:
+        return found
+    return _named(lowered if lowered in _CONVENTION_NAMES else name)
 
 
-def of_url(host: str | None, port: int | None) -> Endpoint | None:
-    """The endpoint a base URL's host (and port) names, or None for a host the table does not know."""
+def _is_loopback(host: str) -> bool:
+    if host in LOOPBACK_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def of_url(host: str | None, port: int | None, path: str = "") -> Endpoint | None:
+    """The endpoint a base URL's host (and port, and on Azure AI Foundry its path) names, or None for a
+    host the table does not know."""
     if not host:
         return None
-    host = host.lower()
+    # A fully qualified name's trailing dot names the same host.
+    host = host.lower().rstrip(".")
     found = HOSTS.get(host)
     if found is not None:
         return found
     for suffix, endpoint in HOST_SUFFIXES:
         if host.endswith(suffix):
             return endpoint
+    if host.endswith(FOUNDRY_SUFFIX):
+        return _named(AZURE_OPENAI if path.lower().startswith("/openai") else AZURE_INFERENCE)
     for pattern, endpoint in CLOUD_HOSTS:
         if pattern.fullmatch(host):
             return endpoint
-    if host in LOOPBACK_HOSTS and port is not None:
+    if port is not None and _is_loopback(host):
         return LOCAL_PORTS.get(port)
     return None
 
@@ -179,8 +207,9 @@ def of_client(client: Any) -> Endpoint | None:
     if _is_azure_client(client):
         found = _named(AZURE_OPENAI)
     else:
-        port = getattr(url, "port", None)
-        found = of_url(getattr(url, "host", None), port if type(port) is int else None)
+        port, path = getattr(url, "port", None), getattr(url, "path", "")
+        found = of_url(getattr(url, "host", None), port if type(port) is int else None,
+                       path if isinstance(path, str) else "")  # fmt: skip
     if type(url).__module__ in _IMMUTABLE_URL_MODULES:
         _last = (kind, url, found)
     return found

@@ -95,9 +95,51 @@ def test_titan_and_cohere_embeddings_are_embeddings_attempts(relay_turn, relay_e
         assert end.annotated_request.operation == "embeddings"
         assert end.annotated_response.usage.input_tokens == tokens
         assert end.annotated_response.usage.output_tokens is None
-    assert titan.annotated_request.provider_params["inputText"] == "hello there"
+    # The inputs are the request's messages, as an OpenAI or Gemini embeddings request's are.
+    assert titan.annotated_request.messages == ["hello there"] and not titan.annotated_request.provider_params
+    assert cohere.annotated_request.messages == ["a b"]
+    assert cohere.annotated_request.provider_params == {"input_type": "x"}
     assert titan.annotated_response.embedding_dimensions == 3
     assert cohere.annotated_response.embedding_dimensions == 2
+
+
+def test_no_body_content_reaches_span_params_with_content_capture_off(relay_home, bedrock_server) -> None:
+    # OpenInference's llm.invocation_parameters shows a request's params whatever content capture says:
+    # an embeddings input or another family's prompt must not be among them.
+    pipeline = Pipeline()
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    exporter = OTelExporter(
+        pipeline.tracer_provider, pipeline.meter_provider, conventions=("gen_ai", "openinference")
+    ).attach(host)
+    coordinator = session.SESSION_COORDINATOR
+    lease = coordinator.acquire_conversation(profile_key=host.profile_key, session_id="s", platform="test")
+    turn = coordinator.begin_turn(lease, turn_id="t", task_id="k")
+    client = adapters.instrument(bedrock_server.client())
+    bedrock_server.replies += [
+        raw_reply({"embedding": [0.5], "inputTextTokenCount": 3}),
+        raw_reply({"embeddings": [[0.5]], "texts": ["x"]}),
+        raw_reply({"outputs": [{"text": "ok", "stop_reason": "stop"}]}),
+        raw_reply({"output": {"message": {"role": "assistant", "content": [{"text": "ok"}]}}}),
+    ]  # fmt: skip
+    bodies = [
+        ("amazon.titan-embed-text-v2:0", {"inputText": "titan-private-input"}),
+        ("cohere.embed-english-v3", {"texts": ["cohere-private-input"], "input_type": "search_query"}),
+        ("mistral.mistral-large-2402-v1:0", {"prompt": "mistral-private-prompt", "max_tokens": 9}),
+        ("amazon.nova-lite-v1:0", {"system": [{"text": "nova-private-system"}],
+                                   "messages": [{"role": "user", "content": [{"text": "nova-private-message"}]}]}),
+    ]  # fmt: skip
+    try:
+        for model, body in bodies:
+            client.invoke_model(modelId=model, body=json.dumps(body))
+    finally:
+        coordinator.end_turn(turn, outcome="success")
+        coordinator.release_conversation(lease)
+        exporter.detach()
+    spans = [s for s in pipeline.finished() if (s.attributes or {}).get("openinference.span.kind") == "LLM"]
+    assert len(spans) == 4
+    shown = repr([dict(s.attributes or {}) for s in pipeline.finished()])
+    assert "private" not in shown
+    assert '"input_type": "search_query"' in shown and '"max_tokens": 9' in shown  # params are still shown
 
 
 def test_cohere_embeddings_by_type_give_their_dimension(relay_turn, relay_events, client, bedrock_server):
@@ -162,6 +204,25 @@ def test_intercepts_rewrite_the_model_body(relay_turn, relay_events, client, bed
     sent = bedrock_server.seen[0].body
     assert sent["max_tokens"] == 5 and sent["stop_sequences"] == ["END"] and sent["system"] == "Be brief."
     assert sent["messages"] == [{"role": "user", "content": "hi"}]
+
+
+def test_intercepts_rewrite_embeddings_inputs_as_messages(relay_turn, client, bedrock_server) -> None:
+    relay, _turn = relay_turn
+
+    def intercept(_name: str, request: LLMRequest, annotated: AnnotatedLLMRequest) -> LLMRequestInterceptOutcome:
+        annotated.messages = [m.replace("secret", "[x]") for m in annotated.messages]
+        return LLMRequestInterceptOutcome(request, annotated)
+
+    relay.intercepts.register_llm_request("embed-edit", 1, False, intercept)
+    bedrock_server.replies += [raw_reply({"embedding": [0.5], "inputTextTokenCount": 3}),
+                               raw_reply({"embeddings": [[0.5]], "texts": ["x"]})]  # fmt: skip
+    try:
+        client.invoke_model(modelId="amazon.titan-embed-text-v2:0", body=json.dumps({"inputText": "a secret"}))
+        client.invoke_model(modelId="cohere.embed-english-v3", body=json.dumps({"texts": ["secret", "b"]}))
+    finally:
+        relay.intercepts.deregister_llm_request("embed-edit")
+    assert bedrock_server.seen[0].body == {"inputText": "a [x]"}
+    assert bedrock_server.seen[1].body == {"texts": ["[x]", "b"]}
 
 
 def test_spans_name_the_provider_and_operation_as_the_conventions_do(relay_home, bedrock_server) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -41,8 +42,12 @@ BASE_URLS = [
     ("https://api.x.ai/v1", "x_ai", None, "api.x.ai"),
     ("https://api.perplexity.ai", "perplexity", None, "api.perplexity.ai"),
     ("https://my-res.openai.azure.com/openai/v1", "azure.ai.openai", None, "my-res.openai.azure.com"),
-    ("https://my-res.cognitiveservices.azure.com/openai/v1", "azure.ai.openai", None,
-     "my-res.cognitiveservices.azure.com"),
+    (
+        "https://my-res.cognitiveservices.azure.com/openai/v1",
+        "azure.ai.openai",
+        None,
+        "my-res.cognitiveservices.azure.com",
+    ),
     ("https://openrouter.ai/api/v1", "openai", "openrouter", "openrouter.ai"),
     ("https://api.together.xyz/v1", "openai", "together", "api.together.xyz"),
     ("https://api.fireworks.ai/inference/v1", "openai", "fireworks", "api.fireworks.ai"),
@@ -51,6 +56,22 @@ BASE_URLS = [
     ("http://localhost:1234/v1", "openai", "lmstudio", "localhost:1234"),
     ("http://localhost:9999/v1", "openai", None, "localhost:9999"),  # a loopback port of nobody known
     ("http://gateway.internal/v1", "openai", None, "gateway.internal"),  # a host the table does not know
+    # A fully qualified host (its trailing dot) is the same host.
+    ("https://api.groq.com./openai/v1", "groq", None, "api.groq.com."),
+    ("https://my-res.openai.azure.com./openai/v1", "azure.ai.openai", None, "my-res.openai.azure.com."),
+    ("http://localhost.:11434/v1", "openai", "ollama", "localhost.:11434"),
+    ("http://[::1]:8000/v1", "openai", "vllm", "::1:8000"),
+    # A proxy whose host merely starts with a provider's is not that provider.
+    ("https://api.groq.com.evil.example/v1", "openai", None, "api.groq.com.evil.example"),
+    # Azure AI Foundry: Azure OpenAI under /openai, the model inference API elsewhere.
+    ("https://my-res.services.ai.azure.com/openai/v1", "azure.ai.openai", None, "my-res.services.ai.azure.com"),
+    ("https://my-res.services.ai.azure.com/models", "azure.ai.inference", None, "my-res.services.ai.azure.com"),
+    (
+        "https://llama-xyz.eastus2.models.ai.azure.com/v1",
+        "azure.ai.inference",
+        None,
+        "llama-xyz.eastus2.models.ai.azure.com",
+    ),
 ]
 
 
@@ -92,7 +113,7 @@ def test_the_base_url_names_the_provider_on_the_span_the_event_and_the_request(
     assert attrs["gen_ai.provider.name"] == provider
     assert attrs["gen_ai.operation.name"] == "chat"
     assert attrs.get("relay.provider.endpoint") == endpoint
-    host, _, port = address.partition(":")
+    host, _, port = address.rpartition(":") if re.search(r":\d+$", address) else (address, "", "")
     assert attrs["server.address"] == host
     assert attrs.get("server.port") == (int(port) if port else None)
     (start,) = events.starts(relay_kind=cv.ATTEMPT)
@@ -265,3 +286,19 @@ def test_instrumenting_again_with_another_provider_fails_instead_of_being_ignore
     client.chat.completions.create(model="m-1", messages=[])
     (start,) = relay_events.starts(relay_kind=cv.ATTEMPT)
     assert (start.metadata or {})[cv.PROVIDER_ENDPOINT] == "vllm"
+
+
+@pytest.mark.parametrize(("given", "provider"), [("Groq", "groq"), ("OpenAI", "openai"), ("DeepSeek", "deepseek"),
+                                                 ("AZURE.AI.OPENAI", "azure.ai.openai"), ("X_AI", "x_ai")])  # fmt: skip
+def test_a_conventions_name_given_in_another_case_is_that_name_and_priced_under_it(
+    traced: tuple[Pipeline, Recorder], relay_host: session.Host, given: str, provider: str
+) -> None:
+    pipeline, events = traced
+    # A user mapping keyed as genai-prices keys its providers: lower case.
+    price_id = {"azure.ai.openai": "azure", "x_ai": "x-ai"}.get(provider, provider)
+    cost.attach(relay_host, PriceCatalog.from_mapping({price_id: {"m-1": {"input": 1.0, "output": 2.0}}}))
+    chat(t.Script([t.json_reply(t.chat_completion_body("x"))]), "http://gateway.internal/v1", provider=given)
+    assert (attempt_span(pipeline).attributes or {})["gen_ai.provider.name"] == provider
+    (end,) = events.ends(relay_kind=cv.ATTEMPT)
+    assert end.provider == provider
+    assert end.cost.amount == pytest.approx(22e-6)  # 12 input, 5 output tokens

@@ -4,6 +4,7 @@ them, spans through a real OTel pipeline named by the GenAI conventions, cost, a
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,29 @@ def test_a_stream_broken_off_while_recording_replays_broken_off(relay_turn, rela
     with cassettes.use(path, mode="replay"):
         assert read(google_genai.instrument_client(gemini_client(t.Script()))) == ["par", "tial"]
     assert [(e.outcome, e.error_type) for e in attempts(relay_events)] == [("failed", "ReadError")] * 2
+
+
+def test_an_error_the_api_writes_mid_stream_as_bare_json_replays_as_that_error(
+    relay_turn, relay_events, tmp_path: Path
+) -> None:
+    # Past the 200, the API writes an error as JSON lines without SSE's "data:"; the SDK reads it and raises.
+    path = tmp_path / "error-mid-stream.json"
+    error = {"error": {"code": 500, "message": "Internal error encountered.", "status": "INTERNAL"}}
+    frames = [stream_frames(["par"], finish=None)[0], json.dumps(error, indent=2).encode() + b"\n"]
+    script = t.Script([t.sse_reply(frames)])
+
+    def read(client: Any) -> list[str]:
+        seen: list[str] = []
+        with pytest.raises(genai_errors.ServerError, match="Internal error encountered"):
+            for chunk in client.models.generate_content_stream(model=MODEL, contents="hi"):
+                seen.append(chunk.text)
+        return seen
+
+    with cassettes.use(path, mode="record"):
+        assert read(google_genai.instrument_client(gemini_client(script))) == ["par"]
+    with cassettes.use(path, mode="replay"):
+        assert read(google_genai.instrument_client(gemini_client(t.Script()))) == ["par"]
+    assert [(e.outcome, e.error_type) for e in attempts(relay_events)] == [("failed", "INTERNAL")] * 2
 
 
 def test_vertex_bearer_tokens_reach_no_cassette_event_or_span(traced: Pipeline, relay_events, tmp_path) -> None:

@@ -31,7 +31,21 @@ PARAMS: dict[str, dict[str, str]] = {
     META: {"max_tokens": "max_gen_len", "temperature": "temperature", "top_p": "top_p"},
     TITAN_EMBED: {}, COHERE_EMBED: {}, OTHER: {},
 }  # fmt: skip
-_STRUCTURAL = {ANTHROPIC: {"messages", "system", "tools", "tool_choice"}, META: {"prompt"}}
+# The body keys holding what the caller sends the model (its content): the neutral view's messages (and
+# system), never provider params, which an exporter may show whatever its content capture says.
+_INPUTS: dict[str, tuple[str, ...]] = {
+    TITAN_EMBED: ("inputText", "inputImage"),
+    COHERE_EMBED: ("texts", "images", "inputs"),
+    # Other families' prompts, by the names their bodies use (Nova, Titan text, Mistral, Cohere, AI21, ...).
+    OTHER: ("messages", "prompt", "inputText", "message", "chat_history", "texts", "input", "inputs"),
+}
+_STRUCTURAL = {
+    ANTHROPIC: {"messages", "system", "tools", "tool_choice"},
+    META: {"prompt"},
+    TITAN_EMBED: set(_INPUTS[TITAN_EMBED]),
+    COHERE_EMBED: set(_INPUTS[COHERE_EMBED]),
+    OTHER: {*_INPUTS[OTHER], "system"},
+}
 INPUT_TOKENS_HEADER = "x-amzn-bedrock-input-token-count"
 OUTPUT_TOKENS_HEADER = "x-amzn-bedrock-output-token-count"
 _ANTHROPIC = AnthropicMessagesCodec()
@@ -114,6 +128,10 @@ class InvokeModelCodec:
             request.tool_choice = body.get("tool_choice")
         elif kind == META and isinstance(body.get("prompt"), str):
             request.messages = [{"role": "user", "content": body["prompt"]}]
+        elif kind in _INPUTS:
+            request.messages = _inputs_of(body, _INPUTS[kind])
+            if kind == OTHER and body.get("system") is not None:
+                request.system = body["system"]
         return request
 
     def apply(self, content: Mapping[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
@@ -141,6 +159,14 @@ class InvokeModelCodec:
                     _put(kwargs if key in content else body, key, item)
             elif name == "messages" and kind == ANTHROPIC:
                 body["messages"] = list(value or [])
+            elif name == "messages" and kind == TITAN_EMBED and _present(body, kind) == ["inputText"]:
+                if len(value or []) != 1 or not isinstance(value[0], str):
+                    raise ValueError("a Titan embeddings body takes one inputText: messages must be one string")
+                body["inputText"] = value[0]
+            elif name == "messages" and kind == COHERE_EMBED and _present(body, kind) == ["texts"]:
+                if not all(isinstance(item, str) for item in value or []):
+                    raise ValueError("a Cohere embeddings body takes texts: messages must be strings")
+                body["texts"] = list(value or [])
             elif name == "messages" and kind == META:
                 last = value[-1] if value else None
                 if not isinstance(get(last, "content"), str):
@@ -178,6 +204,22 @@ class InvokeModelCodec:
 
     def accumulator(self) -> InvokeStreamAccumulator:
         return InvokeStreamAccumulator(self.kind)
+
+
+def _present(body: Mapping[str, Any], kind: str) -> list[str]:
+    return [key for key in _INPUTS[kind] if body.get(key) is not None]
+
+
+def _inputs_of(body: Mapping[str, Any], keys: tuple[str, ...]) -> list[Any]:
+    """A body's inputs as messages: each list's items, each other value as itself."""
+    messages: list[Any] = []
+    for key in keys:
+        value = body.get(key)
+        if isinstance(value, list):
+            messages.extend(value)
+        elif value is not None:
+            messages.append(value)
+    return messages
 
 
 def _cohere_dimensions(embeddings: Any) -> int | None:

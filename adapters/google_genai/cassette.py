@@ -85,13 +85,23 @@ def _body_record(text: str) -> dict[str, Any]:
         return {"text": text}
 
 
+_SSE_FIELDS = (b":", b"event:", b"id:", b"retry:")  # lines of an SSE event other than its data
+
+
 def _events(body: bytes) -> list[Any]:
-    """The data of each SSE event in a stream's body: a JSON value as itself, anything else as text."""
+    """The data of each SSE event in a stream's body: a JSON value as itself, anything else as text.
+
+    A block with no ``data:`` lines is kept too: past the 200 the API writes an error as bare JSON
+    lines, which the SDK reads as a chunk and raises. Dropped, the replay would end quietly instead.
+    """
     events: list[Any] = []
     for block in body.replace(b"\r\n", b"\n").split(b"\n\n"):
-        data = [line[5:].lstrip() for line in block.split(b"\n") if line.startswith(b"data:")]
+        lines = block.split(b"\n")
+        data = [line[5:].lstrip() for line in lines if line.startswith(b"data:")]
         if not data:
-            continue
+            data = [line for line in lines if line.strip() and not line.startswith(_SSE_FIELDS)]
+            if not data:
+                continue
         text = b"\n".join(data).decode("utf-8", "replace")
         try:
             events.append(json.loads(text))
