@@ -139,6 +139,11 @@ class PriceCatalog:
         found = self._entries.get((provider, model)) or self._entries.get((provider.lower(), model.lower()))
         if found is not None:
             return found
+        bare = bare_model(model)
+        if bare is not None:
+            found = self._entries.get((provider, bare)) or self._entries.get((provider.lower(), bare.lower()))
+            if found is not None:
+                return found
         return self._below.entry(provider, model) if self._below is not None else None
 
     def __len__(self) -> int:
@@ -186,6 +191,14 @@ def _entry_from_mapping(provider: str, model: Any, prices: Any, currency: str) -
                       valid_from=valid_from, **fields)  # fmt: skip
 
 
+def bare_model(model: str) -> str | None:
+    """A model named by its resource path (Google's ``models/gemini-2.5-flash``, Vertex AI's
+    ``publishers/google/models/...`` or ``projects/p/locations/l/publishers/google/models/...``) as the
+    price lists name it; None for a name with no such path. Unpriced, such a call's budget check was skipped."""
+    _, found, bare = model.rpartition("models/")
+    return bare if found and bare and "/" not in bare else None
+
+
 class _GenAIPricesCatalog(PriceCatalog):
     """The ``genai-prices`` data set, read through its public snapshot API, one model at a time."""
 
@@ -207,6 +220,9 @@ class _GenAIPricesCatalog(PriceCatalog):
         except KeyError:
             pass
         entry = _from_genai_prices(provider, model, self._source)
+        bare = bare_model(model) if entry is None else None
+        if bare is not None:
+            entry = _from_genai_prices(provider, bare, self._source)
         with self._lock:
             self._resolved[key] = entry
         return entry
