@@ -87,3 +87,23 @@ class Pipeline:
             for metric in sm.metrics
             if metric.name == name
         ]
+
+
+@pytest.fixture
+def traced(relay_host: Any, relay_events: Any) -> Iterator[tuple[Pipeline, Any]]:
+    """A turn open on ``relay_host``, its relay's spans and metrics through ``Pipeline`` (a module binds it:
+    ``traced = otel_support.traced``); yields the pipeline and the relay's recorded events."""
+    from relay_runtime import session
+    from relay_runtime.integrations.otel import OTelExporter
+
+    out = Pipeline()
+    exporter = OTelExporter(out.tracer_provider, out.meter_provider).attach(relay_host)
+    coordinator = session.SESSION_COORDINATOR
+    lease = coordinator.acquire_conversation(profile_key=relay_host.profile_key, session_id="s-1", platform="test")
+    turn = coordinator.begin_turn(lease, turn_id="t-1", task_id="task")
+    try:
+        yield out, relay_events
+    finally:
+        coordinator.end_turn(turn, outcome="success")
+        coordinator.release_conversation(lease)
+        exporter.detach()

@@ -9,11 +9,11 @@ transport, spans through a real OTel SDK pipeline, prices from genai-prices.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
 import httpx2
+import otel_support
 import pytest
 from otel_support import Pipeline
 
@@ -22,7 +22,6 @@ from relay_runtime import conventions as cv
 from relay_runtime.adapters import endpoints
 from relay_runtime.adapters import testing as t
 from relay_runtime.cost import PriceCatalog
-from relay_runtime.integrations.otel import OTelExporter
 from relay_runtime.jsonl import event_json
 
 AWS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"
@@ -56,20 +55,7 @@ CLOUDS = {
 }
 
 
-@pytest.fixture
-def traced(relay_host: session.Host, relay_events: Recorder) -> Iterator[tuple[Pipeline, Recorder]]:
-    out = Pipeline()
-    exporter = OTelExporter(out.tracer_provider, out.meter_provider).attach(relay_host)
-    cost.attach(relay_host, PriceCatalog.default())
-    coordinator = session.SESSION_COORDINATOR
-    lease = coordinator.acquire_conversation(profile_key=relay_host.profile_key, session_id="s-1", platform="test")
-    turn = coordinator.begin_turn(lease, turn_id="t-1", task_id="task")
-    try:
-        yield out, relay_events
-    finally:
-        coordinator.end_turn(turn, outcome="success")
-        coordinator.release_conversation(lease)
-        exporter.detach()
+traced = otel_support.traced
 
 
 def _attempt(pipeline: Pipeline, events: Recorder) -> tuple[Any, dict[str, Any]]:
@@ -80,10 +66,11 @@ def _attempt(pipeline: Pipeline, events: Recorder) -> tuple[Any, dict[str, Any]]
 
 @pytest.mark.parametrize("cloud", sorted(CLOUDS))
 def test_a_cloud_client_is_named_priced_and_counted_as_the_cloud_it_calls(
-    traced: tuple[Pipeline, Recorder], cloud: str
+    relay_host: session.Host, traced: tuple[Pipeline, Recorder], cloud: str
 ) -> None:
     make, model, provider, price_id, address = CLOUDS[cloud]
     pipeline, events = traced
+    cost.attach(relay_host, PriceCatalog.default())
     script = t.Script([t.json_reply(t.anthropic_message_body("hi", model=model, usage=USAGE))])
     client = adapters.instrument(make(script))
     answer = client.messages.create(model=model, max_tokens=64, messages=[{"role": "user", "content": "hi"}])
@@ -104,8 +91,11 @@ def test_a_cloud_client_is_named_priced_and_counted_as_the_cloud_it_calls(
     assert expected > 0
 
 
-def test_a_vertex_stream_counts_the_whole_prompt_too(traced: tuple[Pipeline, Recorder]) -> None:
+def test_a_vertex_stream_counts_the_whole_prompt_too(
+    relay_host: session.Host, traced: tuple[Pipeline, Recorder]
+) -> None:
     pipeline, events = traced
+    cost.attach(relay_host, PriceCatalog.default())
     frames = t.typed_sse(t.anthropic_events(["he", "llo"], model=VERTEX_MODEL, input_usage=USAGE, output_tokens=20))
     script = t.Script([t.sse_reply(frames)])
     client = adapters.instrument(vertex(script))

@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import openai
+import otel_support
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from otel_support import Pipeline
@@ -31,7 +31,6 @@ from relay_runtime import conventions as cv
 from relay_runtime.adapters import endpoints
 from relay_runtime.adapters import testing as t
 from relay_runtime.cost import PriceCatalog
-from relay_runtime.integrations.otel import OTelExporter
 
 # (base URL, gen_ai.provider.name, relay.provider.endpoint, server.address)
 BASE_URLS = [
@@ -75,19 +74,7 @@ BASE_URLS = [
 ]
 
 
-@pytest.fixture
-def traced(relay_host: session.Host, relay_events: Recorder) -> Iterator[tuple[Pipeline, Recorder]]:
-    out = Pipeline()
-    exporter = OTelExporter(out.tracer_provider, out.meter_provider).attach(relay_host)
-    coordinator = session.SESSION_COORDINATOR
-    lease = coordinator.acquire_conversation(profile_key=relay_host.profile_key, session_id="s-1", platform="test")
-    turn = coordinator.begin_turn(lease, turn_id="t-1", task_id="task")
-    try:
-        yield out, relay_events
-    finally:
-        coordinator.end_turn(turn, outcome="success")
-        coordinator.release_conversation(lease)
-        exporter.detach()
+traced = otel_support.traced
 
 
 def attempt_span(pipeline: Pipeline) -> ReadableSpan:
