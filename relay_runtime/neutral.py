@@ -32,6 +32,62 @@ NEUTRAL_PARAMS: Mapping[str, str] = MappingProxyType(
 )
 
 
+# Provider params (under the SDK's own names) that carry what is sent to the model or who it is for, not
+# how it is asked: text, output schemas, documents, template variables, end users' identifiers, remote
+# servers' addresses and tokens. ``None``: the whole value; a tuple: only those keys of a dict value (a
+# Responses ``prompt`` names its template by id and version, which stay; its ``variables`` do not). They
+# are params to the request (intercepts edit them, redaction rules reach them under ``/request/params``),
+# but no record shows them as its settings (``AnnotatedLLMRequest.settings``): OpenInference's
+# ``llm.invocation_parameters`` goes out whatever the content capture says. One table for every API:
+# the names are the SDKs' own and mean content wherever they occur (LangChain passes them on as given).
+CONTENT_PARAMS: Mapping[str, tuple[str, ...] | None] = MappingProxyType(
+    {
+        # OpenAI chat completions and Responses (and the APIs that borrow their shape)
+        "prediction": None,  # the predicted answer's text
+        "functions": None,  # the deprecated spelling of tools: definitions with descriptions
+        "response_format": ("json_schema",),  # a JSON schema; its type ("json_object") stays
+        "text": ("format",),  # Responses: the output's JSON schema; its verbosity stays
+        "prompt": ("variables",),  # Responses: a stored prompt's variables
+        "web_search_options": ("user_location",),
+        "user": None,  # an end user's identifier
+        "safety_identifier": None,
+        # Anthropic messages
+        "metadata": ("user_id",),  # an end user's identifier; OpenAI's own metadata keys stay
+        "mcp_servers": None,  # remote servers' URLs and authorization tokens
+        # Google Gen AI
+        "response_schema": None,
+        "response_json_schema": None,
+        "title": None,  # embed_content: the document's title
+        # Amazon Bedrock: Converse's prompt template variables, invoke_model bodies of other families
+        "promptVariables": None,
+        "documents": None,
+        "preamble": None,  # Cohere's system prompt
+        "tool_results": None,
+        "tools": None,
+        "toolConfig": None,
+        # LangChain: with_structured_output's schema, passed to the model as an invocation kwarg
+        "ls_structured_output_format": None,
+    }
+)
+
+
+def settings(params: Mapping[str, Any], provider_params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` and ``provider_params`` as one dict (the neutral names win), without their content
+    (``CONTENT_PARAMS``): what a record may show of a request whatever its content capture says."""
+    out: dict[str, Any] = {}
+    for key, value in provider_params.items():
+        if key not in CONTENT_PARAMS:
+            out[key] = value
+            continue
+        parts = CONTENT_PARAMS[key]
+        if parts is not None and isinstance(value, Mapping):
+            kept = {k: v for k, v in value.items() if k not in parts}
+            if kept:
+                out[key] = kept
+    out.update(params)
+    return out
+
+
 class UnsupportedParamError(ValueError):
     """A neutral param the target API cannot take; raised before the request is sent."""
 

@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from . import redaction_objects
+from . import redaction_objects, urls
 from .secret_runs import SecretRuns
 from .types import AnnotatedLLMRequest
 
@@ -40,6 +40,8 @@ CREDENTIAL_HEADER_NAMES = frozenset(
 CREDENTIAL_HEADER_PATTERNS = ("*-subscription-key", "*-api-key", "*token*", "*secret*")
 CREDENTIAL_BODY_KEYS = frozenset(
     {"api_key", "apikey", "access_token", "refresh_token", "client_secret", "secret", "password", "authorization"}
+    # Anthropic's mcp_servers[].authorization_token: the bearer token of a remote MCP server.
+    | {"authorization_token"}
     # A header's name used as a body key (a gateway that takes its key in the body, headers forwarded as data).
     | {"api-key", "x-api-key"}
 )
@@ -438,9 +440,59 @@ def redact_value(value: Any) -> Any:
 def redact_kwargs(content: Mapping[str, Any]) -> Mapping[str, Any]:
     """``content`` itself when nothing in it can hold a credential (the usual case), else a cleaned copy.
 
-    The conversation kwargs are left as they are; everything else is walked.
+    The conversation kwargs are left as they are, but for the tools' own credentials (``redact_tools``);
+    everything else is walked.
     """
-    return _clean_mapping(content, 0, CONVERSATION_KWARGS)
+    clean = _clean_mapping(content, 0, CONVERSATION_KWARGS)
+    for name in _REMOTE_SERVER_KWARGS:
+        tools = clean.get(name)
+        if type(tools) is list or type(tools) is tuple:
+            kept = redact_tools(tools)
+            if kept is not tools:
+                clean = {**clean, name: kept}
+    return clean
+
+
+# Kwargs listing remote servers the provider calls for the model: OpenAI's tools, Anthropic's mcp_servers.
+_REMOTE_SERVER_KWARGS = ("tools", "mcp_servers")
+
+
+# A tool entry's keys holding the address of a remote server it reaches (an OpenAI ``mcp`` tool's).
+_TOOL_URL_KEYS = frozenset({"server_url", "url"})
+
+
+def redact_tools(tools: list[Any] | tuple[Any, ...]) -> list[Any] | tuple[Any, ...]:
+    """``tools`` (or ``mcp_servers``) itself when no entry carries a credential, else a cleaned copy.
+
+    A remote tool (OpenAI's ``mcp`` and connector tools) carries its server's ``headers``, an OAuth
+    ``authorization`` and a URL that may hold a key in its query, beside what the model reads. Only an
+    entry's own keys are judged, never its schema below (a ``password`` property is no credential).
+    """
+    out: list[Any] | None = None
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, Mapping):
+            continue
+        clean: dict[Any, Any] | None = None
+        for key, value in tool.items():
+            if key in HEADER_KWARGS and isinstance(value, Mapping):
+                new: Any = redact_headers(value)
+            elif is_credential_key(key) and value:
+                new = REDACTED
+            elif key in _TOOL_URL_KEYS and type(value) is str:
+                new = urls.recorded_url(value)
+            else:
+                continue
+            if new != value:
+                if clean is None:
+                    clean = dict(tool)
+                clean[key] = new
+        if clean is not None:
+            if out is None:
+                out = list(tools)
+            out[i] = clean
+    if out is None:
+        return tools
+    return out if type(tools) is list else tuple(out)
 
 
 def redacted_request(headers: Mapping[str, Any], content: Mapping[str, Any]) -> dict[str, Any]:
@@ -451,12 +503,18 @@ def redacted_annotation(annotated: AnnotatedLLMRequest | None) -> AnnotatedLLMRe
     """``annotated`` itself unless a codec left credentials in its params; then a cleaned copy."""
     if annotated is None:
         return None
-    params, extra = annotated.params, annotated.provider_params
+    params, extra, tools = annotated.params, annotated.provider_params, annotated.tools
     clean_params = redact_kwargs(params) if params else params
     clean_extra = redact_kwargs(extra) if extra else extra
-    if clean_params is params and clean_extra is extra:
+    clean_tools = redact_tools(tools) if tools else tools
+    if clean_params is params and clean_extra is extra and clean_tools is tools:
         return annotated
-    return dataclasses.replace(annotated, params=dict(clean_params), provider_params=dict(clean_extra))
+    return dataclasses.replace(
+        annotated,
+        params=dict(clean_params),
+        provider_params=dict(clean_extra),
+        tools=list(clean_tools) if clean_tools is not None else None,
+    )
 
 
 # The policy every sink shares (issue 25) lives in its own modules; its names are reachable here.

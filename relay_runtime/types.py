@@ -154,6 +154,13 @@ class AnnotatedLLMRequest:
         """Whether this request's API takes the neutral ``param`` (Anthropic 2.x has no ``temperature``)."""
         return neutral.accepts(self.provider, self.operation, param)
 
+    def settings(self) -> dict[str, Any]:
+        """The params and provider params without what carries content (``neutral.CONTENT_PARAMS``: a
+        predicted answer, an output schema, template variables, ...): what records show as the request's settings."""
+        if not self.provider_params:
+            return dict(self.params)
+        return neutral.settings(self.params, self.provider_params)
+
     def snapshot(self) -> AnnotatedLLMRequest:
         """A copy deep enough to detect what an intercept changed."""
         return AnnotatedLLMRequest(

@@ -290,3 +290,70 @@ def test_scope_inputs_and_outputs_hold_no_credentials(relay_turn, relay_events) 
     assert relay_events.ends(name="login")[0].output["user"] == "keep-out"
     assert relay_events.starts(name="step")[0].input[1] == "keep-in"
     assert relay_events.ends(name="late")[0].output == ({"secret": redaction.REDACTED},)
+
+
+def _remote_servers_calls() -> None:
+    """A Responses call with an MCP tool and an Anthropic call with an MCP server, each carrying credentials."""
+    answer = {"id": "resp_1", "object": "response", "created_at": 1, "model": "m", "status": "completed",
+              "output": [], "usage": {"input_tokens": 3, "output_tokens": 1, "total_tokens": 4}}  # fmt: skip
+    scripted = t.scripted_openai(t.json_reply(answer), max_retries=0)
+    mcp_tool = {
+        "type": "mcp", "server_label": "crm", "require_approval": "never", "authorization": _secret(1),
+        "server_url": f"https://mcp.example/sse?api_key={_secret(2)}&region=eu",
+        "headers": {"Authorization": f"Bearer {_secret(3)}", "X-Tenant": "keep-tenant"},
+    }  # fmt: skip
+    function_tool = {"type": "function", "name": "lookup", "parameters": {"properties": {"password": {}}}}
+    adapters.instrument(scripted.client).responses.create(model="m", input="hi", tools=[mcp_tool, function_tool])
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "c", "stop_reason": "end_turn",
+               "content": [{"type": "text", "text": "ok"}],
+               "usage": {"input_tokens": 3, "output_tokens": 1}}  # fmt: skip
+    claude = t.scripted_anthropic(t.json_reply(message), max_retries=0)
+    adapters.instrument(claude.client).beta.messages.create(
+        model="c", max_tokens=5, messages=[{"role": "user", "content": "hi"}], betas=["mcp-client-2025-04-04"],
+        mcp_servers=[{"type": "url", "name": "crm", "url": f"https://mcp.example/sse?key={_secret(4)}",
+                      "authorization_token": _secret(5)}],
+    )  # fmt: skip
+    sent = scripted.script.requests[0].content.decode() + claude.script.requests[0].content.decode()
+    for n in range(1, 6):
+        assert _secret(n) in sent, n  # the provider got every value
+
+
+def test_remote_mcp_servers_credentials_never_reach_events(relay_turn, relay_events) -> None:
+    # An MCP tool's headers, OAuth token and keyed URL (OpenAI Responses), an MCP server's
+    # authorization_token (Anthropic): the tools are the conversation, not walked, and
+    # authorization_token was no credential's name, so every sink held them whole.
+    _remote_servers_calls()
+    _assert_clean(" ".join(repr(getattr(e, name)) for e in relay_events for name in FIELDS))
+    responses, messages = relay_events.starts(relay_kind=cv.ATTEMPT)
+    tool, function_tool = responses.annotated_request.tools
+    assert tool["headers"] == {"Authorization": redaction.REDACTED, "X-Tenant": "keep-tenant"}
+    assert tool["authorization"] == redaction.REDACTED and tool["server_label"] == "crm"
+    assert tool["server_url"] == f"https://mcp.example/sse?api_key={redaction.REDACTED}&region=eu"
+    assert function_tool["parameters"] == {"properties": {"password": {}}}  # a schema is no credential
+    assert responses.input["content"]["tools"][0]["headers"]["X-Tenant"] == "keep-tenant"
+    (server,) = messages.annotated_request.provider_params["mcp_servers"]
+    assert server["authorization_token"] == redaction.REDACTED
+    assert server["url"] == f"https://mcp.example/sse?key={redaction.REDACTED}" and server["name"] == "crm"
+
+
+def test_remote_mcp_servers_credentials_never_reach_the_journal_or_spans(tmp_path: Path) -> None:
+    exported = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exported))
+    exporters: list[OTelExporter] = []
+
+    def body() -> None:
+        host = session.active_turn().host
+        exporters.append(OTelExporter(provider, capture_content=True, conventions=("gen_ai", "openinference")))
+        exporters[0].attach(host)
+        _remote_servers_calls()
+
+    result = run_turn(tmp_path, body)
+    exporters[0].detach()
+    journal_text = "\n".join(p.read_text() for p in tmp_path.rglob("*") if p.is_file())
+    assert "keep-tenant" in journal_text
+    _assert_clean(journal_text)
+    _assert_clean(json.dumps(result.rows))
+    spans = exported.get_finished_spans()
+    assert any("gen_ai.tool.definitions" in (s.attributes or {}) for s in spans)
+    _assert_clean(repr([dict(s.attributes or {}) for s in spans]))

@@ -50,8 +50,9 @@ def start_attributes(event: Event, role: str, conversation_id: str | None) -> di
             out["llm.model_name"] = model
         req = event.annotated_request
         if req is not None and (req.params or req.provider_params):
-            sent = {**req.provider_params, **req.params} if req.provider_params else req.params
-            params = {k: v for k, v in sent.items() if _json_safe(v)}
+            # Settings only: a provider param holding content (a predicted answer, an output schema) goes
+            # out with the messages, as content capture says, never here.
+            params = {k: v for k, v in req.settings().items() if _json_safe(v)}
             if params:
                 out["llm.invocation_parameters"] = json.dumps(params, sort_keys=True, default=str)
     elif role == TOOL:
