@@ -457,6 +457,12 @@ def redact_kwargs(content: Mapping[str, Any]) -> Mapping[str, Any]:
 _REMOTE_SERVER_KWARGS = ("tools", "mcp_servers")
 
 
+# The keys of the tools that reach no remote server (OpenAI's and Anthropic's function tools, built-in tools'
+# names and versions): no credential can sit in them.
+_PLAIN_TOOL_KEYS = frozenset(
+    {"type", "function", "name", "description", "parameters", "input_schema", "strict", "cache_control"}
+)
+
 # A tool entry's keys holding the address of a remote server it reaches (an OpenAI ``mcp`` tool's).
 _TOOL_URL_KEYS = frozenset({"server_url", "url"})
 
@@ -470,6 +476,8 @@ def redact_tools(tools: list[Any] | tuple[Any, ...]) -> list[Any] | tuple[Any, .
     """
     out: list[Any] | None = None
     for i, tool in enumerate(tools):
+        if type(tool) is dict and _PLAIN_TOOL_KEYS.issuperset(tool):
+            continue  # a function tool (most of an agent's, sent on every call): judged by its keys in C
         if not isinstance(tool, Mapping):
             continue
         clean: dict[Any, Any] | None = None
