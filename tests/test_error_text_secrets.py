@@ -197,3 +197,70 @@ def test_a_quoted_input_holding_pydantics_own_markers_is_blanked_to_its_end(rela
         relay.tools.execute("sign_in", {"user": forged}, lambda a: Login.model_validate(a))  # no password
     end = tool_end(relay_events, "sign_in")
     assert PASSWORD not in end.error_message and "Field required" in end.error_message
+
+
+# -- a redaction rule that holds for one field: the error quoting that field -------------------------
+
+EMAIL = "jane.doe@example.com"
+SSN = "078-05-1120"
+
+
+def test_a_value_a_path_rule_redacted_in_a_tools_arguments_is_redacted_in_its_error(
+    relay_turn, relay_events, tmp_path
+) -> None:
+    """The rules hold for ``/tool/arguments`` only: the start event's input is redacted, and the end event,
+    which carries no input, carried the error quoting it to every sink."""
+    from relay_runtime.redaction import RedactionPolicy, Rule
+    from relay_runtime.redaction_policy import RULES_KEY
+
+    relay, _turn = relay_turn
+    relay.redaction.use(
+        RedactionPolicy(
+            [
+                Rule("redact", name="mail", detector="email", paths=["/tool/arguments"]),
+                Rule("redact", name="ssn", paths=["/tool/arguments/ssn"]),
+            ]
+        )
+    )
+    sinks = Sinks(relay, relay_events, tmp_path)
+
+    def find(args: dict[str, Any]) -> None:
+        raise LookupError(f"no user {args['email']} with ssn {args['ssn']}; asked {args!r}")
+
+    with pytest.raises(LookupError):
+        relay.tools.execute("find_user", {"email": EMAIL, "ssn": SSN}, find)
+    (start,) = relay_events.starts(name="find_user")
+    assert start.input == {"email": "[REDACTED:email]", "ssn": "[REDACTED]"}
+    end = tool_end(relay_events, "find_user")
+    assert end.error_message == (
+        "no user [REDACTED:email] with ssn [REDACTED]; asked {'email': '[REDACTED:email]', 'ssn': '[REDACTED]'}"
+    )
+    assert end.metadata[RULES_KEY] == {"mail": 1, "ssn": 1}
+    assert_nowhere(sinks.texts(), EMAIL, SSN)
+
+
+def test_a_value_a_path_rule_redacted_in_a_request_is_redacted_in_the_providers_error(
+    relay_turn, relay_events, tmp_path
+) -> None:
+    """A provider's 400 quotes the request (``Invalid content: ...``): the rule holds for the messages only."""
+    import openai
+
+    from relay_runtime import adapters
+    from relay_runtime.redaction import RedactionPolicy, Rule
+
+    relay, _turn = relay_turn
+    relay.redaction.use(
+        RedactionPolicy([Rule("redact", name="mail", detector="email", paths=["/request/messages/*/content"])])
+    )
+    sinks = Sinks(relay, relay_events, tmp_path)
+    body = {"error": {"message": f"Invalid 'messages[0].content': {EMAIL} is not allowed", "type": "invalid"}}
+    script = t.Script([t.json_reply(body, status=400)])
+    client = adapters.instrument(t.openai_client(script, max_retries=0))
+    try:
+        with pytest.raises(openai.BadRequestError):
+            client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": EMAIL}])
+    finally:
+        adapters.uninstrument()
+    (attempt,) = [e for e in relay_events.ends() if e.scope_type == "llm"]
+    assert attempt.outcome == "failed" and "[REDACTED:email] is not allowed" in attempt.error_message
+    assert_nowhere(sinks.texts(), EMAIL)
