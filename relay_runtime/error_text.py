@@ -44,9 +44,16 @@ def scrubbed(text: str) -> str:
     nothing was)."""
     if _INPUT_VALUE in text:
         text = _without_input_values(text)
+    return keyed_values_blanked(text)
+
+
+def keyed_values_blanked(text: str) -> str:
+    """``text`` with the values of credential keys blanked (``text`` itself when there were none): also for a
+    tool's argument text that is not the JSON it should be (a model's cut or broken tool call), which is
+    recorded as the text it is, where no key-by-key walk reaches."""
     lowered = text.lower()
     if any(hint in lowered for hint in _HINTS):
-        text = _without_keyed_credentials(text)
+        return _without_keyed_credentials(text)
     return text
 
 

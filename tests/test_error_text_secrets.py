@@ -264,3 +264,34 @@ def test_a_value_a_path_rule_redacted_in_a_request_is_redacted_in_the_providers_
     (attempt,) = [e for e in relay_events.ends() if e.scope_type == "llm"]
     assert attempt.outcome == "failed" and "[REDACTED:email] is not allowed" in attempt.error_message
     assert_nowhere(sinks.texts(), EMAIL)
+
+
+# -- a tool call whose argument text is not JSON ---------------------------------------------------
+
+
+def test_an_agents_tool_call_with_broken_json_arguments_records_no_credential(
+    relay_turn, relay_events, tmp_path
+) -> None:
+    """The model's arguments did not parse (cut mid-object): the tool scope records them as the text they are,
+    where the key-by-key walk that blanks ``password`` in parsed arguments never reaches."""
+    from relay_runtime.integrations import openai_agents
+    from tests.test_frameworks_agents import agents, run, scripted
+
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    openai_agents.instrument()
+
+    @agents.function_tool
+    def sign_in(user: str, password: str) -> str:
+        """Sign a user in."""
+        return "signed in"
+
+    call = {"call_id": "call-1", "name": "sign_in", "arguments": f'{{"password": "{PASSWORD}", "user": '}
+    scripted(t.json_reply(t.responses_body("", function_call=call)), t.json_reply(t.responses_body("Done.")))
+    assert run(agents.Agent(name="helper", model="gpt-test", tools=[sign_in]), "Sign me in").final_output == "Done."
+    (start,) = relay_events.starts(name="sign_in")
+    assert start.input == '{"password": "[redacted]", "user": '
+    texts = sinks.texts()
+    del texts["jsonl"], texts["events"], texts["spans"]  # the conversation holds the model's call as it made it
+    assert_nowhere(texts, PASSWORD)
+    assert PASSWORD not in repr([e.input for e in relay_events.events if e.scope_type == "tool"])
