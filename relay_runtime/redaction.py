@@ -207,10 +207,13 @@ def scrub_text(text: str) -> str:
 
 
 def told(exc: BaseException, policy: Any = None, as_text: Callable[[BaseException], str] = str) -> str:
-    """``exc``'s message (``as_text`` of it) as a log line may quote it: remembered keys blanked and
-    ``policy`` (a ``RedactionPolicy``) applied; withheld whole when it cannot be read or redacted."""
+    """``exc``'s message (``as_text`` of it) as a record or log line may quote it: remembered keys,
+    pydantic's quoted input and credential-keyed values blanked (``error_text``), ``policy`` (a
+    ``RedactionPolicy``) applied; withheld whole when it cannot be read or redacted."""
+    from .error_text import scrubbed  # here: it reads this module's key rules
+
     try:
-        message = scrub_text(as_text(exc))
+        message = scrubbed(scrub_text(as_text(exc)))
         return policy.redact_text(message) if policy is not None else message
     except Exception:
         return "(message withheld: it could not be redacted)"

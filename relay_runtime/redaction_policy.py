@@ -29,8 +29,9 @@ from typing import Any
 
 from . import conventions as cv
 from . import pointers
-from .events import MARK, DeferredResponse, Event, new_event
+from .events import MARK, SCOPE_END, SCOPE_START, DeferredResponse, Event, new_event
 from .ids import new_id
+from .redaction_carried import Carried, through
 from .redaction_pass import REMOVED, Pass, kept
 from .redaction_rules import ACTIONS, RedactionConfigError, Rule
 from .redaction_streams import Held, hold_of, streamed_rules
@@ -120,6 +121,8 @@ class RedactionPolicy:
         self._memo_lock = threading.Lock()
         # Event names the rules left as they were (set members are added whole: no lock needed).
         self._clean_names: set[str] = set()
+        # What each open scope's start had replaced, for its end's error message (``redaction_carried``).
+        self._carried = Carried()
         self.fingerprint = self._fingerprint()
 
     def _remember(self, text: str, memo: tuple[str, dict[str, int], dict[str, str]]) -> None:
@@ -253,6 +256,14 @@ class RedactionPolicy:
         error = event.error_message
         if error is not None:
             error = p.walk(error, ("error", "message"))
+        if event.kind == SCOPE_START:
+            if p.pairs and event.scope_type != "llm":  # an attempt's end carries its request view itself
+                self._carried.keep(event.uuid, p.pairs, p.counts)
+        elif event.kind == SCOPE_END:
+            carried = self._carried.take(event.uuid)
+            if type(error) is str and error and (p.pairs or carried is not None):
+                pairs, fired = (p.pairs, ()) if carried is None else ({**carried[0], **p.pairs}, carried[1])
+                error = through(error, pairs, (*fired, *p.counts), self.rules, p.counts)
         if not p.counts:
             return event
         metadata = dict(metadata) if metadata else {}
@@ -294,9 +305,9 @@ class RedactionPolicy:
         p.adopt(mine, now=True)
         return view
 
-    def redact_request(self, content: Mapping[str, Any], annotated: AnnotatedLLMRequest | None) -> tuple[
-        dict[str, Any], AnnotatedLLMRequest | None, dict[str, int]
-    ]:
+    def redact_request(
+        self, content: Mapping[str, Any], annotated: AnnotatedLLMRequest | None
+    ) -> tuple[dict[str, Any], AnnotatedLLMRequest | None, dict[str, int]]:
         """The SDK kwargs and view of a request, redacted before it is sent (``apply_to_request``)."""
         p = Pass(self)
         view = p.request_view(annotated) if annotated is not None else None

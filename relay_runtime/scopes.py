@@ -120,6 +120,7 @@ def _scope_type(scope_type: ScopeType | str) -> str:
 
 # The outcomes' values, read once: an enum member's ``.value`` costs two Python calls on every read.
 _SUCCESS = Outcome.SUCCESS.value
+_TOOL = ScopeType.TOOL.value
 _CANCELLED = Outcome.CANCELLED.value
 _FAILED = Outcome.FAILED.value
 
@@ -130,6 +131,14 @@ def outcome_of(error: BaseException | None) -> str:
     if isinstance(error, (KeyboardInterrupt, GeneratorExit)) or _is_cancelled(error):
         return _CANCELLED
     return _FAILED
+
+
+def _tool_text(arguments: str) -> str:
+    """A tool's arguments recorded as text (JSON that did not parse: a model's broken tool call), with the
+    values of credential keys blanked as the parsed arguments' would be."""
+    from .error_text import keyed_values_blanked  # here: only a tool's text arguments need it
+
+    return keyed_values_blanked(arguments)
 
 
 def _error_text(error: BaseException) -> str:
@@ -214,6 +223,8 @@ class Scopes:
                 # A framework's chain or tool input may carry a credential (a client's key, an
                 # ``api_key`` argument): the record never holds it. What runs gets ``input`` as it was.
                 input = redact_value(input)
+                if st == _TOOL and type(input) is str:
+                    input = _tool_text(input)
             # Positional (start_timestamp, input, output, metadata): keywords cost the call a name match each.
             event = new_event(
                 SCOPE_START, handle.uuid, handle.parent_uuid, handle.trace_id, name, st, handle.start_ns,

@@ -1,0 +1,176 @@
+"""What an error's text may say: the values the structured record would blank, blanked in it too.
+
+An exception's message often quotes the input it failed on. pydantic's ``ValidationError`` quotes it
+as ``input_value=...`` (the whole arguments dict for a missing field), a ``TypeError`` or a provider's
+400 body quotes a kwargs dict or a request field, an HTTP error quotes a URL with its query. Where
+the record holds that input as data, a credential-keyed value is blanked (``redact_value``); the
+message carried it verbatim to the span's status, the exception event, the journal and the trajectory.
+
+So an error's text is read, before anything records it, for two shapes:
+
+- pydantic's ``input_value=<repr>`` (every ``ValidationError`` and serialization warning of pydantic 2):
+  the repr is blanked whole. pydantic cuts a long repr in its middle (``'hunter...secret'``), which
+  can part a value from its key; the input itself is in the record as data, judged key by key.
+- ``key=value``, ``key: value``, ``'key': 'value'`` and ``"key": "value"`` (kwargs reprs, dict reprs,
+  JSON, headers, query strings) whose key the data rule calls a credential (``is_credential_data_key``;
+  ``?key=`` / ``&sig=`` by the query rule): the value is blanked, a nested dict or list whole.
+
+The error's type and the rest of its text stay: which field failed and why is what the message is for.
+Only error paths pay for this.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .redaction import REDACTED, is_credential_data_key, is_query_credential
+
+_INPUT_VALUE = "input_value="
+_INPUT_TYPE = ", input_type="
+
+# A key (bare, quoted, or quoted inside a JSON string: ``\"password\"``) and what joins it to its value.
+_KEYED = re.compile(r"""\\?["']?(?P<key>[A-Za-z_][A-Za-z0-9_-]{0,127})\\?["']?[ \t]*[=:](?![=:/])[ \t]*""")
+# An authorization scheme before the credential itself (``Authorization: Bearer sk-...``).
+_SCHEME = re.compile(r"(?:bearer|basic|token|digest|bot|key|apikey)[ \t]+", re.IGNORECASE)
+# Where a bare value ends: a delimiter of whatever quoted it (a dict repr, JSON, a query string, prose).
+_BARE_VALUE = re.compile(r"""[^\s,;&'"})\]<>]+""")
+_OPENERS = {"{": "}", "[": "]", "(": ")"}
+# Words that may hold a credential's key: text holding none of them is not scanned key by key.
+_HINTS = ("key", "token", "secret", "password", "auth", "cookie", "sig")
+
+
+def scrubbed(text: str) -> str:
+    """``text`` with pydantic's quoted input and credential-keyed values blanked (``text`` itself when
+    nothing was)."""
+    if _INPUT_VALUE in text:
+        text = _without_input_values(text)
+    return keyed_values_blanked(text)
+
+
+def keyed_values_blanked(text: str) -> str:
+    """``text`` with the values of credential keys blanked (``text`` itself when there were none): also for a
+    tool's argument text that is not the JSON it should be (a model's cut or broken tool call), which is
+    recorded as the text it is, where no key-by-key walk reaches."""
+    lowered = text.lower()
+    if any(hint in lowered for hint in _HINTS):
+        return _without_keyed_credentials(text)
+    return text
+
+
+def _without_input_values(text: str) -> str:
+    """Each ``input_value=<repr>`` as ``input_value=[redacted]``.
+
+    The repr ends at the last ``, input_type=`` before the next ``input_value=``, not the first: a quoted
+    string may itself hold ``, input_type=``, and ending there would let its tail through. With no
+    ``, input_type=`` (the text was cut) the rest of the line goes."""
+    out: list[str] = []
+    done = 0
+    start = text.find(_INPUT_VALUE)
+    while start >= 0:
+        value = start + len(_INPUT_VALUE)
+        following = text.find(_INPUT_VALUE, value)
+        zone = following if following >= 0 else len(text)
+        end = text.rfind(_INPUT_TYPE, value, zone)
+        if end < 0:
+            line_end = text.find("\n", value, zone)
+            end = line_end if line_end >= 0 else zone
+        out.append(text[done:value])
+        out.append(REDACTED)
+        done = end
+        start = following
+    out.append(text[done:])
+    return "".join(out)
+
+
+def _without_keyed_credentials(text: str) -> str:
+    out: list[str] = []
+    done = 0
+    pos = 0
+    while True:
+        match = _KEYED.search(text, pos)
+        if match is None:
+            break
+        pos = match.end()
+        key = match.group("key")
+        before = text[match.start() - 1] if match.start() > 0 else ""
+        if not (is_credential_data_key(key) or (before in "?&" and is_query_credential(key))):
+            continue
+        value_end = _value_end(text, pos)
+        if value_end == pos:
+            continue
+        out.append(text[done:pos])
+        out.append(_blank(text, pos, value_end))
+        done = pos = value_end
+    if not out:
+        return text
+    out.append(text[done:])
+    return "".join(out)
+
+
+def _blank(text: str, start: int, end: int) -> str:
+    """What stands for the value at ``text[start:end]``: its quotes kept, so a JSON or repr stays one."""
+    for quote in ('\\"', "\\'", '"', "'"):
+        if text.startswith(quote, start) and end - start >= 2 * len(quote) and text.endswith(quote, start, end):
+            return f"{quote}{REDACTED}{quote}"
+    return REDACTED
+
+
+def _value_end(text: str, start: int) -> int:
+    """Where the value starting at ``start`` ends: after its closing quote or bracket, or its last character."""
+    if start >= len(text):
+        return start
+    first = text[start]
+    if first == "\\" and text.startswith(('\\"', "\\'"), start):
+        return _quoted_end(text, start + 2, text[start : start + 2])
+    if first in "'\"":
+        return _quoted_end(text, start + 1, first)
+    if first in _OPENERS:
+        return _bracketed_end(text, start)
+    scheme = _SCHEME.match(text, start)
+    if scheme is not None:
+        start = scheme.end()
+    bare = _BARE_VALUE.match(text, start)
+    return bare.end() if bare is not None else start
+
+
+def _quoted_end(text: str, start: int, quote: str) -> int:
+    """Just past the ``quote`` closing a string whose first character is at ``start``; with none (the text
+    was cut), the end of the line."""
+    i = start
+    while True:
+        found = text.find(quote, i)
+        line_end = text.find("\n", i)
+        if found < 0 or (0 <= line_end < found):
+            return line_end if line_end >= 0 else len(text)
+        if len(quote) == 1 and _escaped(text, found):
+            i = found + 1
+            continue
+        return found + len(quote)
+
+
+def _escaped(text: str, at: int) -> bool:
+    backslashes = 0
+    while at - backslashes - 1 >= 0 and text[at - backslashes - 1] == "\\":
+        backslashes += 1
+    return backslashes % 2 == 1
+
+
+def _bracketed_end(text: str, start: int) -> int:
+    """Just past the bracket closing the one at ``start``, quoted strings skipped; the end of the text
+    when it was cut before that."""
+    depth = 0
+    i = start
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if c in "'\"":
+            i = _quoted_end(text, i + 1, c)
+            continue
+        if c in _OPENERS:
+            depth += 1
+        elif c in "}])":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return n
