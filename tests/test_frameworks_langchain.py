@@ -7,6 +7,7 @@ Real LangChain, a real ``ChatOpenAI`` whose own OpenAI client talks to the scrip
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -508,3 +509,34 @@ def test_a_redaction_policy_reaches_every_record_of_an_agent_run(relay_turn, rel
     spans = otel_spans.get_finished_spans()
     assert spans and email not in repr([(s.name, dict(s.attributes or {}), s.events) for s in spans])
     assert any("[REDACTED:email]" in event_json(e) for e in relay_events.events if e.scope_type == "tool")
+
+
+@pytest.mark.parametrize("how", ["middleware", "callback-handler-over-instrument"])
+def test_the_agents_own_tool_calls_are_in_the_next_calls_captured_input(relay_turn, relay_events, how) -> None:
+    """The conversation a LangChain model call sends holds the agent's earlier tool calls: with content
+    captured, the span says which tool was called with what (it said ``"name": null, "arguments": null``)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    from relay_runtime.integrations.otel import OTelExporter
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    relay, _turn = relay_turn
+    exporter = OTelExporter(provider, capture_content=True).attach(relay)
+    try:
+        if how != "middleware":
+            adapters.instrument()
+        middleware = [RelayMiddleware()] if how == "middleware" else []
+        agent = agents_mod.create_agent(chat_model(tool_then_answer()), [weather], middleware=middleware, name="a")
+        callbacks = [RelayCallbackHandler()] if how != "middleware" else []
+        assert run(agent, "Weather in Paris?", callbacks=callbacks)["messages"][-1].content == "Done."
+    finally:
+        exporter.detach()
+    second = client_spans(memory)[-1]
+    messages = json.loads(second.attributes["gen_ai.input.messages"])
+    calls = [p for m in messages for p in m["parts"] if p["type"] == "tool_call"]
+    assert calls == [{"type": "tool_call", "id": "call-1", "name": "weather", "arguments": {"city": "Paris"}}]
+    answers = [p for m in messages for p in m["parts"] if p["type"] == "tool_call_response"]
+    assert [(a["id"], a["response"]) for a in answers] == [("call-1", "sunny in Paris")]

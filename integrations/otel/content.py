@@ -163,13 +163,16 @@ def _message(msg: Any) -> dict[str, Any] | None:
         return {"role": "tool" if part["type"] == "tool_call_response" else "assistant", "parts": [part]}
     parts = _parts(_get(msg, "content"))
     for call in _get(msg, "tool_calls") or ():
-        fn = _get(call, "function") or {}
+        # OpenAI's shape holds the call in ``function``; the neutral view of a framework's message (LangChain's)
+        # holds ``name`` and ``arguments`` on the call itself.
+        fn = _get(call, "function")
+        source = fn if fn is not None else call
         parts.append(
             {
                 "type": "tool_call",
                 "id": _get(call, "id"),
-                "name": _get(fn, "name"),
-                "arguments": _arguments(_get(fn, "arguments")),
+                "name": _get(source, "name"),
+                "arguments": _arguments(_get(source, "arguments")),
             }
         )
     if role == "tool":
