@@ -72,6 +72,13 @@ def _parts_text(parts: Any) -> str | None:
     return "".join(texts) if texts else None
 
 
+def _is_user(message: dict[str, Any]) -> bool:
+    """A provider's user message, or a LangChain ``HumanMessage`` as recorded (its fields: a ``type``, no
+    ``role``): a LangChain model's request holds its own messages (``RelayMiddleware``, the callback handler)."""
+    role = message.get("role")
+    return role == "user" if role is not None else message.get("type") == "human"
+
+
 def user_messages(delta: dict[str, Any] | None) -> list[str]:
     """The user's messages among a request's new messages (a bare string is one: Gemini's ``contents``)."""
     out: list[str] = []
@@ -80,7 +87,7 @@ def user_messages(delta: dict[str, Any] | None) -> list[str]:
         text = None
         if isinstance(message, str):
             text = message
-        elif isinstance(message, dict) and message.get("role") == "user":
+        elif isinstance(message, dict) and _is_user(message):
             text = _text_of(message.get("content")) if "content" in message else _parts_text(message.get("parts"))
         if text is not None:
             out.append(text)
