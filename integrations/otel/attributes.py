@@ -346,13 +346,7 @@ def end_attributes(event: Event, role: str) -> dict[str, Any]:
     if event.cost is not None:
         cost_attributes(event.cost, out)
     if role == ATTEMPT:
-        _, provider, model = attempt_identity(event, event.annotated_request)
-        # An attempt a framework's callbacks witnessed is recorded after the fact: its start said neither
-        # (the same values again for any other attempt; none for one never sent, which claims no provider).
-        if provider and not (md and md.get(cv.SENT) is False):
-            out["gen_ai.provider.name"] = provider
-        if model:
-            out["gen_ai.request.model"] = model
+        provider = provider_of(event)
         response_attributes(provider, event.annotated_response, out)
         if md:
             retries = md.get(cv.SDK_RETRIES)

@@ -282,6 +282,8 @@ class OTelExporter:
         try:
             record = OpenSpan(event.uuid, span, role, parent, conversation_id)
             record.hints = hints
+            if role is A.ATTEMPT and event.annotated_request is None and event.provider is None:
+                record.late = True
             evicted = self._table.add(record)
         except ValueError:
             # The same scope started twice: keep the first span, end this one unrecorded.
@@ -321,7 +323,8 @@ class OTelExporter:
             span.end(end_time=event.timestamp)
             return
         try:
-            attributes = A.end_attributes(event, role)
+            attributes = self._late_start(record, event) if record.late else {}
+            attributes.update(A.end_attributes(event, role))
             if voice is not None:
                 voice_attributes(voice, attributes)
             if self._oi:
@@ -392,6 +395,18 @@ class OTelExporter:
             details()
         except Exception:
             self.count(CONTENT_ERRORS)
+
+    def _late_start(self, record: OpenSpan, event: Event) -> dict[str, Any]:
+        """What the start of an attempt witnessed after the fact could not say (its provider, request model and
+        request; its content when captured inline), said by its end event, which knows them; the span renamed."""
+        name, attributes = A.span_start(event, record.role, record.conversation_id)
+        if self._oi:
+            attributes.update(OI.start_attributes(event, record.role, record.conversation_id))
+        record.span.update_name(name)
+        if self._content is not None and self._store is None:
+            content = self._content
+            self._content_attributes(content.attempt_start, content.tool_start, event, record.role, attributes)
+        return attributes
 
     def _content_attributes(
         self,

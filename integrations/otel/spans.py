@@ -16,7 +16,7 @@ from opentelemetry.trace import Span
 
 
 class OpenSpan:
-    __slots__ = ("children", "context", "conversation_id", "hints", "parent", "role", "span", "uuid")
+    __slots__ = ("children", "context", "conversation_id", "hints", "late", "parent", "role", "span", "uuid")
 
     def __init__(self, uuid: str, span: Span, role: str, parent: OpenSpan | None, conversation_id: str | None):
         self.uuid = uuid
@@ -29,6 +29,9 @@ class OpenSpan:
         self.context: Context | None = None
         # The span hints its start applied (``cv.SPAN_HINTS``): the same ones at its end are on it already.
         self.hints: Any = None
+        # An attempt whose start said neither its provider nor its request (one a framework's callbacks
+        # witnessed): what a start says of an attempt is said at its end.
+        self.late = False
 
 
 class SpanTable:
