@@ -8,7 +8,9 @@
 - ``ModelCall``: one logical model call the framework makes, opened under that scope. The
   attempts ``adapters.instrument()`` makes inside join it (one attempt per provider call,
   never a second one); when nothing joined (the SDK is not instrumented, or the model is not
-  an SDK model) the integration records the attempt it observed from the framework's data.
+  an SDK model) the integration records the attempt it observed from the framework's data,
+  priced as a managed attempt is, its spend counted by the budgets after the fact (it was
+  sent before anything here heard of it: no budget can refuse it).
 - ``FrameworkRun``: a run (LangChain) or span (Agents SDK) a framework callback follows from its
   start to its end.
 - ``require``: imports a framework, or raises an ImportError naming the extra to install.
@@ -107,8 +109,8 @@ class ModelCall:
     """One logical model call of a framework, under the framework scope open where it began."""
 
     __slots__ = (
-        "_joined", "_observed_request", "_witnessed", "api_request_id", "call_role", "logical", "observed", "parent",
-        "turn",
+        "_joined", "_observed_codec", "_observed_request", "_witnessed", "api_request_id", "call_role", "logical",
+        "observed", "parent", "turn",
     )  # fmt: skip
 
     def __init__(self, turn: Turn, logical: LogicalCall, call_role: str, parent: ScopeHandle | None) -> None:
@@ -120,9 +122,10 @@ class ModelCall:
         self.parent = parent
         self.observed: ScopeHandle | None = None
         self._observed_request: AnnotatedRequestField = None
+        self._observed_codec: Any = None
         self._joined: Token[Any] | None = None
         # What ``witness`` saw, until ``leave`` knows whether an SDK attempt joined instead.
-        self._witnessed: tuple[str, str | None, AnnotatedRequestField, int, int] | None = None
+        self._witnessed: tuple[str, str | None, AnnotatedRequestField, Any, int, int] | None = None
 
     @classmethod
     def open(
@@ -153,11 +156,13 @@ class ModelCall:
         witnessed = self._witnessed
         if witnessed is not None:
             self._witnessed = None
-            provider, model, request, start_ns, attempts_before = witnessed
+            provider, model, request, codec, start_ns, attempts_before = witnessed
             if self.logical.attempts == attempts_before:
-                self.observe(provider, model, request, start_ns=start_ns)
+                self.observe(provider, model, request, start_ns=start_ns, codec=codec)
 
-    def witness(self, provider: str, model: str | None, request: AnnotatedRequestField = None) -> None:
+    def witness(
+        self, provider: str, model: str | None, request: AnnotatedRequestField = None, *, codec: Any = None
+    ) -> None:
         """The provider call the framework's callbacks report, with the SDK's classes not instrumented:
         an attempt of this call, unless an SDK attempt joins in its place.
 
@@ -167,10 +172,10 @@ class ModelCall:
         (with the time it began) only if no SDK attempt joined; never both.
         """
         if not clients_instrumented():
-            self.observe(provider, model, request)
+            self.observe(provider, model, request, codec=codec)
             return
         self.join()
-        self._witnessed = (provider, model, request, time.time_ns(), self.logical.attempts)
+        self._witnessed = (provider, model, request, codec, time.time_ns(), self.logical.attempts)
 
     def attempts(self) -> int:
         return self.logical.attempts
@@ -184,12 +189,19 @@ class ModelCall:
         return {cv.API_REQUEST_ID: self.api_request_id, cv.CALL_ROLE: self.call_role, cv.RETRY_COUNT: self.attempts()}
 
     def observe(
-        self, provider: str, model: str | None, request: AnnotatedRequestField = None, *, start_ns: int | None = None
+        self,
+        provider: str,
+        model: str | None,
+        request: AnnotatedRequestField = None,
+        *,
+        start_ns: int | None = None,
+        codec: Any = None,
     ) -> None:
         """Record the provider call the framework is making as an attempt (nothing else records it).
 
         ``request`` (its annotation, best a ``Deferred``) goes on the attempt's end event; ``start_ns``:
-        when the attempt began, if before now."""
+        when the attempt began, if before now; ``codec``: the one whose ``price_provider`` it is priced
+        under (none: ``provider``, as the cost layer maps it)."""
         call = self.logical
         turn = self.turn
         api_request_id = self.api_request_id
@@ -206,6 +218,7 @@ class ModelCall:
             provider, _LLM, parent=call.scope, attach=False, metadata=metadata, start_ns=start_ns
         )
         self._observed_request = request
+        self._observed_codec = codec
 
     def end_observed(
         self,
@@ -214,12 +227,20 @@ class ModelCall:
         error: BaseException | None = None,
         model: str | None = None,
     ) -> None:
+        """End the observed attempt, priced (with a catalog installed) from ``annotated``'s usage and model."""
         handle = self.observed
         if handle is None or handle.ended:
             return
         if model:
             self.logical.model = model
-        self.turn.relay.scope.end(
+        relay = self.turn.relay
+        outcome = outcome_of(error) if error is not None else _SUCCESS
+        late = False
+        if relay.cost.active:
+            late = relay.cost.settle_observed(
+                handle, self._observed_codec, model or self.logical.model, outcome, annotated
+            )
+        relay.scope.end(
             handle,
             output=response,
             error=error,
@@ -227,7 +248,10 @@ class ModelCall:
             model_name=model,
             annotated_request=self._observed_request,
             annotated_response=annotated,
+            outcome=outcome,
         )
+        if late:  # its turn (or agent) ended while the framework still ran it: their roll-ups went out without it
+            relay.cost.late_charge(handle, outcome)
 
     def close(self, error: BaseException | None = None) -> None:
         """Complete the logical call: a success, or the outcome ``error`` means (once; later closes do nothing)."""

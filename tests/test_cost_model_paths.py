@@ -18,7 +18,7 @@ from genai_support import embed_body, gemini_client, response_body, usage
 from relay_runtime import Recorder, adapters, cost, session
 from relay_runtime import conventions as cv
 from relay_runtime.adapters import testing as t
-from relay_runtime.cost import Budget, BudgetExceeded, PriceCatalog
+from relay_runtime.cost import Budget, BudgetExceeded, MemorySpendStore, PriceCatalog
 from relay_runtime.cost.catalog import bare_model
 
 PRICES = {"google": {"gemini-test-flash": {"input": 1.0, "output": 2.0}, "gemini-test-embed": {"input": 0.5}}}
@@ -78,3 +78,21 @@ def test_an_embedding_naming_its_model_by_path_is_priced(
     (end,) = relay_events.ends(relay_kind=cv.ATTEMPT)
     assert end.model_name == "models/gemini-test-embed"  # recorded as the caller named it
     assert end.cost.amount == pytest.approx(4 * 0.5e-6)
+
+
+def test_a_call_priced_by_the_model_its_answer_names_keeps_its_spend(relay_host: session.Host, turn: None) -> None:
+    """An alias the catalog does not list (``gpt-snap``) answered by a dated model it does: no budget could check
+    the call before it was sent, but what it cost is spend all the same. Counted only in the scopes above, it
+    never reached the profile's roll-up nor the spend store: after a restart the conversation had spent nothing."""
+    store = MemorySpendStore()
+    prices = {"openai": {"gpt-snap-2026-01-01": {"input": 1.0, "output": 2.0}}}
+    budgets = (Budget(1.0, per="conversation"), Budget(1.0, per="profile"))
+    cost.attach(relay_host, PriceCatalog.from_mapping(prices), *budgets, store=store)
+    scripted = t.scripted_openai(t.json_reply(t.chat_completion_body(model="gpt-snap-2026-01-01")), max_retries=0)
+    adapters.complete(scripted.client, {"model": "gpt-snap", "messages": [{"role": "user", "content": "hi"}]})
+    assert relay_host.relay.diagnostics()["cost.budget_unchecked_unpriced_model"] == 1
+    amount = (12 * 1.0 + 5 * 2.0) * 1e-6  # the scripted answer's usage
+    profile = relay_host.profile_key
+    assert store.load(f"conversation:{profile}:s") == pytest.approx(amount)
+    assert store.load(f"profile:{profile}") == pytest.approx(amount)
+    assert relay_host.relay.cost.profile_rollup(profile).spent == pytest.approx(amount)

@@ -73,9 +73,9 @@ def test_chat_anthropic_with_a_prompt_cache_counts_each_token_once(
     attributes = attempt_span(otel_spans)
     assert attributes["gen_ai.usage.input_tokens"] == 550  # every input token once, as the conventions count
     assert attributes["gen_ai.usage.cache_read.input_tokens"] == 400
-    if how == "middleware":  # a managed attempt, priced (the handler's observed attempt has no price)
-        expected = (100 * 1.0 + 400 * 0.1 + 30 * 1.25 + 20 * 2.0 + 20 * 2.0) * 1e-6
-        assert end.cost.amount == pytest.approx(expected)
+    # Priced alike: the middleware's managed attempt, the handler's observed one.
+    expected = (100 * 1.0 + 400 * 0.1 + 30 * 1.25 + 20 * 2.0 + 20 * 2.0) * 1e-6
+    assert end.cost.amount == pytest.approx(expected)
 
 
 class NamedModel(chat_models.BaseChatModel):
@@ -126,6 +126,5 @@ def test_a_chat_model_is_named_and_priced_as_the_provider_it_calls(
     (end,) = attempts(relay_events)
     assert end.provider == provider
     assert attempt_span(otel_spans)["gen_ai.provider.name"] == provider
-    if how == "middleware":
-        assert end.cost.provider == price_id
-        assert end.cost.amount == pytest.approx((12 * 1.0 + 5 * 2.0) * 1e-6)
+    assert end.cost.provider == price_id
+    assert end.cost.amount == pytest.approx((12 * 1.0 + 5 * 2.0) * 1e-6)

@@ -139,7 +139,7 @@ class RelayTraceProcessor:
                 # No SDK class records the provider call: the span is its witness (with an instrumented
                 # client's own attempt in its place, if the agent's client is one: ``ModelCall.witness``).
                 model = getattr(data, "model", None)
-                call.witness("openai", model if isinstance(model, str) else None)
+                call.witness("openai", model if isinstance(model, str) else None, codec=APIS[RESPONSES].codec)
             entry = FrameworkRun(turn, parent, call=call)
         else:
             scope = _scope_of(kind, data, self.wrapped_tools)

@@ -54,7 +54,8 @@ class Budget:
     (refuse the call, nothing sent), ``stop_stream`` (streams run and are
     closed when their running cost crosses; other calls are refused), or
     ``downgrade`` (send to ``downgrade_to[model]`` instead, refuse when no
-    mapping fits).
+    mapping fits). A model call recorded from a framework's callbacks (not run by the relay) cannot
+    be refused: its spend counts after the fact, against the next call.
     """
 
     def __init__(

@@ -4,20 +4,21 @@ persist the spend that outlives the process, and warn the budgets that reached `
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..events import Deferred
+from ..scopes import ScopeHandle
 from ..types import AnnotatedLLMResponse, Outcome
 from .catalog import PriceCatalog
-from .plan import RESIDUE, AttemptSpend, Node, sync_carried
+from .plan import RESIDUE, AttemptSpend, Node, Plan, sync_carried
 from .pricing import AttemptCost, CostRollup, price_usage, unpriced
 from .providers import price_provider
 from .rates import Priced, fast_price
 from .store import SharedSpendStore, SpendStore
 
 if TYPE_CHECKING:
-    from ..attempt import Attempt
     from ..relay import Relay
+    from .budget import Budget
 
 _SUCCESS = Outcome.SUCCESS.value
 _MISS: Any = object()
@@ -28,6 +29,30 @@ LATE_CHARGE_MARK = "relay.cost.late_charge"
 DOWNGRADED_FROM = "relay.cost.downgraded_from"
 
 
+class Billable(Protocol):
+    """What pricing reads of an attempt: a managed ``Attempt``, or an ``Observed`` one."""
+
+    name: str
+    codec: Any
+    model_name: str | None
+    handle: ScopeHandle
+    cost_state: Any
+
+
+class Observed:
+    """An attempt a framework integration recorded from the framework's callbacks (``ModelCall.observe``):
+    no ``Attempt`` ran it, so no budget was checked before it was sent."""
+
+    __slots__ = ("codec", "cost_state", "handle", "model_name", "name")
+
+    def __init__(self, handle: ScopeHandle, codec: Any, model_name: str | None) -> None:
+        self.handle = handle
+        self.name = handle.name
+        self.codec = codec
+        self.model_name = model_name
+        self.cost_state: Any = None
+
+
 class Settlement:
     """``RelayCost``'s half that runs when an attempt ends (what it reads of the relay's cost is declared here)."""
 
@@ -35,6 +60,8 @@ class Settlement:
     catalog: PriceCatalog | None
     _lock: threading.Lock
     _lookup: dict[tuple[str, str], Priced | None]
+    budgets: tuple[Budget, ...]
+    _plan: Plan
 
     if TYPE_CHECKING:
 
@@ -45,11 +72,20 @@ class Settlement:
 
         def _shared_store(self) -> SharedSpendStore: ...
 
+        def _nodes(self, parent: ScopeHandle | None, budgets: tuple[Budget, ...]) -> Plan: ...
+
     # -- after the provider ------------------------------------------------------------------------
 
-    def settle(self, attempt: Attempt, outcome: str, response: Any, view: Any) -> None:
-        """Price the attempt and roll it up into every scope above; failures here are counted, never raised."""
+    def settle(self, attempt: Billable, outcome: str, response: Any, view: Any) -> bool:
+        """Price the attempt and roll it up into every scope above; failures here are counted, never raised.
+
+        Returns whether a scope above had ended already (its end event went out without this charge).
+        """
         spend = attempt.cost_state
+        if spend is None and self.budgets:
+            # No budget was checked before it was sent (an observed attempt, or a model the catalog priced
+            # only by the name in its answer): its spend still counts, after the fact.
+            spend = attempt.cost_state = self._spend_after(attempt)
         try:
             if type(view) is Deferred:
                 view = view.get()
@@ -114,8 +150,30 @@ class Settlement:
                     except Exception as exc:
                         self._relay.diag.failure("bookkeeping_errors", exc, f"recording the spend of {attempt.name!r}")
                     break
+        return late
 
-    def settle_late(self, attempt: Attempt, outcome: str, response: Any, view: Any) -> None:
+    def _spend_after(self, attempt: Billable) -> AttemptSpend | None:
+        """The budgets' nodes of an attempt no check reserved for, to count what it cost (None: none apply)."""
+        parent = attempt.handle.parent
+        budgets = self.budgets
+        try:
+            plan = self._plan
+            if plan.parent is not parent or plan.budgets is not budgets:
+                plan = self._nodes(parent, budgets)
+        except Exception as exc:
+            self._relay.diag.failure("cost.spend_store_errors", exc, f"reading the spend before {attempt.name!r}")
+            return None
+        return AttemptSpend(plan.nodes, 0.0) if plan.nodes else None
+
+    def settle_observed(self, handle: ScopeHandle, codec: Any, model_name: str | None, outcome: str, view: Any) -> bool:
+        """Price an attempt recorded from a framework's callbacks, before its end event (``handle`` still open).
+
+        It was never checked against the budgets (it was sent before anything here heard of it): its spend
+        counts after the fact, so the next call, managed or observed, sees it. Returns ``settle``'s.
+        """
+        return self.settle(Observed(handle, codec, model_name), outcome, None, view)
+
+    def settle_late(self, attempt: Billable, outcome: str, response: Any, view: Any) -> None:
         """``settle`` for an attempt whose end event (``outcome``) went out before its answer came.
 
         The end events of the attempt and of the scopes above it are already delivered without this
@@ -124,11 +182,14 @@ class Settlement:
         wrote the end event keep what they wrote).
         """
         self.settle(attempt, outcome, response, view)
+        self.late_charge(attempt.handle, outcome)
+
+    def late_charge(self, handle: ScopeHandle, outcome: str) -> None:
+        """The ``LATE_CHARGE_MARK`` under ``handle``, an attempt priced after end events it belongs in went out."""
         relay = self._relay
         if not relay.subscribers.mark:
             return
         try:
-            handle = attempt.handle
             rollups: dict[str, dict[str, Any]] = {}
             scope = handle.parent
             while scope is not None:
@@ -138,11 +199,11 @@ class Settlement:
             cost = handle.cost.as_dict() if handle.cost is not None else None
             data = {"attempt_uuid": handle.uuid, "outcome": outcome, "cost": cost, "rollups": rollups}
         except Exception as exc:
-            relay.diag.failure("bookkeeping_errors", exc, f"recording the late charge of {attempt.name!r}")
+            relay.diag.failure("bookkeeping_errors", exc, f"recording the late charge of {handle.name!r}")
             return
         relay.scope.mark(LATE_CHARGE_MARK, data, parent=handle)
 
-    def _price(self, attempt: Attempt, response: Any, view: Any, spend: AttemptSpend | None) -> AttemptCost:
+    def _price(self, attempt: Billable, response: Any, view: Any, spend: AttemptSpend | None) -> AttemptCost:
         catalog = self.catalog
         codec = attempt.codec
         provider = price_provider(codec, attempt.name)
@@ -202,14 +263,19 @@ class Settlement:
                 self._relay.diag.failure("cost.spend_store_errors", exc, f"settling spend of {reservation.keys!r}")
             else:
                 sync_carried([n for n in spend.nodes if n.shared], totals)
+        added: dict[str, float] = {}
         for node in spend.nodes:
             key = node.store_key
-            if amount and key is not None and not node.shared and key not in persisted:
-                persisted.add(key)
-                try:
-                    self.store.add(key, amount)
-                except Exception as exc:
-                    self._relay.diag.failure("cost.spend_store_errors", exc, f"recording spend of {key!r}")
+            # A shared node with no reservation: spend no check reserved for (``_spend_after``), added as it is.
+            if amount and key is not None and not (node.shared and reservation is not None):
+                if key not in persisted:
+                    persisted.add(key)
+                    try:
+                        added[key] = self.store.add(key, amount)
+                    except Exception as exc:
+                        self._relay.diag.failure("cost.spend_store_errors", exc, f"recording spend of {key!r}")
+                if node.shared and key in added:
+                    sync_carried([node], (added[key],))
             if node.budget.warn_at is not None:
                 self._maybe_warn(node)
 
