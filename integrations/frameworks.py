@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import importlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar, Token
 from typing import Any
 
@@ -30,15 +30,20 @@ from relay_runtime.adapters.instrument import clients_instrumented
 from relay_runtime.attempt import Attempt
 from relay_runtime.codec import LLMCodec
 from relay_runtime.events import AnnotatedRequestField, AnnotatedResponseField, Deferred
+from relay_runtime.redaction import redacted_request
 from relay_runtime.scopes import ScopeHandle, outcome_of
 from relay_runtime.session import LogicalCall, Turn
 from relay_runtime.types import LLMRequest, Outcome, ScopeType
 
 _LLM = ScopeType.LLM.value
 _SUCCESS = Outcome.SUCCESS.value
+_NO_HEADERS: Mapping[str, Any] = {}
 _KIND, _ATTEMPT, _API_REQUEST_ID, _CALL_ROLE, _RETRY_COUNT = (
     cv.KIND, cv.ATTEMPT, cv.API_REQUEST_ID, cv.CALL_ROLE, cv.RETRY_COUNT
 )  # fmt: skip
+
+# What ``ModelCall.witness`` saw: provider, model, request view, codec, request as sent, start, attempts before.
+_Witnessed = tuple[str, "str | None", AnnotatedRequestField, Any, "Mapping[str, Any] | None", int, int]
 
 framework_scope: ContextVar[ScopeHandle | None] = ContextVar("relay_framework_scope", default=None)
 
@@ -125,7 +130,7 @@ class ModelCall:
         self._observed_codec: Any = None
         self._joined: Token[Any] | None = None
         # What ``witness`` saw, until ``leave`` knows whether an SDK attempt joined instead.
-        self._witnessed: tuple[str, str | None, AnnotatedRequestField, Any, int, int] | None = None
+        self._witnessed: _Witnessed | None = None
 
     @classmethod
     def open(
@@ -156,12 +161,18 @@ class ModelCall:
         witnessed = self._witnessed
         if witnessed is not None:
             self._witnessed = None
-            provider, model, request, codec, start_ns, attempts_before = witnessed
+            provider, model, request, codec, sent, start_ns, attempts_before = witnessed
             if self.logical.attempts == attempts_before:
-                self.observe(provider, model, request, start_ns=start_ns, codec=codec)
+                self.observe(provider, model, request, start_ns=start_ns, codec=codec, sent=sent)
 
     def witness(
-        self, provider: str, model: str | None, request: AnnotatedRequestField = None, *, codec: Any = None
+        self,
+        provider: str,
+        model: str | None,
+        request: AnnotatedRequestField = None,
+        *,
+        codec: Any = None,
+        sent: Mapping[str, Any] | None = None,
     ) -> None:
         """The provider call the framework's callbacks report, with the SDK's classes not instrumented:
         an attempt of this call, unless an SDK attempt joins in its place.
@@ -172,10 +183,10 @@ class ModelCall:
         (with the time it began) only if no SDK attempt joined; never both.
         """
         if not clients_instrumented():
-            self.observe(provider, model, request, codec=codec)
+            self.observe(provider, model, request, codec=codec, sent=sent)
             return
         self.join()
-        self._witnessed = (provider, model, request, codec, time.time_ns(), self.logical.attempts)
+        self._witnessed = (provider, model, request, codec, sent, time.time_ns(), self.logical.attempts)
 
     def attempts(self) -> int:
         return self.logical.attempts
@@ -196,12 +207,15 @@ class ModelCall:
         *,
         start_ns: int | None = None,
         codec: Any = None,
+        sent: Mapping[str, Any] | None = None,
     ) -> None:
         """Record the provider call the framework is making as an attempt (nothing else records it).
 
         ``request`` (its annotation, best a ``Deferred``) goes on the attempt's end event; ``start_ns``:
         when the attempt began, if before now; ``codec``: the one whose ``price_provider`` it is priced
-        under (none: ``provider``, as the cost layer maps it)."""
+        under (none: ``provider``, as the cost layer maps it); ``sent``: the request's arguments as the
+        framework made them (a LangChain model's ``{"model", "messages"}``), recorded on its start as a
+        managed attempt's are, so that a trajectory holds what the user said."""
         call = self.logical
         turn = self.turn
         api_request_id = self.api_request_id
@@ -215,7 +229,13 @@ class ModelCall:
                 call.model = model
         metadata = {_KIND: _ATTEMPT, _API_REQUEST_ID: api_request_id, _CALL_ROLE: self.call_role, _RETRY_COUNT: retry}
         self.observed = turn.relay.scope.push(
-            provider, _LLM, parent=call.scope, attach=False, metadata=metadata, start_ns=start_ns
+            provider,
+            _LLM,
+            parent=call.scope,
+            attach=False,
+            input=redacted_request(_NO_HEADERS, sent) if sent is not None else None,
+            metadata=metadata,
+            start_ns=start_ns,
         )
         self._observed_request = request
         self._observed_codec = codec

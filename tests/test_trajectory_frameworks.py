@@ -2,8 +2,9 @@
 
 A LangChain model's request holds LangChain's own messages (a ``HumanMessage`` records as
 ``{"type": "human", "content": ...}``, with no ``role``): the trajectory of an agent under
-``RelayMiddleware`` had the agent act with nobody having asked it anything. A real ``ChatOpenAI``
-over the scripted transport, a real agent with a tool, the ATIF exporter live.
+``RelayMiddleware`` had the agent act with nobody having asked it anything, and under the callback
+handler alone (its attempts witnessed from the callbacks) the attempts' starts held no request at all.
+A real ``ChatOpenAI`` over the scripted transport, a real agent with a tool, the ATIF exporter live.
 """
 
 from __future__ import annotations
@@ -33,12 +34,13 @@ def atif(relay_host: session.Host) -> Any:
     adapters.uninstrument()
 
 
-@pytest.mark.parametrize("how", ["middleware", "callback-handler-over-instrument"])
+@pytest.mark.parametrize("how", ["middleware", "callback-handler", "callback-handler-over-instrument"])
 def test_the_user_step_is_in_a_langchain_agents_trajectory(atif: Any, relay_turn: Any, how: str) -> None:
     if how == "middleware":
         middleware, callbacks = [RelayMiddleware()], []
     else:
-        adapters.instrument()
+        if how == "callback-handler-over-instrument":
+            adapters.instrument()
         middleware, callbacks = [], [RelayCallbackHandler()]
     agent = agents_mod.create_agent(chat_model(tool_then_answer()), [weather], middleware=middleware, name="a")
     assert run(agent, QUESTION, callbacks=callbacks)["messages"][-1].content == "Done."

@@ -275,7 +275,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
                 codec = codec_for(meta.get("ls_provider") or "langchain")
                 model = meta.get("ls_model_name")
                 content = {"model": model, "messages": messages[0] if messages else []}
-                call.witness(codec.provider, model, deferred(codec.decode, content), codec=codec)
+                call.witness(codec.provider, model, deferred(codec.decode, content), codec=codec, sent=content)
         except Exception as exc:
             turn.relay.diag.failure("subscriber_errors", exc, f"{self.framework} callback chat model start")
 
