@@ -447,6 +447,8 @@ def redact_kwargs(content: Mapping[str, Any]) -> Mapping[str, Any]:
     everything else is walked.
     """
     clean = _clean_mapping(content, 0, CONVERSATION_KWARGS)
+    if "tools" not in clean and "mcp_servers" not in clean:  # two lookups: this runs on every managed call
+        return clean
     for name in _REMOTE_SERVER_KWARGS:
         tools = clean.get(name)
         if type(tools) is list or type(tools) is tuple:
@@ -515,8 +517,9 @@ def redacted_annotation(annotated: AnnotatedLLMRequest | None) -> AnnotatedLLMRe
     if annotated is None:
         return None
     params, extra, tools = annotated.params, annotated.provider_params, annotated.tools
-    clean_params = redact_kwargs(params) if params else params
-    clean_extra = redact_kwargs(extra) if extra else extra
+    # A view's params hold no tools (``tools`` is a field of its own): ``redact_kwargs`` without that part.
+    clean_params = _clean_mapping(params, 0, CONVERSATION_KWARGS) if params else params
+    clean_extra = _clean_mapping(extra, 0, CONVERSATION_KWARGS) if extra else extra
     clean_tools = redact_tools(tools) if tools else tools
     if clean_params is params and clean_extra is extra and clean_tools is tools:
         return annotated
