@@ -517,9 +517,8 @@ def redacted_annotation(annotated: AnnotatedLLMRequest | None) -> AnnotatedLLMRe
     if annotated is None:
         return None
     params, extra, tools = annotated.params, annotated.provider_params, annotated.tools
-    # A view's params hold no tools (``tools`` is a field of its own): ``redact_kwargs`` without that part.
-    clean_params = _clean_mapping(params, 0, CONVERSATION_KWARGS) if params else params
-    clean_extra = _clean_mapping(extra, 0, CONVERSATION_KWARGS) if extra else extra
+    clean_params = redact_kwargs(params) if params else params
+    clean_extra = redact_kwargs(extra) if extra else extra  # Anthropic's ``mcp_servers`` is one of these
     clean_tools = redact_tools(tools) if tools else tools
     if clean_params is params and clean_extra is extra and clean_tools is tools:
         return annotated
