@@ -152,17 +152,20 @@ class ModelCall:
         """Completions made in this context until ``leave`` are attempts of this call."""
         self._joined = auxiliary.join_logical_call(self.api_request_id, self.call_role, attempts=self.attempts())
 
-    def leave(self) -> None:
+    def leave(self, *, request: AnnotatedRequestField = None, sent: Mapping[str, Any] | None = None) -> None:
         """The framework's model call is over: what it makes from here on is not this call's; an attempt
-        ``witness`` saw is recorded now if no SDK attempt joined in its place."""
+        ``witness`` saw is recorded now if no SDK attempt joined in its place (with ``request`` and ``sent``,
+        when the framework reports the request only at the call's end: ``witness(..., at_end=True)``)."""
         if self._joined is not None:
             auxiliary.leave_logical_call(self._joined)
             self._joined = None
         witnessed = self._witnessed
         if witnessed is not None:
             self._witnessed = None
-            provider, model, request, codec, sent, start_ns, attempts_before = witnessed
+            provider, model, seen, codec, seen_sent, start_ns, attempts_before = witnessed
             if self.logical.attempts == attempts_before:
+                if sent is None:
+                    request, sent = seen, seen_sent
                 self.observe(provider, model, request, start_ns=start_ns, codec=codec, sent=sent)
 
     def witness(
@@ -173,6 +176,7 @@ class ModelCall:
         *,
         codec: Any = None,
         sent: Mapping[str, Any] | None = None,
+        at_end: bool = False,
     ) -> None:
         """The provider call the framework's callbacks report, with the SDK's classes not instrumented:
         an attempt of this call, unless an SDK attempt joins in its place.
@@ -180,12 +184,16 @@ class ModelCall:
         With no client instrumented either, nothing else can record it: it is observed now. With single
         clients instrumented (``instrument(client)``), whether the framework's client is one of them
         shows only when it runs: the call is joined, and the witnessed attempt is recorded at ``leave``
-        (with the time it began) only if no SDK attempt joined; never both.
+        (with the time it began) only if no SDK attempt joined; never both. ``at_end``: the framework
+        tells what it sent only when the call ended (an Agents SDK span): recorded at ``leave`` always,
+        which is given the request then, so that the attempt's start holds it.
         """
-        if not clients_instrumented():
+        instrumented = clients_instrumented()
+        if not instrumented and not at_end:
             self.observe(provider, model, request, codec=codec, sent=sent)
             return
-        self.join()
+        if instrumented:
+            self.join()
         self._witnessed = (provider, model, request, codec, sent, time.time_ns(), self.logical.attempts)
 
     def attempts(self) -> int:

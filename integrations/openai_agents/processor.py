@@ -14,7 +14,9 @@ A trace processor beside the SDK's own ones (``agents.add_trace_processor``): it
   cancellation (the SDK records none for a ``CancelledError``): its scope ends cancelled.
 - ``response`` / ``generation`` spans are logical model calls under their agent's scope: the attempts
   ``adapters.instrument()`` makes for the SDK calls inside join them (never a second span); without
-  it, the attempt is recorded from the span (model, usage, finish reasons of the ``Response``).
+  it, the attempt is recorded from the span when it ends (the SDK puts the request on it only then), from
+  the time it began: its start holds the request as sent (with ``trace_include_sensitive_data``, the
+  SDK's default; none without), its end the model, usage, finish reasons of the ``Response``.
   A model span that follows a failed one in the same agent is the runner's retry (a failed model
   call not retried ends the run): both are attempts of one logical call.
 
@@ -32,7 +34,7 @@ from typing import Any
 
 from relay_runtime import conventions as cv
 from relay_runtime import session
-from relay_runtime.adapters.dispatch import APIS, RESPONSES
+from relay_runtime.adapters.dispatch import APIS, CHAT_COMPLETIONS, RESPONSES
 from relay_runtime.adapters.instrument import is_instrumented
 from relay_runtime.calls import open_call_in
 from relay_runtime.scopes import ScopeHandle
@@ -138,8 +140,11 @@ class RelayTraceProcessor:
             else:
                 # No SDK class records the provider call: the span is its witness (with an instrumented
                 # client's own attempt in its place, if the agent's client is one: ``ModelCall.witness``).
+                # The SDK puts the request on the span only once the call is over: the attempt is recorded
+                # then, from the time the span began, with what was sent on its start.
                 model = getattr(data, "model", None)
-                call.witness("openai", model if isinstance(model, str) else None, codec=APIS[RESPONSES].codec)
+                model = model if isinstance(model, str) else None
+                call.witness("openai", model, codec=APIS[RESPONSES].codec, at_end=True)
             entry = FrameworkRun(turn, parent, call=call)
         else:
             scope = _scope_of(kind, data, self.wrapped_tools)
@@ -161,7 +166,9 @@ class RelayTraceProcessor:
         error: BaseException | None = _error_of(span) if span.error else _cancelled()
         call = entry.call
         if call is not None:
-            call.leave()  # first: it records the witnessed attempt when no SDK attempt joined
+            sent = _sent_of(span.span_data)
+            # First: it records the witnessed attempt when no SDK attempt joined.
+            call.leave(request=deferred(_decode, sent) if sent is not None else None, sent=sent)
             if call.observed is not None:
                 _end_observed(call, span.span_data, error)
             if error is None or isinstance(error, asyncio.CancelledError):
@@ -253,6 +260,38 @@ def _record_unrun(entry: FrameworkRun, span: Any, tool: ToolSpan, error: BaseExc
     scopes = entry.turn.relay.scope
     handle = scopes.push(data.name, _TOOL, parent=entry.handle, attach=False, input=inputs, metadata=metadata)
     scopes.end(handle, error=error)
+
+
+def _sent_of(data: Any) -> dict[str, Any] | None:
+    """The request a model span's call sent, as its API's kwargs; None when the span does not hold it (the
+    SDK sets it only with ``trace_include_sensitive_data``, and a response span's only once answered).
+
+    A response span holds the agent's input (a string is the user's message, as the SDK sends it) and
+    the ``Response``, which echoes the instructions; a generation span (a Chat Completions model) the
+    messages as sent, the system one first."""
+    given = getattr(data, "input", None)
+    if data.type == "generation":
+        if not isinstance(given, list):
+            return None
+        sent: dict[str, Any] = {"messages": list(given)}
+        model = getattr(data, "model", None)
+        if isinstance(model, str):
+            sent["model"] = model
+        return sent
+    if isinstance(given, str):
+        given = [{"role": "user", "content": given}]
+    elif not isinstance(given, list):
+        return None
+    sent = {"input": list(given)}
+    instructions = getattr(getattr(data, "response", None), "instructions", None)
+    if instructions is not None:
+        sent["instructions"] = instructions
+    return sent
+
+
+def _decode(sent: dict[str, Any]) -> Any:
+    api = CHAT_COMPLETIONS if "messages" in sent else RESPONSES
+    return APIS[api].codec.decode(sent)
 
 
 def _end_observed(call: ModelCall, data: Any, error: BaseException | None) -> None:
