@@ -114,7 +114,8 @@ class ModelCall:
     """One logical model call of a framework, under the framework scope open where it began."""
 
     __slots__ = (
-        "_joined", "_observed_codec", "_observed_request", "_witnessed", "api_request_id", "call_role", "logical",
+        "_joined", "_observed_codec", "_observed_request", "_pending", "_witnessed", "api_request_id", "call_role",
+        "logical",
         "observed", "parent", "turn",
     )  # fmt: skip
 
@@ -129,8 +130,10 @@ class ModelCall:
         self._observed_request: AnnotatedRequestField = None
         self._observed_codec: Any = None
         self._joined: Token[Any] | None = None
-        # What ``witness`` saw, until ``leave`` knows whether an SDK attempt joined instead.
+        # What ``witness`` saw, until ``leave`` knows whether an SDK attempt joined instead; meanwhile it stands
+        # among the call's open attempts (``_Pending``), so that the end of the turn records it rather than lose it.
         self._witnessed: _Witnessed | None = None
+        self._pending: _Pending | None = None
 
     @classmethod
     def open(
@@ -159,14 +162,26 @@ class ModelCall:
         if self._joined is not None:
             auxiliary.leave_logical_call(self._joined)
             self._joined = None
-        witnessed = self._witnessed
-        if witnessed is not None:
-            self._witnessed = None
-            provider, model, seen, codec, seen_sent, start_ns, attempts_before = witnessed
-            if self.logical.attempts == attempts_before:
-                if sent is None:
-                    request, sent = seen, seen_sent
-                self.observe(provider, model, request, start_ns=start_ns, codec=codec, sent=sent)
+        self._record_witnessed(request, sent)
+
+    def _record_witnessed(self, request: AnnotatedRequestField = None, sent: Mapping[str, Any] | None = None) -> None:
+        """Record what ``witness`` saw (once: at ``leave``, or at the end of the turn, whichever comes first),
+        unless an SDK attempt joined in its place."""
+        with self.turn.lock:  # the turn may end on another thread while the framework ends its call
+            witnessed, self._witnessed = self._witnessed, None
+            pending, self._pending = self._pending, None
+        if witnessed is None:
+            return
+        if pending is not None:
+            try:
+                self.logical.open_attempts.remove(pending)
+            except ValueError:  # the end of the turn took it off already
+                pass
+        provider, model, seen, codec, seen_sent, start_ns, attempts_before = witnessed
+        if self.logical.attempts == attempts_before:
+            if sent is None:
+                request, sent = seen, seen_sent
+            self.observe(provider, model, request, start_ns=start_ns, codec=codec, sent=sent)
 
     def witness(
         self,
@@ -195,6 +210,8 @@ class ModelCall:
         if instrumented:
             self.join()
         self._witnessed = (provider, model, request, codec, sent, time.time_ns(), self.logical.attempts)
+        self._pending = _Pending(self)
+        self.logical.open_attempts.append(self._pending)  # one atomic append, as the core's attempts
 
     def attempts(self) -> int:
         return self.logical.attempts
@@ -294,6 +311,20 @@ class ModelCall:
             logical_calls.close_logical_call(self.turn, self.logical, outcome)
         except Exception as exc:
             self.turn.relay.diag.failure("bookkeeping_errors", exc, f"completing logical call {self.api_request_id!r}")
+
+
+class _Pending:
+    """A witnessed attempt not recorded yet, among its logical call's open attempts. The end of the turn
+    abandons the attempts still open: this one is then recorded (begun when it began, with what was known of
+    it then) and left open, and the framework's end of the call ends it, priced as a late charge."""
+
+    __slots__ = ("call",)
+
+    def __init__(self, call: ModelCall) -> None:
+        self.call = call
+
+    def abandon(self) -> None:
+        self.call._record_witnessed()
 
 
 class _Unfinished(RuntimeError):

@@ -230,14 +230,15 @@ def test_observed_spend_is_kept_for_conversation_and_profile_budgets(relay_home:
     assert host.relay.cost.profile_rollup(host.profile_key).spent == pytest.approx(2 * BIG)
 
 
+@pytest.mark.parametrize("single_clients", [False, True], ids=["recorded-at-start", "recorded-at-end"])
 def test_an_observed_call_answered_after_its_turn_ended_is_a_late_charge(
-    relay_home: Any, monkeypatch: pytest.MonkeyPatch
+    relay_home: Any, monkeypatch: pytest.MonkeyPatch, single_clients: bool
 ) -> None:
     """The turn ends while the framework's call runs: the turn's end event went out without the charge, which
-    reaches the record as a late-charge mark (the attempt's own end event carries its cost)."""
-    # As in a process where no single client was ever instrumented (sticky once one was): the handler records
-    # the attempt when the call starts, not at its end.
-    monkeypatch.setattr(sys.modules["relay_runtime.adapters.instrument"], "_single_clients", False)
+    reaches the record as a late-charge mark (the attempt's own end event carries its cost). With no single
+    client instrumented the handler records the attempt when the call starts; with one (the flag is sticky),
+    only at its end, unless an SDK attempt joins: the end of the turn then records it, or it was lost."""
+    monkeypatch.setattr(sys.modules["relay_runtime.adapters.instrument"], "_single_clients", single_clients)
     host = session.SESSION_COORDINATOR.host(session.current_profile_key())
     events = Recorder()
     host.relay.subscribers.register(events, name="test")
