@@ -412,7 +412,7 @@ def test_server_address_follows_a_client_whose_base_url_changes() -> None:
     client.base_url = "http://127.0.0.1:8081/v1"
     assert adapters.dispatch.server_address(client) == "127.0.0.1:8081"
     other = t.openai_client(t.Script())
-    other._base_url = httpx2.URL("https://other.test/v1")
+    other.base_url = httpx2.URL("https://other.test/v1")
     assert adapters.dispatch.server_address(other) == "other.test"
     assert adapters.dispatch.server_address(client) == "127.0.0.1:8081"
 
