@@ -33,6 +33,7 @@ from relay_runtime.events import AnnotatedRequestField, AnnotatedResponseField, 
 from relay_runtime.redaction import redacted_request
 from relay_runtime.scopes import ScopeHandle, outcome_of
 from relay_runtime.session import LogicalCall, Turn
+from relay_runtime.tool_results import blanked as blanked_results
 from relay_runtime.types import LLMRequest, Outcome, ScopeType
 
 _LLM = ScopeType.LLM.value
@@ -258,7 +259,7 @@ class ModelCall:
             _LLM,
             parent=call.scope,
             attach=False,
-            input=redacted_request(_NO_HEADERS, sent) if sent is not None else None,
+            input=redacted_request(_NO_HEADERS, blanked_results(sent)) if sent is not None else None,
             metadata=metadata,
             start_ns=start_ns,
         )

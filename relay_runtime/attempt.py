@@ -32,6 +32,7 @@ from .events import (
 from .intercepts import LLM_RESPONSE, Intercept
 from .redaction import redacted_annotation, redacted_request
 from .scopes import ScopeHandle, outcome_of
+from .tool_results import blanked as blanked_results
 from .types import (
     AnnotatedLLMRequest,
     AnnotatedLLMResponse,
@@ -212,7 +213,7 @@ class Attempt:
                 h.start_ns,
                 None,  # start_timestamp
                 # The slots themselves (what raw_headers() / raw_content() return), without two calls.
-                redacted_request(request._headers, request._content),  # input
+                redacted_request(request._headers, blanked_results(request._content)),  # input
                 None,  # output
                 dict(self.metadata),
                 None,  # data

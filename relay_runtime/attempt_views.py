@@ -7,11 +7,13 @@ read a request or an answer costs the view, never the call: the failure is count
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import conventions as cv
 from .codec import LLMCodec
 from .redaction import redacted_annotation
+from .tool_results import blanked as blanked_results
 from .types import AnnotatedLLMRequest, AnnotatedLLMResponse
 
 if TYPE_CHECKING:
@@ -24,10 +26,12 @@ DECODE_ERRORS = "decode_errors"
 
 
 def decode_for_observers(
-    relay: Relay, name: str, codec: LLMCodec, content: dict[str, Any]
+    relay: Relay, name: str, codec: LLMCodec, content: Mapping[str, Any]
 ) -> AnnotatedLLMRequest | None:
     try:
-        return redacted_annotation(codec.decode(content))
+        # Its tools' results as the start event records them (``tool_results``): read only when an observer
+        # reads the view.
+        return redacted_annotation(codec.decode(blanked_results(content)))
     except Exception as exc:
         relay.diag.failure("bookkeeping_errors", exc, f"decoding the request of {name!r}")
         relay.diag.count(DECODE_ERRORS)

@@ -23,6 +23,7 @@ from .events import MARK, SCOPE_END, SCOPE_START, AnnotatedRequestField, Annotat
 from .ids import new_id
 from .ids import pooled as _pooled
 from .redaction import redact_value, told
+from .tool_results import result_blanked
 from .trace_context import REMOTE_PARENT, REMOTE_TRACESTATE, clean_tracestate, require_traceparent
 from .types import Outcome, ScopeType
 
@@ -284,7 +285,7 @@ class Scopes:
                 self._stack.set(handle.below)
             else:
                 self._check_not_buried(handle, top)
-        self._end(handle, self._recorded(output), metadata, error, outcome)
+        self._end(handle, self._recorded(output, handle), metadata, error, outcome)
 
     def _check_not_buried(self, handle: ScopeHandle, top: ScopeHandle | None) -> None:
         node = top
@@ -316,15 +317,18 @@ class Scopes:
         is ended through ``_end``: the response's own redaction applies to it).
         """
         self._end(
-            handle, self._recorded(output), metadata, error, outcome, provider, model_name, annotated_request,
+            handle, self._recorded(output, handle), metadata, error, outcome, provider, model_name, annotated_request,
             annotated_response,
         )  # fmt: skip
 
-    def _recorded(self, output: Any) -> Any:
-        """``output`` as ``pop`` and ``end`` record it: credentials blanked (``redact_value``); the relay's own
-        outputs (``RelayOutput``) as they are, and nothing read when no subscriber takes end events."""
+    def _recorded(self, output: Any, handle: ScopeHandle) -> Any:
+        """``output`` as ``pop`` and ``end`` record it: credentials blanked (``redact_value``; in a tool's result
+        held as text, the values of credential keys, as in its arguments: ``tool_results``); the relay's own outputs
+        (``RelayOutput``) as they are, and nothing read when no subscriber takes end events."""
         if output is None or type(output) is RelayOutput or not self._subs.end:
             return output
+        if handle.scope_type == _TOOL:
+            return result_blanked(redact_value(output))
         return redact_value(output)
 
     def _end(

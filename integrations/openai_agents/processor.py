@@ -37,9 +37,9 @@ from relay_runtime import session
 from relay_runtime.adapters.dispatch import APIS, CHAT_COMPLETIONS, RESPONSES
 from relay_runtime.adapters.instrument import is_instrumented
 from relay_runtime.calls import open_call_in
-from relay_runtime.error_text import keyed_values_blanked
 from relay_runtime.scopes import ScopeHandle
 from relay_runtime.session import Turn
+from relay_runtime.tool_results import blanked as blanked_results
 from relay_runtime.types import AnnotatedLLMResponse, ScopeType, TokenUsage
 
 from ..frameworks import FrameworkRun, ModelCall, current_parent, deferred, enter_scope, leave_scope
@@ -168,6 +168,8 @@ class RelayTraceProcessor:
         call = entry.call
         if call is not None:
             sent = _sent_of(span.span_data)
+            if sent is not None:  # its view too holds the tools' results as the attempt's start records them
+                sent = dict(blanked_results(sent))
             # First: it records the witnessed attempt when no SDK attempt joined.
             call.leave(request=deferred(_decode, sent) if sent is not None else None, sent=sent)
             if call.observed is not None:
@@ -274,7 +276,7 @@ def _sent_of(data: Any) -> dict[str, Any] | None:
     if data.type == "generation":
         if not isinstance(given, list):
             return None
-        sent: dict[str, Any] = {"messages": _tool_results_blanked(given)}
+        sent: dict[str, Any] = {"messages": list(given)}
         model = getattr(data, "model", None)
         if isinstance(model, str):
             sent["model"] = model
@@ -283,26 +285,11 @@ def _sent_of(data: Any) -> dict[str, Any] | None:
         given = [{"role": "user", "content": given}]
     elif not isinstance(given, list):
         return None
-    sent = {"input": _tool_results_blanked(given)}
+    sent = {"input": list(given)}
     instructions = getattr(getattr(data, "response", None), "instructions", None)
     if instructions is not None:
         sent["instructions"] = instructions
     return sent
-
-
-def _tool_results_blanked(items: list[Any]) -> list[Any]:
-    """``items`` with the values of credential keys blanked in the tools' results they carry as text (a
-    tool returning an object holding an ``api_key``: the SDK sends its ``str``), as the tool's own scope
-    records its output; what the model said and the user wrote stay as they were."""
-    out = list(items)
-    for i, item in enumerate(out):
-        if not isinstance(item, dict):
-            continue
-        if item.get("type") == "function_call_output" and isinstance(item.get("output"), str):
-            out[i] = {**item, "output": keyed_values_blanked(item["output"])}
-        elif item.get("role") == "tool" and isinstance(item.get("content"), str):
-            out[i] = {**item, "content": keyed_values_blanked(item["content"])}
-    return out
 
 
 def _decode(sent: dict[str, Any]) -> Any:

@@ -1,0 +1,158 @@
+"""The tools' results a request carries back to the model, with the values of credential keys blanked.
+
+A tool that returns an object holding an ``api_key`` has its output recorded with that value blanked
+(``redact_value``, key by key). The agent then sends the result back to the model as text (the SDKs
+send ``str(result)``: ``user='ada' api_key='sk-...'``), inside the conversation, which the credential
+walk leaves alone as conversation: every record of the next request (its start event, JSONL, spans)
+carried the value the tool's own record blanked. So the tool results in a request's conversation are
+read as text for credential-keyed values (``error_text.keyed_values_blanked``), in every API's shape:
+OpenAI chat's ``tool`` messages, Responses' ``function_call_output`` items, Anthropic's ``tool_result``
+blocks, LangChain's ``ToolMessage``. What the model and the user said is left as it is.
+
+An agent sends its whole history on every call: each result's text is read once and remembered, so a
+call pays a pass over its conversation's items, not over their text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .error_text import keyed_values_blanked
+
+_CONVERSATIONS = ("messages", "input")
+_MEMO_MAX = 4096
+_SAME = "\x00unchanged"  # remembered for a text with nothing to blank (never a blanked text: those are kept)
+_memo: dict[str, str] = {}
+
+
+def blanked(kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``kwargs`` itself when no tool result in its conversation holds a credential-keyed value (nearly
+    every request), else a copy whose conversation holds the results blanked."""
+    # Chat messages asked inline, with no call per item: every managed call with an observer asks this.
+    messages = kwargs.get("messages")
+    if type(messages) is list:
+        for item in messages:
+            if type(item) is dict:
+                role = item.get("role")
+                if role == "tool" or (role == "user" and type(item.get("content")) is list):
+                    return _blanked(kwargs)
+            elif type(item) is not str and getattr(item, "type", None) == "tool":
+                return _blanked(kwargs)
+    items = kwargs.get("input")
+    if type(items) is list and _holds_results(items):
+        return _blanked(kwargs)
+    return kwargs
+
+
+def _blanked(kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
+    out: dict[str, Any] | None = None
+    for key in _CONVERSATIONS:
+        conversation = kwargs.get(key)
+        if type(conversation) is not list:
+            continue
+        new = _items(conversation)
+        if new is not conversation:
+            if out is None:
+                out = dict(kwargs)
+            out[key] = new
+    return kwargs if out is None else out
+
+
+def result_blanked(result: Any) -> Any:
+    """A tool's result as its own scope records it, the values of credential keys blanked where it is text: a
+    string, or a framework's message carrying it (LangChain's ``ToolMessage``); ``result`` itself otherwise."""
+    if type(result) is str:
+        return _text(result)
+    return _item(result)
+
+
+def _holds_results(items: list[Any]) -> bool:
+    """Whether any item may be a tool's result: one loop and no call per item, since every managed call with
+    an observer asks it of its whole conversation (most items are the user's and the model's messages)."""
+    for item in items:
+        if type(item) is dict:
+            role = item.get("role")
+            if role == "tool" or (role is None and item.get("type") == "function_call_output"):
+                return True
+            if role == "user" and type(item.get("content")) is list:
+                return True
+        elif type(item) is not str and getattr(item, "type", None) == "tool":
+            return True
+    return False
+
+
+def _items(items: list[Any]) -> list[Any]:
+    out: list[Any] | None = None
+    for i, item in enumerate(items):
+        new = _item(item)
+        if new is not item:
+            if out is None:
+                out = list(items)
+            out[i] = new
+    return items if out is None else out
+
+
+def _item(item: Any) -> Any:
+    if type(item) is dict:
+        role = item.get("role")
+        if role == "tool":  # OpenAI chat
+            return _with(item, "content", _content(item.get("content")))
+        if role == "user":  # Anthropic: the results come back as blocks of a user message
+            content = item.get("content")
+            return _with(item, "content", _blocks(content)) if type(content) is list else item
+        if role is None and item.get("type") == "function_call_output":  # Responses
+            return _with(item, "output", _content(item.get("output")))
+        return item
+    if getattr(item, "type", None) == "tool":  # LangChain's ToolMessage (a pydantic model)
+        content = getattr(item, "content", None)
+        new = _content(content)
+        copy = getattr(item, "model_copy", None)
+        return item if new is content or copy is None else copy(update={"content": new})
+    return item
+
+
+def _with(item: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    return item if value is item.get(key) else {**item, key: value}
+
+
+def _blocks(blocks: list[Any]) -> list[Any]:
+    out: list[Any] | None = None
+    for i, block in enumerate(blocks):
+        if type(block) is dict and block.get("type") == "tool_result":
+            new = _with(block, "content", _content(block.get("content")))
+            if new is not block:
+                if out is None:
+                    out = list(blocks)
+                out[i] = new
+    return blocks if out is None else out
+
+
+def _content(content: Any) -> Any:
+    """A result's text, or its text parts (``{"type": "text", "text": ...}``), blanked."""
+    if type(content) is str:
+        return _text(content)
+    if type(content) is not list:
+        return content
+    out: list[Any] | None = None
+    for i, part in enumerate(content):
+        if type(part) is dict and type(part.get("text")) is str:
+            text = part["text"]
+            new = _text(text)
+            if new is not text:
+                if out is None:
+                    out = list(content)
+                out[i] = {**part, "text": new}
+    return content if out is None else out
+
+
+def _text(text: str) -> str:
+    found = _memo.get(text)
+    if found is None:
+        blank = keyed_values_blanked(text)
+        found = _SAME if blank == text else blank
+        if len(_memo) >= _MEMO_MAX:  # a bound, not a cache policy: a long-running process starts over
+            _memo.clear()
+        _memo[text] = found
+    # Unchanged: the caller's own object (an equal string remembered from another call is another object).
+    return text if found is _SAME else found

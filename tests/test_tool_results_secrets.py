@@ -1,0 +1,120 @@
+"""A tool's result carried back to the model holds no credential in any record of the request.
+
+A tool returning an object with an ``api_key`` has its own output recorded with the key blanked; the
+agent then sends ``str(result)`` back to the model in the conversation, which the credential walk leaves
+alone. Every record of that next request (its events, JSONL, spans with content on) carried the key.
+Real SDK clients over the mock transport (the provider still gets the result as it was), a real Agents
+SDK run and a real LangChain agent, every sink attached (``Sinks``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from relay_runtime import adapters
+from relay_runtime.adapters import testing as t
+from tests.test_frameworks_records_secrets import API_KEY, Account, Sinks, assert_nowhere
+
+RESULT = str(Account(user="ada", api_key=API_KEY))  # what an SDK sends back of such a tool's result
+ASK = {"role": "user", "content": "Open an account for ada"}
+
+
+def test_an_openai_chat_tool_message_records_no_credential(relay_turn: Any, relay_events: Any, tmp_path: Any) -> None:
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    script = t.Script([t.json_reply(t.chat_completion_body("Opened."))])
+    client = adapters.instrument(t.openai_client(script))
+    call = {"id": "call-1", "type": "function", "function": {"name": "open_account", "arguments": "{}"}}
+    messages = [ASK, {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "call-1", "content": RESULT}]  # fmt: skip
+    client.chat.completions.create(model="gpt-test", messages=messages)
+    assert API_KEY in script.requests[0].content.decode()  # the provider got the result as it was
+    assert messages[2]["content"] == RESULT  # and the caller's conversation is left as it is
+    texts = sinks.texts()
+    assert "api_key=" in texts["events"] and "open_account" in texts["spans"]  # the rest of the result is there
+    assert_nowhere(texts, API_KEY)
+
+
+def test_responses_and_anthropic_tool_results_record_no_credential(
+    relay_turn: Any, relay_events: Any, tmp_path: Any
+) -> None:
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    script = t.Script([t.json_reply(t.responses_body("Opened.")), t.json_reply(t.anthropic_message_body("Opened."))])
+    adapters.instrument(t.openai_client(script)).responses.create(
+        model="gpt-test",
+        input=[ASK, {"type": "function_call", "call_id": "c-1", "name": "open_account", "arguments": "{}"},
+               {"type": "function_call_output", "call_id": "c-1", "output": RESULT}],
+    )  # fmt: skip
+    adapters.instrument(t.anthropic_client(script)).messages.create(
+        model="claude-test",
+        max_tokens=16,
+        messages=[ASK, {"role": "assistant", "content": [{"type": "tool_use", "id": "tu-1", "name": "open_account",
+                                                          "input": {}}]},
+                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "tu-1", "content": RESULT},
+                                               {"type": "tool_result", "tool_use_id": "tu-1",
+                                                "content": [{"type": "text", "text": RESULT}]}]}],
+    )  # fmt: skip
+    assert all(API_KEY in r.content.decode() for r in script.requests)
+    assert_nowhere(sinks.texts(), API_KEY)
+
+
+def test_an_agents_tool_returning_a_model_with_a_key_is_sent_back_with_none_recorded(
+    relay_turn: Any, relay_events: Any, tmp_path: Any
+) -> None:
+    from relay_runtime.integrations import openai_agents
+    from tests.test_frameworks_agents import agents, run, scripted
+
+    @agents.function_tool
+    def open_account(user: str) -> Account:
+        """Open an account."""
+        return Account(user=user, api_key=API_KEY)
+
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    call = {"call_id": "call-1", "name": "open_account", "arguments": json.dumps({"user": "ada"})}
+    # Only our processor (the SDK's default one would export to OpenAI), and nothing of ours left after the test.
+    saved = agents.tracing.get_trace_provider()._multi_processor._processors
+    agents.set_trace_processors([])
+    adapters.instrument()
+    openai_agents.instrument()
+    try:
+        s = scripted(t.json_reply(t.responses_body("", function_call=call)), t.json_reply(t.responses_body("Done.")))
+        agent = agents.Agent(name="helper", model="gpt-test", tools=[open_account])
+        assert run(agent, "Open one").final_output == "Done."
+    finally:
+        openai_agents.uninstrument()
+        adapters.uninstrument()
+        agents.set_default_openai_client(None, use_for_tracing=False)  # type: ignore[arg-type]
+        agents.set_trace_processors(list(saved))
+    assert API_KEY in s.script.requests[1].content.decode()
+    assert_nowhere(sinks.texts(), API_KEY)
+
+
+def test_a_langchain_tool_returning_a_model_with_a_key_is_sent_back_with_none_recorded(
+    relay_turn: Any, relay_events: Any, tmp_path: Any
+) -> None:
+    from tests.framework_support import tool_call_body
+    from tests.test_frameworks_langchain import RelayMiddleware, agents_mod, chat_model, run, tools_mod
+
+    @tools_mod.tool
+    def open_account(user: str) -> str:
+        """Open an account."""
+        return str(Account(user=user, api_key=API_KEY))
+
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    script = t.Script([t.json_reply(tool_call_body("open_account", {"user": "ada"})),
+                       t.json_reply(t.chat_completion_body("Done."))])  # fmt: skip
+    agent = agents_mod.create_agent(chat_model(script), [open_account], middleware=[RelayMiddleware()], name="a")
+    assert run(agent, "Open one")["messages"][-1].content == "Done."
+    assert API_KEY in script.requests[1].content.decode()
+    assert_nowhere(sinks.texts(), API_KEY)
+
+
+def test_a_request_with_no_credential_in_its_tool_results_is_the_callers_own_object() -> None:
+    from relay_runtime.tool_results import blanked
+
+    kwargs = {"messages": [ASK, {"role": "tool", "tool_call_id": "c", "content": "sunny in Paris"}]}
+    assert blanked(kwargs) is kwargs
