@@ -31,7 +31,7 @@ from relay_runtime.attempt import Attempt
 from relay_runtime.codec import LLMCodec
 from relay_runtime.events import AnnotatedRequestField, AnnotatedResponseField, Deferred
 from relay_runtime.redaction import redacted_request
-from relay_runtime.scopes import ScopeHandle, outcome_of
+from relay_runtime.scopes import RecordedRequest, ScopeHandle, outcome_of
 from relay_runtime.session import LogicalCall, Turn
 from relay_runtime.tool_results import blanked as blanked_results
 from relay_runtime.types import LLMRequest, Outcome, ScopeType
@@ -259,7 +259,7 @@ class ModelCall:
             _LLM,
             parent=call.scope,
             attach=False,
-            input=redacted_request(_NO_HEADERS, blanked_results(sent)) if sent is not None else None,
+            input=RecordedRequest(redacted_request(_NO_HEADERS, blanked_results(sent))) if sent is not None else None,
             metadata=metadata,
             start_ns=start_ns,
         )

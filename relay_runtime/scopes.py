@@ -43,6 +43,14 @@ class RelayOutput(dict[str, Any]):
     __slots__ = ()
 
 
+class RecordedRequest(dict[str, Any]):
+    """A model call's request as an attempt's start records it (``redaction.redacted_request``: headers and
+    kwargs, credentials blanked, the conversation as sent): ``push`` records it as it is, as the core's own
+    attempts do, instead of walking every message of the conversation again."""
+
+    __slots__ = ()
+
+
 class ScopeOrderError(RuntimeError):
     """A scope was popped while a scope pushed after it, in the same context, was still open."""
 
@@ -220,7 +228,7 @@ class Scopes:
             handle.start_ns = _start_time(start_ns)
         token = self._stack.set(handle) if attach else None
         if self._subs.start:
-            if input is not None:
+            if input is not None and type(input) is not RecordedRequest:
                 # A framework's chain or tool input may carry a credential (a client's key, an
                 # ``api_key`` argument): the record never holds it. What runs gets ``input`` as it was.
                 input = redact_value(input)
