@@ -20,7 +20,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from opentelemetry import propagate
 from opentelemetry import trace as trace_api
 from opentelemetry.context import Context
 from opentelemetry.metrics import MeterProvider
@@ -34,7 +33,7 @@ from relay_runtime.events import MARK, SCOPE_END, SCOPE_START, Event
 
 from . import attributes as A
 from . import hints as H
-from . import lifecycle, one_span, propagation
+from . import lifecycle, one_span, propagation, span_context
 from . import openinference as OI
 from .capture import DetailsEvents, as_events, capture_mode, mode_from_env, on_spans
 from .content import ContentRecorder, Redactor
@@ -463,33 +462,12 @@ class OTelExporter:
 
     # -- trace context for provider calls -------------------------------------------------
 
-    def span_for(self, scope_uuid: str) -> Span | None:
-        record = self._table.get(scope_uuid)
-        return record.span if record is not None else None
+    # -- an open scope's span as trace context for what runs under it: ``span_context.py`` ----------
 
-    def context_for(self, scope_uuid: str) -> Context | None:
-        """An OTel context whose current span is this scope's, to parent other instrumentation."""
-        span = self.span_for(scope_uuid)
-        return trace_api.set_span_in_context(span) if span is not None else None
-
-    def traceparent_for(self, scope_uuid: str) -> str | None:
-        """The W3C ``traceparent`` of an open scope's span, or None (unknown, ended, or not sampled)."""
-        span = self.span_for(scope_uuid)
-        if span is None:
-            return None
-        sc = span.get_span_context()
-        if not sc.is_valid:
-            return None
-        return f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{int(sc.trace_flags):02x}"
-
-    def headers_for(self, scope_uuid: str) -> dict[str, str]:
-        """Propagation headers for an open scope through the configured propagators (``OTEL_PROPAGATORS``)."""
-        context = self.context_for(scope_uuid)
-        if context is None:
-            return {}
-        carrier: dict[str, str] = {}
-        propagate.inject(carrier, context=context)
-        return carrier
+    span_for = span_context.span_for
+    context_for = span_context.context_for
+    traceparent_for = span_context.traceparent_for
+    headers_for = span_context.headers_for
 
     # -- attaching, counting, shutting down: ``lifecycle.py`` ----------------------------------
 
