@@ -15,7 +15,7 @@ call pays a pass over its conversation's items, not over their text.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .error_text import keyed_values_blanked
@@ -29,16 +29,9 @@ _memo: dict[str, str] = {}
 def blanked(kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
     """``kwargs`` itself when no tool result in its conversation holds a credential-keyed value (nearly
     every request), else a copy whose conversation holds the results blanked."""
-    # Chat messages asked inline, with no call per item: every managed call with an observer asks this.
     messages = kwargs.get("messages")
-    if type(messages) is list:
-        for item in messages:
-            if type(item) is dict:
-                role = item.get("role")
-                if role == "tool" or (role == "user" and type(item.get("content")) is list):
-                    return _blanked(kwargs)
-            elif type(item) is not str and getattr(item, "type", None) == "tool":
-                return _blanked(kwargs)
+    if type(messages) is list and _holds_results(messages):
+        return _blanked(kwargs)
     items = kwargs.get("input")
     if type(items) is list and _holds_results(items):
         return _blanked(kwargs)
@@ -49,13 +42,12 @@ def _blanked(kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
     out: dict[str, Any] | None = None
     for key in _CONVERSATIONS:
         conversation = kwargs.get(key)
-        if type(conversation) is not list:
-            continue
-        new = _items(conversation)
-        if new is not conversation:
-            if out is None:
-                out = dict(kwargs)
-            out[key] = new
+        if type(conversation) is list:
+            new = _mapped(conversation, _item)
+            if new is not conversation:
+                if out is None:
+                    out = dict(kwargs)
+                out[key] = new
     return kwargs if out is None else out
 
 
@@ -82,10 +74,11 @@ def _holds_results(items: list[Any]) -> bool:
     return False
 
 
-def _items(items: list[Any]) -> list[Any]:
+def _mapped(items: list[Any], each: Callable[[Any], Any]) -> list[Any]:
+    """``items`` itself when ``each`` leaves every item as it is, else a copy holding what it made of them."""
     out: list[Any] | None = None
     for i, item in enumerate(items):
-        new = _item(item)
+        new = each(item)
         if new is not item:
             if out is None:
                 out = list(items)
@@ -100,7 +93,7 @@ def _item(item: Any) -> Any:
             return _with(item, "content", _content(item.get("content")))
         if role == "user":  # Anthropic: the results come back as blocks of a user message
             content = item.get("content")
-            return _with(item, "content", _blocks(content)) if type(content) is list else item
+            return _with(item, "content", _mapped(content, _block)) if type(content) is list else item
         if role is None and item.get("type") == "function_call_output":  # Responses
             return _with(item, "output", _content(item.get("output")))
         return item
@@ -116,34 +109,23 @@ def _with(item: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
     return item if value is item.get(key) else {**item, key: value}
 
 
-def _blocks(blocks: list[Any]) -> list[Any]:
-    out: list[Any] | None = None
-    for i, block in enumerate(blocks):
-        if type(block) is dict and block.get("type") == "tool_result":
-            new = _with(block, "content", _content(block.get("content")))
-            if new is not block:
-                if out is None:
-                    out = list(blocks)
-                out[i] = new
-    return blocks if out is None else out
+def _block(block: Any) -> Any:
+    if type(block) is dict and block.get("type") == "tool_result":
+        return _with(block, "content", _content(block.get("content")))
+    return block
 
 
 def _content(content: Any) -> Any:
     """A result's text, or its text parts (``{"type": "text", "text": ...}``), blanked."""
     if type(content) is str:
         return _text(content)
-    if type(content) is not list:
-        return content
-    out: list[Any] | None = None
-    for i, part in enumerate(content):
-        if type(part) is dict and type(part.get("text")) is str:
-            text = part["text"]
-            new = _text(text)
-            if new is not text:
-                if out is None:
-                    out = list(content)
-                out[i] = {**part, "text": new}
-    return content if out is None else out
+    return _mapped(content, _part) if type(content) is list else content
+
+
+def _part(part: Any) -> Any:
+    if type(part) is dict and type(part.get("text")) is str:
+        return _with(part, "text", _text(part["text"]))
+    return part
 
 
 def _text(text: str) -> str:
