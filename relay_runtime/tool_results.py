@@ -7,7 +7,9 @@ walk leaves alone as conversation: every record of the next request (its start e
 carried the value the tool's own record blanked. So the tool results in a request's conversation are
 read as text for credential-keyed values (``error_text.keyed_values_blanked``), in every API's shape:
 OpenAI chat's ``tool`` messages, Responses' ``function_call_output`` items, Anthropic's ``tool_result``
-blocks, LangChain's ``ToolMessage``. What the model and the user said is left as it is.
+blocks, Bedrock Converse's ``toolResult`` blocks, LangChain's ``ToolMessage``; a result given as data
+(Converse's ``json`` block, Gemini's ``function_response``) is walked by the key rule, its texts read.
+What the model and the user said is left as it is.
 
 An agent sends its whole history on every call: each result's text is read once and remembered, so a
 call pays a pass over its conversation's items, not over their text.
@@ -19,8 +21,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .error_text import keyed_values_blanked
+from .redaction import redact_value
 
-_CONVERSATIONS = ("messages", "input")
+_CONVERSATIONS = ("messages", "input", "contents")
 _MEMO_MAX = 4096
 _SAME = "\x00unchanged"  # remembered for a text with nothing to blank (never a blanked text: those are kept)
 _memo: dict[str, str] = {}
@@ -34,6 +37,9 @@ def blanked(kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
         return _blanked(kwargs)
     items = kwargs.get("input")
     if type(items) is list and _holds_results(items):
+        return _blanked(kwargs)
+    contents = kwargs.get("contents")  # Gemini's, whose results are parts of a content
+    if type(contents) is list and _holds_results(contents):
         return _blanked(kwargs)
     return kwargs
 
@@ -69,6 +75,8 @@ def _holds_results(items: list[Any]) -> bool:
                 return True
             if role == "user" and type(item.get("content")) is list:
                 return True
+            if type(item.get("parts")) is list:
+                return True
         elif type(item) is not str and getattr(item, "type", None) == "tool":
             return True
     return False
@@ -91,12 +99,13 @@ def _item(item: Any) -> Any:
         role = item.get("role")
         if role == "tool":  # OpenAI chat
             return _with(item, "content", _content(item.get("content")))
-        if role == "user":  # Anthropic: the results come back as blocks of a user message
-            content = item.get("content")
-            return _with(item, "content", _mapped(content, _block)) if type(content) is list else item
+        content = item.get("content")
+        if role == "user" and type(content) is list:  # Anthropic, Converse: results are blocks of a user message
+            return _with(item, "content", _mapped(content, _block))
         if role is None and item.get("type") == "function_call_output":  # Responses
             return _with(item, "output", _content(item.get("output")))
-        return item
+        parts = item.get("parts")  # Gemini: a content's parts
+        return _with(item, "parts", _mapped(parts, _part_result)) if type(parts) is list else item
     if getattr(item, "type", None) == "tool":  # LangChain's ToolMessage (a pydantic model)
         content = getattr(item, "content", None)
         new = _content(content)
@@ -110,9 +119,39 @@ def _with(item: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
 
 
 def _block(block: Any) -> Any:
-    if type(block) is dict and block.get("type") == "tool_result":
-        return _with(block, "content", _content(block.get("content")))
+    if type(block) is dict:
+        if block.get("type") == "tool_result":  # Anthropic
+            return _with(block, "content", _content(block.get("content")))
+        result = block.get("toolResult")  # Bedrock Converse
+        if type(result) is dict:
+            return _with(block, "toolResult", _with(result, "content", _content(result.get("content"))))
     return block
+
+
+def _part_result(part: Any) -> Any:
+    """A Gemini part answering a function call: its response is data."""
+    if type(part) is not dict:
+        return part
+    for key in ("function_response", "functionResponse"):
+        response = part.get(key)
+        if type(response) is dict:
+            return _with(part, key, _with(response, "response", _data(response.get("response"))))
+    return part
+
+
+def _data(value: Any) -> Any:
+    """A result given as data: credential keys blanked by the key rule, its strings read as texts."""
+    if value is None:
+        return value
+    clean = redact_value(value)
+    if type(clean) is dict:
+        return _with_all(clean, {k: _text(v) for k, v in clean.items() if type(v) is str})
+    return _text(clean) if type(clean) is str else clean
+
+
+def _with_all(item: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    changed = {k: v for k, v in values.items() if v is not item[k]}
+    return {**item, **changed} if changed else item
 
 
 def _content(content: Any) -> Any:
@@ -123,8 +162,11 @@ def _content(content: Any) -> Any:
 
 
 def _part(part: Any) -> Any:
-    if type(part) is dict and type(part.get("text")) is str:
-        return _with(part, "text", _text(part["text"]))
+    if type(part) is dict:
+        if type(part.get("text")) is str:
+            return _with(part, "text", _text(part["text"]))
+        if "json" in part:  # Bedrock Converse: a result given as data
+            return _with(part, "json", _data(part["json"]))
     return part
 
 

@@ -118,3 +118,40 @@ def test_a_request_with_no_credential_in_its_tool_results_is_the_callers_own_obj
 
     kwargs = {"messages": [ASK, {"role": "tool", "tool_call_id": "c", "content": "sunny in Paris"}]}
     assert blanked(kwargs) is kwargs
+
+
+def test_bedrock_converse_and_gemini_tool_results_record_no_credential(
+    relay_turn: Any, relay_events: Any, tmp_path: Any
+) -> None:
+    """Converse sends a tool's result as ``toolResult`` blocks (text, or ``json`` data); Gemini as a
+    ``function_response`` part whose response is data: a key in the data and one in its text are blanked."""
+    from bedrock_support import MODEL, BedrockServer
+    from genai_support import gemini_client, response_body
+
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    server = BedrockServer()
+    try:
+        bedrock = adapters.instrument(server.client())
+        use = {"toolUse": {"toolUseId": "t-1", "name": "open_account", "input": {"user": "ada"}}}
+        result = {"toolResult": {"toolUseId": "t-1", "content": [{"text": RESULT}, {"json": {"api_key": API_KEY}}]}}
+        bedrock.converse(
+            modelId=MODEL,
+            messages=[{"role": "user", "content": [{"text": "Open one"}]}, {"role": "assistant", "content": [use]},
+                      {"role": "user", "content": [result]}],
+        )  # fmt: skip
+        assert API_KEY in json.dumps(server.seen[0].body)
+    finally:
+        adapters.uninstrument(bedrock)
+        server.close()
+    script = t.Script([t.json_reply(response_body("Opened."))])
+    gemini = adapters.instrument(gemini_client(script))
+    answer = {"name": "open_account", "response": {"api_key": API_KEY, "summary": RESULT}}
+    gemini.models.generate_content(
+        model="gemini-test-flash",
+        contents=[{"role": "user", "parts": [{"text": "Open one"}]},
+                  {"role": "model", "parts": [{"function_call": {"name": "open_account", "args": {"user": "ada"}}}]},
+                  {"role": "user", "parts": [{"function_response": answer}]}],
+    )  # fmt: skip
+    assert API_KEY in script.requests[0].content.decode()
+    assert_nowhere(sinks.texts(), API_KEY)
