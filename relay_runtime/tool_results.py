@@ -45,16 +45,8 @@ def blanked(kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _blanked(kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
-    out: dict[str, Any] | None = None
-    for key in _CONVERSATIONS:
-        conversation = kwargs.get(key)
-        if type(conversation) is list:
-            new = _mapped(conversation, _item)
-            if new is not conversation:
-                if out is None:
-                    out = dict(kwargs)
-                out[key] = new
-    return kwargs if out is None else out
+    conversations = {key: kwargs[key] for key in _CONVERSATIONS if type(kwargs.get(key)) is list}
+    return _with_all(kwargs, {key: _mapped(items, _item) for key, items in conversations.items()})
 
 
 def result_blanked(result: Any) -> Any:
@@ -149,7 +141,8 @@ def _data(value: Any) -> Any:
     return _text(clean) if type(clean) is str else clean
 
 
-def _with_all(item: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+def _with_all(item: Mapping[str, Any], values: dict[str, Any]) -> Any:
+    """``item`` itself when every one of ``values`` is what it holds already, else a copy holding them."""
     changed = {k: v for k, v in values.items() if v is not item[k]}
     return {**item, **changed} if changed else item
 

@@ -6,6 +6,7 @@ import importlib
 import json
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -87,3 +88,24 @@ def otel_spans(relay_turn: Any) -> Iterator[InMemorySpanExporter]:
         yield memory
     finally:
         exporter.detach()
+
+
+@contextmanager
+def only_our_agents_processor() -> Iterator[Any]:
+    """The OpenAI Agents SDK with no trace processor but the ones a test adds (the SDK's default one would
+    export to OpenAI); afterwards ours taken off, the adapters uninstrumented and the SDK's own put back.
+    Yields the ``agents`` package."""
+    from relay_runtime import adapters
+    from relay_runtime.integrations import openai_agents
+
+    agents = need("agents")
+    saved = agents.tracing.get_trace_provider()._multi_processor._processors
+    agents.set_tracing_disabled(False)
+    agents.set_trace_processors([])
+    try:
+        yield agents
+    finally:
+        openai_agents.uninstrument()
+        adapters.uninstrument()
+        agents.set_default_openai_client(None, use_for_tracing=False)
+        agents.set_trace_processors(list(saved))

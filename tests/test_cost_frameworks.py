@@ -28,7 +28,7 @@ from relay_runtime import conventions as cv
 from relay_runtime.adapters import testing as t
 from relay_runtime.cost import Budget, BudgetExceeded, FileSpendStore, MemorySpendStore, PriceCatalog
 from tests import framework_support
-from tests.framework_support import attempts, logical_calls, need, tool_call_body
+from tests.framework_support import attempts, logical_calls, need, only_our_agents_processor, tool_call_body
 
 langchain_openai = need("langchain_openai")
 agents_mod = need("langchain.agents")
@@ -53,18 +53,8 @@ BIG = (1000 * 1.0 + 500 * 2.0) * 1e-6  # one call of Spender
 
 @pytest.fixture(autouse=True)
 def _clean() -> Iterator[None]:
-    """Only our processor: the Agents SDK's default one would export to OpenAI."""
-    provider = agents.tracing.get_trace_provider()
-    saved = provider._multi_processor._processors
-    agents.set_tracing_disabled(False)
-    agents.set_trace_processors([])
-    try:
+    with only_our_agents_processor():
         yield
-    finally:
-        openai_agents.uninstrument()
-        adapters.uninstrument()
-        agents.set_default_openai_client(None, use_for_tracing=False)  # type: ignore[arg-type]
-        agents.set_trace_processors(list(saved))
 
 
 class Spender(chat_models.BaseChatModel):

@@ -20,7 +20,7 @@ import pytest
 
 from relay_runtime import redaction
 from relay_runtime.adapters import testing as t
-from tests.framework_support import need, tool_call_body
+from tests.framework_support import need, only_our_agents_processor, tool_call_body
 from tests.test_frameworks_records_secrets import Sinks, assert_nowhere
 
 PASSWORD = "hunter2-raw-secret"
@@ -285,17 +285,10 @@ def test_an_agents_tool_call_with_broken_json_arguments_records_no_credential(
     relay, _turn = relay_turn
     sinks = Sinks(relay, relay_events, tmp_path)
     call = {"call_id": "call-1", "name": "sign_in", "arguments": f'{{"password": "{PASSWORD}", "user": '}
-    # Only our processor (the SDK's default one would export to OpenAI), and nothing of ours left after the test.
-    saved = agents.tracing.get_trace_provider()._multi_processor._processors
-    agents.set_trace_processors([])
-    openai_agents.instrument()
-    try:
+    with only_our_agents_processor():
+        openai_agents.instrument()
         scripted(t.json_reply(t.responses_body("", function_call=call)), t.json_reply(t.responses_body("Done.")))
         assert run(agents.Agent(name="helper", model="gpt-test", tools=[sign_in]), "Sign me in").final_output == "Done."
-    finally:
-        openai_agents.uninstrument()
-        agents.set_default_openai_client(None, use_for_tracing=False)  # type: ignore[arg-type]
-        agents.set_trace_processors(list(saved))
     (start,) = relay_events.starts(name="sign_in")
     assert start.input == '{"password": "[redacted]", "user": '
     texts = sinks.texts()

@@ -19,7 +19,7 @@ from relay_runtime import conventions as cv
 from relay_runtime.adapters import testing as t
 from relay_runtime.integrations import openai_agents
 from tests import framework_support
-from tests.framework_support import attempts, logical_calls, need, outline
+from tests.framework_support import attempts, logical_calls, need, only_our_agents_processor, outline
 
 agents = need("agents")
 
@@ -38,18 +38,9 @@ def weather(city: str) -> str:
 @pytest.fixture(autouse=True)
 def sdk_tracing() -> Iterator[None]:
     """Only our processor: the SDK's default one would export to OpenAI."""
-    provider = agents.tracing.get_trace_provider()
-    saved = provider._multi_processor._processors
-    agents.set_tracing_disabled(False)
-    agents.set_trace_processors([])
     RAN.clear()
-    try:
+    with only_our_agents_processor():
         yield
-    finally:
-        openai_agents.uninstrument()
-        adapters.uninstrument()
-        agents.set_default_openai_client(None, use_for_tracing=False)  # type: ignore[arg-type]
-        agents.set_trace_processors(list(saved))
 
 
 otel_spans = framework_support.otel_spans  # the fixture, under its name here

@@ -14,6 +14,7 @@ from typing import Any
 
 from relay_runtime import adapters
 from relay_runtime.adapters import testing as t
+from tests.framework_support import only_our_agents_processor
 from tests.test_frameworks_records_secrets import API_KEY, Account, Sinks, assert_nowhere
 
 RESULT = str(Account(user="ada", api_key=API_KEY))  # what an SDK sends back of such a tool's result
@@ -74,20 +75,12 @@ def test_an_agents_tool_returning_a_model_with_a_key_is_sent_back_with_none_reco
     relay, _turn = relay_turn
     sinks = Sinks(relay, relay_events, tmp_path)
     call = {"call_id": "call-1", "name": "open_account", "arguments": json.dumps({"user": "ada"})}
-    # Only our processor (the SDK's default one would export to OpenAI), and nothing of ours left after the test.
-    saved = agents.tracing.get_trace_provider()._multi_processor._processors
-    agents.set_trace_processors([])
-    adapters.instrument()
-    openai_agents.instrument()
-    try:
+    with only_our_agents_processor():
+        adapters.instrument()
+        openai_agents.instrument()
         s = scripted(t.json_reply(t.responses_body("", function_call=call)), t.json_reply(t.responses_body("Done.")))
         agent = agents.Agent(name="helper", model="gpt-test", tools=[open_account])
         assert run(agent, "Open one").final_output == "Done."
-    finally:
-        openai_agents.uninstrument()
-        adapters.uninstrument()
-        agents.set_default_openai_client(None, use_for_tracing=False)  # type: ignore[arg-type]
-        agents.set_trace_processors(list(saved))
     assert API_KEY in s.script.requests[1].content.decode()
     assert_nowhere(sinks.texts(), API_KEY)
 
