@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..files import directory_locked, replace_atomically
+from ..tool_results import blanked as blanked_results
 from . import matching, policy, secrets
 from .requests import Normalize, canonical, normalized
 
@@ -389,10 +390,17 @@ class Cassette:
         return kept
 
     def written(self, call: dict[str, Any]) -> dict[str, Any]:
-        """``call`` as the file holds it (its request redacted by the policy already, in ``begin``): its
-        answers through the policy's span rules, credentials scrubbed, the ``redact=`` hook, scrubbed again.
+        """``call`` as the file holds it (its request redacted by the policy already, in ``begin``): its tools'
+        results blanked, its answers through the policy's span rules, credentials scrubbed, the ``redact=`` hook,
+        scrubbed again.
         The one place this is done: what a message shows of a request is what is written (``as_stored``)."""
         held = self.secrets
+        # A tool's result sent back as text (``api_key='sk-...'``) is conversation, which the credential walk
+        # leaves alone: blanked as the attempt's records blank it (and as matching compares it, default_normalize).
+        request = call["request"]
+        results = blanked_results(request)
+        if results is not request:
+            call = {**call, "request": dict(results)}
         if self.policy is not None:
             call = policy.redact_answers(self.policy, call)
         call = secrets.scrub(call, held)
