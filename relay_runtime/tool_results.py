@@ -32,15 +32,10 @@ _memo: dict[str, str] = {}
 def blanked(kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
     """``kwargs`` itself when no tool result in its conversation holds a credential-keyed value (nearly
     every request), else a copy whose conversation holds the results blanked."""
-    messages = kwargs.get("messages")
-    if type(messages) is list and _holds_results(messages):
-        return _blanked(kwargs)
-    items = kwargs.get("input")
-    if type(items) is list and _holds_results(items):
-        return _blanked(kwargs)
-    contents = kwargs.get("contents")  # Gemini's, whose results are parts of a content
-    if type(contents) is list and _holds_results(contents):
-        return _blanked(kwargs)
+    for key in _CONVERSATIONS:  # chat messages, Responses' input items, Gemini's contents
+        items = kwargs.get(key)
+        if type(items) is list and _holds_results(items):
+            return _blanked(kwargs)
     return kwargs
 
 
