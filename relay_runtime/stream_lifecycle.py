@@ -15,7 +15,7 @@ from . import conventions as cv
 from .attempt import Attempt
 from .codec import CountingAccumulator, IncompleteStream, StreamAccumulator
 from .cost.budget import BudgetExceeded
-from .types import Outcome
+from .types import Outcome, TokenUsage
 
 _now = time.time_ns
 _CANCELLED = Outcome.CANCELLED.value
@@ -103,9 +103,28 @@ class StreamLifecycle:
         attempt.finish(Outcome.SUCCESS.value, response, None, annotation, self.first_ns)
 
     def fail(self, error: BaseException | None, outcome: str | None = None) -> None:
-        if self.attempt.holding:
+        attempt = self.attempt
+        if attempt.holding:
             return  # a body already read, held for validation: its verdict ends it, not its closing
-        self.attempt.fail(error, outcome)  # a no-op once the attempt finished
+        if error is None and outcome == _CANCELLED and self.index and not attempt.finished:
+            # The caller stopped reading (``close``, ``break``, garbage collected): it got the answer as far
+            # as it read, which the record keeps (the run page, the journal, the trajectory show what the user
+            # saw). Its usage only when the provider's end was read: a part's would price it short.
+            response, annotation = self._as_read()
+            attempt.finish(_CANCELLED, response, None, annotation, self.first_ns)
+            return
+        attempt.fail(error, outcome)  # a no-op once the attempt finished
+
+    def _as_read(self) -> tuple[Any, Any]:
+        try:
+            response, annotation = self.acc.finish()
+        except Exception as exc:
+            self.attempt.relay.diag.failure("bookkeeping_errors", exc, "finishing a stream the caller closed")
+            return None, None
+        if annotation is not None and getattr(self.acc, "terminated", True) is False:
+            annotation.usage = TokenUsage()
+            annotation.finish_reasons = []
+        return response, annotation
 
     def complete_whole(self, response: Any) -> None:
         """End as a success with a response that arrived in one piece (a raw HTTP body read later)."""
