@@ -77,3 +77,26 @@ def test_a_stream_stopped_before_its_first_chunk_records_no_answer(relay_turn: A
     client.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": "x"}], stream=True).close()
     (end,) = relay_events.ends(relay_kind=cv.ATTEMPT)
     assert end.outcome == "cancelled" and end.annotated_response is None
+
+
+def test_an_async_stream_closed_early_records_what_was_read(relay_turn: Any, relay_events: Recorder) -> None:
+    import asyncio
+
+    script = t.Script([t.sse_reply(t.openai_chat_sse(t.chat_chunks(["one ", "two ", "three"])))])
+    client = adapters.instrument(t.async_openai_client(script))
+
+    async def read_two() -> str:
+        stream = await client.chat.completions.create(
+            model="gpt-test", messages=[{"role": "user", "content": "count"}], stream=True
+        )
+        read = ""
+        async for chunk in stream:
+            read += (chunk.choices[0].delta.content or "") if chunk.choices else ""
+            if read == "one two ":
+                break
+        await stream.close()
+        return read
+
+    assert asyncio.run(read_two()) == "one two "
+    (end,) = relay_events.ends(relay_kind=cv.ATTEMPT)
+    assert end.outcome == "cancelled" and end.annotated_response.output_text == "one two "
