@@ -23,7 +23,7 @@ from .events import MARK, SCOPE_END, SCOPE_START, AnnotatedRequestField, Annotat
 from .ids import new_id
 from .ids import pooled as _pooled
 from .redaction import redact_value, told
-from .tool_results import result_blanked
+from .tool_results import result_blanked, text_blanked
 from .trace_context import REMOTE_PARENT, REMOTE_TRACESTATE, clean_tracestate, require_traceparent
 from .types import Outcome, ScopeType
 
@@ -142,14 +142,6 @@ def outcome_of(error: BaseException | None) -> str:
     return _FAILED
 
 
-def _tool_text(arguments: str) -> str:
-    """A tool's arguments recorded as text (JSON that did not parse: a model's broken tool call), with the
-    values of credential keys blanked as the parsed arguments' would be."""
-    from .error_text import keyed_values_blanked  # here: only a tool's text arguments need it
-
-    return keyed_values_blanked(arguments)
-
-
 def _error_text(error: BaseException) -> str:
     return bounded(str(error), ERROR_MESSAGE_LIMIT)
 
@@ -233,7 +225,7 @@ class Scopes:
                 # ``api_key`` argument): the record never holds it. What runs gets ``input`` as it was.
                 input = redact_value(input)
                 if st == _TOOL and type(input) is str:
-                    input = _tool_text(input)
+                    input = text_blanked(input)  # arguments that are not JSON (a cut tool call)
             # Positional (start_timestamp, input, output, metadata): keywords cost the call a name match each.
             event = new_event(
                 SCOPE_START, handle.uuid, handle.parent_uuid, handle.trace_id, name, st, handle.start_ns,

@@ -48,7 +48,7 @@ def result_blanked(result: Any) -> Any:
     """A tool's result as its own scope records it, the values of credential keys blanked where it is text: a
     string, or a framework's message carrying it (LangChain's ``ToolMessage``); ``result`` itself otherwise."""
     if type(result) is str:
-        return _text(result)
+        return text_blanked(result)
     return _item(result)
 
 
@@ -132,8 +132,8 @@ def _data(value: Any) -> Any:
         return value
     clean = redact_value(value)
     if type(clean) is dict:
-        return _with_all(clean, {k: _text(v) for k, v in clean.items() if type(v) is str})
-    return _text(clean) if type(clean) is str else clean
+        return _with_all(clean, {k: text_blanked(v) for k, v in clean.items() if type(v) is str})
+    return text_blanked(clean) if type(clean) is str else clean
 
 
 def _with_all(item: Mapping[str, Any], values: dict[str, Any]) -> Any:
@@ -145,20 +145,21 @@ def _with_all(item: Mapping[str, Any], values: dict[str, Any]) -> Any:
 def _content(content: Any) -> Any:
     """A result's text, or its text parts (``{"type": "text", "text": ...}``), blanked."""
     if type(content) is str:
-        return _text(content)
+        return text_blanked(content)
     return _mapped(content, _part) if type(content) is list else content
 
 
 def _part(part: Any) -> Any:
     if type(part) is dict:
         if type(part.get("text")) is str:
-            return _with(part, "text", _text(part["text"]))
+            return _with(part, "text", text_blanked(part["text"]))
         if "json" in part:  # Bedrock Converse: a result given as data
             return _with(part, "json", _data(part["json"]))
     return part
 
 
-def _text(text: str) -> str:
+def text_blanked(text: str) -> str:
+    """``text`` with the values of credential keys blanked (``text`` itself when none), read once and remembered."""
     found = _memo.get(text)
     if found is None:
         blank = keyed_values_blanked(text)
