@@ -9,7 +9,6 @@ A real google-genai client over the mock transport.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,18 +21,6 @@ from relay_runtime.cost import Budget, BudgetExceeded, MemorySpendStore, PriceCa
 from relay_runtime.cost.catalog import bare_model
 
 PRICES = {"google": {"gemini-test-flash": {"input": 1.0, "output": 2.0}, "gemini-test-embed": {"input": 0.5}}}
-
-
-@pytest.fixture
-def turn(relay_host: session.Host) -> Iterator[None]:
-    coordinator = session.SESSION_COORDINATOR
-    lease = coordinator.acquire_conversation(profile_key=relay_host.profile_key, session_id="s", platform="t")
-    begun = coordinator.begin_turn(lease, turn_id="t", task_id="t")
-    try:
-        yield
-    finally:
-        coordinator.end_turn(begun, outcome="success")
-        coordinator.release_conversation(lease)
 
 
 @pytest.mark.parametrize(
@@ -56,7 +43,7 @@ def test_a_resource_path_names_its_model(model: str, bare: str | None) -> None:
 
 
 def test_a_call_naming_its_model_by_path_is_checked_against_the_budget_before_it_is_sent(
-    relay_host: session.Host, relay_events: Recorder, turn: None
+    relay_host: session.Host, relay_turn: Any, relay_events: Recorder
 ) -> None:
     cost.attach(relay_host, PriceCatalog.from_mapping(PRICES), Budget(1e-9, per="turn", name="tiny"))
     script = t.Script([t.json_reply(response_body("hi", usage_metadata=usage()))])
@@ -68,7 +55,7 @@ def test_a_call_naming_its_model_by_path_is_checked_against_the_budget_before_it
 
 
 def test_an_embedding_naming_its_model_by_path_is_priced(
-    relay_host: session.Host, relay_events: Recorder, turn: None
+    relay_host: session.Host, relay_turn: Any, relay_events: Recorder
 ) -> None:
     cost.attach(relay_host, PriceCatalog.from_mapping(PRICES))
     body = {**embed_body(), "usageMetadata": {"promptTokenCount": 4}}
@@ -80,7 +67,7 @@ def test_an_embedding_naming_its_model_by_path_is_priced(
     assert end.cost.amount == pytest.approx(4 * 0.5e-6)
 
 
-def test_a_call_priced_by_the_model_its_answer_names_keeps_its_spend(relay_host: session.Host, turn: None) -> None:
+def test_a_call_priced_by_the_model_its_answer_names_keeps_its_spend(relay_host: session.Host, relay_turn: Any) -> None:
     """An alias the catalog does not list (``gpt-snap``) answered by a dated model it does: no budget could check
     the call before it was sent, but what it cost is spend all the same. Counted only in the scopes above, it
     never reached the profile's roll-up nor the spend store: after a restart the conversation had spent nothing."""
@@ -93,6 +80,6 @@ def test_a_call_priced_by_the_model_its_answer_names_keeps_its_spend(relay_host:
     assert relay_host.relay.diagnostics()["cost.budget_unchecked_unpriced_model"] == 1
     amount = (12 * 1.0 + 5 * 2.0) * 1e-6  # the scripted answer's usage
     profile = relay_host.profile_key
-    assert store.load(f"conversation:{profile}:s") == pytest.approx(amount)
+    assert store.load(f"conversation:{profile}:session-1") == pytest.approx(amount)  # relay_turn's conversation
     assert store.load(f"profile:{profile}") == pytest.approx(amount)
     assert relay_host.relay.cost.profile_rollup(profile).spent == pytest.approx(amount)
