@@ -90,6 +90,22 @@ class DeferredResponse(Deferred[AnnotatedLLMResponse | None]):
         return value
 
 
+class Recorded(Deferred[Any]):
+    """A scope's input or output as its record holds it (credentials blanked: ``scopes``), made on first read.
+
+    Most subscribers never read a scope's input or output (a span exporter without content capture), and
+    blanking walks the whole value: a tool's arguments and result are walked only for those that read
+    them. ``raw`` is the value as the caller gave it, for the scope's own bookkeeping (its outcome).
+    """
+
+    __slots__ = ()
+
+    @property
+    def raw(self) -> Any:
+        args = self._args  # emptied only after the value is set: read once, either is whole
+        return args[0] if args else self._value
+
+
 AnnotatedRequestField = AnnotatedLLMRequest | Deferred[AnnotatedLLMRequest | None] | None
 AnnotatedResponseField = AnnotatedLLMResponse | Deferred[AnnotatedLLMResponse | None] | None
 
@@ -100,23 +116,24 @@ class Event:
     Plain slots rather than a dataclass: the hot path builds two of these per
     call, and positional construction of a slotted class is the cheapest shape.
     ``annotated_request`` and ``annotated_response`` may be handed in as
-    ``Deferred`` values: reading the attribute computes them the first time.
+    ``Deferred`` values, and ``input`` and ``output`` as ``Recorded`` ones: reading
+    the attribute computes them the first time.
     """
 
     __slots__ = (
         "_annotated_request",
         "_annotated_response",
+        "_input",
+        "_output",
         "cost",
         "data",
         "error_message",
         "error_type",
-        "input",
         "kind",
         "metadata",
         "model_name",
         "name",
         "outcome",
-        "output",
         "parent_uuid",
         "provider",
         "scope_type",
@@ -133,8 +150,8 @@ class Event:
     scope_type: str | None
     timestamp: int
     start_timestamp: int | None
-    input: Any
-    output: Any
+    _input: Any
+    _output: Any
     metadata: dict[str, Any]
     data: Any
     provider: str | None
@@ -182,6 +199,28 @@ class Event:
             setattr(self, slot, getattr(built, slot))
 
     @property
+    def input(self) -> Any:
+        value = self._input
+        if type(value) is Recorded:
+            value = self._input = value.get()
+        return value
+
+    @input.setter
+    def input(self, value: Any) -> None:
+        self._input = value
+
+    @property
+    def output(self) -> Any:
+        value = self._output
+        if type(value) is Recorded:
+            value = self._output = value.get()
+        return value
+
+    @output.setter
+    def output(self, value: Any) -> None:
+        self._output = value
+
+    @property
     def annotated_request(self) -> AnnotatedLLMRequest | None:
         value = self._annotated_request
         if isinstance(value, Deferred):
@@ -227,8 +266,10 @@ class Event:
         return f"Event({self.kind} {self.scope_type} {self.name!r} uuid={self.uuid[:8]} outcome={self.outcome})"
 
 
-# Every attribute, in the order ``to_dict`` writes them (the annotations read through their properties).
-FIELDS = tuple(name.lstrip("_") for name in Event.__slots__)
+# Every attribute, in the order ``to_dict`` writes them: the annotations, then by name (those behind a
+# property read through it).
+_ANNOTATIONS = ("annotated_request", "annotated_response")
+FIELDS = (*_ANNOTATIONS, *sorted(name.lstrip("_") for name in Event.__slots__ if name.lstrip("_") not in _ANNOTATIONS))
 
 _new = object.__new__
 
@@ -274,8 +315,8 @@ def new_event(
     event.scope_type = scope_type
     event.timestamp = timestamp
     event.start_timestamp = start_timestamp
-    event.input = input
-    event.output = output
+    event._input = input
+    event._output = output
     event.metadata = metadata if metadata is not None else {}
     event.data = data
     event.provider = provider

@@ -19,7 +19,15 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from .clipping import ERROR_MESSAGE_LIMIT, bounded
-from .events import MARK, SCOPE_END, SCOPE_START, AnnotatedRequestField, AnnotatedResponseField, new_event
+from .events import (
+    MARK,
+    SCOPE_END,
+    SCOPE_START,
+    AnnotatedRequestField,
+    AnnotatedResponseField,
+    Recorded,
+    new_event,
+)
 from .ids import new_id
 from .ids import pooled as _pooled
 from .redaction import redact_value, told
@@ -142,6 +150,18 @@ def outcome_of(error: BaseException | None) -> str:
     return _FAILED
 
 
+def _blanked(value: Any, tool: bool, result: bool = False) -> Any:
+    """A scope's input or output as its record holds it (``Recorded``): credentials blanked (``redact_value``);
+    a tool's result held as text or content blocks, and its arguments held as text that is not JSON (a cut tool
+    call), with the values of credential keys blanked too (``tool_results``)."""
+    value = redact_value(value)
+    if not tool:
+        return value
+    if result:
+        return result_blanked(value)
+    return text_blanked(value) if type(value) is str else value
+
+
 def _error_text(error: BaseException) -> str:
     return bounded(str(error), ERROR_MESSAGE_LIMIT)
 
@@ -223,9 +243,7 @@ class Scopes:
             if input is not None and type(input) is not RecordedRequest:
                 # A framework's chain or tool input may carry a credential (a client's key, an
                 # ``api_key`` argument): the record never holds it. What runs gets ``input`` as it was.
-                input = redact_value(input)
-                if st == _TOOL and type(input) is str:
-                    input = text_blanked(input)  # arguments that are not JSON (a cut tool call)
+                input = Recorded(_blanked, input, st == _TOOL)
             # Positional (start_timestamp, input, output, metadata): keywords cost the call a name match each.
             event = new_event(
                 SCOPE_START, handle.uuid, handle.parent_uuid, handle.trace_id, name, st, handle.start_ns,
@@ -327,9 +345,7 @@ class Scopes:
         (``RelayOutput``) as they are, and nothing read when no subscriber takes end events."""
         if output is None or type(output) is RelayOutput or not self._subs.end:
             return output
-        if handle.scope_type == _TOOL:
-            return result_blanked(redact_value(output))
-        return redact_value(output)
+        return Recorded(_blanked, output, handle.scope_type == _TOOL, True)
 
     def _end(
         self,
@@ -352,8 +368,9 @@ class Scopes:
         if not self._subs.end:
             return
         if outcome is None:
-            if isinstance(output, dict) and isinstance(output.get("outcome"), str):
-                outcome = output["outcome"]
+            said = output.raw if type(output) is Recorded else output
+            if isinstance(said, dict) and isinstance(said.get("outcome"), str):
+                outcome = said["outcome"]
             else:
                 outcome = outcome_of(error)
         merged = handle.metadata if not metadata else {**(handle.metadata or {}), **metadata}
