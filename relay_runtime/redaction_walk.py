@@ -166,9 +166,9 @@ class Walk(ThroughView):
             key_floor, clean_keys = self.policy._key_floor, self.policy._clean_keys
             for k, v in value.items():
                 if (
-                    (type(k) is str and len(k) >= key_floor and k not in clean_keys)
-                    or (type(k) is int and not _SMALL < k < _BIG)  # read as text: ``key_of``
-                ) and (new_key := self.key_of(k, ())) is not k:  # fmt: skip
+                    k not in clean_keys  # first: most keys are field names, read before
+                    and ((type(k) is str and len(k) >= key_floor) or (type(k) is int and not _SMALL < k < _BIG))
+                ) and (new_key := self.key_of(k, ())) is not k:  # int keys are read as text: ``key_of``
                     names = names or {}
                     names[k] = new_key
                 kind = type(v)
