@@ -17,8 +17,10 @@ from .redaction_apply import Application, renamed
 from .redaction_encoded import through_blob, through_data_url
 from .redaction_objects import (
     BIG_NUMBER,
+    MODEL,
     fields,
     is_mapping,
+    known_shape,
     model_state,
     number_text,
     printed,
@@ -133,7 +135,12 @@ class ThroughView(Application):
             return self._mapping(value, depth, scan, True)
         if kind is list or kind is tuple:
             return self._items(value, kind, depth, scan)
-        state = model_state(value)
+        if known_shape(kind) == MODEL:  # ``model_state`` inline, for the class already met (the SDK's models)
+            state = getattr(value, "__dict__", None)
+            if type(state) is not dict:
+                state = None
+        else:
+            state = model_state(value)
         if state is not None:  # an SDK object: its field names are the SDK's, its extra fields' names are data
             new = self._mapping(state, depth + 1, scan, False)
             extra = getattr(value, "__pydantic_extra__", None)
