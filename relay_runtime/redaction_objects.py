@@ -56,6 +56,8 @@ def number_text(value: int | float) -> str | None:
 _MAPPING, _MODEL, _DUMPED, _DATACLASS, _TEXT, _BYTES, _SET, _ITEMS, _UNKNOWN = range(9)
 _MAX_SHAPES = 4096  # classes a process meets are few; a bound keeps classes made at run time from growing it
 _shapes: dict[type, int] = {}
+MODEL = _MODEL
+known_shape = _shapes.get  # a class's shape when ``_shape`` has met it (None when not yet): no Python call
 
 
 def _shape(kind: type) -> int:

@@ -17,8 +17,10 @@ from .redaction_apply import Application, renamed
 from .redaction_encoded import through_blob, through_data_url
 from .redaction_objects import (
     BIG_NUMBER,
+    MODEL,
     fields,
     is_mapping,
+    known_shape,
     model_state,
     number_text,
     printed,
@@ -57,10 +59,15 @@ class ThroughView(Application):
 
     def _through_pairs(self, text: str) -> str:
         """``text`` with each value the view's rules replaced (``pairs``) replaced in it too, JSON-escaped too."""
+        pairs = self.pairs
+        slashed = "\\" in text
+        if not slashed and not any(map(text.__contains__, pairs)):
+            # The common case (no value replaced elsewhere is in it, and no escape that may hide one), asked in C
+            # rather than pair by pair: the loop below would change nothing.
+            return text
         result = text
         # Whether the text holds a backslash is asked again only when a replacement changed it.
-        slashed = "\\" in result
-        for old, new in self.pairs.items():
+        for old, new in pairs.items():
             if old in result:
                 result = result.replace(old, new)
                 slashed = "\\" in result
@@ -102,8 +109,9 @@ class ThroughView(Application):
                 self.leaves[value] = result = value
             else:
                 result = self._scan(value)
-            if not self.pairs:
-                return result
+            pairs = self.pairs
+            if not pairs or ("\\" not in result and not any(map(result.__contains__, pairs))):
+                return result  # ``_through_pairs``' common case, without the call
             final = self._through_pairs(result)
             if final is not result:
                 # A value replaced elsewhere, inside this string: kept as what the string became, since the walks
@@ -127,7 +135,12 @@ class ThroughView(Application):
             return self._mapping(value, depth, scan, True)
         if kind is list or kind is tuple:
             return self._items(value, kind, depth, scan)
-        state = model_state(value)
+        if known_shape(kind) == MODEL:  # ``model_state`` inline, for the class already met (the SDK's models)
+            state = getattr(value, "__dict__", None)
+            if type(state) is not dict:
+                state = None
+        else:
+            state = model_state(value)
         if state is not None:  # an SDK object: its field names are the SDK's, its extra fields' names are data
             new = self._mapping(state, depth + 1, scan, False)
             extra = getattr(value, "__pydantic_extra__", None)
@@ -168,16 +181,18 @@ class ThroughView(Application):
             return value
         out: dict[Any, Any] | None = None
         names: dict[Any, Any] | None = None
-        leaves, floor = self.leaves, self.floor
+        leaves, floor, pairs = self.leaves, self.floor, self.pairs
+        memo = self.policy._memo if scan and self.simple else None
         # Keys can change only when the rules read them (``scan``) or the view replaced a value.
-        read_keys = keys and (scan or bool(self.pairs))
+        read_keys = keys and (scan or bool(pairs))
         if read_keys:  # an SDK object's own fields (most of what is walked) have no keys to read
             key_floor, clean_keys = self.policy._key_floor, self.policy._clean_keys
         for k, v in value.items():
             if (
                 read_keys
+                and k not in clean_keys  # first: most keys are the SDK's field names, read before
                 and (
-                    (type(k) is str and len(k) >= key_floor and k not in clean_keys)
+                    (type(k) is str and len(k) >= key_floor)
                     or (type(k) is int and not _SMALL < k < _BIG)  # read as text: ``_raw_key``
                 )
                 and (new_key := self._raw_key(k, scan)) is not k
@@ -190,7 +205,19 @@ class ThroughView(Application):
                 continue
             kind = type(v)
             if kind is str:
-                if len(v) < floor or leaves.get(v) is v:
+                if len(v) < floor:
+                    continue
+                known = leaves.get(v)
+                if known is v:
+                    continue
+                if (
+                    known is None and memo is not None
+                    and (seen := memo.get(v)) is not None and not seen[1]  # read before, and nothing found in it
+                    and v[:5] != "data:"
+                    and (not pairs or ("\\" not in v and not any(map(v.__contains__, pairs))))
+                ):  # fmt: skip
+                    # Inline, ``_raw``'s commonest case (the SDK's vocabulary: roles, finish reasons, object kinds).
+                    leaves[v] = v
                     continue
             elif kind in _SCALARS and _SMALL < v < _BIG:  # a bool too
                 continue

@@ -163,12 +163,12 @@ class Walk(ThroughView):
             out: dict[Any, Any] | None = None
             names: dict[Any, Any] | None = None
             flat = True
-            key_floor, clean_keys = self.policy._key_floor, self.policy._clean_keys
+            key_floor, clean_keys, memo = self.policy._key_floor, self.policy._clean_keys, self.policy._memo
             for k, v in value.items():
                 if (
-                    (type(k) is str and len(k) >= key_floor and k not in clean_keys)
-                    or (type(k) is int and not _SMALL < k < _BIG)  # read as text: ``key_of``
-                ) and (new_key := self.key_of(k, ())) is not k:  # fmt: skip
+                    k not in clean_keys  # first: most keys are field names, read before
+                    and ((type(k) is str and len(k) >= key_floor) or (type(k) is int and not _SMALL < k < _BIG))
+                ) and (new_key := self.key_of(k, ())) is not k:  # int keys are read as text: ``key_of``
                     names = names or {}
                     names[k] = new_key
                 kind = type(v)
@@ -183,7 +183,12 @@ class Walk(ThroughView):
                         known is None and first != "{" and first != "[" and first > " "
                         and (first != "d" or v[:5] != "data:")
                     ):  # fmt: skip
-                        new = self._memoized(rules, v)
+                        seen = memo.get(v)
+                        if seen is not None and not seen[1]:
+                            # Inline, ``_memoized``'s commonest case: a string read before, nothing found in it.
+                            new = leaves[v] = seen[0]
+                        else:
+                            new = self._memoized(rules, v)
                     else:
                         new = self._plain(v, depth + 1)
                 elif kind in _SCALARS:

@@ -1,0 +1,126 @@
+"""The raw walk's fast paths give what its general path gives.
+
+The walk of the SDK's own objects passes over inline a string the policy read before and found nothing
+in, when no value the view replaced is in it (asked in C); the view's walk takes such a string from the
+policy's memo inline too. A policy whose memo forgets everything takes the general path for every
+string: on tricky inputs (a value the detectors miss in one field but the view replaced, JSON-escaped
+values, an encoded value, a value split across fields, nested SDK objects, keys) both must agree, and
+agree with what the rules say.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from typing import Any
+
+import pydantic
+
+from relay_runtime.redaction import RedactionPolicy, Rule
+from relay_runtime.redaction_pass import Pass
+
+CARD = "4111 1111 1111 1111"
+EMAIL = "jane.doe@example.com"
+SECRET = 'pass="hunter2"'  # a value JSON escapes: found in the view, written escaped in JSON text
+
+
+class Forgetful(OrderedDict):  # type: ignore[type-arg]
+    """A memo that never holds anything: every string goes the general way."""
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return default
+
+
+class Delta(pydantic.BaseModel):
+    content: str | None = None
+    role: str = "assistant"
+    notes: list[str] = []
+
+
+class Choice(pydantic.BaseModel):
+    index: int = 0
+    finish_reason: str = "stop"
+    delta: Delta
+    extra: dict[str, Any] = {}
+
+
+class Answer(pydantic.BaseModel):
+    id: str = "chatcmpl-1"
+    object: str = "chat.completion"
+    choices: list[Choice]
+    usage: dict[str, int] | None = None
+
+
+def _policy() -> RedactionPolicy:
+    return RedactionPolicy(
+        [
+            Rule("redact", detector="email"),
+            Rule("redact", detector="credit_card"),
+            Rule("redact", detector="phone"),
+            Rule("redact", name="passwords", pattern=r'pass="[^"]+"'),
+        ]
+    )
+
+
+def _answer() -> Answer:
+    escaped = json.dumps({"cmd": SECRET, "to": EMAIL})  # the secret escaped: pass=\"hunter2\"
+    return Answer(
+        choices=[
+            Choice(
+                delta=Delta(
+                    # The detector misses the card glued to a letter; the view replaced it, so it goes here too.
+                    content="ref A" + CARD,
+                    notes=["stop", "A" + CARD, escaped, "4111 1111", "1111 1111", "jane.doe%40example.com"],
+                ),
+                extra={EMAIL: "key", "stop": "A" + CARD, "assistant": escaped, "clean": "nothing here"},
+            ),
+            Choice(index=1, delta=Delta(content="The export job times out.")),
+        ],
+        usage={"prompt_tokens": 5},
+    )
+
+
+def _walked(policy: RedactionPolicy, answer: Any) -> Any:
+    p = Pass(policy)
+    # The view: the values it replaces become pairs, looked for in every string of the SDK's objects.
+    view = p.walk([{"role": "user", "content": f"card {CARD}, mail {EMAIL}, and {SECRET}"}], ("request", "messages"))
+    assert CARD not in json.dumps(view) and SECRET not in json.dumps(view)
+    return p.raw(answer, scan=True), dict(p.counts)
+
+
+def test_the_fast_paths_agree_with_the_general_path_on_tricky_inputs() -> None:
+    fast, general = _policy(), _policy()
+    general._memo = Forgetful()
+    answer = _answer()
+    # Twice on the fast policy: the second walk finds the SDK's vocabulary in the memo (the fast path).
+    _walked(fast, answer)
+    assert fast._memo.get("stop") is not None and fast._memo.get("ref A" + CARD) is not None
+    got, counts = _walked(fast, answer)
+    want, want_counts = _walked(general, answer)
+    assert got.model_dump() == want.model_dump()
+    assert counts == want_counts
+    dumped = json.dumps(got.model_dump())
+    assert CARD not in dumped and EMAIL not in dumped and "hunter2" not in dumped
+    notes = got.choices[0].delta.notes
+    assert notes[0] == "stop" and notes[1] == "A[REDACTED:credit_card]"
+    assert json.loads(notes[2]) == {"cmd": "[REDACTED]", "to": "[REDACTED:email]"}
+    assert notes[3:5] == ["4111 1111", "1111 1111"]  # a value split across fields is no value
+    assert notes[5] == "[REDACTED:email]"  # found in the decoded copy
+    assert got.choices[0].delta.content == "ref A[REDACTED:credit_card]"
+    assert got.choices[1] is answer.choices[1]  # nothing in it changed: the same object
+    assert "[REDACTED:email]" in got.choices[0].extra and got.choices[0].extra["stop"] == "A[REDACTED:credit_card]"
+
+
+def test_the_views_memo_shortcut_counts_and_replaces_as_the_rules_do() -> None:
+    fast, general = _policy(), _policy()
+    general._memo = Forgetful()
+    messages = [
+        {"role": "system", "content": "You are a support assistant."},
+        {"role": "user", "content": f"write to {EMAIL}"},
+    ]
+    for policy in (fast, fast, general):
+        p = Pass(policy)
+        walked = p.walk(messages, ("request", "messages"))
+        assert walked[0] is messages[0]  # nothing found in it: the same dict
+        assert walked[1]["content"] == "write to [REDACTED:email]"
+        assert p.counts == {"redact:email": 1}
