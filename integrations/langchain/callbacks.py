@@ -268,15 +268,19 @@ class RelayCallbackHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         turn = _managed_turn()
-        if turn is None or _middleware_call.get() is not None or run_id in _RUNS:  # (followed by another handler)
+        if turn is None or _middleware_call.get() is not None:
             return
-        # ``_guarded``, ``_follow``, ``ModelCall.under`` and ``witness`` inlined: this runs for every model call.
+        if len(_RUNS) >= _MAX_RUNS:
+            _forget_oldest()
+        run = FrameworkRun(turn, None)
+        # Followed from here, its call set below: one lookup of the run id (a UUID hashes in Python) where a test
+        # and a store made two.
+        if _RUNS.setdefault(run_id, run) is not run:  # another relay handler on this run follows it
+            return
+        # ``_guarded``, ``ModelCall.under`` and ``witness`` inlined: this runs for every model call.
         try:
             parent = current_parent(turn) if parent_run_id is None else self._parent(turn, parent_run_id)
-            call = ModelCall(turn, open_call_in(turn, parent, _PRIMARY), _PRIMARY, parent)
-            if len(_RUNS) >= _MAX_RUNS:
-                _forget_oldest()
-            _RUNS[run_id] = FrameworkRun(turn, None, False, None, call)
+            call = run.call = ModelCall(turn, open_call_in(turn, parent, _PRIMARY), _PRIMARY, parent)
             if is_instrumented():
                 call.join()  # the SDK call inside is the attempt
                 return
