@@ -37,6 +37,7 @@ from relay_runtime.tool_results import blanked as blanked_results
 from relay_runtime.types import LLMRequest, Outcome, ScopeType
 
 _LLM = ScopeType.LLM.value
+_new = object.__new__
 _SUCCESS = Outcome.SUCCESS.value
 _NO_HEADERS: Mapping[str, Any] = {}
 _KIND, _ATTEMPT, _API_REQUEST_ID, _CALL_ROLE, _RETRY_COUNT = (
@@ -163,7 +164,9 @@ class ModelCall:
         if self._joined is not None:
             auxiliary.leave_logical_call(self._joined)
             self._joined = None
-        self._record_witnessed(request, sent)
+        # Only ``witness`` sets it, before the call can end; once taken (here or by the end of the turn) it stays None.
+        if self._witnessed is not None:
+            self._record_witnessed(request, sent)
 
     def _record_witnessed(self, request: AnnotatedRequestField = None, sent: Mapping[str, Any] | None = None) -> None:
         """Record what ``witness`` saw (once: at ``leave``, or at the end of the turn, whichever comes first),
@@ -345,7 +348,10 @@ def refusal_text(error: BaseException) -> str:
 def deferred(compute: Callable[..., Any], *args: Any) -> Deferred[Any]:
     """``compute(*args)`` when an event's reader first asks (never raising: a framework's odd data costs
     the annotation, not the event)."""
-    return Deferred(_safely, compute, args)
+    # ``Deferred(_safely, compute, args)`` without the class call and its ``__init__`` frame: two per model call.
+    value = _new(Deferred)
+    value._compute, value._args, value._value = _safely, (compute, args), None
+    return value
 
 
 def _safely(compute: Callable[..., Any], args: tuple[Any, ...]) -> Any:

@@ -437,7 +437,10 @@ def open_call_in(turn: CallHolder, parent: ScopeHandle | None, call_role: str = 
     ``attempt_of`` and closes it with ``logical_calls.close_logical_call``, with no lookup by id."""
     if parent is not None and parent.ended:
         parent = None  # the agent ended under a late call: the turn still holds it
-    api_request_id = new_id()
+    try:
+        api_request_id = _pooled()  # ``new_id()`` without its frame (see ``ids.pooled``)
+    except IndexError:
+        api_request_id = new_id()
     call = turn.logical_llm_calls[api_request_id] = _new_call(
         turn, api_request_id, call_role or DEFAULT_CALL_ROLE, parent
     )

@@ -19,9 +19,6 @@ _getrandbits = _rng.getrandbits
 # Ready ids, taken from the end. list.pop and list.extend are atomic: threads racing to
 # refill only draw an extra batch, and every id in it is as fresh as the rest.
 _pool: list[str] = []
-# Where each id after the first sits in a batch's digits: cut by ``map`` in C, not by a comprehension's
-# bytecode per id (about 300 instructions an id less).
-_CUTS = tuple(slice(i, i + 32) for i in range(32, 32 * _BATCH, 32))
 
 
 # A ready id, or IndexError when none is left (``new_id`` then refills the pool). The managed call takes
@@ -34,9 +31,12 @@ def new_id() -> str:
     try:
         return _pool.pop()
     except IndexError:
-        digits = _getrandbits(128 * _BATCH).to_bytes(16 * _BATCH, "big").hex()
-        _pool.extend(map(digits.__getitem__, _CUTS))
-        return digits[:32]
+        # The batch's digits with a space after every 16 bytes, split in C: no call per id (a slice each,
+        # by ``map``, cost about 700 instructions an id).
+        batch = _getrandbits(128 * _BATCH).to_bytes(16 * _BATCH, "big").hex(" ", 16).split()
+        last = batch.pop()
+        _pool.extend(batch)
+        return last
 
 
 def reseed_after_fork() -> None:

@@ -303,7 +303,9 @@ class Scopes:
                 self._stack.set(handle.below)
             else:
                 self._check_not_buried(handle, top)
-        self._end(handle, self._recorded(output, handle), metadata, error, outcome)
+        if output is not None and type(output) is not RelayOutput:  # (``_recorded``'s own test, without its frame)
+            output = self._recorded(output, handle)
+        self._end(handle, output, metadata, error, outcome)
 
     def _check_not_buried(self, handle: ScopeHandle, top: ScopeHandle | None) -> None:
         node = top
@@ -334,9 +336,10 @@ class Scopes:
         ``output`` is recorded with credentials blanked, as ``pop``'s is (an LLM attempt's response
         is ended through ``_end``: the response's own redaction applies to it).
         """
+        if output is not None and type(output) is not RelayOutput:  # (``_recorded``'s own test, without its frame)
+            output = self._recorded(output, handle)
         self._end(
-            handle, self._recorded(output, handle), metadata, error, outcome, provider, model_name, annotated_request,
-            annotated_response,
+            handle, output, metadata, error, outcome, provider, model_name, annotated_request, annotated_response
         )  # fmt: skip
 
     def _recorded(self, output: Any, handle: ScopeHandle) -> Any:

@@ -204,6 +204,35 @@ def test_two_callback_handlers_record_a_run_once(relay_turn, relay_events) -> No
     assert len(relay_events.ends(relay_kind=cv.TOOL)) == 1
 
 
+def test_chat_model_callbacks_take_keywords_a_later_langchain_adds(relay_turn, relay_events) -> None:
+    """The chat model callbacks name the keywords LangChain passes them (cheaper than ``**kwargs``); one it
+    adds later still lands in ``**kwargs``, and the call is recorded all the same."""
+    import uuid
+
+    messages_mod = need("langchain_core.messages")
+    outputs = need("langchain_core.outputs")
+    handler = RelayCallbackHandler()
+    run_id = uuid.uuid4()
+    handler.on_chat_model_start(
+        {"name": "Fake"},
+        [[messages_mod.HumanMessage(content="hello")]],
+        run_id=run_id,
+        metadata={"ls_provider": "openai", "ls_model_name": "m-1"},
+        invocation_params={},
+        options={},
+        name="fake",
+        batch_size=1,
+        a_later_keyword=True,
+    )
+    answer = messages_mod.AIMessage(content="hi", response_metadata={"model_name": "m-1"})
+    result = outputs.LLMResult(generations=[[outputs.ChatGeneration(message=answer)]])
+    handler.on_llm_end(result, run_id=run_id, parent_run_id=None, tags=[], another_later_keyword=1)
+    assert outline(relay_events) == ["function logical_llm_call success", "  llm openai success"]
+    (tried,) = attempts(relay_events)
+    assert tried.annotated_response.output_text == "hi" and tried.model_name == "m-1"
+    assert relay_events.starts(uuid=tried.uuid)[0].input["content"]["messages"][0].content == "hello"
+
+
 def test_the_runs_relay_handlers_follow_are_bounded(monkeypatch) -> None:
     """Runs whose end never comes (an abandoned stream) do not pile up: the oldest are forgotten."""
     import uuid

@@ -32,7 +32,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 
 from relay_runtime import conventions as cv
 from relay_runtime import session
-from relay_runtime.adapters.instrument import is_instrumented
+from relay_runtime.adapters.instrument import clients_instrumented, is_instrumented
 from relay_runtime.calls import open_call_in
 from relay_runtime.scopes import ScopeHandle
 from relay_runtime.session import Turn
@@ -259,46 +259,72 @@ class RelayCallbackHandler(BaseCallbackHandler):
         parent_run_id: UUID | None = None,
         tags: list[str] | None = None,
         metadata: dict[str, Any] | None = None,
+        # Unused, but named: LangChain passes them, and a keyword that lands in ``**kwargs`` is first compared
+        # by value with every parameter's name (about 900 instructions each, on every model call).
+        invocation_params: dict[str, Any] | None = None,
+        options: dict[str, Any] | None = None,
+        name: str | None = None,
+        batch_size: int | None = None,
         **kwargs: Any,
     ) -> None:
         turn = _managed_turn()
-        if turn is None or _middleware_call.get() is not None or run_id in _RUNS:  # (followed by another handler)
+        if turn is None or _middleware_call.get() is not None:
             return
-        try:  # ``_guarded`` and ``ModelCall.under`` inlined: this runs for every model call
-            parent = self._parent(turn, parent_run_id)
-            call = ModelCall(turn, open_call_in(turn, parent, _PRIMARY), _PRIMARY, parent)
-            self._follow(run_id, FrameworkRun(turn, None, call=call))
+        if len(_RUNS) >= _MAX_RUNS:
+            _forget_oldest()
+        run = FrameworkRun(turn, None)
+        # Followed from here, its call set below: one lookup of the run id (a UUID hashes in Python) where a test
+        # and a store made two.
+        if _RUNS.setdefault(run_id, run) is not run:  # another relay handler on this run follows it
+            return
+        # ``_guarded``, ``ModelCall.under`` and ``witness`` inlined: this runs for every model call.
+        try:
+            parent = current_parent(turn) if parent_run_id is None else self._parent(turn, parent_run_id)
+            call = run.call = ModelCall(turn, open_call_in(turn, parent, _PRIMARY), _PRIMARY, parent)
             if is_instrumented():
                 call.join()  # the SDK call inside is the attempt
+                return
+            meta = metadata or _EMPTY
+            codec = codec_for(meta.get("ls_provider") or "langchain")
+            model = meta.get("ls_model_name")
+            content = {"model": model, "messages": messages[0] if messages else []}
+            request = deferred(codec.decode, content)
+            if clients_instrumented():  # whether its client is one of them shows only when it runs
+                call.witness(codec.provider, model, request, codec=codec, sent=content)
             else:
-                meta = metadata or {}
-                codec = codec_for(meta.get("ls_provider") or "langchain")
-                model = meta.get("ls_model_name")
-                content = {"model": model, "messages": messages[0] if messages else []}
-                call.witness(codec.provider, model, deferred(codec.decode, content), codec=codec, sent=content)
+                call.observe(codec.provider, model, request, codec=codec, sent=content)
         except Exception as exc:
             turn.relay.diag.failure("subscriber_errors", exc, f"{self.framework} callback chat model start")
 
-    def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        run = self._runs.pop(run_id, None)
-        if run is None or run.call is None:
+    def on_llm_end(
+        self,
+        response: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,  # unused, named: see ``on_chat_model_start``
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        run = _RUNS.pop(run_id, None)
+        if run is None:
+            return
+        call = run.call
+        if call is None:
             return
         try:
-            self._model_end(run.call, response)
+            call.leave()  # first: it records the witnessed attempt when no SDK attempt joined
+            observed = call.observed
+            if observed is not None:
+                generations = getattr(response, "generations", None) or _NO_GENERATIONS
+                first = generations[0][0] if generations[0] else None
+                message = getattr(first, "message", None)
+                meta = getattr(message, "response_metadata", None) or _EMPTY
+                model = meta.get("model_name") or (getattr(response, "llm_output", None) or _EMPTY).get("model_name")
+                annotated = deferred(codec_for(observed.name).annotate_response, message)
+                call.end_observed(None, annotated, None, model)
+            call.close()
         except Exception as exc:
             run.turn.relay.diag.failure("subscriber_errors", exc, f"{self.framework} callback chat model end")
-
-    def _model_end(self, call: ModelCall, response: Any) -> None:
-        call.leave()  # first: it records the witnessed attempt when no SDK attempt joined
-        observed = call.observed
-        if observed is not None:
-            generations = getattr(response, "generations", None) or _NO_GENERATIONS
-            first = generations[0][0] if generations[0] else None
-            message = getattr(first, "message", None)
-            meta = getattr(message, "response_metadata", None) or _EMPTY
-            model = meta.get("model_name") or (getattr(response, "llm_output", None) or _EMPTY).get("model_name")
-            call.end_observed(annotated=deferred(codec_for(observed.name).annotate_response, message), model=model)
-        call.close()
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         run = self._runs.pop(run_id, None)
