@@ -275,3 +275,30 @@ def test_the_codec_reads_odd_shapes_without_raising() -> None:
         accumulator = codec.accumulator()
         accumulator.add(odd)
         assert accumulator.finish()[1].output_text is None and accumulator.terminated is False
+
+
+def test_a_turn_ended_while_its_call_is_in_flight_closes_that_logical_call_once(
+    relay_host: session.Host, relay_events: Recorder
+) -> None:
+    """The end of the turn closes the public call's logical call; the call's own close, when the SDK returns,
+    finds it closed and records nothing more."""
+    coordinator = session.SESSION_COORDINATOR
+    relay_host.retain_managed_execution("test")
+    lease = coordinator.acquire_conversation(profile_key=relay_host.profile_key, session_id="late", platform="t")
+    turn = coordinator.begin_turn(lease, turn_id="t", task_id="t")
+
+    class EndsTheTurn:
+        def response(self) -> Any:
+            coordinator.end_turn(turn, outcome="cancelled")  # while the provider answers
+            return t.json_reply(response_body("late")).response()
+
+    client = google_genai.instrument_client(gemini_client(t.Script([EndsTheTurn()])))
+    try:
+        assert client.models.generate_content(model=MODEL, contents="hi").text == "late"
+    finally:
+        coordinator.release_conversation(lease)
+        relay_host.release_managed_execution("test")
+    (call,) = relay_events.ends(relay_kind=cv.LOGICAL_CALL)
+    (attempt,) = relay_events.ends(relay_kind=cv.ATTEMPT)
+    assert call.outcome == "cancelled" and attempt.outcome == "cancelled"
+    assert turn.logical_llm_calls == {}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from functools import partial
+from types import MappingProxyType
 from typing import Any
 
 from relay_runtime import calls, cassettes, redaction, session
@@ -85,21 +86,22 @@ def _sent_nothing() -> None:
         attempt.metadata[cv.SENT] = False  # refused before any HTTP try (the SDK's own checks)
 
 
-def _begin_send(call: Call, request: LLMRequest) -> tuple[Mapping[str, Any], cassette.Bound | None]:
-    """What the SDK method is called with (the request's content, shared, as the splat copies it), and
-    the cassette tape bound around it, if one is in use."""
+def _begin_send(call: Call, request: LLMRequest) -> tuple[dict[str, Any], cassette.Bound | None]:
+    """What the SDK method is called with (a copy of the request's content, as the splat makes one anyway),
+    and the cassette tape bound around it, if one is in use."""
     if call.sent:  # an execution intercept's second call counts afresh (the first finds no count to drop)
         attempt = current_attempt()
         if attempt is not None:
             attempt.metadata.pop(cv.SDK_RETRIES, None)
     call.sent = True
-    headers = request.raw_headers()
+    # ``request.kwargs()`` without its frame. A plain dict to splat: the read-only view itself would cost the
+    # splat a generic mapping merge (its keys(), then a lookup per key), several times a dict's copy.
+    content = request._content
+    kwargs = content.copy() if type(content) is MappingProxyType else dict(content)
+    headers = request._headers  # raw_headers(), without the call
     if headers:  # headers an intercept added travel in the request's own http_options
-        kwargs = request.kwargs()
         kwargs["config"] = _with_headers(kwargs.get("config"), headers)
-        return kwargs, call.bound(kwargs) if cassettes.current() is not None else None
-    content = request.raw_content()
-    return content, call.bound(content) if cassettes.current() is not None else None
+    return kwargs, call.bound(kwargs) if cassettes.current() is not None else None
 
 
 def _with_headers(config: Any, headers: Any) -> Any:
