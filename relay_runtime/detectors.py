@@ -71,17 +71,8 @@ class Detector:
         seen, copy = _decoding._last
         if seen is not text:
             copy = _decoding.decoded_copy(text)
-        if copy is None:  # the commonest case: ``_checked`` inline, one call fewer per detector and text
-            if self.digits and _DIGIT(text) is None:
-                return []
-            needles = self.needles
-            if needles:
-                for n in needles:
-                    if n in text:
-                        break
-                else:
-                    return []
-            return self._find(text)
+        if copy is None:
+            return self._checked(text)
         # Each read asks its own checks: the copy may hold what they look for ("@" for "&#64;") where
         # the text does not, and most detectors find neither in a page of HTML or a list of URLs. A
         # built-in detector reads only where the copy differs, when that is known (``Decoded.windows``).
