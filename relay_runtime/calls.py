@@ -480,10 +480,6 @@ def attempt_of(
         codec,
         partial(_attempt_ended, turn, call, False, False),
     )
-    # ``_track`` and ``_hold_for_validation``, inline: this runs for every attempt of an adapter's own call.
-    tracked = attempt.tracked = call.open_attempts
-    tracked.append(attempt)
-    validator = response_validator.get()
-    if validator is not None:
-        attempt.hold = partial(_hold, call, validator)
+    _track(call, attempt)
+    _hold_for_validation(call, attempt)
     return attempt

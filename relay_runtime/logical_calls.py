@@ -25,10 +25,8 @@ def close_logical_call(
 ) -> bool:
     """End ``call`` once with ``outcome``; False if it was already closed (or is being closed)."""
     with turn.lock:
-        # ``take_logical_call``, inline: every logical call is closed here.
-        if call.closing or turn.logical_llm_calls.get(call.api_request_id) is not call:
+        if not take_logical_call(turn, call):
             return False
-        call.closing = True
     end_logical_call(turn, call, outcome, model_name=model_name, provider_name=provider_name)
     return True
 

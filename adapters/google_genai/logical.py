@@ -57,12 +57,8 @@ class Group:
         call = self.call
         outcome = outcome_of(error) if error is not None else (call.last_outcome or _SUCCESS)
         try:
-            # ``logical_calls.close_logical_call``, its test and claim inline: this runs at the end of every call.
-            with turn.lock:
-                if call.closing or turn.logical_llm_calls.get(call.api_request_id) is not call:
-                    return  # the turn ended first and closed it (or is closing it)
-                call.closing = True
-            logical_calls.end_logical_call(turn, call, outcome)
+            # False when the turn ended first and closed it (or is closing it).
+            logical_calls.close_logical_call(turn, call, outcome)
         except Exception as exc:
             turn.relay.diag.failure("bookkeeping_errors", exc, f"completing logical call {call.api_request_id!r}")
 

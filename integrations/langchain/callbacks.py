@@ -32,7 +32,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 
 from relay_runtime import conventions as cv
 from relay_runtime import session
-from relay_runtime.adapters.instrument import clients_instrumented, is_instrumented
+from relay_runtime.adapters.instrument import is_instrumented
 from relay_runtime.calls import open_call_in
 from relay_runtime.scopes import ScopeHandle
 from relay_runtime.session import Turn
@@ -277,7 +277,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
         # and a store made two.
         if _RUNS.setdefault(run_id, run) is not run:  # another relay handler on this run follows it
             return
-        # ``_guarded``, ``ModelCall.under`` and ``witness`` inlined: this runs for every model call.
+        # ``_guarded`` and ``ModelCall.under`` inlined: this runs for every model call.
         try:
             parent = current_parent(turn) if parent_run_id is None else self._parent(turn, parent_run_id)
             call = run.call = ModelCall(turn, open_call_in(turn, parent, _PRIMARY), _PRIMARY, parent)
@@ -288,11 +288,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
             codec = codec_for(meta.get("ls_provider") or "langchain")
             model = meta.get("ls_model_name")
             content = {"model": model, "messages": messages[0] if messages else []}
-            request = deferred(codec.decode, content)
-            if clients_instrumented():  # whether its client is one of them shows only when it runs
-                call.witness(codec.provider, model, request, codec=codec, sent=content)
-            else:
-                call.observe(codec.provider, model, request, codec=codec, sent=content)
+            call.witness(codec.provider, model, deferred(codec.decode, content), codec=codec, sent=content)
         except Exception as exc:
             turn.relay.diag.failure("subscriber_errors", exc, f"{self.framework} callback chat model start")
 
