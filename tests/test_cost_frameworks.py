@@ -20,7 +20,6 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-import httpx2
 import pytest
 
 from relay_runtime import Recorder, adapters, cost, session
@@ -40,6 +39,7 @@ agents = need("agents")
 
 from relay_runtime.integrations import openai_agents  # noqa: E402
 from relay_runtime.integrations.langchain import RelayCallbackHandler  # noqa: E402
+from tests.test_frameworks_langchain import chat_model  # noqa: E402
 
 otel_spans = framework_support.otel_spans
 RATES = {"input": 1.0, "output": 2.0}
@@ -97,13 +97,7 @@ def chat_agent() -> tuple[Any, Any, t.Script]:
         t.json_reply(tool_call_body("weather", {"city": "Paris"})),
         t.json_reply(t.chat_completion_body("Done.", usage=t.chat_usage(30, 3))),
     ])  # fmt: skip
-    model = langchain_openai.ChatOpenAI(
-        model="gpt-test",
-        api_key=t.TEST_KEY,
-        base_url=t.BASE_OPENAI,
-        http_client=httpx2.Client(transport=script.transport()),
-        max_retries=0,
-    )
+    model = chat_model(script)
     return agents_mod.create_agent(model, [weather], name="helper"), model, script
 
 

@@ -47,6 +47,13 @@ def errors(sinks: Sinks) -> list[tuple[str, str | None, list[dict[str, Any]]]]:
     ]
 
 
+def assert_spans_tell(sinks: Sinks, shown: str) -> None:
+    """Some span's status tells ``shown`` (what failed stays readable), and no span holds the password or key."""
+    span_errors = errors(sinks)
+    assert any(shown in (d or "") for _, d, _ in span_errors)
+    assert PASSWORD not in repr(span_errors) and API_KEY not in repr(span_errors)
+
+
 def tool_end(relay_events: Any, name: str) -> Any:
     (end,) = [e for e in relay_events.ends() if e.scope_type == "tool" and e.name == name]
     return end
@@ -63,9 +70,7 @@ def test_a_tools_pydantic_validation_error_records_no_quoted_argument(relay_turn
     # What failed and why stay: the field, pydantic's words, its error type.
     assert "user" in end.error_message and "Field required" in end.error_message and "type=missing" in end.error_message
     assert "input_value=[redacted]" in end.error_message
-    span_errors = errors(sinks)
-    assert any("Field required" in (d or "") for _, d, _ in span_errors)
-    assert PASSWORD not in repr(span_errors) and API_KEY not in repr(span_errors)
+    assert_spans_tell(sinks, "Field required")
     assert_nowhere(sinks.texts(), PASSWORD, API_KEY)
 
 
@@ -92,9 +97,7 @@ def test_an_error_quoting_a_kwargs_dict_or_a_keyed_value_records_them_blanked(
     )
     fetched = tool_end(relay_events, "fetch")
     assert fetched.error_message == "refused: api_key=[redacted] is not on the allow list; Authorization: [redacted]"
-    span_errors = errors(sinks)
-    assert any("api_key=[redacted]" in (d or "") for _, d, _ in span_errors)
-    assert PASSWORD not in repr(span_errors) and API_KEY not in repr(span_errors)
+    assert_spans_tell(sinks, "api_key=[redacted]")
     assert_nowhere(sinks.texts(), PASSWORD, API_KEY)
 
 
@@ -126,9 +129,7 @@ def test_a_langchain_tool_call_failing_its_schema_records_no_quoted_argument(
     assert PASSWORD in result["messages"][2].content  # the agent was told what it sent; the record is not
     end = tool_end(relay_events, "sign_in")
     assert end.outcome == "failed" and "user" in end.error_message and "Field required" in end.error_message
-    span_errors = errors(sinks)
-    assert any("Field required" in (d or "") for _, d, _ in span_errors)
-    assert PASSWORD not in repr(span_errors) and API_KEY not in repr(span_errors)
+    assert_spans_tell(sinks, "Field required")
     assert PASSWORD not in " ".join(repr(e.error_message) for e in relay_events.events)
     texts = sinks.texts()
     # The model's next request holds the tool's answer (the conversation, recorded as the model read it):
