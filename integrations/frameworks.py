@@ -28,12 +28,11 @@ from relay_runtime import auxiliary, calls, logical_calls, session
 from relay_runtime import conventions as cv
 from relay_runtime.adapters.instrument import clients_instrumented
 from relay_runtime.attempt import Attempt
+from relay_runtime.attempt_views import recorded_request
 from relay_runtime.codec import LLMCodec
-from relay_runtime.events import AnnotatedRequestField, AnnotatedResponseField, Deferred
-from relay_runtime.redaction import redacted_request
-from relay_runtime.scopes import RecordedRequest, ScopeHandle, outcome_of
+from relay_runtime.events import AnnotatedRequestField, AnnotatedResponseField, Deferred, Recorded
+from relay_runtime.scopes import ScopeHandle, outcome_of
 from relay_runtime.session import LogicalCall, Turn
-from relay_runtime.tool_results import blanked as blanked_results
 from relay_runtime.types import LLMRequest, Outcome, ScopeType
 
 _LLM = ScopeType.LLM.value
@@ -262,7 +261,7 @@ class ModelCall:
             _LLM,
             parent=call.scope,
             attach=False,
-            input=RecordedRequest(redacted_request(_NO_HEADERS, blanked_results(sent))) if sent is not None else None,
+            input=Recorded(recorded_request, _NO_HEADERS, sent, turn.relay) if sent is not None else None,
             metadata=metadata,
             start_ns=start_ns,
         )

@@ -17,7 +17,7 @@ from . import attempt_next, attempt_request
 from . import conventions as cv
 from .attempt_request import NO_CHAINS
 from .attempt_views import DECODE_ERRORS as DECODE_ERRORS
-from .attempt_views import annotate_for_observers, decode_for_observers
+from .attempt_views import annotate_for_observers, decode_for_observers, recorded_request
 from .chains import IN_FLIGHT, Failed, is_awaitable, refuse_awaitable
 from .codec import LLMCodec, content_reader
 from .cost.control import NOT_SENT
@@ -27,12 +27,12 @@ from .events import (
     AnnotatedResponseField,
     Deferred,
     DeferredResponse,
+    Recorded,
     new_event,
 )
 from .intercepts import LLM_RESPONSE, Intercept
-from .redaction import redacted_annotation, redacted_request
+from .redaction import redacted_annotation
 from .scopes import ScopeHandle, outcome_of
-from .tool_results import blanked as blanked_results
 from .types import (
     AnnotatedLLMRequest,
     AnnotatedLLMResponse,
@@ -212,8 +212,9 @@ class Attempt:
                 _LLM,
                 h.start_ns,
                 None,  # start_timestamp
-                # The slots themselves (what raw_headers() / raw_content() return), without two calls.
-                redacted_request(request._headers, blanked_results(request._content)),  # input
+                # The slots themselves (what raw_headers() / raw_content() return), without two calls: the
+                # dicts as they are now, walked only if a subscriber reads the input.
+                Recorded(recorded_request, request._headers, request._content, self.relay),  # input
                 None,  # output
                 dict(self.metadata),
                 None,  # data

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import conventions as cv
 from .codec import LLMCodec
-from .redaction import redacted_annotation
+from .redaction import REDACTED, redacted_annotation, redacted_request
 from .tool_results import blanked as blanked_results
 from .types import AnnotatedLLMRequest, AnnotatedLLMResponse
 
@@ -23,6 +23,21 @@ _SDK_RETRIES = cv.SDK_RETRIES
 
 # A request or response the codec could not read: the call goes on, its record lacks what was unread.
 DECODE_ERRORS = "decode_errors"
+
+
+def recorded_request(headers: Mapping[str, Any], content: Mapping[str, Any], relay: Relay) -> dict[str, Any]:
+    """An attempt's request as its start event records it: headers and kwargs with credentials blanked
+    (``redaction.redacted_request``), its tools' results too (``tool_results``).
+
+    Made on first read (``events.Recorded``): most subscribers never read an attempt's input, and the
+    walk of a conversation's items is a good part of what recording a call costs. A request that cannot
+    be walked is counted (``bookkeeping_errors``) and recorded withheld, never as it was sent.
+    """
+    try:
+        return redacted_request(headers, blanked_results(content))
+    except Exception as exc:
+        relay.diag.failure("bookkeeping_errors", exc, "recording an attempt's request")
+        return {"headers": {}, "content": REDACTED}
 
 
 def decode_for_observers(

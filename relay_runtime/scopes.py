@@ -51,14 +51,6 @@ class RelayOutput(dict[str, Any]):
     __slots__ = ()
 
 
-class RecordedRequest(dict[str, Any]):
-    """A model call's request as an attempt's start records it (``redaction.redacted_request``: headers and
-    kwargs, credentials blanked, the conversation as sent): ``push`` records it as it is, as the core's own
-    attempts do, instead of walking every message of the conversation again."""
-
-    __slots__ = ()
-
-
 class ScopeOrderError(RuntimeError):
     """A scope was popped while a scope pushed after it, in the same context, was still open."""
 
@@ -240,9 +232,11 @@ class Scopes:
             handle.start_ns = _start_time(start_ns)
         token = self._stack.set(handle) if attach else None
         if self._subs.start:
-            if input is not None and type(input) is not RecordedRequest:
+            if input is not None and type(input) is not Recorded:
                 # A framework's chain or tool input may carry a credential (a client's key, an
                 # ``api_key`` argument): the record never holds it. What runs gets ``input`` as it was.
+                # One already ``Recorded`` (a model call's request: ``attempt_views.recorded_request``)
+                # is blanked its own way.
                 input = Recorded(_blanked, input, st == _TOOL)
             # Positional (start_timestamp, input, output, metadata): keywords cost the call a name match each.
             event = new_event(

@@ -3,7 +3,8 @@
 Blanking walks the whole value (a tool's arguments and result, a chain's input), and most subscribers
 never read it (a span exporter without content capture): the event holds it as ``Recorded`` and the
 walk runs on first read, once, whichever thread reads first. What any reader sees is what an eager
-walk gave: credentials blanked, the caller's own objects untouched.
+walk gave: credentials blanked, the caller's own objects untouched. An LLM attempt's request (its
+headers and kwargs, its tools' results in the conversation) is recorded the same way.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from typing import Any
 import pytest
 from core_support import new_relay
 
-from relay_runtime import Event, ScopeType
+from relay_runtime import Event, LLMRequest, ScopeType, tool_results
 from relay_runtime import scopes as scopes_module
+from relay_runtime.events import SCOPE_START
 from relay_runtime.redaction import REDACTED
 
 KEY = "sk-live-0123456789abcdefghijklmnop"
@@ -103,3 +105,53 @@ def test_an_event_built_by_hand_keeps_what_it_was_given() -> None:
     assert event.input == {"api_key": KEY} and event.output == "x"  # a caller's own event is its own record
     event.output = {"changed": True}
     assert event.output == {"changed": True}
+
+
+# -- an LLM attempt's request ---------------------------------------------------------------------
+
+TOOL_RESULT = f"user='ada' api_key='{KEY}'"
+
+
+def _attempt_start(relay: Any, rec: Any) -> Event:
+    content = {
+        "model": "gpt-4o-mini",
+        "messages": [
+            {"role": "user", "content": "open my account"},
+            {"role": "tool", "tool_call_id": "c1", "content": TOOL_RESULT},
+        ],
+    }
+    relay.llm.execute("openai", LLMRequest({"Authorization": f"Bearer {KEY}"}, content), lambda request: {"ok": True})
+    return next(e for e in rec.events if e.kind == SCOPE_START and e.provider == "openai")
+
+
+def test_an_attempts_request_is_walked_only_for_a_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    walked: list[Any] = []
+    real = tool_results._holds_results
+
+    def counting(items: list[Any]) -> bool:
+        walked.append(items)
+        return real(items)
+
+    monkeypatch.setattr(tool_results, "_holds_results", counting)
+    relay, rec = new_relay()
+    start = _attempt_start(relay, rec)
+    assert walked == []  # recorded, not read: the conversation was not walked
+    recorded = start.input
+    assert len(walked) == 1 and start.input is recorded  # walked once, then kept
+    assert recorded["headers"]["Authorization"] == REDACTED
+    messages = recorded["content"]["messages"]
+    assert messages[0] == {"role": "user", "content": "open my account"}
+    assert KEY not in messages[1]["content"] and "ada" in messages[1]["content"]
+    assert KEY not in repr(start.to_dict()) and KEY not in repr(pickle.loads(pickle.dumps(start)).to_dict())
+
+
+def test_an_attempts_request_that_cannot_be_walked_is_withheld_and_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(items: list[Any]) -> bool:
+        raise RuntimeError("odd conversation")
+
+    monkeypatch.setattr(tool_results, "_holds_results", broken)
+    relay, rec = new_relay()
+    start = _attempt_start(relay, rec)
+    assert start.input == {"headers": {}, "content": REDACTED}
+    assert relay.diagnostics()["bookkeeping_errors"] == 1
+    assert KEY not in repr(start.to_dict())
