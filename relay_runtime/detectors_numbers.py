@@ -102,17 +102,30 @@ def in_runs(
     return find
 
 
+# A value must be set apart from the words around it: "[^\W_]" is a letter or digit of any script ("_" is glue
+# between words, "host_10.0.4.17", not one). The letters of scripts written without spaces between words are not
+# counted as such (Thai, kana, Han, and Hangul, whose particles are written on): in "カード番号4111 1111 1111 1111です"
+# the number is set apart as a space would set it.
+_UNSPACED = "\u0e00-\u0e7f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_WORD = "[^\\W_" + _UNSPACED + "]"
+
+
+def _set_apart(pattern: str) -> re.Pattern[str]:
+    """``pattern`` compiled, its ``[^\\W_]`` (a letter or digit next to the value) read as ``_WORD``."""
+    return re.compile(pattern.replace(r"[^\W_]", _WORD))
+
+
 # -- phone numbers ----------------------------------------------------------------------------
 # International: "+" or "00", a country code, then groups of digits split by one space, dot or
 # dash (an optional area code in brackets). National (North American): (NNN) NNN-NNNN and
 # NNN-NNN-NNNN, NNN.NNN.NNNN, NNN NNN NNNN. Bare digit runs are not phone numbers here: they are
 # as often order numbers, amounts or ids.
-_PHONE_INTL = re.compile(
+_PHONE_INTL = _set_apart(
     # "_" and a letter before "+" are glue ("phone_+44...", "call+44..."), not part of a longer number.
     r"(?:(?<![+\d])\+[1-9]\d{0,2}|(?<![^\W_])(?<!\+)00[1-9]\d{0,2}(?=[ .-]))"
     r"(?:[ .-]?\(\d{1,4}\))?(?:[ .-]?\d{1,5}){1,6}(?![\w.-]*\d)"
 )
-_PHONE_NANP = re.compile(
+_PHONE_NANP = _set_apart(
     r"(?<![^\W_])(?<![+.-])(?:\+?1[ .-]?)?"
     r"(?:\([2-9]\d{2}\) ?[2-9]\d{2}[ .-]\d{4}|[2-9]\d{2}([ .-])[2-9]\d{2}\1\d{4})(?![^\W_]|-|\.\d)"
 )
@@ -151,7 +164,7 @@ def find_phone(text: str) -> list[Span]:
 
 # -- payment cards --------------------------------------------------------------------------
 
-_CARD = re.compile(r"(?<![^\W_])(?<!\d-)\d(?:[ -]?\d){12,18}(?![^\W_])(?!-\d)")
+_CARD = _set_apart(r"(?<![^\W_])(?<!\d-)\d(?:[ -]?\d){12,18}(?![^\W_])(?!-\d)")
 # Issuer prefixes (IIN ranges) of the card networks in use; a Luhn-valid number outside them
 # is more likely an id than a card.
 _CARD_PREFIX = re.compile(
@@ -227,9 +240,8 @@ def find_iban(text: str) -> list[Span]:
 
 # -- IP addresses -------------------------------------------------------------------------------
 
-# "[^\W_]": a letter or digit of any script; "_" is glue between words ("host_10.0.4.17"), not one.
-_IPV4 = re.compile(r"(?<![^\W_])(?<!\.)(?:\d{1,3}\.){3}\d{1,3}(?![^\W_]|\.\d)")
-_IPV6 = re.compile(
+_IPV4 = _set_apart(r"(?<![^\W_])(?<!\.)(?:\d{1,3}\.){3}\d{1,3}(?![^\W_]|\.\d)")
+_IPV6 = _set_apart(
     r"(?<![^\W_])(?<![:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:(?:\d{1,3}\.){3}\d{1,3}|[0-9A-Fa-f]{0,4})(?![^\W_]|:|\.\d)"
 )
 
@@ -298,5 +310,5 @@ def find_ip(text: str) -> list[Span]:
 
 # -- US social security numbers ------------------------------------------------------------------
 
-_SSN = re.compile(r"(?<![^\W_])(?<!-)(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![^\W_]|-)")
+_SSN = _set_apart(r"(?<![^\W_])(?<!-)(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![^\W_]|-)")
 find_ssn = in_runs(_SSN, None, 9, "-")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from relay_runtime import detectors
+from relay_runtime.redaction import RedactionPolicy, Rule
 
 CARD_CASES = [
     # (text, found)
@@ -183,11 +184,42 @@ def test_a_value_glued_to_other_text_is_found(name: str, text: str, value: str) 
 
 
 @pytest.mark.parametrize(
+    ("name", "text", "value"),
+    [
+        # Scripts written without spaces between words glue a value to the words around it: it is found all
+        # the same, and only it is replaced (the words stay).
+        ("credit_card", "カード番号4111 1111 1111 1111です", "4111 1111 1111 1111"),
+        ("credit_card", "卡号4111111111111111谢谢", "4111111111111111"),
+        ("credit_card", "카드4111-1111-1111-1111로", "4111-1111-1111-1111"),
+        ("phone", "電話は(212) 555-0134です", "(212) 555-0134"),
+        ("phone", "电话212-555-0134谢谢", "212-555-0134"),
+        ("phone", "電話は+81 3 1234 5678です", "+81 3 1234 5678"),
+        ("ip_address", "サーバー10.0.4.17です", "10.0.4.17"),
+        ("ip_address", "服务器2001:db8::1谢谢", "2001:db8::1"),
+        ("ip_address", "ไอพี10.0.4.17ครับ", "10.0.4.17"),
+        ("us_ssn", "社保号078-05-1120谢谢", "078-05-1120"),
+        ("us_ssn", "番号123-45-6789です", "123-45-6789"),
+        ("iban", "口座DE89370400440532013000です", "DE89370400440532013000"),
+        ("api_key", "密钥AKIAIOSFODNN7EXAMPLE谢谢", "AKIAIOSFODNN7EXAMPLE"),
+    ],
+)
+def test_a_value_glued_to_words_of_an_unspaced_script_is_found(name: str, text: str, value: str) -> None:
+    assert _found(name, text) == [value]
+
+
+def test_a_policy_redacts_a_card_glued_to_japanese_and_keeps_the_words() -> None:
+    policy = RedactionPolicy([Rule("redact", detector="credit_card")])
+    assert policy.redact_text("カード番号4111 1111 1111 1111です") == "カード番号[REDACTED:credit_card]です"
+
+
+@pytest.mark.parametrize(
     ("name", "text"),
     [
         # ... but a digit run inside a longer one, or a word's letters around it, is not a value.
         ("credit_card", "2024-4111111111111111"),
         ("credit_card", "a4111111111111111b"),
+        ("credit_card", "Zahlungé4111111111111111"),  # a letter of a spaced script, as a Latin one
+        ("ip_address", "v10.0.4.17"),
         ("us_ssn", "1-078-05-1120"),
         ("ip_address", "1.10.0.4.17"),
         ("phone", "12+44 20 7946 0958"),
