@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import posixpath
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -243,6 +245,24 @@ def test_details_log_records_go_out_with_their_trace_or_not_at_all(relay_home) -
     (attempt,) = run.pipeline.by_name("chat gpt-x")
     (record,) = [r.log_record for r in logs.get_finished_logs()]
     assert record.event_name == DETAILS_EVENT and record.span_id == attempt.context.span_id
+    run.close()
+
+
+def test_content_files_are_written_only_for_the_traces_kept(relay_home, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    store = tmp_path / "genai"
+    keep = [False]
+    sampler = TailSampler(ratio=0.0, keep_if=lambda event: keep[0])
+    run = Run(sampler, capture_content=True, content_store=f"file://{store}")
+    run.turn(_call())  # dropped: what the user said is not left in the store
+    assert run.exporter.force_flush() and run.names() == []
+    assert list(store.iterdir()) == []
+    keep[0] = True
+    run.turn(_call())  # kept: its files are written, and its span names them
+    assert run.exporter.force_flush()
+    (attempt,) = run.pipeline.by_name("chat gpt-x")
+    refs = sorted(v for k, v in attempt.attributes.items() if k.endswith("_ref"))
+    assert len(refs) == 2  # the input and output messages (no system instructions, no tools)
+    assert sorted(p.name for p in store.iterdir()) == sorted(posixpath.basename(ref) for ref in refs)
     run.close()
 
 

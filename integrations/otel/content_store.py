@@ -12,7 +12,9 @@ are named by the hash of their content (``<sha256>_system_instruction.json``,
 ``<sha256>_tool.definitions.json``) and written once. Writes run on one background thread
 behind a bounded queue: a call never waits for the store; what the queue cannot take is
 dropped and counted (``otel.content_store.dropped``), and the span gets no reference to it;
-a failed write is counted too (``otel.content_store.errors``).
+a failed write is counted too (``otel.content_store.errors``). Behind a tail sampler the files
+are queued only when the sampler keeps the call's trace: a dropped trace leaves nothing in the
+store (a write the queue cannot take then is counted as dropped; the span already names it).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ DROPPED = "otel.content_store.dropped"
 ERRORS = "otel.content_store.errors"
 REF = "_ref"
 _STOP: Any = object()
+Write = tuple[str, str, bool]  # where, what, and whether it is a content-named file shared by calls
 
 
 def store_from_env() -> str | None:
@@ -78,8 +81,11 @@ class ContentStore:
         self._thread = threading.Thread(target=self._run, name="relay-otel-content-store", daemon=True)
         self._thread.start()
 
-    def references(self, event: Event, recorder: ContentRecorder) -> dict[str, str]:
-        """Queue this attempt's content for writing; the reference attributes to record instead of it."""
+    def references(self, event: Event, recorder: ContentRecorder, held: list[Write] | None = None) -> dict[str, str]:
+        """Queue this attempt's content for writing; the reference attributes to record instead of it.
+
+        ``held``: the writes are added to it instead, for ``submit`` once the call's trace is kept.
+        """
         refs: dict[str, str] = {}
         req = event.annotated_request
         call = uuid.uuid4().hex
@@ -102,10 +108,19 @@ class ContentStore:
                 name = f"{digest}_{'system_instruction' if key == SYSTEM_INSTRUCTIONS else 'tool.definitions'}.json"
             assert name is not None
             path = posixpath.join(self.base, name)
-            # Content the queue could not take is never written: no reference to it goes on the span.
-            if (shared and path in self._written) or self._submit(path, text, shared):
+            if shared and path in self._written:
+                refs[key + REF] = path
+            elif held is not None:
+                held.append((path, text, shared))
+                refs[key + REF] = path
+            elif self._submit(path, text, shared):  # content the queue could not take gets no reference
                 refs[key + REF] = path
         return refs
+
+    def submit(self, writes: list[Write]) -> None:
+        """Queue writes ``references`` held back (each one the queue cannot take is counted as dropped)."""
+        for path, text, shared in writes:
+            self._submit(path, text, shared)
 
     def _submit(self, path: str, text: str, shared: bool) -> bool:
         """Queue one write; False (counted) when the queue is full and it is dropped."""

@@ -37,7 +37,7 @@ from . import lifecycle, one_span, propagation, span_context
 from . import openinference as OI
 from .capture import DetailsEvents, as_events, capture_mode, mode_from_env, on_spans
 from .content import ContentRecorder, Redactor
-from .content_store import ContentStore, store_from_env
+from .content_store import ContentStore, Write, store_from_env
 from .deferred import fast_path_for
 from .export_size import DEFAULT_MAX_EXPORT_BYTES, attribute_length, check_max_bytes
 from .lifecycle import SHUTDOWN_TIMEOUTS as SHUTDOWN_TIMEOUTS
@@ -346,9 +346,12 @@ class OTelExporter:
             self.count(ATTRIBUTE_ERRORS)
             attributes = {}
         refs = None
+        held: list[Write] | None = None
         if self._store is not None and role == A.ATTEMPT:
+            # Behind a sampler the files wait for its answer: a dropped trace's content is never written.
+            held = [] if self._tail is not None else None
             try:
-                refs = self._store.references(event, self._recorder)
+                refs = self._store.references(event, self._recorder, held)
             except Exception:
                 self.count(CONTENT_ERRORS)
                 refs = {}
@@ -383,11 +386,18 @@ class OTelExporter:
         if role == A.ATTEMPT and self._metrics is not None:
             self._metrics.record_attempt(event, err)
         if self._tail is not None:
-            # Ended (or dropped) with the rest of its trace, and its details log record with it.
-            then = functools.partial(self._emit, details) if details is not None else None
+            # Ended (or dropped) with the rest of its trace, and its content files and details log record with it.
+            then = functools.partial(self._kept, held, details) if held or details is not None else None
             self._tail.finish(record, event.timestamp, event, then=then)
             return
         span.end(event.timestamp)  # positional: a keyword call costs more, on every span
+
+    def _kept(self, held: list[Write] | None, details: Callable[[], None] | None) -> None:
+        """What goes out with a span its sampler keeps: its content files, then its details log record."""
+        if held and self._store is not None:
+            self._store.submit(held)
+        if details is not None:
+            self._emit(details)
 
     def _emit(self, details: Callable[[], None]) -> None:
         try:
