@@ -123,6 +123,50 @@ def test_a_stream_whose_last_chunk_has_no_finish_reason_is_an_incomplete_stream(
     assert call.outcome == "failed"  # the logical call ends as its last attempt did
 
 
+def _candidates_frame(pieces: dict[int, tuple[str, str | None]], **extra: Any) -> bytes:
+    """One SSE chunk holding a piece of each candidate named: index -> (text, finish reason or None)."""
+    candidates = []
+    for index, (text, finish) in pieces.items():
+        candidate: dict[str, Any] = {"index": index, "content": {"role": "model", "parts": [{"text": text}]}}
+        if finish:
+            candidate["finishReason"] = finish
+        candidates.append(candidate)
+    return t.sse_frame({"candidates": candidates, "modelVersion": "gemini-test-flash-001", **extra})
+
+
+def test_a_stream_of_several_candidates_records_each_of_them(relay_turn, relay_events, client, script) -> None:
+    script.add(
+        t.sse_reply(
+            [
+                _candidates_frame({0: ("Hel", None), 1: ("Bon", None)}),
+                _candidates_frame({1: ("jour", "MAX_TOKENS")}),  # a chunk of the second candidate alone
+                _candidates_frame({0: ("lo", "STOP")}, usageMetadata=usage()),
+            ]
+        )
+    )
+    config = {"candidate_count": 2}
+    list(client.models.generate_content_stream(model=MODEL, contents="hi", config=config))
+    end = only(relay_events)
+    assert end.outcome == "success", (end.error_type, end.error_message)
+    # As a whole answer records it: the first candidate's text, every candidate's finish reason.
+    assert end.annotated_response.output_text == "Hello"
+    assert end.annotated_response.finish_reasons == ["stop", "length"]
+    texts = [c["content"]["parts"] for c in end.output["candidates"]]
+    assert texts == [[{"text": "Hello"}], [{"text": "Bonjour"}]]
+
+
+def test_a_stream_one_of_whose_candidates_never_finished_is_an_incomplete_stream(
+    relay_turn, relay_events, client, script
+) -> None:
+    script.add(
+        t.sse_reply([_candidates_frame({0: ("Hel", None), 1: ("Bon", None)}), _candidates_frame({0: ("lo", "STOP")})])
+    )
+    list(client.models.generate_content_stream(model=MODEL, contents="hi", config={"candidate_count": 2}))
+    end = only(relay_events)
+    assert end.outcome == "failed" and end.error_type == "IncompleteStream"
+    assert end.annotated_response.output_text == "Hello"
+
+
 def test_async_stream_and_its_incomplete_twin(relay_turn, relay_events, client, script) -> None:
     script.add(t.sse_reply(stream_frames(["a", "b"])), t.sse_reply(stream_frames(["c"], finish=None)))
 

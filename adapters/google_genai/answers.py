@@ -41,7 +41,7 @@ class _Never:
 _USAGE_CLASS = "GenerateContentResponseUsageMetadata"
 _DIRECT_FIELDS: dict[str, tuple[str, ...]] = {
     "GenerateContentResponse": ("usage_metadata", "model_version", "response_id", "candidates"),
-    "Candidate": ("content", "finish_reason"),
+    "Candidate": ("content", "finish_reason", "index"),
     "Content": ("parts",),
     "Part": ("text", "thought", "function_call"),
     _USAGE_CLASS: (
@@ -208,26 +208,73 @@ def blocked_reason(response: Any) -> str | None:
     return None
 
 
-class GenerateContentAccumulator:
-    """Folds ``generate_content_stream`` chunks (each a ``GenerateContentResponse``) into one response.
+class _Candidate:
+    """What a stream said of one candidate so far."""
 
-    The last chunk carries the candidate's ``finish_reason`` (and the whole usage); a stream
-    whose chunks never said why the model stopped was cut short (``terminated`` stays False).
-    A prompt blocked outright ends the stream with its ``prompt_feedback`` instead.
-    """
-
-    __slots__ = ("blocked", "calls", "model", "reason", "response_id", "terminated", "texts", "thoughts", "usage")
+    __slots__ = ("calls", "reason", "texts", "thoughts")
 
     def __init__(self) -> None:
         self.texts: list[str] = []
         self.thoughts: list[str] = []
         self.calls: list[dict[str, Any]] = []
         self.reason: Any = None
+
+    def add(self, candidate: Any) -> tuple[str, str, list[dict[str, Any]]]:
+        """Fold one chunk's piece of this candidate in; what it added (text, thoughts, tool calls)."""
+        parts, reason = parts_of(candidate)
+        texts, thoughts, calls = read_parts(parts)
+        self.texts += texts
+        self.thoughts += thoughts
+        self.calls += calls
+        if reason is not None:
+            self.reason = reason
+        return "".join(texts), "".join(thoughts), calls
+
+    def folded(self) -> dict[str, Any]:
+        parts: list[dict[str, Any]] = (
+            [{"text": t, "thought": True} for t in self.thoughts if t] if self.thoughts else []
+        )
+        if self.texts:
+            parts.append({"text": "".join(self.texts)})
+        if self.calls:
+            parts += [{"function_call": {"id": c["id"], "name": c["name"], "args": c["arguments"]}} for c in self.calls]
+        return {
+            "content": {"role": "model", "parts": parts},
+            "finish_reason": getattr(self.reason, "value", self.reason),
+        }
+
+
+def _index(candidate: Any) -> int:
+    index = candidate.index if type(candidate) is _CANDIDATE else get(candidate, "index")
+    return index if type(index) is int and index >= 0 else 0
+
+
+class GenerateContentAccumulator:
+    """Folds ``generate_content_stream`` chunks (each a ``GenerateContentResponse``) into one response.
+
+    The last chunk carries each candidate's ``finish_reason`` (and the whole usage); a stream
+    whose chunks never said why the model stopped was cut short (``terminated`` stays False).
+    A prompt blocked outright ends the stream with its ``prompt_feedback`` instead. With several
+    candidates (``candidate_count``), each chunk's pieces are folded by their ``index``: the
+    response holds every candidate, its finish reasons are theirs in order, and its text and tool
+    calls are the first candidate's, as a whole answer's are (``GenerateContentCodec.annotate_response``).
+    """
+
+    __slots__ = ("blocked", "candidates", "model", "response_id", "usage")
+
+    def __init__(self) -> None:
+        self.candidates: dict[int, _Candidate] = {}
         self.usage: Any = None
         self.model: str | None = None
         self.response_id: str | None = None
         self.blocked: str | None = None
-        self.terminated = False
+
+    @property
+    def terminated(self) -> bool:
+        """Whether the stream said it ended: every candidate gave a finish reason, or the prompt was blocked."""
+        if self.blocked:
+            return True
+        return bool(self.candidates) and all(c.reason is not None for c in self.candidates.values())
 
     def add(self, chunk: Any) -> ChunkDelta | None:
         if type(chunk) is _RESPONSE:
@@ -246,50 +293,44 @@ class GenerateContentAccumulator:
             blocked = blocked_reason(chunk)
             if blocked:
                 self.blocked = blocked
-                self.terminated = True
             return None
-        parts, reason = parts_of(candidates[0])
-        texts, thoughts, calls = read_parts(parts)
-        self.texts += texts
-        self.thoughts += thoughts
-        self.calls += calls
-        if reason is not None:
-            self.reason = reason
-            self.terminated = True
-        text, thought = "".join(texts), "".join(thoughts)
+        text = thought = ""
         extra = 0  # no generator frames for the common chunk: no calls, one candidate
-        if calls:
-            extra += sum(len(str(call.get("arguments") or "")) for call in calls)
-        if len(candidates) > 1:
-            extra += sum(len(str(c)) for c in candidates[1:])
+        for candidate in candidates:
+            index = _index(candidate)
+            state = self.candidates.get(index)
+            if state is None:
+                state = self.candidates[index] = _Candidate()
+            added, thinking, calls = state.add(candidate)
+            if index == 0:  # the chunk marks carry the first candidate's text, as the record does
+                text, thought = added, thinking
+                if calls:
+                    extra += sum(len(str(call.get("arguments") or "")) for call in calls)
+            else:
+                extra += len(str(candidate))
         if not text and not thought and not extra:
             return None
         return ChunkDelta(text=text, reasoning=thought, extra_chars=extra)
 
     def finish(self) -> tuple[Any, AnnotatedLLMResponse]:
-        reason = finish_reason(self.reason, bool(self.calls))
-        parts: list[dict[str, Any]] = (
-            [{"text": t, "thought": True} for t in self.thoughts if t] if self.thoughts else []
-        )
-        if self.texts:
-            parts.append({"text": "".join(self.texts)})
-        if self.calls:
-            parts += [{"function_call": {"id": c["id"], "name": c["name"], "args": c["arguments"]}} for c in self.calls]
+        ordered = [self.candidates[i] for i in sorted(self.candidates)]
+        first = self.candidates.get(0) or _Candidate()
+        reasons = [r for r in (finish_reason(c.reason, bool(c.calls)) for c in ordered) if r]
+        if not reasons and self.blocked:
+            reasons = [self.blocked]
         response: dict[str, Any] = {
-            "candidates": [{"content": {"role": "model", "parts": parts},
-                            "finish_reason": getattr(self.reason, "value", self.reason)}],
+            "candidates": [c.folded() for c in ordered] or [first.folded()],
             "model_version": self.model,
             "response_id": self.response_id,
-        }  # fmt: skip
+        }
         if self.usage is not None:
             response["usage_metadata"] = dumped(self.usage)
-        reasons = [reason] if reason else ([self.blocked] if self.blocked else [])
         annotation = AnnotatedLLMResponse(
             model=self.model,
             id=self.response_id,
             finish_reasons=reasons,
             usage=usage_of(self.usage),
-            output_text="".join(self.texts) if self.texts else None,
-            tool_calls=list(self.calls),
+            output_text="".join(first.texts) if first.texts else None,
+            tool_calls=list(first.calls),
         )
         return response, annotation
