@@ -94,8 +94,9 @@ class Recorded(Deferred[Any]):
     """A scope's input or output as its record holds it (credentials blanked: ``scopes``), made on first read.
 
     Most subscribers never read a scope's input or output (a span exporter without content capture), and
-    blanking walks the whole value: a tool's arguments and result are walked only for those that read
-    them. ``raw`` is the value as the caller gave it, for the scope's own bookkeeping (its outcome).
+    blanking walks the whole value: a tool's arguments and result, an LLM attempt's request and conversation
+    (``attempt_views.recorded_request``) are walked only for those that read them. ``raw`` is the first
+    argument as the caller gave it (an output, for the scope's own bookkeeping: its outcome).
     """
 
     __slots__ = ()
