@@ -6,7 +6,8 @@ A value reaches the policy encoded more often than one would think: a URL's quer
 (``jane&#64;example.com``, ``&nbsp;`` between groups of digits), numbers grouped by non-breaking
 or thin spaces (``4111\\u00a01111...``, as locales and word processors write them), full-width
 forms (``\\uff14\\uff11\\uff11\\uff11 ...``, ``jane\\uff20example\\uff0ecom``, as Japanese and
-Chinese input methods write them), invisible characters inside a value (a zero-width space or soft
+Chinese input methods write them), digits of other scripts (``\\u0664\\u0661\\u0661\\u0661 ...``, as Arabic,
+Persian and Hindi keyboards write them), invisible characters inside a value (a zero-width space or soft
 hyphen pasted from a web page, or put there to slip past a filter), and an encoding applied twice
 (``%2540``). Each detector reads the text as it is and, when it holds one of these, this decoded
 copy as well; what it finds in the copy is mapped back to the span of the original
@@ -47,6 +48,14 @@ _SPACES = (
 # and each would otherwise make a copy of the text to be read again.
 _WIDE = "".join(chr(code) for code in range(0xFF01, 0xFF5F))
 _WIDE_OPENERS = "".join(ch for ch in _WIDE if chr(ord(ch) - 0xFEE0).isalnum() or chr(ord(ch) - 0xFEE0) in ".-()+@%:/=_")
+# Decimal digits of the scripts with digits of their own that people type numbers in (Arabic-Indic, as
+# Arabic keyboards write them; Persian and Urdu's; the Indic scripts'; Thai, Lao, Tibetan, Myanmar, Khmer,
+# Mongolian), read as ASCII digits, one character for one: a run opens with any of them, as a run of
+# full-width forms does. The detectors' expressions name ASCII digits only.
+_DIGIT_ZEROS = (0x0660, 0x06F0, 0x0966, 0x09E6, 0x0A66, 0x0AE6, 0x0B66, 0x0BE6, 0x0C66, 0x0CE6, 0x0D66,
+                0x0E50, 0x0ED0, 0x0F20, 0x1040, 0x17E0, 0x1810)  # fmt: skip
+_DIGITS = "".join(chr(zero + d) for zero in _DIGIT_ZEROS for d in range(10))
+_ASCII_DIGITS = {ord(ch): 48 + i % 10 for i, ch in enumerate(_DIGITS)}
 # Invisible characters, dropped: zero width space, non-joiner, joiner, word joiner, BOM, soft hyphen.
 _INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\xad"
 _NAMED = {"amp": "&", "nbsp": " ", "commat": "@", "period": ".", "plus": "+", "lpar": "(", "rpar": ")"}
@@ -67,6 +76,7 @@ _ESCAPES_WIDE = (
     _ESCAPES
     + "".join(f"|{re.escape(ch)}" for ch in _INVISIBLE)
     + "".join(f"|{ch}[{_WIDE[0]}-{_WIDE[-1]}]*" for ch in _WIDE_OPENERS)
+    + "".join(f"|{ch}[{_DIGITS}]*" for ch in _DIGITS)
 )
 # '+' for a space, as a query string or form writes it (in a text holding '='), only next to a digit or
 # before a percent escape: "4111+1111" and "at+%2B44" are read, while "jane+tag%40example.com" (an
@@ -263,8 +273,8 @@ def _reach(text: str, plus: bool, ascii: bool) -> tuple[int, int]:
 
 _LATIN1_SIZE = sys.getsizeof("\xe9") - 1  # what a string of Latin-1 characters takes beyond a byte each
 _LATIN1_OPENERS = "".join(ch for ch in _SPACES + _INVISIBLE if ch <= "\xff")
-_OPENS = re.compile("[" + re.escape("%\\&" + _SPACES + _INVISIBLE + _WIDE_OPENERS) + "]")
-_OPENS_PLUS = re.compile("[" + re.escape("%\\&+" + _SPACES + _INVISIBLE + _WIDE_OPENERS) + "]")
+_OPENS = re.compile("[" + re.escape("%\\&" + _SPACES + _INVISIBLE + _WIDE_OPENERS + _DIGITS) + "]")
+_OPENS_PLUS = re.compile("[" + re.escape("%\\&+" + _SPACES + _INVISIBLE + _WIDE_OPENERS + _DIGITS) + "]")
 
 
 def original(position: int, maps: list[Map]) -> int:
@@ -369,6 +379,8 @@ class _Copy:
             ch = ""
         elif head in _WIDE:  # a run, one character for one: one stretch of the map
             ch = token.translate(_NARROW)
+        elif head in _DIGITS:  # the same, for digits of other scripts
+            ch = token.translate(_ASCII_DIGITS)
         else:  # '+' for a space, or a Unicode space: one character for one
             ch = " "
         self.put(ch, at)

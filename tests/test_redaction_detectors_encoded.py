@@ -49,6 +49,24 @@ FOUND = [
     ("email", "jane.doe&#x40;example.com", "jane.doe&#x40;example.com"),
     ("email", "jane.doe&commat;example&period;com", "jane.doe&commat;example&period;com"),
     ("credit_card", "<td>4111&nbsp;1111&nbsp;1111&nbsp;1111</td>", "4111&nbsp;1111&nbsp;1111&nbsp;1111"),
+    # Digits of other scripts, as Arabic, Persian and Hindi keyboards write them.
+    (
+        "credit_card",
+        "رقم البطاقة \u0664\u0661\u0661\u0661 \u0661\u0661\u0661\u0661 "
+        "\u0661\u0661\u0661\u0661 \u0661\u0661\u0661\u0661 شكرا",
+        "\u0664\u0661\u0661\u0661 \u0661\u0661\u0661\u0661 \u0661\u0661\u0661\u0661 \u0661\u0661\u0661\u0661",
+    ),
+    (
+        "phone",
+        "تلفن من +\u06f9\u06f8 \u06f2\u06f1 \u06f1\u06f2\u06f3\u06f4 \u06f5\u06f6\u06f7\u06f8 است",
+        "+\u06f9\u06f8 \u06f2\u06f1 \u06f1\u06f2\u06f3\u06f4 \u06f5\u06f6\u06f7\u06f8",
+    ),
+    (
+        "us_ssn",
+        "SSN \u0966\u096d\u096e-\u0966\u096b-\u0967\u0967\u0968\u0966 है",
+        "\u0966\u096d\u096e-\u0966\u096b-\u0967\u0967\u0968\u0966",
+    ),
+    ("ip_address", "الخادم \u0661\u0660.\u0660.\u0664.\u0661\u0667", "\u0661\u0660.\u0660.\u0664.\u0661\u0667"),
     # An encoding of an encoding.
     ("email", "jane.doe%2540example.com", "jane.doe%2540example.com"),
     ("email", "jane.doe&amp;#64;example.com", "jane.doe&amp;#64;example.com"),
@@ -67,6 +85,7 @@ NOT_FOUND = [
     "&#xD800; &#0; &#99999999; &bogus; %ZZ %E2%28%A1 \\ud800",
     "version=1.2.3+build.4567",
     "ticket=12345678+order=87654321",
+    "\u0662\u0660\u0662\u0664-\u0661\u0662-\u0660\u0665 \u0661\u0662\u0663\u0664\u0665\u0666 ريال",  # a date, an amount
 ]
 
 
@@ -145,3 +164,9 @@ def test_a_phone_in_extra_query_reaches_neither_the_cassettes_http_path_nor_the_
     events = "\n".join(event_json(e) + repr(e.annotated_request) for e in relay_events.events)
     for where, text in (("the cassette", stored), ("the events", events)):
         assert not any(PHONE in spelled for spelled in _spellings(text)), where
+
+
+def test_a_card_in_arabic_indic_digits_is_replaced_and_the_words_kept() -> None:
+    card = "\u0664\u0661\u0661\u0661 \u0661\u0661\u0661\u0661 \u0661\u0661\u0661\u0661 \u0661\u0661\u0661\u0661"
+    policy = RedactionPolicy([Rule("redact", detector="credit_card")])
+    assert policy.redact_text(f"رقم البطاقة {card} شكرا") == "رقم البطاقة [REDACTED:credit_card] شكرا"
