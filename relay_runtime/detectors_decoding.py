@@ -56,8 +56,12 @@ _DIGIT_ZEROS = (0x0660, 0x06F0, 0x0966, 0x09E6, 0x0A66, 0x0AE6, 0x0B66, 0x0BE6, 
                 0x0E50, 0x0ED0, 0x0F20, 0x1040, 0x17E0, 0x1810)  # fmt: skip
 _DIGITS = "".join(chr(zero + d) for zero in _DIGIT_ZEROS for d in range(10))
 _ASCII_DIGITS = {ord(ch): 48 + i % 10 for i, ch in enumerate(_DIGITS)}
-# Invisible characters, dropped: zero width space, non-joiner, joiner, word joiner, BOM, soft hyphen.
-_INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\xad"
+# Invisible characters, dropped: zero width space, non-joiner, joiner, word joiner, BOM, soft hyphen, and the
+# marks and controls of bidirectional text (left-to-right and right-to-left marks, the Arabic letter mark,
+# embeddings, overrides and isolates), which editors of Arabic and Hebrew put around and inside numbers.
+_INVISIBLE = (
+    "\u200b\u200c\u200d\u2060\ufeff\xad\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
 _NAMED = {"amp": "&", "nbsp": " ", "commat": "@", "period": ".", "plus": "+", "lpar": "(", "rpar": ")"}
 _SHORT = {"n": "\n", "r": "\r", "t": "\t", "b": "\b", "f": "\f", '"': '"', "/": "/", "\\": "\\"}
 # Every alternative opens with a literal character (the lookbehind of '+' follows it): the engine then
@@ -126,7 +130,8 @@ class Decoded:
             if not more:
                 return more
             maps = self.maps
-            return [(original(s, maps), original(e, maps)) for s, e in more]
+            source = self._rounds[0][0]
+            return [_without_invisible(source, original(s, maps), original(e, maps)) for s, e in more]
         if not windows:
             return []
         joined = self._joined
@@ -275,6 +280,15 @@ _LATIN1_SIZE = sys.getsizeof("\xe9") - 1  # what a string of Latin-1 characters 
 _LATIN1_OPENERS = "".join(ch for ch in _SPACES + _INVISIBLE if ch <= "\xff")
 _OPENS = re.compile("[" + re.escape("%\\&" + _SPACES + _INVISIBLE + _WIDE_OPENERS + _DIGITS) + "]")
 _OPENS_PLUS = re.compile("[" + re.escape("%\\&+" + _SPACES + _INVISIBLE + _WIDE_OPENERS + _DIGITS) + "]")
+
+
+def _without_invisible(text: str, start: int, end: int) -> Span:
+    """A span of ``text`` less the invisible characters at its end: the copy dropped them, so the end of a
+    value there maps past those that follow it (a bidirectional isolate's closing mark, say), which belong
+    to the text around the value, not to it."""
+    while end > start and text[end - 1] in _INVISIBLE:
+        end -= 1
+    return start, end
 
 
 def original(position: int, maps: list[Map]) -> int:

@@ -67,6 +67,13 @@ FOUND = [
         "\u0966\u096d\u096e-\u0966\u096b-\u0967\u0967\u0968\u0966",
     ),
     ("ip_address", "الخادم \u0661\u0660.\u0660.\u0664.\u0661\u0667", "\u0661\u0660.\u0660.\u0664.\u0661\u0667"),
+    # Bidirectional marks inside a number, and isolates around it, as editors of Arabic and Hebrew write them:
+    # the marks inside are part of the span, those around it are not.
+    ("phone", "טלפון +44\u200e 20\u200e 7946\u200e 0958", "+44\u200e 20\u200e 7946\u200e 0958"),
+    ("credit_card", "כרטיס 4111\u200f1111\u200f1111\u200f1111", "4111\u200f1111\u200f1111\u200f1111"),
+    ("credit_card", "card 4111\u061c1111\u061c1111\u061c1111", "4111\u061c1111\u061c1111\u061c1111"),
+    ("phone", "هاتف \u2066+44 20 7946 0958\u2069 شكرا", "+44 20 7946 0958"),
+    ("email", "بريد \u2068jane@example.com\u2069", "jane@example.com"),
     # An encoding of an encoding.
     ("email", "jane.doe%2540example.com", "jane.doe%2540example.com"),
     ("email", "jane.doe&amp;#64;example.com", "jane.doe&amp;#64;example.com"),
@@ -170,3 +177,9 @@ def test_a_card_in_arabic_indic_digits_is_replaced_and_the_words_kept() -> None:
     card = "\u0664\u0661\u0661\u0661 \u0661\u0661\u0661\u0661 \u0661\u0661\u0661\u0661 \u0661\u0661\u0661\u0661"
     policy = RedactionPolicy([Rule("redact", detector="credit_card")])
     assert policy.redact_text(f"رقم البطاقة {card} شكرا") == "رقم البطاقة [REDACTED:credit_card] شكرا"
+
+
+def test_a_number_in_a_bidirectional_isolate_is_replaced_and_the_isolate_kept() -> None:
+    policy = RedactionPolicy([Rule("redact", detector="phone")])
+    text = "هاتف \u2066+44 20 7946 0958\u2069 شكرا"
+    assert policy.redact_text(text) == "هاتف \u2066[REDACTED:phone]\u2069 شكرا"
