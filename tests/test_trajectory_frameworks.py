@@ -1,10 +1,11 @@
-"""A LangChain agent's trajectory holds what the user said, however its model calls are recorded.
+"""A LangChain agent's trajectory holds what the user said and how its tools ended, however it is recorded.
 
 A LangChain model's request holds LangChain's own messages (a ``HumanMessage`` records as
 ``{"type": "human", "content": ...}``, with no ``role``): the trajectory of an agent under
 ``RelayMiddleware`` had the agent act with nobody having asked it anything, and under the callback
 handler alone (its attempts witnessed from the callbacks) the attempts' starts held no request at all.
-A real ``ChatOpenAI`` over the scripted transport, a real agent with a tool, the ATIF exporter live.
+A tool's handled error reaches the callback handler as the tool's answer (an error ``ToolMessage``):
+it was recorded as a success. A real ``ChatOpenAI`` over the scripted transport, a real agent with a tool, the ATIF exporter live.
 """
 
 from __future__ import annotations
@@ -14,14 +15,23 @@ from typing import Any
 import pytest
 
 from relay_runtime import adapters, session
+from relay_runtime import conventions as cv
 from relay_runtime.integrations.trajectory import AtifExporter
 from relay_runtime.integrations.trajectory.validate import validate_atif
+from relay_runtime.recorder import Recorder
 from tests.framework_support import need
 
 need("langchain.agents")
 
 from relay_runtime.integrations.langchain import RelayCallbackHandler, RelayMiddleware  # noqa: E402
-from tests.test_frameworks_langchain import agents_mod, chat_model, run, tool_then_answer, weather  # noqa: E402
+from tests.test_frameworks_langchain import (  # noqa: E402
+    agents_mod,
+    chat_model,
+    forecast,
+    run,
+    tool_then_answer,
+    weather,
+)
 
 QUESTION = "Weather in Paris?"
 
@@ -49,3 +59,19 @@ def test_the_user_step_is_in_a_langchain_agents_trajectory(atif: Any, relay_turn
     steps = [(s["source"], s.get("message")) for s in trajectory["steps"]]
     assert steps == [("user", QUESTION), ("agent", ""), ("agent", "Done.")]
     assert trajectory["steps"][1]["tool_calls"][0]["function_name"] == "weather"
+
+
+@pytest.mark.parametrize("how", ["middleware", "callback-handler"])
+def test_a_tool_that_answers_its_error_as_a_message_is_a_failed_tool_in_the_trajectory(
+    atif: Any, relay_turn: Any, relay_events: Recorder, how: str
+) -> None:
+    # ``handle_tool_error``: LangChain turns the tool's ToolException into a ToolMessage with status "error"
+    # and reports it through ``on_tool_end``, as if the tool had answered.
+    middleware, callbacks = ([RelayMiddleware()], []) if how == "middleware" else ([], [RelayCallbackHandler()])
+    agent = agents_mod.create_agent(chat_model(tool_then_answer("forecast")), [forecast], middleware=middleware)
+    assert run(agent, "Forecast for Paris?", callbacks=callbacks)["messages"][2].status == "error"
+    (tool,) = relay_events.ends(relay_kind=cv.TOOL)
+    assert (tool.outcome, tool.error_type, tool.error_message) == ("failed", "tool_error", "no forecast for Paris")
+    (result,) = atif.export()["steps"][1]["observation"]["results"]
+    assert result["extra"]["outcome"] == "failed"
+    assert result["extra"]["error"] == {"type": "tool_error", "message": "no forecast for Paris"}

@@ -42,7 +42,7 @@ from relay_runtime.types import ScopeType
 from ..frameworks import FrameworkRun, ModelCall, current_parent, deferred, enter_scope, leave_scope
 from . import models
 from .codec import codec_for, plain
-from .tools import is_control_flow, managed_tool
+from .tools import ToolFailed, is_control_flow, is_error_message, managed_tool
 
 # Read once: every chat model run goes through these.
 _managed_turn = session.managed_turn
@@ -219,7 +219,11 @@ class RelayCallbackHandler(BaseCallbackHandler):
         )
 
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        self._close(run_id, output)
+        # A tool's handled error (``handle_tool_error``) comes here as its answer: an error ToolMessage.
+        if is_error_message(output):
+            self._close(run_id, error=ToolFailed(output))
+        else:
+            self._close(run_id, output)
 
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         self._close(run_id, error=error)
