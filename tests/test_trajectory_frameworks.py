@@ -5,7 +5,9 @@ A LangChain model's request holds LangChain's own messages (a ``HumanMessage`` r
 ``RelayMiddleware`` had the agent act with nobody having asked it anything, and under the callback
 handler alone (its attempts witnessed from the callbacks) the attempts' starts held no request at all.
 A tool's handled error reaches the callback handler as the tool's answer (an error ``ToolMessage``):
-it was recorded as a success. A real ``ChatOpenAI`` over the scripted transport, a real agent with a tool, the ATIF exporter live.
+it was recorded as a success. LangChain's retries and fallbacks call the model again as a new chat model
+run: the handler made each a model turn. A real ``ChatOpenAI`` over the scripted transport, real agents,
+the ATIF exporter live.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import pytest
 
 from relay_runtime import adapters, session
 from relay_runtime import conventions as cv
+from relay_runtime.adapters import testing as t
 from relay_runtime.integrations.trajectory import AtifExporter
 from relay_runtime.integrations.trajectory.validate import validate_atif
 from relay_runtime.recorder import Recorder
@@ -28,6 +31,7 @@ from tests.test_frameworks_langchain import (  # noqa: E402
     agents_mod,
     chat_model,
     forecast,
+    middleware_mod,
     run,
     tool_then_answer,
     weather,
@@ -75,3 +79,35 @@ def test_a_tool_that_answers_its_error_as_a_message_is_a_failed_tool_in_the_traj
     (result,) = atif.export()["steps"][1]["observation"]["results"]
     assert result["extra"]["outcome"] == "failed"
     assert result["extra"]["error"] == {"type": "tool_error", "message": "no forecast for Paris"}
+
+
+@pytest.mark.parametrize("how", ["retry", "retry-async", "fallback", "retry-over-instrument"])
+def test_a_model_call_retried_or_fallen_back_under_the_callback_handler_is_one_agent_step(
+    atif: Any, relay_turn: Any, relay_events: Recorder, how: str
+) -> None:
+    # LangChain's own retry and fallback call the model again under the same model node: each call is a
+    # chat model run of its own, which the handler recorded as a logical call (an agent step) of its own.
+    if how == "retry-over-instrument":
+        adapters.instrument()
+    if how == "fallback":
+        failing = chat_model(t.Script([t.error(500)]))
+        helper = middleware_mod.ModelFallbackMiddleware(
+            chat_model(t.Script([t.json_reply(t.chat_completion_body("Recovered."))]))
+        )
+    else:
+        failing = chat_model(t.Script([t.error(500), t.json_reply(t.chat_completion_body("Recovered."))]))
+        helper = middleware_mod.ModelRetryMiddleware(max_retries=1, initial_delay=0, jitter=False)
+    agent = agents_mod.create_agent(failing, [], middleware=[helper])
+    result = run(agent, QUESTION, use_async=how == "retry-async", callbacks=[RelayCallbackHandler()])
+    assert result["messages"][-1].content == "Recovered."
+    first, second = relay_events.ends(relay_kind=cv.ATTEMPT)
+    (call,) = relay_events.ends(relay_kind=cv.LOGICAL_CALL)
+    assert (first.outcome, second.outcome, call.outcome) == ("failed", "success", "success")
+    assert first.parent_uuid == second.parent_uuid == call.uuid
+    assert (first.metadata[cv.RETRY_COUNT], second.metadata[cv.RETRY_COUNT]) == (0, 1)
+    trajectory = atif.export()
+    assert validate_atif(trajectory) == []
+    assert [(s["source"], s["message"]) for s in trajectory["steps"]] == [("user", QUESTION), ("agent", "Recovered.")]
+    extra = trajectory["steps"][1]["extra"]
+    assert extra["attempts"] == 2 and "outcome" not in extra
+    assert [a["outcome"] for a in extra["failed_attempts"]] == ["failed"]
