@@ -111,3 +111,32 @@ def test_a_model_call_retried_or_fallen_back_under_the_callback_handler_is_one_a
     extra = trajectory["steps"][1]["extra"]
     assert extra["attempts"] == 2 and "outcome" not in extra
     assert [a["outcome"] for a in extra["failed_attempts"]] == ["failed"]
+
+
+def test_a_model_call_fallen_back_with_with_fallbacks_is_one_agent_step(atif: Any, relay_turn: Any) -> None:
+    # LangChain tells the fallback's chat model runs no parent run id: the scope they nest under says it.
+    failing = chat_model(t.Script([t.error(500)]))
+    backup = chat_model(t.Script([t.json_reply(t.chat_completion_body("Recovered."))]))
+    chain = failing.with_fallbacks([backup])
+    assert chain.invoke(QUESTION, config={"callbacks": [RelayCallbackHandler()]}).content == "Recovered."
+    steps = atif.export()["steps"]
+    assert [(s["source"], s["message"]) for s in steps] == [("user", QUESTION), ("agent", "Recovered.")]
+    assert steps[1]["extra"]["attempts"] == 2
+
+
+def test_a_model_call_whose_retry_fails_too_is_one_failed_agent_step(
+    atif: Any, relay_turn: Any, relay_events: Recorder
+) -> None:
+    failing = chat_model(t.Script([t.error(500), t.error(500)]))
+    helper = middleware_mod.ModelRetryMiddleware(max_retries=1, initial_delay=0, jitter=False, on_failure="error")
+    agent = agents_mod.create_agent(failing, [], middleware=[helper])
+    with pytest.raises(Exception, match="500"):
+        run(agent, QUESTION, callbacks=[RelayCallbackHandler()])
+    (call,) = relay_events.ends(relay_kind=cv.LOGICAL_CALL)
+    assert [a.outcome for a in relay_events.ends(relay_kind=cv.ATTEMPT)] == ["failed", "failed"]
+    # Closed when the model node gave up, before the node's own scope ended (not at the end of the turn).
+    (node,) = [e for e in relay_events.ends() if e.name == "model"]
+    assert call.outcome == "failed" and call.timestamp <= node.timestamp
+    steps = atif.export()["steps"]
+    assert [(s["source"], s["message"]) for s in steps] == [("user", QUESTION), ("agent", "")]
+    assert (steps[1]["extra"]["attempts"], steps[1]["extra"]["outcome"]) == (2, "failed")

@@ -154,8 +154,9 @@ class RelayCallbackHandler(BaseCallbackHandler):
         run = self._runs.pop(run_id, None)
         if run is None:
             return
-        if retried.holding():
-            self._guarded(run.turn, "end", retried.release, run_id)  # a failed model run under it was not retried
+        if run.own and run.handle is not None and retried.holding():
+            # A failed model run under it was not retried.
+            self._guarded(run.turn, "end", retried.release, run.handle.uuid)
         self._guarded(run.turn, "end", self._end, run, output, error)
 
     def _end(self, run: FrameworkRun, output: Any, error: BaseException | None) -> None:
@@ -289,7 +290,9 @@ class RelayCallbackHandler(BaseCallbackHandler):
         # ``_guarded`` and ``ModelCall.under`` inlined: this runs for every model call.
         try:
             parent = current_parent(turn) if parent_run_id is None else self._parent(turn, parent_run_id)
-            call = retried.retried(parent_run_id, asked) if parent_run_id is not None and retried.holding() else None
+            if parent is not None and RUN_ID in (parent.metadata or _EMPTY):
+                run.parent = parent.uuid  # a run's scope: its end releases a failed call held there
+            call = retried.retried(run.parent, asked) if run.parent is not None and retried.holding() else None
             if call is None:
                 call = ModelCall(turn, open_call_in(turn, parent, _PRIMARY), _PRIMARY, parent)
             run.call = call
@@ -334,16 +337,13 @@ class RelayCallbackHandler(BaseCallbackHandler):
         except Exception as exc:
             run.turn.relay.diag.failure("subscriber_errors", exc, f"{self.framework} callback chat model end")
 
-    def on_llm_error(
-        self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
-    ) -> None:
+    def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         run = self._runs.pop(run_id, None)
         if run is None or run.call is None:
             return
-        if type(run) is retried.ModelRun and parent_run_id in _RUNS and isinstance(error, Exception):
+        if type(run) is retried.ModelRun and run.parent is not None and isinstance(error, Exception):
             # Its parent may call the model again for the same answer (a retry, a fallback): see ``retried``.
-            assert parent_run_id is not None
-            self._guarded(run.turn, "chat model error", retried.hold, parent_run_id, run, error)
+            self._guarded(run.turn, "chat model error", retried.hold, run, error)
         else:
             self._guarded(run.turn, "chat model error", run.call.close, error)
 

@@ -3,31 +3,34 @@
 LangChain's retries and fallbacks (``ModelRetryMiddleware``, ``ModelFallbackMiddleware``, ``with_retry``,
 ``with_fallbacks``) call the model again, with the same messages, under the same parent run: each call is a
 chat model run of its own, and recorded as a logical call each, one model turn showed as two, the first
-failed. So a run that failed under a run the handler follows keeps its logical call open, held by that
-parent: the next run started under the parent with the same messages is its retry, an attempt of the same
-call. Anything else closes it, failed: another run started there, the parent's end, or the turn's.
+failed. So a run that failed under a run the handler opened a scope for keeps its logical call open, held
+by that scope: the next run started under it with the same messages is its retry, an attempt of the same
+call. Anything else closes it, failed: another run started there, the parent run's end, or the turn's.
+Held by the parent's scope, not its run id: LangChain does not always tell a model run its parent's id
+(``with_fallbacks``), while the scope it nests under is known either way.
 """
 
 from __future__ import annotations
 
 from typing import Any
-from uuid import UUID
 
 from ..frameworks import FrameworkRun, ModelCall
 
-# Held calls by their parent run's id; the bound only matters for parents whose end never comes.
-_HELD: dict[UUID, Held] = {}
+# Held calls by their parent run's scope uuid; the bound only matters for parents whose end never comes.
+_HELD: dict[str, Held] = {}
 _MAX_HELD = 10_000
 
 
 class ModelRun(FrameworkRun):
-    """A chat model run, with the messages it was asked: a retry asks the same."""
+    """A chat model run, with the messages it was asked (a retry asks the same) and the uuid of the run's
+    scope it nests under (None: no run's, and nothing would release what it held)."""
 
-    __slots__ = ("messages",)
+    __slots__ = ("messages", "parent")
 
     def __init__(self, turn: Any, messages: list[Any]) -> None:
         super().__init__(turn, None)
         self.messages = messages
+        self.parent: str | None = None
 
 
 class Held:
@@ -36,7 +39,7 @@ class Held:
 
     __slots__ = ("call", "error", "messages", "parent")
 
-    def __init__(self, parent: UUID, call: ModelCall, error: BaseException, messages: list[Any]) -> None:
+    def __init__(self, parent: str, call: ModelCall, error: BaseException, messages: list[Any]) -> None:
         self.parent = parent
         self.call = call
         self.error = error
@@ -58,10 +61,10 @@ class Held:
             pass
 
 
-def hold(parent: UUID, run: ModelRun, error: BaseException) -> None:
-    """``run`` failed with ``error`` under ``parent``: its attempt ends, its logical call is held open."""
-    call = run.call
-    assert call is not None
+def hold(run: ModelRun, error: BaseException) -> None:
+    """``run`` failed with ``error`` under its parent run: its attempt ends, its logical call is held open."""
+    call, parent = run.call, run.parent
+    assert call is not None and parent is not None
     call.leave()  # records the attempt the callbacks witnessed, when no SDK attempt joined in its place
     call.end_observed(error=error)
     held = Held(parent, call, error, run.messages)
@@ -77,7 +80,7 @@ def hold(parent: UUID, run: ModelRun, error: BaseException) -> None:
         earlier.close()
 
 
-def retried(parent: UUID, messages: list[Any]) -> ModelCall | None:
+def retried(parent: str, messages: list[Any]) -> ModelCall | None:
     """The held call a run starting under ``parent`` with ``messages`` retries; None when it retries none
     (a call held there for other messages is closed: its retry would have come first)."""
     held = _HELD.pop(parent, None)
@@ -93,7 +96,7 @@ def retried(parent: UUID, messages: list[Any]) -> ModelCall | None:
     return None
 
 
-def release(parent: UUID) -> None:
+def release(parent: str) -> None:
     """``parent`` ended: the call held under it was not retried; it closes failed."""
     held = _HELD.pop(parent, None)
     if held is not None:
