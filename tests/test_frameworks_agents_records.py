@@ -1,7 +1,9 @@
 """What the OpenAI Agents SDK integration records for tool calls that did not simply run and return.
 
 A tool input guardrail refusing the call, a run cancelled while a tool runs, a tool the SDK's own
-``timeout`` stops. Real ``openai-agents`` on the scripted mock transport, as in ``test_frameworks_agents``.
+``timeout`` stops; a run an input guardrail's tripwire or a tool the model made up ends, whose error the
+SDK puts on the agent's ``turn`` span (which opens no scope) rather than on its ``agent`` span.
+Real ``openai-agents`` on the scripted mock transport, as in ``test_frameworks_agents``.
 """
 
 from __future__ import annotations
@@ -181,3 +183,28 @@ def test_run_cancelled_while_a_tool_with_a_timeout_runs_is_not_a_timeout(relay_t
     cancel_while_a_tool_runs(agents.function_tool(timeout=30))  # it has time, but the run is cancelled
     (tool,) = ends_of(relay_events, "tool")
     assert (tool.outcome, tool.error_type) == ("cancelled", "CancelledError")
+
+
+@PATHS
+def test_a_run_an_input_guardrail_tripped_ends_its_agent_failed(relay_turn, relay_events, instrumented) -> None:
+    use(instrumented)
+
+    @agents.input_guardrail
+    def rude(ctx: Any, agent: Any, text: Any) -> Any:
+        return agents.GuardrailFunctionOutput(output_info="rude", tripwire_triggered=True)
+
+    scripted(t.json_reply(t.responses_body("Answer.")))
+    with pytest.raises(agents.InputGuardrailTripwireTriggered):
+        run(agents.Agent(name="helper", model="gpt-test", input_guardrails=[rude]), "Help")
+    (agent_end,) = ends_of(relay_events, "agent")
+    assert (agent_end.outcome, agent_end.error_message) == ("failed", "Guardrail tripwire triggered")
+
+
+@PATHS
+def test_a_run_ended_by_a_tool_the_model_made_up_ends_its_agent_failed(relay_turn, relay_events, instrumented) -> None:
+    use(instrumented)
+    scripted(call_then_answer("no_such_tool")[0])
+    with pytest.raises(agents.ModelBehaviorError):
+        run(agents.Agent(name="helper", model="gpt-test"), "Weather in Paris?")
+    (agent_end,) = ends_of(relay_events, "agent")
+    assert (agent_end.outcome, agent_end.error_message) == ("failed", "Tool not found")

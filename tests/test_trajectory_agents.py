@@ -3,12 +3,14 @@
 Without ``adapters.instrument()`` each model call is an attempt the processor records from the SDK's
 ``response`` span, which holds the request only once the call is over. The attempt was recorded when the
 span began, its start holding no request: the trajectory of a processor-only run had the agent act with
-nobody having asked it anything, and the journal no prompt. Real ``openai-agents`` with an ``AsyncOpenAI``
-client on the scripted mock transport, the ATIF exporter live.
+nobody having asked it anything, and the journal no prompt. With the processor alone (no tool wrapped),
+the tools' ``function`` spans were scopes no trajectory took for tool calls: their results were missing.
+Real ``openai-agents`` with an ``AsyncOpenAI`` client on the scripted mock transport, the ATIF exporter live.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -19,6 +21,7 @@ from relay_runtime import Recorder, adapters, session
 from relay_runtime import conventions as cv
 from relay_runtime.adapters import testing as t
 from relay_runtime.integrations import openai_agents
+from relay_runtime.integrations.openai_agents.processor import RelayTraceProcessor
 from relay_runtime.integrations.trajectory import AtifExporter
 from relay_runtime.integrations.trajectory.validate import validate_atif
 from tests.framework_support import attempts, need
@@ -149,3 +152,35 @@ def test_without_sensitive_data_in_traces_an_observed_attempt_records_no_request
     assert [e.input for e in starts] == [None, None]
     assert [e.annotated_request for e in attempts(relay_events)] == [None, None]
     assert QUESTION not in repr([(e.input, e.output, e.annotated_request) for e in relay_events])
+
+
+@pytest.fixture
+def atif(relay_host: session.Host) -> Any:
+    exporter = AtifExporter().attach(relay_host)  # before the turn begins: it follows the turn from its start
+    yield exporter
+    exporter.detach()
+
+
+def test_with_the_processor_alone_each_tool_result_answers_the_call_it_ran_for(atif: Any, relay_turn: Any) -> None:
+    # Two calls of one tool at once; the first call's tool ends last. The function spans hold no call id,
+    # and their arguments only from after their start.
+    @agents.function_tool
+    async def forecast(city: str) -> str:
+        """Tomorrow's weather of a city."""
+        await asyncio.sleep(0.2 if city == "Paris" else 0)
+        return f"rain in {city}"
+
+    agents.add_trace_processor(RelayTraceProcessor())  # no tool wrapped: the function spans are the witnesses
+    paris = {"call_id": "c1", "name": "forecast", "arguments": json.dumps({"city": "Paris"})}
+    lyon = {"type": "function_call", "id": "fc-2", "call_id": "c2", "name": "forecast", "status": "completed",
+            "arguments": json.dumps({"city": "Lyon"})}  # fmt: skip
+    both = t.responses_body("", function_call=paris)
+    both["output"].append(lyon)
+    scripted(t.json_reply(both), t.json_reply(t.responses_body("Done.")))
+    agent = agents.Agent(name="helper", model="gpt-test", tools=[forecast])
+    assert agents.Runner.run_sync(agent, QUESTION).final_output == "Done."
+    trajectory = atif.export()
+    assert validate_atif(trajectory) == []
+    assert [s["source"] for s in trajectory["steps"]] == ["user", "agent", "agent"]
+    results = trajectory["steps"][1]["observation"]["results"]
+    assert [(r["source_call_id"], r["content"]) for r in results] == [("c2", "rain in Lyon"), ("c1", "rain in Paris")]

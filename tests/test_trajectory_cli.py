@@ -59,6 +59,16 @@ def test_export_of_nothing_or_bad_ids_is_an_error(tmp_path, capsys):
         cli.main(["trajectory", "export", SESSION, TURN, "--format", "xml"])
 
 
+@pytest.mark.parametrize("what", ["atif", "atof"])
+def test_export_from_a_session_dir_that_is_a_file_is_a_clear_error(tmp_path, capsys, what):
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("not a journal")
+    argv = ["trajectory", "export", SESSION, TURN, "--format", what, "--session-dir", str(a_file)]
+    assert cli.main(argv) == 2  # before: NotADirectoryError's traceback
+    err = capsys.readouterr().err
+    assert err.startswith(f"relay-runtime trajectory: cannot read the journal in {a_file}: ") and err.count("\n") == 1
+
+
 def _broken(trajectory: dict[str, Any]) -> list[tuple[str, Any, str]]:
     """(what was broken, the broken trajectory, the error it must get)."""
     cases: list[tuple[str, Any, str]] = []

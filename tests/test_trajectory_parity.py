@@ -136,3 +136,36 @@ def test_side_calls_between_two_calls_of_the_agents_loop_do_not_make_the_user_sa
     assert last["data"]["content"]["messages"] == loop
     rows = [r["payload"]["traj"] for r in store.read("p", "r1")["events"] if "traj" in r.get("payload", {})]
     assert [len(t["req"]["new"]) for t in rows if t["k"] == "attempt"][-1] == 2
+
+
+def test_side_calls_opening_with_the_agents_own_system_prompt_do_not_make_the_user_say_it_again(tmp_path):
+    # A fan-out of more side calls than a conversation's requests are compared with, each opening with the
+    # loop's own system prompt: the loop's last request was no longer at hand, and its next one was written
+    # against a side call's, the user's question in it as new.
+    from relay_runtime.integrations.run_journal import FileStore, JournalSubscriber
+    from relay_runtime.integrations.trajectory import atif_from_journal, atof_from_journal
+
+    system = {"role": "system", "content": "You are the agent."}
+    loop = [system, {"role": "user", "content": "Summarize my files."}]
+    asks = testing.chat_completion_body(None, model=MODEL, tool_calls=[{"id": "c1", "name": "docs", "arguments": "{}"}])
+    calls: list[Call] = [({"model": MODEL, "messages": list(loop)}, asks)]
+    for i in range(10):
+        side = [system, {"role": "user", "content": f"document {i}"}]
+        calls.append(({"model": MODEL, "messages": side}, testing.chat_completion_body(f"summary {i}", model=MODEL)))
+    loop += [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "docs", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ten summaries"},
+    ]  # fmt: skip
+    calls.append(({"model": MODEL, "messages": list(loop)}, testing.chat_completion_body("Done.", model=MODEL)))
+    store = FileStore(tmp_path)
+    journal = JournalSubscriber(store=store).attach(session.SESSION_COORDINATOR)
+    ours = _ours(calls)
+    assert journal.close()
+    said = [(s["source"], s["message"]) for s in ours["steps"]]
+    assert said.count(("user", "Summarize my files.")) == 1
+    assert said[-2:] == [("agent", "summary 9"), ("agent", "Done.")]
+    assert atif_from_journal("p", "r1", store=store) == ours
+    (last,) = [e for e in atof_from_journal("p", "r1", store=store) if e["category"] == "llm"][-2:-1]
+    assert last["data"]["content"]["messages"] == loop
+    assert said == [(s["source"], s["message"]) for s in _nemo(calls)["steps"]]

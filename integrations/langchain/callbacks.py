@@ -11,6 +11,8 @@ the handler records the attempt from what the callbacks report (model, usage, fi
 with single clients instrumented (``instrument(client)``), at the call's end, and only if the
 model's client was not one of them (its attempt then stands: one attempt per provider call).
 Inside a ``RelayMiddleware`` model or tool call the middleware's records stand and the handler adds none.
+A model run that retries or falls back from a failed one (the same messages, under the same parent run) is
+an attempt of the failed run's logical call, not a call of its own (see ``retried``).
 
 Several relay handlers on one run (``configure_graph``'s and one passed in ``config["callbacks"]``, or
 two passed by layers that each add theirs) record it once: the runs every handler follows are kept in
@@ -40,9 +42,9 @@ from relay_runtime.tools import control_flow_output
 from relay_runtime.types import ScopeType
 
 from ..frameworks import FrameworkRun, ModelCall, current_parent, deferred, enter_scope, leave_scope
-from . import models
+from . import models, retried
 from .codec import codec_for, plain
-from .tools import is_control_flow, managed_tool
+from .tools import ToolFailed, is_control_flow, is_error_message, managed_tool
 
 # Read once: every chat model run goes through these.
 _managed_turn = session.managed_turn
@@ -152,6 +154,9 @@ class RelayCallbackHandler(BaseCallbackHandler):
         run = self._runs.pop(run_id, None)
         if run is None:
             return
+        if run.own and run.handle is not None and retried.holding():
+            # A failed model run under it was not retried.
+            self._guarded(run.turn, "end", retried.release, run.handle.uuid)
         self._guarded(run.turn, "end", self._end, run, output, error)
 
     def _end(self, run: FrameworkRun, output: Any, error: BaseException | None) -> None:
@@ -219,7 +224,11 @@ class RelayCallbackHandler(BaseCallbackHandler):
         )
 
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        self._close(run_id, output)
+        # A tool's handled error (``handle_tool_error``) comes here as its answer: an error ToolMessage.
+        if is_error_message(output):
+            self._close(run_id, error=ToolFailed(output))
+        else:
+            self._close(run_id, output)
 
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         self._close(run_id, error=error)
@@ -272,7 +281,8 @@ class RelayCallbackHandler(BaseCallbackHandler):
             return
         if len(_RUNS) >= _MAX_RUNS:
             _forget_oldest()
-        run = FrameworkRun(turn, None)
+        asked = messages[0] if messages else []
+        run = retried.ModelRun(turn, asked)
         # Followed from here, its call set below: one lookup of the run id (a UUID hashes in Python) where a test
         # and a store made two.
         if _RUNS.setdefault(run_id, run) is not run:  # another relay handler on this run follows it
@@ -280,14 +290,19 @@ class RelayCallbackHandler(BaseCallbackHandler):
         # ``_guarded`` and ``ModelCall.under`` inlined: this runs for every model call.
         try:
             parent = current_parent(turn) if parent_run_id is None else self._parent(turn, parent_run_id)
-            call = run.call = ModelCall(turn, open_call_in(turn, parent, _PRIMARY), _PRIMARY, parent)
+            if parent is not None and RUN_ID in (parent.metadata or _EMPTY):
+                run.parent = parent.uuid  # a run's scope: its end releases a failed call held there
+            call = retried.retried(run.parent, asked) if run.parent is not None and retried.holding() else None
+            if call is None:
+                call = ModelCall(turn, open_call_in(turn, parent, _PRIMARY), _PRIMARY, parent)
+            run.call = call
             if is_instrumented():
                 call.join()  # the SDK call inside is the attempt
                 return
             meta = metadata or _EMPTY
             codec = codec_for(meta.get("ls_provider") or "langchain")
             model = meta.get("ls_model_name")
-            content = {"model": model, "messages": messages[0] if messages else []}
+            content = {"model": model, "messages": asked}
             call.witness(codec.provider, model, deferred(codec.decode, content), codec=codec, sent=content)
         except Exception as exc:
             turn.relay.diag.failure("subscriber_errors", exc, f"{self.framework} callback chat model start")
@@ -324,7 +339,12 @@ class RelayCallbackHandler(BaseCallbackHandler):
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         run = self._runs.pop(run_id, None)
-        if run is not None and run.call is not None:
+        if run is None or run.call is None:
+            return
+        if type(run) is retried.ModelRun and run.parent is not None and isinstance(error, Exception):
+            # Its parent may call the model again for the same answer (a retry, a fallback): see ``retried``.
+            self._guarded(run.turn, "chat model error", retried.hold, run, error)
+        else:
             self._guarded(run.turn, "chat model error", run.call.close, error)
 
 

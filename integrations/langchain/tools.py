@@ -65,9 +65,14 @@ def _refusal(request: Any, error: BaseException) -> ToolMessage:
     )
 
 
-def _checked(result: Any) -> Any:
+def is_error_message(result: Any) -> bool:
+    """A ``ToolMessage`` saying the tool failed (its handled error, or the ``ToolNode``'s)."""
     # ``type() is`` first: pydantic's metaclass is an ABCMeta, so a bare isinstance runs its Python hook.
-    if (type(result) is ToolMessage or isinstance(result, ToolMessage)) and result.status == "error":
+    return (type(result) is ToolMessage or isinstance(result, ToolMessage)) and result.status == "error"
+
+
+def _checked(result: Any) -> Any:
+    if is_error_message(result):
         raise ToolFailed(result)
     return result
 

@@ -4,8 +4,8 @@ A trace processor beside the SDK's own ones (``agents.add_trace_processor``): it
 
 - ``agent`` spans are ``agent`` scopes (``invoke_agent`` in OTel); ``handoff``, ``guardrail`` and
   ``mcp_tools`` spans are ``function`` scopes (``handoff``, ``guardrail <name>``, ``mcp_list_tools``);
-  a ``function`` span is a ``tool`` scope unless the tool is one ``instrument()`` wrapped (its managed
-  call is the scope then). Task, turn and custom spans open no scope: what is inside them nests
+  a ``function`` span is a ``tool`` scope (of ``relay.kind`` tool, whose result trajectories and the
+  journal take) unless the tool is one ``instrument()`` wrapped (its managed call is the scope then). Task, turn and custom spans open no scope: what is inside them nests
   under the scope around them.
 - A tool call a tool input guardrail refused (``tool_spans``: the SDK marks no span) is a ``tool``
   scope ended failed with ``GuardrailRejected``, as a relay tool guardrail's refusal is: also for a
@@ -19,6 +19,8 @@ A trace processor beside the SDK's own ones (``agents.add_trace_processor``): it
   SDK's default; none without), its end the model, usage, finish reasons of the ``Response``.
   A model span that follows a failed one in the same agent is the runner's retry (a failed model
   call not retried ends the run): both are attempts of one logical call.
+- An error the SDK puts on a ``turn`` span (an input guardrail's tripwire, a tool the model made up:
+  the run then raises) is the agent's: its scope ends failed with it, as with an error on its own span.
 
 Processors are called in the code that starts and ends the span, so what runs inside an agent span
 finds the agent's scope (``frameworks.framework_scope``). Scopes are detached: the SDK ends spans of
@@ -77,6 +79,8 @@ class RelayTraceProcessor:
         # Failed model calls per agent scope, kept open for the runner's retry (the next model span of
         # the same agent); the agent's end closes one that was not retried.
         self._failed: dict[str | None, tuple[ModelCall, BaseException]] = {}
+        # Errors of ``turn`` spans by the uuid of the agent scope around them, for that scope's end.
+        self._turn_errors: dict[str, BaseException] = {}
         tool_spans.install()
 
     # -- the TracingProcessor interface -----------------------------------------------------------
@@ -154,6 +158,8 @@ class RelayTraceProcessor:
             else:
                 name, scope_type, inputs = scope
                 meta = {FRAMEWORK: "openai_agents", SPAN_ID: span.span_id}
+                if scope_type == _TOOL:
+                    meta[cv.KIND] = cv.TOOL  # a tool call: the trajectory and the journal take its result
                 handle = turn.relay.scope.push(
                     name, scope_type, parent=parent, attach=False, input=inputs, metadata=meta
                 )
@@ -187,10 +193,15 @@ class RelayTraceProcessor:
             if tool is not None and not tool.ran and error is not None:
                 # A wrapped tool whose call ended before the managed invocation: no scope of its own.
                 _record_unrun(entry, span, tool, error)
+            elif data.type == "turn" and isinstance(error, SpanFailed):
+                self._carry(entry, error)
             return
         if entry.handle is None:
             return
         leave_scope(entry.token)
+        if self._turn_errors:
+            carried = self._turn_errors.pop(entry.handle.uuid, None)
+            error = error or carried
         failed = None
         if self._failed:
             with self._lock:
@@ -199,6 +210,12 @@ class RelayTraceProcessor:
             failed[0].close(failed[1])
         output = None if tool is not None and tool.rejected is not None else _output_of(data)
         entry.turn.relay.scope.end(entry.handle, output=output, error=error)
+
+    def _carry(self, entry: FrameworkRun, error: SpanFailed) -> None:
+        """A turn span's error, for the agent scope around it (ours: its end takes it back)."""
+        handle = entry.handle
+        if handle is not None and not handle.ended and SPAN_ID in (handle.metadata or {}):
+            self._turn_errors[handle.uuid] = error
 
     def _keep_for_retry(self, entry: FrameworkRun, call: ModelCall, error: BaseException) -> None:
         key = entry.handle.uuid if entry.handle is not None else None

@@ -9,7 +9,8 @@ Steps, as NeMo Relay's ``AtifExporter`` writes them for the same run:
   ``extra`` counts them (``attempts``, ``wasted_tokens``, ``wasted_cost_usd``), with the logical
   call's id, so nothing is lost;
 - each tool's result as an ``observation`` of the agent step whose tool call it answers (by the
-  call's id; without one, by name and arguments, as NeMo does).
+  call's id; without one, by name and arguments, as NeMo does, the calls taken in the order their tools
+  began; with no arguments known either, by name in the newest step that called tools).
 - a tool at which the framework paused the run (its scope's output ``{"control_flow": ...}``) as a
   ``system`` step saying so: it answers no call; the resumed run's call of the tool does.
 """
@@ -158,7 +159,8 @@ class TrajectoryBuilder:
         self._calls: dict[str, _Call] = {}
         self._tools: dict[str, dict[str, Any]] = {}
         self._open_turns: set[str] = set()
-        self._answered: set[str] = set()  # tool call ids an observation already answers
+        self._answered: set[str] = set()  # tool call ids an observation already answers (or will: ``_claims``)
+        self._claims: dict[str, str] = {}  # tool scope uuid -> the call id it answers, taken when it began
 
     # -- records -------------------------------------------------------------------------
 
@@ -170,6 +172,7 @@ class TrajectoryBuilder:
             self._call_end(record)
         elif kind == TOOL:
             self._tools[record["id"]] = record
+            self._claim(record)
         elif kind == TOOL_END:
             self._tool_end(record)
         elif kind == TURN:
@@ -276,11 +279,14 @@ class TrajectoryBuilder:
     def _tool_end(self, record: dict[str, Any]) -> None:
         started = self._tools.pop(record["id"], {})
         name, args = started.get("name"), started.get("args")
+        claimed = self._claims.pop(record["id"], None)
         paused = control_flow_of(record.get("result")) if record.get("outcome") == "success" else None
         if paused is not None:
+            if claimed is not None:
+                self._answered.discard(claimed)  # the resumed run's call of the tool answers it
             self._paused(record, started, paused)
             return
-        answering = self._answering(started.get("tool_call_id"), name, args)
+        answering = self._answering(claimed or started.get("tool_call_id"), name, args)
         result: dict[str, Any] = {"source_call_id": answering[1]} if answering is not None else {}
         value = record.get("result")
         if isinstance(value, str):
@@ -321,6 +327,30 @@ class TrajectoryBuilder:
             extra["tool_call_id"] = started["tool_call_id"]
         self._step({"timestamp": rfc3339(end) if isinstance(end, int) else None, "source": "system",
                     "message": f"tool {started.get('name')} paused ({control_flow})", "extra": extra})  # fmt: skip
+
+    def _claim(self, record: dict[str, Any]) -> None:
+        """A tool that began without its call's id takes the call it answers now, in the order the tools began
+        (the order the agent runs a step's calls in): their ends may come in any order. With no arguments
+        either (the Agents SDK's function spans hold them only from after their start), by name alone, in
+        the newest step that called tools."""
+        if isinstance(record.get("tool_call_id"), str):
+            return
+        name, args = record.get("name"), record.get("args")
+        for step in reversed(self.steps):
+            calls = step.get("tool_calls")
+            if not calls:
+                continue
+            for call in calls:
+                if (
+                    call["function_name"] == name
+                    and (args is None or call["arguments"] == args)
+                    and call["tool_call_id"] not in self._answered
+                ):
+                    self._claims[record["id"]] = call["tool_call_id"]
+                    self._answered.add(call["tool_call_id"])
+                    return
+            if args is None:
+                return
 
     def _answering(self, call_id: Any, name: Any, args: Any) -> tuple[dict[str, Any], str] | None:
         """The agent step whose tool call a result answers, newest first, and that call's id."""

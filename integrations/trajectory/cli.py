@@ -49,6 +49,10 @@ def _export(args: argparse.Namespace, store: Any) -> int:
     except (LookupError, DamagedJournal, JournalUnavailable) as exc:
         print(f"relay-runtime trajectory: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # --session-dir names a file, or a directory this user may not read
+        named = f" in {args.session_dir}" if args.session_dir else ""
+        print(f"relay-runtime trajectory: cannot read the journal{named}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     if args.output:
         from .sinks import write_file
 

@@ -122,6 +122,9 @@ def request_delta(candidates: Iterable[tuple[str, dict[str, Any]]], content: dic
 class _Line:
     first: Any  # the message its requests open with
     leaves: deque[tuple[str, dict[str, Any]]] = field(default_factory=lambda: deque(maxlen=_LEAVES))
+    # The request that opened the line, then the latest that extended it: the agent's loop, kept apart from
+    # the leaves, which side calls opening as the loop does would push out.
+    trunk: tuple[str, dict[str, Any]] | None = None
 
 
 class History:
@@ -131,7 +134,8 @@ class History:
     between (a summarizer per document, a judge) open differently, so however many side calls come
     between two requests of the loop, the loop's last one is still at hand, and the user's earlier
     words are not taken for new ones. Bounded: ``_LINES`` lines (least recently used dropped) of
-    ``_LEAVES`` requests each (a request that extends one takes its place).
+    ``_LEAVES`` requests each (a request that extends one takes its place), and each line's trunk: side
+    calls that open as the loop does (its system prompt) may outnumber the leaves, never push it out.
     """
 
     __slots__ = ("_last", "_lines")
@@ -147,7 +151,11 @@ class History:
         messages = content[key] if key is not None else None
         line = self._line(messages[0]) if messages else None
         if line is not None:
-            delta = request_delta(reversed(line.leaves), content)
+            candidates = list(reversed(line.leaves))
+            trunk = line.trunk
+            if trunk is not None and all(leaf is not trunk for leaf in candidates):
+                candidates.append(trunk)  # last: a leaf sharing as much is the newer request
+            delta = request_delta(candidates, content)
         else:
             delta = request_delta([self._last] if self._last is not None else [], content)
         entry = (attempt_id, content)
@@ -155,12 +163,15 @@ class History:
         if key is None or not messages:
             return delta
         if line is None:
-            line = _Line(messages[0])
+            line = _Line(messages[0], trunk=entry)
             if len(self._lines) >= _LINES:
                 del self._lines[0]
         else:
             self._lines.remove(line)
             base = delta["base"]
+            trunk = line.trunk
+            if trunk is not None and trunk[0] == base and delta["keep"] == len(trunk[1].get(key) or ()):
+                line.trunk = entry
             # The request its base was, sent again or extended: this one stands for both from now on.
             for leaf in line.leaves:
                 if leaf[0] == base and delta["keep"] == len(leaf[1].get(key) or ()):
