@@ -28,7 +28,12 @@ class ModelRun(FrameworkRun):
     __slots__ = ("messages", "parent")
 
     def __init__(self, turn: Any, messages: list[Any]) -> None:
-        super().__init__(turn, None)
+        # ``FrameworkRun.__init__``'s fields set here, without its frame: one is made for every model call.
+        self.turn = turn
+        self.handle = None
+        self.own = False
+        self.token = None
+        self.call = None
         self.messages = messages
         self.parent: str | None = None
 
