@@ -8,12 +8,18 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from mcp.client.client import Client
+from mcp.server.lowlevel import Server
+from mcp.shared.memory import create_client_server_memory_streams
+from mcp.shared.message import SessionMessage
+from mcp_types.jsonrpc import JSONRPCNotification, JSONRPCRequest
 from otel_support import Pipeline
 
 from relay_runtime import session
@@ -194,3 +200,79 @@ def test_a_session_id_header_the_server_never_issued_is_not_recorded_as_its_sess
     served = spans.wait_for("tools/call add")
     assert served["attributes"]["mcp.protocol.version"] == "2026-07-28"
     assert "mcp.session.id" not in served["attributes"]
+
+
+# -- a client speaking raw JSON-RPC to a real server in this process -----------------------------------
+
+
+class RawMemoryClient:
+    """A client that writes whatever JSON-RPC it likes to a low-level ``Server`` over the SDK's memory
+    streams: both sides in this process, so the server's spans land in the test's pipeline."""
+
+    def __init__(self, read: Any, write: Any) -> None:
+        self._read = read
+        self._write = write
+
+    async def request(self, request_id: int | str, method: str, params: dict[str, Any] | None = None) -> Any:
+        request = JSONRPCRequest(jsonrpc="2.0", id=request_id, method=method, params=params)
+        await self._write.send(SessionMessage(request))
+        return (await self._read.receive()).message
+
+    async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
+        await self._write.send(SessionMessage(JSONRPCNotification(jsonrpc="2.0", method=method, params=params)))
+
+
+@asynccontextmanager
+async def raw_memory_client(server: Server[Any]) -> AsyncIterator[RawMemoryClient]:
+    streams = create_client_server_memory_streams()
+    async with streams as ((read, write), (server_read, server_write)), anyio.create_task_group() as tasks:
+        tasks.start_soon(server.run, server_read, server_write, server.create_initialization_options())
+        client = RawMemoryClient(read, write)
+        info = {"name": "raw", "version": "0"}
+        params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": info}
+        assert hasattr(await client.request(0, "initialize", params), "result")
+        await client.notify("notifications/initialized")
+        yield client
+        tasks.cancel_scope.cancel()
+
+
+def test_made_up_method_names_name_no_span_with_control_characters_nor_without_bound(pipeline: Pipeline) -> None:
+    """A server answers a method it does not serve with -32601, but its span is made first: the method a
+    client made up names it, as a request or a notification."""
+    forged = "made/up\r\n[2026-01-01 ERROR] forged\x1b[2J"
+
+    async def run() -> None:
+        async with raw_memory_client(Server("hostile")) as client:
+            assert (await client.request(1, forged)).error.code == -32601
+            assert (await client.request(2, "x" * 100_000)).error.code == -32601
+            await client.notify("notifications/" + "y" * 100_000)
+            assert hasattr(await client.request(3, "ping"), "result")  # served after the notification
+
+    asyncio.run(run())
+    shown = "made/up\ufffd\ufffd[2026-01-01 ERROR] forged\ufffd[2J"
+    served = [s for s in pipeline.finished() if s.kind.name == "SERVER"]
+    assert sorted(s.name for s in served) == sorted(
+        ["initialize", "notifications/initialized", shown, "_OTHER", "_OTHER", "ping"]
+    )
+    for span in served:
+        assert span.attributes["mcp.method.name"] == span.name
+
+
+def test_made_up_method_names_get_no_metric_series_past_the_cap(pipeline: Pipeline, monkeypatch) -> None:
+    """Each series of a metric is held by the meter for as long as the process runs: a client sending a new
+    method name with each request must not grow it without bound."""
+    monkeypatch.setattr(conventions, "MAX_METRIC_NAMES", 5)
+    monkeypatch.setattr(conventions, "_metric_names", set())
+    made_up = [f"no/such-method-{i}" for i in range(30)]
+
+    async def run() -> None:
+        async with raw_memory_client(Server("hostile")) as client:
+            for i, method in enumerate(made_up):
+                await client.request(10 + i, method)
+            await client.request(99, "ping")
+
+    asyncio.run(run())
+    points = pipeline.histogram("mcp.server.operation.duration")
+    methods = {p.attributes.get("mcp.method.name") for p in points} - {None}
+    assert methods == {"initialize", "notifications/initialized", "ping", *made_up[:5]}
+    assert sum(p.count for p in points) == len(made_up) + 3  # every request still measured

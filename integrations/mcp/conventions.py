@@ -51,6 +51,20 @@ def target_of(method: str, params: object) -> str | None:
     return printable(head(value, _MAX_TARGET)) or None
 
 
+# What the conventions call a value outside the known set (HTTP's methods; ``error.type``).
+OTHER = "_OTHER"
+
+
+def recorded_method(method: str) -> str:
+    """A method as its span names it. On the serving side it is the client's word: a server refuses a
+    method it does not serve (-32601) only after the request's span began, so whatever a client makes up
+    names one. Shown printable, as a target is; one past the bound as ``_OTHER`` (a cut name would name
+    another method)."""
+    if len(method) > _MAX_TARGET:
+        return OTHER
+    return printable(method)
+
+
 def span_name(method: str, target: str | None) -> str:
     return f"{method} {target}" if target else method
 
@@ -157,33 +171,56 @@ SERVER_SESSION_DURATION = "mcp.server.session.duration"
 
 
 # Tool and prompt names are caller data: any client may call any name (an unknown one still gets an
-# answer), so each new name would be a new series of every backend's metric. The first names seen
-# get series of their own; past that, a request's metric carries no name (its span still does).
+# answer), so each new name would be a new series of every backend's metric. So is a method a server
+# does not know: it still gets its span and its measure. The first names seen get series of their own;
+# past that, a request's metric carries no name (its span still does).
 _NAME_KEYS = ("gen_ai.tool.name", "gen_ai.prompt.name")
+_METHOD_KEY = "mcp.method.name"
 UNNAMED_METRIC_KEYS = tuple(k for k in METRIC_KEYS if k not in _NAME_KEYS)
+# (name kept, method kept) -> the keys a request's metric carries.
+_KEYS = {
+    (True, True): METRIC_KEYS,
+    (False, True): UNNAMED_METRIC_KEYS,
+    (True, False): tuple(k for k in METRIC_KEYS if k != _METHOD_KEY),
+    (False, False): tuple(k for k in UNNAMED_METRIC_KEYS if k != _METHOD_KEY),
+}
 MAX_METRIC_NAMES = 256
-_metric_names: set[str] = set()
+# Tool and prompt names as they are; a method as (its key, its name), so no tool's name stands for a method.
+_metric_names: set[str | tuple[str, str]] = set()
 _metric_names_lock = threading.Lock()
 
 
-def metric_keys_for(attributes: Mapping[str, Any]) -> tuple[str, ...]:
-    name = attributes.get("gen_ai.tool.name") or attributes.get("gen_ai.prompt.name")
-    if name is None or name in _metric_names:
-        return METRIC_KEYS
+def _admitted(name: str | tuple[str, str]) -> bool:
+    if name in _metric_names:
+        return True
     with _metric_names_lock:
         if len(_metric_names) < MAX_METRIC_NAMES:
             _metric_names.add(name)
-            return METRIC_KEYS
-    return UNNAMED_METRIC_KEYS
+            return True
+    return False
 
 
-def hints(method: str, target: str | None, kind: str, attributes: dict[str, Any]) -> dict[str, Any]:
-    """The span hints of one request on one side: its name, kind, attributes and duration metric."""
+def metric_keys_for(attributes: Mapping[str, Any], known_method: bool = True) -> tuple[str, ...]:
+    """``known_method``: the protocol defines the request's method (its series are bounded by the protocol)."""
+    name = attributes.get("gen_ai.tool.name") or attributes.get("gen_ai.prompt.name")
+    named = name is None or name in _metric_names or _admitted(name)
+    if known_method:
+        return METRIC_KEYS if named else UNNAMED_METRIC_KEYS
+    method = attributes.get(_METHOD_KEY)
+    return _KEYS[named, not isinstance(method, str) or _admitted((_METHOD_KEY, method))]
+
+
+def hints(
+    method: str, target: str | None, kind: str, attributes: dict[str, Any], known_method: bool = True
+) -> dict[str, Any]:
+    """The span hints of one request on one side: its name, kind, attributes and duration metric.
+
+    ``method`` as ``recorded_method`` gives it where a peer chose it; ``known_method``: see ``metric_keys_for``."""
     metric = CLIENT_OPERATION_DURATION if kind == "client" else SERVER_OPERATION_DURATION
     return {
         "name": span_name(method, target),
         "kind": kind,
         "attributes": attributes,
         "duration_metric": metric,
-        "metric_keys": metric_keys_for(attributes),
+        "metric_keys": metric_keys_for(attributes, known_method),
     }

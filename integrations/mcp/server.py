@@ -44,6 +44,19 @@ def _meta_of(ctx: Any) -> Mapping[str, Any]:
     return dump(by_alias=True) if callable(dump) else {}
 
 
+_known: list[frozenset[str] | None] = [None]
+
+
+def _known_methods() -> frozenset[str]:
+    """The methods the protocol lets a client send, in any of its versions (read once, when first needed)."""
+    known = _known[0]
+    if known is None:
+        from mcp_types.methods import SPEC_CLIENT_METHODS, SPEC_CLIENT_NOTIFICATION_METHODS
+
+        known = _known[0] = SPEC_CLIENT_METHODS | SPEC_CLIENT_NOTIFICATION_METHODS
+    return known
+
+
 def _request_attributes(ctx: Any, method: str, target: str | None) -> dict[str, Any]:
     attributes = mc.request_attributes(method, target, getattr(ctx, "protocol_version", None))
     request_id = getattr(ctx, "request_id", None)
@@ -124,8 +137,13 @@ async def _handle(original: Middleware, middleware: Any, relay: Any, method: str
         # Parsed once: the parsed value is what the scope's metadata carries on to every consumer.
         remote = parse_traceparent(meta.get("traceparent"))
         target = mc.target_of(method, params)
+        # The client's word: a method the protocol does not define names the span as it is shown, and
+        # gets a metric series of its own only while the names are few.
+        known = method in _known_methods()
+        if not known:
+            method = mc.recorded_method(method)
         attributes = _request_attributes(ctx, method, target)
-        hints = mc.hints(method, target, "server", attributes)
+        hints = mc.hints(method, target, "server", attributes, known)
         is_tool = method == mc.TOOLS_CALL and target is not None
         handle_ = relay.scope.push(
             target if is_tool and target else hints["name"],
