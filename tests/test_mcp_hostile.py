@@ -276,3 +276,17 @@ def test_made_up_method_names_get_no_metric_series_past_the_cap(pipeline: Pipeli
     methods = {p.attributes.get("mcp.method.name") for p in points} - {None}
     assert methods == {"initialize", "notifications/initialized", "ping", *made_up[:5]}
     assert sum(p.count for p in points) == len(made_up) + 3  # every request still measured
+
+
+def test_a_huge_or_odd_request_id_is_not_recorded_as_it_came(pipeline: Pipeline) -> None:
+    """JSON-RPC lets an id be any string: one of 100,000 characters would be held by every span backend,
+    one with a line break forges log lines where it is shown."""
+
+    async def run() -> None:
+        async with raw_memory_client(Server("hostile")) as client:
+            assert hasattr(await client.request("id\r\n\x1b[2J-7", "ping"), "result")
+            assert hasattr(await client.request("z" * 100_000, "ping"), "result")
+
+    asyncio.run(run())
+    ids = [s.attributes.get("jsonrpc.request.id") for s in pipeline.by_name("ping")]
+    assert ids == ["id\ufffd\ufffd\ufffd[2J-7", None]

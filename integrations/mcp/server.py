@@ -57,11 +57,17 @@ def _known_methods() -> frozenset[str]:
     return known
 
 
+# A JSON-RPC id may be any string: one past this is not recorded (a cut id would name another request).
+_MAX_REQUEST_ID = 256
+
+
 def _request_attributes(ctx: Any, method: str, target: str | None) -> dict[str, Any]:
     attributes = mc.request_attributes(method, target, getattr(ctx, "protocol_version", None))
     request_id = getattr(ctx, "request_id", None)
     if request_id is not None:
-        attributes["jsonrpc.request.id"] = str(request_id)
+        text = request_id if type(request_id) is str else str(request_id)
+        if len(text) <= _MAX_REQUEST_ID:
+            attributes["jsonrpc.request.id"] = printable(text)
     request = getattr(ctx, "request", None)
     headers = getattr(request, "headers", None) if request is not None else None
     if headers is not None:
