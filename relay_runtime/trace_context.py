@@ -30,6 +30,14 @@ _TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-
 _ZERO_TRACE = "0" * 32
 _ZERO_SPAN = "0" * 16
 _MAX_TRACESTATE = 512  # the spec's limit for what a vendor must propagate
+_MAX_TRACESTATE_MEMBERS = 32
+# A list-member of W3C tracestate: a key (simple, or tenant@system) '=' a value of printable ASCII
+# without ',' and '=' that does not end in a space.
+_KEY_CHARS = r"[a-z0-9_\-*/]"
+_TRACESTATE_MEMBER = re.compile(
+    rf"(?:[a-z]{_KEY_CHARS}{{0,255}}|[a-z0-9]{_KEY_CHARS}{{0,240}}@[a-z]{_KEY_CHARS}{{0,13}})"
+    r"=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]"
+)
 
 
 class TraceParent(str):
@@ -90,12 +98,24 @@ def require_traceparent(value: object) -> TraceParent:
 
 
 def clean_tracestate(value: object) -> str | None:
-    """A tracestate worth carrying on, or None: bounded, printable, one line."""
+    """A tracestate worth carrying on, or None: bounded, and W3C-shaped.
+
+    The spec forbids passing on one that is not (an exporter drops it from the span): a scope's record
+    must not claim a peer sent a tracestate it did not, nor keep whatever text a peer put there."""
     if not isinstance(value, str) or not value or len(value) > _MAX_TRACESTATE:
         return None
-    if not value.isprintable():
-        return None
-    return value
+    keys: set[str] = set()
+    for member in value.split(","):
+        member = member.strip(" \t")  # optional white space around a member; an empty member is allowed
+        if not member:
+            continue
+        if _TRACESTATE_MEMBER.fullmatch(member) is None:
+            return None
+        key = member[: member.index("=")]
+        if key in keys or len(keys) == _MAX_TRACESTATE_MEMBERS:
+            return None
+        keys.add(key)
+    return value if keys else None
 
 
 # -- outgoing ---------------------------------------------------------------------------------
