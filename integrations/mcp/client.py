@@ -52,6 +52,19 @@ _CUSTOM = ScopeType.CUSTOM.value
 _REPORTED = ("jsonrpc.request.id", "rpc.response.status_code")
 
 
+# What says which trace a request continues: a tracestate belongs to the traceparent it came with (a
+# vendor's ids and sampling for that trace), so the caller's go as a pair when ours replaces them.
+_TRACE_KEYS = ("traceparent", "tracestate")
+
+
+def carry(meta: dict[str, Any], carrier: Mapping[str, str]) -> None:
+    """Our trace context into ``meta`` (in place), instead of whatever trace context the caller's held."""
+    if "traceparent" in carrier:
+        for key in _TRACE_KEYS:
+            meta.pop(key, None)
+    meta.update(carrier)
+
+
 class _Sending:
     """One managed request on its way: the context it carries, arguments an intercept rewrote,
     and what the SDK told its span hook (the JSON-RPC id, an error code).
@@ -77,7 +90,9 @@ class _Sending:
         if self.arguments is not _UNSET:
             out["arguments"] = self.arguments
         meta = out.get("_meta")
-        out["_meta"] = {**(meta if isinstance(meta, Mapping) else {}), **self.carrier}
+        merged = dict(meta) if isinstance(meta, Mapping) else {}
+        carry(merged, self.carrier)
+        out["_meta"] = merged
         return out
 
     def end_attributes(self, error: BaseException | None) -> dict[str, Any]:
@@ -159,7 +174,7 @@ def swapped_inject(original: Callable[[dict[str, Any]], None]) -> Callable[[dict
         if sending is None:
             original(meta)
             return
-        meta.update(sending.carrier)  # last: whatever was merged before, ours is what the server reads
+        carry(meta, sending.carrier)  # last: whatever was merged before, ours is what the server reads
 
     return inject_trace_context
 

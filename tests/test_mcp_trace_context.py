@@ -1,0 +1,54 @@
+# ruff: noqa: F811 - the fixtures imported from test_mcp are parameters of the tests below
+"""What an MCP request carries of its trace in ``params._meta``, and what the serving side records of it.
+
+Both sides in this process (an ``MCPServer`` over the SDK's in-memory transports, each protocol): the
+client's scopes and the server's land in one relay, its events and its OTel pipeline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from mcp.client.client import Client
+from mcp.server.mcpserver import Context, MCPServer
+
+from relay_runtime.trace_context import REMOTE_PARENT, REMOTE_TRACESTATE
+from tests.test_mcp import ClientSide, client_side, instrumented, sdk_spans  # noqa: F401 - fixtures
+
+STALE = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
+
+
+def _meta_server() -> MCPServer:
+    server = MCPServer("meta")
+
+    @server.tool()
+    def show_meta(ctx: Context) -> str:
+        """The ``_meta`` this request arrived with."""
+        return json.dumps(dict(ctx.request_context.meta or {}), sort_keys=True, default=str)
+
+    return server
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_a_callers_tracestate_does_not_ride_with_our_traceparent(client_side: ClientSide, mode: str) -> None:
+    """A tracestate belongs to the traceparent it came with (vendors keep their own ids and sampling
+    in it): where ours replaces the caller's, the caller's tracestate must go too, or the server joins
+    our span with another trace's vendor state and records it as ours."""
+    meta = {"x-caller": "kept", "traceparent": STALE, "tracestate": "vendor=stale-state"}
+
+    async def run() -> Any:
+        async with Client(_meta_server(), mode=mode) as client:
+            return await client.call_tool("show_meta", {}, meta=meta)
+
+    seen = json.loads(asyncio.run(run()).content[0].text)
+    (sent,) = [s for s in client_side.pipeline.by_name("tools/call show_meta") if s.kind.name == "CLIENT"]
+    assert seen["x-caller"] == "kept" and seen["traceparent"].split("-")[1] == f"{sent.context.trace_id:032x}"
+    assert "tracestate" not in seen
+    (served,) = [e for e in client_side.events.starts(name="show_meta") if e.metadata.get(REMOTE_PARENT)]
+    assert REMOTE_TRACESTATE not in served.metadata
+    (span,) = [s for s in client_side.pipeline.by_name("tools/call show_meta") if s.kind.name == "SERVER"]
+    assert span.parent is not None and span.parent.span_id == sent.context.span_id
+    assert len(span.context.trace_state) == 0
