@@ -1,4 +1,4 @@
-# ruff: noqa: F811 - the fixtures imported from test_mcp are parameters of the tests below
+# ruff: noqa: F811 - the fixtures imported from the other MCP modules are parameters of the tests below
 """What an MCP request carries of its trace in ``params._meta``, and what the serving side records of it.
 
 Both sides in this process (an ``MCPServer`` over the SDK's in-memory transports, each protocol): the
@@ -13,10 +13,13 @@ from typing import Any
 
 import pytest
 from mcp.client.client import Client
+from mcp.server.lowlevel import Server
 from mcp.server.mcpserver import Context, MCPServer
+from otel_support import Pipeline
 
 from relay_runtime.trace_context import REMOTE_PARENT, REMOTE_TRACESTATE
 from tests.test_mcp import ClientSide, client_side, instrumented, sdk_spans  # noqa: F401 - fixtures
+from tests.test_mcp_hostile import pipeline, raw_memory_client  # noqa: F401 - a fixture
 
 STALE = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
 
@@ -52,3 +55,22 @@ def test_a_callers_tracestate_does_not_ride_with_our_traceparent(client_side: Cl
     (span,) = [s for s in client_side.pipeline.by_name("tools/call show_meta") if s.kind.name == "SERVER"]
     assert span.parent is not None and span.parent.span_id == sent.context.span_id
     assert len(span.context.trace_state) == 0
+
+
+def test_requests_of_a_trace_the_caller_does_not_sample_are_still_measured(pipeline: Pipeline) -> None:
+    """A caller's sampler decides whether the server's span is kept (its traceparent's sampled flag),
+    never whether the request happened: the operation metric counts every request, sampled or not."""
+    unsampled = {"traceparent": "00-" + "3" * 32 + "-" + "4" * 16 + "-00"}
+    sampled = {"traceparent": "00-" + "5" * 32 + "-" + "6" * 16 + "-01"}
+
+    async def run() -> None:
+        async with raw_memory_client(Server("sampled")) as client:
+            for i, meta in enumerate([sampled, unsampled, unsampled]):
+                assert hasattr(await client.request(10 + i, "ping", {"_meta": meta}), "result")
+
+    asyncio.run(run())
+    assert len(pipeline.by_name("ping")) == 1  # only the sampled request's span is kept
+    points = [
+        p for p in pipeline.histogram("mcp.server.operation.duration") if p.attributes["mcp.method.name"] == "ping"
+    ]
+    assert sum(p.count for p in points) == 3
