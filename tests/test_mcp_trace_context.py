@@ -17,6 +17,9 @@ from mcp.server.lowlevel import Server
 from mcp.server.mcpserver import Context, MCPServer
 from otel_support import Pipeline
 
+from relay_runtime import Relay
+from relay_runtime.integrations.mcp import instrument_mcp, uninstrument_mcp
+from relay_runtime.integrations.otel import OTelExporter
 from relay_runtime.trace_context import REMOTE_PARENT, REMOTE_TRACESTATE
 from tests.test_mcp import ClientSide, client_side, instrumented, sdk_spans  # noqa: F401 - fixtures
 from tests.test_mcp_hostile import pipeline, raw_memory_client  # noqa: F401 - a fixture
@@ -74,3 +77,32 @@ def test_requests_of_a_trace_the_caller_does_not_sample_are_still_measured(pipel
         p for p in pipeline.histogram("mcp.server.operation.duration") if p.attributes["mcp.method.name"] == "ping"
     ]
     assert sum(p.count for p in points) == 3
+
+
+def test_requests_of_a_turn_our_sampler_drops_are_still_measured_on_both_sides() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    relay = Relay()
+    metrics = Pipeline()
+    exporter = OTelExporter(TracerProvider(sampler=ALWAYS_OFF), metrics.meter_provider).attach(relay)
+    instrument_mcp(relay=relay)
+    server = MCPServer("sampled")
+
+    @server.tool()
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    async def run() -> None:
+        async with Client(server) as client:
+            for _ in range(3):
+                await client.call_tool("add", {"a": 1, "b": 2})
+
+    try:
+        asyncio.run(run())
+    finally:
+        uninstrument_mcp()
+        exporter.shutdown()
+    for metric in ("mcp.client.operation.duration", "mcp.server.operation.duration"):
+        points = metrics.histogram(metric)
+        assert sum(p.count for p in points if p.attributes.get("gen_ai.tool.name") == "add") == 3, metric
