@@ -290,3 +290,31 @@ def test_a_huge_or_odd_request_id_is_not_recorded_as_it_came(pipeline: Pipeline)
     asyncio.run(run())
     ids = [s.attributes.get("jsonrpc.request.id") for s in pipeline.by_name("ping")]
     assert ids == ["id\ufffd\ufffd\ufffd[2J-7", None]
+
+
+def test_error_codes_a_server_makes_up_get_no_metric_series_past_the_cap(pipeline: Pipeline, monkeypatch) -> None:
+    """A JSON-RPC error's code is whatever integer the server sends: a server answering each call with a new
+    one must not grow the client's metric without bound. Each span keeps the code it got."""
+    from mcp.shared.exceptions import MCPError
+
+    monkeypatch.setattr(conventions, "MAX_METRIC_NAMES", 6)
+    monkeypatch.setattr(conventions, "_metric_names", set())
+    codes = iter(range(1000, 1030))
+
+    async def refuse(ctx: Any, params: Any) -> Any:
+        raise MCPError(code=next(codes), message="refused")
+
+    async def run() -> None:
+        async with Client(Server("hostile", on_call_tool=refuse)) as client:
+            for _ in range(30):
+                with pytest.raises(MCPError):
+                    await client.call_tool("t", {})
+
+    asyncio.run(run())
+    sent = [s for s in pipeline.by_name("tools/call t") if s.kind.name == "CLIENT"]
+    assert sorted(s.attributes["rpc.response.status_code"] for s in sent) == [str(c) for c in range(1000, 1030)]
+    for metric in ("mcp.client.operation.duration", "mcp.server.operation.duration"):
+        points = [p for p in pipeline.histogram(metric) if p.attributes.get("mcp.method.name") == "tools/call"]
+        assert sum(p.count for p in points) == 30, metric  # every call still measured, as failed
+        assert {p.attributes.get("error.type") for p in points} == {*map(str, range(1000, 1005)), "_OTHER"}, metric
+        assert {p.attributes.get("rpc.response.status_code") for p in points} == {*map(str, range(1000, 1005)), None}

@@ -110,7 +110,7 @@ class _Sending:
         if code is not None:
             out.update(mc.error_code_attributes(code))
         elif "rpc.response.status_code" in out:
-            out["error.type"] = out["rpc.response.status_code"]
+            out.update(mc.error_code_attributes(out["rpc.response.status_code"]))
         return out
 
     # -- the SDK's span, as the SDK uses it ---------------------------------------------------
@@ -194,11 +194,6 @@ def _refusal(error: BaseException) -> dict[str, Any]:
         "isError": True,
         "resultType": "complete",
     }
-
-
-def _end_hints(hints: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
-    # New hints, never the start's changed in place (they are shared by the requests that have them the same).
-    return {**hints, "attributes": {**hints["attributes"], **end}}
 
 
 def session_send(original: Send) -> Send:
@@ -292,10 +287,10 @@ async def _request(relay: Any, hints: dict[str, Any], call: Call) -> Any:
         result = await call()
     except BaseException as exc:
         _sending.reset(token)
-        relay.scope.pop(handle, error=exc, metadata={cv.SPAN_HINTS: _end_hints(hints, sending.end_attributes(exc))})
+        relay.scope.pop(handle, error=exc, metadata={cv.SPAN_HINTS: mc.end_hints(hints, sending.end_attributes(exc))})
         raise
     _sending.reset(token)
-    relay.scope.pop(handle, metadata={cv.SPAN_HINTS: _end_hints(hints, sending.end_attributes(None))})
+    relay.scope.pop(handle, metadata={cv.SPAN_HINTS: mc.end_hints(hints, sending.end_attributes(None))})
     return result
 
 
@@ -315,7 +310,8 @@ async def _tool_call(relay: Any, tool: str, arguments: Any, hints: dict[str, Any
             result = await call()
         except BaseException as exc:
             _sending.reset(token)
-            relay.scope.pop(handle, error=exc, metadata={cv.SPAN_HINTS: _end_hints(hints, sending.end_attributes(exc))})
+            end = mc.end_hints(hints, sending.end_attributes(exc))
+            relay.scope.pop(handle, error=exc, metadata={cv.SPAN_HINTS: end})
             raise
         _sending.reset(token)
         end, failed = _tool_end(sending, result)
@@ -323,7 +319,7 @@ async def _tool_call(relay: Any, tool: str, arguments: Any, hints: dict[str, Any
             handle,
             output=None if failed else result,
             error=ToolErrorResult(result) if failed else None,
-            metadata={cv.SPAN_HINTS: _end_hints(hints, end)},
+            metadata={cv.SPAN_HINTS: mc.end_hints(hints, end)},
         )
         return result
     return await _intercepted_tool_call(relay, tool, arguments, hints, call, result_type)
@@ -391,7 +387,7 @@ def _set_end_hints(current: Any, hints: dict[str, Any], end: dict[str, Any]) -> 
     while node is not None:
         md = node.metadata
         if type(md) is dict and md.get(cv.SPAN_HINTS) is hints:
-            md[cv.SPAN_HINTS] = _end_hints(hints, end)
+            md[cv.SPAN_HINTS] = mc.end_hints(hints, end)
             return
         node = node.parent
 
@@ -415,7 +411,7 @@ async def _join_tool_scope(handle: Any, hints: dict[str, Any], call: Call) -> An
     finally:
         _sending.reset(token)
         if isinstance(handle.metadata, dict):
-            handle.metadata[cv.SPAN_HINTS] = _end_hints(hints, sending.end_attributes(error))
+            handle.metadata[cv.SPAN_HINTS] = mc.end_hints(hints, sending.end_attributes(error))
 
 
 def notify(original: Notify) -> Notify:

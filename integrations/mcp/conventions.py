@@ -24,6 +24,8 @@ _TARGET_PARAM = {
 }
 _RESOURCE_METHODS = frozenset({"resources/read", "resources/subscribe", "resources/unsubscribe"})
 TOOL_ERROR = "tool_error"
+_STATUS_KEY = "rpc.response.status_code"
+_RESERVED_CODES = (-32768, -32000)  # JSON-RPC's own error codes and those it leaves to the protocol
 # A target is caller data that becomes a span name: bounded, so one odd request cannot bloat every backend.
 _MAX_TARGET = 256
 _NO_FLAG: Any = object()
@@ -86,9 +88,31 @@ def request_attributes(method: str, target: str | None, protocol_version: str | 
 
 
 def error_code_attributes(code: object) -> dict[str, Any]:
-    """A JSON-RPC error: its code is both the status and the error type, as strings."""
+    """A JSON-RPC error: its code is both the status and the error type, as strings.
+
+    Outside the range JSON-RPC reserves (its own codes and the protocol's, a bounded set) the code is the
+    peer's choice, any integer, so each new one would be a new series of every backend's metric: while the
+    cap the names share allows, it is the error type; past it, the error type is ``_OTHER`` and only the
+    span carries the code (``end_hints`` leaves it out of the metric)."""
     text = str(code)
-    return {"rpc.response.status_code": text, "error.type": text}
+    return {_STATUS_KEY: text, "error.type": text if _code_admitted(text) else OTHER}
+
+
+def _code_admitted(text: str) -> bool:
+    try:
+        reserved = _RESERVED_CODES[0] <= int(text) <= _RESERVED_CODES[1]
+    except ValueError:
+        reserved = False
+    return reserved or (_STATUS_KEY, text) in _metric_names or _admitted((_STATUS_KEY, text))
+
+
+def end_hints(hints: dict[str, Any], end: Mapping[str, Any]) -> dict[str, Any]:
+    """A request's hints as its end sets them: ``end``'s attributes over the start's, in new dicts (the
+    start's are shared by the requests that have them the same)."""
+    out = {**hints, "attributes": {**hints["attributes"], **end}}
+    if _STATUS_KEY in end and end.get("error.type") == OTHER:  # a code past the cap: no series of its own
+        out["metric_keys"] = tuple(k for k in hints["metric_keys"] if k != _STATUS_KEY)
+    return out
 
 
 def is_tool_error(result: object) -> bool:
@@ -172,8 +196,9 @@ SERVER_SESSION_DURATION = "mcp.server.session.duration"
 
 # Tool and prompt names are caller data: any client may call any name (an unknown one still gets an
 # answer), so each new name would be a new series of every backend's metric. So is a method a server
-# does not know: it still gets its span and its measure. The first names seen get series of their own;
-# past that, a request's metric carries no name (its span still does).
+# does not know (it still gets its span and its measure), and an error's code (``error_code_attributes``).
+# The first names seen get series of their own; past that, a request's metric carries no name (its span
+# still does).
 _NAME_KEYS = ("gen_ai.tool.name", "gen_ai.prompt.name")
 _METHOD_KEY = "mcp.method.name"
 UNNAMED_METRIC_KEYS = tuple(k for k in METRIC_KEYS if k not in _NAME_KEYS)
@@ -185,7 +210,8 @@ _KEYS = {
     (False, False): tuple(k for k in UNNAMED_METRIC_KEYS if k != _METHOD_KEY),
 }
 MAX_METRIC_NAMES = 256
-# Tool and prompt names as they are; a method as (its key, its name), so no tool's name stands for a method.
+# Tool and prompt names as they are; a method or an error code as (its key, its value), so no tool's name
+# stands for one.
 _metric_names: set[str | tuple[str, str]] = set()
 _metric_names_lock = threading.Lock()
 

@@ -166,17 +166,16 @@ async def _handle(original: Middleware, middleware: Any, relay: Any, method: str
         with outside_turns.serving(handle_):  # the handler's own LLM calls, made with no turn open, nest here
             result = await call_next(ctx)
     except BaseException as exc:
-        end = {**attributes, **_failure_attributes(exc)}
         recorded = InvalidParams() if _is_invalid_params(exc) else exc
-        relay.scope.pop(handle_, error=recorded, metadata={cv.SPAN_HINTS: {**hints, "attributes": end}})
+        end = mc.end_hints(hints, _failure_attributes(exc))
+        relay.scope.pop(handle_, error=recorded, metadata={cv.SPAN_HINTS: end})
         raise
     if method == mc.TOOLS_CALL and mc.is_tool_error(result):
-        end = {**attributes, "error.type": mc.TOOL_ERROR}
         relay.scope.pop(
             handle_,
             output=result,
             error=ToolErrorResult(result),
-            metadata={cv.SPAN_HINTS: {**hints, "attributes": end}},
+            metadata={cv.SPAN_HINTS: mc.end_hints(hints, {"error.type": mc.TOOL_ERROR})},
         )
         return result
     relay.scope.pop(handle_, output=result if is_tool else None)
