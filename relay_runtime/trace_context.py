@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -149,12 +149,30 @@ def unregister_carrier_provider(provider: CarrierProvider) -> bool:
 
 
 def own_traceparent(handle: ScopeHandle) -> str:
-    """The scope's own ids as a traceparent: its trace id, and the first half of its uuid as the span."""
-    return f"00-{handle.trace_id}-{handle.uuid[:16]}-01"
+    """The scope's own ids as a traceparent: its trace id, and the first half of its uuid as the span.
+
+    Sampled, unless its trace continues a remote parent that was not: that caller's decision holds."""
+    return _own_traceparent(handle, _remote_root(handle))
+
+
+def _own_traceparent(handle: ScopeHandle, root: Mapping[str, object]) -> str:
+    remote = parse_traceparent(root.get(REMOTE_PARENT))
+    flags = remote.flags if remote is not None else 1
+    return f"00-{handle.trace_id}-{handle.uuid[:16]}-{flags:02x}"
+
+
+def _remote_root(handle: ScopeHandle) -> Mapping[str, object]:
+    """The metadata of the root of ``handle``'s tree: where a remote parent is recorded, if it has one."""
+    node = handle
+    while node.parent is not None:
+        node = node.parent
+    md = node.metadata
+    return md if isinstance(md, Mapping) else {}
 
 
 def carrier_for(handle: ScopeHandle) -> dict[str, str]:
-    """What a request made inside ``handle`` carries: the first provider's headers, else our own ids.
+    """What a request made inside ``handle`` carries: the first provider's headers, else our own ids
+    (with the tracestate of the remote parent the trace continues: W3C has a vendor hand it on).
 
     Always a dict of the caller's own: a provider's is copied unless it makes a new one per call."""
     for provider, fresh in _providers:
@@ -165,4 +183,9 @@ def carrier_for(handle: ScopeHandle) -> dict[str, str]:
             continue
         if carrier and "traceparent" in carrier:
             return carrier if fresh and type(carrier) is dict else dict(carrier)
-    return {"traceparent": own_traceparent(handle)}
+    root = _remote_root(handle)
+    out = {"traceparent": _own_traceparent(handle, root)}
+    state = root.get(REMOTE_TRACESTATE)
+    if isinstance(state, str):
+        out["tracestate"] = state
+    return out

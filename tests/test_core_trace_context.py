@@ -154,6 +154,21 @@ def test_a_scope_hands_on_the_exporters_span_context_or_else_its_own_ids() -> No
     assert carrier_for(handle) == {"traceparent": own_traceparent(handle)}
 
 
+def test_our_own_ids_hand_on_the_remote_parents_sampling_decision_and_tracestate() -> None:
+    """With no exporter to ask, the carrier is built from the scope's ids: a trace the caller chose not to
+    sample must not be handed on as sampled (the next service would record spans whose parents no one
+    kept), and a tracestate received must be handed on (W3C: a vendor MUST propagate it)."""
+    relay = Relay()
+    served = relay.scope.push("served", remote_parent=f"00-{TRACE}-{SPAN}-00", remote_tracestate="vendor=abc")
+    child = relay.scope.push("child")
+    carrier = carrier_for(child)
+    assert carrier == {"traceparent": f"00-{TRACE}-{child.uuid[:16]}-00", "tracestate": "vendor=abc"}
+    relay.scope.pop(child)
+    relay.scope.pop(served)
+    local = relay.scope.push("local")
+    assert carrier_for(local) == {"traceparent": f"00-{local.trace_id}-{local.uuid[:16]}-01"}
+
+
 def test_a_parsed_traceparent_is_its_normalised_header_and_is_carried_without_parsing_again() -> None:
     import copy
     import pickle
