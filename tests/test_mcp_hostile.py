@@ -209,6 +209,8 @@ class RawMemoryClient:
     """A client that writes whatever JSON-RPC it likes to a low-level ``Server`` over the SDK's memory
     streams: both sides in this process, so the server's spans land in the test's pipeline."""
 
+    negotiated: str
+
     def __init__(self, read: Any, write: Any) -> None:
         self._read = read
         self._write = write
@@ -223,14 +225,15 @@ class RawMemoryClient:
 
 
 @asynccontextmanager
-async def raw_memory_client(server: Server[Any]) -> AsyncIterator[RawMemoryClient]:
+async def raw_memory_client(server: Server[Any], version: str = "2025-11-25") -> AsyncIterator[RawMemoryClient]:
+    """A client whose handshake asked for ``version``; the version the server answered is its ``negotiated``."""
     streams = create_client_server_memory_streams()
     async with streams as ((read, write), (server_read, server_write)), anyio.create_task_group() as tasks:
         tasks.start_soon(server.run, server_read, server_write, server.create_initialization_options())
         client = RawMemoryClient(read, write)
         info = {"name": "raw", "version": "0"}
-        params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": info}
-        assert hasattr(await client.request(0, "initialize", params), "result")
+        params = {"protocolVersion": version, "capabilities": {}, "clientInfo": info}
+        client.negotiated = (await client.request(0, "initialize", params)).result["protocolVersion"]
         await client.notify("notifications/initialized")
         yield client
         tasks.cancel_scope.cancel()
@@ -318,3 +321,21 @@ def test_error_codes_a_server_makes_up_get_no_metric_series_past_the_cap(pipelin
         assert sum(p.count for p in points) == 30, metric  # every call still measured, as failed
         assert {p.attributes.get("error.type") for p in points} == {*map(str, range(1000, 1005)), "_OTHER"}, metric
         assert {p.attributes.get("rpc.response.status_code") for p in points} == {*map(str, range(1000, 1005)), None}
+
+
+def test_the_initialize_span_records_the_version_the_server_answered_not_its_default(pipeline: Pipeline) -> None:
+    """During the handshake the connection's version is the server's latest until the answer is sent: a
+    client asking for an older one gets it, and so must the span and the metric of that very request."""
+
+    async def run() -> str:
+        async with raw_memory_client(Server("versions"), version="2025-06-18") as client:
+            return client.negotiated
+
+    assert asyncio.run(run()) == "2025-06-18"
+    assert pipeline.one("initialize").attributes["mcp.protocol.version"] == "2025-06-18"
+    (point,) = [
+        p
+        for p in pipeline.histogram("mcp.server.operation.duration")
+        if p.attributes["mcp.method.name"] == "initialize"
+    ]
+    assert point.attributes["mcp.protocol.version"] == "2025-06-18"

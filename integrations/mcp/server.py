@@ -32,6 +32,7 @@ from .client import ToolErrorResult
 
 Middleware = Callable[[Any, Any, Any], Awaitable[Any]]
 _INVALID_PARAMS = -32602
+_INITIALIZE = "initialize"
 _TOOL = ScopeType.TOOL.value
 _CUSTOM = ScopeType.CUSTOM.value
 
@@ -62,7 +63,10 @@ _MAX_REQUEST_ID = 256
 
 
 def _request_attributes(ctx: Any, method: str, target: str | None) -> dict[str, Any]:
-    attributes = mc.request_attributes(method, target, getattr(ctx, "protocol_version", None))
+    # Until ``initialize`` is answered the connection holds the server's latest version, not the one the
+    # answer agrees on: that request's version is read from its answer (``_agreed_version``).
+    version = getattr(ctx, "protocol_version", None) if method != _INITIALIZE else None
+    attributes = mc.request_attributes(method, target, version)
     request_id = getattr(ctx, "request_id", None)
     if request_id is not None:
         text = request_id if type(request_id) is str else str(request_id)
@@ -92,6 +96,11 @@ def _served_session_id(ctx: Any) -> str | None:
     connection = getattr(getattr(ctx, "session", None), "_connection", None)
     session_id = getattr(connection, "session_id", None)
     return session_id if isinstance(session_id, str) and session_id else None
+
+
+def _agreed_version(result: object) -> dict[str, Any]:
+    version = result.get("protocolVersion") if isinstance(result, Mapping) else None
+    return {"mcp.protocol.version": version} if isinstance(version, str) else {}
 
 
 class InvalidParams(Exception):
@@ -177,6 +186,9 @@ async def _handle(original: Middleware, middleware: Any, relay: Any, method: str
             error=ToolErrorResult(result),
             metadata={cv.SPAN_HINTS: mc.end_hints(hints, {"error.type": mc.TOOL_ERROR})},
         )
+        return result
+    if method == _INITIALIZE:
+        relay.scope.pop(handle_, metadata={cv.SPAN_HINTS: mc.end_hints(hints, _agreed_version(result))})
         return result
     relay.scope.pop(handle_, output=result if is_tool else None)
     return result
