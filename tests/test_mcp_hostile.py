@@ -239,24 +239,24 @@ async def raw_memory_client(server: Server[Any], version: str = "2025-11-25") ->
         tasks.cancel_scope.cancel()
 
 
-def test_made_up_method_names_name_no_span_with_control_characters_nor_without_bound(pipeline: Pipeline) -> None:
-    """A server answers a method it does not serve with -32601, but its span is made first: the method a
-    client made up names it, as a request or a notification."""
-    forged = "made/up\r\n[2026-01-01 ERROR] forged\x1b[2J"
+def test_a_made_up_method_names_its_span_only_when_shaped_like_a_method(pipeline: Pipeline) -> None:
+    """A server answers a method it does not serve with -32601, but its span is made first, named for the
+    method: one with line breaks and escapes would forge log lines, one with a space would pass for another
+    request's span (``tools/call <tool>``), one of 100,000 characters would bloat every backend. Those are
+    ``_OTHER``; a method shaped like one (an extension's) keeps its name."""
+    made_up = ["made/up\r\n[2026-01-01 ERROR] forged\x1b[2J", "tools/call delete_all_users", "x" * 100_000]
 
     async def run() -> None:
         async with raw_memory_client(Server("hostile")) as client:
-            assert (await client.request(1, forged)).error.code == -32601
-            assert (await client.request(2, "x" * 100_000)).error.code == -32601
+            for i, method in enumerate([*made_up, "vendor.example/do-thing_2"]):
+                assert (await client.request(1 + i, method)).error.code == -32601
             await client.notify("notifications/" + "y" * 100_000)
-            assert hasattr(await client.request(3, "ping"), "result")  # served after the notification
+            assert hasattr(await client.request(9, "ping"), "result")  # served after the notification
 
     asyncio.run(run())
-    shown = "made/up\ufffd\ufffd[2026-01-01 ERROR] forged\ufffd[2J"
     served = [s for s in pipeline.finished() if s.kind.name == "SERVER"]
-    assert sorted(s.name for s in served) == sorted(
-        ["initialize", "notifications/initialized", shown, "_OTHER", "_OTHER", "ping"]
-    )
+    expected = ["initialize", "notifications/initialized", *["_OTHER"] * 4, "vendor.example/do-thing_2", "ping"]
+    assert sorted(s.name for s in served) == sorted(expected)
     for span in served:
         assert span.attributes["mcp.method.name"] == span.name
 

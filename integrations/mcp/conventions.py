@@ -6,6 +6,7 @@ their hints from these functions, so a request is described the same way on both
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -55,16 +56,16 @@ def target_of(method: str, params: object) -> str | None:
 
 # What the conventions call a value outside the known set (HTTP's methods; ``error.type``).
 OTHER = "_OTHER"
+_METHOD_SHAPE = re.compile(r"[A-Za-z0-9_./:@-]{1,256}")
 
 
 def recorded_method(method: str) -> str:
     """A method as its span names it. On the serving side it is the client's word: a server refuses a
     method it does not serve (-32601) only after the request's span began, so whatever a client makes up
-    names one. Shown printable, as a target is; one past the bound as ``_OTHER`` (a cut name would name
-    another method)."""
-    if len(method) > _MAX_TARGET:
-        return OTHER
-    return printable(method)
+    names one. Kept when shaped like a method (an extension's: ``vendor.example/do-thing``), else
+    ``_OTHER``: a space would let it pass for another request's span (``tools/call <tool>``), a line
+    break forge a log line, and a cut name would name another method."""
+    return method if _METHOD_SHAPE.fullmatch(method) else OTHER
 
 
 def span_name(method: str, target: str | None) -> str:
