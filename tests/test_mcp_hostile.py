@@ -339,3 +339,92 @@ def test_the_initialize_span_records_the_version_the_server_answered_not_its_def
         if p.attributes["mcp.method.name"] == "initialize"
     ]
     assert point.attributes["mcp.protocol.version"] == "2025-06-18"
+
+
+# -- what a client puts in a resource's address ------------------------------------------------------------
+
+SERVER_KEY = "sk-proj-ServerOwnKey0123456789abcdefXYZ"
+
+
+@pytest.fixture
+def server_key() -> Iterator[str]:
+    """The key of the server's own LLM client, remembered as the adapters remember it before each call."""
+    from relay_runtime import redaction
+
+    redaction.forget_secrets()
+    redaction.remember_secret(SERVER_KEY)
+    yield SERVER_KEY
+    redaction.forget_secrets()
+
+
+async def _unreadable(ctx: Any, params: Any) -> Any:
+    raise ValueError(f"cannot read {params.uri}")
+
+
+def test_tokens_in_a_clients_resource_addresses_do_not_push_the_servers_own_key_out_of_redaction(
+    pipeline: Pipeline, relay_host: session.Host, server_key: str
+) -> None:
+    """The values taken out of a recorded address (``?access_token=``) were remembered as the process's own
+    keys are, in the same bounded memory: a client sending a new one per request pushed the server's key out,
+    and text quoting that key (a provider's error echoing it) was recorded as it is."""
+    from relay_runtime.recorder import Recorder
+
+    async def run() -> None:
+        async with raw_memory_client(Server("hostile", on_read_resource=_unreadable)) as client:
+            for i in range(300):
+                uri = f"file:///x?access_token=made-up-token-{i:06d}"
+                assert (await client.request(1 + i, "resources/read", {"uri": uri})).error
+
+    asyncio.run(run())
+    relay = relay_host.relay
+    events = Recorder()
+    relay.subscribers.register(events, name="test.after")
+    try:
+        relay.scope.pop(relay.scope.push("later"), error=RuntimeError(f"the provider refused {server_key}"))
+    finally:
+        relay.subscribers.deregister("test.after")
+    (end,) = events.ends()
+    assert server_key not in (end.error_message or "")
+
+
+def test_a_huge_token_in_a_clients_resource_address_is_not_remembered_process_wide(
+    pipeline: Pipeline, server_key: str
+) -> None:
+    """Each remembered value is searched for in every text the relay records, as every run of 8 of its
+    characters: one client request with a 200,000-character token cost the server seconds of its event loop
+    and a hundred megabytes, and every record after it searched for it."""
+    from relay_runtime import redaction
+
+    token = "".join(chr(ord("a") + (i * 7919) % 26) for i in range(200_000))
+
+    async def run() -> None:
+        async with raw_memory_client(Server("hostile", on_read_resource=_unreadable)) as client:
+            uri = f"file:///x?access_token={token}"
+            assert (await client.request(1, "resources/read", {"uri": uri})).error
+
+    asyncio.run(run())
+    assert redaction.remembered().secrets == {server_key}
+
+
+def test_a_secret_in_a_clients_resource_address_is_not_recorded_where_the_servers_error_echoes_it(
+    pipeline: Pipeline,
+) -> None:
+    """Not remembered process-wide, a client's secret must still not reach the record through the text of
+    the error the server answered with (a handler quoting the address it could not read)."""
+    from relay_runtime import redaction
+
+    redaction.forget_secrets()
+    addresses = ["https://jane:pw-0123456789-secret@files.example/x", "file:///x?sig=sig-0123456789-secret"]
+
+    async def run() -> None:
+        async with raw_memory_client(Server("hostile", on_read_resource=_unreadable)) as client:
+            for i, uri in enumerate(addresses):
+                assert (await client.request(1 + i, "resources/read", {"uri": uri})).error
+
+    asyncio.run(run())
+    served = [s for s in pipeline.finished() if s.kind.name == "SERVER" and s.name.startswith("resources/read")]
+    assert len(served) == 2
+    recorded = repr([(s.name, dict(s.attributes or {}), s.status.description, s.events) for s in served])
+    assert "0123456789-secret" not in recorded
+    assert "cannot read https://jane:[redacted]@files.example/x" in recorded
+    assert "cannot read file:///x?sig=[redacted]" in recorded

@@ -23,7 +23,7 @@ _TARGET_PARAM = {
     "resources/subscribe": "uri",
     "resources/unsubscribe": "uri",
 }
-_RESOURCE_METHODS = frozenset({"resources/read", "resources/subscribe", "resources/unsubscribe"})
+RESOURCE_METHODS = frozenset({"resources/read", "resources/subscribe", "resources/unsubscribe"})
 TOOL_ERROR = "tool_error"
 _STATUS_KEY = "rpc.response.status_code"
 _RESERVED_CODES = (-32768, -32000)  # JSON-RPC's own error codes and those it leaves to the protocol
@@ -32,8 +32,10 @@ _MAX_TARGET = 256
 _NO_FLAG: Any = object()
 
 
-def target_of(method: str, params: object) -> str | None:
-    """The target a request's params name (a mapping on the wire, a model in a client), bounded."""
+def target_of(method: str, params: object, taken: list[str] | None = None) -> str | None:
+    """The target a request's params name (a mapping on the wire, a model in a client), bounded.
+
+    ``taken``: where the credentials a peer's resource address held go (``urls.recorded_url``)."""
     key = _TARGET_PARAM.get(method)
     if key is None or params is None:
         return None
@@ -46,10 +48,10 @@ def target_of(method: str, params: object) -> str | None:
             value = params.get(key) if isinstance(params, Mapping) else None
     if not isinstance(value, str) or not value:
         return None
-    if method in _RESOURCE_METHODS:
+    if method in RESOURCE_METHODS:
         # A resource's address may carry a credential (``?access_token=``, ``user:token@``): the span's
         # name and ``mcp.resource.uri`` hold it without (the request itself goes out as it was).
-        value = recorded_url(value)
+        value = recorded_url(value, taken)
     # Cut where no value is cut in two (an address across the bound would pass the policy by halves).
     return printable(head(value, _MAX_TARGET)) or None
 
@@ -83,7 +85,7 @@ def request_attributes(method: str, target: str | None, protocol_version: str | 
             out["gen_ai.tool.name"] = target
     elif method == "prompts/get" and target:
         out["gen_ai.prompt.name"] = target
-    elif method in _RESOURCE_METHODS and target:
+    elif method in RESOURCE_METHODS and target:
         out["mcp.resource.uri"] = target
     return out
 

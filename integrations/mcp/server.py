@@ -22,7 +22,8 @@ from typing import Any
 from relay_runtime import conventions as cv
 from relay_runtime import outside_turns
 from relay_runtime.clipping import printable
-from relay_runtime.scopes import outcome_of
+from relay_runtime.redaction import REDACTED
+from relay_runtime.scopes import error_type_of, outcome_of
 from relay_runtime.trace_context import parse_traceparent
 from relay_runtime.types import ScopeType
 
@@ -118,6 +119,33 @@ def _is_invalid_params(error: BaseException) -> bool:
     return type(error).__name__ == "ValidationError"
 
 
+class EchoedAddress(Exception):
+    """A failure whose text quotes the client's resource address (``cannot read <uri>``), as its scope records
+    it: the credentials recording took out of that address (``?access_token=``, user info) blanked in its text
+    too. They are this request's own (a client's, not the process's memory of secrets): nothing else would."""
+
+    def __init__(self, text: str, error_type: str) -> None:
+        super().__init__(text)
+        self.relay_error_type = error_type
+
+
+# As the process's memory of secrets: a shorter value blanked wherever it occurs would mangle the text.
+_MIN_TAKEN = 8
+
+
+def _recorded_error(error: BaseException, taken: list[str] | None) -> BaseException:
+    """``error`` as the request's scope records it."""
+    if _is_invalid_params(error):
+        return InvalidParams()
+    if not taken or outcome_of(error) != "failed":
+        return error
+    text = original = str(error)
+    for value in taken:
+        if len(value) >= _MIN_TAKEN:
+            text = text.replace(value, REDACTED)
+    return error if text == original else EchoedAddress(text, error_type_of(error))
+
+
 def _failure_attributes(error: BaseException) -> dict[str, Any]:
     if outcome_of(error) != "failed":
         return {}  # a cancelled request stopped on purpose: its outcome says so, it is no error
@@ -151,7 +179,10 @@ async def _handle(original: Middleware, middleware: Any, relay: Any, method: str
         meta = _meta_of(ctx)
         # Parsed once: the parsed value is what the scope's metadata carries on to every consumer.
         remote = parse_traceparent(meta.get("traceparent"))
-        target = mc.target_of(method, params)
+        # A client's address is no secret of this process: what recording it takes out is kept for this
+        # request's error text alone (``urls.recorded_url``).
+        taken: list[str] | None = [] if method in mc.RESOURCE_METHODS else None
+        target = mc.target_of(method, params, taken)
         # The client's word: a method the protocol does not define names the span as it is shown, and
         # gets a metric series of its own only while the names are few.
         known = method in _known_methods()
@@ -175,9 +206,8 @@ async def _handle(original: Middleware, middleware: Any, relay: Any, method: str
         with outside_turns.serving(handle_):  # the handler's own LLM calls, made with no turn open, nest here
             result = await call_next(ctx)
     except BaseException as exc:
-        recorded = InvalidParams() if _is_invalid_params(exc) else exc
         end = mc.end_hints(hints, _failure_attributes(exc))
-        relay.scope.pop(handle_, error=recorded, metadata={cv.SPAN_HINTS: end})
+        relay.scope.pop(handle_, error=_recorded_error(exc, taken), metadata={cv.SPAN_HINTS: end})
         raise
     if method == mc.TOOLS_CALL and mc.is_tool_error(result):
         relay.scope.pop(
