@@ -31,6 +31,8 @@ _ZERO_TRACE = "0" * 32
 _ZERO_SPAN = "0" * 16
 _MAX_TRACESTATE = 512  # the spec's limit for what a vendor must propagate
 _MAX_TRACESTATE_MEMBERS = 32
+# Sampled and random-trace-id: the bits of trace-flags defined so far; the others a vendor MUST send as zero.
+_KNOWN_FLAGS = 0x03
 # A list-member of W3C tracestate: a key (simple, or tenant@system) '=' a value of printable ASCII
 # without ',' and '=' that does not end in a space.
 _KEY_CHARS = r"[a-z0-9_\-*/]"
@@ -157,7 +159,7 @@ def own_traceparent(handle: ScopeHandle) -> str:
 
 def _own_traceparent(handle: ScopeHandle, root: Mapping[str, object]) -> str:
     remote = parse_traceparent(root.get(REMOTE_PARENT))
-    flags = remote.flags if remote is not None else 1
+    flags = remote.flags & _KNOWN_FLAGS if remote is not None else 1
     return f"00-{handle.trace_id}-{handle.uuid[:16]}-{flags:02x}"
 
 

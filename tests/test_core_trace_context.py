@@ -167,6 +167,10 @@ def test_our_own_ids_hand_on_the_remote_parents_sampling_decision_and_tracestate
     relay.scope.pop(served)
     local = relay.scope.push("local")
     assert carrier_for(local) == {"traceparent": f"00-{local.trace_id}-{local.uuid[:16]}-01"}
+    relay.scope.pop(local)
+    # Flags W3C has not defined are sent as zero; sampled and random-trace-id go on as received.
+    odd = relay.scope.push("odd", remote_parent=f"00-{TRACE}-{SPAN}-ff")
+    assert carrier_for(odd)["traceparent"].endswith("-03")
 
 
 def test_a_parsed_traceparent_is_its_normalised_header_and_is_carried_without_parsing_again() -> None:
