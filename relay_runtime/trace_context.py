@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -30,6 +30,16 @@ _TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-
 _ZERO_TRACE = "0" * 32
 _ZERO_SPAN = "0" * 16
 _MAX_TRACESTATE = 512  # the spec's limit for what a vendor must propagate
+_MAX_TRACESTATE_MEMBERS = 32
+# Sampled and random-trace-id: the bits of trace-flags defined so far; the others a vendor MUST send as zero.
+_KNOWN_FLAGS = 0x03
+# A list-member of W3C tracestate: a key (simple, or tenant@system) '=' a value of printable ASCII
+# without ',' and '=' that does not end in a space.
+_KEY_CHARS = r"[a-z0-9_\-*/]"
+_TRACESTATE_MEMBER = re.compile(
+    rf"(?:[a-z]{_KEY_CHARS}{{0,255}}|[a-z0-9]{_KEY_CHARS}{{0,240}}@[a-z]{_KEY_CHARS}{{0,13}})"
+    r"=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]"
+)
 
 
 class TraceParent(str):
@@ -90,12 +100,24 @@ def require_traceparent(value: object) -> TraceParent:
 
 
 def clean_tracestate(value: object) -> str | None:
-    """A tracestate worth carrying on, or None: bounded, printable, one line."""
+    """A tracestate worth carrying on, or None: bounded, and W3C-shaped.
+
+    The spec forbids passing on one that is not (an exporter drops it from the span): a scope's record
+    must not claim a peer sent a tracestate it did not, nor keep whatever text a peer put there."""
     if not isinstance(value, str) or not value or len(value) > _MAX_TRACESTATE:
         return None
-    if not value.isprintable():
-        return None
-    return value
+    keys: set[str] = set()
+    for member in value.split(","):
+        member = member.strip(" \t")  # optional white space around a member; an empty member is allowed
+        if not member:
+            continue
+        if _TRACESTATE_MEMBER.fullmatch(member) is None:
+            return None
+        key = member[: member.index("=")]
+        if key in keys or len(keys) == _MAX_TRACESTATE_MEMBERS:
+            return None
+        keys.add(key)
+    return value if keys else None
 
 
 # -- outgoing ---------------------------------------------------------------------------------
@@ -129,12 +151,30 @@ def unregister_carrier_provider(provider: CarrierProvider) -> bool:
 
 
 def own_traceparent(handle: ScopeHandle) -> str:
-    """The scope's own ids as a traceparent: its trace id, and the first half of its uuid as the span."""
-    return f"00-{handle.trace_id}-{handle.uuid[:16]}-01"
+    """The scope's own ids as a traceparent: its trace id, and the first half of its uuid as the span.
+
+    Sampled, unless its trace continues a remote parent that was not: that caller's decision holds."""
+    return _own_traceparent(handle, _remote_root(handle))
+
+
+def _own_traceparent(handle: ScopeHandle, root: Mapping[str, object]) -> str:
+    remote = parse_traceparent(root.get(REMOTE_PARENT))
+    flags = remote.flags & _KNOWN_FLAGS if remote is not None else 1
+    return f"00-{handle.trace_id}-{handle.uuid[:16]}-{flags:02x}"
+
+
+def _remote_root(handle: ScopeHandle) -> Mapping[str, object]:
+    """The metadata of the root of ``handle``'s tree: where a remote parent is recorded, if it has one."""
+    node = handle
+    while node.parent is not None:
+        node = node.parent
+    md = node.metadata
+    return md if isinstance(md, Mapping) else {}
 
 
 def carrier_for(handle: ScopeHandle) -> dict[str, str]:
-    """What a request made inside ``handle`` carries: the first provider's headers, else our own ids.
+    """What a request made inside ``handle`` carries: the first provider's headers, else our own ids
+    (with the tracestate of the remote parent the trace continues: W3C has a vendor hand it on).
 
     Always a dict of the caller's own: a provider's is copied unless it makes a new one per call."""
     for provider, fresh in _providers:
@@ -145,4 +185,9 @@ def carrier_for(handle: ScopeHandle) -> dict[str, str]:
             continue
         if carrier and "traceparent" in carrier:
             return carrier if fresh and type(carrier) is dict else dict(carrier)
-    return {"traceparent": own_traceparent(handle)}
+    root = _remote_root(handle)
+    out = {"traceparent": _own_traceparent(handle, root)}
+    state = root.get(REMOTE_TRACESTATE)
+    if isinstance(state, str):
+        out["tracestate"] = state
+    return out

@@ -58,22 +58,33 @@ def edit_query(path: str, edit: Callable[[str, str, str], str | None]) -> str:
     return f"{head}?{'&'.join(parts)}"
 
 
-def recorded_url(url: str) -> str:
+def recorded_url(url: str, taken: list[str] | None = None) -> str:
     """``url`` as a record may hold it (a span name, an attribute naming what was read): its user info, and
     the values of its query and fragment parameters that hold a credential (``redaction.is_query_credential``:
     ``?access_token=``, ``#sig=``, ``?key=``), as ``[redacted]``; the rest as given, so the address still
     says what it is. The values taken out are remembered (``redaction.remember_secret``): an error echoing
     the address (a server's "Unknown resource: ...") is scrubbed of them too. Text with no ``@``, ``?`` or
     ``#`` is returned as it is, without parsing.
+
+    ``taken``: an address a peer chose (a client's, on a server) is not the process's own. Its values go
+    to this list instead, as written and decoded, for the caller to scrub what it records of that request:
+    remembered process-wide, a peer sending a new one per request would push the process's own keys out of
+    the memory of secrets, and a long one would cost every record after it a search for each of its runs.
     """
     if "@" not in url and "?" not in url and "#" not in url:
         return url
     from . import redaction  # here: redaction's own imports come before this module is needed
 
+    def keep(value: str, written: str) -> None:
+        if taken is None:
+            redaction.remember_secret(value)  # a short value is not searched for
+        else:
+            taken.extend((value, written) if written != value else (value,))
+
     def blank(name: str, raw_name: str, raw_value: str) -> str | None:
         if not raw_value or not redaction.is_query_credential(name):
             return None
-        redaction.remember_secret(unquote_plus(raw_value))  # a short value is not searched for
+        keep(unquote_plus(raw_value), raw_value)
         return f"{raw_name}={redaction.REDACTED}"
 
     rest, hash_mark, fragment = url.partition("#")
@@ -83,7 +94,8 @@ def recorded_url(url: str) -> str:
         authority = after[: min(ends)] if ends else after
         user_info, at, host = authority.rpartition("@")
         if at:
-            redaction.remember_secret(unquote(user_info.partition(":")[2]) or unquote(user_info))
+            written = user_info.partition(":")[2] or user_info
+            keep(unquote(written), written)
             rest = f"{scheme}://{redaction.REDACTED}@{host}{after[len(authority) :]}"
     out = edit_query(rest, blank)
     if hash_mark:

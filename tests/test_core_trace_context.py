@@ -83,6 +83,45 @@ def test_an_oversized_or_odd_tracestate_is_dropped_not_carried() -> None:
     assert all(REMOTE_TRACESTATE not in e.metadata for e in recorder.starts())
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ",".join(f"k{i}=v" for i in range(33)),  # the W3C limit is 32 members
+        "not a tracestate sk-live-0123456789abcdef",
+        "vendor=abc,vendor=def",  # a key twice
+        "Vendor=abc",  # keys are lower case
+        "vendor=abc,=x",
+        "vendor=a=b",  # '=' is no value's character
+        "vendor=abc ,x",
+        "vendor=" + "v" * 257,
+    ],
+)
+def test_a_tracestate_that_is_not_w3c_shaped_is_dropped_not_recorded(bad: str) -> None:
+    """An exporter drops such a tracestate from the span (W3C: a vendor MUST NOT pass an invalid one on):
+    the scope's record must not claim the remote side sent one, nor hold whatever text a client put there."""
+    pipeline = Pipeline()
+    relay, recorder = _relay()
+    exporter = OTelExporter(tracer_provider=pipeline.tracer_provider).attach(relay)
+    relay.scope.pop(relay.scope.push("served", remote_parent=PARENT, remote_tracestate=bad))
+    exporter.shutdown()
+    (start,) = recorder.starts(name="served")
+    assert REMOTE_TRACESTATE not in start.metadata and start.metadata[REMOTE_PARENT] == PARENT
+    assert len(pipeline.one("served").context.trace_state) == 0
+
+
+def test_a_w3c_tracestate_is_carried_with_its_optional_spaces_and_empty_members() -> None:
+    state = " a=1 ,, tenant@system=x y\t,b-*/_=~ok"
+    pipeline = Pipeline()
+    relay, recorder = _relay()
+    exporter = OTelExporter(tracer_provider=pipeline.tracer_provider).attach(relay)
+    relay.scope.pop(relay.scope.push("served", remote_parent=PARENT, remote_tracestate=state))
+    exporter.shutdown()
+    (start,) = recorder.starts(name="served")
+    assert start.metadata[REMOTE_TRACESTATE] == state
+    carried = pipeline.one("served").context.trace_state
+    assert dict(carried.items()) == {"a": "1", "tenant@system": "x y", "b-*/_": "~ok"}
+
+
 def test_the_otel_span_of_a_remote_child_is_a_child_of_the_remote_span() -> None:
     pipeline = Pipeline()
     relay = Relay()
@@ -113,6 +152,25 @@ def test_a_scope_hands_on_the_exporters_span_context_or_else_its_own_ids() -> No
     exporter.shutdown()  # detaches: the carrier falls back to our own ids again
     handle = relay.scope.push("after")
     assert carrier_for(handle) == {"traceparent": own_traceparent(handle)}
+
+
+def test_our_own_ids_hand_on_the_remote_parents_sampling_decision_and_tracestate() -> None:
+    """With no exporter to ask, the carrier is built from the scope's ids: a trace the caller chose not to
+    sample must not be handed on as sampled (the next service would record spans whose parents no one
+    kept), and a tracestate received must be handed on (W3C: a vendor MUST propagate it)."""
+    relay = Relay()
+    served = relay.scope.push("served", remote_parent=f"00-{TRACE}-{SPAN}-00", remote_tracestate="vendor=abc")
+    child = relay.scope.push("child")
+    carrier = carrier_for(child)
+    assert carrier == {"traceparent": f"00-{TRACE}-{child.uuid[:16]}-00", "tracestate": "vendor=abc"}
+    relay.scope.pop(child)
+    relay.scope.pop(served)
+    local = relay.scope.push("local")
+    assert carrier_for(local) == {"traceparent": f"00-{local.trace_id}-{local.uuid[:16]}-01"}
+    relay.scope.pop(local)
+    # Flags W3C has not defined are sent as zero; sampled and random-trace-id go on as received.
+    odd = relay.scope.push("odd", remote_parent=f"00-{TRACE}-{SPAN}-ff")
+    assert carrier_for(odd)["traceparent"].endswith("-03")
 
 
 def test_a_parsed_traceparent_is_its_normalised_header_and_is_carried_without_parsing_again() -> None:

@@ -52,6 +52,19 @@ _CUSTOM = ScopeType.CUSTOM.value
 _REPORTED = ("jsonrpc.request.id", "rpc.response.status_code")
 
 
+# What says which trace a request continues: a tracestate belongs to the traceparent it came with (a
+# vendor's ids and sampling for that trace), so the caller's go as a pair when ours replaces them.
+_TRACE_KEYS = ("traceparent", "tracestate")
+
+
+def carry(meta: dict[str, Any], carrier: Mapping[str, str]) -> None:
+    """Our trace context into ``meta`` (in place), instead of whatever trace context the caller's held."""
+    if "traceparent" in carrier:
+        for key in _TRACE_KEYS:
+            meta.pop(key, None)
+    meta.update(carrier)
+
+
 class _Sending:
     """One managed request on its way: the context it carries, arguments an intercept rewrote,
     and what the SDK told its span hook (the JSON-RPC id, an error code).
@@ -77,7 +90,9 @@ class _Sending:
         if self.arguments is not _UNSET:
             out["arguments"] = self.arguments
         meta = out.get("_meta")
-        out["_meta"] = {**(meta if isinstance(meta, Mapping) else {}), **self.carrier}
+        merged = dict(meta) if isinstance(meta, Mapping) else {}
+        carry(merged, self.carrier)
+        out["_meta"] = merged
         return out
 
     def end_attributes(self, error: BaseException | None) -> dict[str, Any]:
@@ -95,7 +110,7 @@ class _Sending:
         if code is not None:
             out.update(mc.error_code_attributes(code))
         elif "rpc.response.status_code" in out:
-            out["error.type"] = out["rpc.response.status_code"]
+            out.update(mc.error_code_attributes(out["rpc.response.status_code"]))
         return out
 
     # -- the SDK's span, as the SDK uses it ---------------------------------------------------
@@ -159,7 +174,7 @@ def swapped_inject(original: Callable[[dict[str, Any]], None]) -> Callable[[dict
         if sending is None:
             original(meta)
             return
-        meta.update(sending.carrier)  # last: whatever was merged before, ours is what the server reads
+        carry(meta, sending.carrier)  # last: whatever was merged before, ours is what the server reads
 
     return inject_trace_context
 
@@ -179,11 +194,6 @@ def _refusal(error: BaseException) -> dict[str, Any]:
         "isError": True,
         "resultType": "complete",
     }
-
-
-def _end_hints(hints: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
-    # New hints, never the start's changed in place (they are shared by the requests that have them the same).
-    return {**hints, "attributes": {**hints["attributes"], **end}}
 
 
 def session_send(original: Send) -> Send:
@@ -277,10 +287,10 @@ async def _request(relay: Any, hints: dict[str, Any], call: Call) -> Any:
         result = await call()
     except BaseException as exc:
         _sending.reset(token)
-        relay.scope.pop(handle, error=exc, metadata={cv.SPAN_HINTS: _end_hints(hints, sending.end_attributes(exc))})
+        relay.scope.pop(handle, error=exc, metadata={cv.SPAN_HINTS: mc.end_hints(hints, sending.end_attributes(exc))})
         raise
     _sending.reset(token)
-    relay.scope.pop(handle, metadata={cv.SPAN_HINTS: _end_hints(hints, sending.end_attributes(None))})
+    relay.scope.pop(handle, metadata={cv.SPAN_HINTS: mc.end_hints(hints, sending.end_attributes(None))})
     return result
 
 
@@ -300,7 +310,8 @@ async def _tool_call(relay: Any, tool: str, arguments: Any, hints: dict[str, Any
             result = await call()
         except BaseException as exc:
             _sending.reset(token)
-            relay.scope.pop(handle, error=exc, metadata={cv.SPAN_HINTS: _end_hints(hints, sending.end_attributes(exc))})
+            end = mc.end_hints(hints, sending.end_attributes(exc))
+            relay.scope.pop(handle, error=exc, metadata={cv.SPAN_HINTS: end})
             raise
         _sending.reset(token)
         end, failed = _tool_end(sending, result)
@@ -308,7 +319,7 @@ async def _tool_call(relay: Any, tool: str, arguments: Any, hints: dict[str, Any
             handle,
             output=None if failed else result,
             error=ToolErrorResult(result) if failed else None,
-            metadata={cv.SPAN_HINTS: _end_hints(hints, end)},
+            metadata={cv.SPAN_HINTS: mc.end_hints(hints, end)},
         )
         return result
     return await _intercepted_tool_call(relay, tool, arguments, hints, call, result_type)
@@ -376,7 +387,7 @@ def _set_end_hints(current: Any, hints: dict[str, Any], end: dict[str, Any]) -> 
     while node is not None:
         md = node.metadata
         if type(md) is dict and md.get(cv.SPAN_HINTS) is hints:
-            md[cv.SPAN_HINTS] = _end_hints(hints, end)
+            md[cv.SPAN_HINTS] = mc.end_hints(hints, end)
             return
         node = node.parent
 
@@ -400,7 +411,7 @@ async def _join_tool_scope(handle: Any, hints: dict[str, Any], call: Call) -> An
     finally:
         _sending.reset(token)
         if isinstance(handle.metadata, dict):
-            handle.metadata[cv.SPAN_HINTS] = _end_hints(hints, sending.end_attributes(error))
+            handle.metadata[cv.SPAN_HINTS] = mc.end_hints(hints, sending.end_attributes(error))
 
 
 def notify(original: Notify) -> Notify:

@@ -6,6 +6,7 @@ their hints from these functions, so a request is described the same way on both
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -22,15 +23,19 @@ _TARGET_PARAM = {
     "resources/subscribe": "uri",
     "resources/unsubscribe": "uri",
 }
-_RESOURCE_METHODS = frozenset({"resources/read", "resources/subscribe", "resources/unsubscribe"})
+RESOURCE_METHODS = frozenset({"resources/read", "resources/subscribe", "resources/unsubscribe"})
 TOOL_ERROR = "tool_error"
+_STATUS_KEY = "rpc.response.status_code"
+_RESERVED_CODES = (-32768, -32000)  # JSON-RPC's own error codes and those it leaves to the protocol
 # A target is caller data that becomes a span name: bounded, so one odd request cannot bloat every backend.
 _MAX_TARGET = 256
 _NO_FLAG: Any = object()
 
 
-def target_of(method: str, params: object) -> str | None:
-    """The target a request's params name (a mapping on the wire, a model in a client), bounded."""
+def target_of(method: str, params: object, taken: list[str] | None = None) -> str | None:
+    """The target a request's params name (a mapping on the wire, a model in a client), bounded.
+
+    ``taken``: where the credentials a peer's resource address held go (``urls.recorded_url``)."""
     key = _TARGET_PARAM.get(method)
     if key is None or params is None:
         return None
@@ -43,12 +48,26 @@ def target_of(method: str, params: object) -> str | None:
             value = params.get(key) if isinstance(params, Mapping) else None
     if not isinstance(value, str) or not value:
         return None
-    if method in _RESOURCE_METHODS:
+    if method in RESOURCE_METHODS:
         # A resource's address may carry a credential (``?access_token=``, ``user:token@``): the span's
         # name and ``mcp.resource.uri`` hold it without (the request itself goes out as it was).
-        value = recorded_url(value)
+        value = recorded_url(value, taken)
     # Cut where no value is cut in two (an address across the bound would pass the policy by halves).
     return printable(head(value, _MAX_TARGET)) or None
+
+
+# What the conventions call a value outside the known set (HTTP's methods; ``error.type``).
+OTHER = "_OTHER"
+_METHOD_SHAPE = re.compile(r"[A-Za-z0-9_./:@-]{1,256}")
+
+
+def recorded_method(method: str) -> str:
+    """A method as its span names it. On the serving side it is the client's word: a server refuses a
+    method it does not serve (-32601) only after the request's span began, so whatever a client makes up
+    names one. Kept when shaped like a method (an extension's: ``vendor.example/do-thing``), else
+    ``_OTHER``: a space would let it pass for another request's span (``tools/call <tool>``), a line
+    break forge a log line, and a cut name would name another method."""
+    return method if _METHOD_SHAPE.fullmatch(method) else OTHER
 
 
 def span_name(method: str, target: str | None) -> str:
@@ -66,15 +85,37 @@ def request_attributes(method: str, target: str | None, protocol_version: str | 
             out["gen_ai.tool.name"] = target
     elif method == "prompts/get" and target:
         out["gen_ai.prompt.name"] = target
-    elif method in _RESOURCE_METHODS and target:
+    elif method in RESOURCE_METHODS and target:
         out["mcp.resource.uri"] = target
     return out
 
 
 def error_code_attributes(code: object) -> dict[str, Any]:
-    """A JSON-RPC error: its code is both the status and the error type, as strings."""
+    """A JSON-RPC error: its code is both the status and the error type, as strings.
+
+    Outside the range JSON-RPC reserves (its own codes and the protocol's, a bounded set) the code is the
+    peer's choice, any integer, so each new one would be a new series of every backend's metric: while the
+    cap the names share allows, it is the error type; past it, the error type is ``_OTHER`` and only the
+    span carries the code (``end_hints`` leaves it out of the metric)."""
     text = str(code)
-    return {"rpc.response.status_code": text, "error.type": text}
+    return {_STATUS_KEY: text, "error.type": text if _code_admitted(text) else OTHER}
+
+
+def _code_admitted(text: str) -> bool:
+    try:
+        reserved = _RESERVED_CODES[0] <= int(text) <= _RESERVED_CODES[1]
+    except ValueError:
+        reserved = False
+    return reserved or (_STATUS_KEY, text) in _metric_names or _admitted((_STATUS_KEY, text))
+
+
+def end_hints(hints: dict[str, Any], end: Mapping[str, Any]) -> dict[str, Any]:
+    """A request's hints as its end sets them: ``end``'s attributes over the start's, in new dicts (the
+    start's are shared by the requests that have them the same)."""
+    out = {**hints, "attributes": {**hints["attributes"], **end}}
+    if _STATUS_KEY in end and end.get("error.type") == OTHER:  # a code past the cap: no series of its own
+        out["metric_keys"] = tuple(k for k in hints["metric_keys"] if k != _STATUS_KEY)
+    return out
 
 
 def is_tool_error(result: object) -> bool:
@@ -157,33 +198,58 @@ SERVER_SESSION_DURATION = "mcp.server.session.duration"
 
 
 # Tool and prompt names are caller data: any client may call any name (an unknown one still gets an
-# answer), so each new name would be a new series of every backend's metric. The first names seen
-# get series of their own; past that, a request's metric carries no name (its span still does).
+# answer), so each new name would be a new series of every backend's metric. So is a method a server
+# does not know (it still gets its span and its measure), and an error's code (``error_code_attributes``).
+# The first names seen get series of their own; past that, a request's metric carries no name (its span
+# still does).
 _NAME_KEYS = ("gen_ai.tool.name", "gen_ai.prompt.name")
+_METHOD_KEY = "mcp.method.name"
 UNNAMED_METRIC_KEYS = tuple(k for k in METRIC_KEYS if k not in _NAME_KEYS)
+# (name kept, method kept) -> the keys a request's metric carries.
+_KEYS = {
+    (True, True): METRIC_KEYS,
+    (False, True): UNNAMED_METRIC_KEYS,
+    (True, False): tuple(k for k in METRIC_KEYS if k != _METHOD_KEY),
+    (False, False): tuple(k for k in UNNAMED_METRIC_KEYS if k != _METHOD_KEY),
+}
 MAX_METRIC_NAMES = 256
-_metric_names: set[str] = set()
+# Tool and prompt names as they are; a method or an error code as (its key, its value), so no tool's name
+# stands for one.
+_metric_names: set[str | tuple[str, str]] = set()
 _metric_names_lock = threading.Lock()
 
 
-def metric_keys_for(attributes: Mapping[str, Any]) -> tuple[str, ...]:
-    name = attributes.get("gen_ai.tool.name") or attributes.get("gen_ai.prompt.name")
-    if name is None or name in _metric_names:
-        return METRIC_KEYS
+def _admitted(name: str | tuple[str, str]) -> bool:
+    if name in _metric_names:
+        return True
     with _metric_names_lock:
         if len(_metric_names) < MAX_METRIC_NAMES:
             _metric_names.add(name)
-            return METRIC_KEYS
-    return UNNAMED_METRIC_KEYS
+            return True
+    return False
 
 
-def hints(method: str, target: str | None, kind: str, attributes: dict[str, Any]) -> dict[str, Any]:
-    """The span hints of one request on one side: its name, kind, attributes and duration metric."""
+def metric_keys_for(attributes: Mapping[str, Any], known_method: bool = True) -> tuple[str, ...]:
+    """``known_method``: the protocol defines the request's method (its series are bounded by the protocol)."""
+    name = attributes.get("gen_ai.tool.name") or attributes.get("gen_ai.prompt.name")
+    named = name is None or name in _metric_names or _admitted(name)
+    if known_method:
+        return METRIC_KEYS if named else UNNAMED_METRIC_KEYS
+    method = attributes.get(_METHOD_KEY)
+    return _KEYS[named, not isinstance(method, str) or _admitted((_METHOD_KEY, method))]
+
+
+def hints(
+    method: str, target: str | None, kind: str, attributes: dict[str, Any], known_method: bool = True
+) -> dict[str, Any]:
+    """The span hints of one request on one side: its name, kind, attributes and duration metric.
+
+    ``method`` as ``recorded_method`` gives it where a peer chose it; ``known_method``: see ``metric_keys_for``."""
     metric = CLIENT_OPERATION_DURATION if kind == "client" else SERVER_OPERATION_DURATION
     return {
         "name": span_name(method, target),
         "kind": kind,
         "attributes": attributes,
         "duration_metric": metric,
-        "metric_keys": metric_keys_for(attributes),
+        "metric_keys": metric_keys_for(attributes, known_method),
     }

@@ -22,7 +22,8 @@ from typing import Any
 from relay_runtime import conventions as cv
 from relay_runtime import outside_turns
 from relay_runtime.clipping import printable
-from relay_runtime.scopes import outcome_of
+from relay_runtime.redaction import REDACTED
+from relay_runtime.scopes import error_type_of, outcome_of
 from relay_runtime.trace_context import parse_traceparent
 from relay_runtime.types import ScopeType
 
@@ -32,6 +33,7 @@ from .client import ToolErrorResult
 
 Middleware = Callable[[Any, Any, Any], Awaitable[Any]]
 _INVALID_PARAMS = -32602
+_INITIALIZE = "initialize"
 _TOOL = ScopeType.TOOL.value
 _CUSTOM = ScopeType.CUSTOM.value
 
@@ -44,11 +46,33 @@ def _meta_of(ctx: Any) -> Mapping[str, Any]:
     return dump(by_alias=True) if callable(dump) else {}
 
 
+_known: list[frozenset[str] | None] = [None]
+
+
+def _known_methods() -> frozenset[str]:
+    """The methods the protocol lets a client send, in any of its versions (read once, when first needed)."""
+    known = _known[0]
+    if known is None:
+        from mcp_types.methods import SPEC_CLIENT_METHODS, SPEC_CLIENT_NOTIFICATION_METHODS
+
+        known = _known[0] = SPEC_CLIENT_METHODS | SPEC_CLIENT_NOTIFICATION_METHODS
+    return known
+
+
+# A JSON-RPC id may be any string: one past this is not recorded (a cut id would name another request).
+_MAX_REQUEST_ID = 256
+
+
 def _request_attributes(ctx: Any, method: str, target: str | None) -> dict[str, Any]:
-    attributes = mc.request_attributes(method, target, getattr(ctx, "protocol_version", None))
+    # Until ``initialize`` is answered the connection holds the server's latest version, not the one the
+    # answer agrees on: that request's version is read from its answer (``_agreed_version``).
+    version = getattr(ctx, "protocol_version", None) if method != _INITIALIZE else None
+    attributes = mc.request_attributes(method, target, version)
     request_id = getattr(ctx, "request_id", None)
     if request_id is not None:
-        attributes["jsonrpc.request.id"] = str(request_id)
+        text = request_id if type(request_id) is str else str(request_id)
+        if len(text) <= _MAX_REQUEST_ID:
+            attributes["jsonrpc.request.id"] = printable(text)
     request = getattr(ctx, "request", None)
     headers = getattr(request, "headers", None) if request is not None else None
     if headers is not None:
@@ -75,6 +99,11 @@ def _served_session_id(ctx: Any) -> str | None:
     return session_id if isinstance(session_id, str) and session_id else None
 
 
+def _agreed_version(result: object) -> dict[str, Any]:
+    version = result.get("protocolVersion") if isinstance(result, Mapping) else None
+    return {"mcp.protocol.version": version} if isinstance(version, str) else {}
+
+
 class InvalidParams(Exception):
     """A request whose params failed validation, as its scope records it: what the client is told.
 
@@ -88,6 +117,33 @@ class InvalidParams(Exception):
 
 def _is_invalid_params(error: BaseException) -> bool:
     return type(error).__name__ == "ValidationError"
+
+
+class EchoedAddress(Exception):
+    """A failure whose text quotes the client's resource address (``cannot read <uri>``), as its scope records
+    it: the credentials recording took out of that address (``?access_token=``, user info) blanked in its text
+    too. They are this request's own (a client's, not the process's memory of secrets): nothing else would."""
+
+    def __init__(self, text: str, error_type: str) -> None:
+        super().__init__(text)
+        self.relay_error_type = error_type
+
+
+# As the process's memory of secrets: a shorter value blanked wherever it occurs would mangle the text.
+_MIN_TAKEN = 8
+
+
+def _recorded_error(error: BaseException, taken: list[str] | None) -> BaseException:
+    """``error`` as the request's scope records it."""
+    if _is_invalid_params(error):
+        return InvalidParams()
+    if not taken or outcome_of(error) != "failed":
+        return error
+    text = original = str(error)
+    for value in taken:
+        if len(value) >= _MIN_TAKEN:
+            text = text.replace(value, REDACTED)
+    return error if text == original else EchoedAddress(text, error_type_of(error))
 
 
 def _failure_attributes(error: BaseException) -> dict[str, Any]:
@@ -123,9 +179,17 @@ async def _handle(original: Middleware, middleware: Any, relay: Any, method: str
         meta = _meta_of(ctx)
         # Parsed once: the parsed value is what the scope's metadata carries on to every consumer.
         remote = parse_traceparent(meta.get("traceparent"))
-        target = mc.target_of(method, params)
+        # A client's address is no secret of this process: what recording it takes out is kept for this
+        # request's error text alone (``urls.recorded_url``).
+        taken: list[str] | None = [] if method in mc.RESOURCE_METHODS else None
+        target = mc.target_of(method, params, taken)
+        # The client's word: a method the protocol does not define names the span as it is shown, and
+        # gets a metric series of its own only while the names are few.
+        known = method in _known_methods()
+        if not known:
+            method = mc.recorded_method(method)
         attributes = _request_attributes(ctx, method, target)
-        hints = mc.hints(method, target, "server", attributes)
+        hints = mc.hints(method, target, "server", attributes, known)
         is_tool = method == mc.TOOLS_CALL and target is not None
         handle_ = relay.scope.push(
             target if is_tool and target else hints["name"],
@@ -142,18 +206,19 @@ async def _handle(original: Middleware, middleware: Any, relay: Any, method: str
         with outside_turns.serving(handle_):  # the handler's own LLM calls, made with no turn open, nest here
             result = await call_next(ctx)
     except BaseException as exc:
-        end = {**attributes, **_failure_attributes(exc)}
-        recorded = InvalidParams() if _is_invalid_params(exc) else exc
-        relay.scope.pop(handle_, error=recorded, metadata={cv.SPAN_HINTS: {**hints, "attributes": end}})
+        end = mc.end_hints(hints, _failure_attributes(exc))
+        relay.scope.pop(handle_, error=_recorded_error(exc, taken), metadata={cv.SPAN_HINTS: end})
         raise
     if method == mc.TOOLS_CALL and mc.is_tool_error(result):
-        end = {**attributes, "error.type": mc.TOOL_ERROR}
         relay.scope.pop(
             handle_,
             output=result,
             error=ToolErrorResult(result),
-            metadata={cv.SPAN_HINTS: {**hints, "attributes": end}},
+            metadata={cv.SPAN_HINTS: mc.end_hints(hints, {"error.type": mc.TOOL_ERROR})},
         )
+        return result
+    if method == _INITIALIZE:
+        relay.scope.pop(handle_, metadata={cv.SPAN_HINTS: mc.end_hints(hints, _agreed_version(result))})
         return result
     relay.scope.pop(handle_, output=result if is_tool else None)
     return result

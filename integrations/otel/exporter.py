@@ -319,6 +319,8 @@ class OTelExporter:
             # Sampled out: nothing set on it would be kept; only the metrics still count it.
             if role == A.ATTEMPT and self._metrics is not None:
                 self._metrics.record_attempt(event, A.error_type(event))
+            elif self._scope_metrics is not None and not self._scope_metrics.record_sampled_out(event, role):
+                self.count(ATTRIBUTE_ERRORS)
             span.end(end_time=event.timestamp)
             return
         try:

@@ -15,6 +15,9 @@ from opentelemetry.metrics import Histogram, MeterProvider
 
 from relay_runtime.events import Event
 
+from . import attributes as A
+from . import hints as H
+
 # The MCP conventions' bucket boundaries for operation and session durations, in seconds.
 _MCP_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 DURATIONS: dict[str, str] = {
@@ -66,6 +69,21 @@ class ScopeMetrics:
             return
         keys = hints.get("metric_keys") or ()
         self.record(name, (event.timestamp - start) / 1e9, {k: attributes[k] for k in keys if k in attributes})
+
+    def record_sampled_out(self, event: Event, role: str) -> bool:
+        """The duration metric the end of a sampled-out scope asked for (an MCP request whose caller did not
+        sample its trace): the sampler decides which spans are kept, never what the metrics count.
+        False when its attributes could not be read."""
+        hints = H.span_hints(event.metadata)
+        if hints is None:
+            return True
+        try:
+            attributes = A.end_attributes(event, role)
+            H.apply_hints(hints, "", attributes)
+            self.record_scope(hints, event, attributes)
+        except Exception:
+            return False
+        return True
 
     def record_mark(self, event: Event) -> bool:
         data = event.data
