@@ -239,3 +239,44 @@ def test_a_header_named_key_inside_extra_body_is_redacted_in_events_and_the_cass
     stored = (tmp_path / "c.json").read_text()
     for value in keys.values():
         assert value not in records.text() and value not in stored
+
+
+GOOGLE_KEY = "AIzaSyHeaderKey-Qx2Lm9Zr4Tn6Ws1Kd8Hy3"
+
+
+def _google_client(headers: dict[str, str] | None) -> Any:
+    from google import genai
+    from google.genai import types
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        sent = request.headers.get("x-goog-api-key", "")
+        return httpx2.Response(400, json={"error": {"code": 400, "message": f"key {sent} refused", "status": "X"}})
+
+    transport = httpx2.MockTransport(answer)
+    options = types.HttpOptions(
+        base_url="https://gemini.test", headers=headers, client_args={"transport": transport},
+        async_client_args={"transport": transport},
+    )  # fmt: skip
+    return genai.Client(api_key="AIzaSyClientKey-placeholder", http_options=options)
+
+
+@pytest.mark.parametrize("where", ["the client's http_options", "one request's http_options"])
+def test_a_google_key_sent_in_http_options_headers_is_kept_out_of_events_spans_and_cassettes(
+    relay_home: Path, tmp_path: Path, where: str
+) -> None:
+    from google.genai import errors, types
+
+    headers = {"x-goog-api-key": GOOGLE_KEY}
+    on_client = where == "the client's http_options"
+    client = adapters.instrument(_google_client(headers if on_client else None))
+    config = None if on_client else types.GenerateContentConfig(http_options=types.HttpOptions(headers=headers))
+    with recorded(relay_home) as records:
+        with pytest.raises(errors.APIError) as caught:
+            client.models.generate_content(model="gemini-2.5-flash", contents="hi", config=config)
+        with cassettes.use(tmp_path / "g.json", mode="record"), pytest.raises(errors.APIError):
+            client.models.generate_content(model="gemini-2.5-flash", contents="again", config=config)
+    assert GOOGLE_KEY in str(caught.value)  # the key the SDK sent, the caller's error untouched
+    text = records.text()
+    assert "key [redacted] refused" in text
+    assert GOOGLE_KEY not in text
+    assert GOOGLE_KEY not in (tmp_path / "g.json").read_text()
