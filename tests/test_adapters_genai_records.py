@@ -31,6 +31,7 @@ from relay_runtime.adapters import google_genai
 from relay_runtime.adapters import testing as t
 from relay_runtime.cost import PriceCatalog
 from relay_runtime.integrations.otel import OTelExporter
+from relay_runtime.jsonl import JsonlWriter
 
 genai_errors = pytest.importorskip("google.genai.errors")
 
@@ -187,6 +188,36 @@ def test_vertex_bearer_tokens_reach_no_cassette_event_or_span(traced: Pipeline, 
     records += [repr(dict(s.attributes or {})) + repr([ev.attributes for ev in s.events]) for s in traced.finished()]
     for record in records:
         assert VERTEX_TOKEN[6:20] not in record
+
+
+def test_a_key_in_a_requests_http_options_reaches_the_provider_and_no_event_line(
+    relay_host: session.Host, relay_turn: Any, tmp_path: Path
+) -> None:
+    from google.genai import types
+
+    key = "AIzaSyPerRequest-Qx2Lm9Zr4Tn6Ws1Kd8Hy3"
+    script = t.Script([t.json_reply(response_body("ok")), t.sse_reply(stream_frames(["o", "k"])),
+                       t.json_reply(embed_body(dims=3))])  # fmt: skip
+    client = google_genai.instrument_client(gemini_client(script))
+    options = types.HttpOptions(headers={"x-goog-api-key": key})
+    lines = tmp_path / "events.jsonl"
+    writer = JsonlWriter(lines)
+    name = relay_host.relay.subscribers.register(writer, name="jsonl")
+    try:
+        client.models.generate_content(
+            model=MODEL, contents="hi", config=types.GenerateContentConfig(http_options=options, temperature=0.2)
+        )
+        list(client.models.generate_content_stream(model=MODEL, contents="hi", config={"http_options": options}))
+        client.models.embed_content(
+            model="gemini-embedding-001", contents="hi", config=types.EmbedContentConfig(http_options=options)
+        )
+    finally:
+        relay_host.relay.subscribers.deregister(name)
+        writer.close()
+    assert [r.headers["x-goog-api-key"] for r in script.requests] == [key] * 3  # sent with it, every time
+    written = lines.read_text()
+    assert written.count('"temperature":0.2') >= 1  # the rest of the config is on record
+    assert key not in written
 
 
 def test_spans_carry_the_conventions_provider_and_operation_names(traced: Pipeline, relay_events) -> None:
