@@ -120,6 +120,28 @@ CLIENTS: dict[str, tuple[Callable[[], Any], str]] = {
 }  # fmt: skip
 
 
+def test_a_token_under_a_header_named_like_authorization_is_kept_out_of_events_and_spans(relay_home: Path) -> None:
+    # Cloud Run takes its ID token in X-Serverless-Authorization when Authorization carries the API's own key.
+    token = "eyJhbGciOiJSUzI1NiJ9.eyJhdWQiOiJydW4ifQ.Qx2Lm9Zr4Tn6Ws1Kd8Hy3Vb7"
+    client = adapters.instrument(
+        openai.OpenAI(
+            api_key="sk-placeholder-key", base_url="https://vllm-abc123-ew.a.run.app/v1", max_retries=0,
+            default_headers={"X-Serverless-Authorization": f"Bearer {token}"},
+            http_client=_http("x-serverless-authorization"),
+        )
+    )  # fmt: skip
+    with recorded(relay_home) as records, pytest.raises(openai.AuthenticationError):
+        client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}],
+            extra_headers={"X-Forwarded-Authorization": f"Bearer {token}"},
+        )  # fmt: skip
+    start = next(e for e in records.recorder.events if getattr(e, "input", None) and "content" in e.input)
+    assert start.input["content"]["extra_headers"] == {"X-Forwarded-Authorization": redaction.REDACTED}
+    text = records.text()
+    assert "invalid credential: Bearer [redacted]" in text
+    assert token not in text
+
+
 @pytest.mark.parametrize("how", list(CLIENTS))
 def test_a_credential_the_client_does_not_hold_as_its_key_is_kept_out_of_events_and_spans(
     relay_home: Path, tmp_path: Path, how: str
