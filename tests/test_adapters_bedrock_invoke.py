@@ -3,6 +3,7 @@ loopback server: Anthropic and Meta model bodies, Titan and Cohere embeddings.""
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -11,7 +12,15 @@ import pytest
 from bedrock_support import BedrockServer, anthropic_stream_events, chunks, raw_reply, stream_reply
 from otel_support import Pipeline
 
-from relay_runtime import AnnotatedLLMRequest, LLMRequest, LLMRequestInterceptOutcome, Recorder, adapters, session
+from relay_runtime import (
+    AnnotatedLLMRequest,
+    LLMRequest,
+    LLMRequestInterceptOutcome,
+    Recorder,
+    adapters,
+    cassettes,
+    session,
+)
 from relay_runtime import conventions as cv
 from relay_runtime.integrations.otel import OTelExporter
 
@@ -78,6 +87,33 @@ def test_invoke_model_with_a_meta_body(relay_turn, relay_events, client, bedrock
     assert end.annotated_response.output_text == "Bonjour"
     assert end.annotated_response.finish_reasons == ["stop"]
     assert (end.annotated_response.usage.input_tokens, end.annotated_response.usage.output_tokens) == (9, 3)
+
+
+def test_a_body_given_as_a_file_is_read_as_its_prompt_and_a_cassette_replays_each_prompts_answer(
+    relay_turn, relay_events, client, bedrock_server, tmp_path
+) -> None:
+    def answer(text: str) -> dict[str, Any]:
+        return {"id": "m", "type": "message", "role": "assistant", "model": "claude", "stop_reason": "end_turn",
+                "content": [{"type": "text", "text": text}],
+                "usage": {"input_tokens": 5, "output_tokens": 1}}  # fmt: skip
+
+    def asked(question: str) -> io.BytesIO:  # boto3 takes the body as bytes or a seekable file
+        return io.BytesIO(json.dumps({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 9,
+                                      "messages": [{"role": "user", "content": question}]}).encode())  # fmt: skip
+
+    def text_of(response: Any) -> str:
+        return str(json.loads(response["body"].read())["content"][0]["text"])
+
+    bedrock_server.replies += [raw_reply(answer("Paris")), raw_reply(answer("Rome"))]
+    path = tmp_path / "files.json"
+    with cassettes.use(path, mode="record"):
+        assert text_of(client.invoke_model(modelId=CLAUDE, body=asked("France?"))) == "Paris"
+        assert text_of(client.invoke_model(modelId=CLAUDE, body=asked("Italy?"))) == "Rome"
+    assert bedrock_server.seen[1].body["messages"][0]["content"] == "Italy?"  # sent as given
+    with cassettes.use(path, mode="replay"):
+        assert text_of(client.invoke_model(modelId=CLAUDE, body=asked("Italy?"))) == "Rome"
+    recorded = [end.annotated_request.messages for end in relay_events.ends(relay_kind=cv.ATTEMPT)]
+    assert recorded == [[{"role": "user", "content": q}] for q in ("France?", "Italy?", "Italy?")]
 
 
 def test_titan_and_cohere_embeddings_are_embeddings_attempts(relay_turn, relay_events, client, bedrock_server):
