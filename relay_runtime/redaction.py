@@ -22,6 +22,7 @@ appear as a whole string in the walked kwargs.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -49,6 +50,9 @@ HEADER_KWARGS = frozenset({"extra_headers", "headers", "default_headers"})
 # SDK kwargs whose value is a query string's parameters: judged by the name rule the cassette's query
 # strings are (``?key=``, ``?sig=``, ``?subscription-key=``), which the body keys do not cover.
 QUERY_KWARGS = frozenset({"extra_query", "default_query"})
+# The SDK kwarg whose value is the request's body as JSON text (boto3's ``invoke_model``): its keys are the model
+# API's own kwargs (Anthropic's messages and mcp_servers, ...), read as those are (``body_kwargs``).
+BODY_TEXT_KWARG = "body"
 # The conversation: not walked (see the module docstring). Every codec's name for it.
 CONVERSATION_KWARGS = frozenset(
     {"messages", "input", "contents", "system", "instructions", "tools", "tool_choice", "prediction"}
@@ -334,6 +338,18 @@ def is_query_credential(name: Any) -> bool:
     """A query parameter that holds a credential: by the name rule (``?key=``, ``?sig=``,
     ``?subscription-key=``) or as a body key would (``?api_key=``)."""
     return isinstance(name, (str, bytes)) and (is_credential_name(name) or is_credential_key(name))
+
+
+def body_kwargs(content: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The kwargs a request's JSON text body holds (``BODY_TEXT_KWARG``), or None when it has no such body."""
+    body = content.get(BODY_TEXT_KWARG)
+    if type(body) is not str and type(body) is not bytes and type(body) is not bytearray:
+        return None
+    try:
+        parsed = json.loads(body)
+    except ValueError:  # UnicodeDecodeError too: binary data holds no kwargs
+        return None
+    return parsed if type(parsed) is dict else None
 
 
 def _clean_mapping(
