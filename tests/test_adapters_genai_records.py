@@ -255,6 +255,23 @@ def test_cost_prices_every_token_category_under_google(relay_host, relay_turn, r
     assert embedded.cost.amount == pytest.approx(40 * 0.15 / 1e6)  # input only
 
 
+def test_audio_read_from_the_cache_is_priced_once_as_a_cache_read(relay_host, relay_turn, relay_events) -> None:
+    cost.attach(relay_host, PriceCatalog.default())
+    # A repeated audio prompt: 800 of its 1000 audio tokens came from Gemini's (implicit) cache.
+    cached = usage(prompt=1200, candidates=20, cachedContentTokenCount=800,
+                   promptTokensDetails=[{"modality": "AUDIO", "tokenCount": 1000},
+                                        {"modality": "TEXT", "tokenCount": 200}],
+                   cacheTokensDetails=[{"modality": "AUDIO", "tokenCount": 800}])  # fmt: skip
+    script = t.Script([t.json_reply(response_body("x", usage_metadata=cached))])
+    client = google_genai.instrument_client(gemini_client(script))
+    client.models.generate_content(model="gemini-2.5-flash", contents="hi")
+    (end,) = attempts(relay_events)
+    read = end.annotated_response.usage
+    assert (read.input_tokens, read.cache_read_tokens, read.input_audio_tokens) == (1200, 800, 200)
+    # genai-prices (google): $0.30 text and $1.00 audio input, $0.03 cache read, $2.50 output per million.
+    assert end.cost.amount == pytest.approx((200 * 0.3 + 200 * 1.0 + 800 * 0.03 + 20 * 2.5) / 1e6)
+
+
 def test_a_trajectory_makes_no_step_of_an_embed_content_call(relay_host: session.Host) -> None:
     from relay_runtime.integrations.trajectory import AtifExporter
 
