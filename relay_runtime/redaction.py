@@ -341,15 +341,29 @@ def is_query_credential(name: Any) -> bool:
 
 
 def body_kwargs(content: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The kwargs a request's JSON text body holds (``BODY_TEXT_KWARG``), or None when it has no such body."""
+    """The kwargs a request's JSON text body holds (``BODY_TEXT_KWARG``), or None when it has no such body.
+
+    Read only, never edited: the last text's are kept, since one record reads the same body more than once
+    (its tool results, then its credentials), and a body holding images is megabytes of JSON.
+    """
+    global _last_body
     body = content.get(BODY_TEXT_KWARG)
     if type(body) is not str and type(body) is not bytes and type(body) is not bytearray:
         return None
+    last, kwargs = _last_body
+    if body is last:
+        return kwargs
     try:
         parsed = json.loads(body)
     except ValueError:  # UnicodeDecodeError too: binary data holds no kwargs
-        return None
-    return parsed if type(parsed) is dict else None
+        parsed = None
+    kwargs = parsed if type(parsed) is dict else None
+    if type(body) is not bytearray:  # the one text that can change under the same object
+        _last_body = (body, kwargs)
+    return kwargs
+
+
+_last_body: tuple[Any, dict[str, Any] | None] = (None, None)
 
 
 def _clean_mapping(
