@@ -2,7 +2,7 @@
 
 The openai SDK reaches many providers. A call is named for the one it reaches, as the GenAI
 semantic conventions spell it (``gen_ai.provider.name``): Azure OpenAI, Azure AI Inference, Groq,
-Mistral, DeepSeek, xAI and Perplexity have names of their own there, as do the clouds the anthropic
+Mistral, DeepSeek, xAI, Perplexity and the Gemini API have names of their own there, as do the clouds the anthropic
 SDK's ``AnthropicBedrock`` and ``AnthropicVertex`` clients call (``aws.bedrock``, ``gcp.vertex_ai``;
 the anthropic codec then counts the whole prompt as the input). Endpoints the conventions do not list
 (OpenRouter, Together, Fireworks, Ollama, vLLM, LM Studio) stay ``openai``, the API they speak,
@@ -70,6 +70,7 @@ HOSTS: Mapping[str, Endpoint] = {
     "api.deepseek.com": _named("deepseek"),
     "api.x.ai": _named("x_ai"),
     "api.perplexity.ai": _named("perplexity"),
+    "generativelanguage.googleapis.com": _named("gcp.gemini"),  # the Gemini API's OpenAI-compatible endpoint
     "openrouter.ai": _compatible("openrouter"),
     "api.together.xyz": _compatible("together"),
     "api.together.ai": _compatible("together"),

@@ -13,6 +13,7 @@ error is recorded. A successful call pays nothing.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from relay_runtime import redaction
@@ -38,10 +39,14 @@ def remember_from_error(error: BaseException) -> None:
 def _remember(request: Any) -> None:
     headers = getattr(request, "headers", None)
     raw = getattr(headers, "raw", None)
-    if not isinstance(raw, list):
-        return
-    found = secrets.secret_values(raw)
-    url = getattr(request, "url", None)
+    if isinstance(raw, list):
+        remember_sent(raw, getattr(request, "url", None))
+
+
+def remember_sent(headers: Iterable[tuple[Any, Any]], url: Any = None) -> None:
+    """Remember the credential values among the headers (name, value pairs) and the query of ``url``
+    a request was sent with: what an SDK whose requests are not httpx's (google-genai's) hands over."""
+    found = secrets.secret_values(headers)
     if url is not None:
         found |= secrets.redact_query(str(url))[1]
     for value in found:

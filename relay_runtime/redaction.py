@@ -22,6 +22,7 @@ appear as a whole string in the walked kwargs.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -49,6 +50,9 @@ HEADER_KWARGS = frozenset({"extra_headers", "headers", "default_headers"})
 # SDK kwargs whose value is a query string's parameters: judged by the name rule the cassette's query
 # strings are (``?key=``, ``?sig=``, ``?subscription-key=``), which the body keys do not cover.
 QUERY_KWARGS = frozenset({"extra_query", "default_query"})
+# The SDK kwarg whose value is the request's body as JSON text (boto3's ``invoke_model``): its keys are the model
+# API's own kwargs (Anthropic's messages and mcp_servers, ...), read as those are (``body_kwargs``).
+BODY_TEXT_KWARG = "body"
 # The conversation: not walked (see the module docstring). Every codec's name for it.
 CONVERSATION_KWARGS = frozenset(
     {"messages", "input", "contents", "system", "instructions", "tools", "tool_choice", "prediction"}
@@ -102,13 +106,14 @@ def is_credential_header(name: str | bytes) -> bool:
 
 
 # Query parameter and header names that say credential (the name rule of cassettes' query strings and
-# headers, request and response): exact names, then ``*-key`` / ``*-token`` / ``*-auth`` / ``x-auth-*``
-# with ``_`` read as ``-``. ``author`` is no credential, and an idempotency key is a request id.
+# headers, request and response): exact names, then ``*-key`` / ``*-token`` / ``*-auth`` / ``*-authorization``
+# (a second bearer beside the API's own: Cloud Run's ``X-Serverless-Authorization``) / ``x-auth-*`` with ``_``
+# read as ``-``. ``author`` is no credential, and an idempotency key is a request id.
 CREDENTIAL_NAMES = frozenset(
     {"key", "api-key", "apikey", "token", "access-token", "sig", "signature", "secret", "password"}
     | {"subscription-key", "cookie", "set-cookie", "authorization", "proxy-authorization", "auth"}
 )
-_NAME_SUFFIXES = ("-key", "-token", "-auth", "-secret", "-signature", "-password")
+_NAME_SUFFIXES = ("-key", "-token", "-auth", "-authorization", "-secret", "-signature", "-password")
 _NAME_PREFIXES = ("x-auth-",)
 _NOT_CREDENTIAL_NAMES = frozenset({"idempotency-key", "x-idempotency-key"})
 
@@ -333,6 +338,32 @@ def is_query_credential(name: Any) -> bool:
     """A query parameter that holds a credential: by the name rule (``?key=``, ``?sig=``,
     ``?subscription-key=``) or as a body key would (``?api_key=``)."""
     return isinstance(name, (str, bytes)) and (is_credential_name(name) or is_credential_key(name))
+
+
+def body_kwargs(content: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The kwargs a request's JSON text body holds (``BODY_TEXT_KWARG``), or None when it has no such body.
+
+    Read only, never edited: the last text's are kept, since one record reads the same body more than once
+    (its tool results, then its credentials), and a body holding images is megabytes of JSON.
+    """
+    global _last_body
+    body = content.get(BODY_TEXT_KWARG)
+    if type(body) is not str and type(body) is not bytes and type(body) is not bytearray:
+        return None
+    last, kwargs = _last_body
+    if body is last:
+        return kwargs
+    try:
+        parsed = json.loads(body)
+    except ValueError:  # UnicodeDecodeError too: binary data holds no kwargs
+        parsed = None
+    kwargs = parsed if type(parsed) is dict else None
+    if type(body) is not bytearray:  # the one text that can change under the same object
+        _last_body = (body, kwargs)
+    return kwargs
+
+
+_last_body: tuple[Any, dict[str, Any] | None] = (None, None)
 
 
 def _clean_mapping(

@@ -9,15 +9,18 @@ by the key rules of ``redaction``, whose names these are reachable under too.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from . import urls
 from .redaction import (
+    BODY_TEXT_KWARG,
     CONVERSATION_KWARGS,
     HEADER_KWARGS,
     REDACTED,
     _clean_mapping,
+    body_kwargs,
     is_credential_key,
     redact_headers,
 )
@@ -31,6 +34,11 @@ def redact_kwargs(content: Mapping[str, Any]) -> Mapping[str, Any]:
     everything else is walked.
     """
     clean = _clean_mapping(content, 0, CONVERSATION_KWARGS)
+    if BODY_TEXT_KWARG in clean:
+        body = body_kwargs(clean)
+        cleaned = redact_kwargs(body) if body is not None else None
+        if cleaned is not body:
+            clean = {**clean, BODY_TEXT_KWARG: json.dumps(cleaned, ensure_ascii=False)}
     if "tools" not in clean and "mcp_servers" not in clean:  # two lookups: this runs on every managed call
         return clean
     for name in _REMOTE_SERVER_KWARGS:

@@ -7,8 +7,9 @@ walk leaves alone as conversation: every record of the next request (its start e
 carried the value the tool's own record blanked. So the tool results in a request's conversation are
 read as text for credential-keyed values (``error_text.keyed_values_blanked``), in every API's shape:
 OpenAI chat's ``tool`` messages, Responses' ``function_call_output`` items, Anthropic's ``tool_result``
-blocks, Bedrock Converse's ``toolResult`` blocks, LangChain's ``ToolMessage``; a result given as data
-(Converse's ``json`` block, Gemini's ``function_response``) is walked by the key rule, its texts read.
+blocks (in a Bedrock ``invoke_model`` body's JSON text too), Bedrock Converse's ``toolResult`` blocks,
+LangChain's ``ToolMessage``; a result given as data (Converse's ``json`` block, Gemini's
+``function_response``) is walked by the key rule, its texts read.
 What the model and the user said is left as it is.
 
 An agent sends its whole history on every call: each result's text is read once and remembered, so a
@@ -17,11 +18,12 @@ call pays a pass over its conversation's items, not over their text.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from .error_text import keyed_values_blanked
-from .redaction import redact_value
+from .redaction import BODY_TEXT_KWARG, body_kwargs, redact_value
 
 _CONVERSATIONS = ("messages", "input", "contents")
 _MEMO_MAX = 4096
@@ -36,6 +38,11 @@ def blanked(kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
         items = kwargs.get(key)
         if type(items) is list and _holds_results(items):
             return _blanked(kwargs)
+    if BODY_TEXT_KWARG in kwargs:  # Bedrock's invoke_model: the conversation inside the body's JSON text
+        body = body_kwargs(kwargs)
+        kept = blanked(body) if body is not None else None
+        if kept is not body:
+            return {**kwargs, BODY_TEXT_KWARG: json.dumps(kept, ensure_ascii=False)}
     return kwargs
 
 

@@ -16,6 +16,7 @@ from bedrock_support import (
     REGION,
     SECRET_KEY,
     SESSION_TOKEN,
+    USAGE,
     BedrockServer,
     anthropic_stream_events,
     chunks,
@@ -201,6 +202,24 @@ def test_cost_prices_every_token_category_from_genai_prices(relay_host, relay_tu
     # genai-prices (provider aws): $3 input, $0.30 cache read, $3.75 cache write, $15 output per million.
     expected = (100 * 3 + 1000 * 0.3 + 500 * 3.75 + 20 * 15) / 1e6
     assert end.cost.amount == pytest.approx(expected)
+
+
+def test_cache_writes_kept_an_hour_are_counted_and_priced_at_their_own_rate(
+    relay_host, relay_turn, relay_events, client, bedrock_server
+) -> None:
+    cost.attach(relay_host, PriceCatalog.default())
+    model = "anthropic.claude-sonnet-4-5-20250929-v1:0"
+    usage = {**USAGE, "cacheDetails": [{"ttl": "1h", "inputTokens": 300}, {"ttl": "5m", "inputTokens": 200}]}
+    bedrock_server.replies += [json_reply(converse_body(usage=usage)), stream_reply(text_events(["hi"], usage=usage))]
+    client.converse(modelId=model, messages=MESSAGES)
+    list(client.converse_stream(modelId=model, messages=MESSAGES)["stream"])
+    # genai-prices (aws): $3.30 input, $0.33 cache read, $4.125 5-minute and $6.60 1-hour cache write, $16.50 output.
+    expected = (100 * 3.3 + 1000 * 0.33 + 200 * 4.125 + 300 * 6.6 + 20 * 16.5) / 1e6
+    whole, streamed = attempts(relay_events)
+    for end in (whole, streamed):
+        assert end.annotated_response.usage.cache_creation_tokens == 500
+        assert end.annotated_response.usage.cache_creation_1h_tokens == 300
+        assert end.cost.amount == pytest.approx(expected)
 
 
 def _intercept(relay: Any, edit: Any) -> None:

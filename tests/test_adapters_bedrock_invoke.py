@@ -3,17 +3,28 @@ loopback server: Anthropic and Meta model bodies, Titan and Cohere embeddings.""
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from bedrock_support import BedrockServer, anthropic_stream_events, chunks, raw_reply, stream_reply
+from journal_support import run_turn
 from otel_support import Pipeline
 
-from relay_runtime import AnnotatedLLMRequest, LLMRequest, LLMRequestInterceptOutcome, Recorder, adapters, session
+from relay_runtime import (
+    AnnotatedLLMRequest,
+    LLMRequest,
+    LLMRequestInterceptOutcome,
+    Recorder,
+    adapters,
+    cassettes,
+    session,
+)
 from relay_runtime import conventions as cv
 from relay_runtime.integrations.otel import OTelExporter
+from relay_runtime.jsonl import JsonlWriter
 
 CLAUDE = "us.anthropic.claude-3-5-sonnet-20241022-v2:0"
 LLAMA = "meta.llama3-70b-instruct-v1:0"
@@ -78,6 +89,72 @@ def test_invoke_model_with_a_meta_body(relay_turn, relay_events, client, bedrock
     assert end.annotated_response.output_text == "Bonjour"
     assert end.annotated_response.finish_reasons == ["stop"]
     assert (end.annotated_response.usage.input_tokens, end.annotated_response.usage.output_tokens) == (9, 3)
+
+
+def test_a_body_given_as_a_file_is_read_as_its_prompt_and_a_cassette_replays_each_prompts_answer(
+    relay_turn, relay_events, client, bedrock_server, tmp_path
+) -> None:
+    def answer(text: str) -> dict[str, Any]:
+        return {"id": "m", "type": "message", "role": "assistant", "model": "claude", "stop_reason": "end_turn",
+                "content": [{"type": "text", "text": text}],
+                "usage": {"input_tokens": 5, "output_tokens": 1}}  # fmt: skip
+
+    def asked(question: str) -> io.BytesIO:  # boto3 takes the body as bytes or a seekable file
+        return io.BytesIO(json.dumps({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 9,
+                                      "messages": [{"role": "user", "content": question}]}).encode())  # fmt: skip
+
+    def text_of(response: Any) -> str:
+        return str(json.loads(response["body"].read())["content"][0]["text"])
+
+    bedrock_server.replies += [raw_reply(answer("Paris")), raw_reply(answer("Rome"))]
+    path = tmp_path / "files.json"
+    with cassettes.use(path, mode="record"):
+        assert text_of(client.invoke_model(modelId=CLAUDE, body=asked("France?"))) == "Paris"
+        assert text_of(client.invoke_model(modelId=CLAUDE, body=asked("Italy?"))) == "Rome"
+    assert bedrock_server.seen[1].body["messages"][0]["content"] == "Italy?"  # sent as given
+    with cassettes.use(path, mode="replay"):
+        assert text_of(client.invoke_model(modelId=CLAUDE, body=asked("Italy?"))) == "Rome"
+    recorded = [end.annotated_request.messages for end in relay_events.ends(relay_kind=cv.ATTEMPT)]
+    assert recorded == [[{"role": "user", "content": q}] for q in ("France?", "Italy?", "Italy?")]
+
+
+def test_credentials_inside_a_json_body_reach_no_event_line_or_journal_row(tmp_path) -> None:
+    token, key, tool_key = "mcp-tok-Qx2Lm9Zr4Tn6Ws1Kd8Hy3", "gw-key-Vb7Zt2LwX9vRk4PsN8", "sk-tool-Hc3JdF6aEuB1gQm7"
+    body = {
+        "anthropic_version": "bedrock-2023-05-31", "max_tokens": 9, "gateway": {"api_key": key},
+        "mcp_servers": [{"type": "url", "url": "https://mcp.example/sse", "name": "docs",
+                         "authorization_token": token}],
+        "messages": [
+            {"role": "user", "content": "Look it up."},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "tu_1", "name": "env", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "tu_1",
+                                          "content": f"api_key={tool_key}"}]},
+        ],
+    }  # fmt: skip
+    server = BedrockServer()
+    answer = {"id": "m", "type": "message", "role": "assistant", "content": [], "stop_reason": "end_turn",
+              "usage": {"input_tokens": 5, "output_tokens": 1}}  # fmt: skip
+    server.replies.append(raw_reply(answer))
+    client = adapters.instrument(server.client())
+    lines = tmp_path / "events.jsonl"
+    writers: list[JsonlWriter] = []
+
+    def body_of_turn() -> None:
+        writers.append(JsonlWriter(lines))
+        session.active_turn().host.relay.subscribers.register(writers[0], name="jsonl")
+        client.invoke_model(modelId=CLAUDE, body=json.dumps(body))
+
+    try:
+        run_turn(tmp_path, body_of_turn)
+    finally:
+        server.close()
+    writers[0].close()
+    assert server.seen[0].body == body  # sent as given
+    written = lines.read_text()
+    journal = "\n".join(p.read_text() for p in tmp_path.rglob("*") if p.is_file() and p != lines)
+    assert "https://mcp.example/sse" in written  # the rest of the body is on record
+    for secret in (token, key, tool_key):
+        assert secret not in written and secret not in journal
 
 
 def test_titan_and_cohere_embeddings_are_embeddings_attempts(relay_turn, relay_events, client, bedrock_server):

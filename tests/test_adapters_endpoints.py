@@ -40,6 +40,13 @@ BASE_URLS = [
     ("https://api.deepseek.com", "deepseek", None, "api.deepseek.com"),
     ("https://api.x.ai/v1", "x_ai", None, "api.x.ai"),
     ("https://api.perplexity.ai", "perplexity", None, "api.perplexity.ai"),
+    # The Gemini API's OpenAI-compatible endpoint.
+    (
+        "https://generativelanguage.googleapis.com/v1beta/openai/",
+        "gcp.gemini",
+        None,
+        "generativelanguage.googleapis.com",
+    ),
     ("https://my-res.openai.azure.com/openai/v1", "azure.ai.openai", None, "my-res.openai.azure.com"),
     (
         "https://my-res.cognitiveservices.azure.com/openai/v1",
@@ -241,13 +248,14 @@ def test_genai_prices_prices_the_named_providers_models(relay_host: session.Host
         ("https://api.mistral.ai/v1", "mistral-small-latest"),
         ("https://api.x.ai/v1", "grok-3"),
         ("https://res.openai.azure.com/openai/v1", "gpt-4o"),
+        ("https://generativelanguage.googleapis.com/v1beta/openai/", "gemini-2.5-flash"),
     ]
     script = t.Script([t.json_reply(t.chat_completion_body("x", model=m)) for _, m in models])
     for base_url, model in models:
         client = adapters.instrument(t.openai_client(script, base_url=base_url))
         client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
     ends = relay_events.ends(relay_kind=cv.ATTEMPT)
-    assert [e.cost.provider for e in ends] == ["groq", "mistral", "x-ai", "azure"]
+    assert [e.cost.provider for e in ends] == ["groq", "mistral", "x-ai", "azure", "google"]
     assert all(e.cost.amount and e.cost.amount > 0 for e in ends), [e.cost for e in ends]
 
 

@@ -31,6 +31,7 @@ from relay_runtime.adapters import google_genai
 from relay_runtime.adapters import testing as t
 from relay_runtime.cost import PriceCatalog
 from relay_runtime.integrations.otel import OTelExporter
+from relay_runtime.jsonl import JsonlWriter
 
 genai_errors = pytest.importorskip("google.genai.errors")
 
@@ -189,6 +190,36 @@ def test_vertex_bearer_tokens_reach_no_cassette_event_or_span(traced: Pipeline, 
         assert VERTEX_TOKEN[6:20] not in record
 
 
+def test_a_key_in_a_requests_http_options_reaches_the_provider_and_no_event_line(
+    relay_host: session.Host, relay_turn: Any, tmp_path: Path
+) -> None:
+    from google.genai import types
+
+    key = "AIzaSyPerRequest-Qx2Lm9Zr4Tn6Ws1Kd8Hy3"
+    script = t.Script([t.json_reply(response_body("ok")), t.sse_reply(stream_frames(["o", "k"])),
+                       t.json_reply(embed_body(dims=3))])  # fmt: skip
+    client = google_genai.instrument_client(gemini_client(script))
+    options = types.HttpOptions(headers={"x-goog-api-key": key})
+    lines = tmp_path / "events.jsonl"
+    writer = JsonlWriter(lines)
+    name = relay_host.relay.subscribers.register(writer, name="jsonl")
+    try:
+        client.models.generate_content(
+            model=MODEL, contents="hi", config=types.GenerateContentConfig(http_options=options, temperature=0.2)
+        )
+        list(client.models.generate_content_stream(model=MODEL, contents="hi", config={"http_options": options}))
+        client.models.embed_content(
+            model="gemini-embedding-001", contents="hi", config=types.EmbedContentConfig(http_options=options)
+        )
+    finally:
+        relay_host.relay.subscribers.deregister(name)
+        writer.close()
+    assert [r.headers["x-goog-api-key"] for r in script.requests] == [key] * 3  # sent with it, every time
+    written = lines.read_text()
+    assert written.count('"temperature":0.2') >= 1  # the rest of the config is on record
+    assert key not in written
+
+
 def test_spans_carry_the_conventions_provider_and_operation_names(traced: Pipeline, relay_events) -> None:
     script = t.Script([t.json_reply(response_body("g", usage_metadata=usage())),
                        t.json_reply(response_body("v")), t.json_reply(embed_body(dims=3))])  # fmt: skip
@@ -222,6 +253,23 @@ def test_cost_prices_every_token_category_under_google(relay_host, relay_turn, r
     # genai-prices (provider google): $0.30 input, $0.03 cache read, $2.50 output (thoughts included) per million.
     assert generated.cost.amount == pytest.approx((40 * 0.3 + 60 * 0.03 + 50 * 2.5) / 1e6)
     assert embedded.cost.amount == pytest.approx(40 * 0.15 / 1e6)  # input only
+
+
+def test_audio_read_from_the_cache_is_priced_once_as_a_cache_read(relay_host, relay_turn, relay_events) -> None:
+    cost.attach(relay_host, PriceCatalog.default())
+    # A repeated audio prompt: 800 of its 1000 audio tokens came from Gemini's (implicit) cache.
+    cached = usage(prompt=1200, candidates=20, cachedContentTokenCount=800,
+                   promptTokensDetails=[{"modality": "AUDIO", "tokenCount": 1000},
+                                        {"modality": "TEXT", "tokenCount": 200}],
+                   cacheTokensDetails=[{"modality": "AUDIO", "tokenCount": 800}])  # fmt: skip
+    script = t.Script([t.json_reply(response_body("x", usage_metadata=cached))])
+    client = google_genai.instrument_client(gemini_client(script))
+    client.models.generate_content(model="gemini-2.5-flash", contents="hi")
+    (end,) = attempts(relay_events)
+    read = end.annotated_response.usage
+    assert (read.input_tokens, read.cache_read_tokens, read.input_audio_tokens) == (1200, 800, 200)
+    # genai-prices (google): $0.30 text and $1.00 audio input, $0.03 cache read, $2.50 output per million.
+    assert end.cost.amount == pytest.approx((200 * 0.3 + 200 * 1.0 + 800 * 0.03 + 20 * 2.5) / 1e6)
 
 
 def test_a_trajectory_makes_no_step_of_an_embed_content_call(relay_host: session.Host) -> None:

@@ -120,6 +120,28 @@ CLIENTS: dict[str, tuple[Callable[[], Any], str]] = {
 }  # fmt: skip
 
 
+def test_a_token_under_a_header_named_like_authorization_is_kept_out_of_events_and_spans(relay_home: Path) -> None:
+    # Cloud Run takes its ID token in X-Serverless-Authorization when Authorization carries the API's own key.
+    token = "eyJhbGciOiJSUzI1NiJ9.eyJhdWQiOiJydW4ifQ.Qx2Lm9Zr4Tn6Ws1Kd8Hy3Vb7"
+    client = adapters.instrument(
+        openai.OpenAI(
+            api_key="sk-placeholder-key", base_url="https://vllm-abc123-ew.a.run.app/v1", max_retries=0,
+            default_headers={"X-Serverless-Authorization": f"Bearer {token}"},
+            http_client=_http("x-serverless-authorization"),
+        )
+    )  # fmt: skip
+    with recorded(relay_home) as records, pytest.raises(openai.AuthenticationError):
+        client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}],
+            extra_headers={"X-Forwarded-Authorization": f"Bearer {token}"},
+        )  # fmt: skip
+    start = next(e for e in records.recorder.events if getattr(e, "input", None) and "content" in e.input)
+    assert start.input["content"]["extra_headers"] == {"X-Forwarded-Authorization": redaction.REDACTED}
+    text = records.text()
+    assert "invalid credential: Bearer [redacted]" in text
+    assert token not in text
+
+
 @pytest.mark.parametrize("how", list(CLIENTS))
 def test_a_credential_the_client_does_not_hold_as_its_key_is_kept_out_of_events_and_spans(
     relay_home: Path, tmp_path: Path, how: str
@@ -239,3 +261,44 @@ def test_a_header_named_key_inside_extra_body_is_redacted_in_events_and_the_cass
     stored = (tmp_path / "c.json").read_text()
     for value in keys.values():
         assert value not in records.text() and value not in stored
+
+
+GOOGLE_KEY = "AIzaSyHeaderKey-Qx2Lm9Zr4Tn6Ws1Kd8Hy3"
+
+
+def _google_client(headers: dict[str, str] | None) -> Any:
+    from google import genai
+    from google.genai import types
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        sent = request.headers.get("x-goog-api-key", "")
+        return httpx2.Response(400, json={"error": {"code": 400, "message": f"key {sent} refused", "status": "X"}})
+
+    transport = httpx2.MockTransport(answer)
+    options = types.HttpOptions(
+        base_url="https://gemini.test", headers=headers, client_args={"transport": transport},
+        async_client_args={"transport": transport},
+    )  # fmt: skip
+    return genai.Client(api_key="AIzaSyClientKey-placeholder", http_options=options)
+
+
+@pytest.mark.parametrize("where", ["the client's http_options", "one request's http_options"])
+def test_a_google_key_sent_in_http_options_headers_is_kept_out_of_events_spans_and_cassettes(
+    relay_home: Path, tmp_path: Path, where: str
+) -> None:
+    from google.genai import errors, types
+
+    headers = {"x-goog-api-key": GOOGLE_KEY}
+    on_client = where == "the client's http_options"
+    client = adapters.instrument(_google_client(headers if on_client else None))
+    config = None if on_client else types.GenerateContentConfig(http_options=types.HttpOptions(headers=headers))
+    with recorded(relay_home) as records:
+        with pytest.raises(errors.APIError) as caught:
+            client.models.generate_content(model="gemini-2.5-flash", contents="hi", config=config)
+        with cassettes.use(tmp_path / "g.json", mode="record"), pytest.raises(errors.APIError):
+            client.models.generate_content(model="gemini-2.5-flash", contents="again", config=config)
+    assert GOOGLE_KEY in str(caught.value)  # the key the SDK sent, the caller's error untouched
+    text = records.text()
+    assert "key [redacted] refused" in text
+    assert GOOGLE_KEY not in text
+    assert GOOGLE_KEY not in (tmp_path / "g.json").read_text()

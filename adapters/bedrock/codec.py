@@ -8,6 +8,8 @@ back into a copy of the nested dict it came from. Tool calls are annotated with
 Bedrock counts ``inputTokens`` apart from the cache reads and writes; the
 annotation adds them back, so ``input_tokens`` is the whole prompt as in the
 OpenAI shape the pricing reads (and as ``gen_ai.usage.input_tokens`` means).
+``cacheDetails`` splits the writes by how long they are kept: the hour's are
+billed at a rate of their own.
 """
 
 from __future__ import annotations
@@ -47,7 +49,14 @@ def usage_of(usage: Any) -> TokenUsage:
         output_tokens=as_int(get(usage, "outputTokens")),
         cache_read_tokens=read,
         cache_creation_tokens=write,
+        cache_creation_1h_tokens=_written_for_an_hour(get(usage, "cacheDetails")),
     )
+
+
+def _written_for_an_hour(details: Any) -> int | None:
+    """The cache writes kept an hour, among ``cacheWriteInputTokens`` (billed above the 5-minute ones)."""
+    counts = [as_int(get(item, "inputTokens")) for item in as_list(details) if get(item, "ttl") == "1h"]
+    return sum(c for c in counts if c is not None) if counts else None
 
 
 def _tool_call(tool_use: Any) -> dict[str, Any]:

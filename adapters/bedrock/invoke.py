@@ -299,6 +299,19 @@ def codec_for(params: Mapping[str, Any], streaming: bool) -> InvokeModelCodec:
     return CODECS[family(params.get("modelId")), streaming]
 
 
+def with_body_read(params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` with a body given as a file (boto3 takes bytes or a seekable file) read into its bytes.
+
+    Unread, the body is no request to read: the record would hold no prompt, and a cassette would match
+    every such call to the first one recorded, replaying its answer to another prompt. botocore sends the
+    bytes as it would have sent the file, from where the file stood.
+    """
+    body = params.get("body")
+    if body is None or isinstance(body, bytes | bytearray | str) or not callable(getattr(body, "read", None)):
+        return params
+    return {**params, "body": body.read()}
+
+
 def replayable(response: Any) -> Any:
     """``response`` with its unread ``body`` read now and put back as a fresh ``StreamingBody`` of the bytes."""
     from io import BytesIO

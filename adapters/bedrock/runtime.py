@@ -37,6 +37,7 @@ OPERATIONS: dict[str, tuple[Callable[[dict[str, Any]], Any], str | None]] = {
     "InvokeModelWithResponseStream": (lambda params: invoke.codec_for(params, True), "body"),
 }
 
+_INVOKE = frozenset({"InvokeModel", "InvokeModelWithResponseStream"})
 _headers: ContextVar[Any] = ContextVar("relay_bedrock_headers", default=None)
 
 
@@ -225,6 +226,8 @@ def managed_call(client: Any, send: Callable[[str, dict[str, Any]], Any], operat
     if known is None or dispatch.inside_sdk_call.get() or type(params) is not dict:
         return send(operation, params)
     codec_of, stream_key = known
+    if operation in _INVOKE:
+        params = invoke.with_body_read(params)
     codec = codec_of(params)
     state = client.__dict__.get(_STATE) or _state(client)
     _remember_credentials(client, state)

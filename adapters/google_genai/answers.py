@@ -5,8 +5,9 @@ a caller's), or anything duck-typed: read through ``get``'s tolerant reads. The 
 are read by plain attribute instead: a 3-chunk stream reads about 40 fields, and ``get``'s call
 and checks cost more than the read (see ``load_sdk``).
 
-Gemini's ``prompt_token_count`` already holds the cached tokens (``cached_content_token_count``)
-and its candidates' count leaves the thoughts out: input tokens are the prompt plus the tool-use
+Gemini's ``prompt_token_count`` already holds the cached tokens (``cached_content_token_count``),
+as its audio and image counts hold their cached ones (``cache_tokens_details``), and its candidates'
+count leaves the thoughts out: input tokens are the prompt plus the tool-use
 prompt, output tokens the candidates plus the thoughts (as OpenAI's ``completion_tokens`` holds
 its reasoning), so ``input_tokens`` and ``output_tokens`` mean what they mean for every other provider.
 """
@@ -46,7 +47,7 @@ _DIRECT_FIELDS: dict[str, tuple[str, ...]] = {
     "Part": ("text", "thought", "function_call"),
     _USAGE_CLASS: (
         "prompt_token_count", "tool_use_prompt_token_count", "candidates_token_count", "thoughts_token_count",
-        "cached_content_token_count", "prompt_tokens_details", "candidates_tokens_details",
+        "cached_content_token_count", "prompt_tokens_details", "candidates_tokens_details", "cache_tokens_details",
     ),
 }  # fmt: skip
 # Any, not type: mypy would narrow what ``type(x) is _USAGE`` checks to a bare object.
@@ -143,6 +144,7 @@ def usage_of(usage: Any) -> TokenUsage:
         candidates, thoughts = as_int(usage.candidates_token_count), usage.thoughts_token_count
         cached = usage.cached_content_token_count
         prompt_details, output_details = usage.prompt_tokens_details, usage.candidates_tokens_details
+        cache_details = usage.cache_tokens_details
     else:
         prompt, tool_prompt = get(usage, "prompt_token_count"), get(usage, "tool_use_prompt_token_count")
         candidates, thoughts = as_int(get(usage, "candidates_token_count")), get(usage, "thoughts_token_count")
@@ -150,12 +152,20 @@ def usage_of(usage: Any) -> TokenUsage:
             candidates = as_int(get(usage, "response_token_count"))  # the embeddings' and Live's spelling
         cached = get(usage, "cached_content_token_count")
         prompt_details, output_details = get(usage, "prompt_tokens_details"), get(usage, "candidates_tokens_details")
+        cache_details = get(usage, "cache_tokens_details")
     prompt, tool_prompt, thoughts = as_int(prompt), as_int(tool_prompt), as_int(thoughts)
     inputs = None if prompt is None and tool_prompt is None else (prompt or 0) + (tool_prompt or 0)
     outputs = None if candidates is None and thoughts is None else (candidates or 0) + (thoughts or 0)
-    # No details (the common answer) count nothing: spared the two calls.
+    # No details (the common answer) count nothing: spared the calls.
     prompt_modalities = _modality_counts(prompt_details) if prompt_details else _NO_COUNTS
     output_modalities = _modality_counts(output_details) if output_details else _NO_COUNTS
+    if cache_details and prompt_modalities:
+        # The prompt's audio and images count their cached tokens too, which the cache read holds already:
+        # counted in both, the prompt's parts came to more than the prompt, and the call went unpriced.
+        cached_modalities = _modality_counts(cache_details)
+        prompt_modalities = {
+            name: max(count - cached_modalities.get(name, 0), 0) for name, count in prompt_modalities.items()
+        }
     return TokenUsage(
         input_tokens=inputs,
         output_tokens=outputs,

@@ -30,6 +30,7 @@ from .codec import CODECS, GEMINI, VERTEX, EmbedContentCodec, GenerateContentCod
 GENERATE, STREAM, EMBED = "generate", "stream", "embed"
 _STATE = "_relay_genai_state"
 _TRIES = ("_request_once", "_async_request_once")
+_TRANSPORT = "http_options"
 
 
 def codec_for(provider: str, kind: str) -> Any:
@@ -99,31 +100,54 @@ def _begin_send(call: Call, request: LLMRequest) -> tuple[dict[str, Any], casset
     content = request._content
     kwargs = content.copy() if type(content) is MappingProxyType else dict(content)
     headers = request._headers  # raw_headers(), without the call
-    if headers:  # headers an intercept added travel in the request's own http_options
-        kwargs["config"] = _with_headers(kwargs.get("config"), headers)
+    if headers or call.transport is not None:
+        # The caller's http_options, kept off the record, go back on; headers an intercept added travel in them.
+        kwargs["config"] = _with_transport(kwargs.get("config"), call.transport, headers)
     return kwargs, call.bound(kwargs) if cassettes.current() is not None else None
 
 
-def _with_headers(config: Any, headers: Any) -> Any:
-    from google.genai import types
+def _without_transport(kwargs: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """``kwargs`` with no ``http_options`` in their config, and those options (None when there are none).
 
+    The options are transport (headers, base URL, the HTTP client's arguments), and a caller's key or token
+    travels in their headers: the request the records hold is made without them, and they go back on
+    when it is sent (``_with_transport``). The SDK's config objects pass the records' walk as they are.
+    """
+    config = kwargs.get("config")
+    if config is None:
+        return kwargs, None
+    if isinstance(config, Mapping):
+        options = config.get(_TRANSPORT)
+        if options is None:
+            return kwargs, None
+        return {**kwargs, "config": {k: v for k, v in config.items() if k != _TRANSPORT}}, options
+    options = getattr(config, _TRANSPORT, None)
+    if options is None:
+        return kwargs, None
+    return {**kwargs, "config": config.model_copy(update={_TRANSPORT: None})}, options
+
+
+def _with_transport(config: Any, options: Any, headers: Any) -> Any:
+    """``config`` with the caller's ``http_options`` (``options``) back on, an intercept's ``headers`` added."""
+    if headers:
+        from google.genai import types
+
+        if options is None:
+            options = types.HttpOptions()
+        elif isinstance(options, dict):
+            options = types.HttpOptions(**options)
+        options = options.model_copy(update={"headers": {**(options.headers or {}), **headers}})
     if config is None:
         config = {}
-    options = config.get("http_options") if isinstance(config, dict) else config.http_options
-    if options is None:
-        options = types.HttpOptions()
-    elif isinstance(options, dict):
-        options = types.HttpOptions(**options)
-    options = options.model_copy(update={"headers": {**(options.headers or {}), **headers}})
-    if isinstance(config, dict):
-        return {**config, "http_options": options}
-    return config.model_copy(update={"http_options": options})
+    if isinstance(config, Mapping):
+        return {**config, _TRANSPORT: options}
+    return config.model_copy(update={_TRANSPORT: options})
 
 
 class Call:
     """One attempt's identity, worked out before anything is recorded or sent."""
 
-    __slots__ = ("codec", "group", "metadata", "model", "name", "request", "sent", "state")
+    __slots__ = ("codec", "group", "metadata", "model", "name", "request", "sent", "state", "transport")
 
     def __init__(self, models: Any, kind: str, kwargs: dict[str, Any], provider: str | None) -> None:
         api_client = models._api_client
@@ -134,6 +158,7 @@ class Call:
         self.codec = CODECS.get((name, kind)) or codec_for(name, kind)  # the lookup without a frame, mostly
         model = kwargs.get("model")
         self.model = model if isinstance(model, str) else None
+        kwargs, self.transport = _without_transport(kwargs)
         self.request = request_of_kwargs(kwargs)
         self.sent = False  # whether the SDK method was called for this attempt yet
 

@@ -4,16 +4,16 @@ tenacity retries ``BaseApiClient._request_once`` (``_async_request_once``), look
 client for every try: shadowed on the client itself, it counts the tries of the running
 attempt (its ``sdk_retries``), answers or records them from a bound cassette whatever HTTP
 client the SDK uses (httpx2, aiohttp, google-auth's requests session), and remembers the
-bearer token a Vertex AI try was sent with as a secret.
+credentials a try was sent with as secrets (a Vertex AI bearer token always, any other when
+the try failed).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from relay_runtime import redaction
-
-from .. import sdk_retries
+from .. import sdk_retries, sent_credentials
 from . import cassette
 
 _TRIES = ("_request_once", "_async_request_once")
@@ -39,11 +39,15 @@ def install(api_client: Any) -> None:
         call = cassette.tape.get()
         if call is None:
             if not bearer:
-                return once(http_request, stream, *args, **kwargs)
+                try:
+                    return once(http_request, stream, *args, **kwargs)
+                except BaseException:
+                    _remember_sent(http_request)
+                    raise
             try:
                 return once(http_request, stream, *args, **kwargs)
             finally:
-                _remember_bearer(http_request)
+                _remember_sent(http_request)
         if call.replaying:
             return _http_response(*cassette.replayed(call, http_request, stream))
         exchange = cassette.begin(call, http_request)
@@ -63,11 +67,15 @@ def install(api_client: Any) -> None:
         call = cassette.tape.get()
         if call is None:
             if not bearer:
-                return await async_once(http_request, stream, *args, **kwargs)
+                try:
+                    return await async_once(http_request, stream, *args, **kwargs)
+                except BaseException:
+                    _remember_sent(http_request)
+                    raise
             try:
                 return await async_once(http_request, stream, *args, **kwargs)
             finally:
-                _remember_bearer(http_request)
+                _remember_sent(http_request)
         if call.replaying:
             return _http_response(*cassette.replayed(call, http_request, stream))
         exchange = cassette.begin(call, http_request)
@@ -92,7 +100,7 @@ def install(api_client: Any) -> None:
 
 def _sent(call: Any, http_request: Any) -> None:
     """A recorded try is over: what it was sent with is a secret of the call and of every record."""
-    _remember_bearer(http_request)
+    _remember_sent(http_request)
     cassette.note_sent_secrets(call, http_request)
 
 
@@ -102,13 +110,13 @@ def _recorded_whole(exchange: dict[str, Any], response: Any) -> Any:
     return response
 
 
-def _remember_bearer(http_request: Any) -> None:
-    """An error echoing the token the try was sent with must not record it."""
+def _remember_sent(http_request: Any) -> None:
+    """An error echoing a credential the try was sent with (Vertex's bearer token, a key the caller put in
+    ``http_options.headers`` for the client or one request) must not record it: none of them is the client's
+    ``api_key``, remembered before the call."""
     headers = getattr(http_request, "headers", None)
-    value = headers.get("Authorization") if isinstance(headers, dict) else None
-    if isinstance(value, str):
-        scheme, _, token = value.partition(" ")
-        redaction.remember_secret(token.strip() if scheme.lower() == "bearer" else value)
+    if isinstance(headers, Mapping):
+        sent_credentials.remember_sent(headers.items(), getattr(http_request, "url", None))
 
 
 def _recorded_stream(exchange: dict[str, Any], headers: Any, read: tuple[bytes, BaseException | None]) -> Any:
