@@ -172,7 +172,7 @@ def test_a_gateway_the_caller_names_counts_the_whole_prompt_and_anthropic_keeps_
         ("evil-bedrock-runtime.us-east-1.amazonaws.com", None),
         ("s3.us-east-1.amazonaws.com", None),
         ("aiplatform.googleapis.com.evil.example", None),
-        ("generativelanguage.googleapis.com", None),
+        ("generativelanguage.googleapis.com", "gcp.gemini"),  # the Gemini API, not Vertex AI
     ],
 )
 def test_the_clouds_hosts_are_known_exactly(host: str, provider: str | None) -> None:
