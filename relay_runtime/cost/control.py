@@ -14,13 +14,15 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .. import conventions as cv
 from ..scopes import ScopeHandle
-from ..types import LLMRequest
+from ..types import AnnotatedLLMResponse, LLMRequest
 from .budget import (
+    CHARS_PER_TOKEN,
     DEFAULT_ASSUMED_OUTPUT_TOKENS,
     MAX_OUTPUT_KEYS,
     Budget,
     choices_of,
     max_output_tokens,
+    text_chars,
 )
 from .catalog import PriceCatalog, rate_at
 from .estimate import estimate_input
@@ -40,7 +42,7 @@ from .plan import (
 from .pricing import CostRollup
 from .providers import EMBEDDINGS, price_provider
 from .rates import Priced
-from .settle import DOWNGRADED_FROM, LATE_CHARGE_MARK, WARNING_MARK, Settlement
+from .settle import DOWNGRADED_FROM, LATE_CHARGE_MARK, WARNING_MARK, Billable, Settlement
 from .store import Claim, FileSpendStore, Reservation, SharedSpendStore, SpendStore
 
 if TYPE_CHECKING:
@@ -325,6 +327,18 @@ class RelayCost(Settlement):
         if entry.output_audio is not None and isinstance(modalities, list | tuple) and "audio" in modalities:
             out_rate = max(out_rate, rate_at(entry.output_audio, tokens_in) * 1e-6)  # it may answer in audio
         return input_cost + out_tokens * out_rate, input_cost, out_rate
+
+    def _answered_estimate(self, attempt: Billable, view: AnnotatedLLMResponse, priced: Priced) -> float | None:
+        """What an answer that came without its usage cost, read as a stream meter reads one: its request's
+        input estimated, its text and tool-call arguments as output (each of ``n`` choices as long as the
+        first). None when the request is not known (an attempt a framework's callbacks witnessed)."""
+        request = getattr(attempt, "request", None)
+        if not isinstance(request, LLMRequest):
+            return None
+        content = request.raw_content()
+        chars = text_chars(view.output_text) + sum(text_chars(call.get("arguments")) for call in view.tool_calls)
+        out_tokens = (chars // CHARS_PER_TOKEN + 1) * choices_of(content)
+        return self._worst_case(content, priced, out_tokens)[0]
 
     def _downgrade(
         self, attempt: Attempt, request: LLMRequest, node: Node, provider: str, model: str, estimate: float,
