@@ -16,6 +16,7 @@ from bedrock_support import (
     REGION,
     SECRET_KEY,
     SESSION_TOKEN,
+    USAGE,
     BedrockServer,
     anthropic_stream_events,
     chunks,
@@ -200,6 +201,20 @@ def test_cost_prices_every_token_category_from_genai_prices(relay_host, relay_tu
     end = only(relay_events)
     # genai-prices (provider aws): $3 input, $0.30 cache read, $3.75 cache write, $15 output per million.
     expected = (100 * 3 + 1000 * 0.3 + 500 * 3.75 + 20 * 15) / 1e6
+    assert end.cost.amount == pytest.approx(expected)
+
+
+def test_cache_writes_kept_an_hour_are_priced_at_their_own_rate(relay_host, relay_turn, relay_events, client,
+                                                                 bedrock_server) -> None:  # fmt: skip
+    # Converse breaks its cache writes down by how long they are kept (cacheDetails, 1h before 5m).
+    prices = {"input": 3.0, "output": 15.0, "cache_read": 0.3, "cache_write": 3.75, "cache_write_1h": 6.0}
+    cost.attach(relay_host, PriceCatalog.from_mapping({"aws": {MODEL: prices}}))
+    details = [{"ttl": "1h", "inputTokens": 400}, {"ttl": "5m", "inputTokens": 100}]
+    bedrock_server.replies.append(json_reply(converse_body(usage={**USAGE, "cacheDetails": details})))
+    client.converse(modelId=MODEL, messages=MESSAGES)
+    end = only(relay_events)
+    assert end.annotated_response.usage.cache_creation_1h_tokens == 400
+    expected = (100 * 3 + 1000 * 0.3 + 100 * 3.75 + 400 * 6.0 + 20 * 15) / 1e6
     assert end.cost.amount == pytest.approx(expected)
 
 

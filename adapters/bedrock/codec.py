@@ -47,7 +47,18 @@ def usage_of(usage: Any) -> TokenUsage:
         output_tokens=as_int(get(usage, "outputTokens")),
         cache_read_tokens=read,
         cache_creation_tokens=write,
+        cache_creation_1h_tokens=_written_for_an_hour(get(usage, "cacheDetails")),
     )
+
+
+def _written_for_an_hour(details: Any) -> int | None:
+    """The cache writes ``cacheDetails`` says are kept an hour (billed at their own rate, among the writes)."""
+    hour = None
+    for detail in as_list(details):
+        tokens = as_int(get(detail, "inputTokens"))
+        if get(detail, "ttl") == "1h" and tokens is not None:
+            hour = (hour or 0) + tokens
+    return hour
 
 
 def _tool_call(tool_use: Any) -> dict[str, Any]:
