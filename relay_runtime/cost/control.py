@@ -178,7 +178,8 @@ class RelayCost(Settlement):
                     return False
             estimate = quick.estimate
             for node in quick.nodes:
-                node.rollup.reserved += estimate
+                if node.counts:
+                    node.rollup.reserved += estimate
             return True
         finally:
             lock.release()
@@ -258,7 +259,8 @@ class RelayCost(Settlement):
             if crossed is not None:
                 return crossed, None, None
             for node in nodes:
-                node.rollup.reserved += estimate
+                if node.counts:
+                    node.rollup.reserved += estimate
         shared = plan.shared
         if not shared:
             return None, None, None
@@ -279,6 +281,8 @@ class RelayCost(Settlement):
     def _release(self, nodes: list[Node], estimate: float) -> None:
         with self._lock:
             for node in nodes:
+                if not node.counts:
+                    continue
                 rollup = node.rollup
                 remaining = rollup.reserved - estimate
                 rollup.reserved = remaining if remaining > RESIDUE else 0.0

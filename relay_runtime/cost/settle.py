@@ -117,6 +117,8 @@ class Settlement:
             if spend is not None:
                 estimate = spend.estimate
                 for node in spend.nodes:
+                    if not node.counts:
+                        continue
                     rollup = node.rollup
                     # Releases in another order than the reservations leave float residue (~1e-19):
                     # below a trillionth of the currency unit nothing is in flight.
