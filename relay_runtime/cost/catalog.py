@@ -23,7 +23,7 @@ PRICE_KEYS = (
     "input", "output", "cache_read", "cache_write", "cache_write_1h", "reasoning",
     "input_audio", "output_audio", "input_image", "output_image",
 )  # fmt: skip
-OTHER_KEYS = ("max_output_tokens", "context_window", "valid_from", "currency")
+OTHER_KEYS = ("request", "max_output_tokens", "context_window", "valid_from", "currency")
 
 
 def rate_at(rate: Rate, input_tokens: int) -> float:
@@ -54,6 +54,7 @@ class PriceEntry:
     output_audio: Rate | None = None
     input_image: Rate | None = None
     output_image: Rate | None = None
+    request: float | None = None  # a fee billed per request, beside the tokens (not per million)
     max_output_tokens: int | None = None
     context_window: int | None = None  # the most input a request can have: bounds a budget's quick check
     currency: str = "USD"
@@ -97,8 +98,8 @@ class PriceCatalog:
 
         Keys per model: ``input``, ``output``, ``cache_read``, ``cache_write``
         (5-minute writes), ``cache_write_1h``, ``reasoning``, ``input_audio``,
-        ``output_audio``, ``input_image``, ``output_image`` (rates), and
-        ``max_output_tokens``, ``context_window`` (tokens), ``valid_from``
+        ``output_audio``, ``input_image``, ``output_image`` (rates), ``request``
+        (a fee per request, beside the tokens), and ``max_output_tokens``, ``context_window`` (tokens), ``valid_from``
         (``YYYY-MM-DD``), ``currency``.
         Anything else is an error naming the key.
         """
@@ -172,6 +173,11 @@ def _entry_from_mapping(provider: str, model: Any, prices: Any, currency: str) -
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
                 raise ValueError(f"price {key!r} of {where} must be a number >= 0 (per million tokens), got {value!r}")
             fields[key] = float(value)
+    fee = prices.get("request")
+    if fee is not None:
+        if isinstance(fee, bool) or not isinstance(fee, int | float) or not 0 <= fee < math.inf:
+            raise ValueError(f"price 'request' of {where} must be a number >= 0 (per request), got {fee!r}")
+        fields["request"] = float(fee)
     limit = prices.get("max_output_tokens")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0):
         raise ValueError(f"max_output_tokens of {where} must be a positive int, got {limit!r}")
@@ -282,6 +288,7 @@ def _from_genai_prices(provider: str, model: str, source: str) -> PriceEntry | N
         output_audio=rate("output_audio_mtok"),
         input_image=rate("input_image_mtok"),
         output_image=rate("output_image_mtok"),
+        request=fee / 1000 if type(fee := rate("requests_kcount")) is float else None,
         context_window=info.context_window if isinstance(info.context_window, int) else None,
         valid_from=valid_from,
         source=source,

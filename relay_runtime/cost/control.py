@@ -323,7 +323,7 @@ class RelayCost(Settlement):
             self._relay.diag.count("cost.estimate_unknown_parts", found.unknown)
         tokens_in = found.total
         in_rate, out_rate = priced.rates_at(tokens_in) if priced.tiered else (priced.in_rate, priced.out_rate)
-        input_cost = found.text * in_rate
+        input_cost = found.text * in_rate + (entry.request or 0.0)
         if found.image_tokens or found.audio_tokens:
             image_rate, audio_rate = priced.media_rates(tokens_in)
             input_cost += found.image_tokens * image_rate + found.audio_tokens * audio_rate

@@ -7,6 +7,7 @@
 - OpenAI (and the APIs that copy its usage shape) count cached tokens inside
   the prompt tokens: those are priced as cache reads, the rest as input.
 - Anthropic reports cache reads and cache writes beside its input tokens.
+- A fee per request (Perplexity's) is billed beside the tokens, once per attempt priced.
 
 A model with no entry, tokens in a category the entry has no rate for, or
 counts no bill can have (negative, contradictory, absurdly large) give no
@@ -220,6 +221,8 @@ def price_usage(entry: PriceEntry, provider: str, usage: TokenUsage) -> AttemptC
             missing.append(category)
         else:
             breakdown[category] = tokens * rate_at(rate, whole) * _M
+    if entry.request:
+        breakdown["request"] = entry.request
     if missing:
         return AttemptCost(None, entry.currency, provider, entry.model, entry.valid_from, breakdown, tuple(missing))
     return AttemptCost(sum(breakdown.values()), entry.currency, provider, entry.model, entry.valid_from, breakdown)
