@@ -224,6 +224,25 @@ def test_cost_prices_every_token_category_under_google(relay_host, relay_turn, r
     assert embedded.cost.amount == pytest.approx(40 * 0.15 / 1e6)  # input only
 
 
+def test_cached_audio_is_priced_once_at_its_cache_rate_as_genai_prices_prices_it(
+    relay_host, relay_turn, relay_events
+) -> None:
+    genai_prices = pytest.importorskip("genai_prices")
+    cost.attach(relay_host, PriceCatalog.default())
+    # 1000 prompt tokens, 800 of them audio, 600 of those read from the cache: Gemini counts the cached
+    # audio among the prompt's audio and among the cached tokens (cacheTokensDetails says which they are).
+    details = [{"modality": "AUDIO", "tokenCount": 800}, {"modality": "TEXT", "tokenCount": 200}]
+    metadata = usage(prompt=1000, candidates=50, cachedContentTokenCount=600, promptTokensDetails=details,
+                     cacheTokensDetails=[{"modality": "AUDIO", "tokenCount": 600}])  # fmt: skip
+    body = response_body("x", usage_metadata=metadata, model="gemini-2.5-flash")
+    client = google_genai.instrument_client(gemini_client(t.Script([t.json_reply(body)])))
+    client.models.generate_content(model="gemini-2.5-flash", contents="hi")
+    (generated,) = attempts(relay_events)
+    expected = float(genai_prices.extract_usage(body, provider_id="google").calc_price().total_price)
+    assert generated.cost.amount == pytest.approx(expected, rel=1e-9)
+    assert generated.cost.breakdown["cache_read_audio"] == pytest.approx(600 * 0.1 / 1e6)
+
+
 def test_a_trajectory_makes_no_step_of_an_embed_content_call(relay_host: session.Host) -> None:
     from relay_runtime.integrations.trajectory import AtifExporter
 

@@ -46,7 +46,7 @@ _DIRECT_FIELDS: dict[str, tuple[str, ...]] = {
     "Part": ("text", "thought", "function_call"),
     _USAGE_CLASS: (
         "prompt_token_count", "tool_use_prompt_token_count", "candidates_token_count", "thoughts_token_count",
-        "cached_content_token_count", "prompt_tokens_details", "candidates_tokens_details",
+        "cached_content_token_count", "prompt_tokens_details", "candidates_tokens_details", "cache_tokens_details",
     ),
 }  # fmt: skip
 # Any, not type: mypy would narrow what ``type(x) is _USAGE`` checks to a bare object.
@@ -141,14 +141,14 @@ def usage_of(usage: Any) -> TokenUsage:
     if type(usage) is _USAGE:
         prompt, tool_prompt = usage.prompt_token_count, usage.tool_use_prompt_token_count
         candidates, thoughts = as_int(usage.candidates_token_count), usage.thoughts_token_count
-        cached = usage.cached_content_token_count
+        cached, cached_details = usage.cached_content_token_count, usage.cache_tokens_details
         prompt_details, output_details = usage.prompt_tokens_details, usage.candidates_tokens_details
     else:
         prompt, tool_prompt = get(usage, "prompt_token_count"), get(usage, "tool_use_prompt_token_count")
         candidates, thoughts = as_int(get(usage, "candidates_token_count")), get(usage, "thoughts_token_count")
         if candidates is None:  # the SDK's class has no such field (load_sdk checks): pydantic would raise
             candidates = as_int(get(usage, "response_token_count"))  # the embeddings' and Live's spelling
-        cached = get(usage, "cached_content_token_count")
+        cached, cached_details = get(usage, "cached_content_token_count"), get(usage, "cache_tokens_details")
         prompt_details, output_details = get(usage, "prompt_tokens_details"), get(usage, "candidates_tokens_details")
     prompt, tool_prompt, thoughts = as_int(prompt), as_int(tool_prompt), as_int(thoughts)
     inputs = None if prompt is None and tool_prompt is None else (prompt or 0) + (tool_prompt or 0)
@@ -156,6 +156,7 @@ def usage_of(usage: Any) -> TokenUsage:
     # No details (the common answer) count nothing: spared the two calls.
     prompt_modalities = _modality_counts(prompt_details) if prompt_details else _NO_COUNTS
     output_modalities = _modality_counts(output_details) if output_details else _NO_COUNTS
+    cached_modalities = _modality_counts(cached_details) if cached_details else _NO_COUNTS
     return TokenUsage(
         input_tokens=inputs,
         output_tokens=outputs,
@@ -165,6 +166,7 @@ def usage_of(usage: Any) -> TokenUsage:
         input_image_tokens=prompt_modalities.get("image"),
         output_audio_tokens=output_modalities.get("audio"),
         output_image_tokens=output_modalities.get("image"),
+        cache_read_audio_tokens=cached_modalities.get("audio"),
     )
 
 

@@ -21,7 +21,7 @@ Rate = float | tuple[tuple[int, float], ...]
 # The keys of one model's entry in ``PriceCatalog.from_mapping``.
 PRICE_KEYS = (
     "input", "output", "cache_read", "cache_write", "cache_write_1h", "reasoning",
-    "input_audio", "output_audio", "input_image", "output_image",
+    "input_audio", "output_audio", "input_image", "output_image", "cache_read_audio",
 )  # fmt: skip
 OTHER_KEYS = ("request", "max_output_tokens", "context_window", "valid_from", "currency")
 
@@ -54,6 +54,7 @@ class PriceEntry:
     output_audio: Rate | None = None
     input_image: Rate | None = None
     output_image: Rate | None = None
+    cache_read_audio: Rate | None = None  # audio read from the cache (else at the cache read rate)
     request: float | None = None  # a fee billed per request, beside the tokens (not per million)
     max_output_tokens: int | None = None
     context_window: int | None = None  # the most input a request can have: bounds a budget's quick check
@@ -98,7 +99,7 @@ class PriceCatalog:
 
         Keys per model: ``input``, ``output``, ``cache_read``, ``cache_write``
         (5-minute writes), ``cache_write_1h``, ``reasoning``, ``input_audio``,
-        ``output_audio``, ``input_image``, ``output_image`` (rates), ``request``
+        ``output_audio``, ``input_image``, ``output_image``, ``cache_read_audio`` (rates), ``request``
         (a fee per request, beside the tokens), and ``max_output_tokens``, ``context_window`` (tokens), ``valid_from``
         (``YYYY-MM-DD``), ``currency``.
         Anything else is an error naming the key.
@@ -288,6 +289,7 @@ def _from_genai_prices(provider: str, model: str, source: str) -> PriceEntry | N
         output_audio=rate("output_audio_mtok"),
         input_image=rate("input_image_mtok"),
         output_image=rate("output_image_mtok"),
+        cache_read_audio=rate("cache_audio_read_mtok"),
         request=fee / 1000 if type(fee := rate("requests_kcount")) is float else None,
         context_window=info.context_window if isinstance(info.context_window, int) else None,
         valid_from=valid_from,
