@@ -240,6 +240,9 @@ class TokenUsage:
     # Audio read from the cache: among both ``cache_read_tokens`` and ``input_audio_tokens`` (Gemini's
     # ``cacheTokensDetails``), billed once, at its own rate.
     cache_read_audio_tokens: int | None = None
+    # Not tokens, but billed with them: the web searches a provider's own search tool ran (Anthropic's
+    # ``server_tool_use.web_search_requests``), each at the entry's ``web_search`` price.
+    web_search_requests: int | None = None
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: v for f in fields(self) if (v := getattr(self, f.name)) is not None}

@@ -7,7 +7,8 @@
 - OpenAI (and the APIs that copy its usage shape) count cached tokens inside
   the prompt tokens: those are priced as cache reads, the rest as input.
 - Anthropic reports cache reads and cache writes beside its input tokens.
-- A fee per request (Perplexity's) is billed beside the tokens, once per attempt priced.
+- A fee per request (Perplexity's) is billed beside the tokens, once per attempt priced; so is each web
+  search a provider's own search tool ran (Anthropic's ``server_tool_use``).
 
 A model with no entry, tokens in a category the entry has no rate for, or
 counts no bill can have (negative, contradictory, absurdly large) give no
@@ -32,7 +33,7 @@ FAST_CATEGORIES = CATEGORIES[:5]
 USAGE_COUNTS = (
     "input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens", "reasoning_tokens",
     "cache_creation_1h_tokens", "input_audio_tokens", "output_audio_tokens", "input_image_tokens",
-    "output_image_tokens", "cache_read_audio_tokens",
+    "output_image_tokens", "cache_read_audio_tokens", "web_search_requests",
 )  # fmt: skip
 MAX_TOKENS = 100_000_000
 
@@ -229,6 +230,12 @@ def price_usage(entry: PriceEntry, provider: str, usage: TokenUsage) -> AttemptC
             breakdown[category] = tokens * rate_at(rate, whole) * _M
     if entry.request:
         breakdown["request"] = entry.request
+    searches = usage.web_search_requests
+    if searches:
+        if entry.web_search is None:
+            missing.append("web_search")
+        else:
+            breakdown["web_search"] = searches * entry.web_search
     if missing:
         return AttemptCost(None, entry.currency, provider, entry.model, entry.valid_from, breakdown, tuple(missing))
     return AttemptCost(sum(breakdown.values()), entry.currency, provider, entry.model, entry.valid_from, breakdown)

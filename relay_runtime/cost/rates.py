@@ -69,7 +69,8 @@ def fast_price(priced: Priced, provider: str, model: str | None, usage: TokenUsa
     except TypeError:  # not ints
         return None
     if (usage.cache_creation_1h_tokens or usage.input_audio_tokens or usage.output_audio_tokens
-            or usage.input_image_tokens or usage.output_image_tokens or usage.cache_read_audio_tokens):  # fmt: skip
+            or usage.input_image_tokens or usage.output_image_tokens or usage.cache_read_audio_tokens
+            or usage.web_search_requests):  # fmt: skip
         return None  # parts priced apart: the general path
     fresh = inp if provider in CACHE_BESIDE_INPUT else inp - cache_read - cache_write
     r_in, r_read, r_write, r_out, r_reason = priced.rates
