@@ -30,6 +30,7 @@ def usage_of(usage: Any) -> TokenUsage:
         cache_creation_tokens=as_int(get(usage, "cache_creation_input_tokens")),
         reasoning_tokens=as_int(get(get(usage, "output_tokens_details"), "thinking_tokens")),
         cache_creation_1h_tokens=as_int(get(get(usage, "cache_creation"), "ephemeral_1h_input_tokens")),
+        web_search_requests=as_int(get(get(usage, "server_tool_use"), "web_search_requests")),
     )
 
 
@@ -125,7 +126,7 @@ class MessagesAccumulator:
             value = as_int(get(usage, name))
             if value is not None:
                 self.usage[name] = value
-        for name in ("output_tokens_details", "cache_creation"):
+        for name in ("output_tokens_details", "cache_creation", "server_tool_use"):
             details = get(usage, name)
             if details is not None:
                 self.usage[name] = details

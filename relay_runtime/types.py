@@ -86,9 +86,7 @@ class LLMRequest:
     def replace(
         self, *, headers: Mapping[str, Any] | None = None, content: Mapping[str, Any] | None = None
     ) -> LLMRequest:
-        return LLMRequest(
-            self._headers if headers is None else headers, self._content if content is None else content
-        )
+        return LLMRequest(self._headers if headers is None else headers, self._content if content is None else content)
 
     def kwargs(self) -> dict[str, Any]:
         """A fresh, shallow copy of the content, ready to splat into an SDK call."""
@@ -217,9 +215,7 @@ class LLMRequestInterceptOutcome:
 
     def __init__(self, request: LLMRequest, annotated_request: AnnotatedLLMRequest | None = None):
         if not isinstance(request, LLMRequest):
-            raise TypeError(
-                f"LLMRequestInterceptOutcome needs an LLMRequest, got {type(request).__name__}"
-            )
+            raise TypeError(f"LLMRequestInterceptOutcome needs an LLMRequest, got {type(request).__name__}")
         self.request = request
         self.annotated_request = annotated_request
 
@@ -241,6 +237,12 @@ class TokenUsage:
     output_audio_tokens: int | None = None
     input_image_tokens: int | None = None
     output_image_tokens: int | None = None
+    # Audio read from the cache: among both ``cache_read_tokens`` and ``input_audio_tokens`` (Gemini's
+    # ``cacheTokensDetails``), billed once, at its own rate.
+    cache_read_audio_tokens: int | None = None
+    # Not tokens, but billed with them: the web searches a provider's own search tool ran (Anthropic's
+    # ``server_tool_use.web_search_requests``), each at the entry's ``web_search`` price.
+    web_search_requests: int | None = None
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: v for f in fields(self) if (v := getattr(self, f.name)) is not None}

@@ -255,21 +255,42 @@ def test_cost_prices_every_token_category_under_google(relay_host, relay_turn, r
     assert embedded.cost.amount == pytest.approx(40 * 0.15 / 1e6)  # input only
 
 
-def test_audio_read_from_the_cache_is_priced_once_as_a_cache_read(relay_host, relay_turn, relay_events) -> None:
-    cost.attach(relay_host, PriceCatalog.default())
-    # A repeated audio prompt: 800 of its 1000 audio tokens came from Gemini's (implicit) cache.
+def test_images_read_from_the_cache_are_priced_once_as_a_cache_read(relay_host, relay_turn, relay_events) -> None:
+    # A catalog with a rate for images: counted among the images and the cache reads, they priced the prompt's
+    # parts at more than the prompt, and the call went unpriced.
+    prices = {"input": 0.3, "output": 2.5, "cache_read": 0.03, "input_image": 0.5}
+    cost.attach(relay_host, PriceCatalog.from_mapping({"google": {"gemini-2.5-flash": prices}}))
+    # A repeated image prompt: 800 of its 1000 image tokens came from Gemini's (implicit) cache.
     cached = usage(prompt=1200, candidates=20, cachedContentTokenCount=800,
-                   promptTokensDetails=[{"modality": "AUDIO", "tokenCount": 1000},
+                   promptTokensDetails=[{"modality": "IMAGE", "tokenCount": 1000},
                                         {"modality": "TEXT", "tokenCount": 200}],
-                   cacheTokensDetails=[{"modality": "AUDIO", "tokenCount": 800}])  # fmt: skip
+                   cacheTokensDetails=[{"modality": "IMAGE", "tokenCount": 800}])  # fmt: skip
     script = t.Script([t.json_reply(response_body("x", usage_metadata=cached))])
     client = google_genai.instrument_client(gemini_client(script))
     client.models.generate_content(model="gemini-2.5-flash", contents="hi")
     (end,) = attempts(relay_events)
     read = end.annotated_response.usage
-    assert (read.input_tokens, read.cache_read_tokens, read.input_audio_tokens) == (1200, 800, 200)
-    # genai-prices (google): $0.30 text and $1.00 audio input, $0.03 cache read, $2.50 output per million.
-    assert end.cost.amount == pytest.approx((200 * 0.3 + 200 * 1.0 + 800 * 0.03 + 20 * 2.5) / 1e6)
+    assert (read.input_tokens, read.cache_read_tokens, read.input_image_tokens) == (1200, 800, 200)
+    assert end.cost.amount == pytest.approx((200 * 0.3 + 200 * 0.5 + 800 * 0.03 + 20 * 2.5) / 1e6)
+
+
+def test_cached_audio_is_priced_once_at_its_cache_rate_as_genai_prices_prices_it(
+    relay_host, relay_turn, relay_events
+) -> None:
+    genai_prices = pytest.importorskip("genai_prices")
+    cost.attach(relay_host, PriceCatalog.default())
+    # 1000 prompt tokens, 800 of them audio, 600 of those read from the cache: Gemini counts the cached
+    # audio among the prompt's audio and among the cached tokens (cacheTokensDetails says which they are).
+    details = [{"modality": "AUDIO", "tokenCount": 800}, {"modality": "TEXT", "tokenCount": 200}]
+    metadata = usage(prompt=1000, candidates=50, cachedContentTokenCount=600, promptTokensDetails=details,
+                     cacheTokensDetails=[{"modality": "AUDIO", "tokenCount": 600}])  # fmt: skip
+    body = response_body("x", usage_metadata=metadata, model="gemini-2.5-flash")
+    client = google_genai.instrument_client(gemini_client(t.Script([t.json_reply(body)])))
+    client.models.generate_content(model="gemini-2.5-flash", contents="hi")
+    (generated,) = attempts(relay_events)
+    expected = float(genai_prices.extract_usage(body, provider_id="google").calc_price().total_price)
+    assert generated.cost.amount == pytest.approx(expected, rel=1e-9)
+    assert generated.cost.breakdown["cache_read_audio"] == pytest.approx(600 * 0.1 / 1e6)
 
 
 def test_a_trajectory_makes_no_step_of_an_embed_content_call(relay_host: session.Host) -> None:

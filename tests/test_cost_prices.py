@@ -11,16 +11,18 @@ import pytest
 from relay_runtime import TokenUsage, adapters, cost
 from relay_runtime import conventions as cv
 from relay_runtime.adapters import testing as t
-from relay_runtime.cost import PriceCatalog, PriceEntry
+from relay_runtime.cost import Budget, BudgetExceeded, PriceCatalog, PriceEntry
 from relay_runtime.cost.pricing import price_usage
 
 genai_prices = pytest.importorskip("genai_prices")  # the cost extra, installed by `make test`
 
 
 def _anthropic(model: str, inputs: int, outputs: int, *, read: int = 0, write_5m: int = 0,
-               write_1h: int = 0) -> dict[str, Any]:  # fmt: skip
+               write_1h: int = 0, searches: int = 0) -> dict[str, Any]:  # fmt: skip
     usage = t.anthropic_usage(inputs, outputs, cache_read=read, cache_creation=write_5m + write_1h)
     usage["cache_creation"] = {"ephemeral_5m_input_tokens": write_5m, "ephemeral_1h_input_tokens": write_1h}
+    if searches:
+        usage["server_tool_use"] = {"web_search_requests": searches}
     return t.anthropic_message_body("ok", model=model, usage=usage)
 
 
@@ -49,7 +51,12 @@ CASES = {
     "openai-image-model": ("openai", _openai("gpt-image-1", 800, 4000, image_in=600)),
     "openai-reasoning-inside-output": ("openai", _openai("o3", 1000, 3000, cached=200, reasoning=2500)),
     "openai-no-cache-price": ("openai", _openai("gpt-4o-audio-preview", 1000, 100, cached=500)),
-}
+    # Anthropic bills each web search its server tool ran ($10 a thousand) beside the tokens.
+    "anthropic-web-searches": ("anthropic", _anthropic("claude-sonnet-4-0", 1200, 300, searches=3)),
+    # Perplexity bills each request a fee beside its tokens (more than 1000 tokens of sonar cost).
+    "perplexity-request-fee": ("perplexity", _openai("sonar", 1000, 200)),
+}  # fmt: skip
+BASE_URLS = {"perplexity": "https://api.perplexity.ai"}
 
 
 def _genai(provider: str, body: dict[str, Any]) -> float:
@@ -77,8 +84,9 @@ def test_the_default_catalog_prices_like_genai_prices(case: str, relay_host, rel
         scripted = t.scripted_anthropic(t.json_reply(body))
         adapters.complete(scripted.client, {"model": body["model"], "max_tokens": 64, "messages": []})
     else:
-        scripted = t.scripted_openai(t.json_reply(body))
-        adapters.complete(scripted.client, {"model": body["model"], "messages": []})
+        script = t.Script([t.json_reply(body)])
+        client = adapters.instrument(t.openai_client(script, base_url=BASE_URLS.get(provider, t.BASE_OPENAI)))
+        adapters.complete(client, {"model": body["model"], "messages": []})
     got = relay_events.ends(relay_kind=cv.ATTEMPT)[0].cost
     assert got.amount is not None, got.missing
     assert got.amount == pytest.approx(_genai(provider, body), rel=1e-9)
@@ -150,3 +158,37 @@ def test_from_mapping_takes_the_new_categories_and_a_default_entry_has_them() ->
     assert sonnet is not None and sonnet.cache_write == 3.75 and sonnet.cache_write_1h == 6.0
     realtime = PriceCatalog.default().entry("openai", "gpt-realtime")
     assert realtime is not None and realtime.input_audio == 32.0 and realtime.output_audio == 64.0
+
+
+@pytest.mark.parametrize("window", [None, 1000], ids=["read-estimate", "quick-check"])
+def test_a_fee_per_request_counts_in_the_worst_case_a_budget_checks(
+    relay_host, relay_turn, relay_events, window: int | None
+) -> None:
+    # 10 output tokens and an empty prompt cost a hundred-thousandth; the request's fee is 0.012.
+    prices: dict[str, Any] = {"input": 1.0, "output": 1.0, "request": 0.012}
+    if window is not None:
+        prices["context_window"] = window
+    cost.attach(relay_host, PriceCatalog.from_mapping({"openai": {"gpt-x": prices}}), Budget(0.01, per="turn"))
+    scripted = t.scripted_openai(t.json_reply(t.chat_completion_body(model="gpt-x")))
+    with pytest.raises(BudgetExceeded) as caught:
+        adapters.complete(scripted.client, {"model": "gpt-x", "max_tokens": 10, "messages": []})
+    assert scripted.script.requests == []
+    assert caught.value.estimate > 0.012
+
+
+def test_a_request_price_is_checked_like_any_other() -> None:
+    with pytest.raises(ValueError, match="price 'request' of openai/m must be a number >= 0 \\(per request\\)"):
+        PriceCatalog.from_mapping({"openai": {"m": {"input": 1.0, "request": -1}}})
+
+
+def test_the_web_searches_of_a_streamed_answer_are_priced_too(relay_host, relay_turn, relay_events) -> None:
+    prices = {"input": 3.0, "output": 15.0, "web_search": 0.01}
+    cost.attach(relay_host, PriceCatalog.from_mapping({"anthropic": {"claude-x": prices}}))
+    events = t.anthropic_events(["ok"], model="claude-x", output_tokens=20)
+    events[-2]["usage"]["server_tool_use"] = {"web_search_requests": 2}  # the message_delta's usage
+    scripted = t.scripted_anthropic(t.sse_reply(t.typed_sse(events)))
+    for _ in adapters.stream(scripted.client, {"model": "claude-x", "max_tokens": 64, "messages": []}):
+        pass
+    got = relay_events.ends(relay_kind=cv.ATTEMPT)[0].cost
+    assert got.breakdown["web_search"] == pytest.approx(0.02)
+    assert got.amount == pytest.approx((30 * 3.0 + 20 * 15.0) / 1e6 + 0.02)

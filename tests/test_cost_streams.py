@@ -172,3 +172,28 @@ def test_responses_function_arguments_and_refusals_count_in_the_running_cost(rel
     close(lease, turn)
     assert stop is not None and seen < 12
     _stopped(relay_events)
+
+
+@pytest.mark.parametrize("closed_early", [False, True], ids=["read-to-the-end", "closed-by-the-caller"])
+def test_a_stream_that_ends_without_usage_still_counts_against_the_budget(
+    relay_host, relay_events, closed_early: bool
+) -> None:
+    # An OpenAI chat stream reports no usage unless asked (include_usage), and a stream the caller closes
+    # has none: the provider bills it all the same, so the budget counts an estimate of what it answered.
+    cost.attach(relay_host, PriceCatalog.from_mapping(PRICES), Budget(0.005, per="turn"))
+    pieces = ["x" * 120] * 10  # 1200 characters: about 0.0016 of output at the pessimistic 3 a token
+    replies = [t.sse_reply(t.openai_chat_sse(t.chat_chunks(pieces, model="gpt-x"))) for _ in range(10)]
+    scripted = t.scripted_openai(*replies)
+    lease, turn = conversation(relay_host)
+    with pytest.raises(BudgetExceeded):
+        for _ in range(10):
+            stream = adapters.stream(scripted.client, {"model": "gpt-x", "max_tokens": 500, "messages": []})
+            for i, _chunk in enumerate(stream):
+                if closed_early and i == 8:
+                    stream.close()
+                    break
+    close(lease, turn)
+    sent = len(scripted.script.requests)
+    priced = [e.cost for e in relay_events.ends(relay_kind=cv.ATTEMPT)[:sent]]
+    assert all(c.estimated and c.amount > 0.0008 for c in priced)
+    assert sent <= 3 and turn.scope.cost.total <= 0.005  # the budget held: ten such answers cost ~0.016

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import posixpath
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -283,3 +284,33 @@ def test_bad_configuration_is_a_clear_error(kwargs: dict[str, Any], message: str
         TailSampler(keep_if="yes")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="sampler must be a TailSampler"):
         OTelExporter(Pipeline().tracer_provider, sampler=0.5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("ratio", "exported"), [(1.0, ["handle_request", "work"]), (0.0, [])])
+def test_a_span_that_ends_on_another_thread_as_its_unit_is_decided_goes_as_its_unit_went(
+    ratio: float, exported: list[str]
+) -> None:
+    # The child's end has left the span table when its root ends on another thread, so the root's end does
+    # not sweep it; the child reaches the sampler only after its unit was decided.
+    pipeline = Pipeline()
+    relay = Relay()
+    child_waits, root_ended = threading.Event(), threading.Event()
+
+    def keep_if(event: Any) -> bool:
+        if event.name == "work":
+            child_waits.set()
+            root_ended.wait()
+        return False
+
+    exporter = OTelExporter(pipeline.tracer_provider, sampler=TailSampler(ratio=ratio, keep_if=keep_if)).attach(relay)
+    root = relay.scope.push("handle_request", "function", root=True)
+    child = relay.scope.push("work", "function", parent=root, attach=False)
+    ending = threading.Thread(target=relay.scope.end, args=(child,))
+    ending.start()
+    child_waits.wait()
+    relay.scope.pop(root)
+    root_ended.set()
+    ending.join()
+    assert sorted(s.name for s in pipeline.finished()) == exported
+    assert exporter._tail is not None and exporter._tail.held() == 0  # nothing left held for a unit that ended
+    exporter.detach()

@@ -142,39 +142,38 @@ def usage_of(usage: Any) -> TokenUsage:
     if type(usage) is _USAGE:
         prompt, tool_prompt = usage.prompt_token_count, usage.tool_use_prompt_token_count
         candidates, thoughts = as_int(usage.candidates_token_count), usage.thoughts_token_count
-        cached = usage.cached_content_token_count
+        cached, cached_details = usage.cached_content_token_count, usage.cache_tokens_details
         prompt_details, output_details = usage.prompt_tokens_details, usage.candidates_tokens_details
-        cache_details = usage.cache_tokens_details
     else:
         prompt, tool_prompt = get(usage, "prompt_token_count"), get(usage, "tool_use_prompt_token_count")
         candidates, thoughts = as_int(get(usage, "candidates_token_count")), get(usage, "thoughts_token_count")
         if candidates is None:  # the SDK's class has no such field (load_sdk checks): pydantic would raise
             candidates = as_int(get(usage, "response_token_count"))  # the embeddings' and Live's spelling
-        cached = get(usage, "cached_content_token_count")
+        cached, cached_details = get(usage, "cached_content_token_count"), get(usage, "cache_tokens_details")
         prompt_details, output_details = get(usage, "prompt_tokens_details"), get(usage, "candidates_tokens_details")
-        cache_details = get(usage, "cache_tokens_details")
     prompt, tool_prompt, thoughts = as_int(prompt), as_int(tool_prompt), as_int(thoughts)
     inputs = None if prompt is None and tool_prompt is None else (prompt or 0) + (tool_prompt or 0)
     outputs = None if candidates is None and thoughts is None else (candidates or 0) + (thoughts or 0)
     # No details (the common answer) count nothing: spared the calls.
     prompt_modalities = _modality_counts(prompt_details) if prompt_details else _NO_COUNTS
     output_modalities = _modality_counts(output_details) if output_details else _NO_COUNTS
-    if cache_details and prompt_modalities:
-        # The prompt's audio and images count their cached tokens too, which the cache read holds already:
-        # counted in both, the prompt's parts came to more than the prompt, and the call went unpriced.
-        cached_modalities = _modality_counts(cache_details)
-        prompt_modalities = {
-            name: max(count - cached_modalities.get(name, 0), 0) for name, count in prompt_modalities.items()
-        }
+    cached_modalities = _modality_counts(cached_details) if cached_details else _NO_COUNTS
+    images = prompt_modalities.get("image")
+    if images and cached_modalities.get("image"):
+        # The prompt's images count their cached tokens too, which the cache read holds (images have no cache
+        # rate of their own): counted in both, the prompt's parts came to more than the prompt, and the call
+        # went unpriced. Cached audio has its own rate: it stays in both counts, and pricing takes it out once.
+        images = max(images - cached_modalities["image"], 0)
     return TokenUsage(
         input_tokens=inputs,
         output_tokens=outputs,
         cache_read_tokens=as_int(cached),
         reasoning_tokens=thoughts,
         input_audio_tokens=prompt_modalities.get("audio"),
-        input_image_tokens=prompt_modalities.get("image"),
+        input_image_tokens=images,
         output_audio_tokens=output_modalities.get("audio"),
         output_image_tokens=output_modalities.get("image"),
+        cache_read_audio_tokens=cached_modalities.get("audio"),
     )
 
 

@@ -15,7 +15,8 @@ A unit kept by a rule marks its trace: the spans above it (a conversation holdin
 are kept when they end, so what is exported is never cut off from its parents, and so are the
 units of that trace that end later (a scope that outlived its root is a unit of its own). Units
 of it that ended before were decided then: holding a whole conversation until it ends would hold
-without bound. When the buffer
+without bound. A span that reaches the buffer after its unit was decided (it ended on another
+thread as the unit's root ended) goes as its unit went. When the buffer
 holds ``max_buffered_spans``, a span that arrives is exported at once, unsampled, and so is
 the rest of its unit (never half of it); each such unit is counted (``otel.sampler.overflow``).
 An attempt's details log record (an event capture mode) goes out with its span, or not at all.
@@ -39,6 +40,7 @@ RULE_ERRORS = "otel.sampler.rule_errors"
 
 _UNIT_ROLES = (A.TURN,)
 _MASK = (1 << 64) - 1
+_REMEMBERED = 4096  # kept traces and decided units remembered per exporter
 
 
 class TailSampler:
@@ -117,6 +119,8 @@ class TailBuffer:
         self._lock = threading.Lock()
         self._units: dict[str, _Unit] = {}  # unit scope uuid -> what it holds
         self._kept_traces: dict[int, None] = {}  # trace ids a unit kept (bounded, oldest out)
+        # What the units that ended were decided (bounded, oldest out): a span of one may still come.
+        self._decided: dict[str, bool] = {}
         self._held = 0
 
     @staticmethod
@@ -156,11 +160,18 @@ class TailBuffer:
                 fired = True
         with self._lock:
             unit = self._units.get(unit_id)
-            if unit is None:
+            decided = self._decided.get(unit_id) if unit is None and record.uuid != unit_id else None
+            if unit is None and decided is None:
                 unit = self._units[unit_id] = _Unit()
-            if fired:
-                unit.keep = True
-            if record.uuid != unit_id:
+            if unit is None:
+                # Its unit was decided while this span was on its way here (it ended on another thread as
+                # its unit's root ended): held, it would wait for an end that has come and gone. It goes
+                # as its unit went, or as a unit of its own would (a rule fired on it, its trace kept).
+                keep = self._decide(span.get_span_context().trace_id, bool(decided) or fired)
+                release = [(span, end_ns, then)]
+            elif record.uuid != unit_id:
+                if fired:
+                    unit.keep = True
                 if unit.overflowed:
                     release = [(span, end_ns, then)]
                 elif self._held >= self.sampler.max_buffered_spans:
@@ -177,23 +188,30 @@ class TailBuffer:
                 keep = True
             else:
                 # Only a unit's end reads the trace id (held spans are decided with it).
-                trace_id = span.get_span_context().trace_id
                 del self._units[unit_id]
                 self._held -= len(unit.spans)
-                by_ratio = self.sampler.sampled(trace_id)
-                keep = by_ratio or unit.keep or unit.overflowed or trace_id in self._kept_traces
+                keep = self._decide(span.get_span_context().trace_id, fired or unit.keep or unit.overflowed)
                 release = [*unit.spans, (span, end_ns, then)]
-                if keep and not by_ratio:
-                    # Kept by a rule: what of this trace ends later (its conversation, a scope that
-                    # outlived a root and was handed down as a root of its own) is kept with it.
-                    self._kept_traces.pop(trace_id, None)
-                    self._kept_traces[trace_id] = None
-                    if len(self._kept_traces) > 4096:
-                        del self._kept_traces[next(iter(self._kept_traces))]
+                self._decided[unit_id] = keep
+                if len(self._decided) > _REMEMBERED:
+                    del self._decided[next(iter(self._decided))]
                 self._count(KEPT if keep else DROPPED)
         if keep:
             _release(release)
         # Dropped: never ended, so no processor sees them, nor their log records; they go with their references.
+
+    def _decide(self, trace_id: int, kept: bool) -> bool:
+        """Whether a unit goes out: ``kept`` by a rule (or an overflow), by the ratio, or with its trace. Under the lock."""
+        by_ratio = self.sampler.sampled(trace_id)
+        keep = by_ratio or kept or trace_id in self._kept_traces
+        if keep and not by_ratio:
+            # Kept by a rule: what of this trace ends later (its conversation, a scope that
+            # outlived a root and was handed down as a root of its own) is kept with it.
+            self._kept_traces.pop(trace_id, None)
+            self._kept_traces[trace_id] = None
+            if len(self._kept_traces) > _REMEMBERED:
+                del self._kept_traces[next(iter(self._kept_traces))]
+        return keep
 
     def flush(self) -> None:
         """Export everything held (the exporter is shutting down: its units will not end here)."""

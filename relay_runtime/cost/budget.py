@@ -7,6 +7,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from ..types import AnnotatedLLMRequest
 from .estimate import CHARS_PER_TOKEN, INPUT_KEYS, input_tokens_estimate, text_chars
 
 __all__ = [
@@ -116,7 +117,10 @@ def max_output_tokens(params: Mapping[str, Any] | None, content: Mapping[str, An
     return None
 
 
-def choices_of(content: Mapping[str, Any]) -> int:
-    """How many answers the request asks for (chat's ``n``): each may run to the output limit, each is billed."""
+def choices_of(content: Mapping[str, Any], view: AnnotatedLLMRequest | None = None) -> int:
+    """How many answers the request asks for (chat's ``n``, the neutral params' for other SDKs' spellings, as
+    Gemini's ``candidate_count``): each may run to the output limit, each is billed."""
     n = content.get("n")
+    if n is None and view is not None and view.params:
+        n = view.params.get("n")
     return n if type(n) is int and n > 1 else 1

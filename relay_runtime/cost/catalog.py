@@ -21,9 +21,9 @@ Rate = float | tuple[tuple[int, float], ...]
 # The keys of one model's entry in ``PriceCatalog.from_mapping``.
 PRICE_KEYS = (
     "input", "output", "cache_read", "cache_write", "cache_write_1h", "reasoning",
-    "input_audio", "output_audio", "input_image", "output_image",
+    "input_audio", "output_audio", "input_image", "output_image", "cache_read_audio",
 )  # fmt: skip
-OTHER_KEYS = ("max_output_tokens", "context_window", "valid_from", "currency")
+OTHER_KEYS = ("request", "web_search", "max_output_tokens", "context_window", "valid_from", "currency")
 
 
 def rate_at(rate: Rate, input_tokens: int) -> float:
@@ -54,6 +54,9 @@ class PriceEntry:
     output_audio: Rate | None = None
     input_image: Rate | None = None
     output_image: Rate | None = None
+    cache_read_audio: Rate | None = None  # audio read from the cache (else at the cache read rate)
+    request: float | None = None  # a fee billed per request, beside the tokens (not per million)
+    web_search: float | None = None  # billed per web search a provider's own search tool ran
     max_output_tokens: int | None = None
     context_window: int | None = None  # the most input a request can have: bounds a budget's quick check
     currency: str = "USD"
@@ -97,9 +100,10 @@ class PriceCatalog:
 
         Keys per model: ``input``, ``output``, ``cache_read``, ``cache_write``
         (5-minute writes), ``cache_write_1h``, ``reasoning``, ``input_audio``,
-        ``output_audio``, ``input_image``, ``output_image`` (rates), and
-        ``max_output_tokens``, ``context_window`` (tokens), ``valid_from``
-        (``YYYY-MM-DD``), ``currency``.
+        ``output_audio``, ``input_image``, ``output_image``, ``cache_read_audio``
+        (rates), ``request`` (a fee per request, beside the tokens), ``web_search``
+        (per search its search tool ran), and ``max_output_tokens``,
+        ``context_window`` (tokens), ``valid_from`` (``YYYY-MM-DD``), ``currency``.
         Anything else is an error naming the key.
         """
         if not isinstance(mapping, Mapping):
@@ -172,6 +176,12 @@ def _entry_from_mapping(provider: str, model: Any, prices: Any, currency: str) -
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
                 raise ValueError(f"price {key!r} of {where} must be a number >= 0 (per million tokens), got {value!r}")
             fields[key] = float(value)
+    for key, per in (("request", "request"), ("web_search", "search")):
+        fee = prices.get(key)
+        if fee is not None:
+            if isinstance(fee, bool) or not isinstance(fee, int | float) or not 0 <= fee < math.inf:
+                raise ValueError(f"price {key!r} of {where} must be a number >= 0 (per {per}), got {fee!r}")
+            fields[key] = float(fee)
     limit = prices.get("max_output_tokens")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0):
         raise ValueError(f"max_output_tokens of {where} must be a positive int, got {limit!r}")
@@ -282,6 +292,9 @@ def _from_genai_prices(provider: str, model: str, source: str) -> PriceEntry | N
         output_audio=rate("output_audio_mtok"),
         input_image=rate("input_image_mtok"),
         output_image=rate("output_image_mtok"),
+        cache_read_audio=rate("cache_audio_read_mtok"),
+        request=fee / 1000 if type(fee := rate("requests_kcount")) is float else None,
+        web_search=search / 1000 if type(search := rate("web_searches_kcount")) is float else None,
         context_window=info.context_window if isinstance(info.context_window, int) else None,
         valid_from=valid_from,
         source=source,

@@ -10,20 +10,24 @@ scope above it, release reservations, persist, warn; in ``settle.py``).
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from .. import conventions as cv
 from ..scopes import ScopeHandle
-from ..types import LLMRequest
+from ..types import AnnotatedLLMRequest, AnnotatedLLMResponse, LLMRequest
 from .budget import (
+    CHARS_PER_TOKEN,
     DEFAULT_ASSUMED_OUTPUT_TOKENS,
+    INPUT_KEYS,
     MAX_OUTPUT_KEYS,
     Budget,
     choices_of,
     max_output_tokens,
+    text_chars,
 )
 from .catalog import PriceCatalog, rate_at
-from .estimate import estimate_input
+from .estimate import estimate_input, input_of
 from .meter import meter_for
 from .plan import (
     KIND_OF,
@@ -40,7 +44,7 @@ from .plan import (
 from .pricing import CostRollup
 from .providers import EMBEDDINGS, price_provider
 from .rates import Priced
-from .settle import DOWNGRADED_FROM, LATE_CHARGE_MARK, WARNING_MARK, Settlement
+from .settle import DOWNGRADED_FROM, LATE_CHARGE_MARK, WARNING_MARK, Billable, Settlement
 from .store import Claim, FileSpendStore, Reservation, SharedSpendStore, SpendStore
 
 if TYPE_CHECKING:
@@ -176,7 +180,8 @@ class RelayCost(Settlement):
                     return False
             estimate = quick.estimate
             for node in quick.nodes:
-                node.rollup.reserved += estimate
+                if node.counts:
+                    node.rollup.reserved += estimate
             return True
         finally:
             lock.release()
@@ -198,7 +203,7 @@ class RelayCost(Settlement):
             return request
         content = request.raw_content()
         # The output limit, inline (this runs on every call): the neutral params' max_tokens, else the kwargs'.
-        annotated = attempt.annotated
+        annotated = attempt.annotated if attempt.annotated is not None else self._view(codec, content)
         out_tokens = max_output_tokens(annotated.params, content) if annotated is not None else None
         from_request = annotated is None
         if out_tokens is None and codec is not None and codec.operation == EMBEDDINGS:
@@ -211,8 +216,8 @@ class RelayCost(Settlement):
                     break
             else:
                 from_request = False
-                out_tokens = self._output_limit(attempt, content, priced)
-        out_tokens *= choices_of(content)
+                out_tokens = self._output_limit(annotated, content, priced)
+        out_tokens *= choices_of(content, annotated)
         out_cost = out_tokens * priced.out_rate
         window_cost = priced.window_cost
         if window_cost is not None and not (stream and self._metered) and not plan.shared:
@@ -227,7 +232,7 @@ class RelayCost(Settlement):
             if self._reserve_quick(quick):
                 attempt.cost_state = quick
                 return request
-        estimate, input_cost, output_rate = self._worst_case(content, priced, out_tokens)
+        estimate, input_cost, output_rate = self._worst_case(content, priced, out_tokens, annotated)
         crossed, held, reservation = self._reserve(plan, estimate, stream)
         if crossed is not None:
             if crossed.budget.on_exceed != "downgrade":
@@ -256,7 +261,8 @@ class RelayCost(Settlement):
             if crossed is not None:
                 return crossed, None, None
             for node in nodes:
-                node.rollup.reserved += estimate
+                if node.counts:
+                    node.rollup.reserved += estimate
         shared = plan.shared
         if not shared:
             return None, None, None
@@ -277,6 +283,8 @@ class RelayCost(Settlement):
     def _release(self, nodes: list[Node], estimate: float) -> None:
         with self._lock:
             for node in nodes:
+                if not node.counts:
+                    continue
                 rollup = node.rollup
                 remaining = rollup.reserved - estimate
                 rollup.reserved = remaining if remaining > RESIDUE else 0.0
@@ -294,10 +302,22 @@ class RelayCost(Settlement):
             self._lookup[key] = priced
         return priced
 
-    def _output_limit(self, attempt: Attempt, content: Any, priced: Priced, count: bool = True) -> int:
+    def _view(self, codec: Any, content: Mapping[str, Any]) -> AnnotatedLLMRequest | None:
+        """The codec's neutral view of SDK kwargs the estimate cannot read as they are: a prompt under none of
+        ``INPUT_KEYS`` (Gemini's ``contents`` and ``config``, Bedrock's ``body``) or an output limit nested in
+        ``inferenceConfig`` (Bedrock Converse's). None for OpenAI's and Anthropic's kwargs, read directly."""
+        if codec is None or ("inferenceConfig" not in content and any(key in content for key in INPUT_KEYS)):
+            return None
+        try:
+            view: AnnotatedLLMRequest = codec.decode(content)
+        except Exception as exc:
+            self._relay.diag.failure("bookkeeping_errors", exc, "reading a request for its budget check")
+            return None
+        return view
+
+    def _output_limit(self, view: AnnotatedLLMRequest | None, content: Any, priced: Priced, count: bool = True) -> int:
         """``max_tokens`` of the request (neutral params first), else the entry's, else the assumption."""
-        annotated = attempt.annotated
-        limit = max_output_tokens(annotated.params if annotated is not None else None, content)
+        limit = max_output_tokens(view.params if view is not None else None, content)
         if limit is None:
             limit = priced.entry.max_output_tokens
         if limit is None:
@@ -306,18 +326,19 @@ class RelayCost(Settlement):
                 self._relay.diag.count("cost.assumed_output_tokens")
         return limit
 
-    def _worst_case(self, content: Any, priced: Priced, out_tokens: int) -> tuple[float, float, float]:
+    def _worst_case(self, content: Any, priced: Priced, out_tokens: int, view: AnnotatedLLMRequest | None = None
+                    ) -> tuple[float, float, float]:  # fmt: skip
         """The most the call can cost: its input (text, images, audio, files) and its output limit, at the top rates.
 
         Returns the estimate, its input part and the output rate per token (what a stream meter needs).
         """
         entry = priced.entry
-        found = estimate_input(content, entry.provider, entry.model)
+        found = estimate_input(input_of(content, view), entry.provider, entry.model)
         if found.unknown:
             self._relay.diag.count("cost.estimate_unknown_parts", found.unknown)
         tokens_in = found.total
         in_rate, out_rate = priced.rates_at(tokens_in) if priced.tiered else (priced.in_rate, priced.out_rate)
-        input_cost = found.text * in_rate
+        input_cost = found.text * in_rate + (entry.request or 0.0)
         if found.image_tokens or found.audio_tokens:
             image_rate, audio_rate = priced.media_rates(tokens_in)
             input_cost += found.image_tokens * image_rate + found.audio_tokens * audio_rate
@@ -325,6 +346,19 @@ class RelayCost(Settlement):
         if entry.output_audio is not None and isinstance(modalities, list | tuple) and "audio" in modalities:
             out_rate = max(out_rate, rate_at(entry.output_audio, tokens_in) * 1e-6)  # it may answer in audio
         return input_cost + out_tokens * out_rate, input_cost, out_rate
+
+    def _answered_estimate(self, attempt: Billable, view: AnnotatedLLMResponse, priced: Priced) -> float | None:
+        """What an answer that came without its usage cost, read as a stream meter reads one: its request's
+        input estimated, its text and tool-call arguments as output (each of ``n`` choices as long as the
+        first). None when the request is not known (an attempt a framework's callbacks witnessed)."""
+        request = getattr(attempt, "request", None)
+        if not isinstance(request, LLMRequest):
+            return None
+        content = request.raw_content()
+        chars = text_chars(view.output_text) + sum(text_chars(call.get("arguments")) for call in view.tool_calls)
+        asked = self._view(attempt.codec, content)
+        out_tokens = (chars // CHARS_PER_TOKEN + 1) * choices_of(content, asked)
+        return self._worst_case(content, priced, out_tokens, asked)[0]
 
     def _downgrade(
         self, attempt: Attempt, request: LLMRequest, node: Node, provider: str, model: str, estimate: float,
@@ -337,9 +371,10 @@ class RelayCost(Settlement):
         if cheaper is None or priced is None or "model" not in request.raw_content():
             raise exceeded(node, estimate, model, held)
         new_request = request.replace(content={**request.raw_content(), "model": cheaper})
-        out_tokens = self._output_limit(attempt, new_request.raw_content(), priced, count=False)
-        out_tokens *= choices_of(new_request.raw_content())
-        new_estimate, input_cost, output_rate = self._worst_case(new_request.raw_content(), priced, out_tokens)
+        content = new_request.raw_content()
+        view = attempt.annotated if attempt.annotated is not None else self._view(attempt.codec, content)
+        out_tokens = self._output_limit(view, content, priced, count=False) * choices_of(content, view)
+        new_estimate, input_cost, output_rate = self._worst_case(content, priced, out_tokens, view)
         # The logical call (and an auxiliary call around it) number their next attempt after this one.
         attempt.renew(new_request, cheaper, exceeded(node, estimate, model, held), {DOWNGRADED_FROM: model})
         return new_request, cheaper, new_estimate, input_cost, output_rate

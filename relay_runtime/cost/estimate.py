@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..types import AnnotatedLLMRequest
 from . import media
 
 # A deliberately pessimistic reading of text size: most tokenizers average near 4 characters.
@@ -57,6 +58,16 @@ def input_tokens_estimate(content: Mapping[str, Any]) -> int:
     return estimate_input(content, "", "").total
 
 
+def input_of(content: Mapping[str, Any], view: AnnotatedLLMRequest | None) -> Mapping[str, Any]:
+    """What the estimate reads of a request: its SDK kwargs, or (a prompt under none of ``INPUT_KEYS``, as
+    Gemini's ``contents`` and ``config`` or Bedrock's ``body``) its neutral view's fields under those keys;
+    the provider params too, as the model reads what it is given there (a response schema)."""
+    if view is None or any(key in content for key in INPUT_KEYS):
+        return content
+    return {"messages": view.messages, "system": view.system, "tools": view.tools,
+            "response_format": view.provider_params}  # fmt: skip
+
+
 def estimate_input(content: Mapping[str, Any], provider: str, model: str) -> InputEstimate:
     found = InputEstimate()
     for key in INPUT_KEYS:
@@ -85,6 +96,11 @@ def _walk(value: Any, found: InputEstimate, provider: str, model: str) -> InputE
             pending.extend(item.values())
         elif kind is list or kind is tuple:
             pending.extend(item)
+        elif kind is not int and kind is not float and kind is not bool and item is not None:
+            # An SDK's own request model (google-genai's Content and Part): its fields hold the text.
+            fields = getattr(kind, "model_fields", None)
+            if isinstance(fields, Mapping):
+                pending.extend(getattr(item, name, None) for name in fields)
     return found
 
 

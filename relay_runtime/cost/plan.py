@@ -22,7 +22,7 @@ KIND_OF = {"logical_call": cv.LOGICAL_CALL, "turn": cv.TURN, "conversation": cv.
 class Node:
     """Where one budget's spend is counted for one attempt: a scope's roll-up (or a profile's)."""
 
-    __slots__ = ("budget", "handle", "rollup", "shared", "store_key", "warn_from")
+    __slots__ = ("budget", "counts", "handle", "rollup", "shared", "store_key", "warn_from")
 
     def __init__(self, budget: Budget, rollup: CostRollup, handle: ScopeHandle | None, store_key: str | None,
                  shared: bool = False) -> None:  # fmt: skip
@@ -34,6 +34,9 @@ class Node:
         self.shared = shared
         # The spend at which the budget warns (never, for a budget with no ``warn_at``).
         self.warn_from = budget.warn_at * budget.limit if budget.warn_at is not None else math.inf
+        # Whether this node reserves in and adds to its roll-up: False for every node of a call after the first
+        # on the same roll-up (two budgets on one turn or one profile), or a call would count there twice.
+        self.counts = True
 
 
 class AttemptSpend:
@@ -63,6 +66,9 @@ class Plan:
         self.parent = parent
         self.budgets = budgets
         self.nodes = nodes
+        if len(nodes) > 1:  # several budgets may count on one roll-up (a turn's, a profile's)
+            for i, node in enumerate(nodes):
+                node.counts = not any(other.rollup is node.rollup for other in nodes[:i])
         self.shared = [node for node in nodes if node.shared]
         # (provider, model, output limit) -> the shared AttemptSpend of a call that passes the quick check.
         self.quick: dict[tuple[str, Any, int], AttemptSpend] = {}

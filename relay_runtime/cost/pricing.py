@@ -7,6 +7,8 @@
 - OpenAI (and the APIs that copy its usage shape) count cached tokens inside
   the prompt tokens: those are priced as cache reads, the rest as input.
 - Anthropic reports cache reads and cache writes beside its input tokens.
+- A fee per request (Perplexity's) is billed beside the tokens, once per attempt priced; so is each web
+  search a provider's own search tool ran (Anthropic's ``server_tool_use``).
 
 A model with no entry, tokens in a category the entry has no rate for, or
 counts no bill can have (negative, contradictory, absurdly large) give no
@@ -23,7 +25,7 @@ from .catalog import PriceEntry, rate_at
 # The token categories of a breakdown; the fast path (flat rates, text only) prices the first five.
 CATEGORIES = (
     "input", "cache_read", "cache_write", "output", "reasoning",
-    "cache_write_1h", "input_audio", "output_audio", "input_image", "output_image",
+    "cache_write_1h", "input_audio", "output_audio", "input_image", "output_image", "cache_read_audio",
 )  # fmt: skip
 FAST_CATEGORIES = CATEGORIES[:5]
 # The TokenUsage counts a bill is made of, and the most one call can have of any of them: no model
@@ -31,7 +33,7 @@ FAST_CATEGORIES = CATEGORIES[:5]
 USAGE_COUNTS = (
     "input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens", "reasoning_tokens",
     "cache_creation_1h_tokens", "input_audio_tokens", "output_audio_tokens", "input_image_tokens",
-    "output_image_tokens",
+    "output_image_tokens", "cache_read_audio_tokens", "web_search_requests",
 )  # fmt: skip
 MAX_TOKENS = 100_000_000
 
@@ -199,20 +201,26 @@ def price_usage(entry: PriceEntry, provider: str, usage: TokenUsage) -> AttemptC
     # Each part priced apart is taken out of the count it belongs to; one without a rate stays in it.
     write_1h = (usage.cache_creation_1h_tokens or 0) if entry.cache_write_1h is not None else 0
     in_audio = (usage.input_audio_tokens or 0) if entry.input_audio is not None else 0
+    # Cached audio is among the cache reads and among the audio: billed once, as a cache read (of audio).
+    cached_audio = usage.cache_read_audio_tokens or 0
+    read_audio = cached_audio if entry.cache_read_audio is not None else 0
+    fresh_audio = in_audio - cached_audio if in_audio else 0
     in_image = (usage.input_image_tokens or 0) if entry.input_image is not None else 0
     reasoning = (usage.reasoning_tokens or 0) if entry.reasoning is not None else 0
     out_audio = (usage.output_audio_tokens or 0) if entry.output_audio is not None else 0
     out_image = (usage.output_image_tokens or 0) if entry.output_image is not None else 0
-    fresh = whole - cache_read - cache_write - in_audio - in_image
+    fresh = whole - cache_read - cache_write - fresh_audio - in_image
     text_out = out - reasoning - out_audio - out_image
     missing: list[str] = []
-    if fresh < 0 or text_out < 0 or cache_write < write_1h or (usage.reasoning_tokens or 0) > out:
+    if (fresh < 0 or text_out < 0 or cache_write < write_1h or (usage.reasoning_tokens or 0) > out
+            or fresh_audio < 0 or cache_read < cached_audio):  # fmt: skip
         missing.append("usage")  # counts that contradict each other: no amount rather than a wrong one
     breakdown: dict[str, float] = {}
-    counts = (fresh, cache_read, cache_write - write_1h, text_out, reasoning, write_1h, in_audio, out_audio,
-              in_image, out_image)  # fmt: skip
+    counts = (fresh, cache_read - read_audio, cache_write - write_1h, text_out, reasoning, write_1h, fresh_audio,
+              out_audio, in_image, out_image, read_audio)  # fmt: skip
     rates = (entry.input, entry.cache_read, entry.cache_write, entry.output, entry.reasoning, entry.cache_write_1h,
-             entry.input_audio, entry.output_audio, entry.input_image, entry.output_image)  # fmt: skip
+             entry.input_audio, entry.output_audio, entry.input_image, entry.output_image,
+             entry.cache_read_audio)  # fmt: skip
     for category, tokens, rate in zip(CATEGORIES, counts, rates, strict=True):
         if tokens <= 0:
             continue
@@ -220,6 +228,14 @@ def price_usage(entry: PriceEntry, provider: str, usage: TokenUsage) -> AttemptC
             missing.append(category)
         else:
             breakdown[category] = tokens * rate_at(rate, whole) * _M
+    if entry.request:
+        breakdown["request"] = entry.request
+    searches = usage.web_search_requests
+    if searches:
+        if entry.web_search is None:
+            missing.append("web_search")
+        else:
+            breakdown["web_search"] = searches * entry.web_search
     if missing:
         return AttemptCost(None, entry.currency, provider, entry.model, entry.valid_from, breakdown, tuple(missing))
     return AttemptCost(sum(breakdown.values()), entry.currency, provider, entry.model, entry.valid_from, breakdown)

@@ -25,12 +25,15 @@ class Priced:
         self.tiered = any(r is not None and type(r) is not float for r in prices)
         # Flat rates per token, in CATEGORIES order: what the fast path multiplies by.
         self.rates = tuple(r * _M if type(r) is float else None for r in prices)
-        self.simple = not self.tiered and entry.input is not None and entry.output is not None
+        # A fee per request goes in the breakdown, which the fast path does not build.
+        self.simple = not self.tiered and entry.input is not None and entry.output is not None and not entry.request
         # A tiered entry's quick check assumes its dearest tier.
         self.in_rate, self.out_rate = self.rates_at(TOP_TIER)
         window = entry.context_window
-        # A full window of the dearest input (images or audio may cost more than text) bounds any request.
-        self.window_cost = window * max(self.in_rate, *self.media_rates(TOP_TIER)) if window else None
+        # A full window of the dearest input (images or audio may cost more than text), and the fee per request
+        # when there is one, bound any request's input side.
+        self.window_cost = window * max(self.in_rate, *self.media_rates(TOP_TIER)) + (entry.request or 0.0) \
+            if window else None  # fmt: skip
 
     def media_rates(self, input_tokens: int) -> tuple[float, float]:
         """Per-token rates of image and audio input: their own when the entry has them, else the input rate's."""
@@ -66,7 +69,8 @@ def fast_price(priced: Priced, provider: str, model: str | None, usage: TokenUsa
     except TypeError:  # not ints
         return None
     if (usage.cache_creation_1h_tokens or usage.input_audio_tokens or usage.output_audio_tokens
-            or usage.input_image_tokens or usage.output_image_tokens):  # fmt: skip
+            or usage.input_image_tokens or usage.output_image_tokens or usage.cache_read_audio_tokens
+            or usage.web_search_requests):  # fmt: skip
         return None  # parts priced apart: the general path
     fresh = inp if provider in CACHE_BESIDE_INPUT else inp - cache_read - cache_write
     r_in, r_read, r_write, r_out, r_reason = priced.rates

@@ -74,6 +74,8 @@ class Settlement:
 
         def _nodes(self, parent: ScopeHandle | None, budgets: tuple[Budget, ...]) -> Plan: ...
 
+        def _answered_estimate(self, attempt: Billable, view: AnnotatedLLMResponse, priced: Priced) -> float | None: ...
+
     # -- after the provider ------------------------------------------------------------------------
 
     def settle(self, attempt: Billable, outcome: str, response: Any, view: Any) -> bool:
@@ -115,6 +117,8 @@ class Settlement:
             if spend is not None:
                 estimate = spend.estimate
                 for node in spend.nodes:
+                    if not node.counts:
+                        continue
                     rollup = node.rollup
                     # Releases in another order than the reservations leave float residue (~1e-19):
                     # below a trillionth of the currency unit nothing is in flight.
@@ -238,6 +242,14 @@ class Settlement:
                 # A stream stopped before its usage arrived: its running estimate is all there is.
                 amount = meter.running()
                 return AttemptCost(amount, currency, provider, model, entry.valid_from, {"estimate": amount}, (), True)
+            if annotated and spend is not None and spend.nodes:
+                # An answer with no usage (a chat stream not asked for it, one the caller closed) is billed
+                # all the same: counted as nothing, a budget would let any number of them through.
+                guessed = self._answered_estimate(attempt, view, priced)
+                if guessed is not None:
+                    self._relay.diag.count("cost.estimated_no_usage")
+                    return AttemptCost(guessed, currency, provider, model, entry.valid_from, {"estimate": guessed},
+                                       (), True)  # fmt: skip
             self._relay.diag.count("cost.unpriced_no_usage")
             return unpriced(currency, provider, model, "usage")
         if priced.simple:
