@@ -5,8 +5,8 @@ A trace processor beside the SDK's own ones (``agents.add_trace_processor``): it
 - ``agent`` spans are ``agent`` scopes (``invoke_agent`` in OTel); ``handoff``, ``guardrail`` and
   ``mcp_tools`` spans are ``function`` scopes (``handoff``, ``guardrail <name>``, ``mcp_list_tools``);
   a ``function`` span is a ``tool`` scope (of ``relay.kind`` tool, whose result trajectories and the
-  journal take) unless the tool is one ``instrument()`` wrapped (its managed call is the scope then). Task, turn and custom spans open no scope: what is inside them nests
-  under the scope around them.
+  journal take) unless the tool is one ``instrument()`` wrapped (its managed call is the scope then).
+  Task, turn and custom spans open no scope: what is inside them nests under the scope around them.
 - A tool call a tool input guardrail refused (``tool_spans``: the SDK marks no span) is a ``tool``
   scope ended failed with ``GuardrailRejected``, as a relay tool guardrail's refusal is: also for a
   wrapped tool (whose managed call never started) and for the processor alone.

@@ -201,7 +201,9 @@ class TailBuffer:
         # Dropped: never ended, so no processor sees them, nor their log records; they go with their references.
 
     def _decide(self, trace_id: int, kept: bool) -> bool:
-        """Whether a unit goes out: ``kept`` by a rule (or an overflow), by the ratio, or with its trace. Under the lock."""
+        """Whether a unit goes out: ``kept`` by a rule (or an overflow), by the ratio, or with its trace.
+
+        Under the lock."""
         by_ratio = self.sampler.sampled(trace_id)
         keep = by_ratio or kept or trace_id in self._kept_traces
         if keep and not by_ratio:
