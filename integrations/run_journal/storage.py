@@ -83,10 +83,14 @@ def _truncated(payload: Any, encoded: bytes, cap: int) -> dict[str, Any]:
         for key, value in payload.items():
             if len(marker) >= 32:
                 break
-            if isinstance(key, str) and len(key) <= _KEPT_SCALAR_CHARS and (
-                value is None
-                or isinstance(value, bool | int | float)
-                or (isinstance(value, str) and len(value) <= _KEPT_SCALAR_CHARS)
+            if (
+                isinstance(key, str)
+                and len(key) <= _KEPT_SCALAR_CHARS
+                and (
+                    value is None
+                    or isinstance(value, bool | int | float)
+                    or (isinstance(value, str) and len(value) <= _KEPT_SCALAR_CHARS)
+                )
             ):
                 marker[key] = value
     marker.update(
@@ -304,11 +308,13 @@ def _scan_tail(fd: int, size: int, cap: int) -> tuple[int, bool]:
 
 
 def _write_all(fd: int, data: bytes) -> None:
-    written = os.write(fd, data)
-    if written < len(data):  # only a signal or a full disk cuts a regular-file write short
-        view = memoryview(data)[written:]
-        while view:
+    view = memoryview(data)
+    try:
+        while view:  # only a signal or a full disk cuts a regular-file write short
             view = view[os.write(fd, view) :]
+    except OSError:
+        if len(view) != 1:  # a full disk left the row whole but its newline: readers read it, so it stands
+            raise
 
 
 def _make_dirs(directory: Path) -> list[Path]:
@@ -395,7 +401,14 @@ def append_run_event(
     """
     path = paths.run_file(session_id, run_id, session_dir)
     return append_to(
-        OPEN_FILES.get(path), session_id, run_id, event, payload, seq, created_at, fsync_policy(fsync),
+        OPEN_FILES.get(path),
+        session_id,
+        run_id,
+        event,
+        payload,
+        seq,
+        created_at,
+        fsync_policy(fsync),
         row_cap(max_row_bytes),
     )
 
