@@ -83,14 +83,10 @@ def _truncated(payload: Any, encoded: bytes, cap: int) -> dict[str, Any]:
         for key, value in payload.items():
             if len(marker) >= 32:
                 break
-            if (
-                isinstance(key, str)
-                and len(key) <= _KEPT_SCALAR_CHARS
-                and (
-                    value is None
-                    or isinstance(value, bool | int | float)
-                    or (isinstance(value, str) and len(value) <= _KEPT_SCALAR_CHARS)
-                )
+            if isinstance(key, str) and len(key) <= _KEPT_SCALAR_CHARS and (
+                value is None
+                or isinstance(value, bool | int | float)
+                or (isinstance(value, str) and len(value) <= _KEPT_SCALAR_CHARS)
             ):
                 marker[key] = value
     marker.update(
@@ -401,14 +397,7 @@ def append_run_event(
     """
     path = paths.run_file(session_id, run_id, session_dir)
     return append_to(
-        OPEN_FILES.get(path),
-        session_id,
-        run_id,
-        event,
-        payload,
-        seq,
-        created_at,
-        fsync_policy(fsync),
+        OPEN_FILES.get(path), session_id, run_id, event, payload, seq, created_at, fsync_policy(fsync),
         row_cap(max_row_bytes),
     )
 
