@@ -15,6 +15,7 @@ import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 from voice_support import FakeNativeProvider, GatedHermesToolBroker, PerTaskBroker, next_event, read_until, wait_for
 
+from relay_runtime.integrations.run_journal.paths import MAX_ID_LENGTH, valid_id
 from relay_runtime.integrations.voice_relay import (
     ProviderEvent,
     ProviderEventKind,
@@ -438,3 +439,30 @@ async def test_a_flood_of_respeak_requests_holds_one_delivery_not_one_per_messag
     assert refused == ["respeak_in_progress"] * (flood - 1)
     await asyncio.sleep(0.2)
     assert provider.connection.request_response_count == 1
+
+
+@pytest.mark.asyncio
+async def test_a_session_id_from_the_voice_model_that_the_journal_would_refuse_is_a_tool_error(
+    relay: dict[str, Any],
+) -> None:
+    # The agent's run is journaled under it: a run under an id the journal refuses would go unrecorded.
+    provider, broker = relay["provider"], relay["broker"]
+    await tool_call(provider, session_id="the current chat")
+    result = await result_for(provider, "call-1")
+    assert result["ok"] is False and "session_id" in result["error"]
+    assert broker.requests == []
+
+
+@pytest.mark.asyncio
+async def test_a_fast_lane_side_session_of_the_longest_chat_session_id_is_still_a_journal_id(
+    relay: dict[str, Any],
+) -> None:
+    provider, broker, session = relay["provider"], relay["broker"], relay["session"]
+    session.chat_session_id = "c" * MAX_ID_LENGTH  # as long as a session's chat_session_id may be
+    await tool_call(provider)
+    await broker.started.wait()
+    await tool_call(provider, call_id="call-2")
+    await wait_for(lambda: len(broker.requests) == 2)
+    main, side = (request.session_id for request in broker.requests)
+    assert main == "c" * MAX_ID_LENGTH
+    assert valid_id(side) and side != main
