@@ -46,6 +46,7 @@ DEFAULT_CONNECT_TIMEOUT = 1.0
 DEFAULT_RETRIES = 2
 _READ_BATCH = 512
 _FOLLOW_BUDGET = 1 << 20  # bytes a follower asks for at once (bounded by count, adapted to row sizes)
+_FOLD_BUDGET = 1 << 17  # bytes a summary folds at once: every SSE lookup of a live run folds it
 _PREVIEW = 200
 _SUMMARY_CACHE_SIZE = 256
 # Lost connections, timeouts, and a server that restarted (scripts gone) or is still loading its data.
@@ -338,7 +339,7 @@ class RedisStreamStore:
         lookup of a live run asks for it, and reading the run whole held it once per request."""
         fold = SummaryFold(session_id, run_id)
         stream = self.keys.stream(session_id, run_id)
-        start, count = "-", _follow_count(size // max(1, last))
+        start, count = "-", _follow_count(size // max(1, last), _FOLD_BUDGET)
         while last:
             entries: Any = self.client.xrange(stream, start, str(last), count=count)
             rows: list[dict[str, Any]] = []
@@ -348,7 +349,7 @@ class RedisStreamStore:
             if len(entries) < count:
                 break
             start = "(" + _text(entries[-1][0])
-            count = _follow_count(max(len(fields.get(ROW_FIELD) or b"") for _, fields in entries))
+            count = _follow_count(max(len(fields.get(ROW_FIELD) or b"") for _, fields in entries), _FOLD_BUDGET)
         return fold.result()
 
     def locate(self, run_id: str) -> str | None:
@@ -460,8 +461,8 @@ class RedisStreamStore:
                 yield rows
 
 
-def _follow_count(row_bytes: int) -> int:
-    return max(1, min(_READ_BATCH, _FOLLOW_BUDGET // max(row_bytes, 1)))
+def _follow_count(row_bytes: int, budget: int = _FOLLOW_BUDGET) -> int:
+    return max(1, min(_READ_BATCH, budget // max(row_bytes, 1)))
 
 
 def _text(value: Any) -> str:
