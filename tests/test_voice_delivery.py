@@ -437,6 +437,17 @@ async def test_a_flood_of_respeak_requests_holds_one_delivery_not_one_per_messag
     assert [t.get_name().startswith("voice-respeak") for t in session.tasks].count(True) == 1
     refused = [e["code"] for e in events if e["type"] == "voice.error"]
     assert refused == ["respeak_in_progress"] * (flood - 1)
+    # A resumed socket is the same session: it cannot start a second respeak either.
+    resumed = await relay["client"].ws_connect(relay["info"]["websocket_path"], headers=relay["headers"])
+    last = events[-1]["event_id"]
+    await resumed.send_json(
+        {"type": "session.resume", "resume_token": relay["info"]["resume_token"], "last_event_id": last}
+    )
+    await read_until(resumed, "voice.replay.done")
+    await resumed.send_str(json.dumps({"type": "hermes.result.respeak"}))
+    error = (await read_until(resumed, "voice.error"))[-1]
+    assert error["code"] == "respeak_in_progress"
+    await resumed.close()
     await asyncio.sleep(0.2)
     assert provider.connection.request_response_count == 1
 

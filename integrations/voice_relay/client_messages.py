@@ -3,7 +3,6 @@ wrong; the session carries on."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import logging
@@ -75,8 +74,6 @@ class ClientMessages:
             "hermes.result.respeak": self._respeak,
         }
         self.last_acked_event_id = 0
-        # The respeak under way: a phone repeating the request must not queue a speech (and a task) per message.
-        self._respeak_task: asyncio.Task[Any] | None = None
 
     async def handle_text(self, data: str) -> None:
         try:
@@ -179,9 +176,10 @@ class ClientMessages:
         last = self.delivery.last_result
         if last is None:
             raise ClientMessageError("nothing_to_respeak", "no background result has been delivered yet")
-        if self._respeak_task is not None and not self._respeak_task.done():
+        respeak = self.delivery.respeak
+        if respeak is not None and not respeak.done():
             raise ClientMessageError("respeak_in_progress", "the last result is already being spoken again")
         again = type(last)(
             ok=last.ok, answer=last.answer, tool_count=last.tool_count, error=last.error, call_id=last.call_id
         )
-        self._respeak_task = self.session.spawn(self.delivery.deliver(again), name="voice-respeak")
+        self.delivery.respeak = self.session.spawn(self.delivery.deliver(again), name="voice-respeak")
