@@ -29,11 +29,31 @@ _SERVE = "from relay_runtime.integrations.run_journal.cli import main; raise Sys
 class ServerProcess:
     """A journal server process; ``with ServerProcess(dir) as srv: srv.url``."""
 
-    def __init__(self, session_dir: Path, *, write_timeout: float = 30.0, heartbeat: float = 15.0,
-                 env: dict[str, str] | None = None, extra: tuple[str, ...] = (), log: Path | None = None) -> None:
+    def __init__(
+        self,
+        session_dir: Path | None,
+        *,
+        write_timeout: float = 30.0,
+        heartbeat: float = 15.0,
+        env: dict[str, str] | None = None,
+        extra: tuple[str, ...] = (),
+        log: Path | None = None,
+    ) -> None:
+        # Without a session dir the server serves the store RELAY_JOURNAL_URL names (in ``env``).
+        where = ("--session-dir", str(session_dir)) if session_dir is not None else ()
         self.args = [
-            sys.executable, "-c", _SERVE, "serve", "--session-dir", str(session_dir), "--port", "0",
-            "--write-timeout", str(write_timeout), "--heartbeat", str(heartbeat), *extra,
+            sys.executable,
+            "-c",
+            _SERVE,
+            "serve",
+            *where,
+            "--port",
+            "0",
+            "--write-timeout",
+            str(write_timeout),
+            "--heartbeat",
+            str(heartbeat),
+            *extra,
         ]
         self.log = log  # where the server's stderr (its log) goes; nowhere without it
         self.env = {**os.environ, **(env or {})}
@@ -89,8 +109,15 @@ class ServerProcess:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def write_run(session_dir: Path, run_id: str, total_bytes: int, *, row_bytes: int = 1000,
-              session_id: str = "load", done: bool = True) -> int:
+def write_run(
+    session_dir: Path,
+    run_id: str,
+    total_bytes: int,
+    *,
+    row_bytes: int = 1000,
+    session_id: str = "load",
+    done: bool = True,
+) -> int:
     """A run of token rows of about ``row_bytes`` each up to ``total_bytes``; returns its number of rows."""
     writer = RunJournalWriter(session_id, run_id, session_dir=session_dir)
     text = "x" * max(1, row_bytes - 230)
@@ -113,8 +140,9 @@ class Replay:
     seconds: float
 
 
-async def replay(session: aiohttp.ClientSession, url: str, *, headers: dict[str, str] | None = None,
-                 timeout: float = 120.0) -> Replay:
+async def replay(
+    session: aiohttp.ClientSession, url: str, *, headers: dict[str, str] | None = None, timeout: float = 120.0
+) -> Replay:
     """Read one SSE stream to its end, counting bytes and messages (ids), without keeping the body."""
     start = time.perf_counter()
 

@@ -8,6 +8,7 @@ Every test runs a real redis-server of its own (``redis_support``) and freezes i
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -15,11 +16,14 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import aiohttp
 import pytest
+from aiohttp.test_utils import TestServer
 from redis_support import RedisServer, own_redis_server, redis_prefix  # noqa: F401 - fixtures
 
 from relay_runtime.integrations.run_journal import JournalUnavailable, RedisStreamStore
 from relay_runtime.integrations.run_journal.background import RowWriter
+from relay_runtime.integrations.run_journal.routes import create_app
 
 
 @contextlib.contextmanager
@@ -141,4 +145,28 @@ def test_the_journal_writer_retries_a_row_that_may_be_written_under_its_own_id(
         assert [(row["seq"], row["event"]) for row in _rows(store)] == [(1, "token"), (2, "token"), (3, "done")]
     finally:
         writer.close()
+        store.close()
+
+
+@pytest.mark.asyncio
+async def test_a_client_at_its_stream_cap_is_refused_before_its_run_is_read(
+    own_redis_server: RedisServer, redis_prefix: str
+) -> None:
+    # Looking a run up reads it; a client at its cap must cost nothing more, whatever state the store is in.
+    store = RedisStreamStore(own_redis_server.url, prefix=redis_prefix)
+    store.append("s", "r", "token", {"text": "live"})
+    app = create_app(store=store, max_streams_per_client=1, heartbeat=0.2)
+    try:
+        async with (
+            TestServer(app, host="127.0.0.1") as server,
+            aiohttp.ClientSession() as client,
+            client.get(server.make_url("/runs/r/events?session_id=s")) as held,
+        ):
+            assert held.status == 200
+            assert b"r:1" in await asyncio.wait_for(held.content.readuntil(b"\n\n"), 10)
+            with frozen(own_redis_server):
+                async with client.get(server.make_url("/runs/r/events?session_id=s")) as refused:
+                    assert refused.status == 429
+                    assert "at most 1 sse responses at once per client" in (await refused.json())["error"]
+    finally:
         store.close()

@@ -9,7 +9,7 @@ import asyncio
 import aiohttp
 import pytest
 from journal_load import ServerProcess, get_json, write_run
-from redis_support import inject_junk, journal_store, redis_server  # noqa: F401 - fixtures used by name
+from redis_support import inject_junk, journal_store, own_redis_server, redis_server  # noqa: F401 - fixtures used by name
 
 from relay_runtime.integrations.run_journal import RunJournalWriter
 
@@ -66,10 +66,19 @@ def mixed_rows(store, run_id: str = "run-a") -> None:
         if i % 97 == 0:
             store.append("session-a", run_id, "tool_call", {"name": "x"})
         if i == 300:
-            store.append("session-a", run_id, "runtime_model", {
-                "session_id": "session-a", "stream_id": run_id, "model": "m", "provider": "p",
-                "fallback_active": False, "phase": "observed_output",
-            })
+            store.append(
+                "session-a",
+                run_id,
+                "runtime_model",
+                {
+                    "session_id": "session-a",
+                    "stream_id": run_id,
+                    "model": "m",
+                    "provider": "p",
+                    "fallback_active": False,
+                    "phase": "observed_output",
+                },
+            )
     store.append("session-a", run_id, "done", {"terminal_state": "tool_limit_reached"})
 
 
@@ -112,3 +121,39 @@ def test_the_snapshot_is_folded_page_by_page_on_every_store(journal_store):
     whole = routes._project("session-a", "run-a", journal_store.read("session-a", "run-a"))
     assert routes._live_snapshot(journal_store, "run-a", None) == whole
     assert whole["malformed_count"] == 1 and whole["terminal_state"] == "tool_limit_reached"
+
+
+async def _first_bytes(client: aiohttp.ClientSession, path: str) -> int:
+    """Open an SSE stream, wait for its head (the server has looked the run up), and leave."""
+    async with client.get(path) as resp:
+        return resp.status
+
+
+@pytest.mark.asyncio
+async def test_sse_streams_opened_on_a_live_redis_run_do_not_each_read_the_whole_run(own_redis_server, tmp_path):
+    from relay_runtime.integrations.run_journal import RedisStreamStore
+
+    store = RedisStreamStore(own_redis_server.url)
+    try:
+        rows = [
+            store.prepare("load", "live", "tool_call", {"name": "w", "arguments": {"text": "y" * 900}})
+            for _ in range(10_000)
+        ]
+        for start in range(0, len(rows), 500):
+            store.append_many(rows[start : start + 500])
+        last = store.run_stats("load", "live")["seq"]
+    finally:
+        store.close()
+    env = {"RELAY_JOURNAL_URL": own_redis_server.url}
+    with ServerProcess(None, env=env, heartbeat=60) as srv:
+        idle = srv.memory_kib()["VmRSS"]
+        async with aiohttp.ClientSession(base_url=srv.url, timeout=TIMEOUT) as client:
+            # Reconnects at the end of a live 11 MB run: nothing to replay, and the run has no end row.
+            path = f"/runs/live/events?session_id=load&after_seq={last}"
+            statuses = await asyncio.gather(*(_first_bytes(client, path) for _ in range(24)))
+            peak = srv.memory_kib()["VmHWM"]
+    assert set(statuses) == {200}
+    grew = peak - idle
+    # Before, each stream's lookup read the whole run from Redis at once (~40 MiB each, six at a time):
+    # the server grew by some 200 MiB; folded 128 KiB at a time, by a few.
+    assert grew < 30 * 1024, f"server grew by {grew / 1024:.0f} MiB"

@@ -166,3 +166,19 @@ async def test_the_run_list_is_newest_first_with_state_and_duration(tmp_path: Pa
     ]
     assert runs[0]["duration_s"] is None and runs[0]["started_at"] == 2000.0
     assert runs[1]["duration_s"] == 2.5
+
+
+@pytest.mark.asyncio
+async def test_a_cost_row_holding_half_a_surrogate_pair_does_not_take_the_run_list_down(tmp_path: Path) -> None:
+    # A lone surrogate has no UTF-8 form: the writer stores it escaped, and it reads back as itself.
+    append_run_event("s", "r", "cost", {"amount": 0.5, "currency": "US\ud83d"}, session_dir=tmp_path)
+    append_run_event("s", "r", "done", {}, session_dir=tmp_path)
+    server = await _serve(tmp_path, None)
+    try:
+        url = server.make_url("/api/runs")
+        async with aiohttp.ClientSession(timeout=TIMEOUT) as client, client.get(url) as response:
+            assert response.status == 200
+            runs = (await response.json())["runs"]
+    finally:
+        await server.close()
+    assert [(r["run_id"], r["terminal_state"], r["cost"]["currency"]) for r in runs] == [("r", "completed", "US\ud83d")]

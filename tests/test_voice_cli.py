@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import resource
 import signal
+import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import aiohttp
@@ -97,3 +102,55 @@ def test_example_client_round_trip_and_its_arguments(capsys: pytest.CaptureFixtu
     with pytest.raises(SystemExit):
         voice_client.main(["--url", "http://127.0.0.1:9"])
     assert "--url and --token go together" in capsys.readouterr().err
+
+
+SLOW_CLIENTS = 400
+FILE_LIMIT = 256
+
+
+def _low_file_limit() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (FILE_LIMIT, FILE_LIMIT))
+
+
+def test_hundreds_of_idle_sockets_from_one_address_do_not_starve_a_phone(tmp_path: Path) -> None:
+    # More connections than the process has file descriptors, all from 127.0.0.2, none sending a whole head.
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "relay_runtime.integrations.voice_relay.cli", "serve", "--port", "0"]
+    proc = subprocess.Popen(
+        [*command, "--run-dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        preexec_fn=_low_file_limit,
+    )
+    slow: list[socket.socket] = []
+    try:
+        assert proc.stdout is not None
+        output = LineReader(proc.stdout)
+        url = output.next().strip().rsplit(" ", 1)[-1]
+        port = int(url.rsplit(":", 1)[1])
+        for _ in range(SLOW_CLIENTS):
+            try:
+                sock = socket.create_connection(("127.0.0.1", port), timeout=2, source_address=("127.0.0.2", 0))
+            except TimeoutError:
+                break  # the server no longer accepts anyone: the phone below will not be served either
+            slow.append(sock)
+            with contextlib.suppress(OSError):  # one turned away may be closed already
+                sock.sendall(b"GET /voice/realtime-agent/config HTTP/1.1\r\nHost: relay\r\n")  # never the blank line
+        # The phone, from its own address, is answered at once (401: it sent no token), again and again.
+        for _ in range(5):
+            request = urllib.request.Request(f"{url}/voice/realtime-agent/config")
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=5)
+            assert refused.value.code == 401
+    finally:
+        for sock in slow:
+            sock.close()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)

@@ -15,6 +15,7 @@ import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 from voice_support import FakeNativeProvider, GatedHermesToolBroker, PerTaskBroker, next_event, read_until, wait_for
 
+from relay_runtime.integrations.run_journal.paths import MAX_ID_LENGTH, valid_id
 from relay_runtime.integrations.voice_relay import (
     ProviderEvent,
     ProviderEventKind,
@@ -47,8 +48,7 @@ ANY_INT = _AnyInt()
         ("One moment while I look that up.", ANSWER, "acknowledgement_not_summary"),
         ("The job is queued; I'll let you know.", ANSWER, "acknowledgement_not_summary"),
         ("Okay.", ANSWER, "short_acknowledgement"),
-        ("Everything went fine and you should be pleased with how it all turned out.", ANSWER,
-         "no_answer_overlap"),
+        ("Everything went fine and you should be pleased with how it all turned out.", ANSWER, "no_answer_overlap"),
         ("Your background answer is ready.", ANSWER, None),
         # A deferral phrase that is part of the answer itself is not filler.
         ("Your order is queued for shipping on day 3.", "The order is queued for shipping on day 3.", None),
@@ -113,22 +113,33 @@ async def relay(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
         info = await resp.json()
         ws = await client.ws_connect(info["websocket_path"], headers=headers)
         assert (await next_event(ws))["type"] == "voice.session.ready"
-        yield {"ws": ws, "provider": provider, "broker": broker, "client": client, "headers": headers,
-               "info": info, "session": server.realtime_agent.sessions[info["session_id"]],
-               "agent": server.realtime_agent}
+        yield {
+            "ws": ws,
+            "provider": provider,
+            "broker": broker,
+            "client": client,
+            "headers": headers,
+            "info": info,
+            "session": server.realtime_agent.sessions[info["session_id"]],
+            "agent": server.realtime_agent,
+        }
         broker.release.set()
         await ws.close()
     runs_module._PRE_TASK_STATUS_LEAD_SECONDS = previous
 
 
-async def tool_call(provider: FakeNativeProvider, name: str = "hermes_run_task", call_id: str = "call-1",
-                    **arguments: Any) -> None:
+async def tool_call(
+    provider: FakeNativeProvider, name: str = "hermes_run_task", call_id: str = "call-1", **arguments: Any
+) -> None:
     if name == "hermes_run_task":
         arguments.setdefault("text", "Research the thing.")
-    await provider.connection.emit(ProviderEvent(
-        ProviderEventKind.FUNCTION_CALL_COMPLETED, response_id="resp-1",
-        payload={"call": ToolCallEvent(call_id=call_id, name=name, arguments=arguments)},
-    ))
+    await provider.connection.emit(
+        ProviderEvent(
+            ProviderEventKind.FUNCTION_CALL_COMPLETED,
+            response_id="resp-1",
+            payload={"call": ToolCallEvent(call_id=call_id, name=name, arguments=arguments)},
+        )
+    )
 
 
 async def result_for(provider: FakeNativeProvider, call_id: str) -> dict[str, Any]:
@@ -158,8 +169,13 @@ async def test_good_summary_commits_early_and_is_delivered_once(relay: dict[str,
     await summary_injected(provider)
     emit = provider.connection.emit
     await emit(ProviderEvent(ProviderEventKind.RESPONSE_STARTED, response_id="sum-1"))
-    await emit(ProviderEvent(ProviderEventKind.OUTPUT_TEXT_DELTA, response_id="sum-1",
-                             payload={"delta": "Good news: the background answer is ready for you now."}))
+    await emit(
+        ProviderEvent(
+            ProviderEventKind.OUTPUT_TEXT_DELTA,
+            response_id="sum-1",
+            payload={"delta": "Good news: the background answer is ready for you now."},
+        )
+    )
     # Committed before the response ends: the phone hears it as it comes.
     events = await read_until(ws, "voice.response.delta")
     assert [e["type"] for e in events][-2:] == ["voice.response.started", "voice.response.delta"]
@@ -312,14 +328,24 @@ async def test_responses_never_reported_done_stay_bounded(relay: dict[str, Any])
     assert [r["response_id"] for r in evicted] == ids[:extra]
     assert [r["evicted_total"] for r in evicted] == list(range(1, extra + 1))
     # The provider's table of open tool calls reports its evictions through the same log.
-    await provider.connection.emit(ProviderEvent(
-        ProviderEventKind.FUNCTION_CALL_STARTED, response_id="resp-x", payload={"call_id": "c-9", "name": "t"},
-        metadata={"evicted_tool_call": {"call_id": "c-1", "name": "hermes_get_status"}, "evicted_tool_calls": 1},
-    ))
+    await provider.connection.emit(
+        ProviderEvent(
+            ProviderEventKind.FUNCTION_CALL_STARTED,
+            response_id="resp-x",
+            payload={"call_id": "c-9", "name": "t"},
+            metadata={"evicted_tool_call": {"call_id": "c-1", "name": "hermes_get_status"}, "evicted_tool_calls": 1},
+        )
+    )
     await read_until(ws, "voice.tool_call.started")
     assert log_records(session, "voice.realtime_agent.tool_call_evicted") == [
-        {"log": "voice.realtime_agent.tool_call_evicted", "at_ms": ANY_INT, "session_id": session.session_id,
-         "call_id": "c-1", "tool": "hermes_get_status", "evicted_total": 1}
+        {
+            "log": "voice.realtime_agent.tool_call_evicted",
+            "at_ms": ANY_INT,
+            "session_id": session.session_id,
+            "call_id": "c-1",
+            "tool": "hermes_get_status",
+            "evicted_total": 1,
+        }
     ]
 
 
@@ -366,8 +392,9 @@ async def test_every_result_finished_while_detached_is_delivered_after_resume(re
     assert injected() == []  # nothing spoken into the void
 
     ws2 = await relay["client"].ws_connect(relay["info"]["websocket_path"], headers=relay["headers"])
-    await ws2.send_json({"type": "session.resume", "resume_token": relay["info"]["resume_token"],
-                         "last_event_id": ready_id})
+    await ws2.send_json(
+        {"type": "session.resume", "resume_token": relay["info"]["resume_token"], "last_event_id": ready_id}
+    )
     await read_until(ws2, "voice.replay.done")
     await wait_for(lambda: len(injected()) == 2)
     assert PerTaskBroker.answer("first task") in injected()[0]
@@ -387,3 +414,66 @@ async def test_prompts_and_tool_results_carry_no_ids(relay: dict[str, Any]) -> N
     assert len(said) >= 3  # the handoff prompt, the summary prompt, the interim tool result
     ids = ("call-7f3a", "run-gated", session.session_id, session.chat_session_id or "chat-none")
     assert [text for text in said if any(i in text for i in ids)] == []
+
+
+@pytest.mark.asyncio
+async def test_a_flood_of_respeak_requests_holds_one_delivery_not_one_per_message(relay: dict[str, Any]) -> None:
+    ws, provider, broker, session = relay["ws"], relay["provider"], relay["broker"], relay["session"]
+    session.result_delivery = "visual_only"
+    await tool_call(provider)
+    await read_until(ws, "hermes.run.promoted")
+    broker.release.set()
+    await read_until(ws, "voice.response.done")
+    # Spoken respeaks now: the provider never answers, so each one waits out its confirm window.
+    session.result_delivery = "speak_verbatim"
+    flood = 300
+    for _ in range(flood):
+        await ws.send_str(json.dumps({"type": "hermes.result.respeak"}))
+    # Messages are handled in order: once this is answered, every respeak has been.
+    await ws.send_str(json.dumps({"type": "session.start"}))
+    events = await read_until(ws, "voice.session.started", limit=flood + 50)
+    await wait_for(lambda: provider.connection.request_response_count >= 1)
+    # Whatever the phone sends, it holds one respeak at a time, not a task (and a speech) per message.
+    assert [t.get_name().startswith("voice-respeak") for t in session.tasks].count(True) == 1
+    refused = [e["code"] for e in events if e["type"] == "voice.error"]
+    assert refused == ["respeak_in_progress"] * (flood - 1)
+    # A resumed socket is the same session: it cannot start a second respeak either.
+    resumed = await relay["client"].ws_connect(relay["info"]["websocket_path"], headers=relay["headers"])
+    last = events[-1]["event_id"]
+    await resumed.send_json(
+        {"type": "session.resume", "resume_token": relay["info"]["resume_token"], "last_event_id": last}
+    )
+    await read_until(resumed, "voice.replay.done")
+    await resumed.send_str(json.dumps({"type": "hermes.result.respeak"}))
+    error = (await read_until(resumed, "voice.error"))[-1]
+    assert error["code"] == "respeak_in_progress"
+    await resumed.close()
+    await asyncio.sleep(0.2)
+    assert provider.connection.request_response_count == 1
+
+
+@pytest.mark.asyncio
+async def test_a_session_id_from_the_voice_model_that_the_journal_would_refuse_is_a_tool_error(
+    relay: dict[str, Any],
+) -> None:
+    # The agent's run is journaled under it: a run under an id the journal refuses would go unrecorded.
+    provider, broker = relay["provider"], relay["broker"]
+    await tool_call(provider, session_id="the current chat")
+    result = await result_for(provider, "call-1")
+    assert result["ok"] is False and "session_id" in result["error"]
+    assert broker.requests == []
+
+
+@pytest.mark.asyncio
+async def test_a_fast_lane_side_session_of_the_longest_chat_session_id_is_still_a_journal_id(
+    relay: dict[str, Any],
+) -> None:
+    provider, broker, session = relay["provider"], relay["broker"], relay["session"]
+    session.chat_session_id = "c" * MAX_ID_LENGTH  # as long as a session's chat_session_id may be
+    await tool_call(provider)
+    await broker.started.wait()
+    await tool_call(provider, call_id="call-2")
+    await wait_for(lambda: len(broker.requests) == 2)
+    main, side = (request.session_id for request in broker.requests)
+    assert main == "c" * MAX_ID_LENGTH
+    assert valid_id(side) and side != main

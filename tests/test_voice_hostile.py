@@ -34,8 +34,10 @@ class Relay:
         """One raw HTTP/1.1 request, so headers can carry bytes an HTTP client library would refuse."""
         reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
         auth = b"Bearer " + self.token.encode() if auth is None else auth
-        head = (f"{method} {path} HTTP/1.1\r\nHost: relay\r\nConnection: close\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n").encode()
+        head = (
+            f"{method} {path} HTTP/1.1\r\nHost: relay\r\nConnection: close\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        ).encode()
         writer.write(head + b"Authorization: " + auth + b"\r\n\r\n" + body)
         await writer.drain()
         response = await reader.read()
@@ -50,14 +52,19 @@ class Relay:
         return info
 
     def socket(self, info: dict[str, Any]) -> Any:
-        return websockets.connect(f"ws://127.0.0.1:{self.port}{info['websocket_path']}",
-                                  additional_headers={"Authorization": f"Bearer {self.token}"}, max_size=None)
+        return websockets.connect(
+            f"ws://127.0.0.1:{self.port}{info['websocket_path']}",
+            additional_headers={"Authorization": f"Bearer {self.token}"},
+            max_size=None,
+        )
 
 
 @contextlib.asynccontextmanager
 async def running_relay(tmp_path: Path, **config: Any) -> AsyncIterator[Relay]:
-    app = create_app(RelayConfig(realtime_voice_run_dir=str(tmp_path), max_message_bytes=LIMIT, **config),
-                     providers={"stub": StubProvider(tone_ms=20, frame_ms=20)})
+    app = create_app(
+        RelayConfig(realtime_voice_run_dir=str(tmp_path), max_message_bytes=LIMIT, **config),
+        providers={"stub": StubProvider(tone_ms=20, frame_ms=20)},
+    )
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -99,8 +106,12 @@ async def closed_with(ws: Any) -> tuple[int | None, list[dict[str, Any]]]:
 
 
 UNDECODABLE = [b"Bearer \xff\xfe\x80", b"\xff\xff", b"Bearer \xc3\x28" + b"\x80" * 50, b"bearer \xed\xa0\x80"]
-ROUTES = [("GET", "/voice/realtime-agent/config"), ("PATCH", "/voice/realtime-agent/config"),
-          ("POST", "/voice/realtime-agent/session"), ("GET", "/voice/realtime-agent/abcdefghijklmnop")]
+ROUTES = [
+    ("GET", "/voice/realtime-agent/config"),
+    ("PATCH", "/voice/realtime-agent/config"),
+    ("POST", "/voice/realtime-agent/session"),
+    ("GET", "/voice/realtime-agent/abcdefghijklmnop"),
+]
 
 
 @pytest.mark.asyncio
@@ -171,8 +182,11 @@ async def test_oversized_frame_gets_the_promised_error_then_close_and_the_sessio
     errors = [e for e in events if e["type"] == "voice.error"]
     assert [e["code"] for e in errors] == ["message_too_large"] and str(LIMIT) in errors[0]["message"]
     async with relay.socket(info) as ws:
-        await ws.send(json.dumps({"type": "session.resume", "resume_token": info["resume_token"],
-                                  "last_event_id": ready["event_id"]}))
+        await ws.send(
+            json.dumps(
+                {"type": "session.resume", "resume_token": info["resume_token"], "last_event_id": ready["event_id"]}
+            )
+        )
         assert (await recv_json(ws))["type"] == "voice.session.resumed"
 
 
@@ -186,8 +200,11 @@ async def test_a_frame_far_over_the_limit_is_dropped_unread_and_the_session_resu
         code, events = await closed_with(ws)
     assert code == 1009 and not [e for e in events if e["type"] == "voice.error"]
     async with relay.socket(info) as ws:
-        await ws.send(json.dumps({"type": "session.resume", "resume_token": info["resume_token"],
-                                  "last_event_id": ready["event_id"]}))
+        await ws.send(
+            json.dumps(
+                {"type": "session.resume", "resume_token": info["resume_token"], "last_event_id": ready["event_id"]}
+            )
+        )
         assert (await recv_json(ws))["type"] == "voice.session.resumed"
 
 
@@ -273,3 +290,43 @@ async def test_a_chat_session_id_the_journal_would_refuse_is_a_400(tmp_path: Pat
         assert relay.app["server"].realtime_agent.sessions == {}
         ok = json.dumps({"chat_session_id": "chat-9.a_b"}).encode()
         assert (await relay.http("POST", "/voice/realtime-agent/session", body=ok))[0] == 200
+
+
+async def _closed_while_trickling(port: int, within: float) -> bool:
+    """Trickle a request head one header line at a time, never ending it; True once the server closes."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /voice/realtime-agent/config HTTP/1.1\r\nHost: relay\r\n")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    try:
+        while loop.time() < deadline:
+            try:
+                writer.write(b"X-Slow: 1\r\n")
+                await writer.drain()
+            except ConnectionError:
+                return True
+            with contextlib.suppress(TimeoutError):
+                if await asyncio.wait_for(reader.read(1024), 0.3) == b"":
+                    return True
+        return False
+    finally:
+        writer.close()
+
+
+@pytest.mark.asyncio
+async def test_a_client_trickling_its_request_head_is_closed_after_the_header_timeout(tmp_path: Path) -> None:
+    async with running_relay(tmp_path, header_timeout=1.0) as relay:
+        info = await relay.new_session()
+        async with relay.socket(info) as ws:
+            assert (await recv_json(ws))["type"] == "voice.session.ready"
+            # Generously past the timeout: a slow client's socket is gone long before.
+            assert await _closed_while_trickling(relay.port, within=20.0)
+            # A websocket's handler runs for the whole session: the timeout never closes it, however quiet.
+            await ws.send(json.dumps({"type": "response.create", "text": "still there?"}))
+            assert (await recv_until(ws, "voice.response.delta"))["delta"] == "You said: still there?"
+
+
+def test_the_header_timeout_must_be_a_positive_number_of_seconds(tmp_path: Path) -> None:
+    for bad in (0, -1.0, float("inf"), float("nan"), True):
+        with pytest.raises(ValueError, match="header_timeout"):
+            create_app(RelayConfig(realtime_voice_run_dir=str(tmp_path), header_timeout=bad))

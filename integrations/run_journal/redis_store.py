@@ -32,7 +32,7 @@ from .errors import JournalUnavailable, RunFull
 from .reading import RawRow, parse_line
 from .redis_keys import APPEND_SCRIPT, DEFAULT_PREFIX, DUPLICATE, FOREIGN, REFUSED, ROW_FIELD, WRONG_SEQ, Keys
 from .redis_sending import sending, tracked
-from .states import copy_summary, ends_run, summarize
+from .states import SummaryFold, copy_summary, ends_run
 from .storage import EncodedRow, row_cap, shrunk
 
 DEFAULT_RETENTION = 7 * 24 * 3600.0
@@ -46,6 +46,7 @@ DEFAULT_CONNECT_TIMEOUT = 1.0
 DEFAULT_RETRIES = 2
 _READ_BATCH = 512
 _FOLLOW_BUDGET = 1 << 20  # bytes a follower asks for at once (bounded by count, adapted to row sizes)
+_FOLD_BUDGET = 1 << 17  # bytes a summary folds at once: every SSE lookup of a live run folds it
 _PREVIEW = 200
 _SUMMARY_CACHE_SIZE = 256
 # Lost connections, timeouts, and a server that restarted (scripts gone) or is still loading its data.
@@ -320,26 +321,36 @@ class RedisStreamStore:
                 cached = self._summaries.get(key)
             if cached is not None and state[0] and cached[0] == tuple(state):
                 return copy_summary(cached[1])
-            # One transaction: the rows and the seq they end at are one snapshot.
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hmget(meta, "seq", "bytes")
-            pipe.xrange(self.keys.stream(session_id, run_id), "-", "+")
-            pipe.exists(self.keys.runs(session_id))
-            state_now, entries, session_exists = pipe.execute()
+            if not (last := int(state[0] or 0)) and not self.client.exists(self.keys.runs(session_id)):
+                return None
+            summary = self._fold(session_id, run_id, last, int(state[1] or 0))
         except Exception as exc:
             raise self._error(exc) from exc
-        rows: list[dict[str, Any]] = []
-        parse_entries(entries, rows, [])
-        if not rows and not session_exists:
-            return None
-        summary = summarize(session_id, run_id, rows)
-        if state_now[0]:
+        if last and summary["last_seq"] == last:  # not a run that expired while it was read
             with self._summaries_lock:
-                self._summaries[key] = (tuple(state_now), summary)
+                self._summaries[key] = (tuple(state), summary)
                 self._summaries.move_to_end(key)
                 while len(self._summaries) > _SUMMARY_CACHE_SIZE:
                     self._summaries.popitem(last=False)
         return copy_summary(summary)
+
+    def _fold(self, session_id: str, run_id: str, last: int, size: int) -> dict[str, Any]:
+        """The summary of rows 1..``last`` (which never change), folded a page at a time: every SSE stream's
+        lookup of a live run asks for it, and reading the run whole held it once per request."""
+        fold = SummaryFold(session_id, run_id)
+        stream = self.keys.stream(session_id, run_id)
+        start, count = "-", _follow_count(size // max(1, last), _FOLD_BUDGET)
+        while last:
+            entries: Any = self.client.xrange(stream, start, str(last), count=count)
+            rows: list[dict[str, Any]] = []
+            parse_entries(entries, rows, [])
+            for row in rows:
+                fold.feed(row)
+            if len(entries) < count:
+                break
+            start = "(" + _text(entries[-1][0])
+            count = _follow_count(max(len(fields.get(ROW_FIELD) or b"") for _, fields in entries), _FOLD_BUDGET)
+        return fold.result()
 
     def locate(self, run_id: str) -> str | None:
         paths.check_ids("s", run_id)
@@ -450,8 +461,8 @@ class RedisStreamStore:
                 yield rows
 
 
-def _follow_count(row_bytes: int) -> int:
-    return max(1, min(_READ_BATCH, _FOLLOW_BUDGET // max(row_bytes, 1)))
+def _follow_count(row_bytes: int, budget: int = _FOLLOW_BUDGET) -> int:
+    return max(1, min(_READ_BATCH, budget // max(row_bytes, 1)))
 
 
 def _text(value: Any) -> str:

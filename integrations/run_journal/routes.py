@@ -439,17 +439,17 @@ async def _events_handler(request: web.Request) -> web.StreamResponse:
         return web.json_response({"error": "the server is stopping"}, status=503, headers={"Connection": "close"})
     try:
         run_id, session_id = _request_ids(request)
-        store = request.app[STORE]
-        summary = await asyncio.to_thread(find_run_summary, run_id, session_id=session_id, store=store)
-        if summary is None:
-            raise _not_found(run_id)
-        session_id = summary["session_id"]
-        cursor = _cursor(request, run_id, summary["last_seq"])
+        # Taken before the run is looked up (which reads it): a client at its cap costs no read.
         per_client = request.app[STREAMS_PER_CLIENT]
         if not per_client.take(request.remote):
             raise _too_many(request, per_client, "sse")
         try:
-            return await _stream(request, store, session_id, run_id, cursor)
+            store = request.app[STORE]
+            summary = await asyncio.to_thread(find_run_summary, run_id, session_id=session_id, store=store)
+            if summary is None:
+                raise _not_found(run_id)
+            cursor = _cursor(request, run_id, summary["last_seq"])
+            return await _stream(request, store, summary["session_id"], run_id, cursor)
         finally:
             per_client.release(request.remote)
     finally:

@@ -304,11 +304,13 @@ def _scan_tail(fd: int, size: int, cap: int) -> tuple[int, bool]:
 
 
 def _write_all(fd: int, data: bytes) -> None:
-    written = os.write(fd, data)
-    if written < len(data):  # only a signal or a full disk cuts a regular-file write short
-        view = memoryview(data)[written:]
-        while view:
+    view = memoryview(data)
+    try:
+        while view:  # only a signal or a full disk cuts a regular-file write short
             view = view[os.write(fd, view) :]
+    except OSError:
+        if len(view) != 1:  # a full disk left the row whole but its newline: readers read it, so it stands
+            raise
 
 
 def _make_dirs(directory: Path) -> list[Path]:

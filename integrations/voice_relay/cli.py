@@ -12,6 +12,7 @@ import sys
 
 from aiohttp import web
 
+from ..run_journal.serving import GuardedSite
 from .config import RelayConfig
 from .server import RelayServer, create_app
 from .tracing import format_turn
@@ -39,7 +40,9 @@ async def serve(config: RelayConfig, *, agent_url: str | None, ready: asyncio.Ev
     device = server.sessions.create_session("cli", "cli-device")
     runner = web.AppRunner(app)
     await runner.setup()
-    site = web.TCPSite(runner, config.host, config.port)
+    # Connections capped per client address: one address cannot take every file descriptor and leave
+    # none to accept the phones with (the journal server's guard, see run_journal/serving.py).
+    site = GuardedSite(runner, config.host, config.port, max_connections_per_client=config.max_connections_per_client)
     await site.start()
     # The startup heap (aiohttp, the SDKs, telemetry) never becomes garbage: keep it out of the cyclic
     # collector, whose full passes over it otherwise stall every session's audio for tens of ms.

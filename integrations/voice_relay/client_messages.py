@@ -176,6 +176,10 @@ class ClientMessages:
         last = self.delivery.last_result
         if last is None:
             raise ClientMessageError("nothing_to_respeak", "no background result has been delivered yet")
-        again = type(last)(ok=last.ok, answer=last.answer, tool_count=last.tool_count, error=last.error,
-                           call_id=last.call_id)
-        self.session.spawn(self.delivery.deliver(again), name="voice-respeak")
+        respeak = self.delivery.respeak
+        if respeak is not None and not respeak.done():
+            raise ClientMessageError("respeak_in_progress", "the last result is already being spoken again")
+        again = type(last)(
+            ok=last.ok, answer=last.answer, tool_count=last.tool_count, error=last.error, call_id=last.call_id
+        )
+        self.delivery.respeak = self.session.spawn(self.delivery.deliver(again), name="voice-respeak")

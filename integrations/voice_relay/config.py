@@ -49,6 +49,13 @@ class RelayConfig:
     # Live voice sessions (attached, detached or not yet claimed) one device may hold; more are a 429.
     # Each holds an open event log and its rings: without a cap one token could exhaust the file handles.
     max_sessions_per_device: int = 16
+    # Seconds a connection has to send a whole request head (after it opens, or after its last response);
+    # a slower one is closed. aiohttp's own wait is an hour: headers trickled a byte at a time held a
+    # socket (no token needed) that long. A websocket's handler runs for the session and is never closed.
+    header_timeout: float = 10.0
+    # Connections one client address may hold at once when served by `relay-runtime voice serve` (503 beyond);
+    # behind a reverse proxy every phone shares the proxy's address: raise it there.
+    max_connections_per_client: int = 96
 
 
 @dataclass

@@ -92,6 +92,9 @@ class DeliveryManager:
         self._lock = asyncio.Lock()
         self._injected: _Injected | None = None
         self.last_result: BackgroundResult | None = None
+        # The phone's respeak under way, for the session (a resumed socket included): one at a time, not a
+        # speech (and a task) per message.
+        self.respeak: asyncio.Task[Any] | None = None
 
     # -- entry points --------------------------------------------------------------------------------
 

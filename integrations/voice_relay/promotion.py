@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..run_journal.paths import MAX_ID_LENGTH, valid_id
 from .config import background_run_max_seconds
 from .delivery import DeliveryManager
 from .event_log import clip
@@ -46,6 +47,15 @@ HANDOFF_PROMPT = (
     "sentence that you will report back when it is done."
 )
 _side_lane_ids = itertools.count(1)
+
+
+def side_session_id(session_id: str) -> str:
+    """A fast lane's own session, named after the run's: cut to leave room for its suffix, so that the
+    longest session id still names a session the journal records (MAX_ID_LENGTH)."""
+    suffix = f"-side-{next(_side_lane_ids)}"
+    return session_id[: MAX_ID_LENGTH - len(suffix)] + suffix
+
+
 CANCELLED_RESULT: dict[str, Any] = {
     "ok": False,
     "status": "cancelled",
@@ -70,9 +80,7 @@ class QueuedRun:
 
 
 class RunCoordinator:
-    def __init__(
-        self, session: VoiceSession, broker: Callable[[], TaskBroker], delivery: DeliveryManager
-    ) -> None:
+    def __init__(self, session: VoiceSession, broker: Callable[[], TaskBroker], delivery: DeliveryManager) -> None:
         self.session = session
         # Looked up per run, so swapping the agent's broker applies to the next run.
         self._broker = broker
@@ -120,6 +128,9 @@ class RunCoordinator:
         for key in ("profile", "session_id", "mode"):
             if args.get(key) is not None and not isinstance(args.get(key), str):
                 return f"{key} must be a string"
+        if args.get("session_id") and not valid_id(args["session_id"]):
+            # The run is journaled under it: one the journal refuses would leave the run unrecorded.
+            return "session_id must be 1-200 of [A-Za-z0-9_.-], not '.' or '..'"
         session = self.session
         context: dict[str, Any] = {"surface": "voice", "voice_session_id": session.session_id}
         if session.native_pending_delivery_note:
@@ -293,7 +304,7 @@ class RunCoordinator:
     async def _second_run(self, call: ToolCallEvent, request: AgentTaskRequest, response_id: str) -> None:
         session = self.session
         # Fast lane: a side session gets the grace window; a quick answer skips the queue.
-        side_request = dataclasses.replace(request, session_id=f"{request.session_id}-side-{next(_side_lane_ids)}")
+        side_request = dataclasses.replace(request, session_id=side_session_id(request.session_id))
         side = AgentRun(session, self.broker, side_request, call_id=call.call_id, lane="fast")
         self.fast_lanes[call.call_id] = side
         try:
@@ -317,8 +328,12 @@ class RunCoordinator:
         position = len(self.queue)
         await self._tool_result(
             call.call_id,
-            {"ok": True, "status": "queued", "queue_position": position,
-             "message": "Queued behind the running task; it starts when that one finishes."},
+            {
+                "ok": True,
+                "status": "queued",
+                "queue_position": position,
+                "message": "Queued behind the running task; it starts when that one finishes.",
+            },
         )
         session.emit("hermes.run.queued", call_id=call.call_id, queue_position=position)
 

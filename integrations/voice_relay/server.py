@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import tempfile
 import warnings
 from pathlib import Path
@@ -60,8 +61,13 @@ def create_app(
     providers: dict[str, RealtimeProvider] | None = None,
     agent_url: str | None = None,
 ) -> web.Application:
+    timeout = config.header_timeout
+    if isinstance(timeout, bool) or not (isinstance(timeout, int | float) and 0 < timeout < math.inf):
+        raise ValueError(f"header_timeout must be a positive number of seconds, got {timeout!r}")
     server = RelayServer(config, task_broker=task_broker, providers=providers, agent_url=agent_url)
-    app = web.Application(client_max_size=config.max_message_bytes)
+    # The keep-alive timer closes a connection still waiting for its request's head, never one whose
+    # handler runs: it is the header-read timeout.
+    app = web.Application(client_max_size=config.max_message_bytes, handler_args={"keepalive_timeout": timeout})
     with warnings.catch_warnings():
         # "server" is the documented key clients and tests use; aiohttp prefers AppKey objects.
         warnings.simplefilter("ignore")
