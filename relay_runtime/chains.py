@@ -70,6 +70,11 @@ class Liveness(Protocol):
         call is then no run's "last"), or None when the owner goes on as this call's record."""
         ...
 
+    def outrun(self) -> Answered | None:
+        """The run returned while its last terminal call is still in flight (a race another call won): that
+        call's record goes on without the owner, and its own answer ends it. Not called for streams."""
+        ...
+
 
 class Live:
     """A ``Liveness`` for a chain that settles when its run returns (tool calls: one record per call)."""
@@ -83,6 +88,9 @@ class Live:
         return None
 
     def fell_back(self, name: str, error: BaseException) -> None:
+        return None
+
+    def outrun(self) -> Answered | None:
         return None
 
 
@@ -106,6 +114,7 @@ def run_sync(
         return terminal(value)
     last = UNSENT  # what the last terminal call answered
     caught_by: str | None = None  # the innermost intercept that returned after that call raised
+    outrun: Answered | None = None  # the record of a call still in flight when the run returned
 
     def end(v: Any) -> Any:
         nonlocal last, caught_by
@@ -121,8 +130,12 @@ def run_sync(
             result = terminal(v)
         except BaseException as exc:
             last = Failed(exc)
+            if outrun is not None:
+                outrun.answered(None, exc)
             raise
         last = result
+        if outrun is not None:
+            outrun.answered(result, None)
         return result
 
     def returned(entry: Intercept) -> None:
@@ -142,6 +155,9 @@ def run_sync(
         _refuse_async_intercept(first, result)
     if type(last) is Failed and not stream:
         owner.fell_back(caught_by or first.name, last.error)
+    elif last is IN_FLIGHT and not stream:
+        outrun = owner.outrun()
+        _answer_outrun(outrun, last)
     return result
 
 
@@ -158,6 +174,7 @@ async def run_async(
         return await terminal(value)
     last = UNSENT
     caught_by: str | None = None
+    outrun: Answered | None = None
 
     async def end(v: Any) -> Any:
         nonlocal last, caught_by
@@ -173,8 +190,12 @@ async def run_async(
             result = await terminal(v)
         except BaseException as exc:
             last = Failed(exc)
+            if outrun is not None:
+                outrun.answered(None, exc)
             raise
         last = result
+        if outrun is not None:
+            outrun.answered(result, None)
         return result
 
     def returned(entry: Intercept) -> None:
@@ -191,6 +212,9 @@ async def run_async(
         result = await result
     if type(last) is Failed and not stream:
         owner.fell_back(caught_by or first.name, last.error)
+    elif last is IN_FLIGHT and not stream:
+        outrun = owner.outrun()
+        _answer_outrun(outrun, last)
     return result
 
 
@@ -240,6 +264,17 @@ def _refuse_async_intercept(entry: Intercept, result: Any) -> None:
         f"execution intercept {entry.name!r} returned an awaitable in a synchronous call; "
         "register a synchronous function or use the async API",
     )
+
+
+def _answer_outrun(record: Answered | None, last: Any) -> None:
+    """The outrun call answered (on another thread) before its record was handed over: it saw no record
+    to end, so end it here. A record is ended once however both sides race (see ``Attempt.outrun``)."""
+    if record is None or last is IN_FLIGHT:
+        return
+    if type(last) is Failed:
+        record.answered(None, last.error)
+    else:
+        record.answered(last, None)
 
 
 def _answer_beside(record: Answered, terminal: Callable[[Any], Any], value: Any) -> Any:
