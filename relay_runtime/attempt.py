@@ -73,6 +73,7 @@ current_attempt: Callable[[], Attempt | None] = _current.get
 
 class Attempt:
     __slots__ = (
+        "abandoned",
         "annotated",
         "chains",
         "codec",
@@ -392,6 +393,8 @@ class Attempt:
         if self.held is not _NOTHING:
             self.release()
         else:
+            # Set only here (read with a default): the call may go on, unrecorded (see ``chains._dead``).
+            self.abandoned = True
             self.fail(None, _CANCELLED)
 
     def fail(self, error: BaseException | None, outcome: str | None = None) -> None:

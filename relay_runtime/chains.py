@@ -97,8 +97,11 @@ class Live:
 DEAD_CONTINUATION = "execution continuation is no longer active: its call has settled"
 
 
-def _dead() -> None:
-    raise RuntimeError(DEAD_CONTINUATION)
+def _dead(owner: Liveness) -> None:
+    """Refuse a continuation called once its call settled; unless the end of its turn ended the call's
+    record while the call ran (``abandoned``): the call then goes on, unrecorded, and returns its answer."""
+    if not getattr(owner, "abandoned", False):
+        raise RuntimeError(DEAD_CONTINUATION)
 
 
 def run_sync(
@@ -119,7 +122,8 @@ def run_sync(
     def end(v: Any) -> Any:
         nonlocal last, caught_by
         if not owner.live:
-            _dead()
+            _dead(owner)
+            return terminal(v)
         if last is not UNSENT:
             beside = owner.again(v, last, stream)
             if beside is not None:
@@ -179,7 +183,8 @@ async def run_async(
     async def end(v: Any) -> Any:
         nonlocal last, caught_by
         if not owner.live:
-            _dead()
+            _dead(owner)
+            return await terminal(v)
         if last is not UNSENT:
             beside = owner.again(v, last, stream)
             if beside is not None:
@@ -229,7 +234,7 @@ def _link_sync(
 
     def call(v: Any) -> Any:
         if not owner.live:
-            _dead()
+            _dead(owner)
         result = entry.fn(name, v, rest)
         if is_awaitable(result):
             _refuse_async_intercept(entry, result)
@@ -248,7 +253,7 @@ def _link_async(
 ) -> Callable[[Any], Awaitable[Any]]:
     async def call(v: Any) -> Any:
         if not owner.live:
-            _dead()
+            _dead(owner)
         result = entry.fn(name, v, rest)
         if is_awaitable(result):
             result = await result
