@@ -159,6 +159,8 @@ class Attempt:
 
     def _refused(self, request: LLMRequest, exc: BaseException) -> None:
         """Policy (or its bookkeeping) failed before the provider: the attempt starts and ends failed."""
+        if self.finished:  # its turn ended it while the policy ran (see ``abandon``)
+            return
         self.cost_state = NOT_SENT
         self.view = redacted_annotation(self.annotated)
         try:
@@ -167,6 +169,9 @@ class Attempt:
             self.fail(exc)
 
     def _started(self, request: LLMRequest) -> LLMRequest:
+        if self.finished:
+            # Its turn ended it while the policy ran (see ``abandon``): the call goes on, unrecorded.
+            return request
         relay = self.relay
         codec = self.codec
         self.request = request
@@ -395,6 +400,13 @@ class Attempt:
         else:
             # Set only here (read with a default): the call may go on, unrecorded (see ``chains._dead``).
             self.abandoned = True
+            if not self.live:
+                # Not started yet (an async guardrail still deciding): its start goes out now, before its end.
+                try:
+                    self._emit_start(self.request)
+                finally:
+                    self.fail(None, _CANCELLED)
+                return
             self.fail(None, _CANCELLED)
 
     def fail(self, error: BaseException | None, outcome: str | None = None) -> None:

@@ -1,5 +1,6 @@
-"""A turn ended while its call waits for the provider, and an execution intercept then retries: the call
-goes on unrecorded and returns its answer (or raises the provider's own error), never the relay's."""
+"""A turn ended while its call is under way: its attempt ends cancelled with a start before its end, and the
+call goes on unrecorded, returning its answer (or raising the provider's own error), never the relay's: when
+an execution intercept retries after the turn ended, and when a guardrail was still deciding."""
 
 from __future__ import annotations
 
@@ -78,3 +79,31 @@ async def test_an_async_retry_after_the_turn_ended_returns_the_retried_answer_un
     let_go.set()
     assert (await answer)["text"] == "retried"
     assert len(sent) == 2 and len(relay_events.events) == recorded
+
+
+@pytest.mark.asyncio
+async def test_a_turn_ended_while_an_async_guardrail_decides_records_the_attempt_started_then_cancelled(
+    relay_turn, relay_events: Recorder
+) -> None:
+    relay, turn = relay_turn
+    deciding, decided = asyncio.Event(), asyncio.Event()
+
+    async def guard(name: str, req: LLMRequest, annotated: Any) -> str | None:
+        deciding.set()
+        await decided.wait()
+        return None
+
+    async def provider(req: LLMRequest) -> dict[str, Any]:
+        return response("answered")
+
+    relay.intercepts.register_llm_guardrail("slow", 0, guard)
+    answer = asyncio.ensure_future(calls.execute_current_async(request(), provider, name="p", codec=DictCodec()))
+    await deciding.wait()
+    session.SESSION_COORDINATOR.end_turn(turn, outcome="success")
+    recorded = len(relay_events.events)
+    decided.set()
+    assert (await answer)["text"] == "answered"
+    assert len(relay_events.events) == recorded
+    kinds = [e.kind for e in relay_events.events if e.metadata.get(cv.KIND) == cv.ATTEMPT]
+    assert kinds == ["scope_start", "scope_end"]
+    assert [e.outcome for e in relay_events.ends(relay_kind=cv.ATTEMPT)] == ["cancelled"]
