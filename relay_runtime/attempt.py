@@ -52,6 +52,8 @@ _SUCCESS = Outcome.SUCCESS.value
 
 _CANCELLED = Outcome.CANCELLED.value
 _NOTHING: Any = object()
+# ``Attempt.fallback`` when the attempt's record was handed to an ``Outrun`` (see ``Attempt.outrun``).
+_OUTRUN: Any = ("", None)
 _SDK_RETRIES = cv.SDK_RETRIES
 
 FinishHook = Callable[[str, Any, "BaseException | None"], None]
@@ -71,6 +73,7 @@ current_attempt: Callable[[], Attempt | None] = _current.get
 
 class Attempt:
     __slots__ = (
+        "abandoned",
         "annotated",
         "chains",
         "codec",
@@ -156,6 +159,8 @@ class Attempt:
 
     def _refused(self, request: LLMRequest, exc: BaseException) -> None:
         """Policy (or its bookkeeping) failed before the provider: the attempt starts and ends failed."""
+        if self.finished:  # its turn ended it while the policy ran (see ``abandon``)
+            return
         self.cost_state = NOT_SENT
         self.view = redacted_annotation(self.annotated)
         try:
@@ -164,6 +169,9 @@ class Attempt:
             self.fail(exc)
 
     def _started(self, request: LLMRequest) -> LLMRequest:
+        if self.finished:
+            # Its turn ended it while the policy ran (see ``abandon``): the call goes on, unrecorded.
+            return request
         relay = self.relay
         codec = self.codec
         self.request = request
@@ -235,7 +243,7 @@ class Attempt:
 
     # -- a further provider call within this call (an execution intercept retrying, fanning out) -------
 
-    def again(self, request: LLMRequest, previous: Any, stream: bool) -> _Beside | None:
+    def again(self, request: LLMRequest, previous: Any, stream: bool) -> Beside | None:
         """Record one more provider call of this call: each provider call is an attempt of its own.
 
         The last call answered (``previous``): its attempt ends now with that answer (a stream the
@@ -245,7 +253,7 @@ class Attempt:
         own answer ends; returned.
         """
         if previous is IN_FLIGHT:
-            return _Beside(self, request)
+            return Beside(self, request)
         if type(previous) is Failed:
             self._end_before_next(None, previous.error, outcome_of(previous.error))
         elif stream:
@@ -262,6 +270,14 @@ class Attempt:
     def fell_back(self, name: str, error: BaseException) -> None:
         """Execution intercept ``name`` caught the provider's ``error`` and returned a fallback (see ``succeed``)."""
         self.fallback = (name, error)
+
+    def outrun(self) -> Outrun:
+        """The execution chain returned while this attempt's provider call is still in flight (a hedge that
+        answered with another call's answer): that call's record goes on as an ``Outrun``, ended by its own
+        answer (cancelled, say), not by the answer another call gave; ``succeed`` then settles the call only."""
+        record = Outrun(self)
+        self.fallback = _OUTRUN
+        return record
 
     # -- while the provider runs --------------------------------------------------------
 
@@ -295,6 +311,9 @@ class Attempt:
                     if entry.break_chain:
                         break
             except BaseException as exc:
+                if self.fallback is _OUTRUN:
+                    self._settle_outrun(outcome_of(exc), response, exc)
+                    raise
                 # The provider did answer: its response stays in the record beside the failure.
                 self.finish(outcome_of(exc), response, exc, None)
                 raise
@@ -313,6 +332,9 @@ class Attempt:
         ``relay.fallback`` (the intercept's name) on its logical call, or on the attempt when it has none."""
         if self.finished:
             return
+        if fallback is _OUTRUN:
+            self._settle_outrun(_SUCCESS, response, None)
+            return
         name, error = fallback
         parent = self.handle.parent
         meta = parent.metadata if parent is not None else None
@@ -329,6 +351,18 @@ class Attempt:
                     hook(_SUCCESS, response, None)
                 except Exception as exc:
                     self.relay.diag.failure("bookkeeping_errors", exc, f"finishing LLM attempt {self.name!r}")
+
+    def _settle_outrun(self, outcome: str, response: Any, error: BaseException | None) -> None:
+        """Settle the call of an attempt whose record went on as an ``Outrun``: its hook (the logical call)
+        hears how the call ended; no scope ends here, and nothing can end this attempt any more."""
+        self.finished = True
+        self.live = False
+        hook, self.on_finish = self.on_finish, None
+        if hook is not None:
+            try:
+                hook(outcome, response, error)
+            except Exception as exc:
+                self.relay.diag.failure("bookkeeping_errors", exc, f"finishing LLM attempt {self.name!r}")
 
     def _hold_answer(self, hold: Callable[[Attempt], None], response: Any) -> None:
         """Keep ``response`` until it is validated: the call has settled, though the attempt stays open."""
@@ -364,6 +398,15 @@ class Attempt:
         if self.held is not _NOTHING:
             self.release()
         else:
+            # Set only here (read with a default): the call may go on, unrecorded (see ``chains._dead``).
+            self.abandoned = True
+            if not self.live:
+                # Not started yet (an async guardrail still deciding): its start goes out now, before its end.
+                try:
+                    self._emit_start(self.request)
+                finally:
+                    self.fail(None, _CANCELLED)
+                return
             self.fail(None, _CANCELLED)
 
     def fail(self, error: BaseException | None, outcome: str | None = None) -> None:
@@ -442,36 +485,5 @@ class Attempt:
                     relay.diag.failure("bookkeeping_errors", exc, f"finishing LLM attempt {self.name!r}")
 
 
-class _Beside(Attempt):
-    """The attempt of a provider call made while another of the same call was in flight (a fan-out).
-
-    It starts now, as the next attempt of the same parent, and its own answer ends it. The call's
-    result is recorded by the call's own attempt: this one holds no hook, so a logical call is
-    neither counted out nor closed by it.
-    """
-
-    __slots__ = ()
-
-    def __init__(self, of: Attempt, request: LLMRequest) -> None:
-        metadata = dict(of.metadata)
-        metadata[cv.RETRY_COUNT] = of._next_retry()
-        super().__init__(of.relay, of.name, request, of.handle.parent, of.model_name, metadata, of.codec, None)
-        # Beside the call's attempt, under its parent, even where that is no scope (not under the
-        # attempt, which the constructor would take as the current scope).
-        self.handle = ScopeHandle(of.name, _LLM, of.handle.parent, metadata, None, False, None)
-        self.view = of.view
-        attempt_next.number_after(metadata)
-        self._emit_start(request)
-        self.live = True
-        # Its provider is answering: ended meanwhile by its turn, it is priced when the answer comes.
-        self.waiting = True
-        tracked = self.tracked = of.tracked
-        if tracked is not None:
-            tracked.append(self)  # one atomic append, as for the call's own attempts
-
-    def answered(self, response: Any, error: BaseException | None) -> None:
-        self.waiting = False
-        if error is None:
-            self.finish(_SUCCESS, response, None, None)
-        else:
-            self.fail(error)
+# The records of further provider calls subclass ``Attempt``: imported once it exists.
+from .attempt_records import Beside, Outrun  # noqa: E402

@@ -25,13 +25,28 @@ if TYPE_CHECKING:
 NO_CHAINS: Mapping[str, tuple[Intercept, ...]] = MappingProxyType({})
 
 
-def prepare(attempt: Attempt, stream: bool = False) -> LLMRequest:
+class Paused(Exception):
+    """``prepare`` in an async call met an awaitable from a guardrail or request intercept that is no coroutine
+    function (a lambda around an async check): ``prepare_async`` awaits it and goes on from that intercept.
+    Nothing has been recorded yet; the intercepts before it are not run again."""
+
+    def __init__(self, awaitable: Any, guardrail: int, edit: int, request: LLMRequest, before: Any) -> None:
+        super().__init__("a policy intercept returned an awaitable")
+        self.awaitable = awaitable
+        self.guardrail = guardrail  # the index of the guardrail that returned it (all of them: an edit did)
+        self.edit = edit
+        self.request = request
+        self.before = before
+
+
+def prepare(attempt: Attempt, stream: bool = False, awaits: bool = False) -> LLMRequest:
     """Guardrails, request intercepts, then the start event. Returns the request to send.
 
     Every chain the call will run (execution and response ones included) is
     resolved here, once: a registration made while the call is in flight
     applies to later calls only. In a synchronous call a guardrail or
-    request intercept that returns an awaitable is a ``TypeError``.
+    request intercept that returns an awaitable is a ``TypeError``; in an async
+    one (``awaits``) it raises ``Paused``, for ``prepare_async`` to go on.
     """
     request = attempt.request
     relay = attempt.relay
@@ -43,6 +58,8 @@ def prepare(attempt: Attempt, stream: bool = False) -> LLMRequest:
         for entry in guardrails:
             reason = entry.fn(name, request, attempt.annotated)
             if reason is not None:
+                if awaits and is_awaitable(reason):
+                    raise Paused(reason, guardrails.index(entry), 0, request, None)
                 _refuse(attempt, entry, reason, False)
         # ``_edit``'s work, inlined: this loop runs on every call that has a request intercept.
         if edits:
@@ -50,6 +67,8 @@ def prepare(attempt: Attempt, stream: bool = False) -> LLMRequest:
             for entry in edits:
                 outcome = entry.fn(name, request, attempt.annotated)
                 if type(outcome) is not LLMRequestInterceptOutcome:
+                    if awaits and is_awaitable(outcome):
+                        raise Paused(outcome, len(guardrails), edits.index(entry), request, before)
                     outcome = _outcome(attempt, entry, outcome, False)
                 if outcome.annotated_request is not None:
                     attempt.annotated = outcome.annotated_request
@@ -59,32 +78,49 @@ def prepare(attempt: Attempt, stream: bool = False) -> LLMRequest:
             request = _after_edits(attempt, before, request)
         if attempt.relay.cost.active:
             request = attempt.relay.cost.before_send(attempt, request, stream)
+    except Paused:
+        raise
     except BaseException as exc:
         attempt._refused(request, exc)
         raise
     return attempt._started(request)
 
 
-async def prepare_async(attempt: Attempt, stream: bool = False) -> LLMRequest:
+async def prepare_async(attempt: Attempt, stream: bool = False, paused: Paused | None = None) -> LLMRequest:
     """``prepare`` for async calls: guardrails and request intercepts may be coroutine functions.
 
-    Their awaitables are awaited here, on the caller's loop; the rest is ``prepare``'s.
+    Their awaitables are awaited here, on the caller's loop; the rest is ``prepare``'s. ``paused``: where
+    ``prepare`` stopped, at an awaitable it could not await, to go on from.
     """
     request = attempt.request
     try:
-        guardrails, edits = _resolve(attempt)
+        if paused is None:
+            guardrails, edits = _resolve(attempt)
+            start, start_edit, pending = 0, 0, None
+        else:
+            guardrails, edits = attempt.chains.get(LLM_GUARDRAIL, ()), attempt.chains.get(LLM_REQUEST, ())
+            start, start_edit, pending, request = paused.guardrail, paused.edit, paused.awaitable, paused.request
         name = attempt.name
-        for entry in guardrails:
-            reason = entry.fn(name, request, attempt.annotated)
+        for entry in guardrails[start:]:
+            if pending is not None:  # what this guardrail returned to ``prepare``
+                reason, pending = pending, None
+            else:
+                reason = entry.fn(name, request, attempt.annotated)
             if reason is not None and is_awaitable(reason):
                 reason = await reason
             if reason is not None:
                 _refuse(attempt, entry, reason, True)
         # Request intercepts as in ``prepare``, each outcome awaited first.
         if edits:
-            before = attempt.annotated.snapshot() if attempt.annotated is not None else None
-            for entry in edits:
-                outcome = entry.fn(name, request, attempt.annotated)
+            if paused is not None and pending is not None:
+                before = paused.before
+            else:
+                before = attempt.annotated.snapshot() if attempt.annotated is not None else None
+            for entry in edits[start_edit:]:
+                if pending is not None:  # what this request intercept returned to ``prepare``
+                    outcome, pending = pending, None
+                else:
+                    outcome = entry.fn(name, request, attempt.annotated)
                 request = _edit(attempt, entry, await outcome if is_awaitable(outcome) else outcome)
                 if entry.break_chain:
                     break

@@ -70,6 +70,11 @@ class Liveness(Protocol):
         call is then no run's "last"), or None when the owner goes on as this call's record."""
         ...
 
+    def outrun(self) -> Answered | None:
+        """The run returned while its last terminal call is still in flight (a race another call won): that
+        call's record goes on without the owner, and its own answer ends it. Not called for streams."""
+        ...
+
 
 class Live:
     """A ``Liveness`` for a chain that settles when its run returns (tool calls: one record per call)."""
@@ -85,12 +90,18 @@ class Live:
     def fell_back(self, name: str, error: BaseException) -> None:
         return None
 
+    def outrun(self) -> Answered | None:
+        return None
+
 
 DEAD_CONTINUATION = "execution continuation is no longer active: its call has settled"
 
 
-def _dead() -> None:
-    raise RuntimeError(DEAD_CONTINUATION)
+def _dead(owner: Liveness) -> None:
+    """Refuse a continuation called once its call settled; unless the end of its turn ended the call's
+    record while the call ran (``abandoned``): the call then goes on, unrecorded, and returns its answer."""
+    if not getattr(owner, "abandoned", False):
+        raise RuntimeError(DEAD_CONTINUATION)
 
 
 def run_sync(
@@ -106,11 +117,13 @@ def run_sync(
         return terminal(value)
     last = UNSENT  # what the last terminal call answered
     caught_by: str | None = None  # the innermost intercept that returned after that call raised
+    outrun: Answered | None = None  # the record of a call still in flight when the run returned
 
     def end(v: Any) -> Any:
         nonlocal last, caught_by
         if not owner.live:
-            _dead()
+            _dead(owner)
+            return terminal(v)
         if last is not UNSENT:
             beside = owner.again(v, last, stream)
             if beside is not None:
@@ -121,8 +134,12 @@ def run_sync(
             result = terminal(v)
         except BaseException as exc:
             last = Failed(exc)
+            if outrun is not None:
+                outrun.answered(None, exc)
             raise
         last = result
+        if outrun is not None:
+            outrun.answered(result, None)
         return result
 
     def returned(entry: Intercept) -> None:
@@ -142,6 +159,9 @@ def run_sync(
         _refuse_async_intercept(first, result)
     if type(last) is Failed and not stream:
         owner.fell_back(caught_by or first.name, last.error)
+    elif last is IN_FLIGHT and not stream:
+        outrun = owner.outrun()
+        _answer_outrun(outrun, last)
     return result
 
 
@@ -158,11 +178,13 @@ async def run_async(
         return await terminal(value)
     last = UNSENT
     caught_by: str | None = None
+    outrun: Answered | None = None
 
     async def end(v: Any) -> Any:
         nonlocal last, caught_by
         if not owner.live:
-            _dead()
+            _dead(owner)
+            return await terminal(v)
         if last is not UNSENT:
             beside = owner.again(v, last, stream)
             if beside is not None:
@@ -173,8 +195,12 @@ async def run_async(
             result = await terminal(v)
         except BaseException as exc:
             last = Failed(exc)
+            if outrun is not None:
+                outrun.answered(None, exc)
             raise
         last = result
+        if outrun is not None:
+            outrun.answered(result, None)
         return result
 
     def returned(entry: Intercept) -> None:
@@ -191,6 +217,9 @@ async def run_async(
         result = await result
     if type(last) is Failed and not stream:
         owner.fell_back(caught_by or first.name, last.error)
+    elif last is IN_FLIGHT and not stream:
+        outrun = owner.outrun()
+        _answer_outrun(outrun, last)
     return result
 
 
@@ -205,7 +234,7 @@ def _link_sync(
 
     def call(v: Any) -> Any:
         if not owner.live:
-            _dead()
+            _dead(owner)
         result = entry.fn(name, v, rest)
         if is_awaitable(result):
             _refuse_async_intercept(entry, result)
@@ -224,7 +253,7 @@ def _link_async(
 ) -> Callable[[Any], Awaitable[Any]]:
     async def call(v: Any) -> Any:
         if not owner.live:
-            _dead()
+            _dead(owner)
         result = entry.fn(name, v, rest)
         if is_awaitable(result):
             result = await result
@@ -240,6 +269,17 @@ def _refuse_async_intercept(entry: Intercept, result: Any) -> None:
         f"execution intercept {entry.name!r} returned an awaitable in a synchronous call; "
         "register a synchronous function or use the async API",
     )
+
+
+def _answer_outrun(record: Answered | None, last: Any) -> None:
+    """The outrun call answered (on another thread) before its record was handed over: it saw no record
+    to end, so end it here. A record is ended once however both sides race (see ``Attempt.outrun``)."""
+    if record is None or last is IN_FLIGHT:
+        return
+    if type(last) is Failed:
+        record.answered(None, last.error)
+    else:
+        record.answered(last, None)
 
 
 def _answer_beside(record: Answered, terminal: Callable[[Any], Any], value: Any) -> Any:

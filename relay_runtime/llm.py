@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import chains
 from .attempt import Attempt, FinishHook, attempt_metadata, current_attempt
+from .attempt_request import Paused
 from .codec import LLMCodec
 from .intercepts import LLM_EXECUTION, LLM_STREAM_EXECUTION
 from .scopes import ScopeHandle
@@ -102,7 +103,13 @@ class LLM:
 
     async def run_async(self, attempt: Attempt, callback: Callable[[LLMRequest], Awaitable[Any]]) -> Any:
         """``execute_async`` for an attempt built by the caller."""
-        request = await attempt.prepare_async() if self._intercepts.async_policy else attempt.prepare()
+        if self._intercepts.async_policy:
+            request = await attempt.prepare_async()
+        else:
+            try:
+                request = attempt.prepare(False, True)
+            except Paused as paused:  # a plain intercept returned an awaitable: awaited from there on
+                request = await attempt.prepare_async(False, paused)
         chain = attempt.chains.get(LLM_EXECUTION)
         tokens = attempt.enter()
         attempt.waiting = True
@@ -184,7 +191,13 @@ class LLM:
 
     async def open_stream_async(self, attempt: Attempt, stream_factory: Callable[[LLMRequest], Any]) -> Any:
         """``stream_async`` for an attempt built by the caller."""
-        request = await attempt.prepare_async(True) if self._intercepts.async_policy else attempt.prepare(True)
+        if self._intercepts.async_policy:
+            request = await attempt.prepare_async(True)
+        else:
+            try:
+                request = attempt.prepare(True, True)
+            except Paused as paused:
+                request = await attempt.prepare_async(True, paused)
         chain = attempt.chains.get(LLM_STREAM_EXECUTION, ())
         tokens = attempt.enter()
         try:

@@ -60,6 +60,10 @@ class StreamLifecycle:
             attempt.relay.diag.failure("bookkeeping_errors", exc, "accumulating a stream chunk")
             self.acc = CountingAccumulator()
             delta = None
+        if attempt.finished:
+            # Ended while the codec read the chunk (its turn ended on another thread): a mark now would
+            # follow the attempt's end event.
+            return None
         relay = attempt.relay
         targets = relay.subscribers.chunk
         if targets:
