@@ -1,0 +1,156 @@
+"""An image or a file the conversation gives by a signed address reaches no record with its signature.
+
+A GCS or S3 presigned URL, an Azure SAS URL or one with ``?key=`` or user info, given to the model as
+an image or a file part (OpenAI chat, Responses, Anthropic, Gemini), is conversation, which the credential
+walk leaves alone: every record of the request (its events, JSONL, spans with content on, the journal,
+ATIF, the cassette file) held its signature and token whole. Real SDK clients over the mock transport
+(the provider still gets the address as it was), every sink attached (``Sinks``), real cassette files.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from relay_runtime import adapters, cassettes
+from relay_runtime.adapters import testing as t
+from relay_runtime.conversation_urls import recorded
+from tests.test_frameworks_records_secrets import Sinks, assert_nowhere
+
+GOOG_SIGNATURE = "9f8e7d6c5b4a39281706f5e4d3c2b1a0" * 4
+GOOG_CREDENTIAL = "signer%40proj-test.iam.gserviceaccount.com%2F20261205%2Fauto%2Fstorage%2Fgoog4_request"
+GCS_URL = (
+    "https://storage.googleapis.com/bucket-test/cat.png?X-Goog-Algorithm=GOOG4-RSA-SHA256"
+    f"&X-Goog-Credential={GOOG_CREDENTIAL}&X-Goog-Date=20261205T000000Z&X-Goog-Expires=900"
+    f"&X-Goog-SignedHeaders=host&X-Goog-Signature={GOOG_SIGNATURE}"
+)
+AMZ_SIGNATURE = "0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9"
+AMZ_TOKEN = "IQoJb3JpZ2luX2VjEXAMPLEsessiontoken0123456789"
+AMZ_KEY_ID = "AKIAEXAMPLEKEYID0123"
+S3_URL = (
+    "https://bucket-test.s3.eu-west-1.amazonaws.com/report.pdf?X-Amz-Algorithm=AWS4-HMAC-SHA256"
+    f"&X-Amz-Credential={AMZ_KEY_ID}%2F20261205%2Feu-west-1%2Fs3%2Faws4_request&X-Amz-Date=20261205T000000Z"
+    f"&X-Amz-Expires=900&X-Amz-Security-Token={AMZ_TOKEN}&X-Amz-SignedHeaders=host&X-Amz-Signature={AMZ_SIGNATURE}"
+)
+SAS_SIGNATURE = "SASsignatureEXAMPLE0123456789abcdefgh%3D"
+SAS_URL = f"https://acct.blob.core.windows.net/box/dog.jpg?sv=2024-11-04&se=2026-12-06&sp=r&sig={SAS_SIGNATURE}"
+QUERY_KEY = "qk-EXAMPLE-0123456789"
+KEYED_URL = f"https://files.example.test/doc.pdf?key={QUERY_KEY}&page=2"
+PASSWORD = "pw-EXAMPLE-0123456789"
+USER_URL = f"https://ada:{PASSWORD}@files.example.test/notes.txt"
+TOKEN = "tok-EXAMPLE-0123456789"
+TOKEN_URL = f"https://img.example.test/bird.webp?token={TOKEN}"
+SECRETS = (GOOG_SIGNATURE, AMZ_SIGNATURE, AMZ_TOKEN, SAS_SIGNATURE, QUERY_KEY, PASSWORD, TOKEN)
+
+
+def _sent(requests: list[Any]) -> str:
+    return " ".join(r.content.decode() for r in requests)
+
+
+def _image(url: str) -> dict[str, Any]:
+    """An OpenAI chat request showing the model an image by its address."""
+    return {
+        "model": "gpt-test",
+        "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}],
+    }
+
+
+def test_a_signed_url_given_to_gemini_reaches_no_record_nor_cassette(
+    relay_turn: Any, relay_events: Any, tmp_path: Path
+) -> None:
+    from genai_support import gemini_client, response_body
+    from google.genai import types
+
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    script = t.Script([t.json_reply(response_body("A cat.")), t.json_reply(response_body("A dog."))])
+    gemini = adapters.instrument(gemini_client(script))
+    with cassettes.use(tmp_path / "c.json", mode="record"):
+        gemini.models.generate_content(
+            model="gemini-test-flash",
+            contents=["What is this?", types.Part.from_uri(file_uri=GCS_URL, mime_type="image/png")],
+        )
+        gemini.models.generate_content(
+            model="gemini-test-flash",
+            contents=[{"role": "user", "parts": [{"file_data": {"file_uri": SAS_URL, "mime_type": "image/jpeg"}}]}],
+        )
+    assert GCS_URL in _sent(script.requests[:1])  # the provider got the address as it was
+    texts = {**sinks.texts(), "cassette": (tmp_path / "c.json").read_text()}
+    assert "storage.googleapis.com/bucket-test/cat.png" in texts["events"]  # the address is still recorded
+    assert "X-Goog-Expires=900" in texts["jsonl"] and "sv=2024-11-04" in texts["cassette"]
+    assert_nowhere(texts, GOOG_SIGNATURE, SAS_SIGNATURE)
+
+
+def test_signed_and_keyed_urls_in_openai_and_anthropic_parts_reach_no_record(
+    relay_turn: Any, relay_events: Any, tmp_path: Path
+) -> None:
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    script = t.Script([t.json_reply(t.chat_completion_body("A report.")), t.json_reply(t.responses_body("Two.")),
+                       t.json_reply(t.anthropic_message_body("Three."))])  # fmt: skip
+    openai = adapters.instrument(t.openai_client(script))
+    openai.chat.completions.create(
+        model="gpt-test",
+        messages=[{"role": "user", "content": [{"type": "text", "text": "Read it"},
+                                               {"type": "image_url", "image_url": {"url": S3_URL}}]}],
+    )  # fmt: skip
+    openai.responses.create(
+        model="gpt-test",
+        input=[{"role": "user", "content": [{"type": "input_image", "image_url": SAS_URL},
+                                            {"type": "input_file", "file_url": KEYED_URL}]}],
+    )  # fmt: skip
+    adapters.instrument(t.anthropic_client(script)).messages.create(
+        model="claude-test",
+        max_tokens=16,
+        messages=[{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": TOKEN_URL}},
+                                               {"type": "document", "source": {"type": "url", "url": USER_URL}}]}],
+    )  # fmt: skip
+    assert all(secret in _sent(script.requests) for secret in SECRETS[1:])  # the provider got them as they were
+    texts = sinks.texts()
+    assert "bucket-test.s3.eu-west-1.amazonaws.com/report.pdf" in texts["spans"]
+    assert "files.example.test/notes.txt" in texts["jsonl"]
+    assert_nowhere(texts, *SECRETS[1:])
+
+
+def test_a_cassette_replays_a_call_whose_presigned_url_was_signed_anew(tmp_path: Path) -> None:
+    """A presigned URL is made again each run, with a new signature: the recording holds none, and matches."""
+    from tests.cassette_support import Offline
+
+    live = t.scripted_openai(t.json_reply(t.chat_completion_body("A report.")))
+    with cassettes.use(tmp_path / "c.json", mode="record"):
+        adapters.complete(live.client, _image(S3_URL))
+    text = (tmp_path / "c.json").read_text()
+    assert AMZ_SIGNATURE not in text and AMZ_TOKEN not in text
+    (request,) = [c["request"] for c in json.loads(text)["calls"]]
+    assert "X-Amz-Expires=900" in request["messages"][0]["content"][0]["image_url"]["url"]
+    client, _ = Offline().clients("openai")
+    with cassettes.use(tmp_path / "c.json"):
+        resigned = _image(S3_URL.replace(AMZ_SIGNATURE, AMZ_SIGNATURE[::-1]))
+        assert adapters.complete(client, resigned).choices[0].message.content == "A report."
+
+
+def test_a_provider_error_echoing_the_signed_url_leaves_no_signature_in_the_cassette(tmp_path: Path) -> None:
+    echo = t.json_reply({"error": {"message": f"cannot fetch {S3_URL}", "type": "invalid_request_error"}}, status=400)
+    live = t.scripted_openai(echo)
+    with cassettes.use(tmp_path / "c.json", mode="record"):
+        try:
+            adapters.complete(live.client, _image(S3_URL))
+        except Exception as exc:
+            assert AMZ_SIGNATURE in str(exc)  # the caller's own error is as the provider said it
+    text = (tmp_path / "c.json").read_text()
+    assert "cannot fetch https://bucket-test.s3" in text
+    assert AMZ_SIGNATURE not in text and AMZ_TOKEN not in text
+
+
+def test_a_conversation_without_credentials_in_its_addresses_is_the_callers_own_object() -> None:
+    plain = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x.test/a.png?w=2"}}]}
+    kwargs = {"messages": [{"role": "user", "content": "hi"}, plain]}
+    assert recorded(kwargs) is kwargs
+    signed = {
+        "messages": [*kwargs["messages"], {"role": "user", "content": [{"type": "input_image", "image_url": SAS_URL}]}]
+    }
+    clean = recorded(signed)
+    assert clean["messages"][:2] == kwargs["messages"] and clean["messages"][2]["content"][0]["image_url"] == (
+        SAS_URL.replace(SAS_SIGNATURE, "[redacted]")
+    )
