@@ -79,7 +79,7 @@ def test_a_signed_url_given_to_gemini_reaches_no_record_nor_cassette(
     texts = {**sinks.texts(), "cassette": (tmp_path / "c.json").read_text()}
     assert "storage.googleapis.com/bucket-test/cat.png" in texts["events"]  # the address is still recorded
     assert "X-Goog-Expires=900" in texts["jsonl"] and "sv=2024-11-04" in texts["cassette"]
-    assert_nowhere(texts, GOOG_SIGNATURE, SAS_SIGNATURE)
+    assert_nowhere(texts, GOOG_SIGNATURE, SAS_SIGNATURE, GOOG_CREDENTIAL)
 
 
 def test_signed_and_keyed_urls_in_openai_and_anthropic_parts_reach_no_record(
@@ -110,7 +110,7 @@ def test_signed_and_keyed_urls_in_openai_and_anthropic_parts_reach_no_record(
     texts = sinks.texts()
     assert "bucket-test.s3.eu-west-1.amazonaws.com/report.pdf" in texts["spans"]
     assert "files.example.test/notes.txt" in texts["jsonl"]
-    assert_nowhere(texts, *SECRETS[1:])
+    assert_nowhere(texts, *SECRETS[1:], AMZ_KEY_ID)
 
 
 def test_a_cassette_replays_a_call_whose_presigned_url_was_signed_anew(tmp_path: Path) -> None:

@@ -28,3 +28,19 @@ def test_cassette_query_credentials_are_blanked_by_the_one_query_rule() -> None:
         assert redaction.is_query_credential(name), name
     for name in ("alt", "keyword", "idempotency_key", "author"):
         assert not redaction.is_query_credential(name), name
+
+
+def test_a_presigned_urls_signer_token_and_signature_are_blanked_and_its_terms_kept() -> None:
+    from relay_runtime.urls import recorded_url
+
+    url = (
+        "https://b.s3.amazonaws.com/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAEXAMPLE0%2F20261205"
+        "&X-Amz-Expires=900&X-Amz-Security-Token=IQoJtoken0123&X-Amz-Signature=0a1b2c3d&X-Goog-Credential=a%40b.iam"
+    )
+    taken: list[str] = []
+    assert recorded_url(url, taken) == (
+        f"https://b.s3.amazonaws.com/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential={redaction.REDACTED}"
+        f"&X-Amz-Expires=900&X-Amz-Security-Token={redaction.REDACTED}&X-Amz-Signature={redaction.REDACTED}"
+        f"&X-Goog-Credential={redaction.REDACTED}"
+    )
+    assert "AKIAEXAMPLE0/20261205" in taken
