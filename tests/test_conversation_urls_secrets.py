@@ -154,3 +154,22 @@ def test_a_conversation_without_credentials_in_its_addresses_is_the_callers_own_
     assert clean["messages"][:2] == kwargs["messages"] and clean["messages"][2]["content"][0]["image_url"] == (
         SAS_URL.replace(SAS_SIGNATURE, "[redacted]")
     )
+
+
+def test_the_run_journal_holds_a_signed_urls_address_without_its_signature(tmp_path: Path) -> None:
+    from genai_support import gemini_client, response_body
+    from google.genai import types
+    from journal_support import run_turn
+
+    script = t.Script([t.json_reply(response_body("A cat."))])
+    part = types.Part.from_uri(file_uri=GCS_URL, mime_type="image/png")
+
+    def body() -> None:
+        gemini = adapters.instrument(gemini_client(script))
+        gemini.models.generate_content(model="gemini-test-flash", contents=["What is this?", part])
+
+    result = run_turn(tmp_path, body)
+    journal = "\n".join(p.read_text() for p in tmp_path.rglob("*") if p.is_file()) + json.dumps(result.rows)
+    assert GCS_URL in _sent(script.requests)
+    assert "storage.googleapis.com/bucket-test/cat.png" in journal
+    assert GOOG_SIGNATURE not in journal and GOOG_CREDENTIAL not in journal
