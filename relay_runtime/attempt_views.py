@@ -40,13 +40,17 @@ def recorded_request(headers: Mapping[str, Any], content: Mapping[str, Any], rel
         return {"headers": {}, "content": REDACTED}
 
 
+def recorded_view(codec: LLMCodec, content: Mapping[str, Any]) -> AnnotatedLLMRequest | None:
+    """The request's neutral view as observers see it: of its conversation as the start event records it
+    (``conversation_urls``), credentials left in its params blanked. Raises what the codec raises."""
+    return redacted_annotation(codec.decode(recorded_conversation(content)))
+
+
 def decode_for_observers(
     relay: Relay, name: str, codec: LLMCodec, content: Mapping[str, Any]
 ) -> AnnotatedLLMRequest | None:
     try:
-        # Its conversation as the start event records it (``conversation_urls``): read only when an observer
-        # reads the view.
-        return redacted_annotation(codec.decode(recorded_conversation(content)))
+        return recorded_view(codec, content)  # read only when an observer reads the view
     except Exception as exc:
         relay.diag.failure("bookkeeping_errors", exc, f"decoding the request of {name!r}")
         relay.diag.count(DECODE_ERRORS)

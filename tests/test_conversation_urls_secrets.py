@@ -173,3 +173,25 @@ def test_the_run_journal_holds_a_signed_urls_address_without_its_signature(tmp_p
     assert GCS_URL in _sent(script.requests)
     assert "storage.googleapis.com/bucket-test/cat.png" in journal
     assert GOOG_SIGNATURE not in journal and GOOG_CREDENTIAL not in journal
+
+
+def test_a_langchain_message_showing_a_signed_image_reaches_no_record(
+    relay_turn: Any, relay_events: Any, tmp_path: Path
+) -> None:
+    """Without the SDK instrumented, LangChain's callbacks record the call from its own messages."""
+    from langchain_core.messages import HumanMessage
+
+    from relay_runtime.integrations.langchain import RelayCallbackHandler
+    from tests.test_frameworks_langchain import chat_model
+
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    script = t.Script([t.json_reply(t.chat_completion_body("A report."))])
+    image = {"type": "image_url", "image_url": {"url": S3_URL}}
+    message = HumanMessage(content=[{"type": "text", "text": "Read it"}, image])
+    chat_model(script).invoke([message], config={"callbacks": [RelayCallbackHandler()]})
+    assert AMZ_SIGNATURE in _sent(script.requests) and message.content[1] == image
+    texts = sinks.texts()
+    assert "bucket-test.s3.eu-west-1.amazonaws.com/report.pdf" in texts["spans"]
+    assert_nowhere(texts, AMZ_SIGNATURE, AMZ_TOKEN, AMZ_KEY_ID)
+
