@@ -195,3 +195,24 @@ def test_a_langchain_message_showing_a_signed_image_reaches_no_record(
     assert "bucket-test.s3.eu-west-1.amazonaws.com/report.pdf" in texts["spans"]
     assert_nowhere(texts, AMZ_SIGNATURE, AMZ_TOKEN, AMZ_KEY_ID)
 
+
+def test_a_langchain_agent_asked_about_a_signed_image_records_its_runs_without_the_signature(
+    relay_turn: Any, relay_events: Any, tmp_path: Path
+) -> None:
+    """The callbacks record the agent's and its graph nodes' runs, whose input and output hold the messages."""
+    from langchain_core.messages import HumanMessage
+
+    from tests.test_frameworks_langchain import RelayCallbackHandler, agents_mod, chat_model
+
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    script = t.Script([t.json_reply(t.chat_completion_body("A report."))])
+    agent = agents_mod.create_agent(chat_model(script), [], name="reader")
+    message = HumanMessage(
+        content=[{"type": "text", "text": "Read it"}, {"type": "image_url", "image_url": {"url": S3_URL}}]
+    )
+    agent.invoke({"messages": [message]}, config={"callbacks": [RelayCallbackHandler()]})
+    assert AMZ_SIGNATURE in _sent(script.requests)
+    texts = sinks.texts()
+    assert "bucket-test.s3.eu-west-1.amazonaws.com/report.pdf" in texts["jsonl"]
+    assert_nowhere(texts, AMZ_SIGNATURE, AMZ_TOKEN, AMZ_KEY_ID)
