@@ -216,3 +216,28 @@ def test_a_langchain_agent_asked_about_a_signed_image_records_its_runs_without_t
     texts = sinks.texts()
     assert "bucket-test.s3.eu-west-1.amazonaws.com/report.pdf" in texts["jsonl"]
     assert_nowhere(texts, AMZ_SIGNATURE, AMZ_TOKEN, AMZ_KEY_ID)
+
+
+def test_an_agents_run_asked_about_a_signed_image_records_no_signature(
+    relay_turn: Any, relay_events: Any, tmp_path: Path
+) -> None:
+    import asyncio
+
+    from relay_runtime.integrations import openai_agents
+    from tests.framework_support import only_our_agents_processor
+    from tests.test_frameworks_agents import agents, scripted
+
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    ask = [{"role": "user", "content": [{"type": "input_text", "text": "Read it"},
+                                        {"type": "input_image", "image_url": SAS_URL, "detail": "auto"}]}]  # fmt: skip
+    with only_our_agents_processor():
+        adapters.instrument()
+        openai_agents.instrument()
+        s = scripted(t.json_reply(t.responses_body("A dog.")))
+        agent = agents.Agent(name="reader", model="gpt-test")
+        assert asyncio.run(agents.Runner.run(agent, ask)).final_output == "A dog."
+    assert SAS_SIGNATURE in _sent(s.script.requests)
+    texts = sinks.texts()
+    assert "acct.blob.core.windows.net/box/dog.jpg" in texts["jsonl"]
+    assert_nowhere(texts, SAS_SIGNATURE)
