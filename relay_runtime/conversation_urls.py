@@ -1,14 +1,15 @@
 """The addresses a request's conversation gives the model, recorded without the credentials they carry.
 
 An image or a file is given to the model by its address: OpenAI chat's ``image_url.url``, Responses'
-``input_image`` / ``input_file`` (``image_url``, ``file_url``), Anthropic's ``image`` / ``document`` blocks with
-a ``url`` source (a ``search_result``'s ``source``), Gemini's ``file_data.file_uri`` (``types.Part.from_uri``),
-LangChain's blocks (``url``). A signed address (a GCS or S3 presigned URL, an Azure SAS) carries its
-signature and token in its query, and the conversation is recorded as it was sent (``redaction``'s
-``CONVERSATION_KWARGS``): every record of the request (its events, JSONL, spans, the journal, trajectories,
-cassettes) held them. Such an address is recorded as ``urls.recorded_url`` records one: its user info
-and the values of its credential query parameters (``?X-Goog-Signature=``, ``?sig=``, ``?key=``) blanked,
-the rest as given, so the record still says which file the model was shown.
+``input_image`` / ``input_file`` (``image_url``, ``file_url``), Anthropic's ``image`` / ``document`` blocks
+with a ``url`` source (a ``search_result``'s ``source``), Gemini's ``file_data.file_uri``
+(``types.Part.from_uri``), LangChain's blocks (``url``), in a Bedrock ``invoke_model`` body's JSON text
+too. A signed address (a GCS or S3 presigned URL, an Azure SAS) carries its signature and token in its
+query, and the conversation is recorded as it was sent (``redaction``'s ``CONVERSATION_KWARGS``): every
+record of the request (its events, JSONL, spans, the journal, trajectories, cassettes) held them. Such an
+address is recorded as ``urls.recorded_url`` records one: its user info and the values of its credential
+query parameters (``?X-Goog-Signature=``, ``?sig=``, ``?key=``) blanked, the rest as given, so the record
+still says which file the model was shown.
 
 The values are not remembered as the process's secrets: the conversation is the caller's data (a peer's,
 on a server), and a fresh signature per request would push the process's own keys out of that memory
@@ -18,9 +19,11 @@ of error texts (``error_text``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
+from .redaction import BODY_TEXT_KWARG, body_kwargs
 from .tool_results import blanked as tool_results_blanked
 from .urls import recorded_url
 
@@ -67,6 +70,12 @@ def blanked(kwargs: Mapping[str, Any], taken: list[str] | None = None) -> Mappin
         if new is not items:
             changed = {} if changed is None else changed
             changed[key] = new
+    if BODY_TEXT_KWARG in kwargs:  # Bedrock's invoke_model: the conversation inside the body's JSON text
+        body = body_kwargs(kwargs)
+        kept = blanked(body, taken) if body is not None else None
+        if kept is not body:
+            changed = {} if changed is None else changed
+            changed[BODY_TEXT_KWARG] = json.dumps(kept, ensure_ascii=False)
     return kwargs if changed is None else {**kwargs, **changed}
 
 

@@ -241,3 +241,28 @@ def test_an_agents_run_asked_about_a_signed_image_records_no_signature(
     texts = sinks.texts()
     assert "acct.blob.core.windows.net/box/dog.jpg" in texts["jsonl"]
     assert_nowhere(texts, SAS_SIGNATURE)
+
+
+def test_a_signed_url_in_a_bedrock_invoke_model_body_reaches_no_record(
+    relay_turn: Any, relay_events: Any, tmp_path: Path
+) -> None:
+    """An ``invoke_model`` body is JSON text holding the model API's own kwargs (Anthropic's messages)."""
+    from bedrock_support import BedrockServer, raw_reply
+
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    server = BedrockServer()
+    try:
+        bedrock = adapters.instrument(server.client())
+        server.replies.append(raw_reply(t.anthropic_message_body("A report.")))
+        image = {"type": "image", "source": {"type": "url", "url": S3_URL}}
+        body = {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 16,
+                "messages": [{"role": "user", "content": [image, {"type": "text", "text": "Read it"}]}]}  # fmt: skip
+        bedrock.invoke_model(modelId="anthropic.claude-3-5-sonnet-20241022-v2:0", body=json.dumps(body))
+        assert AMZ_SIGNATURE in json.dumps(server.seen[0].body)
+    finally:
+        adapters.uninstrument(bedrock)
+        server.close()
+    texts = sinks.texts()
+    assert "bucket-test.s3.eu-west-1.amazonaws.com/report.pdf" in texts["spans"]
+    assert_nowhere(texts, AMZ_SIGNATURE, AMZ_TOKEN, AMZ_KEY_ID)
