@@ -266,3 +266,26 @@ def test_a_signed_url_in_a_bedrock_invoke_model_body_reaches_no_record(
     texts = sinks.texts()
     assert "bucket-test.s3.eu-west-1.amazonaws.com/report.pdf" in texts["spans"]
     assert_nowhere(texts, AMZ_SIGNATURE, AMZ_TOKEN, AMZ_KEY_ID)
+
+
+def test_a_provider_error_quoting_the_addresses_records_neither_their_signatures_nor_a_password(
+    relay_turn: Any, relay_events: Any, tmp_path: Path
+) -> None:
+    from genai_support import api_error, gemini_client
+    from google.genai import errors, types
+
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    password = "Zq7Wv3Ntr8LmXk"  # shares no run of 8 with a key the tests remember
+    fetched = f"https://ada:{password}@files.example.test/notes.txt"
+    said = f"Cannot fetch content from the provided URL: {GCS_URL} and {fetched}"
+    script = t.Script([api_error(400, "INVALID_ARGUMENT", said)])
+    gemini = adapters.instrument(gemini_client(script))
+    parts = [types.Part.from_uri(file_uri=u, mime_type="image/png") for u in (GCS_URL, fetched)]
+    try:
+        gemini.models.generate_content(model="gemini-test-flash", contents=parts)
+    except errors.ClientError as exc:
+        assert password in str(exc)  # the caller's own error is as the provider said it
+    texts = sinks.texts()
+    assert "Cannot fetch content" in texts["events"] and "@files.example.test/notes.txt" in texts["events"]
+    assert_nowhere(texts, GOOG_SIGNATURE, GOOG_CREDENTIAL, password)
