@@ -289,3 +289,17 @@ def test_a_provider_error_quoting_the_addresses_records_neither_their_signatures
     texts = sinks.texts()
     assert "Cannot fetch content" in texts["events"] and "@files.example.test/notes.txt" in texts["events"]
     assert_nowhere(texts, GOOG_SIGNATURE, GOOG_CREDENTIAL, password)
+
+
+def test_a_presigned_urls_dates_and_region_are_left_in_the_cassette_its_signature_is_not(tmp_path: Path) -> None:
+    """The signing scope (``<key id>/<date>/<region>/s3/aws4_request``) is blanked where it stands, but not cut
+    from every other text as a signature is: its runs of 8 are dates and regions."""
+    echo = f"See eu-west-1 on 20261205, not {AMZ_SIGNATURE}"
+    live = t.scripted_openai(t.json_reply(t.chat_completion_body(echo)))
+    with cassettes.use(tmp_path / "c.json", mode="record"):
+        adapters.complete(live.client, _image(S3_URL))
+    (call,) = json.loads((tmp_path / "c.json").read_text())["calls"]
+    url = call["request"]["messages"][0]["content"][0]["image_url"]["url"]
+    assert url.startswith("https://bucket-test.s3.eu-west-1.amazonaws.com/report.pdf?")
+    assert "X-Amz-Date=20261205T000000Z" in url and "X-Amz-Credential=[redacted]" in url
+    assert call["http"][0]["body"]["choices"][0]["message"]["content"] == "See eu-west-1 on 20261205, not [redacted]"

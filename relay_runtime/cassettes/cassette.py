@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..conversation_urls import is_signing_scope
 from ..conversation_urls import recorded as recorded_conversation
 from ..files import directory_locked, replace_atomically
 from . import matching, policy, secrets
@@ -270,7 +271,7 @@ class Cassette:
         self.policy = redaction
         taken: list[str] = []
         recorded_conversation(request, taken)  # an address's signature, cut from an error body echoing it too
-        self.add_secrets(v for v in taken if len(v) >= secrets.MIN_SECRET_LENGTH)
+        self.add_secrets(v for v in taken if len(v) >= secrets.MIN_SECRET_LENGTH and not is_signing_scope(v))
         key = self._match_key(request)
         with self._lock:
             if self.mode != "record":
