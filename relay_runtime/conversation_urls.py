@@ -172,14 +172,6 @@ def _address(url: str, taken: list[str] | None) -> str:
     return url if new == url else new
 
 
-def is_signing_scope(value: str) -> bool:
-    """Whether ``value`` is a presigned URL's credential scope (``X-Amz-Credential``'s
-    ``<key id>/20261205/eu-west-1/s3/aws4_request``, ``X-Goog-Credential``'s ``.../goog4_request``), decoded or
-    as written: blanked where its parameter is, but no secret to cut from all text, whose runs of 8 are dates
-    and regions found everywhere (a cassette's answers, the host of the address itself)."""
-    return value.endswith("4_request") and ("/" in value or "%2F" in value)
-
-
 def _copied(model: Any, field: str, value: Any) -> Any:
     """A copy of an SDK's model with ``field`` set; the model itself when it cannot be copied (then unchanged)."""
     copy = getattr(model, "model_copy", None)

@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..conversation_urls import is_signing_scope
 from ..conversation_urls import recorded as recorded_conversation
 from ..files import directory_locked, replace_atomically
+from ..urls import is_signing_scope
 from . import matching, policy, secrets
 from .requests import Normalize, canonical, normalized
 
