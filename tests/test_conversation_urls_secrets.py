@@ -26,20 +26,20 @@ GCS_URL = (
     f"&X-Goog-SignedHeaders=host&X-Goog-Signature={GOOG_SIGNATURE}"
 )
 AMZ_SIGNATURE = "0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9"
-AMZ_TOKEN = "IQoJb3JpZ2luX2VjEXAMPLEsessiontoken0123456789"
+AMZ_TOKEN = "IQoJb3JpZ2luX2VjEXAMPLEsessiontokenQ7w2E9r4"
 AMZ_KEY_ID = "AKIAEXAMPLEKEYID0123"
 S3_URL = (
     "https://bucket-test.s3.eu-west-1.amazonaws.com/report.pdf?X-Amz-Algorithm=AWS4-HMAC-SHA256"
     f"&X-Amz-Credential={AMZ_KEY_ID}%2F20261205%2Feu-west-1%2Fs3%2Faws4_request&X-Amz-Date=20261205T000000Z"
     f"&X-Amz-Expires=900&X-Amz-Security-Token={AMZ_TOKEN}&X-Amz-SignedHeaders=host&X-Amz-Signature={AMZ_SIGNATURE}"
 )
-SAS_SIGNATURE = "SASsignatureEXAMPLE0123456789abcdefgh%3D"
+SAS_SIGNATURE = "SASsignatureEXAMPLEk4Jm8Pq2Wz%3D"
 SAS_URL = f"https://acct.blob.core.windows.net/box/dog.jpg?sv=2024-11-04&se=2026-12-06&sp=r&sig={SAS_SIGNATURE}"
-QUERY_KEY = "qk-EXAMPLE-0123456789"
+QUERY_KEY = "qk-EXAMPLE-7Hn2Rf9Lw4"
 KEYED_URL = f"https://files.example.test/doc.pdf?key={QUERY_KEY}&page=2"
-PASSWORD = "pw-EXAMPLE-0123456789"
+PASSWORD = "pw-EXAMPLE-Vb6Tq1Zs8M"
 USER_URL = f"https://ada:{PASSWORD}@files.example.test/notes.txt"
-TOKEN = "tok-EXAMPLE-0123456789"
+TOKEN = "tok-EXAMPLE-Jc5Xy3Pd0K"
 TOKEN_URL = f"https://img.example.test/bird.webp?token={TOKEN}"
 SECRETS = (GOOG_SIGNATURE, AMZ_SIGNATURE, AMZ_TOKEN, SAS_SIGNATURE, QUERY_KEY, PASSWORD, TOKEN)
 
@@ -64,7 +64,7 @@ def test_a_signed_url_given_to_gemini_reaches_no_record_nor_cassette(
 
     relay, _turn = relay_turn
     sinks = Sinks(relay, relay_events, tmp_path)
-    script = t.Script([t.json_reply(response_body("A cat.")), t.json_reply(response_body("A dog."))])
+    script = t.Script([t.json_reply(response_body(f"A {animal}.")) for animal in ("cat", "dog", "bird")])
     gemini = adapters.instrument(gemini_client(script))
     with cassettes.use(tmp_path / "c.json", mode="record"):
         gemini.models.generate_content(
@@ -75,11 +75,13 @@ def test_a_signed_url_given_to_gemini_reaches_no_record_nor_cassette(
             model="gemini-test-flash",
             contents=[{"role": "user", "parts": [{"file_data": {"file_uri": SAS_URL, "mime_type": "image/jpeg"}}]}],
         )
+        bird = types.Part.from_uri(file_uri=TOKEN_URL, mime_type="image/webp")
+        gemini.models.generate_content(model="gemini-test-flash", contents=types.Content(role="user", parts=[bird]))
     assert GCS_URL in _sent(script.requests[:1])  # the provider got the address as it was
     texts = {**sinks.texts(), "cassette": (tmp_path / "c.json").read_text()}
     assert "storage.googleapis.com/bucket-test/cat.png" in texts["events"]  # the address is still recorded
     assert "X-Goog-Expires=900" in texts["jsonl"] and "sv=2024-11-04" in texts["cassette"]
-    assert_nowhere(texts, GOOG_SIGNATURE, SAS_SIGNATURE, GOOG_CREDENTIAL)
+    assert_nowhere(texts, GOOG_SIGNATURE, SAS_SIGNATURE, GOOG_CREDENTIAL, TOKEN)
 
 
 def test_signed_and_keyed_urls_in_openai_and_anthropic_parts_reach_no_record(
