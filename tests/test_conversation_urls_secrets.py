@@ -289,7 +289,7 @@ def test_a_provider_error_quoting_the_addresses_records_neither_their_signatures
     except errors.ClientError as exc:
         assert password in str(exc)  # the caller's own error is as the provider said it
     texts = sinks.texts()
-    assert "Cannot fetch content" in texts["events"] and "@files.example.test/notes.txt" in texts["events"]
+    assert "Cannot fetch content" in texts["events"] and "https://ada:[redacted]@files.example.test/" in texts["events"]
     assert_nowhere(texts, GOOG_SIGNATURE, GOOG_CREDENTIAL, password)
 
 
