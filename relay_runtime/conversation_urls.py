@@ -20,7 +20,7 @@ of error texts (``error_text``).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .redaction import BODY_TEXT_KWARG, body_kwargs
@@ -99,7 +99,7 @@ def _may_hold_addresses(items: list[Any]) -> bool:
     return False
 
 
-def _mapped(items: list[Any], each: Any, taken: list[str] | None) -> list[Any]:
+def _mapped(items: list[Any], each: Callable[[Any, list[str] | None], Any], taken: list[str] | None) -> list[Any]:
     """``items`` itself when ``each`` leaves every item as it is, else a copy holding what it made of them."""
     out: list[Any] | None = None
     for i, item in enumerate(items):
