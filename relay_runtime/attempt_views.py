@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from . import conventions as cv
 from .codec import LLMCodec
+from .conversation_urls import recorded as recorded_conversation
 from .redaction import REDACTED, redacted_annotation, redacted_request
-from .tool_results import blanked as blanked_results
 from .types import AnnotatedLLMRequest, AnnotatedLLMResponse
 
 if TYPE_CHECKING:
@@ -27,26 +27,30 @@ DECODE_ERRORS = "decode_errors"
 
 def recorded_request(headers: Mapping[str, Any], content: Mapping[str, Any], relay: Relay) -> dict[str, Any]:
     """An attempt's request as its start event records it: headers and kwargs with credentials blanked
-    (``redaction.redacted_request``), its tools' results too (``tool_results``).
+    (``redaction.redacted_request``), its tools' results and its addresses' credentials too (``conversation_urls``).
 
     Made on first read (``events.Recorded``): most subscribers never read an attempt's input, and the
     walk of a conversation's items is a good part of what recording a call costs. A request that cannot
     be walked is counted (``bookkeeping_errors``) and recorded withheld, never as it was sent.
     """
     try:
-        return redacted_request(headers, blanked_results(content))
+        return redacted_request(headers, recorded_conversation(content))
     except Exception as exc:
         relay.diag.failure("bookkeeping_errors", exc, "recording an attempt's request")
         return {"headers": {}, "content": REDACTED}
+
+
+def recorded_view(codec: LLMCodec, content: Mapping[str, Any]) -> AnnotatedLLMRequest | None:
+    """The request's neutral view as observers see it: of its conversation as the start event records it
+    (``conversation_urls``), credentials left in its params blanked. Raises what the codec raises."""
+    return redacted_annotation(codec.decode(recorded_conversation(content)))
 
 
 def decode_for_observers(
     relay: Relay, name: str, codec: LLMCodec, content: Mapping[str, Any]
 ) -> AnnotatedLLMRequest | None:
     try:
-        # Its tools' results as the start event records them (``tool_results``): read only when an observer
-        # reads the view.
-        return redacted_annotation(codec.decode(blanked_results(content)))
+        return recorded_view(codec, content)  # read only when an observer reads the view
     except Exception as exc:
         relay.diag.failure("bookkeeping_errors", exc, f"decoding the request of {name!r}")
         relay.diag.count(DECODE_ERRORS)

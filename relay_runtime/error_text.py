@@ -6,11 +6,13 @@ as ``input_value=...`` (the whole arguments dict for a missing field), a ``TypeE
 the record holds that input as data, a credential-keyed value is blanked (``redact_value``); the
 message carried it verbatim to the span's status, the exception event, the journal and the trajectory.
 
-So an error's text is read, before anything records it, for two shapes:
+So an error's text is read, before anything records it, for three shapes:
 
 - pydantic's ``input_value=<repr>`` (every ``ValidationError`` and serialization warning of pydantic 2):
   the repr is blanked whole. pydantic cuts a long repr in its middle (``'hunter...secret'``), which
   can part a value from its key; the input itself is in the record as data, judged key by key.
+- a URL's user info: its password (``https://user:[redacted]@host``), or all of it when it is one word
+  (``https://[redacted]@host``: a token).
 - ``key=value``, ``key: value``, ``'key': 'value'`` and ``"key": "value"`` (kwargs reprs, dict reprs,
   JSON, headers, query strings) whose key the data rule calls a credential (``is_credential_data_key``;
   ``?key=`` / ``&sig=`` by the query rule): the value is blanked, a nested dict or list whole.
@@ -35,15 +37,20 @@ _SCHEME = re.compile(r"(?:bearer|basic|token|digest|bot|key|apikey)[ \t]+", re.I
 # Where a bare value ends: a delimiter of whatever quoted it (a dict repr, JSON, a query string, prose).
 _BARE_VALUE = re.compile(r"""[^\s,;&'"})\]<>]+""")
 _OPENERS = {"{": "}", "[": "]", "(": ")"}
+# A URL's user info (``https://user:password@host``, ``https://token@host``): a provider's error quoting the
+# address it could not fetch quotes its password too. The user's name before a ``:`` is kept (group 1).
+_USER_INFO = re.compile(r"""(?<=://)([^\s/?#@'"<>:]*:)?[^\s/?#@'"<>]+(?=@)""")
 # Words that may hold a credential's key: text holding none of them is not scanned key by key.
 _HINTS = ("key", "token", "secret", "password", "auth", "cookie", "sig")
 
 
 def scrubbed(text: str) -> str:
-    """``text`` with pydantic's quoted input and credential-keyed values blanked (``text`` itself when
-    nothing was)."""
+    """``text`` with pydantic's quoted input, credential-keyed values and the passwords of the URLs it quotes
+    blanked (``text`` itself when nothing was)."""
     if _INPUT_VALUE in text:
         text = _without_input_values(text)
+    if "://" in text and "@" in text:
+        text = _USER_INFO.sub(_without_password, text)
     return keyed_values_blanked(text)
 
 
@@ -55,6 +62,10 @@ def keyed_values_blanked(text: str) -> str:
     if any(hint in lowered for hint in _HINTS):
         return _without_keyed_credentials(text)
     return text
+
+
+def _without_password(match: re.Match[str]) -> str:
+    return (match.group(1) or "") + REDACTED
 
 
 def _without_input_values(text: str) -> str:

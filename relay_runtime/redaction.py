@@ -107,13 +107,14 @@ def is_credential_header(name: str | bytes) -> bool:
 
 # Query parameter and header names that say credential (the name rule of cassettes' query strings and
 # headers, request and response): exact names, then ``*-key`` / ``*-token`` / ``*-auth`` / ``*-authorization``
-# (a second bearer beside the API's own: Cloud Run's ``X-Serverless-Authorization``) / ``x-auth-*`` with ``_``
+# (a second bearer beside the API's own: Cloud Run's ``X-Serverless-Authorization``) / ``*-credential`` (a
+# presigned URL's signer: S3's ``X-Amz-Credential`` starts with the access key's id) / ``x-auth-*`` with ``_``
 # read as ``-``. ``author`` is no credential, and an idempotency key is a request id.
 CREDENTIAL_NAMES = frozenset(
-    {"key", "api-key", "apikey", "token", "access-token", "sig", "signature", "secret", "password"}
+    {"key", "api-key", "apikey", "token", "access-token", "sig", "signature", "secret", "password", "credential"}
     | {"subscription-key", "cookie", "set-cookie", "authorization", "proxy-authorization", "auth"}
 )
-_NAME_SUFFIXES = ("-key", "-token", "-auth", "-authorization", "-secret", "-signature", "-password")
+_NAME_SUFFIXES = ("-key", "-token", "-auth", "-authorization", "-secret", "-signature", "-password", "-credential")
 _NAME_PREFIXES = ("x-auth-",)
 _NOT_CREDENTIAL_NAMES = frozenset({"idempotency-key", "x-idempotency-key"})
 

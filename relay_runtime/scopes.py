@@ -19,6 +19,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from .clipping import ERROR_MESSAGE_LIMIT, bounded
+from .conversation_urls import recorded as recorded_conversation
 from .events import (
     MARK,
     SCOPE_END,
@@ -145,8 +146,12 @@ def outcome_of(error: BaseException | None) -> str:
 def _blanked(value: Any, tool: bool, result: bool = False) -> Any:
     """A scope's input or output as its record holds it (``Recorded``): credentials blanked (``redact_value``);
     a tool's result held as text or content blocks, and its arguments held as text that is not JSON (a cut tool
-    call), with the values of credential keys blanked too (``tool_results``)."""
+    call), with the values of credential keys blanked too (``tool_results``); a conversation it holds (a
+    framework's chain or agent run: ``{"messages": [...]}``) as a model call's records hold it
+    (``conversation_urls``: its tools' results, its addresses' credentials)."""
     value = redact_value(value)
+    if type(value) is dict:
+        value = recorded_conversation(value)
     if not tool:
         return value
     if result:

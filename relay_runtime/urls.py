@@ -58,13 +58,21 @@ def edit_query(path: str, edit: Callable[[str, str, str], str | None]) -> str:
     return f"{head}?{'&'.join(parts)}"
 
 
+def is_signing_scope(value: str) -> bool:
+    """Whether ``value`` is a presigned URL's credential scope (``X-Amz-Credential``'s
+    ``<key id>/20261205/eu-west-1/s3/aws4_request``, ``X-Goog-Credential``'s ``.../goog4_request``), decoded or
+    as written: blanked where its parameter is, but no secret to cut from all text, whose runs of 8 are dates
+    and regions found everywhere (an answer, the host of the address itself)."""
+    return value.endswith("4_request") and ("/" in value or "%2F" in value)
+
+
 def recorded_url(url: str, taken: list[str] | None = None) -> str:
     """``url`` as a record may hold it (a span name, an attribute naming what was read): its user info, and
     the values of its query and fragment parameters that hold a credential (``redaction.is_query_credential``:
     ``?access_token=``, ``#sig=``, ``?key=``), as ``[redacted]``; the rest as given, so the address still
-    says what it is. The values taken out are remembered (``redaction.remember_secret``): an error echoing
-    the address (a server's "Unknown resource: ...") is scrubbed of them too. Text with no ``@``, ``?`` or
-    ``#`` is returned as it is, without parsing.
+    says what it is. The values taken out are remembered (``redaction.remember_secret``; a signing scope is
+    not: ``is_signing_scope``): an error echoing the address (a server's "Unknown resource: ...") is scrubbed
+    of them too. Text with no ``@``, ``?`` or ``#`` is returned as it is, without parsing.
 
     ``taken``: an address a peer chose (a client's, on a server) is not the process's own. Its values go
     to this list instead, as written and decoded, for the caller to scrub what it records of that request:
@@ -77,7 +85,8 @@ def recorded_url(url: str, taken: list[str] | None = None) -> str:
 
     def keep(value: str, written: str) -> None:
         if taken is None:
-            redaction.remember_secret(value)  # a short value is not searched for
+            if not is_signing_scope(value):
+                redaction.remember_secret(value)  # a short value is not searched for
         else:
             taken.extend((value, written) if written != value else (value,))
 

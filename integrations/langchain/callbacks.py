@@ -35,6 +35,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from relay_runtime import conventions as cv
 from relay_runtime import session
 from relay_runtime.adapters.instrument import is_instrumented
+from relay_runtime.attempt_views import recorded_view
 from relay_runtime.calls import open_call_in
 from relay_runtime.scopes import ScopeHandle
 from relay_runtime.session import Turn
@@ -303,7 +304,9 @@ class RelayCallbackHandler(BaseCallbackHandler):
             codec = codec_for(meta.get("ls_provider") or "langchain")
             model = meta.get("ls_model_name")
             content = {"model": model, "messages": asked}
-            call.witness(codec.provider, model, deferred(codec.decode, content), codec=codec, sent=content)
+            # The view of what its start records: a signed image address, a tool's key, blanked alike.
+            view = deferred(recorded_view, codec, content)
+            call.witness(codec.provider, model, view, codec=codec, sent=content)
         except Exception as exc:
             turn.relay.diag.failure("subscriber_errors", exc, f"{self.framework} callback chat model start")
 

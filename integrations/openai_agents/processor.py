@@ -39,9 +39,9 @@ from relay_runtime import session
 from relay_runtime.adapters.dispatch import APIS, CHAT_COMPLETIONS, RESPONSES
 from relay_runtime.adapters.instrument import is_instrumented
 from relay_runtime.calls import open_call_in
+from relay_runtime.conversation_urls import recorded as recorded_conversation
 from relay_runtime.scopes import ScopeHandle
 from relay_runtime.session import Turn
-from relay_runtime.tool_results import blanked as blanked_results
 from relay_runtime.types import AnnotatedLLMResponse, ScopeType, TokenUsage
 
 from ..frameworks import FrameworkRun, ModelCall, current_parent, deferred, enter_scope, leave_scope
@@ -174,8 +174,8 @@ class RelayTraceProcessor:
         call = entry.call
         if call is not None:
             sent = _sent_of(span.span_data)
-            if sent is not None:  # its view too holds the tools' results as the attempt's start records them
-                sent = dict(blanked_results(sent))
+            if sent is not None:  # its view too holds the conversation as the attempt's start records it
+                sent = dict(recorded_conversation(sent))
             # First: it records the witnessed attempt when no SDK attempt joined.
             call.leave(request=deferred(_decode, sent) if sent is not None else None, sent=sent)
             if call.observed is not None:

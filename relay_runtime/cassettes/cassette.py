@@ -16,8 +16,9 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..conversation_urls import recorded as recorded_conversation
 from ..files import directory_locked, replace_atomically
-from ..tool_results import blanked as blanked_results
+from ..urls import is_signing_scope
 from . import matching, policy, secrets
 from .requests import Normalize, canonical, normalized
 
@@ -268,6 +269,9 @@ class Cassette:
             if wrong is not None:
                 raise CassetteError(wrong)
         self.policy = redaction
+        taken: list[str] = []
+        recorded_conversation(request, taken)  # an address's signature, cut from an error body echoing it too
+        self.add_secrets(v for v in taken if len(v) >= secrets.MIN_SECRET_LENGTH and not is_signing_scope(v))
         key = self._match_key(request)
         with self._lock:
             if self.mode != "record":
@@ -395,10 +399,11 @@ class Cassette:
         scrubbed again.
         The one place this is done: what a message shows of a request is what is written (``as_stored``)."""
         held = self.secrets
-        # A tool's result sent back as text (``api_key='sk-...'``) is conversation, which the credential walk
-        # leaves alone: blanked as the attempt's records blank it (and as matching compares it, default_normalize).
+        # A tool's result sent back as text (``api_key='sk-...'``) and a presigned URL's signature are conversation,
+        # which the credential walk leaves alone: blanked as the attempt's records blank them (and as matching
+        # compares them, default_normalize).
         request = call["request"]
-        results = blanked_results(request)
+        results = recorded_conversation(request)
         if results is not request:
             call = {**call, "request": dict(results)}
         if self.policy is not None:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import redaction
-from ..tool_results import blanked as blanked_results
+from ..conversation_urls import recorded as recorded_conversation
 from ..types import AnnotatedLLMRequest
 
 # Params that differ from run to run without changing what the model is asked: request and
@@ -103,10 +103,11 @@ def with_sent_extras(request: dict[str, Any], kwargs: Mapping[str, Any]) -> dict
 
 def default_normalize(request: Mapping[str, Any]) -> dict[str, Any]:
     """Drop volatile params again (a cassette edited by hand, or recorded before a param became volatile), and
-    blank credential-keyed values in the tools' results the conversation carries (``tool_results``), as the file
-    holds them (``Cassette.written``): a live call compares equal to its recording, and to one written before
-    results were blanked, whatever key the tool returned this run."""
-    out = dict(blanked_results(request))
+    blank credential-keyed values in the tools' results the conversation carries and the credentials of its
+    addresses (``conversation_urls``), as the file holds them (``Cassette.written``): a live call compares equal
+    to its recording, and to one written before they were blanked, whatever key the tool returned this run
+    and whatever signature its presigned URL holds."""
+    out = dict(recorded_conversation(request))
     for name in ("params", "provider_params"):
         values = out.get(name)
         if isinstance(values, Mapping):

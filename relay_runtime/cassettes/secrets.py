@@ -20,7 +20,7 @@ from urllib.parse import unquote, unquote_plus
 
 from .. import redaction
 from ..secret_runs import SecretRuns
-from ..urls import edit_query
+from ..urls import edit_query, is_signing_scope
 
 REDACTED = redaction.REDACTED
 
@@ -75,7 +75,9 @@ def redact_query(path: str) -> tuple[str, set[str]]:
     def blank(name: str, raw_name: str, raw_value: str) -> str | None:
         if not raw_value or not redaction.is_query_credential(name):
             return None
-        found.update(v for v in (raw_value, unquote_plus(raw_value)) if len(v) >= MIN_SECRET_LENGTH)
+        found.update(
+            v for v in (raw_value, unquote_plus(raw_value)) if len(v) >= MIN_SECRET_LENGTH and not is_signing_scope(v)
+        )
         return f"{raw_name}={REDACTED}"
 
     return edit_query(path, blank), found
