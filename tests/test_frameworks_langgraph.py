@@ -362,3 +362,31 @@ def test_configure_graph_keeps_a_callback_handler_of_the_graph_config_to_one_rec
     graph.invoke(QUESTION, {"configurable": {"thread_id": "once"}})
     assert outline(relay_events, skip=("conversation", "turn")) == ["agent approval success", "  function ask success"]
     assert len(relay_events.marks(name="graph.interrupt")) == 1
+
+
+def test_a_pause_inside_a_subgraph_is_one_interrupt_and_one_resume_with_its_value(relay_turn, relay_events) -> None:
+    """LangGraph tells an interrupt to the top graph alone, but a resume to every graph that resumes: the
+    subgraph's own resume is the same resume, not a second one (without the value the caller passed)."""
+
+    def ask(state: Any) -> Any:
+        answer = types_mod.interrupt({"question": "Send the email?"})
+        return {"messages": [{"role": "assistant", "content": f"approved: {answer}"}]}
+
+    inner = graph_mod.StateGraph(graph_mod.MessagesState)
+    inner.add_node("ask", ask)
+    inner.add_edge(graph_mod.START, "ask")
+    outer = graph_mod.StateGraph(graph_mod.MessagesState)
+    outer.add_node("review", inner.compile(name="review"))
+    outer.add_edge(graph_mod.START, "review")
+    graph = configure_graph(outer.compile(name="mailer", checkpointer=memory_mod.InMemorySaver()))
+    config = {"configurable": {"thread_id": "subgraph-pause"}}
+
+    graph.invoke(QUESTION, config)
+    done = graph.invoke(types_mod.Command(resume="yes"), config)
+
+    assert done["messages"][-1].content == "approved: yes"
+    (interrupted,) = relay_events.marks(name="graph.interrupt")
+    (resumed,) = relay_events.marks(name="graph.resume")
+    assert [e.name for e in relay_events.starts() if e.uuid == resumed.parent_uuid] == ["mailer"]
+    assert resumed.data["resume"] == "yes" and resumed.data["checkpoint_ns"] == []
+    assert interrupted.data["checkpoint_ns"] == []

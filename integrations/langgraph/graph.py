@@ -5,8 +5,9 @@ lifecycle callbacks), so every invocation records without the caller passing cal
 server that refuses callback objects in a request still records. Graph and node runs are scopes;
 an interrupt is a ``graph.interrupt`` mark with its payloads (``id``, ``value``) on the graph's scope,
 a resume a ``graph.resume`` mark with the checkpoint and the resume value the caller passed in
-``Command(resume=...)``. The interrupted node's scope ends as a success with ``{"control_flow":
-"GraphInterrupt"}``: pausing for a human is not a failure.
+``Command(resume=...)``; both on the top graph's scope alone, however deep the paused node is. The
+interrupted node's scope ends as a success with ``{"control_flow": "GraphInterrupt"}``: pausing for a
+human is not a failure.
 
 A ``RelayCallbackHandler`` passed as well (``config={"callbacks": [...]}``, or already in the graph's
 config) records nothing twice: relay handlers share the runs they follow (see ``callbacks``).
@@ -58,6 +59,10 @@ class RelayGraphCallbackHandler(RelayCallbackHandler, GraphCallbackHandler):
         self._mark(event.run_id, INTERRUPT, {**_where(event), "interrupts": payloads})
 
     def on_resume(self, event: GraphResumeEvent) -> None:
+        if event.checkpoint_ns:
+            # A subgraph resuming with the graph it runs in: LangGraph tells each nested graph's resume,
+            # but an interrupt to the top graph alone; the top graph's mark is the one resume, with its value.
+            return
         data = _where(event)
         if event.run_id in self._resume_values:
             data["resume"] = plain(self._resume_values[event.run_id])

@@ -77,6 +77,10 @@ class _Sending:
     reported: Mapping[str, Any] | None = None
     dispatched = False
     carrier: Mapping[str, str]
+    # Set when a ``Client.call_tool`` opened the scope (``calls``): the session whose ``tools/call``
+    # rounds of this tool are sent as part of it, each one carrying its context and arguments.
+    driver: Any = None
+    tool: str | None = None
 
     def report(self, attributes: Mapping[str, Any]) -> None:
         # The first report is kept as given, not copied: the SDK builds a new dict for each span
@@ -201,6 +205,12 @@ def session_send(original: Send) -> Send:
     so a server answering junk fails the scope the caller's error comes from."""
 
     def send_request(client_session: Any, request: Any, result_type: Any, *args: Any, **kwargs: Any) -> Any:
+        owner = _sending.get()
+        if owner is not None and owner.driver is client_session and _is_round(owner, request):
+            # A round of a ``Client.call_tool`` whose scope is open above: sent as part of it, not a call of its own.
+            owner.dispatched = False
+            owner.reported = None  # the scope's end records the last round's request, not an earlier one's
+            return original(client_session, request, result_type, *args, **kwargs)
         relay = routing.relay_for_request()
         if relay is None:
             return original(client_session, request, result_type, *args, **kwargs)
@@ -222,6 +232,13 @@ def session_send(original: Send) -> Send:
         return _request(relay, hints, call)
 
     return send_request
+
+
+def _is_round(owner: _Sending, request: Any) -> bool:
+    try:
+        return request.method == mc.TOOLS_CALL and request.params.name == owner.tool
+    except AttributeError:
+        return False
 
 
 def _typed(result_type: Any, raw: dict[str, Any]) -> Any:
@@ -294,16 +311,27 @@ async def _request(relay: Any, hints: dict[str, Any], call: Call) -> Any:
     return result
 
 
-async def _tool_call(relay: Any, tool: str, arguments: Any, hints: dict[str, Any], call: Call, result_type: Any) -> Any:
+def _sending_for(tool: str, driver: Any) -> _Sending:
+    sending = _Sending()
+    if driver is not None:
+        sending.driver = driver
+        sending.tool = tool
+    return sending
+
+
+async def _tool_call(
+    relay: Any, tool: str, arguments: Any, hints: dict[str, Any], call: Call, result_type: Any, driver: Any = None
+) -> Any:
+    """``driver``: the session a ``Client.call_tool`` (``call``) sends its rounds over, or None for one request."""
     current = relay.scope.current()
     if current is not None and current.scope_type == _TOOL and (current.name == tool or _declares(current, tool)):
         # A framework already opened this call's tool scope (and ran the relay's tool intercepts):
         # the MCP attributes join it rather than making a second scope.
-        return await _join_tool_scope(current, hints, call)
+        return await _join_tool_scope(current, hints, call, _sending_for(tool, driver))
     handle = relay.tools.open_unintercepted(tool, arguments, {cv.SPAN_HINTS: hints})
     if handle is not None:
         # No intercept anywhere: the tool scope is ours to end, with nothing between it and the send.
-        sending = _Sending()
+        sending = _sending_for(tool, driver)
         sending.carrier = carrier_for(handle)
         token = _sending.set(sending)
         try:
@@ -322,7 +350,7 @@ async def _tool_call(relay: Any, tool: str, arguments: Any, hints: dict[str, Any
             metadata={cv.SPAN_HINTS: mc.end_hints(hints, end)},
         )
         return result
-    return await _intercepted_tool_call(relay, tool, arguments, hints, call, result_type)
+    return await _intercepted_tool_call(relay, tool, arguments, hints, call, result_type, _sending_for(tool, driver))
 
 
 def _tool_end(sending: _Sending, result: Any) -> tuple[dict[str, Any], bool]:
@@ -338,11 +366,10 @@ def _tool_end(sending: _Sending, result: Any) -> tuple[dict[str, Any], bool]:
 
 
 async def _intercepted_tool_call(
-    relay: Any, tool: str, arguments: Any, hints: dict[str, Any], call: Call, result_type: Any
+    relay: Any, tool: str, arguments: Any, hints: dict[str, Any], call: Call, result_type: Any, sending: _Sending
 ) -> Any:
     """Through ``relay.tools.execute_async``, so the relay's tool request intercepts (guardrails;
     argument rewrites) and execution intercepts run first."""
-    sending = _Sending()
     sending.carrier = {}
     sent = False
 
@@ -398,8 +425,7 @@ def _declares(scope: Any, tool: str) -> bool:
     return type(md) is dict and md.get(cv.MCP_TOOL) == tool
 
 
-async def _join_tool_scope(handle: Any, hints: dict[str, Any], call: Call) -> Any:
-    sending = _Sending()
+async def _join_tool_scope(handle: Any, hints: dict[str, Any], call: Call, sending: _Sending) -> Any:
     sending.carrier = carrier_for(handle)
     error: BaseException | None = None
     token = _sending.set(sending)

@@ -130,6 +130,28 @@ def is_tool_error(result: object) -> bool:
     return getattr(result, "isError", None) is True  # only what has no such field is asked for the alias
 
 
+# A mark on a tool scope: the server answered a round of the call by asking the client for input
+# (``resultType: "input_required"``, the 2026-07-28 protocol) rather than with the tool's result.
+INPUT_REQUIRED = "mcp.input_required"
+_MAX_INPUT_REQUESTS = 32
+
+
+def input_requests_of(result: object) -> dict[str, str]:
+    """What an ``input_required`` answer asks for: each request's key and method (``elicitation/create``),
+    bounded. Not the requests' own text, nor the opaque ``requestState``: the server's words to its user
+    and its sealed state are no part of the call's record."""
+    requests = result.get("inputRequests") if isinstance(result, Mapping) else getattr(result, "input_requests", None)
+    out: dict[str, str] = {}
+    if not isinstance(requests, Mapping):
+        return out
+    for key, request in requests.items():
+        if len(out) >= _MAX_INPUT_REQUESTS:
+            break
+        method = request.get("method") if isinstance(request, Mapping) else getattr(request, "method", None)
+        out[printable(head(str(key), _MAX_TARGET))] = recorded_method(method) if isinstance(method, str) else OTHER
+    return out
+
+
 def tool_error_text(result: object) -> str:
     """The text a failed tool result carries, for the scope's error message."""
     content = result.get("content") if isinstance(result, Mapping) else getattr(result, "content", None)

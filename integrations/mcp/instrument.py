@@ -3,6 +3,8 @@
 What is wrapped, each saved and put back by ``uninstrument_mcp``:
 
 - ``ClientSession.send_request``: every request a client sends, with the SDK's check of its result;
+- ``Client.call_tool`` / ``Client._drive_input_required``: a ``Client``'s tool call is one tool scope
+  across the rounds a server asking for input makes of it (``calls``);
 - ``JSONRPCDispatcher.send_raw_request`` / ``.notify`` and ``DirectDispatcher``'s: what those
   requests carry, and every request or notification sent otherwise (a server calling back);
 - the span and trace-context hooks ``jsonrpc_dispatcher`` imported from the SDK's ``_otel``: while a
@@ -24,7 +26,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from . import client, routing, server, sessions
+from . import calls, client, routing, server, sessions
 
 logger = logging.getLogger("relay_runtime.integrations.mcp")
 
@@ -68,6 +70,20 @@ def _wrap_send(injects: bool) -> Callable[[Any], Any]:
 
 def _wrap_session_send(original: Any) -> Any:
     return functools.wraps(original)(client.session_send(original))
+
+
+def _wrap_client_call_tool(result_type: Any) -> Callable[[Any], Any]:
+    def wrap(original: Any) -> Any:
+        return functools.wraps(original)(calls.call_tool(original, result_type))
+
+    return wrap
+
+
+def _wrap_drive(input_required: type) -> Callable[[Any], Any]:
+    def wrap(original: Any) -> Any:
+        return functools.wraps(original)(calls.drive_input_required(original, input_required))
+
+    return wrap
 
 
 def _wrap_notify(original: Any) -> Any:
@@ -174,6 +190,7 @@ def install(relay: Any, *, client_side: bool, server_side: bool) -> None:
     from mcp.shared import jsonrpc_dispatcher
     from mcp.shared.direct_dispatcher import DirectDispatcher
     from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+    from mcp_types import CallToolResult, InputRequiredResult
 
     with _lock:
         routing.set_fallback(relay)
@@ -197,6 +214,8 @@ def install(relay: Any, *, client_side: bool, server_side: bool) -> None:
             _replace(ClientSession, "__aenter__", _wrap_session_enter)
             _replace(ClientSession, "__aexit__", _wrap_session_exit)
             _replace(Client, "_build_session", _wrap_build_session)
+            _replace(Client, "call_tool", _wrap_client_call_tool(CallToolResult))
+            _replace(Client, "_drive_input_required", _wrap_drive(InputRequiredResult))
             _replace(StreamableHTTPTransport, "__init__", _wrap_transport_init)
 
 

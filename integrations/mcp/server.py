@@ -59,6 +59,13 @@ def _known_methods() -> frozenset[str]:
     return known
 
 
+def _is_input_required(result: object) -> bool:
+    """An ``input_required`` answer (the 2026-07-28 protocol), as a handler's model or a mapping."""
+    if type(result) is dict or isinstance(result, Mapping):
+        return result.get("resultType") == "input_required"
+    return getattr(result, "result_type", None) == "input_required"
+
+
 # A JSON-RPC id may be any string: one past this is not recorded (a cut id would name another request).
 _MAX_REQUEST_ID = 256
 
@@ -216,6 +223,12 @@ async def _handle(original: Middleware, middleware: Any, relay: Any, method: str
             error=ToolErrorResult(result),
             metadata={cv.SPAN_HINTS: mc.end_hints(hints, {"error.type": mc.TOOL_ERROR})},
         )
+        return result
+    if is_tool and _is_input_required(result):
+        # A round that asks the client for input: no result of the tool's yet, and no output to record;
+        # the client sends the call again with the answers, a request (and a scope) of its own.
+        relay.scope.mark(mc.INPUT_REQUIRED, {"requests": mc.input_requests_of(result)}, parent=handle_)
+        relay.scope.pop(handle_)
         return result
     if method == _INITIALIZE:
         relay.scope.pop(handle_, metadata={cv.SPAN_HINTS: mc.end_hints(hints, _agreed_version(result))})
