@@ -8,24 +8,11 @@ from relay_runtime import Recorder, adapters, cost, session
 from relay_runtime.adapters import testing as t
 from relay_runtime.cost import Budget, PriceCatalog
 from tests.test_cost import close, conversation
+from tests.test_cost_shared_spend import LoadAddStore
 
 PRICES = PriceCatalog.from_mapping({"openai": {"gpt-x": {"input": 1.0, "output": 4.0}}})
 REQUEST = {"model": "gpt-x", "max_tokens": 250, "messages": []}  # 0.001001 at worst (250 out, 1 in)
 CALL = 0.001001  # what each answer below costs: 1 input and 250 output tokens
-
-
-class LoadAddStore:
-    """A spend store of the older protocol (load and add only): checked in this process's roll-up."""
-
-    def __init__(self) -> None:
-        self.spent: dict[str, float] = {}
-
-    def load(self, key: str) -> float:
-        return self.spent.get(key, 0.0)
-
-    def add(self, key: str, amount: float) -> float:
-        self.spent[key] = self.spent.get(key, 0.0) + amount
-        return self.spent[key]
 
 
 def _answers(count: int) -> t.Scripted:

@@ -196,19 +196,22 @@ def test_a_stream_is_metered_against_what_the_shared_store_holds(relay_host, rel
     assert store.load(f"profile:{relay_host.profile_key}") > 0.001  # what the stopped stream cost is recorded
 
 
+class LoadAddStore:
+    """A spend store of the older protocol (load and add only): checked in this process's roll-up."""
+
+    def __init__(self) -> None:
+        self.spent: dict[str, float] = {}
+
+    def load(self, key: str) -> float:
+        return self.spent.get(key, 0.0)
+
+    def add(self, key: str, amount: float) -> float:
+        self.spent[key] = self.spent.get(key, 0.0) + amount
+        return self.spent[key]
+
+
 def test_a_store_with_only_load_and_add_is_still_checked_in_this_process(relay_host, relay_events) -> None:
-    class OldStore:
-        def __init__(self) -> None:
-            self.spent: dict[str, float] = {}
-
-        def load(self, key: str) -> float:
-            return self.spent.get(key, 0.0)
-
-        def add(self, key: str, amount: float) -> float:
-            self.spent[key] = self.spent.get(key, 0.0) + amount
-            return self.spent[key]
-
-    old = OldStore()
+    old = LoadAddStore()
     old.add(f"profile:{relay_host.profile_key}", 0.008)
     prices = PriceCatalog.from_mapping({"openai": {"gpt-x": {"input": 1.0, "output": 4.0}}})
     cost.attach(relay_host, prices, Budget(0.01, per="profile", warn_at=None), store=old)
