@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from relay_runtime import adapters
 from relay_runtime.adapters import testing as t
 from tests.framework_support import only_our_agents_processor
@@ -85,11 +87,21 @@ def test_an_agents_tool_returning_a_model_with_a_key_is_sent_back_with_none_reco
     assert_nowhere(sinks.texts(), API_KEY)
 
 
+@pytest.mark.parametrize("recorder", ["middleware", "callbacks alone"])
 def test_a_langchain_tool_returning_a_model_with_a_key_is_sent_back_with_none_recorded(
-    relay_turn: Any, relay_events: Any, tmp_path: Any
+    recorder: str, relay_turn: Any, relay_events: Any, tmp_path: Any
 ) -> None:
+    """With ``RelayMiddleware``, or with the callbacks alone (the SDK not instrumented: they record the call's
+    view from LangChain's own messages)."""
     from tests.framework_support import tool_call_body
-    from tests.test_frameworks_langchain import RelayMiddleware, agents_mod, chat_model, run, tools_mod
+    from tests.test_frameworks_langchain import (
+        RelayCallbackHandler,
+        RelayMiddleware,
+        agents_mod,
+        chat_model,
+        run,
+        tools_mod,
+    )
 
     @tools_mod.tool
     def open_account(user: str) -> str:
@@ -100,8 +112,9 @@ def test_a_langchain_tool_returning_a_model_with_a_key_is_sent_back_with_none_re
     sinks = Sinks(relay, relay_events, tmp_path)
     script = t.Script([t.json_reply(tool_call_body("open_account", {"user": "ada"})),
                        t.json_reply(t.chat_completion_body("Done."))])  # fmt: skip
-    agent = agents_mod.create_agent(chat_model(script), [open_account], middleware=[RelayMiddleware()], name="a")
-    assert run(agent, "Open one")["messages"][-1].content == "Done."
+    middleware, callbacks = ([RelayMiddleware()], []) if recorder == "middleware" else ([], [RelayCallbackHandler()])
+    agent = agents_mod.create_agent(chat_model(script), [open_account], middleware=middleware, name="a")
+    assert run(agent, "Open one", callbacks=callbacks)["messages"][-1].content == "Done."
     assert API_KEY in script.requests[1].content.decode()
     assert_nowhere(sinks.texts(), API_KEY)
 
@@ -147,26 +160,4 @@ def test_bedrock_converse_and_gemini_tool_results_record_no_credential(
                   {"role": "user", "parts": [{"function_response": answer}]}],
     )  # fmt: skip
     assert API_KEY in script.requests[0].content.decode()
-    assert_nowhere(sinks.texts(), API_KEY)
-
-
-def test_a_langchain_tool_result_with_a_key_is_recorded_blanked_by_callbacks_alone(
-    relay_turn: Any, relay_events: Any, tmp_path: Any
-) -> None:
-    """Without the SDK instrumented, the callbacks record the call's view from LangChain's own messages."""
-    from tests.framework_support import tool_call_body
-    from tests.test_frameworks_langchain import RelayCallbackHandler, agents_mod, chat_model, run, tools_mod
-
-    @tools_mod.tool
-    def open_account(user: str) -> str:
-        """Open an account."""
-        return str(Account(user=user, api_key=API_KEY))
-
-    relay, _turn = relay_turn
-    sinks = Sinks(relay, relay_events, tmp_path)
-    script = t.Script([t.json_reply(tool_call_body("open_account", {"user": "ada"})),
-                       t.json_reply(t.chat_completion_body("Done."))])  # fmt: skip
-    agent = agents_mod.create_agent(chat_model(script), [open_account], name="a")
-    assert run(agent, "Open one", callbacks=[RelayCallbackHandler()])["messages"][-1].content == "Done."
-    assert API_KEY in script.requests[1].content.decode()
     assert_nowhere(sinks.texts(), API_KEY)
