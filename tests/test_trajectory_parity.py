@@ -105,17 +105,17 @@ def test_an_anthropic_steps_prompt_tokens_count_its_cached_input_as_nemo_counts_
     assert ours["steps"][1]["metrics"]["extra"]["total_tokens"] == 189
 
 
-def test_side_calls_between_two_calls_of_the_agents_loop_do_not_make_the_user_say_it_again(tmp_path):
-    # The loop asks for a tool, the tool summarizes ten documents (an LLM call each, opening with another
-    # system prompt), the loop goes on: the user asked once, whatever came between.
-    from relay_runtime.integrations.run_journal import FileStore, JournalSubscriber
-    from relay_runtime.integrations.trajectory import atif_from_journal, atof_from_journal
+_AGENTS_SYSTEM = {"role": "system", "content": "You are the agent."}
 
-    loop = [{"role": "system", "content": "You are the agent."}, {"role": "user", "content": "Summarize my files."}]
+
+def _loop_with_side_calls(side_system: dict[str, str]) -> tuple[list[Call], list[dict[str, Any]]]:
+    """An agent's loop that asks for a tool, ten side calls (one per document, opening with ``side_system``), and
+    the loop's next call; with the loop's last request."""
+    loop: list[dict[str, Any]] = [_AGENTS_SYSTEM, {"role": "user", "content": "Summarize my files."}]
     asks = testing.chat_completion_body(None, model=MODEL, tool_calls=[{"id": "c1", "name": "docs", "arguments": "{}"}])
     calls: list[Call] = [({"model": MODEL, "messages": list(loop)}, asks)]
     for i in range(10):
-        side = [{"role": "system", "content": "Summarize."}, {"role": "user", "content": f"document {i}"}]
+        side = [side_system, {"role": "user", "content": f"document {i}"}]
         calls.append(({"model": MODEL, "messages": side}, testing.chat_completion_body(f"summary {i}", model=MODEL)))
     loop += [
         {"role": "assistant", "content": None, "tool_calls": [
@@ -123,6 +123,16 @@ def test_side_calls_between_two_calls_of_the_agents_loop_do_not_make_the_user_sa
         {"role": "tool", "tool_call_id": "c1", "content": "ten summaries"},
     ]  # fmt: skip
     calls.append(({"model": MODEL, "messages": list(loop)}, testing.chat_completion_body("Done.", model=MODEL)))
+    return calls, loop
+
+
+def test_side_calls_between_two_calls_of_the_agents_loop_do_not_make_the_user_say_it_again(tmp_path):
+    # The loop asks for a tool, the tool summarizes ten documents (an LLM call each, opening with another
+    # system prompt), the loop goes on: the user asked once, whatever came between.
+    from relay_runtime.integrations.run_journal import FileStore, JournalSubscriber
+    from relay_runtime.integrations.trajectory import atif_from_journal, atof_from_journal
+
+    calls, loop = _loop_with_side_calls({"role": "system", "content": "Summarize."})
     store = FileStore(tmp_path)
     journal = JournalSubscriber(store=store).attach(session.SESSION_COORDINATOR)
     ours, nemo = _ours(calls), _nemo(calls)
@@ -145,19 +155,7 @@ def test_side_calls_opening_with_the_agents_own_system_prompt_do_not_make_the_us
     from relay_runtime.integrations.run_journal import FileStore, JournalSubscriber
     from relay_runtime.integrations.trajectory import atif_from_journal, atof_from_journal
 
-    system = {"role": "system", "content": "You are the agent."}
-    loop = [system, {"role": "user", "content": "Summarize my files."}]
-    asks = testing.chat_completion_body(None, model=MODEL, tool_calls=[{"id": "c1", "name": "docs", "arguments": "{}"}])
-    calls: list[Call] = [({"model": MODEL, "messages": list(loop)}, asks)]
-    for i in range(10):
-        side = [system, {"role": "user", "content": f"document {i}"}]
-        calls.append(({"model": MODEL, "messages": side}, testing.chat_completion_body(f"summary {i}", model=MODEL)))
-    loop += [
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "docs", "arguments": "{}"}}]},
-        {"role": "tool", "tool_call_id": "c1", "content": "ten summaries"},
-    ]  # fmt: skip
-    calls.append(({"model": MODEL, "messages": list(loop)}, testing.chat_completion_body("Done.", model=MODEL)))
+    calls, loop = _loop_with_side_calls(_AGENTS_SYSTEM)
     store = FileStore(tmp_path)
     journal = JournalSubscriber(store=store).attach(session.SESSION_COORDINATOR)
     ours = _ours(calls)
