@@ -13,7 +13,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import redis
@@ -29,8 +29,8 @@ from relay_runtime.urls import shown_url
 
 from . import paths
 from .errors import JournalUnavailable, RunFull
-from .reading import RawRow, parse_line
-from .redis_keys import APPEND_SCRIPT, DEFAULT_PREFIX, DUPLICATE, FOREIGN, REFUSED, ROW_FIELD, WRONG_SEQ, Keys
+from .redis_entries import READ_BATCH, largest, page_count, parse_entries, text
+from .redis_keys import APPEND_SCRIPT, DEFAULT_PREFIX, DUPLICATE, FOREIGN, REFUSED, WRONG_SEQ, Keys
 from .redis_sending import sending, tracked
 from .states import SummaryFold, copy_summary, ends_run
 from .storage import EncodedRow, row_cap, shrunk
@@ -44,10 +44,8 @@ DEFAULT_IDLE = 15.0
 DEFAULT_SOCKET_TIMEOUT = 1.0
 DEFAULT_CONNECT_TIMEOUT = 1.0
 DEFAULT_RETRIES = 2
-_READ_BATCH = 512
 _FOLLOW_BUDGET = 1 << 20  # bytes a follower asks for at once (bounded by count, adapted to row sizes)
 _FOLD_BUDGET = 1 << 17  # bytes a summary folds at once: every SSE lookup of a live run folds it
-_PREVIEW = 200
 _SUMMARY_CACHE_SIZE = 256
 # Lost connections, timeouts, and a server that restarted (scripts gone) or is still loading its data.
 _TRANSIENT = (RedisConnectionError, RedisTimeoutError, NoScriptError, OSError)
@@ -253,7 +251,7 @@ class RedisStreamStore:
         for i, (row, _) in enumerate(group):
             seq, status = int(answer[2 * i]), int(answer[2 * i + 1])
             if status == FOREIGN:
-                error = RuntimeError(_text(answer[2 * i + 2]))
+                error = RuntimeError(text(answer[2 * i + 2]))
                 out += [error] * (len(group) - i)  # the script stopped here: nothing after it was tried
                 break
             if status == REFUSED:
@@ -300,12 +298,8 @@ class RedisStreamStore:
         end = "+" if max_seq is None else str(max_seq)  # an id without "-<n>" ends at <max_seq>-<largest n>
         start = f"{after_seq + 1}-0" if after_seq else "-"
         try:
-            while True:
-                entries: Any = self.client.xrange(stream, start, end, count=_READ_BATCH)
+            for entries in self._pages(stream, start, end, READ_BATCH):
                 parse_entries(entries, rows, malformed)
-                if len(entries) < _READ_BATCH:
-                    break
-                start = "(" + _text(entries[-1][0])
         except Exception as exc:
             raise self._error(exc) from exc
         return {"session_id": session_id, "run_id": run_id, "events": rows, "malformed": malformed}
@@ -338,19 +332,26 @@ class RedisStreamStore:
         """The summary of rows 1..``last`` (which never change), folded a page at a time: every SSE stream's
         lookup of a live run asks for it, and reading the run whole held it once per request."""
         fold = SummaryFold(session_id, run_id)
-        stream = self.keys.stream(session_id, run_id)
-        start, count = "-", _follow_count(size // max(1, last), _FOLD_BUDGET)
-        while last:
-            entries: Any = self.client.xrange(stream, start, str(last), count=count)
-            rows: list[dict[str, Any]] = []
-            parse_entries(entries, rows, [])
-            for row in rows:
-                fold.feed(row)
-            if len(entries) < count:
-                break
-            start = "(" + _text(entries[-1][0])
-            count = _follow_count(max(len(fields.get(ROW_FIELD) or b"") for _, fields in entries), _FOLD_BUDGET)
+        if last:
+            stream, count = self.keys.stream(session_id, run_id), page_count(size // last, _FOLD_BUDGET)
+            for entries in self._pages(stream, "-", str(last), count, _FOLD_BUDGET):
+                rows: list[dict[str, Any]] = []
+                parse_entries(entries, rows, [])
+                for row in rows:
+                    fold.feed(row)
         return fold.result()
+
+    def _pages(self, stream: str, start: str, end: str, count: int, budget: int | None = None) -> Iterator[Any]:
+        """The stream's entries ``start``..``end``, ``count`` at a time; with a byte ``budget``, each next page
+        as many as fit it at the largest row of the last."""
+        while True:
+            entries: Any = self.client.xrange(stream, start, end, count=count)
+            yield entries
+            if len(entries) < count:
+                return
+            start = "(" + text(entries[-1][0])
+            if budget is not None:
+                count = page_count(largest(entries), budget)
 
     def locate(self, run_id: str) -> str | None:
         paths.check_ids("s", run_id)
@@ -358,7 +359,7 @@ class RedisStreamStore:
             value: Any = self.client.get(self.keys.where(run_id))
         except Exception as exc:
             raise self._error(exc) from exc
-        session_id = _text(value) if value is not None else None
+        session_id = text(value) if value is not None else None
         return session_id if paths.valid_id(session_id) else None
 
     def list_sessions(self) -> list[dict[str, Any]]:
@@ -379,7 +380,7 @@ class RedisStreamStore:
     def _listed(self, index: str, key_of: Any) -> list[tuple[str, float]]:
         try:
             members: Any = self.client.zrevrange(index, 0, -1, withscores=True)
-            named = [(_text(m), float(score) / 1000) for m, score in members]
+            named = [(text(m), float(score) / 1000) for m, score in members]
             valid = [item for item in named if paths.valid_id(item[0])]
             pipe = self.client.pipeline(transaction=False)
             for name, _ in valid:
@@ -438,7 +439,7 @@ class RedisStreamStore:
         last = f"{start}-18446744073709551615" if start else "0-0"
         # Ask for as many rows as fit the budget at the run's average row size, then at the largest seen.
         average = int(meta[2] or 0) // max(1, int(meta[1] or 0))
-        count = _follow_count(average)
+        count = page_count(average, _FOLLOW_BUDGET)
         while True:
             try:
                 # A run that has ended only has what is already stored left to send.
@@ -451,51 +452,11 @@ class RedisStreamStore:
                 yield []
                 continue
             entries = answer[0][1]
-            last = _text(entries[-1][0])
-            count = _follow_count(max(len(fields.get(ROW_FIELD) or b"") for _, fields in entries))
+            last = text(entries[-1][0])
+            count = page_count(largest(entries), _FOLLOW_BUDGET)
             rows: list[dict[str, Any]] = []
             parse_entries(entries, rows, [], raw=True)
             ended = ended or any(ends_run(row) for row in rows)
             rows = [row for row in rows if row["seq"] > after_seq]
             if rows:
                 yield rows
-
-
-def _follow_count(row_bytes: int, budget: int = _FOLLOW_BUDGET) -> int:
-    return max(1, min(_READ_BATCH, budget // max(row_bytes, 1)))
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def parse_entries(
-    entries: Sequence[Any], rows: list[dict[str, Any]], malformed: list[dict[str, Any]], *, raw: bool = False
-) -> None:
-    """Split stream entries into rows and reports of entries that are not rows (never raising).
-
-    ``raw``: rows keep the JSON they were stored as (``RawRow``), so a server sends it on as is.
-    """
-    for entry_id, fields in entries:
-        ident = _text(entry_id)
-        data = fields.get(ROW_FIELD) if isinstance(fields, dict) else None
-        if data is None:
-            malformed.append({"offset": ident, "reason": "stream entry without a row", "text": repr(fields)[:_PREVIEW]})
-            continue
-        row, reason = parse_line(data)
-        if row is None:
-            malformed.append({"offset": ident, "reason": reason or "", "text": _preview(data)})
-        elif f"{row['seq']}-0" != ident:
-            malformed.append(
-                {
-                    "offset": ident,
-                    "reason": f"row seq {row['seq']} does not match its stream entry",
-                    "text": _preview(data),
-                }
-            )
-        else:
-            rows.append(RawRow(row, data) if raw else row)
-
-
-def _preview(data: bytes) -> str:
-    return data[:_PREVIEW].decode("utf-8", "replace")
