@@ -25,6 +25,7 @@ from relay_runtime.redaction import redact_value
 from . import paths
 from .listing import add_to_index, index_entry
 from .reading import last_row_seq
+from .run_marks import open_mark, read_mark, write_mark
 from .states import TERMINAL_STATES, terminal_state
 
 VERSION = 1
@@ -151,7 +152,7 @@ class _RunFile:
         # What the file looked like right after our last append: if it still does, nobody else wrote.
         self._size = -1
         self._last_seq = 0
-        self._mark: mmap.mmap | None = None  # the run's high-water mark (see _open_mark)
+        self._mark: mmap.mmap | None = None  # the run's high-water mark (see run_marks)
 
     def append(self, run_id: str, tail: str, seq: int | None, sync: bool, cap: int = DEFAULT_MAX_ROW_BYTES) -> int:
         """Write ``tail`` (everything after the seq) as the run's next row; return its seq."""
@@ -186,7 +187,7 @@ class _RunFile:
             scanned, torn = _scan_tail(fd, st.st_size, cap)
             # A file cut short or replaced no longer shows every seq handed out: the mark (and what this
             # process handed out itself) does, so seq never goes back and no cursor sees a seq twice.
-            self._last_seq = max(scanned, self._last_seq, _read_mark(self._mark))
+            self._last_seq = max(scanned, self._last_seq, read_mark(self._mark))
         else:
             torn = False
         next_seq = self._last_seq + 1
@@ -200,7 +201,7 @@ class _RunFile:
         # out again. A store into shared memory, no system call: it reaches the file even if this process is
         # killed. Not fsynced: the mark only has to outlast the file being cut or removed; after a power loss
         # the fsynced rows still hold the seq.
-        _write_mark(self._mark, next_seq)
+        write_mark(self._mark, next_seq)
         self._size = st.st_size + len(data)
         self._last_seq = next_seq
         if sync:
@@ -222,7 +223,7 @@ class _RunFile:
             fd = self._create(flags)
         if self._mark is None:
             try:
-                self._mark = _open_mark(self.path)
+                self._mark = open_mark(self.path)
             except BaseException:
                 os.close(fd)
                 raise
@@ -253,43 +254,6 @@ class _RunFile:
         if self._mark is not None:
             mark, self._mark = self._mark, None
             mark.close()
-
-
-_MARK_DIGITS = 20  # any 64-bit seq
-
-
-def _open_mark(path: str) -> mmap.mmap:
-    """The run's high-water mark, mapped: its index entry (``listing``) holds the last seq handed out.
-
-    It lives outside the run's file, so it outlasts that file being cut to nothing or removed.
-    Every writer of the run maps the same page and uses it under the run file's lock.
-    """
-    file = Path(path)
-    directory = file.parent
-    root, session_id, run_id = directory.parent, directory.name, file.name[: -len(paths.SUFFIX)]
-    entry = index_entry(root, session_id, run_id)
-    try:
-        fd = os.open(entry, os.O_RDWR | os.O_CLOEXEC)
-    except FileNotFoundError:  # a run written before the index existed, or an entry removed by hand
-        add_to_index(root, session_id, run_id)
-        fd = os.open(entry, os.O_RDWR | os.O_CLOEXEC)
-    try:
-        if os.fstat(fd).st_size < _MARK_DIGITS + 1:
-            os.ftruncate(fd, _MARK_DIGITS + 1)  # only ever grows it: a mark already written stays
-        return mmap.mmap(fd, _MARK_DIGITS + 1)
-    finally:
-        os.close(fd)
-
-
-def _read_mark(mark: mmap.mmap | None) -> int:
-    """The seq a mark holds (0 for a new or unreadable one: the file's rows are then all there is)."""
-    head = mark[:_MARK_DIGITS].strip(b"\0 ") if mark is not None else b""
-    return int(head) if head.isdigit() else 0
-
-
-def _write_mark(mark: mmap.mmap | None, seq: int) -> None:
-    if mark is not None:
-        mark[: _MARK_DIGITS + 1] = b"%020d\n" % seq
 
 
 def _scan_tail(fd: int, size: int, cap: int) -> tuple[int, bool]:
