@@ -11,6 +11,9 @@ Steps, as NeMo Relay's ``AtifExporter`` writes them for the same run:
 - each tool's result as an ``observation`` of the agent step whose tool call it answers (by the
   call's id; without one, by name and arguments, as NeMo does, the calls taken in the order their tools
   began; with no arguments known either, by name in the newest step that called tools).
+- a tool result only a later request carries (no tool scope saw the tool run: an Agents SDK handoff, a
+  loop running its tools in plain code) as an ``observation`` of the step that asked for it, read from
+  the first request that sends it (``said``);
 - a tool at which the framework paused the run (its scope's output ``{"control_flow": ...}``) as a
   ``system`` step saying so: it answers no call; the resumed run's call of the tool does.
 """
@@ -26,6 +29,7 @@ from relay_runtime.tools import control_flow_of
 
 from .plain import rfc3339
 from .records import ATTEMPT, CALL, TOOL, TOOL_END, TURN, TURN_END
+from .said import tool_results, user_messages
 
 SCHEMA_VERSION = "ATIF-v1.7"
 _TOTALS = (
@@ -47,52 +51,6 @@ def _arguments(raw: Any) -> dict[str, Any]:
         except ValueError:
             return {"raw": raw}
     return raw if isinstance(raw, dict) else {"value": raw}
-
-
-def _text_of(content: Any) -> str | None:
-    """A user message's text: a string, or its text parts joined; None when it holds none (a tool result)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = [
-            part["text"]
-            for part in content
-            if isinstance(part, dict)
-            and part.get("type") in ("text", "input_text")
-            and isinstance(part.get("text"), str)
-        ]
-        return "".join(texts) if texts else None
-    return None
-
-
-def _parts_text(parts: Any) -> str | None:
-    """A Gemini content's text parts joined (its function calls and responses are none)."""
-    if not isinstance(parts, list):
-        return None
-    texts = [part["text"] for part in parts if isinstance(part, dict) and isinstance(part.get("text"), str)]
-    return "".join(texts) if texts else None
-
-
-def _is_user(message: dict[str, Any]) -> bool:
-    """A provider's user message, or a LangChain ``HumanMessage`` as recorded (its fields: a ``type``, no
-    ``role``): a LangChain model's request holds its own messages (``RelayMiddleware``, the callback handler)."""
-    role = message.get("role")
-    return role == "user" if role is not None else message.get("type") == "human"
-
-
-def user_messages(delta: dict[str, Any] | None) -> list[str]:
-    """The user's messages among a request's new messages (a bare string is one: Gemini's ``contents``)."""
-    out: list[str] = []
-    new = (delta or {}).get("new")
-    for message in new if isinstance(new, list) else ():  # a string would be one message per character
-        text = None
-        if isinstance(message, str):
-            text = message
-        elif isinstance(message, dict) and _is_user(message):
-            text = _text_of(message.get("content")) if "content" in message else _parts_text(message.get("parts"))
-        if text is not None:
-            out.append(text)
-    return out
 
 
 @dataclass(eq=False)
@@ -203,7 +161,9 @@ class TrajectoryBuilder:
         call = self._calls.get(parent)
         if call is None:
             call = self._calls[parent] = _Call(parent)
-            # The user's words come with the call's first request; its retries send them again.
+            # The user's words and the tools' results come with the call's first request; its retries send
+            # them again.
+            self._results_sent(record)
             for text in user_messages(record.get("req")):
                 start = record.get("start")
                 self._step({"timestamp": rfc3339(start) if isinstance(start, int) else None, "source": "user",
@@ -211,6 +171,40 @@ class TrajectoryBuilder:
         call.attempts.append(record)
         if parent == record["id"]:
             self._call_end({"k": CALL, "id": parent, "outcome": record.get("outcome")})
+
+    def _results_sent(self, record: dict[str, Any]) -> None:
+        """The results a call's first request sends for tool calls no tool scope answered (an Agents SDK
+        handoff, which the SDK answers itself; tools a loop runs in plain code): observations of the steps
+        that asked for them, read from the request, so that no step's tool call goes unanswered."""
+        for call_id, name, text in tool_results(record.get("req")):
+            answering = self._unanswered(call_id, name)
+            if answering is None:
+                continue
+            step, answered = answering
+            result: dict[str, Any] = {"source_call_id": answered}
+            if text is not None:
+                result["content"] = text
+            result["extra"] = {"read_from": "request", "event_uuid": record["id"]}
+            step.setdefault("observation", {"results": []})["results"].append(result)
+            self._answered.add(answered)
+
+    def _unanswered(self, call_id: Any, name: Any) -> tuple[dict[str, Any], str] | None:
+        """The step holding the tool call ``call_id`` when nothing answered it yet; with no id (a Gemini
+        function response may carry none), the first unanswered call of ``name`` in the newest step that
+        called tools."""
+        for step in reversed(self.steps):
+            calls = step.get("tool_calls")
+            if not calls:
+                continue
+            for call in calls:
+                answered = call["tool_call_id"]
+                if answered in self._answered:
+                    continue
+                if (answered == call_id) if isinstance(call_id, str) else (name and call["function_name"] == name):
+                    return step, answered
+            if not isinstance(call_id, str):
+                return None
+        return None
 
     def _call_end(self, record: dict[str, Any]) -> None:
         call = self._calls.get(record["id"])
@@ -282,8 +276,8 @@ class TrajectoryBuilder:
         claimed = self._claims.pop(record["id"], None)
         paused = control_flow_of(record.get("result")) if record.get("outcome") == "success" else None
         if paused is not None:
-            if claimed is not None:
-                self._answered.discard(claimed)  # the resumed run's call of the tool answers it
+            if claimed is not None or isinstance(started.get("tool_call_id"), str):
+                self._answered.discard(claimed or started["tool_call_id"])  # the resumed run's call answers it
             self._paused(record, started, paused)
             return
         answering = self._answering(claimed or started.get("tool_call_id"), name, args)
@@ -334,6 +328,7 @@ class TrajectoryBuilder:
         either (the Agents SDK's function spans hold them only from after their start), by name alone, in
         the newest step that called tools."""
         if isinstance(record.get("tool_call_id"), str):
+            self._answered.add(record["tool_call_id"])  # its end answers it, not a later request's copy
             return
         name, args = record.get("name"), record.get("args")
         for step in reversed(self.steps):

@@ -1,0 +1,101 @@
+"""What a request's new messages say, whatever the provider's shape: the user's words and the tool results.
+
+A trajectory's steps come from the relay's scopes, but two things only ever appear in the requests an
+agent sends: what the user said, and the results of tools that ran where no scope saw them (an Agents
+SDK handoff's ``transfer_to_*`` call, which the SDK answers itself; a loop that runs its tools in plain
+code). Both are read here from an attempt record's request delta (its ``new`` messages, ``records``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+_TEXT_PARTS = ("text", "input_text")
+
+
+def _text_of(content: Any) -> str | None:
+    """A message's text: a string, or its text parts joined; None when it holds none (a tool result)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [
+            part["text"]
+            for part in content
+            if isinstance(part, dict) and part.get("type") in _TEXT_PARTS and isinstance(part.get("text"), str)
+        ]
+        return "".join(texts) if texts else None
+    return None
+
+
+def _parts_text(parts: Any) -> str | None:
+    """A Gemini content's text parts joined (its function calls and responses are none)."""
+    if not isinstance(parts, list):
+        return None
+    texts = [part["text"] for part in parts if isinstance(part, dict) and isinstance(part.get("text"), str)]
+    return "".join(texts) if texts else None
+
+
+def _is_user(message: dict[str, Any]) -> bool:
+    """A provider's user message, or a LangChain ``HumanMessage`` as recorded (its fields: a ``type``, no
+    ``role``): a LangChain model's request holds its own messages (``RelayMiddleware``, the callback handler)."""
+    role = message.get("role")
+    return role == "user" if role is not None else message.get("type") == "human"
+
+
+def _new(delta: dict[str, Any] | None) -> list[Any]:
+    new = (delta or {}).get("new")
+    return new if isinstance(new, list) else []  # a string would be one message per character
+
+
+def user_messages(delta: dict[str, Any] | None) -> list[str]:
+    """The user's messages among a request's new messages (a bare string is one: Gemini's ``contents``)."""
+    out: list[str] = []
+    for message in _new(delta):
+        text = None
+        if isinstance(message, str):
+            text = message
+        elif isinstance(message, dict) and _is_user(message):
+            text = _text_of(message.get("content")) if "content" in message else _parts_text(message.get("parts"))
+        if text is not None:
+            out.append(text)
+    return out
+
+
+def _result_text(value: Any) -> str | None:
+    """A tool result's text: a string, text parts joined, or a structured result as the JSON it was sent as."""
+    text = _text_of(value)
+    if text is not None or value is None:
+        return text
+    try:
+        return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return None
+
+
+def tool_results(delta: dict[str, Any] | None) -> Iterator[tuple[str | None, str | None, str | None]]:
+    """``(call id, tool name, text)`` of each tool result among a request's new messages.
+
+    OpenAI Chat's ``tool`` messages, the Responses API's ``function_call_output`` items, Anthropic's
+    ``tool_result`` blocks, Gemini's ``function_response`` parts (whose id is optional: then the name
+    says which call it answers) and LangChain's ``ToolMessage`` as recorded. A result of no known shape
+    is not one: a trajectory never invents an answer."""
+    for message in _new(delta):
+        if not isinstance(message, dict):
+            continue
+        if message.get("role") == "tool" or (message.get("role") is None and message.get("type") == "tool"):
+            yield message.get("tool_call_id"), message.get("name"), _result_text(message.get("content"))
+        elif message.get("type") == "function_call_output":
+            yield message.get("call_id"), None, _result_text(message.get("output"))
+        elif isinstance(message.get("content"), list):
+            for block in message["content"]:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    yield block.get("tool_use_id"), None, _result_text(block.get("content"))
+        elif isinstance(message.get("parts"), list):
+            for part in message["parts"]:
+                if not isinstance(part, dict):
+                    continue
+                answer = part.get("function_response") or part.get("functionResponse")
+                if isinstance(answer, dict):
+                    yield answer.get("id"), answer.get("name"), _result_text(answer.get("response"))
