@@ -2,13 +2,17 @@
 
 Text is read pessimistically (3 characters a token). Media parts (OpenAI chat's
 ``image_url`` / ``input_audio`` / ``file``, the Responses API's ``input_image``
-/ ``input_audio`` / ``input_file``, Anthropic's ``image`` / ``document``) are
-estimated by the providers' rules (``media.py``), never read as text: a base64
-payload is not its length in tokens, and a URL is not the image behind it.
+/ ``input_audio`` / ``input_file``, Anthropic's ``image`` / ``document``, Gemini's
+``inline_data`` / ``file_data`` parts, Bedrock Converse's ``image`` / ``document``
+/ ``video`` / ``audio`` blocks) are estimated by the providers' rules
+(``media.py``), never read as text: a base64 payload is not its length in tokens,
+and a URL is not the image behind it. A part with no bound to give (a file known
+by its URI, a video) is counted in ``unknown``, which the budget reports.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,6 +30,13 @@ INPUT_KEYS = (
 # Enough for any real request; a structure that refers to itself stops here instead of looping.
 _MAX_VALUES = 100_000
 _MEDIA = frozenset({"image_url", "input_image", "image", "input_audio", "file", "input_file", "document"})
+# Media with no ``type`` to say so: Gemini's parts (the SDK's snake_case, REST's camelCase) and Converse's blocks.
+_GEMINI_INLINE = ("inline_data", "inlineData")
+_GEMINI_FILE = ("file_data", "fileData")
+_CONVERSE_BLOCKS = ("image", "document", "video", "audio")
+_UNTYPED = frozenset((*_GEMINI_INLINE, *_GEMINI_FILE, *_CONVERSE_BLOCKS))
+# Converse documents of text, read as their characters.
+_TEXT_FORMATS = frozenset({"txt", "md", "csv", "html"})
 
 
 class InputEstimate:
@@ -91,16 +102,20 @@ def _walk(value: Any, found: InputEstimate, provider: str, model: str) -> InputE
             found.chars += len(item)
         elif kind is dict or (kind is not list and kind is not tuple and isinstance(item, Mapping)):
             part = item.get("type")
-            if type(part) is str and part in _MEDIA and _media(item, part, found, provider, model, pending):
+            if type(part) is str:
+                if part in _MEDIA and _media(item, part, found, provider, model, pending):
+                    continue
+            elif not _UNTYPED.isdisjoint(item) and _untyped_media(item, found, provider, model):
                 continue
             pending.extend(item.values())
         elif kind is list or kind is tuple:
             pending.extend(item)
         elif kind is not int and kind is not float and kind is not bool and item is not None:
-            # An SDK's own request model (google-genai's Content and Part): its fields hold the text.
+            # An SDK's own request model (google-genai's Content and Part): its fields hold the text, and are
+            # read as a mapping of them would be (a Part's ``inline_data`` is media).
             fields = getattr(kind, "model_fields", None)
             if isinstance(fields, Mapping):
-                pending.extend(getattr(item, name, None) for name in fields)
+                pending.append({name: getattr(item, name, None) for name in fields})
     return found
 
 
@@ -166,9 +181,9 @@ def _media(item: Mapping[str, Any], part: str, found: InputEstimate, provider: s
     return True
 
 
-def _file(data: str | None, found: InputEstimate, provider: str, model: str) -> None:
+def _file(data: str | bytes | None, found: InputEstimate, provider: str, model: str) -> None:
     """A file sent inline: a PDF by its pages (text and the page as an image), plain text by its characters."""
-    raw = media.decode_all(data) if data is not None else b""
+    raw = data if type(data) is bytes else media.decode_all(data) if isinstance(data, str) else b""
     pages = media.pdf_pages(raw) if raw else None
     if pages is not None:
         found.text_tokens += pages * media.PDF_TEXT_TOKENS_PER_PAGE
@@ -181,3 +196,90 @@ def _file(data: str | None, found: InputEstimate, provider: str, model: str) -> 
         except UnicodeDecodeError:
             pass
     found.unknown += 1  # by id or URL, or bytes no rule reads
+
+
+def _field(value: Any, *names: str) -> Any:
+    """The first of ``names`` a mapping or an SDK object holds (None: none)."""
+    for name in names:
+        found = value.get(name) if isinstance(value, Mapping) else getattr(value, name, None)
+        if found is not None:
+            return found
+    return None
+
+
+def _head(data: Any) -> tuple[bytes, int]:
+    """The first bytes of inline data (raw bytes, or base64 as REST sends it) and its decoded length."""
+    if isinstance(data, bytes | bytearray):
+        return bytes(data[: 64 * 1024]), len(data)
+    if isinstance(data, str):
+        return media.decode_head(data), media.decoded_length(data)
+    return b"", 0
+
+
+def _whole(data: Any) -> bytes:
+    """All of inline data, decoded: only for the rules that read a whole file (a PDF's pages, a text's length)."""
+    if isinstance(data, bytes | bytearray):
+        return bytes(data)
+    return media.decode_all(data) if isinstance(data, str) else b""
+
+
+def _untyped_media(item: Mapping[str, Any], found: InputEstimate, provider: str, model: str) -> bool:
+    """Count a Gemini part's inline or file data, or a Converse media block; False when it is none after all."""
+    blob = _field(item, *_GEMINI_INLINE)
+    if blob is not None:
+        _gemini_inline(blob, found, model)
+        return True
+    if _field(item, *_GEMINI_FILE) is not None:
+        found.unknown += 1  # a file known by its URI: its size is not known here
+        return True
+    for key in _CONVERSE_BLOCKS:
+        block = item.get(key)
+        if isinstance(block, Mapping) and isinstance(block.get("source"), Mapping):
+            _converse_block(key, block, found, provider, model)
+            return True
+    return False
+
+
+def _gemini_inline(blob: Any, found: InputEstimate, model: str) -> None:
+    data = _field(blob, "data")
+    mime = _field(blob, "mime_type", "mimeType")
+    kind = mime.split("/")[0] if isinstance(mime, str) else ""
+    head, size = _head(data)
+    if not size:
+        found.unknown += 1
+    elif kind == "image":
+        found.image_tokens += media.gemini_image_tokens(model, media.image_size(head))
+    elif kind == "audio":
+        seconds = media.audio_seconds(head, size)
+        if seconds is None:
+            found.unknown += 1
+        else:
+            found.audio_tokens += math.ceil(seconds * media.GEMINI_AUDIO_TOKENS_PER_SECOND)
+    elif mime == "application/pdf":
+        pages = media.pdf_pages(_whole(data))
+        if pages is None:
+            found.unknown += 1
+        else:
+            found.text_tokens += pages * media.GEMINI_PAGE_TOKENS
+    elif kind == "text":
+        found.chars += len(_whole(data).decode("utf-8", "replace"))
+    else:
+        found.unknown += 1  # a video's length is not read here
+
+
+def _converse_block(key: str, block: Mapping[str, Any], found: InputEstimate, provider: str, model: str) -> None:
+    data = block["source"].get("bytes")
+    if not isinstance(data, bytes | bytearray | str) or not data:
+        found.unknown += 1  # in S3: not read here
+        return
+    if key == "image":
+        if "claude" in model.lower():  # Anthropic's rule; other models' image sizes are not known here
+            found.image_tokens += media.image_tokens(provider, model, media.image_size(_head(data)[0]), None)
+        else:
+            found.unknown += 1
+    elif key == "document" and block.get("format") == "pdf":
+        _file(_whole(data), found, provider, model)
+    elif key == "document" and block.get("format") in _TEXT_FORMATS:
+        found.chars += len(_whole(data).decode("utf-8", "replace"))
+    else:
+        found.unknown += 1  # video, audio, office documents: no bound to give

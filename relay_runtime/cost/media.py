@@ -16,6 +16,10 @@ counts such parts in diagnostics.
   1568 px and the area in 1.15 megapixels (at most about 1600 tokens).
 - Audio (OpenAI): 10 tokens a second of input.
 - PDF pages: up to 3000 tokens of text each, plus the page as an image.
+- Gemini: an image no larger than 384 px either way is 258 tokens, a larger one
+  258 per 768 px tile after fitting in 3072 x 3072 (so at most 16 tiles); from
+  Gemini 3 on, an image may cost up to 1120 (``media_resolution``), which the
+  bound takes when it is more. Audio is 32 tokens a second, a PDF page 258.
 """
 
 from __future__ import annotations
@@ -41,6 +45,14 @@ _ANTHROPIC_LONG_EDGE = 1568
 _ANTHROPIC_AREA = 1_150_000
 AUDIO_TOKENS_PER_SECOND = 10
 PDF_TEXT_TOKENS_PER_PAGE = 3000
+_GEMINI_TILE_TOKENS = 258
+_GEMINI_SMALL = 384
+_GEMINI_TILE = 768
+_GEMINI_FIT = 3072
+_GEMINI_HIGH_RESOLUTION = 1120
+_GEMINI_VERSION = re.compile(r"gemini-(\d+)")
+GEMINI_AUDIO_TOKENS_PER_SECOND = 32
+GEMINI_PAGE_TOKENS = 258
 # Enough of a base64 payload to hold an image's or an audio file's header (and an EXIF block before it).
 _HEAD_CHARS = 96 * 1024
 
@@ -54,9 +66,14 @@ def _prefixed(table: dict[str, object], model: str) -> object | None:
 
 
 def image_tokens(provider: str, model: str, size: tuple[int, int] | None, detail: str | None) -> int:
-    """The tokens one image costs; ``size`` None: as large as the provider lets an image be."""
+    """The tokens one image costs; ``size`` None: as large as the provider lets an image be.
+
+    The model's family decides the rule, wherever it is served: Claude on Bedrock or Vertex is priced as
+    Anthropic prices it, Gemini behind its OpenAI-compatible endpoint as Gemini does."""
     model = model.lower()
-    if provider == "anthropic":
+    if "gemini" in model:
+        return gemini_image_tokens(model, size)
+    if provider == "anthropic" or "claude" in model:
         if size is None:
             return _ANTHROPIC_IMAGE_MAX
         w, h = size
@@ -78,6 +95,27 @@ def image_tokens(provider: str, model: str, size: tuple[int, int] | None, detail
     if short > 768:
         width, height = width * 768 / short, height * 768 / short
     return base + per_tile * math.ceil(width / 512) * math.ceil(height / 512)
+
+
+def gemini_image_tokens(model: str, size: tuple[int, int] | None) -> int:
+    """The tokens one image costs a Gemini model; ``size`` None: as large as an image is read."""
+    if size is None:
+        tokens = _GEMINI_TILE_TOKENS * (_GEMINI_FIT // _GEMINI_TILE) ** 2
+    elif max(size) <= _GEMINI_SMALL:
+        tokens = _GEMINI_TILE_TOKENS
+    else:
+        fit = min(1.0, _GEMINI_FIT / max(size))
+        tiles = math.ceil(size[0] * fit / _GEMINI_TILE) * math.ceil(size[1] * fit / _GEMINI_TILE)
+        tokens = _GEMINI_TILE_TOKENS * tiles
+    version = _GEMINI_VERSION.search(model.lower())
+    if version is not None and int(version.group(1)) >= 3:
+        tokens = max(tokens, _GEMINI_HIGH_RESOLUTION)
+    return tokens
+
+
+def audio_seconds(head: bytes, size: int) -> float | None:
+    """How long an audio file of ``size`` bytes lasts, from its first bytes: a WAV header, an MP3 frame."""
+    return _wav_seconds(head, size) if head[:4] == b"RIFF" else _mp3_seconds(head, size)
 
 
 def decode_head(data: str) -> bytes:
@@ -162,9 +200,7 @@ def _jpeg_size(head: bytes) -> tuple[int, int] | None:
 
 def audio_tokens(data: str, audio_format: str | None) -> int | None:
     """Tokens of a base64 audio payload: its length from a WAV header, or an MP3's first frame's bitrate."""
-    head = decode_head(data)
-    size = decoded_length(data)
-    seconds = _wav_seconds(head, size) if head[:4] == b"RIFF" else _mp3_seconds(head, size)
+    seconds = audio_seconds(decode_head(data), decoded_length(data))
     if seconds is None:
         return None
     return math.ceil(seconds * AUDIO_TOKENS_PER_SECOND)
