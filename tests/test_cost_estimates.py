@@ -176,3 +176,37 @@ def test_a_request_for_audio_answers_is_checked_at_the_output_audio_rate(relay_h
     scripted = t.scripted_openai()
     request = {"model": "gpt-voice", "max_tokens": 100, "modalities": ["text", "audio"], "messages": []}
     assert refused_estimate(relay_host, scripted.client, request) == pytest.approx(100 * 64e-6, abs=1e-5)
+
+
+def _searching(host: session.Host, tool: dict[str, Any], limit: float) -> tuple[Any, float | None]:
+    """An Anthropic request offering ``tool`` under a turn budget of ``limit`` (0.01 a search): what was sent,
+    and the estimate it was refused at (None: it went)."""
+    prices = {"anthropic": {"claude-x": {"input": 3.0, "output": 15.0, "web_search": 0.01}}}
+    cost.attach(host, PriceCatalog.from_mapping(prices), Budget(limit, per="turn"))
+    scripted = t.scripted_anthropic(t.json_reply(t.anthropic_message_body("Found it.", model="claude-x")))
+    request = {"model": "claude-x", "max_tokens": 10, "tools": [tool],
+               "messages": [{"role": "user", "content": "Latest news?"}]}  # fmt: skip
+    lease, turn = conversation(host)
+    try:
+        adapters.complete(scripted.client, request)
+        return scripted, None
+    except BudgetExceeded as refused:
+        return scripted, refused.estimate
+    finally:
+        close(lease, turn)
+
+
+def test_the_web_searches_a_request_allows_count_in_its_worst_case(relay_host) -> None:
+    # Five searches at 0.01 each: 0.05 at worst, over a 0.04 limit; the tokens are a few hundred-thousandths.
+    search = {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}
+    scripted, estimate = _searching(relay_host, search, 0.04)
+    assert estimate == pytest.approx(0.05, abs=3e-4)
+    assert scripted.script.requests == []
+    scripted, estimate = _searching(relay_host, {**search, "max_uses": 2}, 0.04)
+    assert estimate is None and len(scripted.script.requests) == 1
+
+
+def test_a_web_search_tool_without_max_uses_is_reported_as_unbounded(relay_host) -> None:
+    scripted, estimate = _searching(relay_host, {"type": "web_search_20250305", "name": "web_search"}, 0.04)
+    assert estimate is None and len(scripted.script.requests) == 1
+    assert relay_host.relay.diagnostics()["cost.estimate_unknown_parts"] == 1

@@ -27,7 +27,7 @@ from .budget import (
     text_chars,
 )
 from .catalog import PriceCatalog, rate_at
-from .estimate import estimate_input, input_of
+from .estimate import estimate_input, input_of, web_searches
 from .meter import meter_for
 from .plan import (
     KIND_OF,
@@ -328,17 +328,20 @@ class RelayCost(Settlement):
 
     def _worst_case(self, content: Any, priced: Priced, out_tokens: int, view: AnnotatedLLMRequest | None = None
                     ) -> tuple[float, float, float]:  # fmt: skip
-        """The most the call can cost: its input (text, images, audio, files) and its output limit, at the top rates.
+        """The most the call can cost: its input (text, images, audio, files), the web searches its tools allow
+        (``max_uses``) and its output limit, at the top rates.
 
         Returns the estimate, its input part and the output rate per token (what a stream meter needs).
         """
         entry = priced.entry
-        found = estimate_input(input_of(content, view), entry.provider, entry.model)
-        if found.unknown:
-            self._relay.diag.count("cost.estimate_unknown_parts", found.unknown)
+        asked = input_of(content, view)
+        found = estimate_input(asked, entry.provider, entry.model)
+        searches, unbounded = web_searches(asked) if entry.web_search else (0, 0)
+        if found.unknown or unbounded:
+            self._relay.diag.count("cost.estimate_unknown_parts", found.unknown + unbounded)
         tokens_in = found.total
         in_rate, out_rate = priced.rates_at(tokens_in) if priced.tiered else (priced.in_rate, priced.out_rate)
-        input_cost = found.text * in_rate + (entry.request or 0.0)
+        input_cost = found.text * in_rate + (entry.request or 0.0) + searches * (entry.web_search or 0.0)
         if found.image_tokens or found.audio_tokens:
             image_rate, audio_rate = priced.media_rates(tokens_in)
             input_cost += found.image_tokens * image_rate + found.audio_tokens * audio_rate

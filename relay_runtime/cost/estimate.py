@@ -79,6 +79,22 @@ def input_of(content: Mapping[str, Any], view: AnnotatedLLMRequest | None) -> Ma
             "response_format": view.provider_params}  # fmt: skip
 
 
+def web_searches(content: Mapping[str, Any]) -> tuple[int, int]:
+    """The most searches a request's server-side web search tools may bill (Anthropic's versioned
+    ``web_search_*`` tool, bounded by its ``max_uses``), and how many such tools set no bound."""
+    tools = content.get("tools")
+    most = unbounded = 0
+    for tool in tools if isinstance(tools, list | tuple) else ():
+        kind = _get(tool, "type")
+        if isinstance(kind, str) and kind.startswith("web_search_"):
+            uses = _get(tool, "max_uses")
+            if type(uses) is int and uses >= 0:
+                most += uses
+            else:
+                unbounded += 1
+    return most, unbounded
+
+
 def estimate_input(content: Mapping[str, Any], provider: str, model: str) -> InputEstimate:
     found = InputEstimate()
     for key in INPUT_KEYS:
