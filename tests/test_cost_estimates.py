@@ -16,7 +16,7 @@ import pytest
 from relay_runtime import adapters, cost, session
 from relay_runtime.adapters import testing as t
 from relay_runtime.cost import Budget, BudgetExceeded, PriceCatalog
-from relay_runtime.cost.estimate import estimate_input
+from relay_runtime.cost.estimate import estimate_input, text_weight
 from tests.test_cost import close, conversation
 
 PRICES = {
@@ -210,3 +210,15 @@ def test_a_web_search_tool_without_max_uses_is_reported_as_unbounded(relay_host)
     scripted, estimate = _searching(relay_host, {"type": "web_search_20250305", "name": "web_search"}, 0.04)
     assert estimate is None and len(scripted.script.requests) == 1
     assert relay_host.relay.diagnostics()["cost.estimate_unknown_parts"] == 1
+
+
+def test_a_cjk_prompt_is_estimated_at_more_than_a_token_a_character(relay_host) -> None:
+    # 30,000 Chinese characters cost 30,000 tokens or more; at 3 characters a token they were read as 10,000.
+    text = "请总结这份报告" * 4_286
+    request = {"model": "gpt-x", "max_tokens": 1, "messages": [{"role": "user", "content": text}]}
+    estimate = refused_estimate(relay_host, t.scripted_openai().client, request)
+    assert estimate >= len(text) * 1.0e-6  # gpt-x: 1.0 per million input tokens
+    # ASCII stays at 3 characters a token; one character beyond it weighs by its UTF-8 length.
+    found = estimate_input({"messages": [{"role": "user", "content": "abc" * 1000}]}, "openai", "gpt-x")
+    assert found.text == (3000 + len("user")) // 3 + 1
+    assert [text_weight(c) for c in ("a", "é", "я", "中", "😀")] == [1, 3, 3, 5, 7]

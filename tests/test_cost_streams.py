@@ -197,3 +197,18 @@ def test_a_stream_that_ends_without_usage_still_counts_against_the_budget(
     priced = [e.cost for e in relay_events.ends(relay_kind=cv.ATTEMPT)[:sent]]
     assert all(c.estimated and c.amount > 0.0008 for c in priced)
     assert sent <= 3 and turn.scope.cost.total <= 0.005  # the budget held: ten such answers cost ~0.016
+
+
+def test_a_cjk_answer_counts_at_more_than_a_token_a_character_in_a_streams_running_cost(
+    relay_host, relay_events
+) -> None:
+    _budgeted(relay_host, OPENAI_HEADROOM)  # about 100 output tokens: 60 CJK characters, 300 ASCII ones
+    chunks = [_chat_chunk([{"index": 0, "delta": {"content": "这是一个很长的回答"}, "finish_reason": None}])] * 40
+    chunks.append(_chat_chunk([{"index": 0, "delta": {}, "finish_reason": "stop"}]))
+    scripted = t.scripted_openai(t.sse_reply(t.openai_chat_sse(chunks)))
+    lease, turn = conversation(relay_host)
+    seen, stop = _drain(adapters.stream(scripted.client, {"model": "gpt-x", "max_tokens": 1000, "messages": []}))
+    close(lease, turn)
+    # Nine characters a chunk: stopped within 8 chunks (at 3 characters a token it ran 34 chunks, 300 characters).
+    assert stop is not None and seen <= 8
+    _stopped(relay_events)

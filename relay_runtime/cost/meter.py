@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..types import ChunkDelta
 from .budget import CHARS_PER_TOKEN, Budget, BudgetExceeded
+from .estimate import text_weight
 from .plan import Node
 
 
@@ -28,7 +29,7 @@ class StreamMeter:
     def add(self, delta: ChunkDelta | None) -> BudgetExceeded | None:
         if delta is None:
             return None
-        self.chars += len(delta.text) + len(delta.reasoning) + delta.extra_chars
+        self.chars += text_weight(delta.text) + text_weight(delta.reasoning) + delta.extra_chars
         running = self.running()
         if running <= self.headroom:
             return None
