@@ -38,6 +38,7 @@ from relay_runtime.types import LLMRequest, Outcome, ScopeType
 _LLM = ScopeType.LLM.value
 _new = object.__new__
 _SUCCESS = Outcome.SUCCESS.value
+_CANCELLED = Outcome.CANCELLED.value
 _NO_HEADERS: Mapping[str, Any] = {}
 _KIND, _ATTEMPT, _API_REQUEST_ID, _CALL_ROLE, _RETRY_COUNT = (
     cv.KIND, cv.ATTEMPT, cv.API_REQUEST_ID, cv.CALL_ROLE, cv.RETRY_COUNT
@@ -115,9 +116,8 @@ class ModelCall:
     """One logical model call of a framework, under the framework scope open where it began."""
 
     __slots__ = (
-        "_joined", "_observed_codec", "_observed_request", "_pending", "_witnessed", "api_request_id", "call_role",
-        "logical",
-        "observed", "parent", "turn",
+        "_abandoned", "_joined", "_observed_codec", "_observed_request", "_pending", "_witnessed", "api_request_id",
+        "call_role", "logical", "observed", "parent", "turn",
     )  # fmt: skip
 
     def __init__(self, turn: Turn, logical: LogicalCall, call_role: str, parent: ScopeHandle | None) -> None:
@@ -135,6 +135,9 @@ class ModelCall:
         # among the call's open attempts (``_Pending``), so that the end of the turn records it rather than lose it.
         self._witnessed: _Witnessed | None = None
         self._pending: _Pending | None = None
+        # The end of the turn ended the observed attempt (``abandon``): what the framework reports of it later
+        # is a late charge.
+        self._abandoned = False
 
     @classmethod
     def open(
@@ -267,6 +270,27 @@ class ModelCall:
         )
         self._observed_request = request
         self._observed_codec = codec
+        # Among the call's open attempts until it ends: the end of the turn ends it before the call (``abandon``).
+        call.open_attempts.append(self)
+
+    def abandon(self) -> None:
+        """The turn is ending with the observed attempt still open (a stream its caller kept past the turn, a
+        call the framework has not ended): it ends now, cancelled, before its logical call does, as a managed
+        attempt would; what the framework reports of it afterwards is priced as a late charge."""
+        handle = self.observed
+        if handle is None or handle.ended:
+            return
+        self._abandoned = True
+        self._leave_open_attempts()
+        # Not priced now (nothing was answered yet): its answer, if the framework reports one, is the late charge.
+        self.turn.relay.scope.end(handle, provider=handle.name, annotated_request=self._observed_request,
+                                  outcome=_CANCELLED)  # fmt: skip
+
+    def _leave_open_attempts(self) -> None:
+        try:
+            self.logical.open_attempts.remove(self)
+        except ValueError:  # the end of the turn took it off already
+            pass
 
     def end_observed(
         self,
@@ -275,14 +299,23 @@ class ModelCall:
         error: BaseException | None = None,
         model: str | None = None,
     ) -> None:
-        """End the observed attempt, priced (with a catalog installed) from ``annotated``'s usage and model."""
+        """End the observed attempt, priced (with a catalog installed) from ``annotated``'s usage and model; one
+        the end of its turn ended (``abandon``) gets what ``annotated`` says it cost as a late charge."""
         handle = self.observed
-        if handle is None or handle.ended:
+        if handle is None:
             return
-        if model:
-            self.logical.model = model
         relay = self.turn.relay
         outcome = outcome_of(error) if error is not None else _SUCCESS
+        if handle.ended:
+            if self._abandoned and annotated is not None and relay.cost.active:
+                self._abandoned = False  # charged once
+                relay.cost.settle_observed(handle, self._observed_codec, model or self.logical.model, _CANCELLED,
+                                           annotated)  # fmt: skip
+                relay.cost.late_charge(handle, _CANCELLED)
+            return
+        self._leave_open_attempts()
+        if model:
+            self.logical.model = model
         late = False
         if relay.cost.active:
             late = relay.cost.settle_observed(
@@ -319,7 +352,8 @@ class ModelCall:
 class _Pending:
     """A witnessed attempt not recorded yet, among its logical call's open attempts. The end of the turn
     abandons the attempts still open: this one is then recorded (begun when it began, with what was known of
-    it then) and left open, and the framework's end of the call ends it, priced as a late charge."""
+    it then) and ended cancelled (``ModelCall.abandon``); the framework's end of the call prices what it
+    reports as a late charge."""
 
     __slots__ = ("call",)
 
@@ -328,6 +362,7 @@ class _Pending:
 
     def abandon(self) -> None:
         self.call._record_witnessed()
+        self.call.abandon()
 
 
 class _Unfinished(RuntimeError):

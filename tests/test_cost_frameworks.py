@@ -218,10 +218,11 @@ def test_observed_spend_is_kept_for_conversation_and_profile_budgets(relay_home:
 def test_an_observed_call_answered_after_its_turn_ended_is_a_late_charge(
     relay_home: Any, monkeypatch: pytest.MonkeyPatch, single_clients: bool
 ) -> None:
-    """The turn ends while the framework's call runs: the turn's end event went out without the charge, which
-    reaches the record as a late-charge mark (the attempt's own end event carries its cost). With no single
-    client instrumented the handler records the attempt when the call starts; with one (the flag is sticky),
-    only at its end, unless an SDK attempt joins: the end of the turn then records it, or it was lost."""
+    """The turn ends while the framework's call runs: the attempt ends with it, cancelled, before its logical
+    call (as a managed attempt does: no attempt outlives its turn), and the answer that comes after is a
+    late-charge mark carrying the attempt's cost and the roll-ups it belongs in. With no single client
+    instrumented the handler records the attempt when the call starts; with one (the flag is sticky), only at
+    its end, unless an SDK attempt joins: the end of the turn then records it, or it was lost."""
     monkeypatch.setattr(sys.modules["relay_runtime.adapters.instrument"], "_single_clients", single_clients)
     host = session.SESSION_COORDINATOR.host(session.current_profile_key())
     events = Recorder()
@@ -236,11 +237,15 @@ def test_an_observed_call_answered_after_its_turn_ended_is_a_late_charge(
         coordinator.end_turn(turn, outcome="success")
         coordinator.release_conversation(lease)
     (end,) = attempts(events)
-    assert end.cost.amount == pytest.approx(BIG)
+    assert end.outcome == "cancelled"
+    (call_end,) = logical_calls(events)
+    ends = [e.uuid for e in events.ends()]
+    assert ends.index(end.uuid) < ends.index(call_end.uuid)
     (turn_end,) = events.ends(relay_kind=cv.TURN)
     assert turn_end.cost is None or turn_end.cost.total == 0  # it ended before the answer came
     (mark,) = events.marks(name=cost.LATE_CHARGE_MARK)
     assert mark.data["attempt_uuid"] == end.uuid
+    assert mark.data["cost"]["amount"] == pytest.approx(BIG)
     assert mark.data["rollups"][turn_end.uuid]["total"] == pytest.approx(BIG)
 
 
