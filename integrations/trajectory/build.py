@@ -119,6 +119,10 @@ class TrajectoryBuilder:
         self._open_turns: set[str] = set()
         self._answered: set[str] = set()  # tool call ids an observation already answers (or will: ``_claims``)
         self._claims: dict[str, str] = {}  # tool scope uuid -> the call id it answers, taken when it began
+        # Each tool call's step by the call's id, and the newest step that called tools: where a result a request
+        # sends is looked up (``_unanswered``), in one step however long the conversation.
+        self._asked: dict[str, dict[str, Any]] = {}
+        self._last_asking: dict[str, Any] | None = None
 
     # -- records -------------------------------------------------------------------------
 
@@ -192,18 +196,15 @@ class TrajectoryBuilder:
         """The step holding the tool call ``call_id`` when nothing answered it yet; with no id (a Gemini
         function response may carry none), the first unanswered call of ``name`` in the newest step that
         called tools."""
-        for step in reversed(self.steps):
-            calls = step.get("tool_calls")
-            if not calls:
-                continue
-            for call in calls:
-                answered = call["tool_call_id"]
-                if answered in self._answered:
-                    continue
-                if (answered == call_id) if isinstance(call_id, str) else (name and call["function_name"] == name):
-                    return step, answered
-            if not isinstance(call_id, str):
-                return None
+        if isinstance(call_id, str):
+            step = self._asked.get(call_id)
+            return (step, call_id) if step is not None and call_id not in self._answered else None
+        step = self._last_asking
+        if step is None or not name:
+            return None
+        for call in step.get("tool_calls") or ():
+            if call["function_name"] == name and call["tool_call_id"] not in self._answered:
+                return step, call["tool_call_id"]
         return None
 
     def _call_end(self, record: dict[str, Any]) -> None:
@@ -269,6 +270,10 @@ class TrajectoryBuilder:
             extra["truncated"] = True
         step["extra"] = extra
         call.step = self._step(step)
+        if calls:
+            self._last_asking = call.step
+            for asked in call.step.get("tool_calls") or ():
+                self._asked[asked["tool_call_id"]] = call.step
 
     def _tool_end(self, record: dict[str, Any]) -> None:
         started = self._tools.pop(record["id"], {})
