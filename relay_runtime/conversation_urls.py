@@ -23,9 +23,9 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .redaction import BODY_TEXT_KWARG, body_kwargs
+from .redaction import BODY_TEXT_KWARG, REDACTED, body_kwargs
 from .tool_results import blanked as tool_results_blanked
-from .urls import recorded_url
+from .urls import recorded_url, signing_times_blanked
 
 _CONVERSATIONS = ("messages", "input", "contents")
 # Part types that give the model an address (Gemini's parts have no type), and a tool result's, which holds parts.
@@ -56,6 +56,17 @@ def recorded(kwargs: Mapping[str, Any], taken: list[str] | None = None) -> Mappi
 
 def blanked(kwargs: Mapping[str, Any], taken: list[str] | None = None) -> Mapping[str, Any]:
     """``kwargs`` with the credentials of its conversation's addresses blanked (itself when none had any)."""
+    return _blanked(kwargs, lambda url: _address(url, taken))
+
+
+def matched(kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``kwargs`` as a cassette compares it: as ``recorded``, and a signed address without the times of its
+    signing either (``?X-Amz-Date=``, ``?X-Goog-Expires=``, a SAS's ``se=``), which a freshly signed address
+    changes as it changes its signature: the file the model is shown is the same request."""
+    return _blanked(tool_results_blanked(kwargs), _matched_address)
+
+
+def _blanked(kwargs: Mapping[str, Any], address: Callable[[str], str]) -> Mapping[str, Any]:
     changed: dict[str, Any] | None = None
     for key in _CONVERSATIONS:
         items = kwargs.get(key)
@@ -64,15 +75,15 @@ def blanked(kwargs: Mapping[str, Any], taken: list[str] | None = None) -> Mappin
         if type(items) is list:
             if not _may_hold_addresses(items):
                 continue
-            new: Any = _mapped(items, _item, taken)
+            new: Any = _mapped(items, _item, address)
         else:  # Gemini's contents may be one content or part
-            new = _item(items, taken)
+            new = _item(items, address)
         if new is not items:
             changed = {} if changed is None else changed
             changed[key] = new
     if BODY_TEXT_KWARG in kwargs:  # Bedrock's invoke_model: the conversation inside the body's JSON text
         body = body_kwargs(kwargs)
-        kept = blanked(body, taken) if body is not None else None
+        kept = _blanked(body, address) if body is not None else None
         if kept is not body:
             changed = {} if changed is None else changed
             changed[BODY_TEXT_KWARG] = json.dumps(kept, ensure_ascii=False)
@@ -99,11 +110,14 @@ def _may_hold_addresses(items: list[Any]) -> bool:
     return False
 
 
-def _mapped(items: list[Any], each: Callable[[Any, list[str] | None], Any], taken: list[str] | None) -> list[Any]:
+Address = Callable[[str], str]
+
+
+def _mapped(items: list[Any], each: Callable[[Any, Address], Any], address: Address) -> list[Any]:
     """``items`` itself when ``each`` leaves every item as it is, else a copy holding what it made of them."""
     out: list[Any] | None = None
     for i, item in enumerate(items):
-        new = each(item, taken)
+        new = each(item, address)
         if new is not item:
             if out is None:
                 out = list(items)
@@ -111,33 +125,33 @@ def _mapped(items: list[Any], each: Callable[[Any, list[str] | None], Any], take
     return items if out is None else out
 
 
-def _item(item: Any, taken: list[str] | None) -> Any:
+def _item(item: Any, address: Address) -> Any:
     """A message, an input item or a Gemini content (or a part given in their place)."""
     if type(item) is dict:
         for key in ("content", "parts", "output"):
             parts = item.get(key)
             if type(parts) is list:
-                new = _mapped(parts, _part, taken)
+                new = _mapped(parts, _part, address)
                 return item if new is parts else {**item, key: new}
-        return _part(item, taken)
+        return _part(item, address)
     if type(item) is str or item is None:
         return item
     for name in ("parts", "content"):  # Gemini's Content, LangChain's message: pydantic models
         parts = getattr(item, name, None)
         if type(parts) is list:
-            new = _mapped(parts, _part, taken)
+            new = _mapped(parts, _part, address)
             return item if new is parts else _copied(item, name, new)
-    return _part(item, taken)
+    return _part(item, address)
 
 
-def _part(part: Any, taken: list[str] | None) -> Any:
+def _part(part: Any, address: Address) -> Any:
     if type(part) is dict:
         kind = part.get("type")
         if kind in _NESTING_TYPES:  # a tool's result may be images given by address (Anthropic, Responses)
             for key in ("content", "output"):
                 parts = part.get(key)
                 if type(parts) is list:
-                    kept = _mapped(parts, _part, taken)
+                    kept = _mapped(parts, _part, address)
                     return part if kept is parts else {**part, key: kept}
             return part
         if kind is not None and kind not in _URL_TYPES:
@@ -145,21 +159,21 @@ def _part(part: Any, taken: list[str] | None) -> Any:
         for key, below in _URL_PLACES:
             value = part.get(key)
             if type(value) is str:
-                new = _address(value, taken)
+                new = address(value)
                 if new is not value:
                     return {**part, key: new}
             elif below is not None and type(value) is dict:
-                address = value.get(below)
-                if type(address) is str:
-                    new = _address(address, taken)
-                    if new is not address:
+                url = value.get(below)
+                if type(url) is str:
+                    new = address(url)
+                    if new is not url:
                         return {**part, key: {**value, below: new}}
         return part
     data = getattr(part, "file_data", None)  # Gemini's Part (types.Part.from_uri)
-    address = getattr(data, "file_uri", None)
-    if type(address) is str:
-        new = _address(address, taken)
-        if new is not address:
+    url = getattr(data, "file_uri", None)
+    if type(url) is str:
+        new = address(url)
+        if new is not url:
             return _copied(part, "file_data", _copied(data, "file_uri", new))
     return part
 
@@ -170,6 +184,13 @@ def _address(url: str, taken: list[str] | None) -> str:
         return url
     new = recorded_url(url, [] if taken is None else taken)
     return url if new == url else new
+
+
+def _matched_address(url: str) -> str:
+    """``url`` as records hold it, and, when it was signed (a credential blanked now, or in the recording
+    already), without the times of its signing."""
+    new = _address(url, [])
+    return signing_times_blanked(new) if REDACTED in new else new
 
 
 def _copied(model: Any, field: str, value: Any) -> Any:

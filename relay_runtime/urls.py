@@ -66,6 +66,23 @@ def is_signing_scope(value: str) -> bool:
     return value.endswith("4_request") and ("/" in value or "%2F" in value)
 
 
+# When a presigned address was signed, and for how long (AWS SigV4, GCS V4 and V2, CloudFront, Azure SAS):
+# signed anew, an address changes these as it changes its signature.
+_SIGNING_TIMES = frozenset({"x-amz-date", "x-amz-expires", "x-goog-date", "x-goog-expires", "expires", "st", "se",
+                            "skt", "ske"})  # fmt: skip
+
+
+def signing_times_blanked(url: str) -> str:
+    """``url``, a recorded address whose credentials were blanked, with the times of its signing blanked too
+    (a cassette matches a call whose address was signed anew: ``conversation_urls.matched``)."""
+    from .redaction import REDACTED  # here: redaction's own imports come before this module is needed
+
+    def blank(name: str, raw_name: str, raw_value: str) -> str | None:
+        return f"{raw_name}={REDACTED}" if raw_value and name.lower() in _SIGNING_TIMES else None
+
+    return edit_query(url, blank)
+
+
 def recorded_url(url: str, taken: list[str] | None = None) -> str:
     """``url`` as a record may hold it (a span name, an attribute naming what was read): its user info, and
     the values of its query and fragment parameters that hold a credential (``redaction.is_query_credential``:

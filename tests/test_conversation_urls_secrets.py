@@ -13,8 +13,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from relay_runtime import adapters, cassettes
 from relay_runtime.adapters import testing as t
+from relay_runtime.cassettes.cassette import CassetteMiss
 from relay_runtime.conversation_urls import recorded
 from tests.test_frameworks_records_secrets import Sinks, assert_nowhere
 
@@ -130,6 +133,41 @@ def test_a_cassette_replays_a_call_whose_presigned_url_was_signed_anew(tmp_path:
     with cassettes.use(tmp_path / "c.json"):
         resigned = _image(S3_URL.replace(AMZ_SIGNATURE, AMZ_SIGNATURE[::-1]))
         assert adapters.complete(client, resigned).choices[0].message.content == "A report."
+
+
+@pytest.mark.parametrize(
+    ("url", "signed_anew"),
+    [
+        (S3_URL, {AMZ_SIGNATURE: AMZ_SIGNATURE[::-1], "X-Amz-Date=20261205T000000Z": "X-Amz-Date=20261206T101500Z",
+                  "X-Amz-Expires=900": "X-Amz-Expires=3600", "%2F20261205%2F": "%2F20261206%2F"}),
+        (GCS_URL, {GOOG_SIGNATURE: GOOG_SIGNATURE[::-1], "X-Goog-Date=20261205T000000Z": "X-Goog-Date=20261206T1015Z",
+                   "X-Goog-Expires=900": "X-Goog-Expires=600"}),
+        (SAS_URL, {SAS_SIGNATURE: SAS_SIGNATURE[::-1], "se=2026-12-06": "se=2026-12-07"}),
+    ],
+    ids=["s3", "gcs", "azure-sas"],
+)  # fmt: skip
+def test_a_cassette_replays_a_call_whose_presigned_url_was_signed_anew_on_another_day(
+    tmp_path: Path, url: str, signed_anew: dict[str, str]
+) -> None:
+    """Signed anew, an address changes its date and expiry with its signature: the same file shown to the model
+    is the same request, and the recording's dates stay as they were."""
+    from tests.cassette_support import Offline
+
+    live = t.scripted_openai(t.json_reply(t.chat_completion_body("An image.")))
+    with cassettes.use(tmp_path / "c.json", mode="record"):
+        adapters.complete(live.client, _image(url))
+    again = url
+    for old, new in signed_anew.items():
+        assert old in again
+        again = again.replace(old, new)
+    client, _ = Offline().clients("openai")
+    with cassettes.use(tmp_path / "c.json"):
+        assert adapters.complete(client, _image(again)).choices[0].message.content == "An image."
+    # The same address asking for another version of the file is another request.
+    with pytest.raises(CassetteMiss), cassettes.use(tmp_path / "c.json"):
+        adapters.complete(client, _image(again.replace("?", "?v=2&", 1)))
+    recorded_date = list(signed_anew)[1]  # the recording keeps the date it was signed on
+    assert recorded_date in (tmp_path / "c.json").read_text()
 
 
 def test_a_provider_error_echoing_the_signed_url_leaves_no_signature_in_the_cassette(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import redaction
-from ..conversation_urls import recorded as recorded_conversation
+from ..conversation_urls import matched as matched_conversation
 from ..types import AnnotatedLLMRequest
 
 # Params that differ from run to run without changing what the model is asked: request and
@@ -104,10 +104,10 @@ def with_sent_extras(request: dict[str, Any], kwargs: Mapping[str, Any]) -> dict
 def default_normalize(request: Mapping[str, Any]) -> dict[str, Any]:
     """Drop volatile params again (a cassette edited by hand, or recorded before a param became volatile), and
     blank credential-keyed values in the tools' results the conversation carries and the credentials of its
-    addresses (``conversation_urls``), as the file holds them (``Cassette.written``): a live call compares equal
-    to its recording, and to one written before they were blanked, whatever key the tool returned this run
-    and whatever signature its presigned URL holds."""
-    out = dict(recorded_conversation(request))
+    addresses (``conversation_urls``), as the file holds them (``Cassette.written``), and a signed address's
+    signing times: a live call compares equal to its recording, and to one written before they were blanked,
+    whatever key the tool returned this run and whatever signature, date and expiry its presigned URL holds."""
+    out = dict(matched_conversation(request))
     for name in ("params", "provider_params"):
         values = out.get(name)
         if isinstance(values, Mapping):
