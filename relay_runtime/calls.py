@@ -476,7 +476,7 @@ def attempt_of(
         call.provider = name
         if model_name:
             call.model = model_name
-    meta = {cv.KIND: cv.ATTEMPT, **metadata} if metadata else {cv.KIND: cv.ATTEMPT}
+    meta: dict[str, Any] = {cv.KIND: cv.ATTEMPT, **metadata} if metadata else {cv.KIND: cv.ATTEMPT}
     meta[cv.API_REQUEST_ID] = call.api_request_id
     meta[cv.CALL_ROLE] = call.call_role
     meta[cv.RETRY_COUNT] = retry
