@@ -448,28 +448,38 @@ def open_call_in(turn: CallHolder, parent: ScopeHandle | None, call_role: str = 
 
 
 def attempt_of(
-    turn: CallHolder, call: LogicalCall, request: LLMRequest, name: str, model_name: str | None, codec: LLMCodec | None
+    turn: CallHolder,
+    call: LogicalCall,
+    request: LLMRequest,
+    name: str,
+    model_name: str | None,
+    codec: LLMCodec | None,
+    *,
+    streaming: bool = False,
+    metadata: dict[str, Any] | None = None,
 ) -> Attempt | None:
-    """A non-streamed attempt of ``call`` (opened by ``open_call_in``), to run with ``relay.llm.run``; the call
-    stays open after it for its opener to close. None when the call no longer takes attempts (the end of
-    its turn closed it): the caller then goes the way of ``execute_current``.
+    """An attempt of ``call`` (opened by ``open_call_in``), to run with ``relay.llm.run`` (``open_stream`` when
+    ``streaming``); the call stays open after it for its opener to close. None when the call no longer takes
+    attempts (the end of its turn closed it): the caller then goes the way of ``execute_current``
+    (``stream_current``).
 
-    ``_call_attempt``'s work for a caller holding the call: no metadata to merge, no id to look up."""
+    ``_call_attempt``'s (``_stream_attempt``'s) work for a caller holding the call: no lookup by id. ``metadata``
+    comes first in the attempt's own, after its kind, as the metadata given to ``execute_current`` do."""
     with turn.lock:
         if call.closing or turn.logical_llm_calls.get(call.api_request_id) is not call:
             return None
         retry = call.attempts
         call.attempts = retry + 1
         call.in_flight += 1
+        if streaming:
+            call.open_streams += 1
         call.provider = name
         if model_name:
             call.model = model_name
-    meta = {
-        cv.KIND: cv.ATTEMPT,
-        cv.API_REQUEST_ID: call.api_request_id,
-        cv.CALL_ROLE: call.call_role,
-        cv.RETRY_COUNT: retry,
-    }
+    meta: dict[str, Any] = {cv.KIND: cv.ATTEMPT, **metadata} if metadata else {cv.KIND: cv.ATTEMPT}
+    meta[cv.API_REQUEST_ID] = call.api_request_id
+    meta[cv.CALL_ROLE] = call.call_role
+    meta[cv.RETRY_COUNT] = retry
     attempt = Attempt(
         turn.relay,
         name,
@@ -478,7 +488,8 @@ def attempt_of(
         model_name,
         meta,
         codec,
-        partial(_attempt_ended, turn, call, False, False),
+        # A stream's hook with no finalizer and no finished-response check (``_stream_hook``) is this one.
+        partial(_attempt_ended, turn, call, False, streaming),
     )
     _track(call, attempt)
     _hold_for_validation(call, attempt)

@@ -108,6 +108,9 @@ class StreamLifecycle:
 
     def fail(self, error: BaseException | None, outcome: str | None = None) -> None:
         attempt = self.attempt
+        if attempt.finished and attempt.settle_late is None:
+            # Ended already (a stream read out, then closed): nothing below would record anything.
+            return
         if attempt.holding:
             return  # a body already read, held for validation: its verdict ends it, not its closing
         if error is None and outcome == _CANCELLED and self.index and not attempt.finished:

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from relay_runtime import LLMRequest, Recorder, auxiliary, calls, configure, propagate_to_thread, session
+from relay_runtime import LLMRequest, Recorder, auxiliary, calls, configure, logical_calls, propagate_to_thread, session
 from relay_runtime import conventions as cv
 
 REQ = LLMRequest({}, {"model": "m", "messages": []})
@@ -456,3 +456,20 @@ def test_a_thread_handed_a_turn_that_ended_records_nothing_in_the_turns_it_was_b
     assert attempt.parent_uuid == call.uuid and call.parent_uuid is None
     assert session.active_turn() is parent  # where the sub-turn was begun, the parent is active again
     coord.release_conversation(lease)
+
+
+def test_a_streamed_attempt_of_a_held_call_counts_its_stream_and_leaves_the_call_to_its_opener(
+    relay_turn, relay_events
+):
+    relay, turn = relay_turn
+    call = calls.open_call_in(turn, None)
+    attempt = calls.attempt_of(turn, call, REQ, "openai", "m", None, streaming=True, metadata={"server.address": "h"})
+    assert attempt is not None and (call.open_streams, call.in_flight, call.attempts) == (1, 1, 1)
+    assert list(relay.llm.open_stream(attempt, lambda r: _chunks(2))) == [0, 1]
+    assert (call.open_streams, call.in_flight, call.last_outcome) == (0, 0, "success")
+    (start,) = relay_events.starts(relay_kind=cv.ATTEMPT)
+    # The metadata given lead the attempt's own, after its kind, as stream_current's do.
+    assert list(start.metadata) == [cv.KIND, "server.address", cv.API_REQUEST_ID, cv.CALL_ROLE, cv.RETRY_COUNT]
+    assert _logical_ends(relay_events) == []  # open until its opener closes it
+    assert logical_calls.close_logical_call(turn, call, "success")
+    assert _logical_ends(relay_events) == ["success"] and turn.logical_llm_calls == {}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
+from enum import Enum
 from typing import Any
 
 from relay_runtime.types import AnnotatedLLMResponse, ChunkDelta, TokenUsage
@@ -79,9 +80,15 @@ def load_sdk() -> None:
     _RESPONSE = found.get("GenerateContentResponse", _Never)
 
 
+def enum_value(value: Any) -> Any:
+    """``value.value`` (an enum member's value), else ``value``. A member's ``_value_`` is what its ``value``
+    property returns, read without the property's Python frame (every answer reads its finish reason)."""
+    return value._value_ if isinstance(value, Enum) else getattr(value, "value", value)
+
+
 def finish_reason(value: Any, tool_calls: bool = False) -> str | None:
     """Gemini's ``FinishReason`` (an enum member or its name) in the conventions' words."""
-    name = getattr(value, "value", value)
+    name = enum_value(value)
     if not isinstance(name, str) or not name or name == "FINISH_REASON_UNSPECIFIED":
         return None
     if name == "STOP":
@@ -187,7 +194,7 @@ def read_parts(parts: Any) -> tuple[list[str], list[str], list[dict[str, Any]]]:
     texts: list[str] = []
     thoughts: list[str] = []
     calls: list[dict[str, Any]] = []
-    for part in as_list(parts):
+    for part in parts if type(parts) is list else as_list(parts):  # the SDK's own list, spared as_list's frame
         direct = type(part) is _PART
         text = part.text if direct else get(part, "text")
         if isinstance(text, str) and text:
@@ -211,7 +218,7 @@ def parts_of(candidate: Any) -> tuple[Any, Any]:
 def blocked_reason(response: Any) -> str | None:
     """A prompt the API refused to answer (``promptFeedback.blockReason``): a content filter."""
     reason = get(get(response, "prompt_feedback"), "block_reason")
-    name = getattr(reason, "value", reason)
+    name = enum_value(reason)
     if isinstance(name, str) and name and name != "BLOCKED_REASON_UNSPECIFIED":
         return "content_filter"
     return None
@@ -228,16 +235,13 @@ class _Candidate:
         self.calls: list[dict[str, Any]] = []
         self.reason: Any = None
 
-    def add(self, candidate: Any) -> tuple[str, str, list[dict[str, Any]]]:
-        """Fold one chunk's piece of this candidate in; what it added (text, thoughts, tool calls)."""
-        parts, reason = parts_of(candidate)
-        texts, thoughts, calls = read_parts(parts)
+    def add(self, texts: list[str], thoughts: list[str], calls: list[dict[str, Any]], reason: Any) -> None:
+        """Fold in what one chunk said of this candidate."""
         self.texts += texts
         self.thoughts += thoughts
         self.calls += calls
         if reason is not None:
             self.reason = reason
-        return "".join(texts), "".join(thoughts), calls
 
     def folded(self) -> dict[str, Any]:
         parts: list[dict[str, Any]] = (
@@ -249,13 +253,19 @@ class _Candidate:
             parts += [{"function_call": {"id": c["id"], "name": c["name"], "args": c["arguments"]}} for c in self.calls]
         return {
             "content": {"role": "model", "parts": parts},
-            "finish_reason": getattr(self.reason, "value", self.reason),
+            "finish_reason": enum_value(self.reason),
         }
 
 
-def _index(candidate: Any) -> int:
-    index = candidate.index if type(candidate) is _CANDIDATE else get(candidate, "index")
-    return index if type(index) is int and index >= 0 else 0
+def _piece(candidate: Any) -> tuple[int, Any, Any]:
+    """A stream chunk's candidate as (its index, its parts, its finish reason): ``parts_of``'s reads and its
+    index's in one frame, as every chunk of a stream makes them."""
+    if type(candidate) is _CANDIDATE:
+        index, content, reason = candidate.index, candidate.content, candidate.finish_reason
+    else:
+        index, content, reason = get(candidate, "index"), get(candidate, "content"), get(candidate, "finish_reason")
+    parts = content.parts if type(content) is _CONTENT else get(content, "parts")
+    return (index if type(index) is int and index >= 0 else 0), parts, reason
 
 
 class GenerateContentAccumulator:
@@ -298,7 +308,7 @@ class GenerateContentAccumulator:
             self.model = model
         if isinstance(response_id, str) and response_id:
             self.response_id = response_id
-        if not isinstance(candidates, list | tuple) or not candidates:
+        if not isinstance(candidates, (list, tuple)) or not candidates:  # a tuple, not a union built per chunk
             blocked = blocked_reason(chunk)
             if blocked:
                 self.blocked = blocked
@@ -306,20 +316,22 @@ class GenerateContentAccumulator:
         text = thought = ""
         extra = 0  # no generator frames for the common chunk: no calls, one candidate
         for candidate in candidates:
-            index = _index(candidate)
+            index, parts, reason = _piece(candidate)
             state = self.candidates.get(index)
             if state is None:
                 state = self.candidates[index] = _Candidate()
-            added, thinking, calls = state.add(candidate)
+            texts, thoughts, calls = read_parts(parts)
+            state.add(texts, thoughts, calls, reason)
             if index == 0:  # the chunk marks carry the first candidate's text, as the record does
-                text, thought = added, thinking
+                text, thought = "".join(texts), "".join(thoughts)
                 if calls:
                     extra += sum(len(str(call.get("arguments") or "")) for call in calls)
             else:
                 extra += len(str(candidate))
         if not text and not thought and not extra:
             return None
-        return ChunkDelta(text=text, reasoning=thought, extra_chars=extra)
+        # Positionally (text, reasoning, model, extra_chars): a dataclass matches each keyword by name.
+        return ChunkDelta(text, thought, None, extra)
 
     def finish(self) -> tuple[Any, AnnotatedLLMResponse]:
         ordered = [self.candidates[i] for i in sorted(self.candidates)]

@@ -173,6 +173,15 @@ class Call:
             attempt.metadata.update(self.state.metadata)
         return attempt
 
+    def grouped_stream(self) -> Attempt | None:
+        """``grouped_attempt`` for a stream (opened with ``relay.llm.open_stream``). The client's metadata
+        leads the attempt's own, as it does when ``options`` go to ``calls.stream_current``."""
+        group = self.group
+        if group is None or session.managed_turn() is not group.turn:
+            return None
+        return calls.attempt_of(group.turn, group.call, self.request, self.name, self.model, self.codec,
+                                streaming=True, metadata=self.state.metadata)  # fmt: skip
+
     def options(self) -> dict[str, Any]:
         """``calls.execute_current`` / ``stream_current``'s keyword arguments for this attempt."""
         state = self.state
@@ -260,6 +269,8 @@ class _Opened:
             return self.first.pop()
         try:
             return next(self.source)
+        except StopIteration:  # the stream's end, not an error: nothing to tag
+            raise
         except Exception as exc:
             _tag(exc)
             raise
@@ -276,8 +287,12 @@ def managed_stream(
     """``_generate_content_stream(**kwargs)`` as one streamed attempt; lazy, as the SDK's own generator is.
     (``kind`` is ``STREAM``: every ``managed_*`` takes the same arguments.)"""
     call = Call(models, kind, kwargs, provider)
-    stream = calls.stream_current(call.request, lambda r: _send(lambda **k: _Opened(wrapped(**k)), call, r),
-                                  **call.options())  # fmt: skip
+    factory = partial(_send, lambda **k: _Opened(wrapped(**k)), call)
+    attempt = call.grouped_stream()
+    if attempt is not None:
+        stream = attempt.relay.llm.open_stream(attempt, factory)
+    else:
+        stream = calls.stream_current(call.request, factory, **call.options())
     try:
         yield from stream
     finally:
@@ -321,4 +336,7 @@ async def managed_stream_async(
     async def open_stream(request: LLMRequest) -> Any:
         return _Tagging(await _send_async(wrapped, call, request))
 
+    attempt = call.grouped_stream()
+    if attempt is not None:
+        return await attempt.relay.llm.open_stream_async(attempt, open_stream)
     return await calls.stream_current_async(call.request, open_stream, **call.options())
