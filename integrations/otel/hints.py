@@ -27,6 +27,18 @@ _PRIMITIVES = (str, bool, int, float)
 
 
 _NO_TRACE_STATE = TraceState()
+# Every trace-flags byte made once: a server continues a remote parent on every request.
+_TRACE_FLAGS = tuple(TraceFlags(bits) for bits in range(256))
+_new_tuple = tuple.__new__
+
+
+def _layout_holds() -> bool:
+    """Whether a SpanContext is still the tuple (trace id, span id, remote, flags, state, valid) built below."""
+    made = SpanContext(1, 2, is_remote=True, trace_flags=_TRACE_FLAGS[1], trace_state=_NO_TRACE_STATE)
+    return made == _new_tuple(SpanContext, (1, 2, True, _TRACE_FLAGS[1], _NO_TRACE_STATE, True))
+
+
+_DIRECT = _layout_holds()
 
 
 def remote_parent(md: Mapping[str, Any] | None) -> NonRecordingSpan | None:
@@ -43,13 +55,14 @@ def remote_parent(md: Mapping[str, Any] | None) -> NonRecordingSpan | None:
             state = TraceState.from_header([raw_state])
         except Exception:
             state = _NO_TRACE_STATE
-    parent = SpanContext(
-        int(parsed.trace_id, 16),
-        int(parsed.span_id, 16),
-        is_remote=True,
-        trace_flags=TraceFlags(parsed.flags),
-        trace_state=state,
-    )
+    trace_id = int(parsed.trace_id, 16)
+    span_id = int(parsed.span_id, 16)
+    if _DIRECT:
+        # The tuple SpanContext(...) would make, without its Python frame: a parsed traceparent's ids
+        # are nonzero and in range (``parse_traceparent``), so it is valid.
+        parent = _new_tuple(SpanContext, (trace_id, span_id, True, _TRACE_FLAGS[parsed.flags], state, True))
+    else:
+        parent = SpanContext(trace_id, span_id, True, _TRACE_FLAGS[parsed.flags], state)
     return NonRecordingSpan(parent)
 
 
