@@ -6,7 +6,7 @@ dictated by the integration that opened it, and they apply to scopes of any role
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from opentelemetry import trace as trace_api
@@ -98,7 +98,12 @@ def apply_hints(
         return name
     extra = hints.get("attributes")
     if type(extra) is dict or isinstance(extra, Mapping):
-        items = extra.items() if only is None else [(k, extra[k]) for k in only if k in extra]
+        if only is None:
+            items: Iterable[tuple[Any, Any]] = extra.items()
+        elif extra.keys().isdisjoint(only):
+            items = ()  # the usual end sets nothing that was hinted: no list built to find that out
+        else:
+            items = [(k, extra[k]) for k in only if k in extra]
         for key, value in items:
             if value is None or type(key) is not str:
                 continue
