@@ -30,6 +30,8 @@ _NO_TRACE_STATE = TraceState()
 # Every trace-flags byte made once: a server continues a remote parent on every request.
 _TRACE_FLAGS = tuple(TraceFlags(bits) for bits in range(256))
 _new_tuple = tuple.__new__
+_MAX_TRACE_ID = 2**128 - 1
+_MAX_SPAN_ID = 2**64 - 1
 
 
 def _layout_holds() -> bool:
@@ -58,9 +60,10 @@ def remote_parent(md: Mapping[str, Any] | None) -> NonRecordingSpan | None:
     trace_id = int(parsed.trace_id, 16)
     span_id = int(parsed.span_id, 16)
     if _DIRECT:
-        # The tuple SpanContext(...) would make, without its Python frame: a parsed traceparent's ids
-        # are nonzero and in range (``parse_traceparent``), so it is valid.
-        parent = _new_tuple(SpanContext, (trace_id, span_id, True, _TRACE_FLAGS[parsed.flags], state, True))
+        # The tuple SpanContext(...) would make, its validity worked out as it does, without its Python frame
+        # (a TraceParent built directly, not parsed, may hold zero ids).
+        valid = 0 < trace_id <= _MAX_TRACE_ID and 0 < span_id <= _MAX_SPAN_ID
+        parent = _new_tuple(SpanContext, (trace_id, span_id, True, _TRACE_FLAGS[parsed.flags], state, valid))
     else:
         parent = SpanContext(trace_id, span_id, True, _TRACE_FLAGS[parsed.flags], state)
     return NonRecordingSpan(parent)
