@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import chains
@@ -69,8 +69,9 @@ class Tools:
             raise ValueError(f"tool name must be a non-empty string, got {name!r}")
         relay = self._relay
         intercepts = relay.intercepts
-        anchor = parent if parent is not None else relay.scope.current()
-        resolved = intercepts.resolve(anchor) if intercepts.active else {}
+        resolved: Mapping[str, tuple[Any, ...]] = {}
+        if intercepts.active:  # where the chains are resolved from is looked up only when there are some
+            resolved = intercepts.resolve(parent if parent is not None else relay.scope.current())
         handle = relay.scope.push(
             name,
             _TOOL,

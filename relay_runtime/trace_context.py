@@ -76,19 +76,29 @@ class TraceParent(str):
         return f"TraceParent({self.header()!r})"
 
 
+_new_str = str.__new__
+
+
 def parse_traceparent(value: object) -> TraceParent | None:
     """The parsed header, or None for anything the W3C spec says to ignore (never raises)."""
     if type(value) is TraceParent:
         return value  # parsed already
     if not isinstance(value, str):
         return None
-    match = _TRACEPARENT.match(value.strip().lower())
+    text = value.strip().lower()
+    match = _TRACEPARENT.match(text)
     if match is None:
         return None
     version, trace_id, span_id, flags, rest = match.groups()
     if version == "ff" or (version == "00" and rest) or trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:
         return None
-    return TraceParent(trace_id, span_id, int(flags, 16))
+    # Made here rather than through ``TraceParent(...)``: a server parses one per request, and a version
+    # 00 header matched whole is its normalised form already (no second string built from its parts).
+    parsed = _new_str(TraceParent, text if version == "00" else f"00-{trace_id}-{span_id}-{flags}")
+    parsed.trace_id = trace_id
+    parsed.span_id = span_id
+    parsed.flags = int(flags, 16)
+    return parsed
 
 
 def require_traceparent(value: object) -> TraceParent:

@@ -11,6 +11,7 @@ from relay_runtime.recorder import Recorder
 from relay_runtime.trace_context import (
     REMOTE_PARENT,
     REMOTE_TRACESTATE,
+    TraceParent,
     carrier_for,
     own_traceparent,
     parse_traceparent,
@@ -133,6 +134,17 @@ def test_the_otel_span_of_a_remote_child_is_a_child_of_the_remote_span() -> None
     assert f"{span.context.trace_id:032x}" == TRACE
     assert span.parent is not None and span.parent.is_remote and f"{span.parent.span_id:016x}" == SPAN
     assert span.context.trace_state.get("vendor") == "abc"
+
+
+def test_a_remote_parent_built_with_a_zero_id_is_no_parent_of_the_otel_span() -> None:
+    # A TraceParent made directly is not checked as a parsed one is: a zero id makes an invalid context.
+    pipeline = Pipeline()
+    relay = Relay()
+    exporter = OTelExporter(tracer_provider=pipeline.tracer_provider).attach(relay)
+    relay.scope.pop(relay.scope.push("served", remote_parent=TraceParent(TRACE, "0" * 16, 1)))
+    exporter.shutdown()
+    span = pipeline.one("served")
+    assert span.parent is None and span.context.is_valid
 
 
 def test_a_scope_hands_on_the_exporters_span_context_or_else_its_own_ids() -> None:

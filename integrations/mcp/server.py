@@ -181,7 +181,8 @@ def middleware(original: Middleware) -> Middleware:
 async def _handle(original: Middleware, middleware: Any, relay: Any, method: str, ctx: Any, call_next: Any) -> Any:
     try:
         params = ctx.params
-        if not isinstance(params, Mapping):
+        # A request's params are a dict: told so without the Mapping ABC's check.
+        if type(params) is not dict and not isinstance(params, Mapping):
             params = None
         meta = _meta_of(ctx)
         # Parsed once: the parsed value is what the scope's metadata carries on to every consumer.

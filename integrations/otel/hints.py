@@ -6,7 +6,7 @@ dictated by the integration that opened it, and they apply to scopes of any role
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from opentelemetry import trace as trace_api
@@ -27,6 +27,20 @@ _PRIMITIVES = (str, bool, int, float)
 
 
 _NO_TRACE_STATE = TraceState()
+# Every trace-flags byte made once: a server continues a remote parent on every request.
+_TRACE_FLAGS = tuple(TraceFlags(bits) for bits in range(256))
+_new_tuple = tuple.__new__
+_MAX_TRACE_ID = 2**128 - 1
+_MAX_SPAN_ID = 2**64 - 1
+
+
+def _layout_holds() -> bool:
+    """Whether a SpanContext is still the tuple (trace id, span id, remote, flags, state, valid) built below."""
+    made = SpanContext(1, 2, is_remote=True, trace_flags=_TRACE_FLAGS[1], trace_state=_NO_TRACE_STATE)
+    return made == _new_tuple(SpanContext, (1, 2, True, _TRACE_FLAGS[1], _NO_TRACE_STATE, True))
+
+
+_DIRECT = _layout_holds()
 
 
 def remote_parent(md: Mapping[str, Any] | None) -> NonRecordingSpan | None:
@@ -43,13 +57,15 @@ def remote_parent(md: Mapping[str, Any] | None) -> NonRecordingSpan | None:
             state = TraceState.from_header([raw_state])
         except Exception:
             state = _NO_TRACE_STATE
-    parent = SpanContext(
-        int(parsed.trace_id, 16),
-        int(parsed.span_id, 16),
-        is_remote=True,
-        trace_flags=TraceFlags(parsed.flags),
-        trace_state=state,
-    )
+    trace_id = int(parsed.trace_id, 16)
+    span_id = int(parsed.span_id, 16)
+    if _DIRECT:
+        # The tuple SpanContext(...) would make, its validity worked out as it does, without its Python frame
+        # (a TraceParent built directly, not parsed, may hold zero ids).
+        valid = 0 < trace_id <= _MAX_TRACE_ID and 0 < span_id <= _MAX_SPAN_ID
+        parent = _new_tuple(SpanContext, (trace_id, span_id, True, _TRACE_FLAGS[parsed.flags], state, valid))
+    else:
+        parent = SpanContext(trace_id, span_id, True, _TRACE_FLAGS[parsed.flags], state)
     return NonRecordingSpan(parent)
 
 
@@ -85,7 +101,12 @@ def apply_hints(
         return name
     extra = hints.get("attributes")
     if type(extra) is dict or isinstance(extra, Mapping):
-        items = extra.items() if only is None else [(k, extra[k]) for k in only if k in extra]
+        if only is None:
+            items: Iterable[tuple[Any, Any]] = extra.items()
+        elif extra.keys().isdisjoint(only):
+            items = ()  # the usual end sets nothing that was hinted: no list built to find that out
+        else:
+            items = [(k, extra[k]) for k in only if k in extra]
         for key, value in items:
             if value is None or type(key) is not str:
                 continue
