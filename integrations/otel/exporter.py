@@ -472,8 +472,6 @@ class OTelExporter:
             span.end(end_time=end_ns)
         self.count(SPANS_ABANDONED)
 
-    # -- trace context for provider calls -------------------------------------------------
-
     # -- an open scope's span as trace context for what runs under it: ``span_context.py`` ----------
 
     span_for = span_context.span_for
