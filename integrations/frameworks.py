@@ -305,7 +305,6 @@ class ModelCall:
         if handle is None:
             return
         relay = self.turn.relay
-        outcome = outcome_of(error) if error is not None else _SUCCESS
         if handle.ended:
             if self._abandoned and annotated is not None and relay.cost.active:
                 self._abandoned = False  # charged once
@@ -316,6 +315,7 @@ class ModelCall:
         self._leave_open_attempts()
         if model:
             self.logical.model = model
+        outcome = outcome_of(error) if error is not None else _SUCCESS
         late = False
         if relay.cost.active:
             late = relay.cost.settle_observed(
