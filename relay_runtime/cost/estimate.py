@@ -198,7 +198,7 @@ def _media(item: Mapping[str, Any], part: str, found: InputEstimate, provider: s
         elif stype == "content":
             pending.append(source.get("content"))
         elif stype == "base64":
-            _file(_str(source.get("data")), found, provider, model)
+            _file(_whole(_str(source.get("data"))), found, provider, model)
         else:
             found.unknown += 1  # a URL or a file id: its pages are not known here
         return True
@@ -206,13 +206,13 @@ def _media(item: Mapping[str, Any], part: str, found: InputEstimate, provider: s
     inner = item.get("file") if part == "file" else item
     if not isinstance(inner, Mapping):
         return False
-    _file(_str(inner.get("file_data")), found, provider, model)
+    _file(_whole(_str(inner.get("file_data"))), found, provider, model)
     return True
 
 
-def _file(data: str | bytes | None, found: InputEstimate, provider: str, model: str) -> None:
-    """A file sent inline: a PDF by its pages (text and the page as an image), plain text by its characters."""
-    raw = data if type(data) is bytes else media.decode_all(data) if isinstance(data, str) else b""
+def _file(raw: bytes, found: InputEstimate, provider: str, model: str) -> None:
+    """A file sent inline (its bytes, ``_whole``): a PDF by its pages (text and the page as an image), plain text
+    by its characters."""
     pages = media.pdf_pages(raw) if raw else None
     if pages is not None:
         found.text_tokens += pages * media.PDF_TEXT_TOKENS_PER_PAGE
