@@ -354,15 +354,13 @@ class TrajectoryBuilder:
 
     def _answering(self, call_id: Any, name: Any, args: Any) -> tuple[dict[str, Any], str] | None:
         """The agent step whose tool call a result answers, newest first, and that call's id."""
+        if isinstance(call_id, str):
+            step = self._asked.get(call_id)  # the newest step that asked for it
+            return (step, call_id) if step is not None else None
         answered = self._answered
         for step in reversed(self.steps):
             for call in step.get("tool_calls") or ():
-                if isinstance(call_id, str):
-                    if call["tool_call_id"] == call_id:
-                        return step, call_id
-                elif (
-                    call["function_name"] == name and call["arguments"] == args and call["tool_call_id"] not in answered
-                ):
+                if call["function_name"] == name and call["arguments"] == args and call["tool_call_id"] not in answered:
                     return step, call["tool_call_id"]
         return None
 
