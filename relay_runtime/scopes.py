@@ -376,6 +376,9 @@ class Scopes:
             else:
                 outcome = outcome_of(error)
         merged = handle.metadata if not metadata else {**(handle.metadata or {}), **metadata}
+        cost = handle.cost
+        if cost is not None:  # as it stands now: a roll-up goes on changing after its scope ends
+            cost = cost.snapshot()
         self._subs.deliver(
             self._subs.end,
             # Every field positionally, in ``new_event``'s order: two scope ends per managed call, and
@@ -402,7 +405,7 @@ class Scopes:
                 # whose text cannot be read (its ``__str__`` raises) still ends the scope, message withheld.
                 told(error, None, _error_text) if error is not None else None,  # error_message
                 outcome,
-                handle.cost,
+                cost,
             ),
         )
 

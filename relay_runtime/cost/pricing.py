@@ -96,6 +96,10 @@ class AttemptCost:
             self._breakdown = parts
         return parts
 
+    def snapshot(self) -> AttemptCost:
+        """Itself: an attempt is priced once, before its end event (a late answer is priced in a mark)."""
+        return self
+
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"amount": self.amount, "currency": self.currency}
         for name in ("provider", "model", "valid_from"):
@@ -115,6 +119,9 @@ class AttemptCost:
     def __repr__(self) -> str:
         amount = f"{self.amount:.6f}" if self.amount is not None else f"unpriced {list(self.missing)}"
         return f"AttemptCost({amount} {self.currency}{' wasted' if self.wasted else ''})"
+
+
+_new_rollup = object.__new__
 
 
 class CostRollup:
@@ -142,6 +149,22 @@ class CostRollup:
     @property
     def complete(self) -> bool:
         return self.unpriced == 0
+
+    def snapshot(self) -> CostRollup:
+        """A copy as it stands: what the scope's end event carries. The roll-up itself goes on changing after
+        the end (an answer charged late, a reservation released), and a consumer that reads a held event later
+        (a buffered exporter's writer thread) must read what was true at the end, never half of a change."""
+        copy = _new_rollup(CostRollup)
+        copy.total = self.total
+        copy.wasted = self.wasted
+        copy.attempts = self.attempts
+        copy.unpriced = self.unpriced
+        copy.currency = self.currency
+        copy.carried = self.carried
+        copy.reserved = self.reserved
+        copy.loaded = self.loaded
+        copy.warned = None  # which budgets warned is the live roll-up's bookkeeping, not part of the record
+        return copy
 
     @property
     def spent(self) -> float:
