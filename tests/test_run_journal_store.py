@@ -26,6 +26,8 @@ from relay_runtime.integrations.run_journal import (
     read_run_events,
 )
 from relay_runtime.integrations.run_journal import listing as listing_module
+from relay_runtime.integrations.run_journal import page as page_module
+from relay_runtime.integrations.run_journal import storage as storage_module
 from relay_runtime.integrations.run_journal.cli import main as cli_main
 from relay_runtime.integrations.run_journal.routes import create_app, find_run_summary
 
@@ -68,6 +70,36 @@ def test_listing_sessions_and_runs_newest_first(tmp_path):
     assert store.list_runs("nobody") == [] and FileStore(tmp_path / "empty").list_sessions() == []
     with pytest.raises(ValueError, match="invalid session_id/run_id"):
         store.list_runs("../x")
+
+
+def test_a_long_run_of_an_older_session_stays_on_the_run_list_while_it_is_written(tmp_path, monkeypatch):
+    # The run list reads the newest sessions only (``MAX_LISTED_RUNS`` of them). A session is as new as its
+    # last written run, as in the Redis store, not as the last run it started: a long run begun before other
+    # sessions started theirs stays listed while it goes on.
+    monkeypatch.setattr(storage_module, "SESSION_TOUCH_SECONDS", 0.0)
+    store = FileStore(tmp_path)
+    store.append("old", "long", "token", {"text": "a"})
+    root = tmp_path / "_run_journal"
+    for path in (root / "old", root / "old" / "long.jsonl"):
+        os.utime(path, (100, 100))  # begun long ago
+    for i in range(3):
+        store.append(f"new{i}", "r", "token", {"text": "b"})
+        for path in (root / f"new{i}", root / f"new{i}" / "r.jsonl"):
+            os.utime(path, (200 + i, 200 + i))  # begun since (a file system's clock may tick coarser than a test)
+    assert "old" not in [run["session_id"] for run in page_module.list_runs(store, limit=3)]
+    store.append("old", "long", "token", {"text": "c"})  # the long run goes on
+    listed = page_module.list_runs(store, limit=3)
+    assert (listed[0]["session_id"], listed[0]["run_id"], listed[0]["terminal_state"]) == ("old", "long", "running")
+    assert store.list_sessions()[0]["session_id"] == "old"
+
+
+def test_a_run_marks_its_session_written_at_most_once_a_second(tmp_path, monkeypatch):
+    touched: list[str] = []
+    monkeypatch.setattr(storage_module, "_touch_session", touched.append)
+    store = FileStore(tmp_path)
+    for i in range(50):
+        store.append("s", "r", "token", {"text": str(i)})
+    assert touched == [str(tmp_path / "_run_journal" / "s")]  # one system call, not one per row
 
 
 def test_finding_a_run_does_not_stat_every_session(tmp_path, monkeypatch):

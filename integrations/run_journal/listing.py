@@ -93,7 +93,8 @@ def locate(run_id: str, session_dir: str | os.PathLike[str] | None) -> str | Non
 
 
 def list_sessions(session_dir: str | os.PathLike[str] | None) -> list[dict[str, Any]]:
-    """``[{session_id, updated_at}]``, newest first; ``updated_at`` is when the session last started a run."""
+    """``[{session_id, updated_at}]``, newest first; ``updated_at`` is when a run of the session was last
+    written, to within ``storage.SESSION_TOUCH_SECONDS`` (as the Redis store's, which scores each write)."""
     out: list[dict[str, Any]] = []
     try:
         entries = list(os.scandir(journal_root(session_dir)))

@@ -92,7 +92,7 @@ def add_page(app: web.Application, *, store: RunJournalStore, token: str | None)
 def list_runs(store: RunJournalStore, limit: int = MAX_LISTED_RUNS) -> list[dict[str, Any]]:
     """The newest runs of every session, each with its state, start, duration and cost (when priced).
 
-    A session's ``updated_at`` is when it last started a run, so the newest ``limit`` runs are all in
+    A session's ``updated_at`` is when a run of it was last written, so the newest ``limit`` runs are all in
     the newest ``limit`` sessions: thousands of sessions cost one listing, not thousands.
     """
     sessions = store.list_sessions()[:limit]

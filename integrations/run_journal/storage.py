@@ -41,6 +41,9 @@ _SEED_SCAN_MAX = 256 * 1024 * 1024  # the longest line read to learn a run's las
 MAX_EVENT_LENGTH = 256
 _ROW_OVERHEAD = 1024  # everything in a row but its payload, with ids and event name at their longest
 _PREVIEW_CHARS = 4096
+# How often a run being written marks its session as written (the session directory's mtime, by which the
+# run list finds the newest sessions): at most one system call a second per run, not one per row.
+SESSION_TOUCH_SECONDS = 1.0
 _KEPT_SCALAR_CHARS = 200
 
 COUNTS: Counter[str] = Counter()  # process-wide: rows stored truncated
@@ -153,6 +156,7 @@ class _RunFile:
         self._size = -1
         self._last_seq = 0
         self._mark: mmap.mmap | None = None  # the run's high-water mark (see run_marks)
+        self._touched = -math.inf  # when this process last marked the run's session as written (monotonic)
 
     def append(self, run_id: str, tail: str, seq: int | None, sync: bool, cap: int = DEFAULT_MAX_ROW_BYTES) -> int:
         """Write ``tail`` (everything after the seq) as the run's next row; return its seq."""
@@ -206,6 +210,10 @@ class _RunFile:
         self._last_seq = next_seq
         if sync:
             os.fsync(fd)
+        now = time.monotonic()
+        if now - self._touched >= SESSION_TOUCH_SECONDS:
+            self._touched = now
+            _touch_session(os.path.dirname(self.path))
         return next_seq
 
     def _open(self) -> int:
@@ -254,6 +262,16 @@ class _RunFile:
         if self._mark is not None:
             mark, self._mark = self._mark, None
             mark.close()
+
+
+def _touch_session(directory: str) -> None:
+    """The session's directory marked as written now: a file's creation alone moves its mtime, and the run list
+    (``listing.list_sessions``, newest first, bounded) would lose a long run of an older session, live or not,
+    behind sessions that started runs since. Best effort: a directory we may not touch costs only that."""
+    try:
+        os.utime(directory)
+    except OSError:
+        pass
 
 
 def _scan_tail(fd: int, size: int, cap: int) -> tuple[int, bool]:
