@@ -45,7 +45,7 @@ from relay_runtime import CHUNK_MARK, MARK, SCOPE_END, SCOPE_START, Event, Relay
 from relay_runtime import conventions as cv
 from relay_runtime.attach import Attachment, detach_all, subscriber_attachment
 from relay_runtime.cost import AttemptCost, CostRollup
-from relay_runtime.redaction import redact_value, scrub_text
+from relay_runtime.redaction import scrub_text
 
 from ..trajectory.plain import plain
 from ..trajectory.records import Tracker
@@ -224,7 +224,8 @@ class JournalSubscriber:
             elif relay_kind == cv.ATTEMPT:
                 self._start_attempt(run, event)
             elif relay_kind == cv.TOOL:
-                self._emit(run, [("tool", self._with_traj({"name": event.name, "args": redact_value(event.input)}))])
+                # A copy: the writer's thread encodes the row later, and the agent may change what it passed.
+                self._emit(run, [("tool", self._with_traj({"name": event.name, "args": plain(event.input)}))])
         elif kind == SCOPE_END:
             if relay_kind == cv.TURN:
                 self._end_run(event)

@@ -21,11 +21,12 @@ from relay_runtime.attach import Attachment, detach_all, subscriber_attachment
 from relay_runtime.types import ScopeType
 
 from .build import TrajectoryBuilder
-from .records import Tracker, frozen_request
+from .records import Tracker, frozen
 from .sinks import Sink, SinkWorker
 
 _DIGEST_AT = 4096
 _LLM = ScopeType.LLM.value
+_TOOL = ScopeType.TOOL.value
 
 
 class AtifExporter:
@@ -82,8 +83,10 @@ class AtifExporter:
 
     def __call__(self, event: Event) -> None:
         pending = self._pending
-        if event.scope_type == _LLM and event.kind == SCOPE_START:
-            pending.append((event, frozen_request(event)))  # as sent: the agent's list grows after the call
+        scope_type = event.scope_type
+        if scope_type == _TOOL or (scope_type == _LLM and event.kind == SCOPE_START):
+            # As sent: the agent's list grows after the call, and it may change a tool's arguments or result.
+            pending.append((event, frozen(event)))
         else:
             pending.append(event)
         if len(pending) >= _DIGEST_AT:
@@ -101,15 +104,15 @@ class AtifExporter:
             pending, tracker, records, wanted = self._pending, self._tracker, self._records, self.session_id
             while pending:
                 item = pending.popleft()
-                request = None
+                held = None
                 if type(item) is tuple:
-                    item, request = item
+                    item, held = item
                 event = item
                 if event.kind == MARK:
                     if event.name == CHUNK_MARK:
                         tracker.chunk(event)
                     continue
-                done = tracker(event, request)
+                done = tracker(event, held)
                 if done is not None and (wanted is None or done[0] == wanted):
                     records[done[0]].append(done[1])
 

@@ -138,12 +138,13 @@ def _id(value: str | None) -> str:
     return "null" if value is None else f'"{value}"'
 
 
-def atof_line(event: Event, root: str, request: Any = None) -> str:
+def atof_line(event: Event, root: str, held: Any = None) -> str:
     """The ATOF line (JSON text, no newline) for one event: what ``atof_event`` gives, encoded.
 
     Written field by field rather than through the encoder: an exporter writes one an event,
     and the encoder's generic walk over the dict costs more than everything else together.
-    ``request``: an LLM start's request as it was sent, when the event is written later.
+    ``held``: the event's data as it was when delivered, when the event is written later: an LLM start's
+    request as it was sent (``{headers, content}``), a tool's arguments or result (``records.frozen``).
     """
     kind = event.kind
     category = event.scope_type
@@ -158,7 +159,7 @@ def atof_line(event: Event, root: str, request: Any = None) -> str:
         )
     start = kind == SCOPE_START
     profile = _profile(event, category, start)
-    data = (request if request is not None else event.input) if start else event.output
+    data = held if held is not None else event.input if start else event.output
     if data is not None and type(data) is not int:
         data = _request_data(data) if start and category == _LLM else plain(data)
     return (

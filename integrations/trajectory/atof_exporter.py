@@ -18,11 +18,12 @@ from relay_runtime.attach import Attachment, detach_all, subscriber_attachment
 from relay_runtime.types import ScopeType
 
 from .atof import Roots, atof_line
-from .records import frozen_request
+from .records import frozen, frozen_request
 
 _MODES = ("append", "overwrite")
 _INTERVAL = 0.05
 _LLM = ScopeType.LLM.value
+_TOOL = ScopeType.TOOL.value
 
 
 class AtofExporter:
@@ -86,10 +87,13 @@ class AtofExporter:
         if len(buffer) >= self._max or self._stopped:
             self._drop()
             return
-        if event.scope_type == _LLM and event.kind == SCOPE_START:
-            # Written later, on the writer's thread: the request is taken as sent (the agent's list grows).
+        scope_type = event.scope_type
+        if scope_type == _LLM and event.kind == SCOPE_START:
+            # Written later, on the writer's thread: the request is taken as sent (the agent's list grows),
             content, headers = frozen_request(event)
             buffer.append((event, {"headers": headers, "content": content}))
+        elif scope_type == _TOOL:
+            buffer.append((event, frozen(event)))  # and a tool's arguments and result as they were
         else:
             buffer.append(event)
 
@@ -116,11 +120,11 @@ class AtofExporter:
                 if item is None:
                     stop = True
                     continue
-                request = None
+                held = None
                 if type(item) is tuple:
-                    item, request = item
+                    item, held = item
                 try:
-                    lines.append(atof_line(item, self._roots.of(item), request))
+                    lines.append(atof_line(item, self._roots.of(item), held))
                 except Exception:
                     self.write_errors += 1
             if lines:

@@ -71,6 +71,23 @@ def frozen_request(event: Event) -> tuple[dict[str, Any], dict[str, Any]]:
     return kwargs, dict(headers) if headers and (type(headers) in _MAPPINGS or isinstance(headers, Mapping)) else {}
 
 
+_TOOL_SCOPE, _LLM_SCOPE = "tool", "llm"  # the ``scope_type`` of a tool call, and of an attempt
+
+
+def frozen(event: Event) -> Any:
+    """What ``event`` carries that the agent may go on changing once it was delivered, taken as it was then:
+    an attempt start's request (``frozen_request``), a tool's arguments (at its start) or result (at its end)
+    as JSON-ready copies; None for any other event. A tool's arguments and result are often the agent's own
+    dicts and lists, changed as it goes on: an exporter that reads events later, on another thread, takes
+    this on the agent's thread and gives it to ``Tracker`` (or writes it) in place of the event's own."""
+    kind, scope_type = event.kind, event.scope_type
+    if scope_type == _TOOL_SCOPE:
+        if kind == SCOPE_START:
+            return plain(event.input)
+        return plain(event.output) if kind == SCOPE_END else None
+    return frozen_request(event) if scope_type == _LLM_SCOPE and kind == SCOPE_START else None
+
+
 def _common(old: list[Any], new: list[Any]) -> int:
     n = min(len(old), len(new))
     i = 0
@@ -290,12 +307,10 @@ class Tracker:
         if opened is not None and reasoning:
             opened.reasoning.append(reasoning)
 
-    def __call__(
-        self, event: Event, request: tuple[dict[str, Any], dict[str, Any]] | None = None
-    ) -> tuple[str, dict[str, Any]] | None:
+    def __call__(self, event: Event, held: Any = None) -> tuple[str, dict[str, Any]] | None:
         """The record ``event`` completes, as ``(session_id, record)``; None for most events.
 
-        ``request``: an attempt start's ``frozen_request``, when it was taken earlier than now.
+        ``held``: what ``frozen`` took of the event when it was delivered, for an event read later than that.
         """
         kind = event.kind
         if kind != SCOPE_START and kind != SCOPE_END:
@@ -327,7 +342,7 @@ class Tracker:
                 return None  # an embeddings call (a retriever's lookup) is no step of the conversation
             opened = _Open(session_id, event.timestamp, order, str(relay_kind))
             if relay_kind == cv.ATTEMPT:
-                content, headers = request if request is not None else frozen_request(event)
+                content, headers = held if held is not None else frozen_request(event)
                 history = self._history.get(session_id)
                 if history is None:
                     history = self._history[session_id] = History()
@@ -340,7 +355,8 @@ class Tracker:
             elif relay_kind == cv.TOOL:
                 record = {
                     "k": TOOL, "id": uuid, "parent": event.parent_uuid, "name": event.name,
-                    "start": event.timestamp, "os": order, "args": plain(event.input),
+                    "start": event.timestamp, "os": order,
+                    "args": held if held is not None else plain(event.input),
                 }  # fmt: skip
                 call_id = event.metadata.get(TOOL_CALL_ID)
                 if isinstance(call_id, str):
@@ -365,7 +381,9 @@ class Tracker:
             return session_id, _ended(record, event) if event.cost is not None else record
         if relay_kind == cv.TOOL:
             record = {"k": TOOL_END, "id": uuid, "end": event.timestamp, "oe": order}
-            if event.output is not None:
+            if held is not None:
+                record["result"] = held
+            elif event.output is not None:
                 record["result"] = plain(event.output)
             return session_id, _ended(record, event)
         found = self._open.pop(uuid, None)

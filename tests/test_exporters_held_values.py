@@ -1,0 +1,106 @@
+"""What a buffered consumer writes later is what the agent's call was delivered with.
+
+The ATIF and ATOF exporters and the journal's writer take events on the agent's thread and write them
+later (a digest, a writer thread). A tool's arguments and result are often the agent's own dicts and
+lists, which it goes on changing after the call: the records must say what the tool was called with and
+what it answered, not what those objects held by the time they were written.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from relay_runtime import session
+from relay_runtime.integrations.run_journal import FileStore, JournalSubscriber, read_run_events
+from relay_runtime.integrations.trajectory import AtifExporter, AtofExporter, atof_exporter
+
+
+def _tool_call_then_changed(host: session.Host, session_id: str) -> None:
+    """One turn with a tool call whose arguments and result the agent changes once the call is over."""
+    coordinator = session.SESSION_COORDINATOR
+    lease = coordinator.acquire_conversation(profile_key=host.profile_key, session_id=session_id, platform="pytest")
+    turn = coordinator.begin_turn(lease, turn_id="r1", task_id="task")
+    try:
+        args = {"city": "Paris", "tags": ["a"]}
+        result = {"forecast": "sunny", "items": [1]}
+        assert host.relay.tools.execute("weather", args, lambda given: result) is result
+        args["city"] = "changed-after"
+        args["tags"].append("changed-after")
+        result["forecast"] = "changed-after"
+        result["items"].append(99)
+    finally:
+        coordinator.end_turn(turn, outcome="success")
+        coordinator.release_conversation(lease)
+
+
+def _said(text: str, *values: str) -> None:
+    assert "changed-after" not in text
+    for value in values:
+        assert value in text
+
+
+def test_the_atif_trajectory_holds_a_tools_arguments_and_result_as_they_were(relay_home: Path) -> None:
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    exporter = AtifExporter().attach(host)
+    _tool_call_then_changed(host, "atif")  # digested only now, when the trajectory is asked for
+    records = [r for r in exporter.records("atif") if r["k"] in ("tool", "tool_end")]
+    assert [r.get("args") or r.get("result") for r in records] == [
+        {"city": "Paris", "tags": ["a"]},
+        {"forecast": "sunny", "items": [1]},
+    ]
+    _said(json.dumps(exporter.export("atif")), "sunny")
+    exporter.detach()
+
+
+def test_the_atof_writer_writes_a_tools_arguments_and_result_as_they_were(
+    relay_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    changed = threading.Event()  # the writer thread writes nothing until the agent has changed them
+    write_line = atof_exporter.atof_line
+
+    def held_line(*args: Any) -> str:
+        changed.wait(5)
+        return write_line(*args)
+
+    monkeypatch.setattr(atof_exporter, "atof_line", held_line)
+    path = tmp_path / "run.atof.jsonl"
+    exporter = AtofExporter(path).attach(host)
+    _tool_call_then_changed(host, "atof")
+    changed.set()
+    assert exporter.shutdown()
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    data = [r["data"] for r in rows if r.get("name") == "weather"]
+    assert data == [{"city": "Paris", "tags": ["a"]}, {"forecast": "sunny", "items": [1]}]
+    _said(path.read_text(), "Paris", "sunny")
+
+
+class _HeldStore(FileStore):
+    """A file store whose writer thread appends nothing until ``changed`` is set."""
+
+    changed = threading.Event()
+
+    def append(self, *args: Any, **kwargs: Any) -> Any:
+        self.changed.wait(5)
+        return super().append(*args, **kwargs)
+
+
+def test_the_journal_rows_hold_a_tools_arguments_and_result_as_they_were(relay_home: Path, tmp_path: Path) -> None:
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    store = _HeldStore(tmp_path / "journal")
+    store.changed = threading.Event()
+    journal = JournalSubscriber(store=store).attach(host)
+    _tool_call_then_changed(host, "journal")
+    store.changed.set()
+    assert journal.close()
+    rows = read_run_events("journal", "r1", store=store)["events"]
+    (called,) = [r["payload"] for r in rows if r["event"] == "tool"]
+    (answered,) = [r["payload"] for r in rows if r["event"] == "tool_result"]
+    assert called["args"] == {"city": "Paris", "tags": ["a"]}
+    assert answered["result"] == {"forecast": "sunny", "items": [1]}
+    _said(json.dumps(rows), "Paris", "sunny")
