@@ -80,6 +80,40 @@ def test_the_atof_writer_writes_a_tools_arguments_and_result_as_they_were(
     _said(path.read_text(), "Paris", "sunny")
 
 
+def test_the_atof_writer_writes_a_marks_data_as_it_was_marked(
+    relay_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A progress dict marked at each step of the agent: each mark says the step it was made at.
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    written = threading.Event()
+    write_line = atof_exporter.atof_line
+
+    def held_line(*args: Any) -> str:
+        written.wait(5)
+        return write_line(*args)
+
+    monkeypatch.setattr(atof_exporter, "atof_line", held_line)
+    path = tmp_path / "run.atof.jsonl"
+    exporter = AtofExporter(path).attach(host)
+    coordinator = session.SESSION_COORDINATOR
+    lease = coordinator.acquire_conversation(profile_key=host.profile_key, session_id="marks", platform="pytest")
+    turn = coordinator.begin_turn(lease, turn_id="r1", task_id="task")
+    progress = {"step": 0, "done": []}
+    for step in (1, 2):
+        progress["step"] = step
+        progress["done"].append(step)
+        host.relay.scope.mark("progress", progress)
+    coordinator.end_turn(turn, outcome="success")
+    coordinator.release_conversation(lease)
+    written.set()
+    assert exporter.shutdown()
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["data"] for r in rows if r.get("name") == "progress"] == [
+        {"step": 1, "done": [1]},
+        {"step": 2, "done": [1, 2]},
+    ]
+
+
 class _HeldStore(FileStore):
     """A file store whose writer thread appends nothing until ``changed`` is set."""
 

@@ -150,7 +150,7 @@ def atof_line(event: Event, root: str, held: Any = None) -> str:
     category = event.scope_type
     timestamp = rfc3339(event.timestamp)
     if kind == MARK:
-        data = _chunk(event.data) if event.name == CHUNK_MARK else plain(event.data)
+        data = _chunk(event.data) if event.name == CHUNK_MARK else plain(held if held is not None else event.data)
         return (
             f'{{"atof_version":"{ATOF_VERSION}","kind":"mark","uuid":"{event.uuid}",'
             f'"parent_uuid":{_id(event.parent_uuid)},"propagation_root_uuid":"{root}",'

@@ -13,7 +13,7 @@ import threading
 from collections import deque
 from typing import IO, Any
 
-from relay_runtime import SCOPE_START, Event, Relay
+from relay_runtime import CHUNK_MARK, MARK, SCOPE_START, Event, Relay
 from relay_runtime.attach import Attachment, detach_all, subscriber_attachment
 from relay_runtime.types import ScopeType
 
@@ -92,8 +92,8 @@ class AtofExporter:
             # Written later, on the writer's thread: the request is taken as sent (the agent's list grows),
             content, headers = frozen_request(event)
             buffer.append((event, {"headers": headers, "content": content}))
-        elif scope_type == _TOOL:
-            buffer.append((event, frozen(event)))  # and a tool's arguments and result as they were
+        elif scope_type == _TOOL or (event.kind == MARK and event.name != CHUNK_MARK):
+            buffer.append((event, frozen(event)))  # and a tool's arguments and result, a mark's data, as they were
         else:
             buffer.append(event)
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from relay_runtime import SCOPE_END, SCOPE_START, Event
+from relay_runtime import CHUNK_MARK, MARK, SCOPE_END, SCOPE_START, Event
 from relay_runtime import conventions as cv
 
 from .plain import plain
@@ -76,11 +76,15 @@ _TOOL_SCOPE, _LLM_SCOPE = "tool", "llm"  # the ``scope_type`` of a tool call, an
 
 def frozen(event: Event) -> Any:
     """What ``event`` carries that the agent may go on changing once it was delivered, taken as it was then:
-    an attempt start's request (``frozen_request``), a tool's arguments (at its start) or result (at its end)
-    as JSON-ready copies; None for any other event. A tool's arguments and result are often the agent's own
-    dicts and lists, changed as it goes on: an exporter that reads events later, on another thread, takes
-    this on the agent's thread and gives it to ``Tracker`` (or writes it) in place of the event's own."""
+    an attempt start's request (``frozen_request``), a tool's arguments (at its start) or result (at its end),
+    a mark's data (a stream chunk's aside: the SDK's chunk and our delta stay as they came) as JSON-ready
+    copies; None for any other event. A tool's arguments and result, or a mark's data (a progress dict marked
+    at each step), are often the agent's own dicts and lists, changed as it goes on: an exporter that reads
+    events later, on another thread, takes this on the agent's thread and gives it to ``Tracker`` (or writes
+    it) in place of the event's own."""
     kind, scope_type = event.kind, event.scope_type
+    if kind == MARK:
+        return plain(event.data) if event.name != CHUNK_MARK and event.data is not None else None
     if scope_type == _TOOL_SCOPE:
         if kind == SCOPE_START:
             return plain(event.input)
