@@ -19,8 +19,9 @@ from relay_runtime import Recorder, adapters, cost, session
 from relay_runtime import conventions as cv
 from relay_runtime.adapters import testing as t
 from relay_runtime.cost import Budget, PriceCatalog
-from relay_runtime.integrations.trajectory import AtofExporter, atof_exporter
+from relay_runtime.integrations.trajectory import AtofExporter
 from relay_runtime.threads import ContextExecutor
+from tests.test_exporters_held_values import hold_atof_writer
 
 PRICES = {"openai": {"gpt-x": {"input": 1.0, "output": 4.0}}}
 BODY = t.chat_completion_body(model="gpt-x", usage=t.chat_usage(1000, 0))  # 0.001
@@ -80,14 +81,7 @@ def test_a_buffered_exporter_writes_the_cost_the_turn_ended_with(
 ) -> None:
     host = session.SESSION_COORDINATOR.host(session.current_profile_key())
     cost.attach(host, PriceCatalog.from_mapping(PRICES))
-    written = threading.Event()  # the writer thread writes nothing until the late charge is in
-    write_line = atof_exporter.atof_line
-
-    def held_line(*args: Any) -> str:
-        written.wait(5)
-        return write_line(*args)
-
-    monkeypatch.setattr(atof_exporter, "atof_line", held_line)
+    written = hold_atof_writer(monkeypatch)  # until the late charge is in
     path = tmp_path / "run.atof.jsonl"
     exporter = AtofExporter(path).attach(host)
     turn = _turn_with_a_late_answer(host, "buffered")

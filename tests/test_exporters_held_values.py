@@ -38,6 +38,19 @@ def _tool_call_then_changed(host: session.Host, session_id: str) -> None:
         coordinator.release_conversation(lease)
 
 
+def hold_atof_writer(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """The ATOF exporters' writer threads write nothing until the event returned is set (5 s at most)."""
+    released = threading.Event()
+    write_line = atof_exporter.atof_line
+
+    def held_line(*args: Any) -> str:
+        released.wait(5)
+        return write_line(*args)
+
+    monkeypatch.setattr(atof_exporter, "atof_line", held_line)
+    return released
+
+
 def _said(text: str, *values: str) -> None:
     assert "changed-after" not in text
     for value in values:
@@ -61,14 +74,7 @@ def test_the_atof_writer_writes_a_tools_arguments_and_result_as_they_were(
     relay_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     host = session.SESSION_COORDINATOR.host(session.current_profile_key())
-    changed = threading.Event()  # the writer thread writes nothing until the agent has changed them
-    write_line = atof_exporter.atof_line
-
-    def held_line(*args: Any) -> str:
-        changed.wait(5)
-        return write_line(*args)
-
-    monkeypatch.setattr(atof_exporter, "atof_line", held_line)
+    changed = hold_atof_writer(monkeypatch)  # until the agent has changed them
     path = tmp_path / "run.atof.jsonl"
     exporter = AtofExporter(path).attach(host)
     _tool_call_then_changed(host, "atof")
@@ -85,14 +91,7 @@ def test_the_atof_writer_writes_a_marks_data_as_it_was_marked(
 ) -> None:
     # A progress dict marked at each step of the agent: each mark says the step it was made at.
     host = session.SESSION_COORDINATOR.host(session.current_profile_key())
-    written = threading.Event()
-    write_line = atof_exporter.atof_line
-
-    def held_line(*args: Any) -> str:
-        written.wait(5)
-        return write_line(*args)
-
-    monkeypatch.setattr(atof_exporter, "atof_line", held_line)
+    written = hold_atof_writer(monkeypatch)
     path = tmp_path / "run.atof.jsonl"
     exporter = AtofExporter(path).attach(host)
     coordinator = session.SESSION_COORDINATOR
