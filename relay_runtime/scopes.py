@@ -378,7 +378,7 @@ class Scopes:
         merged = handle.metadata if not metadata else {**(handle.metadata or {}), **metadata}
         cost = handle.cost
         if cost is not None:  # as it stands now: a roll-up goes on changing after its scope ends
-            cost = cost.snapshot()
+            cost = self._relay.cost.frozen(cost)
         self._subs.deliver(
             self._subs.end,
             # Every field positionally, in ``new_event``'s order: two scope ends per managed call, and

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from relay_runtime import Recorder, adapters, cost, session
+from relay_runtime import Recorder, Relay, adapters, cost, session
 from relay_runtime import conventions as cv
 from relay_runtime.adapters import testing as t
-from relay_runtime.cost import Budget, PriceCatalog
+from relay_runtime.cost import Budget, CostRollup, PriceCatalog
 from relay_runtime.integrations.trajectory import AtofExporter
 from relay_runtime.threads import ContextExecutor
 from tests.test_exporters_held_values import hold_atof_writer
@@ -92,3 +92,24 @@ def test_a_buffered_exporter_writes_the_cost_the_turn_ended_with(
     (end,) = [r for r in rows if r["uuid"] == turn.scope.uuid and r.get("scope_category") == "end"]
     assert end["metadata"]["relay.cost"]["total"] == pytest.approx(0.001)
     assert end["metadata"]["relay.cost"]["attempts"] == 1
+
+
+def test_a_scope_end_never_carries_half_of_a_charge_another_thread_is_adding(relay_home: Path) -> None:
+    relay = Relay("held")
+    cost.attach(relay, PriceCatalog.from_mapping(PRICES))
+    events = Recorder()
+    relay.subscribers.register(events, name="recorder")
+    handle = relay.scope.push("work", attach=False)
+    rollup = handle.cost = CostRollup("USD")
+    charging = relay.cost._lock  # what every charge holds while it adds (``Settlement.settle``)
+    charging.acquire()
+    rollup.attempts += 1  # half of a charge: counted, not yet added
+    ending = threading.Thread(target=relay.scope.end, args=(handle,))
+    ending.start()
+    ending.join(0.2)
+    assert ending.is_alive()  # the end waits for the charge to be whole
+    rollup.total += 0.5
+    charging.release()
+    ending.join(5)
+    (end,) = events.ends()
+    assert (end.cost.attempts, end.cost.total) == (1, 0.5)

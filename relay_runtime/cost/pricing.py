@@ -96,10 +96,6 @@ class AttemptCost:
             self._breakdown = parts
         return parts
 
-    def snapshot(self) -> AttemptCost:
-        """Itself: an attempt is priced once, before its end event (a late answer is priced in a mark)."""
-        return self
-
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"amount": self.amount, "currency": self.currency}
         for name in ("provider", "model", "valid_from"):
@@ -151,9 +147,9 @@ class CostRollup:
         return self.unpriced == 0
 
     def snapshot(self) -> CostRollup:
-        """A copy as it stands: what the scope's end event carries. The roll-up itself goes on changing after
-        the end (an answer charged late, a reservation released), and a consumer that reads a held event later
-        (a buffered exporter's writer thread) must read what was true at the end, never half of a change."""
+        """A copy as it stands: what the scope's end event carries (``RelayCost.frozen``). The roll-up itself
+        goes on changing after the end (an answer charged late, a reservation released), and a consumer that
+        reads a held event later (a buffered exporter's writer thread) must read what was true at the end."""
         copy = _new_rollup(CostRollup)
         copy.total = self.total
         copy.wasted = self.wasted

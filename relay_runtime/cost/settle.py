@@ -169,6 +169,15 @@ class Settlement:
             return None
         return AttemptSpend(plan.nodes, 0.0) if plan.nodes else None
 
+    def frozen(self, cost: Any) -> Any:
+        """``cost`` as a scope's end event carries it: an attempt's as it is (priced once, before its end), a
+        roll-up's snapshot taken under the lock every charge and reservation takes, so that the record holds
+        none of what changes after the end and never half of a charge another thread is adding."""
+        if type(cost) is not CostRollup:
+            return cost
+        with self._lock:
+            return cost.snapshot()
+
     def settle_observed(self, handle: ScopeHandle, codec: Any, model_name: str | None, outcome: str, view: Any) -> bool:
         """Price an attempt recorded from a framework's callbacks, before its end event (``handle`` still open).
 
