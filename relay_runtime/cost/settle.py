@@ -207,7 +207,7 @@ class Settlement:
             scope = handle.parent
             while scope is not None:
                 if scope.ended and scope.cost is not None:
-                    rollups[scope.uuid] = scope.cost.as_dict()
+                    rollups[scope.uuid] = self.frozen(scope.cost).as_dict()
                 scope = scope.parent
             cost = handle.cost.as_dict() if handle.cost is not None else None
             data = {"attempt_uuid": handle.uuid, "outcome": outcome, "cost": cost, "rollups": rollups}
