@@ -1,9 +1,9 @@
 """What a buffered consumer writes later is what the agent's call was delivered with.
 
 The ATIF and ATOF exporters and the journal's writer take events on the agent's thread and write them
-later (a digest, a writer thread). A tool's arguments and result are often the agent's own dicts and
-lists, which it goes on changing after the call: the records must say what the tool was called with and
-what it answered, not what those objects held by the time they were written.
+later (a digest, a writer thread). A tool's arguments and result, a mark's data, a request's tools list
+are often the agent's own dicts and lists, which it goes on changing after the call: the records must say
+what was called, answered, marked and sent, not what those objects held by the time they were written.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from relay_runtime import session
+from relay_runtime import adapters, session
+from relay_runtime.adapters import testing as t
 from relay_runtime.integrations.run_journal import FileStore, JournalSubscriber, read_run_events
-from relay_runtime.integrations.trajectory import AtifExporter, AtofExporter, atof_exporter
+from relay_runtime.integrations.trajectory import AtifExporter, AtofExporter, atif_from_journal, atof_exporter
 
 
 def _tool_call_then_changed(host: session.Host, session_id: str) -> None:
@@ -111,6 +112,39 @@ def test_the_atof_writer_writes_a_marks_data_as_it_was_marked(
         {"step": 1, "done": [1]},
         {"step": 2, "done": [1, 2]},
     ]
+
+
+def test_the_atif_trajectory_holds_each_requests_tools_as_they_were_sent(relay_home: Path, tmp_path: Path) -> None:
+    # A loop that adds tools to its own list as it finds them (an MCP server's tools/list_changed): each
+    # request's record lists the tools that request had, live as in the journal (which reads at delivery).
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    exporter = AtifExporter().attach(host)
+    store = FileStore(tmp_path / "journal")
+    journal = JournalSubscriber(store=store).attach(host)
+    scripted = t.scripted_openai(t.json_reply(t.chat_completion_body("a")), t.json_reply(t.chat_completion_body("b")))
+    tools = [_tool("one")]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
+    coordinator = session.SESSION_COORDINATOR
+    lease = coordinator.acquire_conversation(profile_key=host.profile_key, session_id="tools", platform="pytest")
+    turn = coordinator.begin_turn(lease, turn_id="r1", task_id="task")
+    try:
+        adapters.complete(scripted.client, {"model": "gpt-x", "messages": messages, "tools": tools})
+        tools.append(_tool("two"))
+        messages += [{"role": "assistant", "content": "a"}, {"role": "user", "content": "more"}]
+        adapters.complete(scripted.client, {"model": "gpt-x", "messages": messages, "tools": tools})
+    finally:
+        coordinator.end_turn(turn, outcome="success")
+        coordinator.release_conversation(lease)
+    assert journal.close()
+    first, second = [r["req"] for r in exporter.records("tools") if r["k"] == "attempt"]
+    assert [tool["function"]["name"] for tool in first["set"]["tools"]] == ["one"]
+    assert [tool["function"]["name"] for tool in second["set"]["tools"]] == ["one", "two"]
+    assert atif_from_journal("tools", "r1", store=store) == exporter.export("tools")
+    exporter.detach()
+
+
+def _tool(name: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
 
 
 class _HeldStore(FileStore):

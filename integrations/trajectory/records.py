@@ -51,8 +51,9 @@ class _Open:
 
 
 def frozen_request(event: Event) -> tuple[dict[str, Any], dict[str, Any]]:
-    """An attempt start event's request as it was sent: its kwargs (their conversation list copied:
-    the agent goes on appending to its own) and headers (already redacted by the core).
+    """An attempt start event's request as it was sent: its kwargs (each list and dict among them copied:
+    the agent goes on appending to its own conversation, and to a tools list that tools join as they are
+    found) and headers (already redacted by the core).
 
     Exporters that read events later, on another thread, take this on the agent's thread.
     """
@@ -63,11 +64,14 @@ def frozen_request(event: Event) -> tuple[dict[str, Any], dict[str, Any]]:
     headers = given.get("headers")
     # The core hands a read-only view of the kwargs (a MappingProxyType): its type is checked before the ABC.
     kwargs = dict(content) if type(content) in _MAPPINGS or isinstance(content, Mapping) else {}
-    for key in CONVERSATION_KEYS:
-        # The agent's own list: it goes on appending to it after the call, and a later request is
-        # compared with this one as it was sent.
-        if type(kwargs.get(key)) is list:
-            kwargs[key] = list(kwargs[key])
+    for key, value in kwargs.items():
+        # The agent's own: it goes on changing them after the call, and a later request is compared with this
+        # one as it was sent. (Values are replaced, no key added: the loop may go on over the dict.)
+        kind = type(value)
+        if kind is list:
+            kwargs[key] = list(value)
+        elif kind is dict:
+            kwargs[key] = dict(value)
     return kwargs, dict(headers) if headers and (type(headers) in _MAPPINGS or isinstance(headers, Mapping)) else {}
 
 
