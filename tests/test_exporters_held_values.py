@@ -143,6 +143,42 @@ def test_the_atif_trajectory_holds_each_requests_tools_as_they_were_sent(relay_h
     exporter.detach()
 
 
+def test_the_atif_trajectory_holds_a_turns_messages_as_sent_when_the_next_turn_compacts_them(
+    relay_home: Path,
+) -> None:
+    # An agent that shortens the tool results of earlier turns in place before it calls again (its own context
+    # compaction): the first turn's step still holds the result as it was sent.
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    exporter = AtifExporter().attach(host)
+    scripted = t.scripted_openai(t.json_reply(t.chat_completion_body("a")), t.json_reply(t.chat_completion_body("b")))
+    long_result = "sunny, 21 degrees, light wind from the west " * 20
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": None, "tool_calls": [wire_call("c1")]},
+        {"role": "tool", "tool_call_id": "c1", "content": long_result},
+    ]
+    coordinator = session.SESSION_COORDINATOR
+    lease = coordinator.acquire_conversation(profile_key=host.profile_key, session_id="compact", platform="pytest")
+    try:
+        for turn_id in ("r1", "r2"):
+            turn = coordinator.begin_turn(lease, turn_id=turn_id, task_id="task")
+            try:
+                adapters.complete(scripted.client, {"model": "gpt-x", "messages": messages})
+            finally:
+                coordinator.end_turn(turn, outcome="success")
+            messages[2]["content"] = "[compacted]"  # before the next turn, in place
+            messages += [{"role": "assistant", "content": "a"}, {"role": "user", "content": "and tomorrow?"}]
+    finally:
+        coordinator.release_conversation(lease)
+    first = next(r["req"] for r in exporter.records("compact") if r["k"] == "attempt")
+    assert first["new"][2]["content"] == long_result
+    exporter.detach()
+
+
+def wire_call(call_id: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": "weather", "arguments": "{}"}}
+
+
 def _tool(name: str) -> dict[str, Any]:
     return {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
 

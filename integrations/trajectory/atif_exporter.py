@@ -91,10 +91,17 @@ class AtifExporter:
             pending.append(event)
         if len(pending) >= _DIGEST_AT:
             self._digest()
-        elif self._sinks is not None and event.kind == SCOPE_END and event.metadata.get(cv.KIND) == cv.CONVERSATION:
-            session_id = event.metadata.get(cv.SESSION_ID)
-            if isinstance(session_id, str) and self.session_id in (None, session_id):
-                self._sinks.submit(session_id)
+        elif event.kind == SCOPE_END:
+            relay_kind = event.metadata.get(cv.KIND)
+            if relay_kind == cv.TURN:
+                # Its requests read now: an agent compacting its context before the next turn rewrites the messages
+                # it sent in place, and the records must hold them as they were sent (``frozen_request`` copies
+                # the lists, not every message of a long conversation on every call).
+                self._digest()
+            elif relay_kind == cv.CONVERSATION and self._sinks is not None:
+                session_id = event.metadata.get(cv.SESSION_ID)
+                if isinstance(session_id, str) and self.session_id in (None, session_id):
+                    self._sinks.submit(session_id)
 
     # -- records -----------------------------------------------------------------------------
 
