@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from .detectors import find_all
 from .redaction_objects import number_text
 from .redaction_rules import Rule
 
@@ -155,13 +156,10 @@ class Application:
             self.counts[name] = self.counts.get(name, 0) + k
 
     def _apply_detectors(self, rules: Any, text: str) -> str:
-        if len(text) < self.policy._shortest:
+        policy = self.policy
+        if len(text) < policy._shortest:
             return text
-        hits: list[tuple[int, int, int]] = []
-        for index, rule in enumerate(rules):
-            for start, end in rule.finder.find(text):
-                if end > start:
-                    hits.append((start, index, end))
+        hits = find_all(policy._finders if rules is policy.rules else [rule.finder for rule in rules], text)
         if not hits:
             return text
         hits.sort()

@@ -101,6 +101,8 @@ class RedactionPolicy:
         self._shortest = min((r.finder.shortest for r in self.rules if r.finder is not None), default=0)
         # Shorter strings are not read at all: every rule is a detector that needs more.
         self._detectors_only = all(r.finder is not None for r in self.rules)
+        # The detectors of the rules, in order, when every rule is one (they read each text together).
+        self._finders = tuple(r.finder for r in self.rules if r.finder is not None) if self._detectors_only else ()
         self._floor = self._shortest if self._detectors_only else 0
         # Mapping keys are read by the rules that find values (never a whole-string rule: every key would
         # become one); shorter keys than any of those rules can find are not read.
