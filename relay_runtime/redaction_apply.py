@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .detectors import find_all
-from .redaction_objects import number_text
+from .redaction_objects import key_text
 from .redaction_rules import Rule
 
 if TYPE_CHECKING:
@@ -66,8 +66,9 @@ class Application:
         writes too (an e-mail keying a dict of users). A whole-string rule does not read keys."""
         policy = self.policy
         if type(key) is not str:
-            # A big int key (a card number keying a dict of accounts): JSON writes it as the text the rules read.
-            text = number_text(key) if type(key) is int else None
+            # A big int key (a card number keying a dict of accounts), a tuple key (an address in a pair): read as
+            # the text a sink writes for it.
+            text = key_text(key)
             if text is None:
                 return key
             new_text = self.key_of(text, path)

@@ -53,6 +53,24 @@ def number_text(value: int | float) -> str | None:
     return repr(value)  # a fraction (or infinity): as json.dumps writes it
 
 
+# A mapping key of these types is one JSON writes as itself (a number, true, null), or a string.
+PLAIN_KEYS = frozenset({str, int, float, bool, type(None)})
+
+
+def key_text(key: Any) -> str | None:
+    """The text a sink writes for a mapping key that is not a ``str``, for the rules to read: a big int's digits
+    (JSON writes it so), any other hashable's printed form (a tuple or a frozenset keying a dict: a sink that
+    cannot write the key as JSON prints the mapping, key and all); None for a key that holds no value a rule
+    finds (a small number, a float, a bool, None) or that cannot be printed."""
+    kind = type(key)
+    if kind in PLAIN_KEYS:
+        return number_text(key) if kind is int else None
+    try:
+        return str(key)
+    except Exception:
+        return None
+
+
 _MAPPING, _MODEL, _DUMPED, _DATACLASS, _TEXT, _BYTES, _SET, _ITEMS, _UNKNOWN = range(9)
 _MAX_SHAPES = 4096  # classes a process meets are few; a bound keeps classes made at run time from growing it
 _shapes: dict[type, int] = {}

@@ -18,8 +18,10 @@ from .redaction_encoded import through_blob, through_data_url
 from .redaction_objects import (
     BIG_NUMBER,
     MODEL,
+    PLAIN_KEYS,
     fields,
     is_mapping,
+    key_text,
     known_shape,
     model_state,
     number_text,
@@ -82,8 +84,8 @@ class ThroughView(Application):
         """A key of the SDK's own objects: each value the view's rules changed is changed in it too, and with
         ``scan`` the rules that find values read it (see ``key_of``). A key every such rule has read and left
         as it was (``policy._clean_keys``: the SDK's field names) is not looked at again."""
-        if type(key) is not str:  # a big int key, read as the text JSON writes for it
-            text = number_text(key)
+        if type(key) is not str:  # a big int key or a tuple key, read as the text a sink writes for it
+            text = key_text(key)
             if text is None:
                 return key
             new_text = self._raw_key(text, scan)
@@ -194,6 +196,7 @@ class ThroughView(Application):
                 and (
                     (type(k) is str and len(k) >= key_floor)
                     or (type(k) is int and not _SMALL < k < _BIG)  # read as text: ``_raw_key``
+                    or type(k) not in PLAIN_KEYS  # a tuple key, read as its printed text
                 )
                 and (new_key := self._raw_key(k, scan)) is not k
             ):  # fmt: skip

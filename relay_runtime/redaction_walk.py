@@ -17,7 +17,7 @@ from typing import Any
 from . import pointers
 from .redaction_apply import MIN_WHOLE, renamed
 from .redaction_encoded import through_blob, through_data_url
-from .redaction_objects import BIG_NUMBER, fields, number_text, printed, rebuilt, through_text
+from .redaction_objects import BIG_NUMBER, PLAIN_KEYS, fields, number_text, printed, rebuilt, through_text
 from .redaction_raw import ThroughView
 from .redaction_rules import Rule
 
@@ -167,8 +167,12 @@ class Walk(ThroughView):
             for k, v in value.items():
                 if (
                     k not in clean_keys  # first: most keys are field names, read before
-                    and ((type(k) is str and len(k) >= key_floor) or (type(k) is int and not _SMALL < k < _BIG))
-                ) and (new_key := self.key_of(k, ())) is not k:  # int keys are read as text: ``key_of``
+                    and (
+                        (type(k) is str and len(k) >= key_floor)
+                        or (type(k) is int and not _SMALL < k < _BIG)
+                        or type(k) not in PLAIN_KEYS  # a tuple key
+                    )
+                ) and (new_key := self.key_of(k, ())) is not k:  # other keys than str are read as text: ``key_of``
                     names = names or {}
                     names[k] = new_key
                 kind = type(v)

@@ -67,6 +67,24 @@ def test_a_big_number_keying_a_dict_is_read_as_the_text_every_sink_writes(paths:
     assert CARD in accounts  # the tool's caller gets its data as it was
 
 
+@pytest.mark.parametrize("policy", POLICIES.values(), ids=POLICIES.keys())
+def test_a_tuple_keying_a_dict_is_read_as_the_text_a_sink_prints_for_it(policy: Any) -> None:
+    """A pair keying a dict (an address and a day), a frozenset of addresses: JSON cannot write such keys, and a
+    sink that prints the mapping instead (the journal's record of what it cannot encode, a log line) writes the
+    address in the key. Such a key is read as printed; only a key holding a value found becomes its text."""
+    relay, seen = _relay(policy())
+    visits = {(EMAIL, 3): "tuesday", (7, "plain"): "kept", frozenset({OTHER}): "group"}
+    relay.tools.execute("visits", {"q": 1}, lambda args: visits)
+    tool_end = seen.events[-1]
+    assert tool_end.output == {
+        f"('{REDACTED}', 3)": "tuesday",
+        (7, "plain"): "kept",
+        f"frozenset({{'{REDACTED}'}})": "group",
+    }
+    assert EMAIL not in repr(tool_end.output) and OTHER not in repr(tool_end.output)
+    assert (EMAIL, 3) in visits  # the tool's caller gets its data as it was
+
+
 def test_keys_that_become_one_are_told_apart_and_none_is_lost() -> None:
     relay, seen = _relay(POLICIES["detectors"]())
     with relay.scope.scope("step", ScopeType.FUNCTION, input={EMAIL: 1, OTHER: 2, REDACTED: 3}):
