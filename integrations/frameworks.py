@@ -252,12 +252,16 @@ class ModelCall:
         api_request_id = self.api_request_id
         if turn.logical_llm_calls.get(api_request_id) is not call:
             return
-        with turn.lock:
+        lock = turn.lock
+        lock.acquire()  # not ``with``, on every model call: see ``logical_calls``
+        try:
             retry = call.attempts
             call.attempts = retry + 1
             call.provider = provider
             if model:
                 call.model = model
+        finally:
+            lock.release()
         metadata = {_KIND: _ATTEMPT, _API_REQUEST_ID: api_request_id, _CALL_ROLE: self.call_role, _RETRY_COUNT: retry}
         self.observed = turn.relay.scope.push(
             provider,

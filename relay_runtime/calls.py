@@ -110,7 +110,9 @@ def _attempt_ended(
 ) -> None:
     """Count the attempt out of its logical call; with ``settle``, close the call with its outcome."""
     model = response_model(response) if response is not None else None  # outside the lock: it reads the response
-    with turn.lock:
+    lock = turn.lock
+    lock.acquire()  # not ``with``, on every managed call: see ``logical_calls``
+    try:
         call.in_flight -= 1
         if streaming:
             call.open_streams -= 1
@@ -121,6 +123,8 @@ def _attempt_ended(
         closing = settle and not call.closing and turn.logical_llm_calls.get(call.api_request_id) is call
         if closing:
             call.closing = True
+    finally:
+        lock.release()
     if closing:
         end_logical_call(turn, call, outcome)
 

@@ -61,8 +61,9 @@ _HIDDEN = "langsmith:hidden"
 # Every relay handler's runs, by run id: each callback reaches every handler on the run, and the first
 # to see a run's start follows it for all of them (see the module docstring); any of them ends it.
 # Runs leave it at their end; the bound only matters for runs whose end never comes (an abandoned
-# stream), the oldest of which are then forgotten.
-_RUNS: dict[UUID, FrameworkRun] = {}
+# stream), the oldest of which are then forgotten. Keyed by the id's ``int``: a ``UUID`` hashes through
+# a Python method (``UUID.__hash__``, from C: twice per model call), its ``int`` in C.
+_RUNS: dict[int, FrameworkRun] = {}
 _MAX_RUNS = 100_000
 _runs_lock = threading.Lock()
 
@@ -87,15 +88,19 @@ class RelayCallbackHandler(BaseCallbackHandler):
         self.framework = framework
         self._runs = _RUNS  # shared by every relay handler: see the module docstring
 
+    def followed(self, run_id: Any) -> FrameworkRun | None:
+        """The run ``run_id`` names, if a relay handler follows it (None for an id that is no ``UUID``)."""
+        return self._runs.get(run_id.int) if isinstance(run_id, UUID) else None
+
     def _follow(self, run_id: UUID, run: FrameworkRun) -> None:
         if len(_RUNS) >= _MAX_RUNS:
             _forget_oldest()
-        _RUNS[run_id] = run
+        _RUNS[run_id.int] = run
 
     # -- bookkeeping ------------------------------------------------------------------------------
 
     def _parent(self, turn: Turn, parent_run_id: UUID | None) -> ScopeHandle | None:
-        run = self._runs.get(parent_run_id) if parent_run_id is not None else None
+        run = self._runs.get(parent_run_id.int) if parent_run_id is not None else None
         if run is not None:
             handle = run.handle
             if handle is not None and not handle.ended:
@@ -120,7 +125,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
         tags: list[str] | None,
         metadata: dict[str, Any] | None = None,
     ) -> None:
-        if run_id in _RUNS:  # another relay handler on this run follows it
+        if run_id.int in _RUNS:  # another relay handler on this run follows it
             return
         turn = session.managed_turn()
         if turn is None:
@@ -143,7 +148,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
             self._follow(run_id, FrameworkRun(turn, parent))
             return
         if scope_type is None:
-            known = parent_run_id is not None and parent_run_id in self._runs
+            known = parent_run_id is not None and parent_run_id.int in self._runs
             scope_type = ScopeType.FUNCTION.value if known else ScopeType.AGENT.value
         meta = {FRAMEWORK: self.framework, RUN_ID: str(run_id), **(metadata or {})}
         handle = turn.relay.scope.push(
@@ -152,7 +157,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
         self._follow(run_id, FrameworkRun(turn, handle, own=True, token=enter_scope(handle)))
 
     def _close(self, run_id: UUID, output: Any = None, error: BaseException | None = None) -> None:
-        run = self._runs.pop(run_id, None)
+        run = self._runs.pop(run_id.int, None)
         if run is None:
             return
         if run.own and run.handle is not None and retried.holding():
@@ -209,7 +214,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
         inputs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        if run_id in _RUNS:  # another relay handler on this run follows it
+        if run_id.int in _RUNS:  # another relay handler on this run follows it
             return
         turn = session.managed_turn()
         if turn is None:
@@ -284,9 +289,8 @@ class RelayCallbackHandler(BaseCallbackHandler):
             _forget_oldest()
         asked = messages[0] if messages else []
         run = retried.ModelRun(turn, asked)
-        # Followed from here, its call set below: one lookup of the run id (a UUID hashes in Python) where a test
-        # and a store made two.
-        if _RUNS.setdefault(run_id, run) is not run:  # another relay handler on this run follows it
+        # Followed from here, its call set below: one lookup of the run id where a test and a store made two.
+        if _RUNS.setdefault(run_id.int, run) is not run:  # another relay handler on this run follows it
             return
         # ``_guarded`` and ``ModelCall.under`` inlined: this runs for every model call.
         try:
@@ -319,7 +323,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
         tags: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        run = _RUNS.pop(run_id, None)
+        run = _RUNS.pop(run_id.int, None)
         if run is None:
             return
         call = run.call
@@ -341,7 +345,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
             run.turn.relay.diag.failure("subscriber_errors", exc, f"{self.framework} callback chat model end")
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        run = self._runs.pop(run_id, None)
+        run = self._runs.pop(run_id.int, None)
         if run is None or run.call is None:
             return
         if type(run) is retried.ModelRun and run.parent is not None and isinstance(error, Exception):

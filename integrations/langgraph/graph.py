@@ -24,7 +24,6 @@ from langchain_core.runnables.config import merge_configs
 from langgraph.callbacks import GraphCallbackHandler, GraphInterruptEvent, GraphResumeEvent
 from langgraph.types import Command
 
-from ..frameworks import FrameworkRun
 from ..langchain.callbacks import RelayCallbackHandler
 from ..langchain.codec import plain
 
@@ -69,7 +68,7 @@ class RelayGraphCallbackHandler(RelayCallbackHandler, GraphCallbackHandler):
         self._mark(event.run_id, RESUME, data)
 
     def _mark(self, run_id: UUID | None, name: str, data: dict[str, Any]) -> None:
-        run: FrameworkRun | None = self._runs.get(run_id) if run_id is not None else None
+        run = self.followed(run_id)
         if run is None or run.handle is None:
             return
         handle = run.handle
