@@ -62,6 +62,7 @@ _MAX_TRACE_ID = 2**128 - 1
 _MAX_SPAN_ID = 2**64 - 1
 _DEFAULT_TRACE_STATE = TraceState()
 _new_tuple = tuple.__new__
+_new_span = object.__new__
 _EMPTY_RESOURCE = Resource.get_empty()
 _READABLE_FIELDS = frozenset(
     {
@@ -198,7 +199,25 @@ class FastPath:
         record_end = self.metrics_start(parent, decision) if self.metrics_start is not None else None
         if decision is not _RECORD_AND_SAMPLE and not decision.is_recording():
             return _NonRecordingSpan(span_context)
-        return DeferredSpan(self, name, span_context, parent, kind, given, start_time, record_end)
+        # The span's fields set here, not in an ``__init__``: a class call with one costs every span a frame.
+        span: DeferredSpan = _new_span(DeferredSpan)
+        span._path = self
+        span._name = name
+        span._context = span.context = span_context  # type: ignore[misc]
+        span._parent = parent
+        span._kind = kind
+        # The merged view, in the SDK's order (a key set again moves last); the updates themselves
+        # are kept only to replay them through the SDK's limits when one applies.
+        span._start_attributes = span._attributes = given  # while open; once ended, what the SDK would hold
+        span._updates = None
+        span._events = ()
+        span._status = _UNSET
+        span._start_time = start_time
+        span._end_time = None
+        span._record_end = record_end
+        # Read at start, as the SDK's span does (a fork may merge more into the tracer's later).
+        span._resource = tracer.resource
+        return span
 
 
 class _LayoutChanged(Exception):
@@ -284,35 +303,14 @@ class DeferredSpan(trace_api.Span, ReadableSpan):
     )
     _links: Sequence[trace_api.Link] = ()
 
-    def __init__(
-        self,
-        path: FastPath,
-        name: str,
-        context: SpanContext,
-        parent: SpanContext | None,
-        kind: SpanKind,
-        attributes: dict[str, Any],
-        start_time: int,
-        record_end: Any,
-    ) -> None:
-        self._path = path
-        self._name = name
-        self._context: SpanContext = context
-        self.context = context  # type: ignore[misc]
-        self._parent = parent
-        self._kind = kind
-        self._start_attributes = attributes
-        # The merged view, in the SDK's order (a key set again moves last); the updates
-        # themselves are kept only to replay them through the SDK's limits when one applies.
-        self._attributes: dict[str, Any] = attributes  # while open; once ended, what the SDK would hold
-        self._updates: list[Mapping[str, Any]] | None = None
-        self._events: Sequence[Event] = ()
-        self._status = _UNSET
-        self._start_time = start_time
-        self._end_time: int | None = None
-        self._record_end = record_end
-        # Read at start, as the SDK's span does (a fork may merge more into the tracer's later).
-        self._resource = path.tracer.resource
+    # Made by ``FastPath.start_span``, which sets every field (no ``__init__``: see there).
+    _path: FastPath
+    _context: SpanContext
+    _start_attributes: dict[str, Any]
+    _attributes: dict[str, Any]
+    _updates: list[Mapping[str, Any]] | None
+    _end_time: int | None
+    _record_end: Any
 
     # -- the Span API ----------------------------------------------------------------------
 

@@ -83,7 +83,10 @@ def span_hints(md: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
 def hinted_kind(hints: Mapping[str, Any] | None, default: SpanKind) -> SpanKind:
     if hints is None:
         return default
-    return _KINDS.get(str(hints.get("kind", "")).lower(), default)
+    kind = hints.get("kind", "")
+    # An integration's own spelling ("client") is found as it is, with no string made to find it.
+    found = _KINDS.get(kind) if type(kind) is str else None
+    return found if found is not None else _KINDS.get(str(kind).lower(), default)
 
 
 def apply_hints(
