@@ -31,6 +31,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otel_support import Pipeline
 
 from relay_runtime import GuardrailRejected, session
+from relay_runtime import conventions as cv
 from relay_runtime.integrations.mcp import instrument_mcp, is_instrumented, uninstrument_mcp
 from relay_runtime.integrations.otel import OTelExporter
 from relay_runtime.recorder import Recorder
@@ -347,6 +348,28 @@ def test_a_tool_request_intercept_rewrites_arguments_and_another_refuses_a_tool(
     assert end.outcome == "failed" and end.error_type == "GuardrailRejected"
     span = client_side.span("tools/call echo_args")
     assert dict(span.attributes or {})["error.type"] == "GuardrailRejected"
+
+
+def test_a_tool_scopes_start_event_keeps_the_hints_it_started_with(client_side: ClientSide, tmp_path: Path) -> None:
+    # Through the intercepts (a tool request intercept is registered), the tool's end sets its hints on the scope:
+    # the start event, which a buffered consumer (ATOF's writer) reads later, still says what its start said.
+    spans = ServerSpans(tmp_path / "spans.jsonl")
+    intercepts = client_side.relay.intercepts
+    intercepts.register_tool_request("as-is", 10, False, lambda tool, args: args)
+
+    async def run() -> Any:
+        async with _connect(_stdio(spans.path), "auto") as client:
+            return await client.call_tool("soft_fail", {})
+
+    try:
+        assert asyncio.run(run()).is_error
+    finally:
+        intercepts.deregister_tool_request("as-is")
+    (start,) = [e for e in client_side.events.starts() if e.scope_type == "tool" and e.name == "soft_fail"]
+    (end,) = client_side.tool_ends("soft_fail")
+    assert "error.type" not in start.metadata[cv.SPAN_HINTS]["attributes"]
+    assert end.metadata[cv.SPAN_HINTS]["attributes"]["error.type"] == "tool_error"
+    assert dict(client_side.span("tools/call soft_fail").attributes or {})["error.type"] == "tool_error"
 
 
 # -- failures ------------------------------------------------------------------------------------------------

@@ -409,12 +409,14 @@ async def _intercepted_tool_call(
 
 def _set_end_hints(current: Any, hints: dict[str, Any], end: dict[str, Any]) -> None:
     """The tool scope's hints as its end sets them: on the scope that holds them (an execution
-    intercept may have opened one inside it), in its own metadata, which its end event carries."""
+    intercept may have opened one inside it), in its own metadata, which its end event carries. A new
+    dict: the scope's start event holds the one it had, and a consumer reading that later (ATOF's
+    writer) must find the start as it was."""
     node = current
     while node is not None:
         md = node.metadata
         if type(md) is dict and md.get(cv.SPAN_HINTS) is hints:
-            md[cv.SPAN_HINTS] = mc.end_hints(hints, end)
+            node.metadata = {**md, cv.SPAN_HINTS: mc.end_hints(hints, end)}
             return
         node = node.parent
 
@@ -436,8 +438,8 @@ async def _join_tool_scope(handle: Any, hints: dict[str, Any], call: Call, sendi
         raise
     finally:
         _sending.reset(token)
-        if isinstance(handle.metadata, dict):
-            handle.metadata[cv.SPAN_HINTS] = mc.end_hints(hints, sending.end_attributes(error))
+        if isinstance(handle.metadata, dict):  # a new dict, as in ``_set_end_hints``
+            handle.metadata = {**handle.metadata, cv.SPAN_HINTS: mc.end_hints(hints, sending.end_attributes(error))}
 
 
 def notify(original: Notify) -> Notify:
