@@ -34,10 +34,13 @@ def available() -> bool:
 
 
 def _count(module: str, variant: str, n: int) -> int:
+    # One hash seed for every run: with a random one per process, the two runs a figure is the difference of
+    # lay out their dicts and sets differently, and that alone moved a per-call figure by tens of thousands.
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
     run = subprocess.run(
         ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
          sys.executable, "-m", module, "--count", variant, str(n)],
-        capture_output=True, text=True, timeout=900,
+        capture_output=True, text=True, timeout=900, env=env,
         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
     )  # fmt: skip
     found = _COLLECTED.search(run.stderr)
