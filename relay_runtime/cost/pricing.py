@@ -151,13 +151,8 @@ class CostRollup:
         goes on changing after the end (an answer charged late, a reservation released), and a consumer that
         reads a held event later (a buffered exporter's writer thread) must read what was true at the end."""
         copy = _new_rollup(CostRollup)
-        copy.total = self.total
-        copy.wasted = self.wasted
-        copy.attempts = self.attempts
-        copy.unpriced = self.unpriced
-        copy.currency = self.currency
-        copy.carried = self.carried
-        copy.reserved = self.reserved
+        copy.total, copy.wasted, copy.attempts, copy.unpriced = self.total, self.wasted, self.attempts, self.unpriced
+        copy.currency, copy.carried, copy.reserved = self.currency, self.carried, self.reserved
         copy.loaded = self.loaded
         copy.warned = None  # which budgets warned is the live roll-up's bookkeeping, not part of the record
         return copy
