@@ -48,7 +48,7 @@ from relay_runtime.cost import AttemptCost, CostRollup
 from relay_runtime.redaction import scrub_text
 
 from ..trajectory.plain import plain
-from ..trajectory.records import Tracker
+from ..trajectory.records import Tracker, frozen
 from . import paths
 from .background import RowWriter
 from .runtime_model import EVENT as RUNTIME_MODEL
@@ -202,14 +202,17 @@ class JournalSubscriber:
             return
         relay_kind = event.metadata.get(cv.KIND)
         with self._lock:
-            done = self._tracker(event)
+            # A tool's arguments or result made JSON-ready once, for its trajectory record and its row alike: a
+            # copy, since the writer's thread encodes the row later and the agent may change what it passed.
+            held = frozen(event) if relay_kind == cv.TOOL else None
+            done = self._tracker(event, held)
             self._traj = done[1] if done is not None else None
             try:
-                self._on_scope(kind, relay_kind, event)
+                self._on_scope(kind, relay_kind, event, held)
             finally:
                 self._traj = None
 
-    def _on_scope(self, kind: str, relay_kind: Any, event: Event) -> None:
+    def _on_scope(self, kind: str, relay_kind: Any, event: Event, held: Any) -> None:
         if kind == SCOPE_START:
             if relay_kind == cv.TURN:
                 self._start_run(event)
@@ -224,8 +227,8 @@ class JournalSubscriber:
             elif relay_kind == cv.ATTEMPT:
                 self._start_attempt(run, event)
             elif relay_kind == cv.TOOL:
-                # A copy: the writer's thread encodes the row later, and the agent may change what it passed.
-                self._emit(run, [("tool", self._with_traj({"name": event.name, "args": plain(event.input)}))])
+                args = held if held is not None else plain(event.input)
+                self._emit(run, [("tool", self._with_traj({"name": event.name, "args": args}))])
         elif kind == SCOPE_END:
             if relay_kind == cv.TURN:
                 self._end_run(event)
@@ -241,7 +244,7 @@ class JournalSubscriber:
                 self._end_attempt(event)
                 self._emit(run, [self._with_traj(span_row("attempt", event))])
             elif relay_kind == cv.TOOL:
-                self._emit(run, [("tool_result", self._with_traj(self._tool_result(event)))])
+                self._emit(run, [("tool_result", self._with_traj(self._tool_result(event, held)))])
                 if event.metadata.get(cv.FRAMEWORK):  # a framework's tool: also a node of the run's tree
                     self._emit(run, [span_row("tool", event)])
             elif relay_kind is None and event.metadata.get(cv.FRAMEWORK):
@@ -462,12 +465,14 @@ class JournalSubscriber:
         }
 
     @staticmethod
-    def _tool_result(event: Event) -> dict[str, Any]:
+    def _tool_result(event: Event, held: Any) -> dict[str, Any]:
         result: dict[str, Any] = {"name": event.name, "outcome": event.outcome}
         if event.error_type:
             result["error"] = {"type": event.error_type, "message": event.error_message}
         if event.start_timestamp is not None:
             result["duration_ms"] = (event.timestamp - event.start_timestamp) / 1e6
-        if event.output is not None:
+        if held is not None:
+            result["result"] = held
+        elif event.output is not None:
             result["result"] = plain(event.output)
         return result
