@@ -46,7 +46,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 from otel_support import StartWatcher, span_path  # noqa: F401  (the fixture: two tests below run on both paths)
 
 from relay_runtime import Relay, ScopeType
-from relay_runtime.integrations.otel import BoundedBatchSpanProcessor, OTelExporter, deferred
+from relay_runtime.integrations.otel import BoundedBatchSpanProcessor, OTelExporter, deferred, span_tuples
 from relay_runtime.integrations.otel.deferred import DeferredSpan, _static_choice, fast_path_for
 from relay_runtime.recorder import Recorder
 
@@ -488,7 +488,7 @@ def test_an_sdk_whose_span_types_changed_shape_keeps_the_sdk_span(monkeypatch, c
     """The deferred path builds span contexts and readable spans field by field: an SDK whose
     SpanContext tuple or ReadableSpan fields differ from what it knows must not get one."""
     if changed == "SpanContext":
-        monkeypatch.setattr(deferred, "_TRACE_STATE", 3)
+        monkeypatch.setattr(span_tuples, "TRACE_STATE", 3)
     else:
         monkeypatch.setattr(deferred, "_READABLE_FIELDS", deferred._READABLE_FIELDS - {"_links"})
     tracer = provider_with(KeepAll()).get_tracer("t")

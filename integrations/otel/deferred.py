@@ -21,7 +21,7 @@ import random
 import traceback
 from collections.abc import Mapping, Sequence
 from time import time_ns
-from typing import Any, Final
+from typing import Any
 
 from opentelemetry import trace as trace_api
 from opentelemetry.attributes import BoundedAttributes
@@ -43,25 +43,18 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 from opentelemetry.util import types
 
 from .providers import BoundedBatchSpanProcessor
+from .span_tuples import FLAGS, IS_REMOTE, IS_VALID, MAX_SPAN_ID, MAX_TRACE_ID, TRACE_ID, TRACE_STATE, holds, new_tuple
 
 try:  # the SDK's own span metrics (recent SDKs); without them, ``tracer._tracer_metrics`` sends to the SDK path
     from opentelemetry.sdk.trace._tracer_metrics import NoOpTracerMetrics as _NoOpTracerMetrics
 except ImportError:  # pragma: no cover
     _NoOpTracerMetrics = None  # type: ignore[assignment,misc]
 
-# A SpanContext is a tuple; its fields are read by position here (checked by ``_check_layout``),
-# which costs no Python call where each of its properties costs one, on every span.
-_TRACE_ID: Final = 0
-_IS_REMOTE: Final = 2
-_FLAGS: Final = 3
-_TRACE_STATE: Final = 4
-_IS_VALID: Final = 5
+# A SpanContext is a tuple; its fields are read by position here (``span_tuples``; no fast path where its
+# layout moved), which costs no Python call where each of its properties costs one, on every span.
 _SAMPLED_BIT = TraceFlags.SAMPLED
 _RANDOM_BIT = TraceFlags.RANDOM_TRACE_ID
-_MAX_TRACE_ID = 2**128 - 1
-_MAX_SPAN_ID = 2**64 - 1
 _DEFAULT_TRACE_STATE = TraceState()
-_new_tuple = tuple.__new__
 _new_span = object.__new__
 _EMPTY_RESOURCE = Resource.get_empty()
 _READABLE_FIELDS = frozenset(
@@ -151,20 +144,20 @@ class FastPath:
         parent: SpanContext | None = current
         # Looked up on the tracer each time, as its own start_span does: either may be swapped.
         ids = tracer.id_generator
-        if parent is None or not parent[_IS_VALID]:
+        if parent is None or not parent[IS_VALID]:
             parent = None
             trace_id = ids.generate_trace_id()
             random_id = ids.is_trace_id_random()
         else:
-            trace_id = parent[_TRACE_ID]
-            random_id = bool(parent[_FLAGS] & _RANDOM_BIT)
+            trace_id = parent[TRACE_ID]
+            random_id = bool(parent[FLAGS] & _RANDOM_BIT)
         sampler = tracer.sampler
         static = _static_choice(sampler, parent)
         if static is not None:
             # What the sampler would return, without asking it: a fixed decision, the parent's
             # trace state, the attributes as given (none when dropping).
             decision = static
-            trace_state = parent[_TRACE_STATE] if parent is not None else None
+            trace_state = parent[TRACE_STATE] if parent is not None else None
             given = attributes
         else:
             if context is None and parent_span is not None:
@@ -185,7 +178,7 @@ class FastPath:
         else:
             span_id = ids.generate_span_id()
         # What SpanContext(trace_id, span_id, is_remote=False, ...) makes, without its keyword call.
-        span_context = _new_tuple(
+        span_context = new_tuple(
             SpanContext,
             (
                 trace_id,
@@ -193,7 +186,7 @@ class FastPath:
                 False,
                 flags,
                 _DEFAULT_TRACE_STATE if trace_state is None else trace_state,
-                0 < trace_id <= _MAX_TRACE_ID and 0 < span_id <= _MAX_SPAN_ID,
+                0 < trace_id <= MAX_TRACE_ID and 0 < span_id <= MAX_SPAN_ID,
             ),
         )
         record_end = self.metrics_start(parent, decision) if self.metrics_start is not None else None
@@ -226,13 +219,7 @@ class _LayoutChanged(Exception):
 
 def _check_layout() -> None:
     """The SDK's span context and readable span are as this module builds them, or no fast path."""
-    state = TraceState([("k", "v")])
-    made = SpanContext(0xAB, 0xCD, is_remote=True, trace_flags=TraceFlags(3), trace_state=state)
-    if made != (0xAB, 0xCD, True, 3, state, True) or (made.trace_id, made.is_remote, made.trace_state) != (
-        made[_TRACE_ID],
-        made[_IS_REMOTE],
-        made[_TRACE_STATE],
-    ):
+    if not holds():
         raise _LayoutChanged("SpanContext")
     if set(vars(ReadableSpan("probe", resource=_EMPTY_RESOURCE))) != _READABLE_FIELDS:
         raise _LayoutChanged("ReadableSpan")
@@ -252,11 +239,11 @@ def _static_choice(sampler: Sampler, parent: SpanContext | None) -> Decision | N
             # ParentBased.should_sample's choice of delegate.
             if parent is None:
                 sampler = sampler._root  # type: ignore[attr-defined]
-            elif parent[_IS_REMOTE]:
-                sampled = parent[_FLAGS] & _SAMPLED_BIT
+            elif parent[IS_REMOTE]:
+                sampled = parent[FLAGS] & _SAMPLED_BIT
                 sampler = sampler._remote_parent_sampled if sampled else sampler._remote_parent_not_sampled  # type: ignore[attr-defined]
             else:
-                sampled = parent[_FLAGS] & _SAMPLED_BIT
+                sampled = parent[FLAGS] & _SAMPLED_BIT
                 sampler = sampler._local_parent_sampled if sampled else sampler._local_parent_not_sampled  # type: ignore[attr-defined]
         if type(sampler).should_sample is _STATIC:
             return sampler._decision  # type: ignore[attr-defined]

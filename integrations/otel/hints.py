@@ -11,10 +11,12 @@ from typing import Any
 
 from opentelemetry import trace as trace_api
 from opentelemetry.context import Context
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags, TraceState
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceState
 
 from relay_runtime import conventions as cv
 from relay_runtime.trace_context import REMOTE_PARENT, REMOTE_TRACESTATE, parse_traceparent
+
+from .span_tuples import HOLDS, MAX_SPAN_ID, MAX_TRACE_ID, TRACE_FLAGS, new_tuple
 
 _KINDS = {
     "client": SpanKind.CLIENT,
@@ -27,20 +29,6 @@ _PRIMITIVES = (str, bool, int, float)
 
 
 _NO_TRACE_STATE = TraceState()
-# Every trace-flags byte made once: a server continues a remote parent on every request.
-_TRACE_FLAGS = tuple(TraceFlags(bits) for bits in range(256))
-_new_tuple = tuple.__new__
-_MAX_TRACE_ID = 2**128 - 1
-_MAX_SPAN_ID = 2**64 - 1
-
-
-def _layout_holds() -> bool:
-    """Whether a SpanContext is still the tuple (trace id, span id, remote, flags, state, valid) built below."""
-    made = SpanContext(1, 2, is_remote=True, trace_flags=_TRACE_FLAGS[1], trace_state=_NO_TRACE_STATE)
-    return made == _new_tuple(SpanContext, (1, 2, True, _TRACE_FLAGS[1], _NO_TRACE_STATE, True))
-
-
-_DIRECT = _layout_holds()
 
 
 def remote_parent(md: Mapping[str, Any] | None) -> NonRecordingSpan | None:
@@ -59,13 +47,13 @@ def remote_parent(md: Mapping[str, Any] | None) -> NonRecordingSpan | None:
             state = _NO_TRACE_STATE
     trace_id = int(parsed.trace_id, 16)
     span_id = int(parsed.span_id, 16)
-    if _DIRECT:
+    if HOLDS:
         # The tuple SpanContext(...) would make, its validity worked out as it does, without its Python frame
         # (a TraceParent built directly, not parsed, may hold zero ids).
-        valid = 0 < trace_id <= _MAX_TRACE_ID and 0 < span_id <= _MAX_SPAN_ID
-        parent = _new_tuple(SpanContext, (trace_id, span_id, True, _TRACE_FLAGS[parsed.flags], state, valid))
+        valid = 0 < trace_id <= MAX_TRACE_ID and 0 < span_id <= MAX_SPAN_ID
+        parent = new_tuple(SpanContext, (trace_id, span_id, True, TRACE_FLAGS[parsed.flags], state, valid))
     else:
-        parent = SpanContext(trace_id, span_id, True, _TRACE_FLAGS[parsed.flags], state)
+        parent = SpanContext(trace_id, span_id, True, TRACE_FLAGS[parsed.flags], state)
     return NonRecordingSpan(parent)
 
 
