@@ -4,7 +4,8 @@ A value reaches the policy encoded more often than one would think: a URL's quer
 (``?phone=%2B44+20+7946+0958``, ``card=4111+1111+1111+1111``), JSON that is not parsed as JSON
 (prose around it, NDJSON, a truncated body: ``json.dumps`` writes ``jane@b\\u00fccher.de``), HTML
 (``jane&#64;example.com``, ``&nbsp;`` between groups of digits), numbers grouped by non-breaking
-or thin spaces (``4111\\u00a01111...``, as locales and word processors write them), full-width
+or thin spaces (``4111\\u00a01111...``, as locales and word processors write them) or Unicode dashes
+(the figure dash and the non-breaking hyphen typeset phone numbers: ``415\\u2012555\\u20122671``), full-width
 forms (``\\uff14\\uff11\\uff11\\uff11 ...``, ``jane\\uff20example\\uff0ecom``, as Japanese and
 Chinese input methods write them), digits of other scripts (``\\u0664\\u0661\\u0661\\u0661 ...``, as Arabic,
 Persian and Hindi keyboards write them), invisible characters inside a value (a zero-width space or soft
@@ -42,6 +43,10 @@ _ROUNDS = 3  # an encoding of an encoding (%2540, &amp;#64;) is read; deeper nes
 _SPACES = (
     "\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 )
+# Unicode dashes: read as '-', one character for one. The figure dash is Unicode's dash for phone
+# numbers, the non-breaking hyphen what typesetters keep a number on one line with; the hyphen, the en
+# dash and the minus sign come from word processors and pasted pages. (The em dash is punctuation.)
+_DASHES = "\u2010\u2011\u2012\u2013\u2212\ufe63"
 # Full-width forms of ASCII (U+FF01..U+FF5E), one character for one. A run opens only with the form
 # of a character some detector reads (a word character, or one of ".-()+@%:/=_"): Chinese and Japanese
 # prose is full of full-width commas, colons and brackets, which alone decode to nothing a detector reads,
@@ -78,7 +83,7 @@ _ESCAPES = (
 # alternative per opener: one opening with a character class would cost the expression its skip.
 _ESCAPES_WIDE = (
     _ESCAPES
-    + "".join(f"|{re.escape(ch)}" for ch in _INVISIBLE)
+    + "".join(f"|{re.escape(ch)}" for ch in _INVISIBLE + _DASHES)
     + "".join(f"|{ch}[{_WIDE[0]}-{_WIDE[-1]}]*" for ch in _WIDE_OPENERS)
     + "".join(f"|{ch}[{_DIGITS}]*" for ch in _DIGITS)
 )
@@ -278,8 +283,8 @@ def _reach(text: str, plus: bool, ascii: bool) -> tuple[int, int]:
 
 _LATIN1_SIZE = sys.getsizeof("\xe9") - 1  # what a string of Latin-1 characters takes beyond a byte each
 _LATIN1_OPENERS = "".join(ch for ch in _SPACES + _INVISIBLE if ch <= "\xff")
-_OPENS = re.compile("[" + re.escape("%\\&" + _SPACES + _INVISIBLE + _WIDE_OPENERS + _DIGITS) + "]")
-_OPENS_PLUS = re.compile("[" + re.escape("%\\&+" + _SPACES + _INVISIBLE + _WIDE_OPENERS + _DIGITS) + "]")
+_OPENS = re.compile("[" + re.escape("%\\&" + _SPACES + _INVISIBLE + _DASHES + _WIDE_OPENERS + _DIGITS) + "]")
+_OPENS_PLUS = re.compile("[" + re.escape("%\\&+" + _SPACES + _INVISIBLE + _DASHES + _WIDE_OPENERS + _DIGITS) + "]")
 
 
 def _without_invisible(text: str, start: int, end: int) -> Span:
@@ -391,6 +396,8 @@ class _Copy:
                 ch = chr(code)
         elif head in _INVISIBLE:
             ch = ""
+        elif head in _DASHES:
+            ch = "-"
         elif head in _WIDE:  # a run, one character for one: one stretch of the map
             ch = token.translate(_NARROW)
         elif head in _DIGITS:  # the same, for digits of other scripts

@@ -39,6 +39,14 @@ FOUND = [
     ("phone", "call (415)\xa0555-2671 now", "(415)\xa0555-2671"),
     ("phone", "call +1\u2009415\u2009555\u20092671", "+1\u2009415\u2009555\u20092671"),
     ("iban", "IBAN DE89\xa03704\xa00044\xa00532\xa00130\xa000", "DE89\xa03704\xa00044\xa00532\xa00130\xa000"),
+    # Unicode dashes between the groups: the figure dash Unicode made for phone numbers, the non-breaking
+    # hyphen typesetters keep a number on one line with, the hyphen, the en dash, the minus sign.
+    ("phone", "call 415\u2012555\u20122671", "415\u2012555\u20122671"),
+    ("phone", "call +44\u201120\u20117946\u20110958", "+44\u201120\u20117946\u20110958"),
+    ("phone", "call (415) 555\u20102671", "(415) 555\u20102671"),
+    ("us_ssn", "SSN 123\u201345\u20136789", "123\u201345\u20136789"),
+    ("us_ssn", "SSN 123\u221245\u22126789", "123\u221245\u22126789"),
+    ("credit_card", "card 4111\u20121111\u20121111\u20121111", "4111\u20121111\u20121111\u20121111"),
     # JSON that is not parsed as JSON (prose around it, NDJSON, cut short): json.dumps escapes non-ASCII.
     ("email", 'User record: {"email": "jane@b\\u00fccher.de"}', "jane@b\\u00fccher.de"),
     ("email", '{"to": "jane.doe\\u0040example.com"}\n{"to": "x"', "jane.doe\\u0040example.com"),
@@ -92,6 +100,7 @@ NOT_FOUND = [
     "&#xD800; &#0; &#99999999; &bogus; %ZZ %E2%28%A1 \\ud800",
     "version=1.2.3+build.4567",
     "ticket=12345678+order=87654321",
+    "pages 10\u201320, the years 1990\u20132020, \u22125\u202f\u00b0C at 06\u201130",
     "\u0662\u0660\u0662\u0664-\u0661\u0662-\u0660\u0665 \u0661\u0662\u0663\u0664\u0665\u0666 ريال",  # a date, an amount
 ]
 
