@@ -124,14 +124,29 @@ _KEY_PATTERNS = (
     r"xox[abposr]-[A-Za-z0-9-]{10,}",  # Slack tokens
     r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}",  # Stripe secret and restricted keys
     r"whsec_[A-Za-z0-9]{24,}",  # Stripe webhook secrets
+    r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_-]{20,}",  # Slack webhooks: post as the app
+    r"gsk_[A-Za-z0-9]{40,}",  # Groq
+    r"xai-[A-Za-z0-9]{40,}",  # xAI
+    r"pplx-[A-Za-z0-9]{32,}",  # Perplexity
+    r"hf_[A-Za-z0-9]{30,}",  # Hugging Face
+    # The secret half of an AWS key pair has no prefix: the name it is written under says what it is, and
+    # only the value is the secret (the ``value`` group).
+    r"(?i:aws_secret_access_key)(?:\\?[\"'])?\s*[:=]\s*(?:\\?[\"'])?(?P<value>[A-Za-z0-9/+]{40})",
+    # A private key block (PEM), its newlines real or escaped (a service account's JSON read as text), and the
+    # headers of an encrypted one; cut short, as far as it goes. Certificates and public keys are not secret.
+    r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----(?:[A-Za-z0-9+/=\r\n\t\\]|(?:Proc-Type|DEK-Info):[^\r\n\\]*)*?"
+    r"(?:-----END [A-Z0-9 ]{0,40}PRIVATE KEY-----|(?![A-Za-z0-9+/=\r\n\t\\]))",
 )
 _API_KEY = re.compile(r"(?<![A-Za-z0-9])(?:" + "|".join(_KEY_PATTERNS) + r")(?![A-Za-z0-9_-])")
 # Where a key may start, found with ``str.find`` (a regular expression of alternatives would be tried
 # at every position): a short piece of its opening, and how far before it the key starts.
 # The third item: which of the needle's characters is looked for (see ``occurrences``); a needle of
-# one character is found whole, as fast (longer ones walk the text). The keys opening with "k-" or
-# "xox?-" are found from their "-" (``find_key``).
+# one character is found whole, as fast (longer ones walk the text). The keys opening with "k-",
+# "xox?-", "xai-" or "pplx-", and private key blocks, are found from a "-" (``find_key``).
 _KEY_ANCHORS = (("_", (2, 3, 5, 6), -1), ("A", (0,), -1), ("ya29.", (0,), 3))
+# Openings long enough for ``str.find`` to skip ahead by their length: found whole, and how far before them
+# the key starts.
+_LONG_ANCHORS = (("hooks.slack.com/", 8),)
 
 
 def find_key(text: str) -> list[Span]:
@@ -142,9 +157,18 @@ def find_key(text: str) -> list[Span]:
     while i >= 0:
         if text[i - 1] == "k":
             starts.add(i - 2)
-        if i >= 4 and text.startswith("xox", i - 4):
+        if i >= 4 and (text.startswith("xox", i - 4) or text.startswith("pplx", i - 4)):
             starts.add(i - 4)
+        if i >= 3 and text.startswith("xai", i - 3):
+            starts.add(i - 3)
+        elif text.startswith("----BEGIN ", i):  # a private key block (its first "-" is before this one)
+            starts.add(i - 1)
         i = text.find("-", i + 1)
+    for needle, back in _LONG_ANCHORS:
+        i = text.find(needle)
+        while i >= 0:
+            starts.add(i - back)
+            i = text.find(needle, i + 1)
     for needle, backs, pivot in _KEY_ANCHORS:
         if pivot < 0:
             i = text.find(needle)
@@ -167,7 +191,8 @@ def find_key(text: str) -> list[Span]:
         m = _API_KEY.match(text, i)
         if m is not None:
             last = m.end()
-            found.append(m.span())
+            value = m.start("value")
+            found.append(m.span() if value < 0 else (value, last))
     return found
 
 

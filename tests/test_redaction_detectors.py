@@ -79,7 +79,18 @@ KEY_CASES = [
     ("xoxp-1234-5678-abcdefghijkl", True),  # Slack user token
     ("sk_live_abcdefghijklmnop1234", True),  # Stripe secret key
     ("rk_test_abcdefghijklmnop1234", True),  # Stripe restricted key
+    # The keys of the other providers the adapters name (issue 28's endpoints), pasted into a chat as often.
+    ("gsk_" + "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1dF3hJ5kL7nP9rS1tV3xZ5", True),  # Groq
+    ("xai-" + "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1dF3hJ5kL7nP9rS1tV3xZ5aB3dE5gH7jK9mN1pQ3sT5vW7yZ9b", True),  # xAI
+    ("pplx-" + "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1dF3hJ5kL7nP9rS1t", True),  # Perplexity
+    ("hf_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZaBcDeFgH", True),  # Hugging Face
+    ("https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX", True),  # Slack webhook
     ("sk-short", False),  # too short to be a key
+    ("gsk_short", False),
+    ("the xai-grok model family", False),
+    ("pplx-api docs", False),
+    ("hf_hub_download", False),
+    ("https://hooks.slack.com/", False),
     ("task-management", False),
     ("skeleton-key-for-everything-here", False),  # words, not a key
     ("AKIA-is-a-prefix", False),
@@ -146,6 +157,48 @@ def test_phone(value: str, expected: bool) -> None:
 @pytest.mark.parametrize(("value", "expected"), KEY_CASES)
 def test_api_key(value: str, expected: bool) -> None:
     assert _found("api_key", value) == ([value] if expected else [])
+
+
+PEM_KEY = (
+    "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj\n"
+    "MzEfYyjiWA4R4/M2bS1GB4t7NXp98C3SC6dVMvDuictGeurT8jNbvJZHtCSuYEvu\n-----END PRIVATE KEY-----"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        (f"here is the key:\n{PEM_KEY}\nthanks", PEM_KEY),
+        # As a service account's JSON holds it, read as text: its newlines escaped.
+        ('{"private_key": "' + PEM_KEY.replace("\n", "\\n") + '\\n", "x": 1}', PEM_KEY.replace("\n", "\\n")),
+        (PEM_KEY.replace("PRIVATE", "RSA PRIVATE"), PEM_KEY.replace("PRIVATE", "RSA PRIVATE")),
+        # Cut short (a truncated message): the key is redacted as far as it goes, the words after it kept.
+        ("key " + PEM_KEY[:120] + " is it right?", PEM_KEY[:120]),
+    ],
+)
+def test_a_private_key_block_is_found_whole(text: str, value: str) -> None:
+    assert [text[s:e] for s, e in detectors.detector("api_key").find(text)] == [value]
+
+
+def test_a_public_key_or_certificate_is_no_secret() -> None:
+    text = PEM_KEY.replace("PRIVATE KEY", "CERTIFICATE") + "\n" + PEM_KEY.replace("PRIVATE", "PUBLIC")
+    assert detectors.detector("api_key").find(text) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "export AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        '{"aws_secret_access_key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"}',
+        '"{\\"aws_secret_access_key\\": \\"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\\"}"',  # JSON in JSON
+    ],
+)
+def test_an_aws_secret_access_key_is_found_by_its_name_and_only_the_value_replaced(text: str) -> None:
+    """The secret half of an AWS key pair has no prefix of its own: the name it is written under says what it is."""
+    assert [text[s:e] for s, e in detectors.detector("api_key").find(text)] == [
+        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+    ]
 
 
 @pytest.mark.parametrize(("name", "value", "expected"), OTHER_CASES)
