@@ -148,7 +148,7 @@ _BUILT_IN: dict[str, Detector] = {
     "credit_card": Detector("credit_card", find_card, inert_alike=True, shortest=13),
     "iban": Detector("iban", find_iban, inert_alike=True, shortest=15),
     "ip_address": Detector("ip_address", find_ip, (".", ":"), inert_alike=True, shortest=3),
-    "us_ssn": Detector("us_ssn", find_ssn, ("-",), inert_alike=True, shortest=11),
+    "us_ssn": Detector("us_ssn", find_ssn, inert_alike=True, shortest=11),
     # "J": every token holds "eyJ", and a capital J is rare in prose (``in`` of "eyJ" walks the text slowly).
     "jwt": Detector("jwt", at(JWT, "eyJ", 2, jwt_ok), ("J",), inert_alike=True, shortest=16),
     # Its expression names inert characters in two places, each read as written in escaped text too: a private

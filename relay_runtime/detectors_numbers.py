@@ -310,5 +310,10 @@ def find_ip(text: str) -> list[Span]:
 
 # -- US social security numbers ------------------------------------------------------------------
 
-_SSN = _set_apart(r"(?<![^\W_])(?<!-)(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![^\W_]|-)")
-find_ssn = in_runs(_SSN, None, 9, "-")
+# Grouped by dashes, or by single spaces (as speech-to-text writes a number read aloud): then not within a
+# longer spaced number ("+1 415 55 2671"), whose groups alone would read as one.
+_SSN = _set_apart(
+    r"(?<![^\W_])(?!000|666|9\d\d)"
+    r"(?:(?<!-)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![^\W_]|-)|(?<![\d+] )\d{3} (?!00)\d{2} (?!0000)\d{4}(?![^\W_]| \d))"
+)
+find_ssn = in_runs(_SSN, None, 9)

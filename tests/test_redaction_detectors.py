@@ -130,6 +130,14 @@ OTHER_CASES = [
     ("us_ssn", "666-12-3456", False),
     ("us_ssn", "123-00-6789", False),
     ("us_ssn", "123-45-67890", False),
+    # Grouped by spaces, as speech-to-text writes a number read aloud (a voice session's transcript).
+    ("us_ssn", "123 45 6789", True),
+    ("us_ssn", "123 00 6789", False),
+    ("us_ssn", "1 123 45 6789", False),  # a longer spaced number
+    ("us_ssn", "123 45 6789 0", False),
+    ("us_ssn", "+1 415 55 2671", False),
+    ("us_ssn", "123 45-6789", False),  # separators that differ
+    ("us_ssn", "123456789", False),  # bare digit runs are ids as often
     ("jwt", "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9", True),
     ("jwt", "eyJub3QiOiJhIGp3dCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abc", False),  # header without "alg"
     ("high_entropy", "Zx8Kq2LmN4pR7sT1vW3yB5cD9fG", True),
