@@ -166,9 +166,11 @@ def find_phone(text: str) -> list[Span]:
 
 _CARD = _set_apart(r"(?<![^\W_])(?<!\d-)\d(?:[ -]?\d){12,18}(?![^\W_])(?!-\d)")
 # Issuer prefixes (IIN ranges) of the card networks in use; a Luhn-valid number outside them
-# is more likely an id than a card.
+# is more likely an id than a card. Visa, Mastercard, American Express, Diners Club, Discover, UnionPay,
+# JCB; then Maestro (Europe's debit cards), Mir and RuPay (Russia's and India's national networks).
 _CARD_PREFIX = re.compile(
     r"4|5[1-5]|2(?:2[2-9]|[3-6]\d|7[01]|720)|3[47]|3(?:0[0-5]|[689])|6(?:011|5|4[4-9]|2)|35(?:2[89]|[3-8])"
+    r"|5(?:0(?:18|20|38)|893)|6(?:304|759|76[1-3])|220[0-4]|60|508|8[12]"
 )
 
 

@@ -22,6 +22,15 @@ CARD_CASES = [
     ("3530111333300000", True),  # JCB
     ("30569309025904", True),  # Diners Club (14 digits)
     ("6200000000000005", True),  # UnionPay
+    ("5018 0000 0000 0041", True),  # Maestro, Europe's debit card
+    ("675900000000000042", True),  # Maestro (UK), 18 digits
+    ("6304000000000042", True),  # Maestro (Laser)
+    ("5893000000000000045", True),  # Maestro, 19 digits
+    ("2201 0000 0000 0045", True),  # Mir
+    ("6080 0000 0000 0042", True),  # RuPay
+    ("5080000000000044", True),  # RuPay
+    ("7000000000000047", False),  # Luhn passes, no issuer starts with 7
+    ("5000000000000041", False),  # nor with 5000
     ("4111 1111 1111 1112", False),  # Luhn fails
     ("1234567812345678", False),  # Luhn passes, no issuer starts with 1
     ("order 9876543210123", False),  # an order number
