@@ -144,7 +144,9 @@ class Application:
                 i += 1
                 continue
             # Detector rules in a row read the same text: each finds its spans there, and where two
-            # overlap the earlier rule wins. One text, so the detectors share what they computed on it.
+            # overlap the one that begins first (then the earlier rule) wins; what the other found beyond
+            # it is replaced by that one's rule (an address whose local part begins inside a key must not
+            # go out whole for it). One text, so the detectors share what they computed on it.
             j = i + 1
             while j < n and rules[j].finder is not None:
                 j += 1
@@ -170,7 +172,9 @@ class Application:
         pairs, counts = self.pairs, self.counts
         for start, index, end in hits:
             if start < last:
-                continue
+                if end <= last:
+                    continue
+                start = last  # see ``Application._run``: what it found beyond the earlier value is replaced too
             rule = rules[index]
             value = text[start:end]
             new = rule.constant

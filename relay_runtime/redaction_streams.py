@@ -96,7 +96,8 @@ def redact_across(rules: tuple[Rule, ...], key: bytes | None, pieces: list[str])
     replacement goes in the piece where the value begins, and the rest of it leaves the pieces after.
 
     For what is stored piece by piece (a cassette's recorded stream events), where no piece alone may
-    hold a value whole. Where two values overlap, the one that begins first (then the earlier rule) wins.
+    hold a value whole. Where two values overlap, the one that begins first (then the earlier rule) wins, and
+    what the other found beyond it is replaced by that one's rule, as ``Application._run`` does.
     """
     joined = "".join(pieces)
     hits: list[tuple[int, int, int, Any]] = []
@@ -112,7 +113,9 @@ def redact_across(rules: tuple[Rule, ...], key: bytes | None, pieces: list[str])
     last = 0
     for start, index, end, match in hits:
         if start < last:
-            continue
+            if end <= last:
+                continue
+            start = last
         rule = rules[index]
         new = rule.constant if rule.constant is not None else rule.replace(joined[start:end], match, key)
         kept.append((start, end, new))

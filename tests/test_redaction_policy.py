@@ -69,6 +69,28 @@ def test_rules_apply_in_order_each_on_the_last_ones_result() -> None:
     assert policy.redact_text("a secret") == "a [REDACTED]"
 
 
+KEY = "sk-proj-" + "Zx8Kq2LmN4pR7sT1vW3yB5cD9fG0hJ" * 3
+
+
+@pytest.mark.parametrize(
+    ("rules", "text", "expected"),
+    [
+        # An address glued to a long key: its local part (the last 64 characters before the "@") begins inside the
+        # key, which the earlier rule replaced; the rest of the address was let through whole.
+        (("api_key", "email"), f"token {KEY}.jane@example.com", "token [REDACTED:api_key][REDACTED:email]"),
+        (("credit_card", "email"), "x 4111111111111111.jane@example.com", "x [REDACTED:credit_card][REDACTED:email]"),
+        # Where one value holds the other, the one that begins first covers both, as before.
+        (("email", "credit_card"), "x 4111111111111111.jane@example.com", "x [REDACTED:email]"),
+    ],
+)
+def test_a_value_an_earlier_one_overlaps_is_replaced_beyond_it(
+    rules: tuple[str, ...], text: str, expected: str
+) -> None:
+    policy = RedactionPolicy([Rule("redact", detector=name) for name in rules])
+    assert policy.redact_text(text) == expected
+    assert "jane" not in str(policy.redact_value({"note": text}))
+
+
 # -- targets ------------------------------------------------------------------------------
 
 

@@ -110,6 +110,15 @@ def test_a_stored_stream_is_redacted_across_its_pieces(seed: int) -> None:
                 assert fragment not in piece, (value, fragment, piece)
 
 
+def test_a_stored_stream_replaces_a_value_beyond_an_earlier_one_that_overlaps_it() -> None:
+    policy = RedactionPolicy([Rule("redact", detector="api_key"), Rule("redact", detector="email")])
+    key = "sk-proj-" + "Zx8Kq2LmN4pR7sT1vW3yB5cD9fG0hJ" * 3
+    text = f"token {key}.jane@example.com, thanks"
+    pieces = [text[i : i + 7] for i in range(0, len(text), 7)]
+    out = redact_across(policy.rules, policy._key, pieces)
+    assert "".join(out) == policy.redact_text(text) == "token [REDACTED:api_key][REDACTED:email], thanks"
+
+
 def test_text_goes_out_as_it_comes_less_what_a_value_could_still_straddle() -> None:
     rules = _policy()._streamed
     words = " ".join(["word"] * 100)
