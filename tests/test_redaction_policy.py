@@ -69,7 +69,7 @@ def test_rules_apply_in_order_each_on_the_last_ones_result() -> None:
     assert policy.redact_text("a secret") == "a [REDACTED]"
 
 
-KEY = "sk-proj-" + "Zx8Kq2LmN4pR7sT1vW3yB5cD9fG0hJ" * 3
+LONG_KEY = "sk-proj-" + "Zx8Kq2LmN4pR7sT1vW3yB5cD9fG0hJ" * 3
 
 
 @pytest.mark.parametrize(
@@ -77,7 +77,7 @@ KEY = "sk-proj-" + "Zx8Kq2LmN4pR7sT1vW3yB5cD9fG0hJ" * 3
     [
         # An address glued to a long key: its local part (the last 64 characters before the "@") begins inside the
         # key, which the earlier rule replaced; the rest of the address was let through whole.
-        (("api_key", "email"), f"token {KEY}.jane@example.com", "token [REDACTED:api_key][REDACTED:email]"),
+        (("api_key", "email"), f"token {LONG_KEY}.jane@example.com", "token [REDACTED:api_key][REDACTED:email]"),
         (("credit_card", "email"), "x 4111111111111111.jane@example.com", "x [REDACTED:credit_card][REDACTED:email]"),
         # Where one value holds the other, the one that begins first covers both, as before.
         (("email", "credit_card"), "x 4111111111111111.jane@example.com", "x [REDACTED:email]"),
