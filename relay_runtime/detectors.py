@@ -14,6 +14,7 @@ them (``detectors_tokens``: each ``@`` for e-mail, each literal prefix for keys 
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Callable, Sequence
 
@@ -32,7 +33,16 @@ from .detectors_tokens import (
     shannon_entropy,
 )
 
-__all__ = ["DETECTOR_NAMES", "ENTROPY_BITS", "Detector", "detector", "iban_ok", "luhn_ok", "shannon_entropy"]
+__all__ = [
+    "DETECTOR_NAMES",
+    "ENTROPY_BITS",
+    "Detector",
+    "canonical",
+    "detector",
+    "iban_ok",
+    "luhn_ok",
+    "shannon_entropy",
+]
 
 Span = tuple[int, int]
 _DIGIT = re.compile(r"[0-9]").search
@@ -113,6 +123,39 @@ def find_all(finders: Sequence[Detector], text: str) -> list[tuple[int, int, int
             if end > start:
                 hits.append((start, index, end))
     return hits
+
+
+# -- one form per value, for hashing -------------------------------------------------------------
+
+
+def canonical(name: str | None, value: str) -> str:
+    """``value`` (what the detector ``name`` found) in one form however it was written, so that a ``hash``
+    rule gives one value one token: decoded (``%40``, ``&#64;``, digits of other scripts), then an address
+    in lower case, a number's digits alone (a phone's international prefix as ``+``, a North American one
+    given its ``+1``), an IBAN without spaces in capitals, an IP address in its shortest form."""
+    copy = _decoding.decoded_copy(value)
+    text = value if copy is None else copy.text
+    if name == "email":
+        return text.lower()
+    if name in ("credit_card", "us_ssn", "phone"):
+        digits = "".join(ch for ch in text if "0" <= ch <= "9")
+        if name != "phone":
+            return digits
+        if text.lstrip().startswith("+"):
+            return "+" + digits
+        if digits.startswith("00"):
+            return "+" + digits[2:]
+        if len(digits) == 10:  # only North American numbers are read without a country code
+            return "+1" + digits
+        return "+" + digits if len(digits) == 11 and digits[0] == "1" else digits
+    if name == "iban":
+        return "".join(text.split()).upper()
+    if name == "ip_address":
+        try:
+            return ipaddress.ip_address(text.strip("[]")).compressed
+        except ValueError:
+            return text
+    return text
 
 
 # -- presidio (optional) ------------------------------------------------------------------------

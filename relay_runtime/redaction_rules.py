@@ -117,11 +117,16 @@ class Rule:
 
     def describe(self) -> dict[str, Any]:
         """What the rule is, for the policy's fingerprint (never a key)."""
-        return {
+        described = {
             "action": self.action, "name": self.name, "paths": list(self.paths), "detector": self.detector,
             "pattern": self.pattern, "replacement": self.replacement,
             "unmasked_prefix": self.unmasked_prefix, "unmasked_suffix": self.unmasked_suffix,
         }  # fmt: skip
+        if self.action == "hash" and self.detector is not None:
+            # Its tokens are of the value's one form (``detectors.canonical``) since this was added: a cassette
+            # recorded before holds other tokens, and is told to be recorded again rather than missed.
+            described["hashes"] = "canonical"
+        return described
 
     def spans(self, text: str) -> list[tuple[int, int]] | list[re.Match[str]]:
         if self.finder is not None:
@@ -143,6 +148,8 @@ class Rule:
             return match.expand(self.replacement)
         if action == "hash":
             assert hash_key is not None
+            if self.detector is not None:  # the value the detector found, however written: one value, one token
+                value = detectors.canonical(self.detector, value)
             digest = hmac.new(hash_key, value.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:16]
             return f"[{self.detector or 'hash'}:{digest}]"
         # mask

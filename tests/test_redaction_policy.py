@@ -55,6 +55,29 @@ def test_hash_is_keyed_stable_and_not_the_plain_digest() -> None:
     assert other.redact_text(f"from {EMAIL}") != once
 
 
+@pytest.mark.parametrize(
+    ("detector", "ways"),
+    [
+        ("email", ["jane.doe@example.com", "Jane.Doe@Example.COM", "jane.doe%40example.com",
+                   "jane.doe&#64;example.com"]),
+        ("credit_card", ["4111 1111 1111 1111", "4111-1111-1111-1111", "4111111111111111", "4111+1111+1111+1111",
+                         " ".join(["\u0664\u0661\u0661\u0661"] + ["\u0661" * 4] * 3)]),
+        ("phone", ["+44 20 7946 0958", "+44-20-7946-0958", "+442079460958", "0044 20 7946 0958", "%2B44+20+7946+0958"]),
+        ("phone", ["(415) 555-2671", "415-555-2671", "+1 415 555 2671", "1-415-555-2671"]),
+        ("iban", ["GB82 WEST 1234 5698 7654 32", "GB82WEST12345698765432"]),
+        ("us_ssn", ["078-05-1120", "078 05 1120"]),
+        ("ip_address", ["2001:db8::1", "2001:0db8:0000:0000:0000:0000:0000:0001"]),
+    ],
+)  # fmt: skip
+def test_hash_gives_one_value_one_token_however_it_is_written(detector: str, ways: list[str]) -> None:
+    """One card, one person's address: pseudonyms that tell the same value apart by how it was written would
+    lose what hashing is for (following one value across a run)."""
+    policy = RedactionPolicy([Rule("hash", detector=detector)], hash_key=KEY)
+    tokens = {policy.redact_text(f"x={way} y") for way in ways}
+    assert len(tokens) == 1, tokens
+    assert tokens.pop().startswith(f"x=[{detector}:")
+
+
 def test_mask_keeps_the_asked_prefix_and_suffix() -> None:
     policy = RedactionPolicy([Rule("mask", detector="credit_card", unmasked_prefix=4, unmasked_suffix=4)])
     assert policy.redact_text(f"card {CARD}.") == "card 4111***********1111."
