@@ -19,6 +19,7 @@ from relay_runtime import adapters, session
 from relay_runtime.adapters import testing as t
 from relay_runtime.integrations.run_journal import FileStore, JournalSubscriber, read_run_events
 from relay_runtime.integrations.trajectory import AtifExporter, AtofExporter, atif_from_journal, atof_exporter
+from relay_runtime.integrations.trajectory.sent_copies import SentCopies
 
 
 def _tool_call_then_changed(host: session.Host, session_id: str) -> None:
@@ -173,6 +174,71 @@ def test_the_atif_trajectory_holds_a_turns_messages_as_sent_when_the_next_turn_c
     first = next(r["req"] for r in exporter.records("compact") if r["k"] == "attempt")
     assert first["new"][2]["content"] == long_result
     exporter.detach()
+
+
+LONG_RESULT = "sunny, 21 degrees, light wind from the west " * 20
+
+
+def _compacting_turn(host: session.Host, session_id: str) -> None:
+    """One turn of two calls, between which the agent shortens a tool result it sent, in place (a long tool
+    loop nearing its context limit compacts its context)."""
+    scripted = t.scripted_openai(t.json_reply(t.chat_completion_body("a")), t.json_reply(t.chat_completion_body("b")))
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": None, "tool_calls": [wire_call("c1")]},
+        {"role": "tool", "tool_call_id": "c1", "content": LONG_RESULT},
+    ]
+    coordinator = session.SESSION_COORDINATOR
+    lease = coordinator.acquire_conversation(profile_key=host.profile_key, session_id=session_id, platform="pytest")
+    turn = coordinator.begin_turn(lease, turn_id="r1", task_id="task")
+    try:
+        adapters.complete(scripted.client, {"model": "gpt-x", "messages": messages})
+        messages[2]["content"] = "[compacted]"
+        messages += [{"role": "assistant", "content": "a"}, {"role": "user", "content": "and tomorrow?"}]
+        adapters.complete(scripted.client, {"model": "gpt-x", "messages": messages})
+    finally:
+        coordinator.end_turn(turn, outcome="success")
+        coordinator.release_conversation(lease)
+
+
+def test_the_atif_trajectory_holds_messages_as_sent_when_the_same_turn_compacts_them(relay_home: Path) -> None:
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    exporter = AtifExporter().attach(host)
+    _compacting_turn(host, "compact")
+    first = next(r["req"] for r in exporter.records("compact") if r["k"] == "attempt")
+    assert first["new"][2]["content"] == LONG_RESULT
+    exporter.detach()
+
+
+def test_the_atof_writer_writes_messages_as_sent_when_the_agent_compacts_them(
+    relay_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    compacted = hold_atof_writer(monkeypatch)
+    path = tmp_path / "run.atof.jsonl"
+    exporter = AtofExporter(path).attach(host)
+    _compacting_turn(host, "compact-atof")
+    compacted.set()
+    assert exporter.shutdown()
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    sent = [r["data"]["content"]["messages"] for r in rows if (r["category"], r["scope_category"]) == ("llm", "start")]
+    assert [len(messages) for messages in sent] == [3, 5]
+    assert sent[0][2]["content"] == LONG_RESULT
+    assert sent[1][2]["content"] == "[compacted]"  # the next request, as it was sent
+
+
+def test_sent_copies_copy_a_message_once_and_again_only_when_it_changed() -> None:
+    copies = SentCopies()
+    tool = {"role": "tool", "content": [{"type": "text", "text": LONG_RESULT}]}
+    conversation: list[Any] = [{"role": "user", "content": "hi"}, tool, "a string item"]
+    first = copies.messages(conversation)
+    assert first == conversation and first[1] is not tool and first[1]["content"][0] is not tool["content"][0]
+    conversation.append({"role": "user", "content": "more"})
+    second = copies.messages(conversation)
+    assert second[1] is first[1]  # unchanged: its copy is reused, not made again
+    tool["content"][0]["text"] = "[compacted]"  # deep inside, in place
+    third = copies.messages(conversation)
+    assert third[1]["content"][0]["text"] == "[compacted]" and first[1]["content"][0]["text"] == LONG_RESULT
 
 
 def wire_call(call_id: str) -> dict[str, Any]:

@@ -87,6 +87,13 @@ class AtifExporter:
         if scope_type == _TOOL or (scope_type == _LLM and event.kind == SCOPE_START):
             # As sent: the agent's list grows after the call, and it may change a tool's arguments or result.
             pending.append((event, frozen(event)))
+            if scope_type == _LLM:
+                # Read now: an agent compacting its context (before its next call, in this turn or the next)
+                # rewrites the messages it sent in place, and the records must hold them as they were sent.
+                # ``frozen_request`` copies the lists, not every message of a long conversation on every call;
+                # the tracker copies the messages new to this request, each once.
+                self._digest()
+                return
         else:
             pending.append(event)
         if len(pending) >= _DIGEST_AT:
@@ -94,10 +101,7 @@ class AtifExporter:
         elif event.kind == SCOPE_END:
             relay_kind = event.metadata.get(cv.KIND)
             if relay_kind == cv.TURN:
-                # Its requests read now: an agent compacting its context before the next turn rewrites the messages
-                # it sent in place, and the records must hold them as they were sent (``frozen_request`` copies
-                # the lists, not every message of a long conversation on every call).
-                self._digest()
+                self._digest()  # the turn's records complete when it ends
             elif relay_kind == cv.CONVERSATION and self._sinks is not None:
                 session_id = event.metadata.get(cv.SESSION_ID)
                 if isinstance(session_id, str) and self.session_id in (None, session_id):

@@ -19,6 +19,7 @@ from relay_runtime.types import ScopeType
 
 from .atof import Roots, atof_line
 from .records import frozen, frozen_request
+from .sent_copies import SentCopies
 
 _MODES = ("append", "overwrite")
 _INTERVAL = 0.05
@@ -53,6 +54,7 @@ class AtofExporter:
         self._out: IO[str] = self._owned if self._owned is not None else stream  # type: ignore[assignment]
         self._max = max_buffered
         self._buffer: deque[Any] = deque()
+        self._copies = SentCopies()  # each request's messages as sent: the writer writes them later
         self._wake = threading.Event()
         self._stopped = False
         self.dropped = 0
@@ -90,7 +92,7 @@ class AtofExporter:
         scope_type = event.scope_type
         if scope_type == _LLM and event.kind == SCOPE_START:
             # Written later, on the writer's thread: the request is taken as sent (the agent's list grows),
-            content, headers = frozen_request(event)
+            content, headers = frozen_request(event, self._copies)
             buffer.append((event, {"headers": headers, "content": content}))
         elif scope_type == _TOOL or (event.kind == MARK and event.name != CHUNK_MARK):
             buffer.append((event, frozen(event)))  # and a tool's arguments and result, a mark's data, as they were

@@ -29,6 +29,7 @@ from relay_runtime import CHUNK_MARK, MARK, SCOPE_END, SCOPE_START, Event
 from relay_runtime import conventions as cv
 
 from .plain import plain
+from .sent_copies import SentCopies
 
 TURN, TURN_END, CALL, ATTEMPT, TOOL, TOOL_END = "turn", "turn_end", "call", "attempt", "tool", "tool_end"
 TOOL_CALL_ID = "tool_call_id"
@@ -50,10 +51,11 @@ class _Open:
     reasoning: list[str] = field(default_factory=list)
 
 
-def frozen_request(event: Event) -> tuple[dict[str, Any], dict[str, Any]]:
+def frozen_request(event: Event, copies: SentCopies | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """An attempt start event's request as it was sent: its kwargs (each list and dict among them copied:
     the agent goes on appending to its own conversation, and to a tools list that tools join as they are
-    found) and headers (already redacted by the core).
+    found) and headers (already redacted by the core). With ``copies``, each message of the conversation is
+    copied too (the agent may rewrite one in place): for a writer that writes whole requests later.
 
     Exporters that read events later, on another thread, take this on the agent's thread.
     """
@@ -69,7 +71,7 @@ def frozen_request(event: Event) -> tuple[dict[str, Any], dict[str, Any]]:
         # one as it was sent. (Values are replaced, no key added: the loop may go on over the dict.)
         kind = type(value)
         if kind is list:
-            kwargs[key] = list(value)
+            kwargs[key] = copies.messages(value) if copies is not None and key in CONVERSATION_KEYS else list(value)
         elif kind is dict:
             kwargs[key] = dict(value)
     return kwargs, dict(headers) if headers and (type(headers) in _MAPPINGS or isinstance(headers, Mapping)) else {}
