@@ -45,7 +45,7 @@ from relay_runtime.types import ScopeType
 from ..frameworks import FrameworkRun, ModelCall, current_parent, deferred, enter_scope, leave_scope
 from . import models, retried
 from .codec import codec_for, plain
-from .tools import ToolFailed, is_control_flow, is_error_message, managed_tool
+from .tools import ToolFailed, is_control_flow, is_error_message, is_managed
 
 # Read once: every chat model run goes through these.
 _managed_turn = session.managed_turn
@@ -219,11 +219,11 @@ class RelayCallbackHandler(BaseCallbackHandler):
         turn = session.managed_turn()
         if turn is None:
             return
-        if managed_tool.get():  # the middleware's managed call is this tool's scope
+        call_id = kwargs.get("tool_call_id")
+        if is_managed(call_id):  # the middleware's managed call is this tool's scope
             self._follow(run_id, FrameworkRun(turn, turn.relay.scope.current()))
             return
         name = kwargs.get("name") or _name_of(serialized) or "tool"
-        call_id = kwargs.get("tool_call_id")
         meta = {cv.KIND: cv.TOOL, FRAMEWORK: self.framework, **({"tool_call_id": call_id} if call_id else {})}
         self._open(
             run_id, parent_run_id, name, ScopeType.TOOL.value, inputs if inputs is not None else input_str, tags, meta
