@@ -314,6 +314,25 @@ class RelayCallbackHandler(BaseCallbackHandler):
         except Exception as exc:
             turn.relay.diag.failure("subscriber_errors", exc, f"{self.framework} callback chat model start")
 
+    def on_llm_new_token(
+        self,
+        token: Any,
+        *,
+        run_id: UUID,
+        chunk: Any = None,  # unused, named: see ``on_chat_model_start``
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        # A streamed call's provider call has been made: its join ends now, not at the stream's end. Between
+        # chunks the caller's own code runs in the context the join was made in (a sync or async generator
+        # yields into it), and a stream left unfinished may never end there: what it calls is no attempt here.
+        run = _RUNS.get(run_id.int)
+        if run is not None:
+            call = run.call
+            if call is not None and call._joined is not None:
+                call.unjoin()
+
     def on_llm_end(
         self,
         response: Any,
