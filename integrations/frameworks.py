@@ -353,6 +353,13 @@ class ModelCall:
             self.leave()
         if self.observed is not None and not self.observed.ended:
             self.end_observed(error=error or _Unfinished())
+        if error is not None and self.logical.open_attempts:
+            # The framework gave up on the call with an SDK attempt still open (an async stream it broke off,
+            # whose provider stream is closed only when collected): it ends now, before its call, as the end
+            # of the turn ends one; once the call is closed, nothing else would.
+            for attempt in reversed(tuple(self.logical.open_attempts)):
+                if type(attempt) is Attempt:
+                    attempt.abandon()
         outcome = outcome_of(error) if error is not None else _SUCCESS
         # The call object itself (closed once: a no-op when the turn ended first and closed it), since the
         # framework may end it from a context where its turn is not active.

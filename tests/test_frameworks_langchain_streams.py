@@ -91,3 +91,18 @@ def test_a_call_after_a_finished_v3_event_stream_is_its_own(relay_turn, relay_ev
 
     asyncio.run(main())
     assert_its_own_call(relay_events)
+
+
+def test_an_async_stream_broken_off_ends_its_attempt_before_its_call(relay_turn, relay_events) -> None:
+    """LangChain ends the run when the event loop closes the broken-off stream; the provider's stream inside
+    it is closed only later (after the turn's end, at worst): its attempt ends with the call, before it."""
+
+    async def main() -> None:
+        async for _chunk in streamed_model().astream("Hi", config=CONFIG):
+            break
+        gc.collect()
+        await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+    ends = [(e.metadata.get(cv.KIND), e.outcome) for e in relay_events.ends()]
+    assert ends == [(cv.ATTEMPT, "cancelled"), (cv.LOGICAL_CALL, "cancelled")]
