@@ -130,7 +130,7 @@ class ModelCall:
         self.observed: ScopeHandle | None = None
         self._observed_request: AnnotatedRequestField = None
         self._observed_codec: Any = None
-        self._joined: Token[Any] | None = None
+        self._joined: Any = None  # what ``auxiliary.join_logical_call`` gave, while joined
         # What ``witness`` saw, until ``leave`` knows whether an SDK attempt joined instead; meanwhile it stands
         # among the call's open attempts (``_Pending``), so that the end of the turn records it rather than lose it.
         self._witnessed: _Witnessed | None = None
@@ -158,6 +158,15 @@ class ModelCall:
     def join(self) -> None:
         """Completions made in this context until ``leave`` are attempts of this call."""
         self._joined = auxiliary.join_logical_call(self.api_request_id, self.call_role, attempts=self.attempts())
+
+    def unjoin(self) -> None:
+        """The provider call inside has been made (its answer is streaming in): completions made from here on
+        are not this call's, though the framework's call goes on, between the caller's steps (a stream it
+        yields from, in the caller's context) or in another context than the one it joined in."""
+        joined = self._joined
+        if joined is not None:
+            self._joined = None
+            auxiliary.leave_logical_call(joined)
 
     def leave(self, *, request: AnnotatedRequestField = None, sent: Mapping[str, Any] | None = None) -> None:
         """The framework's model call is over: what it makes from here on is not this call's; an attempt
@@ -344,6 +353,13 @@ class ModelCall:
             self.leave()
         if self.observed is not None and not self.observed.ended:
             self.end_observed(error=error or _Unfinished())
+        if error is not None and self.logical.open_attempts:
+            # The framework gave up on the call with an SDK attempt still open (an async stream it broke off,
+            # whose provider stream is closed only when collected): it ends now, before its call, as the end
+            # of the turn ends one; once the call is closed, nothing else would.
+            for attempt in reversed(tuple(self.logical.open_attempts)):
+                if type(attempt) is Attempt:
+                    attempt.abandon()
         outcome = outcome_of(error) if error is not None else _SUCCESS
         # The call object itself (closed once: a no-op when the turn ended first and closed it), since the
         # framework may end it from a context where its turn is not active.

@@ -68,6 +68,11 @@ class _Auxiliary:
     # so attempts run side by side each end with the verdict on their own response.
     pending: list[tuple[tuple[int, Any], Attempt]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # A joined call (``join_logical_call``): the token that set it, and whether its joiner left it. A framework
+    # may end its call in another context than the one it joined in (a task of its own, a generator closed
+    # late), where resetting the variable cannot reach the joining context, which then still holds the call.
+    token: Token[_Auxiliary | None] | None = field(default=None, repr=False)
+    left: bool = False
 
     def hold(self, attempt: Attempt) -> None:
         owner = _owner()
@@ -110,6 +115,14 @@ _current: ContextVar[_Auxiliary | None] = ContextVar("relay_auxiliary", default=
 _route: ContextVar[Route | None] = ContextVar("relay_auxiliary_route", default=None)
 
 
+def _live(aux: _Auxiliary | None) -> _Auxiliary | None:
+    """``aux`` (the variable's value here), or, for a joined call its joiner has left, what it replaced."""
+    while aux is not None and aux.left:
+        old = aux.token.old_value if aux.token is not None else None
+        aux = None if old is Token.MISSING else old
+    return aux
+
+
 def set_route(provider: str, model: str, api_mode: str = "chat_completions") -> None:
     """Say which provider, model and API the next completions go to (scoped to the auxiliary call)."""
     if not isinstance(provider, str) or not provider:
@@ -119,7 +132,7 @@ def set_route(provider: str, model: str, api_mode: str = "chat_completions") -> 
     if api_mode not in API_MODES:
         raise ValueError(f"api_mode must be one of {API_MODES}, got {api_mode!r}")
     route = Route(provider, model, api_mode)
-    aux = _current.get()
+    aux = _live(_current.get())
     if aux is not None:
         aux.route = route
     else:
@@ -128,6 +141,8 @@ def set_route(provider: str, model: str, api_mode: str = "chat_completions") -> 
 
 def current_route() -> Route | None:
     aux = _current.get()
+    if aux is not None and aux.left:  # checked here, not called: every provider call asks
+        aux = _live(aux)
     if aux is not None and aux.route is not None:
         return aux.route
     return _route.get()
@@ -136,6 +151,8 @@ def current_route() -> Route | None:
 def next_attempt_metadata() -> dict[str, Any] | None:
     """Identity for the next attempt of the current auxiliary call (None outside one)."""
     aux = _current.get()
+    if aux is not None and aux.left:
+        aux = _live(aux)
     if aux is None:
         return None
     aux.release_own()  # a new attempt starts: the last one's response was not validated
@@ -144,31 +161,37 @@ def next_attempt_metadata() -> dict[str, Any] | None:
     return meta
 
 
-def join_logical_call(api_request_id: str, call_role: str = "primary", *, attempts: int = 0) -> Token[Any]:
-    """The completions made here, until ``leave_logical_call(token)``, are attempts of the logical call
-    ``api_request_id`` (opened by ``calls.open_logical_call``), numbered from ``attempts`` (those it
-    already has); its opener completes it."""
+def join_logical_call(api_request_id: str, call_role: str = "primary", *, attempts: int = 0) -> _Auxiliary:
+    """The completions made here, until ``leave_logical_call(joined)`` (``joined``: what this returns), are
+    attempts of the logical call ``api_request_id`` (opened by ``calls.open_logical_call``), numbered from
+    ``attempts`` (those it already has); its opener completes it."""
     if not isinstance(api_request_id, str) or not api_request_id:
         raise ValueError(f"api_request_id must be a non-empty string, got {api_request_id!r}")
-    return _current.set(_Auxiliary(call_role, api_request_id, call_role, attempts=attempts))
+    aux = _Auxiliary(call_role, api_request_id, call_role, attempts=attempts)
+    aux.token = _current.set(aux)
+    return aux
 
 
-def leave_logical_call(token: Token[Any]) -> None:
+def leave_logical_call(joined: _Auxiliary) -> None:
+    """Completions made from here on, in any context, are not attempts of the call ``joined`` joined."""
+    joined.left = True  # for a context the reset below cannot reach
+    if joined.token is None:
+        return
     try:
-        _current.reset(token)
+        _current.reset(joined.token)
     except ValueError:  # ended from another context (a framework's callback on another task): nothing is ours here
         pass
 
 
 def count_renewed_attempt(api_request_id: str) -> None:
     """An attempt of the current auxiliary call was re-sent as a new one (a budget's downgrade): number after it."""
-    aux = _current.get()
+    aux = _live(_current.get())
     if aux is not None and aux.api_request_id == api_request_id:
         aux.attempts += 1
 
 
 def in_auxiliary_call() -> bool:
-    return _current.get() is not None
+    return _live(_current.get()) is not None
 
 
 def _task_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
@@ -313,7 +336,7 @@ def validate_response(response: Any, task: str) -> Any:
     the logical call stays open for a retry.
     """
     ok, why = (False, "no response") if response is None else _has_content(response)
-    aux = _current.get()
+    aux = _live(_current.get())
     if not ok:
         rejected = ResponseRejected(f"Auxiliary {task}: LLM returned invalid response ({why})")
         if aux is not None:

@@ -37,7 +37,7 @@ from relay_runtime import session
 from relay_runtime.adapters.instrument import is_instrumented
 from relay_runtime.attempt_views import recorded_view
 from relay_runtime.calls import open_call_in
-from relay_runtime.scopes import ScopeHandle
+from relay_runtime.scopes import ScopeHandle, outcome_of
 from relay_runtime.session import Turn
 from relay_runtime.tools import control_flow_output
 from relay_runtime.types import ScopeType
@@ -45,7 +45,7 @@ from relay_runtime.types import ScopeType
 from ..frameworks import FrameworkRun, ModelCall, current_parent, deferred, enter_scope, leave_scope
 from . import models, retried
 from .codec import codec_for, plain
-from .tools import ToolFailed, is_control_flow, is_error_message, managed_tool
+from .tools import ToolFailed, is_control_flow, is_error_message, is_managed
 
 # Read once: every chat model run goes through these.
 _managed_turn = session.managed_turn
@@ -53,6 +53,7 @@ _middleware_call = models.middleware_call
 _PRIMARY = "primary"
 _NO_GENERATIONS: list[list[Any]] = [[]]
 _EMPTY: dict[str, Any] = {}
+_CANCELLED = "cancelled"
 
 FRAMEWORK = cv.FRAMEWORK
 RUN_ID = "langchain.run_id"
@@ -160,9 +161,12 @@ class RelayCallbackHandler(BaseCallbackHandler):
         run = self._runs.pop(run_id.int, None)
         if run is None:
             return
-        if run.own and run.handle is not None and retried.holding():
-            # A failed model run under it was not retried.
-            self._guarded(run.turn, "end", retried.release, run.handle.uuid)
+        if run.own and run.handle is not None:
+            if retried.holding():
+                # A failed model run under it was not retried.
+                self._guarded(run.turn, "end", retried.release, run.handle.uuid)
+            if error is not None and outcome_of(error) == _CANCELLED:
+                self._guarded(run.turn, "end", _cancel_model_runs, run.handle.uuid, error)
         self._guarded(run.turn, "end", self._end, run, output, error)
 
     def _end(self, run: FrameworkRun, output: Any, error: BaseException | None) -> None:
@@ -219,11 +223,11 @@ class RelayCallbackHandler(BaseCallbackHandler):
         turn = session.managed_turn()
         if turn is None:
             return
-        if managed_tool.get():  # the middleware's managed call is this tool's scope
+        call_id = kwargs.get("tool_call_id")
+        if is_managed(call_id):  # the middleware's managed call is this tool's scope
             self._follow(run_id, FrameworkRun(turn, turn.relay.scope.current()))
             return
         name = kwargs.get("name") or _name_of(serialized) or "tool"
-        call_id = kwargs.get("tool_call_id")
         meta = {cv.KIND: cv.TOOL, FRAMEWORK: self.framework, **({"tool_call_id": call_id} if call_id else {})}
         self._open(
             run_id, parent_run_id, name, ScopeType.TOOL.value, inputs if inputs is not None else input_str, tags, meta
@@ -314,6 +318,25 @@ class RelayCallbackHandler(BaseCallbackHandler):
         except Exception as exc:
             turn.relay.diag.failure("subscriber_errors", exc, f"{self.framework} callback chat model start")
 
+    def on_llm_new_token(
+        self,
+        token: Any,
+        *,
+        run_id: UUID,
+        chunk: Any = None,  # unused, named: see ``on_chat_model_start``
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        # A streamed call's provider call has been made: its join ends now, not at the stream's end. Between
+        # chunks the caller's own code runs in the context the join was made in (a sync or async generator
+        # yields into it), and a stream left unfinished may never end there: what it calls is no attempt here.
+        run = _RUNS.get(run_id.int)
+        if run is not None:
+            call = run.call
+            if call is not None and call._joined is not None:
+                call.unjoin()
+
     def on_llm_end(
         self,
         response: Any,
@@ -353,6 +376,18 @@ class RelayCallbackHandler(BaseCallbackHandler):
             self._guarded(run.turn, "chat model error", retried.hold, run, error)
         else:
             self._guarded(run.turn, "chat model error", run.call.close, error)
+
+
+def _cancel_model_runs(parent: str, error: BaseException) -> None:
+    """The run whose scope is ``parent`` was cancelled: the model runs still open under it were too, though
+    LangChain reports no end for them (an async model call awaits its provider call in a ``gather``, and
+    the gather's cancellation skips the callbacks). Their calls end cancelled now, before their parent,
+    rather than open until the turn's end and then closed with the turn's outcome. Only on a cancellation,
+    a rare end: the runs followed are looked through, where every model call would pay for an index."""
+    for key, run in list(_RUNS.items()):
+        call = run.call if type(run) is retried.ModelRun and run.parent == parent else None
+        if call is not None and _RUNS.pop(key, None) is run:  # not ended meanwhile by another thread
+            call.close(error)
 
 
 def _name_of(serialized: dict[str, Any] | None) -> str | None:

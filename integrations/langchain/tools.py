@@ -32,8 +32,18 @@ TOOL_CALL_ID = "tool_call_id"
 _FRAMEWORK = cv.FRAMEWORK
 _CONTROL_FLOW = ("GraphBubbleUp", "GraphInterrupt", "NodeInterrupt", "ParentCommand")
 
-# True while a managed tool call runs here: the callback handler then opens no second tool scope.
-managed_tool: ContextVar[bool] = ContextVar("relay_langchain_managed_tool", default=False)
+# The id of the tool call a managed tool call runs here (``_NONE``: none does). The callback handler opens
+# no second scope for that call's tool run, and a ``RelayMiddleware`` wrapping it again (a second one in
+# the stack) adds no second managed call; a tool call of another id (a sub-agent's, inside the tool) is
+# its own. An id, not a flag: what the tool runs inside inherits it.
+_NONE: Any = object()
+managed_tool: ContextVar[Any] = ContextVar("relay_langchain_managed_tool", default=_NONE)
+
+
+def is_managed(tool_call_id: Any) -> bool:
+    """Whether the tool call ``tool_call_id`` names is the one a managed tool call runs here."""
+    managed = managed_tool.get()
+    return managed is not _NONE and managed == tool_call_id
 
 
 def is_control_flow(error: BaseException) -> bool:
@@ -103,7 +113,7 @@ class _ToolRun:
         call = request.tool_call
         if args is not call.get("args"):  # rewritten by an intercept (the request's own needs no copy)
             request = request.override(tool_call={**call, "args": args})
-        return request, managed_tool.set(True)
+        return request, managed_tool.set(call.get("id"))
 
     def result(self, result: Any) -> Any:
         """The tool call's result; a pause the tool made goes on to the framework (the scope has ended)."""
@@ -132,7 +142,7 @@ class _ToolRun:
 def run_tool(request: Any, handler: Callable[[Any], Any]) -> Any:
     """``handler(request)`` as a managed tool call of the turn managed here (straight through without one)."""
     turn = session.managed_turn()
-    if turn is None:
+    if turn is None or is_managed(request.tool_call.get("id")):  # no turn, or this call is managed already
         return handler(request)
     run = _ToolRun(turn, request, handler)
 
@@ -158,7 +168,7 @@ def run_tool(request: Any, handler: Callable[[Any], Any]) -> Any:
 
 async def arun_tool(request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
     turn = session.managed_turn()
-    if turn is None:
+    if turn is None or is_managed(request.tool_call.get("id")):
         return await handler(request)
     run = _ToolRun(turn, request, handler)
 

@@ -350,7 +350,7 @@ async def _tool_call(
             metadata={cv.SPAN_HINTS: mc.end_hints(hints, end)},
         )
         return result
-    return await _intercepted_tool_call(relay, tool, arguments, hints, call, result_type, _sending_for(tool, driver))
+    return await _intercepted_tool_call(relay, tool, arguments, hints, call, result_type, driver)
 
 
 def _tool_end(sending: _Sending, result: Any) -> tuple[dict[str, Any], bool]:
@@ -366,15 +366,18 @@ def _tool_end(sending: _Sending, result: Any) -> tuple[dict[str, Any], bool]:
 
 
 async def _intercepted_tool_call(
-    relay: Any, tool: str, arguments: Any, hints: dict[str, Any], call: Call, result_type: Any, sending: _Sending
+    relay: Any, tool: str, arguments: Any, hints: dict[str, Any], call: Call, result_type: Any, driver: Any
 ) -> Any:
     """Through ``relay.tools.execute_async``, so the relay's tool request intercepts (guardrails;
     argument rewrites) and execution intercepts run first."""
-    sending.carrier = {}
     sent = False
+    holder: Any = None  # the scope the first send to end set the end hints on: a later send's end replaces them
 
     async def terminal(args: Any) -> Any:
-        nonlocal sent
+        nonlocal sent, holder
+        # One per send: an execution intercept may send the call again (a retry) or several times at once (a
+        # fan-out), each with the arguments it gives, written into that request alone.
+        sending = _sending_for(tool, driver)
         inner = relay.scope.current()  # the tool scope, or one an execution intercept opened in it
         sending.carrier = carrier_for(inner) if inner is not None else {}
         if args is not arguments:
@@ -386,11 +389,11 @@ async def _intercepted_tool_call(
         except BaseException as exc:
             _sending.reset(token)
             # Set before the tool scope ends (which happens as this propagates).
-            _set_end_hints(inner, hints, sending.end_attributes(exc))
+            holder = _set_end_hints(inner, hints, sending.end_attributes(exc), holder)
             raise
         _sending.reset(token)
         end, failed = _tool_end(sending, result)
-        _set_end_hints(inner, hints, end)
+        holder = _set_end_hints(inner, hints, end, holder)
         if failed:
             raise ToolErrorResult(result)
         return result
@@ -407,18 +410,24 @@ async def _intercepted_tool_call(
         return _typed(result_type, _refusal(exc))
 
 
-def _set_end_hints(current: Any, hints: dict[str, Any], end: dict[str, Any]) -> None:
-    """The tool scope's hints as its end sets them: on the scope that holds them (an execution
-    intercept may have opened one inside it), in its own metadata, which its end event carries. A new
+def _set_end_hints(current: Any, hints: dict[str, Any], end: dict[str, Any], holder: Any = None) -> Any:
+    """The tool scope's hints as its end sets them: on the scope that holds them (``current`` or one it
+    is in: an execution intercept may have opened one inside it; ``holder``, once an earlier send of the
+    call set them there), in its own metadata, which its end event carries; returns that scope. A new
     dict: the scope's start event holds the one it had, and a consumer reading that later (ATOF's
     writer) must find the start as it was."""
-    node = current
-    while node is not None:
-        md = node.metadata
-        if type(md) is dict and md.get(cv.SPAN_HINTS) is hints:
-            node.metadata = {**md, cv.SPAN_HINTS: mc.end_hints(hints, end)}
-            return
-        node = node.parent
+    node = holder
+    if node is None:
+        node = current
+        while node is not None:
+            md = node.metadata
+            if type(md) is dict and md.get(cv.SPAN_HINTS) is hints:
+                break
+            node = node.parent
+        else:
+            return None
+    node.metadata = {**node.metadata, cv.SPAN_HINTS: mc.end_hints(hints, end)}
+    return node
 
 
 def _declares(scope: Any, tool: str) -> bool:

@@ -122,6 +122,13 @@ class RelayTraceProcessor:
         entry = self._spans.get(parent_id) if parent_id else None
         if entry is not None:
             handle = entry.handle
+            if not entry.own:
+                # A wrapped tool's function span opens no scope: what runs in the tool (an agent run as a tool)
+                # nests under the tool's managed call, not beside it.
+                tool = tool_spans.opened(parent_id)
+                inner = tool.scope if tool is not None else None
+                if inner is not None and not inner.ended:
+                    return inner
             if handle is not None and not handle.ended:
                 return handle
         return current_parent(turn)

@@ -8,7 +8,8 @@ as a tool that returned the message. So the processor keeps a ``ToolSpan`` for e
 follows, which code running inside the span finds by the SDK's current span:
 
 - the managed invocation (``tools``) marks it ``ran``: a wrapped tool whose call never got there has
-  no scope unless the processor records one;
+  no scope unless the processor records one; once the tool runs, ``scope`` is its managed call's scope,
+  which what the tool runs (an agent run as a tool) nests under;
 - a hook on ``ToolInputGuardrail.run`` notes the guardrail that refused the call (``rejected``);
 - ``task`` is the task the span runs in: a tool cancelled while that task is not being cancelled was
   stopped by the SDK's own ``timeout``, not by the run's cancellation.
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from relay_runtime import GuardrailRejected, session
+from relay_runtime.scopes import ScopeHandle
 
 _MARK = "__relay_tool_guardrail_hook__"
 _open: dict[str, ToolSpan] = {}  # span id -> its record, while the span is open
@@ -35,11 +37,12 @@ _current_span: Callable[[], Any] | None = None  # agents.tracing.get_current_spa
 class ToolSpan:
     """One open ``function`` span: whether the tool ran, which guardrail refused it, where it runs."""
 
-    __slots__ = ("call_id", "ran", "rejected", "task")
+    __slots__ = ("call_id", "ran", "rejected", "scope", "task")
 
     def __init__(self, task: asyncio.Task[Any] | None) -> None:
         self.task = task
         self.ran = False
+        self.scope: ScopeHandle | None = None
         self.rejected: GuardrailRejected | None = None
         self.call_id: str | None = None  # the model's tool call id, from the guardrail's tool context
 
@@ -59,6 +62,11 @@ def open_span(span_id: str) -> ToolSpan:
 
 def close_span(span_id: str) -> ToolSpan | None:
     return _open.pop(span_id, None)
+
+
+def opened(span_id: str) -> ToolSpan | None:
+    """The record of the open function span ``span_id``, if a processor follows it."""
+    return _open.get(span_id)
 
 
 def current() -> ToolSpan | None:

@@ -91,6 +91,8 @@ class ToolWrapping:
             async def execute(args: Any) -> Any:
                 nonlocal started
                 started = True
+                if span is not None:
+                    span.scope = turn.relay.scope.current()  # the tool's scope: spans started inside nest there
                 if args is not parsed and args != parsed:
                     # An intercept rewrote the arguments: the SDK's arguments prepared for the old text
                     # would be refused as not matching, so they are dropped and the new text parsed anew.
