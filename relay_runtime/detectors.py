@@ -194,10 +194,9 @@ _BUILT_IN: dict[str, Detector] = {
     "us_ssn": Detector("us_ssn", find_ssn, inert_alike=True, shortest=11),
     # "J": every token holds "eyJ", and a capital J is rare in prose (``in`` of "eyJ" walks the text slowly).
     "jwt": Detector("jwt", at(JWT, "eyJ", 2, jwt_ok), ("J",), inert_alike=True, shortest=16),
-    # Its expression names inert characters in two places, each read as written in escaped text too: a private
-    # key block's newlines (a backslash and an "n" are body characters) and the quotes around the name of an
-    # AWS secret (an escaped quote is one): the decoded copy adds nothing there.
-    "api_key": Detector("api_key", find_key, inert_alike=True, shortest=20),
+    # Not inert alike: a private key block spans newlines, quotes and "&" end a URL's credential parameter while
+    # "~" may be in it (CloudFront's signatures): a decoded copy is read whole.
+    "api_key": Detector("api_key", find_key, shortest=20),
     "high_entropy": Detector("high_entropy", matches(TOKEN, high_entropy_ok), inert_alike=True, shortest=24),
 }
 _LAZY: dict[str, Callable[[], Detector]] = {"presidio": _presidio}

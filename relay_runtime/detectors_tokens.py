@@ -15,6 +15,8 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from . import detectors_decoding as _decoding
+
 Span = tuple[int, int]
 
 
@@ -193,6 +195,35 @@ def find_key(text: str) -> list[Span]:
             last = m.end()
             value = m.start("value")
             found.append(m.span() if value < 0 else (value, last))
+    named = _named_credentials(text)
+    return _decoding.merged(found, named) if named else found
+
+
+# A URL's query parameter (its name after "?" or "&") and an Authorization header's bearer token, written in
+# text: a presigned S3 or GCS URL, an Azure SAS or an OAuth link pasted into a message is a credential until it
+# expires. Only the value is the secret, and only values of eight characters or more are read as one.
+_PARAM = re.compile(r"([A-Za-z0-9_.-]{1,64})=([^&#\s\"'<>\\)\]]{8,})")
+_BEARER = re.compile(r"(?<![A-Za-z0-9])[Bb]earer\s+([A-Za-z0-9._~+/-]{16,}=*)(?![A-Za-z0-9._~+/=-])")
+
+
+def _named_credentials(text: str) -> list[Span]:
+    from .redaction import is_credential_name  # here: the redaction modules import the detectors
+
+    found: list[Span] = []
+    i = text.find("=")
+    while i > 0:
+        opened = max(text.rfind("?", max(0, i - 65), i), text.rfind("&", max(0, i - 65), i))
+        if opened >= 0:
+            m = _PARAM.match(text, opened + 1)
+            if m is not None and m.end(1) == i and is_credential_name(m[1]):
+                found.append(m.span(2))
+        i = text.find("=", i + 1)
+    i = text.find("earer")
+    while i > 0:
+        m = _BEARER.match(text, i - 1)
+        if m is not None:
+            found.append(m.span(1))
+        i = text.find("earer", i + 1)
     return found
 
 

@@ -218,6 +218,46 @@ def test_an_aws_secret_access_key_is_found_by_its_name_and_only_the_value_replac
     ]
 
 
+SIGNATURE = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+
+
+@pytest.mark.parametrize(
+    ("text", "secrets"),
+    [
+        # A presigned S3 URL pasted into a message: whoever holds it reads the file until it expires.
+        (
+            "download https://b.s3.amazonaws.com/f.pdf?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential="
+            "AKIAIOSFODNN7EXAMPLE%2F20260101%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Date=20260101T000000Z"
+            f"&X-Amz-Expires=3600&X-Amz-SignedHeaders=host&X-Amz-Signature={SIGNATURE} now",
+            ["AKIAIOSFODNN7EXAMPLE%2F20260101%2Fus-east-1%2Fs3%2Faws4_request", SIGNATURE],
+        ),
+        (
+            f"gs https://storage.googleapis.com/b/o?X-Goog-Date=20260101T000000Z&X-Goog-Signature={SIGNATURE}",
+            [SIGNATURE],
+        ),
+        (  # an Azure SAS
+            "https://acct.blob.core.windows.net/c/f?sv=2022-11-02&se=2026-01-01&sr=b&sp=r&sig=AbCdEfGh%2BIjKl%3D ok",
+            ["AbCdEfGh%2BIjKl%3D"],
+        ),
+        ("https://api.example.com/v1/me?access_token=a1B2c3D4e5F6g7H8&page=2", ["a1B2c3D4e5F6g7H8"]),
+        (  # CloudFront's signatures hold "~"
+            "https://d1.cloudfront.net/i.jpg?Expires=1767225600&Signature=Nql641NHEUk~SYeUSoBJ-Afh9~lOCM_&Key-Pair-Id=K2",
+            ["Nql641NHEUk~SYeUSoBJ-Afh9~lOCM_"],
+        ),
+        # Read in JSON text too, after an escape that glues a letter to it.
+        ('{"cmd": "curl\\nBearer a1B2c3D4e5F6g7H8i9J0\\n"}', ["a1B2c3D4e5F6g7H8i9J0"]),
+        ("curl -H 'Authorization: Bearer a1B2c3D4e5F6g7H8i9J0' https://api.example.com", ["a1B2c3D4e5F6g7H8i9J0"]),
+        # Not credentials: other parameters, short values, a word after "bearer".
+        ("https://example.com/search?q=presigned+urls&page=2&sort=asc&token=abc", []),
+        ("bearer bonds and the Bearer of bad news", []),
+    ],
+)
+def test_a_credential_in_a_url_or_an_authorization_header_written_in_text_is_found(
+    text: str, secrets: list[str]
+) -> None:
+    assert [text[s:e] for s, e in detectors.detector("api_key").find(text)] == secrets
+
+
 @pytest.mark.parametrize(("name", "value", "expected"), OTHER_CASES)
 def test_other_detectors(name: str, value: str, expected: bool) -> None:
     assert _found(name, value) == ([value] if expected else [])
