@@ -138,6 +138,8 @@ def canonical(name: str | None, value: str) -> str:
     if name == "email":
         return text.lower()
     if name in ("credit_card", "us_ssn", "phone"):
+        if name == "phone":
+            text = text.replace("(0)", "")  # the trunk prefix written beside a country code: +44 (0)20 ...
         digits = "".join(ch for ch in text if "0" <= ch <= "9")
         if name != "phone":
             return digits
