@@ -31,6 +31,7 @@ from relay_runtime.types import Outcome
 from .. import dispatch
 
 _SUCCESS = Outcome.SUCCESS.value
+_CANCELLED = Outcome.CANCELLED.value
 _ROLE = "primary"
 
 
@@ -49,13 +50,14 @@ class Group:
     def metadata(self) -> dict[str, Any]:
         return {cv.API_REQUEST_ID: self.call.api_request_id, cv.CALL_ROLE: _ROLE}
 
-    def close(self, error: BaseException | None) -> None:
+    def close(self, error: BaseException | None, outcome: str | None = None) -> None:
         if self.closed:
             return
         self.closed = True
         turn = self.turn
         call = self.call
-        outcome = outcome_of(error) if error is not None else (call.last_outcome or _SUCCESS)
+        if outcome is None:
+            outcome = outcome_of(error) if error is not None else (call.last_outcome or _SUCCESS)
         try:
             # False when the turn ended first and closed it (or is closing it).
             logical_calls.close_logical_call(turn, call, outcome)
@@ -163,7 +165,17 @@ class GroupedIterator:
                 close()
         finally:
             current.reset(token)
-            self.group.close(None)
+            # A stream read out closed its call already: one still open was stopped early.
+            self.group.close(None, _CANCELLED)
+
+    def __del__(self) -> None:
+        # Dropped unread: left open, the call would end with the turn's outcome, a success never had.
+        try:
+            group = self.group
+        except AttributeError:  # __init__ never ran to the end
+            return
+        if not group.closed:
+            self.close()
 
 
 class GroupedAsyncIterator:
@@ -197,7 +209,16 @@ class GroupedAsyncIterator:
                 await close()
         finally:
             current.reset(token)
-            self.group.close(None)
+            # Not the last attempt's outcome: closing the SDK's async generator leaves the attempt inside it
+            # open until the event loop finalizes that one, so the call would read as a success.
+            self.group.close(None, _CANCELLED)
+
+    def __del__(self) -> None:
+        try:
+            group = self.group
+        except AttributeError:
+            return
+        group.close(None, _CANCELLED)  # no-op when the stream ended or was closed
 
 
 # -- the Python functions automatic function calling runs -----------------------------------------
