@@ -157,6 +157,30 @@ def test_credentials_inside_a_json_body_reach_no_event_line_or_journal_row(tmp_p
         assert secret not in written and secret not in journal
 
 
+def test_a_prompt_a_path_rule_redacts_leaves_no_trace_in_a_json_body_that_escapes_its_non_ascii_text(
+    relay_host: session.Host, relay_turn: Any, relay_events: Recorder, client: Any, bedrock_server: BedrockServer
+) -> None:
+    # json.dumps writes "Müller" as "M\u00fcller": the body's text is not the value the rule redacted in the view.
+    from relay_runtime.redaction import RedactionPolicy, Rule
+
+    relay_host.relay.redaction.use(RedactionPolicy([Rule("redact", paths=["/request/messages", "/request/system"])]))
+    system, prompt = "Du hilfst Frau Müller", "Schreib an Jürgen Weiß, Hauptstraße 5"
+    answer = {"id": "m", "type": "message", "role": "assistant", "content": [], "stop_reason": "end_turn",
+              "usage": {"input_tokens": 5, "output_tokens": 1}}  # fmt: skip
+    bedrock_server.replies += [raw_reply(answer), raw_reply({"generation": "ok", "stop_reason": "stop"})]
+    body = {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 9, "system": system,
+            "messages": [{"role": "user", "content": prompt}]}  # fmt: skip
+    client.invoke_model(modelId=CLAUDE, body=json.dumps(body))
+    client.invoke_model(modelId=LLAMA, body=json.dumps({"prompt": prompt, "max_gen_len": 9}).encode())
+    assert [seen.body["messages"][0]["content"] if i == 0 else seen.body["prompt"]
+            for i, seen in enumerate(bedrock_server.seen)] == [prompt, prompt]  # fmt: skip  # sent as given
+    recorded = repr([(e.input, e.annotated_request) for e in relay_events if e.scope_type == "llm"])
+    for text in (system, prompt):
+        for word in text.split():
+            if len(word) > 4:
+                assert word not in recorded and json.dumps(word)[1:-1] not in recorded
+
+
 def test_titan_and_cohere_embeddings_are_embeddings_attempts(relay_turn, relay_events, client, bedrock_server):
     bedrock_server.replies += [
         raw_reply({"embedding": [0.1, 0.2, 0.3], "inputTextTokenCount": 5}),
