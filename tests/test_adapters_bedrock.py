@@ -486,3 +486,35 @@ def test_a_streamed_answer_is_stored_as_events_the_redaction_policy_reads(
         replayed = session_(adapters.instrument(BedrockServer.client(bedrock_server)))
     assert [text.replace(" ", "") for text in replayed] == ["mail[REDACTED:email]now"] * 2
     assert [e.outcome for e in attempts(relay_events)] == ["success"] * 4
+
+
+def test_a_text_document_sent_as_bytes_is_stored_redacted_and_still_replays(
+    relay_turn, relay_events, bedrock_server, tmp_path
+):
+    # Converse takes a document's text as bytes; the cassette stores bytes as base64, which no rule read.
+    import base64
+
+    from relay_runtime import cassettes
+    from relay_runtime.redaction import RedactionPolicy, Rule
+
+    session.SESSION_COORDINATOR.redaction.use(RedactionPolicy([Rule("redact", detector="email")]))
+    email = "jane.doe@example.com"
+    document = {"format": "txt", "name": "notes", "source": {"bytes": f"Write to {email} today".encode()}}
+    image = {"format": "png", "source": {"bytes": b"\x89PNG\r\n\x1a\n\x00\xff"}}  # binary: stored as it is
+    messages = [{"role": "user", "content": [{"text": "Summarize"}, {"document": document}, {"image": image}]}]
+    bedrock_server.replies.append(json_reply(converse_body("summarized")))
+    path = tmp_path / "bedrock.json"
+    with cassettes.use(path, mode="record"):
+        adapters.instrument(bedrock_server.client()).converse(modelId=MODEL, messages=messages)
+    assert bedrock_server.seen[0].body["messages"][0]["content"][1]["document"]["source"]["bytes"] == (
+        base64.b64encode(document["source"]["bytes"]).decode()
+    )  # sent as given
+    stored = path.read_text()
+    blobs = [base64.b64decode(b) for b in re.findall(r'"base64": "([^"]*)"', stored)]
+    assert b"[REDACTED:email]" in b"".join(blobs) and image["source"]["bytes"] in blobs
+    assert email not in stored and not [b for b in blobs if email.encode() in b]
+    bedrock_server.close()
+    with cassettes.use(path, mode="replay"):
+        replayed = adapters.instrument(bedrock_server.client()).converse(modelId=MODEL, messages=messages)
+    assert replayed["output"]["message"]["content"][0]["text"] == "summarized"
+    assert [e.outcome for e in attempts(relay_events)] == ["success"] * 2
