@@ -179,6 +179,30 @@ def test_a_call_botocore_refuses_before_sending_is_marked_unsent(relay_turn, rel
     assert bedrock_server.seen == []
 
 
+def test_a_call_whose_credentials_cannot_be_refreshed_is_recorded_failed_and_unsent(
+    relay_turn, relay_events, client, bedrock_server
+):
+    # An SSO session that expired: botocore raises while signing. The relay read the credentials first, outside
+    # the attempt, so the call failed with no record of it.
+    import datetime
+
+    import botocore.credentials
+
+    def refresh() -> dict[str, str]:
+        raise botocore.exceptions.TokenRetrievalError(provider="sso", error_msg="the session has expired")
+
+    expired = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)).isoformat()
+    metadata = {"access_key": ACCESS_KEY, "secret_key": SECRET_KEY, "token": SESSION_TOKEN, "expiry_time": expired}
+    client._request_signer._credentials = botocore.credentials.RefreshableCredentials.create_from_metadata(
+        metadata, refresh, "sso"
+    )
+    with pytest.raises(botocore.exceptions.TokenRetrievalError):
+        client.converse(modelId=MODEL, messages=MESSAGES)
+    end = only(relay_events)
+    assert end.outcome == "failed" and end.error_type == "TokenRetrievalError" and end.metadata[cv.SENT] is False
+    assert bedrock_server.seen == []
+
+
 def test_tool_use_is_annotated_as_tool_calls_in_both_calls(relay_turn, relay_events, client, bedrock_server) -> None:
     tool = {"toolUseId": "tu-0", "name": "weather", "input": {"city": "Lyon"}}
     bedrock_server.replies += [json_reply(converse_body("Looking.", stop="tool_use", tool=tool)),
