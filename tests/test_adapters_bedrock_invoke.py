@@ -91,6 +91,16 @@ def test_invoke_model_with_a_meta_body(relay_turn, relay_events, client, bedrock
     assert (end.annotated_response.usage.input_tokens, end.annotated_response.usage.output_tokens) == (9, 3)
 
 
+def test_a_cohere_chat_body_is_recorded_as_its_history_then_its_new_message(
+    relay_turn, relay_events, client, bedrock_server
+) -> None:
+    bedrock_server.replies.append(raw_reply({"text": "Lyon, then.", "finish_reason": "COMPLETE"}))
+    history = [{"role": "USER", "message": "Where should we meet?"}, {"role": "CHATBOT", "message": "Paris?"}]
+    body = {"message": "Not Paris.", "chat_history": history, "temperature": 0.1}
+    client.invoke_model(modelId="cohere.command-r-plus-v1:0", body=json.dumps(body))
+    assert only(relay_events).annotated_request.messages == [*history, "Not Paris."]  # in the order they were said
+
+
 def test_a_body_given_as_a_file_is_read_as_its_prompt_and_a_cassette_replays_each_prompts_answer(
     relay_turn, relay_events, client, bedrock_server, tmp_path
 ) -> None:

@@ -36,8 +36,9 @@ PARAMS: dict[str, dict[str, str]] = {
 _INPUTS: dict[str, tuple[str, ...]] = {
     TITAN_EMBED: ("inputText", "inputImage"),
     COHERE_EMBED: ("texts", "images", "inputs"),
-    # Other families' prompts, by the names their bodies use (Nova, Titan text, Mistral, Cohere, AI21, ...).
-    OTHER: ("messages", "prompt", "inputText", "message", "chat_history", "texts", "input", "inputs"),
+    # Other families' prompts, by the names their bodies use (Nova, Titan text, Mistral, Cohere, AI21, ...), in the
+    # order they were said: Cohere's chat history before its new message.
+    OTHER: ("messages", "prompt", "inputText", "chat_history", "message", "texts", "input", "inputs"),
 }
 _STRUCTURAL = {
     ANTHROPIC: {"messages", "system", "tools", "tool_choice"},
