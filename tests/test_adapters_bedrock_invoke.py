@@ -101,6 +101,21 @@ def test_a_cohere_chat_body_is_recorded_as_its_history_then_its_new_message(
     assert only(relay_events).annotated_request.messages == [*history, "Not Paris."]  # in the order they were said
 
 
+def test_a_cohere_preamble_is_the_system_prompt_a_rule_on_the_system_redacts(
+    relay_host: session.Host, relay_turn: Any, relay_events: Recorder, client: Any, bedrock_server: BedrockServer
+) -> None:
+    from relay_runtime.redaction import RedactionPolicy, Rule
+
+    relay_host.relay.redaction.use(RedactionPolicy([Rule("redact", paths=["/request/system"])]))
+    bedrock_server.replies.append(raw_reply({"text": "ok", "finish_reason": "COMPLETE"}))
+    preamble = "You answer for Acme's internal pricing desk"
+    client.invoke_model(modelId="cohere.command-r-v1:0", body=json.dumps({"message": "hi", "preamble": preamble}))
+    assert bedrock_server.seen[0].body["preamble"] == preamble  # sent as given
+    (start,) = relay_events.starts(relay_kind=cv.ATTEMPT)
+    assert start.annotated_request.system == "[REDACTED]" and start.annotated_request.messages == ["hi"]
+    assert "pricing desk" not in repr([(e.input, e.annotated_request) for e in relay_events if e.scope_type == "llm"])
+
+
 def test_a_body_given_as_a_file_is_read_as_its_prompt_and_a_cassette_replays_each_prompts_answer(
     relay_turn, relay_events, client, bedrock_server, tmp_path
 ) -> None:
