@@ -159,6 +159,23 @@ def test_a_cassette_recorded_through_a_signed_bedrock_client_replays_the_answer_
     assert [e.annotated_response.output_text for e in relay_events.ends(relay_kind=cv.ATTEMPT)] == [answer] * 2
 
 
+def test_a_failed_signed_call_leaves_the_words_of_its_signature_in_later_records(
+    relay_turn: Any, relay_events: Recorder
+) -> None:
+    # The credentials a failed call was sent with are remembered, and blanked in every record after it: of a
+    # SigV4 Authorization only the key id and the signature, not its region and signed header names.
+    said = "model not served in eu-west-3 for this content-type"
+    script = t.Script([t.error(400, "bad request"), t.error(400, said)])
+    client = adapters.instrument(bedrock(script).with_options(max_retries=0))
+    for _ in range(2):
+        with pytest.raises(anthropic.BadRequestError):
+            client.messages.create(model=BEDROCK_MODEL, max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+    first, second = relay_events.ends(relay_kind=cv.ATTEMPT)
+    assert said in second.error_message
+    signature = script.requests[0].headers["authorization"].rpartition("Signature=")[2]
+    assert signature not in event_json(first) and AWS_KEY_ID not in event_json(first)
+
+
 def test_a_gateway_the_caller_names_counts_the_whole_prompt_and_anthropic_keeps_its_own_count(
     relay_host: session.Host, relay_turn: Any, relay_events: Recorder
 ) -> None:
