@@ -212,13 +212,14 @@ def test_an_async_stream_closed_early_ends_its_logical_call_cancelled_not_succee
 ) -> None:
     script.add(t.sse_reply(stream_frames(["one", "two", "three"])))
 
-    async def read_one() -> str:
+    async def read_one() -> tuple[str, list[str]]:
         stream = await client.aio.models.generate_content_stream(model=MODEL, contents="hi")
         first = await stream.__anext__()
-        await stream.aclose()  # the SDK's generator is closed; the request inside it is closed later, by the loop
-        return first.text
+        await stream.aclose()  # the SDK's generator is closed; the loop would close the request inside it later
+        return first.text, [e.metadata[cv.KIND] for e in relay_events.ends()]
 
-    assert asyncio.run(read_one()) == "one"
+    # Closed with the stream, the attempt ends before the call it is part of, as a read-out stream's does.
+    assert asyncio.run(read_one()) == ("one", [cv.ATTEMPT, cv.LOGICAL_CALL])
     assert only(relay_events).outcome == "cancelled"
     (call,) = relay_events.ends(relay_kind=cv.LOGICAL_CALL)
     assert call.outcome == "cancelled"

@@ -39,12 +39,13 @@ class Group:
     """The logical call a public method opened, while it runs. Its attempts are made of it directly
     (``calls.attempt_of``: no metadata merge, no lookup by id); ``metadata`` names it for ``calls``' own way."""
 
-    __slots__ = ("call", "closed", "turn")
+    __slots__ = ("call", "closed", "streams", "turn")
 
     def __init__(self, turn: Turn) -> None:
         self.turn = turn
         self.call = calls.open_call_in(turn, None, _ROLE)
         self.closed = False
+        self.streams: list[Any] = []  # its async attempts' managed streams, closed with the public stream
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -209,9 +210,19 @@ class GroupedAsyncIterator:
                 await close()
         finally:
             current.reset(token)
-            # Not the last attempt's outcome: closing the SDK's async generator leaves the attempt inside it
-            # open until the event loop finalizes that one, so the call would read as a success.
-            self.group.close(None, _CANCELLED)
+            await self._close_group()
+
+    async def _close_group(self) -> None:
+        group = self.group
+        try:
+            if not group.closed:
+                # Closing the SDK's async generator leaves the request it was reading open until the event loop
+                # finalizes it: closed here, its attempt ends (cancelled) before the call it is part of.
+                for stream in group.streams:
+                    await stream.aclose()
+        finally:
+            # Not the last attempt's outcome: the call was stopped before its stream ended.
+            group.close(None, _CANCELLED)
 
     def __del__(self) -> None:
         try:

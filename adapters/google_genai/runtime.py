@@ -355,6 +355,8 @@ async def managed_stream_async(
         return _Tagging(await _send_async(wrapped, call, request))
 
     attempt = call.grouped_stream()
-    if attempt is not None:
-        return await attempt.relay.llm.open_stream_async(attempt, open_stream)
+    if attempt is not None and call.group is not None:
+        stream = await attempt.relay.llm.open_stream_async(attempt, open_stream)
+        call.group.streams.append(stream)  # closed with the public stream (logical.GroupedAsyncIterator.aclose)
+        return stream
     return await calls.stream_current_async(call.request, open_stream, **call.options())
