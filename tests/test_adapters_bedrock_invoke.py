@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from bedrock_support import BedrockServer, anthropic_stream_events, chunks, raw_reply, stream_reply
+from bedrock_support import BedrockServer, anthropic_stream_events, chunks, error_reply, raw_reply, stream_reply
 from journal_support import run_turn
 from otel_support import Pipeline
 
@@ -204,6 +204,25 @@ def test_a_prompt_a_path_rule_redacts_leaves_no_trace_in_a_json_body_that_escape
         for word in text.split():
             if len(word) > 4:
                 assert word not in recorded and json.dumps(word)[1:-1] not in recorded
+
+
+def test_a_prompt_a_path_rule_redacts_leaves_no_trace_in_an_error_that_echoes_the_json_body(
+    relay_host: session.Host, relay_turn: Any, relay_events: Recorder, client: Any, bedrock_server: BedrockServer
+) -> None:
+    # A gateway refusing the body quotes it as it came: the JSON text, "Weiß" written "Wei\u00df".
+    from botocore.exceptions import ClientError
+
+    from relay_runtime.redaction import RedactionPolicy, Rule
+
+    relay_host.relay.redaction.use(RedactionPolicy([Rule("redact", paths=["/request/messages"])]))
+    body = json.dumps({"prompt": "Schreib an Jürgen Weiß", "max_gen_len": 9})
+    bedrock_server.replies.append(error_reply(400, "ValidationException", f"Malformed input request: {body}"))
+    with pytest.raises(ClientError) as caught:
+        client.invoke_model(modelId=LLAMA, body=body)
+    assert "J\\u00fcrgen" in str(caught.value)  # the caller's error as the gateway wrote it
+    (end,) = relay_events.ends(relay_kind=cv.ATTEMPT)
+    assert end.error_message is not None and "Malformed input request" in end.error_message
+    assert "rgen" not in end.error_message and "Schreib" not in end.error_message
 
 
 def test_titan_and_cohere_embeddings_are_embeddings_attempts(relay_turn, relay_events, client, bedrock_server):
