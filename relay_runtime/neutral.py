@@ -65,6 +65,7 @@ CONTENT_PARAMS: Mapping[str, tuple[str, ...] | None] = MappingProxyType(
         "tool_results": None,
         "tools": None,
         "toolConfig": None,
+        "images": None,  # Llama vision's images (base64), beside the prompt that names them
         # LangChain: with_structured_output's schema, passed to the model as an invocation kwarg
         "ls_structured_output_format": None,
     }

@@ -114,7 +114,9 @@ CREDENTIAL_NAMES = frozenset(
     {"key", "api-key", "apikey", "token", "access-token", "sig", "signature", "secret", "password", "credential"}
     | {"subscription-key", "cookie", "set-cookie", "authorization", "proxy-authorization", "auth"}
 )
-_NAME_SUFFIXES = ("-key", "-token", "-auth", "-authorization", "-secret", "-signature", "-password", "-credential")
+# ``-apikey``: a gateway's ``x-apikey`` (Apigee's), one word where others write ``-api-key``.
+_NAME_SUFFIXES = ("-key", "-apikey", "-token", "-auth", "-authorization", "-secret", "-signature", "-password",
+                  "-credential")  # fmt: skip
 _NAME_PREFIXES = ("x-auth-",)
 _NOT_CREDENTIAL_NAMES = frozenset({"idempotency-key", "x-idempotency-key"})
 

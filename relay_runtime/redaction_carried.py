@@ -63,10 +63,12 @@ def through(
 
 def _forms(old: str, new: str) -> list[tuple[str, str]]:
     forms = [(old, new)]
-    escaped = json.dumps(old, ensure_ascii=False)[1:-1]
-    if escaped != old:
-        forms.append((escaped, json.dumps(new, ensure_ascii=False)[1:-1]))
+    # Either way json.dumps writes it: by default (``ensure_ascii``) "ß" is "\\u00df" there.
+    for ascii_only in (False, True):
+        escaped = json.dumps(old, ensure_ascii=ascii_only)[1:-1]
+        if all(escaped != written for written, _ in forms):
+            forms.append((escaped, json.dumps(new, ensure_ascii=ascii_only)[1:-1]))
     quoted = repr(old)[1:-1]
-    if quoted not in (old, escaped):
+    if all(quoted != written for written, _ in forms):
         forms.append((quoted, repr(new)[1:-1]))
     return forms

@@ -74,10 +74,12 @@ class ThroughView(Application):
                 result = result.replace(old, new)
                 slashed = "\\" in result
             elif slashed:  # JSON text held as a string: the value may be escaped in it
-                escaped = json.dumps(old, ensure_ascii=False)[1:-1]
-                if escaped != old and escaped in result:
-                    result = result.replace(escaped, json.dumps(new, ensure_ascii=False)[1:-1])
-                    slashed = "\\" in result
+                # Written either way json.dumps writes it: by default (``ensure_ascii``) "ü" is "\\u00fc" there.
+                for ascii_only in (False, True):
+                    escaped = json.dumps(old, ensure_ascii=ascii_only)[1:-1]
+                    if escaped != old and escaped in result:
+                        result = result.replace(escaped, json.dumps(new, ensure_ascii=ascii_only)[1:-1])
+                        slashed = "\\" in result
         return result
 
     def _raw_key(self, key: Any, scan: bool) -> Any:

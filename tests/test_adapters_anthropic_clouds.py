@@ -9,6 +9,7 @@ transport, spans through a real OTel SDK pipeline, prices from genai-prices.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -17,7 +18,7 @@ import otel_support
 import pytest
 from otel_support import Pipeline
 
-from relay_runtime import Recorder, adapters, cost, session
+from relay_runtime import Recorder, adapters, cassettes, cost, session
 from relay_runtime import conventions as cv
 from relay_runtime.adapters import endpoints
 from relay_runtime.adapters import testing as t
@@ -130,6 +131,49 @@ def test_the_credentials_the_clients_sign_with_reach_no_record(traced: tuple[Pip
     recorded += [repr((s.name, dict(s.attributes or {}), s.events)) for s in pipeline.finished()]
     for secret in (AWS_KEY_ID, AWS_SECRET, AWS_TOKEN, VERTEX_TOKEN):
         assert not [r for r in recorded if secret in r], secret
+
+
+def test_a_cassette_recorded_through_a_signed_bedrock_client_replays_the_answer_as_it_came(
+    relay_turn: Any, relay_events: Recorder, tmp_path: Path
+) -> None:
+    # A SigV4 Authorization is mostly public text (the signed header names, the region, the service):
+    # taken whole as a secret, its runs of 8 were cut from the answer, and the replay said something else.
+    answer = "Deploy to eu-west-3 and send content-type application/json to the bedrock endpoint"
+    path = tmp_path / "bedrock.json"
+    live_script = t.Script([t.json_reply(t.anthropic_message_body(answer, model=BEDROCK_MODEL))])
+
+    def ask(script: t.Script) -> str:
+        client = adapters.instrument(bedrock(script))
+        message = client.messages.create(model=BEDROCK_MODEL, max_tokens=8, messages=[{"role": "user", "content": "?"}])
+        return str(message.content[0].text)
+
+    with cassettes.use(path, mode="record"):
+        assert ask(live_script) == answer
+    authorization = live_script.requests[0].headers["authorization"]
+    signature = authorization.rpartition("Signature=")[2]
+    stored = path.read_text()
+    for secret in (AWS_KEY_ID, AWS_SECRET, AWS_TOKEN, signature):
+        assert secret[:8] not in stored and secret[-8:] not in stored
+    with cassettes.use(path, mode="replay"):
+        assert ask(t.Script()) == answer
+    assert [e.annotated_response.output_text for e in relay_events.ends(relay_kind=cv.ATTEMPT)] == [answer] * 2
+
+
+def test_a_failed_signed_call_leaves_the_words_of_its_signature_in_later_records(
+    relay_turn: Any, relay_events: Recorder
+) -> None:
+    # The credentials a failed call was sent with are remembered, and blanked in every record after it: of a
+    # SigV4 Authorization only the key id and the signature, not its region and signed header names.
+    said = "model not served in eu-west-3 for this content-type"
+    script = t.Script([t.error(400, "bad request"), t.error(400, said)])
+    client = adapters.instrument(bedrock(script).with_options(max_retries=0))
+    for _ in range(2):
+        with pytest.raises(anthropic.BadRequestError):
+            client.messages.create(model=BEDROCK_MODEL, max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+    first, second = relay_events.ends(relay_kind=cv.ATTEMPT)
+    assert said in second.error_message
+    signature = script.requests[0].headers["authorization"].rpartition("Signature=")[2]
+    assert signature not in event_json(first) and AWS_KEY_ID not in event_json(first)
 
 
 def test_a_gateway_the_caller_names_counts_the_whole_prompt_and_anthropic_keeps_its_own_count(

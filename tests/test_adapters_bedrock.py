@@ -179,6 +179,30 @@ def test_a_call_botocore_refuses_before_sending_is_marked_unsent(relay_turn, rel
     assert bedrock_server.seen == []
 
 
+def test_a_call_whose_credentials_cannot_be_refreshed_is_recorded_failed_and_unsent(
+    relay_turn, relay_events, client, bedrock_server
+):
+    # An SSO session that expired: botocore raises while signing. The relay read the credentials first, outside
+    # the attempt, so the call failed with no record of it.
+    import datetime
+
+    import botocore.credentials
+
+    def refresh() -> dict[str, str]:
+        raise botocore.exceptions.TokenRetrievalError(provider="sso", error_msg="the session has expired")
+
+    expired = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)).isoformat()
+    metadata = {"access_key": ACCESS_KEY, "secret_key": SECRET_KEY, "token": SESSION_TOKEN, "expiry_time": expired}
+    client._request_signer._credentials = botocore.credentials.RefreshableCredentials.create_from_metadata(
+        metadata, refresh, "sso"
+    )
+    with pytest.raises(botocore.exceptions.TokenRetrievalError):
+        client.converse(modelId=MODEL, messages=MESSAGES)
+    end = only(relay_events)
+    assert end.outcome == "failed" and end.error_type == "TokenRetrievalError" and end.metadata[cv.SENT] is False
+    assert bedrock_server.seen == []
+
+
 def test_tool_use_is_annotated_as_tool_calls_in_both_calls(relay_turn, relay_events, client, bedrock_server) -> None:
     tool = {"toolUseId": "tu-0", "name": "weather", "input": {"city": "Lyon"}}
     bedrock_server.replies += [json_reply(converse_body("Looking.", stop="tool_use", tool=tool)),
@@ -486,3 +510,35 @@ def test_a_streamed_answer_is_stored_as_events_the_redaction_policy_reads(
         replayed = session_(adapters.instrument(BedrockServer.client(bedrock_server)))
     assert [text.replace(" ", "") for text in replayed] == ["mail[REDACTED:email]now"] * 2
     assert [e.outcome for e in attempts(relay_events)] == ["success"] * 4
+
+
+def test_a_text_document_sent_as_bytes_is_stored_redacted_and_still_replays(
+    relay_turn, relay_events, bedrock_server, tmp_path
+):
+    # Converse takes a document's text as bytes; the cassette stores bytes as base64, which no rule read.
+    import base64
+
+    from relay_runtime import cassettes
+    from relay_runtime.redaction import RedactionPolicy, Rule
+
+    session.SESSION_COORDINATOR.redaction.use(RedactionPolicy([Rule("redact", detector="email")]))
+    email = "jane.doe@example.com"
+    document = {"format": "txt", "name": "notes", "source": {"bytes": f"Write to {email} today".encode()}}
+    image = {"format": "png", "source": {"bytes": b"\x89PNG\r\n\x1a\n\x00\xff"}}  # binary: stored as it is
+    messages = [{"role": "user", "content": [{"text": "Summarize"}, {"document": document}, {"image": image}]}]
+    bedrock_server.replies.append(json_reply(converse_body("summarized")))
+    path = tmp_path / "bedrock.json"
+    with cassettes.use(path, mode="record"):
+        adapters.instrument(bedrock_server.client()).converse(modelId=MODEL, messages=messages)
+    assert bedrock_server.seen[0].body["messages"][0]["content"][1]["document"]["source"]["bytes"] == (
+        base64.b64encode(document["source"]["bytes"]).decode()
+    )  # sent as given
+    stored = path.read_text()
+    blobs = [base64.b64decode(b) for b in re.findall(r'"base64": "([^"]*)"', stored)]
+    assert b"[REDACTED:email]" in b"".join(blobs) and image["source"]["bytes"] in blobs
+    assert email not in stored and not [b for b in blobs if email.encode() in b]
+    bedrock_server.close()
+    with cassettes.use(path, mode="replay"):
+        replayed = adapters.instrument(bedrock_server.client()).converse(modelId=MODEL, messages=messages)
+    assert replayed["output"]["message"]["content"][0]["text"] == "summarized"
+    assert [e.outcome for e in attempts(relay_events)] == ["success"] * 2

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from bedrock_support import BedrockServer, anthropic_stream_events, chunks, raw_reply, stream_reply
+from bedrock_support import BedrockServer, anthropic_stream_events, chunks, error_reply, raw_reply, stream_reply
 from journal_support import run_turn
 from otel_support import Pipeline
 
@@ -91,6 +91,31 @@ def test_invoke_model_with_a_meta_body(relay_turn, relay_events, client, bedrock
     assert (end.annotated_response.usage.input_tokens, end.annotated_response.usage.output_tokens) == (9, 3)
 
 
+def test_a_cohere_chat_body_is_recorded_as_its_history_then_its_new_message(
+    relay_turn, relay_events, client, bedrock_server
+) -> None:
+    bedrock_server.replies.append(raw_reply({"text": "Lyon, then.", "finish_reason": "COMPLETE"}))
+    history = [{"role": "USER", "message": "Where should we meet?"}, {"role": "CHATBOT", "message": "Paris?"}]
+    body = {"message": "Not Paris.", "chat_history": history, "temperature": 0.1}
+    client.invoke_model(modelId="cohere.command-r-plus-v1:0", body=json.dumps(body))
+    assert only(relay_events).annotated_request.messages == [*history, "Not Paris."]  # in the order they were said
+
+
+def test_a_cohere_preamble_is_the_system_prompt_a_rule_on_the_system_redacts(
+    relay_host: session.Host, relay_turn: Any, relay_events: Recorder, client: Any, bedrock_server: BedrockServer
+) -> None:
+    from relay_runtime.redaction import RedactionPolicy, Rule
+
+    relay_host.relay.redaction.use(RedactionPolicy([Rule("redact", paths=["/request/system"])]))
+    bedrock_server.replies.append(raw_reply({"text": "ok", "finish_reason": "COMPLETE"}))
+    preamble = "You answer for Acme's internal pricing desk"
+    client.invoke_model(modelId="cohere.command-r-v1:0", body=json.dumps({"message": "hi", "preamble": preamble}))
+    assert bedrock_server.seen[0].body["preamble"] == preamble  # sent as given
+    (start,) = relay_events.starts(relay_kind=cv.ATTEMPT)
+    assert start.annotated_request.system == "[REDACTED]" and start.annotated_request.messages == ["hi"]
+    assert "pricing desk" not in repr([(e.input, e.annotated_request) for e in relay_events if e.scope_type == "llm"])
+
+
 def test_a_body_given_as_a_file_is_read_as_its_prompt_and_a_cassette_replays_each_prompts_answer(
     relay_turn, relay_events, client, bedrock_server, tmp_path
 ) -> None:
@@ -155,6 +180,49 @@ def test_credentials_inside_a_json_body_reach_no_event_line_or_journal_row(tmp_p
     assert "https://mcp.example/sse" in written  # the rest of the body is on record
     for secret in (token, key, tool_key):
         assert secret not in written and secret not in journal
+
+
+def test_a_prompt_a_path_rule_redacts_leaves_no_trace_in_a_json_body_that_escapes_its_non_ascii_text(
+    relay_host: session.Host, relay_turn: Any, relay_events: Recorder, client: Any, bedrock_server: BedrockServer
+) -> None:
+    # json.dumps writes "Müller" as "M\u00fcller": the body's text is not the value the rule redacted in the view.
+    from relay_runtime.redaction import RedactionPolicy, Rule
+
+    relay_host.relay.redaction.use(RedactionPolicy([Rule("redact", paths=["/request/messages", "/request/system"])]))
+    system, prompt = "Du hilfst Frau Müller", "Schreib an Jürgen Weiß, Hauptstraße 5"
+    answer = {"id": "m", "type": "message", "role": "assistant", "content": [], "stop_reason": "end_turn",
+              "usage": {"input_tokens": 5, "output_tokens": 1}}  # fmt: skip
+    bedrock_server.replies += [raw_reply(answer), raw_reply({"generation": "ok", "stop_reason": "stop"})]
+    body = {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 9, "system": system,
+            "messages": [{"role": "user", "content": prompt}]}  # fmt: skip
+    client.invoke_model(modelId=CLAUDE, body=json.dumps(body))
+    client.invoke_model(modelId=LLAMA, body=json.dumps({"prompt": prompt, "max_gen_len": 9}).encode())
+    assert [seen.body["messages"][0]["content"] if i == 0 else seen.body["prompt"]
+            for i, seen in enumerate(bedrock_server.seen)] == [prompt, prompt]  # fmt: skip  # sent as given
+    recorded = repr([(e.input, e.annotated_request) for e in relay_events if e.scope_type == "llm"])
+    for text in (system, prompt):
+        for word in text.split():
+            if len(word) > 4:
+                assert word not in recorded and json.dumps(word)[1:-1] not in recorded
+
+
+def test_a_prompt_a_path_rule_redacts_leaves_no_trace_in_an_error_that_echoes_the_json_body(
+    relay_host: session.Host, relay_turn: Any, relay_events: Recorder, client: Any, bedrock_server: BedrockServer
+) -> None:
+    # A gateway refusing the body quotes it as it came: the JSON text, "Weiß" written "Wei\u00df".
+    from botocore.exceptions import ClientError
+
+    from relay_runtime.redaction import RedactionPolicy, Rule
+
+    relay_host.relay.redaction.use(RedactionPolicy([Rule("redact", paths=["/request/messages"])]))
+    body = json.dumps({"prompt": "Schreib an Jürgen Weiß", "max_gen_len": 9})
+    bedrock_server.replies.append(error_reply(400, "ValidationException", f"Malformed input request: {body}"))
+    with pytest.raises(ClientError) as caught:
+        client.invoke_model(modelId=LLAMA, body=body)
+    assert "J\\u00fcrgen" in str(caught.value)  # the caller's error as the gateway wrote it
+    (end,) = relay_events.ends(relay_kind=cv.ATTEMPT)
+    assert end.error_message is not None and "Malformed input request" in end.error_message
+    assert "rgen" not in end.error_message and "Schreib" not in end.error_message
 
 
 def test_titan_and_cohere_embeddings_are_embeddings_attempts(relay_turn, relay_events, client, bedrock_server):

@@ -4,6 +4,7 @@ their async twins and embed_content as managed attempts, for the Gemini API and 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -204,6 +205,37 @@ def test_closing_a_stream_early_ends_the_attempt_and_its_logical_call(relay_turn
     end = only(relay_events)
     assert end.outcome == "cancelled"
     assert len(relay_events.ends(relay_kind=cv.LOGICAL_CALL)) == 1
+
+
+def test_an_async_stream_closed_early_ends_its_logical_call_cancelled_not_succeeded(
+    relay_turn, relay_events, client, script
+) -> None:
+    script.add(t.sse_reply(stream_frames(["one", "two", "three"])))
+
+    async def read_one() -> tuple[str, list[str]]:
+        stream = await client.aio.models.generate_content_stream(model=MODEL, contents="hi")
+        first = await stream.__anext__()
+        await stream.aclose()  # the SDK's generator is closed; the loop would close the request inside it later
+        return first.text, [e.metadata[cv.KIND] for e in relay_events.ends()]
+
+    # Closed with the stream, the attempt ends before the call it is part of, as a read-out stream's does.
+    assert asyncio.run(read_one()) == ("one", [cv.ATTEMPT, cv.LOGICAL_CALL])
+    assert only(relay_events).outcome == "cancelled"
+    (call,) = relay_events.ends(relay_kind=cv.LOGICAL_CALL)
+    assert call.outcome == "cancelled"
+
+
+def test_a_stream_dropped_unread_ends_its_logical_call_cancelled_before_the_turn_ends(
+    relay_turn, relay_events, client, script
+) -> None:
+    script.add(t.sse_reply(stream_frames(["one", "two", "three"])))
+    stream = client.models.generate_content_stream(model=MODEL, contents="hi")
+    assert next(stream).text == "one"
+    del stream  # garbage: the turn, still open, would otherwise close the call with its own outcome
+    gc.collect()
+    assert only(relay_events).outcome == "cancelled"
+    (call,) = relay_events.ends(relay_kind=cv.LOGICAL_CALL)
+    assert call.outcome == "cancelled"
 
 
 def test_function_calls_are_tool_calls(relay_turn, relay_events, client, script) -> None:

@@ -220,6 +220,30 @@ def test_a_key_in_a_requests_http_options_reaches_the_provider_and_no_event_line
     assert key not in written
 
 
+def test_a_body_extra_in_http_options_is_on_the_record_and_a_cassette_tells_one_extra_from_another(
+    relay_turn, relay_events, tmp_path: Path
+) -> None:
+    # The SDK merges ``http_options.extra_body`` into the JSON it sends: it changes the answer as a param does.
+    path = tmp_path / "extra.json"
+
+    def ask(client: Any, budget: int) -> str:
+        extra = {"generationConfig": {"thinkingConfig": {"thinkingBudget": budget}}}
+        config = {"http_options": {"extra_body": extra}}
+        return client.models.generate_content(model=MODEL, contents="hi", config=config).text
+
+    script = t.Script([t.json_reply(response_body("thought a little"))])
+    with cassettes.use(path, mode="record"):
+        assert ask(google_genai.instrument_client(gemini_client(script)), 16) == "thought a little"
+    assert json.loads(script.requests[0].content)["generationConfig"] == {"thinkingConfig": {"thinkingBudget": 16}}
+    (start,) = relay_events.starts(relay_kind=cv.ATTEMPT)
+    assert start.input["content"]["extra_body"] == {"generationConfig": {"thinkingConfig": {"thinkingBudget": 16}}}
+    offline = google_genai.instrument_client(gemini_client(t.Script()))
+    with cassettes.use(path, mode="replay"):
+        assert ask(offline, 16) == "thought a little"
+    with pytest.raises(cassettes.CassetteMiss), cassettes.use(path, mode="replay"):
+        ask(offline, 4096)  # another request: not given the answer to the one recorded
+
+
 def test_spans_carry_the_conventions_provider_and_operation_names(traced: Pipeline, relay_events) -> None:
     script = t.Script([t.json_reply(response_body("g", usage_metadata=usage())),
                        t.json_reply(response_body("v")), t.json_reply(embed_body(dims=3))])  # fmt: skip

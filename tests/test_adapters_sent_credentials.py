@@ -302,3 +302,23 @@ def test_a_google_key_sent_in_http_options_headers_is_kept_out_of_events_spans_a
     assert "key [redacted] refused" in text
     assert GOOGLE_KEY not in text
     assert GOOGLE_KEY not in (tmp_path / "g.json").read_text()
+
+
+def test_a_key_in_an_x_apikey_header_is_kept_out_of_events_and_spans(relay_home: Path) -> None:
+    # Apigee (and other API gateways) in front of a model take their key in "x-apikey": no "-" before "key".
+    key = "apigee-Vb7Qx2Lm9Zr4Tn6Ws1Kd8Hy3"
+    client = adapters.instrument(
+        openai.OpenAI(
+            api_key="sk-placeholder-key",
+            base_url="https://gw.example.test/v1",
+            max_retries=0,
+            http_client=_http("x-apikey"),
+        )
+    )
+    with recorded(relay_home) as records, pytest.raises(openai.AuthenticationError) as caught:
+        client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], extra_headers={"x-apikey": key}
+        )
+    assert key in str(caught.value)  # sent, and echoed in the caller's error
+    assert "invalid credential: [redacted]" in records.text()
+    assert key not in records.text()

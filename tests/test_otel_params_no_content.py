@@ -176,3 +176,16 @@ def test_bedrock_prompt_variables_and_cohere_documents_are_not_settings(sinks: S
     assert "private" not in sinks.everything()
     assert sinks.invocation("chat amazon.nova-lite-v1:0") == {"requestMetadata": {"team": "a"}}
     assert sinks.invocation("chat cohere.command-r-v1:0") == {"temperature": 0.1}
+
+
+def test_the_images_a_llama_vision_body_sends_are_not_settings(sinks: Sinks, bedrock_server) -> None:
+    # Llama 3.2 vision on invoke_model: the prompt names an image, sent beside it as base64 in "images".
+    client = adapters.instrument(bedrock_server.client())
+    bedrock_server.replies.append(raw_reply({"generation": "a cat", "stop_reason": "stop"}))
+    image = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABprivateimagebytes"
+    client.invoke_model(modelId="us.meta.llama3-2-11b-instruct-v1:0", body=json.dumps({
+        "prompt": "<|image|>What is in it?", "images": [image], "max_gen_len": 9, "temperature": 0.1,
+    }))  # fmt: skip
+    adapters.uninstrument(client)
+    assert "private" not in sinks.everything()
+    assert sinks.invocation("chat us.meta.llama3-2-11b-instruct-v1:0") == {"max_tokens": 9, "temperature": 0.1}

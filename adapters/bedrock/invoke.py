@@ -36,15 +36,18 @@ PARAMS: dict[str, dict[str, str]] = {
 _INPUTS: dict[str, tuple[str, ...]] = {
     TITAN_EMBED: ("inputText", "inputImage"),
     COHERE_EMBED: ("texts", "images", "inputs"),
-    # Other families' prompts, by the names their bodies use (Nova, Titan text, Mistral, Cohere, AI21, ...).
-    OTHER: ("messages", "prompt", "inputText", "message", "chat_history", "texts", "input", "inputs"),
+    # Other families' prompts, by the names their bodies use (Nova, Titan text, Mistral, Cohere, AI21, ...), in the
+    # order they were said: Cohere's chat history before its new message.
+    OTHER: ("messages", "prompt", "inputText", "chat_history", "message", "texts", "input", "inputs"),
 }
+# Other families' system prompts: Nova's, Mistral's ``system``, Cohere's ``preamble``.
+_SYSTEMS = ("system", "preamble")
 _STRUCTURAL = {
     ANTHROPIC: {"messages", "system", "tools", "tool_choice"},
     META: {"prompt"},
     TITAN_EMBED: set(_INPUTS[TITAN_EMBED]),
     COHERE_EMBED: set(_INPUTS[COHERE_EMBED]),
-    OTHER: {*_INPUTS[OTHER], "system"},
+    OTHER: {*_INPUTS[OTHER], *_SYSTEMS},
 }
 INPUT_TOKENS_HEADER = "x-amzn-bedrock-input-token-count"
 OUTPUT_TOKENS_HEADER = "x-amzn-bedrock-output-token-count"
@@ -130,8 +133,9 @@ class InvokeModelCodec:
             request.messages = [{"role": "user", "content": body["prompt"]}]
         elif kind in _INPUTS:
             request.messages = _inputs_of(body, _INPUTS[kind])
-            if kind == OTHER and body.get("system") is not None:
-                request.system = body["system"]
+            key = _system_key(body) if kind == OTHER else None
+            if key is not None:
+                request.system = body[key]
         return request
 
     def apply(self, content: Mapping[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
@@ -174,6 +178,8 @@ class InvokeModelCodec:
                 body["prompt"] = get(last, "content")
             elif name in ("system", "tools", "tool_choice") and kind == ANTHROPIC:
                 _put(body, name, value)
+            elif name == "system" and kind == OTHER and (key := _system_key(body)) is not None:
+                _put(body, key, value)  # under the name the body gave it (Cohere's preamble)
             elif name != "stream":
                 raise ValueError(f"{name!r} cannot change in an invoke_model body of the {kind} family")
         kwargs["body"] = json.dumps(body)
@@ -204,6 +210,10 @@ class InvokeModelCodec:
 
     def accumulator(self) -> InvokeStreamAccumulator:
         return InvokeStreamAccumulator(self.kind)
+
+
+def _system_key(body: Mapping[str, Any]) -> str | None:
+    return next((key for key in _SYSTEMS if body.get(key) is not None), None)
 
 
 def _present(body: Mapping[str, Any], kind: str) -> list[str]:

@@ -174,6 +174,9 @@ def _sdk_call(
     token = dispatch.inside_sdk_call.set(True) if _class_wrapped else None
     header_token = _headers.set(dict(headers)) if headers else None
     try:
+        # In the attempt: credentials that cannot be refreshed (an expired SSO session) fail it, unsent, as
+        # botocore would while signing.
+        _remember_credentials(client, state)
         kwargs = request.kwargs()
         if not taped:
             return send(operation, kwargs)
@@ -230,7 +233,6 @@ def managed_call(client: Any, send: Callable[[str, dict[str, Any]], Any], operat
         params = invoke.with_body_read(params)
     codec = codec_of(params)
     state = client.__dict__.get(_STATE) or _state(client)
-    _remember_credentials(client, state)
     model = params.get("modelId")
     model_name = model if isinstance(model, str) else None
     request = request_of_kwargs(params)

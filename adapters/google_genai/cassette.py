@@ -36,13 +36,16 @@ class Bound:
 
     __slots__ = ("tape", "token")
 
-    def __init__(self, codec: LLMCodec, kwargs: Mapping[str, Any], known_secrets: set[str]) -> None:
+    def __init__(self, codec: LLMCodec, kwargs: Mapping[str, Any], known_secrets: set[str], extra_body: Any) -> None:
         cassette = cassettes.current()
         if cassette is None:
             raise cassettes.CassetteError("no cassette is in use")
         # Known before the match: a miss raised there is scrubbed of them, as the file is.
         cassette.add_secrets(known_secrets)
-        self.tape = cassette.begin(cassettes.neutral_request(codec.decode(kwargs)))
+        request = cassettes.neutral_request(codec.decode(kwargs))
+        if extra_body is not None:  # sent in the body as much as the view is: another extra is another request
+            request = cassettes.with_sent_extras(request, {"extra_body": extra_body})
+        self.tape = cassette.begin(request)
 
     def __enter__(self) -> cassettes.CallTape:
         self.token = tape.set(self.tape)

@@ -31,6 +31,7 @@ from relay_runtime.types import Outcome
 from .. import dispatch
 
 _SUCCESS = Outcome.SUCCESS.value
+_CANCELLED = Outcome.CANCELLED.value
 _ROLE = "primary"
 
 
@@ -38,24 +39,26 @@ class Group:
     """The logical call a public method opened, while it runs. Its attempts are made of it directly
     (``calls.attempt_of``: no metadata merge, no lookup by id); ``metadata`` names it for ``calls``' own way."""
 
-    __slots__ = ("call", "closed", "turn")
+    __slots__ = ("call", "closed", "streams", "turn")
 
     def __init__(self, turn: Turn) -> None:
         self.turn = turn
         self.call = calls.open_call_in(turn, None, _ROLE)
         self.closed = False
+        self.streams: list[Any] = []  # its async attempts' managed streams, closed with the public stream
 
     @property
     def metadata(self) -> dict[str, Any]:
         return {cv.API_REQUEST_ID: self.call.api_request_id, cv.CALL_ROLE: _ROLE}
 
-    def close(self, error: BaseException | None) -> None:
+    def close(self, error: BaseException | None, outcome: str | None = None) -> None:
         if self.closed:
             return
         self.closed = True
         turn = self.turn
         call = self.call
-        outcome = outcome_of(error) if error is not None else (call.last_outcome or _SUCCESS)
+        if outcome is None:
+            outcome = outcome_of(error) if error is not None else (call.last_outcome or _SUCCESS)
         try:
             # False when the turn ended first and closed it (or is closing it).
             logical_calls.close_logical_call(turn, call, outcome)
@@ -163,7 +166,17 @@ class GroupedIterator:
                 close()
         finally:
             current.reset(token)
-            self.group.close(None)
+            # A stream read out closed its call already: one still open was stopped early.
+            self.group.close(None, _CANCELLED)
+
+    def __del__(self) -> None:
+        # Dropped unread: left open, the call would end with the turn's outcome, a success never had.
+        try:
+            group = self.group
+        except AttributeError:  # __init__ never ran to the end
+            return
+        if not group.closed:
+            self.close()
 
 
 class GroupedAsyncIterator:
@@ -197,7 +210,26 @@ class GroupedAsyncIterator:
                 await close()
         finally:
             current.reset(token)
-            self.group.close(None)
+            await self._close_group()
+
+    async def _close_group(self) -> None:
+        group = self.group
+        try:
+            if not group.closed:
+                # Closing the SDK's async generator leaves the request it was reading open until the event loop
+                # finalizes it: closed here, its attempt ends (cancelled) before the call it is part of.
+                for stream in group.streams:
+                    await stream.aclose()
+        finally:
+            # Not the last attempt's outcome: the call was stopped before its stream ended.
+            group.close(None, _CANCELLED)
+
+    def __del__(self) -> None:
+        try:
+            group = self.group
+        except AttributeError:
+            return
+        group.close(None, _CANCELLED)  # no-op when the stream ended or was closed
 
 
 # -- the Python functions automatic function calling runs -----------------------------------------

@@ -31,6 +31,7 @@ GENERATE, STREAM, EMBED = "generate", "stream", "embed"
 _STATE = "_relay_genai_state"
 _TRIES = ("_request_once", "_async_request_once")
 _TRANSPORT = "http_options"
+_EXTRA_BODY = "extra_body"  # of the http_options: JSON the SDK merges into the request's body
 
 
 def codec_for(provider: str, kind: str) -> Any:
@@ -99,11 +100,12 @@ def _begin_send(call: Call, request: LLMRequest) -> tuple[dict[str, Any], casset
     # splat a generic mapping merge (its keys(), then a lookup per key), several times a dict's copy.
     content = request._content
     kwargs = content.copy() if type(content) is MappingProxyType else dict(content)
+    extra = kwargs.pop(_EXTRA_BODY, None)
     headers = request._headers  # raw_headers(), without the call
-    if headers or call.transport is not None:
+    if headers or extra is not None or call.transport is not None:
         # The caller's http_options, kept off the record, go back on; headers an intercept added travel in them.
-        kwargs["config"] = _with_transport(kwargs.get("config"), call.transport, headers)
-    return kwargs, call.bound(kwargs) if cassettes.current() is not None else None
+        kwargs["config"] = _with_transport(kwargs.get("config"), call.transport, headers, extra)
+    return kwargs, call.bound(kwargs, extra) if cassettes.current() is not None else None
 
 
 def _without_transport(kwargs: dict[str, Any]) -> tuple[dict[str, Any], Any]:
@@ -112,6 +114,8 @@ def _without_transport(kwargs: dict[str, Any]) -> tuple[dict[str, Any], Any]:
     The options are transport (headers, base URL, the HTTP client's arguments), and a caller's key or token
     travels in their headers: the request the records hold is made without them, and they go back on
     when it is sent (``_with_transport``). The SDK's config objects pass the records' walk as they are.
+    Their ``extra_body`` is no transport: the SDK merges it into the JSON it sends, so it stays on the
+    request as ``extra_body``, as the openai SDK's is (redaction reads it, a cassette matches on it).
     """
     config = kwargs.get("config")
     if config is None:
@@ -120,23 +124,36 @@ def _without_transport(kwargs: dict[str, Any]) -> tuple[dict[str, Any], Any]:
         options = config.get(_TRANSPORT)
         if options is None:
             return kwargs, None
-        return {**kwargs, "config": {k: v for k, v in config.items() if k != _TRANSPORT}}, options
-    options = getattr(config, _TRANSPORT, None)
-    if options is None:
-        return kwargs, None
-    return {**kwargs, "config": config.model_copy(update={_TRANSPORT: None})}, options
+        kwargs = {**kwargs, "config": {k: v for k, v in config.items() if k != _TRANSPORT}}
+    else:
+        options = getattr(config, _TRANSPORT, None)
+        if options is None:
+            return kwargs, None
+        kwargs = {**kwargs, "config": config.model_copy(update={_TRANSPORT: None})}
+    extra = options.get(_EXTRA_BODY) if isinstance(options, Mapping) else getattr(options, _EXTRA_BODY, None)
+    if extra is None:
+        return kwargs, options
+    if isinstance(options, Mapping):
+        options = {k: v for k, v in options.items() if k != _EXTRA_BODY}
+    else:
+        options = options.model_copy(update={_EXTRA_BODY: None})
+    return {**kwargs, _EXTRA_BODY: extra}, options
 
 
-def _with_transport(config: Any, options: Any, headers: Any) -> Any:
-    """``config`` with the caller's ``http_options`` (``options``) back on, an intercept's ``headers`` added."""
-    if headers:
+def _with_transport(config: Any, options: Any, headers: Any, extra: Any = None) -> Any:
+    """``config`` with the caller's ``http_options`` (``options``) back on, an intercept's ``headers`` added,
+    and the request's ``extra_body`` (``extra``) in them."""
+    if headers or extra is not None:
         from google.genai import types
 
         if options is None:
             options = types.HttpOptions()
         elif isinstance(options, dict):
             options = types.HttpOptions(**options)
-        options = options.model_copy(update={"headers": {**(options.headers or {}), **headers}})
+        update: dict[str, Any] = {_EXTRA_BODY: extra} if extra is not None else {}
+        if headers:
+            update["headers"] = {**(options.headers or {}), **headers}
+        options = options.model_copy(update=update)
     if config is None:
         config = {}
     if isinstance(config, Mapping):
@@ -194,10 +211,11 @@ class Call:
             "codec": self.codec, "defer_logical_completion": group is not None or metadata is not None,
         }  # fmt: skip
 
-    def bound(self, kwargs: Mapping[str, Any]) -> cassette.Bound:
-        """The tape of the cassette in use (the caller checked there is one) bound around the SDK call."""
+    def bound(self, kwargs: Mapping[str, Any], extra: Any) -> cassette.Bound:
+        """The tape of the cassette in use (the caller checked there is one) bound around the SDK call;
+        ``extra``: the ``extra_body`` sent with it."""
         key = self.state.key
-        return cassette.Bound(self.codec, kwargs, {key} if key else set())
+        return cassette.Bound(self.codec, kwargs, {key} if key else set(), extra)
 
 
 def _send(wrapped: Callable[..., Any], call: Call, request: LLMRequest) -> Any:
@@ -337,6 +355,8 @@ async def managed_stream_async(
         return _Tagging(await _send_async(wrapped, call, request))
 
     attempt = call.grouped_stream()
-    if attempt is not None:
-        return await attempt.relay.llm.open_stream_async(attempt, open_stream)
+    if attempt is not None and call.group is not None:
+        stream = await attempt.relay.llm.open_stream_async(attempt, open_stream)
+        call.group.streams.append(stream)  # closed with the public stream (logical.GroupedAsyncIterator.aclose)
+        return stream
     return await calls.stream_current_async(call.request, open_stream, **call.options())

@@ -10,6 +10,7 @@ another policy, or none, is a ``CassetteError`` that says to re-record.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus, unquote_plus
@@ -78,8 +79,50 @@ def redact_request(policy: RedactionPolicy, request: dict[str, Any]) -> dict[str
     for key, value in request.items():
         path = _READ_AT.get(key)
         if path is not None:
-            out[key] = policy.redact_at(value, path)
+            out[key] = _as_stored(policy.redact_at(_as_bytes(value, 0), path), 0)
     return out
+
+
+class _Stored(bytes):
+    """UTF-8 bytes the neutral request holds as ``{"base64": ...}`` (``jsonable``), given to the policy's walk as
+    the bytes they were: it reads them as their text (a document's, sent as bytes), as it does in events.
+    ``stored`` is the object they came as, put back when the walk left them as they were."""
+
+    stored: dict[str, Any]
+
+
+def _as_bytes(value: Any, depth: int) -> Any:
+    if depth > _MAX_DEPTH:
+        return value
+    if type(value) is dict:
+        text = value.get("base64")
+        if type(text) is str and len(value) == 1:
+            try:
+                data = _Stored(base64.b64decode(text, validate=True))
+                data.decode("utf-8")
+            except ValueError:  # not base64, or binary data (an image): read as the text it is written as
+                return value
+            data.stored = value
+            return data
+        return {k: _as_bytes(v, depth + 1) for k, v in value.items()}
+    if type(value) is list:
+        return [_as_bytes(v, depth + 1) for v in value]
+    return value
+
+
+def _as_stored(value: Any, depth: int) -> Any:
+    """``_as_bytes`` undone on what the walk made of its result: bytes a rule changed are stored anew."""
+    if type(value) is _Stored:
+        return value.stored
+    if isinstance(value, bytes | bytearray):
+        return {"base64": base64.b64encode(value).decode("ascii")}
+    if depth > _MAX_DEPTH:
+        return value
+    if type(value) is dict:
+        return {k: _as_stored(v, depth + 1) for k, v in value.items()}
+    if type(value) is list:
+        return [_as_stored(v, depth + 1) for v in value]
+    return value
 
 
 def redact_answers(policy: RedactionPolicy, call: dict[str, Any]) -> dict[str, Any]:

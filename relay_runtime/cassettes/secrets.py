@@ -49,9 +49,36 @@ def secret_values(headers: Iterable[tuple[Any, Any]]) -> set[str]:
         text = value.decode("latin-1") if isinstance(value, (bytes, bytearray)) else str(value)
         text = text.strip()
         scheme, space, rest = text.partition(" ")
+        signed = _signed(scheme, rest)
+        if signed is not None:
+            found |= signed
+            continue
         # The scheme word is no secret, and its runs would eat the text around an echoed key.
         found.add(rest.strip() if space and scheme.isalpha() else text)
     return {value for value in found if len(value) >= MIN_SECRET_LENGTH}
+
+
+# Signature V4 schemes (AWS's, and Google Cloud Storage's HMAC keys): ``Credential=<key id>/<date>/<region>/
+# <service>/<...>4_request, SignedHeaders=<names>, Signature=<hex>``.
+_SIGNED_SCHEMES = ("4-HMAC-SHA256", "4-ECDSA-P256-SHA256")
+
+
+def _signed(scheme: str, rest: str) -> set[str] | None:
+    """The secrets of a Signature V4 ``Authorization``: its key id and its signature; None for another scheme.
+
+    The rest is public text (header names, a date, a region, a service): taken as a secret, its runs of 8
+    would be cut from whatever a cassette holds ("content-type", "eu-west-3" in an answer).
+    """
+    if not scheme.endswith(_SIGNED_SCHEMES):
+        return None
+    found = set()
+    for part in rest.split(","):
+        name, _, value = part.strip().partition("=")
+        if name == "Credential":
+            found.add(value.partition("/")[0])
+        elif name == "Signature":
+            found.add(value)
+    return found
 
 
 def query_secrets(query: Mapping[Any, Any]) -> set[str]:
