@@ -219,3 +219,32 @@ def test_the_journal_records_carry_no_secret(tmp_path):
         assert "my key is [redacted]" in exported
     finally:
         redaction.forget_secrets()
+
+
+def _responses_turns(requests: list[dict[str, Any]], tmp_path: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One Responses API call per turn: the live trajectory, and the one rebuilt from the file journal."""
+    coordinator = session.SESSION_COORDINATOR
+    live = AtifExporter().attach(coordinator)
+    journal = JournalSubscriber(session_dir=tmp_path).attach(coordinator)
+    bodies = [testing.responses_body(f"answer {i}", model=MODEL, id=f"resp_{i}") for i in range(len(requests))]
+    scripted = testing.scripted_openai(*(testing.json_reply(body) for body in bodies), max_retries=0)
+    lease = coordinator.acquire_conversation(profile_key=session.current_profile_key(), session_id="r", platform="t")
+    for i, request in enumerate(requests):
+        turn = coordinator.begin_turn(lease, turn_id=f"turn-{i}", task_id="t")
+        adapters.complete(scripted.client, {"model": MODEL, **request}, api_mode="responses")
+        coordinator.end_turn(turn, outcome="success")
+    coordinator.release_conversation(lease)
+    assert journal.close()
+    return live.export("r"), atif_from_journal("r", store=FileStore(tmp_path))
+
+
+def test_a_user_repeating_themselves_to_a_conversation_the_provider_keeps_is_heard_each_time(tmp_path):
+    # With previous_response_id a request sends its new items only: the second "yes" is not the first sent again.
+    yes = [{"role": "user", "content": "yes"}]
+    live, rebuilt = _responses_turns(
+        [{"input": yes}, {"input": yes, "previous_response_id": "resp_0"}, {"input": yes, "conversation": "conv_1"}],
+        tmp_path,
+    )
+    said = [(s["source"], s["message"]) for s in live["steps"]]
+    assert said == [pair for i in range(3) for pair in (("user", "yes"), ("agent", f"answer {i}"))]
+    assert rebuilt == live and validate_atif(live) == []

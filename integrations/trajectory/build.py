@@ -3,7 +3,8 @@
 Steps, as NeMo Relay's ``AtifExporter`` writes them for the same run:
 
 - a ``user`` step for each user message a logical call's first attempt sends that no earlier
-  request of the conversation sent (system prompts and tool results are not user steps);
+  request of the conversation sent (system prompts and tool results are not user steps); a request
+  continuing a conversation the provider keeps (``previous_response_id``) sends new ones only;
 - an ``agent`` step for each logical call: its final attempt's model, text, reasoning, tool
   calls and token metrics. Failed and retried attempts are no steps of their own: the step's
   ``extra`` counts them (``attempts``, ``wasted_tokens``, ``wasted_cost_usd``), with the logical
