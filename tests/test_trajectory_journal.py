@@ -248,3 +248,15 @@ def test_a_user_repeating_themselves_to_a_conversation_the_provider_keeps_is_hea
     said = [(s["source"], s["message"]) for s in live["steps"]]
     assert said == [pair for i in range(3) for pair in (("user", "yes"), ("agent", f"answer {i}"))]
     assert rebuilt == live and validate_atif(live) == []
+
+
+def test_a_conversation_given_as_one_text_is_the_users_step(tmp_path):
+    # input="..." is the user's message (the SDK's own shorthand), sent again or not.
+    live, rebuilt = _responses_turns(
+        [{"input": "What is 2+2?"}, {"input": "And 3+3?"}, {"input": "And 3+3?", "previous_response_id": "resp_1"}],
+        tmp_path,
+    )
+    said = [(s["source"], s["message"]) for s in live["steps"]]
+    asked = ("What is 2+2?", "And 3+3?", "And 3+3?")
+    assert said == [pair for i in range(3) for pair in (("user", asked[i]), ("agent", f"answer {i}"))]
+    assert rebuilt == live and validate_atif(live) == []

@@ -139,8 +139,15 @@ def request_delta(candidates: Iterable[tuple[str, dict[str, Any]]], content: dic
     if key is not None:
         delta["key"] = key
         delta["new"] = plain(messages[keep if delta["base"] else 0 :], keys=False)
+    # A conversation given as one text or one message (``input="..."``) is what this request says, however like
+    # an earlier one's: always set, so the user's words are read from each request that sends them (``said``).
     delta["set"] = plain(
-        {k: v for k, v in content.items() if k != key and (k not in earlier or earlier[k] != v)}, keys=False
+        {
+            k: v
+            for k, v in content.items()
+            if k != key and (k not in earlier or earlier[k] != v or k in CONVERSATION_KEYS)
+        },
+        keys=False,
     )
     drop = sorted(k for k in earlier if k not in content and k != key)
     if drop:
