@@ -209,6 +209,45 @@ def test_with_a_price_catalog_each_step_says_what_it_cost():
     assert validate_atif(trajectory) == []
 
 
+def test_the_total_cost_counts_the_attempts_a_step_stands_for(tmp_path):
+    # An intercept that asks again when the first answer will not do: both answers were paid for.
+    from relay_runtime.cost import PriceCatalog
+    from relay_runtime.integrations.run_journal import JournalSubscriber, latest_run_summary
+
+    coordinator = session.SESSION_COORDINATOR
+    exporter = AtifExporter().attach(coordinator)
+    journal = JournalSubscriber(session_dir=tmp_path).attach(coordinator)
+    bodies = [testing.chat_completion_body(text, model=MODEL) for text in ("no", "a longer answer")]
+    scripted = testing.scripted_openai(*(testing.json_reply(b) for b in bodies), max_retries=0)
+    lease = coordinator.acquire_conversation(profile_key=session.current_profile_key(), session_id="w", platform="t")
+    relay = lease.host.relay
+    relay.cost.use(PriceCatalog.from_mapping({"openai": {MODEL: {"input": 1.0, "output": 4.0}}}))
+
+    def ask_again(name: str, request: Any, call_next: Any) -> Any:
+        first = call_next(request)
+        return call_next(request) if len(first.choices[0].message.content) < 5 else first
+
+    relay.intercepts.register_llm_execution("ask_again", 0, ask_again)
+    try:
+        turn = coordinator.begin_turn(lease, turn_id="r1", task_id="t1")
+        adapters.complete(scripted.client, {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
+        coordinator.end_turn(turn, outcome="success")
+    finally:
+        relay.intercepts.deregister_llm_execution("ask_again")
+        relay.cost.use(None)
+    assert journal.close()
+    trajectory = exporter.export()
+    step = trajectory["steps"][1]
+    each = (12 * 1.0 + 5 * 4.0) / 1e6  # chat_usage(): 12 prompt and 5 completion tokens
+    assert step["metrics"]["cost_usd"] == pytest.approx(each) and step["extra"]["wasted_cost_usd"] == pytest.approx(
+        each
+    )
+    assert trajectory["final_metrics"]["total_cost_usd"] == pytest.approx(2 * each)
+    summary = latest_run_summary("w", "r1", session_dir=tmp_path)
+    assert summary["cost"]["total"] == pytest.approx(trajectory["final_metrics"]["total_cost_usd"])
+    assert validate_atif(trajectory) == []
+
+
 def test_conversations_run_at_once_on_threads_each_get_their_own_trajectory():
     exporter = AtifExporter().attach(session.SESSION_COORDINATOR)
     names = [f"t{i}" for i in range(6)]

@@ -8,7 +8,7 @@ Steps, as NeMo Relay's ``AtifExporter`` writes them for the same run:
 - an ``agent`` step for each logical call: its final attempt's model, text, reasoning, tool
   calls and token metrics. Failed and retried attempts are no steps of their own: the step's
   ``extra`` counts them (``attempts``, ``wasted_tokens``, ``wasted_cost_usd``), with the logical
-  call's id, so nothing is lost;
+  call's id, so nothing is lost (``final_metrics.total_cost_usd``, the real cost, counts them too);
 - each tool's result as an ``observation`` of the agent step whose tool call it answers (by the
   call's id; without one, by name and arguments, as NeMo does, the calls taken in the order their tools
   began; with no arguments known either, by name in the newest step that called tools).
@@ -397,6 +397,11 @@ class TrajectoryBuilder:
             for key, total in _TOTALS:
                 if key in metrics:
                     totals[total] = totals.get(total, 0) + metrics[key]
+            # The attempts a step stands for beside its final one (retried, outrun) were paid for too: the total
+            # is the trajectory's real cost, as the journal's summary and the turn's roll-up count it.
+            wasted = (step.get("extra") or {}).get("wasted_cost_usd")
+            if wasted:
+                totals["total_cost_usd"] = totals.get("total_cost_usd", 0) + wasted
         totals["total_steps"] = len(self.steps)
         out: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
