@@ -176,6 +176,33 @@ def test_a_tool_nobody_asked_for_becomes_a_system_step():
     assert validate_atif(trajectory) == []
 
 
+def test_a_tool_run_as_soon_as_its_call_streamed_in_answers_that_call():
+    # An agent that runs a tool once its call is whole, before the stream is drained: the tool ends before the
+    # call that asked for it. It was a "tool nobody asked for" step before the user's, the call left unanswered.
+    exporter = AtifExporter().attach(session.SESSION_COORDINATOR)
+    coordinator = session.SESSION_COORDINATOR
+    call = {"id": "call_a", "name": "weather", "arguments": '{"city": "Paris"}'}
+    chunks = testing.chat_chunks(["Let me look. "], model=MODEL, tool_call=call, finish_reason="tool_calls")
+    scripted = testing.scripted_openai(testing.sse_reply(testing.openai_chat_sse(chunks)), max_retries=0)
+    lease = coordinator.acquire_conversation(profile_key=session.current_profile_key(), session_id="e", platform="t")
+    relay = lease.host.relay
+    turn = coordinator.begin_turn(lease, turn_id="r1", task_id="t1")
+    relay.tools.execute("clock", {}, lambda args: "noon", tool_call_id="call_unasked")  # no step asks for it
+    for chunk in adapters.stream(
+        scripted.client, {"model": MODEL, "messages": [{"role": "user", "content": "Paris?"}]}
+    ):
+        if chunk.choices and chunk.choices[0].finish_reason == "tool_calls":
+            relay.tools.execute("weather", {"city": "Paris"}, lambda args: "sunny", tool_call_id="call_a")
+    coordinator.end_turn(turn, outcome="success")
+    trajectory = exporter.export()
+    steps = trajectory["steps"]
+    assert [(s["step_id"], s["source"]) for s in steps] == [(1, "system"), (2, "user"), (3, "agent")]
+    assert steps[0]["message"] == "tool clock"
+    (result,) = steps[2]["observation"]["results"]
+    assert (result["source_call_id"], result["content"]) == ("call_a", "sunny")
+    assert validate_atif(trajectory) == []
+
+
 def test_a_call_that_failed_every_attempt_is_a_step_saying_so():
     exporter = AtifExporter().attach(session.SESSION_COORDINATOR)
     coordinator = session.SESSION_COORDINATOR
