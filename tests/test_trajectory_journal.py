@@ -260,3 +260,30 @@ def test_a_conversation_given_as_one_text_is_the_users_step(tmp_path):
     asked = ("What is 2+2?", "And 3+3?", "And 3+3?")
     assert said == [pair for i in range(3) for pair in (("user", asked[i]), ("agent", f"answer {i}"))]
     assert rebuilt == live and validate_atif(live) == []
+
+
+def test_a_run_whose_writer_dropped_rows_is_no_complete_trajectory(tmp_path, monkeypatch):
+    # Under load the writer drops rows (their records with them) and its end row counts them: a trajectory
+    # rebuilt from what is left must not read as the whole run.
+    from test_run_journal_subscriber import StuckDisk
+
+    disk = StuckDisk(monkeypatch)
+    coordinator = session.SESSION_COORDINATOR
+    journal = JournalSubscriber(session_dir=tmp_path, queue_size=2).attach(coordinator)
+    bodies = [testing.chat_completion_body(f"answer {i}", model=MODEL) for i in range(3)]
+    scripted = testing.scripted_openai(*(testing.json_reply(body) for body in bodies), max_retries=0)
+    lease = coordinator.acquire_conversation(profile_key=session.current_profile_key(), session_id="d", platform="t")
+    turn = coordinator.begin_turn(lease, turn_id="run-d", task_id="t")
+    for i in range(3):
+        adapters.complete(scripted.client, {"model": MODEL, "messages": [{"role": "user", "content": f"q{i}"}]})
+    coordinator.end_turn(turn, outcome="success")
+    coordinator.release_conversation(lease)
+    disk.gate.set()
+    assert journal.close()
+    rows = read_run_events("d", "run-d", session_dir=tmp_path)["events"]
+    dropped = rows[-1]["payload"]["dropped_rows"]
+    assert rows[-1]["event"] == "done" and dropped > 0
+    trajectory = atif_from_journal("d", "run-d", store=FileStore(tmp_path))
+    assert len([s for s in trajectory["steps"] if s["source"] == "agent"]) < 3  # what the dropped rows held is gone
+    assert trajectory["extra"] == {"incomplete": True, "dropped_rows": dropped}
+    assert validate_atif(trajectory) == []

@@ -119,6 +119,7 @@ class TrajectoryBuilder:
         self._calls: dict[str, _Call] = {}
         self._tools: dict[str, dict[str, Any]] = {}
         self._open_turns: set[str] = set()
+        self._dropped_rows = 0
         self._answered: set[str] = set()  # tool call ids an observation already answers (or will: ``_claims``)
         self._claims: dict[str, str] = {}  # tool scope uuid -> the call id it answers, taken when it began
         # Each tool call's step by the call's id, and the newest step that called tools: where a result a request
@@ -146,6 +147,9 @@ class TrajectoryBuilder:
             self._open_turns.add(record["id"])
         elif kind == TURN_END:
             self._open_turns.discard(record["id"])
+            dropped = record.get("dropped_rows")
+            if type(dropped) is int and dropped > 0:
+                self._dropped_rows += dropped  # what the journal lost of a run: its steps may be missing
 
     def add_all(self, records: Iterable[dict[str, Any]]) -> TrajectoryBuilder:
         for record in records:
@@ -154,7 +158,7 @@ class TrajectoryBuilder:
 
     @property
     def incomplete(self) -> bool:
-        return bool(self._open_turns)
+        return bool(self._open_turns) or self._dropped_rows > 0
 
     def _step(self, step: dict[str, Any], at: int | None = None) -> dict[str, Any]:
         """``step`` numbered and added last, or inserted ``at`` an index (the caller numbers the steps again)."""
@@ -442,4 +446,6 @@ class TrajectoryBuilder:
         }
         if self.incomplete:
             out["extra"] = {"incomplete": True}
+            if self._dropped_rows:
+                out["extra"]["dropped_rows"] = self._dropped_rows
         return out
