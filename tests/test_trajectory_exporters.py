@@ -332,6 +332,28 @@ def test_an_agent_appending_to_the_list_it_sent_still_gets_each_question_once():
     assert sent == [1, 3, 5]
 
 
+def test_a_late_charge_is_a_mark_of_its_conversations_tree(relay_home):
+    # The charge of a call answered after its turn ended comes as a mark under its attempt, which has ended:
+    # its line named the attempt as the root of its tree, as if it were a tree of its own.
+    from test_cost import _answered_after_its_turn_ended, catalog
+
+    from relay_runtime import cost
+
+    out = io.StringIO()
+    atof = AtofExporter(stream=out).attach(session.SESSION_COORDINATOR)
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    cost.attach(host, catalog())
+    _answered_after_its_turn_ended(host, "late")
+    atof.shutdown()
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    conversation = next(e for e in lines if e["kind"] == "scope" and e["name"] == "conversation")
+    (late,) = [e for e in lines if e["name"] == cost.LATE_CHARGE_MARK]
+    attempt = next(e for e in lines if e["uuid"] == late["parent_uuid"] and e["scope_category"] == "end")
+    assert attempt["propagation_root_uuid"] == conversation["uuid"]
+    assert late["propagation_root_uuid"] == conversation["uuid"]
+    assert {e["propagation_root_uuid"] for e in lines} == {conversation["uuid"]}
+
+
 def test_tool_call_id_must_be_a_non_empty_string():
     relay = Relay()
     for bad in ("", 5):
