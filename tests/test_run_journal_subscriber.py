@@ -184,6 +184,19 @@ def test_failed_turn_carries_the_last_error(tmp_path):
     ]
 
 
+def test_a_failed_turn_does_not_blame_an_error_it_recovered_from(tmp_path):
+    # The provider failed, the retry answered, then the turn failed for some other reason: the run's error
+    # row named the provider's error, which the run got over.
+    def body():
+        complete_call("openai", "m", None)
+        complete_call("openai", "m", {"model": "m-1", "text": "fine"})
+
+    result = run_turn(tmp_path, body, outcome="failed")
+    assert result.payloads("apperror") == [{"type": "error", "error_type": "error", "message": "the turn failed"}]
+    summary = latest_run_summary("session-a", "run-a", session_dir=tmp_path)
+    assert summary is not None and summary["terminal_state"] == "errored"
+
+
 def test_tools_and_tool_calls(tmp_path):
     def body():
         relay = session.active_turn().relay  # type: ignore[union-attr]

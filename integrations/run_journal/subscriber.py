@@ -453,6 +453,7 @@ class JournalSubscriber:
             return
         if attempt.auxiliary:
             return
+        run.error = None  # recovered: a failure before this answer is not why the run may fail after it
         attempt.served = attempt.served or response_model(event)
         text = annotation.output_text if annotation is not None else None
         tool_calls = annotation.tool_calls if annotation is not None else []
