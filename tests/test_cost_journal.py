@@ -86,3 +86,22 @@ def test_a_crashed_run_keeps_its_spend_in_the_summary(tmp_path: Path) -> None:
 def test_no_cost_key_without_cost_rows(tmp_path: Path) -> None:
     append_run_event("s", "r", "status", {"type": "run_started"}, session_dir=tmp_path)
     assert "cost" not in latest_run_summary("s", "r", session_dir=tmp_path)  # type: ignore[operator]
+
+
+def test_a_charge_that_came_after_its_turn_ended_is_in_the_runs_cost(tmp_path: Path, relay_home: Any) -> None:
+    # The turn ends while the provider still works on a call: the attempt ends (cancelled) unpriced, and its
+    # answer, billed, is priced later (a late charge). The run's cost said nothing of it.
+    from test_cost import _answered_after_its_turn_ended, catalog
+
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    journal = JournalSubscriber(session_dir=tmp_path).attach(host)
+    cost.attach(host, catalog())
+    _answered_after_its_turn_ended(host, "late")  # session "late", turn "t-1": 1000 input tokens, 0.001
+    assert journal.close()
+    rows = read_run_events("late", "t-1", session_dir=tmp_path)["events"]
+    assert [r["event"] for r in rows][-2:] == ["done", "cost"]  # it came after the run's end, and is kept
+    (late,) = [r["payload"] for r in rows if r["event"] == "cost"]
+    assert late["amount"] == pytest.approx(0.001) and late["wasted"] is True and late["late"] is True
+    summary = latest_run_summary("late", "t-1", session_dir=tmp_path)
+    assert summary is not None and summary["terminal_state"] == "completed"
+    assert summary["cost"]["total"] == pytest.approx(0.001) and summary["cost"]["wasted"] == pytest.approx(0.001)

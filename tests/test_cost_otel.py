@@ -74,3 +74,32 @@ def test_cost_attributes_on_every_span_and_the_cost_histogram(relay_home: Any) -
     ]
     assert len(points) == 1 and points[0].sum == pytest.approx(1840e-6) and points[0].count == 1
     assert points[0].attributes["gen_ai.usage.cost.currency"] == "USD"
+
+
+def test_a_charge_that_came_after_its_turn_ended_is_in_the_cost_histogram(relay_home: Any) -> None:
+    # The turn ends while the provider still works on a call: the attempt's span ends (cancelled) unpriced, and
+    # its answer, billed, is priced later (a late charge, marked on the ended attempt). The histogram missed it.
+    from test_cost import _answered_after_its_turn_ended, catalog
+
+    spans = InMemorySpanExporter()
+    tracer = TracerProvider()
+    tracer.add_span_processor(SimpleSpanProcessor(spans))
+    reader = InMemoryMetricReader()
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    exporter = OTelExporter(tracer, MeterProvider(metric_readers=[reader])).attach(host)
+    cost.attach(host, catalog())
+    _answered_after_its_turn_ended(host, "late")  # 1000 input tokens of gpt-x: 0.001
+    exporter.detach()
+    (attempt,) = [s for s in spans.get_finished_spans() if s.name.startswith("chat ")]
+    assert attempt.attributes["relay.outcome"] == "cancelled" and "gen_ai.usage.cost.amount" not in attempt.attributes
+    points = [
+        p
+        for rm in reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "gen_ai.client.operation.cost"
+        for p in m.data.data_points
+    ]
+    assert len(points) == 1 and points[0].sum == pytest.approx(0.001) and points[0].count == 1
+    assert points[0].attributes["gen_ai.request.model"] == "gpt-x"
+    assert points[0].attributes["gen_ai.usage.cost.currency"] == "USD"

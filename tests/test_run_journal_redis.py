@@ -257,6 +257,32 @@ def test_foreign_entries_are_reported_and_block_nothing_they_do_not_collide_with
     assert store.run_stats("s", "r")["seq"] == 2
 
 
+@pytest.mark.asyncio
+async def test_a_row_another_writer_stored_across_lines_reaches_sse_clients_as_one_message(store):
+    # A foreign writer (a copy tool, a script) may store a row as indented JSON: a newline is JSON whitespace,
+    # but an SSE line break, so sent on as stored the row was cut into a message of "{" and ignored lines.
+    store.append("s", "r", "token", {"text": "a"})
+    row = store.read("s", "r")["events"][0]
+    done = {**row, "seq": 2, "event_id": "r:2", "event": "done", "type": "done", "terminal": True}
+    done = {**done, "terminal_state": "completed", "payload": {"text": "line\nbreak"}}
+    store.client.xadd(store.keys.stream("s", "r"), {"r": json.dumps(done, indent=2)}, id="2-0")
+    store.client.hset(store.keys.meta("s", "r"), mapping={"seq": 2, "done": 1})
+    srv = TestServer(create_app(store=store, heartbeat=0.2), host="127.0.0.1")
+    await srv.start_server()
+    try:
+        async with aiohttp.ClientSession(timeout=TIMEOUT) as client:
+            resp = await client.get(srv.make_url("/runs/r/events"))
+            body = (await asyncio.wait_for(resp.read(), 10)).decode()
+    finally:
+        await srv.close()
+    messages = [m for m in body.split("\n\n") if m.strip()]
+    assert [m.splitlines()[0] for m in messages] == ["id: r:1", "id: r:2"]
+    for message, want in zip(messages, (row, done), strict=True):
+        lines = message.splitlines()
+        assert len(lines) == 3 and lines[2].startswith("data: ")
+        assert json.loads(lines[2].removeprefix("data: ")) == want
+
+
 # --- live tail ------------------------------------------------------------------------------
 
 
@@ -300,7 +326,6 @@ async def test_follow_of_an_ended_run_returns_what_follows_the_cursor_and_ends(s
     stored = store.client.xrange(store.keys.stream("s", "r"), "2-0", "2-0")[0][1][b"r"]
     assert followed[0][0].raw == stored  # sent on as stored, not encoded again
     assert [rows async for rows in store.follow("s", "r", after_seq=3)] == []
-
 
 
 @pytest.mark.asyncio

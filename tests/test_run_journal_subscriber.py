@@ -72,6 +72,37 @@ def test_a_retry_on_the_same_route_is_not_a_fallback(tmp_path):
     assert result.payloads("runtime_model")[0]["fallback_active"] is False
 
 
+def _broken_then(provider: str, model: str) -> Any:
+    """A stream that broke after its first words, then the answer streamed again (same route or another)."""
+
+    def body() -> None:
+        stream_call("openai", "m", [{"model": "m-1", "text": "one "}], call_id="call-0")
+        stream_call("openai", "m", [{"model": "m-1", "text": "The ans"}], fail=True)
+        stream_call(
+            provider, model, [{"model": f"{model}-1", "text": "The "}, {"model": f"{model}-1", "text": "answer"}]
+        )
+
+    return body
+
+
+@pytest.mark.parametrize(("provider", "model"), [("openai", "m"), ("anthropic", "claude")])
+def test_the_last_assistant_text_is_the_answer_streamed_again_after_a_broken_stream(tmp_path, provider, model):
+    # A retry's words are the answer again, not more of it ("The ansThe answer" was no one's message); a
+    # fallback's first words come before its warning and are its answer's, not lost ("answer" alone).
+    result = run_turn(tmp_path, _broken_then(provider, model))
+    assert [p["text"] for p in result.payloads("token")] == ["one ", "The ans", "The ", "answer"]
+    assert ("warning" in result.names) == (provider != "openai")
+    summary = latest_run_summary("session-a", "run-a", session_dir=tmp_path)
+    assert summary is not None and summary["last_assistant_text"] == "The answer"
+
+
+def test_a_stream_that_broke_with_nothing_after_it_is_the_last_text(tmp_path):
+    result = run_turn(tmp_path, lambda: stream_call("openai", "m", [{"model": "m-1", "text": "The ans"}], fail=True))
+    assert result.payloads("token") == [{"text": "The ans"}]
+    summary = latest_run_summary("session-a", "run-a", session_dir=tmp_path)
+    assert summary is not None and summary["last_assistant_text"] == "The ans"  # what was said last, cut short
+
+
 def test_a_changed_serving_model_is_observed_again_without_a_fallback(tmp_path):
     def body():
         stream_call("openai", "m", [{"model": "m-1", "text": "one"}])
@@ -151,6 +182,19 @@ def test_failed_turn_carries_the_last_error(tmp_path):
     assert result.payloads("apperror") == [
         {"type": "error", "error_type": "ProviderError", "message": "openai unavailable"}
     ]
+
+
+def test_a_failed_turn_does_not_blame_an_error_it_recovered_from(tmp_path):
+    # The provider failed, the retry answered, then the turn failed for some other reason: the run's error
+    # row named the provider's error, which the run got over.
+    def body():
+        complete_call("openai", "m", None)
+        complete_call("openai", "m", {"model": "m-1", "text": "fine"})
+
+    result = run_turn(tmp_path, body, outcome="failed")
+    assert result.payloads("apperror") == [{"type": "error", "error_type": "error", "message": "the turn failed"}]
+    summary = latest_run_summary("session-a", "run-a", session_dir=tmp_path)
+    assert summary is not None and summary["terminal_state"] == "errored"
 
 
 def test_tools_and_tool_calls(tmp_path):

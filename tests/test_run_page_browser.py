@@ -63,8 +63,14 @@ BATCHES: list[list[tuple[str, Any]]] = [
         ("status", {"type": "run_started", "task_id": "t-1"}),
         (
             "runtime_model",
-            {"session_id": SESSION, "stream_id": RUN, "model": "claude-x", "provider": "anthropic",
-             "fallback_active": False, "phase": "observed_output"},
+            {
+                "session_id": SESSION,
+                "stream_id": RUN,
+                "model": "claude-x",
+                "provider": "anthropic",
+                "fallback_active": False,
+                "phase": "observed_output",
+            },
         ),
         *_tokens("Let me look that up for you."),
         ("tool", {"name": "search", "args": {"query": HOSTILE_ARGS}}),
@@ -73,22 +79,51 @@ BATCHES: list[list[tuple[str, Any]]] = [
     [*_tokens("The answer is <b>forty-two</b> & nothing else;"), *_tokens("it was written while the server was down.")],
     [*_tokens("A second restart loses nothing either.")],
     [
+        # As a streamed fallback is written: the first route's words and its failed attempt, then the second
+        # route's first words before its warning (they start the answer the summary and the page end with).
+        *_tokens("Words of a stream cut"),
+        (
+            "span",
+            {
+                "kind": "attempt",
+                "id": "a1",
+                "parent_id": "c1",
+                "name": "llm",
+                "provider": "openai",
+                "model": "gpt-x",
+                "outcome": "failed",
+                "duration_s": 0.2,
+                "error_type": "RateLimitError",
+            },
+        ),
+        *_tokens("After"),
         (
             "warning",
-            {"type": "fallback", "message": "Switched to fallback: claude-x (anthropic)", "from_provider": "openai",
-             "from_model": "gpt-x", "to_provider": "anthropic", "to_model": "claude-x"},
+            {
+                "type": "fallback",
+                "message": "Switched to fallback: claude-x (anthropic)",
+                "from_provider": "openai",
+                "from_model": "gpt-x",
+                "to_provider": "anthropic",
+                "to_model": "claude-x",
+            },
         ),
-        *_tokens("After the reload, the page follows on."),
+        *_tokens("the reload, the page follows on."),
         (
             "span",
-            {"kind": "attempt", "id": "a1", "parent_id": "c1", "name": "llm", "provider": "openai",
-             "model": "gpt-x", "outcome": "failed", "duration_s": 0.2, "error_type": "RateLimitError"},
-        ),
-        (
-            "span",
-            {"kind": "attempt", "id": "a2", "parent_id": "c1", "name": "llm", "provider": "anthropic",
-             "model": "claude-x", "outcome": "success", "duration_s": 1.4, "input_tokens": 120,
-             "output_tokens": 48, "cost": {"amount": 0.0123, "currency": "USD"}},
+            {
+                "kind": "attempt",
+                "id": "a2",
+                "parent_id": "c1",
+                "name": "llm",
+                "provider": "anthropic",
+                "model": "claude-x",
+                "outcome": "success",
+                "duration_s": 1.4,
+                "input_tokens": 120,
+                "output_tokens": 48,
+                "cost": {"amount": 0.0123, "currency": "USD"},
+            },
         ),
         ("cost", {"amount": 0.0123, "currency": "USD", "attempt_id": "a2"}),
         ("span", {"kind": "logical_call", "id": "c1", "name": "main", "outcome": "success", "duration_s": 1.7}),
@@ -237,6 +272,7 @@ def test_the_page_follows_a_run_across_restarts_and_a_reload(browser: Any, serve
     summary = latest_run_summary(SESSION, RUN, session_dir=server.session_dir)
     assert summary is not None
     assert page.locator("#assistant-text .message").last.text_content() == summary["last_assistant_text"]
+    assert summary["last_assistant_text"] == "After the reload, the page follows on. "
 
     # Rows are text, never markup.
     assert page.evaluate("window.__pwned") is None
@@ -361,6 +397,7 @@ def test_the_tree_shows_every_span_even_one_that_is_its_own_parent_or_in_a_cycle
     names = ["arrives-before-its-parent", "its-own-parent", "cycle-b", "cycle-c", "parent-never-arrives"]
     for name in [*names, "the-call", "grandchild"]:
         assert sum(name in line for line in lines) == 1, (name, lines)
+
     # The child that came first moved under its parent, and its own child under it.
     def count(selector: str) -> int:
         return int(page.locator(selector).count())

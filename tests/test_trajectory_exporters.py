@@ -176,6 +176,33 @@ def test_a_tool_nobody_asked_for_becomes_a_system_step():
     assert validate_atif(trajectory) == []
 
 
+def test_a_tool_run_as_soon_as_its_call_streamed_in_answers_that_call():
+    # An agent that runs a tool once its call is whole, before the stream is drained: the tool ends before the
+    # call that asked for it. It was a "tool nobody asked for" step before the user's, the call left unanswered.
+    exporter = AtifExporter().attach(session.SESSION_COORDINATOR)
+    coordinator = session.SESSION_COORDINATOR
+    call = {"id": "call_a", "name": "weather", "arguments": '{"city": "Paris"}'}
+    chunks = testing.chat_chunks(["Let me look. "], model=MODEL, tool_call=call, finish_reason="tool_calls")
+    scripted = testing.scripted_openai(testing.sse_reply(testing.openai_chat_sse(chunks)), max_retries=0)
+    lease = coordinator.acquire_conversation(profile_key=session.current_profile_key(), session_id="e", platform="t")
+    relay = lease.host.relay
+    turn = coordinator.begin_turn(lease, turn_id="r1", task_id="t1")
+    relay.tools.execute("clock", {}, lambda args: "noon", tool_call_id="call_unasked")  # no step asks for it
+    for chunk in adapters.stream(
+        scripted.client, {"model": MODEL, "messages": [{"role": "user", "content": "Paris?"}]}
+    ):
+        if chunk.choices and chunk.choices[0].finish_reason == "tool_calls":
+            relay.tools.execute("weather", {"city": "Paris"}, lambda args: "sunny", tool_call_id="call_a")
+    coordinator.end_turn(turn, outcome="success")
+    trajectory = exporter.export()
+    steps = trajectory["steps"]
+    assert [(s["step_id"], s["source"]) for s in steps] == [(1, "system"), (2, "user"), (3, "agent")]
+    assert steps[0]["message"] == "tool clock"
+    (result,) = steps[2]["observation"]["results"]
+    assert (result["source_call_id"], result["content"]) == ("call_a", "sunny")
+    assert validate_atif(trajectory) == []
+
+
 def test_a_call_that_failed_every_attempt_is_a_step_saying_so():
     exporter = AtifExporter().attach(session.SESSION_COORDINATOR)
     coordinator = session.SESSION_COORDINATOR
@@ -206,6 +233,45 @@ def test_with_a_price_catalog_each_step_says_what_it_cost():
     # chat_usage(): 12 prompt and 5 completion tokens at 1 and 4 USD per million.
     assert metrics["cost_usd"] == pytest.approx((12 * 1.0 + 5 * 4.0) / 1e6)
     assert trajectory["final_metrics"]["total_cost_usd"] == metrics["cost_usd"]
+    assert validate_atif(trajectory) == []
+
+
+def test_the_total_cost_counts_the_attempts_a_step_stands_for(tmp_path):
+    # An intercept that asks again when the first answer will not do: both answers were paid for.
+    from relay_runtime.cost import PriceCatalog
+    from relay_runtime.integrations.run_journal import JournalSubscriber, latest_run_summary
+
+    coordinator = session.SESSION_COORDINATOR
+    exporter = AtifExporter().attach(coordinator)
+    journal = JournalSubscriber(session_dir=tmp_path).attach(coordinator)
+    bodies = [testing.chat_completion_body(text, model=MODEL) for text in ("no", "a longer answer")]
+    scripted = testing.scripted_openai(*(testing.json_reply(b) for b in bodies), max_retries=0)
+    lease = coordinator.acquire_conversation(profile_key=session.current_profile_key(), session_id="w", platform="t")
+    relay = lease.host.relay
+    relay.cost.use(PriceCatalog.from_mapping({"openai": {MODEL: {"input": 1.0, "output": 4.0}}}))
+
+    def ask_again(name: str, request: Any, call_next: Any) -> Any:
+        first = call_next(request)
+        return call_next(request) if len(first.choices[0].message.content) < 5 else first
+
+    relay.intercepts.register_llm_execution("ask_again", 0, ask_again)
+    try:
+        turn = coordinator.begin_turn(lease, turn_id="r1", task_id="t1")
+        adapters.complete(scripted.client, {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
+        coordinator.end_turn(turn, outcome="success")
+    finally:
+        relay.intercepts.deregister_llm_execution("ask_again")
+        relay.cost.use(None)
+    assert journal.close()
+    trajectory = exporter.export()
+    step = trajectory["steps"][1]
+    each = (12 * 1.0 + 5 * 4.0) / 1e6  # chat_usage(): 12 prompt and 5 completion tokens
+    assert step["metrics"]["cost_usd"] == pytest.approx(each) and step["extra"]["wasted_cost_usd"] == pytest.approx(
+        each
+    )
+    assert trajectory["final_metrics"]["total_cost_usd"] == pytest.approx(2 * each)
+    summary = latest_run_summary("w", "r1", session_dir=tmp_path)
+    assert summary["cost"]["total"] == pytest.approx(trajectory["final_metrics"]["total_cost_usd"])
     assert validate_atif(trajectory) == []
 
 
@@ -264,6 +330,28 @@ def test_an_agent_appending_to_the_list_it_sent_still_gets_each_question_once():
     starts = [e for e in map(json.loads, out.getvalue().splitlines()) if e.get("category") == "llm"]
     sent = [len(e["data"]["content"]["messages"]) for e in starts if e["scope_category"] == "start"]
     assert sent == [1, 3, 5]
+
+
+def test_a_late_charge_is_a_mark_of_its_conversations_tree(relay_home):
+    # The charge of a call answered after its turn ended comes as a mark under its attempt, which has ended:
+    # its line named the attempt as the root of its tree, as if it were a tree of its own.
+    from test_cost import _answered_after_its_turn_ended, catalog
+
+    from relay_runtime import cost
+
+    out = io.StringIO()
+    atof = AtofExporter(stream=out).attach(session.SESSION_COORDINATOR)
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    cost.attach(host, catalog())
+    _answered_after_its_turn_ended(host, "late")
+    atof.shutdown()
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    conversation = next(e for e in lines if e["kind"] == "scope" and e["name"] == "conversation")
+    (late,) = [e for e in lines if e["name"] == cost.LATE_CHARGE_MARK]
+    attempt = next(e for e in lines if e["uuid"] == late["parent_uuid"] and e["scope_category"] == "end")
+    assert attempt["propagation_root_uuid"] == conversation["uuid"]
+    assert late["propagation_root_uuid"] == conversation["uuid"]
+    assert {e["propagation_root_uuid"] for e in lines} == {conversation["uuid"]}
 
 
 def test_tool_call_id_must_be_a_non_empty_string():

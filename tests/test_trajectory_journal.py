@@ -219,3 +219,71 @@ def test_the_journal_records_carry_no_secret(tmp_path):
         assert "my key is [redacted]" in exported
     finally:
         redaction.forget_secrets()
+
+
+def _responses_turns(requests: list[dict[str, Any]], tmp_path: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One Responses API call per turn: the live trajectory, and the one rebuilt from the file journal."""
+    coordinator = session.SESSION_COORDINATOR
+    live = AtifExporter().attach(coordinator)
+    journal = JournalSubscriber(session_dir=tmp_path).attach(coordinator)
+    bodies = [testing.responses_body(f"answer {i}", model=MODEL, id=f"resp_{i}") for i in range(len(requests))]
+    scripted = testing.scripted_openai(*(testing.json_reply(body) for body in bodies), max_retries=0)
+    lease = coordinator.acquire_conversation(profile_key=session.current_profile_key(), session_id="r", platform="t")
+    for i, request in enumerate(requests):
+        turn = coordinator.begin_turn(lease, turn_id=f"turn-{i}", task_id="t")
+        adapters.complete(scripted.client, {"model": MODEL, **request}, api_mode="responses")
+        coordinator.end_turn(turn, outcome="success")
+    coordinator.release_conversation(lease)
+    assert journal.close()
+    return live.export("r"), atif_from_journal("r", store=FileStore(tmp_path))
+
+
+def test_a_user_repeating_themselves_to_a_conversation_the_provider_keeps_is_heard_each_time(tmp_path):
+    # With previous_response_id a request sends its new items only: the second "yes" is not the first sent again.
+    yes = [{"role": "user", "content": "yes"}]
+    live, rebuilt = _responses_turns(
+        [{"input": yes}, {"input": yes, "previous_response_id": "resp_0"}, {"input": yes, "conversation": "conv_1"}],
+        tmp_path,
+    )
+    said = [(s["source"], s["message"]) for s in live["steps"]]
+    assert said == [pair for i in range(3) for pair in (("user", "yes"), ("agent", f"answer {i}"))]
+    assert rebuilt == live and validate_atif(live) == []
+
+
+def test_a_conversation_given_as_one_text_is_the_users_step(tmp_path):
+    # input="..." is the user's message (the SDK's own shorthand), sent again or not.
+    live, rebuilt = _responses_turns(
+        [{"input": "What is 2+2?"}, {"input": "And 3+3?"}, {"input": "And 3+3?", "previous_response_id": "resp_1"}],
+        tmp_path,
+    )
+    said = [(s["source"], s["message"]) for s in live["steps"]]
+    asked = ("What is 2+2?", "And 3+3?", "And 3+3?")
+    assert said == [pair for i in range(3) for pair in (("user", asked[i]), ("agent", f"answer {i}"))]
+    assert rebuilt == live and validate_atif(live) == []
+
+
+def test_a_run_whose_writer_dropped_rows_is_no_complete_trajectory(tmp_path, monkeypatch):
+    # Under load the writer drops rows (their records with them) and its end row counts them: a trajectory
+    # rebuilt from what is left must not read as the whole run.
+    from test_run_journal_subscriber import StuckDisk
+
+    disk = StuckDisk(monkeypatch)
+    coordinator = session.SESSION_COORDINATOR
+    journal = JournalSubscriber(session_dir=tmp_path, queue_size=2).attach(coordinator)
+    bodies = [testing.chat_completion_body(f"answer {i}", model=MODEL) for i in range(3)]
+    scripted = testing.scripted_openai(*(testing.json_reply(body) for body in bodies), max_retries=0)
+    lease = coordinator.acquire_conversation(profile_key=session.current_profile_key(), session_id="d", platform="t")
+    turn = coordinator.begin_turn(lease, turn_id="run-d", task_id="t")
+    for i in range(3):
+        adapters.complete(scripted.client, {"model": MODEL, "messages": [{"role": "user", "content": f"q{i}"}]})
+    coordinator.end_turn(turn, outcome="success")
+    coordinator.release_conversation(lease)
+    disk.gate.set()
+    assert journal.close()
+    rows = read_run_events("d", "run-d", session_dir=tmp_path)["events"]
+    dropped = rows[-1]["payload"]["dropped_rows"]
+    assert rows[-1]["event"] == "done" and dropped > 0
+    trajectory = atif_from_journal("d", "run-d", store=FileStore(tmp_path))
+    assert len([s for s in trajectory["steps"] if s["source"] == "agent"]) < 3  # what the dropped rows held is gone
+    assert trajectory["extra"] == {"incomplete": True, "dropped_rows": dropped}
+    assert validate_atif(trajectory) == []

@@ -29,6 +29,7 @@ from opentelemetry.trace import Span, Status, StatusCode, TracerProvider, set_sp
 from relay_runtime import clipping
 from relay_runtime import conventions as cv
 from relay_runtime.attach import Attachment
+from relay_runtime.cost import LATE_CHARGE_MARK
 from relay_runtime.events import MARK, SCOPE_END, SCOPE_START, Event
 
 from . import attributes as A
@@ -446,6 +447,8 @@ class OTelExporter:
             if self._scope_metrics is not None:
                 self._scope_metrics.record_mark(event)
             return
+        if event.name == LATE_CHARGE_MARK and self._metrics is not None:
+            self._metrics.record_late_charge(event)  # its attempt's span has ended: its charge still counts
         record = self._table.get(event.parent_uuid)
         if record is None:
             return

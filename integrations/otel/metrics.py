@@ -81,6 +81,9 @@ class GenAIMetrics:
         # Attribute sets per key, made once: the SDK copies what it is given.
         self._sets: dict[Any, tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]] = {}
         self._seen: set[Any] = set()  # the shapes of points already recorded once (see the module's doc)
+        # Attempts their turn's end cut off unpriced, by uuid: their answer may still come and be charged
+        # (``record_late_charge``). Bounded, the oldest out.
+        self._cut_off: dict[str, Any] = {}
         self.batch: MetricBatch | None = None
         self._trace_based = False
         if batch and isinstance(meter_provider, SDKMeterProvider):
@@ -104,6 +107,8 @@ class GenAIMetrics:
         amount = currency = None
         if isinstance(cost, AttemptCost) and cost.amount is not None:
             amount, currency = cost.amount, cost.currency
+        elif cost is None and event.outcome == _CANCELLED:
+            self._remember_cut_off(event.uuid, key)
         duration = event.duration_ns
         point = (key, err, duration, tokens_in, tokens_out, ttfc, amount, currency)
         batch = self.batch
@@ -118,6 +123,27 @@ class GenAIMetrics:
             if not seen and len(self._seen) < _MAX_SHAPES:
                 self._seen.add(shape)
         self._emit(point, None)
+
+    def _remember_cut_off(self, uuid: str, key: Any) -> None:
+        cut_off = self._cut_off
+        cut_off[uuid] = key
+        if len(cut_off) > _MAX_SHAPES:
+            try:
+                del cut_off[next(iter(cut_off))]
+            except (RuntimeError, KeyError, StopIteration):  # another thread changed it meanwhile
+                pass
+
+    def record_late_charge(self, event: Event) -> None:
+        """The cost of an attempt priced after its end (``relay.cost.late_charge``, marked on it): its answer
+        came after its turn ended, and was billed. Counted under the attempt's own attributes."""
+        key = self._cut_off.pop(event.parent_uuid or "", None)
+        data = event.data
+        cost = data.get("cost") if isinstance(data, dict) else None
+        if key is None or not isinstance(cost, dict):
+            return
+        amount, currency = cost.get("amount"), cost.get("currency")
+        if isinstance(amount, (int, float)) and not isinstance(amount, bool) and isinstance(currency, str):
+            self._emit((key, None, None, None, None, None, amount, currency), None)
 
     def close(self) -> None:
         """Record every queued point now (before a flush or a shutdown) and stop queueing."""
@@ -182,6 +208,7 @@ _get_current_context = context_api.get_current
 
 
 _TOKEN_TYPE = "gen_ai.token.type"
+_CANCELLED = "cancelled"
 _NO_CONTEXT = Context()
 # Bounds the per-exporter caches of attribute sets and of series seen (the SDK's own
 # cardinality limit is 2000 per instrument); past it, new series are recorded in place.

@@ -379,10 +379,10 @@ def _sse_message(row: dict[str, Any], run_id: str) -> bytes:
     if isinstance(event, str) and event and "\n" not in event and "\r" not in event:
         lines.append(f"event: {event}")
     head = ("\n".join(lines) + "\ndata: ").encode("utf-8", "backslashreplace")
-    # The line the row was read from is already compact JSON: send it as it is, unless a CR
-    # (JSON whitespace, but an SSE line break) is in it.
+    # The JSON the row was stored as is sent as it is, unless it holds a line break (JSON whitespace, but
+    # an SSE one): a file row is one line, but another writer may have stored a Redis entry indented.
     raw = getattr(row, "raw", None)
-    if isinstance(raw, bytes) and b"\r" not in raw:
+    if isinstance(raw, bytes) and b"\n" not in raw and b"\r" not in raw:
         return b"".join((head, raw, b"\n\n"))
     return head + _dumps(row).encode() + b"\n\n"
 

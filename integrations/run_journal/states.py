@@ -24,6 +24,7 @@ _ERROR_TYPES = {
 }
 # Rows after which the assistant starts a new message (its text so far is not the last one).
 _MESSAGE_BOUNDARIES = frozenset(("tool", "tool_call"))
+_SPAN = "span"  # a node of the run's tree ended (``span_rows``): an attempt's row says how it ended
 
 
 def _word(payload: Any, key: str) -> str:
@@ -48,6 +49,18 @@ def terminal_state(event: str, payload: Any) -> str | None:
     return None
 
 
+def _answer_attempt(payload: Any) -> str | None:
+    """The outcome of the attempt a ``span`` row ends, if it is one of the answer's (an auxiliary call's
+    text is never streamed); None for any other row."""
+    if not isinstance(payload, dict) or payload.get("kind") != "attempt":
+        return None
+    role = payload.get("call_role")
+    if isinstance(role, str) and role.startswith("auxiliary"):
+        return None
+    outcome = payload.get("outcome")
+    return outcome if isinstance(outcome, str) else ""
+
+
 def ends_run(row: dict[str, Any]) -> bool:
     """Whether a journal row (as read back) is one of the run's terminal rows."""
     event = row.get("event")
@@ -62,6 +75,7 @@ class SummaryFold:
         "_current_text",
         "_last_text",
         "_model",
+        "_since",
         "count",
         "last_event",
         "last_seq",
@@ -90,6 +104,10 @@ class SummaryFold:
         # (often the same list); joined once, in result(), so a long run stays linear.
         self._current_text: list[str] = []
         self._last_text: list[str] = self._current_text
+        # Where the text of the attempt in flight begins in the current message: a stream's rows come before
+        # its attempt's ``span`` row, and a fallback's first words before its warning. None until an attempt's
+        # row is seen (a journal another producer wrote, without them: its warnings come before the words).
+        self._since: int | None = None
         self._model = RuntimeModelFold(session_id, run_id)
         self._cost: dict[str, Any] | None = None
 
@@ -122,9 +140,23 @@ class SummaryFold:
                 self._last_text = self._current_text
         elif event == COST_EVENT:
             self._add_cost(payload)
-        elif event in _MESSAGE_BOUNDARIES or is_fallback_warning(event, payload):
-            # A tool call ends the message; a fallback restarts the answer on another route.
-            self._current_text = []
+        elif event == _SPAN:
+            outcome = _answer_attempt(payload)
+            if outcome is not None:
+                if outcome in ("failed", "cancelled") and len(self._current_text) > (self._since or 0):
+                    # A stream that broke after some text: its retry says the answer again, not more of it.
+                    self._current_text = []
+                self._since = len(self._current_text)
+        elif event in _MESSAGE_BOUNDARIES:
+            self._current_text = []  # a tool call ends the message
+            self._since = None if self._since is None else 0
+        elif is_fallback_warning(event, payload):
+            # A fallback restarts the answer on another route, with the words it streamed before its warning.
+            moved = self._current_text[self._since :] if self._since is not None else []
+            self._current_text = moved
+            self._since = None if self._since is None else 0
+            if moved:
+                self._last_text = moved
 
     def _add_cost(self, payload: Any) -> None:
         """One attempt's ``cost`` row: summed from the rows, so a run that crashed still shows its spend."""

@@ -19,7 +19,9 @@ What it writes:
 - ``tool`` / ``tool_result`` for tool scopes, ``tool_call`` for tool calls a response asked for;
 - ``warning {type: response_rejected, provider, model, call_role, retry_count, message}`` for an
   answer the validator rejected (its usage still counts);
-- ``cost`` with each attempt's cost when a price catalog is installed (``relay.cost.use``);
+- ``cost`` with each attempt's cost when a price catalog is installed (``relay.cost.use``); for an attempt
+  priced after it ended (its answer came after its turn ended: a late charge), when the charge comes, even
+  after the run's terminal row;
 - the terminal row from the turn's outcome: ``done {usage}``, ``cancel``, ``apperror``, each with
   the turn's ``cost`` roll-up when there is one.
 
@@ -44,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from relay_runtime import CHUNK_MARK, MARK, SCOPE_END, SCOPE_START, Event, Relay, session
 from relay_runtime import conventions as cv
 from relay_runtime.attach import Attachment, detach_all, subscriber_attachment
-from relay_runtime.cost import AttemptCost, CostRollup
+from relay_runtime.cost import LATE_CHARGE_MARK, AttemptCost, CostRollup
 from relay_runtime.redaction import scrub_text
 
 from ..trajectory.plain import plain
@@ -61,6 +63,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("relay_runtime.integrations.run_journal")
 
+_ENDED_UNPRICED = 4096  # attempts that ended without a cost, remembered (oldest out) for a late charge
 _SUCCESS = "success"
 _FAILED = "failed"
 _CANCELLED = "cancelled"
@@ -131,6 +134,7 @@ class JournalSubscriber:
         self._scopes: dict[str, _Run] = {}  # any scope inside a run -> run
         self._roles: dict[str, bool] = {}  # logical call uuid -> auxiliary?
         self._attempts: dict[str, _Attempt] = {}
+        self._unpriced: dict[str, _Run] = {}  # attempts that ended without a cost -> their run (a late charge's)
         self._tracker = Tracker()  # what a trajectory needs, added to the rows as "traj"
         self._traj: dict[str, Any] | None = None  # the record of the event being handled, if any
 
@@ -199,6 +203,9 @@ class JournalSubscriber:
                 with self._lock:
                     self._on_chunk(event)
                     self._tracker.chunk(event)
+            elif event.name == LATE_CHARGE_MARK:
+                with self._lock:
+                    self._late_charge(event)
             return
         relay_kind = event.metadata.get(cv.KIND)
         with self._lock:
@@ -425,6 +432,11 @@ class JournalSubscriber:
         run = attempt.run
         if isinstance(event.cost, AttemptCost):
             self._emit(run, [(COST_EVENT, {**event.cost.as_dict(), "attempt_id": event.uuid})])
+        else:
+            unpriced = self._unpriced
+            unpriced[event.uuid] = run
+            if len(unpriced) > _ENDED_UNPRICED:
+                del unpriced[next(iter(unpriced))]
         annotation = event.annotated_response
         if annotation is not None:
             # Any answer counts, a rejected one too: its tokens were spent.
@@ -441,6 +453,7 @@ class JournalSubscriber:
             return
         if attempt.auxiliary:
             return
+        run.error = None  # recovered: a failure before this answer is not why the run may fail after it
         attempt.served = attempt.served or response_model(event)
         text = annotation.output_text if annotation is not None else None
         tool_calls = annotation.tool_calls if annotation is not None else []
@@ -451,6 +464,15 @@ class JournalSubscriber:
             self._output(attempt, "" if attempt.streamed or not text else "token", {"text": shown}, ROUTE_OBSERVED)
         if tool_calls:
             self._emit(run, [("tool_call", {"calls": tool_calls})])
+
+    def _late_charge(self, event: Event) -> None:
+        """The cost of an attempt priced after it ended (its answer came after its turn ended): the provider
+        billed it, so its run's cost rows must count it, terminal row or not."""
+        run = self._unpriced.pop(event.parent_uuid or "", None)
+        data = event.data
+        cost = data.get("cost") if isinstance(data, dict) else None
+        if run is not None and isinstance(cost, dict):
+            self._emit(run, [(COST_EVENT, {**cost, "attempt_id": event.parent_uuid, "late": True})])
 
     @staticmethod
     def _rejection(attempt: _Attempt, event: Event) -> dict[str, Any]:

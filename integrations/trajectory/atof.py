@@ -27,24 +27,38 @@ _PRIVATE = frozenset({cv.PROFILE_KEY})  # in-process only: a home directory, nev
 _CONVERSATION = ("messages", "input", "system", "instructions", "tools")
 
 
-class Roots:
-    """The propagation root of every open scope, fed events in order."""
+_ENDED_KEPT = 4096  # roots of the scopes that ended last, for what still comes under them
 
-    __slots__ = ("_roots",)
+
+class Roots:
+    """The propagation root of every open scope (and of the last ones ended), fed events in order."""
+
+    __slots__ = ("_ended", "_roots")
 
     def __init__(self) -> None:
         self._roots: dict[str, str] = {}
+        # A mark can come under a scope that has ended (an attempt's late charge, priced once its answer came):
+        # its root is still that scope's, not the scope itself.
+        self._ended: dict[str, str] = {}
+
+    def _root_under(self, parent: str | None, uuid: str) -> str:
+        if not parent:
+            return uuid
+        return self._roots.get(parent) or self._ended.get(parent) or parent
 
     def of(self, event: Event) -> str:
         uuid, parent = event.uuid, event.parent_uuid
-        roots = self._roots
         if event.kind == SCOPE_START:
-            root = roots.get(parent, parent) if parent else uuid
-            roots[uuid] = root
+            root = self._roots[uuid] = self._root_under(parent, uuid)
             return root
         if event.kind == SCOPE_END:
-            return roots.pop(uuid, None) or (roots.get(parent, parent) if parent else uuid)
-        return roots.get(parent, parent) if parent else uuid
+            root = self._roots.pop(uuid, "") or self._root_under(parent, uuid)
+            ended = self._ended
+            ended[uuid] = root
+            if len(ended) > _ENDED_KEPT:
+                del ended[next(iter(ended))]
+            return root
+        return self._root_under(parent, uuid)
 
 
 def _annotation(value: Any) -> dict[str, Any] | None:

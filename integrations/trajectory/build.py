@@ -3,14 +3,16 @@
 Steps, as NeMo Relay's ``AtifExporter`` writes them for the same run:
 
 - a ``user`` step for each user message a logical call's first attempt sends that no earlier
-  request of the conversation sent (system prompts and tool results are not user steps);
+  request of the conversation sent (system prompts and tool results are not user steps); a request
+  continuing a conversation the provider keeps (``previous_response_id``) sends new ones only;
 - an ``agent`` step for each logical call: its final attempt's model, text, reasoning, tool
   calls and token metrics. Failed and retried attempts are no steps of their own: the step's
   ``extra`` counts them (``attempts``, ``wasted_tokens``, ``wasted_cost_usd``), with the logical
-  call's id, so nothing is lost;
+  call's id, so nothing is lost (``final_metrics.total_cost_usd``, the real cost, counts them too);
 - each tool's result as an ``observation`` of the agent step whose tool call it answers (by the
   call's id; without one, by name and arguments, as NeMo does, the calls taken in the order their tools
-  began; with no arguments known either, by name in the newest step that called tools).
+  began; with no arguments known either, by name in the newest step that called tools). A tool that
+  ended before the call asking for it (run as soon as its call streamed in) waits for that call's step;
 - a tool result only a later request carries (no tool scope saw the tool run: an Agents SDK handoff, a
   loop running its tools in plain code) as an ``observation`` of the step that asked for it, read from
   the first request that sends it (``said``);
@@ -117,11 +119,15 @@ class TrajectoryBuilder:
         self._calls: dict[str, _Call] = {}
         self._tools: dict[str, dict[str, Any]] = {}
         self._open_turns: set[str] = set()
+        self._dropped_rows = 0
         self._answered: set[str] = set()  # tool call ids an observation already answers (or will: ``_claims``)
         self._claims: dict[str, str] = {}  # tool scope uuid -> the call id it answers, taken when it began
         # Each tool call's step by the call's id, and the newest step that called tools: where a result a request
         # sends is looked up (``_unanswered``), in one step however long the conversation.
         self._asked: dict[str, dict[str, Any]] = {}
+        # Results of tool calls no step has asked for yet, by the call's id: the agent ran the tool as soon as
+        # its call had streamed in, before the call ended. With where a step of their own would go, if none asks.
+        self._early: dict[str, tuple[int, dict[str, Any], dict[str, Any]]] = {}
         self._last_asking: dict[str, Any] | None = None
 
     # -- records -------------------------------------------------------------------------
@@ -141,6 +147,9 @@ class TrajectoryBuilder:
             self._open_turns.add(record["id"])
         elif kind == TURN_END:
             self._open_turns.discard(record["id"])
+            dropped = record.get("dropped_rows")
+            if type(dropped) is int and dropped > 0:
+                self._dropped_rows += dropped  # what the journal lost of a run: its steps may be missing
 
     def add_all(self, records: Iterable[dict[str, Any]]) -> TrajectoryBuilder:
         for record in records:
@@ -149,15 +158,19 @@ class TrajectoryBuilder:
 
     @property
     def incomplete(self) -> bool:
-        return bool(self._open_turns)
+        return bool(self._open_turns) or self._dropped_rows > 0
 
-    def _step(self, step: dict[str, Any]) -> dict[str, Any]:
+    def _step(self, step: dict[str, Any], at: int | None = None) -> dict[str, Any]:
+        """``step`` numbered and added last, or inserted ``at`` an index (the caller numbers the steps again)."""
         if step.get("timestamp") is None:
             step.pop("timestamp", None)
         if step.get("model_name") is None:
             step.pop("model_name", None)
         step = {"step_id": len(self.steps) + 1, **step}
-        self.steps.append(step)
+        if at is None:
+            self.steps.append(step)
+        else:
+            self.steps.insert(at, step)
         return step
 
     def _attempt(self, record: dict[str, Any]) -> None:
@@ -274,6 +287,10 @@ class TrajectoryBuilder:
             self._last_asking = call.step
             for asked in call.step.get("tool_calls") or ():
                 self._asked[asked["tool_call_id"]] = call.step
+                early = self._early.pop(asked["tool_call_id"], None) if self._early else None
+                if early is not None:
+                    result = {"source_call_id": asked["tool_call_id"], **early[2]}
+                    call.step.setdefault("observation", {"results": []})["results"].append(result)
 
     def _tool_end(self, record: dict[str, Any]) -> None:
         started = self._tools.pop(record["id"], {})
@@ -285,7 +302,8 @@ class TrajectoryBuilder:
                 self._answered.discard(claimed or started["tool_call_id"])  # the resumed run's call answers it
             self._paused(record, started, paused)
             return
-        answering = self._answering(claimed or started.get("tool_call_id"), name, args)
+        call_id = claimed or started.get("tool_call_id")
+        answering = self._answering(call_id, name, args)
         result: dict[str, Any] = {"source_call_id": answering[1]} if answering is not None else {}
         value = record.get("result")
         if isinstance(value, str):
@@ -310,10 +328,17 @@ class TrajectoryBuilder:
             step.setdefault("observation", {"results": []})["results"].append(result)
             self._answered.add(call_id)
             return
-        # A tool nobody asked for (no agent step named it): a step of its own, so nothing is lost.
+        if isinstance(call_id, str):
+            # Its call's id, but no step asked for it yet: the call that did may still be open.
+            self._early[call_id] = (len(self.steps), record, result)
+            return
+        self._unasked(record, name, result)
+
+    def _unasked(self, record: dict[str, Any], name: Any, result: dict[str, Any], at: int | None = None) -> None:
+        """A tool nobody asked for (no agent step named it): a step of its own, so nothing is lost."""
         end = record.get("end")
         self._step({"timestamp": rfc3339(end) if isinstance(end, int) else None, "source": "system",
-                    "message": f"tool {name}", "observation": {"results": [result]}})  # fmt: skip
+                    "message": f"tool {name}", "observation": {"results": [result]}}, at)  # fmt: skip
 
     def _paused(self, record: dict[str, Any], started: dict[str, Any], control_flow: str) -> None:
         """A tool at which the framework paused the run (LangGraph's ``interrupt()`` asking a human, in the
@@ -371,6 +396,15 @@ class TrajectoryBuilder:
         for call in list(self._calls.values()):
             if call.step is None and call.attempts:
                 self._call_end({"k": CALL, "id": call.id, "outcome": None})
+        if self._early:
+            # Results whose call no step asked for: steps of their own, where they ended (later ones first, so
+            # each index still means what it did).
+            early = sorted(self._early.values(), key=lambda item: item[0])
+            self._early.clear()
+            for at, record, result in reversed(early):
+                self._unasked(record, result["extra"]["event_name"], result, at)
+            for number, step in enumerate(self.steps, 1):
+                step["step_id"] = number
 
     def trajectory(
         self,
@@ -396,6 +430,11 @@ class TrajectoryBuilder:
             for key, total in _TOTALS:
                 if key in metrics:
                     totals[total] = totals.get(total, 0) + metrics[key]
+            # The attempts a step stands for beside its final one (retried, outrun) were paid for too: the total
+            # is the trajectory's real cost, as the journal's summary and the turn's roll-up count it.
+            wasted = (step.get("extra") or {}).get("wasted_cost_usd")
+            if wasted:
+                totals["total_cost_usd"] = totals.get("total_cost_usd", 0) + wasted
         totals["total_steps"] = len(self.steps)
         out: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
@@ -407,4 +446,6 @@ class TrajectoryBuilder:
         }
         if self.incomplete:
             out["extra"] = {"incomplete": True}
+            if self._dropped_rows:
+                out["extra"]["dropped_rows"] = self._dropped_rows
         return out

@@ -84,6 +84,10 @@ def _record_of(row: dict[str, Any]) -> dict[str, Any] | None:
         return None
     traj = payload.get("traj")
     if isinstance(traj, dict) and isinstance(traj.get("k"), str):
+        dropped = payload.get("dropped_rows")
+        if traj.get("k") == TURN_END and type(dropped) is int and dropped > 0:
+            # The writer dropped rows of this run under load (its end row says how many): records with them.
+            return {**traj, "dropped_rows": dropped}
         return traj
     if not is_truncated(row):
         return None
@@ -176,7 +180,8 @@ def atif_from_journal(
 ) -> dict[str, Any]:
     """The ATIF trajectory of one run (a turn), or with ``run_id=None`` of every run of the session.
 
-    A run still in progress exports what it has, with ``extra.incomplete: true``.
+    A run still in progress exports what it has, with ``extra.incomplete: true``; so does a run whose
+    writer dropped rows under load, with ``extra.dropped_rows`` (its end row's count): steps may be missing.
     """
     records = journal_records(session_id, run_id, store=store, session_dir=session_dir)
     if not records:

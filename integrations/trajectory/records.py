@@ -38,6 +38,8 @@ _LEAVES = 8  # the latest requests of a line that no later request extends
 _CALL_META = (cv.API_REQUEST_ID, cv.CALL_ROLE)
 _ATTEMPT_META = (cv.API_REQUEST_ID, cv.CALL_ROLE, cv.RETRY_COUNT, cv.SDK_RETRIES, cv.API_MODE)
 CONVERSATION_KEYS = ("messages", "input", "contents")  # contents: google-genai
+# Kwargs naming a conversation the provider keeps (the Responses API's): a request with one sends new items only.
+_HELD_BY_PROVIDER = ("previous_response_id", "conversation")
 _MAPPINGS = (dict, MappingProxyType)
 
 
@@ -119,25 +121,35 @@ def request_delta(candidates: Iterable[tuple[str, dict[str, Any]]], content: dic
     rebuild), and the candidate chosen as its base (None: no message in common)."""
     key = conversation_key(content)
     messages: list[Any] = content[key] if key is not None else []
+    # Its messages all new, however like an earlier request's: a user who says "yes" again is heard again.
+    # (Truth, not "is not None": the SDKs pass NotGiven / Omit, both false, for a kwarg not sent.)
+    fresh = any(content.get(name) for name in _HELD_BY_PROVIDER)
     best: tuple[str, dict[str, Any]] | None = None
     keep = 0
     for attempt_id, candidate in candidates:
         old = candidate.get(key) if key is not None else None
-        shared = _common(old, messages) if isinstance(old, list) else 0
+        shared = _common(old, messages) if isinstance(old, list) and not fresh else 0
         if best is None or shared > keep:
             best, keep = (attempt_id, candidate), shared
-        if key is None or shared == len(messages):
+        if key is None or fresh or shared == len(messages):
             break
     delta: dict[str, Any] = {"base": None, "keep": 0}
     earlier: dict[str, Any] = {}
-    if best is not None and (key is None or keep > 0):
+    if best is not None and (key is None or fresh or keep > 0):
         delta["base"], earlier = best
         delta["keep"] = keep
     if key is not None:
         delta["key"] = key
         delta["new"] = plain(messages[keep if delta["base"] else 0 :], keys=False)
+    # A conversation given as one text or one message (``input="..."``) is what this request says, however like
+    # an earlier one's: always set, so the user's words are read from each request that sends them (``said``).
     delta["set"] = plain(
-        {k: v for k, v in content.items() if k != key and (k not in earlier or earlier[k] != v)}, keys=False
+        {
+            k: v
+            for k, v in content.items()
+            if k != key and (k not in earlier or earlier[k] != v or k in CONVERSATION_KEYS)
+        },
+        keys=False,
     )
     drop = sorted(k for k in earlier if k not in content and k != key)
     if drop:

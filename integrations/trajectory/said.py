@@ -12,6 +12,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from .records import CONVERSATION_KEYS
+
 _TEXT_PARTS = ("text", "input_text")
 
 
@@ -45,8 +47,20 @@ def _is_user(message: dict[str, Any]) -> bool:
 
 
 def _new(delta: dict[str, Any] | None) -> list[Any]:
-    new = (delta or {}).get("new")
-    return new if isinstance(new, list) else []  # a string would be one message per character
+    delta = delta or {}
+    new = delta.get("new")
+    if isinstance(new, list):
+        return new
+    if new is None and "key" not in delta:
+        # A conversation given as one text or one message (``input="..."``, a Gemini ``Content``): the delta
+        # always sets it (``records.request_delta``).
+        given = delta.get("set")
+        if isinstance(given, dict):
+            for name in CONVERSATION_KEYS:
+                value = given.get(name)
+                if isinstance(value, (str, dict)):
+                    return [value]
+    return []  # a string "new" would be one message per character
 
 
 def user_messages(delta: dict[str, Any] | None) -> list[str]:

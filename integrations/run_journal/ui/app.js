@@ -129,6 +129,10 @@
     let source = null; // the AbortController of the stream being read
     let retry = RETRY_MIN_MS;
     let message = null; // the assistant message being streamed
+    // The text the attempt in flight added: a stream's rows come before its attempt's span row, and a
+    // fallback's first words before its warning (the summary's last assistant text reads them so too).
+    let sinceAttempt = [];
+    let attemptsSeen = false; // a journal another producer wrote has no attempt rows: its warnings come first
     const openTools = [];
     const treeNodes = new Map();
 
@@ -139,6 +143,7 @@
 
     function newMessage() {
       message = null;
+      sinceAttempt = [];
     }
 
     function appendText(text) {
@@ -146,7 +151,9 @@
         message = el("div", "message");
         answerBox.append(message);
       }
-      message.append(document.createTextNode(text));
+      const node = document.createTextNode(text);
+      message.append(node);
+      return node;
     }
 
     function notice(kind, text) {
@@ -247,7 +254,10 @@
           if (payload.type === "run_started") setState("running");
           break;
         case "token":
-          if (typeof payload.text === "string") appendText(payload.text);
+          if (typeof payload.text === "string") {
+            const node = appendText(payload.text);
+            if (payload.text) sinceAttempt.push(node);
+          }
           break;
         case "reasoning":
           if (typeof payload.text === "string") {
@@ -266,7 +276,17 @@
             ? "fallback: " + [payload.from_provider, payload.from_model].filter(Boolean).join(" / ") + " → " +
               [payload.to_provider, payload.to_model].filter(Boolean).join(" / ")
             : "warning: " + show(payload.message || payload));
-          if (payload.type === "fallback") newMessage();
+          if (payload.type === "fallback") {
+            const moved = attemptsSeen ? sinceAttempt : [];
+            const from = message;
+            newMessage();
+            if (moved.length) {
+              appendText("");
+              message.append(...moved); // out of the message they were streamed into
+              if (from && !from.textContent) from.remove();
+              sinceAttempt = moved;
+            }
+          }
           break;
         case "tool": {
           const item = el("li");
@@ -291,6 +311,12 @@
         }
         case "span":
           if (typeof payload.id === "string" && payload.id) treeNode(payload);
+          if (payload.kind === "attempt" && !String(payload.call_role || "").startsWith("auxiliary")) {
+            // A stream that broke after some text: its retry says the answer again, not more of it.
+            if (sinceAttempt.length && (payload.outcome === "failed" || payload.outcome === "cancelled")) newMessage();
+            sinceAttempt = [];
+            attemptsSeen = true;
+          }
           break;
         case "apperror":
         case "error":
