@@ -43,7 +43,7 @@ from .plan import (
 )
 from .pricing import CostRollup
 from .providers import EMBEDDINGS, price_provider
-from .rates import Priced
+from .rates import TOP_TIER, Priced
 from .settle import DOWNGRADED_FROM, LATE_CHARGE_MARK, WARNING_MARK, Billable, Settlement
 from .store import Claim, FileSpendStore, Reservation, SharedSpendStore, SpendStore
 
@@ -162,7 +162,9 @@ class RelayCost(Settlement):
                     codec = attempt.codec
                     quick = plan.quick.get((price_provider(codec, attempt.name),
                                             attempt.model_name or content.get("model"), limit))  # fmt: skip
-                    if quick is not None and self._reserve_quick(quick):
+                    # A request that may ask for searches or audio has its worst case worked out in full.
+                    if quick is not None and not (quick.extras and _may_ask_extras(content)) \
+                            and self._reserve_quick(quick):  # fmt: skip
                         attempt.cost_state = quick
                         return request
                     break
@@ -225,9 +227,12 @@ class RelayCost(Settlement):
             # Unread, its input may be that whole window: the worst case stays reserved while it is in flight,
             # or concurrent calls would pass on room it may still spend.
             upper = out_cost + window_cost
-            quick = AttemptSpend(nodes, upper, upper=upper)
+            extra = _extra_cost(priced, input_of(content, annotated), content, out_tokens) if priced.extras else 0.0
+            quick = AttemptSpend(nodes, upper + extra, upper=upper + extra)
+            quick.extras = priced.extras
             # Not when the limit was assumed: that is counted per call, so such calls always come this way.
-            if from_request and len(plan.quick) < QUICK_LIMIT:
+            # Nor with extras: the next request under the same key may ask for others.
+            if from_request and not extra and len(plan.quick) < QUICK_LIMIT:
                 plan.quick[(provider, model, out_tokens)] = quick
             if self._reserve_quick(quick):
                 attempt.cost_state = quick
@@ -345,8 +350,7 @@ class RelayCost(Settlement):
         if found.image_tokens or found.audio_tokens:
             image_rate, audio_rate = priced.media_rates(tokens_in)
             input_cost += found.image_tokens * image_rate + found.audio_tokens * audio_rate
-        modalities = content.get("modalities")
-        if entry.output_audio is not None and isinstance(modalities, list | tuple) and "audio" in modalities:
+        if entry.output_audio is not None and _audio_answer(content):
             out_rate = max(out_rate, rate_at(entry.output_audio, tokens_in) * 1e-6)  # it may answer in audio
         return input_cost + out_tokens * out_rate, input_cost, out_rate
 
@@ -437,6 +441,28 @@ class RelayCost(Settlement):
             if not rollup.loaded:
                 rollup.loaded = True
                 rollup.carried = carried
+
+
+def _extra_cost(priced: Priced, asked: Mapping[str, Any], content: Mapping[str, Any], out_tokens: int) -> float:
+    """What a request's worst case holds beyond a full window of input and its output at the dearest text
+    rate, as ``_worst_case`` prices it: the web searches its tools allow, an answer in audio."""
+    entry = priced.entry
+    extra = web_searches(asked)[0] * entry.web_search if entry.web_search else 0.0
+    if entry.output_audio is not None and _audio_answer(content):
+        extra += out_tokens * max(0.0, rate_at(entry.output_audio, TOP_TIER) * 1e-6 - priced.out_rate)
+    return extra
+
+
+def _audio_answer(content: Mapping[str, Any]) -> bool:
+    modalities = content.get("modalities")
+    return isinstance(modalities, list | tuple) and "audio" in modalities
+
+
+def _may_ask_extras(content: Mapping[str, Any]) -> bool:
+    """Whether a request may ask for searches or audio (a prompt under none of ``INPUT_KEYS`` is not read here)."""
+    if not any(key in content for key in INPUT_KEYS):
+        return True
+    return _audio_answer(content) or web_searches(content)[0] > 0
 
 
 def _str(value: Any) -> str | None:
