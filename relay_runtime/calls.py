@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 from contextvars import ContextVar
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from . import conventions as cv
 from . import outside_turns, session
@@ -32,9 +32,19 @@ _FUNCTION = ScopeType.FUNCTION.value
 DEFAULT_CALL_ROLE = "primary"
 _LOGICAL_CALL = "logical_llm_call"
 
-# Set by ``auxiliary_call`` while its function runs: an attempt that defers its logical completion
-# is then held open with its response until the response is validated (``Attempt.hold``).
-response_validator: ContextVar[Callable[[Attempt], None] | None] = ContextVar("relay_response_validator", default=None)
+
+class Validator(Protocol):
+    """What ``auxiliary_call`` sets while its function runs (``response_validator``): an attempt that defers its
+    logical completion is then held open with its response until the response is validated (``Attempt.hold``)."""
+
+    # True until the function returns: meanwhile its end, not a stream's, settles the logical call,
+    # so a stream that failed is retried as the same call.
+    running: bool
+
+    def hold(self, attempt: Attempt) -> None: ...
+
+
+response_validator: ContextVar[Validator | None] = ContextVar("relay_response_validator", default=None)
 
 
 def _open(
@@ -205,7 +215,7 @@ def _call_attempt(
 def _hold_for_validation(call: LogicalCall, attempt: Attempt) -> None:
     validator = response_validator.get()
     if validator is not None:
-        attempt.hold = partial(_hold, call, validator)
+        attempt.hold = partial(_hold, call, validator.hold)
 
 
 def _track(call: LogicalCall, attempt: Attempt) -> None:
@@ -259,15 +269,21 @@ class _Completed:
 
 
 def _stream_hook(
-    turn: CallHolder, call: LogicalCall, finalizer: Callable[[], Any] | None, completed: _Completed | None, settle: bool
+    turn: CallHolder,
+    call: LogicalCall,
+    finalizer: Callable[[], Any] | None,
+    completed: _Completed | None,
+    settle: bool,
+    caller: Validator | None,
 ) -> FinishHook:
     """A stream settles its logical call when it ends: there is no later validation step to wait for
-    (unless its content is one body, validated like a non-streamed answer: ``settle`` is then False)."""
+    (unless its content is one body, validated like a non-streamed answer: ``settle`` is then False).
+    Ended while the auxiliary call that opened it (``caller``) still runs, it leaves the call to that one."""
 
     def on_finish(outcome: str, response: Any, error: BaseException | None) -> None:
         if outcome == _SUCCESS and finalizer is not None and (completed is None or not completed.seen):
             response = finalizer()
-        _attempt_ended(turn, call, settle, True, outcome, response, error)
+        _attempt_ended(turn, call, settle and (caller is None or not caller.running), True, outcome, response, error)
 
     return on_finish
 
@@ -287,7 +303,9 @@ def _stream_attempt(
     call, meta = _open(turn, name, model_name, metadata)
     with turn.lock:
         call.open_streams += 1
-    hook = _stream_hook(turn, call, finalizer, completed, outside or not defer)
+    # Outside turns an auxiliary call cannot complete its logical call: each attempt settles it.
+    caller = None if outside else response_validator.get()
+    hook = _stream_hook(turn, call, finalizer, completed, outside or not defer, caller)
     attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, hook)
     _track(call, attempt)
     if defer:
