@@ -243,17 +243,20 @@ class Attempt:
 
     # -- a further provider call within this call (an execution intercept retrying, fanning out) -------
 
-    def again(self, request: LLMRequest, previous: Any, stream: bool) -> Beside | None:
-        """Record one more provider call of this call: each provider call is an attempt of its own.
+    def again(self, request: LLMRequest, previous: Any, stream: bool) -> tuple[Beside | None, LLMRequest]:
+        """Record one more provider call of this call: each provider call is an attempt of its own,
+        checked against the budgets as the first was (``chains.Liveness.again``).
 
         The last call answered (``previous``): its attempt ends now with that answer (a stream the
         intercept opened and then replaced is cancelled: the caller never read it), and this one goes
         on as the next attempt of the same parent, with its own start event; returns None. The last
         call still in flight (a concurrent fan-out): this call gets an attempt beside it, which its
-        own answer ends; returned.
+        own answer ends; returned. Refused by a budget, the attempt has started and the refusal is
+        raised: the intercept gets it as the call's error, and how the call ends records it.
         """
         if previous is IN_FLIGHT:
-            return Beside(self, request)
+            beside = Beside(self, request, stream)
+            return beside, beside.request
         if type(previous) is Failed:
             self._end_before_next(None, previous.error, outcome_of(previous.error))
         elif stream:
@@ -263,9 +266,21 @@ class Attempt:
         self._next_attempt(request, None)
         # The provider runs under the new attempt's scope (``leave`` resets to what was before the call).
         self.relay.scope._stack.set(self.handle)
+        if self.relay.cost.active:
+            request = self._checked(request, stream)
         self._emit_start(request)
         self.live = True
-        return None
+        return None, request
+
+    def _checked(self, request: LLMRequest, stream: bool) -> LLMRequest:
+        """The budgets' check of a further provider call; refused, its start goes out before the refusal is raised."""
+        try:
+            return self.relay.cost.before_send(self, request, stream)
+        except BaseException:
+            self.cost_state = NOT_SENT
+            self._emit_start(self.request)
+            self.live = True  # started: the intercept may call ``next`` again, or answer in its place
+            raise
 
     def fell_back(self, name: str, error: BaseException) -> None:
         """Execution intercept ``name`` caught the provider's ``error`` and returned a fallback (see ``succeed``)."""
