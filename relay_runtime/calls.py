@@ -22,7 +22,7 @@ from .ids import new_id
 from .ids import pooled as _pooled
 from .logical_calls import close_logical_call, end_logical_call
 from .response_model import response_model
-from .scopes import ScopeHandle
+from .scopes import ScopeHandle, outcome_of
 from .session import CallHolder, LogicalCall
 from .streams import ManagedAsyncStream, ManagedStream, exhausted_async
 from .types import LLMRequest, Outcome, ScopeType
@@ -205,7 +205,11 @@ def _call_attempt(
     call, meta = _open(turn, name, model_name, metadata)
     # A partial, not a closure: finishing runs one Python frame, not two.
     on_finish = partial(_attempt_ended, turn, call, outside or not defer, False)
-    attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, on_finish)
+    try:
+        attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, on_finish)
+    except BaseException as exc:  # a bad name or request: no attempt, the call counted out as failed
+        on_finish(outcome_of(exc), None, exc)
+        raise
     _track(call, attempt)
     if defer:
         _hold_for_validation(call, attempt)
@@ -306,7 +310,11 @@ def _stream_attempt(
     # Outside turns an auxiliary call cannot complete its logical call: each attempt settles it.
     caller = None if outside else response_validator.get()
     hook = _stream_hook(turn, call, finalizer, completed, outside or not defer, caller)
-    attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, hook)
+    try:
+        attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, hook)
+    except BaseException as exc:
+        hook(outcome_of(exc), None, exc)
+        raise
     _track(call, attempt)
     if defer:
         _hold_for_validation(call, attempt)
