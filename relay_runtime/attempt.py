@@ -393,6 +393,8 @@ class Attempt:
     def complete_whole(self, response: Any, first_ns: int | None) -> None:
         """End (or, with a ``hold``, hold) an attempt whose answer arrived in one piece; once only."""
         if self.finished or self.held is not _NOTHING:
+            if self.settle_late is not None:  # its turn ended it before the body was read: the late charge
+                self.finish(_SUCCESS, response, None, None, first_ns)
             return
         if self.hold is not None:
             self._hold_answer(self.hold, response)
@@ -415,6 +417,8 @@ class Attempt:
         else:
             # Set only here (read with a default): the call may go on, unrecorded (see ``chains._dead``).
             self.abandoned = True
+            # Its provider goes on answering (a stream the caller still reads): priced when that ends.
+            self.waiting = True
             if not self.live:
                 # Not started yet (an async guardrail still deciding): its start goes out now, before its end.
                 try:
