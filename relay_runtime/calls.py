@@ -82,20 +82,29 @@ def _open(
     return call, meta
 
 
+class TurnEnded(ValueError):
+    """The turn a call was found in ended (on another thread or task) before its logical call opened there."""
+
+
 def _new_call(turn: CallHolder, api_request_id: str, role: str, parent: ScopeHandle | None = None) -> LogicalCall:
     if parent is None:
         parent = turn.scope
     if parent is None:
         parent = outside_turns.outside_parent()  # a served request's scope (``outside_turns.serving``), if any
-    scope = turn.relay.scope.push(
-        _LOGICAL_CALL,
-        _FUNCTION,
-        parent=parent,
-        attach=False,
-        # Outside turns a logical call is a root: never under a turn another context has open here.
-        root=parent is None,
-        metadata={cv.KIND: cv.LOGICAL_CALL, cv.API_REQUEST_ID: api_request_id, cv.CALL_ROLE: role},
-    )
+    try:
+        scope = turn.relay.scope.push(
+            _LOGICAL_CALL,
+            _FUNCTION,
+            parent=parent,
+            attach=False,
+            # Outside turns a logical call is a root: never under a turn another context has open here.
+            root=parent is None,
+            metadata={cv.KIND: cv.LOGICAL_CALL, cv.API_REQUEST_ID: api_request_id, cv.CALL_ROLE: role},
+        )
+    except ValueError as exc:
+        if parent is not None and parent is turn.scope and parent.ended:
+            raise TurnEnded(str(exc)) from None  # the callers make the call outside turns instead
+        raise
     return LogicalCall(api_request_id, role, scope)
 
 
@@ -156,14 +165,18 @@ def execute_current(
     the end of the turn.
     """
     turn = session.managed_turn()
-    if turn is None:
-        outside = outside_turns.outside_calls()
-        if outside is None:
-            return callback(request)
-        attempt = _call_attempt(outside, request, name, model_name, metadata, defer_logical_completion, codec, True)
-        return outside.relay.llm.run(attempt, callback)
-    attempt = _call_attempt(turn, request, name, model_name, metadata, defer_logical_completion, codec)
-    return turn.relay.llm.run(attempt, callback)
+    if turn is not None:
+        try:
+            attempt = _call_attempt(turn, request, name, model_name, metadata, defer_logical_completion, codec)
+        except TurnEnded:  # ended on another thread since it was found: the call is made outside turns
+            pass
+        else:
+            return turn.relay.llm.run(attempt, callback)
+    outside = outside_turns.outside_calls()
+    if outside is None:
+        return callback(request)
+    attempt = _call_attempt(outside, request, name, model_name, metadata, defer_logical_completion, codec, True)
+    return outside.relay.llm.run(attempt, callback)
 
 
 async def execute_current_async(
@@ -177,14 +190,18 @@ async def execute_current_async(
     codec: LLMCodec | None = None,
 ) -> Any:
     turn = session.managed_turn()
-    if turn is None:
-        outside = outside_turns.outside_calls()
-        if outside is None:
-            return await callback(request)
-        attempt = _call_attempt(outside, request, name, model_name, metadata, defer_logical_completion, codec, True)
-        return await outside.relay.llm.run_async(attempt, callback)
-    attempt = _call_attempt(turn, request, name, model_name, metadata, defer_logical_completion, codec)
-    return await turn.relay.llm.run_async(attempt, callback)
+    if turn is not None:
+        try:
+            attempt = _call_attempt(turn, request, name, model_name, metadata, defer_logical_completion, codec)
+        except TurnEnded:
+            pass
+        else:
+            return await turn.relay.llm.run_async(attempt, callback)
+    outside = outside_turns.outside_calls()
+    if outside is None:
+        return await callback(request)
+    attempt = _call_attempt(outside, request, name, model_name, metadata, defer_logical_completion, codec, True)
+    return await outside.relay.llm.run_async(attempt, callback)
 
 
 def _call_attempt(
@@ -321,6 +338,29 @@ def _stream_attempt(
     return attempt
 
 
+def _streamed(
+    request: LLMRequest,
+    name: str,
+    model_name: str | None,
+    metadata: dict[str, Any] | None,
+    finalizer: Callable[[], Any] | None,
+    completed: _Completed | None,
+    codec: LLMCodec | None,
+    defer: bool,
+) -> Attempt | None:
+    """A stream's attempt, of a logical call of the managed turn, else outside turns; None: it goes unrecorded."""
+    turn = session.managed_turn()
+    if turn is not None:
+        try:
+            return _stream_attempt(turn, request, name, model_name, metadata, finalizer, completed, codec, defer)
+        except TurnEnded:  # ended on another thread since it was found: the call is made outside turns
+            pass
+    outside = outside_turns.outside_calls()
+    if outside is None:
+        return None
+    return _stream_attempt(outside, request, name, model_name, metadata, finalizer, completed, codec, defer, True)
+
+
 def stream_current(
     request: LLMRequest,
     stream_factory: Callable[[LLMRequest], Iterable[Any]],
@@ -345,19 +385,13 @@ def stream_current(
     a success. To see it through a lazy stream execution intercept, the first
     chunk of a real stream is read ahead (and handed out first).
     """
-    turn: CallHolder | None = session.managed_turn()
-    outside = turn is None
-    if turn is None:
-        turn = outside_turns.outside_calls()
-        if turn is None:
-            return stream_factory(request)
     completed = _Completed(completed_response_predicate) if completed_response_predicate is not None else None
-    attempt = _stream_attempt(
-        turn, request, name, model_name, metadata, finalizer, completed, codec, defer_logical_completion, outside
-    )
+    attempt = _streamed(request, name, model_name, metadata, finalizer, completed, codec, defer_logical_completion)
+    if attempt is None:
+        return stream_factory(request)
     if completed is None:
-        return turn.relay.llm.open_stream(attempt, stream_factory)
-    stream: ManagedStream = turn.relay.llm.open_stream(attempt, completed.factory(stream_factory))
+        return attempt.relay.llm.open_stream(attempt, stream_factory)
+    stream: ManagedStream = attempt.relay.llm.open_stream(attempt, completed.factory(stream_factory))
     if not completed.seen:
         stream._read_ahead()
     if not completed.seen:
@@ -379,21 +413,15 @@ async def stream_current_async(
     codec: LLMCodec | None = None,
     defer_logical_completion: bool = False,
 ) -> Any:
-    turn: CallHolder | None = session.managed_turn()
-    outside = turn is None
-    if turn is None:
-        turn = outside_turns.outside_calls()
-        if turn is None:
-            source = stream_factory(request)
-            return await source if hasattr(source, "__await__") else source
     completed = _Completed(completed_response_predicate) if completed_response_predicate is not None else None
-    attempt = _stream_attempt(
-        turn, request, name, model_name, metadata, finalizer, completed, codec, defer_logical_completion, outside
-    )
+    attempt = _streamed(request, name, model_name, metadata, finalizer, completed, codec, defer_logical_completion)
+    if attempt is None:
+        source = stream_factory(request)
+        return await source if hasattr(source, "__await__") else source
     if completed is None:
-        return await turn.relay.llm.open_stream_async(attempt, stream_factory)
+        return await attempt.relay.llm.open_stream_async(attempt, stream_factory)
     factory = completed.async_factory(stream_factory)
-    stream: ManagedAsyncStream = await turn.relay.llm.open_stream_async(attempt, factory)
+    stream: ManagedAsyncStream = await attempt.relay.llm.open_stream_async(attempt, factory)
     if not completed.seen:
         await stream._read_ahead()
     if not completed.seen:
