@@ -18,9 +18,9 @@ from . import conventions as cv
 from .attempt_request import NO_CHAINS
 from .attempt_views import DECODE_ERRORS as DECODE_ERRORS
 from .attempt_views import annotate_for_observers, decode_for_observers, recorded_request
-from .chains import IN_FLIGHT, Failed, is_awaitable, refuse_awaitable
+from .chains import is_awaitable, refuse_awaitable
 from .codec import LLMCodec, content_reader
-from .cost.control import NOT_SENT
+from .cost.control import DOWNGRADED_FROM, NOT_SENT
 from .events import (
     SCOPE_START,
     AnnotatedRequestField,
@@ -163,6 +163,10 @@ class Attempt:
             return
         self.cost_state = NOT_SENT
         self.view = redacted_annotation(self.annotated)
+        if DOWNGRADED_FROM in self.metadata:
+            # Re-aimed at a cheaper model (``renew``) and refused again: its start records its own request,
+            # not the one it replaced, which is all the policy still holds.
+            request = self.request
         try:
             self._emit_start(request)
         finally:
@@ -243,44 +247,9 @@ class Attempt:
 
     # -- a further provider call within this call (an execution intercept retrying, fanning out) -------
 
-    def again(self, request: LLMRequest, previous: Any, stream: bool) -> tuple[Beside | None, LLMRequest]:
-        """Record one more provider call of this call: each provider call is an attempt of its own,
-        checked against the budgets as the first was (``chains.Liveness.again``).
-
-        The last call answered (``previous``): its attempt ends now with that answer (a stream the
-        intercept opened and then replaced is cancelled: the caller never read it), and this one goes
-        on as the next attempt of the same parent, with its own start event; returns None. The last
-        call still in flight (a concurrent fan-out): this call gets an attempt beside it, which its
-        own answer ends; returned. Refused by a budget, the attempt has started and the refusal is
-        raised: the intercept gets it as the call's error, and how the call ends records it.
-        """
-        if previous is IN_FLIGHT:
-            beside = Beside(self, request, stream)
-            return beside, beside.request
-        if type(previous) is Failed:
-            self._end_before_next(None, previous.error, outcome_of(previous.error))
-        elif stream:
-            self._end_before_next(None, None, _CANCELLED)
-        else:
-            self._end_before_next(previous, None, _SUCCESS)
-        self._next_attempt(request, None)
-        # The provider runs under the new attempt's scope (``leave`` resets to what was before the call).
-        self.relay.scope._stack.set(self.handle)
-        if self.relay.cost.active:
-            request = self._checked(request, stream)
-        self._emit_start(request)
-        self.live = True
-        return None, request
-
-    def _checked(self, request: LLMRequest, stream: bool) -> LLMRequest:
-        """The budgets' check of a further provider call; refused, its start goes out before the refusal is raised."""
-        try:
-            return self.relay.cost.before_send(self, request, stream)
-        except BaseException:
-            self.cost_state = NOT_SENT
-            self._emit_start(self.request)
-            self.live = True  # started: the intercept may call ``next`` again, or answer in its place
-            raise
+    # One more provider call of this call (an execution intercept retrying, fanning out): ``attempt_next``'s.
+    again = attempt_next.again
+    _checked = attempt_next.checked
 
     def fell_back(self, name: str, error: BaseException) -> None:
         """Execution intercept ``name`` caught the provider's ``error`` and returned a fallback (see ``succeed``)."""
@@ -505,4 +474,4 @@ class Attempt:
 
 
 # The records of further provider calls subclass ``Attempt``: imported once it exists.
-from .attempt_records import Beside, Outrun  # noqa: E402
+from .attempt_records import Outrun  # noqa: E402
