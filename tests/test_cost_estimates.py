@@ -289,3 +289,35 @@ def test_a_cjk_prompt_is_estimated_at_more_than_a_token_a_character(relay_host) 
     found = estimate_input({"messages": [{"role": "user", "content": "abc" * 1000}]}, "openai", "gpt-x")
     assert found.text == (3000 + len("user")) // 3 + 1
     assert [text_weight(c) for c in ("a", "é", "я", "中", "😀")] == [1, 3, 3, 5, 7]
+
+
+@pytest.mark.parametrize("stored", [{"previous_response_id": "resp_0"}, {"conversation": "conv_1"}])
+def test_a_conversation_the_provider_stores_counts_as_a_full_window_of_input(relay_host, stored) -> None:
+    """The conversation a Responses request continues is billed as input though the request does not carry it:
+    read from the request's few words, a call the answer then billed 100,000 input tokens for went under a
+    budget it spent twice over."""
+    prices = {"openai": {"gpt-x": {"input": 1.0, "output": 4.0, "context_window": 128_000}}}
+    cost.attach(relay_host, PriceCatalog.from_mapping(prices), Budget(0.05, per="turn"))
+    body = t.responses_body("ok", model="gpt-x", usage=t.responses_usage(100_000, 50))
+    scripted = t.scripted_openai(t.json_reply(body))
+    request = {"model": "gpt-x", "input": "and then?", "max_output_tokens": 100}
+    lease, turn = conversation(relay_host)
+    try:
+        with pytest.raises(BudgetExceeded) as refused:
+            adapters.complete(scripted.client, {**request, **stored}, api_mode="responses")
+        adapters.complete(scripted.client, request, api_mode="responses")  # all its input is in the request
+    finally:
+        close(lease, turn)
+    assert refused.value.estimate == pytest.approx(128_000 * 1e-6 + 100 * 4e-6, rel=1e-3)
+    assert len(scripted.script.requests) == 1
+
+
+def test_a_stored_conversation_with_no_known_window_is_reported_as_unbounded(relay_host, relay_events) -> None:
+    prices = {"openai": {"gpt-x": {"input": 1.0, "output": 4.0}}}
+    cost.attach(relay_host, PriceCatalog.from_mapping(prices), Budget(0.05, per="turn"))
+    scripted = t.scripted_openai(t.json_reply(t.responses_body("ok", model="gpt-x")))
+    request = {"model": "gpt-x", "input": "and then?", "max_output_tokens": 100, "previous_response_id": "resp_0"}
+    lease, turn = conversation(relay_host)
+    adapters.complete(scripted.client, request, api_mode="responses")
+    close(lease, turn)
+    assert relay_host.relay.diagnostics()["cost.estimate_unknown_parts"] == 1

@@ -54,6 +54,9 @@ if TYPE_CHECKING:
 __all__ = ["DOWNGRADED_FROM", "LATE_CHARGE_MARK", "NOT_SENT", "WARNING_MARK", "RelayCost"]
 
 _MISS: Any = object()
+# Request keys naming input the provider keeps and adds to what the request carries (OpenAI Responses: an
+# earlier response's conversation, a stored conversation): the text of the request does not bound it.
+STORED_INPUT_KEYS = ("previous_response_id", "conversation")
 _LOOKUP_LIMIT = 4096  # (provider, model) pairs remembered per relay
 
 
@@ -331,10 +334,11 @@ class RelayCost(Settlement):
                 self._relay.diag.count("cost.assumed_output_tokens")
         return limit
 
-    def _worst_case(self, content: Any, priced: Priced, out_tokens: int, view: AnnotatedLLMRequest | None = None
-                    ) -> tuple[float, float, float]:  # fmt: skip
+    def _worst_case(self, content: Any, priced: Priced, out_tokens: int, view: AnnotatedLLMRequest | None = None,
+                    stored: bool = True) -> tuple[float, float, float]:  # fmt: skip
         """The most the call can cost: its input (text, images, audio, files), the web searches its tools allow
-        (``max_uses``) and its output limit, at the top rates.
+        (``max_uses``) and its output limit, at the top rates. ``stored``: a conversation the provider keeps
+        and adds to the input (``STORED_INPUT_KEYS``) counts as a full context window (False: not counted).
 
         Returns the estimate, its input part and the output rate per token (what a stream meter needs).
         """
@@ -342,6 +346,12 @@ class RelayCost(Settlement):
         asked = input_of(content, view)
         found = estimate_input(asked, entry.provider, entry.model)
         searches, unbounded = web_searches(asked) if entry.web_search else (0, 0)
+        if stored and any(content.get(key) for key in STORED_INPUT_KEYS):
+            # None of it is in the request: as much as the model reads, or no bound at all.
+            if entry.context_window:
+                found.text_tokens += max(0, entry.context_window - found.total)
+            else:
+                found.unknown += 1
         if found.unknown or unbounded:
             self._relay.diag.count("cost.estimate_unknown_parts", found.unknown + unbounded)
         tokens_in = found.total
@@ -365,7 +375,7 @@ class RelayCost(Settlement):
         chars = text_chars(view.output_text) + sum(text_chars(call.get("arguments")) for call in view.tool_calls)
         asked = self._view(attempt.codec, content)
         out_tokens = (chars // CHARS_PER_TOKEN + 1) * choices_of(content, asked)
-        return self._worst_case(content, priced, out_tokens, asked)[0]
+        return self._worst_case(content, priced, out_tokens, asked, stored=False)[0]
 
     def _downgrade(
         self, attempt: Attempt, request: LLMRequest, node: Node, provider: str, model: str, estimate: float,
