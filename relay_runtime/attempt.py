@@ -18,9 +18,9 @@ from . import conventions as cv
 from .attempt_request import NO_CHAINS
 from .attempt_views import DECODE_ERRORS as DECODE_ERRORS
 from .attempt_views import annotate_for_observers, decode_for_observers, recorded_request
-from .chains import IN_FLIGHT, Failed, is_awaitable, refuse_awaitable
+from .chains import is_awaitable, refuse_awaitable
 from .codec import LLMCodec, content_reader
-from .cost.control import NOT_SENT
+from .cost.control import DOWNGRADED_FROM, NOT_SENT
 from .events import (
     SCOPE_START,
     AnnotatedRequestField,
@@ -163,6 +163,10 @@ class Attempt:
             return
         self.cost_state = NOT_SENT
         self.view = redacted_annotation(self.annotated)
+        if DOWNGRADED_FROM in self.metadata:
+            # Re-aimed at a cheaper model (``renew``) and refused again: its start records its own request,
+            # not the one it replaced, which is all the policy still holds.
+            request = self.request
         try:
             self._emit_start(request)
         finally:
@@ -243,29 +247,9 @@ class Attempt:
 
     # -- a further provider call within this call (an execution intercept retrying, fanning out) -------
 
-    def again(self, request: LLMRequest, previous: Any, stream: bool) -> Beside | None:
-        """Record one more provider call of this call: each provider call is an attempt of its own.
-
-        The last call answered (``previous``): its attempt ends now with that answer (a stream the
-        intercept opened and then replaced is cancelled: the caller never read it), and this one goes
-        on as the next attempt of the same parent, with its own start event; returns None. The last
-        call still in flight (a concurrent fan-out): this call gets an attempt beside it, which its
-        own answer ends; returned.
-        """
-        if previous is IN_FLIGHT:
-            return Beside(self, request)
-        if type(previous) is Failed:
-            self._end_before_next(None, previous.error, outcome_of(previous.error))
-        elif stream:
-            self._end_before_next(None, None, _CANCELLED)
-        else:
-            self._end_before_next(previous, None, _SUCCESS)
-        self._next_attempt(request, None)
-        # The provider runs under the new attempt's scope (``leave`` resets to what was before the call).
-        self.relay.scope._stack.set(self.handle)
-        self._emit_start(request)
-        self.live = True
-        return None
+    # One more provider call of this call (an execution intercept retrying, fanning out): ``attempt_next``'s.
+    again = attempt_next.again
+    _checked = attempt_next.checked
 
     def fell_back(self, name: str, error: BaseException) -> None:
         """Execution intercept ``name`` caught the provider's ``error`` and returned a fallback (see ``succeed``)."""
@@ -378,6 +362,8 @@ class Attempt:
     def complete_whole(self, response: Any, first_ns: int | None) -> None:
         """End (or, with a ``hold``, hold) an attempt whose answer arrived in one piece; once only."""
         if self.finished or self.held is not _NOTHING:
+            if self.settle_late is not None:  # its turn ended it before the body was read: the late charge
+                self.finish(_SUCCESS, response, None, None, first_ns)
             return
         if self.hold is not None:
             self._hold_answer(self.hold, response)
@@ -400,6 +386,8 @@ class Attempt:
         else:
             # Set only here (read with a default): the call may go on, unrecorded (see ``chains._dead``).
             self.abandoned = True
+            # Its provider goes on answering (a stream the caller still reads): priced when that ends.
+            self.waiting = True
             if not self.live:
                 # Not started yet (an async guardrail still deciding): its start goes out now, before its end.
                 try:
@@ -486,4 +474,4 @@ class Attempt:
 
 
 # The records of further provider calls subclass ``Attempt``: imported once it exists.
-from .attempt_records import Beside, Outrun  # noqa: E402
+from .attempt_records import Outrun  # noqa: E402

@@ -2,7 +2,8 @@
 
 Two things make one: a budget downgrade that refuses the attempt before it is sent (``renew``: it
 ends refused, and the call goes on with the cheaper model), and an execution intercept that calls
-the provider again after an answer (``Attempt.again``: the answered attempt ends with its answer).
+the provider again after an answer (``again``: the answered attempt ends with its answer, and the
+next is checked against the budgets before it is sent).
 Either way the attempt ends its record without its finish hook, which passes to the next attempt,
 so the logical call counts the call out once, when its last attempt ends. Attempts are numbered
 (``retry_count``) in the order they start, including those made beside one in flight (a fan-out).
@@ -15,15 +16,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import conventions as cv
+from .chains import IN_FLIGHT, Failed
 from .cost.control import NOT_SENT
 from .redaction import redacted_annotation
 from .scopes import ScopeHandle, outcome_of
-from .types import LLMRequest, ScopeType
+from .types import LLMRequest, Outcome, ScopeType
 
 if TYPE_CHECKING:
     from .attempt import Attempt
+    from .attempt_records import Beside
 
 _LLM = ScopeType.LLM.value
+_SUCCESS = Outcome.SUCCESS.value
+_CANCELLED = Outcome.CANCELLED.value
 
 
 def renew(
@@ -86,3 +91,46 @@ def number_after(metadata: dict[str, Any]) -> None:
 
         calls.count_renewed_attempt(api_request_id)
         auxiliary.count_renewed_attempt(api_request_id)
+
+
+def again(attempt: Attempt, request: LLMRequest, previous: Any, stream: bool) -> tuple[Beside | None, LLMRequest]:
+    """Record one more provider call of the attempt's call: each provider call is an attempt of its own,
+    checked against the budgets as the first was (``chains.Liveness.again``).
+
+    The last call answered (``previous``): its attempt ends now with that answer (a stream the
+    intercept opened and then replaced is cancelled: the caller never read it), and this one goes
+    on as the next attempt of the same parent, with its own start event; returns None. The last
+    call still in flight (a concurrent fan-out): this call gets an attempt beside it, which its
+    own answer ends; returned. Refused by a budget, the attempt has started and the refusal is
+    raised: the intercept gets it as the call's error, and how the call ends records it.
+    """
+    if previous is IN_FLIGHT:
+        from .attempt_records import Beside  # here: it subclasses the attempt, which imports this module
+
+        beside = Beside(attempt, request, stream)
+        return beside, beside.request
+    if type(previous) is Failed:
+        end_before_next(attempt, None, previous.error, outcome_of(previous.error))
+    elif stream:
+        end_before_next(attempt, None, None, _CANCELLED)
+    else:
+        end_before_next(attempt, previous, None, _SUCCESS)
+    next_attempt(attempt, request, None)
+    # The provider runs under the new attempt's scope (``leave`` resets to what was before the call).
+    attempt.relay.scope._stack.set(attempt.handle)
+    if attempt.relay.cost.active:
+        request = checked(attempt, request, stream)
+    attempt._emit_start(request)
+    attempt.live = True
+    return None, request
+
+
+def checked(attempt: Attempt, request: LLMRequest, stream: bool) -> LLMRequest:
+    """The budgets' check of a further provider call; refused, its start goes out before the refusal is raised."""
+    try:
+        return attempt.relay.cost.before_send(attempt, request, stream)
+    except BaseException:
+        attempt.cost_state = NOT_SENT
+        attempt._emit_start(attempt.request)
+        attempt.live = True  # started: the intercept may call ``next`` again, or answer in its place
+        raise

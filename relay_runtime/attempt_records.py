@@ -26,7 +26,7 @@ class Beside(Attempt):
 
     __slots__ = ()
 
-    def __init__(self, of: Attempt, request: LLMRequest) -> None:
+    def __init__(self, of: Attempt, request: LLMRequest, stream: bool = False) -> None:
         metadata = dict(of.metadata)
         metadata[cv.RETRY_COUNT] = of._next_retry()
         super().__init__(of.relay, of.name, request, of.handle.parent, of.model_name, metadata, of.codec, None)
@@ -35,6 +35,12 @@ class Beside(Attempt):
         self.handle = ScopeHandle(of.name, _LLM, of.handle.parent, metadata, None, False, None)
         self.view = of.view
         attempt_next.number_after(metadata)
+        if self.relay.cost.active:
+            try:
+                request = self._checked(request, stream)
+            except BaseException as exc:
+                self.fail(exc)  # its record only: it holds no hook
+                raise
         self._emit_start(request)
         self.live = True
         # Its provider is answering: ended meanwhile by its turn, it is priced when the answer comes.

@@ -73,6 +73,8 @@ class _Auxiliary:
     # late), where resetting the variable cannot reach the joining context, which then still holds the call.
     token: Token[_Auxiliary | None] | None = field(default=None, repr=False)
     left: bool = False
+    # While the decorated function runs (``calls.Validator``): a stream ending meanwhile leaves the call open.
+    running: bool = False
 
     def hold(self, attempt: Attempt) -> None:
         owner = _owner()
@@ -225,13 +227,14 @@ def _settle_on_return(aux: _Auxiliary) -> None:
 
 def _begin(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[_Auxiliary, tuple[Any, Any]]:
     task = _task_of(args, kwargs)
-    aux = _Auxiliary(task, new_id(), f"auxiliary:{task}")
-    return aux, (_current.set(aux), calls.response_validator.set(aux.hold))
+    aux = _Auxiliary(task, new_id(), f"auxiliary:{task}", running=True)
+    return aux, (_current.set(aux), calls.response_validator.set(aux))
 
 
 def _end(aux: _Auxiliary, tokens: tuple[Any, Any], error: BaseException | None) -> None:
     _current.reset(tokens[0])
     calls.response_validator.reset(tokens[1])
+    aux.running = False  # a stream still open settles the call when it ends
     aux.release()  # a response nobody validated was still an answer
     if error is not None:
         _settle(aux, outcome_of(error))

@@ -10,31 +10,35 @@ closes with its attempt), or goes straight to the provider: see ``relay_runtime.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from contextvars import ContextVar
 from functools import partial
 from typing import Any
 
 from . import conventions as cv
 from . import outside_turns, session
 from .attempt import Attempt, FinishHook
+from .call_opening import DEFAULT_CALL_ROLE as DEFAULT_CALL_ROLE
+from .call_opening import TurnEnded as TurnEnded
+from .call_opening import Validator as Validator
+from .call_opening import attempt_ended as _attempt_ended
+from .call_opening import attempt_of as attempt_of
+from .call_opening import count_attempt as _count_attempt
+from .call_opening import hold_for_validation as _hold_for_validation
+from .call_opening import new_call as _new_call
+from .call_opening import open_call_in as open_call_in
+from .call_opening import open_logical_call as open_logical_call
+from .call_opening import open_logical_call_in as open_logical_call_in
+from .call_opening import response_validator as response_validator
+from .call_opening import track as _track
 from .codec import LLMCodec
 from .ids import new_id
 from .ids import pooled as _pooled
-from .logical_calls import close_logical_call, end_logical_call
-from .response_model import response_model
-from .scopes import ScopeHandle
+from .logical_calls import close_logical_call
+from .scopes import outcome_of
 from .session import CallHolder, LogicalCall
 from .streams import ManagedAsyncStream, ManagedStream, exhausted_async
-from .types import LLMRequest, Outcome, ScopeType
+from .types import LLMRequest, Outcome
 
 _SUCCESS = Outcome.SUCCESS.value
-_FUNCTION = ScopeType.FUNCTION.value
-DEFAULT_CALL_ROLE = "primary"
-_LOGICAL_CALL = "logical_llm_call"
-
-# Set by ``auxiliary_call`` while its function runs: an attempt that defers its logical completion
-# is then held open with its response until the response is validated (``Attempt.hold``).
-response_validator: ContextVar[Callable[[Attempt], None] | None] = ContextVar("relay_response_validator", default=None)
 
 
 def _open(
@@ -72,63 +76,6 @@ def _open(
     return call, meta
 
 
-def _new_call(turn: CallHolder, api_request_id: str, role: str, parent: ScopeHandle | None = None) -> LogicalCall:
-    if parent is None:
-        parent = turn.scope
-    if parent is None:
-        parent = outside_turns.outside_parent()  # a served request's scope (``outside_turns.serving``), if any
-    scope = turn.relay.scope.push(
-        _LOGICAL_CALL,
-        _FUNCTION,
-        parent=parent,
-        attach=False,
-        # Outside turns a logical call is a root: never under a turn another context has open here.
-        root=parent is None,
-        metadata={cv.KIND: cv.LOGICAL_CALL, cv.API_REQUEST_ID: api_request_id, cv.CALL_ROLE: role},
-    )
-    return LogicalCall(api_request_id, role, scope)
-
-
-def _count_attempt(call: LogicalCall, meta: dict[str, Any], name: str, model_name: str | None) -> None:
-    """One more attempt in flight on a published ``call`` (the caller holds the turn's lock)."""
-    meta.setdefault(cv.RETRY_COUNT, call.attempts)
-    call.attempts += 1
-    call.in_flight += 1
-    call.provider = name
-    if model_name:
-        call.model = model_name
-
-
-def _attempt_ended(
-    turn: CallHolder,
-    call: LogicalCall,
-    settle: bool,
-    streaming: bool,
-    outcome: str,
-    response: Any,
-    error: BaseException | None,
-) -> None:
-    """Count the attempt out of its logical call; with ``settle``, close the call with its outcome."""
-    model = response_model(response) if response is not None else None  # outside the lock: it reads the response
-    lock = turn.lock
-    lock.acquire()  # not ``with``, on every managed call: see ``logical_calls``
-    try:
-        call.in_flight -= 1
-        if streaming:
-            call.open_streams -= 1
-        call.last_outcome = outcome
-        if model is not None:
-            call.model = model
-        # ``take_logical_call``'s test and claim, inline: this runs at the end of every managed call.
-        closing = settle and not call.closing and turn.logical_llm_calls.get(call.api_request_id) is call
-        if closing:
-            call.closing = True
-    finally:
-        lock.release()
-    if closing:
-        end_logical_call(turn, call, outcome)
-
-
 def execute_current(
     request: LLMRequest,
     callback: Callable[[LLMRequest], Any],
@@ -146,14 +93,18 @@ def execute_current(
     the end of the turn.
     """
     turn = session.managed_turn()
-    if turn is None:
-        outside = outside_turns.outside_calls()
-        if outside is None:
-            return callback(request)
-        attempt = _call_attempt(outside, request, name, model_name, metadata, defer_logical_completion, codec, True)
-        return outside.relay.llm.run(attempt, callback)
-    attempt = _call_attempt(turn, request, name, model_name, metadata, defer_logical_completion, codec)
-    return turn.relay.llm.run(attempt, callback)
+    if turn is not None:
+        try:
+            attempt = _call_attempt(turn, request, name, model_name, metadata, defer_logical_completion, codec)
+        except TurnEnded:  # ended on another thread since it was found: the call is made outside turns
+            pass
+        else:
+            return turn.relay.llm.run(attempt, callback)
+    outside = outside_turns.outside_calls()
+    if outside is None:
+        return callback(request)
+    attempt = _call_attempt(outside, request, name, model_name, metadata, defer_logical_completion, codec, True)
+    return outside.relay.llm.run(attempt, callback)
 
 
 async def execute_current_async(
@@ -167,14 +118,18 @@ async def execute_current_async(
     codec: LLMCodec | None = None,
 ) -> Any:
     turn = session.managed_turn()
-    if turn is None:
-        outside = outside_turns.outside_calls()
-        if outside is None:
-            return await callback(request)
-        attempt = _call_attempt(outside, request, name, model_name, metadata, defer_logical_completion, codec, True)
-        return await outside.relay.llm.run_async(attempt, callback)
-    attempt = _call_attempt(turn, request, name, model_name, metadata, defer_logical_completion, codec)
-    return await turn.relay.llm.run_async(attempt, callback)
+    if turn is not None:
+        try:
+            attempt = _call_attempt(turn, request, name, model_name, metadata, defer_logical_completion, codec)
+        except TurnEnded:
+            pass
+        else:
+            return await turn.relay.llm.run_async(attempt, callback)
+    outside = outside_turns.outside_calls()
+    if outside is None:
+        return await callback(request)
+    attempt = _call_attempt(outside, request, name, model_name, metadata, defer_logical_completion, codec, True)
+    return await outside.relay.llm.run_async(attempt, callback)
 
 
 def _call_attempt(
@@ -195,29 +150,15 @@ def _call_attempt(
     call, meta = _open(turn, name, model_name, metadata)
     # A partial, not a closure: finishing runs one Python frame, not two.
     on_finish = partial(_attempt_ended, turn, call, outside or not defer, False)
-    attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, on_finish)
+    try:
+        attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, on_finish)
+    except BaseException as exc:  # a bad name or request: no attempt, the call counted out as failed
+        on_finish(outcome_of(exc), None, exc)
+        raise
     _track(call, attempt)
     if defer:
         _hold_for_validation(call, attempt)
     return attempt
-
-
-def _hold_for_validation(call: LogicalCall, attempt: Attempt) -> None:
-    validator = response_validator.get()
-    if validator is not None:
-        attempt.hold = partial(_hold, call, validator)
-
-
-def _track(call: LogicalCall, attempt: Attempt) -> None:
-    """The end of the turn ends ``attempt`` if nothing else has: a stream still open, an answer held for
-    validation, or a call still waiting for its provider (its late answer then goes unrecorded, as a
-    stream's later chunks do, rather than end after its call and turn have)."""
-    call.open_attempts.append(attempt)  # one atomic append: no lock on the path of every call
-    attempt.tracked = call.open_attempts  # attempts made beside it (a fan-out) are tracked there too
-
-
-def _hold(call: LogicalCall, validator: Callable[[Attempt], None], attempt: Attempt) -> None:
-    validator(attempt)
 
 
 class _Completed:
@@ -259,15 +200,21 @@ class _Completed:
 
 
 def _stream_hook(
-    turn: CallHolder, call: LogicalCall, finalizer: Callable[[], Any] | None, completed: _Completed | None, settle: bool
+    turn: CallHolder,
+    call: LogicalCall,
+    finalizer: Callable[[], Any] | None,
+    completed: _Completed | None,
+    settle: bool,
+    caller: Validator | None,
 ) -> FinishHook:
     """A stream settles its logical call when it ends: there is no later validation step to wait for
-    (unless its content is one body, validated like a non-streamed answer: ``settle`` is then False)."""
+    (unless its content is one body, validated like a non-streamed answer: ``settle`` is then False).
+    Ended while the auxiliary call that opened it (``caller``) still runs, it leaves the call to that one."""
 
     def on_finish(outcome: str, response: Any, error: BaseException | None) -> None:
         if outcome == _SUCCESS and finalizer is not None and (completed is None or not completed.seen):
             response = finalizer()
-        _attempt_ended(turn, call, settle, True, outcome, response, error)
+        _attempt_ended(turn, call, settle and (caller is None or not caller.running), True, outcome, response, error)
 
     return on_finish
 
@@ -287,12 +234,41 @@ def _stream_attempt(
     call, meta = _open(turn, name, model_name, metadata)
     with turn.lock:
         call.open_streams += 1
-    hook = _stream_hook(turn, call, finalizer, completed, outside or not defer)
-    attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, hook)
+    # Outside turns an auxiliary call cannot complete its logical call: each attempt settles it.
+    caller = None if outside else response_validator.get()
+    hook = _stream_hook(turn, call, finalizer, completed, outside or not defer, caller)
+    try:
+        attempt = Attempt(turn.relay, name, request, call.scope, model_name, meta, codec, hook)
+    except BaseException as exc:
+        hook(outcome_of(exc), None, exc)
+        raise
     _track(call, attempt)
     if defer:
         _hold_for_validation(call, attempt)
     return attempt
+
+
+def _streamed(
+    request: LLMRequest,
+    name: str,
+    model_name: str | None,
+    metadata: dict[str, Any] | None,
+    finalizer: Callable[[], Any] | None,
+    completed: _Completed | None,
+    codec: LLMCodec | None,
+    defer: bool,
+) -> Attempt | None:
+    """A stream's attempt, of a logical call of the managed turn, else outside turns; None: it goes unrecorded."""
+    turn = session.managed_turn()
+    if turn is not None:
+        try:
+            return _stream_attempt(turn, request, name, model_name, metadata, finalizer, completed, codec, defer)
+        except TurnEnded:  # ended on another thread since it was found: the call is made outside turns
+            pass
+    outside = outside_turns.outside_calls()
+    if outside is None:
+        return None
+    return _stream_attempt(outside, request, name, model_name, metadata, finalizer, completed, codec, defer, True)
 
 
 def stream_current(
@@ -319,19 +295,13 @@ def stream_current(
     a success. To see it through a lazy stream execution intercept, the first
     chunk of a real stream is read ahead (and handed out first).
     """
-    turn: CallHolder | None = session.managed_turn()
-    outside = turn is None
-    if turn is None:
-        turn = outside_turns.outside_calls()
-        if turn is None:
-            return stream_factory(request)
     completed = _Completed(completed_response_predicate) if completed_response_predicate is not None else None
-    attempt = _stream_attempt(
-        turn, request, name, model_name, metadata, finalizer, completed, codec, defer_logical_completion, outside
-    )
+    attempt = _streamed(request, name, model_name, metadata, finalizer, completed, codec, defer_logical_completion)
+    if attempt is None:
+        return stream_factory(request)
     if completed is None:
-        return turn.relay.llm.open_stream(attempt, stream_factory)
-    stream: ManagedStream = turn.relay.llm.open_stream(attempt, completed.factory(stream_factory))
+        return attempt.relay.llm.open_stream(attempt, stream_factory)
+    stream: ManagedStream = attempt.relay.llm.open_stream(attempt, completed.factory(stream_factory))
     if not completed.seen:
         stream._read_ahead()
     if not completed.seen:
@@ -353,21 +323,15 @@ async def stream_current_async(
     codec: LLMCodec | None = None,
     defer_logical_completion: bool = False,
 ) -> Any:
-    turn: CallHolder | None = session.managed_turn()
-    outside = turn is None
-    if turn is None:
-        turn = outside_turns.outside_calls()
-        if turn is None:
-            source = stream_factory(request)
-            return await source if hasattr(source, "__await__") else source
     completed = _Completed(completed_response_predicate) if completed_response_predicate is not None else None
-    attempt = _stream_attempt(
-        turn, request, name, model_name, metadata, finalizer, completed, codec, defer_logical_completion, outside
-    )
+    attempt = _streamed(request, name, model_name, metadata, finalizer, completed, codec, defer_logical_completion)
+    if attempt is None:
+        source = stream_factory(request)
+        return await source if hasattr(source, "__await__") else source
     if completed is None:
-        return await turn.relay.llm.open_stream_async(attempt, stream_factory)
+        return await attempt.relay.llm.open_stream_async(attempt, stream_factory)
     factory = completed.async_factory(stream_factory)
-    stream: ManagedAsyncStream = await turn.relay.llm.open_stream_async(attempt, factory)
+    stream: ManagedAsyncStream = await attempt.relay.llm.open_stream_async(attempt, factory)
     if not completed.seen:
         await stream._read_ahead()
     if not completed.seen:
@@ -416,85 +380,3 @@ def complete_logical_call(
     except Exception as exc:
         turn.relay.diag.failure("bookkeeping_errors", exc, f"completing logical call {api_request_id!r}")
         return False
-
-
-def open_logical_call(parent: ScopeHandle | None = None, *, call_role: str = DEFAULT_CALL_ROLE) -> str | None:
-    """Open a logical call of the managed turn under ``parent`` (an agent's scope; default the turn) and return
-    its ``api_request_id`` (None when no turn is managed here).
-
-    For framework integrations: attempts made with that id (``auxiliary.join_logical_call``) become its
-    children; the opener completes it with ``complete_logical_call``, or the end of the turn does.
-    """
-    turn = session.managed_turn()
-    if turn is None:
-        return None
-    return open_logical_call_in(turn, parent, call_role)
-
-
-def open_logical_call_in(turn: CallHolder, parent: ScopeHandle | None, call_role: str = DEFAULT_CALL_ROLE) -> str:
-    """``open_logical_call`` for a caller that already holds the managed turn (framework integrations)."""
-    return open_call_in(turn, parent, call_role).api_request_id
-
-
-def open_call_in(turn: CallHolder, parent: ScopeHandle | None, call_role: str = DEFAULT_CALL_ROLE) -> LogicalCall:
-    """``open_logical_call_in``, returning the call itself: its opener makes attempts of it with
-    ``attempt_of`` and closes it with ``logical_calls.close_logical_call``, with no lookup by id."""
-    if parent is not None and parent.ended:
-        parent = None  # the agent ended under a late call: the turn still holds it
-    try:
-        api_request_id = _pooled()  # ``new_id()`` without its frame (see ``ids.pooled``)
-    except IndexError:
-        api_request_id = new_id()
-    call = turn.logical_llm_calls[api_request_id] = _new_call(
-        turn, api_request_id, call_role or DEFAULT_CALL_ROLE, parent
-    )
-    return call
-
-
-def attempt_of(
-    turn: CallHolder,
-    call: LogicalCall,
-    request: LLMRequest,
-    name: str,
-    model_name: str | None,
-    codec: LLMCodec | None,
-    *,
-    streaming: bool = False,
-    metadata: dict[str, Any] | None = None,
-) -> Attempt | None:
-    """An attempt of ``call`` (opened by ``open_call_in``), to run with ``relay.llm.run`` (``open_stream`` when
-    ``streaming``); the call stays open after it for its opener to close. None when the call no longer takes
-    attempts (the end of its turn closed it): the caller then goes the way of ``execute_current``
-    (``stream_current``).
-
-    ``_call_attempt``'s (``_stream_attempt``'s) work for a caller holding the call: no lookup by id. ``metadata``
-    comes first in the attempt's own, after its kind, as the metadata given to ``execute_current`` do."""
-    with turn.lock:
-        if call.closing or turn.logical_llm_calls.get(call.api_request_id) is not call:
-            return None
-        retry = call.attempts
-        call.attempts = retry + 1
-        call.in_flight += 1
-        if streaming:
-            call.open_streams += 1
-        call.provider = name
-        if model_name:
-            call.model = model_name
-    meta: dict[str, Any] = {cv.KIND: cv.ATTEMPT, **metadata} if metadata else {cv.KIND: cv.ATTEMPT}
-    meta[cv.API_REQUEST_ID] = call.api_request_id
-    meta[cv.CALL_ROLE] = call.call_role
-    meta[cv.RETRY_COUNT] = retry
-    attempt = Attempt(
-        turn.relay,
-        name,
-        request,
-        call.scope,
-        model_name,
-        meta,
-        codec,
-        # A stream's hook with no finalizer and no finished-response check (``_stream_hook``) is this one.
-        partial(_attempt_ended, turn, call, False, streaming),
-    )
-    _track(call, attempt)
-    _hold_for_validation(call, attempt)
-    return attempt

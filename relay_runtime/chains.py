@@ -64,10 +64,12 @@ class Liveness(Protocol):
         and answered in its place (a fallback). Not called for streams."""
         ...
 
-    def again(self, request: Any, previous: Any, stream: bool) -> Answered | None:
+    def again(self, request: Any, previous: Any, stream: bool) -> tuple[Answered | None, Any]:
         """A further terminal call starts; ``previous`` is what the last one answered (``IN_FLIGHT``
         while it still runs: a concurrent call). Returns the record this call's own answer ends (the
-        call is then no run's "last"), or None when the owner goes on as this call's record."""
+        call is then no run's "last"), or None when the owner goes on as this call's record; and the
+        value to call the terminal with (a budget may re-aim an LLM call at a cheaper model). What it
+        raises (a budget refusing the call) is raised from ``next``, as the terminal call's own error."""
         ...
 
     def outrun(self) -> Answered | None:
@@ -84,8 +86,8 @@ class Live:
     def __init__(self) -> None:
         self.live = True
 
-    def again(self, request: Any, previous: Any, stream: bool) -> Answered | None:
-        return None
+    def again(self, request: Any, previous: Any, stream: bool) -> tuple[Answered | None, Any]:
+        return None, request
 
     def fell_back(self, name: str, error: BaseException) -> None:
         return None
@@ -125,7 +127,12 @@ def run_sync(
             _dead(owner)
             return terminal(v)
         if last is not UNSENT:
-            beside = owner.again(v, last, stream)
+            try:
+                beside, v = owner.again(v, last, stream)
+            except BaseException as exc:
+                if last is not IN_FLIGHT:  # refused before it was sent: the last call, and it failed
+                    last, caught_by = Failed(exc), None
+                raise
             if beside is not None:
                 return _answer_beside(beside, terminal, v)
         last = IN_FLIGHT
@@ -186,7 +193,12 @@ async def run_async(
             _dead(owner)
             return await terminal(v)
         if last is not UNSENT:
-            beside = owner.again(v, last, stream)
+            try:
+                beside, v = owner.again(v, last, stream)
+            except BaseException as exc:
+                if last is not IN_FLIGHT:  # refused before it was sent: the last call, and it failed
+                    last, caught_by = Failed(exc), None
+                raise
             if beside is not None:
                 return await _answer_beside_async(beside, terminal, v)
         last = IN_FLIGHT

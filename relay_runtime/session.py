@@ -387,10 +387,13 @@ class SessionCoordinator:
             if self._conversations.get(conv.key) is conv:
                 del self._conversations[conv.key]
         turn = conv.managed_turn
-        if turn is not None and not turn.ended:
-            # The caller crashed out of its turn: close it rather than leave it open forever.
-            self.end_turn(turn, outcome=Outcome.CANCELLED.value)
-        lease.host.relay.scope.pop(conv.scope, output=RelayOutput(outcome=Outcome.SUCCESS.value))
+        try:
+            if turn is not None and not turn.ended:
+                # The caller crashed out of its turn: close it rather than leave it open forever.
+                self.end_turn(turn, outcome=Outcome.CANCELLED.value)
+        finally:
+            # Also when that was interrupted: off the books now, the conversation has no later chance to end.
+            lease.host.relay.scope.pop(conv.scope, output=RelayOutput(outcome=Outcome.SUCCESS.value))
 
     def begin_turn(self, lease: ConversationLease, *, turn_id: str, task_id: str) -> Turn:
         _check_type("begin_turn", "lease", lease, ConversationLease)

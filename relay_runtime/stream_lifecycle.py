@@ -50,6 +50,8 @@ class StreamLifecycle:
         """Record one chunk; returns the error the caller's next read raises when a budget stopped the stream."""
         attempt = self.attempt
         if attempt.finished:
+            if attempt.settle_late is not None:
+                self._read_late(chunk)
             return None
         if self.first_ns is None:
             self.first_ns = _now()
@@ -83,9 +85,23 @@ class StreamLifecycle:
                 return stop
         return None
 
+    def _read_late(self, chunk: Any) -> None:
+        """A chunk read after the turn's end ended the attempt: unrecorded, but the provider bills it, so it
+        is kept for the late charge (``Attempt.finish``); the stream goes on as the design says it does."""
+        try:
+            delta = self.acc.add(chunk)
+        except Exception as exc:
+            self.attempt.relay.diag.failure("bookkeeping_errors", exc, "accumulating a stream chunk")
+            self.acc = CountingAccumulator()
+            return
+        if self.meter is not None:
+            self.meter.add(delta)  # its running estimate, for an answer that never says its usage
+
     def complete(self) -> None:
         attempt = self.attempt
         if attempt.finished:
+            if attempt.settle_late is not None:  # ended by its turn, read to the end since: the late charge
+                self._late_charge()
             return
         try:
             response, annotation = self.acc.finish()
@@ -113,7 +129,10 @@ class StreamLifecycle:
             return
         if attempt.holding:
             return  # a body already read, held for validation: its verdict ends it, not its closing
-        if error is None and outcome == _CANCELLED and self.index and not attempt.finished:
+        if attempt.finished:  # ended by its turn, read since (or not) until now: the late charge
+            self._late_charge(error)
+            return
+        if error is None and outcome == _CANCELLED and self.index:
             # The caller stopped reading (``close``, ``break``, garbage collected): it got the answer as far
             # as it read, which the record keeps (the run page, the journal, the trajectory show what the user
             # saw). Its usage only when the provider's end was read: a part's would price it short.
@@ -121,6 +140,11 @@ class StreamLifecycle:
             attempt.finish(_CANCELLED, response, None, annotation, self.first_ns)
             return
         attempt.fail(error, outcome)  # a no-op once the attempt finished
+
+    def _late_charge(self, error: BaseException | None = None) -> None:
+        """Price a stream its turn's end ended, with what was read of it (``settle_late``: as the record said)."""
+        response, annotation = self._as_read()
+        self.attempt.finish(_CANCELLED, response, error, annotation, self.first_ns)
 
     def _as_read(self) -> tuple[Any, Any]:
         try:

@@ -116,7 +116,8 @@ class _StreamWrapper:
             life = self._life
         except AttributeError:  # __init__ never ran to the end
             return
-        if not life.attempt.finished:
+        attempt = life.attempt
+        if not attempt.finished or attempt.settle_late is not None:  # not yet priced, when its turn ended it
             life.fail(None, _CANCELLED)
 
     # isinstance() falls back to ``obj.__class__`` when ``type(obj)`` does not match: the stream

@@ -247,12 +247,33 @@ _JSON_SCHEMA = {"type": "json_schema", "json_schema": {"name": "a", "schema": _S
     ("scripted", "request_kwargs"),
     [
         (t.scripted_openai, {"model": "gpt-x", "max_tokens": 100, "messages": [], "response_format": _JSON_SCHEMA}),
-        (t.scripted_openai, {"model": "gpt-x", "max_tokens": 100, "messages": [],
-                             "functions": [{"name": "answer", "parameters": _SCHEMA}]}),
-        (t.scripted_openai, {"model": "gpt-x", "max_output_tokens": 100, "input": "hi",
-                             "text": {"format": {"type": "json_schema", "name": "a", "schema": _SCHEMA}}}),
-        (t.scripted_anthropic, {"model": "claude-x", "max_tokens": 20, "messages": [],
-                                "output_config": {"format": {"type": "json_schema", "schema": _SCHEMA}}}),
+        (
+            t.scripted_openai,
+            {
+                "model": "gpt-x",
+                "max_tokens": 100,
+                "messages": [],
+                "functions": [{"name": "answer", "parameters": _SCHEMA}],
+            },
+        ),
+        (
+            t.scripted_openai,
+            {
+                "model": "gpt-x",
+                "max_output_tokens": 100,
+                "input": "hi",
+                "text": {"format": {"type": "json_schema", "name": "a", "schema": _SCHEMA}},
+            },
+        ),
+        (
+            t.scripted_anthropic,
+            {
+                "model": "claude-x",
+                "max_tokens": 20,
+                "messages": [],
+                "output_config": {"format": {"type": "json_schema", "schema": _SCHEMA}},
+            },
+        ),
     ],
     ids=["chat-response_format", "chat-functions", "responses-text", "anthropic-output_config"],
 )
@@ -637,3 +658,20 @@ def test_the_neutral_max_tokens_an_intercept_set_bounds_the_estimate(relay_host,
     close(lease, turn)
     assert scripted.script.bodies()[0]["max_completion_tokens"] == 100
     assert "cost.assumed_output_tokens" not in relay.diagnostics()
+
+
+def test_a_downgraded_attempt_refused_again_records_the_request_it_would_have_sent(relay_host, relay_events) -> None:
+    """Its start said gpt-x-mini as its model and recorded the gpt-x request it replaced."""
+    budget = Budget(1e-9, per="turn", on_exceed="downgrade", downgrade_to={"gpt-x": "gpt-x-mini"})
+    cost.attach(relay_host, catalog(), budget)
+    scripted = t.scripted_openai()
+    lease, turn = conversation(relay_host)
+    with pytest.raises(BudgetExceeded):
+        adapters.complete(scripted.client, {"model": "gpt-x", "max_tokens": 1000, "messages": []})
+    close(lease, turn)
+    assert scripted.script.requests == []
+    first, downgraded = relay_events.starts(relay_kind=cv.ATTEMPT)
+    assert (first.model_name, first.input["content"]["model"]) == ("gpt-x", "gpt-x")
+    assert (downgraded.model_name, downgraded.input["content"]["model"]) == ("gpt-x-mini", "gpt-x-mini")
+    assert downgraded.metadata[cost.DOWNGRADED_FROM] == "gpt-x"
+    assert [e.error_type for e in attempts(relay_events)] == ["BudgetExceeded", "BudgetExceeded"]

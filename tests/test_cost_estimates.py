@@ -13,8 +13,11 @@ from typing import Any
 
 import pytest
 
-from relay_runtime import adapters, cost, session
+from relay_runtime import LLMRequest, Relay, adapters, cost, session
+from relay_runtime import conventions as cv
 from relay_runtime.adapters import testing as t
+from relay_runtime.adapters.anthropic_messages import AnthropicMessagesCodec
+from relay_runtime.adapters.openai_chat import OpenAIChatCodec
 from relay_runtime.cost import Budget, BudgetExceeded, PriceCatalog
 from relay_runtime.cost.estimate import estimate_input, text_weight
 from tests.test_cost import close, conversation
@@ -32,6 +35,7 @@ URLS = [f"https://images.example/{i}.png" for i in range(4)]
 
 def png(width: int, height: int) -> str:
     """A real PNG (one grey channel), base64."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
@@ -212,6 +216,69 @@ def test_a_web_search_tool_without_max_uses_is_reported_as_unbounded(relay_host)
     assert relay_host.relay.diagnostics()["cost.estimate_unknown_parts"] == 1
 
 
+EXTRAS_PRICES = {
+    "anthropic": {"claude-x": {"input": 3.0, "output": 15.0, "web_search": 0.01, "context_window": 1000}},
+    "openai": {"gpt-voice": {"input": 4.0, "output": 16.0, "output_audio": 64.0, "context_window": 1000}},
+}
+SEARCH = {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}  # 0.05 at worst
+ASKING = {"model": "claude-x", "max_tokens": 10, "messages": [{"role": "user", "content": "news?"}]}
+VOICE = {"model": "gpt-voice", "max_tokens": 1000, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def _refuses_searches_and_audio(complete_anthropic: Any, complete_openai: Any) -> None:
+    """Twice: the second time a quick check is remembered from the requests asking for neither."""
+    for _ in range(2):
+        with pytest.raises(BudgetExceeded) as searching:
+            complete_anthropic({**ASKING, "tools": [SEARCH]})
+        assert searching.value.estimate == pytest.approx(0.05, abs=1e-3)
+        # 1000 tokens of audio at 64.0 per million: 0.064 at worst, where text would be 0.016.
+        with pytest.raises(BudgetExceeded) as speaking:
+            complete_openai({**VOICE, "modalities": ["text", "audio"]})
+        assert speaking.value.estimate == pytest.approx(0.064, abs=1e-3)
+        complete_anthropic(ASKING)
+        complete_openai(VOICE)
+
+
+def test_a_model_priced_with_a_context_window_checks_searches_and_audio_answers_too(relay_host) -> None:
+    # A context window lets a budget skip reading the prompt (the quick check): a full window of input and the
+    # output limit fit. What else the worst case holds counts there too, or the call goes over the limit.
+    cost.attach(relay_host, PriceCatalog.from_mapping(EXTRAS_PRICES), Budget(0.04, per="turn"))
+    anthropic = t.scripted_anthropic(*[t.json_reply(t.anthropic_message_body("ok", model="claude-x"))] * 2)
+    openai = t.scripted_openai(*[t.json_reply(t.chat_completion_body("ok", model="gpt-voice"))] * 2)
+    lease, turn = conversation(relay_host)
+    try:
+        _refuses_searches_and_audio(
+            lambda kwargs: adapters.complete(anthropic.client, kwargs),
+            lambda kwargs: adapters.complete(openai.client, kwargs),
+        )
+    finally:
+        close(lease, turn)
+    assert len(anthropic.script.requests) == len(openai.script.requests) == 2  # only those asking for neither
+
+
+def test_a_remembered_quick_check_holds_only_for_requests_asking_for_no_searches_or_audio() -> None:
+    # Calls in a row under one scope reuse the quick check worked out for the first (model, output limit).
+    relay = Relay("extras")
+    relay.cost.use(PriceCatalog.from_mapping(EXTRAS_PRICES)).budget(Budget(0.04, per="turn"))
+    anthropic = t.scripted_anthropic(*[t.json_reply(t.anthropic_message_body("ok", model="claude-x"))] * 2)
+    openai = t.scripted_openai(*[t.json_reply(t.chat_completion_body("ok", model="gpt-voice"))] * 2)
+
+    def complete(client: Any, codec: Any) -> Any:
+        def call(kwargs: dict[str, Any]) -> Any:
+            send = client.messages.create if codec is AnthropicMessagesCodec else client.chat.completions.create
+            return relay.llm.execute(
+                codec.provider, LLMRequest({}, kwargs), lambda r: send(**r.raw_content()), codec=codec()
+            )
+
+        return call
+
+    turn = relay.scope.push("turn", metadata={cv.KIND: cv.TURN})
+    _refuses_searches_and_audio(complete(anthropic.client, AnthropicMessagesCodec),
+                                complete(openai.client, OpenAIChatCodec))  # fmt: skip
+    relay.scope.pop(turn)
+    assert len(anthropic.script.requests) == len(openai.script.requests) == 2
+
+
 def test_a_cjk_prompt_is_estimated_at_more_than_a_token_a_character(relay_host) -> None:
     # 30,000 Chinese characters cost 30,000 tokens or more; at 3 characters a token they were read as 10,000.
     text = "请总结这份报告" * 4_286
@@ -222,3 +289,35 @@ def test_a_cjk_prompt_is_estimated_at_more_than_a_token_a_character(relay_host) 
     found = estimate_input({"messages": [{"role": "user", "content": "abc" * 1000}]}, "openai", "gpt-x")
     assert found.text == (3000 + len("user")) // 3 + 1
     assert [text_weight(c) for c in ("a", "é", "я", "中", "😀")] == [1, 3, 3, 5, 7]
+
+
+@pytest.mark.parametrize("stored", [{"previous_response_id": "resp_0"}, {"conversation": "conv_1"}])
+def test_a_conversation_the_provider_stores_counts_as_a_full_window_of_input(relay_host, stored) -> None:
+    """The conversation a Responses request continues is billed as input though the request does not carry it:
+    read from the request's few words, a call the answer then billed 100,000 input tokens for went under a
+    budget it spent twice over."""
+    prices = {"openai": {"gpt-x": {"input": 1.0, "output": 4.0, "context_window": 128_000}}}
+    cost.attach(relay_host, PriceCatalog.from_mapping(prices), Budget(0.05, per="turn"))
+    body = t.responses_body("ok", model="gpt-x", usage=t.responses_usage(100_000, 50))
+    scripted = t.scripted_openai(t.json_reply(body))
+    request = {"model": "gpt-x", "input": "and then?", "max_output_tokens": 100}
+    lease, turn = conversation(relay_host)
+    try:
+        with pytest.raises(BudgetExceeded) as refused:
+            adapters.complete(scripted.client, {**request, **stored}, api_mode="responses")
+        adapters.complete(scripted.client, request, api_mode="responses")  # all its input is in the request
+    finally:
+        close(lease, turn)
+    assert refused.value.estimate == pytest.approx(128_000 * 1e-6 + 100 * 4e-6, rel=1e-3)
+    assert len(scripted.script.requests) == 1
+
+
+def test_a_stored_conversation_with_no_known_window_is_reported_as_unbounded(relay_host, relay_events) -> None:
+    prices = {"openai": {"gpt-x": {"input": 1.0, "output": 4.0}}}
+    cost.attach(relay_host, PriceCatalog.from_mapping(prices), Budget(0.05, per="turn"))
+    scripted = t.scripted_openai(t.json_reply(t.responses_body("ok", model="gpt-x")))
+    request = {"model": "gpt-x", "input": "and then?", "max_output_tokens": 100, "previous_response_id": "resp_0"}
+    lease, turn = conversation(relay_host)
+    adapters.complete(scripted.client, request, api_mode="responses")
+    close(lease, turn)
+    assert relay_host.relay.diagnostics()["cost.estimate_unknown_parts"] == 1

@@ -4,6 +4,7 @@ Responses function arguments and reasoning all count in the running cost (real S
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 from typing import Any
 
@@ -212,3 +213,92 @@ def test_a_cjk_answer_counts_at_more_than_a_token_a_character_in_a_streams_runni
     # Nine characters a chunk: stopped within 8 chunks (at 3 characters a token it ran 34 chunks, 300 characters).
     assert stop is not None and seen <= 8
     _stopped(relay_events)
+
+
+# -- a stream its turn's end cut off ---------------------------------------------------------------
+
+PROFILE_LIMIT = 1.0
+USAGE = {"prompt_tokens": 1000, "completion_tokens": 500, "total_tokens": 1500}  # 0.001 + 0.002
+WORDS = ["w" * 100] * 10
+
+
+def _cut_off_by_its_turn(relay_host: session.Host) -> tuple[Any, Any, Any]:
+    """A stream read once, then its turn ended: the stream (its first chunk read), the turn and the lease."""
+    cost.attach(relay_host, PriceCatalog.from_mapping(PRICES), Budget(PROFILE_LIMIT, per="profile"))
+    scripted = t.scripted_openai(t.sse_reply(t.openai_chat_sse(t.chat_chunks(WORDS, model="gpt-x", usage=USAGE))))
+    lease, turn = conversation(relay_host)
+    stream = adapters.stream(
+        scripted.client, {"model": "gpt-x", "max_tokens": 1000, "messages": []}, include_usage=True
+    )
+    next(stream)
+    session.SESSION_COORDINATOR.end_turn(turn, outcome="success")
+    return stream, turn, lease
+
+
+def _profile(relay_host: session.Host) -> Any:
+    return relay_host.relay.cost.profile_rollup(relay_host.profile_key)
+
+
+def test_a_stream_read_on_after_its_turn_ended_is_charged_when_it_ends(relay_host, relay_events) -> None:
+    """It was charged nothing (unpriced): the provider billed the whole answer, no budget after the turn saw it."""
+    stream, turn, lease = _cut_off_by_its_turn(relay_host)
+    assert len(list(stream)) == len(WORDS) + 2  # the rest, still handed out: the finish and usage chunks too
+    session.SESSION_COORDINATOR.release_conversation(lease)
+    attempt = one(relay_events.ends(relay_kind=cv.ATTEMPT))
+    assert attempt.outcome == "cancelled" and attempt.cost is None  # the record as it stood at the turn's end
+    (mark,) = relay_events.marks(name=cost.LATE_CHARGE_MARK)
+    assert mark.data["attempt_uuid"] == attempt.uuid and mark.data["cost"]["amount"] == pytest.approx(0.003)
+    assert _profile(relay_host).total == pytest.approx(0.003) and _profile(relay_host).reserved == 0.0
+    assert turn.scope.cost.total == pytest.approx(0.003) and turn.scope.cost.reserved == 0.0
+
+
+@pytest.mark.parametrize("how", ["close", "collected"])
+def test_a_stream_cut_off_by_its_turn_then_dropped_is_charged_for_what_was_read(relay_host, relay_events, how) -> None:
+    stream, _turn, lease = _cut_off_by_its_turn(relay_host)
+    next(stream)  # one more piece of the text, read after the turn's end
+    if how == "close":
+        stream.close()
+    else:
+        del stream
+        gc.collect()
+    session.SESSION_COORDINATOR.release_conversation(lease)
+    (mark,) = relay_events.marks(name=cost.LATE_CHARGE_MARK)
+    charged = mark.data["cost"]
+    assert charged["estimated"] and charged["amount"] > 0  # estimated from the text read: its usage never came
+    assert _profile(relay_host).total == pytest.approx(charged["amount"]) and _profile(relay_host).reserved == 0.0
+
+
+@pytest.mark.asyncio
+async def test_an_async_stream_read_on_after_its_turn_ended_is_charged_when_it_ends(relay_host, relay_events) -> None:
+    cost.attach(relay_host, PriceCatalog.from_mapping(PRICES), Budget(PROFILE_LIMIT, per="profile"))
+    scripted = t.scripted_openai(t.sse_reply(t.openai_chat_sse(t.chat_chunks(WORDS, model="gpt-x", usage=USAGE))))
+    lease, turn = conversation(relay_host)
+    request = {"model": "gpt-x", "max_tokens": 1000, "messages": []}
+    stream = await adapters.astream(scripted.aclient, request, include_usage=True)
+    await stream.__anext__()
+    session.SESSION_COORDINATOR.end_turn(turn, outcome="success")
+    assert len([chunk async for chunk in stream]) == len(WORDS) + 2
+    session.SESSION_COORDINATOR.release_conversation(lease)
+    (mark,) = relay_events.marks(name=cost.LATE_CHARGE_MARK)
+    assert mark.data["cost"]["amount"] == pytest.approx(0.003)
+    assert _profile(relay_host).total == pytest.approx(0.003) and _profile(relay_host).reserved == 0.0
+
+
+def test_a_body_read_after_its_turn_ended_is_charged_when_it_is_read(relay_host, relay_events) -> None:
+    cost.attach(relay_host, PriceCatalog.from_mapping(PRICES), Budget(PROFILE_LIMIT, per="profile"))
+    body = t.chat_completion_body("later", model="gpt-x", usage=t.chat_usage(1000, 500))
+    scripted = t.scripted_openai(t.json_reply(body))
+    adapters.instrument(scripted.client)
+    try:
+        lease, turn = conversation(relay_host)
+        create = scripted.client.chat.completions.with_streaming_response.create
+        with create(model="gpt-x", max_tokens=1000, messages=[]) as response:
+            session.SESSION_COORDINATOR.end_turn(turn, outcome="success")
+            assert response.parse().choices[0].message.content == "later"
+        session.SESSION_COORDINATOR.release_conversation(lease)
+    finally:
+        adapters.uninstrument(scripted.client)
+    assert one(relay_events.ends(relay_kind=cv.ATTEMPT)).outcome == "cancelled"
+    (mark,) = relay_events.marks(name=cost.LATE_CHARGE_MARK)
+    assert mark.data["cost"]["amount"] == pytest.approx(0.003)
+    assert _profile(relay_host).total == pytest.approx(0.003) and _profile(relay_host).reserved == 0.0

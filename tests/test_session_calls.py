@@ -157,6 +157,7 @@ def test_retry_then_fallback_share_one_logical_call(relay_turn, relay_events):
     @auxiliary.auxiliary_call
     def summarise(task):
         for provider, result in (("openai", None), ("openai", RuntimeError("503")), ("anthropic", "ok")):
+
             def callback(_r, result=result):
                 if isinstance(result, Exception):
                     raise result
@@ -473,3 +474,32 @@ def test_a_streamed_attempt_of_a_held_call_counts_its_stream_and_leaves_the_call
     assert _logical_ends(relay_events) == []  # open until its opener closes it
     assert logical_calls.close_logical_call(turn, call, "success")
     assert _logical_ends(relay_events) == ["success"] and turn.logical_llm_calls == {}
+
+
+def _refused_before_any_attempt() -> None:
+    """Calls refused before an attempt exists: a nameless one and one whose request is no ``LLMRequest``."""
+    with pytest.raises(ValueError, match="non-empty string"):
+        calls.execute_current(REQ, lambda r: "answer", name="")
+    with pytest.raises(TypeError, match="needs an LLMRequest"):
+        calls.stream_current({"model": "m"}, lambda r: iter(()), name="openai")  # type: ignore[arg-type]
+
+
+def test_a_call_refused_before_its_attempt_ends_its_logical_call_failed(relay_turn, relay_events):
+    """Its logical call stayed open on the turn, whose end closed it with the turn's outcome: a success."""
+    _relay, turn = relay_turn
+    _refused_before_any_attempt()
+    assert _logical_ends(relay_events) == ["failed", "failed"]
+    assert turn.logical_llm_calls == {}
+    assert relay_events.select(relay_kind=cv.ATTEMPT) == []
+
+
+def test_a_call_refused_before_its_attempt_outside_turns_ends_its_logical_call(relay_host, relay_events):
+    """Outside turns nothing else would ever end it: a start with no end, kept by the host for ever."""
+    relay_host.retain_managed_execution("test.outside")
+    try:
+        _refused_before_any_attempt()
+    finally:
+        relay_host.release_managed_execution("test.outside")
+    assert _logical_ends(relay_events) == ["failed", "failed"]
+    assert relay_host.outside.logical_llm_calls == {}
+    assert len(relay_events.starts(relay_kind=cv.LOGICAL_CALL)) == 2

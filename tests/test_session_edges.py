@@ -588,8 +588,14 @@ def test_a_responses_answer_that_only_calls_a_tool_is_accepted(relay_turn, relay
     # As a chat tool_calls message and an anthropic tool_use block are: the model answered with a call.
     tool_only = t.responses_body()
     tool_only["output"] = [
-        {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "lookup", "arguments": "{}",
-         "status": "completed"}
+        {
+            "type": "function_call",
+            "id": "fc_1",
+            "call_id": "call_1",
+            "name": "lookup",
+            "arguments": "{}",
+            "status": "completed",
+        }
     ]
     reasoning_only = t.responses_body()
     reasoning_only["output"] = [{"type": "reasoning", "id": "rs_1", "summary": []}]
@@ -663,3 +669,30 @@ async def test_end_turn_ends_an_attempt_made_beside_another_before_its_call(rela
     assert (await task)["text"] == "late"
     assert len(relay_events) == recorded
     assert balanced_calls(relay_events)
+
+
+def test_an_interrupt_ending_the_turn_a_released_lease_left_open_still_ends_its_conversation(relay_host) -> None:
+    """The last release ends a turn its caller crashed out of; an interrupt there (Ctrl-C while a subscriber
+    takes the turn's end) skipped the conversation's end, and the conversation, off the coordinator's books,
+    could never be ended."""
+    coord = session.SESSION_COORDINATOR
+    relay = relay_host.relay
+    recorder = Recorder()
+    fired: list[bool] = []
+
+    def interrupt(event: Any) -> None:
+        if event.kind == "scope_end" and event.metadata.get(cv.KIND) == cv.TURN and not fired:
+            fired.append(True)
+            raise KeyboardInterrupt
+
+    relay.subscribers.register(interrupt, name="interrupt")
+    relay.subscribers.register(recorder, name="recorder")
+    lease = coord.acquire_conversation(profile_key=relay_host.profile_key, session_id="s", platform="t")
+    turn = coord.begin_turn(lease, turn_id="t1", task_id="k")
+    with pytest.raises(KeyboardInterrupt):
+        coord.release_conversation(lease)  # the turn never ended: its caller crashed out of it
+    assert fired and turn.ended
+    assert [e.output["outcome"] for e in recorder.ends(relay_kind=cv.TURN)] == ["cancelled"]
+    assert len(recorder.ends(relay_kind=cv.CONVERSATION)) == 1
+    assert balanced(recorder.events)
+    assert relay.scope.current() is None

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from core_support import DictCodec, request, response
 
-from relay_runtime import LLMRequest, Recorder, calls, session
+from relay_runtime import LLMRequest, Recorder, adapters, calls, session
 from relay_runtime import conventions as cv
+from relay_runtime.adapters import testing as t
 from relay_runtime.threads import ContextExecutor
 
 
@@ -107,3 +108,50 @@ async def test_a_turn_ended_while_an_async_guardrail_decides_records_the_attempt
     kinds = [e.kind for e in relay_events.events if e.metadata.get(cv.KIND) == cv.ATTEMPT]
     assert kinds == ["scope_start", "scope_end"]
     assert [e.outcome for e in relay_events.ends(relay_kind=cv.ATTEMPT)] == ["cancelled"]
+
+
+# -- a call that found its turn open, which another thread ended before the call's logical call opened -----
+
+
+@pytest.fixture
+def turn_ends_as_it_is_found(relay_turn, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The interleaving of a call on one thread with ``end_turn`` on another: the turn is found managed,
+    then ends before the call opens its logical call in it (``calls`` looks ``managed_turn`` up at call time)."""
+    _relay, turn = relay_turn
+    found = session.managed_turn
+
+    def racing() -> Any:
+        managed = found()
+        if managed is turn:
+            session.SESSION_COORDINATOR.end_turn(turn, outcome="success")
+        return managed
+
+    monkeypatch.setattr(session, "managed_turn", racing)
+    return turn
+
+
+def _recorded_outside(relay_events: Recorder, turn: Any) -> None:
+    (call,) = relay_events.ends(relay_kind=cv.LOGICAL_CALL)
+    assert call.outcome == "success" and call.parent_uuid != turn.scope.uuid
+    (attempt,) = relay_events.ends(relay_kind=cv.ATTEMPT)
+    assert attempt.outcome == "success" and attempt.parent_uuid == call.uuid
+    assert turn.logical_llm_calls == {}
+
+
+def test_a_call_racing_the_end_of_its_turn_gets_its_answer(turn_ends_as_it_is_found, relay_events) -> None:
+    """The relay's own 'cannot push under an ended scope' ValueError reached the caller; nothing was sent."""
+    scripted = t.scripted_openai(t.json_reply(t.chat_completion_body("answer")))
+    answer = adapters.complete(scripted.client, {"model": "gpt-test", "messages": []})
+    assert answer.choices[0].message.content == "answer"
+    _recorded_outside(relay_events, turn_ends_as_it_is_found)
+
+
+@pytest.mark.asyncio
+async def test_an_async_stream_racing_the_end_of_its_turn_gets_its_chunks(
+    turn_ends_as_it_is_found, relay_events
+) -> None:
+    usage = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    scripted = t.scripted_openai(t.sse_reply(t.openai_chat_sse(t.chat_chunks(["a", "b"], usage=usage))))
+    stream = await adapters.astream(scripted.aclient, {"model": "gpt-test", "messages": []}, include_usage=True)
+    assert len([chunk async for chunk in stream]) == 5
+    _recorded_outside(relay_events, turn_ends_as_it_is_found)

@@ -43,7 +43,7 @@ from .plan import (
 )
 from .pricing import CostRollup
 from .providers import EMBEDDINGS, price_provider
-from .rates import Priced
+from .rates import TOP_TIER, Priced
 from .settle import DOWNGRADED_FROM, LATE_CHARGE_MARK, WARNING_MARK, Billable, Settlement
 from .store import Claim, FileSpendStore, Reservation, SharedSpendStore, SpendStore
 
@@ -54,6 +54,9 @@ if TYPE_CHECKING:
 __all__ = ["DOWNGRADED_FROM", "LATE_CHARGE_MARK", "NOT_SENT", "WARNING_MARK", "RelayCost"]
 
 _MISS: Any = object()
+# Request keys naming input the provider keeps and adds to what the request carries (OpenAI Responses: an
+# earlier response's conversation, a stored conversation): the text of the request does not bound it.
+STORED_INPUT_KEYS = ("previous_response_id", "conversation")
 _LOOKUP_LIMIT = 4096  # (provider, model) pairs remembered per relay
 
 
@@ -162,7 +165,9 @@ class RelayCost(Settlement):
                     codec = attempt.codec
                     quick = plan.quick.get((price_provider(codec, attempt.name),
                                             attempt.model_name or content.get("model"), limit))  # fmt: skip
-                    if quick is not None and self._reserve_quick(quick):
+                    # A request that may ask for searches or audio has its worst case worked out in full.
+                    if quick is not None and not (quick.extras and _may_ask_extras(content)) \
+                            and self._reserve_quick(quick):  # fmt: skip
                         attempt.cost_state = quick
                         return request
                     break
@@ -225,9 +230,12 @@ class RelayCost(Settlement):
             # Unread, its input may be that whole window: the worst case stays reserved while it is in flight,
             # or concurrent calls would pass on room it may still spend.
             upper = out_cost + window_cost
-            quick = AttemptSpend(nodes, upper, upper=upper)
+            extra = _extra_cost(priced, input_of(content, annotated), content, out_tokens) if priced.extras else 0.0
+            quick = AttemptSpend(nodes, upper + extra, upper=upper + extra)
+            quick.extras = priced.extras
             # Not when the limit was assumed: that is counted per call, so such calls always come this way.
-            if from_request and len(plan.quick) < QUICK_LIMIT:
+            # Nor with extras: the next request under the same key may ask for others.
+            if from_request and not extra and len(plan.quick) < QUICK_LIMIT:
                 plan.quick[(provider, model, out_tokens)] = quick
             if self._reserve_quick(quick):
                 attempt.cost_state = quick
@@ -326,10 +334,11 @@ class RelayCost(Settlement):
                 self._relay.diag.count("cost.assumed_output_tokens")
         return limit
 
-    def _worst_case(self, content: Any, priced: Priced, out_tokens: int, view: AnnotatedLLMRequest | None = None
-                    ) -> tuple[float, float, float]:  # fmt: skip
+    def _worst_case(self, content: Any, priced: Priced, out_tokens: int, view: AnnotatedLLMRequest | None = None,
+                    stored: bool = True) -> tuple[float, float, float]:  # fmt: skip
         """The most the call can cost: its input (text, images, audio, files), the web searches its tools allow
-        (``max_uses``) and its output limit, at the top rates.
+        (``max_uses``) and its output limit, at the top rates. ``stored``: a conversation the provider keeps
+        and adds to the input (``STORED_INPUT_KEYS``) counts as a full context window (False: not counted).
 
         Returns the estimate, its input part and the output rate per token (what a stream meter needs).
         """
@@ -337,6 +346,12 @@ class RelayCost(Settlement):
         asked = input_of(content, view)
         found = estimate_input(asked, entry.provider, entry.model)
         searches, unbounded = web_searches(asked) if entry.web_search else (0, 0)
+        if stored and any(content.get(key) for key in STORED_INPUT_KEYS):
+            # None of it is in the request: as much as the model reads, or no bound at all.
+            if entry.context_window:
+                found.text_tokens += max(0, entry.context_window - found.total)
+            else:
+                found.unknown += 1
         if found.unknown or unbounded:
             self._relay.diag.count("cost.estimate_unknown_parts", found.unknown + unbounded)
         tokens_in = found.total
@@ -345,8 +360,7 @@ class RelayCost(Settlement):
         if found.image_tokens or found.audio_tokens:
             image_rate, audio_rate = priced.media_rates(tokens_in)
             input_cost += found.image_tokens * image_rate + found.audio_tokens * audio_rate
-        modalities = content.get("modalities")
-        if entry.output_audio is not None and isinstance(modalities, list | tuple) and "audio" in modalities:
+        if entry.output_audio is not None and _audio_answer(content):
             out_rate = max(out_rate, rate_at(entry.output_audio, tokens_in) * 1e-6)  # it may answer in audio
         return input_cost + out_tokens * out_rate, input_cost, out_rate
 
@@ -361,7 +375,7 @@ class RelayCost(Settlement):
         chars = text_chars(view.output_text) + sum(text_chars(call.get("arguments")) for call in view.tool_calls)
         asked = self._view(attempt.codec, content)
         out_tokens = (chars // CHARS_PER_TOKEN + 1) * choices_of(content, asked)
-        return self._worst_case(content, priced, out_tokens, asked)[0]
+        return self._worst_case(content, priced, out_tokens, asked, stored=False)[0]
 
     def _downgrade(
         self, attempt: Attempt, request: LLMRequest, node: Node, provider: str, model: str, estimate: float,
@@ -437,6 +451,28 @@ class RelayCost(Settlement):
             if not rollup.loaded:
                 rollup.loaded = True
                 rollup.carried = carried
+
+
+def _extra_cost(priced: Priced, asked: Mapping[str, Any], content: Mapping[str, Any], out_tokens: int) -> float:
+    """What a request's worst case holds beyond a full window of input and its output at the dearest text
+    rate, as ``_worst_case`` prices it: the web searches its tools allow, an answer in audio."""
+    entry = priced.entry
+    extra = web_searches(asked)[0] * entry.web_search if entry.web_search else 0.0
+    if entry.output_audio is not None and _audio_answer(content):
+        extra += out_tokens * max(0.0, rate_at(entry.output_audio, TOP_TIER) * 1e-6 - priced.out_rate)
+    return extra
+
+
+def _audio_answer(content: Mapping[str, Any]) -> bool:
+    modalities = content.get("modalities")
+    return isinstance(modalities, list | tuple) and "audio" in modalities
+
+
+def _may_ask_extras(content: Mapping[str, Any]) -> bool:
+    """Whether a request may ask for searches or audio (a prompt under none of ``INPUT_KEYS`` is not read here)."""
+    if not any(key in content for key in INPUT_KEYS):
+        return True
+    return _audio_answer(content) or web_searches(content)[0] > 0
 
 
 def _str(value: Any) -> str | None:

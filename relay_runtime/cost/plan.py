@@ -46,7 +46,7 @@ class AttemptSpend:
     limit (it is never changed once made): ``upper`` is the worst case that check compares.
     """
 
-    __slots__ = ("estimate", "meter", "nodes", "reservation", "sent", "upper")
+    __slots__ = ("estimate", "extras", "meter", "nodes", "reservation", "sent", "upper")
 
     def __init__(self, nodes: list[Node], estimate: float, sent: bool = True, upper: float = 0.0) -> None:
         self.nodes = nodes
@@ -55,6 +55,8 @@ class AttemptSpend:
         self.sent = sent
         self.upper = upper
         self.reservation: Reservation | None = None  # held in a shared spend store until settled
+        # A quick check's for a model that bills searches or audio answers: it holds for requests asking for neither.
+        self.extras = False
 
 
 class Plan:

@@ -15,7 +15,9 @@ class Priced:
     """A catalog entry, ready for the hot path: per-token rates, and the rates a worst case is priced at
     (the dearer of input and cache writes, of output and reasoning)."""
 
-    __slots__ = ("currency", "entry", "in_rate", "out_rate", "rates", "simple", "tiered", "valid_from", "window_cost")
+    __slots__ = (
+        "currency", "entry", "extras", "in_rate", "out_rate", "rates", "simple", "tiered", "valid_from", "window_cost",
+    )  # fmt: skip
 
     def __init__(self, entry: PriceEntry) -> None:
         self.entry = entry
@@ -34,6 +36,8 @@ class Priced:
         # when there is one, bound any request's input side.
         self.window_cost = window * max(self.in_rate, *self.media_rates(TOP_TIER)) + (entry.request or 0.0) \
             if window else None  # fmt: skip
+        # Whether a request may ask for what no window bounds: web searches its tools allow, an answer in audio.
+        self.extras = bool(entry.web_search) or entry.output_audio is not None
 
     def media_rates(self, input_tokens: int) -> tuple[float, float]:
         """Per-token rates of image and audio input: their own when the entry has them, else the input rate's."""
