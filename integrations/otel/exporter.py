@@ -17,7 +17,7 @@ import functools
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from opentelemetry import trace as trace_api
@@ -29,12 +29,11 @@ from opentelemetry.trace import Span, Status, StatusCode, TracerProvider, set_sp
 from relay_runtime import clipping
 from relay_runtime import conventions as cv
 from relay_runtime.attach import Attachment
-from relay_runtime.cost import LATE_CHARGE_MARK
 from relay_runtime.events import MARK, SCOPE_END, SCOPE_START, Event
 
 from . import attributes as A
 from . import hints as H
-from . import lifecycle, one_span, propagation, span_context
+from . import lifecycle, marks, one_span, propagation, span_context
 from . import openinference as OI
 from .capture import DetailsEvents, as_events, capture_mode, mode_from_env, on_spans
 from .content import ContentRecorder, Redactor
@@ -67,7 +66,7 @@ ABANDONED_ERROR = "relay.abandoned"
 SPANS_ABANDONED = "otel.spans_abandoned"
 UNMATCHED_ENDS = "otel.unmatched_ends"
 ATTRIBUTE_ERRORS = "otel.attribute_errors"
-CONTENT_ERRORS = "otel.content_errors"
+CONTENT_ERRORS = marks.CONTENT_ERRORS
 DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
 
 
@@ -440,31 +439,6 @@ class OTelExporter:
             return
         out.update(content)
 
-    def _mark(self, event: Event) -> None:
-        if event.name == cv.CHUNK:
-            return
-        if event.name == cv.METRIC:
-            if self._scope_metrics is not None:
-                self._scope_metrics.record_mark(event)
-            return
-        if event.name == LATE_CHARGE_MARK and self._metrics is not None:
-            self._metrics.record_late_charge(event)  # its attempt's span has ended: its charge still counts
-        record = self._table.get(event.parent_uuid)
-        if record is None:
-            return
-        attributes: dict[str, Any] = {}
-        if event.metadata:
-            attributes.update(
-                (f"relay.{k}", v) for k, v in event.metadata.items() if isinstance(v, (str, int, float, bool))
-            )
-        # A mark's data may be content (a tool call's arguments): only with capture on.
-        if self._content is not None and isinstance(event.data, Mapping):
-            try:
-                self._content.mark_data(event.data, attributes)
-            except Exception:
-                self.count(CONTENT_ERRORS)  # a failing hook costs the data, never the event
-        record.span.add_event(event.name, attributes, timestamp=event.timestamp)
-
     def _abandon(self, record: OpenSpan, end_ns: int, reason: str) -> None:
         span = record.span
         span.set_attributes({"relay.outcome": ABANDONED, "error.type": ABANDONED_ERROR})
@@ -481,6 +455,10 @@ class OTelExporter:
     context_for = span_context.context_for
     traceparent_for = span_context.traceparent_for
     headers_for = span_context.headers_for
+
+    # -- a mark: an event on its scope's span, and the metrics it carries: ``marks.py`` ----------
+
+    _mark = marks.on_mark
 
     # -- attaching, counting, shutting down: ``lifecycle.py`` ----------------------------------
 
