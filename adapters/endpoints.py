@@ -77,10 +77,15 @@ HOSTS: Mapping[str, Endpoint] = {
     "api.fireworks.ai": _compatible("fireworks"),
 }
 
-# Host suffixes: a resource's own subdomain (``myres.openai.azure.com``).
+# Host suffixes: a resource's own subdomain (``myres.openai.azure.com``). Azure's sovereign clouds give their
+# resources the same names under their own domains: ``azure.us`` (Azure Government), ``azure.cn`` (China).
 HOST_SUFFIXES: tuple[tuple[str, Endpoint], ...] = (
     (".openai.azure.com", _named(AZURE_OPENAI)),
+    (".openai.azure.us", _named(AZURE_OPENAI)),
+    (".openai.azure.cn", _named(AZURE_OPENAI)),
     (".cognitiveservices.azure.com", _named(AZURE_OPENAI)),
+    (".cognitiveservices.azure.us", _named(AZURE_OPENAI)),
+    (".cognitiveservices.azure.cn", _named(AZURE_OPENAI)),
     (".azure-api.net", _named(AZURE_OPENAI)),  # Azure API Management in front of Azure OpenAI
     (".models.ai.azure.com", _named(AZURE_INFERENCE)),  # a serverless deployment's own host
     (".inference.ai.azure.com", _named(AZURE_INFERENCE)),

@@ -54,6 +54,21 @@ BASE_URLS = [
         None,
         "my-res.cognitiveservices.azure.com",
     ),
+    # Azure's sovereign clouds: Azure Government and Azure operated by 21Vianet (China).
+    ("https://my-res.openai.azure.us/openai/v1", "azure.ai.openai", None, "my-res.openai.azure.us"),
+    ("https://my-res.openai.azure.cn/openai/v1", "azure.ai.openai", None, "my-res.openai.azure.cn"),
+    (
+        "https://my-res.cognitiveservices.azure.us/openai/v1",
+        "azure.ai.openai",
+        None,
+        "my-res.cognitiveservices.azure.us",
+    ),
+    (
+        "https://my-res.cognitiveservices.azure.cn/openai/v1",
+        "azure.ai.openai",
+        None,
+        "my-res.cognitiveservices.azure.cn",
+    ),
     ("https://openrouter.ai/api/v1", "openai", "openrouter", "openrouter.ai"),
     ("https://api.together.xyz/v1", "openai", "together", "api.together.xyz"),
     ("https://api.fireworks.ai/inference/v1", "openai", "fireworks", "api.fireworks.ai"),
@@ -145,6 +160,21 @@ def test_an_azure_client_is_azure_openai_and_its_deployment_is_the_request_model
     second = events.starts(relay_kind=cv.ATTEMPT)[1]
     assert second.provider == "azure.ai.openai" and second.model_name == "dev-mini"
     assert second.annotated_request.model == "dev-mini"
+
+
+@pytest.mark.parametrize("host", ["gov-res.openai.azure.us", "cn-res.openai.azure.cn", "res.openai.azure.com"])
+def test_a_plain_client_on_an_azure_deployment_url_records_the_deployment_as_the_request_model(
+    traced: tuple[Pipeline, Recorder], host: str
+) -> None:
+    pipeline, events = traced
+    script = t.Script([t.json_reply(t.chat_completion_body("hi", model="gpt-4o-2024-08-06"))])
+    chat(script, f"https://{host}/openai/deployments/prod-4o")
+    assert str(script.requests[0].url).startswith(f"https://{host}/openai/deployments/prod-4o/chat/completions")
+    attrs = attempt_span(pipeline).attributes or {}
+    assert attrs["gen_ai.provider.name"] == "azure.ai.openai"
+    assert attrs["gen_ai.request.model"] == "prod-4o"  # the deployment, not the model argument "m-1"
+    (start,) = events.starts(relay_kind=cv.ATTEMPT)
+    assert start.model_name == "prod-4o" and start.annotated_request.model == "prod-4o"
 
 
 def test_precedence_is_the_callers_word_then_the_route_then_the_base_url(traced: tuple[Pipeline, Recorder]) -> None:

@@ -1,7 +1,8 @@
 """Codecs for ``invoke_model`` / ``invoke_model_with_response_stream``: a model's own JSON body.
 
 The body's shape is the model family's (``modelId`` says which): Anthropic messages
-(``anthropic.*``), Meta Llama prompts (``meta.*``), and the embeddings of Amazon Titan
+(``anthropic.*``), Anthropic's legacy text completions (Claude 2 and Instant given a ``prompt``: see
+``anthropic_text``), Meta Llama prompts (``meta.*``), and the embeddings of Amazon Titan
 (``amazon.titan-embed*``) and Cohere (``cohere.embed*``, operation ``embeddings``). Other
 families are recorded with what the response headers say (Bedrock's token counts) and
 their body left as provider params.
@@ -21,6 +22,8 @@ from relay_runtime.types import REMOVED, AnnotatedLLMRequest, AnnotatedLLMRespon
 
 from ..anthropic_messages import AnthropicMessagesCodec, MessagesAccumulator
 from ..common import as_int, as_list, as_str, get
+from . import anthropic_text
+from .anthropic_text import TEXT_COMPLETION
 from .codec import PROVIDER
 
 ANTHROPIC, META, TITAN_EMBED, COHERE_EMBED, OTHER = "anthropic", "meta", "titan-embed", "cohere-embed", "other"
@@ -28,6 +31,7 @@ ANTHROPIC, META, TITAN_EMBED, COHERE_EMBED, OTHER = "anthropic", "meta", "titan-
 PARAMS: dict[str, dict[str, str]] = {
     ANTHROPIC: {"max_tokens": "max_tokens", "temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
                 "stop": "stop_sequences"},
+    TEXT_COMPLETION: anthropic_text.PARAMS,
     META: {"max_tokens": "max_gen_len", "temperature": "temperature", "top_p": "top_p"},
     TITAN_EMBED: {}, COHERE_EMBED: {}, OTHER: {},
 }  # fmt: skip
@@ -44,6 +48,7 @@ _INPUTS: dict[str, tuple[str, ...]] = {
 _SYSTEMS = ("system", "preamble")
 _STRUCTURAL = {
     ANTHROPIC: {"messages", "system", "tools", "tool_choice"},
+    TEXT_COMPLETION: set(anthropic_text.STRUCTURAL),
     META: {"prompt"},
     TITAN_EMBED: set(_INPUTS[TITAN_EMBED]),
     COHERE_EMBED: set(_INPUTS[COHERE_EMBED]),
@@ -55,6 +60,8 @@ _ANTHROPIC = AnthropicMessagesCodec()
 _ANTHROPIC.provider = PROVIDER  # its usage counted as Bedrock's: the whole prompt as the input
 
 
+# The key of a text family's answer, whole or a stream chunk's piece; its chunk with a ``stop_reason`` is the last.
+_ANSWERS = {META: "generation", TEXT_COMPLETION: anthropic_text.ANSWER}
 _FAMILIES = {"anthropic.": ANTHROPIC, "meta.": META, "amazon.titan-embed": TITAN_EMBED, "cohere.embed": COHERE_EMBED}
 
 
@@ -129,6 +136,8 @@ class InvokeModelCodec:
             tools = body.get("tools")
             request.tools = list(tools) if isinstance(tools, list) else None
             request.tool_choice = body.get("tool_choice")
+        elif kind == TEXT_COMPLETION:
+            request.system, request.messages = anthropic_text.conversation(body.get("prompt"))
         elif kind == META and isinstance(body.get("prompt"), str):
             request.messages = [{"role": "user", "content": body["prompt"]}]
         elif kind in _INPUTS:
@@ -147,7 +156,7 @@ class InvokeModelCodec:
         names = PARAMS[kind]
         for name, value in changes.items():
             if name == "model":
-                if family(value) != kind:
+                if not (anthropic_text.takes_text(value) if kind == TEXT_COMPLETION else family(value) == kind):
                     raise ValueError(f"model {value!r} takes another body than {kwargs.get('modelId')!r} ({kind})")
                 _put(kwargs, "modelId", value)
             elif name == "params":
@@ -161,6 +170,8 @@ class InvokeModelCodec:
                     if key in ("modelId", "body") or key in _STRUCTURAL.get(kind, ()):
                         raise ValueError(f"provider_params key {key!r} is held by the annotated request's own fields")
                     _put(kwargs if key in content else body, key, item)
+            elif name in ("messages", "system") and kind == TEXT_COMPLETION:
+                pass  # both are the one prompt: written below, together
             elif name == "messages" and kind == ANTHROPIC:
                 body["messages"] = list(value or [])
             elif name == "messages" and kind == TITAN_EMBED and _present(body, kind) == ["inputText"]:
@@ -182,6 +193,8 @@ class InvokeModelCodec:
                 _put(body, key, value)  # under the name the body gave it (Cohere's preamble)
             elif name != "stream":
                 raise ValueError(f"{name!r} cannot change in an invoke_model body of the {kind} family")
+        if kind == TEXT_COMPLETION and ("messages" in changes or "system" in changes):
+            body["prompt"] = anthropic_text.edited(body.get("prompt"), changes)
         kwargs["body"] = json.dumps(body)
         return kwargs
 
@@ -192,10 +205,11 @@ class InvokeModelCodec:
         annotation = AnnotatedLLMResponse(id=as_str(get(get(response, "ResponseMetadata"), "RequestId")))
         if kind == ANTHROPIC:
             annotation = _ANTHROPIC.annotate_response(body)
-        elif kind == META:
+        elif kind in _ANSWERS:
             reason = as_str(body.get("stop_reason"))
-            annotation.output_text = as_str(body.get("generation"))
+            annotation.output_text = as_str(body.get(_ANSWERS[kind]))
             annotation.finish_reasons = [reason] if reason else []
+            # Meta's body counts its tokens; a text completion's does not (Bedrock's headers do).
             annotation.usage = TokenUsage(input_tokens=as_int(body.get("prompt_token_count")),
                                           output_tokens=as_int(body.get("generation_token_count")))  # fmt: skip
         elif kind == TITAN_EMBED:
@@ -250,15 +264,15 @@ def _put(target: dict[str, Any], key: str, value: Any) -> None:
 class InvokeStreamAccumulator:
     """``invoke_model_with_response_stream`` chunks (``{"chunk": {"bytes": ...}}``), each a JSON event of the
     model family's own stream: Anthropic's message events (ended by ``message_stop``), Meta's generations
-    (ended by a ``stop_reason``)."""
+    and Anthropic's text completions (each ended by the chunk with a ``stop_reason``)."""
 
-    __slots__ = ("family", "messages", "meta_parts", "meta_reason", "metrics", "terminated")
+    __slots__ = ("family", "messages", "metrics", "parts", "reason", "terminated")
 
     def __init__(self, kind: str) -> None:
         self.family = kind
         self.messages = MessagesAccumulator(_ANTHROPIC)
-        self.meta_parts: list[str] = []
-        self.meta_reason: str | None = None
+        self.parts: list[str] = []
+        self.reason: str | None = None
         self.metrics: Any = None
         self.terminated = False
 
@@ -273,12 +287,12 @@ class InvokeStreamAccumulator:
             delta = self.messages.add(event)
             self.terminated = self.messages.terminated
             return delta
-        if self.family == META:
-            text = as_str(event.get("generation")) or ""
-            self.meta_parts.append(text)
+        if self.family in _ANSWERS:
+            text = as_str(event.get(_ANSWERS[self.family])) or ""
+            self.parts.append(text)
             reason = as_str(event.get("stop_reason"))
             if reason:
-                self.meta_reason = reason
+                self.reason = reason
                 self.terminated = True
             return ChunkDelta(text=text) if text else None
         self.terminated = self.terminated or metrics is not None  # Bedrock's metrics come with the last chunk
@@ -288,11 +302,10 @@ class InvokeStreamAccumulator:
         if self.family == ANTHROPIC:
             message, annotation = self.messages.finish()
         else:
-            text = "".join(self.meta_parts)
-            message = {"generation": text, "stop_reason": self.meta_reason}
-            annotation = AnnotatedLLMResponse(
-                finish_reasons=[self.meta_reason] if self.meta_reason else [], output_text=text or None
-            )
+            text = "".join(self.parts)
+            message = {_ANSWERS.get(self.family, "generation"): text, "stop_reason": self.reason}
+            annotation = AnnotatedLLMResponse(finish_reasons=[self.reason] if self.reason else [],
+                                              output_text=text or None)  # fmt: skip
         if annotation.usage.input_tokens is None and self.metrics is not None:
             annotation.usage = _metrics_usage(self.metrics)
         return message, annotation
@@ -300,13 +313,18 @@ class InvokeStreamAccumulator:
 
 CODECS: dict[tuple[str, bool], InvokeModelCodec] = {
     (kind, streaming): InvokeModelCodec(kind, streaming)
-    for kind in (ANTHROPIC, META, TITAN_EMBED, COHERE_EMBED, OTHER)
+    for kind in (ANTHROPIC, TEXT_COMPLETION, META, TITAN_EMBED, COHERE_EMBED, OTHER)
     for streaming in (False, True)
 }
 
 
 def codec_for(params: Mapping[str, Any], streaming: bool) -> InvokeModelCodec:
-    return CODECS[family(params.get("modelId")), streaming]
+    model = params.get("modelId")
+    kind = family(model)
+    # Claude 2 and Instant take either Anthropic body: only theirs is read here to tell which.
+    if kind == ANTHROPIC and anthropic_text.takes_text(model):
+        kind = TEXT_COMPLETION if anthropic_text.is_text_body(body_of(params.get("body"))) else ANTHROPIC
+    return CODECS[kind, streaming]
 
 
 def with_body_read(params: dict[str, Any]) -> dict[str, Any]:
