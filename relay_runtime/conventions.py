@@ -45,6 +45,9 @@ FRAMEWORK = "relay.framework"
 # On a logical call an execution intercept answered with a fallback after its provider failed: its name.
 FALLBACK = "relay.fallback"
 TOOL_CALL_ID = "tool_call_id"  # on a TOOL scope: the provider's id of the tool call it answers
+# On the end of a TOOL scope whose result was a generator (``tool_streams``): how many items the caller read
+# from it; its output holds the first ``tool_streams.RECORDED_ITEMS`` of them.
+TOOL_STREAMED_ITEMS = "relay.tool.streamed_items"
 # On a TOOL scope a framework opened for a call of an MCP server's tool that it names otherwise (the
 # Agents SDK's server-prefixed names): the tool's name on the server, so the MCP client's request for
 # it recognises the call and annotates that scope instead of opening a second one inside it.

@@ -18,11 +18,14 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from . import conventions as cv
+from .hosts import CallHolder as CallHolder  # re-exported: the session layer's names
+from .hosts import Host as Host
+from .hosts import OutsideTurns as OutsideTurns
 from .logical_calls import end_open_call
-from .redaction_install import CoordinatorRedaction, RelayRedaction, logged_id
+from .redaction_install import CoordinatorRedaction, logged_id
 from .relay import Relay
 from .scopes import RelayOutput, ScopeHandle, ScopeOrderError
 from .settings import settings
@@ -59,78 +62,6 @@ def _check_outcome(outcome: str) -> str:
     if value not in _OUTCOMES:
         raise ValueError(f"outcome must be one of {sorted(_OUTCOMES)}, got {outcome!r}")
     return value
-
-
-class Host:
-    """One profile's relay, and who currently wants its calls managed."""
-
-    def __init__(self, profile_key: str) -> None:
-        self.profile_key = profile_key
-        self.relay = Relay(name=profile_key)
-        self._lock = threading.Lock()
-        self._consumers: dict[str, int] = {}
-        # Managed turns open on this host now: a call made outside all of them, while some
-        # are open, is most likely in a thread or task nobody handed the turn to.
-        self.open_turns = 0
-        # The logical calls this host records outside any turn (``settings.outside_turns``).
-        self.outside = OutsideTurns(self)
-
-    def retain_managed_execution(self, consumer: str) -> None:
-        if not isinstance(consumer, str) or not consumer:
-            raise ValueError(f"consumer must be a non-empty string, got {consumer!r}")
-        with self._lock:
-            self._consumers[consumer] = self._consumers.get(consumer, 0) + 1
-
-    def release_managed_execution(self, consumer: str) -> bool:
-        """Undo one ``retain``; False if ``consumer`` held none."""
-        with self._lock:
-            held = self._consumers.get(consumer, 0)
-            if not held:
-                return False
-            if held == 1:
-                del self._consumers[consumer]
-            else:
-                self._consumers[consumer] = held - 1
-            return True
-
-    def managed_execution_enabled(self) -> bool:
-        return bool(self._consumers)
-
-    @property
-    def redaction(self) -> RelayRedaction:
-        """The redaction policy of this host's relay: ``host.redaction.use(policy)``."""
-        return self.relay.redaction
-
-    def consumers(self) -> list[str]:
-        with self._lock:
-            return sorted(self._consumers)
-
-    def __repr__(self) -> str:
-        return f"<Host {self.profile_key!r} consumers={self.consumers()}>"
-
-
-class CallHolder(Protocol):
-    """What holds logical calls while they are open: a managed turn, or a host's calls outside turns."""
-
-    lock: threading.RLock
-    logical_llm_calls: dict[str, LogicalCall]
-    host: Host
-    relay: Relay
-    # The scope logical calls open under; None: they are roots (no conversation, no turn above them).
-    scope: ScopeHandle | None
-
-
-class OutsideTurns:
-    """A host's logical calls made with no managed turn open: each closes when its attempt ends."""
-
-    __slots__ = ("host", "lock", "logical_llm_calls", "relay", "scope")
-
-    def __init__(self, host: Host) -> None:
-        self.host = host
-        self.relay = host.relay
-        self.lock = threading.RLock()
-        self.logical_llm_calls: dict[str, LogicalCall] = {}
-        self.scope: ScopeHandle | None = None
 
 
 @dataclass(eq=False)
@@ -386,7 +317,9 @@ class SessionCoordinator:
                 return
             if self._conversations.get(conv.key) is conv:
                 del self._conversations[conv.key]
-        turn = conv.managed_turn
+            # Read under the lock that ``begin_turn`` opens its turn under: a turn begun before this point is
+            # ended here, and none can begin after it (it finds the lease released).
+            turn = conv.managed_turn
         try:
             if turn is not None and not turn.ended:
                 # The caller crashed out of its turn: close it rather than leave it open forever.
@@ -397,10 +330,12 @@ class SessionCoordinator:
 
     def begin_turn(self, lease: ConversationLease, *, turn_id: str, task_id: str) -> Turn:
         _check_type("begin_turn", "lease", lease, ConversationLease)
-        if lease.released:
-            raise ValueError(f"cannot begin turn {turn_id!r}: the lease on {lease.session_id!r} was released")
         conv = lease._conversation
         with self._lock:
+            # Checked under the lock ``release_conversation`` marks it under: checked before, a release on
+            # another thread could end the conversation between the check and the turn's opening.
+            if lease.released:
+                raise ValueError(f"cannot begin turn {turn_id!r}: the lease on {lease.session_id!r} was released")
             busy = conv.managed_turn is not None and not conv.managed_turn.ended
             scope = None
             if not busy:

@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from . import chains
+from . import chains, tool_streams
 from . import conventions as cv
 from .intercepts import TOOL_EXECUTION, TOOL_REQUEST
 from .scopes import ScopeHandle
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from .relay import Relay
 
 _TOOL = ScopeType.TOOL.value  # the value itself: an enum member would be normalised on every push
+_STREAMED = tool_streams.STREAMED  # a result one of these types is a stream of its tool scope
 
 
 def _with_call_id(metadata: dict[str, Any] | None, tool_call_id: str | None) -> dict[str, Any] | None:
@@ -97,13 +98,21 @@ class Tools:
             raise
         return handle, args, executions
 
-    def _ended_by(self, handle: ScopeHandle, error: BaseException, control_flow: ControlFlow | None) -> None:
-        """End the tool's scope with what it raised: failed, or, for the caller's ``control_flow``, a
-        success recording which (the framework pauses or redirects; nothing failed)."""
+    def _ended_by(
+        self,
+        handle: ScopeHandle,
+        error: BaseException,
+        control_flow: ControlFlow | None,
+        output: Any = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        """End the tool's scope with what it raised: failed (with ``output``, what a streamed result yielded
+        before), or, for the caller's ``control_flow``, a success recording which (the framework pauses or
+        redirects; nothing failed)."""
         if control_flow is not None and control_flow(error):
-            self._relay.scope.pop(handle, output=control_flow_output(error), outcome="success")
+            self._relay.scope.pop(handle, output=control_flow_output(error), metadata=metadata, outcome="success")
         else:
-            self._relay.scope.pop(handle, error=error)
+            self._relay.scope.pop(handle, output=output, metadata=metadata, error=error)
 
     @staticmethod
     async def _requests_async(name: str, args: Any, requests: tuple[Any, ...]) -> Any:
@@ -136,16 +145,23 @@ class Tools:
         result, or failed with what was raised, which propagates. ``control_flow``: a framework's
         test for exceptions that steer its run rather than fail the tool (LangGraph's ``interrupt()``
         raised by an approval intercept): they end the scope as a success holding
-        ``{"control_flow": <class name>}``, and propagate all the same."""
+        ``{"control_flow": <class name>}``, and propagate all the same.
+
+        A result that is a generator (or an async generator) is returned as a managed stream of the
+        tool's scope, which ends when the caller's iteration does: exhausted, a success holding the items
+        read; raising, failed with that error; closed, broken off or garbage collected, cancelled (see
+        ``tool_streams``)."""
         handle, args, executions = self._begin(name, args, parent, _with_call_id(metadata, tool_call_id), control_flow)
         owner = chains.Live()
         try:
             result = chains.run_sync(executions, name, args, fn, owner)
         except BaseException as exc:
+            owner.live = False
             self._ended_by(handle, exc, control_flow)
             raise
-        finally:
-            owner.live = False
+        if type(result) in _STREAMED:  # not answered yet: its iteration ends the scope
+            return tool_streams.managed(self, handle, result, owner, control_flow)
+        owner.live = False
         self._relay.scope.pop(handle, output=result)
         return result
 
@@ -161,7 +177,8 @@ class Tools:
         control_flow: ControlFlow | None = None,
     ) -> Any:
         """``execute`` for async tools (``fn`` may return an awaitable; request intercepts may be coroutine
-        functions)."""
+        functions). A generator or async generator it returns (or its awaitable resolves to) is a managed
+        stream of the tool's scope, as in ``execute``."""
         handle, requests, executions = self._open(name, args, parent, _with_call_id(metadata, tool_call_id))
         owner: chains.Live | None = None
         try:
@@ -182,10 +199,13 @@ class Tools:
                 if chains.is_awaitable(result):
                     result = await result
         except BaseException as exc:
-            self._ended_by(handle, exc, control_flow)
-            raise
-        finally:
             if owner is not None:
                 owner.live = False
+            self._ended_by(handle, exc, control_flow)
+            raise
+        if type(result) in _STREAMED:
+            return tool_streams.managed(self, handle, result, owner, control_flow)
+        if owner is not None:
+            owner.live = False
         self._relay.scope.pop(handle, output=result)
         return result
