@@ -134,6 +134,9 @@ class TrajectoryBuilder:
 
     def add(self, record: dict[str, Any]) -> None:
         kind = record.get("k")
+        dropped = record.get("dropped_rows")
+        if type(dropped) is int and dropped > 0:
+            self._dropped_rows += dropped  # what the journal lost of a run: its steps may be missing
         if kind == ATTEMPT:
             self._attempt(record)
         elif kind == CALL:
@@ -147,9 +150,6 @@ class TrajectoryBuilder:
             self._open_turns.add(record["id"])
         elif kind == TURN_END:
             self._open_turns.discard(record["id"])
-            dropped = record.get("dropped_rows")
-            if type(dropped) is int and dropped > 0:
-                self._dropped_rows += dropped  # what the journal lost of a run: its steps may be missing
 
     def add_all(self, records: Iterable[dict[str, Any]]) -> TrajectoryBuilder:
         for record in records:
