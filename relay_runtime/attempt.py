@@ -17,7 +17,7 @@ from . import attempt_next, attempt_request
 from . import conventions as cv
 from .attempt_request import NO_CHAINS
 from .attempt_views import DECODE_ERRORS as DECODE_ERRORS
-from .attempt_views import annotate_for_observers, decode_for_observers, recorded_request
+from .attempt_views import annotate_for_observers, decode_for_observers, mark_fallback, recorded_request
 from .chains import is_awaitable, refuse_awaitable
 from .codec import LLMCodec, content_reader
 from .cost.control import DOWNGRADED_FROM, NOT_SENT
@@ -324,11 +324,15 @@ class Attempt:
         meta = parent.metadata if parent is not None else None
         if parent is not None and meta is not None and meta.get(cv.KIND) == cv.LOGICAL_CALL:
             parent.metadata = {**meta, cv.FALLBACK: name}  # a new dict: the start event keeps its own
+            owner = parent
         else:
             self.metadata[cv.FALLBACK] = name
+            owner = self.handle
         hook, self.on_finish = self.on_finish, None
         try:
             self.finish(outcome_of(error), None, error, None)
+            # After the failed attempt, before its call's end: the answer the caller got.
+            mark_fallback(self.relay, self.name, self.codec, name, response, owner)
         finally:
             if hook is not None:
                 try:

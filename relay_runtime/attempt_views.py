@@ -7,17 +7,21 @@ read a request or an answer costs the view, never the call: the failure is count
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import conventions as cv
 from .codec import LLMCodec
 from .conversation_urls import recorded as recorded_conversation
+from .events import MARK, Deferred, new_event
+from .ids import new_id
 from .redaction import REDACTED, redacted_annotation, redacted_request
 from .types import AnnotatedLLMRequest, AnnotatedLLMResponse
 
 if TYPE_CHECKING:
     from .relay import Relay
+    from .scopes import ScopeHandle
 
 _SDK_RETRIES = cv.SDK_RETRIES
 
@@ -76,3 +80,26 @@ def annotate_for_observers(
     if metadata:
         annotation.sdk_retries = metadata.get(_SDK_RETRIES)
     return annotation
+
+
+def mark_fallback(
+    relay: Relay, name: str, codec: LLMCodec | None, intercept: str, response: Any, owner: ScopeHandle
+) -> None:
+    """The answer execution intercept ``intercept`` gave in place of the provider's (which failed), as a mark under
+    ``owner`` (its logical call, else the failed attempt): no attempt's end carries it, and it is what the caller
+    got. Its annotation is read only by an observer that reads it; the relay's own failure here is counted."""
+    subs = relay.subscribers
+    if not subs.mark:
+        return
+    try:
+        view = None
+        if codec is not None and response is not None:
+            view = Deferred(annotate_for_observers, relay, name, codec, response, None)
+        event = new_event(
+            MARK, new_id(), owner.uuid, owner.trace_id, cv.FALLBACK_ANSWER, None, time.time_ns(),
+            data={"intercept": intercept}, provider=name, annotated_response=view,
+        )  # fmt: skip
+    except Exception as exc:
+        relay.diag.failure("bookkeeping_errors", exc, f"recording the fallback answer of {name!r}")
+        return
+    subs.deliver(subs.mark, event)

@@ -60,6 +60,10 @@ IDENTIFIERS = (SESSION_ID, PARENT_SESSION_ID, TURN_ID, TASK_ID, API_REQUEST_ID, 
 # Mark names.
 CHUNK = "llm.chunk"  # data: ChunkMark
 TOOL_CALL = "llm.tool_call"
+# Under a logical call (else under its failed attempt), before its end: the answer an execution intercept gave
+# in place of the provider's, which failed (a fallback). data: {"intercept": <its name>}; the answer's
+# annotation is the mark's ``annotated_response``, as an attempt's end carries the provider's.
+FALLBACK_ANSWER = "llm.fallback"
 
 # Span hints: set by an integration that knows the conventions of what it traces (MCP names its
 # spans ``tools/call add`` and sets ``mcp.*`` attributes). A mapping with any of ``name`` (the

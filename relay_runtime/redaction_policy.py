@@ -29,7 +29,7 @@ from typing import Any
 
 from . import conventions as cv
 from . import pointers
-from .events import MARK, SCOPE_END, SCOPE_START, DeferredResponse, Event, new_event
+from .events import MARK, SCOPE_END, SCOPE_START, AnnotatedResponseField, DeferredResponse, Event, new_event
 from .ids import new_id
 from .redaction_carried import Carried, through
 from .redaction_pass import REMOVED, Pass, kept
@@ -204,10 +204,14 @@ class RedactionPolicy:
         """
         p = Pass(self)
         inp, out, data = event.input, event.output, event.data
-        req = resp = None
+        req = None
+        resp: AnnotatedResponseField = None
         if event.kind == MARK:
             if event.name != cv.CHUNK:
                 data = p.walk(data, ("data",))
+                fallback = event.annotated_response  # a fallback's answer (``cv.FALLBACK_ANSWER``)
+                if fallback is not None:
+                    resp = p.response_view(fallback)
             elif holds is not None and self._streamed and event.parent_uuid:
                 data = p.chunk(data, hold_of(holds, event.parent_uuid))
                 if data is not event.data and not p.counts:  # text held back, nothing redacted yet

@@ -175,3 +175,29 @@ def test_the_spans_say_so_too(relay_home) -> None:
     attempt, logical = out.one("chat gpt-x"), out.one("logical_llm_call")
     assert attempt.attributes["error.type"] == "BadRequestError"
     assert logical.attributes["relay.outcome"] == "success" and logical.attributes[cv.FALLBACK] == "cache"
+
+
+def test_the_fallback_answer_is_marked_under_the_call_between_the_failed_attempt_and_the_calls_end(
+    relay_turn, relay_events, oa
+) -> None:
+    relay, _turn = relay_turn
+    relay.intercepts.register_llm_execution("cache", 0, canned)
+    oa.add(t.error(400))
+    assert adapters.complete(oa.client, CHAT) is CANNED
+    (attempt,) = relay_events.ends(relay_kind=cv.ATTEMPT)
+    (call,) = relay_events.ends(relay_kind=cv.LOGICAL_CALL)
+    (mark,) = [e for e in relay_events if e.kind == "mark" and e.name == cv.FALLBACK_ANSWER]
+    order = [id(e) for e in relay_events]
+    assert order.index(id(attempt)) < order.index(id(mark)) < order.index(id(call))
+    assert mark.parent_uuid == call.uuid and mark.data == {"intercept": "cache"}
+    assert attempt.annotated_response is None  # the provider's call answered nothing
+    answer = mark.annotated_response
+    assert answer is not None and answer.output_text == "from the cache" and answer.model == "cache"
+
+
+def test_a_retry_that_answers_marks_no_fallback_answer(relay_turn, relay_events, oa) -> None:
+    relay, _turn = relay_turn
+    relay.intercepts.register_llm_execution("retry", 0, lambda name, req, call_next: call_next(req))
+    oa.add(t.json_reply(t.chat_completion_body("served")))
+    adapters.complete(oa.client, CHAT)
+    assert not [e for e in relay_events if e.kind == "mark" and e.name == cv.FALLBACK_ANSWER]

@@ -287,3 +287,33 @@ def test_a_run_whose_writer_dropped_rows_is_no_complete_trajectory(tmp_path, mon
     assert len([s for s in trajectory["steps"] if s["source"] == "agent"]) < 3  # what the dropped rows held is gone
     assert trajectory["extra"] == {"incomplete": True, "dropped_rows": dropped}
     assert validate_atif(trajectory) == []
+
+
+def test_a_redis_run_whose_rows_the_size_cap_refused_is_no_complete_trajectory(redis_server):
+    # The Redis store refuses a run's rows past its size cap (their trajectory records with them) and only
+    # counts them (run_stats()["refused"]); the run's end still fits: a trajectory rebuilt from what is left
+    # must not read as the whole run, as one whose writer dropped rows does not.
+    store = RedisStreamStore(redis_server.url, prefix=f"relay-test:{uuid.uuid4().hex[:12]}", max_run_bytes=9000)
+    try:
+        coordinator = session.SESSION_COORDINATOR
+        journal = JournalSubscriber(store=store).attach(coordinator)
+        bodies = [testing.chat_completion_body(f"answer {i} " + "w" * 400, model=MODEL) for i in range(8)]
+        scripted = testing.scripted_openai(*(testing.json_reply(body) for body in bodies), max_retries=0)
+        lease = coordinator.acquire_conversation(
+            profile_key=session.current_profile_key(), session_id="r", platform="t"
+        )
+        turn = coordinator.begin_turn(lease, turn_id="run-r", task_id="t")
+        for i in range(8):
+            adapters.complete(scripted.client, {"model": MODEL, "messages": [{"role": "user", "content": f"q{i}"}]})
+        coordinator.end_turn(turn, outcome="success")
+        coordinator.release_conversation(lease)
+        assert journal.close()
+        refused = store.run_stats("r", "run-r")["refused"]
+        rows = store.read("r", "run-r")["events"]
+        assert refused > 0 and rows[-1]["event"] == "done"  # the cap refused rows; the run's end is recorded
+        trajectory = atif_from_journal("r", "run-r", store=store)
+        assert len([s for s in trajectory["steps"] if s["source"] == "agent"]) < 8  # what the refused rows held
+        assert trajectory["extra"] == {"incomplete": True, "dropped_rows": refused}
+        assert validate_atif(trajectory) == []
+    finally:
+        store.close()

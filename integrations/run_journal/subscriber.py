@@ -17,6 +17,8 @@ What it writes:
   (provider, model). It is written once the new route has proven itself with
   output, followed by a corrective observation (the warning voids the previous one);
 - ``tool`` / ``tool_result`` for tool scopes, ``tool_call`` for tool calls a response asked for;
+- for the answer an execution intercept gave in place of a failed provider (a fallback), the rows a served
+  non-streamed answer gets: ``token`` with its text, ``tool_call`` with its tool calls;
 - ``warning {type: response_rejected, provider, model, call_role, retry_count, message}`` for an
   answer the validator rejected (its usage still counts);
 - ``cost`` with each attempt's cost when a price catalog is installed (``relay.cost.use``); for an attempt
@@ -52,6 +54,7 @@ from relay_runtime.redaction import scrub_text
 from ..trajectory.plain import plain
 from ..trajectory.records import Tracker, frozen
 from . import paths
+from .answer_rows import RESPONSE_REJECTED, fallback_rows, rejection, tool_result
 from .background import RowWriter
 from .runtime_model import EVENT as RUNTIME_MODEL
 from .runtime_model import OBSERVED_OUTPUT, ROUTE_OBSERVED, observation
@@ -67,7 +70,6 @@ _ENDED_UNPRICED = 4096  # attempts that ended without a cost, remembered (oldest
 _SUCCESS = "success"
 _FAILED = "failed"
 _CANCELLED = "cancelled"
-RESPONSE_REJECTED = "response_rejected"
 
 Route = tuple[str, str | None]  # (provider, model)
 Rows = list[tuple[str, Any]]
@@ -206,6 +208,10 @@ class JournalSubscriber:
             elif event.name == LATE_CHARGE_MARK:
                 with self._lock:
                     self._late_charge(event)
+            elif event.name == cv.FALLBACK_ANSWER:
+                with self._lock:
+                    self._tracker.fallback(event)
+                    self._fallback_answer(event)
             return
         relay_kind = event.metadata.get(cv.KIND)
         with self._lock:
@@ -251,7 +257,7 @@ class JournalSubscriber:
                 self._end_attempt(event)
                 self._emit(run, [self._with_traj(span_row("attempt", event))])
             elif relay_kind == cv.TOOL:
-                self._emit(run, [("tool_result", self._with_traj(self._tool_result(event, held)))])
+                self._emit(run, [("tool_result", self._with_traj(tool_result(event, held)))])
                 if event.metadata.get(cv.FRAMEWORK):  # a framework's tool: also a node of the run's tree
                     self._emit(run, [span_row("tool", event)])
             elif relay_kind is None and event.metadata.get(cv.FRAMEWORK):
@@ -446,7 +452,7 @@ class JournalSubscriber:
                     run.usage[name] += value
         if event.outcome != _SUCCESS:
             if event.error_type == RESPONSE_REJECTED:
-                self._emit(run, [("warning", self._rejection(attempt, event))])
+                self._emit(run, [("warning", rejection(attempt.route(), event))])
             if event.outcome == _FAILED and not attempt.auxiliary:
                 run.pending_failure = attempt.route()
                 run.error = (event.error_type or "error", event.error_message or "")
@@ -465,6 +471,16 @@ class JournalSubscriber:
         if tool_calls:
             self._emit(run, [("tool_call", {"calls": tool_calls})])
 
+    def _fallback_answer(self, event: Event) -> None:
+        """An execution intercept answered a call in place of its failed provider: what the caller got is the
+        run's answer, as a served one is (an auxiliary call's is not)."""
+        call = event.parent_uuid or ""
+        run = self._scopes.get(call)
+        if run is None or self._roles.get(call, True):
+            return  # no logical call of a run (a failed attempt's own fallback), or an auxiliary one
+        run.error = None  # recovered: the provider's failure is not why the run may fail after this answer
+        self._emit(run, fallback_rows(event))
+
     def _late_charge(self, event: Event) -> None:
         """The cost of an attempt priced after it ended (its answer came after its turn ended): the provider
         billed it, so its run's cost rows must count it, terminal row or not."""
@@ -473,28 +489,3 @@ class JournalSubscriber:
         cost = data.get("cost") if isinstance(data, dict) else None
         if run is not None and isinstance(cost, dict):
             self._emit(run, [(COST_EVENT, {**cost, "attempt_id": event.parent_uuid, "late": True})])
-
-    @staticmethod
-    def _rejection(attempt: _Attempt, event: Event) -> dict[str, Any]:
-        provider, model = attempt.route()
-        return {
-            "type": RESPONSE_REJECTED,
-            "provider": provider,
-            "model": response_model(event) or model,
-            "call_role": event.metadata.get(cv.CALL_ROLE),
-            "retry_count": event.metadata.get(cv.RETRY_COUNT),
-            "message": event.error_message or "",
-        }
-
-    @staticmethod
-    def _tool_result(event: Event, held: Any) -> dict[str, Any]:
-        result: dict[str, Any] = {"name": event.name, "outcome": event.outcome}
-        if event.error_type:
-            result["error"] = {"type": event.error_type, "message": event.error_message}
-        if event.start_timestamp is not None:
-            result["duration_ms"] = (event.timestamp - event.start_timestamp) / 1e6
-        if held is not None:
-            result["result"] = held
-        elif event.output is not None:
-            result["result"] = plain(event.output)
-        return result

@@ -122,6 +122,8 @@ class AtifExporter:
                 if event.kind == MARK:
                     if event.name == CHUNK_MARK:
                         tracker.chunk(event)
+                    elif event.name == cv.FALLBACK_ANSWER:
+                        tracker.fallback(event)
                     continue
                 done = tracker(event, held)
                 if done is not None and (wanted is None or done[0] == wanted):

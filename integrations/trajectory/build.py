@@ -6,8 +6,9 @@ Steps, as NeMo Relay's ``AtifExporter`` writes them for the same run:
   request of the conversation sent (system prompts and tool results are not user steps); a request
   continuing a conversation the provider keeps (``previous_response_id``) sends new ones only;
 - an ``agent`` step for each logical call: its final attempt's model, text, reasoning, tool
-  calls and token metrics. Failed and retried attempts are no steps of their own: the step's
-  ``extra`` counts them (``attempts``, ``wasted_tokens``, ``wasted_cost_usd``), with the logical
+  calls and token metrics (the model, text and tool calls of the answer an execution intercept gave when
+  the provider failed: a fallback, ``extra.fallback``). Failed and retried attempts are no steps of their
+  own: the step's ``extra`` counts them (``attempts``, ``wasted_tokens``, ``wasted_cost_usd``), with the logical
   call's id, so nothing is lost (``final_metrics.total_cost_usd``, the real cost, counts them too);
 - each tool's result as an ``observation`` of the agent step whose tool call it answers (by the
   call's id; without one, by name and arguments, as NeMo does, the calls taken in the order their tools
@@ -134,6 +135,9 @@ class TrajectoryBuilder:
 
     def add(self, record: dict[str, Any]) -> None:
         kind = record.get("k")
+        dropped = record.get("dropped_rows")
+        if type(dropped) is int and dropped > 0:
+            self._dropped_rows += dropped  # what the journal lost of a run: its steps may be missing
         if kind == ATTEMPT:
             self._attempt(record)
         elif kind == CALL:
@@ -147,9 +151,6 @@ class TrajectoryBuilder:
             self._open_turns.add(record["id"])
         elif kind == TURN_END:
             self._open_turns.discard(record["id"])
-            dropped = record.get("dropped_rows")
-            if type(dropped) is int and dropped > 0:
-                self._dropped_rows += dropped  # what the journal lost of a run: its steps may be missing
 
     def add_all(self, records: Iterable[dict[str, Any]]) -> TrajectoryBuilder:
         for record in records:
@@ -227,7 +228,9 @@ class TrajectoryBuilder:
         attempts = call.attempts
         served = [a for a in attempts if a.get("outcome") == "success"]
         final = served[-1] if served else attempts[-1]
-        response = final.get("resp") or {}
+        answer = record.get("answer")
+        # Its provider failed and an execution intercept answered instead: the step says what the agent got.
+        response = answer if isinstance(answer, dict) and not served else final.get("resp") or {}
         end = final.get("end")
         step: dict[str, Any] = {
             "timestamp": rfc3339(end) if isinstance(end, int) else None,

@@ -115,8 +115,8 @@ def _record_of(row: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _runs(store: RunJournalStore, session_id: str, run_id: str | None) -> list[list[dict[str, Any]]]:
-    """The rows of the run, or of every run of the session in the order they started."""
+def _runs(store: RunJournalStore, session_id: str, run_id: str | None) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The id and rows of the run, or of every run of the session in the order they started."""
     ids = [run_id] if run_id is not None else [r["run_id"] for r in store.list_runs(session_id)]
     runs: list[tuple[int, str, list[dict[str, Any]]]] = []
     for rid in ids:
@@ -130,7 +130,15 @@ def _runs(store: RunJournalStore, session_id: str, run_id: str | None) -> list[l
         first = (_nanoseconds(rows[0].get("created_at")) if rows and isinstance(rows[0], dict) else None) or 0
         runs.append((start if type(start) is int else first, rid, rows))
     runs.sort(key=lambda item: (item[0], item[1]))
-    return [rows for _, _, rows in runs]
+    return [(rid, rows) for _, rid, rows in runs]
+
+
+def _refused(store: RunJournalStore, session_id: str, run_id: str) -> int:
+    """The rows of a run its store refused at the run's size cap (a Redis store counts them, ``run_stats``; the
+    file store refuses none): their trajectory records are lost, as those of rows its writer dropped are."""
+    stats = getattr(store, "run_stats", None)
+    refused = stats(session_id, run_id).get("refused") if callable(stats) else None
+    return refused if type(refused) is int and refused > 0 else 0
 
 
 def journal_records(
@@ -144,12 +152,19 @@ def journal_records(
     _check(session_id, run_id)
     chosen = resolve_store(store, session_dir)
     records: list[dict[str, Any]] = []
-    for rows in _runs(chosen, session_id, run_id):
+    for rid, rows in _runs(chosen, session_id, run_id):
+        first = len(records)
         for index, row in enumerate(rows):
             record = _record_of(row) if isinstance(row, dict) else None
             if record is not None:
                 where = f"session {session_id!r} run {row.get('run_id', run_id)!r} row {index}"
                 records.append(_checked(record, where))
+        refused = _refused(chosen, session_id, rid) if len(records) > first else 0
+        if refused:
+            # Counted with the rows the writer dropped, on the run's end record (its last, if it has none).
+            at = next((i for i in range(len(records) - 1, first - 1, -1) if records[i].get("k") == TURN_END), -1)
+            dropped = records[at].get("dropped_rows")
+            records[at] = {**records[at], "dropped_rows": refused + (dropped if type(dropped) is int else 0)}
     return records
 
 
@@ -181,7 +196,8 @@ def atif_from_journal(
     """The ATIF trajectory of one run (a turn), or with ``run_id=None`` of every run of the session.
 
     A run still in progress exports what it has, with ``extra.incomplete: true``; so does a run whose
-    writer dropped rows under load, with ``extra.dropped_rows`` (its end row's count): steps may be missing.
+    writer dropped rows under load, or whose rows a Redis store refused at the run's size cap, with
+    ``extra.dropped_rows`` (its end row's count plus the store's): steps may be missing.
     """
     records = journal_records(session_id, run_id, store=store, session_dir=session_dir)
     if not records:

@@ -6,7 +6,8 @@ same records into its rows (under ``"traj"``), so a trajectory rebuilt from the
 journal is the live one. A record is written when its scope ends:
 
 - ``turn`` (at the turn's start) and ``turn_end``;
-- ``call``: a logical LLM call, with its outcome;
+- ``call``: a logical LLM call, with its outcome (and ``answer``, when an execution intercept answered in
+  place of its failed provider: what the caller got, which no attempt's record holds);
 - ``attempt``: one provider call, with its request as a *delta* against an earlier
   attempt of the same conversation (``base``, how many messages it ``keep``s, the ``new``
   ones, and the kwargs it ``set``s or ``drop``s), so that each row holds a call's new
@@ -51,6 +52,7 @@ class _Open:
     kind: str
     req: dict[str, Any] | None = None
     reasoning: list[str] = field(default_factory=list)
+    answer: dict[str, Any] | None = None  # a logical call's fallback answer (``fallback``)
 
 
 def frozen_request(event: Event, copies: SentCopies | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -329,6 +331,13 @@ class Tracker:
         if opened is not None and reasoning:
             opened.reasoning.append(reasoning)
 
+    def fallback(self, event: Event) -> None:
+        """A fallback mark: the answer an execution intercept gave in place of the provider's, which failed. No
+        attempt's record holds it; its logical call's record does (``answer``), as the answer the caller got."""
+        opened = self._open.get(event.parent_uuid or "")
+        if opened is not None and opened.kind == cv.LOGICAL_CALL:
+            opened.answer = _response(event) or {}
+
     def __call__(self, event: Event, held: Any = None) -> tuple[str, dict[str, Any]] | None:
         """The record ``event`` completes, as ``(session_id, record)``; None for most events.
 
@@ -442,4 +451,6 @@ class Tracker:
                 meta["fallback"] = output.get("relay.fallback") or event.metadata.get("relay.fallback")
             if meta:
                 record["meta"] = meta
+            if found.answer is not None:
+                record["answer"] = found.answer
         return session_id, _ended(record, event)

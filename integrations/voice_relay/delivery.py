@@ -156,7 +156,9 @@ class DeliveryManager:
                 await connection.request_response(instructions=prompt)
         except Exception as exc:
             self._injected = None
-            session.log("voice.realtime_agent.summary_send_failed", error=type(exc).__name__, detail=str(exc))
+            session.log(
+                "voice.realtime_agent.summary_send_failed", error=type(exc).__name__, detail=session.told(exc, str)
+            )
             self._fallback(result, reason="summary_send_failed")
             return
         session.log("voice.realtime_agent.result_injected", call_id=result.call_id, verbatim=verbatim)

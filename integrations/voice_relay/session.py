@@ -9,7 +9,7 @@ import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -316,11 +316,12 @@ class VoiceSession:
         if self.observer is not None:
             self.observer.user_turn(trigger)
 
-    def told(self, exc: BaseException) -> str:
-        """``exc`` as the process log may quote it: remembered secrets blanked, the redaction policy applied
-        (a tool's error may quote what the caller said)."""
+    def told(self, exc: BaseException, as_text: Callable[[BaseException], str] = repr) -> str:
+        """``exc`` as a log (the process's, the session's) may quote it: remembered secrets, a URL's password
+        and credential-keyed values blanked, the redaction policy applied (a tool's error may quote what the
+        caller said)."""
         redaction = self.event_log.redaction
-        return told(exc, redaction.policy() if redaction is not None else None, repr)
+        return told(exc, redaction.policy() if redaction is not None else None, as_text)
 
     def log(self, name: str, **fields: Any) -> None:
         """A decision worth keeping in the session log that the phone does not need."""
@@ -429,7 +430,7 @@ class VoiceSession:
         exc = None if task.cancelled() else task.exception()
         if exc is not None:
             logger.error("voice session %s task %s failed: %s", self.session_id, task.get_name(), self.told(exc))
-            self.log("voice.realtime_agent.task_failed", task=task.get_name(), error=repr(exc))
+            self.log("voice.realtime_agent.task_failed", task=task.get_name(), error=self.told(exc))
 
     def cancel_tasks(self, keep: Iterable[asyncio.Task[Any]] = ()) -> None:
         skip = set(keep)

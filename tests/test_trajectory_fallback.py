@@ -1,0 +1,112 @@
+# ruff: noqa: F811 - the fixtures imported from redis_support are parameters of the tests below
+"""An execution intercept that catches its provider's error and answers in its place (a cached or canned
+answer): the answer the agent got is the call's answer in every record, the live ATIF, the journal's rows
+(a token row, the summary's last_assistant_text) and the ATIF rebuilt from the journal alike."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import openai
+import pytest
+from openai.types.chat import ChatCompletion
+from redis_support import journal_store, redis_server  # noqa: F401 - fixtures
+
+from relay_runtime import LLMRequest, adapters, session
+from relay_runtime.adapters import testing
+from relay_runtime.integrations.run_journal import JournalSubscriber
+from relay_runtime.integrations.trajectory import AtifExporter, atif_from_journal, validate_atif
+
+MODEL = "gpt-4o-mini"
+CACHED = ChatCompletion.model_validate(testing.chat_completion_body("from the cache", model="cache-model"))
+
+
+@pytest.fixture(autouse=True)
+def clean_sessions():
+    session.reset_for_tests()
+    yield
+    session.reset_for_tests()
+
+
+def fallback(name: str, request: LLMRequest, call_next: Any) -> Any:
+    try:
+        return call_next(request)
+    except openai.APIStatusError:
+        return CACHED
+
+
+async def fallback_async(name: str, request: LLMRequest, call_next: Any) -> Any:
+    try:
+        return await call_next(request)
+    except openai.APIStatusError:
+        return CACHED
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_fallback_answer_is_the_calls_answer_live_in_the_journal_and_rebuilt(mode, journal_store):
+    coordinator = session.SESSION_COORDINATOR
+    atif = AtifExporter(model_name=MODEL).attach(coordinator)
+    journal = JournalSubscriber(store=journal_store).attach(coordinator)
+    scripted = testing.scripted_openai(testing.error(503, "model overloaded"), max_retries=0)
+    lease = coordinator.acquire_conversation(profile_key=session.current_profile_key(), session_id="fb", platform="t")
+    lease.host.relay.intercepts.register_llm_execution("cache", 0, fallback_async if mode == "async" else fallback)
+    turn = coordinator.begin_turn(lease, turn_id="run-fb", task_id="t")
+    try:
+        kwargs = {"model": MODEL, "messages": [{"role": "user", "content": "what is cached?"}]}
+        if mode == "async":
+            reply = asyncio.run(adapters.acomplete(scripted.aclient, kwargs))
+        else:
+            reply = adapters.complete(scripted.client, kwargs)
+        assert reply is CACHED  # the agent got the fallback
+        coordinator.end_turn(turn, outcome="success")
+    finally:
+        coordinator.release_conversation(lease)
+        scripted.client.close()
+    assert journal.close()
+    live = atif.export("fb")
+    (step,) = [s for s in live["steps"] if s["source"] == "agent"]
+    assert step["message"] == "from the cache"
+    assert step["extra"]["fallback"] == "cache" and step["model_name"] == "cache-model"
+    assert step["extra"]["error"]["type"] == "InternalServerError"  # the provider's failure stays on record
+    assert validate_atif(live) == []
+    # The journal holds the answer too: its token row, and the run's last assistant text.
+    rows = journal_store.read("fb", "run-fb")["events"]
+    assert [r["payload"]["text"] for r in rows if r["event"] == "token"] == ["from the cache"]
+    summary = journal_store.summary("fb", "run-fb")
+    assert summary["last_assistant_text"] == "from the cache" and summary["terminal_state"] == "completed"
+    # Rebuilt from the journal, the trajectory is the live one.
+    assert atif_from_journal("fb", "run-fb", store=journal_store, model_name=MODEL) == live
+
+
+def test_a_fallback_answer_reaches_the_records_through_the_redaction_policy(tmp_path):
+    from relay_runtime.redaction import RedactionPolicy, Rule
+
+    email = "jane.doe@example.com"
+    secret = ChatCompletion.model_validate(testing.chat_completion_body(f"mail {email}", model="cache-model"))
+
+    def answer_with_secret(name: str, request: LLMRequest, call_next: Any) -> Any:
+        try:
+            return call_next(request)
+        except openai.APIStatusError:
+            return secret
+
+    coordinator = session.SESSION_COORDINATOR
+    coordinator.redaction.use(RedactionPolicy([Rule("redact", detector="email")]))
+    atif = AtifExporter().attach(coordinator)
+    journal = JournalSubscriber(session_dir=tmp_path).attach(coordinator)
+    scripted = testing.scripted_openai(testing.error(500), max_retries=0)
+    lease = coordinator.acquire_conversation(profile_key=session.current_profile_key(), session_id="rd", platform="t")
+    lease.host.relay.intercepts.register_llm_execution("cache", 0, answer_with_secret)
+    turn = coordinator.begin_turn(lease, turn_id="run-rd", task_id="t")
+    try:
+        adapters.complete(scripted.client, {"model": MODEL, "messages": [{"role": "user", "content": "q"}]})
+        coordinator.end_turn(turn, outcome="success")
+    finally:
+        coordinator.release_conversation(lease)
+        scripted.client.close()
+    assert journal.close()
+    (step,) = [s for s in atif.export("rd")["steps"] if s["source"] == "agent"]
+    assert step["message"] == "mail [REDACTED:email]"
+    written = "".join(p.read_text() for p in tmp_path.rglob("*.jsonl"))
+    assert "mail [REDACTED:email]" in written and email not in written
