@@ -99,7 +99,9 @@ class _Block:
     def __init__(self, raw: Any) -> None:
         self.raw = raw
         self.type = as_str(get(raw, "type"))
-        self.parts: list[str] = []
+        # A start that already carries text keeps it ahead of the deltas, as the SDK's own accumulator does.
+        opening = as_str(get(raw, self.type)) if self.type in ("text", "thinking") else None
+        self.parts: list[str] = [opening] if opening else []
         self.signature: str | None = as_str(get(raw, "signature"))
 
 
@@ -194,10 +196,14 @@ class MessagesAccumulator:
                 "ThinkingBlock", {"type": "thinking", "thinking": joined, "signature": block.signature or ""}
             )
         if block.type == "tool_use":
-            try:
-                arguments = json.loads(joined) if joined else {}
-            except ValueError:
-                arguments = joined  # a stream cut mid-object: keep what arrived rather than nothing
+            if not joined:  # no input_json_delta: the input the start gave stands, as in the SDK's message
+                given = get(block.raw, "input")
+                arguments = {} if given is None else given
+            else:
+                try:
+                    arguments = json.loads(joined)
+                except ValueError:
+                    arguments = joined  # a stream cut mid-object: keep what arrived rather than nothing
             return _construct(
                 "ToolUseBlock",
                 {

@@ -330,3 +330,28 @@ async def test_sdk_suite_async_refusal_fallback_stream_closed_mid_passthrough(
     await stream.close()
     assert len(a.script.requests) == 1
     assert outcomes(relay_events) == ["cancelled"]
+
+
+# -- what the record reads from a stream matches the SDK's own final message --------------------------
+
+
+def test_a_stream_block_whose_start_carries_its_content_is_recorded_as_the_sdk_reads_it(
+    relay_turn, relay_events, scripted
+) -> None:
+    """A content_block_start may carry the block's content (a tool_use's whole ``input`` with no
+    input_json_delta, a text block's opening text): the SDK's final message keeps it, and so must the record."""
+    events = t.anthropic_events(["lo"])
+    events[1]["content_block"]["text"] = "Hel"  # the text block's start
+    tool = {"type": "tool_use", "id": "tu_1", "name": "weather", "input": {"city": "Oslo"}}
+    events[-2:-2] = [
+        {"type": "content_block_start", "index": 1, "content_block": tool},
+        {"type": "content_block_stop", "index": 1},
+    ]
+    s = scripted("anthropic", t.sse_reply(t.typed_sse(events)))
+    with s.client.messages.stream(model="m", max_tokens=5, messages=MESSAGES) as stream:
+        final = stream.get_final_message()
+    assert final.content[0].text == "Hello" and final.content[1].input == {"city": "Oslo"}
+    (end,) = attempts(relay_events)
+    assert end.outcome == "success"
+    assert end.annotated_response.output_text == "Hello"
+    assert end.annotated_response.tool_calls == [{"id": "tu_1", "name": "weather", "arguments": {"city": "Oslo"}}]
