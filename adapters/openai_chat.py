@@ -151,6 +151,17 @@ class _ChoiceParts:
         self.tool_calls: dict[int, ToolCallParts] = {}
 
 
+def _unindexed_slot(calls: dict[int, ToolCallParts], call_id: str | None) -> int:
+    """The slot of a tool call fragment that has no ``index`` (some OpenAI-compatible servers send each
+    call whole, unindexed): a new call when it names an id other than the last call's, else the last call."""
+    if not calls:
+        return 0
+    last = max(calls)
+    if call_id and calls[last].id and call_id != calls[last].id:
+        return last + 1
+    return last
+
+
 class ChatAccumulator:
     """Folds ``ChatCompletionChunk``s into a ``ChatCompletion``.
 
@@ -218,7 +229,9 @@ class ChatAccumulator:
                 extra += len(refusal)
             for fragment in as_list(get(delta, "tool_calls")):
                 said = True
-                slot = as_int(get(fragment, "index")) or 0
+                slot = as_int(get(fragment, "index"))
+                if slot is None:
+                    slot = _unindexed_slot(parts.tool_calls, as_str(get(fragment, "id")))
                 call = parts.tool_calls.get(slot)
                 if call is None:
                     call = parts.tool_calls[slot] = ToolCallParts()

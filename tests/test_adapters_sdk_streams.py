@@ -355,3 +355,24 @@ def test_a_stream_block_whose_start_carries_its_content_is_recorded_as_the_sdk_r
     assert end.outcome == "success"
     assert end.annotated_response.output_text == "Hello"
     assert end.annotated_response.tool_calls == [{"id": "tu_1", "name": "weather", "arguments": {"city": "Oslo"}}]
+
+
+def test_unindexed_tool_calls_of_a_compatible_server_stay_apart(relay_turn, relay_events, scripted) -> None:
+    """Some OpenAI-compatible servers stream each tool call whole, without ``index``: two calls with two
+    ids are two tool calls, not one named after the last with both argument texts run together."""
+    chunks = t.chat_chunks([], finish_reason="tool_calls")
+
+    def call(id: str, name: str, arguments: str) -> dict[str, Any]:
+        fragment = {"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}
+        return {**chunks[0], "choices": [{"index": 0, "delta": {"tool_calls": [fragment]}, "finish_reason": None}]}
+
+    chunks[1:1] = [call("call_a", "f", '{"x": 1}'), call("call_b", "g", '{"y": 2}')]
+    s = scripted("openai", t.sse_reply(t.openai_chat_sse(chunks)))
+    for _chunk in s.client.chat.completions.create(model="m", messages=MESSAGES, stream=True):
+        pass
+    (end,) = attempts(relay_events)
+    assert end.outcome == "success" and end.annotated_response.finish_reasons == ["tool_calls"]
+    assert end.annotated_response.tool_calls == [
+        {"id": "call_a", "name": "f", "arguments": '{"x": 1}'},
+        {"id": "call_b", "name": "g", "arguments": '{"y": 2}'},
+    ]
