@@ -196,23 +196,20 @@ class MessagesAccumulator:
                 "ThinkingBlock", {"type": "thinking", "thinking": joined, "signature": block.signature or ""}
             )
         if block.type == "tool_use":
-            if not joined:  # no input_json_delta: the input the start gave stands, as in the SDK's message
-                given = get(block.raw, "input")
-                arguments = {} if given is None else given
-            else:
-                try:
-                    arguments = json.loads(joined)
-                except ValueError:
-                    arguments = joined  # a stream cut mid-object: keep what arrived rather than nothing
             return _construct(
                 "ToolUseBlock",
                 {
                     "type": "tool_use",
                     "id": get(block.raw, "id"),
                     "name": get(block.raw, "name"),
-                    "input": arguments,
+                    "input": _input_of(joined, block.raw),
                 },
             )
+        if joined:  # another block streamed its input (a server tool's): the whole input, as the SDK keeps it
+            raw, arguments = block.raw, _input_of(joined, block.raw)
+            if isinstance(raw, Mapping):
+                return {**raw, "input": arguments}
+            return raw.model_copy(update={"input": arguments}) if hasattr(raw, "model_copy") else raw
         return block.raw
 
     def _message(self, content: list[Any]) -> Any:
@@ -229,6 +226,17 @@ class MessagesAccumulator:
                 "usage": _construct("Usage", dict(self.usage)),
             },
         )
+
+
+def _input_of(joined: str, raw: Any) -> Any:
+    """A block's input: its input_json_delta fragments parsed, or the input its start gave when none came."""
+    if not joined:
+        given = get(raw, "input")
+        return {} if given is None else given
+    try:
+        return json.loads(joined)
+    except ValueError:
+        return joined  # a stream cut mid-object: keep what arrived rather than nothing
 
 
 def _construct(type_name: str, values: dict[str, Any]) -> Any:

@@ -376,3 +376,28 @@ def test_unindexed_tool_calls_of_a_compatible_server_stay_apart(relay_turn, rela
         {"id": "call_a", "name": "f", "arguments": '{"x": 1}'},
         {"id": "call_b", "name": "g", "arguments": '{"y": 2}'},
     ]
+
+
+def test_a_server_tool_blocks_streamed_input_is_in_the_recorded_message(relay_turn, relay_events, scripted) -> None:
+    """A server tool (web search) streams its input as input_json_delta like a tool_use: the message the
+    attempt records holds that input, as the SDK's own final message does, not the start's empty ``{}``."""
+    events = t.anthropic_events(["hi"])
+    start = {"type": "server_tool_use", "id": "srv_1", "name": "web_search", "input": {}}
+    events[-2:-2] = [
+        {"type": "content_block_start", "index": 1, "content_block": start},
+        {
+            "type": "content_block_delta",
+            "index": 1,
+            "delta": {"type": "input_json_delta", "partial_json": '{"query": '},
+        },
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": '"oslo"}'}},
+        {"type": "content_block_stop", "index": 1},
+    ]
+    s = scripted("anthropic", t.sse_reply(t.typed_sse(events)))
+    with s.client.messages.stream(model="m", max_tokens=5, messages=MESSAGES) as stream:
+        final = stream.get_final_message()
+    assert final.content[1].input == {"query": "oslo"}
+    (end,) = attempts(relay_events)
+    assert end.outcome == "success"
+    recorded = end.output.content[1]
+    assert (recorded.type, recorded.id, recorded.input) == ("server_tool_use", "srv_1", {"query": "oslo"})
