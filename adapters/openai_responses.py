@@ -38,11 +38,13 @@ def usage_of(usage: Any) -> TokenUsage:
 class ResponseFailed(RuntimeError):
     """A stream ended with ``response.failed``: the provider's word that the response failed.
 
-    The SDK raises nothing for it (the caller reads the event); this is what the attempt records.
+    The SDK raises nothing for it (the caller reads the event); this is what the attempt records. Also
+    what a stream's ``error`` event says (``error`` is then that event: its code and message are its own).
     """
 
-    def __init__(self, response: Any) -> None:
-        error = get(response, "error")
+    def __init__(self, response: Any, *, error: Any = None) -> None:
+        if error is None:
+            error = get(response, "error")
         code = as_str(get(error, "code"))
         super().__init__(as_str(get(error, "message")) or "the provider reported that the response failed")
         self.relay_error_type = code or "response_failed"
@@ -166,6 +168,10 @@ class ResponsesAccumulator:
                 # code for a hosted tool) is billed as output: a budget's stream meter counts it.
                 other = as_str(get(chunk, "delta"))
                 return ChunkDelta(extra_chars=len(other)) if other else None
+            if kind == "error" and self.terminal is None:
+                # The SDK yields a stream's error event and raises nothing; the stream then ends
+                # without a terminal event. The record keeps the provider's code and message.
+                self.failure = ResponseFailed(None, error=chunk)
             return None
         if kind in _TERMINAL:
             self.terminal = response

@@ -58,3 +58,23 @@ def test_a_responses_stream_that_completes_is_still_a_success(relay_turn, relay_
     (end,) = relay_events.ends(relay_kind=cv.ATTEMPT)
     assert end.outcome == "success" and end.error_type is None
     scripted.client.close()
+
+
+def test_a_responses_streams_error_event_is_recorded_with_the_providers_code_and_message(
+    relay_turn, relay_events
+) -> None:
+    """The Responses API's ``error`` event: the SDK yields it and raises nothing, and the stream ends without
+    a terminal event. The record keeps what the provider said, not only that the stream was cut short."""
+    events = [e for e in t.responses_events(["par"]) if e["type"] != "response.completed"]
+    events.append({"type": "error", "code": "server_error", "message": "The model failed.", "param": None,
+                   "sequence_number": len(events)})  # fmt: skip
+    scripted = t.scripted_openai(t.sse_reply(t.typed_sse(events)))
+    kwargs = {"model": "gpt-test", "input": "hi", "stream": True}
+    chunks = list(adapters.stream(scripted.client, kwargs, api_mode="responses"))
+    assert _kinds(chunks)[-1] == "error"  # the caller's stream is the provider's, unchanged
+    (end,) = relay_events.ends(relay_kind=cv.ATTEMPT)
+    assert end.outcome == "failed"
+    assert end.error_type == "server_error" and "The model failed." in (end.error_message or "")
+    (call,) = relay_events.ends(relay_kind=cv.LOGICAL_CALL)
+    assert call.outcome == "failed"
+    scripted.client.close()
