@@ -106,6 +106,8 @@ class OpenAIResponsesCodec:
                         texts.append(text)
             elif kind == "function_call":
                 calls.append(_function_call(item))
+            elif kind == "custom_tool_call":  # a custom (freeform) tool: its ``input`` is the call's text
+                calls.append({**_function_call(item), "arguments": as_str(get(item, "input"))})
         if not texts and (text := as_str(get(response, "output_text"))):
             texts.append(text)  # duck-typed responses that only carry the convenience field
         return ("".join(texts) if texts else None), calls

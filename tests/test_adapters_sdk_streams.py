@@ -401,3 +401,19 @@ def test_a_server_tool_blocks_streamed_input_is_in_the_recorded_message(relay_tu
     assert end.outcome == "success"
     recorded = end.output.content[1]
     assert (recorded.type, recorded.id, recorded.input) == ("server_tool_use", "srv_1", {"query": "oslo"})
+
+
+def test_a_responses_custom_tool_call_is_recorded_whole_and_streamed(relay_turn, relay_events, scripted) -> None:
+    """A custom (freeform) tool's call is a ``custom_tool_call`` output item carrying ``input`` text: a
+    tool call of the record, as the chat codec reads custom calls, both answered whole and streamed."""
+    call = {"type": "custom_tool_call", "id": "ctc_1", "call_id": "call_1", "name": "grammar", "input": "x = 1"}
+    whole = t.responses_body("")
+    whole["output"] = [{**call, "status": "completed"}]
+    events = t.responses_events(["a"])
+    events[-1]["response"]["output"] = [{**call, "status": "completed"}]
+    s = scripted("openai", t.json_reply(whole), t.sse_reply(t.typed_sse(events)))
+    assert s.client.responses.create(model="m", input="hi").output[0].input == "x = 1"
+    for _event in s.client.responses.create(model="m", input="hi", stream=True):
+        pass
+    expected = [{"id": "call_1", "name": "grammar", "arguments": "x = 1"}]
+    assert [e.annotated_response.tool_calls for e in attempts(relay_events)] == [expected, expected]
