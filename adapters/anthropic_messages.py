@@ -94,7 +94,7 @@ class AnthropicMessagesCodec:
 
 
 class _Block:
-    __slots__ = ("parts", "raw", "signature", "type")
+    __slots__ = ("citations", "parts", "raw", "signature", "type")
 
     def __init__(self, raw: Any) -> None:
         self.raw = raw
@@ -103,6 +103,7 @@ class _Block:
         opening = as_str(get(raw, self.type)) if self.type in ("text", "thinking") else None
         self.parts: list[str] = [opening] if opening else []
         self.signature: str | None = as_str(get(raw, "signature"))
+        self.citations: list[Any] | None = None  # a text block's citations_delta, in order
 
 
 class MessagesAccumulator:
@@ -156,6 +157,10 @@ class MessagesAccumulator:
                     return ChunkDelta(extra_chars=len(fragment))
                 if dtype == "signature_delta":
                     block.signature = as_str(get(delta, "signature"))
+                elif dtype == "citations_delta":
+                    if block.citations is None:
+                        block.citations = []
+                    block.citations.append(get(delta, "citation"))
             return None
         if kind == "content_block_start":
             self.blocks[as_int(get(chunk, "index")) or 0] = _Block(get(chunk, "content_block"))
@@ -190,7 +195,7 @@ class MessagesAccumulator:
     def _content_block(self, block: _Block) -> Any:
         joined = "".join(block.parts)
         if block.type == "text":
-            return _construct("TextBlock", {"type": "text", "text": joined, "citations": None})
+            return _construct("TextBlock", {"type": "text", "text": joined, "citations": block.citations})
         if block.type == "thinking":
             return _construct(
                 "ThinkingBlock", {"type": "thinking", "thinking": joined, "signature": block.signature or ""}

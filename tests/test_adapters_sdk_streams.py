@@ -417,3 +417,21 @@ def test_a_responses_custom_tool_call_is_recorded_whole_and_streamed(relay_turn,
         pass
     expected = [{"id": "call_1", "name": "grammar", "arguments": "x = 1"}]
     assert [e.annotated_response.tool_calls for e in attempts(relay_events)] == [expected, expected]
+
+
+def test_a_text_blocks_streamed_citations_are_in_the_recorded_message(relay_turn, relay_events, scripted) -> None:
+    """citations_delta events give a text block its citations: the message the attempt records keeps them,
+    as the SDK's own final message does."""
+    citation = {"type": "char_location", "cited_text": "Oslo", "document_index": 0, "document_title": None,
+                "start_char_index": 0, "end_char_index": 4}  # fmt: skip
+    events = t.anthropic_events(["Oslo"])
+    events.insert(
+        3, {"type": "content_block_delta", "index": 0, "delta": {"type": "citations_delta", "citation": citation}}
+    )
+    s = scripted("anthropic", t.sse_reply(t.typed_sse(events)))
+    with s.client.messages.stream(model="m", max_tokens=5, messages=MESSAGES) as stream:
+        final = stream.get_final_message()
+    assert [c.cited_text for c in final.content[0].citations] == ["Oslo"]
+    (end,) = attempts(relay_events)
+    recorded = end.output.content[0]
+    assert recorded.text == "Oslo" and [c.cited_text for c in recorded.citations] == ["Oslo"]
