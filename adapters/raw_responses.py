@@ -9,6 +9,7 @@ that watches those reads.
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -209,6 +210,33 @@ class LegacyWatchedResponse(_Watched):
         return self._relay_parsed(result)
 
 
+class _Collected:
+    """What the caller's iteration of a body that is one JSON document gave, to record what the body said:
+    the SDK can no longer parse a body its caller has consumed. A streamed body is not collected."""
+
+    __slots__ = ("parts", "separator")
+
+    def __init__(self, name: str, streamed: bool) -> None:
+        self.parts: list[Any] | None = None if streamed else []
+        self.separator = "\n" if name == "iter_lines" else ""  # lines come without their line breaks
+
+    def add(self, part: Any) -> None:
+        if self.parts is not None:
+            self.parts.append(part)
+
+    def parsed(self) -> Any:
+        """The decoded document (read by the codec as the SDK's object), or None when it is none."""
+        parts = self.parts
+        if not parts:
+            return None
+        try:
+            if isinstance(parts[0], bytes):
+                return json.loads(b"".join(parts))
+            return json.loads(self.separator.join(parts))
+        except (TypeError, ValueError):
+            return None
+
+
 class _Iterating:
     """The body's iterators, through the flavour's ``_iterate`` (which settles the attempt at their end)."""
 
@@ -232,15 +260,18 @@ class WatchedResponse(LegacyWatchedResponse, _Iterating):
     json = _reading("json")
 
     def _iterate(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        body = _Collected(name, self._self_streamed)
         try:
-            yield from getattr(self.__wrapped__, name)(*args, **kwargs)
+            for part in getattr(self.__wrapped__, name)(*args, **kwargs):
+                body.add(part)
+                yield part
         except GeneratorExit:
             self._relay_closed()
             raise
         except BaseException as exc:
             self._relay_failed(exc)
             raise
-        finish_whole(self._self_managed, None)  # bytes the caller consumed itself: no parsed form
+        finish_whole(self._self_managed, body.parsed())
 
     def close(self) -> None:
         self._relay_closed()
@@ -273,8 +304,10 @@ class AsyncWatchedResponse(_Watched, _Iterating):
     json = _async_reading("json")
 
     async def _iterate(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        body = _Collected(name, self._self_streamed)
         try:
             async for item in getattr(self.__wrapped__, name)(*args, **kwargs):
+                body.add(item)
                 yield item
         except GeneratorExit:
             self._relay_closed()
@@ -282,7 +315,7 @@ class AsyncWatchedResponse(_Watched, _Iterating):
         except BaseException as exc:
             self._relay_failed(exc)
             raise
-        finish_whole(self._self_managed, None)
+        finish_whole(self._self_managed, body.parsed())
 
     async def close(self) -> None:
         self._relay_closed()

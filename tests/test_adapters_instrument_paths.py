@@ -321,7 +321,8 @@ def test_raw_response_paths_end_once_whatever_the_caller_does(relay_turn, relay_
     assert '"lines"' in body
     failed, read = attempts(relay_events)
     assert (failed.outcome, failed.error_type) == ("failed", "InternalServerError")
-    assert read.outcome == "success"  # read line by line: no parsed form, but the attempt ended once
+    assert read.outcome == "success"  # read line by line: ended once, with what the lines said
+    assert read.annotated_response.output_text == "lines"
     assert len(relay_events.starts(relay_kind=cv.ATTEMPT)) == 2
 
 
@@ -570,3 +571,28 @@ def test_global_uninstrument_undoes_the_counted_paths(relay_turn) -> None:
     assert isinstance(vars(beta_responses.AsyncResponses)["compact"], ManagedCreate)
     adapters.uninstrument()
     assert (vars(batches.Batches)["create"], vars(beta_responses.Responses)["create"]) == before
+
+
+def test_a_streaming_response_body_the_caller_iterates_is_recorded_as_it_read(
+    relay_turn, relay_events, scripted
+) -> None:
+    """A with_streaming_response body read through iter_lines / iter_bytes / iter_text: the SDK can no longer
+    parse it, but what it said (usage, finish reason, text) is still the record's, not an empty success."""
+    s = scripted("openai", t.json_reply(t.chat_completion_body("lines")), t.json_reply(t.chat_completion_body("bytes")))
+    with s.client.chat.completions.with_streaming_response.create(model="m", messages=[]) as response:
+        assert '"lines"' in "\n".join(response.iter_lines())
+    with s.client.chat.completions.with_streaming_response.create(model="m", messages=[]) as response:
+        assert b'"bytes"' in b"".join(response.iter_bytes(chunk_size=7))
+    lines, pieces = attempts(relay_events)
+    check(lines, model="gpt-test", inputs=12, outputs=5, finish=["stop"], text="lines")
+    check(pieces, model="gpt-test", inputs=12, outputs=5, finish=["stop"], text="bytes")
+
+
+@pytest.mark.asyncio
+async def test_an_async_streaming_response_body_iterated_is_recorded_as_it_read(
+    relay_turn, relay_events, scripted
+) -> None:
+    s = scripted("anthropic", t.json_reply(t.anthropic_message_body("text")))
+    async with s.aclient.messages.with_streaming_response.create(model="c", max_tokens=5, messages=[]) as response:
+        assert '"text"' in "".join([piece async for piece in response.iter_text()])
+    check(only_attempt(relay_events), model="claude-test", inputs=30, outputs=9, finish=["end_turn"], text="text")
