@@ -182,7 +182,7 @@ class ChatAccumulator:
         self.choices: dict[int, _ChoiceParts] = {}
 
     def add(self, chunk: Any) -> ChunkDelta | None:
-        if self.id is None:
+        if not self.id:  # not only None: Azure's opening prompt-filter chunk has an empty id
             self.id = as_str(get(chunk, "id"))
             self.created = as_int(get(chunk, "created"))
         new_model = None

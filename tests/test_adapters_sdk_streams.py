@@ -435,3 +435,18 @@ def test_a_text_blocks_streamed_citations_are_in_the_recorded_message(relay_turn
     (end,) = attempts(relay_events)
     recorded = end.output.content[0]
     assert recorded.text == "Oslo" and [c.cited_text for c in recorded.citations] == ["Oslo"]
+
+
+def test_a_chat_streams_id_is_its_first_non_empty_one(relay_turn, relay_events, scripted) -> None:
+    """Azure OpenAI opens a chat stream with a prompt-filter chunk whose id and model are empty: the
+    record's response id and created time are those of the chunks that follow, not the empty first."""
+    chunks = t.chat_chunks(["a"])
+    opening = {"id": "", "object": "", "created": 0, "model": "", "choices": [],
+               "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": {}}]}  # fmt: skip
+    s = scripted("openai", t.sse_reply(t.openai_chat_sse([opening, *chunks])))
+    for _chunk in s.client.chat.completions.create(model="m", messages=MESSAGES, stream=True):
+        pass
+    (end,) = attempts(relay_events)
+    assert end.outcome == "success"
+    assert (end.annotated_response.id, end.annotated_response.model) == ("chatcmpl-s1", "gpt-test")
+    assert (end.output.id, end.output.created) == ("chatcmpl-s1", 1700000000)
