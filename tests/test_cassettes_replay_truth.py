@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from relay_runtime import adapters, cassettes
 from relay_runtime import conventions as cv
 from relay_runtime.adapters import cassette_direct
+from relay_runtime.adapters import testing as t
 from tests.cassette_support import APIS, Offline, dump, shape
 
 
@@ -128,3 +130,33 @@ def test_a_stream_read_to_its_end_is_not_marked_cut(relay_turn, tmp_path, api_na
     client, aclient = Offline().clients(api.sdk)
     with cassettes.use(path):
         assert _read(api_name, client, aclient, "astream", stop_after=None) == chunks
+
+
+@pytest.mark.parametrize("api_name", ["chat", "anthropic"])
+def test_the_error_a_caller_gets_keeps_its_recorded_retry_after_and_a_recorded_retry_does_not_wait(
+    tmp_path, api_name: str
+) -> None:
+    api = APIS[api_name]
+    limited = t.json_reply(
+        {"type": "error", "error": {"message": "slow down", "type": "rate_limit_error"}},
+        status=429,
+        headers={"retry-after": "30", "x-request-id": "req_limited"},
+    )
+    given_up, retried = tmp_path / "given_up.json", tmp_path / "retried.json"
+    scripted = t.scripted_openai if api.sdk == "openai" else t.scripted_anthropic
+    with cassettes.use(given_up, mode="record"), pytest.raises(Exception) as live_error:
+        adapters.complete(scripted(limited, max_retries=0).client, api.kwargs)
+    with cassettes.use(retried, mode="record"):  # the SDK waited retry-after-ms: 1 live, then got its answer
+        fast_limit = t.json_reply(limited.body, status=429, headers={"retry-after-ms": "1", "retry-after": "30"})
+        adapters.complete(scripted(fast_limit, api.reply("after the wait")).client, api.kwargs)
+
+    client, _ = Offline().clients(api.sdk)
+    with cassettes.use(given_up), pytest.raises(type(live_error.value)) as replayed:
+        adapters.complete(client.with_options(max_retries=0), api.kwargs)
+    headers = replayed.value.response.headers  # type: ignore[attr-defined]
+    assert headers.get("retry-after") == "30" and headers.get("x-request-id") == "req_limited"
+    assert "retry-after-ms" not in headers  # nothing the provider did not send
+    started = time.monotonic()
+    with cassettes.use(retried):
+        assert "after the wait" in json.dumps(dump(adapters.complete(client, api.kwargs)))
+    assert time.monotonic() - started < 5  # instant replay of the retry: no 30 s sleep

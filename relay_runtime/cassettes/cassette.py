@@ -134,6 +134,11 @@ class CallTape:
             raise self.damaged("it is not an object", key)
         return item
 
+    def remaining(self, key: str = "http") -> int:
+        """How many recorded items of ``key`` are still to be played after those handed out."""
+        items = self.record.get(key)
+        return max(0, len(items) - self._positions.get(key, 0)) if isinstance(items, list) else 0
+
     def damaged(self, problem: str, key: str = "http") -> CassetteError:
         """The error for a recorded item of this call that cannot be played: the file, the entry, the problem."""
         position = self._positions.get(key, 1) - 1
