@@ -371,9 +371,16 @@ class Cassette:
         with directory_locked(self.path.parent):
             changed = _identity(self.path) != self._seen
             if self.mode == "record":  # started afresh, but other writers' recordings since are theirs
+                if changed and not new:
+                    return  # nothing of this session's to add to what another writer saved
                 before = self._read() if changed else []
             else:
                 before = self._read() if changed else self.recorded
+            # Another writer's calls were stored under its policy: stamped with this one's fingerprint, the
+            # file would claim they hold none of what this policy redacts.
+            wrong = policy.mismatch(self.path, self.fingerprint, self.policy) if changed and before else None
+            if wrong is not None:
+                raise CassetteError(f"{wrong} (another session saved it under its policy while this one ran)")
             self._write(before + new)
 
     def _kept(self, failed: bool) -> list[dict[str, Any]]:
