@@ -4,6 +4,7 @@ off while recording replays ending at the same place, recorded the same way (can
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import time
 from typing import Any
@@ -160,3 +161,37 @@ def test_the_error_a_caller_gets_keeps_its_recorded_retry_after_and_a_recorded_r
     with cassettes.use(retried):
         assert "after the wait" in json.dumps(dump(adapters.complete(client, api.kwargs)))
     assert time.monotonic() - started < 5  # instant replay of the retry: no 30 s sleep
+
+
+@pytest.mark.parametrize("api_name", ["chat", "anthropic"])
+def test_a_raw_response_call_replays_its_recorded_headers_and_body(tmp_path, api_name: str) -> None:
+    api, path = APIS[api_name], tmp_path / "c.json"
+    request_id = "request-id" if api.sdk == "anthropic" else "x-request-id"
+    headers = {request_id: "req_raw_1", "x-ratelimit-remaining-requests": "7"}
+
+    def create(sdk_client: Any) -> Any:
+        resource = sdk_client.messages if api.sdk == "anthropic" else sdk_client.chat.completions
+        return resource.with_raw_response.create(**api.kwargs)
+
+    live = api.scripted(t.json_reply(api.reply("raw answer").body, headers=headers))
+    adapters.instrument(live.client)
+    with cassettes.use(path, mode="record"):
+        create(live.client)
+    client, aclient = Offline().clients(api.sdk)
+    adapters.instrument(client)
+    adapters.instrument(aclient)
+
+    async def acreate() -> tuple[Any, Any]:
+        raw = await create(aclient)
+        parsed = raw.parse()  # a coroutine for Anthropic's async raw response
+        return raw.headers, (await parsed if inspect.isawaitable(parsed) else parsed)
+
+    with cassettes.use(path):
+        raw = create(client)
+        replays = [(raw.headers, raw.parse())]
+    with cassettes.use(path):
+        replays.append(asyncio.run(acreate()))
+    for replayed_headers, parsed in replays:
+        assert replayed_headers[request_id] == "req_raw_1"
+        assert replayed_headers["x-ratelimit-remaining-requests"] == "7"
+        assert "raw answer" in json.dumps(dump(parsed))
