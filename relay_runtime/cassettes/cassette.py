@@ -427,7 +427,8 @@ class Cassette:
                 raise CassetteError("cassette redact= hook must return the call dict with its 'request'")
             # The hook may have put a secret back in a new shape; the built-in rules run last.
             call = secrets.scrub(call, held)
-        return call
+        across = secrets.cut_across(held)
+        return call if across is None else policy.streams_across(across, call)
 
     def _write(self, calls: list[dict[str, Any]]) -> None:
         cleaned = [self.written(call) for call in calls]
