@@ -127,3 +127,26 @@ def test_a_writer_under_another_redaction_policy_is_refused_not_stamped_with_thi
     document = json.loads(path.read_text())
     # What is on disk is the other writer's, under its own (no) policy: never a file claiming the email rule.
     assert "redaction" not in document and len(document["calls"]) == 1
+
+
+def test_one_session_recording_calls_under_two_redaction_policies_is_refused(tmp_path):
+    """The file carries one fingerprint: a call stored under no policy must not end up under the email rule's."""
+    email = "jane.doe@example.com"
+    path = tmp_path / "c.json"
+    coordinator = session.SESSION_COORDINATOR
+    client = t.openai_client(t.Script([t.json_reply(t.chat_completion_body(f"answer {i}")) for i in range(2)]))
+
+    def ask(text: str) -> None:
+        adapters.complete(client, {"model": "m", "messages": [{"role": "user", "content": text}]})
+
+    before = coordinator.redaction.use(None)
+    try:
+        with cassettes.use(path, mode="record"):
+            ask(f"mail {email}")  # stored as sent: no policy redacts it
+            coordinator.redaction.use(RedactionPolicy([Rule("redact", detector="email")]))
+            with pytest.raises(cassettes.CassetteError, match="redaction policy"):
+                ask(f"write to {email}")
+    finally:
+        coordinator.redaction.use(before)
+    document = json.loads(path.read_text())
+    assert "redaction" not in document and len(document["calls"]) == 1  # what it holds, under its own policy

@@ -273,6 +273,13 @@ class Cassette:
             wrong = policy.mismatch(self.path, self.fingerprint, redaction)
             if wrong is not None:
                 raise CassetteError(wrong)
+        if self.new:
+            # The file carries one policy's fingerprint: a call of this session stored under another would
+            # hold, under the fingerprint written, values that policy redacts (or lack values it keeps).
+            earlier = self.policy.fingerprint if self.policy is not None else None
+            wrong = policy.mismatch(self.path, earlier, redaction)
+            if wrong is not None:
+                raise CassetteError(f"{wrong} (this session recorded its earlier calls under the first)")
         self.policy = redaction
         taken: list[str] = []
         recorded_conversation(request, taken)  # an address's signature, cut from an error body echoing it too
