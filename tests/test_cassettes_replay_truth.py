@@ -195,3 +195,21 @@ def test_a_raw_response_call_replays_its_recorded_headers_and_body(tmp_path, api
         assert replayed_headers[request_id] == "req_raw_1"
         assert replayed_headers["x-ratelimit-remaining-requests"] == "7"
         assert "raw answer" in json.dumps(dump(parsed))
+
+
+@pytest.mark.parametrize("api_name", ["chat", "anthropic"])
+def test_a_stream_still_open_when_its_cassette_is_saved_replays_as_cut_not_as_a_whole_answer(
+    tmp_path, api_name: str
+) -> None:
+    api, path = APIS[api_name], tmp_path / "c.json"
+    live = api.scripted(api.stream_reply(["one", "two", "three"]))
+    with cassettes.use(path, mode="record"):
+        chunks = iter(adapters.stream(live.client, api.kwargs, api_mode=api.api_mode))
+        first = [next(chunks), next(chunks)]
+    rest = list(chunks)  # the caller reads on after the use() ended: the file was written already
+    assert len(first + rest) > 2
+    exchange = json.loads(path.read_text())["calls"][0]["http"][0]
+    assert len(exchange["events"]) == 2 and exchange["cut"] is True
+    client, _ = Offline().clients(api.sdk)
+    with pytest.raises(cassettes.CassetteMiss, match="cut short after 2 events"), cassettes.use(path):
+        list(adapters.stream(client, api.kwargs, api_mode=api.api_mode))
