@@ -191,6 +191,9 @@ class _RecordingBody(httpx2.SyncByteStream, httpx2.AsyncByteStream):
         self.log = log
         self.started = False
         self.finished = False
+        # Cut until it is seen to end: a cassette saved while the stream is still open (the caller read on
+        # after the use() ended) holds only its first events, which a replay must not give as the whole answer.
+        log.exchange["cut"] = True
 
     def _second_read(self) -> bool:
         # The async SDK drains a stream at its end marker while still reading it: that
@@ -205,7 +208,7 @@ class _RecordingBody(httpx2.SyncByteStream, httpx2.AsyncByteStream):
             for chunk in self.response.iter_bytes():
                 self.log.feed(chunk)
                 yield chunk
-        self.finished = True
+        self._finish()
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         if self._second_read():
@@ -214,12 +217,16 @@ class _RecordingBody(httpx2.SyncByteStream, httpx2.AsyncByteStream):
             async for chunk in self.response.aiter_bytes():
                 self.log.feed(chunk)
                 yield chunk
+        self._finish()
+
+    def _finish(self) -> None:
         self.finished = True
+        self.log.exchange.pop("cut", None)
 
     def _note_cut(self) -> None:
         log = self.log
-        if not self.finished and "error" not in log.exchange and not _ended(log.events):
-            log.exchange["cut"] = True
+        if self.finished or "error" in log.exchange or _ended(log.events):
+            log.exchange.pop("cut", None)
 
     def close(self) -> None:
         self._note_cut()

@@ -48,9 +48,11 @@ def _replayed(exchange: dict[str, Any], request: httpx2.Request, tape: cassettes
         raise transport_error(exchange.get("error"), request)
     headers = dict(exchange.get("headers") or {})
     status = int(exchange["status"])
-    if status >= 400 and tape.timing == "instant":
+    if status >= 400 and tape.timing == "instant" and tape.remaining():
         # The SDK sleeps before a retry as the server's retry-after says (or backs off for
-        # seconds without one): instant replay asks it to wait a millisecond instead.
+        # seconds without one): instant replay asks it to wait a millisecond instead. Only
+        # before a recorded retry: the last try's headers reach the caller (on the SDK's
+        # error) as the provider sent them.
         headers.pop("retry-after", None)
         headers["retry-after-ms"] = "1"
     events = exchange.get("events")

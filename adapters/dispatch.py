@@ -234,16 +234,20 @@ def _awaitable(result: Any) -> bool:
     return False
 
 
-def sync_callback(create: Callable[..., Any], client: Any, api: Api) -> Callable[[LLMRequest], Any]:
+def sync_callback(
+    create: Callable[..., Any], client: Any, api: Api, *, direct: bool = True
+) -> Callable[[LLMRequest], Any]:
+    # ``direct``: a cassette's single recorded answer may be built without the SDK's HTTP round trip; not for a
+    # raw response (``with_raw_response``), which is that round trip's response and has no parsed object to hand.
     def call(request: LLMRequest) -> Any:
         kwargs = _kwargs_of(request)
         counted = sdk_retries.watch(client)
         try:
             if cassettes.current() is not None:
                 with cassette_http.bound(client, api.codec, kwargs) as tape:
-                    direct = cassette_http.direct_reply(tape, client, api.mode)
-                    if direct is not cassette_http.NOT_DIRECT:
-                        return direct
+                    reply = cassette_http.direct_reply(tape, client, api.mode) if direct else cassette_http.NOT_DIRECT
+                    if reply is not cassette_http.NOT_DIRECT:
+                        return reply
                     return create(**kwargs) if not _guarded else _guarded_call(create, kwargs)
             result = create(**kwargs) if not _guarded else _guarded_call(create, kwargs)
         except BaseException as exc:
@@ -274,16 +278,18 @@ async def _acall_sdk(create: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         inside_sdk_call.reset(token)
 
 
-def async_callback(create: Callable[..., Any], client: Any, api: Api) -> Callable[[LLMRequest], Any]:
+def async_callback(
+    create: Callable[..., Any], client: Any, api: Api, *, direct: bool = True
+) -> Callable[[LLMRequest], Any]:
     async def call(request: LLMRequest) -> Any:
         kwargs = _kwargs_of(request)
         counted = sdk_retries.watch(client)
         try:
             if cassettes.current() is not None:
                 with cassette_http.bound(client, api.codec, kwargs) as tape:
-                    direct = cassette_http.direct_reply(tape, client, api.mode)
-                    if direct is not cassette_http.NOT_DIRECT:
-                        return direct
+                    reply = cassette_http.direct_reply(tape, client, api.mode) if direct else cassette_http.NOT_DIRECT
+                    if reply is not cassette_http.NOT_DIRECT:
+                        return reply
                     return await _acall_sdk(create, kwargs)
             return await _acall_sdk(create, kwargs)
         except BaseException as exc:

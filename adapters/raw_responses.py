@@ -84,7 +84,8 @@ def raw_call(client: Any, mode: str, wrapped: Any, kwargs: dict[str, Any], kind:
         holder.append(wrapped(**sent))
         return body
 
-    managed = calls.stream_current(request, dispatch.sync_callback(open_body, client, api), **options)
+    callback = dispatch.sync_callback(open_body, client, api, direct=False)
+    managed = calls.stream_current(request, callback, **options)
     out, read = _opened(WatchedResponse, holder[0], managed, body, kwargs, kind)
     if read:
         try:
@@ -105,7 +106,8 @@ async def araw_call(
         holder.append(await wrapped(**sent))
         return body
 
-    managed = await calls.stream_current_async(request, dispatch.async_callback(open_body, client, api), **options)
+    callback = dispatch.async_callback(open_body, client, api, direct=False)
+    managed = await calls.stream_current_async(request, callback, **options)
     out, read = _opened(AsyncWatchedResponse, holder[0], managed, body, kwargs, kind)
     if read:
         try:

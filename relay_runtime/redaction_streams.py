@@ -120,6 +120,12 @@ def redact_across(rules: tuple[Rule, ...], key: bytes | None, pieces: list[str])
         new = rule.constant if rule.constant is not None else rule.replace(joined[start:end], match, key)
         kept.append((start, end, new))
         last = end
+    return spread(pieces, joined, kept)
+
+
+def spread(pieces: list[str], joined: str, kept: list[tuple[int, int, str]]) -> list[str]:
+    """``pieces`` (whose join is ``joined``) with each span of ``kept`` (start, end, replacement; in order, not
+    overlapping) replaced: the replacement in the piece where the span begins, the rest of it out of those after."""
     out: list[str] = []
     begin = 0
     for piece in pieces:

@@ -62,14 +62,12 @@ class _Finder(Generic[S]):
     def search(self, text: S) -> bool:
         return self._may_hold(text) and self._pattern.search(text) is not None
 
-    def sub(self, text: S) -> S:
+    def spans(self, text: S) -> list[tuple[int, int, S]]:
+        """Where ``text`` holds runs of a secret: (start, end, replacement), in order, not overlapping."""
         if not self._may_hold(text):
-            return text
+            return []
         found = self._pattern.search(text)
-        if found is None:
-            return text
-        parts: list[S] = []
-        done = 0
+        spans: list[tuple[int, int, S]] = []
         while found is not None:
             start = found.start()
             grown = self._grown(text, start, found.group())
@@ -77,9 +75,19 @@ class _Finder(Generic[S]):
                 found = self._pattern.search(text, start + 1)
                 continue
             end, replacement = grown
+            spans.append((start, end, replacement))
+            found = self._pattern.search(text, end)
+        return spans
+
+    def sub(self, text: S) -> S:
+        spans = self.spans(text)
+        if not spans:
+            return text
+        parts: list[S] = []
+        done = 0
+        for start, end, replacement in spans:
             parts += [text[done:start], replacement]
             done = end
-            found = self._pattern.search(text, end)
         parts.append(text[done:])
         return text[:0].join(parts)
 
@@ -143,6 +151,10 @@ class SecretRuns:
     def search(self, text: str) -> bool:
         """Whether ``text`` holds a run of a secret."""
         return self._text is not None and self._text.search(text)
+
+    def spans(self, text: str) -> list[tuple[int, int, str]]:
+        """Where ``text`` holds runs of a secret, with what replaces each (see ``text``)."""
+        return [] if self._text is None else self._text.spans(text)
 
     def text(self, text: str) -> str:
         """``text`` with every run of a secret blanked."""

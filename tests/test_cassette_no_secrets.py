@@ -19,7 +19,7 @@ import pytest
 
 from relay_runtime import adapters, cassettes, redaction
 from relay_runtime.adapters import testing as t
-from tests.cassette_support import Offline
+from tests.cassette_support import APIS, Offline
 
 KEY = "sk-live-abcdefghijklmnop0123456789"  # the client's API key
 GATEWAY = "gw-secret-0123456789abcdef"  # a default header the client holds
@@ -152,3 +152,40 @@ def test_anthropic_key_echoed_under_its_own_header_name(tmp_path) -> None:
     kwargs = {"model": "claude-x", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
     text = _record(tmp_path / "c.json", client, kwargs)
     _assert_clean(text, KEY)
+
+
+@pytest.mark.parametrize("api_name", ["chat", "anthropic"])
+def test_a_key_the_model_streams_back_in_pieces_is_not_on_disk_in_pieces(tmp_path, api_name: str) -> None:
+    api, path = APIS[api_name], tmp_path / "c.json"
+    # Deltas of a few characters, as a model streams tokens: none holds a run of the key, together they spell it.
+    pieces = ["Your key is ", *(KEY[i : i + 5] for i in range(0, len(KEY), 5)), ", keep it safe"]
+    live = api.scripted(api.stream_reply(pieces)).client.with_options(api_key=KEY)
+    with cassettes.use(path, mode="record"):
+        said = "".join(_texts(adapters.stream(live, api.kwargs, api_mode=api.api_mode)))
+    assert KEY in said  # the caller got what the provider sent
+    stored = "".join(_texts_on_disk(path))
+    assert stored == "Your key is [redacted], keep it safe"
+    client, _ = Offline().clients(api.sdk)
+    with cassettes.use(path):  # still a whole, playable stream
+        assert "".join(_texts(adapters.stream(client, api.kwargs, api_mode=api.api_mode))).endswith("keep it safe")
+
+
+def _texts(stream: Any) -> list[str]:
+    out = []
+    for chunk in stream:
+        if getattr(chunk, "choices", None):
+            out.append(chunk.choices[0].delta.content or "")
+        elif getattr(chunk, "type", None) == "content_block_delta":
+            out.append(chunk.delta.text)
+    return out
+
+
+def _texts_on_disk(path: Path) -> list[str]:
+    out = []
+    for event in json.loads(path.read_text())["calls"][0]["http"][0]["events"]:
+        data = event["data"]
+        if isinstance(data, dict) and data.get("choices"):
+            out.append(data["choices"][0]["delta"].get("content") or "")
+        elif isinstance(data, dict) and data.get("type") == "content_block_delta":
+            out.append(data["delta"]["text"])
+    return out

@@ -14,6 +14,10 @@ from pathlib import Path
 import pytest
 from test_cassettes_pytest import SHARED_MODULE
 
+from relay_runtime import adapters, cassettes, session
+from relay_runtime.adapters import testing as t
+from relay_runtime.redaction import RedactionPolicy, Rule
+
 # One worker: records its own question into the shared cassette once every worker holds the cassette
 # open (a barrier of files), so they all read it before any of them saves.
 _WORKER = """
@@ -98,3 +102,51 @@ def test_xdist_workers_rerecording_a_shared_cassette_keep_each_others_tests_and_
     finally:
         shutil.rmtree(Path(tempfile.gettempdir()) / f"relay-cassettes-{run}", ignore_errors=True)  # the run's claims
     assert _questions(path) == ["Oslo", "Paris"]
+
+
+def test_a_writer_under_another_redaction_policy_is_refused_not_stamped_with_this_ones(tmp_path):
+    """Two sessions (processes, in life) record into one cassette under different policies: the one saving
+    second must not write the other's calls under its own fingerprint (their requests hold what it redacts)."""
+    email = "jane.doe@example.com"
+    path = tmp_path / "c.json"
+    coordinator = session.SESSION_COORDINATOR
+    client = t.openai_client(t.Script([t.json_reply(t.chat_completion_body(f"answer {i}")) for i in range(2)]))
+
+    def ask(text: str) -> None:
+        adapters.complete(client, {"model": "m", "messages": [{"role": "user", "content": text}]})
+
+    before = coordinator.redaction.use(RedactionPolicy([Rule("redact", detector="email")]))
+    try:
+        with pytest.raises(cassettes.CassetteError, match="redaction policy"), cassettes.use(path, mode="auto"):
+            ask(f"mail {email}")  # redacted: this session's policy replaces it
+            coordinator.redaction.use(None)
+            with cassettes.use(path, mode="auto"):  # the other writer, under no policy, saves first
+                ask(f"write to {email}")
+    finally:
+        coordinator.redaction.use(before)
+    document = json.loads(path.read_text())
+    # What is on disk is the other writer's, under its own (no) policy: never a file claiming the email rule.
+    assert "redaction" not in document and len(document["calls"]) == 1
+
+
+def test_one_session_recording_calls_under_two_redaction_policies_is_refused(tmp_path):
+    """The file carries one fingerprint: a call stored under no policy must not end up under the email rule's."""
+    email = "jane.doe@example.com"
+    path = tmp_path / "c.json"
+    coordinator = session.SESSION_COORDINATOR
+    client = t.openai_client(t.Script([t.json_reply(t.chat_completion_body(f"answer {i}")) for i in range(2)]))
+
+    def ask(text: str) -> None:
+        adapters.complete(client, {"model": "m", "messages": [{"role": "user", "content": text}]})
+
+    before = coordinator.redaction.use(None)
+    try:
+        with cassettes.use(path, mode="record"):
+            ask(f"mail {email}")  # stored as sent: no policy redacts it
+            coordinator.redaction.use(RedactionPolicy([Rule("redact", detector="email")]))
+            with pytest.raises(cassettes.CassetteError, match="redaction policy"):
+                ask(f"write to {email}")
+    finally:
+        coordinator.redaction.use(before)
+    document = json.loads(path.read_text())
+    assert "redaction" not in document and len(document["calls"]) == 1  # what it holds, under its own policy

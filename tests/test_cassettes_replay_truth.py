@@ -4,7 +4,9 @@ off while recording replays ending at the same place, recorded the same way (can
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
+import time
 from typing import Any
 
 import pytest
@@ -12,6 +14,7 @@ import pytest
 from relay_runtime import adapters, cassettes
 from relay_runtime import conventions as cv
 from relay_runtime.adapters import cassette_direct
+from relay_runtime.adapters import testing as t
 from tests.cassette_support import APIS, Offline, dump, shape
 
 
@@ -128,3 +131,85 @@ def test_a_stream_read_to_its_end_is_not_marked_cut(relay_turn, tmp_path, api_na
     client, aclient = Offline().clients(api.sdk)
     with cassettes.use(path):
         assert _read(api_name, client, aclient, "astream", stop_after=None) == chunks
+
+
+@pytest.mark.parametrize("api_name", ["chat", "anthropic"])
+def test_the_error_a_caller_gets_keeps_its_recorded_retry_after_and_a_recorded_retry_does_not_wait(
+    tmp_path, api_name: str
+) -> None:
+    api = APIS[api_name]
+    limited = t.json_reply(
+        {"type": "error", "error": {"message": "slow down", "type": "rate_limit_error"}},
+        status=429,
+        headers={"retry-after": "30", "x-request-id": "req_limited"},
+    )
+    given_up, retried = tmp_path / "given_up.json", tmp_path / "retried.json"
+    scripted = t.scripted_openai if api.sdk == "openai" else t.scripted_anthropic
+    with cassettes.use(given_up, mode="record"), pytest.raises(Exception) as live_error:
+        adapters.complete(scripted(limited, max_retries=0).client, api.kwargs)
+    with cassettes.use(retried, mode="record"):  # the SDK waited retry-after-ms: 1 live, then got its answer
+        fast_limit = t.json_reply(limited.body, status=429, headers={"retry-after-ms": "1", "retry-after": "30"})
+        adapters.complete(scripted(fast_limit, api.reply("after the wait")).client, api.kwargs)
+
+    client, _ = Offline().clients(api.sdk)
+    with cassettes.use(given_up), pytest.raises(type(live_error.value)) as replayed:
+        adapters.complete(client.with_options(max_retries=0), api.kwargs)
+    headers = replayed.value.response.headers  # type: ignore[attr-defined]
+    assert headers.get("retry-after") == "30" and headers.get("x-request-id") == "req_limited"
+    assert "retry-after-ms" not in headers  # nothing the provider did not send
+    started = time.monotonic()
+    with cassettes.use(retried):
+        assert "after the wait" in json.dumps(dump(adapters.complete(client, api.kwargs)))
+    assert time.monotonic() - started < 5  # instant replay of the retry: no 30 s sleep
+
+
+@pytest.mark.parametrize("api_name", ["chat", "anthropic"])
+def test_a_raw_response_call_replays_its_recorded_headers_and_body(tmp_path, api_name: str) -> None:
+    api, path = APIS[api_name], tmp_path / "c.json"
+    request_id = "request-id" if api.sdk == "anthropic" else "x-request-id"
+    headers = {request_id: "req_raw_1", "x-ratelimit-remaining-requests": "7"}
+
+    def create(sdk_client: Any) -> Any:
+        resource = sdk_client.messages if api.sdk == "anthropic" else sdk_client.chat.completions
+        return resource.with_raw_response.create(**api.kwargs)
+
+    live = api.scripted(t.json_reply(api.reply("raw answer").body, headers=headers))
+    adapters.instrument(live.client)
+    with cassettes.use(path, mode="record"):
+        create(live.client)
+    client, aclient = Offline().clients(api.sdk)
+    adapters.instrument(client)
+    adapters.instrument(aclient)
+
+    async def acreate() -> tuple[Any, Any]:
+        raw = await create(aclient)
+        parsed = raw.parse()  # a coroutine for Anthropic's async raw response
+        return raw.headers, (await parsed if inspect.isawaitable(parsed) else parsed)
+
+    with cassettes.use(path):
+        raw = create(client)
+        replays = [(raw.headers, raw.parse())]
+    with cassettes.use(path):
+        replays.append(asyncio.run(acreate()))
+    for replayed_headers, parsed in replays:
+        assert replayed_headers[request_id] == "req_raw_1"
+        assert replayed_headers["x-ratelimit-remaining-requests"] == "7"
+        assert "raw answer" in json.dumps(dump(parsed))
+
+
+@pytest.mark.parametrize("api_name", ["chat", "anthropic"])
+def test_a_stream_still_open_when_its_cassette_is_saved_replays_as_cut_not_as_a_whole_answer(
+    tmp_path, api_name: str
+) -> None:
+    api, path = APIS[api_name], tmp_path / "c.json"
+    live = api.scripted(api.stream_reply(["one", "two", "three"]))
+    with cassettes.use(path, mode="record"):
+        chunks = iter(adapters.stream(live.client, api.kwargs, api_mode=api.api_mode))
+        first = [next(chunks), next(chunks)]
+    rest = list(chunks)  # the caller reads on after the use() ended: the file was written already
+    assert len(first + rest) > 2
+    exchange = json.loads(path.read_text())["calls"][0]["http"][0]
+    assert len(exchange["events"]) == 2 and exchange["cut"] is True
+    client, _ = Offline().clients(api.sdk)
+    with pytest.raises(cassettes.CassetteMiss, match="cut short after 2 events"), cassettes.use(path):
+        list(adapters.stream(client, api.kwargs, api_mode=api.api_mode))

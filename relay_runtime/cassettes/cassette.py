@@ -134,6 +134,11 @@ class CallTape:
             raise self.damaged("it is not an object", key)
         return item
 
+    def remaining(self, key: str = "http") -> int:
+        """How many recorded items of ``key`` are still to be played after those handed out."""
+        items = self.record.get(key)
+        return max(0, len(items) - self._positions.get(key, 0)) if isinstance(items, list) else 0
+
     def damaged(self, problem: str, key: str = "http") -> CassetteError:
         """The error for a recorded item of this call that cannot be played: the file, the entry, the problem."""
         position = self._positions.get(key, 1) - 1
@@ -268,6 +273,13 @@ class Cassette:
             wrong = policy.mismatch(self.path, self.fingerprint, redaction)
             if wrong is not None:
                 raise CassetteError(wrong)
+        if self.new:
+            # The file carries one policy's fingerprint: a call of this session stored under another would
+            # hold, under the fingerprint written, values that policy redacts (or lack values it keeps).
+            earlier = self.policy.fingerprint if self.policy is not None else None
+            wrong = policy.mismatch(self.path, earlier, redaction)
+            if wrong is not None:
+                raise CassetteError(f"{wrong} (this session recorded its earlier calls under the first)")
         self.policy = redaction
         taken: list[str] = []
         recorded_conversation(request, taken)  # an address's signature, cut from an error body echoing it too
@@ -366,9 +378,16 @@ class Cassette:
         with directory_locked(self.path.parent):
             changed = _identity(self.path) != self._seen
             if self.mode == "record":  # started afresh, but other writers' recordings since are theirs
+                if changed and not new:
+                    return  # nothing of this session's to add to what another writer saved
                 before = self._read() if changed else []
             else:
                 before = self._read() if changed else self.recorded
+            # Another writer's calls were stored under its policy: stamped with this one's fingerprint, the
+            # file would claim they hold none of what this policy redacts.
+            wrong = policy.mismatch(self.path, self.fingerprint, self.policy) if changed and before else None
+            if wrong is not None:
+                raise CassetteError(f"{wrong} (another session saved it under its policy while this one ran)")
             self._write(before + new)
 
     def _kept(self, failed: bool) -> list[dict[str, Any]]:
@@ -415,7 +434,8 @@ class Cassette:
                 raise CassetteError("cassette redact= hook must return the call dict with its 'request'")
             # The hook may have put a secret back in a new shape; the built-in rules run last.
             call = secrets.scrub(call, held)
-        return call
+        across = secrets.cut_across(held)
+        return call if across is None else policy.streams_across(across, call)
 
     def _write(self, calls: list[dict[str, Any]]) -> None:
         cleaned = [self.written(call) for call in calls]

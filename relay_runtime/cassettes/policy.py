@@ -11,13 +11,12 @@ another policy, or none, is a ``CassetteError`` that says to re-record.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus, unquote_plus
 
 from ..attempt import current_attempt
 from ..redaction_policy import RedactionPolicy
-from ..redaction_rules import Rule
 from ..redaction_streams import redact_across
 from ..urls import edit_query
 
@@ -29,6 +28,8 @@ _MAX_DEPTH = 32
 # Where a recorded answer holds a stream, one item per event: an HTTP stream's events, a realtime
 # session's steps (the provider's events among what was sent).
 _STREAMS = frozenset({"events", "session"})
+# What redacts one field's strings across a stream's events (see ``streams_across``).
+Across = Callable[[list[str]], list[str]]
 
 # Stored request keys -> where the policy reads them: the view's fields at their paths, and what is sent
 # beside the view as it is read in events (the tool the model must call as tools are, extras as params).
@@ -136,7 +137,7 @@ def redact_answers(policy: RedactionPolicy, call: dict[str, Any]) -> dict[str, A
     for key, value in call.items():
         if key != "request":
             if rules:
-                value = _streams_across(rules, policy._key, {key: value}, 0)[key]
+                value = streams_across(lambda pieces: redact_across(rules, policy._key, pieces), {key: value})[key]
             out[key] = policy.redact_spans(value)
     request = call.get("request")
     query = request.get("extra_query") if isinstance(request, dict) else None
@@ -166,24 +167,25 @@ def _query_as_stored(exchange: Any, query: dict[str, Any]) -> Any:
     return exchange if rebuilt == path else {**exchange, "path": rebuilt}
 
 
-def _streams_across(rules: tuple[Rule, ...], key: bytes | None, value: Any, depth: int) -> Any:
-    """``value`` with each stream in it (``_STREAMS``) redacted across its events."""
+def streams_across(redact: Across, value: Any, depth: int = 0) -> Any:
+    """``value`` with each stream in it (``_STREAMS``) redacted across its events: ``redact`` is given each
+    field's strings across the events, in order (a chunk's text deltas), and returns them redacted."""
     if depth > _MAX_DEPTH:
         return value
     if isinstance(value, dict):
         out = {}
         for k, v in value.items():
             if k in _STREAMS and isinstance(v, list) and len(v) > 1:
-                out[k] = _across_events(rules, key, v)
+                out[k] = _across_events(redact, v)
             else:
-                out[k] = _streams_across(rules, key, v, depth + 1)
+                out[k] = streams_across(redact, v, depth + 1)
         return out
     if isinstance(value, list):
-        return [_streams_across(rules, key, v, depth + 1) for v in value]
+        return [streams_across(redact, v, depth + 1) for v in value]
     return value
 
 
-def _across_events(rules: tuple[Rule, ...], key: bytes | None, events: list[Any]) -> list[Any]:
+def _across_events(redact: Across, events: list[Any]) -> list[Any]:
     # Each field's strings across the events, in order: (event, path) for each piece.
     fields: dict[tuple[str, ...], list[tuple[int, str]]] = {}
     for i, event in enumerate(events):
@@ -195,7 +197,7 @@ def _across_events(rules: tuple[Rule, ...], key: bytes | None, events: list[Any]
     for path, found in fields.items():
         if len(found) < 2:
             continue
-        redacted = redact_across(rules, key, [text for _, text in found])
+        redacted = redact([text for _, text in found])
         for (i, text), new in zip(found, redacted, strict=True):
             if new != text:
                 out[i] = _replaced(out[i], path, new)

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import unquote, unquote_plus
 
 from .. import redaction
+from ..redaction_streams import spread
 from ..secret_runs import SecretRuns
 from ..urls import edit_query, is_signing_scope
 
@@ -136,6 +137,22 @@ def runs_of(secrets: Iterable[str] = ()) -> SecretRuns:
 def _runs(secrets: frozenset[str]) -> SecretRuns:
     # Building the search costs more than a match: a cassette's secrets are the same from call to call.
     return SecretRuns(secrets, REDACTED)
+
+
+def cut_across(secrets: Iterable[str] = ()) -> Callable[[list[str]], list[str]] | None:
+    """What cuts ``secrets`` (and every remembered client key) out of one text given in pieces (a field of a
+    stream's events, in order): a key a model echoes comes as deltas of a few characters, none of which holds
+    a run ``scrub`` would find, while the pieces together spell it. None when there is no secret to cut."""
+    runs = runs_of(secrets)
+    if not runs:
+        return None
+
+    def cut(pieces: list[str]) -> list[str]:
+        joined = "".join(pieces)
+        spans = runs.spans(joined)
+        return spread(pieces, joined, spans) if spans else pieces
+
+    return cut
 
 
 def may_scrub(text: str, secrets: Iterable[str] = ()) -> bool:
