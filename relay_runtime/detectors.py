@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from . import detectors_decoding as _decoding
 from .detectors_numbers import find_card, find_iban, find_ip, find_phone, find_ssn, iban_ok, luhn_ok
@@ -123,6 +124,24 @@ def find_all(finders: Sequence[Detector], text: str) -> list[tuple[int, int, int
             if end > start:
                 hits.append((start, index, end))
     return hits
+
+
+Hit = TypeVar("Hit", bound=tuple[Any, ...])
+
+
+def unclaimed(hits: Iterable[Hit]) -> Iterator[tuple[int, Hit]]:
+    """``hits`` (in order, each opening ``(start, which rule, end, ...)``, none empty), each with where it starts
+    past the ones before it: where two overlap, the one that begins first (then the earlier rule) keeps the
+    overlap, and the other what it found beyond it (an address whose local part begins inside a key must not go
+    out whole for it); one inside an earlier one is left out."""
+    last = 0
+    for hit in hits:
+        end = hit[2]
+        if end <= last:
+            continue
+        start = hit[0]
+        yield (start if start > last else last), hit
+        last = end
 
 
 # -- one form per value, for hashing -------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .detectors import find_all
+from .detectors import find_all, unclaimed
 from .redaction_objects import key_text
 from .redaction_rules import Rule
 
@@ -144,9 +144,8 @@ class Application:
                 i += 1
                 continue
             # Detector rules in a row read the same text: each finds its spans there, and where two
-            # overlap the one that begins first (then the earlier rule) wins; what the other found beyond
-            # it is replaced by that one's rule (an address whose local part begins inside a key must not
-            # go out whole for it). One text, so the detectors share what they computed on it.
+            # overlap the one that begins first wins the overlap (``detectors.unclaimed``). One text, so
+            # the detectors share what they computed on it.
             j = i + 1
             while j < n and rules[j].finder is not None:
                 j += 1
@@ -170,11 +169,7 @@ class Application:
         last = 0
         key = self.key
         pairs, counts = self.pairs, self.counts
-        for start, index, end in hits:
-            if start < last:
-                if end <= last:
-                    continue
-                start = last  # see ``Application._run``: what it found beyond the earlier value is replaced too
+        for start, (_, index, end) in unclaimed(hits):
             rule = rules[index]
             value = text[start:end]
             new = rule.constant

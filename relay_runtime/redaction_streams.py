@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from .detectors import unclaimed
 from .redaction_rules import Rule
 
 HOLD_CHARS = 128
@@ -96,8 +97,8 @@ def redact_across(rules: tuple[Rule, ...], key: bytes | None, pieces: list[str])
     replacement goes in the piece where the value begins, and the rest of it leaves the pieces after.
 
     For what is stored piece by piece (a cassette's recorded stream events), where no piece alone may
-    hold a value whole. Where two values overlap, the one that begins first (then the earlier rule) wins, and
-    what the other found beyond it is replaced by that one's rule, as ``Application._run`` does.
+    hold a value whole. Where two values overlap, the one that begins first wins the overlap, as in every
+    other record (``detectors.unclaimed``).
     """
     joined = "".join(pieces)
     hits: list[tuple[int, int, int, Any]] = []
@@ -110,16 +111,10 @@ def redact_across(rules: tuple[Rule, ...], key: bytes | None, pieces: list[str])
         return pieces
     hits.sort(key=lambda hit: (hit[0], hit[1]))
     kept: list[tuple[int, int, str]] = []
-    last = 0
-    for start, index, end, match in hits:
-        if start < last:
-            if end <= last:
-                continue
-            start = last
+    for start, (_, index, end, match) in unclaimed(hits):
         rule = rules[index]
         new = rule.constant if rule.constant is not None else rule.replace(joined[start:end], match, key)
         kept.append((start, end, new))
-        last = end
     return spread(pieces, joined, kept)
 
 
