@@ -46,6 +46,7 @@ from .providers import EMBEDDINGS, price_provider
 from .rates import TOP_TIER, Priced
 from .settle import DOWNGRADED_FROM, LATE_CHARGE_MARK, WARNING_MARK, Billable, Settlement
 from .store import Claim, FileSpendStore, Reservation, SharedSpendStore, SpendStore
+from .unsettled import Unsettled
 
 if TYPE_CHECKING:
     from ..attempt import Attempt
@@ -76,6 +77,7 @@ class RelayCost(Settlement):
         self._metered = False  # whether some budget stops streams
         # The budgets' nodes of the last parent scope seen: calls in a row under one scope skip the walk.
         self._plan = Plan(None, (), [])
+        self._unsettled = Unsettled()  # settles the shared store failed, tried again before it is read
 
     # -- configuring -------------------------------------------------------------------------------
 
@@ -276,6 +278,8 @@ class RelayCost(Settlement):
             return None, None, None
         claims = [Claim(n.store_key or "", n.budget.limit, stream and n.budget.on_exceed == "stop_stream")
                   for n in shared]  # fmt: skip
+        if self._unsettled:
+            self._unsettled.retry(self._relay.diag)  # so this check sees what earlier calls spent
         try:
             reservation = self._shared_store().reserve(claims, estimate)
         except BaseException:

@@ -25,7 +25,8 @@ EXTRA = "journal-redis"
 
 # KEYS: the claims' hashes. reserve: ARGV = op, id, amount, ttl, then limit and soft ("1"/"0") per key;
 # returns {"ok", spent1, committed1, ...} or {"crossed", index, spent1, committed1, ...}.
-# settle: ARGV = op, id, amount; returns every key's new total. Floats travel as strings (RESP would truncate).
+# settle and resettle (a retry: adds only where the reservation is still held): ARGV = op, id, amount; returns
+# every key's new total. Floats travel as strings (RESP would truncate).
 _SCRIPT = """
 local function unreadable(key, name, value)
   -- NaN or a negative figure would make every later check pass: the budget silently gone.
@@ -41,11 +42,15 @@ local id = 'r:' .. ARGV[2]
 local amount = tonumber(ARGV[3])
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
-if op == 'settle' then
+if op == 'settle' or op == 'resettle' then
   local totals = {}
   for i, key in ipairs(KEYS) do
-    redis.call('HDEL', key, id)
-    totals[i] = redis.call('HINCRBYFLOAT', key, 'spent', ARGV[3])
+    -- A retry (resettle) adds only where the reservation is still held: a settle whose reply was lost ran.
+    if redis.call('HDEL', key, id) == 1 or op == 'settle' then
+      totals[i] = redis.call('HINCRBYFLOAT', key, 'spent', ARGV[3])
+    else
+      totals[i] = redis.call('HGET', key, 'spent') or '0'
+    end
   end
   return totals
 end
@@ -157,9 +162,17 @@ class RedisSpendStore:
                            crossed)  # fmt: skip
 
     def settle(self, reservation: Reservation, amount: float) -> tuple[float, ...]:
+        return self._settle(reservation, amount, "settle")
+
+    def resettle(self, reservation: Reservation, amount: float) -> tuple[float, ...]:
+        """``settle`` tried again after it raised: adds only under the keys that still hold the reservation (a
+        settle whose reply was lost to a timeout ran on the server, and dropped it)."""
+        return self._settle(reservation, amount, "resettle")
+
+    def _settle(self, reservation: Reservation, amount: float, op: str) -> tuple[float, ...]:
         amount = check_amount(amount, "spend to settle")
         unique = list(dict.fromkeys(reservation.keys))  # two budgets on one key are charged once
-        reply = self._script(keys=[self._key(k) for k in unique], args=["settle", reservation.id, repr(amount)])
+        reply = self._script(keys=[self._key(k) for k in unique], args=[op, reservation.id, repr(amount)])
         totals = {k: float(v) for k, v in zip(unique, reply, strict=True)}
         return tuple(totals[k] for k in reservation.keys)
 

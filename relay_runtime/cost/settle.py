@@ -15,6 +15,7 @@ from .pricing import AttemptCost, CostRollup, price_usage, unpriced
 from .providers import price_provider
 from .rates import Priced, fast_price
 from .store import SharedSpendStore, SpendStore
+from .unsettled import Unsettled
 
 if TYPE_CHECKING:
     from ..relay import Relay
@@ -62,6 +63,7 @@ class Settlement:
     _lookup: dict[tuple[str, str], Priced | None]
     budgets: tuple[Budget, ...]
     _plan: Plan
+    _unsettled: Unsettled
 
     if TYPE_CHECKING:
 
@@ -150,7 +152,7 @@ class Settlement:
                 rollup = node.rollup
                 if node.store_key is not None or rollup.carried + rollup.total >= node.warn_from:
                     try:
-                        self._after_spend(spend, amount)
+                        self._after_spend(spend, amount, attempt.handle.start_ns)
                     except Exception as exc:
                         self._relay.diag.failure("bookkeeping_errors", exc, f"recording the spend of {attempt.name!r}")
                     break
@@ -272,16 +274,22 @@ class Settlement:
             self._relay.diag.count("cost.invalid_usage" if "usage" in cost.missing else "cost.unpriced_category")
         return cost
 
-    def _after_spend(self, spend: AttemptSpend, amount: float | None) -> None:
+    def _after_spend(self, spend: AttemptSpend, amount: float | None, started_ns: int) -> None:
         """Persist conversation and profile spend, and warn the budgets that reached ``warn_at``."""
         persisted: set[str] = set()
         reservation = spend.reservation
         if reservation is not None:
             # The shared store's reservation becomes what the call cost, in one step on the store's side.
+            store = self._shared_store()
+            diag = self._relay.diag
+            if self._unsettled:
+                self._unsettled.retry(diag)
             try:
-                totals = self._shared_store().settle(reservation, amount or 0.0)
+                totals = store.settle(reservation, amount or 0.0)
             except Exception as exc:
-                self._relay.diag.failure("cost.spend_store_errors", exc, f"settling spend of {reservation.keys!r}")
+                diag.failure("cost.spend_store_errors", exc, f"settling spend of {reservation.keys!r}")
+                # Settled again before the next check reads the store (``unsettled``), never counted twice.
+                self._unsettled.keep(store, reservation, amount or 0.0, started_ns / 1e9, diag)
             else:
                 sync_carried([n for n in spend.nodes if n.shared], totals)
         added: dict[str, float] = {}

@@ -5,7 +5,8 @@ call is sent its worst case is reserved in the store against every persisted
 budget at once, checked against what the store holds then (what every process
 spent and has in flight), and when the call ends the reservation is replaced by
 what it cost. A store with only ``load`` and ``add`` (the older protocol) is
-read once per scope and checked in this process alone.
+read once per scope and checked in this process alone. ``resettle``, which every
+store here has too, is ``settle`` tried again after it raised (``unsettled``).
 """
 
 from __future__ import annotations
@@ -112,6 +113,17 @@ class Ledger:
         return self.spent + sum(amount for amount, _ in self.reserved.values())
 
 
+def settle_ledger(ledger: Ledger, rid: str, amount: float, again: bool) -> bool:
+    """Replace reservation ``rid`` by ``amount`` spent; ``again`` (a retry of a settle that raised): only if
+    the ledger still holds it, since one that is gone was settled by the attempt that raised. Whether
+    anything changed."""
+    held = ledger.reserved.pop(rid, None)
+    if held is None and again:
+        return False
+    ledger.spent += amount
+    return True
+
+
 def decide(ledgers: Sequence[Ledger], claims: Sequence[Claim], amount: float, ttl: float, rid: str) -> Reservation:
     """The reservation rule every store applies (Redis in Lua): all claims fit, or nothing is reserved."""
     now = time.time()
@@ -165,13 +177,19 @@ class MemorySpendStore:
             return decide([self._ledger(c.key) for c in claims], claims, amount, self.reservation_ttl, rid)
 
     def settle(self, reservation: Reservation, amount: float) -> tuple[float, ...]:
+        return self._settle(reservation, amount, again=False)
+
+    def resettle(self, reservation: Reservation, amount: float) -> tuple[float, ...]:
+        """``settle`` tried again after it raised: adds only under the keys that still hold the reservation."""
+        return self._settle(reservation, amount, again=True)
+
+    def _settle(self, reservation: Reservation, amount: float, *, again: bool) -> tuple[float, ...]:
         amount = check_amount(amount, "spend to settle")
         with self._lock:
             totals: dict[str, float] = {}
             for key in dict.fromkeys(reservation.keys):  # two budgets on one key are charged once
                 ledger = self._ledger(key)
-                ledger.reserved.pop(reservation.id, None)
-                ledger.spent += amount
+                settle_ledger(ledger, reservation.id, amount, again)
                 totals[key] = ledger.spent
             return tuple(totals[k] for k in reservation.keys)
 
@@ -257,13 +275,20 @@ class FileSpendStore:
         return reservation
 
     def settle(self, reservation: Reservation, amount: float) -> tuple[float, ...]:
+        return self._settle(reservation, amount, again=False)
+
+    def resettle(self, reservation: Reservation, amount: float) -> tuple[float, ...]:
+        """``settle`` tried again after it raised: adds only under the keys that still hold the reservation
+        (one raising part-way has written some keys and not the others)."""
+        return self._settle(reservation, amount, again=True)
+
+    def _settle(self, reservation: Reservation, amount: float, *, again: bool) -> tuple[float, ...]:
         amount = check_amount(amount, "spend to settle")
         with self._locked(reservation.keys):
             totals: dict[str, float] = {}
             for key in dict.fromkeys(reservation.keys):  # two budgets on one key are charged once
                 ledger = self._read(key)
-                ledger.reserved.pop(reservation.id, None)
-                ledger.spent += amount
-                self._write(key, ledger, durable=amount > 0)
+                if settle_ledger(ledger, reservation.id, amount, again):
+                    self._write(key, ledger, durable=amount > 0)
                 totals[key] = ledger.spent
         return tuple(totals[k] for k in reservation.keys)
