@@ -175,6 +175,30 @@ def test_a_run_at_its_cap_refuses_rows_never_trims_and_still_records_its_end(red
         store.close()
 
 
+def test_a_refused_row_whose_reply_was_lost_is_counted_refused_once(redis_server, redis_prefix):
+    proxy = DroppingProxy(redis_server.port)
+    store = RedisStreamStore(proxy.url, prefix=redis_prefix, max_run_bytes=400)
+    try:
+        store.append("s", "r", "token", {"text": "fits"})
+        with pytest.raises(RunFull):
+            store.append("s", "r", "token", {"text": "x" * 500})
+        proxy.drop_next_reply.set()  # the next refusal runs on the server; its answer is cut on the way back
+        with pytest.raises(RunFull):
+            store.append("s", "r", "token", {"text": "y" * 500})
+        assert proxy.dropped == 1
+        assert store.run_stats("s", "r")["refused"] == 2  # two rows refused, one of them sent twice
+        # A run at its cap keeps the ids of the last refusal only, however many rows it refuses.
+        for i in range(20):
+            with pytest.raises(RunFull):
+                store.append("s", "r", "token", {"text": "z" * 500}, row_id=f"row-{i}")
+        assert store.run_stats("s", "r")["refused"] == 22
+        held = store.client.hget(store.keys.meta("s", "r"), "refused_ids")
+        assert json.loads(held) == ["row-19"]
+    finally:
+        store.close()
+        proxy.close()
+
+
 def test_the_background_writer_counts_rows_stored_truncated(redis_server, redis_prefix):
     store = RedisStreamStore(redis_server.url, prefix=redis_prefix, max_row_bytes=16 * 1024)
     counts: list[str] = []

@@ -6,8 +6,10 @@ Per run (ids are ``[A-Za-z0-9_.-]``, so ``:`` cannot occur inside one):
   with one field ``r``, the row's JSON exactly as the file store writes its line.
   Entry ids that are seqs make "after a cursor" an ``XRANGE``/``XREAD`` from ``<cursor>-0``.
 - ``<prefix>:meta:<session>:<run>``: a hash: ``seq`` (last seq), ``bytes`` (rows'
-  total size, for the cap), ``refused`` (rows refused at the cap), ``done`` (a
-  terminal row was written).
+  total size, for the cap), ``refused`` (rows refused at the cap), ``refused_ids``
+  (the row ids the last append that refused any refused: a call retried after its
+  reply was lost is not counted again, and a run at its cap keeps one batch's ids,
+  not one per row it ever refused), ``done`` (a terminal row was written).
 - ``<prefix>:ids:<session>:<run>``: a hash from the writer's row id to the seq it got,
   so an append retried after a lost reply returns the first one's seq instead of
   writing the row twice.
@@ -52,11 +54,15 @@ local stream, meta, ids, where, sessions, runs, open = KEYS[1], KEYS[2], KEYS[3]
 local run_id, session_id, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local retention, max_bytes, reserve = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local expected = tonumber(ARGV[7])
-local state = redis.call('HMGET', meta, 'seq', 'bytes', 'done')
+local state = redis.call('HMGET', meta, 'seq', 'bytes', 'done', 'refused_ids')
 local seq = tonumber(state[1]) or 0
 local bytes = tonumber(state[2]) or 0
 local done = state[3] and true or false
-local refused, wrote = 0, false
+local refused_before = {}
+if state[4] then
+  for _, id in ipairs(cjson.decode(state[4])) do refused_before[id] = true end
+end
+local refused, wrote, refused_ids = 0, false, {}
 local out = {}
 for i = 8, #ARGV, 3 do
   local row_id, terminal, tail = ARGV[i], ARGV[i + 1] == '1', ARGV[i + 2]
@@ -75,7 +81,10 @@ for i = 8, #ARGV, 3 do
       limit = limit + reserve
     end
     if bytes + #row > limit then
-      refused = refused + 1
+      if not refused_before[row_id] then
+        refused = refused + 1
+      end
+      refused_ids[#refused_ids + 1] = row_id
       out[#out + 1] = seq
       out[#out + 1] = 2
     else
@@ -105,6 +114,9 @@ for i = 8, #ARGV, 3 do
 end
 if refused > 0 then
   redis.call('HINCRBY', meta, 'refused', refused)
+end
+if #refused_ids > 0 then
+  redis.call('HSET', meta, 'refused_ids', cjson.encode(refused_ids))
 end
 if not wrote then
   return out
