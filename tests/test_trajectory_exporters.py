@@ -14,12 +14,14 @@ from trajectory_support import MODEL, SESSION, run_ours
 
 from relay_runtime import Relay, adapters, session
 from relay_runtime.adapters import testing
+from relay_runtime.integrations.run_journal import FileStore
 from relay_runtime.integrations.trajectory import (
     AtifExporter,
     AtofExporter,
     FileSink,
     FsspecSink,
     HttpSink,
+    atif_from_journal,
     validate_atif,
 )
 
@@ -352,6 +354,32 @@ def test_a_late_charge_is_a_mark_of_its_conversations_tree(relay_home):
     assert attempt["propagation_root_uuid"] == conversation["uuid"]
     assert late["propagation_root_uuid"] == conversation["uuid"]
     assert {e["propagation_root_uuid"] for e in lines} == {conversation["uuid"]}
+
+
+def test_a_late_charge_counts_in_the_trajectory_live_and_rebuilt_from_the_journal(relay_home, tmp_path):
+    # The answer of a call in flight when its turn ended comes later, and the provider bills it: the step of its
+    # call and the trajectory's total cost count it, as the journal's summary does.
+    from test_cost import _answered_after_its_turn_ended, catalog
+
+    from relay_runtime import cost
+    from relay_runtime.integrations.run_journal import JournalSubscriber, latest_run_summary
+
+    coordinator = session.SESSION_COORDINATOR
+    exporter = AtifExporter().attach(coordinator)
+    journal = JournalSubscriber(session_dir=tmp_path).attach(coordinator)
+    host = coordinator.host(session.current_profile_key())
+    cost.attach(host, catalog())
+    _answered_after_its_turn_ended(host, "late")
+    assert journal.close()
+    live = exporter.export("late")
+    (step,) = [s for s in live["steps"] if s["source"] == "agent"]
+    assert step["extra"]["outcome"] == "cancelled"  # the record ended the attempt with its turn
+    assert step["metrics"]["cost_usd"] == pytest.approx(0.001)  # 1000 input tokens of gpt-x
+    assert live["final_metrics"]["total_cost_usd"] == pytest.approx(0.001)
+    assert latest_run_summary("late", "t-1", session_dir=tmp_path)["cost"]["total"] == pytest.approx(0.001)
+    rebuilt = atif_from_journal("late", store=FileStore(tmp_path))
+    assert rebuilt["final_metrics"]["total_cost_usd"] == pytest.approx(0.001)
+    assert validate_atif(live) == [] and validate_atif(rebuilt) == []
 
 
 def test_tool_call_id_must_be_a_non_empty_string():

@@ -488,4 +488,8 @@ class JournalSubscriber:
         data = event.data
         cost = data.get("cost") if isinstance(data, dict) else None
         if run is not None and isinstance(cost, dict):
-            self._emit(run, [(COST_EVENT, {**cost, "attempt_id": event.parent_uuid, "late": True})])
+            row: dict[str, Any] = {**cost, "attempt_id": event.parent_uuid, "late": True}
+            done = self._tracker.late_charge(event)  # so a trajectory rebuilt from the journal counts it too
+            if done is not None:
+                row["traj"] = done[1]
+            self._emit(run, [(COST_EVENT, row)])

@@ -18,6 +18,7 @@ from typing import Any
 from relay_runtime import CHUNK_MARK, MARK, SCOPE_END, SCOPE_START, Event
 from relay_runtime import conventions as cv
 from relay_runtime.attach import Attachment, detach_all, subscriber_attachment
+from relay_runtime.cost import LATE_CHARGE_MARK
 from relay_runtime.types import ScopeType
 
 from .build import TrajectoryBuilder
@@ -124,6 +125,10 @@ class AtifExporter:
                         tracker.chunk(event)
                     elif event.name == cv.FALLBACK_ANSWER:
                         tracker.fallback(event)
+                    elif event.name == LATE_CHARGE_MARK:
+                        done = tracker.late_charge(event)
+                        if done is not None and (wanted is None or done[0] == wanted):
+                            records[done[0]].append(done[1])
                     continue
                 done = tracker(event, held)
                 if done is not None and (wanted is None or done[0] == wanted):

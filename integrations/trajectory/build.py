@@ -19,6 +19,10 @@ Steps, as NeMo Relay's ``AtifExporter`` writes them for the same run:
   the first request that sends it (``said``);
 - a tool at which the framework paused the run (its scope's output ``{"control_flow": ...}``) as a
   ``system`` step saying so: it answers no call; the resumed run's call of the tool does.
+
+An attempt priced after its end (its answer came after its turn ended it) counts in its step when the
+charge comes (``late_charge``): as the step's ``cost_usd`` when it is the step's final attempt, else in
+``wasted_cost_usd``; ``final_metrics.total_cost_usd`` counts it either way.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import Any
 from relay_runtime.tools import control_flow_of
 
 from .plain import rfc3339
-from .records import ATTEMPT, CALL, TOOL, TOOL_END, TURN, TURN_END
+from .records import ATTEMPT, CALL, LATE_CHARGE, TOOL, TOOL_END, TURN, TURN_END
 from .said import tool_results, user_messages
 
 SCHEMA_VERSION = "ATIF-v1.7"
@@ -92,7 +96,10 @@ def _prompt_tokens(attempt: dict[str, Any], usage: dict[str, int]) -> int | None
 def _metrics(attempt: dict[str, Any]) -> dict[str, Any] | None:
     usage = _usage(attempt)
     if not usage:
-        return None
+        # Priced without counts (a stream stopped before its usage came, billed by its running estimate): what it
+        # cost still counts, in the step and the total, as the journal counts it.
+        cost = _usd(attempt)
+        return {"cost_usd": cost} if cost is not None else None
     prompt, completion = _prompt_tokens(attempt, usage), usage.get("output_tokens")
     metrics: dict[str, Any] = {}
     if prompt is not None:
@@ -110,6 +117,14 @@ def _metrics(attempt: dict[str, Any]) -> dict[str, Any] | None:
             extra[key] = usage[key]
     metrics["extra"] = extra
     return metrics
+
+
+def _final(attempts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The attempt a logical call's step stands for: its last that succeeded, else its last."""
+    for attempt in reversed(attempts):
+        if attempt.get("outcome") == "success":
+            return attempt
+    return attempts[-1]
 
 
 class TrajectoryBuilder:
@@ -130,6 +145,7 @@ class TrajectoryBuilder:
         # its call had streamed in, before the call ended. With where a step of their own would go, if none asks.
         self._early: dict[str, tuple[int, dict[str, Any], dict[str, Any]]] = {}
         self._last_asking: dict[str, Any] | None = None
+        self._call_of: dict[str, _Call] = {}  # attempt id -> its call, for a charge that comes after it ended
 
     # -- records -------------------------------------------------------------------------
 
@@ -151,6 +167,8 @@ class TrajectoryBuilder:
             self._open_turns.add(record["id"])
         elif kind == TURN_END:
             self._open_turns.discard(record["id"])
+        elif kind == LATE_CHARGE:
+            self._late_charge(record)
 
     def add_all(self, records: Iterable[dict[str, Any]]) -> TrajectoryBuilder:
         for record in records:
@@ -187,8 +205,34 @@ class TrajectoryBuilder:
                 self._step({"timestamp": rfc3339(start) if isinstance(start, int) else None, "source": "user",
                             "message": text})  # fmt: skip
         call.attempts.append(record)
+        self._call_of[record["id"]] = call
         if parent == record["id"]:
             self._call_end({"k": CALL, "id": parent, "outcome": record.get("outcome")})
+
+    def _late_charge(self, record: dict[str, Any]) -> None:
+        """An attempt's cost that came after its end: on its record (a copy: the records are the caller's), and on
+        its step when the step is made already."""
+        call = self._call_of.get(record["id"])
+        cost = record.get("cost")
+        if call is None or not isinstance(cost, dict):
+            return
+        for index, attempt in enumerate(call.attempts):
+            if attempt["id"] == record["id"]:
+                before = _usd(attempt) or 0.0
+                call.attempts[index] = attempt = {**attempt, "cost": cost}
+                break
+        else:
+            return
+        step = call.step
+        added = (_usd(attempt) or 0.0) - before
+        if step is None or not added:
+            return  # the step, made when the call ends, reads the attempt's record
+        if attempt is _final(call.attempts):
+            metrics = step.setdefault("metrics", {})
+            metrics["cost_usd"] = metrics.get("cost_usd", 0.0) + added
+        else:
+            extra = step.setdefault("extra", {})
+            extra["wasted_cost_usd"] = extra.get("wasted_cost_usd", 0.0) + added
 
     def _results_sent(self, record: dict[str, Any]) -> None:
         """The results a call's first request sends for tool calls no tool scope answered (an Agents SDK
@@ -226,10 +270,10 @@ class TrajectoryBuilder:
         if call is None or call.step is not None or not call.attempts:
             return
         attempts = call.attempts
-        served = [a for a in attempts if a.get("outcome") == "success"]
-        final = served[-1] if served else attempts[-1]
+        final = _final(attempts)
         answer = record.get("answer")
         # Its provider failed and an execution intercept answered instead: the step says what the agent got.
+        served = final.get("outcome") == "success"
         response = answer if isinstance(answer, dict) and not served else final.get("resp") or {}
         end = final.get("end")
         step: dict[str, Any] = {

@@ -12,7 +12,9 @@ journal is the live one. A record is written when its scope ends:
   attempt of the same conversation (``base``, how many messages it ``keep``s, the ``new``
   ones, and the kwargs it ``set``s or ``drop``s), so that each row holds a call's new
   messages only, never the history again; and what the response said;
-- ``tool`` (at the tool's start) and ``tool_end``.
+- ``tool`` (at the tool's start) and ``tool_end``;
+- ``late_charge``: what an attempt cost when it was priced after its end (its answer came after its
+  turn ended it: ``relay.cost.late_charge``), by the attempt's ``id``.
 
 ``os`` / ``oe`` number the start and end events in the order the tracker saw them,
 which is how ATOF events rebuilt from records are put back in order.
@@ -33,6 +35,8 @@ from .plain import plain
 from .sent_copies import SentCopies
 
 TURN, TURN_END, CALL, ATTEMPT, TOOL, TOOL_END = "turn", "turn_end", "call", "attempt", "tool", "tool_end"
+LATE_CHARGE = "late_charge"
+_ENDED_ATTEMPTS = 1024  # ended attempts whose conversation is remembered, for a charge that comes after
 TOOL_CALL_ID = "tool_call_id"
 _LINES = 16  # lines of one conversation a new request is compared with (see History)
 _LEAVES = 8  # the latest requests of a line that no later request extends
@@ -314,6 +318,8 @@ class Tracker:
         self._open: dict[str, _Open] = {}  # open logical calls, attempts and tools
         self._history: dict[str, History] = {}
         self._order = 0
+        # Ended attempts -> their conversation, the newest last: a late charge names its attempt only.
+        self._ended: dict[str, str] = {}
 
     def session_of(self, uuid: str | None) -> str | None:
         return self._session.get(uuid or "")
@@ -337,6 +343,16 @@ class Tracker:
         opened = self._open.get(event.parent_uuid or "")
         if opened is not None and opened.kind == cv.LOGICAL_CALL:
             opened.answer = _response(event) or {}
+
+    def late_charge(self, event: Event) -> tuple[str, dict[str, Any]] | None:
+        """A ``relay.cost.late_charge`` mark: the ``late_charge`` record of the attempt it names, with its cost."""
+        data = event.data
+        cost = data.get("cost") if isinstance(data, dict) else None
+        attempt = data.get("attempt_uuid") if isinstance(data, dict) else None
+        session_id = self._ended.get(attempt) if isinstance(attempt, str) else None
+        if session_id is None or not isinstance(cost, dict):
+            return None
+        return session_id, {"k": LATE_CHARGE, "id": attempt, "cost": plain(cost)}
 
     def __call__(self, event: Event, held: Any = None) -> tuple[str, dict[str, Any]] | None:
         """The record ``event`` completes, as ``(session_id, record)``; None for most events.
@@ -425,6 +441,10 @@ class Tracker:
             "name": event.name, "start": found.start, "end": event.timestamp, "os": found.os, "oe": order,
         }  # fmt: skip
         if relay_kind == cv.ATTEMPT:
+            ended = self._ended
+            ended[uuid] = session_id
+            if len(ended) > _ENDED_ATTEMPTS:
+                del ended[next(iter(ended))]
             meta = _meta(event.metadata, _ATTEMPT_META)
             if meta:
                 record["meta"] = meta
