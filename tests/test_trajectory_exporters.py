@@ -382,6 +382,38 @@ def test_a_late_charge_counts_in_the_trajectory_live_and_rebuilt_from_the_journa
     assert validate_atif(live) == [] and validate_atif(rebuilt) == []
 
 
+def test_a_stream_priced_by_an_estimate_keeps_its_cost_in_the_trajectory(relay_home, tmp_path):
+    # A chat stream not asked for its usage is billed all the same: charged an estimate, with no token counts.
+    # Its step said nothing of what it cost, and the trajectory's total fell short of the journal's.
+    from test_cost import catalog
+
+    from relay_runtime import cost
+    from relay_runtime.cost import Budget
+    from relay_runtime.integrations.run_journal import JournalSubscriber, latest_run_summary
+
+    coordinator = session.SESSION_COORDINATOR
+    exporter = AtifExporter().attach(coordinator)
+    journal = JournalSubscriber(session_dir=tmp_path).attach(coordinator)
+    host = coordinator.host(session.current_profile_key())
+    cost.attach(host, catalog(), Budget(1.0, per="conversation", warn_at=None))
+    chunks = testing.chat_chunks(["an answer ", "without usage"], model="gpt-x")
+    scripted = testing.scripted_openai(testing.sse_reply(testing.openai_chat_sse(chunks)))
+    lease = coordinator.acquire_conversation(profile_key=host.profile_key, session_id="est", platform="t")
+    turn = coordinator.begin_turn(lease, turn_id="r1", task_id="t1")
+    stream = adapters.stream(scripted.client, {"model": "gpt-x", "messages": [{"role": "user", "content": "go"}]})
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == "an answer without usage"
+    coordinator.end_turn(turn, outcome="success")
+    coordinator.release_conversation(lease)
+    assert journal.close()
+    trajectory = exporter.export("est")
+    (step,) = [s for s in trajectory["steps"] if s["source"] == "agent"]
+    total = latest_run_summary("est", "r1", session_dir=tmp_path)["cost"]["total"]
+    assert total > 0
+    assert step["metrics"] == {"cost_usd": pytest.approx(total)}
+    assert trajectory["final_metrics"]["total_cost_usd"] == pytest.approx(total)
+    assert validate_atif(trajectory) == []
+
+
 def test_tool_call_id_must_be_a_non_empty_string():
     relay = Relay()
     for bad in ("", 5):
