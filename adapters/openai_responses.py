@@ -29,6 +29,10 @@ _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.fa
 _REASONING_DELTAS = frozenset({"response.reasoning_summary_text.delta", "response.reasoning_text.delta"})
 # Deltas that are not model output in characters: base64 audio (its transcript is counted instead).
 _UNMETERED_DELTAS = frozenset({"response.audio.delta", "response.image_generation_call.partial_image"})
+# The output items that are tool calls of the record, with the field holding what the call passes: a stream cut
+# before its terminal event is rebuilt from their pieces (``StreamedResponse``), custom tools' calls included.
+_CALL_ARGUMENTS = {"function_call": "arguments", "custom_tool_call": "input"}
+_CALL_DELTAS = frozenset({"response.function_call_arguments.delta", "response.custom_tool_call_input.delta"})
 
 
 def usage_of(usage: Any) -> TokenUsage:
@@ -147,7 +151,7 @@ class ResponsesAccumulator:
             piece = as_str(get(chunk, "delta")) or ""
             self.reasoning.append(piece)
             return ChunkDelta(reasoning=piece) if piece else None
-        if kind == "response.function_call_arguments.delta":
+        if kind in _CALL_DELTAS:  # a function's arguments, a custom (freeform) tool's input
             call = self._call(as_str(get(chunk, "item_id")))
             fragment = as_str(get(chunk, "delta"))
             if fragment:
@@ -155,11 +159,12 @@ class ResponsesAccumulator:
             return ChunkDelta(extra_chars=len(fragment) if fragment else 0)
         if kind in ("response.output_item.added", "response.output_item.done"):
             item = get(chunk, "item")
-            if get(item, "type") == "function_call":
+            item_type = get(item, "type")
+            if item_type in _CALL_ARGUMENTS:
                 call = self._call(as_str(get(item, "id")) or as_str(get(item, "call_id")))
                 call.id = as_str(get(item, "call_id")) or call.id
                 call.name = as_str(get(item, "name")) or call.name
-                final = as_str(get(item, "arguments"))
+                final = as_str(get(item, _CALL_ARGUMENTS[item_type]))
                 if kind == "response.output_item.done" and final is not None:
                     call.arguments = [final]  # the done item is authoritative over the fragments
             return None

@@ -419,6 +419,24 @@ def test_a_responses_custom_tool_call_is_recorded_whole_and_streamed(relay_turn,
     assert [e.annotated_response.tool_calls for e in attempts(relay_events)] == [expected, expected]
 
 
+def test_a_responses_stream_cut_before_its_end_keeps_its_custom_tool_call(relay_turn, relay_events, scripted) -> None:
+    """A stream that stops before ``response.completed`` is recorded from its pieces: a custom tool's call, its
+    input streamed as ``response.custom_tool_call_input.delta``, is one of them, as a function's call is."""
+    call = {"type": "custom_tool_call", "id": "ctc_1", "call_id": "call_1", "name": "grammar", "input": "",
+            "status": "in_progress"}  # fmt: skip
+    events = t.responses_events(["a"])[:-1]  # no terminal event: the connection ended first
+    events.append({"type": "response.output_item.added", "sequence_number": 90, "output_index": 1, "item": call})
+    for n, piece in enumerate(("x = ", "1")):
+        events.append({"type": "response.custom_tool_call_input.delta", "sequence_number": 91 + n,
+                       "output_index": 1, "item_id": "ctc_1", "delta": piece})  # fmt: skip
+    s = scripted("openai", t.sse_reply(t.typed_sse(events)))
+    for _event in s.client.responses.create(model="m", input="hi", stream=True):
+        pass
+    (end,) = attempts(relay_events)
+    assert end.annotated_response.output_text == "a"
+    assert end.annotated_response.tool_calls == [{"id": "call_1", "name": "grammar", "arguments": "x = 1"}]
+
+
 def test_a_text_blocks_streamed_citations_are_in_the_recorded_message(relay_turn, relay_events, scripted) -> None:
     """citations_delta events give a text block its citations: the message the attempt records keeps them,
     as the SDK's own final message does."""
