@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import json
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,7 @@ from relay_runtime.streams import adopt_source, fail_stream, finish_whole
 
 from . import dispatch
 from .endpoints import Endpoint
+from .sse_body import SseFeed
 
 
 class _Body:
@@ -46,6 +48,31 @@ class _Body:
 
     def close(self) -> None:
         pass  # the raw response owns the connection: its own close() releases it
+
+    def queue(self) -> _Queue:
+        """The events of a streamed body its caller reads raw, handed to the managed stream one by one."""
+        if type(self.stream) is not _Queue:
+            self.stream = _Queue()
+        return self.stream
+
+
+class _Queue:
+    """Events waiting for the managed stream to read them; empty, it ends the stream."""
+
+    __slots__ = ("items",)
+
+    def __init__(self) -> None:
+        self.items: deque[Any] = deque()
+
+    def __next__(self) -> Any:
+        if not self.items:
+            raise StopIteration
+        return self.items.popleft()
+
+    async def __anext__(self) -> Any:
+        if not self.items:
+            raise StopAsyncIteration
+        return self.items.popleft()
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or self.stream is None:
@@ -154,16 +181,42 @@ class _Watched(wrapt.ObjectProxy):
         finish_whole(self._self_managed, result)
         return result
 
-    def _relay_read_done(self) -> None:
+    def _relay_read_done(self, result: Any = None) -> None:
         """The body is in memory: end the attempt with its parsed form (or none, if it does not parse)."""
         if self._self_streamed:
-            finish_whole(self._self_managed, None)
+            self._relay_stream_end(_events_of(result))
             return
         try:
             parsed = self.__wrapped__.parse()
         except Exception:
             parsed = None
         finish_whole(self._self_managed, parsed)
+
+    def _relay_events(self, events: list[Any]) -> None:
+        """Events of a streamed body the caller reads raw, read by the managed stream as they come (chunk marks,
+        the first chunk's time, a budget's meter), as it reads the SDK's chunks. What they say is recorded;
+        nothing the stream raises reaches the caller, who has the body already."""
+        if not events:
+            return
+        queue = self._self_body.queue()
+        for event in events:
+            queue.items.append(event)
+            try:
+                next(self._self_managed)
+            except Exception:  # StopIteration once the attempt ended (a budget stopped it)
+                continue
+
+    def _relay_stream_end(self, events: list[Any]) -> None:
+        """The body is read: its last events, then the end of the managed stream (its attempt ends with what they
+        said, or as a stream cut short); with no event at all (no server-sent events), as before."""
+        self._relay_events(events)
+        if type(self._self_body.stream) is not _Queue:
+            finish_whole(self._self_managed, None)
+            return
+        try:
+            next(self._self_managed)
+        except Exception:  # StopIteration: the attempt ended
+            pass
 
     def _relay_failed(self, error: BaseException) -> None:
         fail_stream(self._self_managed, error)
@@ -179,7 +232,7 @@ def _reading(name: str) -> Callable[..., Any]:
         except BaseException as exc:
             self._relay_failed(exc)
             raise
-        self._relay_read_done()
+        self._relay_read_done(result)
         return result
 
     read.__name__ = name
@@ -193,7 +246,7 @@ def _async_reading(name: str) -> Callable[..., Any]:
         except BaseException as exc:
             self._relay_failed(exc)
             raise
-        await self._relay_aread_done()
+        await self._relay_aread_done(result)
         return result
 
     read.__name__ = name
@@ -214,17 +267,16 @@ class LegacyWatchedResponse(_Watched):
 
 class _Collected:
     """What the caller's iteration of a body that is one JSON document gave, to record what the body said:
-    the SDK can no longer parse a body its caller has consumed. A streamed body is not collected."""
+    the SDK can no longer parse a body its caller has consumed. A streamed body is read as it comes (``SseFeed``)."""
 
     __slots__ = ("parts", "separator")
 
-    def __init__(self, name: str, streamed: bool) -> None:
-        self.parts: list[Any] | None = None if streamed else []
+    def __init__(self, name: str) -> None:
+        self.parts: list[Any] = []
         self.separator = "\n" if name == "iter_lines" else ""  # lines come without their line breaks
 
     def add(self, part: Any) -> None:
-        if self.parts is not None:
-            self.parts.append(part)
+        self.parts.append(part)
 
     def parsed(self) -> Any:
         """The decoded document (read by the codec as the SDK's object), or None when it is none."""
@@ -262,10 +314,13 @@ class WatchedResponse(LegacyWatchedResponse, _Iterating):
     json = _reading("json")
 
     def _iterate(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        body = _Collected(name, self._self_streamed)
+        feed, body = (SseFeed(name), None) if self._self_streamed else (None, _Collected(name))
         try:
             for part in getattr(self.__wrapped__, name)(*args, **kwargs):
-                body.add(part)
+                if feed is not None:
+                    self._relay_events(feed.feed(part))
+                else:
+                    body.add(part)
                 yield part
         except GeneratorExit:
             self._relay_closed()
@@ -273,7 +328,10 @@ class WatchedResponse(LegacyWatchedResponse, _Iterating):
         except BaseException as exc:
             self._relay_failed(exc)
             raise
-        finish_whole(self._self_managed, body.parsed())
+        if feed is not None:
+            self._relay_stream_end(feed.end())
+        else:
+            finish_whole(self._self_managed, body.parsed())
 
     def close(self) -> None:
         self._relay_closed()
@@ -291,9 +349,9 @@ class AsyncWatchedResponse(_Watched, _Iterating):
             raise
         return self._relay_parsed(result)
 
-    async def _relay_aread_done(self) -> None:
+    async def _relay_aread_done(self, result: Any = None) -> None:
         if self._self_streamed:
-            finish_whole(self._self_managed, None)
+            await self._relay_astream_end(_events_of(result))
             return
         try:
             parsed = await self.__wrapped__.parse()
@@ -305,11 +363,37 @@ class AsyncWatchedResponse(_Watched, _Iterating):
     text = _async_reading("text")
     json = _async_reading("json")
 
+    async def _relay_aevents(self, events: list[Any]) -> None:
+        """``_relay_events``, through the async managed stream."""
+        if not events:
+            return
+        queue = self._self_body.queue()
+        for event in events:
+            queue.items.append(event)
+            try:
+                await self._self_managed.__anext__()
+            except Exception:  # StopAsyncIteration once the attempt ended
+                continue
+
+    async def _relay_astream_end(self, events: list[Any]) -> None:
+        """``_relay_stream_end``, through the async managed stream."""
+        await self._relay_aevents(events)
+        if type(self._self_body.stream) is not _Queue:
+            finish_whole(self._self_managed, None)
+            return
+        try:
+            await self._self_managed.__anext__()
+        except Exception:  # StopAsyncIteration: the attempt ended
+            pass
+
     async def _iterate(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        body = _Collected(name, self._self_streamed)
+        feed, body = (SseFeed(name), None) if self._self_streamed else (None, _Collected(name))
         try:
             async for item in getattr(self.__wrapped__, name)(*args, **kwargs):
-                body.add(item)
+                if feed is not None:
+                    await self._relay_aevents(feed.feed(item))
+                else:
+                    body.add(item)
                 yield item
         except GeneratorExit:
             self._relay_closed()
@@ -317,10 +401,17 @@ class AsyncWatchedResponse(_Watched, _Iterating):
         except BaseException as exc:
             self._relay_failed(exc)
             raise
-        finish_whole(self._self_managed, body.parsed())
+        if feed is not None:
+            await self._relay_astream_end(feed.end())
+        else:
+            finish_whole(self._self_managed, body.parsed())
 
     async def close(self) -> None:
         self._relay_closed()
         await self.__wrapped__.close()
 
 
+def _events_of(result: Any) -> list[Any]:
+    """The events of a streamed body ``read()`` or ``text()`` returned whole."""
+    feed = SseFeed("read")
+    return [*feed.feed(result), *feed.end()]

@@ -1,0 +1,83 @@
+"""The events of a streamed body its caller reads raw (``iter_lines``, ``iter_bytes``, ``iter_text``, ``read``).
+
+The SDK never decodes them, so the attempt would end knowing nothing of the answer, its usage or
+its cost. They are decoded here from what the caller reads, as server-sent events, each event as
+soon as it is whole: the JSON of its ``data:`` field is one chunk, which the managed stream reads
+as it reads the SDK's own chunks (the accumulators read fields by name, dicts as objects). Only
+the event being read is held, however long the body.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+_HELD = 16 << 20  # characters of one unfinished event: past it the event is dropped, not the process's memory
+
+
+class SseFeed:
+    """``feed`` each part the caller read, then ``end()``; each returns the events completed by it."""
+
+    __slots__ = ("_data", "_lines", "_partial", "_size")
+
+    def __init__(self, name: str) -> None:
+        self._lines = name == "iter_lines"  # parts are whole lines, their line breaks removed
+        self._partial = ""  # the text after the last line break (bytes and text parts break anywhere)
+        self._data: list[str] = []  # the ``data:`` values of the event being read
+        self._size = 0
+
+    def feed(self, part: Any) -> list[dict[str, Any]]:
+        if isinstance(part, bytes | bytearray):
+            # A character split between two parts is decoded whole: ``errors`` would replace each half.
+            part = bytes(part).decode("utf-8", "surrogateescape")
+        if not isinstance(part, str):
+            return []
+        events: list[dict[str, Any]] = []
+        if self._lines:
+            self._line(part, events)
+            return events
+        # Split on "\n" alone (a "\r\n" loses its "\r" below): ``splitlines`` also breaks at U+2028 and
+        # the like, which JSON written unescaped may hold inside a string.
+        lines = (self._partial + part).split("\n")
+        self._partial = lines.pop()
+        if len(self._partial) > _HELD:
+            self._partial = ""
+        for line in lines:
+            self._line(line.rstrip("\r"), events)
+        return events
+
+    def end(self) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        if self._partial:
+            self._line(self._partial.rstrip("\r"), events)
+            self._partial = ""
+        self._line("", events)  # the last event, even without its blank line
+        return events
+
+    def _line(self, line: str, events: list[dict[str, Any]]) -> None:
+        if not line:
+            if self._data:
+                _decoded("\n".join(self._data), events)
+                self._data = []
+                self._size = 0
+            return
+        field, _, value = line.partition(":")
+        if field != "data":
+            return  # an event name, an id, a comment: the accumulators read the data's own "type"
+        value = value[1:] if value.startswith(" ") else value
+        self._size += len(value)
+        if self._size > _HELD:
+            self._data = []
+            return
+        self._data.append(value)
+
+
+def _decoded(payload: str, events: list[dict[str, Any]]) -> None:
+    if payload == "[DONE]":
+        return
+    try:
+        event = json.loads(payload.encode("utf-8", "surrogateescape"))
+    except ValueError:
+        return
+    if isinstance(event, dict):
+        events.append(event)

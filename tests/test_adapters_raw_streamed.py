@@ -1,0 +1,117 @@
+# ruff: noqa: F811 - the fixture imported from test_adapters_instrument_paths is a parameter of the tests below
+"""A streamed ``with_streaming_response`` body its caller reads raw (``iter_lines``, ``iter_bytes``,
+``iter_text``, ``read``): the SDK never decodes it, so its events are read from what the caller got, as
+they come. The attempt used to end a success knowing nothing of the answer: no text, no usage, no cost."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from test_adapters_instrument_paths import attempts, check, only_attempt, scripted  # noqa: F401 - a fixture
+
+from relay_runtime import CHUNK_MARK, Relay
+from relay_runtime.adapters import testing as t
+from relay_runtime.adapters.sse_body import SseFeed
+from relay_runtime.cost import PriceCatalog
+
+USAGE = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+
+
+def chat_sse(*pieces: str, usage: Any = USAGE, finish: str | None = "stop") -> t.Reply:
+    chunks = t.chat_chunks(list(pieces), model="gpt-x", usage=usage)
+    if finish is None:  # a body cut before its finish chunk (and the usage chunk after it)
+        chunks = chunks[: len(pieces) + 1]
+    return t.sse_reply(t.openai_chat_sse(chunks) if finish else [t.sse_frame(c) for c in chunks])
+
+
+@pytest.mark.parametrize("read", ["iter_lines", "iter_bytes", "iter_text", "read", "text"])
+def test_a_chat_stream_read_raw_is_recorded_as_it_said(relay_turn, relay_events, scripted, read) -> None:
+    s = scripted("openai", chat_sse("one ", "two"))
+    with s.client.chat.completions.with_streaming_response.create(model="gpt-x", messages=[], stream=True) as r:
+        got = getattr(r, read)()
+        body = got if isinstance(got, str | bytes) else (b"" if read == "iter_bytes" else "").join(got)
+    assert ("one " in body) if isinstance(body, str) else (b"one " in body)  # the caller's body, as sent
+    check(only_attempt(relay_events), model="gpt-x", inputs=3, outputs=2, finish=["stop"], text="one two")
+
+
+def test_each_event_is_read_as_it_comes_not_when_the_body_ends(relay_turn, relay_events, scripted) -> None:
+    s = scripted("openai", chat_sse("one ", "two"))
+    with s.client.chat.completions.with_streaming_response.create(model="gpt-x", messages=[], stream=True) as r:
+        seen = []
+        for line in r.iter_lines():
+            if '"two"' in line:
+                seen = [m.data["delta"].text for m in relay_events.marks(name=CHUNK_MARK)]
+    assert "one " in seen and "two" not in seen  # the first piece's mark came while the caller still read
+    assert only_attempt(relay_events).annotated_response.output_text == "one two"
+
+
+def test_a_raw_body_cut_before_its_end_is_an_incomplete_stream(relay_turn, relay_events, scripted) -> None:
+    s = scripted("openai", chat_sse("one ", "two", finish=None))
+    with s.client.chat.completions.with_streaming_response.create(model="gpt-x", messages=[], stream=True) as r:
+        "".join(r.iter_text())  # the caller gets what came, and no error from us
+    (end,) = attempts(relay_events)
+    assert (end.outcome, end.error_type) == ("failed", "IncompleteStream")
+    assert end.annotated_response.output_text == "one two"
+
+
+def test_a_raw_body_the_caller_leaves_part_read_is_cancelled_with_what_it_read(
+    relay_turn, relay_events, scripted
+) -> None:
+    s = scripted("openai", chat_sse("one ", "two"))
+    with s.client.chat.completions.with_streaming_response.create(model="gpt-x", messages=[], stream=True) as r:
+        lines = r.iter_lines()
+        for line in lines:
+            if '"one "' in line:
+                break
+        lines.close()
+    (end,) = attempts(relay_events)
+    assert end.outcome == "cancelled"
+
+
+def test_a_responses_stream_read_raw_is_recorded(relay_turn, relay_events, scripted) -> None:
+    s = scripted("openai", t.sse_reply(t.typed_sse(t.responses_events(["a", "b"], model="gpt-x"))))
+    with s.client.responses.with_streaming_response.create(model="gpt-x", input="hi", stream=True) as r:
+        for _line in r.iter_lines():
+            pass
+    check(only_attempt(relay_events), model="gpt-x", inputs=20, outputs=7, finish=["completed"], text="ab")
+
+
+@pytest.mark.asyncio
+async def test_an_async_anthropic_stream_read_raw_is_recorded(relay_turn, relay_events, scripted) -> None:
+    s = scripted("anthropic", t.sse_reply(t.typed_sse(t.anthropic_events(["x", "y"]))))
+    async with s.aclient.messages.with_streaming_response.create(
+        model="claude-test", max_tokens=5, messages=[], stream=True
+    ) as r:
+        async for _piece in r.iter_bytes(chunk_size=5):
+            pass
+    end = only_attempt(relay_events)
+    assert (end.outcome, end.annotated_response.output_text) == ("success", "xy")
+    assert end.annotated_response.usage.output_tokens is not None
+
+
+def test_a_stream_read_raw_is_priced(relay_turn, relay_events, scripted) -> None:
+    relay: Relay = relay_turn[0]
+    relay.cost.use(PriceCatalog.from_mapping({"openai": {"gpt-x": {"input": 1.0, "output": 4.0}}}))
+    try:
+        s = scripted("openai", chat_sse("one ", "two"))
+        with s.client.chat.completions.with_streaming_response.create(model="gpt-x", messages=[], stream=True) as r:
+            r.read()
+    finally:
+        relay.cost.use(None)
+    assert only_attempt(relay_events).cost.amount == pytest.approx((3 * 1.0 + 2 * 4.0) / 1e6)
+
+
+def test_the_event_feed_reads_events_split_anywhere() -> None:
+    body = (
+        'data: {"a": "ü\u2028x"}\r\n\r\n: a comment\nevent: e\ndata: [DONE]\n\n'
+        'data: {"b":\ndata: 1}\n\ndata: junk\n\n'
+    )
+    raw = body.encode()
+    for size in (1, 2, 3, 7, len(raw)):
+        feed = SseFeed("iter_bytes")
+        events = [e for i in range(0, len(raw), size) for e in feed.feed(raw[i : i + size])] + feed.end()
+        assert events == [{"a": "ü\u2028x"}, {"b": 1}], size
+    lines = SseFeed("iter_lines")
+    events = [e for line in body.replace("\r\n", "\n").split("\n") for e in lines.feed(line)] + lines.end()
+    assert events == [{"a": "ü\u2028x"}, {"b": 1}]
