@@ -192,31 +192,40 @@ class _Watched(wrapt.ObjectProxy):
             parsed = None
         finish_whole(self._self_managed, parsed)
 
-    def _relay_events(self, events: list[Any]) -> None:
-        """Events of a streamed body the caller reads raw, read by the managed stream as they come (chunk marks,
-        the first chunk's time, a budget's meter), as it reads the SDK's chunks. What they say is recorded;
-        nothing the stream raises reaches the caller, who has the body already."""
-        if not events:
-            return
-        queue = self._self_body.queue()
-        for event in events:
-            queue.items.append(event)
-            try:
-                next(self._self_managed)
-            except Exception:  # StopIteration once the attempt ended (a budget stopped it)
-                continue
+    # A streamed body the caller reads raw: its events (``SseFeed``) are read by the managed stream as they come
+    # (chunk marks, the first chunk's time, a budget's meter), as it reads the SDK's chunks, and the attempt ends
+    # with what they said (or as a stream cut short). Nothing the stream raises reaches the caller, who has the
+    # body already. The sync and async flavours differ only in how they pull the managed stream.
 
-    def _relay_stream_end(self, events: list[Any]) -> None:
-        """The body is read: its last events, then the end of the managed stream (its attempt ends with what they
-        said, or as a stream cut short); with no event at all (no server-sent events), as before."""
-        self._relay_events(events)
-        if type(self._self_body.stream) is not _Queue:
-            finish_whole(self._self_managed, None)
-            return
+    def _relay_queued(self, events: list[Any]) -> Any:
+        """Queue each of ``events`` for the managed stream, yielding after each: the caller pulls it then."""
+        if events:
+            queue = self._self_body.queue()
+            for event in events:
+                queue.items.append(event)
+                yield event
+
+    def _relay_unfed(self) -> bool:
+        """At the body's end: whether no event came (no server-sent events); then it ends as before, unread."""
+        if type(self._self_body.stream) is _Queue:
+            return False
+        finish_whole(self._self_managed, None)
+        return True
+
+    def _relay_pull(self) -> None:
         try:
             next(self._self_managed)
-        except Exception:  # StopIteration: the attempt ended
-            pass
+        except Exception:  # StopIteration at the end, or once the attempt ended (a budget stopped it)
+            return
+
+    def _relay_events(self, events: list[Any]) -> None:
+        for _event in self._relay_queued(events):
+            self._relay_pull()
+
+    def _relay_stream_end(self, events: list[Any]) -> None:
+        self._relay_events(events)
+        if not self._relay_unfed():
+            self._relay_pull()  # the queue is empty: the managed stream ends
 
     def _relay_failed(self, error: BaseException) -> None:
         fail_stream(self._self_managed, error)
@@ -314,7 +323,7 @@ class WatchedResponse(LegacyWatchedResponse, _Iterating):
     json = _reading("json")
 
     def _iterate(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        feed, body = (SseFeed(name), None) if self._self_streamed else (None, _Collected(name))
+        feed, body = SseFeed(name) if self._self_streamed else None, _Collected(name)
         try:
             for part in getattr(self.__wrapped__, name)(*args, **kwargs):
                 if feed is not None:
@@ -363,31 +372,23 @@ class AsyncWatchedResponse(_Watched, _Iterating):
     text = _async_reading("text")
     json = _async_reading("json")
 
-    async def _relay_aevents(self, events: list[Any]) -> None:
-        """``_relay_events``, through the async managed stream."""
-        if not events:
-            return
-        queue = self._self_body.queue()
-        for event in events:
-            queue.items.append(event)
-            try:
-                await self._self_managed.__anext__()
-            except Exception:  # StopAsyncIteration once the attempt ended
-                continue
-
-    async def _relay_astream_end(self, events: list[Any]) -> None:
-        """``_relay_stream_end``, through the async managed stream."""
-        await self._relay_aevents(events)
-        if type(self._self_body.stream) is not _Queue:
-            finish_whole(self._self_managed, None)
-            return
+    async def _relay_apull(self) -> None:
         try:
             await self._self_managed.__anext__()
-        except Exception:  # StopAsyncIteration: the attempt ended
-            pass
+        except Exception:  # StopAsyncIteration at the end, or once the attempt ended
+            return
+
+    async def _relay_aevents(self, events: list[Any]) -> None:
+        for _event in self._relay_queued(events):
+            await self._relay_apull()
+
+    async def _relay_astream_end(self, events: list[Any]) -> None:
+        await self._relay_aevents(events)
+        if not self._relay_unfed():
+            await self._relay_apull()
 
     async def _iterate(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        feed, body = (SseFeed(name), None) if self._self_streamed else (None, _Collected(name))
+        feed, body = SseFeed(name) if self._self_streamed else None, _Collected(name)
         try:
             async for item in getattr(self.__wrapped__, name)(*args, **kwargs):
                 if feed is not None:
