@@ -133,7 +133,7 @@ def test_city(city):
     folder = pytester.path / "cassettes" / "test_ids"
     files = sorted(folder.iterdir())
     assert len(files) == 6 and all(len(f.name) < 150 for f in files)
-    assert folder / "test_city_plain.json" in files  # a plain id keeps its readable name
+    assert folder / "test_city-plain.json" in files  # a plain id keeps its readable name
     contents = {f.name: json.loads(f.read_text())["calls"][0]["request"]["messages"][0]["content"] for f in files}
     assert sorted(contents.values()) == sorted(["a/b", "a b", "a:b", "..", "x" * 300, "plain"])
     pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=6)  # each replays its own
@@ -166,6 +166,57 @@ class TestOslo:
     folder = pytester.path / "cassettes" / "test_classes"
     assert sorted(f.name for f in folder.iterdir()) == ["TestOslo.test_weather.json", "TestParis.test_weather.json"]
     pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
+def test_a_parametrized_test_and_one_named_like_it_get_their_own_cassettes(pytester: pytest.Pytester) -> None:
+    """``test_x[a]`` and ``test_x_a`` were both ``test_x_a.json``: each replayed the other's recordings."""
+    pytester.makepyfile(
+        test_alike="""
+import pytest
+from relay_runtime import adapters
+from relay_runtime.adapters import testing as t
+
+def ask(city, answer):
+    client = t.openai_client(t.Script([t.json_reply(t.chat_completion_body(answer))]))
+    reply = adapters.complete(client, {"model": "m", "messages": [{"role": "user", "content": city}]})
+    assert reply.choices[0].message.content == answer
+
+@pytest.mark.relay_cassette
+@pytest.mark.parametrize("city", ["a"])
+def test_x(city):
+    ask("Paris", "sunny")
+
+@pytest.mark.relay_cassette
+def test_x_a():
+    ask("Paris", "rainy")
+"""
+    )
+    pytester.runpytest_inprocess("-p", "no:cacheprovider", "--relay-record=all").assert_outcomes(passed=2)
+    folder = pytester.path / "cassettes" / "test_alike"
+    assert sorted(f.name for f in folder.iterdir()) == ["test_x-a.json", "test_x_a.json"]
+    pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)  # each its own answer
+
+
+def test_a_cassette_recorded_under_the_older_name_is_still_found(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_old="""
+import pytest
+from relay_runtime import adapters
+from relay_runtime.adapters import testing as t
+
+@pytest.mark.relay_cassette
+@pytest.mark.parametrize("city", ["Oslo"])
+def test_weather(city):
+    client = t.openai_client(t.Script([t.json_reply(t.chat_completion_body("live " + city))]))
+    reply = adapters.complete(client, {"model": "m", "messages": [{"role": "user", "content": city}]})
+    assert reply.choices[0].message.content == "live " + city
+"""
+    )
+    pytester.runpytest_inprocess("-p", "no:cacheprovider", "--relay-record=all").assert_outcomes(passed=1)
+    folder = pytester.path / "cassettes" / "test_old"
+    (folder / "test_weather-Oslo.json").rename(folder / "test_weather_Oslo.json")  # as an older version named it
+    pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)  # replayed from it
+    assert sorted(f.name for f in folder.iterdir()) == ["test_weather_Oslo.json"]
 
 
 # Two tests sharing one cassette (a module's pytestmark), each asking its own question.

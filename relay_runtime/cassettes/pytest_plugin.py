@@ -2,7 +2,7 @@
 
 A marked test runs inside ``cassettes.use(<test dir>/cassettes/<module>/<name>.json)``
 (name: the test's own by default, after its classes:
-``TestX.test_y_param``; an id a file name cannot hold gets a hash). ``none`` (the default) only replays, so CI never
+``TestX.test_y-param``; an id a file name cannot hold gets a hash). ``none`` (the default) only replays, so CI never
 reaches a provider; ``new`` records the calls no recording matches; ``all`` records
 every call afresh (a cassette several tests share, once per run: under pytest-xdist,
 once for all workers). The ``relay_cassette`` fixture is the ``Cassette`` in use (None
@@ -32,6 +32,8 @@ _MAX_NAME = 120  # a file name is at most 255 bytes
 _call_report = pytest.StashKey[pytest.TestReport]()
 # Cassettes this run has recorded afresh: a later test on one of them adds to it (see relay_cassette).
 _rerecorded = pytest.StashKey[set[Path]]()
+# Per test module: the default cassette names of its tests (see ``cassette_path``).
+_names = pytest.StashKey[dict[str, set[str]]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -72,27 +74,53 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 def cassette_path(node: pytest.Item, name: str | None) -> Path:
     """``<test dir>/cassettes/<module>/<name>.json``; a given name must be a plain file name."""
+    module = Path(str(node.path))
+    folder = module.parent / "cassettes" / module.stem
     if name is None:
-        # Tests in classes are named with their classes: two classes may hold a test of one name.
-        classes = [parent.name for parent in node.listchain() if isinstance(parent, pytest.Class)]
-        name = _default_name(".".join([*classes, node.name]))
-    elif not isinstance(name, str) or not name or name in (".", "..") or _UNSAFE.search(name):
+        test_name = _test_name(node)
+        path = folder / f"{_default_name(test_name)}.json"
+        legacy = _default_name(test_name, legacy=True)
+        if not path.exists() and (folder / f"{legacy}.json").exists() and legacy not in _own_names(node):
+            # Recorded before ids had a separator of their own (``test_x_a`` for ``test_x[a]``), and no test of the
+            # module is named so: still this test's cassette.
+            return folder / f"{legacy}.json"
+        return path
+    if not isinstance(name, str) or not name or name in (".", "..") or _UNSAFE.search(name):
         raise pytest.UsageError(
             f"relay_cassette name must be a plain file name (letters, digits, '.', '_', '-'), got {name!r}"
         )
     elif len(name) > _MAX_NAME:
         raise pytest.UsageError(f"relay_cassette name is {len(name)} characters long; at most {_MAX_NAME}")
-    module = Path(str(node.path))
-    return module.parent / "cassettes" / module.stem / f"{name}.json"
+    return folder / f"{name}.json"
 
 
-def _default_name(test_name: str) -> str:
-    """``test_x[chat]`` -> ``test_x_chat``; an id a file name cannot hold as it is gets a hash of the whole name.
+def _test_name(node: pytest.Item) -> str:
+    # Tests in classes are named with their classes: two classes may hold a test of one name.
+    classes = [parent.name for parent in node.listchain() if isinstance(parent, pytest.Class)]
+    return ".".join([*classes, node.name])
 
-    Without it ``[a/b]`` and ``[a b]`` (or any two ids differing in such characters)
-    would share, and overwrite, one cassette; a very long id would be no file name at all.
+
+def _own_names(node: pytest.Item) -> set[str]:
+    """The default cassette names of the collected tests of ``node``'s module (worked out once per module)."""
+    names = node.session.stash.setdefault(_names, {})
+    key = str(node.path)
+    found = names.get(key)
+    if found is None:
+        found = names[key] = {
+            _default_name(_test_name(item)) for item in node.session.items if str(item.path) == key
+        }
+    return found
+
+
+def _default_name(test_name: str, *, legacy: bool = False) -> str:
+    """``test_x[chat]`` -> ``test_x-chat``; an id a file name cannot hold as it is gets a hash of the whole name.
+
+    A function's name holds no ``-``, so no test's own name is another's with an id (``legacy``: the ``_`` that
+    made ``test_x[a]`` and ``test_x_a`` share one cassette, each replaying the other's answers). Without the
+    hash ``[a/b]`` and ``[a b]`` (or any two ids differing in such characters) would share, and overwrite, one
+    cassette; a very long id would be no file name at all.
     """
-    simple = test_name.replace("[", "_").removesuffix("]")
+    simple = test_name.replace("[", "_" if legacy else "-").removesuffix("]")
     if simple and not _UNSAFE.search(simple) and simple == simple.strip("._") and len(simple) <= _MAX_NAME:
         return simple
     plain = _UNSAFE.sub("_", test_name).strip("._")[:_MAX_NAME] or "cassette"
