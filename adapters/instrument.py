@@ -23,6 +23,9 @@ _classes = False
 # ``uninstrument`` leaves the others as they are). A framework integration that cannot tell which
 # client a model call uses reads it to know whether an SDK attempt may still join that call.
 _single_clients = False
+# ``include_usage`` of the last ``instrument()`` that wrapped classes: the pytest plugin puts back what a test
+# took off as it was.
+_classes_usage = False
 
 
 def _adapter_of(client: Any) -> providers.ProviderAdapter:
@@ -48,7 +51,7 @@ def instrument(client: Any = None, *, include_usage: bool = False, provider: str
     and the client's base URL (see ``adapters.endpoints``): a convention's name (``mistral_ai``),
     an alias (``mistral``, ``azure``) or an OpenAI-compatible endpoint (``vllm``, ``openrouter``).
     """
-    global _single_clients
+    global _single_clients, _classes_usage
     named = None if provider is None else endpoints.named(provider)
     if client is None:
         if named is not None:
@@ -60,6 +63,8 @@ def instrument(client: Any = None, *, include_usage: bool = False, provider: str
                     done += adapter.instrument_classes(include_usage=include_usage)
             finally:
                 _note_classes()
+            if done:
+                _classes_usage = include_usage
         return done
     adapter = _adapter_of(client)
     _single_clients = True
@@ -89,6 +94,11 @@ def clients_instrumented() -> bool:
     """Whether ``instrument(client)`` has instrumented any single client in this process (some may be
     uninstrumented since): a call on a client nobody can see may then be an attempt of its own."""
     return _single_clients
+
+
+def classes_include_usage() -> bool:
+    """``include_usage`` of the ``instrument()`` that wrapped the SDK classes now wrapped."""
+    return _classes_usage
 
 
 def is_instrumented(client: Any = None) -> bool:

@@ -19,7 +19,7 @@ from . import MISSING
 
 if MISSING is None:
     from . import testing
-    from .instrument import is_instrumented, uninstrument
+    from .instrument import classes_include_usage, instrument, is_instrumented, uninstrument
 
 MARKER = "relay_scripted"
 _DEFAULT_MAX_RETRIES = 2  # both SDKs' own default
@@ -44,14 +44,20 @@ def _max_retries(request: pytest.FixtureRequest) -> int:
 
 @pytest.fixture(autouse=True)
 def _relay_sdk_classes_as_found() -> Iterator[None]:
-    """SDK classes a test instrumented (and did not put back, say because it failed) are put back after it."""
+    """The SDK classes as the test found them: instrumented by it (and not put back, say because it failed),
+    put back; instrumented before it (by a session fixture, a conftest) and uninstrumented by it, wrapped again
+    as they were, for the tests after it."""
     if MISSING is not None:  # a core-only install: nothing to instrument
         yield
         return
     before = is_instrumented()
+    usage = classes_include_usage()
     yield
-    if not before and is_instrumented():
+    after = is_instrumented()
+    if not before and after:
         uninstrument()
+    elif before and not after:
+        instrument(include_usage=usage)
 
 
 @pytest.fixture()
