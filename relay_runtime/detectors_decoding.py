@@ -75,6 +75,7 @@ _ESCAPES = (
     r"%[0-9A-Fa-f]{2}(?:%[0-9A-Fa-f]{2})*"  # percent-encoded bytes: a run, as UTF-8 spans several
     r"|\\u[0-9A-Fa-f]{4}(?:\\u[0-9A-Fa-f]{4})*"  # JSON's \uXXXX: a run, for surrogate pairs
     r"|\\[nrtbf\"/\\]"  # JSON's short escapes: "Card:\n4111..." must not glue the number to a word
+    r"|\\x[0-9A-Fa-f]{2}(?:\\x[0-9A-Fa-f]{2})*"  # Python's \xNN (repr, ascii(), a bytes repr): a run, for UTF-8
     r"|&(?:#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|" + "|".join(_NAMED) + r");"
     "|" + "|".join(map(re.escape, _SPACES))
 )
@@ -434,6 +435,8 @@ class _Copy:
         return changed
 
     def _json(self, token: str, at: int) -> bool:
+        if token[1] == "x":
+            return self._python(token, at)
         if token[1] != "u":
             self.put(_SHORT[token[1]], at)
             return True
@@ -454,6 +457,25 @@ class _Copy:
                 i += 1
                 changed = True
         return changed
+
+    def _python(self, token: str, at: int) -> bool:
+        """A run of Python's ``\\xNN`` escapes. ``repr()`` of a ``str`` writes a non-printable Latin-1 character
+        so (a non-breaking space or a soft hyphen inside a value: ``'4111\\xa01111...'``, as a ``KeyError``
+        quotes its key), ``ascii()`` every Latin-1 one (``'jos\\xe9@...'``), and a ``bytes`` repr each byte of
+        UTF-8 text (``b'jos\\xc3\\xa9@...'``): a byte that opens a UTF-8 character with the bytes after it is
+        read as that character, any other as the Latin-1 character of its code."""
+        raw = bytes.fromhex(token.replace("\\x", ""))
+        i, n = 0, len(raw)
+        while i < n:
+            b = raw[i]
+            width = 2 if 0xC2 <= b <= 0xDF else 3 if 0xE0 <= b <= 0xEF else 4 if 0xF0 <= b <= 0xF4 else 1
+            try:
+                ch = raw[i : i + width].decode("utf-8") if width > 1 else chr(b)
+            except UnicodeDecodeError:
+                ch, width = chr(b), 1
+            self.put(ch, at + 4 * i)
+            i += width
+        return True
 
 
 def merged(found: list[Span], more: list[Span]) -> list[Span]:
