@@ -256,6 +256,7 @@ class RedactionPolicy:
                 inp = p.walk(inp, ("input",))
                 out = p.walk(out, ("output",))
         name = p.name(event.name)
+        model = p.model(event.model_name)
         metadata = event.metadata
         if metadata:
             metadata = p.metadata(metadata)
@@ -277,7 +278,7 @@ class RedactionPolicy:
         return new_event(
             event.kind, event.uuid, event.parent_uuid, event.trace_id, name, event.scope_type,
             event.timestamp, start_timestamp=event.start_timestamp, input=kept(inp), output=kept(out),
-            metadata=metadata, data=kept(data), provider=event.provider, model_name=event.model_name,
+            metadata=metadata, data=kept(data), provider=event.provider, model_name=model,
             annotated_request=req, annotated_response=resp, error_type=event.error_type,
             error_message=kept(error), outcome=event.outcome, cost=event.cost,
         )  # fmt: skip
