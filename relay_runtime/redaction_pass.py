@@ -238,6 +238,10 @@ class Pass(Walk):
         """
         if not isinstance(data, Mapping):
             return self.walk(data, ("data",))
+        if held is None and self.policy._pieces and data.get("chunk") is not None:
+            # A rule acts on what the SDK chunk holds beside the text (a piece of a tool call's arguments, which no
+            # rule can judge alone; the end event carries them whole): only what kind of chunk it was stays.
+            data = {**data, "chunk": chunk_kind(data.get("chunk"))}
         delta = data.get("delta")
         if held is not None:
             index = data.get("index")

@@ -34,7 +34,7 @@ from .ids import new_id
 from .redaction_carried import Carried, through
 from .redaction_pass import REMOVED, Pass, kept
 from .redaction_rules import ACTIONS, RedactionConfigError, Rule
-from .redaction_streams import Held, hold_of, streamed_rules
+from .redaction_streams import Held, hold_of, pieces_ruled, streamed_rules
 from .types import AnnotatedLLMRequest, ChunkDelta
 
 RULES_KEY = "relay.redaction.rules"  # metadata: {rule name: how many values it changed in this event}
@@ -117,6 +117,8 @@ class RedactionPolicy:
         self._clean_keys: set[str] = set()
         # The rules that find values inside response text: while there are any, streams are held back.
         self._streamed = streamed_rules(self.rules)
+        # Whether a rule acts on the pieces of tool calls an SDK chunk holds: then chunks keep only their kind.
+        self._pieces = pieces_ruled(self.rules)
         # What the rules made of long strings seen before (text -> result, counts, replaced spans), bounded.
         self._memo: OrderedDict[str, tuple[str, dict[str, int], dict[str, str]]] = OrderedDict()
         self._memo_chars = 0
@@ -212,12 +214,13 @@ class RedactionPolicy:
                 fallback = event.annotated_response  # a fallback's answer (``cv.FALLBACK_ANSWER``)
                 if fallback is not None:
                     resp = p.response_view(fallback)
-            elif holds is not None and self._streamed and event.parent_uuid:
-                data = p.chunk(data, hold_of(holds, event.parent_uuid))
-                if data is not event.data and not p.counts:  # text held back, nothing redacted yet
-                    return _with_data(event, data)
             else:
-                data = p.chunk(data)
+                held = None
+                if holds is not None and self._streamed and event.parent_uuid:
+                    held = hold_of(holds, event.parent_uuid)
+                data = p.chunk(data, held)
+                if data is not event.data and not p.counts:  # text held back or the SDK chunk reduced, nothing redacted
+                    return _with_data(event, data)
         else:
             req = event.annotated_request
             if req is not None:
