@@ -33,10 +33,12 @@ from .events import MARK, SCOPE_END, SCOPE_START, AnnotatedResponseField, Deferr
 from .ids import new_id
 from .redaction_carried import Carried, through
 from .redaction_pass import REMOVED, Pass, kept
+from .redaction_reasoning import reasoning_texts
 from .redaction_rules import ACTIONS, RedactionConfigError, Rule
 from .redaction_streams import Held, hold_of, pieces_ruled, streamed_rules
 from .types import AnnotatedLLMRequest, ChunkDelta
 
+_REASONING = ("response", "reasoning")
 RULES_KEY = "relay.redaction.rules"  # metadata: {rule name: how many values it changed in this event}
 FAILED_KEY = "relay.redaction.failed"  # metadata: the policy failed on this event; its content was dropped
 
@@ -119,6 +121,9 @@ class RedactionPolicy:
         self._streamed = streamed_rules(self.rules)
         # Whether a rule acts on the pieces of tool calls an SDK chunk holds: then chunks keep only their kind.
         self._pieces = pieces_ruled(self.rules)
+        # Whether a rule names the answer's reasoning, which the view does not carry: then the answer object's
+        # reasoning is found by name and read at that path (``redaction_reasoning``).
+        self._reasoning = any(pointers.may_reach(pattern, _REASONING) for r in self.rules for pattern in r.parsed_paths)
         # What the rules made of long strings seen before (text -> result, counts, replaced spans), bounded.
         self._memo: OrderedDict[str, tuple[str, dict[str, int], dict[str, str]]] = OrderedDict()
         self._memo_chars = 0
@@ -244,6 +249,9 @@ class RedactionPolicy:
                     inp = {**inp, "content": content, "headers": p.raw(inp.get("headers"), scan=True)}
                 else:
                     inp = p.raw(p.sent_beside(inp), scan=True)
+                if self._reasoning and out is not None:
+                    for thought in reasoning_texts(out):  # what the rules make of it is changed in ``out`` below
+                        p.walk(thought, _REASONING)
                 # Every string of the answer object is read: fields beyond the view (a refusal, citations,
                 # grounding queries, the SDK's response headers) are the provider's words too.
                 out = p.raw(out, scan=True)
