@@ -67,6 +67,13 @@ _ASCII_DIGITS = {ord(ch): 48 + i % 10 for i, ch in enumerate(_DIGITS)}
 _INVISIBLE = (
     "\u200b\u200c\u200d\u2060\ufeff\xad\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 )
+# Marks that draw on the character before them, or nothing: the combining diacritical marks (an accent
+# put on a digit, "4\u0301111 ...", or a letter typed decomposed), the variation selectors and the keycap
+# ("4\ufe0f\u20e3" is a 4 drawn as a key), the combining grapheme joiner and the Mongolian vowel separator.
+# A value reads the same with them in it. Dropped right after an ASCII letter or digit only: that is where
+# a value's characters are, and an emoji's own selector ("\u2764\ufe0f") or a script's marks leave the text
+# as it was, with no copy to read again.
+_MARKS = "".join(map(chr, range(0x0300, 0x0370))) + "".join(map(chr, range(0xFE00, 0xFE10))) + "\u20e3\u034f\u180e"
 _NAMED = {"amp": "&", "nbsp": " ", "commat": "@", "period": ".", "plus": "+", "lpar": "(", "rpar": ")"}
 _SHORT = {"n": "\n", "r": "\r", "t": "\t", "b": "\b", "f": "\f", '"': '"', "/": "/", "\\": "\\"}
 # Every alternative opens with a literal character (the lookbehind of '+' follows it): the engine then
@@ -88,15 +95,25 @@ _ESCAPES_WIDE = (
     + "".join(f"|{ch}[{_WIDE[0]}-{_WIDE[-1]}]*" for ch in _WIDE_OPENERS)
     + "".join(f"|{ch}[{_DIGITS}]*" for ch in _DIGITS)
 )
+# A mark after an ASCII letter or digit: one alternative per mark (see above), in an expression of its own for
+# the texts that hold one (``_MARKED`` says), since so many alternatives slow the split wherever it stops.
+_ESCAPES_MARKED = _ESCAPES_WIDE + "".join(
+    f"|{re.escape(ch)}(?<=[A-Za-z0-9]{re.escape(ch)})[{re.escape(_MARKS)}]*" for ch in _MARKS
+)
+_MARKED = re.compile(f"[A-Za-z0-9][{re.escape(_MARKS)}]")
 # '+' for a space, as a query string or form writes it (in a text holding '='), only next to a digit or
 # before a percent escape: "4111+1111" and "at+%2B44" are read, while "jane+tag%40example.com" (an
 # address's own '+') keeps it.
 _PLUS = r"|\+(?<=[A-Za-z0-9]\+)(?=[0-9])|\+(?<=[0-9]\+)(?=[A-Za-z])|\+(?<=[A-Za-z0-9]\+)(?=%[0-9A-Fa-f]{2})"
-# By (whether a '+' may be a space, whether the text is ASCII); a group, so that ``split`` keeps the escapes.
+# By (whether a '+' may be a space, whether the text is ASCII, whether it holds a mark after an ASCII letter or
+# digit); a group, so that ``split`` keeps the escapes.
 _TOKENS = {
-    (plus, ascii): re.compile(f"({_ESCAPES if ascii else _ESCAPES_WIDE}{_PLUS if plus else ''})")
+    (plus, ascii, marked): re.compile(
+        f"({_ESCAPES if ascii else _ESCAPES_MARKED if marked else _ESCAPES_WIDE}{_PLUS if plus else ''})"
+    )
     for plus in (False, True)
     for ascii in (False, True)
+    for marked in (False, True)
 }
 _PLUS_NEXT = frozenset("0123456789%ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 
@@ -201,9 +218,13 @@ def _decode(text: str) -> Decoded | None:
     rounds: list[_Round] = []
     kinds: set[str] = set()
     plus = "=" in text
+    # Neither an ASCII text nor one of Latin-1 only (a byte a character: the string's size says so) holds a mark.
+    marked = (
+        not text.isascii() and sys.getsizeof(text) - len(text) != _LATIN1_SIZE and _MARKED.search(text) is not None
+    )
     for _ in range(_ROUNDS):
         ascii = copy.isascii()
-        token = _TOKENS[plus, ascii]
+        token = _TOKENS[plus, ascii, marked and not ascii]
         lo, hi = _reach(copy, plus, ascii)
         # The text split at its escapes and each replaced by its decoding, looked up (escapes repeat:
         # &amp;, %20, \n), all in C: no Python per character of the text, nor per escape (the map
@@ -284,8 +305,10 @@ def _reach(text: str, plus: bool, ascii: bool) -> tuple[int, int]:
 
 _LATIN1_SIZE = sys.getsizeof("\xe9") - 1  # what a string of Latin-1 characters takes beyond a byte each
 _LATIN1_OPENERS = "".join(ch for ch in _SPACES + _INVISIBLE if ch <= "\xff")
-_OPENS = re.compile("[" + re.escape("%\\&" + _SPACES + _INVISIBLE + _DASHES + _WIDE_OPENERS + _DIGITS) + "]")
-_OPENS_PLUS = re.compile("[" + re.escape("%\\&+" + _SPACES + _INVISIBLE + _DASHES + _WIDE_OPENERS + _DIGITS) + "]")
+_OPENS = re.compile("[" + re.escape("%\\&" + _SPACES + _INVISIBLE + _DASHES + _WIDE_OPENERS + _DIGITS + _MARKS) + "]")
+_OPENS_PLUS = re.compile(
+    "[" + re.escape("%\\&+" + _SPACES + _INVISIBLE + _DASHES + _WIDE_OPENERS + _DIGITS + _MARKS) + "]"
+)
 
 
 def _without_invisible(text: str, start: int, end: int) -> Span:
@@ -395,7 +418,7 @@ class _Copy:
                 if not 0 < code <= 0x10FFFF or 0xD800 <= code <= 0xDFFF:
                     return False
                 ch = chr(code)
-        elif head in _INVISIBLE:
+        elif head in _INVISIBLE or head in _MARKS:
             ch = ""
         elif head in _DASHES:
             ch = "-"
