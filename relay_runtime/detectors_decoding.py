@@ -60,7 +60,12 @@ _WIDE_OPENERS = "".join(ch for ch in _WIDE if chr(ord(ch) - 0xFEE0).isalnum() or
 _DIGIT_ZEROS = (0x0660, 0x06F0, 0x0966, 0x09E6, 0x0A66, 0x0AE6, 0x0B66, 0x0BE6, 0x0C66, 0x0CE6, 0x0D66,
                 0x0E50, 0x0ED0, 0x0F20, 0x1040, 0x17E0, 0x1810)  # fmt: skip
 _DIGITS = "".join(chr(zero + d) for zero in _DIGIT_ZEROS for d in range(10))
-_ASCII_DIGITS = {ord(ch): 48 + i % 10 for i, ch in enumerate(_DIGITS)}
+# The mathematical digits (bold, double-struck, sans-serif, sans-serif bold, monospace: U+1D7CE..U+1D7FF), as
+# "fancy text" generators write them and a model told to slip a number past a filter may: read as ASCII digits
+# too, but kept out of the expressions every text is split with (a character beyond U+FFFF in a character set
+# makes the engine test each character against a list): only a text that holds one (``_marked``) pays for them.
+_MATH_DIGITS = "".join(map(chr, range(0x1D7CE, 0x1D800)))
+_ASCII_DIGITS = {ord(ch): 48 + i % 10 for i, ch in enumerate(_DIGITS + _MATH_DIGITS)}
 # Invisible characters, dropped: zero width space, non-joiner, joiner, word joiner, BOM, soft hyphen, and the
 # marks and controls of bidirectional text (left-to-right and right-to-left marks, the Arabic letter mark,
 # embeddings, overrides and isolates), which editors of Arabic and Hebrew put around and inside numbers.
@@ -95,25 +100,43 @@ _ESCAPES_WIDE = (
     + "".join(f"|{ch}[{_WIDE[0]}-{_WIDE[-1]}]*" for ch in _WIDE_OPENERS)
     + "".join(f"|{ch}[{_DIGITS}]*" for ch in _DIGITS)
 )
-# A mark after an ASCII letter or digit: one alternative per mark (see above), in an expression of its own for
-# the texts that hold one (``_MARKED`` says), since so many alternatives slow the split wherever it stops.
+# A mark after an ASCII letter or digit (one alternative per mark, see above) and a run of mathematical digits, in
+# an expression of its own for the texts that hold one (``_marked`` says): so many alternatives slow the split
+# wherever it stops, and a character beyond U+FFFF slows it everywhere.
 _ESCAPES_MARKED = _ESCAPES_WIDE + "".join(
     f"|{re.escape(ch)}(?<=[A-Za-z0-9]{re.escape(ch)})[{re.escape(_MARKS)}]*" for ch in _MARKS
 )
-_MARKED = re.compile(f"[A-Za-z0-9][{re.escape(_MARKS)}]")
+_ESCAPES_MATH = _ESCAPES_MARKED + "".join(f"|{ch}[{_MATH_DIGITS[0]}-{_MATH_DIGITS[-1]}]*" for ch in _MATH_DIGITS)
+_WIDE_KINDS = (_ESCAPES_WIDE, _ESCAPES_MARKED, _ESCAPES_MATH)  # by what ``_marked`` says
+# A set of characters first, the letter or digit before looked back at: a search skips to a mark in C.
+_MARK_AFTER = re.compile(f"[{re.escape(_MARKS)}](?<=[A-Za-z0-9][{re.escape(_MARKS)}])")
+_MATH = re.compile(f"[{_MATH_DIGITS[0]}-{_MATH_DIGITS[-1]}]")  # one range: one comparison a character
+_UCS4_SIZE = sys.getsizeof("\U0001f600") - 4  # what a string of characters beyond U+FFFF takes beyond 4 bytes each
+
+
+def _marked(text: str) -> int:
+    """2 when ``text`` holds a mathematical digit, 1 when it holds a mark after an ASCII letter or digit, else 0:
+    neither an ASCII text nor one of Latin-1 only (a byte a character: the string's size says so) holds one,
+    and only a text of four bytes a character (one beyond U+FFFF in it) can hold a mathematical digit."""
+    if text.isascii():
+        return 0
+    size = sys.getsizeof(text)
+    if size - len(text) == _LATIN1_SIZE:
+        return 0
+    if size - 4 * len(text) == _UCS4_SIZE and _MATH.search(text) is not None:
+        return 2
+    return int(_MARK_AFTER.search(text) is not None)
 # '+' for a space, as a query string or form writes it (in a text holding '='), only next to a digit or
 # before a percent escape: "4111+1111" and "at+%2B44" are read, while "jane+tag%40example.com" (an
 # address's own '+') keeps it.
 _PLUS = r"|\+(?<=[A-Za-z0-9]\+)(?=[0-9])|\+(?<=[0-9]\+)(?=[A-Za-z])|\+(?<=[A-Za-z0-9]\+)(?=%[0-9A-Fa-f]{2})"
-# By (whether a '+' may be a space, whether the text is ASCII, whether it holds a mark after an ASCII letter or
-# digit); a group, so that ``split`` keeps the escapes.
+# By (whether a '+' may be a space, whether the text is ASCII, what ``_marked`` says of it); a group, so that
+# ``split`` keeps the escapes.
 _TOKENS = {
-    (plus, ascii, marked): re.compile(
-        f"({_ESCAPES if ascii else _ESCAPES_MARKED if marked else _ESCAPES_WIDE}{_PLUS if plus else ''})"
-    )
+    (plus, ascii, marked): re.compile(f"({_ESCAPES if ascii else _WIDE_KINDS[marked]}{_PLUS if plus else ''})")
     for plus in (False, True)
     for ascii in (False, True)
-    for marked in (False, True)
+    for marked in (0, 1, 2)
 }
 _PLUS_NEXT = frozenset("0123456789%ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 
@@ -218,14 +241,11 @@ def _decode(text: str) -> Decoded | None:
     rounds: list[_Round] = []
     kinds: set[str] = set()
     plus = "=" in text
-    # Neither an ASCII text nor one of Latin-1 only (a byte a character: the string's size says so) holds a mark.
-    marked = (
-        not text.isascii() and sys.getsizeof(text) - len(text) != _LATIN1_SIZE and _MARKED.search(text) is not None
-    )
+    marked = _marked(text)
     for _ in range(_ROUNDS):
         ascii = copy.isascii()
-        token = _TOKENS[plus, ascii, marked and not ascii]
-        lo, hi = _reach(copy, plus, ascii)
+        token = _TOKENS[plus, ascii, 0 if ascii else marked]
+        lo, hi = (0, len(copy)) if marked and not rounds else _reach(copy, plus, ascii)
         # The text split at its escapes and each replaced by its decoding, looked up (escapes repeat:
         # &amp;, %20, \n), all in C: no Python per character of the text, nor per escape (the map
         # back is built only when asked for).
@@ -305,10 +325,8 @@ def _reach(text: str, plus: bool, ascii: bool) -> tuple[int, int]:
 
 _LATIN1_SIZE = sys.getsizeof("\xe9") - 1  # what a string of Latin-1 characters takes beyond a byte each
 _LATIN1_OPENERS = "".join(ch for ch in _SPACES + _INVISIBLE if ch <= "\xff")
-_OPENS = re.compile("[" + re.escape("%\\&" + _SPACES + _INVISIBLE + _DASHES + _WIDE_OPENERS + _DIGITS + _MARKS) + "]")
-_OPENS_PLUS = re.compile(
-    "[" + re.escape("%\\&+" + _SPACES + _INVISIBLE + _DASHES + _WIDE_OPENERS + _DIGITS + _MARKS) + "]"
-)
+_OPENS = re.compile("[" + re.escape("%\\&" + _SPACES + _INVISIBLE + _DASHES + _WIDE_OPENERS + _DIGITS) + "]")
+_OPENS_PLUS = re.compile("[" + re.escape("%\\&+" + _SPACES + _INVISIBLE + _DASHES + _WIDE_OPENERS + _DIGITS) + "]")
 
 
 def _without_invisible(text: str, start: int, end: int) -> Span:
@@ -424,7 +442,7 @@ class _Copy:
             ch = "-"
         elif head in _WIDE:  # a run, one character for one: one stretch of the map
             ch = token.translate(_NARROW)
-        elif head in _DIGITS:  # the same, for digits of other scripts
+        elif head in _DIGITS or head in _MATH_DIGITS:  # the same, for digits of other scripts
             ch = token.translate(_ASCII_DIGITS)
         else:  # '+' for a space, or a Unicode space: one character for one
             ch = " "

@@ -4,7 +4,8 @@ A combining mark draws on the character before it, a variation selector or a key
 drawn, and the combining grapheme joiner and the Mongolian vowel separator draw nothing: a card number
 with an accent on a digit (``4\\u0301111 ...``), written as emoji keycaps (``4\\ufe0f\\u20e3 1\\ufe0f\\u20e3 ...``,
 as a chat app or a model dodging a filter writes it), or an address typed with a decomposed accent
-(``jose\\u0301.doe@...``) reads as the value, and went out whole (or with its local part) past every detector.
+(``jose\\u0301.doe@...``) reads as the value, and so does one in mathematical digits (``\\U0001d7d2\\U0001d7cf...``,
+as "fancy text" generators write them); each went out whole (or with its local part) past every detector.
 
 Through the real path: ``relay.tools.execute`` under a detector policy, watched by the events, a JSONL file,
 OTel, the journal and ATIF.
@@ -21,6 +22,10 @@ from relay_runtime.redaction import RedactionPolicy, Rule
 from tests.test_frameworks_records_secrets import Sinks
 
 
+def _math_bold(number: str) -> str:
+    return "".join(chr(0x1D7CE + int(c)) if c.isdigit() else c for c in number)
+
+
 def _keycaps(number: str) -> str:
     return "".join(f"{c}\ufe0f\u20e3" if c.isdigit() else c for c in number)
 
@@ -32,8 +37,9 @@ def _keycaps(number: str) -> str:
         (_keycaps("4111 1111 1111 1111"), [_keycaps("1111 1111 1111")[:-3], "4\ufe0f\u20e31"]),
         ("4\u034f111 1111 1111 1111", ["1111 1111 1111"]),
         ("jane.d\u0301oe@example.com", ["jane", "example.com"]),
+        (_math_bold("4111 1111 1111 1111"), [_math_bold("4111"), _math_bold("1111 1111 1111")]),
     ],
-    ids=["accent-on-a-digit", "keycaps", "grapheme-joiner", "decomposed-accent-in-an-address"],
+    ids=["accent-on-a-digit", "keycaps", "grapheme-joiner", "decomposed-accent-in-an-address", "mathematical-digits"],
 )
 def test_a_value_with_marks_on_its_characters_reaches_no_sink(
     relay_turn: Any, relay_events: Any, tmp_path: Any, value: str, pieces: list[str]
