@@ -66,6 +66,11 @@ _DIGITS = "".join(chr(zero + d) for zero in _DIGIT_ZEROS for d in range(10))
 # makes the engine test each character against a list): only a text that holds one (``_marked``) pays for them.
 _MATH_DIGITS = "".join(map(chr, range(0x1D7CE, 0x1D800)))
 _ASCII_DIGITS = {ord(ch): 48 + i % 10 for i, ch in enumerate(_DIGITS + _MATH_DIGITS)}
+# Unicode's tag characters (U+E0020..U+E007E) mirror printable ASCII and draw nothing: a value written in them
+# ("ASCII smuggling") is invisible where the record is shown, yet a model reads it and anyone can decode it. Read
+# as the ASCII they mirror, one character for one, by the same expression as the mathematical digits.
+_TAGS = "".join(map(chr, range(0xE0020, 0xE007F)))
+_TAG_ASCII = {ord(ch): ord(ch) - 0xE0000 for ch in _TAGS}
 # Invisible characters, dropped: zero width space, non-joiner, joiner, word joiner, BOM, soft hyphen, and the
 # marks and controls of bidirectional text (left-to-right and right-to-left marks, the Arabic letter mark,
 # embeddings, overrides and isolates), which editors of Arabic and Hebrew put around and inside numbers.
@@ -106,18 +111,22 @@ _ESCAPES_WIDE = (
 _ESCAPES_MARKED = _ESCAPES_WIDE + "".join(
     f"|{re.escape(ch)}(?<=[A-Za-z0-9]{re.escape(ch)})[{re.escape(_MARKS)}]*" for ch in _MARKS
 )
-_ESCAPES_MATH = _ESCAPES_MARKED + "".join(f"|{ch}[{_MATH_DIGITS[0]}-{_MATH_DIGITS[-1]}]*" for ch in _MATH_DIGITS)
+_ESCAPES_MATH = (
+    _ESCAPES_MARKED
+    + "".join(f"|{ch}[{_MATH_DIGITS[0]}-{_MATH_DIGITS[-1]}]*" for ch in _MATH_DIGITS)
+    + "".join(f"|{ch}[{_TAGS[0]}-{_TAGS[-1]}]*" for ch in _TAGS)
+)
 _WIDE_KINDS = (_ESCAPES_WIDE, _ESCAPES_MARKED, _ESCAPES_MATH)  # by what ``_marked`` says
 # A set of characters first, the letter or digit before looked back at: a search skips to a mark in C.
 _MARK_AFTER = re.compile(f"[{re.escape(_MARKS)}](?<=[A-Za-z0-9][{re.escape(_MARKS)}])")
-_MATH = re.compile(f"[{_MATH_DIGITS[0]}-{_MATH_DIGITS[-1]}]")  # one range: one comparison a character
+_MATH = re.compile(f"[{_MATH_DIGITS[0]}-{_MATH_DIGITS[-1]}{_TAGS[0]}-{_TAGS[-1]}]")  # two ranges: cheap to test
 _UCS4_SIZE = sys.getsizeof("\U0001f600") - 4  # what a string of characters beyond U+FFFF takes beyond 4 bytes each
 
 
 def _marked(text: str) -> int:
-    """2 when ``text`` holds a mathematical digit, 1 when it holds a mark after an ASCII letter or digit, else 0:
-    neither an ASCII text nor one of Latin-1 only (a byte a character: the string's size says so) holds one,
-    and only a text of four bytes a character (one beyond U+FFFF in it) can hold a mathematical digit."""
+    """2 when ``text`` holds a mathematical digit or a tag character, 1 when it holds a mark after an ASCII letter or
+    digit, else 0: neither an ASCII text nor one of Latin-1 only (a byte a character: the string's size says so)
+    holds one, and only a text of four bytes a character (one beyond U+FFFF in it) can hold the first two."""
     if text.isascii():
         return 0
     size = sys.getsizeof(text)
@@ -442,6 +451,8 @@ class _Copy:
             ch = "-"
         elif head in _WIDE:  # a run, one character for one: one stretch of the map
             ch = token.translate(_NARROW)
+        elif head in _TAGS:  # a run of tag characters: the ASCII they mirror
+            ch = token.translate(_TAG_ASCII)
         elif head in _DIGITS or head in _MATH_DIGITS:  # the same, for digits of other scripts
             ch = token.translate(_ASCII_DIGITS)
         else:  # '+' for a space, or a Unicode space: one character for one

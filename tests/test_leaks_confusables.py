@@ -5,7 +5,8 @@ drawn, and the combining grapheme joiner and the Mongolian vowel separator draw 
 with an accent on a digit (``4\\u0301111 ...``), written as emoji keycaps (``4\\ufe0f\\u20e3 1\\ufe0f\\u20e3 ...``,
 as a chat app or a model dodging a filter writes it), or an address typed with a decomposed accent
 (``jose\\u0301.doe@...``) reads as the value, and so does one in mathematical digits (``\\U0001d7d2\\U0001d7cf...``,
-as "fancy text" generators write them); each went out whole (or with its local part) past every detector.
+as "fancy text" generators write them) or in tag characters (invisible, mirroring ASCII: "ASCII smuggling");
+each went out whole (or with its local part) past every detector.
 
 Through the real path: ``relay.tools.execute`` under a detector policy, watched by the events, a JSONL file,
 OTel, the journal and ATIF.
@@ -26,6 +27,10 @@ def _math_bold(number: str) -> str:
     return "".join(chr(0x1D7CE + int(c)) if c.isdigit() else c for c in number)
 
 
+def _tags(text: str) -> str:
+    return "".join(chr(0xE0000 + ord(c)) for c in text)
+
+
 def _keycaps(number: str) -> str:
     return "".join(f"{c}\ufe0f\u20e3" if c.isdigit() else c for c in number)
 
@@ -38,8 +43,16 @@ def _keycaps(number: str) -> str:
         ("4\u034f111 1111 1111 1111", ["1111 1111 1111"]),
         ("jane.d\u0301oe@example.com", ["jane", "example.com"]),
         (_math_bold("4111 1111 1111 1111"), [_math_bold("4111"), _math_bold("1111 1111 1111")]),
+        (_tags("jane.doe@example.com"), [_tags("jane"), _tags("example.com")]),  # invisible: "ASCII smuggling"
     ],
-    ids=["accent-on-a-digit", "keycaps", "grapheme-joiner", "decomposed-accent-in-an-address", "mathematical-digits"],
+    ids=[
+        "accent-on-a-digit",
+        "keycaps",
+        "grapheme-joiner",
+        "decomposed-accent-in-an-address",
+        "mathematical-digits",
+        "tag-characters",
+    ],
 )
 def test_a_value_with_marks_on_its_characters_reaches_no_sink(
     relay_turn: Any, relay_events: Any, tmp_path: Any, value: str, pieces: list[str]
