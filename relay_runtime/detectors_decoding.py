@@ -60,13 +60,30 @@ _WIDE_OPENERS = "".join(ch for ch in _WIDE if chr(ord(ch) - 0xFEE0).isalnum() or
 _DIGIT_ZEROS = (0x0660, 0x06F0, 0x0966, 0x09E6, 0x0A66, 0x0AE6, 0x0B66, 0x0BE6, 0x0C66, 0x0CE6, 0x0D66,
                 0x0E50, 0x0ED0, 0x0F20, 0x1040, 0x17E0, 0x1810)  # fmt: skip
 _DIGITS = "".join(chr(zero + d) for zero in _DIGIT_ZEROS for d in range(10))
-_ASCII_DIGITS = {ord(ch): 48 + i % 10 for i, ch in enumerate(_DIGITS)}
+# The mathematical digits (bold, double-struck, sans-serif, sans-serif bold, monospace: U+1D7CE..U+1D7FF), as
+# "fancy text" generators write them and a model told to slip a number past a filter may: read as ASCII digits
+# too, but kept out of the expressions every text is split with (a character beyond U+FFFF in a character set
+# makes the engine test each character against a list): only a text that holds one (``_marked``) pays for them.
+_MATH_DIGITS = "".join(map(chr, range(0x1D7CE, 0x1D800)))
+_ASCII_DIGITS = {ord(ch): 48 + i % 10 for i, ch in enumerate(_DIGITS + _MATH_DIGITS)}
+# Unicode's tag characters (U+E0020..U+E007E) mirror printable ASCII and draw nothing: a value written in them
+# ("ASCII smuggling") is invisible where the record is shown, yet a model reads it and anyone can decode it. Read
+# as the ASCII they mirror, one character for one, by the same expression as the mathematical digits.
+_TAGS = "".join(map(chr, range(0xE0020, 0xE007F)))
+_TAG_ASCII = {ord(ch): ord(ch) - 0xE0000 for ch in _TAGS}
 # Invisible characters, dropped: zero width space, non-joiner, joiner, word joiner, BOM, soft hyphen, and the
 # marks and controls of bidirectional text (left-to-right and right-to-left marks, the Arabic letter mark,
 # embeddings, overrides and isolates), which editors of Arabic and Hebrew put around and inside numbers.
 _INVISIBLE = (
     "\u200b\u200c\u200d\u2060\ufeff\xad\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 )
+# Marks that draw on the character before them, or nothing: the combining diacritical marks (an accent
+# put on a digit, "4\u0301111 ...", or a letter typed decomposed), the variation selectors and the keycap
+# ("4\ufe0f\u20e3" is a 4 drawn as a key), the combining grapheme joiner and the Mongolian vowel separator.
+# A value reads the same with them in it. Dropped right after an ASCII letter or digit only: that is where
+# a value's characters are, and an emoji's own selector ("\u2764\ufe0f") or a script's marks leave the text
+# as it was, with no copy to read again.
+_MARKS = "".join(map(chr, range(0x0300, 0x0370))) + "".join(map(chr, range(0xFE00, 0xFE10))) + "\u20e3\u034f\u180e"
 _NAMED = {"amp": "&", "nbsp": " ", "commat": "@", "period": ".", "plus": "+", "lpar": "(", "rpar": ")"}
 _SHORT = {"n": "\n", "r": "\r", "t": "\t", "b": "\b", "f": "\f", '"': '"', "/": "/", "\\": "\\"}
 # Every alternative opens with a literal character (the lookbehind of '+' follows it): the engine then
@@ -75,6 +92,7 @@ _ESCAPES = (
     r"%[0-9A-Fa-f]{2}(?:%[0-9A-Fa-f]{2})*"  # percent-encoded bytes: a run, as UTF-8 spans several
     r"|\\u[0-9A-Fa-f]{4}(?:\\u[0-9A-Fa-f]{4})*"  # JSON's \uXXXX: a run, for surrogate pairs
     r"|\\[nrtbf\"/\\]"  # JSON's short escapes: "Card:\n4111..." must not glue the number to a word
+    r"|\\x[0-9A-Fa-f]{2}(?:\\x[0-9A-Fa-f]{2})*"  # Python's \xNN (repr, ascii(), a bytes repr): a run, for UTF-8
     r"|&(?:#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|" + "|".join(_NAMED) + r");"
     "|" + "|".join(map(re.escape, _SPACES))
 )
@@ -87,15 +105,47 @@ _ESCAPES_WIDE = (
     + "".join(f"|{ch}[{_WIDE[0]}-{_WIDE[-1]}]*" for ch in _WIDE_OPENERS)
     + "".join(f"|{ch}[{_DIGITS}]*" for ch in _DIGITS)
 )
+# A mark after an ASCII letter or digit (one alternative per mark, see above) and a run of mathematical digits, in
+# an expression of its own for the texts that hold one (``_marked`` says): so many alternatives slow the split
+# wherever it stops, and a character beyond U+FFFF slows it everywhere.
+_ESCAPES_MARKED = _ESCAPES_WIDE + "".join(
+    f"|{re.escape(ch)}(?<=[A-Za-z0-9]{re.escape(ch)})[{re.escape(_MARKS)}]*" for ch in _MARKS
+)
+_ESCAPES_MATH = (
+    _ESCAPES_MARKED
+    + "".join(f"|{ch}[{_MATH_DIGITS[0]}-{_MATH_DIGITS[-1]}]*" for ch in _MATH_DIGITS)
+    + "".join(f"|{ch}[{_TAGS[0]}-{_TAGS[-1]}]*" for ch in _TAGS)
+)
+_WIDE_KINDS = (_ESCAPES_WIDE, _ESCAPES_MARKED, _ESCAPES_MATH)  # by what ``_marked`` says
+# A set of characters first, the letter or digit before looked back at: a search skips to a mark in C.
+_MARK_AFTER = re.compile(f"[{re.escape(_MARKS)}](?<=[A-Za-z0-9][{re.escape(_MARKS)}])")
+_MATH = re.compile(f"[{_MATH_DIGITS[0]}-{_MATH_DIGITS[-1]}{_TAGS[0]}-{_TAGS[-1]}]")  # two ranges: cheap to test
+_UCS4_SIZE = sys.getsizeof("\U0001f600") - 4  # what a string of characters beyond U+FFFF takes beyond 4 bytes each
+
+
+def _marked(text: str) -> int:
+    """2 when ``text`` holds a mathematical digit or a tag character, 1 when it holds a mark after an ASCII letter or
+    digit, else 0: neither an ASCII text nor one of Latin-1 only (a byte a character: the string's size says so)
+    holds one, and only a text of four bytes a character (one beyond U+FFFF in it) can hold the first two."""
+    if text.isascii():
+        return 0
+    size = sys.getsizeof(text)
+    if size - len(text) == _LATIN1_SIZE:
+        return 0
+    if size - 4 * len(text) == _UCS4_SIZE and _MATH.search(text) is not None:
+        return 2
+    return int(_MARK_AFTER.search(text) is not None)
 # '+' for a space, as a query string or form writes it (in a text holding '='), only next to a digit or
 # before a percent escape: "4111+1111" and "at+%2B44" are read, while "jane+tag%40example.com" (an
 # address's own '+') keeps it.
 _PLUS = r"|\+(?<=[A-Za-z0-9]\+)(?=[0-9])|\+(?<=[0-9]\+)(?=[A-Za-z])|\+(?<=[A-Za-z0-9]\+)(?=%[0-9A-Fa-f]{2})"
-# By (whether a '+' may be a space, whether the text is ASCII); a group, so that ``split`` keeps the escapes.
+# By (whether a '+' may be a space, whether the text is ASCII, what ``_marked`` says of it); a group, so that
+# ``split`` keeps the escapes.
 _TOKENS = {
-    (plus, ascii): re.compile(f"({_ESCAPES if ascii else _ESCAPES_WIDE}{_PLUS if plus else ''})")
+    (plus, ascii, marked): re.compile(f"({_ESCAPES if ascii else _WIDE_KINDS[marked]}{_PLUS if plus else ''})")
     for plus in (False, True)
     for ascii in (False, True)
+    for marked in (0, 1, 2)
 }
 _PLUS_NEXT = frozenset("0123456789%ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 
@@ -200,10 +250,11 @@ def _decode(text: str) -> Decoded | None:
     rounds: list[_Round] = []
     kinds: set[str] = set()
     plus = "=" in text
+    marked = _marked(text)
     for _ in range(_ROUNDS):
         ascii = copy.isascii()
-        token = _TOKENS[plus, ascii]
-        lo, hi = _reach(copy, plus, ascii)
+        token = _TOKENS[plus, ascii, 0 if ascii else marked]
+        lo, hi = (0, len(copy)) if marked and not rounds else _reach(copy, plus, ascii)
         # The text split at its escapes and each replaced by its decoding, looked up (escapes repeat:
         # &amp;, %20, \n), all in C: no Python per character of the text, nor per escape (the map
         # back is built only when asked for).
@@ -394,13 +445,15 @@ class _Copy:
                 if not 0 < code <= 0x10FFFF or 0xD800 <= code <= 0xDFFF:
                     return False
                 ch = chr(code)
-        elif head in _INVISIBLE:
+        elif head in _INVISIBLE or head in _MARKS:
             ch = ""
         elif head in _DASHES:
             ch = "-"
         elif head in _WIDE:  # a run, one character for one: one stretch of the map
             ch = token.translate(_NARROW)
-        elif head in _DIGITS:  # the same, for digits of other scripts
+        elif head in _TAGS:  # a run of tag characters: the ASCII they mirror
+            ch = token.translate(_TAG_ASCII)
+        elif head in _DIGITS or head in _MATH_DIGITS:  # the same, for digits of other scripts
             ch = token.translate(_ASCII_DIGITS)
         else:  # '+' for a space, or a Unicode space: one character for one
             ch = " "
@@ -434,6 +487,8 @@ class _Copy:
         return changed
 
     def _json(self, token: str, at: int) -> bool:
+        if token[1] == "x":
+            return self._python(token, at)
         if token[1] != "u":
             self.put(_SHORT[token[1]], at)
             return True
@@ -454,6 +509,25 @@ class _Copy:
                 i += 1
                 changed = True
         return changed
+
+    def _python(self, token: str, at: int) -> bool:
+        """A run of Python's ``\\xNN`` escapes. ``repr()`` of a ``str`` writes a non-printable Latin-1 character
+        so (a non-breaking space or a soft hyphen inside a value: ``'4111\\xa01111...'``, as a ``KeyError``
+        quotes its key), ``ascii()`` every Latin-1 one (``'jos\\xe9@...'``), and a ``bytes`` repr each byte of
+        UTF-8 text (``b'jos\\xc3\\xa9@...'``): a byte that opens a UTF-8 character with the bytes after it is
+        read as that character, any other as the Latin-1 character of its code."""
+        raw = bytes.fromhex(token.replace("\\x", ""))
+        i, n = 0, len(raw)
+        while i < n:
+            b = raw[i]
+            width = 2 if 0xC2 <= b <= 0xDF else 3 if 0xE0 <= b <= 0xEF else 4 if 0xF0 <= b <= 0xF4 else 1
+            try:
+                ch = raw[i : i + width].decode("utf-8") if width > 1 else chr(b)
+            except UnicodeDecodeError:
+                ch, width = chr(b), 1
+            self.put(ch, at + 4 * i)
+            i += width
+        return True
 
 
 def merged(found: list[Span], more: list[Span]) -> list[Span]:

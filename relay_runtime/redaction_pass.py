@@ -164,6 +164,13 @@ class Pass(Walk):
             clean.add(name)
         return new
 
+    def model(self, model: str | None) -> str | None:
+        """A request's model, as the event's ``model_name`` and its view carry it (spans are named for it, metrics
+        labelled with it): read as the answer's model is, by the rules that read every string."""
+        if not model:
+            return model
+        return kept(self.walk(model, ("request", "model")))
+
     def request_view(self, req: AnnotatedLLMRequest) -> AnnotatedLLMRequest:
         messages = self.walk(req.messages, ("request", "messages"))
         system = self.walk(req.system, ("request", "system"))
@@ -172,16 +179,19 @@ class Pass(Walk):
         choice = self.walk(req.tool_choice, ("request", "tools")) if req.tool_choice else req.tool_choice
         params = self.walk(req.params, ("request", "params")) if req.params else req.params
         extra = self.walk(req.provider_params, ("request", "params")) if req.provider_params else req.provider_params
+        # The model is the caller's words (a fine-tune's suffix, a deployment's name), read as the answer's is.
+        model = self.model(req.model)
         if (
             messages is req.messages
             and system is req.system
             and tools is req.tools
             and params is req.params
-            and (extra is req.provider_params and choice is req.tool_choice)
+            and (extra is req.provider_params and choice is req.tool_choice and model is req.model)
         ):
             return req
         return _copy(
             req,
+            model=model,
             messages=[] if messages is REMOVED else list(messages),
             system=kept(system),
             tools=None if tools is REMOVED or tools is None else list(tools),
@@ -228,6 +238,10 @@ class Pass(Walk):
         """
         if not isinstance(data, Mapping):
             return self.walk(data, ("data",))
+        if held is None and self.policy._pieces and data.get("chunk") is not None:
+            # A rule acts on what the SDK chunk holds beside the text (a piece of a tool call's arguments, which no
+            # rule can judge alone; the end event carries them whole): only what kind of chunk it was stays.
+            data = {**data, "chunk": chunk_kind(data.get("chunk"))}
         delta = data.get("delta")
         if held is not None:
             index = data.get("index")

@@ -33,10 +33,12 @@ from .events import MARK, SCOPE_END, SCOPE_START, AnnotatedResponseField, Deferr
 from .ids import new_id
 from .redaction_carried import Carried, through
 from .redaction_pass import REMOVED, Pass, kept
+from .redaction_reasoning import reasoning_texts
 from .redaction_rules import ACTIONS, RedactionConfigError, Rule
-from .redaction_streams import Held, hold_of, streamed_rules
+from .redaction_streams import Held, hold_of, pieces_ruled, streamed_rules
 from .types import AnnotatedLLMRequest, ChunkDelta
 
+_REASONING = ("response", "reasoning")
 RULES_KEY = "relay.redaction.rules"  # metadata: {rule name: how many values it changed in this event}
 FAILED_KEY = "relay.redaction.failed"  # metadata: the policy failed on this event; its content was dropped
 
@@ -117,6 +119,11 @@ class RedactionPolicy:
         self._clean_keys: set[str] = set()
         # The rules that find values inside response text: while there are any, streams are held back.
         self._streamed = streamed_rules(self.rules)
+        # Whether a rule acts on the pieces of tool calls an SDK chunk holds: then chunks keep only their kind.
+        self._pieces = pieces_ruled(self.rules)
+        # Whether a rule names the answer's reasoning, which the view does not carry: then the answer object's
+        # reasoning is found by name and read at that path (``redaction_reasoning``).
+        self._reasoning = any(pointers.may_reach(pattern, _REASONING) for r in self.rules for pattern in r.parsed_paths)
         # What the rules made of long strings seen before (text -> result, counts, replaced spans), bounded.
         self._memo: OrderedDict[str, tuple[str, dict[str, int], dict[str, str]]] = OrderedDict()
         self._memo_chars = 0
@@ -212,12 +219,13 @@ class RedactionPolicy:
                 fallback = event.annotated_response  # a fallback's answer (``cv.FALLBACK_ANSWER``)
                 if fallback is not None:
                     resp = p.response_view(fallback)
-            elif holds is not None and self._streamed and event.parent_uuid:
-                data = p.chunk(data, hold_of(holds, event.parent_uuid))
-                if data is not event.data and not p.counts:  # text held back, nothing redacted yet
-                    return _with_data(event, data)
             else:
-                data = p.chunk(data)
+                held = None
+                if holds is not None and self._streamed and event.parent_uuid:
+                    held = hold_of(holds, event.parent_uuid)
+                data = p.chunk(data, held)
+                if data is not event.data and not p.counts:  # text held back or the SDK chunk reduced, nothing redacted
+                    return _with_data(event, data)
         else:
             req = event.annotated_request
             if req is not None:
@@ -241,6 +249,9 @@ class RedactionPolicy:
                     inp = {**inp, "content": content, "headers": p.raw(inp.get("headers"), scan=True)}
                 else:
                     inp = p.raw(p.sent_beside(inp), scan=True)
+                if self._reasoning and out is not None:
+                    for thought in reasoning_texts(out):  # what the rules make of it is changed in ``out`` below
+                        p.walk(thought, _REASONING)
                 # Every string of the answer object is read: fields beyond the view (a refusal, citations,
                 # grounding queries, the SDK's response headers) are the provider's words too.
                 out = p.raw(out, scan=True)
@@ -256,6 +267,7 @@ class RedactionPolicy:
                 inp = p.walk(inp, ("input",))
                 out = p.walk(out, ("output",))
         name = p.name(event.name)
+        model = p.model(event.model_name)
         metadata = event.metadata
         if metadata:
             metadata = p.metadata(metadata)
@@ -277,7 +289,7 @@ class RedactionPolicy:
         return new_event(
             event.kind, event.uuid, event.parent_uuid, event.trace_id, name, event.scope_type,
             event.timestamp, start_timestamp=event.start_timestamp, input=kept(inp), output=kept(out),
-            metadata=metadata, data=kept(data), provider=event.provider, model_name=event.model_name,
+            metadata=metadata, data=kept(data), provider=event.provider, model_name=model,
             annotated_request=req, annotated_response=resp, error_type=event.error_type,
             error_message=kept(error), outcome=event.outcome, cost=event.cost,
         )  # fmt: skip

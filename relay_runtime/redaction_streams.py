@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .detectors import unclaimed
+from .pointers import may_reach
 from .redaction_rules import Rule
 
 HOLD_CHARS = 128
@@ -66,6 +67,21 @@ def streamed_rules(rules: Iterable[Rule]) -> tuple[Rule, ...]:
     """The rules that find values inside a response's text or reasoning (whole-field rules act on each
     chunk's delta as a whole, so they need nothing held)."""
     return tuple(r for r in rules if not r.whole and any(r.applies(path) for path in _STREAMED_PATHS))
+
+
+# What an SDK chunk holds beside the delta's text and reasoning: pieces of the answer's other fields (a tool
+# call's name and its arguments, as JSON fragments) that the answer's end event carries whole.
+_PIECE_PATHS = (("response", "tool_calls"),)
+
+
+def pieces_ruled(rules: Iterable[Rule]) -> bool:
+    """Whether a rule acts on what a chunk's SDK object holds beside the delta's text (a rule on every string,
+    or one reaching a tool call's arguments): a piece of an argument is no field a rule can judge, so each
+    chunk mark's SDK chunk is reduced to its kind (``chunk_kind``) even when no text is held back."""
+    return any(
+        not r.parsed_paths or any(may_reach(pattern, path) for pattern in r.parsed_paths for path in _PIECE_PATHS)
+        for r in rules
+    )
 
 
 def settled(rules: tuple[Rule, ...], text: str) -> int:

@@ -34,6 +34,7 @@ Across = Callable[[list[str]], list[str]]
 # Stored request keys -> where the policy reads them: the view's fields at their paths, and what is sent
 # beside the view as it is read in events (the tool the model must call as tools are, extras as params).
 _READ_AT = {
+    "model": ("request", "model"),  # the caller names it (a fine-tune's suffix), as events read it
     "system": ("request", "system"),
     "messages": ("request", "messages"),
     "tools": ("request", "tools"),
