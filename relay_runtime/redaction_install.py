@@ -13,9 +13,9 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from . import conventions as cv
-from .events import SCOPE_END, Event, new_event
+from .events import MARK, SCOPE_END, Event, new_event
 from .redaction_policy import FAILED_KEY, RedactionPolicy
-from .redaction_streams import Held
+from .redaction_streams import Held, released_as_held
 from .types import AnnotatedLLMRequest, LLMRequest, LLMRequestInterceptOutcome
 
 if TYPE_CHECKING:
@@ -108,34 +108,48 @@ def install(subscribers: Subscribers, policy: RedactionPolicy | None) -> None:
 
     The text each stream's chunk marks hold back (``redaction_streams``) is kept per subscriber list,
     so a policy swapped mid-stream releases what the one before it held; at an LLM attempt's end the
-    rest goes out in one more chunk mark, delivered to the chunk subscribers just before the end.
+    rest goes out in one more chunk mark, delivered to the chunk subscribers just before the end. A
+    policy removed mid-stream leaves the plain delivery only once the text it held has gone out, as
+    it was (there is no policy left to redact it): each stream's before its next chunk mark or its end.
     """
     subscribers.policy = policy
-    if policy is None:
-        subscribers.__dict__.pop("deliver", None)
-        subscribers.__dict__.pop(_HOLDS, None)
-        return
-
-    plain = type(subscribers).deliver
     holds: dict[str, Held] = subscribers.__dict__.setdefault(_HOLDS, {})
+    if policy is None:
+        if not holds:
+            _plain_again(subscribers)
+        return  # the delivery below stays until what was held has gone out
+    plain = type(subscribers).deliver
 
     def deliver(targets: Any, event: Event) -> None:
         current = subscribers.policy  # read once: an event is redacted by one policy, whole
-        if current is not None:
-            if holds and event.kind == SCOPE_END:
+        if holds:
+            kind = event.kind
+            if kind == SCOPE_END:
                 held = holds.pop(event.uuid, None)
                 if held is not None:
                     _release(current, event, held)
+            elif current is None and kind == MARK and event.name == cv.CHUNK:
+                held = holds.pop(event.parent_uuid or "", None)
+                if held is not None:  # before this chunk's text: the marks carry the text in order
+                    _release(None, event, held)
+        if current is not None:
             try:
                 event = current.redact_event(event, holds)
             except Exception as exc:
                 subscribers._diagnostics.failure("redaction_errors", exc, "applying the redaction policy")
                 event = _without_content(event)
+        elif not holds:
+            _plain_again(subscribers)
         plain(subscribers, targets, event)
 
-    def _release(current: RedactionPolicy, end: Event, held: Held) -> None:
+    def _release(current: RedactionPolicy | None, at: Event, held: Held) -> None:
+        """Deliver what ``held`` holds just before ``at``: the stream's end (redacted by the policy in use), or,
+        with no policy left, its next chunk mark (as it came)."""
         try:
-            mark = current.released(end, held)
+            if current is not None:
+                mark = current.released(at, held)
+            else:
+                mark = released_as_held(at.uuid if at.kind == SCOPE_END else at.parent_uuid or "", at, held)
         except Exception as exc:
             subscribers._diagnostics.failure("redaction_errors", exc, "releasing a stream's held text")
             return  # the end event still carries the whole answer, redacted; the held text is dropped
@@ -143,6 +157,11 @@ def install(subscribers: Subscribers, policy: RedactionPolicy | None) -> None:
             plain(subscribers, subscribers.chunk, mark)
 
     subscribers.__dict__["deliver"] = deliver
+
+
+def _plain_again(subscribers: Subscribers) -> None:
+    subscribers.__dict__.pop("deliver", None)
+    subscribers.__dict__.pop(_HOLDS, None)
 
 
 _HOLDS = "_redaction_holds"

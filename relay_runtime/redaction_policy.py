@@ -30,12 +30,11 @@ from typing import Any
 from . import conventions as cv
 from . import pointers
 from .events import MARK, SCOPE_END, SCOPE_START, AnnotatedResponseField, DeferredResponse, Event, new_event
-from .ids import new_id
 from .redaction_carried import Carried, through
 from .redaction_pass import REMOVED, Pass, kept
 from .redaction_reasoning import reasoning_texts
 from .redaction_rules import ACTIONS, RedactionConfigError, Rule
-from .redaction_streams import Held, hold_of, pieces_ruled, streamed_rules
+from .redaction_streams import Held, hold_of, pieces_ruled, released_mark, streamed_rules
 from .types import AnnotatedLLMRequest, ChunkDelta
 
 _REASONING = ("response", "reasoning")
@@ -303,9 +302,7 @@ class RedactionPolicy:
         delta = ChunkDelta(text=p.flush(held.text, "text"), reasoning=p.flush(held.reasoning, "reasoning"))
         held.text = held.reasoning = ""
         metadata = {RULES_KEY: dict(p.counts)} if p.counts else None
-        data = {"index": held.index, "delta": delta, "chunk": None, "released": True}
-        return new_event(MARK, new_id(), end.uuid, end.trace_id, cv.CHUNK, None, end.timestamp, data=data,
-                         metadata=metadata)  # fmt: skip
+        return released_mark(end.uuid, end, held, delta, metadata)
 
     def _request_view(self, p: Pass, req: AnnotatedLLMRequest) -> AnnotatedLLMRequest:
         """The redacted request view, computed once per request and policy (a start and its end share it)."""

@@ -25,9 +25,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from . import conventions as cv
 from .detectors import unclaimed
+from .events import MARK, Event, new_event
+from .ids import new_id
 from .pointers import may_reach
 from .redaction_rules import Rule
+from .types import ChunkDelta
 
 HOLD_CHARS = 128
 # Text is let go once this much more than the hold has come: a scan of the held text per chunk of a few
@@ -47,6 +51,22 @@ class Held:
         self.text = ""
         self.reasoning = ""
         self.index = 0  # the index the chunk mark after the last one seen would have
+
+
+def released_mark(attempt: str, at: Event, held: Held, delta: ChunkDelta, metadata: dict[str, Any] | None) -> Event:
+    """The chunk mark of the stream of ``attempt`` carrying ``delta``, what ``held`` held, delivered just before
+    ``at`` (the attempt's end, or its next chunk mark)."""
+    data = {"index": held.index, "delta": delta, "chunk": None, "released": True}
+    return new_event(MARK, new_id(), attempt, at.trace_id, cv.CHUNK, None, at.timestamp, data=data, metadata=metadata)
+
+
+def released_as_held(attempt: str, at: Event, held: Held) -> Event | None:
+    """``RedactionPolicy.released`` with no policy left (it was removed mid-stream): the held text as it came."""
+    if not held.text and not held.reasoning:
+        return None
+    delta = ChunkDelta(text=held.text, reasoning=held.reasoning)
+    held.text = held.reasoning = ""
+    return released_mark(attempt, at, held, delta, None)
 
 
 def hold_of(holds: dict[Any, Held], key: Any) -> Held:

@@ -382,6 +382,24 @@ def test_a_policy_swapped_mid_stream_releases_what_the_last_one_held(
     assert EMAIL[:6] not in deltas and EMAIL[:6] not in sdk
 
 
+@pytest.mark.parametrize("after", ["a chunk", "no chunk"])
+def test_a_policy_removed_mid_stream_releases_what_it_held_as_it_came(
+    relay_turn, relay_events, scripted_openai, after
+) -> None:  # type: ignore[no-untyped-def]
+    # Its held text was dropped: the chunk marks (the run page's live text, the journal's token rows) lost it.
+    relay, _ = relay_turn
+    relay.redaction.use(_policy())
+    pieces = ["Hello ", "there, ", "my friend. "] + (["Bye now."] if after == "a chunk" else [])
+    scripted_openai.add(testing.sse_reply(testing.openai_chat_sse(testing.chat_chunks(pieces))))
+    stream = adapters.stream(scripted_openai.client, {"model": "gpt-x", "messages": []})
+    for i, _ in enumerate(stream):
+        if i == len(pieces) - (1 if after == "a chunk" else 0):  # [0] is the role chunk
+            relay.redaction.use(None)
+    deltas, _sdk = _chunk_texts(relay_events.marks(name="llm.chunk"))
+    assert deltas == "".join(pieces)  # in order, nothing lost
+    assert "deliver" not in relay.subscribers.__dict__  # the plain delivery again, once nothing is held
+
+
 def test_a_chunk_holds_back_only_what_a_value_could_still_straddle(
     relay_turn, relay_events, scripted_openai
 ) -> None:  # type: ignore[no-untyped-def]
