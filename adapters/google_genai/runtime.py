@@ -313,10 +313,13 @@ def managed_stream(
         stream = calls.stream_current(call.request, factory, **call.options())
     try:
         yield from stream
-    finally:
+    except BaseException:  # closed early (GeneratorExit), or the stream failed: it closes its source now
         close = getattr(stream, "close", None)
         if close is not None:
             close()
+        raise
+    # Read out: the managed stream ended its attempt, and its source is read out too, as any managed stream's a
+    # caller reads to its end: nothing to close.
 
 
 class _Tagging:
