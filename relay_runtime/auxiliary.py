@@ -193,7 +193,9 @@ def count_renewed_attempt(api_request_id: str) -> None:
 
 
 def in_auxiliary_call() -> bool:
-    return _live(_current.get()) is not None
+    aux = _current.get()
+    # Outside any (every plain provider call asks): no ``_live`` frame.
+    return aux is not None and _live(aux) is not None
 
 
 def _task_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:

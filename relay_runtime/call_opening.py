@@ -178,7 +178,9 @@ def attempt_of(
 
     ``_call_attempt``'s (``_stream_attempt``'s) work for a caller holding the call: no lookup by id. ``metadata``
     comes first in the attempt's own, after its kind, as the metadata given to ``execute_current`` do."""
-    with turn.lock:
+    lock = turn.lock
+    lock.acquire()  # not ``with``, on every attempt of an opened call: see ``logical_calls``
+    try:
         if call.closing or turn.logical_llm_calls.get(call.api_request_id) is not call:
             return None
         retry = call.attempts
@@ -189,6 +191,8 @@ def attempt_of(
         call.provider = name
         if model_name:
             call.model = model_name
+    finally:
+        lock.release()
     meta: dict[str, Any] = {cv.KIND: cv.ATTEMPT, **metadata} if metadata else {cv.KIND: cv.ATTEMPT}
     meta[cv.API_REQUEST_ID] = call.api_request_id
     meta[cv.CALL_ROLE] = call.call_role

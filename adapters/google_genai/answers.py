@@ -129,17 +129,15 @@ def dumped(value: Any) -> Any:
         if not isinstance(fields, Mapping) or not callable(getattr(value, "model_dump", None)):
             return value
         names = _FIELDS[cls] = tuple(fields)
-    out: dict[str, Any] = {}
-    for name in names:
-        item = getattr(value, name, None)
-        if item is None:
-            continue
+    # A pydantic model's ``__dict__`` holds its fields, in their order (pydantic fills it so), and with
+    # ``extra='forbid'`` nothing else: read there whole, not by ``getattr`` one field at a time.
+    out: dict[str, Any] = {name: item for name, item in value.__dict__.items() if item is not None}
+    for name, item in out.items():
         kind = type(item)
         if kind is list:
-            item = [dumped(i) for i in item]
+            out[name] = [dumped(i) for i in item]
         elif kind not in _PLAIN and hasattr(kind, "model_fields"):  # a miss costs an AttributeError: ~4x the rest
-            item = dumped(item)
-        out[name] = item
+            out[name] = dumped(item)
     return out
 
 
@@ -148,21 +146,34 @@ def usage_of(usage: Any) -> TokenUsage:
         return TokenUsage()
     if type(usage) is _USAGE:
         prompt, tool_prompt = usage.prompt_token_count, usage.tool_use_prompt_token_count
-        candidates, thoughts = as_int(usage.candidates_token_count), usage.thoughts_token_count
+        candidates, thoughts = usage.candidates_token_count, usage.thoughts_token_count
         cached, cached_details = usage.cached_content_token_count, usage.cache_tokens_details
         prompt_details, output_details = usage.prompt_tokens_details, usage.candidates_tokens_details
     else:
         prompt, tool_prompt = get(usage, "prompt_token_count"), get(usage, "tool_use_prompt_token_count")
-        candidates, thoughts = as_int(get(usage, "candidates_token_count")), get(usage, "thoughts_token_count")
-        if candidates is None:  # the SDK's class has no such field (load_sdk checks): pydantic would raise
-            candidates = as_int(get(usage, "response_token_count"))  # the embeddings' and Live's spelling
+        candidates, thoughts = get(usage, "candidates_token_count"), get(usage, "thoughts_token_count")
+        if type(candidates) is not int:  # the SDK's class has no such field (load_sdk checks): pydantic would raise
+            candidates = get(usage, "response_token_count")  # the embeddings' and Live's spelling
         cached, cached_details = get(usage, "cached_content_token_count"), get(usage, "cache_tokens_details")
         prompt_details, output_details = get(usage, "prompt_tokens_details"), get(usage, "candidates_tokens_details")
-    prompt, tool_prompt, thoughts = as_int(prompt), as_int(tool_prompt), as_int(thoughts)
+    # ``as_int`` of each, without its five calls: a count is an int, anything else none.
+    if type(prompt) is not int:
+        prompt = None
+    if type(tool_prompt) is not int:
+        tool_prompt = None
+    if type(candidates) is not int:
+        candidates = None
+    if type(thoughts) is not int:
+        thoughts = None
+    if type(cached) is not int:
+        cached = None
     inputs = None if prompt is None and tool_prompt is None else (prompt or 0) + (tool_prompt or 0)
     outputs = None if candidates is None and thoughts is None else (candidates or 0) + (thoughts or 0)
-    # No details (the common answer) count nothing: spared the calls.
-    prompt_modalities = _modality_counts(prompt_details) if prompt_details else _NO_COUNTS
+    if not prompt_details and not output_details and not cached_details:
+        # No details (the common answer): no modality counts. Positionally (input, output, cache read, cache
+        # creation, reasoning): a dataclass matches each keyword by name.
+        return TokenUsage(inputs, outputs, cached, None, thoughts)
+    prompt_modalities = _modality_counts(prompt_details) if prompt_details else _NO_COUNTS  # spared the calls
     output_modalities = _modality_counts(output_details) if output_details else _NO_COUNTS
     cached_modalities = _modality_counts(cached_details) if cached_details else _NO_COUNTS
     images = prompt_modalities.get("image")
@@ -174,7 +185,7 @@ def usage_of(usage: Any) -> TokenUsage:
     return TokenUsage(
         input_tokens=inputs,
         output_tokens=outputs,
-        cache_read_tokens=as_int(cached),
+        cache_read_tokens=cached,
         reasoning_tokens=thoughts,
         input_audio_tokens=prompt_modalities.get("audio"),
         input_image_tokens=images,
@@ -235,14 +246,6 @@ class _Candidate:
         self.calls: list[dict[str, Any]] = []
         self.reason: Any = None
 
-    def add(self, texts: list[str], thoughts: list[str], calls: list[dict[str, Any]], reason: Any) -> None:
-        """Fold in what one chunk said of this candidate."""
-        self.texts += texts
-        self.thoughts += thoughts
-        self.calls += calls
-        if reason is not None:
-            self.reason = reason
-
     def folded(self) -> dict[str, Any]:
         parts: list[dict[str, Any]] = (
             [{"text": t, "thought": True} for t in self.thoughts if t] if self.thoughts else []
@@ -255,17 +258,6 @@ class _Candidate:
             "content": {"role": "model", "parts": parts},
             "finish_reason": enum_value(self.reason),
         }
-
-
-def _piece(candidate: Any) -> tuple[int, Any, Any]:
-    """A stream chunk's candidate as (its index, its parts, its finish reason): ``parts_of``'s reads and its
-    index's in one frame, as every chunk of a stream makes them."""
-    if type(candidate) is _CANDIDATE:
-        index, content, reason = candidate.index, candidate.content, candidate.finish_reason
-    else:
-        index, content, reason = get(candidate, "index"), get(candidate, "content"), get(candidate, "finish_reason")
-    parts = content.parts if type(content) is _CONTENT else get(content, "parts")
-    return (index if type(index) is int and index >= 0 else 0), parts, reason
 
 
 class GenerateContentAccumulator:
@@ -293,7 +285,10 @@ class GenerateContentAccumulator:
         """Whether the stream said it ended: every candidate gave a finish reason, or the prompt was blocked."""
         if self.blocked:
             return True
-        return bool(self.candidates) and all(c.reason is not None for c in self.candidates.values())
+        for state in self.candidates.values():  # a loop, not ``all`` over a generator: read once per stream
+            if state.reason is None:
+                return False
+        return bool(self.candidates)
 
     def add(self, chunk: Any) -> ChunkDelta | None:
         if type(chunk) is _RESPONSE:
@@ -314,18 +309,44 @@ class GenerateContentAccumulator:
                 self.blocked = blocked
             return None
         text = thought = ""
-        extra = 0  # no generator frames for the common chunk: no calls, one candidate
+        extra = 0
+        states = self.candidates
+        # ``parts_of`` and ``read_parts``' reads in this one frame, folded straight into the candidate's lists:
+        # every chunk of a stream comes through here, and their frames and lists cost more than the reads.
         for candidate in candidates:
-            index, parts, reason = _piece(candidate)
-            state = self.candidates.get(index)
+            if type(candidate) is _CANDIDATE:
+                index, content, reason = candidate.index, candidate.content, candidate.finish_reason
+            else:
+                index, content = get(candidate, "index"), get(candidate, "content")
+                reason = get(candidate, "finish_reason")
+            if type(index) is not int or index < 0:
+                index = 0
+            state = states.get(index)
             if state is None:
-                state = self.candidates[index] = _Candidate()
-            texts, thoughts, calls = read_parts(parts)
-            state.add(texts, thoughts, calls, reason)
+                state = states[index] = _Candidate()
+            parts = content.parts if type(content) is _CONTENT else get(content, "parts")
+            said = thinking = ""  # this chunk's text and thoughts of this candidate
+            arguments = 0
+            for part in parts if type(parts) is list else as_list(parts):
+                direct = type(part) is _PART
+                value = part.text if direct else get(part, "text")
+                if isinstance(value, str) and value:
+                    if (part.thought if direct else get(part, "thought")) is True:
+                        state.thoughts.append(value)
+                        thinking += value
+                    else:
+                        state.texts.append(value)
+                        said += value
+                function_call = part.function_call if direct else get(part, "function_call")
+                if function_call is not None:
+                    call = tool_call(function_call)
+                    state.calls.append(call)
+                    arguments += len(str(call["arguments"] or ""))
+            if reason is not None:
+                state.reason = reason
             if index == 0:  # the chunk marks carry the first candidate's text, as the record does
-                text, thought = "".join(texts), "".join(thoughts)
-                if calls:
-                    extra += sum(len(str(call.get("arguments") or "")) for call in calls)
+                text, thought = said, thinking
+                extra += arguments
             else:
                 extra += len(str(candidate))
         if not text and not thought and not extra:
@@ -334,9 +355,15 @@ class GenerateContentAccumulator:
         return ChunkDelta(text, thought, None, extra)
 
     def finish(self) -> tuple[Any, AnnotatedLLMResponse]:
-        ordered = [self.candidates[i] for i in sorted(self.candidates)]
-        first = self.candidates.get(0) or _Candidate()
-        reasons = [r for r in (finish_reason(c.reason, bool(c.calls)) for c in ordered) if r]
+        states = self.candidates
+        ordered = [states[i] for i in sorted(states)] if len(states) > 1 else list(states.values())
+        first = states.get(0) or _Candidate()
+        reasons: list[str] = []
+        for state in ordered:
+            if state.reason is not None:  # (``finish_reason`` of None is None)
+                reason = finish_reason(state.reason, bool(state.calls))
+                if reason:
+                    reasons.append(reason)
         if not reasons and self.blocked:
             reasons = [self.blocked]
         response: dict[str, Any] = {
@@ -346,12 +373,13 @@ class GenerateContentAccumulator:
         }
         if self.usage is not None:
             response["usage_metadata"] = dumped(self.usage)
+        # Positionally (model, id, finish_reasons, usage, output_text, tool_calls): see ``ChunkDelta``'s.
         annotation = AnnotatedLLMResponse(
-            model=self.model,
-            id=self.response_id,
-            finish_reasons=reasons,
-            usage=usage_of(self.usage),
-            output_text="".join(first.texts) if first.texts else None,
-            tool_calls=list(first.calls),
+            self.model,
+            self.response_id,
+            reasons,
+            usage_of(self.usage),
+            "".join(first.texts) if first.texts else None,
+            list(first.calls),
         )
         return response, annotation

@@ -267,36 +267,32 @@ async def managed_call_async(
     return await calls.execute_current_async(call.request, send, **call.options())
 
 
-class _Opened:
-    """A sync stream opened now: its first chunk read (the request sent, retried or refused here), then the rest."""
+def _opened(source: Iterator[Any]) -> Iterator[Any]:
+    """A sync stream opened now: its first chunk read (the request sent, retried or refused here), then the rest.
 
-    __slots__ = ("first", "source")
+    The rest is a generator's: each chunk passes through its frame without a Python ``__next__`` call, and
+    its end is the generator's return, not a ``StopIteration`` raised through one more frame.
+    """
+    for first in source:
+        rest = _rest(first, source)
+        next(rest)  # started: closed before its first chunk is read, it still closes the source
+        return rest
+    return source  # no chunk at all: read out already
 
-    def __init__(self, source: Iterator[Any]) -> None:
-        self.source = source
-        self.first: list[Any] = []
-        for chunk in source:
-            self.first.append(chunk)
-            break
 
-    def __iter__(self) -> Iterator[Any]:
-        return self
-
-    def __next__(self) -> Any:
-        if self.first:
-            return self.first.pop()
-        try:
-            return next(self.source)
-        except StopIteration:  # the stream's end, not an error: nothing to tag
-            raise
-        except Exception as exc:
-            _tag(exc)
-            raise
-
-    def close(self) -> None:
-        close = getattr(self.source, "close", None)
+def _rest(first: Any, source: Iterator[Any]) -> Iterator[Any]:
+    try:
+        yield None  # where ``_opened`` starts it
+        yield first
+        yield from source
+    except GeneratorExit:  # closed early: ``yield from`` closes the source itself, but not while at ``first``
+        close = getattr(source, "close", None)
         if close is not None:
             close()
+        raise
+    except Exception as exc:
+        _tag(exc)
+        raise
 
 
 def managed_stream(
@@ -305,7 +301,7 @@ def managed_stream(
     """``_generate_content_stream(**kwargs)`` as one streamed attempt; lazy, as the SDK's own generator is.
     (``kind`` is ``STREAM``: every ``managed_*`` takes the same arguments.)"""
     call = Call(models, kind, kwargs, provider)
-    factory = partial(_send, lambda **k: _Opened(wrapped(**k)), call)
+    factory = partial(_send, lambda **k: _opened(wrapped(**k)), call)
     attempt = call.grouped_stream()
     if attempt is not None:
         stream = attempt.relay.llm.open_stream(attempt, factory)
@@ -313,10 +309,13 @@ def managed_stream(
         stream = calls.stream_current(call.request, factory, **call.options())
     try:
         yield from stream
-    finally:
+    except BaseException:  # closed early (GeneratorExit), or the stream failed: it closes its source now
         close = getattr(stream, "close", None)
         if close is not None:
             close()
+        raise
+    # Read out: the managed stream ended its attempt, and its source is read out too, as any managed stream's a
+    # caller reads to its end: nothing to close.
 
 
 class _Tagging:
