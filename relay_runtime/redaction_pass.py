@@ -29,6 +29,8 @@ __all__ = ["REMOVED", "Pass", "kept"]
 _CLEAN_NAMES = 4096  # names a policy remembers as holding nothing it redacts (most are the code's own)
 _View = TypeVar("_View", AnnotatedLLMRequest, AnnotatedLLMResponse)
 _PARAMS = ("request", "params")
+_NAME = ("name",)
+_MODEL = ("request", "model")
 _FIELDS_OF = {
     kind: frozenset(f.name for f in dataclasses.fields(kind)) for kind in (AnnotatedLLMRequest, AnnotatedLLMResponse)
 }
@@ -156,20 +158,22 @@ class Pass(Walk):
 
     def name(self, name: str) -> str:
         """An event's name (a scope an integration named for caller data: ``resources/read <uri>``)."""
-        clean = self.policy._clean_names
-        if name in clean or not name:  # the few names code gives its scopes, known to hold nothing
-            return name
-        new = kept(self.walk(name, ("name",))) or ""
-        if new == name and len(clean) < _CLEAN_NAMES:
-            clean.add(name)
-        return new
+        return self._known_clean(name, _NAME, self.policy._clean_names) or ""
 
     def model(self, model: str | None) -> str | None:
         """A request's model, as the event's ``model_name`` and its view carry it (spans are named for it, metrics
         labelled with it): read as the answer's model is, by the rules that read every string."""
-        if not model:
-            return model
-        return kept(self.walk(model, ("request", "model")))
+        return self._known_clean(model, _MODEL, self.policy._clean_models) if model else model
+
+    def _known_clean(self, text: str, path: tuple[str, ...], clean: set[str]) -> str | None:
+        """``walk`` of a short string of the code's vocabulary (a scope's name, a model's), met on every event: one
+        the rules left as it was at ``path`` is remembered (in ``clean``, for that path) and not read again."""
+        if text in clean or not text:
+            return text
+        new = kept(self.walk(text, path))
+        if new == text and len(clean) < _CLEAN_NAMES:
+            clean.add(text)
+        return new
 
     def request_view(self, req: AnnotatedLLMRequest) -> AnnotatedLLMRequest:
         messages = self.walk(req.messages, ("request", "messages"))

@@ -129,6 +129,7 @@ class RedactionPolicy:
         self._memo_lock = threading.Lock()
         # Event names the rules left as they were (set members are added whole: no lock needed).
         self._clean_names: set[str] = set()
+        self._clean_models: set[str] = set()  # request models the rules left as they were
         # What each open scope's start had replaced, for its end's error message (``redaction_carried``).
         self._carried = Carried()
         self.fingerprint = self._fingerprint()
