@@ -28,6 +28,7 @@ from .anthropic_messages import AnthropicMessagesCodec
 from .openai_chat import OpenAIChatCodec
 from .openai_embeddings import EMBEDDINGS, OpenAIEmbeddingsCodec
 from .openai_responses import OpenAIResponsesCodec
+from .wrapping import count_untraced
 
 CHAT_COMPLETIONS = "chat_completions"
 RESPONSES = "responses"
@@ -160,6 +161,10 @@ def prepare(
     if api is None:
         raise ValueError(f"unknown api_mode {mode!r}; expected one of {sorted(APIS)}")
     create = _create(client, api, entry)
+    if mode == RESPONSES and kwargs.get("background") is True:
+        # Its output, usage and cost come later, through ``responses.retrieve``, which is not traced: counted, as
+        # every call whose output the record cannot hold is, so that a budget's blind spot is never silent.
+        count_untraced("responses.background")
     api = _named_api(api, client, provider, route)
     # The client's own key, so that a provider echoing it in an error never puts it on record.
     redaction.remember_secret(getattr(client, "api_key", None))

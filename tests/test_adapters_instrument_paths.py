@@ -537,6 +537,26 @@ def test_calls_that_cannot_be_attempts_are_counted_not_silent(relay_turn, relay_
     assert len(o.script.requests) == len(a.script.requests) == 2  # the SDK's own calls, sent as they were
 
 
+@pytest.mark.asyncio
+async def test_a_background_response_is_an_attempt_whose_output_is_counted_untraced(
+    relay_turn, relay_events, scripted
+) -> None:
+    """``background=True`` answers at once with a queued response; its output, usage and cost come later through
+    ``responses.retrieve``, which is not traced. The create is an attempt saying so, and it is counted: a budget
+    sees only its input estimate, never silently."""
+    relay, _turn = relay_turn
+    queued = {**t.responses_body(""), "status": "queued", "output": [], "usage": None, "background": True}
+    s = scripted("openai", t.json_reply(queued), t.json_reply(queued), t.json_reply(t.responses_body("now")))
+    assert s.client.responses.create(model="o3-pro", input="hard", background=True).status == "queued"
+    assert (await s.aclient.responses.create(model="o3-pro", input="hard", background=True)).status == "queued"
+    s.client.responses.create(model="o3-pro", input="easy")  # answered at once: not counted
+    ends = attempts(relay_events)
+    assert [e.annotated_response.finish_reasons for e in ends] == [["queued"], ["queued"], ["completed"]]
+    counts = relay.diagnostics()
+    assert counts["adapters.untraced_calls.responses.background"] == 2
+    assert counts["adapters.untraced_calls"] == 2
+
+
 def test_uninstrument_undoes_the_beta_and_counted_paths(relay_turn, relay_events) -> None:
     o = t.scripted_openai(t.json_reply(t.chat_completion_body()), t.json_reply(_compacted_body()))
     a = t.scripted_anthropic(t.json_reply(t.anthropic_message_body()), t.json_reply(_batch_body()))
