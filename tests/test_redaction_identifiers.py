@@ -195,3 +195,20 @@ def test_every_action_that_changes_an_id_records_its_pseudonym(relay_home: Path,
     # An id with no e-mail in it is kept, unless the rule takes the whole field.
     expected = policy.identifier("plain-id") if rule.whole else "plain-id"
     assert policy.recorded("session_id", "plain-id") == expected
+
+
+def test_an_atif_exporter_for_one_conversation_finds_it_by_the_id_its_caller_gave(relay_home: Path) -> None:
+    # Its records are held under the pseudonym: an exporter made with the caller's id exported nothing (0 steps).
+    coordinator = session.SESSION_COORDINATOR
+    policy = RedactionPolicy([Rule("redact", detector="email")], hash_key=KEY)
+    coordinator.redaction.use(policy)
+    mine = AtifExporter(session_id=USERS[0], agent_name="agent").attach(coordinator)
+    scripted = testing.scripted_openai(*(testing.json_reply(testing.chat_completion_body("ok")) for _ in range(2)))
+    _conversation(scripted.client, USERS[0])
+    _conversation(scripted.client, USERS[1])  # another user's: not this exporter's
+    trajectory = mine.export()
+    assert trajectory["session_id"] == policy.identifier(USERS[0])  # the sinks' id, never the address
+    assert [s["message"] for s in trajectory["steps"]] == ["hi 0", "ok"]
+    assert mine.export(USERS[0]) == trajectory
+    assert mine.sessions() == [policy.identifier(USERS[0])]
+    assert USERS[0] not in mine.export_json()

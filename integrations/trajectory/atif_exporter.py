@@ -114,25 +114,31 @@ class AtifExporter:
         with self._lock:
             # Popped one by one: an event appended meanwhile by another thread is taken now or next time.
             pending, tracker, records, wanted = self._pending, self._tracker, self._records, self.session_id
+            pseudonyms: tuple[str, ...] | None = None  # worked out at the first record under another id
             while pending:
                 item = pending.popleft()
                 held = None
                 if type(item) is tuple:
                     item, held = item
                 event = item
-                if event.kind == MARK:
-                    if event.name == CHUNK_MARK:
-                        tracker.chunk(event)
-                    elif event.name == cv.FALLBACK_ANSWER:
-                        tracker.fallback(event)
-                    elif event.name == LATE_CHARGE_MARK:
-                        done = tracker.late_charge(event)
-                        if done is not None and (wanted is None or done[0] == wanted):
-                            records[done[0]].append(done[1])
+                done = None
+                if event.kind != MARK:
+                    done = tracker(event, held)
+                elif event.name == CHUNK_MARK:
+                    tracker.chunk(event)
+                elif event.name == cv.FALLBACK_ANSWER:
+                    tracker.fallback(event)
+                elif event.name == LATE_CHARGE_MARK:
+                    done = tracker.late_charge(event)
+                if done is None:
                     continue
-                done = tracker(event, held)
-                if done is not None and (wanted is None or done[0] == wanted):
-                    records[done[0]].append(done[1])
+                session_id = done[0]
+                if wanted is not None and session_id != wanted:
+                    if pseudonyms is None:
+                        pseudonyms = self._recorded_ids(wanted)
+                    if session_id not in pseudonyms:
+                        continue  # another conversation's
+                records[session_id].append(done[1])
 
     def sessions(self) -> list[str]:
         """The conversations collected so far, in the order they were first seen."""
@@ -146,14 +152,26 @@ class AtifExporter:
         with self._lock:
             return list(self._records.get(chosen, ()))
 
+    def _recorded_ids(self, session_id: str) -> tuple[str, ...]:
+        """``session_id`` and the pseudonym the redaction policy of a relay watched records it under (when a rule
+        changes it): a caller names its conversation by the id it gave, the records carry what the sinks may."""
+        ids = [session_id]
+        for attachment in self._attachments:
+            for relay in attachment.relays:
+                policy = relay.redaction.policy
+                recorded = policy.recorded(cv.SESSION_ID, session_id) if policy is not None else None
+                if isinstance(recorded, str) and recorded not in ids:
+                    ids.append(recorded)
+        return tuple(ids)
+
     def _choose(self, session_id: str | None) -> str:
         self._digest()
         if session_id is not None:
             if self.session_id is not None and session_id != self.session_id:
                 raise ValueError(f"this AtifExporter collects session {self.session_id!r} only, not {session_id!r}")
-            return session_id
+            return self._held_as(session_id)
         if self.session_id is not None:
-            return self.session_id
+            return self._held_as(self.session_id)
         with self._lock:
             seen = list(self._records)
         if len(seen) == 1:
@@ -161,6 +179,12 @@ class AtifExporter:
         if not seen:
             raise ValueError("AtifExporter has seen no conversation yet: pass export(session_id=...)")
         raise ValueError(f"AtifExporter saw several conversations ({', '.join(seen)}): pass export(session_id=...)")
+
+    def _held_as(self, session_id: str) -> str:
+        """The id the records of ``session_id`` are held under: its pseudonym when a policy recorded one."""
+        with self._lock:
+            held = [i for i in self._recorded_ids(session_id) if i in self._records]
+        return held[-1] if held else session_id
 
     # -- the trajectory ------------------------------------------------------------------------
 
