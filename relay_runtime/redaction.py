@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from . import redaction_objects
+from . import redaction_logs, redaction_objects
 from .secret_runs import SecretRuns
 
 REDACTED = "[redacted]"
@@ -255,19 +255,25 @@ _LIBRARY_LOGGERS = "relay_runtime"
 
 
 def _scrubbed_record(record: logging.LogRecord) -> None:
-    """Blank remembered keys in a library log line: its message and the traceback it carries."""
+    """Blank remembered keys in a library log line, its message and the traceback it carries, and redact them as
+    the redaction policies in force do (``redaction_logs``)."""
     try:
         message = record.getMessage()
     except Exception:  # a format that does not fit its args: logging reports that itself
         return
-    clean = scrub_text(message)
+    clean = _log_text(message)
     if clean != message:
         record.msg, record.args = clean, None
     if record.exc_info and record.exc_info[1] is not None:
         trace = logging.Formatter().formatException(record.exc_info)  # what a handler would print
-        clean = scrub_text(trace)
+        clean = _log_text(trace)
         if clean != trace:
             record.exc_text = clean  # a formatter prints this in place of formatting exc_info again
+
+
+def _log_text(text: str) -> str:
+    text = scrub_text(text)
+    return redaction_logs.redacted(text) if redaction_logs.any_in_force() else text
 
 
 def _scrub_library_logs() -> None:
@@ -283,7 +289,7 @@ def _scrub_library_logs() -> None:
 
     def make(*args: Any, **kwargs: Any) -> logging.LogRecord:
         record = previous(*args, **kwargs)
-        if _secrets and record.name.startswith(_LIBRARY_LOGGERS):
+        if (_secrets or redaction_logs.any_in_force()) and record.name.startswith(_LIBRARY_LOGGERS):
             _scrubbed_record(record)
         return record
 

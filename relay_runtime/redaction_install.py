@@ -13,6 +13,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from . import conventions as cv
+from . import redaction_logs
 from .events import MARK, SCOPE_END, Event, new_event
 from .redaction_policy import FAILED_KEY, RedactionPolicy
 from .redaction_streams import Held, released_as_held
@@ -113,6 +114,7 @@ def install(subscribers: Subscribers, policy: RedactionPolicy | None) -> None:
     it was (there is no policy left to redact it): each stream's before its next chunk mark or its end.
     """
     subscribers.policy = policy
+    redaction_logs.installed(subscribers, policy)  # the library's log lines get what the events get
     holds: dict[str, Held] = subscribers.__dict__.setdefault(_HOLDS, {})
     if policy is None:
         if not holds:

@@ -1,0 +1,59 @@
+"""The library's own log lines get what its events get: the redaction policy in force reads their message and
+the traceback they carry. Before, only remembered keys were blanked there: an address in a provider's error, a
+tool's exception or a voice pump's traceback reached the logs whole."""
+
+from __future__ import annotations
+
+import logging
+
+from relay_runtime import Relay
+from relay_runtime.redaction import RedactionPolicy, Rule
+
+EMAIL = "jane.doe@example.com"
+
+
+def _policy() -> RedactionPolicy:
+    return RedactionPolicy([Rule("redact", detector="email", paths=["/request/messages/*/content"])])
+
+
+def test_a_library_log_line_and_its_traceback_are_redacted_by_the_policy_in_force(caplog) -> None:
+    relay = Relay("logs")
+    relay.redaction.use(_policy())  # a rule with a path: a log line has none, so it reads every line
+    log = logging.getLogger("relay_runtime.integrations.voice_relay.pump")
+    with caplog.at_level(logging.INFO, logger="relay_runtime"):
+        try:
+            raise ValueError(f"the provider said: no such user {EMAIL}")
+        except ValueError:
+            log.exception("pump failed for %s", EMAIL)
+    assert EMAIL not in caplog.text
+    assert "pump failed for [REDACTED:email]" in caplog.text  # the rest of the line is kept
+    assert "ValueError: the provider said: no such user [REDACTED:email]" in caplog.text
+    relay.redaction.use(None)
+    with caplog.at_level(logging.INFO, logger="relay_runtime"):
+        log.info("after %s", EMAIL)  # no policy in force: the line as written
+    assert f"after {EMAIL}" in caplog.text
+
+
+def test_a_subscriber_failure_logged_by_the_relay_is_redacted(caplog) -> None:
+    relay = Relay("logs")
+    relay.redaction.use(_policy())
+
+    def failing(event: object) -> None:
+        raise RuntimeError(f"could not deliver to {EMAIL}")
+
+    relay.subscribers.register(failing, name="failing")
+    with caplog.at_level(logging.WARNING, logger="relay_runtime"):
+        relay.scope.mark("m", {"x": 1})
+    relay.redaction.use(None)
+    assert relay.diagnostics()["subscriber_errors"] == 1
+    assert "could not deliver to [REDACTED:email]" in caplog.text
+    assert EMAIL not in caplog.text
+
+
+def test_other_loggers_are_left_alone(caplog) -> None:
+    relay = Relay("logs")
+    relay.redaction.use(_policy())
+    with caplog.at_level(logging.INFO):
+        logging.getLogger("myapp").info("user %s", EMAIL)
+    assert f"user {EMAIL}" in caplog.text
+    relay.redaction.use(None)
