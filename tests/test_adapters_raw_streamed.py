@@ -115,3 +115,24 @@ def test_the_event_feed_reads_events_split_anywhere() -> None:
     lines = SseFeed("iter_lines")
     events = [e for line in body.replace("\r\n", "\n").split("\n") for e in lines.feed(line)] + lines.end()
     assert events == [{"a": "ü\u2028x"}, {"b": 1}]
+
+
+def test_a_raw_body_read_past_a_stopped_budget_holds_no_events(relay_host, relay_events, scripted) -> None:
+    # The budget ends the attempt; the caller reads on. Each later event was queued for a managed stream that
+    # no longer reads: the whole rest of the body was held until the response was dropped.
+    from relay_runtime import cost
+    from relay_runtime.cost import Budget
+    from tests.test_cost import close, conversation
+
+    prices = PriceCatalog.from_mapping({"openai": {"gpt-x": {"input": 1.0, "output": 4.0}}})
+    cost.attach(relay_host, prices, Budget(0.0004, per="turn", on_exceed="stop_stream"))
+    s = scripted("openai", chat_sse(*["x" * 50] * 200))
+    lease, turn = conversation(relay_host)
+    with s.client.chat.completions.with_streaming_response.create(model="gpt-x", messages=[], stream=True) as r:
+        for _line in r.iter_lines():
+            pass
+        held = r._self_body.stream
+    close(lease, turn)
+    (end,) = attempts(relay_events)
+    assert end.error_type == "BudgetExceeded"
+    assert len(held.items) == 0
