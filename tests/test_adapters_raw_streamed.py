@@ -136,3 +136,28 @@ def test_a_raw_body_read_past_a_stopped_budget_holds_no_events(relay_host, relay
     (end,) = attempts(relay_events)
     assert end.error_type == "BudgetExceeded"
     assert len(held.items) == 0
+
+
+def _with_a_ping() -> t.Reply:
+    events = t.typed_sse(t.anthropic_events(["x", "y"]))
+    return t.sse_reply([events[0], t.sse_frame({"type": "ping"}, "ping"), *events[1:]])
+
+
+def test_a_ping_read_raw_is_no_chunk_as_the_sdk_stream_skips_it(relay_turn, relay_events, scripted) -> None:
+    # Anthropic's keep-alive ``ping`` events are dropped by its SDK's stream: read raw, each was one more chunk
+    # (a chunk mark of nothing, and the first chunk's time a ping's, before any of the answer came).
+    s = scripted("anthropic", _with_a_ping(), _with_a_ping())
+    for _chunk in s.client.messages.create(model="claude-test", max_tokens=5, messages=[], stream=True):
+        pass
+    through_sdk = len(relay_events.marks(name=CHUNK_MARK))
+    with s.client.messages.with_streaming_response.create(
+        model="claude-test", max_tokens=5, messages=[], stream=True
+    ) as r:
+        r.read()
+    assert len(relay_events.marks(name=CHUNK_MARK)) - through_sdk == through_sdk
+
+
+def test_the_event_feed_drops_pings() -> None:
+    feed = SseFeed("read")
+    body = 'event: ping\ndata: {"type": "ping"}\n\nevent: message_stop\ndata: {"type": "message_stop"}\n\n'
+    assert [*feed.feed(body), *feed.end()] == [{"type": "message_stop"}]
