@@ -29,7 +29,7 @@ RESETTLED = "cost.spend_resettled"
 
 
 class Unsettled:
-    """The settles that failed, oldest first, each as ``(store, reservation, amount, deadline)``."""
+    """The settles that failed, in the order they are tried, each as ``(store, reservation, amount, deadline)``."""
 
     __slots__ = ("_busy", "_lock", "_next_try", "_pending")
 
@@ -57,7 +57,8 @@ class Unsettled:
             self._pending.append((store, reservation, amount, deadline))
 
     def retry(self, diag: Diagnostics) -> None:
-        """Settle again what is kept, oldest first, until the store fails again (then wait ``RETRY_EVERY_S``)."""
+        """Settle again what is kept, oldest first, until the store fails again (then wait ``RETRY_EVERY_S``; the
+        one it failed on goes last)."""
         if not self._pending or time.monotonic() < self._next_try or not self._busy.acquire(blocking=False):
             return
         try:
@@ -76,6 +77,11 @@ class Unsettled:
                         self._next_try = time.monotonic() + RETRY_EVERY_S
                         what = f"settling again the spend of {reservation.keys!r}"
                         diag.failure("cost.spend_store_errors", exc, what)
+                        with self._lock:
+                            # Last in line: one the store refuses for good (a key gone unreadable) must not hold
+                            # back the others until the limit drops them; the order they are added in is no matter.
+                            if self._pending and self._pending[0][1] is reservation:
+                                self._pending.rotate(-1)
                         return
                     diag.count(RESETTLED)
                 with self._lock:
