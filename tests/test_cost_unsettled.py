@@ -228,3 +228,29 @@ def test_a_settle_the_store_refuses_for_good_does_not_hold_back_the_others(monke
     assert store.load("good") == 0.25
     assert diag.snapshot().get(unsettled_module.RESETTLED) == 1
     assert kept  # the refused one is still kept, to be tried again until its deadline
+
+
+def test_the_limit_drops_no_settle_while_it_is_being_tried(monkeypatch) -> None:
+    """Past the limit the oldest kept settle is dropped and counted lost: it was so while a retry was settling
+    it again (another thread's settle failing meanwhile), which then succeeded: one spend counted both."""
+    from relay_runtime.diagnostics import Diagnostics
+
+    monkeypatch.setattr(unsettled_module, "LIMIT", 2)
+    kept = unsettled_module.Unsettled()
+    diag = Diagnostics()
+
+    class Store(MemorySpendStore):
+        def resettle(self, reservation: Any, amount: float) -> tuple[float, ...]:
+            if reservation is first:  # another thread's settle fails as this one is tried
+                kept.keep(self, third, 0.5, time.time(), diag)
+            return super().resettle(reservation, amount)
+
+    store = Store()
+    first, second, third = (store.reserve([Claim(k, 10.0)], 1.0) for k in ("a", "b", "c"))
+    kept.keep(store, first, 0.25, time.time(), diag)
+    kept.keep(store, second, 0.125, time.time(), diag)
+    kept.retry(diag)
+    counts = diag.snapshot()
+    assert (counts.get(unsettled_module.LOST), counts.get(unsettled_module.RESETTLED)) == (1, 2)
+    assert (store.load("a"), store.load("b"), store.load("c")) == (0.25, 0.0, 0.5)  # the second was dropped
+    assert not kept

@@ -31,13 +31,14 @@ RESETTLED = "cost.spend_resettled"
 class Unsettled:
     """The settles that failed, in the order they are tried, each as ``(store, reservation, amount, deadline)``."""
 
-    __slots__ = ("_busy", "_lock", "_next_try", "_pending")
+    __slots__ = ("_busy", "_lock", "_next_try", "_pending", "_trying")
 
     def __init__(self) -> None:
         self._pending: deque[tuple[Any, Reservation, float, float]] = deque()
         self._lock = threading.Lock()
         self._busy = threading.Lock()  # one thread retries; the others go on without waiting for it
         self._next_try = 0.0
+        self._trying: Reservation | None = None  # the one a retry is settling again, which the limit leaves
 
     def __bool__(self) -> bool:
         return bool(self._pending)
@@ -51,8 +52,10 @@ class Unsettled:
         ttl = getattr(store, "reservation_ttl", None)
         deadline = started + ttl if isinstance(ttl, int | float) else float("inf")
         with self._lock:
-            if len(self._pending) >= LIMIT:
-                self._pending.popleft()
+            pending = self._pending
+            if len(pending) >= LIMIT:
+                # The oldest, unless a retry is settling it again now: dropped, it would count lost and settled.
+                del pending[1 if len(pending) > 1 and pending[0][1] is self._trying else 0]
                 diag.count(LOST)
             self._pending.append((store, reservation, amount, deadline))
 
@@ -67,6 +70,7 @@ class Unsettled:
                     if not self._pending:
                         return
                     store, reservation, amount, deadline = self._pending[0]
+                    self._trying = reservation
                 if time.time() > deadline:
                     # Whether it was settled cannot be told any more: adding it again could count it twice.
                     diag.count(LOST)
@@ -88,4 +92,5 @@ class Unsettled:
                     if self._pending and self._pending[0][1] is reservation:
                         self._pending.popleft()
         finally:
+            self._trying = None
             self._busy.release()
