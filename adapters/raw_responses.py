@@ -74,11 +74,6 @@ class _Queue:
             raise StopAsyncIteration
         return self.items.popleft()
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or self.stream is None:
-            raise AttributeError(name)
-        return getattr(self.stream, name)
-
 
 def _open_raw(
     client: Any, mode: str, kwargs: dict[str, Any], is_async: bool, provider: Endpoint | None

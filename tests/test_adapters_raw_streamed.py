@@ -161,3 +161,11 @@ def test_the_event_feed_drops_pings() -> None:
     feed = SseFeed("read")
     body = 'event: ping\ndata: {"type": "ping"}\n\nevent: message_stop\ndata: {"type": "message_stop"}\n\n'
     assert [*feed.feed(body), *feed.end()] == [{"type": "message_stop"}]
+
+
+def test_the_event_queue_has_only_its_own_attributes() -> None:
+    # It forwarded any other name to a ``stream`` it does not have, which looked itself up the same way: a
+    # RecursionError, not an AttributeError, for ``hasattr`` and ``getattr(..., default)``.
+    from relay_runtime.adapters.raw_responses import _Queue
+
+    assert not hasattr(_Queue(), "response")
