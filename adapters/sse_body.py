@@ -40,14 +40,17 @@ class SseFeed:
         if self._lines:
             self._line(part, events)
             return events
-        # Split on "\n" alone (a "\r\n" loses its "\r" below): ``splitlines`` also breaks at U+2028 and
-        # the like, which JSON written unescaped may hold inside a string.
-        lines = (self._partial + part).split("\n")
-        self._partial = lines.pop()
+        # Lines end at "\r\n", "\n" or "\r" (as the SDKs' decoders read them), not where ``splitlines`` also breaks
+        # (U+2028 and the like, which JSON written unescaped may hold inside a string; JSON holds no raw "\r"). A
+        # "\r" ending the part waits for the next: it may be the first half of a "\r\n".
+        text = self._partial + part
+        cr = text.endswith("\r")
+        lines = (text[:-1] if cr else text).replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        self._partial = lines.pop() + ("\r" if cr else "")
         if len(self._partial) > _HELD:
             self._partial = ""
         for line in lines:
-            self._line(line.rstrip("\r"), events)
+            self._line(line, events)
         return events
 
     def end(self) -> list[dict[str, Any]]:

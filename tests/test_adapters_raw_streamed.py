@@ -169,3 +169,14 @@ def test_the_event_queue_has_only_its_own_attributes() -> None:
     from relay_runtime.adapters.raw_responses import _Queue
 
     assert not hasattr(_Queue(), "response")
+
+
+def test_the_event_feed_reads_lines_ended_by_a_carriage_return_alone() -> None:
+    # Server-sent events may end their lines with CR alone (the SDKs' decoders and httpx's iter_lines split there):
+    # read as bytes or text, such a body gave no event at all, and the attempt ended a success knowing nothing.
+    body = 'event: a\rdata: {"a": 1}\r\rdata: {"b":\rdata: 2}\r\r\ndata: {"c": 3}\r\n\r\n'
+    raw = body.encode()
+    for size in (1, 2, 3, 5, len(raw)):
+        feed = SseFeed("iter_bytes")
+        events = [e for i in range(0, len(raw), size) for e in feed.feed(raw[i : i + size])] + feed.end()
+        assert events == [{"a": 1}, {"b": 2}, {"c": 3}], size
