@@ -45,8 +45,8 @@ def _max_retries(request: pytest.FixtureRequest) -> int:
 @pytest.fixture(autouse=True)
 def _relay_sdk_classes_as_found() -> Iterator[None]:
     """The SDK classes as the test found them: instrumented by it (and not put back, say because it failed),
-    put back; instrumented before it (by a session fixture, a conftest) and uninstrumented by it, wrapped again
-    as they were, for the tests after it."""
+    put back; instrumented before it (by a session fixture, a conftest) and uninstrumented by it (or wrapped again
+    with another include_usage), wrapped again as they were, for the tests after it."""
     if MISSING is not None:  # a core-only install: nothing to instrument
         yield
         return
@@ -56,7 +56,9 @@ def _relay_sdk_classes_as_found() -> Iterator[None]:
     after = is_instrumented()
     if not before and after:
         uninstrument()
-    elif before and not after:
+    elif before and (not after or classes_include_usage() != usage):
+        if after:  # wrapped again by the test with its own include_usage: the later tests' requests would differ
+            uninstrument()
         instrument(include_usage=usage)
 
 

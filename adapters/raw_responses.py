@@ -74,11 +74,6 @@ class _Queue:
             raise StopAsyncIteration
         return self.items.popleft()
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or self.stream is None:
-            raise AttributeError(name)
-        return getattr(self.stream, name)
-
 
 def _open_raw(
     client: Any, mode: str, kwargs: dict[str, Any], is_async: bool, provider: Endpoint | None
@@ -170,6 +165,7 @@ class _Watched(wrapt.ObjectProxy):
     _self_managed: Any
     _self_body: _Body
     _self_streamed: bool
+    _self_unread = False  # the managed stream reads no more events (it ended, or a budget stopped it)
 
     def _relay_parsed(self, result: Any) -> Any:
         if self._self_streamed:
@@ -199,7 +195,7 @@ class _Watched(wrapt.ObjectProxy):
 
     def _relay_queued(self, events: list[Any]) -> Any:
         """Queue each of ``events`` for the managed stream, yielding after each: the caller pulls it then."""
-        if events:
+        if events and not self._self_unread:
             queue = self._self_body.queue()
             for event in events:
                 queue.items.append(event)
@@ -212,11 +208,18 @@ class _Watched(wrapt.ObjectProxy):
         finish_whole(self._self_managed, None)
         return True
 
+    def _relay_unread(self) -> None:
+        """The managed stream raised on a pull: it reads nothing more, so the caller's later events are not kept
+        for it (the rest of the body would be held in the queue, however long)."""
+        self._self_unread = True
+        if type(self._self_body.stream) is _Queue:
+            self._self_body.stream.items.clear()
+
     def _relay_pull(self) -> None:
         try:
             next(self._self_managed)
         except Exception:  # StopIteration at the end, or once the attempt ended (a budget stopped it)
-            return
+            self._relay_unread()
 
     def _relay_events(self, events: list[Any]) -> None:
         for _event in self._relay_queued(events):
@@ -376,7 +379,7 @@ class AsyncWatchedResponse(_Watched, _Iterating):
         try:
             await self._self_managed.__anext__()
         except Exception:  # StopAsyncIteration at the end, or once the attempt ended
-            return
+            self._relay_unread()
 
     async def _relay_aevents(self, events: list[Any]) -> None:
         for _event in self._relay_queued(events):

@@ -113,6 +113,11 @@ def install(subscribers: Subscribers, policy: RedactionPolicy | None) -> None:
     policy removed mid-stream leaves the plain delivery only once the text it held has gone out, as
     it was (there is no policy left to redact it): each stream's before its next chunk mark or its end.
     """
+    with _SWAP:
+        _install(subscribers, policy)
+
+
+def _install(subscribers: Subscribers, policy: RedactionPolicy | None) -> None:
     subscribers.policy = policy
     redaction_logs.installed(subscribers, policy)  # the library's log lines get what the events get
     holds: dict[str, Held] = subscribers.__dict__.setdefault(_HOLDS, {})
@@ -162,8 +167,17 @@ def install(subscribers: Subscribers, policy: RedactionPolicy | None) -> None:
 
 
 def _plain_again(subscribers: Subscribers) -> None:
-    subscribers.__dict__.pop("deliver", None)
-    subscribers.__dict__.pop(_HOLDS, None)
+    """Back to the plain delivery, unless a policy came since the caller read that there was none (another
+    thread's ``use``): its delivery, installed meanwhile, would be undone and every event after go out unredacted."""
+    with _SWAP:
+        if subscribers.policy is None:
+            subscribers.__dict__.pop("deliver", None)
+            subscribers.__dict__.pop(_HOLDS, None)
+
+
+# Installing a policy and putting the plain delivery back, one at a time (reentrant: ``_install`` calls
+# ``_plain_again``). Taken on a delivery only when a removed policy's holds have all gone out.
+_SWAP = threading.RLock()
 
 
 _HOLDS = "_redaction_holds"

@@ -115,3 +115,68 @@ def test_the_event_feed_reads_events_split_anywhere() -> None:
     lines = SseFeed("iter_lines")
     events = [e for line in body.replace("\r\n", "\n").split("\n") for e in lines.feed(line)] + lines.end()
     assert events == [{"a": "ü\u2028x"}, {"b": 1}]
+
+
+def test_a_raw_body_read_past_a_stopped_budget_holds_no_events(relay_host, relay_events, scripted) -> None:
+    # The budget ends the attempt; the caller reads on. Each later event was queued for a managed stream that
+    # no longer reads: the whole rest of the body was held until the response was dropped.
+    from relay_runtime import cost
+    from relay_runtime.cost import Budget
+    from tests.test_cost import close, conversation
+
+    prices = PriceCatalog.from_mapping({"openai": {"gpt-x": {"input": 1.0, "output": 4.0}}})
+    cost.attach(relay_host, prices, Budget(0.0004, per="turn", on_exceed="stop_stream"))
+    s = scripted("openai", chat_sse(*["x" * 50] * 200))
+    lease, turn = conversation(relay_host)
+    with s.client.chat.completions.with_streaming_response.create(model="gpt-x", messages=[], stream=True) as r:
+        for _line in r.iter_lines():
+            pass
+        held = r._self_body.stream
+    close(lease, turn)
+    (end,) = attempts(relay_events)
+    assert end.error_type == "BudgetExceeded"
+    assert len(held.items) == 0
+
+
+def _with_a_ping() -> t.Reply:
+    events = t.typed_sse(t.anthropic_events(["x", "y"]))
+    return t.sse_reply([events[0], t.sse_frame({"type": "ping"}, "ping"), *events[1:]])
+
+
+def test_a_ping_read_raw_is_no_chunk_as_the_sdk_stream_skips_it(relay_turn, relay_events, scripted) -> None:
+    # Anthropic's keep-alive ``ping`` events are dropped by its SDK's stream: read raw, each was one more chunk
+    # (a chunk mark of nothing, and the first chunk's time a ping's, before any of the answer came).
+    s = scripted("anthropic", _with_a_ping(), _with_a_ping())
+    for _chunk in s.client.messages.create(model="claude-test", max_tokens=5, messages=[], stream=True):
+        pass
+    through_sdk = len(relay_events.marks(name=CHUNK_MARK))
+    with s.client.messages.with_streaming_response.create(
+        model="claude-test", max_tokens=5, messages=[], stream=True
+    ) as r:
+        r.read()
+    assert len(relay_events.marks(name=CHUNK_MARK)) - through_sdk == through_sdk
+
+
+def test_the_event_feed_drops_pings() -> None:
+    feed = SseFeed("read")
+    body = 'event: ping\ndata: {"type": "ping"}\n\nevent: message_stop\ndata: {"type": "message_stop"}\n\n'
+    assert [*feed.feed(body), *feed.end()] == [{"type": "message_stop"}]
+
+
+def test_the_event_queue_has_only_its_own_attributes() -> None:
+    # It forwarded any other name to a ``stream`` it does not have, which looked itself up the same way: a
+    # RecursionError, not an AttributeError, for ``hasattr`` and ``getattr(..., default)``.
+    from relay_runtime.adapters.raw_responses import _Queue
+
+    assert not hasattr(_Queue(), "response")
+
+
+def test_the_event_feed_reads_lines_ended_by_a_carriage_return_alone() -> None:
+    # Server-sent events may end their lines with CR alone (the SDKs' decoders and httpx's iter_lines split there):
+    # read as bytes or text, such a body gave no event at all, and the attempt ended a success knowing nothing.
+    body = 'event: a\rdata: {"a": 1}\r\rdata: {"b":\rdata: 2}\r\r\ndata: {"c": 3}\r\n\r\n'
+    raw = body.encode()
+    for size in (1, 2, 3, 5, len(raw)):
+        feed = SseFeed("iter_bytes")
+        events = [e for i in range(0, len(raw), size) for e in feed.feed(raw[i : i + size])] + feed.end()
+        assert events == [{"a": 1}, {"b": 2}, {"c": 3}], size

@@ -197,6 +197,52 @@ def test_x_a():
     pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)  # each its own answer
 
 
+def test_the_older_name_is_not_taken_from_a_test_this_run_did_not_select(pytester: pytest.Pytester) -> None:
+    """Run alone (a node id, ``-k``), ``test_x[a]`` took ``test_x_a.json``, the cassette of ``test_x_a`` (not
+    collected this run), for its own older one: it replayed that test's answers, and recorded into its file."""
+    pytester.makepyfile(
+        test_alike="""
+import pytest
+from relay_runtime import adapters
+from relay_runtime.adapters import testing as t
+
+def ask(city, answer):
+    client = t.openai_client(t.Script([t.json_reply(t.chat_completion_body(answer))]))
+    reply = adapters.complete(client, {"model": "m", "messages": [{"role": "user", "content": city}]})
+    assert reply.choices[0].message.content == answer
+
+@pytest.mark.relay_cassette
+@pytest.mark.parametrize("city", ["a"])
+def test_x(city):
+    ask("Paris", "sunny")
+
+class TestY:
+    @pytest.mark.relay_cassette
+    @pytest.mark.parametrize("city", ["a"])
+    def test_y(self, city):
+        ask("Paris", "sunny")
+
+    @pytest.mark.relay_cassette
+    def test_y_a(self):
+        ask("Paris", "rainy")
+
+@pytest.mark.relay_cassette
+def test_x_a():
+    ask("Paris", "rainy")
+"""
+    )
+    pytester.runpytest_inprocess("-p", "no:cacheprovider", "--relay-record=all").assert_outcomes(passed=4)
+    folder = pytester.path / "cassettes" / "test_alike"
+    (folder / "test_x-a.json").unlink()  # a parametrized test new since the cassettes were recorded
+    (folder / "TestY.test_y-a.json").unlink()
+    only = "not test_x_a and not test_y_a"
+    alone = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--relay-record=new", "-k", only)
+    alone.assert_outcomes(passed=2)  # each recorded its own answer, and test_x_a's cassette is as it was
+    assert sorted(f.name for f in folder.iterdir()) == [
+        "TestY.test_y-a.json", "TestY.test_y_a.json", "test_x-a.json", "test_x_a.json",
+    ]  # fmt: skip
+
+
 def test_a_cassette_recorded_under_the_older_name_is_still_found(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_old="""

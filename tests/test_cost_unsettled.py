@@ -5,6 +5,7 @@ a spend directory that cannot be written for a moment."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -201,3 +202,55 @@ def test_while_the_store_stays_down_the_oldest_settles_are_dropped_past_the_limi
     _calls(relay_host, t.Script([t.json_reply(BODY)]), 1)
     assert _count(relay_host, "cost.spend_resettled") == 2
     assert store.load(f"profile:{relay_host.profile_key}") == pytest.approx(3 * CALL_COST)
+
+
+def test_a_settle_the_store_refuses_for_good_does_not_hold_back_the_others(monkeypatch) -> None:
+    """One kept settle the store raises on every time (a spend file gone unreadable under its key): the settles
+    kept after it waited behind it, never tried, until the limit dropped them as lost with the store up."""
+    from relay_runtime.diagnostics import Diagnostics
+
+    monkeypatch.setattr(unsettled_module, "RETRY_EVERY_S", 0.0)
+
+    class Refusing(MemorySpendStore):
+        def resettle(self, reservation: Any, amount: float) -> tuple[float, ...]:
+            if "bad" in reservation.keys:
+                raise ValueError("spend file for 'bad' is unreadable")
+            return super().resettle(reservation, amount)
+
+    store, diag = Refusing(), Diagnostics()
+    kept = unsettled_module.Unsettled()
+    bad = store.reserve([Claim("bad", 1.0)], 0.5)
+    good = store.reserve([Claim("good", 1.0)], 0.5)
+    kept.keep(store, bad, 0.25, time.time(), diag)
+    kept.keep(store, good, 0.25, time.time(), diag)
+    for _ in range(3):
+        kept.retry(diag)
+    assert store.load("good") == 0.25
+    assert diag.snapshot().get(unsettled_module.RESETTLED) == 1
+    assert kept  # the refused one is still kept, to be tried again until its deadline
+
+
+def test_the_limit_drops_no_settle_while_it_is_being_tried(monkeypatch) -> None:
+    """Past the limit the oldest kept settle is dropped and counted lost: it was so while a retry was settling
+    it again (another thread's settle failing meanwhile), which then succeeded: one spend counted both."""
+    from relay_runtime.diagnostics import Diagnostics
+
+    monkeypatch.setattr(unsettled_module, "LIMIT", 2)
+    kept = unsettled_module.Unsettled()
+    diag = Diagnostics()
+
+    class Store(MemorySpendStore):
+        def resettle(self, reservation: Any, amount: float) -> tuple[float, ...]:
+            if reservation is first:  # another thread's settle fails as this one is tried
+                kept.keep(self, third, 0.5, time.time(), diag)
+            return super().resettle(reservation, amount)
+
+    store = Store()
+    first, second, third = (store.reserve([Claim(k, 10.0)], 1.0) for k in ("a", "b", "c"))
+    kept.keep(store, first, 0.25, time.time(), diag)
+    kept.keep(store, second, 0.125, time.time(), diag)
+    kept.retry(diag)
+    counts = diag.snapshot()
+    assert (counts.get(unsettled_module.LOST), counts.get(unsettled_module.RESETTLED)) == (1, 2)
+    assert (store.load("a"), store.load("b"), store.load("c")) == (0.25, 0.0, 0.5)  # the second was dropped
+    assert not kept

@@ -613,3 +613,36 @@ def test_the_library_log_of_a_failing_subscriber_is_redacted(caplog: pytest.LogC
     assert "subscriber 'failing' failed: ValueError: cannot file the answer for [REDACTED:email]" in logged
     assert EMAIL not in logged and CARD not in logged
     assert relay.diagnostics()["subscriber_errors"] >= 1
+
+
+def test_a_policy_put_in_while_a_removed_one_lets_go_stays_in_use(
+    relay_turn, relay_events, scripted_openai, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    # A stream ending after its policy was removed puts the plain delivery back; another thread's ``use`` of a new
+    # policy just before that (between its read of "no policy" and the swap) had its delivery undone: every event
+    # after went out unredacted, with a policy in use.
+    from relay_runtime import redaction_install
+
+    relay, _ = relay_turn
+    relay.redaction.use(_policy())
+    plain_again = redaction_install._plain_again
+    came: list[RedactionPolicy] = []
+
+    def another_thread_uses_a_policy(subscribers: object) -> None:
+        if not came:
+            came.append(relay.redaction.use(_policy()))
+        plain_again(subscribers)
+
+    monkeypatch.setattr(redaction_install, "_plain_again", another_thread_uses_a_policy)
+    pieces = ["Hello ", "there, ", "my friend. "]
+    scripted_openai.add(testing.sse_reply(testing.openai_chat_sse(testing.chat_chunks(pieces))))
+    for i, _ in enumerate(adapters.stream(scripted_openai.client, {"model": "gpt-x", "messages": []})):
+        if i == 1:
+            relay.redaction.use(None)
+    assert came and relay.redaction.policy is came[0]
+    relay_events.clear()
+    scripted_openai.add(testing.sse_reply(testing.openai_chat_sse(testing.chat_chunks(["write to a@example.com"]))))
+    for _ in adapters.stream(scripted_openai.client, {"model": "gpt-x", "messages": []}):
+        pass
+    deltas, _sdk = _chunk_texts(relay_events.marks(name="llm.chunk"))
+    assert "a@example.com" not in deltas

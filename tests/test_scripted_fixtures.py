@@ -137,6 +137,46 @@ def test_next(relay_turn, relay_events, scripted_openai):
     assert not _is_instrumented()
 
 
+def test_a_test_that_wraps_the_classes_again_otherwise_leaves_them_as_it_found_them(
+    pytester: pytest.Pytester,
+) -> None:
+    """A test wrapping again, with its own include_usage, the SDK classes a session fixture wrapped: every later
+    test's streams were sent with the test's options, not the session's."""
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makeconftest(
+        """
+import pytest
+from relay_runtime import adapters
+
+@pytest.fixture(scope="session", autouse=True)
+def session_wide():
+    adapters.instrument(include_usage=True)
+    yield
+    adapters.uninstrument()
+"""
+    )
+    pytester.makepyfile(
+        test_again="""
+from relay_runtime import adapters
+from relay_runtime.adapters import testing as t
+
+def test_wraps_them_again():
+    adapters.uninstrument()
+    adapters.instrument()
+
+def test_next(relay_turn, relay_events, scripted_openai):
+    chunks = t.chat_chunks(["x"], usage={"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2})
+    scripted_openai.add(t.sse_reply(t.openai_chat_sse(chunks)))
+    for _chunk in scripted_openai.client.chat.completions.create(model="m", messages=[], stream=True):
+        pass
+    sent = scripted_openai.script.bodies()[0]
+    assert sent["stream_options"] == {"include_usage": True}  # the session fixture's options
+"""
+    )
+    pytester.runpytest_inprocess("-p", "no:cacheprovider", "test_again.py").assert_outcomes(passed=2)
+    assert not _is_instrumented()
+
+
 def _is_instrumented() -> bool:
     from relay_runtime.adapters.instrument import is_instrumented
 

@@ -12,6 +12,7 @@ for an unmarked test).
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 import re
 import tempfile
@@ -80,7 +81,7 @@ def cassette_path(node: pytest.Item, name: str | None) -> Path:
         test_name = _test_name(node)
         path = folder / f"{_default_name(test_name)}.json"
         legacy = _default_name(test_name, legacy=True)
-        if not path.exists() and (folder / f"{legacy}.json").exists() and legacy not in _own_names(node):
+        if not path.exists() and (folder / f"{legacy}.json").exists() and not _claimed(node, legacy):
             # Recorded before ids had a separator of their own (``test_x_a`` for ``test_x[a]``), and no test of the
             # module is named so: still this test's cassette.
             return folder / f"{legacy}.json"
@@ -100,16 +101,37 @@ def _test_name(node: pytest.Item) -> str:
     return ".".join([*classes, node.name])
 
 
+def _claimed(node: pytest.Item, legacy: str) -> bool:
+    """Whether a test of ``node``'s module may have ``legacy`` as its own default cassette name: one collected
+    now, or one this run did not select (a node id, ``-k``), which only the module's own functions tell."""
+    names = _own_names(node)
+    return legacy in names or any(legacy.startswith(f"{name}-") for name in names)
+
+
 def _own_names(node: pytest.Item) -> set[str]:
-    """The default cassette names of the collected tests of ``node``'s module (worked out once per module)."""
+    """The default cassette names of the collected tests of ``node``'s module and the qualified names of every
+    function it holds (``TestX.test_y``: a parametrized one's names are these and an id), worked out once per
+    module."""
     names = node.session.stash.setdefault(_names, {})
     key = str(node.path)
     found = names.get(key)
     if found is None:
-        found = names[key] = {
-            _default_name(_test_name(item)) for item in node.session.items if str(item.path) == key
-        }
+        found = {_default_name(_test_name(item)) for item in node.session.items if str(item.path) == key}
+        module = getattr(node, "module", None)
+        found.update(_functions(vars(module) if module is not None else {}, ""))
+        names[key] = found
     return found
+
+
+def _functions(namespace: dict[str, Any], prefix: str, depth: int = 0) -> Iterator[str]:
+    """The names of the functions in ``namespace`` and in its classes, each after its classes, as tests are
+    named: whatever pytest's ``python_functions`` pattern, a name that could be a test's is claimed."""
+    for name, value in list(namespace.items()):
+        if inspect.isfunction(value):
+            yield prefix + name
+        elif inspect.isclass(value) and depth < 4 and not name.startswith("__"):
+            inherited = {k: v for base in reversed(value.__mro__) for k, v in vars(base).items()}  # as collected
+            yield from _functions(inherited, f"{prefix}{name}.", depth + 1)
 
 
 def _default_name(test_name: str, *, legacy: bool = False) -> str:

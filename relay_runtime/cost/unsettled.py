@@ -29,15 +29,16 @@ RESETTLED = "cost.spend_resettled"
 
 
 class Unsettled:
-    """The settles that failed, oldest first, each as ``(store, reservation, amount, deadline)``."""
+    """The settles that failed, in the order they are tried, each as ``(store, reservation, amount, deadline)``."""
 
-    __slots__ = ("_busy", "_lock", "_next_try", "_pending")
+    __slots__ = ("_busy", "_lock", "_next_try", "_pending", "_trying")
 
     def __init__(self) -> None:
         self._pending: deque[tuple[Any, Reservation, float, float]] = deque()
         self._lock = threading.Lock()
         self._busy = threading.Lock()  # one thread retries; the others go on without waiting for it
         self._next_try = 0.0
+        self._trying: Reservation | None = None  # the one a retry is settling again, which the limit leaves
 
     def __bool__(self) -> bool:
         return bool(self._pending)
@@ -51,13 +52,16 @@ class Unsettled:
         ttl = getattr(store, "reservation_ttl", None)
         deadline = started + ttl if isinstance(ttl, int | float) else float("inf")
         with self._lock:
-            if len(self._pending) >= LIMIT:
-                self._pending.popleft()
+            pending = self._pending
+            if len(pending) >= LIMIT:
+                # The oldest, unless a retry is settling it again now: dropped, it would count lost and settled.
+                del pending[1 if len(pending) > 1 and pending[0][1] is self._trying else 0]
                 diag.count(LOST)
             self._pending.append((store, reservation, amount, deadline))
 
     def retry(self, diag: Diagnostics) -> None:
-        """Settle again what is kept, oldest first, until the store fails again (then wait ``RETRY_EVERY_S``)."""
+        """Settle again what is kept, oldest first, until the store fails again (then wait ``RETRY_EVERY_S``; the
+        one it failed on goes last)."""
         if not self._pending or time.monotonic() < self._next_try or not self._busy.acquire(blocking=False):
             return
         try:
@@ -66,6 +70,7 @@ class Unsettled:
                     if not self._pending:
                         return
                     store, reservation, amount, deadline = self._pending[0]
+                    self._trying = reservation
                 if time.time() > deadline:
                     # Whether it was settled cannot be told any more: adding it again could count it twice.
                     diag.count(LOST)
@@ -76,10 +81,16 @@ class Unsettled:
                         self._next_try = time.monotonic() + RETRY_EVERY_S
                         what = f"settling again the spend of {reservation.keys!r}"
                         diag.failure("cost.spend_store_errors", exc, what)
+                        with self._lock:
+                            # Last in line: one the store refuses for good (a key gone unreadable) must not hold
+                            # back the others until the limit drops them; the order they are added in is no matter.
+                            if self._pending and self._pending[0][1] is reservation:
+                                self._pending.rotate(-1)
                         return
                     diag.count(RESETTLED)
                 with self._lock:
                     if self._pending and self._pending[0][1] is reservation:
                         self._pending.popleft()
         finally:
+            self._trying = None
             self._busy.release()
