@@ -168,10 +168,8 @@ class TestOslo:
     pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
 
 
-def test_a_parametrized_test_and_one_named_like_it_get_their_own_cassettes(pytester: pytest.Pytester) -> None:
-    """``test_x[a]`` and ``test_x_a`` were both ``test_x_a.json``: each replayed the other's recordings."""
-    pytester.makepyfile(
-        test_alike="""
+# The start of a test module whose tests each ask one question and expect their own answer back.
+ASKING = """
 import pytest
 from relay_runtime import adapters
 from relay_runtime.adapters import testing as t
@@ -180,7 +178,13 @@ def ask(city, answer):
     client = t.openai_client(t.Script([t.json_reply(t.chat_completion_body(answer))]))
     reply = adapters.complete(client, {"model": "m", "messages": [{"role": "user", "content": city}]})
     assert reply.choices[0].message.content == answer
+"""
 
+
+def test_a_parametrized_test_and_one_named_like_it_get_their_own_cassettes(pytester: pytest.Pytester) -> None:
+    """``test_x[a]`` and ``test_x_a`` were both ``test_x_a.json``: each replayed the other's recordings."""
+    pytester.makepyfile(
+        test_alike=ASKING + """
 @pytest.mark.relay_cassette
 @pytest.mark.parametrize("city", ["a"])
 def test_x(city):
@@ -201,16 +205,7 @@ def test_the_older_name_is_not_taken_from_a_test_this_run_did_not_select(pyteste
     """Run alone (a node id, ``-k``), ``test_x[a]`` took ``test_x_a.json``, the cassette of ``test_x_a`` (not
     collected this run), for its own older one: it replayed that test's answers, and recorded into its file."""
     pytester.makepyfile(
-        test_alike="""
-import pytest
-from relay_runtime import adapters
-from relay_runtime.adapters import testing as t
-
-def ask(city, answer):
-    client = t.openai_client(t.Script([t.json_reply(t.chat_completion_body(answer))]))
-    reply = adapters.complete(client, {"model": "m", "messages": [{"role": "user", "content": city}]})
-    assert reply.choices[0].message.content == answer
-
+        test_alike=ASKING + """
 @pytest.mark.relay_cassette
 @pytest.mark.parametrize("city", ["a"])
 def test_x(city):

@@ -18,12 +18,11 @@ from typing import Any
 
 import pytest
 
-from relay_runtime import Recorder, adapters, session
+from relay_runtime import adapters, session
 from relay_runtime.adapters import google_genai, testing
-from relay_runtime.events import FIELDS
-from relay_runtime.jsonl import JsonlWriter
 from relay_runtime.redaction import RedactionPolicy, Rule
 from tests import genai_support
+from tests.sink_texts import SinkTexts
 
 EMAIL = "jane.doe@example.com"
 THOUGHT = f"The user is {EMAIL}; I should check the ledger before answering."
@@ -72,21 +71,9 @@ def test_reasoning_a_rule_redacts_is_not_in_the_answer_object(
 ) -> None:
     relay, _turn = relay_turn
     session.SESSION_COORDINATOR.redaction.use(RedactionPolicy([rule]))
-    events = Recorder()
-    relay.subscribers.register(events, name="test.events", chunks=True)
-    jsonl_path = tmp_path / "events.jsonl"
-    jsonl = JsonlWriter(jsonl_path, chunks=True)
-    relay.subscribers.register(jsonl, name="test.jsonl", chunks=True)
-    try:
+    with SinkTexts(relay, tmp_path) as sinks:
         call()
-    finally:
-        relay.subscribers.deregister("test.events")
-        relay.subscribers.deregister("test.jsonl")
-        jsonl.close()
-    texts = {
-        "events": " ".join(repr(getattr(e, name)) for e in events.events for name in FIELDS),
-        "jsonl": jsonl_path.read_text(),
-    }
+    events, texts = sinks.events, sinks.texts()
     for where, text in texts.items():
         assert gone not in text, f"{gone!r}, of the reasoning, is in {where}"
         assert ANSWER in text, where  # the answer is still recorded

@@ -18,12 +18,11 @@ from typing import Any
 
 import pytest
 
-from relay_runtime import Recorder, adapters, session
+from relay_runtime import adapters, session
 from relay_runtime.adapters import testing
 from relay_runtime.conventions import CHUNK
-from relay_runtime.events import FIELDS
-from relay_runtime.jsonl import JsonlWriter
 from relay_runtime.redaction import RedactionPolicy, Rule
+from tests.sink_texts import SinkTexts
 
 PIN = "Hunter2Tiger7Lily"
 ARGUMENTS = json.dumps({"account": "acct-17", "pin": PIN})
@@ -44,30 +43,19 @@ def test_a_streamed_tool_calls_arguments_reach_no_sink_in_pieces(
 ) -> None:
     relay, _turn = relay_turn
     session.SESSION_COORDINATOR.redaction.use(RedactionPolicy([rule]))
-    events = Recorder()
-    relay.subscribers.register(events, name="test.events", chunks=True)
-    jsonl_path = tmp_path / "events.jsonl"
-    jsonl = JsonlWriter(jsonl_path, chunks=True)
-    relay.subscribers.register(jsonl, name="test.jsonl", chunks=True)
     chunks = testing.chat_chunks(
         ["Unlocking ", "now."], tool_call={"id": "call_1", "name": "unlock", "arguments": ARGUMENTS},
         finish_reason="tool_calls",
     )  # fmt: skip
     scripted = testing.scripted_openai(testing.sse_reply(testing.openai_chat_sse(chunks)))
-    stream = adapters.stream(
-        scripted.client, {"model": "gpt-x", "messages": [{"role": "user", "content": "unlock"}], "tools": TOOLS}
-    )
-    deltas = [c.choices[0].delta for c in stream if c.choices]
+    with SinkTexts(relay, tmp_path) as sinks:
+        stream = adapters.stream(
+            scripted.client, {"model": "gpt-x", "messages": [{"role": "user", "content": "unlock"}], "tools": TOOLS}
+        )
+        deltas = [c.choices[0].delta for c in stream if c.choices]
     got = "".join(d.tool_calls[0].function.arguments or "" for d in deltas if d.tool_calls)
     assert got == ARGUMENTS  # the caller gets the arguments as streamed
-    relay.subscribers.deregister("test.events")
-    relay.subscribers.deregister("test.jsonl")
-    jsonl.close()
-
-    texts = {
-        "events": " ".join(repr(getattr(e, name)) for e in events.events for name in FIELDS),
-        "jsonl": jsonl_path.read_text(),
-    }
+    events, texts = sinks.events, sinks.texts()
     pieces = [ARGUMENTS[i : i + 6] for i in range(ARGUMENTS.index(PIN), ARGUMENTS.index(PIN) + len(PIN) - 5)]
     for where, text in texts.items():
         for piece in pieces:

@@ -95,10 +95,19 @@ def test_three():
     assert not _is_instrumented()
 
 
+# What a test does to the SDK classes a session fixture wrapped with include_usage=True.
+UNDOINGS = {
+    # Turned off: every later test's calls went untraced.
+    "off": "adapters.uninstrument()",
+    # Wrapped again with its own include_usage: every later test's streams went with its options, not the session's.
+    "again": "adapters.uninstrument()\n    adapters.instrument()",
+}
+
+
+@pytest.mark.parametrize("undoing", sorted(UNDOINGS))
 def test_a_test_that_uninstruments_what_a_session_fixture_instrumented_leaves_it_on_for_the_next(
-    pytester: pytest.Pytester,
+    pytester: pytest.Pytester, undoing: str
 ) -> None:
-    """A test turning off the SDK classes a session fixture wrapped left every later test's calls untraced."""
     pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
     pytester.makeconftest(
         """
@@ -113,67 +122,26 @@ def session_wide():
 """
     )
     pytester.makepyfile(
-        test_off="""
+        test_undo=f"""
 from relay_runtime import adapters
 from relay_runtime.adapters import testing as t
 from relay_runtime.adapters.instrument import is_instrumented
 
-def test_turns_it_off():
-    adapters.uninstrument()
-    assert not is_instrumented()
+def test_undoes():
+    {UNDOINGS[undoing]}
 
 def test_next(relay_turn, relay_events, scripted_openai):
     assert is_instrumented()
-    chunks = t.chat_chunks(["x"], usage={"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2})
+    chunks = t.chat_chunks(["x"], usage={{"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
     scripted_openai.add(t.sse_reply(t.openai_chat_sse(chunks)))
     for _chunk in scripted_openai.client.chat.completions.create(model="m", messages=[], stream=True):
         pass
     (end,) = relay_events.ends(relay_kind="llm_attempt")  # traced, as the session fixture asked
     sent = scripted_openai.script.bodies()[0]
-    assert sent["stream_options"] == {"include_usage": True}  # and with its options
+    assert sent["stream_options"] == {{"include_usage": True}}  # and with its options
 """
     )
-    pytester.runpytest_inprocess("-p", "no:cacheprovider", "test_off.py").assert_outcomes(passed=2)
-    assert not _is_instrumented()
-
-
-def test_a_test_that_wraps_the_classes_again_otherwise_leaves_them_as_it_found_them(
-    pytester: pytest.Pytester,
-) -> None:
-    """A test wrapping again, with its own include_usage, the SDK classes a session fixture wrapped: every later
-    test's streams were sent with the test's options, not the session's."""
-    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
-    pytester.makeconftest(
-        """
-import pytest
-from relay_runtime import adapters
-
-@pytest.fixture(scope="session", autouse=True)
-def session_wide():
-    adapters.instrument(include_usage=True)
-    yield
-    adapters.uninstrument()
-"""
-    )
-    pytester.makepyfile(
-        test_again="""
-from relay_runtime import adapters
-from relay_runtime.adapters import testing as t
-
-def test_wraps_them_again():
-    adapters.uninstrument()
-    adapters.instrument()
-
-def test_next(relay_turn, relay_events, scripted_openai):
-    chunks = t.chat_chunks(["x"], usage={"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2})
-    scripted_openai.add(t.sse_reply(t.openai_chat_sse(chunks)))
-    for _chunk in scripted_openai.client.chat.completions.create(model="m", messages=[], stream=True):
-        pass
-    sent = scripted_openai.script.bodies()[0]
-    assert sent["stream_options"] == {"include_usage": True}  # the session fixture's options
-"""
-    )
-    pytester.runpytest_inprocess("-p", "no:cacheprovider", "test_again.py").assert_outcomes(passed=2)
+    pytester.runpytest_inprocess("-p", "no:cacheprovider", "test_undo.py").assert_outcomes(passed=2)
     assert not _is_instrumented()
 
 
