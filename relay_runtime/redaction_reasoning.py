@@ -12,7 +12,7 @@ Only a policy with a rule on that path pays for this walk.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .redaction_objects import fields
@@ -33,15 +33,24 @@ def reasoning_texts(answer: Any) -> list[str]:
     return found
 
 
-def _collect(value: Any, found: list[str], depth: int) -> None:
-    if depth > _MAX_DEPTH or value is None or isinstance(value, (str, bytes, int, float, bool)):
-        return
+def _mapping_of(value: Any, found: list[str], depth: int, walk: Callable[[Any, list[str], int], None]) -> Any:
+    """What the walks share: a list's items handed to ``walk``, an object read as its mapping; None when there
+    is no mapping to read (a list, a scalar, past the depth)."""
+    if depth > _MAX_DEPTH or value is None:
+        return None
     if isinstance(value, (list, tuple)):
         for item in value:
-            _collect(item, found, depth + 1)
-        return
+            walk(item, found, depth + 1)
+        return None
     data = value if isinstance(value, Mapping) else fields(value)
-    if not isinstance(data, Mapping):
+    return data if isinstance(data, Mapping) else None
+
+
+def _collect(value: Any, found: list[str], depth: int) -> None:
+    if isinstance(value, (str, bytes, int, float, bool)):
+        return
+    data = _mapping_of(value, found, depth, _collect)
+    if data is None:
         return
     if data.get("type") == "reasoning" or data.get("thought") is True:  # a Responses API item, a Gemini part
         _all_strings(data, found, depth)
@@ -57,18 +66,12 @@ def _collect(value: Any, found: list[str], depth: int) -> None:
 
 
 def _all_strings(value: Any, found: list[str], depth: int) -> None:
-    if depth > _MAX_DEPTH or value is None:
-        return
     if isinstance(value, str):
-        if value:
+        if value and depth <= _MAX_DEPTH:
             found.append(value)
         return
-    if isinstance(value, (list, tuple)):
-        for item in value:
-            _all_strings(item, found, depth + 1)
-        return
-    data = value if isinstance(value, Mapping) else fields(value)
-    if isinstance(data, Mapping):
+    data = _mapping_of(value, found, depth, _all_strings)
+    if data is not None:
         for key, item in data.items():
             if key not in _NOT_TEXT and key != "thought":
                 _all_strings(item, found, depth + 1)

@@ -181,10 +181,8 @@ def ask(city, answer):
 """
 
 
-def test_a_parametrized_test_and_one_named_like_it_get_their_own_cassettes(pytester: pytest.Pytester) -> None:
-    """``test_x[a]`` and ``test_x_a`` were both ``test_x_a.json``: each replayed the other's recordings."""
-    pytester.makepyfile(
-        test_alike=ASKING + """
+# A parametrized test and a test named as the older scheme named its cassette, each with its own answer.
+ALIKE = ASKING + """
 @pytest.mark.relay_cassette
 @pytest.mark.parametrize("city", ["a"])
 def test_x(city):
@@ -194,6 +192,12 @@ def test_x(city):
 def test_x_a():
     ask("Paris", "rainy")
 """
+
+
+def test_a_parametrized_test_and_one_named_like_it_get_their_own_cassettes(pytester: pytest.Pytester) -> None:
+    """``test_x[a]`` and ``test_x_a`` were both ``test_x_a.json``: each replayed the other's recordings."""
+    pytester.makepyfile(
+        test_alike=ALIKE
     )
     pytester.runpytest_inprocess("-p", "no:cacheprovider", "--relay-record=all").assert_outcomes(passed=2)
     folder = pytester.path / "cassettes" / "test_alike"
@@ -205,12 +209,7 @@ def test_the_older_name_is_not_taken_from_a_test_this_run_did_not_select(pyteste
     """Run alone (a node id, ``-k``), ``test_x[a]`` took ``test_x_a.json``, the cassette of ``test_x_a`` (not
     collected this run), for its own older one: it replayed that test's answers, and recorded into its file."""
     pytester.makepyfile(
-        test_alike=ASKING + """
-@pytest.mark.relay_cassette
-@pytest.mark.parametrize("city", ["a"])
-def test_x(city):
-    ask("Paris", "sunny")
-
+        test_alike=ALIKE + """
 class TestY:
     @pytest.mark.relay_cassette
     @pytest.mark.parametrize("city", ["a"])
@@ -220,10 +219,6 @@ class TestY:
     @pytest.mark.relay_cassette
     def test_y_a(self):
         ask("Paris", "rainy")
-
-@pytest.mark.relay_cassette
-def test_x_a():
-    ask("Paris", "rainy")
 """
     )
     pytester.runpytest_inprocess("-p", "no:cacheprovider", "--relay-record=all").assert_outcomes(passed=4)
