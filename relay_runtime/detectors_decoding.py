@@ -30,6 +30,26 @@ from bisect import bisect_right
 from collections.abc import Callable
 from itertools import accumulate
 
+from .detectors_forms import (
+    ASCII_DIGITS,
+    DASHES,
+    DIGITS,
+    INVISIBLE,
+    LATIN1_SIZE,
+    MARKS,
+    MATH_DIGITS,
+    NAMED,
+    PLUS_NEXT,
+    SHORT,
+    SPACES,
+    TAG_ASCII,
+    TAGS,
+    TOKENS,
+    WIDE,
+    WIDE_OPENERS,
+    wide_kind,
+)
+
 Span = tuple[int, int]
 # Where the way back from the copy to the text changes: the copy's positions (sorted) and the text's
 # position for each; between two of them a stretch copied as it was, so position p of the copy is
@@ -38,117 +58,6 @@ Span = tuple[int, int]
 Map = tuple[list[int], list[int]]
 
 _ROUNDS = 3  # an encoding of an encoding (%2540, &amp;#64;) is read; deeper nesting is no one's accident
-
-# Unicode spaces (those str.split() splits on): read as ' ', one character for one.
-_SPACES = (
-    "\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
-)
-# Unicode dashes: read as '-', one character for one. The figure dash is Unicode's dash for phone
-# numbers, the non-breaking hyphen what typesetters keep a number on one line with; the hyphen, the en
-# dash and the minus sign come from word processors and pasted pages. (The em dash is punctuation.)
-_DASHES = "\u2010\u2011\u2012\u2013\u2212\ufe63"
-# Full-width forms of ASCII (U+FF01..U+FF5E), one character for one. A run opens only with the form
-# of a character some detector reads (a word character, or one of ".-()+@%:/=_"): Chinese and Japanese
-# prose is full of full-width commas, colons and brackets, which alone decode to nothing a detector reads,
-# and each would otherwise make a copy of the text to be read again.
-_WIDE = "".join(chr(code) for code in range(0xFF01, 0xFF5F))
-_WIDE_OPENERS = "".join(ch for ch in _WIDE if chr(ord(ch) - 0xFEE0).isalnum() or chr(ord(ch) - 0xFEE0) in ".-()+@%:/=_")
-# Decimal digits of the scripts with digits of their own that people type numbers in (Arabic-Indic, as
-# Arabic keyboards write them; Persian and Urdu's; the Indic scripts'; Thai, Lao, Tibetan, Myanmar, Khmer,
-# Mongolian), read as ASCII digits, one character for one: a run opens with any of them, as a run of
-# full-width forms does. The detectors' expressions name ASCII digits only.
-_DIGIT_ZEROS = (0x0660, 0x06F0, 0x0966, 0x09E6, 0x0A66, 0x0AE6, 0x0B66, 0x0BE6, 0x0C66, 0x0CE6, 0x0D66,
-                0x0E50, 0x0ED0, 0x0F20, 0x1040, 0x17E0, 0x1810)  # fmt: skip
-_DIGITS = "".join(chr(zero + d) for zero in _DIGIT_ZEROS for d in range(10))
-# The mathematical digits (bold, double-struck, sans-serif, sans-serif bold, monospace: U+1D7CE..U+1D7FF), as
-# "fancy text" generators write them and a model told to slip a number past a filter may: read as ASCII digits
-# too, but kept out of the expressions every text is split with (a character beyond U+FFFF in a character set
-# makes the engine test each character against a list): only a text that holds one (``_marked``) pays for them.
-_MATH_DIGITS = "".join(map(chr, range(0x1D7CE, 0x1D800)))
-_ASCII_DIGITS = {ord(ch): 48 + i % 10 for i, ch in enumerate(_DIGITS + _MATH_DIGITS)}
-# Unicode's tag characters (U+E0020..U+E007E) mirror printable ASCII and draw nothing: a value written in them
-# ("ASCII smuggling") is invisible where the record is shown, yet a model reads it and anyone can decode it. Read
-# as the ASCII they mirror, one character for one, by the same expression as the mathematical digits.
-_TAGS = "".join(map(chr, range(0xE0020, 0xE007F)))
-_TAG_ASCII = {ord(ch): ord(ch) - 0xE0000 for ch in _TAGS}
-# Invisible characters, dropped: zero width space, non-joiner, joiner, word joiner, BOM, soft hyphen, and the
-# marks and controls of bidirectional text (left-to-right and right-to-left marks, the Arabic letter mark,
-# embeddings, overrides and isolates), which editors of Arabic and Hebrew put around and inside numbers.
-_INVISIBLE = (
-    "\u200b\u200c\u200d\u2060\ufeff\xad\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
-)
-# Marks that draw on the character before them, or nothing: the combining diacritical marks (an accent
-# put on a digit, "4\u0301111 ...", or a letter typed decomposed), the variation selectors and the keycap
-# ("4\ufe0f\u20e3" is a 4 drawn as a key), the combining grapheme joiner and the Mongolian vowel separator.
-# A value reads the same with them in it. Dropped right after an ASCII letter or digit only: that is where
-# a value's characters are, and an emoji's own selector ("\u2764\ufe0f") or a script's marks leave the text
-# as it was, with no copy to read again.
-_MARKS = "".join(map(chr, range(0x0300, 0x0370))) + "".join(map(chr, range(0xFE00, 0xFE10))) + "\u20e3\u034f\u180e"
-_NAMED = {"amp": "&", "nbsp": " ", "commat": "@", "period": ".", "plus": "+", "lpar": "(", "rpar": ")"}
-_SHORT = {"n": "\n", "r": "\r", "t": "\t", "b": "\b", "f": "\f", '"': '"', "/": "/", "\\": "\\"}
-# Every alternative opens with a literal character (the lookbehind of '+' follows it): the engine then
-# skips in C to the characters that may open one, rather than trying each alternative at every position.
-_ESCAPES = (
-    r"%[0-9A-Fa-f]{2}(?:%[0-9A-Fa-f]{2})*"  # percent-encoded bytes: a run, as UTF-8 spans several
-    r"|\\u[0-9A-Fa-f]{4}(?:\\u[0-9A-Fa-f]{4})*"  # JSON's \uXXXX: a run, for surrogate pairs
-    r"|\\[nrtbf\"/\\]"  # JSON's short escapes: "Card:\n4111..." must not glue the number to a word
-    r"|\\x[0-9A-Fa-f]{2}(?:\\x[0-9A-Fa-f]{2})*"  # Python's \xNN (repr, ascii(), a bytes repr): a run, for UTF-8
-    r"|&(?:#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|" + "|".join(_NAMED) + r");"
-    "|" + "|".join(map(re.escape, _SPACES))
-)
-# Only a text that is not ASCII can hold these: the expression for an ASCII text has no alternatives for
-# them (each '&' that opens no entity would try them all). A run of full-width forms takes one
-# alternative per opener: one opening with a character class would cost the expression its skip.
-_ESCAPES_WIDE = (
-    _ESCAPES
-    + "".join(f"|{re.escape(ch)}" for ch in _INVISIBLE + _DASHES)
-    + "".join(f"|{ch}[{_WIDE[0]}-{_WIDE[-1]}]*" for ch in _WIDE_OPENERS)
-    + "".join(f"|{ch}[{_DIGITS}]*" for ch in _DIGITS)
-)
-# A mark after an ASCII letter or digit (one alternative per mark, see above) and a run of mathematical digits, in
-# an expression of its own for the texts that hold one (``_marked`` says): so many alternatives slow the split
-# wherever it stops, and a character beyond U+FFFF slows it everywhere.
-_ESCAPES_MARKED = _ESCAPES_WIDE + "".join(
-    f"|{re.escape(ch)}(?<=[A-Za-z0-9]{re.escape(ch)})[{re.escape(_MARKS)}]*" for ch in _MARKS
-)
-_ESCAPES_MATH = (
-    _ESCAPES_MARKED
-    + "".join(f"|{ch}[{_MATH_DIGITS[0]}-{_MATH_DIGITS[-1]}]*" for ch in _MATH_DIGITS)
-    + "".join(f"|{ch}[{_TAGS[0]}-{_TAGS[-1]}]*" for ch in _TAGS)
-)
-_WIDE_KINDS = (_ESCAPES_WIDE, _ESCAPES_MARKED, _ESCAPES_MATH)  # by what ``_marked`` says
-# A set of characters first, the letter or digit before looked back at: a search skips to a mark in C.
-_MARK_AFTER = re.compile(f"[{re.escape(_MARKS)}](?<=[A-Za-z0-9][{re.escape(_MARKS)}])")
-_MATH = re.compile(f"[{_MATH_DIGITS[0]}-{_MATH_DIGITS[-1]}{_TAGS[0]}-{_TAGS[-1]}]")  # two ranges: cheap to test
-_UCS4_SIZE = sys.getsizeof("\U0001f600") - 4  # what a string of characters beyond U+FFFF takes beyond 4 bytes each
-
-
-def _marked(text: str) -> int:
-    """2 when ``text`` holds a mathematical digit or a tag character, 1 when it holds a mark after an ASCII letter or
-    digit, else 0: neither an ASCII text nor one of Latin-1 only (a byte a character: the string's size says so)
-    holds one, and only a text of four bytes a character (one beyond U+FFFF in it) can hold the first two."""
-    if text.isascii():
-        return 0
-    size = sys.getsizeof(text)
-    if size - len(text) == _LATIN1_SIZE:
-        return 0
-    if size - 4 * len(text) == _UCS4_SIZE and _MATH.search(text) is not None:
-        return 2
-    return int(_MARK_AFTER.search(text) is not None)
-# '+' for a space, as a query string or form writes it (in a text holding '='), only next to a digit or
-# before a percent escape: "4111+1111" and "at+%2B44" are read, while "jane+tag%40example.com" (an
-# address's own '+') keeps it.
-_PLUS = r"|\+(?<=[A-Za-z0-9]\+)(?=[0-9])|\+(?<=[0-9]\+)(?=[A-Za-z])|\+(?<=[A-Za-z0-9]\+)(?=%[0-9A-Fa-f]{2})"
-# By (whether a '+' may be a space, whether the text is ASCII, what ``_marked`` says of it); a group, so that
-# ``split`` keeps the escapes.
-_TOKENS = {
-    (plus, ascii, marked): re.compile(f"({_ESCAPES if ascii else _WIDE_KINDS[marked]}{_PLUS if plus else ''})")
-    for plus in (False, True)
-    for ascii in (False, True)
-    for marked in (0, 1, 2)
-}
-_PLUS_NEXT = frozenset("0123456789%ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
-
 
 _Round = tuple[str, re.Pattern[str], int, int]  # what a round decoded, with which expression, between where
 
@@ -239,7 +148,7 @@ def _plus(text: str) -> bool:
     """Whether a '+' in ``text`` may stand for a space: after a letter or digit, before one or a '%'."""
     i = text.find("+", 1)
     while i > 0:
-        if text[i - 1].isalnum() and text[i + 1 : i + 2] in _PLUS_NEXT:
+        if text[i - 1].isalnum() and text[i + 1 : i + 2] in PLUS_NEXT:
             return True
         i = text.find("+", i + 1)
     return False
@@ -250,10 +159,10 @@ def _decode(text: str) -> Decoded | None:
     rounds: list[_Round] = []
     kinds: set[str] = set()
     plus = "=" in text
-    marked = _marked(text)
+    marked = wide_kind(text)
     for _ in range(_ROUNDS):
         ascii = copy.isascii()
-        token = _TOKENS[plus, ascii, 0 if ascii else marked]
+        token = TOKENS[plus, ascii, 0 if ascii else marked]
         lo, hi = (0, len(copy)) if marked and not rounds else _reach(copy, plus, ascii)
         # The text split at its escapes and each replaced by its decoding, looked up (escapes repeat:
         # &amp;, %20, \n), all in C: no Python per character of the text, nor per escape (the map
@@ -316,7 +225,7 @@ def _reach(text: str, plus: bool, ascii: bool) -> tuple[int, int]:
     ``str.find``'s memchr: a long text with an escape or two is searched only around them."""
     openers = "%\\&+" if plus else "%\\&"
     if not ascii:
-        if sys.getsizeof(text) - len(text) != _LATIN1_SIZE:
+        if sys.getsizeof(text) - len(text) != LATIN1_SIZE:
             # Over a hundred characters open an escape here (spaces, invisible, full-width): one search
             # for them all, not a scan apiece. From the first, the split skips to the end about as fast
             # as a search for the last would.
@@ -332,17 +241,16 @@ def _reach(text: str, plus: bool, ascii: bool) -> tuple[int, int]:
     return max(0, lo - 1), min(len(text), hi + 16)
 
 
-_LATIN1_SIZE = sys.getsizeof("\xe9") - 1  # what a string of Latin-1 characters takes beyond a byte each
-_LATIN1_OPENERS = "".join(ch for ch in _SPACES + _INVISIBLE if ch <= "\xff")
-_OPENS = re.compile("[" + re.escape("%\\&" + _SPACES + _INVISIBLE + _DASHES + _WIDE_OPENERS + _DIGITS) + "]")
-_OPENS_PLUS = re.compile("[" + re.escape("%\\&+" + _SPACES + _INVISIBLE + _DASHES + _WIDE_OPENERS + _DIGITS) + "]")
+_LATIN1_OPENERS = "".join(ch for ch in SPACES + INVISIBLE if ch <= "\xff")
+_OPENS = re.compile("[" + re.escape("%\\&" + SPACES + INVISIBLE + DASHES + WIDE_OPENERS + DIGITS) + "]")
+_OPENS_PLUS = re.compile("[" + re.escape("%\\&+" + SPACES + INVISIBLE + DASHES + WIDE_OPENERS + DIGITS) + "]")
 
 
 def _without_invisible(text: str, start: int, end: int) -> Span:
     """A span of ``text`` less the invisible characters at its end: the copy dropped them, so the end of a
     value there maps past those that follow it (a bidirectional isolate's closing mark, say), which belong
     to the text around the value, not to it."""
-    while end > start and text[end - 1] in _INVISIBLE:
+    while end > start and text[end - 1] in INVISIBLE:
         end -= 1
     return start, end
 
@@ -439,22 +347,22 @@ class _Copy:
         if head == "&":
             body = token[1:-1]
             if body[0] != "#":
-                ch = _NAMED[body]
+                ch = NAMED[body]
             else:
                 code = int(body[2:], 16) if body[1] in "xX" else int(body[1:])
                 if not 0 < code <= 0x10FFFF or 0xD800 <= code <= 0xDFFF:
                     return False
                 ch = chr(code)
-        elif head in _INVISIBLE or head in _MARKS:
+        elif head in INVISIBLE or head in MARKS:
             ch = ""
-        elif head in _DASHES:
+        elif head in DASHES:
             ch = "-"
-        elif head in _WIDE:  # a run, one character for one: one stretch of the map
+        elif head in WIDE:  # a run, one character for one: one stretch of the map
             ch = token.translate(_NARROW)
-        elif head in _TAGS:  # a run of tag characters: the ASCII they mirror
-            ch = token.translate(_TAG_ASCII)
-        elif head in _DIGITS or head in _MATH_DIGITS:  # the same, for digits of other scripts
-            ch = token.translate(_ASCII_DIGITS)
+        elif head in TAGS:  # a run of tag characters: the ASCII they mirror
+            ch = token.translate(TAG_ASCII)
+        elif head in DIGITS or head in MATH_DIGITS:  # the same, for digits of other scripts
+            ch = token.translate(ASCII_DIGITS)
         else:  # '+' for a space, or a Unicode space: one character for one
             ch = " "
         self.put(ch, at)
@@ -490,7 +398,7 @@ class _Copy:
         if token[1] == "x":
             return self._python(token, at)
         if token[1] != "u":
-            self.put(_SHORT[token[1]], at)
+            self.put(SHORT[token[1]], at)
             return True
         codes = [int(token[k + 2 : k + 6], 16) for k in range(0, len(token), 6)]
         changed = False
