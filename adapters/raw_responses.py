@@ -49,6 +49,12 @@ class _Body:
     def close(self) -> None:
         pass  # the raw response owns the connection: its own close() releases it
 
+    def __getattr__(self, name: str) -> Any:
+        # The SDK stream a parse gave stands behind the body; the queue of a body read raw is the body's own.
+        if name.startswith("__") or self.stream is None or type(self.stream) is _Queue:
+            raise AttributeError(name)
+        return getattr(self.stream, name)
+
     def queue(self) -> _Queue:
         """The events of a streamed body its caller reads raw, handed to the managed stream one by one."""
         if type(self.stream) is not _Queue:
