@@ -225,6 +225,24 @@ def test_an_async_stream_closed_early_ends_its_logical_call_cancelled_not_succee
     assert call.outcome == "cancelled"
 
 
+def test_an_async_stream_left_by_break_ends_its_attempt_before_its_logical_call_while_the_loop_runs(
+    relay_turn, relay_events, client, script
+) -> None:
+    """``async for ... break`` never closes the iterator: dropped, the public stream cancels its call, and the
+    attempt under it must end then too (cancelled, first), not when the loop finalizes the SDK's generator."""
+    script.add(t.sse_reply(stream_frames(["one", "two", "three"])))
+
+    async def read_one() -> list[tuple[str, str]]:
+        async for _ in await client.aio.models.generate_content_stream(model=MODEL, contents="hi"):
+            break
+        gc.collect()
+        return [(e.metadata[cv.KIND], e.outcome) for e in relay_events.ends()]
+
+    cancelled = "cancelled"
+    assert asyncio.run(read_one()) == [(cv.ATTEMPT, cancelled), (cv.LOGICAL_CALL, cancelled)]
+    assert only(relay_events).outcome == cancelled
+
+
 def test_a_stream_dropped_unread_ends_its_logical_call_cancelled_before_the_turn_ends(
     relay_turn, relay_events, client, script
 ) -> None:

@@ -26,6 +26,7 @@ from relay_runtime import auxiliary, calls, logical_calls, session
 from relay_runtime import conventions as cv
 from relay_runtime.scopes import outcome_of
 from relay_runtime.session import Turn
+from relay_runtime.streams import fail_stream
 from relay_runtime.types import Outcome
 
 from .. import dispatch
@@ -229,7 +230,13 @@ class GroupedAsyncIterator:
             group = self.group
         except AttributeError:
             return
-        group.close(None, _CANCELLED)  # no-op when the stream ended or was closed
+        if group.closed:  # the stream ended or was closed
+            return
+        # Dropped unclosed (``async for ... break``, a cancelled reader): nothing can be awaited here, and the
+        # SDK's generator waits for the loop to finalize it, so its attempts end now (cancelled), before their call.
+        for stream in group.streams:
+            fail_stream(stream, None, _CANCELLED)
+        group.close(None, _CANCELLED)
 
 
 # -- the Python functions automatic function calling runs -----------------------------------------
