@@ -278,6 +278,28 @@ def test_intercepts_rewrite_the_request_through_the_neutral_view(relay_turn, rel
     assert only(relay_events).outcome == "success"
 
 
+def test_a_stream_an_execution_intercept_serves_without_calling_bedrock_reaches_the_caller(
+    relay_turn, relay_events, client, bedrock_server
+) -> None:
+    """A stream execution intercept may answer from elsewhere (a cache) and never open the provider's stream:
+    the caller gets its events in the response's stream, and the attempt records them, not an IndexError."""
+    relay, _turn = relay_turn
+    served = [
+        {"messageStart": {"role": "assistant"}},
+        {"contentBlockDelta": {"delta": {"text": "cached"}, "contentBlockIndex": 0}},
+        {"messageStop": {"stopReason": "end_turn"}},
+    ]
+    relay.intercepts.register_llm_stream_execution("cache", 0, lambda name, request, next_call: iter(served))
+    try:
+        response = client.converse_stream(modelId=MODEL, messages=MESSAGES)
+        assert list(response["stream"]) == served
+    finally:
+        relay.intercepts.deregister_llm_stream_execution("cache")
+    assert bedrock_server.seen == []
+    end = only(relay_events)
+    assert end.outcome == "success" and end.annotated_response.output_text == "cached"
+
+
 def test_a_param_converse_cannot_take_is_refused_before_sending(relay_turn, relay_events, client, bedrock_server):
     relay, _turn = relay_turn
 

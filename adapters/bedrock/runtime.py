@@ -257,6 +257,10 @@ def managed_call(client: Any, send: Callable[[str, dict[str, Any]], Any], operat
 
     managed = calls.stream_current(request, open_stream, name=PROVIDER, model_name=model_name, metadata=metadata,
                                    codec=codec)  # fmt: skip
+    if not answered:
+        # A stream execution intercept served the events itself (a cache) and never opened Bedrock's: there is
+        # no botocore response around them, only the stream.
+        return {stream_key: managed}
     response = answered[-1]
     if managed is response[stream_key]:  # not recorded: the caller gets botocore's own stream
         return response
