@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx2
 import pytest
+import wrapt
 from genai_support import (
     GEMINI_KEY,
     LOCATION,
@@ -447,6 +448,23 @@ def test_uninstrument_client_restores_it_and_other_clients_are_untouched(relay_t
     assert "generate_content" not in vars(traced.models) and not is_instrumented(traced)
     traced.models.generate_content(model=MODEL, contents="hi")
     assert len(attempts(relay_events)) == 1
+
+
+def test_uninstrumenting_the_last_instrumented_client_puts_the_sdks_chats_and_tool_function_back(script) -> None:
+    """The chat and automatic-function-calling hooks are module-wide: they stay while any client is traced, and go
+    with the last one, as they go with ``uninstrument()`` of the classes."""
+    from google.genai import _extra_utils, chats
+
+    gc.collect()  # clients earlier tests instrumented and dropped
+    assert not google_genai._instrumented and not google_genai.classes_instrumented()
+    first, second = gemini_client(script), gemini_client(script)
+    google_genai.instrument_client(first)
+    google_genai.instrument_client(second)
+    google_genai.uninstrument_client(first)
+    assert isinstance(vars(chats.Chat)["send_message"], wrapt.FunctionWrapper)  # the second is still traced
+    google_genai.uninstrument_client(second)
+    assert not isinstance(vars(chats.AsyncChat)["send_message_stream"], wrapt.FunctionWrapper)
+    assert getattr(_extra_utils.invoke_function_from_dict_args, "__module__", None) == _extra_utils.__name__
 
 
 def test_instrument_classes_traces_clients_made_after_and_both_at_once_make_one_attempt(

@@ -171,6 +171,8 @@ def uninstrument_client(client: Any) -> Any:
         return client
     with lock:
         _uninstrument_models(client)
+        if not _instrumented and not _class_patch:  # the last traced client: the module-wide hooks go with it
+            _remove_hooks()
     return client
 
 
