@@ -142,6 +142,26 @@ def test_redis_resettle_adds_only_where_the_reservation_is_still_held(redis_serv
         store.close()
 
 
+def test_a_redis_settle_run_after_its_retry_is_not_counted_twice(redis_server, redis_prefix) -> None:
+    # The settle timed out but was still on its way; the retry went out on a new connection and ran first.
+    store = RedisSpendStore(redis_server.url, prefix=redis_prefix)
+    try:
+        late = store.reserve([Claim("k", 1.0), Claim("j", 1.0)], 0.5)
+        # On "j" the reservation was swept (past its deadline) before the retry: the retry cannot add there.
+        store.client.hdel(f"{redis_prefix}:j", f"r:{late.id}")
+        assert store.resettle(late, 0.25) == (0.25, 0.0)
+        assert store.settle(late, 0.25) == (0.25, 0.25)  # "k" had it from the retry; "j" only now
+        assert (store.load("k"), store.load("j")) == (0.25, 0.25)
+        # What marks the retry lives no longer than a reservation does.
+        assert 0 < store.client.ttl(f"{redis_prefix}:retried:{late.id}") <= store.reservation_ttl
+        # A settle with no retry before it adds as it always did, reservation held or not.
+        plain = store.reserve([Claim("k", 1.0)], 0.5)
+        assert store.settle(plain, 0.125) == (0.375,)
+        assert not store.client.exists(f"{redis_prefix}:retried:{plain.id}")
+    finally:
+        store.close()
+
+
 def test_a_store_down_past_the_reservations_deadline_counts_the_spend_lost(relay_host, own_redis_server) -> None:
     """Past its deadline the store dropped the reservation: whether the settle ran cannot be told, so the spend
     is counted lost rather than risked twice."""

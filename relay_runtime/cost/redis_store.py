@@ -9,6 +9,11 @@ what the call cost. Two workers can never both pass on the same headroom.
 Each key is one Redis hash: field ``spent``, and one field ``r:<id>`` per
 reservation in flight (``amount|deadline``, server time). A reservation whose
 worker died expires at its deadline and stops holding budget.
+
+A settle that timed out is tried again (``resettle``; see ``cost.unsettled``) and may still run after
+its retry: redis-py drops the connection a timeout hit, and the retry goes out on another. So a
+retry that adds spend leaves a set ``<prefix>:retried:<id>`` of the keys it added to, kept for
+``reservation_ttl``; the settle it retried, arriving later, adds nothing to them.
 """
 
 from __future__ import annotations
@@ -25,8 +30,9 @@ EXTRA = "journal-redis"
 
 # KEYS: the claims' hashes. reserve: ARGV = op, id, amount, ttl, then limit and soft ("1"/"0") per key;
 # returns {"ok", spent1, committed1, ...} or {"crossed", index, spent1, committed1, ...}.
-# settle and resettle (a retry: adds only where the reservation is still held): ARGV = op, id, amount; returns
-# every key's new total. Floats travel as strings (RESP would truncate).
+# settle and resettle (a retry: adds only where the reservation is still held): KEYS end with the reservation's
+# retry set; ARGV = op, id, amount, the set's lifetime in whole seconds; returns every claim key's new total.
+# Floats travel as strings (RESP would truncate).
 _SCRIPT = """
 local function unreadable(key, name, value)
   -- NaN or a negative figure would make every later check pass: the budget silently gone.
@@ -43,11 +49,20 @@ local amount = tonumber(ARGV[3])
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
 if op == 'settle' or op == 'resettle' then
+  local retried = KEYS[#KEYS]
   local totals = {}
-  for i, key in ipairs(KEYS) do
+  for i = 1, #KEYS - 1 do
+    local key = KEYS[i]
     -- A retry (resettle) adds only where the reservation is still held: a settle whose reply was lost ran.
-    if redis.call('HDEL', key, id) == 1 or op == 'settle' then
+    -- The settle, run after its retry (sent before it, on the connection its timeout dropped), adds only
+    -- where the retry did not.
+    local held = redis.call('HDEL', key, id) == 1
+    if held or (op == 'settle' and redis.call('SISMEMBER', retried, key) == 0) then
       totals[i] = redis.call('HINCRBYFLOAT', key, 'spent', ARGV[3])
+      if op == 'resettle' then
+        redis.call('SADD', retried, key)
+        redis.call('EXPIRE', retried, ARGV[4])
+      end
     else
       totals[i] = redis.call('HGET', key, 'spent') or '0'
     end
@@ -172,7 +187,10 @@ class RedisSpendStore:
     def _settle(self, reservation: Reservation, amount: float, op: str) -> tuple[float, ...]:
         amount = check_amount(amount, "spend to settle")
         unique = list(dict.fromkeys(reservation.keys))  # two budgets on one key are charged once
-        reply = self._script(keys=[self._key(k) for k in unique], args=[op, reservation.id, repr(amount)])
+        keys = [self._key(k) for k in unique]
+        keys.append(f"{self.prefix}:retried:{reservation.id}")
+        lifetime = str(math.ceil(self.reservation_ttl))
+        reply = self._script(keys=keys, args=[op, reservation.id, repr(amount), lifetime])
         totals = {k: float(v) for k, v in zip(unique, reply, strict=True)}
         return tuple(totals[k] for k in reservation.keys)
 
