@@ -243,12 +243,28 @@ class _Watched(wrapt.ObjectProxy):
         fail_stream(self._self_managed, None, "cancelled")
 
 
+# ``json()`` reads the whole body, then parses it: a body that is no JSON document (a stream's events) raises
+# the caller's ``ValueError`` after the provider said all it had to say. The attempt then ends with what the body
+# said, as after ``read()``, not failed with the caller's parse error.
+def _unparsed(name: str, exc: BaseException) -> bool:
+    return name == "json" and isinstance(exc, ValueError)
+
+
 def _reading(name: str) -> Callable[..., Any]:
     def read(self: WatchedResponse, *args: Any, **kwargs: Any) -> Any:
         try:
             result = getattr(self.__wrapped__, name)(*args, **kwargs)
         except BaseException as exc:
-            self._relay_failed(exc)
+            body = None
+            if _unparsed(name, exc):
+                try:
+                    body = self.__wrapped__.read()  # the bytes it read, kept by the response
+                except Exception:
+                    body = None
+            if body is None:
+                self._relay_failed(exc)
+            else:
+                self._relay_read_done(body)
             raise
         self._relay_read_done(result)
         return result
@@ -262,7 +278,16 @@ def _async_reading(name: str) -> Callable[..., Any]:
         try:
             result = await getattr(self.__wrapped__, name)(*args, **kwargs)
         except BaseException as exc:
-            self._relay_failed(exc)
+            body = None
+            if _unparsed(name, exc):
+                try:
+                    body = await self.__wrapped__.read()
+                except Exception:
+                    body = None
+            if body is None:
+                self._relay_failed(exc)
+            else:
+                await self._relay_aread_done(body)
             raise
         await self._relay_aread_done(result)
         return result

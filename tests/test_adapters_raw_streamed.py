@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx2
 import pytest
 from test_adapters_instrument_paths import attempts, check, only_attempt, scripted  # noqa: F401 - a fixture
 
@@ -180,3 +181,38 @@ def test_the_event_feed_reads_lines_ended_by_a_carriage_return_alone() -> None:
         feed = SseFeed("iter_bytes")
         events = [e for i in range(0, len(raw), size) for e in feed.feed(raw[i : i + size])] + feed.end()
         assert events == [{"a": 1}, {"b": 2}, {"c": 3}], size
+
+
+def test_json_of_a_streamed_body_read_raw_fails_the_caller_not_the_attempt(relay_turn, relay_events, scripted) -> None:
+    # ``json()`` reads the whole body, then parses it: the provider had said all it had to say.
+    s = scripted("openai", chat_sse("one ", "two"))
+    with (
+        s.client.chat.completions.with_streaming_response.create(model="gpt-x", messages=[], stream=True) as r,
+        pytest.raises(ValueError),
+    ):
+        r.json()
+    check(only_attempt(relay_events), model="gpt-x", inputs=3, outputs=2, finish=["stop"], text="one two")
+
+
+@pytest.mark.asyncio
+async def test_json_of_an_async_streamed_body_read_raw_fails_the_caller_not_the_attempt(
+    relay_turn, relay_events, scripted
+) -> None:
+    s = scripted("openai", chat_sse("one ", "two"))
+    async with s.aclient.chat.completions.with_streaming_response.create(
+        model="gpt-x", messages=[], stream=True
+    ) as r:
+        with pytest.raises(ValueError):
+            await r.json()
+    check(only_attempt(relay_events), model="gpt-x", inputs=3, outputs=2, finish=["stop"], text="one two")
+
+
+def test_a_body_cut_while_json_reads_it_still_fails_the_attempt(relay_turn, relay_events, scripted) -> None:
+    s = scripted("openai", t.Reply(frames=[b'data: {"id"'], fail_with=httpx2.ReadError("cut")))
+    with (
+        s.client.chat.completions.with_streaming_response.create(model="gpt-x", messages=[], stream=True) as r,
+        pytest.raises(Exception) as raised,
+    ):
+        r.json()
+    (end,) = attempts(relay_events)
+    assert end.outcome == "failed" and end.error_message == str(raised.value)
