@@ -16,7 +16,7 @@ from . import conventions as cv
 from . import redaction_logs
 from .events import MARK, SCOPE_END, Event, new_event
 from .redaction_policy import FAILED_KEY, RedactionPolicy
-from .redaction_streams import Held, released_as_held
+from .redaction_streams import Held, carried_by, released_as_held
 from .types import AnnotatedLLMRequest, LLMRequest, LLMRequestInterceptOutcome
 
 if TYPE_CHECKING:
@@ -136,9 +136,15 @@ def _install(subscribers: Subscribers, policy: RedactionPolicy | None) -> None:
                 if held is not None:
                     _release(current, event, held)
             elif current is None and kind == MARK and event.name == cv.CHUNK:
-                held = holds.pop(event.parent_uuid or "", None)
+                stream = event.parent_uuid or ""
+                held = holds.pop(stream, None)
                 if held is not None:  # before this chunk's text: the marks carry the text in order
-                    _release(None, event, held)
+                    try:
+                        event = carried_by(event, held)
+                    except Exception as exc:
+                        subscribers._diagnostics.failure("redaction_errors", exc, "releasing a stream's held text")
+                    if held.text or held.reasoning:  # a mark that could not carry it: the stream's end will
+                        holds[stream] = held
         if current is not None:
             try:
                 event = current.redact_event(event, holds)
@@ -150,13 +156,10 @@ def _install(subscribers: Subscribers, policy: RedactionPolicy | None) -> None:
         plain(subscribers, targets, event)
 
     def _release(current: RedactionPolicy | None, at: Event, held: Held) -> None:
-        """Deliver what ``held`` holds just before ``at``: the stream's end (redacted by the policy in use), or,
-        with no policy left, its next chunk mark (as it came)."""
+        """Deliver what ``held`` holds just before the stream's end ``at`` (redacted by the policy in use, or as it
+        came with no policy left)."""
         try:
-            if current is not None:
-                mark = current.released(at, held)
-            else:
-                mark = released_as_held(at.uuid if at.kind == SCOPE_END else at.parent_uuid or "", at, held)
+            mark = current.released(at, held) if current is not None else released_as_held(at.uuid, at, held)
         except Exception as exc:
             subscribers._diagnostics.failure("redaction_errors", exc, "releasing a stream's held text")
             return  # the end event still carries the whole answer, redacted; the held text is dropped

@@ -61,12 +61,34 @@ def released_mark(attempt: str, at: Event, held: Held, delta: ChunkDelta, metada
 
 
 def released_as_held(attempt: str, at: Event, held: Held) -> Event | None:
-    """``RedactionPolicy.released`` with no policy left (it was removed mid-stream): the held text as it came."""
+    """``RedactionPolicy.released`` with no policy left (it was removed mid-stream): the held text as it came,
+    in a chunk mark of its own before the stream's end ``at``."""
     if not held.text and not held.reasoning:
         return None
     delta = ChunkDelta(text=held.text, reasoning=held.reasoning)
     held.text = held.reasoning = ""
     return released_mark(attempt, at, held, delta, None)
+
+
+def carried_by(mark: Event, held: Held) -> Event:
+    """The stream's next chunk ``mark`` with the text ``held`` held (its policy removed mid-stream) put before its
+    own: a mark of its own would take the index ``mark`` has, and a chunk index must name one mark."""
+    data = mark.data
+    if (not held.text and not held.reasoning) or not isinstance(data, dict):
+        return mark
+    delta = data.get("delta")
+    if isinstance(delta, ChunkDelta):
+        merged = ChunkDelta(
+            text=held.text + delta.text, reasoning=held.reasoning + delta.reasoning, model=delta.model,
+            extra_chars=delta.extra_chars,
+        )  # fmt: skip
+    else:  # a chunk that said nothing (a finish reason, usage): it carries the held text alone
+        merged = ChunkDelta(text=held.text, reasoning=held.reasoning)
+    held.text = held.reasoning = ""
+    return new_event(
+        mark.kind, mark.uuid, mark.parent_uuid, mark.trace_id, mark.name, mark.scope_type, mark.timestamp,
+        data={**data, "delta": merged, "released": True}, metadata=mark.metadata,
+    )  # fmt: skip
 
 
 def hold_of(holds: dict[Any, Held], key: Any) -> Held:

@@ -395,8 +395,11 @@ def test_a_policy_removed_mid_stream_releases_what_it_held_as_it_came(
     for i, _ in enumerate(stream):
         if i == len(pieces) - (1 if after == "a chunk" else 0):  # [0] is the role chunk
             relay.redaction.use(None)
-    deltas, _sdk = _chunk_texts(relay_events.marks(name="llm.chunk"))
+    marks = relay_events.marks(name="llm.chunk")
+    deltas, _sdk = _chunk_texts(marks)
     assert deltas == "".join(pieces)  # in order, nothing lost
+    indexes = [m.data["index"] for m in marks]
+    assert indexes == sorted(set(indexes))  # one mark to an index (the held text's had the next chunk's)
     assert "deliver" not in relay.subscribers.__dict__  # the plain delivery again, once nothing is held
 
 
