@@ -339,17 +339,18 @@ class RelayCost(Settlement):
         return limit
 
     def _worst_case(self, content: Any, priced: Priced, out_tokens: int, view: AnnotatedLLMRequest | None = None,
-                    stored: bool = True) -> tuple[float, float, float]:  # fmt: skip
+                    stored: bool = True, searches: bool = True) -> tuple[float, float, float]:  # fmt: skip
         """The most the call can cost: its input (text, images, audio, files), the web searches its tools allow
-        (``max_uses``) and its output limit, at the top rates. ``stored``: a conversation the provider keeps
-        and adds to the input (``STORED_INPUT_KEYS``) counts as a full context window (False: not counted).
+        (``max_uses``; not with ``searches=False``) and its output limit, at the top rates. ``stored``: a
+        conversation the provider keeps and adds to the input (``STORED_INPUT_KEYS``) counts as a full context
+        window (False: not counted).
 
         Returns the estimate, its input part and the output rate per token (what a stream meter needs).
         """
         entry = priced.entry
         asked = input_of(content, view)
         found = estimate_input(asked, entry.provider, entry.model)
-        searches, unbounded = web_searches(asked) if entry.web_search else (0, 0)
+        searched, unbounded = web_searches(asked) if entry.web_search and searches else (0, 0)
         if stored and any(content.get(key) for key in STORED_INPUT_KEYS):
             # None of it is in the request: as much as the model reads, or no bound at all.
             if entry.context_window:
@@ -360,7 +361,7 @@ class RelayCost(Settlement):
             self._relay.diag.count("cost.estimate_unknown_parts", found.unknown + unbounded)
         tokens_in = found.total
         in_rate, out_rate = priced.rates_at(tokens_in) if priced.tiered else (priced.in_rate, priced.out_rate)
-        input_cost = found.text * in_rate + (entry.request or 0.0) + searches * (entry.web_search or 0.0)
+        input_cost = found.text * in_rate + (entry.request or 0.0) + searched * (entry.web_search or 0.0)
         if found.image_tokens or found.audio_tokens:
             image_rate, audio_rate = priced.media_rates(tokens_in)
             input_cost += found.image_tokens * image_rate + found.audio_tokens * audio_rate
@@ -380,6 +381,15 @@ class RelayCost(Settlement):
         asked = self._view(attempt.codec, content)
         out_tokens = (chars // CHARS_PER_TOKEN + 1) * choices_of(content, asked)
         return self._worst_case(content, priced, out_tokens, asked, stored=False)[0]
+
+    def _prompt_estimate(self, attempt: Billable, priced: Priced) -> float | None:
+        """What the prompt of a call cancelled before any answer came costs: its input alone (no output, no web
+        search), estimated as the budget check estimates it. None when the request is not known."""
+        request = getattr(attempt, "request", None)
+        if not isinstance(request, LLMRequest):
+            return None
+        content = request.raw_content()
+        return self._worst_case(content, priced, 0, self._view(attempt.codec, content), stored=False, searches=False)[0]
 
     def _downgrade(
         self, attempt: Attempt, request: LLMRequest, node: Node, provider: str, model: str, estimate: float,

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from .budget import Budget
 
 _SUCCESS = Outcome.SUCCESS.value
+_CANCELLED = Outcome.CANCELLED.value
 _MISS: Any = object()
 WARNING_MARK = "relay.cost.budget_warning"
 # The charge of an attempt priced after its end event went out (its turn ended it while it waited for the
@@ -78,6 +79,8 @@ class Settlement:
 
         def _answered_estimate(self, attempt: Billable, view: AnnotatedLLMResponse, priced: Priced) -> float | None: ...
 
+        def _prompt_estimate(self, attempt: Billable, priced: Priced) -> float | None: ...
+
     # -- after the provider ------------------------------------------------------------------------
 
     def settle(self, attempt: Billable, outcome: str, response: Any, view: Any) -> bool:
@@ -102,7 +105,7 @@ class Settlement:
                 if priced is not None and priced.simple:
                     cost = fast_price(priced, provider, view.model, view.usage)
             if cost is None:
-                cost = self._price(attempt, response, view, spend)
+                cost = self._price(attempt, response, view, spend, outcome)
         except Exception as exc:
             self._relay.diag.failure("bookkeeping_errors", exc, f"pricing LLM attempt {attempt.name!r}")
             cost = unpriced(self.catalog.currency if self.catalog else "USD", None, attempt.model_name, "error")
@@ -218,7 +221,9 @@ class Settlement:
             return
         relay.scope.mark(LATE_CHARGE_MARK, data, parent=handle)
 
-    def _price(self, attempt: Billable, response: Any, view: Any, spend: AttemptSpend | None) -> AttemptCost:
+    def _price(
+        self, attempt: Billable, response: Any, view: Any, spend: AttemptSpend | None, outcome: str | None = None
+    ) -> AttemptCost:
         catalog = self.catalog
         codec = attempt.codec
         provider = price_provider(codec, attempt.name)
@@ -259,6 +264,14 @@ class Settlement:
                 guessed = self._answered_estimate(attempt, view, priced)
                 if guessed is not None:
                     self._relay.diag.count("cost.estimated_no_usage")
+                    return AttemptCost(guessed, currency, provider, model, entry.valid_from, {"estimate": guessed},
+                                       (), True)  # fmt: skip
+            if outcome == _CANCELLED and response is None and spend is not None and spend.nodes:
+                # Cancelled before anything came back: the provider had the prompt, and bills its input once it
+                # starts. Counted as nothing, a caller that cancels each call once sent would pass any budget.
+                guessed = self._prompt_estimate(attempt, priced)
+                if guessed is not None:
+                    self._relay.diag.count("cost.estimated_cancelled")
                     return AttemptCost(guessed, currency, provider, model, entry.valid_from, {"estimate": guessed},
                                        (), True)  # fmt: skip
             self._relay.diag.count("cost.unpriced_no_usage")

@@ -1,0 +1,90 @@
+"""A call cancelled once sent, before anything came back: the provider had its prompt and bills the input
+once it starts. Counted as nothing, a caller that cancels every call as soon as it is sent would pass any
+budget; it is charged its prompt, as an estimate."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import httpx2
+import openai
+import pytest
+
+from relay_runtime import adapters, cost
+from relay_runtime import conventions as cv
+from relay_runtime.adapters import testing as t
+from relay_runtime.cost import Budget, BudgetExceeded, PriceCatalog
+from tests.test_cost import close, conversation
+
+# A 600-character prompt reads as about 200 tokens at the pessimistic 3 characters a token: 0.2 at 1,000 a
+# million; the output (one token at most) is next to nothing.
+PRICES = {"openai": {"gpt-x": {"input": 1000.0, "output": 1.0}}}
+REQUEST = {"model": "gpt-x", "max_tokens": 1, "messages": [{"role": "user", "content": "x" * 600}]}
+
+
+def _hanging_client(arrived: asyncio.Event) -> Any:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
+        arrived.set()
+        await asyncio.Event().wait()  # the provider is at work: its answer never comes
+        raise AssertionError("unreachable")
+
+    http = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
+    return openai.AsyncOpenAI(api_key=t.TEST_KEY, base_url=t.BASE_OPENAI, max_retries=0, http_client=http)
+
+
+async def _sent_then_cancelled(client: Any, arrived: asyncio.Event) -> bool:
+    """One call, cancelled as soon as the provider has it; False when the budget refused it before it went."""
+    arrived.clear()
+    call = asyncio.ensure_future(adapters.acomplete(client, dict(REQUEST)))
+    sent = asyncio.ensure_future(arrived.wait())
+    await asyncio.wait([call, sent], return_when=asyncio.FIRST_COMPLETED)
+    sent.cancel()
+    if call.done():
+        with pytest.raises(BudgetExceeded):
+            call.result()
+        return False
+    call.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await call
+    return True
+
+
+@pytest.mark.asyncio
+async def test_calls_cancelled_once_sent_count_their_prompt_against_the_budget(relay_host, relay_events) -> None:
+    cost.attach(relay_host, PriceCatalog.from_mapping(PRICES), Budget(1.0, per="turn"))
+    arrived = asyncio.Event()
+    client = _hanging_client(arrived)
+    lease, turn = conversation(relay_host)
+    try:
+        sent = 0
+        for _ in range(20):
+            if not await _sent_then_cancelled(client, arrived):
+                break
+            sent += 1
+    finally:
+        close(lease, turn)
+        await client.close()
+    assert 3 <= sent <= 6  # the budget held: twenty such prompts cost about 4
+    cancelled = [e for e in relay_events.ends(relay_kind=cv.ATTEMPT) if e.outcome == "cancelled"]
+    assert len(cancelled) == sent
+    assert all(e.cost.estimated and 0.15 < e.cost.amount < 0.3 for e in cancelled)
+    assert turn.scope.cost.total <= 1.0
+    assert relay_host.relay.diagnostics().get("cost.estimated_cancelled") == sent
+
+
+@pytest.mark.asyncio
+async def test_without_a_budget_a_call_cancelled_once_sent_stays_unpriced(relay_host, relay_events) -> None:
+    # Only a budget needs the estimate: the record of the call alone says it was cancelled, with no cost read.
+    cost.attach(relay_host, PriceCatalog.from_mapping(PRICES))
+    arrived = asyncio.Event()
+    client = _hanging_client(arrived)
+    lease, turn = conversation(relay_host)
+    try:
+        assert await _sent_then_cancelled(client, arrived)
+    finally:
+        close(lease, turn)
+        await client.close()
+    (end,) = relay_events.ends(relay_kind=cv.ATTEMPT)
+    assert end.outcome == "cancelled" and not end.cost.amount and not end.cost.estimated
