@@ -329,7 +329,7 @@ def managed_stream(
     """``_generate_content_stream(**kwargs)`` as one streamed attempt; lazy, as the SDK's own generator is.
     (``kind`` is ``STREAM``: every ``managed_*`` takes the same arguments.)"""
     if args or _inside.get():
-        return wrapped(*args, **kwargs)  # type: ignore[no-any-return]
+        return wrapped(*args, **kwargs)
     return _stream(models, wrapped, kind, kwargs, provider)
 
 
