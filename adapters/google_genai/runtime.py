@@ -186,7 +186,10 @@ class Call:
         self.codec = CODECS.get((name, kind)) or codec_for(name, kind)  # the lookup without a frame, mostly
         model = kwargs.get("model")
         self.model = model if isinstance(model, str) else None
-        kwargs, self.transport = _without_transport(kwargs)
+        if kwargs.get("config") is None:  # no config, no transport in it: ``_without_transport``'s answer, framelessly
+            self.transport = None
+        else:
+            kwargs, self.transport = _without_transport(kwargs)
         self.request = request_of_kwargs(kwargs)
         self.sent = False  # whether the SDK method was called for this attempt yet
 
