@@ -22,7 +22,7 @@ from relay_runtime import calls, cassettes, redaction, session
 from relay_runtime import conventions as cv
 from relay_runtime.attempt import Attempt, current_attempt
 from relay_runtime.auxiliary import current_route, next_attempt_metadata
-from relay_runtime.types import LLMRequest, request_of_kwargs
+from relay_runtime.types import LLMRequest, request_taking
 from relay_runtime.urls import server_address
 
 from . import answers, cassette, logical, tries
@@ -190,7 +190,8 @@ class Call:
             self.transport = None
         else:
             kwargs, self.transport = _without_transport(kwargs)
-        self.request = request_of_kwargs(kwargs)
+        # Its own dict (the ``**kwargs`` the SDK's call made, or ``_without_transport``'s new one): taken, not copied.
+        self.request = request_taking(kwargs)
         self.sent = False  # whether the SDK method was called for this attempt yet
 
     def grouped_attempt(self) -> Attempt | None:
