@@ -208,6 +208,11 @@ def attempt_of(
         # A stream's hook with no finalizer and no finished-response check (``_stream_hook``) is this one.
         partial(attempt_ended, turn, call, False, streaming),
     )
-    track(call, attempt)
-    hold_for_validation(call, attempt)
+    # ``track`` and ``hold_for_validation``, inline: this runs on every attempt of an opened call.
+    tracked = call.open_attempts
+    tracked.append(attempt)
+    attempt.tracked = tracked
+    validator = response_validator.get()
+    if validator is not None:
+        attempt.hold = partial(_hold, call, validator.hold)
     return attempt

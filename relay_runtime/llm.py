@@ -67,7 +67,11 @@ class LLM:
 
     def run(self, attempt: Attempt, callback: Callable[[LLMRequest], Any]) -> Any:
         """``execute`` for an attempt built by the caller."""
-        request = attempt.prepare()
+        relay = attempt.relay
+        if relay.intercepts.active or relay.cost.active:
+            request = attempt.prepare()
+        else:  # ``prepare``'s own shortcut (no policy can refuse or change the call), without its frame
+            request = attempt._started(attempt.request)
         chain = attempt.chains.get(LLM_EXECUTION) if attempt.chains else None
         tokens = attempt.enter()
         attempt.waiting = True
@@ -156,7 +160,11 @@ class LLM:
         The stream gets a context of its own in which the attempt is current: the
         provider is opened and read in it, however lazily it starts its work.
         """
-        request = attempt.prepare(True)
+        relay = attempt.relay
+        if relay.intercepts.active or relay.cost.active:
+            request = attempt.prepare(True)
+        else:  # as in ``run``
+            request = attempt._started(attempt.request)
         chain = attempt.chains.get(LLM_STREAM_EXECUTION, ())
         context = copy_context()
         run = context.run

@@ -31,8 +31,10 @@ def close_logical_call(
     lock = turn.lock
     lock.acquire()
     try:
-        if not take_logical_call(turn, call):
+        # ``take_logical_call``, inline: every logical call an adapter opened itself closes here.
+        if call.closing or turn.logical_llm_calls.get(call.api_request_id) is not call:
             return False
+        call.closing = True
     finally:
         lock.release()
     end_logical_call(turn, call, outcome, model_name=model_name, provider_name=provider_name)

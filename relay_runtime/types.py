@@ -126,6 +126,16 @@ def request_of_kwargs(kwargs: dict[str, Any]) -> LLMRequest:
     return request
 
 
+def request_taking(kwargs: dict[str, Any]) -> LLMRequest:
+    """``request_of_kwargs`` for a dict the caller hands over: made for this call (a ``**kwargs``) and held by
+    nothing else, so the request keeps it, uncopied, behind its read-only view. The caller never writes to it again.
+    """
+    request = _new_object(LLMRequest)
+    _set_headers(request, _EMPTY)
+    _set_content(request, MappingProxyType(kwargs) if kwargs else _EMPTY)
+    return request
+
+
 @dataclass
 class AnnotatedLLMRequest:
     """The provider-neutral view of a request, which request intercepts may edit in place.

@@ -21,6 +21,7 @@ from __future__ import annotations
 import sys
 import weakref
 from collections.abc import Callable
+from functools import partial
 from types import MethodType
 from typing import Any
 
@@ -81,35 +82,16 @@ def _wrapper(models: Any, name: str, provider: str | None) -> Callable[..., Any]
     layer, kind = METHODS[name]
     original = _original(models, name)
     if layer == "call":
-        streaming = kind == STREAM
-        if _is_async(models):
-
-            async def call_async(*args: Any, **kwargs: Any) -> Any:
-                return await logical.grouped_async(original, args, kwargs, streaming)
-
-            return call_async
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            return logical.grouped(original, args, kwargs, streaming)
-
-        return call
+        # A partial, not a closure: the call reaches ``grouped`` without a Python frame in between.
+        return partial(logical.grouped_async if _is_async(models) else logical.grouped, original, kind == STREAM)
     return _attempt(models, original, kind, _is_async(models), provider)
 
 
 def _attempt(models: Any, original: Any, kind: str, is_async: bool, provider: str | None) -> Callable[..., Any]:
-    """``original`` (a per-request method of ``models``) making one attempt per call. One function for the sync
-    and the async methods: an async one's answer is the awaitable the SDK awaits, as ``original``'s is."""
-    managed = _MANAGED[is_async, kind == STREAM]
-    inside = logical.inside_attempt
-
-    def attempt(*args: Any, **kwargs: Any) -> Any:
-        # Positional arguments: a call shape the SDK refuses itself. Inside another managed attempt (dispatch's
-        # own SDK call, a LangChain chat model under RelayMiddleware) this request is that attempt already.
-        if args or inside.get():
-            return original(*args, **kwargs)
-        return managed(models, original, kind, kwargs, provider)
-
-    return attempt
+    """``original`` (a per-request method of ``models``) making one attempt per call. One shape for the sync
+    and the async methods: an async one's answer is the awaitable the SDK awaits, as ``original``'s is.
+    A partial, not a closure: the call reaches ``runtime``'s entry without a Python frame in between."""
+    return partial(_MANAGED[is_async, kind == STREAM], models, original, kind, provider)
 
 
 # (async, streamed) -> what makes one attempt of a per-request method.
@@ -204,9 +186,7 @@ def _chat_wrapper(streaming: bool, is_async: bool) -> Callable[..., Any]:
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if instance is None or not _hooks or not _traced(getattr(instance, "_modules", None)):
             return wrapped(*args, **kwargs)
-        if is_async:
-            return logical.grouped_async(wrapped, args, kwargs, streaming)
-        return logical.grouped(wrapped, args, kwargs, streaming)
+        return (logical.grouped_async if is_async else logical.grouped)(wrapped, streaming, *args, **kwargs)
 
     return wrapper
 
@@ -258,9 +238,7 @@ def _class_wrapper(name: str, is_async: bool) -> Callable[..., Any]:
         if instance is None or not _class_patch:
             return wrapped(*args, **kwargs)
         if layer == "call":
-            if is_async:
-                return logical.grouped_async(wrapped, args, kwargs, streaming)
-            return logical.grouped(wrapped, args, kwargs, streaming)
+            return (logical.grouped_async if is_async else logical.grouped)(wrapped, streaming, *args, **kwargs)
         if args:
             return wrapped(*args, **kwargs)
         return _attempt(instance, wrapped, kind, is_async, None)(**kwargs)

@@ -72,19 +72,6 @@ current: ContextVar[Group | None] = ContextVar("relay_genai_group", default=None
 inside_attempt = dispatch.inside_sdk_call
 
 
-def attempt_identity(explicit: str | None, client_provider: str) -> tuple[str, Group | None, dict[str, Any] | None]:
-    """(the attempt's provider name, the group it is an attempt of, else its logical-call metadata).
-
-    The provider: ``instrument(client, provider=...)``, then ``set_route``'s, then the client's own.
-    """
-    route = auxiliary.current_route()
-    name = explicit or (route.provider if route is not None else None) or client_provider
-    group = current.get()
-    if group is not None:
-        return name, group, None
-    return name, None, auxiliary.next_attempt_metadata()
-
-
 def _open() -> Group | None:
     if current.get() is not None or auxiliary.in_auxiliary_call() or inside_attempt.get():
         return None  # a chat's generate_content, a logical call someone else holds, or an attempt they make
@@ -92,8 +79,11 @@ def _open() -> Group | None:
     return Group(turn) if turn is not None else None
 
 
-def grouped(call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], streaming: bool) -> Any:
-    """``call(*args, **kwargs)`` (a public method) as one logical call; a stream's is closed when the stream ends."""
+def grouped(call: Callable[..., Any], streaming: bool, /, *args: Any, **kwargs: Any) -> Any:
+    """``call(*args, **kwargs)`` (a public method) as one logical call; a stream's is closed when the stream ends.
+
+    The arguments come as the caller gave them: an instrumented method is this function with its first two
+    bound by a ``partial`` (no Python frame of its own around every call)."""
     group = _open()
     if group is None:
         return call(*args, **kwargs)
@@ -111,9 +101,7 @@ def grouped(call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
     return result
 
 
-async def grouped_async(
-    call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], streaming: bool
-) -> Any:
+async def grouped_async(call: Callable[..., Any], streaming: bool, /, *args: Any, **kwargs: Any) -> Any:
     group = _open()
     if group is None:
         result = call(*args, **kwargs)

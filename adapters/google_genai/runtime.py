@@ -21,7 +21,8 @@ from typing import Any
 from relay_runtime import calls, cassettes, redaction, session
 from relay_runtime import conventions as cv
 from relay_runtime.attempt import Attempt, current_attempt
-from relay_runtime.types import LLMRequest, request_of_kwargs
+from relay_runtime.auxiliary import current_route, next_attempt_metadata
+from relay_runtime.types import LLMRequest, request_taking
 from relay_runtime.urls import server_address
 
 from . import answers, cassette, logical, tries
@@ -32,6 +33,7 @@ _STATE = "_relay_genai_state"
 _TRIES = ("_request_once", "_async_request_once")
 _TRANSPORT = "http_options"
 _EXTRA_BODY = "extra_body"  # of the http_options: JSON the SDK merges into the request's body
+_inside = logical.inside_attempt
 
 
 def codec_for(provider: str, kind: str) -> Any:
@@ -170,13 +172,26 @@ class Call:
         api_client = models._api_client
         self.state = state = api_client.__dict__.get(_STATE) or state_of(api_client)
         redaction.remember_secret(state.key)
-        name, self.group, self.metadata = logical.attempt_identity(provider, state.provider)
+        # The provider: ``instrument(client, provider=...)``, then ``set_route``'s, then the client's own.
+        if provider:
+            name = provider
+        else:
+            route = current_route()
+            name = (route.provider if route is not None else None) or state.provider
         self.name = name
+        # The logical call its public method opened (the attempt is made of it), else its own logical call's
+        # identity (an ``@auxiliary_call``'s next attempt, or none).
+        group = self.group = logical.current.get()
+        self.metadata = next_attempt_metadata() if group is None else None
         self.codec = CODECS.get((name, kind)) or codec_for(name, kind)  # the lookup without a frame, mostly
         model = kwargs.get("model")
         self.model = model if isinstance(model, str) else None
-        kwargs, self.transport = _without_transport(kwargs)
-        self.request = request_of_kwargs(kwargs)
+        if kwargs.get("config") is None:  # no config, no transport in it: ``_without_transport``'s answer, framelessly
+            self.transport = None
+        else:
+            kwargs, self.transport = _without_transport(kwargs)
+        # Its own dict (the ``**kwargs`` the SDK's call made, or ``_without_transport``'s new one): taken, not copied.
+        self.request = request_taking(kwargs)
         self.sent = False  # whether the SDK method was called for this attempt yet
 
     def grouped_attempt(self) -> Attempt | None:
@@ -244,10 +259,18 @@ async def _send_async(wrapped: Callable[..., Any], call: Call, request: LLMReque
         raise
 
 
+# Each ``managed_*`` is an instrumented per-request method with its first four arguments bound (``__init__._attempt``):
+# it gets the SDK's own arguments as the SDK passed them. Positional ones are a call shape the SDK refuses itself;
+# inside another managed attempt (dispatch's own SDK call, a LangChain chat model under RelayMiddleware) the
+# request is that attempt already: either way the method is called as it is.
+
+
 def managed_call(
-    models: Any, wrapped: Callable[..., Any], kind: str, kwargs: dict[str, Any], provider: str | None
+    models: Any, wrapped: Callable[..., Any], kind: str, provider: str | None, /, *args: Any, **kwargs: Any
 ) -> Any:
     """``wrapped(**kwargs)`` (``_generate_content`` or ``_embed_content``) as one attempt."""
+    if args or _inside.get():
+        return wrapped(*args, **kwargs)
     call = Call(models, kind, kwargs, provider)
     send = partial(_send, wrapped, call)  # a partial, not a closure: one frame fewer per call
     attempt = call.grouped_attempt()
@@ -256,7 +279,16 @@ def managed_call(
     return calls.execute_current(call.request, send, **call.options())
 
 
-async def managed_call_async(
+def managed_call_async(
+    models: Any, wrapped: Callable[..., Any], kind: str, provider: str | None, /, *args: Any, **kwargs: Any
+) -> Any:
+    """``managed_call`` for ``AsyncModels``: the awaitable the SDK awaits."""
+    if args or _inside.get():
+        return wrapped(*args, **kwargs)
+    return _call_async(models, wrapped, kind, kwargs, provider)
+
+
+async def _call_async(
     models: Any, wrapped: Callable[..., Any], kind: str, kwargs: dict[str, Any], provider: str | None
 ) -> Any:
     call = Call(models, kind, kwargs, provider)
@@ -296,10 +328,18 @@ def _rest(first: Any, source: Iterator[Any]) -> Iterator[Any]:
 
 
 def managed_stream(
-    models: Any, wrapped: Callable[..., Any], kind: str, kwargs: dict[str, Any], provider: str | None
+    models: Any, wrapped: Callable[..., Any], kind: str, provider: str | None, /, *args: Any, **kwargs: Any
 ) -> Iterator[Any]:
     """``_generate_content_stream(**kwargs)`` as one streamed attempt; lazy, as the SDK's own generator is.
     (``kind`` is ``STREAM``: every ``managed_*`` takes the same arguments.)"""
+    if args or _inside.get():
+        return wrapped(*args, **kwargs)
+    return _stream(models, wrapped, kind, kwargs, provider)
+
+
+def _stream(
+    models: Any, wrapped: Callable[..., Any], kind: str, kwargs: dict[str, Any], provider: str | None
+) -> Iterator[Any]:
     call = Call(models, kind, kwargs, provider)
     factory = partial(_send, lambda **k: _opened(wrapped(**k)), call)
     attempt = call.grouped_stream()
@@ -344,10 +384,18 @@ class _Tagging:
             await close()
 
 
-async def managed_stream_async(
+def managed_stream_async(
+    models: Any, wrapped: Callable[..., Any], kind: str, provider: str | None, /, *args: Any, **kwargs: Any
+) -> Any:
+    """``await AsyncModels._generate_content_stream(**kwargs)`` (which sends the request) as one attempt."""
+    if args or _inside.get():
+        return wrapped(*args, **kwargs)
+    return _stream_async(models, wrapped, kind, kwargs, provider)
+
+
+async def _stream_async(
     models: Any, wrapped: Callable[..., Any], kind: str, kwargs: dict[str, Any], provider: str | None
 ) -> AsyncIterator[Any]:
-    """``await AsyncModels._generate_content_stream(**kwargs)`` (which sends the request) as one attempt."""
     call = Call(models, kind, kwargs, provider)
 
     async def open_stream(request: LLMRequest) -> Any:
