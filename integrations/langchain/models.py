@@ -21,7 +21,7 @@ from langchain_core.language_models.chat_models import BaseChatModel
 from relay_runtime import calls, session
 from relay_runtime.adapters.dispatch import inside_sdk_call
 from relay_runtime.attempt import Attempt
-from relay_runtime.types import LLMRequest
+from relay_runtime.types import LLMRequest, request_taking
 
 from ..frameworks import ModelCall
 from .codec import LangChainCodec
@@ -96,7 +96,7 @@ def _request(model_name: str | None, args: tuple[Any, ...], kwargs: dict[str, An
         stop = args[1] if len(args) > 1 else None
     if stop is not None:
         content["stop"] = stop
-    return LLMRequest(None, content)
+    return request_taking(content)  # built for this request alone: kept, not copied
 
 
 def _run_manager(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
