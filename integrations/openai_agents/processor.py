@@ -216,7 +216,7 @@ class RelayTraceProcessor:
         if failed is not None:  # never retried: the model call failed
             failed[0].close(failed[1])
         output = None if tool is not None and tool.rejected is not None else _output_of(data)
-        entry.turn.relay.scope.end(entry.handle, output=output, error=error)
+        entry.end(output=output, error=error)
 
     def _carry(self, entry: FrameworkRun, error: SpanFailed) -> None:
         """A turn span's error, for the agent scope around it (ours: its end takes it back)."""
