@@ -9,9 +9,12 @@ comes, adds nothing. Real LangChain, its generic fake chat model.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from typing import Any
 from uuid import uuid4
+
+import pytest
 
 from relay_runtime import conventions as cv
 from relay_runtime import session
@@ -93,28 +96,38 @@ class _Raising(BaseCallbackHandler):
             raise RuntimeError("handler boom")
 
 
-def _run_with_raising_handler(relay_host: Any, where: str) -> None:
+def _run_with_raising_handler(relay_host: Any, where: str, use_async: bool) -> None:
     model = GenericFakeChatModel(messages=iter(["hi", "there"]))
     chain = RunnableLambda(lambda x: x).with_config(run_name="prep") | model
+    config: Any = {"callbacks": [RelayCallbackHandler(), _Raising(where)]}
     lease, turn = _turn(relay_host)
     try:
-        chain.invoke("hello", config={"callbacks": [RelayCallbackHandler(), _Raising(where)]})
+        if use_async:
+            asyncio.run(chain.ainvoke("hello", config=config))
+        else:
+            chain.invoke("hello", config=config)
     except RuntimeError:
         pass
     _end(relay_host, lease, turn)
 
 
-def test_a_run_whose_end_langchain_never_reports_is_ended_cancelled_by_its_turn(relay_host, relay_events) -> None:
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_run_whose_end_langchain_never_reports_is_ended_cancelled_by_its_turn(
+    relay_host, relay_events, use_async
+) -> None:
     # The sequence's start reached our handler, then the other handler raised: LangChain reports no end for it.
-    _run_with_raising_handler(relay_host, "chain")
+    _run_with_raising_handler(relay_host, "chain", use_async)
     assert outline(relay_events, skip=("conversation", "turn")) == ["agent RunnableSequence cancelled"]
     (end,) = relay_events.ends(name="RunnableSequence")
     assert end.error_type == "left_open_by_framework"
     assert {e.uuid for e in relay_events.starts()} == {e.uuid for e in relay_events.ends()}
 
 
-def test_a_model_call_whose_attempt_the_turn_cancelled_is_not_closed_as_a_success(relay_host, relay_events) -> None:
-    _run_with_raising_handler(relay_host, "model")
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_model_call_whose_attempt_the_turn_cancelled_is_not_closed_as_a_success(
+    relay_host, relay_events, use_async
+) -> None:
+    _run_with_raising_handler(relay_host, "model", use_async)
     assert _ends_in_order(relay_events) == [(cv.ATTEMPT, "cancelled"), (cv.LOGICAL_CALL, "cancelled")]
     assert {e.uuid for e in relay_events.starts()} == {e.uuid for e in relay_events.ends()}
 
