@@ -52,11 +52,19 @@ def begin_recording(tape: cassettes.CallTape, request: httpx2.Request) -> tuple[
 
 @contextmanager
 def noting_failure(exchange: dict[str, Any]) -> Iterator[None]:
-    """A transport failure (connection refused, a timeout) is part of the recording: the SDK may retry it."""
+    """A transport failure (connection refused, a timeout) is part of the recording: the SDK may retry it; a
+    cancellation is not (the call is then not written)."""
     try:
         yield
     except Exception as exc:
         exchange["error"] = _error_record(exc)
+        raise
+    except GeneratorExit:  # a stream's caller stopped reading (closed it): the break-off is recorded as ``cut``
+        raise
+    except BaseException:
+        # Cancelled (or interrupted) before the answer was complete: no failure of the provider's to replay;
+        # the cassette does not write the call (``cassettes.cassette.unanswered``).
+        cassettes.note_cancelled(exchange)
         raise
 
 

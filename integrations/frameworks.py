@@ -57,6 +57,11 @@ class FrameworkRun:
     framework scope), or, when it opened none, the scope that what runs inside it nests under.
     ``call``: the logical model call it is, for a model run. A plain class with slots: one is made
     for every run the framework reports.
+
+    A scope of its own stands among its turn's open scopes until ``end`` ends it: a framework may never
+    report the run's end (a LangChain callback handler beside ours raised, and LangChain stopped calling the
+    others), and the end of the turn then ends it (``abandon``), cancelled, rather than leave a start
+    without its end.
     """
 
     __slots__ = ("call", "handle", "own", "token", "turn")
@@ -74,6 +79,25 @@ class FrameworkRun:
         self.own = own
         self.token = token
         self.call = call
+        if own and handle is not None:
+            turn.open_scopes[handle.uuid] = self  # one atomic store, as the core's open attempts
+
+    def end(self, **fields: Any) -> None:
+        """End the run's own scope with ``fields`` (``ScopeAPI.end``'s); nothing if the turn's end ended it."""
+        handle = self.handle
+        assert handle is not None
+        self.turn.open_scopes.pop(handle.uuid, None)
+        self.turn.relay.scope.end(handle, **fields)
+
+    def abandon(self) -> None:
+        """The turn is ending with the run's scope still open: the framework never reported its end. It ends
+        cancelled, saying so; an end the framework reports later finds it ended and changes nothing."""
+        handle = self.handle
+        if handle is None:
+            return
+        self.turn.open_scopes.pop(handle.uuid, None)
+        if not handle.ended:
+            self.turn.relay.scope.end(handle, error=LeftOpen(), outcome=_CANCELLED)
 
 
 def require(module: str, extra: str, integration: str) -> Any:
@@ -295,6 +319,7 @@ class ModelCall:
             return
         self._abandoned = True
         self._leave_open_attempts()
+        self.logical.last_outcome = _CANCELLED  # its call was not answered: the turn's end closes it so
         # Not priced now (nothing was answered yet): its answer, if the framework reports one, is the late charge.
         self.turn.relay.scope.end(handle, provider=handle.name, annotated_request=self._observed_request,
                                   outcome=_CANCELLED)  # fmt: skip
@@ -329,6 +354,7 @@ class ModelCall:
         if model:
             self.logical.model = model
         outcome = outcome_of(error) if error is not None else _SUCCESS
+        self.logical.last_outcome = outcome
         late = False
         if relay.cost.active:
             late = relay.cost.settle_observed(
@@ -383,6 +409,15 @@ class _Pending:
     def abandon(self) -> None:
         self.call._record_witnessed()
         self.call.abandon()
+
+
+class LeftOpen(RuntimeError):
+    """The framework never reported the end of a run whose scope it had opened: its turn's end ended it."""
+
+    relay_error_type = "left_open_by_framework"
+
+    def __init__(self) -> None:
+        super().__init__("the framework never ended this run; the end of its turn did")
 
 
 class _Unfinished(RuntimeError):

@@ -14,9 +14,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .scopes import RelayOutput
+from .types import Outcome
 
 if TYPE_CHECKING:
     from .session import CallHolder, LogicalCall, Turn
+
+_SUCCESS = Outcome.SUCCESS.value
 
 
 def close_logical_call(
@@ -81,7 +84,9 @@ def end_logical_call(
 
 
 def end_open_call(turn: Turn, call: LogicalCall, outcome: str) -> None:
-    """At the end of ``turn``: end ``call``'s open attempts (newest first), then ``call`` itself."""
+    """At the end of ``turn``: end ``call``'s open attempts (newest first), then ``call`` itself, with the
+    turn's ``outcome`` unless its last attempt did not succeed: a call whose attempt the turn's end cancelled
+    (or that failed, its retry never coming) was not answered, whatever became of the turn."""
     relay = turn.relay
     interrupted: BaseException | None = None
     for attempt in reversed(tuple(call.open_attempts)):  # a copy: each leaves the list as it ends
@@ -89,6 +94,9 @@ def end_open_call(turn: Turn, call: LogicalCall, outcome: str) -> None:
             attempt.abandon()
         except BaseException as exc:
             interrupted = interrupted or exc
+    last = call.last_outcome
+    if outcome == _SUCCESS and last is not None and last != _SUCCESS:
+        outcome = last
     try:
         close_logical_call(turn, call, outcome)
     except Exception as exc:

@@ -116,6 +116,10 @@ class Turn:
     task_id: str
     scope: ScopeHandle | None
     logical_llm_calls: dict[str, LogicalCall] = field(default_factory=dict)
+    # Scopes an integration opened detached under the turn (a framework's runs), by uuid, in the order they
+    # opened, while open: a framework may never report a run's end (another callback handler raised), and
+    # the end of the turn then ends them (their ``abandon``), after its calls, newest (innermost) first.
+    open_scopes: dict[str, Any] = field(default_factory=dict)
     outcome: str | None = None
     ended: bool = False
     previous: Turn | None = field(default=None, repr=False)
@@ -366,12 +370,14 @@ class SessionCoordinator:
         return turn
 
     def end_turn(self, turn: Turn, *, outcome: str) -> None:
-        """Idempotent. Ends the turn's open attempts and logical calls, newest first, then the turn.
+        """Idempotent. Ends the turn's open attempts and logical calls, newest first, then the scopes
+        integrations opened under it and left open, newest first, then the turn.
 
         An open stream's attempt, or one still waiting for its provider, ends cancelled (the
         stream still yields the provider's chunks afterwards, the call still returns its
         answer, both unrecorded), then its logical call; calls still open get
-        ``outcome``. The turn always ends, even when closing something inside it failed.
+        ``outcome``, unless their last attempt did not succeed (its outcome then). The turn
+        always ends, even when closing something inside it failed.
         """
         _check_type("end_turn", "turn", turn, Turn)
         outcome = _check_outcome(outcome)
@@ -386,6 +392,17 @@ class SessionCoordinator:
             try:
                 end_open_call(turn, call, outcome)
             except BaseException as exc:  # a subscriber's KeyboardInterrupt: finish the turn first
+                interrupted = interrupted or exc
+        # After the calls (a framework's runs hold them, never the other way round); a scope opens after the
+        # scope it nests in, so newest first ends children before their parents.
+        with turn.lock:
+            open_scopes = list(turn.open_scopes.values())
+        for scope in reversed(open_scopes):
+            try:
+                scope.abandon()
+            except Exception as exc:
+                turn.relay.diag.failure("bookkeeping_errors", exc, "ending a scope left open at the turn's end")
+            except BaseException as exc:
                 interrupted = interrupted or exc
         if _active_turn.get() is turn:
             _active_turn.set(_live(turn))

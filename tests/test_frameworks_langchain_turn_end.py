@@ -9,17 +9,23 @@ comes, adds nothing. Real LangChain, its generic fake chat model.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from typing import Any
+from uuid import uuid4
+
+import pytest
 
 from relay_runtime import conventions as cv
 from relay_runtime import session
-from tests.framework_support import need
+from tests.framework_support import need, outline
 
 need("langchain_core")
 
+from langchain_core.callbacks import BaseCallbackHandler  # noqa: E402
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel  # noqa: E402
 from langchain_core.messages import AIMessage  # noqa: E402
+from langchain_core.runnables import RunnableLambda  # noqa: E402
 
 from relay_runtime.integrations.langchain import RelayCallbackHandler  # noqa: E402
 
@@ -49,11 +55,11 @@ def test_a_stream_kept_past_its_turn_has_its_attempt_ended_with_the_turn(relay_h
     stream = model.stream("hi", config={"callbacks": [RelayCallbackHandler()]})
     assert next(stream).content == "Hello"
     _end(relay_host, lease, turn)
-    # Every start has its end, the attempt's (cancelled) before its call's (the turn's outcome, as a managed
-    # call's).
+    # Every start has its end, the attempt's (cancelled) before its call's (cancelled too: its only attempt
+    # was, and nothing answered it).
     starts = {e.uuid for e in relay_events.starts()}
     assert starts == {e.uuid for e in relay_events.ends()}
-    assert _ends_in_order(relay_events) == [(cv.ATTEMPT, "cancelled"), (cv.LOGICAL_CALL, "success")]
+    assert _ends_in_order(relay_events) == [(cv.ATTEMPT, "cancelled"), (cv.LOGICAL_CALL, "cancelled")]
     # The caller drops the stream later: LangChain reports the run's end, which records nothing more.
     ended = len(relay_events.ends())
     stream.close()
@@ -70,3 +76,88 @@ def test_a_stream_that_ends_inside_its_turn_is_recorded_as_before(relay_host, re
     finally:
         _end(relay_host, lease, turn)
     assert _ends_in_order(relay_events) == [(cv.ATTEMPT, "success"), (cv.LOGICAL_CALL, "success")]
+
+
+class _Raising(BaseCallbackHandler):
+    """Another handler on the run, one LangChain lets raise: it stops calling the other handlers there."""
+
+    raise_error = True
+    run_inline = True
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def on_chain_start(self, *args: Any, **kwargs: Any) -> None:
+        if self.where == "chain":
+            raise RuntimeError("handler boom")
+
+    def on_chat_model_start(self, *args: Any, **kwargs: Any) -> None:
+        if self.where == "model":
+            raise RuntimeError("handler boom")
+
+
+def _run_with_raising_handler(relay_host: Any, where: str, use_async: bool) -> None:
+    model = GenericFakeChatModel(messages=iter(["hi", "there"]))
+    chain = RunnableLambda(lambda x: x).with_config(run_name="prep") | model
+    config: Any = {"callbacks": [RelayCallbackHandler(), _Raising(where)]}
+    lease, turn = _turn(relay_host)
+    try:
+        if use_async:
+            asyncio.run(chain.ainvoke("hello", config=config))
+        else:
+            chain.invoke("hello", config=config)
+    except RuntimeError:
+        pass
+    _end(relay_host, lease, turn)
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_run_whose_end_langchain_never_reports_is_ended_cancelled_by_its_turn(
+    relay_host, relay_events, use_async
+) -> None:
+    # The sequence's start reached our handler, then the other handler raised: LangChain reports no end for it.
+    _run_with_raising_handler(relay_host, "chain", use_async)
+    assert outline(relay_events, skip=("conversation", "turn")) == ["agent RunnableSequence cancelled"]
+    (end,) = relay_events.ends(name="RunnableSequence")
+    assert end.error_type == "left_open_by_framework"
+    assert {e.uuid for e in relay_events.starts()} == {e.uuid for e in relay_events.ends()}
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_model_call_whose_attempt_the_turn_cancelled_is_not_closed_as_a_success(
+    relay_host, relay_events, use_async
+) -> None:
+    _run_with_raising_handler(relay_host, "model", use_async)
+    assert _ends_in_order(relay_events) == [(cv.ATTEMPT, "cancelled"), (cv.LOGICAL_CALL, "cancelled")]
+    assert {e.uuid for e in relay_events.starts()} == {e.uuid for e in relay_events.ends()}
+
+
+def test_runs_left_open_end_children_first_and_a_late_end_changes_nothing(relay_host, relay_events) -> None:
+    handler = RelayCallbackHandler()
+    outer, inner = uuid4(), uuid4()
+    lease, turn = _turn(relay_host)
+    handler.on_chain_start({}, {"q": 1}, run_id=outer, name="outer")
+    handler.on_tool_start({}, "x", run_id=inner, parent_run_id=outer, name="lookup")
+    _end(relay_host, lease, turn)
+    names = [e.name for e in relay_events.ends() if e.name in ("outer", "lookup")]
+    assert names == ["lookup", "outer"]  # the child before its parent
+    assert all(e.outcome == "cancelled" for e in relay_events.ends() if e.name in names)
+    assert not turn.open_scopes
+    # LangChain reports the ends after all: the scopes stay as the turn ended them, ended once.
+    ended = len(relay_events.ends())
+    handler.on_tool_end("done", run_id=inner)
+    handler.on_chain_end({"a": 2}, run_id=outer)
+    assert len(relay_events.ends()) == ended
+
+
+def test_runs_ended_by_langchain_leave_nothing_for_the_turn(relay_host, relay_events) -> None:
+    handler = RelayCallbackHandler()
+    run = uuid4()
+    lease, turn = _turn(relay_host)
+    handler.on_chain_start({}, {"q": 1}, run_id=run, name="outer")
+    assert len(turn.open_scopes) == 1
+    handler.on_chain_end({"a": 2}, run_id=run)
+    assert not turn.open_scopes
+    _end(relay_host, lease, turn)
+    (end,) = relay_events.ends(name="outer")
+    assert end.outcome == "success"

@@ -155,3 +155,27 @@ async def test_an_async_stream_racing_the_end_of_its_turn_gets_its_chunks(
     stream = await adapters.astream(scripted.aclient, {"model": "gpt-test", "messages": []}, include_usage=True)
     assert len([chunk async for chunk in stream]) == 5
     _recorded_outside(relay_events, turn_ends_as_it_is_found)
+
+
+def _failing(req: LLMRequest) -> dict[str, Any]:
+    raise ConnectionError("reset")
+
+
+@pytest.mark.parametrize(("answers", "closed"), [((False,), "failed"), ((False, True), "success")])
+def test_a_call_left_open_closes_at_the_turns_end_as_its_last_attempt_ended(
+    relay_turn, relay_events, answers, closed
+) -> None:
+    # A caller keeping the call open for a retry (``defer_logical_completion``) that never came: the call was
+    # not answered, whatever the turn's outcome; one whose retry succeeded was.
+    _relay, turn = relay_turn
+    meta = {cv.API_REQUEST_ID: "r-1"}
+    for answered in answers:
+        provider = (lambda req: response("ok")) if answered else _failing
+        try:
+            calls.execute_current(request(), provider, name="p", codec=DictCodec(), metadata=dict(meta),
+                                  defer_logical_completion=True)  # fmt: skip
+        except ConnectionError:
+            pass
+    session.SESSION_COORDINATOR.end_turn(turn, outcome="success")
+    (call,) = relay_events.ends(relay_kind=cv.LOGICAL_CALL)
+    assert call.outcome == closed

@@ -122,7 +122,11 @@ def _sse(events: list[Any]) -> bytes:
 
 
 def record_error(exchange: dict[str, Any], exc: BaseException) -> None:
-    """A failed try: an ``APIError`` as the status and body it came with, else as a transport failure."""
+    """A failed try: an ``APIError`` as the status and body it came with, else as a transport failure; a
+    cancellation is none (nothing answered: the cassette does not write the call)."""
+    if not isinstance(exc, Exception):
+        cassettes.note_cancelled(exchange)
+        return
     code = getattr(exc, "code", None)
     if type(code) is int and hasattr(exc, "details"):
         exchange["status"] = code

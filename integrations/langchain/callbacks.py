@@ -176,9 +176,9 @@ class RelayCallbackHandler(BaseCallbackHandler):
             return
         leave_scope(run.token)
         if error is not None and is_control_flow(error):
-            run.turn.relay.scope.end(run.handle, output=control_flow_output(error), outcome="success")
+            run.end(output=control_flow_output(error), outcome="success")
             return
-        run.turn.relay.scope.end(run.handle, output=plain(output) if error is None else None, error=error)
+        run.end(output=plain(output) if error is None else None, error=error)
 
     # -- chains, agents, graph nodes --------------------------------------------------------------
 

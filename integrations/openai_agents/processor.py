@@ -11,7 +11,10 @@ A trace processor beside the SDK's own ones (``agents.add_trace_processor``): it
   scope ended failed with ``GuardrailRejected``, as a relay tool guardrail's refusal is: also for a
   wrapped tool (whose managed call never started) and for the processor alone.
 - A span the SDK ends with no error while its task is being cancelled was cut short by the
-  cancellation (the SDK records none for a ``CancelledError``): its scope ends cancelled.
+  cancellation (the SDK records none for a ``CancelledError``): its scope ends cancelled; but a
+  model span holding its completed response is a success, as the SDK's attempt is. A tool cancelled
+  outside the run's teardown is one the SDK marks "Tool execution cancelled" (and goes on): cancelled
+  too, as its managed call records it.
 - ``response`` / ``generation`` spans are logical model calls under their agent's scope: the attempts
   ``adapters.instrument()`` makes for the SDK calls inside join them (never a second span); without
   it, the attempt is recorded from the span when it ends (the SDK puts the request on it only then), from
@@ -180,6 +183,8 @@ class RelayTraceProcessor:
         error: BaseException | None = _error_of(span) if span.error else _cancelled()
         call = entry.call
         if call is not None:
+            if error is not None and not span.error and _answered(span.span_data):
+                error = None  # its response completed before the cancellation came: a success, as the SDK's attempt
             sent = _sent_of(span.span_data)
             if sent is not None:  # its view too holds the conversation as the attempt's start records it
                 sent = dict(recorded_conversation(sent))
@@ -216,7 +221,7 @@ class RelayTraceProcessor:
         if failed is not None:  # never retried: the model call failed
             failed[0].close(failed[1])
         output = None if tool is not None and tool.rejected is not None else _output_of(data)
-        entry.turn.relay.scope.end(entry.handle, output=output, error=error)
+        entry.end(output=output, error=error)
 
     def _carry(self, entry: FrameworkRun, error: SpanFailed) -> None:
         """A turn span's error, for the agent scope around it (ours: its end takes it back)."""
@@ -262,12 +267,28 @@ def _output_of(data: Any) -> Any:
     return None
 
 
-def _error_of(span: Any) -> SpanFailed | None:
+def _error_of(span: Any) -> BaseException | None:
     error = span.error
     if not error:
         return None
     message = error.get("message") if isinstance(error, dict) else str(error)
+    if message == _TOOL_CANCELLED and span.span_data.type == "function":
+        # The SDK caught the tool's CancelledError (not its own teardown's) and went on with an error output:
+        # the tool was cancelled, as the managed call records it, not failed.
+        return asyncio.CancelledError()
     return SpanFailed(str(message or "span error"), "agents_span_error")
+
+
+# The error the SDK puts on a function span whose tool raised CancelledError outside the run's teardown.
+_TOOL_CANCELLED = "Tool execution cancelled"
+
+
+def _answered(data: Any) -> bool:
+    """Whether a model span holds its call's complete answer: a response span's ``Response`` (set once it
+    completed), a generation span's output."""
+    if data.type == "generation":
+        return bool(getattr(data, "output", None))
+    return getattr(data, "response", None) is not None
 
 
 def _cancelled() -> asyncio.CancelledError | None:

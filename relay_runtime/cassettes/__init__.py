@@ -21,6 +21,7 @@ from .cassette import (
     Cassette,
     CassetteError,
     CassetteMiss,
+    note_cancelled,
     register_transient_check,
 )
 from .in_use import CassetteUse, current, expect, use
@@ -39,6 +40,7 @@ __all__ = [
     "expect",
     "jsonable",
     "neutral_request",
+    "note_cancelled",
     "register_transient_check",
     "use",
     "with_sent_extras",

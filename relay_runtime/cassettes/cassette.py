@@ -63,6 +63,30 @@ def ended_transiently(call: dict[str, Any]) -> bool:
     return any(check(call) for check in _transient_checks)
 
 
+# Set by an adapter on an HTTP try its caller's cancellation cut off before the answer was complete (a stream
+# cancelled mid-read, with its status and first events already noted). Never written: see ``unanswered``.
+CANCELLED = "cancelled"
+DIAG_CANCELLED = "cassette.cancelled_not_recorded"
+
+
+def note_cancelled(exchange: dict[str, Any]) -> None:
+    """``exchange``, an HTTP try being recorded, was cancelled before its answer was complete."""
+    exchange[CANCELLED] = True
+
+
+def unanswered(call: dict[str, Any]) -> bool:
+    """Whether a call being recorded was cut off before it had its answer: its last HTTP try was cancelled, or
+    has neither a status nor an error (cancelled before either was known: a whole body still being read, a
+    stream an adapter reads whole first). Such a call is not written (``Cassette.save``): nothing answered it,
+    and stored it would replay as a failure the live call never had, or as damage that re-recording repeats.
+    A request not recorded replays as any other: ``auto`` records it next time, ``replay`` raises its miss."""
+    tries = call.get("http")
+    last = tries[-1] if isinstance(tries, list) and tries else None
+    if not isinstance(last, dict):
+        return False
+    return last.get(CANCELLED) is True or ("status" not in last and "error" not in last)
+
+
 def check_options(*, mode: str = "replay", timing: str = "instant", normalize: Any = None, redact: Any = None) -> None:
     if mode not in MODES:
         raise ValueError(f"cassette mode must be one of {', '.join(MODES)}; got {mode!r}")
@@ -372,7 +396,8 @@ class Cassette:
         each saves under a lock on the cassette's directory, and what another wrote since this session
         read the file is kept beside this session's calls, never overwritten.
         """
-        new = self.new if self.mode == "record" else self._kept(failed)
+        new = self._answered()
+        new = new if self.mode == "record" else self._kept(new, failed)
         if self.mode != "record" and not new:
             return
         with directory_locked(self.path.parent):
@@ -390,7 +415,16 @@ class Cassette:
                 raise CassetteError(f"{wrong} (another session saved it under its policy while this one ran)")
             self._write(before + new)
 
-    def _kept(self, failed: bool) -> list[dict[str, Any]]:
+    def _answered(self) -> list[dict[str, Any]]:
+        """This session's calls but those cut off before their answer (``unanswered``), counted in the
+        diagnostics of the relay recording here as ``cassette.cancelled_not_recorded``."""
+        answered = [call for call in self.new if not unanswered(call)]
+        dropped = len(self.new) - len(answered)
+        if dropped:
+            _relay_here().diag.count(DIAG_CANCELLED, dropped)
+        return answered
+
+    def _kept(self, new: list[dict[str, Any]], failed: bool) -> list[dict[str, Any]]:
         """The calls this session recorded that ``auto`` keeps.
 
         A call that ended in a passing failure (a 429, a 5xx, a lost connection: the adapters say which)
@@ -402,7 +436,7 @@ class Cassette:
         """
         kept: list[dict[str, Any]] = []
         answered: set[str] = set()
-        for call in reversed(self.new):
+        for call in reversed(new):
             key = self._match_key(call["request"])
             if not ended_transiently(call):
                 answered.add(key)
@@ -445,6 +479,14 @@ class Cassette:
         document["calls"] = cleaned
         text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
         replace_atomically(self.path, text)
+
+
+def _relay_here() -> Any:
+    """The relay of the turn active where the cassette is saved (the calls' own), else the process's default."""
+    from .. import session  # here: the session layer is built on much that imports the cassettes
+
+    turn = session.active_turn()
+    return turn.relay if turn is not None else session.SESSION_COORDINATOR.default_host().relay
 
 
 def _identity(path: Path) -> tuple[int, int, int] | None:
