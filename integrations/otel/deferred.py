@@ -402,6 +402,8 @@ class DeferredSpan(trace_api.Span, ReadableSpan):
         if "" in merged or not _STRINGS.issuperset(map(type, merged)):
             return self._replayed(limits)
         max_value_len = limits.max_span_attribute_length
+        if max_value_len is None and _PLAIN.issuperset(map(type, merged.values())):
+            return merged  # no limit on lengths and no lists: the values as given, checked in one C call
         lists = False
         for value in merged.values():
             cls = type(value)
