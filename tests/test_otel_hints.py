@@ -1,5 +1,5 @@
-"""``apply_hints``: its shortcuts (the hinted attributes merged in one call at a start; only the changed ones
-picked at an end) set what the item-by-item walk sets, in the same order."""
+"""``apply_hints`` sets what the item-by-item rule sets, in the same order, at a span's start and at its end
+(where the values the start set are skipped first)."""
 
 from __future__ import annotations
 

@@ -7,8 +7,6 @@ dictated by the integration that opened it, and they apply to scopes of any role
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from itertools import compress
-from operator import is_not, or_
 from typing import Any
 
 from opentelemetry import trace as trace_api
@@ -28,9 +26,6 @@ _KINDS = {
     "consumer": SpanKind.CONSUMER,
 }
 _PRIMITIVES = (str, bool, int, float)
-# The same types exactly (a subclass, an enum say, goes through the item-by-item checks).
-_EXACT = frozenset(_PRIMITIVES)
-_STRINGS = frozenset({str})
 
 
 _NO_TRACE_STATE = TraceState()
@@ -97,30 +92,14 @@ def apply_hints(
         return name
     extra = hints.get("attributes")
     if type(extra) is dict or isinstance(extra, Mapping):
-        if (
-            only is None
-            and started is None
-            and _EXACT.issuperset(map(type, extra.values()))
-            and _STRINGS.issuperset(map(type, extra))
-        ):
-            # Every key a str and every value one kept as it is (the usual hints): what the loop below
-            # sets, in its order, in one C call rather than a check per item (a span's start pays it).
-            attributes.update(extra)
-            hinted = hints.get("name")
-            return hinted if isinstance(hinted, str) and hinted else name
-        if started is not None and only is None:
-            # Only the items to set: a value other than the start's (by identity), or one ``attributes``
-            # holds already (it would be overwritten). Picked in C: an end's hints are mostly the start's.
-            pick = map(or_, map(is_not, map(started.get, extra), extra.values()), map(attributes.__contains__, extra))
-            items: Iterable[tuple[Any, Any]] = compress(extra.items(), pick)
-            started = None
-        elif only is None:
-            items = extra.items()
+        if only is None:
+            items: Iterable[tuple[Any, Any]] = extra.items()
         elif extra.keys().isdisjoint(only):
             items = ()  # the usual end sets nothing that was hinted: no list built to find that out
         else:
             items = [(k, extra[k]) for k in only if k in extra]
         for key, value in items:
+            # Asked first: most of an end's hinted values are the very ones its start set.
             if started is not None and started.get(key) is value and key not in attributes:
                 continue
             if value is None or type(key) is not str:
