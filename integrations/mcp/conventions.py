@@ -52,6 +52,8 @@ def target_of(method: str, params: object, taken: list[str] | None = None) -> st
         # A resource's address may carry a credential (``?access_token=``, ``user:token@``): the span's
         # name and ``mcp.resource.uri`` hold it without (the request itself goes out as it was).
         value = recorded_url(value, taken)
+    if len(value) <= _MAX_TARGET and value.isprintable():
+        return value or None  # within the bound and printable: what the line below gives, without its two calls
     # Cut where no value is cut in two (an address across the bound would pass the policy by halves).
     return printable(head(value, _MAX_TARGET)) or None
 

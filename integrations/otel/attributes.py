@@ -142,6 +142,7 @@ RELAY_METADATA: dict[str, str] = {
     )
 }
 RELAY_METADATA[cv.PROVIDER_ENDPOINT] = "relay.provider.endpoint"
+_RELAY_KEYS = RELAY_METADATA.keys()
 _PRIMITIVES = frozenset({str, int, float, bool})
 _STOP_KEYS = frozenset({"stop", "stop_sequences"})
 
@@ -156,8 +157,9 @@ def _scalar(value: Any) -> Any:
 
 
 def relay_attributes(md: Mapping[str, Any] | None, out: dict[str, Any]) -> None:
-    # Walks the (few) metadata items rather than probing for every known key.
-    if not md:
+    # Walks the (few) metadata items rather than probing for every known key; a scope with none of them
+    # (an integration's: a tool's kind and span hints) is told so in one C call.
+    if not md or _RELAY_KEYS.isdisjoint(md):
         return
     for key, value in md.items():
         attr = RELAY_METADATA.get(key)

@@ -175,8 +175,12 @@ class FastPath:
             span_id = random.getrandbits(64)
             while not span_id:
                 span_id = random.getrandbits(64)
+            # Such a span id is in range, and so is a valid parent's trace id (its validity says so): only a
+            # root's trace id is checked, as SpanContext(...) checks both.
+            valid = parent is not None or 0 < trace_id <= MAX_TRACE_ID
         else:
             span_id = ids.generate_span_id()
+            valid = 0 < trace_id <= MAX_TRACE_ID and 0 < span_id <= MAX_SPAN_ID
         # What SpanContext(trace_id, span_id, is_remote=False, ...) makes, without its keyword call.
         span_context = new_tuple(
             SpanContext,
@@ -186,7 +190,7 @@ class FastPath:
                 False,
                 flags,
                 _DEFAULT_TRACE_STATE if trace_state is None else trace_state,
-                0 < trace_id <= MAX_TRACE_ID and 0 < span_id <= MAX_SPAN_ID,
+                valid,
             ),
         )
         record_end = self.metrics_start(parent, decision) if self.metrics_start is not None else None
@@ -402,6 +406,8 @@ class DeferredSpan(trace_api.Span, ReadableSpan):
         if "" in merged or not _STRINGS.issuperset(map(type, merged)):
             return self._replayed(limits)
         max_value_len = limits.max_span_attribute_length
+        if max_value_len is None and _PLAIN.issuperset(map(type, merged.values())):
+            return merged  # no limit on lengths and no lists: the values as given, checked in one C call
         lists = False
         for value in merged.values():
             cls = type(value)

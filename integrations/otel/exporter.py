@@ -324,8 +324,11 @@ class OTelExporter:
             span.end(end_time=event.timestamp)
             return
         try:
-            attributes = self._late_start(record, event) if record.late else {}
-            attributes.update(A.end_attributes(event, role))
+            if record.late:
+                attributes = self._late_start(record, event)
+                attributes.update(A.end_attributes(event, role))
+            else:
+                attributes = A.end_attributes(event, role)  # a new dict at every call: ours to add to
             if voice is not None:
                 voice_attributes(voice, attributes)
             if self._oi:

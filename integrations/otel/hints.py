@@ -99,9 +99,10 @@ def apply_hints(
         else:
             items = [(k, extra[k]) for k in only if k in extra]
         for key, value in items:
-            if value is None or type(key) is not str:
-                continue
+            # Asked first: most of an end's hinted values are the very ones its start set.
             if started is not None and started.get(key) is value and key not in attributes:
+                continue
+            if value is None or type(key) is not str:
                 continue
             if isinstance(value, _PRIMITIVES):
                 attributes[key] = value

@@ -47,16 +47,20 @@ class ScopeMetrics:
         return histogram
 
     def record(self, name: object, seconds: object, attributes: object) -> bool:
-        if not isinstance(name, str) or not isinstance(seconds, (int, float)) or seconds < 0:
-            return False
-        histogram = self._histogram(name)
-        if histogram is None:
-            return False
         clean = (
             {k: v for k, v in attributes.items() if isinstance(k, str) and isinstance(v, _PRIMITIVES)}
             if isinstance(attributes, Mapping)
             else {}
         )
+        return self._record(name, seconds, clean)
+
+    def _record(self, name: object, seconds: object, clean: dict[str, Any]) -> bool:
+        """``record`` with its attributes cleaned already (str keys, primitive values)."""
+        if not isinstance(name, str) or not isinstance(seconds, (int, float)) or seconds < 0:
+            return False
+        histogram = self._histogram(name)
+        if histogram is None:
+            return False
         histogram.record(float(seconds), clean)
         return True
 
@@ -68,7 +72,11 @@ class ScopeMetrics:
         if name is None or not isinstance(start, int):
             return
         keys = hints.get("metric_keys") or ()
-        self.record(name, (event.timestamp - start) / 1e9, {k: attributes[k] for k in keys if k in attributes})
+        # Picked and cleaned in one pass (a scope's end pays it): what ``record`` would keep of the picked ones.
+        clean = {
+            k: v for k in keys if k in attributes and isinstance(k, str) and isinstance(v := attributes[k], _PRIMITIVES)
+        }
+        self._record(name, (event.timestamp - start) / 1e9, clean)
 
     def record_sampled_out(self, event: Event, role: str) -> bool:
         """The duration metric the end of a sampled-out scope asked for (an MCP request whose caller did not
