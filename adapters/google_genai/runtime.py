@@ -265,6 +265,21 @@ async def _send_async(wrapped: Callable[..., Any], call: Call, request: LLMReque
 # request is that attempt already: either way the method is called as it is.
 
 
+def _entry(body: Callable[..., Any], doc: str) -> Callable[..., Any]:
+    """A ``managed_*`` method that passes the call through as above, else has ``body(models, wrapped, kind, kwargs,
+    provider)`` make it. (``managed_call``, on every plain call, does its work in its own frame instead.)"""
+
+    def entry(
+        models: Any, wrapped: Callable[..., Any], kind: str, provider: str | None, /, *args: Any, **kwargs: Any
+    ) -> Any:
+        if args or _inside.get():
+            return wrapped(*args, **kwargs)
+        return body(models, wrapped, kind, kwargs, provider)
+
+    entry.__doc__ = doc
+    return entry
+
+
 def managed_call(
     models: Any, wrapped: Callable[..., Any], kind: str, provider: str | None, /, *args: Any, **kwargs: Any
 ) -> Any:
@@ -277,15 +292,6 @@ def managed_call(
     if attempt is not None:
         return attempt.relay.llm.run(attempt, send)
     return calls.execute_current(call.request, send, **call.options())
-
-
-def managed_call_async(
-    models: Any, wrapped: Callable[..., Any], kind: str, provider: str | None, /, *args: Any, **kwargs: Any
-) -> Any:
-    """``managed_call`` for ``AsyncModels``: the awaitable the SDK awaits."""
-    if args or _inside.get():
-        return wrapped(*args, **kwargs)
-    return _call_async(models, wrapped, kind, kwargs, provider)
 
 
 async def _call_async(
@@ -325,16 +331,6 @@ def _rest(first: Any, source: Iterator[Any]) -> Iterator[Any]:
     except Exception as exc:
         _tag(exc)
         raise
-
-
-def managed_stream(
-    models: Any, wrapped: Callable[..., Any], kind: str, provider: str | None, /, *args: Any, **kwargs: Any
-) -> Iterator[Any]:
-    """``_generate_content_stream(**kwargs)`` as one streamed attempt; lazy, as the SDK's own generator is.
-    (``kind`` is ``STREAM``: every ``managed_*`` takes the same arguments.)"""
-    if args or _inside.get():
-        return wrapped(*args, **kwargs)
-    return _stream(models, wrapped, kind, kwargs, provider)
 
 
 def _stream(
@@ -384,15 +380,6 @@ class _Tagging:
             await close()
 
 
-def managed_stream_async(
-    models: Any, wrapped: Callable[..., Any], kind: str, provider: str | None, /, *args: Any, **kwargs: Any
-) -> Any:
-    """``await AsyncModels._generate_content_stream(**kwargs)`` (which sends the request) as one attempt."""
-    if args or _inside.get():
-        return wrapped(*args, **kwargs)
-    return _stream_async(models, wrapped, kind, kwargs, provider)
-
-
 async def _stream_async(
     models: Any, wrapped: Callable[..., Any], kind: str, kwargs: dict[str, Any], provider: str | None
 ) -> AsyncIterator[Any]:
@@ -407,3 +394,14 @@ async def _stream_async(
         call.group.streams.append(stream)  # closed with the public stream (logical.GroupedAsyncIterator.aclose)
         return stream
     return await calls.stream_current_async(call.request, open_stream, **call.options())
+
+
+managed_call_async = _entry(_call_async, "``managed_call`` for ``AsyncModels``: the awaitable the SDK awaits.")
+# ``kind`` is ``STREAM`` for the streams: every ``managed_*`` takes the same arguments.
+managed_stream = _entry(
+    _stream, "``_generate_content_stream(**kwargs)`` as one streamed attempt; lazy, as the SDK's own generator is."
+)
+managed_stream_async = _entry(
+    _stream_async,
+    "``await AsyncModels._generate_content_stream(**kwargs)`` (which sends the request) as one attempt.",
+)
