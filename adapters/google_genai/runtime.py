@@ -186,10 +186,7 @@ class Call:
         self.codec = CODECS.get((name, kind)) or codec_for(name, kind)  # the lookup without a frame, mostly
         model = kwargs.get("model")
         self.model = model if isinstance(model, str) else None
-        if kwargs.get("config") is None:  # no config, no transport in it: ``_without_transport``'s answer, framelessly
-            self.transport = None
-        else:
-            kwargs, self.transport = _without_transport(kwargs)
+        kwargs, self.transport = _without_transport(kwargs)
         # Its own dict (the ``**kwargs`` the SDK's call made, or ``_without_transport``'s new one): taken, not copied.
         self.request = request_taking(kwargs)
         self.sent = False  # whether the SDK method was called for this attempt yet
