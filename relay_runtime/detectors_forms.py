@@ -112,12 +112,24 @@ def wide_kind(text: str) -> int:
 # before a percent escape: "4111+1111" and "at+%2B44" are read, while "jane+tag%40example.com" (an
 # address's own '+') keeps it.
 _PLUS = r"|\+(?<=[A-Za-z0-9]\+)(?=[0-9])|\+(?<=[0-9]\+)(?=[A-Za-z])|\+(?<=[A-Za-z0-9]\+)(?=%[0-9A-Fa-f]{2})"
-# By (whether a '+' may be a space, whether the text is ASCII, what ``wide_kind`` says of it); a group, so that
-# ``split`` keeps the escapes.
-TOKENS = {
-    (plus, ascii, marked): re.compile(f"({_ESCAPES if ascii else _WIDE_KINDS[marked]}{_PLUS if plus else ''})")
-    for plus in (False, True)
-    for ascii in (False, True)
-    for marked in (0, 1, 2)
-}
+
+
+def _tokens(plus: bool, ascii: bool, marked: int) -> re.Pattern[str]:
+    # A group, so that ``split`` keeps the escapes.
+    return re.compile(f"({_ESCAPES if ascii else _WIDE_KINDS[marked]}{_PLUS if plus else ''})")
+
+
+class _Compiled(dict[tuple[bool, bool, int], "re.Pattern[str]"]):
+    """The expressions by (whether a '+' may be a space, whether the text is ASCII, what ``wide_kind`` says of
+    it), each compiled the first time a text needs it. The ones for texts that are not ASCII hold an alternative
+    per character that opens a run, each with a set of characters beyond Latin-1 (a table of 65,536 to build):
+    compiling the six of them took half a second of every import (seconds where the allocator handed each table
+    back to the system), though most processes never read a text that needs one."""
+
+    def __missing__(self, key: tuple[bool, bool, int]) -> re.Pattern[str]:
+        made = self[key] = _tokens(*key)
+        return made
+
+
+TOKENS = _Compiled({(plus, True, 0): _tokens(plus, True, 0) for plus in (False, True)})
 PLUS_NEXT = frozenset("0123456789%ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")

@@ -137,3 +137,24 @@ def _escaped_pairs(text: str) -> list[tuple[int, int]]:
         out.append((at, at + 12))
         at = text.find("\\ud83d\\ude00", at + 1)
     return out
+
+
+def test_the_expressions_for_texts_that_are_not_ascii_are_compiled_when_one_is_first_read() -> None:
+    """Compiling them (an alternative per opener, each with a set beyond Latin-1) took half a second of every
+    import, seconds on a loaded machine; an import now compiles the two for ASCII texts only, and a text that
+    needs another has it compiled then, and finds what the eager one found."""
+    import subprocess
+    import sys
+
+    script = (
+        "import relay_runtime\n"
+        "from relay_runtime import detectors, detectors_forms as forms\n"
+        "print(sorted(forms.TOKENS))\n"
+        f"print(detectors.detector('phone').find({wide('電話:' + '+44 20 7946 0958')!r}))\n"
+        "print(sorted(forms.TOKENS))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    at_import, found, after = out.splitlines()
+    assert at_import == "[(False, True, 0), (True, True, 0)]"
+    assert found == "[(3, 19)]"
+    assert after == "[(False, False, 0), (False, True, 0), (True, True, 0)]"
