@@ -161,3 +161,30 @@ def test_runs_ended_by_langchain_leave_nothing_for_the_turn(relay_host, relay_ev
     _end(relay_host, lease, turn)
     (end,) = relay_events.ends(name="outer")
     assert end.outcome == "success"
+
+
+class _SlowChatModel(GenericFakeChatModel):
+    """Answers after a long wait: the caller's timeout comes first."""
+
+    async def _agenerate(self, *args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(30)
+        return await super()._agenerate(*args, **kwargs)
+
+
+def test_a_top_level_async_model_call_cancelled_is_closed_cancelled_by_its_turn(relay_host, relay_events) -> None:
+    """No run around it: LangChain reports no end for a cancelled ``ainvoke`` (its gather's cancellation skips the
+    callbacks), so nothing ends the call before its turn does; the turn, ending in success, closes it with what
+    became of its attempt (cancelled), not with the turn's own outcome."""
+    model = _SlowChatModel(messages=iter(["too late"]))
+    lease, turn = _turn(relay_host)
+
+    async def main() -> None:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(model.ainvoke("hi", config={"callbacks": [RelayCallbackHandler()]}), 0.2)
+
+    asyncio.run(main())
+    _end(relay_host, lease, turn)
+    assert _ends_in_order(relay_events) == [(cv.ATTEMPT, "cancelled"), (cv.LOGICAL_CALL, "cancelled")]
+    (turn_end,) = relay_events.ends(name="turn")
+    assert turn_end.outcome == "success"
+    assert {e.uuid for e in relay_events.starts()} == {e.uuid for e in relay_events.ends()}
