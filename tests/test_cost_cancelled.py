@@ -88,3 +88,34 @@ async def test_without_a_budget_a_call_cancelled_once_sent_stays_unpriced(relay_
         await client.close()
     (end,) = relay_events.ends(relay_kind=cv.ATTEMPT)
     assert end.outcome == "cancelled" and not end.cost.amount and not end.cost.estimated
+
+
+def test_a_stream_an_intercept_opened_and_replaced_unread_is_charged_its_prompt_under_a_budget(
+    relay_host, relay_events
+) -> None:
+    """An execution intercept that opens the provider's stream, drops it unread and opens another: the first
+    was sent (the provider answered its headers), so under a budget its prompt counts, as a call cancelled once
+    sent does; the second is priced from its usage."""
+    cost.attach(relay_host, PriceCatalog.from_mapping(PRICES), Budget(10.0, per="turn"))
+    body = t.chat_chunks(["fine"], model="gpt-x", usage=t.chat_usage(200, 1))
+    s = t.scripted_openai(t.sse_reply(t.openai_chat_sse(body)), t.sse_reply(t.openai_chat_sse(body)))
+    adapters.instrument(s.client)
+
+    def second_opinion(name: str, request: Any, next_call: Any) -> Any:
+        next_call(request)  # opened, then dropped unread
+        return next_call(request)
+
+    relay_host.relay.intercepts.register_llm_stream_execution("second", 0, second_opinion)
+    lease, turn = conversation(relay_host)
+    try:
+        chunks = list(s.client.chat.completions.create(**REQUEST, stream=True, stream_options={"include_usage": True}))
+        assert chunks
+    finally:
+        relay_host.relay.intercepts.deregister_llm_stream_execution("second")
+        adapters.uninstrument(s.client)
+        close(lease, turn)
+    first, second = relay_events.ends(relay_kind=cv.ATTEMPT)
+    assert (first.outcome, second.outcome) == ("cancelled", "success")
+    assert first.cost.estimated and 0.15 < first.cost.amount < 0.3
+    assert not second.cost.estimated and second.cost.amount == pytest.approx(0.2 + 1e-6)
+    assert turn.scope.cost.total == pytest.approx(first.cost.amount + second.cost.amount)
