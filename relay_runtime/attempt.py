@@ -451,7 +451,7 @@ class Attempt:
             if self.waiting:
                 self.settle_late = outcome
             else:
-                relay.cost.settle(self, outcome, response, response_view)
+                relay.cost.settle(self, outcome, response, response_view, error)
         try:
             relay.scope._end(
                 self.handle, response, None, error, outcome, self.name, self.model_name, self.view, response_view

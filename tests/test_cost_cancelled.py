@@ -119,3 +119,54 @@ def test_a_stream_an_intercept_opened_and_replaced_unread_is_charged_its_prompt_
     assert first.cost.estimated and 0.15 < first.cost.amount < 0.3
     assert not second.cost.estimated and second.cost.amount == pytest.approx(0.2 + 1e-6)
     assert turn.scope.cost.total == pytest.approx(first.cost.amount + second.cost.amount)
+
+
+def _timing_out_client(error: type[Exception]) -> Any:
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        raise error("the provider took longer than the caller's timeout", request=request)
+
+    http = httpx2.Client(transport=httpx2.MockTransport(handler))
+    return openai.OpenAI(api_key=t.TEST_KEY, base_url=t.BASE_OPENAI, max_retries=0, http_client=http)
+
+
+def _timed_out_calls(relay_host: Any, error: type[Exception], budget: Budget | None, calls: int) -> int:
+    """``calls`` calls that each time out; how many went before the budget refused one."""
+    cost.attach(relay_host, PriceCatalog.from_mapping(PRICES), *([budget] if budget is not None else []))
+    client = _timing_out_client(error)
+    lease, turn = conversation(relay_host)
+    sent = 0
+    try:
+        for _ in range(calls):
+            try:
+                adapters.complete(client, dict(REQUEST))
+            except BudgetExceeded:
+                break
+            except openai.APITimeoutError:
+                sent += 1
+    finally:
+        close(lease, turn)
+        client.close()
+    return sent
+
+
+def test_calls_timed_out_waiting_for_the_answer_count_their_prompt_against_the_budget(relay_host, relay_events):
+    """A read timeout comes after the whole request went: the provider had the prompt. A caller whose timeout is
+    shorter than the model takes would otherwise spend without limit under any budget."""
+    sent = _timed_out_calls(relay_host, httpx2.ReadTimeout, Budget(1.0, per="turn"), 20)
+    assert 3 <= sent <= 6
+    failed = relay_events.ends(relay_kind=cv.ATTEMPT)
+    assert [e.outcome for e in failed][:sent] == ["failed"] * sent
+    assert all(e.cost.estimated and 0.15 < e.cost.amount < 0.3 for e in failed[:sent])
+    assert relay_host.relay.diagnostics().get("cost.estimated_timed_out") == sent
+
+
+@pytest.mark.parametrize("error", [httpx2.ConnectTimeout, httpx2.PoolTimeout, httpx2.WriteTimeout])
+def test_a_timeout_before_the_whole_request_went_is_charged_nothing(relay_host, relay_events, error) -> None:
+    assert _timed_out_calls(relay_host, error, Budget(1.0, per="turn"), 8) == 8
+    assert all(not e.cost.amount and not e.cost.estimated for e in relay_events.ends(relay_kind=cv.ATTEMPT))
+
+
+def test_without_a_budget_a_call_timed_out_stays_unpriced(relay_host, relay_events) -> None:
+    assert _timed_out_calls(relay_host, httpx2.ReadTimeout, None, 1) == 1
+    (end,) = relay_events.ends(relay_kind=cv.ATTEMPT)
+    assert end.outcome == "failed" and not end.cost.amount and not end.cost.estimated

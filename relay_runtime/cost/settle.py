@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 
 _SUCCESS = Outcome.SUCCESS.value
 _CANCELLED = Outcome.CANCELLED.value
+# A timeout waiting for the answer to a request sent whole (httpx's, under every SDK on it; botocore's). Told by
+# name: the core imports no HTTP client. A connect or pool timeout sent nothing, a write timeout no whole request.
+_READ_TIMEOUTS = frozenset({"ReadTimeout", "ReadTimeoutError"})
 _MISS: Any = object()
 WARNING_MARK = "relay.cost.budget_warning"
 # The charge of an attempt priced after its end event went out (its turn ended it while it waited for the
@@ -83,7 +86,9 @@ class Settlement:
 
     # -- after the provider ------------------------------------------------------------------------
 
-    def settle(self, attempt: Billable, outcome: str, response: Any, view: Any) -> bool:
+    def settle(
+        self, attempt: Billable, outcome: str, response: Any, view: Any, error: BaseException | None = None
+    ) -> bool:
         """Price the attempt and roll it up into every scope above; failures here are counted, never raised.
 
         Returns whether a scope above had ended already (its end event went out without this charge).
@@ -105,7 +110,7 @@ class Settlement:
                 if priced is not None and priced.simple:
                     cost = fast_price(priced, provider, view.model, view.usage)
             if cost is None:
-                cost = self._price(attempt, response, view, spend, outcome)
+                cost = self._price(attempt, response, view, spend, outcome, error)
         except Exception as exc:
             self._relay.diag.failure("bookkeeping_errors", exc, f"pricing LLM attempt {attempt.name!r}")
             cost = unpriced(self.catalog.currency if self.catalog else "USD", None, attempt.model_name, "error")
@@ -222,8 +227,9 @@ class Settlement:
         relay.scope.mark(LATE_CHARGE_MARK, data, parent=handle)
 
     def _price(
-        self, attempt: Billable, response: Any, view: Any, spend: AttemptSpend | None, outcome: str | None = None
-    ) -> AttemptCost:
+        self, attempt: Billable, response: Any, view: Any, spend: AttemptSpend | None, outcome: str | None = None,
+        error: BaseException | None = None,
+    ) -> AttemptCost:  # fmt: skip
         catalog = self.catalog
         codec = attempt.codec
         provider = price_provider(codec, attempt.name)
@@ -266,12 +272,17 @@ class Settlement:
                     self._relay.diag.count("cost.estimated_no_usage")
                     return AttemptCost(guessed, currency, provider, model, entry.valid_from, {"estimate": guessed},
                                        (), True)  # fmt: skip
-            if outcome == _CANCELLED and response is None and spend is not None and spend.nodes:
-                # Cancelled before anything came back: the provider had the prompt, and bills its input once it
-                # starts. Counted as nothing, a caller that cancels each call once sent would pass any budget.
+            if (
+                response is None and spend is not None and spend.nodes
+                and (outcome == _CANCELLED or (error is not None and read_timed_out(error)))
+            ):  # fmt: skip
+                # Cancelled, or timed out waiting, before anything came back: the provider had the prompt, and
+                # bills its input once it starts. Counted as nothing, a caller that cancels each call once sent
+                # (or sets a timeout shorter than the model takes) would pass any budget.
                 guessed = self._prompt_estimate(attempt, priced)
                 if guessed is not None:
-                    self._relay.diag.count("cost.estimated_cancelled")
+                    timed_out = outcome != _CANCELLED
+                    self._relay.diag.count("cost.estimated_timed_out" if timed_out else "cost.estimated_cancelled")
                     return AttemptCost(guessed, currency, provider, model, entry.valid_from, {"estimate": guessed},
                                        (), True)  # fmt: skip
             self._relay.diag.count("cost.unpriced_no_usage")
@@ -340,3 +351,16 @@ class Settlement:
         if node.store_key is not None:
             data["key"] = node.store_key
         self._relay.scope.mark(WARNING_MARK, data, parent=node.handle)
+
+
+def read_timed_out(error: BaseException) -> bool:
+    """Whether ``error``, or what it was raised from (an SDK wraps its HTTP client's), is a timeout waiting for the
+    answer to a request sent whole. Only the last try's: an SDK's earlier tries that timed out are not known."""
+    seen: BaseException | None = error
+    for _ in range(8):  # a chain of causes is short; a cycle of them is not followed round
+        if seen is None:
+            return False
+        if any(kind.__name__ in _READ_TIMEOUTS for kind in type(seen).__mro__):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
