@@ -37,6 +37,10 @@ _SCHEME = re.compile(r"(?:bearer|basic|token|digest|bot|key|apikey)[ \t]+", re.I
 # Where a bare value ends: a delimiter of whatever quoted it (a dict repr, JSON, a query string, prose).
 _BARE_VALUE = re.compile(r"""[^\s,;&'"})\]<>]+""")
 _OPENERS = {"{": "}", "[": "]", "(": ")"}
+# A string literal's prefix as a repr writes it (``b'...'``: a key held as bytes, as HTTP clients hold headers).
+_STRING_PREFIX = re.compile(r"""[bBrRuU]{1,2}(?=["'])""")
+# A value printed as its constructor's call (``bytearray(b'...')``, ``Secret('...')``): blank to its closing bracket.
+_CALL = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*(?=\()")
 # A URL's user info (``https://user:password@host``, ``https://token@host``): a provider's error quoting the
 # address it could not fetch quotes its password too. The user's name before a ``:`` is kept (group 1).
 _USER_INFO = re.compile(r"""(?<=://)([^\s/?#@'"<>:]*:)?[^\s/?#@'"<>]+(?=@)""")
@@ -119,7 +123,11 @@ def _without_keyed_credentials(text: str) -> str:
 
 
 def _blank(text: str, start: int, end: int) -> str:
-    """What stands for the value at ``text[start:end]``: its quotes kept, so a JSON or repr stays one."""
+    """What stands for the value at ``text[start:end]``: its quotes (and a bytes literal's ``b``) kept, so a JSON
+    or repr stays one."""
+    prefix = _STRING_PREFIX.match(text, start, end)
+    if prefix is not None:
+        return prefix.group() + _blank(text, prefix.end(), end)
     for quote in ('\\"', "\\'", '"', "'"):
         if text.startswith(quote, start) and end - start >= 2 * len(quote) and text.endswith(quote, start, end):
             return f"{quote}{REDACTED}{quote}"
@@ -137,6 +145,12 @@ def _value_end(text: str, start: int) -> int:
         return _quoted_end(text, start + 1, first)
     if first in _OPENERS:
         return _bracketed_end(text, start)
+    prefix = _STRING_PREFIX.match(text, start)
+    if prefix is not None:
+        return _quoted_end(text, prefix.end() + 1, text[prefix.end()])
+    called = _CALL.match(text, start)
+    if called is not None:
+        return _bracketed_end(text, called.end())
     scheme = _SCHEME.match(text, start)
     if scheme is not None:
         start = scheme.end()
