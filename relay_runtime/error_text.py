@@ -30,8 +30,13 @@ from .redaction import REDACTED, is_credential_data_key, is_query_credential
 _INPUT_VALUE = "input_value="
 _INPUT_TYPE = ", input_type="
 
-# A key (bare, quoted, or quoted inside a JSON string: ``\"password\"``) and what joins it to its value.
-_KEYED = re.compile(r"""\\?["']?(?P<key>[A-Za-z_][A-Za-z0-9_-]{0,127})\\?["']?[ \t]*[=:](?![=:/])[ \t]*""")
+# A key (bare, quoted, or quoted inside a JSON string: ``\"password\"``) and what joins it to its value; or a
+# quoted name opening a pair, as a header list prints each header (``('authorization', 'Bearer ...')``,
+# ``(b'x-api-key', b'...')``), where a comma joins them.
+_KEYED = re.compile(
+    r"""(?:\\?["']?(?P<key>[A-Za-z_][A-Za-z0-9_-]{0,127})\\?["']?[ \t]*[=:](?![=:/])"""
+    r"""|\([ \t]*b?(?P<quote>["'])(?P<pair>[A-Za-z_][A-Za-z0-9_-]{0,127})(?P=quote)[ \t]*,)[ \t]*"""
+)
 # An authorization scheme before the credential itself (``Authorization: Bearer sk-...``).
 _SCHEME = re.compile(r"(?:bearer|basic|token|digest|bot|key|apikey)[ \t]+", re.IGNORECASE)
 # Where a bare value ends: a delimiter of whatever quoted it (a dict repr, JSON, a query string, prose).
@@ -106,7 +111,7 @@ def _without_keyed_credentials(text: str) -> str:
         if match is None:
             break
         pos = match.end()
-        key = match.group("key")
+        key = match.group("key") or match.group("pair")
         before = text[match.start() - 1] if match.start() > 0 else ""
         if not (is_credential_data_key(key) or (before in "?&" and is_query_credential(key))):
             continue

@@ -315,3 +315,26 @@ def test_an_error_quoting_a_credential_held_as_bytes_records_it_blanked(relay_tu
     )
     assert_spans_tell(sinks, "unexpected keyword")
     assert_nowhere(sinks.texts(), PASSWORD, API_KEY)
+
+
+def test_an_error_quoting_headers_as_name_value_pairs_records_their_credentials_blanked(
+    relay_turn, relay_events, tmp_path
+) -> None:
+    """A header list (``urllib``'s ``header_items()``, an HTTP client's raw headers) prints each header as a pair,
+    ``('authorization', 'Bearer ...')``: no ``=`` or ``:`` joins the name to its value, and the value went on."""
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    headers = [("accept", "application/json"), ("Authorization", f"Bearer {API_KEY}")]
+    raw = [(b"x-api-key", PASSWORD.encode())]
+
+    def fetch(given: dict[str, Any]) -> None:
+        raise ConnectionError(f"GET {given['url']} failed, sent {headers!r} and {raw!r}")
+
+    with pytest.raises(ConnectionError):
+        relay.tools.execute("fetch", {"url": "https://example.com/x"}, fetch)
+    assert tool_end(relay_events, "fetch").error_message == (
+        "GET https://example.com/x failed, sent [('accept', 'application/json'), ('Authorization', '[redacted]')]"
+        " and [(b'x-api-key', b'[redacted]')]"
+    )
+    assert_spans_tell(sinks, "failed, sent")
+    assert_nowhere(sinks.texts(), PASSWORD, API_KEY)
