@@ -15,7 +15,7 @@ from redis_support import journal_store, redis_server  # noqa: F401 - fixtures
 
 from relay_runtime import LLMRequest, Recorder, adapters, session
 from relay_runtime.adapters import testing
-from relay_runtime.integrations.run_journal import JournalSubscriber
+from relay_runtime.integrations.run_journal import JournalSubscriber, latest_run_summary
 from relay_runtime.integrations.trajectory import AtifExporter, atif_from_journal, validate_atif
 
 MODEL = "gpt-4o-mini"
@@ -168,3 +168,36 @@ def test_an_intercept_keeping_an_earlier_calls_answer_leaves_each_attempt_its_ow
     assert validate_atif(live) == []
     # Rebuilt from the journal, the trajectory is the live one.
     assert atif_from_journal("op", "run-op", session_dir=tmp_path, model_name=MODEL) == live
+
+
+def keep_the_second(name: str, request: LLMRequest, call_next: Any) -> Any:
+    call_next(request)
+    return call_next(request)
+
+
+@pytest.mark.parametrize(
+    ("intercept", "answer"), [(keep_the_second, "second opinion"), (keep_the_first, "first opinion")]
+)
+def test_the_journal_says_the_answer_the_agent_got_of_a_call_answered_twice(intercept, answer, tmp_path):
+    """Both answers of a call asked twice were the run's text (``first opinionsecond opinion``), as if the agent
+    had said both; the journal's last assistant text is now the one the agent got."""
+    coordinator = session.SESSION_COORDINATOR
+    journal = JournalSubscriber(session_dir=tmp_path).attach(coordinator)
+    scripted = testing.scripted_openai(
+        testing.json_reply(testing.chat_completion_body("first opinion", model=MODEL)),
+        testing.json_reply(testing.chat_completion_body("second opinion", model=MODEL)),
+        max_retries=0,
+    )
+    lease = coordinator.acquire_conversation(profile_key=session.current_profile_key(), session_id="tw", platform="t")
+    relay = lease.host.relay
+    relay.intercepts.register_llm_execution("opinions", 0, intercept)
+    turn = coordinator.begin_turn(lease, turn_id="run-tw", task_id="t")
+    try:
+        kwargs = {"model": MODEL, "messages": [{"role": "user", "content": "which?"}]}
+        assert adapters.complete(scripted.client, kwargs).choices[0].message.content == answer
+        coordinator.end_turn(turn, outcome="success")
+    finally:
+        coordinator.release_conversation(lease)
+        scripted.client.close()
+    assert journal.close()
+    assert latest_run_summary("tw", "run-tw", session_dir=tmp_path)["last_assistant_text"] == answer
