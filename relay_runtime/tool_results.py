@@ -101,11 +101,22 @@ def _item(item: Any) -> Any:
         parts = item.get("parts")  # Gemini: a content's parts
         return _with(item, "parts", _mapped(parts, _part_result)) if type(parts) is list else item
     if getattr(item, "type", None) == "tool":  # LangChain's ToolMessage (a pydantic model)
-        content = getattr(item, "content", None)
-        new = _content(content)
-        copy = getattr(item, "model_copy", None)
-        return item if new is content or copy is None else copy(update={"content": new})
+        # Its artifact is never sent (the model reads the content): data the tool's own record blanked key by key.
+        return _updated(item, content=_content, artifact=_data)
     return item
+
+
+def _updated(item: Any, **edits: Callable[[Any], Any]) -> Any:
+    """A pydantic model with ``edits`` applied to its fields (each field's value given to its function): ``item``
+    itself when they change nothing, else a copy."""
+    changed: dict[str, Any] = {}
+    for name, edit in edits.items():
+        value = getattr(item, name, None)
+        new = edit(value)
+        if new is not value:
+            changed[name] = new
+    copy = getattr(item, "model_copy", None)
+    return item if not changed or copy is None else copy(update=changed)
 
 
 def _with(item: dict[str, Any], key: str, value: Any) -> dict[str, Any]:

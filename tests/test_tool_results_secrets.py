@@ -161,3 +161,39 @@ def test_bedrock_converse_and_gemini_tool_results_record_no_credential(
     )  # fmt: skip
     assert API_KEY in script.requests[0].content.decode()
     assert_nowhere(sinks.texts(), API_KEY)
+
+
+@pytest.mark.parametrize("recorder", ["middleware", "callbacks alone"])
+def test_a_langchain_tools_artifact_is_recorded_in_the_next_request_with_its_credentials_blanked(
+    recorder: str, relay_turn: Any, relay_events: Any, tmp_path: Any
+) -> None:
+    """A tool answering ``(content, artifact)``: the artifact stays on the ``ToolMessage`` beside what the model
+    reads, and is never sent. The tool's own record blanked the key in it; the next request's record carried it."""
+    from tests.framework_support import tool_call_body
+    from tests.test_frameworks_langchain import (
+        RelayCallbackHandler,
+        RelayMiddleware,
+        agents_mod,
+        chat_model,
+        run,
+        tools_mod,
+    )
+
+    @tools_mod.tool(response_format="content_and_artifact")
+    def open_account(user: str) -> tuple[str, dict[str, Any]]:
+        """Open an account."""
+        return "opened", {"user": user, "api_key": API_KEY}
+
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    script = t.Script([t.json_reply(tool_call_body("open_account", {"user": "ada"})),
+                       t.json_reply(t.chat_completion_body("Done."))])  # fmt: skip
+    middleware, callbacks = ([RelayMiddleware()], []) if recorder == "middleware" else ([], [RelayCallbackHandler()])
+    agent = agents_mod.create_agent(chat_model(script), [open_account], middleware=middleware, name="a")
+    result = run(agent, "Open one", callbacks=callbacks)
+    assert result["messages"][-1].content == "Done."
+    assert result["messages"][2].artifact["api_key"] == API_KEY  # the agent's own message is left as it is
+    assert API_KEY not in script.requests[1].content.decode()  # the artifact never reaches the model
+    texts = sinks.texts()
+    assert "artifact" in texts["events"]  # recorded, the rest of it as it was
+    assert_nowhere(texts, API_KEY)
