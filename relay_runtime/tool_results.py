@@ -71,9 +71,15 @@ def _holds_results(items: list[Any]) -> bool:
                 return True
             if type(item.get("parts")) is list:
                 return True
-        elif type(item) is not str and getattr(item, "type", None) == "tool":
+        elif type(item) is not str and (getattr(item, "type", None) == "tool" or _parts_of(item) is not None):
             return True
     return False
+
+
+def _parts_of(item: Any) -> list[Any] | None:
+    """A google-genai ``Content`` object's parts (an agent builds its history with the SDK's objects too)."""
+    parts = getattr(item, "parts", None)
+    return parts if type(parts) is list else None
 
 
 def _mapped(items: list[Any], each: Callable[[Any], Any]) -> list[Any]:
@@ -103,7 +109,8 @@ def _item(item: Any) -> Any:
     if getattr(item, "type", None) == "tool":  # LangChain's ToolMessage (a pydantic model)
         # Its artifact is never sent (the model reads the content): data the tool's own record blanked key by key.
         return _updated(item, content=_content, artifact=_data)
-    return item
+    parts = _parts_of(item)
+    return item if parts is None else _updated(item, parts=lambda given: _mapped(given, _part_result))
 
 
 def _updated(item: Any, **edits: Callable[[Any], Any]) -> Any:
@@ -136,7 +143,10 @@ def _block(block: Any) -> Any:
 def _part_result(part: Any) -> Any:
     """A Gemini part answering a function call: its response is data."""
     if type(part) is not dict:
-        return part
+        answer = getattr(part, "function_response", None)  # the SDK's ``Part`` object
+        if answer is None:
+            return part
+        return _updated(part, function_response=lambda given: _updated(given, response=_data))
     for key in ("function_response", "functionResponse"):
         response = part.get(key)
         if type(response) is dict:

@@ -197,3 +197,27 @@ def test_a_langchain_tools_artifact_is_recorded_in_the_next_request_with_its_cre
     texts = sinks.texts()
     assert "artifact" in texts["events"]  # recorded, the rest of it as it was
     assert_nowhere(texts, API_KEY)
+
+
+def test_gemini_tool_results_given_as_the_sdks_objects_record_no_credential(
+    relay_turn: Any, relay_events: Any, tmp_path: Any
+) -> None:
+    """The SDK's ``Content`` / ``Part`` / ``FunctionResponse`` objects, as an agent builds its history with them,
+    rather than dicts."""
+    from genai_support import gemini_client, response_body
+    from google.genai import types
+
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    script = t.Script([t.json_reply(response_body("Opened."))])
+    gemini = adapters.instrument(gemini_client(script))
+    answer = types.FunctionResponse(name="open_account", response={"api_key": API_KEY, "summary": RESULT})
+    gemini.models.generate_content(
+        model="gemini-test-flash",
+        contents=[types.Content(role="user", parts=[types.Part(text="Open one")]),
+                  types.Content(role="model", parts=[types.Part(function_call=types.FunctionCall(
+                      name="open_account", args={"user": "ada"}))]),
+                  types.Content(role="user", parts=[types.Part(function_response=answer)])],
+    )  # fmt: skip
+    assert API_KEY in script.requests[0].content.decode()
+    assert_nowhere(sinks.texts(), API_KEY)
