@@ -27,6 +27,7 @@ from .redaction import BODY_TEXT_KWARG, body_kwargs, redact_value
 
 _CONVERSATIONS = ("messages", "input", "contents")
 _MEMO_MAX = 4096
+_MAX_DEPTH = 64
 _SAME = "\x00unchanged"  # remembered for a text with nothing to blank (never a blanked text: those are kept)
 _memo: dict[str, str] = {}
 
@@ -53,10 +54,45 @@ def _blanked(kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def result_blanked(result: Any) -> Any:
     """A tool's result as its own scope records it, the values of credential keys blanked where it is text: a
-    string, or a framework's message carrying it (LangChain's ``ToolMessage``); ``result`` itself otherwise."""
-    if type(result) is str:
-        return text_blanked(result)
+    string, the strings of its data, or a framework's message carrying it (LangChain's ``ToolMessage``);
+    ``result`` itself otherwise."""
+    kind = type(result)
+    if kind is str or kind is dict or kind is list or kind is tuple:
+        return data_blanked(result)
     return _item(result)
+
+
+def data_blanked(value: Any, depth: int = 0) -> Any:
+    """``value`` (a tool's arguments or result) with the values of credential keys blanked in every string of its
+    dicts, lists and tuples, as in the text it is sent as (the model's tool call, the tool message carrying the
+    result back), which is read whole; ``value`` itself when none held one."""
+    kind = type(value)
+    if kind is str:
+        return text_blanked(value)
+    if depth >= _MAX_DEPTH or (kind is not dict and kind is not list and kind is not tuple):
+        return value  # not data, or deeper than the key walk goes (``redact_value``): recorded as it left it
+    # One pass, no call for the numbers and other scalars that most arguments and results are made of.
+    changed: dict[Any, Any] | None = None
+    for key, item in value.items() if kind is dict else enumerate(value):
+        inner = type(item)
+        if inner is str:
+            new = text_blanked(item)
+        elif inner is dict or inner is list or inner is tuple:
+            new = data_blanked(item, depth + 1)
+        else:
+            continue
+        if new is not item:
+            if changed is None:
+                changed = {}
+            changed[key] = new
+    if changed is None:
+        return value
+    if kind is dict:
+        return {**value, **changed}
+    items = list(value)
+    for index, new in changed.items():
+        items[index] = new
+    return items if kind is list else tuple(items)
 
 
 def _holds_results(items: list[Any]) -> bool:

@@ -221,3 +221,22 @@ def test_gemini_tool_results_given_as_the_sdks_objects_record_no_credential(
     )  # fmt: skip
     assert API_KEY in script.requests[0].content.decode()
     assert_nowhere(sinks.texts(), API_KEY)
+
+
+def test_a_tools_arguments_and_result_given_as_data_have_their_quoted_credentials_blanked_as_text_has(
+    relay_turn: Any, relay_events: Any, tmp_path: Any
+) -> None:
+    """A tool called with the model's arguments (``{"note": "password=..."}``) and answering with data quoting a
+    key: the model's tool call and the next request's tool message are text, read for keyed values, and recorded
+    blanked; the tool's own record (its scope's input and output, the journal's rows, the trajectory) held the
+    same values whole, in the strings of its data."""
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    arguments = {"note": f"password={API_KEY}", "nested": [{"header": f"Authorization: Bearer {API_KEY}"}]}
+    result = relay.tools.execute("open_account", arguments, lambda a: {"echo": [f"api_key={API_KEY}"], "n": 1})
+    assert result["echo"] == [f"api_key={API_KEY}"]  # the agent gets its result as it was
+    (start,) = [e for e in relay_events.starts() if e.scope_type == "tool"]
+    (end,) = [e for e in relay_events.ends() if e.scope_type == "tool"]
+    assert start.input == {"note": "password=[redacted]", "nested": [{"header": "Authorization: [redacted]"}]}
+    assert end.output == {"echo": ["api_key=[redacted]"], "n": 1}
+    assert_nowhere(sinks.texts(), API_KEY)
