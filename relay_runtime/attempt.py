@@ -53,7 +53,7 @@ _SUCCESS = Outcome.SUCCESS.value
 _CANCELLED = Outcome.CANCELLED.value
 _NOTHING: Any = object()
 # ``Attempt.fallback`` when the attempt's record was handed to an ``Outrun`` (see ``Attempt.outrun``).
-_OUTRUN: Any = ("", None)
+_OUTRUN: Any = ("", None, None)
 _SDK_RETRIES = cv.SDK_RETRIES
 
 FinishHook = Callable[[str, Any, "BaseException | None"], None]
@@ -142,8 +142,9 @@ class Attempt:
         # The open attempts of this attempt's logical call (set by the session layer): the end of the
         # turn ends them, so one made beside this one (a fan-out) joins them.
         self.tracked: list[Attempt] | None = None
-        # Set when an execution intercept caught the provider's error and answered in its place.
-        self.fallback: tuple[str, BaseException] | None = None
+        # Set when an execution intercept answered in place of the provider: the intercept's name, and the
+        # provider's error (it caught) or, with none, the provider's own answer (it kept another call's).
+        self.fallback: tuple[str, BaseException | None, Any] | None = None
         owner = parent if parent is not None else relay.scope.current()
         # Not on any stack: the calling convention makes it current only while the
         # provider runs, so a stream left open never becomes everyone's parent.
@@ -253,7 +254,16 @@ class Attempt:
 
     def fell_back(self, name: str, error: BaseException) -> None:
         """Execution intercept ``name`` caught the provider's ``error`` and returned a fallback (see ``succeed``)."""
-        self.fallback = (name, error)
+        self.fallback = (name, error, None)
+
+    def answered_instead(self, name: str, own: Any) -> None:
+        """Execution intercept ``name`` called the provider more than once and returned something other than this
+        attempt's answer ``own`` (a second opinion that keeps the first): the attempt ends with its own answer, which
+        its provider gave, and the call with what the caller got, as after a fallback (see ``succeed``). With one
+        provider call, what the intercept returned is that call's answer as it shaped it, as a response
+        intercept's is."""
+        if hasattr(self, "retries"):  # set by the call's second provider call (``attempt_next.next_retry``)
+            self.fallback = (name, None, own)
 
     def outrun(self) -> Outrun:
         """The execution chain returned while this attempt's provider call is still in flight (a hedge that
@@ -310,16 +320,17 @@ class Attempt:
         self.finish(_SUCCESS, response, None, None)
         return response
 
-    def _settle_fallback(self, fallback: tuple[str, BaseException], response: Any) -> None:
-        """The provider failed and an intercept answered instead: the attempt (the provider's call) ends
-        failed with the provider's error; the call it belongs to ends a success with the fallback, marked
-        ``relay.fallback`` (the intercept's name) on its logical call, or on the attempt when it has none."""
+    def _settle_fallback(self, fallback: tuple[str, BaseException | None, Any], response: Any) -> None:
+        """An intercept answered in place of the provider: the attempt (the provider's call) ends as that call
+        did (failed with the provider's error, or with its own answer); the call it belongs to ends a success
+        with the intercept's answer, marked ``relay.fallback`` (the intercept's name) on its logical call, or on
+        the attempt when it has none."""
         if self.finished:
             return
         if fallback is _OUTRUN:
             self._settle_outrun(_SUCCESS, response, None)
             return
-        name, error = fallback
+        name, error, own = fallback
         parent = self.handle.parent
         meta = parent.metadata if parent is not None else None
         if parent is not None and meta is not None and meta.get(cv.KIND) == cv.LOGICAL_CALL:
@@ -330,8 +341,8 @@ class Attempt:
             owner = self.handle
         hook, self.on_finish = self.on_finish, None
         try:
-            self.finish(outcome_of(error), None, error, None)
-            # After the failed attempt, before its call's end: the answer the caller got.
+            self.finish(outcome_of(error), own, error, None)
+            # After the attempt, before its call's end: the answer the caller got.
             mark_fallback(self.relay, self.name, self.codec, name, response, owner)
         finally:
             if hook is not None:

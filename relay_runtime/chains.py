@@ -77,6 +77,11 @@ class Liveness(Protocol):
         call's record goes on without the owner, and its own answer ends it. Not called for streams."""
         ...
 
+    def answered_instead(self, name: str, own: Any) -> None:
+        """The run returned something other than what its last terminal call answered (``own``): intercept
+        ``name`` answered in its place (a second opinion that keeps the first). Not called for streams."""
+        ...
+
 
 class Live:
     """A ``Liveness`` for a chain that settles when its run returns (tool calls: one record per call)."""
@@ -93,6 +98,9 @@ class Live:
         return None
 
     def outrun(self) -> Answered | None:
+        return None
+
+    def answered_instead(self, name: str, own: Any) -> None:
         return None
 
 
@@ -149,10 +157,11 @@ def run_sync(
             outrun.answered(result, None)
         return result
 
-    def returned(entry: Intercept) -> None:
-        """An intercept of the chain returned: if the last terminal call raised, it caught that."""
+    def returned(entry: Intercept, result: Any) -> None:
+        """An intercept of the chain returned: if the last terminal call raised, it caught that; if it returned
+        something else than that call's answer, it answered in its place."""
         nonlocal caught_by
-        if caught_by is None and type(last) is Failed:
+        if caught_by is None and (type(last) is Failed or _instead(last, result)):
             caught_by = entry.name
 
     # The first intercept is called here, the rest through continuations built back to front: a
@@ -169,6 +178,8 @@ def run_sync(
     elif last is IN_FLIGHT and not stream:
         outrun = owner.outrun()
         _answer_outrun(outrun, last)
+    elif not stream and _instead(last, result):
+        owner.answered_instead(caught_by or first.name, last)
     return result
 
 
@@ -215,9 +226,9 @@ async def run_async(
             outrun.answered(result, None)
         return result
 
-    def returned(entry: Intercept) -> None:
+    def returned(entry: Intercept, result: Any) -> None:
         nonlocal caught_by
-        if caught_by is None and type(last) is Failed:
+        if caught_by is None and (type(last) is Failed or _instead(last, result)):
             caught_by = entry.name
 
     rest: Callable[[Any], Awaitable[Any]] = end
@@ -232,6 +243,8 @@ async def run_async(
     elif last is IN_FLIGHT and not stream:
         outrun = owner.outrun()
         _answer_outrun(outrun, last)
+    elif not stream and _instead(last, result):
+        owner.answered_instead(caught_by or first.name, last)
     return result
 
 
@@ -240,7 +253,7 @@ def _link_sync(
     name: str,
     rest: Callable[[Any], Any],
     owner: Liveness,
-    returned: Callable[[Intercept], None],
+    returned: Callable[[Intercept, Any], None],
 ) -> Callable[[Any], Any]:
     """The continuation that runs ``entry`` (then ``rest``): what the intercept before it gets as ``next``."""
 
@@ -250,7 +263,7 @@ def _link_sync(
         result = entry.fn(name, v, rest)
         if is_awaitable(result):
             _refuse_async_intercept(entry, result)
-        returned(entry)
+        returned(entry, result)
         return result
 
     return call
@@ -261,7 +274,7 @@ def _link_async(
     name: str,
     rest: Callable[[Any], Awaitable[Any]],
     owner: Liveness,
-    returned: Callable[[Intercept], None],
+    returned: Callable[[Intercept, Any], None],
 ) -> Callable[[Any], Awaitable[Any]]:
     async def call(v: Any) -> Any:
         if not owner.live:
@@ -269,10 +282,16 @@ def _link_async(
         result = entry.fn(name, v, rest)
         if is_awaitable(result):
             result = await result
-        returned(entry)
+        returned(entry, result)
         return result
 
     return call
+
+
+def _instead(last: Any, result: Any) -> bool:
+    """Whether a chain (or an intercept of it) returning ``result`` answered in place of its last terminal call,
+    which answered ``last``."""
+    return result is not last and last is not UNSENT and last is not IN_FLIGHT and type(last) is not Failed
 
 
 def _refuse_async_intercept(entry: Intercept, result: Any) -> None:

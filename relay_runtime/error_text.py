@@ -30,13 +30,22 @@ from .redaction import REDACTED, is_credential_data_key, is_query_credential
 _INPUT_VALUE = "input_value="
 _INPUT_TYPE = ", input_type="
 
-# A key (bare, quoted, or quoted inside a JSON string: ``\"password\"``) and what joins it to its value.
-_KEYED = re.compile(r"""\\?["']?(?P<key>[A-Za-z_][A-Za-z0-9_-]{0,127})\\?["']?[ \t]*[=:](?![=:/])[ \t]*""")
+# A key (bare, quoted, or quoted inside a JSON string: ``\"password\"``) and what joins it to its value; or a
+# quoted name opening a pair, as a header list prints each header (``('authorization', 'Bearer ...')``,
+# ``(b'x-api-key', b'...')``), where a comma joins them.
+_KEYED = re.compile(
+    r"""(?:\\?["']?(?P<key>[A-Za-z_][A-Za-z0-9_-]{0,127})\\?["']?[ \t]*[=:](?![=:/])"""
+    r"""|\([ \t]*b?(?P<quote>["'])(?P<pair>[A-Za-z_][A-Za-z0-9_-]{0,127})(?P=quote)[ \t]*,)[ \t]*"""
+)
 # An authorization scheme before the credential itself (``Authorization: Bearer sk-...``).
 _SCHEME = re.compile(r"(?:bearer|basic|token|digest|bot|key|apikey)[ \t]+", re.IGNORECASE)
 # Where a bare value ends: a delimiter of whatever quoted it (a dict repr, JSON, a query string, prose).
 _BARE_VALUE = re.compile(r"""[^\s,;&'"})\]<>]+""")
 _OPENERS = {"{": "}", "[": "]", "(": ")"}
+# A string literal's prefix as a repr writes it (``b'...'``: a key held as bytes, as HTTP clients hold headers).
+_STRING_PREFIX = re.compile(r"""[bBrRuU]{1,2}(?=["'])""")
+# A value printed as its constructor's call (``bytearray(b'...')``, ``Secret('...')``): blank to its closing bracket.
+_CALL = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*(?=\()")
 # A URL's user info (``https://user:password@host``, ``https://token@host``): a provider's error quoting the
 # address it could not fetch quotes its password too. The user's name before a ``:`` is kept (group 1).
 _USER_INFO = re.compile(r"""(?<=://)([^\s/?#@'"<>:]*:)?[^\s/?#@'"<>]+(?=@)""")
@@ -102,7 +111,7 @@ def _without_keyed_credentials(text: str) -> str:
         if match is None:
             break
         pos = match.end()
-        key = match.group("key")
+        key = match.group("key") or match.group("pair")
         before = text[match.start() - 1] if match.start() > 0 else ""
         if not (is_credential_data_key(key) or (before in "?&" and is_query_credential(key))):
             continue
@@ -119,7 +128,11 @@ def _without_keyed_credentials(text: str) -> str:
 
 
 def _blank(text: str, start: int, end: int) -> str:
-    """What stands for the value at ``text[start:end]``: its quotes kept, so a JSON or repr stays one."""
+    """What stands for the value at ``text[start:end]``: its quotes (and a bytes literal's ``b``) kept, so a JSON
+    or repr stays one."""
+    prefix = _STRING_PREFIX.match(text, start, end)
+    if prefix is not None:
+        return prefix.group() + _blank(text, prefix.end(), end)
     for quote in ('\\"', "\\'", '"', "'"):
         if text.startswith(quote, start) and end - start >= 2 * len(quote) and text.endswith(quote, start, end):
             return f"{quote}{REDACTED}{quote}"
@@ -137,6 +150,12 @@ def _value_end(text: str, start: int) -> int:
         return _quoted_end(text, start + 1, first)
     if first in _OPENERS:
         return _bracketed_end(text, start)
+    prefix = _STRING_PREFIX.match(text, start)
+    if prefix is not None:
+        return _quoted_end(text, prefix.end() + 1, text[prefix.end()])
+    called = _CALL.match(text, start)
+    if called is not None:
+        return _bracketed_end(text, called.end())
     scheme = _SCHEME.match(text, start)
     if scheme is not None:
         start = scheme.end()

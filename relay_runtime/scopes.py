@@ -32,7 +32,7 @@ from .events import (
 from .ids import new_id
 from .ids import pooled as _pooled
 from .redaction import redact_value, told
-from .tool_results import result_blanked, text_blanked
+from .tool_results import data_blanked, result_blanked
 from .trace_context import REMOTE_PARENT, REMOTE_TRACESTATE, clean_tracestate, require_traceparent
 from .types import Outcome, ScopeType
 
@@ -145,8 +145,8 @@ def outcome_of(error: BaseException | None) -> str:
 
 def _blanked(value: Any, tool: bool, result: bool = False) -> Any:
     """A scope's input or output as its record holds it (``Recorded``): credentials blanked (``redact_value``);
-    a tool's result held as text or content blocks, and its arguments held as text that is not JSON (a cut tool
-    call), with the values of credential keys blanked too (``tool_results``); a conversation it holds (a
+    a tool's arguments and result, held as text, as data holding text, or as content blocks, with the values of
+    credential keys the text quotes blanked too (``tool_results``); a conversation it holds (a
     framework's chain or agent run: ``{"messages": [...]}``) as a model call's records hold it
     (``conversation_urls``: its tools' results, its addresses' credentials)."""
     value = redact_value(value)
@@ -156,7 +156,7 @@ def _blanked(value: Any, tool: bool, result: bool = False) -> Any:
         return value
     if result:
         return result_blanked(value)
-    return text_blanked(value) if type(value) is str else value
+    return data_blanked(value)
 
 
 def _error_text(error: BaseException) -> str:

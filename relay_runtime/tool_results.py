@@ -27,6 +27,7 @@ from .redaction import BODY_TEXT_KWARG, body_kwargs, redact_value
 
 _CONVERSATIONS = ("messages", "input", "contents")
 _MEMO_MAX = 4096
+_MAX_DEPTH = 64
 _SAME = "\x00unchanged"  # remembered for a text with nothing to blank (never a blanked text: those are kept)
 _memo: dict[str, str] = {}
 
@@ -53,10 +54,45 @@ def _blanked(kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def result_blanked(result: Any) -> Any:
     """A tool's result as its own scope records it, the values of credential keys blanked where it is text: a
-    string, or a framework's message carrying it (LangChain's ``ToolMessage``); ``result`` itself otherwise."""
-    if type(result) is str:
-        return text_blanked(result)
+    string, the strings of its data, or a framework's message carrying it (LangChain's ``ToolMessage``);
+    ``result`` itself otherwise."""
+    kind = type(result)
+    if kind is str or kind is dict or kind is list or kind is tuple:
+        return data_blanked(result)
     return _item(result)
+
+
+def data_blanked(value: Any, depth: int = 0) -> Any:
+    """``value`` (a tool's arguments or result) with the values of credential keys blanked in every string of its
+    dicts, lists and tuples, as in the text it is sent as (the model's tool call, the tool message carrying the
+    result back), which is read whole; ``value`` itself when none held one."""
+    kind = type(value)
+    if kind is str:
+        return text_blanked(value)
+    if depth >= _MAX_DEPTH or (kind is not dict and kind is not list and kind is not tuple):
+        return value  # not data, or deeper than the key walk goes (``redact_value``): recorded as it left it
+    # One pass, no call for the numbers and other scalars that most arguments and results are made of.
+    changed: dict[Any, Any] | None = None
+    for key, item in value.items() if kind is dict else enumerate(value):
+        inner = type(item)
+        if inner is str:
+            new = text_blanked(item)
+        elif inner is dict or inner is list or inner is tuple:
+            new = data_blanked(item, depth + 1)
+        else:
+            continue
+        if new is not item:
+            if changed is None:
+                changed = {}
+            changed[key] = new
+    if changed is None:
+        return value
+    if kind is dict:
+        return {**value, **changed}
+    items = list(value)
+    for index, new in changed.items():
+        items[index] = new
+    return items if kind is list else tuple(items)
 
 
 def _holds_results(items: list[Any]) -> bool:
@@ -71,9 +107,15 @@ def _holds_results(items: list[Any]) -> bool:
                 return True
             if type(item.get("parts")) is list:
                 return True
-        elif type(item) is not str and getattr(item, "type", None) == "tool":
+        elif type(item) is not str and (getattr(item, "type", None) == "tool" or _parts_of(item) is not None):
             return True
     return False
+
+
+def _parts_of(item: Any) -> list[Any] | None:
+    """A google-genai ``Content`` object's parts (an agent builds its history with the SDK's objects too)."""
+    parts = getattr(item, "parts", None)
+    return parts if type(parts) is list else None
 
 
 def _mapped(items: list[Any], each: Callable[[Any], Any]) -> list[Any]:
@@ -101,11 +143,23 @@ def _item(item: Any) -> Any:
         parts = item.get("parts")  # Gemini: a content's parts
         return _with(item, "parts", _mapped(parts, _part_result)) if type(parts) is list else item
     if getattr(item, "type", None) == "tool":  # LangChain's ToolMessage (a pydantic model)
-        content = getattr(item, "content", None)
-        new = _content(content)
-        copy = getattr(item, "model_copy", None)
-        return item if new is content or copy is None else copy(update={"content": new})
-    return item
+        # Its artifact is never sent (the model reads the content): data the tool's own record blanked key by key.
+        return _updated(item, content=_content, artifact=_data)
+    parts = _parts_of(item)
+    return item if parts is None else _updated(item, parts=lambda given: _mapped(given, _part_result))
+
+
+def _updated(item: Any, **edits: Callable[[Any], Any]) -> Any:
+    """A pydantic model with ``edits`` applied to its fields (each field's value given to its function): ``item``
+    itself when they change nothing, else a copy."""
+    changed: dict[str, Any] = {}
+    for name, edit in edits.items():
+        value = getattr(item, name, None)
+        new = edit(value)
+        if new is not value:
+            changed[name] = new
+    copy = getattr(item, "model_copy", None)
+    return item if not changed or copy is None else copy(update=changed)
 
 
 def _with(item: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
@@ -125,7 +179,10 @@ def _block(block: Any) -> Any:
 def _part_result(part: Any) -> Any:
     """A Gemini part answering a function call: its response is data."""
     if type(part) is not dict:
-        return part
+        answer = getattr(part, "function_response", None)  # the SDK's ``Part`` object
+        if answer is None:
+            return part
+        return _updated(part, function_response=lambda given: _updated(given, response=_data))
     for key in ("function_response", "functionResponse"):
         response = part.get(key)
         if type(response) is dict:

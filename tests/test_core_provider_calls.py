@@ -90,8 +90,11 @@ def test_sequential_fan_out_records_each_answer_once() -> None:
     assert relay.llm.execute("p", request(), lambda r: next(answers), codec=DictCodec())["text"] == "one+two"
     ends = attempts(rec.events)
     assert balanced(rec.events) and [e.outcome for e in ends] == ["success", "success"]
-    # The first call's own answer, and the call's result (what the caller got) on the last.
-    assert [e.annotated_response.output_text for e in ends] == ["one", "one+two"]
+    # Each call's own answer (the last one's was recorded as the call's result, which its provider never said), and
+    # what the caller got as the call's answer, marked as a fallback's is.
+    assert [e.annotated_response.output_text for e in ends] == ["one", "two"]
+    (served,) = rec.marks(name=cv.FALLBACK_ANSWER)
+    assert served.annotated_response.output_text == "one+two" and ends[1].metadata[cv.FALLBACK] == "both"
 
 
 @pytest.mark.asyncio
@@ -132,7 +135,9 @@ async def test_a_concurrent_fan_out_gives_each_provider_call_an_attempt() -> Non
     assert (await relay.llm.execute_async("p", request(), provider, codec=DictCodec()))["text"] == "ab"
     ends = attempts(rec.events)
     assert balanced(rec.events) and [e.outcome for e in ends] == ["success", "success"]
-    assert sorted(e.annotated_response.output_text for e in ends) == ["ab", "b"]
+    assert sorted(e.annotated_response.output_text for e in ends) == ["a", "b"]  # each call's own answer
+    (served,) = rec.marks(name=cv.FALLBACK_ANSWER)
+    assert served.annotated_response.output_text == "ab"
     assert len({e.parent_uuid for e in ends}) == 1 and sorted(_retry_count(e) for e in ends) == [0, 1]
 
 

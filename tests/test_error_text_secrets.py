@@ -296,3 +296,45 @@ def test_an_agents_tool_call_with_broken_json_arguments_records_no_credential(
     del texts["jsonl"], texts["events"], texts["spans"]  # the conversation holds the model's call as it made it
     assert_nowhere(texts, PASSWORD)
     assert PASSWORD not in repr([e.input for e in relay_events.events if e.scope_type == "tool"])
+
+
+def test_an_error_quoting_a_credential_held_as_bytes_records_it_blanked(relay_turn, relay_events, tmp_path) -> None:
+    """A kwargs or headers dict holding its key as bytes (as an HTTP client holds headers) prints it as ``b'...'``
+    or ``bytearray(b'...')``: the word before the quote was taken for the whole value, and the key went on."""
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    args = {"user": "ada", "api_key": API_KEY.encode(), "password": bytearray(PASSWORD.encode())}
+
+    def connect(given: dict[str, Any]) -> None:
+        raise TypeError(f"connect() got an unexpected keyword in {given!r}")
+
+    with pytest.raises(TypeError):
+        relay.tools.execute("connect", args, connect)
+    assert tool_end(relay_events, "connect").error_message == (
+        "connect() got an unexpected keyword in {'user': 'ada', 'api_key': b'[redacted]', 'password': [redacted]}"
+    )
+    assert_spans_tell(sinks, "unexpected keyword")
+    assert_nowhere(sinks.texts(), PASSWORD, API_KEY)
+
+
+def test_an_error_quoting_headers_as_name_value_pairs_records_their_credentials_blanked(
+    relay_turn, relay_events, tmp_path
+) -> None:
+    """A header list (``urllib``'s ``header_items()``, an HTTP client's raw headers) prints each header as a pair,
+    ``('authorization', 'Bearer ...')``: no ``=`` or ``:`` joins the name to its value, and the value went on."""
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    headers = [("accept", "application/json"), ("Authorization", f"Bearer {API_KEY}")]
+    raw = [(b"x-api-key", PASSWORD.encode())]
+
+    def fetch(given: dict[str, Any]) -> None:
+        raise ConnectionError(f"GET {given['url']} failed, sent {headers!r} and {raw!r}")
+
+    with pytest.raises(ConnectionError):
+        relay.tools.execute("fetch", {"url": "https://example.com/x"}, fetch)
+    assert tool_end(relay_events, "fetch").error_message == (
+        "GET https://example.com/x failed, sent [('accept', 'application/json'), ('Authorization', '[redacted]')]"
+        " and [(b'x-api-key', b'[redacted]')]"
+    )
+    assert_spans_tell(sinks, "failed, sent")
+    assert_nowhere(sinks.texts(), PASSWORD, API_KEY)

@@ -161,3 +161,82 @@ def test_bedrock_converse_and_gemini_tool_results_record_no_credential(
     )  # fmt: skip
     assert API_KEY in script.requests[0].content.decode()
     assert_nowhere(sinks.texts(), API_KEY)
+
+
+@pytest.mark.parametrize("recorder", ["middleware", "callbacks alone"])
+def test_a_langchain_tools_artifact_is_recorded_in_the_next_request_with_its_credentials_blanked(
+    recorder: str, relay_turn: Any, relay_events: Any, tmp_path: Any
+) -> None:
+    """A tool answering ``(content, artifact)``: the artifact stays on the ``ToolMessage`` beside what the model
+    reads, and is never sent. The tool's own record blanked the key in it; the next request's record carried it."""
+    from tests.framework_support import tool_call_body
+    from tests.test_frameworks_langchain import (
+        RelayCallbackHandler,
+        RelayMiddleware,
+        agents_mod,
+        chat_model,
+        run,
+        tools_mod,
+    )
+
+    @tools_mod.tool(response_format="content_and_artifact")
+    def open_account(user: str) -> tuple[str, dict[str, Any]]:
+        """Open an account."""
+        return "opened", {"user": user, "api_key": API_KEY}
+
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    script = t.Script([t.json_reply(tool_call_body("open_account", {"user": "ada"})),
+                       t.json_reply(t.chat_completion_body("Done."))])  # fmt: skip
+    middleware, callbacks = ([RelayMiddleware()], []) if recorder == "middleware" else ([], [RelayCallbackHandler()])
+    agent = agents_mod.create_agent(chat_model(script), [open_account], middleware=middleware, name="a")
+    result = run(agent, "Open one", callbacks=callbacks)
+    assert result["messages"][-1].content == "Done."
+    assert result["messages"][2].artifact["api_key"] == API_KEY  # the agent's own message is left as it is
+    assert API_KEY not in script.requests[1].content.decode()  # the artifact never reaches the model
+    texts = sinks.texts()
+    assert "artifact" in texts["events"]  # recorded, the rest of it as it was
+    assert_nowhere(texts, API_KEY)
+
+
+def test_gemini_tool_results_given_as_the_sdks_objects_record_no_credential(
+    relay_turn: Any, relay_events: Any, tmp_path: Any
+) -> None:
+    """The SDK's ``Content`` / ``Part`` / ``FunctionResponse`` objects, as an agent builds its history with them,
+    rather than dicts."""
+    from genai_support import gemini_client, response_body
+    from google.genai import types
+
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    script = t.Script([t.json_reply(response_body("Opened."))])
+    gemini = adapters.instrument(gemini_client(script))
+    answer = types.FunctionResponse(name="open_account", response={"api_key": API_KEY, "summary": RESULT})
+    gemini.models.generate_content(
+        model="gemini-test-flash",
+        contents=[types.Content(role="user", parts=[types.Part(text="Open one")]),
+                  types.Content(role="model", parts=[types.Part(function_call=types.FunctionCall(
+                      name="open_account", args={"user": "ada"}))]),
+                  types.Content(role="user", parts=[types.Part(function_response=answer)])],
+    )  # fmt: skip
+    assert API_KEY in script.requests[0].content.decode()
+    assert_nowhere(sinks.texts(), API_KEY)
+
+
+def test_a_tools_arguments_and_result_given_as_data_have_their_quoted_credentials_blanked_as_text_has(
+    relay_turn: Any, relay_events: Any, tmp_path: Any
+) -> None:
+    """A tool called with the model's arguments (``{"note": "password=..."}``) and answering with data quoting a
+    key: the model's tool call and the next request's tool message are text, read for keyed values, and recorded
+    blanked; the tool's own record (its scope's input and output, the journal's rows, the trajectory) held the
+    same values whole, in the strings of its data."""
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    arguments = {"note": f"password={API_KEY}", "nested": [{"header": f"Authorization: Bearer {API_KEY}"}]}
+    result = relay.tools.execute("open_account", arguments, lambda a: {"echo": [f"api_key={API_KEY}"], "n": 1})
+    assert result["echo"] == [f"api_key={API_KEY}"]  # the agent gets its result as it was
+    (start,) = [e for e in relay_events.starts() if e.scope_type == "tool"]
+    (end,) = [e for e in relay_events.ends() if e.scope_type == "tool"]
+    assert start.input == {"note": "password=[redacted]", "nested": [{"header": "Authorization: [redacted]"}]}
+    assert end.output == {"echo": ["api_key=[redacted]"], "n": 1}
+    assert_nowhere(sinks.texts(), API_KEY)

@@ -13,9 +13,9 @@ import pytest
 from openai.types.chat import ChatCompletion
 from redis_support import journal_store, redis_server  # noqa: F401 - fixtures
 
-from relay_runtime import LLMRequest, adapters, session
+from relay_runtime import LLMRequest, Recorder, adapters, session
 from relay_runtime.adapters import testing
-from relay_runtime.integrations.run_journal import JournalSubscriber
+from relay_runtime.integrations.run_journal import JournalSubscriber, latest_run_summary
 from relay_runtime.integrations.trajectory import AtifExporter, atif_from_journal, validate_atif
 
 MODEL = "gpt-4o-mini"
@@ -110,3 +110,94 @@ def test_a_fallback_answer_reaches_the_records_through_the_redaction_policy(tmp_
     assert step["message"] == "mail [REDACTED:email]"
     written = "".join(p.read_text() for p in tmp_path.rglob("*.jsonl"))
     assert "mail [REDACTED:email]" in written and email not in written
+
+
+def keep_the_first(name: str, request: LLMRequest, call_next: Any) -> Any:
+    first = call_next(request)
+    call_next(request)  # a second opinion, weighed and not taken
+    return first
+
+
+async def keep_the_first_async(name: str, request: LLMRequest, call_next: Any) -> Any:
+    first = await call_next(request)
+    await call_next(request)
+    return first
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_intercept_keeping_an_earlier_calls_answer_leaves_each_attempt_its_own(mode, tmp_path):
+    """An intercept that asks twice and keeps the first answer: the second attempt was recorded with the first
+    call's answer (its own, which its provider gave and was billed for, was in no record), and the trajectory's
+    step said the second answer, which the agent never got. Each attempt now holds its own answer; the answer the
+    agent got is the call's, as a fallback's is."""
+    coordinator = session.SESSION_COORDINATOR
+    atif = AtifExporter(model_name=MODEL).attach(coordinator)
+    journal = JournalSubscriber(session_dir=tmp_path).attach(coordinator)
+    scripted = testing.scripted_openai(
+        testing.json_reply(testing.chat_completion_body("first opinion", model=MODEL, id="c-1")),
+        testing.json_reply(testing.chat_completion_body("second opinion", model=MODEL, id="c-2")),
+        max_retries=0,
+    )
+    lease = coordinator.acquire_conversation(profile_key=session.current_profile_key(), session_id="op", platform="t")
+    relay = lease.host.relay
+    events = Recorder()
+    relay.subscribers.register(events, name="test.events")
+    relay.intercepts.register_llm_execution("opinions", 0, keep_the_first_async if mode == "async" else keep_the_first)
+    turn = coordinator.begin_turn(lease, turn_id="run-op", task_id="t")
+    try:
+        kwargs = {"model": MODEL, "messages": [{"role": "user", "content": "which?"}]}
+        if mode == "async":
+            reply = asyncio.run(adapters.acomplete(scripted.aclient, kwargs))
+        else:
+            reply = adapters.complete(scripted.client, kwargs)
+        assert reply.id == "c-1"  # the agent got the first answer
+        coordinator.end_turn(turn, outcome="success")
+    finally:
+        coordinator.release_conversation(lease)
+        relay.subscribers.deregister("test.events")
+        scripted.client.close()
+    assert journal.close()
+    attempts = [e for e in events.ends() if e.scope_type == "llm"]
+    assert [(e.outcome, e.annotated_response.id, e.annotated_response.output_text) for e in attempts] == [
+        ("success", "c-1", "first opinion"),
+        ("success", "c-2", "second opinion"),
+    ]
+    live = atif.export("op")
+    (step,) = [s for s in live["steps"] if s["source"] == "agent"]
+    assert step["message"] == "first opinion" and step["extra"]["attempts"] == 2
+    assert validate_atif(live) == []
+    # Rebuilt from the journal, the trajectory is the live one.
+    assert atif_from_journal("op", "run-op", session_dir=tmp_path, model_name=MODEL) == live
+
+
+def keep_the_second(name: str, request: LLMRequest, call_next: Any) -> Any:
+    call_next(request)
+    return call_next(request)
+
+
+@pytest.mark.parametrize(
+    ("intercept", "answer"), [(keep_the_second, "second opinion"), (keep_the_first, "first opinion")]
+)
+def test_the_journal_says_the_answer_the_agent_got_of_a_call_answered_twice(intercept, answer, tmp_path):
+    """Both answers of a call asked twice were the run's text (``first opinionsecond opinion``), as if the agent
+    had said both; the journal's last assistant text is now the one the agent got."""
+    coordinator = session.SESSION_COORDINATOR
+    journal = JournalSubscriber(session_dir=tmp_path).attach(coordinator)
+    scripted = testing.scripted_openai(
+        testing.json_reply(testing.chat_completion_body("first opinion", model=MODEL)),
+        testing.json_reply(testing.chat_completion_body("second opinion", model=MODEL)),
+        max_retries=0,
+    )
+    lease = coordinator.acquire_conversation(profile_key=session.current_profile_key(), session_id="tw", platform="t")
+    relay = lease.host.relay
+    relay.intercepts.register_llm_execution("opinions", 0, intercept)
+    turn = coordinator.begin_turn(lease, turn_id="run-tw", task_id="t")
+    try:
+        kwargs = {"model": MODEL, "messages": [{"role": "user", "content": "which?"}]}
+        assert adapters.complete(scripted.client, kwargs).choices[0].message.content == answer
+        coordinator.end_turn(turn, outcome="success")
+    finally:
+        coordinator.release_conversation(lease)
+        scripted.client.close()
+    assert journal.close()
+    assert latest_run_summary("tw", "run-tw", session_dir=tmp_path)["last_assistant_text"] == answer

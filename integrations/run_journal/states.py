@@ -61,6 +61,11 @@ def _answer_attempt(payload: Any) -> str | None:
     return outcome if isinstance(outcome, str) else ""
 
 
+def _ended_call(payload: Any) -> bool:
+    """Whether a ``span`` row ends a logical call."""
+    return isinstance(payload, dict) and payload.get("kind") == "logical_call"
+
+
 def ends_run(row: dict[str, Any]) -> bool:
     """Whether a journal row (as read back) is one of the run's terminal rows."""
     event = row.get("event")
@@ -71,6 +76,7 @@ class SummaryFold:
     """Everything a summary says about a run, built row by row in file order."""
 
     __slots__ = (
+        "_answer",
         "_cost",
         "_current_text",
         "_last_text",
@@ -108,6 +114,10 @@ class SummaryFold:
         # its attempt's ``span`` row, and a fallback's first words before its warning. None until an attempt's
         # row is seen (a journal another producer wrote, without them: its warnings come before the words).
         self._since: int | None = None
+        # The logical call (its api_request_id) whose answer the current message holds last, and where it begins: a
+        # call answered twice (an intercept asking again, keeping one answer or making one of both) says its answer
+        # once, the one its caller got.
+        self._answer: tuple[str, int] | None = None
         self._model = RuntimeModelFold(session_id, run_id)
         self._cost: dict[str, Any] | None = None
 
@@ -146,17 +156,42 @@ class SummaryFold:
                 if outcome in ("failed", "cancelled") and len(self._current_text) > (self._since or 0):
                     # A stream that broke after some text: its retry says the answer again, not more of it.
                     self._current_text = []
+                    self._answer = None
+                elif outcome == "success":
+                    self._answered(payload, self._since or 0)
+                self._since = len(self._current_text)
+            elif _ended_call(payload) and self._answered(payload, self._since, after=True):
+                # What an execution intercept answered in place of the call's last provider call came after it.
                 self._since = len(self._current_text)
         elif event in _MESSAGE_BOUNDARIES:
             self._current_text = []  # a tool call ends the message
+            self._answer = None
             self._since = None if self._since is None else 0
         elif is_fallback_warning(event, payload):
             # A fallback restarts the answer on another route, with the words it streamed before its warning.
             moved = self._current_text[self._since :] if self._since is not None else []
             self._current_text = moved
+            self._answer = None
             self._since = None if self._since is None else 0
             if moved:
                 self._last_text = moved
+
+    def _answered(self, payload: Any, begin: int | None, after: bool = False) -> bool:
+        """The text from ``begin`` on is the answer of the logical call ``payload`` (a ``span`` row) names: when the
+        message holds an earlier answer of that call just before it, this one takes its place. True if it did.
+        ``after``: only if there is text from ``begin`` on (the call's own row, after what answered in its place)."""
+        call = payload.get("api_request_id") if isinstance(payload, dict) else None
+        if not isinstance(call, str) or begin is None or (after and len(self._current_text) <= begin):
+            return False
+        prior = self._answer
+        if prior is None or prior[0] != call or prior[1] > begin:
+            self._answer = (call, begin)
+            return False
+        text = self._current_text
+        self._current_text = text[: prior[1]] + text[begin:]
+        if self._last_text is text:
+            self._last_text = self._current_text
+        return True  # the call's answer still begins where its earlier one did
 
     def _add_cost(self, payload: Any) -> None:
         """One attempt's ``cost`` row: summed from the rows, so a run that crashed still shows its spend."""

@@ -272,9 +272,13 @@ class TrajectoryBuilder:
         attempts = call.attempts
         final = _final(attempts)
         answer = record.get("answer")
-        # Its provider failed and an execution intercept answered instead: the step says what the agent got.
+        # An execution intercept answered in place of the provider (which failed, or whose answer it did not keep):
+        # the step says what the agent got, unless a later attempt of the call answered after it.
         served = final.get("outcome") == "success"
-        response = answer if isinstance(answer, dict) and not served else final.get("resp") or {}
+        if isinstance(answer, dict) and (not served or answer.get("after") == final.get("id")):
+            response = answer
+        else:
+            response = final.get("resp") or {}
         end = final.get("end")
         step: dict[str, Any] = {
             "timestamp": rfc3339(end) if isinstance(end, int) else None,

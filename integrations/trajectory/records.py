@@ -57,6 +57,7 @@ class _Open:
     req: dict[str, Any] | None = None
     reasoning: list[str] = field(default_factory=list)
     answer: dict[str, Any] | None = None  # a logical call's fallback answer (``fallback``)
+    ended: str | None = None  # a logical call's attempt that ended last, which a fallback answer comes after
 
 
 def frozen_request(event: Event, copies: SentCopies | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -343,6 +344,10 @@ class Tracker:
         opened = self._open.get(event.parent_uuid or "")
         if opened is not None and opened.kind == cv.LOGICAL_CALL:
             opened.answer = _response(event) or {}
+            if opened.ended is not None:
+                # The attempt it answered in place of: a later attempt of the call (a deferred call retried after
+                # the caller refused the answer) answers in its place in turn (``build``).
+                opened.answer["after"] = opened.ended
 
     def late_charge(self, event: Event) -> tuple[str, dict[str, Any]] | None:
         """A ``relay.cost.late_charge`` mark: the ``late_charge`` record of the attempt it names, with its cost."""
@@ -456,6 +461,8 @@ class Tracker:
             parent = self._open.get(event.parent_uuid or "")
             if parent is None or parent.kind != cv.LOGICAL_CALL:
                 record["orphan"] = True  # an attempt made outside any logical call is a call of its own
+            else:
+                parent.ended = uuid
             response = _response(event)
             if response is not None:
                 record["resp"] = response
