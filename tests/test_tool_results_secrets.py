@@ -93,15 +93,7 @@ def test_a_langchain_tool_returning_a_model_with_a_key_is_sent_back_with_none_re
 ) -> None:
     """With ``RelayMiddleware``, or with the callbacks alone (the SDK not instrumented: they record the call's
     view from LangChain's own messages)."""
-    from tests.framework_support import tool_call_body
-    from tests.test_frameworks_langchain import (
-        RelayCallbackHandler,
-        RelayMiddleware,
-        agents_mod,
-        chat_model,
-        run,
-        tools_mod,
-    )
+    from tests.test_frameworks_langchain import tools_mod
 
     @tools_mod.tool
     def open_account(user: str) -> str:
@@ -110,11 +102,8 @@ def test_a_langchain_tool_returning_a_model_with_a_key_is_sent_back_with_none_re
 
     relay, _turn = relay_turn
     sinks = Sinks(relay, relay_events, tmp_path)
-    script = t.Script([t.json_reply(tool_call_body("open_account", {"user": "ada"})),
-                       t.json_reply(t.chat_completion_body("Done."))])  # fmt: skip
-    middleware, callbacks = ([RelayMiddleware()], []) if recorder == "middleware" else ([], [RelayCallbackHandler()])
-    agent = agents_mod.create_agent(chat_model(script), [open_account], middleware=middleware, name="a")
-    assert run(agent, "Open one", callbacks=callbacks)["messages"][-1].content == "Done."
+    script, result = _agent_opens_an_account(open_account, recorder)
+    assert result["messages"][-1].content == "Done."
     assert API_KEY in script.requests[1].content.decode()
     assert_nowhere(sinks.texts(), API_KEY)
 
@@ -169,15 +158,7 @@ def test_a_langchain_tools_artifact_is_recorded_in_the_next_request_with_its_cre
 ) -> None:
     """A tool answering ``(content, artifact)``: the artifact stays on the ``ToolMessage`` beside what the model
     reads, and is never sent. The tool's own record blanked the key in it; the next request's record carried it."""
-    from tests.framework_support import tool_call_body
-    from tests.test_frameworks_langchain import (
-        RelayCallbackHandler,
-        RelayMiddleware,
-        agents_mod,
-        chat_model,
-        run,
-        tools_mod,
-    )
+    from tests.test_frameworks_langchain import tools_mod
 
     @tools_mod.tool(response_format="content_and_artifact")
     def open_account(user: str) -> tuple[str, dict[str, Any]]:
@@ -186,11 +167,7 @@ def test_a_langchain_tools_artifact_is_recorded_in_the_next_request_with_its_cre
 
     relay, _turn = relay_turn
     sinks = Sinks(relay, relay_events, tmp_path)
-    script = t.Script([t.json_reply(tool_call_body("open_account", {"user": "ada"})),
-                       t.json_reply(t.chat_completion_body("Done."))])  # fmt: skip
-    middleware, callbacks = ([RelayMiddleware()], []) if recorder == "middleware" else ([], [RelayCallbackHandler()])
-    agent = agents_mod.create_agent(chat_model(script), [open_account], middleware=middleware, name="a")
-    result = run(agent, "Open one", callbacks=callbacks)
+    script, result = _agent_opens_an_account(open_account, recorder)
     assert result["messages"][-1].content == "Done."
     assert result["messages"][2].artifact["api_key"] == API_KEY  # the agent's own message is left as it is
     assert API_KEY not in script.requests[1].content.decode()  # the artifact never reaches the model
@@ -240,3 +217,16 @@ def test_a_tools_arguments_and_result_given_as_data_have_their_quoted_credential
     assert start.input == {"note": "password=[redacted]", "nested": [{"header": "Authorization: [redacted]"}]}
     assert end.output == {"echo": ["api_key=[redacted]"], "n": 1}
     assert_nowhere(sinks.texts(), API_KEY)
+
+
+def _agent_opens_an_account(open_account: Any, recorder: str) -> tuple[Any, Any]:
+    """A LangChain agent whose model calls ``open_account`` once, then answers "Done.", recorded by
+    ``RelayMiddleware`` or by the callbacks alone: the script (what was sent) and the agent's result."""
+    from tests.framework_support import tool_call_body
+    from tests.test_frameworks_langchain import RelayCallbackHandler, RelayMiddleware, agents_mod, chat_model, run
+
+    script = t.Script([t.json_reply(tool_call_body("open_account", {"user": "ada"})),
+                       t.json_reply(t.chat_completion_body("Done."))])  # fmt: skip
+    middleware, callbacks = ([RelayMiddleware()], []) if recorder == "middleware" else ([], [RelayCallbackHandler()])
+    agent = agents_mod.create_agent(chat_model(script), [open_account], middleware=middleware, name="a")
+    return script, run(agent, "Open one", callbacks=callbacks)

@@ -43,26 +43,40 @@ async def fallback_async(name: str, request: LLMRequest, call_next: Any) -> Any:
         return CACHED
 
 
+def one_turn(scripted: Any, sid: str, intercept: Any, *, mode: str = "sync", content: str = "q", events: Any = None):
+    """One call through ``scripted``'s client in a turn of its own (session ``sid``, turn ``run-<sid>``), with
+    ``intercept`` registered as the relay's execution intercept ``cache`` (and ``events`` subscribed): the call's
+    reply."""
+    coordinator = session.SESSION_COORDINATOR
+    lease = coordinator.acquire_conversation(profile_key=session.current_profile_key(), session_id=sid, platform="t")
+    relay = lease.host.relay
+    if events is not None:
+        relay.subscribers.register(events, name="test.events")
+    relay.intercepts.register_llm_execution("cache", 0, intercept)
+    turn = coordinator.begin_turn(lease, turn_id=f"run-{sid}", task_id="t")
+    try:
+        kwargs = {"model": MODEL, "messages": [{"role": "user", "content": content}]}
+        if mode == "async":
+            reply = asyncio.run(adapters.acomplete(scripted.aclient, kwargs))
+        else:
+            reply = adapters.complete(scripted.client, kwargs)
+        coordinator.end_turn(turn, outcome="success")
+    finally:
+        coordinator.release_conversation(lease)
+        if events is not None:
+            relay.subscribers.deregister("test.events")
+        scripted.client.close()
+    return reply
+
+
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_fallback_answer_is_the_calls_answer_live_in_the_journal_and_rebuilt(mode, journal_store):
     coordinator = session.SESSION_COORDINATOR
     atif = AtifExporter(model_name=MODEL).attach(coordinator)
     journal = JournalSubscriber(store=journal_store).attach(coordinator)
     scripted = testing.scripted_openai(testing.error(503, "model overloaded"), max_retries=0)
-    lease = coordinator.acquire_conversation(profile_key=session.current_profile_key(), session_id="fb", platform="t")
-    lease.host.relay.intercepts.register_llm_execution("cache", 0, fallback_async if mode == "async" else fallback)
-    turn = coordinator.begin_turn(lease, turn_id="run-fb", task_id="t")
-    try:
-        kwargs = {"model": MODEL, "messages": [{"role": "user", "content": "what is cached?"}]}
-        if mode == "async":
-            reply = asyncio.run(adapters.acomplete(scripted.aclient, kwargs))
-        else:
-            reply = adapters.complete(scripted.client, kwargs)
-        assert reply is CACHED  # the agent got the fallback
-        coordinator.end_turn(turn, outcome="success")
-    finally:
-        coordinator.release_conversation(lease)
-        scripted.client.close()
+    intercept = fallback_async if mode == "async" else fallback
+    assert one_turn(scripted, "fb", intercept, mode=mode, content="what is cached?") is CACHED  # the fallback
     assert journal.close()
     live = atif.export("fb")
     (step,) = [s for s in live["steps"] if s["source"] == "agent"]
@@ -96,15 +110,7 @@ def test_a_fallback_answer_reaches_the_records_through_the_redaction_policy(tmp_
     atif = AtifExporter().attach(coordinator)
     journal = JournalSubscriber(session_dir=tmp_path).attach(coordinator)
     scripted = testing.scripted_openai(testing.error(500), max_retries=0)
-    lease = coordinator.acquire_conversation(profile_key=session.current_profile_key(), session_id="rd", platform="t")
-    lease.host.relay.intercepts.register_llm_execution("cache", 0, answer_with_secret)
-    turn = coordinator.begin_turn(lease, turn_id="run-rd", task_id="t")
-    try:
-        adapters.complete(scripted.client, {"model": MODEL, "messages": [{"role": "user", "content": "q"}]})
-        coordinator.end_turn(turn, outcome="success")
-    finally:
-        coordinator.release_conversation(lease)
-        scripted.client.close()
+    one_turn(scripted, "rd", answer_with_secret)
     assert journal.close()
     (step,) = [s for s in atif.export("rd")["steps"] if s["source"] == "agent"]
     assert step["message"] == "mail [REDACTED:email]"
@@ -138,24 +144,10 @@ def test_an_intercept_keeping_an_earlier_calls_answer_leaves_each_attempt_its_ow
         testing.json_reply(testing.chat_completion_body("second opinion", model=MODEL, id="c-2")),
         max_retries=0,
     )
-    lease = coordinator.acquire_conversation(profile_key=session.current_profile_key(), session_id="op", platform="t")
-    relay = lease.host.relay
     events = Recorder()
-    relay.subscribers.register(events, name="test.events")
-    relay.intercepts.register_llm_execution("opinions", 0, keep_the_first_async if mode == "async" else keep_the_first)
-    turn = coordinator.begin_turn(lease, turn_id="run-op", task_id="t")
-    try:
-        kwargs = {"model": MODEL, "messages": [{"role": "user", "content": "which?"}]}
-        if mode == "async":
-            reply = asyncio.run(adapters.acomplete(scripted.aclient, kwargs))
-        else:
-            reply = adapters.complete(scripted.client, kwargs)
-        assert reply.id == "c-1"  # the agent got the first answer
-        coordinator.end_turn(turn, outcome="success")
-    finally:
-        coordinator.release_conversation(lease)
-        relay.subscribers.deregister("test.events")
-        scripted.client.close()
+    intercept = keep_the_first_async if mode == "async" else keep_the_first
+    reply = one_turn(scripted, "op", intercept, mode=mode, content="which?", events=events)
+    assert reply.id == "c-1"  # the agent got the first answer
     assert journal.close()
     attempts = [e for e in events.ends() if e.scope_type == "llm"]
     assert [(e.outcome, e.annotated_response.id, e.annotated_response.output_text) for e in attempts] == [
@@ -188,16 +180,6 @@ def test_the_journal_says_the_answer_the_agent_got_of_a_call_answered_twice(inte
         testing.json_reply(testing.chat_completion_body("second opinion", model=MODEL)),
         max_retries=0,
     )
-    lease = coordinator.acquire_conversation(profile_key=session.current_profile_key(), session_id="tw", platform="t")
-    relay = lease.host.relay
-    relay.intercepts.register_llm_execution("opinions", 0, intercept)
-    turn = coordinator.begin_turn(lease, turn_id="run-tw", task_id="t")
-    try:
-        kwargs = {"model": MODEL, "messages": [{"role": "user", "content": "which?"}]}
-        assert adapters.complete(scripted.client, kwargs).choices[0].message.content == answer
-        coordinator.end_turn(turn, outcome="success")
-    finally:
-        coordinator.release_conversation(lease)
-        scripted.client.close()
+    assert one_turn(scripted, "tw", intercept, content="which?").choices[0].message.content == answer
     assert journal.close()
     assert latest_run_summary("tw", "run-tw", session_dir=tmp_path)["last_assistant_text"] == answer
