@@ -83,6 +83,10 @@ class RelayCallbackHandler(BaseCallbackHandler):
 
     run_inline = True  # called in the run's own context, so what runs inside sees its scope
     raise_error = False
+    # LangChain asks one of these before each callback it makes: plain attributes, where the base class's
+    # properties cost a Python call each time (two per model call, two per chain, tool or retriever run).
+    ignore_llm = ignore_retry = ignore_chain = ignore_agent = ignore_retriever = ignore_chat_model = False
+    ignore_custom_event = False
 
     def __init__(self, *, framework: str = "langchain") -> None:
         super().__init__()
