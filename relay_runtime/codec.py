@@ -33,8 +33,10 @@ class StreamAccumulator(Protocol):
     def add(self, chunk: Any) -> ChunkDelta | None:
         """Fold one provider chunk in; return what it said, or None for a chunk with no content."""
 
-    def finish(self) -> tuple[Any, AnnotatedLLMResponse]:
-        """The final response rebuilt from every chunk seen, and its annotation."""
+    def finish(self) -> tuple[Any, AnnotatedLLMResponse | None]:
+        """The final response rebuilt from every chunk seen, and its annotation: None when the codec's
+        ``annotate_response`` reads the same one from that response, which the attempt then annotates only
+        when an observer or a budget reads it (as it does a whole answer)."""
 
 
 @runtime_checkable

@@ -50,6 +50,8 @@ def _fold(chunks: list[Any]) -> tuple[list[Any], Any, Any, bool]:
     accumulator = GenerateContentCodec("gcp.gemini", True).accumulator()
     deltas = [accumulator.add(chunk) for chunk in chunks]
     response, annotation = accumulator.finish()
+    if annotation is None:  # left to the attempt, which reads it back from the folded response
+        annotation = GenerateContentCodec("gcp.gemini", True).annotate_response(response)
     return deltas, response, annotation, accumulator.terminated
 
 
@@ -73,6 +75,31 @@ def test_a_stream_of_sdk_chunks_folds_as_the_generic_reads_fold_it(monkeypatch, 
         _generic(patched)
         generic = _fold(chunks)
     assert direct == generic
+
+
+CACHED_IMAGES = usage(
+    prompt=50, candidates=4, cachedContentTokenCount=30,
+    promptTokensDetails=[{"modality": "TEXT", "tokenCount": 10}, {"modality": "IMAGE", "tokenCount": 40}],
+    cacheTokensDetails=[{"modality": "IMAGE", "tokenCount": 25}, {"modality": "AUDIO", "tokenCount": 5}],
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("chunks", [*_chunks(), [response_body("seen", finish="STOP", usage_metadata=CACHED_IMAGES)]])
+def test_a_stream_left_unannotated_reads_back_from_its_folded_response_as_its_fold_annotates_it(
+    chunks: list[dict[str, Any]],
+) -> None:
+    """``finish`` leaves the annotation of a stream that ended to the attempt (built when it is read, from the
+    folded response, by the codec): it must be the annotation of the fold itself, every field of it."""
+    answers.load_sdk()
+    codec = GenerateContentCodec("gcp.gemini", True)
+    accumulator = codec.accumulator()
+    for chunk in chunks:
+        accumulator.add(_sdk(chunk))
+    response, annotation = accumulator.finish()
+    folded = accumulator.annotation()
+    ended = accumulator.terminated and not accumulator.blocked and 0 in accumulator.candidates
+    assert (annotation is None) is ended
+    assert (codec.annotate_response(response) if annotation is None else annotation) == folded
 
 
 @pytest.mark.parametrize("index", range(len(_chunks())))

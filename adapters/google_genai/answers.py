@@ -354,7 +354,32 @@ class GenerateContentAccumulator:
         # Positionally (text, reasoning, model, extra_chars): a dataclass matches each keyword by name.
         return ChunkDelta(text, thought, None, extra)
 
-    def finish(self) -> tuple[Any, AnnotatedLLMResponse]:
+    def finish(self) -> tuple[Any, AnnotatedLLMResponse | None]:
+        """The folded response, and its annotation where the folded response cannot say it all.
+
+        A stream that ended (every candidate, the first among them, said why) says in its folded response all
+        its annotation would: the codec's ``annotate_response`` reads the same reasons, usage, text and tool calls
+        back from it (``annotation`` is what it reads). Its annotation is then None, built by the core only when
+        an observer or a budget reads it, as a whole answer's is. A blocked prompt (its feedback is no part of the
+        folded response), candidates without the first (whose text and calls an annotation holds) and a stream
+        cut short (read so far, its usage and reasons are blanked) get theirs now.
+        """
+        states = self.candidates
+        ordered = [states[i] for i in sorted(states)] if len(states) > 1 else list(states.values())
+        first = states.get(0) or _Candidate()
+        response: dict[str, Any] = {
+            "candidates": [c.folded() for c in ordered] or [first.folded()],
+            "model_version": self.model,
+            "response_id": self.response_id,
+        }
+        if self.usage is not None:
+            response["usage_metadata"] = dumped(self.usage)
+        if not self.blocked and 0 in states and self.terminated:
+            return response, None
+        return response, self.annotation()
+
+    def annotation(self) -> AnnotatedLLMResponse:
+        """The annotation of what was folded so far."""
         states = self.candidates
         ordered = [states[i] for i in sorted(states)] if len(states) > 1 else list(states.values())
         first = states.get(0) or _Candidate()
@@ -366,15 +391,8 @@ class GenerateContentAccumulator:
                     reasons.append(reason)
         if not reasons and self.blocked:
             reasons = [self.blocked]
-        response: dict[str, Any] = {
-            "candidates": [c.folded() for c in ordered] or [first.folded()],
-            "model_version": self.model,
-            "response_id": self.response_id,
-        }
-        if self.usage is not None:
-            response["usage_metadata"] = dumped(self.usage)
         # Positionally (model, id, finish_reasons, usage, output_text, tool_calls): see ``ChunkDelta``'s.
-        annotation = AnnotatedLLMResponse(
+        return AnnotatedLLMResponse(
             self.model,
             self.response_id,
             reasons,
@@ -382,4 +400,3 @@ class GenerateContentAccumulator:
             "".join(first.texts) if first.texts else None,
             list(first.calls),
         )
-        return response, annotation
