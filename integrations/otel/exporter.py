@@ -52,6 +52,7 @@ from .providers import (
 )
 from .scope_metrics import ScopeMetrics
 from .spans import OpenSpan, SpanTable
+from .start_plans import StartPlans
 from .tail_sampling import TailBuffer, TailSampler
 from .unsent import retract
 from .voice import MEASURES_KEY as VOICE_MEASURES
@@ -201,6 +202,7 @@ class OTelExporter:
         self._tail = TailBuffer(sampler, self.count) if sampler is not None else None
         self._link = link_to_current_context
         self._table = SpanTable(max_open_spans)
+        self._plans = StartPlans()
         self._at_exit: Callable[[], None] | None = None
         if self._owned:
             # The SDK's own exit hooks are off for providers built here (they wait without bound).
@@ -241,21 +243,28 @@ class OTelExporter:
             sid = md.get(cv.SESSION_ID) if md else None
             if isinstance(sid, str) and sid:
                 conversation_id = sid
-        try:
-            name, attributes = A.span_start(event, role, conversation_id)
-            if self._oi:
-                attributes.update(OI.start_attributes(event, role, conversation_id))
-        except Exception:
-            # Odd data costs attributes, never the span.
-            self.count(ATTRIBUTE_ERRORS)
-            name, attributes = str(event.name), {}
-        kind = _SPAN_KINDS[role]
-        hints = None
-        if role is not A.ATTEMPT:
-            hints = H.span_hints(event.metadata)
+        hints = H.span_hints(event.metadata) if role is not A.ATTEMPT else None
+        plan = self._plans.find(hints, event, role, conversation_id) if hints is not None else None
+        if plan is not None:
+            # Made before from these very hints (``start_plans``): a copy, which the span makes its own.
+            name, kind, attributes = plan[4], plan[5], dict(plan[6])
+        else:
+            plannable = not self._oi
+            try:
+                name, attributes = A.span_start(event, role, conversation_id)
+                if self._oi:
+                    attributes.update(OI.start_attributes(event, role, conversation_id))
+            except Exception:
+                # Odd data costs attributes, never the span.
+                self.count(ATTRIBUTE_ERRORS)
+                name, attributes = str(event.name), {}
+                plannable = False
+            kind = _SPAN_KINDS[role]
             if hints is not None:
                 name = H.apply_hints(hints, name, attributes)
                 kind = H.hinted_kind(hints, kind)
+                if plannable:
+                    self._plans.keep(hints, event, role, conversation_id, name, kind, attributes)
         if self._content is not None:
             # By reference, an attempt's content is written once, at its end.
             at_start = self._content.attempt_start if self._store is None else _no_content
