@@ -38,7 +38,7 @@ from . import openinference as OI
 from .capture import DetailsEvents, as_events, capture_mode, mode_from_env, on_spans
 from .content import ContentRecorder, Redactor
 from .content_store import ContentStore, Write, store_from_env
-from .deferred import fast_path_for
+from .deferred import DeferredSpan, fast_path_for
 from .export_size import DEFAULT_MAX_EXPORT_BYTES, attribute_length, check_max_bytes
 from .lifecycle import SHUTDOWN_TIMEOUTS as SHUTDOWN_TIMEOUTS
 from .metrics import GenAIMetrics
@@ -384,9 +384,11 @@ class OTelExporter:
                 details = None
         if role == A.ATTEMPT and md and md.get(cv.SENT) is False:
             retract(span)  # the SDK refused before sending: no provider call to claim
-        if attributes:
-            span.set_attributes(attributes)
         err = attributes.get("error.type")
+        # The usual end of a span of ours: these attributes merged as it ends (``DeferredSpan.end_with``).
+        last = span if err is None and self._tail is None and type(span) is DeferredSpan else None
+        if attributes and last is None:
+            span.set_attributes(attributes)
         if err is not None:
             message = event.error_message or ""
             if len(message) > self.max_attribute_length:  # the limit every other attribute is held to
@@ -404,7 +406,10 @@ class OTelExporter:
             then = functools.partial(self._kept, held, details) if held or details is not None else None
             self._tail.finish(record, event.timestamp, event, then=then)
             return
-        span.end(event.timestamp)  # positional: a keyword call costs more, on every span
+        if last is not None:
+            last.end_with(attributes, event.timestamp)
+        else:
+            span.end(event.timestamp)  # positional: a keyword call costs more, on every span
 
     def _kept(self, held: list[Write] | None, details: Callable[[], None] | None) -> None:
         """What goes out with a span its sampler keeps: its content files, then its details log record."""
