@@ -20,6 +20,7 @@ from __future__ import annotations
 import random
 import traceback
 from collections.abc import Mapping, Sequence
+from itertools import chain
 from time import time_ns
 from typing import Any
 
@@ -273,15 +274,6 @@ def fast_path_for(tracer: Any) -> FastPath | None:
         return None
 
 
-def _kept_as_given(attributes: Mapping[str, Any]) -> bool:
-    """Whether the SDK keeps these attributes exactly as given when no length limit applies (checked in C)."""
-    return (
-        "" not in attributes
-        and _STRINGS.issuperset(map(type, attributes))
-        and _PLAIN.issuperset(map(type, attributes.values()))
-    )
-
-
 class DeferredSpan(trace_api.Span, ReadableSpan):
     """An open span as plain data, and once ended the ``ReadableSpan`` the processors get (as the
     SDK's own ``Span`` is both): its fields are the ones ``ReadableSpan`` reads, set directly.
@@ -404,8 +396,11 @@ class DeferredSpan(trace_api.Span, ReadableSpan):
             and merged is self._start_attributes
             and limits.max_span_attribute_length is None
             and (maxlen is None or len(merged) + len(attributes) <= maxlen)
-            and _kept_as_given(merged)
-            and _kept_as_given(attributes)
+            # Both kept by the SDK exactly as given, checked in C (no empty key, str keys, plain values).
+            and "" not in merged
+            and "" not in attributes
+            and _STRINGS.issuperset(map(type, chain(merged, attributes)))
+            and _PLAIN.issuperset(map(type, chain(merged.values(), attributes.values())))
         ):
             if not merged.keys().isdisjoint(attributes):
                 for key in attributes:
