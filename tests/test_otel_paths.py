@@ -410,6 +410,44 @@ def test_a_deferred_span_takes_the_span_api_as_the_sdk_span_does(limits, odd):
         assert one["attribute order"][:4] == ["n", "seq", "k", "pair"]
 
 
+@pytest.mark.parametrize(
+    "limits",
+    [None, SpanLimits(max_span_attributes=4), SpanLimits(max_span_attribute_length=4)],
+    ids=["default limits", "few attributes", "short values"],
+)
+@pytest.mark.parametrize(
+    ("start", "last"),
+    [
+        ({"k": "v", "n": 1}, {"relay.outcome": "success", "k": "moved last"}),
+        ({"k": "v", "n": 1}, {}),
+        ({"k": "v", "seq": ["a"]}, {"n": 2}),  # a list at the start: kept as the SDK makes it (a tuple)
+        ({"k": "v"}, {"odd": object(), "long": "x" * 10}),
+        ({"k": "v", "n": 1, "f": 0.5}, {"a": 1, "b": 2}),  # past four attributes
+        ({"k": "v"}, {"": "empty key"}),
+    ],
+)
+def test_an_end_with_its_last_attributes_ends_as_setting_them_then_ending_does(limits, start, last):
+    """``DeferredSpan.end_with`` (the exporter's usual end) makes the span the SDK's makes from the same calls."""
+    ended: dict[bool, list[ReadableSpan]] = {}
+    for fast in (True, False):
+        keep = KeepAll()
+        provider = provider_with(keep, id_generator=CountingIds(), span_limits=limits)
+        tracer = provider.get_tracer("t", "1")
+        path = fast_path_for(tracer)
+        assert path is not None
+        if fast:
+            span = path.start_span("s", None, None, SpanKind.CLIENT, dict(start), 100)
+            assert isinstance(span, DeferredSpan)
+            span.end_with(dict(last), 200)
+        else:
+            span = tracer.start_span("s", kind=SpanKind.CLIENT, attributes=dict(start), start_time=100)
+            span.set_attributes(dict(last))
+            span.end(end_time=200)
+        ended[fast] = keep.ended
+    deferred, sdk = ([span_fields(s) for s in ended[fast]] for fast in (True, False))
+    assert deferred == sdk
+
+
 def test_random_ids_are_drawn_as_the_sdk_draws_them():
     """The deferred path draws span ids from the ``random`` module as the SDK's RandomIdGenerator does:
     from the same seed, the same trace and span ids on both paths."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import random
 import traceback
 from collections.abc import Mapping, Sequence
+from itertools import chain
 from time import time_ns
 from typing import Any
 
@@ -378,14 +379,47 @@ class DeferredSpan(trace_api.Span, ReadableSpan):
     def end(self, end_time: int | None = None) -> None:
         if self._end_time is not None:
             return
-        if end_time is None:
-            end_time = time_ns()
+        self._close(time_ns() if end_time is None else end_time, None)
+
+    def end_with(self, attributes: Mapping[str, Any], end_time: int) -> None:
+        """``set_attributes(attributes)`` then ``end(end_time)``: the exporter's last update and the end.
+
+        When the span has had no update yet and its attributes and these are all ones the SDK keeps as
+        given (str keys, plain values, no length limit, within the count limit), the merged view is
+        final as it is made: made in the start's own dict, with no copy kept to replay through the
+        limits, no list of updates, and no second look at the result."""
+        merged = self._attributes
+        limits = self._path.limits
+        maxlen = limits.max_span_attributes
+        if (
+            self._end_time is None
+            and merged is self._start_attributes
+            and limits.max_span_attribute_length is None
+            and (maxlen is None or len(merged) + len(attributes) <= maxlen)
+            # Both kept by the SDK exactly as given, checked in C (no empty key, str keys, plain values).
+            and "" not in merged
+            and "" not in attributes
+            and _STRINGS.issuperset(map(type, chain(merged, attributes)))
+            and _PLAIN.issuperset(map(type, chain(merged.values(), attributes.values())))
+        ):
+            if not merged.keys().isdisjoint(attributes):
+                for key in attributes:
+                    merged.pop(key, None)
+            merged.update(attributes)
+            self._close(end_time, merged)
+            return
+        self.set_attributes(attributes)
+        self.end(end_time)
+
+    def _close(self, end_time: int, attributes: dict[str, Any] | None) -> None:
+        """The end itself; ``attributes``: the final ones, or None to have them worked out."""
         self._end_time = end_time
         path = self._path
         tracer = path.tracer
         if self._events:
             self._events = BoundedList.from_seq(path.limits.max_events, self._events)
-        self._attributes = self._finished_attributes(path.limits)  # type: ignore[assignment]
+        final = self._finished_attributes(path.limits) if attributes is None else attributes
+        self._attributes = final  # type: ignore[assignment]
         self._updates = None
         self._instrumentation_info = tracer.instrumentation_info
         self._instrumentation_scope = tracer._instrumentation_scope

@@ -38,7 +38,7 @@ from . import openinference as OI
 from .capture import DetailsEvents, as_events, capture_mode, mode_from_env, on_spans
 from .content import ContentRecorder, Redactor
 from .content_store import ContentStore, Write, store_from_env
-from .deferred import fast_path_for
+from .deferred import DeferredSpan, fast_path_for
 from .export_size import DEFAULT_MAX_EXPORT_BYTES, attribute_length, check_max_bytes
 from .lifecycle import SHUTDOWN_TIMEOUTS as SHUTDOWN_TIMEOUTS
 from .metrics import GenAIMetrics
@@ -52,6 +52,7 @@ from .providers import (
 )
 from .scope_metrics import ScopeMetrics
 from .spans import OpenSpan, SpanTable
+from .start_plans import StartPlans
 from .tail_sampling import TailBuffer, TailSampler
 from .unsent import retract
 from .voice import MEASURES_KEY as VOICE_MEASURES
@@ -201,6 +202,7 @@ class OTelExporter:
         self._tail = TailBuffer(sampler, self.count) if sampler is not None else None
         self._link = link_to_current_context
         self._table = SpanTable(max_open_spans)
+        self._plans = StartPlans()
         self._at_exit: Callable[[], None] | None = None
         if self._owned:
             # The SDK's own exit hooks are off for providers built here (they wait without bound).
@@ -241,21 +243,28 @@ class OTelExporter:
             sid = md.get(cv.SESSION_ID) if md else None
             if isinstance(sid, str) and sid:
                 conversation_id = sid
-        try:
-            name, attributes = A.span_start(event, role, conversation_id)
-            if self._oi:
-                attributes.update(OI.start_attributes(event, role, conversation_id))
-        except Exception:
-            # Odd data costs attributes, never the span.
-            self.count(ATTRIBUTE_ERRORS)
-            name, attributes = str(event.name), {}
-        kind = _SPAN_KINDS[role]
-        hints = None
-        if role is not A.ATTEMPT:
-            hints = H.span_hints(event.metadata)
+        hints = H.span_hints(event.metadata) if role is not A.ATTEMPT else None
+        plan = self._plans.find(hints, event, role, conversation_id) if hints is not None else None
+        if plan is not None:
+            # Made before from these very hints (``start_plans``): a copy, which the span makes its own.
+            name, kind, attributes = plan[4], plan[5], dict(plan[6])
+        else:
+            plannable = not self._oi
+            try:
+                name, attributes = A.span_start(event, role, conversation_id)
+                if self._oi:
+                    attributes.update(OI.start_attributes(event, role, conversation_id))
+            except Exception:
+                # Odd data costs attributes, never the span.
+                self.count(ATTRIBUTE_ERRORS)
+                name, attributes = str(event.name), {}
+                plannable = False
+            kind = _SPAN_KINDS[role]
             if hints is not None:
                 name = H.apply_hints(hints, name, attributes)
                 kind = H.hinted_kind(hints, kind)
+                if plannable:
+                    self._plans.keep(hints, event, role, conversation_id, name, kind, attributes)
         if self._content is not None:
             # By reference, an attempt's content is written once, at its end.
             at_start = self._content.attempt_start if self._store is None else _no_content
@@ -375,9 +384,11 @@ class OTelExporter:
                 details = None
         if role == A.ATTEMPT and md and md.get(cv.SENT) is False:
             retract(span)  # the SDK refused before sending: no provider call to claim
-        if attributes:
-            span.set_attributes(attributes)
         err = attributes.get("error.type")
+        # The usual end of a span of ours: these attributes merged as it ends (``DeferredSpan.end_with``).
+        last = span if err is None and self._tail is None and type(span) is DeferredSpan else None
+        if attributes and last is None:
+            span.set_attributes(attributes)
         if err is not None:
             message = event.error_message or ""
             if len(message) > self.max_attribute_length:  # the limit every other attribute is held to
@@ -395,7 +406,10 @@ class OTelExporter:
             then = functools.partial(self._kept, held, details) if held or details is not None else None
             self._tail.finish(record, event.timestamp, event, then=then)
             return
-        span.end(event.timestamp)  # positional: a keyword call costs more, on every span
+        if last is not None:
+            last.end_with(attributes, event.timestamp)
+        else:
+            span.end(event.timestamp)  # positional: a keyword call costs more, on every span
 
     def _kept(self, held: list[Write] | None, details: Callable[[], None] | None) -> None:
         """What goes out with a span its sampler keeps: its content files, then its details log record."""
