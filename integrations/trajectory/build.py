@@ -37,14 +37,9 @@ from relay_runtime.tools import control_flow_of
 from .plain import rfc3339
 from .records import ATTEMPT, CALL, LATE_CHARGE, TOOL, TOOL_END, TURN, TURN_END
 from .said import tool_results, user_messages
+from .step_metrics import TOTALS, final_attempt, metrics_of, prompt_tokens, usage_of, usd
 
 SCHEMA_VERSION = "ATIF-v1.7"
-_TOTALS = (
-    ("prompt_tokens", "total_prompt_tokens"),
-    ("completion_tokens", "total_completion_tokens"),
-    ("cached_tokens", "total_cached_tokens"),
-    ("cost_usd", "total_cost_usd"),
-)
 
 
 def _arguments(raw: Any) -> dict[str, Any]:
@@ -67,64 +62,6 @@ class _Call:
     id: str
     attempts: list[dict[str, Any]] = field(default_factory=list)
     step: dict[str, Any] | None = None
-
-
-def _usage(attempt: dict[str, Any]) -> dict[str, int]:
-    usage = (attempt.get("resp") or {}).get("usage") or {}
-    return {k: v for k, v in usage.items() if isinstance(v, int)}
-
-
-def _usd(attempt: dict[str, Any]) -> float | None:
-    """What an attempt cost in US dollars, when a price catalog priced it (``relay.cost.use``)."""
-    cost = attempt.get("cost") or {}
-    amount = cost.get("amount")
-    if isinstance(amount, (int, float)) and not isinstance(amount, bool) and cost.get("currency", "USD") == "USD":
-        return float(amount)
-    return None
-
-
-def _prompt_tokens(attempt: dict[str, Any], usage: dict[str, int]) -> int | None:
-    """Every input token the call sent, cached or not, as ATIF's ``prompt_tokens`` counts them. Anthropic
-    reports cache reads and writes apart from ``input_tokens`` (its codec keeps them apart, as the
-    provider does); the other providers' ``input_tokens`` already hold them."""
-    prompt = usage.get("input_tokens")
-    if prompt is None or attempt.get("provider") != "anthropic":
-        return prompt
-    return prompt + usage.get("cache_read_tokens", 0) + usage.get("cache_creation_tokens", 0)
-
-
-def _metrics(attempt: dict[str, Any]) -> dict[str, Any] | None:
-    usage = _usage(attempt)
-    if not usage:
-        # Priced without counts (a stream stopped before its usage came, billed by its running estimate): what it
-        # cost still counts, in the step and the total, as the journal counts it.
-        cost = _usd(attempt)
-        return {"cost_usd": cost} if cost is not None else None
-    prompt, completion = _prompt_tokens(attempt, usage), usage.get("output_tokens")
-    metrics: dict[str, Any] = {}
-    if prompt is not None:
-        metrics["prompt_tokens"] = prompt
-    if completion is not None:
-        metrics["completion_tokens"] = completion
-    if "cache_read_tokens" in usage:
-        metrics["cached_tokens"] = usage["cache_read_tokens"]
-    cost = _usd(attempt)
-    if cost is not None:
-        metrics["cost_usd"] = cost
-    extra: dict[str, Any] = {"total_tokens": (prompt or 0) + (completion or 0)}
-    for key in ("reasoning_tokens", "cache_creation_tokens"):
-        if usage.get(key):
-            extra[key] = usage[key]
-    metrics["extra"] = extra
-    return metrics
-
-
-def _final(attempts: list[dict[str, Any]]) -> dict[str, Any]:
-    """The attempt a logical call's step stands for: its last that succeeded, else its last."""
-    for attempt in reversed(attempts):
-        if attempt.get("outcome") == "success":
-            return attempt
-    return attempts[-1]
 
 
 class TrajectoryBuilder:
@@ -218,16 +155,16 @@ class TrajectoryBuilder:
             return
         for index, attempt in enumerate(call.attempts):
             if attempt["id"] == record["id"]:
-                before = _usd(attempt) or 0.0
+                before = usd(attempt) or 0.0
                 call.attempts[index] = attempt = {**attempt, "cost": cost}
                 break
         else:
             return
         step = call.step
-        added = (_usd(attempt) or 0.0) - before
+        added = (usd(attempt) or 0.0) - before
         if step is None or not added:
             return  # the step, made when the call ends, reads the attempt's record
-        if attempt is _final(call.attempts):
+        if attempt is final_attempt(call.attempts):
             metrics = step.setdefault("metrics", {})
             metrics["cost_usd"] = metrics.get("cost_usd", 0.0) + added
         else:
@@ -270,7 +207,7 @@ class TrajectoryBuilder:
         if call is None or call.step is not None or not call.attempts:
             return
         attempts = call.attempts
-        final = _final(attempts)
+        final = final_attempt(attempts)
         answer = record.get("answer")
         # An execution intercept answered in place of the provider (which failed, or whose answer it did not keep):
         # the step says what the agent got, unless a later attempt of the call answered after it.
@@ -299,7 +236,7 @@ class TrajectoryBuilder:
                 for i, c in enumerate(calls)
                 if isinstance(c, dict)
             ]
-        metrics = _metrics(final)
+        metrics = metrics_of(final)
         if metrics is not None:
             step["metrics"] = metrics
         step["llm_call_count"] = 1
@@ -319,10 +256,10 @@ class TrajectoryBuilder:
                                    ("error_message", (a.get("error") or {}).get("message"))) if v is not None}
                 for a in wasted
             ]  # fmt: skip
-            tokens = sum((_prompt_tokens(a, u := _usage(a)) or 0) + u.get("output_tokens", 0) for a in wasted)
+            tokens = sum((prompt_tokens(a, u := usage_of(a)) or 0) + u.get("output_tokens", 0) for a in wasted)
             if tokens:
                 extra["wasted_tokens"] = tokens
-            cost = sum(_usd(a) or 0 for a in wasted)
+            cost = sum(usd(a) or 0 for a in wasted)
             if cost:
                 extra["wasted_cost_usd"] = cost
         if final.get("error"):
@@ -478,7 +415,7 @@ class TrajectoryBuilder:
         totals: dict[str, Any] = {}
         for step in self.steps:
             metrics = step.get("metrics") or {}
-            for key, total in _TOTALS:
+            for key, total in TOTALS:
                 if key in metrics:
                     totals[total] = totals.get(total, 0) + metrics[key]
             # The attempts a step stands for beside its final one (retried, outrun) were paid for too: the total
