@@ -30,6 +30,7 @@ from typing import Any
 
 from relay_runtime import CHUNK_MARK, MARK, SCOPE_END, SCOPE_START, Event
 from relay_runtime import conventions as cv
+from relay_runtime.redaction_reasoning import reasoning_texts
 
 from .plain import plain
 from .sent_copies import SentCopies
@@ -468,6 +469,12 @@ class Tracker:
                 record["resp"] = response
             if found.reasoning:
                 record["reasoning"] = plain("".join(found.reasoning))
+            elif event.output is not None:
+                # An answer given whole says its reasoning in the SDK's answer object only (the view carries
+                # none), as the redaction policy left it there: what a rule on ``/response/reasoning`` made of it.
+                thoughts = reasoning_texts(event.output)
+                if thoughts:
+                    record["reasoning"] = plain("\n".join(thoughts))
         else:
             meta = _meta(event.metadata, _CALL_META)
             output = event.output if isinstance(event.output, dict) else {}
