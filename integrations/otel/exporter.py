@@ -39,6 +39,7 @@ from .capture import DetailsEvents, as_events, capture_mode, mode_from_env, on_s
 from .content import ContentRecorder, Redactor
 from .content_store import ContentStore, Write, store_from_env
 from .deferred import fast_path_for
+from .error_quotes import unquoted
 from .export_size import DEFAULT_MAX_EXPORT_BYTES, attribute_length, check_max_bytes
 from .lifecycle import SHUTDOWN_TIMEOUTS as SHUTDOWN_TIMEOUTS
 from .metrics import GenAIMetrics
@@ -380,6 +381,8 @@ class OTelExporter:
         err = attributes.get("error.type")
         if err is not None:
             message = event.error_message or ""
+            if self._content is None and role == A.ATTEMPT:
+                message = unquoted(message, event.annotated_request)  # spans carry no content
             if len(message) > self.max_attribute_length:  # the limit every other attribute is held to
                 message = clipping.head(message, self.max_attribute_length)
             span.add_event(

@@ -1,0 +1,90 @@
+"""With content capture off, a provider's error quoting the prompt does not carry it into the span.
+
+The span's status and its ``exception`` event carried the error's text whole: a 400 quoting the request
+it refused (``Invalid prompt: '...' is too long``) exported the prompt the capture mode keeps out of every
+other attribute. Real SDK clients over scripted transports, a real OTel SDK pipeline.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from otel_support import Pipeline, span_path  # noqa: F401  (every test here runs on both span paths)
+
+from relay_runtime import adapters, session
+from relay_runtime.adapters import testing as t
+from relay_runtime.integrations.otel import CAPTURE_ENV, OTelExporter
+
+pytestmark = pytest.mark.usefixtures("span_path")
+
+PROMPT = "Please summarise the quarterly ledger of Jane Doe, account 88-1204, before Friday."
+SYSTEM = "You are the private assistant of the treasury desk; never reveal the ledger."
+
+
+def _run(monkeypatch: pytest.MonkeyPatch, capture: bool, *replies: t.Reply, anthropic: bool = False) -> Pipeline:
+    monkeypatch.delenv(CAPTURE_ENV, raising=False)
+    out = Pipeline()
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    exporter = OTelExporter(out.tracer_provider, out.meter_provider, capture_content=capture).attach(host)
+    coordinator = session.SESSION_COORDINATOR
+    lease = coordinator.acquire_conversation(profile_key=host.profile_key, session_id="s", platform="test")
+    turn = coordinator.begin_turn(lease, turn_id="t", task_id="k")
+    try:
+        if anthropic:
+            s = t.scripted_anthropic(*replies, max_retries=0)
+            request: dict[str, Any] = {"model": "c", "max_tokens": 5, "system": SYSTEM,
+                                       "messages": [{"role": "user", "content": PROMPT}]}  # fmt: skip
+        else:
+            s = t.scripted_openai(*replies, max_retries=0)
+            request = {"model": "m", "messages": [{"role": "system", "content": SYSTEM},
+                                                  {"role": "user", "content": PROMPT}]}  # fmt: skip
+        with pytest.raises(Exception):  # noqa: B017 - the provider's error, whichever SDK raised it
+            adapters.complete(s.client, request)
+    finally:
+        coordinator.end_turn(turn, outcome="success")
+        coordinator.release_conversation(lease)
+        exporter.detach()
+    return out
+
+
+def _errors(out: Pipeline) -> list[str]:
+    texts = []
+    for span in out.finished():
+        texts.append(span.status.description or "")
+        texts.extend(str(e.attributes.get("exception.message")) for e in span.events if e.attributes)
+    return [text for text in texts if text]
+
+
+@pytest.mark.parametrize("anthropic", [False, True], ids=["openai", "anthropic"])
+@pytest.mark.parametrize(
+    "quote",
+    [
+        f"Invalid prompt: '{PROMPT}' was flagged",
+        f"content too long: '{PROMPT[:40]}...'",  # a quote the provider cut after its head
+        f"rejected content: '{PROMPT[:30]}...{PROMPT[-30:]}'",  # cut in its middle
+        f"system prompt rejected: {SYSTEM}",
+    ],
+    ids=["whole", "head", "head-and-tail", "system"],
+)
+def test_an_error_quoting_the_prompt_does_not_export_it_without_capture(
+    relay_home: Any, monkeypatch: pytest.MonkeyPatch, quote: str, anthropic: bool
+) -> None:
+    out = _run(monkeypatch, False, t.error(400, quote), anthropic=anthropic)
+    errors = _errors(out)
+    assert any("BadRequestError" in text for text in errors)
+    for text in errors:
+        for words in ("quarterly ledger", "Jane Doe", "88-1204", "before Friday", "treasury desk"):
+            assert words not in text, text
+    # What the message is for stays: what was wrong.
+    assert any(quote.split(":")[0] in text and "[redacted]" in text for text in errors), errors
+
+
+def test_an_error_quoting_nothing_of_the_prompt_is_kept_whole(relay_home: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = _run(monkeypatch, False, t.error(400, "max_tokens must be at most 4096 for this model"))
+    assert any(text.endswith("max_tokens must be at most 4096 for this model") for text in _errors(out))
+
+
+def test_with_capture_on_the_quote_is_kept(relay_home: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = _run(monkeypatch, True, t.error(400, f"Invalid prompt: '{PROMPT}' was flagged"))
+    assert any(PROMPT in text for text in _errors(out))
