@@ -88,3 +88,29 @@ def test_an_error_quoting_nothing_of_the_prompt_is_kept_whole(relay_home: Any, m
 def test_with_capture_on_the_quote_is_kept(relay_home: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     out = _run(monkeypatch, True, t.error(400, f"Invalid prompt: '{PROMPT}' was flagged"))
     assert any(PROMPT in text for text in _errors(out))
+
+
+def test_a_tools_error_quoting_its_arguments_does_not_export_them_without_capture(
+    relay_home: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(CAPTURE_ENV, raising=False)
+    out = Pipeline()
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    exporter = OTelExporter(out.tracer_provider, out.meter_provider).attach(host)
+    coordinator = session.SESSION_COORDINATOR
+    lease = coordinator.acquire_conversation(profile_key=host.profile_key, session_id="s", platform="test")
+    turn = coordinator.begin_turn(lease, turn_id="t", task_id="k")
+
+    def lookup(args: Any) -> Any:
+        raise LookupError(f"no ledger row for {args['customer']!r} in {args['book']}")
+
+    with pytest.raises(LookupError):
+        lease.host.relay.tools.execute(
+            "lookup", {"customer": "Jane Doe, account 88-1204", "book": "treasury"}, lookup, tool_call_id="c1"
+        )
+    coordinator.end_turn(turn, outcome="success")
+    coordinator.release_conversation(lease)
+    exporter.detach()
+    errors = _errors(out)
+    assert any(text.startswith("LookupError: no ledger row for '[redacted]'") for text in errors), errors
+    assert not any("88-1204" in text for text in errors)

@@ -1,4 +1,4 @@
-"""An attempt's error message without the conversation it quotes, for spans that carry no content.
+"""A scope's error message without the conversation it quotes, for spans that carry no content.
 
 A provider's 400 often quotes the request it refused (``Invalid prompt: '...' is too long``, a
 validation error's ``input_value=...``): with content capture off, the span's status and its
@@ -6,7 +6,8 @@ validation error's ``input_value=...``): with content capture off, the span's st
 text of the request (its messages' strings, its system prompt, its tools' definitions) is blanked where
 the message quotes it: whole, or a quote of its head or tail that a provider cut (at least ``_QUOTE``
 characters of it, grown to all the message holds). Shorter texts are left: too short to tell a quote from
-ordinary words. Only failed attempts pay for this.
+ordinary words. A tool's error quotes its arguments as often (``no row for '...'``), a chain's its inputs:
+what a scope's start was given is blanked in its end's message the same way. Only failed scopes pay for this.
 """
 
 from __future__ import annotations
@@ -22,12 +23,19 @@ _MAX_DEPTH = 16
 _MAX_TEXTS = 512  # a huge conversation: the newest texts are the likeliest quoted
 
 
-def unquoted(message: str, request: Any) -> str:
-    """``message`` with what ``request`` (an ``AnnotatedLLMRequest``) sent blanked where it quotes it."""
-    if not message or request is None:
+def sent(request: Any) -> tuple[Any, ...]:
+    """What ``request`` (an ``AnnotatedLLMRequest``, or None) sent of the conversation, for ``unquoted``."""
+    if request is None:
+        return ()
+    return getattr(request, "system", None), getattr(request, "tools", None), getattr(request, "messages", None)
+
+
+def unquoted(message: str, *given: Any) -> str:
+    """``message`` with every text ``given`` holds (strings, nested in dicts and lists) blanked where it quotes it."""
+    if not message or not given:
         return message
     texts: list[str] = []
-    for part in (getattr(request, "system", None), getattr(request, "tools", None), getattr(request, "messages", None)):
+    for part in given:
         _strings(part, texts, 0)
     for text in sorted(set(texts[-_MAX_TEXTS:]), key=len, reverse=True):
         message = _blanked(message, text)
