@@ -121,3 +121,20 @@ def test_reasoning_a_rule_removes_is_in_no_step(tmp_path: Path, call: Callable[[
     live, rebuilt = _run(tmp_path, call, policy)
     assert "ledger" not in repr(live) and "ledger" not in repr(rebuilt)
     assert live["steps"][-1]["message"] == ANSWER
+
+
+def test_an_answer_echoing_the_clients_key_in_its_model_and_id_is_scrubbed_live_as_in_the_journal(
+    tmp_path: Path,
+) -> None:
+    # The live exporter wrote the answer's model and id as the provider gave them; the journal's rows scrub every
+    # string for the keys the relay remembered, so the two trajectories of one run differed, the live one leaking.
+    key = testing.TEST_KEY
+
+    def echoing() -> None:
+        body = testing.chat_completion_body(ANSWER, model=f"gpt-x-{key}", id=f"chatcmpl-{key}")
+        scripted = testing.scripted_openai(testing.json_reply(body))
+        adapters.complete(scripted.client, {"model": "gpt-x", "messages": ASK})
+
+    live, rebuilt = _run(tmp_path, echoing)
+    assert key[:12] not in repr(live)
+    assert rebuilt == live

@@ -274,12 +274,13 @@ def _response(event: Event) -> dict[str, Any] | None:
     if annotation is None:
         return None
     out: dict[str, Any] = {}
+    # The provider's words, as every string a record takes from it: scrubbed of the keys the relay remembered.
     if annotation.model:
-        out["model"] = annotation.model
+        out["model"] = plain(annotation.model)
     if annotation.id:
-        out["id"] = annotation.id
+        out["id"] = plain(annotation.id)
     if annotation.finish_reasons:
-        out["finish_reasons"] = list(annotation.finish_reasons)
+        out["finish_reasons"] = plain(list(annotation.finish_reasons))
     usage = _usage_of(annotation.usage)
     if usage:
         out["usage"] = usage
@@ -457,7 +458,7 @@ class Tracker:
             if event.provider:
                 record["provider"] = event.provider
             if event.model_name:
-                record["model_name"] = event.model_name
+                record["model_name"] = plain(event.model_name)
             record["req"] = found.req
             parent = self._open.get(event.parent_uuid or "")
             if parent is None or parent.kind != cv.LOGICAL_CALL:
@@ -480,7 +481,7 @@ class Tracker:
             output = event.output if isinstance(event.output, dict) else {}
             for key in ("model", "provider"):
                 if isinstance(output.get(key), str):
-                    meta[key] = output[key]
+                    meta[key] = plain(output[key])
             if isinstance(output.get("relay.fallback"), str) or isinstance(event.metadata.get("relay.fallback"), str):
                 meta["fallback"] = output.get("relay.fallback") or event.metadata.get("relay.fallback")
             if meta:
