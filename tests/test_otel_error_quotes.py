@@ -114,3 +114,34 @@ def test_a_tools_error_quoting_its_arguments_does_not_export_them_without_captur
     errors = _errors(out)
     assert any(text.startswith("LookupError: no ledger row for '[redacted]'") for text in errors), errors
     assert not any("88-1204" in text for text in errors)
+
+
+def test_an_answer_echoing_the_clients_key_in_its_model_and_id_exports_no_run_of_it(
+    relay_home: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The response's model and id were exported as the provider gave them (span attributes, OpenInference's
+    # llm.model_name, the logical call's relay.model, the metrics' gen_ai.response.model label).
+    monkeypatch.delenv(CAPTURE_ENV, raising=False)
+    out = Pipeline()
+    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
+    exporter = OTelExporter(out.tracer_provider, out.meter_provider, conventions=("gen_ai", "openinference"))
+    exporter.attach(host)
+    coordinator = session.SESSION_COORDINATOR
+    lease = coordinator.acquire_conversation(profile_key=host.profile_key, session_id="s", platform="test")
+    turn = coordinator.begin_turn(lease, turn_id="t", task_id="k")
+    key = t.TEST_KEY
+    body = t.chat_completion_body("ok", model=f"gpt-x-{key}", id=f"chatcmpl-{key}")
+    adapters.complete(
+        t.scripted_openai(t.json_reply(body)).client, {"model": "gpt-x", "messages": [{"role": "user", "content": "q"}]}
+    )
+    coordinator.end_turn(turn, outcome="success")
+    coordinator.release_conversation(lease)
+    exporter.detach()
+    spans = repr(
+        [(s.name, dict(s.attributes or {}), [dict(e.attributes or {}) for e in s.events]) for s in out.finished()]
+    )
+    metrics = out.reader.get_metrics_data()
+    exported = spans + (metrics.to_json() if metrics is not None else "")
+    assert "gen_ai.response.model" in spans and "gpt-x-[redacted]" in spans
+    for start in range(len(key) - 7):
+        assert key[start : start + 8] not in exported, key[start : start + 8]
