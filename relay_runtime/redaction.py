@@ -239,6 +239,14 @@ _known_clean: set[str] = set()
 _KNOWN_CLEAN_MAX = 4096
 
 
+def scrub_repeated(text: str) -> str:
+    """``scrub_text`` for a value that comes back on every call (a model's name): a set lookup once it is known
+    to hold no run of a remembered key."""
+    if not _secrets or text in _known_clean:
+        return text
+    return _scrubbed_leaf(text)
+
+
 def _scrubbed_leaf(value: str) -> str:
     """``value`` itself if it holds no run of a remembered key, else the scrubbed copy."""
     clean = scrub_text(value)

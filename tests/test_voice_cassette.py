@@ -305,3 +305,26 @@ def test_a_changed_call_s_miss_shows_it_as_stored_under_the_redaction_policy(tmp
         assert "'write to [REDACTED:email]'" in message and "'write to [REDACTED:email] now'" in message
     finally:
         relay_session.SESSION_COORDINATOR.redaction.use(None)
+
+
+def test_a_realtime_tapes_instructions_are_stored_under_the_redaction_policy(tmp_path) -> None:
+    # The session's instructions (its system prompt) were stored as given: the policy read the stored request's
+    # view fields only, and a realtime configuration names its prompt ``instructions``.
+    email = "jane.doe@example.com"
+    path = tmp_path / "voice.json"
+    cfg = config(instructions=f"You speak for {email}.")
+    relay_session.SESSION_COORDINATOR.redaction.use(RedactionPolicy([Rule("redact", detector="email")]))
+    try:
+
+        async def run(provider: Any, mode: str) -> list[ProviderEvent]:
+            with cassettes.use(path, mode=mode):
+                return await conversation(provider, cfg=cfg)
+
+        live = asyncio.run(run(CassetteProvider(StubProvider(tone_ms=100, frame_ms=50)), "record"))
+        text = path.read_text()
+        assert email not in text
+        assert json.loads(text)["calls"][0]["request"]["instructions"] == "You speak for [REDACTED:email]."
+        replayed = asyncio.run(run(CassetteProvider(provider_id="stub"), "replay"))  # matched as it was stored
+        assert [e.kind for e in replayed] == [e.kind for e in live]
+    finally:
+        relay_session.SESSION_COORDINATOR.redaction.use(None)

@@ -19,6 +19,7 @@ from opentelemetry.trace import SpanKind
 from relay_runtime import conventions as cv
 from relay_runtime.cost import AttemptCost, CostRollup
 from relay_runtime.events import Event
+from relay_runtime.redaction import scrub_repeated, scrub_text
 from relay_runtime.types import AnnotatedLLMRequest, AnnotatedLLMResponse
 
 # -- what a scope is ---------------------------------------------------------------------
@@ -286,10 +287,11 @@ def input_tokens_total(provider: str | None, usage: Any) -> int | None:
 def response_attributes(provider: str | None, resp: AnnotatedLLMResponse | None, out: dict[str, Any]) -> None:
     if resp is None:
         return
+    # The provider's words: one echoing the client's key (an id or model built from it) must not export it.
     if resp.model:
-        out["gen_ai.response.model"] = resp.model
+        out["gen_ai.response.model"] = scrub_repeated(resp.model)
     if resp.id:
-        out["gen_ai.response.id"] = resp.id
+        out["gen_ai.response.id"] = scrub_text(resp.id)
     if resp.finish_reasons:
         # A tuple, as the SDK keeps a sequence attribute: nothing to convert when the span ends.
         out["gen_ai.response.finish_reasons"] = tuple(map(str, resp.finish_reasons))
@@ -365,7 +367,7 @@ def end_attributes(event: Event, role: str) -> dict[str, Any]:
             for key, attr in _LOGICAL_OUTPUT:
                 value = output.get(key)
                 if isinstance(value, str) and value:
-                    out[attr] = value
+                    out[attr] = scrub_repeated(value)  # the answer's model, as its attempt's span writes it
         fallback = md.get(cv.FALLBACK) if md else None
         if isinstance(fallback, str) and fallback:  # answered by this execution intercept, its provider failed
             out[cv.FALLBACK] = fallback
@@ -421,7 +423,7 @@ def metric_key(
     ``(operation, provider, request model, response model, server address)``; ``resp`` is the
     event's ``annotated_response``, which the caller has read already."""
     op, provider, model = attempt_identity(event, event.annotated_request)
-    response_model = resp.model if resp is not None and resp.model else None
+    response_model = scrub_repeated(resp.model) if resp is not None and resp.model else None
     md = event.metadata
     address = md.get(cv.SERVER_ADDRESS) if md else None
     return op, provider, model, response_model, address if type(address) is str else None

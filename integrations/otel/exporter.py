@@ -39,6 +39,7 @@ from .capture import DetailsEvents, as_events, capture_mode, mode_from_env, on_s
 from .content import ContentRecorder, Redactor
 from .content_store import ContentStore, Write, store_from_env
 from .deferred import DeferredSpan, fast_path_for
+from .error_quotes import sent, unquoted
 from .export_size import DEFAULT_MAX_EXPORT_BYTES, attribute_length, check_max_bytes
 from .lifecycle import SHUTDOWN_TIMEOUTS as SHUTDOWN_TIMEOUTS
 from .metrics import GenAIMetrics
@@ -290,6 +291,8 @@ class OTelExporter:
         try:
             record = OpenSpan(event.uuid, span, role, parent, conversation_id)
             record.hints = hints
+            if self._content is None and role is not A.ATTEMPT:
+                record.given = event.input
             if role is A.ATTEMPT and event.annotated_request is None and event.provider is None:
                 record.late = True
             evicted = self._table.add(record)
@@ -391,6 +394,10 @@ class OTelExporter:
             span.set_attributes(attributes)
         if err is not None:
             message = event.error_message or ""
+            if self._content is None:  # spans carry no content
+                message = unquoted(message, *sent(event.annotated_request)) if role == A.ATTEMPT else (
+                    unquoted(message, record.given)
+                )  # fmt: skip
             if len(message) > self.max_attribute_length:  # the limit every other attribute is held to
                 message = clipping.head(message, self.max_attribute_length)
             span.add_event(

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from relay_runtime.events import Event
+from relay_runtime.redaction import scrub_repeated
 
 from .attributes import (
     AGENT,
@@ -70,7 +71,7 @@ def end_attributes(event: Event, role: str) -> dict[str, Any]:
     if resp is None:
         return out
     if resp.model:
-        out["llm.model_name"] = resp.model
+        out["llm.model_name"] = scrub_repeated(resp.model)
     usage = resp.usage
     if usage is None:
         return out

@@ -16,7 +16,7 @@ from opentelemetry.trace import Span
 
 
 class OpenSpan:
-    __slots__ = ("children", "context", "conversation_id", "hints", "late", "parent", "role", "span", "uuid")
+    __slots__ = ("children", "context", "conversation_id", "given", "hints", "late", "parent", "role", "span", "uuid")
 
     def __init__(self, uuid: str, span: Span, role: str, parent: OpenSpan | None, conversation_id: str | None):
         self.uuid = uuid
@@ -32,6 +32,9 @@ class OpenSpan:
         # An attempt whose start said neither its provider nor its request (one a framework's callbacks
         # witnessed): what a start says of an attempt is said at its end.
         self.late = False
+        # What a scope's start was given (a tool's arguments, a chain's inputs), while spans carry no content:
+        # its end's error message may quote it (``error_quotes``). An attempt's end carries its own request.
+        self.given: Any = None
 
 
 class SpanTable:

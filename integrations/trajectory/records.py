@@ -30,6 +30,7 @@ from typing import Any
 
 from relay_runtime import CHUNK_MARK, MARK, SCOPE_END, SCOPE_START, Event
 from relay_runtime import conventions as cv
+from relay_runtime.redaction_reasoning import reasoning_texts
 
 from .plain import plain
 from .sent_copies import SentCopies
@@ -273,12 +274,13 @@ def _response(event: Event) -> dict[str, Any] | None:
     if annotation is None:
         return None
     out: dict[str, Any] = {}
+    # The provider's words, as every string a record takes from it: scrubbed of the keys the relay remembered.
     if annotation.model:
-        out["model"] = annotation.model
+        out["model"] = plain(annotation.model)
     if annotation.id:
-        out["id"] = annotation.id
+        out["id"] = plain(annotation.id)
     if annotation.finish_reasons:
-        out["finish_reasons"] = list(annotation.finish_reasons)
+        out["finish_reasons"] = plain(list(annotation.finish_reasons))
     usage = _usage_of(annotation.usage)
     if usage:
         out["usage"] = usage
@@ -456,7 +458,7 @@ class Tracker:
             if event.provider:
                 record["provider"] = event.provider
             if event.model_name:
-                record["model_name"] = event.model_name
+                record["model_name"] = plain(event.model_name)
             record["req"] = found.req
             parent = self._open.get(event.parent_uuid or "")
             if parent is None or parent.kind != cv.LOGICAL_CALL:
@@ -468,12 +470,18 @@ class Tracker:
                 record["resp"] = response
             if found.reasoning:
                 record["reasoning"] = plain("".join(found.reasoning))
+            elif event.output is not None:
+                # An answer given whole says its reasoning in the SDK's answer object only (the view carries
+                # none), as the redaction policy left it there: what a rule on ``/response/reasoning`` made of it.
+                thoughts = reasoning_texts(event.output)
+                if thoughts:
+                    record["reasoning"] = plain("\n".join(thoughts))
         else:
             meta = _meta(event.metadata, _CALL_META)
             output = event.output if isinstance(event.output, dict) else {}
             for key in ("model", "provider"):
                 if isinstance(output.get(key), str):
-                    meta[key] = output[key]
+                    meta[key] = plain(output[key])
             if isinstance(output.get("relay.fallback"), str) or isinstance(event.metadata.get("relay.fallback"), str):
                 meta["fallback"] = output.get("relay.fallback") or event.metadata.get("relay.fallback")
             if meta:

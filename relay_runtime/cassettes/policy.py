@@ -36,6 +36,7 @@ Across = Callable[[list[str]], list[str]]
 _READ_AT = {
     "model": ("request", "model"),  # the caller names it (a fine-tune's suffix), as events read it
     "system": ("request", "system"),
+    "instructions": ("request", "system"),  # a realtime session's prompt, as its tape stores it
     "messages": ("request", "messages"),
     "tools": ("request", "tools"),
     "params": ("request", "params"),
