@@ -15,12 +15,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from opentelemetry.trace import Span, Status, StatusCode
+
+from relay_runtime import clipping
 from relay_runtime.redaction import REDACTED
 
 _QUOTE = 24  # the shortest head or tail of a text read as a quote of it
 _MIN = 8  # texts shorter than this are not looked for
 _MAX_DEPTH = 16
 _MAX_TEXTS = 512  # a huge conversation: the newest texts are the likeliest quoted
+_STATUS_MESSAGE_LIMIT = 512
+
+
+def record_error(span: Span, error_type: str, message: str, limit: int, timestamp: int | None) -> None:
+    """A failed scope's error on its span: an ``exception`` event, its message held to ``limit`` (the length every
+    other attribute is held to), and the error status, its description shorter still."""
+    if len(message) > limit:
+        message = clipping.head(message, limit)
+    span.add_event("exception", {"exception.type": error_type, "exception.message": message}, timestamp=timestamp)
+    span.set_status(Status(StatusCode.ERROR, f"{error_type}: {message}"[:_STATUS_MESSAGE_LIMIT]))
 
 
 def sent(request: Any) -> tuple[Any, ...]:

@@ -26,7 +26,6 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import Span, Status, StatusCode, TracerProvider, set_span_in_context
 
-from relay_runtime import clipping
 from relay_runtime import conventions as cv
 from relay_runtime.attach import Attachment
 from relay_runtime.events import MARK, SCOPE_END, SCOPE_START, Event
@@ -39,7 +38,7 @@ from .capture import DetailsEvents, as_events, capture_mode, mode_from_env, on_s
 from .content import ContentRecorder, Redactor
 from .content_store import ContentStore, Write, store_from_env
 from .deferred import DeferredSpan, fast_path_for
-from .error_quotes import sent, unquoted
+from .error_quotes import record_error, sent, unquoted
 from .export_size import DEFAULT_MAX_EXPORT_BYTES, attribute_length, check_max_bytes
 from .lifecycle import SHUTDOWN_TIMEOUTS as SHUTDOWN_TIMEOUTS
 from .metrics import GenAIMetrics
@@ -75,7 +74,6 @@ DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
 _SWEEPING_ROLES = frozenset({A.CONVERSATION, A.TURN, A.AGENT})
 _SPAN_KINDS = A.SPAN_KINDS
 _EMPTY_CONTEXT = Context()
-_STATUS_MESSAGE_LIMIT = 512
 
 
 class OTelExporter:
@@ -398,14 +396,7 @@ class OTelExporter:
                 message = unquoted(message, *sent(event.annotated_request)) if role == A.ATTEMPT else (
                     unquoted(message, record.given)
                 )  # fmt: skip
-            if len(message) > self.max_attribute_length:  # the limit every other attribute is held to
-                message = clipping.head(message, self.max_attribute_length)
-            span.add_event(
-                "exception",
-                {"exception.type": str(err), "exception.message": message},
-                timestamp=event.timestamp,
-            )
-            span.set_status(Status(StatusCode.ERROR, f"{err}: {message}"[:_STATUS_MESSAGE_LIMIT]))
+            record_error(span, str(err), message, self.max_attribute_length, event.timestamp)
         if role == A.ATTEMPT and self._metrics is not None:
             self._metrics.record_attempt(event, err)
         if self._tail is not None:
