@@ -10,7 +10,7 @@ that both hand the processors the same spans, field by field.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -368,12 +368,7 @@ def test_traceparent_and_children_of_an_open_span():
 def test_a_deferred_span_takes_the_span_api_as_the_sdk_span_does(limits, odd):
     """Everything the Span API lets a caller of ``span_for`` do, on both, with the same ids."""
     ended: dict[bool, list[ReadableSpan]] = {}
-    for fast in (True, False):
-        keep = KeepAll()
-        provider = provider_with(keep, id_generator=CountingIds(), span_limits=limits)
-        tracer = provider.get_tracer("t", "1")
-        path = fast_path_for(tracer)
-        assert path is not None
+    for fast, keep, tracer, path in _both_paths(limits):
         start: dict[str, Any] = {"k": "v", "n": 1, "seq": ["a", "b"]}
         if fast:
             span = path.start_span("s", None, None, SpanKind.CLIENT, dict(start), 100)
@@ -429,12 +424,7 @@ def test_a_deferred_span_takes_the_span_api_as_the_sdk_span_does(limits, odd):
 def test_an_end_with_its_last_attributes_ends_as_setting_them_then_ending_does(limits, start, last):
     """``DeferredSpan.end_with`` (the exporter's usual end) makes the span the SDK's makes from the same calls."""
     ended: dict[bool, list[ReadableSpan]] = {}
-    for fast in (True, False):
-        keep = KeepAll()
-        provider = provider_with(keep, id_generator=CountingIds(), span_limits=limits)
-        tracer = provider.get_tracer("t", "1")
-        path = fast_path_for(tracer)
-        assert path is not None
+    for fast, keep, tracer, path in _both_paths(limits):
         if fast:
             span = path.start_span("s", None, None, SpanKind.CLIENT, dict(start), 100)
             assert isinstance(span, DeferredSpan)
@@ -533,3 +523,14 @@ def test_an_sdk_whose_span_types_changed_shape_keeps_the_sdk_span(monkeypatch, c
     assert fast_path_for(tracer) is None
     monkeypatch.undo()
     assert fast_path_for(tracer) is not None
+
+
+def _both_paths(limits: SpanLimits | None) -> Iterator[tuple[bool, KeepAll, Any, Any]]:
+    """The deferred path, then the SDK's own, each over a provider of its own with counted ids and ``limits``:
+    (whether deferred, what the provider ended, its tracer, the deferred path)."""
+    for fast in (True, False):
+        keep = KeepAll()
+        tracer = provider_with(keep, id_generator=CountingIds(), span_limits=limits).get_tracer("t", "1")
+        path = fast_path_for(tracer)
+        assert path is not None
+        yield fast, keep, tracer, path

@@ -23,11 +23,7 @@ from relay_runtime.integrations.run_journal import JournalSubscriber
 from relay_runtime.integrations.trajectory import AtifExporter, atif_from_journal, validate_atif
 from relay_runtime.redaction import RedactionPolicy, Rule
 from tests import genai_support
-
-EMAIL = "jane.doe@example.com"
-THOUGHT = f"The user is {EMAIL}; check the ledger."
-ANSWER = "Your balance is fine."
-ASK = [{"role": "user", "content": "balance?"}]
+from tests.test_leaks_reasoning import ANSWER, ASK, EMAIL, THOUGHT, _anthropic, _openai_compatible
 
 
 @pytest.fixture(autouse=True)
@@ -35,20 +31,6 @@ def clean_sessions() -> Iterator[None]:
     session.reset_for_tests()
     yield
     session.reset_for_tests()
-
-
-def _anthropic() -> None:
-    body = testing.anthropic_message_body(ANSWER)
-    body["content"].insert(0, {"type": "thinking", "thinking": THOUGHT, "signature": "sig"})
-    scripted = testing.scripted_anthropic(testing.json_reply(body))
-    adapters.complete(scripted.client, {"model": "claude-x", "max_tokens": 64, "messages": ASK})
-
-
-def _openai_compatible() -> None:
-    body = testing.chat_completion_body(ANSWER)
-    body["choices"][0]["message"]["reasoning_content"] = THOUGHT  # as vLLM, DeepSeek and others send it
-    scripted = testing.scripted_openai(testing.json_reply(body))
-    adapters.complete(scripted.client, {"model": "gpt-x", "messages": ASK})
 
 
 def _responses() -> None:
