@@ -290,7 +290,7 @@ class OTelExporter:
             record = OpenSpan(event.uuid, span, role, parent, conversation_id)
             record.hints = hints
             if self._content is None and role is not A.ATTEMPT:
-                record.given = event.input
+                record.given = event  # its input read only if the scope fails: reading it makes the record of it
             if role is A.ATTEMPT and event.annotated_request is None and event.provider is None:
                 record.late = True
             evicted = self._table.add(record)
@@ -394,7 +394,7 @@ class OTelExporter:
             message = event.error_message or ""
             if self._content is None:  # spans carry no content
                 message = unquoted(message, *sent(event.annotated_request)) if role == A.ATTEMPT else (
-                    unquoted(message, record.given)
+                    unquoted(message, record.given.input if record.given is not None else None)
                 )  # fmt: skip
             record_error(span, str(err), message, self.max_attribute_length, event.timestamp)
         if role == A.ATTEMPT and self._metrics is not None:

@@ -14,6 +14,8 @@ from typing import Any
 from opentelemetry.context import Context
 from opentelemetry.trace import Span
 
+from relay_runtime.events import Event
+
 
 class OpenSpan:
     __slots__ = ("children", "context", "conversation_id", "given", "hints", "late", "parent", "role", "span", "uuid")
@@ -32,9 +34,10 @@ class OpenSpan:
         # An attempt whose start said neither its provider nor its request (one a framework's callbacks
         # witnessed): what a start says of an attempt is said at its end.
         self.late = False
-        # What a scope's start was given (a tool's arguments, a chain's inputs), while spans carry no content:
-        # its end's error message may quote it (``error_quotes``). An attempt's end carries its own request.
-        self.given: Any = None
+        # The start event of a scope given something (a tool's arguments, a chain's inputs), while spans carry no
+        # content: its end's error message may quote its input (``error_quotes``), read then, as the record of an
+        # input is made only when read. An attempt's end carries its own request.
+        self.given: Event | None = None
 
 
 class SpanTable:
