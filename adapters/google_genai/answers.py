@@ -364,9 +364,7 @@ class GenerateContentAccumulator:
         folded response), candidates without the first (whose text and calls an annotation holds) and a stream
         cut short (read so far, its usage and reasons are blanked) get theirs now.
         """
-        states = self.candidates
-        ordered = [states[i] for i in sorted(states)] if len(states) > 1 else list(states.values())
-        first = states.get(0) or _Candidate()
+        ordered, first = self._ordered()
         response: dict[str, Any] = {
             "candidates": [c.folded() for c in ordered] or [first.folded()],
             "model_version": self.model,
@@ -374,15 +372,19 @@ class GenerateContentAccumulator:
         }
         if self.usage is not None:
             response["usage_metadata"] = dumped(self.usage)
-        if not self.blocked and 0 in states and self.terminated:
+        if not self.blocked and 0 in self.candidates and self.terminated:
             return response, None
         return response, self.annotation()
 
-    def annotation(self) -> AnnotatedLLMResponse:
-        """The annotation of what was folded so far."""
+    def _ordered(self) -> tuple[list[_Candidate], _Candidate]:
+        """The candidates folded so far, by index, and the first (an empty one when none came)."""
         states = self.candidates
         ordered = [states[i] for i in sorted(states)] if len(states) > 1 else list(states.values())
-        first = states.get(0) or _Candidate()
+        return ordered, states.get(0) or _Candidate()
+
+    def annotation(self) -> AnnotatedLLMResponse:
+        """The annotation of what was folded so far."""
+        ordered, first = self._ordered()
         reasons: list[str] = []
         for state in ordered:
             if state.reason is not None:  # (``finish_reason`` of None is None)

@@ -34,9 +34,9 @@ class OpenSpan:
         # An attempt whose start said neither its provider nor its request (one a framework's callbacks
         # witnessed): what a start says of an attempt is said at its end.
         self.late = False
-        # The start event of a scope given something (a tool's arguments, a chain's inputs), while spans carry no
-        # content: its end's error message may quote its input (``error_quotes``), read then, as the record of an
-        # input is made only when read. An attempt's end carries its own request.
+        # The start event of a scope that is no attempt, while spans carry no content: its end's error message may
+        # quote what it was given (a tool's arguments, a chain's inputs: ``error_quotes``), read only then, as the
+        # record of an input is made when read. An attempt's end carries its own request.
         self.given: Event | None = None
 
 
