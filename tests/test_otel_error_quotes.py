@@ -7,6 +7,8 @@ other attribute. Real SDK clients over scripted transports, a real OTel SDK pipe
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -22,15 +24,27 @@ PROMPT = "Please summarise the quarterly ledger of Jane Doe, account 88-1204, be
 SYSTEM = "You are the private assistant of the treasury desk; never reveal the ledger."
 
 
-def _run(monkeypatch: pytest.MonkeyPatch, capture: bool, *replies: t.Reply, anthropic: bool = False) -> Pipeline:
+@contextmanager
+def _exported_turn(monkeypatch: pytest.MonkeyPatch, **exporter: Any) -> Iterator[tuple[Pipeline, Any]]:
+    """A turn of the process's host, exported through a real OTel SDK pipeline (``OTelExporter(**exporter)``), the
+    capture mode left to the exporter's arguments: the pipeline, and the turn's host, once the turn has ended."""
     monkeypatch.delenv(CAPTURE_ENV, raising=False)
     out = Pipeline()
     host = session.SESSION_COORDINATOR.host(session.current_profile_key())
-    exporter = OTelExporter(out.tracer_provider, out.meter_provider, capture_content=capture).attach(host)
+    attached = OTelExporter(out.tracer_provider, out.meter_provider, **exporter).attach(host)
     coordinator = session.SESSION_COORDINATOR
     lease = coordinator.acquire_conversation(profile_key=host.profile_key, session_id="s", platform="test")
     turn = coordinator.begin_turn(lease, turn_id="t", task_id="k")
     try:
+        yield out, lease.host
+    finally:
+        coordinator.end_turn(turn, outcome="success")
+        coordinator.release_conversation(lease)
+        attached.detach()
+
+
+def _run(monkeypatch: pytest.MonkeyPatch, capture: bool, *replies: t.Reply, anthropic: bool = False) -> Pipeline:
+    with _exported_turn(monkeypatch, capture_content=capture) as (out, _host):
         if anthropic:
             s = t.scripted_anthropic(*replies, max_retries=0)
             request: dict[str, Any] = {"model": "c", "max_tokens": 5, "system": SYSTEM,
@@ -41,10 +55,6 @@ def _run(monkeypatch: pytest.MonkeyPatch, capture: bool, *replies: t.Reply, anth
                                                   {"role": "user", "content": PROMPT}]}  # fmt: skip
         with pytest.raises(Exception):  # noqa: B017 - the provider's error, whichever SDK raised it
             adapters.complete(s.client, request)
-    finally:
-        coordinator.end_turn(turn, outcome="success")
-        coordinator.release_conversation(lease)
-        exporter.detach()
     return out
 
 
@@ -93,24 +103,13 @@ def test_with_capture_on_the_quote_is_kept(relay_home: Any, monkeypatch: pytest.
 def test_a_tools_error_quoting_its_arguments_does_not_export_them_without_capture(
     relay_home: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv(CAPTURE_ENV, raising=False)
-    out = Pipeline()
-    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
-    exporter = OTelExporter(out.tracer_provider, out.meter_provider).attach(host)
-    coordinator = session.SESSION_COORDINATOR
-    lease = coordinator.acquire_conversation(profile_key=host.profile_key, session_id="s", platform="test")
-    turn = coordinator.begin_turn(lease, turn_id="t", task_id="k")
-
     def lookup(args: Any) -> Any:
         raise LookupError(f"no ledger row for {args['customer']!r} in {args['book']}")
 
-    with pytest.raises(LookupError):
-        lease.host.relay.tools.execute(
+    with _exported_turn(monkeypatch) as (out, host), pytest.raises(LookupError):
+        host.relay.tools.execute(
             "lookup", {"customer": "Jane Doe, account 88-1204", "book": "treasury"}, lookup, tool_call_id="c1"
         )
-    coordinator.end_turn(turn, outcome="success")
-    coordinator.release_conversation(lease)
-    exporter.detach()
     errors = _errors(out)
     assert any(text.startswith("LookupError: no ledger row for '[redacted]'") for text in errors), errors
     assert not any("88-1204" in text for text in errors)
@@ -121,22 +120,13 @@ def test_an_answer_echoing_the_clients_key_in_its_model_and_id_exports_no_run_of
 ) -> None:
     # The response's model and id were exported as the provider gave them (span attributes, OpenInference's
     # llm.model_name, the logical call's relay.model, the metrics' gen_ai.response.model label).
-    monkeypatch.delenv(CAPTURE_ENV, raising=False)
-    out = Pipeline()
-    host = session.SESSION_COORDINATOR.host(session.current_profile_key())
-    exporter = OTelExporter(out.tracer_provider, out.meter_provider, conventions=("gen_ai", "openinference"))
-    exporter.attach(host)
-    coordinator = session.SESSION_COORDINATOR
-    lease = coordinator.acquire_conversation(profile_key=host.profile_key, session_id="s", platform="test")
-    turn = coordinator.begin_turn(lease, turn_id="t", task_id="k")
     key = t.TEST_KEY
     body = t.chat_completion_body("ok", model=f"gpt-x-{key}", id=f"chatcmpl-{key}")
-    adapters.complete(
-        t.scripted_openai(t.json_reply(body)).client, {"model": "gpt-x", "messages": [{"role": "user", "content": "q"}]}
-    )
-    coordinator.end_turn(turn, outcome="success")
-    coordinator.release_conversation(lease)
-    exporter.detach()
+    with _exported_turn(monkeypatch, conventions=("gen_ai", "openinference")) as (out, _host):
+        adapters.complete(
+            t.scripted_openai(t.json_reply(body)).client,
+            {"model": "gpt-x", "messages": [{"role": "user", "content": "q"}]},
+        )
     spans = repr(
         [(s.name, dict(s.attributes or {}), [dict(e.attributes or {}) for e in s.events]) for s in out.finished()]
     )

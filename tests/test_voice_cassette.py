@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -258,73 +259,69 @@ class SplittingProvider(StubProvider):
         return SplittingConnection(config, tone_ms=self.tone_ms, frame_ms=self.frame_ms)
 
 
-def test_a_realtime_tape_is_recorded_under_the_redaction_policy_and_replays(tmp_path) -> None:
+@pytest.fixture
+def email_policy() -> Iterator[None]:
+    """The coordinator's redaction policy redacts e-mail addresses for the test (for every host), then none."""
+    relay_session.SESSION_COORDINATOR.redaction.use(RedactionPolicy([Rule("redact", detector="email")]))
+    yield
+    relay_session.SESSION_COORDINATOR.redaction.use(None)
+
+
+def test_a_realtime_tape_is_recorded_under_the_redaction_policy_and_replays(tmp_path, email_policy) -> None:
     email = "jane.doe@example.com"
     greeting = f"write to {email} please"
     path = tmp_path / "voice.json"
-    relay_session.SESSION_COORDINATOR.redaction.use(RedactionPolicy([Rule("redact", detector="email")]))
-    try:
 
-        async def run(provider: Any, mode: str) -> list[ProviderEvent]:
-            with cassettes.use(path, mode=mode):
-                return await conversation(provider, greeting=greeting)
+    async def run(provider: Any, mode: str) -> list[ProviderEvent]:
+        with cassettes.use(path, mode=mode):
+            return await conversation(provider, greeting=greeting)
 
-        live = asyncio.run(run(CassetteProvider(SplittingProvider(tone_ms=100, frame_ms=50)), "record"))
-        said = "".join(e.payload["delta"] for e in live if e.kind == ProviderEventKind.OUTPUT_TEXT_DELTA)
-        assert email in said  # the relay hears the real answer
-        text = path.read_text()
-        steps = json.loads(text)["calls"][0]["session"]
-        stored = "".join(
-            s["event"]["payload"]["delta"] for s in steps if s.get("event", {}).get("kind") == "output_text_delta"
-        )
-        assert stored == said.replace(email, "[REDACTED:email]")  # split in pieces, found whole
-        assert {"send": "send_text", "text": "write to [REDACTED:email] please"}.items() <= steps[1].items()
-        assert email not in text and json.loads(text)["redaction"]
-        # Replayed under the same policy: the live call is matched as it was stored.
-        replayed = asyncio.run(run(CassetteProvider(provider_id="stub"), "replay"))
-        assert [e.kind for e in replayed] == [e.kind for e in live]
-    finally:
-        relay_session.SESSION_COORDINATOR.redaction.use(None)
+    live = asyncio.run(run(CassetteProvider(SplittingProvider(tone_ms=100, frame_ms=50)), "record"))
+    said = "".join(e.payload["delta"] for e in live if e.kind == ProviderEventKind.OUTPUT_TEXT_DELTA)
+    assert email in said  # the relay hears the real answer
+    text = path.read_text()
+    steps = json.loads(text)["calls"][0]["session"]
+    stored = "".join(
+        s["event"]["payload"]["delta"] for s in steps if s.get("event", {}).get("kind") == "output_text_delta"
+    )
+    assert stored == said.replace(email, "[REDACTED:email]")  # split in pieces, found whole
+    assert {"send": "send_text", "text": "write to [REDACTED:email] please"}.items() <= steps[1].items()
+    assert email not in text and json.loads(text)["redaction"]
+    # Replayed under the same policy: the live call is matched as it was stored.
+    replayed = asyncio.run(run(CassetteProvider(provider_id="stub"), "replay"))
+    assert [e.kind for e in replayed] == [e.kind for e in live]
 
 
-def test_a_changed_call_s_miss_shows_it_as_stored_under_the_redaction_policy(tmp_path) -> None:
+def test_a_changed_call_s_miss_shows_it_as_stored_under_the_redaction_policy(tmp_path, email_policy) -> None:
     email = "jane.doe@example.com"
     path = tmp_path / "voice.json"
-    relay_session.SESSION_COORDINATOR.redaction.use(RedactionPolicy([Rule("redact", detector="email")]))
-    try:
 
-        async def run(provider: Any, mode: str, greeting: str) -> list[ProviderEvent]:
-            with cassettes.use(path, mode=mode):
-                return await conversation(provider, greeting=greeting)
+    async def run(provider: Any, mode: str, greeting: str) -> list[ProviderEvent]:
+        with cassettes.use(path, mode=mode):
+            return await conversation(provider, greeting=greeting)
 
-        asyncio.run(run(CassetteProvider(StubProvider(tone_ms=100, frame_ms=50)), "record", f"write to {email}"))
-        with pytest.raises(cassettes.CassetteMiss) as miss:
-            asyncio.run(run(CassetteProvider(provider_id="stub"), "replay", f"write to {email} now"))
-        message = str(miss.value)
-        assert email not in message and email not in repr(miss.value)
-        assert "'write to [REDACTED:email]'" in message and "'write to [REDACTED:email] now'" in message
-    finally:
-        relay_session.SESSION_COORDINATOR.redaction.use(None)
+    asyncio.run(run(CassetteProvider(StubProvider(tone_ms=100, frame_ms=50)), "record", f"write to {email}"))
+    with pytest.raises(cassettes.CassetteMiss) as miss:
+        asyncio.run(run(CassetteProvider(provider_id="stub"), "replay", f"write to {email} now"))
+    message = str(miss.value)
+    assert email not in message and email not in repr(miss.value)
+    assert "'write to [REDACTED:email]'" in message and "'write to [REDACTED:email] now'" in message
 
 
-def test_a_realtime_tapes_instructions_are_stored_under_the_redaction_policy(tmp_path) -> None:
+def test_a_realtime_tapes_instructions_are_stored_under_the_redaction_policy(tmp_path, email_policy) -> None:
     # The session's instructions (its system prompt) were stored as given: the policy read the stored request's
     # view fields only, and a realtime configuration names its prompt ``instructions``.
     email = "jane.doe@example.com"
     path = tmp_path / "voice.json"
     cfg = config(instructions=f"You speak for {email}.")
-    relay_session.SESSION_COORDINATOR.redaction.use(RedactionPolicy([Rule("redact", detector="email")]))
-    try:
 
-        async def run(provider: Any, mode: str) -> list[ProviderEvent]:
-            with cassettes.use(path, mode=mode):
-                return await conversation(provider, cfg=cfg)
+    async def run(provider: Any, mode: str) -> list[ProviderEvent]:
+        with cassettes.use(path, mode=mode):
+            return await conversation(provider, cfg=cfg)
 
-        live = asyncio.run(run(CassetteProvider(StubProvider(tone_ms=100, frame_ms=50)), "record"))
-        text = path.read_text()
-        assert email not in text
-        assert json.loads(text)["calls"][0]["request"]["instructions"] == "You speak for [REDACTED:email]."
-        replayed = asyncio.run(run(CassetteProvider(provider_id="stub"), "replay"))  # matched as it was stored
-        assert [e.kind for e in replayed] == [e.kind for e in live]
-    finally:
-        relay_session.SESSION_COORDINATOR.redaction.use(None)
+    live = asyncio.run(run(CassetteProvider(StubProvider(tone_ms=100, frame_ms=50)), "record"))
+    text = path.read_text()
+    assert email not in text
+    assert json.loads(text)["calls"][0]["request"]["instructions"] == "You speak for [REDACTED:email]."
+    replayed = asyncio.run(run(CassetteProvider(provider_id="stub"), "replay"))  # matched as it was stored
+    assert [e.kind for e in replayed] == [e.kind for e in live]
