@@ -40,7 +40,9 @@ def fired_in_text(rules: Any) -> bool:
 class Application:
     """A pass's state, and the rules run over one string (see the module docstring)."""
 
-    __slots__ = ("anywhere", "counts", "done", "floor", "found", "key", "leaves", "pairs", "policy", "rules", "simple")
+    __slots__ = (
+        "anywhere", "counts", "done", "floor", "found", "key", "leaves", "pairs", "policy", "rules", "simple", "wholes",
+    )  # fmt: skip
 
     def __init__(self, policy: RedactionPolicy, rules: tuple[Rule, ...] | None = None, anywhere: bool = False) -> None:
         self.policy = policy
@@ -60,6 +62,9 @@ class Application:
         self.floor = policy._floor if self.simple else 0
         # Flat dicts the simple walk read (by id, with the dict itself, kept alive) -> what they became.
         self.done: dict[int, tuple[Any, Any]] = {}
+        # Whole strings a whole-field rule replaced or removed -> what it made of them; None until one did
+        # (``redaction_pieces``: an SDK object may hold such a string only in pieces).
+        self.wholes: dict[str, str] | None = None
 
     def key_of(self, key: Any, path: tuple[str, ...]) -> Any:
         """A mapping's key at ``path``, as the rules that find values make it: keys are text every sink
@@ -88,6 +93,12 @@ class Application:
                 policy._clean_keys.add(key)
             return key
         return result
+
+    def whole(self, value: str, new: str) -> None:
+        """Note that a whole-field rule made ``new`` of ``value`` (see ``wholes``)."""
+        if self.wholes is None:
+            self.wholes = {}
+        self.wholes[value] = new
 
     def _count(self, rule: Rule, n: int) -> None:
         self.counts[rule.name] = self.counts.get(rule.name, 0) + n
@@ -207,6 +218,8 @@ class Application:
             last = end
             if not rule.whole or len(value) >= MIN_WHOLE:
                 self.pairs[value] = new
+            if rule.whole:
+                self.whole(value, new)
             self._count(rule, 1)
         if not pieces:
             return text

@@ -67,6 +67,9 @@ class Pass(Walk):
             counts.update(other.counts)
         self.leaves.update(other.leaves)
         self.pairs.update(other.pairs)
+        if other.wholes is not None:
+            for value, new in other.wholes.items():
+                self.whole(value, new)
         if now:
             self.done.update(other.done)
 

@@ -32,6 +32,7 @@ from . import pointers
 from .events import MARK, SCOPE_END, SCOPE_START, AnnotatedResponseField, DeferredResponse, Event, new_event
 from .redaction_carried import Carried, through
 from .redaction_pass import REMOVED, Pass, kept
+from .redaction_pieces import answer_text, split_whole
 from .redaction_reasoning import reasoning_texts
 from .redaction_rules import ACTIONS, RedactionConfigError, Rule
 from .redaction_streams import Held, hold_of, pieces_ruled, released_mark, streamed_rules
@@ -254,6 +255,8 @@ class RedactionPolicy:
                         p.walk(thought, _REASONING)
                 # Every string of the answer object is read: fields beyond the view (a refusal, citations,
                 # grounding queries, the SDK's response headers) are the provider's words too.
+                if p.wholes is not None:  # a whole-field rule fired: the answer object may hold its text in blocks
+                    split_whole(p, out, answer_text(answer))
                 out = p.raw(out, scan=True)
                 if out is not event.output and resp is answer and type(resp) is DeferredResponse:
                     # The object held what its text and tool calls did not (an id from an echoed header):

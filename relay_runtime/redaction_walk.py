@@ -327,6 +327,7 @@ class Walk(ThroughView):
         if rule is not None:
             self._count(rule, 1)
             self._forget(text)
+            self.whole(text, "")
             return REMOVED
         first = text[0]
         if (first == "{" or first == "[" or (first <= " " and _opens_json(text))) and depth < _MAX_DEPTH:
