@@ -366,7 +366,9 @@ class RelayCallbackHandler(BaseCallbackHandler):
                 meta = getattr(message, "response_metadata", None) or _EMPTY
                 model = meta.get("model_name") or (getattr(response, "llm_output", None) or _EMPTY).get("model_name")
                 annotated = deferred(codec_for(observed.name).annotate_response, message)
-                call.end_observed(None, annotated, None, model)
+                # The answer object itself, as a managed attempt's end holds its SDK's: what the view has no field
+                # for (reasoning blocks, the provider's metadata) is read from it, by records and rules alike.
+                call.end_observed(response, annotated, None, model)
             call.close()
         except Exception as exc:
             run.turn.relay.diag.failure("subscriber_errors", exc, f"{self.framework} callback chat model end")

@@ -84,6 +84,25 @@ def plain(value: Any, depth: int = 0) -> Any:
     return plain(str(value), depth + 1)
 
 
+def text_of(content: Any) -> str | None:
+    """A message's answer text, as LangChain's own ``BaseMessage.text`` reads it: the content itself, or the
+    text of a list of content blocks (strings and ``{"type": "text"}`` blocks, joined). Providers that answer in
+    blocks (Anthropic, OpenAI's Responses API, Gemini with thoughts) give every answer so: read as a string
+    alone, their text was missing from the record (the trajectory's step, the journal, the spans), and a rule
+    on ``/response/text`` had nothing to act on. Reasoning and tool blocks are not text."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return None
+    parts: list[str] = []
+    for block in content:
+        if isinstance(block, str):
+            parts.append(block)
+        elif isinstance(block, Mapping) and block.get("type") == "text" and isinstance(block.get("text"), str):
+            parts.append(block["text"])
+    return "".join(parts)
+
+
 class LangChainCodec:
     """Reads and edits a LangChain model call, named for the provider the model calls.
 
@@ -151,7 +170,7 @@ class LangChainCodec:
             id=meta.get("id") or getattr(message, "id", None),
             finish_reasons=[finish] if isinstance(finish, str) else [],
             usage=usage_of(getattr(message, "usage_metadata", None), self.provider in CACHE_BESIDE_INPUT),
-            output_text=content if isinstance(content, str) else None,
+            output_text=text_of(content),
             tool_calls=[{"id": c.get("id"), "name": c.get("name"), "arguments": plain(c.get("args"))} for c in calls],
         )
 

@@ -1,0 +1,88 @@
+"""A LangChain answer given as content blocks (Anthropic's, OpenAI's Responses API, LangChain's own standard
+blocks) is recorded with its text and reasoning, under ``RelayMiddleware`` and under the callback handler alone.
+
+The answer's text was read only from a string content: an answer in blocks recorded no text (the trajectory's
+agent step said nothing, a rule on ``/response/text`` found nothing to act on and the answer stayed whole in
+the recorded answer object), and under the callback handler the attempt's end held no answer object, so its
+reasoning was not in the trajectory either. A real chat model, real agents, the ATIF exporter live.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from relay_runtime import session
+from relay_runtime.integrations.trajectory import AtifExporter
+from relay_runtime.recorder import Recorder
+from relay_runtime.redaction import RedactionPolicy, Rule
+from tests.framework_support import need
+
+need("langchain.agents")
+
+from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel  # noqa: E402
+from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
+
+from relay_runtime.integrations.langchain import RelayCallbackHandler, RelayMiddleware  # noqa: E402
+from tests.test_frameworks_langchain import agents_mod, run  # noqa: E402
+
+THOUGHT = "The user wants the capital of France."
+ANSWERS: dict[str, list[Any]] = {
+    "anthropic": [
+        {"type": "thinking", "thinking": THOUGHT, "signature": "c2lnbmF0dXJl"},
+        {"type": "text", "text": "Paris"},
+        {"type": "text", "text": ", on the Seine."},
+    ],
+    "langchain-standard": [
+        {"type": "reasoning", "reasoning": THOUGHT},
+        "Paris",
+        {"type": "text", "text": ", on the Seine."},
+    ],
+    "openai-responses": [
+        {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": THOUGHT, "index": 0}]},
+        {"type": "text", "text": "Paris, on the Seine.", "annotations": []},
+    ],
+}
+ANSWER = "Paris, on the Seine."
+
+
+@pytest.fixture
+def atif(relay_host: session.Host) -> Any:
+    exporter = AtifExporter().attach(relay_host)
+    yield exporter
+    exporter.detach()
+
+
+def ask(how: str, content: list[Any]) -> None:
+    model = FakeMessagesListChatModel(responses=[AIMessage(content=content)])
+    if how == "middleware":
+        run(agents_mod.create_agent(model, [], middleware=[RelayMiddleware()]), "Capital of France?")
+    else:
+        model.invoke([HumanMessage("Capital of France?")], config={"callbacks": [RelayCallbackHandler()]})
+
+
+@pytest.mark.parametrize("shape", list(ANSWERS))
+@pytest.mark.parametrize("how", ["middleware", "callback-handler"])
+def test_an_answer_in_content_blocks_is_recorded_with_its_text_and_reasoning(
+    atif: Any, relay_turn: Any, relay_events: Recorder, how: str, shape: str
+) -> None:
+    ask(how, ANSWERS[shape])
+    (attempt,) = [e for e in relay_events.ends() if e.scope_type == "llm"]
+    assert attempt.annotated_response.output_text == ANSWER
+    agent = atif.export()["steps"][-1]
+    assert (agent["source"], agent["message"], agent.get("reasoning_content")) == ("agent", ANSWER, THOUGHT)
+
+
+@pytest.mark.parametrize("how", ["middleware", "callback-handler"])
+def test_a_rule_on_the_answers_text_acts_on_an_answer_in_blocks(
+    relay_host: session.Host, relay_turn: Any, relay_events: Recorder, how: str
+) -> None:
+    relay_host.relay.redaction.use(RedactionPolicy([Rule("redact", paths=["/response/text"])]))
+    try:
+        ask(how, ANSWERS["anthropic"])
+    finally:
+        relay_host.relay.redaction.use(None)
+    (attempt,) = [e for e in relay_events.ends() if e.scope_type == "llm"]
+    assert attempt.annotated_response.output_text == "[REDACTED]"
+    assert "Seine" not in repr(attempt.output) and "Seine" not in repr(attempt.to_dict())
