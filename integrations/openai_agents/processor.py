@@ -346,7 +346,12 @@ def _end_observed(call: ModelCall, data: Any, error: BaseException | None) -> No
     """End the attempt recorded from a model span (nothing else recorded it)."""
     response = getattr(data, "response", None)
     model = getattr(response, "model", None) or getattr(data, "model", None)
-    call.end_observed(annotated=deferred(_annotate, data), error=error, model=model if isinstance(model, str) else None)
+    # The answer object itself (a generation span's, the message as the SDK dumped it), as a managed attempt's
+    # end holds its SDK's: what the view has no field for (a Responses answer's reasoning items) is read from it.
+    answer = response if response is not None else getattr(data, "output", None)
+    call.end_observed(
+        answer, deferred(_annotate, data), error=error, model=model if isinstance(model, str) else None
+    )  # fmt: skip
     call.observed = None
 
 
