@@ -102,3 +102,28 @@ def test_a_detector_rule_changes_the_value_in_its_own_block_and_leaves_the_other
     end = answered(relay_events, RedactionPolicy([Rule("redact", pattern=r"Jane Doe")]), "anthropic")
     assert recorded_texts(end.output) == [PIECES[0], "[REDACTED]", PIECES[2]]
     assert end.annotated_response.output_text == PIECES[0] + "[REDACTED]" + PIECES[2]
+
+
+def test_a_streamed_answer_of_several_text_blocks_is_redacted_in_each_of_them(
+    relay_turn: Any, relay_events: Recorder
+) -> None:
+    # The attempt's end holds the stream folded into the SDK's message: one block per text block streamed.
+    events = testing.anthropic_events(list(PIECES[:2]))
+    stop = next(i for i, e in enumerate(events) if e["type"] == "content_block_stop")
+    events[stop + 1 : stop + 1] = [
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": PIECES[2]}},
+        {"type": "content_block_stop", "index": 1},
+    ]
+    scripted = testing.scripted_anthropic(testing.sse_reply(testing.typed_sse(events)))
+    session.SESSION_COORDINATOR.redaction.use(RedactionPolicy([Rule("redact", paths=["/response/text"])]))
+    try:
+        client = adapters.instrument(scripted.client)
+        asked = [{"role": "user", "content": "?"}]
+        with client.messages.stream(model="claude-test", max_tokens=64, messages=asked) as stream:
+            assert "".join(stream.text_stream) == ANSWER  # the caller gets the answer as it came
+    finally:
+        session.SESSION_COORDINATOR.redaction.use(None)
+    (end,) = relay_events.ends(scope_type="llm")
+    assert recorded_texts(end.output) == ["[REDACTED]", ""]
+    assert not any(piece in repr(end.output) for piece in PIECES)
