@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - the atif fixture imported from test_trajectory_frameworks is a parameter of the tests below
 """A LangChain answer given as content blocks (Anthropic's, OpenAI's Responses API, LangChain's own standard
 blocks) is recorded with its text and reasoning, under ``RelayMiddleware`` and under the callback handler alone.
 
@@ -14,7 +15,6 @@ from typing import Any
 import pytest
 
 from relay_runtime import session
-from relay_runtime.integrations.trajectory import AtifExporter
 from relay_runtime.recorder import Recorder
 from relay_runtime.redaction import RedactionPolicy, Rule
 from tests.framework_support import need
@@ -26,6 +26,7 @@ from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
 
 from relay_runtime.integrations.langchain import RelayCallbackHandler, RelayMiddleware  # noqa: E402
 from tests.test_frameworks_langchain import agents_mod, run  # noqa: E402
+from tests.test_trajectory_frameworks import atif  # noqa: E402, F401
 
 THOUGHT = "The user wants the capital of France."
 ANSWERS: dict[str, list[Any]] = {
@@ -45,13 +46,6 @@ ANSWERS: dict[str, list[Any]] = {
     ],
 }
 ANSWER = "Paris, on the Seine."
-
-
-@pytest.fixture
-def atif(relay_host: session.Host) -> Any:
-    exporter = AtifExporter().attach(relay_host)
-    yield exporter
-    exporter.detach()
 
 
 def ask(how: str, content: list[Any]) -> None:
