@@ -4,7 +4,8 @@ Only runs when the user asked for content (``capture_content=True`` or
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``). Messages are
 mapped from whichever provider shape the codec left in the neutral view
 (OpenAI chat / Responses items, Anthropic blocks) onto the conventions' JSON
-schema: ``{"role", "parts": [{"type": "text", "content"}, {"type": "tool_call", ...}]}``.
+schema: ``{"role", "parts": [{"type": "text", "content"}, {"type": "tool_call", ...}]}``, an answer's
+reasoning as ``{"type": "reasoning", "content"}`` parts before its text.
 
 Every value passes the user's redaction hook before it is serialised, and keys
 that name credentials are blanked whatever the hook does.
@@ -19,6 +20,7 @@ from typing import Any
 from relay_runtime import redaction
 from relay_runtime.events import Event
 from relay_runtime.redaction import scrub_text
+from relay_runtime.redaction_reasoning import reasoning_texts
 
 CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
@@ -215,7 +217,13 @@ def output_messages(event: Event) -> list[dict[str, Any]]:
     resp = event.annotated_response
     if resp is None:
         return []
-    parts: list[dict[str, Any]] = []
+    # The answer's reasoning first, as the model gave it: the view has no field for it, so it is read from the
+    # answer object (an Anthropic thinking block, a Responses reasoning item, a Gemini thought), as the event
+    # holds it: what the redaction policy made of it.
+    output = event.output
+    parts: list[dict[str, Any]] = (
+        [{"type": "reasoning", "content": text} for text in reasoning_texts(output)] if output is not None else []
+    )
     if resp.output_text:
         parts.append({"type": "text", "content": resp.output_text})
     for call in resp.tool_calls or ():
