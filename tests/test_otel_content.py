@@ -265,8 +265,21 @@ def test_mark_data_passes_the_redaction_hook():
                 {"role": "tool", "parts": [{"type": "tool_call_response", "id": "fc1", "response": "done"}]},
             ],
         ),
+        (
+            [
+                {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Look it up."}]},
+                {"role": "assistant", "content": [{"type": "reasoning", "reasoning": "Say so."}, "It is 42."]},
+                {"role": "assistant", "content": [{"type": "thinking", "thinking": "Done.", "signature": "c2ln"}]},
+            ],
+            [
+                {"role": "assistant", "parts": [{"type": "reasoning", "content": "Look it up."}]},
+                {"role": "assistant", "parts": [{"type": "reasoning", "content": "Say so."},
+                                                {"type": "text", "content": "It is 42."}]},
+                {"role": "assistant", "parts": [{"type": "reasoning", "content": "Done."}]},
+            ],
+        ),
     ],
-    ids=["string", "openai-chat", "openai-responses"],
+    ids=["string", "openai-chat", "openai-responses", "reasoning-items-and-blocks"],
 )
 def test_provider_message_shapes_map_onto_the_schema(messages, expected):
     assert input_messages(messages) == expected

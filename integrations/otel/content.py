@@ -92,7 +92,7 @@ def _part(block: Any) -> dict[str, Any] | None:
     if kind in ("text", "input_text", "output_text"):
         return {"type": "text", "content": _get(block, "text", "")}
     if kind in ("thinking", "reasoning"):
-        return {"type": "reasoning", "content": _get(block, "thinking") or _get(block, "text") or ""}
+        return {"type": "reasoning", "content": _reasoning_of(block)}
     if kind in ("tool_use", "function_call"):
         return {
             "type": "tool_call",
@@ -114,6 +114,19 @@ def _part(block: Any) -> dict[str, Any] | None:
     if kind is None:
         return None
     return {"type": str(kind)}
+
+
+def _reasoning_of(block: Any) -> str:
+    """A reasoning block's text: an Anthropic ``thinking`` block's, LangChain's standard ``reasoning`` block's, or
+    the summary of a Responses API ``reasoning`` item (an agent sends its earlier answers' items back)."""
+    for key in ("thinking", "reasoning", "text"):
+        said = _get(block, key)
+        if isinstance(said, str) and said:
+            return said
+    summary = _get(block, "summary")
+    if isinstance(summary, (list, tuple)):
+        return "".join(text for item in summary if isinstance(text := _get(item, "text"), str))
+    return ""
 
 
 def _media(kind: str, block: Any) -> dict[str, Any]:
