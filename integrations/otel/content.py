@@ -3,7 +3,8 @@
 Only runs when the user asked for content (``capture_content=True`` or
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``). Messages are
 mapped from whichever provider shape the codec left in the neutral view
-(OpenAI chat / Responses items, Anthropic blocks) onto the conventions' JSON
+(OpenAI chat / Responses items, Anthropic blocks; Gemini parts and Bedrock
+Converse blocks through ``keyed_parts``) onto the conventions' JSON
 schema: ``{"role", "parts": [{"type": "text", "content"}, {"type": "tool_call", ...}]}``, an answer's
 reasoning as ``{"type": "reasoning", "content"}`` parts before its text.
 
@@ -21,6 +22,8 @@ from relay_runtime import redaction
 from relay_runtime.events import Event
 from relay_runtime.redaction import scrub_text
 from relay_runtime.redaction_reasoning import reasoning_texts
+
+from .keyed_parts import keyed_part, keyed_tools
 
 CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
@@ -70,6 +73,9 @@ def scrub(value: Any, depth: int = 0) -> Any:
 # -- provider shapes -> the conventions' parts ----------------------------------------------
 
 
+_GEMINI_ROLES = {"model": "assistant"}
+
+
 def _get(obj: Any, key: str, default: Any = None) -> Any:
     if isinstance(obj, Mapping):
         return obj.get(key, default)
@@ -111,8 +117,8 @@ def _part(block: Any) -> dict[str, Any] | None:
         }
     if kind in ("image", "image_url", "input_image", "input_audio", "input_file", "document", "file"):
         return _media(kind, block)
-    if kind is None:
-        return None
+    if kind is None:  # a Gemini part or a Converse block: what it is is the key it holds
+        return keyed_part(block)
     return {"type": str(kind)}
 
 
@@ -170,13 +176,18 @@ def _message(msg: Any) -> dict[str, Any] | None:
     if isinstance(msg, str):
         return {"role": "user", "parts": [{"type": "text", "content": msg}]}
     role = _get(msg, "role")
+    content = _get(msg, "content")
+    if content is None:
+        content = _get(msg, "parts")  # a Gemini content: a user's when it names no role, as the API reads it
+        if content is not None:
+            role = _GEMINI_ROLES.get(role, role) if role is not None else "user"
     if role is None:
         # Responses API input items that are not messages (function calls and outputs).
         part = _part(msg)
         if part is None:
             return None
         return {"role": "tool" if part["type"] == "tool_call_response" else "assistant", "parts": [part]}
-    parts = _parts(_get(msg, "content"))
+    parts = _parts(content)
     for call in _get(msg, "tool_calls") or ():
         # OpenAI's shape holds the call in ``function``; the neutral view of a framework's message (LangChain's)
         # holds ``name`` and ``arguments`` on the call itself.
@@ -203,13 +214,18 @@ def input_messages(messages: Any) -> list[dict[str, Any]]:
 
 
 def system_instructions(system: Any) -> list[dict[str, Any]]:
-    return _parts(system)
+    parts = _get(system, "parts") if not isinstance(system, (str, list, tuple)) else None
+    return _parts(system if parts is None else parts)  # a Gemini system instruction may be a whole content
 
 
 def tool_definitions(tools: Any) -> list[dict[str, Any]]:
     """The tools offered, as the conventions' definitions: ``{"type", "name", "description", "parameters"}``."""
     out: list[dict[str, Any]] = []
     for tool in tools or ():
+        keyed = keyed_tools(tool)
+        if keyed is not None:  # a Gemini tool's declarations, a Converse tool's spec
+            out.extend(keyed)
+            continue
         fn = _get(tool, "function")
         source = fn if fn is not None else tool
         name = _get(source, "name")
