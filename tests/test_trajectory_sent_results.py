@@ -162,6 +162,29 @@ def _gemini_loop() -> None:
     client.models.generate_content(model=model, contents=[asked, said, answer])
 
 
+def _bedrock_loop() -> None:
+    need("boto3")
+    from tests.bedrock_support import MODEL, BedrockServer, converse_body, json_reply
+
+    server = BedrockServer()
+    call = {"toolUseId": "t1", "name": "weather", "input": {"city": "Paris"}}
+    server.replies += [json_reply(converse_body("Let me look.", stop="tool_use", tool=call)),
+                       json_reply(converse_body("Sunny."))]  # fmt: skip
+    client = adapters.instrument(server.client())
+    try:
+        asked = {"role": "user", "content": [{"text": "Weather in Paris?"}]}
+        first = client.converse(modelId=MODEL, messages=[asked])
+        # A result for a call no step made (t9) answers nothing: it must invent no observation.
+        results = [
+            {"toolResult": {"toolUseId": "t1", "content": [{"json": {"sky": "sunny"}}]}},
+            {"toolResult": {"toolUseId": "t9", "content": [{"text": "an answer to nothing asked"}]}},
+        ]
+        answered = {"role": "user", "content": results}
+        client.converse(modelId=MODEL, messages=[asked, first["output"]["message"], answered])
+    finally:
+        server.close()
+
+
 @pytest.mark.parametrize(
     ("loop", "expected"),
     [
@@ -169,8 +192,9 @@ def _gemini_loop() -> None:
         (_responses_loop, [("weather", "sunny in Paris", "request")]),
         (_anthropic_loop, [("weather", "sunny in Paris", "request")]),
         (_gemini_loop, [("weather", json.dumps({"sky": "sunny"}), "request")]),
+        (_bedrock_loop, [("weather", json.dumps({"sky": "sunny"}), "request")]),
     ],
-    ids=["openai-chat", "openai-responses", "anthropic", "gemini"],
+    ids=["openai-chat", "openai-responses", "anthropic", "gemini", "bedrock-converse"],
 )
 def test_tools_a_loop_runs_in_plain_code_are_answered_by_the_next_request(
     relay_host, tmp_path, loop: Callable[[], None], expected: list[Any]
@@ -226,3 +250,12 @@ def test_a_result_read_from_the_request_is_as_redacted_as_the_request(relay_host
     assert "jane.doe@example.com" not in json.dumps(got)
     # The provider got the address: the policy redacts records, not what is sent.
     assert "jane.doe@example.com" in json.dumps(scripted.script.bodies()[1])
+
+
+def test_a_bedrock_converse_trajectory_has_the_users_words(relay_host, tmp_path) -> None:
+    # Converse's text blocks say what they are by their key (``{"text": ...}``), with no type: the user's
+    # message was read as holding no text, and the agent acted with nobody having asked it anything.
+    got = trajectory(relay_host, tmp_path, _bedrock_loop)
+    assert [(s["source"], s.get("message")) for s in got["steps"]] == [
+        ("user", "Weather in Paris?"), ("agent", "Let me look."), ("agent", "Sunny.")
+    ]  # fmt: skip

@@ -18,25 +18,31 @@ _TEXT_PARTS = ("text", "input_text")
 
 
 def _text_of(content: Any) -> str | None:
-    """A message's text: a string, or its text parts joined; None when it holds none (a tool result)."""
+    """A message's text: a string, or its text parts joined; None when it holds none (a tool result).
+
+    A part is text by its type (OpenAI's, Anthropic's), or, in the shapes whose blocks say what they are by the
+    key they hold (a Bedrock Converse block, a Gemini part), by holding ``text`` (a Gemini thought is none)."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
         texts = [
             part["text"]
             for part in content
-            if isinstance(part, dict) and part.get("type") in _TEXT_PARTS and isinstance(part.get("text"), str)
+            if isinstance(part, dict)
+            and isinstance(part.get("text"), str)
+            and (part.get("type") in _TEXT_PARTS if "type" in part else part.get("thought") is not True)
         ]
         return "".join(texts) if texts else None
     return None
 
 
-def _parts_text(parts: Any) -> str | None:
-    """A Gemini content's text parts joined (its function calls and responses are none)."""
-    if not isinstance(parts, list):
-        return None
-    texts = [part["text"] for part in parts if isinstance(part, dict) and isinstance(part.get("text"), str)]
-    return "".join(texts) if texts else None
+def _converse_result(content: Any) -> Any:
+    """A Bedrock Converse tool result's content: its text blocks joined, else its JSON block's value."""
+    text = _text_of(content)
+    if text is not None or not isinstance(content, list):
+        return text if text is not None else content
+    values = [block["json"] for block in content if isinstance(block, dict) and "json" in block]
+    return values[0] if len(values) == 1 else values or None
 
 
 def _is_user(message: dict[str, Any]) -> bool:
@@ -71,7 +77,7 @@ def user_messages(delta: dict[str, Any] | None) -> list[str]:
         if isinstance(message, str):
             text = message
         elif isinstance(message, dict) and _is_user(message):
-            text = _text_of(message.get("content")) if "content" in message else _parts_text(message.get("parts"))
+            text = _text_of(message["content"] if "content" in message else message.get("parts"))
         if text is not None:
             out.append(text)
     return out
@@ -92,9 +98,9 @@ def tool_results(delta: dict[str, Any] | None) -> Iterator[tuple[str | None, str
     """``(call id, tool name, text)`` of each tool result among a request's new messages.
 
     OpenAI Chat's ``tool`` messages, the Responses API's ``function_call_output`` items, Anthropic's
-    ``tool_result`` blocks, Gemini's ``function_response`` parts (whose id is optional: then the name
-    says which call it answers) and LangChain's ``ToolMessage`` as recorded. A result of no known shape
-    is not one: a trajectory never invents an answer."""
+    ``tool_result`` blocks, Bedrock Converse's ``toolResult`` blocks, Gemini's ``function_response`` parts
+    (whose id is optional: then the name says which call it answers) and LangChain's ``ToolMessage`` as
+    recorded. A result of no known shape is not one: a trajectory never invents an answer."""
     for message in _new(delta):
         if not isinstance(message, dict):
             continue
@@ -104,8 +110,13 @@ def tool_results(delta: dict[str, Any] | None) -> Iterator[tuple[str | None, str
             yield message.get("call_id"), None, _result_text(message.get("output"))
         elif isinstance(message.get("content"), list):
             for block in message["content"]:
-                if isinstance(block, dict) and block.get("type") == "tool_result":
+                if not isinstance(block, dict):
+                    continue
+                if block.get("type") == "tool_result":
                     yield block.get("tool_use_id"), None, _result_text(block.get("content"))
+                elif isinstance(result := block.get("toolResult"), dict):  # a Bedrock Converse result block
+                    content = _converse_result(result.get("content"))
+                    yield result.get("toolUseId"), None, _result_text(content)
         elif isinstance(message.get("parts"), list):
             for part in message["parts"]:
                 if not isinstance(part, dict):
