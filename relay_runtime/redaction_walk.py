@@ -56,6 +56,18 @@ def kept(value: Any) -> Any:
     return None if value is REMOVED else value
 
 
+_MESSAGES = ("request", "messages")
+
+
+def _bare_content(item: Any) -> bool:
+    """Whether a conversation's item is no message but the content of one: a text, or a part (Gemini's
+    ``contents`` may be given so; the SDK sends them as a user's message)."""
+    if type(item) is str:
+        return True
+    data = item if isinstance(item, Mapping) else fields(item)
+    return isinstance(data, Mapping) and "role" not in data and "parts" not in data and "text" in data
+
+
 class Walk(ThroughView):
     """A pass's walk over values (see the module docstring); ``Pass`` adds the events' views to it."""
 
@@ -85,6 +97,8 @@ class Walk(ThroughView):
                 key = k if type(k) is str else str(k)
                 if path == ("metadata",) and key.startswith("relay.") and not self._named((*path, key)):
                     continue  # the relay's own keys (kinds, ids, counts) are not content
+                if key == "parts" and len(path) == 3 and path[1] == "messages" and path[0] == "request":
+                    key = "content"  # a Gemini message's content is its parts: /request/messages/*/content names them
                 new = self.walk(v, (*path, key), depth + 1)
                 if new is not v:
                     if out is None:
@@ -104,8 +118,12 @@ class Walk(ThroughView):
         if kind is list or kind is tuple:
             items: list[Any] | None = None
             removed = False
+            bare = path == _MESSAGES  # a conversation may be given as bare texts or parts (Gemini's ``contents``)
             for i, v in enumerate(value):
-                new = self.walk(v, (*path, str(i)), depth + 1)
+                if bare and _bare_content(v):
+                    new = self.walk(v, (*path, str(i), "content"), depth + 1)
+                else:
+                    new = self.walk(v, (*path, str(i)), depth + 1)
                 if new is not v:
                     if items is None:
                         items = list(value)
@@ -305,18 +323,24 @@ class Walk(ThroughView):
             return False
         return any(rule.parsed_paths and rule.applies(path) for rule in self.rules)
 
-    def _forget(self, value: Any) -> None:
+    def _forget(self, value: Any, depth: int = 0) -> None:
         """A removed field's strings become empty wherever else they appear (the SDK's own objects)."""
         if type(value) is str:
             self.leaves[value] = ""
             if len(value) >= MIN_WHOLE:
                 self.pairs[value] = ""
+        elif depth > _MAX_DEPTH or value is None:
+            return
         elif isinstance(value, Mapping):
             for v in value.values():
-                self._forget(v)
+                self._forget(v, depth + 1)
         elif isinstance(value, (list, tuple)):
             for v in value:
-                self._forget(v)
+                self._forget(v, depth + 1)
+        else:  # an SDK object (a Gemini ``Content`` or ``Part`` given as a message): the strings it holds
+            data = fields(value)
+            if data is not None and data is not value:
+                self._forget(data, depth + 1)
 
     def text(self, text: str, path: pointers.Path, depth: int) -> Any:
         if path and path[0] == "metadata" and len(path) == 2 and path[1].startswith("relay.") and not self._named(path):
