@@ -134,3 +134,16 @@ def test_other_keyed_blocks_map_onto_the_schema(block: dict[str, Any], part: dic
 
     expected = [part] if part is not None else []
     assert input_messages([{"role": "user", "content": [block]}]) == [{"role": "user", "parts": expected}]
+
+
+def test_a_text_or_part_given_as_a_whole_message_is_the_users() -> None:
+    from google.genai import types
+
+    from relay_runtime.integrations.otel.content import input_messages
+
+    # Gemini's ``contents`` may be bare texts and parts: the SDK sends them as the user's message. A roleless
+    # item of another kind (a Responses API call sent back) stays the model's.
+    given = [types.Part(text="Weather in Paris?"), "And Lisbon?",
+             {"type": "function_call", "call_id": "c1", "name": "weather", "arguments": "{}"}]  # fmt: skip
+    assert [m["role"] for m in input_messages(given)] == ["user", "user", "assistant"]
+    assert input_messages(given)[0]["parts"] == [{"type": "text", "content": "Weather in Paris?"}]

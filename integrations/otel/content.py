@@ -74,6 +74,10 @@ def scrub(value: Any, depth: int = 0) -> Any:
 
 
 _GEMINI_ROLES = {"model": "assistant"}
+# Whose an item with no role is, by what it holds: a result is the tool's, a text or a medium the user's (given as
+# the whole message, as Gemini's ``contents`` may be), anything else (a call, reasoning, a Responses API item
+# sent back) the model's.
+_ROLE_OF_ITEM = {"tool_call_response": "tool", "text": "user", "blob": "user", "uri": "user"}
 
 
 def _get(obj: Any, key: str, default: Any = None) -> Any:
@@ -186,7 +190,7 @@ def _message(msg: Any) -> dict[str, Any] | None:
         part = _part(msg)
         if part is None:
             return None
-        return {"role": "tool" if part["type"] == "tool_call_response" else "assistant", "parts": [part]}
+        return {"role": _ROLE_OF_ITEM.get(part["type"], "assistant"), "parts": [part]}
     parts = _parts(content)
     for call in _get(msg, "tool_calls") or ():
         # OpenAI's shape holds the call in ``function``; the neutral view of a framework's message (LangChain's)
