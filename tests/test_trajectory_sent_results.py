@@ -259,3 +259,21 @@ def test_a_bedrock_converse_trajectory_has_the_users_words(relay_host, tmp_path)
     assert [(s["source"], s.get("message")) for s in got["steps"]] == [
         ("user", "Weather in Paris?"), ("agent", "Let me look."), ("agent", "Sunny.")
     ]  # fmt: skip
+
+
+def test_a_gemini_prompt_given_as_parts_is_the_users_step(relay_host, tmp_path) -> None:
+    # ``contents=[Part(text=...)]``: no message, but the SDK sends the part as the user's; the trajectory had the
+    # agent answer nobody.
+    need("google.genai")
+    from google.genai import types
+
+    from tests.genai_support import gemini_client, response_body
+
+    def run() -> None:
+        client = gemini_client(t.Script([t.json_reply(response_body("Sunny.", model="gemini-2.5-flash"))]))
+        adapters.instrument()
+        client.models.generate_content(model="gemini-2.5-flash", contents=[types.Part(text="Weather in Oslo?")])
+
+    got = trajectory(relay_host, tmp_path, run)
+    steps = [(s["source"], s.get("message")) for s in got["steps"]]
+    assert steps == [("user", "Weather in Oslo?"), ("agent", "Sunny.")]

@@ -52,6 +52,11 @@ def _is_user(message: dict[str, Any]) -> bool:
     return role == "user" if role is not None else message.get("type") == "human"
 
 
+def _bare_part(message: dict[str, Any]) -> bool:
+    """A Gemini part given as a whole message (``contents=[Part(text=...)]``): the SDK sends it as the user's."""
+    return "role" not in message and "type" not in message and isinstance(message.get("text"), str)
+
+
 def _new(delta: dict[str, Any] | None) -> list[Any]:
     delta = delta or {}
     new = delta.get("new")
@@ -78,6 +83,8 @@ def user_messages(delta: dict[str, Any] | None) -> list[str]:
             text = message
         elif isinstance(message, dict) and _is_user(message):
             text = _text_of(message["content"] if "content" in message else message.get("parts"))
+        elif isinstance(message, dict) and _bare_part(message):
+            text = _text_of([message])
         if text is not None:
             out.append(text)
     return out
