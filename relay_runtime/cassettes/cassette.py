@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..conversation_urls import recorded as recorded_conversation
 from ..files import directory_locked, replace_atomically
 from ..urls import is_signing_scope
-from . import matching, policy, secrets
+from . import answers, matching, policy, secrets
 from .requests import Normalize, canonical, normalized
 
 if TYPE_CHECKING:
@@ -216,6 +216,7 @@ class Cassette:
         # The redaction policy's fingerprint the file was recorded under, and the policy of this session's calls.
         self.fingerprint: str | None = None
         self.policy: RedactionPolicy | None = None
+        self.rewrites = answers.Rewrites()  # what whole-field rules made of this session's answers
         self.misses: list[CassetteError] = []  # misses, and damage met, in the order met
         self._lock = threading.Lock()
         self._seen = _identity(self.path)  # the file as this session found it (before reading it)
@@ -320,6 +321,8 @@ class Cassette:
                     raise self.missed(CassetteMiss(self._miss_message(request, key)))
             record: dict[str, Any] = {"request": request}
             self.new.append(record)
+            if redaction is not None and redaction.rewrites_answers:
+                self.rewrites.watch(redaction, record)
             return CallTape(self, request, record, replaying=False)
 
     def missed(self, miss: E) -> E:
@@ -396,8 +399,12 @@ class Cassette:
         each saves under a lock on the cassette's directory, and what another wrote since this session
         read the file is kept beside this session's calls, never overwritten.
         """
+        self.rewrites.close()
         new = self._answered()
         new = new if self.mode == "record" else self._kept(new, failed)
+        unread = next((i for i, call in enumerate(new, 1) if self.rewrites.unread(call)), None)
+        if unread is not None:
+            raise CassetteError(answers.unread_message(self.path, unread))
         if self.mode != "record" and not new:
             return
         with directory_locked(self.path.parent):
@@ -452,6 +459,7 @@ class Cassette:
         scrubbed again.
         The one place this is done: what a message shows of a request is what is written (``as_stored``)."""
         held = self.secrets
+        changes = self.rewrites.of(call)  # by the call's identity: before it is copied below
         # A tool's result sent back as text (``api_key='sk-...'``) and a presigned URL's signature are conversation,
         # which the credential walk leaves alone: blanked as the attempt's records blank them (and as matching
         # compares them, default_normalize).
@@ -460,6 +468,8 @@ class Cassette:
         if results is not request:
             call = {**call, "request": dict(results)}
         if self.policy is not None:
+            if changes:
+                call = answers.rewritten(call, changes)
             call = policy.redact_answers(self.policy, call)
         call = secrets.scrub(call, held)
         if self.redact is not None:
