@@ -199,3 +199,21 @@ def test_a_one_word_answer_leaves_the_answers_vocabulary_alone() -> None:
     choice = out["http"][0]["body"]["choices"][0]
     assert (choice["message"]["content"], choice["finish_reason"]) == ("[REDACTED]", "stop")
     assert call["http"][0]["body"]["choices"][0]["message"]["content"] == "stop"  # the recording is not changed
+
+
+def test_a_stream_still_open_when_the_cassette_is_saved_is_not_written_unredacted(
+    relay_turn: Any, relay_events: Recorder, tmp_path: Path, under: Any
+) -> None:
+    under(TEXT_RULE)
+    chunks = testing.chat_chunks(["The launch ", "code is Zanzibar-Oscar"])
+    live = testing.scripted_openai(testing.sse_reply(testing.openai_chat_sse(chunks)))
+    cassette = tmp_path / "open.json"
+    with (
+        pytest.raises(cassettes.CassetteError, match="read each stream to its end"),
+        cassettes.use(cassette, mode="record"),
+    ):
+        stream = adapters.stream(live.client, CHAT)
+        next(iter(stream))  # its attempt has not ended: what the rules make of its text is not known yet
+    assert not cassette.exists()
+    stream.close()  # its end comes after the save: nothing waits for it any more
+    assert relay_events.ends(scope_type="llm")[-1].outcome == "cancelled"
