@@ -217,3 +217,22 @@ def test_a_stream_still_open_when_the_cassette_is_saved_is_not_written_unredacte
     assert not cassette.exists()
     stream.close()  # its end comes after the save: nothing waits for it any more
     assert relay_events.ends(scope_type="llm")[-1].outcome == "cancelled"
+
+
+def test_a_long_value_is_replaced_wherever_it_stands_a_short_one_only_where_it_is_a_whole_field() -> None:
+    from relay_runtime.cassettes.answers import rewritten
+
+    events = [
+        {"data": {"delta": "Opening. The launch "}},
+        {"data": {"delta": "code is Zanzibar-Oscar"}},
+        {"data": {"delta": " Yes"}},
+        {"data": {"note": "Yes"}},
+    ]
+    call = {"request": {}, "http": [{"status": 200, "events": events}]}
+    out = rewritten(call, ({TEXT: "[REDACTED]", "Yes": "[R]"}, []))
+    assert [e["data"] for e in out["http"][0]["events"]] == [
+        {"delta": "Opening. [REDACTED]"},
+        {"delta": ""},
+        {"delta": " Yes"},  # inside a longer text: three letters, not the field
+        {"note": "[R]"},
+    ]

@@ -32,6 +32,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..attempt import current_attempt
+from ..redaction_apply import MIN_WHOLE
 from ..redaction_streams import spread
 
 if TYPE_CHECKING:
@@ -179,6 +180,9 @@ def _strings(
 
 
 def _group_edits(found: list[tuple[Path, str]], changes: Mapping[str, str]) -> Iterator[tuple[Path, str]]:
+    """The pieces of one place (``_groups``) to change, in three steps, each on what the ones before left: changed
+    strings that are whole pieces or runs of them (a field's text), JSON text holding changed strings (arguments),
+    then long changed strings wherever they stand (``_claimed``)."""
     pieces = [text for _, text in found]
     joined = "".join(pieces)
     starts: list[int] = []
@@ -186,10 +190,15 @@ def _group_edits(found: list[tuple[Path, str]], changes: Mapping[str, str]) -> I
     for piece in pieces:
         starts.append(at)
         at += len(piece)
-    claimed = _claimed(joined, set(starts) | {at}, changes)
-    new_pieces = spread(pieces, joined, claimed) if claimed else list(pieces)
+    bounds = set(starts) | {at}
+    claimed = _claimed(joined, bounds, changes, [], loose=False)
     covered = _covered(starts, pieces, claimed)
-    for first, last, text in _json_runs(pieces, covered, changes):
+    runs = list(_json_runs(pieces, covered, changes))
+    taken = [(starts[first], starts[last] + len(pieces[last]), "") for first, last, _ in runs]
+    claimed += _claimed(joined, bounds, changes, claimed + taken, loose=True)
+    claimed.sort()
+    new_pieces = spread(pieces, joined, claimed) if claimed else list(pieces)
+    for first, last, text in runs:
         new_pieces[first] = text
         for i in range(first + 1, last + 1):
             new_pieces[i] = ""
@@ -198,15 +207,29 @@ def _group_edits(found: list[tuple[Path, str]], changes: Mapping[str, str]) -> I
             yield path, new
 
 
-def _claimed(joined: str, bounds: set[int], changes: Mapping[str, str]) -> list[tuple[int, int, str]]:
-    """The spans of ``joined`` that are a changed string whole, starting and ending where pieces do (a piece's
-    text, a message's blocks, a stream's deltas): longest first, none overlapping; in order."""
+def _claimed(
+    joined: str, bounds: set[int], changes: Mapping[str, str], taken: list[tuple[int, int, str]], *, loose: bool
+) -> list[tuple[int, int, str]]:
+    """The spans of ``joined`` that are a changed string whole, longest first, overlapping neither each other nor
+    ``taken``; in order.
+
+    Not ``loose``: those that start and end where pieces do (a piece's text, a message's blocks, a stream's
+    deltas). ``loose``: those long enough (``MIN_WHOLE``, as where the events' own objects are redacted through the
+    view) to be that value wherever they stand: inside a longer string, or over pieces that hold more than the
+    field. A short one ("Yes") only where it is a field's whole text, not wherever those letters happen to stand.
+    """
     spans: list[tuple[int, int, str]] = []
     for old in sorted(changes, key=len, reverse=True):
+        if loose and len(old) < MIN_WHOLE:
+            continue
         start = joined.find(old)
         while start != -1:
             end = start + len(old)
-            if start in bounds and end in bounds and all(end <= s or start >= e for s, e, _ in spans):
+            if (
+                (loose or (start in bounds and end in bounds))
+                and all(end <= s or start >= e for s, e, _ in spans)
+                and all(end <= s or start >= e for s, e, _ in taken)
+            ):
                 spans.append((start, end, changes[old]))
             start = joined.find(old, start + 1)
     spans.sort()
