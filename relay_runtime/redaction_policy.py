@@ -24,7 +24,7 @@ import sys
 import threading
 import warnings
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from . import conventions as cv
@@ -39,6 +39,10 @@ from .redaction_streams import Held, hold_of, pieces_ruled, released_mark, strea
 from .types import AnnotatedLLMRequest, ChunkDelta
 
 _REASONING = ("response", "reasoning")
+_RESPONSE = ("response",)
+# What the rules made of an attempt's answer, for a cassette (``RedactionPolicy._answer_changes``): each string
+# they changed -> what it became, and each tool call's arguments held as an object -> what it became.
+AnswerChanges = tuple[dict[str, str], list[tuple[Any, Any]]]
 RULES_KEY = "relay.redaction.rules"  # metadata: {rule name: how many values it changed in this event}
 FAILED_KEY = "relay.redaction.failed"  # metadata: the policy failed on this event; its content was dropped
 
@@ -124,6 +128,14 @@ class RedactionPolicy:
         # Whether a rule names the answer's reasoning, which the view does not carry: then the answer object's
         # reasoning is found by name and read at that path (``redaction_reasoning``).
         self._reasoning = any(pointers.may_reach(pattern, _REASONING) for r in self.rules for pattern in r.parsed_paths)
+        # Whether a whole-field rule can change the answer (a path under /response, or every field): a cassette's
+        # stored HTTP bodies hold the answer as the provider wrote it, so one recording a call under this policy
+        # waits for what the rules made of the answer, read at its attempt's end (attempt uuid -> who waits).
+        self.rewrites_answers = any(
+            r.whole and (not r.parsed_paths or any(pointers.may_reach(p, _RESPONSE) for p in r.parsed_paths))
+            for r in self.rules
+        )
+        self.answer_waiters: dict[str, Callable[[AnswerChanges | None], None]] = {}
         # What the rules made of long strings seen before (text -> result, counts, replaced spans), bounded.
         self._memo: OrderedDict[str, tuple[str, dict[str, int], dict[str, str]]] = OrderedDict()
         self._memo_chars = 0
@@ -240,6 +252,10 @@ class RedactionPolicy:
                     resp = p.response_view(resp)
             scope_type = event.scope_type
             if scope_type == "llm":
+                if self.answer_waiters and event.kind == SCOPE_END:  # empty unless a cassette records under it
+                    waiter = self.answer_waiters.pop(event.uuid, None)
+                    if waiter is not None:
+                        waiter(self._answer_changes(event))
                 # The SDK's own kwargs and response object, through what the views changed; the kwargs
                 # (plain data, cheap to walk) are also read by the pathless rules, in case the view
                 # missed something, and so is the response when there is no view of it.
@@ -296,6 +312,38 @@ class RedactionPolicy:
             annotated_request=req, annotated_response=resp, error_type=event.error_type,
             error_message=kept(error), outcome=event.outcome, cost=event.cost,
         )  # fmt: skip
+
+    def _answer_changes(self, end: Event) -> AnswerChanges | None:
+        """Each string of the answer an attempt's ``end`` carries that the rules change, and what it becomes (a
+        removed field: ""), read as the end's view is: its text, tool calls, id and model, and its reasoning; and
+        each tool call's arguments held as an object (not JSON text), as the rules make it.
+
+        For a cassette recording the attempt (``cassettes.answers``): its stored bodies hold the answer as the
+        provider wrote it. A fresh pass, not the event's: that one also holds the request's strings, and keeps a
+        replaced whole string only from 8 characters on (``MIN_WHOLE``), where a cassette needs every one. None when
+        the pass fails: the cassette then refuses to write the answer rather than write it unredacted.
+        """
+        try:
+            p = Pass(self)
+            objects: list[tuple[Any, Any]] = []
+            view = end.annotated_response
+            if view is not None:
+                redacted = p.response_view(view)
+                calls, new_calls = view.tool_calls or [], redacted.tool_calls or []
+                if len(calls) == len(new_calls):  # (a rule that drops whole calls leaves their strings to ``leaves``)
+                    for was, now in zip(calls, new_calls, strict=True):
+                        args = was.get("arguments") if isinstance(was, dict) else None
+                        if isinstance(args, dict | list) and args:
+                            after = now.get("arguments") if isinstance(now, dict) else None
+                            after = type(args)() if after is None else after
+                            if after != args:
+                                objects.append((args, after))
+            if self._reasoning and end.output is not None:
+                for thought in reasoning_texts(end.output):
+                    p.walk(thought, _REASONING)
+            return {old: new for old, new in p.leaves.items() if new != old}, objects
+        except Exception:
+            return None
 
     def released(self, end: Event, held: Held) -> Event | None:
         """The chunk mark that carries what ``held`` still holds of the stream ``end`` ends, redacted: delivered

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..conversation_urls import recorded as recorded_conversation
 from ..files import directory_locked, replace_atomically
 from ..urls import is_signing_scope
-from . import matching, policy, secrets
+from . import answers, matching, policy, secrets
 from .requests import Normalize, canonical, normalized
 
 if TYPE_CHECKING:
@@ -96,28 +96,6 @@ def check_options(*, mode: str = "replay", timing: str = "instant", normalize: A
         raise TypeError(f"cassette normalize= must be callable, got {type(normalize).__name__}")
     if redact is not None and not callable(redact):
         raise TypeError(f"cassette redact= must be callable, got {type(redact).__name__}")
-
-
-# What file systems hold: a name of at most 255 bytes (ext4, APFS, NTFS), a path of at most 4096.
-_MAX_NAME_BYTES = 255
-_MAX_PATH_BYTES = 4096
-
-
-def check_path(path: str | os.PathLike[str]) -> None:
-    """Refuse a cassette path no file system can hold, before any call is made (not at the save, after them)."""
-    text = os.fspath(path)
-    if "\0" in text:
-        raise ValueError(f"cassette path {text[:80]!r} holds a NUL character, which no file name can")
-    encoded = os.fsencode(text)
-    if len(encoded) > _MAX_PATH_BYTES:
-        raise ValueError(f"cassette path is {len(encoded)} bytes long; file systems take at most {_MAX_PATH_BYTES}")
-    for part in Path(text).parts:
-        size = len(os.fsencode(part))
-        if size > _MAX_NAME_BYTES:
-            raise ValueError(
-                f"cassette path part {part[:40]!r}... is {size} bytes long; a file name is at most "
-                f"{_MAX_NAME_BYTES} (shorten the cassette's name)"
-            )
 
 
 class CallTape:
@@ -216,6 +194,7 @@ class Cassette:
         # The redaction policy's fingerprint the file was recorded under, and the policy of this session's calls.
         self.fingerprint: str | None = None
         self.policy: RedactionPolicy | None = None
+        self.rewrites = answers.Rewrites()  # what whole-field rules made of this session's answers
         self.misses: list[CassetteError] = []  # misses, and damage met, in the order met
         self._lock = threading.Lock()
         self._seen = _identity(self.path)  # the file as this session found it (before reading it)
@@ -320,6 +299,8 @@ class Cassette:
                     raise self.missed(CassetteMiss(self._miss_message(request, key)))
             record: dict[str, Any] = {"request": request}
             self.new.append(record)
+            if redaction is not None and redaction.rewrites_answers:
+                self.rewrites.watch(redaction, record)
             return CallTape(self, request, record, replaying=False)
 
     def missed(self, miss: E) -> E:
@@ -396,8 +377,12 @@ class Cassette:
         each saves under a lock on the cassette's directory, and what another wrote since this session
         read the file is kept beside this session's calls, never overwritten.
         """
+        self.rewrites.close()
         new = self._answered()
         new = new if self.mode == "record" else self._kept(new, failed)
+        unread = next((i for i, call in enumerate(new, 1) if self.rewrites.unread(call)), None)
+        if unread is not None:
+            raise CassetteError(answers.unread_message(self.path, unread))
         if self.mode != "record" and not new:
             return
         with directory_locked(self.path.parent):
@@ -452,6 +437,7 @@ class Cassette:
         scrubbed again.
         The one place this is done: what a message shows of a request is what is written (``as_stored``)."""
         held = self.secrets
+        changes = self.rewrites.of(call)  # by the call's identity: before it is copied below
         # A tool's result sent back as text (``api_key='sk-...'``) and a presigned URL's signature are conversation,
         # which the credential walk leaves alone: blanked as the attempt's records blank them (and as matching
         # compares them, default_normalize).
@@ -460,6 +446,8 @@ class Cassette:
         if results is not request:
             call = {**call, "request": dict(results)}
         if self.policy is not None:
+            if changes:
+                call = answers.rewritten(call, changes)
             call = policy.redact_answers(self.policy, call)
         call = secrets.scrub(call, held)
         if self.redact is not None:

@@ -13,10 +13,11 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from .cassette import Cassette, CassetteError, Redact, check_options, check_path
+from .cassette import Cassette, CassetteError, Redact, check_options
 from .requests import Normalize
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -32,6 +33,28 @@ _active: ContextVar[tuple[Cassette, ...]] = ContextVar("relay_cassettes", defaul
 _open: list[Cassette] = []
 _expected: list[str] = []
 _open_lock = threading.Lock()
+
+
+# What file systems hold: a name of at most 255 bytes (ext4, APFS, NTFS), a path of at most 4096.
+_MAX_NAME_BYTES = 255
+_MAX_PATH_BYTES = 4096
+
+
+def check_path(path: str | os.PathLike[str]) -> None:
+    """Refuse a cassette path no file system can hold, before any call is made (not at the save, after them)."""
+    text = os.fspath(path)
+    if "\0" in text:
+        raise ValueError(f"cassette path {text[:80]!r} holds a NUL character, which no file name can")
+    encoded = os.fsencode(text)
+    if len(encoded) > _MAX_PATH_BYTES:
+        raise ValueError(f"cassette path is {len(encoded)} bytes long; file systems take at most {_MAX_PATH_BYTES}")
+    for part in Path(text).parts:
+        size = len(os.fsencode(part))
+        if size > _MAX_NAME_BYTES:
+            raise ValueError(
+                f"cassette path part {part[:40]!r}... is {size} bytes long; a file name is at most "
+                f"{_MAX_NAME_BYTES} (shorten the cassette's name)"
+            )
 
 
 def current() -> Cassette | None:

@@ -3,9 +3,10 @@
 The policy in force is the one of the relay whose attempt makes the call. The live
 request is redacted before it is matched (so it compares equal to what was stored),
 each new call is stored redacted (its request, and every string of its HTTP answers
-through the policy's span rules: a whole-field rule would break the SDK's parsing of
-the replay), and the file carries the policy's fingerprint: replaying it under
-another policy, or none, is a ``CassetteError`` that says to re-record.
+through the policy's span rules; whole-field rules reach the answers' fields through
+what the attempt's end made of them, ``answers``), and the file carries the policy's
+fingerprint: replaying it under another policy, or none, is a ``CassetteError`` that
+says to re-record.
 """
 
 from __future__ import annotations
