@@ -6,7 +6,7 @@ message of several parts, Gemini parts, Bedrock content blocks, a LangChain mess
 blocks). A rule on ``/response/text`` replaces the joined string, and the walk through the SDK's
 objects replaces that string wherever it appears whole: the pieces matched nothing and stayed in
 the record as they were. So the pieces are found here, and what the rule made of the whole goes in
-the first of them, the rest left empty, as a stored stream's pieces are. Only a pass in which a
+the first of them, the rest left empty, as a stored stream's pieces are (``spread``). Only a pass in which a
 whole-field rule fired pays for this.
 """
 
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from .events import DeferredResponse
 from .redaction_objects import fields
+from .redaction_streams import spread
 
 if TYPE_CHECKING:
     from .redaction_apply import Application
@@ -49,10 +50,10 @@ def split_whole(application: Application, value: Any, whole: str | None) -> None
         return
     leaves = application.leaves
     became = leaves.get(whole, wholes[whole])
-    for i, piece in enumerate(found):
+    for piece, new in zip(found, spread(found, whole, [(0, len(whole), became)]), strict=True):
         # A piece the view met as a string of its own and changed keeps what the view made of it.
         if leaves.get(piece, piece) == piece:
-            leaves[piece] = became if i == 0 else ""
+            leaves[piece] = new
 
 
 def pieces(whole: str, texts: list[str]) -> list[str] | None:
