@@ -236,3 +236,32 @@ def test_a_long_value_is_replaced_wherever_it_stands_a_short_one_only_where_it_i
         {"delta": " Yes"},  # inside a longer text: three letters, not the field
         {"note": "[R]"},
     ]
+
+
+def test_an_anthropic_stream_whose_blocks_open_with_text_holds_none_of_it(
+    relay_turn: Any, relay_events: Recorder, tmp_path: Path, under: Any
+) -> None:
+    under(TEXT_RULE, Rule("redact", name="thought", paths=["/response/reasoning"]))
+    events = testing.anthropic_events(["code is ", "Zanzibar-Oscar"], thinking="the Zanzibar-Oscar launch")
+    for event in events:  # each block's start already carries the opening of its text, before its deltas
+        block = event.get("content_block") or {}
+        if block.get("type") in ("text", "thinking"):
+            block[block["type"]] = "The launch " if block["type"] == "text" else "Ponder "
+    live = testing.scripted_anthropic(testing.sse_reply(testing.typed_sse(events)))
+    cassette = tmp_path / "opening.json"
+    with cassettes.use(cassette, mode="record"):
+        list(adapters.stream(live.client, ANTHROPIC))
+
+    _assert_no_originals(cassette, TEXT, THOUGHT, "The launch", "Ponder")
+    with cassettes.use(cassette, mode="replay"):
+        got = list(adapters.stream(testing.scripted_anthropic().client, ANTHROPIC))
+    assert relay_events.ends(scope_type="llm")[-1].outcome == "success"
+    opening = [e.content_block for e in got if e.type == "content_block_start"]
+    deltas = [e.delta for e in got if e.type == "content_block_delta"]
+    text = "".join(b.text for b in opening if b.type == "text") + "".join(
+        d.text for d in deltas if d.type == "text_delta"
+    )
+    thinking = "".join(b.thinking for b in opening if b.type == "thinking") + "".join(
+        d.thinking for d in deltas if d.type == "thinking_delta"
+    )
+    assert (text, thinking) == ("[REDACTED]", "[REDACTED]")  # as the SDK joins a block: its start, then deltas

@@ -8,10 +8,11 @@ taken from the attempt's end event, which reads the view (``RedactionPolicy._ans
 answer a rule changed -> what it became, and each tool call's arguments held as an object -> what they became), and
 put where the stored answer holds it:
 
-- the strings at one place of the answer (``_groups``: a path with list positions left out, so the events of a
+- the strings at one place of the answer (``groups``: a path with list positions left out, so the events of a
   stream and the blocks of a message are taken together, and a stream event's kind) are read in order as one text;
   a changed string found there starting and ending where pieces do gets its replacement in its first piece, the
-  rest of it blanked (``spread``), so the SDK still joins the pieces into the redacted text;
+  rest of it blanked (``spread``), so the SDK still joins the pieces into the redacted text; an Anthropic block's
+  start that already carries text (or thinking) is that block's first piece (``_opening``);
 - a run of pieces that is JSON text (tool-call arguments, whole in a body or in fragments over stream events) is read
   as the JSON it is: each string (or number) in it that a rule changed is replaced, and the run written whole in its
   first piece; arguments a body holds as an object (Anthropic's ``input``) are replaced by what the rules made of them;
@@ -44,6 +45,9 @@ _VOCABULARY = frozenset({"role", "type", "object", "finish_reason", "stop_reason
 # Where stored answers hold no text: bytes as base64 (audio, images, a body that is not UTF-8).
 _BINARY = frozenset({"$bytes", "base64"})
 _STREAMS = frozenset({"events", "session"})  # where a recorded answer holds a stream, one item per event
+# An Anthropic stream's block start, which may carry the opening of a text (or thinking) block its deltas go on.
+_OPENING, _DELTA = "content_block_start", "content_block_delta"
+_OPENED = frozenset({"text", "thinking"})
 # A JSON run is looked for over at most this many pieces and characters from where it opens.
 _MAX_RUN_PIECES = 20_000
 _MAX_RUN_CHARS = 4 * 1024 * 1024
@@ -115,7 +119,7 @@ def rewritten(call: dict[str, Any], changes: AnswerChanges) -> dict[str, Any]:
     edits: list[tuple[Path, Any]] = list(_object_edits(answers, (), changes[1], 0)) if changes[1] else []
     if strings:
         skip = {path for path, _ in edits}
-        for pieces in _groups(answers, skip):
+        for pieces in groups(answers, skip):
             edits.extend(_group_edits(pieces, strings))
     if not edits:
         return call
@@ -149,13 +153,13 @@ def _as_removed(old: str) -> str:
     return ""
 
 
-def _groups(value: Any, skip: set[Path]) -> list[list[tuple[Path, str]]]:
+def groups(value: Any, skip: set[Path]) -> list[list[tuple[Path, str]]]:
     """The strings of ``value`` but those under ``skip``, by place: a place is a path with list positions left out
     (the events of a stream, the blocks of a message) and the kinds of stream events on the way; each in order."""
-    groups: dict[tuple[str, ...], list[tuple[Path, str]]] = {}
+    found: dict[tuple[str, ...], list[tuple[Path, str]]] = {}
     for path, place, text in _strings(value, (), (), 0, skip):
-        groups.setdefault(place, []).append((path, text))
-    return list(groups.values())
+        found.setdefault(place, []).append((path, text))
+    return list(found.values())
 
 
 def _strings(
@@ -169,6 +173,9 @@ def _strings(
         if event:  # a stream's event: its kind (SSE ``event:``, its data's ``type``) tells its fields apart
             data = value.get("data")
             kinds = (value.get("event"), data.get("type") if isinstance(data, dict) else None)
+            if _OPENING in kinds and isinstance(data, dict):
+                yield from _opening(value, data, path, place, kinds, depth, skip)
+                return
             place = (*place, *(f"@{kind}" for kind in kinds if isinstance(kind, str)))
         for k, v in value.items():
             if k not in _VOCABULARY and k not in _BINARY:
@@ -179,8 +186,33 @@ def _strings(
             yield from _strings(v, (*path, i), place, depth + 1, skip, events)
 
 
+def _opening(
+    event: dict[str, Any],
+    data: dict[str, Any],
+    path: Path,
+    place: tuple[str, ...],
+    kinds: tuple[Any, ...],
+    depth: int,
+    skip: set[Path],
+) -> Iterator[tuple[Path, tuple[str, ...], str]]:
+    """An Anthropic block's start: the text (or thinking) it may already carry is the first piece of that block's
+    text, so it is placed with the deltas that follow (as the SDK joins them); its other fields are its own."""
+    block = data.get("content_block")
+    own = (*place, *(f"@{kind}" for kind in kinds if isinstance(kind, str)))
+    field = block.get("type") if isinstance(block, dict) else None
+    if isinstance(block, dict) and isinstance(field, str) and field in _OPENED and isinstance(block.get(field), str):
+        at = (*path, "data", "content_block", field)
+        if not (skip and at in skip):
+            as_delta = (f"@{_DELTA}" if kind == _OPENING else f"@{kind}" for kind in kinds if isinstance(kind, str))
+            yield at, (*place, *as_delta, "data", "delta", field), block[field]
+        data = {**data, "content_block": {k: v for k, v in block.items() if k != field}}
+    for k, v in {**event, "data": data}.items():
+        if k not in _VOCABULARY and k not in _BINARY:
+            yield from _strings(v, (*path, k), (*own, str(k)), depth + 1, skip)
+
+
 def _group_edits(found: list[tuple[Path, str]], changes: Mapping[str, str]) -> Iterator[tuple[Path, str]]:
-    """The pieces of one place (``_groups``) to change, in three steps, each on what the ones before left: changed
+    """The pieces of one place (``groups``) to change, in three steps, each on what the ones before left: changed
     strings that are whole pieces or runs of them (a field's text), JSON text holding changed strings (arguments),
     then long changed strings wherever they stand (``_claimed``)."""
     pieces = [text for _, text in found]
@@ -262,7 +294,7 @@ def _json_runs(pieces: list[str], covered: list[bool], changes: Mapping[str, str
                 parsed = json.loads(text)
             except ValueError:
                 continue
-            new = _replaced_in(parsed, changes, 0)
+            new = replaced_in(parsed, changes, 0)
             if new is not parsed:
                 yield i, j, json.dumps(new, ensure_ascii=False)
             i = j
@@ -270,7 +302,7 @@ def _json_runs(pieces: list[str], covered: list[bool], changes: Mapping[str, str
         i += 1
 
 
-def _replaced_in(value: Any, changes: Mapping[str, str], depth: int) -> Any:
+def replaced_in(value: Any, changes: Mapping[str, str], depth: int) -> Any:
     """Parsed JSON with each string ``changes`` names replaced (JSON text inside it read too); itself if none is."""
     if isinstance(value, str):
         new = changes.get(value)
@@ -281,7 +313,7 @@ def _replaced_in(value: Any, changes: Mapping[str, str], depth: int) -> Any:
                 parsed = json.loads(value)
             except ValueError:
                 return value
-            inner = _replaced_in(parsed, changes, depth + 1)
+            inner = replaced_in(parsed, changes, depth + 1)
             return value if inner is parsed else json.dumps(inner, ensure_ascii=False)
         return value
     if type(value) is int or type(value) is float:  # a whole-field rule acts on a number as on its text
@@ -290,10 +322,10 @@ def _replaced_in(value: Any, changes: Mapping[str, str], depth: int) -> Any:
     if depth > _MAX_DEPTH:
         return value
     if isinstance(value, dict):
-        out = {k: _replaced_in(v, changes, depth + 1) for k, v in value.items()}
+        out = {k: replaced_in(v, changes, depth + 1) for k, v in value.items()}
         return value if all(out[k] is v for k, v in value.items()) else out
     if isinstance(value, list):
-        items = [_replaced_in(v, changes, depth + 1) for v in value]
+        items = [replaced_in(v, changes, depth + 1) for v in value]
         return value if all(a is b for a, b in zip(items, value, strict=True)) else items
     return value
 
