@@ -22,7 +22,8 @@ put where the stored answer holds it:
 A stream's copies of the whole text (the Responses API's ``response.output_text.done`` and ``response.completed``)
 are places of their own, replaced as the deltas are. The answer's vocabulary fields (``_VOCABULARY``: roles, kinds,
 finish reasons) are never the model's words and are not read, so a one-word answer ("stop") leaves them as they are.
-An SDK call whose attempt's end was not read (nothing observed it) is not written at all (``unread_message``).
+An SDK call whose attempt's end was not read (nothing observed it) is not written at all (``unread_message``),
+nor is one whose answer as it would be written still holds a changed value (``verify``: a layout not known here).
 """
 
 from __future__ import annotations

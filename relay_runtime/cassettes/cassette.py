@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..conversation_urls import recorded as recorded_conversation
 from ..files import directory_locked, replace_atomically
 from ..urls import is_signing_scope
-from . import answers, matching, policy, secrets
+from . import answers, matching, policy, secrets, verify
 from .requests import Normalize, canonical, normalized
 
 if TYPE_CHECKING:
@@ -434,9 +434,9 @@ class Cassette:
     def written(self, call: dict[str, Any]) -> dict[str, Any]:
         """``call`` as the file holds it (its request redacted by the policy already, in ``begin``): its tools'
         results blanked, its answers through the policy's span rules, credentials scrubbed, the ``redact=`` hook,
-        scrubbed again.
+        scrubbed again; a CassetteError when it still holds a value a whole-field rule changed (``verify``).
         The one place this is done: what a message shows of a request is what is written (``as_stored``)."""
-        held = self.secrets
+        held, original = self.secrets, call
         changes = self.rewrites.of(call)  # by the call's identity: before it is copied below
         # A tool's result sent back as text (``api_key='sk-...'``) and a presigned URL's signature are conversation,
         # which the credential walk leaves alone: blanked as the attempt's records blank them (and as matching
@@ -457,7 +457,12 @@ class Cassette:
             # The hook may have put a secret back in a new shape; the built-in rules run last.
             call = secrets.scrub(call, held)
         across = secrets.cut_across(held)
-        return call if across is None else policy.streams_across(across, call)
+        out = call if across is None else policy.streams_across(across, call)
+        kind = None if changes is None else verify.unhonoured(out, changes)
+        if kind is not None:  # as it would be written: a value a whole-field rule changed, still there
+            number = next((i for i, c in enumerate(self.new, 1) if c is original), 0)
+            raise CassetteError(verify.message(self.path, number, kind))
+        return out
 
     def _write(self, calls: list[dict[str, Any]]) -> None:
         cleaned = [self.written(call) for call in calls]
