@@ -121,6 +121,8 @@ def test_the_check_reads_bodies_stored_as_bytes_and_leaves_a_choices_field_of_ar
     chunk = {"choices": [{"index": 1, "delta": {"content": "x"}}]}
     call = {"request": {}, "http": [{"status": 200, "events": [{"data": chunk}]}]}
     assert unhonoured(call, ({}, [])) == SEVERAL_CHOICES
+    gemini = {"candidates": [{"content": {"parts": [{"text": "a"}]}}, {"content": {"parts": [{"text": "b"}]}}]}
+    assert unhonoured({"request": {}, "http": [{"status": 200, "body": gemini}]}, ({}, [])) == SEVERAL_CHOICES
     text = json.dumps({"say": "  Yes"})
     call = {"request": {}, "http": [{"status": 200, "body": {"content": [{"text": " " + text}]}}]}
     assert unhonoured(call, redacted) == "redact, mask or regex_replace"  # JSON text opening after a space
