@@ -39,8 +39,12 @@ _KEYED = re.compile(
 )
 # An authorization scheme before the credential itself (``Authorization: Bearer sk-...``).
 _SCHEME = re.compile(r"(?:bearer|basic|token|digest|bot|key|apikey)[ \t]+", re.IGNORECASE)
-# Where a bare value ends: a delimiter of whatever quoted it (a dict repr, JSON, a query string, prose).
-_BARE_VALUE = re.compile(r"""[^\s,;&'"})\]<>]+""")
+# Where a bare value ends: a delimiter of whatever quoted it (a dict repr, JSON, a query string, prose), or the
+# ``&`` of a query string quoted in JSON text, which some encoders (Go's) escape as ``\u0026``.
+_BARE_VALUE = re.compile(r"""(?:[^\s,;&'"})\]<>\\]|\\(?!u0026))+""")
+# A query's ``&`` escaped by what quoted the address (HTML or XML text, JSON text): the parameter after it is still
+# one of the query's (``?sv=...&amp;sig=...``).
+_ESCAPED_AMPERSANDS = ("&amp;", "\\u0026")
 _OPENERS = {"{": "}", "[": "]", "(": ")"}
 # A string literal's prefix as a repr writes it (``b'...'``: a key held as bytes, as HTTP clients hold headers).
 _STRING_PREFIX = re.compile(r"""[bBrRuU]{1,2}(?=["'])""")
@@ -112,8 +116,13 @@ def _without_keyed_credentials(text: str) -> str:
             break
         pos = match.end()
         key = match.group("key") or match.group("pair")
-        before = text[match.start() - 1] if match.start() > 0 else ""
-        if not (is_credential_data_key(key) or (before in "?&" and is_query_credential(key))):
+        start = match.start()
+        if key[:5] == "u0026" and text.startswith(_ESCAPED_AMPERSANDS[1], start):
+            # JSON's ``\u0026sig=``: the escape's letters were read as the start of the key's name.
+            key, in_query = key[5:], True
+        else:
+            in_query = (start > 0 and text[start - 1] in "?&") or text.endswith(_ESCAPED_AMPERSANDS, 0, start)
+        if not (is_credential_data_key(key) or (in_query and is_query_credential(key))):
             continue
         value_end = _value_end(text, pos)
         if value_end == pos:

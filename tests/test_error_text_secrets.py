@@ -338,3 +338,35 @@ def test_an_error_quoting_headers_as_name_value_pairs_records_their_credentials_
     )
     assert_spans_tell(sinks, "failed, sent")
     assert_nowhere(sinks.texts(), PASSWORD, API_KEY)
+
+
+SIGNATURE = "aeeed9bbccd4d02ee5c0109b86d86835f995"
+
+
+@pytest.mark.parametrize(
+    ("separator", "how"),
+    [("\\u0026", "JSON-escaped, as Go's encoder writes '&'"), ("&amp;", "HTML- or XML-escaped, as S3's error bodies")],
+)
+def test_a_presigned_urls_signature_after_an_escaped_separator_is_blanked_in_errors_and_results(
+    relay_turn, relay_events, tmp_path, separator: str, how: str
+) -> None:
+    """A query's ``&sig=`` / ``&X-Amz-Signature=`` is blanked in an error's text and a tool's text result; a body
+    that quotes the address escaped (``\\u0026``, ``&amp;``) parted the name from the ``&`` the rule looked for,
+    and the signature went on."""
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    sas = f"https://acct.blob.core.windows.net/c/b.txt?sv=2020-08-04{separator}sig={SIGNATURE}{separator}se=2030"
+    s3 = f"https://b.s3.amazonaws.com/k?X-Amz-Date=1{separator}X-Amz-Signature={SIGNATURE}{separator}x=1"
+
+    def fetch(given: dict[str, Any]) -> str:
+        if given["fail"]:
+            raise ConnectionError(f'{{"error": "cannot read {sas}"}}')
+        return f"<a href='{s3}'>report</a>"
+
+    with pytest.raises(ConnectionError):
+        relay.tools.execute("fetch", {"fail": True}, fetch)
+    relay.tools.execute("fetch", {"fail": False}, fetch)
+    failed, done = relay_events.ends(name="fetch")
+    assert f"{separator}sig=[redacted]{separator}se=2030" in failed.error_message, how
+    assert f"{separator}X-Amz-Signature=[redacted]{separator}x=1" in done.output, how
+    assert_nowhere(sinks.texts(), SIGNATURE)
