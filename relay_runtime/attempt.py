@@ -31,7 +31,7 @@ from .events import (
     new_event,
 )
 from .intercepts import LLM_RESPONSE, Intercept
-from .redaction import redacted_annotation
+from .redaction import redact_metadata, redacted_annotation
 from .scopes import ScopeHandle, outcome_of
 from .types import (
     AnnotatedLLMRequest,
@@ -61,7 +61,7 @@ FinishHook = Callable[[str, Any, "BaseException | None"], None]
 
 def attempt_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
     """A new attempt's own metadata dict: its kind, then the caller's entries (never the caller's dict)."""
-    return {cv.KIND: cv.ATTEMPT, **metadata} if metadata else {cv.KIND: cv.ATTEMPT}
+    return {cv.KIND: cv.ATTEMPT, **redact_metadata(metadata)} if metadata else {cv.KIND: cv.ATTEMPT}
 
 
 # ``current_attempt()``: the attempt whose provider callback is running in this context, if

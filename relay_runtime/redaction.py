@@ -486,6 +486,14 @@ def redact_value(value: Any) -> Any:
     return _clean(value, 0, True)
 
 
+def redact_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """A caller's metadata (a scope's, a mark's, a call's) as every event holds it: ``metadata`` itself when nothing
+    in it is a credential, else a cleaned copy, by ``redact_value``'s rule. The sinks write it as given (the OTel
+    exporter makes a mark's entries its span event's attributes, content capture on or off; the JSONL and ATOF
+    files write it whole), so a key a scope's input would have blanked went there as written."""
+    return _clean_mapping(metadata, 0, _NOTHING_SKIPPED, is_credential_data_key)  # type: ignore[return-value]
+
+
 # A model call's request as records hold it lives in its own module; its names are reachable here.
 # The policy every sink shares (issue 25) lives in its own modules; its names are reachable here.
 from .redaction_policy import RedactionPolicy, Rule  # noqa: E402, F401
