@@ -370,3 +370,27 @@ def test_a_presigned_urls_signature_after_an_escaped_separator_is_blanked_in_err
     assert f"{separator}sig=[redacted]{separator}se=2030" in failed.error_message, how
     assert f"{separator}X-Amz-Signature=[redacted]{separator}x=1" in done.output, how
     assert_nowhere(sinks.texts(), SIGNATURE)
+
+
+def test_a_presigned_url_carried_percent_encoded_in_another_address_has_its_signature_blanked(
+    relay_turn, relay_events, tmp_path
+) -> None:
+    """An address carried in another's query (a viewer's ``?src=``, a redirect's ``?url=``) is percent-encoded
+    whole: its ``?`` / ``&`` / ``=`` are ``%3F`` / ``%26`` / ``%3D``, so the query rule found no parameter in it."""
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    inner = f"https%3A%2F%2Fb.s3.amazonaws.com%2Fk%3FX-Amz-Date%3D1%26X-Amz-Signature%3D{SIGNATURE}%26x%3D1"
+    viewer = f"https://view.example/open?src={inner}&lang=en"
+
+    def share(given: dict[str, Any]) -> str:
+        if given["fail"]:
+            raise ConnectionError(f"cannot open {viewer}: 404")
+        return f"open it at {viewer}"
+
+    with pytest.raises(ConnectionError):
+        relay.tools.execute("share", {"fail": True}, share)
+    relay.tools.execute("share", {"fail": False}, share)
+    failed, done = relay_events.ends(name="share")
+    blanked = "%26X-Amz-Signature%3D[redacted]%26x%3D1&lang=en"
+    assert blanked in failed.error_message and blanked in done.output
+    assert_nowhere(sinks.texts(), SIGNATURE)
