@@ -28,7 +28,7 @@ from relay_runtime import auxiliary, calls, logical_calls, session
 from relay_runtime import conventions as cv
 from relay_runtime.adapters.instrument import clients_instrumented
 from relay_runtime.attempt import Attempt
-from relay_runtime.attempt_views import recorded_request
+from relay_runtime.attempt_views import recorded_answer, recorded_request
 from relay_runtime.codec import LLMCodec
 from relay_runtime.events import AnnotatedRequestField, AnnotatedResponseField, Deferred, Recorded
 from relay_runtime.scopes import ScopeHandle, outcome_of
@@ -367,7 +367,8 @@ class ModelCall:
             provider=handle.name,
             model_name=model,
             annotated_request=self._observed_request,
-            annotated_response=annotated,
+            # As an SDK call's attempt records its answer (``recorded_answer``): read only when a reader asks.
+            annotated_response=deferred(_recorded_answer, annotated) if annotated is not None else None,
             outcome=outcome,
         )
         if late:  # its turn (or agent) ended while the framework still ran it: their roll-ups went out without it
@@ -441,6 +442,10 @@ def deferred(compute: Callable[..., Any], *args: Any) -> Deferred[Any]:
     value = _new(Deferred)
     value._compute, value._args, value._value = _safely, (compute, args), None
     return value
+
+
+def _recorded_answer(annotated: AnnotatedResponseField) -> Any:
+    return recorded_answer(annotated.get() if isinstance(annotated, Deferred) else annotated)
 
 
 def _safely(compute: Callable[..., Any], args: tuple[Any, ...]) -> Any:

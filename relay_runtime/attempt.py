@@ -13,7 +13,7 @@ from functools import partial
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from . import attempt_next, attempt_request
+from . import attempt_next, attempt_request, attempt_views
 from . import conventions as cv
 from .attempt_request import NO_CHAINS
 from .attempt_views import DECODE_ERRORS as DECODE_ERRORS
@@ -451,10 +451,11 @@ class Attempt:
                     )
                 else:  # a redaction policy reads the text first, and mostly needs no more
                     response_view = DeferredResponse(
-                        partial(read, response),
+                        partial(attempt_views.content_blanked, read, response),
                         annotate_for_observers, relay, self.name, codec, response, ttfc, self.metadata,
                     )  # fmt: skip
             elif annotation is not None:
+                attempt_views.recorded_answer(annotation)  # as ``annotate_for_observers`` records a whole answer
                 if first_chunk_ns is not None:
                     annotation.time_to_first_chunk_ns = first_chunk_ns - self.handle.start_ns
                 annotation.sdk_retries = self.metadata.get(_SDK_RETRIES)
