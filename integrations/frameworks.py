@@ -367,8 +367,7 @@ class ModelCall:
             provider=handle.name,
             model_name=model,
             annotated_request=self._observed_request,
-            # As an SDK call's attempt records its answer (``recorded_answer``): read only when a reader asks.
-            annotated_response=deferred(_recorded_answer, annotated) if annotated is not None else None,
+            annotated_response=annotated,
             outcome=outcome,
         )
         if late:  # its turn (or agent) ended while the framework still ran it: their roll-ups went out without it
@@ -444,8 +443,16 @@ def deferred(compute: Callable[..., Any], *args: Any) -> Deferred[Any]:
     return value
 
 
-def _recorded_answer(annotated: AnnotatedResponseField) -> Any:
-    return recorded_answer(annotated.get() if isinstance(annotated, Deferred) else annotated)
+def deferred_answer(compute: Callable[..., Any], *args: Any) -> Deferred[Any]:
+    """``deferred`` for an answer's annotation, recorded as an SDK call's attempt records it (``recorded_answer``:
+    its tool calls' arguments as their tools' scopes record them)."""
+    value = _new(Deferred)
+    value._compute, value._args, value._value = _answered, (compute, args), None
+    return value
+
+
+def _answered(compute: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    return recorded_answer(_safely(compute, args))
 
 
 def _safely(compute: Callable[..., Any], args: tuple[Any, ...]) -> Any:

@@ -47,7 +47,7 @@ from relay_runtime.scopes import ScopeHandle
 from relay_runtime.session import Turn
 from relay_runtime.types import AnnotatedLLMResponse, ScopeType, TokenUsage
 
-from ..frameworks import FrameworkRun, ModelCall, current_parent, deferred, enter_scope, leave_scope
+from ..frameworks import FrameworkRun, ModelCall, current_parent, deferred, deferred_answer, enter_scope, leave_scope
 from . import tool_spans
 from .tool_spans import ToolSpan
 from .tools import parse_arguments
@@ -346,7 +346,8 @@ def _end_observed(call: ModelCall, data: Any, error: BaseException | None) -> No
     """End the attempt recorded from a model span (nothing else recorded it)."""
     response = getattr(data, "response", None)
     model = getattr(response, "model", None) or getattr(data, "model", None)
-    call.end_observed(annotated=deferred(_annotate, data), error=error, model=model if isinstance(model, str) else None)
+    model = model if isinstance(model, str) else None
+    call.end_observed(annotated=deferred_answer(_annotate, data), error=error, model=model)
     call.observed = None
 
 
