@@ -28,7 +28,7 @@ from relay_runtime import auxiliary, calls, logical_calls, session
 from relay_runtime import conventions as cv
 from relay_runtime.adapters.instrument import clients_instrumented
 from relay_runtime.attempt import Attempt
-from relay_runtime.attempt_views import recorded_request
+from relay_runtime.attempt_views import recorded_answer, recorded_request
 from relay_runtime.codec import LLMCodec
 from relay_runtime.events import AnnotatedRequestField, AnnotatedResponseField, Deferred, Recorded
 from relay_runtime.scopes import ScopeHandle, outcome_of
@@ -441,6 +441,18 @@ def deferred(compute: Callable[..., Any], *args: Any) -> Deferred[Any]:
     value = _new(Deferred)
     value._compute, value._args, value._value = _safely, (compute, args), None
     return value
+
+
+def deferred_answer(compute: Callable[..., Any], *args: Any) -> Deferred[Any]:
+    """``deferred`` for an answer's annotation, recorded as an SDK call's attempt records it (``recorded_answer``:
+    its tool calls' arguments as their tools' scopes record them)."""
+    value = _new(Deferred)
+    value._compute, value._args, value._value = _answered, (compute, args), None
+    return value
+
+
+def _answered(compute: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    return recorded_answer(_safely(compute, args))
 
 
 def _safely(compute: Callable[..., Any], args: tuple[Any, ...]) -> Any:

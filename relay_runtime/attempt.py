@@ -13,7 +13,7 @@ from functools import partial
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from . import attempt_next, attempt_request
+from . import attempt_next, attempt_request, attempt_views
 from . import conventions as cv
 from .attempt_request import NO_CHAINS
 from .attempt_views import DECODE_ERRORS as DECODE_ERRORS
@@ -31,7 +31,7 @@ from .events import (
     new_event,
 )
 from .intercepts import LLM_RESPONSE, Intercept
-from .redaction import redacted_annotation
+from .redaction import redact_metadata, redacted_annotation
 from .scopes import ScopeHandle, outcome_of
 from .types import (
     AnnotatedLLMRequest,
@@ -61,7 +61,7 @@ FinishHook = Callable[[str, Any, "BaseException | None"], None]
 
 def attempt_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
     """A new attempt's own metadata dict: its kind, then the caller's entries (never the caller's dict)."""
-    return {cv.KIND: cv.ATTEMPT, **metadata} if metadata else {cv.KIND: cv.ATTEMPT}
+    return {cv.KIND: cv.ATTEMPT, **redact_metadata(metadata)} if metadata else {cv.KIND: cv.ATTEMPT}
 
 
 # ``current_attempt()``: the attempt whose provider callback is running in this context, if
@@ -451,10 +451,11 @@ class Attempt:
                     )
                 else:  # a redaction policy reads the text first, and mostly needs no more
                     response_view = DeferredResponse(
-                        partial(read, response),
+                        partial(attempt_views.content_blanked, read, response),
                         annotate_for_observers, relay, self.name, codec, response, ttfc, self.metadata,
                     )  # fmt: skip
             elif annotation is not None:
+                attempt_views.recorded_answer(annotation)  # as ``annotate_for_observers`` records a whole answer
                 if first_chunk_ns is not None:
                     annotation.time_to_first_chunk_ns = first_chunk_ns - self.handle.start_ns
                 annotation.sdk_retries = self.metadata.get(_SDK_RETRIES)

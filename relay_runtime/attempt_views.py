@@ -8,15 +8,16 @@ read a request or an answer costs the view, never the call: the failure is count
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import conventions as cv
-from .codec import LLMCodec
+from .codec import Content, LLMCodec
 from .conversation_urls import recorded as recorded_conversation
 from .events import MARK, Deferred, new_event
 from .ids import new_id
 from .redaction import REDACTED, redacted_annotation, redacted_request
+from .tool_results import calls_blanked
 from .types import AnnotatedLLMRequest, AnnotatedLLMResponse
 
 if TYPE_CHECKING:
@@ -75,11 +76,30 @@ def annotate_for_observers(
         relay.diag.failure("bookkeeping_errors", exc, f"annotating the response of {name!r}")
         relay.diag.count(DECODE_ERRORS)
         return None
+    recorded_answer(annotation)
     if time_to_first_chunk_ns is not None:
         annotation.time_to_first_chunk_ns = time_to_first_chunk_ns
     if metadata:
         annotation.sdk_retries = metadata.get(_SDK_RETRIES)
     return annotation
+
+
+def recorded_answer(annotation: AnnotatedLLMResponse | None) -> AnnotatedLLMResponse | None:
+    """``annotation`` (built for the records: the relay's own) as they hold it: the tool calls it asked for with their
+    arguments as the tools' own scopes record them (``tool_results.calls_blanked``), as the OTel content capture
+    writes them; the journal's rows and the trajectories take them from here."""
+    if annotation is not None and annotation.tool_calls:
+        annotation.tool_calls = calls_blanked(annotation.tool_calls)
+    return annotation
+
+
+def content_blanked(read: Callable[[Any], Content | None], response: Any) -> Content | None:
+    """What ``read`` (a codec's ``content_reader``) gives of ``response`` for a redaction policy to read first, its
+    tool calls as ``annotate_for_observers`` records them: a policy that changes the text puts these in the view."""
+    found = read(response)
+    if found is None or not found[1]:
+        return found
+    return found[0], calls_blanked(found[1])
 
 
 def mark_fallback(

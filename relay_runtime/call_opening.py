@@ -19,6 +19,7 @@ from .codec import LLMCodec
 from .ids import new_id
 from .ids import pooled as _pooled
 from .logical_calls import end_logical_call
+from .redaction import redact_metadata
 from .response_model import response_model
 from .scopes import ScopeHandle
 from .session import CallHolder, LogicalCall
@@ -53,14 +54,17 @@ def new_call(turn: CallHolder, api_request_id: str, role: str, parent: ScopeHand
     if parent is None:
         parent = outside_turns.outside_parent()  # a served request's scope (``outside_turns.serving``), if any
     try:
-        scope = turn.relay.scope.push(
+        # The id and role come from the attempt's metadata, which its caller's redaction was applied to.
+        scope = turn.relay.scope.opened(
             _LOGICAL_CALL,
             _FUNCTION,
-            parent=parent,
-            attach=False,
+            parent,
+            None,  # input
+            {cv.KIND: cv.LOGICAL_CALL, cv.API_REQUEST_ID: api_request_id, cv.CALL_ROLE: role},
+            None,  # data
+            False,  # attach
             # Outside turns a logical call is a root: never under a turn another context has open here.
-            root=parent is None,
-            metadata={cv.KIND: cv.LOGICAL_CALL, cv.API_REQUEST_ID: api_request_id, cv.CALL_ROLE: role},
+            parent is None,  # root
         )
     except ValueError as exc:
         if parent is not None and parent is turn.scope and parent.ended:
@@ -193,7 +197,7 @@ def attempt_of(
             call.model = model_name
     finally:
         lock.release()
-    meta: dict[str, Any] = {cv.KIND: cv.ATTEMPT, **metadata} if metadata else {cv.KIND: cv.ATTEMPT}
+    meta: dict[str, Any] = {cv.KIND: cv.ATTEMPT, **redact_metadata(metadata)} if metadata else {cv.KIND: cv.ATTEMPT}
     meta[cv.API_REQUEST_ID] = call.api_request_id
     meta[cv.CALL_ROLE] = call.call_role
     meta[cv.RETRY_COUNT] = retry

@@ -33,6 +33,7 @@ from .codec import LLMCodec
 from .ids import new_id
 from .ids import pooled as _pooled
 from .logical_calls import close_logical_call
+from .redaction import redact_metadata
 from .scopes import outcome_of
 from .session import CallHolder, LogicalCall
 from .streams import ManagedAsyncStream, ManagedStream, exhausted_async
@@ -46,7 +47,7 @@ def _open(
 ) -> tuple[LogicalCall, dict[str, Any]]:
     """The logical call this attempt belongs to (opened now if new), and the attempt's own metadata."""
     # ``attempt_metadata``'s dict, built here without its frame: this runs once per managed call.
-    meta: dict[str, Any] = {cv.KIND: cv.ATTEMPT, **metadata} if metadata else {cv.KIND: cv.ATTEMPT}
+    meta: dict[str, Any] = {cv.KIND: cv.ATTEMPT, **redact_metadata(metadata)} if metadata else {cv.KIND: cv.ATTEMPT}
     # ``in`` before reading: most calls carry neither key, and a membership test is no call.
     api_request_id = meta[cv.API_REQUEST_ID] if metadata and cv.API_REQUEST_ID in meta else None
     role = (meta[cv.CALL_ROLE] if metadata and cv.CALL_ROLE in meta else None) or DEFAULT_CALL_ROLE

@@ -15,7 +15,8 @@ So an error's text is read, before anything records it, for three shapes:
   (``https://[redacted]@host``: a token).
 - ``key=value``, ``key: value``, ``'key': 'value'`` and ``"key": "value"`` (kwargs reprs, dict reprs,
   JSON, headers, query strings) whose key the data rule calls a credential (``is_credential_data_key``;
-  ``?key=`` / ``&sig=`` by the query rule): the value is blanked, a nested dict or list whole.
+  ``?key=`` / ``&sig=`` by the query rule, also after an escaped ``&``, and in an address percent-encoded
+  inside another's query): the value is blanked, a nested dict or list whole.
 
 The error's type and the rest of its text stay: which field failed and why is what the message is for.
 Only error paths pay for this.
@@ -39,8 +40,12 @@ _KEYED = re.compile(
 )
 # An authorization scheme before the credential itself (``Authorization: Bearer sk-...``).
 _SCHEME = re.compile(r"(?:bearer|basic|token|digest|bot|key|apikey)[ \t]+", re.IGNORECASE)
-# Where a bare value ends: a delimiter of whatever quoted it (a dict repr, JSON, a query string, prose).
-_BARE_VALUE = re.compile(r"""[^\s,;&'"})\]<>]+""")
+# Where a bare value ends: a delimiter of whatever quoted it (a dict repr, JSON, a query string, prose), or the
+# ``&`` of a query string quoted in JSON text, which some encoders (Go's) escape as ``\u0026``.
+_BARE_VALUE = re.compile(r"""(?:[^\s,;&'"})\]<>\\]|\\(?!u0026))+""")
+# A query's ``&`` escaped by what quoted the address (HTML or XML text, JSON text): the parameter after it is still
+# one of the query's (``?sv=...&amp;sig=...``).
+_ESCAPED_AMPERSANDS = ("&amp;", "\\u0026")
 _OPENERS = {"{": "}", "[": "]", "(": ")"}
 # A string literal's prefix as a repr writes it (``b'...'``: a key held as bytes, as HTTP clients hold headers).
 _STRING_PREFIX = re.compile(r"""[bBrRuU]{1,2}(?=["'])""")
@@ -49,6 +54,13 @@ _CALL = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*(?=\()")
 # A URL's user info (``https://user:password@host``, ``https://token@host``): a provider's error quoting the
 # address it could not fetch quotes its password too. The user's name before a ``:`` is kept (group 1).
 _USER_INFO = re.compile(r"""(?<=://)([^\s/?#@'"<>:]*:)?[^\s/?#@'"<>]+(?=@)""")
+# A query parameter of an address carried percent-encoded in another's query (a viewer's ``?src=``, a redirect's
+# ``?url=``): its ``?`` or ``&`` and its ``=`` are escapes too (``%3FX-Amz-Signature%3D...%26``). Its value ends
+# at the next encoded ``&`` or anything a bare value ends at.
+_ENCODED_PARAM = re.compile(
+    r"""(?i)(?:%3F|%26)(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,127})%3D"""
+    r"""(?P<value>(?:[^%\s,;&'"})\]<>\\]|%(?!26)[0-9A-F]{2})+)"""
+)
 # Words that may hold a credential's key: text holding none of them is not scanned key by key.
 _HINTS = ("key", "token", "secret", "password", "auth", "cookie", "sig")
 
@@ -69,8 +81,17 @@ def keyed_values_blanked(text: str) -> str:
     recorded as the text it is, where no key-by-key walk reaches."""
     lowered = text.lower()
     if any(hint in lowered for hint in _HINTS):
-        return _without_keyed_credentials(text)
+        text = _without_keyed_credentials(text)
+        if "%3d" in lowered:
+            text = _ENCODED_PARAM.sub(_without_encoded_value, text)
     return text
+
+
+def _without_encoded_value(match: re.Match[str]) -> str:
+    name = match.group("name")
+    if not (is_query_credential(name) or is_credential_data_key(name)):
+        return match.group()
+    return match.group()[: match.start("value") - match.start()] + REDACTED
 
 
 def _without_password(match: re.Match[str]) -> str:
@@ -112,8 +133,13 @@ def _without_keyed_credentials(text: str) -> str:
             break
         pos = match.end()
         key = match.group("key") or match.group("pair")
-        before = text[match.start() - 1] if match.start() > 0 else ""
-        if not (is_credential_data_key(key) or (before in "?&" and is_query_credential(key))):
+        start = match.start()
+        if key[:5] == "u0026" and text.startswith(_ESCAPED_AMPERSANDS[1], start):
+            # JSON's ``\u0026sig=``: the escape's letters were read as the start of the key's name.
+            key, in_query = key[5:], True
+        else:
+            in_query = (start > 0 and text[start - 1] in "?&") or text.endswith(_ESCAPED_AMPERSANDS, 0, start)
+        if not (is_credential_data_key(key) or (in_query and is_query_credential(key))):
             continue
         value_end = _value_end(text, pos)
         if value_end == pos:

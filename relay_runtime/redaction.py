@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from . import redaction_logs, redaction_objects
+from .conventions import SPAN_HINTS
 from .secret_runs import SecretRuns
 
 REDACTED = "[redacted]"
@@ -484,6 +485,20 @@ def redact_value(value: Any) -> Any:
     where it can be made (``redaction_objects.rebuilt``), else its cleaned fields. Keys are judged as recorded
     data's (``is_credential_data_key``)."""
     return _clean(value, 0, True)
+
+
+# The span hints an integration builds from what it already recorded without credentials (an MCP request's
+# method, its target's recorded address, the attributes of its span): walked on every request and never a
+# caller's data, they are not read again (a redaction policy reads their attributes: ``redaction_pass``).
+_OWN_METADATA = frozenset({SPAN_HINTS})
+
+
+def redact_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """A caller's metadata (a scope's, a mark's, a call's) as every event holds it: ``metadata`` itself when nothing
+    in it is a credential, else a cleaned copy, by ``redact_value``'s rule. The sinks write it as given (the OTel
+    exporter makes a mark's entries its span event's attributes, content capture on or off; the JSONL and ATOF
+    files write it whole), so a key a scope's input would have blanked went there as written."""
+    return _clean_mapping(metadata, 0, _OWN_METADATA, is_credential_data_key)  # type: ignore[return-value]
 
 
 # A model call's request as records hold it lives in its own module; its names are reachable here.

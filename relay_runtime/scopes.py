@@ -31,7 +31,7 @@ from .events import (
 )
 from .ids import new_id
 from .ids import pooled as _pooled
-from .redaction import redact_value, told
+from .redaction import redact_metadata, redact_value, told
 from .tool_results import data_blanked, result_blanked
 from .trace_context import REMOTE_PARENT, REMOTE_TRACESTATE, clean_tracestate, require_traceparent
 from .types import Outcome, ScopeType
@@ -221,6 +221,30 @@ class Scopes:
         """
         if not isinstance(name, str) or not name:
             raise ValueError(f"scope name must be a non-empty string, got {name!r}")
+        if metadata:
+            metadata = redact_metadata(metadata)
+        # Positional: keywords would cost the call a name match each.
+        return self.opened(
+            name, scope_type, parent, input, metadata, data, attach, root, remote_parent, remote_tracestate, start_ns
+        )
+
+    def opened(
+        self,
+        name: str,
+        scope_type: ScopeType | str,
+        parent: ScopeHandle | None,
+        input: Any,
+        metadata: dict[str, Any] | None,
+        data: Any = None,
+        attach: bool = True,
+        root: bool = False,
+        remote_parent: str | None = None,
+        remote_tracestate: str | None = None,
+        start_ns: int | None = None,
+    ) -> ScopeHandle:
+        """``push`` for the relay's own scopes (a logical call, a conversation, a turn, a tool), whose metadata it
+        built from what it was given, already read for credentials (``redact_metadata``): not read again on every
+        call. ``name`` is a non-empty string."""
         # Plain strings (every caller in the core) skip the frame that normalises enums.
         st = scope_type if type(scope_type) is str and scope_type else _scope_type(scope_type)
         if parent is not None and parent.ended:
@@ -296,6 +320,8 @@ class Scopes:
             raise TypeError(f"pop() takes a ScopeHandle, got {type(handle).__name__}")
         if handle.ended:
             return
+        if metadata:
+            metadata = redact_metadata(metadata)
         if handle.attached:
             top = self.current()
             if top is handle:
@@ -337,6 +363,8 @@ class Scopes:
         """
         if output is not None and type(output) is not RelayOutput:  # (``_recorded``'s own test, without its frame)
             output = self._recorded(output, handle)
+        if metadata:
+            metadata = redact_metadata(metadata)
         self._end(
             handle, output, metadata, error, outcome, provider, model_name, annotated_request, annotated_response
         )  # fmt: skip
@@ -449,6 +477,8 @@ class Scopes:
     ) -> None:
         if not self._subs.mark:
             return
+        if metadata:
+            metadata = redact_metadata(metadata)
         self._emit_mark(self._subs.mark, name, redact_value(data) if data is not None else None, metadata, parent)
 
     def _emit_mark(

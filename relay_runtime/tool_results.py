@@ -96,6 +96,23 @@ def data_blanked(value: Any, depth: int = 0) -> Any:
     return items if kind is list else tuple(items)
 
 
+def calls_blanked(calls: list[Any]) -> list[Any]:
+    """The tool calls an answer asked for (``AnnotatedLLMResponse.tool_calls``), each one's arguments as its tool's
+    own scope records them (``redact_value``, then the values of credential keys in their text: ``data_blanked``), so
+    a model passing on a password a tool gave it puts it in no record; ``calls`` itself when none held one."""
+    out: list[Any] | None = None
+    for index, call in enumerate(calls):
+        if type(call) is not dict or "arguments" not in call:
+            continue
+        arguments = call["arguments"]
+        clean = data_blanked(redact_value(arguments))
+        if clean is not arguments:
+            if out is None:
+                out = list(calls)
+            out[index] = {**call, "arguments": clean}
+    return calls if out is None else out
+
+
 def _holds_results(items: list[Any]) -> bool:
     """Whether any item may be a tool's result: one loop and no call per item, since every managed call with
     an observer asks it of its whole conversation (most items are the user's and the model's messages)."""

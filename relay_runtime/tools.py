@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from . import chains, tool_streams
 from . import conventions as cv
 from .intercepts import TOOL_EXECUTION, TOOL_REQUEST
+from .redaction import redact_metadata
 from .scopes import ScopeHandle
 from .types import ScopeType
 
@@ -73,13 +74,8 @@ class Tools:
         resolved: Mapping[str, tuple[Any, ...]] = {}
         if intercepts.active:  # where the chains are resolved from is looked up only when there are some
             resolved = intercepts.resolve(parent if parent is not None else relay.scope.current())
-        handle = relay.scope.push(
-            name,
-            _TOOL,
-            parent=parent,
-            input=args,
-            metadata={cv.KIND: cv.TOOL, **(metadata or {})},
-        )
+        meta = {cv.KIND: cv.TOOL, **redact_metadata(metadata)} if metadata else {cv.KIND: cv.TOOL}
+        handle = relay.scope.opened(name, _TOOL, parent, args, meta)
         return handle, resolved.get(TOOL_REQUEST, ()), resolved.get(TOOL_EXECUTION, ())
 
     def _begin(

@@ -4,8 +4,14 @@ without them where the address itself is what a record names (``recorded_url``),
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from urllib.parse import unquote, unquote_plus, urlsplit, urlunsplit
+
+# A parameter of an address carried percent-encoded in a parameter of this one (an image proxy's ``?url=``, a
+# viewer's ``?src=``): its ``?`` or ``&`` and its ``=`` are ``%3F`` or ``%26`` and ``%3D``; its value ends at the
+# next encoded ``&``.
+_NESTED_PARAM = re.compile(r"(?i)(?:%3F|%26)([A-Za-z0-9_.~+-]{1,128})%3D((?:[^%]|%(?!26)[0-9A-F]{2})*)")
 
 
 def shown_url(url: object) -> str:
@@ -86,7 +92,8 @@ def signing_times_blanked(url: str) -> str:
 def recorded_url(url: str, taken: list[str] | None = None) -> str:
     """``url`` as a record may hold it (a span name, an attribute naming what was read): its user info, and
     the values of its query and fragment parameters that hold a credential (``redaction.is_query_credential``:
-    ``?access_token=``, ``#sig=``, ``?key=``), as ``[redacted]``; the rest as given, so the address still
+    ``?access_token=``, ``#sig=``, ``?key=``; also those of an address carried percent-encoded in one of its
+    parameters, an image proxy's ``?url=``), as ``[redacted]``; the rest as given, so the address still
     says what it is. The values taken out are remembered (``redaction.remember_secret``; a signing scope is
     not: ``is_signing_scope``): an error echoing the address (a server's "Unknown resource: ...") is scrubbed
     of them too. Text with no ``@``, ``?`` or ``#`` is returned as it is, without parsing.
@@ -108,10 +115,22 @@ def recorded_url(url: str, taken: list[str] | None = None) -> str:
             taken.extend((value, written) if written != value else (value,))
 
     def blank(name: str, raw_name: str, raw_value: str) -> str | None:
-        if not raw_value or not redaction.is_query_credential(name):
+        if not raw_value:
             return None
+        if not redaction.is_query_credential(name):
+            if "%3d" not in raw_value.lower():
+                return None
+            nested = _NESTED_PARAM.sub(blank_nested, raw_value)
+            return None if nested == raw_value else f"{raw_name}={nested}"
         keep(unquote_plus(raw_value), raw_value)
         return f"{raw_name}={redaction.REDACTED}"
+
+    def blank_nested(match: re.Match[str]) -> str:
+        name, written = match.group(1), match.group(2)
+        if not written or not redaction.is_query_credential(unquote_plus(name)):
+            return match.group()
+        keep(unquote_plus(unquote(written)), written)
+        return match.group()[: match.start(2) - match.start()] + redaction.REDACTED
 
     rest, hash_mark, fragment = url.partition("#")
     scheme, colon_slashes, after = rest.partition("://")

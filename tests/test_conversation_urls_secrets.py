@@ -343,3 +343,22 @@ def test_a_presigned_urls_dates_and_region_are_left_in_the_cassette_its_signatur
     assert url.startswith("https://bucket-test.s3.eu-west-1.amazonaws.com/report.pdf?")
     assert "X-Amz-Date=20261205T000000Z" in url and "X-Amz-Credential=[redacted]" in url
     assert call["http"][0]["body"]["choices"][0]["message"]["content"] == "See eu-west-1 on 20261205, not [redacted]"
+
+
+def test_a_signed_url_shown_through_an_image_proxy_reaches_no_record(
+    relay_turn: Any, relay_events: Any, tmp_path: Path
+) -> None:
+    """An image proxy or a viewer takes the signed address percent-encoded in its own query (``?url=``): the
+    proxy's parameter is no credential's name, and the signature inside it went to every record whole."""
+    from urllib.parse import quote
+
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    proxied = f"https://img.example.test/_next/image?url={quote(S3_URL, safe='')}&w=640"
+    script = t.Script([t.json_reply(t.chat_completion_body("A report."))])
+    adapters.instrument(t.openai_client(script)).chat.completions.create(**_image(proxied))
+    assert quote(AMZ_SIGNATURE, safe="") in _sent(script.requests)  # the provider got it as it was
+    texts = sinks.texts()
+    assert "img.example.test/_next/image?url=https%3A%2F%2Fbucket-test.s3" in texts["jsonl"]
+    assert "&w=640" in texts["jsonl"]
+    assert_nowhere(texts, AMZ_SIGNATURE, AMZ_TOKEN)

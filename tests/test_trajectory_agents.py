@@ -111,6 +111,8 @@ def test_a_processor_only_runs_trajectory_has_the_user_step_as_under_instrument(
         ("user", QUESTION), ("agent", ""), ("agent", "Done.")
     ]  # fmt: skip
     assert alone["steps"][1]["tool_calls"][0]["function_name"] == "weather"
+    # The model's tool call is recorded as the tool's own scope records its arguments, whoever recorded the answer.
+    assert alone["steps"][1]["tool_calls"][0]["arguments"] == {"city": "Paris", "api_key": "[redacted]"}
     assert steps(alone) == steps(managed)
     # Each attempt's start holds the conversation as the managed attempt's start does, the tool call's
     # arguments (and the credential-named key in them) as the SDK sent them.

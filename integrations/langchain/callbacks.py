@@ -42,7 +42,7 @@ from relay_runtime.session import Turn
 from relay_runtime.tools import control_flow_output
 from relay_runtime.types import ScopeType
 
-from ..frameworks import FrameworkRun, ModelCall, current_parent, deferred, enter_scope, leave_scope
+from ..frameworks import FrameworkRun, ModelCall, current_parent, deferred, deferred_answer, enter_scope, leave_scope
 from . import models, retried
 from .codec import codec_for, plain
 from .tools import ToolFailed, is_control_flow, is_error_message, is_managed
@@ -365,7 +365,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
                 message = getattr(first, "message", None)
                 meta = getattr(message, "response_metadata", None) or _EMPTY
                 model = meta.get("model_name") or (getattr(response, "llm_output", None) or _EMPTY).get("model_name")
-                annotated = deferred(codec_for(observed.name).annotate_response, message)
+                annotated = deferred_answer(codec_for(observed.name).annotate_response, message)
                 # The answer object itself, as a managed attempt's end holds its SDK's: what the view has no field
                 # for (reasoning blocks, the provider's metadata) is read from it, by records and rules alike.
                 call.end_observed(response, annotated, None, model)

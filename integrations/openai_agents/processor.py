@@ -47,7 +47,7 @@ from relay_runtime.scopes import ScopeHandle
 from relay_runtime.session import Turn
 from relay_runtime.types import AnnotatedLLMResponse, ScopeType, TokenUsage
 
-from ..frameworks import FrameworkRun, ModelCall, current_parent, deferred, enter_scope, leave_scope
+from ..frameworks import FrameworkRun, ModelCall, current_parent, deferred, deferred_answer, enter_scope, leave_scope
 from . import tool_spans
 from .tool_spans import ToolSpan
 from .tools import parse_arguments
@@ -349,9 +349,8 @@ def _end_observed(call: ModelCall, data: Any, error: BaseException | None) -> No
     # The answer object itself (a generation span's, the message as the SDK dumped it), as a managed attempt's
     # end holds its SDK's: what the view has no field for (a Responses answer's reasoning items) is read from it.
     answer = response if response is not None else getattr(data, "output", None)
-    call.end_observed(
-        answer, deferred(_annotate, data), error=error, model=model if isinstance(model, str) else None
-    )  # fmt: skip
+    model = model if isinstance(model, str) else None
+    call.end_observed(answer, deferred_answer(_annotate, data), error=error, model=model)
     call.observed = None
 
 
