@@ -296,14 +296,20 @@ class ModelCall:
         finally:
             lock.release()
         metadata = {_KIND: _ATTEMPT, _API_REQUEST_ID: api_request_id, _CALL_ROLE: self.call_role, _RETRY_COUNT: retry}
-        self.observed = turn.relay.scope.push(
+        # ``opened``, not ``push``: the metadata is the relay's own, built above, with nothing of the caller's to
+        # read for credentials on every model call.
+        self.observed = turn.relay.scope.opened(
             provider,
             _LLM,
-            parent=call.scope,
-            attach=False,
-            input=Recorded(recorded_request, _NO_HEADERS, sent, turn.relay) if sent is not None else None,
-            metadata=metadata,
-            start_ns=start_ns,
+            call.scope,
+            Recorded(recorded_request, _NO_HEADERS, sent, turn.relay) if sent is not None else None,
+            metadata,
+            None,  # data
+            False,  # attach
+            False,  # root
+            None,  # remote_parent
+            None,  # remote_tracestate
+            start_ns,
         )
         self._observed_request = request
         self._observed_codec = codec
