@@ -351,7 +351,7 @@ class OTelExporter:
                     H.apply_hints(hints, "", attributes, only=attributes if self._scope_metrics is None else None)
                 elif self._scope_metrics is None and record.hints is not None:
                     # New hints at the end (an MCP request's id): what the start set stays as it is.
-                    H.apply_hints(hints, "", attributes, started=record.hints.get("attributes"))
+                    H.apply_changed(hints, attributes, record.hints.get("attributes"))
                 else:
                     H.apply_hints(hints, "", attributes)
                 if self._scope_metrics is not None:

@@ -7,6 +7,8 @@ dictated by the integration that opened it, and they apply to scopes of any role
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from itertools import compress
+from operator import is_not
 from typing import Any
 
 from opentelemetry import trace as trace_api
@@ -98,15 +100,34 @@ def apply_hints(
             items = ()  # the usual end sets nothing that was hinted: no list built to find that out
         else:
             items = [(k, extra[k]) for k in only if k in extra]
-        for key, value in items:
+        if started is None:
+            _merge(items, attributes)
+        else:
             # Asked first: most of an end's hinted values are the very ones its start set.
-            if started is not None and started.get(key) is value and key not in attributes:
-                continue
-            if value is None or type(key) is not str:
-                continue
-            if isinstance(value, _PRIMITIVES):
-                attributes[key] = value
-            elif isinstance(value, (list, tuple)) and value and all(isinstance(v, _PRIMITIVES) for v in value):
-                attributes[key] = list(value)
+            _merge(((k, v) for k, v in items if started.get(k) is not v or k in attributes), attributes)
     hinted = hints.get("name")
     return hinted if isinstance(hinted, str) and hinted else name
+
+
+def apply_changed(hints: Mapping[str, Any], attributes: dict[str, Any], started: Mapping[str, Any] | None) -> None:
+    """``apply_hints(hints, "", attributes, started=started)``, for the end of a span whose start set ``started``.
+
+    An end's hints repeat the start's values as the very objects (``{**start, **end}``): with none of the end's
+    own attributes among their keys, the few values that are not the start's are picked in C (the rule's
+    "not in attributes" then holds for every key), rather than each key asked in Python."""
+    extra = hints.get("attributes")
+    if type(extra) is dict and type(started) is dict and extra.keys().isdisjoint(attributes):
+        _merge(compress(extra.items(), map(is_not, extra.values(), map(started.get, extra))), attributes)
+    else:
+        apply_hints(hints, "", attributes, started=started)
+
+
+def _merge(items: Iterable[tuple[Any, Any]], attributes: dict[str, Any]) -> None:
+    """The hinted ``items`` a span takes: primitives, and lists of them (as lists), under str keys."""
+    for key, value in items:
+        if value is None or type(key) is not str:
+            continue
+        if isinstance(value, _PRIMITIVES):
+            attributes[key] = value
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, _PRIMITIVES) for v in value):
+            attributes[key] = list(value)
