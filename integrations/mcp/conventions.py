@@ -69,7 +69,7 @@ def tool_target(name: object) -> str | None:
     if type(name) is str:
         found = _tool_targets.get(name, _NO_FLAG)
         if found is not _NO_FLAG:
-            return found  # type: ignore[no-any-return]
+            return found
     target = target_of(TOOLS_CALL, {"name": name})
     if type(name) is str and len(_tool_targets) < _MAX_TOOL_TARGETS:
         _tool_targets[name] = target
