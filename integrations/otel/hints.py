@@ -100,11 +100,16 @@ def apply_hints(
             items = ()  # the usual end sets nothing that was hinted: no list built to find that out
         else:
             items = [(k, extra[k]) for k in only if k in extra]
-        if started is None:
-            _merge(items, attributes)
-        else:
+        for key, value in items:
             # Asked first: most of an end's hinted values are the very ones its start set.
-            _merge(((k, v) for k, v in items if started.get(k) is not v or k in attributes), attributes)
+            if started is not None and started.get(key) is value and key not in attributes:
+                continue
+            if value is None or type(key) is not str:
+                continue
+            if isinstance(value, _PRIMITIVES):
+                attributes[key] = value
+            elif isinstance(value, (list, tuple)) and value and all(isinstance(v, _PRIMITIVES) for v in value):
+                attributes[key] = list(value)
     hinted = hints.get("name")
     return hinted if isinstance(hinted, str) and hinted else name
 
@@ -116,15 +121,11 @@ def apply_changed(hints: Mapping[str, Any], attributes: dict[str, Any], started:
     own attributes among their keys, the few values that are not the start's are picked in C (the rule's
     "not in attributes" then holds for every key), rather than each key asked in Python."""
     extra = hints.get("attributes")
-    if type(extra) is dict and type(started) is dict and extra.keys().isdisjoint(attributes):
-        _merge(compress(extra.items(), map(is_not, extra.values(), map(started.get, extra))), attributes)
-    else:
+    if type(extra) is not dict or type(started) is not dict or not extra.keys().isdisjoint(attributes):
         apply_hints(hints, "", attributes, started=started)
-
-
-def _merge(items: Iterable[tuple[Any, Any]], attributes: dict[str, Any]) -> None:
-    """The hinted ``items`` a span takes: primitives, and lists of them (as lists), under str keys."""
-    for key, value in items:
+        return
+    for key, value in compress(extra.items(), map(is_not, extra.values(), map(started.get, extra))):
+        # The rule of ``apply_hints``' loop, for the few picked (a call per end less than sharing it).
         if value is None or type(key) is not str:
             continue
         if isinstance(value, _PRIMITIVES):
