@@ -202,6 +202,10 @@ class OTelExporter:
         self._link = link_to_current_context
         self._table = SpanTable(max_open_spans)
         self._plans = StartPlans()
+        if type(self).__call__ is OTelExporter.__call__:  # a subclass's own __call__ is called as it is
+            # Each kind's method called by the relay's delivery itself (``subscribers.KIND_HANDLERS``): no
+            # dispatch on the kind per event, and a call less.
+            self.relay_kind_handlers = {SCOPE_START: self._start, SCOPE_END: self._end, MARK: self._mark}
         self._at_exit: Callable[[], None] | None = None
         if self._owned:
             # The SDK's own exit hooks are off for providers built here (they wait without bound).
