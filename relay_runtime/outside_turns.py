@@ -8,7 +8,7 @@ under. Otherwise, or with nothing attached, the call runs straight through and i
 from __future__ import annotations
 
 import logging
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 
 from . import conventions as cv
 from . import session
@@ -40,6 +40,12 @@ class serving:  # lower case: it reads as the function it was, ``with serving(sc
 
     def __exit__(self, *_exc: object) -> None:
         _outside_parent.reset(self._token)
+
+
+def serve(scope: ScopeHandle) -> Token[ScopeHandle | None]:
+    """``serving(scope)`` entered, for a caller that leaves it itself with ``token.var.reset(token)``: a
+    server serving a request makes one call here, not the three of a ``with`` block."""
+    return _outside_parent.set(scope)
 
 
 def outside_parent() -> ScopeHandle | None:

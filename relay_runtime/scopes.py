@@ -323,7 +323,9 @@ class Scopes:
         if metadata:
             metadata = redact_metadata(metadata)
         if handle.attached:
-            top = self.current()
+            top = self._stack.get()
+            if top is not handle:  # the usual pop is of the stack's top (not ended: checked above), found with no call
+                top = self.current()
             if top is handle:
                 self._stack.set(handle.below)
             else:

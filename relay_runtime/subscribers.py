@@ -19,6 +19,20 @@ class _Entry(NamedTuple):
     chunks: bool
 
 
+# A subscriber that tells events apart by kind may say which of its methods takes each (a dict of kind ->
+# callable under this attribute, each doing what calling the subscriber does with an event of that kind):
+# its entry for that kind then calls that method, with no dispatch on the kind per event.
+KIND_HANDLERS = "relay_kind_handlers"
+
+
+def _for_kind(entry: _Entry, kind: str) -> _Entry:
+    handlers = getattr(entry.callback, KIND_HANDLERS, None)
+    if type(handlers) is not dict:  # only a dict: a mock's made-up attribute is no table of handlers
+        return entry
+    handler = handlers.get(kind)
+    return entry._replace(callback=handler) if callable(handler) else entry
+
+
 class Subscribers:
     """Who wants which events.
 
@@ -97,10 +111,10 @@ class Subscribers:
 
     def _rebuild(self, entries: tuple[_Entry, ...]) -> None:
         self._entries = entries
-        self.start = tuple(e for e in entries if SCOPE_START in e.kinds)
-        self.end = tuple(e for e in entries if SCOPE_END in e.kinds)
-        self.mark = tuple(e for e in entries if MARK in e.kinds)
-        self.chunk = tuple(e for e in entries if MARK in e.kinds and e.chunks)
+        self.start = tuple(_for_kind(e, SCOPE_START) for e in entries if SCOPE_START in e.kinds)
+        self.end = tuple(_for_kind(e, SCOPE_END) for e in entries if SCOPE_END in e.kinds)
+        self.mark = tuple(_for_kind(e, MARK) for e in entries if MARK in e.kinds)
+        self.chunk = tuple(_for_kind(e, MARK) for e in entries if MARK in e.kinds and e.chunks)
         self.llm = bool(self.start or self.end or self.chunk)
 
     def deliver(self, targets: tuple[_Entry, ...], event: Event) -> None:

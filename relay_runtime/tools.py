@@ -60,7 +60,10 @@ class Tools:
         scope with ``relay.scope.pop``: no intercept chain, no extra frame around the call."""
         if self._relay.intercepts.active:
             return None
-        return self._open(name, args, None, metadata)[0]
+        # The scope ``_open`` would push, without its chains (there are none) and the tuple it hands back.
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"tool name must be a non-empty string, got {name!r}")
+        return self._push(name, args, None, metadata)
 
     def _open(
         self, name: str, args: Any, parent: ScopeHandle | None, metadata: dict[str, Any] | None
@@ -74,9 +77,13 @@ class Tools:
         resolved: Mapping[str, tuple[Any, ...]] = {}
         if intercepts.active:  # where the chains are resolved from is looked up only when there are some
             resolved = intercepts.resolve(parent if parent is not None else relay.scope.current())
-        meta = {cv.KIND: cv.TOOL, **redact_metadata(metadata)} if metadata else {cv.KIND: cv.TOOL}
-        handle = relay.scope.opened(name, _TOOL, parent, args, meta)
+        handle = self._push(name, args, parent, metadata)
         return handle, resolved.get(TOOL_REQUEST, ()), resolved.get(TOOL_EXECUTION, ())
+
+    def _push(self, name: str, args: Any, parent: ScopeHandle | None, metadata: dict[str, Any] | None) -> ScopeHandle:
+        # The caller's metadata read for credentials here, once (``redact_metadata``); the tool's own kind beside it.
+        meta = {cv.KIND: cv.TOOL, **redact_metadata(metadata)} if metadata else {cv.KIND: cv.TOOL}
+        return self._relay.scope.opened(name, _TOOL, parent, args, meta)
 
     def _begin(
         self,

@@ -154,3 +154,50 @@ def test_nemo_argument_order_registers_by_name() -> None:
         relay.subscribers.register("a", lambda e: None, name="b")
     with pytest.raises(TypeError, match="second positional argument"):
         relay.subscribers.register(lambda e: None, lambda e: None)  # type: ignore[arg-type]
+
+
+class _ByKind:
+    """A subscriber that names a method per kind (``relay_kind_handlers``); calling it is the fallback."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+        self.relay_kind_handlers = {"scope_start": self.started, "mark": self.marked}
+
+    def __call__(self, event: Event) -> None:
+        self.seen.append(("called", event.kind))
+
+    def started(self, event: Event) -> None:
+        self.seen.append(("started", event.kind))
+
+    def marked(self, event: Event) -> None:
+        raise RuntimeError("a handler's failure is the subscriber's")
+
+
+def test_a_subscriber_naming_a_method_per_kind_gets_each_kind_there_and_is_still_itself() -> None:
+    relay = Relay()
+    sub = _ByKind()
+    name = relay.subscribers.register(sub, name="by-kind")
+    with relay.scope.scope("s"):
+        relay.scope.mark("m")  # its handler raises: counted under the subscriber's own name, never raised
+    # A kind it names no method for is delivered by calling it.
+    assert sub.seen == [("started", "scope_start"), ("called", "scope_end")]
+    assert relay.diagnostics()["subscriber_errors.by-kind"] == 1
+    assert relay.subscribers.names() == [name]
+    assert relay.subscribers.deregister(sub) is True  # found by the callback it was registered with
+    relay.scope.mark("nobody hears")
+    assert len(sub.seen) == 2
+
+
+def test_an_attribute_that_is_no_dict_of_handlers_is_ignored() -> None:
+    from unittest.mock import MagicMock
+
+    relay = Relay()
+    mock = MagicMock()  # answers any attribute, relay_kind_handlers too
+    odd = Recorder()
+    odd.relay_kind_handlers = {"scope_start": "not callable"}  # type: ignore[attr-defined]
+    relay.subscribers.register(mock, name="mock")
+    relay.subscribers.register(odd, name="odd")
+    with relay.scope.scope("s"):
+        pass
+    assert [c.args[0].kind for c in mock.call_args_list] == ["scope_start", "scope_end"]
+    assert [e.kind for e in odd] == ["scope_start", "scope_end"]

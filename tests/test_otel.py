@@ -716,3 +716,28 @@ def test_scope_metadata_becomes_relay_attributes_in_its_order_and_only_when_expo
     relay_keys = [k for k in span.attributes if k.startswith("relay.") and k != "relay.outcome"]
     assert relay_keys == ["relay.call_role", "relay.api_request_id", "relay.retry_count", "relay.platform"]
     assert span.attributes["relay.retry_count"] == 2
+
+
+def test_the_relay_calls_each_kinds_method_and_a_subclass_with_its_own_call_is_called() -> None:
+    """The exporter hands the relay its method per event kind (``relay_kind_handlers``: no dispatch per event);
+    a subclass that handles events in its own ``__call__`` gets every event there, as before."""
+    seen: list[str] = []
+
+    class Counting(OTelExporter):
+        def __call__(self, event: Any) -> None:
+            seen.append(event.kind)
+            super().__call__(event)
+
+    for cls in (OTelExporter, Counting):
+        pipeline = Pipeline()
+        relay = Relay()
+        exporter = cls(pipeline.tracer_provider, pipeline.meter_provider)
+        relay.subscribers.register(exporter, name="otel", kinds=exporter.KINDS)
+        with relay.scope.scope("outer"):
+            relay.scope.mark("note")
+            with relay.scope.scope("inner"):
+                pass
+        assert [s.name for s in pipeline.finished()] == ["inner", "outer"]
+        assert [e.name for e in pipeline.one("outer").events] == ["note"]
+    assert seen == ["scope_start", "mark", "scope_start", "scope_end", "scope_end"]
+    assert not hasattr(Counting(Pipeline().tracer_provider), "relay_kind_handlers")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from relay_runtime.integrations.otel.hints import apply_hints
+from relay_runtime.integrations.otel.hints import apply_changed, apply_hints
 
 _PRIMITIVES = (str, bool, int, float)
 
@@ -64,5 +64,21 @@ def test_an_end_sets_only_what_changed_since_the_start(extra: dict[Any, Any], be
     attributes, expected = dict(before), dict(before)
     _walked(end, expected, started)
     apply_hints({"attributes": end}, "", attributes, started=started)
+    assert list(attributes.items()) == list(expected.items())
+    assert [type(v) for v in attributes.values()] == [type(v) for v in expected.values()]
+
+
+@pytest.mark.parametrize("extra", EXTRAS)
+@pytest.mark.parametrize("before", [{}, {"relay.outcome": "success"}, {"mcp.method.name": "tools/list"}])
+@pytest.mark.parametrize("started", [dict(START), {}, None])
+def test_an_end_picked_in_c_sets_what_the_walk_sets(
+    extra: dict[Any, Any], before: dict[str, Any], started: dict[str, Any] | None
+) -> None:
+    """``apply_changed`` (the exporter's usual end: its own attributes share no key with the hints) and the walk
+    with anything else (a key both set; a start that hinted nothing)."""
+    end = {**extra, "jsonrpc.request.id": "3", "mcp.protocol.version": "".join(["2025-", "11-25"])}
+    attributes, expected = dict(before), dict(before)
+    _walked(end, expected, started)
+    apply_changed({"attributes": end}, attributes, started)
     assert list(attributes.items()) == list(expected.items())
     assert [type(v) for v in attributes.values()] == [type(v) for v in expected.values()]

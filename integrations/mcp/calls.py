@@ -35,7 +35,7 @@ def call_tool(original: Callable[..., Awaitable[Any]], result_type: Any) -> Call
             return original(mcp_client, name, arguments, *args, **kwargs)
         try:
             client_session = mcp_client.session
-            target = mc.target_of(mc.TOOLS_CALL, {"name": name})
+            target = mc.tool_target(name)
             hints = routing.hints_for(client_session._dispatcher, mc.TOOLS_CALL, target)
         except Exception:
             # Not connected, or our bookkeeping failed: the call goes as the SDK makes it (and fails as it does).

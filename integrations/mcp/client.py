@@ -52,16 +52,13 @@ _CUSTOM = ScopeType.CUSTOM.value
 _REPORTED = ("jsonrpc.request.id", "rpc.response.status_code")
 
 
-# What says which trace a request continues: a tracestate belongs to the traceparent it came with (a
-# vendor's ids and sampling for that trace), so the caller's go as a pair when ours replaces them.
-_TRACE_KEYS = ("traceparent", "tracestate")
-
-
 def carry(meta: dict[str, Any], carrier: Mapping[str, str]) -> None:
     """Our trace context into ``meta`` (in place), instead of whatever trace context the caller's held."""
     if "traceparent" in carrier:
-        for key in _TRACE_KEYS:
-            meta.pop(key, None)
+        # What says which trace a request continues: a tracestate belongs to the traceparent it came with (a
+        # vendor's ids and sampling for that trace), so the caller's go as a pair when ours replaces them.
+        meta.pop("traceparent", None)
+        meta.pop("tracestate", None)
     meta.update(carrier)
 
 

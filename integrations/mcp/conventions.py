@@ -58,6 +58,24 @@ def target_of(method: str, params: object, taken: list[str] | None = None) -> st
     return printable(head(value, _MAX_TARGET)) or None
 
 
+# A client's tool names as ``target_of`` gives them: a client calls its few tools again and again.
+_tool_targets: dict[str, str | None] = {}
+_MAX_TOOL_TARGETS = 256
+
+
+def tool_target(name: object) -> str | None:
+    """``target_of(TOOLS_CALL, {"name": name})``, remembered for the first names a process calls (caller data:
+    past that many, worked out each time)."""
+    if type(name) is str:
+        found = _tool_targets.get(name, _NO_FLAG)
+        if found is not _NO_FLAG:
+            return found
+    target = target_of(TOOLS_CALL, {"name": name})
+    if type(name) is str and len(_tool_targets) < _MAX_TOOL_TARGETS:
+        _tool_targets[name] = target
+    return target
+
+
 # What the conventions call a value outside the known set (HTTP's methods; ``error.type``).
 OTHER = "_OTHER"
 _METHOD_SHAPE = re.compile(r"[A-Za-z0-9_./:@-]{1,256}")

@@ -76,7 +76,11 @@ def _request_attributes(ctx: Any, method: str, target: str | None) -> dict[str, 
     version = getattr(ctx, "protocol_version", None) if method != _INITIALIZE else None
     attributes = mc.request_attributes(method, target, version)
     request_id = getattr(ctx, "request_id", None)
-    if request_id is not None:
+    if type(request_id) is int:
+        text = str(request_id)  # digits: printable, and within the bound unless the peer chose a huge one
+        if len(text) <= _MAX_REQUEST_ID:
+            attributes["jsonrpc.request.id"] = text
+    elif request_id is not None:
         text = request_id if type(request_id) is str else str(request_id)
         if len(text) <= _MAX_REQUEST_ID:
             attributes["jsonrpc.request.id"] = printable(text)
@@ -210,13 +214,15 @@ async def _handle(original: Middleware, middleware: Any, relay: Any, method: str
     except Exception:
         # Our bookkeeping failed: the request is served as it would be without us.
         return await original(middleware, ctx, call_next)
+    served = outside_turns.serve(handle_)  # the handler's own LLM calls, made with no turn open, nest here
     try:
-        with outside_turns.serving(handle_):  # the handler's own LLM calls, made with no turn open, nest here
-            result = await call_next(ctx)
+        result = await call_next(ctx)
     except BaseException as exc:
+        served.var.reset(served)
         end = mc.end_hints(hints, _failure_attributes(exc))
         relay.scope.pop(handle_, error=_recorded_error(exc, taken), metadata={cv.SPAN_HINTS: end})
         raise
+    served.var.reset(served)
     if method == mc.TOOLS_CALL and mc.is_tool_error(result):
         relay.scope.pop(
             handle_,

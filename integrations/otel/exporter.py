@@ -202,6 +202,10 @@ class OTelExporter:
         self._link = link_to_current_context
         self._table = SpanTable(max_open_spans)
         self._plans = StartPlans()
+        if type(self).__call__ is OTelExporter.__call__:  # a subclass's own __call__ is called as it is
+            # Each kind's method called by the relay's delivery itself (``subscribers.KIND_HANDLERS``): no
+            # dispatch on the kind per event, and a call less.
+            self.relay_kind_handlers = {SCOPE_START: self._start, SCOPE_END: self._end, MARK: self._mark}
         self._at_exit: Callable[[], None] | None = None
         if self._owned:
             # The SDK's own exit hooks are off for providers built here (they wait without bound).
@@ -351,7 +355,7 @@ class OTelExporter:
                     H.apply_hints(hints, "", attributes, only=attributes if self._scope_metrics is None else None)
                 elif self._scope_metrics is None and record.hints is not None:
                     # New hints at the end (an MCP request's id): what the start set stays as it is.
-                    H.apply_hints(hints, "", attributes, started=record.hints.get("attributes"))
+                    H.apply_changed(hints, attributes, record.hints.get("attributes"))
                 else:
                     H.apply_hints(hints, "", attributes)
                 if self._scope_metrics is not None:

@@ -7,6 +7,8 @@ dictated by the integration that opened it, and they apply to scopes of any role
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from itertools import compress
+from operator import is_not
 from typing import Any
 
 from opentelemetry import trace as trace_api
@@ -110,3 +112,23 @@ def apply_hints(
                 attributes[key] = list(value)
     hinted = hints.get("name")
     return hinted if isinstance(hinted, str) and hinted else name
+
+
+def apply_changed(hints: Mapping[str, Any], attributes: dict[str, Any], started: Mapping[str, Any] | None) -> None:
+    """``apply_hints(hints, "", attributes, started=started)``, for the end of a span whose start set ``started``.
+
+    An end's hints repeat the start's values as the very objects (``{**start, **end}``): with none of the end's
+    own attributes among their keys, the few values that are not the start's are picked in C (the rule's
+    "not in attributes" then holds for every key), rather than each key asked in Python."""
+    extra = hints.get("attributes")
+    if type(extra) is not dict or type(started) is not dict or not extra.keys().isdisjoint(attributes):
+        apply_hints(hints, "", attributes, started=started)
+        return
+    for key, value in compress(extra.items(), map(is_not, extra.values(), map(started.get, extra))):
+        # The rule of ``apply_hints``' loop, for the few picked (a call per end less than sharing it).
+        if value is None or type(key) is not str:
+            continue
+        if isinstance(value, _PRIMITIVES):
+            attributes[key] = value
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, _PRIMITIVES) for v in value):
+            attributes[key] = list(value)
