@@ -205,10 +205,8 @@ def _data(value: Any) -> Any:
     """A result given as data: credential keys blanked by the key rule, its strings read as texts."""
     if value is None:
         return value
-    clean = redact_value(value)
-    if type(clean) is dict:
-        return _with_all(clean, {k: text_blanked(v) for k, v in clean.items() if type(v) is str})
-    return text_blanked(clean) if type(clean) is str else clean
+    # Every string at any depth, as the tool's own record reads its result (``data_blanked``): a result nests.
+    return data_blanked(redact_value(value))
 
 
 def _with_all(item: Mapping[str, Any], values: dict[str, Any]) -> Any:

@@ -1,0 +1,64 @@
+"""A tool's result carried back in each provider's fuller shapes holds no credential in any record.
+
+``test_tool_results_secrets`` covers each API's plainest result (a text, text parts, top-level data); these are
+the shapes beside it that the credential reading of a request's tool results did not reach: data nesting the
+text (Converse's ``json``, Gemini's ``response``, a LangChain artifact), nested blocks (Anthropic's search
+results and documents, Converse's documents), bare texts in a LangChain content list, and the Responses
+items and chat messages other than ``function_call_output`` and ``tool`` that carry a result back.
+Real SDK clients over the scripted transports, every sink attached (``Sinks``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from relay_runtime import adapters
+from relay_runtime.adapters import testing as t
+from tests.test_frameworks_records_secrets import API_KEY, Account, Sinks, assert_nowhere
+
+RESULT = str(Account(user="ada", api_key=API_KEY))  # what an SDK sends back of such a tool's result
+ASK = {"role": "user", "content": "Open an account for ada"}
+
+
+def test_results_given_as_nested_data_record_no_credential(relay_turn: Any, relay_events: Any, tmp_path: Any) -> None:
+    """A Converse ``json`` result and a Gemini ``response`` whose text sits deeper than their top level (a
+    tool's output object, a list of lines): only their top-level strings were read, the rest recorded whole."""
+    from bedrock_support import MODEL, BedrockServer
+    from genai_support import gemini_client, response_body
+    from google.genai import types
+
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    nested = {"output": {"log": RESULT}, "lines": [RESULT]}
+    server = BedrockServer()
+    try:
+        bedrock = adapters.instrument(server.client())
+        use = {"toolUse": {"toolUseId": "t-1", "name": "open_account", "input": {"user": "ada"}}}
+        result = {"toolResult": {"toolUseId": "t-1", "content": [{"json": nested}]}}
+        bedrock.converse(
+            modelId=MODEL,
+            messages=[{"role": "user", "content": [{"text": "Open one"}]}, {"role": "assistant", "content": [use]},
+                      {"role": "user", "content": [result]}],
+        )  # fmt: skip
+        assert API_KEY in json.dumps(server.seen[0].body)
+    finally:
+        adapters.uninstrument(bedrock)
+        server.close()
+    script = t.Script([t.json_reply(response_body("Opened.")), t.json_reply(response_body("Opened."))])
+    gemini = adapters.instrument(gemini_client(script))
+    call = {"role": "model", "parts": [{"function_call": {"name": "open_account", "args": {"user": "ada"}}}]}
+    gemini.models.generate_content(
+        model="gemini-test-flash",
+        contents=[{"role": "user", "parts": [{"text": "Open one"}]}, call,
+                  {"role": "user", "parts": [{"functionResponse": {"name": "open_account", "response": nested}}]}],
+    )  # fmt: skip
+    answer = types.FunctionResponse(name="open_account", response=nested)
+    gemini.models.generate_content(
+        model="gemini-test-flash",
+        contents=[types.Content(role="user", parts=[types.Part(function_response=answer)])],
+    )
+    assert all(API_KEY in r.content.decode() for r in script.requests)
+    texts = sinks.texts()
+    assert "api_key=" in texts["events"]  # the rest of the result is there
+    assert_nowhere(texts, API_KEY)
