@@ -215,20 +215,50 @@ def _with_all(item: Mapping[str, Any], values: dict[str, Any]) -> Any:
     return {**item, **changed} if changed else item
 
 
-def _content(content: Any) -> Any:
-    """A result's text, or its text parts (``{"type": "text", "text": ...}``), blanked."""
+def _content(content: Any, depth: int = 0) -> Any:
+    """A result's text, or its parts (``{"type": "text", "text": ...}``, bare texts, nested blocks), blanked."""
     if type(content) is str:
         return text_blanked(content)
-    return _mapped(content, _part) if type(content) is list else content
+    if type(content) is not list or depth >= _MAX_DEPTH:
+        return content
+    return _mapped(content, lambda part: _part(part, depth + 1))
 
 
-def _part(part: Any) -> Any:
-    if type(part) is dict:
-        if type(part.get("text")) is str:
-            return _with(part, "text", text_blanked(part["text"]))
-        if "json" in part:  # Bedrock Converse: a result given as data
-            return _with(part, "json", _data(part["json"]))
-    return part
+def _part(part: Any, depth: int) -> Any:
+    """One part of a result. Its media (images' bytes) are not read: only the fields that hold text."""
+    if type(part) is str:  # LangChain: a content list may hold bare texts
+        return text_blanked(part)
+    if type(part) is not dict:
+        return part
+    if type(part.get("text")) is str:
+        return _with(part, "text", text_blanked(part["text"]))
+    if "json" in part:  # Bedrock Converse: a result given as data
+        return _with(part, "json", _data(part["json"]))
+    changed: dict[str, Any] = {}
+    if type(part.get("content")) is list:  # Anthropic: a search result's text blocks
+        changed["content"] = _content(part["content"], depth)
+    if type(part.get("source")) is dict:  # Anthropic: a plain-text document, its text in its source
+        changed["source"] = _source(part["source"], depth)
+    document = part.get("document")
+    if type(document) is dict and type(document.get("source")) is dict:  # Bedrock Converse: a document block
+        changed["document"] = _with(document, "source", _source(document["source"], depth))
+    found = part.get("searchResult")
+    if type(found) is dict and type(found.get("content")) is list:  # Bedrock Converse: a search result's texts
+        changed["searchResult"] = _with(found, "content", _content(found["content"], depth))
+    return _with_all(part, changed) if changed else part
+
+
+def _source(source: dict[str, Any], depth: int) -> dict[str, Any]:
+    """A document's source: its text (Anthropic's ``data`` of a ``text`` source, Converse's ``text``) or content
+    blocks; bytes and links are left as they are."""
+    changed: dict[str, Any] = {}
+    if source.get("type") == "text" and type(source.get("data")) is str:
+        changed["data"] = text_blanked(source["data"])
+    if type(source.get("text")) is str:
+        changed["text"] = text_blanked(source["text"])
+    if type(source.get("content")) is list:
+        changed["content"] = _content(source["content"], depth)
+    return _with_all(source, changed) if changed else source
 
 
 def text_blanked(text: str) -> str:

@@ -62,3 +62,54 @@ def test_results_given_as_nested_data_record_no_credential(relay_turn: Any, rela
     texts = sinks.texts()
     assert "api_key=" in texts["events"]  # the rest of the result is there
     assert_nowhere(texts, API_KEY)
+
+
+def test_results_given_as_nested_blocks_or_bare_texts_record_no_credential(
+    relay_turn: Any, relay_events: Any, tmp_path: Any
+) -> None:
+    """Anthropic's ``tool_result`` holding a search result (its own text blocks) or a plain-text document (its text
+    in its source), Converse's ``toolResult`` holding a document or a search result, and a LangChain
+    ``ToolMessage`` whose content list holds bare texts: only a part's own ``text`` was read."""
+    from bedrock_support import MODEL, BedrockServer
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    from relay_runtime.integrations.langchain import RelayCallbackHandler
+    from tests.test_frameworks_langchain import chat_model
+
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    script = t.Script([t.json_reply(t.anthropic_message_body("Opened.")), t.json_reply(t.chat_completion_body("Ok"))])
+    found = {"type": "search_result", "source": "https://accounts.example", "title": "ada",
+             "content": [{"type": "text", "text": RESULT}]}  # fmt: skip
+    document = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": RESULT}}
+    adapters.instrument(t.anthropic_client(script)).messages.create(
+        model="claude-test",
+        max_tokens=16,
+        messages=[ASK, {"role": "assistant", "content": [{"type": "tool_use", "id": "tu-1", "name": "open_account",
+                                                          "input": {}}]},
+                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "tu-1",
+                                                "content": [found, document]}]}],
+    )  # fmt: skip
+    server = BedrockServer()
+    try:
+        bedrock = adapters.instrument(server.client())
+        use = {"toolUse": {"toolUseId": "t-1", "name": "open_account", "input": {"user": "ada"}}}
+        blocks = [{"document": {"name": "account", "format": "txt", "source": {"text": RESULT}}},
+                  {"searchResult": {"source": "accounts", "title": "ada", "content": [{"text": RESULT}]}}]  # fmt: skip
+        bedrock.converse(
+            modelId=MODEL,
+            messages=[{"role": "user", "content": [{"text": "Open one"}]}, {"role": "assistant", "content": [use]},
+                      {"role": "user", "content": [{"toolResult": {"toolUseId": "t-1", "content": blocks}}]}],
+        )  # fmt: skip
+        assert API_KEY in json.dumps(server.seen[0].body)
+    finally:
+        adapters.uninstrument(bedrock)
+        server.close()
+    call = {"name": "open_account", "args": {"user": "ada"}, "id": "c-1", "type": "tool_call"}
+    chat_model(script).invoke(
+        [HumanMessage("Open one"), AIMessage("", tool_calls=[call]), ToolMessage(content=[RESULT], tool_call_id="c-1")],
+        config={"callbacks": [RelayCallbackHandler()]},
+    )
+    assert all(API_KEY in r.content.decode() for r in script.requests)
+    assert "open_account" in sinks.texts()["events"]
+    assert_nowhere(sinks.texts(), API_KEY)
