@@ -6,10 +6,11 @@ send ``str(result)``: ``user='ada' api_key='sk-...'``), inside the conversation,
 walk leaves alone as conversation: every record of the next request (its start event, JSONL, spans)
 carried the value the tool's own record blanked. So the tool results in a request's conversation are
 read as text for credential-keyed values (``error_text.keyed_values_blanked``), in every API's shape:
-OpenAI chat's ``tool`` messages, Responses' ``function_call_output`` items, Anthropic's ``tool_result``
-blocks (in a Bedrock ``invoke_model`` body's JSON text too), Bedrock Converse's ``toolResult`` blocks,
-LangChain's ``ToolMessage``; a result given as data (Converse's ``json`` block, Gemini's
-``function_response``) is walked by the key rule, its texts read.
+OpenAI chat's ``tool`` (and older ``function``) messages, Responses' function, custom tool, shell and patch
+output items, Anthropic's ``tool_result`` blocks (in a Bedrock ``invoke_model`` body's JSON text too),
+Bedrock Converse's ``toolResult`` blocks, LangChain's ``ToolMessage``, with the blocks nested in them (search
+results, plain-text documents, bare texts); a result given as data (Converse's ``json`` block, Gemini's
+``function_response``) is walked by the key rule, its texts read at any depth.
 What the model and the user said is left as it is.
 
 An agent sends its whole history on every call: each result's text is read once and remembered, so a
@@ -26,6 +27,12 @@ from .error_text import keyed_values_blanked
 from .redaction import BODY_TEXT_KWARG, body_kwargs, redact_value
 
 _CONVERSATIONS = ("messages", "input", "contents")
+# Responses' items carrying what the caller's side ran back to the model: a function's, a custom tool's, a shell's
+# (whose output may print the environment) and a patch's output.
+_OUTPUT_ITEMS = frozenset(
+    ("function_call_output", "custom_tool_call_output", "local_shell_call_output", "shell_call_output",
+     "apply_patch_call_output")
+)  # fmt: skip
 _MEMO_MAX = 4096
 _MAX_DEPTH = 64
 _SAME = "\x00unchanged"  # remembered for a text with nothing to blank (never a blanked text: those are kept)
@@ -102,7 +109,7 @@ def _holds_results(items: list[Any]) -> bool:
     for item in items:
         if type(item) is dict:
             role = item.get("role")
-            if role == "tool" or (role is None and item.get("type") == "function_call_output"):
+            if role == "tool" or role == "function" or (role is None and item.get("type") in _OUTPUT_ITEMS):
                 return True
             if role == "user" and type(item.get("content")) is list:
                 return True
@@ -144,12 +151,12 @@ def _mapped(items: list[Any], each: Callable[[Any], Any]) -> list[Any]:
 def _item(item: Any) -> Any:
     if type(item) is dict:
         role = item.get("role")
-        if role == "tool":  # OpenAI chat
+        if role == "tool" or role == "function":  # OpenAI chat (``function``: its older function calling)
             return _with(item, "content", _content(item.get("content")))
         content = item.get("content")
         if role == "user" and type(content) is list:  # Anthropic, Converse: results are blocks of a user message
             return _with(item, "content", _mapped(content, _block))
-        if role is None and item.get("type") == "function_call_output":  # Responses
+        if role is None and item.get("type") in _OUTPUT_ITEMS:  # Responses
             return _with(item, "output", _content(item.get("output")))
         parts = item.get("parts")  # Gemini: a content's parts
         return _with(item, "parts", _mapped(parts, _part_result)) if type(parts) is list else item
@@ -235,6 +242,9 @@ def _part(part: Any, depth: int) -> Any:
     if "json" in part:  # Bedrock Converse: a result given as data
         return _with(part, "json", _data(part["json"]))
     changed: dict[str, Any] = {}
+    for key in ("stdout", "stderr"):  # Responses: a shell's output
+        if type(part.get(key)) is str:
+            changed[key] = text_blanked(part[key])
     if type(part.get("content")) is list:  # Anthropic: a search result's text blocks
         changed["content"] = _content(part["content"], depth)
     if type(part.get("source")) is dict:  # Anthropic: a plain-text document, its text in its source

@@ -113,3 +113,35 @@ def test_results_given_as_nested_blocks_or_bare_texts_record_no_credential(
     assert all(API_KEY in r.content.decode() for r in script.requests)
     assert "open_account" in sinks.texts()["events"]
     assert_nowhere(sinks.texts(), API_KEY)
+
+
+def test_responses_other_tool_outputs_and_a_chat_function_message_record_no_credential(
+    relay_turn: Any, relay_events: Any, tmp_path: Any
+) -> None:
+    """Responses carries back a custom tool's, a shell's and a patch's output as items of their own type, and
+    chat's older function calling a result as a ``function`` message: only ``function_call_output`` items and
+    ``tool`` messages were read, the others recorded whole."""
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    script = t.Script([t.json_reply(t.responses_body("Opened.")), t.json_reply(t.chat_completion_body("Opened."))])
+    client = adapters.instrument(t.openai_client(script))
+    client.responses.create(
+        model="gpt-test",
+        input=[ASK,
+               {"type": "custom_tool_call", "call_id": "c-1", "name": "open_account", "input": "ada"},
+               {"type": "custom_tool_call_output", "call_id": "c-1", "output": RESULT},
+               {"type": "shell_call_output", "call_id": "c-2",
+                "output": [{"stdout": RESULT, "stderr": RESULT, "outcome": {"type": "exit", "exit_code": 0}}]},
+               {"type": "local_shell_call_output", "id": "c-3", "output": RESULT},
+               {"type": "apply_patch_call_output", "call_id": "c-4", "status": "failed", "output": RESULT}],
+    )  # fmt: skip
+    client.chat.completions.create(
+        model="gpt-test",
+        messages=[ASK, {"role": "assistant", "content": None,
+                        "function_call": {"name": "open_account", "arguments": "{}"}},
+                  {"role": "function", "name": "open_account", "content": RESULT}],
+    )  # fmt: skip
+    assert all(API_KEY in r.content.decode() for r in script.requests)
+    texts = sinks.texts()
+    assert "api_key=" in texts["events"]
+    assert_nowhere(texts, API_KEY)
