@@ -21,16 +21,20 @@ def _text_of(content: Any) -> str | None:
     """A message's text: a string, or its text parts joined; None when it holds none (a tool result).
 
     A part is text by its type (OpenAI's, Anthropic's), or, in the shapes whose blocks say what they are by the
-    key they hold (a Bedrock Converse block, a Gemini part), by holding ``text`` (a Gemini thought is none)."""
+    key they hold (a Bedrock Converse block, a Gemini part), by holding ``text`` (a Gemini thought is none). A
+    bare string in the list is text too: LangChain sends it as such (``HumanMessage(content=["...", {...}])``)."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
         texts = [
-            part["text"]
+            part if isinstance(part, str) else part["text"]
             for part in content
-            if isinstance(part, dict)
-            and isinstance(part.get("text"), str)
-            and (part.get("type") in _TEXT_PARTS if "type" in part else part.get("thought") is not True)
+            if isinstance(part, str)
+            or (
+                isinstance(part, dict)
+                and isinstance(part.get("text"), str)
+                and (part.get("type") in _TEXT_PARTS if "type" in part else part.get("thought") is not True)
+            )
         ]
         return "".join(texts) if texts else None
     return None
