@@ -33,6 +33,7 @@ _OUTPUT_ITEMS = frozenset(
     ("function_call_output", "custom_tool_call_output", "local_shell_call_output", "shell_call_output",
      "apply_patch_call_output")
 )  # fmt: skip
+_RESULT_ROLES = frozenset(("tool", "function"))  # OpenAI chat's messages carrying a result
 _MEMO_MAX = 4096
 _MAX_DEPTH = 64
 _SAME = "\x00unchanged"  # remembered for a text with nothing to blank (never a blanked text: those are kept)
@@ -109,9 +110,13 @@ def _holds_results(items: list[Any]) -> bool:
     for item in items:
         if type(item) is dict:
             role = item.get("role")
-            if role == "tool" or role == "function" or (role is None and item.get("type") in _OUTPUT_ITEMS):
-                return True
-            if role == "user" and type(item.get("content")) is list:
+            if role is None:
+                if item.get("type") in _OUTPUT_ITEMS:
+                    return True
+            elif role == "user":
+                if type(item.get("content")) is list:
+                    return True
+            elif role in _RESULT_ROLES:
                 return True
             if type(item.get("parts")) is list:
                 return True
@@ -151,7 +156,7 @@ def _mapped(items: list[Any], each: Callable[[Any], Any]) -> list[Any]:
 def _item(item: Any) -> Any:
     if type(item) is dict:
         role = item.get("role")
-        if role == "tool" or role == "function":  # OpenAI chat (``function``: its older function calling)
+        if role in _RESULT_ROLES:  # OpenAI chat (``function``: its older function calling)
             return _with(item, "content", _content(item.get("content")))
         content = item.get("content")
         if role == "user" and type(content) is list:  # Anthropic, Converse: results are blocks of a user message
@@ -228,15 +233,20 @@ def _content(content: Any, depth: int = 0) -> Any:
         return text_blanked(content)
     if type(content) is not list or depth >= _MAX_DEPTH:
         return content
-    return _mapped(content, lambda part: _part(part, depth + 1))
+    out: list[Any] | None = None  # ``_mapped``'s loop, with no closure made for each result
+    for i, part in enumerate(content):
+        new = _part(part, depth + 1)
+        if new is not part:
+            if out is None:
+                out = list(content)
+            out[i] = new
+    return content if out is None else out
 
 
 def _part(part: Any, depth: int) -> Any:
     """One part of a result. Its media (images' bytes) are not read: only the fields that hold text."""
-    if type(part) is str:  # LangChain: a content list may hold bare texts
-        return text_blanked(part)
     if type(part) is not dict:
-        return part
+        return text_blanked(part) if type(part) is str else part  # LangChain: a content list may hold bare texts
     if type(part.get("text")) is str:
         return _with(part, "text", text_blanked(part["text"]))
     if "json" in part:  # Bedrock Converse: a result given as data
