@@ -54,9 +54,10 @@ QUERY_KWARGS = frozenset({"extra_query", "default_query"})
 # The SDK kwarg whose value is the request's body as JSON text (boto3's ``invoke_model``): its keys are the model
 # API's own kwargs (Anthropic's messages and mcp_servers, ...), read as those are (``body_kwargs``).
 BODY_TEXT_KWARG = "body"
-# The conversation: not walked (see the module docstring). Every codec's name for it.
+# The conversation: not walked (see the module docstring). Every codec's name for it (``toolConfig``: Bedrock
+# Converse's tools, whose API lets them hold schemas and names only, no remote server's credentials).
 CONVERSATION_KWARGS = frozenset(
-    {"messages", "input", "contents", "system", "instructions", "tools", "tool_choice", "prediction"}
+    {"messages", "input", "contents", "system", "instructions", "tools", "tool_choice", "prediction", "toolConfig"}
 )
 
 _SUFFIXES = tuple(p[1:] for p in CREDENTIAL_HEADER_PATTERNS if p.startswith("*") and not p.endswith("*"))

@@ -6,10 +6,11 @@ send ``str(result)``: ``user='ada' api_key='sk-...'``), inside the conversation,
 walk leaves alone as conversation: every record of the next request (its start event, JSONL, spans)
 carried the value the tool's own record blanked. So the tool results in a request's conversation are
 read as text for credential-keyed values (``error_text.keyed_values_blanked``), in every API's shape:
-OpenAI chat's ``tool`` messages, Responses' ``function_call_output`` items, Anthropic's ``tool_result``
-blocks (in a Bedrock ``invoke_model`` body's JSON text too), Bedrock Converse's ``toolResult`` blocks,
-LangChain's ``ToolMessage``; a result given as data (Converse's ``json`` block, Gemini's
-``function_response``) is walked by the key rule, its texts read.
+OpenAI chat's ``tool`` (and older ``function``) messages, Responses' function, custom tool, shell and patch
+output items, Anthropic's ``tool_result`` blocks (in a Bedrock ``invoke_model`` body's JSON text too),
+Bedrock Converse's ``toolResult`` blocks, LangChain's ``ToolMessage``, with the blocks nested in them (search
+results, plain-text documents, bare texts); a result given as data (Converse's ``json`` block, Gemini's
+``function_response``) is walked by the key rule, its texts read at any depth.
 What the model and the user said is left as it is.
 
 An agent sends its whole history on every call: each result's text is read once and remembered, so a
@@ -26,6 +27,13 @@ from .error_text import keyed_values_blanked
 from .redaction import BODY_TEXT_KWARG, body_kwargs, redact_value
 
 _CONVERSATIONS = ("messages", "input", "contents")
+# Responses' items carrying what the caller's side ran back to the model: a function's, a custom tool's, a shell's
+# (whose output may print the environment) and a patch's output.
+_OUTPUT_ITEMS = frozenset(
+    ("function_call_output", "custom_tool_call_output", "local_shell_call_output", "shell_call_output",
+     "apply_patch_call_output")
+)  # fmt: skip
+_RESULT_ROLES = frozenset(("tool", "function"))  # OpenAI chat's messages carrying a result
 _MEMO_MAX = 4096
 _MAX_DEPTH = 64
 _SAME = "\x00unchanged"  # remembered for a text with nothing to blank (never a blanked text: those are kept)
@@ -119,9 +127,13 @@ def _holds_results(items: list[Any]) -> bool:
     for item in items:
         if type(item) is dict:
             role = item.get("role")
-            if role == "tool" or (role is None and item.get("type") == "function_call_output"):
-                return True
-            if role == "user" and type(item.get("content")) is list:
+            if role is None:
+                if item.get("type") in _OUTPUT_ITEMS:
+                    return True
+            elif role == "user":
+                if type(item.get("content")) is list:
+                    return True
+            elif role in _RESULT_ROLES:
                 return True
             if type(item.get("parts")) is list:
                 return True
@@ -161,12 +173,12 @@ def _mapped(items: list[Any], each: Callable[[Any], Any]) -> list[Any]:
 def _item(item: Any) -> Any:
     if type(item) is dict:
         role = item.get("role")
-        if role == "tool":  # OpenAI chat
+        if role in _RESULT_ROLES:  # OpenAI chat (``function``: its older function calling)
             return _with(item, "content", _content(item.get("content")))
         content = item.get("content")
         if role == "user" and type(content) is list:  # Anthropic, Converse: results are blocks of a user message
             return _with(item, "content", _mapped(content, _block))
-        if role is None and item.get("type") == "function_call_output":  # Responses
+        if role is None and item.get("type") in _OUTPUT_ITEMS:  # Responses
             return _with(item, "output", _content(item.get("output")))
         parts = item.get("parts")  # Gemini: a content's parts
         return _with(item, "parts", _mapped(parts, _part_result)) if type(parts) is list else item
@@ -222,10 +234,8 @@ def _data(value: Any) -> Any:
     """A result given as data: credential keys blanked by the key rule, its strings read as texts."""
     if value is None:
         return value
-    clean = redact_value(value)
-    if type(clean) is dict:
-        return _with_all(clean, {k: text_blanked(v) for k, v in clean.items() if type(v) is str})
-    return text_blanked(clean) if type(clean) is str else clean
+    # Every string at any depth, as the tool's own record reads its result (``data_blanked``): a result nests.
+    return data_blanked(redact_value(value))
 
 
 def _with_all(item: Mapping[str, Any], values: dict[str, Any]) -> Any:
@@ -234,20 +244,58 @@ def _with_all(item: Mapping[str, Any], values: dict[str, Any]) -> Any:
     return {**item, **changed} if changed else item
 
 
-def _content(content: Any) -> Any:
-    """A result's text, or its text parts (``{"type": "text", "text": ...}``), blanked."""
+def _content(content: Any, depth: int = 0) -> Any:
+    """A result's text, or its parts (``{"type": "text", "text": ...}``, bare texts, nested blocks), blanked."""
     if type(content) is str:
         return text_blanked(content)
-    return _mapped(content, _part) if type(content) is list else content
+    if type(content) is not list or depth >= _MAX_DEPTH:
+        return content
+    out: list[Any] | None = None  # ``_mapped``'s loop, with no closure made for each result
+    for i, part in enumerate(content):
+        new = _part(part, depth + 1)
+        if new is not part:
+            if out is None:
+                out = list(content)
+            out[i] = new
+    return content if out is None else out
 
 
-def _part(part: Any) -> Any:
-    if type(part) is dict:
-        if type(part.get("text")) is str:
-            return _with(part, "text", text_blanked(part["text"]))
-        if "json" in part:  # Bedrock Converse: a result given as data
-            return _with(part, "json", _data(part["json"]))
-    return part
+def _part(part: Any, depth: int) -> Any:
+    """One part of a result. Its media (images' bytes) are not read: only the fields that hold text."""
+    if type(part) is not dict:
+        return text_blanked(part) if type(part) is str else part  # LangChain: a content list may hold bare texts
+    if type(part.get("text")) is str:
+        return _with(part, "text", text_blanked(part["text"]))
+    if "json" in part:  # Bedrock Converse: a result given as data
+        return _with(part, "json", _data(part["json"]))
+    changed: dict[str, Any] = {}
+    for key in ("stdout", "stderr"):  # Responses: a shell's output
+        if type(part.get(key)) is str:
+            changed[key] = text_blanked(part[key])
+    if type(part.get("content")) is list:  # Anthropic: a search result's text blocks
+        changed["content"] = _content(part["content"], depth)
+    if type(part.get("source")) is dict:  # Anthropic: a plain-text document, its text in its source
+        changed["source"] = _source(part["source"], depth)
+    document = part.get("document")
+    if type(document) is dict and type(document.get("source")) is dict:  # Bedrock Converse: a document block
+        changed["document"] = _with(document, "source", _source(document["source"], depth))
+    found = part.get("searchResult")
+    if type(found) is dict and type(found.get("content")) is list:  # Bedrock Converse: a search result's texts
+        changed["searchResult"] = _with(found, "content", _content(found["content"], depth))
+    return _with_all(part, changed) if changed else part
+
+
+def _source(source: dict[str, Any], depth: int) -> dict[str, Any]:
+    """A document's source: its text (Anthropic's ``data`` of a ``text`` source, Converse's ``text``) or content
+    blocks; bytes and links are left as they are."""
+    changed: dict[str, Any] = {}
+    if source.get("type") == "text" and type(source.get("data")) is str:
+        changed["data"] = text_blanked(source["data"])
+    if type(source.get("text")) is str:
+        changed["text"] = text_blanked(source["text"])
+    if type(source.get("content")) is list:
+        changed["content"] = _content(source["content"], depth)
+    return _with_all(source, changed) if changed else source
 
 
 def text_blanked(text: str) -> str:

@@ -134,6 +134,27 @@ def test_tool_schemas_in_the_conversation_are_not_blanked() -> None:
     assert redaction.redact_kwargs(plain) is plain  # nothing to hide: no copy
 
 
+def test_a_bedrock_converse_tools_schemas_are_recorded_as_sent(relay_turn: Any, relay_events: Any) -> None:
+    # Converse declares its tools under ``toolConfig`` (``toolSpec`` schemas; by its API nothing there reaches a
+    # remote server): walked by the key rule, a tool taking a ``password`` was recorded with that property's schema
+    # replaced by "[redacted]", where OpenAI's and Anthropic's ``tools`` are recorded as they were sent.
+    from bedrock_support import MODEL, BedrockServer, converse_body, json_reply
+
+    schema = {"type": "object", "properties": {"user": {"type": "string"}, "password": {"type": "string"}}}
+    tool_config = {"tools": [{"toolSpec": {"name": "login", "inputSchema": {"json": schema}}}]}
+    server = BedrockServer()
+    server.replies.append(json_reply(converse_body("ok")))
+    client = adapters.instrument(server.client())
+    try:
+        client.converse(modelId=MODEL, messages=[{"role": "user", "content": [{"text": "hi"}]}], toolConfig=tool_config)
+    finally:
+        adapters.uninstrument(client)
+        server.close()
+    (start,) = [e for e in relay_events.starts() if e.scope_type == "llm"]
+    assert start.input["content"]["toolConfig"] == tool_config
+    assert redaction.redact_kwargs({"toolConfig": tool_config, "password": "p" * 10})["password"] == redaction.REDACTED
+
+
 def test_a_credential_nested_deeper_than_the_walk_goes_is_not_recorded() -> None:
     deep: Any = {"api_key": _secret(1)}
     for _ in range(100):

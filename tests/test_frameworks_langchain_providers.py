@@ -128,3 +128,32 @@ def test_a_chat_model_is_named_and_priced_as_the_provider_it_calls(
     assert attempt_span(otel_spans)["gen_ai.provider.name"] == provider
     assert end.cost.provider == price_id
     assert end.cost.amount == pytest.approx((12 * 1.0 + 5 * 2.0) * 1e-6)
+
+
+@HOW
+def test_a_chat_model_answering_with_audio_counts_and_prices_its_audio_tokens_as_the_sdk_call_does(
+    relay_host: Any, relay_turn: Any, relay_events: Recorder, how: str
+) -> None:
+    """``usage_metadata`` counts audio among its input and output details (``audio``), as the provider's usage
+    does: read without them, the call's audio went uncounted and was priced at the text rates, below what the
+    same call made with the SDK costs."""
+    from relay_runtime import adapters
+    from tests.test_frameworks_langchain import chat_model
+
+    rates = {"input": 1.0, "output": 2.0, "cache_read": 0.5, "reasoning": 3.0, "input_audio": 10.0,
+             "output_audio": 20.0}  # fmt: skip
+    cost.attach(relay_host, PriceCatalog.from_mapping({"openai": {"gpt-test": rates}}))
+    usage = {"prompt_tokens": 100, "completion_tokens": 40, "total_tokens": 140,
+             "prompt_tokens_details": {"cached_tokens": 20, "audio_tokens": 30},
+             "completion_tokens_details": {"reasoning_tokens": 5, "audio_tokens": 25}}  # fmt: skip
+    script = t.Script([t.json_reply(t.chat_completion_body("Hello.", usage=usage)) for _ in range(2)])
+    record(chat_model(script), how)
+    adapters.instrument(t.openai_client(script)).chat.completions.create(
+        model="gpt-test", messages=[{"role": "user", "content": "hi"}]
+    )
+    framework, sdk = attempts(relay_events)
+    got = framework.annotated_response.usage
+    assert (got.input_audio_tokens, got.output_audio_tokens) == (30, 25)
+    assert framework.cost.amount == pytest.approx(sdk.cost.amount)
+    expected = (50 * 1.0 + 20 * 0.5 + 30 * 10.0 + 10 * 2.0 + 5 * 3.0 + 25 * 20.0) * 1e-6
+    assert sdk.cost.amount == pytest.approx(expected)

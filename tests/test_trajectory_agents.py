@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 from typing import Any
 
@@ -186,3 +187,29 @@ def test_with_the_processor_alone_each_tool_result_answers_the_call_it_ran_for(a
     assert [s["source"] for s in trajectory["steps"]] == ["user", "agent", "agent"]
     results = trajectory["steps"][1]["observation"]["results"]
     assert [(r["source_call_id"], r["content"]) for r in results] == [("c2", "rain in Lyon"), ("c1", "rain in Paris")]
+
+
+def test_a_generation_spans_usage_is_read_with_its_cache_writes_as_the_managed_attempt_reads_it(
+    relay_host: session.Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A Chat Completions model's ``generation`` span holds the answer's usage details as the SDK normalised them
+    # (cached and cache-write tokens in, reasoning tokens out): the observed attempt read the cached tokens and
+    # the reasoning alone, and its cache writes went uncounted and unpriced.
+    usage = {"prompt_tokens": 100, "completion_tokens": 9, "total_tokens": 109,
+             "prompt_tokens_details": {"cached_tokens": 20, "cache_write_tokens": 30},
+             "completion_tokens_details": {"reasoning_tokens": 4}}  # fmt: skip
+    answered = t.json_reply(t.chat_completion_body("Done.", usage=usage))
+    monkeypatch.setattr(sys.modules[__name__], "replies", lambda api: (answered, answered))
+    got = []
+    for instrumented in (False, True):
+        events = Recorder()
+        name = relay_host.relay.subscribers.register(events, name="test.ends")
+        try:
+            conversation(relay_host, f"usage-{instrumented}", instrumented=instrumented, api="chat")
+        finally:
+            relay_host.relay.subscribers.deregister(name)
+        (end,) = attempts(events)
+        got.append(end.annotated_response.usage)
+    alone, managed = got
+    assert (managed.cache_read_tokens, managed.cache_creation_tokens, managed.reasoning_tokens) == (20, 30, 4)
+    assert alone == managed

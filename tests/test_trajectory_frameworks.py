@@ -25,6 +25,7 @@ from relay_runtime.recorder import Recorder
 from tests.framework_support import need
 
 need("langchain.agents")
+messages_mod = need("langchain_core.messages")
 
 from relay_runtime.integrations.langchain import RelayCallbackHandler, RelayMiddleware  # noqa: E402
 from tests.test_frameworks_langchain import (  # noqa: E402
@@ -63,6 +64,18 @@ def test_the_user_step_is_in_a_langchain_agents_trajectory(atif: Any, relay_turn
     steps = [(s["source"], s.get("message")) for s in trajectory["steps"]]
     assert steps == [("user", QUESTION), ("agent", ""), ("agent", "Done.")]
     assert trajectory["steps"][1]["tool_calls"][0]["function_name"] == "weather"
+
+
+@pytest.mark.parametrize("how", ["middleware", "callback-handler"])
+def test_a_user_message_given_as_a_list_with_bare_texts_is_the_user_step(atif: Any, relay_turn: Any, how: str) -> None:
+    # LangChain's content list may hold bare strings beside blocks (``HumanMessage(content=["...", {...}])``),
+    # which it sends as the user's text: read as blocks alone, the agent acted with nobody having asked.
+    middleware, callbacks = ([RelayMiddleware()], []) if how == "middleware" else ([], [RelayCallbackHandler()])
+    agent = agents_mod.create_agent(chat_model(tool_then_answer()), [weather], middleware=middleware, name="a")
+    asked = messages_mod.HumanMessage(content=["Weather in ", {"type": "text", "text": "Paris?"}])
+    agent.invoke({"messages": [asked]}, config={"callbacks": callbacks})
+    first = atif.export()["steps"][0]
+    assert (first["source"], first.get("message")) == ("user", QUESTION)
 
 
 @pytest.mark.parametrize("how", ["middleware", "callback-handler"])

@@ -117,6 +117,22 @@ def _responses_loop() -> None:
     scripted.client.responses.create(model="gpt-test", input=items)
 
 
+def _responses_custom_tool_loop() -> None:
+    # A custom (freeform) tool: the model's call carries text (``input``), its result goes back as a
+    # ``custom_tool_call_output`` item.
+    body = t.responses_body("")
+    body["output"].append({"type": "custom_tool_call", "id": "ctc_1", "call_id": "call-1", "name": "weather",
+                           "input": "Paris", "status": "completed"})  # fmt: skip
+    scripted = t.scripted_openai(t.json_reply(body), t.json_reply(t.responses_body("Sunny.")))
+    adapters.instrument()
+    first = scripted.client.responses.create(model="gpt-test", input="Weather in Paris?")
+    said = [item.model_dump(exclude_none=True) for item in first.output]
+    items: list[Any] = [{"role": "user", "content": "Weather in Paris?"}, *said]
+    items.append({"type": "custom_tool_call_output", "call_id": "call-1", "output": "sunny in Paris"})
+    items.append({"type": "custom_tool_call_output", "call_id": "c9", "output": "an answer to nothing asked"})
+    scripted.client.responses.create(model="gpt-test", input=items)
+
+
 def _anthropic_loop() -> None:
     use = {"id": "toolu_1", "name": "weather", "input": {"city": "Paris"}}
     scripted = t.scripted_anthropic(
@@ -191,10 +207,11 @@ def _bedrock_loop() -> None:
         (_openai_loop, [("weather", "sunny in Paris", "request"), ("weather", "sunny in Rome", "request")]),
         (_responses_loop, [("weather", "sunny in Paris", "request")]),
         (_anthropic_loop, [("weather", "sunny in Paris", "request")]),
+        (_responses_custom_tool_loop, [("weather", "sunny in Paris", "request")]),
         (_gemini_loop, [("weather", json.dumps({"sky": "sunny"}), "request")]),
         (_bedrock_loop, [("weather", json.dumps({"sky": "sunny"}), "request")]),
     ],
-    ids=["openai-chat", "openai-responses", "anthropic", "gemini", "bedrock-converse"],
+    ids=["openai-chat", "openai-responses", "anthropic", "openai-responses-custom-tool", "gemini", "bedrock-converse"],
 )
 def test_tools_a_loop_runs_in_plain_code_are_answered_by_the_next_request(
     relay_host, tmp_path, loop: Callable[[], None], expected: list[Any]

@@ -188,7 +188,8 @@ def usage_of(usage: Any, cache_beside_input: bool = False) -> TokenUsage:
     provider. ``cache_beside_input``: the call is named for a provider whose records count its input apart
     from the cache (Anthropic's, as its API does: ``cost.pricing.CACHE_BESIDE_INPUT``), so the cache is
     taken out again, or prices and ``gen_ai.usage.input_tokens`` would count it twice. Cache writes split
-    by how long they are kept (langchain-anthropic then zeroes ``cache_creation``) are added up.
+    by how long they are kept (langchain-anthropic then zeroes ``cache_creation``) are added up. Audio is
+    counted among the input and output details as the providers count it.
     """
     if not isinstance(usage, Mapping):
         return TokenUsage()
@@ -207,6 +208,9 @@ def usage_of(usage: Any, cache_beside_input: bool = False) -> TokenUsage:
         cache_creation_tokens=written,
         reasoning_tokens=_count(outputs.get("reasoning")),
         cache_creation_1h_tokens=_count(inputs.get("ephemeral_1h_input_tokens")),
+        # Priced at their own rates, as the SDK call's are: left out, a spoken answer cost what its text would.
+        input_audio_tokens=_count(inputs.get("audio")),
+        output_audio_tokens=_count(outputs.get("audio")),
     )
 
 

@@ -363,19 +363,16 @@ def _annotate(data: Any) -> AnnotatedLLMResponse:
     output = getattr(data, "output", None)
     if isinstance(output, list) and output and isinstance(output[0], dict):
         # A generation span (a Chat Completions model) holds the answer's message as the SDK dumped it: read as
-        # the Chat Completions codec reads a completion, its usage details (cached, reasoning tokens) too.
+        # the Chat Completions codec reads a completion, its usage details whole (cached and cache-write tokens,
+        # reasoning tokens: the SDK keeps them under the names the completion's usage gives them).
         completion = {
             "model": model,
             "choices": [{"index": 0, "message": output[0], "finish_reason": None}],
             "usage": {
                 "prompt_tokens": usage.get("input_tokens"),
                 "completion_tokens": usage.get("output_tokens"),
-                "prompt_tokens_details": {
-                    "cached_tokens": (usage.get("input_tokens_details") or {}).get("cached_tokens")
-                },
-                "completion_tokens_details": {
-                    "reasoning_tokens": (usage.get("output_tokens_details") or {}).get("reasoning_tokens")
-                },
+                "prompt_tokens_details": usage.get("input_tokens_details") or {},
+                "completion_tokens_details": usage.get("output_tokens_details") or {},
             },
         }
         return APIS[CHAT_COMPLETIONS].codec.annotate_response(completion)

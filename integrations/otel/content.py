@@ -387,6 +387,13 @@ class ContentRecorder:
             texts = [p.get("content", "") for p in msg.get("parts", ()) if p.get("type") == "text"]
             if texts:
                 out[f"{prefix}.{i}.message.content"] = "".join(str(t) for t in texts)
+            else:
+                # A tool's result, in whichever shape its provider sends it back, is what its message says.
+                answers = [p for p in msg.get("parts", ()) if p.get("type") == "tool_call_response"]
+                if answers:
+                    out[f"{prefix}.{i}.message.content"] = "".join(_response_text(p.get("response")) for p in answers)
+                    if len(answers) == 1 and answers[0].get("id"):
+                        out[f"{prefix}.{i}.message.tool_call_id"] = str(answers[0]["id"])
             calls = [p for p in msg.get("parts", ()) if p.get("type") == "tool_call"]
             for j, call in enumerate(calls):
                 base = f"{prefix}.{i}.message.tool_calls.{j}.tool_call"
@@ -395,6 +402,13 @@ class ContentRecorder:
                 out[f"{base}.function.name"] = str(call.get("name") or "")
                 out[f"{base}.function.arguments"] = json.dumps(call.get("arguments"), default=str)
             i += 1
+
+
+def _response_text(response: Any) -> str:
+    """A tool's result as OpenInference's message content: its text, or the JSON of a result given as data."""
+    if response is None:
+        return ""
+    return response if isinstance(response, str) else json.dumps(response, default=str)
 
 
 def clipped(value: Any, limit: int, depth: int = 0) -> Any:

@@ -15,6 +15,7 @@ from typing import Any
 
 from relay_runtime import CHUNK_MARK, MARK, SCOPE_END, SCOPE_START, Event
 from relay_runtime import conventions as cv
+from relay_runtime.redaction import CONVERSATION_KWARGS
 from relay_runtime.types import ScopeType
 
 from .plain import plain, rfc3339
@@ -24,7 +25,9 @@ ATOF_VERSION = "0.1"
 _LLM = ScopeType.LLM.value
 _TOOL = ScopeType.TOOL.value
 _PRIVATE = frozenset({cv.PROFILE_KEY})  # in-process only: a home directory, never exported
-_CONVERSATION = ("messages", "input", "system", "instructions", "tools")
+# The conversation kwargs of every codec (Gemini's ``contents``, Converse's ``toolConfig`` too), as the core records
+# them: a list of OpenAI's and Anthropic's alone had the others walked by the key rule, in ATOF alone.
+_CONVERSATION = CONVERSATION_KWARGS
 
 
 _ENDED_KEPT = 4096  # roots of the scopes that ended last, for what still comes under them

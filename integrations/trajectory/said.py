@@ -15,22 +15,28 @@ from typing import Any
 from .records import CONVERSATION_KEYS
 
 _TEXT_PARTS = ("text", "input_text")
+# The Responses API's items answering a call the model made by its ``call_id``: a function's, a custom tool's.
+_CALL_OUTPUTS = ("function_call_output", "custom_tool_call_output")
 
 
 def _text_of(content: Any) -> str | None:
     """A message's text: a string, or its text parts joined; None when it holds none (a tool result).
 
     A part is text by its type (OpenAI's, Anthropic's), or, in the shapes whose blocks say what they are by the
-    key they hold (a Bedrock Converse block, a Gemini part), by holding ``text`` (a Gemini thought is none)."""
+    key they hold (a Bedrock Converse block, a Gemini part), by holding ``text`` (a Gemini thought is none). A
+    bare string in the list is text too: LangChain sends it as such (``HumanMessage(content=["...", {...}])``)."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
         texts = [
-            part["text"]
+            part if isinstance(part, str) else part["text"]
             for part in content
-            if isinstance(part, dict)
-            and isinstance(part.get("text"), str)
-            and (part.get("type") in _TEXT_PARTS if "type" in part else part.get("thought") is not True)
+            if isinstance(part, str)
+            or (
+                isinstance(part, dict)
+                and isinstance(part.get("text"), str)
+                and (part.get("type") in _TEXT_PARTS if "type" in part else part.get("thought") is not True)
+            )
         ]
         return "".join(texts) if texts else None
     return None
@@ -104,7 +110,8 @@ def _result_text(value: Any) -> str | None:
 def tool_results(delta: dict[str, Any] | None) -> Iterator[tuple[str | None, str | None, str | None]]:
     """``(call id, tool name, text)`` of each tool result among a request's new messages.
 
-    OpenAI Chat's ``tool`` messages, the Responses API's ``function_call_output`` items, Anthropic's
+    OpenAI Chat's ``tool`` messages, the Responses API's ``function_call_output`` and ``custom_tool_call_output``
+    items, Anthropic's
     ``tool_result`` blocks, Bedrock Converse's ``toolResult`` blocks, Gemini's ``function_response`` parts
     (whose id is optional: then the name says which call it answers) and LangChain's ``ToolMessage`` as
     recorded. A result of no known shape is not one: a trajectory never invents an answer."""
@@ -113,7 +120,7 @@ def tool_results(delta: dict[str, Any] | None) -> Iterator[tuple[str | None, str
             continue
         if message.get("role") == "tool" or (message.get("role") is None and message.get("type") == "tool"):
             yield message.get("tool_call_id"), message.get("name"), _result_text(message.get("content"))
-        elif message.get("type") == "function_call_output":
+        elif message.get("type") in _CALL_OUTPUTS:
             yield message.get("call_id"), None, _result_text(message.get("output"))
         elif isinstance(message.get("content"), list):
             for block in message["content"]:
