@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - the under fixture imported from test_cassette_whole_field is a parameter of the tests below
 """A cassette checks, just before it writes a call, that its stored answers hold none of the values the policy's
 whole-field rules changed (``cassettes.verify``): an answer's layout the rewrite does not know fails the save
 closed, naming the call and the rule's kind but never the value, and nothing is written."""
@@ -5,32 +6,19 @@ closed, naming the call and the rule's kind but never the value, and nothing is 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from relay_runtime import Recorder, adapters, cassettes, session
+from relay_runtime import Recorder, adapters, cassettes
 from relay_runtime.adapters import testing
-from relay_runtime.redaction import RedactionPolicy, Rule
+from relay_runtime.redaction import Rule
+from tests.test_cassette_whole_field import under  # noqa: F401
 
 TEXT = "The launch code is Zanzibar-Öscar"  # not ASCII: JSON-escaped, \u00d6 stands for it
 CHAT = {"model": "gpt-x", "messages": [{"role": "user", "content": "hi"}]}
 TEXT_RULE = Rule("redact", name="text", paths=["/response/text"])
-
-
-@pytest.fixture
-def under() -> Iterator[Any]:
-    coordinator = session.SESSION_COORDINATOR
-
-    def use(*rules: Rule) -> RedactionPolicy:
-        policy = RedactionPolicy(rules, hash_key="cassette-test-key-0123")
-        coordinator.redaction.use(policy)
-        return policy
-
-    yield use
-    coordinator.redaction.use(None)
 
 
 def _raw(path: Path) -> str:
