@@ -31,10 +31,14 @@ from .events import (
 )
 from .ids import new_id
 from .ids import pooled as _pooled
+
+# How a scope ended lives in its own module; its names are reachable here, where callers have long found them.
+from .outcomes import error_type_of as error_type_of
+from .outcomes import outcome_of as outcome_of
 from .redaction import redact_metadata, redact_value, told
 from .tool_results import data_blanked, result_blanked
 from .trace_context import REMOTE_PARENT, REMOTE_TRACESTATE, clean_tracestate, require_traceparent
-from .types import Outcome, ScopeType
+from .types import ScopeType
 
 if TYPE_CHECKING:
     from .relay import Relay
@@ -128,19 +132,7 @@ def _scope_type(scope_type: ScopeType | str) -> str:
     raise TypeError(f"scope_type must be a ScopeType or a non-empty string, got {scope_type!r}")
 
 
-# The outcomes' values, read once: an enum member's ``.value`` costs two Python calls on every read.
-_SUCCESS = Outcome.SUCCESS.value
 _TOOL = ScopeType.TOOL.value
-_CANCELLED = Outcome.CANCELLED.value
-_FAILED = Outcome.FAILED.value
-
-
-def outcome_of(error: BaseException | None) -> str:
-    if error is None:
-        return _SUCCESS
-    if isinstance(error, (KeyboardInterrupt, GeneratorExit)) or _is_cancelled(error):
-        return _CANCELLED
-    return _FAILED
 
 
 def _blanked(value: Any, tool: bool, result: bool = False) -> Any:
@@ -163,16 +155,6 @@ def _error_text(error: BaseException) -> str:
     return bounded(str(error), ERROR_MESSAGE_LIMIT)
 
 
-def error_type_of(error: BaseException) -> str:
-    """What events call ``error``: its class name, or the ``relay_error_type`` it declares."""
-    declared = getattr(error, "relay_error_type", None)
-    return declared if isinstance(declared, str) and declared else type(error).__name__
-
-
-def _is_cancelled(error: BaseException) -> bool:
-    import asyncio
-
-    return isinstance(error, asyncio.CancelledError)
 
 
 class Scopes:
