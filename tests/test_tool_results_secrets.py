@@ -115,21 +115,16 @@ def test_a_request_with_no_credential_in_its_tool_results_is_the_callers_own_obj
     assert blanked(kwargs) is kwargs
 
 
-def test_bedrock_converse_and_gemini_tool_results_record_no_credential(
-    relay_turn: Any, relay_events: Any, tmp_path: Any
-) -> None:
-    """Converse sends a tool's result as ``toolResult`` blocks (text, or ``json`` data); Gemini as a
-    ``function_response`` part whose response is data: a key in the data and one in its text are blanked."""
+def converse_sending_back(content: list[Any]) -> None:
+    """A Bedrock Converse call (real boto3, loopback server) whose conversation sends ``content`` back as the
+    ``toolResult`` of an ``open_account`` call; the provider gets it as given."""
     from bedrock_support import MODEL, BedrockServer
-    from genai_support import gemini_client, response_body
 
-    relay, _turn = relay_turn
-    sinks = Sinks(relay, relay_events, tmp_path)
     server = BedrockServer()
+    bedrock = adapters.instrument(server.client())
     try:
-        bedrock = adapters.instrument(server.client())
         use = {"toolUse": {"toolUseId": "t-1", "name": "open_account", "input": {"user": "ada"}}}
-        result = {"toolResult": {"toolUseId": "t-1", "content": [{"text": RESULT}, {"json": {"api_key": API_KEY}}]}}
+        result = {"toolResult": {"toolUseId": "t-1", "content": content}}
         bedrock.converse(
             modelId=MODEL,
             messages=[{"role": "user", "content": [{"text": "Open one"}]}, {"role": "assistant", "content": [use]},
@@ -139,6 +134,18 @@ def test_bedrock_converse_and_gemini_tool_results_record_no_credential(
     finally:
         adapters.uninstrument(bedrock)
         server.close()
+
+
+def test_bedrock_converse_and_gemini_tool_results_record_no_credential(
+    relay_turn: Any, relay_events: Any, tmp_path: Any
+) -> None:
+    """Converse sends a tool's result as ``toolResult`` blocks (text, or ``json`` data); Gemini as a
+    ``function_response`` part whose response is data: a key in the data and one in its text are blanked."""
+    from genai_support import gemini_client, response_body
+
+    relay, _turn = relay_turn
+    sinks = Sinks(relay, relay_events, tmp_path)
+    converse_sending_back([{"text": RESULT}, {"json": {"api_key": API_KEY}}])
     script = t.Script([t.json_reply(response_body("Opened."))])
     gemini = adapters.instrument(gemini_client(script))
     answer = {"name": "open_account", "response": {"api_key": API_KEY, "summary": RESULT}}

@@ -10,12 +10,12 @@ Real SDK clients over the scripted transports, every sink attached (``Sinks``).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from relay_runtime import adapters
 from relay_runtime.adapters import testing as t
 from tests.test_frameworks_records_secrets import API_KEY, Account, Sinks, assert_nowhere
+from tests.test_tool_results_secrets import converse_sending_back
 
 RESULT = str(Account(user="ada", api_key=API_KEY))  # what an SDK sends back of such a tool's result
 ASK = {"role": "user", "content": "Open an account for ada"}
@@ -24,27 +24,13 @@ ASK = {"role": "user", "content": "Open an account for ada"}
 def test_results_given_as_nested_data_record_no_credential(relay_turn: Any, relay_events: Any, tmp_path: Any) -> None:
     """A Converse ``json`` result and a Gemini ``response`` whose text sits deeper than their top level (a
     tool's output object, a list of lines): only their top-level strings were read, the rest recorded whole."""
-    from bedrock_support import MODEL, BedrockServer
     from genai_support import gemini_client, response_body
     from google.genai import types
 
     relay, _turn = relay_turn
     sinks = Sinks(relay, relay_events, tmp_path)
     nested = {"output": {"log": RESULT}, "lines": [RESULT]}
-    server = BedrockServer()
-    try:
-        bedrock = adapters.instrument(server.client())
-        use = {"toolUse": {"toolUseId": "t-1", "name": "open_account", "input": {"user": "ada"}}}
-        result = {"toolResult": {"toolUseId": "t-1", "content": [{"json": nested}]}}
-        bedrock.converse(
-            modelId=MODEL,
-            messages=[{"role": "user", "content": [{"text": "Open one"}]}, {"role": "assistant", "content": [use]},
-                      {"role": "user", "content": [result]}],
-        )  # fmt: skip
-        assert API_KEY in json.dumps(server.seen[0].body)
-    finally:
-        adapters.uninstrument(bedrock)
-        server.close()
+    converse_sending_back([{"json": nested}])
     script = t.Script([t.json_reply(response_body("Opened.")), t.json_reply(response_body("Opened."))])
     gemini = adapters.instrument(gemini_client(script))
     call = {"role": "model", "parts": [{"function_call": {"name": "open_account", "args": {"user": "ada"}}}]}
@@ -70,7 +56,6 @@ def test_results_given_as_nested_blocks_or_bare_texts_record_no_credential(
     """Anthropic's ``tool_result`` holding a search result (its own text blocks) or a plain-text document (its text
     in its source), Converse's ``toolResult`` holding a document or a search result, and a LangChain
     ``ToolMessage`` whose content list holds bare texts: only a part's own ``text`` was read."""
-    from bedrock_support import MODEL, BedrockServer
     from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
     from relay_runtime.integrations.langchain import RelayCallbackHandler
@@ -90,21 +75,9 @@ def test_results_given_as_nested_blocks_or_bare_texts_record_no_credential(
                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "tu-1",
                                                 "content": [found, document]}]}],
     )  # fmt: skip
-    server = BedrockServer()
-    try:
-        bedrock = adapters.instrument(server.client())
-        use = {"toolUse": {"toolUseId": "t-1", "name": "open_account", "input": {"user": "ada"}}}
-        blocks = [{"document": {"name": "account", "format": "txt", "source": {"text": RESULT}}},
-                  {"searchResult": {"source": "accounts", "title": "ada", "content": [{"text": RESULT}]}}]  # fmt: skip
-        bedrock.converse(
-            modelId=MODEL,
-            messages=[{"role": "user", "content": [{"text": "Open one"}]}, {"role": "assistant", "content": [use]},
-                      {"role": "user", "content": [{"toolResult": {"toolUseId": "t-1", "content": blocks}}]}],
-        )  # fmt: skip
-        assert API_KEY in json.dumps(server.seen[0].body)
-    finally:
-        adapters.uninstrument(bedrock)
-        server.close()
+    converse_document = {"document": {"name": "account", "format": "txt", "source": {"text": RESULT}}}
+    searched = {"searchResult": {"source": "accounts", "title": "ada", "content": [{"text": RESULT}]}}
+    converse_sending_back([converse_document, searched])
     call = {"name": "open_account", "args": {"user": "ada"}, "id": "c-1", "type": "tool_call"}
     chat_model(script).invoke(
         [HumanMessage("Open one"), AIMessage("", tool_calls=[call]), ToolMessage(content=[RESULT], tool_call_id="c-1")],
