@@ -343,6 +343,22 @@ def test_an_error_quoting_headers_as_name_value_pairs_records_their_credentials_
 SIGNATURE = "aeeed9bbccd4d02ee5c0109b86d86835f995"
 
 
+def failed_then_done(relay: Any, relay_events: Any, error: str, answer: str) -> tuple[Any, Any]:
+    """A tool run twice: failing with a ``ConnectionError`` whose text is ``error``, then answering ``answer``;
+    the ends of both runs."""
+
+    def fetch(given: dict[str, Any]) -> str:
+        if given["fail"]:
+            raise ConnectionError(error)
+        return answer
+
+    with pytest.raises(ConnectionError):
+        relay.tools.execute("fetch", {"fail": True}, fetch)
+    relay.tools.execute("fetch", {"fail": False}, fetch)
+    failed, done = relay_events.ends(name="fetch")
+    return failed, done
+
+
 @pytest.mark.parametrize(
     ("separator", "how"),
     [("\\u0026", "JSON-escaped, as Go's encoder writes '&'"), ("&amp;", "HTML- or XML-escaped, as S3's error bodies")],
@@ -358,15 +374,8 @@ def test_a_presigned_urls_signature_after_an_escaped_separator_is_blanked_in_err
     sas = f"https://acct.blob.core.windows.net/c/b.txt?sv=2020-08-04{separator}sig={SIGNATURE}{separator}se=2030"
     s3 = f"https://b.s3.amazonaws.com/k?X-Amz-Date=1{separator}X-Amz-Signature={SIGNATURE}{separator}x=1"
 
-    def fetch(given: dict[str, Any]) -> str:
-        if given["fail"]:
-            raise ConnectionError(f'{{"error": "cannot read {sas}"}}')
-        return f"<a href='{s3}'>report</a>"
-
-    with pytest.raises(ConnectionError):
-        relay.tools.execute("fetch", {"fail": True}, fetch)
-    relay.tools.execute("fetch", {"fail": False}, fetch)
-    failed, done = relay_events.ends(name="fetch")
+    error, answer = f'{{"error": "cannot read {sas}"}}', f"<a href='{s3}'>report</a>"
+    failed, done = failed_then_done(relay, relay_events, error, answer)
     assert f"{separator}sig=[redacted]{separator}se=2030" in failed.error_message, how
     assert f"{separator}X-Amz-Signature=[redacted]{separator}x=1" in done.output, how
     assert_nowhere(sinks.texts(), SIGNATURE)
@@ -382,15 +391,7 @@ def test_a_presigned_url_carried_percent_encoded_in_another_address_has_its_sign
     inner = f"https%3A%2F%2Fb.s3.amazonaws.com%2Fk%3FX-Amz-Date%3D1%26X-Amz-Signature%3D{SIGNATURE}%26x%3D1"
     viewer = f"https://view.example/open?src={inner}&lang=en"
 
-    def share(given: dict[str, Any]) -> str:
-        if given["fail"]:
-            raise ConnectionError(f"cannot open {viewer}: 404")
-        return f"open it at {viewer}"
-
-    with pytest.raises(ConnectionError):
-        relay.tools.execute("share", {"fail": True}, share)
-    relay.tools.execute("share", {"fail": False}, share)
-    failed, done = relay_events.ends(name="share")
+    failed, done = failed_then_done(relay, relay_events, f"cannot open {viewer}: 404", f"open it at {viewer}")
     blanked = "%26X-Amz-Signature%3D[redacted]%26x%3D1&lang=en"
     assert blanked in failed.error_message and blanked in done.output
     assert_nowhere(sinks.texts(), SIGNATURE)
