@@ -23,6 +23,7 @@ from relay_runtime.events import Event
 from relay_runtime.redaction import scrub_text
 from relay_runtime.redaction_reasoning import reasoning_texts
 
+from .keyed_parts import get as _get
 from .keyed_parts import keyed_part, keyed_tools
 
 CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
@@ -78,12 +79,6 @@ _GEMINI_ROLES = {"model": "assistant"}
 # the whole message, as Gemini's ``contents`` may be), anything else (a call, reasoning, a Responses API item
 # sent back) the model's.
 _ROLE_OF_ITEM = {"tool_call_response": "tool", "text": "user", "blob": "user", "uri": "user"}
-
-
-def _get(obj: Any, key: str, default: Any = None) -> Any:
-    if isinstance(obj, Mapping):
-        return obj.get(key, default)
-    return getattr(obj, key, default)
 
 
 def _arguments(raw: Any) -> Any:

@@ -22,15 +22,17 @@ _FILE_DATA = ("file_data", "fileData")
 _MEDIA = ("image", "document", "video", "audio")
 
 
-def _get(obj: Any, key: str) -> Any:
+def get(obj: Any, key: str, default: Any = None) -> Any:
+    """A block's field, whether the block is a dict or an SDK object (``content`` reads its blocks with it too)."""
     if isinstance(obj, Mapping):
-        return obj.get(key)
-    return getattr(obj, key, None)
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
 
 
 def _first(obj: Any, keys: tuple[str, ...]) -> Any:
     for key in keys:
-        value = _get(obj, key)
+        value = get(obj, key)
         if value is not None:
             return value
     return None
@@ -38,37 +40,37 @@ def _first(obj: Any, keys: tuple[str, ...]) -> Any:
 
 def keyed_part(block: Any) -> dict[str, Any] | None:
     """``block`` as a part, or None when it is none of the kinds known here (a cache point, code to run)."""
-    text = _get(block, "text")
+    text = get(block, "text")
     if isinstance(text, str):
-        return {"type": "reasoning" if _get(block, "thought") is True else "text", "content": text}
+        return {"type": "reasoning" if get(block, "thought") is True else "text", "content": text}
     call = _first(block, _FUNCTION_CALL)
     if call is not None:
-        return {"type": "tool_call", "id": _get(call, "id"), "name": _get(call, "name"),
-                "arguments": _get(call, "args")}  # fmt: skip
+        return {"type": "tool_call", "id": get(call, "id"), "name": get(call, "name"),
+                "arguments": get(call, "args")}  # fmt: skip
     answer = _first(block, _FUNCTION_RESPONSE)
     if answer is not None:
-        return {"type": "tool_call_response", "id": _get(answer, "id"), "response": _get(answer, "response")}
-    use = _get(block, "toolUse")
+        return {"type": "tool_call_response", "id": get(answer, "id"), "response": get(answer, "response")}
+    use = get(block, "toolUse")
     if use is not None:
-        return {"type": "tool_call", "id": _get(use, "toolUseId"), "name": _get(use, "name"),
-                "arguments": _get(use, "input")}  # fmt: skip
-    result = _get(block, "toolResult")
+        return {"type": "tool_call", "id": get(use, "toolUseId"), "name": get(use, "name"),
+                "arguments": get(use, "input")}  # fmt: skip
+    result = get(block, "toolResult")
     if result is not None:
-        return {"type": "tool_call_response", "id": _get(result, "toolUseId"), "response": _result(result)}
-    thought = _get(block, "reasoningContent")
+        return {"type": "tool_call_response", "id": get(result, "toolUseId"), "response": _result(result)}
+    thought = get(block, "reasoningContent")
     if thought is not None:
-        said = _get(_get(thought, "reasoningText"), "text")
+        said = get(get(thought, "reasoningText"), "text")
         return {"type": "reasoning", "content": said if isinstance(said, str) else ""}
     data = _first(block, _INLINE_DATA)
     if data is not None:
         mime = _first(data, ("mime_type", "mimeType"))
-        return _blob(_modality(mime), mime, _get(data, "data"))
+        return _blob(_modality(mime), mime, get(data, "data"))
     file = _first(block, _FILE_DATA)
     if file is not None:
         mime = _first(file, ("mime_type", "mimeType"))
         return {"type": "uri", "modality": _modality(mime), "uri": _first(file, ("file_uri", "fileUri"))}
     for kind in _MEDIA:
-        media = _get(block, kind)
+        media = get(block, kind)
         if media is not None:
             return _converse_media(kind, media)
     return None
@@ -80,13 +82,13 @@ def keyed_tools(tool: Any) -> list[dict[str, Any]] | None:
     declared = _first(tool, ("function_declarations", "functionDeclarations"))
     if isinstance(declared, (list, tuple)):
         return [
-            _definition(_get(d, "name"), _get(d, "description"), _first(d, ("parameters", "parameters_json_schema")))
+            _definition(get(d, "name"), get(d, "description"), _first(d, ("parameters", "parameters_json_schema")))
             for d in declared
-            if _get(d, "name") is not None
+            if get(d, "name") is not None
         ]
-    spec = _get(tool, "toolSpec")
-    if spec is not None and _get(spec, "name") is not None:
-        return [_definition(_get(spec, "name"), _get(spec, "description"), _get(_get(spec, "inputSchema"), "json"))]
+    spec = get(tool, "toolSpec")
+    if spec is not None and get(spec, "name") is not None:
+        return [_definition(get(spec, "name"), get(spec, "description"), get(get(spec, "inputSchema"), "json"))]
     return None
 
 
@@ -102,13 +104,13 @@ def _definition(name: Any, description: Any, parameters: Any) -> dict[str, Any]:
 
 def _result(result: Any) -> Any:
     """A Converse tool result's content: its text blocks joined, or its one JSON block."""
-    content = _get(result, "content")
+    content = get(result, "content")
     if not isinstance(content, (list, tuple)):
         return content
-    texts = [t for block in content if isinstance(t := _get(block, "text"), str)]
+    texts = [t for block in content if isinstance(t := get(block, "text"), str)]
     if texts:
         return "".join(texts)
-    found = [j for block in content if (j := _get(block, "json")) is not None]
+    found = [j for block in content if (j := get(block, "json")) is not None]
     return found[0] if len(found) == 1 else found or None
 
 
@@ -131,10 +133,10 @@ def _blob(modality: str, mime: Any, data: Any) -> dict[str, Any]:
 def _converse_media(kind: str, media: Any) -> dict[str, Any]:
     """A Converse image, document, video or audio block: a ``uri`` part for one in S3, else a ``blob``."""
     modality = kind if kind != "document" else "file"
-    source = _get(media, "source")
-    located = _get(source, "s3Location")
+    source = get(media, "source")
+    located = get(source, "s3Location")
     if located is not None:
-        return {"type": "uri", "modality": modality, "uri": _get(located, "uri")}
-    form = _get(media, "format")
+        return {"type": "uri", "modality": modality, "uri": get(located, "uri")}
+    form = get(media, "format")
     mime = f"{'application' if kind == 'document' else kind}/{form}" if isinstance(form, str) else None
-    return _blob(modality, mime, _get(source, "bytes"))
+    return _blob(modality, mime, get(source, "bytes"))
