@@ -113,7 +113,7 @@ def calls_blanked(calls: list[Any]) -> list[Any]:
         if type(call) is not dict or "arguments" not in call:
             continue
         arguments = call["arguments"]
-        clean = data_blanked(redact_value(arguments))
+        clean = _data(arguments)
         if clean is not arguments:
             if out is None:
                 out = list(calls)
