@@ -268,7 +268,6 @@ class ModelCall:
         provider: str,
         model: str | None,
         request: AnnotatedRequestField = None,
-        *,
         start_ns: int | None = None,
         codec: Any = None,
         sent: Mapping[str, Any] | None = None,
@@ -279,7 +278,8 @@ class ModelCall:
         when the attempt began, if before now; ``codec``: the one whose ``price_provider`` it is priced
         under (none: ``provider``, as the cost layer maps it); ``sent``: the request's arguments as the
         framework made them (a LangChain model's ``{"model", "messages"}``), recorded on its start as a
-        managed attempt's are, so that a trajectory holds what the user said."""
+        managed attempt's are, so that a trajectory holds what the user said. Its arguments may be given in order:
+        a model call's callback passes them so (keywords are matched by name on every call)."""
         call = self.logical
         turn = self.turn
         api_request_id = self.api_request_id
@@ -356,7 +356,10 @@ class ModelCall:
                                            annotated)  # fmt: skip
                 relay.cost.late_charge(handle, _CANCELLED)
             return
-        self._leave_open_attempts()
+        try:  # ``_leave_open_attempts`` without its frame: once per model call
+            self.logical.open_attempts.remove(self)
+        except ValueError:  # the end of the turn took it off already
+            pass
         if model:
             self.logical.model = model
         outcome = outcome_of(error) if error is not None else _SUCCESS
@@ -366,16 +369,8 @@ class ModelCall:
             late = relay.cost.settle_observed(
                 handle, self._observed_codec, model or self.logical.model, outcome, annotated
             )
-        relay.scope.end(
-            handle,
-            output=response,
-            error=error,
-            provider=handle.name,
-            model_name=model,
-            annotated_request=self._observed_request,
-            annotated_response=annotated,
-            outcome=outcome,
-        )
+        # Positional, in ``end``'s order: each keyword would be matched by name.
+        relay.scope.end(handle, response, None, error, outcome, handle.name, model, self._observed_request, annotated)
         if late:  # its turn (or agent) ended while the framework still ran it: their roll-ups went out without it
             relay.cost.late_charge(handle, outcome)
 

@@ -312,8 +312,8 @@ class Scopes:
                 self._stack.set(handle.below)
             else:
                 self._check_not_buried(handle, top)
-        if output is not None and type(output) is not RelayOutput:  # (``_recorded``'s own test, without its frame)
-            output = self._recorded(output, handle)
+        if output is not None and type(output) is not RelayOutput and self._subs.end:
+            output = Recorded(_blanked, output, handle.scope_type == _TOOL, True)  # see ``_end``
         self._end(handle, output, metadata, error, outcome)
 
     def _check_not_buried(self, handle: ScopeHandle, top: ScopeHandle | None) -> None:
@@ -330,7 +330,6 @@ class Scopes:
     def end(
         self,
         handle: ScopeHandle,
-        *,
         output: Any = None,
         metadata: dict[str, Any] | None = None,
         error: BaseException | None = None,
@@ -343,23 +342,16 @@ class Scopes:
         """Mark ``handle`` ended and emit its end event, without touching any stack.
 
         ``output`` is recorded with credentials blanked, as ``pop``'s is (an LLM attempt's response
-        is ended through ``_end``: the response's own redaction applies to it).
+        is ended through ``_end``: the response's own redaction applies to it). The arguments may be
+        given in order (a framework's model call ends so: keywords are matched by name on every call).
         """
-        if output is not None and type(output) is not RelayOutput:  # (``_recorded``'s own test, without its frame)
-            output = self._recorded(output, handle)
+        if output is not None and type(output) is not RelayOutput and self._subs.end:
+            output = Recorded(_blanked, output, handle.scope_type == _TOOL, True)  # see ``_end``
         if metadata:
             metadata = redact_metadata(metadata)
         self._end(
             handle, output, metadata, error, outcome, provider, model_name, annotated_request, annotated_response
         )  # fmt: skip
-
-    def _recorded(self, output: Any, handle: ScopeHandle) -> Any:
-        """``output`` as ``pop`` and ``end`` record it: credentials blanked (``redact_value``; in a tool's result
-        held as text, the values of credential keys, as in its arguments: ``tool_results``); the relay's own outputs
-        (``RelayOutput``) as they are, and nothing read when no subscriber takes end events."""
-        if output is None or type(output) is RelayOutput or not self._subs.end:
-            return output
-        return Recorded(_blanked, output, handle.scope_type == _TOOL, True)
 
     def _end(
         self,
@@ -373,7 +365,13 @@ class Scopes:
         annotated_request: AnnotatedRequestField = None,
         annotated_response: AnnotatedResponseField = None,
     ) -> None:
-        """``end`` with its arguments in order: the calls made for every LLM call pass them so."""
+        """``end`` with its arguments in order: the calls made for every LLM call pass them so.
+
+        ``output``, from ``pop`` and ``end``, is recorded with credentials blanked (``redact_value``; in a tool's
+        result held as text, the values of credential keys, as in its arguments: ``tool_results``), read only by
+        the subscribers that read it; the relay's own outputs (``RelayOutput``) stand as they are, and nothing is
+        wrapped when no subscriber takes end events.
+        """
         if handle.ended:
             return
         handle.ended = True

@@ -26,6 +26,7 @@ are counted in the relay's diagnostics, never raised into the agent.
 
 from __future__ import annotations
 
+import importlib
 import threading
 from typing import Any
 from uuid import UUID
@@ -34,7 +35,6 @@ from langchain_core.callbacks import BaseCallbackHandler
 
 from relay_runtime import conventions as cv
 from relay_runtime import session
-from relay_runtime.adapters.instrument import is_instrumented
 from relay_runtime.attempt_views import recorded_view
 from relay_runtime.calls import open_call_in
 from relay_runtime.scopes import ScopeHandle, outcome_of
@@ -44,12 +44,15 @@ from relay_runtime.types import ScopeType
 
 from ..frameworks import FrameworkRun, ModelCall, current_parent, deferred, deferred_answer, enter_scope, leave_scope
 from . import models, retried
-from .codec import codec_for, plain
+from .codec import CODECS, codec_for, plain
 from .tools import ToolFailed, is_control_flow, is_error_message, is_managed
 
 # Read once: every chat model run goes through these.
 _managed_turn = session.managed_turn
 _middleware_call = models.middleware_call
+# The module, not its ``instrument`` (the package's function of that name): its flags are read on every model call,
+# without the frames of ``is_instrumented()`` and ``clients_instrumented()``.
+_instrumenting = importlib.import_module("relay_runtime.adapters.instrument")
 _PRIMARY = "primary"
 _NO_GENERATIONS: list[list[Any]] = [[]]
 _EMPTY: dict[str, Any] = {}
@@ -309,16 +312,20 @@ class RelayCallbackHandler(BaseCallbackHandler):
             if call is None:
                 call = ModelCall(turn, open_call_in(turn, parent, _PRIMARY), _PRIMARY, parent)
             run.call = call
-            if is_instrumented():
+            if _instrumenting._classes:  # ``is_instrumented()``
                 call.join()  # the SDK call inside is the attempt
                 return
             meta = metadata or _EMPTY
-            codec = codec_for(meta.get("ls_provider") or "langchain")
+            provider = meta.get("ls_provider") or "langchain"
+            codec = CODECS.get(provider) or codec_for(provider)
             model = meta.get("ls_model_name")
             content = {"model": model, "messages": asked}
             # The view of what its start records: a signed image address, a tool's key, blanked alike.
             view = deferred(recorded_view, codec, content)
-            call.witness(codec.provider, model, view, codec=codec, sent=content)
+            if _instrumenting._single_clients:  # ``clients_instrumented()``: the model's client may be one of them
+                call.witness(codec.provider, model, view, codec=codec, sent=content)
+            else:  # ``witness``' own first case, without its frame: nothing else can record the attempt
+                call.observe(codec.provider, model, view, None, codec, content)
         except Exception as exc:
             turn.relay.diag.failure("subscriber_errors", exc, f"{self.framework} callback chat model start")
 
@@ -357,7 +364,8 @@ class RelayCallbackHandler(BaseCallbackHandler):
         if call is None:
             return
         try:
-            call.leave()  # first: it records the witnessed attempt when no SDK attempt joined
+            if call._joined is not None or call._witnessed is not None:  # (``leave``'s own test, without its frame)
+                call.leave()  # first: it records the witnessed attempt when no SDK attempt joined
             observed = call.observed
             if observed is not None:
                 generations = getattr(response, "generations", None) or _NO_GENERATIONS
@@ -365,7 +373,8 @@ class RelayCallbackHandler(BaseCallbackHandler):
                 message = getattr(first, "message", None)
                 meta = getattr(message, "response_metadata", None) or _EMPTY
                 model = meta.get("model_name") or (getattr(response, "llm_output", None) or _EMPTY).get("model_name")
-                annotated = deferred_answer(codec_for(observed.name).annotate_response, message)
+                codec = CODECS.get(observed.name) or codec_for(observed.name)
+                annotated = deferred_answer(codec.annotate_response, message)
                 # The answer object itself, as a managed attempt's end holds its SDK's: what the view has no field
                 # for (reasoning blocks, the provider's metadata) is read from it, by records and rules alike.
                 call.end_observed(response, annotated, None, model)

@@ -233,12 +233,13 @@ def _message_input(view: Any) -> Any:
     return out
 
 
-_by_provider: dict[str, LangChainCodec] = {}
+# By provider name; callers on every model call look here first, ``codec_for`` only for a name not met yet.
+CODECS: dict[str, LangChainCodec] = {}
 
 
 def codec_for(provider: str) -> LangChainCodec:
     """The codec of a provider name (codecs hold nothing else, so one per name serves every call)."""
-    codec = _by_provider.get(provider)
+    codec = CODECS.get(provider)
     if codec is None:
-        codec = _by_provider.setdefault(provider, LangChainCodec(provider))
+        codec = CODECS.setdefault(provider, LangChainCodec(provider))
     return codec
