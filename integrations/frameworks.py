@@ -296,13 +296,17 @@ class ModelCall:
         finally:
             lock.release()
         metadata = {_KIND: _ATTEMPT, _API_REQUEST_ID: api_request_id, _CALL_ROLE: self.call_role, _RETRY_COUNT: retry}
+        recorded = None
+        if sent is not None:  # ``Recorded(recorded_request, _NO_HEADERS, sent, relay)`` without its ``__init__`` frame
+            recorded = _new(Recorded)
+            recorded._compute, recorded._args, recorded._value = recorded_request, (_NO_HEADERS, sent, turn.relay), None
         # ``opened``, not ``push``: the metadata is the relay's own, built above, with nothing of the caller's to
         # read for credentials on every model call.
         self.observed = turn.relay.scope.opened(
             provider,
             _LLM,
             call.scope,
-            Recorded(recorded_request, _NO_HEADERS, sent, turn.relay) if sent is not None else None,
+            recorded,
             metadata,
             None,  # data
             False,  # attach
