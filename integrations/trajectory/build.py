@@ -137,7 +137,7 @@ class TrajectoryBuilder:
             # The user's words and the tools' results come with the call's first request; its retries send
             # them again.
             self._results_sent(record)
-            for text in user_messages(record.get("req")):
+            for text in user_messages(record.get("said") or record.get("req")):
                 start = record.get("start")
                 self._step({"timestamp": rfc3339(start) if isinstance(start, int) else None, "source": "user",
                             "message": text})  # fmt: skip
@@ -174,8 +174,9 @@ class TrajectoryBuilder:
     def _results_sent(self, record: dict[str, Any]) -> None:
         """The results a call's first request sends for tool calls no tool scope answered (an Agents SDK
         handoff, which the SDK answers itself; tools a loop runs in plain code): observations of the steps
-        that asked for them, read from the request, so that no step's tool call goes unanswered."""
-        for call_id, name, text in tool_results(record.get("req")):
+        that asked for them, read from the request (from its view, when its kwargs hold the conversation in a
+        body: ``said``), so that no step's tool call goes unanswered."""
+        for call_id, name, text in tool_results(record.get("said") or record.get("req")):
             answering = self._unanswered(call_id, name)
             if answering is None:
                 continue

@@ -20,8 +20,9 @@ from ..run_journal.storage import is_truncated
 from ..run_journal.store import RunJournalStore, resolve_store
 from .atof import ATOF_VERSION
 from .build import TrajectoryBuilder
+from .deltas import rebuild_request
 from .plain import rfc3339
-from .records import ATTEMPT, CALL, TOOL, TOOL_END, TURN, TURN_END, rebuild_request
+from .records import ATTEMPT, CALL, TOOL, TOOL_END, TURN, TURN_END
 from .validate import validate_atif
 
 PathLike = str | os.PathLike[str]

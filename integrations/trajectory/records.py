@@ -22,8 +22,7 @@ which is how ATOF events rebuilt from records are put back in order.
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -32,6 +31,7 @@ from relay_runtime import CHUNK_MARK, MARK, SCOPE_END, SCOPE_START, Event
 from relay_runtime import conventions as cv
 from relay_runtime.redaction_reasoning import reasoning_texts
 
+from .deltas import CONVERSATION_KEYS, History
 from .plain import plain
 from .sent_copies import SentCopies
 
@@ -39,13 +39,8 @@ TURN, TURN_END, CALL, ATTEMPT, TOOL, TOOL_END = "turn", "turn_end", "call", "att
 LATE_CHARGE = "late_charge"
 _ENDED_ATTEMPTS = 1024  # ended attempts whose conversation is remembered, for a charge that comes after
 TOOL_CALL_ID = "tool_call_id"
-_LINES = 16  # lines of one conversation a new request is compared with (see History)
-_LEAVES = 8  # the latest requests of a line that no later request extends
 _CALL_META = (cv.API_REQUEST_ID, cv.CALL_ROLE)
 _ATTEMPT_META = (cv.API_REQUEST_ID, cv.CALL_ROLE, cv.RETRY_COUNT, cv.SDK_RETRIES, cv.API_MODE)
-CONVERSATION_KEYS = ("messages", "input", "contents")  # contents: google-genai
-# Kwargs naming a conversation the provider keeps (the Responses API's): a request with one sends new items only.
-_HELD_BY_PROVIDER = ("previous_response_id", "conversation")
 _MAPPINGS = (dict, MappingProxyType)
 
 
@@ -56,6 +51,7 @@ class _Open:
     os: int
     kind: str
     req: dict[str, Any] | None = None
+    said: dict[str, Any] | None = None  # the view's conversation as a delta, for a request whose kwargs hold none
     reasoning: list[str] = field(default_factory=list)
     answer: dict[str, Any] | None = None  # a logical call's fallback answer (``fallback``)
     ended: str | None = None  # a logical call's attempt that ended last, which a fallback answer comes after
@@ -106,157 +102,6 @@ def frozen(event: Event) -> Any:
             return plain(event.input)
         return plain(event.output) if kind == SCOPE_END else None
     return frozen_request(event) if scope_type == _LLM_SCOPE and kind == SCOPE_START else None
-
-
-def _common(old: list[Any], new: list[Any]) -> int:
-    n = min(len(old), len(new))
-    i = 0
-    while i < n and (old[i] is new[i] or old[i] == new[i]):
-        i += 1
-    return i
-
-
-def conversation_key(content: dict[str, Any]) -> str | None:
-    """The kwarg holding the conversation as a list (``messages``; ``input`` for the Responses API)."""
-    for key in CONVERSATION_KEYS:
-        if isinstance(content.get(key), list):
-            return key
-    return None
-
-
-def request_delta(candidates: Iterable[tuple[str, dict[str, Any]]], content: dict[str, Any]) -> dict[str, Any]:
-    """``content`` as a delta against the candidate (newest first) it shares most messages with (exact to
-    rebuild), and the candidate chosen as its base (None: no message in common)."""
-    key = conversation_key(content)
-    messages: list[Any] = content[key] if key is not None else []
-    # Its messages all new, however like an earlier request's: a user who says "yes" again is heard again.
-    # (Truth, not "is not None": the SDKs pass NotGiven / Omit, both false, for a kwarg not sent.)
-    fresh = any(content.get(name) for name in _HELD_BY_PROVIDER)
-    best: tuple[str, dict[str, Any]] | None = None
-    keep = 0
-    for attempt_id, candidate in candidates:
-        old = candidate.get(key) if key is not None else None
-        shared = _common(old, messages) if isinstance(old, list) and not fresh else 0
-        if best is None or shared > keep:
-            best, keep = (attempt_id, candidate), shared
-        if key is None or fresh or shared == len(messages):
-            break
-    delta: dict[str, Any] = {"base": None, "keep": 0}
-    earlier: dict[str, Any] = {}
-    if best is not None and (key is None or fresh or keep > 0):
-        delta["base"], earlier = best
-        delta["keep"] = keep
-    if key is not None:
-        delta["key"] = key
-        delta["new"] = plain(messages[keep if delta["base"] else 0 :], keys=False)
-    # A conversation given as one text or one message (``input="..."``) is what this request says, however like
-    # an earlier one's: always set, so the user's words are read from each request that sends them (``said``).
-    delta["set"] = plain(
-        {
-            k: v
-            for k, v in content.items()
-            if k != key and (k not in earlier or earlier[k] != v or k in CONVERSATION_KEYS)
-        },
-        keys=False,
-    )
-    drop = sorted(k for k in earlier if k not in content and k != key)
-    if drop:
-        delta["drop"] = drop
-    return delta
-
-
-@dataclass(eq=False)
-class _Line:
-    first: Any  # the message its requests open with
-    leaves: deque[tuple[str, dict[str, Any]]] = field(default_factory=lambda: deque(maxlen=_LEAVES))
-    # The request that opened the line, then the latest that extended it: the agent's loop, kept apart from
-    # the leaves, which side calls opening as the loop does would push out.
-    trunk: tuple[str, dict[str, Any]] | None = None
-
-
-class History:
-    """A conversation's earlier requests, that a new one is written as a delta against.
-
-    Grouped in lines by the message they open with: an agent's loop and the side calls it makes in
-    between (a summarizer per document, a judge) open differently, so however many side calls come
-    between two requests of the loop, the loop's last one is still at hand, and the user's earlier
-    words are not taken for new ones. Bounded: ``_LINES`` lines (least recently used dropped) of
-    ``_LEAVES`` requests each (a request that extends one takes its place), and each line's trunk: side
-    calls that open as the loop does (its system prompt) may outnumber the leaves, never push it out.
-    """
-
-    __slots__ = ("_last", "_lines")
-
-    def __init__(self) -> None:
-        self._lines: list[_Line] = []  # least recently used first
-        self._last: tuple[str, dict[str, Any]] | None = None  # for a request that holds no conversation
-
-    def delta(self, attempt_id: str, content: dict[str, Any]) -> dict[str, Any]:
-        """``content`` (attempt ``attempt_id``'s request) as a delta against an earlier request; it is kept
-        to compare later ones with."""
-        key = conversation_key(content)
-        messages = content[key] if key is not None else None
-        line = self._line(messages[0]) if messages else None
-        if line is not None:
-            candidates = list(reversed(line.leaves))
-            trunk = line.trunk
-            if trunk is not None and all(leaf is not trunk for leaf in candidates):
-                candidates.append(trunk)  # last: a leaf sharing as much is the newer request
-            delta = request_delta(candidates, content)
-        else:
-            delta = request_delta([self._last] if self._last is not None else [], content)
-        entry = (attempt_id, content)
-        self._last = entry
-        if key is None or not messages:
-            return delta
-        if line is None:
-            line = _Line(messages[0], trunk=entry)
-            if len(self._lines) >= _LINES:
-                del self._lines[0]
-        else:
-            self._lines.remove(line)
-            base = delta["base"]
-            trunk = line.trunk
-            if trunk is not None and trunk[0] == base and delta["keep"] == len(trunk[1].get(key) or ()):
-                line.trunk = entry
-            # The request its base was, sent again or extended: this one stands for both from now on.
-            for leaf in line.leaves:
-                if leaf[0] == base and delta["keep"] == len(leaf[1].get(key) or ()):
-                    line.leaves.remove(leaf)
-                    break
-        line.leaves.append(entry)
-        self._lines.append(line)
-        return delta
-
-    def _line(self, first: Any) -> _Line | None:
-        for line in reversed(self._lines):
-            if line.first is first or line.first == first:
-                return line
-        return None
-
-
-def rebuild_request(delta: dict[str, Any], requests: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
-    """The kwargs ``request_delta`` described, given the requests rebuilt so far by attempt id.
-
-    None when its base is missing (an earlier run that is not at hand).
-    """
-    base_id = delta.get("base")
-    base: dict[str, Any] = {}
-    if base_id is not None:
-        found = requests.get(base_id)
-        if found is None:
-            return None
-        base = found
-    key = delta.get("key")
-    dropped = set(delta.get("drop") or ())
-    base_key = conversation_key(base)
-    out = {k: v for k, v in base.items() if k not in dropped and k != base_key}
-    out.update(delta.get("set") or {})
-    if key is not None:
-        old = base.get(key)
-        kept = list(old[: delta.get("keep") or 0]) if isinstance(old, list) else []
-        out[key] = kept + list(delta.get("new") or [])
-    return out
 
 
 _USAGE = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens", "reasoning_tokens")
@@ -320,6 +165,7 @@ class Tracker:
         self._session: dict[str, str] = {}  # open scope uuid -> its conversation's session id
         self._open: dict[str, _Open] = {}  # open logical calls, attempts and tools
         self._history: dict[str, History] = {}
+        self._said: dict[str, History] = {}  # the views' conversations, of requests whose kwargs hold none
         self._order = 0
         # Ended attempts -> their conversation, the newest last: a late charge names its attempt only.
         self._ended: dict[str, str] = {}
@@ -330,6 +176,19 @@ class Tracker:
     def forget(self, session_id: str) -> None:
         """Drop what is kept to compare later requests of ``session_id`` with (its conversation ended)."""
         self._history.pop(session_id, None)
+        self._said.pop(session_id, None)
+
+    def _said_delta(self, session_id: str, uuid: str, event: Event) -> dict[str, Any] | None:
+        """The conversation of the request ``event`` starts as its view holds it, as a delta against the views
+        before it: for a request whose kwargs hold its conversation in a body the provider reads (Bedrock's
+        ``invoke_model``), where the user's words and the tools' results are read from. None without one."""
+        messages = getattr(event.annotated_request, "messages", None)
+        if not isinstance(messages, list) or not messages:
+            return None
+        history = self._said.get(session_id)
+        if history is None:
+            history = self._said[session_id] = History()
+        return history.delta(uuid, {"messages": messages})
 
     def chunk(self, event: Event) -> None:
         """A stream chunk mark: its reasoning text is kept for the attempt's record."""
@@ -401,6 +260,8 @@ class Tracker:
                 if history is None:
                     history = self._history[session_id] = History()
                 opened.req = history.delta(uuid, content)
+                if not any(key in content for key in CONVERSATION_KEYS):
+                    opened.said = self._said_delta(session_id, uuid, event)
                 if headers:
                     opened.req["headers"] = plain(headers)
                 self._open[uuid] = opened
@@ -460,6 +321,8 @@ class Tracker:
             if event.model_name:
                 record["model_name"] = plain(event.model_name)
             record["req"] = found.req
+            if found.said is not None:
+                record["said"] = found.said
             parent = self._open.get(event.parent_uuid or "")
             if parent is None or parent.kind != cv.LOGICAL_CALL:
                 record["orphan"] = True  # an attempt made outside any logical call is a call of its own

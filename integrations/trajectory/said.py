@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from .records import CONVERSATION_KEYS
+from .deltas import CONVERSATION_KEYS
 
 _TEXT_PARTS = ("text", "input_text")
 # The Responses API's items answering a call the model made by its ``call_id``: a function's, a custom tool's.
@@ -70,7 +70,7 @@ def _new(delta: dict[str, Any] | None) -> list[Any]:
         return new
     if new is None and "key" not in delta:
         # A conversation given as one text or one message (``input="..."``, a Gemini ``Content``): the delta
-        # always sets it (``records.request_delta``).
+        # always sets it (``deltas.request_delta``).
         given = delta.get("set")
         if isinstance(given, dict):
             for name in CONVERSATION_KEYS:
