@@ -163,8 +163,12 @@ class MessagesAccumulator:
                     block.citations.append(get(delta, "citation"))
             return None
         if kind == "content_block_start":
-            self.blocks[as_int(get(chunk, "index")) or 0] = _Block(get(chunk, "content_block"))
-            return None
+            block = self.blocks[as_int(get(chunk, "index")) or 0] = _Block(get(chunk, "content_block"))
+            if not block.parts:
+                return None
+            # Opening text a start carried: the answer's first words, which the chunk marks carry too.
+            opening = block.parts[0]
+            return ChunkDelta(text=opening) if block.type == "text" else ChunkDelta(reasoning=opening)
         if kind == "message_start":
             self.message = get(chunk, "message")
             self._merge_usage(get(self.message, "usage"))

@@ -15,7 +15,7 @@ import anthropic
 import openai
 import pytest
 
-from relay_runtime import Recorder, adapters
+from relay_runtime import CHUNK_MARK, Recorder, adapters
 from relay_runtime import conventions as cv
 from relay_runtime.adapters import testing as t
 
@@ -339,22 +339,32 @@ def test_a_stream_block_whose_start_carries_its_content_is_recorded_as_the_sdk_r
     relay_turn, relay_events, scripted
 ) -> None:
     """A content_block_start may carry the block's content (a tool_use's whole ``input`` with no
-    input_json_delta, a text block's opening text): the SDK's final message keeps it, and so must the record."""
+    input_json_delta, a text block's opening text, a thinking block's opening thought): the SDK's final
+    message keeps it, and so must the record, and the chunk marks (which carry the answer as it streams)."""
     events = t.anthropic_events(["lo"])
     events[1]["content_block"]["text"] = "Hel"  # the text block's start
+    thinking = {"type": "thinking", "thinking": "Greet", "signature": ""}
     tool = {"type": "tool_use", "id": "tu_1", "name": "weather", "input": {"city": "Oslo"}}
     events[-2:-2] = [
-        {"type": "content_block_start", "index": 1, "content_block": tool},
+        {"type": "content_block_start", "index": 1, "content_block": thinking},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "thinking_delta", "thinking": " them."}},
         {"type": "content_block_stop", "index": 1},
+        {"type": "content_block_start", "index": 2, "content_block": tool},
+        {"type": "content_block_stop", "index": 2},
     ]
     s = scripted("anthropic", t.sse_reply(t.typed_sse(events)))
     with s.client.messages.stream(model="m", max_tokens=5, messages=MESSAGES) as stream:
         final = stream.get_final_message()
-    assert final.content[0].text == "Hello" and final.content[1].input == {"city": "Oslo"}
+    assert [b.type for b in final.content] == ["text", "thinking", "tool_use"]
+    assert final.content[0].text == "Hello" and final.content[2].input == {"city": "Oslo"}
+    assert final.content[1].thinking == "Greet them."
     (end,) = attempts(relay_events)
     assert end.outcome == "success"
     assert end.annotated_response.output_text == "Hello"
     assert end.annotated_response.tool_calls == [{"id": "tu_1", "name": "weather", "arguments": {"city": "Oslo"}}]
+    deltas = [d for m in relay_events.marks(name=CHUNK_MARK) if (d := m.data.get("delta")) is not None]
+    assert "".join(d.text or "" for d in deltas) == "Hello"
+    assert "".join(d.reasoning or "" for d in deltas) == "Greet them."
 
 
 def test_unindexed_tool_calls_of_a_compatible_server_stay_apart(relay_turn, relay_events, scripted) -> None:
