@@ -75,7 +75,8 @@ _DOMAIN = re.compile(r"(?:[^\W_][\w-]*\.)+(?:xn--[A-Za-z0-9-]{2,59}|[^\W\d_]{2,6
 def find_email(text: str) -> list[Span]:
     """From each ``@``: the local part back (at most 64 characters, RFC 5321), the domain forward.
 
-    A local part in any script counts ("josé@", RFC 6531). One longer than 64 characters is no address
+    A local part in any script counts ("josé@", RFC 6531), and one with an apostrophe inside a name
+    ("o'brien@", which RFC 5322 allows and people have). One longer than 64 characters is no address
     by the RFC, but its last 64 and the domain are still found: a long prefix glued to an address (an
     id built from it) must not carry the address out whole. An address written encoded (``%40`` for
     its ``@`` in a URL's query, ``&#64;``, ``\\u0040``) is found in the decoded copy every detector
@@ -88,7 +89,12 @@ def find_email(text: str) -> list[Span]:
         floor = max(last, i - 64)
         # Back from the "@" over the local part's characters, down to ``floor``: one rstrip in C.
         start = floor + len(text[floor:i].rstrip(_LOCAL))
-        while start > floor and text[start - 1].isalnum():  # a letter beyond ASCII, then ASCII again
+        while start > floor:
+            before = text[start - 1]
+            # A letter beyond ASCII, then ASCII again; or an apostrophe inside a name ("o'brien@"), not one
+            # that opens a quote ("'jane@"): the name's first letters are the address too.
+            if not (before.isalnum() or (before == "'" and start - 1 > floor and text[start - 2].isalnum())):
+                break
             start -= 1
             start = floor + len(text[floor:start].rstrip(_LOCAL))
         domain = _DOMAIN.match(text, i + 1) if start < i else None

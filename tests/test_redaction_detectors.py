@@ -273,6 +273,12 @@ def test_other_detectors(name: str, value: str, expected: bool) -> None:
         ("email", "https://api.example.org/users?email=jane.doe%40example.com&x=1", "jane.doe%40example.com"),
         # A local part longer than RFC 5321's 64: its last 64 characters and the domain, never nothing.
         ("email", "x" * 70 + "jane@example.com", "x" * 60 + "jane@example.com"),
+        # An apostrophe inside a name is part of the address, never its opening quote.
+        ("email", "write to o'brien@example.com today", "o'brien@example.com"),
+        ("email", "from don't-reply@example.com", "don't-reply@example.com"),
+        ("email", "say 'jane@example.com'", "jane@example.com"),
+        ("email", "it's jane@example.com", "jane@example.com"),
+        ("email", "to o&#39;brien@example.com", "o&#39;brien@example.com"),  # found in the decoded copy
         ("credit_card", "card_4111111111111111", "4111111111111111"),
         ("credit_card", "card-4111 1111 1111 1111", "4111 1111 1111 1111"),
         ("phone", "phone_+44 20 7946 0958", "+44 20 7946 0958"),
