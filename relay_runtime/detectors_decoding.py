@@ -190,7 +190,7 @@ def _decode(text: str) -> Decoded | None:
 # So no value holds one, and each detector treats any of them as any other, and as the start or end of the
 # text (every look back or ahead stops at one, or is a character or two long). What a detector finds in a
 # text is then what it finds in each stretch between two of them, wherever that stretch stands.
-_INERT_CHARS = "\t\n\r\"\\;,<>[]{}!?*|~^$#&`"
+_INERT_CHARS = '\t\n\r"\\;,<>[]{}!?*|~^$#&`'
 _INERT = re.compile("[" + re.escape(_INERT_CHARS) + "]")
 # Escapes that are such characters, decoding to another: each stretch between two inert characters
 # is the same in the copy as in the text ("amp" of '&amp;' is one of its own, of three letters: no value).

@@ -155,8 +155,6 @@ def _error_text(error: BaseException) -> str:
     return bounded(str(error), ERROR_MESSAGE_LIMIT)
 
 
-
-
 class Scopes:
     """``relay.scope``: push, pop, scope, mark, current."""
 
