@@ -411,3 +411,59 @@ def test_instrument_without_a_client_traces_streams_and_invoke_model(relay_turn,
     embed, streamed = relay_events.ends(relay_kind=cv.ATTEMPT)
     assert embed.annotated_request.operation == "embeddings" and embed.outcome == "success"
     assert streamed.annotated_response.output_text == "ok" and streamed.outcome == "success"
+
+
+NOVA = "us.amazon.nova-lite-v1:0"
+
+
+@pytest.mark.parametrize(
+    ("model", "answer", "said", "finish", "tokens"),
+    [
+        (NOVA, {"output": {"message": {"role": "assistant", "content": [{"text": "Bon"}, {"text": "jour"}]}},
+                "stopReason": "end_turn",
+                "usage": {"inputTokens": 5, "outputTokens": 2, "totalTokens": 307,
+                          "cacheReadInputTokenCount": 300, "cacheWriteInputTokenCount": 0}},
+         "Bonjour", ["end_turn"], (305, 2, 300)),
+        ("mistral.mistral-large-2402-v1:0", {"outputs": [{"text": "Bonjour", "stop_reason": "stop"}]},
+         "Bonjour", ["stop"], (11, 4, None)),
+        ("amazon.titan-text-express-v1", {"inputTextTokenCount": 6,
+                                          "results": [{"tokenCount": 3, "outputText": "Bonjour",
+                                                       "completionReason": "FINISH"}]},
+         "Bonjour", ["FINISH"], (6, 3, None)),
+        ("cohere.command-r-v1:0", {"text": "Bonjour", "finish_reason": "COMPLETE",
+                                   "meta": {"billed_units": {"input_tokens": 7, "output_tokens": 2}}},
+         "Bonjour", ["COMPLETE"], (7, 2, None)),
+        ("ai21.jamba-1-5-mini-v1:0", {"model": "jamba-1.5-mini", "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "Bonjour"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 8, "completion_tokens": 2, "total_tokens": 10}},
+         "Bonjour", ["stop"], (8, 2, None)),
+    ],
+)  # fmt: skip
+def test_the_answers_of_other_families_are_recorded_by_their_bodys_shape(
+    relay_turn, relay_events, client, bedrock_server, model, answer, said, finish, tokens
+) -> None:
+    """Nova, Mistral, Titan text, Cohere Command R and AI21 Jamba answer in bodies of their own: the attempt
+    records the answer's text, why it stopped and its tokens (a cache read priced as one), where it recorded
+    only Bedrock's header counts; a body with no counts of its own keeps the headers'."""
+    headers = {"X-Amzn-Bedrock-Input-Token-Count": "11", "X-Amzn-Bedrock-Output-Token-Count": "4"}
+    bedrock_server.replies.append(raw_reply(answer, **headers))
+    response = client.invoke_model(modelId=model, body=json.dumps({"prompt": "Say hi"}))
+    assert json.loads(response["body"].read()) == answer  # the caller reads the body as ever
+    end = only(relay_events)
+    annotated = end.annotated_response
+    assert (annotated.output_text, annotated.finish_reasons) == (said, finish)
+    usage = annotated.usage
+    assert (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens) == tokens
+    assert annotated.id == "req-1"
+
+
+def test_a_nova_tool_use_is_a_tool_call(relay_turn, relay_events, client, bedrock_server) -> None:
+    use = {"toolUse": {"toolUseId": "tu_1", "name": "weather", "input": {"city": "Oslo"}}}
+    answer = {"output": {"message": {"role": "assistant", "content": [use]}}, "stopReason": "tool_use",
+              "usage": {"inputTokens": 5, "outputTokens": 2, "totalTokens": 7}}  # fmt: skip
+    bedrock_server.replies.append(raw_reply(answer))
+    messages = [{"role": "user", "content": [{"text": "Weather in Oslo?"}]}]
+    client.invoke_model(modelId=NOVA, body=json.dumps({"messages": messages}))
+    annotated = only(relay_events).annotated_response
+    assert annotated.tool_calls == [{"id": "tu_1", "name": "weather", "arguments": {"city": "Oslo"}}]
+    assert annotated.finish_reasons == ["tool_use"]

@@ -4,8 +4,9 @@ The body's shape is the model family's (``modelId`` says which): Anthropic messa
 (``anthropic.*``), Anthropic's legacy text completions (Claude 2 and Instant given a ``prompt``: see
 ``anthropic_text``), Meta Llama prompts (``meta.*``), and the embeddings of Amazon Titan
 (``amazon.titan-embed*``) and Cohere (``cohere.embed*``, operation ``embeddings``). Other
-families are recorded with what the response headers say (Bedrock's token counts) and
-their body left as provider params.
+families' prompts are read by the names their bodies use, their answers by the shape of the
+body (``other_answers``: Nova, Mistral, Titan text, Cohere Command, OpenAI-style choices), with
+the response headers' token counts where the body has none.
 
 A response body is a stream botocore hands over unread: it is read here, annotated,
 and put back as a fresh ``StreamingBody`` of the same bytes, so the caller reads it as before.
@@ -22,7 +23,7 @@ from relay_runtime.types import REMOVED, AnnotatedLLMRequest, AnnotatedLLMRespon
 
 from ..anthropic_messages import AnthropicMessagesCodec, MessagesAccumulator
 from ..common import as_int, as_list, as_str, get
-from . import anthropic_text
+from . import anthropic_text, other_answers
 from .anthropic_text import TEXT_COMPLETION
 from .codec import PROVIDER
 
@@ -218,6 +219,9 @@ class InvokeModelCodec:
             annotation.embedding_dimensions = len(vector) if isinstance(vector, list) else None
         elif kind == COHERE_EMBED:
             annotation.embedding_dimensions = _cohere_dimensions(body.get("embeddings"))
+        elif kind == OTHER and (answer := other_answers.answer_of(body)) is not None:
+            answer.id = annotation.id
+            annotation = answer
         if annotation.usage.input_tokens is None:
             annotation.usage = _header_usage(response)
         return annotation
