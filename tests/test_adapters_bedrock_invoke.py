@@ -14,6 +14,7 @@ from journal_support import run_turn
 from otel_support import Pipeline
 
 from relay_runtime import (
+    CHUNK_MARK,
     AnnotatedLLMRequest,
     LLMRequest,
     LLMRequestInterceptOutcome,
@@ -467,3 +468,41 @@ def test_a_nova_tool_use_is_a_tool_call(relay_turn, relay_events, client, bedroc
     annotated = only(relay_events).annotated_response
     assert annotated.tool_calls == [{"id": "tu_1", "name": "weather", "arguments": {"city": "Oslo"}}]
     assert annotated.finish_reasons == ["tool_use"]
+
+
+_METRICS = {"amazon-bedrock-invocationMetrics": {"inputTokenCount": 4, "outputTokenCount": 2}}
+
+
+@pytest.mark.parametrize(
+    ("model", "events", "finish"),
+    [
+        (NOVA, [{"messageStart": {"role": "assistant"}},
+                {"contentBlockDelta": {"delta": {"text": "Bon"}, "contentBlockIndex": 0}},
+                {"contentBlockDelta": {"delta": {"text": "jour"}, "contentBlockIndex": 0}},
+                {"contentBlockStop": {"contentBlockIndex": 0}}, {"messageStop": {"stopReason": "end_turn"}},
+                {"metadata": {"usage": {"inputTokens": 4, "outputTokens": 2}}, **_METRICS}], "end_turn"),
+        ("mistral.mistral-large-2402-v1:0", [{"outputs": [{"text": "Bon", "stop_reason": None}]},
+                                             {"outputs": [{"text": "jour", "stop_reason": "stop"}], **_METRICS}],
+         "stop"),
+        ("amazon.titan-text-express-v1", [{"outputText": "Bon", "completionReason": None},
+                                          {"outputText": "jour", "completionReason": "FINISH", **_METRICS}], "FINISH"),
+        ("ai21.jamba-1-5-mini-v1:0", [{"choices": [{"delta": {"content": "Bon"}, "finish_reason": None}]},
+                                      {"choices": [{"delta": {"content": "jour"}, "finish_reason": "stop"}],
+                                       **_METRICS}], "stop"),
+        ("cohere.command-r-v1:0", [{"is_finished": False, "event_type": "text-generation", "text": "Bon"},
+                                   {"is_finished": False, "event_type": "text-generation", "text": "jour"},
+                                   {"is_finished": True, "event_type": "stream-end", "finish_reason": "COMPLETE",
+                                    **_METRICS}], "COMPLETE"),
+    ],
+)  # fmt: skip
+def test_the_streams_of_other_families_record_their_text_as_it_streams(
+    relay_turn, relay_events, client, bedrock_server, model, events, finish
+) -> None:
+    bedrock_server.replies.append(stream_reply(chunks(*events)))
+    list(client.invoke_model_with_response_stream(modelId=model, body=json.dumps({"prompt": "hi"}))["body"])
+    end = only(relay_events)
+    assert end.outcome == "success" and end.annotated_response.output_text == "Bonjour"
+    assert end.annotated_response.finish_reasons == [finish]
+    assert (end.annotated_response.usage.input_tokens, end.annotated_response.usage.output_tokens) == (4, 2)
+    marks = [m.data["delta"].text for m in relay_events.marks(name=CHUNK_MARK) if m.data.get("delta") is not None]
+    assert "".join(t or "" for t in marks) == "Bonjour"

@@ -268,7 +268,8 @@ def _put(target: dict[str, Any], key: str, value: Any) -> None:
 class InvokeStreamAccumulator:
     """``invoke_model_with_response_stream`` chunks (``{"chunk": {"bytes": ...}}``), each a JSON event of the
     model family's own stream: Anthropic's message events (ended by ``message_stop``), Meta's generations
-    and Anthropic's text completions (each ended by the chunk with a ``stop_reason``)."""
+    and Anthropic's text completions (each ended by the chunk with a ``stop_reason``), and the other
+    families' events read by their shape (ended by the chunk with Bedrock's invocation metrics)."""
 
     __slots__ = ("family", "messages", "metrics", "parts", "reason", "terminated")
 
@@ -299,8 +300,15 @@ class InvokeStreamAccumulator:
                 self.reason = reason
                 self.terminated = True
             return ChunkDelta(text=text) if text else None
-        self.terminated = self.terminated or metrics is not None  # Bedrock's metrics come with the last chunk
-        return None
+        # Another family's event, read by its shape (``other_answers``); Bedrock's metrics come with the last chunk.
+        self.terminated = self.terminated or metrics is not None
+        text, reason = other_answers.piece_of(event)
+        if reason:
+            self.reason = reason
+        if not text:
+            return None
+        self.parts.append(text)
+        return ChunkDelta(text=text)
 
     def finish(self) -> tuple[Any, AnnotatedLLMResponse]:
         if self.family == ANTHROPIC:

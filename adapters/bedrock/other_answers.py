@@ -110,3 +110,26 @@ def answer_of(body: Mapping[str, Any]) -> AnnotatedLLMResponse | None:
         if key in body:
             return read(body)
     return None
+
+
+def _first(items: Any) -> Any:
+    found = as_list(items)
+    return found[0] if found else None
+
+
+def piece_of(event: Mapping[str, Any]) -> tuple[str, str | None]:
+    """A stream event of one of these families: the text it adds, and why the answer stopped when it says."""
+    if "contentBlockDelta" in event or "messageStop" in event:  # Nova, as ConverseStream
+        text = as_str(get(get(event.get("contentBlockDelta"), "delta"), "text"))
+        return text or "", as_str(get(event.get("messageStop"), "stopReason"))
+    if "outputs" in event:  # Mistral
+        first = _first(event.get("outputs"))
+        return as_str(get(first, "text")) or "", as_str(get(first, "stop_reason"))
+    if "outputText" in event:  # Titan text
+        return as_str(event.get("outputText")) or "", as_str(event.get("completionReason"))
+    if "choices" in event:  # OpenAI-style chunks
+        first = _first(event.get("choices"))
+        return as_str(get(get(first, "delta"), "content")) or "", as_str(get(first, "finish_reason"))
+    if "text" in event or "finish_reason" in event:  # Cohere Command R
+        return as_str(event.get("text")) or "", as_str(event.get("finish_reason"))
+    return "", None
