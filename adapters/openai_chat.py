@@ -76,9 +76,23 @@ def _tool_call(call: Any) -> dict[str, Any]:
     }
 
 
+def _legacy_call(function_call: Any) -> dict[str, Any]:
+    """A ``function_call`` of the chat API's function calling before tools (``functions=``): a tool call with
+    no id (its result comes back as a ``function`` message naming the function)."""
+    return {
+        "id": None,
+        "name": as_str(get(function_call, "name")),
+        "arguments": as_str(get(function_call, "arguments")),
+    }
+
+
 def _content_of(choices: Any) -> tuple[str | None, list[dict[str, Any]]]:
     message = get(choices[0], "message") if choices else None
-    return as_str(get(message, "content")), [_tool_call(c) for c in as_list(get(message, "tool_calls"))]
+    calls = [_tool_call(c) for c in as_list(get(message, "tool_calls"))]
+    legacy = get(message, "function_call")
+    if legacy is not None:
+        calls.append(_legacy_call(legacy))
+    return as_str(get(message, "content")), calls
 
 
 def _reasoning(obj: Any) -> str | None:
@@ -140,7 +154,7 @@ class _UsageWatchingCodec(OpenAIChatCodec):
 
 
 class _ChoiceParts:
-    __slots__ = ("finish_reason", "reasoning", "refusal", "role", "text", "tool_calls")
+    __slots__ = ("finish_reason", "function_call", "reasoning", "refusal", "role", "text", "tool_calls")
 
     def __init__(self) -> None:
         self.text: list[str] = []
@@ -149,6 +163,7 @@ class _ChoiceParts:
         self.role: str | None = None
         self.finish_reason: str | None = None
         self.tool_calls: dict[int, ToolCallParts] = {}
+        self.function_call: ToolCallParts | None = None  # a legacy ``function_call``'s fragments
 
 
 def _unindexed_slot(calls: dict[int, ToolCallParts], call_id: str | None) -> int:
@@ -160,6 +175,19 @@ def _unindexed_slot(calls: dict[int, ToolCallParts], call_id: str | None) -> int
     if call_id and calls[last].id and call_id != calls[last].id:
         return last + 1
     return last
+
+
+def _add_legacy(parts: _ChoiceParts, fragment: Any) -> int:
+    """A legacy ``function_call`` fragment added to its choice's; the characters it carried."""
+    call = parts.function_call
+    if call is None:
+        call = parts.function_call = ToolCallParts()
+    name, arguments = as_str(get(fragment, "name")), as_str(get(fragment, "arguments"))
+    if name:
+        call.name = name
+    if arguments:
+        call.arguments.append(arguments)
+    return len(name or "") + len(arguments or "")
 
 
 class ChatAccumulator:
@@ -227,7 +255,14 @@ class ChatAccumulator:
             if refusal:
                 parts.refusal.append(refusal)
                 extra += len(refusal)
-            for fragment in as_list(get(delta, "tool_calls")):
+            fragments = as_list(get(delta, "tool_calls"))
+            if not (piece or thought or fragments):
+                # Asked only of a chunk that says nothing else: a legacy ``function_call``'s fragments come alone.
+                legacy = get(delta, "function_call")
+                if legacy is not None:
+                    said = True
+                    extra += _add_legacy(parts, legacy)
+            for fragment in fragments:
                 said = True
                 slot = as_int(get(fragment, "index"))
                 if slot is None:
@@ -259,6 +294,8 @@ class ChatAccumulator:
             self.on_missing_usage()
         first = self.choices.get(0) or (next(iter(self.choices.values())) if self.choices else None)
         calls = [c.as_dict() for _, c in sorted(first.tool_calls.items())] if first else []
+        if first is not None and first.function_call is not None:
+            calls.append(first.function_call.as_dict())
         annotation = AnnotatedLLMResponse(
             model=self.model,
             id=self.id,
@@ -303,7 +340,14 @@ class ChatAccumulator:
             ]
             # reasoning_content is not an OpenAI field but what OpenAI-compatible servers
             # call it; the SDK models keep unknown fields as extras.
-            extra = {"reasoning_content": "".join(parts.reasoning)} if parts.reasoning else {}
+            extra: dict[str, Any] = {"reasoning_content": "".join(parts.reasoning)} if parts.reasoning else {}
+            legacy = parts.function_call
+            if legacy is not None:
+                from openai.types.chat.chat_completion_message import FunctionCall
+
+                extra["function_call"] = FunctionCall.model_construct(
+                    name=legacy.name, arguments="".join(legacy.arguments)
+                )
             build_message: Any = ChatCompletionMessage.model_construct  # extras are keyword-only
             message = build_message(
                 role="assistant",

@@ -367,6 +367,36 @@ def test_a_stream_block_whose_start_carries_its_content_is_recorded_as_the_sdk_r
     assert "".join(d.reasoning or "" for d in deltas) == "Greet them."
 
 
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_legacy_function_call_is_the_attempts_tool_call(relay_turn, relay_events, scripted, streamed) -> None:
+    """The chat API's function calling before tools (``functions=``) answers with ``message.function_call``, no
+    id: the attempt records it as a tool call, whole or streamed in fragments, and the streamed answer the record
+    holds has the ``function_call`` the same call unstreamed would."""
+    call = {"name": "weather", "arguments": '{"city": "Paris"}'}
+    functions = [{"name": "weather", "parameters": {"type": "object"}}]
+    if streamed:
+        chunks = t.chat_chunks([], finish_reason="function_call")
+        fragments = [{"name": "weather", "arguments": ""}, {"arguments": '{"city": '}, {"arguments": '"Paris"}'}]
+        chunks[1:1] = [
+            {**chunks[0], "choices": [{"index": 0, "delta": {"function_call": f}, "finish_reason": None}]}
+            for f in fragments
+        ]
+        s = scripted("openai", t.sse_reply(t.openai_chat_sse(chunks)))
+        for _chunk in s.client.chat.completions.create(model="m", messages=MESSAGES, functions=functions, stream=True):
+            pass
+    else:
+        body = t.chat_completion_body(None, finish_reason="function_call")
+        body["choices"][0]["message"]["function_call"] = call
+        s = scripted("openai", t.json_reply(body))
+        s.client.chat.completions.create(model="m", messages=MESSAGES, functions=functions)
+    (end,) = attempts(relay_events)
+    assert end.outcome == "success"
+    assert end.annotated_response.tool_calls == [{"id": None, **call}]
+    assert end.annotated_response.finish_reasons == ["function_call"]
+    recorded = end.output.choices[0].message.function_call
+    assert (recorded.name, recorded.arguments) == (call["name"], call["arguments"])
+
+
 def test_unindexed_tool_calls_of_a_compatible_server_stay_apart(relay_turn, relay_events, scripted) -> None:
     """Some OpenAI-compatible servers stream each tool call whole, without ``index``: two calls with two
     ids are two tool calls, not one named after the last with both argument texts run together."""

@@ -104,6 +104,22 @@ def _openai_loop() -> None:
     scripted.client.chat.completions.create(model="gpt-test", messages=messages)
 
 
+def _openai_legacy_functions_loop() -> None:
+    # The chat API's function calling before tools: the answer's ``function_call`` (no id), the result a
+    # ``function`` message naming the function.
+    body = t.chat_completion_body(None, finish_reason="function_call")
+    body["choices"][0]["message"]["function_call"] = {"name": "weather", "arguments": '{"city": "Paris"}'}
+    scripted = t.scripted_openai(t.json_reply(body), t.json_reply(t.chat_completion_body("Sunny.")))
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Weather in Paris?"}]
+    functions = [{"name": "weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+    adapters.instrument()
+    first = scripted.client.chat.completions.create(model="gpt-test", messages=messages, functions=functions)
+    messages.append(first.choices[0].message.model_dump(exclude_none=True))
+    messages.append({"role": "function", "name": "weather", "content": "sunny in Paris"})
+    messages.append({"role": "function", "name": "forecast", "content": "an answer to nothing asked"})
+    scripted.client.chat.completions.create(model="gpt-test", messages=messages, functions=functions)
+
+
 def _responses_loop() -> None:
     call = {"call_id": "call-1", "name": "weather", "arguments": '{"city": "Paris"}'}
     scripted = t.scripted_openai(
@@ -205,13 +221,22 @@ def _bedrock_loop() -> None:
     ("loop", "expected"),
     [
         (_openai_loop, [("weather", "sunny in Paris", "request"), ("weather", "sunny in Rome", "request")]),
+        (_openai_legacy_functions_loop, [("weather", "sunny in Paris", "request")]),
         (_responses_loop, [("weather", "sunny in Paris", "request")]),
         (_anthropic_loop, [("weather", "sunny in Paris", "request")]),
         (_responses_custom_tool_loop, [("weather", "sunny in Paris", "request")]),
         (_gemini_loop, [("weather", json.dumps({"sky": "sunny"}), "request")]),
         (_bedrock_loop, [("weather", json.dumps({"sky": "sunny"}), "request")]),
     ],
-    ids=["openai-chat", "openai-responses", "anthropic", "openai-responses-custom-tool", "gemini", "bedrock-converse"],
+    ids=[
+        "openai-chat",
+        "openai-chat-functions",
+        "openai-responses",
+        "anthropic",
+        "openai-responses-custom-tool",
+        "gemini",
+        "bedrock-converse",
+    ],
 )
 def test_tools_a_loop_runs_in_plain_code_are_answered_by_the_next_request(
     relay_host, tmp_path, loop: Callable[[], None], expected: list[Any]

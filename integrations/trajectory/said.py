@@ -110,16 +110,19 @@ def _result_text(value: Any) -> str | None:
 def tool_results(delta: dict[str, Any] | None) -> Iterator[tuple[str | None, str | None, str | None]]:
     """``(call id, tool name, text)`` of each tool result among a request's new messages.
 
-    OpenAI Chat's ``tool`` messages, the Responses API's ``function_call_output`` and ``custom_tool_call_output``
-    items, Anthropic's
-    ``tool_result`` blocks, Bedrock Converse's ``toolResult`` blocks, Gemini's ``function_response`` parts
-    (whose id is optional: then the name says which call it answers) and LangChain's ``ToolMessage`` as
-    recorded. A result of no known shape is not one: a trajectory never invents an answer."""
+    OpenAI Chat's ``tool`` messages (and legacy ``function`` ones, which name their function), the Responses
+    API's ``function_call_output`` and ``custom_tool_call_output`` items, Anthropic's ``tool_result`` blocks,
+    Bedrock Converse's ``toolResult`` blocks, Gemini's ``function_response`` parts (whose id is optional: then
+    the name says which call it answers) and LangChain's ``ToolMessage`` as recorded. A result of no known
+    shape is not one: a trajectory never invents an answer."""
     for message in _new(delta):
         if not isinstance(message, dict):
             continue
-        if message.get("role") == "tool" or (message.get("role") is None and message.get("type") == "tool"):
+        role = message.get("role")
+        if role == "tool" or (role is None and message.get("type") == "tool"):
             yield message.get("tool_call_id"), message.get("name"), _result_text(message.get("content"))
+        elif role == "function":  # the chat API's legacy function calling: the result names its function
+            yield None, message.get("name"), _result_text(message.get("content"))
         elif message.get("type") in _CALL_OUTPUTS:
             yield message.get("call_id"), None, _result_text(message.get("output"))
         elif isinstance(message.get("content"), list):
