@@ -534,3 +534,39 @@ def _both_paths(limits: SpanLimits | None) -> Iterator[tuple[bool, KeepAll, Any,
         path = fast_path_for(tracer)
         assert path is not None
         yield fast, keep, tracer, path
+
+
+# -- what a request sent out of the process carries (``propagation.carrier``) --------------------------
+
+
+class _VendorHeader(trace_api.propagation.tracecontext.TraceContextTextMapPropagator):
+    """W3C trace context plus a header of its own: a global propagator that is not OTel's default."""
+
+    def inject(self, carrier: Any, context: Context | None = None, setter: Any = None) -> None:
+        super().inject(carrier, context) if setter is None else super().inject(carrier, context, setter)
+        carrier["x-vendor"] = "on"
+
+
+@pytest.mark.usefixtures("span_path")
+def test_the_carrier_is_the_default_propagators_headers_or_what_the_global_propagators_inject():
+    from opentelemetry import baggage, propagate
+
+    relay = Relay()
+    exporter = OTelExporter(provider_with(SimpleSpanProcessor(InMemorySpanExporter()))).attach(relay)
+    with relay.scope.scope("root", ScopeType.AGENT) as root:
+        plain = exporter._carrier(root)
+        assert plain == {"traceparent": exporter.traceparent_for(root.uuid)}
+        # Baggage in the current context: the propagators write it.
+        token = context_api.attach(baggage.set_baggage("tenant", "t1"))
+        try:
+            assert exporter._carrier(root) == {**plain, "baggage": "tenant=t1"}
+        finally:
+            context_api.detach(token)
+        # Another global propagator: asked, and what it writes is carried.
+        default = propagate.get_global_textmap()
+        propagate.set_global_textmap(_VendorHeader())
+        try:
+            assert exporter._carrier(root) == {**plain, "x-vendor": "on"}
+        finally:
+            propagate.set_global_textmap(default)
+        assert exporter._carrier(root) == plain

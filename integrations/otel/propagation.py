@@ -13,8 +13,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import baggage, propagate
+from opentelemetry import context as context_api
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
-from opentelemetry.context import get_current
+from opentelemetry.context import Context, get_current
+from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.trace import SpanContext
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -79,6 +81,17 @@ def _is_default(textmap: Any) -> bool:
     return True
 
 
+# The global propagator and the current context, read as ``get_global_textmap()`` and ``get_current()`` read them
+# (two and three Python calls on every request an MCP client sends): where the API keeps them now; through those
+# functions if it moved them.
+_globals = vars(propagate)
+_TEXTMAP = "_HTTP_TEXT_FORMAT"
+_runtime = getattr(context_api, "_RUNTIME_CONTEXT", None)
+_current_context: Callable[[], Context] = (
+    _runtime._current_context.get if type(_runtime) is ContextVarsRuntimeContext else get_current
+)
+
+
 def carrier(exporter: OTelExporter, handle: Any) -> dict[str, str] | None:
     """What a request an integration sends out of the process (MCP) carries of this scope's span
     (``OTelExporter._carrier``, a new dict per call), or None when the scope has no open span.
@@ -92,10 +105,10 @@ def carrier(exporter: OTelExporter, handle: Any) -> dict[str, str] | None:
     if record is None:
         return None
     span = record.span
-    textmap = propagate.get_global_textmap()
+    textmap = _globals.get(_TEXTMAP) or propagate.get_global_textmap()
     # An empty context has no baggage: only a context with something in it is asked (``get_all``
     # reads the current context through four calls).
-    context = get_current()
+    context = _current_context()
     if (textmap is _plain[0] or _is_default(textmap)) and not (context and baggage.get_all(context)):
         # Our deferred span's context is a field: read without a call.
         sc = span.context if type(span) is DeferredSpan else span.get_span_context()
