@@ -23,6 +23,7 @@ from relay_runtime import conventions as cv
 from relay_runtime.events import Event
 
 from . import attributes as A
+from .deferred import kept_as_given
 
 # With only these in its metadata, a tool's or a plain scope's start attributes come from its name,
 # its conversation and its hints alone (``attributes.span_start``).
@@ -31,8 +32,9 @@ _PLANNED_ROLES = (A.TOOL, A.SCOPE)
 # Hints are few per process (per connection and tool): past this many, the plans start over.
 MAX_PLANS = 64
 
-# (hints, role, scope name, conversation id, span name, span kind, start attributes)
-Plan = tuple[Mapping[str, Any], str, str, "str | None", str, SpanKind, dict[str, Any]]
+# (hints, role, scope name, conversation id, span name, span kind, start attributes, whether the SDK keeps those
+# exactly as given: ``deferred.kept_as_given``)
+Plan = tuple[Mapping[str, Any], str, str, "str | None", str, SpanKind, dict[str, Any], bool]
 
 
 class StartPlans:
@@ -81,4 +83,6 @@ class StartPlans:
             return
         if len(self._plans) >= MAX_PLANS:
             self._plans.clear()
-        self._plans[key] = (hints, role, event.name, conversation_id, name, kind, dict(attributes))
+        self._plans[key] = (
+            hints, role, event.name, conversation_id, name, kind, dict(attributes), kept_as_given(attributes)
+        )  # fmt: skip
