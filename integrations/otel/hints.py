@@ -28,8 +28,6 @@ _KINDS = {
     "consumer": SpanKind.CONSUMER,
 }
 _PRIMITIVES = (str, bool, int, float)
-_PLAIN = frozenset(_PRIMITIVES)
-_STRINGS = frozenset({str})
 
 
 _NO_TRACE_STATE = TraceState()
@@ -95,17 +93,7 @@ def apply_hints(
     if hints is None:
         return name
     extra = hints.get("attributes")
-    if (
-        only is None
-        and started is None
-        and type(extra) is dict
-        and _STRINGS.issuperset(map(type, extra))
-        and _PLAIN.issuperset(map(type, extra.values()))
-    ):
-        # Every key a str and every value a plain one (an MCP server's per-request hints): what the loop below would
-        # set, all of it, told in two C passes and merged in one.
-        attributes.update(extra)
-    elif type(extra) is dict or isinstance(extra, Mapping):
+    if type(extra) is dict or isinstance(extra, Mapping):
         if only is None:
             items: Iterable[tuple[Any, Any]] = extra.items()
         elif extra.keys().isdisjoint(only):
