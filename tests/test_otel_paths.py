@@ -570,3 +570,13 @@ def test_the_carrier_is_the_default_propagators_headers_or_what_the_global_propa
         finally:
             propagate.set_global_textmap(default)
         assert exporter._carrier(root) == plain
+
+
+@pytest.mark.parametrize("flags", [0, 1, 2, 3, 0x7F, 0xFF, 0x100, TraceFlags(1), TraceFlags(3)])
+@pytest.mark.parametrize(
+    ("trace_id", "span_id"), [(1, 1), (2**128 - 1, 2**64 - 1), (0x4BF92F3577B34DA6A3CE929D0E0E4736, 0x00F067AA0BA902B7)]
+)
+def test_a_traceparent_is_what_formatting_its_numbers_makes(trace_id: int, span_id: int, flags: int) -> None:
+    from relay_runtime.integrations.otel.span_context import traceparent
+
+    assert traceparent(trace_id, span_id, flags) == f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"

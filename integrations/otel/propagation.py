@@ -25,6 +25,7 @@ from relay_runtime.attempt import current_attempt
 from relay_runtime.types import LLMRequest
 
 from .deferred import _DEFAULT_TRACE_STATE, DeferredSpan
+from .span_context import FLAGS_TEXT
 
 if TYPE_CHECKING:
     from .exporter import OTelExporter
@@ -114,7 +115,9 @@ def carrier(exporter: OTelExporter, handle: Any) -> dict[str, str] | None:
         sc = span.context if type(span) is DeferredSpan else span.get_span_context()
         # A SpanContext is a tuple (trace id, span id, remote, flags, state, valid): read in place.
         if type(sc) is SpanContext and sc[5]:
-            out = {"traceparent": f"00-{sc[0]:032x}-{sc[1]:016x}-{sc[3]:02x}"}
+            # ``span_context.traceparent(sc[0], sc[1], sc[3])``, written out (a call less per request).
+            tail = FLAGS_TEXT.get(sc[3]) or f"-{sc[3]:02x}"
+            out = {"traceparent": f"00-{sc[0].to_bytes(16).hex()}-{sc[1].to_bytes(8).hex()}{tail}"}
             state = sc[4]
             if state is not None and state is not _DEFAULT_TRACE_STATE and len(state):
                 out["tracestate"] = state.to_header()
