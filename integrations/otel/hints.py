@@ -14,7 +14,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceState
 
 from relay_runtime import conventions as cv
-from relay_runtime.trace_context import REMOTE_PARENT, REMOTE_TRACESTATE, parse_traceparent
+from relay_runtime.trace_context import REMOTE_PARENT, REMOTE_TRACESTATE, TraceParent, parse_traceparent
 
 from .span_tuples import HOLDS, MAX_SPAN_ID, MAX_TRACE_ID, TRACE_FLAGS, new_tuple
 
@@ -36,9 +36,11 @@ def remote_parent(md: Mapping[str, Any] | None) -> NonRecordingSpan | None:
     """The remote parent a scope was opened under, as a span to start its span under, or None."""
     if not md:
         return None
-    parsed = parse_traceparent(md.get(REMOTE_PARENT))  # the parsed value the scope carries: no parse again
-    if parsed is None:
-        return None
+    parsed = md.get(REMOTE_PARENT)  # the parsed value the scope carries: no parse again, nor a call to say so
+    if type(parsed) is not TraceParent:
+        parsed = parse_traceparent(parsed)
+        if parsed is None:
+            return None
     state = _NO_TRACE_STATE
     raw_state = md.get(REMOTE_TRACESTATE)
     if isinstance(raw_state, str):
