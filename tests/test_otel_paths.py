@@ -570,6 +570,12 @@ def test_the_carrier_is_the_default_propagators_headers_or_what_the_global_propa
         finally:
             propagate.set_global_textmap(default)
         assert exporter._carrier(root) == plain
+        # Spans of other traces, in turn (the head of the last trace's header is kept): each its own trace id.
+        other = relay.scope.push("other", ScopeType.AGENT, root=True, attach=False)
+        assert exporter._carrier(other) == {"traceparent": exporter.traceparent_for(other.uuid)}
+        assert exporter._carrier(other)["traceparent"][3:35] != plain["traceparent"][3:35]
+        assert exporter._carrier(root) == plain
+        relay.scope.pop(other)
 
 
 @pytest.mark.parametrize("flags", [0, 1, 2, 3, 0x7F, 0xFF, 0x100, TraceFlags(1), TraceFlags(3)])

@@ -93,6 +93,10 @@ _current_context: Callable[[], Context] = (
 )
 
 
+# (trace id, "00-<its 32 hex digits>-") of the last traceparent written; replaced whole, so a thread reads a pair.
+_head: list[tuple[int, str]] = [(0, "")]
+
+
 def carrier(exporter: OTelExporter, handle: Any) -> dict[str, str] | None:
     """What a request an integration sends out of the process (MCP) carries of this scope's span
     (``OTelExporter._carrier``, a new dict per call), or None when the scope has no open span.
@@ -115,9 +119,13 @@ def carrier(exporter: OTelExporter, handle: Any) -> dict[str, str] | None:
         sc = span.context if type(span) is DeferredSpan else span.get_span_context()
         # A SpanContext is a tuple (trace id, span id, remote, flags, state, valid): read in place.
         if type(sc) is SpanContext and sc[5]:
-            # ``span_context.traceparent(sc[0], sc[1], sc[3])``, written out (a call less per request).
+            # ``span_context.traceparent(sc[0], sc[1], sc[3])``, written out (a call less per request), with the
+            # head of the last trace kept: a client's requests in one turn are spans of one trace.
+            head = _head[0]
+            if head[0] != sc[0]:
+                head = _head[0] = (sc[0], f"00-{sc[0].to_bytes(16).hex()}-")
             tail = FLAGS_TEXT.get(sc[3]) or f"-{sc[3]:02x}"
-            out = {"traceparent": f"00-{sc[0].to_bytes(16).hex()}-{sc[1].to_bytes(8).hex()}{tail}"}
+            out = {"traceparent": f"{head[1]}{sc[1].to_bytes(8).hex()}{tail}"}
             state = sc[4]
             if state is not None and state is not _DEFAULT_TRACE_STATE and len(state):
                 out["tracestate"] = state.to_header()
