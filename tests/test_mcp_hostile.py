@@ -435,14 +435,14 @@ def test_a_secret_in_a_clients_resource_address_is_not_recorded_where_the_server
 )
 def test_a_tool_name_remembered_is_the_target_target_of_gives(name: Any, monkeypatch) -> None:
     """``tool_target`` (a ``Client.call_tool``'s) remembers what ``target_of`` gives: the same, first and later."""
-    monkeypatch.setattr(conventions, "_tool_targets", {})
+    monkeypatch.setattr(conventions, "tool_targets", {})
     expected = conventions.target_of(conventions.TOOLS_CALL, {"name": name})
     assert conventions.tool_target(name) == expected
     assert conventions.tool_target(name) == expected
 
 
 def test_tool_names_past_the_bound_are_worked_out_each_time_not_remembered(monkeypatch) -> None:
-    monkeypatch.setattr(conventions, "_tool_targets", {})
+    monkeypatch.setattr(conventions, "tool_targets", {})
     for i in range(conventions._MAX_TOOL_TARGETS + 50):
         assert conventions.tool_target(f"tool-{i}") == f"tool-{i}"
-    assert len(conventions._tool_targets) == conventions._MAX_TOOL_TARGETS
+    assert len(conventions.tool_targets) == conventions._MAX_TOOL_TARGETS

@@ -41,6 +41,7 @@ EXTRAS: list[dict[Any, Any]] = [
     {**START, "colour": Colour.RED},  # a subclass of str: set as it is, by the walk
     {**START, "stops": ("a", "b"), "empty": []},
     {**START, "odd": object()},
+    {**START, "": "an empty key"},  # set as any str key is
 ]
 
 

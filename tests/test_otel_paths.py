@@ -534,3 +534,55 @@ def _both_paths(limits: SpanLimits | None) -> Iterator[tuple[bool, KeepAll, Any,
         path = fast_path_for(tracer)
         assert path is not None
         yield fast, keep, tracer, path
+
+
+# -- what a request sent out of the process carries (``propagation.carrier``) --------------------------
+
+
+class _VendorHeader(trace_api.propagation.tracecontext.TraceContextTextMapPropagator):
+    """W3C trace context plus a header of its own: a global propagator that is not OTel's default."""
+
+    def inject(self, carrier: Any, context: Context | None = None, setter: Any = None) -> None:
+        super().inject(carrier, context) if setter is None else super().inject(carrier, context, setter)
+        carrier["x-vendor"] = "on"
+
+
+@pytest.mark.usefixtures("span_path")
+def test_the_carrier_is_the_default_propagators_headers_or_what_the_global_propagators_inject():
+    from opentelemetry import baggage, propagate
+
+    relay = Relay()
+    exporter = OTelExporter(provider_with(SimpleSpanProcessor(InMemorySpanExporter()))).attach(relay)
+    with relay.scope.scope("root", ScopeType.AGENT) as root:
+        plain = exporter._carrier(root)
+        assert plain == {"traceparent": exporter.traceparent_for(root.uuid)}
+        # Baggage in the current context: the propagators write it.
+        token = context_api.attach(baggage.set_baggage("tenant", "t1"))
+        try:
+            assert exporter._carrier(root) == {**plain, "baggage": "tenant=t1"}
+        finally:
+            context_api.detach(token)
+        # Another global propagator: asked, and what it writes is carried.
+        default = propagate.get_global_textmap()
+        propagate.set_global_textmap(_VendorHeader())
+        try:
+            assert exporter._carrier(root) == {**plain, "x-vendor": "on"}
+        finally:
+            propagate.set_global_textmap(default)
+        assert exporter._carrier(root) == plain
+        # Spans of other traces, in turn (the head of the last trace's header is kept): each its own trace id.
+        other = relay.scope.push("other", ScopeType.AGENT, root=True, attach=False)
+        assert exporter._carrier(other) == {"traceparent": exporter.traceparent_for(other.uuid)}
+        assert exporter._carrier(other)["traceparent"][3:35] != plain["traceparent"][3:35]
+        assert exporter._carrier(root) == plain
+        relay.scope.pop(other)
+
+
+@pytest.mark.parametrize("flags", [0, 1, 2, 3, 0x7F, 0xFF, 0x100, TraceFlags(1), TraceFlags(3)])
+@pytest.mark.parametrize(
+    ("trace_id", "span_id"), [(1, 1), (2**128 - 1, 2**64 - 1), (0x4BF92F3577B34DA6A3CE929D0E0E4736, 0x00F067AA0BA902B7)]
+)
+def test_a_traceparent_is_what_formatting_its_numbers_makes(trace_id: int, span_id: int, flags: int) -> None:
+    from relay_runtime.integrations.otel.span_context import traceparent
+
+    assert traceparent(trace_id, span_id, flags) == f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"

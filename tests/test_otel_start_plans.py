@@ -83,3 +83,11 @@ def test_a_plan_is_made_only_for_hints_seen_twice_and_is_bounded() -> None:
         assert [plan[0] for plan in plans._plans.values()] == [HINTS]
     finally:
         exporter.detach()
+
+
+def test_a_planned_start_whose_attributes_the_sdk_would_change_ends_as_the_sdk_would_end_it() -> None:
+    # A list value (the SDK keeps a tuple) among the planned attributes: a plan that took them as given
+    # would hand the processors the list.
+    hints = {**HINTS, "attributes": {**HINTS["attributes"], "mcp.tags": ["a", "b"]}}
+    for name, _kind, attributes in _spans(SCOPES, hints):
+        assert attributes["mcp.tags"] == ("a", "b"), name

@@ -175,7 +175,13 @@ def swapped_inject(original: Callable[[dict[str, Any]], None]) -> Callable[[dict
         if sending is None:
             original(meta)
             return
-        carry(meta, sending.carrier)  # last: whatever was merged before, ours is what the server reads
+        # ``carry(meta, sending.carrier)``, unrolled (a call less per request); last: whatever was merged before,
+        # ours is what the server reads.
+        carrier = sending.carrier
+        if "traceparent" in carrier:
+            meta.pop("traceparent", None)
+            meta.pop("tracestate", None)
+        meta.update(carrier)
 
     return inject_trace_context
 
@@ -203,11 +209,17 @@ def session_send(original: Send) -> Send:
 
     def send_request(client_session: Any, request: Any, result_type: Any, *args: Any, **kwargs: Any) -> Any:
         owner = _sending.get()
-        if owner is not None and owner.driver is client_session and _is_round(owner, request):
-            # A round of a ``Client.call_tool`` whose scope is open above: sent as part of it, not a call of its own.
-            owner.dispatched = False
-            owner.reported = None  # the scope's end records the last round's request, not an earlier one's
-            return original(client_session, request, result_type, *args, **kwargs)
+        if owner is not None and owner.driver is client_session:
+            try:
+                is_round = request.method == mc.TOOLS_CALL and request.params.name == owner.tool
+            except AttributeError:
+                is_round = False
+            if is_round:
+                # A round of a ``Client.call_tool`` whose scope is open above: sent as part of it, not a call of
+                # its own.
+                owner.dispatched = False
+                owner.reported = None  # the scope's end records the last round's request, not an earlier one's
+                return original(client_session, request, result_type, *args, **kwargs)
         relay = routing.relay_for_request()
         if relay is None:
             return original(client_session, request, result_type, *args, **kwargs)
@@ -229,13 +241,6 @@ def session_send(original: Send) -> Send:
         return _request(relay, hints, call)
 
     return send_request
-
-
-def _is_round(owner: _Sending, request: Any) -> bool:
-    try:
-        return request.method == mc.TOOLS_CALL and request.params.name == owner.tool
-    except AttributeError:
-        return False
 
 
 def _typed(result_type: Any, raw: dict[str, Any]) -> Any:
@@ -301,10 +306,13 @@ async def _request(relay: Any, hints: dict[str, Any], call: Call) -> Any:
         result = await call()
     except BaseException as exc:
         _sending.reset(token)
-        relay.scope.pop(handle, error=exc, metadata={cv.SPAN_HINTS: mc.end_hints(hints, sending.end_attributes(exc))})
+        handle.metadata = {**handle.metadata, cv.SPAN_HINTS: mc.end_hints(hints, sending.end_attributes(exc))}
+        relay.scope.pop(handle, error=exc)
         raise
     _sending.reset(token)
-    relay.scope.pop(handle, metadata={cv.SPAN_HINTS: mc.end_hints(hints, sending.end_attributes(None))})
+    # Set on the scope, not given to ``pop``: as ``_tool_call`` does, and why.
+    handle.metadata = {**handle.metadata, cv.SPAN_HINTS: mc.end_hints(hints, sending.end_attributes(None))}
+    relay.scope.pop(handle)
     return result
 
 
@@ -328,24 +336,26 @@ async def _tool_call(
     handle = relay.tools.open_unintercepted(tool, arguments, {cv.SPAN_HINTS: hints})
     if handle is not None:
         # No intercept anywhere: the tool scope is ours to end, with nothing between it and the send.
-        sending = _sending_for(tool, driver)
+        sending = _Sending()  # ``_sending_for``, written out: a call less per request
+        if driver is not None:
+            sending.driver = driver
+            sending.tool = tool
         sending.carrier = carrier_for(handle)
         token = _sending.set(sending)
         try:
             result = await call()
         except BaseException as exc:
             _sending.reset(token)
-            end = mc.end_hints(hints, sending.end_attributes(exc))
-            relay.scope.pop(handle, error=exc, metadata={cv.SPAN_HINTS: end})
+            handle.metadata = {**handle.metadata, cv.SPAN_HINTS: mc.end_hints(hints, sending.end_attributes(exc))}
+            relay.scope.pop(handle, error=exc)
             raise
         _sending.reset(token)
         end, failed = _tool_end(sending, result)
-        relay.scope.pop(
-            handle,
-            output=None if failed else result,
-            error=ToolErrorResult(result) if failed else None,
-            metadata={cv.SPAN_HINTS: mc.end_hints(hints, end)},
-        )
+        # The end hints set on the scope as ``pop(metadata=...)`` would merge them, in a new dict (its start event
+        # keeps the one it had): the pop then reads no metadata for credentials, which span hints, the
+        # integration's own, are passed over in anyway (``redact_metadata``). Two calls less per request.
+        handle.metadata = {**handle.metadata, cv.SPAN_HINTS: mc.end_hints(hints, end)}
+        relay.scope.pop(handle, output=None if failed else result, error=ToolErrorResult(result) if failed else None)
         return result
     return await _intercepted_tool_call(relay, tool, arguments, hints, call, result_type, driver)
 

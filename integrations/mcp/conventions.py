@@ -59,7 +59,7 @@ def target_of(method: str, params: object, taken: list[str] | None = None) -> st
 
 
 # A client's tool names as ``target_of`` gives them: a client calls its few tools again and again.
-_tool_targets: dict[str, str | None] = {}
+tool_targets: dict[str, str | None] = {}
 _MAX_TOOL_TARGETS = 256
 
 
@@ -67,12 +67,12 @@ def tool_target(name: object) -> str | None:
     """``target_of(TOOLS_CALL, {"name": name})``, remembered for the first names a process calls (caller data:
     past that many, worked out each time)."""
     if type(name) is str:
-        found = _tool_targets.get(name, _NO_FLAG)
+        found = tool_targets.get(name, _NO_FLAG)
         if found is not _NO_FLAG:
             return found
     target = target_of(TOOLS_CALL, {"name": name})
-    if type(name) is str and len(_tool_targets) < _MAX_TOOL_TARGETS:
-        _tool_targets[name] = target
+    if type(name) is str and len(tool_targets) < _MAX_TOOL_TARGETS:
+        tool_targets[name] = target
     return target
 
 

@@ -105,14 +105,14 @@ class Link:
         return made
 
 
-_LINK = "_relay_mcp_link"
+LINK = "_relay_mcp_link"
 _MAX_CACHED_HINTS = 64
 _links: weakref.WeakKeyDictionary[Any, Link] = weakref.WeakKeyDictionary()
 
 
 def link_of(dispatcher: Any) -> Link | None:
     """The dispatcher's ``Link``, or None when nothing was noted about it."""
-    link = getattr(dispatcher, _LINK, None)
+    link = getattr(dispatcher, LINK, None)
     if type(link) is Link:
         return link
     try:
@@ -127,7 +127,7 @@ def _link_for(dispatcher: Any) -> Link | None:
         return link
     link = Link()
     try:
-        setattr(dispatcher, _LINK, link)
+        setattr(dispatcher, LINK, link)
     except (AttributeError, TypeError):
         try:
             _links[dispatcher] = link  # no room for attributes of ours: a weak side table
@@ -176,7 +176,7 @@ def transport_attributes(dispatcher: Any) -> dict[str, Any]:
 
 def hints_for(dispatcher: Any, method: str, target: str | None) -> dict[str, Any]:
     """The client-side span hints of a request over ``dispatcher``."""
-    link = getattr(dispatcher, _LINK, None)  # ``link_of``'s usual case, one call less per request
+    link = getattr(dispatcher, LINK, None)  # ``link_of``'s usual case, one call less per request
     if type(link) is not Link:
         link = link_of(dispatcher)
     if link is not None:

@@ -47,6 +47,7 @@ def _meta_of(ctx: Any) -> Mapping[str, Any]:
 
 
 _known: list[frozenset[str] | None] = [None]
+_UNKNOWN: Any = object()
 
 
 def _known_methods() -> frozenset[str]:
@@ -194,10 +195,18 @@ async def _handle(original: Middleware, middleware: Any, relay: Any, method: str
         # A client's address is no secret of this process: what recording it takes out is kept for this
         # request's error text alone (``urls.recorded_url``).
         taken: list[str] | None = [] if method in mc.RESOURCE_METHODS else None
-        target = mc.target_of(method, params, taken)
+        name = params.get("name") if method == mc.TOOLS_CALL and type(params) is dict else None
+        if type(name) is str:
+            # A tool's name as ``target_of`` gives it, remembered per name (``mc.tool_target``): a server is called
+            # for its few tools again and again.
+            target = mc.tool_targets.get(name, _UNKNOWN)
+            if target is _UNKNOWN:
+                target = mc.tool_target(name)
+        else:
+            target = mc.target_of(method, params, taken)
         # The client's word: a method the protocol does not define names the span as it is shown, and
         # gets a metric series of its own only while the names are few.
-        known = method in _known_methods()
+        known = method in (_known[0] or _known_methods())
         if not known:
             method = mc.recorded_method(method)
         attributes = _request_attributes(ctx, method, target)

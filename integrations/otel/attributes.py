@@ -37,7 +37,8 @@ OPENINFERENCE = "openinference"
 KNOWN_CONVENTIONS = frozenset({GEN_AI, OPENINFERENCE})
 
 _BY_SCOPE_TYPE = {"llm": ATTEMPT, "tool": TOOL, "agent": AGENT}
-_BY_KIND = {role: role for role in (CONVERSATION, TURN, LOGICAL_CALL, ATTEMPT, TOOL)}
+# A ``relay.kind`` that names a role (a str; any other key finds nothing).
+ROLE_BY_KIND: dict[Any, str] = {role: role for role in (CONVERSATION, TURN, LOGICAL_CALL, ATTEMPT, TOOL)}
 
 
 def role_of(event: Event) -> str:
@@ -46,7 +47,7 @@ def role_of(event: Event) -> str:
     if md:
         kind = md.get(cv.KIND)
         if type(kind) is str:
-            role = _BY_KIND.get(kind)
+            role = ROLE_BY_KIND.get(kind)
             if role is not None:
                 return role
     return _BY_SCOPE_TYPE.get(event.scope_type or "", SCOPE)

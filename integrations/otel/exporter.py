@@ -17,7 +17,7 @@ import functools
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import trace as trace_api
@@ -32,7 +32,7 @@ from relay_runtime.events import MARK, SCOPE_END, SCOPE_START, Event
 
 from . import attributes as A
 from . import hints as H
-from . import lifecycle, marks, one_span, propagation, span_context
+from . import lifecycle, marks, one_span, propagation, span_content, span_context
 from . import openinference as OI
 from .capture import DetailsEvents, as_events, capture_mode, mode_from_env, on_spans
 from .content import ContentRecorder, Redactor
@@ -74,6 +74,10 @@ DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
 _SWEEPING_ROLES = frozenset({A.CONVERSATION, A.TURN, A.AGENT})
 _SPAN_KINDS = A.SPAN_KINDS
 _EMPTY_CONTEXT = Context()
+_SPAN_HINTS = cv.SPAN_HINTS
+_KIND = cv.KIND
+_ROLE_BY_KIND = A.ROLE_BY_KIND
+_new_record = object.__new__
 
 
 class OTelExporter:
@@ -227,7 +231,12 @@ class OTelExporter:
         if self._disabled:
             return
         parent = self._table.get(event.parent_uuid)
-        role = A.role_of(event)
+        md = event.metadata
+        # ``A.role_of(event)``'s first rule written out (a call less per span): a scope that says its kind.
+        said = md.get(_KIND) if md else None
+        role = _ROLE_BY_KIND.get(said) if type(said) is str else None
+        if role is None:
+            role = A.role_of(event)
         if role == A.ATTEMPT and self.defer_to_other_instrumentation and one_span.others_active():
             self._deferred.add(event.uuid)
             return
@@ -239,19 +248,23 @@ class OTelExporter:
             conversation_id = None
             # A root here may continue a trace begun in another process (an MCP server's request):
             # its remote parent is the span's parent (a context is made below only if one is needed).
-            parent_span = H.remote_parent(event.metadata)
+            parent_span = H.remote_parent(md)
             context = None if self._link or parent_span is not None else _EMPTY_CONTEXT
         if conversation_id is None:
-            md = event.metadata
             sid = md.get(cv.SESSION_ID) if md else None
             if isinstance(sid, str) and sid:
                 conversation_id = sid
-        hints = H.span_hints(event.metadata) if role is not A.ATTEMPT else None
+        # ``H.span_hints(md)`` for a role that takes hints, written out: a call less per span.
+        hints = md.get(_SPAN_HINTS) if md and role is not A.ATTEMPT else None
+        if hints is not None and type(hints) is not dict and not isinstance(hints, Mapping):
+            hints = None
         plan = self._plans.find(hints, event, role, conversation_id) if hints is not None else None
         if plan is not None:
             # Made before from these very hints (``start_plans``): a copy, which the span makes its own.
             name, kind, attributes = plan[4], plan[5], dict(plan[6])
+            plain = plan[7] and self._content is None  # nothing is added to them below
         else:
+            plain = False
             plannable = not self._oi
             try:
                 name, attributes = A.span_start(event, role, conversation_id)
@@ -270,13 +283,13 @@ class OTelExporter:
                     self._plans.keep(hints, event, role, conversation_id, name, kind, attributes)
         if self._content is not None:
             # By reference, an attempt's content is written once, at its end.
-            at_start = self._content.attempt_start if self._store is None else _no_content
+            at_start = self._content.attempt_start if self._store is None else span_content.no_content
             self._content_attributes(at_start, self._content.tool_start, event, role, attributes)
         fast = self._fast
         if fast is not None and fast.multi._span_processors is not fast.processors:  # see FastPath
             fast = self._fast = fast_path_for(self._tracer)
         if fast is not None:
-            span = fast.start_span(name, parent_span, context, kind, attributes, event.timestamp)
+            span = fast.start_span(name, parent_span, context, kind, attributes, event.timestamp, plain)
         else:
             if parent is not None and context is None:
                 # One context per parent, made when its first child starts: most spans are leaves.
@@ -290,13 +303,19 @@ class OTelExporter:
                 attributes=attributes,
                 start_time=event.timestamp,
             )
+        # ``OpenSpan(...)``'s fields set here: a class call with an ``__init__`` costs every span a frame.
+        record = _new_record(OpenSpan)
+        record.uuid = event.uuid
+        record.span = span
+        record.role = role
+        record.parent = parent
+        record.conversation_id = conversation_id
+        record.children = record.context = None
+        record.hints = hints
+        # Its input read only if the scope fails: reading it makes the record of it.
+        record.given = event if self._content is None and role is not A.ATTEMPT else None
+        record.late = role is A.ATTEMPT and event.annotated_request is None and event.provider is None
         try:
-            record = OpenSpan(event.uuid, span, role, parent, conversation_id)
-            record.hints = hints
-            if self._content is None and role is not A.ATTEMPT:
-                record.given = event  # its input read only if the scope fails: reading it makes the record of it
-            if role is A.ATTEMPT and event.annotated_request is None and event.provider is None:
-                record.late = True
             evicted = self._table.add(record)
         except ValueError:
             # The same scope started twice: keep the first span, end this one unrecorded.
@@ -329,7 +348,7 @@ class OTelExporter:
         for orphan in orphans:
             self._abandon(orphan, event.timestamp, f"{role} scope ended while this scope was open")
         span = record.span
-        if not span.is_recording():
+        if (span._end_time is not None) if type(span) is DeferredSpan else not span.is_recording():
             # Sampled out: nothing set on it would be kept; only the metrics still count it.
             if role == A.ATTEMPT and self._metrics is not None:
                 self._metrics.record_attempt(event, A.error_type(event))
@@ -347,8 +366,8 @@ class OTelExporter:
                 voice_attributes(voice, attributes)
             if self._oi:
                 attributes.update(OI.end_attributes(event, role))
-            hints = H.span_hints(md) if role is not A.ATTEMPT else None
-            if hints is not None:
+            hints = md.get(_SPAN_HINTS) if md and role is not A.ATTEMPT else None  # ``H.span_hints``, as at the start
+            if hints is not None and (type(hints) is dict or isinstance(hints, Mapping)):
                 if hints is record.hints:
                     # Unchanged since the start, whose attributes the span has: only what this end's
                     # own attributes would overwrite is set again (metrics read them all).
@@ -426,38 +445,6 @@ class OTelExporter:
         except Exception:
             self.count(CONTENT_ERRORS)
 
-    def _late_start(self, record: OpenSpan, event: Event) -> dict[str, Any]:
-        """What the start of an attempt witnessed after the fact could not say (its provider, request model and
-        request; its content when captured inline), said by its end event, which knows them; the span renamed."""
-        name, attributes = A.span_start(event, record.role, record.conversation_id)
-        if self._oi:
-            attributes.update(OI.start_attributes(event, record.role, record.conversation_id))
-        record.span.update_name(name)
-        if self._content is not None and self._store is None:
-            content = self._content
-            self._content_attributes(content.attempt_start, content.tool_start, event, record.role, attributes)
-        return attributes
-
-    def _content_attributes(
-        self,
-        for_attempt: Callable[[Event, dict[str, Any]], None],
-        for_tool: Callable[[Event, dict[str, Any]], None],
-        event: Event,
-        role: str,
-        out: dict[str, Any],
-    ) -> None:
-        """Content goes in whole or not at all: a failing redaction hook drops it, and is counted."""
-        recorder = for_attempt if role == A.ATTEMPT else for_tool if role == A.TOOL else None
-        if recorder is None:
-            return
-        content: dict[str, Any] = {}
-        try:
-            recorder(event, content)
-        except Exception:
-            self.count(CONTENT_ERRORS)
-            return
-        out.update(content)
-
     def _abandon(self, record: OpenSpan, end_ns: int, reason: str) -> None:
         span = record.span
         span.set_attributes({"relay.outcome": ABANDONED, "error.type": ABANDONED_ERROR})
@@ -479,6 +466,11 @@ class OTelExporter:
 
     _mark = marks.on_mark
 
+    # -- a scope's content on its span, and an attempt witnessed late: ``span_content.py`` -----------
+
+    _late_start = span_content.late_start
+    _content_attributes = span_content.content_attributes
+
     # -- attaching, counting, shutting down: ``lifecycle.py`` ----------------------------------
 
     attach = lifecycle.attach
@@ -494,6 +486,3 @@ class OTelExporter:
     # What a request an integration sends out of the process (MCP) carries of a scope's span.
     _carrier = propagation.carrier
 
-
-def _no_content(event: Event, out: dict[str, Any]) -> None:
-    """An attempt's start records no content when it goes to a content store at the end."""

@@ -7,8 +7,6 @@ dictated by the integration that opened it, and they apply to scopes of any role
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from itertools import compress
-from operator import is_not
 from typing import Any
 
 from opentelemetry import trace as trace_api
@@ -16,7 +14,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceState
 
 from relay_runtime import conventions as cv
-from relay_runtime.trace_context import REMOTE_PARENT, REMOTE_TRACESTATE, parse_traceparent
+from relay_runtime.trace_context import REMOTE_PARENT, REMOTE_TRACESTATE, TraceParent, parse_traceparent
 
 from .span_tuples import HOLDS, MAX_SPAN_ID, MAX_TRACE_ID, TRACE_FLAGS, new_tuple
 
@@ -28,6 +26,7 @@ _KINDS = {
     "consumer": SpanKind.CONSUMER,
 }
 _PRIMITIVES = (str, bool, int, float)
+_ABSENT: Any = object()
 
 
 _NO_TRACE_STATE = TraceState()
@@ -37,9 +36,11 @@ def remote_parent(md: Mapping[str, Any] | None) -> NonRecordingSpan | None:
     """The remote parent a scope was opened under, as a span to start its span under, or None."""
     if not md:
         return None
-    parsed = parse_traceparent(md.get(REMOTE_PARENT))  # the parsed value the scope carries: no parse again
-    if parsed is None:
-        return None
+    parsed = md.get(REMOTE_PARENT)  # the parsed value the scope carries: no parse again, nor a call to say so
+    if type(parsed) is not TraceParent:
+        parsed = parse_traceparent(parsed)
+        if parsed is None:
+            return None
     state = _NO_TRACE_STATE
     raw_state = md.get(REMOTE_TRACESTATE)
     if isinstance(raw_state, str):
@@ -118,15 +119,17 @@ def apply_changed(hints: Mapping[str, Any], attributes: dict[str, Any], started:
     """``apply_hints(hints, "", attributes, started=started)``, for the end of a span whose start set ``started``.
 
     An end's hints repeat the start's values as the very objects (``{**start, **end}``): with none of the end's
-    own attributes among their keys, the few values that are not the start's are picked in C (the rule's
-    "not in attributes" then holds for every key), rather than each key asked in Python."""
+    own attributes among their keys (the rule's "not in attributes" then holds for every key), each key is asked
+    whether its value is the start's, and the few that are not are set by the rule. A plain loop: picking them
+    in C (``compress`` over ``map(is_not, ...)``) ran fewer opcodes but took longer (MCP client end, six
+    attributes: about 480 ns against 280 ns)."""
     extra = hints.get("attributes")
     if type(extra) is not dict or type(started) is not dict or not extra.keys().isdisjoint(attributes):
         apply_hints(hints, "", attributes, started=started)
         return
-    for key, value in compress(extra.items(), map(is_not, extra.values(), map(started.get, extra))):
-        # The rule of ``apply_hints``' loop, for the few picked (a call per end less than sharing it).
-        if value is None or type(key) is not str:
+    was = started.get
+    for key, value in extra.items():
+        if was(key, _ABSENT) is value or value is None or type(key) is not str:
             continue
         if isinstance(value, _PRIMITIVES):
             attributes[key] = value

@@ -13,8 +13,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import baggage, propagate
+from opentelemetry import context as context_api
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
-from opentelemetry.context import get_current
+from opentelemetry.context import Context, get_current
+from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.trace import SpanContext
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -23,6 +25,7 @@ from relay_runtime.attempt import current_attempt
 from relay_runtime.types import LLMRequest
 
 from .deferred import _DEFAULT_TRACE_STATE, DeferredSpan
+from .span_context import FLAGS_TEXT
 
 if TYPE_CHECKING:
     from .exporter import OTelExporter
@@ -79,6 +82,21 @@ def _is_default(textmap: Any) -> bool:
     return True
 
 
+# The global propagator and the current context, read as ``get_global_textmap()`` and ``get_current()`` read them
+# (two and three Python calls on every request an MCP client sends): where the API keeps them now; through those
+# functions if it moved them.
+_globals = vars(propagate)
+_TEXTMAP = "_HTTP_TEXT_FORMAT"
+_runtime = getattr(context_api, "_RUNTIME_CONTEXT", None)
+_current_context: Callable[[], Context] = (
+    _runtime._current_context.get if type(_runtime) is ContextVarsRuntimeContext else get_current
+)
+
+
+# (trace id, "00-<its 32 hex digits>-") of the last traceparent written; replaced whole, so a thread reads a pair.
+_head: list[tuple[int, str]] = [(0, "")]
+
+
 def carrier(exporter: OTelExporter, handle: Any) -> dict[str, str] | None:
     """What a request an integration sends out of the process (MCP) carries of this scope's span
     (``OTelExporter._carrier``, a new dict per call), or None when the scope has no open span.
@@ -92,16 +110,22 @@ def carrier(exporter: OTelExporter, handle: Any) -> dict[str, str] | None:
     if record is None:
         return None
     span = record.span
-    textmap = propagate.get_global_textmap()
+    textmap = _globals.get(_TEXTMAP) or propagate.get_global_textmap()
     # An empty context has no baggage: only a context with something in it is asked (``get_all``
     # reads the current context through four calls).
-    context = get_current()
+    context = _current_context()
     if (textmap is _plain[0] or _is_default(textmap)) and not (context and baggage.get_all(context)):
         # Our deferred span's context is a field: read without a call.
         sc = span.context if type(span) is DeferredSpan else span.get_span_context()
         # A SpanContext is a tuple (trace id, span id, remote, flags, state, valid): read in place.
         if type(sc) is SpanContext and sc[5]:
-            out = {"traceparent": f"00-{sc[0]:032x}-{sc[1]:016x}-{sc[3]:02x}"}
+            # ``span_context.traceparent(sc[0], sc[1], sc[3])``, written out (a call less per request), with the
+            # head of the last trace kept: a client's requests in one turn are spans of one trace.
+            head = _head[0]
+            if head[0] != sc[0]:
+                head = _head[0] = (sc[0], f"00-{sc[0].to_bytes(16).hex()}-")
+            tail = FLAGS_TEXT.get(sc[3]) or f"-{sc[3]:02x}"
+            out = {"traceparent": f"{head[1]}{sc[1].to_bytes(8).hex()}{tail}"}
             state = sc[4]
             if state is not None and state is not _DEFAULT_TRACE_STATE and len(state):
                 out["tracestate"] = state.to_header()

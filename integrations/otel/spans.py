@@ -18,6 +18,8 @@ from relay_runtime.events import Event
 
 
 class OpenSpan:
+    # The exporter's ``_start`` makes its records without this ``__init__`` (every field set there, to save every
+    # span a frame): a field added here is set there too.
     __slots__ = ("children", "context", "conversation_id", "given", "hints", "late", "parent", "role", "span", "uuid")
 
     def __init__(self, uuid: str, span: Span, role: str, parent: OpenSpan | None, conversation_id: str | None):

@@ -23,16 +23,21 @@ from relay_runtime import conventions as cv
 from relay_runtime.events import Event
 
 from . import attributes as A
+from .deferred import kept_as_given
 
 # With only these in its metadata, a tool's or a plain scope's start attributes come from its name,
 # its conversation and its hints alone (``attributes.span_start``).
-_PLANNED_KEYS = frozenset({cv.KIND, cv.SPAN_HINTS})
+_KIND = cv.KIND
+_SPAN_HINTS = cv.SPAN_HINTS
+# A metadata holds no other key when it holds as many keys as it holds of these: counted (``md.keys() <= {...}``,
+# which walks the view through the set protocol, took about twice as long).
 _PLANNED_ROLES = (A.TOOL, A.SCOPE)
 # Hints are few per process (per connection and tool): past this many, the plans start over.
 MAX_PLANS = 64
 
-# (hints, role, scope name, conversation id, span name, span kind, start attributes)
-Plan = tuple[Mapping[str, Any], str, str, "str | None", str, SpanKind, dict[str, Any]]
+# (hints, role, scope name, conversation id, span name, span kind, start attributes, whether the SDK keeps those
+# exactly as given: ``deferred.kept_as_given``)
+Plan = tuple[Mapping[str, Any], str, str, "str | None", str, SpanKind, dict[str, Any], bool]
 
 
 class StartPlans:
@@ -55,7 +60,7 @@ class StartPlans:
             or plan[1] is not role
             or plan[2] != event.name
             or plan[3] != conversation_id
-            or not event.metadata.keys() <= _PLANNED_KEYS
+            or len(md := event.metadata) != (_KIND in md) + (_SPAN_HINTS in md)
         ):
             return None
         return plan
@@ -71,7 +76,8 @@ class StartPlans:
         attributes: dict[str, Any],
     ) -> None:
         """After a start made the usual way: ``attributes`` as its hints left them (before any content)."""
-        if role not in _PLANNED_ROLES or not event.metadata.keys() <= _PLANNED_KEYS:
+        md = event.metadata
+        if role not in _PLANNED_ROLES or len(md) != (_KIND in md) + (_SPAN_HINTS in md):
             return
         key = id(hints)
         if self._seen.get(key) is not hints:
@@ -81,4 +87,6 @@ class StartPlans:
             return
         if len(self._plans) >= MAX_PLANS:
             self._plans.clear()
-        self._plans[key] = (hints, role, event.name, conversation_id, name, kind, dict(attributes))
+        self._plans[key] = (
+            hints, role, event.name, conversation_id, name, kind, dict(attributes), kept_as_given(attributes)
+        )  # fmt: skip
