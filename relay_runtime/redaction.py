@@ -400,6 +400,8 @@ def redact_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
     in it is a credential, else a cleaned copy, by ``redact_value``'s rule. The sinks write it as given (the OTel
     exporter makes a mark's entries its span event's attributes, content capture on or off; the JSONL and ATOF
     files write it whole), so a key a scope's input would have blanked went there as written."""
+    if len(metadata) == 1 and SPAN_HINTS in metadata:  # an integration's span hints alone (every MCP request)
+        return metadata
     return _clean_mapping(metadata, 0, _OWN_METADATA, is_credential_data_key)  # type: ignore[return-value]
 
 

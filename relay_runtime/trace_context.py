@@ -42,6 +42,10 @@ _TRACESTATE_MEMBER = re.compile(
 )
 
 
+# A flags byte as the header writes it: read from a table, where a format spec costs every request's header more.
+_HEX_BYTE = tuple(f"{n:02x}" for n in range(256))
+
+
 class TraceParent(str):
     """A parsed ``traceparent``: ``trace_id`` (32 hex), ``span_id`` (16 hex), ``flags`` (int).
 
@@ -170,7 +174,7 @@ def own_traceparent(handle: ScopeHandle) -> str:
 def _own_traceparent(handle: ScopeHandle, root: Mapping[str, object]) -> str:
     remote = parse_traceparent(root.get(REMOTE_PARENT))
     flags = remote.flags & _KNOWN_FLAGS if remote is not None else 1
-    return f"00-{handle.trace_id}-{handle.uuid[:16]}-{flags:02x}"
+    return f"00-{handle.trace_id}-{handle.uuid[:16]}-{_HEX_BYTE[flags]}"
 
 
 def _remote_root(handle: ScopeHandle) -> Mapping[str, object]:
