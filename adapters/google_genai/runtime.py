@@ -164,9 +164,11 @@ def _with_transport(config: Any, options: Any, headers: Any, extra: Any = None) 
 
 
 class Call:
-    """One attempt's identity, worked out before anything is recorded or sent."""
+    """One attempt's identity, worked out before anything is recorded or sent, and the attempt itself when it is
+    made directly of its public method's logical call (``attempt``; None when it is not in one, or that call no
+    longer takes attempts: then ``options`` go to ``calls``)."""
 
-    __slots__ = ("codec", "group", "metadata", "model", "name", "request", "sent", "state", "transport")
+    __slots__ = ("attempt", "codec", "group", "metadata", "model", "name", "request", "sent", "state", "transport")
 
     def __init__(self, models: Any, kind: str, kwargs: dict[str, Any], provider: str | None) -> None:
         api_client = models._api_client
@@ -183,33 +185,34 @@ class Call:
         # identity (an ``@auxiliary_call``'s next attempt, or none).
         group = self.group = logical.current.get()
         self.metadata = next_attempt_metadata() if group is None else None
-        self.codec = CODECS.get((name, kind)) or codec_for(name, kind)  # the lookup without a frame, mostly
+        self.codec = codec = CODECS.get((name, kind)) or codec_for(name, kind)  # the lookup without a frame, mostly
         model = kwargs.get("model")
-        self.model = model if isinstance(model, str) else None
-        kwargs, self.transport = _without_transport(kwargs)
+        self.model = model = model if isinstance(model, str) else None
+        # ``_without_transport``'s first test, without its frame: the SDK's own calls mostly pass no config.
+        if kwargs.get("config") is None:
+            self.transport = None
+        else:
+            kwargs, self.transport = _without_transport(kwargs)
         # Its own dict (the ``**kwargs`` the SDK's call made, or ``_without_transport``'s new one): taken, not copied.
-        self.request = request_taking(kwargs)
+        self.request = request = request_taking(kwargs)
         self.sent = False  # whether the SDK method was called for this attempt yet
-
-    def grouped_attempt(self) -> Attempt | None:
-        """This attempt made directly of its public method's logical call; None when it is not in one
-        (or that call no longer takes attempts): then ``options`` go to ``calls``."""
-        group = self.group
-        if group is None or session.managed_turn() is not group.turn:
-            return None
-        attempt = calls.attempt_of(group.turn, group.call, self.request, self.name, self.model, self.codec)
-        if attempt is not None and self.state.metadata:
-            attempt.metadata.update(self.state.metadata)
-        return attempt
-
-    def grouped_stream(self) -> Attempt | None:
-        """``grouped_attempt`` for a stream (opened with ``relay.llm.open_stream``). The client's metadata
-        leads the attempt's own, as it does when ``options`` go to ``calls.stream_current``."""
-        group = self.group
-        if group is None or session.managed_turn() is not group.turn:
-            return None
-        return calls.attempt_of(group.turn, group.call, self.request, self.name, self.model, self.codec,
-                                streaming=True, metadata=self.state.metadata)  # fmt: skip
+        self.attempt: Attempt | None = None
+        if group is None:
+            return
+        # Made here, not in a method of its own: one frame fewer on every grouped attempt.
+        turn = group.turn
+        if session.managed_turn() is not turn:
+            return
+        if kind == STREAM:
+            # Opened with ``relay.llm.open_stream``. The client's metadata leads the attempt's own, as it does when
+            # ``options`` go to ``calls.stream_current``.
+            self.attempt = calls.attempt_of(
+                turn, group.call, request, name, model, codec, streaming=True, metadata=state.metadata
+            )
+        else:
+            self.attempt = attempt = calls.attempt_of(turn, group.call, request, name, model, codec)
+            if attempt is not None and state.metadata:
+                attempt.metadata.update(state.metadata)
 
     def options(self) -> dict[str, Any]:
         """``calls.execute_current`` / ``stream_current``'s keyword arguments for this attempt."""
@@ -285,7 +288,7 @@ def managed_call(
         return wrapped(*args, **kwargs)
     call = Call(models, kind, kwargs, provider)
     send = partial(_send, wrapped, call)  # a partial, not a closure: one frame fewer per call
-    attempt = call.grouped_attempt()
+    attempt = call.attempt
     if attempt is not None:
         return attempt.relay.llm.run(attempt, send)
     return calls.execute_current(call.request, send, **call.options())
@@ -296,7 +299,7 @@ async def _call_async(
 ) -> Any:
     call = Call(models, kind, kwargs, provider)
     send = partial(_send_async, wrapped, call)
-    attempt = call.grouped_attempt()
+    attempt = call.attempt
     if attempt is not None:
         return await attempt.relay.llm.run_async(attempt, send)
     return await calls.execute_current_async(call.request, send, **call.options())
@@ -335,7 +338,7 @@ def _stream(
 ) -> Iterator[Any]:
     call = Call(models, kind, kwargs, provider)
     factory = partial(_send, lambda **k: _opened(wrapped(**k)), call)
-    attempt = call.grouped_stream()
+    attempt = call.attempt
     if attempt is not None:
         stream = attempt.relay.llm.open_stream(attempt, factory)
     else:
@@ -385,7 +388,7 @@ async def _stream_async(
     async def open_stream(request: LLMRequest) -> Any:
         return _Tagging(await _send_async(wrapped, call, request))
 
-    attempt = call.grouped_stream()
+    attempt = call.attempt
     if attempt is not None and call.group is not None:
         stream = await attempt.relay.llm.open_stream_async(attempt, open_stream)
         call.group.streams.append(stream)  # closed with the public stream (logical.GroupedAsyncIterator.aclose)
