@@ -15,7 +15,7 @@ from contextvars import copy_context
 from typing import TYPE_CHECKING, Any
 
 from . import chains
-from .attempt import Attempt, FinishHook, attempt_metadata, current_attempt
+from .attempt import Attempt, FinishHook, attempt_metadata, current_attempt, reset_current, set_current
 from .attempt_request import Paused
 from .codec import LLMCodec
 from .intercepts import LLM_EXECUTION, LLM_STREAM_EXECUTION
@@ -73,17 +73,22 @@ class LLM:
         else:  # ``prepare``'s own shortcut (no policy can refuse or change the call), without its frame
             request = attempt._started(attempt.request)
         chain = attempt.chains.get(LLM_EXECUTION) if attempt.chains else None
-        tokens = attempt.enter()
+        # ``attempt.enter()`` and ``leave``, inline: two frames and a tuple fewer on every managed call.
+        stack = relay.scope._stack
+        scope_token = stack.set(attempt.handle)
+        token = set_current(attempt)
         attempt.waiting = True
         try:
             response = chains.run_sync(chain, attempt.name, request, callback, attempt) if chain else callback(request)
         except BaseException as exc:
             attempt.waiting = False
-            attempt.leave(tokens)
+            stack.reset(scope_token)
+            reset_current(token)
             attempt.fail(exc)
             raise
         attempt.waiting = False
-        attempt.leave(tokens)
+        stack.reset(scope_token)
+        reset_current(token)
         return attempt.succeed(response)
 
     async def execute_async(
