@@ -175,7 +175,12 @@ class LLM:
         run = context.run
         run(attempt.enter)
         try:
-            source = run(chains.run_sync, chain, attempt.name, request, stream_factory, attempt, True)
+            # No execution intercept (``run_sync``'s own shortcut, without its frame): the factory itself.
+            source = (
+                run(chains.run_sync, chain, attempt.name, request, stream_factory, attempt, True)
+                if chain
+                else run(stream_factory, request)
+            )
             iterator: Iterator[Any] = run(iter, source)
         except BaseException as exc:
             attempt.fail(exc)
