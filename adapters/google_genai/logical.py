@@ -46,11 +46,20 @@ class Group:
         self.turn = turn
         self.call = calls.open_call_in(turn, None, _ROLE)
         self.closed = False
-        self.streams: list[Any] = []  # its async attempts' managed streams, closed with the public stream
+        # Its async attempts' managed streams, closed with the public stream (``keep``); made by the first, not by
+        # every call.
+        self.streams: list[Any] | None = None
 
     @property
     def metadata(self) -> dict[str, Any]:
         return {cv.API_REQUEST_ID: self.call.api_request_id, cv.CALL_ROLE: _ROLE}
+
+    def keep(self, stream: Any) -> None:
+        """An async attempt's managed stream: closed with the public stream (``GroupedAsyncIterator.aclose``)."""
+        if self.streams is None:
+            self.streams = [stream]
+        else:
+            self.streams.append(stream)
 
     def close(self, error: BaseException | None, outcome: str | None = None) -> None:
         if self.closed:
@@ -207,7 +216,7 @@ class GroupedAsyncIterator:
             if not group.closed:
                 # Closing the SDK's async generator leaves the request it was reading open until the event loop
                 # finalizes it: closed here, its attempt ends (cancelled) before the call it is part of.
-                for stream in group.streams:
+                for stream in group.streams or ():
                     await stream.aclose()
         finally:
             # Not the last attempt's outcome: the call was stopped before its stream ended.
@@ -222,7 +231,7 @@ class GroupedAsyncIterator:
             return
         # Dropped unclosed (``async for ... break``, a cancelled reader): nothing can be awaited here, and the
         # SDK's generator waits for the loop to finalize it, so its attempts end now (cancelled), before their call.
-        for stream in group.streams:
+        for stream in group.streams or ():
             fail_stream(stream, None, _CANCELLED)
         group.close(None, _CANCELLED)
 

@@ -405,7 +405,7 @@ async def _stream_async(
     attempt = call.attempt
     if attempt is not None and call.group is not None:
         stream = await attempt.relay.llm.open_stream_async(attempt, open_stream)
-        call.group.streams.append(stream)  # closed with the public stream (logical.GroupedAsyncIterator.aclose)
+        call.group.keep(stream)  # closed with the public stream
         return stream
     return await calls.stream_current_async(call.request, open_stream, **call.options())
 
