@@ -21,12 +21,14 @@ from .codec import LLMCodec
 from .intercepts import LLM_EXECUTION, LLM_STREAM_EXECUTION
 from .scopes import ScopeHandle
 from .streams import ManagedAsyncStream, ManagedStream, StreamLifecycle
-from .types import LLMRequest
+from .types import LLMRequest, Outcome
 
 if TYPE_CHECKING:
     from .relay import Relay
 
 __all__ = ["LLM", "current_attempt"]
+
+_SUCCESS = Outcome.SUCCESS.value
 
 
 def _not_callable(name: str, argument: str, value: Any) -> TypeError:
@@ -89,7 +91,11 @@ class LLM:
         attempt.waiting = False
         stack.reset(scope_token)
         reset_current(token)
-        return attempt.succeed(response)
+        if attempt.chains or attempt.fallback is not None or attempt.hold is not None:
+            return attempt.succeed(response)
+        # ``succeed``'s plain case (no response intercept, no fallback, nothing held), without its frame.
+        attempt.finish(_SUCCESS, response, None, None)
+        return response
 
     async def execute_async(
         self,
