@@ -69,6 +69,9 @@ def attempt_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
 # ``attempt.metadata`` before the end event is built. The context variable's own ``get``:
 # it runs on every HTTP request of a managed call, and a wrapper would add a Python frame.
 current_attempt: Callable[[], Attempt | None] = _current.get
+# Its set and reset, for ``Attempt.enter``'s work done inline (``llm.run``: every managed call runs it).
+set_current = _current.set
+reset_current = _current.reset
 
 
 class Attempt:

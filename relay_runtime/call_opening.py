@@ -28,6 +28,8 @@ from .types import LLMRequest, ScopeType
 _FUNCTION = ScopeType.FUNCTION.value
 DEFAULT_CALL_ROLE = "primary"
 _LOGICAL_CALL = "logical_llm_call"
+# Every attempt's metadata names, read as plain globals on its path.
+_KIND, _ATTEMPT, _ID, _ROLE, _RETRY = cv.KIND, cv.ATTEMPT, cv.API_REQUEST_ID, cv.CALL_ROLE, cv.RETRY_COUNT
 
 
 class Validator(Protocol):
@@ -197,10 +199,13 @@ def attempt_of(
             call.model = model_name
     finally:
         lock.release()
-    meta: dict[str, Any] = {cv.KIND: cv.ATTEMPT, **redact_metadata(metadata)} if metadata else {cv.KIND: cv.ATTEMPT}
-    meta[cv.API_REQUEST_ID] = call.api_request_id
-    meta[cv.CALL_ROLE] = call.call_role
-    meta[cv.RETRY_COUNT] = retry
+    # One literal each: keys set in the same order, and a caller's entry under one of the call's names overridden
+    # in its place, as three assignments after the merge would.
+    meta: dict[str, Any] = (
+        {_KIND: _ATTEMPT, **redact_metadata(metadata), _ID: call.api_request_id, _ROLE: call.call_role, _RETRY: retry}
+        if metadata
+        else {_KIND: _ATTEMPT, _ID: call.api_request_id, _ROLE: call.call_role, _RETRY: retry}
+    )
     attempt = Attempt(
         turn.relay,
         name,

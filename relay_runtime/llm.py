@@ -15,18 +15,20 @@ from contextvars import copy_context
 from typing import TYPE_CHECKING, Any
 
 from . import chains
-from .attempt import Attempt, FinishHook, attempt_metadata, current_attempt
+from .attempt import Attempt, FinishHook, attempt_metadata, current_attempt, reset_current, set_current
 from .attempt_request import Paused
 from .codec import LLMCodec
 from .intercepts import LLM_EXECUTION, LLM_STREAM_EXECUTION
 from .scopes import ScopeHandle
 from .streams import ManagedAsyncStream, ManagedStream, StreamLifecycle
-from .types import LLMRequest
+from .types import LLMRequest, Outcome
 
 if TYPE_CHECKING:
     from .relay import Relay
 
 __all__ = ["LLM", "current_attempt"]
+
+_SUCCESS = Outcome.SUCCESS.value
 
 
 def _not_callable(name: str, argument: str, value: Any) -> TypeError:
@@ -73,18 +75,27 @@ class LLM:
         else:  # ``prepare``'s own shortcut (no policy can refuse or change the call), without its frame
             request = attempt._started(attempt.request)
         chain = attempt.chains.get(LLM_EXECUTION) if attempt.chains else None
-        tokens = attempt.enter()
+        # ``attempt.enter()`` and ``leave``, inline: two frames and a tuple fewer on every managed call.
+        stack = relay.scope._stack
+        scope_token = stack.set(attempt.handle)
+        token = set_current(attempt)
         attempt.waiting = True
         try:
             response = chains.run_sync(chain, attempt.name, request, callback, attempt) if chain else callback(request)
         except BaseException as exc:
             attempt.waiting = False
-            attempt.leave(tokens)
+            stack.reset(scope_token)
+            reset_current(token)
             attempt.fail(exc)
             raise
         attempt.waiting = False
-        attempt.leave(tokens)
-        return attempt.succeed(response)
+        stack.reset(scope_token)
+        reset_current(token)
+        if attempt.chains or attempt.fallback is not None or attempt.hold is not None:
+            return attempt.succeed(response)
+        # ``succeed``'s plain case (no response intercept, no fallback, nothing held), without its frame.
+        attempt.finish(_SUCCESS, response, None, None)
+        return response
 
     async def execute_async(
         self,
@@ -170,7 +181,12 @@ class LLM:
         run = context.run
         run(attempt.enter)
         try:
-            source = run(chains.run_sync, chain, attempt.name, request, stream_factory, attempt, True)
+            # No execution intercept (``run_sync``'s own shortcut, without its frame): the factory itself.
+            source = (
+                run(chains.run_sync, chain, attempt.name, request, stream_factory, attempt, True)
+                if chain
+                else run(stream_factory, request)
+            )
             iterator: Iterator[Any] = run(iter, source)
         except BaseException as exc:
             attempt.fail(exc)

@@ -40,7 +40,7 @@ def close_logical_call(
         call.closing = True
     finally:
         lock.release()
-    end_logical_call(turn, call, outcome, model_name=model_name, provider_name=provider_name)
+    end_logical_call(turn, call, outcome, model_name, provider_name)  # positionally: no keyword matched by name
     return True
 
 
@@ -59,7 +59,6 @@ def end_logical_call(
     turn: CallHolder,
     call: LogicalCall,
     outcome: str,
-    *,
     model_name: str | None = None,
     provider_name: str | None = None,
 ) -> None:

@@ -257,6 +257,40 @@ def test_a_stream_dropped_unread_ends_its_logical_call_cancelled_before_the_turn
     assert call.outcome == "cancelled"
 
 
+def test_a_stream_dropped_before_its_first_chunk_ends_its_logical_call_cancelled(relay_turn, relay_events, client):
+    stream = client.models.generate_content_stream(model=MODEL, contents="hi")
+    del stream  # never read: no request was sent, and its logical call must not wait for the turn's end
+    gc.collect()
+    assert attempts(relay_events) == []
+    (call,) = relay_events.ends(relay_kind=cv.LOGICAL_CALL)
+    assert call.outcome == "cancelled"
+
+
+def test_a_stream_closed_early_ends_its_attempt_before_its_logical_call(relay_turn, relay_events, client, script):
+    script.add(t.sse_reply(stream_frames(["one", "two", "three"])))
+    stream = client.models.generate_content_stream(model=MODEL, contents="hi")
+    next(stream)
+    stream.close()
+    assert [(e.metadata[cv.KIND], e.outcome) for e in relay_events.ends()] == [
+        (cv.ATTEMPT, "cancelled"),
+        (cv.LOGICAL_CALL, "cancelled"),
+    ]
+
+
+def test_a_call_made_between_a_streams_chunks_is_a_logical_call_of_its_own(relay_turn, relay_events, client, script):
+    """The stream's logical call is current only while its source runs: the caller's code between two chunks is
+    outside it."""
+    script.add(t.sse_reply(stream_frames(["one", "two"])), t.json_reply(response_body("other")))
+    stream = client.models.generate_content_stream(model=MODEL, contents="hi")
+    assert next(stream).text == "one"
+    assert client.models.generate_content(model=MODEL, contents="other").text == "other"
+    assert [chunk.text for chunk in stream] == ["two"]
+    calls = relay_events.ends(relay_kind=cv.LOGICAL_CALL)
+    assert [c.outcome for c in calls] == ["success", "success"]
+    ids = [a.metadata[cv.API_REQUEST_ID] for a in attempts(relay_events)]
+    assert sorted(ids) == sorted(c.metadata[cv.API_REQUEST_ID] for c in calls) and len(set(ids)) == 2
+
+
 def test_function_calls_are_tool_calls(relay_turn, relay_events, client, script) -> None:
     call = {"id": "fc-1", "name": "get_weather", "args": {"city": "Paris"}}
     script.add(t.json_reply(response_body(None, calls=[call])), t.sse_reply(stream_frames(["x"], calls=[call])))

@@ -17,6 +17,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from enum import Enum
+from functools import partial
+from itertools import compress
+from operator import is_not
 from typing import Any
 
 from relay_runtime.types import AnnotatedLLMResponse, ChunkDelta, TokenUsage
@@ -116,6 +119,7 @@ def _modality_counts(details: Any) -> dict[str, int]:
 # A pydantic model class -> its field names (``model_fields`` is a class property that costs a call per read).
 _FIELDS: dict[type, tuple[str, ...]] = {}
 _PLAIN = frozenset({int, str, float, bool, bytes})  # the values no model is of (most of a usage's)
+_is_set = partial(is_not, None)
 
 
 def dumped(value: Any) -> Any:
@@ -131,7 +135,12 @@ def dumped(value: Any) -> Any:
         names = _FIELDS[cls] = tuple(fields)
     # A pydantic model's ``__dict__`` holds its fields, in their order (pydantic fills it so), and with
     # ``extra='forbid'`` nothing else: read there whole, not by ``getattr`` one field at a time.
-    out: dict[str, Any] = {name: item for name, item in value.__dict__.items() if item is not None}
+    # Its set fields picked in C (``compress`` by ``is not None``, the values in the items' order): a comprehension
+    # ran a dozen opcodes for each of a usage's dozen fields, most of them None.
+    fields = value.__dict__
+    out: dict[str, Any] = dict(compress(fields.items(), map(_is_set, fields.values())))
+    if _PLAIN.issuperset(map(type, out.values())):  # a usage's counts: nothing in it to dump further
+        return out
     for name, item in out.items():
         kind = type(item)
         if kind is list:

@@ -46,11 +46,20 @@ class Group:
         self.turn = turn
         self.call = calls.open_call_in(turn, None, _ROLE)
         self.closed = False
-        self.streams: list[Any] = []  # its async attempts' managed streams, closed with the public stream
+        # Its async attempts' managed streams, closed with the public stream (``keep``); made by the first, not by
+        # every call.
+        self.streams: list[Any] | None = None
 
     @property
     def metadata(self) -> dict[str, Any]:
         return {cv.API_REQUEST_ID: self.call.api_request_id, cv.CALL_ROLE: _ROLE}
+
+    def keep(self, stream: Any) -> None:
+        """An async attempt's managed stream: closed with the public stream (``GroupedAsyncIterator.aclose``)."""
+        if self.streams is None:
+            self.streams = [stream]
+        else:
+            self.streams.append(stream)
 
     def close(self, error: BaseException | None, outcome: str | None = None) -> None:
         if self.closed:
@@ -96,7 +105,9 @@ def grouped(call: Callable[..., Any], streaming: bool, /, *args: Any, **kwargs: 
     finally:
         current.reset(token)
     if streaming:
-        return GroupedIterator(group, result)
+        stream = _grouped_stream(group, result)
+        next(stream)  # started: see ``_grouped_stream``
+        return stream
     group.close(None)
     return result
 
@@ -122,50 +133,46 @@ async def grouped_async(call: Callable[..., Any], streaming: bool, /, *args: Any
     return result
 
 
-class GroupedIterator:
-    """A public method's stream, read with its logical call current; the call closes when it ends."""
+def _grouped_stream(group: Group, source: Iterator[Any]) -> Iterator[Any]:
+    """A public method's stream, read with its logical call current; the call closes when it ends.
 
-    __slots__ = ("group", "source")
-
-    def __init__(self, group: Group, source: Iterator[Any]) -> None:
-        self.group = group
-        self.source = source
-
-    def __iter__(self) -> GroupedIterator:
-        return self
-
-    def __next__(self) -> Any:
-        token = current.set(self.group)
-        try:
-            return next(self.source)
-        except StopIteration:
-            self.group.close(None)
-            raise
-        except BaseException as exc:
-            self.group.close(exc)
-            raise
-        finally:
+    A generator (as the SDK's own stream is), not a class with a ``__next__``: the source's end is its ``for``
+    loop's, where a ``__next__`` caught the ``StopIteration`` the source raised and raised it again, at every stream's
+    end (the exception, its traceback and a frame more on every chunk cost more than the rest of this layer).
+    ``grouped`` starts it at its first ``yield``: closed or dropped before its first chunk, the call still closes.
+    The call is current only while the source runs (each step between setting and resetting it): never at a yield,
+    where the caller's own code runs, in whatever context it resumes this in.
+    """
+    token = None
+    try:
+        yield None  # where ``grouped`` starts it
+        token = current.set(group)
+        for chunk in source:
             current.reset(token)
-
-    def close(self) -> None:
-        token = current.set(self.group)
+            token = None
+            yield chunk
+            token = current.set(group)
+        group.close(None)  # read out: its call ends with its last attempt's outcome
+    except GeneratorExit:
+        # Closed at a yield (``close()``, or dropped unread): the source is closed with the call current, then the
+        # call ends cancelled (one read out closed it already: a stream still open was stopped early).
+        if token is None:
+            token = current.set(group)
         try:
-            close = getattr(self.source, "close", None)
+            close = getattr(source, "close", None)
             if close is not None:
                 close()
         finally:
             current.reset(token)
-            # A stream read out closed its call already: one still open was stopped early.
-            self.group.close(None, _CANCELLED)
-
-    def __del__(self) -> None:
-        # Dropped unread: left open, the call would end with the turn's outcome, a success never had.
-        try:
-            group = self.group
-        except AttributeError:  # __init__ never ran to the end
-            return
-        if not group.closed:
-            self.close()
+            token = None
+            group.close(None, _CANCELLED)
+        raise
+    except BaseException as exc:  # the source failed (or the caller threw into a yield)
+        group.close(exc)
+        raise
+    finally:
+        if token is not None:
+            current.reset(token)
 
 
 class GroupedAsyncIterator:
@@ -207,7 +214,7 @@ class GroupedAsyncIterator:
             if not group.closed:
                 # Closing the SDK's async generator leaves the request it was reading open until the event loop
                 # finalizes it: closed here, its attempt ends (cancelled) before the call it is part of.
-                for stream in group.streams:
+                for stream in group.streams or ():
                     await stream.aclose()
         finally:
             # Not the last attempt's outcome: the call was stopped before its stream ended.
@@ -222,7 +229,7 @@ class GroupedAsyncIterator:
             return
         # Dropped unclosed (``async for ... break``, a cancelled reader): nothing can be awaited here, and the
         # SDK's generator waits for the loop to finalize it, so its attempts end now (cancelled), before their call.
-        for stream in group.streams:
+        for stream in group.streams or ():
             fail_stream(stream, None, _CANCELLED)
         group.close(None, _CANCELLED)
 

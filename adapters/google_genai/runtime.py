@@ -14,7 +14,6 @@ continuation) into one logical call.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from functools import partial
 from types import MappingProxyType
 from typing import Any
 
@@ -90,26 +89,6 @@ def _sent_nothing() -> None:
         attempt.metadata[cv.SENT] = False  # refused before any HTTP try (the SDK's own checks)
 
 
-def _begin_send(call: Call, request: LLMRequest) -> tuple[dict[str, Any], cassette.Bound | None]:
-    """What the SDK method is called with (a copy of the request's content, as the splat makes one anyway),
-    and the cassette tape bound around it, if one is in use."""
-    if call.sent:  # an execution intercept's second call counts afresh (the first finds no count to drop)
-        attempt = current_attempt()
-        if attempt is not None:
-            attempt.metadata.pop(cv.SDK_RETRIES, None)
-    call.sent = True
-    # ``request.kwargs()`` without its frame. A plain dict to splat: the read-only view itself would cost the
-    # splat a generic mapping merge (its keys(), then a lookup per key), several times a dict's copy.
-    content = request._content
-    kwargs = content.copy() if type(content) is MappingProxyType else dict(content)
-    extra = kwargs.pop(_EXTRA_BODY, None)
-    headers = request._headers  # raw_headers(), without the call
-    if headers or extra is not None or call.transport is not None:
-        # The caller's http_options, kept off the record, go back on; headers an intercept added travel in them.
-        kwargs["config"] = _with_transport(kwargs.get("config"), call.transport, headers, extra)
-    return kwargs, call.bound(kwargs, extra) if cassettes.current() is not None else None
-
-
 def _without_transport(kwargs: dict[str, Any]) -> tuple[dict[str, Any], Any]:
     """``kwargs`` with no ``http_options`` in their config, and those options (None when there are none).
 
@@ -164,14 +143,26 @@ def _with_transport(config: Any, options: Any, headers: Any, extra: Any = None) 
 
 
 class Call:
-    """One attempt's identity, worked out before anything is recorded or sent."""
+    """One attempt's identity, worked out before anything is recorded or sent, and the attempt itself when it is
+    made directly of its public method's logical call (``attempt``; None when it is not in one, or that call no
+    longer takes attempts: then ``options`` go to ``calls``)."""
 
-    __slots__ = ("codec", "group", "metadata", "model", "name", "request", "sent", "state", "transport")
+    __slots__ = (
+        "attempt", "codec", "group", "kwargs", "metadata", "model", "name", "request", "sent", "state", "transport",
+        "wrapped",
+    )  # fmt: skip
 
-    def __init__(self, models: Any, kind: str, kwargs: dict[str, Any], provider: str | None) -> None:
+    def __init__(
+        self, models: Any, wrapped: Callable[..., Any], kind: str, kwargs: dict[str, Any], provider: str | None
+    ) -> None:
+        self.wrapped = wrapped  # what ``send`` calls: the SDK's method (a stream's: one that opens it too)
         api_client = models._api_client
         self.state = state = api_client.__dict__.get(_STATE) or state_of(api_client)
-        redaction.remember_secret(state.key)
+        key = state.key
+        # Remembered again before every call (the newest keys are kept, and tests forget them), but looked for
+        # first without ``remember_secret``'s frame: it is there on every call after the first.
+        if key is not None and key not in redaction._secrets:
+            redaction.remember_secret(key)
         # The provider: ``instrument(client, provider=...)``, then ``set_route``'s, then the client's own.
         if provider:
             name = provider
@@ -183,33 +174,35 @@ class Call:
         # identity (an ``@auxiliary_call``'s next attempt, or none).
         group = self.group = logical.current.get()
         self.metadata = next_attempt_metadata() if group is None else None
-        self.codec = CODECS.get((name, kind)) or codec_for(name, kind)  # the lookup without a frame, mostly
+        self.codec = codec = CODECS.get((name, kind)) or codec_for(name, kind)  # the lookup without a frame, mostly
         model = kwargs.get("model")
-        self.model = model if isinstance(model, str) else None
-        kwargs, self.transport = _without_transport(kwargs)
+        self.model = model = model if isinstance(model, str) else None
+        # ``_without_transport``'s first test, without its frame: the SDK's own calls mostly pass no config.
+        if kwargs.get("config") is None:
+            self.transport = None
+        else:
+            kwargs, self.transport = _without_transport(kwargs)
         # Its own dict (the ``**kwargs`` the SDK's call made, or ``_without_transport``'s new one): taken, not copied.
-        self.request = request_taking(kwargs)
+        self.kwargs = kwargs
+        self.request = request = request_taking(kwargs)
         self.sent = False  # whether the SDK method was called for this attempt yet
-
-    def grouped_attempt(self) -> Attempt | None:
-        """This attempt made directly of its public method's logical call; None when it is not in one
-        (or that call no longer takes attempts): then ``options`` go to ``calls``."""
-        group = self.group
-        if group is None or session.managed_turn() is not group.turn:
-            return None
-        attempt = calls.attempt_of(group.turn, group.call, self.request, self.name, self.model, self.codec)
-        if attempt is not None and self.state.metadata:
-            attempt.metadata.update(self.state.metadata)
-        return attempt
-
-    def grouped_stream(self) -> Attempt | None:
-        """``grouped_attempt`` for a stream (opened with ``relay.llm.open_stream``). The client's metadata
-        leads the attempt's own, as it does when ``options`` go to ``calls.stream_current``."""
-        group = self.group
-        if group is None or session.managed_turn() is not group.turn:
-            return None
-        return calls.attempt_of(group.turn, group.call, self.request, self.name, self.model, self.codec,
-                                streaming=True, metadata=self.state.metadata)  # fmt: skip
+        self.attempt: Attempt | None = None
+        if group is None:
+            return
+        # Made here, not in a method of its own: one frame fewer on every grouped attempt.
+        turn = group.turn
+        if session.managed_turn() is not turn:
+            return
+        if kind == STREAM:
+            # Opened with ``relay.llm.open_stream``. The client's metadata leads the attempt's own, as it does when
+            # ``options`` go to ``calls.stream_current``.
+            self.attempt = calls.attempt_of(
+                turn, group.call, request, name, model, codec, streaming=True, metadata=state.metadata
+            )
+        else:
+            self.attempt = attempt = calls.attempt_of(turn, group.call, request, name, model, codec)
+            if attempt is not None and state.metadata:
+                attempt.metadata.update(state.metadata)
 
     def options(self) -> dict[str, Any]:
         """``calls.execute_current`` / ``stream_current``'s keyword arguments for this attempt."""
@@ -223,37 +216,63 @@ class Call:
             "codec": self.codec, "defer_logical_completion": group is not None or metadata is not None,
         }  # fmt: skip
 
+    def arguments(self, request: LLMRequest) -> tuple[dict[str, Any], cassette.Bound | None]:
+        """What the SDK method is called with for ``request``, and the cassette tape bound around it, if one is
+        in use."""
+        if self.sent:  # an execution intercept's second call counts afresh (the first finds no count to drop)
+            attempt = current_attempt()
+            if attempt is not None:
+                attempt.metadata.pop(cv.SDK_RETRIES, None)
+        self.sent = True
+        headers = request._headers  # raw_headers(), without the call
+        kwargs = self.kwargs
+        extra = None
+        if request is not self.request or headers or self.transport is not None or _EXTRA_BODY in kwargs:
+            # A copy of the request's content (``request.kwargs()`` without its frame). A plain dict to splat: the
+            # read-only view itself would cost the splat a generic mapping merge (its keys(), then a lookup per
+            # key), several times a dict's copy.
+            content = request._content
+            kwargs = content.copy() if type(content) is MappingProxyType else dict(content)
+            extra = kwargs.pop(_EXTRA_BODY, None)
+            if headers or extra is not None or self.transport is not None:
+                # The caller's http_options, kept off the record, go back on; headers an intercept added travel in
+                # them.
+                kwargs["config"] = _with_transport(kwargs.get("config"), self.transport, headers, extra)
+        # Else the request is the one the SDK's call made, with nothing to put back on: its own dict, splatted as it
+        # is (the splat only reads it, and nothing else writes to it), not a copy of it.
+        return kwargs, self.bound(kwargs, extra) if cassettes.current() is not None else None
+
+    def send(self, request: LLMRequest) -> Any:
+        """The attempt's provider call: the SDK's method called with ``request``. A bound method is what
+        ``relay.llm`` calls: no partial made for every call."""
+        kwargs, bound = self.arguments(request)
+        try:
+            if bound is None:
+                return self.wrapped(**kwargs)
+            with bound:
+                return self.wrapped(**kwargs)
+        except BaseException as exc:
+            _tag(exc)
+            _sent_nothing()
+            raise
+
+    async def send_async(self, request: LLMRequest) -> Any:
+        kwargs, bound = self.arguments(request)
+        try:
+            if bound is None:
+                return await self.wrapped(**kwargs)
+            with bound:
+                return await self.wrapped(**kwargs)
+        except BaseException as exc:
+            _tag(exc)
+            _sent_nothing()
+            raise
+
     def bound(self, kwargs: Mapping[str, Any], extra: Any) -> cassette.Bound:
         """The tape of the cassette in use (the caller checked there is one) bound around the SDK call;
         ``extra``: the ``extra_body`` sent with it."""
         key = self.state.key
         return cassette.Bound(self.codec, kwargs, {key} if key else set(), extra)
-
-
-def _send(wrapped: Callable[..., Any], call: Call, request: LLMRequest) -> Any:
-    kwargs, bound = _begin_send(call, request)
-    try:
-        if bound is None:
-            return wrapped(**kwargs)
-        with bound:
-            return wrapped(**kwargs)
-    except BaseException as exc:
-        _tag(exc)
-        _sent_nothing()
-        raise
-
-
-async def _send_async(wrapped: Callable[..., Any], call: Call, request: LLMRequest) -> Any:
-    kwargs, bound = _begin_send(call, request)
-    try:
-        if bound is None:
-            return await wrapped(**kwargs)
-        with bound:
-            return await wrapped(**kwargs)
-    except BaseException as exc:
-        _tag(exc)
-        _sent_nothing()
-        raise
 
 
 # Each ``managed_*`` is an instrumented per-request method with its first four arguments bound (``__init__._attempt``):
@@ -283,23 +302,21 @@ def managed_call(
     """``wrapped(**kwargs)`` (``_generate_content`` or ``_embed_content``) as one attempt."""
     if args or _inside.get():
         return wrapped(*args, **kwargs)
-    call = Call(models, kind, kwargs, provider)
-    send = partial(_send, wrapped, call)  # a partial, not a closure: one frame fewer per call
-    attempt = call.grouped_attempt()
+    call = Call(models, wrapped, kind, kwargs, provider)
+    attempt = call.attempt
     if attempt is not None:
-        return attempt.relay.llm.run(attempt, send)
-    return calls.execute_current(call.request, send, **call.options())
+        return attempt.relay.llm.run(attempt, call.send)
+    return calls.execute_current(call.request, call.send, **call.options())
 
 
 async def _call_async(
     models: Any, wrapped: Callable[..., Any], kind: str, kwargs: dict[str, Any], provider: str | None
 ) -> Any:
-    call = Call(models, kind, kwargs, provider)
-    send = partial(_send_async, wrapped, call)
-    attempt = call.grouped_attempt()
+    call = Call(models, wrapped, kind, kwargs, provider)
+    attempt = call.attempt
     if attempt is not None:
-        return await attempt.relay.llm.run_async(attempt, send)
-    return await calls.execute_current_async(call.request, send, **call.options())
+        return await attempt.relay.llm.run_async(attempt, call.send_async)
+    return await calls.execute_current_async(call.request, call.send_async, **call.options())
 
 
 def _opened(source: Iterator[Any]) -> Iterator[Any]:
@@ -333,13 +350,13 @@ def _rest(first: Any, source: Iterator[Any]) -> Iterator[Any]:
 def _stream(
     models: Any, wrapped: Callable[..., Any], kind: str, kwargs: dict[str, Any], provider: str | None
 ) -> Iterator[Any]:
-    call = Call(models, kind, kwargs, provider)
-    factory = partial(_send, lambda **k: _opened(wrapped(**k)), call)
-    attempt = call.grouped_stream()
+    # Sent, the stream is opened too: its first chunk read, the request sent (or refused) inside ``send``.
+    call = Call(models, lambda **k: _opened(wrapped(**k)), kind, kwargs, provider)
+    attempt = call.attempt
     if attempt is not None:
-        stream = attempt.relay.llm.open_stream(attempt, factory)
+        stream = attempt.relay.llm.open_stream(attempt, call.send)
     else:
-        stream = calls.stream_current(call.request, factory, **call.options())
+        stream = calls.stream_current(call.request, call.send, **call.options())
     try:
         yield from stream
     except BaseException:  # closed early (GeneratorExit), or the stream failed: it closes its source now
@@ -380,15 +397,15 @@ class _Tagging:
 async def _stream_async(
     models: Any, wrapped: Callable[..., Any], kind: str, kwargs: dict[str, Any], provider: str | None
 ) -> AsyncIterator[Any]:
-    call = Call(models, kind, kwargs, provider)
+    call = Call(models, wrapped, kind, kwargs, provider)
 
     async def open_stream(request: LLMRequest) -> Any:
-        return _Tagging(await _send_async(wrapped, call, request))
+        return _Tagging(await call.send_async(request))
 
-    attempt = call.grouped_stream()
+    attempt = call.attempt
     if attempt is not None and call.group is not None:
         stream = await attempt.relay.llm.open_stream_async(attempt, open_stream)
-        call.group.streams.append(stream)  # closed with the public stream (logical.GroupedAsyncIterator.aclose)
+        call.group.keep(stream)  # closed with the public stream
         return stream
     return await calls.stream_current_async(call.request, open_stream, **call.options())
 
