@@ -212,13 +212,22 @@ async def _handle(original: Middleware, middleware: Any, relay: Any, method: str
         attributes = _request_attributes(ctx, method, target)
         hints = mc.hints(method, target, "server", attributes, known)
         is_tool = method == mc.TOOLS_CALL and target is not None
-        handle_ = relay.scope.push(
-            target if is_tool and target else hints["name"],
+        name = target if is_tool and target else hints["name"]
+        if type(name) is not str or not name:
+            raise ValueError(f"no scope name for {method!r}")  # served as it would be without us, below
+        # ``opened``, not ``push``: the metadata is ours, its kind and span hints, with nothing of the caller's to
+        # read for credentials on every request (``redact_metadata`` passes span hints by anyway).
+        handle_ = relay.scope.opened(
+            name,
             _TOOL if is_tool else _CUSTOM,
-            input=params.get("arguments") if is_tool and params is not None else None,
-            metadata={cv.KIND: cv.TOOL, cv.SPAN_HINTS: hints} if is_tool else {cv.SPAN_HINTS: hints},
-            remote_parent=remote,
-            remote_tracestate=meta.get("tracestate") if remote is not None else None,
+            None,  # parent: the remote one, or none
+            params.get("arguments") if is_tool and params is not None else None,
+            {cv.KIND: cv.TOOL, cv.SPAN_HINTS: hints} if is_tool else {cv.SPAN_HINTS: hints},
+            None,  # data
+            True,  # attach
+            False,  # root
+            remote,
+            meta.get("tracestate") if remote is not None else None,
         )
     except Exception:
         # Our bookkeeping failed: the request is served as it would be without us.
