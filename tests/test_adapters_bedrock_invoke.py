@@ -506,3 +506,25 @@ def test_the_streams_of_other_families_record_their_text_as_it_streams(
     assert (end.annotated_response.usage.input_tokens, end.annotated_response.usage.output_tokens) == (4, 2)
     marks = [m.data["delta"].text for m in relay_events.marks(name=CHUNK_MARK) if m.data.get("delta") is not None]
     assert "".join(t or "" for t in marks) == "Bonjour"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [{"output": "not a message"}, {"output": {"message": {"content": "text, not blocks"}}}, {"outputs": "x"},
+     {"outputs": [None, 5, {"text": 7}]}, {"results": 5}, {"choices": [None, "x", {"message": "y"}]},
+     {"text": 5, "finish_reason": ["x"]}, {"generations": {"text": "a dict, not a list"}},
+     {"output": {"message": {"content": [{"text": "ok"}]}}, "usage": ["not", "a", "dict"]}],
+)  # fmt: skip
+def test_an_other_familys_answer_of_an_odd_shape_is_recorded_as_far_as_it_reads(
+    relay_turn, relay_events, client, bedrock_server, answer
+) -> None:
+    """A body of one of those shapes with the wrong types in it (a proxy's, a new model's) costs the record what
+    it cannot read, never the call: the caller gets the body as ever and the attempt ends a success."""
+    bedrock_server.replies.append(raw_reply(answer, **{"X-Amzn-Bedrock-Input-Token-Count": "3"}))
+    response = client.invoke_model(modelId=NOVA, body=json.dumps({"prompt": "hi"}))
+    assert json.loads(response["body"].read()) == answer
+    end = only(relay_events)
+    assert end.outcome == "success"
+    annotated = end.annotated_response
+    assert annotated.output_text in (None, "ok")
+    assert annotated.usage.input_tokens == 3  # the headers' count, where the body gave none it could read
