@@ -22,10 +22,10 @@ from opentelemetry.trace import SpanContext
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from relay_runtime.attempt import current_attempt
+from relay_runtime.trace_context import FLAGS_TEXT
 from relay_runtime.types import LLMRequest
 
 from .deferred import _DEFAULT_TRACE_STATE, DeferredSpan
-from .span_context import FLAGS_TEXT
 
 if TYPE_CHECKING:
     from .exporter import OTelExporter

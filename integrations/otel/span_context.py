@@ -13,6 +13,8 @@ from opentelemetry import trace as trace_api
 from opentelemetry.context import Context
 from opentelemetry.trace import Span
 
+from relay_runtime.trace_context import FLAGS_TEXT
+
 if TYPE_CHECKING:
     from .exporter import OTelExporter
 
@@ -39,14 +41,11 @@ def traceparent_for(exporter: OTelExporter, scope_uuid: str) -> str | None:
     return traceparent(sc.trace_id, sc.span_id, sc.trace_flags)
 
 
-# ``-<flags>``, for each value flags can hold: formatting a number with a spec (``f"{n:02x}"``) costs several
-# hundred nanoseconds, a traceparent three of them; the ids' own bytes in hex cost a fraction of that.
-FLAGS_TEXT = {flags: f"-{flags:02x}" for flags in range(256)}
-
-
 def traceparent(trace_id: int, span_id: int, flags: int) -> str:
     """``f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"`` for the ids of a valid span context (within 128 and 64
-    bits), made at a fraction of its cost; ``propagation.carrier`` writes it out."""
+    bits), made at a fraction of its cost: the ids as their own bytes in hex, the flags from the core's table
+    (``trace_context.FLAGS_TEXT``), where each format spec costs several hundred nanoseconds. ``propagation.carrier``
+    writes it out."""
     tail = FLAGS_TEXT.get(flags) or f"-{flags:02x}"
     return f"00-{trace_id.to_bytes(16).hex()}-{span_id.to_bytes(8).hex()}{tail}"
 
