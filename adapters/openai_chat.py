@@ -177,17 +177,19 @@ def _unindexed_slot(calls: dict[int, ToolCallParts], call_id: str | None) -> int
     return last
 
 
-def _add_legacy(parts: _ChoiceParts, fragment: Any) -> int:
-    """A legacy ``function_call`` fragment added to its choice's; the characters it carried."""
-    call = parts.function_call
-    if call is None:
-        call = parts.function_call = ToolCallParts()
-    name, arguments = as_str(get(fragment, "name")), as_str(get(fragment, "arguments"))
+def _fold(call: ToolCallParts, function: Any) -> int:
+    """A fragment's function (a tool call's, or a legacy ``function_call`` itself) folded into ``call``: its name,
+    and its piece of the arguments; the characters it carried."""
+    carried = 0
+    name = as_str(get(function, "name"))
     if name:
         call.name = name
+        carried += len(name)
+    arguments = as_str(get(function, "arguments"))
     if arguments:
         call.arguments.append(arguments)
-    return len(name or "") + len(arguments or "")
+        carried += len(arguments)
+    return carried
 
 
 class ChatAccumulator:
@@ -261,7 +263,9 @@ class ChatAccumulator:
                 legacy = get(delta, "function_call")
                 if legacy is not None:
                     said = True
-                    extra += _add_legacy(parts, legacy)
+                    if parts.function_call is None:
+                        parts.function_call = ToolCallParts()
+                    extra += _fold(parts.function_call, legacy)
             for fragment in fragments:
                 said = True
                 slot = as_int(get(fragment, "index"))
@@ -271,15 +275,7 @@ class ChatAccumulator:
                 if call is None:
                     call = parts.tool_calls[slot] = ToolCallParts()
                 call.id = as_str(get(fragment, "id")) or call.id
-                function = get(fragment, "function")
-                name = as_str(get(function, "name"))
-                if name:
-                    call.name = name
-                    extra += len(name)
-                arguments = as_str(get(function, "arguments"))
-                if arguments:
-                    call.arguments.append(arguments)
-                    extra += len(arguments)
+                extra += _fold(call, get(fragment, "function"))
         if text or reasoning or new_model or said or extra:
             return ChunkDelta(text=text, reasoning=reasoning, model=new_model, extra_chars=extra)
         return None
