@@ -48,15 +48,38 @@ def message_view(message: Any) -> dict[str, Any]:
     return view
 
 
+_SCALARS = frozenset({type(None), bool, int, float})
+
+
 def plain(value: Any, depth: int = 0) -> Any:
     """``value`` as JSON-ready data for events (messages as views, long strings and lists cut)."""
+    # The exact built-in types first, asked by identity: a graph's state is mostly dicts, lists and strings, read
+    # at every run's start and end, where each ``isinstance`` against an ABC or a union runs the slow protocol.
+    kind = type(value)
+    if kind is str:
+        return value if len(value) <= _MAX_TEXT else _cut(value)
+    if kind in _SCALARS:
+        return value
+    if depth < _MAX_DEPTH:
+        if kind is dict:
+            items = list(value.items())  # one C call: a dict another thread changes meanwhile is read as it was
+            return {k if type(k) is str else str(k): plain(v, depth + 1) for k, v in items[:_MAX_ITEMS]}
+        if kind is list:
+            return [plain(v, depth + 1) for v in value[:_MAX_ITEMS]]
+    return _plain_other(value, depth)
+
+
+def _cut(value: str) -> str:
+    kept = head(value, _MAX_TEXT)  # no value cut in two: its first half would pass the redaction policy
+    return f"{kept}... [{len(value) - len(kept)} more chars]"
+
+
+def _plain_other(value: Any, depth: int) -> Any:
+    """``plain`` for what is not an exact dict, list, string or scalar (subclasses too)."""
     if value is None or isinstance(value, bool | int | float):
         return value
     if isinstance(value, str):
-        if len(value) <= _MAX_TEXT:
-            return value
-        kept = head(value, _MAX_TEXT)  # no value cut in two: its first half would pass the redaction policy
-        return f"{kept}... [{len(value) - len(kept)} more chars]"
+        return value if len(value) <= _MAX_TEXT else _cut(value)
     if depth >= _MAX_DEPTH:
         return repr(type(value).__name__)
     if isinstance(value, BaseMessage):
