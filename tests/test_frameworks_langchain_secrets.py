@@ -112,3 +112,30 @@ def test_tool_arguments_hold_no_credentials(relay_turn, relay_events) -> None:
     )
     assert PASSWORD not in _records(relay_events)
     assert relay_events.ends(name="sign_in")[0].output == "welcome ada"
+
+
+def test_what_a_run_brings_to_its_scopes_metadata_holds_no_remembered_key(relay_turn, relay_events) -> None:
+    """The handler's own metadata keys (its framework, the run id) are not read for credentials; what the run
+    brought (a tool call's id, a graph node's name) still is."""
+    from uuid import uuid4
+
+    redaction.remember_secret(CLIENT_KEY)
+    handler = RelayCallbackHandler()
+    run = uuid4()
+    handler.on_tool_start({"name": "lookup"}, "q", run_id=run, tool_call_id=f"call-{CLIENT_KEY}")
+    handler.on_tool_end("found", run_id=run)
+    (start,) = relay_events.starts(name="lookup")
+    assert start.metadata["langchain.run_id"] == str(run)
+    assert CLIENT_KEY not in start.metadata["tool_call_id"]
+    assert CLIENT_KEY not in _records(relay_events)
+
+
+def test_a_run_named_by_something_else_than_text_is_a_scope_named_by_its_text(relay_turn, relay_events) -> None:
+    from uuid import uuid4
+
+    handler = RelayCallbackHandler()
+    run = uuid4()
+    handler.on_chain_start({}, {"q": 1}, run_id=run, name=42)
+    handler.on_chain_end({"a": 2}, run_id=run)
+    (end,) = relay_events.ends(name="42")
+    assert end.outcome == "success" and end.output == {"a": 2}

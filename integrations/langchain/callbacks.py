@@ -37,6 +37,7 @@ from relay_runtime import conventions as cv
 from relay_runtime import session
 from relay_runtime.attempt_views import recorded_view
 from relay_runtime.calls import open_call_in
+from relay_runtime.redaction import redact_metadata
 from relay_runtime.scopes import ScopeHandle, outcome_of
 from relay_runtime.session import Turn
 from relay_runtime.tools import control_flow_output
@@ -158,10 +159,15 @@ class RelayCallbackHandler(BaseCallbackHandler):
         if scope_type is None:
             known = parent_run_id is not None and parent_run_id.int in self._runs
             scope_type = ScopeType.FUNCTION.value if known else ScopeType.AGENT.value
-        meta = {FRAMEWORK: self.framework, RUN_ID: str(run_id), **(metadata or {})}
-        handle = turn.relay.scope.push(
-            name, scope_type, parent=parent, attach=False, input=plain(inputs), metadata=meta
-        )
+        if not isinstance(name, str):  # a run named by something else than text: the scope is named by its text
+            name = str(name) or "run"
+        # The handler's own keys hold its framework's name and the run's id: only what the run brought (a graph
+        # node's name, a tool call's id) is read for credentials, and the scope opened with ``opened``, which reads
+        # no metadata again (two chain scopes per graph node run: about 100 instructions each).
+        meta = {FRAMEWORK: self.framework, RUN_ID: str(run_id)}
+        if metadata:
+            meta.update(redact_metadata(metadata))
+        handle = turn.relay.scope.opened(name, scope_type, parent, plain(inputs), meta, None, False)
         self._follow(run_id, FrameworkRun(turn, handle, own=True, token=enter_scope(handle)))
 
     def _close(self, run_id: UUID, output: Any = None, error: BaseException | None = None) -> None:
