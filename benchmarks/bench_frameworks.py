@@ -398,13 +398,18 @@ def report_instructions() -> None:
           "  (LangChain's own cost of any handler)")  # fmt: skip
 
 
-def main() -> None:
+def run_benches(*benches: Callable[[], None]) -> None:
+    """Each of ``benches`` in turn, under one heading; one whose framework is not installed says so."""
     print(f"python {sys.version.split()[0]}; medians of {ROUNDS} samples; CPU us per call (machine shared)")
-    for bench in (bench_langchain, bench_agents):
+    for bench in benches:
         try:
             bench()
         except ImportError as exc:
             print(f"{bench.__name__}: framework not installed ({exc}); pip install -e '.[frameworks]'")
+
+
+def main() -> None:
+    run_benches(bench_langchain, bench_agents)
     asyncio.set_event_loop(None)
     if instructions.available():
         report_instructions()

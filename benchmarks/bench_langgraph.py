@@ -15,12 +15,11 @@ Run: ``python -m benchmarks langgraph`` (needs the ``frameworks`` extra).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import Any
 
 from benchmarks.bench_core import Timing, _line, compare_async, compare_sync
-from benchmarks.bench_frameworks import BUDGET_US, ROUNDS, _fake_model, _noop_handler, managed_turn
+from benchmarks.bench_frameworks import BUDGET_US, ROUNDS, _fake_model, _noop_handler, managed_turn, run_benches
 
 CALLS = 300
 MODEL_CALLS = 5
@@ -123,12 +122,7 @@ def _timed(calls: dict[str, Callable[[], Any]]) -> dict[str, Timing]:
 
 
 def main() -> None:
-    print(f"python {sys.version.split()[0]}; medians of {ROUNDS} samples; CPU us per call (machine shared)")
-    for bench in (bench_graph, bench_tool_node):
-        try:
-            bench()
-        except ImportError as exc:
-            print(f"{bench.__name__}: framework not installed ({exc}); pip install -e '.[frameworks]'")
+    run_benches(bench_graph, bench_tool_node)
 
 
 if __name__ == "__main__":
