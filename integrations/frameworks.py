@@ -111,11 +111,38 @@ def require(module: str, extra: str, integration: str) -> Any:
         ) from exc
 
 
+# A framework whose scope may stay set here after its code has left (a LangChain chain streamed: between chunks the
+# caller's own code runs where the chain began) says, by the metadata key its scopes carry, which scope the code
+# running here is inside of: the scope itself, or the one set before it (``still_here``).
+_SCOPES_HERE: dict[str, Callable[[ScopeHandle], ScopeHandle | None]] = {}
+
+
+def still_here(key: str, check: Callable[[ScopeHandle], ScopeHandle | None]) -> None:
+    """Have ``current_parent`` ask ``check(scope)`` of a framework scope whose metadata holds ``key``: the scope
+    the code running here is inside of (``scope``, or the framework scope set before it)."""
+    _SCOPES_HERE[key] = check
+
+
 def current_parent(turn: Turn) -> ScopeHandle | None:
     """The framework scope open here when it is still open and belongs to ``turn``'s relay, else None."""
     scope = framework_scope.get()
+    if scope is not None and _SCOPES_HERE:
+        scope = _here(scope)
     if scope is None or scope.ended or scope.trace_id != _trace_of(turn):
         return None
+    return scope
+
+
+def _here(scope: ScopeHandle | None) -> ScopeHandle | None:
+    while scope is not None:
+        metadata = scope.metadata or {}
+        key = next((key for key in _SCOPES_HERE if key in metadata), None)
+        if key is None:
+            return scope  # no framework that asks: the scope set here is the one
+        here = _SCOPES_HERE[key](scope)
+        if here is scope:
+            return scope
+        scope = here
     return scope
 
 

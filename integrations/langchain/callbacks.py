@@ -20,7 +20,8 @@ one registry, and a run some handler already follows is not followed again.
 
 Scopes are opened *detached*: LangChain ends runs in its own order (parallel branches, streams
 closed late) and from other contexts, which a scope stack cannot follow. Code running inside a
-run finds its scope through ``frameworks.framework_scope``. The handler fails open: its own errors
+run finds its scope through ``frameworks.framework_scope``; the caller's own code between a streamed
+chain's chunks, where that scope stays set, does not (``inside``). The handler fails open: its own errors
 are counted in the relay's diagnostics, never raised into the agent.
 """
 
@@ -43,9 +44,19 @@ from relay_runtime.session import Turn
 from relay_runtime.tools import control_flow_output
 from relay_runtime.types import ScopeType
 
-from ..frameworks import FrameworkRun, ModelCall, current_parent, deferred, deferred_answer, enter_scope, leave_scope
+from ..frameworks import (
+    FrameworkRun,
+    ModelCall,
+    current_parent,
+    deferred,
+    deferred_answer,
+    enter_scope,
+    leave_scope,
+    still_here,
+)
 from . import models, retried
 from .codec import CODECS, codec_for, plain
+from .inside import RUN_ID, scope_here
 from .tools import ToolFailed, is_control_flow, is_error_message, is_managed
 
 # Read once: every chat model run goes through these.
@@ -60,7 +71,6 @@ _EMPTY: dict[str, Any] = {}
 _CANCELLED = "cancelled"
 
 FRAMEWORK = cv.FRAMEWORK
-RUN_ID = "langchain.run_id"
 _HIDDEN = "langsmith:hidden"
 
 # Every relay handler's runs, by run id: each callback reaches every handler on the run, and the first
@@ -71,6 +81,14 @@ _HIDDEN = "langsmith:hidden"
 _RUNS: dict[int, FrameworkRun] = {}
 _MAX_RUNS = 100_000
 _runs_lock = threading.Lock()
+
+
+def _scope_here(scope: ScopeHandle) -> ScopeHandle | None:
+    return scope_here(scope, _RUNS)
+
+
+# A chain streamed into the caller's code leaves its scope set there between chunks (see ``inside``).
+still_here(RUN_ID, _scope_here)
 
 
 def _forget_oldest() -> None:
