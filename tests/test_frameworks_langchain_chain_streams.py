@@ -91,3 +91,22 @@ def test_a_call_between_the_chunks_of_a_chain_streamed_inside_another_chains_ste
 
     assert runnables.RunnableLambda(step).with_config(run_name="outer").invoke("ab", config=CONFIG) == "abab"
     assert parents_of_calls(relay_turn, relay_events) == ["outer"]
+
+
+def test_a_call_between_a_streamed_graphs_chunks_is_not_the_graphs(relay_turn, relay_events) -> None:
+    graph_mod = need("langgraph.graph")
+    from relay_runtime.integrations.langgraph import configure_graph
+
+    def ask(state: Any) -> Any:
+        return {"messages": [model("node").invoke(state["messages"])]}
+
+    builder = graph_mod.StateGraph(graph_mod.MessagesState)
+    builder.add_node("ask", ask)
+    builder.add_node("wrap_up", lambda state: {"messages": []})
+    builder.add_edge(graph_mod.START, "ask")
+    builder.add_edge("ask", "wrap_up")
+    graph = configure_graph(builder.compile(name="graph"))
+    for i, _chunk in enumerate(graph.stream({"messages": [("user", "hi")]})):
+        if i == 0:
+            model("between").invoke("Checked?", config=CONFIG)
+    assert sorted(parents_of_calls(relay_turn, relay_events)) == ["ask", "turn"]
