@@ -93,22 +93,31 @@ class Timing:
         return out
 
 
-def _sample_sync(fn: Callable[[], Any], n: int) -> tuple[float, float]:
+def _sample_sync(fn: Callable[[], Any], n: int, done: Callable[[], Any] | None = None) -> tuple[float, float]:
     cpu, wall = _cpu(), _clock()
     for _ in range(n):
         fn()
+    if done is not None:
+        done()
     return (_cpu() - cpu) / n * 1e6, (_clock() - wall) / n * 1e6
 
 
-def compare_sync(variants: dict[str, Callable[[], Any]], n: int = CALLS, rounds: int = ROUNDS) -> dict[str, Timing]:
-    """Each variant sampled ``rounds`` times, round-robin, ``n`` calls a sample."""
+def compare_sync(
+    variants: dict[str, Callable[[], Any]],
+    n: int = CALLS,
+    rounds: int = ROUNDS,
+    after: dict[str, Callable[[], Any]] | None = None,
+) -> dict[str, Timing]:
+    """Each variant sampled ``rounds`` times, round-robin, ``n`` calls a sample; ``after[name]`` runs inside each
+    of its samples (a peer that delivers its events on a thread of its own flushes them there)."""
+    after = after or {}
     cpu: dict[str, list[float]] = {name: [] for name in variants}
     wall: dict[str, list[float]] = {name: [] for name in variants}
-    for fn in variants.values():  # warm up
-        _sample_sync(fn, max(1, n // 10))
+    for name, fn in variants.items():  # warm up
+        _sample_sync(fn, max(1, n // 10), after.get(name))
     for _ in range(rounds):
         for name, fn in variants.items():
-            c, w = _sample_sync(fn, n)
+            c, w = _sample_sync(fn, n, after.get(name))
             cpu[name].append(c)
             wall[name].append(w)
     return {name: Timing(cpu[name], wall[name]) for name in variants}
