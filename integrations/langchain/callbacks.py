@@ -181,7 +181,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
             name = str(name) or "run"
         # The handler's own keys hold its framework's name and the run's id: only what the run brought (a graph
         # node's name, a tool call's id) is read for credentials, and the scope opened with ``opened``, which reads
-        # no metadata again (two chain scopes per graph node run: about 100 instructions each).
+        # no metadata again (a graph and its node: two chain scopes a run, about 100 Python opcodes each).
         meta = {FRAMEWORK: self.framework, RUN_ID: str(run_id)}
         if metadata:
             meta.update(redact_metadata(metadata))
