@@ -1,4 +1,4 @@
-"""A thousand LangChain runs at once under ``RelayCallbackHandler``, each in a task of its own: every run's model
+"""LangChain runs at once under ``RelayCallbackHandler`` (a thousand tasks; batches on threads): every run's model
 calls nest under its own scope, every scope ends, and nothing is left followed."""
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ class EchoModel(chat_models.BaseChatModel):  # type: ignore[misc,name-defined]
         return "echo"
 
     def _generate(self, msgs: list[Any], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
-        raise NotImplementedError("async only")
+        answer = messages.AIMessage(content=f"echo {msgs[-1].content}")
+        return outputs.ChatResult(generations=[outputs.ChatGeneration(message=answer)])
 
     async def _agenerate(self, msgs: list[Any], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
         await asyncio.sleep(0)
-        answer = messages.AIMessage(content=f"echo {msgs[-1].content}")
-        return outputs.ChatResult(generations=[outputs.ChatGeneration(message=answer)])
+        return self._generate(msgs)
 
 
 def test_a_thousand_concurrent_chains_each_hold_their_own_model_calls(relay_turn, relay_events) -> None:
@@ -51,9 +51,29 @@ def test_a_thousand_concurrent_chains_each_hold_their_own_model_calls(relay_turn
 
     answers = asyncio.run(main())
     assert answers == [f"echo q{i} a|echo q{i} b" for i in range(RUNS)]
+    assert_each_chain_holds_its_own_calls(relay_turn, relay_events, RUNS)
 
+
+def test_chains_batched_on_threads_each_hold_their_own_model_calls(relay_turn, relay_events) -> None:
+    """``batch`` runs each input on a thread of LangChain's pool (the context copied to it)."""
+    model = EchoModel()
+    handler = RelayCallbackHandler()
+
+    def step(text: str) -> str:
+        inherited = model.invoke(f"{text} a")
+        own = model.invoke(f"{text} b", config={"callbacks": [handler]})
+        return f"{inherited.content}|{own.content}"
+
+    chain = runnables.RunnableLambda(step).with_config(run_name="ask")
+    inputs = [f"q{i}" for i in range(200)]
+    answers = chain.batch(inputs, config={"callbacks": [handler], "max_concurrency": 16})
+    assert answers == [f"echo {text} a|echo {text} b" for text in inputs]
+    assert_each_chain_holds_its_own_calls(relay_turn, relay_events, len(inputs))
+
+
+def assert_each_chain_holds_its_own_calls(relay_turn: Any, relay_events: Any, runs: int) -> None:
     chains = {e.uuid: e for e in relay_events.starts(name="ask")}
-    assert len(chains) == RUNS
+    assert len(chains) == runs
     calls_by_chain: dict[str, list[str]] = {uuid: [] for uuid in chains}
     asked = {e.parent_uuid: e for e in relay_events.starts(relay_kind=cv.ATTEMPT)}
     for call in relay_events.starts(relay_kind=cv.LOGICAL_CALL):
@@ -64,8 +84,8 @@ def test_a_thousand_concurrent_chains_each_hold_their_own_model_calls(relay_turn
         text = chains[uuid].input
         assert sorted(said) == [f"{text} a", f"{text} b"], (text, said)
     ends = relay_events.ends()
-    assert len([e for e in ends if e.name == "ask" and e.outcome == "success"]) == RUNS
-    assert len(relay_events.ends(relay_kind=cv.LOGICAL_CALL)) == 2 * RUNS
+    assert len([e for e in ends if e.name == "ask" and e.outcome == "success"]) == runs
+    assert len(relay_events.ends(relay_kind=cv.LOGICAL_CALL)) == 2 * runs
     assert not callbacks._RUNS  # every run followed has left the registry
     relay, _turn = relay_turn
     assert not relay.diagnostics().get("subscriber_errors")
