@@ -80,3 +80,32 @@ def test_a_rule_on_the_answers_text_acts_on_an_answer_in_blocks(
     (attempt,) = [e for e in relay_events.ends() if e.scope_type == "llm"]
     assert attempt.annotated_response.output_text == "[REDACTED]"
     assert "Seine" not in repr(attempt.output) and "Seine" not in repr(attempt.to_dict())
+
+
+def test_a_messages_tool_calls_and_call_id_are_read_wherever_its_class_keeps_them() -> None:
+    """``message_view`` reads ``tool_calls`` and ``tool_call_id`` from a message's fields, its extra fields (LangChain's
+    messages take any keyword) or a property of its class, and finds none on a message that has neither, without
+    asking pydantic for a missing attribute."""
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    from relay_runtime.integrations.langchain.codec import message_view
+
+    call = {"name": "weather", "args": {"city": "Oslo"}, "id": "c1", "type": "tool_call"}
+
+    class Relayed(HumanMessage):
+        @property
+        def tool_call_id(self) -> str:
+            return "from-a-property"
+
+    assert message_view(HumanMessage(content="hi")) == {"role": "user", "content": "hi"}
+    assert message_view(AIMessage(content="", tool_calls=[call], name="bot")) == {
+        "role": "assistant", "content": "",
+        "tool_calls": [{"id": "c1", "name": "weather", "arguments": {"city": "Oslo"}}], "name": "bot",
+    }  # fmt: skip
+    assert message_view(ToolMessage(content="sunny", tool_call_id="c1")) == {
+        "role": "tool", "content": "sunny", "tool_call_id": "c1",
+    }  # fmt: skip
+    assert message_view(HumanMessage(content="hi", tool_call_id="as-an-extra")) == {
+        "role": "user", "content": "hi", "tool_call_id": "as-an-extra",
+    }  # fmt: skip
+    assert message_view(Relayed(content="hi")) == {"role": "user", "content": "hi", "tool_call_id": "from-a-property"}

@@ -30,17 +30,40 @@ _MAX_ITEMS = 200
 _MAX_DEPTH = 8
 
 
+_MISSING = object()
+# Whether a message class has an attribute of that name beyond its fields (a property), by class and name: asked of
+# the classes' own dicts once, since ``hasattr`` on a pydantic class goes through its metaclass's ``__getattr__``.
+_CLASS_ATTRIBUTES: dict[tuple[type, str], bool] = {}
+
+
+def _attribute(message: BaseMessage, name: str) -> Any:
+    """``getattr(message, name, None)``, without asking pydantic for an attribute the message does not have: that
+    raises and catches an AttributeError (about 1.6 us), and most messages have no ``tool_calls`` (all but the
+    model's) or no ``tool_call_id`` (all but tools'), read for each message a run's inputs and outputs hold."""
+    value = message.__dict__.get(name, _MISSING)  # a field's value
+    if value is not _MISSING:
+        return value
+    extra = message.__pydantic_extra__  # LangChain's messages take extra fields
+    if extra and name in extra:
+        return extra[name]
+    key = (type(message), name)
+    declared = _CLASS_ATTRIBUTES.get(key)
+    if declared is None:
+        declared = _CLASS_ATTRIBUTES[key] = any(name in vars(k) for k in type(message).__mro__)
+    return getattr(message, name, None) if declared else None  # a property of its class, or nothing
+
+
 def message_view(message: Any) -> dict[str, Any]:
     """A LangChain message as the neutral ``{"role", "content"}`` (tool calls and ids kept)."""
     if not isinstance(message, BaseMessage):
         return {"role": "user", "content": plain(message)}
     view: dict[str, Any] = {"role": _ROLES.get(message.type, message.type), "content": plain(message.content)}
-    calls = getattr(message, "tool_calls", None)
+    calls = _attribute(message, "tool_calls")
     if calls:
         view["tool_calls"] = [
             {"id": c.get("id"), "name": c.get("name"), "arguments": plain(c.get("args"))} for c in calls
         ]
-    call_id = getattr(message, "tool_call_id", None)
+    call_id = _attribute(message, "tool_call_id")
     if call_id:
         view["tool_call_id"] = call_id
     if message.name:
