@@ -47,6 +47,9 @@ _sending: ContextVar[_Sending | None] = ContextVar("relay_mcp_sending", default=
 
 _UNSET: Any = object()
 _TOOL = ScopeType.TOOL.value
+_KIND = cv.KIND
+_TOOL_KIND = cv.TOOL
+_SPAN_HINTS = cv.SPAN_HINTS
 _CUSTOM = ScopeType.CUSTOM.value
 # What the SDK's span hook is told that the scope's end carries.
 _REPORTED = ("jsonrpc.request.id", "rpc.response.status_code")
@@ -333,7 +336,13 @@ async def _tool_call(
         # A framework already opened this call's tool scope (and ran the relay's tool intercepts):
         # the MCP attributes join it rather than making a second scope.
         return await _join_tool_scope(current, hints, call, _sending_for(tool, driver))
-    handle = relay.tools.open_unintercepted(tool, arguments, {cv.SPAN_HINTS: hints})
+    if type(tool) is str and tool and not relay.intercepts.active:
+        # ``relay.tools.open_unintercepted(tool, arguments, {cv.SPAN_HINTS: hints})``'s scope, opened as it opens
+        # one (the tool's kind beside the metadata given, which ``redact_metadata`` hands back as it is: our span
+        # hints alone), through ``Scopes.opened`` as the server side opens its: three frames less per call.
+        handle = relay.scope.opened(tool, _TOOL, None, arguments, {_KIND: _TOOL_KIND, _SPAN_HINTS: hints})
+    else:
+        handle = relay.tools.open_unintercepted(tool, arguments, {_SPAN_HINTS: hints})
     if handle is not None:
         # No intercept anywhere: the tool scope is ours to end, with nothing between it and the send.
         sending = _Sending()  # ``_sending_for``, written out: a call less per request
