@@ -350,6 +350,30 @@ def test_a_tool_request_intercept_rewrites_arguments_and_another_refuses_a_tool(
     assert dict(span.attributes or {})["error.type"] == "GuardrailRejected"
 
 
+def test_a_tool_call_with_no_intercepts_starts_the_scope_the_relays_tools_open(
+    client_side: ClientSide, tmp_path: Path
+) -> None:
+    # With no intercept anywhere, the client opens the tool's scope itself (``Scopes.opened``): the start event must
+    # be the one ``relay.tools.open_unintercepted`` makes of the same call.
+    spans = ServerSpans(tmp_path / "spans.jsonl")
+    arguments = {"a": 1, "b": 2, "api_key": "sk-secret-0123456789abcdef"}
+
+    async def run() -> Any:
+        async with _connect(_stdio(spans.path), "auto") as client:
+            return await client.call_tool("add", arguments)
+
+    asyncio.run(run())
+    relay = client_side.relay
+    (ours,) = [e for e in client_side.events.starts() if e.scope_type == "tool" and e.name == "add"]
+    handle = relay.tools.open_unintercepted("add", arguments, {cv.SPAN_HINTS: ours.metadata[cv.SPAN_HINTS]})
+    assert handle is not None
+    relay.scope.pop(handle)
+    theirs = client_side.events.starts()[-1]
+    assert (theirs.name, theirs.scope_type, theirs.parent_uuid) == (ours.name, ours.scope_type, ours.parent_uuid)
+    assert list(ours.metadata.items()) == list(theirs.metadata.items())
+    assert ours.input == theirs.input and "sk-secret" not in repr(ours.input)
+
+
 def test_a_tool_scopes_start_event_keeps_the_hints_it_started_with(client_side: ClientSide, tmp_path: Path) -> None:
     # Through the intercepts (a tool request intercept is registered), the tool's end sets its hints on the scope:
     # the start event, which a buffered consumer (ATOF's writer) reads later, still says what its start said.

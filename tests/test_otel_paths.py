@@ -327,6 +327,39 @@ def test_the_sdk_fixed_samplers_decide_alike_without_being_asked(sampler, parent
     assert (_static_choice(STATIC_SAMPLERS[sampler], None) is None) is (sampler == "ratio under a parent")
 
 
+def test_children_of_one_parent_get_what_the_sampler_of_each_start_decides():
+    """The deferred path keeps the last local parent's fixed decision for its next child: a child under another
+    parent, or started after the tracer's sampler was swapped, is decided afresh, as the SDK decides each."""
+    recorder = Recorder()
+    relay = Relay()
+    relay.subscribers.register(recorder, name="recorder", kinds=OTelExporter.KINDS)
+    with relay.scope.scope("agent run", ScopeType.AGENT):
+        for name in ("first", "second", "after the swap", "again", "back"):
+            with relay.scope.scope(name, ScopeType.TOOL), relay.scope.scope(f"{name} inner", ScopeType.FUNCTION):
+                pass
+    swaps = {"after the swap": ALWAYS_OFF, "again": ParentBased(ALWAYS_ON, local_parent_sampled=ALWAYS_OFF)}
+    out: dict[bool, list[dict[str, Any]]] = {}
+    for fast in (True, False):
+        keep = KeepAll()
+        exporter = OTelExporter(provider_with(keep, id_generator=CountingIds()), fast_path=fast)
+        assert (exporter._fast is not None) is fast
+        tracer = exporter._tracer
+        first = tracer.sampler  # type: ignore[attr-defined]
+        for event in recorder:
+            if event.kind == "scope_start":
+                tracer.sampler = swaps.get(event.name, first if event.name == "back" else tracer.sampler)  # type: ignore[attr-defined]
+            exporter(event)
+        out[fast] = [span_fields(s) for s in keep.ended]
+    assert out[True] == out[False]
+    flags = {s["name"]: s["context"].trace_flags.sampled for s in out[True]}
+    # Dropped where a swap said so (the dropped spans' children too), kept again once it is undone.
+    assert list(flags) == [
+        "first inner", "execute_tool first", "second inner", "execute_tool second", "back inner", "execute_tool back",
+        "invoke_agent agent run",
+    ]  # fmt: skip
+    assert all(flags.values())
+
+
 @pytest.mark.usefixtures("span_path")
 def test_a_dropping_sampler_makes_no_span_and_children_follow_it():
     spans = InMemorySpanExporter()

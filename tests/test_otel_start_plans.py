@@ -75,12 +75,12 @@ def test_a_plan_is_made_only_for_hints_seen_twice_and_is_bounded() -> None:
             relay.scope.pop(
                 relay.scope.push("add", ScopeType.TOOL.value, metadata={cv.KIND: cv.TOOL, cv.SPAN_HINTS: dict(HINTS)})
             )
-        assert not plans._plans and len(plans._seen) <= start_plans.MAX_PLANS
+        assert not plans.plans and len(plans._seen) <= start_plans.MAX_PLANS
         for _ in range(2):
             relay.scope.pop(
                 relay.scope.push("add", ScopeType.TOOL.value, metadata={cv.KIND: cv.TOOL, cv.SPAN_HINTS: HINTS})
             )
-        assert [plan[0] for plan in plans._plans.values()] == [HINTS]
+        assert [plan[0] for plan in plans.plans.values()] == [HINTS]
     finally:
         exporter.detach()
 

@@ -20,6 +20,8 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
+from relay_runtime import session
+
 from . import client, routing
 from . import conventions as mc
 
@@ -31,7 +33,9 @@ def call_tool(original: Callable[..., Awaitable[Any]], result_type: Any) -> Call
     """``Client.call_tool``; ``result_type``: the SDK's ``CallToolResult`` (a refused call's result)."""
 
     def call_tool(mcp_client: Any, name: Any, arguments: Any = None, *args: Any, **kwargs: Any) -> Any:
-        relay = routing.relay_for_request()
+        # ``routing.relay_for_request()``'s first rule read here (a call less per call): a managed turn's relay.
+        turn = session.managed_turn()
+        relay = turn.relay if turn is not None else routing.relay_for_request()
         if relay is None:
             return original(mcp_client, name, arguments, *args, **kwargs)
         try:

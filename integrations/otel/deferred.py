@@ -37,13 +37,14 @@ from opentelemetry.sdk.trace import (
 )
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
-from opentelemetry.sdk.trace.sampling import Decision, ParentBased, Sampler, StaticSampler
+from opentelemetry.sdk.trace.sampling import Decision
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 from opentelemetry.util import types
 
+from .fixed_samplers import static_choice as _static_choice
 from .providers import BoundedBatchSpanProcessor
-from .span_tuples import FLAGS, IS_REMOTE, IS_VALID, MAX_SPAN_ID, MAX_TRACE_ID, TRACE_ID, TRACE_STATE, holds, new_tuple
+from .span_tuples import FLAGS, IS_VALID, MAX_SPAN_ID, MAX_TRACE_ID, TRACE_ID, TRACE_STATE, holds, new_tuple
 
 try:  # the SDK's own span metrics (recent SDKs); without them, ``tracer._tracer_metrics`` sends to the SDK path
     from opentelemetry.sdk.trace._tracer_metrics import NoOpTracerMetrics as _NoOpTracerMetrics
@@ -52,10 +53,10 @@ except ImportError:  # pragma: no cover
 
 # A SpanContext is a tuple; its fields are read by position here (``span_tuples``; no fast path where its
 # layout moved), which costs no Python call where each of its properties costs one, on every span.
-_SAMPLED_BIT = TraceFlags.SAMPLED
 _RANDOM_BIT = TraceFlags.RANDOM_TRACE_ID
 _DEFAULT_TRACE_STATE = TraceState()
 _new_span = object.__new__
+_NO_PARENT: Any = object()
 _EMPTY_RESOURCE = Resource.get_empty()
 _READABLE_FIELDS = frozenset(
     {
@@ -116,6 +117,9 @@ class FastPath:
         tracer._instrumentation_scope  # noqa: B018
         BoundedAttributes._set_items  # noqa: B018
         _check_layout()
+        # The last local parent a fixed sampler decided for, that sampler, and what its children get (trace id, flags,
+        # trace state, decision): ``start_span``. Replaced whole, so a thread reads one set.
+        self.siblings: tuple[Any, Any, Any] = (_NO_PARENT, None, None)
 
     def start_span(
         self,
@@ -135,42 +139,52 @@ class FastPath:
         """
         tracer = self.tracer
         if type(parent_span) is DeferredSpan:
-            current: SpanContext = parent_span._context  # the usual parent: one of ours
+            current: SpanContext = parent_span._context  # the usual parent: one of ours (a SpanContext)
+            siblings: tuple[Any, Any, Any] | None = self.siblings
         else:
+            siblings = None  # kept for a local parent only: a remote one (a server request's) is new at every start
             current = (parent_span if parent_span is not None else _get_current_span(context)).get_span_context()
-        if current is not None and not isinstance(current, SpanContext):
-            raise TypeError("parent_span_context must be a SpanContext or None.")  # as the SDK's start_span
+            if current is not None and not isinstance(current, SpanContext):
+                raise TypeError("parent_span_context must be a SpanContext or None.")  # as the SDK's start_span
         if not tracer._is_enabled():
             return _NonRecordingSpan(current)
         parent: SpanContext | None = current
         # Looked up on the tracer each time, as its own start_span does: either may be swapped.
         ids = tracer.id_generator
-        if parent is None or not parent[IS_VALID]:
-            parent = None
-            trace_id = ids.generate_trace_id()
-            random_id = ids.is_trace_id_random()
-        else:
-            trace_id = parent[TRACE_ID]
-            random_id = bool(parent[FLAGS] & _RANDOM_BIT)
         sampler = tracer.sampler
-        static = _static_choice(sampler, parent)
-        if static is not None:
-            # What the sampler would return, without asking it: a fixed decision, the parent's
-            # trace state, the attributes as given (none when dropping).
-            decision = static
-            trace_state = parent[TRACE_STATE] if parent is not None else None
+        if siblings is not None and siblings[0] is current and siblings[1] is sampler:
+            # An earlier child's parent (the same span context, whose fields never change) and fixed sampler, whose
+            # choice depends on nothing else: what that child got (every MCP request in a turn is a child of its span).
+            trace_id, flags, trace_state, decision = siblings[2]
             given = attributes
         else:
-            if context is None and parent_span is not None:
-                context = trace_api.set_span_in_context(parent_span)
-            result = sampler.should_sample(context, trace_id, name, kind, attributes, ())
-            decision = result.decision
-            trace_state = result.trace_state
-            given = dict(result.attributes or ())
-        if decision is _RECORD_AND_SAMPLE or decision.is_sampled():
-            flags = _SAMPLED_RANDOM if random_id else _SAMPLED
-        else:
-            flags = _NOT_SAMPLED_RANDOM if random_id else _NOT_SAMPLED
+            if parent is None or not parent[IS_VALID]:
+                parent = None
+                trace_id = ids.generate_trace_id()
+                random_id = ids.is_trace_id_random()
+            else:
+                trace_id = parent[TRACE_ID]
+                random_id = bool(parent[FLAGS] & _RANDOM_BIT)
+            static = _static_choice(sampler, parent)
+            if static is not None:
+                # What the sampler would return, without asking it: a fixed decision, the parent's
+                # trace state, the attributes as given (none when dropping).
+                decision = static
+                trace_state = parent[TRACE_STATE] if parent is not None else None
+                given = attributes
+            else:
+                if context is None and parent_span is not None:
+                    context = trace_api.set_span_in_context(parent_span)
+                result = sampler.should_sample(context, trace_id, name, kind, attributes, ())
+                decision = result.decision
+                trace_state = result.trace_state
+                given = dict(result.attributes or ())
+            if decision is _RECORD_AND_SAMPLE or decision.is_sampled():
+                flags = _SAMPLED_RANDOM if random_id else _SAMPLED
+            else:
+                flags = _NOT_SAMPLED_RANDOM if random_id else _NOT_SAMPLED
+            if siblings is not None and static is not None and parent is not None:
+                self.siblings = (current, sampler, (trace_id, flags, trace_state, decision))
         if type(ids) is RandomIdGenerator:
             # RandomIdGenerator.generate_span_id: a nonzero 64-bit draw from the random module's generator.
             span_id = random.getrandbits(64)
@@ -243,29 +257,6 @@ def _check_layout() -> None:
 
 # The usual decision, told apart by identity before asking the enum (sampled, and so recording).
 _RECORD_AND_SAMPLE = Decision.RECORD_AND_SAMPLE
-_PARENT_BASED = ParentBased.should_sample
-_STATIC = StaticSampler.should_sample
-
-
-def _static_choice(sampler: Sampler, parent: SpanContext | None) -> Decision | None:
-    """The decision of the SDK's fixed samplers (always on / off, and parent-based ones choosing
-    one of them for this parent), which depends on nothing else; None for any other sampler."""
-    try:
-        if type(sampler).should_sample is _PARENT_BASED:
-            # ParentBased.should_sample's choice of delegate.
-            if parent is None:
-                sampler = sampler._root  # type: ignore[attr-defined]
-            elif parent[IS_REMOTE]:
-                sampled = parent[FLAGS] & _SAMPLED_BIT
-                sampler = sampler._remote_parent_sampled if sampled else sampler._remote_parent_not_sampled  # type: ignore[attr-defined]
-            else:
-                sampled = parent[FLAGS] & _SAMPLED_BIT
-                sampler = sampler._local_parent_sampled if sampled else sampler._local_parent_not_sampled  # type: ignore[attr-defined]
-        if type(sampler).should_sample is _STATIC:
-            return sampler._decision  # type: ignore[attr-defined]
-    except AttributeError:  # an SDK whose samplers changed shape: ask the sampler
-        return None
-    return None
 
 
 def fast_path_for(tracer: Any) -> FastPath | None:

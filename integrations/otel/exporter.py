@@ -77,6 +77,7 @@ _EMPTY_CONTEXT = Context()
 _SPAN_HINTS = cv.SPAN_HINTS
 _KIND = cv.KIND
 _ROLE_BY_KIND = A.ROLE_BY_KIND
+_ATTEMPT = A.ATTEMPT
 _new_record = object.__new__
 
 
@@ -237,7 +238,7 @@ class OTelExporter:
         role = _ROLE_BY_KIND.get(said) if type(said) is str else None
         if role is None:
             role = A.role_of(event)
-        if role == A.ATTEMPT and self.defer_to_other_instrumentation and one_span.others_active():
+        if role == _ATTEMPT and self.defer_to_other_instrumentation and one_span.others_active():
             self._deferred.add(event.uuid)
             return
         if parent is not None:
@@ -255,10 +256,19 @@ class OTelExporter:
             if isinstance(sid, str) and sid:
                 conversation_id = sid
         # ``H.span_hints(md)`` for a role that takes hints, written out: a call less per span.
-        hints = md.get(_SPAN_HINTS) if md and role is not A.ATTEMPT else None
+        hints = md.get(_SPAN_HINTS) if md and role is not _ATTEMPT else None
         if hints is not None and type(hints) is not dict and not isinstance(hints, Mapping):
             hints = None
-        plan = self._plans.find(hints, event, role, conversation_id) if hints is not None else None
+        plan = self._plans.plans.get(id(hints)) if hints is not None else None
+        if plan is not None and (
+            plan[0] is not hints
+            or plan[1] is not role
+            or plan[2] != event.name
+            or plan[3] != conversation_id
+            # A metadata of nothing but these hints and the kind the role was read from (``start_plans``).
+            or len(md) != 1 + (said is not None)
+        ):
+            plan = None
         if plan is not None:
             # Made before from these very hints (``start_plans``): a copy, which the span makes its own.
             name, kind, attributes = plan[4], plan[5], dict(plan[6])
@@ -313,8 +323,8 @@ class OTelExporter:
         record.children = record.context = None
         record.hints = hints
         # Its input read only if the scope fails: reading it makes the record of it.
-        record.given = event if self._content is None and role is not A.ATTEMPT else None
-        record.late = role is A.ATTEMPT and event.annotated_request is None and event.provider is None
+        record.given = event if self._content is None and role is not _ATTEMPT else None
+        record.late = role is _ATTEMPT and event.annotated_request is None and event.provider is None
         try:
             evicted = self._table.add(record)
         except ValueError:
@@ -335,7 +345,7 @@ class OTelExporter:
         if record is None:
             if not self._disabled:
                 self.count(UNMATCHED_ENDS)
-                if self._metrics is not None and A.role_of(event) == A.ATTEMPT:
+                if self._metrics is not None and A.role_of(event) == _ATTEMPT:
                     # Its span ended early (evicted, say) or began before we attached: the call still
                     # happened, and its one end event is the only place it is counted.
                     self._metrics.record_attempt(event, A.error_type(event))
@@ -350,7 +360,7 @@ class OTelExporter:
         span = record.span
         if (span._end_time is not None) if type(span) is DeferredSpan else not span.is_recording():
             # Sampled out: nothing set on it would be kept; only the metrics still count it.
-            if role == A.ATTEMPT and self._metrics is not None:
+            if role == _ATTEMPT and self._metrics is not None:
                 self._metrics.record_attempt(event, A.error_type(event))
             elif self._scope_metrics is not None and not self._scope_metrics.record_sampled_out(event, role):
                 self.count(ATTRIBUTE_ERRORS)
@@ -366,7 +376,7 @@ class OTelExporter:
                 voice_attributes(voice, attributes)
             if self._oi:
                 attributes.update(OI.end_attributes(event, role))
-            hints = md.get(_SPAN_HINTS) if md and role is not A.ATTEMPT else None  # ``H.span_hints``, as at the start
+            hints = md.get(_SPAN_HINTS) if md and role is not _ATTEMPT else None  # ``H.span_hints``, as at the start
             if hints is not None and (type(hints) is dict or isinstance(hints, Mapping)):
                 if hints is record.hints:
                     # Unchanged since the start, whose attributes the span has: only what this end's
@@ -385,7 +395,7 @@ class OTelExporter:
             attributes = {}
         refs = None
         held: list[Write] | None = None
-        if self._store is not None and role == A.ATTEMPT:
+        if self._store is not None and role == _ATTEMPT:
             # Behind a sampler the files wait for its answer: a dropped trace's content is never written.
             held = [] if self._tail is not None else None
             try:
@@ -398,7 +408,7 @@ class OTelExporter:
         elif self._content is not None:
             self._content_attributes(self._content.attempt_end, self._content.tool_end, event, role, attributes)
         details = None
-        if self._events is not None and role == A.ATTEMPT:
+        if self._events is not None and role == _ATTEMPT:
             try:
                 details = self._events.prepare(event, span, refs)
             except Exception:
@@ -406,7 +416,7 @@ class OTelExporter:
             if details is not None and self._tail is None:
                 self._emit(details)
                 details = None
-        if role == A.ATTEMPT and md and md.get(cv.SENT) is False:
+        if role == _ATTEMPT and md and md.get(cv.SENT) is False:
             retract(span)  # the SDK refused before sending: no provider call to claim
         err = attributes.get("error.type")
         # The usual end of a span of ours: these attributes merged as it ends (``DeferredSpan.end_with``).
@@ -416,11 +426,11 @@ class OTelExporter:
         if err is not None:
             message = event.error_message or ""
             if self._content is None:  # spans carry no content
-                message = unquoted(message, *sent(event.annotated_request)) if role == A.ATTEMPT else (
+                message = unquoted(message, *sent(event.annotated_request)) if role == _ATTEMPT else (
                     unquoted(message, record.given.input if record.given is not None else None)
                 )  # fmt: skip
             record_error(span, str(err), message, self.max_attribute_length, event.timestamp)
-        if role == A.ATTEMPT and self._metrics is not None:
+        if role == _ATTEMPT and self._metrics is not None:
             self._metrics.record_attempt(event, err)
         if self._tail is not None:
             # Ended (or dropped) with the rest of its trace, and its content files and details log record with it.

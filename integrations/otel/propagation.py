@@ -18,7 +18,7 @@ from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.context import Context, get_current
 from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.propagators.composite import CompositePropagator
-from opentelemetry.trace import SpanContext
+from opentelemetry.trace import INVALID_SPAN_CONTEXT, SpanContext
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from relay_runtime.attempt import current_attempt
@@ -115,10 +115,15 @@ def carrier(exporter: OTelExporter, handle: Any) -> dict[str, str] | None:
     # reads the current context through four calls).
     context = _current_context()
     if (textmap is _plain[0] or _is_default(textmap)) and not (context and baggage.get_all(context)):
-        # Our deferred span's context is a field: read without a call.
-        sc = span.context if type(span) is DeferredSpan else span.get_span_context()
-        # A SpanContext is a tuple (trace id, span id, remote, flags, state, valid): read in place.
-        if type(sc) is SpanContext and sc[5]:
+        # A SpanContext is a tuple (trace id, span id, remote, flags, state, valid): read in place. Our deferred
+        # span's is a field, and one (``FastPath.start_span``): read without a call, and not asked its type.
+        if type(span) is DeferredSpan:
+            sc = span.context
+        else:
+            sc = span.get_span_context()
+            if type(sc) is not SpanContext:
+                sc = INVALID_SPAN_CONTEXT  # the propagators are asked, below
+        if sc[5]:
             # ``span_context.traceparent(sc[0], sc[1], sc[3])``, written out (a call less per request), with the
             # head of the last trace kept: a client's requests in one turn are spans of one trace.
             head = _head[0]
@@ -127,7 +132,7 @@ def carrier(exporter: OTelExporter, handle: Any) -> dict[str, str] | None:
             tail = FLAGS_TEXT.get(sc[3]) or f"-{sc[3]:02x}"
             out = {"traceparent": f"{head[1]}{sc[1].to_bytes(8).hex()}{tail}"}
             state = sc[4]
-            if state is not None and state is not _DEFAULT_TRACE_STATE and len(state):
+            if state is not _DEFAULT_TRACE_STATE and state is not None and len(state):
                 out["tracestate"] = state.to_header()
             return out
     return exporter.headers_for(handle.uuid) or None

@@ -46,24 +46,14 @@ class StartPlans:
     Only hints seen at a second start get one: an integration that makes new hints per request
     (an MCP server's carry the request's own id) pays one lookup, and no copy is made or kept."""
 
-    __slots__ = ("_plans", "_seen")
+    __slots__ = ("_seen", "plans")
 
     def __init__(self) -> None:
-        self._plans: dict[int, Plan] = {}
+        # Read by the exporter's ``_start`` in place (a call less per span start), which checks a plan it finds
+        # against the start: the same hints object, role, scope name and conversation, and a metadata holding
+        # nothing but its kind and its hints.
+        self.plans: dict[int, Plan] = {}
         self._seen: dict[int, Mapping[str, Any]] = {}
-
-    def find(self, hints: Mapping[str, Any], event: Event, role: str, conversation_id: str | None) -> Plan | None:
-        plan = self._plans.get(id(hints))
-        if (
-            plan is None
-            or plan[0] is not hints
-            or plan[1] is not role
-            or plan[2] != event.name
-            or plan[3] != conversation_id
-            or len(md := event.metadata) != (_KIND in md) + (_SPAN_HINTS in md)
-        ):
-            return None
-        return plan
 
     def keep(
         self,
@@ -85,8 +75,8 @@ class StartPlans:
                 self._seen.clear()
             self._seen[key] = hints
             return
-        if len(self._plans) >= MAX_PLANS:
-            self._plans.clear()
-        self._plans[key] = (
+        if len(self.plans) >= MAX_PLANS:
+            self.plans.clear()
+        self.plans[key] = (
             hints, role, event.name, conversation_id, name, kind, dict(attributes), kept_as_given(attributes)
         )  # fmt: skip
