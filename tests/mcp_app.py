@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.streamable_http import EventMessage, EventStore
 from mcp_types import CallToolResult, TextContent
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
@@ -103,7 +104,36 @@ def build_server() -> MCPServer:
     def p(topic: str) -> str:
         return f"Write about {topic}"
 
+    @app.tool()
+    async def add_after_a_drop(a: int, b: int, ctx: Context) -> int:
+        """Add two numbers, after dropping the answer's event stream: the client reconnects to get the answer."""
+        await ctx.close_sse_stream()
+        await asyncio.sleep(0.2)  # the answer is stored while the client is away, and replayed when it is back
+        return a + b
+
     return app
+
+
+class MemoryEvents(EventStore):
+    """The events of every stream, kept so that a client that lost its stream gets what it missed
+    (``add_after_a_drop``): the server's resumability, needed for the client to reconnect at all."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, Any]] = []
+
+    async def store_event(self, stream_id: str, message: Any) -> str:
+        event_id = str(len(self.events) + 1)
+        self.events.append((event_id, stream_id, message))
+        return event_id
+
+    async def replay_events_after(self, last_event_id: str, send_callback: Any) -> str | None:
+        stream = next((s for e, s, _ in self.events if e == last_event_id), None)
+        if stream is None:
+            return None
+        for event_id, stream_id, message in self.events[int(last_event_id) :]:
+            if stream_id == stream and message is not None:
+                await send_callback(EventMessage(message, event_id))
+        return stream
 
 
 def main(argv: list[str]) -> None:
@@ -128,7 +158,7 @@ def main(argv: list[str]) -> None:
     elif transport == "sse":
         app.run("sse", host="127.0.0.1", port=port)
     else:
-        app.run("streamable-http", host="127.0.0.1", port=port)
+        app.run("streamable-http", host="127.0.0.1", port=port, event_store=MemoryEvents(), retry_interval=50)
 
 
 if __name__ == "__main__":

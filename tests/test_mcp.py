@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -250,6 +251,31 @@ def test_streamable_http_tool_call_is_one_trace_with_server_address(
     assert dict(resource.attributes or {})["mcp.resource.uri"] == "file:///x"
     prompt, _ = _check_one_trace(client_side, spans, "prompts/get p")
     assert dict(prompt.attributes or {})["gen_ai.prompt.name"] == "p"
+    _one_span_per_side(client_side, spans)
+
+
+def test_a_call_whose_stream_drops_is_one_span_that_reconnects_under_the_same_session(
+    client_side: ClientSide, http_server: tuple[str, ServerSpans], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server drops the answer's event stream mid-call (``add_after_a_drop``); the SDK's client reconnects
+    with the last event id and gets the answer replayed. One span per side for the call, under the session id
+    the session had before the drop (the handshake protocol's sessions: the 2026 protocol has none)."""
+    url, spans = http_server
+
+    async def run() -> Any:
+        async with _connect(url, "legacy") as client:
+            await client.call_tool("add", {"a": 1, "b": 1})
+            return await client.call_tool("add_after_a_drop", {"a": 2, "b": 3})
+
+    with caplog.at_level(logging.INFO, logger="mcp.client.streamable_http"):
+        assert asyncio.run(run()).structured_content == {"result": 5}
+    assert any("Reconnected" in r.getMessage() for r in caplog.records)  # the drop happened, and the reconnect
+    before, _ = _check_one_trace(client_side, spans, "tools/call add")
+    ours, theirs = _check_one_trace(client_side, spans, "tools/call add_after_a_drop")
+    assert ours.status.status_code.name == "UNSET" and theirs["status"] == "UNSET"
+    session_id = dict(before.attributes or {})["mcp.session.id"]
+    assert dict(ours.attributes or {})["mcp.session.id"] == session_id == theirs["attributes"]["mcp.session.id"]
+    assert [e.outcome for e in client_side.tool_ends("add_after_a_drop")] == ["success"]
     _one_span_per_side(client_side, spans)
 
 
