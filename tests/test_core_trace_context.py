@@ -244,3 +244,21 @@ def test_span_hints_kept_or_replaced_at_the_end_set_the_spans_final_attributes()
     assert (first["a"], first["b"], first["error.type"], first["relay.outcome"]) == ("1", 2, "hinted_error", "failed")
     second = dict(pipeline.one("second").attributes or {})
     assert (second["a"], second["b"], second["c"], second["error.type"]) == ("2", 2, True, "hinted_error")
+
+
+def test_a_trajectory_event_stream_carries_the_remote_parent_a_scope_continues(tmp_path) -> None:
+    """The remote parent is the scope's, for every consumer: the ATOF stream writes it with the scope."""
+    import json
+
+    from relay_runtime.integrations.trajectory import AtofExporter
+
+    relay = Relay()
+    path = tmp_path / "served.atof.jsonl"
+    exporter = AtofExporter(path).attach(relay)
+    handle = relay.scope.push("served", remote_parent=PARENT, remote_tracestate="vendor=abc")
+    relay.scope.pop(handle)
+    assert exporter.shutdown()
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    served = [r for r in rows if r.get("name") == "served"]
+    assert served and all(r["metadata"][REMOTE_PARENT] == PARENT for r in served)
+    assert all(r["metadata"][REMOTE_TRACESTATE] == "vendor=abc" for r in served)
