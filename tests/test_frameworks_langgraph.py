@@ -47,19 +47,25 @@ def _clean() -> Iterator[None]:
     adapters.uninstrument()
 
 
+def tool_loop_graph(call_model: Any, tools: list[Any]) -> Any:
+    """A configured graph of a model node (``call_model``) and a ``create_tool_node`` of ``tools``, looping until
+    the model calls no tool."""
+    builder = graph_mod.StateGraph(graph_mod.MessagesState)
+    builder.add_node("agent", call_model)
+    builder.add_node("tools", create_tool_node(tools))
+    builder.add_edge(graph_mod.START, "agent")
+    builder.add_conditional_edges("agent", prebuilt.tools_condition)
+    builder.add_edge("tools", "agent")
+    return configure_graph(builder.compile(name="weather-graph"))
+
+
 def agent_graph(script: t.Script, **model_options: Any) -> Any:
     model = chat_model(script, **model_options).bind_tools([weather])
 
     def call_model(state: Any) -> Any:
         return {"messages": [model.invoke(state["messages"])]}
 
-    builder = graph_mod.StateGraph(graph_mod.MessagesState)
-    builder.add_node("agent", call_model)
-    builder.add_node("tools", create_tool_node([weather]))
-    builder.add_edge(graph_mod.START, "agent")
-    builder.add_conditional_edges("agent", prebuilt.tools_condition)
-    builder.add_edge("tools", "agent")
-    return configure_graph(builder.compile(name="weather-graph"))
+    return tool_loop_graph(call_model, [weather])
 
 
 def tool_then_answer() -> t.Script:

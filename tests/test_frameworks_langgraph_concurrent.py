@@ -10,14 +10,13 @@ from typing import Any
 from relay_runtime import conventions as cv
 from tests.framework_support import need
 
-graph_mod = need("langgraph.graph")
-prebuilt = need("langgraph.prebuilt")
+need("langgraph.graph")
 chat_models = need("langchain_core.language_models.chat_models")
 messages = need("langchain_core.messages")
 outputs = need("langchain_core.outputs")
 tools_mod = need("langchain_core.tools")
 
-from relay_runtime.integrations.langgraph import configure_graph, create_tool_node  # noqa: E402
+from tests.test_frameworks_langgraph import tool_loop_graph  # noqa: E402
 
 RUNS = 1000
 
@@ -56,13 +55,7 @@ def agent_graph() -> Any:
     async def call_model(state: Any) -> Any:
         return {"messages": [await model.ainvoke(state["messages"])]}
 
-    builder = graph_mod.StateGraph(graph_mod.MessagesState)
-    builder.add_node("agent", call_model)
-    builder.add_node("tools", create_tool_node([weather]))
-    builder.add_edge(graph_mod.START, "agent")
-    builder.add_conditional_edges("agent", prebuilt.tools_condition)
-    builder.add_edge("tools", "agent")
-    return configure_graph(builder.compile(name="weather-graph"))
+    return tool_loop_graph(call_model, [weather])
 
 
 def test_a_thousand_concurrent_graph_runs_each_hold_their_own_calls_and_tools(relay_turn, relay_events) -> None:
