@@ -121,6 +121,10 @@ class RedactionPolicy:
         )  # fmt: skip
         # Keys every such rule has read and left as they were ("role", "content"): not read again.
         self._clean_keys: set[str] = set()
+        # Strings the walk of the SDK's objects met again with nothing found in them (the SDK's vocabulary: roles,
+        # finish reasons, object kinds, model names), never a data URL: asked of a set, not of ``_memo``, whose
+        # entries it would otherwise look up and copy into each pass (``redaction_raw``). Added whole: no lock.
+        self._clean_texts: set[str] = set()
         # The rules that find values inside response text: while there are any, streams are held back.
         self._streamed = streamed_rules(self.rules)
         # Whether a rule acts on the pieces of tool calls an SDK chunk holds: then chunks keep only their kind.

@@ -36,6 +36,9 @@ _BIG = BIG_NUMBER
 _SMALL = -BIG_NUMBER  # a constant: ``-_BIG`` in a comparison would make a new int each time
 # The kinds whose false values (None, 0, 0.0, False, "", [], (), {}) come back from ``_raw`` as they were.
 _EMPTY_KINDS = frozenset({type(None), bool, int, float, str, list, tuple, dict})
+# A policy's ``_clean_texts``: at most so many strings, of at most so many characters (ids and vocabulary).
+_CLEAN_TEXTS = 4096
+_CLEAN_TEXT_LEN = 256
 
 
 class ThroughView(Application):
@@ -103,14 +106,19 @@ class ThroughView(Application):
                 return known
             if len(value) < self.floor:  # nothing any rule finds, nor any value a rule replaced, fits in it
                 return value
-            if value.startswith("data:") and depth < _MAX_DEPTH and (encoded := self._raw_data_url(value, depth, scan)):
+            if scan and value in self.policy._clean_texts and self.simple:
+                result = value  # the SDK's vocabulary, read before (``_clean_texts``): no data URL either
+            elif (
+                value.startswith("data:") and depth < _MAX_DEPTH and (encoded := self._raw_data_url(value, depth, scan))
+            ):
                 return encoded
-            if not scan or not value:
+            elif not scan or not value:
                 result = value
             elif (memo := self.policy._memo.get(value)) is not None and not memo[1] and self.simple:
-                # Inline, the common case of ``_memoized``: a string the rules read before and found nothing in
-                # (the SDK's vocabulary: roles, finish reasons, object kinds).
+                # Inline, the common case of ``_memoized``: a string the rules read before and found nothing in.
                 self.leaves[value] = result = value
+                if value[:5] != "data:":
+                    self._clean(value)
             else:
                 result = self._scan(value)
             pairs = self.pairs
@@ -187,6 +195,7 @@ class ThroughView(Application):
         names: dict[Any, Any] | None = None
         leaves, floor, pairs = self.leaves, self.floor, self.pairs
         memo = self.policy._memo if scan and self.simple else None
+        clean = self.policy._clean_texts
         # Keys can change only when the rules read them (``scan``) or the view replaced a value.
         read_keys = keys and (scan or bool(pairs))
         if read_keys:  # an SDK object's own fields (most of what is walked) have no keys to read
@@ -215,15 +224,20 @@ class ThroughView(Application):
                 known = leaves.get(v)
                 if known is v:
                     continue
-                if (
-                    known is None and memo is not None
-                    and (seen := memo.get(v)) is not None and not seen[1]  # read before, and nothing found in it
-                    and v[:5] != "data:"
-                    and (not pairs or ("\\" not in v and not any(map(v.__contains__, pairs))))
-                ):  # fmt: skip
-                    # Inline, ``_raw``'s commonest case (the SDK's vocabulary: roles, finish reasons, object kinds).
-                    leaves[v] = v
-                    continue
+                if known is None and memo is not None:
+                    # Inline, ``_raw``'s commonest case (the SDK's vocabulary: roles, finish reasons, object kinds):
+                    # a string read before, nothing found in it, and none of the values replaced elsewhere.
+                    if v in clean:
+                        if not pairs or ("\\" not in v and not any(map(v.__contains__, pairs))):
+                            continue
+                    elif (
+                        (seen := memo.get(v)) is not None and not seen[1]
+                        and v[:5] != "data:"
+                        and (not pairs or ("\\" not in v and not any(map(v.__contains__, pairs))))
+                    ):  # fmt: skip
+                        leaves[v] = v
+                        self._clean(v)
+                        continue
             elif kind in _SCALARS and _SMALL < v < _BIG:  # a bool too
                 continue
             new = self._raw(v, depth + 1, scan)
@@ -235,6 +249,12 @@ class ThroughView(Application):
         if ("data" in value or "blob" in value) and depth < _MAX_DEPTH:
             result = through_blob(value, result, lambda key, text: self._raw(text, depth + 1, scan), self._any_whole)
         return renamed(result, names) if names else result
+
+    def _clean(self, text: str) -> None:
+        """Note ``text`` (no data URL), read again and left as it was by the rules, in ``policy._clean_texts``."""
+        clean = self.policy._clean_texts
+        if len(text) <= _CLEAN_TEXT_LEN and len(clean) < _CLEAN_TEXTS:
+            clean.add(text)  # whole: no lock needed
 
     def _items(self, value: list[Any] | tuple[Any, ...], kind: type, depth: int, scan: bool) -> Any:
         items: list[Any] | None = None

@@ -162,6 +162,9 @@ class Walk(ThroughView):
             if known is not None:
                 self._recount(value)
                 return known
+            if value in self.policy._clean_texts:  # read before, nothing found in it (``redaction_raw._clean``)
+                self.leaves[value] = value  # the kwargs hold it too: their walk passes over it
+                return value
             return self._memoized(self.rules, value)
         if value is None or kind is bool:
             return value
@@ -181,7 +184,9 @@ class Walk(ThroughView):
             out: dict[Any, Any] | None = None
             names: dict[Any, Any] | None = None
             flat = True
-            key_floor, clean_keys, memo = self.policy._key_floor, self.policy._clean_keys, self.policy._memo
+            policy = self.policy
+            key_floor, clean_keys = policy._key_floor, policy._clean_keys
+            memo, clean = policy._memo, policy._clean_texts
             for k, v in value.items():
                 if (
                     k not in clean_keys  # first: most keys are field names, read before
@@ -205,10 +210,14 @@ class Walk(ThroughView):
                         known is None and first != "{" and first != "[" and first > " "
                         and (first != "d" or v[:5] != "data:")
                     ):  # fmt: skip
+                        if v in clean:  # read before, nothing found in it (``redaction_raw._clean``)
+                            leaves[v] = v  # the kwargs hold it too: their walk passes over it
+                            continue
                         seen = memo.get(v)
                         if seen is not None and not seen[1]:
                             # Inline, ``_memoized``'s commonest case: a string read before, nothing found in it.
                             new = leaves[v] = seen[0]
+                            self._clean(v)
                         else:
                             new = self._memoized(rules, v)
                     else:

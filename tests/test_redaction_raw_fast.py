@@ -15,6 +15,7 @@ from collections import OrderedDict
 from typing import Any
 
 import pydantic
+import pytest
 
 from relay_runtime.redaction import RedactionPolicy, Rule
 from relay_runtime.redaction_pass import Pass
@@ -92,13 +93,17 @@ def test_the_fast_paths_agree_with_the_general_path_on_tricky_inputs() -> None:
     fast, general = _policy(), _policy()
     general._memo = Forgetful()
     answer = _answer()
-    # Twice on the fast policy: the second walk finds the SDK's vocabulary in the memo (the fast path).
+    # Thrice on the fast policy: the second walk finds the SDK's vocabulary in the memo (the fast path) and
+    # notes it as clean, the third asks the policy's set of clean texts.
     _walked(fast, answer)
     assert fast._memo.get("stop") is not None and fast._memo.get("ref A" + CARD) is not None
+    second, second_counts = _walked(fast, answer)
+    assert {"stop", "assistant", "chat.completion", "A" + CARD} <= fast._clean_texts
+    assert not general._clean_texts  # a memo that forgets notes nothing as clean
     got, counts = _walked(fast, answer)
     want, want_counts = _walked(general, answer)
-    assert got.model_dump() == want.model_dump()
-    assert counts == want_counts
+    assert got.model_dump() == want.model_dump() == second.model_dump()
+    assert counts == want_counts == second_counts
     dumped = json.dumps(got.model_dump())
     assert CARD not in dumped and EMAIL not in dumped and "hunter2" not in dumped
     notes = got.choices[0].delta.notes
@@ -118,9 +123,50 @@ def test_the_views_memo_shortcut_counts_and_replaces_as_the_rules_do() -> None:
         {"role": "system", "content": "You are a support assistant."},
         {"role": "user", "content": f"write to {EMAIL}"},
     ]
-    for policy in (fast, fast, general):
+    for policy in (fast, fast, fast, general):
         p = Pass(policy)
         walked = p.walk(messages, ("request", "messages"))
         assert walked[0] is messages[0]  # nothing found in it: the same dict
         assert walked[1]["content"] == "write to [REDACTED:email]"
         assert p.counts == {"redact:email": 1}
+
+
+def test_a_clean_text_is_still_read_through_what_this_pass_replaced() -> None:
+    """A string the policy notes as clean (``_clean_texts``: the rules found nothing in it) is passed over only
+    when this pass knows nothing else of it: a value replaced elsewhere in it is still replaced, and what the
+    pass made of it (a whole-field rule's piece, a JSON text read as an object) still stands."""
+    policy = _policy()
+    text = "ref A" + CARD  # the detector misses the card glued to a letter
+    for _ in range(2):
+        assert Pass(policy).raw({"note": text}, scan=True) == {"note": text}
+    assert text in policy._clean_texts
+    p = Pass(policy)
+    p.walk(f"card {CARD}", ("request", "messages", "0", "content"))  # the view replaces the card: a pair
+    assert p.raw({"note": text}, scan=True) == {"note": "ref A[REDACTED:credit_card]"}
+    assert p.raw([text], scan=True) == ["ref A[REDACTED:credit_card]"]
+    p = Pass(policy)
+    p.leaves["stop"] = "[blanked]"  # what this pass made of it (a piece of an answer a whole-field rule blanked)
+    for _ in range(2):
+        Pass(policy).raw({"finish_reason": "stop"}, scan=True)
+    assert "stop" in policy._clean_texts
+    assert p.raw({"finish_reason": "stop"}, scan=True) == {"finish_reason": "[blanked]"}
+    assert p.raw(["stop"], scan=True) == ["[blanked]"]
+
+
+def test_clean_texts_hold_no_data_url_and_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from relay_runtime import redaction_raw
+
+    monkeypatch.setattr(redaction_raw, "_CLEAN_TEXTS", 50)
+    policy = _policy()
+    url = "data:text/plain;base64,aGVsbG8gd29ybGQ="  # "hello world": nothing found in it, but read decoded each time
+    long_text = "nothing to find here. " * 20
+    for _ in range(3):
+        Pass(policy).raw({"a": url, "b": long_text, "c": "chat.completion"}, scan=True)
+        Pass(policy).walk({"a": url, "b": long_text}, ("request", "params"))
+    assert "chat.completion" in policy._clean_texts
+    assert url not in policy._clean_texts and long_text not in policy._clean_texts
+    texts = [f"vocabulary word {i}" for i in range(60)]
+    for _ in range(2):
+        Pass(policy).raw(texts, scan=True)
+    assert len(policy._clean_texts) == 50
+    assert Pass(policy).raw(texts, scan=True) == texts  # the others the memo still answers for
