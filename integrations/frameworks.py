@@ -135,11 +135,17 @@ def current_parent(turn: Turn) -> ScopeHandle | None:
 
 def _here(scope: ScopeHandle | None) -> ScopeHandle | None:
     while scope is not None:
-        metadata = scope.metadata or {}
-        key = next((key for key in _SCOPES_HERE if key in metadata), None)
-        if key is None:
+        metadata = scope.metadata
+        check = None
+        if metadata:
+            # A loop, not ``next()`` over a generator: this runs on every framework model and tool call.
+            for key, found in _SCOPES_HERE.items():
+                if key in metadata:
+                    check = found
+                    break
+        if check is None:
             return scope  # no framework that asks: the scope set here is the one
-        here = _SCOPES_HERE[key](scope)
+        here = check(scope)
         if here is scope:
             return scope
         scope = here
