@@ -227,16 +227,14 @@ class ThroughView(Application):
                 if known is None and memo is not None:
                     # Inline, ``_raw``'s commonest case (the SDK's vocabulary: roles, finish reasons, object kinds):
                     # a string read before, nothing found in it, and none of the values replaced elsewhere.
-                    if v in clean:
-                        if not pairs or ("\\" not in v and not any(map(v.__contains__, pairs))):
-                            continue
-                    elif (
-                        (seen := memo.get(v)) is not None and not seen[1]
-                        and v[:5] != "data:"
+                    cleaned = v in clean  # read before by the walks (``_clean``): no memo entry to ask
+                    if (
+                        (cleaned or ((seen := memo.get(v)) is not None and not seen[1] and v[:5] != "data:"))
                         and (not pairs or ("\\" not in v and not any(map(v.__contains__, pairs))))
                     ):  # fmt: skip
-                        leaves[v] = v
-                        self._clean(v)
+                        if not cleaned:
+                            leaves[v] = v
+                            self._clean(v)
                         continue
             elif kind in _SCALARS and _SMALL < v < _BIG:  # a bool too
                 continue
