@@ -216,6 +216,7 @@ def test_stdio_tool_call_is_one_trace_with_one_span_per_side(
     expected_version = "2025-11-25" if mode == "legacy" else "2026-07-28"
     assert attributes["mcp.protocol.version"] == expected_version
     assert "error.type" not in attributes and theirs["status"] != "ERROR"
+    assert "gen_ai.tool.call.arguments" not in attributes and "gen_ai.tool.call.result" not in attributes  # capture off
     # The tool scope sits in the turn.
     (start,) = [e for e in client_side.events.starts() if e.name == "add"]
     assert client_side.turn.scope is not None and start.parent_uuid == client_side.turn.scope.uuid
@@ -696,3 +697,30 @@ def test_a_redaction_policy_reaches_the_span_named_for_a_resource(client_side: C
     assert "jane.doe@example.com" not in exported
     recorded = repr([(e.name, e.metadata, e.error_message) for e in client_side.events])
     assert "jane.doe@example.com" not in recorded
+
+
+def test_with_content_capture_on_a_tool_calls_span_holds_its_arguments_and_result(
+    relay_host: session.Host, sdk_spans: InMemorySpanExporter, instrumented: None, tmp_path: Path
+) -> None:
+    """Issue 27 item 3: "with content capture on, the tool's arguments and result" on the client's span (with it
+    off, as in the stdio test, neither)."""
+    pipeline = Pipeline()
+    exporter = OTelExporter(pipeline.tracer_provider, pipeline.meter_provider, capture_content=True).attach(relay_host)
+    spans = ServerSpans(tmp_path / "spans.jsonl")
+    coordinator = session.SESSION_COORDINATOR
+    lease = coordinator.acquire_conversation(profile_key=relay_host.profile_key, session_id="s-mcp", platform="test")
+    turn = coordinator.begin_turn(lease, turn_id="t-1", task_id="k-1")
+
+    async def run() -> Any:
+        async with _connect(_stdio(spans.path), "auto") as client:
+            return await client.call_tool("add", {"a": 2, "b": 3})
+
+    try:
+        assert asyncio.run(run()).structured_content == {"result": 5}
+    finally:
+        coordinator.end_turn(turn, outcome="success")
+        coordinator.release_conversation(lease)
+        exporter.shutdown()
+    attributes = dict(pipeline.one("tools/call add").attributes or {})
+    assert json.loads(attributes["gen_ai.tool.call.arguments"]) == {"a": 2, "b": 3}
+    assert "5" in attributes["gen_ai.tool.call.result"]
