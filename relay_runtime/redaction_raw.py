@@ -149,18 +149,12 @@ class ThroughView(Application):
             return self._items(value, kind, depth, scan)
         if known_shape(kind) == MODEL:  # ``model_state`` inline, for the class already met (the SDK's models)
             state = getattr(value, "__dict__", None)
-            if type(state) is not dict:
-                state = None
+            if type(state) is dict:
+                return self._model(value, state, depth, scan)
         else:
             state = model_state(value)
-        if state is not None:  # an SDK object: its field names are the SDK's, its extra fields' names are data
-            new = self._mapping(state, depth + 1, scan, False)
-            extra = getattr(value, "__pydantic_extra__", None)
-            if extra:
-                new_extra = self._mapping(extra, depth + 1, scan, True)
-                if new is not state or new_extra is not extra:
-                    return rebuilt(value, {**state, **extra}, {**new, **new_extra})
-            return value if new is state else rebuilt(value, state, new)
+            if state is not None:
+                return self._model(value, state, depth, scan)
         if is_mapping(kind):
             return self._mapping(value, depth, scan, True)
         data = fields(value)  # a dataclass, a str subclass, bytes, a set, a model with computed fields
@@ -171,6 +165,25 @@ class ThroughView(Application):
             if not printed(value):
                 return value
         return self._as_text(value, depth)
+
+    def _model(self, value: Any, state: dict[str, Any], depth: int, scan: bool) -> Any:
+        """An SDK object (a pydantic model) at ``depth``, holding ``state``: its field names are the SDK's, its extra
+        fields' names are data. The walks of objects and lists call it for an object of a model class met before
+        (``known_shape``), rather than ``_raw``: a response is a tree of such objects (a completion, its choices, their
+        message, its usage and the usage's details), and ``_raw`` would ask each of them what kind it is again."""
+        values = state.values()
+        if not any(values) and _EMPTY_KINDS.issuperset(map(type, values)):
+            # An object of absent fields (usage details of None and 0): every value is None, a zero, False, "" or
+            # an empty container, which no rule and no replaced value fits in. Asked in C, not value by value.
+            new = state
+        else:
+            new = self._mapping(state, depth + 1, scan, False)
+        extra = getattr(value, "__pydantic_extra__", None)
+        if extra:
+            new_extra = self._mapping(extra, depth + 1, scan, True)
+            if new is not state or new_extra is not extra:
+                return rebuilt(value, {**state, **extra}, {**new, **new_extra})
+        return value if new is state else rebuilt(value, state, new)
 
     def _any_whole(self, key: Any) -> bool:
         """Whether a rule of the pass acts on whole strings, with no path to tell which field it meant: what it
@@ -187,10 +200,6 @@ class ThroughView(Application):
 
     def _mapping(self, value: Mapping[Any, Any], depth: int, scan: bool, keys: bool) -> Any:
         """``keys``: whether the mapping's keys are data (a model's field names are not)."""
-        if not keys and not any(value.values()) and _EMPTY_KINDS.issuperset(map(type, value.values())):
-            # An SDK object of absent fields (usage details of None and 0): every value is None, a zero, False, ""
-            # or an empty container, which no rule and no replaced value fits in. Asked in C, not value by value.
-            return value
         out: dict[Any, Any] | None = None
         names: dict[Any, Any] | None = None
         leaves, floor, pairs = self.leaves, self.floor, self.pairs
@@ -238,7 +247,14 @@ class ThroughView(Application):
                         continue
             elif kind in _SCALARS and _SMALL < v < _BIG:  # a bool too
                 continue
-            new = self._raw(v, depth + 1, scan)
+            if (
+                known_shape(kind) == MODEL
+                and depth < _MAX_DEPTH
+                and type(state := getattr(v, "__dict__", None)) is dict
+            ):
+                new = self._model(v, state, depth + 1, scan)  # what ``_raw`` does with it, asked fewer questions
+            else:
+                new = self._raw(v, depth + 1, scan)
             if new is not v:
                 if out is None:
                     out = dict(value)
@@ -267,9 +283,16 @@ class ThroughView(Application):
                 if len(v) < floor or leaves.get(v) is v:
                     continue
                 new = self._raw(v, depth + 1, scan)
+            elif (done := done_by_id.get(id(v))) is not None and done[0] is v:
+                new = done[1]
+            elif (
+                known_shape(item_kind) == MODEL
+                and depth < _MAX_DEPTH
+                and type(state := getattr(v, "__dict__", None)) is dict
+            ):
+                new = self._model(v, state, depth + 1, scan)  # a list of the SDK's objects (a completion's choices)
             else:
-                done = done_by_id.get(id(v))
-                new = done[1] if done is not None and done[0] is v else self._raw(v, depth + 1, scan)
+                new = self._raw(v, depth + 1, scan)
             if new is not v:
                 if items is None:
                     items = list(value)

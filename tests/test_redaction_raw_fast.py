@@ -170,3 +170,53 @@ def test_clean_texts_hold_no_data_url_and_are_bounded(monkeypatch: pytest.Monkey
         Pass(policy).raw(texts, scan=True)
     assert len(policy._clean_texts) == 50
     assert Pass(policy).raw(texts, scan=True) == texts  # the others the memo still answers for
+
+
+class Details(pydantic.BaseModel, extra="allow"):
+    reasoning_tokens: int | None = 0
+    audio_tokens: int | None = None
+
+
+class Usage(pydantic.BaseModel):
+    prompt_tokens: int = 0
+    details: Details | None = None
+
+
+class Reply(pydantic.BaseModel):
+    usage: Usage
+    choices: list[Usage]
+
+
+class Node(pydantic.BaseModel):
+    text: str = ""
+    child: Node | None = None
+
+
+def test_sdk_objects_inside_sdk_objects_are_read_whole() -> None:
+    """An SDK object met inside another (a field's value, a list's item) is walked straight from the walk of its
+    holder once its class is known (``ThroughView._model``): what the walk makes of it is what ``_raw`` made. An
+    object of empty fields is passed over only when it has no extra fields; a value the class does not declare
+    (``model_construct``, no validation) is still read; an object nested deeper than the walk goes is read as
+    its text."""
+    policy = _policy()
+    constructed = Usage.model_construct(
+        prompt_tokens=f"mail {EMAIL}", details=Details.model_construct(reasoning_tokens=4111111111111111)
+    )
+    reply = Reply(usage=Usage(details=Details(note=f"to {EMAIL}")), choices=[constructed, Usage(details=Details())])
+    deep = Node(text="top")
+    for _ in range(40):  # 80 levels of objects and their fields: beyond the walk's 64
+        deep = Node(child=deep)
+    deep = Node(child=Node(child=deep, text=f"card {CARD}"))
+    inner = deep
+    while inner.child is not None:
+        inner = inner.child
+    inner.text = f"write to {EMAIL}"
+    for _ in range(3):  # the classes are met before from the second walk on
+        got = Pass(policy).raw(reply, scan=True)
+        assert got.usage.details.model_extra == {"note": "to [REDACTED:email]"}
+        assert got.choices[0].prompt_tokens == "mail [REDACTED:email]"
+        assert got.choices[0].details.reasoning_tokens == "[REDACTED:credit_card]"
+        assert got.choices[1] is reply.choices[1]  # nothing in it: the same object
+        walked = Pass(policy).raw(deep, scan=True)
+        assert walked.child.text == "card [REDACTED:credit_card]"
+        assert EMAIL not in repr(walked) and "[REDACTED:email]" in repr(walked)
