@@ -51,7 +51,37 @@ def recorded(kwargs: Mapping[str, Any], taken: list[str] | None = None) -> Mappi
     ``taken``: where the credential values taken out of the addresses go, for a caller that cuts them from
     what else it records of the request (a cassette, from an error body echoing the address).
     """
+    if _plain_chat(kwargs):
+        return kwargs
     return blanked(tool_results_blanked(kwargs), taken)
+
+
+# Chat roles whose messages carry no tool's result (``tool_results``' result roles are "tool" and "function").
+_PLAIN_ROLES = frozenset({"system", "user", "assistant", "developer"})
+
+
+def _plain_chat(kwargs: Mapping[str, Any]) -> bool:
+    """Whether ``kwargs``' conversation is chat messages of text alone (most requests): then it holds neither a tool's
+    result nor an address, and ``recorded`` leaves it as it is without the walks of ``tool_results`` and of this
+    module, each of which would loop over its messages to find that out (every managed call records its request
+    twice: its start event's input, and the view observers read)."""
+    if BODY_TEXT_KWARG in kwargs:
+        return False
+    for key in _CONVERSATIONS:
+        items = kwargs.get(key)
+        if items is None or type(items) is str:
+            continue
+        if type(items) is not list:
+            return False
+        for item in items:
+            if (
+                type(item) is not dict
+                or type(item.get("content")) is not str
+                or item.get("role") not in _PLAIN_ROLES
+                or "parts" in item
+            ):
+                return False
+    return True
 
 
 def blanked(kwargs: Mapping[str, Any], taken: list[str] | None = None) -> Mapping[str, Any]:

@@ -362,3 +362,28 @@ def test_a_signed_url_shown_through_an_image_proxy_reaches_no_record(
     assert "img.example.test/_next/image?url=https%3A%2F%2Fbucket-test.s3" in texts["jsonl"]
     assert "&w=640" in texts["jsonl"]
     assert_nowhere(texts, AMZ_SIGNATURE, AMZ_TOKEN)
+
+
+def test_a_chat_of_text_alone_is_recorded_as_given_and_anything_else_is_still_walked() -> None:
+    """``recorded`` passes over a conversation of text messages alone (one loop for both walks); a message beside
+    them that may carry a tool's result or an address (a tool's message, parts, an object, a body's JSON text) is
+    still read by both walks."""
+    chat = [
+        {"role": "system", "content": "You are a support assistant."},
+        {"role": "developer", "content": "Answer briefly."},
+        {"role": "user", "content": f"see {SAS_URL}"},  # a text: the conversation as sent (detectors are rules')
+        {"role": "assistant", "content": "ok"},
+    ]
+    kwargs = {"model": "gpt-test", "messages": chat, "input": "hi", "contents": None}
+    assert recorded(kwargs) is kwargs
+    tool = {"role": "tool", "tool_call_id": "call_1", "content": f"user='ada' api_key='{QUERY_KEY}'"}
+    image = {"role": "user", "content": [{"type": "input_image", "image_url": SAS_URL}]}
+    parts = {"role": "user", "parts": [{"file_data": {"file_uri": TOKEN_URL}}]}  # Gemini's contents
+    for extra in (tool, image, parts):
+        for key in ("messages", "input", "contents"):
+            walked = recorded({**kwargs, key: [*chat, extra]})
+            assert walked[key][:4] == chat
+            dumped = json.dumps(walked[key][4])
+            assert QUERY_KEY not in dumped and SAS_SIGNATURE not in dumped and TOKEN not in dumped, (extra, key)
+    body = json.dumps({"messages": [*chat, tool]})
+    assert QUERY_KEY not in recorded({"body": body})["body"]
