@@ -4,9 +4,9 @@ bare vs ours vs a peer.
 - bare:          ``client.models.generate_content(...)`` on a client nobody instrumented
 - ours:          the same call on an ``adapters.instrument(client)`` client inside a managed turn,
                  one no-op subscriber (bare and ours swap their two clients every run)
-- floor:         (generate_content only) the records ours makes of that call, written by hand, flat, for
-                 this one case on a client of its own (``genai_floor``, checked to record the same before
-                 it is timed): what the records themselves cost, against which ours' generality is measured
+- floor:         the records ours makes of that call (or stream), written by hand, flat, for this one case
+                 on a client of its own (``genai_floor``, checked to record the same before it is timed):
+                 what the records themselves cost, against which ours' generality is measured
 - openinference: ``openinference-instrumentation-google-genai`` (if installed), in-memory span exporter.
                  It wraps the SDK's classes; its wrappers are taken off them and set on a third
                  client alone, so bare and ours stay bare of it.
@@ -108,7 +108,10 @@ def _calls(
         return lambda: client.models.generate_content(model=MODEL, contents="hello").text
 
     calls: dict[str, Callable[[], Any]] = {"bare": call(bare), "ours": call(ours)}
-    if floor is not None and not stream:
+    if floor is not None and stream:
+        by_hand_stream = genai_floor.by_hand_stream(floor)
+        calls["floor"] = lambda: [c.text for c in by_hand_stream()]
+    elif floor is not None:
         by_hand = genai_floor.by_hand(floor)
         calls["floor"] = lambda: by_hand().text
     if peer is not None:
@@ -170,7 +173,7 @@ def main() -> None:
     floor = _client()
     genai_floor.check_same_records(adapters.instrument(_client()), floor)
     _bench("generate_content", pair, peer, stream=False, floor=floor)
-    _bench("generate_content_stream (3 chunks)", pair, peer, stream=True)
+    _bench("generate_content_stream (3 chunks)", pair, peer, stream=True, floor=floor)
     if instructions.available():
         print("google-genai generate_content:")
         variants = ["bare", "floor", "ours"] + (["openinference"] if peer is not None else [])
@@ -210,7 +213,7 @@ def count(variant: str, n: int) -> None:
         peer = _openinference(client)
         assert peer is not None, "openinference-instrumentation-google-genai is not installed"
     if who == "floor":
-        call = _calls(client, client, None, False, client)["floor"]
+        call = _calls(client, client, None, shape == "stream", client)["floor"]
     elif shape == "async":
         call = _async_call(client)
     else:

@@ -22,7 +22,7 @@ def test_the_hand_written_floor_records_what_a_managed_call_records() -> None:
     assert floor == ours
 
 
-def test_the_hand_written_genai_floor_records_what_an_instrumented_generate_content_records() -> None:
+def test_the_hand_written_genai_floor_records_what_an_instrumented_generate_content_and_its_stream_record() -> None:
     pytest.importorskip("google.genai")
     from benchmarks import genai_floor
     from benchmarks.bench_genai import _client
@@ -32,9 +32,14 @@ def test_the_hand_written_genai_floor_records_what_an_instrumented_generate_cont
         lambda: client.models.generate_content(model=genai_floor.MODEL, contents=genai_floor.CONTENTS)
     )
     floor = genai_floor.record_shapes(genai_floor.by_hand(bare))
-    kinds = [(shape[0], shape[1]) for shape in ours]
-    assert kinds == [
-        ("scope_start", "logical_llm_call"), ("scope_start", "gcp.gemini"),
-        ("scope_end", "gcp.gemini"), ("scope_end", "logical_llm_call"),
-    ]  # fmt: skip
+    ours_stream = genai_floor.record_shapes(
+        lambda: list(client.models.generate_content_stream(model=genai_floor.MODEL, contents=genai_floor.CONTENTS))
+    )
+    floor_stream = genai_floor.record_shapes(genai_floor.read_out(genai_floor.by_hand_stream(bare)))
+    for shapes in (ours, ours_stream):
+        assert [(shape[0], shape[1]) for shape in shapes] == [
+            ("scope_start", "logical_llm_call"), ("scope_start", "gcp.gemini"),
+            ("scope_end", "gcp.gemini"), ("scope_end", "logical_llm_call"),
+        ]  # fmt: skip
     assert floor == ours
+    assert floor_stream == ours_stream
