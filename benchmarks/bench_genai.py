@@ -4,6 +4,9 @@ bare vs ours vs a peer.
 - bare:          ``client.models.generate_content(...)`` on a client nobody instrumented
 - ours:          the same call on an ``adapters.instrument(client)`` client inside a managed turn,
                  one no-op subscriber (bare and ours swap their two clients every run)
+- floor:         the records ours makes of that call (or stream), written by hand, flat, for this one case
+                 on a client of its own (``genai_floor``, checked to record the same before it is timed):
+                 what the records themselves cost, against which ours' generality is measured
 - openinference: ``openinference-instrumentation-google-genai`` (if installed), in-memory span exporter.
                  It wraps the SDK's classes; its wrappers are taken off them and set on a third
                  client alone, so bare and ours stay bare of it.
@@ -25,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks import instructions
+from benchmarks import genai_floor, instructions
 from benchmarks.alternation import alternate
 from benchmarks.managed_turn import managed_turn
 
@@ -96,13 +99,21 @@ def _openinference(client: Any) -> tuple[Any, Callable[[], None]] | None:
     return client, clear
 
 
-def _calls(bare: Any, ours: Any, peer: tuple[Any, Callable[[], None]] | None, stream: bool) -> dict[str, Any]:
+def _calls(
+    bare: Any, ours: Any, peer: tuple[Any, Callable[[], None]] | None, stream: bool, floor: Any = None
+) -> dict[str, Any]:
     def call(client: Any) -> Callable[[], Any]:
         if stream:
             return lambda: [c.text for c in client.models.generate_content_stream(model=MODEL, contents="hello")]
         return lambda: client.models.generate_content(model=MODEL, contents="hello").text
 
     calls: dict[str, Callable[[], Any]] = {"bare": call(bare), "ours": call(ours)}
+    if floor is not None and stream:
+        by_hand_stream = genai_floor.by_hand_stream(floor)
+        calls["floor"] = lambda: [c.text for c in by_hand_stream()]
+    elif floor is not None:
+        by_hand = genai_floor.by_hand(floor)
+        calls["floor"] = lambda: by_hand().text
     if peer is not None:
         peer_call = call(peer[0])
 
@@ -114,20 +125,20 @@ def _calls(bare: Any, ours: Any, peer: tuple[Any, Callable[[], None]] | None, st
     return calls
 
 
-def _bench(label: str, pair: list[Any], peer: Any, stream: bool) -> None:
+def _bench(label: str, pair: list[Any], peer: Any, stream: bool, floor: Any = None) -> None:
     from relay_runtime import adapters
 
-    ratios: dict[str, list[float]] = {"ours": [], "openinference": []}
+    ratios: dict[str, list[float]] = {"ours": [], "openinference": [], "floor": []}
     medians: dict[str, list[float]] = {}
     with managed_turn(subscribed=True) as host:
         for _ in range(30):  # warm up: connections, the SDK's caches, pydantic
-            for call in _calls(pair[0], pair[1], peer, stream).values():
+            for call in _calls(pair[0], pair[1], peer, stream, floor).values():
                 call()
         for _ in range(RUNS):
             pair.reverse()
             adapters.uninstrument(pair[0])
             adapters.instrument(pair[1])
-            figures = alternate(_calls(pair[0], pair[1], peer, stream), PAIRS, time.thread_time)
+            figures = alternate(_calls(pair[0], pair[1], peer, stream, floor), PAIRS, time.thread_time)
             for name, value in figures.items():
                 medians.setdefault(name, []).append(value)
                 if name != "bare":
@@ -146,20 +157,26 @@ def _bench(label: str, pair: list[Any], peer: Any, stream: bool) -> None:
     if ratios["openinference"]:
         peer_ratio = statistics.median(ratios["openinference"])
         print(f"  ours ahead of openinference: {'yes' if verdict < peer_ratio else 'NO'}")
+    if ratios["floor"]:
+        print("  (floor: the four events ours records of this call, written by hand, flat, nothing else)")
     if not recorded:
         print("note: ours recorded no gcp.gemini attempt: the figure is not a managed call's")
 
 
 def main() -> None:
+    from relay_runtime import adapters
+
     pair = [_client(), _client()]
     peer = _openinference(_client())
     if peer is None:
         print("note: openinference-instrumentation-google-genai is not installed (pip install -e '.[bench]')")
-    _bench("generate_content", pair, peer, stream=False)
-    _bench("generate_content_stream (3 chunks)", pair, peer, stream=True)
+    floor = _client()
+    genai_floor.check_same_records(adapters.instrument(_client()), floor)
+    _bench("generate_content", pair, peer, stream=False, floor=floor)
+    _bench("generate_content_stream (3 chunks)", pair, peer, stream=True, floor=floor)
     if instructions.available():
         print("google-genai generate_content:")
-        variants = ["bare", "ours"] + (["openinference"] if peer is not None else [])
+        variants = ["bare", "floor", "ours"] + (["openinference"] if peer is not None else [])
         counted = instructions.report("benchmarks.bench_genai", variants)
         verdict = counted["ours"] / counted["bare"]
         print(f"  target ours <= {TARGET}x bare in instructions: {'met' if verdict <= TARGET else 'MISSED'} "
@@ -182,7 +199,7 @@ def _async_call(client: Any) -> Callable[[], Any]:
 def count(variant: str, n: int) -> None:
     """``instructions``' entry: warm up, then ``n`` calls of one variant in a managed turn.
 
-    ``bare`` / ``ours`` / ``openinference``: sync generate_content; a ``-stream`` suffix: its
+    ``bare`` / ``ours`` / ``openinference`` / ``floor``: sync generate_content; a ``-stream`` suffix: its
     3-chunk stream, read out; an ``-async`` suffix: ``client.aio``'s generate_content (bare and ours only:
     the peer's wrappers are set on the sync ``models``).
     """
@@ -195,7 +212,12 @@ def count(variant: str, n: int) -> None:
     elif who == "openinference":
         peer = _openinference(client)
         assert peer is not None, "openinference-instrumentation-google-genai is not installed"
-    call = _async_call(client) if shape == "async" else _calls(client, client, None, stream=shape == "stream")["bare"]
+    if who == "floor":
+        call = _calls(client, client, None, shape == "stream", client)["floor"]
+    elif shape == "async":
+        call = _async_call(client)
+    else:
+        call = _calls(client, client, None, stream=shape == "stream")["bare"]
     with managed_turn(subscribed=True):
         instructions.counted(call, n, warm=20)
 
