@@ -31,25 +31,36 @@ _MAX_DEPTH = 8
 
 
 _MISSING = object()
-# Whether a message class has an attribute of that name beyond its fields (a property), by class and name: asked of
-# the classes' own dicts once, since ``hasattr`` on a pydantic class goes through its metaclass's ``__getattr__``.
-_CLASS_ATTRIBUTES: dict[tuple[type, str], bool] = {}
+# Per message class, whether it has ``tool_calls`` and ``tool_call_id`` as attributes beyond its fields (properties):
+# asked of the classes' own dicts once, since ``hasattr`` on a pydantic class goes through its metaclass's
+# ``__getattr__``. Its keys are also the classes known to be messages (``plain`` asks them first): a class is one
+# for good, where ``isinstance`` against ``BaseMessage`` (an ABC) runs its Python ``__instancecheck__`` each time.
+_MESSAGE_CLASSES: dict[type, tuple[bool, bool]] = {}
+_MAX_CLASSES = 1000  # classes made at run time (``create_model``) would otherwise be held for good
 
 
-def _attribute(message: BaseMessage, name: str) -> Any:
+def _class_attributes(cls: type) -> tuple[bool, bool]:
+    found = (_declares(cls, "tool_calls"), _declares(cls, "tool_call_id"))
+    if len(_MESSAGE_CLASSES) < _MAX_CLASSES:
+        _MESSAGE_CLASSES[cls] = found
+    return found
+
+
+def _declares(cls: type, name: str) -> bool:
+    return any(name in vars(k) for k in cls.__mro__)
+
+
+def _attribute(message: BaseMessage, name: str, declared: bool) -> Any:
     """``getattr(message, name, None)``, without asking pydantic for an attribute the message does not have: that
     raises and catches an AttributeError (about 1.6 us), and most messages have no ``tool_calls`` (all but the
-    model's) or no ``tool_call_id`` (all but tools'), read for each message a run's inputs and outputs hold."""
+    model's) or no ``tool_call_id`` (all but tools'), read for each message a run's inputs and outputs hold.
+    ``declared``: the message's class has ``name`` as an attribute (a property) beyond its fields."""
     value = message.__dict__.get(name, _MISSING)  # a field's value
     if value is not _MISSING:
         return value
     extra = message.__pydantic_extra__  # LangChain's messages take extra fields
     if extra and name in extra:
         return extra[name]
-    key = (type(message), name)
-    declared = _CLASS_ATTRIBUTES.get(key)
-    if declared is None:
-        declared = _CLASS_ATTRIBUTES[key] = any(name in vars(k) for k in type(message).__mro__)
     return getattr(message, name, None) if declared else None  # a property of its class, or nothing
 
 
@@ -57,13 +68,17 @@ def message_view(message: Any) -> dict[str, Any]:
     """A LangChain message as the neutral ``{"role", "content"}`` (tool calls and ids kept)."""
     if not isinstance(message, BaseMessage):
         return {"role": "user", "content": plain(message)}
+    return _message_view(message, _MESSAGE_CLASSES.get(type(message)) or _class_attributes(type(message)))
+
+
+def _message_view(message: BaseMessage, declared: tuple[bool, bool]) -> dict[str, Any]:
     view: dict[str, Any] = {"role": _ROLES.get(message.type, message.type), "content": plain(message.content)}
-    calls = _attribute(message, "tool_calls")
+    calls = _attribute(message, "tool_calls", declared[0])
     if calls:
         view["tool_calls"] = [
             {"id": c.get("id"), "name": c.get("name"), "arguments": plain(c.get("args"))} for c in calls
         ]
-    call_id = _attribute(message, "tool_call_id")
+    call_id = _attribute(message, "tool_call_id", declared[1])
     if call_id:
         view["tool_call_id"] = call_id
     if message.name:
@@ -89,6 +104,9 @@ def plain(value: Any, depth: int = 0) -> Any:
             return {k if type(k) is str else str(k): plain(v, depth + 1) for k, v in items[:_MAX_ITEMS]}
         if kind is list:
             return [plain(v, depth + 1) for v in value[:_MAX_ITEMS]]
+        declared = _MESSAGE_CLASSES.get(kind)  # a message class met before: its ``isinstance`` chain skipped
+        if declared is not None:
+            return _message_view(value, declared)
     return _plain_other(value, depth)
 
 
