@@ -50,15 +50,12 @@ def _declares(cls: type, name: str) -> bool:
     return any(name in vars(k) for k in cls.__mro__)
 
 
-def _attribute(message: BaseMessage, name: str, declared: bool) -> Any:
-    """``getattr(message, name, None)``, without asking pydantic for an attribute the message does not have: that
-    raises and catches an AttributeError (about 1.6 us), and most messages have no ``tool_calls`` (all but the
-    model's) or no ``tool_call_id`` (all but tools'), read for each message a run's inputs and outputs hold.
-    ``declared``: the message's class has ``name`` as an attribute (a property) beyond its fields."""
-    value = message.__dict__.get(name, _MISSING)  # a field's value
-    if value is not _MISSING:
-        return value
-    extra = message.__pydantic_extra__  # LangChain's messages take extra fields
+def _beyond_fields(message: BaseMessage, extra: dict[str, Any] | None, name: str, declared: bool) -> Any:
+    """What a message that has no field ``name`` gives for it (``getattr(message, name, None)``), without asking
+    pydantic for an attribute the message does not have: that raises and catches an AttributeError (about 1.6 us),
+    and most messages have no ``tool_calls`` (all but the model's) or no ``tool_call_id`` (all but tools'), read for
+    each message a run's inputs and outputs hold. ``extra``: its extra fields; ``declared``: its class has ``name`` as
+    an attribute (a property)."""
     if extra and name in extra:
         return extra[name]
     return getattr(message, name, None) if declared else None  # a property of its class, or nothing
@@ -72,17 +69,30 @@ def message_view(message: Any) -> dict[str, Any]:
 
 
 def _message_view(message: BaseMessage, declared: tuple[bool, bool]) -> dict[str, Any]:
-    view: dict[str, Any] = {"role": _ROLES.get(message.type, message.type), "content": plain(message.content)}
-    calls = _attribute(message, "tool_calls", declared[0])
+    # Every message of every run's inputs and outputs comes here: the common case (text content, ``tool_calls`` or
+    # ``tool_call_id`` a field or absent) makes no call beyond this frame.
+    kind = message.type
+    content = message.content
+    if type(content) is not str or len(content) > _MAX_TEXT:
+        content = plain(content)
+    view: dict[str, Any] = {"role": _ROLES.get(kind, kind), "content": content}
+    fields = message.__dict__
+    extra = message.__pydantic_extra__  # LangChain's messages take extra fields
+    calls = fields.get("tool_calls", _MISSING)  # a field's value
+    if calls is _MISSING:
+        calls = _beyond_fields(message, extra, "tool_calls", declared[0]) if declared[0] or extra else None
     if calls:
         view["tool_calls"] = [
             {"id": c.get("id"), "name": c.get("name"), "arguments": plain(c.get("args"))} for c in calls
         ]
-    call_id = _attribute(message, "tool_call_id", declared[1])
+    call_id = fields.get("tool_call_id", _MISSING)
+    if call_id is _MISSING:
+        call_id = _beyond_fields(message, extra, "tool_call_id", declared[1]) if declared[1] or extra else None
     if call_id:
         view["tool_call_id"] = call_id
-    if message.name:
-        view["name"] = message.name
+    name = message.name
+    if name:
+        view["name"] = name
     return view
 
 
