@@ -31,23 +31,16 @@ _MAX_DEPTH = 8
 
 
 _MISSING = object()
-# Per message class: whether it has ``tool_calls`` and ``tool_call_id`` as attributes beyond its fields (properties),
-# and whether its ``type``, ``content`` and ``name`` are fields no class attribute shadows (then read from the
-# message's ``__dict__``: pydantic's models define ``__getattr__``, so each attribute read of a message goes through
-# Python's slower lookup hook). Asked of the classes' own dicts once, since ``hasattr`` on a pydantic class goes
-# through its metaclass's ``__getattr__``. Its keys are also the classes known to be messages (``plain`` asks them
-# first): a class is one for good, where ``isinstance`` against ``BaseMessage`` (an ABC) runs its Python
-# ``__instancecheck__`` each time.
-_MESSAGE_CLASSES: dict[type, tuple[bool, bool, bool]] = {}
+# Per message class, whether it has ``tool_calls`` and ``tool_call_id`` as attributes beyond its fields (properties):
+# asked of the classes' own dicts once, since ``hasattr`` on a pydantic class goes through its metaclass's
+# ``__getattr__``. Its keys are also the classes known to be messages (``plain`` asks them first): a class is one
+# for good, where ``isinstance`` against ``BaseMessage`` (an ABC) runs its Python ``__instancecheck__`` each time.
+_MESSAGE_CLASSES: dict[type, tuple[bool, bool]] = {}
 _MAX_CLASSES = 1000  # classes made at run time (``create_model``) would otherwise be held for good
 
 
-_OWN_FIELDS = frozenset({"type", "content", "name"})
-
-
-def _class_attributes(cls: type) -> tuple[bool, bool, bool]:
-    unshadowed = not any(_declares(cls, name) for name in _OWN_FIELDS)
-    found = (_declares(cls, "tool_calls"), _declares(cls, "tool_call_id"), unshadowed)
+def _class_attributes(cls: type) -> tuple[bool, bool]:
+    found = (_declares(cls, "tool_calls"), _declares(cls, "tool_call_id"))
     if len(_MESSAGE_CLASSES) < _MAX_CLASSES:
         _MESSAGE_CLASSES[cls] = found
     return found
@@ -75,17 +68,15 @@ def message_view(message: Any) -> dict[str, Any]:
     return _message_view(message, _MESSAGE_CLASSES.get(type(message)) or _class_attributes(type(message)))
 
 
-def _message_view(message: BaseMessage, declared: tuple[bool, bool, bool]) -> dict[str, Any]:
+def _message_view(message: BaseMessage, declared: tuple[bool, bool]) -> dict[str, Any]:
     # Every message of every run's inputs and outputs comes here: the common case (text content, ``tool_calls`` or
     # ``tool_call_id`` a field or absent) makes no call beyond this frame.
-    fields = message.__dict__
-    if declared[2] and fields.keys() >= _OWN_FIELDS:  # fields no class attribute shadows, all set: no lookup hook
-        kind, content, name = fields["type"], fields["content"], fields["name"]
-    else:
-        kind, content, name = message.type, message.content, message.name
+    kind = message.type
+    content = message.content
     if type(content) is not str or len(content) > _MAX_TEXT:
         content = plain(content)
     view: dict[str, Any] = {"role": _ROLES.get(kind, kind), "content": content}
+    fields = message.__dict__
     extra = message.__pydantic_extra__  # LangChain's messages take extra fields
     calls = fields.get("tool_calls", _MISSING)  # a field's value
     if calls is _MISSING:
@@ -99,6 +90,7 @@ def _message_view(message: BaseMessage, declared: tuple[bool, bool, bool]) -> di
         call_id = _beyond_fields(message, extra, "tool_call_id", declared[1]) if declared[1] or extra else None
     if call_id:
         view["tool_call_id"] = call_id
+    name = message.name
     if name:
         view["name"] = name
     return view
