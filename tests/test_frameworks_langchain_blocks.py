@@ -143,6 +143,8 @@ def test_plain_reads_a_message_the_same_whether_its_class_was_met_before_or_not(
     }  # fmt: skip
     assert plain(state) == expected  # the classes met for the first time (or not: other tests may have met them)
     assert plain(state) == expected  # known now
+    built = AIMessage.model_construct(content="unvalidated", name="bot")  # its fields set without validation
+    assert plain(built) == {"role": "assistant", "content": "unvalidated", "name": "bot"}
     deep: object = HumanMessage(content="deep")
     for _ in range(8):
         deep = [deep]

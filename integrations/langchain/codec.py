@@ -31,16 +31,20 @@ _MAX_DEPTH = 8
 
 
 _MISSING = object()
-# Per message class, whether it has ``tool_calls`` and ``tool_call_id`` as attributes beyond its fields (properties):
-# asked of the classes' own dicts once, since ``hasattr`` on a pydantic class goes through its metaclass's
-# ``__getattr__``. Its keys are also the classes known to be messages (``plain`` asks them first): a class is one
-# for good, where ``isinstance`` against ``BaseMessage`` (an ABC) runs its Python ``__instancecheck__`` each time.
-_MESSAGE_CLASSES: dict[type, tuple[bool, bool]] = {}
+# Per message class: whether it has ``tool_calls`` and ``tool_call_id`` as attributes beyond its fields (properties),
+# and whether its ``type``, ``content`` and ``name`` are fields no class attribute shadows (then read from the
+# message's ``__dict__``: pydantic's models define ``__getattr__``, so each attribute read of a message goes through
+# Python's slower lookup hook). Asked of the classes' own dicts once, since ``hasattr`` on a pydantic class goes
+# through its metaclass's ``__getattr__``. Its keys are also the classes known to be messages (``plain`` asks them
+# first): a class is one for good, where ``isinstance`` against ``BaseMessage`` (an ABC) runs its Python
+# ``__instancecheck__`` each time.
+_MESSAGE_CLASSES: dict[type, tuple[bool, bool, bool]] = {}
 _MAX_CLASSES = 1000  # classes made at run time (``create_model``) would otherwise be held for good
 
 
-def _class_attributes(cls: type) -> tuple[bool, bool]:
-    found = (_declares(cls, "tool_calls"), _declares(cls, "tool_call_id"))
+def _class_attributes(cls: type) -> tuple[bool, bool, bool]:
+    unshadowed = not any(_declares(cls, name) for name in ("type", "content", "name"))
+    found = (_declares(cls, "tool_calls"), _declares(cls, "tool_call_id"), unshadowed)
     if len(_MESSAGE_CLASSES) < _MAX_CLASSES:
         _MESSAGE_CLASSES[cls] = found
     return found
@@ -68,15 +72,24 @@ def message_view(message: Any) -> dict[str, Any]:
     return _message_view(message, _MESSAGE_CLASSES.get(type(message)) or _class_attributes(type(message)))
 
 
-def _message_view(message: BaseMessage, declared: tuple[bool, bool]) -> dict[str, Any]:
+def _as_attributes(message: BaseMessage) -> tuple[Any, Any, Any]:
+    return message.type, message.content, message.name
+
+
+def _message_view(message: BaseMessage, declared: tuple[bool, bool, bool]) -> dict[str, Any]:
     # Every message of every run's inputs and outputs comes here: the common case (text content, ``tool_calls`` or
     # ``tool_call_id`` a field or absent) makes no call beyond this frame.
-    kind = message.type
-    content = message.content
+    fields = message.__dict__
+    if declared[2]:
+        try:
+            kind, content, name = fields["type"], fields["content"], fields["name"]
+        except KeyError:  # one not set (a message built without validation)
+            kind, content, name = _as_attributes(message)
+    else:  # its class shadows one of them
+        kind, content, name = _as_attributes(message)
     if type(content) is not str or len(content) > _MAX_TEXT:
         content = plain(content)
     view: dict[str, Any] = {"role": _ROLES.get(kind, kind), "content": content}
-    fields = message.__dict__
     extra = message.__pydantic_extra__  # LangChain's messages take extra fields
     calls = fields.get("tool_calls", _MISSING)  # a field's value
     if calls is _MISSING:
@@ -90,7 +103,6 @@ def _message_view(message: BaseMessage, declared: tuple[bool, bool]) -> dict[str
         call_id = _beyond_fields(message, extra, "tool_call_id", declared[1]) if declared[1] or extra else None
     if call_id:
         view["tool_call_id"] = call_id
-    name = message.name
     if name:
         view["name"] = name
     return view
