@@ -109,3 +109,43 @@ def test_a_messages_tool_calls_and_call_id_are_read_wherever_its_class_keeps_the
         "role": "user", "content": "hi", "tool_call_id": "as-an-extra",
     }  # fmt: skip
     assert message_view(Relayed(content="hi")) == {"role": "user", "content": "hi", "tool_call_id": "from-a-property"}
+
+
+def test_plain_reads_a_message_the_same_whether_its_class_was_met_before_or_not() -> None:
+    """``plain`` views a message of a class it has met before without asking ``isinstance`` again: the same view as
+    the first time (fields, extra fields, a property of its class), and a message past the depth limit is still only
+    named."""
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    from relay_runtime.integrations.langchain.codec import plain
+
+    class Met(ToolMessage):
+        @property
+        def tool_calls(self) -> list[dict[str, object]]:
+            return [{"id": "c2", "name": "lookup", "args": {"q": "x"}}]
+
+    call = {"name": "weather", "args": {"city": "Oslo"}, "id": "c1", "type": "tool_call"}
+    state = {
+        "messages": [
+            HumanMessage(content="hi", tool_call_id="as-an-extra"),
+            AIMessage(content="", tool_calls=[call], name="bot"),
+            Met(content="sunny", tool_call_id="c1"),
+        ]
+    }
+    expected = {
+        "messages": [
+            {"role": "user", "content": "hi", "tool_call_id": "as-an-extra"},
+            {"role": "assistant", "content": "",
+             "tool_calls": [{"id": "c1", "name": "weather", "arguments": {"city": "Oslo"}}], "name": "bot"},
+            {"role": "tool", "content": "sunny", "tool_call_id": "c1",
+             "tool_calls": [{"id": "c2", "name": "lookup", "arguments": {"q": "x"}}]},
+        ]
+    }  # fmt: skip
+    assert plain(state) == expected  # the classes met for the first time (or not: other tests may have met them)
+    assert plain(state) == expected  # known now
+    built = AIMessage.model_construct(content="unvalidated", name="bot")  # its fields set without validation
+    assert plain(built) == {"role": "assistant", "content": "unvalidated", "name": "bot"}
+    deep: object = HumanMessage(content="deep")
+    for _ in range(8):
+        deep = [deep]
+    assert plain(deep) == [[[[[[[["'HumanMessage'"]]]]]]]]

@@ -62,6 +62,7 @@ from .tools import ToolFailed, is_control_flow, is_error_message, is_managed
 # Read once: every chat model run goes through these.
 _managed_turn = session.managed_turn
 _middleware_call = models.middleware_call
+_held = retried.HELD
 # The module, not its ``instrument`` (the package's function of that name): its flags are read on every model call,
 # without the frames of ``is_instrumented()`` and ``clients_instrumented()``.
 _instrumenting = importlib.import_module("relay_runtime.adapters.instrument")
@@ -193,7 +194,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
         if run is None:
             return
         if run.own and run.handle is not None:
-            if retried.holding():
+            if _held:
                 # A failed model run under it was not retried.
                 self._guarded(run.turn, "end", retried.release, run.handle.uuid)
             if error is not None and outcome_of(error) == _CANCELLED:
@@ -332,7 +333,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
             parent = current_parent(turn) if parent_run_id is None else self._parent(turn, parent_run_id)
             if parent is not None and RUN_ID in (parent.metadata or _EMPTY):
                 run.parent = parent.uuid  # a run's scope: its end releases a failed call held there
-            call = retried.retried(run.parent, asked) if run.parent is not None and retried.holding() else None
+            call = retried.retried(run.parent, asked) if run.parent is not None and _held else None
             if call is None:
                 call = ModelCall(turn, open_call_in(turn, parent, _PRIMARY), _PRIMARY, parent)
             run.call = call

@@ -31,25 +31,37 @@ _MAX_DEPTH = 8
 
 
 _MISSING = object()
-# Whether a message class has an attribute of that name beyond its fields (a property), by class and name: asked of
-# the classes' own dicts once, since ``hasattr`` on a pydantic class goes through its metaclass's ``__getattr__``.
-_CLASS_ATTRIBUTES: dict[tuple[type, str], bool] = {}
+# Per message class: whether it has ``tool_calls`` and ``tool_call_id`` as attributes beyond its fields (properties),
+# and whether its ``type``, ``content`` and ``name`` are fields no class attribute shadows (then read from the
+# message's ``__dict__``: pydantic's models define ``__getattr__``, so each attribute read of a message goes through
+# Python's slower lookup hook). Asked of the classes' own dicts once, since ``hasattr`` on a pydantic class goes
+# through its metaclass's ``__getattr__``. Its keys are also the classes known to be messages (``plain`` asks them
+# first): a class is one for good, where ``isinstance`` against ``BaseMessage`` (an ABC) runs its Python
+# ``__instancecheck__`` each time.
+_MESSAGE_CLASSES: dict[type, tuple[bool, bool, bool]] = {}
+_MAX_CLASSES = 1000  # classes made at run time (``create_model``) would otherwise be held for good
 
 
-def _attribute(message: BaseMessage, name: str) -> Any:
-    """``getattr(message, name, None)``, without asking pydantic for an attribute the message does not have: that
-    raises and catches an AttributeError (about 1.6 us), and most messages have no ``tool_calls`` (all but the
-    model's) or no ``tool_call_id`` (all but tools'), read for each message a run's inputs and outputs hold."""
-    value = message.__dict__.get(name, _MISSING)  # a field's value
-    if value is not _MISSING:
-        return value
-    extra = message.__pydantic_extra__  # LangChain's messages take extra fields
+def _class_attributes(cls: type) -> tuple[bool, bool, bool]:
+    unshadowed = not any(_declares(cls, name) for name in ("type", "content", "name"))
+    found = (_declares(cls, "tool_calls"), _declares(cls, "tool_call_id"), unshadowed)
+    if len(_MESSAGE_CLASSES) < _MAX_CLASSES:
+        _MESSAGE_CLASSES[cls] = found
+    return found
+
+
+def _declares(cls: type, name: str) -> bool:
+    return any(name in vars(k) for k in cls.__mro__)
+
+
+def _beyond_fields(message: BaseMessage, extra: dict[str, Any] | None, name: str, declared: bool) -> Any:
+    """What a message that has no field ``name`` gives for it (``getattr(message, name, None)``), without asking
+    pydantic for an attribute the message does not have: that raises and catches an AttributeError (about 1.6 us),
+    and most messages have no ``tool_calls`` (all but the model's) or no ``tool_call_id`` (all but tools'), read for
+    each message a run's inputs and outputs hold. ``extra``: its extra fields; ``declared``: its class has ``name`` as
+    an attribute (a property)."""
     if extra and name in extra:
         return extra[name]
-    key = (type(message), name)
-    declared = _CLASS_ATTRIBUTES.get(key)
-    if declared is None:
-        declared = _CLASS_ATTRIBUTES[key] = any(name in vars(k) for k in type(message).__mro__)
     return getattr(message, name, None) if declared else None  # a property of its class, or nothing
 
 
@@ -57,17 +69,42 @@ def message_view(message: Any) -> dict[str, Any]:
     """A LangChain message as the neutral ``{"role", "content"}`` (tool calls and ids kept)."""
     if not isinstance(message, BaseMessage):
         return {"role": "user", "content": plain(message)}
-    view: dict[str, Any] = {"role": _ROLES.get(message.type, message.type), "content": plain(message.content)}
-    calls = _attribute(message, "tool_calls")
+    return _message_view(message, _MESSAGE_CLASSES.get(type(message)) or _class_attributes(type(message)))
+
+
+def _as_attributes(message: BaseMessage) -> tuple[Any, Any, Any]:
+    return message.type, message.content, message.name
+
+
+def _message_view(message: BaseMessage, declared: tuple[bool, bool, bool]) -> dict[str, Any]:
+    # Every message of every run's inputs and outputs comes here: the common case (text content, ``tool_calls`` or
+    # ``tool_call_id`` a field or absent) makes no call beyond this frame.
+    fields = message.__dict__
+    if declared[2]:
+        try:
+            kind, content, name = fields["type"], fields["content"], fields["name"]
+        except KeyError:  # one not set (a message built without validation)
+            kind, content, name = _as_attributes(message)
+    else:  # its class shadows one of them
+        kind, content, name = _as_attributes(message)
+    if type(content) is not str or len(content) > _MAX_TEXT:
+        content = plain(content)
+    view: dict[str, Any] = {"role": _ROLES.get(kind, kind), "content": content}
+    extra = message.__pydantic_extra__  # LangChain's messages take extra fields
+    calls = fields.get("tool_calls", _MISSING)  # a field's value
+    if calls is _MISSING:
+        calls = _beyond_fields(message, extra, "tool_calls", declared[0]) if declared[0] or extra else None
     if calls:
         view["tool_calls"] = [
             {"id": c.get("id"), "name": c.get("name"), "arguments": plain(c.get("args"))} for c in calls
         ]
-    call_id = _attribute(message, "tool_call_id")
+    call_id = fields.get("tool_call_id", _MISSING)
+    if call_id is _MISSING:
+        call_id = _beyond_fields(message, extra, "tool_call_id", declared[1]) if declared[1] or extra else None
     if call_id:
         view["tool_call_id"] = call_id
-    if message.name:
-        view["name"] = message.name
+    if name:
+        view["name"] = name
     return view
 
 
@@ -89,6 +126,9 @@ def plain(value: Any, depth: int = 0) -> Any:
             return {k if type(k) is str else str(k): plain(v, depth + 1) for k, v in items[:_MAX_ITEMS]}
         if kind is list:
             return [plain(v, depth + 1) for v in value[:_MAX_ITEMS]]
+        declared = _MESSAGE_CLASSES.get(kind)  # a message class met before: its ``isinstance`` chain skipped
+        if declared is not None:
+            return _message_view(value, declared)
     return _plain_other(value, depth)
 
 

@@ -16,8 +16,9 @@ from typing import Any
 
 from ..frameworks import FrameworkRun, ModelCall
 
-# Held calls by their parent run's scope uuid; the bound only matters for parents whose end never comes.
-_HELD: dict[str, Held] = {}
+# Held calls by their parent run's scope uuid; the bound only matters for parents whose end never comes. Never
+# rebound: the handler tests it for emptiness where it is imported, with no call (every model call and run end asks).
+HELD: dict[str, Held] = {}
 _MAX_HELD = 10_000
 
 
@@ -51,8 +52,8 @@ class Held:
         self.messages = messages
 
     def abandon(self) -> None:
-        if _HELD.get(self.parent) is self:
-            _HELD.pop(self.parent, None)
+        if HELD.get(self.parent) is self:
+            HELD.pop(self.parent, None)
         self.close()
 
     def close(self) -> None:
@@ -74,13 +75,13 @@ def hold(run: ModelRun, error: BaseException) -> None:
     call.end_observed(error=error)
     held = Held(parent, call, error, run.messages)
     call.logical.open_attempts.append(held)
-    if len(_HELD) >= _MAX_HELD:
+    if len(HELD) >= _MAX_HELD:
         try:
-            release(next(iter(_HELD)))
+            release(next(iter(HELD)))
         except (StopIteration, RuntimeError):  # emptied or changed by another thread meanwhile
             pass
-    earlier = _HELD.pop(parent, None)
-    _HELD[parent] = held
+    earlier = HELD.pop(parent, None)
+    HELD[parent] = held
     if earlier is not None:
         earlier.close()
 
@@ -88,7 +89,7 @@ def hold(run: ModelRun, error: BaseException) -> None:
 def retried(parent: str, messages: list[Any]) -> ModelCall | None:
     """The held call a run starting under ``parent`` with ``messages`` retries; None when it retries none
     (a call held there for other messages is closed: its retry would have come first)."""
-    held = _HELD.pop(parent, None)
+    held = HELD.pop(parent, None)
     if held is None:
         return None
     call = held.call
@@ -103,10 +104,6 @@ def retried(parent: str, messages: list[Any]) -> ModelCall | None:
 
 def release(parent: str) -> None:
     """``parent`` ended: the call held under it was not retried; it closes failed."""
-    held = _HELD.pop(parent, None)
+    held = HELD.pop(parent, None)
     if held is not None:
         held.close()
-
-
-def holding() -> bool:
-    return bool(_HELD)
