@@ -194,12 +194,9 @@ class Attempt:
             # (messages, tools) are copied now, since agents append to them after the call.
             kwargs = request._content  # raw_content(), without the call
             content = kwargs.copy() if type(kwargs) is MappingProxyType else dict(kwargs)
-            # Whether any value is a list, asked in C: most calls' content holds none at the top (a prompt
-            # string, a config), and the loop below would cost every one of them a Python step per key.
-            if list in map(type, content.values()):
-                for key, value in content.items():
-                    if type(value) is list:
-                        content[key] = list(value)
+            for key, value in content.items():
+                if type(value) is list:
+                    content[key] = list(value)
             if self.model_name is None:
                 decoded = decode_for_observers(relay, self.name, codec, content)
                 self.model_name = decoded.model if decoded is not None else None
