@@ -176,6 +176,7 @@ def attempt_of(
     *,
     streaming: bool = False,
     metadata: dict[str, Any] | None = None,
+    clean: bool = False,
 ) -> Attempt | None:
     """An attempt of ``call`` (opened by ``open_call_in``), to run with ``relay.llm.run`` (``open_stream`` when
     ``streaming``); the call stays open after it for its opener to close. None when the call no longer takes
@@ -183,7 +184,9 @@ def attempt_of(
     (``stream_current``).
 
     ``_call_attempt``'s (``_stream_attempt``'s) work for a caller holding the call: no lookup by id. ``metadata``
-    comes first in the attempt's own, after its kind, as the metadata given to ``execute_current`` do."""
+    comes first in the attempt's own, after its kind, as the metadata given to ``execute_current`` do; with
+    ``clean``, it is an adapter's own (its client's address and region, built from no caller's words), not read
+    for credentials again on every attempt, as ``Scopes.opened`` takes the relay's own scopes' metadata."""
     lock = turn.lock
     lock.acquire()  # not ``with``, on every attempt of an opened call: see ``logical_calls``
     try:
@@ -202,7 +205,13 @@ def attempt_of(
     # One literal each: keys set in the same order, and a caller's entry under one of the call's names overridden
     # in its place, as three assignments after the merge would.
     meta: dict[str, Any] = (
-        {_KIND: _ATTEMPT, **redact_metadata(metadata), _ID: call.api_request_id, _ROLE: call.call_role, _RETRY: retry}
+        {
+            _KIND: _ATTEMPT,
+            **(metadata if clean else redact_metadata(metadata)),
+            _ID: call.api_request_id,
+            _ROLE: call.call_role,
+            _RETRY: retry,
+        }
         if metadata
         else {_KIND: _ATTEMPT, _ID: call.api_request_id, _ROLE: call.call_role, _RETRY: retry}
     )

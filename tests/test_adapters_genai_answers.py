@@ -24,7 +24,8 @@ CALL = {"id": "c-1", "name": "lookup", "args": {"city": "Oslo"}}
 
 
 def _chunks() -> list[list[dict[str, Any]]]:
-    """Streams as REST bodies: plain text, thoughts and a function call, a second candidate, no usage, blocked."""
+    """Streams as REST bodies: plain text, thoughts and a function call, a second candidate, no usage, blocked, a
+    lone candidate not the first and two text parts."""
     second = response_body("other", finish="MAX_TOKENS")["candidates"][0] | {"index": 1}
     two = response_body("first", finish="STOP", usage_metadata=usage())
     two["candidates"].append(second)
@@ -39,6 +40,10 @@ def _chunks() -> list[list[dict[str, Any]]]:
         [response_body("cut", finish=None, usage_metadata=no_candidates_count)],
         [blocked],
         [response_body("x", finish="SAFETY", model="", response_id="")],
+        # One candidate that is not the first, then one text part beside another (not the usual chunk's shape).
+        [{**response_body("late", finish=None), "candidates": [second | {"index": 2}]},
+         {**response_body("a", finish="STOP"), "candidates": [
+             {"content": {"role": "model", "parts": [{"text": "a"}, {"text": "b"}]}, "finishReason": "STOP"}]}],
     ]  # fmt: skip
 
 

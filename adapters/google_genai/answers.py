@@ -317,9 +317,29 @@ class GenerateContentAccumulator:
             if blocked:
                 self.blocked = blocked
             return None
+        states = self.candidates
+        # Nearly every chunk the SDK streams: its one candidate (the first) with one part of text, of the SDK's own
+        # classes. Its text is folded with no loop and no per-part bookkeeping: what the loop below would do with it.
+        if len(candidates) == 1:
+            candidate = candidates[0]
+            if type(candidate) is _CANDIDATE and not candidate.index:  # None or 0: the first
+                content = candidate.content
+                parts = content.parts if type(content) is _CONTENT else None
+                if type(parts) is list and len(parts) == 1:
+                    part = parts[0]
+                    if type(part) is _PART and part.function_call is None and part.thought is not True:
+                        value = part.text
+                        if type(value) is str and value:
+                            state = states.get(0)
+                            if state is None:
+                                state = states[0] = _Candidate()
+                            state.texts.append(value)
+                            reason = candidate.finish_reason
+                            if reason is not None:
+                                state.reason = reason
+                            return ChunkDelta(value, "", None, 0)
         text = thought = ""
         extra = 0
-        states = self.candidates
         # ``parts_of`` and ``read_parts``' reads in this one frame, folded straight into the candidate's lists:
         # every chunk of a stream comes through here, and their frames and lists cost more than the reads.
         for candidate in candidates:

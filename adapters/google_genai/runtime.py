@@ -195,9 +195,10 @@ class Call:
             return
         if kind == STREAM:
             # Opened with ``relay.llm.open_stream``. The client's metadata leads the attempt's own, as it does when
-            # ``options`` go to ``calls.stream_current``.
+            # ``options`` go to ``calls.stream_current``; it is the adapter's own (``ClientState``), merged as it is
+            # below, not read for credentials on every attempt.
             self.attempt = calls.attempt_of(
-                turn, group.call, request, name, model, codec, streaming=True, metadata=state.metadata
+                turn, group.call, request, name, model, codec, streaming=True, metadata=state.metadata, clean=True
             )
         else:
             self.attempt = attempt = calls.attempt_of(turn, group.call, request, name, model, codec)
