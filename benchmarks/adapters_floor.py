@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks import floor_calls
 from benchmarks.managed_turn import managed_turn
 
 KWARGS: dict[str, Any] = {
@@ -34,9 +35,7 @@ def by_hand(client: Any) -> Callable[[], Any]:
     from relay_runtime.attempt import _current
     from relay_runtime.attempt_views import annotate_for_observers, decode_for_observers
     from relay_runtime.events import SCOPE_END, SCOPE_START, Deferred, new_event
-    from relay_runtime.ids import new_id
-    from relay_runtime.scopes import RelayOutput, ScopeHandle
-    from relay_runtime.session import LogicalCall
+    from relay_runtime.scopes import ScopeHandle
     from relay_runtime.types import request_of_kwargs
 
     codec = APIS[CHAT_COMPLETIONS].codec
@@ -51,17 +50,8 @@ def by_hand(client: Any) -> Callable[[], Any]:
         create = client.chat.completions.create
         redaction.remember_secret(client.api_key)
         request = request_of_kwargs(KWARGS)
-        rid = new_id()
-        call_meta = {cv.KIND: cv.LOGICAL_CALL, cv.API_REQUEST_ID: rid, cv.CALL_ROLE: "primary"}
-        scope = ScopeHandle("logical_llm_call", "function", turn.scope, call_meta, None, False, None)
-        subs.deliver(
-            subs.start,
-            new_event(SCOPE_START, scope.uuid, scope.parent_uuid, scope.trace_id, scope.name, "function",
-                      scope.start_ns, metadata=call_meta),
-        )  # fmt: skip
-        logical = LogicalCall(rid, "primary", scope)
-        logical.attempts = logical.in_flight = 1
-        turn.logical_llm_calls[rid] = logical
+        logical = floor_calls.opened(turn)
+        rid, scope = logical.api_request_id, logical.scope
         meta = {cv.KIND: cv.ATTEMPT, cv.SERVER_ADDRESS: address, cv.RETRY_COUNT: 0, cv.API_REQUEST_ID: rid,
                 cv.CALL_ROLE: "primary"}  # fmt: skip
         attempt = ScopeHandle("openai", "llm", scope, meta, None, False, None)
@@ -94,20 +84,7 @@ def by_hand(client: Any) -> Callable[[], Any]:
                       provider="openai", model_name="gpt-bench", annotated_request=view,
                       annotated_response=annotation),
         )  # fmt: skip
-        with turn.lock:
-            logical.in_flight -= 1
-            logical.model = result.model
-            logical.closing = True
-        scope.ended = True
-        subs.deliver(
-            subs.end,
-            new_event(SCOPE_END, scope.uuid, scope.parent_uuid, scope.trace_id, scope.name, "function", now(),
-                      start_timestamp=scope.start_ns, metadata=call_meta, outcome="success",
-                      output=RelayOutput(outcome="success", model=logical.model, provider="openai")),
-        )  # fmt: skip
-        with turn.lock:
-            logical.closing = False
-            del turn.logical_llm_calls[rid]
+        floor_calls.ended(turn, logical, result.model, "openai")
         return result
 
     return call

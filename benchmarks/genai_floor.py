@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
+from benchmarks import floor_calls
 from benchmarks.managed_turn import managed_turn
 
 MODEL = "gemini-2.5-flash"
@@ -49,9 +50,7 @@ def by_hand(client: Any) -> Callable[[], Any]:
     from relay_runtime.attempt import _current
     from relay_runtime.attempt_views import annotate_for_observers, decode_for_observers, recorded_request
     from relay_runtime.events import SCOPE_END, SCOPE_START, Deferred, Recorded, new_event
-    from relay_runtime.ids import new_id
-    from relay_runtime.scopes import RelayOutput, ScopeHandle
-    from relay_runtime.session import LogicalCall
+    from relay_runtime.scopes import ScopeHandle
     from relay_runtime.types import request_taking
     from relay_runtime.urls import server_address
 
@@ -70,14 +69,8 @@ def by_hand(client: Any) -> Callable[[], Any]:
         subs = relay.subscribers
         if key not in redaction._secrets:
             redaction.remember_secret(key)
-        rid = new_id()
-        call_meta = {cv.KIND: cv.LOGICAL_CALL, cv.API_REQUEST_ID: rid, cv.CALL_ROLE: "primary"}
-        scope = ScopeHandle("logical_llm_call", "function", turn.scope, call_meta, None, False, None)
-        subs.deliver(subs.start, new_event(SCOPE_START, scope.uuid, scope.parent_uuid, scope.trace_id, scope.name,
-                                           "function", scope.start_ns, None, None, None, call_meta))  # fmt: skip
-        logical = LogicalCall(rid, "primary", scope)
-        logical.attempts = logical.in_flight = 1
-        turn.logical_llm_calls[rid] = logical
+        logical = floor_calls.opened(turn)
+        rid, scope = logical.api_request_id, logical.scope
         # The request the SDK's public method passes its per-request one (its config parsed: none here).
         request = request_taking({"model": MODEL, "contents": CONTENTS, "config": None})
         meta = {cv.KIND: cv.ATTEMPT, cv.API_REQUEST_ID: rid, cv.CALL_ROLE: "primary", cv.RETRY_COUNT: 0,
@@ -101,17 +94,7 @@ def by_hand(client: Any) -> Callable[[], Any]:
         subs.deliver(subs.end, new_event(SCOPE_END, attempt.uuid, attempt.parent_uuid, attempt.trace_id, GEMINI,
                                          "llm", now(), attempt.start_ns, None, result, meta, None, GEMINI, MODEL,
                                          view, annotation, None, None, "success"))  # fmt: skip
-        with turn.lock:
-            logical.in_flight -= 1
-            logical.closing = True
-        scope.ended = True
-        output = RelayOutput(outcome="success", model=MODEL, provider=GEMINI)
-        subs.deliver(subs.end, new_event(SCOPE_END, scope.uuid, scope.parent_uuid, scope.trace_id, scope.name,
-                                         "function", now(), scope.start_ns, None, output, call_meta, None, None,
-                                         None, None, None, None, None, "success"))  # fmt: skip
-        with turn.lock:
-            logical.closing = False
-            del turn.logical_llm_calls[rid]
+        floor_calls.ended(turn, logical, MODEL, GEMINI)
         return result
 
     return call
@@ -131,9 +114,7 @@ def by_hand_stream(client: Any) -> Callable[[], Iterator[Any]]:
     from relay_runtime.attempt import _current
     from relay_runtime.attempt_views import annotate_for_observers, decode_for_observers, recorded_request
     from relay_runtime.events import SCOPE_END, SCOPE_START, Deferred, Recorded, new_event
-    from relay_runtime.ids import new_id
-    from relay_runtime.scopes import RelayOutput, ScopeHandle
-    from relay_runtime.session import LogicalCall
+    from relay_runtime.scopes import ScopeHandle
     from relay_runtime.types import request_taking
     from relay_runtime.urls import server_address
 
@@ -152,14 +133,8 @@ def by_hand_stream(client: Any) -> Callable[[], Iterator[Any]]:
         subs = relay.subscribers
         if key not in redaction._secrets:
             redaction.remember_secret(key)
-        rid = new_id()
-        call_meta = {cv.KIND: cv.LOGICAL_CALL, cv.API_REQUEST_ID: rid, cv.CALL_ROLE: "primary"}
-        scope = ScopeHandle("logical_llm_call", "function", turn.scope, call_meta, None, False, None)
-        subs.deliver(subs.start, new_event(SCOPE_START, scope.uuid, scope.parent_uuid, scope.trace_id, scope.name,
-                                           "function", scope.start_ns, None, None, None, call_meta))  # fmt: skip
-        logical = LogicalCall(rid, "primary", scope)
-        logical.attempts = logical.in_flight = logical.open_streams = 1
-        turn.logical_llm_calls[rid] = logical
+        logical = floor_calls.opened(turn, streams=1)
+        rid, scope = logical.api_request_id, logical.scope
         request = request_taking({"model": MODEL, "contents": CONTENTS, "config": None})
         meta = {cv.KIND: cv.ATTEMPT, cv.SERVER_ADDRESS: address, cv.API_REQUEST_ID: rid, cv.CALL_ROLE: "primary",
                 cv.RETRY_COUNT: 0}  # fmt: skip
@@ -197,18 +172,7 @@ def by_hand_stream(client: Any) -> Callable[[], Iterator[Any]]:
         subs.deliver(subs.end, new_event(SCOPE_END, attempt.uuid, attempt.parent_uuid, attempt.trace_id, GEMINI,
                                          "llm", now(), attempt.start_ns, None, response, meta, None, GEMINI, MODEL,
                                          view, annotation, None, None, "success"))  # fmt: skip
-        with turn.lock:
-            logical.in_flight -= 1
-            logical.open_streams -= 1
-            logical.closing = True
-        scope.ended = True
-        output = RelayOutput(outcome="success", model=MODEL, provider=GEMINI)
-        subs.deliver(subs.end, new_event(SCOPE_END, scope.uuid, scope.parent_uuid, scope.trace_id, scope.name,
-                                         "function", now(), scope.start_ns, None, output, call_meta, None, None,
-                                         None, None, None, None, None, "success"))  # fmt: skip
-        with turn.lock:
-            logical.closing = False
-            del turn.logical_llm_calls[rid]
+        floor_calls.ended(turn, logical, MODEL, GEMINI)
 
     return stream
 
