@@ -13,11 +13,23 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterator
+from contextvars import copy_context
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks import floor_calls
 from benchmarks.managed_turn import managed_turn
+from relay_runtime import conventions as cv
+from relay_runtime import redaction, session
+from relay_runtime.adapters.google_genai.codec import GEMINI
+from relay_runtime.attempt import _current
+from relay_runtime.attempt_views import annotate_for_observers, decode_for_observers, recorded_request
+from relay_runtime.events import SCOPE_END, SCOPE_START, Deferred, Recorded, new_event
+from relay_runtime.scopes import ScopeHandle
+from relay_runtime.types import request_taking
+
+if TYPE_CHECKING:
+    from relay_runtime.session import LogicalCall, Turn
 
 MODEL = "gemini-2.5-flash"
 CONTENTS = "hello"
@@ -39,62 +51,82 @@ def _count_tries(api_client: Any) -> None:
     api_client.__dict__["_request_once"] = request_once
 
 
+class _Client:
+    """What both floors read of one client once, and the records they share: the attempt's start and end."""
+
+    def __init__(self, client: Any, kind: str) -> None:
+        from relay_runtime.adapters.google_genai.codec import CODECS, GEMINI
+        from relay_runtime.urls import server_address
+
+        api_client = client._api_client
+        _count_tries(api_client)
+        self.codec = CODECS[(GEMINI, kind)]
+        self.address = server_address(api_client._http_options.base_url)
+        self.key = api_client.api_key
+
+    def started(self, stream: bool) -> tuple[Turn, LogicalCall, ScopeHandle, dict[str, Any], Deferred]:
+        """The managed turn, and in it a logical call and its attempt, started as the adapter starts them: the
+        attempt's metadata, its view, and its start event."""
+        turn = session.managed_turn()
+        assert turn is not None and turn.scope is not None
+        relay = turn.relay
+        subs = relay.subscribers
+        if self.key not in redaction._secrets:
+            redaction.remember_secret(self.key)
+        logical = floor_calls.opened(turn, streams=1 if stream else 0)
+        rid = logical.api_request_id
+        # The request the SDK's public method passes its per-request one (its config parsed: none here).
+        request = request_taking({"model": MODEL, "contents": CONTENTS, "config": None})
+        # A stream's attempt is opened with the client's metadata leading its own; a call's gets it after.
+        meta = (
+            {cv.KIND: cv.ATTEMPT, cv.SERVER_ADDRESS: self.address, cv.API_REQUEST_ID: rid, cv.CALL_ROLE: "primary",
+             cv.RETRY_COUNT: 0}
+            if stream
+            else {cv.KIND: cv.ATTEMPT, cv.API_REQUEST_ID: rid, cv.CALL_ROLE: "primary", cv.RETRY_COUNT: 0,
+                  cv.SERVER_ADDRESS: self.address}
+        )  # fmt: skip
+        attempt = ScopeHandle(GEMINI, "llm", logical.scope, meta, None, False, None)
+        view = Deferred(decode_for_observers, relay, GEMINI, self.codec, dict(request._content))
+        subs.deliver(subs.start, new_event(SCOPE_START, attempt.uuid, attempt.parent_uuid, attempt.trace_id, GEMINI,
+                                           "llm", attempt.start_ns, None,
+                                           Recorded(recorded_request, request._headers, request._content, relay),
+                                           None, dict(meta), None, GEMINI, MODEL, view))  # fmt: skip
+        return turn, logical, attempt, meta, view
+
+    def ended(
+        self, turn: Turn, logical: LogicalCall, attempt: ScopeHandle, meta: dict[str, Any], view: Deferred,
+        response: Any, first_chunk_ns: int | None,
+    ) -> None:  # fmt: skip
+        """The attempt's end (a success answered by ``response``), then its logical call's."""
+        attempt.ended = True
+        relay = turn.relay
+        subs = relay.subscribers
+        annotation = Deferred(annotate_for_observers, relay, GEMINI, self.codec, response, first_chunk_ns, meta)
+        subs.deliver(subs.end, new_event(SCOPE_END, attempt.uuid, attempt.parent_uuid, attempt.trace_id, GEMINI,
+                                         "llm", time.time_ns(), attempt.start_ns, None, response, meta, None, GEMINI,
+                                         MODEL, view, annotation, None, None, "success"))  # fmt: skip
+        floor_calls.ended(turn, logical, MODEL, GEMINI)
+
+
 def by_hand(client: Any) -> Callable[[], Any]:
     """``client.models.generate_content(model=MODEL, contents=CONTENTS)`` recording what the instrumented call
     records (a logical call and one attempt, four events), written flat for this one case: no policy, cost,
     cassette, route, auxiliary call, automatic function calling, stream or error path. ``client`` must not be
     instrumented; its API client gets a per-try counter (once)."""
-    from relay_runtime import conventions as cv
-    from relay_runtime import redaction, session
-    from relay_runtime.adapters.google_genai.codec import CODECS, GEMINI
-    from relay_runtime.attempt import _current
-    from relay_runtime.attempt_views import annotate_for_observers, decode_for_observers, recorded_request
-    from relay_runtime.events import SCOPE_END, SCOPE_START, Deferred, Recorded, new_event
-    from relay_runtime.scopes import ScopeHandle
-    from relay_runtime.types import request_taking
-    from relay_runtime.urls import server_address
-
-    api_client = client._api_client
-    _count_tries(api_client)
-    codec = CODECS[(GEMINI, "generate")]
-    address = server_address(api_client._http_options.base_url)
-    key = api_client.api_key
+    floor = _Client(client, "generate")
     generate = client.models.generate_content
-    now = time.time_ns
 
     def call() -> Any:
-        turn = session.managed_turn()
-        assert turn is not None and turn.scope is not None
-        relay = turn.relay
-        subs = relay.subscribers
-        if key not in redaction._secrets:
-            redaction.remember_secret(key)
-        logical = floor_calls.opened(turn)
-        rid, scope = logical.api_request_id, logical.scope
-        # The request the SDK's public method passes its per-request one (its config parsed: none here).
-        request = request_taking({"model": MODEL, "contents": CONTENTS, "config": None})
-        meta = {cv.KIND: cv.ATTEMPT, cv.API_REQUEST_ID: rid, cv.CALL_ROLE: "primary", cv.RETRY_COUNT: 0,
-                cv.SERVER_ADDRESS: address}  # fmt: skip
-        attempt = ScopeHandle(GEMINI, "llm", scope, meta, None, False, None)
-        content = dict(request._content)
-        view = Deferred(decode_for_observers, relay, GEMINI, codec, content)
-        subs.deliver(subs.start, new_event(SCOPE_START, attempt.uuid, attempt.parent_uuid, attempt.trace_id, GEMINI,
-                                           "llm", attempt.start_ns, None,
-                                           Recorded(recorded_request, request._headers, request._content, relay),
-                                           None, dict(meta), None, GEMINI, MODEL, view))  # fmt: skip
-        stack_token = relay.scope._stack.set(attempt)
+        turn, logical, attempt, meta, view = floor.started(False)
+        stack = turn.relay.scope._stack
+        stack_token = stack.set(attempt)
         attempt_token = _current.set(attempt)  # type: ignore[arg-type]  # a handle has the metadata the counter reads
         try:
             result = generate(model=MODEL, contents=CONTENTS)
         finally:
-            relay.scope._stack.reset(stack_token)
+            stack.reset(stack_token)
             _current.reset(attempt_token)
-        attempt.ended = True
-        annotation = Deferred(annotate_for_observers, relay, GEMINI, codec, result, None, meta)
-        subs.deliver(subs.end, new_event(SCOPE_END, attempt.uuid, attempt.parent_uuid, attempt.trace_id, GEMINI,
-                                         "llm", now(), attempt.start_ns, None, result, meta, None, GEMINI, MODEL,
-                                         view, annotation, None, None, "success"))  # fmt: skip
-        floor_calls.ended(turn, logical, MODEL, GEMINI)
+        floor.ended(turn, logical, attempt, meta, view, result, None)
         return result
 
     return call
@@ -106,48 +138,15 @@ def by_hand_stream(client: Any) -> Callable[[], Iterator[Any]]:
     stopped; no policy, cost, cassette, route, tools or error path): the attempt current while the SDK reads (a
     context of its own, as the core's), the time to the first chunk, and the chunks folded as they pass into the
     response the end event holds. ``client`` must not be instrumented."""
-    from contextvars import copy_context
-
-    from relay_runtime import conventions as cv
-    from relay_runtime import redaction, session
-    from relay_runtime.adapters.google_genai.codec import CODECS, GEMINI
-    from relay_runtime.attempt import _current
-    from relay_runtime.attempt_views import annotate_for_observers, decode_for_observers, recorded_request
-    from relay_runtime.events import SCOPE_END, SCOPE_START, Deferred, Recorded, new_event
-    from relay_runtime.scopes import ScopeHandle
-    from relay_runtime.types import request_taking
-    from relay_runtime.urls import server_address
-
-    api_client = client._api_client
-    _count_tries(api_client)
-    codec = CODECS[(GEMINI, "stream")]
-    address = server_address(api_client._http_options.base_url)
-    key = api_client.api_key
+    floor = _Client(client, "stream")
     generate = client.models.generate_content_stream
     now = time.time_ns
 
     def stream() -> Iterator[Any]:
-        turn = session.managed_turn()
-        assert turn is not None and turn.scope is not None
-        relay = turn.relay
-        subs = relay.subscribers
-        if key not in redaction._secrets:
-            redaction.remember_secret(key)
-        logical = floor_calls.opened(turn, streams=1)
-        rid, scope = logical.api_request_id, logical.scope
-        request = request_taking({"model": MODEL, "contents": CONTENTS, "config": None})
-        meta = {cv.KIND: cv.ATTEMPT, cv.SERVER_ADDRESS: address, cv.API_REQUEST_ID: rid, cv.CALL_ROLE: "primary",
-                cv.RETRY_COUNT: 0}  # fmt: skip
-        attempt = ScopeHandle(GEMINI, "llm", scope, meta, None, False, None)
-        content = dict(request._content)
-        view = Deferred(decode_for_observers, relay, GEMINI, codec, content)
-        subs.deliver(subs.start, new_event(SCOPE_START, attempt.uuid, attempt.parent_uuid, attempt.trace_id, GEMINI,
-                                           "llm", attempt.start_ns, None,
-                                           Recorded(recorded_request, request._headers, request._content, relay),
-                                           None, dict(meta), None, GEMINI, MODEL, view))  # fmt: skip
+        turn, logical, attempt, meta, view = floor.started(True)
         context = copy_context()
         run = context.run
-        run(relay.scope._stack.set, attempt)
+        run(turn.relay.scope._stack.set, attempt)
         run(_current.set, attempt)
         source = run(iter, run(generate, model=MODEL, contents=CONTENTS))
         first_ns = None
@@ -167,12 +166,8 @@ def by_hand_stream(client: Any) -> Callable[[], Iterator[Any]]:
             "model_version": chunk.model_version, "response_id": chunk.response_id,
             "usage_metadata": {name: value for name, value in usage.items() if value is not None},
         }  # fmt: skip
-        attempt.ended = True
-        annotation = Deferred(annotate_for_observers, relay, GEMINI, codec, response, first_ns - attempt.start_ns, meta)
-        subs.deliver(subs.end, new_event(SCOPE_END, attempt.uuid, attempt.parent_uuid, attempt.trace_id, GEMINI,
-                                         "llm", now(), attempt.start_ns, None, response, meta, None, GEMINI, MODEL,
-                                         view, annotation, None, None, "success"))  # fmt: skip
-        floor_calls.ended(turn, logical, MODEL, GEMINI)
+        assert first_ns is not None
+        floor.ended(turn, logical, attempt, meta, view, response, first_ns - attempt.start_ns)
 
     return stream
 
