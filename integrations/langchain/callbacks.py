@@ -398,7 +398,8 @@ class RelayCallbackHandler(BaseCallbackHandler):
                 message = getattr(first, "message", None)
                 meta = getattr(message, "response_metadata", None) or _EMPTY
                 model = meta.get("model_name") or (getattr(response, "llm_output", None) or _EMPTY).get("model_name")
-                codec = CODECS.get(observed.name) or codec_for(observed.name)
+                # The codec its start found (``observe`` holds it), not looked up again by the provider's name.
+                codec = call._observed_codec or codec_for(observed.name)
                 annotated = deferred_answer(codec.annotate_response, message)
                 # The answer object itself, as a managed attempt's end holds its SDK's: what the view has no field
                 # for (reasoning blocks, the provider's metadata) is read from it, by records and rules alike.
