@@ -13,12 +13,10 @@
   sent before anything here heard of it: no budget can refuse it).
 - ``FrameworkRun``: a run (LangChain) or span (Agents SDK) a framework callback follows from its
   start to its end.
-- ``require``: imports a framework, or raises an ImportError naming the extra to install.
 """
 
 from __future__ import annotations
 
-import importlib
 import time
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar, Token
@@ -98,17 +96,6 @@ class FrameworkRun:
         self.turn.open_scopes.pop(handle.uuid, None)
         if not handle.ended:
             self.turn.relay.scope.end(handle, error=LeftOpen(), outcome=_CANCELLED)
-
-
-def require(module: str, extra: str, integration: str) -> Any:
-    """Import ``module`` for ``integration``, or say which extra brings it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise ImportError(
-            f"relay_runtime.integrations.{integration} needs {module.split('.')[0]}: "
-            f"pip install 'relay-runtime[{extra}]' ({exc})"
-        ) from exc
 
 
 # A framework whose scope may stay set here after its code has left (a LangChain chain streamed: between chunks the

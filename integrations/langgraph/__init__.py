@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..frameworks import require
+from ..extras import require
 
 if TYPE_CHECKING:
     from .graph import RelayGraphCallbackHandler, configure_graph

@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from ..frameworks import require
+from ..extras import require
 
 if TYPE_CHECKING:
     from .processor import RelayTraceProcessor
