@@ -179,7 +179,9 @@ class LLM:
         chain = attempt.chains.get(LLM_STREAM_EXECUTION, ())
         context = copy_context()
         run = context.run
-        run(attempt.enter)
+        # ``attempt.enter()`` in the stream's context, without its frame and the tokens no one resets there.
+        run(relay.scope._stack.set, attempt.handle)
+        run(set_current, attempt)
         try:
             # No execution intercept (``run_sync``'s own shortcut, without its frame): the factory itself.
             source = (

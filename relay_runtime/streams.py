@@ -208,7 +208,7 @@ class ManagedStream(_StreamWrapper):
     _iterator: Iterator[Any]
 
     def __init__(self, source: Any, iterator: Any, life: StreamLifecycle, context: Context) -> None:
-        super().__init__(source, iterator, life)
+        _StreamWrapper.__init__(self, source, iterator, life)  # not through ``super()``: one is made for every stream
         self._context = context
         self._run = context.run
 

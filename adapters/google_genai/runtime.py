@@ -14,6 +14,7 @@ continuation) into one logical call.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from functools import partial
 from types import MappingProxyType
 from typing import Any
 
@@ -320,12 +321,15 @@ async def _call_async(
     return await calls.execute_current_async(call.request, call.send_async, **call.options())
 
 
-def _opened(source: Iterator[Any]) -> Iterator[Any]:
-    """A sync stream opened now: its first chunk read (the request sent, retried or refused here), then the rest.
+def _opened(wrapped: Callable[..., Iterator[Any]], /, **kwargs: Any) -> Iterator[Any]:
+    """``wrapped(**kwargs)`` (the SDK's stream) opened now: its first chunk read (the request sent, retried or refused
+    here), then the rest. Called through a ``partial`` binding ``wrapped`` (``_stream``): no frame of its own around
+    the SDK's call.
 
     The rest is a generator's: each chunk passes through its frame without a Python ``__next__`` call, and
     its end is the generator's return, not a ``StopIteration`` raised through one more frame.
     """
+    source = wrapped(**kwargs)
     for first in source:
         rest = _rest(first, source)
         next(rest)  # started: closed before its first chunk is read, it still closes the source
@@ -352,7 +356,7 @@ def _stream(
     models: Any, wrapped: Callable[..., Any], kind: str, kwargs: dict[str, Any], provider: str | None
 ) -> Iterator[Any]:
     # Sent, the stream is opened too: its first chunk read, the request sent (or refused) inside ``send``.
-    call = Call(models, lambda **k: _opened(wrapped(**k)), kind, kwargs, provider)
+    call = Call(models, partial(_opened, wrapped), kind, kwargs, provider)
     attempt = call.attempt
     if attempt is not None:
         stream = attempt.relay.llm.open_stream(attempt, call.send)
