@@ -180,7 +180,6 @@ def attempt_of(
     name: str,
     model_name: str | None,
     codec: LLMCodec | None,
-    *,
     streaming: bool = False,
     metadata: dict[str, Any] | None = None,
     clean: bool = False,

@@ -176,7 +176,7 @@ class LLM:
             request = attempt.prepare(True)
         else:  # as in ``run``
             request = attempt._started(attempt.request)
-        chain = attempt.chains.get(LLM_STREAM_EXECUTION, ())
+        chain = attempt.chains.get(LLM_STREAM_EXECUTION) if attempt.chains else None
         context = copy_context()
         run = context.run
         # ``attempt.enter()`` in the stream's context, without its frame and the tokens no one resets there.

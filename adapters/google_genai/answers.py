@@ -263,9 +263,10 @@ class _Candidate:
             parts.append({"text": "".join(self.texts)})
         if self.calls:
             parts += [{"function_call": {"id": c["id"], "name": c["name"], "args": c["arguments"]}} for c in self.calls]
+        reason = self.reason  # ``enum_value``'s read, without its frame: once per candidate of every stream
         return {
             "content": {"role": "model", "parts": parts},
-            "finish_reason": enum_value(self.reason),
+            "finish_reason": reason._value_ if isinstance(reason, Enum) else getattr(reason, "value", reason),
         }
 
 
