@@ -247,14 +247,14 @@ class ManagedStream(_StreamWrapper):
             try:
                 chunk = run(next, self._iterator, _END)  # read again every time: closing or a budget replaces it
                 if chunk is _END:
-                    life.complete()
-                    return
+                    break
                 stop = life.chunk(chunk)
             except BaseException as exc:
                 raise self._failed(exc)  # noqa: B904 (as in ``__next__``)
             if stop is not None:
                 self._stopped(stop)
             yield chunk
+        life.complete()  # outside the ``try``, as ``__next__``'s is: what ending the attempt raises is not a read's
 
     def _stopped(self, stop: BaseException) -> None:
         """A budget stopped the stream: the provider's is closed now, the next read raises why."""
