@@ -96,7 +96,7 @@ def attempt_ended(
 ) -> None:
     """Count the attempt out of its logical call; with ``settle``, close the call with its outcome."""
     # Outside the lock: it reads the response. A plain dict (a stream's folded answer) is read as ``response_model``
-    # reads one, without its attribute lookup first (a dict has none: an AttributeError raised and cleared in C).
+    # reads one, without its frame, its set of model-less types and its attribute lookup first (a dict has none).
     if type(response) is dict:
         model = response.get("model")
         if not isinstance(model, str) or not model:
