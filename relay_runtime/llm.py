@@ -176,10 +176,12 @@ class LLM:
             request = attempt.prepare(True)
         else:  # as in ``run``
             request = attempt._started(attempt.request)
-        chain = attempt.chains.get(LLM_STREAM_EXECUTION, ())
+        chain = attempt.chains.get(LLM_STREAM_EXECUTION) if attempt.chains else None
         context = copy_context()
         run = context.run
-        run(attempt.enter)
+        # ``attempt.enter()`` in the stream's context, without its frame and the tokens no one resets there.
+        run(relay.scope._stack.set, attempt.handle)
+        run(set_current, attempt)
         try:
             # No execution intercept (``run_sync``'s own shortcut, without its frame): the factory itself.
             source = (

@@ -20,6 +20,7 @@ from .types import Outcome, TokenUsage
 _now = time.time_ns
 _CANCELLED = Outcome.CANCELLED.value
 _FAILED = Outcome.FAILED.value
+_SUCCESS = Outcome.SUCCESS.value  # an enum member's ``.value`` costs Python calls in enum.py on every read
 
 
 class StreamLifecycle:
@@ -120,7 +121,7 @@ class StreamLifecycle:
             incomplete = IncompleteStream(f"the {attempt.name} stream ended without its terminal marker")
             attempt.finish(_FAILED, response, incomplete, annotation, self.first_ns)
             return
-        attempt.finish(Outcome.SUCCESS.value, response, None, annotation, self.first_ns)
+        attempt.finish(_SUCCESS, response, None, annotation, self.first_ns)
 
     def fail(self, error: BaseException | None, outcome: str | None = None) -> None:
         attempt = self.attempt

@@ -31,6 +31,7 @@ _CANCELLED = Outcome.CANCELLED.value
 
 
 _EXHAUSTED: Iterator[Any] = iter(())
+_END: Any = object()  # a sync source's end, as ``next(source, _END)`` returns it (``ManagedStream.chunks``)
 
 
 class _AsyncExhausted:
@@ -208,7 +209,11 @@ class ManagedStream(_StreamWrapper):
     _iterator: Iterator[Any]
 
     def __init__(self, source: Any, iterator: Any, life: StreamLifecycle, context: Context) -> None:
-        super().__init__(source, iterator, life)
+        # ``_StreamWrapper.__init__``'s slots set here, in one frame: one stream is made for every streamed attempt.
+        self._source = source
+        self._iterator = iterator
+        self._life = life
+        self._response = None
         self._context = context
         self._run = context.run
 
@@ -227,10 +232,34 @@ class ManagedStream(_StreamWrapper):
             # A provider error, or a subscriber's BaseException on the chunk.
             raise self._failed(exc)  # noqa: B904 (the error itself, or the relay's own one it wraps)
         if stop is not None:
-            # A budget stopped the stream: the provider's is closed now, the next read raises why.
-            self._release(quiet=True)
-            self._iterator = _Raising(stop)
+            self._stopped(stop)
         return chunk
+
+    def chunks(self) -> Iterator[Any]:
+        """The chunks ``next()`` reads, read by a generator: for a reader that is a generator itself (an adapter's
+        stand-in for an SDK's own), which delegates to this one (``yield from``) with no ``__next__`` call per chunk
+        through the type's slot, and no ``StopIteration`` raised through two frames at the end (the source's end is
+        a sentinel here). The same steps as ``__next__``'s; closing this generator leaves the stream open (its
+        reader closes it, as it would close the stream it iterated)."""
+        life = self._life
+        run = self._run
+        while True:
+            try:
+                chunk = run(next, self._iterator, _END)  # read again every time: closing or a budget replaces it
+                if chunk is _END:
+                    break
+                stop = life.chunk(chunk)
+            except BaseException as exc:
+                raise self._failed(exc)  # noqa: B904 (as in ``__next__``)
+            if stop is not None:
+                self._stopped(stop)
+            yield chunk
+        life.complete()  # outside the ``try``, as ``__next__``'s is: what ending the attempt raises is not a read's
+
+    def _stopped(self, stop: BaseException) -> None:
+        """A budget stopped the stream: the provider's is closed now, the next read raises why."""
+        self._release(quiet=True)
+        self._iterator = _Raising(stop)
 
     def _failed(self, exc: BaseException) -> BaseException:
         """The attempt ends with ``exc`` (see ``surfaced``), and the provider's stream is closed before the

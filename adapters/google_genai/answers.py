@@ -263,9 +263,10 @@ class _Candidate:
             parts.append({"text": "".join(self.texts)})
         if self.calls:
             parts += [{"function_call": {"id": c["id"], "name": c["name"], "args": c["arguments"]}} for c in self.calls]
+        reason = self.reason  # ``enum_value``'s read, without its frame: once per candidate of every stream
         return {
             "content": {"role": "model", "parts": parts},
-            "finish_reason": enum_value(self.reason),
+            "finish_reason": reason._value_ if isinstance(reason, Enum) else getattr(reason, "value", reason),
         }
 
 
@@ -280,10 +281,11 @@ class GenerateContentAccumulator:
     calls are the first candidate's, as a whole answer's are (``GenerateContentCodec.annotate_response``).
     """
 
-    __slots__ = ("blocked", "candidates", "model", "response_id", "usage")
+    __slots__ = ("blocked", "candidates", "first", "model", "response_id", "usage")
 
     def __init__(self) -> None:
         self.candidates: dict[int, _Candidate] = {}
+        self.first: _Candidate | None = None  # ``candidates[0]``, read directly by the common chunk
         self.usage: Any = None
         self.model: str | None = None
         self.response_id: str | None = None
@@ -312,32 +314,34 @@ class GenerateContentAccumulator:
             self.model = model
         if isinstance(response_id, str) and response_id:
             self.response_id = response_id
+        # Nearly every chunk the SDK streams: its one candidate (the first) with one part of text, of the SDK's own
+        # classes. Its text is folded with no loop and no per-part bookkeeping: what the loop below would do with it.
+        # Checked before the general checks of the candidates, which its own checks make.
+        if type(candidates) is list and len(candidates) == 1:
+            candidate = candidates[0]
+            if type(candidate) is _CANDIDATE and not candidate.index:  # None or 0: the first
+                content = candidate.content
+                if type(content) is _CONTENT:
+                    parts = content.parts
+                    if type(parts) is list and len(parts) == 1:
+                        part = parts[0]
+                        if type(part) is _PART and part.function_call is None and part.thought is not True:
+                            value = part.text
+                            if type(value) is str and value:
+                                state = self.first
+                                if state is None:
+                                    state = self.first = self.candidates[0] = _Candidate()
+                                state.texts.append(value)
+                                reason = candidate.finish_reason
+                                if reason is not None:
+                                    state.reason = reason
+                                return ChunkDelta(value, "", None, 0)
         if not isinstance(candidates, (list, tuple)) or not candidates:  # a tuple, not a union built per chunk
             blocked = blocked_reason(chunk)
             if blocked:
                 self.blocked = blocked
             return None
         states = self.candidates
-        # Nearly every chunk the SDK streams: its one candidate (the first) with one part of text, of the SDK's own
-        # classes. Its text is folded with no loop and no per-part bookkeeping: what the loop below would do with it.
-        if len(candidates) == 1:
-            candidate = candidates[0]
-            if type(candidate) is _CANDIDATE and not candidate.index:  # None or 0: the first
-                content = candidate.content
-                parts = content.parts if type(content) is _CONTENT else None
-                if type(parts) is list and len(parts) == 1:
-                    part = parts[0]
-                    if type(part) is _PART and part.function_call is None and part.thought is not True:
-                        value = part.text
-                        if type(value) is str and value:
-                            state = states.get(0)
-                            if state is None:
-                                state = states[0] = _Candidate()
-                            state.texts.append(value)
-                            reason = candidate.finish_reason
-                            if reason is not None:
-                                state.reason = reason
-                            return ChunkDelta(value, "", None, 0)
         text = thought = ""
         extra = 0
         # ``parts_of`` and ``read_parts``' reads in this one frame, folded straight into the candidate's lists:
@@ -353,6 +357,8 @@ class GenerateContentAccumulator:
             state = states.get(index)
             if state is None:
                 state = states[index] = _Candidate()
+                if index == 0:
+                    self.first = state
             parts = content.parts if type(content) is _CONTENT else get(content, "parts")
             said = thinking = ""  # this chunk's text and thoughts of this candidate
             arguments = 0
@@ -393,8 +399,19 @@ class GenerateContentAccumulator:
         folded response), candidates without the first (whose text and calls an annotation holds) and a stream
         cut short (read so far, its usage and reasons are blanked) get theirs now.
         """
+        first = self.first
+        if first is not None and len(self.candidates) == 1:
+            # One candidate, the first (nearly every stream): ``_ordered`` and ``terminated``'s walk of one, inline.
+            response: dict[str, Any] = {
+                "candidates": [first.folded()], "model_version": self.model, "response_id": self.response_id,
+            }  # fmt: skip
+            if self.usage is not None:
+                response["usage_metadata"] = dumped(self.usage)
+            if not self.blocked and first.reason is not None:
+                return response, None
+            return response, self.annotation()
         ordered, first = self._ordered()
-        response: dict[str, Any] = {
+        response = {
             "candidates": [c.folded() for c in ordered] or [first.folded()],
             "model_version": self.model,
             "response_id": self.response_id,

@@ -173,8 +173,8 @@ class GenerateContentCodec:
             tool_calls=calls,
         )
 
-    def accumulator(self) -> GenerateContentAccumulator:
-        return GenerateContentAccumulator()
+    # The class itself: ``accumulator()`` makes one with no frame of the codec's around it (every stream asks).
+    accumulator = GenerateContentAccumulator
 
 
 def _param_updates(params: Any) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from relay_runtime import calls, cassettes, redaction, session
 from relay_runtime import conventions as cv
 from relay_runtime.attempt import Attempt, current_attempt
 from relay_runtime.auxiliary import current_route, next_attempt_metadata
+from relay_runtime.streams import ManagedStream
 from relay_runtime.types import LLMRequest, request_taking
 from relay_runtime.urls import server_address
 
@@ -148,14 +149,22 @@ class Call:
     longer takes attempts: then ``options`` go to ``calls``)."""
 
     __slots__ = (
-        "attempt", "codec", "group", "kwargs", "metadata", "model", "name", "request", "sent", "state", "transport",
-        "wrapped",
+        "attempt", "codec", "group", "kwargs", "metadata", "model", "name", "opens", "request", "sent", "state",
+        "transport", "wrapped",
     )  # fmt: skip
 
     def __init__(
-        self, models: Any, wrapped: Callable[..., Any], kind: str, kwargs: dict[str, Any], provider: str | None
+        self,
+        models: Any,
+        wrapped: Callable[..., Any],
+        kind: str,
+        kwargs: dict[str, Any],
+        provider: str | None,
+        opens: bool = False,
     ) -> None:
-        self.wrapped = wrapped  # what ``send`` calls: the SDK's method (a stream's: one that opens it too)
+        self.wrapped = wrapped  # what ``send`` calls: the SDK's method
+        # A sync stream's: ``send`` opens what the method returns (``_opened``: its first chunk read), in its guards.
+        self.opens = opens
         api_client = models._api_client
         self.state = state = api_client.__dict__.get(_STATE) or state_of(api_client)
         key = state.key
@@ -197,9 +206,8 @@ class Call:
             # Opened with ``relay.llm.open_stream``. The client's metadata leads the attempt's own, as it does when
             # ``options`` go to ``calls.stream_current``; it is the adapter's own (``ClientState``), merged as it is
             # below, not read for credentials on every attempt.
-            self.attempt = calls.attempt_of(
-                turn, group.call, request, name, model, codec, streaming=True, metadata=state.metadata, clean=True
-            )
+            # Positionally (``streaming``, ``metadata``, ``clean``): keywords are matched by name on every call.
+            self.attempt = calls.attempt_of(turn, group.call, request, name, model, codec, True, state.metadata, True)
         else:
             self.attempt = attempt = calls.attempt_of(turn, group.call, request, name, model, codec)
             if attempt is not None and state.metadata:
@@ -249,9 +257,9 @@ class Call:
         kwargs, bound = self.arguments(request)
         try:
             if bound is None:
-                return self.wrapped(**kwargs)
+                return _opened(self.wrapped(**kwargs)) if self.opens else self.wrapped(**kwargs)
             with bound:
-                return self.wrapped(**kwargs)
+                return _opened(self.wrapped(**kwargs)) if self.opens else self.wrapped(**kwargs)
         except BaseException as exc:
             _tag(exc)
             _sent_nothing()
@@ -352,14 +360,15 @@ def _stream(
     models: Any, wrapped: Callable[..., Any], kind: str, kwargs: dict[str, Any], provider: str | None
 ) -> Iterator[Any]:
     # Sent, the stream is opened too: its first chunk read, the request sent (or refused) inside ``send``.
-    call = Call(models, lambda **k: _opened(wrapped(**k)), kind, kwargs, provider)
+    call = Call(models, wrapped, kind, kwargs, provider, True)
     attempt = call.attempt
     if attempt is not None:
         stream = attempt.relay.llm.open_stream(attempt, call.send)
     else:
         stream = calls.stream_current(call.request, call.send, **call.options())
     try:
-        yield from stream
+        # A managed stream's chunks through its generator (``chunks``): a generator's step per chunk, not a call.
+        yield from stream.chunks() if type(stream) is ManagedStream else stream
     except BaseException:  # closed early (GeneratorExit), or the stream failed: it closes its source now
         close = getattr(stream, "close", None)
         if close is not None:
