@@ -18,7 +18,7 @@ from .attempt import Attempt
 from .codec import LLMCodec
 from .ids import new_id
 from .ids import pooled as _pooled
-from .logical_calls import end_logical_call
+from .logical_calls import close_logical_call
 from .redaction import redact_metadata
 from .response_model import response_model
 from .scopes import ScopeHandle
@@ -112,7 +112,7 @@ def attempt_ended(
     finally:
         lock.release()
     if closing:
-        end_logical_call(turn, call, outcome)
+        close_logical_call(turn, call, outcome, None, None, True)  # positionally: no keyword matched by name
 
 
 def hold_for_validation(call: LogicalCall, attempt: Attempt) -> None:
