@@ -27,6 +27,7 @@ from relay_runtime import conventions as cv
 from relay_runtime.adapters.instrument import clients_instrumented
 from relay_runtime.attempt import Attempt
 from relay_runtime.attempt_views import recorded_answer, recorded_request
+from relay_runtime.call_opening import new_call
 from relay_runtime.codec import LLMCodec
 from relay_runtime.events import AnnotatedRequestField, AnnotatedResponseField, Deferred, Recorded
 from relay_runtime.scopes import ScopeHandle, outcome_of
@@ -164,8 +165,10 @@ class ModelCall:
         "call_role", "logical", "observed", "parent", "turn",
     )  # fmt: skip
 
-    def __init__(self, turn: Turn, logical: LogicalCall, call_role: str, parent: ScopeHandle | None) -> None:
+    def __init__(self, turn: Turn, logical: LogicalCall | None, call_role: str, parent: ScopeHandle | None) -> None:
         self.turn = turn
+        if logical is None:  # none opened (``calls.open_call_in``) nor held for a retry: opened here, that frame less
+            logical = new_call(turn, None, call_role, parent, True)
         # The turn's record of the call, held so that every attempt and the close reach it without a lookup.
         self.logical = logical
         self.api_request_id = logical.api_request_id
@@ -197,7 +200,7 @@ class ModelCall:
     @classmethod
     def under(cls, turn: Turn, parent: ScopeHandle | None, call_role: str = "primary") -> ModelCall:
         """``open`` for a caller holding the managed turn and the parent already (None: the turn's scope)."""
-        return cls(turn, calls.open_call_in(turn, parent, call_role), call_role, parent)
+        return cls(turn, None, call_role or calls.DEFAULT_CALL_ROLE, parent)
 
     def join(self) -> None:
         """Completions made in this context until ``leave`` are attempts of this call."""

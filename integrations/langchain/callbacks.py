@@ -37,7 +37,6 @@ from langchain_core.callbacks import BaseCallbackHandler
 from relay_runtime import conventions as cv
 from relay_runtime import session
 from relay_runtime.attempt_views import recorded_view
-from relay_runtime.calls import open_call_in
 from relay_runtime.redaction import redact_metadata
 from relay_runtime.scopes import ScopeHandle, outcome_of
 from relay_runtime.session import Turn
@@ -335,7 +334,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
                 run.parent = parent.uuid  # a run's scope: its end releases a failed call held there
             call = retried.retried(run.parent, asked) if run.parent is not None and _held else None
             if call is None:
-                call = ModelCall(turn, open_call_in(turn, parent, _PRIMARY), _PRIMARY, parent)
+                call = ModelCall(turn, None, _PRIMARY, parent)
             run.call = call
             if _instrumenting._classes:  # ``is_instrumented()``
                 call.join()  # the SDK call inside is the attempt
