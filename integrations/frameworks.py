@@ -462,28 +462,28 @@ def refusal_text(error: BaseException) -> str:
     return f"Tool call refused: {reason}"
 
 
-def deferred(compute: Callable[..., Any], *args: Any) -> Deferred[Any]:
-    """``compute(*args)`` when an event's reader first asks (never raising: a framework's odd data costs
-    the annotation, not the event)."""
-    # ``Deferred(_safely, compute, args)`` without the class call and its ``__init__`` frame: two per model call.
+def deferred(*call: Any) -> Deferred[Any]:
+    """``compute(*args)`` (``call``: ``compute``, then ``args``) when an event's reader first asks (never raising:
+    a framework's odd data costs the annotation, not the event)."""
+    # ``Deferred(_safely, *call)`` without the class call, its ``__init__`` frame or a second tuple: two per model call.
     value = _new(Deferred)
-    value._compute, value._args, value._value = _safely, (compute, args), None
+    value._compute, value._args, value._value = _safely, call, None
     return value
 
 
-def deferred_answer(compute: Callable[..., Any], *args: Any) -> Deferred[Any]:
+def deferred_answer(*call: Any) -> Deferred[Any]:
     """``deferred`` for an answer's annotation, recorded as an SDK call's attempt records it (``recorded_answer``:
     its tool calls' arguments as their tools' scopes record them)."""
     value = _new(Deferred)
-    value._compute, value._args, value._value = _answered, (compute, args), None
+    value._compute, value._args, value._value = _answered, call, None
     return value
 
 
-def _answered(compute: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    return recorded_answer(_safely(compute, args))
+def _answered(compute: Callable[..., Any], *args: Any) -> Any:
+    return recorded_answer(_safely(compute, *args))
 
 
-def _safely(compute: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+def _safely(compute: Callable[..., Any], *args: Any) -> Any:
     try:
         return compute(*args)
     except Exception:
