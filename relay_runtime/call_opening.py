@@ -58,7 +58,8 @@ def new_call(
     publish: bool = False,
 ) -> LogicalCall:
     """A logical call of ``turn`` under ``parent`` (an ended one: the turn), its scope open; ``api_request_id``
-    None: a fresh id. With ``publish``, it stands on the turn now; else its caller publishes it (``open_call_in``)."""
+    None: a fresh id. With ``publish``, it stands on the turn now; else its caller publishes it (``calls``, once it
+    has counted the call's first attempt in)."""
     if parent is not None and parent.ended:
         parent = None  # the agent ended under a late call: the turn still holds it
     if api_request_id is None:
