@@ -369,37 +369,40 @@ class ModelCall:
         annotated: AnnotatedResponseField = None,
         error: BaseException | None = None,
         model: str | None = None,
+        complete: bool = False,
     ) -> None:
         """End the observed attempt, priced (with a catalog installed) from ``annotated``'s usage and model; one
-        the end of its turn ended (``abandon``) gets what ``annotated`` says it cost as a late charge."""
+        the end of its turn ended (``abandon``) gets what ``annotated`` says it cost as a late charge. ``complete``:
+        the framework reported the call's end with it: the logical call completes too, as ``close`` completes it."""
         handle = self.observed
-        if handle is None:
-            return
         relay = self.turn.relay
-        if handle.ended:
+        outcome = outcome_of(error) if error is not None else _SUCCESS
+        if handle is not None and handle.ended:
             if self._abandoned and annotated is not None and relay.cost.active:
                 self._abandoned = False  # charged once
                 relay.cost.settle_observed(handle, self._observed_codec, model or self.logical.model, _CANCELLED,
                                            annotated)  # fmt: skip
                 relay.cost.late_charge(handle, _CANCELLED)
-            return
-        try:  # ``_leave_open_attempts`` without its frame: once per model call
-            self.logical.open_attempts.remove(self)
-        except ValueError:  # the end of the turn took it off already
-            pass
-        if model:
-            self.logical.model = model
-        outcome = outcome_of(error) if error is not None else _SUCCESS
-        self.logical.last_outcome = outcome
-        late = False
-        if relay.cost.active:
-            late = relay.cost.settle_observed(
-                handle, self._observed_codec, model or self.logical.model, outcome, annotated
-            )
-        # Positional, in ``end``'s order: each keyword would be matched by name.
-        relay.scope.end(handle, response, None, error, outcome, handle.name, model, self._observed_request, annotated)
-        if late:  # its turn (or agent) ended while the framework still ran it: their roll-ups went out without it
-            relay.cost.late_charge(handle, outcome)
+        elif handle is not None:  # (none: nothing observed, an SDK attempt joined)
+            try:  # ``_leave_open_attempts`` without its frame: once per model call
+                self.logical.open_attempts.remove(self)
+            except ValueError:  # the end of the turn took it off already
+                pass
+            if model:
+                self.logical.model = model
+            self.logical.last_outcome = outcome
+            late = False
+            if relay.cost.active:
+                late = relay.cost.settle_observed(
+                    handle, self._observed_codec, model or self.logical.model, outcome, annotated
+                )
+            # Positional, in ``end``'s order: each keyword would be matched by name.
+            relay.scope.end(handle, response, None, error, outcome, handle.name, model, self._observed_request,
+                            annotated)  # fmt: skip
+            if late:  # its turn (or agent) ended while the framework still ran it: their roll-ups went out without it
+                relay.cost.late_charge(handle, outcome)
+        if complete:  # (``close``'s own end, without its frame: a model call's answer ends both in one call)
+            logical_calls.close_logical_call(self.turn, self.logical, outcome, None, None, False, True)
 
     def close(self, error: BaseException | None = None) -> None:
         """Complete the logical call: a success, or the outcome ``error`` means (once; later closes do nothing)."""
@@ -415,12 +418,8 @@ class ModelCall:
                 if type(attempt) is Attempt:
                     attempt.abandon()
         outcome = outcome_of(error) if error is not None else _SUCCESS
-        # The call object itself (closed once: a no-op when the turn ended first and closed it), since the
-        # framework may end it from a context where its turn is not active.
-        try:
-            logical_calls.close_logical_call(self.turn, self.logical, outcome)
-        except Exception as exc:
-            self.turn.relay.diag.failure("bookkeeping_errors", exc, f"completing logical call {self.api_request_id!r}")
+        # The call object itself (once: a no-op if the turn closed it first): the framework may end it outside its turn.
+        logical_calls.close_logical_call(self.turn, self.logical, outcome, None, None, False, True)
 
 
 class _Pending:

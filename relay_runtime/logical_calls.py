@@ -29,37 +29,46 @@ def close_logical_call(
     model_name: str | None = None,
     provider_name: str | None = None,
     taken: bool = False,
+    counted: bool = False,
 ) -> bool:
     """End ``call`` once with ``outcome``; False if it was already closed (or is being closed). ``taken``: the
     caller claimed it already, under ``turn.lock`` (``take_logical_call``'s test; an attempt's end that settles
     its call counts it out under the same lock).
 
     Its scope ended, it leaves the turn. If ending it fails before its end event (a scope-order error, say), it
-    stays on the turn, open, and the end of the turn closes it: no start goes without its end.
+    stays on the turn, open, and the end of the turn closes it: no start goes without its end. With ``counted``
+    that failure is counted in the relay's diagnostics (``bookkeeping_errors``) and False returned, not raised: a
+    framework's model call, ended from the framework's callbacks, which must not fail.
     """
     lock = turn.lock
-    if not taken:
-        lock.acquire()
-        try:
-            # ``take_logical_call``, inline: every logical call an adapter or a framework opened itself closes here.
-            if call.closing or turn.logical_llm_calls.get(call.api_request_id) is not call:
-                return False
-            call.closing = True
-        finally:
-            lock.release()
-    # Claiming and ending in one function, not two: one frame less on the close of every logical call.
-    output = RelayOutput(outcome=outcome, model=model_name or call.model, provider=provider_name or call.provider)
     try:
-        # Looked up at call time: callers (and tests) may wrap the relay's pop.
-        turn.relay.scope.pop(call.scope, output=output, outcome=outcome)
-    finally:
-        lock.acquire()  # not ``with``: see the module docstring
+        if not taken:
+            lock.acquire()
+            try:
+                # ``take_logical_call``, inline: every logical call an adapter or a framework opened itself closes here.
+                if call.closing or turn.logical_llm_calls.get(call.api_request_id) is not call:
+                    return False
+                call.closing = True
+            finally:
+                lock.release()
+        # Claiming and ending in one function, not two: one frame less on the close of every logical call.
+        output = RelayOutput(outcome=outcome, model=model_name or call.model, provider=provider_name or call.provider)
         try:
-            call.closing = False
-            if call.scope.ended and turn.logical_llm_calls.get(call.api_request_id) is call:
-                del turn.logical_llm_calls[call.api_request_id]
+            # Looked up at call time: callers (and tests) may wrap the relay's pop.
+            turn.relay.scope.pop(call.scope, output=output, outcome=outcome)
         finally:
-            lock.release()
+            lock.acquire()  # not ``with``: see the module docstring
+            try:
+                call.closing = False
+                if call.scope.ended and turn.logical_llm_calls.get(call.api_request_id) is call:
+                    del turn.logical_llm_calls[call.api_request_id]
+            finally:
+                lock.release()
+    except Exception as exc:
+        if not counted:
+            raise
+        turn.relay.diag.failure("bookkeeping_errors", exc, f"completing logical call {call.api_request_id!r}")
+        return False
     return True
 
 

@@ -399,9 +399,11 @@ class RelayCallbackHandler(BaseCallbackHandler):
                 codec = call._observed_codec or codec_for(observed.name)
                 annotated = deferred_answer(codec.annotate_response, message)
                 # The answer object itself, as a managed attempt's end holds its SDK's: what the view has no field
-                # for (reasoning blocks, the provider's metadata) is read from it, by records and rules alike.
-                call.end_observed(response, annotated, None, model)
-            call.close()
+                # for (reasoning blocks, the provider's metadata) is read from it, by records and rules alike. The
+                # logical call completes with it (what else ``close`` does is done above, or has nothing to do).
+                call.end_observed(response, annotated, None, model, True)
+            else:
+                call.close()
         except Exception as exc:
             call.turn.relay.diag.failure("subscriber_errors", exc, f"{self.framework} callback chat model end")
 
