@@ -35,6 +35,7 @@ from relay_runtime.session import LogicalCall, Turn
 from relay_runtime.types import LLMRequest, Outcome, ScopeType
 
 _LLM = ScopeType.LLM.value
+_DEFAULT_ROLE = calls.DEFAULT_CALL_ROLE  # a call opened with no role (``open_call_in``'s default)
 _new = object.__new__
 _SUCCESS = Outcome.SUCCESS.value
 _CANCELLED = Outcome.CANCELLED.value
@@ -168,7 +169,7 @@ class ModelCall:
     def __init__(self, turn: Turn, logical: LogicalCall | None, call_role: str, parent: ScopeHandle | None) -> None:
         self.turn = turn
         if logical is None:  # none opened (``calls.open_call_in``) nor held for a retry: opened here, that frame less
-            logical = new_call(turn, None, call_role, parent, True)
+            logical = new_call(turn, None, call_role or _DEFAULT_ROLE, parent, True)
         # The turn's record of the call, held so that every attempt and the close reach it without a lookup.
         self.logical = logical
         self.api_request_id = logical.api_request_id
@@ -200,7 +201,7 @@ class ModelCall:
     @classmethod
     def under(cls, turn: Turn, parent: ScopeHandle | None, call_role: str = "primary") -> ModelCall:
         """``open`` for a caller holding the managed turn and the parent already (None: the turn's scope)."""
-        return cls(turn, None, call_role or calls.DEFAULT_CALL_ROLE, parent)
+        return cls(turn, None, call_role, parent)
 
     def join(self) -> None:
         """Completions made in this context until ``leave`` are attempts of this call."""
