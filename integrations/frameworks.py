@@ -403,7 +403,7 @@ class ModelCall:
             if late:  # its turn (or agent) ended while the framework still ran it: their roll-ups went out without it
                 relay.cost.late_charge(handle, outcome)
         if complete:  # (``close``'s own end, without its frame: a model call's answer ends both in one call)
-            logical_calls.close_logical_call(self.turn, self.logical, outcome, None, None, False, True)
+            logical_calls.close_logical_call(self.turn, self.logical, outcome, False, True)
 
     def close(self, error: BaseException | None = None) -> None:
         """Complete the logical call: a success, or the outcome ``error`` means (once; later closes do nothing)."""
@@ -420,7 +420,7 @@ class ModelCall:
                     attempt.abandon()
         outcome = outcome_of(error) if error is not None else _SUCCESS
         # The call object itself (once: a no-op if the turn closed it first): the framework may end it outside its turn.
-        logical_calls.close_logical_call(self.turn, self.logical, outcome, None, None, False, True)
+        logical_calls.close_logical_call(self.turn, self.logical, outcome, False, True)
 
 
 class _Pending:

@@ -57,12 +57,12 @@ def new_call(
     parent: ScopeHandle | None = None,
     publish: bool = False,
 ) -> LogicalCall:
-    """A logical call of ``turn`` under ``parent`` (an ended one: the turn), its scope open; ``api_request_id``
-    None: a fresh id. With ``publish``, it stands on the turn now; else its caller publishes it (``calls``, once it
-    has counted the call's first attempt in)."""
-    if parent is not None and parent.ended:
-        parent = None  # the agent ended under a late call: the turn still holds it
-    if api_request_id is None:
+    """A logical call of ``turn`` under ``parent`` (default the turn), its scope open. ``api_request_id`` None: a
+    framework's call (``open_call_in``), with a fresh id, under the turn if ``parent`` ended. With ``publish``, it
+    stands on the turn now; else its caller publishes it (``calls``, once it has counted its first attempt in)."""
+    if api_request_id is None:  # (tested first: an adapter's call, ``calls``', skips the rest)
+        if parent is not None and parent.ended:
+            parent = None  # the agent ended under a late call: the turn still holds it
         try:
             api_request_id = _pooled()  # ``new_id()`` without its frame (see ``ids.pooled``)
         except IndexError:
@@ -131,7 +131,7 @@ def attempt_ended(
     finally:
         lock.release()
     if closing:
-        close_logical_call(turn, call, outcome, None, None, True)  # positionally: no keyword matched by name
+        close_logical_call(turn, call, outcome, True)  # taken above; positionally: no keyword matched by name
 
 
 def hold_for_validation(call: LogicalCall, attempt: Attempt) -> None:

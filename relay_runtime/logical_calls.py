@@ -26,10 +26,11 @@ def close_logical_call(
     turn: CallHolder,
     call: LogicalCall,
     outcome: str,
-    model_name: str | None = None,
-    provider_name: str | None = None,
     taken: bool = False,
     counted: bool = False,
+    *,
+    model_name: str | None = None,
+    provider_name: str | None = None,
 ) -> bool:
     """End ``call`` once with ``outcome``; False if it was already closed (or is being closed). ``taken``: the
     caller claimed it already, under ``turn.lock`` (``take_logical_call``'s test; an attempt's end that settles
