@@ -28,7 +28,7 @@ def close_logical_call(
     outcome: str,
     taken: bool = False,
     counted: bool = False,
-    *,
+    # Not keyword-only: a keyword-only default is looked up by name in a dict on every call that omits it.
     model_name: str | None = None,
     provider_name: str | None = None,
 ) -> bool:
