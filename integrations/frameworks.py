@@ -27,6 +27,7 @@ from relay_runtime import conventions as cv
 from relay_runtime.adapters.instrument import clients_instrumented
 from relay_runtime.attempt import Attempt
 from relay_runtime.attempt_views import recorded_answer, recorded_request
+from relay_runtime.call_opening import new_call
 from relay_runtime.codec import LLMCodec
 from relay_runtime.events import AnnotatedRequestField, AnnotatedResponseField, Deferred, Recorded
 from relay_runtime.scopes import ScopeHandle, outcome_of
@@ -34,6 +35,7 @@ from relay_runtime.session import LogicalCall, Turn
 from relay_runtime.types import LLMRequest, Outcome, ScopeType
 
 _LLM = ScopeType.LLM.value
+_DEFAULT_ROLE = calls.DEFAULT_CALL_ROLE  # a call opened with no role (``open_call_in``'s default)
 _new = object.__new__
 _SUCCESS = Outcome.SUCCESS.value
 _CANCELLED = Outcome.CANCELLED.value
@@ -164,8 +166,10 @@ class ModelCall:
         "call_role", "logical", "observed", "parent", "turn",
     )  # fmt: skip
 
-    def __init__(self, turn: Turn, logical: LogicalCall, call_role: str, parent: ScopeHandle | None) -> None:
+    def __init__(self, turn: Turn, logical: LogicalCall | None, call_role: str, parent: ScopeHandle | None) -> None:
         self.turn = turn
+        if logical is None:  # none opened (``calls.open_call_in``) nor held for a retry: opened here, that frame less
+            logical = new_call(turn, None, call_role or _DEFAULT_ROLE, parent, True)
         # The turn's record of the call, held so that every attempt and the close reach it without a lookup.
         self.logical = logical
         self.api_request_id = logical.api_request_id
@@ -197,7 +201,7 @@ class ModelCall:
     @classmethod
     def under(cls, turn: Turn, parent: ScopeHandle | None, call_role: str = "primary") -> ModelCall:
         """``open`` for a caller holding the managed turn and the parent already (None: the turn's scope)."""
-        return cls(turn, calls.open_call_in(turn, parent, call_role), call_role, parent)
+        return cls(turn, None, call_role, parent)
 
     def join(self) -> None:
         """Completions made in this context until ``leave`` are attempts of this call."""
@@ -366,37 +370,40 @@ class ModelCall:
         annotated: AnnotatedResponseField = None,
         error: BaseException | None = None,
         model: str | None = None,
+        complete: bool = False,
     ) -> None:
         """End the observed attempt, priced (with a catalog installed) from ``annotated``'s usage and model; one
-        the end of its turn ended (``abandon``) gets what ``annotated`` says it cost as a late charge."""
+        the end of its turn ended (``abandon``) gets what ``annotated`` says it cost as a late charge. ``complete``:
+        the framework reported the call's end with it: the logical call completes too, as ``close`` completes it."""
         handle = self.observed
-        if handle is None:
-            return
         relay = self.turn.relay
-        if handle.ended:
+        outcome = outcome_of(error) if error is not None else _SUCCESS
+        if handle is not None and handle.ended:
             if self._abandoned and annotated is not None and relay.cost.active:
                 self._abandoned = False  # charged once
                 relay.cost.settle_observed(handle, self._observed_codec, model or self.logical.model, _CANCELLED,
                                            annotated)  # fmt: skip
                 relay.cost.late_charge(handle, _CANCELLED)
-            return
-        try:  # ``_leave_open_attempts`` without its frame: once per model call
-            self.logical.open_attempts.remove(self)
-        except ValueError:  # the end of the turn took it off already
-            pass
-        if model:
-            self.logical.model = model
-        outcome = outcome_of(error) if error is not None else _SUCCESS
-        self.logical.last_outcome = outcome
-        late = False
-        if relay.cost.active:
-            late = relay.cost.settle_observed(
-                handle, self._observed_codec, model or self.logical.model, outcome, annotated
-            )
-        # Positional, in ``end``'s order: each keyword would be matched by name.
-        relay.scope.end(handle, response, None, error, outcome, handle.name, model, self._observed_request, annotated)
-        if late:  # its turn (or agent) ended while the framework still ran it: their roll-ups went out without it
-            relay.cost.late_charge(handle, outcome)
+        elif handle is not None:  # (none: nothing observed, an SDK attempt joined)
+            try:  # ``_leave_open_attempts`` without its frame: once per model call
+                self.logical.open_attempts.remove(self)
+            except ValueError:  # the end of the turn took it off already
+                pass
+            if model:
+                self.logical.model = model
+            self.logical.last_outcome = outcome
+            late = False
+            if relay.cost.active:
+                late = relay.cost.settle_observed(
+                    handle, self._observed_codec, model or self.logical.model, outcome, annotated
+                )
+            # Positional, in ``end``'s order: each keyword would be matched by name.
+            relay.scope.end(handle, response, None, error, outcome, handle.name, model, self._observed_request,
+                            annotated)  # fmt: skip
+            if late:  # its turn (or agent) ended while the framework still ran it: their roll-ups went out without it
+                relay.cost.late_charge(handle, outcome)
+        if complete:  # (``close``'s own end, without its frame: a model call's answer ends both in one call)
+            logical_calls.close_logical_call(self.turn, self.logical, outcome, False, True)
 
     def close(self, error: BaseException | None = None) -> None:
         """Complete the logical call: a success, or the outcome ``error`` means (once; later closes do nothing)."""
@@ -412,12 +419,8 @@ class ModelCall:
                 if type(attempt) is Attempt:
                     attempt.abandon()
         outcome = outcome_of(error) if error is not None else _SUCCESS
-        # The call object itself (closed once: a no-op when the turn ended first and closed it), since the
-        # framework may end it from a context where its turn is not active.
-        try:
-            logical_calls.close_logical_call(self.turn, self.logical, outcome)
-        except Exception as exc:
-            self.turn.relay.diag.failure("bookkeeping_errors", exc, f"completing logical call {self.api_request_id!r}")
+        # The call object itself (once: a no-op if the turn closed it first): the framework may end it outside its turn.
+        logical_calls.close_logical_call(self.turn, self.logical, outcome, False, True)
 
 
 class _Pending:
@@ -459,28 +462,28 @@ def refusal_text(error: BaseException) -> str:
     return f"Tool call refused: {reason}"
 
 
-def deferred(compute: Callable[..., Any], *args: Any) -> Deferred[Any]:
-    """``compute(*args)`` when an event's reader first asks (never raising: a framework's odd data costs
-    the annotation, not the event)."""
-    # ``Deferred(_safely, compute, args)`` without the class call and its ``__init__`` frame: two per model call.
+def deferred(*call: Any) -> Deferred[Any]:
+    """``compute(*args)`` (``call``: ``compute``, then ``args``) when an event's reader first asks (never raising:
+    a framework's odd data costs the annotation, not the event)."""
+    # ``Deferred(_safely, *call)`` without the class call, its ``__init__`` frame or a second tuple: two per model call.
     value = _new(Deferred)
-    value._compute, value._args, value._value = _safely, (compute, args), None
+    value._compute, value._args, value._value = _safely, call, None
     return value
 
 
-def deferred_answer(compute: Callable[..., Any], *args: Any) -> Deferred[Any]:
+def deferred_answer(*call: Any) -> Deferred[Any]:
     """``deferred`` for an answer's annotation, recorded as an SDK call's attempt records it (``recorded_answer``:
     its tool calls' arguments as their tools' scopes record them)."""
     value = _new(Deferred)
-    value._compute, value._args, value._value = _answered, (compute, args), None
+    value._compute, value._args, value._value = _answered, call, None
     return value
 
 
-def _answered(compute: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    return recorded_answer(_safely(compute, args))
+def _answered(compute: Callable[..., Any], *args: Any) -> Any:
+    return recorded_answer(_safely(compute, *args))
 
 
-def _safely(compute: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+def _safely(compute: Callable[..., Any], *args: Any) -> Any:
     try:
         return compute(*args)
     except Exception:

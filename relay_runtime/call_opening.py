@@ -18,7 +18,7 @@ from .attempt import Attempt
 from .codec import LLMCodec
 from .ids import new_id
 from .ids import pooled as _pooled
-from .logical_calls import end_logical_call
+from .logical_calls import close_logical_call
 from .redaction import redact_metadata
 from .response_model import response_model
 from .scopes import ScopeHandle
@@ -50,7 +50,23 @@ class TurnEnded(ValueError):
     """The turn a call was found in ended (on another thread or task) before its logical call opened there."""
 
 
-def new_call(turn: CallHolder, api_request_id: str, role: str, parent: ScopeHandle | None = None) -> LogicalCall:
+def new_call(
+    turn: CallHolder,
+    api_request_id: str | None,
+    role: str,
+    parent: ScopeHandle | None = None,
+    publish: bool = False,
+) -> LogicalCall:
+    """A logical call of ``turn`` under ``parent`` (default the turn), its scope open. ``api_request_id`` None: a
+    framework's call (``open_call_in``), with a fresh id, under the turn if ``parent`` ended. With ``publish``, it
+    stands on the turn now; else its caller publishes it (``calls``, once it has counted its first attempt in)."""
+    if api_request_id is None:  # (tested first: an adapter's call, ``calls``', skips the rest)
+        if parent is not None and parent.ended:
+            parent = None  # the agent ended under a late call: the turn still holds it
+        try:
+            api_request_id = _pooled()  # ``new_id()`` without its frame (see ``ids.pooled``)
+        except IndexError:
+            api_request_id = new_id()
     if parent is None:
         parent = turn.scope
     if parent is None:
@@ -72,7 +88,10 @@ def new_call(turn: CallHolder, api_request_id: str, role: str, parent: ScopeHand
         if parent is not None and parent is turn.scope and parent.ended:
             raise TurnEnded(str(exc)) from None  # the callers make the call outside turns instead
         raise
-    return LogicalCall(api_request_id, role, scope)
+    call = LogicalCall(api_request_id, role, scope)
+    if publish:
+        turn.logical_llm_calls[api_request_id] = call
+    return call
 
 
 def count_attempt(call: LogicalCall, meta: dict[str, Any], name: str, model_name: str | None) -> None:
@@ -119,7 +138,7 @@ def attempt_ended(
     finally:
         lock.release()
     if closing:
-        end_logical_call(turn, call, outcome)
+        close_logical_call(turn, call, outcome, True)  # taken above; positionally: no keyword matched by name
 
 
 def hold_for_validation(call: LogicalCall, attempt: Attempt) -> None:
@@ -160,17 +179,9 @@ def open_logical_call_in(turn: CallHolder, parent: ScopeHandle | None, call_role
 
 def open_call_in(turn: CallHolder, parent: ScopeHandle | None, call_role: str = DEFAULT_CALL_ROLE) -> LogicalCall:
     """``open_logical_call_in``, returning the call itself: its opener makes attempts of it with
-    ``attempt_of`` and closes it with ``logical_calls.close_logical_call``, with no lookup by id."""
-    if parent is not None and parent.ended:
-        parent = None  # the agent ended under a late call: the turn still holds it
-    try:
-        api_request_id = _pooled()  # ``new_id()`` without its frame (see ``ids.pooled``)
-    except IndexError:
-        api_request_id = new_id()
-    call = turn.logical_llm_calls[api_request_id] = new_call(
-        turn, api_request_id, call_role or DEFAULT_CALL_ROLE, parent
-    )
-    return call
+    ``attempt_of`` and closes it with ``logical_calls.close_logical_call``, with no lookup by id.
+    (``new_call(turn, None, role, parent, True)``, which a framework's model call makes without this frame.)"""
+    return new_call(turn, None, call_role or DEFAULT_CALL_ROLE, parent, True)
 
 
 def attempt_of(

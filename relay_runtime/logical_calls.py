@@ -1,8 +1,8 @@
 """Closing a logical call exactly once: by its last attempt, its caller, or the end of its turn.
 
-``take_logical_call`` claims a call under its holder's lock; whoever takes it ends it with
-``end_logical_call``; ``close_logical_call`` does both. A call whose end fails before its end
-event stays on its holder, open, so the end of the turn still closes it.
+``take_logical_call`` claims a call under its holder's lock; ``close_logical_call`` claims and ends it (or,
+``taken``, ends a call its caller claimed). A call whose end fails before its end event stays on its
+holder, open, so the end of the turn still closes it.
 
 The lock is taken with ``acquire``/``release`` around a ``try``, not ``with``, on the paths every call
 runs: ``with`` on an ``RLock`` binds its ``__enter__`` and ``__exit__`` and calls the latter with three
@@ -26,60 +26,62 @@ def close_logical_call(
     turn: CallHolder,
     call: LogicalCall,
     outcome: str,
-    *,
+    taken: bool = False,
+    counted: bool = False,
+    # Not keyword-only: a keyword-only default is looked up by name in a dict on every call that omits it.
     model_name: str | None = None,
     provider_name: str | None = None,
 ) -> bool:
-    """End ``call`` once with ``outcome``; False if it was already closed (or is being closed)."""
+    """End ``call`` once with ``outcome``; False if it was already closed (or is being closed). ``taken``: the
+    caller claimed it already, under ``turn.lock`` (``take_logical_call``'s test; an attempt's end that settles
+    its call counts it out under the same lock).
+
+    Its scope ended, it leaves the turn. If ending it fails before its end event (a scope-order error, say), it
+    stays on the turn, open, and the end of the turn closes it: no start goes without its end. With ``counted``
+    that failure is counted in the relay's diagnostics (``bookkeeping_errors``) and False returned, not raised: a
+    framework's model call, ended from the framework's callbacks, which must not fail.
+    """
     lock = turn.lock
-    lock.acquire()
     try:
-        # ``take_logical_call``, inline: every logical call an adapter opened itself closes here.
-        if call.closing or turn.logical_llm_calls.get(call.api_request_id) is not call:
-            return False
-        call.closing = True
-    finally:
-        lock.release()
-    end_logical_call(turn, call, outcome, model_name, provider_name)  # positionally: no keyword matched by name
+        if not taken:
+            lock.acquire()
+            try:
+                # ``take_logical_call``, inline: every logical call an adapter or a framework opened itself closes here.
+                if call.closing or turn.logical_llm_calls.get(call.api_request_id) is not call:
+                    return False
+                call.closing = True
+            finally:
+                lock.release()
+        # Claiming and ending in one function, not two: one frame less on the close of every logical call.
+        output = RelayOutput(outcome=outcome, model=model_name or call.model, provider=provider_name or call.provider)
+        try:
+            # Looked up at call time: callers (and tests) may wrap the relay's pop.
+            turn.relay.scope.pop(call.scope, output=output, outcome=outcome)
+        finally:
+            lock.acquire()  # not ``with``: see the module docstring
+            try:
+                call.closing = False
+                if call.scope.ended and turn.logical_llm_calls.get(call.api_request_id) is call:
+                    del turn.logical_llm_calls[call.api_request_id]
+            finally:
+                lock.release()
+    except Exception as exc:
+        if not counted:
+            raise
+        turn.relay.diag.failure("bookkeeping_errors", exc, f"completing logical call {call.api_request_id!r}")
+        return False
     return True
 
 
 def take_logical_call(turn: CallHolder, call: LogicalCall) -> bool:
     """Claim ``call`` for closing; False if it is closed already or someone else is closing it.
 
-    The caller holds ``turn.lock``; whoever takes the call ends it, with ``end_logical_call``.
+    The caller holds ``turn.lock``; whoever takes the call ends it, with ``close_logical_call(..., taken=True)``.
     """
     if call.closing or turn.logical_llm_calls.get(call.api_request_id) is not call:
         return False
     call.closing = True
     return True
-
-
-def end_logical_call(
-    turn: CallHolder,
-    call: LogicalCall,
-    outcome: str,
-    model_name: str | None = None,
-    provider_name: str | None = None,
-) -> None:
-    """End the scope of a call taken by ``take_logical_call``; then it leaves the turn.
-
-    If ending it fails before its end event (a scope-order error, say), it stays on the
-    turn, open, and the end of the turn closes it: no start goes without its end.
-    """
-    output = RelayOutput(outcome=outcome, model=model_name or call.model, provider=provider_name or call.provider)
-    try:
-        # Looked up at call time: callers (and tests) may wrap the relay's pop.
-        turn.relay.scope.pop(call.scope, output=output, outcome=outcome)
-    finally:
-        lock = turn.lock
-        lock.acquire()  # not ``with``: see the module docstring
-        try:
-            call.closing = False
-            if call.scope.ended and turn.logical_llm_calls.get(call.api_request_id) is call:
-                del turn.logical_llm_calls[call.api_request_id]
-        finally:
-            lock.release()
 
 
 def end_open_call(turn: Turn, call: LogicalCall, outcome: str) -> None:

@@ -233,6 +233,39 @@ def test_chat_model_callbacks_take_keywords_a_later_langchain_adds(relay_turn, r
     assert relay_events.starts(uuid=tried.uuid)[0].input["content"]["messages"][0].content == "hello"
 
 
+def test_a_model_run_whose_start_failed_is_recorded_by_no_other_relay_handler(
+    relay_turn, relay_events, monkeypatch
+) -> None:
+    """A chat model run whose logical call failed to open (counted) stays followed: a second relay handler on the
+    run does not open it again, and its end finds no call to end. The handler's run is its call, made only once
+    the call opened, so the failed start leaves a run with no call in its place."""
+    import uuid
+
+    from relay_runtime.integrations import frameworks
+    from relay_runtime.integrations.langchain import callbacks
+
+    messages_mod = need("langchain_core.messages")
+    outputs = need("langchain_core.outputs")
+
+    def refused(*args: Any) -> Any:
+        raise RuntimeError("no call today")
+
+    monkeypatch.setattr(frameworks, "new_call", refused)
+    first, second = RelayCallbackHandler(), RelayCallbackHandler()
+    run_id = uuid.uuid4()
+    for handler in (first, second):
+        handler.on_chat_model_start({"name": "Fake"}, [[messages_mod.HumanMessage(content="hello")]], run_id=run_id)
+    assert run_id.int in callbacks._RUNS and callbacks._RUNS[run_id.int].call is None
+    answer = messages_mod.AIMessage(content="hi")
+    result = outputs.LLMResult(generations=[[outputs.ChatGeneration(message=answer)]])
+    for handler in (first, second):
+        handler.on_llm_end(result, run_id=run_id)
+    assert run_id.int not in callbacks._RUNS
+    assert not logical_calls(relay_events)
+    relay, _turn = relay_turn
+    assert relay.diagnostics().get("subscriber_errors") == 1  # the first handler's start, once
+
+
 def test_the_runs_relay_handlers_follow_are_bounded(monkeypatch) -> None:
     """Runs whose end never comes (an abandoned stream) do not pile up: the oldest are forgotten."""
     import uuid

@@ -37,7 +37,6 @@ from langchain_core.callbacks import BaseCallbackHandler
 from relay_runtime import conventions as cv
 from relay_runtime import session
 from relay_runtime.attempt_views import recorded_view
-from relay_runtime.calls import open_call_in
 from relay_runtime.redaction import redact_metadata
 from relay_runtime.scopes import ScopeHandle, outcome_of
 from relay_runtime.session import Turn
@@ -46,7 +45,6 @@ from relay_runtime.types import ScopeType
 
 from ..frameworks import (
     FrameworkRun,
-    ModelCall,
     current_parent,
     deferred,
     deferred_answer,
@@ -79,7 +77,7 @@ _HIDDEN = "langsmith:hidden"
 # Runs leave it at their end; the bound only matters for runs whose end never comes (an abandoned
 # stream), the oldest of which are then forgotten. Keyed by the id's ``int``: a ``UUID`` hashes through
 # a Python method (``UUID.__hash__``, from C: twice per model call), its ``int`` in C.
-_RUNS: dict[int, FrameworkRun] = {}
+_RUNS: dict[int, FrameworkRun | retried.ModelRun] = {}
 _MAX_RUNS = 100_000
 _runs_lock = threading.Lock()
 
@@ -116,7 +114,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
         self.framework = framework
         self._runs = _RUNS  # shared by every relay handler: see the module docstring
 
-    def followed(self, run_id: Any) -> FrameworkRun | None:
+    def followed(self, run_id: Any) -> FrameworkRun | retried.ModelRun | None:
         """The run ``run_id`` names, if a relay handler follows it (None for an id that is no ``UUID``)."""
         return self._runs.get(run_id.int) if isinstance(run_id, UUID) else None
 
@@ -321,22 +319,23 @@ class RelayCallbackHandler(BaseCallbackHandler):
         turn = _managed_turn()
         if turn is None or _middleware_call.get() is not None:
             return
+        key = run_id.int
+        if key in _RUNS:  # another relay handler on this run follows it
+            return
         if len(_RUNS) >= _MAX_RUNS:
             _forget_oldest()
         asked = messages[0] if messages else []
-        run = retried.ModelRun(turn, asked)
-        # Followed from here, its call set below: one lookup of the run id where a test and a store made two.
-        if _RUNS.setdefault(run_id.int, run) is not run:  # another relay handler on this run follows it
-            return
-        # ``_guarded`` and ``ModelCall.under`` inlined: this runs for every model call.
+        # ``_guarded`` inlined: this runs for every model call.
         try:
             parent = current_parent(turn) if parent_run_id is None else self._parent(turn, parent_run_id)
-            if parent is not None and RUN_ID in (parent.metadata or _EMPTY):
-                run.parent = parent.uuid  # a run's scope: its end releases a failed call held there
-            call = retried.retried(run.parent, asked) if run.parent is not None and _held else None
+            # A run's scope: its end releases a failed call held there.
+            held_under = parent.uuid if parent is not None and RUN_ID in (parent.metadata or _EMPTY) else None
+            call = retried.retried(held_under, asked) if held_under is not None and _held else None
             if call is None:
-                call = ModelCall(turn, open_call_in(turn, parent, _PRIMARY), _PRIMARY, parent)
-            run.call = call
+                call = retried.ModelRun(turn, None, _PRIMARY, parent)
+                call.messages = asked
+                call.held_under = held_under
+            _RUNS[key] = call  # followed, the run being its call
             if _instrumenting._classes:  # ``is_instrumented()``
                 call.join()  # the SDK call inside is the attempt
                 return
@@ -352,6 +351,9 @@ class RelayCallbackHandler(BaseCallbackHandler):
             else:  # ``witness``' own first case, without its frame: nothing else can record the attempt
                 call.observe(codec.provider, model, view, None, codec, content)
         except Exception as exc:
+            # Followed all the same (with no call, if it failed before that): another relay handler on the run
+            # does not record it either.
+            _RUNS.setdefault(key, FrameworkRun(turn, None))
             turn.relay.diag.failure("subscriber_errors", exc, f"{self.framework} callback chat model start")
 
     def on_llm_new_token(
@@ -368,10 +370,8 @@ class RelayCallbackHandler(BaseCallbackHandler):
         # chunks the caller's own code runs in the context the join was made in (a sync or async generator
         # yields into it), and a stream left unfinished may never end there: what it calls is no attempt here.
         run = _RUNS.get(run_id.int)
-        if run is not None:
-            call = run.call
-            if call is not None and call._joined is not None:
-                call.unjoin()
+        if type(run) is retried.ModelRun and run._joined is not None:
+            run.unjoin()
 
     def on_llm_end(
         self,
@@ -382,11 +382,8 @@ class RelayCallbackHandler(BaseCallbackHandler):
         tags: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        run = _RUNS.pop(run_id.int, None)
-        if run is None:
-            return
-        call = run.call
-        if call is None:
+        call = _RUNS.pop(run_id.int, None)
+        if type(call) is not retried.ModelRun:  # none, or one whose start failed
             return
         try:
             if call._joined is not None or call._witnessed is not None:  # (``leave``'s own test, without its frame)
@@ -402,21 +399,23 @@ class RelayCallbackHandler(BaseCallbackHandler):
                 codec = call._observed_codec or codec_for(observed.name)
                 annotated = deferred_answer(codec.annotate_response, message)
                 # The answer object itself, as a managed attempt's end holds its SDK's: what the view has no field
-                # for (reasoning blocks, the provider's metadata) is read from it, by records and rules alike.
-                call.end_observed(response, annotated, None, model)
-            call.close()
+                # for (reasoning blocks, the provider's metadata) is read from it, by records and rules alike. The
+                # logical call completes with it (what else ``close`` does is done above, or has nothing to do).
+                call.end_observed(response, annotated, None, model, True)
+            else:
+                call.close()
         except Exception as exc:
-            run.turn.relay.diag.failure("subscriber_errors", exc, f"{self.framework} callback chat model end")
+            call.turn.relay.diag.failure("subscriber_errors", exc, f"{self.framework} callback chat model end")
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         run = self._runs.pop(run_id.int, None)
-        if run is None or run.call is None:
+        if type(run) is not retried.ModelRun:  # none, or one whose start failed
             return
-        if type(run) is retried.ModelRun and run.parent is not None and isinstance(error, Exception):
+        if run.held_under is not None and isinstance(error, Exception):
             # Its parent may call the model again for the same answer (a retry, a fallback): see ``retried``.
             self._guarded(run.turn, "chat model error", retried.hold, run, error)
         else:
-            self._guarded(run.turn, "chat model error", run.call.close, error)
+            self._guarded(run.turn, "chat model error", run.close, error)
 
 
 def _cancel_model_runs(parent: str, error: BaseException) -> None:
@@ -426,9 +425,8 @@ def _cancel_model_runs(parent: str, error: BaseException) -> None:
     rather than open until the turn's end and then closed with the turn's outcome. Only on a cancellation,
     a rare end: the runs followed are looked through, where every model call would pay for an index."""
     for key, run in list(_RUNS.items()):
-        call = run.call if type(run) is retried.ModelRun and run.parent == parent else None
-        if call is not None and _RUNS.pop(key, None) is run:  # not ended meanwhile by another thread
-            call.close(error)
+        if type(run) is retried.ModelRun and run.held_under == parent and _RUNS.pop(key, None) is run:
+            run.close(error)  # (not ended meanwhile by another thread)
 
 
 def _name_of(serialized: dict[str, Any] | None) -> str | None:

@@ -19,11 +19,12 @@ from langchain_core.runnables.config import var_child_runnable_config
 from relay_runtime.scopes import ScopeHandle
 
 from ..frameworks import FrameworkRun
+from .retried import ModelRun
 
 RUN_ID = "langchain.run_id"
 
 
-def scope_here(scope: ScopeHandle, runs: dict[int, FrameworkRun]) -> ScopeHandle | None:
+def scope_here(scope: ScopeHandle, runs: dict[int, FrameworkRun | ModelRun]) -> ScopeHandle | None:
     """``scope`` (a LangChain run's) when the code running here is inside its run, else the framework scope set
     before it. ``runs``: the runs the handlers follow, by id."""
     config = var_child_runnable_config.get()
@@ -42,7 +43,7 @@ def scope_here(scope: ScopeHandle, runs: dict[int, FrameworkRun]) -> ScopeHandle
     return _before(scope, runs)
 
 
-def _before(scope: ScopeHandle, runs: dict[int, FrameworkRun]) -> ScopeHandle | None:
+def _before(scope: ScopeHandle, runs: dict[int, FrameworkRun | ModelRun]) -> ScopeHandle | None:
     try:
         run = runs.get(UUID(str((scope.metadata or {})[RUN_ID])).int)
     except (KeyError, ValueError):

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..frameworks import FrameworkRun, ModelCall
+from relay_runtime.scopes import ScopeHandle
+
+from ..frameworks import ModelCall
 
 # Held calls by their parent run's scope uuid; the bound only matters for parents whose end never comes. Never
 # rebound: the handler tests it for emptiness where it is imported, with no call (every model call and run end asks).
@@ -22,21 +24,24 @@ HELD: dict[str, Held] = {}
 _MAX_HELD = 10_000
 
 
-class ModelRun(FrameworkRun):
-    """A chat model run, with the messages it was asked (a retry asks the same) and the uuid of the run's
-    scope it nests under (None: no run's, and nothing would release what it held)."""
+class ModelRun(ModelCall):
+    """A chat model run: its logical call itself (a retry's run is the failed run's call again), with the messages
+    it was asked (a retry asks the same) and the uuid of the run's scope it nests under (``held_under``; None: no
+    run's, and nothing would release what it held). One object per model call, not a run beside its call.
 
-    __slots__ = ("messages", "parent")
+    Followed among the handler's runs as a ``FrameworkRun`` is, with no scope of its own."""
 
-    def __init__(self, turn: Any, messages: list[Any]) -> None:
-        # ``FrameworkRun.__init__``'s fields set here, without its frame: one is made for every model call.
-        self.turn = turn
-        self.handle = None
-        self.own = False
-        self.token = None
-        self.call = None
-        self.messages = messages
-        self.parent: str | None = None
+    __slots__ = ("held_under", "messages")
+    held_under: str | None
+    messages: list[Any]
+
+    handle: ScopeHandle | None = None
+    own = False
+    token: Any = None
+
+    @property
+    def call(self) -> ModelRun:
+        return self
 
 
 class Held:
@@ -45,7 +50,7 @@ class Held:
 
     __slots__ = ("call", "error", "messages", "parent")
 
-    def __init__(self, parent: str, call: ModelCall, error: BaseException, messages: list[Any]) -> None:
+    def __init__(self, parent: str, call: ModelRun, error: BaseException, messages: list[Any]) -> None:
         self.parent = parent
         self.call = call
         self.error = error
@@ -69,12 +74,12 @@ class Held:
 
 def hold(run: ModelRun, error: BaseException) -> None:
     """``run`` failed with ``error`` under its parent run: its attempt ends, its logical call is held open."""
-    call, parent = run.call, run.parent
-    assert call is not None and parent is not None
-    call.leave()  # records the attempt the callbacks witnessed, when no SDK attempt joined in its place
-    call.end_observed(error=error)
-    held = Held(parent, call, error, run.messages)
-    call.logical.open_attempts.append(held)
+    parent = run.held_under
+    assert parent is not None
+    run.leave()  # records the attempt the callbacks witnessed, when no SDK attempt joined in its place
+    run.end_observed(error=error)
+    held = Held(parent, run, error, run.messages)
+    run.logical.open_attempts.append(held)
     if len(HELD) >= _MAX_HELD:
         try:
             release(next(iter(HELD)))
@@ -86,7 +91,7 @@ def hold(run: ModelRun, error: BaseException) -> None:
         earlier.close()
 
 
-def retried(parent: str, messages: list[Any]) -> ModelCall | None:
+def retried(parent: str, messages: list[Any]) -> ModelRun | None:
     """The held call a run starting under ``parent`` with ``messages`` retries; None when it retries none
     (a call held there for other messages is closed: its retry would have come first)."""
     held = HELD.pop(parent, None)
