@@ -114,14 +114,7 @@ def attempt_ended(
     error: BaseException | None,
 ) -> None:
     """Count the attempt out of its logical call; with ``settle``, close the call with its outcome."""
-    # Outside the lock: it reads the response. A plain dict (a stream's folded answer) is read as ``response_model``
-    # reads one, without its frame, its set of model-less types and its attribute lookup first (a dict has none).
-    if type(response) is dict:
-        model = response.get("model")
-        if not isinstance(model, str) or not model:
-            model = None
-    else:
-        model = response_model(response) if response is not None else None
+    model = response_model(response) if response is not None else None  # outside the lock: it reads the response
     lock = turn.lock
     lock.acquire()  # not ``with``, on every managed call: see ``logical_calls``
     try:

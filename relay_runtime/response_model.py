@@ -10,6 +10,9 @@ from typing import Any
 
 
 def response_model(response: Any) -> str | None:
+    if type(response) is dict:  # a stream's folded answer: a dict has no attribute to look up first
+        model = response.get("model")
+        return model if isinstance(model, str) and model else None
     if type(response) in _modelless:
         return None
     model = getattr(response, "model", None)

@@ -103,3 +103,18 @@ def test_the_logical_call_takes_the_model_a_pydantic_response_names(relay_turn, 
 
     modelless = response_model._modelless
     assert Result in modelless and not {Field, Extra, Prop} & modelless
+
+
+def test_a_dict_answer_names_its_model_only_by_a_non_empty_string_under_model() -> None:
+    """A stream's folded answer is a plain dict: its model is read from its ``model`` key, as a dict
+    subclass's is, and a key holding anything but a non-empty string names no model."""
+    from relay_runtime.response_model import response_model
+
+    class Answer(dict):  # type: ignore[type-arg]
+        pass
+
+    for make in (dict, Answer):
+        assert response_model(make(model="gemini-2.5-flash", text="hi")) == "gemini-2.5-flash"
+        assert response_model(make(model="")) is None
+        assert response_model(make(model=3)) is None
+        assert response_model(make(text="hi")) is None
