@@ -263,10 +263,9 @@ class _Candidate:
             parts.append({"text": "".join(self.texts)})
         if self.calls:
             parts += [{"function_call": {"id": c["id"], "name": c["name"], "args": c["arguments"]}} for c in self.calls]
-        reason = self.reason  # ``enum_value``'s read, without its frame: once per candidate of every stream
         return {
             "content": {"role": "model", "parts": parts},
-            "finish_reason": reason._value_ if isinstance(reason, Enum) else getattr(reason, "value", reason),
+            "finish_reason": enum_value(self.reason),
         }
 
 
@@ -401,24 +400,17 @@ class GenerateContentAccumulator:
         """
         first = self.first
         if first is not None and len(self.candidates) == 1:
-            # One candidate, the first (nearly every stream): ``_ordered`` and ``terminated``'s walk of one, inline.
-            response: dict[str, Any] = {
-                "candidates": [first.folded()], "model_version": self.model, "response_id": self.response_id,
-            }  # fmt: skip
-            if self.usage is not None:
-                response["usage_metadata"] = dumped(self.usage)
-            if not self.blocked and first.reason is not None:
-                return response, None
-            return response, self.annotation()
-        ordered, first = self._ordered()
-        response = {
-            "candidates": [c.folded() for c in ordered] or [first.folded()],
-            "model_version": self.model,
-            "response_id": self.response_id,
-        }
+            # One candidate, the first (nearly every stream): no ordering, and it ended if it said why.
+            folded = [first.folded()]
+            ended = first.reason is not None
+        else:
+            ordered, first = self._ordered()
+            folded = [c.folded() for c in ordered] or [first.folded()]
+            ended = 0 in self.candidates and self.terminated
+        response: dict[str, Any] = {"candidates": folded, "model_version": self.model, "response_id": self.response_id}
         if self.usage is not None:
             response["usage_metadata"] = dumped(self.usage)
-        if not self.blocked and 0 in self.candidates and self.terminated:
+        if not self.blocked and ended:
             return response, None
         return response, self.annotation()
 
