@@ -36,6 +36,9 @@ from .ids import pooled as _pooled
 from .outcomes import error_type_of as error_type_of
 from .outcomes import outcome_of as outcome_of
 from .redaction import redact_metadata, redact_value, told
+
+# A scope's handle has its own module; reachable here, where callers have long found it.
+from .scope_handle import ScopeHandle as ScopeHandle
 from .tool_results import data_blanked, result_blanked
 from .trace_context import REMOTE_PARENT, REMOTE_TRACESTATE, clean_tracestate, require_traceparent
 from .types import ScopeType
@@ -44,6 +47,7 @@ if TYPE_CHECKING:
     from .relay import Relay
 
 _now = time.time_ns
+_new = object.__new__
 
 
 class RelayOutput(dict[str, Any]):
@@ -58,62 +62,6 @@ class RelayOutput(dict[str, Any]):
 
 class ScopeOrderError(RuntimeError):
     """A scope was popped while a scope pushed after it, in the same context, was still open."""
-
-
-class ScopeHandle:
-    __slots__ = (
-        "__weakref__",
-        "attached",
-        "below",
-        "cost",
-        "data",
-        "ended",
-        "local_intercepts",
-        "metadata",
-        "name",
-        "parent",
-        "parent_uuid",
-        "scope_type",
-        "start_ns",
-        "trace_id",
-        "uuid",
-    )
-
-    def __init__(
-        self,
-        name: str,
-        scope_type: str,
-        parent: ScopeHandle | None,
-        metadata: dict[str, Any] | None,
-        data: Any,
-        attached: bool,
-        below: ScopeHandle | None,
-    ) -> None:
-        try:
-            self.uuid = _pooled()  # ``new_id()`` without its frame (see ``ids.pooled``)
-        except IndexError:
-            self.uuid = new_id()
-        self.name = name
-        self.scope_type = scope_type
-        self.parent = parent
-        if parent is not None:
-            self.parent_uuid: str | None = parent.uuid
-            self.trace_id: str = parent.trace_id
-        else:
-            self.parent_uuid = None
-            self.trace_id = new_id()
-        self.metadata = metadata
-        self.data = data
-        self.attached = attached
-        self.below = below
-        self.start_ns = _now()
-        self.ended = False
-        self.local_intercepts: Any = None
-        # An attempt's cost, or the roll-up of the attempts below (set only when a catalog is installed).
-        self.cost: Any = None
-
-    def __repr__(self) -> str:
-        return f"<scope {self.scope_type} {self.name!r} {self.uuid[:8]}>"
 
 
 def _start_time(start_ns: Any) -> int:
@@ -233,7 +181,30 @@ class Scopes:
             # ``below`` is only ever read on a stack: a detached scope with its parent given needs no lookup.
             top = self.current() if attach or (parent is None and not root) else None
             owner = parent if parent is not None or root else top
-            handle = ScopeHandle(name, st, owner, metadata, data, attach, top)
+            # ``ScopeHandle(...)``'s work (keep the two alike) without the class call: ``type.__call__``, then
+            # ``__init__``'s frame, about 500 instructions on each of the two scopes of every framework model call.
+            handle = _new(ScopeHandle)
+            try:
+                handle.uuid = _pooled()  # ``new_id()`` without its frame (see ``ids.pooled``)
+            except IndexError:
+                handle.uuid = new_id()
+            handle.name = name
+            handle.scope_type = st
+            handle.parent = owner
+            if owner is not None:
+                handle.parent_uuid = owner.uuid
+                handle.trace_id = owner.trace_id
+            else:
+                handle.parent_uuid = None
+                handle.trace_id = new_id()
+            handle.metadata = metadata
+            handle.data = data
+            handle.attached = attach
+            handle.below = top
+            handle.start_ns = _now()
+            handle.ended = False
+            handle.local_intercepts = None
+            handle.cost = None
         else:
             handle = self._remote_child(name, st, parent, metadata, data, attach, remote_parent, remote_tracestate)
             metadata = handle.metadata
@@ -246,7 +217,11 @@ class Scopes:
                 # ``api_key`` argument): the record never holds it. What runs gets ``input`` as it was.
                 # One already ``Recorded`` (a model call's request: ``attempt_views.recorded_request``)
                 # is blanked its own way.
-                input = Recorded(_blanked, input, st == _TOOL)
+                # ``Recorded(_blanked, input, ...)`` without the class call and ``__init__``'s frame.
+                recorded = _new(Recorded)
+                recorded._compute, recorded._value = _blanked, None
+                recorded._args = (input, st == _TOOL)
+                input = recorded
             # Positional (start_timestamp, input, output, metadata): keywords cost the call a name match each.
             event = new_event(
                 SCOPE_START, handle.uuid, handle.parent_uuid, handle.trace_id, name, st, handle.start_ns,
@@ -311,7 +286,11 @@ class Scopes:
             else:
                 self._check_not_buried(handle, top)
         if output is not None and type(output) is not RelayOutput and self._subs.end:
-            output = Recorded(_blanked, output, handle.scope_type == _TOOL, True)  # see ``_end``
+            # (see ``_end``) ``Recorded(_blanked, output, ...)`` without the class call and ``__init__``'s frame.
+            recorded = _new(Recorded)
+            recorded._compute, recorded._value = _blanked, None
+            recorded._args = (output, handle.scope_type == _TOOL, True)
+            output = recorded
         self._end(handle, output, metadata, error, outcome)
 
     def _check_not_buried(self, handle: ScopeHandle, top: ScopeHandle | None) -> None:
@@ -344,7 +323,11 @@ class Scopes:
         given in order (a framework's model call ends so: keywords are matched by name on every call).
         """
         if output is not None and type(output) is not RelayOutput and self._subs.end:
-            output = Recorded(_blanked, output, handle.scope_type == _TOOL, True)  # see ``_end``
+            # (see ``_end``) ``Recorded(_blanked, output, ...)`` without the class call and ``__init__``'s frame.
+            recorded = _new(Recorded)
+            recorded._compute, recorded._value = _blanked, None
+            recorded._args = (output, handle.scope_type == _TOOL, True)
+            output = recorded
         if metadata:
             metadata = redact_metadata(metadata)
         self._end(
