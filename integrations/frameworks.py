@@ -163,7 +163,7 @@ class ModelCall:
 
     __slots__ = (
         "_abandoned", "_joined", "_observed_codec", "_observed_request", "_pending", "_witnessed", "api_request_id",
-        "call_role", "logical", "observed", "parent", "turn",
+        "call_role", "logical", "observed", "turn",
     )  # fmt: skip
 
     def __init__(self, turn: Turn, logical: LogicalCall | None, call_role: str, parent: ScopeHandle | None) -> None:
@@ -174,7 +174,6 @@ class ModelCall:
         self.logical = logical
         self.api_request_id = logical.api_request_id
         self.call_role = call_role
-        self.parent = parent
         self.observed: ScopeHandle | None = None
         self._observed_request: AnnotatedRequestField = None
         self._observed_codec: Any = None

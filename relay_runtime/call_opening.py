@@ -28,6 +28,7 @@ from .types import LLMRequest, ScopeType
 _FUNCTION = ScopeType.FUNCTION.value
 DEFAULT_CALL_ROLE = "primary"
 _LOGICAL_CALL = "logical_llm_call"
+_new = object.__new__
 # Every attempt's metadata names, read as plain globals on its path.
 _KIND, _ATTEMPT, _ID, _ROLE, _RETRY = cv.KIND, cv.ATTEMPT, cv.API_REQUEST_ID, cv.CALL_ROLE, cv.RETRY_COUNT
 
@@ -88,7 +89,16 @@ def new_call(
         if parent is not None and parent is turn.scope and parent.ended:
             raise TurnEnded(str(exc)) from None  # the callers make the call outside turns instead
         raise
-    call = LogicalCall(api_request_id, role, scope)
+    # ``LogicalCall(api_request_id, role, scope)``'s work (keep the two alike) without the class call and its
+    # ``__init__``'s frame: every logical call an adapter or a framework opens comes here.
+    call = _new(LogicalCall)
+    call.api_request_id = api_request_id
+    call.call_role = role
+    call.scope = scope
+    call.attempts = call.in_flight = call.open_streams = 0
+    call.last_outcome = call.model = call.provider = None
+    call.open_attempts = []
+    call.closing = False
     if publish:
         turn.logical_llm_calls[api_request_id] = call
     return call

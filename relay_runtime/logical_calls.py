@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .session import CallHolder, LogicalCall, Turn
 
 _SUCCESS = Outcome.SUCCESS.value
+_new_output = dict.__new__
 
 
 def close_logical_call(
@@ -53,7 +54,11 @@ def close_logical_call(
             finally:
                 lock.release()
         # Claiming and ending in one function, not two: one frame less on the close of every logical call.
-        output = RelayOutput(outcome=outcome, model=model_name or call.model, provider=provider_name or call.provider)
+        # ``RelayOutput(outcome=..., model=..., provider=...)`` without the class call matching three keywords.
+        output = _new_output(RelayOutput)
+        output["outcome"] = outcome
+        output["model"] = model_name or call.model
+        output["provider"] = provider_name or call.provider
         try:
             # Looked up at call time: callers (and tests) may wrap the relay's pop.
             turn.relay.scope.pop(call.scope, output=output, outcome=outcome)

@@ -26,6 +26,7 @@ from .events import (
     SCOPE_START,
     AnnotatedRequestField,
     AnnotatedResponseField,
+    Event,
     Recorded,
     new_event,
 )
@@ -36,6 +37,9 @@ from .ids import pooled as _pooled
 from .outcomes import error_type_of as error_type_of
 from .outcomes import outcome_of as outcome_of
 from .redaction import redact_metadata, redact_value, told
+
+# A scope's handle has its own module; reachable here, where callers have long found it.
+from .scope_handle import ScopeHandle as ScopeHandle
 from .tool_results import data_blanked, result_blanked
 from .trace_context import REMOTE_PARENT, REMOTE_TRACESTATE, clean_tracestate, require_traceparent
 from .types import ScopeType
@@ -44,6 +48,7 @@ if TYPE_CHECKING:
     from .relay import Relay
 
 _now = time.time_ns
+_new = object.__new__
 
 
 class RelayOutput(dict[str, Any]):
@@ -58,62 +63,6 @@ class RelayOutput(dict[str, Any]):
 
 class ScopeOrderError(RuntimeError):
     """A scope was popped while a scope pushed after it, in the same context, was still open."""
-
-
-class ScopeHandle:
-    __slots__ = (
-        "__weakref__",
-        "attached",
-        "below",
-        "cost",
-        "data",
-        "ended",
-        "local_intercepts",
-        "metadata",
-        "name",
-        "parent",
-        "parent_uuid",
-        "scope_type",
-        "start_ns",
-        "trace_id",
-        "uuid",
-    )
-
-    def __init__(
-        self,
-        name: str,
-        scope_type: str,
-        parent: ScopeHandle | None,
-        metadata: dict[str, Any] | None,
-        data: Any,
-        attached: bool,
-        below: ScopeHandle | None,
-    ) -> None:
-        try:
-            self.uuid = _pooled()  # ``new_id()`` without its frame (see ``ids.pooled``)
-        except IndexError:
-            self.uuid = new_id()
-        self.name = name
-        self.scope_type = scope_type
-        self.parent = parent
-        if parent is not None:
-            self.parent_uuid: str | None = parent.uuid
-            self.trace_id: str = parent.trace_id
-        else:
-            self.parent_uuid = None
-            self.trace_id = new_id()
-        self.metadata = metadata
-        self.data = data
-        self.attached = attached
-        self.below = below
-        self.start_ns = _now()
-        self.ended = False
-        self.local_intercepts: Any = None
-        # An attempt's cost, or the roll-up of the attempts below (set only when a catalog is installed).
-        self.cost: Any = None
-
-    def __repr__(self) -> str:
-        return f"<scope {self.scope_type} {self.name!r} {self.uuid[:8]}>"
 
 
 def _start_time(start_ns: Any) -> int:
@@ -233,7 +182,30 @@ class Scopes:
             # ``below`` is only ever read on a stack: a detached scope with its parent given needs no lookup.
             top = self.current() if attach or (parent is None and not root) else None
             owner = parent if parent is not None or root else top
-            handle = ScopeHandle(name, st, owner, metadata, data, attach, top)
+            # ``ScopeHandle(...)``'s work (keep the two alike) without the class call: ``type.__call__``, then
+            # ``__init__``'s frame, about 500 instructions on each of the two scopes of every framework model call.
+            handle = _new(ScopeHandle)
+            try:
+                handle.uuid = _pooled()  # ``new_id()`` without its frame (see ``ids.pooled``)
+            except IndexError:
+                handle.uuid = new_id()
+            handle.name = name
+            handle.scope_type = st
+            handle.parent = owner
+            if owner is not None:
+                handle.parent_uuid = owner.uuid
+                handle.trace_id = owner.trace_id
+            else:
+                handle.parent_uuid = None
+                handle.trace_id = new_id()
+            handle.metadata = metadata
+            handle.data = data
+            handle.attached = attach
+            handle.below = top
+            handle.start_ns = _now()
+            handle.ended = False
+            handle.local_intercepts = None
+            handle.cost = None
         else:
             handle = self._remote_child(name, st, parent, metadata, data, attach, remote_parent, remote_tracestate)
             metadata = handle.metadata
@@ -246,12 +218,27 @@ class Scopes:
                 # ``api_key`` argument): the record never holds it. What runs gets ``input`` as it was.
                 # One already ``Recorded`` (a model call's request: ``attempt_views.recorded_request``)
                 # is blanked its own way.
-                input = Recorded(_blanked, input, st == _TOOL)
-            # Positional (start_timestamp, input, output, metadata): keywords cost the call a name match each.
-            event = new_event(
-                SCOPE_START, handle.uuid, handle.parent_uuid, handle.trace_id, name, st, handle.start_ns,
-                None, input, None, metadata,
-            )  # fmt: skip
+                # ``Recorded(_blanked, input, ...)`` without the class call and ``__init__``'s frame.
+                recorded = _new(Recorded)
+                recorded._compute, recorded._value = _blanked, None
+                recorded._args = (input, st == _TOOL)
+                input = recorded
+            # ``new_event(SCOPE_START, ...)``'s work (keep them alike: a slot left unset fails every reader of the
+            # event), without its frame and its twenty arguments: about 900 instructions on every scope's start.
+            event = _new(Event)
+            event.kind = SCOPE_START
+            event.uuid = handle.uuid
+            event.parent_uuid = handle.parent_uuid
+            event.trace_id = handle.trace_id
+            event.name = name
+            event.scope_type = st
+            event.timestamp = handle.start_ns
+            event.start_timestamp = None
+            event._input = input
+            event._output = None
+            event.metadata = metadata if metadata is not None else {}
+            event.data = event.provider = event.model_name = event.outcome = event.cost = None
+            event._annotated_request = event._annotated_response = event.error_type = event.error_message = None
             try:
                 self._subs.deliver(self._subs.start, event)
             except BaseException as exc:
@@ -311,7 +298,11 @@ class Scopes:
             else:
                 self._check_not_buried(handle, top)
         if output is not None and type(output) is not RelayOutput and self._subs.end:
-            output = Recorded(_blanked, output, handle.scope_type == _TOOL, True)  # see ``_end``
+            # (see ``_end``) ``Recorded(_blanked, output, ...)`` without the class call and ``__init__``'s frame.
+            recorded = _new(Recorded)
+            recorded._compute, recorded._value = _blanked, None
+            recorded._args = (output, handle.scope_type == _TOOL, True)
+            output = recorded
         self._end(handle, output, metadata, error, outcome)
 
     def _check_not_buried(self, handle: ScopeHandle, top: ScopeHandle | None) -> None:
@@ -344,7 +335,11 @@ class Scopes:
         given in order (a framework's model call ends so: keywords are matched by name on every call).
         """
         if output is not None and type(output) is not RelayOutput and self._subs.end:
-            output = Recorded(_blanked, output, handle.scope_type == _TOOL, True)  # see ``_end``
+            # (see ``_end``) ``Recorded(_blanked, output, ...)`` without the class call and ``__init__``'s frame.
+            recorded = _new(Recorded)
+            recorded._compute, recorded._value = _blanked, None
+            recorded._args = (output, handle.scope_type == _TOOL, True)
+            output = recorded
         if metadata:
             metadata = redact_metadata(metadata)
         self._end(
@@ -387,35 +382,34 @@ class Scopes:
         cost = handle.cost
         if cost is not None:  # as it stands now: a roll-up goes on changing after its scope ends
             cost = self._relay.cost.frozen(cost)
-        self._subs.deliver(
-            self._subs.end,
-            # Every field positionally, in ``new_event``'s order: two scope ends per managed call, and
-            # matching eleven keywords by name cost each about 1,200 instructions.
-            new_event(
-                SCOPE_END,
-                handle.uuid,
-                handle.parent_uuid,
-                handle.trace_id,
-                handle.name,
-                handle.scope_type,
-                _now(),
-                handle.start_ns,  # start_timestamp
-                None,  # input
-                output,
-                merged,  # metadata
-                None,  # data
-                provider,
-                model_name,
-                annotated_request,
-                annotated_response,
-                error_type_of(error) if error is not None else None,
-                # A provider may echo the caller's key back (a 401 body): the record never holds it. An error
-                # whose text cannot be read (its ``__str__`` raises) still ends the scope, message withheld.
-                told(error, None, _error_text) if error is not None else None,  # error_message
-                outcome,
-                cost,
-            ),
-        )
+        # ``new_event(SCOPE_END, ...)``'s work (keep them alike: a slot left unset fails every reader of the event),
+        # without its frame and its twenty arguments: about 900 instructions on every scope's end.
+        event = _new(Event)
+        event.kind = SCOPE_END
+        event.uuid = handle.uuid
+        event.parent_uuid = handle.parent_uuid
+        event.trace_id = handle.trace_id
+        event.name = handle.name
+        event.scope_type = handle.scope_type
+        event.timestamp = _now()
+        event.start_timestamp = handle.start_ns
+        event._input = event.data = None
+        event._output = output
+        event.metadata = merged if merged is not None else {}
+        event.provider = provider
+        event.model_name = model_name
+        event._annotated_request = annotated_request
+        event._annotated_response = annotated_response
+        if error is None:
+            event.error_type = event.error_message = None
+        else:
+            event.error_type = error_type_of(error)
+            # A provider may echo the caller's key back (a 401 body): the record never holds it. An error whose
+            # text cannot be read (its ``__str__`` raises) still ends the scope, message withheld.
+            event.error_message = told(error, None, _error_text)
+        event.outcome = outcome
+        event.cost = cost
+        self._subs.deliver(self._subs.end, event)
 
     @contextlib.contextmanager
     def scope(

@@ -15,6 +15,30 @@ from hypothesis import strategies as st
 from relay_runtime import ContextExecutor, Event, Recorder, Relay, ScopeOrderError, ScopeType, propagate_to_thread
 
 
+def test_scope_events_and_handles_hold_every_slot() -> None:
+    # ``Scopes.opened`` and ``Scopes._end`` fill a handle and its events without calling their classes: a slot one of
+    # them left unset would fail whoever reads it.
+    from relay_runtime.scopes import ScopeHandle
+
+    relay, rec = new_relay()
+    outer = relay.scope.push("outer", ScopeType.AGENT, input={"q": 1}, metadata={"k": "v"})
+    inner = relay.scope.push("inner", parent=outer, attach=False)
+    relay.scope.end(inner, error=ValueError("no"))
+    relay.scope.pop(outer, output={"a": 2})
+    slots = [slot for slot in ScopeHandle.__slots__ if slot != "__weakref__"]
+    for handle in (outer, inner):
+        assert [slot for slot in slots if not hasattr(handle, slot)] == []
+        assert (handle.ended, handle.data, handle.cost, handle.local_intercepts) == (True, None, None, None)
+    assert (outer.attached, inner.attached, inner.parent, inner.parent_uuid) == (True, False, outer, outer.uuid)
+    for event in rec.events:
+        assert [slot for slot in Event.__slots__ if not hasattr(event, slot)] == []
+    _, start_inner, end_inner, end_outer = rec.events
+    assert (end_inner.error_type, end_inner.error_message, end_inner.outcome) == ("ValueError", "no", "failed")
+    assert (end_outer.error_type, end_outer.error_message, end_outer.output) == (None, None, {"a": 2})
+    assert start_inner.start_timestamp is None and end_inner.start_timestamp == start_inner.timestamp
+    assert start_inner.metadata == {} and end_outer.metadata == {"k": "v"}
+
+
 def test_push_pop_nest_and_emit_balanced_events() -> None:
     relay, rec = new_relay()
     assert relay.scope.current() is None  # the implicit root

@@ -68,6 +68,8 @@ _PRIMARY = "primary"
 _NO_GENERATIONS: list[list[Any]] = [[]]
 _EMPTY: dict[str, Any] = {}
 _CANCELLED = "cancelled"
+_new = object.__new__
+_init_run = retried.ModelRun.__init__
 
 FRAMEWORK = cv.FRAMEWORK
 _HIDDEN = "langsmith:hidden"
@@ -327,12 +329,19 @@ class RelayCallbackHandler(BaseCallbackHandler):
         asked = messages[0] if messages else []
         # ``_guarded`` inlined: this runs for every model call.
         try:
-            parent = current_parent(turn) if parent_run_id is None else self._parent(turn, parent_run_id)
+            # ``_parent``, without its frame: every model call in a graph or chain has a parent run.
+            run = _RUNS.get(parent_run_id.int) if parent_run_id is not None else None
+            parent = run.handle if run is not None else None
+            if parent is None or parent.ended:
+                parent = current_parent(turn)
             # A run's scope: its end releases a failed call held there.
             held_under = parent.uuid if parent is not None and RUN_ID in (parent.metadata or _EMPTY) else None
             call = retried.retried(held_under, asked) if held_under is not None and _held else None
             if call is None:
-                call = retried.ModelRun(turn, None, _PRIMARY, parent)
+                # ``ModelRun(turn, None, _PRIMARY, parent)`` without the class call: ``type.__call__`` runs ``__init__``
+                # in an evaluation loop of its own, where a call made here runs it in this one.
+                call = _new(retried.ModelRun)
+                _init_run(call, turn, None, _PRIMARY, parent)
                 call.messages = asked
                 call.held_under = held_under
             _RUNS[key] = call  # followed, the run being its call
