@@ -29,6 +29,7 @@ _FUNCTION = ScopeType.FUNCTION.value
 DEFAULT_CALL_ROLE = "primary"
 _LOGICAL_CALL = "logical_llm_call"
 _new = object.__new__
+_init_call = LogicalCall.__init__
 # Every attempt's metadata names, read as plain globals on its path.
 _KIND, _ATTEMPT, _ID, _ROLE, _RETRY = cv.KIND, cv.ATTEMPT, cv.API_REQUEST_ID, cv.CALL_ROLE, cv.RETRY_COUNT
 
@@ -89,16 +90,10 @@ def new_call(
         if parent is not None and parent is turn.scope and parent.ended:
             raise TurnEnded(str(exc)) from None  # the callers make the call outside turns instead
         raise
-    # ``LogicalCall(api_request_id, role, scope)``'s work (keep the two alike) without the class call and its
-    # ``__init__``'s frame: every logical call an adapter or a framework opens comes here.
+    # The class's own ``__init__`` on a bare instance, without the class call (``type.__call__``, then ``__init__``
+    # in an evaluation loop of its own): every logical call an adapter or a framework opens comes here.
     call = _new(LogicalCall)
-    call.api_request_id = api_request_id
-    call.call_role = role
-    call.scope = scope
-    call.attempts = call.in_flight = call.open_streams = 0
-    call.last_outcome = call.model = call.provider = None
-    call.open_attempts = []
-    call.closing = False
+    _init_call(call, api_request_id, role, scope)
     if publish:
         turn.logical_llm_calls[api_request_id] = call
     return call

@@ -189,8 +189,7 @@ class Event:
         outcome: str | None = None,
         cost: Any = None,
     ) -> None:
-        # How the slots are filled: ``new_event``'s way (the hot path's; ``Scopes.opened`` and ``Scopes._end`` fill
-        # a scope's start and end alike, without its frame).
+        # One definition of how the slots are filled: ``new_event``'s (the hot path's).
         built = new_event(
             kind, uuid, parent_uuid, trace_id, name, scope_type, timestamp, start_timestamp=start_timestamp,
             input=input, output=output, metadata=metadata, data=data, provider=provider, model_name=model_name,

@@ -26,12 +26,10 @@ from .events import (
     SCOPE_START,
     AnnotatedRequestField,
     AnnotatedResponseField,
-    Event,
     Recorded,
     new_event,
 )
 from .ids import new_id
-from .ids import pooled as _pooled
 
 # How a scope ended lives in its own module; its names are reachable here, where callers have long found them.
 from .outcomes import error_type_of as error_type_of
@@ -49,6 +47,7 @@ if TYPE_CHECKING:
 
 _now = time.time_ns
 _new = object.__new__
+_init_handle = ScopeHandle.__init__
 
 
 class RelayOutput(dict[str, Any]):
@@ -182,30 +181,10 @@ class Scopes:
             # ``below`` is only ever read on a stack: a detached scope with its parent given needs no lookup.
             top = self.current() if attach or (parent is None and not root) else None
             owner = parent if parent is not None or root else top
-            # ``ScopeHandle(...)``'s work (keep the two alike) without the class call: ``type.__call__``, then
-            # ``__init__``'s frame, about 500 instructions on each of the two scopes of every framework model call.
+            # The class's own ``__init__`` called on a bare instance: the class call (``type.__call__``, then
+            # ``__init__`` run in an evaluation loop of its own) costs every scope the relay opens itself more.
             handle = _new(ScopeHandle)
-            try:
-                handle.uuid = _pooled()  # ``new_id()`` without its frame (see ``ids.pooled``)
-            except IndexError:
-                handle.uuid = new_id()
-            handle.name = name
-            handle.scope_type = st
-            handle.parent = owner
-            if owner is not None:
-                handle.parent_uuid = owner.uuid
-                handle.trace_id = owner.trace_id
-            else:
-                handle.parent_uuid = None
-                handle.trace_id = new_id()
-            handle.metadata = metadata
-            handle.data = data
-            handle.attached = attach
-            handle.below = top
-            handle.start_ns = _now()
-            handle.ended = False
-            handle.local_intercepts = None
-            handle.cost = None
+            _init_handle(handle, name, st, owner, metadata, data, attach, top)
         else:
             handle = self._remote_child(name, st, parent, metadata, data, attach, remote_parent, remote_tracestate)
             metadata = handle.metadata
@@ -218,27 +197,12 @@ class Scopes:
                 # ``api_key`` argument): the record never holds it. What runs gets ``input`` as it was.
                 # One already ``Recorded`` (a model call's request: ``attempt_views.recorded_request``)
                 # is blanked its own way.
-                # ``Recorded(_blanked, input, ...)`` without the class call and ``__init__``'s frame.
-                recorded = _new(Recorded)
-                recorded._compute, recorded._value = _blanked, None
-                recorded._args = (input, st == _TOOL)
-                input = recorded
-            # ``new_event(SCOPE_START, ...)``'s work (keep them alike: a slot left unset fails every reader of the
-            # event), without its frame and its twenty arguments: about 900 instructions on every scope's start.
-            event = _new(Event)
-            event.kind = SCOPE_START
-            event.uuid = handle.uuid
-            event.parent_uuid = handle.parent_uuid
-            event.trace_id = handle.trace_id
-            event.name = name
-            event.scope_type = st
-            event.timestamp = handle.start_ns
-            event.start_timestamp = None
-            event._input = input
-            event._output = None
-            event.metadata = metadata if metadata is not None else {}
-            event.data = event.provider = event.model_name = event.outcome = event.cost = None
-            event._annotated_request = event._annotated_response = event.error_type = event.error_message = None
+                input = Recorded(_blanked, input, st == _TOOL)
+            # Positional (start_timestamp, input, output, metadata): keywords cost the call a name match each.
+            event = new_event(
+                SCOPE_START, handle.uuid, handle.parent_uuid, handle.trace_id, name, st, handle.start_ns,
+                None, input, None, metadata,
+            )  # fmt: skip
             try:
                 self._subs.deliver(self._subs.start, event)
             except BaseException as exc:
@@ -298,11 +262,7 @@ class Scopes:
             else:
                 self._check_not_buried(handle, top)
         if output is not None and type(output) is not RelayOutput and self._subs.end:
-            # (see ``_end``) ``Recorded(_blanked, output, ...)`` without the class call and ``__init__``'s frame.
-            recorded = _new(Recorded)
-            recorded._compute, recorded._value = _blanked, None
-            recorded._args = (output, handle.scope_type == _TOOL, True)
-            output = recorded
+            output = Recorded(_blanked, output, handle.scope_type == _TOOL, True)  # see ``_end``
         self._end(handle, output, metadata, error, outcome)
 
     def _check_not_buried(self, handle: ScopeHandle, top: ScopeHandle | None) -> None:
@@ -335,11 +295,7 @@ class Scopes:
         given in order (a framework's model call ends so: keywords are matched by name on every call).
         """
         if output is not None and type(output) is not RelayOutput and self._subs.end:
-            # (see ``_end``) ``Recorded(_blanked, output, ...)`` without the class call and ``__init__``'s frame.
-            recorded = _new(Recorded)
-            recorded._compute, recorded._value = _blanked, None
-            recorded._args = (output, handle.scope_type == _TOOL, True)
-            output = recorded
+            output = Recorded(_blanked, output, handle.scope_type == _TOOL, True)  # see ``_end``
         if metadata:
             metadata = redact_metadata(metadata)
         self._end(
@@ -382,34 +338,35 @@ class Scopes:
         cost = handle.cost
         if cost is not None:  # as it stands now: a roll-up goes on changing after its scope ends
             cost = self._relay.cost.frozen(cost)
-        # ``new_event(SCOPE_END, ...)``'s work (keep them alike: a slot left unset fails every reader of the event),
-        # without its frame and its twenty arguments: about 900 instructions on every scope's end.
-        event = _new(Event)
-        event.kind = SCOPE_END
-        event.uuid = handle.uuid
-        event.parent_uuid = handle.parent_uuid
-        event.trace_id = handle.trace_id
-        event.name = handle.name
-        event.scope_type = handle.scope_type
-        event.timestamp = _now()
-        event.start_timestamp = handle.start_ns
-        event._input = event.data = None
-        event._output = output
-        event.metadata = merged if merged is not None else {}
-        event.provider = provider
-        event.model_name = model_name
-        event._annotated_request = annotated_request
-        event._annotated_response = annotated_response
-        if error is None:
-            event.error_type = event.error_message = None
-        else:
-            event.error_type = error_type_of(error)
-            # A provider may echo the caller's key back (a 401 body): the record never holds it. An error whose
-            # text cannot be read (its ``__str__`` raises) still ends the scope, message withheld.
-            event.error_message = told(error, None, _error_text)
-        event.outcome = outcome
-        event.cost = cost
-        self._subs.deliver(self._subs.end, event)
+        self._subs.deliver(
+            self._subs.end,
+            # Every field positionally, in ``new_event``'s order: two scope ends per managed call, and
+            # matching eleven keywords by name cost each about 1,200 instructions.
+            new_event(
+                SCOPE_END,
+                handle.uuid,
+                handle.parent_uuid,
+                handle.trace_id,
+                handle.name,
+                handle.scope_type,
+                _now(),
+                handle.start_ns,  # start_timestamp
+                None,  # input
+                output,
+                merged,  # metadata
+                None,  # data
+                provider,
+                model_name,
+                annotated_request,
+                annotated_response,
+                error_type_of(error) if error is not None else None,
+                # A provider may echo the caller's key back (a 401 body): the record never holds it. An error
+                # whose text cannot be read (its ``__str__`` raises) still ends the scope, message withheld.
+                told(error, None, _error_text) if error is not None else None,  # error_message
+                outcome,
+                cost,
+            ),
+        )
 
     @contextlib.contextmanager
     def scope(

@@ -94,8 +94,8 @@ class LogicalCall:
 
     A plain class with slots and its own ``__init__``, not a dataclass: one is made for every logical call, and
     the generated ``__init__`` (defaults, a ``default_factory`` call) cost it 43 Python opcodes where this costs
-    35. Compared by identity, as the dataclass (``eq=False``) was. ``call_opening.new_call`` fills one without
-    calling the class (the class call and this frame); the two set the same slots the same way.
+    35. Compared by identity, as the dataclass (``eq=False``) was. ``call_opening.new_call`` calls this ``__init__``
+    on a bare instance, without the class call.
     """
 
     __slots__ = (

@@ -16,8 +16,8 @@ from relay_runtime import ContextExecutor, Event, Recorder, Relay, ScopeOrderErr
 
 
 def test_scope_events_and_handles_hold_every_slot() -> None:
-    # ``Scopes.opened`` and ``Scopes._end`` fill a handle and its events without calling their classes: a slot one of
-    # them left unset would fail whoever reads it.
+    # ``Scopes.opened`` makes a handle without calling its class: a slot left unset, on a handle or on the events made
+    # of it, would fail whoever reads it.
     from relay_runtime.scopes import ScopeHandle
 
     relay, rec = new_relay()
