@@ -329,11 +329,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
         asked = messages[0] if messages else []
         # ``_guarded`` inlined: this runs for every model call.
         try:
-            # ``_parent``, without its frame: every model call in a graph or chain has a parent run.
-            run = _RUNS.get(parent_run_id.int) if parent_run_id is not None else None
-            parent = run.handle if run is not None else None
-            if parent is None or parent.ended:
-                parent = current_parent(turn)
+            parent = current_parent(turn) if parent_run_id is None else self._parent(turn, parent_run_id)
             # A run's scope: its end releases a failed call held there.
             held_under = parent.uuid if parent is not None and RUN_ID in (parent.metadata or _EMPTY) else None
             call = retried.retried(held_under, asked) if held_under is not None and _held else None
