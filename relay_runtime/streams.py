@@ -209,11 +209,7 @@ class ManagedStream(_StreamWrapper):
     _iterator: Iterator[Any]
 
     def __init__(self, source: Any, iterator: Any, life: StreamLifecycle, context: Context) -> None:
-        # ``_StreamWrapper.__init__``'s slots set here, in one frame: one stream is made for every streamed attempt.
-        self._source = source
-        self._iterator = iterator
-        self._life = life
-        self._response = None
+        _StreamWrapper.__init__(self, source, iterator, life)  # not through ``super()``: one is made for every stream
         self._context = context
         self._run = context.run
 
