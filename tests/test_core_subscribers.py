@@ -138,6 +138,31 @@ def test_the_public_event_constructor_and_the_hot_path_one_agree() -> None:
     assert a.metadata == {} and a.duration_ns == 4 and a.to_dict()["outcome"] == "failed"
 
 
+def test_the_first_subscriber_interrupt_is_raised_once_every_later_subscriber_had_the_event() -> None:
+    relay = Relay()
+    got: list[str] = []
+
+    def interrupting(name: str, error: type[BaseException]) -> object:
+        def subscriber(event: Event) -> None:
+            got.append(name)
+            if event.kind == "scope_start":
+                raise error
+
+        return subscriber
+
+    relay.subscribers.register(interrupting("first", KeyboardInterrupt), name="first")
+    relay.subscribers.register(lambda e: got.append("second"), name="second")
+    relay.subscribers.register(interrupting("third", SystemExit), name="third")
+    relay.subscribers.register(lambda e: 1 / 0, name="failing")
+    relay.subscribers.register(lambda e: got.append("last"), name="last")
+    with pytest.raises(KeyboardInterrupt):
+        relay.scope.push("s")
+    # The start reached all five (the failing one counted), the scope's end too: nothing stays open.
+    assert got[:4] == ["first", "second", "third", "last"]
+    assert relay.scope.current() is None
+    assert relay.diagnostics()["subscriber_errors"] == 2
+
+
 def test_nemo_argument_order_registers_by_name() -> None:
     relay = Relay()
     seen: list[str] = []
