@@ -29,14 +29,13 @@ from relay_runtime.attempt import Attempt
 from relay_runtime.attempt_views import recorded_answer, recorded_request
 from relay_runtime.call_opening import new_call
 from relay_runtime.codec import LLMCodec
-from relay_runtime.events import AnnotatedRequestField, AnnotatedResponseField, Deferred, Recorded
+from relay_runtime.events import AnnotatedRequestField, AnnotatedResponseField, Deferred, Recorded, lazily
 from relay_runtime.scopes import ScopeHandle, outcome_of
 from relay_runtime.session import LogicalCall, Turn
 from relay_runtime.types import LLMRequest, Outcome, ScopeType
 
 _LLM = ScopeType.LLM.value
 _DEFAULT_ROLE = calls.DEFAULT_CALL_ROLE  # a call opened with no role (``open_call_in``'s default)
-_new = object.__new__
 _SUCCESS = Outcome.SUCCESS.value
 _CANCELLED = Outcome.CANCELLED.value
 _NO_HEADERS: Mapping[str, Any] = {}
@@ -319,10 +318,7 @@ class ModelCall:
         finally:
             lock.release()
         metadata = {_KIND: _ATTEMPT, _API_REQUEST_ID: api_request_id, _CALL_ROLE: self.call_role, _RETRY_COUNT: retry}
-        recorded = None
-        if sent is not None:  # ``Recorded(recorded_request, _NO_HEADERS, sent, relay)`` without its ``__init__`` frame
-            recorded = _new(Recorded)
-            recorded._compute, recorded._args, recorded._value = recorded_request, (_NO_HEADERS, sent, turn.relay), None
+        recorded = None if sent is None else lazily(Recorded, recorded_request, (_NO_HEADERS, sent, turn.relay))
         # ``opened``, not ``push``: the metadata is the relay's own, built above, with nothing of the caller's to
         # read for credentials on every model call.
         self.observed = turn.relay.scope.opened(
@@ -461,21 +457,16 @@ def refusal_text(error: BaseException) -> str:
     return f"Tool call refused: {reason}"
 
 
-def deferred(*call: Any) -> Deferred[Any]:
+def deferred(call: tuple[Any, ...]) -> Deferred[Any]:
     """``compute(*args)`` (``call``: ``compute``, then ``args``) when an event's reader first asks (never raising:
     a framework's odd data costs the annotation, not the event)."""
-    # ``Deferred(_safely, *call)`` without the class call, its ``__init__`` frame or a second tuple: two per model call.
-    value = _new(Deferred)
-    value._compute, value._args, value._value = _safely, call, None
-    return value
+    return lazily(Deferred, _safely, call)  # (``call``, one tuple: see ``events.lazily``)
 
 
-def deferred_answer(*call: Any) -> Deferred[Any]:
+def deferred_answer(call: tuple[Any, ...]) -> Deferred[Any]:
     """``deferred`` for an answer's annotation, recorded as an SDK call's attempt records it (``recorded_answer``:
     its tool calls' arguments as their tools' scopes record them)."""
-    value = _new(Deferred)
-    value._compute, value._args, value._value = _answered, call, None
-    return value
+    return lazily(Deferred, _answered, call)
 
 
 def _answered(compute: Callable[..., Any], *args: Any) -> Any:

@@ -28,7 +28,8 @@ from .events import (
     Deferred,
     DeferredResponse,
     Recorded,
-    new_event,
+    event_in_order,
+    lazily,
 )
 from .intercepts import LLM_RESPONSE, Intercept
 from .redaction import redact_metadata, redacted_annotation
@@ -202,7 +203,7 @@ class Attempt:
                 self.model_name = decoded.model if decoded is not None else None
                 self.view = decoded
             else:
-                self.view = Deferred(decode_for_observers, relay, self.name, codec, content)
+                self.view = lazily(Deferred, decode_for_observers, (relay, self.name, codec, content))
         try:
             self._emit_start(request)
         except BaseException as exc:
@@ -218,8 +219,8 @@ class Attempt:
             return
         h = self.handle
         try:
-            # Positionally, in ``new_event``'s order: matching keywords by name costs the call ~1,000 instructions.
-            event = new_event(
+            # Every field in ``new_event``'s order: matching keywords by name costs the call ~1,000 instructions.
+            event = event_in_order((
                 SCOPE_START,
                 h.uuid,
                 h.parent_uuid,
@@ -230,14 +231,19 @@ class Attempt:
                 None,  # start_timestamp
                 # The slots themselves (what raw_headers() / raw_content() return), without two calls: the
                 # dicts as they are now, walked only if a subscriber reads the input.
-                Recorded(recorded_request, request._headers, request._content, self.relay),  # input
+                lazily(Recorded, recorded_request, (request._headers, request._content, self.relay)),  # input
                 None,  # output
                 dict(self.metadata),
                 None,  # data
                 self.name,  # provider
                 self.model_name,
                 self.view,  # annotated_request
-            )
+                None,  # annotated_response
+                None,  # error_type
+                None,  # error_message
+                None,  # outcome
+                None,  # cost
+            ))
         except Exception as exc:
             self.relay.diag.failure("bookkeeping_errors", exc, "building an attempt start event")
             return
@@ -449,8 +455,8 @@ class Attempt:
                 codec = self.codec
                 read = content_reader(codec) if relay.subscribers.policy is not None else None
                 if read is None:
-                    response_view = Deferred(
-                        annotate_for_observers, relay, self.name, codec, response, ttfc, self.metadata
+                    response_view = lazily(
+                        Deferred, annotate_for_observers, (relay, self.name, codec, response, ttfc, self.metadata)
                     )
                 else:  # a redaction policy reads the text first, and mostly needs no more
                     response_view = DeferredResponse(

@@ -27,6 +27,8 @@ from .events import (
     AnnotatedRequestField,
     AnnotatedResponseField,
     Recorded,
+    event_in_order,
+    lazily,
     new_event,
 )
 from .ids import new_id
@@ -151,15 +153,17 @@ class Scopes:
             raise ValueError(f"scope name must be a non-empty string, got {name!r}")
         if metadata:
             metadata = redact_metadata(metadata)
+        # Plain strings skip the frame that normalises enums.
+        st = scope_type if type(scope_type) is str and scope_type else _scope_type(scope_type)
         # Positional: keywords would cost the call a name match each.
         return self.opened(
-            name, scope_type, parent, input, metadata, data, attach, root, remote_parent, remote_tracestate, start_ns
+            name, st, parent, input, metadata, data, attach, root, remote_parent, remote_tracestate, start_ns
         )
 
     def opened(
         self,
         name: str,
-        scope_type: ScopeType | str,
+        scope_type: str,
         parent: ScopeHandle | None,
         input: Any,
         metadata: dict[str, Any] | None,
@@ -172,9 +176,8 @@ class Scopes:
     ) -> ScopeHandle:
         """``push`` for the relay's own scopes (a logical call, a conversation, a turn, a tool), whose metadata it
         built from what it was given, already read for credentials (``redact_metadata``): not read again on every
-        call. ``name`` is a non-empty string."""
-        # Plain strings (every caller in the core) skip the frame that normalises enums.
-        st = scope_type if type(scope_type) is str and scope_type else _scope_type(scope_type)
+        call. ``name`` is a non-empty string, ``scope_type`` a non-empty string too (a ``ScopeType``'s value, or a
+        custom type's name): ``push`` normalises what its caller gave, the relay's own callers pass constants."""
         if parent is not None and parent.ended:
             raise ValueError(f"cannot push {name!r} under {parent!r}: that scope has ended")
         if remote_parent is None:
@@ -184,9 +187,11 @@ class Scopes:
             # The class's own ``__init__`` called on a bare instance: the class call (``type.__call__``, then
             # ``__init__`` run in an evaluation loop of its own) costs every scope the relay opens itself more.
             handle = _new(ScopeHandle)
-            _init_handle(handle, name, st, owner, metadata, data, attach, top)
+            _init_handle(handle, name, scope_type, owner, metadata, data, attach, top)
         else:
-            handle = self._remote_child(name, st, parent, metadata, data, attach, remote_parent, remote_tracestate)
+            handle = self._remote_child(
+                name, scope_type, parent, metadata, data, attach, remote_parent, remote_tracestate
+            )
             metadata = handle.metadata
         if start_ns is not None:
             handle.start_ns = _start_time(start_ns)
@@ -197,12 +202,12 @@ class Scopes:
                 # ``api_key`` argument): the record never holds it. What runs gets ``input`` as it was.
                 # One already ``Recorded`` (a model call's request: ``attempt_views.recorded_request``)
                 # is blanked its own way.
-                input = Recorded(_blanked, input, st == _TOOL)
-            # Positional (start_timestamp, input, output, metadata): keywords cost the call a name match each.
-            event = new_event(
-                SCOPE_START, handle.uuid, handle.parent_uuid, handle.trace_id, name, st, handle.start_ns,
-                None, input, None, metadata,
-            )  # fmt: skip
+                input = lazily(Recorded, _blanked, (input, scope_type == _TOOL))
+            # Every field in ``new_event``'s order, the ones a start has not yet as None.
+            event = event_in_order((
+                SCOPE_START, handle.uuid, handle.parent_uuid, handle.trace_id, name, scope_type, handle.start_ns,
+                None, input, None, metadata, None, None, None, None, None, None, None, None, None,
+            ))  # fmt: skip
             try:
                 self._subs.deliver(self._subs.start, event)
             except BaseException as exc:
@@ -262,7 +267,7 @@ class Scopes:
             else:
                 self._check_not_buried(handle, top)
         if output is not None and type(output) is not RelayOutput and self._subs.end:
-            output = Recorded(_blanked, output, handle.scope_type == _TOOL, True)  # see ``_end``
+            output = lazily(Recorded, _blanked, (output, handle.scope_type == _TOOL, True))  # see ``_end``
         self._end(handle, output, metadata, error, outcome)
 
     def _check_not_buried(self, handle: ScopeHandle, top: ScopeHandle | None) -> None:
@@ -295,7 +300,7 @@ class Scopes:
         given in order (a framework's model call ends so: keywords are matched by name on every call).
         """
         if output is not None and type(output) is not RelayOutput and self._subs.end:
-            output = Recorded(_blanked, output, handle.scope_type == _TOOL, True)  # see ``_end``
+            output = lazily(Recorded, _blanked, (output, handle.scope_type == _TOOL, True))  # see ``_end``
         if metadata:
             metadata = redact_metadata(metadata)
         self._end(
@@ -340,9 +345,9 @@ class Scopes:
             cost = self._relay.cost.frozen(cost)
         self._subs.deliver(
             self._subs.end,
-            # Every field positionally, in ``new_event``'s order: two scope ends per managed call, and
-            # matching eleven keywords by name cost each about 1,200 instructions.
-            new_event(
+            # Every field in ``new_event``'s order: two scope ends per managed call, four events per framework
+            # model call.
+            event_in_order((
                 SCOPE_END,
                 handle.uuid,
                 handle.parent_uuid,
@@ -365,7 +370,7 @@ class Scopes:
                 told(error, None, _error_text) if error is not None else None,  # error_message
                 outcome,
                 cost,
-            ),
+            )),
         )
 
     @contextlib.contextmanager

@@ -65,7 +65,6 @@ _held = retried.HELD
 # without the frames of ``is_instrumented()`` and ``clients_instrumented()``.
 _instrumenting = importlib.import_module("relay_runtime.adapters.instrument")
 _PRIMARY = "primary"
-_NO_GENERATIONS: list[list[Any]] = [[]]
 _EMPTY: dict[str, Any] = {}
 _CANCELLED = "cancelled"
 _new = object.__new__
@@ -350,7 +349,7 @@ class RelayCallbackHandler(BaseCallbackHandler):
             model = meta.get("ls_model_name")
             content = {"model": model, "messages": asked}
             # The view of what its start records: a signed image address, a tool's key, blanked alike.
-            view = deferred(recorded_view, codec, content)
+            view = deferred((recorded_view, codec, content))
             if _instrumenting._single_clients:  # ``clients_instrumented()``: the model's client may be one of them
                 call.witness(codec.provider, model, view, codec=codec, sent=content)
             else:  # ``witness``' own first case, without its frame: nothing else can record the attempt
@@ -395,14 +394,17 @@ class RelayCallbackHandler(BaseCallbackHandler):
                 call.leave()  # first: it records the witnessed attempt when no SDK attempt joined
             observed = call.observed
             if observed is not None:
-                generations = getattr(response, "generations", None) or _NO_GENERATIONS
-                first = generations[0][0] if generations[0] else None
-                message = getattr(first, "message", None)
-                meta = getattr(message, "response_metadata", None) or _EMPTY
+                # An ``LLMResult`` (one list of generations per prompt, a chat model's first holding its message):
+                # read straight, as LangChain makes it; anything else ends the call all the same, with no answer.
+                try:
+                    message = response.generations[0][0].message
+                    meta = message.response_metadata or _EMPTY
+                except (AttributeError, LookupError, TypeError):
+                    message, meta = None, _EMPTY
                 model = meta.get("model_name") or (getattr(response, "llm_output", None) or _EMPTY).get("model_name")
                 # The codec its start found (``observe`` holds it), not looked up again by the provider's name.
                 codec = call._observed_codec or codec_for(observed.name)
-                annotated = deferred_answer(codec.annotate_response, message)
+                annotated = deferred_answer((codec.annotate_response, message))
                 # The answer object itself, as a managed attempt's end holds its SDK's: what the view has no field
                 # for (reasoning blocks, the provider's metadata) is read from it, by records and rules alike. The
                 # logical call completes with it (what else ``close`` does is done above, or has nothing to do).

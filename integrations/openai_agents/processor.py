@@ -189,7 +189,7 @@ class RelayTraceProcessor:
             if sent is not None:  # its view too holds the conversation as the attempt's start records it
                 sent = dict(recorded_conversation(sent))
             # First: it records the witnessed attempt when no SDK attempt joined.
-            call.leave(request=deferred(_decode, sent) if sent is not None else None, sent=sent)
+            call.leave(request=deferred((_decode, sent)) if sent is not None else None, sent=sent)
             if call.observed is not None:
                 _end_observed(call, span.span_data, error)
             if error is None or isinstance(error, asyncio.CancelledError):
@@ -350,7 +350,7 @@ def _end_observed(call: ModelCall, data: Any, error: BaseException | None) -> No
     # end holds its SDK's: what the view has no field for (a Responses answer's reasoning items) is read from it.
     answer = response if response is not None else getattr(data, "output", None)
     model = model if isinstance(model, str) else None
-    call.end_observed(answer, deferred_answer(_annotate, data), error=error, model=model)
+    call.end_observed(answer, deferred_answer((_annotate, data)), error=error, model=model)
     call.observed = None
 
 
