@@ -233,6 +233,42 @@ def test_chat_model_callbacks_take_keywords_a_later_langchain_adds(relay_turn, r
     assert relay_events.starts(uuid=tried.uuid)[0].input["content"]["messages"][0].content == "hello"
 
 
+@pytest.mark.parametrize(
+    "odd",
+    [
+        pytest.param(lambda outputs: outputs.LLMResult(generations=[[]]), id="no-generation"),
+        pytest.param(lambda outputs: outputs.LLMResult(generations=[]), id="no-prompt"),
+        pytest.param(lambda outputs: object(), id="no-llm-result"),
+        pytest.param(lambda outputs: outputs.LLMResult(generations=[[outputs.Generation(text="t")]]), id="no-message"),
+    ],
+)
+def test_a_model_end_with_no_chat_answer_in_it_still_ends_the_call_with_no_answer(
+    relay_turn, relay_events, odd
+) -> None:
+    """The handler reads the answer straight from the ``LLMResult`` LangChain makes; whatever else an end reports
+    (no generation, a text generation, no result at all) ends the attempt and its call all the same, with no
+    answer recorded and nothing counted as the handler's failure."""
+    import uuid
+
+    messages_mod = need("langchain_core.messages")
+    outputs = need("langchain_core.outputs")
+    handler = RelayCallbackHandler()
+    run_id = uuid.uuid4()
+    handler.on_chat_model_start(
+        {"name": "Fake"}, [[messages_mod.HumanMessage(content="hello")]], run_id=run_id,
+        metadata={"ls_provider": "openai", "ls_model_name": "m-1"},
+    )  # fmt: skip
+    handler.on_llm_end(odd(outputs), run_id=run_id)
+    assert outline(relay_events) == ["function logical_llm_call success", "  llm openai success"]
+    (tried,) = attempts(relay_events)
+    answer = tried.annotated_response
+    assert answer.output_text is None and answer.tool_calls == [] and answer.usage.output_tokens is None
+    (call,) = logical_calls(relay_events)
+    assert call.output["model"] == "m-1" and call.output["outcome"] == "success"
+    relay, _turn = relay_turn
+    assert not relay.diagnostics().get("subscriber_errors")
+
+
 def test_a_model_run_whose_start_failed_is_recorded_by_no_other_relay_handler(
     relay_turn, relay_events, monkeypatch
 ) -> None:
