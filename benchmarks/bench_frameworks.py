@@ -3,7 +3,8 @@ and beside NeMo Relay's LangChain middleware, in the same run.
 
 Each variant runs the same framework step: the LangChain agent's innermost model step (a chat model's
 ``_generate_with_cache``, where ``RelayMiddleware`` makes its attempts) and a tool handler returning a
-``ToolMessage``; a chat model ``invoke`` with and without ``RelayCallbackHandler``; the Agents SDK's
+``ToolMessage``; a chat model ``invoke`` with and without ``RelayCallbackHandler`` (and with the same records
+written by hand in a handler of their own, ``langchain_floor``: the floor of that figure); the Agents SDK's
 response span with and without the relay's trace processor, and a function tool's invocation with
 and without its managed wrapper. Ours run in a managed turn with one subscriber, NeMo Relay's
 middleware in a NeMo scope with one subscriber (its deliveries flushed inside the sample). Medians
@@ -111,6 +112,7 @@ def _langchain_calls() -> tuple[dict[str, Callable[[], Any]], Any, Any, Any, Any
     from langchain_core.messages import HumanMessage, ToolMessage
     from langgraph.prebuilt.tool_node import ToolCallRequest
 
+    from benchmarks.langchain_floor import floor_handler
     from relay_runtime.integrations.langchain import RelayCallbackHandler, RelayMiddleware
 
     model = _fake_model()
@@ -148,18 +150,23 @@ def _langchain_calls() -> tuple[dict[str, Callable[[], Any]], Any, Any, Any, Any
         "invoke-bare": invoke(None),
         "invoke-noop": invoke(noop),
         "invoke-ours": invoke(handled),
+        "invoke-floor": invoke({"callbacks": [floor_handler()]}),  # the handler's records, written by hand
     }
     return calls, request, model_step, tool_request, tool_step
 
 
 def bench_langchain() -> None:
+    from benchmarks.langchain_floor import check_same_records
+
     calls, request, model_step, tool_request, tool_step = _langchain_calls()
+    check_same_records(calls["invoke-ours"], calls["invoke-floor"])
     model_variants = {"bare": calls["model-bare"], "relay RelayMiddleware": calls["model-ours"]}
     tool_variants = {"bare": calls["tool-bare"], "relay RelayMiddleware": calls["tool-ours"]}
     invoke_variants = {
         "bare": calls["invoke-bare"],
         "a no-op callback handler": calls["invoke-noop"],
         "relay RelayCallbackHandler": calls["invoke-ours"],
+        "its records written by hand (the floor)": calls["invoke-floor"],
     }
     nemo = _nemo_middleware()
     with managed_turn():
@@ -183,6 +190,10 @@ def bench_langchain() -> None:
         added["relay RelayCallbackHandler"] - added["a no-op callback handler"],
         BUDGET_US,
     )
+    floor = added["its records written by hand (the floor)"]
+    _line("added by the floor beyond a no-op handler", floor - added["a no-op callback handler"])
+    print(f"  {'handler added / floor added':<52} {added['relay RelayCallbackHandler'].cpu / floor.cpu:8.3f} x",
+          flush=True)  # fmt: skip
 
 
 def _nemo_middleware() -> Any:
@@ -341,6 +352,7 @@ COUNTED: dict[str, tuple[str, str]] = {
     "lc-invoke-bare": ("langchain", "invoke-bare"),
     "lc-invoke-noop": ("langchain", "invoke-noop"),
     "lc-invoke-ours": ("langchain", "invoke-ours"),
+    "lc-invoke-floor": ("langchain", "invoke-floor"),
     "agents-span-bare": ("agents-bare", "span"),
     "agents-span-ours": ("agents", "span"),
     "agents-tool-bare": ("agents", "agent-tool-bare"),
@@ -353,6 +365,7 @@ ADDED = [
     ("lc-model-ours", "lc-model-bare"),
     ("lc-tool-ours", "lc-tool-bare"),
     ("lc-invoke-ours", "lc-invoke-noop"),
+    ("lc-invoke-floor", "lc-invoke-noop"),
     ("agents-span-ours", "agents-span-bare"),
     ("agents-tool-ours", "agents-tool-bare"),
     ("core-turn", "core-bare"),

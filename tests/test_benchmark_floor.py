@@ -43,3 +43,19 @@ def test_the_hand_written_genai_floor_records_what_an_instrumented_generate_cont
         ]  # fmt: skip
     assert floor == ours
     assert floor_stream == ours_stream
+
+
+def test_the_hand_written_langchain_floor_records_what_the_callback_handler_records() -> None:
+    pytest.importorskip("langchain_core")
+    from benchmarks import langchain_floor
+    from benchmarks.bench_frameworks import _langchain_calls
+    from benchmarks.genai_floor import record_shapes
+
+    calls = _langchain_calls()[0]
+    ours, floor = record_shapes(calls["invoke-ours"]), record_shapes(calls["invoke-floor"])
+    assert [(shape[0], shape[1], shape[2]) for shape in ours] == [
+        ("scope_start", "logical_llm_call", "function"), ("scope_start", "benchmodel", "llm"),
+        ("scope_end", "benchmodel", "llm"), ("scope_end", "logical_llm_call", "function"),
+    ]  # fmt: skip
+    assert floor == ours
+    langchain_floor.check_same_records(calls["invoke-ours"], calls["invoke-floor"])  # the benchmark's own check
