@@ -27,7 +27,6 @@ from .events import (
     AnnotatedRequestField,
     AnnotatedResponseField,
     Recorded,
-    event_in_order,
     lazily,
     new_event,
 )
@@ -203,11 +202,11 @@ class Scopes:
                 # One already ``Recorded`` (a model call's request: ``attempt_views.recorded_request``)
                 # is blanked its own way.
                 input = lazily(Recorded, _blanked, (input, scope_type == _TOOL))
-            # Every field in ``new_event``'s order, the ones a start has not yet as None.
-            event = event_in_order((
+            # Positional (start_timestamp, input, output, metadata): keywords cost the call a name match each.
+            event = new_event(
                 SCOPE_START, handle.uuid, handle.parent_uuid, handle.trace_id, name, scope_type, handle.start_ns,
-                None, input, None, metadata, None, None, None, None, None, None, None, None, None,
-            ))  # fmt: skip
+                None, input, None, metadata,
+            )  # fmt: skip
             try:
                 self._subs.deliver(self._subs.start, event)
             except BaseException as exc:
@@ -345,9 +344,9 @@ class Scopes:
             cost = self._relay.cost.frozen(cost)
         self._subs.deliver(
             self._subs.end,
-            # Every field in ``new_event``'s order: two scope ends per managed call, four events per framework
-            # model call.
-            event_in_order((
+            # Every field positionally, in ``new_event``'s order: two scope ends per managed call, and
+            # matching eleven keywords by name cost each about 1,200 instructions.
+            new_event(
                 SCOPE_END,
                 handle.uuid,
                 handle.parent_uuid,
@@ -370,7 +369,7 @@ class Scopes:
                 told(error, None, _error_text) if error is not None else None,  # error_message
                 outcome,
                 cost,
-            )),
+            ),
         )
 
     @contextlib.contextmanager

@@ -138,21 +138,6 @@ def test_the_public_event_constructor_and_the_hot_path_one_agree() -> None:
     assert a.metadata == {} and a.duration_ns == 4 and a.to_dict()["outcome"] == "failed"
 
 
-def test_the_in_order_constructor_fills_each_field_from_its_own_position() -> None:
-    from relay_runtime.events import FIELDS, event_in_order, new_event
-
-    # Twenty distinct values: a field filled from its neighbour's position would show.
-    values = [f"v{i}" for i in range(20)]
-    values[10] = {"m": 1}  # metadata
-    ordered = event_in_order(tuple(values))
-    named = new_event(*values)
-    assert {s: getattr(ordered, s) for s in FIELDS} == {s: getattr(named, s) for s in FIELDS}
-    assert (ordered.kind, ordered.cost, ordered.outcome, ordered.metadata) == ("v0", "v19", "v18", {"m": 1})
-    assert event_in_order((None,) * 20).metadata == {}  # no metadata: an empty dict, as new_event's
-    with pytest.raises(ValueError, match="expected 20"):
-        event_in_order(("scope_end", "u1"))
-
-
 def test_the_first_subscriber_interrupt_is_raised_once_every_later_subscriber_had_the_event() -> None:
     relay = Relay()
     got: list[str] = []
