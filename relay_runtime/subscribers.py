@@ -138,13 +138,10 @@ class Subscribers:
         self._diagnostics.count("subscriber_errors")
 
     def _deliver_after(self, targets: tuple[_Entry, ...], interrupted_in: _Entry, event: Event) -> None:
-        """The targets after ``interrupted_in`` get ``event`` all the same; the first interruption is the one raised
-        (by the caller), a later one is dropped."""
+        """The targets after ``interrupted_in`` get ``event`` all the same (``deliver`` again, which hands it on past
+        a later interruption too); the first interruption is the one raised, by the caller, a later one dropped."""
         position = next(i for i, entry in enumerate(targets) if entry is interrupted_in)
-        for entry in targets[position + 1 :]:
-            try:
-                entry.callback(event)
-            except Exception as exc:
-                self._failed(entry, exc)
-            except BaseException:
-                pass
+        try:
+            self.deliver(targets[position + 1 :], event)
+        except BaseException:
+            pass
