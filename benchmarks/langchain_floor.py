@@ -2,7 +2,7 @@
 ``invoke``, written by hand.
 
 A logical call and one observed attempt under the turn, four events with the same fields, metadata, lazily
-blanked input and output and lazily made views, each held on the turn while open, written flat for this
+blanked input and output and lazily made views, the call held on the turn while open, written flat for this
 one case (a model run with no parent run, no instrumented SDK, one answer) in a callback handler of its
 own, with nothing else: no retry bookkeeping, no second handler's check, no turn handed to another thread.
 ``check_same_records`` proves the hand-written records are the handler's; the benchmark measures the
@@ -11,6 +11,7 @@ handler's generality (and the core's) against them.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -77,10 +78,9 @@ def floor_handler() -> Any:
             attempt.ended = True
             subs = turn.relay.subscribers
             subs.deliver(subs.end, new_event(SCOPE_END, attempt.uuid, attempt.parent_uuid, attempt.trace_id,
-                                             attempt.name, "llm", floor_calls.time.time_ns(), attempt.start_ns, None,
+                                             attempt.name, "llm", time.time_ns(), attempt.start_ns, None,
                                              output, attempt.metadata, None, attempt.name, model, view, answer, None,
                                              None, "success"))  # fmt: skip
-            logical.in_flight = 1  # ``ended`` counts the one attempt out
             floor_calls.ended(turn, logical, model or logical.model, logical.provider)
 
     return FloorHandler()
